@@ -1,0 +1,27 @@
+# Finds what spanprof needs at run time and defines spanprof::gperftools_profiler.
+# Shared by the build tree and the installed package, so a consumer's
+# find_package(spanprof) finds the same libraries the build did.
+include(CMakeFindDependencyMacro)
+find_dependency(Threads)
+find_dependency(ZLIB)
+
+if(NOT TARGET spanprof::gperftools_profiler)
+  find_package(PkgConfig QUIET)
+  if(PkgConfig_FOUND)
+    pkg_check_modules(SPANPROF_PC_PROFILER QUIET IMPORTED_TARGET libprofiler)
+  endif()
+  add_library(spanprof::gperftools_profiler INTERFACE IMPORTED)
+  if(SPANPROF_PC_PROFILER_FOUND)
+    set_property(TARGET spanprof::gperftools_profiler PROPERTY INTERFACE_LINK_LIBRARIES PkgConfig::SPANPROF_PC_PROFILER)
+  else()
+    # No pkg-config file (older distributions, custom installs): look for the
+    # library and header directly.
+    find_library(SPANPROF_PROFILER_LIBRARY NAMES profiler)
+    find_path(SPANPROF_PROFILER_INCLUDE_DIR NAMES gperftools/profiler.h)
+    if(NOT SPANPROF_PROFILER_LIBRARY OR NOT SPANPROF_PROFILER_INCLUDE_DIR)
+      message(FATAL_ERROR "spanprof needs gperftools' libprofiler (Debian: apt-get install libgoogle-perftools-dev)")
+    endif()
+    set_property(TARGET spanprof::gperftools_profiler PROPERTY INTERFACE_LINK_LIBRARIES "${SPANPROF_PROFILER_LIBRARY}")
+    set_property(TARGET spanprof::gperftools_profiler PROPERTY INTERFACE_INCLUDE_DIRECTORIES "${SPANPROF_PROFILER_INCLUDE_DIR}")
+  endif()
+endif()

@@ -1,0 +1,171 @@
+// A small multi-threaded "service" with two handlers whose hot code differs.
+// Every request arrives with a W3C traceparent; each handler profiles its own span.
+// At the end it prints, per profiled span, its ids and where its CPU time went, and
+// where the pprof files are (open them with `go tool pprof -top FILE`).
+#include <spanprof/spanprof.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <map>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+// ---- the service's code ---------------------------------------------------------
+
+// Each hot function runs for a fixed amount of this thread's CPU time, so the
+// profiles are comparable however busy the machine is.
+inline std::int64_t thread_cpu_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1'000'000'000LL + ts.tv_nsec;
+}
+inline std::int64_t cpu_deadline(int ms) { return thread_cpu_ns() + ms * 1'000'000LL; }
+inline bool cpu_budget_left(std::int64_t deadline) { return thread_cpu_ns() < deadline; }
+
+// Checkout's hot spots: pricing (floating point) and, smaller, a discount pass.
+__attribute__((noinline)) double apply_discounts(double total, int ms) {
+  const std::int64_t deadline = cpu_deadline(ms);
+  while (cpu_budget_left(deadline))
+    for (int i = 0; i < 20000; ++i) total = total * 0.9999999 + 0.5;
+  return total;
+}
+
+__attribute__((noinline)) double add_taxes(double total, int ms) {
+  const std::int64_t deadline = cpu_deadline(ms);
+  while (cpu_budget_left(deadline))
+    for (int i = 0; i < 20000; ++i) total += total * 1e-9 + 0.25;
+  return total;
+}
+
+__attribute__((noinline)) double compute_prices(int ms) {
+  double total = 0;
+  const std::int64_t deadline = cpu_deadline(ms);
+  while (cpu_budget_left(deadline))
+    for (int i = 1; i < 20000; ++i) total += 1.0 / (i * 1.0001);
+  total = apply_discounts(total, ms / 3);
+  return add_taxes(total, ms / 5) - 1.0;
+}
+
+// Search's hot spot: scoring candidate documents by hashing, then sorting them.
+__attribute__((noinline)) std::uint64_t rank_documents(int ms) {
+  std::vector<std::uint64_t> scores;
+  std::uint64_t h = 1469598103934665603ull;
+  const std::int64_t deadline = cpu_deadline(ms);
+  while (cpu_budget_left(deadline)) {
+    for (int i = 0; i < 20000; ++i) h = (h ^ (h >> 29)) * 1099511628211ull;
+    scores.push_back(h);
+  }
+  std::sort(scores.begin(), scores.end());
+  return scores.empty() ? 0 : scores[scores.size() / 2];
+}
+
+std::atomic<double> sink{0};
+
+__attribute__((noinline)) void handle_checkout(const spanprof::SpanContext& span) {
+  spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "POST /checkout"});
+  sink = sink + compute_prices(150);
+}
+
+__attribute__((noinline)) void handle_search(const spanprof::SpanContext& span) {
+  spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "GET /search"});
+  sink = sink + static_cast<double>(rank_documents(150));
+}
+
+std::string random_traceparent(std::mt19937_64& rng) {
+  char header[56];
+  std::snprintf(header, sizeof header, "00-%016llx%016llx-%016llx-01", static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(rng()), static_cast<unsigned long long>(rng() | 1));
+  return header;
+}
+
+// ---- reporting: an extra uploader that remembers a summary of every profile ------
+
+struct Summary {
+  std::string span_id, trace_id, name, file;
+  std::size_t samples = 0;
+  std::vector<std::pair<std::string, double>> top;  // function, share of CPU samples
+};
+
+std::vector<std::pair<std::string, double>> top_functions(const spanprof::Profile& profile, std::size_t n) {
+  std::map<std::string, std::int64_t> self;
+  std::int64_t total = 0;
+  for (const auto& sample : profile.samples) {
+    if (sample.location_ids.empty()) continue;
+    const auto& leaf = profile.locations[sample.location_ids.front() - 1];
+    const std::string name =
+        leaf.function_id ? profile.functions[leaf.function_id - 1].name : std::string("(unknown)");
+    self[name] += sample.values[0];
+    total += sample.values[0];
+  }
+  std::vector<std::pair<std::string, double>> ranked;
+  for (const auto& [name, count] : self) ranked.emplace_back(name, total ? 100.0 * count / total : 0.0);
+  std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  if (ranked.size() > n) ranked.resize(n);
+  return ranked;
+}
+
+}  // namespace
+
+int main() {
+  std::mutex summaries_mutex;
+  std::vector<Summary> summaries;
+
+  auto files = std::make_shared<spanprof::FileUploader>();  // $SPANPROF_OUTPUT_DIR or ./profiles
+  spanprof::Options options = spanprof::options_from_environment();
+  if (!std::getenv("SPANPROF_FREQUENCY")) options.frequency_hz = 250;  // more samples in a short demo
+  options.uploaders.push_back(files);
+  options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>(
+      [&](const spanprof::EncodedProfile& p) {
+        Summary s{p.span.span_id.to_hex(), p.span.trace_id.to_hex(), p.span_name,
+                  files->directory() + "/" + spanprof::FileUploader::file_name_for(p), p.sample_count,
+                  top_functions(*p.profile, 3)};
+        std::lock_guard<std::mutex> lock(summaries_mutex);
+        summaries.push_back(std::move(s));
+        return spanprof::UploadResult::ok();
+      },
+      "summary"));
+  spanprof::start(options);
+
+  // Four worker threads serve requests concurrently, each profiling its own span.
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 4; ++w) {
+    workers.emplace_back([w] {
+      std::mt19937_64 rng(1234 + w);
+      for (int request = 0; request < 3; ++request) {
+        const auto parsed = spanprof::parse_traceparent(random_traceparent(rng));
+        if (!parsed) continue;
+        if ((w + request) % 2 == 0) handle_checkout(parsed.context);
+        else handle_search(parsed.context);
+      }
+    });
+  }
+  for (auto& t : workers) t.join();
+  spanprof::flush();
+
+  std::sort(summaries.begin(), summaries.end(), [](const Summary& a, const Summary& b) { return a.name < b.name; });
+  for (const auto& s : summaries) {
+    std::printf("span %s  trace %s  %-15s %3zu samples\n", s.span_id.c_str(), s.trace_id.c_str(), s.name.c_str(),
+                s.samples);
+    for (const auto& [function, share] : s.top) {
+      const std::string shown = function.size() > 70 ? function.substr(0, 67) + "..." : function;
+      std::printf("    %5.1f%%  %s\n", share, shown.c_str());
+    }
+    std::printf("    file: %s\n", s.file.c_str());
+  }
+  const auto stats = spanprof::stats();
+  std::printf("\n%zu profiles written to %s (sampling source: %s, %llu samples, %llu spans without samples)\n",
+              summaries.size(), files->directory().c_str(), std::string(spanprof::to_string(stats.source)).c_str(),
+              static_cast<unsigned long long>(stats.samples_captured),
+              static_cast<unsigned long long>(stats.spans_without_samples));
+  spanprof::shutdown();
+  return 0;
+}

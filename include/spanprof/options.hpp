@@ -1,0 +1,127 @@
+// Everything that can be configured, with defaults meant for production.
+#ifndef SPANPROF_OPTIONS_HPP_
+#define SPANPROF_OPTIONS_HPP_
+
+#include <spanprof/config.hpp>
+#include <spanprof/error.hpp>
+#include <spanprof/sampler.hpp>
+#include <spanprof/symbolizer.hpp>
+#include <spanprof/uploader.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+
+enum class Engine : std::uint8_t {
+  // Per-thread CPU-time sampling, armed once per thread; a guard only marks the
+  // thread's active span. Concurrent spans get exactly their own samples.
+  sampling,
+  // gperftools' ProfilerStart/ProfilerStop around the scope. One scope at a time
+  // per process and ~5 ms per scope: for comparison and for environments where the
+  // sampling engine cannot run.
+  classic,
+};
+
+enum class SamplingSource : std::uint8_t {
+  automatic,    // perf_event when the kernel allows it, else posix_timer (reported)
+  perf_event,   // perf task-clock event: hrtimer driven, unbiased for any span length
+  posix_timer,  // timer_create(CLOCK_THREAD_CPUTIME_ID): tick bound, misses spans < ~5 ms
+};
+
+constexpr std::string_view to_string(Engine e) noexcept { return e == Engine::sampling ? "sampling" : "classic"; }
+constexpr std::string_view to_string(SamplingSource s) noexcept {
+  switch (s) {
+    case SamplingSource::automatic: return "automatic";
+    case SamplingSource::perf_event: return "perf_event";
+    case SamplingSource::posix_timer: return "posix_timer";
+  }
+  return "unknown";
+}
+
+struct Options {
+  Engine engine = Engine::sampling;
+  SamplingSource source = SamplingSource::automatic;
+  int frequency_hz = 100;      // CPU samples per CPU-second (1..4000)
+  int max_stack_depth = 64;    // frames kept per sample (1..256)
+  // Per profiling thread; holds the samples of its open spans. At 100 Hz and ~25
+  // frames a sample this is over two minutes of CPU inside one span.
+  std::size_t thread_buffer_bytes = 512 * 1024;
+  // Real-time signal that carries samples. 0 picks a free one from SIGRTMIN+4 up.
+  // SIGPROF is left to gperftools so the classic engine and CPUPROFILE keep working.
+  int signal_number = 0;
+  // A thread whose sampler fired this many times with no open span disarms it
+  // (re-armed by its next guard): idle threads stop paying for signals.
+  std::uint32_t idle_ticks_before_disarm = 200;
+  std::size_t queue_capacity = 256;  // finished profiles waiting for the worker
+  std::shared_ptr<Sampler> sampler;  // null: profile every span
+  std::shared_ptr<Symbolizer> symbolizer;  // null: ELF symbol tables of the process
+  std::vector<std::shared_ptr<Uploader>> uploaders;  // empty: a FileUploader
+  std::string service_name;  // recorded in every profile as a comment; empty: $OTEL_SERVICE_NAME
+};
+
+namespace detail {
+
+inline bool parse_int_env(const char* name, long min, long max, long& out) noexcept {
+  const char* text = std::getenv(name);
+  if (!text || !*text) return false;
+  char* end = nullptr;
+  errno = 0;
+  const long value = std::strtol(text, &end, 10);
+  if (errno != 0 || *end != '\0' || value < min || value > max) {
+    char message[256];
+    std::snprintf(message, sizeof message, "%s=\"%.64s\" is not a number in [%ld, %ld]; using the default", name,
+                  text, min, max);
+    report_error(ErrorCode::invalid_configuration, message);
+    return false;
+  }
+  out = value;
+  return true;
+}
+
+}  // namespace detail
+
+// Options with environment overrides, for operators who cannot rebuild:
+//   SPANPROF_ENGINE=sampling|classic   SPANPROF_SOURCE=automatic|perf_event|posix_timer
+//   SPANPROF_FREQUENCY=<hz>            SPANPROF_OUTPUT_DIR=<dir> (FileUploader)
+//   SPANPROF_SIGNAL=<number>           OTEL_SERVICE_NAME=<name>
+// A bad value is reported and the default kept.
+inline Options options_from_environment(Options options = {}) noexcept {
+  long value = 0;
+  if (detail::parse_int_env("SPANPROF_FREQUENCY", 1, 4000, value)) options.frequency_hz = static_cast<int>(value);
+  if (detail::parse_int_env("SPANPROF_SIGNAL", 1, 64, value)) options.signal_number = static_cast<int>(value);
+  if (const char* engine = std::getenv("SPANPROF_ENGINE"); engine && *engine) {
+    const std::string_view e = engine;
+    if (e == "sampling") options.engine = Engine::sampling;
+    else if (e == "classic") options.engine = Engine::classic;
+    else report_error(ErrorCode::invalid_configuration, "SPANPROF_ENGINE must be sampling or classic; using sampling");
+  }
+  if (const char* source = std::getenv("SPANPROF_SOURCE"); source && *source) {
+    const std::string_view s = source;
+    if (s == "automatic") options.source = SamplingSource::automatic;
+    else if (s == "perf_event") options.source = SamplingSource::perf_event;
+    else if (s == "posix_timer") options.source = SamplingSource::posix_timer;
+    else
+      report_error(ErrorCode::invalid_configuration,
+                   "SPANPROF_SOURCE must be automatic, perf_event or posix_timer; using automatic");
+  }
+  if (options.service_name.empty()) {
+    if (const char* name = std::getenv("OTEL_SERVICE_NAME"); name && *name) {
+      try {
+        options.service_name = name;
+      } catch (...) {
+      }
+    }
+  }
+  return options;
+}
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_OPTIONS_HPP_

@@ -1,0 +1,30 @@
+// What the SDK did, for dashboards and for tests. Read with spanprof::stats().
+#ifndef SPANPROF_STATS_HPP_
+#define SPANPROF_STATS_HPP_
+
+#include <spanprof/config.hpp>
+#include <spanprof/options.hpp>
+
+#include <cstdint>
+
+SPANPROF_NAMESPACE_BEGIN
+
+struct Stats {
+  std::uint64_t guards_opened = 0;         // guards that started profiling a span
+  std::uint64_t spans_without_samples = 0; // closed with no sample: nothing to hand over
+  std::uint64_t samples_captured = 0;
+  std::uint64_t samples_dropped = 0;       // lost to a full per-thread buffer
+  std::uint64_t profiles_enqueued = 0;
+  std::uint64_t profiles_dropped = 0;      // queue full, or SDK shut down
+  std::uint64_t profiles_uploaded = 0;     // accepted by every uploader
+  std::uint64_t upload_failures = 0;       // one per uploader that failed a profile
+  std::uint64_t classic_busy = 0;          // classic guards refused: another scope was profiling
+  std::uint64_t invalid_spans = 0;         // guards given an invalid span context
+  std::uint64_t threads_armed = 0;         // threads whose sampler is armed now
+  SamplingSource source = SamplingSource::automatic;  // the source in use (automatic: none armed yet)
+  int signal_number = 0;
+};
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_STATS_HPP_

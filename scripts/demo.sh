@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The demo: installs what is missing, builds examples/hot_handler, runs it (four
+# threads serving two kinds of requests, each request profiled in its own span),
+# then shows one profile through `go tool pprof`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/install-deps.sh
+build=build/demo
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DSPANPROF_BUILD_TESTS=OFF -DSPANPROF_BUILD_BENCHMARKS=OFF >/dev/null
+cmake --build "$build" --target hot_handler >/dev/null
+
+export SPANPROF_OUTPUT_DIR="$PWD/$build/profiles"
+rm -rf "$SPANPROF_OUTPUT_DIR"
+"$build/examples/hot_handler"
+
+first=$(ls -t "$SPANPROF_OUTPUT_DIR"/*.pb.gz | tail -n 1)
+echo
+echo "== go tool pprof -tags $first"
+go tool pprof -tags "$first" 2>/dev/null
+echo "== go tool pprof -top -symbolize=none $first"
+go tool pprof -top -symbolize=none "$first" 2>/dev/null | head -n 12

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what spanprof's build, tests, demo and benchmarks need (Debian 12).
+# Does nothing when everything is already there; needs root (or sudo) otherwise.
+set -euo pipefail
+
+packages=(
+  g++ cmake ninja-build meson pkg-config python3 binutils
+  libgoogle-perftools-dev  # libprofiler: the unwinder and the classic engine
+  zlib1g-dev               # gzip for pprof files
+  catch2                   # the test framework (2.13 on Debian 12; v3 also works)
+  golang-go                # `go tool pprof`, which the tests use to read profiles
+  libbenchmark-dev         # bench/
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+echo "spanprof: installing ${missing[*]}"
+as_root=()
+if [ "$(id -u)" -ne 0 ]; then as_root=(sudo); fi
+"${as_root[@]}" apt-get update -qq
+DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

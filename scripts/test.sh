@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: installs what is missing, then
+#   1. fails if single_include/ is stale,
+#   2. CMake build (-Werror) + tests against include/, examples and benchmarks,
+#   3. the same tests against the single header,
+#   4. Meson build + tests,
+#   5. tests under AddressSanitizer + UndefinedBehaviorSanitizer,
+#   6. consumer projects using the installed CMake package and add_subdirectory,
+#   7. the benchmarks, briefly, to prove they run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+out=build/ci
+jobs=$(nproc)
+warnings="-Wall -Wextra -Wpedantic -Werror"
+step() { printf '\n==== %s\n' "$*"; }
+
+bash scripts/install-deps.sh
+export GOCACHE="${GOCACHE:-$root/$out/gocache}" GOFLAGS=-mod=mod HOME="${HOME:-$root/$out}"
+
+step "single header is up to date"
+python3 scripts/amalgamate.py --check
+
+step "CMake: tests against include/, examples, benchmarks"
+cmake -S . -B $out/cmake -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$warnings" >/dev/null
+cmake --build $out/cmake -j "$jobs"
+(cd $out/cmake && ctest --output-on-failure)
+
+step "CMake: tests against single_include/"
+cmake -S . -B $out/single -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$warnings" \
+  -DSPANPROF_USE_SINGLE_HEADER=ON -DSPANPROF_BUILD_EXAMPLES=OFF -DSPANPROF_BUILD_BENCHMARKS=OFF >/dev/null
+cmake --build $out/single -j "$jobs"
+(cd $out/single && ctest --output-on-failure)
+
+step "Meson: tests and examples"
+if [ ! -d $out/meson ]; then meson setup $out/meson -Dwerror=true -Dbenchmarks=disabled >/dev/null; fi
+meson compile -C $out/meson -j "$jobs"
+meson test -C $out/meson --print-errorlogs
+
+step "AddressSanitizer + UndefinedBehaviorSanitizer"
+# No -Werror here: at -O1 with sanitizers g++ 12 warns inside Catch2 v2 itself.
+cmake -S . -B $out/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+  -DCMAKE_CXX_FLAGS="-O1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
+  -DSPANPROF_BUILD_EXAMPLES=OFF -DSPANPROF_BUILD_BENCHMARKS=OFF >/dev/null
+cmake --build $out/asan -j "$jobs"
+(cd $out/asan && ctest --output-on-failure)
+
+step "Consumers: installed package and add_subdirectory"
+rm -rf $out/prefix
+cmake --install $out/cmake --prefix $out/prefix >/dev/null
+for consumer in cmake_import cmake_add_subdirectory; do
+  cmake -S tests/$consumer -B $out/$consumer -G Ninja -DCMAKE_PREFIX_PATH="$root/$out/prefix" \
+    -DSPANPROF_SOURCE_DIR="$root" -DCMAKE_CXX_FLAGS="$warnings" >/dev/null
+  cmake --build $out/$consumer
+  (cd $out/$consumer && ctest --output-on-failure)
+done
+
+step "Benchmarks run"
+$out/cmake/bench/spanprof_bench --benchmark_min_time=0.05 >/dev/null
+
+step "all suites passed"

@@ -1,0 +1,36 @@
+// What a user writes: one include, one guard. Exits non-zero unless a labelled
+// profile of the hot function reached the uploader.
+#include <spanprof/spanprof.hpp>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+
+namespace {
+__attribute__((noinline)) double consumer_hot_loop() {
+  double x = 0;
+  const std::clock_t end = std::clock() + CLOCKS_PER_SEC / 5;
+  while (std::clock() < end)
+    for (int i = 0; i < 10000; ++i) x += std::sqrt(i);
+  return x;
+}
+}  // namespace
+
+int main() {
+  std::atomic<int> delivered{0};
+  spanprof::Options options;
+  options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>([&](const spanprof::EncodedProfile& p) {
+    if (p.span_name == "consumer" && p.sample_count > 0 && p.pprof_gzip.size() > 2) ++delivered;
+    return spanprof::UploadResult::ok();
+  }));
+  spanprof::start(options);
+  const auto span = spanprof::parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").context;
+  {
+    spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "consumer"});
+    std::printf("%f\n", consumer_hot_loop());
+  }
+  spanprof::shutdown();
+  std::printf("profiles delivered: %d\n", delivered.load());
+  return delivered.load() == 1 ? 0 : 1;
+}

@@ -1,0 +1,148 @@
+// Starts spanprof with an uploader that keeps every profile, decoded from the
+// bytes that were really encoded, and records what reaches the error channel.
+#pragma once
+
+#include "pprof_reader.hpp"
+
+#include <spanprof/spanprof.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace spanprof_test {
+
+struct CollectedProfile {
+  spanprof::EncodedProfile meta;  // pprof_gzip holds the bytes; profile pointer cleared
+  spanprof::Profile decoded;
+};
+
+class Collector {
+ public:
+  // Restarts spanprof with `options` plus the collecting uploader.
+  explicit Collector(spanprof::Options options = {}) {
+    state_ = std::make_shared<State>();
+    auto state = state_;
+    uploader_ = std::make_shared<spanprof::CallbackUploader>(
+        [state](const spanprof::EncodedProfile& p) {
+          CollectedProfile c;
+          c.meta = p;
+          c.meta.profile = nullptr;
+          pprof_test::DecodedPprof decoded;
+          std::string error;
+          if (!pprof_test::decode_pprof(p.pprof_gzip, decoded, error)) {
+            return spanprof::UploadResult::permanent("test decoder: " + error);
+          }
+          c.decoded = std::move(decoded.profile);
+          std::lock_guard<std::mutex> lock(state->mutex);
+          state->profiles.push_back(std::move(c));
+          return spanprof::UploadResult::ok();
+        },
+        "collector");
+    spanprof::set_error_handler([state](const spanprof::Error& e) {
+      std::lock_guard<std::mutex> lock(state->mutex);
+      state->errors.emplace_back(e.code, std::string(e.message));
+    });
+    restart(std::move(options));
+  }
+
+  // Starts spanprof again with new options, still collecting into this object.
+  void restart(spanprof::Options options) {
+    options.uploaders.push_back(uploader_);
+    spanprof::start(std::move(options));
+  }
+
+  ~Collector() {
+    spanprof::shutdown(std::chrono::seconds(5));
+    spanprof::set_error_handler(spanprof::RateLimitedStderrHandler{});
+  }
+
+  std::vector<CollectedProfile> profiles() {
+    spanprof::flush(std::chrono::seconds(30));
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    return state_->profiles;
+  }
+
+  const CollectedProfile* profile_for(const spanprof::SpanId& span) {
+    spanprof::flush(std::chrono::seconds(30));
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    for (const auto& p : state_->profiles)
+      if (p.meta.span.span_id == span) return &p;
+    return nullptr;
+  }
+
+  std::vector<std::pair<spanprof::ErrorCode, std::string>> errors() {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    return state_->errors;
+  }
+
+  bool has_error(spanprof::ErrorCode code, const std::string& containing = {}) {
+    for (const auto& [c, message] : errors())
+      if (c == code && message.find(containing) != std::string::npos) return true;
+    return false;
+  }
+
+ private:
+  struct State {
+    std::mutex mutex;
+    std::vector<CollectedProfile> profiles;
+    std::vector<std::pair<spanprof::ErrorCode, std::string>> errors;
+  };
+  std::shared_ptr<State> state_;  // shared with the callbacks, which may outlive us
+  std::shared_ptr<spanprof::Uploader> uploader_;
+};
+
+// A span context with distinct, valid ids derived from n.
+inline spanprof::SpanContext span_number(unsigned n) {
+  char header[64];
+  std::snprintf(header, sizeof header, "00-%016x%016x-%016x-01", 0xabc00000u + n, n + 1, 0x5000u + n);
+  return spanprof::parse_traceparent(header).context;
+}
+
+inline double thread_cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// Fraction of a profile's CPU samples whose innermost frame is `function`.
+inline double share_of_leaf(const spanprof::Profile& profile, const std::string& function) {
+  std::int64_t total = 0, hits = 0;
+  for (const auto& sample : profile.samples) {
+    total += sample.values[0];
+    if (pprof_test::leaf_function(profile, sample).find(function) != std::string::npos) hits += sample.values[0];
+  }
+  return total ? static_cast<double>(hits) / static_cast<double>(total) : 0.0;
+}
+
+// Fraction of samples with `function` anywhere on the stack.
+inline double share_on_stack(const spanprof::Profile& profile, const std::string& function) {
+  std::int64_t total = 0, hits = 0;
+  std::map<std::uint64_t, std::string> names;
+  for (const auto& location : profile.locations)
+    for (const auto& f : profile.functions)
+      if (f.id == location.function_id && location.function_id != 0) names[location.id] = f.name;
+  for (const auto& sample : profile.samples) {
+    total += sample.values[0];
+    for (auto id : sample.location_ids) {
+      if (names[id].find(function) != std::string::npos) {
+        hits += sample.values[0];
+        break;
+      }
+    }
+  }
+  return total ? static_cast<double>(hits) / static_cast<double>(total) : 0.0;
+}
+
+inline std::int64_t sample_count(const spanprof::Profile& profile) {
+  std::int64_t total = 0;
+  for (const auto& sample : profile.samples) total += sample.values[0];
+  return total;
+}
+
+}  // namespace spanprof_test

@@ -1,0 +1,397 @@
+// End-to-end tests of span-scoped CPU profiles: real signals, real gperftools
+// unwinding, real symbolization and real pprof bytes, decoded back.
+#include "support/catch.hpp"
+#include "support/child_process.hpp"
+#include "support/collector.hpp"
+
+#include <spanprof/spanprof.hpp>
+
+#include <atomic>
+#include <cstddef>
+#include <fstream>
+#include <thread>
+#include <vector>
+
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+
+using spanprof_test::Collector;
+using spanprof_test::share_of_leaf;
+using spanprof_test::share_on_stack;
+using spanprof_test::span_number;
+using spanprof_test::thread_cpu_seconds;
+
+namespace {
+
+// Hot functions with distinct names. They are static (internal linkage) and the
+// test binary is not linked with -rdynamic: naming them proves .symtab is read.
+#define SPANPROF_TEST_HOT_FUNCTION(name)                                    \
+  __attribute__((noinline)) double name(double cpu_seconds) {               \
+    const double end = thread_cpu_seconds() + cpu_seconds;                  \
+    volatile double x = 1.0;                                                \
+    do {                                                                    \
+      for (int i = 0; i < 50000; ++i) x = x * 1.0000001 + 1e-9;             \
+    } while (thread_cpu_seconds() < end);                                   \
+    return x;                                                               \
+  }
+SPANPROF_TEST_HOT_FUNCTION(hot_alpha)
+SPANPROF_TEST_HOT_FUNCTION(hot_beta)
+SPANPROF_TEST_HOT_FUNCTION(hot_gamma)
+SPANPROF_TEST_HOT_FUNCTION(hot_delta)
+
+using HotFunction = double (*)(double);
+const HotFunction hot_functions[] = {hot_alpha, hot_beta, hot_gamma, hot_delta};
+const char* const hot_names[] = {"hot_alpha", "hot_beta", "hot_gamma", "hot_delta"};
+
+spanprof::Options options_at(int hz) {
+  spanprof::Options options;
+  options.frequency_hz = hz;
+  options.queue_capacity = 4096;
+  return options;
+}
+
+}  // namespace
+
+TEST_CASE("concurrent spans on four threads each get exactly their own samples") {
+  Collector collector(options_at(200));
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < 4; ++t) {
+    threads.emplace_back([t] {
+      spanprof::ScopedProfile guard(spanprof::NamedSpan{span_number(t), hot_names[t]});
+      REQUIRE(guard.active());
+      hot_functions[t](0.4);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+
+  for (unsigned t = 0; t < 4; ++t) {
+    INFO("thread " << t << " (" << hot_names[t] << ")");
+    const auto* profile = collector.profile_for(span_number(t).span_id);
+    REQUIRE(profile != nullptr);
+    const auto& p = profile->decoded;
+    CHECK(spanprof_test::sample_count(p) >= 40);  // 0.4 s of CPU at 200 Hz is ~80
+    // Every sample is in this thread's own hot function (on the stack: the
+    // function's own calls count), none in another thread's.
+    CHECK(share_on_stack(p, hot_names[t]) >= 0.95);
+    CHECK(share_of_leaf(p, hot_names[t]) >= 0.9);
+    for (unsigned other = 0; other < 4; ++other)
+      if (other != t) CHECK(share_on_stack(p, hot_names[other]) == 0.0);
+    for (const auto& sample : p.samples) {
+      const auto labels = pprof_test::labels_of(sample);
+      CHECK(labels.at("span_id") == span_number(t).span_id.to_hex());
+      CHECK(labels.at("trace_id") == span_number(t).trace_id.to_hex());
+      CHECK(labels.at("span_name") == hot_names[t]);
+    }
+    REQUIRE(p.sample_types.size() == 2);
+    CHECK(p.sample_types[0].type == "samples");
+    CHECK(p.sample_types[1].type == "cpu");
+    CHECK(p.sample_types[1].unit == "nanoseconds");
+    CHECK(p.period == 5'000'000);
+    CHECK(p.duration_nanos > 0);
+  }
+}
+
+TEST_CASE("go tool pprof reads the labels and names the hot function") {
+  std::string out;
+  if (!pprof_test::run_command("go version", out)) {
+    FAIL("go is required for this test (apt-get install golang-go): " << out);
+  }
+  Collector collector(options_at(200));
+  const auto span = span_number(42);
+  {
+    spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "GET /pprof"});
+    hot_gamma(0.2);
+  }
+  const auto* profile = collector.profile_for(span.span_id);
+  REQUIRE(profile != nullptr);
+  const std::string path = "/tmp/spanprof-test-" + std::to_string(::getpid()) + ".pb.gz";
+  {
+    std::ofstream file(path, std::ios::binary);
+    file << profile->meta.pprof_gzip;
+  }
+  REQUIRE(pprof_test::run_command("go tool pprof -tags " + path, out));
+  CHECK(out.find(span.span_id.to_hex()) != std::string::npos);
+  CHECK(out.find(span.trace_id.to_hex()) != std::string::npos);
+  CHECK(out.find("GET /pprof") != std::string::npos);
+  REQUIRE(pprof_test::run_command("go tool pprof -top -symbolize=none " + path, out));
+  // The first row after the header is the function with the most flat time.
+  const auto header = out.find("flat%");
+  REQUIRE(header != std::string::npos);
+  const auto first_row = out.substr(out.find('\n', header) + 1);
+  CHECK(first_row.substr(0, first_row.find('\n')).find("hot_gamma") != std::string::npos);
+  ::unlink(path.c_str());
+}
+
+TEST_CASE("nested guards: the parent includes its child's samples, each is labelled with its own span") {
+  Collector collector(options_at(200));
+  const auto parent = span_number(100), child = span_number(101);
+  {
+    spanprof::ScopedProfile outer(spanprof::NamedSpan{parent, "parent"});
+    hot_alpha(0.15);
+    {
+      spanprof::ScopedProfile inner(spanprof::NamedSpan{child, "child"});
+      hot_beta(0.15);
+    }
+    hot_gamma(0.15);
+  }
+  const auto* p = collector.profile_for(parent.span_id);
+  const auto* c = collector.profile_for(child.span_id);
+  REQUIRE(p != nullptr);
+  REQUIRE(c != nullptr);
+  CHECK(share_on_stack(c->decoded, "hot_beta") >= 0.95);
+  CHECK(share_of_leaf(p->decoded, "hot_alpha") > 0.2);
+  CHECK(share_of_leaf(p->decoded, "hot_beta") > 0.2);
+  CHECK(share_of_leaf(p->decoded, "hot_gamma") > 0.2);
+  for (const auto& sample : c->decoded.samples) CHECK(pprof_test::labels_of(sample).at("span_id") == child.span_id.to_hex());
+  for (const auto& sample : p->decoded.samples)
+    CHECK(pprof_test::labels_of(sample).at("span_id") == parent.span_id.to_hex());
+  // The child's samples are also in the parent's profile, not taken away from it.
+  CHECK(spanprof_test::sample_count(p->decoded) > spanprof_test::sample_count(c->decoded));
+}
+
+TEST_CASE("restarting spanprof while a span is open leaves that span's profile intact") {
+  Collector collector(options_at(200));
+  const auto outer = span_number(150), inner = span_number(151), later = span_number(152);
+  {
+    spanprof::ScopedProfile outer_guard(outer);
+    hot_alpha(0.1);
+    collector.restart(options_at(100));  // new settings: this thread keeps its sampler until the outer span ends
+    {
+      spanprof::ScopedProfile inner_guard(inner);
+      hot_beta(0.1);
+    }
+  }
+  {
+    spanprof::ScopedProfile later_guard(later);  // the new settings apply from here
+    hot_gamma(0.1);
+  }
+  const auto* o = collector.profile_for(outer.span_id);
+  const auto* l = collector.profile_for(later.span_id);
+  REQUIRE(o != nullptr);
+  REQUIRE(l != nullptr);
+  CHECK(share_of_leaf(o->decoded, "hot_alpha") > 0.3);
+  CHECK(share_of_leaf(o->decoded, "hot_beta") > 0.3);
+  CHECK(l->decoded.period == 10'000'000);
+  CHECK(share_on_stack(l->decoded, "hot_gamma") >= 0.95);
+}
+
+TEST_CASE("short spans are sampled without bias on the perf_event source") {
+  auto options = options_at(100);
+  options.source = spanprof::SamplingSource::perf_event;
+  Collector collector(options);
+  constexpr int spans = 2000;
+  double cpu_in_spans = 0;
+  for (int i = 0; i < spans; ++i) {
+    spanprof::ScopedProfile guard(span_number(1000 + static_cast<unsigned>(i)));
+    const double before = thread_cpu_seconds();
+    hot_delta(0.0005);
+    cpu_in_spans += thread_cpu_seconds() - before;
+  }
+  REQUIRE(spanprof::stats().source == spanprof::SamplingSource::perf_event);
+  std::int64_t sampled_ns = 0;
+  for (const auto& p : collector.profiles())
+    for (const auto& sample : p.decoded.samples) sampled_ns += sample.values[1];
+  const double ratio = static_cast<double>(sampled_ns) * 1e-9 / cpu_in_spans;
+  INFO("CPU in spans " << cpu_in_spans << " s, samples x period " << sampled_ns * 1e-9 << " s");
+  CHECK(ratio > 0.75);
+  CHECK(ratio < 1.25);
+}
+
+TEST_CASE("the classic engine profiles one scope and tells a concurrent one it is busy, at once") {
+  auto options = options_at(100);
+  options.engine = spanprof::Engine::classic;
+  Collector collector(options);
+  const auto first = span_number(200), second = span_number(201);
+  std::atomic<int> step{0};
+  std::thread other([&] {
+    while (step.load() != 1) std::this_thread::yield();
+    {
+      spanprof::ScopedProfile guard(spanprof::NamedSpan{second, "second"});
+      CHECK_FALSE(guard.active());  // returned at once: the first guard is still open
+      hot_beta(0.05);
+    }
+    step = 2;
+  });
+  {
+    spanprof::ScopedProfile guard(spanprof::NamedSpan{first, "first"});
+    REQUIRE(guard.active());
+    step = 1;
+    hot_alpha(0.3);
+    while (step.load() != 2) std::this_thread::yield();
+  }
+  other.join();
+  CHECK(spanprof::stats().classic_busy == 1);
+  CHECK(collector.has_error(spanprof::ErrorCode::profiler_busy));
+  const auto* p = collector.profile_for(first.span_id);
+  REQUIRE(p != nullptr);
+  CHECK(p->meta.engine == "classic");
+  CHECK(spanprof_test::sample_count(p->decoded) >= 10);
+  // filter_in_thread keeps only the guard's thread: hot_beta ran on the other one.
+  CHECK(share_on_stack(p->decoded, "hot_beta") == 0.0);
+  CHECK(share_of_leaf(p->decoded, "hot_alpha") >= 0.9);
+  for (const auto& sample : p->decoded.samples) CHECK(pprof_test::labels_of(sample).at("span_id") == first.span_id.to_hex());
+  CHECK(collector.profile_for(second.span_id) == nullptr);
+}
+
+TEST_CASE("the sampling engine and gperftools' own profiler run side by side") {
+  // The sampling engine's signal is not SIGPROF, so a classic scope on one thread
+  // and sampled spans on another both get their samples.
+  Collector collector(options_at(200));
+  const auto sampled = span_number(300);
+  char classic_path[256];
+  REQUIRE(spanprof::detail::classic_engine_start(classic_path) == spanprof::detail::ClassicStart::started);
+  {
+    spanprof::ScopedProfile guard(spanprof::NamedSpan{sampled, "sampled"});
+    hot_gamma(0.2);
+  }
+  spanprof::detail::classic_engine_stop();
+  ::unlink(classic_path);
+  const auto* p = collector.profile_for(sampled.span_id);
+  REQUIRE(p != nullptr);
+  CHECK(share_on_stack(p->decoded, "hot_gamma") >= 0.95);
+}
+
+TEST_CASE("an unwritable output directory is reported and the host carries on") {
+  const std::string blocker = "/tmp/spanprof-not-a-dir-" + std::to_string(::getpid());
+  { std::ofstream(blocker) << "x"; }
+  auto options = options_at(200);
+  options.uploaders.push_back(std::make_shared<spanprof::FileUploader>(blocker + "/profiles"));
+  Collector collector(options);
+  const auto span = span_number(400);
+  {
+    spanprof::ScopedProfile guard(span);
+    hot_alpha(0.1);
+  }
+  // The collecting uploader still got the profile: one failing uploader loses nothing else.
+  REQUIRE(collector.profile_for(span.span_id) != nullptr);
+  CHECK(collector.has_error(spanprof::ErrorCode::upload_failed, blocker));
+  CHECK(spanprof::stats().upload_failures >= 1);
+  {
+    spanprof::ScopedProfile guard(span_number(401));
+    hot_alpha(0.05);
+  }
+  CHECK(collector.profile_for(span_number(401).span_id) != nullptr);
+  ::unlink(blocker.c_str());
+}
+
+TEST_CASE("FileUploader writes whole 0600 files named by span id") {
+  const std::string dir = "/tmp/spanprof-files-" + std::to_string(::getpid());
+  auto options = options_at(200);
+  options.uploaders.push_back(std::make_shared<spanprof::FileUploader>(dir + "/nested"));
+  Collector collector(options);
+  const auto span = span_number(500);
+  {
+    spanprof::ScopedProfile guard(span);
+    hot_beta(0.1);
+  }
+  const auto* p = collector.profile_for(span.span_id);
+  REQUIRE(p != nullptr);
+  const std::string path = dir + "/nested/" + spanprof::FileUploader::file_name_for(p->meta);
+  CHECK(path.find(span.span_id.to_hex()) != std::string::npos);
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(bytes == p->meta.pprof_gzip);
+  std::string out;
+  pprof_test::run_command("rm -rf " + dir, out);
+}
+
+TEST_CASE("invalid span contexts are counted and reported, never profiled") {
+  Collector collector(options_at(200));
+  const auto before = spanprof::stats().invalid_spans;
+  const auto parsed = spanprof::parse_traceparent("00-00000000000000000000000000000000-00f067aa0ba902b7-01");
+  {
+    spanprof::ScopedProfile guard(spanprof::NamedSpan{parsed.context, "bad"});
+    CHECK_FALSE(guard.active());
+    hot_alpha(0.05);
+  }
+  CHECK(spanprof::stats().invalid_spans == before + 1);
+  CHECK(collector.has_error(spanprof::ErrorCode::invalid_span_context));
+  CHECK(collector.profiles().empty());
+}
+
+TEST_CASE("a full per-thread buffer keeps what fit, and counts and reports the rest") {
+  auto options = options_at(1000);
+  options.thread_buffer_bytes = 4096;  // the minimum: a few dozen samples
+  Collector collector(options);
+  const auto span = span_number(600);
+  const auto dropped_before = spanprof::stats().samples_dropped;
+  {
+    spanprof::ScopedProfile guard(span);
+    hot_delta(0.3);
+  }
+  const auto* p = collector.profile_for(span.span_id);
+  REQUIRE(p != nullptr);
+  CHECK(spanprof_test::sample_count(p->decoded) > 0);
+  CHECK(spanprof::stats().samples_dropped > dropped_before);
+  CHECK(collector.has_error(spanprof::ErrorCode::sample_buffer_full));
+}
+
+TEST_CASE("a head sampler that says no leaves the scope unprofiled") {
+  auto options = options_at(200);
+  options.sampler = std::make_shared<spanprof::NeverSampler>();
+  Collector collector(options);
+  {
+    spanprof::ScopedProfile guard(span_number(700));
+    CHECK_FALSE(guard.active());
+    hot_alpha(0.05);
+  }
+  CHECK(collector.profiles().empty());
+}
+
+// ---- fallback when the kernel refuses perf events --------------------------------
+
+namespace {
+
+bool refuse_perf_event_open() {
+  sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_perf_event_open, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EACCES & SECCOMP_RET_DATA)),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog program{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
+  return ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) == 0;
+}
+
+// Runs in a child process: seccomp makes perf_event_open fail with EACCES, as in a
+// strict container; spanprof must say so and sample with POSIX timers instead.
+const spanprof_test::ChildScenario fallback_scenario("perf_refused", [] {
+  if (!refuse_perf_event_open()) {
+    std::printf("cannot install seccomp filter\n");
+    return 3;
+  }
+  Collector collector(options_at(100));
+  const auto span = span_number(800);
+  {
+    spanprof::ScopedProfile guard(span);
+    hot_beta(0.3);  // long enough for a tick-bound timer
+  }
+  const auto* p = collector.profile_for(span.span_id);
+  const auto stats = spanprof::stats();
+  std::printf("source=%s\n", std::string(spanprof::to_string(stats.source)).c_str());
+  for (const auto& [code, message] : collector.errors())
+    std::printf("error %s: %s\n", std::string(spanprof::to_string(code)).c_str(), message.c_str());
+  if (p) std::printf("samples=%lld hot_beta_share=%.2f\n", static_cast<long long>(spanprof_test::sample_count(p->decoded)),
+                     share_on_stack(p->decoded, "hot_beta"));
+  return 0;
+});
+
+}  // namespace
+
+TEST_CASE("when perf_event_open is refused, POSIX CPU timers take over and the error channel says so") {
+  const auto child = spanprof_test::run_in_child("perf_refused");
+  INFO(child.output);
+  REQUIRE(child.exit_code == 0);
+  CHECK(child.output.find("source=posix_timer") != std::string::npos);
+  CHECK(child.output.find("error sampler_unavailable: perf_event_open refused (Permission denied)") !=
+        std::string::npos);
+  const auto share_at = child.output.find("hot_beta_share=");
+  REQUIRE(share_at != std::string::npos);
+  CHECK(std::stod(child.output.substr(share_at + 15)) >= 0.95);
+}
