@@ -115,7 +115,7 @@ class ThreadSampler {
   }
 
   // Picks and creates the sampling source for this thread (not armed yet).
-  // `why_not_perf` receives the reason perf_event was refused, if it was.
+  // `perf_errno` receives the reason perf_event was refused, if it was.
   SamplingSource open_source(int& perf_errno) noexcept {
     perf_errno = 0;
     if (settings_.source != SamplingSource::posix_timer) {
@@ -445,7 +445,7 @@ inline ThreadSampler* make_thread_sampler(const SamplerSettings& settings) noexc
     return nullptr;
   }
   int perf_errno = 0;
-  const SamplingSource source = sampler->open_source(perf_errno);
+  sampler->open_source(perf_errno);
   auto& registry = sampler_registry();
   if (perf_errno != 0) {
     bool first = false;
@@ -473,7 +473,6 @@ inline ThreadSampler* make_thread_sampler(const SamplerSettings& settings) noexc
     std::snprintf(message, sizeof message, "cannot create a CPU timer for this thread: %s", std::strerror(errno));
     report_error(ErrorCode::sampler_failed, message);
   }
-  (void)source;
   thread_sampler_owner.replace(sampler);
   return sampler;
 }
