@@ -332,6 +332,23 @@ TEST_CASE("a full per-thread buffer keeps what fit, and counts and reports the r
   CHECK(collector.has_error(spanprof::ErrorCode::sample_buffer_full));
 }
 
+TEST_CASE("a thread that blocks the sample signal is not sampled, and the error channel says why") {
+  Collector collector(options_at(200));
+  const int signal_number = spanprof::stats().signal_number != 0 ? spanprof::stats().signal_number : SIGRTMIN + 4;
+  std::thread blocked_thread([&] {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, signal_number);
+    REQUIRE(::pthread_sigmask(SIG_BLOCK, &set, nullptr) == 0);
+    spanprof::ScopedProfile guard(span_number(650));
+    CHECK_FALSE(guard.active());
+    hot_alpha(0.05);
+  });
+  blocked_thread.join();
+  CHECK(collector.has_error(spanprof::ErrorCode::sampler_failed, "is blocked on this thread"));
+  CHECK(collector.profile_for(span_number(650).span_id) == nullptr);
+}
+
 TEST_CASE("a head sampler that says no leaves the scope unprofiled") {
   auto options = options_at(200);
   options.sampler = std::make_shared<spanprof::NeverSampler>();

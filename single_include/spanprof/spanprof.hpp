@@ -1789,6 +1789,7 @@ SPANPROF_NAMESPACE_END
 #include <new>
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <linux/perf_event.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
@@ -2192,6 +2193,17 @@ inline int install_sample_signal_handler(int wanted) noexcept {
 // Slow path of a guard: the thread has no sampler for the current settings yet.
 // Runs once per thread (and again after spanprof::start() changes the settings).
 inline ThreadSampler* make_thread_sampler(const SamplerSettings& settings) noexcept {
+  // A thread that blocks the sample signal would queue real-time signals until the
+  // kernel falls back to SIGIO, whose default action kills the process: such a
+  // thread is not sampled at all.
+  sigset_t blocked;
+  if (::pthread_sigmask(SIG_BLOCK, nullptr, &blocked) == 0 && sigismember(&blocked, settings.signal_number) == 1) {
+    char message[128];
+    std::snprintf(message, sizeof message, "signal %d is blocked on this thread; its spans are not profiled",
+                  settings.signal_number);
+    report_error(ErrorCode::sampler_failed, message);
+    return nullptr;
+  }
   auto* words = new (std::nothrow) std::uint64_t[settings.buffer_words];
   if (!words) {
     report_error(ErrorCode::sampler_failed, "cannot allocate the per-thread sample buffer");
