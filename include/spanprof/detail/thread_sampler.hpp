@@ -433,12 +433,18 @@ inline int install_sample_signal_handler(int wanted) noexcept {
 
 // Slow path of a guard: the thread has no sampler for the current settings yet.
 // Runs once per thread (and again after spanprof::start() changes the settings).
+// The settings generation under which this thread was refused a sampler, so its
+// later guards return at once instead of asking the kernel and reporting again.
+inline thread_local std::uint64_t thread_refused_generation = 0;
+
 inline ThreadSampler* make_thread_sampler(const SamplerSettings& settings) noexcept {
+  if (thread_refused_generation == settings.generation) return nullptr;
   // A thread that blocks the sample signal would queue real-time signals until the
   // kernel falls back to SIGIO, whose default action kills the process: such a
-  // thread is not sampled at all.
+  // thread is not sampled at all (until spanprof::start() is called again).
   sigset_t blocked;
   if (::pthread_sigmask(SIG_BLOCK, nullptr, &blocked) == 0 && sigismember(&blocked, settings.signal_number) == 1) {
+    thread_refused_generation = settings.generation;
     char message[128];
     std::snprintf(message, sizeof message, "signal %d is blocked on this thread; its spans are not profiled",
                   settings.signal_number);
