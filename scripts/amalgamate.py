@@ -13,7 +13,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 INCLUDE = ROOT / "include"
 OUTPUT = ROOT / "single_include" / "spanprof" / "spanprof.hpp"
-INCLUDE_RE = re.compile(r'^\s*#\s*include\s*<(spanprof/[^>]+)>\s*$')
+INCLUDE_RE = re.compile(r'^\s*#\s*include\s*<(spanprof/[^>]+)>\s*(//.*)?$')
 
 BANNER = """\
 // spanprof — span-scoped CPU profiles for C++ services, as pprof labelled with
