@@ -25,3 +25,16 @@ if(NOT TARGET spanprof::gperftools_profiler)
     set_property(TARGET spanprof::gperftools_profiler PROPERTY INTERFACE_INCLUDE_DIRECTORIES "${SPANPROF_PROFILER_INCLUDE_DIR}")
   endif()
 endif()
+
+# spanprof::tcmalloc makes tcmalloc the program's allocator, which heap profiling
+# needs. It is optional: link it (or LD_PRELOAD libtcmalloc) only in programs that
+# profile the heap. spanprof finds tcmalloc's functions at run time, so the linker
+# sees no reference to it; --no-as-needed keeps it linked anyway.
+if(NOT TARGET spanprof::tcmalloc)
+  find_library(SPANPROF_TCMALLOC_LIBRARY NAMES tcmalloc)
+  if(SPANPROF_TCMALLOC_LIBRARY)
+    add_library(spanprof::tcmalloc INTERFACE IMPORTED)
+    set_property(TARGET spanprof::tcmalloc PROPERTY INTERFACE_LINK_LIBRARIES
+      "-Wl,--push-state,--no-as-needed" "${SPANPROF_TCMALLOC_LIBRARY}" "-Wl,--pop-state")
+  endif()
+endif()

@@ -23,6 +23,7 @@ enum class ErrorCode : std::uint8_t {
   sampler_unavailable,    // the preferred sampling source was refused; a fallback runs
   sampler_failed,         // no sampling source could be armed on a thread
   sample_buffer_full,     // a span's samples overflowed the per-thread buffer
+  heap_unavailable,       // heap profiling needs tcmalloc as the process's allocator
   profiler_busy,          // the classic engine was already profiling another scope
   profiler_failed,        // gperftools refused to start or wrote an unreadable file
   queue_full,             // a finished profile was dropped: the hand-off queue was full
@@ -41,6 +42,7 @@ constexpr std::string_view to_string(ErrorCode code) noexcept {
     case ErrorCode::sampler_unavailable: return "sampler_unavailable";
     case ErrorCode::sampler_failed: return "sampler_failed";
     case ErrorCode::sample_buffer_full: return "sample_buffer_full";
+    case ErrorCode::heap_unavailable: return "heap_unavailable";
     case ErrorCode::profiler_busy: return "profiler_busy";
     case ErrorCode::profiler_failed: return "profiler_failed";
     case ErrorCode::queue_full: return "queue_full";

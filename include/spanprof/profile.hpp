@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 SPANPROF_NAMESPACE_BEGIN
@@ -21,10 +22,41 @@ constexpr std::string_view to_string(ProfileKind kind) noexcept {
   return kind == ProfileKind::cpu ? "cpu" : "heap";
 }
 
-// One sampled stack. `frames` runs from the innermost frame outwards. Frame 0 is
-// the exact interrupted instruction; the others are return addresses.
+// Which profiles a guard records: `spanprof::cpu`, `spanprof::heap` or
+// `spanprof::cpu | spanprof::heap`. A scope profiled for both yields two profiles
+// with the same span labels.
+class ProfileKinds {
+ public:
+  constexpr ProfileKinds() noexcept = default;
+  constexpr ProfileKinds(ProfileKind kind) noexcept : bits_(bit(kind)) {}  // NOLINT: a kind is a set of one
+
+  constexpr bool contains(ProfileKind kind) const noexcept { return (bits_ & bit(kind)) != 0; }
+  constexpr bool empty() const noexcept { return bits_ == 0; }
+  friend constexpr ProfileKinds operator|(ProfileKinds a, ProfileKinds b) noexcept {
+    return ProfileKinds(static_cast<std::uint8_t>(a.bits_ | b.bits_));
+  }
+  friend constexpr bool operator==(ProfileKinds a, ProfileKinds b) noexcept { return a.bits_ == b.bits_; }
+  friend constexpr bool operator!=(ProfileKinds a, ProfileKinds b) noexcept { return a.bits_ != b.bits_; }
+
+ private:
+  constexpr explicit ProfileKinds(std::uint8_t bits) noexcept : bits_(bits) {}
+  static constexpr std::uint8_t bit(ProfileKind kind) noexcept {
+    return static_cast<std::uint8_t>(1u << static_cast<unsigned>(kind));
+  }
+  std::uint8_t bits_ = 0;
+};
+
+inline constexpr ProfileKinds cpu{ProfileKind::cpu};
+inline constexpr ProfileKinds heap{ProfileKind::heap};
+
+// One sampled stack. `frames` runs from the innermost frame outwards. In CPU
+// profiles frame 0 is the exact interrupted instruction and the others are return
+// addresses; in heap profiles every frame is a return address (frame 0 is the call
+// into the allocator).
 struct RawSample {
-  std::vector<std::int64_t> values;  // one per sample type, e.g. {1, period_ns}
+  // One per sample type: CPU {samples, cpu ns}; heap {alloc_objects, alloc_space,
+  // inuse_objects, inuse_space}.
+  std::vector<std::int64_t> values;
   std::vector<std::uintptr_t> frames;
 };
 
@@ -35,6 +67,7 @@ struct RawProfile {
   std::int64_t start_unix_ns = 0;  // wall clock at guard open
   std::int64_t duration_ns = 0;    // wall time the guard was open
   std::int64_t period_ns = 0;      // CPU time one sample stands for
+  std::int64_t heap_interval_bytes = 0;  // mean bytes between heap samples; 0: every allocation
   std::uint64_t dropped_samples = 0;  // samples lost to a full buffer
   std::string engine;              // "sampling:perf_event", "classic", ...
   std::vector<RawSample> samples;

@@ -7,6 +7,7 @@
 #define SPANPROF_RUNTIME_HPP_
 
 #include <spanprof/config.hpp>
+#include <spanprof/detail/heap_sampler.hpp>
 #include <spanprof/detail/thread_sampler.hpp>
 #include <spanprof/detail/worker.hpp>
 #include <spanprof/error.hpp>
@@ -29,8 +30,11 @@ namespace detail {
 // never freed while the process runs, so a guard racing a restart reads a stale but
 // valid configuration instead of freed memory.
 struct RunningConfig {
+  ProfileKinds profiles = cpu;
   Engine engine = Engine::sampling;
+  HeapEngine heap_engine = HeapEngine::sampling;
   SamplerSettings sampler;
+  HeapSettings heap;
   std::shared_ptr<Sampler> head_sampler;  // null: profile every span
 };
 
@@ -52,7 +56,12 @@ class Runtime {
     try {
       auto config = std::make_unique<RunningConfig>();
       normalize(options);
+      config->profiles = options.profiles;
       config->engine = options.engine;
+      config->heap_engine = options.heap_engine;
+      config->heap.interval_bytes = static_cast<std::int64_t>(options.heap_sample_interval_bytes);
+      config->heap.max_depth = options.max_stack_depth;
+      config->heap.log_words = options.thread_buffer_bytes / sizeof(std::uint64_t);
       config->head_sampler = options.sampler;
       config->sampler.generation = ++generation_;
       config->sampler.source = options.source;
@@ -131,6 +140,11 @@ class Runtime {
       }
     }
     s.guards_opened += classic_guards_opened_.load(std::memory_order_relaxed);
+    const HeapCounters& heap = heap_counters();
+    s.heap_guards_opened = heap.guards_opened.load(std::memory_order_relaxed);
+    s.heap_samples_captured = heap.samples_captured.load(std::memory_order_relaxed);
+    s.heap_samples_dropped = heap.samples_dropped.load(std::memory_order_relaxed);
+    s.heap_hooks_installed = heap_hooks().installed();
     const auto& worker = worker_.counters();
     s.profiles_enqueued = worker.enqueued.load(std::memory_order_relaxed);
     s.profiles_dropped = worker.dropped.load(std::memory_order_relaxed);
@@ -159,6 +173,7 @@ class Runtime {
     clamp(options.max_stack_depth, 1, max_stack_depth_limit, "max_stack_depth");
     clamp(options.thread_buffer_bytes, std::size_t{4096}, std::size_t{1} << 30, "thread_buffer_bytes");
     clamp(options.queue_capacity, std::size_t{1}, std::size_t{1} << 20, "queue_capacity");
+    clamp(options.heap_sample_interval_bytes, std::size_t{1}, std::size_t{1} << 30, "heap_sample_interval_bytes");
     clamp(options.idle_ticks_before_disarm, std::uint32_t{1}, std::uint32_t{1} << 30, "idle_ticks_before_disarm");
   }
 

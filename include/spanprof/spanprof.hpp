@@ -1,4 +1,4 @@
-// spanprof — span-scoped CPU profiles for C++ services, labelled with the span's
+// spanprof — span-scoped CPU and heap profiles for C++ services, labelled with the span's
 // trace and span ids so Pyroscope, Grafana and `go tool pprof` can find the
 // profile of one slow request.
 //

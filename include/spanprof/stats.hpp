@@ -10,7 +10,7 @@
 SPANPROF_NAMESPACE_BEGIN
 
 struct Stats {
-  std::uint64_t guards_opened = 0;         // guards that started profiling a span
+  std::uint64_t guards_opened = 0;         // guards that started a CPU profile of a span
   std::uint64_t spans_without_samples = 0; // closed with no sample: nothing to hand over
   std::uint64_t samples_captured = 0;
   std::uint64_t samples_dropped = 0;       // lost to a full per-thread buffer
@@ -18,7 +18,11 @@ struct Stats {
   std::uint64_t profiles_dropped = 0;      // queue full, or SDK shut down
   std::uint64_t profiles_uploaded = 0;     // accepted by every uploader
   std::uint64_t upload_failures = 0;       // one per uploader that failed a profile
-  std::uint64_t classic_busy = 0;          // classic guards refused: another scope was profiling
+  std::uint64_t classic_busy = 0;          // classic guards (CPU or heap) refused: another scope was profiling
+  std::uint64_t heap_guards_opened = 0;    // guards that started a heap profile (either heap engine)
+  std::uint64_t heap_samples_captured = 0; // allocations recorded by the sampling heap engine
+  std::uint64_t heap_samples_dropped = 0;  // lost to a full per-thread log or a failed stack capture
+  bool heap_hooks_installed = false;       // tcmalloc hooks live now (only while a heap scope is open)
   std::uint64_t invalid_spans = 0;         // guards given an invalid span context
   std::uint64_t threads_armed = 0;         // threads whose sampler is armed now
   SamplingSource source = SamplingSource::automatic;  // the source in use (automatic: none armed yet)

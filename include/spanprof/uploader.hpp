@@ -28,7 +28,8 @@ struct EncodedProfile {
   std::string span_name;
   std::int64_t start_unix_ns = 0;
   std::int64_t duration_ns = 0;
-  std::int64_t period_ns = 0;
+  std::int64_t period_ns = 0;            // CPU: CPU time one sample stands for
+  std::int64_t heap_interval_bytes = 0;  // heap: mean bytes between samples (0: every allocation)
   std::size_t sample_count = 0;
   std::string engine;
   std::string pprof_gzip;  // a gzip-compressed profile.proto, as `go tool pprof` reads it

@@ -44,8 +44,17 @@ class ProfileBuilder {
       profile.sample_types = {{"samples", "count"}, {"cpu", "nanoseconds"}};
       profile.period_type = {"cpu", "nanoseconds"};
       profile.default_sample_type = "cpu";
+      profile.period = raw.period_ns;
+    } else {
+      // The names and order Go's heap profiles use, which pprof, Pyroscope and
+      // Grafana recognise. A span's question is "what did it allocate", so that is
+      // the default view.
+      profile.sample_types = {
+          {"alloc_objects", "count"}, {"alloc_space", "bytes"}, {"inuse_objects", "count"}, {"inuse_space", "bytes"}};
+      profile.period_type = {"space", "bytes"};
+      profile.default_sample_type = "alloc_space";
+      profile.period = raw.heap_interval_bytes;
     }
-    profile.period = raw.period_ns;
     profile.time_nanos = raw.start_unix_ns;
     profile.duration_nanos = raw.duration_ns;
     profile.comments = comments;
@@ -62,7 +71,8 @@ class ProfileBuilder {
         // next function (a call as a function's last instruction): look up the
         // call instruction instead, as pprof and debuggers do.
         const std::uintptr_t pc = raw_sample.frames[i];
-        const std::uintptr_t address = (i == 0 || pc == 0) ? pc : pc - 1;
+        const bool exact = i == 0 && raw.kind == ProfileKind::cpu;  // heap frames are all return addresses
+        const std::uintptr_t address = (exact || pc == 0) ? pc : pc - 1;
         sample.location_ids.push_back(location_for(address, profile));
       }
       profile.samples.push_back(std::move(sample));

@@ -7,6 +7,7 @@
 #include <spanprof/config.hpp>
 #include <spanprof/detail/gzip.hpp>
 #include <spanprof/detail/legacy_cpu_profile.hpp>
+#include <spanprof/detail/legacy_heap_profile.hpp>
 #include <spanprof/detail/profile_builder.hpp>
 #include <spanprof/error.hpp>
 #include <spanprof/pprof_encoder.hpp>
@@ -16,6 +17,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
@@ -31,14 +33,47 @@
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
 
-// What a request thread hands over: the span's identity and timing, plus either
-// the packed sample records copied out of its thread's log (sampling engine) or the
-// path of a gperftools profile file (classic engine).
+// What a request thread hands over: the span's identity and timing, plus one of
+// the packed sample records copied out of its thread's log (sampling engines), the
+// path of a gperftools CPU profile file or the text of a gperftools heap profile
+// (classic engines).
 struct PendingProfile {
   RawProfile profile;
   std::vector<std::uint64_t> packed_samples;
   std::string legacy_file;
+  std::string legacy_heap_text;
 };
+
+// An allocation of `size` bytes is sampled with probability 1 - exp(-size/interval);
+// dividing by that probability makes the expected totals exact (Go's
+// scaleHeapSample). Returns the number of allocations one sample stands for.
+inline double heap_sample_scale(double size, double interval) noexcept {
+  if (interval <= 1 || size <= 0) return 1.0;
+  const double probability = -std::expm1(-size / interval);
+  return probability > 0 ? 1.0 / probability : 1.0;
+}
+
+// Unpacks [size, live, depth, pc...] records into heap samples with scaled values
+// {alloc_objects, alloc_space, inuse_objects, inuse_space}.
+inline void unpack_heap_samples(const std::vector<std::uint64_t>& words, RawProfile& profile) {
+  std::size_t i = 0;
+  const double interval = static_cast<double>(profile.heap_interval_bytes);
+  while (i + 3 <= words.size()) {
+    const double size = static_cast<double>(words[i]);
+    const bool live = words[i + 1] != 0;
+    const std::uint64_t depth = words[i + 2];
+    if (depth == 0 || depth > words.size() - i - 3) break;
+    const double scale = heap_sample_scale(size, interval);
+    const auto objects = static_cast<std::int64_t>(std::llround(scale));
+    const auto bytes = static_cast<std::int64_t>(std::llround(scale * size));
+    RawSample sample;
+    sample.values = {objects, bytes, live ? objects : 0, live ? bytes : 0};
+    sample.frames.assign(words.begin() + static_cast<std::ptrdiff_t>(i + 3),
+                         words.begin() + static_cast<std::ptrdiff_t>(i + 3 + depth));
+    profile.samples.push_back(std::move(sample));
+    i += 3 + depth;
+  }
+}
 
 // Unpacks [weight, depth, pc...] records; stops at the first malformed record.
 inline void unpack_samples(const std::vector<std::uint64_t>& words, RawProfile& profile) {
@@ -187,10 +222,15 @@ class Worker {
       RawProfile& raw = pending.profile;
       if (!pending.legacy_file.empty()) {
         if (!read_legacy_file(pending.legacy_file, raw)) return;
+      } else if (!pending.legacy_heap_text.empty()) {
+        if (!read_legacy_heap_text(pending.legacy_heap_text, raw)) return;
+      } else if (raw.kind == ProfileKind::heap) {
+        unpack_heap_samples(pending.packed_samples, raw);
       } else {
         unpack_samples(pending.packed_samples, raw);
-        pending.packed_samples = {};
       }
+      pending.packed_samples = {};
+      pending.legacy_heap_text = {};
       if (raw.samples.empty() || !builder) return;
       const Profile profile = builder->build(raw, config.comments);
       EncodedProfile encoded;
@@ -205,6 +245,7 @@ class Worker {
       encoded.start_unix_ns = raw.start_unix_ns;
       encoded.duration_ns = raw.duration_ns;
       encoded.period_ns = raw.period_ns;
+      encoded.heap_interval_bytes = raw.heap_interval_bytes;
       encoded.sample_count = raw.samples.size();
       encoded.engine = raw.engine;
       encoded.profile = &profile;
@@ -225,6 +266,32 @@ class Worker {
     } catch (...) {
       report_error(ErrorCode::internal, "unknown exception while processing a profile");
     }
+  }
+
+  static bool read_legacy_heap_text(const std::string& text, RawProfile& raw) {
+    LegacyHeapProfile legacy;
+    std::string error;
+    if (!parse_legacy_heap_profile(text, legacy, error)) {
+      report_error(ErrorCode::profiler_failed, "unreadable gperftools heap profile: " + error);
+      return false;
+    }
+    raw.heap_interval_bytes = legacy.sample_period;
+    raw.samples = std::move(legacy.samples);
+    if (raw.heap_interval_bytes > 0) {
+      // A sampled gperftools profile (heap_v2/<period>): scale each bucket by the
+      // probability of its average allocation size, as pprof does for these files.
+      for (RawSample& sample : raw.samples) {
+        for (std::size_t pair = 0; pair + 1 < sample.values.size(); pair += 2) {
+          const std::int64_t count = sample.values[pair];
+          if (count <= 0) continue;
+          const double scale = heap_sample_scale(static_cast<double>(sample.values[pair + 1]) / count,
+                                                 static_cast<double>(raw.heap_interval_bytes));
+          sample.values[pair] = std::llround(count * scale);
+          sample.values[pair + 1] = std::llround(static_cast<double>(sample.values[pair + 1]) * scale);
+        }
+      }
+    }
+    return true;
   }
 
   static bool read_legacy_file(const std::string& path, RawProfile& raw) {
