@@ -4,6 +4,10 @@
 //                      sample (target <= 1 us, stretch <= 100 ns); the rare one that
 //                      does is included, so this is the true amortized cost
 //   classic_engine     gperftools ProfilerStart/ProfilerStop around the scope
+//   tail_discarded     profiled span that the tail policy throws away at close
+//                      (here: not slow), having taken no sample (target <= 1 us)
+//   not_sampled_with_trigger  the head sampler says no while an adaptive trigger
+//                      times one span in 8 per thread for its latency baselines
 // The default engine must be >= 1000x faster than the classic one.
 #include <spanprof/spanprof.hpp>
 
@@ -14,10 +18,14 @@ namespace {
 const spanprof::SpanContext span =
     spanprof::parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").context;
 
-void start_with(spanprof::Engine engine, std::shared_ptr<spanprof::Sampler> sampler) {
+void start_with(spanprof::Engine engine, std::shared_ptr<spanprof::Sampler> sampler,
+                std::shared_ptr<spanprof::TailPolicy> tail_policy = nullptr,
+                std::shared_ptr<spanprof::AdaptiveTrigger> trigger = nullptr) {
   spanprof::Options options;
   options.engine = engine;
   options.sampler = std::move(sampler);
+  options.tail_policy = std::move(tail_policy);
+  options.trigger = std::move(trigger);
   // Profiles are symbolized and encoded as usual, then discarded: no disk I/O.
   options.uploaders.push_back(
       std::make_shared<spanprof::CallbackUploader>([](const spanprof::EncodedProfile&) { return spanprof::UploadResult::ok(); }));
@@ -45,6 +53,28 @@ void guard_sampling_engine(benchmark::State& state) {
       (after.guards_opened - before.guards_opened) - (after.spans_without_samples - before.spans_without_samples));
 }
 BENCHMARK(guard_sampling_engine);
+
+void guard_tail_discarded(benchmark::State& state) {
+  start_with(spanprof::Engine::sampling, nullptr, std::make_shared<spanprof::KeepSlowSpans>(std::chrono::seconds(1)));
+  const auto before = spanprof::stats();
+  for (auto _ : state) {
+    spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "GET /"});
+    benchmark::DoNotOptimize(&guard);
+  }
+  const auto after = spanprof::stats();
+  state.counters["discarded"] = static_cast<double>(after.discarded_by_tail_policy - before.discarded_by_tail_policy);
+}
+BENCHMARK(guard_tail_discarded);
+
+void guard_not_sampled_with_trigger(benchmark::State& state) {
+  start_with(spanprof::Engine::sampling, std::make_shared<spanprof::NeverSampler>(), nullptr,
+             std::make_shared<spanprof::AdaptiveTrigger>());
+  for (auto _ : state) {
+    spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "GET /"});
+    benchmark::DoNotOptimize(&guard);
+  }
+}
+BENCHMARK(guard_not_sampled_with_trigger);
 
 void guard_classic_engine(benchmark::State& state) {
   start_with(spanprof::Engine::classic, nullptr);

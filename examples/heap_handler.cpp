@@ -9,6 +9,8 @@
 // can also LD_PRELOAD libtcmalloc.so). Without it the heap scopes report why, once.
 #include <spanprof/spanprof.hpp>
 
+#include "example_support.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -57,12 +59,6 @@ void handle_upload(const spanprof::SpanContext& span, std::mt19937& rng) {
   if (checksum == 42) std::puts("");
 }
 
-spanprof::SpanContext random_span(std::mt19937_64& rng) {
-  char header[56];
-  std::snprintf(header, sizeof header, "00-%016llx%016llx-%016llx-01", static_cast<unsigned long long>(rng()),
-                static_cast<unsigned long long>(rng()), static_cast<unsigned long long>(rng() | 1));
-  return spanprof::parse_traceparent(header).context;
-}
 
 bool is_library_function(const std::string& name) {
   return name.rfind("std::", 0) == 0 || name.rfind("void std::", 0) == 0 || name.rfind("__gnu_cxx::", 0) == 0;
@@ -120,12 +116,12 @@ int main() {
 
   std::thread reports([] {
     std::mt19937_64 rng(7);
-    for (int i = 0; i < 2; ++i) handle_report(random_span(rng));
+    for (int i = 0; i < 2; ++i) handle_report(example::random_span(rng));
   });
   std::thread uploads([] {
     std::mt19937_64 rng(11);
     std::mt19937 data(3);
-    for (int i = 0; i < 2; ++i) handle_upload(random_span(rng), data);
+    for (int i = 0; i < 2; ++i) handle_upload(example::random_span(rng), data);
   });
   reports.join();
   uploads.join();

@@ -4,6 +4,8 @@
 // where the pprof files are (open them with `go tool pprof -top FILE`).
 #include <spanprof/spanprof.hpp>
 
+#include "example_support.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -21,13 +23,8 @@ namespace {
 
 // ---- the service's code ---------------------------------------------------------
 
-// Each hot function runs for a fixed amount of this thread's CPU time, so the
-// profiles are comparable however busy the machine is.
-inline std::int64_t thread_cpu_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec * 1'000'000'000LL + ts.tv_nsec;
-}
+// Each hot function runs for a fixed amount of this thread's CPU time.
+using example::thread_cpu_ns;
 inline std::int64_t cpu_deadline(int ms) { return thread_cpu_ns() + ms * 1'000'000LL; }
 inline bool cpu_budget_left(std::int64_t deadline) { return thread_cpu_ns() < deadline; }
 
@@ -80,12 +77,6 @@ __attribute__((noinline)) void handle_search(const spanprof::SpanContext& span) 
   sink = sink + static_cast<double>(rank_documents(150));
 }
 
-std::string random_traceparent(std::mt19937_64& rng) {
-  char header[56];
-  std::snprintf(header, sizeof header, "00-%016llx%016llx-%016llx-01", static_cast<unsigned long long>(rng()),
-                static_cast<unsigned long long>(rng()), static_cast<unsigned long long>(rng() | 1));
-  return header;
-}
 
 // ---- reporting: an extra uploader that remembers a summary of every profile ------
 
@@ -141,7 +132,7 @@ int main() {
     workers.emplace_back([w] {
       std::mt19937_64 rng(1234 + w);
       for (int request = 0; request < 3; ++request) {
-        const auto parsed = spanprof::parse_traceparent(random_traceparent(rng));
+        const auto parsed = spanprof::parse_traceparent(example::random_traceparent(rng));
         if (!parsed) continue;
         if ((w + request) % 2 == 0) handle_checkout(parsed.context);
         else handle_search(parsed.context);

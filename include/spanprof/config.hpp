@@ -20,11 +20,13 @@
 #if defined(__GNUC__)
 #define SPANPROF_API __attribute__((visibility("default")))
 #define SPANPROF_NOINLINE __attribute__((noinline))
+#define SPANPROF_ALWAYS_INLINE __attribute__((always_inline))
 #define SPANPROF_LIKELY(x) __builtin_expect(!!(x), 1)
 #define SPANPROF_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #else
 #define SPANPROF_API
 #define SPANPROF_NOINLINE
+#define SPANPROF_ALWAYS_INLINE
 #define SPANPROF_LIKELY(x) (x)
 #define SPANPROF_UNLIKELY(x) (x)
 #endif

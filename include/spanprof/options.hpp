@@ -2,11 +2,13 @@
 #ifndef SPANPROF_OPTIONS_HPP_
 #define SPANPROF_OPTIONS_HPP_
 
+#include <spanprof/adaptive_trigger.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/error.hpp>
 #include <spanprof/profile.hpp>
 #include <spanprof/sampler.hpp>
 #include <spanprof/symbolizer.hpp>
+#include <spanprof/tail_policy.hpp>
 #include <spanprof/uploader.hpp>
 
 #include <chrono>
@@ -80,7 +82,13 @@ struct Options {
   // (re-armed by its next guard): idle threads stop paying for signals.
   std::uint32_t idle_ticks_before_disarm = 200;
   std::size_t queue_capacity = 256;  // finished profiles waiting for the worker
-  std::shared_ptr<Sampler> sampler;  // null: profile every span
+  // Conditional profiling (docs/sampling.md). The head sampler decides when a guard
+  // opens (null: every span); the tail policy, when it closes, keeps or discards
+  // what was recorded (null: keep all); the adaptive trigger profiles the next
+  // spans of a name whose latency jumped (null: off).
+  std::shared_ptr<Sampler> sampler;
+  std::shared_ptr<TailPolicy> tail_policy;
+  std::shared_ptr<AdaptiveTrigger> trigger;
   std::shared_ptr<Symbolizer> symbolizer;  // null: ELF symbol tables of the process
   std::vector<std::shared_ptr<Uploader>> uploaders;  // empty: a FileUploader
   std::string service_name;  // recorded in every profile as a comment; empty: $OTEL_SERVICE_NAME
@@ -105,6 +113,49 @@ inline bool parse_int_env(const char* name, long min, long max, long& out) noexc
   return true;
 }
 
+inline std::shared_ptr<TailPolicy> tail_policy_from_environment() noexcept {
+  const char* keep = std::getenv("SPANPROF_KEEP");
+  if (!keep || !*keep) return nullptr;
+  const std::string_view k = keep;
+  long threshold_ms = 100;
+  parse_int_env("SPANPROF_SLOW_THRESHOLD_MS", 0, 86'400'000, threshold_ms);
+  try {
+    auto slow = std::make_shared<KeepSlowSpans>(std::chrono::milliseconds(threshold_ms));
+    auto errors = std::make_shared<KeepErroredSpans>();
+    if (k == "all") return nullptr;
+    if (k == "slow") return slow;
+    if (k == "error") return errors;
+    if (k == "slow,error") return keep_any_of({slow, errors});
+    if (k == "error,slow") return keep_any_of({errors, slow});
+  } catch (...) {
+    report_error(ErrorCode::internal, "out of memory reading SPANPROF_KEEP");
+    return nullptr;
+  }
+  report_error(ErrorCode::invalid_configuration, "SPANPROF_KEEP must be all, slow, error or slow,error; keeping all");
+  return nullptr;
+}
+
+inline std::shared_ptr<AdaptiveTrigger> trigger_from_environment() noexcept {
+  const char* factor_text = std::getenv("SPANPROF_TRIGGER_FACTOR");
+  if (!factor_text || !*factor_text) return nullptr;
+  char* end = nullptr;
+  const double factor = std::strtod(factor_text, &end);
+  if (*end != '\0' || !(factor > 1.0) || factor > 1000.0) {
+    report_error(ErrorCode::invalid_configuration, "SPANPROF_TRIGGER_FACTOR must be a number in (1, 1000]; trigger off");
+    return nullptr;
+  }
+  AdaptiveTriggerOptions trigger;
+  trigger.factor = factor;
+  long spans = 0;
+  if (parse_int_env("SPANPROF_TRIGGER_SPANS", 1, 1000, spans)) trigger.spans_to_profile = static_cast<std::uint32_t>(spans);
+  try {
+    return std::make_shared<AdaptiveTrigger>(trigger);
+  } catch (...) {
+    report_error(ErrorCode::internal, "out of memory creating the adaptive trigger");
+    return nullptr;
+  }
+}
+
 }  // namespace detail
 
 // Options with environment overrides, for operators who cannot rebuild:
@@ -113,9 +164,15 @@ inline bool parse_int_env(const char* name, long min, long max, long& out) noexc
 //   SPANPROF_SIGNAL=<number>           OTEL_SERVICE_NAME=<name>
 //   SPANPROF_PROFILES=cpu|heap|cpu,heap
 //   SPANPROF_HEAP_ENGINE=sampling|classic  SPANPROF_HEAP_INTERVAL=<bytes>
+//   SPANPROF_SAMPLER, SPANPROF_SAMPLER_ARG, SPANPROF_MAX_PROFILES_PER_SECOND (head)
+//   SPANPROF_KEEP=all|slow|error|slow,error  SPANPROF_SLOW_THRESHOLD_MS=<ms> (tail)
+//   SPANPROF_TRIGGER_FACTOR=<x>        SPANPROF_TRIGGER_SPANS=<n> (adaptive trigger)
 // A bad value is reported and the default kept.
 inline Options options_from_environment(Options options = {}) noexcept {
   long value = 0;
+  if (!options.sampler) options.sampler = sampler_from_environment();
+  if (!options.tail_policy) options.tail_policy = detail::tail_policy_from_environment();
+  if (!options.trigger) options.trigger = detail::trigger_from_environment();
   if (detail::parse_int_env("SPANPROF_HEAP_INTERVAL", 1, 1L << 30, value))
     options.heap_sample_interval_bytes = static_cast<std::size_t>(value);
   if (const char* profiles = std::getenv("SPANPROF_PROFILES"); profiles && *profiles) {

@@ -8,6 +8,7 @@
 
 #include <spanprof/config.hpp>
 #include <spanprof/span_context.hpp>
+#include <spanprof/tail_policy.hpp>
 
 #include <cstdint>
 #include <string>
@@ -70,6 +71,7 @@ struct RawProfile {
   std::int64_t heap_interval_bytes = 0;  // mean bytes between heap samples; 0: every allocation
   std::uint64_t dropped_samples = 0;  // samples lost to a full buffer
   std::string engine;              // "sampling:perf_event", "classic", ...
+  ProfileReason reason = ProfileReason::sampled;  // why it was kept
   std::vector<RawSample> samples;
 };
 

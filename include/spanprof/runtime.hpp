@@ -7,6 +7,7 @@
 #define SPANPROF_RUNTIME_HPP_
 
 #include <spanprof/config.hpp>
+#include <spanprof/detail/decision_counters.hpp>
 #include <spanprof/detail/heap_sampler.hpp>
 #include <spanprof/detail/thread_sampler.hpp>
 #include <spanprof/detail/worker.hpp>
@@ -36,6 +37,8 @@ struct RunningConfig {
   SamplerSettings sampler;
   HeapSettings heap;
   std::shared_ptr<Sampler> head_sampler;  // null: profile every span
+  std::shared_ptr<TailPolicy> tail_policy;  // null: keep every profile
+  std::shared_ptr<AdaptiveTrigger> trigger;  // null: off
 };
 
 class Runtime {
@@ -63,6 +66,8 @@ class Runtime {
       config->heap.max_depth = options.max_stack_depth;
       config->heap.log_words = options.thread_buffer_bytes / sizeof(std::uint64_t);
       config->head_sampler = options.sampler;
+      config->tail_policy = options.tail_policy;
+      config->trigger = options.trigger;
       config->sampler.generation = ++generation_;
       config->sampler.source = options.source;
       config->sampler.period_ns = 1'000'000'000LL / options.frequency_hz;
@@ -145,6 +150,18 @@ class Runtime {
     s.heap_samples_captured = heap.samples_captured.load(std::memory_order_relaxed);
     s.heap_samples_dropped = heap.samples_dropped.load(std::memory_order_relaxed);
     s.heap_hooks_installed = heap_hooks().installed();
+    const DecisionCounts decisions = decision_registry().total();
+    s.head_declined = decisions.head_declined;
+    s.profiles_started = decisions.started;
+    s.kept_sampled = decisions.kept[static_cast<std::size_t>(ProfileReason::sampled)];
+    s.kept_slow = decisions.kept[static_cast<std::size_t>(ProfileReason::slow)];
+    s.kept_error = decisions.kept[static_cast<std::size_t>(ProfileReason::error)];
+    s.kept_triggered = decisions.kept[static_cast<std::size_t>(ProfileReason::triggered)];
+    s.discarded_by_tail_policy = decisions.discarded;
+    if (const RunningConfig* config = config_.load(std::memory_order_acquire); config && config->trigger) {
+      const auto trigger = config->trigger->counters();
+      s.triggers_armed = trigger.armed;
+    }
     const auto& worker = worker_.counters();
     s.profiles_enqueued = worker.enqueued.load(std::memory_order_relaxed);
     s.profiles_dropped = worker.dropped.load(std::memory_order_relaxed);

@@ -26,10 +26,13 @@
 #include <spanprof/profile.hpp>
 #include <spanprof/span_adapter.hpp>
 #include <spanprof/span_context.hpp>
+#include <spanprof/tail_policy.hpp>
 
 #if SPANPROF_ENABLED
+#include <spanprof/adaptive_trigger.hpp>
 #include <spanprof/detail/classic_engine.hpp>
 #include <spanprof/detail/classic_heap_engine.hpp>
+#include <spanprof/detail/decision_counters.hpp>
 #include <spanprof/detail/heap_sampler.hpp>
 #include <spanprof/detail/thread_sampler.hpp>
 #include <spanprof/runtime.hpp>
@@ -37,6 +40,7 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <exception>
 #endif
 
 #include <string_view>
@@ -44,6 +48,11 @@
 SPANPROF_NAMESPACE_BEGIN
 
 #if SPANPROF_ENABLED
+
+namespace detail {
+// Turned-down guards of this thread left before one is timed for the adaptive trigger.
+inline thread_local std::uint32_t trigger_observe_countdown = 0;
+}  // namespace detail
 
 class ScopedProfile {
  public:
@@ -53,15 +62,24 @@ class ScopedProfile {
 
   // Records what spanprof::Options::profiles says (CPU unless configured).
   template <class Span, class = std::enable_if_t<is_span_v<Span>>>
-  explicit ScopedProfile(const Span& span) noexcept {
+  SPANPROF_ALWAYS_INLINE explicit ScopedProfile(const Span& span) noexcept {
     open(span_adapter<std::decay_t<Span>>::context(span), span_adapter<std::decay_t<Span>>::name(span), {}, true);
+    remember_status(span);
   }
 
   // Records the given profiles, e.g. `spanprof::cpu | spanprof::heap`.
   template <class Span, class = std::enable_if_t<is_span_v<Span>>>
-  ScopedProfile(const Span& span, ProfileKinds kinds) noexcept {
+  SPANPROF_ALWAYS_INLINE ScopedProfile(const Span& span, ProfileKinds kinds) noexcept {
     open(span_adapter<std::decay_t<Span>>::context(span), span_adapter<std::decay_t<Span>>::name(span), kinds, false);
+    remember_status(span);
   }
+
+  // A span whose adapter reports a status is read again when the guard closes, so
+  // it must outlive the guard: a temporary would be gone by then.
+  template <class Span, class = std::enable_if_t<detail::has_span_status_v<Span>>>
+  explicit ScopedProfile(const Span&& span) = delete;
+  template <class Span, class = std::enable_if_t<detail::has_span_status_v<Span>>>
+  ScopedProfile(const Span&& span, ProfileKinds kinds) = delete;
 
   ScopedProfile(const SpanContext& span, std::string_view span_name) noexcept { open(span, span_name, {}, true); }
   ScopedProfile(const SpanContext& span, std::string_view span_name, ProfileKinds kinds) noexcept {
@@ -69,9 +87,7 @@ class ScopedProfile {
   }
 
   ~ScopedProfile() {
-    // Heap first: the CPU hand-over allocates, and those allocations are the SDK's.
-    if (heap_state_ != State::idle) close_heap();
-    if (state_ != State::idle) close();
+    if (SPANPROF_UNLIKELY(state_ != State::idle || heap_state_ != State::idle || observe_only_)) finish();
   }
 
   ScopedProfile(const ScopedProfile&) = delete;
@@ -81,6 +97,10 @@ class ScopedProfile {
 
   // True when this scope is being profiled (sampled in, an engine running).
   bool active() const noexcept { return state_ != State::idle || heap_state_ != State::idle; }
+
+  // Marks the span as failed, for tail policies that keep errored spans. An
+  // exception leaving the scope marks it without this.
+  void set_error(bool failed = true) noexcept { errored_ = failed; }
 
  private:
   enum class State : std::uint8_t { idle, sampling, classic };
@@ -96,21 +116,54 @@ class ScopedProfile {
     return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
   }
 
-  void open(const SpanContext& span, std::string_view span_name, ProfileKinds kinds, bool configured) noexcept {
+  // Inlined into the guard's constructor: the turned-down guard is the common case
+  // and must stay a few instructions.
+  SPANPROF_ALWAYS_INLINE void open(const SpanContext& span, std::string_view span_name, ProfileKinds kinds,
+                                   bool configured) noexcept {
     const detail::RunningConfig* config = detail::runtime().config_for_guard();
     if (SPANPROF_UNLIKELY(config == nullptr)) return;
     if (SPANPROF_UNLIKELY(!span.valid())) {
       report_error(ErrorCode::invalid_span_context, "a guard was given an invalid trace or span id; not profiled");
       return;
     }
-    if (config->head_sampler && !config->head_sampler->should_profile(span, span_name)) return;
-    begin(*config, span, span_name, configured ? config->profiles : kinds);
+    if (config->head_sampler && !config->head_sampler->should_profile(span, span_name)) {
+      detail::count_decision(detail::thread_decisions.head_declined);
+      if (SPANPROF_UNLIKELY(config->trigger != nullptr)) declined(*config, span, span_name, kinds, configured);
+      return;
+    }
+    begin(*config, span, span_name, configured ? config->profiles : kinds, false);
   }
 
-  // Kept out of line so that the turned-down guard above stays a few instructions.
+  // The head sampler said no; the adaptive trigger may still want this span, and
+  // feeds on the latency of one span in `observe_one_in` per thread.
+  SPANPROF_NOINLINE void declined(const detail::RunningConfig& config, const SpanContext& span,
+                                  std::string_view span_name, ProfileKinds kinds, bool configured) noexcept {
+    AdaptiveTrigger& trigger = *config.trigger;
+    if (trigger.any_armed()) {
+      name_hash_ = AdaptiveTrigger::hash_name(span_name);
+      if (trigger.take(name_hash_)) {
+        begin(config, span, span_name, configured ? config.profiles : kinds, true);
+        return;
+      }
+    }
+    std::uint32_t& countdown = detail::trigger_observe_countdown;
+    if (countdown > 1) {
+      --countdown;
+      return;
+    }
+    countdown = trigger.options().observe_one_in;
+    if (name_hash_ == 0) name_hash_ = AdaptiveTrigger::hash_name(span_name);
+    config_ = &config;
+    observe_only_ = true;
+    start_ns_ = monotonic_ns();
+  }
+
   SPANPROF_NOINLINE void begin(const detail::RunningConfig& config, const SpanContext& span,
-                               std::string_view span_name, ProfileKinds kinds) noexcept {
+                               std::string_view span_name, ProfileKinds kinds, bool triggered) noexcept {
+    config_ = &config;
     span_ = span;
+    triggered_ = triggered;
+    uncaught_at_open_ = std::uncaught_exceptions();
     name_length_ = static_cast<std::uint8_t>(span_name.size() < max_span_name ? span_name.size() : max_span_name);
     if (name_length_ != 0) std::memcpy(name_, span_name.data(), name_length_);
     if (kinds.contains(ProfileKind::cpu)) {
@@ -118,6 +171,60 @@ class ScopedProfile {
       else open_sampling(config);
     }
     if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::heap))) open_heap(config);
+    if (active()) {
+      detail::count_decision(detail::thread_decisions.started);
+      start_ns_ = monotonic_ns();  // after the engines started: the classic ones take milliseconds
+    }
+  }
+
+  template <class Span>
+  void remember_status(const Span& span) noexcept {
+    if constexpr (detail::has_span_status_v<Span>) {
+      if (!active()) return;
+      status_span_ = &span;
+      status_failed_ = [](const void* s) noexcept { return span_adapter<std::decay_t<Span>>::failed(*static_cast<const Span*>(s)); };
+    } else {
+      (void)span;
+    }
+  }
+
+  bool failed() const noexcept {
+    return errored_ || std::uncaught_exceptions() > uncaught_at_open_ ||
+           (status_failed_ != nullptr && status_failed_(status_span_));
+  }
+
+  // The span ended: decide whether to keep what it recorded, then close the engines.
+  SPANPROF_NOINLINE void finish() noexcept {
+    const detail::RunningConfig& config = *config_;
+    if (observe_only_) {
+      observe_only_ = false;
+      config.trigger->observe(name_hash_, monotonic_ns() - start_ns_);
+      return;
+    }
+    if (!config.tail_policy && !config.trigger && !triggered_) {
+      // Nothing to decide: kept as sampled; the duration is read only if there is
+      // a profile to hand over.
+      detail::count_decision(detail::thread_decisions.kept[static_cast<std::size_t>(ProfileReason::sampled)]);
+      if (heap_state_ != State::idle) close_heap();
+      if (state_ != State::idle) close_cpu();
+      return;
+    }
+    const std::int64_t duration = monotonic_ns() - start_ns_;
+    const std::string_view name(name_, name_length_);
+    TailDecision decision = TailDecision::keep_as(ProfileReason::sampled);
+    if (config.tail_policy) decision = config.tail_policy->decide(SpanOutcome{span_, name, duration, failed()});
+    // A span the trigger asked for is kept, under the more telling reason if any.
+    if (triggered_ && (!decision.keep || decision.reason == ProfileReason::sampled))
+      decision = TailDecision::keep_as(ProfileReason::triggered);
+    if (config.trigger) config.trigger->observe(name_hash_ ? name_hash_ : AdaptiveTrigger::hash_name(name), duration);
+    if (decision.keep) detail::count_decision(detail::thread_decisions.kept[static_cast<std::size_t>(decision.reason)]);
+    else detail::count_decision(detail::thread_decisions.discarded);
+    keep_ = decision.keep;
+    reason_ = decision.reason;
+    duration_ns_ = duration;
+    // Heap first: the CPU hand-over allocates, and those allocations are the SDK's.
+    if (heap_state_ != State::idle) close_heap();
+    if (state_ != State::idle) close_cpu();
   }
 
   void open_sampling(const detail::RunningConfig& config) noexcept {
@@ -136,13 +243,12 @@ class ScopedProfile {
       if (!sampler->has_source() || !sampler->arm()) return;
     }
     sampler_ = sampler;
-    start_ns_ = monotonic_ns();
     sampler->push(record_);
     detail::ThreadSampler::bump(sampler->counters().guards_opened);
     state_ = State::sampling;
   }
 
-  void close() noexcept {
+  void close_cpu() noexcept {
     if (state_ == State::classic) {
       close_classic();
       return;
@@ -151,7 +257,9 @@ class ScopedProfile {
     sampler->pop(record_);
     const std::size_t used = sampler->used_words();
     const std::uint64_t dropped = sampler->dropped() - record_.dropped_at_start;
-    if (used > record_.log_start || dropped != 0) {
+    if (!keep_) {
+      // Discarded by the tail policy: nothing is copied, symbolized or sent.
+    } else if (used > record_.log_start || dropped != 0) {
       hand_over(sampler, used, dropped);
     } else {
       detail::ThreadSampler::bump(sampler->counters().spans_without_samples);
@@ -161,7 +269,6 @@ class ScopedProfile {
   }
 
   SPANPROF_NOINLINE void hand_over(detail::ThreadSampler* sampler, std::size_t used, std::uint64_t dropped) noexcept {
-    const std::int64_t duration = monotonic_ns() - start_ns_;
     if (dropped != 0) {
       char message[128];
       std::snprintf(message, sizeof message, "%llu samples dropped: the per-thread sample buffer is full",
@@ -171,7 +278,7 @@ class ScopedProfile {
     if (used <= record_.log_start) return;
     try {
       auto pending = std::make_unique<detail::PendingProfile>();
-      fill_identity(pending->profile, ProfileKind::cpu, duration);
+      fill_identity(pending->profile, ProfileKind::cpu);
       pending->profile.period_ns = sampler->settings().period_ns;
       pending->profile.dropped_samples = dropped;
       pending->profile.engine = std::string("sampling:") + std::string(to_string(sampler->source()));
@@ -182,19 +289,20 @@ class ScopedProfile {
     }
   }
 
-  void fill_identity(RawProfile& profile, ProfileKind kind, std::int64_t duration) const {
+  void fill_identity(RawProfile& profile, ProfileKind kind) {
+    if (duration_ns_ < 0) duration_ns_ = monotonic_ns() - start_ns_;
     profile.kind = kind;
     profile.span = span_;
     profile.span_name.assign(name_, name_length_);
-    profile.start_unix_ns = realtime_ns() - duration;
-    profile.duration_ns = duration;
+    profile.start_unix_ns = realtime_ns() - duration_ns_;
+    profile.duration_ns = duration_ns_;
+    profile.reason = reason_;
   }
 
   SPANPROF_NOINLINE void open_classic() noexcept {
     switch (detail::classic_engine_start(classic_path_)) {
       case detail::ClassicStart::started:
         detail::runtime().count_classic_guard();
-        start_ns_ = monotonic_ns();
         state_ = State::classic;
         return;
       case detail::ClassicStart::busy:
@@ -208,11 +316,14 @@ class ScopedProfile {
 
   SPANPROF_NOINLINE void close_classic() noexcept {
     detail::classic_engine_stop();
-    const std::int64_t duration = monotonic_ns() - start_ns_;
     state_ = State::idle;
+    if (!keep_) {
+      ::unlink(classic_path_);
+      return;
+    }
     try {
       auto pending = std::make_unique<detail::PendingProfile>();
-      fill_identity(pending->profile, ProfileKind::cpu, duration);
+      fill_identity(pending->profile, ProfileKind::cpu);
       pending->profile.engine = "classic";
       pending->legacy_file = classic_path_;
       detail::runtime().submit(std::move(pending));
@@ -223,7 +334,6 @@ class ScopedProfile {
   }
 
   SPANPROF_NOINLINE void open_heap(const detail::RunningConfig& config) noexcept {
-    if (start_ns_ == 0) start_ns_ = monotonic_ns();
     if (config.heap_engine == HeapEngine::classic) {
       switch (detail::classic_heap_start(heap_prefix_)) {
         case detail::ClassicHeapStart::started:
@@ -247,14 +357,17 @@ class ScopedProfile {
     heap_state_ = State::idle;
     if (state == State::classic) {
       char* text = detail::classic_heap_stop(heap_prefix_);
-      const std::int64_t duration = monotonic_ns() - start_ns_;
       if (text == nullptr) {
-        report_error(ErrorCode::profiler_failed, "GetHeapProfile returned nothing");
+        if (keep_) report_error(ErrorCode::profiler_failed, "GetHeapProfile returned nothing");
+        return;
+      }
+      if (!keep_) {
+        std::free(text);
         return;
       }
       try {
         auto pending = std::make_unique<detail::PendingProfile>();
-        fill_identity(pending->profile, ProfileKind::heap, duration);
+        fill_identity(pending->profile, ProfileKind::heap);
         pending->profile.engine = "classic";
         pending->legacy_heap_text = text;
         std::free(text);
@@ -267,18 +380,17 @@ class ScopedProfile {
       return;
     }
     detail::HeapSpanResult result;
-    detail::close_heap_span(heap_record_, result);
-    const std::int64_t duration = monotonic_ns() - start_ns_;
-    if (result.dropped != 0) {
+    detail::close_heap_span(heap_record_, result, keep_);
+    if (result.dropped != 0 && keep_) {
       char message[128];
       std::snprintf(message, sizeof message, "%llu heap samples dropped: the per-thread heap log is full",
                     static_cast<unsigned long long>(result.dropped));
       report_error(ErrorCode::sample_buffer_full, message);
     }
-    if (result.records.empty()) return;  // nothing allocated was sampled: no profile
+    if (!keep_ || result.records.empty()) return;  // discarded, or nothing allocated was sampled
     try {
       auto pending = std::make_unique<detail::PendingProfile>();
-      fill_identity(pending->profile, ProfileKind::heap, duration);
+      fill_identity(pending->profile, ProfileKind::heap);
       pending->profile.heap_interval_bytes = result.interval_bytes;
       pending->profile.dropped_samples = result.dropped;
       pending->profile.engine = "sampling:tcmalloc_hooks";
@@ -291,9 +403,20 @@ class ScopedProfile {
 
   State state_ = State::idle;
   State heap_state_ = State::idle;
+  bool observe_only_ = false;  // not profiled; timed for the adaptive trigger only
+  bool triggered_ = false;
+  bool errored_ = false;
+  bool keep_ = true;
+  ProfileReason reason_ = ProfileReason::sampled;
   std::uint8_t name_length_ = 0;
+  int uncaught_at_open_ = 0;
+  const detail::RunningConfig* config_ = nullptr;
   detail::ThreadSampler* sampler_ = nullptr;
   std::int64_t start_ns_ = 0;
+  std::int64_t duration_ns_ = -1;  // -1: not read yet
+  std::uint64_t name_hash_ = 0;
+  const void* status_span_ = nullptr;
+  bool (*status_failed_)(const void*) noexcept = nullptr;
   detail::ActiveSpan record_;
   detail::HeapActiveSpan heap_record_;
   SpanContext span_;
@@ -315,6 +438,7 @@ class ScopedProfile {
   ScopedProfile(const ScopedProfile&) = delete;
   ScopedProfile& operator=(const ScopedProfile&) = delete;
   bool active() const noexcept { return false; }
+  void set_error(bool = true) noexcept {}
 };
 
 #endif

@@ -8,6 +8,12 @@
 //   };
 //
 // The name only needs to stay valid during the guard's constructor: it is copied.
+//
+// Optionally, a third function reports the span's status, so tail policies that
+// keep failed spans see errors the tracer recorded (the span must then outlive the
+// guard; it is read when the guard closes):
+//
+//     static bool failed(const my::Span& s) noexcept;
 #ifndef SPANPROF_SPAN_ADAPTER_HPP_
 #define SPANPROF_SPAN_ADAPTER_HPP_
 
@@ -52,6 +58,16 @@ struct has_span_adapter<Span, std::void_t<decltype(span_adapter<Span>::context(s
 
 template <class Span>
 inline constexpr bool is_span_v = detail::has_span_adapter<std::decay_t<Span>>::value;
+
+namespace detail {
+template <class Span, class = void>
+struct has_span_status : std::false_type {};
+template <class Span>
+struct has_span_status<Span, std::void_t<decltype(span_adapter<Span>::failed(std::declval<const Span&>()))>>
+    : std::true_type {};
+template <class Span>
+inline constexpr bool has_span_status_v = has_span_status<std::decay_t<Span>>::value;
+}  // namespace detail
 
 SPANPROF_NAMESPACE_END
 

@@ -15,8 +15,11 @@
 #include <spanprof/span_context.hpp>
 #include <spanprof/span_adapter.hpp>
 #include <spanprof/scoped_profile.hpp>
+#include <spanprof/tail_policy.hpp>
 
 #if SPANPROF_ENABLED
+#include <spanprof/adaptive_trigger.hpp>
+#include <spanprof/clock.hpp>
 #include <spanprof/file_uploader.hpp>
 #include <spanprof/options.hpp>
 #include <spanprof/pprof_encoder.hpp>

@@ -23,6 +23,15 @@ struct Stats {
   std::uint64_t heap_samples_captured = 0; // allocations recorded by the sampling heap engine
   std::uint64_t heap_samples_dropped = 0;  // lost to a full per-thread log or a failed stack capture
   bool heap_hooks_installed = false;       // tcmalloc hooks live now (only while a heap scope is open)
+  // Conditional profiling: every decision, counted (docs/sampling.md).
+  std::uint64_t head_declined = 0;         // guards the head sampler turned down
+  std::uint64_t profiles_started = 0;      // spans profiled (head sampler yes, or triggered)
+  std::uint64_t kept_sampled = 0;          // kept at close, by reason
+  std::uint64_t kept_slow = 0;
+  std::uint64_t kept_error = 0;
+  std::uint64_t kept_triggered = 0;
+  std::uint64_t discarded_by_tail_policy = 0;  // recorded, then dropped at close: never symbolized or sent
+  std::uint64_t triggers_armed = 0;        // times the adaptive trigger armed for a name (current start())
   std::uint64_t invalid_spans = 0;         // guards given an invalid span context
   std::uint64_t threads_armed = 0;         // threads whose sampler is armed now
   SamplingSource source = SamplingSource::automatic;  // the source in use (automatic: none armed yet)

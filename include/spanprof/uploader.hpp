@@ -32,6 +32,7 @@ struct EncodedProfile {
   std::int64_t heap_interval_bytes = 0;  // heap: mean bytes between samples (0: every allocation)
   std::size_t sample_count = 0;
   std::string engine;
+  ProfileReason reason = ProfileReason::sampled;  // also the `profile_reason` label of every sample
   std::string pprof_gzip;  // a gzip-compressed profile.proto, as `go tool pprof` reads it
   // The symbolized profile the bytes were encoded from; valid only during upload().
   // Lets an uploader log a summary or re-encode without decoding.

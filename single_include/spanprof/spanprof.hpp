@@ -39,11 +39,13 @@
 #if defined(__GNUC__)
 #define SPANPROF_API __attribute__((visibility("default")))
 #define SPANPROF_NOINLINE __attribute__((noinline))
+#define SPANPROF_ALWAYS_INLINE __attribute__((always_inline))
 #define SPANPROF_LIKELY(x) __builtin_expect(!!(x), 1)
 #define SPANPROF_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #else
 #define SPANPROF_API
 #define SPANPROF_NOINLINE
+#define SPANPROF_ALWAYS_INLINE
 #define SPANPROF_LIKELY(x) (x)
 #define SPANPROF_UNLIKELY(x) (x)
 #endif
@@ -441,6 +443,12 @@ SPANPROF_NAMESPACE_END
 //   };
 //
 // The name only needs to stay valid during the guard's constructor: it is copied.
+//
+// Optionally, a third function reports the span's status, so tail policies that
+// keep failed spans see errors the tracer recorded (the span must then outlive the
+// guard; it is read when the guard closes):
+//
+//     static bool failed(const my::Span& s) noexcept;
 #ifndef SPANPROF_SPAN_ADAPTER_HPP_
 #define SPANPROF_SPAN_ADAPTER_HPP_
 
@@ -484,6 +492,16 @@ struct has_span_adapter<Span, std::void_t<decltype(span_adapter<Span>::context(s
 template <class Span>
 inline constexpr bool is_span_v = detail::has_span_adapter<std::decay_t<Span>>::value;
 
+namespace detail {
+template <class Span, class = void>
+struct has_span_status : std::false_type {};
+template <class Span>
+struct has_span_status<Span, std::void_t<decltype(span_adapter<Span>::failed(std::declval<const Span&>()))>>
+    : std::true_type {};
+template <class Span>
+inline constexpr bool has_span_status_v = has_span_status<std::decay_t<Span>>::value;
+}  // namespace detail
+
 SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_SPAN_ADAPTER_HPP_
@@ -522,6 +540,140 @@ SPANPROF_NAMESPACE_END
 #ifndef SPANPROF_PROFILE_HPP_
 #define SPANPROF_PROFILE_HPP_
 
+// ---- begin spanprof/tail_policy.hpp ----
+// Tail policies: decide, when a guard closes, whether the profile it recorded is
+// kept. A request is only known to be slow or failing at its end, so the cheap
+// recording runs for every head-sampled span and the tail policy throws away the
+// uninteresting ones before they cost symbolization, encoding or upload.
+//
+//   options.tail_policy = spanprof::keep_any_of({
+//       std::make_shared<spanprof::KeepSlowSpans>(std::chrono::milliseconds(250)),
+//       std::make_shared<spanprof::KeepErroredSpans>()});
+//
+// A policy runs on the request thread at guard close: keep it a few comparisons.
+#ifndef SPANPROF_TAIL_POLICY_HPP_
+#define SPANPROF_TAIL_POLICY_HPP_
+
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+
+// Why a profile was kept; written into every kept profile as the `profile_reason`
+// label.
+enum class ProfileReason : std::uint8_t {
+  sampled,    // the head sampler chose the span and the tail policy kept it as such
+  slow,       // the span lasted at least the slow threshold
+  error,      // the span failed: an exception left the scope, or it was marked
+  triggered,  // the adaptive trigger asked for spans of this name
+};
+inline constexpr std::size_t profile_reason_count = 4;
+
+constexpr std::string_view to_string(ProfileReason reason) noexcept {
+  switch (reason) {
+    case ProfileReason::sampled: return "sampled";
+    case ProfileReason::slow: return "slow";
+    case ProfileReason::error: return "error";
+    case ProfileReason::triggered: return "triggered";
+  }
+  return "unknown";
+}
+
+// How the span ended, as the guard saw it.
+struct SpanOutcome {
+  SpanContext span;
+  std::string_view span_name;
+  std::int64_t duration_ns = 0;  // wall time the guard was open
+  bool error = false;            // exception unwinding, set_error(), or the span adapter's status
+};
+
+struct TailDecision {
+  bool keep = true;
+  ProfileReason reason = ProfileReason::sampled;
+
+  static constexpr TailDecision keep_as(ProfileReason why) noexcept { return {true, why}; }
+  static constexpr TailDecision discard() noexcept { return {false, ProfileReason::sampled}; }
+};
+
+class TailPolicy {
+ public:
+  virtual ~TailPolicy() = default;
+  virtual TailDecision decide(const SpanOutcome& outcome) noexcept = 0;
+};
+
+class KeepAllSpans final : public TailPolicy {
+ public:
+  TailDecision decide(const SpanOutcome&) noexcept override { return TailDecision::keep_as(ProfileReason::sampled); }
+};
+
+// Keeps spans that lasted at least `threshold` (a span of exactly the threshold is slow).
+class KeepSlowSpans final : public TailPolicy {
+ public:
+  explicit KeepSlowSpans(std::chrono::nanoseconds threshold) noexcept : threshold_ns_(threshold.count()) {}
+  TailDecision decide(const SpanOutcome& outcome) noexcept override {
+    return outcome.duration_ns >= threshold_ns_ ? TailDecision::keep_as(ProfileReason::slow) : TailDecision::discard();
+  }
+  std::int64_t threshold_ns() const noexcept { return threshold_ns_; }
+
+ private:
+  std::int64_t threshold_ns_;
+};
+
+class KeepErroredSpans final : public TailPolicy {
+ public:
+  TailDecision decide(const SpanOutcome& outcome) noexcept override {
+    return outcome.error ? TailDecision::keep_as(ProfileReason::error) : TailDecision::discard();
+  }
+};
+
+// Keeps a span if any policy keeps it, with the reason of the first that does: list
+// the most telling reason first (an errored slow span is usually "error").
+class KeepAnyOf final : public TailPolicy {
+ public:
+  explicit KeepAnyOf(std::vector<std::shared_ptr<TailPolicy>> policies) noexcept : policies_(std::move(policies)) {}
+  TailDecision decide(const SpanOutcome& outcome) noexcept override {
+    for (const auto& policy : policies_) {
+      if (!policy) continue;
+      const TailDecision decision = policy->decide(outcome);
+      if (decision.keep) return decision;
+    }
+    return TailDecision::discard();
+  }
+
+ private:
+  std::vector<std::shared_ptr<TailPolicy>> policies_;
+};
+
+inline std::shared_ptr<TailPolicy> keep_any_of(std::vector<std::shared_ptr<TailPolicy>> policies) {
+  return std::make_shared<KeepAnyOf>(std::move(policies));
+}
+
+// For rules that fit in a lambda; an exception from it discards the profile.
+class CallbackTailPolicy final : public TailPolicy {
+ public:
+  using Callback = std::function<TailDecision(const SpanOutcome&)>;
+  explicit CallbackTailPolicy(Callback callback) : callback_(std::move(callback)) {}
+  TailDecision decide(const SpanOutcome& outcome) noexcept override {
+    try {
+      return callback_ ? callback_(outcome) : TailDecision::discard();
+    } catch (...) {
+      return TailDecision::discard();
+    }
+  }
+
+ private:
+  Callback callback_;
+};
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_TAIL_POLICY_HPP_
+// ---- end spanprof/tail_policy.hpp ----
 
 #include <cstdint>
 #include <string>
@@ -584,6 +736,7 @@ struct RawProfile {
   std::int64_t heap_interval_bytes = 0;  // mean bytes between heap samples; 0: every allocation
   std::uint64_t dropped_samples = 0;  // samples lost to a full buffer
   std::string engine;              // "sampling:perf_event", "classic", ...
+  ProfileReason reason = ProfileReason::sampled;  // why it was kept
   std::vector<RawSample> samples;
 };
 
@@ -652,6 +805,490 @@ SPANPROF_NAMESPACE_END
 // ---- end spanprof/profile.hpp ----
 
 #if SPANPROF_ENABLED
+// ---- begin spanprof/adaptive_trigger.hpp ----
+// AdaptiveTrigger: profile the next few spans of a name whose latency just jumped.
+//
+// Head sampling profiles a fixed share of spans, so the rare moment an endpoint
+// turns slow is usually missed. The trigger watches every span name's latency
+// cheaply and, when a name becomes slower than its own normal, asks the guards to
+// profile the next N spans of that name, whatever the head sampler says.
+//
+// Latency model (per name; durations in nanoseconds, kept in fixed point with
+// 1/256 ns resolution in 64-bit atomics):
+//
+//   recent    fast EWMA of durations, alpha 1/8        (reacts within a few spans)
+//   baseline  slow EWMA of durations, alpha 1/64       (the name's normal)
+//   reference the baseline as it stood 32 to 64 observations ago, or the current
+//             baseline when that is lower
+//
+// For the first observations the weights are 1/n instead (n = observations so
+// far, until 1/n falls to the alpha), so both averages start as plain means and a
+// slow first request does not skew a name's normal for long.
+//
+// A name arms when all hold:
+//   observations >= min_observations,
+//   recent > factor * reference,
+//   it is not armed and not cooling down (see below),
+//   the process-wide rate limit allows an arming now.
+//
+// Why a lagged reference. Compared with the live baseline, recent would race a
+// baseline that chases the same slow spans: with alphas 1/8 and 1/64 and factor 2,
+// a step to 3.2x the old latency never arms, because by the time recent has
+// climbed, the baseline has climbed too. Comparing with the baseline of 32 to 64
+// observations ago keeps the pre-step normal as the yardstick while recent rises.
+// Arming bound: when a name that has held a steady latency L for at least its
+// last 64 observations steps to r*L (r > factor), it arms on the k-th slow
+// observation, where k is the smallest integer with
+//
+//   (7/8)^k < (r - factor) / (r - 1)
+//
+// provided k <= 32 (the reference still predates the step for 32 observations).
+// With factor 2: r = 10 arms at k = 1, r = 3 at 6, r = 2.2 at 14, and any r of
+// 2.015 or more within 32. Fixed-point truncation (under 1/256 ns a step) can add
+// one observation when (7/8)^k is that close to the ratio.
+//
+// Standing down and cooling down. An arming hands out exactly N = spans_to_profile
+// take()s, then the name stands down. It also stands down early when an
+// observation finds its recent latency back at or under factor * reference: the
+// slow spell is over, and profiling normal spans would not explain it. After
+// standing down, the name cannot re-arm for cooldown_ns. take() never reads the
+// clock, so the cooldown starts at the name's first observation after it stood
+// down (at once for an early stand-down): it lasts at least cooldown_ns from
+// standing down.
+//
+// A new normal. The baseline never stops absorbing observations, slow ones
+// included; only the comparison is lagged. When a name becomes permanently slower
+// (r times), its reference exceeds the new latency / factor after at most
+// K + 64 observations at the new latency, K the smallest integer with
+// (63/64)^K < (1 - 1/factor) * r / (r - 1) (K <= 45 for factor 2, whatever r),
+// and from then on it cannot arm again. The cooldown covers that stretch: a name
+// observed K + 64 times within cooldown_ns arms once for the change; a quieter
+// name may re-arm once per cooldown until its baseline has caught up.
+//
+// Rate limit. Armings across all names are at least 1 / max_triggers_per_second
+// seconds apart: a burst of one, and idle time does not accumulate credit, so a
+// wide slowdown (every endpoint slower at once) profiles one name a second, not
+// all of them at once. A name refused by the limit arms at a later observation if
+// still slow. 0 (or less) turns arming off; infinity removes the limit.
+//
+// Cost and concurrency. observe(), take() and any_armed() are lock-free (atomics
+// only), never allocate and never block. observe() reads the clock only when a
+// name is over its threshold and idle, or to start a cooldown. Concurrent updates
+// of one name may lose an EWMA step (load, compute, store): the averages are
+// approximate under races, never corrupt, and take() hands out at most N spans per
+// arming (a compare-and-swap decrement that stops at zero).
+//
+// Names. A fixed table of `capacity` names, open addressing on the 64-bit name
+// hash, claimed with compare-and-swap and never freed. A name that finds no free
+// slot within `max_probe` slots of its home is not tracked: its observations are
+// counted in names_untracked and otherwise ignored, and it never arms.
+#ifndef SPANPROF_ADAPTIVE_TRIGGER_HPP_
+#define SPANPROF_ADAPTIVE_TRIGGER_HPP_
+
+// ---- begin spanprof/clock.hpp ----
+// Time for the decisions that depend on it (rate limits, latency baselines,
+// cooldowns). Every component that reads time takes a Clock, so tests drive it
+// with a ManualClock instead of sleeping.
+#ifndef SPANPROF_CLOCK_HPP_
+#define SPANPROF_CLOCK_HPP_
+
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include <time.h>
+
+SPANPROF_NAMESPACE_BEGIN
+
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  // Monotonic nanoseconds from an arbitrary origin. Called on request threads.
+  virtual std::int64_t now_ns() const noexcept = 0;
+};
+
+class SteadyClock final : public Clock {
+ public:
+  std::int64_t now_ns() const noexcept override {
+    timespec ts;
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+  }
+};
+
+// Time that moves only when told to; safe to read and advance from any thread.
+class ManualClock final : public Clock {
+ public:
+  explicit ManualClock(std::int64_t start_ns = 1'000'000'000) noexcept : now_(start_ns) {}
+  std::int64_t now_ns() const noexcept override { return now_.load(std::memory_order_acquire); }
+  void set(std::int64_t ns) noexcept { now_.store(ns, std::memory_order_release); }
+  void advance(std::int64_t ns) noexcept { now_.fetch_add(ns, std::memory_order_acq_rel); }
+
+ private:
+  std::atomic<std::int64_t> now_;
+};
+
+// The clock components use when given none.
+inline std::shared_ptr<const Clock> default_clock() {
+  static const std::shared_ptr<const Clock> clock = std::make_shared<SteadyClock>();
+  return clock;
+}
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_CLOCK_HPP_
+// ---- end spanprof/clock.hpp ----
+
+#include <atomic>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string_view>
+#include <utility>
+
+SPANPROF_NAMESPACE_BEGIN
+
+struct AdaptiveTriggerOptions {
+  double factor = 2.0;                    // recent latency > factor * baseline arms the trigger (below 1: 1)
+  std::uint32_t spans_to_profile = 5;     // N: spans of that name profiled once armed (0: never arm)
+  std::uint32_t min_observations = 32;    // a name's baseline is trusted after this many spans
+  std::int64_t cooldown_ns = 60'000'000'000;  // after standing down, the same name cannot re-arm for this long
+  // Process-wide: armings are at least 1/x seconds apart (a burst of one; idle time
+  // earns no credit). 0 or less: never arm. Infinity: no limit.
+  double max_triggers_per_second = 1.0;
+  std::uint32_t observe_one_in = 8;       // guards time 1 span in K per thread to feed the trigger (0: 1)
+};
+
+class AdaptiveTrigger {
+ public:
+  static constexpr std::size_t capacity = 1024;  // names tracked at most
+  static constexpr std::size_t max_probe = 64;   // slots tried from a name's home before giving up
+  static constexpr std::int64_t recent_weight = 8;     // recent EWMA alpha = 1/8
+  static constexpr std::int64_t baseline_weight = 64;  // baseline EWMA alpha = 1/64
+  static constexpr std::uint64_t reference_period = 32;  // observations between reference snapshots
+  // Longer durations count as this long: keeps the fixed-point arithmetic far from
+  // overflow (2^44 ns is about 4.9 hours).
+  static constexpr std::int64_t max_duration_ns = std::int64_t{1} << 44;
+
+  struct Counters {
+    std::uint64_t observed = 0;         // observe() calls, tracked names or not
+    std::uint64_t armed = 0;            // times a name armed
+    std::uint64_t spans_triggered = 0;  // take() calls that said yes
+    std::uint64_t stood_down = 0;       // armings that ended (N taken, or latency back to normal)
+    std::uint64_t names_untracked = 0;  // observe() calls ignored: the name found no slot
+  };
+
+  explicit AdaptiveTrigger(AdaptiveTriggerOptions options = {},
+                           std::shared_ptr<const Clock> clock = default_clock()) noexcept
+      : options_(sanitized(options)),
+        arm_interval_ns_(interval_for(options_.max_triggers_per_second)),
+        clock_owner_(std::move(clock)),
+        clock_(clock_owner_ ? clock_owner_.get() : &fallback_clock_) {}
+
+  AdaptiveTrigger(const AdaptiveTrigger&) = delete;
+  AdaptiveTrigger& operator=(const AdaptiveTrigger&) = delete;
+
+  // FNV-1a, 64-bit: the same name gives the same value in every process and build,
+  // so hashes can be compared across services. Never 0, which guards use for
+  // "not hashed yet" and the table for "empty".
+  static constexpr std::uint64_t hash_name(std::string_view name) noexcept {
+    std::uint64_t hash = 0xcbf29ce484222325ull;
+    for (const char c : name) {
+      hash ^= static_cast<unsigned char>(c);
+      hash *= 0x100000001b3ull;
+    }
+    return hash != 0 ? hash : zero_hash_stand_in;
+  }
+
+  // One span of this name took duration_ns. May arm the name.
+  void observe(std::uint64_t name_hash, std::int64_t duration_ns) noexcept {
+    Slot* slot = find(key_of(name_hash), /*claim=*/true);
+    if (slot == nullptr) {
+      untracked_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    const std::uint64_t n = slot->observations.fetch_add(1, std::memory_order_relaxed) + 1;
+    const std::int64_t clamped = duration_ns < 0 ? 0 : (duration_ns > max_duration_ns ? max_duration_ns : duration_ns);
+    const std::int64_t x = clamped * fixed_one;
+    const std::int64_t recent = update_ewma(slot->recent, x, weight_for(n, recent_weight));
+    const std::int64_t baseline = update_ewma(slot->baseline, x, weight_for(n, baseline_weight));
+    if (n % reference_period == 0) {
+      // The snapshot taken one period ago becomes the yardstick; on the first
+      // boundary there is none yet, and the baseline of now is the best we have.
+      const std::int64_t previous = slot->pending.load(std::memory_order_relaxed);
+      slot->reference.store(n == reference_period ? baseline : previous, std::memory_order_relaxed);
+      slot->pending.store(baseline, std::memory_order_relaxed);
+    }
+    const bool over = n >= options_.min_observations && is_over(recent, reference_of(*slot, baseline));
+
+    std::uint64_t state = slot->arming.load(std::memory_order_acquire);
+    if ((state & remaining_mask) != 0) {
+      if (!over) stand_down_early(*slot, state);
+      return;
+    }
+    if ((state & cooldown_unstamped) != 0) {
+      start_cooldown(*slot, state);
+      return;
+    }
+    if (!over || options_.spans_to_profile == 0) return;
+    const std::int64_t now = clock_->now_ns();
+    if (now < slot->rearm_at_ns.load(std::memory_order_relaxed)) return;
+    // Should a racing thread arm the name first, this token is spent for nothing:
+    // the next arming waits one interval more, which only errs on the quiet side.
+    if (!take_rate_token(now)) {
+      rate_limited_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    // Counted before the arming is visible, so any_armed() is never false while a
+    // name can hand out spans.
+    armed_names_.fetch_add(1, std::memory_order_relaxed);
+    const std::uint64_t armed_state = (state & generation_mask) | cooldown_unstamped | options_.spans_to_profile;
+    if (slot->arming.compare_exchange_strong(state, armed_state, std::memory_order_acq_rel,
+                                             std::memory_order_relaxed)) {
+      armed_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      armed_names_.fetch_sub(1, std::memory_order_relaxed);  // another thread armed it first
+    }
+  }
+
+  // Should this span of the name be profiled? Yes at most N times per arming.
+  bool take(std::uint64_t name_hash) noexcept {
+    if (!any_armed()) return false;
+    Slot* slot = find(key_of(name_hash), /*claim=*/false);
+    if (slot == nullptr) return false;
+    std::uint64_t state = slot->arming.load(std::memory_order_relaxed);
+    while ((state & remaining_mask) != 0) {
+      if (slot->arming.compare_exchange_weak(state, state - 1, std::memory_order_acq_rel,
+                                             std::memory_order_relaxed)) {
+        spans_triggered_.fetch_add(1, std::memory_order_relaxed);
+        if ((state & remaining_mask) == 1) record_stand_down();
+        return true;
+      }
+    }
+    return false;
+  }
+
+  bool any_armed() const noexcept { return armed_names_.load(std::memory_order_relaxed) > 0; }
+
+  // The options in effect, after the corrections documented on each field.
+  const AdaptiveTriggerOptions& options() const noexcept { return options_; }
+
+  // Sums over the table: meant for stats and tests, not for a request path.
+  Counters counters() const noexcept {
+    Counters c;
+    for (std::size_t i = 0; i < capacity; ++i) {
+      if (keys_[i].load(std::memory_order_relaxed) != 0)
+        c.observed += slots_[i].observations.load(std::memory_order_relaxed);
+    }
+    c.names_untracked = untracked_.load(std::memory_order_relaxed);
+    c.observed += c.names_untracked;
+    c.armed = armed_.load(std::memory_order_relaxed);
+    c.spans_triggered = spans_triggered_.load(std::memory_order_relaxed);
+    c.stood_down = stood_down_.load(std::memory_order_relaxed);
+    return c;
+  }
+
+  // Armings the process-wide limit refused (one per refused observation).
+  std::uint64_t rate_limited() const noexcept { return rate_limited_.load(std::memory_order_relaxed); }
+  std::size_t tracked_names() const noexcept { return tracked_.load(std::memory_order_relaxed); }
+
+  // Per-name introspection, for tests and docs. Unknown names read as 0 / false.
+  bool tracked(std::uint64_t name_hash) const noexcept { return lookup(name_hash) != nullptr; }
+  std::uint64_t observations(std::uint64_t name_hash) const noexcept {
+    const Slot* slot = lookup(name_hash);
+    return slot ? slot->observations.load(std::memory_order_relaxed) : 0;
+  }
+  double baseline_ns(std::uint64_t name_hash) const noexcept {
+    const Slot* slot = lookup(name_hash);
+    return slot ? to_ns(slot->baseline.load(std::memory_order_relaxed)) : 0.0;
+  }
+  double recent_ns(std::uint64_t name_hash) const noexcept {
+    const Slot* slot = lookup(name_hash);
+    return slot ? to_ns(slot->recent.load(std::memory_order_relaxed)) : 0.0;
+  }
+  // What recent is compared with: factor * reference_ns is the arming threshold.
+  double reference_ns(std::uint64_t name_hash) const noexcept {
+    const Slot* slot = lookup(name_hash);
+    return slot ? to_ns(reference_of(*slot, slot->baseline.load(std::memory_order_relaxed))) : 0.0;
+  }
+  bool armed(std::uint64_t name_hash) const noexcept { return remaining(name_hash) != 0; }
+  // Spans still to hand out in the current arming.
+  std::uint32_t remaining(std::uint64_t name_hash) const noexcept {
+    const Slot* slot = lookup(name_hash);
+    return slot ? static_cast<std::uint32_t>(slot->arming.load(std::memory_order_relaxed) & remaining_mask) : 0;
+  }
+
+ private:
+  // One name. A cache line each, so two busy names never share one.
+  struct alignas(64) Slot {
+    std::atomic<std::uint64_t> observations{0};
+    std::atomic<std::int64_t> recent{0};     // fixed point
+    std::atomic<std::int64_t> baseline{0};   // fixed point
+    std::atomic<std::int64_t> reference{0};  // fixed point; 0 until the first snapshot
+    std::atomic<std::int64_t> pending{0};    // the snapshot that becomes the next reference
+    // remaining spans (bits 0-31) | cooldown_unstamped (bit 32) | generation (33-63).
+    // One word, so arming, taking and standing down are single compare-and-swaps;
+    // the generation makes an arming attempt that read the state before a whole
+    // arm/take/stand-down cycle fail instead of arming twice in one cooldown.
+    std::atomic<std::uint64_t> arming{0};
+    std::atomic<std::int64_t> rearm_at_ns{std::numeric_limits<std::int64_t>::min()};
+  };
+
+  static constexpr std::int64_t fixed_one = 256;  // fixed point: 1/256 ns
+  static constexpr std::uint64_t remaining_mask = 0xffffffffull;
+  // Set while armed and after standing down until an observation stamps the cooldown.
+  static constexpr std::uint64_t cooldown_unstamped = std::uint64_t{1} << 32;
+  static constexpr std::uint64_t generation_unit = std::uint64_t{1} << 33;
+  static constexpr std::uint64_t generation_mask = ~(generation_unit - 1);
+  static constexpr unsigned capacity_bits = 10;
+  static_assert((std::size_t{1} << capacity_bits) == capacity, "capacity is a power of two");
+  static_assert(max_probe <= capacity, "a probe never wraps onto itself");
+  // A caller may pass 0 (an unhashed name); 0 marks an empty slot, so it stands for this.
+  static constexpr std::uint64_t zero_hash_stand_in = 0x9e3779b97f4a7c15ull;
+
+  static AdaptiveTriggerOptions sanitized(AdaptiveTriggerOptions o) noexcept {
+    if (std::isnan(o.factor)) o.factor = AdaptiveTriggerOptions{}.factor;
+    if (o.factor < 1.0) o.factor = 1.0;
+    if (o.cooldown_ns < 0) o.cooldown_ns = 0;
+    if (o.observe_one_in == 0) o.observe_one_in = 1;
+    return o;
+  }
+
+  // -1: arming off.
+  static std::int64_t interval_for(double per_second) noexcept {
+    if (!(per_second > 0.0)) return -1;
+    const double ns = 1e9 / per_second;
+    constexpr double longest = static_cast<double>(std::numeric_limits<std::int64_t>::max() / 4);
+    return ns >= longest ? static_cast<std::int64_t>(longest) : static_cast<std::int64_t>(ns);
+  }
+
+  static std::int64_t saturating_add(std::int64_t a, std::int64_t b) noexcept {
+    // b >= 0 at every call site.
+    return a > std::numeric_limits<std::int64_t>::max() - b ? std::numeric_limits<std::int64_t>::max() : a + b;
+  }
+
+  static std::uint64_t key_of(std::uint64_t name_hash) noexcept {
+    return name_hash != 0 ? name_hash : zero_hash_stand_in;
+  }
+
+  // Fibonacci hashing: a caller's hash need not have well-mixed low bits.
+  static std::size_t home_of(std::uint64_t key) noexcept {
+    return static_cast<std::size_t>((key * 0x9e3779b97f4a7c15ull) >> (64 - capacity_bits));
+  }
+
+  static std::int64_t weight_for(std::uint64_t n, std::int64_t weight) noexcept {
+    return n < static_cast<std::uint64_t>(weight) ? static_cast<std::int64_t>(n) : weight;
+  }
+
+  // Load, compute, store: a racing update may be lost, which only makes the
+  // average approximate; a CAS loop would make hot names pay for exactness.
+  static std::int64_t update_ewma(std::atomic<std::int64_t>& average, std::int64_t x, std::int64_t weight) noexcept {
+    const std::int64_t old = average.load(std::memory_order_relaxed);
+    const std::int64_t next = weight <= 1 ? x : old + (x - old) / weight;
+    average.store(next, std::memory_order_relaxed);
+    return next;
+  }
+
+  static std::int64_t reference_of(const Slot& slot, std::int64_t baseline) noexcept {
+    // 0 means no snapshot yet (or a racing first one): fall back to the baseline
+    // rather than compare with zero and arm on anything.
+    const std::int64_t reference = slot.reference.load(std::memory_order_relaxed);
+    return reference > 0 && reference < baseline ? reference : baseline;
+  }
+
+  bool is_over(std::int64_t recent, std::int64_t reference) const noexcept {
+    return static_cast<double>(recent) > options_.factor * static_cast<double>(reference);
+  }
+
+  static double to_ns(std::int64_t fixed) noexcept { return static_cast<double>(fixed) / fixed_one; }
+
+  Slot* find(std::uint64_t key, bool claim) noexcept {
+    std::size_t i = home_of(key);
+    for (std::size_t probe = 0; probe < max_probe; ++probe, i = (i + 1) & (capacity - 1)) {
+      std::uint64_t found = keys_[i].load(std::memory_order_acquire);
+      if (found == key) return &slots_[i];
+      if (found != 0) continue;
+      // Names are never removed, so an empty slot ends the search for a known name.
+      if (!claim) return nullptr;
+      if (keys_[i].compare_exchange_strong(found, key, std::memory_order_acq_rel, std::memory_order_acquire)) {
+        tracked_.fetch_add(1, std::memory_order_relaxed);
+        return &slots_[i];
+      }
+      if (found == key) return &slots_[i];  // the same name, claimed by another thread
+    }
+    return nullptr;
+  }
+
+  const Slot* lookup(std::uint64_t name_hash) const noexcept {
+    return const_cast<AdaptiveTrigger*>(this)->find(key_of(name_hash), /*claim=*/false);
+  }
+
+  // Burst of one: the next arming is allowed one interval after the last one,
+  // however long ago that was.
+  bool take_rate_token(std::int64_t now) noexcept {
+    if (arm_interval_ns_ < 0) return false;
+    std::int64_t next = next_arm_ns_.load(std::memory_order_relaxed);
+    do {
+      if (now < next) return false;
+    } while (!next_arm_ns_.compare_exchange_weak(next, saturating_add(now, arm_interval_ns_),
+                                                 std::memory_order_relaxed, std::memory_order_relaxed));
+    return true;
+  }
+
+  void record_stand_down() noexcept {
+    stood_down_.fetch_add(1, std::memory_order_relaxed);
+    armed_names_.fetch_sub(1, std::memory_order_relaxed);
+  }
+
+  void stand_down_early(Slot& slot, std::uint64_t state) noexcept {
+    while ((state & remaining_mask) != 0) {
+      if (slot.arming.compare_exchange_weak(state, state & ~remaining_mask, std::memory_order_acq_rel,
+                                            std::memory_order_relaxed)) {
+        record_stand_down();
+        start_cooldown(slot, state & ~remaining_mask);
+        return;
+      }
+    }
+    // A take() handed out the last span meanwhile and stood the name down.
+  }
+
+  // `state` has no spans left and an unstamped cooldown.
+  void start_cooldown(Slot& slot, std::uint64_t state) noexcept {
+    // The stamp is stored before the state says "idle", so whoever sees the idle
+    // state (acquire) sees the cooldown that goes with it.
+    slot.rearm_at_ns.store(saturating_add(clock_->now_ns(), options_.cooldown_ns), std::memory_order_relaxed);
+    slot.arming.compare_exchange_strong(state, (state & generation_mask) + generation_unit, std::memory_order_release,
+                                        std::memory_order_relaxed);
+  }
+
+  const AdaptiveTriggerOptions options_;
+  const std::int64_t arm_interval_ns_;
+  SteadyClock fallback_clock_;  // when given a null clock; a member, so nothing can fail
+  const std::shared_ptr<const Clock> clock_owner_;
+  const Clock* const clock_;
+
+  // Read by every guard; written only when a name arms or stands down.
+  alignas(64) std::atomic<std::int64_t> armed_names_{0};
+  // Written when names arm, stand down or are added.
+  alignas(64) std::atomic<std::int64_t> next_arm_ns_{std::numeric_limits<std::int64_t>::min()};
+  std::atomic<std::uint64_t> armed_{0};
+  std::atomic<std::uint64_t> spans_triggered_{0};
+  std::atomic<std::uint64_t> stood_down_{0};
+  std::atomic<std::uint64_t> rate_limited_{0};
+  std::atomic<std::size_t> tracked_{0};
+  // Written on every observation of an untracked name once the table is full.
+  alignas(64) std::atomic<std::uint64_t> untracked_{0};
+  alignas(64) std::atomic<std::uint64_t> keys_[capacity] = {};  // name hashes, probed densely; 0: empty
+  Slot slots_[capacity];
+};
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ADAPTIVE_TRIGGER_HPP_
+// ---- end spanprof/adaptive_trigger.hpp ----
 // ---- begin spanprof/detail/classic_engine.hpp ----
 // The classic engine: gperftools' own CPU profiler started and stopped around one
 // scope. gperftools allows one profile per process, and starting it allocates and
@@ -906,6 +1543,118 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DETAIL_CLASSIC_HEAP_ENGINE_HPP_
 // ---- end spanprof/detail/classic_heap_engine.hpp ----
+// ---- begin spanprof/detail/decision_counters.hpp ----
+// Counts of every profiling decision (head declined, started, kept by reason,
+// discarded), per thread. A shared atomic would make every turned-down guard of
+// every thread fight over one cache line; a thread's own counters cost a plain
+// increment, and stats() sums them.
+#ifndef SPANPROF_DETAIL_DECISION_COUNTERS_HPP_
+#define SPANPROF_DETAIL_DECISION_COUNTERS_HPP_
+
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+struct DecisionCounts {
+  std::uint64_t head_declined = 0;
+  std::uint64_t started = 0;
+  std::uint64_t kept[profile_reason_count] = {};
+  std::uint64_t discarded = 0;
+
+  void add(const DecisionCounts& other) noexcept {
+    head_declined += other.head_declined;
+    started += other.started;
+    for (std::size_t i = 0; i < profile_reason_count; ++i) kept[i] += other.kept[i];
+    discarded += other.discarded;
+  }
+};
+
+// One thread's counters: written by that thread only (relaxed load + store), read
+// by stats() from any thread.
+struct ThreadDecisionCounters {
+  std::atomic<std::uint64_t> head_declined{0};
+  std::atomic<std::uint64_t> started{0};
+  std::atomic<std::uint64_t> kept[profile_reason_count] = {};
+  std::atomic<std::uint64_t> discarded{0};
+  bool registered = false;
+  bool exited = false;  // guards in later thread-exit destructors are not counted again
+  ThreadDecisionCounters* next = nullptr;
+  ThreadDecisionCounters* prev = nullptr;
+
+  DecisionCounts snapshot() const noexcept {
+    DecisionCounts c;
+    c.head_declined = head_declined.load(std::memory_order_relaxed);
+    c.started = started.load(std::memory_order_relaxed);
+    for (std::size_t i = 0; i < profile_reason_count; ++i) c.kept[i] = kept[i].load(std::memory_order_relaxed);
+    c.discarded = discarded.load(std::memory_order_relaxed);
+    return c;
+  }
+};
+
+struct DecisionRegistry {
+  std::mutex mutex;
+  ThreadDecisionCounters* head = nullptr;
+  DecisionCounts retired;  // threads that exited
+
+  DecisionCounts total() noexcept {
+    std::lock_guard<std::mutex> lock(mutex);
+    DecisionCounts sum = retired;
+    for (ThreadDecisionCounters* t = head; t; t = t->next) sum.add(t->snapshot());
+    return sum;
+  }
+};
+
+SPANPROF_API inline DecisionRegistry& decision_registry() noexcept {
+  static DecisionRegistry registry;
+  return registry;
+}
+
+// Constant-initialized, so the turned-down guard reads it without a TLS init call.
+inline thread_local ThreadDecisionCounters thread_decisions;
+
+// Unlinks the thread's counters at thread exit; created by the thread's first count.
+struct ThreadDecisionsOwner {
+  ~ThreadDecisionsOwner() {
+    auto& registry = decision_registry();
+    std::lock_guard<std::mutex> lock(registry.mutex);
+    ThreadDecisionCounters& t = thread_decisions;
+    if (t.prev) t.prev->next = t.next;
+    else if (registry.head == &t) registry.head = t.next;
+    if (t.next) t.next->prev = t.prev;
+    registry.retired.add(t.snapshot());
+    t.registered = false;
+    t.exited = true;
+  }
+};
+
+SPANPROF_NOINLINE inline void register_thread_decisions() noexcept {
+  static thread_local ThreadDecisionsOwner owner;
+  (void)&owner;
+  auto& registry = decision_registry();
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  ThreadDecisionCounters& t = thread_decisions;
+  if (t.registered || t.exited) return;
+  t.next = registry.head;
+  t.prev = nullptr;
+  if (registry.head) registry.head->prev = &t;
+  registry.head = &t;
+  t.registered = true;
+}
+
+inline void count_decision(std::atomic<std::uint64_t>& counter) noexcept {
+  if (SPANPROF_UNLIKELY(!thread_decisions.registered) && !thread_decisions.exited) register_thread_decisions();
+  counter.store(counter.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DETAIL_DECISION_COUNTERS_HPP_
+// ---- end spanprof/detail/decision_counters.hpp ----
 // ---- begin spanprof/detail/heap_sampler.hpp ----
 // The sampling heap engine: tcmalloc's new/delete hooks attribute sampled
 // allocations to the calling thread's active heap span.
@@ -1285,9 +2034,9 @@ struct HeapSpanResult {
   std::int64_t interval_bytes = 0;
 };
 
-// Closes the span and copies its records out. Liveness is decided now, at the
-// span's end; the outermost span also stops tracking every sample of the log.
-inline void close_heap_span(HeapActiveSpan& span, HeapSpanResult& result) noexcept {
+// Closes the span and, if `keep`, copies its records out. Liveness is decided now,
+// at the span's end; the outermost span also stops tracking every sample of the log.
+inline void close_heap_span(HeapActiveSpan& span, HeapSpanResult& result, bool keep = true) noexcept {
   HeapThreadState& t = heap_thread;
   t.active = nullptr;  // the SDK's own allocations below belong to no span
   const bool outermost = span.parent == nullptr;
@@ -1295,7 +2044,8 @@ inline void close_heap_span(HeapActiveSpan& span, HeapSpanResult& result) noexce
   result.interval_bytes = t.interval;
   std::size_t i = span.log_start;
   std::size_t samples = 0;
-  bool copy = true;
+  bool copy = keep;
+  bool out_of_memory = false;
   while (i + heap_record_header_words <= t.used) {
     const std::uint64_t* record = t.log + i;
     const std::size_t depth = static_cast<std::size_t>(record[3]);
@@ -1310,6 +2060,7 @@ inline void close_heap_span(HeapActiveSpan& span, HeapSpanResult& result) noexce
                               record + heap_record_header_words + depth);
       } catch (...) {
         copy = false;  // keep walking: the outermost span must still untrack every sample
+        out_of_memory = true;
         result.records.clear();
       }
     }
@@ -1321,7 +2072,7 @@ inline void close_heap_span(HeapActiveSpan& span, HeapSpanResult& result) noexce
   heap_counters().samples_dropped.fetch_add(result.dropped, std::memory_order_relaxed);
   t.active = span.parent;
   heap_hooks().release();
-  if (!copy) report_error(ErrorCode::internal, "out of memory copying a heap profile; dropped");
+  if (out_of_memory) report_error(ErrorCode::internal, "out of memory copying a heap profile; dropped");
 }
 
 }  // namespace detail
@@ -1354,13 +2105,37 @@ SPANPROF_NAMESPACE_END
 // Head sampling: decides, when a guard opens, whether this span is profiled.
 // A "no" is the common answer in production, so it must cost next to nothing:
 // samplers are called on the request thread and must not allocate, lock or block.
+//
+// The samplers here ("conditional profiling"), each final, thread-safe and cheap
+// to turn a span down:
+//   ProbabilitySampler(p)           a fresh coin per span
+//   TraceIdRatioSampler(ratio)      a coin read from the trace id: every process
+//                                   decides alike, so a trace is profiled whole
+//   ParentSampledSampler            the spans of traces the tracer kept
+//   RateLimitingSampler(rate, burst, clock)   at most `rate` spans a second
+//   SpanNameSampler(rules, default) per-span-name rules
+//   AllOfSampler / AnyOfSampler     composition
+//   sampler_from_environment()      the above from SPANPROF_SAMPLER & co.
 #ifndef SPANPROF_SAMPLER_HPP_
 #define SPANPROF_SAMPLER_HPP_
 
 
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <limits>
 #include <memory>
+#include <new>
+#include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
+
+#include <locale.h>
 
 SPANPROF_NAMESPACE_BEGIN
 
@@ -1396,6 +2171,483 @@ class CallbackSampler final : public Sampler {
  private:
   Callback callback_;
 };
+
+namespace detail {
+
+// NaN lands on 0: a probability nobody can read is safer as "never" than "always".
+constexpr double clamp_unit_interval(double value) noexcept {
+  return value > 0 ? (value < 1 ? value : 1.0) : 0.0;
+}
+
+constexpr std::uint64_t splitmix64(std::uint64_t x) noexcept {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// One xorshift stream per thread, shared by every ProbabilitySampler: a constant
+// initializer keeps the thread_local free of construction guards and TLS
+// wrappers, and 0 doubles as "not seeded yet" since xorshift never reaches 0.
+inline thread_local std::uint64_t probability_sampler_state = 0;
+inline std::atomic<std::uint64_t> probability_sampler_seeds{0};
+
+// Once per thread. The state's own address tells live threads apart, the sequence
+// number tells apart threads that reuse a dead one's TLS block, and ASLR (of TLS
+// and stack) makes processes differ. No syscall: seeding can happen on a "no".
+SPANPROF_NOINLINE inline std::uint64_t seed_probability_sampler() noexcept {
+  int stack_marker = 0;
+  const auto tls = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&probability_sampler_state));
+  const auto stack = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&stack_marker));
+  const std::uint64_t sequence = probability_sampler_seeds.fetch_add(1, std::memory_order_relaxed);
+  const std::uint64_t seed = splitmix64(tls ^ splitmix64(stack ^ splitmix64(sequence)));
+  return seed != 0 ? seed : 0x9e3779b97f4a7c15ULL;
+}
+
+// xorshift64*: its high bits are the good ones, so callers take those.
+inline std::uint64_t next_probability_random() noexcept {
+  std::uint64_t x = probability_sampler_state;
+  if (SPANPROF_UNLIKELY(x == 0)) x = seed_probability_sampler();
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  probability_sampler_state = x;
+  return x * 0x2545f4914f6cdd1dULL;
+}
+
+}  // namespace detail
+
+// Profiles each span with probability p, independently of every other span, so
+// one trace's spans are profiled piecemeal; use TraceIdRatioSampler to keep or
+// drop whole traces. p is clamped to [0, 1]; 0 never profiles and 1 always does.
+class ProbabilitySampler final : public Sampler {
+ public:
+  explicit ProbabilitySampler(double p) noexcept
+      : probability_(detail::clamp_unit_interval(p)),
+        threshold_(probability_ >= 1 ? one_ : static_cast<std::uint64_t>(probability_ * 0x1p53)) {}
+
+  bool should_profile(const SpanContext&, std::string_view) noexcept override {
+    // p = 0 answers without touching the thread's stream at all.
+    if (threshold_ == 0) return false;
+    // A 53-bit draw against p scaled by 2^53: exact for p = 1 (every draw is
+    // below 2^53), and p is honoured to within 2^-53 in between.
+    return (detail::next_probability_random() >> 11) < threshold_;
+  }
+
+  double probability() const noexcept { return probability_; }
+
+ private:
+  static constexpr std::uint64_t one_ = std::uint64_t{1} << 53;
+  double probability_;
+  std::uint64_t threshold_;
+};
+
+// Decides from the trace id alone, so every process and every instance that uses
+// the same ratio makes the same decision for a trace, and a trace profiled at some
+// ratio is profiled at every higher one. The algorithm is OpenTelemetry's
+// consistent-probability sampling, so it also agrees with OpenTelemetry SDKs that
+// implement it:
+//   randomness R = the trace id's least-significant 56 bits (its last 7 bytes,
+//                  read big-endian), random by W3C Trace Context level 2;
+//   threshold  T = (1 - ratio) * 2^56, rounded to the nearest integer, computed
+//                  once here;
+//   profile iff R >= T.
+// ratio <= 0 (or NaN) gives T = 2^56, which no R reaches; ratio >= 1 gives T = 0.
+class TraceIdRatioSampler final : public Sampler {
+ public:
+  static constexpr std::uint64_t max_threshold = std::uint64_t{1} << 56;
+
+  explicit TraceIdRatioSampler(double ratio) noexcept
+      : ratio_(detail::clamp_unit_interval(ratio)), threshold_(threshold_for(ratio_)) {}
+
+  bool should_profile(const SpanContext& span, std::string_view) noexcept override {
+    return randomness(span.trace_id) >= threshold_;
+  }
+
+  static std::uint64_t randomness(const TraceId& trace_id) noexcept {
+    const auto& bytes = trace_id.bytes();
+    std::uint64_t r = 0;
+    for (std::size_t i = TraceId::size - 7; i < TraceId::size; ++i) r = r << 8 | bytes[i];
+    return r;
+  }
+
+  double ratio() const noexcept { return ratio_; }
+  std::uint64_t threshold() const noexcept { return threshold_; }
+
+ private:
+  static std::uint64_t threshold_for(double ratio) noexcept {
+    if (ratio <= 0) return max_threshold;
+    if (ratio >= 1) return 0;
+    return static_cast<std::uint64_t>(std::llround((1.0 - ratio) * 0x1p56));
+  }
+
+  double ratio_;
+  std::uint64_t threshold_;
+};
+
+// Profiles the spans of traces the tracer decided to keep (the sampled bit of the
+// trace flags), so every profile has a trace to be opened from.
+class ParentSampledSampler final : public Sampler {
+ public:
+  bool should_profile(const SpanContext& span, std::string_view) noexcept override { return span.flags.sampled(); }
+};
+
+// At most `burst` spans at once and `per_second` sustained: a token bucket kept as
+// GCRA (generic cell rate algorithm), i.e. one "theoretical arrival time" (TAT)
+// advanced by a CAS loop, so it is lock-free and a "no" is one clock read, one
+// load and a compare. The clock is read only inside should_profile.
+//
+// Exactness contract. Time is counted in whole units of 1/q ns, with q the
+// smallest of 1..16 that makes the emission interval I = 1e9/per_second ns a
+// whole number of units, so I is exact for 0.5/s, 1/s, 3/s, 7/s, 10/s, 1000/s and
+// every other rate with such a q. (Other rates get I rounded down to a multiple of
+// 1/16 ns, so they run fast by under one part in 16*I/ns.) burst is taken as
+// B = max(1, floor(burst)). Then:
+//   * calls at one instant, with the limiter fresh or idle since its TAT, get
+//     exactly B yeses however many threads make them;
+//   * no window of length D holds more than B + floor(D/I) yeses;
+//   * after B yeses at t0, the calls in (t0, t0 + D] get exactly floor(D/I) =
+//     floor(D * per_second / 1e9) yeses when every permit instant t0 + k*I up to
+//     t0 + D sees a call (as a ManualClock stepped by a divisor of I gives), or
+//     when B >= 2, calls are less than I apart and one comes at t0 + D.
+// With B = 1 a call that comes after its permit was due pushes the schedule back
+// (the bucket holds one token and the excess spills), so the sustained rate falls
+// short of per_second under jittered traffic; use B >= 2 where that matters.
+// State is kept modulo 2^64 units, so the limiter must be asked at least once
+// every 2^63/q ns (18 years at q = 16); longer idle periods misread the past as
+// the future. Rates under one per 2^60 units are treated as one per 2^60 units.
+// per_second <= 0 (or NaN) never profiles and never reads the clock.
+class RateLimitingSampler final : public Sampler {
+ public:
+  explicit RateLimitingSampler(double per_second, double burst = 1,
+                               std::shared_ptr<const Clock> clock = default_clock()) noexcept
+      : clock_(std::move(clock)), per_second_(per_second > 0 ? per_second : 0.0) {
+    if (!clock_) {
+      try {
+        clock_ = default_clock();
+      } catch (...) {
+      }
+    }
+    configure(burst);
+  }
+
+  bool should_profile(const SpanContext&, std::string_view) noexcept override {
+    if (never_) return false;
+    const std::uint64_t now = static_cast<std::uint64_t>(clock_->now_ns()) * scale_;
+    std::int64_t observed = tat_.load(std::memory_order_relaxed);
+    for (;;) {
+      std::uint64_t start = now;
+      if (observed != fresh_) {
+        const std::uint64_t tat = static_cast<std::uint64_t>(observed);
+        const std::int64_t ahead = to_signed(tat - now);
+        if (ahead > tolerance_) return false;
+        if (ahead > 0) start = tat;  // permits still owed: queue behind them
+      }
+      std::int64_t next = to_signed(start + interval_);
+      // One unit later rather than be taken for a fresh bucket (1 in 2^64).
+      if (SPANPROF_UNLIKELY(next == fresh_)) ++next;
+      if (tat_.compare_exchange_weak(observed, next, std::memory_order_relaxed, std::memory_order_relaxed))
+        return true;
+    }
+  }
+
+  double per_second() const noexcept { return per_second_; }
+  std::int64_t burst() const noexcept { return burst_; }
+
+ private:
+  static constexpr std::int64_t fresh_ = std::numeric_limits<std::int64_t>::min();
+  static constexpr std::int64_t max_scale_ = 16;
+  static constexpr double max_interval_ = 0x1p60;
+
+  // Two's complement by arithmetic, not by an implementation-defined cast.
+  static constexpr std::int64_t to_signed(std::uint64_t bits) noexcept {
+    return bits <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())
+               ? static_cast<std::int64_t>(bits)
+               : -static_cast<std::int64_t>(~bits) - 1;
+  }
+
+  void configure(double burst) noexcept {
+    if (!(per_second_ > 0) || !clock_) {
+      never_ = true;
+      return;
+    }
+    std::int64_t scale = 0;
+    double interval = 0;
+    for (std::int64_t q = 1; q <= max_scale_ && scale == 0; ++q) {
+      const double units = 1e9 * static_cast<double>(q) / per_second_;
+      if (units >= max_interval_) {
+        scale = q;
+        interval = max_interval_;
+      } else if (units >= 1 && std::fabs(units - std::nearbyint(units)) <= 1e-6) {
+        // The tolerance absorbs the binary rounding of 1e9*q/per_second; a
+        // millionth of a unit is far below anything a nanosecond clock can show.
+        scale = q;
+        interval = std::nearbyint(units);
+      }
+    }
+    if (scale == 0) {
+      scale = max_scale_;
+      interval = std::max(1.0, std::floor(1e9 * static_cast<double>(max_scale_) / per_second_));
+    }
+    // B*I stays under 2^62, so every difference the CAS loop takes fits an int64.
+    const double max_burst = std::floor(0x1p62 / interval);
+    double b = burst >= 1 ? std::floor(burst) : 1.0;  // NaN lands on 1
+    if (b > max_burst) b = max_burst;
+    scale_ = static_cast<std::uint64_t>(scale);
+    interval_ = static_cast<std::uint64_t>(interval);
+    burst_ = static_cast<std::int64_t>(b);
+    tolerance_ = (burst_ - 1) * static_cast<std::int64_t>(interval_);
+  }
+
+  std::shared_ptr<const Clock> clock_;
+  double per_second_;
+  bool never_ = false;
+  std::uint64_t scale_ = 1;     // clock units per nanosecond
+  std::uint64_t interval_ = 1;  // I, in clock units
+  std::int64_t burst_ = 1;
+  std::int64_t tolerance_ = 0;  // (B - 1) * I: how far ahead of now the TAT may run
+  std::atomic<std::int64_t> tat_{fresh_};
+};
+
+// Per-span-name rules: the first rule whose pattern matches the span name decides,
+// through its sampler; a span no rule matches goes to the default sampler. Order
+// is the caller's and is kept, so list specific names before the prefixes that
+// would also match them ("GET /health" before "GET /*"). A pattern is an exact
+// span name, or a prefix followed by one '*' ("*" alone matches every name); a
+// '*' anywhere else is an ordinary character. A null sampler, in a rule or as the
+// default, means "not profiled". Lookup compares string_views and allocates
+// nothing; it is linear in the rules, which suits the handful a service has.
+class SpanNameSampler final : public Sampler {
+ public:
+  struct Rule {
+    std::string pattern;
+    std::shared_ptr<Sampler> sampler;
+  };
+
+  explicit SpanNameSampler(std::vector<Rule> rules, std::shared_ptr<Sampler> default_sampler = nullptr) noexcept
+      : rules_(std::move(rules)), default_(std::move(default_sampler)) {}
+
+  bool should_profile(const SpanContext& span, std::string_view span_name) noexcept override {
+    for (const Rule& rule : rules_) {
+      if (matches(rule.pattern, span_name)) return rule.sampler && rule.sampler->should_profile(span, span_name);
+    }
+    return default_ && default_->should_profile(span, span_name);
+  }
+
+  static bool matches(std::string_view pattern, std::string_view name) noexcept {
+    if (!pattern.empty() && pattern.back() == '*') {
+      const std::string_view prefix = pattern.substr(0, pattern.size() - 1);
+      return name.substr(0, prefix.size()) == prefix;
+    }
+    return pattern == name;
+  }
+
+ private:
+  std::vector<Rule> rules_;
+  std::shared_ptr<Sampler> default_;
+};
+
+// Yes iff every sampler says yes, asked in order and stopping at the first no.
+// Put rate limiters last: a limiter spends a permit on every yes it gives, and
+// one placed before a sampler that then says no would spend it on a span that is
+// not profiled. Null entries are dropped; no samplers at all means yes.
+class AllOfSampler final : public Sampler {
+ public:
+  explicit AllOfSampler(std::vector<std::shared_ptr<Sampler>> samplers) noexcept : samplers_(std::move(samplers)) {
+    samplers_.erase(std::remove(samplers_.begin(), samplers_.end(), nullptr), samplers_.end());
+  }
+
+  bool should_profile(const SpanContext& span, std::string_view span_name) noexcept override {
+    for (const auto& sampler : samplers_)
+      if (!sampler->should_profile(span, span_name)) return false;
+    return true;
+  }
+
+  const std::vector<std::shared_ptr<Sampler>>& samplers() const noexcept { return samplers_; }
+
+ private:
+  std::vector<std::shared_ptr<Sampler>> samplers_;
+};
+
+// Yes iff some sampler says yes, asked in order and stopping at the first yes (so
+// a rate limiter here is only charged when everything before it said no). Null
+// entries are dropped; no samplers at all means no.
+class AnyOfSampler final : public Sampler {
+ public:
+  explicit AnyOfSampler(std::vector<std::shared_ptr<Sampler>> samplers) noexcept : samplers_(std::move(samplers)) {
+    samplers_.erase(std::remove(samplers_.begin(), samplers_.end(), nullptr), samplers_.end());
+  }
+
+  bool should_profile(const SpanContext& span, std::string_view span_name) noexcept override {
+    for (const auto& sampler : samplers_)
+      if (sampler->should_profile(span, span_name)) return true;
+    return false;
+  }
+
+  const std::vector<std::shared_ptr<Sampler>>& samplers() const noexcept { return samplers_; }
+
+ private:
+  std::vector<std::shared_ptr<Sampler>> samplers_;
+};
+
+namespace detail {
+
+constexpr bool is_ascii_space(char c) noexcept {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+constexpr std::string_view trim_ascii_space(std::string_view text) noexcept {
+  while (!text.empty() && is_ascii_space(text.front())) text.remove_prefix(1);
+  while (!text.empty() && is_ascii_space(text.back())) text.remove_suffix(1);
+  return text;
+}
+
+constexpr bool equals_ignoring_ascii_case(std::string_view a, std::string_view b) noexcept {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const char x = a[i] >= 'A' && a[i] <= 'Z' ? static_cast<char>(a[i] - 'A' + 'a') : a[i];
+    const char y = b[i] >= 'A' && b[i] <= 'Z' ? static_cast<char>(b[i] - 'A' + 'a') : b[i];
+    if (x != y) return false;
+  }
+  return true;
+}
+
+inline std::string_view environment_value(const char* name) noexcept {
+  const char* value = std::getenv(name);
+  return value ? std::string_view(value) : std::string_view();
+}
+
+// Echoes at most 64 bytes of the value: an environment variable can be anything,
+// and an error message must stay one short line.
+inline void report_bad_environment_value(const char* name, std::string_view value, const char* consequence) noexcept {
+  constexpr std::size_t shown = 64;
+  char message[320];
+  std::snprintf(message, sizeof message, "%s=\"%.*s%s\" %s", name, static_cast<int>(std::min(value.size(), shown)),
+                value.empty() ? "" : value.data(), value.size() > shown ? "..." : "", consequence);
+  report_error(ErrorCode::invalid_configuration, message);
+}
+
+// A plain decimal number ("0.25", "1e-3", "10"), the whole text and nothing else:
+// NaN, infinities and hex floats are refused before strtod sees them, and strtod
+// runs in the "C" locale so a host that set a comma decimal locale still reads
+// "0.5" as a half.
+inline bool parse_decimal(std::string_view text, double& out) noexcept {
+  char buffer[128];
+  if (text.empty() || text.size() >= sizeof buffer) return false;
+  for (char c : text) {
+    const bool allowed = (c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-';
+    if (!allowed) return false;
+  }
+  std::copy(text.begin(), text.end(), buffer);
+  buffer[text.size()] = '\0';
+  const locale_t c_locale = ::newlocale(LC_NUMERIC_MASK, "C", static_cast<locale_t>(nullptr));
+  const locale_t previous = c_locale ? ::uselocale(c_locale) : static_cast<locale_t>(nullptr);
+  char* end = nullptr;
+  const double value = std::strtod(buffer, &end);
+  if (c_locale) {
+    ::uselocale(previous);
+    ::freelocale(c_locale);
+  }
+  if (end != buffer + text.size() || !std::isfinite(value)) return false;
+  out = value;
+  return true;
+}
+
+// SPANPROF_SAMPLER_ARG for the samplers that take one; absent means 1.0 and a bad
+// value is reported and read as 1.0, as OpenTelemetry does with its own.
+inline double sampler_argument_from_environment() noexcept {
+  const std::string_view raw = environment_value("SPANPROF_SAMPLER_ARG");
+  const std::string_view text = trim_ascii_space(raw);
+  if (text.empty()) return 1.0;
+  double value = 0;
+  if (parse_decimal(text, value) && value >= 0 && value <= 1) return value;
+  report_bad_environment_value("SPANPROF_SAMPLER_ARG", raw, "is not a number in [0, 1]; using 1.0");
+  return 1.0;
+}
+
+// SPANPROF_MAX_PROFILES_PER_SECOND; false when absent or bad (reported): no limit.
+inline bool rate_limit_from_environment(double& per_second) noexcept {
+  const std::string_view raw = environment_value("SPANPROF_MAX_PROFILES_PER_SECOND");
+  const std::string_view text = trim_ascii_space(raw);
+  if (text.empty()) return false;
+  double value = 0;
+  if (parse_decimal(text, value) && value > 0) {
+    per_second = value;
+    return true;
+  }
+  report_bad_environment_value("SPANPROF_MAX_PROFILES_PER_SECOND", raw,
+                               "is not a number greater than 0; not rate limiting");
+  return false;
+}
+
+}  // namespace detail
+
+// The head sampler operators configure without rebuilding, after OpenTelemetry's
+// OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG but under spanprof's own names,
+// so the tracer's settings stay the tracer's:
+//   SPANPROF_SAMPLER  always_on                 AlwaysSampler
+//                     always_off                NeverSampler
+//                     traceidratio              TraceIdRatioSampler(arg)
+//                     probability               ProbabilitySampler(arg)
+//                     parentbased_always_on     ParentSampledSampler
+//                     parentbased_traceidratio  ParentSampled AND TraceIdRatio(arg)
+//                     (ASCII case and surrounding blanks are ignored)
+//   SPANPROF_SAMPLER_ARG  the ratio or probability in [0, 1]; 1.0 when absent, and
+//                     read only by the samplers above that take one
+//   SPANPROF_MAX_PROFILES_PER_SECOND  a rate > 0, ANDed after the sampler (last, so
+//                     it is charged only for spans the sampler accepted), with
+//                     burst max(1, rate)
+// Null means "profile every span", the SDK's default: what an unset or empty
+// SPANPROF_SAMPLER gives. Each bad value is reported once per call as
+// invalid_configuration, naming the variable and echoing the value, and its safe
+// default is used: an unknown sampler name profiles every span, a bad argument
+// reads as 1.0, a bad rate means no limit.
+inline std::shared_ptr<Sampler> sampler_from_environment() noexcept {
+  try {
+    const std::string_view raw_name = detail::environment_value("SPANPROF_SAMPLER");
+    const std::string_view name = detail::trim_ascii_space(raw_name);
+    auto is = [&](std::string_view candidate) { return detail::equals_ignoring_ascii_case(name, candidate); };
+
+    std::vector<std::shared_ptr<Sampler>> stages;  // ANDed in order
+    bool never = false;
+    bool always = false;
+    if (name.empty()) {
+    } else if (is("always_on")) {
+      always = true;
+    } else if (is("always_off")) {
+      never = true;
+    } else if (is("traceidratio")) {
+      stages.push_back(std::make_shared<TraceIdRatioSampler>(detail::sampler_argument_from_environment()));
+    } else if (is("probability")) {
+      stages.push_back(std::make_shared<ProbabilitySampler>(detail::sampler_argument_from_environment()));
+    } else if (is("parentbased_always_on")) {
+      stages.push_back(std::make_shared<ParentSampledSampler>());
+    } else if (is("parentbased_traceidratio")) {
+      stages.push_back(std::make_shared<ParentSampledSampler>());
+      stages.push_back(std::make_shared<TraceIdRatioSampler>(detail::sampler_argument_from_environment()));
+    } else {
+      detail::report_bad_environment_value(
+          "SPANPROF_SAMPLER", raw_name,
+          "is not always_on, always_off, traceidratio, probability, parentbased_always_on or "
+          "parentbased_traceidratio; profiling every span");
+    }
+
+    // Read even when always_off makes it moot, so a bad value is still reported.
+    double per_second = 0;
+    const bool limited = detail::rate_limit_from_environment(per_second);
+    if (never) return std::make_shared<NeverSampler>();
+    if (limited) stages.push_back(std::make_shared<RateLimitingSampler>(per_second, std::max(1.0, per_second)));
+
+    if (stages.empty()) return always ? std::make_shared<AlwaysSampler>() : nullptr;
+    if (stages.size() == 1) return std::move(stages.front());
+    return std::make_shared<AllOfSampler>(std::move(stages));
+  } catch (const std::bad_alloc&) {
+    report_error(ErrorCode::internal, "out of memory building the sampler from SPANPROF_SAMPLER; profiling every span");
+  } catch (...) {
+    report_error(ErrorCode::internal, "could not build the sampler from SPANPROF_SAMPLER; profiling every span");
+  }
+  return nullptr;
+}
 
 SPANPROF_NAMESPACE_END
 
@@ -2218,6 +3470,7 @@ struct EncodedProfile {
   std::int64_t heap_interval_bytes = 0;  // heap: mean bytes between samples (0: every allocation)
   std::size_t sample_count = 0;
   std::string engine;
+  ProfileReason reason = ProfileReason::sampled;  // also the `profile_reason` label of every sample
   std::string pprof_gzip;  // a gzip-compressed profile.proto, as `go tool pprof` reads it
   // The symbolized profile the bytes were encoded from; valid only during upload().
   // Lets an uploader log a summary or re-encode without decoding.
@@ -2369,7 +3622,13 @@ struct Options {
   // (re-armed by its next guard): idle threads stop paying for signals.
   std::uint32_t idle_ticks_before_disarm = 200;
   std::size_t queue_capacity = 256;  // finished profiles waiting for the worker
-  std::shared_ptr<Sampler> sampler;  // null: profile every span
+  // Conditional profiling (docs/sampling.md). The head sampler decides when a guard
+  // opens (null: every span); the tail policy, when it closes, keeps or discards
+  // what was recorded (null: keep all); the adaptive trigger profiles the next
+  // spans of a name whose latency jumped (null: off).
+  std::shared_ptr<Sampler> sampler;
+  std::shared_ptr<TailPolicy> tail_policy;
+  std::shared_ptr<AdaptiveTrigger> trigger;
   std::shared_ptr<Symbolizer> symbolizer;  // null: ELF symbol tables of the process
   std::vector<std::shared_ptr<Uploader>> uploaders;  // empty: a FileUploader
   std::string service_name;  // recorded in every profile as a comment; empty: $OTEL_SERVICE_NAME
@@ -2394,6 +3653,49 @@ inline bool parse_int_env(const char* name, long min, long max, long& out) noexc
   return true;
 }
 
+inline std::shared_ptr<TailPolicy> tail_policy_from_environment() noexcept {
+  const char* keep = std::getenv("SPANPROF_KEEP");
+  if (!keep || !*keep) return nullptr;
+  const std::string_view k = keep;
+  long threshold_ms = 100;
+  parse_int_env("SPANPROF_SLOW_THRESHOLD_MS", 0, 86'400'000, threshold_ms);
+  try {
+    auto slow = std::make_shared<KeepSlowSpans>(std::chrono::milliseconds(threshold_ms));
+    auto errors = std::make_shared<KeepErroredSpans>();
+    if (k == "all") return nullptr;
+    if (k == "slow") return slow;
+    if (k == "error") return errors;
+    if (k == "slow,error") return keep_any_of({slow, errors});
+    if (k == "error,slow") return keep_any_of({errors, slow});
+  } catch (...) {
+    report_error(ErrorCode::internal, "out of memory reading SPANPROF_KEEP");
+    return nullptr;
+  }
+  report_error(ErrorCode::invalid_configuration, "SPANPROF_KEEP must be all, slow, error or slow,error; keeping all");
+  return nullptr;
+}
+
+inline std::shared_ptr<AdaptiveTrigger> trigger_from_environment() noexcept {
+  const char* factor_text = std::getenv("SPANPROF_TRIGGER_FACTOR");
+  if (!factor_text || !*factor_text) return nullptr;
+  char* end = nullptr;
+  const double factor = std::strtod(factor_text, &end);
+  if (*end != '\0' || !(factor > 1.0) || factor > 1000.0) {
+    report_error(ErrorCode::invalid_configuration, "SPANPROF_TRIGGER_FACTOR must be a number in (1, 1000]; trigger off");
+    return nullptr;
+  }
+  AdaptiveTriggerOptions trigger;
+  trigger.factor = factor;
+  long spans = 0;
+  if (parse_int_env("SPANPROF_TRIGGER_SPANS", 1, 1000, spans)) trigger.spans_to_profile = static_cast<std::uint32_t>(spans);
+  try {
+    return std::make_shared<AdaptiveTrigger>(trigger);
+  } catch (...) {
+    report_error(ErrorCode::internal, "out of memory creating the adaptive trigger");
+    return nullptr;
+  }
+}
+
 }  // namespace detail
 
 // Options with environment overrides, for operators who cannot rebuild:
@@ -2402,9 +3704,15 @@ inline bool parse_int_env(const char* name, long min, long max, long& out) noexc
 //   SPANPROF_SIGNAL=<number>           OTEL_SERVICE_NAME=<name>
 //   SPANPROF_PROFILES=cpu|heap|cpu,heap
 //   SPANPROF_HEAP_ENGINE=sampling|classic  SPANPROF_HEAP_INTERVAL=<bytes>
+//   SPANPROF_SAMPLER, SPANPROF_SAMPLER_ARG, SPANPROF_MAX_PROFILES_PER_SECOND (head)
+//   SPANPROF_KEEP=all|slow|error|slow,error  SPANPROF_SLOW_THRESHOLD_MS=<ms> (tail)
+//   SPANPROF_TRIGGER_FACTOR=<x>        SPANPROF_TRIGGER_SPANS=<n> (adaptive trigger)
 // A bad value is reported and the default kept.
 inline Options options_from_environment(Options options = {}) noexcept {
   long value = 0;
+  if (!options.sampler) options.sampler = sampler_from_environment();
+  if (!options.tail_policy) options.tail_policy = detail::tail_policy_from_environment();
+  if (!options.trigger) options.trigger = detail::trigger_from_environment();
   if (detail::parse_int_env("SPANPROF_HEAP_INTERVAL", 1, 1L << 30, value))
     options.heap_sample_interval_bytes = static_cast<std::size_t>(value);
   if (const char* profiles = std::getenv("SPANPROF_PROFILES"); profiles && *profiles) {
@@ -3565,6 +4873,7 @@ namespace detail {
 inline constexpr const char* trace_id_label = "trace_id";
 inline constexpr const char* span_id_label = "span_id";
 inline constexpr const char* span_name_label = "span_name";
+inline constexpr const char* profile_reason_label = "profile_reason";
 
 inline Label string_label(std::string key, std::string value) {
   Label label;
@@ -3578,6 +4887,7 @@ inline std::vector<Label> span_labels(const RawProfile& raw) {
   labels.push_back(string_label(trace_id_label, raw.span.trace_id.to_hex()));
   labels.push_back(string_label(span_id_label, raw.span.span_id.to_hex()));
   if (!raw.span_name.empty()) labels.push_back(string_label(span_name_label, raw.span_name));
+  labels.push_back(string_label(profile_reason_label, std::string(to_string(raw.reason))));
   return labels;
 }
 
@@ -4349,6 +5659,7 @@ class Worker {
       encoded.heap_interval_bytes = raw.heap_interval_bytes;
       encoded.sample_count = raw.samples.size();
       encoded.engine = raw.engine;
+      encoded.reason = raw.reason;
       encoded.profile = &profile;
       bool all_ok = true;
       for (const auto& uploader : config.uploaders) {
@@ -4580,6 +5891,15 @@ struct Stats {
   std::uint64_t heap_samples_captured = 0; // allocations recorded by the sampling heap engine
   std::uint64_t heap_samples_dropped = 0;  // lost to a full per-thread log or a failed stack capture
   bool heap_hooks_installed = false;       // tcmalloc hooks live now (only while a heap scope is open)
+  // Conditional profiling: every decision, counted (docs/sampling.md).
+  std::uint64_t head_declined = 0;         // guards the head sampler turned down
+  std::uint64_t profiles_started = 0;      // spans profiled (head sampler yes, or triggered)
+  std::uint64_t kept_sampled = 0;          // kept at close, by reason
+  std::uint64_t kept_slow = 0;
+  std::uint64_t kept_error = 0;
+  std::uint64_t kept_triggered = 0;
+  std::uint64_t discarded_by_tail_policy = 0;  // recorded, then dropped at close: never symbolized or sent
+  std::uint64_t triggers_armed = 0;        // times the adaptive trigger armed for a name (current start())
   std::uint64_t invalid_spans = 0;         // guards given an invalid span context
   std::uint64_t threads_armed = 0;         // threads whose sampler is armed now
   SamplingSource source = SamplingSource::automatic;  // the source in use (automatic: none armed yet)
@@ -4611,6 +5931,8 @@ struct RunningConfig {
   SamplerSettings sampler;
   HeapSettings heap;
   std::shared_ptr<Sampler> head_sampler;  // null: profile every span
+  std::shared_ptr<TailPolicy> tail_policy;  // null: keep every profile
+  std::shared_ptr<AdaptiveTrigger> trigger;  // null: off
 };
 
 class Runtime {
@@ -4638,6 +5960,8 @@ class Runtime {
       config->heap.max_depth = options.max_stack_depth;
       config->heap.log_words = options.thread_buffer_bytes / sizeof(std::uint64_t);
       config->head_sampler = options.sampler;
+      config->tail_policy = options.tail_policy;
+      config->trigger = options.trigger;
       config->sampler.generation = ++generation_;
       config->sampler.source = options.source;
       config->sampler.period_ns = 1'000'000'000LL / options.frequency_hz;
@@ -4720,6 +6044,18 @@ class Runtime {
     s.heap_samples_captured = heap.samples_captured.load(std::memory_order_relaxed);
     s.heap_samples_dropped = heap.samples_dropped.load(std::memory_order_relaxed);
     s.heap_hooks_installed = heap_hooks().installed();
+    const DecisionCounts decisions = decision_registry().total();
+    s.head_declined = decisions.head_declined;
+    s.profiles_started = decisions.started;
+    s.kept_sampled = decisions.kept[static_cast<std::size_t>(ProfileReason::sampled)];
+    s.kept_slow = decisions.kept[static_cast<std::size_t>(ProfileReason::slow)];
+    s.kept_error = decisions.kept[static_cast<std::size_t>(ProfileReason::error)];
+    s.kept_triggered = decisions.kept[static_cast<std::size_t>(ProfileReason::triggered)];
+    s.discarded_by_tail_policy = decisions.discarded;
+    if (const RunningConfig* config = config_.load(std::memory_order_acquire); config && config->trigger) {
+      const auto trigger = config->trigger->counters();
+      s.triggers_armed = trigger.armed;
+    }
     const auto& worker = worker_.counters();
     s.profiles_enqueued = worker.enqueued.load(std::memory_order_relaxed);
     s.profiles_dropped = worker.dropped.load(std::memory_order_relaxed);
@@ -4812,6 +6148,7 @@ SPANPROF_NAMESPACE_END
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <exception>
 #endif
 
 #include <string_view>
@@ -4819,6 +6156,11 @@ SPANPROF_NAMESPACE_END
 SPANPROF_NAMESPACE_BEGIN
 
 #if SPANPROF_ENABLED
+
+namespace detail {
+// Turned-down guards of this thread left before one is timed for the adaptive trigger.
+inline thread_local std::uint32_t trigger_observe_countdown = 0;
+}  // namespace detail
 
 class ScopedProfile {
  public:
@@ -4828,15 +6170,24 @@ class ScopedProfile {
 
   // Records what spanprof::Options::profiles says (CPU unless configured).
   template <class Span, class = std::enable_if_t<is_span_v<Span>>>
-  explicit ScopedProfile(const Span& span) noexcept {
+  SPANPROF_ALWAYS_INLINE explicit ScopedProfile(const Span& span) noexcept {
     open(span_adapter<std::decay_t<Span>>::context(span), span_adapter<std::decay_t<Span>>::name(span), {}, true);
+    remember_status(span);
   }
 
   // Records the given profiles, e.g. `spanprof::cpu | spanprof::heap`.
   template <class Span, class = std::enable_if_t<is_span_v<Span>>>
-  ScopedProfile(const Span& span, ProfileKinds kinds) noexcept {
+  SPANPROF_ALWAYS_INLINE ScopedProfile(const Span& span, ProfileKinds kinds) noexcept {
     open(span_adapter<std::decay_t<Span>>::context(span), span_adapter<std::decay_t<Span>>::name(span), kinds, false);
+    remember_status(span);
   }
+
+  // A span whose adapter reports a status is read again when the guard closes, so
+  // it must outlive the guard: a temporary would be gone by then.
+  template <class Span, class = std::enable_if_t<detail::has_span_status_v<Span>>>
+  explicit ScopedProfile(const Span&& span) = delete;
+  template <class Span, class = std::enable_if_t<detail::has_span_status_v<Span>>>
+  ScopedProfile(const Span&& span, ProfileKinds kinds) = delete;
 
   ScopedProfile(const SpanContext& span, std::string_view span_name) noexcept { open(span, span_name, {}, true); }
   ScopedProfile(const SpanContext& span, std::string_view span_name, ProfileKinds kinds) noexcept {
@@ -4844,9 +6195,7 @@ class ScopedProfile {
   }
 
   ~ScopedProfile() {
-    // Heap first: the CPU hand-over allocates, and those allocations are the SDK's.
-    if (heap_state_ != State::idle) close_heap();
-    if (state_ != State::idle) close();
+    if (SPANPROF_UNLIKELY(state_ != State::idle || heap_state_ != State::idle || observe_only_)) finish();
   }
 
   ScopedProfile(const ScopedProfile&) = delete;
@@ -4856,6 +6205,10 @@ class ScopedProfile {
 
   // True when this scope is being profiled (sampled in, an engine running).
   bool active() const noexcept { return state_ != State::idle || heap_state_ != State::idle; }
+
+  // Marks the span as failed, for tail policies that keep errored spans. An
+  // exception leaving the scope marks it without this.
+  void set_error(bool failed = true) noexcept { errored_ = failed; }
 
  private:
   enum class State : std::uint8_t { idle, sampling, classic };
@@ -4871,21 +6224,54 @@ class ScopedProfile {
     return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
   }
 
-  void open(const SpanContext& span, std::string_view span_name, ProfileKinds kinds, bool configured) noexcept {
+  // Inlined into the guard's constructor: the turned-down guard is the common case
+  // and must stay a few instructions.
+  SPANPROF_ALWAYS_INLINE void open(const SpanContext& span, std::string_view span_name, ProfileKinds kinds,
+                                   bool configured) noexcept {
     const detail::RunningConfig* config = detail::runtime().config_for_guard();
     if (SPANPROF_UNLIKELY(config == nullptr)) return;
     if (SPANPROF_UNLIKELY(!span.valid())) {
       report_error(ErrorCode::invalid_span_context, "a guard was given an invalid trace or span id; not profiled");
       return;
     }
-    if (config->head_sampler && !config->head_sampler->should_profile(span, span_name)) return;
-    begin(*config, span, span_name, configured ? config->profiles : kinds);
+    if (config->head_sampler && !config->head_sampler->should_profile(span, span_name)) {
+      detail::count_decision(detail::thread_decisions.head_declined);
+      if (SPANPROF_UNLIKELY(config->trigger != nullptr)) declined(*config, span, span_name, kinds, configured);
+      return;
+    }
+    begin(*config, span, span_name, configured ? config->profiles : kinds, false);
   }
 
-  // Kept out of line so that the turned-down guard above stays a few instructions.
+  // The head sampler said no; the adaptive trigger may still want this span, and
+  // feeds on the latency of one span in `observe_one_in` per thread.
+  SPANPROF_NOINLINE void declined(const detail::RunningConfig& config, const SpanContext& span,
+                                  std::string_view span_name, ProfileKinds kinds, bool configured) noexcept {
+    AdaptiveTrigger& trigger = *config.trigger;
+    if (trigger.any_armed()) {
+      name_hash_ = AdaptiveTrigger::hash_name(span_name);
+      if (trigger.take(name_hash_)) {
+        begin(config, span, span_name, configured ? config.profiles : kinds, true);
+        return;
+      }
+    }
+    std::uint32_t& countdown = detail::trigger_observe_countdown;
+    if (countdown > 1) {
+      --countdown;
+      return;
+    }
+    countdown = trigger.options().observe_one_in;
+    if (name_hash_ == 0) name_hash_ = AdaptiveTrigger::hash_name(span_name);
+    config_ = &config;
+    observe_only_ = true;
+    start_ns_ = monotonic_ns();
+  }
+
   SPANPROF_NOINLINE void begin(const detail::RunningConfig& config, const SpanContext& span,
-                               std::string_view span_name, ProfileKinds kinds) noexcept {
+                               std::string_view span_name, ProfileKinds kinds, bool triggered) noexcept {
+    config_ = &config;
     span_ = span;
+    triggered_ = triggered;
+    uncaught_at_open_ = std::uncaught_exceptions();
     name_length_ = static_cast<std::uint8_t>(span_name.size() < max_span_name ? span_name.size() : max_span_name);
     if (name_length_ != 0) std::memcpy(name_, span_name.data(), name_length_);
     if (kinds.contains(ProfileKind::cpu)) {
@@ -4893,6 +6279,60 @@ class ScopedProfile {
       else open_sampling(config);
     }
     if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::heap))) open_heap(config);
+    if (active()) {
+      detail::count_decision(detail::thread_decisions.started);
+      start_ns_ = monotonic_ns();  // after the engines started: the classic ones take milliseconds
+    }
+  }
+
+  template <class Span>
+  void remember_status(const Span& span) noexcept {
+    if constexpr (detail::has_span_status_v<Span>) {
+      if (!active()) return;
+      status_span_ = &span;
+      status_failed_ = [](const void* s) noexcept { return span_adapter<std::decay_t<Span>>::failed(*static_cast<const Span*>(s)); };
+    } else {
+      (void)span;
+    }
+  }
+
+  bool failed() const noexcept {
+    return errored_ || std::uncaught_exceptions() > uncaught_at_open_ ||
+           (status_failed_ != nullptr && status_failed_(status_span_));
+  }
+
+  // The span ended: decide whether to keep what it recorded, then close the engines.
+  SPANPROF_NOINLINE void finish() noexcept {
+    const detail::RunningConfig& config = *config_;
+    if (observe_only_) {
+      observe_only_ = false;
+      config.trigger->observe(name_hash_, monotonic_ns() - start_ns_);
+      return;
+    }
+    if (!config.tail_policy && !config.trigger && !triggered_) {
+      // Nothing to decide: kept as sampled; the duration is read only if there is
+      // a profile to hand over.
+      detail::count_decision(detail::thread_decisions.kept[static_cast<std::size_t>(ProfileReason::sampled)]);
+      if (heap_state_ != State::idle) close_heap();
+      if (state_ != State::idle) close_cpu();
+      return;
+    }
+    const std::int64_t duration = monotonic_ns() - start_ns_;
+    const std::string_view name(name_, name_length_);
+    TailDecision decision = TailDecision::keep_as(ProfileReason::sampled);
+    if (config.tail_policy) decision = config.tail_policy->decide(SpanOutcome{span_, name, duration, failed()});
+    // A span the trigger asked for is kept, under the more telling reason if any.
+    if (triggered_ && (!decision.keep || decision.reason == ProfileReason::sampled))
+      decision = TailDecision::keep_as(ProfileReason::triggered);
+    if (config.trigger) config.trigger->observe(name_hash_ ? name_hash_ : AdaptiveTrigger::hash_name(name), duration);
+    if (decision.keep) detail::count_decision(detail::thread_decisions.kept[static_cast<std::size_t>(decision.reason)]);
+    else detail::count_decision(detail::thread_decisions.discarded);
+    keep_ = decision.keep;
+    reason_ = decision.reason;
+    duration_ns_ = duration;
+    // Heap first: the CPU hand-over allocates, and those allocations are the SDK's.
+    if (heap_state_ != State::idle) close_heap();
+    if (state_ != State::idle) close_cpu();
   }
 
   void open_sampling(const detail::RunningConfig& config) noexcept {
@@ -4911,13 +6351,12 @@ class ScopedProfile {
       if (!sampler->has_source() || !sampler->arm()) return;
     }
     sampler_ = sampler;
-    start_ns_ = monotonic_ns();
     sampler->push(record_);
     detail::ThreadSampler::bump(sampler->counters().guards_opened);
     state_ = State::sampling;
   }
 
-  void close() noexcept {
+  void close_cpu() noexcept {
     if (state_ == State::classic) {
       close_classic();
       return;
@@ -4926,7 +6365,9 @@ class ScopedProfile {
     sampler->pop(record_);
     const std::size_t used = sampler->used_words();
     const std::uint64_t dropped = sampler->dropped() - record_.dropped_at_start;
-    if (used > record_.log_start || dropped != 0) {
+    if (!keep_) {
+      // Discarded by the tail policy: nothing is copied, symbolized or sent.
+    } else if (used > record_.log_start || dropped != 0) {
       hand_over(sampler, used, dropped);
     } else {
       detail::ThreadSampler::bump(sampler->counters().spans_without_samples);
@@ -4936,7 +6377,6 @@ class ScopedProfile {
   }
 
   SPANPROF_NOINLINE void hand_over(detail::ThreadSampler* sampler, std::size_t used, std::uint64_t dropped) noexcept {
-    const std::int64_t duration = monotonic_ns() - start_ns_;
     if (dropped != 0) {
       char message[128];
       std::snprintf(message, sizeof message, "%llu samples dropped: the per-thread sample buffer is full",
@@ -4946,7 +6386,7 @@ class ScopedProfile {
     if (used <= record_.log_start) return;
     try {
       auto pending = std::make_unique<detail::PendingProfile>();
-      fill_identity(pending->profile, ProfileKind::cpu, duration);
+      fill_identity(pending->profile, ProfileKind::cpu);
       pending->profile.period_ns = sampler->settings().period_ns;
       pending->profile.dropped_samples = dropped;
       pending->profile.engine = std::string("sampling:") + std::string(to_string(sampler->source()));
@@ -4957,19 +6397,20 @@ class ScopedProfile {
     }
   }
 
-  void fill_identity(RawProfile& profile, ProfileKind kind, std::int64_t duration) const {
+  void fill_identity(RawProfile& profile, ProfileKind kind) {
+    if (duration_ns_ < 0) duration_ns_ = monotonic_ns() - start_ns_;
     profile.kind = kind;
     profile.span = span_;
     profile.span_name.assign(name_, name_length_);
-    profile.start_unix_ns = realtime_ns() - duration;
-    profile.duration_ns = duration;
+    profile.start_unix_ns = realtime_ns() - duration_ns_;
+    profile.duration_ns = duration_ns_;
+    profile.reason = reason_;
   }
 
   SPANPROF_NOINLINE void open_classic() noexcept {
     switch (detail::classic_engine_start(classic_path_)) {
       case detail::ClassicStart::started:
         detail::runtime().count_classic_guard();
-        start_ns_ = monotonic_ns();
         state_ = State::classic;
         return;
       case detail::ClassicStart::busy:
@@ -4983,11 +6424,14 @@ class ScopedProfile {
 
   SPANPROF_NOINLINE void close_classic() noexcept {
     detail::classic_engine_stop();
-    const std::int64_t duration = monotonic_ns() - start_ns_;
     state_ = State::idle;
+    if (!keep_) {
+      ::unlink(classic_path_);
+      return;
+    }
     try {
       auto pending = std::make_unique<detail::PendingProfile>();
-      fill_identity(pending->profile, ProfileKind::cpu, duration);
+      fill_identity(pending->profile, ProfileKind::cpu);
       pending->profile.engine = "classic";
       pending->legacy_file = classic_path_;
       detail::runtime().submit(std::move(pending));
@@ -4998,7 +6442,6 @@ class ScopedProfile {
   }
 
   SPANPROF_NOINLINE void open_heap(const detail::RunningConfig& config) noexcept {
-    if (start_ns_ == 0) start_ns_ = monotonic_ns();
     if (config.heap_engine == HeapEngine::classic) {
       switch (detail::classic_heap_start(heap_prefix_)) {
         case detail::ClassicHeapStart::started:
@@ -5022,14 +6465,17 @@ class ScopedProfile {
     heap_state_ = State::idle;
     if (state == State::classic) {
       char* text = detail::classic_heap_stop(heap_prefix_);
-      const std::int64_t duration = monotonic_ns() - start_ns_;
       if (text == nullptr) {
-        report_error(ErrorCode::profiler_failed, "GetHeapProfile returned nothing");
+        if (keep_) report_error(ErrorCode::profiler_failed, "GetHeapProfile returned nothing");
+        return;
+      }
+      if (!keep_) {
+        std::free(text);
         return;
       }
       try {
         auto pending = std::make_unique<detail::PendingProfile>();
-        fill_identity(pending->profile, ProfileKind::heap, duration);
+        fill_identity(pending->profile, ProfileKind::heap);
         pending->profile.engine = "classic";
         pending->legacy_heap_text = text;
         std::free(text);
@@ -5042,18 +6488,17 @@ class ScopedProfile {
       return;
     }
     detail::HeapSpanResult result;
-    detail::close_heap_span(heap_record_, result);
-    const std::int64_t duration = monotonic_ns() - start_ns_;
-    if (result.dropped != 0) {
+    detail::close_heap_span(heap_record_, result, keep_);
+    if (result.dropped != 0 && keep_) {
       char message[128];
       std::snprintf(message, sizeof message, "%llu heap samples dropped: the per-thread heap log is full",
                     static_cast<unsigned long long>(result.dropped));
       report_error(ErrorCode::sample_buffer_full, message);
     }
-    if (result.records.empty()) return;  // nothing allocated was sampled: no profile
+    if (!keep_ || result.records.empty()) return;  // discarded, or nothing allocated was sampled
     try {
       auto pending = std::make_unique<detail::PendingProfile>();
-      fill_identity(pending->profile, ProfileKind::heap, duration);
+      fill_identity(pending->profile, ProfileKind::heap);
       pending->profile.heap_interval_bytes = result.interval_bytes;
       pending->profile.dropped_samples = result.dropped;
       pending->profile.engine = "sampling:tcmalloc_hooks";
@@ -5066,9 +6511,20 @@ class ScopedProfile {
 
   State state_ = State::idle;
   State heap_state_ = State::idle;
+  bool observe_only_ = false;  // not profiled; timed for the adaptive trigger only
+  bool triggered_ = false;
+  bool errored_ = false;
+  bool keep_ = true;
+  ProfileReason reason_ = ProfileReason::sampled;
   std::uint8_t name_length_ = 0;
+  int uncaught_at_open_ = 0;
+  const detail::RunningConfig* config_ = nullptr;
   detail::ThreadSampler* sampler_ = nullptr;
   std::int64_t start_ns_ = 0;
+  std::int64_t duration_ns_ = -1;  // -1: not read yet
+  std::uint64_t name_hash_ = 0;
+  const void* status_span_ = nullptr;
+  bool (*status_failed_)(const void*) noexcept = nullptr;
   detail::ActiveSpan record_;
   detail::HeapActiveSpan heap_record_;
   SpanContext span_;
@@ -5090,6 +6546,7 @@ class ScopedProfile {
   ScopedProfile(const ScopedProfile&) = delete;
   ScopedProfile& operator=(const ScopedProfile&) = delete;
   bool active() const noexcept { return false; }
+  void set_error(bool = true) noexcept {}
 };
 
 #endif

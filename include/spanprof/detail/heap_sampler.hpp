@@ -379,9 +379,9 @@ struct HeapSpanResult {
   std::int64_t interval_bytes = 0;
 };
 
-// Closes the span and copies its records out. Liveness is decided now, at the
-// span's end; the outermost span also stops tracking every sample of the log.
-inline void close_heap_span(HeapActiveSpan& span, HeapSpanResult& result) noexcept {
+// Closes the span and, if `keep`, copies its records out. Liveness is decided now,
+// at the span's end; the outermost span also stops tracking every sample of the log.
+inline void close_heap_span(HeapActiveSpan& span, HeapSpanResult& result, bool keep = true) noexcept {
   HeapThreadState& t = heap_thread;
   t.active = nullptr;  // the SDK's own allocations below belong to no span
   const bool outermost = span.parent == nullptr;
@@ -389,7 +389,8 @@ inline void close_heap_span(HeapActiveSpan& span, HeapSpanResult& result) noexce
   result.interval_bytes = t.interval;
   std::size_t i = span.log_start;
   std::size_t samples = 0;
-  bool copy = true;
+  bool copy = keep;
+  bool out_of_memory = false;
   while (i + heap_record_header_words <= t.used) {
     const std::uint64_t* record = t.log + i;
     const std::size_t depth = static_cast<std::size_t>(record[3]);
@@ -404,6 +405,7 @@ inline void close_heap_span(HeapActiveSpan& span, HeapSpanResult& result) noexce
                               record + heap_record_header_words + depth);
       } catch (...) {
         copy = false;  // keep walking: the outermost span must still untrack every sample
+        out_of_memory = true;
         result.records.clear();
       }
     }
@@ -415,7 +417,7 @@ inline void close_heap_span(HeapActiveSpan& span, HeapSpanResult& result) noexce
   heap_counters().samples_dropped.fetch_add(result.dropped, std::memory_order_relaxed);
   t.active = span.parent;
   heap_hooks().release();
-  if (!copy) report_error(ErrorCode::internal, "out of memory copying a heap profile; dropped");
+  if (out_of_memory) report_error(ErrorCode::internal, "out of memory copying a heap profile; dropped");
 }
 
 }  // namespace detail

@@ -18,6 +18,7 @@ namespace detail {
 inline constexpr const char* trace_id_label = "trace_id";
 inline constexpr const char* span_id_label = "span_id";
 inline constexpr const char* span_name_label = "span_name";
+inline constexpr const char* profile_reason_label = "profile_reason";
 
 inline Label string_label(std::string key, std::string value) {
   Label label;
@@ -31,6 +32,7 @@ inline std::vector<Label> span_labels(const RawProfile& raw) {
   labels.push_back(string_label(trace_id_label, raw.span.trace_id.to_hex()));
   labels.push_back(string_label(span_id_label, raw.span.span_id.to_hex()));
   if (!raw.span_name.empty()) labels.push_back(string_label(span_name_label, raw.span_name));
+  labels.push_back(string_label(profile_reason_label, std::string(to_string(raw.reason))));
   return labels;
 }
 

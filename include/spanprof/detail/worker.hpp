@@ -248,6 +248,7 @@ class Worker {
       encoded.heap_interval_bytes = raw.heap_interval_bytes;
       encoded.sample_count = raw.samples.size();
       encoded.engine = raw.engine;
+      encoded.reason = raw.reason;
       encoded.profile = &profile;
       bool all_ok = true;
       for (const auto& uploader : config.uploaders) {

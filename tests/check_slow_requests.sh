@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs examples/slow_requests (1 request in 100 slow) and checks what it wrote:
+# exactly one profile per slow request, named by its span id, and every sample of
+# each labelled profile_reason=slow, as `go tool pprof` reads them.
+set -euo pipefail
+binary=$1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+SPANPROF_OUTPUT_DIR="$dir" "$binary" > "$dir/out.txt"
+cat "$dir/out.txt"
+expected=$(grep '^slow span ' "$dir/out.txt" | awk '{print $3}' | sort || true)
+written=$(ls "$dir" | grep '\.pb\.gz$' | cut -d- -f1 | sort || true)
+[ -n "$expected" ] || { echo "FAIL: the example served no slow request"; exit 1; }
+[ "$expected" = "$written" ] || { echo "FAIL: profiles written for: $written; slow spans: $expected"; exit 1; }
+for file in "$dir"/*.pb.gz; do
+  tags=$(go tool pprof -tags "$file" 2>/dev/null)
+  echo "$tags" | grep -q 'profile_reason: Total' || { echo "FAIL: no profile_reason label in $file"; exit 1; }
+  # "profile_reason: Total 60ms" then one "  60ms (100%): <value>" line per value.
+  reasons=$(echo "$tags" | awk '/^ *profile_reason:/{f=1;next} f&&/^ *$/{exit} f' | sed 's/.*): //' | sort -u)
+  [ "$reasons" = "slow" ] || { echo "FAIL: profile_reason in $file is '$reasons', not slow"; exit 1; }
+done
+echo "ok: $(echo "$written" | wc -l) profiles, one per slow request, all profile_reason=slow"
