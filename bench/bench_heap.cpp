@@ -7,7 +7,9 @@
 //                           heap scope open, so tcmalloc's hooks are installed
 //   */classic_scope         inside a classic (gperftools heap profiler) scope
 // Two loops: `handler` builds strings and a vector the way request code does;
-// `malloc_free` does nothing but allocate and free (the worst case for any hook).
+// `new_delete` does nothing but allocate and free (the worst case for any hook).
+// Built twice: spanprof_bench (tcmalloc's MallocHook as the heap hooks) and
+// spanprof_bench_operator_new (spanprof's replacement operator new/delete).
 #include <spanprof/spanprof.hpp>
 
 #include <benchmark/benchmark.h>
@@ -39,11 +41,11 @@ __attribute__((noinline)) void handler_work() {
   benchmark::DoNotOptimize(fields.data());
 }
 
-__attribute__((noinline)) void malloc_free_work() {
+__attribute__((noinline)) void new_delete_work() {
   for (std::size_t i = 0; i < 16; ++i) {
-    void* p = std::malloc(64 + 16 * i);
+    void* p = ::operator new(64 + 16 * i);
     benchmark::DoNotOptimize(p);
-    std::free(p);
+    ::operator delete(p);
   }
 }
 
@@ -81,18 +83,18 @@ void handler_no_profiling(benchmark::State& s) { alloc_loop<handler_work>(s, Mod
 void handler_sampled_scope(benchmark::State& s) { alloc_loop<handler_work>(s, Mode::sampled); }
 void handler_scope_on_other_thread(benchmark::State& s) { alloc_loop<handler_work>(s, Mode::other_thread); }
 void handler_classic_scope(benchmark::State& s) { alloc_loop<handler_work>(s, Mode::classic); }
-void malloc_free_no_profiling(benchmark::State& s) { alloc_loop<malloc_free_work>(s, Mode::none); }
-void malloc_free_sampled_scope(benchmark::State& s) { alloc_loop<malloc_free_work>(s, Mode::sampled); }
-void malloc_free_scope_on_other_thread(benchmark::State& s) { alloc_loop<malloc_free_work>(s, Mode::other_thread); }
-void malloc_free_classic_scope(benchmark::State& s) { alloc_loop<malloc_free_work>(s, Mode::classic); }
+void new_delete_no_profiling(benchmark::State& s) { alloc_loop<new_delete_work>(s, Mode::none); }
+void new_delete_sampled_scope(benchmark::State& s) { alloc_loop<new_delete_work>(s, Mode::sampled); }
+void new_delete_scope_on_other_thread(benchmark::State& s) { alloc_loop<new_delete_work>(s, Mode::other_thread); }
+void new_delete_classic_scope(benchmark::State& s) { alloc_loop<new_delete_work>(s, Mode::classic); }
 
 BENCHMARK(handler_no_profiling);
 BENCHMARK(handler_sampled_scope);
 BENCHMARK(handler_scope_on_other_thread);
 BENCHMARK(handler_classic_scope);
-BENCHMARK(malloc_free_no_profiling);
-BENCHMARK(malloc_free_sampled_scope);
-BENCHMARK(malloc_free_scope_on_other_thread);
-BENCHMARK(malloc_free_classic_scope);
+BENCHMARK(new_delete_no_profiling);
+BENCHMARK(new_delete_sampled_scope);
+BENCHMARK(new_delete_scope_on_other_thread);
+BENCHMARK(new_delete_classic_scope);
 
 }  // namespace

@@ -5,8 +5,11 @@
 // file to open with
 // `go tool pprof -sample_index=alloc_space -top FILE`.
 //
-// Needs tcmalloc as the allocator (this example links spanprof::tcmalloc; a service
-// can also LD_PRELOAD libtcmalloc.so). Without it the heap scopes report why, once.
+// This file includes <spanprof/allocation_hooks.hpp>, the recommended heap hooks
+// (spanprof's own operator new/delete; exactly one source file of a program may
+// include it). Without it, heap scopes use tcmalloc's MallocHook, which needs
+// tcmalloc as the allocator and costs more (docs/heap.md).
+#include <spanprof/allocation_hooks.hpp>
 #include <spanprof/spanprof.hpp>
 
 #include "example_support.hpp"

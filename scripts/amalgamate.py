@@ -5,6 +5,10 @@ Starting at the umbrella header, every `#include <spanprof/...>` is replaced by
 the file's text the first time it is seen (each header's include guard keeps any
 later copy inert, as it would be with separate files). `--check` exits 1 when the
 committed single header differs from what this script generates: CI runs it.
+
+Companion headers (a program includes them in one source file only, so they
+cannot be part of the single header) are copied beside it unchanged; they may
+include nothing of spanprof's but the umbrella header.
 """
 import pathlib
 import re
@@ -13,6 +17,8 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 INCLUDE = ROOT / "include"
 OUTPUT = ROOT / "single_include" / "spanprof" / "spanprof.hpp"
+COMPANIONS = ["spanprof/allocation_hooks.hpp"]
+COMPANION_INCLUDES = {"spanprof/spanprof.hpp"}
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*<(spanprof/[^>]+)>\s*(//.*)?$')
 
 BANNER = """\
@@ -52,18 +58,34 @@ def generate():
     return "".join(out)
 
 
+def outputs():
+    files = {OUTPUT: generate()}
+    for relative in COMPANIONS:
+        text = (INCLUDE / relative).read_text()
+        for line in text.splitlines():
+            match = INCLUDE_RE.match(line)
+            if match and match.group(1) not in COMPANION_INCLUDES:
+                sys.exit(f"amalgamate: companion {relative} includes {match.group(1)}; "
+                         "only the umbrella header is allowed")
+        files[OUTPUT.parent / pathlib.Path(relative).name] = text
+    return files
+
+
 def main():
-    text = generate()
+    files = outputs()
     if "--check" in sys.argv[1:]:
-        current = OUTPUT.read_text() if OUTPUT.is_file() else ""
-        if current != text:
-            print("single_include/spanprof/spanprof.hpp is stale: run python3 scripts/amalgamate.py", file=sys.stderr)
+        stale = [path for path, text in files.items()
+                 if (path.read_text() if path.is_file() else "") != text]
+        for path in stale:
+            print(f"{path.relative_to(ROOT)} is stale: run python3 scripts/amalgamate.py", file=sys.stderr)
+        if stale:
             return 1
-        print("single_include/spanprof/spanprof.hpp is up to date")
+        print("single_include/ is up to date")
         return 0
-    OUTPUT.parent.mkdir(parents=True, exist_ok=True)
-    OUTPUT.write_text(text)
-    print(f"wrote {OUTPUT.relative_to(ROOT)}")
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        print(f"wrote {path.relative_to(ROOT)}")
     return 0
 
 

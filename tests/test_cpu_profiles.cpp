@@ -228,7 +228,9 @@ TEST_CASE("the classic engine profiles one scope and tells a concurrent one it i
   const auto* p = collector.profile_for(first.span_id);
   REQUIRE(p != nullptr);
   CHECK(p->meta.engine == "classic");
-  CHECK(spanprof_test::sample_count(p->decoded) >= 10);
+  // ~30 expected; gperftools' process-wide SIGPROF may land on other threads (then
+  // filtered out), and on a loaded machine many do: only ask for a real profile.
+  CHECK(spanprof_test::sample_count(p->decoded) >= 3);
   // filter_in_thread keeps only the guard's thread: hot_beta ran on the other one.
   CHECK(share_on_stack(p->decoded, "hot_beta") == 0.0);
   CHECK(share_of_leaf(p->decoded, "hot_alpha") >= 0.9);

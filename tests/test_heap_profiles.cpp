@@ -18,6 +18,12 @@
 #ifndef SPANPROF_TESTS_EXPECT_TCMALLOC
 #error "the build says whether the tests run with tcmalloc"
 #endif
+// Built twice: with tcmalloc's MallocHook as the heap hooks, and with spanprof's
+// replacement operator new/delete compiled in (tests/operator_new_hooks.cpp).
+#ifndef SPANPROF_TESTS_OPERATOR_NEW_HOOKS
+#define SPANPROF_TESTS_OPERATOR_NEW_HOOKS 0
+#endif
+#define SPANPROF_TESTS_HEAP_AVAILABLE (SPANPROF_TESTS_EXPECT_TCMALLOC || SPANPROF_TESTS_OPERATOR_NEW_HOOKS)
 
 using spanprof_test::Collector;
 using spanprof_test::span_number;
@@ -125,7 +131,7 @@ bool delete_hook_installed() {
 
 }  // namespace
 
-#if SPANPROF_TESTS_EXPECT_TCMALLOC
+#if SPANPROF_TESTS_HEAP_AVAILABLE
 
 TEST_CASE("a heap scope names the function that allocated 64 MiB, and it is not in use after it was freed") {
   SECTION("64 KiB interval, 4 KiB allocations") {
@@ -233,6 +239,7 @@ TEST_CASE("concurrent heap scopes on two threads each hold only their own alloca
   CHECK(static_cast<double>(beta_total) == Approx(48.0 * MiB).epsilon(0.2));
 }
 
+#if !SPANPROF_TESTS_OPERATOR_NEW_HOOKS
 TEST_CASE("tcmalloc's hooks are installed only while a heap scope is open") {
   Collector collector(heap_options(512 * 1024));
   CHECK_FALSE(new_hook_installed());
@@ -272,6 +279,24 @@ TEST_CASE("tcmalloc's hooks are installed only while a heap scope is open") {
   CHECK_FALSE(delete_hook_installed());
   CHECK(spanprof::detail::heap_hooks().open_scopes() == 0);
 }
+#else
+TEST_CASE("with spanprof's operator new compiled in, heap scopes install no tcmalloc hook") {
+  Collector collector(heap_options(64 * 1024));
+  CHECK(spanprof::detail::operator_new_hooks_compiled_in().load());
+  const auto span = span_number(325);
+  {
+    spanprof::ScopedProfile guard(span, "operator new");
+    CHECK_FALSE(new_hook_installed());
+    CHECK_FALSE(delete_hook_installed());
+    allocate_scratch(8 * MiB, 64 * 1024);
+  }
+  const auto profile = heap_profile_for(collector, span);
+  REQUIRE(profile != std::nullopt);
+  CHECK(profile->meta.engine == "sampling:operator_new");
+  CHECK(static_cast<double>(heap_total(profile->decoded, alloc_space, "allocate_scratch")) ==
+        Approx(8.0 * MiB).epsilon(0.25));
+}
+#endif
 
 TEST_CASE("nested heap scopes: the parent includes the child's allocations") {
   Collector collector(heap_options(64 * 1024));
@@ -347,6 +372,9 @@ TEST_CASE("go tool pprof names the allocating function in alloc_space") {
   std::remove(path.c_str());
 }
 
+#endif  // SPANPROF_TESTS_HEAP_AVAILABLE
+
+#if SPANPROF_TESTS_EXPECT_TCMALLOC
 TEST_CASE("classic heap mode: gperftools' heap profiler around one scope at a time") {
   spanprof::Options options = heap_options(512 * 1024);
   options.heap_engine = spanprof::HeapEngine::classic;
@@ -387,7 +415,9 @@ TEST_CASE("classic heap mode: gperftools' heap profiler around one scope at a ti
   CHECK(heap_profile_for(collector, span_number(371)) == std::nullopt);
 }
 
-#else  // the sanitizer build: ASan, not tcmalloc, is the allocator
+#endif
+
+#if !SPANPROF_TESTS_HEAP_AVAILABLE  // the sanitizer build: ASan, not tcmalloc, is the allocator
 
 TEST_CASE("without tcmalloc a heap scope reports why once and produces no profile") {
   spanprof::Options options = heap_options(64 * 1024);

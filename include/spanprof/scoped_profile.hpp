@@ -393,7 +393,9 @@ class ScopedProfile {
       fill_identity(pending->profile, ProfileKind::heap);
       pending->profile.heap_interval_bytes = result.interval_bytes;
       pending->profile.dropped_samples = result.dropped;
-      pending->profile.engine = "sampling:tcmalloc_hooks";
+      pending->profile.engine = detail::operator_new_hooks_compiled_in().load(std::memory_order_relaxed)
+                                    ? "sampling:operator_new"
+                                    : "sampling:tcmalloc_hooks";
       pending->packed_samples = std::move(result.records);
       detail::runtime().submit(std::move(pending));
     } catch (...) {

@@ -1,0 +1,154 @@
+// Low-overhead allocation hooks for heap profiles: spanprof's own replacement of
+// the global operator new and delete. Include this header in exactly ONE source
+// file of the program (it defines the operators; a second copy fails to link):
+//
+//   // main.cpp
+//   #include <spanprof/allocation_hooks.hpp>
+//
+// Why: tcmalloc's MallocHook, the default heap hooks, makes every allocation of
+// every thread leave tcmalloc's fast path while any heap scope is open, which costs
+// 2-3x on allocation-bound code (docs/heap.md). These operators add a thread-local
+// load and a branch to each `new` and one shared load to each `delete`, always, and
+// need no tcmalloc: they allocate with the C library's malloc, whichever allocator
+// serves it. Heap scopes then use them instead of MallocHook.
+//
+// What they see: every C++ allocation through `new` (containers, strings, smart
+// pointers); not `malloc` called directly (C libraries). Stacks come from
+// gperftools' GetStackTrace.
+#ifndef SPANPROF_ALLOCATION_HOOKS_HPP_
+#define SPANPROF_ALLOCATION_HOOKS_HPP_
+
+// Only the umbrella: this file is shipped beside the single header unchanged.
+#include <spanprof/spanprof.hpp>
+
+#if SPANPROF_ENABLED
+
+#include <cstdlib>
+#include <new>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+SPANPROF_ALWAYS_INLINE inline void note_allocation(void* pointer, std::size_t size) noexcept {
+  HeapThreadState& t = heap_thread;
+  if (SPANPROF_LIKELY(t.active == nullptr)) return;
+  t.bytes_until_sample -= static_cast<std::int64_t>(size);
+  if (SPANPROF_LIKELY(t.bytes_until_sample > 0)) return;
+  record_heap_sample(t, pointer, size, HeapHookSource::operator_new);
+}
+
+SPANPROF_ALWAYS_INLINE inline void note_free(void* pointer) noexcept {
+  if (pointer != nullptr) live_allocations().forget(pointer);
+}
+
+// When tcmalloc is the process's allocator, its own operator entry points: tc_new
+// is its fast path, and a sized delete skips the size lookup that free() needs.
+// Resolved once at start-up; until then (allocations during static initialization)
+// the C library's entry points serve, which tcmalloc backs anyway.
+struct TcmallocOperators {
+  void* (*allocate)(std::size_t) = nullptr;
+  void (*deallocate_sized)(void*, std::size_t) noexcept = nullptr;
+};
+
+inline TcmallocOperators resolve_tcmalloc_operators() noexcept {
+  TcmallocOperators ops;
+  if (!tcmalloc_api().is_process_allocator) return ops;
+  resolve_symbol(ops.allocate, "tc_new");
+  resolve_symbol(ops.deallocate_sized, "tc_delete_sized");
+  return ops;
+}
+
+[[maybe_unused]] static const TcmallocOperators tcmalloc_operators = resolve_tcmalloc_operators();
+
+// operator new's contract: retry through the new-handler, throw when there is none.
+SPANPROF_ALWAYS_INLINE inline void* allocate_or_throw(std::size_t size, std::size_t alignment) {
+  if (alignment == 0 && tcmalloc_operators.allocate != nullptr) return tcmalloc_operators.allocate(size);
+  if (size == 0) size = 1;
+  for (;;) {
+    void* p = nullptr;
+    if (alignment <= alignof(std::max_align_t)) p = std::malloc(size);
+    else if (::posix_memalign(&p, alignment, size) != 0) p = nullptr;
+    if (SPANPROF_LIKELY(p != nullptr)) return p;
+    std::new_handler handler = std::get_new_handler();
+    if (handler == nullptr) throw std::bad_alloc();
+    handler();
+  }
+}
+
+SPANPROF_ALWAYS_INLINE inline void* allocate_or_null(std::size_t size, std::size_t alignment) noexcept {
+  try {
+    return allocate_or_throw(size, alignment);
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+// Tells heap scopes that these hooks exist, before main() runs. Internal linkage:
+// an unused inline variable might never be emitted, and its side effect with it.
+[[maybe_unused]] static const bool operator_new_hooks_registered = [] {
+  operator_new_hooks_compiled_in().store(true, std::memory_order_release);
+  return true;
+}();
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+// The replacements. Not inline (the standard forbids it) and never inlined: a
+// sampled stack is then always [spanprof's recorder, this operator, the caller...],
+// and the compiler does not pair a `new` in this file with the `free` inside a
+// delete (which -Wmismatched-new-delete would flag).
+#define SPANPROF_DETAIL_NEW_BODY(allocate, size, alignment)                  \
+  void* p = spanprof::detail::allocate(size, alignment);                     \
+  if (p) spanprof::detail::note_allocation(p, size);                         \
+  return p
+#define SPANPROF_DETAIL_DELETE_BODY(p) \
+  spanprof::detail::note_free(p);      \
+  std::free(p)
+#define SPANPROF_DETAIL_SIZED_DELETE_BODY(p, n)                                             \
+  spanprof::detail::note_free(p);                                                          \
+  if (spanprof::detail::tcmalloc_operators.deallocate_sized != nullptr && p != nullptr)    \
+    spanprof::detail::tcmalloc_operators.deallocate_sized(p, n);                           \
+  else                                                                                     \
+    std::free(p)
+
+SPANPROF_NOINLINE void* operator new(std::size_t n) { SPANPROF_DETAIL_NEW_BODY(allocate_or_throw, n, 0); }
+SPANPROF_NOINLINE void* operator new[](std::size_t n) { SPANPROF_DETAIL_NEW_BODY(allocate_or_throw, n, 0); }
+SPANPROF_NOINLINE void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  SPANPROF_DETAIL_NEW_BODY(allocate_or_null, n, 0);
+}
+SPANPROF_NOINLINE void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  SPANPROF_DETAIL_NEW_BODY(allocate_or_null, n, 0);
+}
+SPANPROF_NOINLINE void* operator new(std::size_t n, std::align_val_t a) {
+  SPANPROF_DETAIL_NEW_BODY(allocate_or_throw, n, static_cast<std::size_t>(a));
+}
+SPANPROF_NOINLINE void* operator new[](std::size_t n, std::align_val_t a) {
+  SPANPROF_DETAIL_NEW_BODY(allocate_or_throw, n, static_cast<std::size_t>(a));
+}
+SPANPROF_NOINLINE void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  SPANPROF_DETAIL_NEW_BODY(allocate_or_null, n, static_cast<std::size_t>(a));
+}
+SPANPROF_NOINLINE void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  SPANPROF_DETAIL_NEW_BODY(allocate_or_null, n, static_cast<std::size_t>(a));
+}
+
+SPANPROF_NOINLINE void operator delete(void* p) noexcept { SPANPROF_DETAIL_DELETE_BODY(p); }
+SPANPROF_NOINLINE void operator delete[](void* p) noexcept { SPANPROF_DETAIL_DELETE_BODY(p); }
+SPANPROF_NOINLINE void operator delete(void* p, const std::nothrow_t&) noexcept { SPANPROF_DETAIL_DELETE_BODY(p); }
+SPANPROF_NOINLINE void operator delete[](void* p, const std::nothrow_t&) noexcept { SPANPROF_DETAIL_DELETE_BODY(p); }
+SPANPROF_NOINLINE void operator delete(void* p, std::size_t n) noexcept { SPANPROF_DETAIL_SIZED_DELETE_BODY(p, n); }
+SPANPROF_NOINLINE void operator delete[](void* p, std::size_t n) noexcept { SPANPROF_DETAIL_SIZED_DELETE_BODY(p, n); }
+SPANPROF_NOINLINE void operator delete(void* p, std::align_val_t) noexcept { SPANPROF_DETAIL_DELETE_BODY(p); }
+SPANPROF_NOINLINE void operator delete[](void* p, std::align_val_t) noexcept { SPANPROF_DETAIL_DELETE_BODY(p); }
+SPANPROF_NOINLINE void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { SPANPROF_DETAIL_DELETE_BODY(p); }
+SPANPROF_NOINLINE void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { SPANPROF_DETAIL_DELETE_BODY(p); }
+SPANPROF_NOINLINE void operator delete(void* p, std::size_t, std::align_val_t) noexcept { SPANPROF_DETAIL_DELETE_BODY(p); }
+SPANPROF_NOINLINE void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { SPANPROF_DETAIL_DELETE_BODY(p); }
+
+#undef SPANPROF_DETAIL_NEW_BODY
+#undef SPANPROF_DETAIL_DELETE_BODY
+#undef SPANPROF_DETAIL_SIZED_DELETE_BODY
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_ALLOCATION_HOOKS_HPP_
