@@ -38,3 +38,14 @@ if(NOT TARGET spanprof::tcmalloc)
       "-Wl,--push-state,--no-as-needed" "${SPANPROF_TCMALLOC_LIBRARY}" "-Wl,--pop-state")
   endif()
 endif()
+
+# spanprof::curl: libcurl for the Pyroscope and OTLP uploaders. Optional; with it,
+# SPANPROF_WITH_CURL=1 turns those uploaders (and their environment variables) on.
+if(SPANPROF_WITH_CURL AND NOT TARGET spanprof::curl)
+  find_package(CURL QUIET)
+  if(CURL_FOUND)
+    add_library(spanprof::curl INTERFACE IMPORTED)
+    set_property(TARGET spanprof::curl PROPERTY INTERFACE_LINK_LIBRARIES CURL::libcurl)
+    set_property(TARGET spanprof::curl PROPERTY INTERFACE_COMPILE_DEFINITIONS SPANPROF_WITH_CURL=1)
+  endif()
+endif()

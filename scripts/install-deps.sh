@@ -5,11 +5,13 @@ set -euo pipefail
 
 packages=(
   g++ cmake ninja-build meson pkg-config python3 binutils
-  libgoogle-perftools-dev  # libprofiler: the unwinder and the classic engine
+  libgoogle-perftools-dev  # libprofiler (unwinder, classic engine), libtcmalloc (heap profiles)
   zlib1g-dev               # gzip for pprof files
+  libcurl4-openssl-dev     # the Pyroscope and OTLP uploaders
   catch2                   # the test framework (2.13 on Debian 12; v3 also works)
   golang-go                # `go tool pprof`, which the tests use to read profiles
   libbenchmark-dev         # bench/
+  protobuf-compiler        # `protoc --decode_raw`, which the tests use to read OTLP requests
 )
 
 missing=()

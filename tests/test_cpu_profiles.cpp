@@ -253,7 +253,10 @@ TEST_CASE("the sampling engine and gperftools' own profiler run side by side") {
   ::unlink(classic_path);
   const auto* p = collector.profile_for(sampled.span_id);
   REQUIRE(p != nullptr);
-  CHECK(share_on_stack(p->decoded, "hot_gamma") >= 0.95);
+  CHECK(spanprof_test::sample_count(p->decoded) >= 20);  // ~40 expected at 200 Hz
+  // Some samples land while gperftools' own SIGPROF handler runs on this thread
+  // (its stack then starts in the handler); on a loaded machine up to ~10% did.
+  CHECK(share_on_stack(p->decoded, "hot_gamma") >= 0.8);
 }
 
 TEST_CASE("an unwritable output directory is reported and the host carries on") {

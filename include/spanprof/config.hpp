@@ -15,6 +15,13 @@
 #define SPANPROF_ENABLED 1
 #endif
 
+// Built with libcurl (the build system defines it when it links libcurl): the
+// Pyroscope and OTLP uploaders exist, and options_from_environment() configures
+// them from PYROSCOPE_* and OTEL_EXPORTER_OTLP_* variables.
+#ifndef SPANPROF_WITH_CURL
+#define SPANPROF_WITH_CURL 0
+#endif
+
 // Singletons live in inline functions; with default visibility they stay one
 // per process even when several shared libraries include spanprof.
 #if defined(__GNUC__)

@@ -10,6 +10,10 @@
 #include <spanprof/symbolizer.hpp>
 #include <spanprof/tail_policy.hpp>
 #include <spanprof/uploader.hpp>
+#include <spanprof/file_uploader.hpp>
+#if SPANPROF_WITH_CURL
+#include <spanprof/environment_uploaders.hpp>
+#endif
 
 #include <chrono>
 #include <cstddef>
@@ -214,6 +218,21 @@ inline Options options_from_environment(Options options = {}) noexcept {
       }
     }
   }
+#if SPANPROF_WITH_CURL
+  // Backends named in the environment join the configured uploaders. An explicit
+  // SPANPROF_OUTPUT_DIR keeps the file uploader too (it is the default only when
+  // nothing else is configured).
+  try {
+    auto remote = uploaders_from_environment();
+    if (!remote.empty()) {
+      const char* dir = std::getenv(FileUploader::directory_env);
+      if (options.uploaders.empty() && dir && *dir) options.uploaders.push_back(std::make_shared<FileUploader>());
+      for (auto& uploader : remote) options.uploaders.push_back(std::move(uploader));
+    }
+  } catch (...) {
+    report_error(ErrorCode::internal, "out of memory configuring uploaders from the environment");
+  }
+#endif
   return options;
 }
 

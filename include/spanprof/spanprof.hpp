@@ -29,6 +29,11 @@
 #include <spanprof/stats.hpp>
 #include <spanprof/symbolizer.hpp>
 #include <spanprof/uploader.hpp>
+#if SPANPROF_WITH_CURL
+#include <spanprof/environment_uploaders.hpp>
+#include <spanprof/otlp_uploader.hpp>
+#include <spanprof/pyroscope_uploader.hpp>
+#endif
 #endif
 
 #endif  // SPANPROF_SPANPROF_HPP_

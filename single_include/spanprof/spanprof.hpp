@@ -34,6 +34,13 @@
 #define SPANPROF_ENABLED 1
 #endif
 
+// Built with libcurl (the build system defines it when it links libcurl): the
+// Pyroscope and OTLP uploaders exist, and options_from_environment() configures
+// them from PYROSCOPE_* and OTEL_EXPORTER_OTLP_* variables.
+#ifndef SPANPROF_WITH_CURL
+#define SPANPROF_WITH_CURL 0
+#endif
+
 // Singletons live in inline functions; with default visibility they stay one
 // per process even when several shared libraries include spanprof.
 #if defined(__GNUC__)
@@ -3598,6 +3605,2313 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_UPLOADER_HPP_
 // ---- end spanprof/uploader.hpp ----
+// ---- begin spanprof/file_uploader.hpp ----
+// Writes each profile as <dir>/<span_id>-<start unix ns>-<kind>.pb.gz.
+//
+// A profile appears whole or not at all: it is written to a hidden temporary file
+// and renamed into place, so a reader (a sidecar shipping the directory, a person
+// running `go tool pprof`) never sees half a file. Files are 0600: profiles carry
+// function names and ids that are nobody else's business.
+#ifndef SPANPROF_FILE_UPLOADER_HPP_
+#define SPANPROF_FILE_UPLOADER_HPP_
+
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+SPANPROF_NAMESPACE_BEGIN
+
+class FileUploader final : public BasicUploader<std::mutex> {
+ public:
+  static constexpr const char* directory_env = "SPANPROF_OUTPUT_DIR";
+  static constexpr const char* default_directory = "./profiles";
+
+  // An empty directory means: $SPANPROF_OUTPUT_DIR, else ./profiles.
+  explicit FileUploader(std::string directory = {}) : directory_(std::move(directory)) {
+    if (directory_.empty()) {
+      const char* env = std::getenv(directory_env);
+      directory_ = (env && *env) ? env : default_directory;
+    }
+    while (directory_.size() > 1 && directory_.back() == '/') directory_.pop_back();
+  }
+
+  const std::string& directory() const noexcept { return directory_; }
+  std::string_view name() const noexcept override { return "file"; }
+
+  // The name a profile is written under, relative to directory().
+  static std::string file_name_for(const EncodedProfile& profile) {
+    return profile.span.span_id.to_hex() + "-" + std::to_string(profile.start_unix_ns) + "-" +
+           std::string(to_string(profile.kind)) + ".pb.gz";
+  }
+
+ protected:
+  UploadResult upload_(const EncodedProfile& profile) override {
+    if (!make_directories(directory_)) return failure("cannot create directory", directory_);
+    const std::string final_path = directory_ + "/" + file_name_for(profile);
+    const std::string temp_path = directory_ + "/." + file_name_for(profile) + ".tmp";
+    const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return failure("cannot create", temp_path);
+    const char* data = profile.pprof_gzip.data();
+    std::size_t left = profile.pprof_gzip.size();
+    while (left > 0) {
+      const ssize_t n = ::write(fd, data, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int saved = errno;
+        ::close(fd);
+        ::unlink(temp_path.c_str());
+        errno = saved;
+        return failure("cannot write", temp_path);
+      }
+      data += n;
+      left -= static_cast<std::size_t>(n);
+    }
+    if (::close(fd) != 0) {
+      const int saved = errno;
+      ::unlink(temp_path.c_str());
+      errno = saved;
+      return failure("cannot write", temp_path);
+    }
+    if (::rename(temp_path.c_str(), final_path.c_str()) != 0) {
+      const int saved = errno;
+      ::unlink(temp_path.c_str());
+      errno = saved;
+      return failure("cannot rename into", final_path);
+    }
+    return UploadResult::ok();
+  }
+
+ private:
+  // A full disk may clear up and a directory may be fixed by an operator: both are
+  // worth retrying; nothing here is permanent.
+  static UploadResult failure(const char* what, const std::string& path) {
+    return UploadResult::retryable(std::string(what) + " " + path + ": " + std::strerror(errno));
+  }
+
+  static bool make_directories(const std::string& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0) {
+      if (S_ISDIR(st.st_mode)) return true;
+      errno = ENOTDIR;
+      return false;
+    }
+    for (std::size_t pos = 1; pos <= path.size(); ++pos) {
+      if (pos != path.size() && path[pos] != '/') continue;
+      const std::string prefix = path.substr(0, pos);
+      if (::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) return false;
+    }
+    return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  }
+
+  std::string directory_;
+};
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_FILE_UPLOADER_HPP_
+// ---- end spanprof/file_uploader.hpp ----
+#if SPANPROF_WITH_CURL
+// ---- begin spanprof/environment_uploaders.hpp ----
+// Uploaders an operator configures with the environment variables the ecosystem
+// already uses, so a binary can be pointed at a backend without a rebuild:
+//
+//   Pyroscope  PYROSCOPE_SERVER_ADDRESS (turns it on), PYROSCOPE_APPLICATION_NAME,
+//              PYROSCOPE_AUTH_TOKEN, PYROSCOPE_BASIC_AUTH_USER,
+//              PYROSCOPE_BASIC_AUTH_PASSWORD, PYROSCOPE_TENANT_ID
+//   OTLP       OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT
+//              (either turns it on), OTEL_EXPORTER_OTLP_HEADERS,
+//              OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME
+//
+// A malformed value is reported (invalid_configuration) and turns that uploader
+// off; the others still run. options_from_environment() calls this when spanprof
+// is built with libcurl (SPANPROF_WITH_CURL).
+#ifndef SPANPROF_ENVIRONMENT_UPLOADERS_HPP_
+#define SPANPROF_ENVIRONMENT_UPLOADERS_HPP_
+
+// ---- begin spanprof/otlp_uploader.hpp ----
+// Sends each profile to an OpenTelemetry collector as OTLP/HTTP:
+//
+//   POST {endpoint}/v1development/profiles
+//   Content-Type: application/x-protobuf, Content-Encoding: gzip
+//   body: ExportProfilesServiceRequest (otlp_encoder.hpp), its dictionary's link
+//         table holding the span's trace and span ids, every sample linked to it
+//
+// OTLP profiles are a Development signal: the collector needs the feature gate
+// `service.profilesSupport`. Needs libcurl (spanprof::curl / `spanprof-curl`).
+#ifndef SPANPROF_OTLP_UPLOADER_HPP_
+#define SPANPROF_OTLP_UPLOADER_HPP_
+
+// ---- begin spanprof/detail/gzip.hpp ----
+// gzip in memory, via zlib. pprof files are gzip-compressed profile.proto bytes,
+// and OTLP/HTTP bodies may be too. Decompression is bounded because its input can
+// come from a file or a peer we do not trust: a few hundred KiB can inflate to GiB.
+#ifndef SPANPROF_DETAIL_GZIP_HPP_
+#define SPANPROF_DETAIL_GZIP_HPP_
+
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+inline constexpr std::size_t default_gzip_max_output = std::size_t{256} << 20;  // 256 MiB
+
+// Assigning a message can itself run out of memory; the error path must not throw.
+inline void set_error_message(std::string& error, std::string_view message) noexcept {
+  try {
+    error.assign(message.data(), message.size());
+  } catch (...) {
+    error.clear();
+  }
+}
+
+inline void set_zlib_error(std::string& error, std::string_view what, int code, const char* zlib_message) noexcept {
+  try {
+    error.assign(what.data(), what.size());
+    error += " (zlib ";
+    error += std::to_string(code);
+    if (zlib_message != nullptr) {
+      error += ": ";
+      error += zlib_message;
+    }
+    error += ')';
+  } catch (...) {
+    error.clear();
+  }
+}
+
+// zlib counts in uInt; feed larger buffers in slices so 4 GiB+ inputs still work.
+inline constexpr std::size_t zlib_max_slice = std::size_t{1} << 30;
+
+inline bool gzip_compress(std::string_view in, std::string& out, std::string& error) noexcept {
+  out.clear();
+  z_stream stream{};
+  // windowBits 15 + 16: deflate with a gzip header and CRC-32 trailer instead of zlib's.
+  int rc = deflateInit2(&stream, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
+  if (rc != Z_OK) {
+    set_zlib_error(error, "gzip: deflateInit2 failed", rc, stream.msg);
+    return false;
+  }
+  bool ok = false;
+  try {
+    // Small bodies (the common case) compress in one pass; big ones grow in steps
+    // rather than reserving their whole worst case up front.
+    const std::size_t bound = deflateBound(&stream, static_cast<uLong>(std::min(in.size(), zlib_max_slice)));
+    std::size_t chunk = std::clamp<std::size_t>(bound, 4096, std::size_t{16} << 20);
+    const auto* next_in = reinterpret_cast<const Bytef*>(in.data());
+    std::size_t remaining = in.size();
+    for (;;) {
+      const std::size_t slice = std::min(remaining, zlib_max_slice);
+      stream.next_in = const_cast<Bytef*>(next_in);
+      stream.avail_in = static_cast<uInt>(slice);
+      const int flush = (slice == remaining) ? Z_FINISH : Z_NO_FLUSH;
+      do {
+        const std::size_t used = out.size();
+        out.resize(used + chunk);
+        stream.next_out = reinterpret_cast<Bytef*>(&out[used]);
+        stream.avail_out = static_cast<uInt>(chunk);
+        rc = deflate(&stream, flush);
+        out.resize(used + (chunk - stream.avail_out));
+        if (rc == Z_STREAM_ERROR) break;
+      } while (stream.avail_out == 0 || (flush == Z_FINISH && rc != Z_STREAM_END));
+      if (rc == Z_STREAM_ERROR) {
+        set_zlib_error(error, "gzip: deflate failed", rc, stream.msg);
+        break;
+      }
+      next_in += slice;
+      remaining -= slice;
+      if (flush == Z_FINISH) {
+        ok = (rc == Z_STREAM_END);
+        if (!ok) set_zlib_error(error, "gzip: deflate did not finish", rc, stream.msg);
+        break;
+      }
+    }
+  } catch (...) {
+    set_error_message(error, "gzip: out of memory while compressing");
+    ok = false;
+  }
+  deflateEnd(&stream);
+  if (!ok) out.clear();
+  return ok;
+}
+
+// Accepts gzip (and, via windowBits +32 auto-detection, zlib) streams, including
+// concatenated gzip members as gunzip does. Fails — leaving `out` empty — on
+// corrupt or truncated input, trailing garbage, or more than `max_out` bytes.
+inline bool gzip_decompress(std::string_view in, std::string& out, std::string& error,
+                            std::size_t max_out = default_gzip_max_output) noexcept {
+  out.clear();
+  if (in.empty()) {
+    set_error_message(error, "gzip: empty input");
+    return false;
+  }
+  z_stream stream{};
+  int rc = inflateInit2(&stream, 15 + 32);
+  if (rc != Z_OK) {
+    set_zlib_error(error, "gzip: inflateInit2 failed", rc, stream.msg);
+    return false;
+  }
+  bool ok = false;
+  try {
+    // Input not yet handed to zlib. Slices are consecutive, so stream.next_in +
+    // stream.avail_in == next_in always holds.
+    const auto* next_in = reinterpret_cast<const Bytef*>(in.data());
+    std::size_t remaining_in = in.size();
+    // One byte of room beyond the limit: producing it proves the limit was exceeded
+    // without ever holding more than max_out + 1 bytes.
+    const std::size_t capacity_limit = (max_out == SIZE_MAX) ? SIZE_MAX : max_out + 1;
+    std::size_t produced = 0;
+    std::size_t growth = std::max<std::size_t>(std::min<std::size_t>(in.size(), SIZE_MAX / 8) * 4, 64 * 1024);
+    for (;;) {
+      if (stream.avail_in == 0 && remaining_in > 0) {
+        const std::size_t slice = std::min(remaining_in, zlib_max_slice);
+        stream.next_in = const_cast<Bytef*>(next_in);
+        stream.avail_in = static_cast<uInt>(slice);
+        next_in += slice;
+        remaining_in -= slice;
+      }
+      if (produced == out.size()) {
+        const std::size_t room = std::min({growth, capacity_limit - out.size(), zlib_max_slice});
+        out.resize(out.size() + room);
+        growth = std::min(growth * 2, std::size_t{64} << 20);
+      }
+      const std::size_t room = std::min(out.size() - produced, zlib_max_slice);
+      stream.next_out = reinterpret_cast<Bytef*>(&out[produced]);
+      stream.avail_out = static_cast<uInt>(room);
+      rc = inflate(&stream, Z_NO_FLUSH);
+      produced += room - stream.avail_out;
+      if (produced > max_out) {
+        set_error_message(error, "gzip: decompressed size exceeds the limit");
+        break;
+      }
+      if (rc == Z_OK) continue;
+      if (rc == Z_STREAM_END) {
+        const std::size_t unread = stream.avail_in + remaining_in;
+        if (unread == 0) {
+          ok = true;
+          break;
+        }
+        // Another gzip member may follow; anything else is garbage.
+        const Bytef* rest = stream.next_in;
+        if (unread < 2 || rest[0] != 0x1f || rest[1] != 0x8b) {
+          set_error_message(error, "gzip: trailing garbage after the compressed stream");
+          break;
+        }
+        rc = inflateReset(&stream);
+        if (rc != Z_OK) {
+          set_zlib_error(error, "gzip: inflateReset failed", rc, stream.msg);
+          break;
+        }
+        next_in = rest;
+        remaining_in = unread;
+        stream.avail_in = 0;
+        continue;
+      }
+      if (rc == Z_BUF_ERROR) {
+        // No progress was possible. A full output buffer just grows next round;
+        // running out of input before the stream's end means it was cut short.
+        if (stream.avail_out == 0) continue;
+        if (stream.avail_in == 0 && remaining_in == 0) {
+          set_error_message(error, "gzip: truncated input");
+        } else {
+          set_zlib_error(error, "gzip: inflate made no progress", rc, stream.msg);
+        }
+        break;
+      }
+      if (rc == Z_MEM_ERROR) {
+        set_error_message(error, "gzip: out of memory while decompressing");
+      } else {
+        set_zlib_error(error, "gzip: corrupt input", rc, stream.msg);
+      }
+      break;
+    }
+    if (ok) out.resize(produced);
+  } catch (...) {
+    set_error_message(error, "gzip: out of memory while decompressing");
+    ok = false;
+  }
+  inflateEnd(&stream);
+  if (!ok) out.clear();
+  return ok;
+}
+
+}  // namespace detail
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DETAIL_GZIP_HPP_
+// ---- end spanprof/detail/gzip.hpp ----
+// ---- begin spanprof/detail/http_client.hpp ----
+// The HTTP transport under the Pyroscope and OTLP uploaders: one POST at a time
+// over libcurl, on spanprof's background thread. Every failure comes back as data
+// in an HttpResponse — nothing is thrown — and classify() turns it into an
+// UploadResult the worker knows how to retry.
+//
+// Why the curl multi interface for a blocking call: curl_easy_perform only lets a
+// progress callback look at an abort flag about once a second while a server
+// stays silent. Driving the transfer ourselves in short poll slices lets shutdown
+// cut an upload short within tens of milliseconds, and costs nothing else.
+#ifndef SPANPROF_DETAIL_HTTP_CLIENT_HPP_
+#define SPANPROF_DETAIL_HTTP_CLIENT_HPP_
+
+// ---- begin spanprof/http_options.hpp ----
+// How spanprof's HTTP uploaders (Pyroscope, OTLP) reach their backend: timeouts,
+// authentication, extra headers, TLS and proxy. A plain struct so it can be filled
+// from code or from environment variables; nothing here needs libcurl.
+#ifndef SPANPROF_HTTP_OPTIONS_HPP_
+#define SPANPROF_HTTP_OPTIONS_HPP_
+
+
+#include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+
+struct HttpOptions {
+  // Uploads run on spanprof's background thread: a backend that does not answer
+  // delays later profiles (and shutdown), so both limits are short by default.
+  // Zero or less takes libcurl's meaning of 0: 300 s to connect, no overall limit.
+  std::chrono::milliseconds connect_timeout{2000};  // TCP and TLS handshake
+  std::chrono::milliseconds timeout{10000};         // the whole request, connect included
+
+  // Authorization. When both are set the bearer token is sent and the basic
+  // credentials are ignored: a token is the more specific choice (Grafana Cloud
+  // takes either). An "Authorization" entry in `headers` replaces both.
+  std::string basic_auth_user, basic_auth_password;  // "Basic base64(user:password)" when user is set
+  std::string bearer_token;                          // "Bearer <token>" when set
+
+  // Extra headers on every request, e.g. {"X-Scope-OrgID", "tenant"}. Each name is
+  // sent once, with its last value: a name given here replaces a header spanprof
+  // would send itself (Content-Type, Authorization, ...), and an uploader's
+  // per-request headers replace these in turn. A name must be an HTTP token and a
+  // value must not hold CR, LF or NUL: such a request is refused, never sent.
+  std::vector<std::pair<std::string, std::string>> headers;
+
+  // TLS. Turning verification off is for test setups only: it accepts any server.
+  bool verify_tls = true;
+  std::string ca_file;           // CA bundle (PEM) instead of the system's
+  std::string client_cert_file;  // mTLS: client certificate (PEM)
+  std::string client_key_file;   // mTLS: its private key (PEM); empty: inside client_cert_file
+
+  // e.g. "http://proxy:3128". Empty: libcurl's default, which honours the
+  // http_proxy / https_proxy / all_proxy environment variables.
+  std::string proxy;
+  // Hosts reached without the proxy, comma-separated ("*": all of them). Empty:
+  // libcurl's default, the no_proxy environment variable.
+  std::string no_proxy;
+};
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_HTTP_OPTIONS_HPP_
+// ---- end spanprof/http_options.hpp ----
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <ctime>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+struct HttpRequest {
+  std::string url;  // absolute, query included; http:// or https:// only
+  std::vector<std::pair<std::string, std::string>> headers;  // per request, on top of HttpOptions::headers
+  std::string body;              // sent as is; not copied by libcurl
+  std::string content_type;      // e.g. application/x-protobuf; empty: no Content-Type
+  std::string content_encoding;  // e.g. gzip; empty: none
+};
+
+// Three outcomes: a response arrived (status != 0, transport_error false); the
+// network failed (transport_error true: worth retrying); or the request could not
+// be made at all — a malformed URL, an unsupported scheme, an invalid header —
+// (status 0, transport_error false: retrying cannot help).
+struct HttpResponse {
+  long status = 0;               // 0 when no HTTP response arrived
+  bool transport_error = false;  // connect refused, reset, timeout, DNS, TLS, aborted...
+  std::string error;             // curl's error text, or "HTTP 503: <first 200 bytes of body>"; empty on 2xx
+  std::string body;              // the first 64 KiB at most
+  std::chrono::milliseconds retry_after{-1};  // from a Retry-After header (seconds or HTTP-date), else -1
+  bool reused_connection = false;  // sent over a kept-alive connection (no new connect)
+};
+
+inline constexpr std::size_t http_response_body_limit = std::size_t{64} << 10;
+inline constexpr std::size_t http_error_excerpt_limit = 200;
+// How long the transfer loop sleeps before looking at the abort flag again.
+inline constexpr int http_abort_poll_ms = 50;
+
+// curl_global_init is not thread-safe before libcurl 7.84, and curl_easy_init
+// calls it implicitly when nobody did: run it once, before any handle exists.
+// Never paired with curl_global_cleanup — the host (or another library) may use
+// libcurl too, and cleanup at exit races threads still running.
+SPANPROF_API inline CURLcode http_curl_global_init() noexcept {
+  static std::once_flag once;
+  static CURLcode result = CURLE_FAILED_INIT;
+  try {
+    std::call_once(once, [] { result = curl_global_init(CURL_GLOBAL_DEFAULT); });
+  } catch (...) {
+    return CURLE_FAILED_INIT;
+  }
+  return result;
+}
+
+// An error path must not throw; assigning a message can run out of memory.
+inline void http_set_text(std::string& out, std::string_view text) noexcept {
+  try {
+    out.assign(text.data(), text.size());
+  } catch (...) {
+    out.clear();
+  }
+}
+
+inline char http_lower(char c) noexcept { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+inline bool http_iequals(std::string_view a, std::string_view b) noexcept {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (http_lower(a[i]) != http_lower(b[i])) return false;
+  return true;
+}
+
+inline std::string_view http_trim(std::string_view s) noexcept {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n'))
+    s.remove_suffix(1);
+  return s;
+}
+
+// RFC 9110 token: what a header name may be. Anything else could smuggle a second
+// header or end the head early.
+inline bool http_header_name_valid(std::string_view name) noexcept {
+  if (name.empty()) return false;
+  for (const char c : name) {
+    const bool alnum = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+    if (!alnum && (c == '\0' || std::strchr("!#$%&'*+-.^_`|~", c) == nullptr)) return false;
+  }
+  return true;
+}
+
+inline bool http_header_value_valid(std::string_view value) noexcept {
+  return value.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos;
+}
+
+inline void http_append_base64(std::string_view in, std::string& out) {
+  static constexpr char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::size_t i = 0;
+  for (; i + 3 <= in.size(); i += 3) {
+    const std::uint32_t n = (std::uint32_t{static_cast<unsigned char>(in[i])} << 16) |
+                            (std::uint32_t{static_cast<unsigned char>(in[i + 1])} << 8) |
+                            std::uint32_t{static_cast<unsigned char>(in[i + 2])};
+    out += alphabet[(n >> 18) & 63];
+    out += alphabet[(n >> 12) & 63];
+    out += alphabet[(n >> 6) & 63];
+    out += alphabet[n & 63];
+  }
+  const std::size_t left = in.size() - i;
+  if (left == 0) return;
+  std::uint32_t n = std::uint32_t{static_cast<unsigned char>(in[i])} << 16;
+  if (left == 2) n |= std::uint32_t{static_cast<unsigned char>(in[i + 1])} << 8;
+  out += alphabet[(n >> 18) & 63];
+  out += alphabet[(n >> 12) & 63];
+  out += left == 2 ? alphabet[(n >> 6) & 63] : '=';
+  out += '=';
+}
+
+// Percent-encodes everything but RFC 3986's unreserved characters, so the result
+// is safe in any URL component (a query value, a path segment).
+inline std::string url_encode(std::string_view in) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(in.size() + in.size() / 2);
+  for (const char c : in) {
+    const auto u = static_cast<unsigned char>(c);
+    const bool unreserved = (u >= '0' && u <= '9') || (u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z') ||
+                            u == '-' || u == '.' || u == '_' || u == '~';
+    if (unreserved) {
+      out += c;
+    } else {
+      out += '%';
+      out += hex[u >> 4];
+      out += hex[u & 15];
+    }
+  }
+  return out;
+}
+
+// Retry-After (RFC 9110 §10.2.3): delay-seconds or an HTTP-date, relative to
+// `now`. A date in the past means "now" (0); anything unparsable gives -1.
+inline std::chrono::milliseconds http_parse_retry_after(std::string_view value, std::time_t now) noexcept {
+  value = http_trim(value);
+  if (value.empty()) return std::chrono::milliseconds(-1);
+  if (value.find_first_not_of("0123456789") == std::string_view::npos) {
+    // Capped only so the arithmetic cannot overflow; the uploader applies its own limit.
+    constexpr std::int64_t max_seconds = 999'999'999;
+    std::int64_t seconds = 0;
+    for (const char c : value) {
+      seconds = seconds * 10 + (c - '0');
+      if (seconds > max_seconds) {
+        seconds = max_seconds;
+        break;
+      }
+    }
+    return std::chrono::milliseconds(seconds * 1000);
+  }
+  char date[64];  // the longest HTTP-date form (RFC 850) is 41 characters
+  if (value.size() >= sizeof date) return std::chrono::milliseconds(-1);
+  std::memcpy(date, value.data(), value.size());
+  date[value.size()] = '\0';
+  const std::time_t when = curl_getdate(date, nullptr);
+  if (when == static_cast<std::time_t>(-1)) return std::chrono::milliseconds(-1);
+  return std::chrono::milliseconds(when > now ? static_cast<std::int64_t>(when - now) * 1000 : 0);
+}
+
+// Up to http_error_excerpt_limit bytes of a response body for an error message:
+// a body can be anything, and the message may end up on one line of a log.
+inline void http_append_excerpt(std::string_view body, std::string& out) {
+  const std::size_t start = out.size();
+  for (const char c : body.substr(0, http_error_excerpt_limit)) {
+    const auto u = static_cast<unsigned char>(c);
+    out += (u < 0x20 || u == 0x7f) ? ' ' : c;
+  }
+  while (out.size() > start && out.back() == ' ') out.pop_back();
+}
+
+struct HttpHeaderListDeleter {
+  void operator()(curl_slist* list) const noexcept { curl_slist_free_all(list); }
+};
+using HttpHeaderList = std::unique_ptr<curl_slist, HttpHeaderListDeleter>;
+
+class HttpClient {
+ public:
+  explicit HttpClient(HttpOptions options) noexcept : options_(std::move(options)) {}
+  ~HttpClient() {
+    // Easy handle first: it is never left attached, and the multi handle owns the
+    // connection cache that its cleanup closes.
+    if (easy_ != nullptr) curl_easy_cleanup(easy_);
+    if (multi_ != nullptr) curl_multi_cleanup(multi_);
+  }
+  HttpClient(const HttpClient&) = delete;
+  HttpClient& operator=(const HttpClient&) = delete;
+
+  // Blocking, on the caller's (background) thread; concurrent calls take turns.
+  // `abort` (may be null) is checked every http_abort_poll_ms, so shutdown can cut
+  // a transfer short: the result is then a transport_error with error "aborted".
+  HttpResponse post(const HttpRequest& request, const std::atomic<bool>* abort = nullptr) noexcept {
+    HttpResponse response;
+    try {
+      std::lock_guard<std::mutex> lock(mutex_);
+      perform(request, abort, response);
+    } catch (const std::exception& e) {
+      fail(response, true, e.what());
+    } catch (...) {
+      fail(response, true, "unknown exception");
+    }
+    return response;
+  }
+
+  const HttpOptions& options() const noexcept { return options_; }
+
+ private:
+  // What the callbacks fill in while a transfer runs.
+  struct Transfer {
+    HttpResponse* response = nullptr;
+  };
+
+  // Keeps the easy handle attached to the multi handle for one transfer only, so
+  // every exit path leaves it free for curl_easy_reset.
+  struct Attachment {
+    CURLM* multi;
+    CURL* easy;
+    ~Attachment() { curl_multi_remove_handle(multi, easy); }
+  };
+
+  static void fail(HttpResponse& response, bool transport, std::string_view message) noexcept {
+    response.transport_error = transport;
+    http_set_text(response.error, message);
+  }
+
+  static std::size_t on_body(char* data, std::size_t size, std::size_t count, void* user) noexcept {
+    const std::size_t n = size * count;
+    auto& body = static_cast<Transfer*>(user)->response->body;
+    try {
+      if (body.size() < http_response_body_limit)
+        body.append(data, std::min(n, http_response_body_limit - body.size()));
+    } catch (...) {
+    }
+    // The rest is read and dropped rather than refused: refusing would fail the
+    // transfer and close a connection that is fine to reuse.
+    return n;
+  }
+
+  static std::size_t on_header(char* data, std::size_t size, std::size_t count, void* user) noexcept {
+    const std::size_t n = size * count;
+    auto& response = *static_cast<Transfer*>(user)->response;
+    const std::string_view line(data, n);
+    if (line.rfind("HTTP/", 0) == 0) {
+      // A new response head (after a 100 Continue, say): forget the previous one's.
+      response.retry_after = std::chrono::milliseconds(-1);
+      return n;
+    }
+    const std::size_t colon = line.find(':');
+    if (colon != std::string_view::npos && http_iequals(http_trim(line.substr(0, colon)), "Retry-After"))
+      response.retry_after = http_parse_retry_after(line.substr(colon + 1), std::time(nullptr));
+    return n;
+  }
+
+  // Every header once, with its last value: built-ins, then HttpOptions::headers,
+  // then the request's. No list, and `invalid` set, when a header must not be sent.
+  HttpHeaderList build_headers(const HttpRequest& request, std::string& invalid) const {
+    struct Field {
+      std::string_view name;
+      std::string value;
+    };
+    std::vector<Field> fields;
+    const auto set = [&fields](std::string_view name, std::string value) {
+      for (auto& field : fields) {
+        if (http_iequals(field.name, name)) {
+          field.value = std::move(value);
+          return;
+        }
+      }
+      fields.push_back({name, std::move(value)});
+    };
+    if (!request.content_type.empty()) set("Content-Type", request.content_type);
+    if (!request.content_encoding.empty()) set("Content-Encoding", request.content_encoding);
+    if (!options_.bearer_token.empty()) {
+      set("Authorization", "Bearer " + options_.bearer_token);
+    } else if (!options_.basic_auth_user.empty()) {
+      std::string value = "Basic ";
+      http_append_base64(options_.basic_auth_user + ':' + options_.basic_auth_password, value);
+      set("Authorization", std::move(value));
+    }
+    for (const auto* list : {&options_.headers, &request.headers})
+      for (const auto& header : *list) set(header.first, header.second);
+
+    HttpHeaderList headers;
+    const auto append = [&headers](const std::string& line) {
+      curl_slist* head = curl_slist_append(headers.get(), line.c_str());
+      if (head == nullptr) throw std::bad_alloc();
+      (void)headers.release();  // the same list, now one longer (or new when it was empty)
+      headers.reset(head);
+    };
+    bool has_expect = false, has_content_type = false;
+    for (const auto& field : fields) {
+      if (!http_header_name_valid(field.name) || !http_header_value_valid(field.value)) {
+        invalid = "invalid HTTP header \"" + std::string(field.name.substr(0, 64)) + '"';
+        return nullptr;
+      }
+      has_expect = has_expect || http_iequals(field.name, "Expect");
+      has_content_type = has_content_type || http_iequals(field.name, "Content-Type");
+      // "Name:" with nothing after it tells libcurl to drop the header; "Name;" sends it empty.
+      append(std::string(field.name) + (field.value.empty() ? ";" : ": " + field.value));
+    }
+    // libcurl asks larger bodies to wait for "100 Continue": one more round trip
+    // on every upload, for servers that would refuse a body we send anyway.
+    if (!has_expect) append("Expect:");
+    // Otherwise libcurl labels a POST body application/x-www-form-urlencoded.
+    if (!has_content_type) append("Content-Type:");
+    return headers;
+  }
+
+  // Every option, every time: curl_easy_reset keeps the connection and DNS caches
+  // but no option of the previous request (its body and header list are gone).
+  CURLcode configure(const HttpRequest& request, curl_slist* headers, Transfer& transfer, const char*& failed) {
+    CURLcode rc = CURLE_OK;
+    const auto check = [&rc, &failed](CURLcode code, const char* option) {
+      if (rc == CURLE_OK && code != CURLE_OK) {
+        rc = code;
+        failed = option;
+      }
+    };
+    const auto millis = [](std::chrono::milliseconds d) {
+      return static_cast<long>(std::clamp<std::int64_t>(d.count(), 0, LONG_MAX));
+    };
+    check(curl_easy_setopt(easy_, CURLOPT_ERRORBUFFER, error_buffer_), "CURLOPT_ERRORBUFFER");
+    check(curl_easy_setopt(easy_, CURLOPT_URL, request.url.c_str()), "CURLOPT_URL");
+    // An endpoint from configuration must not turn into file:// or something stranger.
+#if LIBCURL_VERSION_NUM >= 0x075500
+    check(curl_easy_setopt(easy_, CURLOPT_PROTOCOLS_STR, "http,https"), "CURLOPT_PROTOCOLS_STR");
+#else
+    check(curl_easy_setopt(easy_, CURLOPT_PROTOCOLS, static_cast<long>(CURLPROTO_HTTP | CURLPROTO_HTTPS)),
+          "CURLOPT_PROTOCOLS");
+#endif
+    // Signals are not for libcurl to take in a multi-threaded host (its DNS
+    // timeout would use SIGALRM); the threaded resolver needs none.
+    check(curl_easy_setopt(easy_, CURLOPT_NOSIGNAL, 1L), "CURLOPT_NOSIGNAL");
+    check(curl_easy_setopt(easy_, CURLOPT_POST, 1L), "CURLOPT_POST");
+    check(curl_easy_setopt(easy_, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size())),
+          "CURLOPT_POSTFIELDSIZE_LARGE");
+    // Borrowed, not copied: profiles can be megabytes, and `request` outlives the transfer.
+    check(curl_easy_setopt(easy_, CURLOPT_POSTFIELDS, request.body.data()), "CURLOPT_POSTFIELDS");
+    check(curl_easy_setopt(easy_, CURLOPT_HTTPHEADER, headers), "CURLOPT_HTTPHEADER");
+    check(curl_easy_setopt(easy_, CURLOPT_USERAGENT, "spanprof/" SPANPROF_VERSION_STRING), "CURLOPT_USERAGENT");
+    check(curl_easy_setopt(easy_, CURLOPT_CONNECTTIMEOUT_MS, millis(options_.connect_timeout)),
+          "CURLOPT_CONNECTTIMEOUT_MS");
+    check(curl_easy_setopt(easy_, CURLOPT_TIMEOUT_MS, millis(options_.timeout)), "CURLOPT_TIMEOUT_MS");
+    using Callback = std::size_t (*)(char*, std::size_t, std::size_t, void*);
+    check(curl_easy_setopt(easy_, CURLOPT_WRITEFUNCTION, static_cast<Callback>(&on_body)), "CURLOPT_WRITEFUNCTION");
+    check(curl_easy_setopt(easy_, CURLOPT_WRITEDATA, &transfer), "CURLOPT_WRITEDATA");
+    check(curl_easy_setopt(easy_, CURLOPT_HEADERFUNCTION, static_cast<Callback>(&on_header)),
+          "CURLOPT_HEADERFUNCTION");
+    check(curl_easy_setopt(easy_, CURLOPT_HEADERDATA, &transfer), "CURLOPT_HEADERDATA");
+    check(curl_easy_setopt(easy_, CURLOPT_SSL_VERIFYPEER, options_.verify_tls ? 1L : 0L), "CURLOPT_SSL_VERIFYPEER");
+    check(curl_easy_setopt(easy_, CURLOPT_SSL_VERIFYHOST, options_.verify_tls ? 2L : 0L), "CURLOPT_SSL_VERIFYHOST");
+    if (!options_.ca_file.empty())
+      check(curl_easy_setopt(easy_, CURLOPT_CAINFO, options_.ca_file.c_str()), "CURLOPT_CAINFO");
+    if (!options_.client_cert_file.empty())
+      check(curl_easy_setopt(easy_, CURLOPT_SSLCERT, options_.client_cert_file.c_str()), "CURLOPT_SSLCERT");
+    if (!options_.client_key_file.empty())
+      check(curl_easy_setopt(easy_, CURLOPT_SSLKEY, options_.client_key_file.c_str()), "CURLOPT_SSLKEY");
+    if (!options_.proxy.empty())
+      check(curl_easy_setopt(easy_, CURLOPT_PROXY, options_.proxy.c_str()), "CURLOPT_PROXY");
+    if (!options_.no_proxy.empty())
+      check(curl_easy_setopt(easy_, CURLOPT_NOPROXY, options_.no_proxy.c_str()), "CURLOPT_NOPROXY");
+    return rc;
+  }
+
+  // Failures of the request itself rather than of the network: the same request
+  // would fail the same way forever.
+  static bool is_request_error(CURLcode code) noexcept {
+    switch (code) {
+      case CURLE_UNSUPPORTED_PROTOCOL:
+      case CURLE_URL_MALFORMAT:
+      case CURLE_NOT_BUILT_IN:
+      case CURLE_BAD_FUNCTION_ARGUMENT:
+      case CURLE_UNKNOWN_OPTION:
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  // curl's own detail when it has some, under its generic text unless the detail
+  // already says it.
+  std::string curl_error(CURLcode code) const {
+    const std::string_view generic = curl_easy_strerror(code);
+    const std::string_view detail(error_buffer_, ::strnlen(error_buffer_, sizeof error_buffer_));
+    const std::string_view trimmed = http_trim(detail);
+    if (trimmed.empty()) return std::string(generic);
+    if (trimmed.find(generic) != std::string_view::npos) return std::string(trimmed);
+    return std::string(generic) + ": " + std::string(trimmed);
+  }
+
+  // Drives one transfer in short slices. True when it ran to an end (`result`
+  // says how); false when aborted or when the multi interface itself failed.
+  bool run(const std::atomic<bool>* abort, CURLcode& result, std::string& failure) {
+    CURLMcode mc = curl_multi_add_handle(multi_, easy_);
+    if (mc != CURLM_OK) {
+      failure = std::string("curl_multi_add_handle: ") + curl_multi_strerror(mc);
+      return false;
+    }
+    const Attachment attachment{multi_, easy_};
+    for (;;) {
+      int running = 0;
+      mc = curl_multi_perform(multi_, &running);
+      if (mc != CURLM_OK) {
+        failure = std::string("curl_multi_perform: ") + curl_multi_strerror(mc);
+        return false;
+      }
+      int queued = 0;
+      while (const CURLMsg* message = curl_multi_info_read(multi_, &queued)) {
+        if (message->msg == CURLMSG_DONE && message->easy_handle == easy_) {
+          result = message->data.result;
+          return true;
+        }
+      }
+      if (running == 0) {
+        failure = "the transfer ended without a result";
+        return false;
+      }
+      if (abort != nullptr && abort->load(std::memory_order_acquire)) {
+        // Removing the unfinished transfer makes libcurl close its connection.
+        failure = "aborted";
+        return false;
+      }
+#if LIBCURL_VERSION_NUM >= 0x074200
+      mc = curl_multi_poll(multi_, nullptr, 0, http_abort_poll_ms, nullptr);
+#else
+      // curl_multi_wait returns at once when libcurl has no socket to offer yet.
+      int ready = 0;
+      mc = curl_multi_wait(multi_, nullptr, 0, http_abort_poll_ms, &ready);
+      if (mc == CURLM_OK && ready == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+#endif
+      if (mc != CURLM_OK) {
+        failure = std::string("curl_multi_poll: ") + curl_multi_strerror(mc);
+        return false;
+      }
+    }
+  }
+
+  void perform(const HttpRequest& request, const std::atomic<bool>* abort, HttpResponse& response) {
+    if (abort != nullptr && abort->load(std::memory_order_acquire)) return fail(response, true, "aborted");
+    const CURLcode init = http_curl_global_init();
+    if (init != CURLE_OK) return fail(response, true, std::string("curl_global_init: ") + curl_easy_strerror(init));
+    // Created on first use (on the worker thread) and kept: the multi handle holds
+    // the connection cache that keep-alive reuses. A failed creation is retried
+    // by the next post.
+    if (easy_ == nullptr) easy_ = curl_easy_init();
+    if (multi_ == nullptr) multi_ = curl_multi_init();
+    if (easy_ == nullptr || multi_ == nullptr) return fail(response, true, "cannot create a libcurl handle");
+
+    std::string invalid;
+    const HttpHeaderList headers = build_headers(request, invalid);
+    if (!invalid.empty()) return fail(response, false, invalid);
+
+    curl_easy_reset(easy_);
+    error_buffer_[0] = '\0';
+    Transfer transfer{&response};
+    const char* failed_option = "";
+    const CURLcode configured = configure(request, headers.get(), transfer, failed_option);
+    if (configured != CURLE_OK) {
+      return fail(response, configured == CURLE_OUT_OF_MEMORY,
+                  std::string(failed_option) + ": " + curl_easy_strerror(configured));
+    }
+
+    CURLcode result = CURLE_OK;
+    std::string failure;
+    const bool finished = run(abort, result, failure);
+    // Neither the borrowed body nor the header list may outlive this call.
+    curl_easy_setopt(easy_, CURLOPT_POSTFIELDS, static_cast<const char*>(nullptr));
+    curl_easy_setopt(easy_, CURLOPT_HTTPHEADER, static_cast<curl_slist*>(nullptr));
+    if (!finished) return fail(response, true, failure);
+
+    long status = 0;
+    if (curl_easy_getinfo(easy_, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK) response.status = status;
+    if (result != CURLE_OK) return fail(response, !is_request_error(result), curl_error(result));
+    long connects = 0;
+    response.reused_connection =
+        curl_easy_getinfo(easy_, CURLINFO_NUM_CONNECTS, &connects) == CURLE_OK && connects == 0;
+    if (response.status < 200 || response.status > 299) {
+      std::string message = "HTTP " + std::to_string(response.status);
+      if (!response.body.empty()) {
+        message += ": ";
+        http_append_excerpt(response.body, message);
+      }
+      response.error = std::move(message);
+    }
+  }
+
+  const HttpOptions options_;
+  std::mutex mutex_;  // one transfer at a time on the handles below
+  CURL* easy_ = nullptr;
+  CURLM* multi_ = nullptr;
+  char error_buffer_[CURL_ERROR_SIZE] = {};
+};
+
+// 2xx: ok. Transport errors, 408, 429 and 5xx: retryable. Anything else — another
+// 4xx, a redirect (not followed), a request that could not be made — permanent.
+// `what` prefixes the message, e.g. "pyroscope".
+inline UploadResult classify(const HttpResponse& response, std::string_view what) noexcept {
+  using Status = UploadResult::Status;
+  const long code = response.status;
+  Status status = Status::permanent_failure;
+  if (response.transport_error || code == 408 || code == 429 || (code >= 500 && code <= 599)) {
+    status = Status::retryable_failure;
+  } else if (code >= 200 && code <= 299) {
+    return UploadResult::ok();
+  }
+  UploadResult result{status, {}};
+  try {
+    std::string& message = result.message;
+    if (!what.empty()) {
+      message.assign(what.data(), what.size());
+      message += ": ";
+    }
+    if (!response.error.empty()) {
+      message += response.error;
+    } else {
+      message += code != 0 ? "HTTP " + std::to_string(code) : std::string("request failed");
+    }
+    if (response.retry_after.count() >= 0)
+      message += " (Retry-After " + std::to_string(response.retry_after.count() / 1000) + " s)";
+  } catch (...) {
+  }
+  return result;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DETAIL_HTTP_CLIENT_HPP_
+// ---- end spanprof/detail/http_client.hpp ----
+// ---- begin spanprof/otlp_encoder.hpp ----
+// Profile -> OTLP profiles: the body an OTLP/HTTP exporter POSTs to
+// /v1development/profiles as application/x-protobuf (the uploader gzips it).
+//
+// Schema: open-telemetry/opentelemetry-proto v1.11.0, read at commit
+// ac2c4b5d1f3a6079de62f9afec860158ecc8af09 (v1.11.0-16, whose profiles,
+// collector/profiles, common and resource protos are identical to v1.11.0's).
+// The profiles signal is Alpha and its shapes changed between releases (sample
+// types, attribute tables, stacks), so the field constants below are for exactly
+// that version; re-read the protos before bumping it.
+//
+// How a pprof-shaped Profile maps onto that schema:
+//  - one OTLP Profile per pprof sample type, since an OTLP Profile has exactly
+//    one sample_type; all of them share the request's ProfilesDictionary. The
+//    pprof default sample type goes first because viewers show profiles[0].
+//  - a pprof sample becomes one Sample per Profile, with values = {its value for
+//    that type}, its stack interned in stack_table, its labels as
+//    KeyValueAndUnit entries in attribute_table, and link_index naming the span.
+//  - link_table = {zero link, span link}: the trace <-> profile join that OTLP
+//    receivers use instead of pprof's trace_id/span_id labels (which stay as
+//    attributes for Pyroscope-style matching).
+//  - mappings, locations and functions are copied only when a sample reaches
+//    them (dictionaries SHOULD NOT hold orphans); pprof's 1-based ids become
+//    table indices, entry 0 being the zero value the schema requires.
+#ifndef SPANPROF_OTLP_ENCODER_HPP_
+#define SPANPROF_OTLP_ENCODER_HPP_
+
+// ---- begin spanprof/detail/profile_builder.hpp ----
+// Turns a RawProfile (bare program counters) into a symbolized Profile: one
+// Location per distinct address, one Function per distinct name, one Mapping per
+// loaded segment, and the span's labels on every sample.
+#ifndef SPANPROF_DETAIL_PROFILE_BUILDER_HPP_
+#define SPANPROF_DETAIL_PROFILE_BUILDER_HPP_
+
+
+#include <string>
+#include <unordered_map>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// Names of the labels every sample carries; Pyroscope and Grafana match on them.
+inline constexpr const char* trace_id_label = "trace_id";
+inline constexpr const char* span_id_label = "span_id";
+inline constexpr const char* span_name_label = "span_name";
+inline constexpr const char* profile_reason_label = "profile_reason";
+
+inline Label string_label(std::string key, std::string value) {
+  Label label;
+  label.key = std::move(key);
+  label.str = std::move(value);
+  return label;
+}
+
+inline std::vector<Label> span_labels(const RawProfile& raw) {
+  std::vector<Label> labels;
+  labels.push_back(string_label(trace_id_label, raw.span.trace_id.to_hex()));
+  labels.push_back(string_label(span_id_label, raw.span.span_id.to_hex()));
+  if (!raw.span_name.empty()) labels.push_back(string_label(span_name_label, raw.span_name));
+  labels.push_back(string_label(profile_reason_label, std::string(to_string(raw.reason))));
+  return labels;
+}
+
+class ProfileBuilder {
+ public:
+  explicit ProfileBuilder(Symbolizer& symbolizer) noexcept : symbolizer_(symbolizer) {}
+
+  Profile build(const RawProfile& raw, const std::vector<std::string>& comments) {
+    Profile profile;
+    if (raw.kind == ProfileKind::cpu) {
+      profile.sample_types = {{"samples", "count"}, {"cpu", "nanoseconds"}};
+      profile.period_type = {"cpu", "nanoseconds"};
+      profile.default_sample_type = "cpu";
+      profile.period = raw.period_ns;
+    } else {
+      // The names and order Go's heap profiles use, which pprof, Pyroscope and
+      // Grafana recognise. A span's question is "what did it allocate", so that is
+      // the default view.
+      profile.sample_types = {
+          {"alloc_objects", "count"}, {"alloc_space", "bytes"}, {"inuse_objects", "count"}, {"inuse_space", "bytes"}};
+      profile.period_type = {"space", "bytes"};
+      profile.default_sample_type = "alloc_space";
+      profile.period = raw.heap_interval_bytes;
+    }
+    profile.time_nanos = raw.start_unix_ns;
+    profile.duration_nanos = raw.duration_ns;
+    profile.comments = comments;
+
+    const std::vector<Label> labels = span_labels(raw);
+    profile.samples.reserve(raw.samples.size());
+    for (const RawSample& raw_sample : raw.samples) {
+      Sample sample;
+      sample.values = raw_sample.values;
+      sample.labels = labels;
+      sample.location_ids.reserve(raw_sample.frames.size());
+      for (std::size_t i = 0; i < raw_sample.frames.size(); ++i) {
+        // Callers' frames hold return addresses, which may already belong to the
+        // next function (a call as a function's last instruction): look up the
+        // call instruction instead, as pprof and debuggers do.
+        const std::uintptr_t pc = raw_sample.frames[i];
+        const bool exact = i == 0 && raw.kind == ProfileKind::cpu;  // heap frames are all return addresses
+        const std::uintptr_t address = (exact || pc == 0) ? pc : pc - 1;
+        sample.location_ids.push_back(location_for(address, profile));
+      }
+      profile.samples.push_back(std::move(sample));
+    }
+    locations_.clear();
+    functions_.clear();
+    mappings_.clear();
+    return profile;
+  }
+
+ private:
+  std::uint64_t location_for(std::uintptr_t address, Profile& profile) {
+    if (auto it = locations_.find(address); it != locations_.end()) return it->second;
+    const ResolvedFrame frame = symbolizer_.resolve(address);
+    Location location;
+    location.id = profile.locations.size() + 1;
+    location.address = address;
+    if (frame.module) location.mapping_id = mapping_for(*frame.module, profile);
+    if (!frame.function.empty() || !frame.system_name.empty()) {
+      location.function_id = function_for(frame, profile);
+      if (location.mapping_id != 0) profile.mappings[location.mapping_id - 1].has_functions = true;
+    }
+    profile.locations.push_back(location);
+    locations_.emplace(address, location.id);
+    return location.id;
+  }
+
+  std::uint64_t mapping_for(const Module& module, Profile& profile) {
+    if (auto it = mappings_.find(&module); it != mappings_.end()) return it->second;
+    Mapping mapping;
+    mapping.id = profile.mappings.size() + 1;
+    mapping.memory_start = module.start;
+    mapping.memory_limit = module.limit;
+    mapping.file_offset = module.file_offset;
+    mapping.filename = module.path;
+    mapping.build_id = module.build_id;
+    profile.mappings.push_back(mapping);
+    mappings_.emplace(&module, mapping.id);
+    return mapping.id;
+  }
+
+  std::uint64_t function_for(const ResolvedFrame& frame, Profile& profile) {
+    std::string name(frame.function.empty() ? frame.system_name : frame.function);
+    if (auto it = functions_.find(name); it != functions_.end()) return it->second;
+    Function function;
+    function.id = profile.functions.size() + 1;
+    function.name = name;
+    function.system_name = std::string(frame.system_name.empty() ? frame.function : frame.system_name);
+    profile.functions.push_back(function);
+    functions_.emplace(std::move(name), function.id);
+    return function.id;
+  }
+
+  Symbolizer& symbolizer_;
+  std::unordered_map<std::uintptr_t, std::uint64_t> locations_;
+  std::unordered_map<std::string, std::uint64_t> functions_;
+  std::unordered_map<const Module*, std::uint64_t> mappings_;
+};
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DETAIL_PROFILE_BUILDER_HPP_
+// ---- end spanprof/detail/profile_builder.hpp ----
+// ---- begin spanprof/detail/protobuf_writer.hpp ----
+// A minimal protocol-buffers wire-format writer, shared by the pprof and OTLP
+// encoders. It knows wire types, not schemas: callers pick field numbers and
+// decide which zero values to omit (proto3 leaves them out; proto2 may not).
+#ifndef SPANPROF_DETAIL_PROTOBUF_WRITER_HPP_
+#define SPANPROF_DETAIL_PROTOBUF_WRITER_HPP_
+
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+enum class WireType : std::uint8_t {
+  varint = 0,
+  fixed64 = 1,
+  length_delimited = 2,
+  fixed32 = 5,
+};
+
+// The largest varint is 10 bytes (a 64-bit value, 7 bits per byte).
+inline constexpr std::size_t max_varint_size = 10;
+
+inline std::size_t encode_varint(std::uint64_t value, char* buffer) noexcept {
+  std::size_t size = 0;
+  while (value >= 0x80) {
+    buffer[size++] = static_cast<char>(static_cast<std::uint8_t>(value) | 0x80);
+    value >>= 7;
+  }
+  buffer[size++] = static_cast<char>(value);
+  return size;
+}
+
+constexpr std::size_t varint_size(std::uint64_t value) noexcept {
+  std::size_t size = 1;
+  while (value >= 0x80) {
+    value >>= 7;
+    ++size;
+  }
+  return size;
+}
+
+constexpr std::uint64_t zigzag_encode(std::int64_t value) noexcept {
+  return (static_cast<std::uint64_t>(value) << 1) ^ static_cast<std::uint64_t>(-(static_cast<std::uint64_t>(value) >> 63));
+}
+
+// Appends to a caller-owned string so a whole message tree shares one buffer.
+// Methods may throw std::bad_alloc; noexcept wrappers live at the API boundary.
+class ProtobufWriter {
+ public:
+  explicit ProtobufWriter(std::string& out) noexcept : out_(&out) {}
+
+  std::string& buffer() noexcept { return *out_; }
+
+  void varint(std::uint64_t value) {
+    char bytes[max_varint_size];
+    out_->append(bytes, encode_varint(value, bytes));
+  }
+
+  void tag(std::uint32_t field, WireType type) {
+    varint((static_cast<std::uint64_t>(field) << 3) | static_cast<std::uint64_t>(type));
+  }
+
+  // ---- scalar fields, always written (the caller decides about zero) ----------
+
+  void uint64_field(std::uint32_t field, std::uint64_t value) {
+    tag(field, WireType::varint);
+    varint(value);
+  }
+
+  // int32/int64 use plain two's complement varints: a negative value costs 10 bytes.
+  void int64_field(std::uint32_t field, std::int64_t value) {
+    uint64_field(field, static_cast<std::uint64_t>(value));
+  }
+
+  void sint64_field(std::uint32_t field, std::int64_t value) { uint64_field(field, zigzag_encode(value)); }
+
+  void bool_field(std::uint32_t field, bool value) { uint64_field(field, value ? 1 : 0); }
+
+  void fixed64_field(std::uint32_t field, std::uint64_t value) {
+    tag(field, WireType::fixed64);
+    append_little_endian(value, 8);
+  }
+
+  void fixed32_field(std::uint32_t field, std::uint32_t value) {
+    tag(field, WireType::fixed32);
+    append_little_endian(value, 4);
+  }
+
+  void double_field(std::uint32_t field, double value) {
+    std::uint64_t bits;
+    static_assert(sizeof bits == sizeof value, "IEEE-754 double expected");
+    std::memcpy(&bits, &value, sizeof bits);
+    fixed64_field(field, bits);
+  }
+
+  // strings, bytes and pre-encoded messages
+  void bytes_field(std::uint32_t field, std::string_view bytes) {
+    tag(field, WireType::length_delimited);
+    varint(bytes.size());
+    out_->append(bytes.data(), bytes.size());
+  }
+
+  // ---- proto3 helpers: a zero/empty value is the default and is left out ------
+
+  void uint64_field_if_nonzero(std::uint32_t field, std::uint64_t value) {
+    if (value != 0) uint64_field(field, value);
+  }
+  void int64_field_if_nonzero(std::uint32_t field, std::int64_t value) {
+    if (value != 0) int64_field(field, value);
+  }
+  void bool_field_if_true(std::uint32_t field, bool value) {
+    if (value) bool_field(field, true);
+  }
+  void bytes_field_if_nonempty(std::uint32_t field, std::string_view bytes) {
+    if (!bytes.empty()) bytes_field(field, bytes);
+  }
+
+  // ---- packed repeated fields (proto3's default for repeated scalars) --------
+
+  template <typename Range>
+  void packed_uint64_field(std::uint32_t field, const Range& values) {
+    std::size_t payload = 0;
+    for (const auto value : values) payload += varint_size(static_cast<std::uint64_t>(value));
+    if (payload == 0) return;  // an empty packed field is simply absent
+    tag(field, WireType::length_delimited);
+    varint(payload);
+    out_->reserve(out_->size() + payload);
+    for (const auto value : values) varint(static_cast<std::uint64_t>(value));
+  }
+
+  // int64 elements share uint64's encoding; the alias keeps call sites honest.
+  template <typename Range>
+  void packed_int64_field(std::uint32_t field, const Range& values) {
+    packed_uint64_field(field, values);
+  }
+
+  template <typename Range>
+  void packed_fixed64_field(std::uint32_t field, const Range& values) {
+    std::size_t count = 0;
+    for (const auto& value : values) {
+      (void)value;
+      ++count;
+    }
+    if (count == 0) return;
+    tag(field, WireType::length_delimited);
+    varint(count * 8);
+    for (const auto value : values) append_little_endian(static_cast<std::uint64_t>(value), 8);
+  }
+
+  template <typename Range>
+  void packed_double_field(std::uint32_t field, const Range& values) {
+    std::size_t count = 0;
+    for (const auto& value : values) {
+      (void)value;
+      ++count;
+    }
+    if (count == 0) return;
+    tag(field, WireType::length_delimited);
+    varint(count * 8);
+    for (const double value : values) {
+      std::uint64_t bits;
+      std::memcpy(&bits, &value, sizeof bits);
+      append_little_endian(bits, 8);
+    }
+  }
+
+  // ---- nested messages, written in place -------------------------------------
+  //
+  // The length prefix is unknown until the body is done, so the body is written
+  // first and the minimal varint is inserted in front of it afterwards. That moves
+  // only the nested body, never the enclosing message, and keeps varints canonical
+  // (some decoders reject padded lengths).
+
+  struct NestedMark {
+    std::size_t body_start;
+  };
+
+  NestedMark begin_nested(std::uint32_t field) {
+    tag(field, WireType::length_delimited);
+    return NestedMark{out_->size()};
+  }
+
+  void end_nested(NestedMark mark) {
+    const std::size_t length = out_->size() - mark.body_start;
+    char prefix[max_varint_size];
+    const std::size_t prefix_size = encode_varint(length, prefix);
+    out_->insert(mark.body_start, prefix, prefix_size);
+  }
+
+  // Writes field `field` as a message whose body `write_body(ProtobufWriter&)` fills.
+  template <typename WriteBody>
+  void message_field(std::uint32_t field, WriteBody&& write_body) {
+    const NestedMark mark = begin_nested(field);
+    write_body(*this);
+    end_nested(mark);
+  }
+
+ private:
+  void append_little_endian(std::uint64_t value, int bytes) {
+    char buffer[8];
+    for (int i = 0; i < bytes; ++i) buffer[i] = static_cast<char>(static_cast<std::uint8_t>(value >> (8 * i)));
+    out_->append(buffer, static_cast<std::size_t>(bytes));
+  }
+
+  std::string* out_;
+};
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DETAIL_PROTOBUF_WRITER_HPP_
+// ---- end spanprof/detail/protobuf_writer.hpp ----
+// ---- begin spanprof/pprof_encoder.hpp ----
+// Profile -> pprof. Writes google/pprof's proto/profile.proto (proto3) so the
+// output opens in `go tool pprof`, Grafana Pyroscope, Parca and friends.
+#ifndef SPANPROF_PPROF_ENCODER_HPP_
+#define SPANPROF_PPROF_ENCODER_HPP_
+
+
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+
+namespace detail {
+
+// Field numbers from profile.proto. Keeping them named makes a mismatch with the
+// schema visible in review instead of hiding behind a bare integer.
+namespace pprof_field {
+namespace profile {
+inline constexpr std::uint32_t sample_type = 1, sample = 2, mapping = 3, location = 4, function = 5,
+                               string_table = 6, drop_frames = 7, keep_frames = 8, time_nanos = 9,
+                               duration_nanos = 10, period_type = 11, period = 12, comment = 13,
+                               default_sample_type = 14;
+}
+namespace value_type {
+inline constexpr std::uint32_t type = 1, unit = 2;
+}
+namespace sample {
+inline constexpr std::uint32_t location_id = 1, value = 2, label = 3;
+}
+namespace label {
+inline constexpr std::uint32_t key = 1, str = 2, num = 3, num_unit = 4;
+}
+namespace mapping {
+inline constexpr std::uint32_t id = 1, memory_start = 2, memory_limit = 3, file_offset = 4, filename = 5,
+                               build_id = 6, has_functions = 7, has_filenames = 8, has_line_numbers = 9,
+                               has_inline_frames = 10;
+}
+namespace location {
+inline constexpr std::uint32_t id = 1, mapping_id = 2, address = 3, line = 4, is_folded = 5;
+}
+namespace line {
+inline constexpr std::uint32_t function_id = 1, line = 2, column = 3;
+}
+namespace function {
+inline constexpr std::uint32_t id = 1, name = 2, system_name = 3, filename = 4, start_line = 5;
+}
+}  // namespace pprof_field
+
+// pprof refers to every string by its index in one table whose entry 0 must be "".
+// Profiles repeat the same label keys, span ids and file names on every sample, so
+// deduplication is most of the size win. Entries view the Profile's own strings,
+// which outlive the encoding.
+class PprofStringTable {
+ public:
+  PprofStringTable() {
+    entries_.emplace_back();
+    index_.emplace(std::string_view{}, 0);
+  }
+
+  std::int64_t intern(std::string_view text) {
+    const auto [it, inserted] = index_.emplace(text, static_cast<std::int64_t>(entries_.size()));
+    if (inserted) entries_.push_back(text);
+    return it->second;
+  }
+
+  const std::vector<std::string_view>& entries() const noexcept { return entries_; }
+
+ private:
+  std::vector<std::string_view> entries_;
+  std::unordered_map<std::string_view, std::int64_t> index_;
+};
+
+inline void write_pprof_value_type(ProtobufWriter& writer, std::uint32_t field, const ValueType& value_type,
+                                   PprofStringTable& strings) {
+  namespace f = pprof_field::value_type;
+  writer.message_field(field, [&](ProtobufWriter& body) {
+    body.int64_field_if_nonzero(f::type, strings.intern(value_type.type));
+    body.int64_field_if_nonzero(f::unit, strings.intern(value_type.unit));
+  });
+}
+
+inline void write_pprof_label(ProtobufWriter& writer, const Label& label, PprofStringTable& strings) {
+  namespace f = pprof_field::label;
+  writer.message_field(pprof_field::sample::label, [&](ProtobufWriter& body) {
+    body.int64_field_if_nonzero(f::key, strings.intern(label.key));
+    if (!label.str.empty() || !label.is_num) {
+      body.int64_field_if_nonzero(f::str, strings.intern(label.str));
+    } else {
+      body.int64_field_if_nonzero(f::num, label.num);
+      body.int64_field_if_nonzero(f::num_unit, strings.intern(label.num_unit));
+    }
+  });
+}
+
+inline void write_pprof_sample(ProtobufWriter& writer, const Sample& sample, PprofStringTable& strings) {
+  namespace f = pprof_field::sample;
+  writer.message_field(pprof_field::profile::sample, [&](ProtobufWriter& body) {
+    body.packed_uint64_field(f::location_id, sample.location_ids);
+    body.packed_int64_field(f::value, sample.values);
+    for (const Label& label : sample.labels) write_pprof_label(body, label, strings);
+  });
+}
+
+inline void write_pprof_mapping(ProtobufWriter& writer, const Mapping& mapping, PprofStringTable& strings) {
+  namespace f = pprof_field::mapping;
+  writer.message_field(pprof_field::profile::mapping, [&](ProtobufWriter& body) {
+    body.uint64_field_if_nonzero(f::id, mapping.id);
+    body.uint64_field_if_nonzero(f::memory_start, mapping.memory_start);
+    body.uint64_field_if_nonzero(f::memory_limit, mapping.memory_limit);
+    body.uint64_field_if_nonzero(f::file_offset, mapping.file_offset);
+    body.int64_field_if_nonzero(f::filename, strings.intern(mapping.filename));
+    body.int64_field_if_nonzero(f::build_id, strings.intern(mapping.build_id));
+    body.bool_field_if_true(f::has_functions, mapping.has_functions);
+  });
+}
+
+inline void write_pprof_location(ProtobufWriter& writer, const Location& location) {
+  namespace f = pprof_field::location;
+  writer.message_field(pprof_field::profile::location, [&](ProtobufWriter& body) {
+    body.uint64_field_if_nonzero(f::id, location.id);
+    body.uint64_field_if_nonzero(f::mapping_id, location.mapping_id);
+    body.uint64_field_if_nonzero(f::address, location.address);
+    // An unsymbolized location has no Line at all; pprof then shows its address.
+    if (location.function_id != 0) {
+      body.message_field(f::line, [&](ProtobufWriter& line) {
+        line.uint64_field(pprof_field::line::function_id, location.function_id);
+      });
+    }
+  });
+}
+
+inline void write_pprof_function(ProtobufWriter& writer, const Function& function, PprofStringTable& strings) {
+  namespace f = pprof_field::function;
+  writer.message_field(pprof_field::profile::function, [&](ProtobufWriter& body) {
+    body.uint64_field_if_nonzero(f::id, function.id);
+    body.int64_field_if_nonzero(f::name, strings.intern(function.name));
+    body.int64_field_if_nonzero(f::system_name, strings.intern(function.system_name));
+    body.int64_field_if_nonzero(f::filename, strings.intern(function.filename));
+  });
+}
+
+}  // namespace detail
+
+// The uncompressed profile.proto bytes. May throw std::bad_alloc; use
+// encode_pprof_gzip at API boundaries.
+inline std::string encode_pprof(const Profile& profile) {
+  namespace f = detail::pprof_field::profile;
+  std::string out;
+  detail::ProtobufWriter writer(out);
+  detail::PprofStringTable strings;
+
+  for (const ValueType& type : profile.sample_types) {
+    detail::write_pprof_value_type(writer, f::sample_type, type, strings);
+  }
+  for (const Sample& sample : profile.samples) detail::write_pprof_sample(writer, sample, strings);
+  for (const Mapping& mapping : profile.mappings) detail::write_pprof_mapping(writer, mapping, strings);
+  for (const Location& location : profile.locations) detail::write_pprof_location(writer, location);
+  for (const Function& function : profile.functions) detail::write_pprof_function(writer, function, strings);
+
+  // Fields after the string table refer to it too; intern their strings first so
+  // the table is complete when it is written.
+  const std::int64_t period_type_index = strings.intern(profile.period_type.type);
+  const std::int64_t period_unit_index = strings.intern(profile.period_type.unit);
+  std::vector<std::int64_t> comment_indices;
+  comment_indices.reserve(profile.comments.size());
+  for (const std::string& comment : profile.comments) comment_indices.push_back(strings.intern(comment));
+  const std::int64_t default_sample_type_index = strings.intern(profile.default_sample_type);
+
+  // Every entry is written, the empty one at index 0 included: a repeated string
+  // keeps its position even when it is the default value.
+  for (const std::string_view entry : strings.entries()) writer.bytes_field(f::string_table, entry);
+
+  writer.int64_field_if_nonzero(f::time_nanos, profile.time_nanos);
+  writer.int64_field_if_nonzero(f::duration_nanos, profile.duration_nanos);
+  if (period_type_index != 0 || period_unit_index != 0) {
+    writer.message_field(f::period_type, [&](detail::ProtobufWriter& body) {
+      body.int64_field_if_nonzero(detail::pprof_field::value_type::type, period_type_index);
+      body.int64_field_if_nonzero(detail::pprof_field::value_type::unit, period_unit_index);
+    });
+  }
+  writer.int64_field_if_nonzero(f::period, profile.period);
+  writer.packed_int64_field(f::comment, comment_indices);
+  writer.int64_field_if_nonzero(f::default_sample_type, default_sample_type_index);
+  return out;
+}
+
+// The body of a .pb.gz file. Never throws; on failure `out` is empty and `error`
+// says why (the caller decides whether to report it as encoding_failed).
+inline bool encode_pprof_gzip(const Profile& profile, std::string& out, std::string& error) noexcept {
+  out.clear();
+  try {
+    const std::string raw = encode_pprof(profile);
+    return detail::gzip_compress(raw, out, error);
+  } catch (const std::exception& e) {
+    detail::set_error_message(error, "pprof: encoding failed: ");
+    try {
+      error += e.what();
+    } catch (...) {
+    }
+  } catch (...) {
+    detail::set_error_message(error, "pprof: encoding failed");
+  }
+  out.clear();
+  return false;
+}
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_PPROF_ENCODER_HPP_
+// ---- end spanprof/pprof_encoder.hpp ----
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+
+inline constexpr std::string_view otlp_profiles_http_path = "/v1development/profiles";
+inline constexpr std::string_view otlp_profiles_content_type = "application/x-protobuf";
+
+// Resource attributes (service.name, deployment.environment.name, ...), sent as
+// string values. Keys must be unique, as the Resource message requires.
+struct OtlpResource {
+  std::vector<std::pair<std::string, std::string>> attributes;
+};
+
+// What the encoder needs from the span; the views must outlive the call.
+// `kind` is carried for callers (routing, logging): the profile's sample types
+// already say what was measured.
+struct OtlpSpanIdentity {
+  SpanContext span;
+  std::string_view span_name;
+  ProfileKind kind = ProfileKind::cpu;
+  std::int64_t start_unix_ns = 0;  // 0: use Profile::time_nanos
+  std::int64_t duration_ns = 0;    // 0: use Profile::duration_nanos
+  std::string_view reason;         // "sampled", "slow", ...
+};
+
+inline OtlpSpanIdentity otlp_span_identity(const RawProfile& raw) noexcept {
+  return OtlpSpanIdentity{raw.span, raw.span_name, raw.kind, raw.start_unix_ns, raw.duration_ns, to_string(raw.reason)};
+}
+
+namespace detail {
+
+// Field numbers of opentelemetry-proto v1.11.0, named so a schema bump is a
+// reviewable diff rather than a hunt for integers.
+namespace otlp_field {
+// collector.profiles.v1development.ExportProfilesServiceRequest
+namespace request { inline constexpr std::uint32_t resource_profiles = 1, dictionary = 2; }
+namespace resource_profiles { inline constexpr std::uint32_t resource = 1, scope_profiles = 2, schema_url = 3; }
+namespace resource { inline constexpr std::uint32_t attributes = 1, dropped_attributes_count = 2; }  // resource.v1
+namespace key_value { inline constexpr std::uint32_t key = 1, value = 2, key_strindex = 3; }  // common.v1
+namespace any_value {  // common.v1.AnyValue, a oneof
+inline constexpr std::uint32_t string_value = 1, bool_value = 2, int_value = 3, double_value = 4, bytes_value = 7,
+                               string_value_strindex = 8;
+}
+namespace scope_profiles { inline constexpr std::uint32_t scope = 1, profiles = 2, schema_url = 3; }
+namespace scope { inline constexpr std::uint32_t name = 1, version = 2, attributes = 3; }  // InstrumentationScope
+namespace profile {
+inline constexpr std::uint32_t sample_type = 1, samples = 2, time_unix_nano = 3, duration_nano = 4, period_type = 5,
+                               period = 6, profile_id = 7, dropped_attributes_count = 8, original_payload_format = 9,
+                               original_payload = 10, attribute_indices = 11;
+}
+namespace value_type { inline constexpr std::uint32_t type_strindex = 1, unit_strindex = 2; }
+namespace sample {
+inline constexpr std::uint32_t stack_index = 1, attribute_indices = 2, link_index = 3, values = 4,
+                               timestamps_unix_nano = 5;
+}
+namespace dictionary {
+inline constexpr std::uint32_t mapping_table = 1, location_table = 2, function_table = 3, link_table = 4,
+                               string_table = 5, attribute_table = 6, stack_table = 7;
+}
+namespace mapping {
+inline constexpr std::uint32_t memory_start = 1, memory_limit = 2, file_offset = 3, filename_strindex = 4,
+                               attribute_indices = 5;
+}
+namespace location { inline constexpr std::uint32_t mapping_index = 1, address = 2, lines = 3, attribute_indices = 4; }
+namespace line { inline constexpr std::uint32_t function_index = 1, line = 2, column = 3; }
+namespace function {
+inline constexpr std::uint32_t name_strindex = 1, system_name_strindex = 2, filename_strindex = 3, start_line = 4;
+}
+namespace link { inline constexpr std::uint32_t trace_id = 1, span_id = 2; }
+namespace key_value_and_unit { inline constexpr std::uint32_t key_strindex = 1, value = 2, unit_strindex = 3; }
+namespace stack { inline constexpr std::uint32_t location_indices = 1; }
+}  // namespace otlp_field
+
+// Semantic-convention keys: the GNU build id has no Mapping field of its own, and
+// profile.frame.type tells receivers how to symbolize (every spanprof frame is native).
+inline constexpr std::string_view otlp_build_id_key = "process.executable.build_id.gnu";
+inline constexpr std::string_view otlp_frame_type_key = "profile.frame.type";
+
+// Input that does not hold together (dangling ids, wrong value counts, repeated keys).
+struct OtlpInvalidInput : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+// Interns everything one request refers to, then writes it. Every index is
+// assigned before anything is written, because the dictionary (which follows
+// resource_profiles on the wire) must hold every string any message refers to.
+class OtlpRequestBuilder {
+ public:
+  OtlpRequestBuilder(const Profile& profile, const OtlpSpanIdentity& identity)
+      : profile_(profile), identity_(identity) {
+    index_ids(profile.mappings, mappings_by_id_, "mapping");
+    index_ids(profile.functions, functions_by_id_, "function");
+    index_ids(profile.locations, locations_by_id_, "location");
+    stack_rows_.push_back(&stacks_.emplace(std::vector<std::int64_t>{}, 0).first->first);
+
+    for (const ValueType& type : profile.sample_types) sample_types_.push_back(value_type(type));
+    period_type_ = value_type(profile.period_type);
+    for (std::size_t i = 0; i < profile.sample_types.size(); ++i) {
+      if (profile.sample_types[i].type == profile.default_sample_type) default_type_ = i;
+    }
+    // The span's facts again at Profile level, for receivers that group by
+    // Profile; they reuse the samples' attribute entries, so cost a few bytes.
+    for (const auto& [key, value] : {std::pair{span_name_label, identity.span_name},
+                                     std::pair{profile_reason_label, identity.reason}}) {
+      if (!value.empty() && !profile.sample_types.empty()) profile_attributes_.push_back(string_attribute(key, value));
+    }
+    for (std::size_t i = 0; i < profile.samples.size(); ++i) add_sample(i);
+
+    // Indices are int32 on the wire.
+    if (std::max({strings_.entries().size(), attribute_rows_.size(), stack_rows_.size(), location_rows_.size(),
+                  function_rows_.size(), mapping_rows_.size()}) > std::size_t{INT32_MAX}) {
+      throw OtlpInvalidInput("a dictionary table outgrows its int32 indices");
+    }
+  }
+
+  void write(ProtobufWriter& out, const OtlpResource& resource) const {
+    namespace f = otlp_field;
+    out.message_field(f::request::resource_profiles, [&](ProtobufWriter& rp) {
+      if (!resource.attributes.empty()) {
+        rp.message_field(f::resource_profiles::resource, [&](ProtobufWriter& body) {
+          // Not a structured binding: C++17 lambdas cannot capture one (clang refuses).
+          for (const auto& attribute : resource.attributes) {
+            body.message_field(f::resource::attributes, [&](ProtobufWriter& kv) {
+              kv.bytes_field(f::key_value::key, attribute.first);
+              kv.message_field(f::key_value::value, [&](ProtobufWriter& any) {
+                any.bytes_field(f::any_value::string_value, attribute.second);
+              });
+            });
+          }
+        });
+      }
+      rp.message_field(f::resource_profiles::scope_profiles, [&](ProtobufWriter& sp) {
+        sp.message_field(f::scope_profiles::scope, [](ProtobufWriter& scope) {
+          scope.bytes_field(f::scope::name, "spanprof");
+          scope.bytes_field(f::scope::version, SPANPROF_VERSION_STRING);
+        });
+        // The pprof default sample type first (viewers show profiles[0]), then the rest in pprof order.
+        for (std::size_t n = 0; n < sample_types_.size(); ++n) {
+          const std::size_t type = n == 0 ? default_type_ : (n <= default_type_ ? n - 1 : n);
+          sp.message_field(f::scope_profiles::profiles, [&](ProtobufWriter& body) { write_profile(body, type); });
+        }
+      });
+    });
+    out.message_field(f::request::dictionary, [&](ProtobufWriter& body) { write_dictionary(body); });
+  }
+
+ private:
+  template <typename T>
+  struct ById { const T* item; std::int64_t index; };  // index: 0 until a sample reaches it
+  using TypeRow = std::pair<std::int64_t, std::int64_t>;  // type, unit
+  struct MappingRow { std::uint64_t start, limit, offset; std::int64_t filename, build_id; };
+  struct FunctionRow { std::int64_t name, system_name, filename; };
+  struct LocationRow { std::int64_t mapping; std::uint64_t address; std::int64_t function, frame_type; };
+  struct AttributeRow { std::int64_t key; bool is_int; std::string_view str; std::int64_t num, unit; };
+  struct SampleRow {
+    std::int64_t stack, link;
+    std::vector<std::int64_t> attributes;
+    const std::vector<std::int64_t>* values;
+  };
+
+  template <typename T>
+  static void index_ids(const std::vector<T>& items, std::unordered_map<std::uint64_t, ById<T>>& by_id,
+                        const char* what) {
+    for (const T& item : items) {
+      if (item.id == 0) throw OtlpInvalidInput(std::string(what) + " with id 0 (ids start at 1)");
+      if (!by_id.emplace(item.id, ById<T>{&item, 0}).second) {
+        throw OtlpInvalidInput(std::string("two ") + what + "s share id " + std::to_string(item.id));
+      }
+    }
+  }
+
+  // Looks a pprof id up and gives its dictionary index, copying the entry into
+  // the table on first use so entries no sample reaches never get there.
+  template <typename T, typename Row, typename MakeRow>
+  static std::int64_t reach(std::unordered_map<std::uint64_t, ById<T>>& by_id, std::vector<Row>& rows,
+                            std::uint64_t id, const char* what, const char* referrer, std::uint64_t referrer_id,
+                            MakeRow make_row) {
+    const auto it = by_id.find(id);
+    if (it == by_id.end()) {
+      throw OtlpInvalidInput(std::string(referrer) + std::to_string(referrer_id) + " references " + what +
+                             " id " + std::to_string(id) + ", which the profile does not define");
+    }
+    if (it->second.index == 0) {
+      const Row row = make_row(*it->second.item);  // may reach other tables first
+      it->second.index = static_cast<std::int64_t>(rows.size());
+      rows.push_back(row);
+    }
+    return it->second.index;
+  }
+
+  TypeRow value_type(const ValueType& type) { return {strings_.intern(type.type), strings_.intern(type.unit)}; }
+
+  std::int64_t attribute(const AttributeRow& row) {
+    const auto key = std::make_tuple(row.key, row.is_int, row.str, row.num, row.unit);
+    const auto [it, inserted] = attribute_index_.emplace(key, static_cast<std::int64_t>(attribute_rows_.size()));
+    if (inserted) attribute_rows_.push_back(row);
+    return it->second;
+  }
+
+  std::int64_t string_attribute(std::string_view key, std::string_view value) {
+    return attribute(AttributeRow{strings_.intern(key), false, value, 0, 0});
+  }
+
+  std::int64_t location(std::uint64_t id, std::size_t sample) {
+    return reach(locations_by_id_, location_rows_, id, "location", "sample index ", sample, [&](const Location& loc) {
+      // Every spanprof frame is machine code; the attribute is shared by all locations.
+      if (frame_type_ == 0) frame_type_ = string_attribute(otlp_frame_type_key, "native");
+      LocationRow row{0, loc.address, 0, frame_type_};
+      if (loc.mapping_id != 0) {
+        row.mapping = reach(mappings_by_id_, mapping_rows_, loc.mapping_id, "mapping", "location id ", loc.id,
+                            [&](const Mapping& m) {
+                              const std::int64_t build_id =
+                                  m.build_id.empty() ? 0 : string_attribute(otlp_build_id_key, m.build_id);
+                              return MappingRow{m.memory_start, m.memory_limit, m.file_offset,
+                                                strings_.intern(m.filename), build_id};
+                            });
+      }
+      if (loc.function_id != 0) {
+        row.function = reach(functions_by_id_, function_rows_, loc.function_id, "function", "location id ", loc.id,
+                             [&](const Function& fn) {
+                               return FunctionRow{strings_.intern(fn.name), strings_.intern(fn.system_name),
+                                                  strings_.intern(fn.filename)};
+                             });
+      }
+      return row;
+    });
+  }
+
+  void add_sample(std::size_t i) {
+    const Sample& sample = profile_.samples[i];
+    if (sample.values.size() != profile_.sample_types.size()) {
+      throw OtlpInvalidInput("sample index " + std::to_string(i) + " has " + std::to_string(sample.values.size()) +
+                             " values for " + std::to_string(profile_.sample_types.size()) + " sample types");
+    }
+    std::vector<std::int64_t> locations;
+    locations.reserve(sample.location_ids.size());
+    for (const std::uint64_t id : sample.location_ids) locations.push_back(location(id, i));
+    const auto [it, inserted] = stacks_.emplace(std::move(locations), static_cast<std::int64_t>(stack_rows_.size()));
+    if (inserted) stack_rows_.push_back(&it->first);
+
+    // A span without ids would only repeat the zero link: such samples get 0, "no link".
+    const bool linked = identity_.span.trace_id.valid() || identity_.span.span_id.valid();
+    has_span_link_ = has_span_link_ || linked;
+    SampleRow row{it->second, linked ? 1 : 0, {}, &sample.values};
+
+    // attribute_indices MUST keep keys unique; pprof allows repeats, so the first wins.
+    std::vector<std::int64_t> keys;
+    for (const Label& label : sample.labels) {
+      const std::int64_t key = strings_.intern(label.key);
+      if (std::find(keys.begin(), keys.end(), key) != keys.end()) continue;
+      keys.push_back(key);
+      // pprof's rule: a label with a string is a string label, whatever is_num says.
+      row.attributes.push_back(label.is_num && label.str.empty()
+                                   ? attribute(AttributeRow{key, true, {}, label.num, strings_.intern(label.num_unit)})
+                                   : attribute(AttributeRow{key, false, label.str, 0, 0}));
+    }
+    samples_.push_back(std::move(row));
+  }
+
+  static void write_value_type(ProtobufWriter& out, std::uint32_t field, TypeRow type) {
+    out.message_field(field, [&](ProtobufWriter& body) {
+      body.int64_field_if_nonzero(otlp_field::value_type::type_strindex, type.first);
+      body.int64_field_if_nonzero(otlp_field::value_type::unit_strindex, type.second);
+    });
+  }
+
+  void write_profile(ProtobufWriter& out, std::size_t type) const {
+    namespace f = otlp_field::profile;
+    namespace s = otlp_field::sample;
+    write_value_type(out, f::sample_type, sample_types_[type]);
+    for (const SampleRow& row : samples_) {
+      out.message_field(f::samples, [&](ProtobufWriter& body) {
+        body.int64_field_if_nonzero(s::stack_index, row.stack);
+        body.packed_int64_field(s::attribute_indices, row.attributes);
+        body.int64_field_if_nonzero(s::link_index, row.link);
+        // Written even when zero: a Sample needs at least one value or timestamp.
+        const std::int64_t value[1] = {(*row.values)[type]};
+        body.packed_int64_field(s::values, value);
+      });
+    }
+    // The span's clock wins; Profile's is the fallback for callers without one.
+    const std::int64_t start = identity_.start_unix_ns > 0 ? identity_.start_unix_ns : profile_.time_nanos;
+    const std::int64_t duration = identity_.duration_ns > 0 ? identity_.duration_ns : profile_.duration_nanos;
+    if (start > 0) out.fixed64_field(f::time_unix_nano, static_cast<std::uint64_t>(start));
+    if (duration > 0) out.uint64_field(f::duration_nano, static_cast<std::uint64_t>(duration));
+    if (period_type_ != TypeRow{}) write_value_type(out, f::period_type, period_type_);
+    out.int64_field_if_nonzero(f::period, profile_.period);
+    out.packed_int64_field(f::attribute_indices, profile_attributes_);
+  }
+
+  void write_dictionary(ProtobufWriter& out) const {
+    namespace f = otlp_field::dictionary;
+    namespace o = otlp_field;
+    // Every table's row 0 is all defaults, so it encodes as an empty message:
+    // present, as the schema requires, at two bytes.
+    for (const MappingRow& m : mapping_rows_) {
+      out.message_field(f::mapping_table, [&](ProtobufWriter& body) {
+        body.uint64_field_if_nonzero(o::mapping::memory_start, m.start);
+        body.uint64_field_if_nonzero(o::mapping::memory_limit, m.limit);
+        body.uint64_field_if_nonzero(o::mapping::file_offset, m.offset);
+        body.int64_field_if_nonzero(o::mapping::filename_strindex, m.filename);
+        const std::int64_t attributes[1] = {m.build_id};
+        if (m.build_id != 0) body.packed_int64_field(o::mapping::attribute_indices, attributes);
+      });
+    }
+    for (const LocationRow& l : location_rows_) {
+      out.message_field(f::location_table, [&](ProtobufWriter& body) {
+        body.int64_field_if_nonzero(o::location::mapping_index, l.mapping);
+        body.uint64_field_if_nonzero(o::location::address, l.address);
+        // No Line for an unsymbolized frame: receivers then fall back to the address.
+        if (l.function != 0) {
+          body.message_field(o::location::lines,
+                             [&](ProtobufWriter& line) { line.int64_field(o::line::function_index, l.function); });
+        }
+        const std::int64_t attributes[1] = {l.frame_type};
+        if (l.frame_type != 0) body.packed_int64_field(o::location::attribute_indices, attributes);
+      });
+    }
+    for (const FunctionRow& fn : function_rows_) {
+      out.message_field(f::function_table, [&](ProtobufWriter& body) {
+        body.int64_field_if_nonzero(o::function::name_strindex, fn.name);
+        body.int64_field_if_nonzero(o::function::system_name_strindex, fn.system_name);
+        body.int64_field_if_nonzero(o::function::filename_strindex, fn.filename);
+      });
+    }
+    // link_table[0] is the exception: full-length zero ids, which the schema
+    // recommends for codecs that insist on 16- and 8-byte arrays.
+    const SpanContext zero{};
+    for (const SpanContext* link : {&zero, has_span_link_ ? &identity_.span : nullptr}) {
+      if (link == nullptr) continue;
+      out.message_field(f::link_table, [&](ProtobufWriter& body) {
+        const auto& trace = link->trace_id.bytes();
+        const auto& span = link->span_id.bytes();
+        body.bytes_field(o::link::trace_id, {reinterpret_cast<const char*>(trace.data()), trace.size()});
+        body.bytes_field(o::link::span_id, {reinterpret_cast<const char*>(span.data()), span.size()});
+      });
+    }
+    for (const std::string_view entry : strings_.entries()) out.bytes_field(f::string_table, entry);
+    for (std::size_t i = 0; i < attribute_rows_.size(); ++i) {
+      out.message_field(f::attribute_table, [&](ProtobufWriter& body) {
+        if (i == 0) return;  // KeyValueAndUnit{}: not even an empty AnyValue
+        const AttributeRow& a = attribute_rows_[i];
+        body.int64_field_if_nonzero(o::key_value_and_unit::key_strindex, a.key);
+        // string_value rather than string_value_strindex: every receiver reads it,
+        // and this table already holds each distinct value once.
+        body.message_field(o::key_value_and_unit::value, [&](ProtobufWriter& any) {
+          if (a.is_int) {
+            any.int64_field(o::any_value::int_value, a.num);
+          } else {
+            any.bytes_field(o::any_value::string_value, a.str);
+          }
+        });
+        body.int64_field_if_nonzero(o::key_value_and_unit::unit_strindex, a.unit);
+      });
+    }
+    for (const std::vector<std::int64_t>* stack : stack_rows_) {
+      out.message_field(f::stack_table,
+                        [&](ProtobufWriter& body) { body.packed_int64_field(o::stack::location_indices, *stack); });
+    }
+  }
+
+  const Profile& profile_;
+  const OtlpSpanIdentity& identity_;
+  PprofStringTable strings_;  // pprof's rules hold here too: each string once, entry 0 ""
+  std::unordered_map<std::uint64_t, ById<Mapping>> mappings_by_id_;
+  std::unordered_map<std::uint64_t, ById<Function>> functions_by_id_;
+  std::unordered_map<std::uint64_t, ById<Location>> locations_by_id_;
+  std::vector<MappingRow> mapping_rows_{MappingRow{}};
+  std::vector<FunctionRow> function_rows_{FunctionRow{}};
+  std::vector<LocationRow> location_rows_{LocationRow{}};
+  std::vector<AttributeRow> attribute_rows_{AttributeRow{}};
+  std::map<std::tuple<std::int64_t, bool, std::string_view, std::int64_t, std::int64_t>, std::int64_t>
+      attribute_index_;
+  std::map<std::vector<std::int64_t>, std::int64_t> stacks_;
+  std::vector<const std::vector<std::int64_t>*> stack_rows_;  // keys of stacks_, by index
+  std::vector<SampleRow> samples_;
+  std::vector<TypeRow> sample_types_;
+  TypeRow period_type_;
+  std::size_t default_type_ = 0;
+  std::vector<std::int64_t> profile_attributes_;
+  std::int64_t frame_type_ = 0;
+  bool has_span_link_ = false;
+};
+
+}  // namespace detail
+
+// Serializes an ExportProfilesServiceRequest for one span's profile (not
+// compressed). Never throws; on failure `out` is empty and `error` says why.
+inline bool encode_otlp_profiles_request(const Profile& profile, const OtlpSpanIdentity& identity,
+                                         const OtlpResource& resource, std::string& out,
+                                         std::string& error) noexcept {
+  out.clear();
+  try {
+    for (std::size_t i = 0; i < resource.attributes.size(); ++i) {
+      for (std::size_t j = 0; j < i; ++j) {
+        if (resource.attributes[i].first == resource.attributes[j].first) {
+          throw detail::OtlpInvalidInput("resource attribute '" + resource.attributes[i].first + "' appears twice");
+        }
+      }
+    }
+    const detail::OtlpRequestBuilder builder(profile, identity);
+    detail::ProtobufWriter writer(out);
+    builder.write(writer, resource);
+    return true;
+  } catch (const std::exception& e) {
+    const bool invalid = dynamic_cast<const detail::OtlpInvalidInput*>(&e) != nullptr;
+    detail::set_error_message(error, invalid ? "otlp: invalid input: " : "otlp: encoding failed: ");
+    try {
+      error += e.what();
+    } catch (...) {
+    }
+  } catch (...) {
+    detail::set_error_message(error, "otlp: encoding failed");
+  }
+  out.clear();
+  return false;
+}
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_OTLP_ENCODER_HPP_
+// ---- end spanprof/otlp_encoder.hpp ----
+
+#include <string>
+#include <utility>
+
+SPANPROF_NAMESPACE_BEGIN
+
+struct OtlpOptions {
+  // Base URL (OTEL_EXPORTER_OTLP_ENDPOINT), e.g. http://collector:4318; the
+  // signal path /v1development/profiles is appended.
+  std::string endpoint;
+  // Full URL used as is (OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT); wins over endpoint.
+  std::string profiles_endpoint;
+  OtlpResource resource;  // service.name and friends
+  HttpOptions http;       // headers (OTEL_EXPORTER_OTLP_HEADERS), TLS, timeouts
+  bool gzip = true;
+};
+
+class OtlpUploader final : public BasicUploader<std::mutex> {
+ public:
+  explicit OtlpUploader(OtlpOptions options) noexcept : options_(std::move(options)), client_(options_.http) {
+    if (!options_.profiles_endpoint.empty()) {
+      url_ = options_.profiles_endpoint;
+    } else if (!options_.endpoint.empty()) {
+      url_ = options_.endpoint;
+      while (!url_.empty() && url_.back() == '/') url_.pop_back();
+      url_ += otlp_profiles_http_path;
+    }
+  }
+
+  std::string_view name() const noexcept override { return "otlp"; }
+  const std::string& url() const noexcept { return url_; }
+
+ protected:
+  UploadResult upload_(const EncodedProfile& profile) override {
+    if (url_.empty()) return UploadResult::permanent("otlp: no endpoint configured");
+    if (profile.profile == nullptr) return UploadResult::permanent("otlp: the profile's symbolized model is missing");
+    const std::string_view reason = to_string(profile.reason);
+    const OtlpSpanIdentity identity{profile.span,          profile.span_name,  profile.kind,
+                                    profile.start_unix_ns, profile.duration_ns, reason};
+    std::string message, error;
+    if (!encode_otlp_profiles_request(*profile.profile, identity, options_.resource, message, error))
+      return UploadResult::permanent(error);
+    detail::HttpRequest request;
+    request.url = url_;
+    request.content_type = std::string(otlp_profiles_content_type);
+    if (options_.gzip) {
+      if (!detail::gzip_compress(message, request.body, error)) return UploadResult::permanent("otlp: " + error);
+      request.content_encoding = "gzip";
+    } else {
+      request.body = std::move(message);
+    }
+    return detail::classify(client_.post(request), "otlp");
+  }
+
+ private:
+  OtlpOptions options_;
+  detail::HttpClient client_;
+  std::string url_;
+};
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_OTLP_UPLOADER_HPP_
+// ---- end spanprof/otlp_uploader.hpp ----
+// ---- begin spanprof/pyroscope_uploader.hpp ----
+// Sends each profile to Grafana Pyroscope's ingest API, where Grafana's "Traces to
+// profiles" finds it by the span_id label on its samples:
+//
+//   POST {server}/ingest?name=<app>.<cpu|memory>{<tags>}&from=<unix s>&until=<unix s>
+//        &format=pprof&spyName=spanprof&sampleRate=<hz>
+//   body: the gzip'd pprof as written
+//
+// Needs libcurl (link spanprof::curl in CMake, the `spanprof-curl` Meson
+// dependency). Runs on spanprof's background thread only; a request thread never
+// waits for it.
+#ifndef SPANPROF_PYROSCOPE_UPLOADER_HPP_
+#define SPANPROF_PYROSCOPE_UPLOADER_HPP_
+
+
+#include <string>
+#include <utility>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+
+struct PyroscopeOptions {
+  std::string server_address;    // e.g. http://pyroscope:4040 (a path prefix is kept)
+  std::string application_name;  // the series name; empty: "spanprof"
+  // Static series labels, e.g. {"env", "prod"}. Keep them low-cardinality: span ids
+  // belong in the samples' labels (where spanprof puts them), not here.
+  std::vector<std::pair<std::string, std::string>> tags;
+  std::string tenant_id;  // X-Scope-OrgID, for multi-tenant Pyroscope
+  HttpOptions http;       // auth, TLS, timeouts, extra headers
+};
+
+class PyroscopeUploader final : public BasicUploader<std::mutex> {
+ public:
+  explicit PyroscopeUploader(PyroscopeOptions options) noexcept
+      : options_(std::move(options)), client_(with_tenant(options_)) {
+    while (!options_.server_address.empty() && options_.server_address.back() == '/')
+      options_.server_address.pop_back();
+    if (options_.application_name.empty()) options_.application_name = "spanprof";
+  }
+
+  std::string_view name() const noexcept override { return "pyroscope"; }
+  const PyroscopeOptions& options() const noexcept { return options_; }
+
+  // The ingest URL for a profile; public so operators (and tests) can see it.
+  std::string ingest_url(const EncodedProfile& profile) const {
+    std::string series = series_name(options_.application_name) + (profile.kind == ProfileKind::cpu ? ".cpu" : ".memory");
+    series += '{';
+    for (std::size_t i = 0; i < options_.tags.size(); ++i) {
+      if (i) series += ',';
+      series += label_part(options_.tags[i].first) + '=' + label_part(options_.tags[i].second);
+    }
+    series += '}';
+    const std::int64_t from_s = profile.start_unix_ns / 1'000'000'000;
+    // Rounded up, so a span shorter than a second still has until > from.
+    const std::int64_t until_s = (profile.start_unix_ns + profile.duration_ns + 999'999'999) / 1'000'000'000;
+    std::string url = options_.server_address + "/ingest?name=" + detail::url_encode(series) +
+                      "&from=" + std::to_string(from_s) +
+                      "&until=" + std::to_string(until_s > from_s ? until_s : from_s + 1) +
+                      "&format=pprof&spyName=spanprof";
+    if (profile.kind == ProfileKind::cpu && profile.period_ns > 0)
+      url += "&sampleRate=" + std::to_string(1'000'000'000 / profile.period_ns);
+    return url;
+  }
+
+ protected:
+  UploadResult upload_(const EncodedProfile& profile) override {
+    if (options_.server_address.empty()) return UploadResult::permanent("pyroscope: no server address configured");
+    detail::HttpRequest request;
+    request.url = ingest_url(profile);
+    request.body = profile.pprof_gzip;
+    request.content_type = "application/octet-stream";
+    return detail::classify(client_.post(request), "pyroscope");
+  }
+
+ private:
+  static HttpOptions with_tenant(const PyroscopeOptions& options) {
+    HttpOptions http = options.http;
+    if (!options.tenant_id.empty()) http.headers.emplace_back("X-Scope-OrgID", options.tenant_id);
+    return http;
+  }
+
+  // Pyroscope parses `app{k=v,...}`: these characters would change its meaning.
+  static std::string label_part(const std::string& text) {
+    std::string out = text;
+    for (char& c : out)
+      if (c == ',' || c == '{' || c == '}' || c == '=' || c == '"' || static_cast<unsigned char>(c) < 0x20) c = '_';
+    return out;
+  }
+  static std::string series_name(const std::string& text) { return label_part(text); }
+
+  PyroscopeOptions options_;
+  detail::HttpClient client_;
+};
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_PYROSCOPE_UPLOADER_HPP_
+// ---- end spanprof/pyroscope_uploader.hpp ----
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+inline std::string environment(const char* name) {
+  const char* value = std::getenv(name);
+  return value ? std::string(value) : std::string();
+}
+
+inline bool is_http_url(std::string_view url) {
+  return (url.rfind("http://", 0) == 0 && url.size() > 7) || (url.rfind("https://", 0) == 0 && url.size() > 8);
+}
+
+inline int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+inline bool percent_decode(std::string_view in, std::string& out) {
+  out.clear();
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != '%') {
+      out += in[i];
+      continue;
+    }
+    if (i + 2 >= in.size()) return false;
+    const int high = hex_digit(in[i + 1]), low = hex_digit(in[i + 2]);
+    if (high < 0 || low < 0) return false;
+    out += static_cast<char>(high * 16 + low);
+    i += 2;
+  }
+  return true;
+}
+
+inline std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// The W3C-baggage-like list OTEL_RESOURCE_ATTRIBUTES and OTEL_EXPORTER_OTLP_HEADERS
+// use: key=value pairs separated by commas, values percent-encoded.
+inline bool parse_key_value_list(std::string_view text, std::vector<std::pair<std::string, std::string>>& out,
+                                 std::string& error) {
+  out.clear();
+  while (!text.empty()) {
+    const std::size_t comma = text.find(',');
+    const std::string_view item = trim(text.substr(0, comma));
+    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+    if (item.empty()) continue;
+    const std::size_t equals = item.find('=');
+    if (equals == std::string_view::npos || trim(item.substr(0, equals)).empty()) {
+      error = "'" + std::string(item.substr(0, 64)) + "' is not key=value";
+      return false;
+    }
+    std::string value;
+    if (!percent_decode(trim(item.substr(equals + 1)), value)) {
+      error = "bad percent-encoding in the value of '" + std::string(trim(item.substr(0, equals))) + "'";
+      return false;
+    }
+    out.emplace_back(std::string(trim(item.substr(0, equals))), std::move(value));
+  }
+  return true;
+}
+
+inline void refuse_uploader(const char* what, const std::string& why) {
+  report_error(ErrorCode::invalid_configuration, std::string(what) + ": " + why + "; that uploader is off");
+}
+
+inline std::shared_ptr<Uploader> pyroscope_from_environment() {
+  const std::string server = environment("PYROSCOPE_SERVER_ADDRESS");
+  if (server.empty()) return nullptr;
+  if (!is_http_url(server)) {
+    refuse_uploader("PYROSCOPE_SERVER_ADDRESS", "'" + server.substr(0, 64) + "' is not an http:// or https:// URL");
+    return nullptr;
+  }
+  PyroscopeOptions options;
+  options.server_address = server;
+  options.application_name = environment("PYROSCOPE_APPLICATION_NAME");
+  if (options.application_name.empty()) options.application_name = environment("OTEL_SERVICE_NAME");
+  options.tenant_id = environment("PYROSCOPE_TENANT_ID");
+  options.http.bearer_token = environment("PYROSCOPE_AUTH_TOKEN");
+  options.http.basic_auth_user = environment("PYROSCOPE_BASIC_AUTH_USER");
+  options.http.basic_auth_password = environment("PYROSCOPE_BASIC_AUTH_PASSWORD");
+  if (!options.http.basic_auth_password.empty() && options.http.basic_auth_user.empty()) {
+    refuse_uploader("PYROSCOPE_BASIC_AUTH_PASSWORD", "set without PYROSCOPE_BASIC_AUTH_USER");
+    return nullptr;
+  }
+  return std::make_shared<PyroscopeUploader>(std::move(options));
+}
+
+inline std::shared_ptr<Uploader> otlp_from_environment() {
+  OtlpOptions options;
+  options.profiles_endpoint = environment("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT");
+  options.endpoint = environment("OTEL_EXPORTER_OTLP_ENDPOINT");
+  if (options.profiles_endpoint.empty() && options.endpoint.empty()) return nullptr;
+  const char* variable =
+      options.profiles_endpoint.empty() ? "OTEL_EXPORTER_OTLP_ENDPOINT" : "OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT";
+  const std::string& url = options.profiles_endpoint.empty() ? options.endpoint : options.profiles_endpoint;
+  if (!is_http_url(url)) {
+    refuse_uploader(variable, "'" + url.substr(0, 64) + "' is not an http:// or https:// URL");
+    return nullptr;
+  }
+  std::string error;
+  if (!parse_key_value_list(environment("OTEL_EXPORTER_OTLP_HEADERS"), options.http.headers, error)) {
+    refuse_uploader("OTEL_EXPORTER_OTLP_HEADERS", error);
+    return nullptr;
+  }
+  std::vector<std::pair<std::string, std::string>> attributes;
+  if (!parse_key_value_list(environment("OTEL_RESOURCE_ATTRIBUTES"), attributes, error)) {
+    refuse_uploader("OTEL_RESOURCE_ATTRIBUTES", error);
+    return nullptr;
+  }
+  // OTEL_SERVICE_NAME wins over a service.name in OTEL_RESOURCE_ATTRIBUTES.
+  std::string service = environment("OTEL_SERVICE_NAME");
+  for (auto& [key, value] : attributes) {
+    if (key == "service.name") {
+      if (service.empty()) service = value;
+      continue;
+    }
+    bool duplicate = false;
+    for (const auto& kept : options.resource.attributes) duplicate = duplicate || kept.first == key;
+    if (!duplicate) options.resource.attributes.emplace_back(key, value);
+  }
+  options.resource.attributes.emplace_back("service.name", service.empty() ? "unknown_service" : service);
+  return std::make_shared<OtlpUploader>(std::move(options));
+}
+
+}  // namespace detail
+
+inline std::vector<std::shared_ptr<Uploader>> uploaders_from_environment() noexcept {
+  std::vector<std::shared_ptr<Uploader>> uploaders;
+  try {
+    if (auto pyroscope = detail::pyroscope_from_environment()) uploaders.push_back(std::move(pyroscope));
+    if (auto otlp = detail::otlp_from_environment()) uploaders.push_back(std::move(otlp));
+  } catch (...) {
+    report_error(ErrorCode::internal, "out of memory reading the uploaders' environment variables");
+  }
+  return uploaders;
+}
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENVIRONMENT_UPLOADERS_HPP_
+// ---- end spanprof/environment_uploaders.hpp ----
+#endif
 
 #include <chrono>
 #include <cstddef>
@@ -3802,6 +6116,21 @@ inline Options options_from_environment(Options options = {}) noexcept {
       }
     }
   }
+#if SPANPROF_WITH_CURL
+  // Backends named in the environment join the configured uploaders. An explicit
+  // SPANPROF_OUTPUT_DIR keeps the file uploader too (it is the default only when
+  // nothing else is configured).
+  try {
+    auto remote = uploaders_from_environment();
+    if (!remote.empty()) {
+      const char* dir = std::getenv(FileUploader::directory_env);
+      if (options.uploaders.empty() && dir && *dir) options.uploaders.push_back(std::make_shared<FileUploader>());
+      for (auto& uploader : remote) options.uploaders.push_back(std::move(uploader));
+    }
+  } catch (...) {
+    report_error(ErrorCode::internal, "out of memory configuring uploaders from the environment");
+  }
+#endif
   return options;
 }
 
@@ -4309,213 +6638,6 @@ SPANPROF_NAMESPACE_END
 #ifndef SPANPROF_DETAIL_WORKER_HPP_
 #define SPANPROF_DETAIL_WORKER_HPP_
 
-// ---- begin spanprof/detail/gzip.hpp ----
-// gzip in memory, via zlib. pprof files are gzip-compressed profile.proto bytes,
-// and OTLP/HTTP bodies may be too. Decompression is bounded because its input can
-// come from a file or a peer we do not trust: a few hundred KiB can inflate to GiB.
-#ifndef SPANPROF_DETAIL_GZIP_HPP_
-#define SPANPROF_DETAIL_GZIP_HPP_
-
-
-#include <zlib.h>
-
-#include <algorithm>
-#include <climits>
-#include <cstddef>
-#include <cstdint>
-#include <string>
-#include <string_view>
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-inline constexpr std::size_t default_gzip_max_output = std::size_t{256} << 20;  // 256 MiB
-
-// Assigning a message can itself run out of memory; the error path must not throw.
-inline void set_error_message(std::string& error, std::string_view message) noexcept {
-  try {
-    error.assign(message.data(), message.size());
-  } catch (...) {
-    error.clear();
-  }
-}
-
-inline void set_zlib_error(std::string& error, std::string_view what, int code, const char* zlib_message) noexcept {
-  try {
-    error.assign(what.data(), what.size());
-    error += " (zlib ";
-    error += std::to_string(code);
-    if (zlib_message != nullptr) {
-      error += ": ";
-      error += zlib_message;
-    }
-    error += ')';
-  } catch (...) {
-    error.clear();
-  }
-}
-
-// zlib counts in uInt; feed larger buffers in slices so 4 GiB+ inputs still work.
-inline constexpr std::size_t zlib_max_slice = std::size_t{1} << 30;
-
-inline bool gzip_compress(std::string_view in, std::string& out, std::string& error) noexcept {
-  out.clear();
-  z_stream stream{};
-  // windowBits 15 + 16: deflate with a gzip header and CRC-32 trailer instead of zlib's.
-  int rc = deflateInit2(&stream, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
-  if (rc != Z_OK) {
-    set_zlib_error(error, "gzip: deflateInit2 failed", rc, stream.msg);
-    return false;
-  }
-  bool ok = false;
-  try {
-    // Small bodies (the common case) compress in one pass; big ones grow in steps
-    // rather than reserving their whole worst case up front.
-    const std::size_t bound = deflateBound(&stream, static_cast<uLong>(std::min(in.size(), zlib_max_slice)));
-    std::size_t chunk = std::clamp<std::size_t>(bound, 4096, std::size_t{16} << 20);
-    const auto* next_in = reinterpret_cast<const Bytef*>(in.data());
-    std::size_t remaining = in.size();
-    for (;;) {
-      const std::size_t slice = std::min(remaining, zlib_max_slice);
-      stream.next_in = const_cast<Bytef*>(next_in);
-      stream.avail_in = static_cast<uInt>(slice);
-      const int flush = (slice == remaining) ? Z_FINISH : Z_NO_FLUSH;
-      do {
-        const std::size_t used = out.size();
-        out.resize(used + chunk);
-        stream.next_out = reinterpret_cast<Bytef*>(&out[used]);
-        stream.avail_out = static_cast<uInt>(chunk);
-        rc = deflate(&stream, flush);
-        out.resize(used + (chunk - stream.avail_out));
-        if (rc == Z_STREAM_ERROR) break;
-      } while (stream.avail_out == 0 || (flush == Z_FINISH && rc != Z_STREAM_END));
-      if (rc == Z_STREAM_ERROR) {
-        set_zlib_error(error, "gzip: deflate failed", rc, stream.msg);
-        break;
-      }
-      next_in += slice;
-      remaining -= slice;
-      if (flush == Z_FINISH) {
-        ok = (rc == Z_STREAM_END);
-        if (!ok) set_zlib_error(error, "gzip: deflate did not finish", rc, stream.msg);
-        break;
-      }
-    }
-  } catch (...) {
-    set_error_message(error, "gzip: out of memory while compressing");
-    ok = false;
-  }
-  deflateEnd(&stream);
-  if (!ok) out.clear();
-  return ok;
-}
-
-// Accepts gzip (and, via windowBits +32 auto-detection, zlib) streams, including
-// concatenated gzip members as gunzip does. Fails — leaving `out` empty — on
-// corrupt or truncated input, trailing garbage, or more than `max_out` bytes.
-inline bool gzip_decompress(std::string_view in, std::string& out, std::string& error,
-                            std::size_t max_out = default_gzip_max_output) noexcept {
-  out.clear();
-  if (in.empty()) {
-    set_error_message(error, "gzip: empty input");
-    return false;
-  }
-  z_stream stream{};
-  int rc = inflateInit2(&stream, 15 + 32);
-  if (rc != Z_OK) {
-    set_zlib_error(error, "gzip: inflateInit2 failed", rc, stream.msg);
-    return false;
-  }
-  bool ok = false;
-  try {
-    // Input not yet handed to zlib. Slices are consecutive, so stream.next_in +
-    // stream.avail_in == next_in always holds.
-    const auto* next_in = reinterpret_cast<const Bytef*>(in.data());
-    std::size_t remaining_in = in.size();
-    // One byte of room beyond the limit: producing it proves the limit was exceeded
-    // without ever holding more than max_out + 1 bytes.
-    const std::size_t capacity_limit = (max_out == SIZE_MAX) ? SIZE_MAX : max_out + 1;
-    std::size_t produced = 0;
-    std::size_t growth = std::max<std::size_t>(std::min<std::size_t>(in.size(), SIZE_MAX / 8) * 4, 64 * 1024);
-    for (;;) {
-      if (stream.avail_in == 0 && remaining_in > 0) {
-        const std::size_t slice = std::min(remaining_in, zlib_max_slice);
-        stream.next_in = const_cast<Bytef*>(next_in);
-        stream.avail_in = static_cast<uInt>(slice);
-        next_in += slice;
-        remaining_in -= slice;
-      }
-      if (produced == out.size()) {
-        const std::size_t room = std::min({growth, capacity_limit - out.size(), zlib_max_slice});
-        out.resize(out.size() + room);
-        growth = std::min(growth * 2, std::size_t{64} << 20);
-      }
-      const std::size_t room = std::min(out.size() - produced, zlib_max_slice);
-      stream.next_out = reinterpret_cast<Bytef*>(&out[produced]);
-      stream.avail_out = static_cast<uInt>(room);
-      rc = inflate(&stream, Z_NO_FLUSH);
-      produced += room - stream.avail_out;
-      if (produced > max_out) {
-        set_error_message(error, "gzip: decompressed size exceeds the limit");
-        break;
-      }
-      if (rc == Z_OK) continue;
-      if (rc == Z_STREAM_END) {
-        const std::size_t unread = stream.avail_in + remaining_in;
-        if (unread == 0) {
-          ok = true;
-          break;
-        }
-        // Another gzip member may follow; anything else is garbage.
-        const Bytef* rest = stream.next_in;
-        if (unread < 2 || rest[0] != 0x1f || rest[1] != 0x8b) {
-          set_error_message(error, "gzip: trailing garbage after the compressed stream");
-          break;
-        }
-        rc = inflateReset(&stream);
-        if (rc != Z_OK) {
-          set_zlib_error(error, "gzip: inflateReset failed", rc, stream.msg);
-          break;
-        }
-        next_in = rest;
-        remaining_in = unread;
-        stream.avail_in = 0;
-        continue;
-      }
-      if (rc == Z_BUF_ERROR) {
-        // No progress was possible. A full output buffer just grows next round;
-        // running out of input before the stream's end means it was cut short.
-        if (stream.avail_out == 0) continue;
-        if (stream.avail_in == 0 && remaining_in == 0) {
-          set_error_message(error, "gzip: truncated input");
-        } else {
-          set_zlib_error(error, "gzip: inflate made no progress", rc, stream.msg);
-        }
-        break;
-      }
-      if (rc == Z_MEM_ERROR) {
-        set_error_message(error, "gzip: out of memory while decompressing");
-      } else {
-        set_zlib_error(error, "gzip: corrupt input", rc, stream.msg);
-      }
-      break;
-    }
-    if (ok) out.resize(produced);
-  } catch (...) {
-    set_error_message(error, "gzip: out of memory while decompressing");
-    ok = false;
-  }
-  inflateEnd(&stream);
-  if (!ok) out.clear();
-  return ok;
-}
-
-}  // namespace detail
-
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_DETAIL_GZIP_HPP_
-// ---- end spanprof/detail/gzip.hpp ----
 // ---- begin spanprof/detail/legacy_cpu_profile.hpp ----
 // Reader for the file gperftools' ProfilerStart() writes: the "legacy" binary CPU
 // profile. The classic engine profiles into such a file and converts it here.
@@ -4903,576 +7025,6 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DETAIL_LEGACY_HEAP_PROFILE_HPP_
 // ---- end spanprof/detail/legacy_heap_profile.hpp ----
-// ---- begin spanprof/detail/profile_builder.hpp ----
-// Turns a RawProfile (bare program counters) into a symbolized Profile: one
-// Location per distinct address, one Function per distinct name, one Mapping per
-// loaded segment, and the span's labels on every sample.
-#ifndef SPANPROF_DETAIL_PROFILE_BUILDER_HPP_
-#define SPANPROF_DETAIL_PROFILE_BUILDER_HPP_
-
-
-#include <string>
-#include <unordered_map>
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-// Names of the labels every sample carries; Pyroscope and Grafana match on them.
-inline constexpr const char* trace_id_label = "trace_id";
-inline constexpr const char* span_id_label = "span_id";
-inline constexpr const char* span_name_label = "span_name";
-inline constexpr const char* profile_reason_label = "profile_reason";
-
-inline Label string_label(std::string key, std::string value) {
-  Label label;
-  label.key = std::move(key);
-  label.str = std::move(value);
-  return label;
-}
-
-inline std::vector<Label> span_labels(const RawProfile& raw) {
-  std::vector<Label> labels;
-  labels.push_back(string_label(trace_id_label, raw.span.trace_id.to_hex()));
-  labels.push_back(string_label(span_id_label, raw.span.span_id.to_hex()));
-  if (!raw.span_name.empty()) labels.push_back(string_label(span_name_label, raw.span_name));
-  labels.push_back(string_label(profile_reason_label, std::string(to_string(raw.reason))));
-  return labels;
-}
-
-class ProfileBuilder {
- public:
-  explicit ProfileBuilder(Symbolizer& symbolizer) noexcept : symbolizer_(symbolizer) {}
-
-  Profile build(const RawProfile& raw, const std::vector<std::string>& comments) {
-    Profile profile;
-    if (raw.kind == ProfileKind::cpu) {
-      profile.sample_types = {{"samples", "count"}, {"cpu", "nanoseconds"}};
-      profile.period_type = {"cpu", "nanoseconds"};
-      profile.default_sample_type = "cpu";
-      profile.period = raw.period_ns;
-    } else {
-      // The names and order Go's heap profiles use, which pprof, Pyroscope and
-      // Grafana recognise. A span's question is "what did it allocate", so that is
-      // the default view.
-      profile.sample_types = {
-          {"alloc_objects", "count"}, {"alloc_space", "bytes"}, {"inuse_objects", "count"}, {"inuse_space", "bytes"}};
-      profile.period_type = {"space", "bytes"};
-      profile.default_sample_type = "alloc_space";
-      profile.period = raw.heap_interval_bytes;
-    }
-    profile.time_nanos = raw.start_unix_ns;
-    profile.duration_nanos = raw.duration_ns;
-    profile.comments = comments;
-
-    const std::vector<Label> labels = span_labels(raw);
-    profile.samples.reserve(raw.samples.size());
-    for (const RawSample& raw_sample : raw.samples) {
-      Sample sample;
-      sample.values = raw_sample.values;
-      sample.labels = labels;
-      sample.location_ids.reserve(raw_sample.frames.size());
-      for (std::size_t i = 0; i < raw_sample.frames.size(); ++i) {
-        // Callers' frames hold return addresses, which may already belong to the
-        // next function (a call as a function's last instruction): look up the
-        // call instruction instead, as pprof and debuggers do.
-        const std::uintptr_t pc = raw_sample.frames[i];
-        const bool exact = i == 0 && raw.kind == ProfileKind::cpu;  // heap frames are all return addresses
-        const std::uintptr_t address = (exact || pc == 0) ? pc : pc - 1;
-        sample.location_ids.push_back(location_for(address, profile));
-      }
-      profile.samples.push_back(std::move(sample));
-    }
-    locations_.clear();
-    functions_.clear();
-    mappings_.clear();
-    return profile;
-  }
-
- private:
-  std::uint64_t location_for(std::uintptr_t address, Profile& profile) {
-    if (auto it = locations_.find(address); it != locations_.end()) return it->second;
-    const ResolvedFrame frame = symbolizer_.resolve(address);
-    Location location;
-    location.id = profile.locations.size() + 1;
-    location.address = address;
-    if (frame.module) location.mapping_id = mapping_for(*frame.module, profile);
-    if (!frame.function.empty() || !frame.system_name.empty()) {
-      location.function_id = function_for(frame, profile);
-      if (location.mapping_id != 0) profile.mappings[location.mapping_id - 1].has_functions = true;
-    }
-    profile.locations.push_back(location);
-    locations_.emplace(address, location.id);
-    return location.id;
-  }
-
-  std::uint64_t mapping_for(const Module& module, Profile& profile) {
-    if (auto it = mappings_.find(&module); it != mappings_.end()) return it->second;
-    Mapping mapping;
-    mapping.id = profile.mappings.size() + 1;
-    mapping.memory_start = module.start;
-    mapping.memory_limit = module.limit;
-    mapping.file_offset = module.file_offset;
-    mapping.filename = module.path;
-    mapping.build_id = module.build_id;
-    profile.mappings.push_back(mapping);
-    mappings_.emplace(&module, mapping.id);
-    return mapping.id;
-  }
-
-  std::uint64_t function_for(const ResolvedFrame& frame, Profile& profile) {
-    std::string name(frame.function.empty() ? frame.system_name : frame.function);
-    if (auto it = functions_.find(name); it != functions_.end()) return it->second;
-    Function function;
-    function.id = profile.functions.size() + 1;
-    function.name = name;
-    function.system_name = std::string(frame.system_name.empty() ? frame.function : frame.system_name);
-    profile.functions.push_back(function);
-    functions_.emplace(std::move(name), function.id);
-    return function.id;
-  }
-
-  Symbolizer& symbolizer_;
-  std::unordered_map<std::uintptr_t, std::uint64_t> locations_;
-  std::unordered_map<std::string, std::uint64_t> functions_;
-  std::unordered_map<const Module*, std::uint64_t> mappings_;
-};
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_DETAIL_PROFILE_BUILDER_HPP_
-// ---- end spanprof/detail/profile_builder.hpp ----
-// ---- begin spanprof/pprof_encoder.hpp ----
-// Profile -> pprof. Writes google/pprof's proto/profile.proto (proto3) so the
-// output opens in `go tool pprof`, Grafana Pyroscope, Parca and friends.
-#ifndef SPANPROF_PPROF_ENCODER_HPP_
-#define SPANPROF_PPROF_ENCODER_HPP_
-
-// ---- begin spanprof/detail/protobuf_writer.hpp ----
-// A minimal protocol-buffers wire-format writer, shared by the pprof and OTLP
-// encoders. It knows wire types, not schemas: callers pick field numbers and
-// decide which zero values to omit (proto3 leaves them out; proto2 may not).
-#ifndef SPANPROF_DETAIL_PROTOBUF_WRITER_HPP_
-#define SPANPROF_DETAIL_PROTOBUF_WRITER_HPP_
-
-
-#include <cstddef>
-#include <cstdint>
-#include <cstring>
-#include <string>
-#include <string_view>
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-enum class WireType : std::uint8_t {
-  varint = 0,
-  fixed64 = 1,
-  length_delimited = 2,
-  fixed32 = 5,
-};
-
-// The largest varint is 10 bytes (a 64-bit value, 7 bits per byte).
-inline constexpr std::size_t max_varint_size = 10;
-
-inline std::size_t encode_varint(std::uint64_t value, char* buffer) noexcept {
-  std::size_t size = 0;
-  while (value >= 0x80) {
-    buffer[size++] = static_cast<char>(static_cast<std::uint8_t>(value) | 0x80);
-    value >>= 7;
-  }
-  buffer[size++] = static_cast<char>(value);
-  return size;
-}
-
-constexpr std::size_t varint_size(std::uint64_t value) noexcept {
-  std::size_t size = 1;
-  while (value >= 0x80) {
-    value >>= 7;
-    ++size;
-  }
-  return size;
-}
-
-constexpr std::uint64_t zigzag_encode(std::int64_t value) noexcept {
-  return (static_cast<std::uint64_t>(value) << 1) ^ static_cast<std::uint64_t>(-(static_cast<std::uint64_t>(value) >> 63));
-}
-
-// Appends to a caller-owned string so a whole message tree shares one buffer.
-// Methods may throw std::bad_alloc; noexcept wrappers live at the API boundary.
-class ProtobufWriter {
- public:
-  explicit ProtobufWriter(std::string& out) noexcept : out_(&out) {}
-
-  std::string& buffer() noexcept { return *out_; }
-
-  void varint(std::uint64_t value) {
-    char bytes[max_varint_size];
-    out_->append(bytes, encode_varint(value, bytes));
-  }
-
-  void tag(std::uint32_t field, WireType type) {
-    varint((static_cast<std::uint64_t>(field) << 3) | static_cast<std::uint64_t>(type));
-  }
-
-  // ---- scalar fields, always written (the caller decides about zero) ----------
-
-  void uint64_field(std::uint32_t field, std::uint64_t value) {
-    tag(field, WireType::varint);
-    varint(value);
-  }
-
-  // int32/int64 use plain two's complement varints: a negative value costs 10 bytes.
-  void int64_field(std::uint32_t field, std::int64_t value) {
-    uint64_field(field, static_cast<std::uint64_t>(value));
-  }
-
-  void sint64_field(std::uint32_t field, std::int64_t value) { uint64_field(field, zigzag_encode(value)); }
-
-  void bool_field(std::uint32_t field, bool value) { uint64_field(field, value ? 1 : 0); }
-
-  void fixed64_field(std::uint32_t field, std::uint64_t value) {
-    tag(field, WireType::fixed64);
-    append_little_endian(value, 8);
-  }
-
-  void fixed32_field(std::uint32_t field, std::uint32_t value) {
-    tag(field, WireType::fixed32);
-    append_little_endian(value, 4);
-  }
-
-  void double_field(std::uint32_t field, double value) {
-    std::uint64_t bits;
-    static_assert(sizeof bits == sizeof value, "IEEE-754 double expected");
-    std::memcpy(&bits, &value, sizeof bits);
-    fixed64_field(field, bits);
-  }
-
-  // strings, bytes and pre-encoded messages
-  void bytes_field(std::uint32_t field, std::string_view bytes) {
-    tag(field, WireType::length_delimited);
-    varint(bytes.size());
-    out_->append(bytes.data(), bytes.size());
-  }
-
-  // ---- proto3 helpers: a zero/empty value is the default and is left out ------
-
-  void uint64_field_if_nonzero(std::uint32_t field, std::uint64_t value) {
-    if (value != 0) uint64_field(field, value);
-  }
-  void int64_field_if_nonzero(std::uint32_t field, std::int64_t value) {
-    if (value != 0) int64_field(field, value);
-  }
-  void bool_field_if_true(std::uint32_t field, bool value) {
-    if (value) bool_field(field, true);
-  }
-  void bytes_field_if_nonempty(std::uint32_t field, std::string_view bytes) {
-    if (!bytes.empty()) bytes_field(field, bytes);
-  }
-
-  // ---- packed repeated fields (proto3's default for repeated scalars) --------
-
-  template <typename Range>
-  void packed_uint64_field(std::uint32_t field, const Range& values) {
-    std::size_t payload = 0;
-    for (const auto value : values) payload += varint_size(static_cast<std::uint64_t>(value));
-    if (payload == 0) return;  // an empty packed field is simply absent
-    tag(field, WireType::length_delimited);
-    varint(payload);
-    out_->reserve(out_->size() + payload);
-    for (const auto value : values) varint(static_cast<std::uint64_t>(value));
-  }
-
-  // int64 elements share uint64's encoding; the alias keeps call sites honest.
-  template <typename Range>
-  void packed_int64_field(std::uint32_t field, const Range& values) {
-    packed_uint64_field(field, values);
-  }
-
-  template <typename Range>
-  void packed_fixed64_field(std::uint32_t field, const Range& values) {
-    std::size_t count = 0;
-    for (const auto& value : values) {
-      (void)value;
-      ++count;
-    }
-    if (count == 0) return;
-    tag(field, WireType::length_delimited);
-    varint(count * 8);
-    for (const auto value : values) append_little_endian(static_cast<std::uint64_t>(value), 8);
-  }
-
-  template <typename Range>
-  void packed_double_field(std::uint32_t field, const Range& values) {
-    std::size_t count = 0;
-    for (const auto& value : values) {
-      (void)value;
-      ++count;
-    }
-    if (count == 0) return;
-    tag(field, WireType::length_delimited);
-    varint(count * 8);
-    for (const double value : values) {
-      std::uint64_t bits;
-      std::memcpy(&bits, &value, sizeof bits);
-      append_little_endian(bits, 8);
-    }
-  }
-
-  // ---- nested messages, written in place -------------------------------------
-  //
-  // The length prefix is unknown until the body is done, so the body is written
-  // first and the minimal varint is inserted in front of it afterwards. That moves
-  // only the nested body, never the enclosing message, and keeps varints canonical
-  // (some decoders reject padded lengths).
-
-  struct NestedMark {
-    std::size_t body_start;
-  };
-
-  NestedMark begin_nested(std::uint32_t field) {
-    tag(field, WireType::length_delimited);
-    return NestedMark{out_->size()};
-  }
-
-  void end_nested(NestedMark mark) {
-    const std::size_t length = out_->size() - mark.body_start;
-    char prefix[max_varint_size];
-    const std::size_t prefix_size = encode_varint(length, prefix);
-    out_->insert(mark.body_start, prefix, prefix_size);
-  }
-
-  // Writes field `field` as a message whose body `write_body(ProtobufWriter&)` fills.
-  template <typename WriteBody>
-  void message_field(std::uint32_t field, WriteBody&& write_body) {
-    const NestedMark mark = begin_nested(field);
-    write_body(*this);
-    end_nested(mark);
-  }
-
- private:
-  void append_little_endian(std::uint64_t value, int bytes) {
-    char buffer[8];
-    for (int i = 0; i < bytes; ++i) buffer[i] = static_cast<char>(static_cast<std::uint8_t>(value >> (8 * i)));
-    out_->append(buffer, static_cast<std::size_t>(bytes));
-  }
-
-  std::string* out_;
-};
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_DETAIL_PROTOBUF_WRITER_HPP_
-// ---- end spanprof/detail/protobuf_writer.hpp ----
-
-#include <cstdint>
-#include <exception>
-#include <string>
-#include <string_view>
-#include <unordered_map>
-#include <vector>
-
-SPANPROF_NAMESPACE_BEGIN
-
-namespace detail {
-
-// Field numbers from profile.proto. Keeping them named makes a mismatch with the
-// schema visible in review instead of hiding behind a bare integer.
-namespace pprof_field {
-namespace profile {
-inline constexpr std::uint32_t sample_type = 1, sample = 2, mapping = 3, location = 4, function = 5,
-                               string_table = 6, drop_frames = 7, keep_frames = 8, time_nanos = 9,
-                               duration_nanos = 10, period_type = 11, period = 12, comment = 13,
-                               default_sample_type = 14;
-}
-namespace value_type {
-inline constexpr std::uint32_t type = 1, unit = 2;
-}
-namespace sample {
-inline constexpr std::uint32_t location_id = 1, value = 2, label = 3;
-}
-namespace label {
-inline constexpr std::uint32_t key = 1, str = 2, num = 3, num_unit = 4;
-}
-namespace mapping {
-inline constexpr std::uint32_t id = 1, memory_start = 2, memory_limit = 3, file_offset = 4, filename = 5,
-                               build_id = 6, has_functions = 7, has_filenames = 8, has_line_numbers = 9,
-                               has_inline_frames = 10;
-}
-namespace location {
-inline constexpr std::uint32_t id = 1, mapping_id = 2, address = 3, line = 4, is_folded = 5;
-}
-namespace line {
-inline constexpr std::uint32_t function_id = 1, line = 2, column = 3;
-}
-namespace function {
-inline constexpr std::uint32_t id = 1, name = 2, system_name = 3, filename = 4, start_line = 5;
-}
-}  // namespace pprof_field
-
-// pprof refers to every string by its index in one table whose entry 0 must be "".
-// Profiles repeat the same label keys, span ids and file names on every sample, so
-// deduplication is most of the size win. Entries view the Profile's own strings,
-// which outlive the encoding.
-class PprofStringTable {
- public:
-  PprofStringTable() {
-    entries_.emplace_back();
-    index_.emplace(std::string_view{}, 0);
-  }
-
-  std::int64_t intern(std::string_view text) {
-    const auto [it, inserted] = index_.emplace(text, static_cast<std::int64_t>(entries_.size()));
-    if (inserted) entries_.push_back(text);
-    return it->second;
-  }
-
-  const std::vector<std::string_view>& entries() const noexcept { return entries_; }
-
- private:
-  std::vector<std::string_view> entries_;
-  std::unordered_map<std::string_view, std::int64_t> index_;
-};
-
-inline void write_pprof_value_type(ProtobufWriter& writer, std::uint32_t field, const ValueType& value_type,
-                                   PprofStringTable& strings) {
-  namespace f = pprof_field::value_type;
-  writer.message_field(field, [&](ProtobufWriter& body) {
-    body.int64_field_if_nonzero(f::type, strings.intern(value_type.type));
-    body.int64_field_if_nonzero(f::unit, strings.intern(value_type.unit));
-  });
-}
-
-inline void write_pprof_label(ProtobufWriter& writer, const Label& label, PprofStringTable& strings) {
-  namespace f = pprof_field::label;
-  writer.message_field(pprof_field::sample::label, [&](ProtobufWriter& body) {
-    body.int64_field_if_nonzero(f::key, strings.intern(label.key));
-    if (!label.str.empty() || !label.is_num) {
-      body.int64_field_if_nonzero(f::str, strings.intern(label.str));
-    } else {
-      body.int64_field_if_nonzero(f::num, label.num);
-      body.int64_field_if_nonzero(f::num_unit, strings.intern(label.num_unit));
-    }
-  });
-}
-
-inline void write_pprof_sample(ProtobufWriter& writer, const Sample& sample, PprofStringTable& strings) {
-  namespace f = pprof_field::sample;
-  writer.message_field(pprof_field::profile::sample, [&](ProtobufWriter& body) {
-    body.packed_uint64_field(f::location_id, sample.location_ids);
-    body.packed_int64_field(f::value, sample.values);
-    for (const Label& label : sample.labels) write_pprof_label(body, label, strings);
-  });
-}
-
-inline void write_pprof_mapping(ProtobufWriter& writer, const Mapping& mapping, PprofStringTable& strings) {
-  namespace f = pprof_field::mapping;
-  writer.message_field(pprof_field::profile::mapping, [&](ProtobufWriter& body) {
-    body.uint64_field_if_nonzero(f::id, mapping.id);
-    body.uint64_field_if_nonzero(f::memory_start, mapping.memory_start);
-    body.uint64_field_if_nonzero(f::memory_limit, mapping.memory_limit);
-    body.uint64_field_if_nonzero(f::file_offset, mapping.file_offset);
-    body.int64_field_if_nonzero(f::filename, strings.intern(mapping.filename));
-    body.int64_field_if_nonzero(f::build_id, strings.intern(mapping.build_id));
-    body.bool_field_if_true(f::has_functions, mapping.has_functions);
-  });
-}
-
-inline void write_pprof_location(ProtobufWriter& writer, const Location& location) {
-  namespace f = pprof_field::location;
-  writer.message_field(pprof_field::profile::location, [&](ProtobufWriter& body) {
-    body.uint64_field_if_nonzero(f::id, location.id);
-    body.uint64_field_if_nonzero(f::mapping_id, location.mapping_id);
-    body.uint64_field_if_nonzero(f::address, location.address);
-    // An unsymbolized location has no Line at all; pprof then shows its address.
-    if (location.function_id != 0) {
-      body.message_field(f::line, [&](ProtobufWriter& line) {
-        line.uint64_field(pprof_field::line::function_id, location.function_id);
-      });
-    }
-  });
-}
-
-inline void write_pprof_function(ProtobufWriter& writer, const Function& function, PprofStringTable& strings) {
-  namespace f = pprof_field::function;
-  writer.message_field(pprof_field::profile::function, [&](ProtobufWriter& body) {
-    body.uint64_field_if_nonzero(f::id, function.id);
-    body.int64_field_if_nonzero(f::name, strings.intern(function.name));
-    body.int64_field_if_nonzero(f::system_name, strings.intern(function.system_name));
-    body.int64_field_if_nonzero(f::filename, strings.intern(function.filename));
-  });
-}
-
-}  // namespace detail
-
-// The uncompressed profile.proto bytes. May throw std::bad_alloc; use
-// encode_pprof_gzip at API boundaries.
-inline std::string encode_pprof(const Profile& profile) {
-  namespace f = detail::pprof_field::profile;
-  std::string out;
-  detail::ProtobufWriter writer(out);
-  detail::PprofStringTable strings;
-
-  for (const ValueType& type : profile.sample_types) {
-    detail::write_pprof_value_type(writer, f::sample_type, type, strings);
-  }
-  for (const Sample& sample : profile.samples) detail::write_pprof_sample(writer, sample, strings);
-  for (const Mapping& mapping : profile.mappings) detail::write_pprof_mapping(writer, mapping, strings);
-  for (const Location& location : profile.locations) detail::write_pprof_location(writer, location);
-  for (const Function& function : profile.functions) detail::write_pprof_function(writer, function, strings);
-
-  // Fields after the string table refer to it too; intern their strings first so
-  // the table is complete when it is written.
-  const std::int64_t period_type_index = strings.intern(profile.period_type.type);
-  const std::int64_t period_unit_index = strings.intern(profile.period_type.unit);
-  std::vector<std::int64_t> comment_indices;
-  comment_indices.reserve(profile.comments.size());
-  for (const std::string& comment : profile.comments) comment_indices.push_back(strings.intern(comment));
-  const std::int64_t default_sample_type_index = strings.intern(profile.default_sample_type);
-
-  // Every entry is written, the empty one at index 0 included: a repeated string
-  // keeps its position even when it is the default value.
-  for (const std::string_view entry : strings.entries()) writer.bytes_field(f::string_table, entry);
-
-  writer.int64_field_if_nonzero(f::time_nanos, profile.time_nanos);
-  writer.int64_field_if_nonzero(f::duration_nanos, profile.duration_nanos);
-  if (period_type_index != 0 || period_unit_index != 0) {
-    writer.message_field(f::period_type, [&](detail::ProtobufWriter& body) {
-      body.int64_field_if_nonzero(detail::pprof_field::value_type::type, period_type_index);
-      body.int64_field_if_nonzero(detail::pprof_field::value_type::unit, period_unit_index);
-    });
-  }
-  writer.int64_field_if_nonzero(f::period, profile.period);
-  writer.packed_int64_field(f::comment, comment_indices);
-  writer.int64_field_if_nonzero(f::default_sample_type, default_sample_type_index);
-  return out;
-}
-
-// The body of a .pb.gz file. Never throws; on failure `out` is empty and `error`
-// says why (the caller decides whether to report it as encoding_failed).
-inline bool encode_pprof_gzip(const Profile& profile, std::string& out, std::string& error) noexcept {
-  out.clear();
-  try {
-    const std::string raw = encode_pprof(profile);
-    return detail::gzip_compress(raw, out, error);
-  } catch (const std::exception& e) {
-    detail::set_error_message(error, "pprof: encoding failed: ");
-    try {
-      error += e.what();
-    } catch (...) {
-    }
-  } catch (...) {
-    detail::set_error_message(error, "pprof: encoding failed");
-  }
-  out.clear();
-  return false;
-}
-
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_PPROF_ENCODER_HPP_
-// ---- end spanprof/pprof_encoder.hpp ----
 
 #include <atomic>
 #include <chrono>
@@ -5804,117 +7356,6 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DETAIL_WORKER_HPP_
 // ---- end spanprof/detail/worker.hpp ----
-// ---- begin spanprof/file_uploader.hpp ----
-// Writes each profile as <dir>/<span_id>-<start unix ns>-<kind>.pb.gz.
-//
-// A profile appears whole or not at all: it is written to a hidden temporary file
-// and renamed into place, so a reader (a sidecar shipping the directory, a person
-// running `go tool pprof`) never sees half a file. Files are 0600: profiles carry
-// function names and ids that are nobody else's business.
-#ifndef SPANPROF_FILE_UPLOADER_HPP_
-#define SPANPROF_FILE_UPLOADER_HPP_
-
-
-#include <cerrno>
-#include <cstdlib>
-#include <cstring>
-#include <string>
-
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-SPANPROF_NAMESPACE_BEGIN
-
-class FileUploader final : public BasicUploader<std::mutex> {
- public:
-  static constexpr const char* directory_env = "SPANPROF_OUTPUT_DIR";
-  static constexpr const char* default_directory = "./profiles";
-
-  // An empty directory means: $SPANPROF_OUTPUT_DIR, else ./profiles.
-  explicit FileUploader(std::string directory = {}) : directory_(std::move(directory)) {
-    if (directory_.empty()) {
-      const char* env = std::getenv(directory_env);
-      directory_ = (env && *env) ? env : default_directory;
-    }
-    while (directory_.size() > 1 && directory_.back() == '/') directory_.pop_back();
-  }
-
-  const std::string& directory() const noexcept { return directory_; }
-  std::string_view name() const noexcept override { return "file"; }
-
-  // The name a profile is written under, relative to directory().
-  static std::string file_name_for(const EncodedProfile& profile) {
-    return profile.span.span_id.to_hex() + "-" + std::to_string(profile.start_unix_ns) + "-" +
-           std::string(to_string(profile.kind)) + ".pb.gz";
-  }
-
- protected:
-  UploadResult upload_(const EncodedProfile& profile) override {
-    if (!make_directories(directory_)) return failure("cannot create directory", directory_);
-    const std::string final_path = directory_ + "/" + file_name_for(profile);
-    const std::string temp_path = directory_ + "/." + file_name_for(profile) + ".tmp";
-    const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) return failure("cannot create", temp_path);
-    const char* data = profile.pprof_gzip.data();
-    std::size_t left = profile.pprof_gzip.size();
-    while (left > 0) {
-      const ssize_t n = ::write(fd, data, left);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        const int saved = errno;
-        ::close(fd);
-        ::unlink(temp_path.c_str());
-        errno = saved;
-        return failure("cannot write", temp_path);
-      }
-      data += n;
-      left -= static_cast<std::size_t>(n);
-    }
-    if (::close(fd) != 0) {
-      const int saved = errno;
-      ::unlink(temp_path.c_str());
-      errno = saved;
-      return failure("cannot write", temp_path);
-    }
-    if (::rename(temp_path.c_str(), final_path.c_str()) != 0) {
-      const int saved = errno;
-      ::unlink(temp_path.c_str());
-      errno = saved;
-      return failure("cannot rename into", final_path);
-    }
-    return UploadResult::ok();
-  }
-
- private:
-  // A full disk may clear up and a directory may be fixed by an operator: both are
-  // worth retrying; nothing here is permanent.
-  static UploadResult failure(const char* what, const std::string& path) {
-    return UploadResult::retryable(std::string(what) + " " + path + ": " + std::strerror(errno));
-  }
-
-  static bool make_directories(const std::string& path) {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) == 0) {
-      if (S_ISDIR(st.st_mode)) return true;
-      errno = ENOTDIR;
-      return false;
-    }
-    for (std::size_t pos = 1; pos <= path.size(); ++pos) {
-      if (pos != path.size() && path[pos] != '/') continue;
-      const std::string prefix = path.substr(0, pos);
-      if (::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) return false;
-    }
-    return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-  }
-
-  std::string directory_;
-};
-
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_FILE_UPLOADER_HPP_
-// ---- end spanprof/file_uploader.hpp ----
 // ---- begin spanprof/stats.hpp ----
 // What the SDK did, for dashboards and for tests. Read with spanprof::stats().
 #ifndef SPANPROF_STATS_HPP_
@@ -6607,6 +8048,8 @@ SPANPROF_NAMESPACE_END
 // ---- end spanprof/scoped_profile.hpp ----
 
 #if SPANPROF_ENABLED
+#if SPANPROF_WITH_CURL
+#endif
 #endif
 
 #endif  // SPANPROF_SPANPROF_HPP_

@@ -1,0 +1,678 @@
+// OTLP profiles encoding. The request is checked two independent ways: a small
+// wire-format walker here (exact bytes, field by field, against the
+// opentelemetry-proto v1.11.0 field numbers) and protoc, a real protobuf parser.
+// With SPANPROF_OTLP_PROTO_DIR pointing at an opentelemetry-proto checkout,
+// protoc also decodes it against the schema itself; CI does not need one.
+#include "support/catch.hpp"
+#include "support/command.hpp"
+
+#include <spanprof/otlp_encoder.hpp>
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+const std::string trace_hex = "4bf92f3577b34da6a3ce929d0e0e4736";
+const std::string span_hex = "00f067aa0ba902b7";
+constexpr std::int64_t ten_ms = 10'000'000;
+constexpr std::int64_t start_ns = 1'700'000'000'123'456'789;
+constexpr std::int64_t duration_ns = 250'000'000;
+
+// ---- a strict, minimal protobuf reader, independent of the writer ------------------
+
+struct WireField {
+  std::uint32_t number = 0;
+  std::uint32_t wire = 0;
+  std::uint64_t scalar = 0;  // varint, fixed64 or fixed32 value
+  std::string_view bytes;    // length-delimited payload
+};
+
+bool read_varint(std::string_view data, std::size_t& pos, std::uint64_t& value) {
+  value = 0;
+  for (int shift = 0; shift < 64 && pos < data.size(); shift += 7) {
+    const auto byte = static_cast<std::uint8_t>(data[pos++]);
+    value |= static_cast<std::uint64_t>(byte & 0x7f) << shift;
+    if ((byte & 0x80) == 0) return true;
+  }
+  return false;
+}
+
+bool read_little_endian(std::string_view data, std::size_t& pos, int size, std::uint64_t& value) {
+  if (data.size() - pos < static_cast<std::size_t>(size)) return false;
+  value = 0;
+  for (int i = 0; i < size; ++i) value |= std::uint64_t{static_cast<std::uint8_t>(data[pos++])} << (8 * i);
+  return true;
+}
+
+// Every byte must belong to a well-formed field, or parsing fails.
+bool parse_fields(std::string_view data, std::vector<WireField>& out) {
+  std::size_t pos = 0;
+  while (pos < data.size()) {
+    std::uint64_t key = 0, length = 0;
+    if (!read_varint(data, pos, key)) return false;
+    WireField field;
+    field.number = static_cast<std::uint32_t>(key >> 3);
+    field.wire = static_cast<std::uint32_t>(key & 7);
+    if (field.number == 0) return false;
+    bool ok = false;
+    switch (field.wire) {
+      case 0: ok = read_varint(data, pos, field.scalar); break;
+      case 1: ok = read_little_endian(data, pos, 8, field.scalar); break;
+      case 5: ok = read_little_endian(data, pos, 4, field.scalar); break;
+      case 2:
+        ok = read_varint(data, pos, length) && length <= data.size() - pos;
+        if (ok) field.bytes = data.substr(pos, static_cast<std::size_t>(length));
+        pos += ok ? static_cast<std::size_t>(length) : 0;
+        break;
+      default: break;
+    }
+    if (!ok) return false;
+    out.push_back(field);
+  }
+  return true;
+}
+
+// One decoded message; accessors check the wire type the schema gives the field.
+class Msg {
+ public:
+  explicit Msg(std::string_view bytes) : raw_(bytes) { REQUIRE(parse_fields(bytes, fields_)); }
+
+  std::string_view raw() const { return raw_; }
+  std::size_t count(std::uint32_t n) const { return all(n).size(); }
+
+  std::vector<std::string_view> bytes_all(std::uint32_t n) const {
+    std::vector<std::string_view> out;
+    for (const WireField* f : all(n)) {
+      REQUIRE(f->wire == 2);
+      out.push_back(f->bytes);
+    }
+    return out;
+  }
+  std::string bytes(std::uint32_t n) const {
+    const auto values = bytes_all(n);
+    REQUIRE(values.size() <= 1);
+    return values.empty() ? std::string() : std::string(values[0]);
+  }
+  std::vector<Msg> messages(std::uint32_t n) const {
+    std::vector<Msg> out;
+    for (const std::string_view b : bytes_all(n)) out.emplace_back(b);
+    return out;
+  }
+  Msg message(std::uint32_t n) const {
+    const auto values = messages(n);
+    REQUIRE(values.size() == 1);
+    return values[0];
+  }
+  std::uint64_t scalar(std::uint32_t n, std::uint32_t wire = 0) const {  // proto3: absent means 0
+    const auto fields = all(n);
+    REQUIRE(fields.size() <= 1);
+    if (fields.empty()) return 0;
+    REQUIRE(fields[0]->wire == wire);
+    return fields[0]->scalar;
+  }
+  // Repeated varints, packed or not, as proto3 parsers must accept both.
+  std::vector<std::uint64_t> varints(std::uint32_t n) const {
+    std::vector<std::uint64_t> out;
+    for (const WireField* f : all(n)) {
+      if (f->wire == 0) {
+        out.push_back(f->scalar);
+        continue;
+      }
+      REQUIRE(f->wire == 2);
+      std::size_t pos = 0;
+      std::uint64_t value = 0;
+      while (pos < f->bytes.size()) {
+        REQUIRE(read_varint(f->bytes, pos, value));
+        out.push_back(value);
+      }
+    }
+    return out;
+  }
+
+ private:
+  std::vector<const WireField*> all(std::uint32_t n) const {
+    std::vector<const WireField*> out;
+    for (const WireField& f : fields_)
+      if (f.number == n) out.push_back(&f);
+    return out;
+  }
+  std::string_view raw_;
+  std::vector<WireField> fields_;
+};
+
+// ---- the request, decoded by field number (opentelemetry-proto v1.11.0) -------------
+
+struct DecodedSample {
+  std::uint64_t stack = 0, link = 0;
+  std::vector<std::uint64_t> attributes;
+  std::vector<std::int64_t> values;
+};
+
+struct DecodedProfile {
+  std::uint64_t type = 0, unit = 0, period_type = 0, period_unit = 0, time = 0, duration = 0;
+  std::int64_t period = 0;
+  std::vector<DecodedSample> samples;
+  std::vector<std::uint64_t> attributes;
+};
+
+struct DecodedRequest {
+  std::size_t resource_profiles = 0, scope_profiles = 0;
+  std::map<std::string, std::string> resource;
+  std::string scope_name, scope_version;
+  std::vector<DecodedProfile> profiles;
+  // dictionary
+  std::vector<std::string> mapping_rows, location_rows, function_rows, attribute_rows, stack_rows;  // raw
+  std::vector<std::pair<std::string, std::string>> links;
+  std::vector<std::string> strings;
+};
+
+DecodedRequest decode(const std::string& body) {
+  DecodedRequest out;
+  const Msg request(body);
+  for (const Msg& rp : request.messages(1)) {
+    ++out.resource_profiles;
+    for (const Msg& attribute : rp.message(1).messages(1)) {
+      out.resource[attribute.bytes(1)] = attribute.message(2).bytes(1);
+    }
+    for (const Msg& sp : rp.messages(2)) {
+      ++out.scope_profiles;
+      out.scope_name = sp.message(1).bytes(1);
+      out.scope_version = sp.message(1).bytes(2);
+      for (const Msg& p : sp.messages(2)) {
+        DecodedProfile profile;
+        profile.type = p.message(1).scalar(1);
+        profile.unit = p.message(1).scalar(2);
+        for (const Msg& s : p.messages(2)) {
+          DecodedSample sample;
+          sample.stack = s.scalar(1);
+          sample.attributes = s.varints(2);
+          sample.link = s.scalar(3);
+          for (const std::uint64_t v : s.varints(4)) sample.values.push_back(static_cast<std::int64_t>(v));
+          REQUIRE(s.count(5) == 0);  // no timestamps: one aggregated value per sample
+          profile.samples.push_back(sample);
+        }
+        profile.time = p.scalar(3, 1);  // fixed64
+        profile.duration = p.scalar(4);
+        if (p.count(5) == 1) {
+          profile.period_type = p.message(5).scalar(1);
+          profile.period_unit = p.message(5).scalar(2);
+        }
+        profile.period = static_cast<std::int64_t>(p.scalar(6));
+        profile.attributes = p.varints(11);
+        out.profiles.push_back(profile);
+      }
+    }
+  }
+  const Msg dictionary = request.message(2);
+  for (const auto b : dictionary.bytes_all(1)) out.mapping_rows.emplace_back(b);
+  for (const auto b : dictionary.bytes_all(2)) out.location_rows.emplace_back(b);
+  for (const auto b : dictionary.bytes_all(3)) out.function_rows.emplace_back(b);
+  for (const Msg& link : dictionary.messages(4)) out.links.emplace_back(link.bytes(1), link.bytes(2));
+  for (const auto b : dictionary.bytes_all(5)) out.strings.emplace_back(b);
+  for (const auto b : dictionary.bytes_all(6)) out.attribute_rows.emplace_back(b);
+  for (const auto b : dictionary.bytes_all(7)) out.stack_rows.emplace_back(b);
+  return out;
+}
+
+std::string string_at(const DecodedRequest& r, std::uint64_t index) {
+  REQUIRE(index < r.strings.size());
+  return r.strings[index];
+}
+
+// Function names of a stack, leaf first; "@0x..." for a location without a line.
+std::vector<std::string> stack_names(const DecodedRequest& r, std::uint64_t stack) {
+  REQUIRE(stack < r.stack_rows.size());
+  std::vector<std::string> names;
+  for (const std::uint64_t location : Msg(r.stack_rows[stack]).varints(1)) {
+    REQUIRE(location > 0);
+    REQUIRE(location < r.location_rows.size());
+    const Msg loc(r.location_rows[location]);
+    if (loc.count(3) == 0) {
+      std::ostringstream address;
+      address << "@0x" << std::hex << loc.scalar(2);
+      names.push_back(address.str());
+      continue;
+    }
+    const std::uint64_t function = loc.message(3).scalar(1);
+    REQUIRE(function > 0);
+    REQUIRE(function < r.function_rows.size());
+    names.push_back(string_at(r, Msg(r.function_rows[function]).scalar(1)));
+  }
+  return names;
+}
+
+// key -> value ("=<int> <unit>" for integers) of attribute_table entries.
+std::map<std::string, std::string> attributes(const DecodedRequest& r, const std::vector<std::uint64_t>& indices) {
+  std::map<std::string, std::string> out;
+  for (const std::uint64_t index : indices) {
+    REQUIRE(index > 0);
+    REQUIRE(index < r.attribute_rows.size());
+    const Msg attribute(r.attribute_rows[index]);
+    const std::string key = string_at(r, attribute.scalar(1));
+    REQUIRE(out.count(key) == 0);  // keys unique per referencing message
+    const Msg value = attribute.message(2);
+    out[key] = value.count(3) ? "=" + std::to_string(static_cast<std::int64_t>(value.scalar(3))) + " " +
+                                    string_at(r, attribute.scalar(3))
+                              : value.bytes(1);
+  }
+  return out;
+}
+
+// Every table present, entry 0 the zero value, as ProfilesDictionary requires.
+void check_zero_entries(const DecodedRequest& r) {
+  for (const auto* table : {&r.mapping_rows, &r.location_rows, &r.function_rows, &r.attribute_rows, &r.stack_rows}) {
+    REQUIRE(!table->empty());
+    CHECK(table->front().empty());
+  }
+  REQUIRE(!r.strings.empty());
+  CHECK(r.strings[0].empty());
+  REQUIRE(!r.links.empty());
+  CHECK(r.links[0].first == std::string(16, '\0'));
+  CHECK(r.links[0].second == std::string(8, '\0'));
+}
+
+std::string id_bytes(const std::string& hex) {
+  std::string out;
+  for (std::size_t i = 0; i < hex.size(); i += 2) out += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+  return out;
+}
+
+// ---- the profile under test ----------------------------------------------------------
+
+spanprof::Label string_label(std::string key, std::string value) {
+  spanprof::Label label;
+  label.key = std::move(key);
+  label.str = std::move(value);
+  return label;
+}
+
+spanprof::OtlpSpanIdentity identity() {
+  spanprof::OtlpSpanIdentity id;
+  id.span.trace_id = spanprof::TraceId::from_hex(trace_hex);
+  id.span.span_id = spanprof::SpanId::from_hex(span_hex);
+  id.span_name = "POST /checkout";
+  id.kind = spanprof::ProfileKind::cpu;
+  id.start_unix_ns = start_ns;
+  id.duration_ns = duration_ns;
+  id.reason = "slow";
+  return id;
+}
+
+spanprof::OtlpResource resource() { return {{{"service.name", "checkout"}, {"service.version", "1.2.3"}}}; }
+
+// hot_function <- main twice (3 samples' worth), main alone once; one mapping.
+spanprof::Profile cpu_profile() {
+  spanprof::Profile p;
+  p.sample_types = {{"samples", "count"}, {"cpu", "nanoseconds"}};
+  p.default_sample_type = "cpu";
+  p.period_type = {"cpu", "nanoseconds"};
+  p.period = ten_ms;
+  p.time_nanos = start_ns;
+  p.duration_nanos = duration_ns;
+
+  spanprof::Mapping exe;
+  exe.id = 1;
+  exe.memory_start = 0x400000;
+  exe.memory_limit = 0x500000;
+  exe.file_offset = 0x1000;
+  exe.filename = "/usr/bin/fake-service";
+  exe.build_id = "0123456789abcdef0123456789abcdef01234567";
+  exe.has_functions = true;
+  p.mappings = {exe};
+  p.functions = {{1, "hot_function", "_Z12hot_functionv", "service.cpp"}, {2, "main", "main", "service.cpp"}};
+  p.locations = {{1, 1, 0x401234, 1}, {2, 1, 0x402345, 2}};
+
+  std::vector<spanprof::Label> labels = {string_label("trace_id", trace_hex), string_label("span_id", span_hex),
+                                         string_label("span_name", "POST /checkout"),
+                                         string_label("profile_reason", "slow")};
+  p.samples.push_back({{1, 2}, {1, ten_ms}, labels});
+  p.samples.push_back({{1, 2}, {2, 2 * ten_ms}, labels});
+  spanprof::Label thread;
+  thread.key = "thread_id";
+  thread.num = 4242;
+  thread.is_num = true;
+  p.samples.push_back({{2}, {1, ten_ms}, labels});
+  p.samples.back().labels.push_back(thread);
+  return p;
+}
+
+std::string encode_ok(const spanprof::Profile& profile, const spanprof::OtlpSpanIdentity& id = identity()) {
+  std::string out, error;
+  const bool ok = spanprof::encode_otlp_profiles_request(profile, id, resource(), out, error);
+  INFO(error);
+  REQUIRE(ok);
+  return out;
+}
+
+// ---- protoc ----------------------------------------------------------------------------
+
+bool protoc_on_path() { return spanprof_test::capture_command("command -v protoc").exit_code == 0; }
+
+spanprof_test::CommandResult protoc(const std::string& body, const std::string& args) {
+  char path[] = "/tmp/spanprof-otlp-XXXXXX";
+  const int fd = ::mkstemp(path);
+  REQUIRE(fd >= 0);
+  ::close(fd);
+  {
+    std::ofstream file(path, std::ios::binary);
+    file.write(body.data(), static_cast<std::streamsize>(body.size()));
+    REQUIRE(file.good());
+  }
+  auto result = spanprof_test::capture_command("protoc " + args + " < " + path);
+  ::unlink(path);
+  return result;
+}
+
+// protoc's text output as a tree: "N: value" leaves and "N { ... }" blocks.
+struct TextNode {
+  std::string name, value;
+  std::vector<TextNode> children;
+  std::vector<const TextNode*> get(const std::string& child) const {
+    std::vector<const TextNode*> out;
+    for (const TextNode& c : children)
+      if (c.name == child) out.push_back(&c);
+    return out;
+  }
+};
+
+void parse_text_block(std::istringstream& in, TextNode& node) {
+  std::string line;
+  while (std::getline(in, line)) {
+    line.erase(0, line.find_first_not_of(' '));
+    if (line.empty()) continue;
+    if (line == "}") return;
+    TextNode child;
+    if (line.size() > 2 && line.compare(line.size() - 2, 2, " {") == 0) {
+      child.name = line.substr(0, line.size() - 2);
+      parse_text_block(in, child);
+    } else {
+      const std::size_t colon = line.find(": ");
+      REQUIRE(colon != std::string::npos);
+      child.name = line.substr(0, colon);
+      child.value = line.substr(colon + 2);
+    }
+    node.children.push_back(std::move(child));
+  }
+}
+
+TextNode parse_text(const std::string& text) {
+  TextNode root;
+  std::istringstream in(text);
+  parse_text_block(in, root);
+  return root;
+}
+
+// Undoes protoc's C escaping of a quoted bytes value ("\000\360g...").
+std::string unescape(const std::string& quoted) {
+  REQUIRE(quoted.size() >= 2);
+  REQUIRE(quoted.front() == '"');
+  REQUIRE(quoted.back() == '"');
+  std::string out;
+  for (std::size_t i = 1; i + 1 < quoted.size(); ++i) {
+    if (quoted[i] != '\\') {
+      out += quoted[i];
+      continue;
+    }
+    const char c = quoted[++i];
+    if (c >= '0' && c <= '7') {
+      int value = 0;
+      for (int digits = 0; digits < 3 && quoted[i] >= '0' && quoted[i] <= '7'; ++digits) {
+        value = value * 8 + (quoted[i++] - '0');
+      }
+      --i;
+      out += static_cast<char>(value);
+    } else {
+      out += c == 'n' ? '\n' : c == 'r' ? '\r' : c == 't' ? '\t' : c;  // \" \' \\ stand for themselves
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("OTLP request carries resource, scope, one profile per sample type", "[otlp]") {
+  const DecodedRequest r = decode(encode_ok(cpu_profile()));
+  check_zero_entries(r);
+  CHECK(r.resource_profiles == 1);
+  CHECK(r.scope_profiles == 1);
+  CHECK(r.resource.at("service.name") == "checkout");
+  CHECK(r.resource.at("service.version") == "1.2.3");
+  CHECK(r.scope_name == "spanprof");
+  CHECK(r.scope_version == SPANPROF_VERSION_STRING);
+
+  REQUIRE(r.profiles.size() == 2);
+  // The pprof default sample type comes first: viewers show profiles[0].
+  CHECK(string_at(r, r.profiles[0].type) == "cpu");
+  CHECK(string_at(r, r.profiles[0].unit) == "nanoseconds");
+  CHECK(string_at(r, r.profiles[1].type) == "samples");
+  CHECK(string_at(r, r.profiles[1].unit) == "count");
+  for (const DecodedProfile& p : r.profiles) {
+    CHECK(p.time == static_cast<std::uint64_t>(start_ns));
+    CHECK(p.duration == static_cast<std::uint64_t>(duration_ns));
+    CHECK(string_at(r, p.period_type) == "cpu");
+    CHECK(string_at(r, p.period_unit) == "nanoseconds");
+    CHECK(p.period == ten_ms);
+    const auto profile_attributes = attributes(r, p.attributes);
+    CHECK(profile_attributes.at("span_name") == "POST /checkout");
+    CHECK(profile_attributes.at("profile_reason") == "slow");
+  }
+}
+
+TEST_CASE("OTLP samples keep their stacks, values, labels and the span link", "[otlp]") {
+  const DecodedRequest r = decode(encode_ok(cpu_profile()));
+
+  // The link table: the zero link, then the span's exact 16 + 8 id bytes.
+  REQUIRE(r.links.size() == 2);
+  CHECK(r.links[1].first == id_bytes(trace_hex));
+  CHECK(r.links[1].second == id_bytes(span_hex));
+  CHECK(r.links[1].first.size() == 16);
+  CHECK(r.links[1].second.size() == 8);
+
+  const std::vector<std::vector<std::int64_t>> expected_values = {{ten_ms, 2 * ten_ms, ten_ms}, {1, 2, 1}};
+  const std::vector<std::vector<std::string>> expected_stacks = {
+      {"hot_function", "main"}, {"hot_function", "main"}, {"main"}};
+  for (std::size_t p = 0; p < r.profiles.size(); ++p) {
+    const auto& samples = r.profiles[p].samples;
+    REQUIRE(samples.size() == 3);
+    for (std::size_t i = 0; i < samples.size(); ++i) {
+      INFO("profile " << p << " sample " << i);
+      CHECK(samples[i].link == 1);
+      CHECK(samples[i].values == std::vector<std::int64_t>{expected_values[p][i]});
+      CHECK(stack_names(r, samples[i].stack) == expected_stacks[i]);
+      const auto labels = attributes(r, samples[i].attributes);
+      CHECK(labels.at("trace_id") == trace_hex);
+      CHECK(labels.at("span_id") == span_hex);
+      CHECK(labels.at("span_name") == "POST /checkout");
+      CHECK(labels.at("profile_reason") == "slow");
+      CHECK(labels.size() == (i == 2 ? 5u : 4u));
+      if (i == 2) CHECK(labels.at("thread_id") == "=4242 ");
+    }
+    CHECK(samples[0].stack == samples[1].stack);  // one stack_table entry per distinct stack
+  }
+  CHECK(r.stack_rows.size() == 3);
+
+  // Functions, the mapping and its build id, each stored once and shared.
+  REQUIRE(r.function_rows.size() == 3);
+  const Msg hot(r.function_rows[1]);
+  CHECK(string_at(r, hot.scalar(1)) == "hot_function");
+  CHECK(string_at(r, hot.scalar(2)) == "_Z12hot_functionv");
+  CHECK(string_at(r, hot.scalar(3)) == "service.cpp");
+  REQUIRE(r.location_rows.size() == 3);
+  const Msg leaf(r.location_rows[1]);
+  CHECK(leaf.scalar(1) == 1);
+  CHECK(leaf.scalar(2) == 0x401234);
+  CHECK(attributes(r, leaf.varints(4)).at("profile.frame.type") == "native");
+  REQUIRE(r.mapping_rows.size() == 2);
+  const Msg exe(r.mapping_rows[1]);
+  CHECK(exe.scalar(1) == 0x400000);
+  CHECK(exe.scalar(2) == 0x500000);
+  CHECK(exe.scalar(3) == 0x1000);
+  CHECK(string_at(r, exe.scalar(4)) == "/usr/bin/fake-service");
+  CHECK(attributes(r, exe.varints(5)).at("process.executable.build_id.gnu") ==
+        "0123456789abcdef0123456789abcdef01234567");
+
+  // Each string once; the function names are in it.
+  std::map<std::string, int> seen;
+  for (const std::string& s : r.strings) ++seen[s];
+  for (const auto& [text, count] : seen) CHECK(count == 1);
+  CHECK(seen.count("hot_function") == 1);
+  CHECK(seen.count("main") == 1);
+}
+
+TEST_CASE("protoc parses the OTLP request and sees the same link", "[otlp][protoc]") {
+  if (!protoc_on_path()) FAIL("protoc is required for this test (apt-get install protobuf-compiler)");
+  const std::string body = encode_ok(cpu_profile());
+  const auto raw = protoc(body, "--decode_raw");
+  INFO(raw.output);
+  REQUIRE(raw.exit_code == 0);
+  const TextNode root = parse_text(raw.output);
+
+  // dictionary (2) -> link_table (4): entry 1 holds the span's bytes exactly.
+  REQUIRE(root.get("2").size() == 1);
+  const auto links = root.get("2")[0]->get("4");
+  REQUIRE(links.size() == 2);
+  CHECK(unescape(links[0]->get("1").at(0)->value) == std::string(16, '\0'));
+  CHECK(unescape(links[0]->get("2").at(0)->value) == std::string(8, '\0'));
+  CHECK(unescape(links[1]->get("1").at(0)->value) == id_bytes(trace_hex));
+  CHECK(unescape(links[1]->get("2").at(0)->value) == id_bytes(span_hex));
+
+  // resource_profiles (1) -> scope_profiles (2) -> profiles (2) -> samples (2) -> link_index (3)
+  const auto scope_profiles = root.get("1").at(0)->get("2");
+  REQUIRE(scope_profiles.size() == 1);
+  CHECK(scope_profiles[0]->get("1").at(0)->get("1").at(0)->value == "\"spanprof\"");
+  const auto profiles = scope_profiles[0]->get("2");
+  REQUIRE(profiles.size() == 2);
+  for (const TextNode* profile : profiles) {
+    const auto samples = profile->get("2");
+    REQUIRE(samples.size() == 3);
+    for (const TextNode* sample : samples) CHECK(sample->get("3").at(0)->value == "1");
+  }
+  CHECK(raw.output.find("\"service.name\"") != std::string::npos);
+  CHECK(raw.output.find("\"hot_function\"") != std::string::npos);
+
+  // Against the schema itself, when a checkout of opentelemetry-proto is at hand.
+  const char* proto_dir = std::getenv("SPANPROF_OTLP_PROTO_DIR");
+  if (proto_dir == nullptr || *proto_dir == '\0') return;
+  const auto typed = protoc(body, std::string("--decode=opentelemetry.proto.collector.profiles.v1development."
+                                              "ExportProfilesServiceRequest -I ") +
+                                      proto_dir + " opentelemetry/proto/collector/profiles/v1development/"
+                                                  "profiles_service.proto");
+  INFO(typed.output);
+  REQUIRE(typed.exit_code == 0);
+  // Unknown fields would print as bare numbers: every field written is in the schema.
+  std::istringstream lines(typed.output);
+  for (std::string line; std::getline(lines, line);) {
+    line.erase(0, line.find_first_not_of(' '));
+    INFO(line);
+    CHECK(!(line.size() > 0 && line[0] >= '0' && line[0] <= '9'));
+  }
+  std::size_t link_indices = 0;
+  for (std::size_t pos = typed.output.find("link_index: 1"); pos != std::string::npos;
+       pos = typed.output.find("link_index: 1", pos + 1)) {
+    ++link_indices;
+  }
+  CHECK(link_indices == 6);
+  CHECK(typed.output.find("string_value: \"checkout\"") != std::string::npos);
+  CHECK(typed.output.find("name: \"spanprof\"") != std::string::npos);
+  CHECK(typed.output.find("time_unix_nano: 1700000000123456789") != std::string::npos);
+}
+
+TEST_CASE("an empty OTLP profile is a valid request with zero samples", "[otlp]") {
+  SECTION("no sample types: no profiles, only the zero dictionary entries") {
+    const std::string body = encode_ok(spanprof::Profile{});
+    const DecodedRequest r = decode(body);
+    check_zero_entries(r);
+    CHECK(r.scope_name == "spanprof");
+    CHECK(r.profiles.empty());
+    CHECK(r.links.size() == 1);  // nothing refers to the span link, so it is not stored
+    CHECK(r.strings.size() == 1);
+    CHECK(r.attribute_rows.size() == 1);
+    if (protoc_on_path()) CHECK(protoc(body, "--decode_raw").exit_code == 0);
+  }
+  SECTION("a CPU profile without samples: one empty profile per sample type") {
+    spanprof::Profile p = cpu_profile();
+    p.samples.clear();
+    const std::string body = encode_ok(p);
+    const DecodedRequest r = decode(body);
+    check_zero_entries(r);
+    REQUIRE(r.profiles.size() == 2);
+    for (const DecodedProfile& profile : r.profiles) CHECK(profile.samples.empty());
+    CHECK(r.location_rows.size() == 1);  // unreferenced entries stay out
+    CHECK(r.function_rows.size() == 1);
+    CHECK(r.mapping_rows.size() == 1);
+    if (protoc_on_path()) CHECK(protoc(body, "--decode_raw").exit_code == 0);
+  }
+}
+
+TEST_CASE("a span without ids leaves samples unlinked", "[otlp]") {
+  spanprof::OtlpSpanIdentity id = identity();
+  id.span = spanprof::SpanContext{};
+  const DecodedRequest r = decode(encode_ok(cpu_profile(), id));
+  REQUIRE(r.links.size() == 1);
+  for (const DecodedProfile& p : r.profiles)
+    for (const DecodedSample& s : p.samples) CHECK(s.link == 0);
+}
+
+TEST_CASE("OTLP encoding rejects inconsistent input with a clear error", "[otlp]") {
+  spanprof::Profile p = cpu_profile();
+  std::string expected;
+  spanprof::OtlpResource res = resource();
+  SECTION("a sample references a location id that does not exist") {
+    p.samples[1].location_ids = {1, 99};
+    expected = "sample index 1 references location id 99, which the profile does not define";
+  }
+  SECTION("a location references a function id that does not exist") {
+    p.locations[1].function_id = 7;
+    expected = "location id 2 references function id 7";
+  }
+  SECTION("a location references a mapping id that does not exist") {
+    p.locations[0].mapping_id = 5;
+    expected = "location id 1 references mapping id 5";
+  }
+  SECTION("a sample has the wrong number of values") {
+    p.samples[2].values = {1};
+    expected = "sample index 2 has 1 values for 2 sample types";
+  }
+  SECTION("two locations share an id") {
+    p.locations[1].id = 1;
+    expected = "two locations share id 1";
+  }
+  SECTION("a resource attribute appears twice") {
+    res.attributes.push_back({"service.name", "other"});
+    expected = "resource attribute 'service.name' appears twice";
+  }
+  std::string out = "stale", error;
+  CHECK_FALSE(spanprof::encode_otlp_profiles_request(p, identity(), res, out, error));
+  CHECK(out.empty());
+  INFO(error);
+  CHECK(error.rfind("otlp: invalid input: ", 0) == 0);
+  CHECK(error.find(expected) != std::string::npos);
+}
+
+TEST_CASE("otlp_span_identity takes what the encoder needs from a RawProfile", "[otlp]") {
+  spanprof::RawProfile raw;
+  raw.kind = spanprof::ProfileKind::heap;
+  raw.span.trace_id = spanprof::TraceId::from_hex(trace_hex);
+  raw.span.span_id = spanprof::SpanId::from_hex(span_hex);
+  raw.span_name = "GET /cart";
+  raw.start_unix_ns = start_ns;
+  raw.duration_ns = duration_ns;
+  raw.reason = spanprof::ProfileReason::error;
+  const spanprof::OtlpSpanIdentity id = spanprof::otlp_span_identity(raw);
+  CHECK(id.span.trace_id == raw.span.trace_id);
+  CHECK(id.span.span_id == raw.span.span_id);
+  CHECK(id.span_name == "GET /cart");
+  CHECK(id.kind == spanprof::ProfileKind::heap);
+  CHECK(id.start_unix_ns == start_ns);
+  CHECK(id.duration_ns == duration_ns);
+  CHECK(id.reason == "error");
+}

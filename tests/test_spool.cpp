@@ -1,0 +1,1185 @@
+// The on-disk spool and the pprof decoder it relies on to rebuild profiles.
+//
+// Spool tests run against a real directory: order, separation, the bound, restart,
+// corruption, leftovers and write failures. Where a failure can only be provoked
+// with privileges (a full disk needs a tiny tmpfs) or only without them (chmod
+// does not stop root), the test says which case it proved and warns when it had
+// to skip one.
+//
+// Decoder tests check exact round trips, then throw random, truncated and mutated
+// bytes at it: under ASan/UBSan "never crashes" means no invalid access and no
+// undefined behaviour, not merely no segfault.
+#include "support/catch.hpp"
+
+#include <spanprof/detail/gzip.hpp>
+#include <spanprof/detail/pprof_decoder.hpp>
+#include <spanprof/detail/protobuf_writer.hpp>
+#include <spanprof/detail/spool.hpp>
+#include <spanprof/pprof_encoder.hpp>
+#include <spanprof/profile.hpp>
+#include <spanprof/uploader.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+namespace fs = std::filesystem;
+using spanprof::EncodedProfile;
+using spanprof::Profile;
+using spanprof::detail::Spool;
+using spanprof::detail::SpoolItem;
+
+namespace {
+
+// ---- fixtures -------------------------------------------------------------------
+
+class TempDir {
+ public:
+  TempDir() {
+    char pattern[] = "/tmp/spanprof-spool-XXXXXX";
+    const char* dir = ::mkdtemp(pattern);
+    REQUIRE(dir != nullptr);
+    path_ = dir;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    // A test may have left a subdirectory read-only.
+    for (auto it = fs::recursive_directory_iterator(path_, ignored); it != fs::recursive_directory_iterator();
+         it.increment(ignored)) {
+      if (it->is_directory(ignored)) ::chmod(it->path().c_str(), 0700);
+    }
+    fs::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string sub(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+std::vector<std::string> names_in(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::size_t count_with_suffix(const std::string& dir, const std::string& suffix) {
+  std::size_t count = 0;
+  for (const std::string& name : names_in(dir)) {
+    if (name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      ++count;
+    }
+  }
+  return count;
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  REQUIRE(out.good());
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+spanprof::Label string_label(std::string key, std::string value) {
+  spanprof::Label label;
+  label.key = std::move(key);
+  label.str = std::move(value);
+  return label;
+}
+
+spanprof::Label number_label(std::string key, std::int64_t value, std::string unit) {
+  spanprof::Label label;
+  label.key = std::move(key);
+  label.num = value;
+  label.num_unit = std::move(unit);
+  label.is_num = true;
+  return label;
+}
+
+// Every field of the model set, none to its default, so a field the decoder
+// dropped cannot pass unnoticed.
+Profile make_profile() {
+  Profile p;
+  p.sample_types = {{"alloc_objects", "count"}, {"alloc_space", "bytes"}, {"delta", "bytes"}};
+  p.period_type = {"space", "bytes"};
+  p.period = 524288;
+  p.time_nanos = 1'700'000'000'123'456'789;
+  p.duration_nanos = 2'500'000'000;
+  p.comments = {"spanprof spool test", "second comment", ""};
+  p.default_sample_type = "alloc_space";
+
+  spanprof::Mapping exe;
+  exe.id = 1;
+  exe.memory_start = 0x400000;
+  exe.memory_limit = 0x500000;
+  exe.file_offset = 0x1000;
+  exe.filename = "/usr/bin/fake-service";
+  exe.build_id = "0123456789abcdef0123456789abcdef01234567";
+  exe.has_functions = true;
+  spanprof::Mapping libc;
+  libc.id = 7;
+  libc.memory_start = 0x7f0000000000;
+  libc.memory_limit = 0x7f0000200000;
+  libc.file_offset = 0x28000;
+  libc.filename = "/lib/x86_64-linux-gnu/libc.so.6";
+  libc.build_id = "fedcba9876543210";
+  p.mappings = {exe, libc};
+
+  p.functions = {{1, "hot_function()", "_Z12hot_functionv", "/src/hot.cc"},
+                 {5, "cold_function()", "_Z13cold_functionv", "/src/cold.cc"}};
+  p.locations = {{1, 1, 0x401234, 1}, {2, 1, 0x402345, 5}, {3, 7, 0x7f0000012345, 0}, {9, 0, 0xdead, 0}};
+
+  spanprof::Sample hot;
+  hot.location_ids = {1, 2};
+  hot.values = {30, 30 * 4096, -4096};
+  hot.labels = {string_label("trace_id", "4bf92f3577b34da6a3ce929d0e0e4736"),
+                string_label("span_id", "00f067aa0ba902b7"), string_label("span_name", "POST /checkout"),
+                number_label("bytes", 4096, "bytes"), number_label("thread_id", -42, "")};
+  spanprof::Sample cold;
+  cold.location_ids = {2};
+  cold.values = {5, 5 * 4096, 0};
+  cold.labels = {string_label("span_name", "POST /checkout"), string_label("empty_value", "")};
+  spanprof::Sample unsymbolized;
+  unsymbolized.location_ids = {3, 9, 2};
+  unsymbolized.values = {1, 1 << 20, 1};
+  spanprof::Sample no_stack;
+  no_stack.values = {0, 0, 0};
+  p.samples = {hot, cold, unsymbolized, no_stack};
+  return p;
+}
+
+std::string gzip_of(const Profile& profile) {
+  std::string body, error;
+  REQUIRE(spanprof::encode_pprof_gzip(profile, body, error));
+  return body;
+}
+
+EncodedProfile make_encoded(const std::string& pprof_gzip, const std::string& span_name = "POST /checkout") {
+  EncodedProfile e;
+  e.kind = spanprof::ProfileKind::heap;
+  e.span.trace_id = spanprof::TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736");
+  e.span.span_id = spanprof::SpanId::from_hex("00f067aa0ba902b7");
+  e.span.flags.value = 0x01;
+  e.span_name = span_name;
+  e.start_unix_ns = 1'700'000'000'000'000'001;
+  e.duration_ns = 250'000'042;
+  e.period_ns = 10'000'003;
+  e.heap_interval_bytes = 524'289;
+  e.sample_count = 12345;
+  e.engine = "sampling:perf_event";
+  e.reason = spanprof::ProfileReason::slow;
+  e.pprof_gzip = pprof_gzip;
+  return e;
+}
+
+// A profile whose bytes are not pprof: for tests of the spool alone.
+EncodedProfile small_encoded(const std::string& span_name, std::size_t payload = 100) {
+  return make_encoded(std::string(payload, 'x'), span_name);
+}
+
+bool same_value_type(const spanprof::ValueType& a, const spanprof::ValueType& b) {
+  return a.type == b.type && a.unit == b.unit;
+}
+
+bool same_label(const spanprof::Label& a, const spanprof::Label& b) {
+  return a.key == b.key && a.str == b.str && a.num == b.num && a.num_unit == b.num_unit && a.is_num == b.is_num;
+}
+
+// Field by field, as a predicate for fuzz loops that must not drown in CHECKs.
+bool same_profile(const Profile& a, const Profile& b) {
+  auto same_types = [](const std::vector<spanprof::ValueType>& x, const std::vector<spanprof::ValueType>& y) {
+    return std::equal(x.begin(), x.end(), y.begin(), y.end(), same_value_type);
+  };
+  auto same_sample = [](const spanprof::Sample& x, const spanprof::Sample& y) {
+    return x.location_ids == y.location_ids && x.values == y.values &&
+           std::equal(x.labels.begin(), x.labels.end(), y.labels.begin(), y.labels.end(), same_label);
+  };
+  auto same_mapping = [](const spanprof::Mapping& x, const spanprof::Mapping& y) {
+    return x.id == y.id && x.memory_start == y.memory_start && x.memory_limit == y.memory_limit &&
+           x.file_offset == y.file_offset && x.filename == y.filename && x.build_id == y.build_id &&
+           x.has_functions == y.has_functions;
+  };
+  auto same_location = [](const spanprof::Location& x, const spanprof::Location& y) {
+    return x.id == y.id && x.mapping_id == y.mapping_id && x.address == y.address && x.function_id == y.function_id;
+  };
+  auto same_function = [](const spanprof::Function& x, const spanprof::Function& y) {
+    return x.id == y.id && x.name == y.name && x.system_name == y.system_name && x.filename == y.filename;
+  };
+  return same_types(a.sample_types, b.sample_types) &&
+         std::equal(a.samples.begin(), a.samples.end(), b.samples.begin(), b.samples.end(), same_sample) &&
+         std::equal(a.mappings.begin(), a.mappings.end(), b.mappings.begin(), b.mappings.end(), same_mapping) &&
+         std::equal(a.locations.begin(), a.locations.end(), b.locations.begin(), b.locations.end(), same_location) &&
+         std::equal(a.functions.begin(), a.functions.end(), b.functions.begin(), b.functions.end(), same_function) &&
+         a.time_nanos == b.time_nanos && a.duration_nanos == b.duration_nanos &&
+         same_value_type(a.period_type, b.period_type) && a.period == b.period && a.comments == b.comments &&
+         a.default_sample_type == b.default_sample_type;
+}
+
+// The same comparison with a CHECK per field, so a failure names the field.
+void check_same_profile(const Profile& got, const Profile& want) {
+  REQUIRE(got.sample_types.size() == want.sample_types.size());
+  for (std::size_t i = 0; i < want.sample_types.size(); ++i) {
+    CHECK(got.sample_types[i].type == want.sample_types[i].type);
+    CHECK(got.sample_types[i].unit == want.sample_types[i].unit);
+  }
+  REQUIRE(got.samples.size() == want.samples.size());
+  for (std::size_t i = 0; i < want.samples.size(); ++i) {
+    INFO("sample " << i);
+    CHECK(got.samples[i].location_ids == want.samples[i].location_ids);
+    CHECK(got.samples[i].values == want.samples[i].values);
+    REQUIRE(got.samples[i].labels.size() == want.samples[i].labels.size());
+    for (std::size_t j = 0; j < want.samples[i].labels.size(); ++j) {
+      const spanprof::Label& g = got.samples[i].labels[j];
+      const spanprof::Label& w = want.samples[i].labels[j];
+      INFO("label " << j << " " << w.key);
+      CHECK(g.key == w.key);
+      CHECK(g.str == w.str);
+      CHECK(g.num == w.num);
+      CHECK(g.num_unit == w.num_unit);
+      CHECK(g.is_num == w.is_num);
+    }
+  }
+  REQUIRE(got.mappings.size() == want.mappings.size());
+  for (std::size_t i = 0; i < want.mappings.size(); ++i) {
+    CHECK(got.mappings[i].id == want.mappings[i].id);
+    CHECK(got.mappings[i].memory_start == want.mappings[i].memory_start);
+    CHECK(got.mappings[i].memory_limit == want.mappings[i].memory_limit);
+    CHECK(got.mappings[i].file_offset == want.mappings[i].file_offset);
+    CHECK(got.mappings[i].filename == want.mappings[i].filename);
+    CHECK(got.mappings[i].build_id == want.mappings[i].build_id);
+    CHECK(got.mappings[i].has_functions == want.mappings[i].has_functions);
+  }
+  REQUIRE(got.locations.size() == want.locations.size());
+  for (std::size_t i = 0; i < want.locations.size(); ++i) {
+    CHECK(got.locations[i].id == want.locations[i].id);
+    CHECK(got.locations[i].mapping_id == want.locations[i].mapping_id);
+    CHECK(got.locations[i].address == want.locations[i].address);
+    CHECK(got.locations[i].function_id == want.locations[i].function_id);
+  }
+  REQUIRE(got.functions.size() == want.functions.size());
+  for (std::size_t i = 0; i < want.functions.size(); ++i) {
+    CHECK(got.functions[i].id == want.functions[i].id);
+    CHECK(got.functions[i].name == want.functions[i].name);
+    CHECK(got.functions[i].system_name == want.functions[i].system_name);
+    CHECK(got.functions[i].filename == want.functions[i].filename);
+  }
+  CHECK(got.time_nanos == want.time_nanos);
+  CHECK(got.duration_nanos == want.duration_nanos);
+  CHECK(got.period_type.type == want.period_type.type);
+  CHECK(got.period_type.unit == want.period_type.unit);
+  CHECK(got.period == want.period);
+  CHECK(got.comments == want.comments);
+  CHECK(got.default_sample_type == want.default_sample_type);
+  CHECK(same_profile(got, want));
+}
+
+void check_same_encoded(const EncodedProfile& got, const EncodedProfile& want) {
+  CHECK(got.kind == want.kind);
+  CHECK(got.span.trace_id == want.span.trace_id);
+  CHECK(got.span.span_id == want.span.span_id);
+  CHECK(got.span.flags.value == want.span.flags.value);
+  CHECK(got.span_name == want.span_name);
+  CHECK(got.start_unix_ns == want.start_unix_ns);
+  CHECK(got.duration_ns == want.duration_ns);
+  CHECK(got.period_ns == want.period_ns);
+  CHECK(got.heap_interval_bytes == want.heap_interval_bytes);
+  CHECK(got.sample_count == want.sample_count);
+  CHECK(got.engine == want.engine);
+  CHECK(got.reason == want.reason);
+  CHECK(got.pprof_gzip == want.pprof_gzip);
+}
+
+std::vector<std::string> span_names(Spool& spool, const std::string& uploader) {
+  std::vector<std::string> names;
+  for (const SpoolItem& item : spool.pending(uploader)) {
+    EncodedProfile out;
+    std::string error;
+    if (spool.load(item, out, error)) {
+      names.push_back(out.span_name);
+    } else {
+      names.push_back("<" + error + ">");
+    }
+  }
+  return names;
+}
+
+std::string only_spool_file(const std::string& dir) {
+  std::vector<std::string> found;
+  for (const std::string& name : names_in(dir)) {
+    if (name.size() > 6 && name.compare(name.size() - 6, 6, ".spool") == 0) found.push_back(name);
+  }
+  REQUIRE(found.size() == 1);
+  return dir + "/" + found[0];
+}
+
+}  // namespace
+
+// ---- spool: the normal path ----------------------------------------------------------
+
+TEST_CASE("spool round-trips every field, and the pprof decodes to the original profile", "[spool]") {
+  TempDir dir;
+  Spool spool(dir.sub("spool"), 1 << 20);
+  std::string error;
+  REQUIRE(spool.open(error));
+
+  const Profile original = make_profile();
+  const EncodedProfile in = make_encoded(gzip_of(original));
+  REQUIRE(spool.store("otlp", in, error));
+  CHECK(spool.counters().stored == 1);
+  CHECK(spool.bytes() == Spool::stored_size("otlp", in));
+
+  const auto items = spool.pending("otlp");
+  REQUIRE(items.size() == 1);
+  const SpoolItem& item = items[0];
+  CHECK(item.uploader == "otlp");
+  CHECK(item.sequence == 1);
+  CHECK(item.size_bytes == spool.bytes());
+  CHECK(item.stored_unix_ns > 0);
+  // <20-digit sequence>-<20-digit unix ns>-<uploader>.spool, private to the owner.
+  CHECK(item.file_name.size() == 20 + 1 + 20 + 1 + 4 + 6);
+  CHECK(item.file_name.compare(0, 21, "00000000000000000001-") == 0);
+  CHECK(item.file_name.compare(42, std::string::npos, "otlp.spool") == 0);
+  struct stat st {};
+  REQUIRE(::stat((dir.sub("spool") + "/" + item.file_name).c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  CHECK(static_cast<std::uint64_t>(st.st_size) == item.size_bytes);
+
+  EncodedProfile plain;
+  plain.profile = &original;  // load() must reset it: the bytes carry no pointer
+  REQUIRE(spool.load(item, plain, error));
+  check_same_encoded(plain, in);
+  CHECK(plain.profile == nullptr);
+
+  EncodedProfile out;
+  Profile decoded;
+  REQUIRE(spool.load(item, out, decoded, error));
+  INFO(error);
+  check_same_encoded(out, in);
+  CHECK(out.profile == &decoded);
+  check_same_profile(decoded, original);
+
+  // Loading does not consume; remove() does.
+  CHECK(spool.pending("otlp").size() == 1);
+  CHECK(spool.remove(item));
+  CHECK(spool.pending("otlp").empty());
+  CHECK(spool.bytes() == 0);
+  CHECK(count_with_suffix(dir.sub("spool"), ".spool") == 0);
+  CHECK(!spool.load(item, out, error));
+  CHECK(contains(error, "not pending"));
+}
+
+TEST_CASE("spool returns each uploader's items oldest first, and only its own", "[spool]") {
+  TempDir dir;
+  Spool spool(dir.path(), 1 << 20);
+  std::string error;
+  REQUIRE(spool.open(error));
+
+  // Names a naive sanitizer (replace odd bytes with '_') would merge, an empty
+  // name, and two long names that differ only past the part kept in file names.
+  const std::string long_a = std::string(300, 'a') + "/1";
+  const std::string long_b = std::string(300, 'a') + "/2";
+  const std::vector<std::string> uploaders = {"otlp/http", "otlp_http", "otlp%2fhttp", "", long_a, long_b, "../../etc"};
+  for (int round = 0; round < 3; ++round) {
+    for (const std::string& uploader : uploaders) {
+      REQUIRE(spool.store(uploader, small_encoded(uploader + "#" + std::to_string(round)), error));
+    }
+  }
+  CHECK(spool.counters().stored == 3 * uploaders.size());
+  for (const std::string& uploader : uploaders) {
+    INFO("uploader '" << uploader << "'");
+    CHECK(span_names(spool, uploader) == std::vector<std::string>{uploader + "#0", uploader + "#1", uploader + "#2"});
+    const auto items = spool.pending(uploader);
+    REQUIRE(items.size() == 3);
+    CHECK(items[0].sequence < items[1].sequence);
+    CHECK(items[1].sequence < items[2].sequence);
+    for (const SpoolItem& item : items) CHECK(item.file_name.find('/') == std::string::npos);
+  }
+  CHECK(spool.pending("otlp").empty());
+  // Nothing escaped the directory, every name fits comfortably in NAME_MAX.
+  CHECK(count_with_suffix(dir.path(), ".spool") == 3 * uploaders.size());
+  for (const std::string& name : names_in(dir.path())) CHECK(name.size() < 160);
+
+  // An item handed to the wrong uploader's load is refused without harm.
+  SpoolItem foreign = spool.pending("otlp/http").front();
+  foreign.uploader = "otlp_http";
+  EncodedProfile out;
+  CHECK(!spool.load(foreign, out, error));
+  CHECK(contains(error, "does not belong"));
+  CHECK(spool.counters().corrupt_removed == 0);
+  CHECK(spool.pending("otlp/http").size() == 3);
+}
+
+TEST_CASE("spool stays within max_bytes by evicting the oldest files", "[spool]") {
+  TempDir dir;
+  const std::uint64_t one = Spool::stored_size("u", small_encoded("p0"));
+  REQUIRE(one == Spool::stored_size("v", small_encoded("p9")));
+  Spool spool(dir.path(), 3 * one + one / 2);  // room for three and a half
+  std::string error;
+  REQUIRE(spool.open(error));
+
+  for (int i = 0; i < 5; ++i) REQUIRE(spool.store("u", small_encoded("p" + std::to_string(i)), error));
+  CHECK(spool.counters().stored == 5);
+  CHECK(spool.counters().evicted == 2);
+  CHECK(spool.bytes() == 3 * one);
+  CHECK(span_names(spool, "u") == std::vector<std::string>{"p2", "p3", "p4"});
+  CHECK(count_with_suffix(dir.path(), ".spool") == 3);
+
+  // Oldest across uploaders: v's profile pushes out u's oldest, not a v one.
+  REQUIRE(spool.store("v", small_encoded("p9"), error));
+  CHECK(spool.counters().evicted == 3);
+  CHECK(span_names(spool, "u") == std::vector<std::string>{"p3", "p4"});
+  CHECK(span_names(spool, "v") == std::vector<std::string>{"p9"});
+  CHECK(spool.bytes() == 3 * one);
+  CHECK(spool.bytes() <= spool.max_bytes());
+}
+
+TEST_CASE("spool refuses a profile larger than its bound instead of evicting everything", "[spool]") {
+  TempDir dir;
+  const EncodedProfile small = small_encoded("small");
+  const std::uint64_t one = Spool::stored_size("u", small);
+  Spool spool(dir.path(), 2 * one);
+  std::string error;
+  REQUIRE(spool.open(error));
+  REQUIRE(spool.store("u", small, error));
+
+  const EncodedProfile big = small_encoded("big", static_cast<std::size_t>(2 * one));
+  CHECK(!spool.store("u", big, error));
+  CHECK(contains(error, "exceeds the spool's bound"));
+  CHECK(spool.counters().stored == 1);
+  CHECK(spool.counters().evicted == 0);
+  CHECK(span_names(spool, "u") == std::vector<std::string>{"small"});
+  CHECK(names_in(dir.path()).size() == 2);  // the small profile and the lock file; no temp file
+
+  // Exactly the bound is allowed.
+  const EncodedProfile exact = small_encoded("exact", static_cast<std::size_t>(2 * one - (one - 100)));
+  REQUIRE(Spool::stored_size("u", exact) == 2 * one);
+  REQUIRE(spool.store("u", exact, error));
+  CHECK(spool.counters().evicted == 1);
+  CHECK(span_names(spool, "u") == std::vector<std::string>{"exact"});
+}
+
+TEST_CASE("a spool opened again resumes where the last one stopped", "[spool]") {
+  TempDir dir;
+  std::string error;
+  std::vector<std::uint64_t> first_sequences;
+  {
+    Spool spool(dir.path(), 1 << 20);
+    REQUIRE(spool.open(error));
+    REQUIRE(spool.store("a", small_encoded("a1"), error));
+    REQUIRE(spool.store("b", small_encoded("b1"), error));
+    REQUIRE(spool.store("a", small_encoded("a2"), error));
+    for (const auto& item : spool.pending("a")) first_sequences.push_back(item.sequence);
+
+    // A second spool on the same directory (here or in another process) would
+    // interleave sequence numbers: the lock turns it away.
+    Spool intruder(dir.path(), 1 << 20);
+    CHECK(!intruder.open(error));
+    CHECK(contains(error, "in use"));
+  }  // "process exits"
+
+  Spool restarted(dir.path(), 1 << 20);
+  REQUIRE(restarted.open(error));
+  CHECK(restarted.size() == 3);
+  CHECK(restarted.bytes() == 3 * Spool::stored_size("a", small_encoded("a1")));
+  CHECK(span_names(restarted, "a") == std::vector<std::string>{"a1", "a2"});
+  CHECK(span_names(restarted, "b") == std::vector<std::string>{"b1"});
+  std::vector<std::uint64_t> sequences;
+  for (const auto& item : restarted.pending("a")) sequences.push_back(item.sequence);
+  CHECK(sequences == first_sequences);
+
+  REQUIRE(restarted.store("a", small_encoded("a3"), error));
+  const auto items = restarted.pending("a");
+  REQUIRE(items.size() == 3);
+  CHECK(items.back().sequence == 4);
+  CHECK(span_names(restarted, "a") == std::vector<std::string>{"a1", "a2", "a3"});
+}
+
+TEST_CASE("a spool reopened with a smaller bound trims oldest first", "[spool]") {
+  TempDir dir;
+  std::string error;
+  const std::uint64_t one = Spool::stored_size("u", small_encoded("p0"));  // p1 and p2 are this size too
+  {
+    Spool spool(dir.path(), 1 << 20);
+    REQUIRE(spool.open(error));
+    REQUIRE(spool.store("u", small_encoded("p0"), error));
+    REQUIRE(spool.store("u", small_encoded("huge", 10 * one), error));
+    REQUIRE(spool.store("u", small_encoded("p1"), error));
+    REQUIRE(spool.store("u", small_encoded("p2"), error));
+  }
+  Spool smaller(dir.path(), 2 * one);
+  REQUIRE(smaller.open(error));
+  // "huge" alone exceeds the bound and goes; then p0, the oldest, makes room.
+  CHECK(smaller.counters().evicted == 2);
+  CHECK(span_names(smaller, "u") == std::vector<std::string>{"p1", "p2"});
+  CHECK(smaller.bytes() == 2 * one);
+  CHECK(count_with_suffix(dir.path(), ".spool") == 2);
+}
+
+TEST_CASE("open deletes leftover temporary files and leaves foreign files alone", "[spool]") {
+  TempDir dir;
+  const std::string temp = ".00000000000000000007-00000000000000000001-u.spool.tmp";
+  write_bytes(dir.sub(temp), "half a profile");
+  write_bytes(dir.sub(".00000000000000000008-00000000000000000001-u.spool.tmp"), "");
+  const std::vector<std::string> foreign = {
+      "notes.txt",
+      ".hidden",
+      ".notes.tmp",
+      "00000000000000000001-x.spool",                           // too short to be ours
+      "0000000000000000000a-00000000000000000001-u.spool",      // not a number
+      "00000000000000000002-00000000000000000001-u.spool.bak",  // wrong suffix
+      "00000000000000000003-00000000000000000001-a b.spool",    // a byte we always escape
+      "18446744073709551615-00000000000000000001-u.spool",      // would wrap the sequence
+  };
+  for (const std::string& name : foreign) write_bytes(dir.sub(name), "not ours");
+  // Matching names that are not regular files are not ours either.
+  const std::string directory_name = "00000000000000000009-00000000000000000001-u.spool";
+  REQUIRE(::mkdir(dir.sub(directory_name).c_str(), 0700) == 0);
+  const std::string symlink_name = "00000000000000000010-00000000000000000001-u.spool";
+  REQUIRE(::symlink("/etc/passwd", dir.sub(symlink_name).c_str()) == 0);
+
+  Spool spool(dir.path(), 1 << 20);
+  std::string error;
+  REQUIRE(spool.open(error));
+  CHECK(spool.counters().temp_removed == 2);
+  CHECK(!fs::exists(dir.sub(temp)));
+  for (const std::string& name : foreign) CHECK(fs::exists(dir.sub(name)));
+  CHECK(fs::is_directory(dir.sub(directory_name)));
+  CHECK(fs::is_symlink(dir.sub(symlink_name)));
+  CHECK(spool.pending("u").empty());
+  CHECK(spool.size() == 0);
+  CHECK(spool.bytes() == 0);
+
+  // The sequence ignores foreign names: the first store is number 1.
+  REQUIRE(spool.store("u", small_encoded("first"), error));
+  CHECK(spool.pending("u").front().sequence == 1);
+}
+
+// ---- spool: corruption -------------------------------------------------------------
+
+TEST_CASE("every flipped byte and every truncation of a spool file is caught and the file removed", "[spool]") {
+  TempDir dir;
+  Spool spool(dir.path(), 1 << 20);
+  std::string error;
+  REQUIRE(spool.open(error));
+  const EncodedProfile in = small_encoded("victim", 16);
+  const std::uint64_t size = Spool::stored_size("u", in);
+
+  std::uint64_t expected_corrupt = 0;
+  for (std::uint64_t pos = 0; pos < size; ++pos) {
+    REQUIRE(spool.store("u", in, error));
+    const std::string path = only_spool_file(dir.path());
+    std::string bytes = read_bytes(path);
+    REQUIRE(bytes.size() == size);
+    bytes[static_cast<std::size_t>(pos)] ^= 0x20;
+    write_bytes(path, bytes);
+    EncodedProfile out;
+    INFO("flipped byte " << pos);
+    CHECK(!spool.load(spool.pending("u").front(), out, error));
+    CHECK(contains(error, "removed corrupt"));
+    CHECK(!fs::exists(path));
+    CHECK(spool.pending("u").empty());
+    ++expected_corrupt;
+  }
+  for (std::uint64_t length = 0; length < size; ++length) {
+    REQUIRE(spool.store("u", in, error));
+    const std::string path = only_spool_file(dir.path());
+    fs::resize_file(path, length);
+    EncodedProfile out;
+    INFO("truncated to " << length);
+    CHECK(!spool.load(spool.pending("u").front(), out, error));
+    CHECK(!fs::exists(path));
+    ++expected_corrupt;
+  }
+  CHECK(spool.counters().corrupt_removed == expected_corrupt);
+  CHECK(spool.bytes() == 0);
+  CHECK(count_with_suffix(dir.path(), ".spool") == 0);
+}
+
+TEST_CASE("spool removes garbage, wrong-version and undecodable files on load", "[spool]") {
+  TempDir dir;
+  std::string error;
+  std::string valid_bytes;
+  {
+    Spool spool(dir.path(), 1 << 20);
+    REQUIRE(spool.open(error));
+    REQUIRE(spool.store("u", make_encoded(gzip_of(make_profile())), error));
+    valid_bytes = read_bytes(only_spool_file(dir.path()));
+    REQUIRE(spool.remove(spool.pending("u").front()));
+  }
+  // A newer format version, CRC recomputed so only the version is wrong.
+  std::string newer = valid_bytes;
+  newer[8] = 2;
+  const uLong crc = ::crc32(0L, reinterpret_cast<const Bytef*>(newer.data()), static_cast<uInt>(newer.size() - 4));
+  for (std::size_t i = 0; i < 4; ++i) newer[newer.size() - 4 + i] = static_cast<char>((crc >> (8 * i)) & 0xff);
+
+  write_bytes(dir.sub("00000000000000000011-00000000000000000001-u.spool"), "garbage");
+  write_bytes(dir.sub("00000000000000000012-00000000000000000001-u.spool"), std::string(4096, '\0'));
+  write_bytes(dir.sub("00000000000000000013-00000000000000000001-u.spool"), newer);
+  // Valid for uploader "u", but renamed as if it were "w"'s.
+  write_bytes(dir.sub("00000000000000000014-00000000000000000001-w.spool"), valid_bytes);
+  write_bytes(dir.sub("00000000000000000015-00000000000000000001-u.spool"), valid_bytes);
+
+  Spool spool(dir.path(), 1 << 20);
+  REQUIRE(spool.open(error));
+  auto items = spool.pending("u");
+  REQUIRE(items.size() == 4);
+  EncodedProfile out;
+  CHECK(!spool.load(items[0], out, error));
+  CHECK(contains(error, "truncated"));
+  CHECK(!spool.load(items[1], out, error));
+  CHECK(contains(error, "bad magic"));
+  CHECK(!spool.load(items[2], out, error));
+  CHECK(contains(error, "unsupported version 2"));
+  const auto w_items = spool.pending("w");
+  REQUIRE(w_items.size() == 1);
+  CHECK(!spool.load(w_items[0], out, error));
+  CHECK(contains(error, "another uploader"));
+  Profile decoded;
+  CHECK(spool.load(items[3], out, decoded, error));
+  CHECK(spool.counters().corrupt_removed == 4);
+  CHECK(spool.pending("u").size() == 1);
+  CHECK(spool.pending("w").empty());
+  CHECK(count_with_suffix(dir.path(), ".spool") == 1);
+  // Sequences resumed after the planted files too.
+  REQUIRE(spool.store("u", small_encoded("next"), error));
+  CHECK(spool.pending("u").back().sequence == 16);
+
+  // Intact spool bytes whose pprof is not pprof: the plain load succeeds (the
+  // bytes are as stored), the decoding load removes the file — it could never
+  // decode, after any number of restarts.
+  REQUIRE(spool.store("x", small_encoded("not pprof"), error));
+  const SpoolItem item = spool.pending("x").front();
+  CHECK(spool.load(item, out, error));
+  out.profile = &decoded;
+  CHECK(!spool.load(item, out, decoded, error));
+  CHECK(contains(error, "removed corrupt"));
+  CHECK(contains(error, "pprof"));
+  CHECK(spool.counters().corrupt_removed == 5);
+  CHECK(spool.pending("x").empty());
+}
+
+TEST_CASE("spool loads survive files replaced behind their back", "[spool]") {
+  TempDir dir;
+  Spool spool(dir.path(), 1 << 20);
+  std::string error;
+  REQUIRE(spool.open(error));
+  REQUIRE(spool.store("u", small_encoded("a"), error));
+  REQUIRE(spool.store("u", small_encoded("b"), error));
+  REQUIRE(spool.store("u", small_encoded("c"), error));
+  const auto items = spool.pending("u");
+  REQUIRE(items.size() == 3);
+  const std::string a = dir.sub(items[0].file_name);
+  const std::string b = dir.sub(items[1].file_name);
+  const std::string c = dir.sub(items[2].file_name);
+
+  // Deleted by someone else: reported, forgotten, not counted as corrupt.
+  fs::remove(a);
+  EncodedProfile out;
+  CHECK(!spool.load(items[0], out, error));
+  CHECK(contains(error, "No such file"));
+  // A symlink and a FIFO under spool names: never followed, never blocked on.
+  fs::remove(b);
+  REQUIRE(::symlink("/etc/passwd", b.c_str()) == 0);
+  CHECK(!spool.load(items[1], out, error));
+  CHECK(!fs::is_symlink(b));
+  fs::remove(c);
+  REQUIRE(::mkfifo(c.c_str(), 0600) == 0);
+  CHECK(!spool.load(items[2], out, error));
+  CHECK(contains(error, "not a regular file"));
+  CHECK(!fs::exists(c));
+  CHECK(spool.counters().corrupt_removed == 2);
+  CHECK(spool.size() == 0);
+  CHECK(spool.bytes() == 0);
+}
+
+// ---- spool: write failures -------------------------------------------------------------
+
+TEST_CASE("spool reports directories it cannot use", "[spool]") {
+  TempDir dir;
+  std::string error;
+
+  // Works for any user, root included: a path below a regular file.
+  write_bytes(dir.sub("file"), "x");
+  Spool below_file(dir.sub("file") + "/spool", 1 << 20);
+  CHECK(!below_file.open(error));
+  CHECK(contains(error, "Not a directory"));
+  CHECK(!below_file.is_open());
+  CHECK(!below_file.store("u", small_encoded("p"), error));
+  CHECK(contains(error, "not open"));
+
+  // Also for root: the directory removed while the spool is open.
+  {
+    Spool vanishing(dir.sub("vanishing"), 1 << 20);
+    REQUIRE(vanishing.open(error));
+    fs::remove_all(dir.sub("vanishing"));
+    CHECK(!vanishing.store("u", small_encoded("p"), error));
+    CHECK(contains(error, "cannot create"));
+    CHECK(vanishing.counters().stored == 0);
+    CHECK(vanishing.bytes() == 0);
+  }
+
+  // Permissions stop only an unprivileged user; root passes chmod 0500 (it has
+  // CAP_DAC_OVERRIDE), so there this part proves nothing and says so.
+  Spool readonly(dir.sub("readonly"), 1 << 20);
+  REQUIRE(readonly.open(error));
+  REQUIRE(readonly.store("u", small_encoded("before"), error));
+  REQUIRE(::chmod(dir.sub("readonly").c_str(), 0500) == 0);
+  if (::geteuid() != 0) {
+    CHECK(!readonly.store("u", small_encoded("after"), error));
+    CHECK(contains(error, "Permission denied"));
+    CHECK(names_in(dir.sub("readonly")).size() == 2);  // the lock and "before"; no temp file
+    CHECK(span_names(readonly, "u") == std::vector<std::string>{"before"});
+    Spool unopenable(dir.sub("readonly/sub"), 1 << 20);
+    CHECK(!unopenable.open(error));
+    CHECK(contains(error, "Permission denied"));
+  } else {
+    WARN("running as root: chmod 0500 does not stop writes, EACCES is not exercised here");
+  }
+  ::chmod(dir.sub("readonly").c_str(), 0700);
+}
+
+TEST_CASE("a write that fails midway leaves nothing behind", "[spool]") {
+  // RLIMIT_FSIZE makes write() fail with EFBIG once the file reaches the limit,
+  // for root too: the same path a full disk takes (a short write, then an
+  // error), without needing one. SIGXFSZ would kill the process, so it is
+  // ignored for the duration.
+  TempDir dir;
+  Spool spool(dir.path(), 1 << 20);
+  std::string error;
+  REQUIRE(spool.open(error));
+  REQUIRE(spool.store("u", small_encoded("before"), error));
+
+  struct sigaction ignore {
+  }, previous{};
+  ignore.sa_handler = SIG_IGN;
+  REQUIRE(::sigaction(SIGXFSZ, &ignore, &previous) == 0);
+  rlimit saved{};
+  REQUIRE(::getrlimit(RLIMIT_FSIZE, &saved) == 0);
+  rlimit limited = saved;
+  limited.rlim_cur = 4096;
+  REQUIRE(::setrlimit(RLIMIT_FSIZE, &limited) == 0);
+  const bool stored = spool.store("u", small_encoded("too big", 64 * 1024), error);
+  ::setrlimit(RLIMIT_FSIZE, &saved);
+  ::sigaction(SIGXFSZ, &previous, nullptr);
+
+  CHECK(!stored);
+  CHECK(contains(error, "cannot write"));
+  CHECK(contains(error, "File too large"));
+  CHECK(count_with_suffix(dir.path(), ".tmp") == 0);
+  CHECK(count_with_suffix(dir.path(), ".spool") == 1);
+  CHECK(spool.counters().stored == 1);
+  CHECK(spool.bytes() == Spool::stored_size("u", small_encoded("before")));
+  CHECK(span_names(spool, "u") == std::vector<std::string>{"before"});
+  // And the spool still works afterwards.
+  REQUIRE(spool.store("u", small_encoded("after"), error));
+  CHECK(span_names(spool, "u") == std::vector<std::string>{"before", "after"});
+}
+
+TEST_CASE("a full disk is reported and leaves nothing behind", "[spool]") {
+  // A real ENOSPC needs a small file system: a 64 KiB tmpfs mounted in a private
+  // mount namespace of one thread (unshare there affects that thread only, and
+  // the mount dies with it). Without CAP_SYS_ADMIN this is skipped with a warning.
+  TempDir dir;
+  const std::string mount_point = dir.sub("tiny");
+  REQUIRE(::mkdir(mount_point.c_str(), 0700) == 0);
+  struct Outcome {
+    std::string skipped;
+    bool first_stored = false, second_stored = true;
+    std::string error;
+    std::size_t temp_files = 0, spool_files = 0, pending = 0;
+  } outcome;
+  std::thread([&] {
+    try {
+      if (::unshare(CLONE_NEWNS) != 0) {
+        outcome.skipped = std::string("unshare(CLONE_NEWNS): ") + std::strerror(errno);
+        return;
+      }
+      if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+          ::mount("tmpfs", mount_point.c_str(), "tmpfs", 0, "size=64k,mode=0700") != 0) {
+        outcome.skipped = std::string("mount tmpfs: ") + std::strerror(errno);
+        return;
+      }
+      {
+        Spool spool(mount_point, 1 << 20);
+        std::string error;
+        if (spool.open(error)) {
+          std::mt19937_64 random(7);
+          auto incompressible = [&] {
+            std::string bytes(40 * 1024, '\0');
+            for (char& c : bytes) c = static_cast<char>(random());
+            return bytes;
+          };
+          outcome.first_stored = spool.store("u", make_encoded(incompressible(), "first"), error);
+          outcome.second_stored = spool.store("u", make_encoded(incompressible(), "second"), outcome.error);
+          outcome.temp_files = count_with_suffix(mount_point, ".tmp");
+          outcome.spool_files = count_with_suffix(mount_point, ".spool");
+          outcome.pending = spool.pending("u").size();
+        } else {
+          outcome.error = error;
+        }
+      }
+      ::umount2(mount_point.c_str(), MNT_DETACH);
+    } catch (const std::exception& e) {
+      ::umount2(mount_point.c_str(), MNT_DETACH);
+      outcome.skipped = std::string("exception: ") + e.what();
+    }
+  }).join();
+
+  if (!outcome.skipped.empty()) {
+    WARN("ENOSPC not exercised (needs CAP_SYS_ADMIN): " << outcome.skipped);
+    return;
+  }
+  INFO(outcome.error);
+  CHECK(outcome.first_stored);
+  CHECK(!outcome.second_stored);
+  CHECK(contains(outcome.error, "No space left on device"));
+  CHECK(outcome.temp_files == 0);
+  CHECK(outcome.spool_files == 1);
+  CHECK(outcome.pending == 1);
+}
+
+// ---- decode_pprof ---------------------------------------------------------------------
+
+using spanprof::detail::decode_pprof;
+using spanprof::detail::PprofDecodeOptions;
+using spanprof::detail::ProtobufWriter;
+
+TEST_CASE("decode_pprof inverts the encoder exactly, gzip'd or raw", "[spool][pprof_decoder]") {
+  const Profile original = make_profile();
+  const std::string raw = spanprof::encode_pprof(original);
+  std::string error;
+  Profile decoded;
+  REQUIRE(decode_pprof(raw, decoded, error));
+  check_same_profile(decoded, original);
+
+  spanprof::detail::PprofWireDetails details;
+  REQUIRE(decode_pprof(gzip_of(original), decoded, error, PprofDecodeOptions{}, &details));
+  check_same_profile(decoded, original);
+  CHECK(details.raw == raw);
+  REQUIRE(!details.string_table.empty());
+  CHECK(details.string_table[0].empty());
+
+  // The empty profile is one empty string-table entry.
+  REQUIRE(decode_pprof(spanprof::encode_pprof(Profile{}), decoded, error));
+  CHECK(same_profile(decoded, Profile{}));
+}
+
+TEST_CASE("decode_pprof accepts what other writers legally produce", "[spool][pprof_decoder]") {
+  // Unpacked repeated fields, unknown fields of every wire type, the string table
+  // first, several Lines per location (the first one wins), a repeated
+  // period_type (merged), and a number label that names no unit.
+  std::string raw;
+  ProtobufWriter w(raw);
+  for (const char* s : {"", "samples", "count", "f", "g", "k"}) w.bytes_field(6, s);
+  w.message_field(1, [](ProtobufWriter& b) {
+    b.int64_field(1, 1);
+    b.int64_field(2, 2);
+  });
+  w.message_field(2, [](ProtobufWriter& b) {
+    b.uint64_field(1, 10);  // location_id, unpacked
+    b.uint64_field(1, 11);
+    b.int64_field(2, -7);  // value, unpacked
+    b.fixed32_field(99, 0xdeadbeef);
+    b.message_field(3, [](ProtobufWriter& l) {
+      l.int64_field(1, 5);
+      l.int64_field(3, 12);
+    });
+  });
+  w.message_field(4, [](ProtobufWriter& b) {
+    b.uint64_field(1, 10);
+    b.message_field(4, [](ProtobufWriter& l) {
+      l.uint64_field(1, 2);
+      l.int64_field(2, 42);
+    });
+    b.message_field(4, [](ProtobufWriter& l) { l.uint64_field(1, 1); });
+    b.bool_field(5, true);
+  });
+  w.message_field(4, [](ProtobufWriter& b) { b.uint64_field(1, 11); });
+  w.message_field(5, [](ProtobufWriter& b) {
+    b.uint64_field(1, 1);
+    b.int64_field(2, 3);
+    b.int64_field(5, 7);
+  });
+  w.message_field(5, [](ProtobufWriter& b) {
+    b.uint64_field(1, 2);
+    b.int64_field(2, 4);
+  });
+  w.message_field(11, [](ProtobufWriter& b) { b.int64_field(1, 1); });
+  w.message_field(11, [](ProtobufWriter& b) { b.int64_field(2, 2); });
+  w.fixed64_field(1000, 1);
+  w.bytes_field(1001, "ignored");
+  w.int64_field(13, 3);  // comment, unpacked
+  w.int64_field(13, 0);
+
+  Profile p;
+  std::string error;
+  REQUIRE(decode_pprof(raw, p, error));
+  INFO(error);
+  REQUIRE(p.samples.size() == 1);
+  CHECK(p.samples[0].location_ids == std::vector<std::uint64_t>{10, 11});
+  CHECK(p.samples[0].values == std::vector<std::int64_t>{-7});
+  REQUIRE(p.samples[0].labels.size() == 1);
+  CHECK(p.samples[0].labels[0].key == "k");
+  CHECK(p.samples[0].labels[0].is_num);
+  CHECK(p.samples[0].labels[0].num == 12);
+  CHECK(p.samples[0].labels[0].num_unit.empty());
+  REQUIRE(p.locations.size() == 2);
+  CHECK(p.locations[0].function_id == 2);
+  CHECK(p.locations[1].function_id == 0);
+  CHECK(p.functions.size() == 2);
+  CHECK(p.period_type.type == "samples");
+  CHECK(p.period_type.unit == "count");
+  CHECK(p.comments == std::vector<std::string>{"f", ""});
+}
+
+TEST_CASE("decode_pprof rejects malformed and inconsistent profiles with a reason", "[spool][pprof_decoder]") {
+  auto decode_error = [](const std::string& raw, const PprofDecodeOptions& options = {}) {
+    Profile p;
+    p.comments = {"must be cleared on failure"};
+    std::string error;
+    if (decode_pprof(raw, p, error, options)) return std::string("<decoded>");
+    CHECK(same_profile(p, Profile{}));
+    return error;
+  };
+  auto with_table = [](std::initializer_list<const char*> strings) {
+    std::string raw;
+    ProtobufWriter w(raw);
+    for (const char* s : strings) w.bytes_field(6, s);
+    return raw;
+  };
+
+  CHECK(contains(decode_error(""), "string_table must start with the empty string"));
+  CHECK(contains(decode_error(with_table({"x"})), "string_table must start"));
+  // time_nanos (field 9) with a truncated, an 11-byte and an over-64-bit varint
+  CHECK(contains(decode_error(std::string("\x48\x80\x80", 3)), "malformed time_nanos"));
+  CHECK(contains(decode_error(std::string("\x48") + std::string(10, '\xff') + "\x01"), "malformed time_nanos"));
+  CHECK(
+      contains(decode_error(std::string("\x48\xff\xff\xff\xff\xff\xff\xff\xff\xff\x02", 11)), "malformed time_nanos"));
+  CHECK(contains(decode_error(std::string("\x12\x05\x00", 3)), "malformed sample"));           // length past the end
+  CHECK(contains(decode_error(std::string("\xa3\x01", 2)), "malformed unknown field 20"));     // a group
+  CHECK(contains(decode_error(std::string("\x00\x00", 2)), "malformed field key at byte 0"));  // field 0
+
+  std::string raw = with_table({""});
+  ProtobufWriter w(raw);
+  std::string bad = raw;
+  ProtobufWriter(bad).message_field(1, [](ProtobufWriter& b) { b.int64_field(1, 9); });
+  CHECK(contains(decode_error(bad), "sample_type #1: type refers to string 9 of a table of 1"));
+  bad = raw;
+  ProtobufWriter(bad).int64_field(14, -1);
+  CHECK(contains(decode_error(bad), "default_sample_type refers to string"));
+  bad = raw;
+  ProtobufWriter(bad).bytes_field(9, "x");
+  CHECK(contains(decode_error(bad), "time_nanos has wire type 2, expected 0"));
+  bad = raw;
+  ProtobufWriter(bad).uint64_field(2, 1);
+  CHECK(contains(decode_error(bad), "sample has wire type 0"));
+  bad = raw;
+  ProtobufWriter(bad).message_field(
+      2, [](ProtobufWriter& b) { b.message_field(3, [](ProtobufWriter& l) { l.int64_field(2, 77); }); });
+  CHECK(contains(decode_error(bad), "sample #1: label #1: str refers to string 77"));
+  bad = raw;
+  ProtobufWriter(bad).message_field(2, [](ProtobufWriter& b) { b.bytes_field(1, std::string("\x80", 1)); });
+  CHECK(contains(decode_error(bad), "malformed location_id"));
+  bad = raw;
+  ProtobufWriter(bad).int64_field(7, 3);
+  CHECK(contains(decode_error(bad), "drop_frames refers to string 3"));
+
+  // References, as pprof checks them.
+  auto encoded = [](const Profile& p) { return spanprof::encode_pprof(p); };
+  Profile p;
+  p.sample_types = {{"", ""}};
+  spanprof::Sample s;
+  s.values = {1, 2};
+  p.samples = {s};
+  CHECK(contains(decode_error(encoded(p)), "sample #1 has 2 values for 1 sample types"));
+  p.samples[0].values = {1};
+  p.samples[0].location_ids = {4};
+  CHECK(contains(decode_error(encoded(p)), "refers to missing location 4"));
+  p.locations = {{4, 0, 0, 0}, {4, 0, 0, 0}};
+  CHECK(contains(decode_error(encoded(p)), "duplicate location id 4"));
+  p.locations = {{4, 2, 0, 0}};
+  CHECK(contains(decode_error(encoded(p)), "location 4 refers to missing mapping 2"));
+  p.locations = {{4, 0, 0, 3}};
+  CHECK(contains(decode_error(encoded(p)), "location 4 refers to missing function 3"));
+  p.functions = {{0, "f", "f", ""}};
+  CHECK(contains(decode_error(encoded(p)), "function with the reserved id 0"));
+  p.functions = {{3, "f", "f", ""}};
+  CHECK(decode_error(encoded(p)) == "<decoded>");
+  PprofDecodeOptions lenient;
+  lenient.check_references = false;
+  p.locations = {{4, 2, 0, 0}};
+  CHECK(decode_error(encoded(p), lenient) == "<decoded>");
+}
+
+TEST_CASE("decode_pprof bounds what hostile input can make it allocate", "[spool][pprof_decoder]") {
+  // A gzip bomb: 64 MiB of zeros in ~64 KiB.
+  std::string bomb, error;
+  REQUIRE(spanprof::detail::gzip_compress(std::string(std::size_t{64} << 20, '\0'), bomb, error));
+  CHECK(bomb.size() < 128 * 1024);
+  PprofDecodeOptions options;
+  options.max_inflated_bytes = 1 << 20;
+  Profile p;
+  CHECK(!decode_pprof(bomb, p, error, options));
+  CHECK(contains(error, "exceeds the limit"));
+
+  // Amplification through the string table: one 1 MiB string referenced by 10000
+  // two-field labels would be 10 GiB of copies from 1 MiB of input.
+  std::string raw;
+  ProtobufWriter w(raw);
+  w.bytes_field(6, "");
+  w.bytes_field(6, std::string(1 << 20, 'a'));
+  w.message_field(2, [](ProtobufWriter& b) {
+    for (int i = 0; i < 10000; ++i) b.message_field(3, [](ProtobufWriter& l) { l.int64_field(2, 1); });
+  });
+  CHECK(raw.size() < (1 << 20) + 10000 * 8);
+  options = PprofDecodeOptions{};
+  options.max_model_bytes = 64 << 20;
+  CHECK(!decode_pprof(raw, p, error, options));
+  CHECK(contains(error, "model limit"));
+
+  // Object overhead: 300000 empty labels are two bytes each on the wire and
+  // over 30 MB in memory.
+  raw.clear();
+  w.bytes_field(6, "");
+  w.message_field(2, [](ProtobufWriter& b) {
+    for (int i = 0; i < 300000; ++i) b.bytes_field(3, "");
+  });
+  options.max_model_bytes = 16 << 20;
+  CHECK(!decode_pprof(raw, p, error, options));
+  CHECK(contains(error, "model limit"));
+  REQUIRE(decode_pprof(raw, p, error));  // the default limit is generous
+  CHECK(p.samples.at(0).labels.size() == 300000);
+}
+
+namespace {
+
+// Whatever the decoder accepts must be a model the encoder can write and the
+// decoder read back unchanged: proof that it never hands out a half-built or
+// self-contradictory Profile.
+void check_fixed_point(const Profile& decoded, std::size_t& accepted) {
+  ++accepted;
+  Profile again;
+  std::string error;
+  const bool ok = decode_pprof(spanprof::encode_pprof(decoded), again, error);
+  if (!ok || !same_profile(again, decoded)) {
+    FAIL_CHECK("decoded profile does not survive re-encoding: " << error);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("decode_pprof survives every truncation of a valid profile", "[spool][pprof_decoder][fuzz]") {
+  const Profile original = make_profile();
+  const std::string raw = spanprof::encode_pprof(original);
+  const std::string gz = gzip_of(original);
+  std::string error;
+  Profile p;
+  std::size_t accepted = 0;
+  for (std::size_t length = 0; length < raw.size(); ++length) {
+    if (decode_pprof(std::string_view(raw).substr(0, length), p, error)) check_fixed_point(p, accepted);
+  }
+  // A prefix ending between fields can be a valid, smaller message; most are not.
+  CHECK(accepted < raw.size() / 4);
+  for (std::size_t length = 0; length < gz.size(); ++length) {
+    INFO("gzip truncated to " << length);
+    CHECK(!decode_pprof(std::string_view(gz).substr(0, length), p, error));
+  }
+  REQUIRE(decode_pprof(gz, p, error));
+  check_same_profile(p, original);
+}
+
+TEST_CASE("decode_pprof survives random single-byte mutations", "[spool][pprof_decoder][fuzz]") {
+  const Profile original = make_profile();
+  const std::string raw = spanprof::encode_pprof(original);
+  const std::string gz = gzip_of(original);
+  std::mt19937_64 random(20240601);
+  std::string error;
+  Profile p;
+  std::size_t accepted = 0, rejected = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::string mutated = raw;
+    const std::size_t at = random() % mutated.size();
+    // Half flip one bit (near misses), half write any byte.
+    if (i % 2 == 0) {
+      mutated[at] = static_cast<char>(mutated[at] ^ (1 << (random() % 8)));
+    } else {
+      mutated[at] = static_cast<char>(random());
+    }
+    if (decode_pprof(mutated, p, error)) {
+      check_fixed_point(p, accepted);
+    } else {
+      ++rejected;
+      CHECK(!error.empty());
+    }
+  }
+  // Both outcomes are common: the test explores past the first check.
+  CHECK(accepted > 100);
+  CHECK(rejected > 100);
+
+  // Mutated gzip mostly fails its CRC; the inflater must still not misbehave.
+  for (int i = 0; i < 3000; ++i) {
+    std::string mutated = gz;
+    const std::size_t at = random() % mutated.size();
+    mutated[at] = static_cast<char>(mutated[at] ^ (1 << (random() % 8)));
+    if (decode_pprof(mutated, p, error)) check_fixed_point(p, accepted);
+  }
+}
+
+TEST_CASE("decode_pprof survives random bytes", "[spool][pprof_decoder][fuzz]") {
+  std::mt19937_64 random(42);
+  std::string error;
+  Profile p;
+  std::size_t accepted = 0;
+  const std::string table = std::string("\x32\x00", 2);  // a valid empty string table
+  for (int i = 0; i < 20000; ++i) {
+    std::string bytes(random() % 300, '\0');
+    for (char& c : bytes) c = static_cast<char>(random());
+    switch (i % 4) {
+      case 0:
+        break;  // pure noise
+      case 1:
+        bytes = table + bytes;
+        break;  // gets past the first check
+      case 2:
+        bytes.insert(0, "\x1f\x8b", 2);
+        break;  // claims to be gzip
+      case 3:   // plausible keys, random payloads
+        for (std::size_t k = 0; k + 1 < bytes.size(); k += 3) {
+          bytes[k] = static_cast<char>(((random() % 14 + 1) << 3) | (random() % 3));
+        }
+        bytes = table + bytes;
+        break;
+    }
+    if (decode_pprof(bytes, p, error)) check_fixed_point(p, accepted);
+  }
+  SUCCEED("random inputs accepted: " << accepted);
+}
