@@ -15,14 +15,7 @@ using spanprof_test::thread_cpu_seconds;
 
 namespace {
 
-__attribute__((noinline)) double burn_cpu(double seconds) {
-  const double end = thread_cpu_seconds() + seconds;
-  volatile double x = 1.0;
-  do {
-    for (int i = 0; i < 20000; ++i) x = x * 1.0000001 + 1e-9;
-  } while (thread_cpu_seconds() < end);
-  return x;
-}
+SPANPROF_TEST_HOT_FUNCTION(burn_cpu)
 
 spanprof::Options options_with(std::shared_ptr<spanprof::TailPolicy> policy, int hz = 500) {
   spanprof::Options options;

@@ -26,17 +26,8 @@ using spanprof_test::thread_cpu_seconds;
 
 namespace {
 
-// Hot functions with distinct names. They are static (internal linkage) and the
-// test binary is not linked with -rdynamic: naming them proves .symtab is read.
-#define SPANPROF_TEST_HOT_FUNCTION(name)                                    \
-  __attribute__((noinline)) double name(double cpu_seconds) {               \
-    const double end = thread_cpu_seconds() + cpu_seconds;                  \
-    volatile double x = 1.0;                                                \
-    do {                                                                    \
-      for (int i = 0; i < 50000; ++i) x = x * 1.0000001 + 1e-9;             \
-    } while (thread_cpu_seconds() < end);                                   \
-    return x;                                                               \
-  }
+// Hot functions with distinct names (support/collector.hpp). The test binary is
+// not linked with -rdynamic: naming them proves .symtab is read.
 SPANPROF_TEST_HOT_FUNCTION(hot_alpha)
 SPANPROF_TEST_HOT_FUNCTION(hot_beta)
 SPANPROF_TEST_HOT_FUNCTION(hot_gamma)

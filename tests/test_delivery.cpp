@@ -26,14 +26,7 @@ using spanprof_test::thread_cpu_seconds;
 
 namespace {
 
-__attribute__((noinline)) double deliver_hot_loop(double seconds) {
-  const double end = thread_cpu_seconds() + seconds;
-  volatile double x = 1.0;
-  do {
-    for (int i = 0; i < 20000; ++i) x = x * 1.0000001 + 1e-9;
-  } while (thread_cpu_seconds() < end);
-  return x;
-}
+SPANPROF_TEST_HOT_FUNCTION(deliver_hot_loop)
 
 // Sets environment variables for one test and restores them after.
 class ScopedEnvironment {

@@ -4,6 +4,7 @@
 
 #include <spanprof/adaptive_trigger.hpp>
 #include <spanprof/config.hpp>
+#include <spanprof/delivery_policy.hpp>
 #include <spanprof/error.hpp>
 #include <spanprof/profile.hpp>
 #include <spanprof/sampler.hpp>
@@ -86,6 +87,12 @@ struct Options {
   // (re-armed by its next guard): idle threads stop paying for signals.
   std::uint32_t idle_ticks_before_disarm = 200;
   std::size_t queue_capacity = 256;  // finished profiles waiting for the worker
+  OverflowPolicy queue_overflow = OverflowPolicy::drop_newest;
+  RetryPolicy retry;
+  // Where profiles an uploader could not deliver wait to be re-sent (also after a
+  // restart), bounded; the oldest are dropped first. Empty: no spool.
+  std::string spool_directory;
+  std::uint64_t spool_max_bytes = 256u << 20;
   // Conditional profiling (docs/sampling.md). The head sampler decides when a guard
   // opens (null: every span); the tail policy, when it closes, keeps or discards
   // what was recorded (null: keep all); the adaptive trigger profiles the next
@@ -171,10 +178,29 @@ inline std::shared_ptr<AdaptiveTrigger> trigger_from_environment() noexcept {
 //   SPANPROF_SAMPLER, SPANPROF_SAMPLER_ARG, SPANPROF_MAX_PROFILES_PER_SECOND (head)
 //   SPANPROF_KEEP=all|slow|error|slow,error  SPANPROF_SLOW_THRESHOLD_MS=<ms> (tail)
 //   SPANPROF_TRIGGER_FACTOR=<x>        SPANPROF_TRIGGER_SPANS=<n> (adaptive trigger)
+//   SPANPROF_SPOOL_DIR=<dir>  SPANPROF_SPOOL_MAX_MB=<n>  SPANPROF_UPLOAD_ATTEMPTS=<n>
+//   SPANPROF_QUEUE_OVERFLOW=drop_newest|drop_oldest
 // A bad value is reported and the default kept.
 inline Options options_from_environment(Options options = {}) noexcept {
   long value = 0;
   if (!options.sampler) options.sampler = sampler_from_environment();
+  if (const char* spool = std::getenv("SPANPROF_SPOOL_DIR"); spool && *spool && options.spool_directory.empty()) {
+    try {
+      options.spool_directory = spool;
+    } catch (...) {
+    }
+  }
+  if (detail::parse_int_env("SPANPROF_SPOOL_MAX_MB", 1, 1L << 20, value))
+    options.spool_max_bytes = static_cast<std::uint64_t>(value) << 20;
+  if (detail::parse_int_env("SPANPROF_UPLOAD_ATTEMPTS", 1, 100, value)) options.retry.max_attempts = static_cast<int>(value);
+  if (const char* overflow = std::getenv("SPANPROF_QUEUE_OVERFLOW"); overflow && *overflow) {
+    const std::string_view o = overflow;
+    if (o == "drop_newest") options.queue_overflow = OverflowPolicy::drop_newest;
+    else if (o == "drop_oldest") options.queue_overflow = OverflowPolicy::drop_oldest;
+    else
+      report_error(ErrorCode::invalid_configuration,
+                   "SPANPROF_QUEUE_OVERFLOW must be drop_newest or drop_oldest; using drop_newest");
+  }
   if (!options.tail_policy) options.tail_policy = detail::tail_policy_from_environment();
   if (!options.trigger) options.trigger = detail::trigger_from_environment();
   if (detail::parse_int_env("SPANPROF_HEAP_INTERVAL", 1, 1L << 30, value))

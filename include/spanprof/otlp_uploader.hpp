@@ -67,7 +67,7 @@ class OtlpUploader final : public BasicUploader<std::mutex> {
     } else {
       request.body = std::move(message);
     }
-    return detail::classify(client_.post(request), "otlp");
+    return detail::classify(client_.post(request, profile.cancelled), "otlp");
   }
 
  private:

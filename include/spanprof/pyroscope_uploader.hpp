@@ -72,7 +72,7 @@ class PyroscopeUploader final : public BasicUploader<std::mutex> {
     request.url = ingest_url(profile);
     request.body = profile.pprof_gzip;
     request.content_type = "application/octet-stream";
-    return detail::classify(client_.post(request), "pyroscope");
+    return detail::classify(client_.post(request, profile.cancelled), "pyroscope");
   }
 
  private:

@@ -83,6 +83,10 @@ class Runtime {
 
       Worker::Config worker;
       worker.capacity = options.queue_capacity;
+      worker.overflow = options.queue_overflow;
+      worker.retry = options.retry;
+      worker.spool_directory = options.spool_directory;
+      worker.spool_max_bytes = options.spool_max_bytes;
       worker.uploaders = options.uploaders;
       if (worker.uploaders.empty()) worker.uploaders.push_back(std::make_shared<FileUploader>());
       worker.symbolizer = options.symbolizer ? options.symbolizer : std::shared_ptr<Symbolizer>(make_elf_symbolizer());
@@ -167,6 +171,12 @@ class Runtime {
     s.profiles_dropped = worker.dropped.load(std::memory_order_relaxed);
     s.profiles_uploaded = worker.uploaded.load(std::memory_order_relaxed);
     s.upload_failures = worker.upload_failures.load(std::memory_order_relaxed);
+    s.upload_retries = worker.upload_retries.load(std::memory_order_relaxed);
+    s.profiles_spooled = worker.spooled.load(std::memory_order_relaxed);
+    s.spool_resent = worker.spool_resent.load(std::memory_order_relaxed);
+    s.spool_evicted = worker.spool_evicted.load(std::memory_order_relaxed);
+    s.spool_pending = worker.spool_pending.load(std::memory_order_relaxed);
+    s.queue_length = worker_.queue_length();
     s.classic_busy = classic_busy_.load(std::memory_order_relaxed);
     s.invalid_spans = error_count(ErrorCode::invalid_span_context);
     s.signal_number = signal_number_;
@@ -190,6 +200,10 @@ class Runtime {
     clamp(options.max_stack_depth, 1, max_stack_depth_limit, "max_stack_depth");
     clamp(options.thread_buffer_bytes, std::size_t{4096}, std::size_t{1} << 30, "thread_buffer_bytes");
     clamp(options.queue_capacity, std::size_t{1}, std::size_t{1} << 20, "queue_capacity");
+    clamp(options.retry.max_attempts, 1, 100, "retry.max_attempts");
+    if (!(options.retry.jitter >= 0.0 && options.retry.jitter <= 1.0)) options.retry.jitter = 0.2;
+    if (options.retry.initial_backoff.count() < 1) options.retry.initial_backoff = std::chrono::milliseconds(1);
+    if (options.retry.max_backoff < options.retry.initial_backoff) options.retry.max_backoff = options.retry.initial_backoff;
     clamp(options.heap_sample_interval_bytes, std::size_t{1}, std::size_t{1} << 30, "heap_sample_interval_bytes");
     clamp(options.idle_ticks_before_disarm, std::uint32_t{1}, std::uint32_t{1} << 30, "idle_ticks_before_disarm");
   }

@@ -12,6 +12,8 @@
 #include <spanprof/profile.hpp>
 #include <spanprof/span_context.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -37,12 +39,16 @@ struct EncodedProfile {
   // The symbolized profile the bytes were encoded from; valid only during upload().
   // Lets an uploader log a summary or re-encode without decoding.
   const Profile* profile = nullptr;
+  // Set while spanprof shuts down: an uploader in a slow call should give up (the
+  // profile is then spooled, if a spool is configured). May be null.
+  const std::atomic<bool>* cancelled = nullptr;
 };
 
 struct UploadResult {
   enum class Status : std::uint8_t { ok, retryable_failure, permanent_failure };
   Status status = Status::ok;
   std::string message;
+  std::chrono::milliseconds retry_after{-1};  // the backend asked to wait this long (-1: it did not say)
 
   static UploadResult ok() { return {}; }
   static UploadResult retryable(std::string why) { return {Status::retryable_failure, std::move(why)}; }

@@ -2156,6 +2156,37 @@ SPANPROF_NAMESPACE_END
 #ifndef SPANPROF_OPTIONS_HPP_
 #define SPANPROF_OPTIONS_HPP_
 
+// ---- begin spanprof/delivery_policy.hpp ----
+// How finished profiles travel from request threads to the uploaders when things
+// go wrong: a full hand-off queue, a backend that fails or is gone.
+#ifndef SPANPROF_DELIVERY_POLICY_HPP_
+#define SPANPROF_DELIVERY_POLICY_HPP_
+
+
+#include <chrono>
+#include <cstdint>
+
+SPANPROF_NAMESPACE_BEGIN
+
+// What a request thread does when the hand-off queue is full. Never blocks.
+enum class OverflowPolicy : std::uint8_t {
+  drop_newest,  // the profile being handed over is dropped
+  drop_oldest,  // the oldest queued profile is dropped to make room
+};
+
+// Retries of a retryable failure (connection error, timeout, 408, 429, 5xx).
+// Permanent failures (other 4xx) are never retried.
+struct RetryPolicy {
+  int max_attempts = 3;                                 // per profile, first try included
+  std::chrono::milliseconds initial_backoff{250};       // doubles per failure...
+  std::chrono::milliseconds max_backoff{30'000};        // ...up to this; also caps Retry-After
+  double jitter = 0.2;                                  // +-20%: processes do not retry in step
+};
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DELIVERY_POLICY_HPP_
+// ---- end spanprof/delivery_policy.hpp ----
 // ---- begin spanprof/sampler.hpp ----
 // Head sampling: decides, when a guard opens, whether this span is profiled.
 // A "no" is the common answer in production, so it must cost next to nothing:
@@ -3505,6 +3536,8 @@ SPANPROF_NAMESPACE_END
 #define SPANPROF_UPLOADER_HPP_
 
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -3530,12 +3563,16 @@ struct EncodedProfile {
   // The symbolized profile the bytes were encoded from; valid only during upload().
   // Lets an uploader log a summary or re-encode without decoding.
   const Profile* profile = nullptr;
+  // Set while spanprof shuts down: an uploader in a slow call should give up (the
+  // profile is then spooled, if a spool is configured). May be null.
+  const std::atomic<bool>* cancelled = nullptr;
 };
 
 struct UploadResult {
   enum class Status : std::uint8_t { ok, retryable_failure, permanent_failure };
   Status status = Status::ok;
   std::string message;
+  std::chrono::milliseconds retry_after{-1};  // the backend asked to wait this long (-1: it did not say)
 
   static UploadResult ok() { return {}; }
   static UploadResult retryable(std::string why) { return {Status::retryable_failure, std::move(why)}; }
@@ -4540,7 +4577,7 @@ inline UploadResult classify(const HttpResponse& response, std::string_view what
   } else if (code >= 200 && code <= 299) {
     return UploadResult::ok();
   }
-  UploadResult result{status, {}};
+  UploadResult result{status, {}, response.retry_after};
   try {
     std::string& message = result.message;
     if (!what.empty()) {
@@ -5646,7 +5683,7 @@ class OtlpUploader final : public BasicUploader<std::mutex> {
     } else {
       request.body = std::move(message);
     }
-    return detail::classify(client_.post(request), "otlp");
+    return detail::classify(client_.post(request, profile.cancelled), "otlp");
   }
 
  private:
@@ -5730,7 +5767,7 @@ class PyroscopeUploader final : public BasicUploader<std::mutex> {
     request.url = ingest_url(profile);
     request.body = profile.pprof_gzip;
     request.content_type = "application/octet-stream";
-    return detail::classify(client_.post(request), "pyroscope");
+    return detail::classify(client_.post(request, profile.cancelled), "pyroscope");
   }
 
  private:
@@ -5984,6 +6021,12 @@ struct Options {
   // (re-armed by its next guard): idle threads stop paying for signals.
   std::uint32_t idle_ticks_before_disarm = 200;
   std::size_t queue_capacity = 256;  // finished profiles waiting for the worker
+  OverflowPolicy queue_overflow = OverflowPolicy::drop_newest;
+  RetryPolicy retry;
+  // Where profiles an uploader could not deliver wait to be re-sent (also after a
+  // restart), bounded; the oldest are dropped first. Empty: no spool.
+  std::string spool_directory;
+  std::uint64_t spool_max_bytes = 256u << 20;
   // Conditional profiling (docs/sampling.md). The head sampler decides when a guard
   // opens (null: every span); the tail policy, when it closes, keeps or discards
   // what was recorded (null: keep all); the adaptive trigger profiles the next
@@ -6069,10 +6112,29 @@ inline std::shared_ptr<AdaptiveTrigger> trigger_from_environment() noexcept {
 //   SPANPROF_SAMPLER, SPANPROF_SAMPLER_ARG, SPANPROF_MAX_PROFILES_PER_SECOND (head)
 //   SPANPROF_KEEP=all|slow|error|slow,error  SPANPROF_SLOW_THRESHOLD_MS=<ms> (tail)
 //   SPANPROF_TRIGGER_FACTOR=<x>        SPANPROF_TRIGGER_SPANS=<n> (adaptive trigger)
+//   SPANPROF_SPOOL_DIR=<dir>  SPANPROF_SPOOL_MAX_MB=<n>  SPANPROF_UPLOAD_ATTEMPTS=<n>
+//   SPANPROF_QUEUE_OVERFLOW=drop_newest|drop_oldest
 // A bad value is reported and the default kept.
 inline Options options_from_environment(Options options = {}) noexcept {
   long value = 0;
   if (!options.sampler) options.sampler = sampler_from_environment();
+  if (const char* spool = std::getenv("SPANPROF_SPOOL_DIR"); spool && *spool && options.spool_directory.empty()) {
+    try {
+      options.spool_directory = spool;
+    } catch (...) {
+    }
+  }
+  if (detail::parse_int_env("SPANPROF_SPOOL_MAX_MB", 1, 1L << 20, value))
+    options.spool_max_bytes = static_cast<std::uint64_t>(value) << 20;
+  if (detail::parse_int_env("SPANPROF_UPLOAD_ATTEMPTS", 1, 100, value)) options.retry.max_attempts = static_cast<int>(value);
+  if (const char* overflow = std::getenv("SPANPROF_QUEUE_OVERFLOW"); overflow && *overflow) {
+    const std::string_view o = overflow;
+    if (o == "drop_newest") options.queue_overflow = OverflowPolicy::drop_newest;
+    else if (o == "drop_oldest") options.queue_overflow = OverflowPolicy::drop_oldest;
+    else
+      report_error(ErrorCode::invalid_configuration,
+                   "SPANPROF_QUEUE_OVERFLOW must be drop_newest or drop_oldest; using drop_newest");
+  }
   if (!options.tail_policy) options.tail_policy = detail::tail_policy_from_environment();
   if (!options.trigger) options.trigger = detail::trigger_from_environment();
   if (detail::parse_int_env("SPANPROF_HEAP_INTERVAL", 1, 1L << 30, value))
@@ -6634,7 +6696,15 @@ SPANPROF_NAMESPACE_END
 // ---- begin spanprof/detail/worker.hpp ----
 // The background half of the pipeline: a bounded queue fed by request threads and
 // one thread that symbolizes, encodes and uploads. Request threads never wait for
-// it: when the queue is full the newest profile is dropped and counted.
+// it: when the queue is full a profile is dropped (the newest, or the oldest, as
+// configured) and counted.
+//
+// Delivery (docs/delivery.md): a retryable failure is retried with exponential
+// backoff and jitter (honouring Retry-After); when the attempts run out the
+// uploader is marked down until its backoff expires, so one dead backend does not
+// stall the queue, and the profile goes to the spool directory if one is
+// configured, to be re-sent oldest first once the backend answers again (also
+// after a restart). Permanent failures are never retried.
 #ifndef SPANPROF_DETAIL_WORKER_HPP_
 #define SPANPROF_DETAIL_WORKER_HPP_
 
@@ -7025,6 +7095,1709 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DETAIL_LEGACY_HEAP_PROFILE_HPP_
 // ---- end spanprof/detail/legacy_heap_profile.hpp ----
+// ---- begin spanprof/detail/spool.hpp ----
+// A bounded on-disk spool: profiles an uploader could not deliver during an
+// outage wait here and are re-sent later, also by the next process after a
+// restart.
+//
+// Layout: one file per (uploader, profile) in one directory,
+//
+//   <sequence:20 digits>-<stored unix ns:20 digits>-<uploader>.spool
+//
+// The sequence orders files (the wall clock may step back; the sequence never
+// does) and resumes after the highest one found when a spool is opened again.
+// <uploader> is the uploader's name with every byte outside [A-Za-z0-9_-]
+// written as %XX, so distinct names never share files; names too long for a file
+// name keep a prefix and gain a hash ("~" + 16 hex digits).
+//
+// A file appears whole or not at all: it is written under a hidden temporary name
+// (".<name>.tmp", mode 0600) and renamed into place; a failed write removes the
+// temporary file, and temporary files a crash left behind are deleted by open().
+// Files are not fsync'ed unless asked (sync_to_disk): a process crash loses
+// nothing either way, and after a power loss an unsynced file is at worst found
+// corrupt by its CRC and dropped — losing a few profiles of an outage is cheaper
+// than a disk flush per profile while the outage lasts.
+//
+// Content (integers little-endian):
+//
+//   magic "\x89SPOOL\r\n" | u32 version | u64 body length | body | u32 CRC-32
+//
+// where the body is a sequence of records `u32 field id | u64 length | bytes`,
+// one per EncodedProfile field, and the CRC (zlib's crc32) covers everything
+// before it. The magic's high byte and CR LF expose a file mangled by a text-mode
+// copy. Unknown field ids are skipped, so later versions of this header can add
+// fields without a version bump; a changed meaning needs a new version.
+// EncodedProfile::profile is not stored: load() can rebuild it from pprof_gzip.
+//
+// The spool is bounded: after each store, the oldest files (of any uploader) are
+// deleted until the spool's files fit in max_bytes again. A profile that alone
+// exceeds the bound is refused instead of emptying the spool for it.
+//
+// Threads and processes: a Spool is owned by one thread (the upload worker) and
+// has no locking of its own. open() takes an advisory lock (flock) on a lock
+// file in the directory, so a second Spool on the same directory — in this or
+// another process — fails to open instead of interleaving sequence numbers and
+// deleting the other's temporary files.
+//
+// Nothing here throws: every failure comes back as false plus a message.
+#ifndef SPANPROF_DETAIL_SPOOL_HPP_
+#define SPANPROF_DETAIL_SPOOL_HPP_
+
+// ---- begin spanprof/detail/pprof_decoder.hpp ----
+// pprof -> Profile: the inverse of pprof_encoder.hpp, for profiles read back from
+// disk (the spool) or received from elsewhere.
+//
+// The input is untrusted: a file on disk can be damaged or planted, and a few
+// hundred KiB of gzip can inflate to a quarter of a GiB. So every length, index
+// and id is checked before use; the parser is iterative (no recursion a deep
+// nesting could exhaust); the work is proportional to the input size; and the
+// memory the decoded model may take is bounded (an empty Label costs two bytes on
+// the wire but over a hundred in memory, so input size alone is no bound). Any
+// failure is returned as a message; nothing throws.
+#ifndef SPANPROF_DETAIL_PPROF_DECODER_HPP_
+#define SPANPROF_DETAIL_PPROF_DECODER_HPP_
+
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <new>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+struct PprofDecodeOptions {
+  // Largest profile.proto a gzip body may inflate to.
+  std::size_t max_inflated_bytes = default_gzip_max_output;
+  // Approximate heap the decoded Profile (and the decoder's string table) may
+  // take. Real profiles are far below it; it exists to stop amplification.
+  std::size_t max_model_bytes = std::size_t{1} << 30;
+  // Reject what `go tool pprof` rejects: values that do not match the sample
+  // types, reserved (0) or duplicate ids, and ids that refer to nothing. With it
+  // a consumer can follow every id in the result without checking. Slightly
+  // stricter than pprof, which tolerates a dangling Location.mapping_id.
+  bool check_references = true;
+};
+
+// What the decoder saw on the wire, for tools and tests that inspect it.
+struct PprofWireDetails {
+  std::string raw;                        // the uncompressed profile.proto bytes
+  std::vector<std::string> string_table;  // as stored, entry 0 included
+};
+
+// A protobuf wire-format reader over a borrowed buffer. Every read reports
+// failure instead of running past the end; it never allocates.
+class ProtobufReader {
+ public:
+  static constexpr std::uint32_t max_field_number = (std::uint32_t{1} << 29) - 1;
+
+  explicit ProtobufReader(std::string_view data) noexcept : data_(data) {}
+
+  bool at_end() const noexcept { return pos_ == data_.size(); }
+  std::size_t position() const noexcept { return pos_; }
+
+  // An 11th byte, or a 10th byte with more than the top bit, cannot be a 64-bit
+  // value: that is corruption, not a big number.
+  bool varint(std::uint64_t& value) noexcept {
+    std::uint64_t result = 0;
+    for (std::size_t i = 0; i < max_varint_size; ++i) {
+      if (pos_ == data_.size()) return false;
+      const auto byte = static_cast<std::uint8_t>(data_[pos_++]);
+      if (i == max_varint_size - 1 && byte > 1) return false;
+      result |= static_cast<std::uint64_t>(byte & 0x7f) << (7 * i);
+      if ((byte & 0x80) == 0) {
+        value = result;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  bool key(std::uint32_t& field, std::uint32_t& wire_type) noexcept {
+    std::uint64_t key = 0;
+    if (!varint(key)) return false;
+    const std::uint64_t number = key >> 3;
+    if (number == 0 || number > max_field_number) return false;
+    field = static_cast<std::uint32_t>(number);
+    wire_type = static_cast<std::uint32_t>(key & 7);
+    return true;
+  }
+
+  bool length_delimited(std::string_view& out) noexcept {
+    std::uint64_t length = 0;
+    if (!varint(length) || length > data_.size() - pos_) return false;
+    out = data_.substr(pos_, static_cast<std::size_t>(length));
+    pos_ += static_cast<std::size_t>(length);
+    return true;
+  }
+
+  // Groups (wire types 3 and 4) are refused rather than skipped: proto3 has none,
+  // pprof never wrote any, and skipping them needs a nesting stack.
+  bool skip(std::uint32_t wire_type) noexcept {
+    std::uint64_t ignored = 0;
+    std::string_view ignored_bytes;
+    switch (wire_type) {
+      case static_cast<std::uint32_t>(WireType::varint):
+        return varint(ignored);
+      case static_cast<std::uint32_t>(WireType::fixed64):
+        return advance(8);
+      case static_cast<std::uint32_t>(WireType::length_delimited):
+        return length_delimited(ignored_bytes);
+      case static_cast<std::uint32_t>(WireType::fixed32):
+        return advance(4);
+      default:
+        return false;
+    }
+  }
+
+ private:
+  bool advance(std::size_t n) noexcept {
+    if (n > data_.size() - pos_) return false;
+    pos_ += n;
+    return true;
+  }
+
+  std::string_view data_;
+  std::size_t pos_ = 0;
+};
+
+// The decoder proper. Methods may throw std::bad_alloc; decode_pprof contains it.
+class PprofDecoder {
+ public:
+  PprofDecoder(const PprofDecodeOptions& options, std::string& error) noexcept
+      : options_(options), budget_(options.max_model_bytes), error_(error) {}
+
+  bool decode(std::string_view raw, Profile& p) {
+    const bool ok =
+        index_top_level(raw) && decode_top_level(raw, p) && (!options_.check_references || check_references(p));
+    if (!ok) error_.insert(0, "pprof: ");
+    return ok;
+  }
+
+  const std::vector<std::string_view>& string_table() const noexcept { return strings_; }
+
+ private:
+  static constexpr std::uint32_t varint_wire = static_cast<std::uint32_t>(WireType::varint);
+  static constexpr std::uint32_t bytes_wire = static_cast<std::uint32_t>(WireType::length_delimited);
+
+  // ---- errors -------------------------------------------------------------------
+
+  bool fail(std::string message) {
+    error_ = std::move(message);
+    return false;
+  }
+
+  // Sub-decoders say what is wrong; each caller adds where, so the message reads
+  // outermost first: "sample #3: label #2: str refers to string 99 ...".
+  bool located(const std::string& where) {
+    error_.insert(0, where + ": ");
+    return false;
+  }
+
+  bool located(const char* what, std::size_t one_based) {
+    return located(std::string(what) + " #" + std::to_string(one_based));
+  }
+
+  bool malformed(const char* what) { return fail(std::string("malformed ") + what); }
+
+  bool expect_wire(const char* field, std::uint32_t wire, std::uint32_t expected) {
+    if (wire == expected) return true;
+    // pprof's own reader refuses a known field with the wrong wire type too; being
+    // as strict keeps "decodes here" meaning "opens in pprof".
+    return fail(std::string(field) + " has wire type " + std::to_string(wire) + ", expected " +
+                std::to_string(expected));
+  }
+
+  // ---- budget -------------------------------------------------------------------
+
+  bool charge(std::size_t count, std::size_t each) {
+    if (each != 0 && count > budget_ / each) {
+      return fail("decoded profile would exceed the " + std::to_string(options_.max_model_bytes) + "-byte model limit");
+    }
+    budget_ -= count * each;
+    return true;
+  }
+
+  // ---- scalars --------------------------------------------------------------------
+
+  bool read_varint(ProtobufReader& reader, std::uint32_t wire, const char* field, std::uint64_t& value) {
+    if (!expect_wire(field, wire, varint_wire)) return false;
+    if (!reader.varint(value)) return malformed(field);
+    return true;
+  }
+
+  bool read_int64(ProtobufReader& reader, std::uint32_t wire, const char* field, std::int64_t& value) {
+    std::uint64_t bits = 0;
+    if (!read_varint(reader, wire, field, bits)) return false;
+    value = static_cast<std::int64_t>(bits);  // int64 travels as two's complement
+    return true;
+  }
+
+  bool read_bytes(ProtobufReader& reader, std::uint32_t wire, const char* field, std::string_view& bytes) {
+    if (!expect_wire(field, wire, bytes_wire)) return false;
+    if (!reader.length_delimited(bytes)) return malformed(field);
+    return true;
+  }
+
+  bool index_in_table(std::uint64_t index, const char* field) {
+    if (index < strings_.size()) return true;
+    return fail(std::string(field) + " refers to string " + std::to_string(index) + " of a table of " +
+                std::to_string(strings_.size()));
+  }
+
+  bool read_string(ProtobufReader& reader, std::uint32_t wire, const char* field, std::string& out) {
+    std::uint64_t index = 0;
+    if (!read_varint(reader, wire, field, index)) return false;
+    return assign_string(index, field, out);
+  }
+
+  bool assign_string(std::uint64_t index, const char* field, std::string& out) {
+    if (!index_in_table(index, field)) return false;
+    const std::string_view text = strings_[static_cast<std::size_t>(index)];
+    if (!charge(text.size(), 1)) return false;
+    out.assign(text.data(), text.size());
+    return true;
+  }
+
+  // Repeated scalars arrive packed (proto3's default) or one per key (proto2 and
+  // some writers); readers must accept both.
+  template <typename T>
+  bool read_repeated_varint(ProtobufReader& reader, std::uint32_t wire, const char* field, std::vector<T>& out) {
+    std::uint64_t value = 0;
+    if (wire == varint_wire) {
+      if (!reader.varint(value)) return malformed(field);
+      if (!charge(1, sizeof(T))) return false;
+      out.push_back(static_cast<T>(value));
+      return true;
+    }
+    std::string_view packed;
+    if (!read_bytes(reader, wire, field, packed)) return false;
+    // Each varint ends in exactly one byte without the continuation bit, so this
+    // is the element count of a well-formed payload: reserve once, charge once.
+    const auto count = static_cast<std::size_t>(
+        std::count_if(packed.begin(), packed.end(), [](char c) { return (static_cast<std::uint8_t>(c) & 0x80) == 0; }));
+    if (!charge(count, sizeof(T))) return false;
+    out.reserve(out.size() + count);
+    ProtobufReader elements(packed);
+    while (!elements.at_end()) {
+      if (!elements.varint(value)) return malformed(field);
+      out.push_back(static_cast<T>(value));
+    }
+    return true;
+  }
+
+  // ---- pass 1: the top level ------------------------------------------------------
+  //
+  // The string table may sit anywhere in the message (the encoder writes it after
+  // the messages that use it), so the first pass only checks the top level's
+  // structure, collects the table and counts the repeated messages; the second
+  // decodes them with the whole table known. Both passes are linear.
+
+  bool index_top_level(std::string_view raw) {
+    namespace f = pprof_field::profile;
+    ProtobufReader reader(raw);
+    std::uint32_t field = 0, wire = 0;
+    while (!reader.at_end()) {
+      const std::size_t at = reader.position();
+      if (!reader.key(field, wire)) return fail("malformed field key at byte " + std::to_string(at));
+      std::string_view bytes;
+      switch (field) {
+        case f::sample_type:
+        case f::sample:
+        case f::mapping:
+        case f::location:
+        case f::function:
+          if (!read_bytes(reader, wire, field_name(field), bytes)) return false;
+          ++counts_[field];
+          break;
+        case f::period_type:
+          if (!read_bytes(reader, wire, "period_type", bytes)) return false;
+          break;
+        case f::string_table:
+          if (!read_bytes(reader, wire, "string_table", bytes)) return false;
+          if (!charge(1, sizeof(std::string_view))) return false;
+          strings_.push_back(bytes);
+          break;
+        case f::comment:
+          // Indices are checked in pass 2, once the table is complete.
+          if (wire == varint_wire) {
+            std::uint64_t ignored = 0;
+            if (!reader.varint(ignored)) return malformed("comment");
+          } else if (!read_bytes(reader, wire, "comment", bytes)) {
+            return false;
+          }
+          break;
+        case f::drop_frames:
+        case f::keep_frames:
+        case f::default_sample_type:
+        case f::time_nanos:
+        case f::duration_nanos:
+        case f::period: {
+          std::uint64_t ignored = 0;
+          if (!read_varint(reader, wire, field_name(field), ignored)) return false;
+          break;
+        }
+        default:
+          if (!reader.skip(wire)) return fail("malformed unknown field " + std::to_string(field));
+          break;
+      }
+    }
+    // pprof requires it, and index 0 meaning "" is what lets proto3 omit empty strings.
+    if (strings_.empty() || !strings_[0].empty()) return fail("string_table must start with the empty string");
+    return true;
+  }
+
+  static const char* field_name(std::uint32_t field) noexcept {
+    namespace f = pprof_field::profile;
+    switch (field) {
+      case f::sample_type:
+        return "sample_type";
+      case f::sample:
+        return "sample";
+      case f::mapping:
+        return "mapping";
+      case f::location:
+        return "location";
+      case f::function:
+        return "function";
+      case f::drop_frames:
+        return "drop_frames";
+      case f::keep_frames:
+        return "keep_frames";
+      case f::time_nanos:
+        return "time_nanos";
+      case f::duration_nanos:
+        return "duration_nanos";
+      case f::period:
+        return "period";
+      case f::default_sample_type:
+        return "default_sample_type";
+      default:
+        return "field";
+    }
+  }
+
+  // ---- pass 2 -------------------------------------------------------------------------
+
+  template <typename T>
+  bool reserve(std::vector<T>& items, std::uint32_t field) {
+    if (!charge(counts_[field], sizeof(T))) return false;
+    items.reserve(counts_[field]);
+    return true;
+  }
+
+  bool decode_top_level(std::string_view raw, Profile& p) {
+    namespace f = pprof_field::profile;
+    if (!reserve(p.sample_types, f::sample_type) || !reserve(p.samples, f::sample) ||
+        !reserve(p.mappings, f::mapping) || !reserve(p.locations, f::location) || !reserve(p.functions, f::function)) {
+      return false;
+    }
+    ProtobufReader reader(raw);
+    std::uint32_t field = 0, wire = 0;
+    std::vector<std::uint64_t> comment_indices;
+    while (!reader.at_end()) {
+      // Pass 1 proved the structure; these checks only keep the code honest.
+      if (!reader.key(field, wire)) return malformed("field key");
+      std::string_view bytes;
+      std::uint64_t value = 0;
+      bool ok = true;
+      switch (field) {
+        case f::sample_type:
+          ok = reader.length_delimited(bytes) && value_type(bytes, p.sample_types.emplace_back());
+          if (!ok) return located("sample_type", p.sample_types.size());
+          break;
+        case f::sample:
+          ok = reader.length_delimited(bytes) && sample(bytes, p.samples.emplace_back());
+          if (!ok) return located("sample", p.samples.size());
+          break;
+        case f::mapping:
+          ok = reader.length_delimited(bytes) && mapping(bytes, p.mappings.emplace_back());
+          if (!ok) return located("mapping", p.mappings.size());
+          break;
+        case f::location:
+          ok = reader.length_delimited(bytes) && location(bytes, p.locations.emplace_back());
+          if (!ok) return located("location", p.locations.size());
+          break;
+        case f::function:
+          ok = reader.length_delimited(bytes) && function(bytes, p.functions.emplace_back());
+          if (!ok) return located("function", p.functions.size());
+          break;
+        case f::period_type:
+          // A repeated non-repeated message merges, as protobuf specifies.
+          if (!reader.length_delimited(bytes) || !value_type(bytes, p.period_type)) return located("period_type");
+          break;
+        case f::comment:
+          if (!read_repeated_varint(reader, wire, "comment", comment_indices)) return false;
+          break;
+        case f::time_nanos:
+          if (!read_int64(reader, wire, "time_nanos", p.time_nanos)) return false;
+          break;
+        case f::duration_nanos:
+          if (!read_int64(reader, wire, "duration_nanos", p.duration_nanos)) return false;
+          break;
+        case f::period:
+          if (!read_int64(reader, wire, "period", p.period)) return false;
+          break;
+        case f::default_sample_type:
+          if (!read_string(reader, wire, "default_sample_type", p.default_sample_type)) return false;
+          break;
+        case f::drop_frames:
+        case f::keep_frames:
+          // Not part of the model, but a dangling index is still a broken profile.
+          if (!read_varint(reader, wire, field_name(field), value) || !index_in_table(value, field_name(field))) {
+            return false;
+          }
+          break;
+        default:
+          if (!reader.skip(wire)) return malformed("unknown field");
+          break;
+      }
+    }
+    if (!charge(comment_indices.size(), sizeof(std::string))) return false;
+    p.comments.reserve(comment_indices.size());
+    for (const std::uint64_t index : comment_indices) {
+      if (!assign_string(index, "comment", p.comments.emplace_back())) return false;
+    }
+    return true;
+  }
+
+  // ---- messages -----------------------------------------------------------------------
+
+  bool value_type(std::string_view bytes, ValueType& out) {
+    namespace f = pprof_field::value_type;
+    ProtobufReader reader(bytes);
+    std::uint32_t field = 0, wire = 0;
+    while (!reader.at_end()) {
+      if (!reader.key(field, wire)) return malformed("field key");
+      bool ok = true;
+      switch (field) {
+        case f::type:
+          ok = read_string(reader, wire, "type", out.type);
+          break;
+        case f::unit:
+          ok = read_string(reader, wire, "unit", out.unit);
+          break;
+        default:
+          ok = reader.skip(wire) || malformed("unknown field");
+          break;
+      }
+      if (!ok) return false;
+    }
+    return true;
+  }
+
+  bool label(std::string_view bytes, Label& out) {
+    namespace f = pprof_field::label;
+    ProtobufReader reader(bytes);
+    std::uint32_t field = 0, wire = 0;
+    std::uint64_t str_index = 0, unit_index = 0;
+    std::int64_t num = 0;
+    while (!reader.at_end()) {
+      if (!reader.key(field, wire)) return malformed("field key");
+      bool ok = true;
+      switch (field) {
+        case f::key:
+          ok = read_string(reader, wire, "key", out.key);
+          break;
+        case f::str:
+          ok = read_varint(reader, wire, "str", str_index);
+          break;
+        case f::num:
+          ok = read_int64(reader, wire, "num", num);
+          break;
+        case f::num_unit:
+          ok = read_varint(reader, wire, "num_unit", unit_index);
+          break;
+        default:
+          ok = reader.skip(wire) || malformed("unknown field");
+          break;
+      }
+      if (!ok) return false;
+    }
+    if (!index_in_table(str_index, "str") || !index_in_table(unit_index, "num_unit")) return false;
+    // pprof's rule, on values rather than presence: a label with a string is a
+    // string label, and only a nonzero number or unit makes a numeric one. The
+    // losing side is dropped so decoding what the encoder wrote from this result
+    // gives this result again.
+    if (str_index != 0 || (num == 0 && unit_index == 0)) return assign_string(str_index, "str", out.str);
+    out.is_num = true;
+    out.num = num;
+    return assign_string(unit_index, "num_unit", out.num_unit);
+  }
+
+  bool sample(std::string_view bytes, Sample& out) {
+    namespace f = pprof_field::sample;
+    ProtobufReader reader(bytes);
+    std::uint32_t field = 0, wire = 0;
+    while (!reader.at_end()) {
+      if (!reader.key(field, wire)) return malformed("field key");
+      std::string_view nested;
+      bool ok = true;
+      switch (field) {
+        case f::location_id:
+          ok = read_repeated_varint(reader, wire, "location_id", out.location_ids);
+          break;
+        case f::value:
+          ok = read_repeated_varint(reader, wire, "value", out.values);
+          break;
+        case f::label:
+          ok = read_bytes(reader, wire, "label", nested) && charge(1, sizeof(Label));
+          if (ok && !label(nested, out.labels.emplace_back())) return located("label", out.labels.size());
+          break;
+        default:
+          ok = reader.skip(wire) || malformed("unknown field");
+          break;
+      }
+      if (!ok) return false;
+    }
+    return true;
+  }
+
+  bool mapping(std::string_view bytes, Mapping& out) {
+    namespace f = pprof_field::mapping;
+    ProtobufReader reader(bytes);
+    std::uint32_t field = 0, wire = 0;
+    std::uint64_t value = 0;
+    while (!reader.at_end()) {
+      if (!reader.key(field, wire)) return malformed("field key");
+      bool ok = true;
+      switch (field) {
+        case f::id:
+          ok = read_varint(reader, wire, "id", out.id);
+          break;
+        case f::memory_start:
+          ok = read_varint(reader, wire, "memory_start", out.memory_start);
+          break;
+        case f::memory_limit:
+          ok = read_varint(reader, wire, "memory_limit", out.memory_limit);
+          break;
+        case f::file_offset:
+          ok = read_varint(reader, wire, "file_offset", out.file_offset);
+          break;
+        case f::filename:
+          ok = read_string(reader, wire, "filename", out.filename);
+          break;
+        case f::build_id:
+          ok = read_string(reader, wire, "build_id", out.build_id);
+          break;
+        case f::has_functions:
+          ok = read_varint(reader, wire, "has_functions", value);
+          out.has_functions = value != 0;
+          break;
+        case f::has_filenames:
+        case f::has_line_numbers:
+        case f::has_inline_frames:
+          ok = read_varint(reader, wire, "has_* flag", value);
+          break;
+        default:
+          ok = reader.skip(wire) || malformed("unknown field");
+          break;
+      }
+      if (!ok) return false;
+    }
+    return true;
+  }
+
+  bool location(std::string_view bytes, Location& out) {
+    namespace f = pprof_field::location;
+    ProtobufReader reader(bytes);
+    std::uint32_t field = 0, wire = 0;
+    std::uint64_t value = 0;
+    std::uint64_t later_function_id = 0;
+    bool seen_line = false;
+    while (!reader.at_end()) {
+      if (!reader.key(field, wire)) return malformed("field key");
+      std::string_view nested;
+      bool ok = true;
+      switch (field) {
+        case f::id:
+          ok = read_varint(reader, wire, "id", out.id);
+          break;
+        case f::mapping_id:
+          ok = read_varint(reader, wire, "mapping_id", out.mapping_id);
+          break;
+        case f::address:
+          ok = read_varint(reader, wire, "address", out.address);
+          break;
+        case f::is_folded:
+          ok = read_varint(reader, wire, "is_folded", value);
+          break;
+        case f::line:
+          ok =
+              read_bytes(reader, wire, "line", nested) && line(nested, seen_line ? later_function_id : out.function_id);
+          seen_line = true;
+          break;
+        default:
+          ok = reader.skip(wire) || malformed("unknown field");
+          break;
+      }
+      if (!ok) return false;
+    }
+    return true;
+  }
+
+  // Lines after the first are inlined callers; the model keeps one function per
+  // location, the innermost, so only the first line's function_id is kept (the
+  // others are still checked).
+  bool line(std::string_view bytes, std::uint64_t& function_id) {
+    namespace f = pprof_field::line;
+    ProtobufReader reader(bytes);
+    std::uint32_t field = 0, wire = 0;
+    std::uint64_t ignored = 0;
+    while (!reader.at_end()) {
+      if (!reader.key(field, wire)) return malformed("line field key");
+      bool ok = true;
+      switch (field) {
+        case f::function_id:
+          ok = read_varint(reader, wire, "line.function_id", function_id);
+          break;
+        case f::line:
+          ok = read_varint(reader, wire, "line.line", ignored);
+          break;
+        case f::column:
+          ok = read_varint(reader, wire, "line.column", ignored);
+          break;
+        default:
+          ok = reader.skip(wire) || malformed("unknown line field");
+          break;
+      }
+      if (!ok) return false;
+    }
+    return true;
+  }
+
+  bool function(std::string_view bytes, Function& out) {
+    namespace f = pprof_field::function;
+    ProtobufReader reader(bytes);
+    std::uint32_t field = 0, wire = 0;
+    std::uint64_t ignored = 0;
+    while (!reader.at_end()) {
+      if (!reader.key(field, wire)) return malformed("field key");
+      bool ok = true;
+      switch (field) {
+        case f::id:
+          ok = read_varint(reader, wire, "id", out.id);
+          break;
+        case f::name:
+          ok = read_string(reader, wire, "name", out.name);
+          break;
+        case f::system_name:
+          ok = read_string(reader, wire, "system_name", out.system_name);
+          break;
+        case f::filename:
+          ok = read_string(reader, wire, "filename", out.filename);
+          break;
+        case f::start_line:
+          ok = read_varint(reader, wire, "start_line", ignored);
+          break;
+        default:
+          ok = reader.skip(wire) || malformed("unknown field");
+          break;
+      }
+      if (!ok) return false;
+    }
+    return true;
+  }
+
+  // ---- references ---------------------------------------------------------------------
+  //
+  // Sorted id lists, not hash sets: ids are attacker-chosen and std::hash of an
+  // integer is the identity, so a hash set could be driven quadratic.
+
+  template <typename T>
+  bool sorted_ids(const std::vector<T>& items, const char* what, std::vector<std::uint64_t>& ids) {
+    ids.clear();
+    ids.reserve(items.size());
+    for (const T& item : items) {
+      if (item.id == 0) return fail(std::string(what) + " with the reserved id 0");
+      ids.push_back(item.id);
+    }
+    std::sort(ids.begin(), ids.end());
+    const auto duplicate = std::adjacent_find(ids.begin(), ids.end());
+    if (duplicate != ids.end()) return fail(std::string("duplicate ") + what + " id " + std::to_string(*duplicate));
+    return true;
+  }
+
+  static bool known(const std::vector<std::uint64_t>& ids, std::uint64_t id) noexcept {
+    return std::binary_search(ids.begin(), ids.end(), id);
+  }
+
+  bool check_references(const Profile& p) {
+    std::vector<std::uint64_t> mapping_ids, function_ids, location_ids;
+    if (!sorted_ids(p.mappings, "mapping", mapping_ids) || !sorted_ids(p.functions, "function", function_ids) ||
+        !sorted_ids(p.locations, "location", location_ids)) {
+      return false;
+    }
+    for (const Location& loc : p.locations) {
+      if (loc.mapping_id != 0 && !known(mapping_ids, loc.mapping_id)) {
+        return fail("location " + std::to_string(loc.id) + " refers to missing mapping " +
+                    std::to_string(loc.mapping_id));
+      }
+      if (loc.function_id != 0 && !known(function_ids, loc.function_id)) {
+        return fail("location " + std::to_string(loc.id) + " refers to missing function " +
+                    std::to_string(loc.function_id));
+      }
+    }
+    for (std::size_t i = 0; i < p.samples.size(); ++i) {
+      const Sample& s = p.samples[i];
+      if (s.values.size() != p.sample_types.size()) {
+        return fail("sample #" + std::to_string(i + 1) + " has " + std::to_string(s.values.size()) + " values for " +
+                    std::to_string(p.sample_types.size()) + " sample types");
+      }
+      for (const std::uint64_t id : s.location_ids) {
+        if (!known(location_ids, id)) {
+          return fail("sample #" + std::to_string(i + 1) + " refers to missing location " + std::to_string(id));
+        }
+      }
+    }
+    return true;
+  }
+
+  const PprofDecodeOptions& options_;
+  std::size_t budget_;
+  std::string& error_;
+  std::vector<std::string_view> strings_;
+  std::size_t counts_[pprof_field::profile::function + 1] = {};
+};
+
+// Decodes a .pb.gz body (gzip magic) or raw profile.proto bytes into `out`.
+// Never throws; on failure `out` is empty and `error` says what and where.
+inline bool decode_pprof(std::string_view gzip_or_raw_bytes, Profile& out, std::string& error,
+                         const PprofDecodeOptions& options, PprofWireDetails* details = nullptr) noexcept {
+  out = Profile{};
+  try {
+    // A raw profile.proto cannot start with 0x1f (field 3, wire type 7 does not
+    // exist), so the gzip magic is unambiguous. pprof accepts no other wrapping.
+    std::string inflated;
+    std::string_view raw = gzip_or_raw_bytes;
+    if (raw.size() >= 2 && static_cast<std::uint8_t>(raw[0]) == 0x1f && static_cast<std::uint8_t>(raw[1]) == 0x8b) {
+      if (!gzip_decompress(raw, inflated, error, options.max_inflated_bytes)) {
+        error.insert(0, "pprof: ");
+        return false;
+      }
+      raw = inflated;
+    }
+    Profile decoded;
+    PprofDecoder decoder(options, error);
+    if (!decoder.decode(raw, decoded)) return false;
+    if (details != nullptr) {
+      details->string_table.assign(decoder.string_table().begin(), decoder.string_table().end());
+      if (inflated.empty()) {
+        details->raw.assign(raw.data(), raw.size());
+      } else {
+        details->raw = std::move(inflated);
+      }
+    }
+    out = std::move(decoded);
+    return true;
+  } catch (const std::bad_alloc&) {
+    set_error_message(error, "pprof: out of memory while decoding");
+  } catch (...) {
+    set_error_message(error, "pprof: decoding failed");
+  }
+  out = Profile{};
+  return false;
+}
+
+inline bool decode_pprof(std::string_view gzip_or_raw_bytes, Profile& out, std::string& error) noexcept {
+  return decode_pprof(gzip_or_raw_bytes, out, error, PprofDecodeOptions{});
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DETAIL_PPROF_DECODER_HPP_
+// ---- end spanprof/detail/pprof_decoder.hpp ----
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <ctime>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// ---- file names ---------------------------------------------------------------------
+
+namespace spool_format {
+
+inline constexpr std::string_view suffix = ".spool";
+inline constexpr std::string_view temp_suffix = ".tmp";
+inline constexpr std::string_view lock_name = ".spanprof-spool.lock";
+inline constexpr std::size_t number_digits = 20;  // UINT64_MAX has 20 decimal digits
+inline constexpr std::size_t prefix_size = 2 * (number_digits + 1);
+// Keeps the longest name (prefix, component, suffixes, temp dot) far below NAME_MAX.
+inline constexpr std::size_t max_component = 96;
+inline constexpr std::size_t hashed_prefix = 64;
+
+inline bool keeps_byte(unsigned char c) noexcept {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+}
+
+inline std::uint64_t fnv1a(std::string_view text) noexcept {
+  std::uint64_t hash = 0xcbf29ce484222325ULL;
+  for (const char c : text) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 0x100000001b3ULL;
+  }
+  return hash;
+}
+
+inline void append_hex(std::string& out, std::uint64_t value, int digits) {
+  for (int i = digits - 1; i >= 0; --i) out += lower_hex_digits[(value >> (4 * i)) & 0xf];
+}
+
+// The uploader's part of a file name: injective for names up to max_component
+// escaped characters; longer names are told apart by a 64-bit hash, and the full
+// name stored in the file settles any doubt.
+inline std::string uploader_component(std::string_view uploader) {
+  std::string escaped;
+  for (const char c : uploader) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (keeps_byte(byte)) {
+      escaped += c;
+    } else {
+      escaped += '%';
+      append_hex(escaped, byte, 2);
+    }
+  }
+  if (escaped.size() <= max_component) return escaped;
+  std::size_t cut = hashed_prefix;
+  // Never split an escape: back up to the start of a "%xx" the cut falls into.
+  for (std::size_t back = 1; back <= 2 && cut >= back; ++back) {
+    if (escaped[cut - back] == '%') {
+      cut -= back;
+      break;
+    }
+  }
+  escaped.resize(cut);
+  escaped += '~';
+  append_hex(escaped, fnv1a(uploader), 16);
+  return escaped;
+}
+
+inline void append_number(std::string& out, std::uint64_t value) {
+  char digits[number_digits];
+  for (std::size_t i = number_digits; i-- > 0;) {
+    digits[i] = static_cast<char>('0' + value % 10);
+    value /= 10;
+  }
+  out.append(digits, number_digits);
+}
+
+inline std::string file_name(std::uint64_t sequence, std::int64_t stored_unix_ns, std::string_view component) {
+  std::string name;
+  name.reserve(prefix_size + component.size() + suffix.size());
+  append_number(name, sequence);
+  name += '-';
+  append_number(name, static_cast<std::uint64_t>(stored_unix_ns));
+  name += '-';
+  name.append(component.data(), component.size());
+  name.append(suffix.data(), suffix.size());
+  return name;
+}
+
+inline std::string temp_name(std::string_view final_name) {
+  std::string name = ".";
+  name.append(final_name.data(), final_name.size());
+  name.append(temp_suffix.data(), temp_suffix.size());
+  return name;
+}
+
+inline bool parse_number(std::string_view digits, std::uint64_t& value) noexcept {
+  if (digits.size() != number_digits) return false;
+  value = 0;
+  for (const char c : digits) {
+    if (c < '0' || c > '9') return false;
+    const auto digit = static_cast<std::uint64_t>(c - '0');
+    if (value > (UINT64_MAX - digit) / 10) return false;
+    value = value * 10 + digit;
+  }
+  return true;
+}
+
+struct ParsedName {
+  std::uint64_t sequence = 0;
+  std::int64_t stored_unix_ns = 0;
+  std::string_view component;
+};
+
+// Only names this code could have written qualify; anything else in the
+// directory is somebody else's and is left alone.
+inline bool parse_file_name(std::string_view name, ParsedName& parsed) noexcept {
+  if (name.size() < prefix_size + suffix.size()) return false;
+  if (name.substr(name.size() - suffix.size()) != suffix) return false;
+  if (name[number_digits] != '-' || name[prefix_size - 1] != '-') return false;
+  std::uint64_t stored = 0;
+  // The top sequence is refused so the next one can never wrap to 0.
+  if (!parse_number(name.substr(0, number_digits), parsed.sequence) || parsed.sequence == UINT64_MAX ||
+      !parse_number(name.substr(number_digits + 1, number_digits), stored) || stored > INT64_MAX) {
+    return false;
+  }
+  parsed.stored_unix_ns = static_cast<std::int64_t>(stored);
+  parsed.component = name.substr(prefix_size, name.size() - prefix_size - suffix.size());
+  for (const char c : parsed.component) {
+    if (!keeps_byte(static_cast<unsigned char>(c)) && c != '%' && c != '~') return false;
+  }
+  return true;
+}
+
+inline bool is_temp_name(std::string_view name) noexcept {
+  if (name.size() < 1 + temp_suffix.size() || name[0] != '.') return false;
+  if (name.substr(name.size() - temp_suffix.size()) != temp_suffix) return false;
+  ParsedName ignored;
+  return parse_file_name(name.substr(1, name.size() - 1 - temp_suffix.size()), ignored);
+}
+
+// ---- file content -----------------------------------------------------------------
+
+inline constexpr char magic[8] = {'\x89', 'S', 'P', 'O', 'O', 'L', '\r', '\n'};
+inline constexpr std::uint32_t version = 1;
+inline constexpr std::size_t header_size = sizeof magic + 4 + 8;
+inline constexpr std::size_t record_header_size = 4 + 8;
+inline constexpr std::size_t crc_size = 4;
+
+enum class Field : std::uint32_t {
+  uploader = 1,
+  kind,
+  trace_id,
+  span_id,
+  trace_flags,
+  span_name,
+  start_unix_ns,
+  duration_ns,
+  period_ns,
+  heap_interval_bytes,
+  sample_count,
+  engine,
+  reason,
+  pprof_gzip,
+};
+inline constexpr std::uint32_t field_count = static_cast<std::uint32_t>(Field::pprof_gzip);
+
+// A tripwire for whoever adds a field to EncodedProfile: this mirror must change
+// with it, and so must the format above (store it, or say here why not).
+struct EncodedProfileMirror {
+  ProfileKind kind;
+  SpanContext span;
+  std::string span_name;
+  std::int64_t start_unix_ns, duration_ns, period_ns, heap_interval_bytes;
+  std::size_t sample_count;
+  std::string engine;
+  ProfileReason reason;
+  std::string pprof_gzip;
+  const Profile* profile;
+  const std::atomic<bool>* cancelled;
+};
+static_assert(sizeof(EncodedProfileMirror) == sizeof(EncodedProfile),
+              "EncodedProfile changed: update spool_format (Field, encode, decode) and this mirror");
+
+inline void put_u32(std::string& out, std::uint32_t value) {
+  for (int i = 0; i < 4; ++i) out += static_cast<char>(static_cast<std::uint8_t>(value >> (8 * i)));
+}
+
+inline void put_u64(std::string& out, std::uint64_t value) {
+  for (int i = 0; i < 8; ++i) out += static_cast<char>(static_cast<std::uint8_t>(value >> (8 * i)));
+}
+
+inline std::uint64_t get_le(const char* bytes, int size) noexcept {
+  std::uint64_t value = 0;
+  for (int i = 0; i < size; ++i) value |= static_cast<std::uint64_t>(static_cast<std::uint8_t>(bytes[i])) << (8 * i);
+  return value;
+}
+
+inline std::uint32_t crc32_of(std::string_view bytes) noexcept {
+  uLong crc = ::crc32(0L, Z_NULL, 0);
+  const auto* data = reinterpret_cast<const Bytef*>(bytes.data());
+  std::size_t left = bytes.size();
+  while (left > 0) {  // zlib counts in uInt
+    const std::size_t slice = std::min<std::size_t>(left, std::size_t{1} << 30);
+    crc = ::crc32(crc, data, static_cast<uInt>(slice));
+    data += slice;
+    left -= slice;
+  }
+  return static_cast<std::uint32_t>(crc);
+}
+
+inline std::uint64_t encoded_size(std::string_view uploader, const EncodedProfile& p) noexcept {
+  const std::uint64_t payload = uploader.size() + 1 + TraceId::size + SpanId::size + 1 + p.span_name.size() + 4 * 8 +
+                                8 + p.engine.size() + 1 + p.pprof_gzip.size();
+  return header_size + field_count * record_header_size + payload + crc_size;
+}
+
+inline void put_record(std::string& out, Field field, std::string_view bytes) {
+  put_u32(out, static_cast<std::uint32_t>(field));
+  put_u64(out, bytes.size());
+  out.append(bytes.data(), bytes.size());
+}
+
+inline void put_record_u64(std::string& out, Field field, std::uint64_t value) {
+  put_u32(out, static_cast<std::uint32_t>(field));
+  put_u64(out, 8);
+  put_u64(out, value);
+}
+
+inline void put_record_u8(std::string& out, Field field, std::uint8_t value) {
+  put_u32(out, static_cast<std::uint32_t>(field));
+  put_u64(out, 1);
+  out += static_cast<char>(value);
+}
+
+// May throw std::bad_alloc.
+inline std::string encode(std::string_view uploader, const EncodedProfile& p) {
+  std::string out;
+  out.reserve(static_cast<std::size_t>(encoded_size(uploader, p)));
+  out.append(magic, sizeof magic);
+  put_u32(out, version);
+  put_u64(out, encoded_size(uploader, p) - header_size - crc_size);
+  const auto& trace = p.span.trace_id.bytes();
+  const auto& span = p.span.span_id.bytes();
+  put_record(out, Field::uploader, uploader);
+  put_record_u8(out, Field::kind, static_cast<std::uint8_t>(p.kind));
+  put_record(out, Field::trace_id, std::string_view(reinterpret_cast<const char*>(trace.data()), trace.size()));
+  put_record(out, Field::span_id, std::string_view(reinterpret_cast<const char*>(span.data()), span.size()));
+  put_record_u8(out, Field::trace_flags, p.span.flags.value);
+  put_record(out, Field::span_name, p.span_name);
+  put_record_u64(out, Field::start_unix_ns, static_cast<std::uint64_t>(p.start_unix_ns));
+  put_record_u64(out, Field::duration_ns, static_cast<std::uint64_t>(p.duration_ns));
+  put_record_u64(out, Field::period_ns, static_cast<std::uint64_t>(p.period_ns));
+  put_record_u64(out, Field::heap_interval_bytes, static_cast<std::uint64_t>(p.heap_interval_bytes));
+  put_record_u64(out, Field::sample_count, static_cast<std::uint64_t>(p.sample_count));
+  put_record(out, Field::engine, p.engine);
+  put_record_u8(out, Field::reason, static_cast<std::uint8_t>(p.reason));
+  put_record(out, Field::pprof_gzip, p.pprof_gzip);
+  put_u32(out, crc32_of(out));
+  return out;
+}
+
+// Checks everything before trusting anything: size, magic, version, CRC, then
+// each record's bounds, size and range. May throw std::bad_alloc.
+inline bool decode(std::string_view bytes, std::string_view expected_uploader, EncodedProfile& out, std::string& why) {
+  if (bytes.size() < header_size + crc_size) {
+    why = "truncated: " + std::to_string(bytes.size()) + " bytes";
+    return false;
+  }
+  if (std::memcmp(bytes.data(), magic, sizeof magic) != 0) {
+    why = "not a spool file (bad magic)";
+    return false;
+  }
+  const auto file_version = static_cast<std::uint32_t>(get_le(bytes.data() + sizeof magic, 4));
+  if (file_version != version) {
+    why = "unsupported version " + std::to_string(file_version);
+    return false;
+  }
+  const std::uint64_t body_size = get_le(bytes.data() + sizeof magic + 4, 8);
+  const std::uint64_t room = bytes.size() - header_size - crc_size;
+  if (body_size != room) {
+    why = (body_size > room ? "truncated: " : "trailing bytes: ") + std::to_string(bytes.size()) +
+          " bytes where the header announces " +
+          (body_size > UINT64_MAX - header_size - crc_size ? std::string("more than 2^64")
+                                                           : std::to_string(body_size + header_size + crc_size));
+    return false;
+  }
+  const std::size_t crc_at = bytes.size() - crc_size;
+  const auto stored_crc = static_cast<std::uint32_t>(get_le(bytes.data() + crc_at, 4));
+  if (crc32_of(bytes.substr(0, crc_at)) != stored_crc) {
+    why = "CRC mismatch";
+    return false;
+  }
+
+  EncodedProfile p;
+  std::uint32_t seen = 0;
+  std::size_t pos = header_size;
+  while (pos < crc_at) {
+    if (crc_at - pos < record_header_size) {
+      why = "record header runs past the body";
+      return false;
+    }
+    const auto id = static_cast<std::uint32_t>(get_le(bytes.data() + pos, 4));
+    const std::uint64_t size = get_le(bytes.data() + pos + 4, 8);
+    pos += record_header_size;
+    if (size > crc_at - pos) {
+      why = "record " + std::to_string(id) + " runs past the body";
+      return false;
+    }
+    const std::string_view value = bytes.substr(pos, static_cast<std::size_t>(size));
+    pos += static_cast<std::size_t>(size);
+    if (id == 0 || id > field_count) continue;  // a later version's field
+    const std::uint32_t bit = std::uint32_t{1} << id;
+    if ((seen & bit) != 0) {
+      why = "field " + std::to_string(id) + " appears twice";
+      return false;
+    }
+    seen |= bit;
+    auto fixed = [&](std::size_t expected) {
+      if (value.size() == expected) return true;
+      why = "field " + std::to_string(id) + " has " + std::to_string(value.size()) + " bytes, expected " +
+            std::to_string(expected);
+      return false;
+    };
+    auto as_i64 = [&] { return static_cast<std::int64_t>(get_le(value.data(), 8)); };
+    switch (static_cast<Field>(id)) {
+      case Field::uploader:
+        if (value != expected_uploader) {
+          why = "belongs to another uploader";
+          return false;
+        }
+        break;
+      case Field::kind:
+        if (!fixed(1)) return false;
+        if (static_cast<std::uint8_t>(value[0]) > static_cast<std::uint8_t>(ProfileKind::heap)) {
+          why = "unknown profile kind " + std::to_string(static_cast<std::uint8_t>(value[0]));
+          return false;
+        }
+        p.kind = static_cast<ProfileKind>(static_cast<std::uint8_t>(value[0]));
+        break;
+      case Field::trace_id:
+        if (!fixed(TraceId::size)) return false;
+        p.span.trace_id = TraceId(reinterpret_cast<const std::uint8_t*>(value.data()));
+        break;
+      case Field::span_id:
+        if (!fixed(SpanId::size)) return false;
+        p.span.span_id = SpanId(reinterpret_cast<const std::uint8_t*>(value.data()));
+        break;
+      case Field::trace_flags:
+        if (!fixed(1)) return false;
+        p.span.flags.value = static_cast<std::uint8_t>(value[0]);
+        break;
+      case Field::span_name:
+        p.span_name.assign(value.data(), value.size());
+        break;
+      case Field::start_unix_ns:
+        if (!fixed(8)) return false;
+        p.start_unix_ns = as_i64();
+        break;
+      case Field::duration_ns:
+        if (!fixed(8)) return false;
+        p.duration_ns = as_i64();
+        break;
+      case Field::period_ns:
+        if (!fixed(8)) return false;
+        p.period_ns = as_i64();
+        break;
+      case Field::heap_interval_bytes:
+        if (!fixed(8)) return false;
+        p.heap_interval_bytes = as_i64();
+        break;
+      case Field::sample_count:
+        if (!fixed(8)) return false;
+        if (get_le(value.data(), 8) > SIZE_MAX) {
+          why = "sample_count out of range";
+          return false;
+        }
+        p.sample_count = static_cast<std::size_t>(get_le(value.data(), 8));
+        break;
+      case Field::engine:
+        p.engine.assign(value.data(), value.size());
+        break;
+      case Field::reason:
+        if (!fixed(1)) return false;
+        if (static_cast<std::uint8_t>(value[0]) >= profile_reason_count) {
+          why = "unknown profile reason " + std::to_string(static_cast<std::uint8_t>(value[0]));
+          return false;
+        }
+        p.reason = static_cast<ProfileReason>(static_cast<std::uint8_t>(value[0]));
+        break;
+      case Field::pprof_gzip:
+        p.pprof_gzip.assign(value.data(), value.size());
+        break;
+    }
+  }
+  for (std::uint32_t id = 1; id <= field_count; ++id) {
+    if ((seen & (std::uint32_t{1} << id)) == 0) {
+      why = "field " + std::to_string(id) + " is missing";
+      return false;
+    }
+  }
+  out = std::move(p);
+  return true;
+}
+
+}  // namespace spool_format
+
+// ---- the spool --------------------------------------------------------------------
+
+struct SpoolItem {
+  std::string uploader;
+  std::uint64_t sequence = 0;
+  std::int64_t stored_unix_ns = 0;  // wall clock when stored; informative, not the order
+  std::uint64_t size_bytes = 0;
+  std::string file_name;  // relative to the spool directory
+};
+
+struct SpoolCounters {
+  std::uint64_t stored = 0;           // profiles written
+  std::uint64_t evicted = 0;          // oldest files deleted to stay within max_bytes
+  std::uint64_t corrupt_removed = 0;  // files that failed verification and were deleted
+  std::uint64_t temp_removed = 0;     // temporary files of an interrupted store, deleted by open()
+};
+
+class Spool {
+ public:
+  // sync_to_disk: fsync each file before its rename and the directory after it,
+  // so stored profiles survive a power loss too (see the top of this file).
+  Spool(std::string directory, std::uint64_t max_bytes, bool sync_to_disk = false) noexcept
+      : directory_(std::move(directory)), max_bytes_(max_bytes), sync_to_disk_(sync_to_disk) {
+    while (directory_.size() > 1 && directory_.back() == '/') directory_.pop_back();
+  }
+
+  Spool(const Spool&) = delete;
+  Spool& operator=(const Spool&) = delete;
+  ~Spool() { close(); }
+
+  const std::string& directory() const noexcept { return directory_; }
+  std::uint64_t max_bytes() const noexcept { return max_bytes_; }
+  bool is_open() const noexcept { return dir_fd_ >= 0; }
+
+  // Creates the directory (0700) if needed, locks it, deletes leftover temporary
+  // files, indexes the spool files already there and resumes the sequence after
+  // the highest. Trims to max_bytes, oldest first, in case the bound shrank
+  // since they were written. Calling it again rescans.
+  bool open(std::string& error) noexcept {
+    close();
+    try {
+      if (directory_.empty()) return fail(error, "spool: no directory configured");
+      if (!make_directories(directory_)) return fail_errno(error, "cannot create directory", directory_);
+      dir_fd_ = ::open(directory_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (dir_fd_ < 0) return fail_errno(error, "cannot open directory", directory_);
+      lock_fd_ = ::openat(dir_fd_, std::string(spool_format::lock_name).c_str(),
+                          O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+      if (lock_fd_ < 0) return close_after(fail_errno(error, "cannot create", path_of(spool_format::lock_name)));
+      if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+        if (errno == EWOULDBLOCK) {
+          return close_after(fail(error, "spool: " + directory_ + " is in use by another spool (lock held on " +
+                                             path_of(spool_format::lock_name) + ")"));
+        }
+        return close_after(fail_errno(error, "cannot lock", path_of(spool_format::lock_name)));
+      }
+      if (!scan(error)) return close_after(false);
+      enforce_bound();
+      return true;
+    } catch (...) {
+      close();
+      set_error_message(error, "spool: out of memory while opening");
+      return false;
+    }
+  }
+
+  // Writes one profile for `uploader`, then evicts the oldest files while the
+  // spool exceeds max_bytes. On failure nothing new is left in the directory.
+  bool store(std::string_view uploader, const EncodedProfile& profile, std::string& error) noexcept {
+    if (!is_open()) return fail(error, "spool: not open");
+    try {
+      const std::uint64_t size = spool_format::encoded_size(uploader, profile);
+      if (size > max_bytes_) {
+        return fail(error, "spool: a profile of " + std::to_string(size) + " bytes exceeds the spool's bound of " +
+                               std::to_string(max_bytes_) + " bytes; not stored");
+      }
+      const std::string bytes = spool_format::encode(uploader, profile);
+      // A failed attempt still consumes its number: a name is never reused.
+      const std::uint64_t sequence = next_sequence_++;
+      const std::int64_t stored_ns = now_unix_ns();
+      std::string component = spool_format::uploader_component(uploader);
+      std::string name = spool_format::file_name(sequence, stored_ns, component);
+      // Indexed before it is written, so no allocation can fail between a file
+      // appearing and the spool knowing about it.
+      const auto it =
+          entries_.emplace(Key{sequence, std::move(name)}, Entry{std::move(component), stored_ns, bytes.size()}).first;
+      if (!write_file(it->first.second, bytes, error)) {
+        entries_.erase(it);
+        return false;
+      }
+      bytes_ += bytes.size();
+      ++counters_.stored;
+      enforce_bound();
+      return true;
+    } catch (...) {
+      set_error_message(error, "spool: out of memory while storing");
+      return false;
+    }
+  }
+
+  // The items stored for `uploader`, oldest first. Empty when there are none,
+  // and also when the list cannot be allocated (retried on the next call).
+  std::vector<SpoolItem> pending(std::string_view uploader) const noexcept {
+    std::vector<SpoolItem> items;
+    try {
+      const std::string component = spool_format::uploader_component(uploader);
+      for (const auto& [key, entry] : entries_) {
+        if (entry.component != component) continue;
+        items.push_back(SpoolItem{std::string(uploader), key.first, entry.stored_unix_ns, entry.size, key.second});
+      }
+    } catch (...) {
+      items.clear();
+    }
+    return items;
+  }
+
+  // Reads and verifies an item. A file that fails verification is deleted and
+  // counted (retrying it could never succeed); a transient failure (e.g. too
+  // many open files) leaves it in place. out.profile is set to nullptr.
+  bool load(const SpoolItem& item, EncodedProfile& out, std::string& error) noexcept {
+    try {
+      const auto it = find(item, error);
+      if (it == entries_.end()) return false;
+      std::string bytes;
+      bool corrupt = false;
+      if (!read_file(it, bytes, corrupt, error)) {
+        if (corrupt) remove_corrupt(it, error);
+        return false;
+      }
+      std::string why;
+      EncodedProfile decoded;
+      if (!spool_format::decode(bytes, item.uploader, decoded, why)) {
+        error = std::move(why);
+        remove_corrupt(it, error);
+        return false;
+      }
+      out = std::move(decoded);
+      out.profile = nullptr;
+      return true;
+    } catch (...) {
+      set_error_message(error, "spool: out of memory while loading");
+      return false;
+    }
+  }
+
+  // load(), then decode_pprof: on success out.profile points at `decoded`. A file
+  // whose pprof does not decode is deleted and counted as corrupt — its CRC held,
+  // so it was stored that way and would fail again after every restart.
+  bool load(const SpoolItem& item, EncodedProfile& out, Profile& decoded, std::string& error) noexcept {
+    EncodedProfile loaded;
+    if (!load(item, loaded, error)) return false;
+    std::string why;
+    if (!decode_pprof(loaded.pprof_gzip, decoded, why)) {
+      try {
+        const auto it = entries_.find(Key{item.sequence, item.file_name});
+        error = std::move(why);
+        if (it != entries_.end()) remove_corrupt(it, error);
+      } catch (...) {
+        set_error_message(error, "spool: stored pprof does not decode");
+      }
+      return false;
+    }
+    out = std::move(loaded);
+    out.profile = &decoded;
+    return true;
+  }
+
+  // Forgets an item and deletes its file (after a successful upload). Returns
+  // false when the file could not be deleted; the item is forgotten anyway, so
+  // this process does not send it twice, but it comes back after a restart.
+  bool remove(const SpoolItem& item) noexcept {
+    const auto it = entries_.find(Key{item.sequence, item.file_name});
+    if (it == entries_.end()) return true;
+    return erase(it);
+  }
+
+  std::uint64_t bytes() const noexcept { return bytes_; }
+  std::size_t size() const noexcept { return entries_.size(); }
+  SpoolCounters counters() const noexcept { return counters_; }
+
+  // The size store() would write for this profile, for checking against the bound.
+  static std::uint64_t stored_size(std::string_view uploader, const EncodedProfile& profile) noexcept {
+    return spool_format::encoded_size(uploader, profile);
+  }
+
+ private:
+  using Key = std::pair<std::uint64_t, std::string>;  // (sequence, file name): sorts oldest first
+  struct Entry {
+    std::string component;
+    std::int64_t stored_unix_ns = 0;
+    std::uint64_t size = 0;
+  };
+  using Entries = std::map<Key, Entry>;
+
+  // ---- errors -------------------------------------------------------------------------
+
+  static bool fail(std::string& error, std::string_view message) noexcept {
+    set_error_message(error, message);
+    return false;
+  }
+
+  static bool fail_errno(std::string& error, const char* what, const std::string& path) noexcept {
+    const int saved = errno;
+    try {
+      error = std::string("spool: ") + what + " " + path + ": " + std::strerror(saved);
+    } catch (...) {
+      error.clear();
+    }
+    errno = saved;
+    return false;
+  }
+
+  bool close_after(bool result) noexcept {
+    close();
+    return result;
+  }
+
+  std::string path_of(std::string_view name) const { return directory_ + "/" + std::string(name); }
+
+  // ---- directory ----------------------------------------------------------------------
+
+  void close() noexcept {
+    if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
+    if (dir_fd_ >= 0) ::close(dir_fd_);
+    lock_fd_ = dir_fd_ = -1;
+    entries_.clear();
+    bytes_ = 0;
+    next_sequence_ = 1;
+  }
+
+  static bool make_directories(const std::string& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0) {
+      if (S_ISDIR(st.st_mode)) return true;
+      errno = ENOTDIR;
+      return false;
+    }
+    for (std::size_t pos = 1; pos <= path.size(); ++pos) {
+      if (pos != path.size() && path[pos] != '/') continue;
+      const std::string prefix = path.substr(0, pos);
+      if (::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) return false;
+    }
+    if (::stat(path.c_str(), &st) != 0) return false;
+    if (!S_ISDIR(st.st_mode)) {
+      errno = ENOTDIR;
+      return false;
+    }
+    return true;
+  }
+
+  bool scan(std::string& error) {
+    // A fresh open file description: fdopendir takes ownership of it, and sharing
+    // dir_fd_'s offset would make a second scan start at the end.
+    const int fd = ::openat(dir_fd_, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return fail_errno(error, "cannot list", directory_);
+    DIR* dir = ::fdopendir(fd);
+    if (dir == nullptr) {
+      const int saved = errno;
+      ::close(fd);
+      errno = saved;
+      return fail_errno(error, "cannot list", directory_);
+    }
+    std::uint64_t highest = 0;
+    bool ok = true;
+    try {
+      for (;;) {
+        errno = 0;
+        const dirent* entry = ::readdir(dir);
+        if (entry == nullptr) {
+          if (errno != 0) ok = fail_errno(error, "cannot list", directory_);
+          break;
+        }
+        const std::string_view name = entry->d_name;
+        spool_format::ParsedName parsed;
+        if (spool_format::parse_file_name(name, parsed)) {
+          struct stat st {};
+          // Only regular files are ours; a directory or symlink with a matching
+          // name is left alone (and never followed).
+          if (::fstatat(dir_fd_, entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+          const auto size = static_cast<std::uint64_t>(st.st_size);
+          highest = std::max(highest, parsed.sequence);
+          // Only a shrunken bound (or tampering) leaves a file bigger than the whole
+          // spool; trimming oldest-first around it would delete everything else.
+          if (size > max_bytes_) {
+            if (::unlinkat(dir_fd_, entry->d_name, 0) == 0) ++counters_.evicted;
+            continue;
+          }
+          entries_.emplace(Key{parsed.sequence, std::string(name)},
+                           Entry{std::string(parsed.component), parsed.stored_unix_ns, size});
+          bytes_ += size;
+        } else if (spool_format::is_temp_name(name)) {
+          // The lock proves no live store owns it: it is a crash's leftover.
+          if (::unlinkat(dir_fd_, entry->d_name, 0) == 0) ++counters_.temp_removed;
+        }
+      }
+    } catch (...) {
+      ::closedir(dir);
+      throw;
+    }
+    ::closedir(dir);
+    next_sequence_ = highest + 1;
+    return ok;
+  }
+
+  // ---- files --------------------------------------------------------------------------
+
+  static std::int64_t now_unix_ns() noexcept {
+    timespec ts{};
+    if (::clock_gettime(CLOCK_REALTIME, &ts) != 0 || ts.tv_sec < 0) return 0;
+    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+  }
+
+  bool write_file(const std::string& name, std::string_view bytes, std::string& error) {
+    const std::string temp = spool_format::temp_name(name);
+    // O_EXCL: sequence numbers are never reused, so an existing file is not ours
+    // to overwrite. O_NOFOLLOW: never write through a planted symlink.
+    const int fd = ::openat(dir_fd_, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) return fail_errno(error, "cannot create", path_of(temp));
+    const char* data = bytes.data();
+    std::size_t left = bytes.size();
+    const char* failed = nullptr;
+    int saved = 0;
+    while (left > 0) {
+      const ssize_t n = ::write(fd, data, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        saved = (n == 0) ? EIO : errno;
+        failed = "cannot write";
+        break;
+      }
+      data += n;
+      left -= static_cast<std::size_t>(n);
+    }
+    if (failed == nullptr && sync_to_disk_ && ::fsync(fd) != 0) {
+      saved = errno;
+      failed = "cannot sync";
+    }
+    // close() reports late write errors on some file systems (NFS, quotas).
+    if (::close(fd) != 0 && failed == nullptr) {
+      saved = errno;
+      failed = "cannot write";
+    }
+    if (failed == nullptr && ::renameat(dir_fd_, temp.c_str(), dir_fd_, name.c_str()) != 0) {
+      saved = errno;
+      failed = "cannot rename into place";
+    }
+    if (failed != nullptr) {
+      ::unlinkat(dir_fd_, temp.c_str(), 0);
+      errno = saved;
+      return fail_errno(error, failed, path_of(temp));
+    }
+    // The file is complete either way; a failed directory sync only weakens the
+    // power-loss guarantee, so it is not worth failing the store over.
+    if (sync_to_disk_) (void)::fsync(dir_fd_);
+    return true;
+  }
+
+  // Reads a whole file. `corrupt` tells a file that can never load (gone bad or
+  // replaced) from a failure worth retrying.
+  bool read_file(Entries::iterator it, std::string& bytes, bool& corrupt, std::string& error) {
+    const std::string& name = it->first.second;
+    // O_NONBLOCK: a FIFO planted under a spool name must not hang the worker.
+    const int fd = ::openat(dir_fd_, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) {
+      if (errno == ENOENT) {
+        fail_errno(error, "cannot open", path_of(name));
+        erase(it);  // someone deleted it: nothing to retry
+        return false;
+      }
+      corrupt = (errno == ELOOP);  // a symlink was planted under the name
+      return fail_errno(error, "cannot open", path_of(name));
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      fail_errno(error, "cannot stat", path_of(name));
+      ::close(fd);
+      return false;
+    }
+    // Stored files never exceed the bound (open() trims, store() refuses), so a
+    // bigger one was changed behind our back; not reading it caps the memory.
+    if (!S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) > max_bytes_) {
+      ::close(fd);
+      corrupt = true;
+      return fail(error, S_ISREG(st.st_mode) ? "larger than the spool's bound" : "not a regular file");
+    }
+    bytes.resize(static_cast<std::size_t>(st.st_size));
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t n = ::read(fd, &bytes[done], bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        fail_errno(error, "cannot read", path_of(name));
+        ::close(fd);
+        return false;
+      }
+      if (n == 0) break;  // shrank since fstat: decode reports it as truncated
+      done += static_cast<std::size_t>(n);
+    }
+    bytes.resize(done);
+    ::close(fd);
+    return true;
+  }
+
+  Entries::iterator find(const SpoolItem& item, std::string& error) {
+    const auto it = entries_.find(Key{item.sequence, item.file_name});
+    if (it == entries_.end()) {
+      fail(error, "spool: " + item.file_name + " is not pending (removed or evicted)");
+      return it;
+    }
+    if (it->second.component != spool_format::uploader_component(item.uploader)) {
+      fail(error, "spool: " + item.file_name + " does not belong to uploader " + item.uploader);
+      return entries_.end();
+    }
+    return it;
+  }
+
+  bool erase(Entries::iterator it) noexcept {
+    const int rc = ::unlinkat(dir_fd_, it->first.second.c_str(), 0);
+    const bool gone = rc == 0 || errno == ENOENT;
+    bytes_ -= std::min(bytes_, it->second.size);
+    entries_.erase(it);
+    return gone;
+  }
+
+  void remove_corrupt(Entries::iterator it, std::string& error) noexcept {
+    try {
+      constexpr std::string_view prefix = "spool: ";
+      const std::string_view why =
+          std::string_view(error).substr(error.compare(0, prefix.size(), prefix) == 0 ? prefix.size() : 0);
+      error = "spool: removed corrupt " + path_of(it->first.second) + ": " + std::string(why);
+    } catch (...) {
+    }
+    erase(it);
+    ++counters_.corrupt_removed;
+  }
+
+  // Oldest first, whichever uploader it belongs to: under a long outage the
+  // newest profiles are the ones still worth sending.
+  void enforce_bound() noexcept {
+    while (bytes_ > max_bytes_ && !entries_.empty()) {
+      const auto oldest = entries_.begin();
+      if (erase(oldest)) {
+        ++counters_.evicted;
+      } else {
+        report_error(ErrorCode::upload_failed, "spool: cannot delete the oldest profile to stay within the bound");
+      }
+    }
+  }
+
+  std::string directory_;
+  std::uint64_t max_bytes_;
+  bool sync_to_disk_;
+  int dir_fd_ = -1;
+  int lock_fd_ = -1;
+  Entries entries_;
+  std::uint64_t bytes_ = 0;
+  std::uint64_t next_sequence_ = 1;
+  SpoolCounters counters_;
+};
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DETAIL_SPOOL_HPP_
+// ---- end spanprof/detail/spool.hpp ----
 
 #include <atomic>
 #include <chrono>
@@ -7035,6 +8808,7 @@ SPANPROF_NAMESPACE_END
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -7105,14 +8879,23 @@ inline void unpack_samples(const std::vector<std::uint64_t>& words, RawProfile& 
 struct WorkerCounters {
   std::atomic<std::uint64_t> enqueued{0};
   std::atomic<std::uint64_t> dropped{0};
-  std::atomic<std::uint64_t> uploaded{0};
-  std::atomic<std::uint64_t> upload_failures{0};
+  std::atomic<std::uint64_t> uploaded{0};         // accepted by every uploader, first time round
+  std::atomic<std::uint64_t> upload_failures{0};  // per uploader: permanent, or given up with no spool
+  std::atomic<std::uint64_t> upload_retries{0};   // attempts after the first
+  std::atomic<std::uint64_t> spooled{0};          // per uploader: parked in the spool directory
+  std::atomic<std::uint64_t> spool_resent{0};     // spooled profiles delivered later
+  std::atomic<std::uint64_t> spool_evicted{0};    // oldest spooled profiles deleted to stay within the bound
+  std::atomic<std::uint64_t> spool_pending{0};    // spooled, not yet delivered
 };
 
 class Worker {
  public:
   struct Config {
     std::size_t capacity = 256;
+    OverflowPolicy overflow = OverflowPolicy::drop_newest;
+    RetryPolicy retry;
+    std::string spool_directory;  // empty: no spool
+    std::uint64_t spool_max_bytes = 256u << 20;
     std::vector<std::shared_ptr<Uploader>> uploaders;
     std::shared_ptr<Symbolizer> symbolizer;
     std::vector<std::string> comments;  // written into every profile
@@ -7143,6 +8926,13 @@ class Worker {
   bool submit(std::unique_ptr<PendingProfile> pending) noexcept {
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      if (running_ && !stopping_ && queue_.size() >= config_.capacity &&
+          config_.overflow == OverflowPolicy::drop_oldest && !queue_.empty()) {
+        // The newest profile is the one most likely still being looked for.
+        discard(*queue_.front());
+        queue_.pop_front();
+        counters_.dropped.fetch_add(1, std::memory_order_relaxed);
+      }
       if (running_ && !stopping_ && queue_.size() < config_.capacity) {
         try {
           queue_.push_back(std::move(pending));
@@ -7157,9 +8947,13 @@ class Worker {
       }
     }
     counters_.dropped.fetch_add(1, std::memory_order_relaxed);
-    if (pending && !pending->legacy_file.empty()) ::unlink(pending->legacy_file.c_str());
+    if (pending) discard(*pending);
     report_error(ErrorCode::queue_full, "a finished profile was dropped: the hand-off queue is full or stopped");
     return false;
+  }
+
+  static void discard(PendingProfile& pending) noexcept {
+    if (!pending.legacy_file.empty()) ::unlink(pending.legacy_file.c_str());
   }
 
   // Waits until every profile handed over so far is processed, or the deadline.
@@ -7181,12 +8975,13 @@ class Worker {
       running_ = false;
       shared_->stop = true;
       for (auto& pending : queue_)
-        if (pending && !pending->legacy_file.empty()) ::unlink(pending->legacy_file.c_str());
+        if (pending) discard(*pending);
       counters_.dropped.fetch_add(queue_.size(), std::memory_order_relaxed);
       queue_.clear();
       thread = std::move(thread_);
     }
     wake_.notify_all();
+    sleep_.notify_all();
     if (thread.joinable()) {
       if (drained) thread.join();
       else thread.detach();
@@ -7196,39 +8991,237 @@ class Worker {
 
   const WorkerCounters& counters() const noexcept { return counters_; }
 
+  std::size_t queue_length() noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return queue_.size();
+  }
+
  private:
   struct Shared {
     std::atomic<bool> stop{false};
   };
 
-  void run(std::shared_ptr<Shared> shared) noexcept {
-    std::unique_ptr<ProfileBuilder> builder;
+  using Clock = std::chrono::steady_clock;
+
+  // One uploader's delivery state, owned by the worker thread.
+  struct Destination {
+    std::shared_ptr<Uploader> uploader;
+    std::string name;
+    int failures = 0;               // consecutive retryable failures
+    bool down = false;              // gave up on the last profile; probe after retry_at
+    Clock::time_point retry_at{};
+    std::uint64_t spooled = 0;      // waiting in the spool for this uploader
+  };
+
+  // Everything one run of the worker thread owns.
+  struct Session {
     Config config;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      config = config_;
+    std::shared_ptr<Shared> shared;
+    std::unique_ptr<ProfileBuilder> builder;
+    std::vector<Destination> destinations;
+    std::unique_ptr<Spool> spool;
+    std::minstd_rand random{std::random_device{}()};
+  };
+
+  void run(std::shared_ptr<Shared> shared) noexcept {
+    Session session;
+    session.shared = std::move(shared);
+    try {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        session.config = config_;
+      }
+      if (session.config.symbolizer) session.builder = std::make_unique<ProfileBuilder>(*session.config.symbolizer);
+      for (const auto& uploader : session.config.uploaders)
+        if (uploader) session.destinations.push_back(Destination{uploader, std::string(uploader->name())});
+      open_spool(session);
+    } catch (...) {
+      report_error(ErrorCode::internal, "out of memory starting the spanprof worker");
     }
-    if (config.symbolizer) builder = std::make_unique<ProfileBuilder>(*config.symbolizer);
     for (;;) {
       std::unique_ptr<PendingProfile> pending;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [&] { return shared->stop.load() || !queue_.empty(); });
-        if (shared->stop.load()) return;
-        pending = std::move(queue_.front());
-        queue_.pop_front();
-        ++in_flight_;
+        const Clock::time_point due = next_spool_attempt(session);
+        wake_.wait_until(lock, due, [&] { return session.shared->stop.load() || !queue_.empty(); });
+        if (session.shared->stop.load()) return;
+        if (!queue_.empty()) {
+          pending = std::move(queue_.front());
+          queue_.pop_front();
+          ++in_flight_;
+        }
       }
-      process(*pending, builder.get(), config);
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        --in_flight_;
+      if (pending) {
+        process(*pending, session);
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          --in_flight_;
+        }
+        idle_.notify_all();
+      } else {
+        resend_spooled(session);
       }
-      idle_.notify_all();
     }
   }
 
-  void process(PendingProfile& pending, ProfileBuilder* builder, const Config& config) noexcept {
+  void open_spool(Session& session) {
+    if (session.config.spool_directory.empty()) return;
+    auto spool = std::make_unique<Spool>(session.config.spool_directory, session.config.spool_max_bytes);
+    std::string error;
+    // After spanprof::start() with new options, the previous worker may still hold
+    // the spool's lock for a moment while it winds down.
+    bool opened = spool->open(error);
+    for (int wait = 0; !opened && wait < 20 && !session.shared->stop.load(); ++wait) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      opened = spool->open(error);
+    }
+    if (!opened) {
+      report_error(ErrorCode::upload_failed, "spool directory unusable, undeliverable profiles will be lost: " + error);
+      return;
+    }
+    std::uint64_t total = 0;
+    for (Destination& d : session.destinations) {
+      d.spooled = spool->pending(d.name).size();
+      total += d.spooled;
+    }
+    counters_.spool_pending.store(total, std::memory_order_relaxed);
+    session.spool = std::move(spool);
+  }
+
+  // When the worker should next try to re-send a spooled profile (max: nothing to do).
+  Clock::time_point next_spool_attempt(const Session& session) const noexcept {
+    Clock::time_point due = Clock::time_point::max();
+    if (!session.spool) return due;
+    for (const Destination& d : session.destinations)
+      if (d.spooled != 0) due = std::min(due, d.down ? d.retry_at : Clock::now());
+    return due;
+  }
+
+  std::chrono::milliseconds backoff(Session& session, int failures, std::chrono::milliseconds retry_after) {
+    const RetryPolicy& retry = session.config.retry;
+    double delay = static_cast<double>(retry.initial_backoff.count());
+    for (int i = 1; i < failures && delay < static_cast<double>(retry.max_backoff.count()); ++i) delay *= 2;
+    // Jitter spreads the retries of many processes that lost the same backend.
+    std::uniform_real_distribution<double> spread(1.0 - retry.jitter, 1.0 + retry.jitter);
+    delay = std::min(delay * spread(session.random), static_cast<double>(retry.max_backoff.count()));
+    if (retry_after.count() > 0) delay = std::max(delay, static_cast<double>(std::min(retry_after, retry.max_backoff).count()));
+    return std::chrono::milliseconds(static_cast<std::int64_t>(delay));
+  }
+
+  // Sleeps unless spanprof is shutting down; false if woken by the shutdown.
+  bool pause(Session& session, std::chrono::milliseconds delay) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return !sleep_.wait_for(lock, delay, [&] { return session.shared->stop.load(); });
+  }
+
+  enum class Outcome : std::uint8_t { delivered, failed, spooled };
+
+  // Tries one uploader, with retries; parks the profile in the spool when the
+  // backend stays unreachable.
+  Outcome deliver(Session& session, Destination& d, const EncodedProfile& encoded) {
+    if (d.down && Clock::now() < d.retry_at) return park(session, d, encoded, "the backend is marked down");
+    for (int attempt = 1;; ++attempt) {
+      const UploadResult result = d.uploader->upload(encoded);
+      if (result.succeeded()) {
+        d.failures = 0;
+        d.down = false;
+        return Outcome::delivered;
+      }
+      const std::string message = d.name + ": " + result.message;
+      if (result.status == UploadResult::Status::permanent_failure) {
+        counters_.upload_failures.fetch_add(1, std::memory_order_relaxed);
+        report_error(ErrorCode::upload_failed, message + " (not retried)");
+        return Outcome::failed;
+      }
+      ++d.failures;
+      // A backend already marked down gets one probe per backoff period, so an
+      // outage costs the queue one attempt, not a full retry sequence, per profile.
+      if (d.down || attempt >= session.config.retry.max_attempts || session.shared->stop.load()) {
+        d.down = true;
+        d.retry_at = Clock::now() + backoff(session, d.failures, result.retry_after);
+        return park(session, d, encoded, message);
+      }
+      counters_.upload_retries.fetch_add(1, std::memory_order_relaxed);
+      if (!pause(session, backoff(session, attempt, result.retry_after))) {
+        d.down = true;
+        d.retry_at = Clock::now();
+        return park(session, d, encoded, message);
+      }
+    }
+  }
+
+  Outcome park(Session& session, Destination& d, const EncodedProfile& encoded, const std::string& why) {
+    if (session.spool) {
+      const std::uint64_t evicted_before = session.spool->counters().evicted;
+      std::string error;
+      if (session.spool->store(d.name, encoded, error)) {
+        counters_.spooled.fetch_add(1, std::memory_order_relaxed);
+        const std::uint64_t evicted = session.spool->counters().evicted - evicted_before;
+        counters_.spool_evicted.fetch_add(evicted, std::memory_order_relaxed);
+        refresh_spool_counts(session);
+        return Outcome::spooled;
+      }
+      report_error(ErrorCode::upload_failed, d.name + ": cannot spool an undeliverable profile: " + error);
+    } else {
+      report_error(ErrorCode::upload_failed, why);
+    }
+    counters_.upload_failures.fetch_add(1, std::memory_order_relaxed);
+    return Outcome::failed;
+  }
+
+  void refresh_spool_counts(Session& session) {
+    std::uint64_t total = 0;
+    for (Destination& d : session.destinations) {
+      d.spooled = session.spool->pending(d.name).size();
+      total += d.spooled;
+    }
+    counters_.spool_pending.store(total, std::memory_order_relaxed);
+  }
+
+  // Re-sends the oldest spooled profile of each uploader that is due.
+  void resend_spooled(Session& session) noexcept {
+    if (!session.spool) return;
+    try {
+      for (Destination& d : session.destinations) {
+        if (d.spooled == 0 || (d.down && Clock::now() < d.retry_at) || session.shared->stop.load()) continue;
+        const auto items = session.spool->pending(d.name);
+        if (items.empty()) {
+          d.spooled = 0;
+          continue;
+        }
+        EncodedProfile encoded;
+        Profile decoded;
+        std::string error;
+        if (!session.spool->load(items.front(), encoded, decoded, error)) {
+          report_error(ErrorCode::upload_failed, d.name + ": dropped an unreadable spooled profile: " + error);
+        } else {
+          encoded.cancelled = &session.shared->stop;
+          const UploadResult result = d.uploader->upload(encoded);
+          if (result.status == UploadResult::Status::retryable_failure) {
+            d.down = true;
+            d.retry_at = Clock::now() + backoff(session, ++d.failures, result.retry_after);
+            continue;  // stays spooled
+          }
+          if (result.succeeded()) {
+            d.failures = 0;
+            d.down = false;
+            counters_.spool_resent.fetch_add(1, std::memory_order_relaxed);
+          } else {
+            counters_.upload_failures.fetch_add(1, std::memory_order_relaxed);
+            report_error(ErrorCode::upload_failed, d.name + ": " + result.message + " (spooled profile dropped)");
+          }
+          session.spool->remove(items.front());
+        }
+        refresh_spool_counts(session);
+      }
+    } catch (...) {
+      report_error(ErrorCode::internal, "out of memory re-sending spooled profiles");
+    }
+  }
+
+  void process(PendingProfile& pending, Session& session) noexcept {
+    ProfileBuilder* builder = session.builder.get();
+    const Config& config = session.config;
     try {
       RawProfile& raw = pending.profile;
       if (!pending.legacy_file.empty()) {
@@ -7261,17 +9254,10 @@ class Worker {
       encoded.engine = raw.engine;
       encoded.reason = raw.reason;
       encoded.profile = &profile;
+      encoded.cancelled = &session.shared->stop;
       bool all_ok = true;
-      for (const auto& uploader : config.uploaders) {
-        if (!uploader) continue;
-        const UploadResult result = uploader->upload(encoded);
-        if (!result.succeeded()) {
-          all_ok = false;
-          counters_.upload_failures.fetch_add(1, std::memory_order_relaxed);
-          const std::string message = std::string(uploader->name()) + ": " + result.message;
-          report_error(ErrorCode::upload_failed, message);
-        }
-      }
+      for (Destination& destination : session.destinations)
+        all_ok = deliver(session, destination, encoded) == Outcome::delivered && all_ok;
       if (all_ok) counters_.uploaded.fetch_add(1, std::memory_order_relaxed);
     } catch (const std::exception& e) {
       report_error(ErrorCode::internal, e.what());
@@ -7340,6 +9326,7 @@ class Worker {
 
   std::mutex mutex_;
   std::condition_variable wake_;
+  std::condition_variable sleep_;  // retry backoff, cut short by stop()
   std::condition_variable idle_;
   std::deque<std::unique_ptr<PendingProfile>> queue_;
   std::size_t in_flight_ = 0;
@@ -7373,8 +9360,14 @@ struct Stats {
   std::uint64_t samples_dropped = 0;       // lost to a full per-thread buffer
   std::uint64_t profiles_enqueued = 0;
   std::uint64_t profiles_dropped = 0;      // queue full, or SDK shut down
-  std::uint64_t profiles_uploaded = 0;     // accepted by every uploader
-  std::uint64_t upload_failures = 0;       // one per uploader that failed a profile
+  std::uint64_t profiles_uploaded = 0;     // accepted by every uploader, first time round
+  std::uint64_t upload_failures = 0;       // per uploader: permanent failure, or given up with no spool
+  std::uint64_t upload_retries = 0;        // attempts after the first
+  std::uint64_t profiles_spooled = 0;      // per uploader: parked in the spool during an outage
+  std::uint64_t spool_resent = 0;          // spooled profiles delivered later
+  std::uint64_t spool_evicted = 0;         // oldest spooled profiles dropped to stay within the bound
+  std::uint64_t spool_pending = 0;         // in the spool now
+  std::uint64_t queue_length = 0;          // profiles waiting for the worker now (<= queue_capacity)
   std::uint64_t classic_busy = 0;          // classic guards (CPU or heap) refused: another scope was profiling
   std::uint64_t heap_guards_opened = 0;    // guards that started a heap profile (either heap engine)
   std::uint64_t heap_samples_captured = 0; // allocations recorded by the sampling heap engine
@@ -7466,6 +9459,10 @@ class Runtime {
 
       Worker::Config worker;
       worker.capacity = options.queue_capacity;
+      worker.overflow = options.queue_overflow;
+      worker.retry = options.retry;
+      worker.spool_directory = options.spool_directory;
+      worker.spool_max_bytes = options.spool_max_bytes;
       worker.uploaders = options.uploaders;
       if (worker.uploaders.empty()) worker.uploaders.push_back(std::make_shared<FileUploader>());
       worker.symbolizer = options.symbolizer ? options.symbolizer : std::shared_ptr<Symbolizer>(make_elf_symbolizer());
@@ -7550,6 +9547,12 @@ class Runtime {
     s.profiles_dropped = worker.dropped.load(std::memory_order_relaxed);
     s.profiles_uploaded = worker.uploaded.load(std::memory_order_relaxed);
     s.upload_failures = worker.upload_failures.load(std::memory_order_relaxed);
+    s.upload_retries = worker.upload_retries.load(std::memory_order_relaxed);
+    s.profiles_spooled = worker.spooled.load(std::memory_order_relaxed);
+    s.spool_resent = worker.spool_resent.load(std::memory_order_relaxed);
+    s.spool_evicted = worker.spool_evicted.load(std::memory_order_relaxed);
+    s.spool_pending = worker.spool_pending.load(std::memory_order_relaxed);
+    s.queue_length = worker_.queue_length();
     s.classic_busy = classic_busy_.load(std::memory_order_relaxed);
     s.invalid_spans = error_count(ErrorCode::invalid_span_context);
     s.signal_number = signal_number_;
@@ -7573,6 +9576,10 @@ class Runtime {
     clamp(options.max_stack_depth, 1, max_stack_depth_limit, "max_stack_depth");
     clamp(options.thread_buffer_bytes, std::size_t{4096}, std::size_t{1} << 30, "thread_buffer_bytes");
     clamp(options.queue_capacity, std::size_t{1}, std::size_t{1} << 20, "queue_capacity");
+    clamp(options.retry.max_attempts, 1, 100, "retry.max_attempts");
+    if (!(options.retry.jitter >= 0.0 && options.retry.jitter <= 1.0)) options.retry.jitter = 0.2;
+    if (options.retry.initial_backoff.count() < 1) options.retry.initial_backoff = std::chrono::milliseconds(1);
+    if (options.retry.max_backoff < options.retry.initial_backoff) options.retry.max_backoff = options.retry.initial_backoff;
     clamp(options.heap_sample_interval_bytes, std::size_t{1}, std::size_t{1} << 30, "heap_sample_interval_bytes");
     clamp(options.idle_ticks_before_disarm, std::uint32_t{1}, std::uint32_t{1} << 30, "idle_ticks_before_disarm");
   }

@@ -139,6 +139,19 @@ inline double share_on_stack(const spanprof::Profile& profile, const std::string
   return total ? static_cast<double>(hits) / static_cast<double>(total) : 0.0;
 }
 
+// Defines a function that burns `cpu_seconds` of this thread's CPU under its own
+// name, for tests that look for that name in profiles. Use it inside an anonymous
+// namespace (internal linkage: finding the name proves .symtab is read).
+#define SPANPROF_TEST_HOT_FUNCTION(name)                                         \
+  __attribute__((noinline)) double name(double cpu_seconds) {                    \
+    const double end = spanprof_test::thread_cpu_seconds() + cpu_seconds;        \
+    volatile double x = 1.0;                                                     \
+    do {                                                                         \
+      for (int i = 0; i < 20000; ++i) x = x * 1.0000001 + 1e-9;                  \
+    } while (spanprof_test::thread_cpu_seconds() < end);                         \
+    return x;                                                                    \
+  }
+
 inline std::int64_t sample_count(const spanprof::Profile& profile) {
   std::int64_t total = 0;
   for (const auto& sample : profile.samples) total += sample.values[0];

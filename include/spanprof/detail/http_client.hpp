@@ -533,7 +533,7 @@ inline UploadResult classify(const HttpResponse& response, std::string_view what
   } else if (code >= 200 && code <= 299) {
     return UploadResult::ok();
   }
-  UploadResult result{status, {}};
+  UploadResult result{status, {}, response.retry_after};
   try {
     std::string& message = result.message;
     if (!what.empty()) {

@@ -246,6 +246,7 @@ struct EncodedProfileMirror {
   ProfileReason reason;
   std::string pprof_gzip;
   const Profile* profile;
+  const std::atomic<bool>* cancelled;
 };
 static_assert(sizeof(EncodedProfileMirror) == sizeof(EncodedProfile),
               "EncodedProfile changed: update spool_format (Field, encode, decode) and this mirror");

@@ -1,14 +1,24 @@
 // The background half of the pipeline: a bounded queue fed by request threads and
 // one thread that symbolizes, encodes and uploads. Request threads never wait for
-// it: when the queue is full the newest profile is dropped and counted.
+// it: when the queue is full a profile is dropped (the newest, or the oldest, as
+// configured) and counted.
+//
+// Delivery (docs/delivery.md): a retryable failure is retried with exponential
+// backoff and jitter (honouring Retry-After); when the attempts run out the
+// uploader is marked down until its backoff expires, so one dead backend does not
+// stall the queue, and the profile goes to the spool directory if one is
+// configured, to be re-sent oldest first once the backend answers again (also
+// after a restart). Permanent failures are never retried.
 #ifndef SPANPROF_DETAIL_WORKER_HPP_
 #define SPANPROF_DETAIL_WORKER_HPP_
 
 #include <spanprof/config.hpp>
+#include <spanprof/delivery_policy.hpp>
 #include <spanprof/detail/gzip.hpp>
 #include <spanprof/detail/legacy_cpu_profile.hpp>
 #include <spanprof/detail/legacy_heap_profile.hpp>
 #include <spanprof/detail/profile_builder.hpp>
+#include <spanprof/detail/spool.hpp>
 #include <spanprof/error.hpp>
 #include <spanprof/pprof_encoder.hpp>
 #include <spanprof/profile.hpp>
@@ -24,6 +34,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -94,14 +105,23 @@ inline void unpack_samples(const std::vector<std::uint64_t>& words, RawProfile& 
 struct WorkerCounters {
   std::atomic<std::uint64_t> enqueued{0};
   std::atomic<std::uint64_t> dropped{0};
-  std::atomic<std::uint64_t> uploaded{0};
-  std::atomic<std::uint64_t> upload_failures{0};
+  std::atomic<std::uint64_t> uploaded{0};         // accepted by every uploader, first time round
+  std::atomic<std::uint64_t> upload_failures{0};  // per uploader: permanent, or given up with no spool
+  std::atomic<std::uint64_t> upload_retries{0};   // attempts after the first
+  std::atomic<std::uint64_t> spooled{0};          // per uploader: parked in the spool directory
+  std::atomic<std::uint64_t> spool_resent{0};     // spooled profiles delivered later
+  std::atomic<std::uint64_t> spool_evicted{0};    // oldest spooled profiles deleted to stay within the bound
+  std::atomic<std::uint64_t> spool_pending{0};    // spooled, not yet delivered
 };
 
 class Worker {
  public:
   struct Config {
     std::size_t capacity = 256;
+    OverflowPolicy overflow = OverflowPolicy::drop_newest;
+    RetryPolicy retry;
+    std::string spool_directory;  // empty: no spool
+    std::uint64_t spool_max_bytes = 256u << 20;
     std::vector<std::shared_ptr<Uploader>> uploaders;
     std::shared_ptr<Symbolizer> symbolizer;
     std::vector<std::string> comments;  // written into every profile
@@ -132,6 +152,13 @@ class Worker {
   bool submit(std::unique_ptr<PendingProfile> pending) noexcept {
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      if (running_ && !stopping_ && queue_.size() >= config_.capacity &&
+          config_.overflow == OverflowPolicy::drop_oldest && !queue_.empty()) {
+        // The newest profile is the one most likely still being looked for.
+        discard(*queue_.front());
+        queue_.pop_front();
+        counters_.dropped.fetch_add(1, std::memory_order_relaxed);
+      }
       if (running_ && !stopping_ && queue_.size() < config_.capacity) {
         try {
           queue_.push_back(std::move(pending));
@@ -146,9 +173,13 @@ class Worker {
       }
     }
     counters_.dropped.fetch_add(1, std::memory_order_relaxed);
-    if (pending && !pending->legacy_file.empty()) ::unlink(pending->legacy_file.c_str());
+    if (pending) discard(*pending);
     report_error(ErrorCode::queue_full, "a finished profile was dropped: the hand-off queue is full or stopped");
     return false;
+  }
+
+  static void discard(PendingProfile& pending) noexcept {
+    if (!pending.legacy_file.empty()) ::unlink(pending.legacy_file.c_str());
   }
 
   // Waits until every profile handed over so far is processed, or the deadline.
@@ -170,12 +201,13 @@ class Worker {
       running_ = false;
       shared_->stop = true;
       for (auto& pending : queue_)
-        if (pending && !pending->legacy_file.empty()) ::unlink(pending->legacy_file.c_str());
+        if (pending) discard(*pending);
       counters_.dropped.fetch_add(queue_.size(), std::memory_order_relaxed);
       queue_.clear();
       thread = std::move(thread_);
     }
     wake_.notify_all();
+    sleep_.notify_all();
     if (thread.joinable()) {
       if (drained) thread.join();
       else thread.detach();
@@ -185,39 +217,237 @@ class Worker {
 
   const WorkerCounters& counters() const noexcept { return counters_; }
 
+  std::size_t queue_length() noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return queue_.size();
+  }
+
  private:
   struct Shared {
     std::atomic<bool> stop{false};
   };
 
-  void run(std::shared_ptr<Shared> shared) noexcept {
-    std::unique_ptr<ProfileBuilder> builder;
+  using Clock = std::chrono::steady_clock;
+
+  // One uploader's delivery state, owned by the worker thread.
+  struct Destination {
+    std::shared_ptr<Uploader> uploader;
+    std::string name;
+    int failures = 0;               // consecutive retryable failures
+    bool down = false;              // gave up on the last profile; probe after retry_at
+    Clock::time_point retry_at{};
+    std::uint64_t spooled = 0;      // waiting in the spool for this uploader
+  };
+
+  // Everything one run of the worker thread owns.
+  struct Session {
     Config config;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      config = config_;
+    std::shared_ptr<Shared> shared;
+    std::unique_ptr<ProfileBuilder> builder;
+    std::vector<Destination> destinations;
+    std::unique_ptr<Spool> spool;
+    std::minstd_rand random{std::random_device{}()};
+  };
+
+  void run(std::shared_ptr<Shared> shared) noexcept {
+    Session session;
+    session.shared = std::move(shared);
+    try {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        session.config = config_;
+      }
+      if (session.config.symbolizer) session.builder = std::make_unique<ProfileBuilder>(*session.config.symbolizer);
+      for (const auto& uploader : session.config.uploaders)
+        if (uploader) session.destinations.push_back(Destination{uploader, std::string(uploader->name())});
+      open_spool(session);
+    } catch (...) {
+      report_error(ErrorCode::internal, "out of memory starting the spanprof worker");
     }
-    if (config.symbolizer) builder = std::make_unique<ProfileBuilder>(*config.symbolizer);
     for (;;) {
       std::unique_ptr<PendingProfile> pending;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [&] { return shared->stop.load() || !queue_.empty(); });
-        if (shared->stop.load()) return;
-        pending = std::move(queue_.front());
-        queue_.pop_front();
-        ++in_flight_;
+        const Clock::time_point due = next_spool_attempt(session);
+        wake_.wait_until(lock, due, [&] { return session.shared->stop.load() || !queue_.empty(); });
+        if (session.shared->stop.load()) return;
+        if (!queue_.empty()) {
+          pending = std::move(queue_.front());
+          queue_.pop_front();
+          ++in_flight_;
+        }
       }
-      process(*pending, builder.get(), config);
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        --in_flight_;
+      if (pending) {
+        process(*pending, session);
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          --in_flight_;
+        }
+        idle_.notify_all();
+      } else {
+        resend_spooled(session);
       }
-      idle_.notify_all();
     }
   }
 
-  void process(PendingProfile& pending, ProfileBuilder* builder, const Config& config) noexcept {
+  void open_spool(Session& session) {
+    if (session.config.spool_directory.empty()) return;
+    auto spool = std::make_unique<Spool>(session.config.spool_directory, session.config.spool_max_bytes);
+    std::string error;
+    // After spanprof::start() with new options, the previous worker may still hold
+    // the spool's lock for a moment while it winds down.
+    bool opened = spool->open(error);
+    for (int wait = 0; !opened && wait < 20 && !session.shared->stop.load(); ++wait) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      opened = spool->open(error);
+    }
+    if (!opened) {
+      report_error(ErrorCode::upload_failed, "spool directory unusable, undeliverable profiles will be lost: " + error);
+      return;
+    }
+    std::uint64_t total = 0;
+    for (Destination& d : session.destinations) {
+      d.spooled = spool->pending(d.name).size();
+      total += d.spooled;
+    }
+    counters_.spool_pending.store(total, std::memory_order_relaxed);
+    session.spool = std::move(spool);
+  }
+
+  // When the worker should next try to re-send a spooled profile (max: nothing to do).
+  Clock::time_point next_spool_attempt(const Session& session) const noexcept {
+    Clock::time_point due = Clock::time_point::max();
+    if (!session.spool) return due;
+    for (const Destination& d : session.destinations)
+      if (d.spooled != 0) due = std::min(due, d.down ? d.retry_at : Clock::now());
+    return due;
+  }
+
+  std::chrono::milliseconds backoff(Session& session, int failures, std::chrono::milliseconds retry_after) {
+    const RetryPolicy& retry = session.config.retry;
+    double delay = static_cast<double>(retry.initial_backoff.count());
+    for (int i = 1; i < failures && delay < static_cast<double>(retry.max_backoff.count()); ++i) delay *= 2;
+    // Jitter spreads the retries of many processes that lost the same backend.
+    std::uniform_real_distribution<double> spread(1.0 - retry.jitter, 1.0 + retry.jitter);
+    delay = std::min(delay * spread(session.random), static_cast<double>(retry.max_backoff.count()));
+    if (retry_after.count() > 0) delay = std::max(delay, static_cast<double>(std::min(retry_after, retry.max_backoff).count()));
+    return std::chrono::milliseconds(static_cast<std::int64_t>(delay));
+  }
+
+  // Sleeps unless spanprof is shutting down; false if woken by the shutdown.
+  bool pause(Session& session, std::chrono::milliseconds delay) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return !sleep_.wait_for(lock, delay, [&] { return session.shared->stop.load(); });
+  }
+
+  enum class Outcome : std::uint8_t { delivered, failed, spooled };
+
+  // Tries one uploader, with retries; parks the profile in the spool when the
+  // backend stays unreachable.
+  Outcome deliver(Session& session, Destination& d, const EncodedProfile& encoded) {
+    if (d.down && Clock::now() < d.retry_at) return park(session, d, encoded, "the backend is marked down");
+    for (int attempt = 1;; ++attempt) {
+      const UploadResult result = d.uploader->upload(encoded);
+      if (result.succeeded()) {
+        d.failures = 0;
+        d.down = false;
+        return Outcome::delivered;
+      }
+      const std::string message = d.name + ": " + result.message;
+      if (result.status == UploadResult::Status::permanent_failure) {
+        counters_.upload_failures.fetch_add(1, std::memory_order_relaxed);
+        report_error(ErrorCode::upload_failed, message + " (not retried)");
+        return Outcome::failed;
+      }
+      ++d.failures;
+      // A backend already marked down gets one probe per backoff period, so an
+      // outage costs the queue one attempt, not a full retry sequence, per profile.
+      if (d.down || attempt >= session.config.retry.max_attempts || session.shared->stop.load()) {
+        d.down = true;
+        d.retry_at = Clock::now() + backoff(session, d.failures, result.retry_after);
+        return park(session, d, encoded, message);
+      }
+      counters_.upload_retries.fetch_add(1, std::memory_order_relaxed);
+      if (!pause(session, backoff(session, attempt, result.retry_after))) {
+        d.down = true;
+        d.retry_at = Clock::now();
+        return park(session, d, encoded, message);
+      }
+    }
+  }
+
+  Outcome park(Session& session, Destination& d, const EncodedProfile& encoded, const std::string& why) {
+    if (session.spool) {
+      const std::uint64_t evicted_before = session.spool->counters().evicted;
+      std::string error;
+      if (session.spool->store(d.name, encoded, error)) {
+        counters_.spooled.fetch_add(1, std::memory_order_relaxed);
+        const std::uint64_t evicted = session.spool->counters().evicted - evicted_before;
+        counters_.spool_evicted.fetch_add(evicted, std::memory_order_relaxed);
+        refresh_spool_counts(session);
+        return Outcome::spooled;
+      }
+      report_error(ErrorCode::upload_failed, d.name + ": cannot spool an undeliverable profile: " + error);
+    } else {
+      report_error(ErrorCode::upload_failed, why);
+    }
+    counters_.upload_failures.fetch_add(1, std::memory_order_relaxed);
+    return Outcome::failed;
+  }
+
+  void refresh_spool_counts(Session& session) {
+    std::uint64_t total = 0;
+    for (Destination& d : session.destinations) {
+      d.spooled = session.spool->pending(d.name).size();
+      total += d.spooled;
+    }
+    counters_.spool_pending.store(total, std::memory_order_relaxed);
+  }
+
+  // Re-sends the oldest spooled profile of each uploader that is due.
+  void resend_spooled(Session& session) noexcept {
+    if (!session.spool) return;
+    try {
+      for (Destination& d : session.destinations) {
+        if (d.spooled == 0 || (d.down && Clock::now() < d.retry_at) || session.shared->stop.load()) continue;
+        const auto items = session.spool->pending(d.name);
+        if (items.empty()) {
+          d.spooled = 0;
+          continue;
+        }
+        EncodedProfile encoded;
+        Profile decoded;
+        std::string error;
+        if (!session.spool->load(items.front(), encoded, decoded, error)) {
+          report_error(ErrorCode::upload_failed, d.name + ": dropped an unreadable spooled profile: " + error);
+        } else {
+          encoded.cancelled = &session.shared->stop;
+          const UploadResult result = d.uploader->upload(encoded);
+          if (result.status == UploadResult::Status::retryable_failure) {
+            d.down = true;
+            d.retry_at = Clock::now() + backoff(session, ++d.failures, result.retry_after);
+            continue;  // stays spooled
+          }
+          if (result.succeeded()) {
+            d.failures = 0;
+            d.down = false;
+            counters_.spool_resent.fetch_add(1, std::memory_order_relaxed);
+          } else {
+            counters_.upload_failures.fetch_add(1, std::memory_order_relaxed);
+            report_error(ErrorCode::upload_failed, d.name + ": " + result.message + " (spooled profile dropped)");
+          }
+          session.spool->remove(items.front());
+        }
+        refresh_spool_counts(session);
+      }
+    } catch (...) {
+      report_error(ErrorCode::internal, "out of memory re-sending spooled profiles");
+    }
+  }
+
+  void process(PendingProfile& pending, Session& session) noexcept {
+    ProfileBuilder* builder = session.builder.get();
+    const Config& config = session.config;
     try {
       RawProfile& raw = pending.profile;
       if (!pending.legacy_file.empty()) {
@@ -250,17 +480,10 @@ class Worker {
       encoded.engine = raw.engine;
       encoded.reason = raw.reason;
       encoded.profile = &profile;
+      encoded.cancelled = &session.shared->stop;
       bool all_ok = true;
-      for (const auto& uploader : config.uploaders) {
-        if (!uploader) continue;
-        const UploadResult result = uploader->upload(encoded);
-        if (!result.succeeded()) {
-          all_ok = false;
-          counters_.upload_failures.fetch_add(1, std::memory_order_relaxed);
-          const std::string message = std::string(uploader->name()) + ": " + result.message;
-          report_error(ErrorCode::upload_failed, message);
-        }
-      }
+      for (Destination& destination : session.destinations)
+        all_ok = deliver(session, destination, encoded) == Outcome::delivered && all_ok;
       if (all_ok) counters_.uploaded.fetch_add(1, std::memory_order_relaxed);
     } catch (const std::exception& e) {
       report_error(ErrorCode::internal, e.what());
@@ -329,6 +552,7 @@ class Worker {
 
   std::mutex mutex_;
   std::condition_variable wake_;
+  std::condition_variable sleep_;  // retry backoff, cut short by stop()
   std::condition_variable idle_;
   std::deque<std::unique_ptr<PendingProfile>> queue_;
   std::size_t in_flight_ = 0;

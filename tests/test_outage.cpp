@@ -1,0 +1,213 @@
+// The delivery pipeline under faults, against a real loopback server: a backend
+// that is down and comes back, 500s, 429s, resets, hangs. What is checked is what
+// an operator would: nothing lost that a spool could keep, nothing delivered twice,
+// counters that add up exactly, a queue that stays bounded, a shutdown that keeps
+// its deadline.
+#include "support/catch.hpp"
+#include "support/collector.hpp"
+#include "support/command.hpp"
+#include "support/http_server.hpp"
+
+#include <spanprof/spanprof.hpp>
+
+#if SPANPROF_WITH_CURL
+
+#include <chrono>
+#include <set>
+
+using spanprof_test::HttpServer;
+using spanprof_test::Response;
+using spanprof_test::span_number;
+using spanprof_test::thread_cpu_seconds;
+
+namespace {
+
+SPANPROF_TEST_HOT_FUNCTION(outage_work)
+
+// Profiles spans first..first+n-1, each long enough to hold samples at 500 Hz.
+void profile_spans(unsigned first, unsigned n) {
+  for (unsigned i = 0; i < n; ++i) {
+    spanprof::ScopedProfile guard(spanprof::NamedSpan{span_number(first + i), "outage"});
+    outage_work(0.02);
+  }
+}
+
+spanprof::Options pipeline(const std::string& server, const std::string& spool = {}) {
+  spanprof::Options options;
+  options.frequency_hz = 500;
+  options.retry.max_attempts = 3;
+  options.retry.initial_backoff = std::chrono::milliseconds(20);
+  options.retry.max_backoff = std::chrono::milliseconds(200);
+  options.spool_directory = spool;
+  spanprof::PyroscopeOptions pyroscope;
+  pyroscope.server_address = server;
+  pyroscope.http.timeout = std::chrono::milliseconds(1000);
+  pyroscope.http.no_proxy = "*";
+  options.uploaders = {std::make_shared<spanprof::PyroscopeUploader>(pyroscope)};
+  return options;
+}
+
+// The span ids in the bodies the server received.
+std::multiset<std::string> delivered_spans(const HttpServer& server) {
+  std::multiset<std::string> spans;
+  for (const auto& request : server.requests()) {
+    pprof_test::DecodedPprof decoded;
+    std::string error;
+    if (!pprof_test::decode_pprof(request.body, decoded, error) || decoded.profile.samples.empty()) continue;
+    spans.insert(pprof_test::labels_of(decoded.profile.samples[0]).at("span_id"));
+  }
+  return spans;
+}
+
+struct Quiet {  // the failures below are expected; keep them off stderr
+  Quiet() { spanprof::set_error_handler({}); }
+  ~Quiet() { spanprof::set_error_handler(spanprof::RateLimitedStderrHandler{}); }
+};
+
+std::string temp_directory(const char* name) {
+  return "/tmp/spanprof-" + std::string(name) + "-" + std::to_string(::getpid());
+}
+
+}  // namespace
+
+TEST_CASE("an outage with a spool: every profile is delivered once the backend is back, also after a restart",
+          "[outage]") {
+  Quiet quiet;
+  const int port = HttpServer::unused_port();
+  const std::string url = "http://127.0.0.1:" + std::to_string(port);
+  const std::string spool = temp_directory("spool");
+  spanprof_test::capture_command("rm -rf " + spool);
+
+  spanprof::start(pipeline(url, spool));
+  const auto before = spanprof::stats();
+  profile_spans(1000, 5);
+  REQUIRE(spanprof::flush(std::chrono::seconds(20)));
+  const auto down = spanprof::stats();
+  CHECK(down.profiles_enqueued - before.profiles_enqueued == 5);
+  CHECK(down.profiles_spooled - before.profiles_spooled == 5);
+  CHECK(down.spool_pending == 5);
+  CHECK(down.profiles_uploaded - before.profiles_uploaded == 0);
+  CHECK(down.upload_failures - before.upload_failures == 0);
+  CHECK(down.upload_retries - before.upload_retries == 2);  // the first profile's retries; then marked down
+  spanprof::shutdown(std::chrono::seconds(2));
+
+  // The process "restarts" with the same spool directory; the backend is back.
+  HttpServer server(port);
+  REQUIRE(server.running());
+  spanprof::start(pipeline(url, spool));
+  REQUIRE(server.wait_for_requests(5, std::chrono::seconds(20)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // nothing more may arrive
+  const auto spans = delivered_spans(server);
+  CHECK(server.request_count() == 5);
+  CHECK(spans.size() == 5);
+  for (unsigned i = 0; i < 5; ++i) CHECK(spans.count(span_number(1000 + i).span_id.to_hex()) == 1);
+  const auto after = spanprof::stats();
+  CHECK(after.spool_resent == 5);
+  CHECK(after.spool_pending == 0);
+  spanprof::shutdown(std::chrono::seconds(2));
+  spanprof_test::capture_command("rm -rf " + spool);
+}
+
+TEST_CASE("500 and 429 are retried with backoff; 400 is not retried", "[outage]") {
+  Quiet quiet;
+  HttpServer server;
+  server.push(Response::status(500));
+  server.push(Response::retry_after(429, 0));
+  server.push(Response::status(200));
+  spanprof::start(pipeline(server.url()));
+  const auto before = spanprof::stats();
+  profile_spans(1100, 1);
+  REQUIRE(spanprof::flush(std::chrono::seconds(10)));
+  auto after = spanprof::stats();
+  CHECK(server.request_count() == 3);
+  CHECK(after.upload_retries - before.upload_retries == 2);
+  CHECK(after.profiles_uploaded - before.profiles_uploaded == 1);
+  CHECK(after.upload_failures - before.upload_failures == 0);
+
+  server.push(Response::status(400, "bad profile"));
+  profile_spans(1101, 1);
+  REQUIRE(spanprof::flush(std::chrono::seconds(10)));
+  const auto rejected = spanprof::stats();
+  CHECK(server.request_count() == 4);  // one attempt: a 400 will not get better
+  CHECK(rejected.upload_failures - after.upload_failures == 1);
+  CHECK(rejected.upload_retries - after.upload_retries == 0);
+  spanprof::shutdown(std::chrono::seconds(2));
+}
+
+TEST_CASE("resets and timeouts are retried, then given up without a spool; the counters add up", "[outage]") {
+  Quiet quiet;
+  HttpServer server;
+  server.set_default(Response::delay(std::chrono::milliseconds(5000), 200));  // slower than the 1 s timeout
+  server.push(Response::reset());
+  spanprof::start(pipeline(server.url()));
+  const auto before = spanprof::stats();
+  profile_spans(1200, 2);
+  REQUIRE(spanprof::flush(std::chrono::seconds(30)));
+  const auto after = spanprof::stats();
+  const auto enqueued = after.profiles_enqueued - before.profiles_enqueued;
+  CHECK(enqueued == 2);
+  // Each profile ends exactly once: uploaded, failed, or (no spool) nothing else.
+  CHECK(after.profiles_uploaded - before.profiles_uploaded + after.upload_failures - before.upload_failures ==
+        enqueued);
+  CHECK(after.upload_failures - before.upload_failures == 2);
+  CHECK(after.upload_retries - before.upload_retries == 2);  // the first profile's; the second found it down
+  spanprof::shutdown(std::chrono::seconds(2));
+}
+
+TEST_CASE("a hanging backend: the queue stays bounded, hand-offs never wait, shutdown keeps its deadline",
+          "[outage]") {
+  Quiet quiet;
+  HttpServer server;
+  server.set_default(Response::hang());
+  spanprof::Options options = pipeline(server.url());
+  options.queue_capacity = 4;
+  options.uploaders = {std::make_shared<spanprof::PyroscopeUploader>([&] {
+    spanprof::PyroscopeOptions p;
+    p.server_address = server.url();
+    p.http.timeout = std::chrono::seconds(60);  // the worker is stuck for good
+    p.http.no_proxy = "*";
+    return p;
+  }())};
+  spanprof::start(options);
+  const auto before = spanprof::stats();
+  std::size_t longest_queue = 0;
+  for (unsigned i = 0; i < 20; ++i) {
+    profile_spans(1300 + i, 1);
+    longest_queue = std::max<std::size_t>(longest_queue, spanprof::stats().queue_length);
+  }
+  const auto after = spanprof::stats();
+  CHECK(longest_queue <= 4);
+  // Every hand-off was counted once: enqueued or dropped.
+  CHECK(after.profiles_enqueued - before.profiles_enqueued + after.profiles_dropped - before.profiles_dropped == 20);
+  CHECK(after.profiles_dropped - before.profiles_dropped >= 15);  // 20 - 4 queued - 1 in the hung upload
+
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_FALSE(spanprof::shutdown(std::chrono::milliseconds(500)));  // not everything could be delivered
+  const auto took = std::chrono::steady_clock::now() - start;
+  CHECK(took < std::chrono::milliseconds(1500));
+}
+
+TEST_CASE("drop_oldest keeps the newest profiles when the queue overflows", "[outage]") {
+  Quiet quiet;
+  HttpServer server;
+  server.push(Response::delay(std::chrono::milliseconds(800), 200));  // holds the worker on the first (timeout 1 s)
+  spanprof::Options options = pipeline(server.url());
+  options.queue_capacity = 2;
+  options.queue_overflow = spanprof::OverflowPolicy::drop_oldest;
+  spanprof::start(options);
+  const auto before = spanprof::stats();
+  profile_spans(1400, 1);
+  REQUIRE(server.wait_for_requests(1, std::chrono::seconds(5)));  // the worker is busy with 1400
+  profile_spans(1401, 5);                                          // 1401..1405: only two fit
+  REQUIRE(spanprof::flush(std::chrono::seconds(20)));
+  const auto after = spanprof::stats();
+  CHECK(after.profiles_dropped - before.profiles_dropped == 3);
+  const auto spans = delivered_spans(server);
+  CHECK(spans.size() == 3);
+  CHECK(spans.count(span_number(1400).span_id.to_hex()) == 1);
+  CHECK(spans.count(span_number(1404).span_id.to_hex()) == 1);
+  CHECK(spans.count(span_number(1405).span_id.to_hex()) == 1);
+  spanprof::shutdown(std::chrono::seconds(2));
+}
+
+#endif  // SPANPROF_WITH_CURL
