@@ -2,7 +2,7 @@
 # The whole test suite, as CI runs it: installs what is missing, then
 #   1. fails if single_include/ is stale,
 #   2. CMake build (-Werror) + tests against include/, examples and benchmarks,
-#   3. the same tests against the single header,
+#   3. the end-to-end tests against the single header,
 #   4. Meson build + tests,
 #   5. tests under AddressSanitizer + UndefinedBehaviorSanitizer,
 #   6. consumer projects using the installed CMake package and add_subdirectory,
