@@ -15,6 +15,7 @@
 #define SPANPROF_ENVIRONMENT_UPLOADERS_HPP_
 
 #include <spanprof/config.hpp>
+#include <spanprof/detail/text.hpp>
 #include <spanprof/error.hpp>
 #include <spanprof/otlp_uploader.hpp>
 #include <spanprof/pyroscope_uploader.hpp>
@@ -61,12 +62,6 @@ inline bool percent_decode(std::string_view in, std::string& out) {
   return true;
 }
 
-inline std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
 // The W3C-baggage-like list OTEL_RESOURCE_ATTRIBUTES and OTEL_EXPORTER_OTLP_HEADERS
 // use: key=value pairs separated by commas, values percent-encoded.
 inline bool parse_key_value_list(std::string_view text, std::vector<std::pair<std::string, std::string>>& out,
@@ -74,20 +69,20 @@ inline bool parse_key_value_list(std::string_view text, std::vector<std::pair<st
   out.clear();
   while (!text.empty()) {
     const std::size_t comma = text.find(',');
-    const std::string_view item = trim(text.substr(0, comma));
+    const std::string_view item = trim_ascii_space(text.substr(0, comma));
     text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
     if (item.empty()) continue;
     const std::size_t equals = item.find('=');
-    if (equals == std::string_view::npos || trim(item.substr(0, equals)).empty()) {
+    if (equals == std::string_view::npos || trim_ascii_space(item.substr(0, equals)).empty()) {
       error = "'" + std::string(item.substr(0, 64)) + "' is not key=value";
       return false;
     }
     std::string value;
-    if (!percent_decode(trim(item.substr(equals + 1)), value)) {
-      error = "bad percent-encoding in the value of '" + std::string(trim(item.substr(0, equals))) + "'";
+    if (!percent_decode(trim_ascii_space(item.substr(equals + 1)), value)) {
+      error = "bad percent-encoding in the value of '" + std::string(trim_ascii_space(item.substr(0, equals))) + "'";
       return false;
     }
-    out.emplace_back(std::string(trim(item.substr(0, equals))), std::move(value));
+    out.emplace_back(std::string(trim_ascii_space(item.substr(0, equals))), std::move(value));
   }
   return true;
 }

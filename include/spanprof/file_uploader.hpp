@@ -8,6 +8,7 @@
 #define SPANPROF_FILE_UPLOADER_HPP_
 
 #include <spanprof/config.hpp>
+#include <spanprof/detail/filesystem.hpp>
 #include <spanprof/uploader.hpp>
 
 #include <cerrno>
@@ -46,7 +47,7 @@ class FileUploader final : public BasicUploader<std::mutex> {
 
  protected:
   UploadResult upload_(const EncodedProfile& profile) override {
-    if (!make_directories(directory_)) return failure("cannot create directory", directory_);
+    if (!detail::make_directories(directory_)) return failure("cannot create directory", directory_);
     const std::string final_path = directory_ + "/" + file_name_for(profile);
     const std::string temp_path = directory_ + "/." + file_name_for(profile) + ".tmp";
     const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -86,21 +87,6 @@ class FileUploader final : public BasicUploader<std::mutex> {
   // worth retrying; nothing here is permanent.
   static UploadResult failure(const char* what, const std::string& path) {
     return UploadResult::retryable(std::string(what) + " " + path + ": " + std::strerror(errno));
-  }
-
-  static bool make_directories(const std::string& path) {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) == 0) {
-      if (S_ISDIR(st.st_mode)) return true;
-      errno = ENOTDIR;
-      return false;
-    }
-    for (std::size_t pos = 1; pos <= path.size(); ++pos) {
-      if (pos != path.size() && path[pos] != '/') continue;
-      const std::string prefix = path.substr(0, pos);
-      if (::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) return false;
-    }
-    return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
   }
 
   std::string directory_;

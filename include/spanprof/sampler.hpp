@@ -17,6 +17,7 @@
 
 #include <spanprof/clock.hpp>
 #include <spanprof/config.hpp>
+#include <spanprof/detail/text.hpp>
 #include <spanprof/error.hpp>
 #include <spanprof/span_context.hpp>
 
@@ -391,26 +392,6 @@ class AnyOfSampler final : public Sampler {
 };
 
 namespace detail {
-
-constexpr bool is_ascii_space(char c) noexcept {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
-constexpr std::string_view trim_ascii_space(std::string_view text) noexcept {
-  while (!text.empty() && is_ascii_space(text.front())) text.remove_prefix(1);
-  while (!text.empty() && is_ascii_space(text.back())) text.remove_suffix(1);
-  return text;
-}
-
-constexpr bool equals_ignoring_ascii_case(std::string_view a, std::string_view b) noexcept {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const char x = a[i] >= 'A' && a[i] <= 'Z' ? static_cast<char>(a[i] - 'A' + 'a') : a[i];
-    const char y = b[i] >= 'A' && b[i] <= 'Z' ? static_cast<char>(b[i] - 'A' + 'a') : b[i];
-    if (x != y) return false;
-  }
-  return true;
-}
 
 inline std::string_view environment_value(const char* name) noexcept {
   const char* value = std::getenv(name);

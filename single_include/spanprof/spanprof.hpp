@@ -2205,6 +2205,43 @@ SPANPROF_NAMESPACE_END
 #ifndef SPANPROF_SAMPLER_HPP_
 #define SPANPROF_SAMPLER_HPP_
 
+// ---- begin spanprof/detail/text.hpp ----
+// Small ASCII text helpers shared by the parsers of environment variables and
+// HTTP headers. Locale-independent on purpose: these are protocol strings.
+#ifndef SPANPROF_DETAIL_TEXT_HPP_
+#define SPANPROF_DETAIL_TEXT_HPP_
+
+
+#include <cstddef>
+#include <string_view>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+constexpr bool is_ascii_space(char c) noexcept {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+constexpr std::string_view trim_ascii_space(std::string_view text) noexcept {
+  while (!text.empty() && is_ascii_space(text.front())) text.remove_prefix(1);
+  while (!text.empty() && is_ascii_space(text.back())) text.remove_suffix(1);
+  return text;
+}
+
+constexpr char ascii_lower(char c) noexcept { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+constexpr bool equals_ignoring_ascii_case(std::string_view a, std::string_view b) noexcept {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (ascii_lower(a[i]) != ascii_lower(b[i])) return false;
+  return true;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DETAIL_TEXT_HPP_
+// ---- end spanprof/detail/text.hpp ----
 
 #include <algorithm>
 #include <atomic>
@@ -2577,26 +2614,6 @@ class AnyOfSampler final : public Sampler {
 };
 
 namespace detail {
-
-constexpr bool is_ascii_space(char c) noexcept {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
-constexpr std::string_view trim_ascii_space(std::string_view text) noexcept {
-  while (!text.empty() && is_ascii_space(text.front())) text.remove_prefix(1);
-  while (!text.empty() && is_ascii_space(text.back())) text.remove_suffix(1);
-  return text;
-}
-
-constexpr bool equals_ignoring_ascii_case(std::string_view a, std::string_view b) noexcept {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const char x = a[i] >= 'A' && a[i] <= 'Z' ? static_cast<char>(a[i] - 'A' + 'a') : a[i];
-    const char y = b[i] >= 'A' && b[i] <= 'Z' ? static_cast<char>(b[i] - 'A' + 'a') : b[i];
-    if (x != y) return false;
-  }
-  return true;
-}
 
 inline std::string_view environment_value(const char* name) noexcept {
   const char* value = std::getenv(name);
@@ -3652,6 +3669,47 @@ SPANPROF_NAMESPACE_END
 #ifndef SPANPROF_FILE_UPLOADER_HPP_
 #define SPANPROF_FILE_UPLOADER_HPP_
 
+// ---- begin spanprof/detail/filesystem.hpp ----
+// Directory creation shared by the file uploader and the spool.
+#ifndef SPANPROF_DETAIL_FILESYSTEM_HPP_
+#define SPANPROF_DETAIL_FILESYSTEM_HPP_
+
+
+#include <cerrno>
+#include <string>
+
+#include <sys/stat.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// `mkdir -p` with mode 0700 (profiles are nobody else's business). False with errno
+// set when a component cannot be created or the path is not a directory.
+inline bool make_directories(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return true;
+    errno = ENOTDIR;
+    return false;
+  }
+  for (std::size_t pos = 1; pos <= path.size(); ++pos) {
+    if (pos != path.size() && path[pos] != '/') continue;
+    const std::string prefix = path.substr(0, pos);
+    if (::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) return false;
+  }
+  if (::stat(path.c_str(), &st) != 0) return false;
+  if (!S_ISDIR(st.st_mode)) {
+    errno = ENOTDIR;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DETAIL_FILESYSTEM_HPP_
+// ---- end spanprof/detail/filesystem.hpp ----
 
 #include <cerrno>
 #include <cstdlib>
@@ -3689,7 +3747,7 @@ class FileUploader final : public BasicUploader<std::mutex> {
 
  protected:
   UploadResult upload_(const EncodedProfile& profile) override {
-    if (!make_directories(directory_)) return failure("cannot create directory", directory_);
+    if (!detail::make_directories(directory_)) return failure("cannot create directory", directory_);
     const std::string final_path = directory_ + "/" + file_name_for(profile);
     const std::string temp_path = directory_ + "/." + file_name_for(profile) + ".tmp";
     const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -3729,21 +3787,6 @@ class FileUploader final : public BasicUploader<std::mutex> {
   // worth retrying; nothing here is permanent.
   static UploadResult failure(const char* what, const std::string& path) {
     return UploadResult::retryable(std::string(what) + " " + path + ": " + std::strerror(errno));
-  }
-
-  static bool make_directories(const std::string& path) {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) == 0) {
-      if (S_ISDIR(st.st_mode)) return true;
-      errno = ENOTDIR;
-      return false;
-    }
-    for (std::size_t pos = 1; pos <= path.size(); ++pos) {
-      if (pos != path.size() && path[pos] != '/') continue;
-      const std::string prefix = path.substr(0, pos);
-      if (::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) return false;
-    }
-    return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
   }
 
   std::string directory_;
@@ -4131,22 +4174,6 @@ inline void http_set_text(std::string& out, std::string_view text) noexcept {
   }
 }
 
-inline char http_lower(char c) noexcept { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
-
-inline bool http_iequals(std::string_view a, std::string_view b) noexcept {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (http_lower(a[i]) != http_lower(b[i])) return false;
-  return true;
-}
-
-inline std::string_view http_trim(std::string_view s) noexcept {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n'))
-    s.remove_suffix(1);
-  return s;
-}
-
 // RFC 9110 token: what a header name may be. Anything else could smuggle a second
 // header or end the head early.
 inline bool http_header_name_valid(std::string_view name) noexcept {
@@ -4208,7 +4235,7 @@ inline std::string url_encode(std::string_view in) {
 // Retry-After (RFC 9110 §10.2.3): delay-seconds or an HTTP-date, relative to
 // `now`. A date in the past means "now" (0); anything unparsable gives -1.
 inline std::chrono::milliseconds http_parse_retry_after(std::string_view value, std::time_t now) noexcept {
-  value = http_trim(value);
+  value = trim_ascii_space(value);
   if (value.empty()) return std::chrono::milliseconds(-1);
   if (value.find_first_not_of("0123456789") == std::string_view::npos) {
     // Capped only so the arithmetic cannot overflow; the uploader applies its own limit.
@@ -4320,7 +4347,7 @@ class HttpClient {
       return n;
     }
     const std::size_t colon = line.find(':');
-    if (colon != std::string_view::npos && http_iequals(http_trim(line.substr(0, colon)), "Retry-After"))
+    if (colon != std::string_view::npos && equals_ignoring_ascii_case(trim_ascii_space(line.substr(0, colon)), "Retry-After"))
       response.retry_after = http_parse_retry_after(line.substr(colon + 1), std::time(nullptr));
     return n;
   }
@@ -4335,7 +4362,7 @@ class HttpClient {
     std::vector<Field> fields;
     const auto set = [&fields](std::string_view name, std::string value) {
       for (auto& field : fields) {
-        if (http_iequals(field.name, name)) {
+        if (equals_ignoring_ascii_case(field.name, name)) {
           field.value = std::move(value);
           return;
         }
@@ -4367,8 +4394,8 @@ class HttpClient {
         invalid = "invalid HTTP header \"" + std::string(field.name.substr(0, 64)) + '"';
         return nullptr;
       }
-      has_expect = has_expect || http_iequals(field.name, "Expect");
-      has_content_type = has_content_type || http_iequals(field.name, "Content-Type");
+      has_expect = has_expect || equals_ignoring_ascii_case(field.name, "Expect");
+      has_content_type = has_content_type || equals_ignoring_ascii_case(field.name, "Content-Type");
       // "Name:" with nothing after it tells libcurl to drop the header; "Name;" sends it empty.
       append(std::string(field.name) + (field.value.empty() ? ";" : ": " + field.value));
     }
@@ -4456,7 +4483,7 @@ class HttpClient {
   std::string curl_error(CURLcode code) const {
     const std::string_view generic = curl_easy_strerror(code);
     const std::string_view detail(error_buffer_, ::strnlen(error_buffer_, sizeof error_buffer_));
-    const std::string_view trimmed = http_trim(detail);
+    const std::string_view trimmed = trim_ascii_space(detail);
     if (trimmed.empty()) return std::string(generic);
     if (trimmed.find(generic) != std::string_view::npos) return std::string(trimmed);
     return std::string(generic) + ": " + std::string(trimmed);
@@ -5837,12 +5864,6 @@ inline bool percent_decode(std::string_view in, std::string& out) {
   return true;
 }
 
-inline std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
 // The W3C-baggage-like list OTEL_RESOURCE_ATTRIBUTES and OTEL_EXPORTER_OTLP_HEADERS
 // use: key=value pairs separated by commas, values percent-encoded.
 inline bool parse_key_value_list(std::string_view text, std::vector<std::pair<std::string, std::string>>& out,
@@ -5850,20 +5871,20 @@ inline bool parse_key_value_list(std::string_view text, std::vector<std::pair<st
   out.clear();
   while (!text.empty()) {
     const std::size_t comma = text.find(',');
-    const std::string_view item = trim(text.substr(0, comma));
+    const std::string_view item = trim_ascii_space(text.substr(0, comma));
     text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
     if (item.empty()) continue;
     const std::size_t equals = item.find('=');
-    if (equals == std::string_view::npos || trim(item.substr(0, equals)).empty()) {
+    if (equals == std::string_view::npos || trim_ascii_space(item.substr(0, equals)).empty()) {
       error = "'" + std::string(item.substr(0, 64)) + "' is not key=value";
       return false;
     }
     std::string value;
-    if (!percent_decode(trim(item.substr(equals + 1)), value)) {
-      error = "bad percent-encoding in the value of '" + std::string(trim(item.substr(0, equals))) + "'";
+    if (!percent_decode(trim_ascii_space(item.substr(equals + 1)), value)) {
+      error = "bad percent-encoding in the value of '" + std::string(trim_ascii_space(item.substr(0, equals))) + "'";
       return false;
     }
-    out.emplace_back(std::string(trim(item.substr(0, equals))), std::move(value));
+    out.emplace_back(std::string(trim_ascii_space(item.substr(0, equals))), std::move(value));
   }
   return true;
 }
@@ -8376,7 +8397,7 @@ class Spool {
     close();
     try {
       if (directory_.empty()) return fail(error, "spool: no directory configured");
-      if (!make_directories(directory_)) return fail_errno(error, "cannot create directory", directory_);
+      if (!detail::make_directories(directory_)) return fail_errno(error, "cannot create directory", directory_);
       dir_fd_ = ::open(directory_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
       if (dir_fd_ < 0) return fail_errno(error, "cannot open directory", directory_);
       lock_fd_ = ::openat(dir_fd_, std::string(spool_format::lock_name).c_str(),
@@ -8561,26 +8582,6 @@ class Spool {
     entries_.clear();
     bytes_ = 0;
     next_sequence_ = 1;
-  }
-
-  static bool make_directories(const std::string& path) {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) == 0) {
-      if (S_ISDIR(st.st_mode)) return true;
-      errno = ENOTDIR;
-      return false;
-    }
-    for (std::size_t pos = 1; pos <= path.size(); ++pos) {
-      if (pos != path.size() && path[pos] != '/') continue;
-      const std::string prefix = path.substr(0, pos);
-      if (::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) return false;
-    }
-    if (::stat(path.c_str(), &st) != 0) return false;
-    if (!S_ISDIR(st.st_mode)) {
-      errno = ENOTDIR;
-      return false;
-    }
-    return true;
   }
 
   bool scan(std::string& error) {

@@ -11,6 +11,7 @@
 #define SPANPROF_DETAIL_HTTP_CLIENT_HPP_
 
 #include <spanprof/config.hpp>
+#include <spanprof/detail/text.hpp>
 #include <spanprof/http_options.hpp>
 #include <spanprof/uploader.hpp>
 
@@ -87,22 +88,6 @@ inline void http_set_text(std::string& out, std::string_view text) noexcept {
   }
 }
 
-inline char http_lower(char c) noexcept { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
-
-inline bool http_iequals(std::string_view a, std::string_view b) noexcept {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (http_lower(a[i]) != http_lower(b[i])) return false;
-  return true;
-}
-
-inline std::string_view http_trim(std::string_view s) noexcept {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n'))
-    s.remove_suffix(1);
-  return s;
-}
-
 // RFC 9110 token: what a header name may be. Anything else could smuggle a second
 // header or end the head early.
 inline bool http_header_name_valid(std::string_view name) noexcept {
@@ -164,7 +149,7 @@ inline std::string url_encode(std::string_view in) {
 // Retry-After (RFC 9110 §10.2.3): delay-seconds or an HTTP-date, relative to
 // `now`. A date in the past means "now" (0); anything unparsable gives -1.
 inline std::chrono::milliseconds http_parse_retry_after(std::string_view value, std::time_t now) noexcept {
-  value = http_trim(value);
+  value = trim_ascii_space(value);
   if (value.empty()) return std::chrono::milliseconds(-1);
   if (value.find_first_not_of("0123456789") == std::string_view::npos) {
     // Capped only so the arithmetic cannot overflow; the uploader applies its own limit.
@@ -276,7 +261,7 @@ class HttpClient {
       return n;
     }
     const std::size_t colon = line.find(':');
-    if (colon != std::string_view::npos && http_iequals(http_trim(line.substr(0, colon)), "Retry-After"))
+    if (colon != std::string_view::npos && equals_ignoring_ascii_case(trim_ascii_space(line.substr(0, colon)), "Retry-After"))
       response.retry_after = http_parse_retry_after(line.substr(colon + 1), std::time(nullptr));
     return n;
   }
@@ -291,7 +276,7 @@ class HttpClient {
     std::vector<Field> fields;
     const auto set = [&fields](std::string_view name, std::string value) {
       for (auto& field : fields) {
-        if (http_iequals(field.name, name)) {
+        if (equals_ignoring_ascii_case(field.name, name)) {
           field.value = std::move(value);
           return;
         }
@@ -323,8 +308,8 @@ class HttpClient {
         invalid = "invalid HTTP header \"" + std::string(field.name.substr(0, 64)) + '"';
         return nullptr;
       }
-      has_expect = has_expect || http_iequals(field.name, "Expect");
-      has_content_type = has_content_type || http_iequals(field.name, "Content-Type");
+      has_expect = has_expect || equals_ignoring_ascii_case(field.name, "Expect");
+      has_content_type = has_content_type || equals_ignoring_ascii_case(field.name, "Content-Type");
       // "Name:" with nothing after it tells libcurl to drop the header; "Name;" sends it empty.
       append(std::string(field.name) + (field.value.empty() ? ";" : ": " + field.value));
     }
@@ -412,7 +397,7 @@ class HttpClient {
   std::string curl_error(CURLcode code) const {
     const std::string_view generic = curl_easy_strerror(code);
     const std::string_view detail(error_buffer_, ::strnlen(error_buffer_, sizeof error_buffer_));
-    const std::string_view trimmed = http_trim(detail);
+    const std::string_view trimmed = trim_ascii_space(detail);
     if (trimmed.empty()) return std::string(generic);
     if (trimmed.find(generic) != std::string_view::npos) return std::string(trimmed);
     return std::string(generic) + ": " + std::string(trimmed);

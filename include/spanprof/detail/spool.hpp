@@ -46,6 +46,7 @@
 #define SPANPROF_DETAIL_SPOOL_HPP_
 
 #include <spanprof/config.hpp>
+#include <spanprof/detail/filesystem.hpp>
 #include <spanprof/detail/gzip.hpp>
 #include <spanprof/detail/pprof_decoder.hpp>
 #include <spanprof/error.hpp>
@@ -516,7 +517,7 @@ class Spool {
     close();
     try {
       if (directory_.empty()) return fail(error, "spool: no directory configured");
-      if (!make_directories(directory_)) return fail_errno(error, "cannot create directory", directory_);
+      if (!detail::make_directories(directory_)) return fail_errno(error, "cannot create directory", directory_);
       dir_fd_ = ::open(directory_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
       if (dir_fd_ < 0) return fail_errno(error, "cannot open directory", directory_);
       lock_fd_ = ::openat(dir_fd_, std::string(spool_format::lock_name).c_str(),
@@ -701,26 +702,6 @@ class Spool {
     entries_.clear();
     bytes_ = 0;
     next_sequence_ = 1;
-  }
-
-  static bool make_directories(const std::string& path) {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) == 0) {
-      if (S_ISDIR(st.st_mode)) return true;
-      errno = ENOTDIR;
-      return false;
-    }
-    for (std::size_t pos = 1; pos <= path.size(); ++pos) {
-      if (pos != path.size() && path[pos] != '/') continue;
-      const std::string prefix = path.substr(0, pos);
-      if (::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) return false;
-    }
-    if (::stat(path.c_str(), &st) != 0) return false;
-    if (!S_ISDIR(st.st_mode)) {
-      errno = ENOTDIR;
-      return false;
-    }
-    return true;
   }
 
   bool scan(std::string& error) {
