@@ -18,12 +18,12 @@ namespace {
 const spanprof::SpanContext span =
     spanprof::parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").context;
 
-void start_with(spanprof::Engine engine, std::shared_ptr<spanprof::Sampler> sampler,
+void start_with(spanprof::CpuEngine engine, std::shared_ptr<spanprof::HeadSampler> sampler,
                 std::shared_ptr<spanprof::TailPolicy> tail_policy = nullptr,
                 std::shared_ptr<spanprof::AdaptiveTrigger> trigger = nullptr) {
   spanprof::Options options;
-  options.engine = engine;
-  options.sampler = std::move(sampler);
+  options.cpu_engine = engine;
+  options.head_sampler = std::move(sampler);
   options.tail_policy = std::move(tail_policy);
   options.trigger = std::move(trigger);
   // Profiles are symbolized and encoded as usual, then discarded: no disk I/O.
@@ -33,7 +33,7 @@ void start_with(spanprof::Engine engine, std::shared_ptr<spanprof::Sampler> samp
 }
 
 void guard_not_sampled(benchmark::State& state) {
-  start_with(spanprof::Engine::sampling, std::make_shared<spanprof::NeverSampler>());
+  start_with(spanprof::CpuEngine::sampling, std::make_shared<spanprof::NeverSampler>());
   for (auto _ : state) {
     spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "GET /"});
     benchmark::DoNotOptimize(&guard);
@@ -42,7 +42,7 @@ void guard_not_sampled(benchmark::State& state) {
 BENCHMARK(guard_not_sampled);
 
 void guard_sampling_engine(benchmark::State& state) {
-  start_with(spanprof::Engine::sampling, nullptr);
+  start_with(spanprof::CpuEngine::sampling, nullptr);
   const auto before = spanprof::stats();
   for (auto _ : state) {
     spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "GET /"});
@@ -55,7 +55,7 @@ void guard_sampling_engine(benchmark::State& state) {
 BENCHMARK(guard_sampling_engine);
 
 void guard_tail_discarded(benchmark::State& state) {
-  start_with(spanprof::Engine::sampling, nullptr, std::make_shared<spanprof::KeepSlowSpans>(std::chrono::seconds(1)));
+  start_with(spanprof::CpuEngine::sampling, nullptr, std::make_shared<spanprof::KeepSlowSpans>(std::chrono::seconds(1)));
   const auto before = spanprof::stats();
   for (auto _ : state) {
     spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "GET /"});
@@ -67,7 +67,7 @@ void guard_tail_discarded(benchmark::State& state) {
 BENCHMARK(guard_tail_discarded);
 
 void guard_not_sampled_with_trigger(benchmark::State& state) {
-  start_with(spanprof::Engine::sampling, std::make_shared<spanprof::NeverSampler>(), nullptr,
+  start_with(spanprof::CpuEngine::sampling, std::make_shared<spanprof::NeverSampler>(), nullptr,
              std::make_shared<spanprof::AdaptiveTrigger>());
   for (auto _ : state) {
     spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "GET /"});
@@ -77,7 +77,7 @@ void guard_not_sampled_with_trigger(benchmark::State& state) {
 BENCHMARK(guard_not_sampled_with_trigger);
 
 void guard_classic_engine(benchmark::State& state) {
-  start_with(spanprof::Engine::classic, nullptr);
+  start_with(spanprof::CpuEngine::classic, nullptr);
   for (auto _ : state) {
     spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "GET /"});
     benchmark::DoNotOptimize(&guard);

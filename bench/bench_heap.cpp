@@ -26,7 +26,7 @@ const spanprof::SpanContext heap_span =
     spanprof::parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b8-01").context;
 
 void start_heap(spanprof::HeapEngine engine) {
-  spanprof::Options options = spanprof::options_from_environment();  // e.g. SPANPROF_HEAP_INTERVAL
+  spanprof::Options options;  // e.g. SPANPROF_HEAP_INTERVAL
   options.profiles = spanprof::heap;
   options.heap_engine = engine;
   options.thread_buffer_bytes = 32u << 20;  // room for every sample of a long run

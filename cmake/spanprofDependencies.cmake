@@ -26,23 +26,36 @@ if(NOT TARGET spanprof::gperftools_profiler)
   endif()
 endif()
 
-# spanprof::tcmalloc makes tcmalloc the program's allocator, which heap profiling
-# needs. It is optional: link it (or LD_PRELOAD libtcmalloc) only in programs that
-# profile the heap. spanprof finds tcmalloc's functions at run time, so the linker
-# sees no reference to it; --no-as-needed keeps it linked anyway.
-if(NOT TARGET spanprof::tcmalloc)
+# spanprof::tcmalloc makes tcmalloc the program's allocator, which the MallocHook
+# heap hooks and the classic heap engine need. It is optional: link it (or
+# LD_PRELOAD libtcmalloc) only in programs that profile the heap that way.
+# spanprof finds tcmalloc's functions at run time, so the linker sees no reference
+# to it; --no-as-needed keeps it linked anyway.
+if(NOT DEFINED SPANPROF_TCMALLOC)
+  set(SPANPROF_TCMALLOC AUTO)
+endif()
+if(NOT TARGET spanprof::tcmalloc AND NOT SPANPROF_TCMALLOC STREQUAL "OFF")
   find_library(SPANPROF_TCMALLOC_LIBRARY NAMES tcmalloc)
   if(SPANPROF_TCMALLOC_LIBRARY)
     add_library(spanprof::tcmalloc INTERFACE IMPORTED)
     set_property(TARGET spanprof::tcmalloc PROPERTY INTERFACE_LINK_LIBRARIES
       "-Wl,--push-state,--no-as-needed" "${SPANPROF_TCMALLOC_LIBRARY}" "-Wl,--pop-state")
+  elseif(SPANPROF_TCMALLOC STREQUAL "ON")
+    message(FATAL_ERROR "SPANPROF_TCMALLOC=ON but libtcmalloc was not found (Debian: libgoogle-perftools-dev)")
   endif()
 endif()
 
-# spanprof::curl: libcurl for the Pyroscope and OTLP uploaders. Optional; with it,
+# spanprof::curl: libcurl for the Pyroscope and OTLP uploaders. With it,
 # SPANPROF_WITH_CURL=1 turns those uploaders (and their environment variables) on.
-if(SPANPROF_WITH_CURL AND NOT TARGET spanprof::curl)
-  find_package(CURL QUIET)
+if(NOT DEFINED SPANPROF_CURL)
+  set(SPANPROF_CURL AUTO)
+endif()
+if(NOT TARGET spanprof::curl AND NOT SPANPROF_CURL STREQUAL "OFF")
+  if(SPANPROF_CURL STREQUAL "ON")
+    find_dependency(CURL)
+  else()
+    find_package(CURL QUIET)
+  endif()
   if(CURL_FOUND)
     add_library(spanprof::curl INTERFACE IMPORTED)
     set_property(TARGET spanprof::curl PROPERTY INTERFACE_LINK_LIBRARIES CURL::libcurl)

@@ -1,4 +1,4 @@
-// Small helpers the examples share: request ids and CPU-time budgets.
+// Small helpers the examples share: request ids, CPU-time budgets, the file uploader.
 #pragma once
 
 #include <spanprof/spanprof.hpp>
@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
+#include <memory>
 #include <random>
 #include <string>
 
@@ -29,6 +30,17 @@ inline std::int64_t thread_cpu_ns() {
   timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return ts.tv_sec * 1'000'000'000LL + ts.tv_nsec;
+}
+
+// The file uploader the options already have (the environment adds one when
+// SPANPROF_OUTPUT_DIR is set beside a backend), or a new one into
+// options.output_directory: the examples print where profiles were written.
+inline std::shared_ptr<spanprof::FileUploader> file_uploader(spanprof::Options& options) {
+  for (const auto& uploader : options.uploaders)
+    if (auto files = std::dynamic_pointer_cast<spanprof::FileUploader>(uploader)) return files;
+  auto files = std::make_shared<spanprof::FileUploader>(options.output_directory);
+  options.uploaders.push_back(files);
+  return files;
 }
 
 }  // namespace example

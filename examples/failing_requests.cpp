@@ -46,12 +46,12 @@ std::string handle_order(const spanprof::SpanContext& span, int items) {
 }  // namespace
 
 int main() {
-  spanprof::Options options = spanprof::options_from_environment();
+  spanprof::Options options;
+  auto files = std::make_shared<spanprof::FileUploader>(options.output_directory);
   if (!std::getenv("SPANPROF_FREQUENCY")) options.frequency_hz = 500;
   options.tail_policy = std::make_shared<spanprof::KeepErroredSpans>();
   std::mutex mutex;
   std::vector<std::string> kept;
-  auto files = std::make_shared<spanprof::FileUploader>();
   options.uploaders = {files, std::make_shared<spanprof::CallbackUploader>(
                                   [&](const spanprof::EncodedProfile& p) {
                                     std::lock_guard<std::mutex> lock(mutex);

@@ -94,9 +94,8 @@ std::vector<std::pair<std::string, std::int64_t>> bytes_by_function(const spanpr
 int main() {
   std::mutex print_mutex;
   std::vector<std::string> report;
-  auto files = std::make_shared<spanprof::FileUploader>();  // $SPANPROF_OUTPUT_DIR or ./profiles
-  spanprof::Options options = spanprof::options_from_environment();
-  options.uploaders.push_back(files);
+  spanprof::Options options;
+  auto files = example::file_uploader(options);  // $SPANPROF_OUTPUT_DIR or ./profiles
   options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>(
       [&](const spanprof::EncodedProfile& p) {
         std::string text = "span " + p.span.span_id.to_hex() + "  " + p.span_name + "\n";

@@ -110,10 +110,9 @@ int main() {
   std::mutex summaries_mutex;
   std::vector<Summary> summaries;
 
-  auto files = std::make_shared<spanprof::FileUploader>();  // $SPANPROF_OUTPUT_DIR or ./profiles
-  spanprof::Options options = spanprof::options_from_environment();
+  spanprof::Options options;
+  auto files = example::file_uploader(options);  // $SPANPROF_OUTPUT_DIR or ./profiles
   if (!std::getenv("SPANPROF_FREQUENCY")) options.frequency_hz = 250;  // more samples in a short demo
-  options.uploaders.push_back(files);
   options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>(
       [&](const spanprof::EncodedProfile& p) {
         Summary s{p.span.span_id.to_hex(), p.span.trace_id.to_hex(), p.span_name,
@@ -154,7 +153,7 @@ int main() {
   }
   const auto stats = spanprof::stats();
   std::printf("\n%zu profiles written to %s (sampling source: %s, %llu samples, %llu spans without samples)\n",
-              summaries.size(), files->directory().c_str(), std::string(spanprof::to_string(stats.source)).c_str(),
+              summaries.size(), files->directory().c_str(), std::string(spanprof::to_string(stats.cpu_sample_source)).c_str(),
               static_cast<unsigned long long>(stats.samples_captured),
               static_cast<unsigned long long>(stats.spans_without_samples));
   spanprof::shutdown();

@@ -43,10 +43,10 @@ double handle_inventory(const spanprof::SpanContext& span, bool cache_miss) {
 }  // namespace
 
 int main() {
-  spanprof::Options options = spanprof::options_from_environment();
+  spanprof::Options options;
+  auto files = std::make_shared<spanprof::FileUploader>(options.output_directory);  // $SPANPROF_OUTPUT_DIR or ./profiles
   if (!std::getenv("SPANPROF_FREQUENCY")) options.frequency_hz = 250;
   options.tail_policy = std::make_shared<spanprof::KeepSlowSpans>(std::chrono::milliseconds(20));
-  auto files = std::make_shared<spanprof::FileUploader>();  // $SPANPROF_OUTPUT_DIR or ./profiles
   options.uploaders = {files};
   spanprof::start(options);
 

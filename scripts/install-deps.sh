@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  g++ cmake ninja-build meson pkg-config python3 binutils
+  g++ clang cmake ninja-build meson pkg-config python3 binutils git
   libgoogle-perftools-dev  # libprofiler (unwinder, classic engine), libtcmalloc (heap profiles)
   zlib1g-dev               # gzip for pprof files
   libcurl4-openssl-dev     # the Pyroscope and OTLP uploaders

@@ -5,7 +5,9 @@
 #   3. the end-to-end tests against the single header,
 #   4. Meson build + tests,
 #   5. tests under AddressSanitizer + UndefinedBehaviorSanitizer,
-#   6. consumer projects using the installed CMake package and add_subdirectory,
+#   6. every way to consume spanprof (tests/consumers/run.sh): find_package,
+#      add_subdirectory, FetchContent, Meson subproject, pkg-config, the single
+#      header as the README says, profiling compiled out, strict warnings,
 #   7. the benchmarks, briefly, to prove they run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +20,7 @@ step() { printf '\n==== %s\n' "$*"; }
 bash scripts/install-deps.sh
 export GOCACHE="${GOCACHE:-$root/$out/gocache}" GOFLAGS=-mod=mod HOME="${HOME:-$root/$out}"
 
-step "single header is up to date"
+step "single header is up to date, includes follow the layers"
 python3 scripts/amalgamate.py --check
 
 step "CMake: tests against include/, examples, benchmarks"
@@ -42,19 +44,12 @@ step "AddressSanitizer + UndefinedBehaviorSanitizer"
 # No tcmalloc: ASan must be the allocator; the heap tests then check the refusal.
 cmake -S . -B $out/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
   -DCMAKE_CXX_FLAGS="-O1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
-  -DSPANPROF_BUILD_EXAMPLES=OFF -DSPANPROF_BUILD_BENCHMARKS=OFF -DSPANPROF_WITH_TCMALLOC=OFF >/dev/null
+  -DSPANPROF_BUILD_EXAMPLES=OFF -DSPANPROF_BUILD_BENCHMARKS=OFF -DSPANPROF_TCMALLOC=OFF >/dev/null
 cmake --build $out/asan -j "$jobs"
 (cd $out/asan && ctest --output-on-failure)
 
-step "Consumers: installed package and add_subdirectory"
-rm -rf $out/prefix
-cmake --install $out/cmake --prefix $out/prefix >/dev/null
-for consumer in cmake_import cmake_add_subdirectory; do
-  cmake -S tests/$consumer -B $out/$consumer -G Ninja -DCMAKE_PREFIX_PATH="$root/$out/prefix" \
-    -DSPANPROF_SOURCE_DIR="$root" -DCMAKE_CXX_FLAGS="$warnings" >/dev/null
-  cmake --build $out/$consumer
-  (cd $out/$consumer && ctest --output-on-failure)
-done
+step "Consumers"
+bash tests/consumers/run.sh "$root" "$root/$out/consumers" "$root/$out/cmake"
 
 step "Benchmarks run"
 $out/cmake/bench/spanprof_bench --benchmark_min_time=0.05 >/dev/null

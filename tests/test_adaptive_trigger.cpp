@@ -1,7 +1,8 @@
 // The adaptive trigger, driven by a ManualClock: no sleeping, no timing.
 #include "support/catch.hpp"
+#include "support/test_helpers.hpp"
 
-#include <spanprof/adaptive_trigger.hpp>
+#include <spanprof/policy/adaptive_trigger.hpp>
 
 #include <atomic>
 #include <cmath>
@@ -17,6 +18,8 @@ using spanprof::ManualClock;
 
 namespace {
 
+using spanprof_test::CountingClock;
+
 constexpr std::int64_t normal_ns = 1000;
 constexpr std::int64_t one_second = 1'000'000'000;
 
@@ -27,15 +30,6 @@ struct Rig {
   std::unique_ptr<AdaptiveTrigger> trigger;  // 70 KiB: kept off the stack
 };
 
-// A clock that counts its reads, to check the trigger reads it only when it must.
-class CountingClock final : public spanprof::Clock {
- public:
-  std::int64_t now_ns() const noexcept override {
-    reads.fetch_add(1);
-    return 1'000'000'000;
-  }
-  mutable std::atomic<int> reads{0};
-};
 
 void feed(AdaptiveTrigger& trigger, std::uint64_t name, std::int64_t ns, int count) {
   for (int i = 0; i < count; ++i) trigger.observe(name, ns);
@@ -168,7 +162,7 @@ TEST_CASE("steady latency never arms and never reads the clock", "[trigger]") {
   CHECK_FALSE(trigger->any_armed());
   CHECK(trigger->counters().armed == 0);
   CHECK(trigger->counters().observed == 30000);
-  CHECK(clock->reads.load() == 0);
+  CHECK(clock->reads() == 0);
 }
 
 TEST_CASE("a jump by more than the factor arms within the computed bound", "[trigger]") {

@@ -214,7 +214,7 @@ TEST_CASE("the adaptive trigger profiles the next spans of a name whose latency 
   trigger_options.spans_to_profile = 3;
   auto trigger = std::make_shared<spanprof::AdaptiveTrigger>(trigger_options);
   spanprof::Options options = options_with(nullptr, 1000);
-  options.sampler = std::make_shared<spanprof::NeverSampler>();  // nothing profiled unless triggered
+  options.head_sampler = std::make_shared<spanprof::NeverSampler>();  // nothing profiled unless triggered
   options.trigger = trigger;
   Collector collector(options);
   const auto before = spanprof::stats();
@@ -244,7 +244,7 @@ TEST_CASE("decision counters add up", "[tail]") {
   auto policy = std::make_shared<spanprof::KeepSlowSpans>(std::chrono::milliseconds(15));
   spanprof::Options options = options_with(policy);
   std::atomic<int> calls{0};
-  options.sampler = std::make_shared<spanprof::CallbackSampler>(
+  options.head_sampler = std::make_shared<spanprof::CallbackSampler>(
       [&](const spanprof::SpanContext&, std::string_view) { return calls.fetch_add(1) % 2 == 0; });
   Collector collector(options);
   const auto before = spanprof::stats();

@@ -171,7 +171,7 @@ TEST_CASE("restarting spanprof while a span is open leaves that span's profile i
 
 TEST_CASE("short spans are sampled without bias on the perf_event source") {
   auto options = options_at(100);
-  options.source = spanprof::SamplingSource::perf_event;
+  options.cpu_sample_source = spanprof::CpuSampleSource::perf_event;
   Collector collector(options);
   constexpr int spans = 2000;
   double cpu_in_spans = 0;
@@ -181,7 +181,7 @@ TEST_CASE("short spans are sampled without bias on the perf_event source") {
     hot_delta(0.0005);
     cpu_in_spans += thread_cpu_seconds() - before;
   }
-  REQUIRE(spanprof::stats().source == spanprof::SamplingSource::perf_event);
+  REQUIRE(spanprof::stats().cpu_sample_source == spanprof::CpuSampleSource::perf_event);
   std::int64_t sampled_ns = 0;
   for (const auto& p : collector.profiles())
     for (const auto& sample : p.decoded.samples) sampled_ns += sample.values[1];
@@ -193,7 +193,7 @@ TEST_CASE("short spans are sampled without bias on the perf_event source") {
 
 TEST_CASE("the classic engine profiles one scope and tells a concurrent one it is busy, at once") {
   auto options = options_at(100);
-  options.engine = spanprof::Engine::classic;
+  options.cpu_engine = spanprof::CpuEngine::classic;
   Collector collector(options);
   const auto first = span_number(200), second = span_number(201);
   std::atomic<int> step{0};
@@ -347,7 +347,7 @@ TEST_CASE("a thread that blocks the sample signal is not sampled, and the error 
 
 TEST_CASE("a head sampler that says no leaves the scope unprofiled") {
   auto options = options_at(200);
-  options.sampler = std::make_shared<spanprof::NeverSampler>();
+  options.head_sampler = std::make_shared<spanprof::NeverSampler>();
   Collector collector(options);
   {
     spanprof::ScopedProfile guard(span_number(700));
@@ -387,7 +387,7 @@ const spanprof_test::ChildScenario fallback_scenario("perf_refused", [] {
   }
   const auto* p = collector.profile_for(span.span_id);
   const auto stats = spanprof::stats();
-  std::printf("source=%s\n", std::string(spanprof::to_string(stats.source)).c_str());
+  std::printf("source=%s\n", std::string(spanprof::to_string(stats.cpu_sample_source)).c_str());
   for (const auto& [code, message] : collector.errors())
     std::printf("error %s: %s\n", std::string(spanprof::to_string(code)).c_str(), message.c_str());
   if (p) std::printf("samples=%lld hot_beta_share=%.2f\n", static_cast<long long>(spanprof_test::sample_count(p->decoded)),

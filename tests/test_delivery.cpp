@@ -3,6 +3,7 @@
 // (go tool pprof for Pyroscope's body, protoc for OTLP's), plus configuration from
 // the environment and the example binary pointed at the server.
 #include "support/catch.hpp"
+#include "support/environment.hpp"
 #include "support/collector.hpp"
 #include "support/command.hpp"
 #include "support/http_server.hpp"
@@ -11,9 +12,9 @@
 
 #if SPANPROF_WITH_CURL
 
-#include <spanprof/environment_uploaders.hpp>
-#include <spanprof/otlp_uploader.hpp>
-#include <spanprof/pyroscope_uploader.hpp>
+#include <spanprof/runtime/environment.hpp>
+#include <spanprof/delivery/otlp_uploader.hpp>
+#include <spanprof/delivery/pyroscope_uploader.hpp>
 
 #include <cstdlib>
 #include <fstream>
@@ -28,27 +29,8 @@ namespace {
 
 SPANPROF_TEST_HOT_FUNCTION(deliver_hot_loop)
 
-// Sets environment variables for one test and restores them after.
-class ScopedEnvironment {
- public:
-  ScopedEnvironment(std::initializer_list<std::pair<const char*, const char*>> values) {
-    for (const auto& [name, value] : values) {
-      const char* old = std::getenv(name);
-      saved_.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
-      if (value) ::setenv(name, value, 1);
-      else ::unsetenv(name);
-    }
-  }
-  ~ScopedEnvironment() {
-    for (const auto& [name, value] : saved_) {
-      if (value) ::setenv(name.c_str(), value->c_str(), 1);
-      else ::unsetenv(name.c_str());
-    }
-  }
+using spanprof_test::ScopedEnvironment;
 
- private:
-  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
-};
 
 std::string base64(std::string_view in) {
   static const char* table = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

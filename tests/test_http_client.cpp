@@ -2,10 +2,11 @@
 // the loopback test server: what goes over the wire, how every kind of failure
 // comes back, and how classify() maps it to retryable or permanent.
 #include "support/catch.hpp"
+#include "support/test_helpers.hpp"
 #include "support/http_server.hpp"
 
-#include <spanprof/detail/http_client.hpp>
-#include <spanprof/http_options.hpp>
+#include <spanprof/delivery/http_client.hpp>
+#include <spanprof/delivery/http_options.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -39,24 +40,15 @@ using namespace std::chrono_literals;
 
 namespace {
 
+using spanprof_test::binary_body;
+using spanprof_test::contains;
+
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Every byte value, NULs included, in an order that shows truncation or shifts.
-std::string binary_body(std::size_t size) {
-  std::string body(size, '\0');
-  std::uint32_t state = 2463534242u;
-  for (std::size_t i = 0; i < size; ++i) {
-    state ^= state << 13;
-    state ^= state >> 17;
-    state ^= state << 5;
-    body[i] = static_cast<char>(i % 7 == 0 ? 0 : state & 0xff);
-  }
-  return body;
-}
 
 // Short timeouts so a broken client fails the test instead of stalling it, and no
 // proxy from the environment between the client and the loopback server.
@@ -76,7 +68,6 @@ HttpRequest post_to(const std::string& url, std::string body = "payload") {
   return request;
 }
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 std::string http_date(std::time_t when) {
   std::tm tm{};

@@ -1,6 +1,7 @@
 // The loopback HTTP test server (tests/support/http_server.hpp), driven by a raw
 // socket client so that what goes over the wire is exactly what the test wrote.
 #include "support/catch.hpp"
+#include "support/test_helpers.hpp"
 #include "support/command.hpp"
 #include "support/http_server.hpp"
 
@@ -30,6 +31,8 @@ using spanprof_test::Response;
 using namespace std::chrono_literals;
 
 namespace {
+
+using spanprof_test::binary_body;
 
 using Clock = std::chrono::steady_clock;
 
@@ -207,11 +210,6 @@ Reply round_trip(int port, const std::string& request) {
   return client.read_response();
 }
 
-std::string binary_body(std::size_t size) {
-  std::string body(size, '\0');
-  for (std::size_t i = 0; i < size; ++i) body[i] = static_cast<char>((i * 7 + i / 256) & 0xff);
-  return body;
-}
 
 }  // namespace
 

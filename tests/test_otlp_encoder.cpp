@@ -4,9 +4,10 @@
 // With SPANPROF_OTLP_PROTO_DIR pointing at an opentelemetry-proto checkout,
 // protoc also decodes it against the schema itself; CI does not need one.
 #include "support/catch.hpp"
+#include "support/test_helpers.hpp"
 #include "support/command.hpp"
 
-#include <spanprof/otlp_encoder.hpp>
+#include <spanprof/profile/otlp_encoder.hpp>
 
 #include <unistd.h>
 
@@ -23,7 +24,8 @@ namespace {
 
 const std::string trace_hex = "4bf92f3577b34da6a3ce929d0e0e4736";
 const std::string span_hex = "00f067aa0ba902b7";
-constexpr std::int64_t ten_ms = 10'000'000;
+using spanprof_test::ten_ms;
+using spanprof_test::string_label;
 constexpr std::int64_t start_ns = 1'700'000'000'123'456'789;
 constexpr std::int64_t duration_ns = 250'000'000;
 
@@ -288,12 +290,6 @@ std::string id_bytes(const std::string& hex) {
 
 // ---- the profile under test ----------------------------------------------------------
 
-spanprof::Label string_label(std::string key, std::string value) {
-  spanprof::Label label;
-  label.key = std::move(key);
-  label.str = std::move(value);
-  return label;
-}
 
 spanprof::OtlpSpanIdentity identity() {
   spanprof::OtlpSpanIdentity id;

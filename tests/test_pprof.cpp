@@ -2,12 +2,13 @@
 // is checked three ways: an independent decoder, byte-level properties, and
 // `go tool pprof` itself, which is the reader that matters.
 #include "support/catch.hpp"
+#include "support/test_helpers.hpp"
 #include "support/pprof_reader.hpp"
 
-#include <spanprof/detail/gzip.hpp>
-#include <spanprof/detail/legacy_cpu_profile.hpp>
-#include <spanprof/detail/protobuf_writer.hpp>
-#include <spanprof/pprof_encoder.hpp>
+#include <spanprof/profile/gzip.hpp>
+#include <spanprof/capture/gperftools_cpu_profile.hpp>
+#include <spanprof/profile/protobuf_writer.hpp>
+#include <spanprof/profile/pprof_encoder.hpp>
 
 #include <unistd.h>
 #include <zlib.h>
@@ -25,17 +26,12 @@ using spanprof::Profile;
 
 namespace {
 
-constexpr std::int64_t ten_ms = 10'000'000;
+using spanprof_test::ten_ms;
+using spanprof_test::string_label;
 const std::string trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
 const std::string span_id = "00f067aa0ba902b7";
 const std::string span_name = "GET /checkout";
 
-spanprof::Label string_label(std::string key, std::string value) {
-  spanprof::Label label;
-  label.key = std::move(key);
-  label.str = std::move(value);
-  return label;
-}
 
 std::vector<spanprof::Label> span_labels() {
   return {string_label("trace_id", trace_id), string_label("span_id", span_id),

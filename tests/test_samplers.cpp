@@ -1,8 +1,10 @@
 #include "support/catch.hpp"
+#include "support/test_helpers.hpp"
 
-#include <spanprof/clock.hpp>
-#include <spanprof/error.hpp>
-#include <spanprof/sampler.hpp>
+#include <spanprof/base/clock.hpp>
+#include <spanprof/base/error.hpp>
+#include <spanprof/policy/head_sampler.hpp>
+#include <spanprof/runtime/options.hpp>
 
 #include <array>
 #include <atomic>
@@ -27,12 +29,15 @@ using spanprof::NeverSampler;
 using spanprof::ParentSampledSampler;
 using spanprof::ProbabilitySampler;
 using spanprof::RateLimitingSampler;
-using spanprof::Sampler;
+using spanprof::HeadSampler;
 using spanprof::SpanContext;
 using spanprof::SpanNameSampler;
 using spanprof::TraceIdRatioSampler;
 
 namespace {
+
+using spanprof_test::CountingClock;
+using spanprof_test::contains;
 
 constexpr std::int64_t second = 1'000'000'000;
 constexpr std::uint64_t two_to_56 = std::uint64_t{1} << 56;
@@ -67,14 +72,14 @@ SpanContext random_span(std::mt19937_64& rng) {
 
 const SpanContext any_span = span_with_randomness(0x123456789abcde);
 
-int count_yes(Sampler& sampler, int calls, const SpanContext& span = any_span, std::string_view name = "span") {
+int count_yes(HeadSampler& sampler, int calls, const SpanContext& span = any_span, std::string_view name = "span") {
   int yes = 0;
   for (int i = 0; i < calls; ++i) yes += sampler.should_profile(span, name) ? 1 : 0;
   return yes;
 }
 
 // Answers a fixed value and counts how often it was asked, to prove who was not.
-class CountingSampler final : public Sampler {
+class CountingSampler final : public HeadSampler {
  public:
   explicit CountingSampler(bool answer) : answer_(answer) {}
   bool should_profile(const SpanContext&, std::string_view) noexcept override {
@@ -88,21 +93,10 @@ class CountingSampler final : public Sampler {
   std::atomic<int> calls_{0};
 };
 
-class CountingClock final : public spanprof::Clock {
- public:
-  std::int64_t now_ns() const noexcept override {
-    reads_.fetch_add(1, std::memory_order_relaxed);
-    return 5 * second;
-  }
-  int reads() const { return reads_.load(std::memory_order_relaxed); }
-
- private:
-  mutable std::atomic<int> reads_{0};
-};
 
 // Calls `per_step` times at every step of `step` ns after the clock's current
 // instant t0, and at t0 + duration itself; returns the yeses in (t0, t0 + duration].
-int drive(Sampler& sampler, ManualClock& clock, std::int64_t step, std::int64_t duration, int per_step = 3) {
+int drive(HeadSampler& sampler, ManualClock& clock, std::int64_t step, std::int64_t duration, int per_step = 3) {
   const std::int64_t end = clock.now_ns() + duration;
   int yes = 0;
   while (clock.now_ns() < end) {
@@ -163,9 +157,6 @@ class ErrorCapture {
   std::shared_ptr<std::vector<CapturedError>> errors_ = std::make_shared<std::vector<CapturedError>>();
 };
 
-bool contains(const std::string& haystack, std::string_view needle) {
-  return haystack.find(needle) != std::string::npos;
-}
 
 }  // namespace
 
@@ -675,37 +666,37 @@ TEST_CASE("all-of with the rate limiter last charges it only for accepted spans"
 // ---------------------------------------------------------------------------------
 // Environment
 
-TEST_CASE("sampler_from_environment: unset means null, every span", "[samplers]") {
+TEST_CASE("head_sampler_from_environment: unset means null, every span", "[samplers]") {
   ScopedSamplerEnvironment env;
   ErrorCapture capture;
-  CHECK(spanprof::sampler_from_environment() == nullptr);
+  CHECK(spanprof::head_sampler_from_environment() == nullptr);
   env.set("SPANPROF_SAMPLER", "");
   env.set("SPANPROF_SAMPLER_ARG", "");
   env.set("SPANPROF_MAX_PROFILES_PER_SECOND", "");
-  CHECK(spanprof::sampler_from_environment() == nullptr);
+  CHECK(spanprof::head_sampler_from_environment() == nullptr);
   CHECK(capture.errors().empty());
 }
 
-TEST_CASE("sampler_from_environment: every sampler name", "[samplers]") {
+TEST_CASE("head_sampler_from_environment: every sampler name", "[samplers]") {
   ScopedSamplerEnvironment env;
   ErrorCapture capture;
 
   SECTION("always_on") {
     env.set("SPANPROF_SAMPLER", "always_on");
-    auto sampler = spanprof::sampler_from_environment();
+    auto sampler = spanprof::head_sampler_from_environment();
     REQUIRE(dynamic_cast<AlwaysSampler*>(sampler.get()) != nullptr);
     CHECK(count_yes(*sampler, 100, span_with_randomness(0, 0x00)) == 100);
   }
   SECTION("always_off") {
     env.set("SPANPROF_SAMPLER", "always_off");
-    auto sampler = spanprof::sampler_from_environment();
+    auto sampler = spanprof::head_sampler_from_environment();
     REQUIRE(dynamic_cast<NeverSampler*>(sampler.get()) != nullptr);
     CHECK(count_yes(*sampler, 100, span_with_randomness(two_to_56 - 1)) == 0);
   }
   SECTION("traceidratio with an argument") {
     env.set("SPANPROF_SAMPLER", "traceidratio");
     env.set("SPANPROF_SAMPLER_ARG", "0.25");
-    auto sampler = spanprof::sampler_from_environment();
+    auto sampler = spanprof::head_sampler_from_environment();
     auto* ratio = dynamic_cast<TraceIdRatioSampler*>(sampler.get());
     REQUIRE(ratio != nullptr);
     CHECK(ratio->ratio() == 0.25);
@@ -714,7 +705,7 @@ TEST_CASE("sampler_from_environment: every sampler name", "[samplers]") {
   }
   SECTION("traceidratio without an argument is 1.0") {
     env.set("SPANPROF_SAMPLER", "traceidratio");
-    auto sampler = spanprof::sampler_from_environment();
+    auto sampler = spanprof::head_sampler_from_environment();
     auto* ratio = dynamic_cast<TraceIdRatioSampler*>(sampler.get());
     REQUIRE(ratio != nullptr);
     CHECK(ratio->ratio() == 1.0);
@@ -723,19 +714,19 @@ TEST_CASE("sampler_from_environment: every sampler name", "[samplers]") {
   SECTION("probability") {
     env.set("SPANPROF_SAMPLER", "probability");
     env.set("SPANPROF_SAMPLER_ARG", "0");
-    auto sampler = spanprof::sampler_from_environment();
+    auto sampler = spanprof::head_sampler_from_environment();
     auto* probability = dynamic_cast<ProbabilitySampler*>(sampler.get());
     REQUIRE(probability != nullptr);
     CHECK(probability->probability() == 0.0);
     CHECK(count_yes(*sampler, 10000) == 0);
     env.set("SPANPROF_SAMPLER_ARG", "0.25");
-    auto quarter = spanprof::sampler_from_environment();
+    auto quarter = spanprof::head_sampler_from_environment();
     REQUIRE(dynamic_cast<ProbabilitySampler*>(quarter.get()) != nullptr);
     CHECK(dynamic_cast<ProbabilitySampler*>(quarter.get())->probability() == 0.25);
   }
   SECTION("parentbased_always_on") {
     env.set("SPANPROF_SAMPLER", "parentbased_always_on");
-    auto sampler = spanprof::sampler_from_environment();
+    auto sampler = spanprof::head_sampler_from_environment();
     REQUIRE(dynamic_cast<ParentSampledSampler*>(sampler.get()) != nullptr);
     CHECK(sampler->should_profile(span_with_randomness(0, 0x01), "x"));
     CHECK_FALSE(sampler->should_profile(span_with_randomness(two_to_56 - 1, 0x00), "x"));
@@ -743,7 +734,7 @@ TEST_CASE("sampler_from_environment: every sampler name", "[samplers]") {
   SECTION("parentbased_traceidratio: parent sampled AND ratio") {
     env.set("SPANPROF_SAMPLER", "parentbased_traceidratio");
     env.set("SPANPROF_SAMPLER_ARG", "0.5");
-    auto sampler = spanprof::sampler_from_environment();
+    auto sampler = spanprof::head_sampler_from_environment();
     auto* all = dynamic_cast<AllOfSampler*>(sampler.get());
     REQUIRE(all != nullptr);
     REQUIRE(all->samplers().size() == 2);
@@ -758,7 +749,7 @@ TEST_CASE("sampler_from_environment: every sampler name", "[samplers]") {
   SECTION("names ignore ASCII case and surrounding blanks, as does the argument") {
     env.set("SPANPROF_SAMPLER", "  TraceIdRatio\t");
     env.set("SPANPROF_SAMPLER_ARG", " 0.5 ");
-    auto sampler = spanprof::sampler_from_environment();
+    auto sampler = spanprof::head_sampler_from_environment();
     auto* ratio = dynamic_cast<TraceIdRatioSampler*>(sampler.get());
     REQUIRE(ratio != nullptr);
     CHECK(ratio->ratio() == 0.5);
@@ -766,18 +757,18 @@ TEST_CASE("sampler_from_environment: every sampler name", "[samplers]") {
   SECTION("an argument is ignored by samplers that take none") {
     env.set("SPANPROF_SAMPLER", "always_on");
     env.set("SPANPROF_SAMPLER_ARG", "not a number");
-    CHECK(dynamic_cast<AlwaysSampler*>(spanprof::sampler_from_environment().get()) != nullptr);
+    CHECK(dynamic_cast<AlwaysSampler*>(spanprof::head_sampler_from_environment().get()) != nullptr);
   }
   CHECK(capture.errors().empty());
 }
 
-TEST_CASE("sampler_from_environment: the rate limit is ANDed last", "[samplers]") {
+TEST_CASE("head_sampler_from_environment: the rate limit is ANDed last", "[samplers]") {
   ScopedSamplerEnvironment env;
   ErrorCapture capture;
 
   SECTION("alone: a limiter with burst max(1, rate)") {
     env.set("SPANPROF_MAX_PROFILES_PER_SECOND", "0.001");
-    auto sampler = spanprof::sampler_from_environment();
+    auto sampler = spanprof::head_sampler_from_environment();
     auto* limiter = dynamic_cast<RateLimitingSampler*>(sampler.get());
     REQUIRE(limiter != nullptr);
     CHECK(limiter->per_second() == 0.001);
@@ -789,7 +780,7 @@ TEST_CASE("sampler_from_environment: the rate limit is ANDed last", "[samplers]"
     env.set("SPANPROF_SAMPLER", "parentbased_traceidratio");
     env.set("SPANPROF_SAMPLER_ARG", "0.5");
     env.set("SPANPROF_MAX_PROFILES_PER_SECOND", "20");
-    auto sampler = spanprof::sampler_from_environment();
+    auto sampler = spanprof::head_sampler_from_environment();
     auto* all = dynamic_cast<AllOfSampler*>(sampler.get());
     REQUIRE(all != nullptr);
     REQUIRE(all->samplers().size() == 3);
@@ -803,7 +794,7 @@ TEST_CASE("sampler_from_environment: the rate limit is ANDed last", "[samplers]"
   SECTION("after always_on: the limiter alone, burst floored") {
     env.set("SPANPROF_SAMPLER", "always_on");
     env.set("SPANPROF_MAX_PROFILES_PER_SECOND", "2.5");
-    auto sampler = spanprof::sampler_from_environment();
+    auto sampler = spanprof::head_sampler_from_environment();
     auto* limiter = dynamic_cast<RateLimitingSampler*>(sampler.get());
     REQUIRE(limiter != nullptr);
     CHECK(limiter->per_second() == 2.5);
@@ -812,18 +803,18 @@ TEST_CASE("sampler_from_environment: the rate limit is ANDed last", "[samplers]"
   SECTION("after always_off: still never") {
     env.set("SPANPROF_SAMPLER", "always_off");
     env.set("SPANPROF_MAX_PROFILES_PER_SECOND", "5");
-    auto sampler = spanprof::sampler_from_environment();
+    auto sampler = spanprof::head_sampler_from_environment();
     REQUIRE(dynamic_cast<NeverSampler*>(sampler.get()) != nullptr);
   }
   CHECK(capture.errors().empty());
 }
 
-TEST_CASE("sampler_from_environment: an unknown name is reported once and every span is profiled", "[samplers]") {
+TEST_CASE("head_sampler_from_environment: an unknown name is reported once and every span is profiled", "[samplers]") {
   ScopedSamplerEnvironment env;
   ErrorCapture capture;
   env.set("SPANPROF_SAMPLER", "sometimes");
   env.set("SPANPROF_SAMPLER_ARG", "0.5");
-  CHECK(spanprof::sampler_from_environment() == nullptr);
+  CHECK(spanprof::head_sampler_from_environment() == nullptr);
   REQUIRE(capture.errors().size() == 1);
   CHECK(capture.errors()[0].code == ErrorCode::invalid_configuration);
   CHECK(contains(capture.errors()[0].message, "SPANPROF_SAMPLER="));
@@ -832,11 +823,11 @@ TEST_CASE("sampler_from_environment: an unknown name is reported once and every 
   // OTEL's own name for its default is not one of ours either.
   capture.clear();
   env.set("SPANPROF_SAMPLER", "parentbased_always_off");
-  CHECK(spanprof::sampler_from_environment() == nullptr);
+  CHECK(spanprof::head_sampler_from_environment() == nullptr);
   CHECK(capture.errors().size() == 1);
 }
 
-TEST_CASE("sampler_from_environment: a bad argument is reported once and read as 1.0", "[samplers]") {
+TEST_CASE("head_sampler_from_environment: a bad argument is reported once and read as 1.0", "[samplers]") {
   ScopedSamplerEnvironment env;
   ErrorCapture capture;
   const char* bad[] = {"abc", "0.5x", "1.5", "-0.1", "nan", "NaN", "inf", "0x1p-2", "0,5", "1e999", ".", "--1"};
@@ -846,7 +837,7 @@ TEST_CASE("sampler_from_environment: a bad argument is reported once and read as
       capture.clear();
       env.set("SPANPROF_SAMPLER", sampler_name);
       env.set("SPANPROF_SAMPLER_ARG", value);
-      auto sampler = spanprof::sampler_from_environment();
+      auto sampler = spanprof::head_sampler_from_environment();
       REQUIRE(sampler != nullptr);
       REQUIRE(capture.errors().size() == 1);
       CHECK(capture.errors()[0].code == ErrorCode::invalid_configuration);
@@ -858,7 +849,7 @@ TEST_CASE("sampler_from_environment: a bad argument is reported once and read as
   }
 }
 
-TEST_CASE("sampler_from_environment: a bad rate is reported once and nothing is rate limited", "[samplers]") {
+TEST_CASE("head_sampler_from_environment: a bad rate is reported once and nothing is rate limited", "[samplers]") {
   ScopedSamplerEnvironment env;
   ErrorCapture capture;
   const char* bad[] = {"-5", "0", "fast", "10/s", "nan", "inf", "1e999", "5 5", "-0"};
@@ -867,7 +858,7 @@ TEST_CASE("sampler_from_environment: a bad rate is reported once and nothing is 
     capture.clear();
     env.unset("SPANPROF_SAMPLER");
     env.set("SPANPROF_MAX_PROFILES_PER_SECOND", value);
-    CHECK(spanprof::sampler_from_environment() == nullptr);
+    CHECK(spanprof::head_sampler_from_environment() == nullptr);
     REQUIRE(capture.errors().size() == 1);
     CHECK(capture.errors()[0].code == ErrorCode::invalid_configuration);
     CHECK(contains(capture.errors()[0].message, "SPANPROF_MAX_PROFILES_PER_SECOND="));
@@ -876,20 +867,20 @@ TEST_CASE("sampler_from_environment: a bad rate is reported once and nothing is 
     capture.clear();
     env.set("SPANPROF_SAMPLER", "traceidratio");
     env.set("SPANPROF_SAMPLER_ARG", "0.5");
-    auto sampler = spanprof::sampler_from_environment();
+    auto sampler = spanprof::head_sampler_from_environment();
     CHECK(dynamic_cast<TraceIdRatioSampler*>(sampler.get()) != nullptr);
     CHECK(capture.errors().size() == 1);
   }
 }
 
-TEST_CASE("sampler_from_environment: each bad variable is reported once per call, values truncated",
+TEST_CASE("head_sampler_from_environment: each bad variable is reported once per call, values truncated",
           "[samplers]") {
   ScopedSamplerEnvironment env;
   ErrorCapture capture;
   const std::string long_value(1000, 'x');
   env.set("SPANPROF_SAMPLER", long_value);
   env.set("SPANPROF_MAX_PROFILES_PER_SECOND", "lots");
-  CHECK(spanprof::sampler_from_environment() == nullptr);
+  CHECK(spanprof::head_sampler_from_environment() == nullptr);
   REQUIRE(capture.errors().size() == 2);
   const auto& name_error = capture.errors()[0].message;
   CHECK(contains(name_error, "SPANPROF_SAMPLER=\"" + std::string(64, 'x') + "...\""));
@@ -900,6 +891,6 @@ TEST_CASE("sampler_from_environment: each bad variable is reported once per call
 
   // A second call reports again, once each.
   capture.clear();
-  CHECK(spanprof::sampler_from_environment() == nullptr);
+  CHECK(spanprof::head_sampler_from_environment() == nullptr);
   CHECK(capture.errors().size() == 2);
 }

@@ -10,14 +10,15 @@
 // bytes at it: under ASan/UBSan "never crashes" means no invalid access and no
 // undefined behaviour, not merely no segfault.
 #include "support/catch.hpp"
+#include "support/test_helpers.hpp"
 
-#include <spanprof/detail/gzip.hpp>
-#include <spanprof/detail/pprof_decoder.hpp>
-#include <spanprof/detail/protobuf_writer.hpp>
-#include <spanprof/detail/spool.hpp>
-#include <spanprof/pprof_encoder.hpp>
-#include <spanprof/profile.hpp>
-#include <spanprof/uploader.hpp>
+#include <spanprof/profile/gzip.hpp>
+#include <spanprof/profile/pprof_decoder.hpp>
+#include <spanprof/profile/protobuf_writer.hpp>
+#include <spanprof/delivery/spool.hpp>
+#include <spanprof/profile/pprof_encoder.hpp>
+#include <spanprof/profile/profile.hpp>
+#include <spanprof/delivery/uploader.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -50,32 +51,11 @@ namespace {
 
 // ---- fixtures -------------------------------------------------------------------
 
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/spanprof-spool-XXXXXX";
-    const char* dir = ::mkdtemp(pattern);
-    REQUIRE(dir != nullptr);
-    path_ = dir;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    // A test may have left a subdirectory read-only.
-    for (auto it = fs::recursive_directory_iterator(path_, ignored); it != fs::recursive_directory_iterator();
-         it.increment(ignored)) {
-      if (it->is_directory(ignored)) ::chmod(it->path().c_str(), 0700);
-    }
-    fs::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
+using spanprof_test::contains;
+using spanprof_test::string_label;
 
-  const std::string& path() const { return path_; }
-  std::string sub(const std::string& name) const { return path_ + "/" + name; }
+using spanprof_test::TempDir;
 
- private:
-  std::string path_;
-};
 
 std::vector<std::string> names_in(const std::string& dir) {
   std::vector<std::string> names;
@@ -105,16 +85,7 @@ void write_bytes(const std::string& path, const std::string& bytes) {
   REQUIRE(out.good());
 }
 
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
 
-spanprof::Label string_label(std::string key, std::string value) {
-  spanprof::Label label;
-  label.key = std::move(key);
-  label.str = std::move(value);
-  return label;
-}
 
 spanprof::Label number_label(std::string key, std::int64_t value, std::string unit) {
   spanprof::Label label;

@@ -2,8 +2,9 @@
 // files. The binary is linked without -rdynamic, so the static functions below
 // exist only in .symtab: finding them proves .symtab is read, not just .dynsym.
 #include "support/catch.hpp"
+#include "support/test_helpers.hpp"
 
-#include <spanprof/symbolizer.hpp>
+#include <spanprof/symbolization/elf_symbolizer.hpp>
 
 #include <dlfcn.h>
 #include <elf.h>
@@ -37,6 +38,8 @@ using spanprof::detail::ElfSymbolizer;
 #endif
 
 namespace {
+
+using spanprof_test::TempDir;
 
 volatile int g_sink = 0;
 
@@ -137,22 +140,6 @@ std::uintptr_t executable_address_of_object(const std::string& name) {
   return search.found;
 }
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char pattern[] = "/tmp/spanprof_symbolizer_XXXXXX";
-    const char* made = ::mkdtemp(pattern);
-    path = made != nullptr ? made : "/tmp";
-  }
-  ~TempDir() {
-    if (path != "/tmp") {
-      const std::string command = "rm -rf '" + path + "'";
-      if (std::system(command.c_str()) != 0) {
-      }
-    }
-  }
-  std::string file(const std::string& name) const { return path + "/" + name; }
-};
 
 // Collects error reports while alive, then restores the default handler.
 struct CapturedErrors {
@@ -369,29 +356,29 @@ TEST_CASE("hostile files are rejected with a reason and without crashing", "[sym
   std::string error;
 
   SECTION("missing file") {
-    CHECK_FALSE(loads(dir.file("does_not_exist"), error));
+    CHECK_FALSE(loads(dir.sub("does_not_exist"), error));
     CHECK(error.find("cannot open") != std::string::npos);
   }
   SECTION("empty file") {
-    write_whole_file(dir.file("empty"), "");
-    CHECK_FALSE(loads(dir.file("empty"), error));
+    write_whole_file(dir.sub("empty"), "");
+    CHECK_FALSE(loads(dir.sub("empty"), error));
     CHECK_FALSE(error.empty());
   }
   SECTION("a directory") {
-    CHECK_FALSE(loads(dir.path, error));
+    CHECK_FALSE(loads(dir.path(), error));
     CHECK_FALSE(error.empty());
   }
   SECTION("random bytes") {
     std::mt19937 random(42);
     std::string noise(8192, '\0');
     for (auto& byte : noise) byte = static_cast<char>(random());
-    write_whole_file(dir.file("noise"), noise);
-    CHECK_FALSE(loads(dir.file("noise"), error));
+    write_whole_file(dir.sub("noise"), noise);
+    CHECK_FALSE(loads(dir.sub("noise"), error));
     CHECK(error.find("not an ELF") != std::string::npos);
   }
   SECTION("a real ELF truncated at half its length") {
-    write_whole_file(dir.file("half"), real.substr(0, real.size() / 2));
-    CHECK_FALSE(loads(dir.file("half"), error));
+    write_whole_file(dir.sub("half"), real.substr(0, real.size() / 2));
+    CHECK_FALSE(loads(dir.sub("half"), error));
     CHECK(error.find("beyond the end") != std::string::npos);
   }
   SECTION("section header table offset past the end of the file") {
@@ -399,8 +386,8 @@ TEST_CASE("hostile files are rejected with a reason and without crashing", "[sym
     auto header = read_at<Elf64_Ehdr>(bad, 0);
     header.e_shoff = bad.size() + 4096;
     write_at(bad, 0, header);
-    write_whole_file(dir.file("shoff"), bad);
-    CHECK_FALSE(loads(dir.file("shoff"), error));
+    write_whole_file(dir.sub("shoff"), bad);
+    CHECK_FALSE(loads(dir.sub("shoff"), error));
     CHECK(error.find("beyond the end") != std::string::npos);
   }
   SECTION("section header offset chosen to overflow offset + size") {
@@ -408,8 +395,8 @@ TEST_CASE("hostile files are rejected with a reason and without crashing", "[sym
     auto header = read_at<Elf64_Ehdr>(bad, 0);
     header.e_shoff = ~std::uint64_t{0} - 8;
     write_at(bad, 0, header);
-    write_whole_file(dir.file("overflow"), bad);
-    CHECK_FALSE(loads(dir.file("overflow"), error));
+    write_whole_file(dir.sub("overflow"), bad);
+    CHECK_FALSE(loads(dir.sub("overflow"), error));
   }
   SECTION(".symtab contents past the end of the file") {
     std::string bad = real;
@@ -420,8 +407,8 @@ TEST_CASE("hostile files are rejected with a reason and without crashing", "[sym
     auto section = read_at<Elf64_Shdr>(bad, at);
     section.sh_offset = bad.size() - section.sh_size / 2;
     write_at(bad, at, section);
-    write_whole_file(dir.file("symtab"), bad);
-    CHECK_FALSE(loads(dir.file("symtab"), error));
+    write_whole_file(dir.sub("symtab"), bad);
+    CHECK_FALSE(loads(dir.sub("symtab"), error));
     CHECK(error.find(".symtab") != std::string::npos);
   }
   SECTION(".symtab linked to a section that does not exist") {
@@ -433,14 +420,14 @@ TEST_CASE("hostile files are rejected with a reason and without crashing", "[sym
     auto section = read_at<Elf64_Shdr>(bad, at);
     section.sh_link = 60000;
     write_at(bad, at, section);
-    write_whole_file(dir.file("link"), bad);
-    CHECK_FALSE(loads(dir.file("link"), error));
+    write_whole_file(dir.sub("link"), bad);
+    CHECK_FALSE(loads(dir.sub("link"), error));
   }
   SECTION("a 32-bit ELF") {
     std::string bad = real.substr(0, 4096);
     bad[EI_CLASS] = ELFCLASS32;
-    write_whole_file(dir.file("elf32"), bad);
-    CHECK_FALSE(loads(dir.file("elf32"), error));
+    write_whole_file(dir.sub("elf32"), bad);
+    CHECK_FALSE(loads(dir.sub("elf32"), error));
     CHECK(error.find("64-bit") != std::string::npos);
   }
 }
@@ -487,8 +474,8 @@ TEST_CASE("a loaded library whose file went bad is reported once and resolved to
   REQUIRE(!library.empty());
 
   TempDir dir;
-  const std::string garbage_path = real_path(dir.path) + "/libspanprof_garbage.so";
-  const std::string replaced_path = real_path(dir.path) + "/libspanprof_replaced.so";
+  const std::string garbage_path = real_path(dir.path()) + "/libspanprof_garbage.so";
+  const std::string replaced_path = real_path(dir.path()) + "/libspanprof_replaced.so";
   write_whole_file(garbage_path, library);
   write_whole_file(replaced_path, library);
   void* garbage = ::dlopen(garbage_path.c_str(), RTLD_NOW | RTLD_LOCAL);

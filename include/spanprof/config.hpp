@@ -5,12 +5,13 @@
 #define SPANPROF_CONFIG_HPP_
 
 #define SPANPROF_VERSION_MAJOR 0
-#define SPANPROF_VERSION_MINOR 1
+#define SPANPROF_VERSION_MINOR 2
 #define SPANPROF_VERSION_PATCH 0
-#define SPANPROF_VERSION_STRING "0.1.0"
+#define SPANPROF_VERSION_STRING "0.2.0"
 
-// SPANPROF_ENABLED=0 compiles every guard to an empty object: no code, no data,
-// no dependency on gperftools at run time.
+// SPANPROF_ENABLED=0 compiles every guard to an empty object and start(), flush(),
+// shutdown() and stats() to no-ops: no code, no data, no dependency on gperftools.
+// Every public name still exists, so one source builds both ways.
 #ifndef SPANPROF_ENABLED
 #define SPANPROF_ENABLED 1
 #endif
@@ -20,6 +21,10 @@
 // them from PYROSCOPE_* and OTEL_EXPORTER_OTLP_* variables.
 #ifndef SPANPROF_WITH_CURL
 #define SPANPROF_WITH_CURL 0
+#endif
+
+#if (SPANPROF_ENABLED != 0 && SPANPROF_ENABLED != 1) || (SPANPROF_WITH_CURL != 0 && SPANPROF_WITH_CURL != 1)
+#error "SPANPROF_ENABLED and SPANPROF_WITH_CURL must be 0 or 1"
 #endif
 
 // Singletons live in inline functions; with default visibility they stay one
@@ -38,12 +43,17 @@
 #define SPANPROF_UNLIKELY(x) (x)
 #endif
 
-// The ABI namespace encodes version and configuration, so two translation units
-// built with different settings fail to link instead of silently disagreeing.
-#define SPANPROF_ABI_CONCAT_(a, b, c, d) spanprof_v##a##_##b##_e##c##d
-#define SPANPROF_ABI_CONCAT(a, b, c, d) SPANPROF_ABI_CONCAT_(a, b, c, d)
+// The ABI namespace encodes the version and every feature switch that changes a
+// declaration (SPANPROF_ENABLED, SPANPROF_WITH_CURL): translation units built with
+// different settings get different types instead of one name with two layouts (an
+// ODR violation). A process that mixes them anyway is told so once at start().
+#define SPANPROF_ABI_CONCAT_(major, minor, enabled, curl) spanprof_v##major##_##minor##_e##enabled##c##curl
+#define SPANPROF_ABI_CONCAT(major, minor, enabled, curl) SPANPROF_ABI_CONCAT_(major, minor, enabled, curl)
 #define SPANPROF_ABI_NAMESPACE \
-  SPANPROF_ABI_CONCAT(SPANPROF_VERSION_MAJOR, SPANPROF_VERSION_MINOR, SPANPROF_ENABLED, )
+  SPANPROF_ABI_CONCAT(SPANPROF_VERSION_MAJOR, SPANPROF_VERSION_MINOR, SPANPROF_ENABLED, SPANPROF_WITH_CURL)
+#define SPANPROF_STRINGIFY_(x) #x
+#define SPANPROF_STRINGIFY(x) SPANPROF_STRINGIFY_(x)
+#define SPANPROF_ABI_NAME SPANPROF_STRINGIFY(SPANPROF_ABI_NAMESPACE)
 
 #define SPANPROF_NAMESPACE_BEGIN \
   namespace spanprof {           \

@@ -1,5 +1,5 @@
-// spanprof — span-scoped CPU and heap profiles for C++ services, labelled with the span's
-// trace and span ids so Pyroscope, Grafana and `go tool pprof` can find the
+// spanprof — span-scoped CPU and heap profiles for C++ services, labelled with the
+// span's trace and span ids so Pyroscope, Grafana and `go tool pprof` can find the
 // profile of one slow request.
 //
 //   #include <spanprof/spanprof.hpp>
@@ -7,33 +7,44 @@
 //     spanprof::ScopedProfile guard(span);
 //     ...
 //   }
+//
+// The umbrella: everything public. Source files that only open guards may include
+// the lighter <spanprof/guard.hpp> instead, as long as one source file of the
+// program includes this one.
+//
+// Layout, lowest layer first (a header includes only its own layer and lower ones):
+//   base/           error channel, counters, clock, text helpers
+//   span/           span identity: ids, traceparent, adapters for span types
+//   symbolization/  program counters to function names
+//   profile/        the profile model and its encoders (pprof, OTLP)
+//   policy/         which spans are profiled: head samplers, tail policies, trigger
+//   capture/        the engines that record samples on request threads
+//   delivery/       uploaders, the background worker, the spool
+//   runtime/        options, environment, start/flush/shutdown/stats
+//   guard.hpp       ScopedProfile, on top of all of it
 #ifndef SPANPROF_SPANPROF_HPP_
 #define SPANPROF_SPANPROF_HPP_
 
 #include <spanprof/config.hpp>
-#include <spanprof/error.hpp>
-#include <spanprof/span_context.hpp>
-#include <spanprof/span_adapter.hpp>
-#include <spanprof/scoped_profile.hpp>
-#include <spanprof/tail_policy.hpp>
 
-#if SPANPROF_ENABLED
-#include <spanprof/adaptive_trigger.hpp>
-#include <spanprof/clock.hpp>
-#include <spanprof/file_uploader.hpp>
-#include <spanprof/options.hpp>
-#include <spanprof/pprof_encoder.hpp>
-#include <spanprof/profile.hpp>
-#include <spanprof/runtime.hpp>
-#include <spanprof/sampler.hpp>
-#include <spanprof/stats.hpp>
-#include <spanprof/symbolizer.hpp>
-#include <spanprof/uploader.hpp>
-#if SPANPROF_WITH_CURL
-#include <spanprof/environment_uploaders.hpp>
-#include <spanprof/otlp_uploader.hpp>
-#include <spanprof/pyroscope_uploader.hpp>
-#endif
-#endif
+#include <spanprof/base/clock.hpp>
+#include <spanprof/base/error.hpp>
+#include <spanprof/delivery/file_uploader.hpp>
+#include <spanprof/delivery/otlp_uploader.hpp>
+#include <spanprof/delivery/pyroscope_uploader.hpp>
+#include <spanprof/delivery/uploader.hpp>
+#include <spanprof/guard.hpp>
+#include <spanprof/policy/adaptive_trigger.hpp>
+#include <spanprof/policy/head_sampler.hpp>
+#include <spanprof/policy/tail_policy.hpp>
+#include <spanprof/profile/pprof_encoder.hpp>
+#include <spanprof/profile/profile.hpp>
+#include <spanprof/runtime/options.hpp>
+#include <spanprof/runtime/runtime.hpp>
+#include <spanprof/runtime/stats.hpp>
+#include <spanprof/span/span_adapter.hpp>
+#include <spanprof/span/span_context.hpp>
+#include <spanprof/symbolization/elf_symbolizer.hpp>
+#include <spanprof/symbolization/symbolizer.hpp>
 
 #endif  // SPANPROF_SPANPROF_HPP_

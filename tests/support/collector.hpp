@@ -141,15 +141,17 @@ inline double share_on_stack(const spanprof::Profile& profile, const std::string
 
 // Defines a function that burns `cpu_seconds` of this thread's CPU under its own
 // name, for tests that look for that name in profiles. Use it inside an anonymous
-// namespace (internal linkage: finding the name proves .symtab is read).
-#define SPANPROF_TEST_HOT_FUNCTION(name)                                         \
-  __attribute__((noinline)) double name(double cpu_seconds) {                    \
-    const double end = spanprof_test::thread_cpu_seconds() + cpu_seconds;        \
-    volatile double x = 1.0;                                                     \
-    do {                                                                         \
-      for (int i = 0; i < 20000; ++i) x = x * 1.0000001 + 1e-9;                  \
-    } while (spanprof_test::thread_cpu_seconds() < end);                         \
-    return x;                                                                    \
+// namespace (internal linkage: finding the name proves .symtab is read). Each body
+// differs by a __COUNTER__ constant: the suites are compiled in unity batches, and
+// identical functions in one translation unit would be folded into one name.
+#define SPANPROF_TEST_HOT_FUNCTION(name)                                          \
+  __attribute__((noinline)) double name(double cpu_seconds) {                     \
+    const double end = spanprof_test::thread_cpu_seconds() + cpu_seconds;         \
+    volatile double x = 1.0;                                                      \
+    do {                                                                          \
+      for (int i = 0; i < 20000; ++i) x = x * 1.0000001 + 1e-9 * (1 + __COUNTER__); \
+    } while (spanprof_test::thread_cpu_seconds() < end);                          \
+    return x;                                                                     \
   }
 
 inline std::int64_t sample_count(const spanprof::Profile& profile) {

@@ -3,8 +3,8 @@
 // rather than on the model that went in. Deliberately independent of the writer.
 #pragma once
 
-#include <spanprof/detail/gzip.hpp>
-#include <spanprof/profile.hpp>
+#include <spanprof/profile/gzip.hpp>
+#include <spanprof/profile/profile.hpp>
 
 #include "command.hpp"
 

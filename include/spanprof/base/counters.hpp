@@ -1,0 +1,155 @@
+// The one registry of everything the SDK counts; spanprof::stats() reads it.
+//
+// Counts are kept per thread: a shared atomic would make every guard of every
+// thread fight over one cache line, while a thread's own block costs a plain
+// load and store. Each counter of a block is written by its own thread only, and
+// each by one context only (the sample signal handler writes the counters named
+// *_samples_captured/dropped for CPU, normal code all others), so no update is
+// lost. stats() sums the live blocks and what exited threads left behind.
+#ifndef SPANPROF_BASE_COUNTERS_HPP_
+#define SPANPROF_BASE_COUNTERS_HPP_
+
+#include <spanprof/config.hpp>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+enum class Counter : std::uint8_t {
+  // capture
+  cpu_guards_opened,      // guards that started a CPU profile (either engine)
+  spans_without_samples,  // sampling engine: closed with no sample, nothing handed over
+  cpu_samples_captured,   // written by the sample signal handler only
+  cpu_samples_dropped,    // written by the sample signal handler only
+  heap_guards_opened,
+  heap_samples_captured,
+  heap_samples_dropped,
+  classic_busy,           // classic guards refused: another scope was profiling
+  // decisions
+  head_declined,
+  profiles_started,
+  kept_sampled,           // kept_* follow ProfileReason's order
+  kept_slow,
+  kept_error,
+  kept_triggered,
+  discarded_by_tail_policy,
+  // delivery
+  profiles_enqueued,
+  profiles_dropped,
+  profiles_uploaded,
+  upload_failures,
+  upload_retries,
+  profiles_spooled,
+  spool_resent,
+  spool_evicted,
+  count_,
+};
+inline constexpr std::size_t counter_count = static_cast<std::size_t>(Counter::count_);
+
+// One thread's counters. Constant-initialized and trivially destructible, so
+// reading it never runs a TLS constructor (the signal handler reaches it through
+// a pointer taken in normal context).
+struct ThreadCounters {
+  std::atomic<std::uint64_t> values[counter_count] = {};
+  ThreadCounters* next = nullptr;
+  ThreadCounters* prev = nullptr;
+  bool registered = false;
+  bool exited = false;  // counts from later thread-exit destructors go straight to `retired`
+
+  void add(Counter counter, std::uint64_t n) noexcept {
+    std::atomic<std::uint64_t>& value = values[static_cast<std::size_t>(counter)];
+    value.store(value.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+};
+
+// A sum of every thread's counters.
+struct CounterTotals {
+  std::uint64_t values[counter_count] = {};
+  std::uint64_t operator[](Counter counter) const noexcept { return values[static_cast<std::size_t>(counter)]; }
+};
+
+struct CounterRegistry {
+  std::mutex mutex;
+  ThreadCounters* head = nullptr;
+  std::uint64_t retired[counter_count] = {};  // threads that exited
+
+  CounterTotals totals() noexcept {
+    CounterTotals sum;
+    std::lock_guard<std::mutex> lock(mutex);
+    for (std::size_t i = 0; i < counter_count; ++i) sum.values[i] = retired[i];
+    for (ThreadCounters* t = head; t; t = t->next)
+      for (std::size_t i = 0; i < counter_count; ++i) sum.values[i] += t->values[i].load(std::memory_order_relaxed);
+    return sum;
+  }
+};
+
+SPANPROF_API inline CounterRegistry& counter_registry() noexcept {
+  static CounterRegistry registry;
+  return registry;
+}
+
+inline thread_local ThreadCounters thread_counters;
+
+// Unlinks the thread's block at thread exit, folding its counts into `retired`.
+struct ThreadCountersOwner {
+  ~ThreadCountersOwner() {
+    auto& registry = counter_registry();
+    std::lock_guard<std::mutex> lock(registry.mutex);
+    ThreadCounters& t = thread_counters;
+    if (t.prev) t.prev->next = t.next;
+    else if (registry.head == &t) registry.head = t.next;
+    if (t.next) t.next->prev = t.prev;
+    for (std::size_t i = 0; i < counter_count; ++i) registry.retired[i] += t.values[i].load(std::memory_order_relaxed);
+    t.registered = false;
+    t.exited = true;
+  }
+};
+
+// Links this thread's block into the registry (once per thread). False when the
+// thread is exiting: its counts then go to the registry directly.
+SPANPROF_NOINLINE inline bool register_thread_counters() noexcept {
+  ThreadCounters& t = thread_counters;
+  if (t.exited) return false;
+  static thread_local ThreadCountersOwner owner;
+  (void)&owner;
+  auto& registry = counter_registry();
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  if (t.registered) return true;
+  t.next = registry.head;
+  t.prev = nullptr;
+  if (registry.head) registry.head->prev = &t;
+  registry.head = &t;
+  t.registered = true;
+  return true;
+}
+
+SPANPROF_NOINLINE inline void count_after_thread_exit(Counter counter, std::uint64_t n) noexcept {
+  auto& registry = counter_registry();
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  registry.retired[static_cast<std::size_t>(counter)] += n;
+}
+
+// This thread's block, registered; for code that keeps a pointer to it (the CPU
+// sampler, whose signal handler must not touch thread_local storage itself).
+inline ThreadCounters& this_thread_counters() noexcept {
+  if (!thread_counters.registered) register_thread_counters();
+  return thread_counters;
+}
+
+inline void count(Counter counter, std::uint64_t n = 1) noexcept {
+  ThreadCounters& t = thread_counters;
+  if (SPANPROF_UNLIKELY(!t.registered) && !register_thread_counters()) {
+    count_after_thread_exit(counter, n);
+    return;
+  }
+  t.add(counter, n);
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_BASE_COUNTERS_HPP_

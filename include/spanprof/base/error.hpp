@@ -1,0 +1,164 @@
+// The one error channel. Every failure the SDK meets — a malformed traceparent, a
+// refused perf event, an unwritable directory — is counted and reported here and
+// never thrown into the host application.
+#ifndef SPANPROF_BASE_ERROR_HPP_
+#define SPANPROF_BASE_ERROR_HPP_
+
+#include <spanprof/config.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string_view>
+
+SPANPROF_NAMESPACE_BEGIN
+
+enum class ErrorCode : std::uint8_t {
+  invalid_span_context,   // a guard was given an invalid trace or span id
+  invalid_traceparent,    // a traceparent header failed strict W3C parsing
+  sampler_unavailable,    // the preferred sampling source was refused; a fallback runs
+  sampler_failed,         // no sampling source could be armed on a thread
+  sample_buffer_full,     // a span's samples overflowed the per-thread buffer
+  heap_unavailable,       // heap profiling needs tcmalloc as the process's allocator
+  profiler_busy,          // the classic engine was already profiling another scope
+  profiler_failed,        // gperftools refused to start or wrote an unreadable file
+  queue_full,             // a finished profile was dropped: the hand-off queue was full
+  symbolization_failed,   // an object file could not be read for symbols
+  encoding_failed,        // compression or encoding of a profile failed
+  upload_failed,          // an uploader could not deliver a profile
+  invalid_configuration,  // an option or environment variable had a bad value
+  internal,               // an exception escaped a component and was contained
+};
+inline constexpr std::size_t error_code_count = static_cast<std::size_t>(ErrorCode::internal) + 1;
+
+constexpr std::string_view to_string(ErrorCode code) noexcept {
+  switch (code) {
+    case ErrorCode::invalid_span_context: return "invalid_span_context";
+    case ErrorCode::invalid_traceparent: return "invalid_traceparent";
+    case ErrorCode::sampler_unavailable: return "sampler_unavailable";
+    case ErrorCode::sampler_failed: return "sampler_failed";
+    case ErrorCode::sample_buffer_full: return "sample_buffer_full";
+    case ErrorCode::heap_unavailable: return "heap_unavailable";
+    case ErrorCode::profiler_busy: return "profiler_busy";
+    case ErrorCode::profiler_failed: return "profiler_failed";
+    case ErrorCode::queue_full: return "queue_full";
+    case ErrorCode::symbolization_failed: return "symbolization_failed";
+    case ErrorCode::encoding_failed: return "encoding_failed";
+    case ErrorCode::upload_failed: return "upload_failed";
+    case ErrorCode::invalid_configuration: return "invalid_configuration";
+    case ErrorCode::internal: return "internal";
+  }
+  return "unknown";
+}
+
+struct Error {
+  ErrorCode code;
+  std::string_view message;  // valid only during the handler call
+};
+
+// Called from any thread, request threads included: keep it short and never throw
+// (an exception from a handler is swallowed).
+using ErrorHandler = std::function<void(const Error&)>;
+
+// Writes at most one line per interval to stderr and says how many it held back,
+// so a storm of identical failures cannot flood a service's logs.
+class RateLimitedStderrHandler {
+ public:
+  explicit RateLimitedStderrHandler(std::chrono::milliseconds interval = std::chrono::seconds(1)) noexcept
+      : interval_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(interval).count()) {}
+
+  void operator()(const Error& error) const noexcept {
+    auto& state = *state_;
+    const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::steady_clock::now().time_since_epoch())
+                                 .count();
+    std::int64_t last = state.last_ns.load(std::memory_order_relaxed);
+    if (last != 0 && now - last < interval_ns_) {
+      state.suppressed.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    if (!state.last_ns.compare_exchange_strong(last, now, std::memory_order_relaxed)) {
+      state.suppressed.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    const auto held_back = state.suppressed.exchange(0, std::memory_order_relaxed);
+    const auto name = to_string(error.code);
+    if (held_back != 0) {
+      std::fprintf(stderr, "spanprof: %.*s: %.*s (%llu more held back)\n", static_cast<int>(name.size()),
+                   name.data(), static_cast<int>(error.message.size()), error.message.data(),
+                   static_cast<unsigned long long>(held_back));
+    } else {
+      std::fprintf(stderr, "spanprof: %.*s: %.*s\n", static_cast<int>(name.size()), name.data(),
+                   static_cast<int>(error.message.size()), error.message.data());
+    }
+  }
+
+ private:
+  struct State {
+    std::atomic<std::int64_t> last_ns{0};
+    std::atomic<std::uint64_t> suppressed{0};
+  };
+  std::int64_t interval_ns_;
+  std::shared_ptr<State> state_ = std::make_shared<State>();
+};
+
+namespace detail {
+
+struct ErrorChannel {
+  std::mutex mutex;  // guards handler replacement only; reporting copies nothing under it
+  std::shared_ptr<const ErrorHandler> handler =
+      std::make_shared<const ErrorHandler>(RateLimitedStderrHandler{});
+  std::atomic<std::uint64_t> counts[error_code_count] = {};
+};
+
+SPANPROF_API inline ErrorChannel& error_channel() noexcept {
+  static ErrorChannel channel;
+  return channel;
+}
+
+}  // namespace detail
+
+// Replaces the handler; an empty handler silences reporting (errors are still counted).
+inline void set_error_handler(ErrorHandler handler) noexcept {
+  auto& channel = detail::error_channel();
+  try {
+    auto next = std::make_shared<const ErrorHandler>(std::move(handler));
+    std::lock_guard<std::mutex> lock(channel.mutex);
+    channel.handler = std::move(next);
+  } catch (...) {
+  }
+}
+
+inline std::uint64_t error_count(ErrorCode code) noexcept {
+  return detail::error_channel().counts[static_cast<std::size_t>(code)].load(std::memory_order_relaxed);
+}
+
+// Counts without reporting: for paths that must not call user code (e.g. a hot
+// path hit a million times), the count is still visible in stats.
+inline void count_error(ErrorCode code) noexcept {
+  detail::error_channel().counts[static_cast<std::size_t>(code)].fetch_add(1, std::memory_order_relaxed);
+}
+
+inline void report_error(ErrorCode code, std::string_view message) noexcept {
+  auto& channel = detail::error_channel();
+  count_error(code);
+  std::shared_ptr<const ErrorHandler> handler;
+  {
+    std::lock_guard<std::mutex> lock(channel.mutex);
+    handler = channel.handler;
+  }
+  if (handler && *handler) {
+    try {
+      (*handler)(Error{code, message});
+    } catch (...) {
+    }
+  }
+}
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_BASE_ERROR_HPP_

@@ -1,0 +1,457 @@
+// The sampling heap engine: tcmalloc's new/delete hooks attribute sampled
+// allocations to the calling thread's active heap span.
+//
+// Why it is shaped like this (see docs/heap.md):
+//  * Installed hooks make every allocation in the process leave tcmalloc's fast
+//    path, inert or not, so they are installed only while at least one heap scope is
+//    open. Opening and closing scopes is lock-free except for the 0 <-> 1 transitions.
+//  * The new hook costs a thread-local load for threads outside a heap scope and a
+//    subtraction inside one: an allocation is recorded once per ~interval bytes
+//    (exponentially distributed gaps, so every byte has the same chance), and the
+//    counts are scaled back to unbiased estimates as Go's allocation profile does.
+//  * Recording writes into a preallocated per-thread log: the hooks never allocate
+//    and never take a lock.
+//  * Frees happen on any thread. A fixed table of the sampled, still-live pointers
+//    lets the delete hook mark them freed with one cache line scan and a CAS; while
+//    no sampled allocation is live, the delete hook returns after one load.
+#ifndef SPANPROF_CAPTURE_HEAP_SAMPLER_HPP_
+#define SPANPROF_CAPTURE_HEAP_SAMPLER_HPP_
+
+#include <spanprof/config.hpp>
+#include <spanprof/base/counters.hpp>
+#include <spanprof/capture/sample_records.hpp>
+#include <spanprof/capture/tcmalloc_api.hpp>
+#include <spanprof/base/error.hpp>
+
+#include <unwind.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <string>
+#include <vector>
+
+#include <time.h>
+
+#if defined(__GNUC__)
+// initial-exec: the hooks run inside malloc, where a lazily allocated TLS block (the
+// default for code in a dlopen'ed library) would recurse into malloc.
+#define SPANPROF_HOOK_TLS __attribute__((tls_model("initial-exec")))
+#else
+#define SPANPROF_HOOK_TLS
+#endif
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// Sampled allocations that have not been freed, shared by all threads. Slots are
+// grouped by cache line; a pointer lives only in its hash's group, so a lookup is
+// one line. Each entry packs the pointer with a tag unique to the sample, so an
+// address freed and reused by a later sample is never mistaken for the earlier one.
+class LiveAllocationTable {
+ public:
+  static constexpr std::size_t group_slots = 8;
+  static constexpr unsigned group_bits = 13;
+  static constexpr std::size_t slot_count = group_slots << group_bits;  // 64 Ki slots, 512 KiB
+  static constexpr unsigned tag_bits = 19;
+  static constexpr std::uint64_t no_slot = ~std::uint64_t{0};
+
+  // Returns the slot index, or no_slot when the pointer cannot be tracked (the group
+  // is full, or the address does not fit the packing). `entry` receives the value
+  // the slot holds while the allocation lives.
+  std::uint64_t insert(const void* pointer, std::uint64_t& entry) noexcept {
+    const auto address = reinterpret_cast<std::uintptr_t>(pointer);
+    if ((address & 7) != 0 || (address >> 48) != 0 || address == 0) return no_slot;
+    const std::uint64_t key = address >> 3;
+    const std::uint64_t tag = next_tag_.fetch_add(1, std::memory_order_relaxed) & ((1u << tag_bits) - 1);
+    entry = (key << tag_bits) | tag;
+    // Counted before it is visible: a free on another thread (which the program can
+    // only do after it received the pointer) must not see an empty table.
+    live_.fetch_add(1, std::memory_order_relaxed);
+    const std::size_t first = group_of(key) * group_slots;
+    for (std::size_t i = first; i < first + group_slots; ++i) {
+      std::uint64_t empty = 0;
+      if (slots_[i].compare_exchange_strong(empty, entry, std::memory_order_release, std::memory_order_relaxed)) {
+        return i;
+      }
+    }
+    live_.fetch_sub(1, std::memory_order_relaxed);
+    return no_slot;
+  }
+
+  // The delete hook: forgets the pointer if it is a live sample.
+  void forget(const void* pointer) noexcept {
+    if (SPANPROF_LIKELY(live_.load(std::memory_order_relaxed) == 0)) return;
+    const std::uint64_t key = reinterpret_cast<std::uintptr_t>(pointer) >> 3;
+    const std::size_t first = group_of(key) * group_slots;
+    for (std::size_t i = first; i < first + group_slots; ++i) {
+      std::uint64_t entry = slots_[i].load(std::memory_order_relaxed);
+      if (entry != 0 && (entry >> tag_bits) == key) {
+        if (slots_[i].compare_exchange_strong(entry, 0, std::memory_order_acq_rel, std::memory_order_relaxed)) {
+          live_.fetch_sub(1, std::memory_order_relaxed);
+        }
+        return;
+      }
+    }
+  }
+
+  bool is_live(std::uint64_t slot, std::uint64_t entry) const noexcept {
+    return slot < slot_count && slots_[slot].load(std::memory_order_acquire) == entry;
+  }
+
+  // Stops tracking a sample; true if it was still live.
+  bool take(std::uint64_t slot, std::uint64_t entry) noexcept {
+    if (slot >= slot_count) return false;
+    if (!slots_[slot].compare_exchange_strong(entry, 0, std::memory_order_acq_rel, std::memory_order_relaxed))
+      return false;
+    live_.fetch_sub(1, std::memory_order_relaxed);
+    return true;
+  }
+
+  std::uint64_t live() const noexcept { return live_.load(std::memory_order_relaxed); }
+
+ private:
+  static std::size_t group_of(std::uint64_t key) noexcept {
+    return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ull) >> (64 - group_bits));
+  }
+
+  std::atomic<std::uint64_t> live_{0};
+  std::atomic<std::uint64_t> next_tag_{1};
+  alignas(64) std::atomic<std::uint64_t> slots_[slot_count] = {};
+};
+
+// Static storage, constant-initialized: the delete hook may run during static
+// destruction and in threads that never profiled.
+SPANPROF_API inline LiveAllocationTable& live_allocations() noexcept {
+  static LiveAllocationTable table;
+  return table;
+}
+
+// The part of a heap guard the hooks see; open heap guards of a thread form a stack.
+struct HeapActiveSpan {
+  HeapActiveSpan* parent = nullptr;
+  std::size_t log_start = 0;
+  std::uint64_t dropped_at_start = 0;
+};
+
+// Everything the hooks touch on a thread. Trivial and constant-initialized, so a
+// hook reading it never runs a TLS constructor.
+struct HeapThreadState {
+  HeapActiveSpan* active;
+  std::int64_t bytes_until_sample;
+  std::uint64_t random;  // xorshift state; 0: not seeded yet
+  std::int64_t interval;
+  int max_depth;
+  bool in_hook;
+  bool probing;
+  bool probe_seen;
+  std::uint64_t* log;
+  std::size_t capacity;  // words
+  std::size_t used;
+  std::uint64_t dropped;
+};
+
+SPANPROF_HOOK_TLS inline thread_local HeapThreadState heap_thread = {};
+
+// Exponentially distributed gap with the given mean: every allocated byte then has
+// the same chance 1/interval of being the one sampled.
+inline std::int64_t next_sample_gap(HeapThreadState& t) noexcept {
+  if (t.interval <= 1) return 1;
+  std::uint64_t x = t.random;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  t.random = x;
+  const double uniform = (static_cast<double>(x >> 11) + 0.5) * (1.0 / 9007199254740992.0);  // (0, 1)
+  const double gap = -std::log(uniform) * static_cast<double>(t.interval);
+  return gap < 1.0 ? 1 : static_cast<std::int64_t>(gap);
+}
+
+// Where the hooks come from: tcmalloc's MallocHook (default), or spanprof's own
+// replacement operator new/delete, compiled into the program by including
+// <spanprof/allocation_hooks.hpp> in one source file.
+enum class HeapHookSource : std::uint8_t { malloc_hook, operator_new };
+
+// Set by the translation unit that defines the replacement operators.
+SPANPROF_API inline std::atomic<bool>& operator_new_hooks_compiled_in() noexcept {
+  static std::atomic<bool> compiled_in{false};
+  return compiled_in;
+}
+
+// The compiler runtime's unwinder (what C++ exceptions use). For the operator-new
+// hooks it is ~30% cheaper than gperftools' default (libunwind) here, and with
+// glibc >= 2.35 it finds unwind tables without taking a lock.
+struct UnwindCapture {
+  void** frames;
+  int max_depth;
+  int skip;
+  int depth;
+};
+
+inline _Unwind_Reason_Code unwind_capture_step(_Unwind_Context* context, void* argument) noexcept {
+  auto* capture = static_cast<UnwindCapture*>(argument);
+  const _Unwind_Ptr ip = _Unwind_GetIP(context);
+  if (ip == 0) return _URC_END_OF_STACK;
+  if (capture->skip > 0) {
+    --capture->skip;
+    return _URC_NO_REASON;
+  }
+  capture->frames[capture->depth++] = reinterpret_cast<void*>(ip);
+  return capture->depth >= capture->max_depth ? _URC_END_OF_STACK : _URC_NO_REASON;
+}
+
+// Return addresses of the callers, innermost first, leaving out `skip` frames
+// below the caller of this function. Always inlined, so the frame count is exact.
+SPANPROF_ALWAYS_INLINE inline int capture_return_addresses(void** frames, int max_depth, int skip) noexcept {
+  UnwindCapture capture{frames, max_depth, skip + 1, 0};  // +1: the caller's own frame
+  _Unwind_Backtrace(&unwind_capture_step, &capture);
+  return capture.depth;
+}
+
+// An operator-new stack leaves out spanprof's frames (this function and the
+// replacement operator); tcmalloc strips its own frames itself.
+SPANPROF_NOINLINE inline void record_heap_sample(HeapThreadState& t, const void* pointer, std::size_t size,
+                                                 HeapHookSource source = HeapHookSource::malloc_hook) noexcept {
+  t.bytes_until_sample = next_sample_gap(t);
+  if (t.in_hook) return;  // an allocation made while capturing a stack
+  t.in_hook = true;
+  const std::size_t need = heap_log_record_words(static_cast<std::size_t>(t.max_depth));
+  if (t.log == nullptr || t.capacity - t.used < need) {
+    ++t.dropped;
+    t.in_hook = false;
+    return;
+  }
+  std::uint64_t* record = t.log + t.used;
+  void** frames = reinterpret_cast<void**>(record + heap_log_header_words);
+  const int depth = source == HeapHookSource::operator_new ? capture_return_addresses(frames, t.max_depth, 1)
+                                                           : tcmalloc_api().caller_stack_trace(frames, t.max_depth, 0);
+  if (depth <= 0) {
+    ++t.dropped;
+    t.in_hook = false;
+    return;
+  }
+  std::uint64_t entry = 0;
+  const std::uint64_t slot = live_allocations().insert(pointer, entry);
+  write_heap_log_header(record, size, slot, entry, depth);
+  t.used += heap_log_record_words(static_cast<std::size_t>(depth));
+  t.in_hook = false;
+}
+
+inline void heap_new_hook(const void* pointer, std::size_t size) noexcept {
+  HeapThreadState& t = heap_thread;
+  if (SPANPROF_LIKELY(t.active == nullptr)) {
+    t.probe_seen |= t.probing;
+    return;
+  }
+  t.bytes_until_sample -= static_cast<std::int64_t>(size);
+  if (SPANPROF_LIKELY(t.bytes_until_sample > 0)) return;
+  record_heap_sample(t, pointer, size);
+}
+
+inline void heap_delete_hook(const void* pointer) noexcept { live_allocations().forget(pointer); }
+
+// Counts the open heap scopes and keeps the hooks installed exactly while there is
+// at least one.
+class HeapHooks {
+ public:
+  // False when heap profiling cannot work in this process (reported once).
+  bool acquire() noexcept {
+    if (SPANPROF_UNLIKELY(unavailable_.load(std::memory_order_relaxed))) return false;
+    int open = open_scopes_.load(std::memory_order_relaxed);
+    while (open > 0) {
+      if (open_scopes_.compare_exchange_weak(open, open + 1, std::memory_order_acq_rel)) return true;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    // Installed before the count becomes visible: a scope that finds the count
+    // above zero on the fast path can rely on live hooks. Compiled-in operator
+    // new/delete hooks are always live and need nothing installed.
+    if (!installed_ && !operator_new_hooks_compiled_in().load(std::memory_order_acquire) && !install()) return false;
+    open_scopes_.fetch_add(1, std::memory_order_acq_rel);
+    return true;
+  }
+
+  void release() noexcept {
+    int open = open_scopes_.load(std::memory_order_relaxed);
+    while (open > 1) {
+      if (open_scopes_.compare_exchange_weak(open, open - 1, std::memory_order_acq_rel)) return;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (open_scopes_.fetch_sub(1, std::memory_order_acq_rel) == 1 && installed_) {
+      const TcmallocApi& api = tcmalloc_api();
+      api.remove_new_hook(&heap_new_hook);
+      api.remove_delete_hook(&heap_delete_hook);
+      installed_ = false;
+    }
+  }
+
+  bool installed() const noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return installed_;
+  }
+  int open_scopes() const noexcept { return open_scopes_.load(std::memory_order_relaxed); }
+
+ private:
+  bool install() noexcept {
+    const TcmallocApi& api = tcmalloc_api();
+    if (!api.has_hooks()) {
+      return refuse(api.add_new_hook == nullptr
+                        ? "heap profiling needs tcmalloc (link libtcmalloc or LD_PRELOAD it); heap scopes are "
+                          "not profiled"
+                        : "tcmalloc is loaded but is not the process's malloc; heap scopes are not profiled");
+    }
+    if (!api.add_new_hook(&heap_new_hook) || !api.add_delete_hook(&heap_delete_hook)) {
+      api.remove_new_hook(&heap_new_hook);
+      api.remove_delete_hook(&heap_delete_hook);
+      return refuse("tcmalloc refused spanprof's allocation hooks (all hook slots taken?)");
+    }
+    if (!verified_) {
+      // Proves the hooks fire for this thread's allocations before any scope relies
+      // on them (a wrapper allocator could bypass tcmalloc's entry points).
+      HeapThreadState& t = heap_thread;
+      t.probe_seen = false;
+      t.probing = true;
+      void* (*volatile allocate)(std::size_t) = &std::malloc;
+      std::free(allocate(24));
+      t.probing = false;
+      if (!t.probe_seen) {
+        api.remove_new_hook(&heap_new_hook);
+        api.remove_delete_hook(&heap_delete_hook);
+        return refuse("tcmalloc's allocation hooks do not fire in this process; heap scopes are not profiled");
+      }
+      verified_ = true;
+    }
+    installed_ = true;
+    return true;
+  }
+
+  bool refuse(const char* why) noexcept {
+    unavailable_.store(true, std::memory_order_relaxed);
+    report_error(ErrorCode::heap_unavailable, why);
+    return false;
+  }
+
+  std::atomic<int> open_scopes_{0};
+  std::atomic<bool> unavailable_{false};
+  mutable std::mutex mutex_;
+  bool installed_ = false;
+  bool verified_ = false;
+};
+
+SPANPROF_API inline HeapHooks& heap_hooks() noexcept {
+  static HeapHooks hooks;
+  return hooks;
+}
+
+// Frees this thread's heap log at thread exit. Touched only by a thread's first
+// heap guard; the hooks read heap_thread, never this.
+struct HeapLogOwner {
+  ~HeapLogOwner() {
+    HeapThreadState& t = heap_thread;
+    t.active = nullptr;
+    std::uint64_t* log = t.log;
+    t.log = nullptr;
+    t.capacity = t.used = 0;
+    delete[] log;
+  }
+};
+inline thread_local HeapLogOwner heap_log_owner;
+
+struct HeapSettings {
+  std::int64_t interval_bytes = 512 * 1024;
+  int max_depth = 64;
+  std::size_t log_words = 64 * 1024;
+};
+
+// Opens a heap span on this thread. False: not profiled (reported).
+inline bool open_heap_span(HeapActiveSpan& span, const HeapSettings& settings) noexcept {
+  if (!heap_hooks().acquire()) return false;
+  HeapThreadState& t = heap_thread;
+  if (t.active == nullptr) {
+    // Outermost span: settings may have changed since this thread's last one.
+    if (t.log == nullptr || t.capacity != settings.log_words) {
+      (void)&heap_log_owner;  // registers the thread-exit cleanup
+      delete[] t.log;
+      t.log = new (std::nothrow) std::uint64_t[settings.log_words];
+      t.capacity = t.log ? settings.log_words : 0;
+      t.used = 0;
+      if (!t.log) {
+        heap_hooks().release();
+        report_error(ErrorCode::internal, "cannot allocate the per-thread heap sample log");
+        return false;
+      }
+    }
+    if (t.random == 0) {
+      timespec now{};
+      ::clock_gettime(CLOCK_MONOTONIC, &now);
+      t.random = (static_cast<std::uint64_t>(now.tv_nsec) * 0x9E3779B97F4A7C15ull) ^
+                 reinterpret_cast<std::uintptr_t>(&t) ^ 0x2545F4914F6CDD1Dull;
+      if (t.random == 0) t.random = 1;
+    }
+    if (t.interval != settings.interval_bytes) {
+      t.interval = settings.interval_bytes;
+      t.bytes_until_sample = next_sample_gap(t);
+    }
+    t.max_depth = settings.max_depth;
+  }
+  span.parent = t.active;
+  span.log_start = t.used;
+  span.dropped_at_start = t.dropped;
+  t.active = &span;
+  count(Counter::heap_guards_opened);
+  return true;
+}
+
+// What a closed heap span recorded: [size, live at close, depth, pcs...] records.
+struct HeapSpanResult {
+  std::vector<std::uint64_t> records;
+  std::uint64_t dropped = 0;
+  std::int64_t interval_bytes = 0;
+};
+
+// Closes the span and, if `keep`, copies its records out. Liveness is decided now,
+// at the span's end; the outermost span also stops tracking every sample of the log.
+inline void close_heap_span(HeapActiveSpan& span, HeapSpanResult& result, bool keep = true) noexcept {
+  HeapThreadState& t = heap_thread;
+  t.active = nullptr;  // the SDK's own allocations below belong to no span
+  const bool outermost = span.parent == nullptr;
+  result.dropped = t.dropped - span.dropped_at_start;
+  result.interval_bytes = t.interval;
+  std::size_t i = span.log_start;
+  std::size_t samples = 0;
+  bool copy = keep;
+  bool out_of_memory = false;
+  while (i + heap_log_header_words <= t.used) {
+    const HeapLogRecord record = read_heap_log_record(t.log + i);
+    const bool live = outermost ? live_allocations().take(record.slot, record.entry)
+                                : live_allocations().is_live(record.slot, record.entry);
+    if (copy) {
+      try {
+        append_heap_handoff_record(result.records, record, live);
+      } catch (...) {
+        copy = false;  // keep walking: the outermost span must still untrack every sample
+        out_of_memory = true;
+        result.records.clear();
+      }
+    }
+    ++samples;
+    i += heap_log_record_words(record.depth);
+  }
+  if (outermost) {
+    // Counted once, by the outermost span: a nested span's records are also its parent's.
+    t.used = 0;
+    count(Counter::heap_samples_captured, samples);
+    count(Counter::heap_samples_dropped, result.dropped);
+  }
+  t.active = span.parent;
+  heap_hooks().release();
+  if (out_of_memory) report_error(ErrorCode::internal, "out of memory copying a heap profile; dropped");
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_CAPTURE_HEAP_SAMPLER_HPP_

@@ -1,0 +1,132 @@
+// The packed records the sampling engines write on the request thread (CPU: in
+// the signal handler; heap: in the allocation hooks) and the worker reads back.
+// Writer and reader of each format live here together, so the two cannot drift.
+//
+//   CPU record         [weight, depth, pc_0 ... pc_{depth-1}]
+//                      pc_0 is the interrupted instruction, the others return
+//                      addresses; weight is the number of sampling periods the
+//                      record stands for (a POSIX timer can overrun).
+//   heap log record    [size, live-table slot, live-table entry, depth, pc_0 ...]
+//                      in a thread's heap log while its span is open.
+//   heap hand-off      [size, live at span close (0/1), depth, pc_0 ...]
+//                      what a closed heap span hands to the worker.
+//
+// Writers are async-signal-safe: they only store words into preallocated memory.
+#ifndef SPANPROF_CAPTURE_SAMPLE_RECORDS_HPP_
+#define SPANPROF_CAPTURE_SAMPLE_RECORDS_HPP_
+
+#include <spanprof/config.hpp>
+#include <spanprof/profile/profile.hpp>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// ---- CPU ------------------------------------------------------------------------
+
+inline constexpr std::size_t cpu_record_header_words = 2;
+
+constexpr std::size_t cpu_record_words(int depth) noexcept {
+  return cpu_record_header_words + static_cast<std::size_t>(depth);
+}
+
+// `callers` holds depth - 1 return addresses, innermost first.
+inline void write_cpu_record(std::uint64_t* out, std::uint64_t weight, std::uintptr_t pc, void* const* callers,
+                             int depth) noexcept {
+  out[0] = weight;
+  out[1] = static_cast<std::uint64_t>(depth);
+  out[2] = pc;
+  for (int i = 1; i < depth; ++i) out[2 + i] = reinterpret_cast<std::uintptr_t>(callers[i - 1]);
+}
+
+// Appends one CPU sample per record, values {samples, cpu ns}; stops at the first
+// malformed record.
+inline void read_cpu_records(const std::uint64_t* words, std::size_t count, RawProfile& profile) {
+  std::size_t i = 0;
+  while (i + cpu_record_header_words <= count) {
+    const std::uint64_t weight = words[i];
+    const std::uint64_t depth = words[i + 1];
+    if (depth == 0 || depth > count - i - cpu_record_header_words) break;
+    RawSample sample;
+    sample.values = {static_cast<std::int64_t>(weight), static_cast<std::int64_t>(weight) * profile.period_ns};
+    const std::uint64_t* pcs = words + i + cpu_record_header_words;
+    sample.frames.assign(pcs, pcs + depth);
+    profile.samples.push_back(std::move(sample));
+    i += cpu_record_header_words + depth;
+  }
+}
+
+// ---- heap -----------------------------------------------------------------------
+
+inline constexpr std::size_t heap_log_header_words = 4;
+inline constexpr std::size_t heap_handoff_header_words = 3;
+
+// The stack is captured straight into the record (pcs start at
+// heap_log_header_words); the header is written once its depth is known.
+inline void write_heap_log_header(std::uint64_t* record, std::uint64_t size, std::uint64_t slot, std::uint64_t entry,
+                                  int depth) noexcept {
+  record[0] = size;
+  record[1] = slot;
+  record[2] = entry;
+  record[3] = static_cast<std::uint64_t>(depth);
+}
+
+struct HeapLogRecord {
+  std::uint64_t size, slot, entry;
+  std::size_t depth;
+  const std::uint64_t* pcs;
+};
+
+inline HeapLogRecord read_heap_log_record(const std::uint64_t* record) noexcept {
+  return {record[0], record[1], record[2], static_cast<std::size_t>(record[3]), record + heap_log_header_words};
+}
+
+constexpr std::size_t heap_log_record_words(std::size_t depth) noexcept { return heap_log_header_words + depth; }
+
+// Throws std::bad_alloc like the vector it appends to.
+inline void append_heap_handoff_record(std::vector<std::uint64_t>& out, const HeapLogRecord& record, bool live) {
+  out.push_back(record.size);
+  out.push_back(live ? 1 : 0);
+  out.push_back(record.depth);
+  out.insert(out.end(), record.pcs, record.pcs + record.depth);
+}
+
+// An allocation of `size` bytes is sampled with probability 1 - exp(-size/interval);
+// dividing by that probability makes the expected totals exact (Go's
+// scaleHeapSample). Returns the number of allocations one sample stands for.
+inline double heap_sample_scale(double size, double interval) noexcept {
+  if (interval <= 1 || size <= 0) return 1.0;
+  const double probability = -std::expm1(-size / interval);
+  return probability > 0 ? 1.0 / probability : 1.0;
+}
+
+// Appends one heap sample per hand-off record with scaled values {alloc_objects,
+// alloc_space, inuse_objects, inuse_space}; stops at the first malformed record.
+inline void read_heap_handoff_records(const std::vector<std::uint64_t>& words, RawProfile& profile) {
+  std::size_t i = 0;
+  const double interval = static_cast<double>(profile.heap_interval_bytes);
+  while (i + heap_handoff_header_words <= words.size()) {
+    const double size = static_cast<double>(words[i]);
+    const bool live = words[i + 1] != 0;
+    const std::uint64_t depth = words[i + 2];
+    if (depth == 0 || depth > words.size() - i - heap_handoff_header_words) break;
+    const double scale = heap_sample_scale(size, interval);
+    const auto objects = static_cast<std::int64_t>(std::llround(scale));
+    const auto bytes = static_cast<std::int64_t>(std::llround(scale * size));
+    RawSample sample;
+    sample.values = {objects, bytes, live ? objects : 0, live ? bytes : 0};
+    const std::uint64_t* pcs = words.data() + i + heap_handoff_header_words;
+    sample.frames.assign(pcs, pcs + depth);
+    profile.samples.push_back(std::move(sample));
+    i += heap_handoff_header_words + depth;
+  }
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_CAPTURE_SAMPLE_RECORDS_HPP_

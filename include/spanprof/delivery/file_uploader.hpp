@@ -1,0 +1,93 @@
+// Writes each profile as <dir>/<span_id>-<start unix ns>-<kind>.pb.gz.
+//
+// A profile appears whole or not at all: it is written to a hidden temporary file
+// and renamed into place, so a reader (a sidecar shipping the directory, a person
+// running `go tool pprof`) never sees half a file. Files are 0600: profiles carry
+// function names and ids that are nobody else's business.
+#ifndef SPANPROF_DELIVERY_FILE_UPLOADER_HPP_
+#define SPANPROF_DELIVERY_FILE_UPLOADER_HPP_
+
+#include <spanprof/config.hpp>
+#include <spanprof/base/filesystem.hpp>
+#include <spanprof/delivery/uploader.hpp>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+SPANPROF_NAMESPACE_BEGIN
+
+class FileUploader final : public BasicUploader<std::mutex> {
+ public:
+  static constexpr const char* default_directory = "./profiles";
+
+  // An empty directory means ./profiles. (SPANPROF_OUTPUT_DIR sets
+  // Options::output_directory, where the default FileUploader writes.)
+  explicit FileUploader(std::string directory = {}) : directory_(std::move(directory)) {
+    if (directory_.empty()) directory_ = default_directory;
+    while (directory_.size() > 1 && directory_.back() == '/') directory_.pop_back();
+  }
+
+  const std::string& directory() const noexcept { return directory_; }
+  std::string_view name() const noexcept override { return "file"; }
+
+  // The name a profile is written under, relative to directory().
+  static std::string file_name_for(const EncodedProfile& profile) {
+    return profile.span.span_id.to_hex() + "-" + std::to_string(profile.start_unix_ns) + "-" +
+           std::string(to_string(profile.kind)) + ".pb.gz";
+  }
+
+ protected:
+  UploadResult upload_(const EncodedProfile& profile) override {
+    if (!detail::make_directories(directory_)) return failure("cannot create directory", directory_);
+    const std::string final_path = directory_ + "/" + file_name_for(profile);
+    const std::string temp_path = directory_ + "/." + file_name_for(profile) + ".tmp";
+    const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return failure("cannot create", temp_path);
+    const char* data = profile.pprof_gzip.data();
+    std::size_t left = profile.pprof_gzip.size();
+    while (left > 0) {
+      const ssize_t n = ::write(fd, data, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int saved = errno;
+        ::close(fd);
+        ::unlink(temp_path.c_str());
+        errno = saved;
+        return failure("cannot write", temp_path);
+      }
+      data += n;
+      left -= static_cast<std::size_t>(n);
+    }
+    if (::close(fd) != 0) {
+      const int saved = errno;
+      ::unlink(temp_path.c_str());
+      errno = saved;
+      return failure("cannot write", temp_path);
+    }
+    if (::rename(temp_path.c_str(), final_path.c_str()) != 0) {
+      const int saved = errno;
+      ::unlink(temp_path.c_str());
+      errno = saved;
+      return failure("cannot rename into", final_path);
+    }
+    return UploadResult::ok();
+  }
+
+ private:
+  // A full disk may clear up and a directory may be fixed by an operator: both are
+  // worth retrying; nothing here is permanent.
+  static UploadResult failure(const char* what, const std::string& path) {
+    return UploadResult::retryable(std::string(what) + " " + path + ": " + std::strerror(errno));
+  }
+
+  std::string directory_;
+};
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DELIVERY_FILE_UPLOADER_HPP_

@@ -1,0 +1,549 @@
+// The HTTP transport under the Pyroscope and OTLP uploaders: one POST at a time
+// over libcurl, on spanprof's background thread. Every failure comes back as data
+// in an HttpResponse — nothing is thrown — and classify() turns it into an
+// UploadResult the worker knows how to retry.
+//
+// Why the curl multi interface for a blocking call: curl_easy_perform only lets a
+// progress callback look at an abort flag about once a second while a server
+// stays silent. Driving the transfer ourselves in short poll slices lets shutdown
+// cut an upload short within tens of milliseconds, and costs nothing else.
+#ifndef SPANPROF_DELIVERY_HTTP_CLIENT_HPP_
+#define SPANPROF_DELIVERY_HTTP_CLIENT_HPP_
+
+#include <spanprof/config.hpp>
+#include <spanprof/base/text.hpp>
+#include <spanprof/delivery/http_options.hpp>
+#include <spanprof/delivery/uploader.hpp>
+
+// Only in builds with libcurl (SPANPROF_WITH_CURL=1, which the build systems set
+// when they link it).
+#if SPANPROF_WITH_CURL
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <ctime>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+struct HttpRequest {
+  std::string url;  // absolute, query included; http:// or https:// only
+  std::vector<std::pair<std::string, std::string>> headers;  // per request, on top of HttpOptions::headers
+  std::string body;              // sent as is; not copied by libcurl
+  std::string content_type;      // e.g. application/x-protobuf; empty: no Content-Type
+  std::string content_encoding;  // e.g. gzip; empty: none
+};
+
+// Three outcomes: a response arrived (status != 0, transport_error false); the
+// network failed (transport_error true: worth retrying); or the request could not
+// be made at all — a malformed URL, an unsupported scheme, an invalid header —
+// (status 0, transport_error false: retrying cannot help).
+struct HttpResponse {
+  long status = 0;               // 0 when no HTTP response arrived
+  bool transport_error = false;  // connect refused, reset, timeout, DNS, TLS, aborted...
+  std::string error;             // curl's error text, or "HTTP 503: <first 200 bytes of body>"; empty on 2xx
+  std::string body;              // the first 64 KiB at most
+  std::chrono::milliseconds retry_after{-1};  // from a Retry-After header (seconds or HTTP-date), else -1
+  bool reused_connection = false;  // sent over a kept-alive connection (no new connect)
+};
+
+inline constexpr std::size_t http_response_body_limit = std::size_t{64} << 10;
+inline constexpr std::size_t http_error_excerpt_limit = 200;
+// How long the transfer loop sleeps before looking at the abort flag again.
+inline constexpr int http_abort_poll_ms = 50;
+
+// curl_global_init is not thread-safe before libcurl 7.84, and curl_easy_init
+// calls it implicitly when nobody did: run it once, before any handle exists.
+// Never paired with curl_global_cleanup — the host (or another library) may use
+// libcurl too, and cleanup at exit races threads still running.
+SPANPROF_API inline CURLcode http_curl_global_init() noexcept {
+  static std::once_flag once;
+  static CURLcode result = CURLE_FAILED_INIT;
+  try {
+    std::call_once(once, [] { result = curl_global_init(CURL_GLOBAL_DEFAULT); });
+  } catch (...) {
+    return CURLE_FAILED_INIT;
+  }
+  return result;
+}
+
+// An error path must not throw; assigning a message can run out of memory.
+inline void http_set_text(std::string& out, std::string_view text) noexcept {
+  try {
+    out.assign(text.data(), text.size());
+  } catch (...) {
+    out.clear();
+  }
+}
+
+// RFC 9110 token: what a header name may be. Anything else could smuggle a second
+// header or end the head early.
+inline bool http_header_name_valid(std::string_view name) noexcept {
+  if (name.empty()) return false;
+  for (const char c : name) {
+    const bool alnum = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+    if (!alnum && (c == '\0' || std::strchr("!#$%&'*+-.^_`|~", c) == nullptr)) return false;
+  }
+  return true;
+}
+
+inline bool http_header_value_valid(std::string_view value) noexcept {
+  return value.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos;
+}
+
+inline void http_append_base64(std::string_view in, std::string& out) {
+  static constexpr char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::size_t i = 0;
+  for (; i + 3 <= in.size(); i += 3) {
+    const std::uint32_t n = (std::uint32_t{static_cast<unsigned char>(in[i])} << 16) |
+                            (std::uint32_t{static_cast<unsigned char>(in[i + 1])} << 8) |
+                            std::uint32_t{static_cast<unsigned char>(in[i + 2])};
+    out += alphabet[(n >> 18) & 63];
+    out += alphabet[(n >> 12) & 63];
+    out += alphabet[(n >> 6) & 63];
+    out += alphabet[n & 63];
+  }
+  const std::size_t left = in.size() - i;
+  if (left == 0) return;
+  std::uint32_t n = std::uint32_t{static_cast<unsigned char>(in[i])} << 16;
+  if (left == 2) n |= std::uint32_t{static_cast<unsigned char>(in[i + 1])} << 8;
+  out += alphabet[(n >> 18) & 63];
+  out += alphabet[(n >> 12) & 63];
+  out += left == 2 ? alphabet[(n >> 6) & 63] : '=';
+  out += '=';
+}
+
+// Percent-encodes everything but RFC 3986's unreserved characters, so the result
+// is safe in any URL component (a query value, a path segment).
+inline std::string url_encode(std::string_view in) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(in.size() + in.size() / 2);
+  for (const char c : in) {
+    const auto u = static_cast<unsigned char>(c);
+    const bool unreserved = (u >= '0' && u <= '9') || (u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z') ||
+                            u == '-' || u == '.' || u == '_' || u == '~';
+    if (unreserved) {
+      out += c;
+    } else {
+      out += '%';
+      out += hex[u >> 4];
+      out += hex[u & 15];
+    }
+  }
+  return out;
+}
+
+// Retry-After (RFC 9110 §10.2.3): delay-seconds or an HTTP-date, relative to
+// `now`. A date in the past means "now" (0); anything unparsable gives -1.
+inline std::chrono::milliseconds http_parse_retry_after(std::string_view value, std::time_t now) noexcept {
+  value = trim_ascii_space(value);
+  if (value.empty()) return std::chrono::milliseconds(-1);
+  if (value.find_first_not_of("0123456789") == std::string_view::npos) {
+    // Capped only so the arithmetic cannot overflow; the uploader applies its own limit.
+    constexpr std::int64_t max_seconds = 999'999'999;
+    std::int64_t seconds = 0;
+    for (const char c : value) {
+      seconds = seconds * 10 + (c - '0');
+      if (seconds > max_seconds) {
+        seconds = max_seconds;
+        break;
+      }
+    }
+    return std::chrono::milliseconds(seconds * 1000);
+  }
+  char date[64];  // the longest HTTP-date form (RFC 850) is 41 characters
+  if (value.size() >= sizeof date) return std::chrono::milliseconds(-1);
+  std::memcpy(date, value.data(), value.size());
+  date[value.size()] = '\0';
+  const std::time_t when = curl_getdate(date, nullptr);
+  if (when == static_cast<std::time_t>(-1)) return std::chrono::milliseconds(-1);
+  return std::chrono::milliseconds(when > now ? static_cast<std::int64_t>(when - now) * 1000 : 0);
+}
+
+// Up to http_error_excerpt_limit bytes of a response body for an error message:
+// a body can be anything, and the message may end up on one line of a log.
+inline void http_append_excerpt(std::string_view body, std::string& out) {
+  const std::size_t start = out.size();
+  for (const char c : body.substr(0, http_error_excerpt_limit)) {
+    const auto u = static_cast<unsigned char>(c);
+    out += (u < 0x20 || u == 0x7f) ? ' ' : c;
+  }
+  while (out.size() > start && out.back() == ' ') out.pop_back();
+}
+
+struct HttpHeaderListDeleter {
+  void operator()(curl_slist* list) const noexcept { curl_slist_free_all(list); }
+};
+using HttpHeaderList = std::unique_ptr<curl_slist, HttpHeaderListDeleter>;
+
+class HttpClient {
+ public:
+  explicit HttpClient(HttpOptions options) noexcept : options_(std::move(options)) {}
+  ~HttpClient() {
+    // Easy handle first: it is never left attached, and the multi handle owns the
+    // connection cache that its cleanup closes.
+    if (easy_ != nullptr) curl_easy_cleanup(easy_);
+    if (multi_ != nullptr) curl_multi_cleanup(multi_);
+  }
+  HttpClient(const HttpClient&) = delete;
+  HttpClient& operator=(const HttpClient&) = delete;
+
+  // Blocking, on the caller's (background) thread; concurrent calls take turns.
+  // `abort` (may be null) is checked every http_abort_poll_ms, so shutdown can cut
+  // a transfer short: the result is then a transport_error with error "aborted".
+  HttpResponse post(const HttpRequest& request, const std::atomic<bool>* abort = nullptr) noexcept {
+    HttpResponse response;
+    try {
+      std::lock_guard<std::mutex> lock(mutex_);
+      perform(request, abort, response);
+    } catch (const std::exception& e) {
+      fail(response, true, e.what());
+    } catch (...) {
+      fail(response, true, "unknown exception");
+    }
+    return response;
+  }
+
+  const HttpOptions& options() const noexcept { return options_; }
+
+ private:
+  // What the callbacks fill in while a transfer runs.
+  struct Transfer {
+    HttpResponse* response = nullptr;
+  };
+
+  // Keeps the easy handle attached to the multi handle for one transfer only, so
+  // every exit path leaves it free for curl_easy_reset.
+  struct Attachment {
+    CURLM* multi;
+    CURL* easy;
+    ~Attachment() { curl_multi_remove_handle(multi, easy); }
+  };
+
+  static void fail(HttpResponse& response, bool transport, std::string_view message) noexcept {
+    response.transport_error = transport;
+    http_set_text(response.error, message);
+  }
+
+  static std::size_t on_body(char* data, std::size_t size, std::size_t count, void* user) noexcept {
+    const std::size_t n = size * count;
+    auto& body = static_cast<Transfer*>(user)->response->body;
+    try {
+      if (body.size() < http_response_body_limit)
+        body.append(data, std::min(n, http_response_body_limit - body.size()));
+    } catch (...) {
+    }
+    // The rest is read and dropped rather than refused: refusing would fail the
+    // transfer and close a connection that is fine to reuse.
+    return n;
+  }
+
+  static std::size_t on_header(char* data, std::size_t size, std::size_t count, void* user) noexcept {
+    const std::size_t n = size * count;
+    auto& response = *static_cast<Transfer*>(user)->response;
+    const std::string_view line(data, n);
+    if (line.rfind("HTTP/", 0) == 0) {
+      // A new response head (after a 100 Continue, say): forget the previous one's.
+      response.retry_after = std::chrono::milliseconds(-1);
+      return n;
+    }
+    const std::size_t colon = line.find(':');
+    if (colon != std::string_view::npos && equals_ignoring_ascii_case(trim_ascii_space(line.substr(0, colon)), "Retry-After"))
+      response.retry_after = http_parse_retry_after(line.substr(colon + 1), std::time(nullptr));
+    return n;
+  }
+
+  // Every header once, with its last value: built-ins, then HttpOptions::headers,
+  // then the request's. No list, and `invalid` set, when a header must not be sent.
+  HttpHeaderList build_headers(const HttpRequest& request, std::string& invalid) const {
+    struct Field {
+      std::string_view name;
+      std::string value;
+    };
+    std::vector<Field> fields;
+    const auto set = [&fields](std::string_view name, std::string value) {
+      for (auto& field : fields) {
+        if (equals_ignoring_ascii_case(field.name, name)) {
+          field.value = std::move(value);
+          return;
+        }
+      }
+      fields.push_back({name, std::move(value)});
+    };
+    if (!request.content_type.empty()) set("Content-Type", request.content_type);
+    if (!request.content_encoding.empty()) set("Content-Encoding", request.content_encoding);
+    if (!options_.bearer_token.empty()) {
+      set("Authorization", "Bearer " + options_.bearer_token);
+    } else if (!options_.basic_auth_user.empty()) {
+      std::string value = "Basic ";
+      http_append_base64(options_.basic_auth_user + ':' + options_.basic_auth_password, value);
+      set("Authorization", std::move(value));
+    }
+    for (const auto* list : {&options_.headers, &request.headers})
+      for (const auto& header : *list) set(header.first, header.second);
+
+    HttpHeaderList headers;
+    const auto append = [&headers](const std::string& line) {
+      curl_slist* head = curl_slist_append(headers.get(), line.c_str());
+      if (head == nullptr) throw std::bad_alloc();
+      (void)headers.release();  // the same list, now one longer (or new when it was empty)
+      headers.reset(head);
+    };
+    bool has_expect = false, has_content_type = false;
+    for (const auto& field : fields) {
+      if (!http_header_name_valid(field.name) || !http_header_value_valid(field.value)) {
+        invalid = "invalid HTTP header \"" + std::string(field.name.substr(0, 64)) + '"';
+        return nullptr;
+      }
+      has_expect = has_expect || equals_ignoring_ascii_case(field.name, "Expect");
+      has_content_type = has_content_type || equals_ignoring_ascii_case(field.name, "Content-Type");
+      // "Name:" with nothing after it tells libcurl to drop the header; "Name;" sends it empty.
+      append(std::string(field.name) + (field.value.empty() ? ";" : ": " + field.value));
+    }
+    // libcurl asks larger bodies to wait for "100 Continue": one more round trip
+    // on every upload, for servers that would refuse a body we send anyway.
+    if (!has_expect) append("Expect:");
+    // Otherwise libcurl labels a POST body application/x-www-form-urlencoded.
+    if (!has_content_type) append("Content-Type:");
+    return headers;
+  }
+
+  // Every option, every time: curl_easy_reset keeps the connection and DNS caches
+  // but no option of the previous request (its body and header list are gone).
+  CURLcode configure(const HttpRequest& request, curl_slist* headers, Transfer& transfer, const char*& failed) {
+    CURLcode rc = CURLE_OK;
+    const auto check = [&rc, &failed](CURLcode code, const char* option) {
+      if (rc == CURLE_OK && code != CURLE_OK) {
+        rc = code;
+        failed = option;
+      }
+    };
+    const auto millis = [](std::chrono::milliseconds d) {
+      return static_cast<long>(std::clamp<std::int64_t>(d.count(), 0, LONG_MAX));
+    };
+    check(curl_easy_setopt(easy_, CURLOPT_ERRORBUFFER, error_buffer_), "CURLOPT_ERRORBUFFER");
+    check(curl_easy_setopt(easy_, CURLOPT_URL, request.url.c_str()), "CURLOPT_URL");
+    // An endpoint from configuration must not turn into file:// or something stranger.
+#if LIBCURL_VERSION_NUM >= 0x075500
+    check(curl_easy_setopt(easy_, CURLOPT_PROTOCOLS_STR, "http,https"), "CURLOPT_PROTOCOLS_STR");
+#else
+    check(curl_easy_setopt(easy_, CURLOPT_PROTOCOLS, static_cast<long>(CURLPROTO_HTTP | CURLPROTO_HTTPS)),
+          "CURLOPT_PROTOCOLS");
+#endif
+    // Signals are not for libcurl to take in a multi-threaded host (its DNS
+    // timeout would use SIGALRM); the threaded resolver needs none.
+    check(curl_easy_setopt(easy_, CURLOPT_NOSIGNAL, 1L), "CURLOPT_NOSIGNAL");
+    check(curl_easy_setopt(easy_, CURLOPT_POST, 1L), "CURLOPT_POST");
+    check(curl_easy_setopt(easy_, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size())),
+          "CURLOPT_POSTFIELDSIZE_LARGE");
+    // Borrowed, not copied: profiles can be megabytes, and `request` outlives the transfer.
+    check(curl_easy_setopt(easy_, CURLOPT_POSTFIELDS, request.body.data()), "CURLOPT_POSTFIELDS");
+    check(curl_easy_setopt(easy_, CURLOPT_HTTPHEADER, headers), "CURLOPT_HTTPHEADER");
+    check(curl_easy_setopt(easy_, CURLOPT_USERAGENT, "spanprof/" SPANPROF_VERSION_STRING), "CURLOPT_USERAGENT");
+    check(curl_easy_setopt(easy_, CURLOPT_CONNECTTIMEOUT_MS, millis(options_.connect_timeout)),
+          "CURLOPT_CONNECTTIMEOUT_MS");
+    check(curl_easy_setopt(easy_, CURLOPT_TIMEOUT_MS, millis(options_.timeout)), "CURLOPT_TIMEOUT_MS");
+    using Callback = std::size_t (*)(char*, std::size_t, std::size_t, void*);
+    check(curl_easy_setopt(easy_, CURLOPT_WRITEFUNCTION, static_cast<Callback>(&on_body)), "CURLOPT_WRITEFUNCTION");
+    check(curl_easy_setopt(easy_, CURLOPT_WRITEDATA, &transfer), "CURLOPT_WRITEDATA");
+    check(curl_easy_setopt(easy_, CURLOPT_HEADERFUNCTION, static_cast<Callback>(&on_header)),
+          "CURLOPT_HEADERFUNCTION");
+    check(curl_easy_setopt(easy_, CURLOPT_HEADERDATA, &transfer), "CURLOPT_HEADERDATA");
+    check(curl_easy_setopt(easy_, CURLOPT_SSL_VERIFYPEER, options_.verify_tls ? 1L : 0L), "CURLOPT_SSL_VERIFYPEER");
+    check(curl_easy_setopt(easy_, CURLOPT_SSL_VERIFYHOST, options_.verify_tls ? 2L : 0L), "CURLOPT_SSL_VERIFYHOST");
+    if (!options_.ca_file.empty())
+      check(curl_easy_setopt(easy_, CURLOPT_CAINFO, options_.ca_file.c_str()), "CURLOPT_CAINFO");
+    if (!options_.client_cert_file.empty())
+      check(curl_easy_setopt(easy_, CURLOPT_SSLCERT, options_.client_cert_file.c_str()), "CURLOPT_SSLCERT");
+    if (!options_.client_key_file.empty())
+      check(curl_easy_setopt(easy_, CURLOPT_SSLKEY, options_.client_key_file.c_str()), "CURLOPT_SSLKEY");
+    if (!options_.proxy.empty())
+      check(curl_easy_setopt(easy_, CURLOPT_PROXY, options_.proxy.c_str()), "CURLOPT_PROXY");
+    if (!options_.no_proxy.empty())
+      check(curl_easy_setopt(easy_, CURLOPT_NOPROXY, options_.no_proxy.c_str()), "CURLOPT_NOPROXY");
+    return rc;
+  }
+
+  // Failures of the request itself rather than of the network: the same request
+  // would fail the same way forever.
+  static bool is_request_error(CURLcode code) noexcept {
+    switch (code) {
+      case CURLE_UNSUPPORTED_PROTOCOL:
+      case CURLE_URL_MALFORMAT:
+      case CURLE_NOT_BUILT_IN:
+      case CURLE_BAD_FUNCTION_ARGUMENT:
+      case CURLE_UNKNOWN_OPTION:
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  // curl's own detail when it has some, under its generic text unless the detail
+  // already says it.
+  std::string curl_error(CURLcode code) const {
+    const std::string_view generic = curl_easy_strerror(code);
+    const std::string_view detail(error_buffer_, ::strnlen(error_buffer_, sizeof error_buffer_));
+    const std::string_view trimmed = trim_ascii_space(detail);
+    if (trimmed.empty()) return std::string(generic);
+    if (trimmed.find(generic) != std::string_view::npos) return std::string(trimmed);
+    return std::string(generic) + ": " + std::string(trimmed);
+  }
+
+  // Drives one transfer in short slices. True when it ran to an end (`result`
+  // says how); false when aborted or when the multi interface itself failed.
+  bool run(const std::atomic<bool>* abort, CURLcode& result, std::string& failure) {
+    CURLMcode mc = curl_multi_add_handle(multi_, easy_);
+    if (mc != CURLM_OK) {
+      failure = std::string("curl_multi_add_handle: ") + curl_multi_strerror(mc);
+      return false;
+    }
+    const Attachment attachment{multi_, easy_};
+    for (;;) {
+      int running = 0;
+      mc = curl_multi_perform(multi_, &running);
+      if (mc != CURLM_OK) {
+        failure = std::string("curl_multi_perform: ") + curl_multi_strerror(mc);
+        return false;
+      }
+      int queued = 0;
+      while (const CURLMsg* message = curl_multi_info_read(multi_, &queued)) {
+        if (message->msg == CURLMSG_DONE && message->easy_handle == easy_) {
+          result = message->data.result;
+          return true;
+        }
+      }
+      if (running == 0) {
+        failure = "the transfer ended without a result";
+        return false;
+      }
+      if (abort != nullptr && abort->load(std::memory_order_acquire)) {
+        // Removing the unfinished transfer makes libcurl close its connection.
+        failure = "aborted";
+        return false;
+      }
+#if LIBCURL_VERSION_NUM >= 0x074200
+      mc = curl_multi_poll(multi_, nullptr, 0, http_abort_poll_ms, nullptr);
+#else
+      // curl_multi_wait returns at once when libcurl has no socket to offer yet.
+      int ready = 0;
+      mc = curl_multi_wait(multi_, nullptr, 0, http_abort_poll_ms, &ready);
+      if (mc == CURLM_OK && ready == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+#endif
+      if (mc != CURLM_OK) {
+        failure = std::string("curl_multi_poll: ") + curl_multi_strerror(mc);
+        return false;
+      }
+    }
+  }
+
+  void perform(const HttpRequest& request, const std::atomic<bool>* abort, HttpResponse& response) {
+    if (abort != nullptr && abort->load(std::memory_order_acquire)) return fail(response, true, "aborted");
+    const CURLcode init = http_curl_global_init();
+    if (init != CURLE_OK) return fail(response, true, std::string("curl_global_init: ") + curl_easy_strerror(init));
+    // Created on first use (on the worker thread) and kept: the multi handle holds
+    // the connection cache that keep-alive reuses. A failed creation is retried
+    // by the next post.
+    if (easy_ == nullptr) easy_ = curl_easy_init();
+    if (multi_ == nullptr) multi_ = curl_multi_init();
+    if (easy_ == nullptr || multi_ == nullptr) return fail(response, true, "cannot create a libcurl handle");
+
+    std::string invalid;
+    const HttpHeaderList headers = build_headers(request, invalid);
+    if (!invalid.empty()) return fail(response, false, invalid);
+
+    curl_easy_reset(easy_);
+    error_buffer_[0] = '\0';
+    Transfer transfer{&response};
+    const char* failed_option = "";
+    const CURLcode configured = configure(request, headers.get(), transfer, failed_option);
+    if (configured != CURLE_OK) {
+      return fail(response, configured == CURLE_OUT_OF_MEMORY,
+                  std::string(failed_option) + ": " + curl_easy_strerror(configured));
+    }
+
+    CURLcode result = CURLE_OK;
+    std::string failure;
+    const bool finished = run(abort, result, failure);
+    // Neither the borrowed body nor the header list may outlive this call.
+    curl_easy_setopt(easy_, CURLOPT_POSTFIELDS, static_cast<const char*>(nullptr));
+    curl_easy_setopt(easy_, CURLOPT_HTTPHEADER, static_cast<curl_slist*>(nullptr));
+    if (!finished) return fail(response, true, failure);
+
+    long status = 0;
+    if (curl_easy_getinfo(easy_, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK) response.status = status;
+    if (result != CURLE_OK) return fail(response, !is_request_error(result), curl_error(result));
+    long connects = 0;
+    response.reused_connection =
+        curl_easy_getinfo(easy_, CURLINFO_NUM_CONNECTS, &connects) == CURLE_OK && connects == 0;
+    if (response.status < 200 || response.status > 299) {
+      std::string message = "HTTP " + std::to_string(response.status);
+      if (!response.body.empty()) {
+        message += ": ";
+        http_append_excerpt(response.body, message);
+      }
+      response.error = std::move(message);
+    }
+  }
+
+  const HttpOptions options_;
+  std::mutex mutex_;  // one transfer at a time on the handles below
+  CURL* easy_ = nullptr;
+  CURLM* multi_ = nullptr;
+  char error_buffer_[CURL_ERROR_SIZE] = {};
+};
+
+// 2xx: ok. Transport errors, 408, 429 and 5xx: retryable. Anything else — another
+// 4xx, a redirect (not followed), a request that could not be made — permanent.
+// `what` prefixes the message, e.g. "pyroscope".
+inline UploadResult classify(const HttpResponse& response, std::string_view what) noexcept {
+  using Status = UploadResult::Status;
+  const long code = response.status;
+  Status status = Status::permanent_failure;
+  if (response.transport_error || code == 408 || code == 429 || (code >= 500 && code <= 599)) {
+    status = Status::retryable_failure;
+  } else if (code >= 200 && code <= 299) {
+    return UploadResult::ok();
+  }
+  UploadResult result{status, {}, response.retry_after};
+  try {
+    std::string& message = result.message;
+    if (!what.empty()) {
+      message.assign(what.data(), what.size());
+      message += ": ";
+    }
+    if (!response.error.empty()) {
+      message += response.error;
+    } else {
+      message += code != 0 ? "HTTP " + std::to_string(code) : std::string("request failed");
+    }
+    if (response.retry_after.count() >= 0)
+      message += " (Retry-After " + std::to_string(response.retry_after.count() / 1000) + " s)";
+  } catch (...) {
+  }
+  return result;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_WITH_CURL
+
+#endif  // SPANPROF_DELIVERY_HTTP_CLIENT_HPP_

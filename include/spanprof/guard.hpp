@@ -1,0 +1,471 @@
+// ScopedProfile: profiles exactly the scope it lives in and labels the profile
+// with the span it was given.
+//
+//   void handle(Request& r, const Span& span) {
+//     spanprof::ScopedProfile guard(span);
+//     ...
+//   }  // samples handed to the background worker; nothing else happens here
+//
+// Cost on the request thread (bench/): a guard the head sampler turns down costs a
+// few nanoseconds; a profiled span that took no sample costs a few dozen
+// nanoseconds (two clock reads and a thread-local push and pop). Only a span that
+// took samples copies them out and hands them over.
+//
+// With `spanprof::heap` (or Options::profiles) the guard also records what the
+// scope allocated, through tcmalloc's hooks (docs/heap.md); that adds a lock-free
+// counter update at open and close.
+//
+// Guards nest: a parent's profile includes its children's samples, as a parent
+// span's time includes its children's. A guard must be closed on the thread that
+// opened it (it cannot be moved, and must not live across a coroutine suspension
+// that resumes on another thread).
+#ifndef SPANPROF_GUARD_HPP_
+#define SPANPROF_GUARD_HPP_
+
+#include <spanprof/base/counters.hpp>
+#include <spanprof/capture/captured_profile.hpp>
+#include <spanprof/capture/classic_cpu_engine.hpp>
+#include <spanprof/capture/classic_heap_engine.hpp>
+#include <spanprof/capture/cpu_sampler.hpp>
+#include <spanprof/capture/heap_sampler.hpp>
+#include <spanprof/config.hpp>
+#include <spanprof/policy/adaptive_trigger.hpp>
+#include <spanprof/policy/tail_policy.hpp>
+#include <spanprof/profile/profile.hpp>
+#include <spanprof/runtime/guard_host.hpp>
+#include <spanprof/span/span_adapter.hpp>
+#include <spanprof/span/span_context.hpp>
+
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <exception>
+#include <string_view>
+#include <type_traits>
+
+SPANPROF_NAMESPACE_BEGIN
+
+#if SPANPROF_ENABLED
+
+namespace detail {
+// Turned-down guards of this thread left before one is timed for the adaptive trigger.
+inline thread_local std::uint32_t trigger_observe_countdown = 0;
+
+constexpr Counter kept_counter(ProfileReason reason) noexcept {
+  return static_cast<Counter>(static_cast<std::size_t>(Counter::kept_sampled) + static_cast<std::size_t>(reason));
+}
+static_assert(static_cast<std::size_t>(Counter::kept_triggered) - static_cast<std::size_t>(Counter::kept_sampled) + 1 ==
+                  profile_reason_count,
+              "one kept_* counter per ProfileReason, in its order");
+}  // namespace detail
+
+class ScopedProfile {
+ public:
+  // Longer span names are cut to this many bytes: the name is copied into the
+  // guard so that nothing is allocated when the span ends without samples.
+  static constexpr std::size_t max_span_name = 127;
+
+  // Records what spanprof::Options::profiles says (CPU unless configured).
+  template <class Span>
+  SPANPROF_ALWAYS_INLINE explicit ScopedProfile(const Span& span) noexcept {
+    detail::require_span_adapter<Span>();
+    if constexpr (is_span_v<Span>) {
+      open(span_adapter<std::decay_t<Span>>::context(span), span_adapter<std::decay_t<Span>>::name(span), {}, true);
+      remember_status(span);
+    }
+  }
+
+  // Records the given profiles, e.g. `spanprof::cpu | spanprof::heap`.
+  template <class Span>
+  SPANPROF_ALWAYS_INLINE ScopedProfile(const Span& span, ProfileKinds kinds) noexcept {
+    detail::require_span_adapter<Span>();
+    if constexpr (is_span_v<Span>) {
+      open(span_adapter<std::decay_t<Span>>::context(span), span_adapter<std::decay_t<Span>>::name(span), kinds,
+           false);
+      remember_status(span);
+    }
+  }
+
+  // A span whose adapter reports a status is read again when the guard closes, so
+  // it must outlive the guard: a temporary would be gone by then.
+  template <class Span, class = std::enable_if_t<detail::has_span_status_v<Span>>>
+  explicit ScopedProfile(const Span&& span) = delete;
+  template <class Span, class = std::enable_if_t<detail::has_span_status_v<Span>>>
+  ScopedProfile(const Span&& span, ProfileKinds kinds) = delete;
+
+  ScopedProfile(const SpanContext& span, std::string_view span_name) noexcept { open(span, span_name, {}, true); }
+  ScopedProfile(const SpanContext& span, std::string_view span_name, ProfileKinds kinds) noexcept {
+    open(span, span_name, kinds, false);
+  }
+
+  ~ScopedProfile() {
+    if (SPANPROF_UNLIKELY(state_ != State::idle || heap_state_ != State::idle || observe_only_)) finish();
+  }
+
+  ScopedProfile(const ScopedProfile&) = delete;
+  ScopedProfile& operator=(const ScopedProfile&) = delete;
+  ScopedProfile(ScopedProfile&&) = delete;
+  ScopedProfile& operator=(ScopedProfile&&) = delete;
+
+  // True when this scope is being profiled (sampled in, an engine running).
+  bool active() const noexcept { return state_ != State::idle || heap_state_ != State::idle; }
+
+  // Marks the span as failed, for tail policies that keep errored spans. An
+  // exception leaving the scope marks it without this.
+  void set_error(bool failed = true) noexcept { errored_ = failed; }
+
+ private:
+  enum class State : std::uint8_t { idle, sampling, classic };
+
+  static std::int64_t monotonic_ns() noexcept {
+    timespec ts;
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+  }
+  static std::int64_t realtime_ns() noexcept {
+    timespec ts;
+    ::clock_gettime(CLOCK_REALTIME, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+  }
+
+  // Inlined into the guard's constructor: the turned-down guard is the common case
+  // and must stay a few instructions.
+  SPANPROF_ALWAYS_INLINE void open(const SpanContext& span, std::string_view span_name, ProfileKinds kinds,
+                                   bool configured) noexcept {
+    const detail::RunningConfig* config = detail::config_for_guard();
+    if (SPANPROF_UNLIKELY(config == nullptr)) return;
+    if (SPANPROF_UNLIKELY(!span.valid())) {
+      report_error(ErrorCode::invalid_span_context, "a guard was given an invalid trace or span id; not profiled");
+      return;
+    }
+    if (config->head_sampler && !config->head_sampler->should_profile(span, span_name)) {
+      detail::count(detail::Counter::head_declined);
+      if (SPANPROF_UNLIKELY(config->trigger != nullptr)) declined(*config, span, span_name, kinds, configured);
+      return;
+    }
+    begin(*config, span, span_name, configured ? config->profiles : kinds, false);
+  }
+
+  // The head sampler said no; the adaptive trigger may still want this span, and
+  // feeds on the latency of one span in `observe_one_in` per thread.
+  SPANPROF_NOINLINE void declined(const detail::RunningConfig& config, const SpanContext& span,
+                                  std::string_view span_name, ProfileKinds kinds, bool configured) noexcept {
+    AdaptiveTrigger& trigger = *config.trigger;
+    if (trigger.any_armed()) {
+      name_hash_ = AdaptiveTrigger::hash_name(span_name);
+      if (trigger.take(name_hash_)) {
+        begin(config, span, span_name, configured ? config.profiles : kinds, true);
+        return;
+      }
+    }
+    std::uint32_t& countdown = detail::trigger_observe_countdown;
+    if (countdown > 1) {
+      --countdown;
+      return;
+    }
+    countdown = trigger.options().observe_one_in;
+    if (name_hash_ == 0) name_hash_ = AdaptiveTrigger::hash_name(span_name);
+    config_ = &config;
+    observe_only_ = true;
+    start_ns_ = monotonic_ns();
+  }
+
+  SPANPROF_NOINLINE void begin(const detail::RunningConfig& config, const SpanContext& span,
+                               std::string_view span_name, ProfileKinds kinds, bool triggered) noexcept {
+    config_ = &config;
+    span_ = span;
+    triggered_ = triggered;
+    uncaught_at_open_ = std::uncaught_exceptions();
+    name_length_ = static_cast<std::uint8_t>(span_name.size() < max_span_name ? span_name.size() : max_span_name);
+    if (name_length_ != 0) std::memcpy(name_, span_name.data(), name_length_);
+    if (kinds.contains(ProfileKind::cpu)) {
+      if (config.cpu_engine == CpuEngine::classic) open_classic();
+      else open_sampling(config);
+    }
+    if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::heap))) open_heap(config);
+    if (active()) {
+      detail::count(detail::Counter::profiles_started);
+      start_ns_ = monotonic_ns();  // after the engines started: the classic ones take milliseconds
+    }
+  }
+
+  template <class Span>
+  void remember_status(const Span& span) noexcept {
+    if constexpr (detail::has_span_status_v<Span>) {
+      if (!active()) return;
+      status_span_ = &span;
+      status_failed_ = [](const void* s) noexcept { return span_adapter<std::decay_t<Span>>::failed(*static_cast<const Span*>(s)); };
+    } else {
+      (void)span;
+    }
+  }
+
+  bool failed() const noexcept {
+    return errored_ || std::uncaught_exceptions() > uncaught_at_open_ ||
+           (status_failed_ != nullptr && status_failed_(status_span_));
+  }
+
+  // The span ended: decide whether to keep what it recorded, then close the engines.
+  SPANPROF_NOINLINE void finish() noexcept {
+    const detail::RunningConfig& config = *config_;
+    if (observe_only_) {
+      observe_only_ = false;
+      config.trigger->observe(name_hash_, monotonic_ns() - start_ns_);
+      return;
+    }
+    if (!config.tail_policy && !config.trigger && !triggered_) {
+      // Nothing to decide: kept as sampled; the duration is read only if there is
+      // a profile to hand over.
+      detail::count(detail::kept_counter(ProfileReason::sampled));
+      if (heap_state_ != State::idle) close_heap();
+      if (state_ != State::idle) close_cpu();
+      return;
+    }
+    const std::int64_t duration = monotonic_ns() - start_ns_;
+    const std::string_view name(name_, name_length_);
+    TailDecision decision = TailDecision::keep_as(ProfileReason::sampled);
+    if (config.tail_policy) decision = config.tail_policy->decide(SpanOutcome{span_, name, duration, failed()});
+    // A span the trigger asked for is kept, under the more telling reason if any.
+    if (triggered_ && (!decision.keep || decision.reason == ProfileReason::sampled))
+      decision = TailDecision::keep_as(ProfileReason::triggered);
+    if (config.trigger) config.trigger->observe(name_hash_ ? name_hash_ : AdaptiveTrigger::hash_name(name), duration);
+    if (decision.keep) detail::count(detail::kept_counter(decision.reason));
+    else detail::count(detail::Counter::discarded_by_tail_policy);
+    keep_ = decision.keep;
+    reason_ = decision.reason;
+    duration_ns_ = duration;
+    // Heap first: the CPU hand-over allocates, and those allocations are the SDK's.
+    if (heap_state_ != State::idle) close_heap();
+    if (state_ != State::idle) close_cpu();
+  }
+
+  void open_sampling(const detail::RunningConfig& config) noexcept {
+    detail::ThreadCpuSampler* sampler = detail::current_cpu_sampler;
+    if (SPANPROF_UNLIKELY(sampler == nullptr || sampler->settings().generation != config.cpu_sampler.generation)) {
+      // New settings (spanprof::start was called again) apply from this thread's
+      // next outermost span: replacing the sampler now would free the log that
+      // the open outer guards still read.
+      if (sampler == nullptr || !sampler->has_open_span()) {
+        if (config.cpu_sampler.signal_number == 0) return;
+        sampler = detail::make_cpu_sampler(config.cpu_sampler);
+        if (sampler == nullptr) return;
+      }
+    }
+    if (SPANPROF_UNLIKELY(!sampler->armed())) {
+      if (!sampler->has_source() || !sampler->arm()) return;
+    }
+    sampler_ = sampler;
+    sampler->push(record_);
+    detail::count(detail::Counter::cpu_guards_opened);
+    state_ = State::sampling;
+  }
+
+  void close_cpu() noexcept {
+    if (state_ == State::classic) {
+      close_classic();
+      return;
+    }
+    detail::ThreadCpuSampler* sampler = sampler_;
+    sampler->pop(record_);
+    const std::size_t used = sampler->used_words();
+    const std::uint64_t dropped = sampler->dropped() - record_.dropped_at_start;
+    if (!keep_) {
+      // Discarded by the tail policy: nothing is copied, symbolized or sent.
+    } else if (used > record_.log_start || dropped != 0) {
+      hand_over(sampler, used, dropped);
+    } else {
+      detail::count(detail::Counter::spans_without_samples);
+    }
+    if (record_.parent == nullptr) sampler->reset_log();
+    state_ = State::idle;
+  }
+
+  SPANPROF_NOINLINE void hand_over(detail::ThreadCpuSampler* sampler, std::size_t used, std::uint64_t dropped) noexcept {
+    if (dropped != 0) {
+      char message[128];
+      std::snprintf(message, sizeof message, "%llu samples dropped: the per-thread sample buffer is full",
+                    static_cast<unsigned long long>(dropped));
+      report_error(ErrorCode::sample_buffer_full, message);
+    }
+    if (used <= record_.log_start) return;
+    try {
+      auto pending = std::make_unique<detail::CapturedProfile>();
+      fill_identity(pending->profile, ProfileKind::cpu);
+      pending->profile.period_ns = sampler->settings().period_ns;
+      pending->profile.dropped_samples = dropped;
+      pending->profile.engine = std::string("sampling:") + std::string(to_string(sampler->source()));
+      pending->packed_samples.assign(sampler->words() + record_.log_start, sampler->words() + used);
+      detail::submit_captured(std::move(pending));
+    } catch (...) {
+      report_error(ErrorCode::internal, "out of memory handing over a profile; dropped");
+    }
+  }
+
+  void fill_identity(RawProfile& profile, ProfileKind kind) {
+    if (duration_ns_ < 0) duration_ns_ = monotonic_ns() - start_ns_;
+    profile.kind = kind;
+    profile.span = span_;
+    profile.span_name.assign(name_, name_length_);
+    profile.start_unix_ns = realtime_ns() - duration_ns_;
+    profile.duration_ns = duration_ns_;
+    profile.reason = reason_;
+  }
+
+  SPANPROF_NOINLINE void open_classic() noexcept {
+    switch (detail::classic_engine_start(classic_path_)) {
+      case detail::ClassicStart::started:
+        detail::count(detail::Counter::cpu_guards_opened);
+        state_ = State::classic;
+        return;
+      case detail::ClassicStart::busy:
+        detail::count(detail::Counter::classic_busy);
+        report_error(ErrorCode::profiler_busy, "the classic engine is profiling another scope; this one is not profiled");
+        return;
+      case detail::ClassicStart::failed:
+        return;
+    }
+  }
+
+  SPANPROF_NOINLINE void close_classic() noexcept {
+    detail::classic_engine_stop();
+    state_ = State::idle;
+    if (!keep_) {
+      ::unlink(classic_path_);
+      return;
+    }
+    try {
+      auto pending = std::make_unique<detail::CapturedProfile>();
+      fill_identity(pending->profile, ProfileKind::cpu);
+      pending->profile.engine = "classic";
+      pending->gperftools_cpu_file = classic_path_;
+      detail::submit_captured(std::move(pending));
+    } catch (...) {
+      ::unlink(classic_path_);
+      report_error(ErrorCode::internal, "out of memory handing over a profile; dropped");
+    }
+  }
+
+  SPANPROF_NOINLINE void open_heap(const detail::RunningConfig& config) noexcept {
+    if (config.heap_engine == HeapEngine::classic) {
+      switch (detail::classic_heap_start(heap_prefix_)) {
+        case detail::ClassicHeapStart::started:
+          detail::count(detail::Counter::heap_guards_opened);
+          heap_state_ = State::classic;
+          return;
+        case detail::ClassicHeapStart::busy:
+          detail::count(detail::Counter::classic_busy);
+          report_error(ErrorCode::profiler_busy,
+                       "gperftools' heap profiler is profiling another scope; this one gets no heap profile");
+          return;
+        case detail::ClassicHeapStart::failed:
+          return;
+      }
+    }
+    if (detail::open_heap_span(heap_record_, config.heap)) heap_state_ = State::sampling;
+  }
+
+  SPANPROF_NOINLINE void close_heap() noexcept {
+    const State state = heap_state_;
+    heap_state_ = State::idle;
+    if (state == State::classic) {
+      char* text = detail::classic_heap_stop(heap_prefix_);
+      if (text == nullptr) {
+        if (keep_) report_error(ErrorCode::profiler_failed, "GetHeapProfile returned nothing");
+        return;
+      }
+      if (!keep_) {
+        std::free(text);
+        return;
+      }
+      try {
+        auto pending = std::make_unique<detail::CapturedProfile>();
+        fill_identity(pending->profile, ProfileKind::heap);
+        pending->profile.engine = "classic";
+        pending->gperftools_heap_text = text;
+        std::free(text);
+        text = nullptr;
+        detail::submit_captured(std::move(pending));
+      } catch (...) {
+        std::free(text);
+        report_error(ErrorCode::internal, "out of memory handing over a heap profile; dropped");
+      }
+      return;
+    }
+    detail::HeapSpanResult result;
+    detail::close_heap_span(heap_record_, result, keep_);
+    if (result.dropped != 0 && keep_) {
+      char message[128];
+      std::snprintf(message, sizeof message, "%llu heap samples dropped: the per-thread heap log is full",
+                    static_cast<unsigned long long>(result.dropped));
+      report_error(ErrorCode::sample_buffer_full, message);
+    }
+    if (!keep_ || result.records.empty()) return;  // discarded, or nothing allocated was sampled
+    try {
+      auto pending = std::make_unique<detail::CapturedProfile>();
+      fill_identity(pending->profile, ProfileKind::heap);
+      pending->profile.heap_interval_bytes = result.interval_bytes;
+      pending->profile.dropped_samples = result.dropped;
+      pending->profile.engine = detail::operator_new_hooks_compiled_in().load(std::memory_order_relaxed)
+                                    ? "sampling:operator_new"
+                                    : "sampling:tcmalloc_hooks";
+      pending->packed_samples = std::move(result.records);
+      detail::submit_captured(std::move(pending));
+    } catch (...) {
+      report_error(ErrorCode::internal, "out of memory handing over a heap profile; dropped");
+    }
+  }
+
+  State state_ = State::idle;
+  State heap_state_ = State::idle;
+  bool observe_only_ = false;  // not profiled; timed for the adaptive trigger only
+  bool triggered_ = false;
+  bool errored_ = false;
+  bool keep_ = true;
+  ProfileReason reason_ = ProfileReason::sampled;
+  std::uint8_t name_length_ = 0;
+  int uncaught_at_open_ = 0;
+  const detail::RunningConfig* config_ = nullptr;
+  detail::ThreadCpuSampler* sampler_ = nullptr;
+  std::int64_t start_ns_ = 0;
+  std::int64_t duration_ns_ = -1;  // -1: not read yet
+  std::uint64_t name_hash_ = 0;
+  const void* status_span_ = nullptr;
+  bool (*status_failed_)(const void*) noexcept = nullptr;
+  detail::ActiveSpan record_;
+  detail::HeapActiveSpan heap_record_;
+  SpanContext span_;
+  char name_[max_span_name];
+  char classic_path_[256];
+  char heap_prefix_[256];
+};
+
+#else  // SPANPROF_ENABLED == 0: every guard is an empty object.
+
+class ScopedProfile {
+ public:
+  // The same checks as the real guard, so code that compiles one way compiles both.
+  template <class Span>
+  explicit ScopedProfile(const Span&) noexcept {
+    detail::require_span_adapter<Span>();
+  }
+  template <class Span>
+  ScopedProfile(const Span&, ProfileKinds) noexcept {
+    detail::require_span_adapter<Span>();
+  }
+  template <class Span, class = std::enable_if_t<detail::has_span_status_v<Span>>>
+  explicit ScopedProfile(const Span&& span) = delete;
+  template <class Span, class = std::enable_if_t<detail::has_span_status_v<Span>>>
+  ScopedProfile(const Span&& span, ProfileKinds kinds) = delete;
+  ScopedProfile(const SpanContext&, std::string_view) noexcept {}
+  ScopedProfile(const SpanContext&, std::string_view, ProfileKinds) noexcept {}
+  ScopedProfile(const ScopedProfile&) = delete;
+  ScopedProfile& operator=(const ScopedProfile&) = delete;
+  bool active() const noexcept { return false; }
+  void set_error(bool = true) noexcept {}
+};
+
+#endif
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_GUARD_HPP_

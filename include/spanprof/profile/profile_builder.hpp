@@ -1,0 +1,140 @@
+// Turns a RawProfile (bare program counters) into a symbolized Profile: one
+// Location per distinct address, one Function per distinct name, one Mapping per
+// loaded segment, and the span's labels on every sample.
+#ifndef SPANPROF_PROFILE_PROFILE_BUILDER_HPP_
+#define SPANPROF_PROFILE_PROFILE_BUILDER_HPP_
+
+#include <spanprof/config.hpp>
+#include <spanprof/profile/profile.hpp>
+#include <spanprof/symbolization/symbolizer.hpp>
+
+#include <string>
+#include <unordered_map>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// Names of the labels every sample carries; Pyroscope and Grafana match on them.
+inline constexpr const char* trace_id_label = "trace_id";
+inline constexpr const char* span_id_label = "span_id";
+inline constexpr const char* span_name_label = "span_name";
+inline constexpr const char* profile_reason_label = "profile_reason";
+
+inline Label string_label(std::string key, std::string value) {
+  Label label;
+  label.key = std::move(key);
+  label.str = std::move(value);
+  return label;
+}
+
+inline std::vector<Label> span_labels(const RawProfile& raw) {
+  std::vector<Label> labels;
+  labels.push_back(string_label(trace_id_label, raw.span.trace_id.to_hex()));
+  labels.push_back(string_label(span_id_label, raw.span.span_id.to_hex()));
+  if (!raw.span_name.empty()) labels.push_back(string_label(span_name_label, raw.span_name));
+  labels.push_back(string_label(profile_reason_label, std::string(to_string(raw.reason))));
+  return labels;
+}
+
+class ProfileBuilder {
+ public:
+  explicit ProfileBuilder(Symbolizer& symbolizer) noexcept : symbolizer_(symbolizer) {}
+
+  Profile build(const RawProfile& raw, const std::vector<std::string>& comments) {
+    Profile profile;
+    if (raw.kind == ProfileKind::cpu) {
+      profile.sample_types = {{"samples", "count"}, {"cpu", "nanoseconds"}};
+      profile.period_type = {"cpu", "nanoseconds"};
+      profile.default_sample_type = "cpu";
+      profile.period = raw.period_ns;
+    } else {
+      // The names and order Go's heap profiles use, which pprof, Pyroscope and
+      // Grafana recognise. A span's question is "what did it allocate", so that is
+      // the default view.
+      profile.sample_types = {
+          {"alloc_objects", "count"}, {"alloc_space", "bytes"}, {"inuse_objects", "count"}, {"inuse_space", "bytes"}};
+      profile.period_type = {"space", "bytes"};
+      profile.default_sample_type = "alloc_space";
+      profile.period = raw.heap_interval_bytes;
+    }
+    profile.time_nanos = raw.start_unix_ns;
+    profile.duration_nanos = raw.duration_ns;
+    profile.comments = comments;
+
+    const std::vector<Label> labels = span_labels(raw);
+    profile.samples.reserve(raw.samples.size());
+    for (const RawSample& raw_sample : raw.samples) {
+      Sample sample;
+      sample.values = raw_sample.values;
+      sample.labels = labels;
+      sample.location_ids.reserve(raw_sample.frames.size());
+      for (std::size_t i = 0; i < raw_sample.frames.size(); ++i) {
+        // Callers' frames hold return addresses, which may already belong to the
+        // next function (a call as a function's last instruction): look up the
+        // call instruction instead, as pprof and debuggers do.
+        const std::uintptr_t pc = raw_sample.frames[i];
+        const bool exact = i == 0 && raw.kind == ProfileKind::cpu;  // heap frames are all return addresses
+        const std::uintptr_t address = (exact || pc == 0) ? pc : pc - 1;
+        sample.location_ids.push_back(location_for(address, profile));
+      }
+      profile.samples.push_back(std::move(sample));
+    }
+    locations_.clear();
+    functions_.clear();
+    mappings_.clear();
+    return profile;
+  }
+
+ private:
+  std::uint64_t location_for(std::uintptr_t address, Profile& profile) {
+    if (auto it = locations_.find(address); it != locations_.end()) return it->second;
+    const ResolvedFrame frame = symbolizer_.resolve(address);
+    Location location;
+    location.id = profile.locations.size() + 1;
+    location.address = address;
+    if (frame.module) location.mapping_id = mapping_for(*frame.module, profile);
+    if (!frame.function.empty() || !frame.system_name.empty()) {
+      location.function_id = function_for(frame, profile);
+      if (location.mapping_id != 0) profile.mappings[location.mapping_id - 1].has_functions = true;
+    }
+    profile.locations.push_back(location);
+    locations_.emplace(address, location.id);
+    return location.id;
+  }
+
+  std::uint64_t mapping_for(const Module& module, Profile& profile) {
+    if (auto it = mappings_.find(&module); it != mappings_.end()) return it->second;
+    Mapping mapping;
+    mapping.id = profile.mappings.size() + 1;
+    mapping.memory_start = module.start;
+    mapping.memory_limit = module.limit;
+    mapping.file_offset = module.file_offset;
+    mapping.filename = module.path;
+    mapping.build_id = module.build_id;
+    profile.mappings.push_back(mapping);
+    mappings_.emplace(&module, mapping.id);
+    return mapping.id;
+  }
+
+  std::uint64_t function_for(const ResolvedFrame& frame, Profile& profile) {
+    std::string name(frame.function.empty() ? frame.system_name : frame.function);
+    if (auto it = functions_.find(name); it != functions_.end()) return it->second;
+    Function function;
+    function.id = profile.functions.size() + 1;
+    function.name = name;
+    function.system_name = std::string(frame.system_name.empty() ? frame.function : frame.system_name);
+    profile.functions.push_back(function);
+    functions_.emplace(std::move(name), function.id);
+    return function.id;
+  }
+
+  Symbolizer& symbolizer_;
+  std::unordered_map<std::uintptr_t, std::uint64_t> locations_;
+  std::unordered_map<std::string, std::uint64_t> functions_;
+  std::unordered_map<const Module*, std::uint64_t> mappings_;
+};
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_PROFILE_PROFILE_BUILDER_HPP_

@@ -1,0 +1,100 @@
+// What a guard needs from the process-wide runtime, and nothing more: the
+// configuration of the current spanprof::start(), and a way to hand over what a
+// span captured.
+//
+// The runtime (runtime/runtime.hpp) implements GuardHost and registers itself when
+// a translation unit includes it. Keeping the guard below the runtime is what lets
+// <spanprof/guard.hpp> stay light: a source file that only opens guards compiles
+// none of the uploaders, encoders, spool or HTTP client. The program still needs
+// <spanprof/spanprof.hpp> in one source file (where it calls spanprof::start); a
+// guard in a program without it reports so once and profiles nothing.
+#ifndef SPANPROF_RUNTIME_GUARD_HOST_HPP_
+#define SPANPROF_RUNTIME_GUARD_HOST_HPP_
+
+#include <spanprof/base/error.hpp>
+#include <spanprof/capture/captured_profile.hpp>
+#include <spanprof/capture/cpu_sampler.hpp>
+#include <spanprof/capture/engines.hpp>
+#include <spanprof/capture/heap_sampler.hpp>
+#include <spanprof/config.hpp>
+#include <spanprof/policy/adaptive_trigger.hpp>
+#include <spanprof/policy/head_sampler.hpp>
+#include <spanprof/policy/tail_policy.hpp>
+#include <spanprof/profile/profile.hpp>
+
+#if SPANPROF_ENABLED
+
+#include <atomic>
+#include <memory>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// What one start() configured, as guards read it. Immutable once published.
+struct RunningConfig {
+  ProfileKinds profiles = cpu;
+  CpuEngine cpu_engine = CpuEngine::sampling;
+  HeapEngine heap_engine = HeapEngine::sampling;
+  CpuSamplerSettings cpu_sampler;
+  HeapSettings heap;
+  std::shared_ptr<HeadSampler> head_sampler;  // null: profile every span
+  std::shared_ptr<TailPolicy> tail_policy;    // null: keep every profile
+  std::shared_ptr<AdaptiveTrigger> trigger;   // null: off
+};
+
+class GuardHost {
+ public:
+  // A guard found no running configuration: start from the environment if
+  // spanprof never started (the first guard of a process that never called
+  // start()), and return the configuration to use, or null when not running.
+  virtual const RunningConfig* start_for_guard() noexcept = 0;
+  // Called on the request thread; must not block.
+  virtual void submit(std::unique_ptr<CapturedProfile> captured) noexcept = 0;
+
+ protected:
+  ~GuardHost() = default;
+};
+
+struct GuardHostState {
+  std::atomic<const RunningConfig*> config{nullptr};  // null: not running
+  std::atomic<GuardHost*> host{nullptr};              // null: no runtime in this program
+  std::atomic<bool> reported_missing{false};
+};
+
+// Constant-initialized: the guard's fast path is one load of `config`.
+SPANPROF_API inline GuardHostState& guard_host_state() noexcept {
+  static GuardHostState state;
+  return state;
+}
+
+SPANPROF_NOINLINE inline const RunningConfig* config_for_first_guard() noexcept {
+  GuardHostState& state = guard_host_state();
+  if (GuardHost* host = state.host.load(std::memory_order_acquire)) return host->start_for_guard();
+  if (!state.reported_missing.exchange(true, std::memory_order_relaxed)) {
+    report_error(ErrorCode::invalid_configuration,
+                 "a guard opened but spanprof's runtime is not in this program: include <spanprof/spanprof.hpp> "
+                 "in one source file; nothing is profiled");
+  }
+  return nullptr;
+}
+
+SPANPROF_ALWAYS_INLINE inline const RunningConfig* config_for_guard() noexcept {
+  const RunningConfig* config = guard_host_state().config.load(std::memory_order_acquire);
+  if (SPANPROF_LIKELY(config != nullptr)) return config;
+  return config_for_first_guard();
+}
+
+inline void submit_captured(std::unique_ptr<CapturedProfile> captured) noexcept {
+  if (GuardHost* host = guard_host_state().host.load(std::memory_order_acquire)) {
+    host->submit(std::move(captured));
+  } else {
+    discard_captured_profile(*captured);
+  }
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_RUNTIME_GUARD_HOST_HPP_

@@ -1,0 +1,49 @@
+// What the SDK did, for dashboards and for tests. Read with spanprof::stats().
+#ifndef SPANPROF_RUNTIME_STATS_HPP_
+#define SPANPROF_RUNTIME_STATS_HPP_
+
+#include <spanprof/config.hpp>
+#include <spanprof/capture/engines.hpp>
+
+#include <cstdint>
+
+SPANPROF_NAMESPACE_BEGIN
+
+struct Stats {
+  std::uint64_t guards_opened = 0;         // guards that started a CPU profile of a span (either engine)
+  std::uint64_t spans_without_samples = 0; // closed with no sample: nothing to hand over
+  std::uint64_t samples_captured = 0;
+  std::uint64_t samples_dropped = 0;       // lost to a full per-thread buffer
+  std::uint64_t profiles_enqueued = 0;
+  std::uint64_t profiles_dropped = 0;      // queue full, or SDK shut down
+  std::uint64_t profiles_uploaded = 0;     // accepted by every uploader, first time round
+  std::uint64_t upload_failures = 0;       // per uploader: permanent failure, or given up with no spool
+  std::uint64_t upload_retries = 0;        // attempts after the first
+  std::uint64_t profiles_spooled = 0;      // per uploader: parked in the spool during an outage
+  std::uint64_t spool_resent = 0;          // spooled profiles delivered later
+  std::uint64_t spool_evicted = 0;         // oldest spooled profiles dropped to stay within the bound
+  std::uint64_t spool_pending = 0;         // in the spool now
+  std::uint64_t queue_length = 0;          // profiles waiting for the worker now (<= queue_capacity)
+  std::uint64_t classic_busy = 0;          // classic guards (CPU or heap) refused: another scope was profiling
+  std::uint64_t heap_guards_opened = 0;    // guards that started a heap profile (either heap engine)
+  std::uint64_t heap_samples_captured = 0; // allocations recorded by the sampling heap engine
+  std::uint64_t heap_samples_dropped = 0;  // lost to a full per-thread log or a failed stack capture
+  bool heap_hooks_installed = false;       // tcmalloc hooks live now (only while a heap scope is open)
+  // Conditional profiling: every decision, counted (docs/sampling.md).
+  std::uint64_t head_declined = 0;         // guards the head sampler turned down
+  std::uint64_t profiles_started = 0;      // spans profiled (head sampler yes, or triggered)
+  std::uint64_t kept_sampled = 0;          // kept at close, by reason
+  std::uint64_t kept_slow = 0;
+  std::uint64_t kept_error = 0;
+  std::uint64_t kept_triggered = 0;
+  std::uint64_t discarded_by_tail_policy = 0;  // recorded, then dropped at close: never symbolized or sent
+  std::uint64_t triggers_armed = 0;        // times the adaptive trigger armed for a name (current start())
+  std::uint64_t invalid_spans = 0;         // guards given an invalid span context
+  std::uint64_t threads_armed = 0;         // threads whose sampler is armed now
+  CpuSampleSource cpu_sample_source = CpuSampleSource::automatic;  // the source in use (automatic: none armed yet)
+  int signal_number = 0;
+};
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_RUNTIME_STATS_HPP_

@@ -1,0 +1,75 @@
+// Symbolization: turning sampled program counters into function names and the
+// pprof mapping they came from.
+//
+// A Symbolizer runs on the background thread that encodes profiles, never on a
+// request thread, so implementations may read files and allocate freely. They
+// must still never throw: a bad object file costs its names, not the profile.
+#ifndef SPANPROF_SYMBOLIZATION_SYMBOLIZER_HPP_
+#define SPANPROF_SYMBOLIZATION_SYMBOLIZER_HPP_
+
+#include <spanprof/config.hpp>
+#include <spanprof/base/error.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+SPANPROF_NAMESPACE_BEGIN
+
+// One executable segment of a loaded object; becomes one pprof Mapping.
+struct Module {
+  std::uintptr_t start = 0;  // runtime address range [start, limit)
+  std::uintptr_t limit = 0;
+  std::uint64_t file_offset = 0;  // p_offset of the segment
+  std::string path;      // absolute path of the object file ("/proc/self/exe" resolved to the real path)
+  std::string build_id;  // lowercase hex of NT_GNU_BUILD_ID, empty if none
+};
+
+struct ResolvedFrame {
+  const Module* module = nullptr;  // nullptr: address in no known module
+  std::string_view function;       // demangled name; empty when unknown
+  std::string_view system_name;    // name as in the symbol table (mangled)
+};
+
+// Small on purpose so tests and exotic deployments (JITs, pre-symbolized stacks)
+// can plug in their own. Implementations are used from one background thread.
+class Symbolizer {
+ public:
+  virtual ~Symbolizer() = default;
+  // The views and the module pointer stay valid until refresh().
+  virtual ResolvedFrame resolve(std::uintptr_t address) noexcept = 0;
+  // Re-reads the set of loaded objects, e.g. after dlopen.
+  virtual void refresh() noexcept {}
+};
+
+// Adapts a plain function; the callback owns the storage its views point into.
+class CallbackSymbolizer final : public Symbolizer {
+ public:
+  using Callback = std::function<ResolvedFrame(std::uintptr_t)>;
+
+  explicit CallbackSymbolizer(Callback callback) noexcept : callback_(std::move(callback)) {}
+
+  ResolvedFrame resolve(std::uintptr_t address) noexcept override {
+    if (!callback_) return {};
+    try {
+      return callback_(address);
+    } catch (...) {
+      // User code threw; the frame stays unnamed rather than the profile being lost.
+      report_error(ErrorCode::internal, "symbolizer callback threw an exception");
+      return {};
+    }
+  }
+
+ private:
+  Callback callback_;
+};
+
+// The default, make_elf_symbolizer(), reads the ELF symbol tables of the objects
+// loaded in this process: symbolization/elf_symbolizer.hpp.
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_SYMBOLIZATION_SYMBOLIZER_HPP_

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Every way a user consumes spanprof, built and run as a user would:
+#   find_package after install, add_subdirectory, FetchContent, Meson subproject,
+#   pkg-config, the single header as the README says (with and without libcurl),
+#   one source built with profiling on and off, a strict-warnings TU under g++ and
+#   clang++ in C++17 and C++20, and the compile error for a span with no adapter.
+# Usage: tests/consumers/run.sh <spanprof source dir> <work dir> <CMake build dir to install>
+set -euo pipefail
+root=$1
+work=$2
+install_from=$3
+here="$root/tests/consumers"
+strict="-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Werror"
+mkdir -p "$work"
+ok() { printf '  ok  %s\n' "$*"; }
+fail() { printf 'FAIL  %s\n' "$*" >&2; exit 1; }
+
+# A program that must deliver a labelled profile (consumer.cpp exits 1 otherwise).
+run_consumer() { "$1" >"$work/last-run.txt" 2>&1 || { cat "$work/last-run.txt" >&2; fail "$2: ran, no profile"; }; }
+
+# ---- CMake --------------------------------------------------------------------------
+rm -rf "$work/prefix"
+cmake --install "$install_from" --prefix "$work/prefix" >/dev/null
+
+cmake -S "$here/cmake_import" -B "$work/cmake_import" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" \
+  -DCMAKE_CXX_FLAGS="$strict" >/dev/null
+cmake --build "$work/cmake_import" >/dev/null
+run_consumer "$work/cmake_import/consumer" "find_package"
+ok "CMake find_package(spanprof) after install"
+
+# Optional dependencies: a consumer that asked for none configures without them.
+cmake -S "$here/cmake_add_subdirectory" -B "$work/cmake_add_subdirectory" -G Ninja -DSPANPROF_SOURCE_DIR="$root" \
+  -DCMAKE_DISABLE_FIND_PACKAGE_CURL=ON -DCMAKE_CXX_FLAGS="$strict" >"$work/add_subdirectory.log"
+grep -q "without libcurl" "$work/add_subdirectory.log" || fail "add_subdirectory: no word about the missing libcurl"
+cmake --build "$work/cmake_add_subdirectory" >/dev/null
+run_consumer "$work/cmake_add_subdirectory/consumer" "add_subdirectory"
+ok "CMake add_subdirectory (libcurl hidden: configured, said so in one line)"
+
+commit=$(git -C "$root" rev-parse HEAD)
+cmake -S "$here/cmake_fetch_content" -B "$work/cmake_fetch_content" -G Ninja -DSPANPROF_GIT_REPOSITORY="$root" \
+  -DSPANPROF_GIT_TAG="$commit" -DCMAKE_CXX_FLAGS="$strict" >/dev/null
+cmake --build "$work/cmake_fetch_content" >/dev/null
+run_consumer "$work/cmake_fetch_content/consumer" "FetchContent"
+ok "CMake FetchContent (commit ${commit:0:12})"
+
+# ---- Meson subproject ---------------------------------------------------------------
+meson_src="$work/meson_subproject/src"
+rm -rf "$work/meson_subproject"
+mkdir -p "$meson_src/subprojects"
+cp "$here/meson_subproject/meson.build" "$here/consumer.cpp" "$meson_src/"
+ln -s "$root" "$meson_src/subprojects/spanprof"
+meson setup "$work/meson_subproject/build" "$meson_src" >/dev/null
+own=$(meson introspect --targets "$work/meson_subproject/build" |
+  python3 -c 'import json,sys; print(" ".join(t["name"] for t in json.load(sys.stdin) if t.get("subproject") == "spanprof"))')
+[ -z "$own" ] || fail "Meson subproject built spanprof's own targets: $own"
+meson compile -C "$work/meson_subproject/build" >/dev/null
+run_consumer "$work/meson_subproject/build/consumer" "Meson subproject"
+ok "Meson subproject (compiles no spanprof test, example or benchmark)"
+
+# ---- pkg-config ---------------------------------------------------------------------
+pc_dir=$(dirname "$(find "$work/prefix" -name spanprof.pc | head -1)")
+for package in spanprof spanprof-curl; do
+  flags=$(PKG_CONFIG_PATH="$pc_dir" pkg-config --cflags --libs "$package")
+  # shellcheck disable=SC2086
+  g++ -std=c++17 $strict "$here/consumer.cpp" -o "$work/pkg-config-$package" $flags
+  run_consumer "$work/pkg-config-$package" "pkg-config $package"
+  ok "pkg-config $package: $flags"
+done
+
+# ---- the single header, as the README says ------------------------------------------
+single="$work/single_header"
+rm -rf "$single" && mkdir -p "$single"
+cp "$here/consumer.cpp" "$single/app.cpp"
+ln -s "$root/single_include" "$single/single_include"
+(cd "$single" && g++ -std=c++17 app.cpp -I single_include -lprofiler -lz -pthread)
+run_consumer "$single/a.out" "single header"
+if (cd "$single" && g++ -std=c++17 -H -fsyntax-only app.cpp -I single_include 2>&1 | grep -q '/curl/'); then
+  fail "the single header reached libcurl's headers without SPANPROF_WITH_CURL"
+fi
+ok "single header, README command: g++ -std=c++17 app.cpp -I single_include -lprofiler -lz -pthread (no libcurl)"
+(cd "$single" && g++ -std=c++17 -DSPANPROF_WITH_CURL=1 app.cpp -I single_include -lprofiler -lz -lcurl -pthread -o with_curl)
+run_consumer "$single/with_curl" "single header with curl"
+ok "single header with -DSPANPROF_WITH_CURL=1 -lcurl"
+
+# ---- one source, profiling on and off -----------------------------------------------
+g++ -std=c++17 -O2 $strict -I "$root/include" "$here/one_source_both_ways.cpp" -o "$work/both-on" -lprofiler -lz -pthread
+"$work/both-on" >"$work/both-on.txt" 2>&1 || { cat "$work/both-on.txt"; fail "one source, enabled"; }
+g++ -std=c++17 -O2 $strict -DSPANPROF_ENABLED=0 -I "$root/include" "$here/one_source_both_ways.cpp" -o "$work/both-off" -pthread
+"$work/both-off" >"$work/both-off.txt" 2>&1 || { cat "$work/both-off.txt"; fail "one source, SPANPROF_ENABLED=0"; }
+if ldd "$work/both-off" | grep -Eq 'libprofiler|libtcmalloc|libcurl'; then fail "SPANPROF_ENABLED=0 binary needs gperftools or curl"; fi
+ok "one source: profiles with SPANPROF_ENABLED=1; with 0 links with -pthread alone and does nothing"
+
+# ---- strict warnings ----------------------------------------------------------------
+for combo in "g++ 17 1" "g++ 20 0" "clang++ 17 0" "clang++ 20 1"; do
+  read -r cxx std curl <<<"$combo"
+  # -O1: warnings that need the optimizer (maybe-uninitialized, ...) are seen.
+  $cxx -std=c++$std -O1 $strict -DSPANPROF_WITH_CURL="$curl" -I "$root/include" -c "$here/strict_warnings.cpp" \
+    -o "$work/strict.o"
+  ok "strict warnings: $cxx -std=c++$std (curl $curl)"
+done
+
+# ---- one clear error for a span type without an adapter -----------------------------
+for cxx in g++ clang++; do
+  if $cxx -std=c++17 -I "$root/include" -c "$here/no_span_adapter.cpp" -o /dev/null >"$work/no-adapter.txt" 2>&1; then
+    fail "$cxx compiled a guard over a span type with no adapter"
+  fi
+  errors=$(grep -c 'error:' "$work/no-adapter.txt" || true)
+  first=$(grep -m1 'error:' "$work/no-adapter.txt")
+  [ "$errors" = 1 ] || { cat "$work/no-adapter.txt"; fail "$cxx: $errors errors for a span with no adapter, not one"; }
+  case "$first" in
+    *span_adapter*docs/spans.md*) ;;
+    *) fail "$cxx: the error does not name span_adapter and docs/spans.md: $first" ;;
+  esac
+  ok "no adapter, $cxx: one error naming spanprof::span_adapter and docs/spans.md"
+done

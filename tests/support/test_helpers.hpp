@@ -1,0 +1,90 @@
+// Small helpers more than one suite uses. The suites are compiled in unity
+// batches (several .cpp files in one translation unit), so a helper defined in two
+// files' anonymous namespaces would clash: shared ones live here, once.
+#pragma once
+
+#include <spanprof/base/clock.hpp>
+#include <spanprof/profile/profile.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include <sys/stat.h>
+
+namespace spanprof_test {
+
+inline constexpr std::int64_t ten_ms = 10'000'000;
+
+inline bool contains(std::string_view haystack, std::string_view needle) {
+  return haystack.find(needle) != std::string_view::npos;
+}
+
+inline spanprof::Label string_label(std::string key, std::string value) {
+  spanprof::Label label;
+  label.key = std::move(key);
+  label.str = std::move(value);
+  return label;
+}
+
+// Every byte value, NULs included, in an order that shows truncation or shifts.
+inline std::string binary_body(std::size_t size) {
+  std::string body(size, '\0');
+  std::uint32_t state = 2463534242u;
+  for (std::size_t i = 0; i < size; ++i) {
+    state ^= state << 13;
+    state ^= state >> 17;
+    state ^= state << 5;
+    body[i] = static_cast<char>(i % 7 == 0 ? 0 : state & 0xff);
+  }
+  return body;
+}
+
+// A clock that counts its reads, to check a component reads it only when it must.
+class CountingClock final : public spanprof::Clock {
+ public:
+  explicit CountingClock(std::int64_t now_ns = 1'000'000'000) noexcept : now_(now_ns) {}
+  std::int64_t now_ns() const noexcept override {
+    reads_.fetch_add(1, std::memory_order_relaxed);
+    return now_;
+  }
+  int reads() const noexcept { return reads_.load(std::memory_order_relaxed); }
+
+ private:
+  std::int64_t now_;
+  mutable std::atomic<int> reads_{0};
+};
+
+// A fresh directory under /tmp, removed with everything in it (read-only
+// subdirectories included) when the test ends.
+class TempDir {
+ public:
+  explicit TempDir(const char* prefix = "spanprof-test") {
+    std::string pattern = std::string("/tmp/") + prefix + "-XXXXXX";
+    const char* dir = ::mkdtemp(pattern.data());
+    if (dir == nullptr) std::abort();
+    path_ = dir;
+  }
+  ~TempDir() {
+    namespace fs = std::filesystem;
+    std::error_code ignored;
+    for (auto it = fs::recursive_directory_iterator(path_, ignored); it != fs::recursive_directory_iterator();
+         it.increment(ignored)) {
+      if (it->is_directory(ignored)) ::chmod(it->path().c_str(), 0700);
+    }
+    fs::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string sub(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace spanprof_test

@@ -1,0 +1,350 @@
+// Configuration in one place: every environment variable of the table is tested
+// with a good value (it takes effect) and a bad one (one problem naming it, and
+// the default kept); code wins over the environment; start() returns every
+// problem; docs/configuration.md shows the table the parser uses.
+#include "support/catch.hpp"
+#include "support/collector.hpp"
+#include "support/environment.hpp"
+
+#include <spanprof/spanprof.hpp>
+
+#include <csignal>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using spanprof::Options;
+using spanprof_test::ScopedEnvironment;
+
+template <class T, class P>
+const T* as(const std::shared_ptr<P>& pointer) {
+  return dynamic_cast<const T*>(pointer.get());
+}
+
+template <class T>
+const T* uploader_of(const Options& options) {
+  for (const auto& uploader : options.uploaders)
+    if (const T* found = dynamic_cast<const T*>(uploader.get())) return found;
+  return nullptr;
+}
+
+struct VariableCase {
+  const char* name;
+  std::string good;
+  std::string bad;
+  std::vector<std::pair<std::string, std::string>> with;  // what the variable needs to be read at all
+  std::function<bool(const Options&)> took_effect;
+};
+
+bool has_uploader(const Options& options, std::string_view name) {
+  for (const auto& uploader : options.uploaders)
+    if (uploader && uploader->name() == name) return true;
+  return false;
+}
+
+std::vector<VariableCase> variable_cases() {
+  const std::string free_signal = std::to_string(SIGRTMIN + 7);
+  const std::string pyroscope = "http://127.0.0.1:4040";
+  const std::string otlp = "http://127.0.0.1:4318";
+  const std::pair<std::string, std::string> with_pyroscope{"PYROSCOPE_SERVER_ADDRESS", pyroscope};
+  const std::pair<std::string, std::string> with_otlp{"OTEL_EXPORTER_OTLP_ENDPOINT", otlp};
+  return {
+      {"SPANPROF_PROFILES", "cpu,heap", "gpu", {}, [](const Options& o) { return o.profiles == (spanprof::cpu | spanprof::heap); }},
+      {"SPANPROF_ENGINE", "classic", "fast", {}, [](const Options& o) { return o.cpu_engine == spanprof::CpuEngine::classic; }},
+      {"SPANPROF_SOURCE", "posix_timer", "hpet", {},
+       [](const Options& o) { return o.cpu_sample_source == spanprof::CpuSampleSource::posix_timer; }},
+      {"SPANPROF_FREQUENCY", "250", "5000", {}, [](const Options& o) { return o.frequency_hz == 250; }},
+      {"SPANPROF_SIGNAL", free_signal, "11", {},
+       [free_signal](const Options& o) { return std::to_string(o.signal_number) == free_signal; }},
+      {"SPANPROF_HEAP_ENGINE", "classic", "exact", {}, [](const Options& o) { return o.heap_engine == spanprof::HeapEngine::classic; }},
+      {"SPANPROF_HEAP_INTERVAL", "4096", "0", {}, [](const Options& o) { return o.heap_sample_interval_bytes == 4096; }},
+      {"SPANPROF_SAMPLER", "always_off", "sometimes", {},
+       [](const Options& o) { return as<spanprof::NeverSampler>(o.head_sampler) != nullptr; }},
+      {"SPANPROF_SAMPLER_ARG", "0.25", "2", {{"SPANPROF_SAMPLER", "probability"}},
+       [](const Options& o) {
+         const auto* p = as<spanprof::ProbabilitySampler>(o.head_sampler);
+         return p && p->probability() == 0.25;
+       }},
+      {"SPANPROF_MAX_PROFILES_PER_SECOND", "5", "-1", {},
+       [](const Options& o) {
+         const auto* limiter = as<spanprof::RateLimitingSampler>(o.head_sampler);
+         return limiter && limiter->per_second() == 5.0;
+       }},
+      {"SPANPROF_KEEP", "error", "never", {}, [](const Options& o) { return as<spanprof::KeepErroredSpans>(o.tail_policy) != nullptr; }},
+      {"SPANPROF_SLOW_THRESHOLD_MS", "250", "-5", {{"SPANPROF_KEEP", "slow"}},
+       [](const Options& o) {
+         const auto* slow = as<spanprof::KeepSlowSpans>(o.tail_policy);
+         return slow && slow->threshold_ns() == 250'000'000;
+       }},
+      {"SPANPROF_TRIGGER_FACTOR", "3", "1", {}, [](const Options& o) { return o.trigger && o.trigger->options().factor == 3.0; }},
+      {"SPANPROF_TRIGGER_SPANS", "7", "0", {{"SPANPROF_TRIGGER_FACTOR", "3"}},
+       [](const Options& o) { return o.trigger && o.trigger->options().spans_to_profile == 7; }},
+      {"SPANPROF_OUTPUT_DIR", "/tmp/spanprof-configuration-test", "/etc/passwd", {},
+       [](const Options& o) { return o.output_directory == "/tmp/spanprof-configuration-test"; }},
+      {"SPANPROF_SPOOL_DIR", "/tmp/spanprof-configuration-spool", "/etc/passwd", {},
+       [](const Options& o) { return o.spool_directory == "/tmp/spanprof-configuration-spool"; }},
+      {"SPANPROF_SPOOL_MAX_MB", "16", "0", {}, [](const Options& o) { return o.spool_max_bytes == (16u << 20); }},
+      {"SPANPROF_UPLOAD_ATTEMPTS", "7", "101", {}, [](const Options& o) { return o.retry.max_attempts == 7; }},
+      {"SPANPROF_QUEUE_OVERFLOW", "drop_oldest", "block", {},
+       [](const Options& o) { return o.queue_overflow == spanprof::OverflowPolicy::drop_oldest; }},
+      {"OTEL_SERVICE_NAME", "checkout", "check\nout", {}, [](const Options& o) { return o.service_name == "checkout"; }},
+#if SPANPROF_WITH_CURL
+      {"PYROSCOPE_SERVER_ADDRESS", pyroscope, "ftp://127.0.0.1", {}, [](const Options& o) { return has_uploader(o, "pyroscope"); }},
+      {"PYROSCOPE_APPLICATION_NAME", "checkout", "check\nout", {with_pyroscope},
+       [](const Options& o) {
+         const auto* p = uploader_of<spanprof::PyroscopeUploader>(o);
+         return p && p->options().application_name == "checkout";
+       }},
+      {"PYROSCOPE_AUTH_TOKEN", "token", "tok\r\nen", {with_pyroscope},
+       [](const Options& o) {
+         const auto* p = uploader_of<spanprof::PyroscopeUploader>(o);
+         return p && p->options().http.bearer_token == "token";
+       }},
+      {"PYROSCOPE_BASIC_AUTH_USER", "user", "us\ner", {with_pyroscope},
+       [](const Options& o) {
+         const auto* p = uploader_of<spanprof::PyroscopeUploader>(o);
+         return p && p->options().http.basic_auth_user == "user";
+       }},
+      {"PYROSCOPE_BASIC_AUTH_PASSWORD", "secret", "sec\nret", {with_pyroscope, {"PYROSCOPE_BASIC_AUTH_USER", "user"}},
+       [](const Options& o) {
+         const auto* p = uploader_of<spanprof::PyroscopeUploader>(o);
+         return p && p->options().http.basic_auth_password == "secret";
+       }},
+      {"PYROSCOPE_TENANT_ID", "tenant-1", "tenant\n1", {with_pyroscope},
+       [](const Options& o) {
+         const auto* p = uploader_of<spanprof::PyroscopeUploader>(o);
+         return p && p->options().tenant_id == "tenant-1";
+       }},
+      {"OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT", otlp + "/custom", "127.0.0.1:4318", {},
+       [otlp](const Options& o) {
+         const auto* u = uploader_of<spanprof::OtlpUploader>(o);
+         return u && u->url() == otlp + "/custom";
+       }},
+      {"OTEL_EXPORTER_OTLP_ENDPOINT", otlp, "localhost", {},
+       [otlp](const Options& o) {
+         const auto* u = uploader_of<spanprof::OtlpUploader>(o);
+         return u && u->url() == otlp + "/v1development/profiles";
+       }},
+      {"OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=abc%20def", "novalue", {with_otlp},
+       [](const Options& o) {
+         const auto* u = uploader_of<spanprof::OtlpUploader>(o);
+         return u && u->options().http.headers.size() == 1 && u->options().http.headers[0].second == "abc def";
+       }},
+      {"OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=prod", "=prod", {with_otlp},
+       [](const Options& o) {
+         const auto* u = uploader_of<spanprof::OtlpUploader>(o);
+         if (!u) return false;
+         for (const auto& [key, value] : u->options().resource.attributes)
+           if (key == "deployment.environment" && value == "prod") return true;
+         return false;
+       }},
+#endif
+  };
+}
+
+std::vector<spanprof::ConfigurationProblem> problems_about(const Options& options, const std::string& name) {
+  std::vector<spanprof::ConfigurationProblem> found;
+  for (const auto& problem : options.environment_problems)
+    if (problem.setting == name) found.push_back(problem);
+  return found;
+}
+
+std::string environment_table_markdown() {
+  std::string out =
+      "| Variable | Type | Range | Default | Sets | Meaning |\n"
+      "|---|---|---|---|---|---|\n";
+  for (const auto& v : spanprof::detail::environment_variables) {
+    out += std::string("| `") + v.name + "` | " + v.type + " | " + v.range + " | " + v.default_value + " | " +
+           (*v.option ? std::string("`") + v.option + "`" : std::string()) + " | " + v.meaning + " |\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("every environment variable has a good and a bad value tested", "[configuration]") {
+  std::set<std::string> tested;
+  for (const auto& c : variable_cases()) tested.insert(c.name);
+  std::set<std::string> table;
+  for (const auto& v : spanprof::detail::environment_variables) {
+    if (!SPANPROF_WITH_CURL && (std::string_view(v.name).rfind("PYROSCOPE_", 0) == 0 ||
+                                std::string_view(v.name).rfind("OTEL_EXPORTER_", 0) == 0 ||
+                                std::string_view(v.name) == "OTEL_RESOURCE_ATTRIBUTES"))
+      continue;  // covered by the "built without libcurl" test instead
+    table.insert(v.name);
+  }
+  CHECK(tested == table);
+}
+
+TEST_CASE("a good value takes effect; a bad one is one problem and the default", "[configuration]") {
+  const auto cases = variable_cases();
+  for (const auto& c : cases) {
+    INFO(c.name);
+    ScopedEnvironment env;
+    for (const auto& [name, value] : c.with) env.set(name, value);
+    const std::string baseline = spanprof::describe(Options());
+    const Options defaults_only;
+
+    env.set(c.name, c.good);
+    const Options good;
+    CHECK(good.environment_problems.empty());
+    CHECK(c.took_effect(good));
+    CHECK_FALSE(c.took_effect(defaults_only));
+
+    env.set(c.name, c.bad);
+    const Options bad;
+    const auto problems = problems_about(bad, c.name);
+    REQUIRE(problems.size() == 1);
+    CHECK(bad.environment_problems.size() == 1);
+    CHECK(problems[0].message.find(c.name) == 0);  // names the variable first
+    CHECK_FALSE(c.took_effect(bad));
+    const bool turns_backend_off = std::string_view(c.name).rfind("PYROSCOPE_", 0) == 0 ||
+                                   std::string_view(c.name).rfind("OTEL_EXPORTER_", 0) == 0 ||
+                                   std::string_view(c.name) == "OTEL_RESOURCE_ATTRIBUTES";
+    if (!turns_backend_off) CHECK(spanprof::describe(bad) == baseline);  // everything else at its default
+  }
+}
+
+TEST_CASE("a refinement is read only while what it refines is in effect", "[configuration]") {
+  ScopedEnvironment env;
+  env.set("SPANPROF_SAMPLER", "always_on");
+  env.set("SPANPROF_SAMPLER_ARG", "not a number");  // always_on takes no argument
+  env.set("SPANPROF_SLOW_THRESHOLD_MS", "soon");     // no SPANPROF_KEEP=slow
+  env.set("OTEL_RESOURCE_ATTRIBUTES", "=broken");    // no OTLP endpoint: a tracer's setting
+  const Options options;
+  CHECK(options.environment_problems.empty());
+}
+
+TEST_CASE("blank values are unset; case and blanks around choices are ignored", "[configuration]") {
+  ScopedEnvironment env;
+  env.set("SPANPROF_FREQUENCY", "   ");
+  env.set("SPANPROF_ENGINE", " Classic\t");
+  const Options options;
+  CHECK(options.environment_problems.empty());
+  CHECK(options.frequency_hz == 100);
+  CHECK(options.cpu_engine == spanprof::CpuEngine::classic);
+}
+
+TEST_CASE("one precedence rule: code > environment > default", "[configuration]") {
+  ScopedEnvironment env;
+  env.set("SPANPROF_FREQUENCY", "250");
+  env.set("SPANPROF_QUEUE_OVERFLOW", "drop_oldest");
+  env.set("SPANPROF_SPOOL_DIR", "/tmp/spanprof-precedence-spool");
+
+  Options options;
+  CHECK(options.frequency_hz == 250);                                         // environment over default
+  CHECK(options.queue_overflow == spanprof::OverflowPolicy::drop_oldest);
+  options.frequency_hz = 400;                                                 // code over environment
+  options.spool_directory.clear();
+  CHECK(options.frequency_hz == 400);
+  CHECK(options.spool_directory.empty());
+
+  const Options without(spanprof::ignore_environment);
+  CHECK(without.frequency_hz == 100);                                         // default alone
+  CHECK(without.queue_overflow == spanprof::OverflowPolicy::drop_newest);
+}
+
+namespace {
+SPANPROF_TEST_HOT_FUNCTION(configuration_hot_loop)
+}  // namespace
+
+TEST_CASE("the code's frequency is the one profiles are taken at, whatever the environment says", "[configuration]") {
+  ScopedEnvironment env;
+  env.set("SPANPROF_FREQUENCY", "50");
+  Options options;
+  options.frequency_hz = 400;
+  spanprof_test::Collector collector(options);
+  const auto span = spanprof_test::span_number(901);
+  {
+    spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "precedence"});
+    configuration_hot_loop(0.05);
+  }
+  const auto* profile = collector.profile_for(span.span_id);
+  REQUIRE(profile != nullptr);
+  CHECK(profile->meta.period_ns == 1'000'000'000 / 400);
+}
+
+TEST_CASE("start() returns every configuration problem and reports each", "[configuration]") {
+  ScopedEnvironment env;
+  env.set("SPANPROF_FREQUENCY", "fast");
+  env.set("SPANPROF_KEEP", "never");
+  Options options;
+  options.max_stack_depth = 100000;  // clamped
+  options.retry.jitter = 5.0;
+  std::vector<std::string> reported;
+  spanprof::set_error_handler([&](const spanprof::Error& e) {
+    if (e.code == spanprof::ErrorCode::invalid_configuration) reported.emplace_back(e.message);
+  });
+  const spanprof::StartResult result = spanprof::start(options);
+  spanprof::shutdown();
+  spanprof::set_error_handler(spanprof::RateLimitedStderrHandler{});
+  CHECK(result.started);
+  std::set<std::string> settings;
+  for (const auto& problem : result.problems) settings.insert(problem.setting);
+  CHECK(settings == std::set<std::string>{"SPANPROF_FREQUENCY", "SPANPROF_KEEP", "max_stack_depth", "retry.jitter"});
+  CHECK(reported.size() == result.problems.size());
+}
+
+TEST_CASE("describe() lists every setting", "[configuration]") {
+  const std::string text = spanprof::describe(Options(spanprof::ignore_environment));
+  CHECK(text.find("frequency_hz=100\n") != std::string::npos);
+  CHECK(text.find("uploaders=default\n") != std::string::npos);
+  CHECK(text.find("output_directory=./profiles\n") != std::string::npos);
+}
+
+TEST_CASE("each documented default is the built-in default", "[configuration]") {
+  const std::string described = spanprof::describe(Options(spanprof::ignore_environment));
+  for (const auto& v : spanprof::detail::environment_variables) {
+    const std::string_view option = v.option;
+    const std::string_view value = v.default_value;
+    if (option.empty() || value.empty() || value.front() == '(' || option == "uploaders" || option == "profiles") continue;
+    INFO(v.name);
+    if (option == "head_sampler" || option == "tail_policy" || option == "trigger") continue;
+    std::string shown(value);
+    if (option == "spool_max_bytes") shown = std::to_string(std::stoull(shown) << 20);  // documented in MiB
+    const std::string line = std::string(option) + "=" + shown + "\n";
+    CHECK(described.find(line) != std::string::npos);
+  }
+}
+
+#if !SPANPROF_WITH_CURL
+TEST_CASE("a backend variable in a build without libcurl is a problem, not silence", "[configuration]") {
+  ScopedEnvironment env;
+  env.set("PYROSCOPE_SERVER_ADDRESS", "http://127.0.0.1:4040");
+  const Options options;
+  REQUIRE(options.environment_problems.size() == 1);
+  CHECK(options.environment_problems[0].message.find("without libcurl") != std::string::npos);
+  CHECK(options.uploaders.empty());
+}
+#endif
+
+TEST_CASE("docs/configuration.md shows the table the parser uses", "[configuration]") {
+  const std::string path = std::string(SPANPROF_TEST_SOURCE_DIR) + "/docs/configuration.md";
+  std::ifstream in(path);
+  REQUIRE(in);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string text = buffer.str();
+  const std::string begin = "<!-- BEGIN environment table -->\n";
+  const std::string end = "<!-- END environment table -->";
+  const auto from = text.find(begin);
+  const auto to = text.find(end);
+  REQUIRE(from != std::string::npos);
+  REQUIRE(to != std::string::npos);
+  const std::string documented = text.substr(from + begin.size(), to - from - begin.size());
+  const std::string expected = environment_table_markdown();
+  if (documented != expected && std::getenv("SPANPROF_UPDATE_DOCS")) {
+    std::ofstream(path) << text.substr(0, from + begin.size()) << expected << text.substr(to);
+    WARN("rewrote the table in " << path);
+    return;
+  }
+  INFO("run this test with SPANPROF_UPDATE_DOCS=1 to rewrite the table");
+  CHECK(documented == expected);
+}
