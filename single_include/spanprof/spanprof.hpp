@@ -5147,12 +5147,16 @@ inline void close_heap_span(HeapActiveSpan& span, HeapSpanResult& result, bool k
   const bool outermost = span.parent == nullptr;
   result.dropped = t.dropped - span.dropped_at_start;
   result.interval_bytes = t.interval;
+  // Nothing is appended while the loop runs (no span is active), so the log is read
+  // through locals.
+  const std::uint64_t* const log = t.log;
+  const std::size_t used = t.used;
   std::size_t i = span.log_start;
   std::size_t samples = 0;
   bool copy = keep;
   bool out_of_memory = false;
-  while (i + heap_log_header_words <= t.used) {
-    const HeapLogRecord record = read_heap_log_record(t.log + i);
+  while (i + heap_log_header_words <= used) {
+    const HeapLogRecord record = read_heap_log_record(log + i);
     const bool live = outermost ? live_allocations().take(record.slot, record.entry)
                                 : live_allocations().is_live(record.slot, record.entry);
     if (copy) {
