@@ -30,7 +30,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 INCLUDE = ROOT / "include"
 OUTPUT = ROOT / "single_include" / "spanprof" / "spanprof.hpp"
 UMBRELLA = "spanprof/spanprof.hpp"
-COMPANIONS = ["spanprof/allocation_hooks.hpp"]
+COMPANIONS = ["spanprof/allocation_hooks.hpp", "spanprof/opentelemetry.hpp"]
 COMPANION_INCLUDES = {UMBRELLA}
 # Lowest first. A folder not listed here is an error: new folders need a place.
 LAYERS = ["base", "span", "symbolization", "profile", "policy", "capture", "delivery", "runtime"]

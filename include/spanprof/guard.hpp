@@ -36,6 +36,7 @@
 #include <spanprof/span/span_adapter.hpp>
 #include <spanprof/span/span_context.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <ctime>
@@ -69,33 +70,42 @@ class ScopedProfile {
   template <class Span>
   SPANPROF_ALWAYS_INLINE explicit ScopedProfile(const Span& span) noexcept {
     detail::require_span_adapter<Span>();
-    if constexpr (is_span_v<Span>) {
-      open(span_adapter<std::decay_t<Span>>::context(span), span_adapter<std::decay_t<Span>>::name(span), {}, true);
-      remember_status(span);
-    }
+    if constexpr (is_span_v<Span>) start(span, span_adapter<std::decay_t<Span>>::name(span), {}, true);
   }
 
   // Records the given profiles, e.g. `spanprof::cpu | spanprof::heap`.
   template <class Span>
   SPANPROF_ALWAYS_INLINE ScopedProfile(const Span& span, ProfileKinds kinds) noexcept {
     detail::require_span_adapter<Span>();
-    if constexpr (is_span_v<Span>) {
-      open(span_adapter<std::decay_t<Span>>::context(span), span_adapter<std::decay_t<Span>>::name(span), kinds,
-           false);
-      remember_status(span);
-    }
+    if constexpr (is_span_v<Span>) start(span, span_adapter<std::decay_t<Span>>::name(span), kinds, false);
   }
 
-  // A span whose adapter reports a status is read again when the guard closes, so
-  // it must outlive the guard: a temporary would be gone by then.
-  template <class Span, class = std::enable_if_t<detail::has_span_status_v<Span>>>
-  explicit ScopedProfile(const Span&& span) = delete;
-  template <class Span, class = std::enable_if_t<detail::has_span_status_v<Span>>>
-  ScopedProfile(const Span&& span, ProfileKinds kinds) = delete;
+  // With the span's name given here: for span types that cannot tell it (an
+  // OpenTelemetry span, a bare SpanContext), or to name it differently.
+  template <class Span>
+  SPANPROF_ALWAYS_INLINE ScopedProfile(const Span& span, std::string_view span_name) noexcept {
+    detail::require_span_adapter<Span>();
+    if constexpr (is_span_v<Span>) start(span, span_name, {}, true);
+  }
+  template <class Span>
+  SPANPROF_ALWAYS_INLINE ScopedProfile(const Span& span, std::string_view span_name, ProfileKinds kinds) noexcept {
+    detail::require_span_adapter<Span>();
+    if constexpr (is_span_v<Span>) start(span, span_name, kinds, false);
+  }
 
-  ScopedProfile(const SpanContext& span, std::string_view span_name) noexcept { open(span, span_name, {}, true); }
-  ScopedProfile(const SpanContext& span, std::string_view span_name, ProfileKinds kinds) noexcept {
-    open(span, span_name, kinds, false);
+  // A span the guard reads again when it closes (its status, or to link it to its
+  // profile) must outlive the guard: a temporary would be gone by then.
+  template <class Span, class = std::enable_if_t<detail::reads_span_at_close_v<Span>>>
+  explicit ScopedProfile(const Span&&) noexcept {
+    detail::require_lasting_span<Span>();
+  }
+  template <class Span, class Second, class = std::enable_if_t<detail::reads_span_at_close_v<Span>>>
+  ScopedProfile(const Span&&, Second&&) noexcept {
+    detail::require_lasting_span<Span>();
+  }
+  template <class Span, class = std::enable_if_t<detail::reads_span_at_close_v<Span>>>
+  ScopedProfile(const Span&&, std::string_view, ProfileKinds) noexcept {
+    detail::require_lasting_span<Span>();
   }
 
   ~ScopedProfile() {
@@ -110,9 +120,34 @@ class ScopedProfile {
   // True when this scope is being profiled (sampled in, an engine running).
   bool active() const noexcept { return state_ != State::idle || heap_state_ != State::idle; }
 
+  // True when closing this guard does something: it is active, or the adaptive
+  // trigger is timing the span. A guard that is not may be destroyed at once.
+  bool pending_close() const noexcept { return active() || observe_only_; }
+
   // Marks the span as failed, for tail policies that keep errored spans. An
   // exception leaving the scope marks it without this.
   void set_error(bool failed = true) noexcept { errored_ = failed; }
+
+  // Drops whatever this scope recorded when it closes: nothing is kept, symbolized
+  // or sent (counted in Stats::discarded_explicitly).
+  void discard() noexcept { discarded_ = true; }
+
+  // Ends the profiled scope now rather than at the end of the C++ scope: decides,
+  // hands the profile over, and leaves the guard inactive. Must run on the thread
+  // that opened it, after every guard opened inside it has closed.
+  void close() noexcept {
+    if (state_ != State::idle || heap_state_ != State::idle || observe_only_) finish();
+  }
+
+  // After close() (or while the destructor runs a span adapter's hook): whether a
+  // profile of this scope was handed to delivery. A scope that took no sample, or
+  // that the tail policy discarded, hands nothing over.
+  bool profile_handed_over() const noexcept { return handed_over_; }
+
+  // While `flag` is set, samples that land in this scope are not recorded. For a
+  // span whose end may come from another thread (the OpenTelemetry integration
+  // sets it there): the flag must outlive the guard.
+  void stop_sampling_when(const std::atomic<bool>& flag) noexcept { record_.stop = &flag; }
 
  private:
   enum class State : std::uint8_t { idle, sampling, classic };
@@ -190,19 +225,23 @@ class ScopedProfile {
   }
 
   template <class Span>
-  void remember_status(const Span& span) noexcept {
-    if constexpr (detail::has_span_status_v<Span>) {
+  SPANPROF_ALWAYS_INLINE void start(const Span& span, std::string_view span_name, ProfileKinds kinds,
+                                    bool configured) noexcept {
+    using Adapter = span_adapter<std::decay_t<Span>>;
+    open(Adapter::context(span), span_name, kinds, configured);
+    if constexpr (detail::reads_span_at_close_v<Span>) {
       if (!active()) return;
-      status_span_ = &span;
-      status_failed_ = [](const void* s) noexcept { return span_adapter<std::decay_t<Span>>::failed(*static_cast<const Span*>(s)); };
-    } else {
-      (void)span;
+      user_span_ = &span;
+      if constexpr (detail::has_span_status_v<Span>)
+        span_failed_ = [](const void* s) noexcept { return Adapter::failed(*static_cast<const Span*>(s)); };
+      if constexpr (detail::has_profile_kept_hook_v<Span>)
+        profile_kept_ = [](const void* s) noexcept { Adapter::profile_kept(*static_cast<const Span*>(s)); };
     }
   }
 
   bool failed() const noexcept {
     return errored_ || std::uncaught_exceptions() > uncaught_at_open_ ||
-           (status_failed_ != nullptr && status_failed_(status_span_));
+           (span_failed_ != nullptr && span_failed_(user_span_));
   }
 
   // The span ended: decide whether to keep what it recorded, then close the engines.
@@ -213,12 +252,17 @@ class ScopedProfile {
       config.trigger->observe(name_hash_, monotonic_ns() - start_ns_);
       return;
     }
+    if (SPANPROF_UNLIKELY(discarded_)) {
+      detail::count(detail::Counter::discarded_explicitly);
+      keep_ = false;
+      close_engines();
+      return;
+    }
     if (!config.tail_policy && !config.trigger && !triggered_) {
       // Nothing to decide: kept as sampled; the duration is read only if there is
       // a profile to hand over.
       detail::count(detail::kept_counter(ProfileReason::sampled));
-      if (heap_state_ != State::idle) close_heap();
-      if (state_ != State::idle) close_cpu();
+      close_engines();
       return;
     }
     const std::int64_t duration = monotonic_ns() - start_ns_;
@@ -234,9 +278,16 @@ class ScopedProfile {
     keep_ = decision.keep;
     reason_ = decision.reason;
     duration_ns_ = duration;
+    close_engines();
+  }
+
+  void close_engines() noexcept {
     // Heap first: the CPU hand-over allocates, and those allocations are the SDK's.
     if (heap_state_ != State::idle) close_heap();
     if (state_ != State::idle) close_cpu();
+    // The span learns of its profile before the guard returns, so it can carry the
+    // link (pyroscope.profile.id) when it is exported after.
+    if (handed_over_ && profile_kept_ != nullptr) profile_kept_(user_span_);
   }
 
   void open_sampling(const detail::RunningConfig& config) noexcept {
@@ -256,7 +307,7 @@ class ScopedProfile {
     }
     sampler_ = sampler;
     sampler->push(record_);
-    detail::count(detail::Counter::cpu_guards_opened);
+    sampler->counters().add(detail::Counter::cpu_guards_opened, 1);
     state_ = State::sampling;
   }
 
@@ -274,7 +325,7 @@ class ScopedProfile {
     } else if (used > record_.log_start || dropped != 0) {
       hand_over(sampler, used, dropped);
     } else {
-      detail::count(detail::Counter::spans_without_samples);
+      sampler->counters().add(detail::Counter::spans_without_samples, 1);
     }
     if (record_.parent == nullptr) sampler->reset_log();
     state_ = State::idle;
@@ -295,7 +346,7 @@ class ScopedProfile {
       pending->profile.dropped_samples = dropped;
       pending->profile.engine = std::string("sampling:") + std::string(to_string(sampler->source()));
       pending->packed_samples.assign(sampler->words() + record_.log_start, sampler->words() + used);
-      detail::submit_captured(std::move(pending));
+      handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
     } catch (...) {
       report_error(ErrorCode::internal, "out of memory handing over a profile; dropped");
     }
@@ -338,7 +389,7 @@ class ScopedProfile {
       fill_identity(pending->profile, ProfileKind::cpu);
       pending->profile.engine = "classic";
       pending->gperftools_cpu_file = classic_path_;
-      detail::submit_captured(std::move(pending));
+      handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
     } catch (...) {
       ::unlink(classic_path_);
       report_error(ErrorCode::internal, "out of memory handing over a profile; dropped");
@@ -384,7 +435,7 @@ class ScopedProfile {
         pending->gperftools_heap_text = text;
         std::free(text);
         text = nullptr;
-        detail::submit_captured(std::move(pending));
+        handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
       } catch (...) {
         std::free(text);
         report_error(ErrorCode::internal, "out of memory handing over a heap profile; dropped");
@@ -409,7 +460,7 @@ class ScopedProfile {
                                     ? "sampling:operator_new"
                                     : "sampling:tcmalloc_hooks";
       pending->packed_samples = std::move(result.records);
-      detail::submit_captured(std::move(pending));
+      handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
     } catch (...) {
       report_error(ErrorCode::internal, "out of memory handing over a heap profile; dropped");
     }
@@ -429,8 +480,11 @@ class ScopedProfile {
   std::int64_t start_ns_ = 0;
   std::int64_t duration_ns_ = -1;  // -1: not read yet
   std::uint64_t name_hash_ = 0;
-  const void* status_span_ = nullptr;
-  bool (*status_failed_)(const void*) noexcept = nullptr;
+  bool discarded_ = false;
+  bool handed_over_ = false;
+  const void* user_span_ = nullptr;  // the user's span, for the adapter's hooks at close
+  bool (*span_failed_)(const void*) noexcept = nullptr;
+  void (*profile_kept_)(const void*) noexcept = nullptr;
   detail::ActiveSpan record_;
   detail::HeapActiveSpan heap_record_;
   SpanContext span_;
@@ -452,16 +506,35 @@ class ScopedProfile {
   ScopedProfile(const Span&, ProfileKinds) noexcept {
     detail::require_span_adapter<Span>();
   }
-  template <class Span, class = std::enable_if_t<detail::has_span_status_v<Span>>>
-  explicit ScopedProfile(const Span&& span) = delete;
-  template <class Span, class = std::enable_if_t<detail::has_span_status_v<Span>>>
-  ScopedProfile(const Span&& span, ProfileKinds kinds) = delete;
-  ScopedProfile(const SpanContext&, std::string_view) noexcept {}
-  ScopedProfile(const SpanContext&, std::string_view, ProfileKinds) noexcept {}
+  template <class Span>
+  ScopedProfile(const Span&, std::string_view) noexcept {
+    detail::require_span_adapter<Span>();
+  }
+  template <class Span>
+  ScopedProfile(const Span&, std::string_view, ProfileKinds) noexcept {
+    detail::require_span_adapter<Span>();
+  }
+  template <class Span, class = std::enable_if_t<detail::reads_span_at_close_v<Span>>>
+  explicit ScopedProfile(const Span&&) noexcept {
+    detail::require_lasting_span<Span>();
+  }
+  template <class Span, class Second, class = std::enable_if_t<detail::reads_span_at_close_v<Span>>>
+  ScopedProfile(const Span&&, Second&&) noexcept {
+    detail::require_lasting_span<Span>();
+  }
+  template <class Span, class = std::enable_if_t<detail::reads_span_at_close_v<Span>>>
+  ScopedProfile(const Span&&, std::string_view, ProfileKinds) noexcept {
+    detail::require_lasting_span<Span>();
+  }
   ScopedProfile(const ScopedProfile&) = delete;
   ScopedProfile& operator=(const ScopedProfile&) = delete;
   bool active() const noexcept { return false; }
+  bool pending_close() const noexcept { return false; }
   void set_error(bool = true) noexcept {}
+  void discard() noexcept {}
+  void close() noexcept {}
+  bool profile_handed_over() const noexcept { return false; }
+  void stop_sampling_when(const std::atomic<bool>&) noexcept {}
 };
 
 #endif

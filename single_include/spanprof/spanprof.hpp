@@ -3177,6 +3177,10 @@ enum class Counter : std::uint8_t {
   kept_error,
   kept_triggered,
   discarded_by_tail_policy,
+  discarded_explicitly,   // ScopedProfile::discard(), or a span that ended elsewhere
+  // the OpenTelemetry integration's zero-code-change mode
+  otel_spans_ended_elsewhere,  // ended on another thread or out of order: not profiled
+  otel_spans_too_deep,         // more spans open on the thread than it keeps: not profiled
   // delivery
   profiles_enqueued,
   profiles_dropped,
@@ -4307,6 +4311,9 @@ struct ActiveSpan {
   ActiveSpan* parent = nullptr;
   std::size_t log_start = 0;          // where this span's samples begin in the log
   std::uint64_t dropped_at_start = 0;
+  // Set (by another thread, possibly) when the span ended elsewhere: its samples
+  // are no longer recorded. Null for a guard that can only end here.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 // Immutable sampler settings of one spanprof::start(); threads armed under an older
@@ -4420,6 +4427,10 @@ class ThreadCpuSampler {
 
   bool has_open_span() const noexcept { return active_.load(std::memory_order_relaxed) != nullptr; }
 
+  // This thread's block in the counter registry: counting through it costs no TLS
+  // lookup on the guard's path.
+  ThreadCounters& counters() noexcept { return *counters_; }
+
   std::size_t used_words() const noexcept { return used_.load(std::memory_order_relaxed); }
   std::uint64_t dropped() const noexcept { return dropped_.load(std::memory_order_relaxed); }
   const std::uint64_t* words() const noexcept { return words_; }
@@ -4444,7 +4455,11 @@ class ThreadCpuSampler {
       return;
     }
 
-    if (active_.load(std::memory_order_relaxed) == nullptr) {
+    const ActiveSpan* active = active_.load(std::memory_order_relaxed);
+    // A span that ended on another thread is still on this thread's stack until the
+    // thread pops it; it records nothing, and it is not idleness either.
+    if (active != nullptr && active->stop != nullptr && active->stop->load(std::memory_order_relaxed)) return;
+    if (active == nullptr) {
       const auto idle = idle_ticks_.load(std::memory_order_relaxed) + 1;
       idle_ticks_.store(idle, std::memory_order_relaxed);
       if (idle >= settings_.idle_ticks_before_disarm) disarm();
@@ -6167,8 +6182,8 @@ class GuardHost {
   // spanprof never started (the first guard of a process that never called
   // start()), and return the configuration to use, or null when not running.
   virtual const RunningConfig* start_for_guard() noexcept = 0;
-  // Called on the request thread; must not block.
-  virtual void submit(std::unique_ptr<CapturedProfile> captured) noexcept = 0;
+  // Called on the request thread; must not block. False: dropped (counted).
+  virtual bool submit(std::unique_ptr<CapturedProfile> captured) noexcept = 0;
 
  protected:
   ~GuardHost() = default;
@@ -6203,12 +6218,10 @@ SPANPROF_ALWAYS_INLINE inline const RunningConfig* config_for_guard() noexcept {
   return config_for_first_guard();
 }
 
-inline void submit_captured(std::unique_ptr<CapturedProfile> captured) noexcept {
-  if (GuardHost* host = guard_host_state().host.load(std::memory_order_acquire)) {
-    host->submit(std::move(captured));
-  } else {
-    discard_captured_profile(*captured);
-  }
+inline bool submit_captured(std::unique_ptr<CapturedProfile> captured) noexcept {
+  if (GuardHost* host = guard_host_state().host.load(std::memory_order_acquire)) return host->submit(std::move(captured));
+  discard_captured_profile(*captured);
+  return false;
 }
 
 }  // namespace detail
@@ -6230,11 +6243,15 @@ SPANPROF_NAMESPACE_END
 //
 // The name only needs to stay valid during the guard's constructor: it is copied.
 //
-// Optionally, a third function reports the span's status, so tail policies that
-// keep failed spans see errors the tracer recorded (the span must then outlive the
-// guard; it is read when the guard closes):
+// Optionally, two more functions, called when the guard closes (the span must then
+// outlive the guard: a temporary is refused at compile time):
 //
+//     // the span's status, so tail policies that keep failed spans see errors the
+//     // tracer recorded
 //     static bool failed(const my::Span& s) noexcept;
+//     // a profile of the span was handed to delivery: link the span to it (the
+//     // OpenTelemetry adapter sets pyroscope.profile.id)
+//     static void profile_kept(const my::Span& s) noexcept;
 #ifndef SPANPROF_SPAN_SPAN_ADAPTER_HPP_
 #define SPANPROF_SPAN_SPAN_ADAPTER_HPP_
 
@@ -6298,6 +6315,29 @@ struct has_span_status<Span, std::void_t<decltype(span_adapter<Span>::failed(std
     : std::true_type {};
 template <class Span>
 inline constexpr bool has_span_status_v = has_span_status<std::decay_t<Span>>::value;
+
+template <class Span, class = void>
+struct has_profile_kept_hook : std::false_type {};
+template <class Span>
+struct has_profile_kept_hook<Span, std::void_t<decltype(span_adapter<Span>::profile_kept(std::declval<const Span&>()))>>
+    : std::true_type {};
+template <class Span>
+inline constexpr bool has_profile_kept_hook_v = has_profile_kept_hook<std::decay_t<Span>>::value;
+
+// The guard keeps a pointer to such a span and reads it when it closes.
+template <class Span>
+inline constexpr bool reads_span_at_close_v = has_span_status_v<Span> || has_profile_kept_hook_v<Span>;
+
+template <class Span>
+inline constexpr bool always_false_v = false;
+
+template <class Span>
+constexpr void require_lasting_span() noexcept {
+  static_assert(always_false_v<Span>,
+                "spanprof::ScopedProfile: this span is read again when the guard closes (its status, or to link it "
+                "to its profile), so it must outlive the guard: keep it in a variable declared before the guard, not "
+                "a temporary (see docs/spans.md).");
+}
 }  // namespace detail
 
 SPANPROF_NAMESPACE_END
@@ -6330,6 +6370,7 @@ SPANPROF_NAMESPACE_END
 #define SPANPROF_GUARD_HPP_
 
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <ctime>
@@ -6363,33 +6404,42 @@ class ScopedProfile {
   template <class Span>
   SPANPROF_ALWAYS_INLINE explicit ScopedProfile(const Span& span) noexcept {
     detail::require_span_adapter<Span>();
-    if constexpr (is_span_v<Span>) {
-      open(span_adapter<std::decay_t<Span>>::context(span), span_adapter<std::decay_t<Span>>::name(span), {}, true);
-      remember_status(span);
-    }
+    if constexpr (is_span_v<Span>) start(span, span_adapter<std::decay_t<Span>>::name(span), {}, true);
   }
 
   // Records the given profiles, e.g. `spanprof::cpu | spanprof::heap`.
   template <class Span>
   SPANPROF_ALWAYS_INLINE ScopedProfile(const Span& span, ProfileKinds kinds) noexcept {
     detail::require_span_adapter<Span>();
-    if constexpr (is_span_v<Span>) {
-      open(span_adapter<std::decay_t<Span>>::context(span), span_adapter<std::decay_t<Span>>::name(span), kinds,
-           false);
-      remember_status(span);
-    }
+    if constexpr (is_span_v<Span>) start(span, span_adapter<std::decay_t<Span>>::name(span), kinds, false);
   }
 
-  // A span whose adapter reports a status is read again when the guard closes, so
-  // it must outlive the guard: a temporary would be gone by then.
-  template <class Span, class = std::enable_if_t<detail::has_span_status_v<Span>>>
-  explicit ScopedProfile(const Span&& span) = delete;
-  template <class Span, class = std::enable_if_t<detail::has_span_status_v<Span>>>
-  ScopedProfile(const Span&& span, ProfileKinds kinds) = delete;
+  // With the span's name given here: for span types that cannot tell it (an
+  // OpenTelemetry span, a bare SpanContext), or to name it differently.
+  template <class Span>
+  SPANPROF_ALWAYS_INLINE ScopedProfile(const Span& span, std::string_view span_name) noexcept {
+    detail::require_span_adapter<Span>();
+    if constexpr (is_span_v<Span>) start(span, span_name, {}, true);
+  }
+  template <class Span>
+  SPANPROF_ALWAYS_INLINE ScopedProfile(const Span& span, std::string_view span_name, ProfileKinds kinds) noexcept {
+    detail::require_span_adapter<Span>();
+    if constexpr (is_span_v<Span>) start(span, span_name, kinds, false);
+  }
 
-  ScopedProfile(const SpanContext& span, std::string_view span_name) noexcept { open(span, span_name, {}, true); }
-  ScopedProfile(const SpanContext& span, std::string_view span_name, ProfileKinds kinds) noexcept {
-    open(span, span_name, kinds, false);
+  // A span the guard reads again when it closes (its status, or to link it to its
+  // profile) must outlive the guard: a temporary would be gone by then.
+  template <class Span, class = std::enable_if_t<detail::reads_span_at_close_v<Span>>>
+  explicit ScopedProfile(const Span&&) noexcept {
+    detail::require_lasting_span<Span>();
+  }
+  template <class Span, class Second, class = std::enable_if_t<detail::reads_span_at_close_v<Span>>>
+  ScopedProfile(const Span&&, Second&&) noexcept {
+    detail::require_lasting_span<Span>();
+  }
+  template <class Span, class = std::enable_if_t<detail::reads_span_at_close_v<Span>>>
+  ScopedProfile(const Span&&, std::string_view, ProfileKinds) noexcept {
+    detail::require_lasting_span<Span>();
   }
 
   ~ScopedProfile() {
@@ -6404,9 +6454,34 @@ class ScopedProfile {
   // True when this scope is being profiled (sampled in, an engine running).
   bool active() const noexcept { return state_ != State::idle || heap_state_ != State::idle; }
 
+  // True when closing this guard does something: it is active, or the adaptive
+  // trigger is timing the span. A guard that is not may be destroyed at once.
+  bool pending_close() const noexcept { return active() || observe_only_; }
+
   // Marks the span as failed, for tail policies that keep errored spans. An
   // exception leaving the scope marks it without this.
   void set_error(bool failed = true) noexcept { errored_ = failed; }
+
+  // Drops whatever this scope recorded when it closes: nothing is kept, symbolized
+  // or sent (counted in Stats::discarded_explicitly).
+  void discard() noexcept { discarded_ = true; }
+
+  // Ends the profiled scope now rather than at the end of the C++ scope: decides,
+  // hands the profile over, and leaves the guard inactive. Must run on the thread
+  // that opened it, after every guard opened inside it has closed.
+  void close() noexcept {
+    if (state_ != State::idle || heap_state_ != State::idle || observe_only_) finish();
+  }
+
+  // After close() (or while the destructor runs a span adapter's hook): whether a
+  // profile of this scope was handed to delivery. A scope that took no sample, or
+  // that the tail policy discarded, hands nothing over.
+  bool profile_handed_over() const noexcept { return handed_over_; }
+
+  // While `flag` is set, samples that land in this scope are not recorded. For a
+  // span whose end may come from another thread (the OpenTelemetry integration
+  // sets it there): the flag must outlive the guard.
+  void stop_sampling_when(const std::atomic<bool>& flag) noexcept { record_.stop = &flag; }
 
  private:
   enum class State : std::uint8_t { idle, sampling, classic };
@@ -6484,19 +6559,23 @@ class ScopedProfile {
   }
 
   template <class Span>
-  void remember_status(const Span& span) noexcept {
-    if constexpr (detail::has_span_status_v<Span>) {
+  SPANPROF_ALWAYS_INLINE void start(const Span& span, std::string_view span_name, ProfileKinds kinds,
+                                    bool configured) noexcept {
+    using Adapter = span_adapter<std::decay_t<Span>>;
+    open(Adapter::context(span), span_name, kinds, configured);
+    if constexpr (detail::reads_span_at_close_v<Span>) {
       if (!active()) return;
-      status_span_ = &span;
-      status_failed_ = [](const void* s) noexcept { return span_adapter<std::decay_t<Span>>::failed(*static_cast<const Span*>(s)); };
-    } else {
-      (void)span;
+      user_span_ = &span;
+      if constexpr (detail::has_span_status_v<Span>)
+        span_failed_ = [](const void* s) noexcept { return Adapter::failed(*static_cast<const Span*>(s)); };
+      if constexpr (detail::has_profile_kept_hook_v<Span>)
+        profile_kept_ = [](const void* s) noexcept { Adapter::profile_kept(*static_cast<const Span*>(s)); };
     }
   }
 
   bool failed() const noexcept {
     return errored_ || std::uncaught_exceptions() > uncaught_at_open_ ||
-           (status_failed_ != nullptr && status_failed_(status_span_));
+           (span_failed_ != nullptr && span_failed_(user_span_));
   }
 
   // The span ended: decide whether to keep what it recorded, then close the engines.
@@ -6507,12 +6586,17 @@ class ScopedProfile {
       config.trigger->observe(name_hash_, monotonic_ns() - start_ns_);
       return;
     }
+    if (SPANPROF_UNLIKELY(discarded_)) {
+      detail::count(detail::Counter::discarded_explicitly);
+      keep_ = false;
+      close_engines();
+      return;
+    }
     if (!config.tail_policy && !config.trigger && !triggered_) {
       // Nothing to decide: kept as sampled; the duration is read only if there is
       // a profile to hand over.
       detail::count(detail::kept_counter(ProfileReason::sampled));
-      if (heap_state_ != State::idle) close_heap();
-      if (state_ != State::idle) close_cpu();
+      close_engines();
       return;
     }
     const std::int64_t duration = monotonic_ns() - start_ns_;
@@ -6528,9 +6612,16 @@ class ScopedProfile {
     keep_ = decision.keep;
     reason_ = decision.reason;
     duration_ns_ = duration;
+    close_engines();
+  }
+
+  void close_engines() noexcept {
     // Heap first: the CPU hand-over allocates, and those allocations are the SDK's.
     if (heap_state_ != State::idle) close_heap();
     if (state_ != State::idle) close_cpu();
+    // The span learns of its profile before the guard returns, so it can carry the
+    // link (pyroscope.profile.id) when it is exported after.
+    if (handed_over_ && profile_kept_ != nullptr) profile_kept_(user_span_);
   }
 
   void open_sampling(const detail::RunningConfig& config) noexcept {
@@ -6550,7 +6641,7 @@ class ScopedProfile {
     }
     sampler_ = sampler;
     sampler->push(record_);
-    detail::count(detail::Counter::cpu_guards_opened);
+    sampler->counters().add(detail::Counter::cpu_guards_opened, 1);
     state_ = State::sampling;
   }
 
@@ -6568,7 +6659,7 @@ class ScopedProfile {
     } else if (used > record_.log_start || dropped != 0) {
       hand_over(sampler, used, dropped);
     } else {
-      detail::count(detail::Counter::spans_without_samples);
+      sampler->counters().add(detail::Counter::spans_without_samples, 1);
     }
     if (record_.parent == nullptr) sampler->reset_log();
     state_ = State::idle;
@@ -6589,7 +6680,7 @@ class ScopedProfile {
       pending->profile.dropped_samples = dropped;
       pending->profile.engine = std::string("sampling:") + std::string(to_string(sampler->source()));
       pending->packed_samples.assign(sampler->words() + record_.log_start, sampler->words() + used);
-      detail::submit_captured(std::move(pending));
+      handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
     } catch (...) {
       report_error(ErrorCode::internal, "out of memory handing over a profile; dropped");
     }
@@ -6632,7 +6723,7 @@ class ScopedProfile {
       fill_identity(pending->profile, ProfileKind::cpu);
       pending->profile.engine = "classic";
       pending->gperftools_cpu_file = classic_path_;
-      detail::submit_captured(std::move(pending));
+      handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
     } catch (...) {
       ::unlink(classic_path_);
       report_error(ErrorCode::internal, "out of memory handing over a profile; dropped");
@@ -6678,7 +6769,7 @@ class ScopedProfile {
         pending->gperftools_heap_text = text;
         std::free(text);
         text = nullptr;
-        detail::submit_captured(std::move(pending));
+        handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
       } catch (...) {
         std::free(text);
         report_error(ErrorCode::internal, "out of memory handing over a heap profile; dropped");
@@ -6703,7 +6794,7 @@ class ScopedProfile {
                                     ? "sampling:operator_new"
                                     : "sampling:tcmalloc_hooks";
       pending->packed_samples = std::move(result.records);
-      detail::submit_captured(std::move(pending));
+      handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
     } catch (...) {
       report_error(ErrorCode::internal, "out of memory handing over a heap profile; dropped");
     }
@@ -6723,8 +6814,11 @@ class ScopedProfile {
   std::int64_t start_ns_ = 0;
   std::int64_t duration_ns_ = -1;  // -1: not read yet
   std::uint64_t name_hash_ = 0;
-  const void* status_span_ = nullptr;
-  bool (*status_failed_)(const void*) noexcept = nullptr;
+  bool discarded_ = false;
+  bool handed_over_ = false;
+  const void* user_span_ = nullptr;  // the user's span, for the adapter's hooks at close
+  bool (*span_failed_)(const void*) noexcept = nullptr;
+  void (*profile_kept_)(const void*) noexcept = nullptr;
   detail::ActiveSpan record_;
   detail::HeapActiveSpan heap_record_;
   SpanContext span_;
@@ -6746,16 +6840,35 @@ class ScopedProfile {
   ScopedProfile(const Span&, ProfileKinds) noexcept {
     detail::require_span_adapter<Span>();
   }
-  template <class Span, class = std::enable_if_t<detail::has_span_status_v<Span>>>
-  explicit ScopedProfile(const Span&& span) = delete;
-  template <class Span, class = std::enable_if_t<detail::has_span_status_v<Span>>>
-  ScopedProfile(const Span&& span, ProfileKinds kinds) = delete;
-  ScopedProfile(const SpanContext&, std::string_view) noexcept {}
-  ScopedProfile(const SpanContext&, std::string_view, ProfileKinds) noexcept {}
+  template <class Span>
+  ScopedProfile(const Span&, std::string_view) noexcept {
+    detail::require_span_adapter<Span>();
+  }
+  template <class Span>
+  ScopedProfile(const Span&, std::string_view, ProfileKinds) noexcept {
+    detail::require_span_adapter<Span>();
+  }
+  template <class Span, class = std::enable_if_t<detail::reads_span_at_close_v<Span>>>
+  explicit ScopedProfile(const Span&&) noexcept {
+    detail::require_lasting_span<Span>();
+  }
+  template <class Span, class Second, class = std::enable_if_t<detail::reads_span_at_close_v<Span>>>
+  ScopedProfile(const Span&&, Second&&) noexcept {
+    detail::require_lasting_span<Span>();
+  }
+  template <class Span, class = std::enable_if_t<detail::reads_span_at_close_v<Span>>>
+  ScopedProfile(const Span&&, std::string_view, ProfileKinds) noexcept {
+    detail::require_lasting_span<Span>();
+  }
   ScopedProfile(const ScopedProfile&) = delete;
   ScopedProfile& operator=(const ScopedProfile&) = delete;
   bool active() const noexcept { return false; }
+  bool pending_close() const noexcept { return false; }
   void set_error(bool = true) noexcept {}
+  void discard() noexcept {}
+  void close() noexcept {}
+  bool profile_handed_over() const noexcept { return false; }
+  void stop_sampling_when(const std::atomic<bool>&) noexcept {}
 };
 
 #endif
@@ -9738,6 +9851,10 @@ struct Stats {
   std::uint64_t kept_error = 0;
   std::uint64_t kept_triggered = 0;
   std::uint64_t discarded_by_tail_policy = 0;  // recorded, then dropped at close: never symbolized or sent
+  std::uint64_t discarded_explicitly = 0;  // ScopedProfile::discard(), or a span that ended elsewhere
+  // OpenTelemetry zero-code-change mode (docs/opentelemetry.md): spans not profiled
+  std::uint64_t otel_spans_ended_elsewhere = 0;  // ended on another thread, or out of order
+  std::uint64_t otel_spans_too_deep = 0;         // nested deeper than a thread keeps
   std::uint64_t triggers_armed = 0;        // times the adaptive trigger armed for a name (current start())
   std::uint64_t invalid_spans = 0;         // guards given an invalid span context
   std::uint64_t threads_armed = 0;         // threads whose sampler is armed now
@@ -10522,7 +10639,7 @@ class Runtime final : public GuardHost {
     return guard_host_state().config.load(std::memory_order_acquire);
   }
 
-  void submit(std::unique_ptr<CapturedProfile> captured) noexcept override { worker_.submit(std::move(captured)); }
+  bool submit(std::unique_ptr<CapturedProfile> captured) noexcept override { return worker_.submit(std::move(captured)); }
 
   StartResult start(Options options, bool only_if_never_started = false) noexcept {
     StartResult result;
@@ -10633,6 +10750,9 @@ class Runtime final : public GuardHost {
     s.kept_error = c[Counter::kept_error];
     s.kept_triggered = c[Counter::kept_triggered];
     s.discarded_by_tail_policy = c[Counter::discarded_by_tail_policy];
+    s.discarded_explicitly = c[Counter::discarded_explicitly];
+    s.otel_spans_ended_elsewhere = c[Counter::otel_spans_ended_elsewhere];
+    s.otel_spans_too_deep = c[Counter::otel_spans_too_deep];
     if (const RunningConfig* config = guard_host_state().config.load(std::memory_order_acquire); config && config->trigger)
       s.triggers_armed = config->trigger->counters().armed;
     s.profiles_enqueued = c[Counter::profiles_enqueued];

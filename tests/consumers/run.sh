@@ -99,17 +99,21 @@ for combo in "g++ 17 1" "g++ 20 0" "clang++ 17 0" "clang++ 20 1"; do
   ok "strict warnings: $cxx -std=c++$std (curl $curl)"
 done
 
-# ---- one clear error for a span type without an adapter -----------------------------
-for cxx in g++ clang++; do
-  if $cxx -std=c++17 -I "$root/include" -c "$here/no_span_adapter.cpp" -o /dev/null >"$work/no-adapter.txt" 2>&1; then
-    fail "$cxx compiled a guard over a span type with no adapter"
-  fi
-  errors=$(grep -c 'error:' "$work/no-adapter.txt" || true)
-  first=$(grep -m1 'error:' "$work/no-adapter.txt")
-  [ "$errors" = 1 ] || { cat "$work/no-adapter.txt"; fail "$cxx: $errors errors for a span with no adapter, not one"; }
-  case "$first" in
-    *span_adapter*docs/spans.md*) ;;
-    *) fail "$cxx: the error does not name span_adapter and docs/spans.md: $first" ;;
-  esac
-  ok "no adapter, $cxx: one error naming spanprof::span_adapter and docs/spans.md"
-done
+# ---- one clear error where a guard is misused ---------------------------------------
+check_one_error() {  # file, what it must say, what the check is called
+  for cxx in g++ clang++; do
+    if $cxx -std=c++17 -I "$root/include" -c "$here/$1" -o /dev/null >"$work/must-not-compile.txt" 2>&1; then
+      fail "$cxx compiled $1"
+    fi
+    errors=$(grep -c 'error:' "$work/must-not-compile.txt" || true)
+    first=$(grep -m1 'error:' "$work/must-not-compile.txt")
+    [ "$errors" = 1 ] || { cat "$work/must-not-compile.txt"; fail "$cxx: $errors errors for $1, not one"; }
+    case "$first" in
+      *$2*) ;;
+      *) fail "$cxx: the error for $1 does not say '$2': $first" ;;
+    esac
+    ok "$3, $cxx: one error"
+  done
+}
+check_one_error no_span_adapter.cpp "span_adapter*docs/spans.md" "no adapter (names spanprof::span_adapter and docs/spans.md)"
+check_one_error temporary_span.cpp "must outlive the guard" "a temporary span read at close"

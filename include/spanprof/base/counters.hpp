@@ -37,6 +37,10 @@ enum class Counter : std::uint8_t {
   kept_error,
   kept_triggered,
   discarded_by_tail_policy,
+  discarded_explicitly,   // ScopedProfile::discard(), or a span that ended elsewhere
+  // the OpenTelemetry integration's zero-code-change mode
+  otel_spans_ended_elsewhere,  // ended on another thread or out of order: not profiled
+  otel_spans_too_deep,         // more spans open on the thread than it keeps: not profiled
   // delivery
   profiles_enqueued,
   profiles_dropped,

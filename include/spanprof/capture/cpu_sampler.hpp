@@ -58,6 +58,9 @@ struct ActiveSpan {
   ActiveSpan* parent = nullptr;
   std::size_t log_start = 0;          // where this span's samples begin in the log
   std::uint64_t dropped_at_start = 0;
+  // Set (by another thread, possibly) when the span ended elsewhere: its samples
+  // are no longer recorded. Null for a guard that can only end here.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 // Immutable sampler settings of one spanprof::start(); threads armed under an older
@@ -171,6 +174,10 @@ class ThreadCpuSampler {
 
   bool has_open_span() const noexcept { return active_.load(std::memory_order_relaxed) != nullptr; }
 
+  // This thread's block in the counter registry: counting through it costs no TLS
+  // lookup on the guard's path.
+  ThreadCounters& counters() noexcept { return *counters_; }
+
   std::size_t used_words() const noexcept { return used_.load(std::memory_order_relaxed); }
   std::uint64_t dropped() const noexcept { return dropped_.load(std::memory_order_relaxed); }
   const std::uint64_t* words() const noexcept { return words_; }
@@ -195,7 +202,11 @@ class ThreadCpuSampler {
       return;
     }
 
-    if (active_.load(std::memory_order_relaxed) == nullptr) {
+    const ActiveSpan* active = active_.load(std::memory_order_relaxed);
+    // A span that ended on another thread is still on this thread's stack until the
+    // thread pops it; it records nothing, and it is not idleness either.
+    if (active != nullptr && active->stop != nullptr && active->stop->load(std::memory_order_relaxed)) return;
+    if (active == nullptr) {
       const auto idle = idle_ticks_.load(std::memory_order_relaxed) + 1;
       idle_ticks_.store(idle, std::memory_order_relaxed);
       if (idle >= settings_.idle_ticks_before_disarm) disarm();

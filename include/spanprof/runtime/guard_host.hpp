@@ -48,8 +48,8 @@ class GuardHost {
   // spanprof never started (the first guard of a process that never called
   // start()), and return the configuration to use, or null when not running.
   virtual const RunningConfig* start_for_guard() noexcept = 0;
-  // Called on the request thread; must not block.
-  virtual void submit(std::unique_ptr<CapturedProfile> captured) noexcept = 0;
+  // Called on the request thread; must not block. False: dropped (counted).
+  virtual bool submit(std::unique_ptr<CapturedProfile> captured) noexcept = 0;
 
  protected:
   ~GuardHost() = default;
@@ -84,12 +84,10 @@ SPANPROF_ALWAYS_INLINE inline const RunningConfig* config_for_guard() noexcept {
   return config_for_first_guard();
 }
 
-inline void submit_captured(std::unique_ptr<CapturedProfile> captured) noexcept {
-  if (GuardHost* host = guard_host_state().host.load(std::memory_order_acquire)) {
-    host->submit(std::move(captured));
-  } else {
-    discard_captured_profile(*captured);
-  }
+inline bool submit_captured(std::unique_ptr<CapturedProfile> captured) noexcept {
+  if (GuardHost* host = guard_host_state().host.load(std::memory_order_acquire)) return host->submit(std::move(captured));
+  discard_captured_profile(*captured);
+  return false;
 }
 
 }  // namespace detail

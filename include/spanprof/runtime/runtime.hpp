@@ -73,7 +73,7 @@ class Runtime final : public GuardHost {
     return guard_host_state().config.load(std::memory_order_acquire);
   }
 
-  void submit(std::unique_ptr<CapturedProfile> captured) noexcept override { worker_.submit(std::move(captured)); }
+  bool submit(std::unique_ptr<CapturedProfile> captured) noexcept override { return worker_.submit(std::move(captured)); }
 
   StartResult start(Options options, bool only_if_never_started = false) noexcept {
     StartResult result;
@@ -184,6 +184,9 @@ class Runtime final : public GuardHost {
     s.kept_error = c[Counter::kept_error];
     s.kept_triggered = c[Counter::kept_triggered];
     s.discarded_by_tail_policy = c[Counter::discarded_by_tail_policy];
+    s.discarded_explicitly = c[Counter::discarded_explicitly];
+    s.otel_spans_ended_elsewhere = c[Counter::otel_spans_ended_elsewhere];
+    s.otel_spans_too_deep = c[Counter::otel_spans_too_deep];
     if (const RunningConfig* config = guard_host_state().config.load(std::memory_order_acquire); config && config->trigger)
       s.triggers_armed = config->trigger->counters().armed;
     s.profiles_enqueued = c[Counter::profiles_enqueued];

@@ -37,6 +37,10 @@ struct Stats {
   std::uint64_t kept_error = 0;
   std::uint64_t kept_triggered = 0;
   std::uint64_t discarded_by_tail_policy = 0;  // recorded, then dropped at close: never symbolized or sent
+  std::uint64_t discarded_explicitly = 0;  // ScopedProfile::discard(), or a span that ended elsewhere
+  // OpenTelemetry zero-code-change mode (docs/opentelemetry.md): spans not profiled
+  std::uint64_t otel_spans_ended_elsewhere = 0;  // ended on another thread, or out of order
+  std::uint64_t otel_spans_too_deep = 0;         // nested deeper than a thread keeps
   std::uint64_t triggers_armed = 0;        // times the adaptive trigger armed for a name (current start())
   std::uint64_t invalid_spans = 0;         // guards given an invalid span context
   std::uint64_t threads_armed = 0;         // threads whose sampler is armed now

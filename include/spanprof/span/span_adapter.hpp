@@ -9,11 +9,15 @@
 //
 // The name only needs to stay valid during the guard's constructor: it is copied.
 //
-// Optionally, a third function reports the span's status, so tail policies that
-// keep failed spans see errors the tracer recorded (the span must then outlive the
-// guard; it is read when the guard closes):
+// Optionally, two more functions, called when the guard closes (the span must then
+// outlive the guard: a temporary is refused at compile time):
 //
+//     // the span's status, so tail policies that keep failed spans see errors the
+//     // tracer recorded
 //     static bool failed(const my::Span& s) noexcept;
+//     // a profile of the span was handed to delivery: link the span to it (the
+//     // OpenTelemetry adapter sets pyroscope.profile.id)
+//     static void profile_kept(const my::Span& s) noexcept;
 #ifndef SPANPROF_SPAN_SPAN_ADAPTER_HPP_
 #define SPANPROF_SPAN_SPAN_ADAPTER_HPP_
 
@@ -79,6 +83,29 @@ struct has_span_status<Span, std::void_t<decltype(span_adapter<Span>::failed(std
     : std::true_type {};
 template <class Span>
 inline constexpr bool has_span_status_v = has_span_status<std::decay_t<Span>>::value;
+
+template <class Span, class = void>
+struct has_profile_kept_hook : std::false_type {};
+template <class Span>
+struct has_profile_kept_hook<Span, std::void_t<decltype(span_adapter<Span>::profile_kept(std::declval<const Span&>()))>>
+    : std::true_type {};
+template <class Span>
+inline constexpr bool has_profile_kept_hook_v = has_profile_kept_hook<std::decay_t<Span>>::value;
+
+// The guard keeps a pointer to such a span and reads it when it closes.
+template <class Span>
+inline constexpr bool reads_span_at_close_v = has_span_status_v<Span> || has_profile_kept_hook_v<Span>;
+
+template <class Span>
+inline constexpr bool always_false_v = false;
+
+template <class Span>
+constexpr void require_lasting_span() noexcept {
+  static_assert(always_false_v<Span>,
+                "spanprof::ScopedProfile: this span is read again when the guard closes (its status, or to link it "
+                "to its profile), so it must outlive the guard: keep it in a variable declared before the guard, not "
+                "a temporary (see docs/spans.md).");
+}
 }  // namespace detail
 
 SPANPROF_NAMESPACE_END
