@@ -4,6 +4,7 @@
 // With SPANPROF_OTLP_PROTO_DIR pointing at an opentelemetry-proto checkout,
 // protoc also decodes it against the schema itself; CI does not need one.
 #include "support/catch.hpp"
+#include "support/protobuf_reader.hpp"
 #include "support/test_helpers.hpp"
 #include "support/command.hpp"
 
@@ -29,127 +30,10 @@ using spanprof_test::string_label;
 constexpr std::int64_t start_ns = 1'700'000'000'123'456'789;
 constexpr std::int64_t duration_ns = 250'000'000;
 
-// ---- a strict, minimal protobuf reader, independent of the writer ------------------
-
-struct WireField {
-  std::uint32_t number = 0;
-  std::uint32_t wire = 0;
-  std::uint64_t scalar = 0;  // varint, fixed64 or fixed32 value
-  std::string_view bytes;    // length-delimited payload
-};
-
-bool read_varint(std::string_view data, std::size_t& pos, std::uint64_t& value) {
-  value = 0;
-  for (int shift = 0; shift < 64 && pos < data.size(); shift += 7) {
-    const auto byte = static_cast<std::uint8_t>(data[pos++]);
-    value |= static_cast<std::uint64_t>(byte & 0x7f) << shift;
-    if ((byte & 0x80) == 0) return true;
-  }
-  return false;
-}
-
-bool read_little_endian(std::string_view data, std::size_t& pos, int size, std::uint64_t& value) {
-  if (data.size() - pos < static_cast<std::size_t>(size)) return false;
-  value = 0;
-  for (int i = 0; i < size; ++i) value |= std::uint64_t{static_cast<std::uint8_t>(data[pos++])} << (8 * i);
-  return true;
-}
-
-// Every byte must belong to a well-formed field, or parsing fails.
-bool parse_fields(std::string_view data, std::vector<WireField>& out) {
-  std::size_t pos = 0;
-  while (pos < data.size()) {
-    std::uint64_t key = 0, length = 0;
-    if (!read_varint(data, pos, key)) return false;
-    WireField field;
-    field.number = static_cast<std::uint32_t>(key >> 3);
-    field.wire = static_cast<std::uint32_t>(key & 7);
-    if (field.number == 0) return false;
-    bool ok = false;
-    switch (field.wire) {
-      case 0: ok = read_varint(data, pos, field.scalar); break;
-      case 1: ok = read_little_endian(data, pos, 8, field.scalar); break;
-      case 5: ok = read_little_endian(data, pos, 4, field.scalar); break;
-      case 2:
-        ok = read_varint(data, pos, length) && length <= data.size() - pos;
-        if (ok) field.bytes = data.substr(pos, static_cast<std::size_t>(length));
-        pos += ok ? static_cast<std::size_t>(length) : 0;
-        break;
-      default: break;
-    }
-    if (!ok) return false;
-    out.push_back(field);
-  }
-  return true;
-}
-
-// One decoded message; accessors check the wire type the schema gives the field.
-class Msg {
- public:
-  explicit Msg(std::string_view bytes) : raw_(bytes) { REQUIRE(parse_fields(bytes, fields_)); }
-
-  std::string_view raw() const { return raw_; }
-  std::size_t count(std::uint32_t n) const { return all(n).size(); }
-
-  std::vector<std::string_view> bytes_all(std::uint32_t n) const {
-    std::vector<std::string_view> out;
-    for (const WireField* f : all(n)) {
-      REQUIRE(f->wire == 2);
-      out.push_back(f->bytes);
-    }
-    return out;
-  }
-  std::string bytes(std::uint32_t n) const {
-    const auto values = bytes_all(n);
-    REQUIRE(values.size() <= 1);
-    return values.empty() ? std::string() : std::string(values[0]);
-  }
-  std::vector<Msg> messages(std::uint32_t n) const {
-    std::vector<Msg> out;
-    for (const std::string_view b : bytes_all(n)) out.emplace_back(b);
-    return out;
-  }
-  Msg message(std::uint32_t n) const {
-    const auto values = messages(n);
-    REQUIRE(values.size() == 1);
-    return values[0];
-  }
-  std::uint64_t scalar(std::uint32_t n, std::uint32_t wire = 0) const {  // proto3: absent means 0
-    const auto fields = all(n);
-    REQUIRE(fields.size() <= 1);
-    if (fields.empty()) return 0;
-    REQUIRE(fields[0]->wire == wire);
-    return fields[0]->scalar;
-  }
-  // Repeated varints, packed or not, as proto3 parsers must accept both.
-  std::vector<std::uint64_t> varints(std::uint32_t n) const {
-    std::vector<std::uint64_t> out;
-    for (const WireField* f : all(n)) {
-      if (f->wire == 0) {
-        out.push_back(f->scalar);
-        continue;
-      }
-      REQUIRE(f->wire == 2);
-      std::size_t pos = 0;
-      std::uint64_t value = 0;
-      while (pos < f->bytes.size()) {
-        REQUIRE(read_varint(f->bytes, pos, value));
-        out.push_back(value);
-      }
-    }
-    return out;
-  }
-
- private:
-  std::vector<const WireField*> all(std::uint32_t n) const {
-    std::vector<const WireField*> out;
-    for (const WireField& f : fields_)
-      if (f.number == n) out.push_back(&f);
-    return out;
-  }
-  std::string_view raw_;
-  std::vector<WireField> fields_;
-};
+using proto_test::Msg;
+using proto_test::parse_fields;
+using proto_test::read_varint;
+using proto_test::WireField;
 
 // ---- the request, decoded by field number (opentelemetry-proto v1.11.0) -------------
 
@@ -473,12 +357,13 @@ TEST_CASE("OTLP samples keep their stacks, values, labels and the span link", "[
   CHECK(r.links[1].first.size() == 16);
   CHECK(r.links[1].second.size() == 8);
 
-  const std::vector<std::vector<std::int64_t>> expected_values = {{ten_ms, 2 * ten_ms, ten_ms}, {1, 2, 1}};
-  const std::vector<std::vector<std::string>> expected_stacks = {
-      {"hot_function", "main"}, {"hot_function", "main"}, {"main"}};
+  // The first two pprof samples share stack, labels and link: one OTLP sample,
+  // values summed, as the schema asks.
+  const std::vector<std::vector<std::int64_t>> expected_values = {{3 * ten_ms, ten_ms}, {3, 1}};
+  const std::vector<std::vector<std::string>> expected_stacks = {{"hot_function", "main"}, {"main"}};
   for (std::size_t p = 0; p < r.profiles.size(); ++p) {
     const auto& samples = r.profiles[p].samples;
-    REQUIRE(samples.size() == 3);
+    REQUIRE(samples.size() == 2);
     for (std::size_t i = 0; i < samples.size(); ++i) {
       INFO("profile " << p << " sample " << i);
       CHECK(samples[i].link == 1);
@@ -489,10 +374,10 @@ TEST_CASE("OTLP samples keep their stacks, values, labels and the span link", "[
       CHECK(labels.at("span_id") == span_hex);
       CHECK(labels.at("span_name") == "POST /checkout");
       CHECK(labels.at("profile_reason") == "slow");
-      CHECK(labels.size() == (i == 2 ? 5u : 4u));
-      if (i == 2) CHECK(labels.at("thread_id") == "=4242 ");
+      CHECK(labels.size() == (i == 1 ? 5u : 4u));
+      if (i == 1) CHECK(labels.at("thread_id") == "=4242 ");
     }
-    CHECK(samples[0].stack == samples[1].stack);  // one stack_table entry per distinct stack
+    CHECK(samples[0].stack != samples[1].stack);  // one stack_table entry per distinct stack
   }
   CHECK(r.stack_rows.size() == 3);
 
@@ -549,7 +434,7 @@ TEST_CASE("protoc parses the OTLP request and sees the same link", "[otlp][proto
   REQUIRE(profiles.size() == 2);
   for (const TextNode* profile : profiles) {
     const auto samples = profile->get("2");
-    REQUIRE(samples.size() == 3);
+    REQUIRE(samples.size() == 2);
     for (const TextNode* sample : samples) CHECK(sample->get("3").at(0)->value == "1");
   }
   CHECK(raw.output.find("\"service.name\"") != std::string::npos);
@@ -576,7 +461,7 @@ TEST_CASE("protoc parses the OTLP request and sees the same link", "[otlp][proto
        pos = typed.output.find("link_index: 1", pos + 1)) {
     ++link_indices;
   }
-  CHECK(link_indices == 6);
+  CHECK(link_indices == 4);
   CHECK(typed.output.find("string_value: \"checkout\"") != std::string::npos);
   CHECK(typed.output.find("name: \"spanprof\"") != std::string::npos);
   CHECK(typed.output.find("time_unix_nano: 1700000000123456789") != std::string::npos);
@@ -612,10 +497,40 @@ TEST_CASE("an empty OTLP profile is a valid request with zero samples", "[otlp]"
 TEST_CASE("a span without ids leaves samples unlinked", "[otlp]") {
   spanprof::OtlpSpanIdentity id = identity();
   id.span = spanprof::SpanContext{};
-  const DecodedRequest r = decode(encode_ok(cpu_profile(), id));
+  spanprof::Profile profile = cpu_profile();
+  for (auto& sample : profile.samples) {
+    std::vector<spanprof::Label> kept;
+    for (auto& label : sample.labels)
+      if (label.key != "trace_id" && label.key != "span_id") kept.push_back(label);
+    sample.labels = kept;
+  }
+  const DecodedRequest r = decode(encode_ok(profile, id));
   REQUIRE(r.links.size() == 1);
   for (const DecodedProfile& p : r.profiles)
     for (const DecodedSample& s : p.samples) CHECK(s.link == 0);
+}
+
+TEST_CASE("samples of several spans link to their own span; the identity's is the fallback", "[otlp]") {
+  spanprof::Profile profile = cpu_profile();
+  const std::string other_span = "1111111111111111";
+  for (auto& label : profile.samples[1].labels)
+    if (label.key == "span_id") label.str = other_span;
+  std::vector<spanprof::Label> no_ids;
+  for (auto& label : profile.samples[2].labels)
+    if (label.key != "trace_id" && label.key != "span_id") no_ids.push_back(label);
+  profile.samples[2].labels = no_ids;
+  spanprof::OtlpSpanIdentity batch = identity();
+  const DecodedRequest r = decode(encode_ok(profile, batch));
+  // The zero link, the identity's span (sample 0 and, by fallback, sample 2), the other span.
+  REQUIRE(r.links.size() == 3);
+  CHECK(r.links[1].second == id_bytes(span_hex));
+  CHECK(r.links[2].second == id_bytes(other_span));
+  for (const DecodedProfile& p : r.profiles) {
+    REQUIRE(p.samples.size() == 3);
+    CHECK(p.samples[0].link == 1);
+    CHECK(p.samples[1].link == 2);
+    CHECK(p.samples[2].link == 1);
+  }
 }
 
 TEST_CASE("OTLP encoding rejects inconsistent input with a clear error", "[otlp]") {

@@ -672,6 +672,10 @@ struct Sample {
   std::vector<std::uint64_t> location_ids;  // innermost first
   std::vector<std::int64_t> values;
   std::vector<Label> labels;
+  // Labels shared by many samples (a span's, in a profile that merges spans):
+  // Profile::label_sets[label_set - 1]; 0 for none. A sample's labels are
+  // `labels` followed by these (for_each_label() visits both).
+  std::uint32_t label_set = 0;
 };
 
 struct Profile {
@@ -686,7 +690,16 @@ struct Profile {
   std::int64_t period = 0;
   std::vector<std::string> comments;
   std::string default_sample_type;
+  std::vector<std::vector<Label>> label_sets;  // see Sample::label_set
 };
+
+// Calls `visit(const Label&)` for each label of `sample`: its own, then its set's.
+template <class Visit>
+void for_each_label(const Profile& profile, const Sample& sample, Visit&& visit) {
+  for (const Label& label : sample.labels) visit(label);
+  if (sample.label_set != 0 && sample.label_set <= profile.label_sets.size())
+    for (const Label& label : profile.label_sets[sample.label_set - 1]) visit(label);
+}
 
 SPANPROF_NAMESPACE_END
 
@@ -1245,8 +1258,10 @@ SPANPROF_NAMESPACE_END
 #define SPANPROF_PROFILE_PROFILE_BUILDER_HPP_
 
 
+#include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
@@ -1277,13 +1292,33 @@ class ProfileBuilder {
  public:
   explicit ProfileBuilder(Symbolizer& symbolizer) noexcept : symbolizer_(symbolizer) {}
 
+  // One sample to build: its frames (innermost first), values, and its label set
+  // (1-based index into the label sets given to build()).
+  struct Sample {
+    const std::vector<std::uintptr_t>* frames;
+    const std::vector<std::int64_t>* values;
+    std::uint32_t label_set;
+  };
+
+  // One span's profile, its samples as recorded (profile_batch.hpp merges repeats).
   Profile build(const RawProfile& raw, const std::vector<std::string>& comments) {
+    std::vector<Sample> samples;
+    samples.reserve(raw.samples.size());
+    for (const RawSample& sample : raw.samples) samples.push_back({&sample.frames, &sample.values, 1});
+    return build(raw, samples, {span_labels(raw)}, comments);
+  }
+
+  // A profile of `header`'s kind, period and time span holding `samples`, each
+  // sample's labels shared through `label_sets` (a span's labels once per span,
+  // not once per sample).
+  Profile build(const RawProfile& header, const std::vector<Sample>& samples,
+                std::vector<std::vector<Label>> label_sets, const std::vector<std::string>& comments) {
     Profile profile;
-    if (raw.kind == ProfileKind::cpu) {
+    if (header.kind == ProfileKind::cpu) {
       profile.sample_types = {{"samples", "count"}, {"cpu", "nanoseconds"}};
       profile.period_type = {"cpu", "nanoseconds"};
       profile.default_sample_type = "cpu";
-      profile.period = raw.period_ns;
+      profile.period = header.period_ns;
     } else {
       // The names and order Go's heap profiles use, which pprof, Pyroscope and
       // Grafana recognise. A span's question is "what did it allocate", so that is
@@ -1292,25 +1327,25 @@ class ProfileBuilder {
           {"alloc_objects", "count"}, {"alloc_space", "bytes"}, {"inuse_objects", "count"}, {"inuse_space", "bytes"}};
       profile.period_type = {"space", "bytes"};
       profile.default_sample_type = "alloc_space";
-      profile.period = raw.heap_interval_bytes;
+      profile.period = header.heap_interval_bytes;
     }
-    profile.time_nanos = raw.start_unix_ns;
-    profile.duration_nanos = raw.duration_ns;
+    profile.time_nanos = header.start_unix_ns;
+    profile.duration_nanos = header.duration_ns;
     profile.comments = comments;
+    profile.label_sets = std::move(label_sets);
 
-    const std::vector<Label> labels = span_labels(raw);
-    profile.samples.reserve(raw.samples.size());
-    for (const RawSample& raw_sample : raw.samples) {
-      Sample sample;
-      sample.values = raw_sample.values;
-      sample.labels = labels;
-      sample.location_ids.reserve(raw_sample.frames.size());
-      for (std::size_t i = 0; i < raw_sample.frames.size(); ++i) {
+    profile.samples.reserve(samples.size());
+    for (const Sample& in : samples) {
+      spanprof::Sample sample;
+      sample.values = *in.values;
+      sample.label_set = in.label_set;
+      sample.location_ids.reserve(in.frames->size());
+      for (std::size_t i = 0; i < in.frames->size(); ++i) {
         // Callers' frames hold return addresses, which may already belong to the
         // next function (a call as a function's last instruction): look up the
         // call instruction instead, as pprof and debuggers do.
-        const std::uintptr_t pc = raw_sample.frames[i];
-        const bool exact = i == 0 && raw.kind == ProfileKind::cpu;  // heap frames are all return addresses
+        const std::uintptr_t pc = (*in.frames)[i];
+        const bool exact = i == 0 && header.kind == ProfileKind::cpu;  // heap frames are all return addresses
         const std::uintptr_t address = (exact || pc == 0) ? pc : pc - 1;
         sample.location_ids.push_back(location_for(address, profile));
       }
@@ -1691,12 +1726,13 @@ inline void write_pprof_label(ProtobufWriter& writer, const Label& label, PprofS
   });
 }
 
-inline void write_pprof_sample(ProtobufWriter& writer, const Sample& sample, PprofStringTable& strings) {
+inline void write_pprof_sample(ProtobufWriter& writer, const Profile& profile, const Sample& sample,
+                               PprofStringTable& strings) {
   namespace f = pprof_field::sample;
   writer.message_field(pprof_field::profile::sample, [&](ProtobufWriter& body) {
     body.packed_uint64_field(f::location_id, sample.location_ids);
     body.packed_int64_field(f::value, sample.values);
-    for (const Label& label : sample.labels) write_pprof_label(body, label, strings);
+    for_each_label(profile, sample, [&](const Label& label) { write_pprof_label(body, label, strings); });
   });
 }
 
@@ -1751,7 +1787,7 @@ inline std::string encode_pprof(const Profile& profile) {
   for (const ValueType& type : profile.sample_types) {
     detail::write_pprof_value_type(writer, f::sample_type, type, strings);
   }
-  for (const Sample& sample : profile.samples) detail::write_pprof_sample(writer, sample, strings);
+  for (const Sample& sample : profile.samples) detail::write_pprof_sample(writer, profile, sample, strings);
   for (const Mapping& mapping : profile.mappings) detail::write_pprof_mapping(writer, mapping, strings);
   for (const Location& location : profile.locations) detail::write_pprof_location(writer, location);
   for (const Function& function : profile.functions) detail::write_pprof_function(writer, function, strings);
@@ -1825,9 +1861,14 @@ SPANPROF_NAMESPACE_END
 //  - a pprof sample becomes one Sample per Profile, with values = {its value for
 //    that type}, its stack interned in stack_table, its labels as
 //    KeyValueAndUnit entries in attribute_table, and link_index naming the span.
-//  - link_table = {zero link, span link}: the trace <-> profile join that OTLP
-//    receivers use instead of pprof's trace_id/span_id labels (which stay as
-//    attributes for Pyroscope-style matching).
+//  - link_table = {zero link, one link per span}: the trace <-> profile join
+//    that OTLP receivers use instead of pprof's trace_id/span_id labels (which
+//    stay as attributes for Pyroscope-style matching). A sample's link comes from
+//    its own trace_id/span_id labels, so a profile merging many spans (batched
+//    delivery) links each sample to its span; a sample without them takes the
+//    identity's span.
+//  - samples with the same stack, attributes and link are merged (values summed),
+//    as the schema asks.
 //  - mappings, locations and functions are copied only when a sample reaches
 //    them (dictionaries SHOULD NOT hold orphans); pprof's 1-based ids become
 //    table indices, entry 0 being the zero value the schema requires.
@@ -1836,6 +1877,7 @@ SPANPROF_NAMESPACE_END
 
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cstdint>
 #include <exception>
@@ -2003,7 +2045,7 @@ class OtlpRequestBuilder {
   struct SampleRow {
     std::int64_t stack, link;
     std::vector<std::int64_t> attributes;
-    const std::vector<std::int64_t>* values;
+    std::vector<std::int64_t> values;
   };
 
   template <typename T>
@@ -2086,23 +2128,45 @@ class OtlpRequestBuilder {
     const auto [it, inserted] = stacks_.emplace(std::move(locations), static_cast<std::int64_t>(stack_rows_.size()));
     if (inserted) stack_rows_.push_back(&it->first);
 
-    // A span without ids would only repeat the zero link: such samples get 0, "no link".
-    const bool linked = identity_.span.trace_id.valid() || identity_.span.span_id.valid();
-    has_span_link_ = has_span_link_ || linked;
-    SampleRow row{it->second, linked ? 1 : 0, {}, &sample.values};
+    SampleRow row{it->second, link_for(sample), {}, {}};
 
     // attribute_indices MUST keep keys unique; pprof allows repeats, so the first wins.
+    // The attribute rows view the labels' strings: visit the profile's own labels,
+    // never a copy, so the views outlive this call.
     std::vector<std::int64_t> keys;
-    for (const Label& label : sample.labels) {
+    for_each_label(profile_, sample, [&](const Label& label) {
       const std::int64_t key = strings_.intern(label.key);
-      if (std::find(keys.begin(), keys.end(), key) != keys.end()) continue;
+      if (std::find(keys.begin(), keys.end(), key) != keys.end()) return;
       keys.push_back(key);
       // pprof's rule: a label with a string is a string label, whatever is_num says.
       row.attributes.push_back(label.is_num && label.str.empty()
                                    ? attribute(AttributeRow{key, true, {}, label.num, strings_.intern(label.num_unit)})
                                    : attribute(AttributeRow{key, false, label.str, 0, 0}));
+    });
+    const auto [merged, first] =
+        sample_index_.emplace(std::make_tuple(row.stack, row.link, row.attributes), samples_.size());
+    if (first) {
+      row.values = sample.values;
+      samples_.push_back(std::move(row));
+    } else {
+      std::vector<std::int64_t>& values = samples_[merged->second].values;
+      for (std::size_t v = 0; v < values.size(); ++v) values[v] += sample.values[v];
     }
-    samples_.push_back(std::move(row));
+  }
+
+  // The link_table index of the span a sample belongs to: its trace_id/span_id
+  // labels, else the identity's span; 0 ("no link") for a span without ids.
+  std::int64_t link_for(const Sample& sample) {
+    SpanContext span = identity_.span;
+    for_each_label(profile_, sample, [&](const Label& label) {
+      if (label.key == trace_id_label) span.trace_id = TraceId::from_hex(label.str);
+      else if (label.key == span_id_label) span.span_id = SpanId::from_hex(label.str);
+    });
+    if (!span.trace_id.valid() && !span.span_id.valid()) return 0;
+    const auto key = std::make_pair(span.trace_id.bytes(), span.span_id.bytes());
+    const auto [it, inserted] = link_index_.emplace(key, static_cast<std::int64_t>(links_.size()));
+    if (inserted) links_.push_back(span);
+    return it->second;
   }
 
   static void write_value_type(ProtobufWriter& out, std::uint32_t field, TypeRow type) {
@@ -2122,7 +2186,7 @@ class OtlpRequestBuilder {
         body.packed_int64_field(s::attribute_indices, row.attributes);
         body.int64_field_if_nonzero(s::link_index, row.link);
         // Written even when zero: a Sample needs at least one value or timestamp.
-        const std::int64_t value[1] = {(*row.values)[type]};
+        const std::int64_t value[1] = {row.values[type]};
         body.packed_int64_field(s::values, value);
       });
     }
@@ -2173,12 +2237,10 @@ class OtlpRequestBuilder {
     }
     // link_table[0] is the exception: full-length zero ids, which the schema
     // recommends for codecs that insist on 16- and 8-byte arrays.
-    const SpanContext zero{};
-    for (const SpanContext* link : {&zero, has_span_link_ ? &identity_.span : nullptr}) {
-      if (link == nullptr) continue;
+    for (const SpanContext& link : links_) {
       out.message_field(f::link_table, [&](ProtobufWriter& body) {
-        const auto& trace = link->trace_id.bytes();
-        const auto& span = link->span_id.bytes();
+        const auto& trace = link.trace_id.bytes();
+        const auto& span = link.span_id.bytes();
         body.bytes_field(o::link::trace_id, {reinterpret_cast<const char*>(trace.data()), trace.size()});
         body.bytes_field(o::link::span_id, {reinterpret_cast<const char*>(span.data()), span.size()});
       });
@@ -2227,7 +2289,9 @@ class OtlpRequestBuilder {
   std::size_t default_type_ = 0;
   std::vector<std::int64_t> profile_attributes_;
   std::int64_t frame_type_ = 0;
-  bool has_span_link_ = false;
+  std::vector<SpanContext> links_{SpanContext{}};  // [0]: the zero link
+  std::map<std::pair<std::array<std::uint8_t, 16>, std::array<std::uint8_t, 8>>, std::int64_t> link_index_;
+  std::map<std::tuple<std::int64_t, std::int64_t, std::vector<std::int64_t>>, std::size_t> sample_index_;
 };
 
 }  // namespace detail

@@ -15,9 +15,14 @@
 //  - a pprof sample becomes one Sample per Profile, with values = {its value for
 //    that type}, its stack interned in stack_table, its labels as
 //    KeyValueAndUnit entries in attribute_table, and link_index naming the span.
-//  - link_table = {zero link, span link}: the trace <-> profile join that OTLP
-//    receivers use instead of pprof's trace_id/span_id labels (which stay as
-//    attributes for Pyroscope-style matching).
+//  - link_table = {zero link, one link per span}: the trace <-> profile join
+//    that OTLP receivers use instead of pprof's trace_id/span_id labels (which
+//    stay as attributes for Pyroscope-style matching). A sample's link comes from
+//    its own trace_id/span_id labels, so a profile merging many spans (batched
+//    delivery) links each sample to its span; a sample without them takes the
+//    identity's span.
+//  - samples with the same stack, attributes and link are merged (values summed),
+//    as the schema asks.
 //  - mappings, locations and functions are copied only when a sample reaches
 //    them (dictionaries SHOULD NOT hold orphans); pprof's 1-based ids become
 //    table indices, entry 0 being the zero value the schema requires.
@@ -32,6 +37,7 @@
 #include <spanprof/span/span_context.hpp>
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cstdint>
 #include <exception>
@@ -199,7 +205,7 @@ class OtlpRequestBuilder {
   struct SampleRow {
     std::int64_t stack, link;
     std::vector<std::int64_t> attributes;
-    const std::vector<std::int64_t>* values;
+    std::vector<std::int64_t> values;
   };
 
   template <typename T>
@@ -282,23 +288,45 @@ class OtlpRequestBuilder {
     const auto [it, inserted] = stacks_.emplace(std::move(locations), static_cast<std::int64_t>(stack_rows_.size()));
     if (inserted) stack_rows_.push_back(&it->first);
 
-    // A span without ids would only repeat the zero link: such samples get 0, "no link".
-    const bool linked = identity_.span.trace_id.valid() || identity_.span.span_id.valid();
-    has_span_link_ = has_span_link_ || linked;
-    SampleRow row{it->second, linked ? 1 : 0, {}, &sample.values};
+    SampleRow row{it->second, link_for(sample), {}, {}};
 
     // attribute_indices MUST keep keys unique; pprof allows repeats, so the first wins.
+    // The attribute rows view the labels' strings: visit the profile's own labels,
+    // never a copy, so the views outlive this call.
     std::vector<std::int64_t> keys;
-    for (const Label& label : sample.labels) {
+    for_each_label(profile_, sample, [&](const Label& label) {
       const std::int64_t key = strings_.intern(label.key);
-      if (std::find(keys.begin(), keys.end(), key) != keys.end()) continue;
+      if (std::find(keys.begin(), keys.end(), key) != keys.end()) return;
       keys.push_back(key);
       // pprof's rule: a label with a string is a string label, whatever is_num says.
       row.attributes.push_back(label.is_num && label.str.empty()
                                    ? attribute(AttributeRow{key, true, {}, label.num, strings_.intern(label.num_unit)})
                                    : attribute(AttributeRow{key, false, label.str, 0, 0}));
+    });
+    const auto [merged, first] =
+        sample_index_.emplace(std::make_tuple(row.stack, row.link, row.attributes), samples_.size());
+    if (first) {
+      row.values = sample.values;
+      samples_.push_back(std::move(row));
+    } else {
+      std::vector<std::int64_t>& values = samples_[merged->second].values;
+      for (std::size_t v = 0; v < values.size(); ++v) values[v] += sample.values[v];
     }
-    samples_.push_back(std::move(row));
+  }
+
+  // The link_table index of the span a sample belongs to: its trace_id/span_id
+  // labels, else the identity's span; 0 ("no link") for a span without ids.
+  std::int64_t link_for(const Sample& sample) {
+    SpanContext span = identity_.span;
+    for_each_label(profile_, sample, [&](const Label& label) {
+      if (label.key == trace_id_label) span.trace_id = TraceId::from_hex(label.str);
+      else if (label.key == span_id_label) span.span_id = SpanId::from_hex(label.str);
+    });
+    if (!span.trace_id.valid() && !span.span_id.valid()) return 0;
+    const auto key = std::make_pair(span.trace_id.bytes(), span.span_id.bytes());
+    const auto [it, inserted] = link_index_.emplace(key, static_cast<std::int64_t>(links_.size()));
+    if (inserted) links_.push_back(span);
+    return it->second;
   }
 
   static void write_value_type(ProtobufWriter& out, std::uint32_t field, TypeRow type) {
@@ -318,7 +346,7 @@ class OtlpRequestBuilder {
         body.packed_int64_field(s::attribute_indices, row.attributes);
         body.int64_field_if_nonzero(s::link_index, row.link);
         // Written even when zero: a Sample needs at least one value or timestamp.
-        const std::int64_t value[1] = {(*row.values)[type]};
+        const std::int64_t value[1] = {row.values[type]};
         body.packed_int64_field(s::values, value);
       });
     }
@@ -369,12 +397,10 @@ class OtlpRequestBuilder {
     }
     // link_table[0] is the exception: full-length zero ids, which the schema
     // recommends for codecs that insist on 16- and 8-byte arrays.
-    const SpanContext zero{};
-    for (const SpanContext* link : {&zero, has_span_link_ ? &identity_.span : nullptr}) {
-      if (link == nullptr) continue;
+    for (const SpanContext& link : links_) {
       out.message_field(f::link_table, [&](ProtobufWriter& body) {
-        const auto& trace = link->trace_id.bytes();
-        const auto& span = link->span_id.bytes();
+        const auto& trace = link.trace_id.bytes();
+        const auto& span = link.span_id.bytes();
         body.bytes_field(o::link::trace_id, {reinterpret_cast<const char*>(trace.data()), trace.size()});
         body.bytes_field(o::link::span_id, {reinterpret_cast<const char*>(span.data()), span.size()});
       });
@@ -423,7 +449,9 @@ class OtlpRequestBuilder {
   std::size_t default_type_ = 0;
   std::vector<std::int64_t> profile_attributes_;
   std::int64_t frame_type_ = 0;
-  bool has_span_link_ = false;
+  std::vector<SpanContext> links_{SpanContext{}};  // [0]: the zero link
+  std::map<std::pair<std::array<std::uint8_t, 16>, std::array<std::uint8_t, 8>>, std::int64_t> link_index_;
+  std::map<std::tuple<std::int64_t, std::int64_t, std::vector<std::int64_t>>, std::size_t> sample_index_;
 };
 
 }  // namespace detail

@@ -99,12 +99,13 @@ inline void write_pprof_label(ProtobufWriter& writer, const Label& label, PprofS
   });
 }
 
-inline void write_pprof_sample(ProtobufWriter& writer, const Sample& sample, PprofStringTable& strings) {
+inline void write_pprof_sample(ProtobufWriter& writer, const Profile& profile, const Sample& sample,
+                               PprofStringTable& strings) {
   namespace f = pprof_field::sample;
   writer.message_field(pprof_field::profile::sample, [&](ProtobufWriter& body) {
     body.packed_uint64_field(f::location_id, sample.location_ids);
     body.packed_int64_field(f::value, sample.values);
-    for (const Label& label : sample.labels) write_pprof_label(body, label, strings);
+    for_each_label(profile, sample, [&](const Label& label) { write_pprof_label(body, label, strings); });
   });
 }
 
@@ -159,7 +160,7 @@ inline std::string encode_pprof(const Profile& profile) {
   for (const ValueType& type : profile.sample_types) {
     detail::write_pprof_value_type(writer, f::sample_type, type, strings);
   }
-  for (const Sample& sample : profile.samples) detail::write_pprof_sample(writer, sample, strings);
+  for (const Sample& sample : profile.samples) detail::write_pprof_sample(writer, profile, sample, strings);
   for (const Mapping& mapping : profile.mappings) detail::write_pprof_mapping(writer, mapping, strings);
   for (const Location& location : profile.locations) detail::write_pprof_location(writer, location);
   for (const Function& function : profile.functions) detail::write_pprof_function(writer, function, strings);

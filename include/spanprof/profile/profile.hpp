@@ -137,6 +137,10 @@ struct Sample {
   std::vector<std::uint64_t> location_ids;  // innermost first
   std::vector<std::int64_t> values;
   std::vector<Label> labels;
+  // Labels shared by many samples (a span's, in a profile that merges spans):
+  // Profile::label_sets[label_set - 1]; 0 for none. A sample's labels are
+  // `labels` followed by these (for_each_label() visits both).
+  std::uint32_t label_set = 0;
 };
 
 struct Profile {
@@ -151,7 +155,16 @@ struct Profile {
   std::int64_t period = 0;
   std::vector<std::string> comments;
   std::string default_sample_type;
+  std::vector<std::vector<Label>> label_sets;  // see Sample::label_set
 };
+
+// Calls `visit(const Label&)` for each label of `sample`: its own, then its set's.
+template <class Visit>
+void for_each_label(const Profile& profile, const Sample& sample, Visit&& visit) {
+  for (const Label& label : sample.labels) visit(label);
+  if (sample.label_set != 0 && sample.label_set <= profile.label_sets.size())
+    for (const Label& label : profile.label_sets[sample.label_set - 1]) visit(label);
+}
 
 SPANPROF_NAMESPACE_END
 

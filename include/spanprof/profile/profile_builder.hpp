@@ -8,8 +8,10 @@
 #include <spanprof/profile/profile.hpp>
 #include <spanprof/symbolization/symbolizer.hpp>
 
+#include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
@@ -40,13 +42,33 @@ class ProfileBuilder {
  public:
   explicit ProfileBuilder(Symbolizer& symbolizer) noexcept : symbolizer_(symbolizer) {}
 
+  // One sample to build: its frames (innermost first), values, and its label set
+  // (1-based index into the label sets given to build()).
+  struct Sample {
+    const std::vector<std::uintptr_t>* frames;
+    const std::vector<std::int64_t>* values;
+    std::uint32_t label_set;
+  };
+
+  // One span's profile, its samples as recorded (profile_batch.hpp merges repeats).
   Profile build(const RawProfile& raw, const std::vector<std::string>& comments) {
+    std::vector<Sample> samples;
+    samples.reserve(raw.samples.size());
+    for (const RawSample& sample : raw.samples) samples.push_back({&sample.frames, &sample.values, 1});
+    return build(raw, samples, {span_labels(raw)}, comments);
+  }
+
+  // A profile of `header`'s kind, period and time span holding `samples`, each
+  // sample's labels shared through `label_sets` (a span's labels once per span,
+  // not once per sample).
+  Profile build(const RawProfile& header, const std::vector<Sample>& samples,
+                std::vector<std::vector<Label>> label_sets, const std::vector<std::string>& comments) {
     Profile profile;
-    if (raw.kind == ProfileKind::cpu) {
+    if (header.kind == ProfileKind::cpu) {
       profile.sample_types = {{"samples", "count"}, {"cpu", "nanoseconds"}};
       profile.period_type = {"cpu", "nanoseconds"};
       profile.default_sample_type = "cpu";
-      profile.period = raw.period_ns;
+      profile.period = header.period_ns;
     } else {
       // The names and order Go's heap profiles use, which pprof, Pyroscope and
       // Grafana recognise. A span's question is "what did it allocate", so that is
@@ -55,25 +77,25 @@ class ProfileBuilder {
           {"alloc_objects", "count"}, {"alloc_space", "bytes"}, {"inuse_objects", "count"}, {"inuse_space", "bytes"}};
       profile.period_type = {"space", "bytes"};
       profile.default_sample_type = "alloc_space";
-      profile.period = raw.heap_interval_bytes;
+      profile.period = header.heap_interval_bytes;
     }
-    profile.time_nanos = raw.start_unix_ns;
-    profile.duration_nanos = raw.duration_ns;
+    profile.time_nanos = header.start_unix_ns;
+    profile.duration_nanos = header.duration_ns;
     profile.comments = comments;
+    profile.label_sets = std::move(label_sets);
 
-    const std::vector<Label> labels = span_labels(raw);
-    profile.samples.reserve(raw.samples.size());
-    for (const RawSample& raw_sample : raw.samples) {
-      Sample sample;
-      sample.values = raw_sample.values;
-      sample.labels = labels;
-      sample.location_ids.reserve(raw_sample.frames.size());
-      for (std::size_t i = 0; i < raw_sample.frames.size(); ++i) {
+    profile.samples.reserve(samples.size());
+    for (const Sample& in : samples) {
+      spanprof::Sample sample;
+      sample.values = *in.values;
+      sample.label_set = in.label_set;
+      sample.location_ids.reserve(in.frames->size());
+      for (std::size_t i = 0; i < in.frames->size(); ++i) {
         // Callers' frames hold return addresses, which may already belong to the
         // next function (a call as a function's last instruction): look up the
         // call instruction instead, as pprof and debuggers do.
-        const std::uintptr_t pc = raw_sample.frames[i];
-        const bool exact = i == 0 && raw.kind == ProfileKind::cpu;  // heap frames are all return addresses
+        const std::uintptr_t pc = (*in.frames)[i];
+        const bool exact = i == 0 && header.kind == ProfileKind::cpu;  // heap frames are all return addresses
         const std::uintptr_t address = (exact || pc == 0) ? pc : pc - 1;
         sample.location_ids.push_back(location_for(address, profile));
       }
