@@ -132,6 +132,16 @@ std::vector<VariableCase> variable_cases() {
          const auto* u = uploader_of<spanprof::OtlpUploader>(o);
          return u && u->url() == otlp + "/v1development/profiles";
        }},
+      {"SPANPROF_UPLOAD_WINDOW_MS", "2500", "-1", {with_pyroscope},
+       [](const Options& o) {
+         const auto* p = uploader_of<spanprof::PyroscopeUploader>(o);
+         return p && p->delivery().is_batched() && p->delivery().window == std::chrono::milliseconds(2500);
+       }},
+      {"SPANPROF_UPLOAD_WINDOW_MS", "0", "ten", {with_otlp},
+       [](const Options& o) {
+         const auto* u = uploader_of<spanprof::OtlpUploader>(o);
+         return u && !u->delivery().is_batched();
+       }},
       {"OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=abc%20def", "novalue", {with_otlp},
        [](const Options& o) {
          const auto* u = uploader_of<spanprof::OtlpUploader>(o);

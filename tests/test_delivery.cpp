@@ -7,6 +7,8 @@
 #include "support/collector.hpp"
 #include "support/command.hpp"
 #include "support/http_server.hpp"
+#include "support/pyroscope_push.hpp"
+#include "support/test_helpers.hpp"
 
 #include <spanprof/spanprof.hpp>
 
@@ -16,9 +18,16 @@
 #include <spanprof/delivery/otlp_uploader.hpp>
 #include <spanprof/delivery/pyroscope_uploader.hpp>
 
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <optional>
+#include <set>
+#include <thread>
+#include <tuple>
 
 using spanprof_test::Collector;
 using spanprof_test::HttpServer;
@@ -58,54 +67,37 @@ std::string write_temp(const std::string& bytes, const char* suffix) {
   return path;
 }
 
-// Reads the fields of one protobuf message: (field number, wire type, payload).
-struct Field {
-  std::uint32_t number;
-  std::uint32_t wire;
-  std::uint64_t varint;
-  std::string_view bytes;
+
+// What the profiles of some requests hold: span ids, and total samples by span.
+struct Received {
+  std::map<std::string, std::int64_t> samples_by_span;
+  std::size_t profiles = 0;
+  std::size_t duplicate_samples = 0;  // (stack, labels) seen twice in one profile
 };
 
-bool read_fields(std::string_view message, std::vector<Field>& out) {
-  out.clear();
-  std::size_t i = 0;
-  auto varint = [&](std::uint64_t& v) {
-    v = 0;
-    for (int shift = 0; shift < 64 && i < message.size(); shift += 7) {
-      const auto byte = static_cast<unsigned char>(message[i++]);
-      v |= static_cast<std::uint64_t>(byte & 0x7f) << shift;
-      if (!(byte & 0x80)) return true;
-    }
-    return false;
-  };
-  while (i < message.size()) {
-    std::uint64_t key = 0;
-    if (!varint(key)) return false;
-    Field f{static_cast<std::uint32_t>(key >> 3), static_cast<std::uint32_t>(key & 7), 0, {}};
-    if (f.wire == 0) {
-      if (!varint(f.varint)) return false;
-    } else if (f.wire == 2) {
-      std::uint64_t length = 0;
-      if (!varint(length) || length > message.size() - i) return false;
-      f.bytes = message.substr(i, length);
-      i += length;
-    } else if (f.wire == 1) {
-      if (message.size() - i < 8) return false;
-      i += 8;
-    } else if (f.wire == 5) {
-      if (message.size() - i < 4) return false;
-      i += 4;
-    } else {
-      return false;
-    }
-    out.push_back(f);
+void add_profile(Received& received, const std::string& pprof_gzip) {
+  pprof_test::DecodedPprof decoded;
+  std::string error;
+  REQUIRE(pprof_test::decode_pprof(pprof_gzip, decoded, error));
+  ++received.profiles;
+  std::set<std::pair<std::vector<std::uint64_t>, std::map<std::string, std::string>>> seen;
+  for (const auto& sample : decoded.profile.samples) {
+    const auto labels = pprof_test::labels_of(sample);
+    if (!seen.emplace(sample.location_ids, labels).second) ++received.duplicate_samples;
+    received.samples_by_span[labels.at("span_id")] += sample.values.at(0);
   }
-  return true;
+}
+
+Received received_by(const HttpServer& server) {
+  Received received;
+  for (const auto& request : server.requests())
+    for (const std::string& body : pyroscope_test::pprof_bodies(request)) add_profile(received, body);
+  return received;
 }
 
 }  // namespace
 
-TEST_CASE("Pyroscope receives the span's profile: path, query, auth, and a body go tool pprof reads", "[delivery]") {
+TEST_CASE("Pyroscope receives a Push: series labels, auth, and a profile go tool pprof reads", "[delivery]") {
   HttpServer server;
   spanprof::PyroscopeOptions pyroscope;
   pyroscope.server_address = server.url();
@@ -123,24 +115,26 @@ TEST_CASE("Pyroscope receives the span's profile: path, query, auth, and a body 
     spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "POST /checkout"});
     deliver_hot_loop(0.1);
   }
-  REQUIRE(collector.profile_for(span.span_id) != nullptr);  // flushed
+  REQUIRE(collector.profile_for(span.span_id) != nullptr);  // flushed: the window is cut
   REQUIRE(server.wait_for_requests(1, std::chrono::seconds(10)));
   const auto request = server.requests().at(0);
   CHECK(request.method == "POST");
-  CHECK(request.path == "/ingest");
-  const auto query = request.query_params();
-  CHECK(query.at("name") == "checkout-service.cpu{env=test,region=local}");
-  CHECK(query.at("format") == "pprof");
-  CHECK(query.at("spyName") == "spanprof");
-  CHECK(query.at("sampleRate") == "200");
-  const long long from = std::stoll(query.at("from")), until = std::stoll(query.at("until"));
-  CHECK(until > from);
-  CHECK(from > 1'600'000'000);
+  CHECK(request.path == "/push.v1.PusherService/Push");
+  CHECK(request.header("Content-Type") == "application/proto");
   CHECK(request.header("Authorization") == "Basic " + base64("alice:s3cret:pw"));
   CHECK(request.header("X-Scope-OrgID") == "tenant-7");
   CHECK(request.header("Expect").empty());
 
-  const std::string path = write_temp(request.body, ".pb.gz");
+  const auto pushed = pyroscope_test::parse_push(request.body);
+  REQUIRE(pushed.size() == 1);
+  CHECK(pushed[0].label("__name__") == "process_cpu");
+  CHECK(pushed[0].label("service_name") == "checkout-service");
+  CHECK(pushed[0].label("env") == "test");
+  CHECK(pushed[0].label("region") == "local");
+  CHECK(pushed[0].id.size() == 36);  // a UUID
+  CHECK(pushed[0].id[14] == '4');
+
+  const std::string path = write_temp(pushed[0].pprof_gzip, ".pb.gz");
   std::string out;
   REQUIRE(pprof_test::run_command("go tool pprof -tags " + path, out));
   CHECK(out.find(span.span_id.to_hex()) != std::string::npos);
@@ -150,10 +144,13 @@ TEST_CASE("Pyroscope receives the span's profile: path, query, auth, and a body 
   std::remove(path.c_str());
 }
 
-TEST_CASE("Pyroscope: a bearer token, and heap profiles as .memory", "[delivery]") {
+TEST_CASE("Pyroscope's legacy /ingest: the query, a bearer token, heap profiles as .memory", "[delivery]") {
   HttpServer server;
   spanprof::PyroscopeOptions pyroscope;
+  pyroscope.api = spanprof::PyroscopeOptions::Api::ingest;
   pyroscope.server_address = server.url() + "/";
+  pyroscope.application_name = "checkout-service";
+  pyroscope.tags = {{"env", "test"}, {"region", "local"}};
   pyroscope.http.bearer_token = "glc_token";
   spanprof::PyroscopeUploader uploader(pyroscope);
   spanprof::EncodedProfile profile;
@@ -163,15 +160,56 @@ TEST_CASE("Pyroscope: a bearer token, and heap profiles as .memory", "[delivery]
   profile.duration_ns = 200'000'000;
   profile.pprof_gzip = "not really a profile";
   CHECK(uploader.upload(profile).succeeded());
-  REQUIRE(server.wait_for_requests(1, std::chrono::seconds(5)));
-  const auto request = server.requests().at(0);
-  CHECK(request.path == "/ingest");
-  CHECK(request.query_params().at("name") == "spanprof.memory{}");
-  CHECK(request.query_params().count("sampleRate") == 0);
-  CHECK(request.query_params().at("from") == "1700000000");
-  CHECK(request.query_params().at("until") == "1700000001");
-  CHECK(request.header("Authorization") == "Bearer glc_token");
-  CHECK(request.body == "not really a profile");
+  profile.kind = spanprof::ProfileKind::cpu;
+  profile.period_ns = 5'000'000;
+  CHECK(uploader.upload(profile).succeeded());
+  REQUIRE(server.wait_for_requests(2, std::chrono::seconds(5)));
+  const auto heap = server.requests().at(0);
+  CHECK(heap.path == "/ingest");
+  CHECK(heap.query_params().at("name") == "checkout-service.memory{env=test,region=local}");
+  CHECK(heap.query_params().count("sampleRate") == 0);
+  CHECK(heap.query_params().at("from") == "1700000000");
+  CHECK(heap.query_params().at("until") == "1700000001");
+  CHECK(heap.query_params().at("format") == "pprof");
+  CHECK(heap.query_params().at("spyName") == "spanprof");
+  CHECK(heap.header("Authorization") == "Bearer glc_token");
+  CHECK(heap.body == "not really a profile");
+  const auto cpu = server.requests().at(1);
+  CHECK(cpu.query_params().at("name") == "checkout-service.cpu{env=test,region=local}");
+  CHECK(cpu.query_params().at("sampleRate") == "200");
+}
+
+TEST_CASE("Pyroscope: labels dropped and renamed, tags made valid label names", "[delivery]") {
+  HttpServer server;
+  spanprof::PyroscopeOptions pyroscope;
+  pyroscope.server_address = server.url();
+  pyroscope.tags = {{"k8s.namespace", "prod"}};
+  pyroscope.drop_labels = {"profile_reason"};
+  pyroscope.rename_labels = {{"span_name", "endpoint"}};
+  spanprof::Options options;
+  options.frequency_hz = 200;
+  options.uploaders.push_back(std::make_shared<spanprof::PyroscopeUploader>(pyroscope));
+  Collector collector(options);
+  const auto span = span_number(903);
+  {
+    spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "GET /items"});
+    deliver_hot_loop(0.05);
+  }
+  REQUIRE(collector.profile_for(span.span_id) != nullptr);
+  REQUIRE(server.wait_for_requests(1, std::chrono::seconds(10)));
+  const auto pushed = pyroscope_test::parse_push(server.requests().at(0).body);
+  REQUIRE(pushed.size() == 1);
+  CHECK(pushed[0].label("k8s_namespace") == "prod");
+  pprof_test::DecodedPprof decoded;
+  std::string error;
+  REQUIRE(pprof_test::decode_pprof(pushed[0].pprof_gzip, decoded, error));
+  REQUIRE_FALSE(decoded.profile.samples.empty());
+  for (const auto& sample : decoded.profile.samples) {
+    const auto labels = pprof_test::labels_of(sample);
+    CHECK(labels.count("profile_reason") == 0);
+    CHECK(labels.at("endpoint") == "GET /items");
+    CHECK(labels.at("span_id") == span.span_id.to_hex());  // kept per sample
+  }
 }
 
 TEST_CASE("Pyroscope's answers map to retry or give up", "[delivery]") {
@@ -238,27 +276,13 @@ TEST_CASE("OTLP receives an ExportProfilesServiceRequest linked to the span", "[
 
   // ...and field by field: request.dictionary(2).link_table(4) holds the zero link
   // and this span's {trace_id(1): 16 bytes, span_id(2): 8 bytes}.
-  std::vector<Field> request_fields, dictionary_fields, link_fields;
-  REQUIRE(read_fields(body, request_fields));
-  std::string_view dictionary;
-  for (const auto& f : request_fields)
-    if (f.number == 2 && f.wire == 2) dictionary = f.bytes;
-  REQUIRE_FALSE(dictionary.empty());
-  REQUIRE(read_fields(dictionary, dictionary_fields));
-  std::vector<std::string_view> links;
-  for (const auto& f : dictionary_fields)
-    if (f.number == 4 && f.wire == 2) links.push_back(f.bytes);
+  const proto_test::Msg message(body);
+  const auto links = message.message(2).messages(4);
   REQUIRE(links.size() == 2);
-  REQUIRE(read_fields(links[1], link_fields));
-  std::string trace_id, span_id;
-  for (const auto& f : link_fields) {
-    if (f.number == 1) trace_id = std::string(f.bytes);
-    if (f.number == 2) span_id = std::string(f.bytes);
-  }
   const auto& expected_trace = span.trace_id.bytes();
   const auto& expected_span = span.span_id.bytes();
-  CHECK(trace_id == std::string(expected_trace.begin(), expected_trace.end()));
-  CHECK(span_id == std::string(expected_span.begin(), expected_span.end()));
+  CHECK(links[1].bytes(1) == std::string(expected_trace.begin(), expected_trace.end()));
+  CHECK(links[1].bytes(2) == std::string(expected_span.begin(), expected_span.end()));
 }
 
 TEST_CASE("backends configured from the environment; a malformed value turns only that one off", "[delivery]") {
@@ -312,32 +336,181 @@ TEST_CASE("backends configured from the environment; a malformed value turns onl
   }
 }
 
+TEST_CASE("batched: a window's spans arrive merged, one request per kind, each sample under its span",
+          "[delivery][batch]") {
+  HttpServer server;
+  spanprof::PyroscopeOptions pyroscope;
+  pyroscope.server_address = server.url();
+  pyroscope.delivery = spanprof::Delivery::batched(std::chrono::seconds(60));
+  spanprof::Options options;
+  options.frequency_hz = 1000;
+  options.queue_capacity = 1024;
+  options.uploaders.push_back(std::make_shared<spanprof::PyroscopeUploader>(pyroscope));
+  Collector collector(options);  // per span, for comparison
+  const auto before = spanprof::stats();
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < 4; ++t)
+    threads.emplace_back([t] {
+      for (unsigned i = 0; i < 10; ++i) {
+        spanprof::ScopedProfile guard(spanprof::NamedSpan{span_number(3000 + t * 100 + i), "GET /batch"});
+        deliver_hot_loop(0.02);
+      }
+    });
+  for (auto& thread : threads) thread.join();
+  const auto per_span = collector.profiles();  // flushes: the window is cut now
+  CHECK(server.request_count() == 1);
+  const Received batched = received_by(server);
+  CHECK(batched.profiles == 1);
+  CHECK(batched.duplicate_samples == 0);
+
+  Received files;
+  for (const auto& p : per_span) add_profile(files, p.meta.pprof_gzip);
+  CHECK(files.duplicate_samples == 0);  // one span's repeated stacks are merged too
+  CHECK(files.samples_by_span.size() == per_span.size());
+  CHECK(batched.samples_by_span == files.samples_by_span);  // every span, every sample
+  std::int64_t total = 0;
+  for (const auto& [span, samples] : batched.samples_by_span) total += samples;
+  CHECK(static_cast<std::uint64_t>(total) == spanprof::stats().samples_captured - before.samples_captured);
+}
+
+TEST_CASE("batched OTLP: one request, every span in link_table, no two samples alike", "[delivery][batch]") {
+  HttpServer server;
+  spanprof::OtlpOptions otlp;
+  otlp.endpoint = server.url();
+  otlp.delivery = spanprof::Delivery::batched(std::chrono::seconds(60));
+  spanprof::Options options;
+  options.frequency_hz = 1000;
+  options.uploaders.push_back(std::make_shared<spanprof::OtlpUploader>(otlp));
+  Collector collector(options);
+  std::set<std::string> spans;
+  for (unsigned i = 0; i < 12; ++i) {
+    const auto span = span_number(3500 + i);
+    spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "GET /otlp-batch"});
+    deliver_hot_loop(0.02);
+  }
+  for (const auto& p : collector.profiles()) spans.insert(p.meta.span.span_id.to_hex());
+  REQUIRE(server.request_count() == 1);
+  std::string body, error;
+  REQUIRE(spanprof::detail::gzip_decompress(server.requests().at(0).body, body, error, 64u << 20));
+  const std::string path = write_temp(body, ".bin");
+  CHECK(spanprof_test::capture_command("protoc --decode_raw < " + path).exit_code == 0);
+  std::remove(path.c_str());
+
+  const proto_test::Msg request(body);
+  const auto links = request.message(2).messages(4);
+  std::set<std::string> linked;
+  for (std::size_t i = 1; i < links.size(); ++i) {
+    std::string hex;
+    for (const char c : links[i].bytes(2)) {
+      char two[3];
+      std::snprintf(two, sizeof two, "%02x", static_cast<unsigned char>(c));
+      hex += two;
+    }
+    linked.insert(hex);
+  }
+  CHECK(linked == spans);
+  // resource_profiles(1) -> scope_profiles(2) -> profiles(2) -> samples(2):
+  // stack_index(1), attribute_indices(2), link_index(3).
+  for (const auto& profile : request.message(1).message(2).messages(2)) {
+    std::set<std::tuple<std::uint64_t, std::vector<std::uint64_t>, std::uint64_t>> seen;
+    for (const auto& sample : profile.messages(2))
+      CHECK(seen.emplace(sample.scalar(1), sample.varints(2), sample.scalar(3)).second);
+    CHECK_FALSE(seen.empty());
+  }
+}
+
+TEST_CASE("5,000 profiled spans a second for 10 s: a request or two per window, nothing lost",
+          "[delivery][batch][load]") {
+  HttpServer server;
+  spanprof::PyroscopeOptions pyroscope;
+  pyroscope.server_address = server.url();  // the default window: 10 s
+  spanprof::Options options;
+  options.frequency_hz = 1000;
+  options.queue_capacity = 4096;
+  options.uploaders.push_back(std::make_shared<spanprof::PyroscopeUploader>(pyroscope));
+  // Per span too, to know exactly which spans took samples.
+  std::mutex mutex;
+  std::map<std::string, std::int64_t> per_span;
+  options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>([&](const spanprof::EncodedProfile& p) {
+    std::int64_t samples = 0;
+    for (const auto& sample : p.profile->samples) samples += sample.values.at(0);
+    std::lock_guard<std::mutex> lock(mutex);
+    per_span[p.span.span_id.to_hex()] += samples;
+    return spanprof::UploadResult::ok();
+  }));
+  spanprof::start(options);
+  const auto before = spanprof::stats();
+  const auto started = std::chrono::steady_clock::now();
+  constexpr int threads = 2, spans_per_thread_per_second = 2500, seconds = 10;
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t)
+    workers.emplace_back([t, started] {
+      for (int i = 0; i < spans_per_thread_per_second * seconds; ++i) {
+        {
+          spanprof::ScopedProfile guard(spanprof::NamedSpan{span_number(100000 + t * 100000 + i), "GET /load"});
+          deliver_hot_loop(0.00008);
+        }
+        // Paced: span i starts no earlier than its slot.
+        std::this_thread::sleep_until(started + std::chrono::microseconds(1'000'000LL * (i + 1) /
+                                                                           spans_per_thread_per_second));
+      }
+    });
+  for (auto& w : workers) w.join();
+  REQUIRE(spanprof::flush(std::chrono::seconds(30)));
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const auto after = spanprof::stats();
+  spanprof::shutdown();
+
+  const auto profiled = after.profiles_started - before.profiles_started;
+  CHECK(profiled == threads * spans_per_thread_per_second * seconds);
+  CHECK(after.profiles_dropped - before.profiles_dropped == 0);
+  const auto windows = static_cast<std::size_t>(std::ceil(elapsed / 10.0));
+  INFO("elapsed " << elapsed << " s, requests " << server.request_count() << ", spans with samples "
+                  << per_span.size());
+  CHECK(server.request_count() <= 2 * windows);
+  const Received received = received_by(server);
+  CHECK(received.samples_by_span == per_span);  // every span that took a sample, every sample
+  CHECK_FALSE(per_span.empty());
+}
+
 // Run by CTest with SPANPROF_HOT_HANDLER set (hidden otherwise): the unmodified
 // example, pointed at a loopback Pyroscope by one environment variable.
 TEST_CASE("examples/hot_handler delivers its spans to PYROSCOPE_SERVER_ADDRESS", "[.example_pyroscope]") {
   const char* binary = std::getenv("SPANPROF_HOT_HANDLER");
   REQUIRE(binary != nullptr);
   HttpServer server;
-  const std::string files = "/tmp/spanprof-example-" + std::to_string(::getpid());
+  const std::string files_dir = "/tmp/spanprof-example-" + std::to_string(::getpid());
   const std::string command =
-      "PYROSCOPE_SERVER_ADDRESS=" + server.url() + " SPANPROF_OUTPUT_DIR=" + files + " " + binary;
+      "PYROSCOPE_SERVER_ADDRESS=" + server.url() + " SPANPROF_OUTPUT_DIR=" + files_dir + " " + binary;
   const auto run = spanprof_test::capture_command(command);
-  spanprof_test::capture_command("rm -rf " + files);
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { spanprof_test::capture_command("rm -rf " + dir); }
+  } cleanup{files_dir};
   INFO(run.output);
   REQUIRE(run.exit_code == 0);
-  // 12 requests, each a span with ~37 samples at 250 Hz: every one arrives.
-  REQUIRE(server.wait_for_requests(12, std::chrono::seconds(10)));
-  std::size_t with_span_labels = 0;
+  // 12 spans in a run of a few seconds: one window, so one request (the demo
+  // profiles CPU only), holding every span of the per-span files with the same totals.
+  REQUIRE(server.wait_for_requests(1, std::chrono::seconds(10)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK(server.request_count() == 1);
+  const Received batched = received_by(server);
   for (const auto& request : server.requests()) {
-    CHECK(request.path == "/ingest");
-    CHECK(request.query_params().at("name").rfind("spanprof.cpu", 0) == 0);
-    const std::string path = write_temp(request.body, ".pb.gz");
-    std::string out;
-    if (pprof_test::run_command("go tool pprof -tags " + path, out) && out.find("span_id:") != std::string::npos)
-      ++with_span_labels;
-    std::remove(path.c_str());
+    CHECK(request.path == "/push.v1.PusherService/Push");
+    for (const auto& pushed : pyroscope_test::parse_push(request.body)) {
+      CHECK(pushed.label("__name__") == "process_cpu");
+      const std::string path = write_temp(pushed.pprof_gzip, ".pb.gz");
+      std::string out;
+      CHECK(pprof_test::run_command("go tool pprof -tags " + path, out));
+      for (const auto& [span, samples] : batched.samples_by_span) CHECK(out.find(span) != std::string::npos);
+      std::remove(path.c_str());
+    }
   }
-  CHECK(with_span_labels == server.request_count());
+  Received files;
+  for (const auto& name : spanprof_test::files_in(files_dir))
+    add_profile(files, spanprof_test::read_file(files_dir + "/" + name));
+  CHECK(files.samples_by_span.size() == 12);
+  CHECK(batched.samples_by_span == files.samples_by_span);
 }
 
 #endif  // SPANPROF_WITH_CURL

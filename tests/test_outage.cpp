@@ -7,6 +7,7 @@
 #include "support/collector.hpp"
 #include "support/command.hpp"
 #include "support/http_server.hpp"
+#include "support/pyroscope_push.hpp"
 
 #include <spanprof/spanprof.hpp>
 
@@ -32,7 +33,9 @@ void profile_spans(unsigned first, unsigned n) {
   }
 }
 
-spanprof::Options pipeline(const std::string& server, const std::string& spool = {}) {
+// One request per profile (per-span delivery): these tests count requests per profile.
+spanprof::Options pipeline(const std::string& server, const std::string& spool = {},
+                           spanprof::Delivery delivery = spanprof::Delivery::per_span()) {
   spanprof::Options options;
   options.frequency_hz = 500;
   options.retry.max_attempts = 3;
@@ -43,18 +46,23 @@ spanprof::Options pipeline(const std::string& server, const std::string& spool =
   pyroscope.server_address = server;
   pyroscope.http.timeout = std::chrono::milliseconds(1000);
   pyroscope.http.no_proxy = "*";
+  pyroscope.delivery = delivery;
   options.uploaders = {std::make_shared<spanprof::PyroscopeUploader>(pyroscope)};
   return options;
 }
 
-// The span ids in the bodies the server received.
+// The span ids in the profiles the server received, once per profile they are in.
 std::multiset<std::string> delivered_spans(const HttpServer& server) {
   std::multiset<std::string> spans;
   for (const auto& request : server.requests()) {
-    pprof_test::DecodedPprof decoded;
-    std::string error;
-    if (!pprof_test::decode_pprof(request.body, decoded, error) || decoded.profile.samples.empty()) continue;
-    spans.insert(pprof_test::labels_of(decoded.profile.samples[0]).at("span_id"));
+    for (const std::string& body : pyroscope_test::pprof_bodies(request)) {
+      pprof_test::DecodedPprof decoded;
+      std::string error;
+      if (!pprof_test::decode_pprof(body, decoded, error)) continue;
+      std::set<std::string> in_profile;
+      for (const auto& sample : decoded.profile.samples) in_profile.insert(pprof_test::labels_of(sample).at("span_id"));
+      spans.insert(in_profile.begin(), in_profile.end());
+    }
   }
   return spans;
 }
@@ -166,6 +174,7 @@ TEST_CASE("a hanging backend: the queue stays bounded, hand-offs never wait, shu
     p.server_address = server.url();
     p.http.timeout = std::chrono::seconds(60);  // the worker is stuck for good
     p.http.no_proxy = "*";
+    p.delivery = spanprof::Delivery::per_span();  // an upload per profile: the first one hangs
     return p;
   }())};
   spanprof::start(options);
@@ -179,7 +188,10 @@ TEST_CASE("a hanging backend: the queue stays bounded, hand-offs never wait, shu
   CHECK(longest_queue <= 4);
   // Every hand-off was counted once: enqueued or dropped.
   CHECK(after.profiles_enqueued - before.profiles_enqueued + after.profiles_dropped - before.profiles_dropped == 20);
-  CHECK(after.profiles_dropped - before.profiles_dropped >= 15);  // 20 - 4 queued - 1 in the hung upload
+  // Bounded at every stage: 20 - the one the sender hangs on - 4 in its outbox -
+  // at most 4 the merger took from the hand-off (one of them waiting for room in
+  // the outbox) - 4 in the hand-off.
+  CHECK(after.profiles_dropped - before.profiles_dropped >= 7);
 
   const auto start = std::chrono::steady_clock::now();
   CHECK_FALSE(spanprof::shutdown(std::chrono::milliseconds(500)));  // not everything could be delivered
@@ -192,22 +204,78 @@ TEST_CASE("drop_oldest keeps the newest profiles when the queue overflows", "[ou
   HttpServer server;
   server.push(Response::delay(std::chrono::milliseconds(800), 200));  // holds the worker on the first (timeout 1 s)
   spanprof::Options options = pipeline(server.url());
-  options.queue_capacity = 2;
+  options.queue_capacity = 3;
   options.queue_overflow = spanprof::OverflowPolicy::drop_oldest;
   spanprof::start(options);
   const auto before = spanprof::stats();
   profile_spans(1400, 1);
   REQUIRE(server.wait_for_requests(1, std::chrono::seconds(5)));  // the worker is busy with 1400
-  profile_spans(1401, 5);                                          // 1401..1405: only two fit
+  profile_spans(1401, 5);                                          // 1401..1405: the newest three are kept
   REQUIRE(spanprof::flush(std::chrono::seconds(20)));
   const auto after = spanprof::stats();
-  CHECK(after.profiles_dropped - before.profiles_dropped == 3);
+  CHECK(after.profiles_dropped - before.profiles_dropped == 2);
   const auto spans = delivered_spans(server);
-  CHECK(spans.size() == 3);
+  CHECK(spans.size() == 4);
   CHECK(spans.count(span_number(1400).span_id.to_hex()) == 1);
+  CHECK(spans.count(span_number(1403).span_id.to_hex()) == 1);
   CHECK(spans.count(span_number(1404).span_id.to_hex()) == 1);
   CHECK(spans.count(span_number(1405).span_id.to_hex()) == 1);
   spanprof::shutdown(std::chrono::seconds(2));
+}
+
+TEST_CASE("a slow backend delays batched windows; it does not drop spans", "[outage][batch]") {
+  Quiet quiet;
+  HttpServer server;
+  server.set_default(Response::delay(std::chrono::milliseconds(600), 200));  // each window takes 0.6 s
+  spanprof::Options options = pipeline(server.url(), {}, spanprof::Delivery::batched(std::chrono::milliseconds(100)));
+  options.queue_capacity = 16;  // a hand-off that would overflow if the slow sends held up the merging
+  spanprof::start(options);
+  const auto before = spanprof::stats();
+  for (unsigned i = 0; i < 40; ++i) profile_spans(1600 + i, 1);  // ~0.8 s: several windows, while sends take 0.6 s
+  REQUIRE(spanprof::flush(std::chrono::seconds(30)));
+  const auto after = spanprof::stats();
+  spanprof::shutdown(std::chrono::seconds(2));
+  const auto enqueued = after.profiles_enqueued - before.profiles_enqueued;
+  CHECK(enqueued == 40);
+  CHECK(after.profiles_dropped - before.profiles_dropped == 0);
+  CHECK(after.profiles_uploaded - before.profiles_uploaded == enqueued);
+  const auto spans = delivered_spans(server);
+  CHECK(spans.size() == 40);
+  for (unsigned i = 0; i < 40; ++i) CHECK(spans.count(span_number(1600 + i).span_id.to_hex()) == 1);
+  CHECK(server.request_count() < 40);  // merged: windows, not spans
+}
+
+TEST_CASE("batched windows spooled during an outage are delivered once the backend is back", "[outage]") {
+  Quiet quiet;
+  const int port = HttpServer::unused_port();
+  const std::string url = "http://127.0.0.1:" + std::to_string(port);
+  const std::string spool = temp_directory("batch-spool");
+  spanprof_test::capture_command("rm -rf " + spool);
+
+  spanprof::start(pipeline(url, spool, spanprof::Delivery::batched(std::chrono::seconds(60))));
+  const auto before = spanprof::stats();
+  profile_spans(1500, 4);
+  REQUIRE(spanprof::flush(std::chrono::seconds(20)));  // cuts the window: one batch, spooled
+  profile_spans(1504, 3);
+  REQUIRE(spanprof::flush(std::chrono::seconds(20)));  // a second window, spooled too
+  const auto down = spanprof::stats();
+  CHECK(down.profiles_spooled - before.profiles_spooled == 7);  // profiles (spans)...
+  CHECK(down.spool_pending == 2);                                // ...in two payloads
+  spanprof::shutdown(std::chrono::seconds(2));
+
+  HttpServer server(port);
+  REQUIRE(server.running());
+  spanprof::start(pipeline(url, spool, spanprof::Delivery::batched(std::chrono::seconds(60))));
+  const auto restarted = spanprof::stats();
+  REQUIRE(server.wait_for_requests(2, std::chrono::seconds(20)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(server.request_count() == 2);
+  const auto spans = delivered_spans(server);
+  CHECK(spans.size() == 7);
+  for (unsigned i = 0; i < 7; ++i) CHECK(spans.count(span_number(1500 + i).span_id.to_hex()) == 1);
+  CHECK(spanprof::stats().spool_resent - restarted.spool_resent == 7);
+  spanprof::shutdown(std::chrono::seconds(2));
+  spanprof_test::capture_command("rm -rf " + spool);
 }
 
 #endif  // SPANPROF_WITH_CURL

@@ -13,7 +13,6 @@
 #include "support/test_helpers.hpp"
 
 #include <spanprof/profile/gzip.hpp>
-#include <spanprof/profile/pprof_decoder.hpp>
 #include <spanprof/profile/protobuf_writer.hpp>
 #include <spanprof/delivery/spool.hpp>
 #include <spanprof/profile/pprof_encoder.hpp>
@@ -177,102 +176,6 @@ EncodedProfile small_encoded(const std::string& span_name, std::size_t payload =
   return make_encoded(std::string(payload, 'x'), span_name);
 }
 
-bool same_value_type(const spanprof::ValueType& a, const spanprof::ValueType& b) {
-  return a.type == b.type && a.unit == b.unit;
-}
-
-bool same_label(const spanprof::Label& a, const spanprof::Label& b) {
-  return a.key == b.key && a.str == b.str && a.num == b.num && a.num_unit == b.num_unit && a.is_num == b.is_num;
-}
-
-// Field by field, as a predicate for fuzz loops that must not drown in CHECKs.
-bool same_profile(const Profile& a, const Profile& b) {
-  auto same_types = [](const std::vector<spanprof::ValueType>& x, const std::vector<spanprof::ValueType>& y) {
-    return std::equal(x.begin(), x.end(), y.begin(), y.end(), same_value_type);
-  };
-  auto same_sample = [](const spanprof::Sample& x, const spanprof::Sample& y) {
-    return x.location_ids == y.location_ids && x.values == y.values &&
-           std::equal(x.labels.begin(), x.labels.end(), y.labels.begin(), y.labels.end(), same_label);
-  };
-  auto same_mapping = [](const spanprof::Mapping& x, const spanprof::Mapping& y) {
-    return x.id == y.id && x.memory_start == y.memory_start && x.memory_limit == y.memory_limit &&
-           x.file_offset == y.file_offset && x.filename == y.filename && x.build_id == y.build_id &&
-           x.has_functions == y.has_functions;
-  };
-  auto same_location = [](const spanprof::Location& x, const spanprof::Location& y) {
-    return x.id == y.id && x.mapping_id == y.mapping_id && x.address == y.address && x.function_id == y.function_id;
-  };
-  auto same_function = [](const spanprof::Function& x, const spanprof::Function& y) {
-    return x.id == y.id && x.name == y.name && x.system_name == y.system_name && x.filename == y.filename;
-  };
-  return same_types(a.sample_types, b.sample_types) &&
-         std::equal(a.samples.begin(), a.samples.end(), b.samples.begin(), b.samples.end(), same_sample) &&
-         std::equal(a.mappings.begin(), a.mappings.end(), b.mappings.begin(), b.mappings.end(), same_mapping) &&
-         std::equal(a.locations.begin(), a.locations.end(), b.locations.begin(), b.locations.end(), same_location) &&
-         std::equal(a.functions.begin(), a.functions.end(), b.functions.begin(), b.functions.end(), same_function) &&
-         a.time_nanos == b.time_nanos && a.duration_nanos == b.duration_nanos &&
-         same_value_type(a.period_type, b.period_type) && a.period == b.period && a.comments == b.comments &&
-         a.default_sample_type == b.default_sample_type;
-}
-
-// The same comparison with a CHECK per field, so a failure names the field.
-void check_same_profile(const Profile& got, const Profile& want) {
-  REQUIRE(got.sample_types.size() == want.sample_types.size());
-  for (std::size_t i = 0; i < want.sample_types.size(); ++i) {
-    CHECK(got.sample_types[i].type == want.sample_types[i].type);
-    CHECK(got.sample_types[i].unit == want.sample_types[i].unit);
-  }
-  REQUIRE(got.samples.size() == want.samples.size());
-  for (std::size_t i = 0; i < want.samples.size(); ++i) {
-    INFO("sample " << i);
-    CHECK(got.samples[i].location_ids == want.samples[i].location_ids);
-    CHECK(got.samples[i].values == want.samples[i].values);
-    REQUIRE(got.samples[i].labels.size() == want.samples[i].labels.size());
-    for (std::size_t j = 0; j < want.samples[i].labels.size(); ++j) {
-      const spanprof::Label& g = got.samples[i].labels[j];
-      const spanprof::Label& w = want.samples[i].labels[j];
-      INFO("label " << j << " " << w.key);
-      CHECK(g.key == w.key);
-      CHECK(g.str == w.str);
-      CHECK(g.num == w.num);
-      CHECK(g.num_unit == w.num_unit);
-      CHECK(g.is_num == w.is_num);
-    }
-  }
-  REQUIRE(got.mappings.size() == want.mappings.size());
-  for (std::size_t i = 0; i < want.mappings.size(); ++i) {
-    CHECK(got.mappings[i].id == want.mappings[i].id);
-    CHECK(got.mappings[i].memory_start == want.mappings[i].memory_start);
-    CHECK(got.mappings[i].memory_limit == want.mappings[i].memory_limit);
-    CHECK(got.mappings[i].file_offset == want.mappings[i].file_offset);
-    CHECK(got.mappings[i].filename == want.mappings[i].filename);
-    CHECK(got.mappings[i].build_id == want.mappings[i].build_id);
-    CHECK(got.mappings[i].has_functions == want.mappings[i].has_functions);
-  }
-  REQUIRE(got.locations.size() == want.locations.size());
-  for (std::size_t i = 0; i < want.locations.size(); ++i) {
-    CHECK(got.locations[i].id == want.locations[i].id);
-    CHECK(got.locations[i].mapping_id == want.locations[i].mapping_id);
-    CHECK(got.locations[i].address == want.locations[i].address);
-    CHECK(got.locations[i].function_id == want.locations[i].function_id);
-  }
-  REQUIRE(got.functions.size() == want.functions.size());
-  for (std::size_t i = 0; i < want.functions.size(); ++i) {
-    CHECK(got.functions[i].id == want.functions[i].id);
-    CHECK(got.functions[i].name == want.functions[i].name);
-    CHECK(got.functions[i].system_name == want.functions[i].system_name);
-    CHECK(got.functions[i].filename == want.functions[i].filename);
-  }
-  CHECK(got.time_nanos == want.time_nanos);
-  CHECK(got.duration_nanos == want.duration_nanos);
-  CHECK(got.period_type.type == want.period_type.type);
-  CHECK(got.period_type.unit == want.period_type.unit);
-  CHECK(got.period == want.period);
-  CHECK(got.comments == want.comments);
-  CHECK(got.default_sample_type == want.default_sample_type);
-  CHECK(same_profile(got, want));
-}
-
 void check_same_encoded(const EncodedProfile& got, const EncodedProfile& want) {
   CHECK(got.kind == want.kind);
   CHECK(got.span.trace_id == want.span.trace_id);
@@ -284,6 +187,7 @@ void check_same_encoded(const EncodedProfile& got, const EncodedProfile& want) {
   CHECK(got.period_ns == want.period_ns);
   CHECK(got.heap_interval_bytes == want.heap_interval_bytes);
   CHECK(got.sample_count == want.sample_count);
+  CHECK(got.span_count == want.span_count);
   CHECK(got.engine == want.engine);
   CHECK(got.reason == want.reason);
   CHECK(got.pprof_gzip == want.pprof_gzip);
@@ -316,7 +220,7 @@ std::string only_spool_file(const std::string& dir) {
 
 // ---- spool: the normal path ----------------------------------------------------------
 
-TEST_CASE("spool round-trips every field, and the pprof decodes to the original profile", "[spool]") {
+TEST_CASE("spool round-trips every field and the payload", "[spool]") {
   TempDir dir;
   Spool spool(dir.sub("spool"), 1 << 20);
   std::string error;
@@ -350,13 +254,23 @@ TEST_CASE("spool round-trips every field, and the pprof decodes to the original 
   check_same_encoded(plain, in);
   CHECK(plain.profile == nullptr);
 
+  // The payload apart from the metadata: what an uploader sends again.
   EncodedProfile out;
-  Profile decoded;
-  REQUIRE(spool.load(item, out, decoded, error));
+  std::string payload;
+  REQUIRE(spool.load(item, out, payload, error));
   INFO(error);
-  check_same_encoded(out, in);
-  CHECK(out.profile == &decoded);
-  check_same_profile(decoded, original);
+  CHECK(payload == in.pprof_gzip);
+  CHECK(out.pprof_gzip.empty());
+  CHECK(out.span_name == in.span_name);
+  CHECK(out.span.span_id == in.span.span_id);
+
+  // A payload other than the profile's pprof (an OTLP request, a Pyroscope push).
+  REQUIRE(spool.store("other", in, "the wire bytes", error));
+  const auto other = spool.pending("other");
+  REQUIRE(other.size() == 1);
+  REQUIRE(spool.load(other[0], out, payload, error));
+  CHECK(payload == "the wire bytes");
+  CHECK(spool.remove(other[0]));
 
   // Loading does not consume; remove() does.
   CHECK(spool.pending("otlp").size() == 1);
@@ -595,7 +509,7 @@ TEST_CASE("every flipped byte and every truncation of a spool file is caught and
   CHECK(count_with_suffix(dir.path(), ".spool") == 0);
 }
 
-TEST_CASE("spool removes garbage, wrong-version and undecodable files on load", "[spool]") {
+TEST_CASE("spool removes garbage, wrong-version and misplaced files on load", "[spool]") {
   TempDir dir;
   std::string error;
   std::string valid_bytes;
@@ -608,7 +522,7 @@ TEST_CASE("spool removes garbage, wrong-version and undecodable files on load", 
   }
   // A newer format version, CRC recomputed so only the version is wrong.
   std::string newer = valid_bytes;
-  newer[8] = 2;
+  newer[8] = 3;
   const uLong crc = ::crc32(0L, reinterpret_cast<const Bytef*>(newer.data()), static_cast<uInt>(newer.size() - 4));
   for (std::size_t i = 0; i < 4; ++i) newer[newer.size() - 4 + i] = static_cast<char>((crc >> (8 * i)) & 0xff);
 
@@ -629,13 +543,12 @@ TEST_CASE("spool removes garbage, wrong-version and undecodable files on load", 
   CHECK(!spool.load(items[1], out, error));
   CHECK(contains(error, "bad magic"));
   CHECK(!spool.load(items[2], out, error));
-  CHECK(contains(error, "unsupported version 2"));
+  CHECK(contains(error, "unsupported version 3"));
   const auto w_items = spool.pending("w");
   REQUIRE(w_items.size() == 1);
   CHECK(!spool.load(w_items[0], out, error));
   CHECK(contains(error, "another uploader"));
-  Profile decoded;
-  CHECK(spool.load(items[3], out, decoded, error));
+  CHECK(spool.load(items[3], out, error));
   CHECK(spool.counters().corrupt_removed == 4);
   CHECK(spool.pending("u").size() == 1);
   CHECK(spool.pending("w").empty());
@@ -643,19 +556,6 @@ TEST_CASE("spool removes garbage, wrong-version and undecodable files on load", 
   // Sequences resumed after the planted files too.
   REQUIRE(spool.store("u", small_encoded("next"), error));
   CHECK(spool.pending("u").back().sequence == 16);
-
-  // Intact spool bytes whose pprof is not pprof: the plain load succeeds (the
-  // bytes are as stored), the decoding load removes the file — it could never
-  // decode, after any number of restarts.
-  REQUIRE(spool.store("x", small_encoded("not pprof"), error));
-  const SpoolItem item = spool.pending("x").front();
-  CHECK(spool.load(item, out, error));
-  out.profile = &decoded;
-  CHECK(!spool.load(item, out, decoded, error));
-  CHECK(contains(error, "removed corrupt"));
-  CHECK(contains(error, "pprof"));
-  CHECK(spool.counters().corrupt_removed == 5);
-  CHECK(spool.pending("x").empty());
 }
 
 TEST_CASE("spool loads survive files replaced behind their back", "[spool]") {
@@ -836,321 +736,4 @@ TEST_CASE("a full disk is reported and leaves nothing behind", "[spool]") {
   CHECK(outcome.temp_files == 0);
   CHECK(outcome.spool_files == 1);
   CHECK(outcome.pending == 1);
-}
-
-// ---- decode_pprof ---------------------------------------------------------------------
-
-using spanprof::detail::decode_pprof;
-using spanprof::detail::PprofDecodeOptions;
-using spanprof::detail::ProtobufWriter;
-
-TEST_CASE("decode_pprof inverts the encoder exactly, gzip'd or raw", "[spool][pprof_decoder]") {
-  const Profile original = make_profile();
-  const std::string raw = spanprof::encode_pprof(original);
-  std::string error;
-  Profile decoded;
-  REQUIRE(decode_pprof(raw, decoded, error));
-  check_same_profile(decoded, original);
-
-  spanprof::detail::PprofWireDetails details;
-  REQUIRE(decode_pprof(gzip_of(original), decoded, error, PprofDecodeOptions{}, &details));
-  check_same_profile(decoded, original);
-  CHECK(details.raw == raw);
-  REQUIRE(!details.string_table.empty());
-  CHECK(details.string_table[0].empty());
-
-  // The empty profile is one empty string-table entry.
-  REQUIRE(decode_pprof(spanprof::encode_pprof(Profile{}), decoded, error));
-  CHECK(same_profile(decoded, Profile{}));
-}
-
-TEST_CASE("decode_pprof accepts what other writers legally produce", "[spool][pprof_decoder]") {
-  // Unpacked repeated fields, unknown fields of every wire type, the string table
-  // first, several Lines per location (the first one wins), a repeated
-  // period_type (merged), and a number label that names no unit.
-  std::string raw;
-  ProtobufWriter w(raw);
-  for (const char* s : {"", "samples", "count", "f", "g", "k"}) w.bytes_field(6, s);
-  w.message_field(1, [](ProtobufWriter& b) {
-    b.int64_field(1, 1);
-    b.int64_field(2, 2);
-  });
-  w.message_field(2, [](ProtobufWriter& b) {
-    b.uint64_field(1, 10);  // location_id, unpacked
-    b.uint64_field(1, 11);
-    b.int64_field(2, -7);  // value, unpacked
-    b.fixed32_field(99, 0xdeadbeef);
-    b.message_field(3, [](ProtobufWriter& l) {
-      l.int64_field(1, 5);
-      l.int64_field(3, 12);
-    });
-  });
-  w.message_field(4, [](ProtobufWriter& b) {
-    b.uint64_field(1, 10);
-    b.message_field(4, [](ProtobufWriter& l) {
-      l.uint64_field(1, 2);
-      l.int64_field(2, 42);
-    });
-    b.message_field(4, [](ProtobufWriter& l) { l.uint64_field(1, 1); });
-    b.bool_field(5, true);
-  });
-  w.message_field(4, [](ProtobufWriter& b) { b.uint64_field(1, 11); });
-  w.message_field(5, [](ProtobufWriter& b) {
-    b.uint64_field(1, 1);
-    b.int64_field(2, 3);
-    b.int64_field(5, 7);
-  });
-  w.message_field(5, [](ProtobufWriter& b) {
-    b.uint64_field(1, 2);
-    b.int64_field(2, 4);
-  });
-  w.message_field(11, [](ProtobufWriter& b) { b.int64_field(1, 1); });
-  w.message_field(11, [](ProtobufWriter& b) { b.int64_field(2, 2); });
-  w.fixed64_field(1000, 1);
-  w.bytes_field(1001, "ignored");
-  w.int64_field(13, 3);  // comment, unpacked
-  w.int64_field(13, 0);
-
-  Profile p;
-  std::string error;
-  REQUIRE(decode_pprof(raw, p, error));
-  INFO(error);
-  REQUIRE(p.samples.size() == 1);
-  CHECK(p.samples[0].location_ids == std::vector<std::uint64_t>{10, 11});
-  CHECK(p.samples[0].values == std::vector<std::int64_t>{-7});
-  REQUIRE(p.samples[0].labels.size() == 1);
-  CHECK(p.samples[0].labels[0].key == "k");
-  CHECK(p.samples[0].labels[0].is_num);
-  CHECK(p.samples[0].labels[0].num == 12);
-  CHECK(p.samples[0].labels[0].num_unit.empty());
-  REQUIRE(p.locations.size() == 2);
-  CHECK(p.locations[0].function_id == 2);
-  CHECK(p.locations[1].function_id == 0);
-  CHECK(p.functions.size() == 2);
-  CHECK(p.period_type.type == "samples");
-  CHECK(p.period_type.unit == "count");
-  CHECK(p.comments == std::vector<std::string>{"f", ""});
-}
-
-TEST_CASE("decode_pprof rejects malformed and inconsistent profiles with a reason", "[spool][pprof_decoder]") {
-  auto decode_error = [](const std::string& raw, const PprofDecodeOptions& options = {}) {
-    Profile p;
-    p.comments = {"must be cleared on failure"};
-    std::string error;
-    if (decode_pprof(raw, p, error, options)) return std::string("<decoded>");
-    CHECK(same_profile(p, Profile{}));
-    return error;
-  };
-  auto with_table = [](std::initializer_list<const char*> strings) {
-    std::string raw;
-    ProtobufWriter w(raw);
-    for (const char* s : strings) w.bytes_field(6, s);
-    return raw;
-  };
-
-  CHECK(contains(decode_error(""), "string_table must start with the empty string"));
-  CHECK(contains(decode_error(with_table({"x"})), "string_table must start"));
-  // time_nanos (field 9) with a truncated, an 11-byte and an over-64-bit varint
-  CHECK(contains(decode_error(std::string("\x48\x80\x80", 3)), "malformed time_nanos"));
-  CHECK(contains(decode_error(std::string("\x48") + std::string(10, '\xff') + "\x01"), "malformed time_nanos"));
-  CHECK(
-      contains(decode_error(std::string("\x48\xff\xff\xff\xff\xff\xff\xff\xff\xff\x02", 11)), "malformed time_nanos"));
-  CHECK(contains(decode_error(std::string("\x12\x05\x00", 3)), "malformed sample"));           // length past the end
-  CHECK(contains(decode_error(std::string("\xa3\x01", 2)), "malformed unknown field 20"));     // a group
-  CHECK(contains(decode_error(std::string("\x00\x00", 2)), "malformed field key at byte 0"));  // field 0
-
-  std::string raw = with_table({""});
-  ProtobufWriter w(raw);
-  std::string bad = raw;
-  ProtobufWriter(bad).message_field(1, [](ProtobufWriter& b) { b.int64_field(1, 9); });
-  CHECK(contains(decode_error(bad), "sample_type #1: type refers to string 9 of a table of 1"));
-  bad = raw;
-  ProtobufWriter(bad).int64_field(14, -1);
-  CHECK(contains(decode_error(bad), "default_sample_type refers to string"));
-  bad = raw;
-  ProtobufWriter(bad).bytes_field(9, "x");
-  CHECK(contains(decode_error(bad), "time_nanos has wire type 2, expected 0"));
-  bad = raw;
-  ProtobufWriter(bad).uint64_field(2, 1);
-  CHECK(contains(decode_error(bad), "sample has wire type 0"));
-  bad = raw;
-  ProtobufWriter(bad).message_field(
-      2, [](ProtobufWriter& b) { b.message_field(3, [](ProtobufWriter& l) { l.int64_field(2, 77); }); });
-  CHECK(contains(decode_error(bad), "sample #1: label #1: str refers to string 77"));
-  bad = raw;
-  ProtobufWriter(bad).message_field(2, [](ProtobufWriter& b) { b.bytes_field(1, std::string("\x80", 1)); });
-  CHECK(contains(decode_error(bad), "malformed location_id"));
-  bad = raw;
-  ProtobufWriter(bad).int64_field(7, 3);
-  CHECK(contains(decode_error(bad), "drop_frames refers to string 3"));
-
-  // References, as pprof checks them.
-  auto encoded = [](const Profile& p) { return spanprof::encode_pprof(p); };
-  Profile p;
-  p.sample_types = {{"", ""}};
-  spanprof::Sample s;
-  s.values = {1, 2};
-  p.samples = {s};
-  CHECK(contains(decode_error(encoded(p)), "sample #1 has 2 values for 1 sample types"));
-  p.samples[0].values = {1};
-  p.samples[0].location_ids = {4};
-  CHECK(contains(decode_error(encoded(p)), "refers to missing location 4"));
-  p.locations = {{4, 0, 0, 0}, {4, 0, 0, 0}};
-  CHECK(contains(decode_error(encoded(p)), "duplicate location id 4"));
-  p.locations = {{4, 2, 0, 0}};
-  CHECK(contains(decode_error(encoded(p)), "location 4 refers to missing mapping 2"));
-  p.locations = {{4, 0, 0, 3}};
-  CHECK(contains(decode_error(encoded(p)), "location 4 refers to missing function 3"));
-  p.functions = {{0, "f", "f", ""}};
-  CHECK(contains(decode_error(encoded(p)), "function with the reserved id 0"));
-  p.functions = {{3, "f", "f", ""}};
-  CHECK(decode_error(encoded(p)) == "<decoded>");
-  PprofDecodeOptions lenient;
-  lenient.check_references = false;
-  p.locations = {{4, 2, 0, 0}};
-  CHECK(decode_error(encoded(p), lenient) == "<decoded>");
-}
-
-TEST_CASE("decode_pprof bounds what hostile input can make it allocate", "[spool][pprof_decoder]") {
-  // A gzip bomb: 64 MiB of zeros in ~64 KiB.
-  std::string bomb, error;
-  REQUIRE(spanprof::detail::gzip_compress(std::string(std::size_t{64} << 20, '\0'), bomb, error));
-  CHECK(bomb.size() < 128 * 1024);
-  PprofDecodeOptions options;
-  options.max_inflated_bytes = 1 << 20;
-  Profile p;
-  CHECK(!decode_pprof(bomb, p, error, options));
-  CHECK(contains(error, "exceeds the limit"));
-
-  // Amplification through the string table: one 1 MiB string referenced by 10000
-  // two-field labels would be 10 GiB of copies from 1 MiB of input.
-  std::string raw;
-  ProtobufWriter w(raw);
-  w.bytes_field(6, "");
-  w.bytes_field(6, std::string(1 << 20, 'a'));
-  w.message_field(2, [](ProtobufWriter& b) {
-    for (int i = 0; i < 10000; ++i) b.message_field(3, [](ProtobufWriter& l) { l.int64_field(2, 1); });
-  });
-  CHECK(raw.size() < (1 << 20) + 10000 * 8);
-  options = PprofDecodeOptions{};
-  options.max_model_bytes = 64 << 20;
-  CHECK(!decode_pprof(raw, p, error, options));
-  CHECK(contains(error, "model limit"));
-
-  // Object overhead: 300000 empty labels are two bytes each on the wire and
-  // over 30 MB in memory.
-  raw.clear();
-  w.bytes_field(6, "");
-  w.message_field(2, [](ProtobufWriter& b) {
-    for (int i = 0; i < 300000; ++i) b.bytes_field(3, "");
-  });
-  options.max_model_bytes = 16 << 20;
-  CHECK(!decode_pprof(raw, p, error, options));
-  CHECK(contains(error, "model limit"));
-  REQUIRE(decode_pprof(raw, p, error));  // the default limit is generous
-  CHECK(p.samples.at(0).labels.size() == 300000);
-}
-
-namespace {
-
-// Whatever the decoder accepts must be a model the encoder can write and the
-// decoder read back unchanged: proof that it never hands out a half-built or
-// self-contradictory Profile.
-void check_fixed_point(const Profile& decoded, std::size_t& accepted) {
-  ++accepted;
-  Profile again;
-  std::string error;
-  const bool ok = decode_pprof(spanprof::encode_pprof(decoded), again, error);
-  if (!ok || !same_profile(again, decoded)) {
-    FAIL_CHECK("decoded profile does not survive re-encoding: " << error);
-  }
-}
-
-}  // namespace
-
-TEST_CASE("decode_pprof survives every truncation of a valid profile", "[spool][pprof_decoder][fuzz]") {
-  const Profile original = make_profile();
-  const std::string raw = spanprof::encode_pprof(original);
-  const std::string gz = gzip_of(original);
-  std::string error;
-  Profile p;
-  std::size_t accepted = 0;
-  for (std::size_t length = 0; length < raw.size(); ++length) {
-    if (decode_pprof(std::string_view(raw).substr(0, length), p, error)) check_fixed_point(p, accepted);
-  }
-  // A prefix ending between fields can be a valid, smaller message; most are not.
-  CHECK(accepted < raw.size() / 4);
-  for (std::size_t length = 0; length < gz.size(); ++length) {
-    INFO("gzip truncated to " << length);
-    CHECK(!decode_pprof(std::string_view(gz).substr(0, length), p, error));
-  }
-  REQUIRE(decode_pprof(gz, p, error));
-  check_same_profile(p, original);
-}
-
-TEST_CASE("decode_pprof survives random single-byte mutations", "[spool][pprof_decoder][fuzz]") {
-  const Profile original = make_profile();
-  const std::string raw = spanprof::encode_pprof(original);
-  const std::string gz = gzip_of(original);
-  std::mt19937_64 random(20240601);
-  std::string error;
-  Profile p;
-  std::size_t accepted = 0, rejected = 0;
-  for (int i = 0; i < 20000; ++i) {
-    std::string mutated = raw;
-    const std::size_t at = random() % mutated.size();
-    // Half flip one bit (near misses), half write any byte.
-    if (i % 2 == 0) {
-      mutated[at] = static_cast<char>(mutated[at] ^ (1 << (random() % 8)));
-    } else {
-      mutated[at] = static_cast<char>(random());
-    }
-    if (decode_pprof(mutated, p, error)) {
-      check_fixed_point(p, accepted);
-    } else {
-      ++rejected;
-      CHECK(!error.empty());
-    }
-  }
-  // Both outcomes are common: the test explores past the first check.
-  CHECK(accepted > 100);
-  CHECK(rejected > 100);
-
-  // Mutated gzip mostly fails its CRC; the inflater must still not misbehave.
-  for (int i = 0; i < 3000; ++i) {
-    std::string mutated = gz;
-    const std::size_t at = random() % mutated.size();
-    mutated[at] = static_cast<char>(mutated[at] ^ (1 << (random() % 8)));
-    if (decode_pprof(mutated, p, error)) check_fixed_point(p, accepted);
-  }
-}
-
-TEST_CASE("decode_pprof survives random bytes", "[spool][pprof_decoder][fuzz]") {
-  std::mt19937_64 random(42);
-  std::string error;
-  Profile p;
-  std::size_t accepted = 0;
-  const std::string table = std::string("\x32\x00", 2);  // a valid empty string table
-  for (int i = 0; i < 20000; ++i) {
-    std::string bytes(random() % 300, '\0');
-    for (char& c : bytes) c = static_cast<char>(random());
-    switch (i % 4) {
-      case 0:
-        break;  // pure noise
-      case 1:
-        bytes = table + bytes;
-        break;  // gets past the first check
-      case 2:
-        bytes.insert(0, "\x1f\x8b", 2);
-        break;  // claims to be gzip
-      case 3:   // plausible keys, random payloads
-        for (std::size_t k = 0; k + 1 < bytes.size(); k += 3) {
-          bytes[k] = static_cast<char>(((random() % 14 + 1) << 3) | (random() % 3));
-        }
-        bytes = table + bytes;
-        break;
-    }
-    if (decode_pprof(bytes, p, error)) check_fixed_point(p, accepted);
-  }
-  SUCCEED("random inputs accepted: " << accepted);
 }

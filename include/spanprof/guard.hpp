@@ -340,11 +340,11 @@ class ScopedProfile {
     }
     if (used <= record_.log_start) return;
     try {
-      auto pending = std::make_unique<detail::CapturedProfile>();
+      auto pending = detail::captured_profile_pool().acquire();
       fill_identity(pending->profile, ProfileKind::cpu);
       pending->profile.period_ns = sampler->settings().period_ns;
       pending->profile.dropped_samples = dropped;
-      pending->profile.engine = std::string("sampling:") + std::string(to_string(sampler->source()));
+      pending->engine = sampler->source() == CpuSampleSource::perf_event ? "sampling:perf_event" : "sampling:posix_timer";
       pending->packed_samples.assign(sampler->words() + record_.log_start, sampler->words() + used);
       handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
     } catch (...) {
@@ -385,9 +385,9 @@ class ScopedProfile {
       return;
     }
     try {
-      auto pending = std::make_unique<detail::CapturedProfile>();
+      auto pending = detail::captured_profile_pool().acquire();
       fill_identity(pending->profile, ProfileKind::cpu);
-      pending->profile.engine = "classic";
+      pending->engine = "classic";
       pending->gperftools_cpu_file = classic_path_;
       handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
     } catch (...) {
@@ -429,9 +429,9 @@ class ScopedProfile {
         return;
       }
       try {
-        auto pending = std::make_unique<detail::CapturedProfile>();
+        auto pending = detail::captured_profile_pool().acquire();
         fill_identity(pending->profile, ProfileKind::heap);
-        pending->profile.engine = "classic";
+        pending->engine = "classic";
         pending->gperftools_heap_text = text;
         std::free(text);
         text = nullptr;
@@ -452,11 +452,11 @@ class ScopedProfile {
     }
     if (!keep_ || result.records.empty()) return;  // discarded, or nothing allocated was sampled
     try {
-      auto pending = std::make_unique<detail::CapturedProfile>();
+      auto pending = detail::captured_profile_pool().acquire();
       fill_identity(pending->profile, ProfileKind::heap);
       pending->profile.heap_interval_bytes = result.interval_bytes;
       pending->profile.dropped_samples = result.dropped;
-      pending->profile.engine = detail::operator_new_hooks_compiled_in().load(std::memory_order_relaxed)
+      pending->engine = detail::operator_new_hooks_compiled_in().load(std::memory_order_relaxed)
                                     ? "sampling:operator_new"
                                     : "sampling:tcmalloc_hooks";
       pending->packed_samples = std::move(result.records);

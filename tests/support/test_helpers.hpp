@@ -10,6 +10,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <vector>
 #include <string>
 #include <string_view>
 
@@ -57,6 +60,20 @@ class CountingClock final : public spanprof::Clock {
   std::int64_t now_;
   mutable std::atomic<int> reads_{0};
 };
+
+// The names of the regular files in a directory (empty if it cannot be read).
+inline std::vector<std::string> files_in(const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code ignored;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ignored))
+    if (entry.is_regular_file(ignored)) names.push_back(entry.path().filename().string());
+  return names;
+}
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
 
 // A fresh directory under /tmp, removed with everything in it (read-only
 // subdirectories included) when the test ends.

@@ -47,6 +47,7 @@ enum class Counter : std::uint8_t {
   profiles_uploaded,
   upload_failures,
   upload_retries,
+  upload_requests,        // sends to a backend, retries and spool re-sends included
   profiles_spooled,
   spool_resent,
   spool_evicted,

@@ -1,4 +1,6 @@
-// Writes each profile as <dir>/<span_id>-<start unix ns>-<kind>.pb.gz.
+// Writes each profile as <dir>/<span_id>-<start unix ns>-<kind>.pb.gz: one file per
+// span (targeted profiling), its repeated stacks merged. With batched delivery, one
+// file per window and kind: <dir>/window-<start unix ns>-<kind>.pb.gz.
 //
 // A profile appears whole or not at all: it is written to a hidden temporary file
 // and renamed into place, so a reader (a sidecar shipping the directory, a person
@@ -27,18 +29,20 @@ class FileUploader final : public BasicUploader<std::mutex> {
 
   // An empty directory means ./profiles. (SPANPROF_OUTPUT_DIR sets
   // Options::output_directory, where the default FileUploader writes.)
-  explicit FileUploader(std::string directory = {}) : directory_(std::move(directory)) {
+  explicit FileUploader(std::string directory = {}, Delivery delivery = Delivery::per_span())
+      : directory_(std::move(directory)), delivery_(delivery) {
     if (directory_.empty()) directory_ = default_directory;
     while (directory_.size() > 1 && directory_.back() == '/') directory_.pop_back();
   }
 
   const std::string& directory() const noexcept { return directory_; }
   std::string_view name() const noexcept override { return "file"; }
+  Delivery delivery() const noexcept override { return delivery_; }
 
   // The name a profile is written under, relative to directory().
   static std::string file_name_for(const EncodedProfile& profile) {
-    return profile.span.span_id.to_hex() + "-" + std::to_string(profile.start_unix_ns) + "-" +
-           std::string(to_string(profile.kind)) + ".pb.gz";
+    const std::string owner = profile.span_count == 1 ? profile.span.span_id.to_hex() : std::string("window");
+    return owner + "-" + std::to_string(profile.start_unix_ns) + "-" + std::string(to_string(profile.kind)) + ".pb.gz";
   }
 
  protected:
@@ -86,6 +90,7 @@ class FileUploader final : public BasicUploader<std::mutex> {
   }
 
   std::string directory_;
+  Delivery delivery_;
 };
 
 SPANPROF_NAMESPACE_END

@@ -3,7 +3,8 @@
 //   POST {endpoint}/v1development/profiles
 //   Content-Type: application/x-protobuf, Content-Encoding: gzip
 //   body: ExportProfilesServiceRequest (otlp_encoder.hpp), its dictionary's link
-//         table holding the span's trace and span ids, every sample linked to it
+//         table holding every span's trace and span ids, each sample linked to its
+//         span; by default the spans of a 10 s window in one request per kind
 //
 // OTLP profiles are a Development signal: the collector needs the feature gate
 // `service.profilesSupport`. Needs libcurl (spanprof::curl / `spanprof-curl`).
@@ -37,28 +38,50 @@ class OtlpUploader final : public BasicUploader<std::mutex> {
   }
 
   std::string_view name() const noexcept override { return "otlp"; }
+  Delivery delivery() const noexcept override { return options_.delivery; }
   const OtlpOptions& options() const noexcept { return options_; }
   const std::string& url() const noexcept { return url_; }
 
  protected:
   UploadResult upload_(const EncodedProfile& profile) override {
+    std::string payload, error;
+    if (!encode_payload_(profile, payload, error)) return UploadResult::permanent(error);
+    return upload_payload_(profile, payload);
+  }
+
+  // The ExportProfilesServiceRequest, gzip'd unless configured otherwise: what is
+  // posted, and what the spool keeps during an outage (no re-encoding after).
+  bool encode_payload_(const EncodedProfile& profile, std::string& payload, std::string& error) override {
+    if (profile.profile == nullptr) {
+      error = "otlp: the profile's symbolized model is missing";
+      return false;
+    }
+    // A batch's samples carry their spans' ids; only a single span has a name and
+    // a reason to state at profile level.
+    const bool one_span = profile.span_count <= 1;
+    const std::string_view reason = one_span ? to_string(profile.reason) : std::string_view();
+    const OtlpSpanIdentity identity{profile.span, one_span ? std::string_view(profile.span_name) : std::string_view(),
+                                    profile.kind, profile.start_unix_ns, profile.duration_ns, reason};
+    std::string message;
+    if (!encode_otlp_profiles_request(*profile.profile, identity, options_.resource, message, error)) return false;
+    if (!options_.gzip) {
+      payload = std::move(message);
+      return true;
+    }
+    if (!detail::gzip_compress(message, payload, error)) {
+      error = "otlp: " + error;
+      return false;
+    }
+    return true;
+  }
+
+  UploadResult upload_payload_(const EncodedProfile& profile, const std::string& payload) override {
     if (url_.empty()) return UploadResult::permanent("otlp: no endpoint configured");
-    if (profile.profile == nullptr) return UploadResult::permanent("otlp: the profile's symbolized model is missing");
-    const std::string_view reason = to_string(profile.reason);
-    const OtlpSpanIdentity identity{profile.span,          profile.span_name,  profile.kind,
-                                    profile.start_unix_ns, profile.duration_ns, reason};
-    std::string message, error;
-    if (!encode_otlp_profiles_request(*profile.profile, identity, options_.resource, message, error))
-      return UploadResult::permanent(error);
     detail::HttpRequest request;
     request.url = url_;
     request.content_type = std::string(otlp_profiles_content_type);
-    if (options_.gzip) {
-      if (!detail::gzip_compress(message, request.body, error)) return UploadResult::permanent("otlp: " + error);
-      request.content_encoding = "gzip";
-    } else {
-      request.body = std::move(message);
-    }
+    if (options_.gzip) request.content_encoding = "gzip";
+    request.body = payload;
     return detail::classify(client_.post(request, profile.cancelled), "otlp");
   }
 
@@ -76,6 +99,7 @@ class OtlpUploader final : public BasicUploader<NullMutex> {
  public:
   explicit OtlpUploader(OtlpOptions options) noexcept : options_(std::move(options)) {}
   std::string_view name() const noexcept override { return "otlp"; }
+  Delivery delivery() const noexcept override { return options_.delivery; }
   const OtlpOptions& options() const noexcept { return options_; }
 
  protected:

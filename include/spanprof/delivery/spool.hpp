@@ -1,6 +1,8 @@
-// A bounded on-disk spool: profiles an uploader could not deliver during an
+// A bounded on-disk spool: payloads an uploader could not deliver during an
 // outage wait here and are re-sent later, also by the next process after a
-// restart.
+// restart. A payload is what the uploader sends (a gzip'd pprof, an OTLP request,
+// a Pyroscope push), stored with the profile's metadata the uploader needs to send
+// it again, so a re-send never re-encodes.
 //
 // Layout: one file per (uploader, profile) in one directory,
 //
@@ -25,11 +27,12 @@
 //   magic "\x89SPOOL\r\n" | u32 version | u64 body length | body | u32 CRC-32
 //
 // where the body is a sequence of records `u32 field id | u64 length | bytes`,
-// one per EncodedProfile field, and the CRC (zlib's crc32) covers everything
+// one per EncodedProfile metadata field plus the payload, and the CRC (zlib's crc32) covers everything
 // before it. The magic's high byte and CR LF expose a file mangled by a text-mode
 // copy. Unknown field ids are skipped, so later versions of this header can add
 // fields without a version bump; a changed meaning needs a new version.
-// EncodedProfile::profile is not stored: load() can rebuild it from pprof_gzip.
+// Version 1 stored pprof for every uploader; its files are refused (and removed)
+// as an unsupported version. EncodedProfile::profile is not stored.
 //
 // The spool is bounded: after each store, the oldest files (of any uploader) are
 // deleted until the spool's files fit in max_bytes again. A profile that alone
@@ -48,7 +51,6 @@
 #include <spanprof/config.hpp>
 #include <spanprof/base/filesystem.hpp>
 #include <spanprof/profile/gzip.hpp>
-#include <spanprof/profile/pprof_decoder.hpp>
 #include <spanprof/base/error.hpp>
 #include <spanprof/profile/profile.hpp>
 #include <spanprof/span/span_context.hpp>
@@ -212,7 +214,7 @@ inline bool is_temp_name(std::string_view name) noexcept {
 // ---- file content -----------------------------------------------------------------
 
 inline constexpr char magic[8] = {'\x89', 'S', 'P', 'O', 'O', 'L', '\r', '\n'};
-inline constexpr std::uint32_t version = 1;
+inline constexpr std::uint32_t version = 2;
 inline constexpr std::size_t header_size = sizeof magic + 4 + 8;
 inline constexpr std::size_t record_header_size = 4 + 8;
 inline constexpr std::size_t crc_size = 4;
@@ -231,9 +233,10 @@ enum class Field : std::uint32_t {
   sample_count,
   engine,
   reason,
-  pprof_gzip,
+  payload,
+  span_count,
 };
-inline constexpr std::uint32_t field_count = static_cast<std::uint32_t>(Field::pprof_gzip);
+inline constexpr std::uint32_t field_count = static_cast<std::uint32_t>(Field::span_count);
 
 // A tripwire for whoever adds a field to EncodedProfile: this mirror must change
 // with it, and so must the format above (store it, or say here why not).
@@ -243,6 +246,7 @@ struct EncodedProfileMirror {
   std::string span_name;
   std::int64_t start_unix_ns, duration_ns, period_ns, heap_interval_bytes;
   std::size_t sample_count;
+  std::size_t span_count;
   std::string engine;
   ProfileReason reason;
   std::string pprof_gzip;
@@ -279,9 +283,9 @@ inline std::uint32_t crc32_of(std::string_view bytes) noexcept {
   return static_cast<std::uint32_t>(crc);
 }
 
-inline std::uint64_t encoded_size(std::string_view uploader, const EncodedProfile& p) noexcept {
+inline std::uint64_t encoded_size(std::string_view uploader, const EncodedProfile& p, std::string_view bytes) noexcept {
   const std::uint64_t payload = uploader.size() + 1 + TraceId::size + SpanId::size + 1 + p.span_name.size() + 4 * 8 +
-                                8 + p.engine.size() + 1 + p.pprof_gzip.size();
+                                8 + p.engine.size() + 1 + bytes.size() + 8;
   return header_size + field_count * record_header_size + payload + crc_size;
 }
 
@@ -303,13 +307,13 @@ inline void put_record_u8(std::string& out, Field field, std::uint8_t value) {
   out += static_cast<char>(value);
 }
 
-// May throw std::bad_alloc.
-inline std::string encode(std::string_view uploader, const EncodedProfile& p) {
+// The metadata of `p` and the payload `bytes`. May throw std::bad_alloc.
+inline std::string encode(std::string_view uploader, const EncodedProfile& p, std::string_view bytes) {
   std::string out;
-  out.reserve(static_cast<std::size_t>(encoded_size(uploader, p)));
+  out.reserve(static_cast<std::size_t>(encoded_size(uploader, p, bytes)));
   out.append(magic, sizeof magic);
   put_u32(out, version);
-  put_u64(out, encoded_size(uploader, p) - header_size - crc_size);
+  put_u64(out, encoded_size(uploader, p, bytes) - header_size - crc_size);
   const auto& trace = p.span.trace_id.bytes();
   const auto& span = p.span.span_id.bytes();
   put_record(out, Field::uploader, uploader);
@@ -325,13 +329,15 @@ inline std::string encode(std::string_view uploader, const EncodedProfile& p) {
   put_record_u64(out, Field::sample_count, static_cast<std::uint64_t>(p.sample_count));
   put_record(out, Field::engine, p.engine);
   put_record_u8(out, Field::reason, static_cast<std::uint8_t>(p.reason));
-  put_record(out, Field::pprof_gzip, p.pprof_gzip);
+  put_record(out, Field::payload, bytes);
+  put_record_u64(out, Field::span_count, static_cast<std::uint64_t>(p.span_count));
   put_u32(out, crc32_of(out));
   return out;
 }
 
 // Checks everything before trusting anything: size, magic, version, CRC, then
-// each record's bounds, size and range. May throw std::bad_alloc.
+// each record's bounds, size and range. The payload lands in out.pprof_gzip.
+// May throw std::bad_alloc.
 inline bool decode(std::string_view bytes, std::string_view expected_uploader, EncodedProfile& out, std::string& why) {
   if (bytes.size() < header_size + crc_size) {
     why = "truncated: " + std::to_string(bytes.size()) + " bytes";
@@ -458,8 +464,16 @@ inline bool decode(std::string_view bytes, std::string_view expected_uploader, E
         }
         p.reason = static_cast<ProfileReason>(static_cast<std::uint8_t>(value[0]));
         break;
-      case Field::pprof_gzip:
+      case Field::payload:
         p.pprof_gzip.assign(value.data(), value.size());
+        break;
+      case Field::span_count:
+        if (!fixed(8)) return false;
+        if (get_le(value.data(), 8) > SIZE_MAX) {
+          why = "span_count out of range";
+          return false;
+        }
+        p.span_count = static_cast<std::size_t>(get_le(value.data(), 8));
         break;
     }
   }
@@ -540,17 +554,19 @@ class Spool {
     }
   }
 
-  // Writes one profile for `uploader`, then evicts the oldest files while the
-  // spool exceeds max_bytes. On failure nothing new is left in the directory.
-  bool store(std::string_view uploader, const EncodedProfile& profile, std::string& error) noexcept {
+  // Writes one payload for `uploader` with the profile's metadata, then evicts the
+  // oldest files while the spool exceeds max_bytes. On failure nothing new is left
+  // in the directory.
+  bool store(std::string_view uploader, const EncodedProfile& metadata, std::string_view payload,
+             std::string& error) noexcept {
     if (!is_open()) return fail(error, "spool: not open");
     try {
-      const std::uint64_t size = spool_format::encoded_size(uploader, profile);
+      const std::uint64_t size = spool_format::encoded_size(uploader, metadata, payload);
       if (size > max_bytes_) {
         return fail(error, "spool: a profile of " + std::to_string(size) + " bytes exceeds the spool's bound of " +
                                std::to_string(max_bytes_) + " bytes; not stored");
       }
-      const std::string bytes = spool_format::encode(uploader, profile);
+      const std::string bytes = spool_format::encode(uploader, metadata, payload);
       // A failed attempt still consumes its number: a name is never reused.
       const std::uint64_t sequence = next_sequence_++;
       const std::int64_t stored_ns = now_unix_ns();
@@ -574,6 +590,11 @@ class Spool {
     }
   }
 
+  // A profile whose payload is its gzip'd pprof.
+  bool store(std::string_view uploader, const EncodedProfile& profile, std::string& error) noexcept {
+    return store(uploader, profile, profile.pprof_gzip, error);
+  }
+
   // The items stored for `uploader`, oldest first. Empty when there are none,
   // and also when the list cannot be allocated (retried on the next call).
   std::vector<SpoolItem> pending(std::string_view uploader) const noexcept {
@@ -590,9 +611,10 @@ class Spool {
     return items;
   }
 
-  // Reads and verifies an item. A file that fails verification is deleted and
-  // counted (retrying it could never succeed); a transient failure (e.g. too
-  // many open files) leaves it in place. out.profile is set to nullptr.
+  // Reads and verifies an item; the payload lands in out.pprof_gzip. A file that
+  // fails verification is deleted and counted (retrying it could never succeed); a
+  // transient failure (e.g. too many open files) leaves it in place. out.profile is
+  // set to nullptr.
   bool load(const SpoolItem& item, EncodedProfile& out, std::string& error) noexcept {
     try {
       const auto it = find(item, error);
@@ -619,25 +641,11 @@ class Spool {
     }
   }
 
-  // load(), then decode_pprof: on success out.profile points at `decoded`. A file
-  // whose pprof does not decode is deleted and counted as corrupt — its CRC held,
-  // so it was stored that way and would fail again after every restart.
-  bool load(const SpoolItem& item, EncodedProfile& out, Profile& decoded, std::string& error) noexcept {
-    EncodedProfile loaded;
-    if (!load(item, loaded, error)) return false;
-    std::string why;
-    if (!decode_pprof(loaded.pprof_gzip, decoded, why)) {
-      try {
-        const auto it = entries_.find(Key{item.sequence, item.file_name});
-        error = std::move(why);
-        if (it != entries_.end()) remove_corrupt(it, error);
-      } catch (...) {
-        set_error_message(error, "spool: stored pprof does not decode");
-      }
-      return false;
-    }
-    out = std::move(loaded);
-    out.profile = &decoded;
+  // load(), with the payload apart from the metadata.
+  bool load(const SpoolItem& item, EncodedProfile& metadata, std::string& payload, std::string& error) noexcept {
+    if (!load(item, metadata, error)) return false;
+    payload.swap(metadata.pprof_gzip);
+    metadata.pprof_gzip.clear();
     return true;
   }
 
@@ -656,7 +664,7 @@ class Spool {
 
   // The size store() would write for this profile, for checking against the bound.
   static std::uint64_t stored_size(std::string_view uploader, const EncodedProfile& profile) noexcept {
-    return spool_format::encoded_size(uploader, profile);
+    return spool_format::encoded_size(uploader, profile, profile.pprof_gzip);
   }
 
  private:

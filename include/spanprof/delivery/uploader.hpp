@@ -5,10 +5,17 @@
 // Writing your own: derive from BasicUploader<std::mutex> and implement upload_()
 // — the base takes the lock, so an uploader never handles concurrency itself — or
 // wrap a lambda in CallbackUploader.
+//
+// Two phases, so an outage costs no re-encoding: encode_payload() turns a profile
+// into the bytes the uploader sends (by default the gzip'd pprof), and
+// upload_payload() sends them, now or later from the spool, with the profile's
+// metadata only. An uploader that sends something else (the OTLP uploader sends an
+// ExportProfilesServiceRequest) overrides both; one that sends pprof needs neither.
 #ifndef SPANPROF_DELIVERY_UPLOADER_HPP_
 #define SPANPROF_DELIVERY_UPLOADER_HPP_
 
 #include <spanprof/config.hpp>
+#include <spanprof/delivery/delivery_policy.hpp>
 #include <spanprof/profile/profile.hpp>
 #include <spanprof/span/span_context.hpp>
 
@@ -23,7 +30,9 @@
 
 SPANPROF_NAMESPACE_BEGIN
 
-// A finished profile, encoded and ready to send.
+// A finished profile, encoded and ready to send: one span's, or (batched delivery)
+// the merged spans of a window, whose `span` is then invalid, `span_name` empty and
+// `span_count` the number of spans; each sample carries its own span's labels.
 struct EncodedProfile {
   ProfileKind kind = ProfileKind::cpu;
   SpanContext span;
@@ -33,10 +42,12 @@ struct EncodedProfile {
   std::int64_t period_ns = 0;            // CPU: CPU time one sample stands for
   std::int64_t heap_interval_bytes = 0;  // heap: mean bytes between samples (0: every allocation)
   std::size_t sample_count = 0;
+  std::size_t span_count = 1;            // spans merged into this profile
   std::string engine;
   ProfileReason reason = ProfileReason::sampled;  // also the `profile_reason` label of every sample
   std::string pprof_gzip;  // a gzip-compressed profile.proto, as `go tool pprof` reads it
-  // The symbolized profile the bytes were encoded from; valid only during upload().
+  // The symbolized profile the bytes were encoded from; valid only during upload()
+  // and encode_payload() (null when a spooled payload is sent again).
   // Lets an uploader log a summary or re-encode without decoding.
   const Profile* profile = nullptr;
   // Set while spanprof shuts down: an uploader in a slow call should give up (the
@@ -59,8 +70,36 @@ struct UploadResult {
 class Uploader {
  public:
   virtual ~Uploader() = default;
-  virtual UploadResult upload(const EncodedProfile& profile) noexcept = 0;
   virtual std::string_view name() const noexcept = 0;
+  // One call that encodes and sends: encode_payload() then upload_payload().
+  virtual UploadResult upload(const EncodedProfile& profile) noexcept = 0;
+  // The bytes this uploader sends for `profile`, into `payload` (by default the
+  // gzip'd pprof). False (with `error`): this profile cannot be sent by this
+  // uploader, and never will be.
+  virtual bool encode_payload(const EncodedProfile& profile, std::string& payload, std::string& error) noexcept {
+    try {
+      payload = profile.pprof_gzip;
+      return true;
+    } catch (...) {
+      error = "out of memory copying a payload";
+      return false;
+    }
+  }
+  // Sends a payload encode_payload() made, now or after a restart (from the spool).
+  // Only the metadata of `profile` is set: pprof_gzip is empty, and `profile` points
+  // at the model the first time (null when a spooled payload is sent again).
+  // By default: upload() with the payload as the pprof.
+  virtual UploadResult upload_payload(const EncodedProfile& profile, const std::string& payload) noexcept {
+    try {
+      EncodedProfile copy = profile;
+      copy.pprof_gzip = payload;
+      return upload(copy);
+    } catch (...) {
+      return UploadResult{UploadResult::Status::retryable_failure, {}};
+    }
+  }
+  // One profile per span, or the spans of a window merged (delivery_policy.hpp).
+  virtual Delivery delivery() const noexcept { return Delivery::per_span(); }
 };
 
 // No-op lock for uploaders that are known to be used from one thread only.
@@ -69,13 +108,52 @@ struct NullMutex {
   void unlock() noexcept {}
 };
 
+// Takes the lock around each call and turns an escaping exception into a
+// permanent failure. Implement upload_(); override encode_payload_() and
+// upload_payload_() too when what is sent is not the profile's pprof.
 template <class Mutex>
 class BasicUploader : public Uploader {
  public:
   UploadResult upload(const EncodedProfile& profile) noexcept final {
+    return guarded([&] { return upload_(profile); });
+  }
+
+  bool encode_payload(const EncodedProfile& profile, std::string& payload, std::string& error) noexcept final {
     try {
       std::lock_guard<Mutex> lock(mutex_);
-      return upload_(profile);
+      return encode_payload_(profile, payload, error);
+    } catch (const std::exception& e) {
+      error = std::string("uploader threw: ") + e.what();
+    } catch (...) {
+      error = "uploader threw";
+    }
+    return false;
+  }
+
+  UploadResult upload_payload(const EncodedProfile& profile, const std::string& payload) noexcept final {
+    return guarded([&] { return upload_payload_(profile, payload); });
+  }
+
+ protected:
+  virtual UploadResult upload_(const EncodedProfile& profile) = 0;
+
+  // The default payload is the gzip'd pprof, sent by upload_().
+  virtual bool encode_payload_(const EncodedProfile& profile, std::string& payload, std::string&) {
+    payload = profile.pprof_gzip;
+    return true;
+  }
+  virtual UploadResult upload_payload_(const EncodedProfile& profile, const std::string& payload) {
+    EncodedProfile copy = profile;
+    copy.pprof_gzip = payload;
+    return upload_(copy);
+  }
+
+ private:
+  template <class Call>
+  UploadResult guarded(Call call) noexcept {
+    try {
+      std::lock_guard<Mutex> lock(mutex_);
+      return call();
     } catch (const std::exception& e) {
       return failed_with(e.what());
     } catch (...) {
@@ -83,10 +161,6 @@ class BasicUploader : public Uploader {
     }
   }
 
- protected:
-  virtual UploadResult upload_(const EncodedProfile& profile) = 0;
-
- private:
   static UploadResult failed_with(const char* what) noexcept {
     try {
       return UploadResult::permanent(std::string("uploader threw: ") + what);
@@ -97,12 +171,15 @@ class BasicUploader : public Uploader {
   Mutex mutex_;
 };
 
+// An uploader from a lambda. Per span unless told otherwise:
+//   CallbackUploader(fn, "name", spanprof::Delivery::batched())
 class CallbackUploader final : public BasicUploader<std::mutex> {
  public:
   using Callback = std::function<UploadResult(const EncodedProfile&)>;
-  explicit CallbackUploader(Callback callback, std::string name = "callback")
-      : callback_(std::move(callback)), name_(std::move(name)) {}
+  explicit CallbackUploader(Callback callback, std::string name = "callback", Delivery delivery = Delivery::per_span())
+      : callback_(std::move(callback)), name_(std::move(name)), delivery_(delivery) {}
   std::string_view name() const noexcept override { return name_; }
+  Delivery delivery() const noexcept override { return delivery_; }
 
  protected:
   UploadResult upload_(const EncodedProfile& profile) override {
@@ -112,6 +189,7 @@ class CallbackUploader final : public BasicUploader<std::mutex> {
  private:
   Callback callback_;
   std::string name_;
+  Delivery delivery_;
 };
 
 SPANPROF_NAMESPACE_END

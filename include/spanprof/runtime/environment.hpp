@@ -64,6 +64,7 @@ struct EnvironmentSettings {
   std::optional<std::string> spool_directory;
   std::optional<std::uint64_t> spool_max_bytes;
   std::optional<int> upload_attempts;
+  std::optional<std::int64_t> upload_window_ms;
   std::optional<OverflowPolicy> queue_overflow;
   std::string service_name;
   std::string pyroscope_server_address, pyroscope_application_name, pyroscope_auth_token;
@@ -394,6 +395,16 @@ inline const EnvironmentVariable environment_variables[] = {
        std::int64_t attempts = 0;
        if (!parse_bounded_integer(v, 1, 100, attempts, why)) return false;
        s.upload_attempts = static_cast<int>(attempts);
+       return true;
+     }},
+    {"SPANPROF_UPLOAD_WINDOW_MS", EG::delivery, "integer (ms)", "0..600000", "10000", "",
+     "Pyroscope and OTLP from the environment merge kept spans into one profile per kind per window this long; 0: one per span.",
+     []() noexcept { return is_set("PYROSCOPE_SERVER_ADDRESS") || is_set("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT") ||
+                            is_set("OTEL_EXPORTER_OTLP_ENDPOINT"); },
+     [](std::string_view v, ES& s, std::string& why) {
+       std::int64_t window = 0;
+       if (!parse_bounded_integer(v, 0, 600'000, window, why)) return false;
+       s.upload_window_ms = window;
        return true;
      }},
     {"SPANPROF_QUEUE_OVERFLOW", EG::delivery, "choice", "drop_newest, drop_oldest", "drop_newest", "queue_overflow",

@@ -79,7 +79,7 @@ struct Options {
   // ---- where profiles go (docs/delivery.md) ------------------------------------------
   std::vector<std::shared_ptr<Uploader>> uploaders;  // empty: a FileUploader into output_directory
   std::string output_directory = FileUploader::default_directory;
-  std::size_t queue_capacity = 256;  // finished profiles waiting for the worker
+  std::size_t queue_capacity = 256;  // finished profiles waiting in the hand-off, and items in the sender's outbox
   OverflowPolicy queue_overflow = OverflowPolicy::drop_newest;
   RetryPolicy retry;
   // Where profiles an uploader could not deliver wait to be re-sent (also after a
@@ -142,12 +142,18 @@ inline void refuse_without_curl(const char* variable, EnvironmentSettings& env) 
 
 inline std::vector<std::shared_ptr<Uploader>> make_uploaders(EnvironmentSettings& env) {
   std::vector<std::shared_ptr<Uploader>> uploaders;
+  Delivery delivery = Delivery::batched();
+  if (env.upload_window_ms) {
+    delivery = *env.upload_window_ms == 0 ? Delivery::per_span()
+                                          : Delivery::batched(std::chrono::milliseconds(*env.upload_window_ms));
+  }
   if (!env.pyroscope_server_address.empty() && !env.pyroscope_refused) {
     PyroscopeOptions options;
     options.server_address = env.pyroscope_server_address;
     options.application_name =
         env.pyroscope_application_name.empty() ? env.service_name : env.pyroscope_application_name;
     options.tenant_id = env.pyroscope_tenant_id;
+    options.delivery = delivery;
     options.http.bearer_token = env.pyroscope_auth_token;
     options.http.basic_auth_user = env.pyroscope_basic_auth_user;
     options.http.basic_auth_password = env.pyroscope_basic_auth_password;
@@ -168,6 +174,7 @@ inline std::vector<std::shared_ptr<Uploader>> make_uploaders(EnvironmentSettings
     options.profiles_endpoint = env.otlp_profiles_endpoint;
     options.endpoint = env.otlp_endpoint;
     options.http.headers = env.otlp_headers;
+    options.delivery = delivery;
     // OTEL_SERVICE_NAME wins over a service.name in OTEL_RESOURCE_ATTRIBUTES.
     std::string service = env.service_name;
     for (const auto& [key, value] : env.resource_attributes) {

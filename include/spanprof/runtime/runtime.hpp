@@ -194,6 +194,7 @@ class Runtime final : public GuardHost {
     s.profiles_uploaded = c[Counter::profiles_uploaded];
     s.upload_failures = c[Counter::upload_failures];
     s.upload_retries = c[Counter::upload_retries];
+    s.upload_requests = c[Counter::upload_requests];
     s.profiles_spooled = c[Counter::profiles_spooled];
     s.spool_resent = c[Counter::spool_resent];
     s.spool_evicted = c[Counter::spool_evicted];

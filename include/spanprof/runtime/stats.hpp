@@ -14,16 +14,21 @@ struct Stats {
   std::uint64_t spans_without_samples = 0; // closed with no sample: nothing to hand over
   std::uint64_t samples_captured = 0;
   std::uint64_t samples_dropped = 0;       // lost to a full per-thread buffer
+  // Delivery, counted in profiles (one span's samples of one kind) even when a
+  // batch merges many: with one uploader every enqueued profile ends in exactly
+  // one of uploaded, upload_failures, profiles_spooled or profiles_dropped.
   std::uint64_t profiles_enqueued = 0;
-  std::uint64_t profiles_dropped = 0;      // queue full, or SDK shut down
+  std::uint64_t profiles_dropped = 0;      // hand-off full, or SDK shut down before delivery
   std::uint64_t profiles_uploaded = 0;     // accepted by every uploader, first time round
   std::uint64_t upload_failures = 0;       // per uploader: permanent failure, or given up with no spool
-  std::uint64_t upload_retries = 0;        // attempts after the first
   std::uint64_t profiles_spooled = 0;      // per uploader: parked in the spool during an outage
   std::uint64_t spool_resent = 0;          // spooled profiles delivered later
-  std::uint64_t spool_evicted = 0;         // oldest spooled profiles dropped to stay within the bound
-  std::uint64_t spool_pending = 0;         // in the spool now
-  std::uint64_t queue_length = 0;          // profiles waiting for the worker now (<= queue_capacity)
+  // Requests, and the spool's files (a file holds one request's payload).
+  std::uint64_t upload_requests = 0;       // sends to a backend (a batch is one), retries and re-sends included
+  std::uint64_t upload_retries = 0;        // attempts after the first
+  std::uint64_t spool_evicted = 0;         // oldest spooled payloads deleted to stay within the bound
+  std::uint64_t spool_pending = 0;         // payloads in the spool now
+  std::uint64_t queue_length = 0;          // profiles handed over, not yet taken by the worker (<= queue_capacity)
   std::uint64_t classic_busy = 0;          // classic guards (CPU or heap) refused: another scope was profiling
   std::uint64_t heap_guards_opened = 0;    // guards that started a heap profile (either heap engine)
   std::uint64_t heap_samples_captured = 0; // allocations recorded by the sampling heap engine

@@ -1,0 +1,476 @@
+// The sending half of the background worker: symbolizes and encodes what the
+// merger cut (a window's merged spans, or one span), and delivers it to the
+// uploaders of its lane, with retries, backoff and the spool.
+//
+// It runs on a thread of its own, fed through a bounded outbox, so that a slow
+// backend never stops the merger from taking what request threads hand over: the
+// next window fills while the previous one is in flight, and the hand-off only
+// overflows when the outbox is full too (a backend slower than the profiles
+// arrive, for longer than the outbox holds).
+//
+// Delivery (docs/delivery.md): each uploader encodes its payload once; a retryable
+// failure is retried with exponential backoff and jitter (honouring Retry-After);
+// when the attempts run out the uploader is marked down until its backoff expires,
+// so one dead backend does not stall the others, and the payload — the bytes the
+// uploader sends — goes to the spool directory if one is configured, to be re-sent
+// oldest first once the backend answers again (also after a restart). Permanent
+// failures are never retried.
+#ifndef SPANPROF_DELIVERY_SENDER_HPP_
+#define SPANPROF_DELIVERY_SENDER_HPP_
+
+#include <spanprof/base/counters.hpp>
+#include <spanprof/base/error.hpp>
+#include <spanprof/config.hpp>
+#include <spanprof/delivery/delivery_policy.hpp>
+#include <spanprof/delivery/spool.hpp>
+#include <spanprof/delivery/uploader.hpp>
+#include <spanprof/profile/pprof_encoder.hpp>
+#include <spanprof/profile/profile.hpp>
+#include <spanprof/profile/profile_batch.hpp>
+#include <spanprof/profile/profile_builder.hpp>
+#include <spanprof/symbolization/symbolizer.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// One span on its way through the lanes. Stats count a span once, whatever the
+// number of lanes: uploaded when every lane delivered it, dropped when a lane had
+// to abandon it. Settled by the sender, abandoned by the merger at a stop.
+struct SpanTicket {
+  std::atomic<std::size_t> lanes_left{0};
+  std::atomic<bool> all_delivered{true};
+};
+using Tickets = std::vector<std::shared_ptr<SpanTicket>>;
+
+// A lane is done with these spans: each is counted once its last lane is done.
+inline void settle_tickets(const Tickets& tickets, bool delivered) noexcept {
+  for (const auto& ticket : tickets) {
+    if (!delivered) ticket->all_delivered.store(false, std::memory_order_relaxed);
+    if (ticket->lanes_left.fetch_sub(1, std::memory_order_acq_rel) == 1 &&
+        ticket->all_delivered.load(std::memory_order_relaxed))
+      count(Counter::profiles_uploaded);
+  }
+}
+
+// Spans a stop left undelivered in one lane: dropped, counted once per span.
+inline void abandon_tickets(const Tickets& tickets) noexcept {
+  for (const auto& ticket : tickets) {
+    const bool delivered_elsewhere = ticket->all_delivered.exchange(false, std::memory_order_relaxed);
+    if (ticket->lanes_left.fetch_sub(1, std::memory_order_acq_rel) == 1 && delivered_elsewhere)
+      count(Counter::profiles_dropped);
+  }
+}
+
+// What the merger hands the sender: a batch to build and send to a lane's
+// uploaders, or a flush marker.
+struct Outgoing {
+  std::size_t lane = 0;
+  bool one_span = false;  // per-span delivery: the profile is that span's, with its identity
+  ProfileBatch batch;
+  Tickets tickets;
+  std::uint64_t flush = 0;  // nonzero: answer flush request `flush` once everything before it is sent
+};
+
+// What the worker has counted that is a level, not an event (events go to the
+// counter registry).
+struct WorkerGauges {
+  std::atomic<std::uint64_t> spool_pending{0};  // spooled payloads, not yet delivered
+};
+
+struct SenderConfig {
+  std::size_t capacity = 256;  // items waiting in the outbox, at most (Options::queue_capacity)
+  OverflowPolicy overflow = OverflowPolicy::drop_newest;
+  RetryPolicy retry;
+  std::string spool_directory;  // empty: no spool
+  std::uint64_t spool_max_bytes = 256u << 20;
+  std::vector<std::shared_ptr<Uploader>> uploaders;
+  std::vector<std::vector<std::size_t>> lanes;  // each lane's uploaders (indices into `uploaders`)
+  std::shared_ptr<Symbolizer> symbolizer;
+  std::vector<std::string> comments;  // written into every profile
+};
+
+class Sender {
+ public:
+  // Besides the item being sent, the outbox holds at most `capacity` items and
+  // this much estimated pprof: two full windows at the default cut, so memory
+  // stays bounded whatever the backend does.
+  static constexpr std::size_t max_outbox_bytes = std::size_t{2} << 20;
+
+  using FlushAnswer = std::function<void(std::uint64_t)>;
+
+  Sender(SenderConfig config, const std::atomic<bool>& stop, WorkerGauges& gauges, FlushAnswer answer) noexcept
+      : config_(std::move(config)), stop_(stop), gauges_(gauges), answer_flush_(std::move(answer)) {}
+
+  Sender(const Sender&) = delete;
+  Sender& operator=(const Sender&) = delete;
+
+  // The merger's side. When the outbox is full, drop_oldest drops its oldest
+  // profiles to make room; drop_newest waits (the hand-off fills meanwhile, and
+  // drops the newest). False when stopping: the item's spans are then abandoned
+  // and counted.
+  bool post(Outgoing item) noexcept {
+    try {
+      const std::size_t bytes = item.batch.estimated_bytes();
+      std::unique_lock<std::mutex> lock(mutex_);
+      // A flush marker takes no room: it must not push a profile out, nor wait.
+      const auto has_room = [&] {
+        return item.flush != 0 || outbox_.empty() ||
+               (outbox_bytes_ + bytes <= max_outbox_bytes && outbox_.size() < config_.capacity);
+      };
+      if (config_.overflow == OverflowPolicy::drop_oldest) {
+        Tickets dropped;
+        while (!has_room() && evict_oldest(dropped)) {
+        }
+        if (!dropped.empty()) {
+          lock.unlock();
+          abandon_tickets(dropped);
+          report_error(ErrorCode::queue_full, "the oldest finished profiles were dropped: the sender is behind");
+          lock.lock();
+        }
+      }
+      room_.wait(lock, [&] { return stop_.load() || has_room(); });
+      if (!stop_.load()) {
+        outbox_bytes_ += bytes;
+        outbox_.push_back(std::move(item));
+        lock.unlock();
+        work_.notify_one();
+        return true;
+      }
+    } catch (...) {
+      report_error(ErrorCode::internal, "out of memory handing a profile to the sender");
+    }
+    abandon_tickets(item.tickets);
+    return false;
+  }
+
+  // Wakes the thread and any merger waiting for room, to see the stop.
+  void wake() noexcept {
+    { std::lock_guard<std::mutex> lock(mutex_); }
+    work_.notify_all();
+    room_.notify_all();
+  }
+
+  // The sender thread's body.
+  void run() noexcept {
+    try {
+      if (config_.symbolizer) builder_ = std::make_unique<ProfileBuilder>(*config_.symbolizer);
+      for (const auto& uploader : config_.uploaders)
+        destinations_.push_back(Destination{uploader, uploader ? std::string(uploader->name()) : std::string()});
+      open_spool();
+    } catch (...) {
+      report_error(ErrorCode::internal, "out of memory starting the spanprof sender");
+    }
+    for (;;) {
+      Outgoing item;
+      bool have = false;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        work_.wait_until(lock, next_spool_attempt(), [&] { return stop_.load() || !outbox_.empty(); });
+        if (stop_.load()) break;
+        if (!outbox_.empty()) {
+          item = std::move(outbox_.front());
+          outbox_.pop_front();
+          outbox_bytes_ -= std::min(outbox_bytes_, item.batch.estimated_bytes());
+          have = true;
+        }
+      }
+      if (have) {
+        room_.notify_all();
+        if (item.flush != 0) {
+          resend_spooled();
+          answer_flush_(item.flush);
+        } else {
+          send(item);
+        }
+      }
+      resend_spooled();
+    }
+    // Stopped (a shutdown past its deadline): what waits here is dropped, counted.
+    std::deque<Outgoing> left;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      left.swap(outbox_);
+      outbox_bytes_ = 0;
+    }
+    room_.notify_all();
+    for (const Outgoing& item : left) abandon_tickets(item.tickets);
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  // One uploader's delivery state, owned by the sender thread.
+  struct Destination {
+    std::shared_ptr<Uploader> uploader;
+    std::string name;
+    int failures = 0;               // consecutive retryable failures
+    bool down = false;              // gave up on the last profile; probe after retry_at
+    Clock::time_point retry_at{};
+    std::uint64_t spooled = 0;      // waiting in the spool for this uploader
+  };
+
+  enum class Outcome : std::uint8_t { delivered, failed, spooled };
+
+  // Under mutex_: takes the oldest profile out of the outbox (a flush marker stays).
+  bool evict_oldest(Tickets& dropped) {
+    for (auto it = outbox_.begin(); it != outbox_.end(); ++it) {
+      if (it->flush != 0) continue;
+      dropped.insert(dropped.end(), it->tickets.begin(), it->tickets.end());
+      outbox_bytes_ -= std::min(outbox_bytes_, it->batch.estimated_bytes());
+      outbox_.erase(it);
+      return true;
+    }
+    return false;
+  }
+
+  // Builds the profile once and hands it to every uploader of the lane. Counts in
+  // spans: a batch that fails for one uploader is that many profiles failed.
+  void send(const Outgoing& item) noexcept {
+    const ProfileBatch& batch = item.batch;
+    const std::uint64_t spans = batch.span_count();
+    bool all_ok = false;
+    try {
+      const std::vector<std::size_t>& lane = config_.lanes.at(item.lane);
+      if (!builder_) throw std::runtime_error("no symbolizer");
+      const Profile profile = batch.build(*builder_, config_.comments);
+      EncodedProfile encoded;
+      std::string error;
+      if (!encode_pprof_gzip(profile, encoded.pprof_gzip, error)) {
+        report_error(ErrorCode::encoding_failed, error);
+        count(Counter::upload_failures, spans * lane.size());
+        settle_tickets(item.tickets, false);
+        return;
+      }
+      describe(batch, item.one_span, encoded);
+      encoded.sample_count = profile.samples.size();
+      encoded.profile = &profile;
+      encoded.cancelled = &stop_;
+      all_ok = true;
+      for (const std::size_t d : lane) {
+        Destination& destination = destinations_.at(d);
+        std::string payload;
+        if (!destination.uploader || !destination.uploader->encode_payload(encoded, payload, error)) {
+          report_error(ErrorCode::encoding_failed, destination.name + ": " + error);
+          count(Counter::upload_failures, spans);
+          all_ok = false;
+          continue;
+        }
+        const Outcome outcome = deliver(destination, encoded, payload);
+        if (outcome == Outcome::failed) count(Counter::upload_failures, spans);
+        if (outcome == Outcome::spooled) count(Counter::profiles_spooled, spans);
+        all_ok = outcome == Outcome::delivered && all_ok;
+      }
+    } catch (const std::exception& e) {
+      all_ok = false;
+      report_error(ErrorCode::internal, std::string("sending a profile: ") + e.what());
+    } catch (...) {
+      all_ok = false;
+      report_error(ErrorCode::internal, "unknown exception while sending a profile");
+    }
+    settle_tickets(item.tickets, all_ok);
+  }
+
+  // The metadata an uploader sees: a window's kind, period and time span; for one
+  // span also its identity.
+  static void describe(const ProfileBatch& batch, bool one_span, EncodedProfile& encoded) {
+    encoded.kind = batch.kind();
+    encoded.start_unix_ns = batch.start_unix_ns();
+    encoded.duration_ns = batch.end_unix_ns() - batch.start_unix_ns();
+    encoded.period_ns = batch.kind() == ProfileKind::cpu ? batch.period() : 0;
+    encoded.heap_interval_bytes = batch.kind() == ProfileKind::heap ? batch.period() : 0;
+    encoded.span_count = batch.span_count();
+    encoded.engine = batch.engine();
+    if (one_span && batch.span_count() == 1) {
+      const ProfileBatch::Span& span = batch.spans().front();
+      encoded.span = span.context;
+      encoded.span_name = span.name;
+      encoded.reason = span.reason;
+      encoded.start_unix_ns = span.start_unix_ns;
+      encoded.duration_ns = span.duration_ns;
+    }
+  }
+
+  void open_spool() {
+    if (config_.spool_directory.empty()) return;
+    auto spool = std::make_unique<Spool>(config_.spool_directory, config_.spool_max_bytes);
+    std::string error;
+    // After spanprof::start() with new options, the previous sender may still hold
+    // the spool's lock for a moment while it winds down.
+    bool opened = spool->open(error);
+    for (int wait = 0; !opened && wait < 20 && !stop_.load(); ++wait) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      opened = spool->open(error);
+    }
+    if (!opened) {
+      report_error(ErrorCode::upload_failed, "spool directory unusable, undeliverable profiles will be lost: " + error);
+      return;
+    }
+    spool_ = std::move(spool);
+    refresh_spool_counts();
+  }
+
+  // When a spooled payload should next be re-sent (max: nothing to do).
+  Clock::time_point next_spool_attempt() const noexcept {
+    Clock::time_point due = Clock::time_point::max();
+    if (!spool_) return due;
+    for (const Destination& d : destinations_)
+      if (d.spooled != 0) due = std::min(due, d.down ? d.retry_at : Clock::now());
+    return due;
+  }
+
+  std::chrono::milliseconds backoff(int failures, std::chrono::milliseconds retry_after) {
+    const RetryPolicy& retry = config_.retry;
+    double delay = static_cast<double>(retry.initial_backoff.count());
+    for (int i = 1; i < failures && delay < static_cast<double>(retry.max_backoff.count()); ++i) delay *= 2;
+    // Jitter spreads the retries of many processes that lost the same backend.
+    std::uniform_real_distribution<double> spread(1.0 - retry.jitter, 1.0 + retry.jitter);
+    delay = std::min(delay * spread(random_), static_cast<double>(retry.max_backoff.count()));
+    if (retry_after.count() > 0)
+      delay = std::max(delay, static_cast<double>(std::min(retry_after, retry.max_backoff).count()));
+    return std::chrono::milliseconds(static_cast<std::int64_t>(delay));
+  }
+
+  // Sleeps unless spanprof is shutting down; false if woken by the shutdown.
+  bool pause(std::chrono::milliseconds delay) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return !work_.wait_for(lock, delay, [&] { return stop_.load(); });
+  }
+
+  // Tries one uploader, with retries; parks the payload in the spool when the
+  // backend stays unreachable.
+  Outcome deliver(Destination& d, const EncodedProfile& encoded, const std::string& payload) {
+    if (d.down && Clock::now() < d.retry_at) return park(d, encoded, payload, "the backend is marked down");
+    for (int attempt = 1;; ++attempt) {
+      count(Counter::upload_requests);
+      const UploadResult result = d.uploader->upload_payload(encoded, payload);
+      if (result.succeeded()) {
+        d.failures = 0;
+        d.down = false;
+        return Outcome::delivered;
+      }
+      const std::string message = d.name + ": " + result.message;
+      if (result.status == UploadResult::Status::permanent_failure) {
+        report_error(ErrorCode::upload_failed, message + " (not retried)");
+        return Outcome::failed;
+      }
+      ++d.failures;
+      // A backend already marked down gets one probe per backoff period, so an
+      // outage costs one attempt, not a full retry sequence, per profile.
+      if (d.down || attempt >= config_.retry.max_attempts || stop_.load()) {
+        d.down = true;
+        d.retry_at = Clock::now() + backoff(d.failures, result.retry_after);
+        return park(d, encoded, payload, message);
+      }
+      count(Counter::upload_retries);
+      if (!pause(backoff(attempt, result.retry_after))) {
+        d.down = true;
+        d.retry_at = Clock::now();
+        return park(d, encoded, payload, message);
+      }
+    }
+  }
+
+  Outcome park(Destination& d, const EncodedProfile& encoded, const std::string& payload, const std::string& why) {
+    if (spool_) {
+      const std::uint64_t evicted_before = spool_->counters().evicted;
+      std::string error;
+      if (spool_->store(d.name, encoded, payload, error)) {
+        count(Counter::spool_evicted, spool_->counters().evicted - evicted_before);
+        refresh_spool_counts();
+        return Outcome::spooled;
+      }
+      report_error(ErrorCode::upload_failed, d.name + ": cannot spool an undeliverable profile: " + error);
+    } else {
+      report_error(ErrorCode::upload_failed, why);
+    }
+    return Outcome::failed;
+  }
+
+  void refresh_spool_counts() {
+    std::uint64_t total = 0;
+    for (Destination& d : destinations_) {
+      d.spooled = spool_->pending(d.name).size();
+      total += d.spooled;
+    }
+    gauges_.spool_pending.store(total, std::memory_order_relaxed);
+  }
+
+  // Re-sends the oldest spooled payload of each uploader that is due.
+  void resend_spooled() noexcept {
+    if (!spool_) return;
+    try {
+      for (Destination& d : destinations_) {
+        if (d.spooled == 0 || (d.down && Clock::now() < d.retry_at) || stop_.load() || !d.uploader) continue;
+        const auto items = spool_->pending(d.name);
+        if (items.empty()) {
+          d.spooled = 0;
+          continue;
+        }
+        EncodedProfile metadata;
+        std::string payload, error;
+        if (!spool_->load(items.front(), metadata, payload, error)) {
+          report_error(ErrorCode::upload_failed, d.name + ": dropped an unreadable spooled profile: " + error);
+        } else {
+          metadata.cancelled = &stop_;
+          count(Counter::upload_requests);
+          const UploadResult result = d.uploader->upload_payload(metadata, payload);
+          if (result.status == UploadResult::Status::retryable_failure) {
+            d.down = true;
+            d.retry_at = Clock::now() + backoff(++d.failures, result.retry_after);
+            continue;  // stays spooled
+          }
+          if (result.succeeded()) {
+            d.failures = 0;
+            d.down = false;
+            count(Counter::spool_resent, metadata.span_count);
+          } else {
+            count(Counter::upload_failures, metadata.span_count);
+            report_error(ErrorCode::upload_failed, d.name + ": " + result.message + " (spooled profile dropped)");
+          }
+        }
+        spool_->remove(items.front());
+        refresh_spool_counts();
+      }
+    } catch (...) {
+      report_error(ErrorCode::internal, "out of memory re-sending spooled profiles");
+    }
+  }
+
+  const SenderConfig config_;
+  const std::atomic<bool>& stop_;
+  WorkerGauges& gauges_;
+  const FlushAnswer answer_flush_;
+
+  std::mutex mutex_;
+  std::condition_variable work_;  // the sender waits here: items, spool due, backoff, stop
+  std::condition_variable room_;  // the merger waits here for room in the outbox
+  std::deque<Outgoing> outbox_;
+  std::size_t outbox_bytes_ = 0;
+
+  // The sender thread's own.
+  std::unique_ptr<ProfileBuilder> builder_;
+  std::vector<Destination> destinations_;
+  std::unique_ptr<Spool> spool_;
+  std::minstd_rand random_{std::random_device{}()};
+};
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DELIVERY_SENDER_HPP_
