@@ -184,7 +184,41 @@ bool loads(const std::string& path, std::string& error) {
   return spanprof::detail::load_elf_function_symbols(path, 0, symbols, error);
 }
 
+// Functions named the way GCC names the copies it makes (IPA-CP, IPA-SRA, split
+// cold parts): an asm label makes the name exact whatever the optimization level.
+extern "C" TEST_NOINLINE int spanprof_test_cloned_plain(int rounds) asm("spanprof_test_cloned_plain.constprop.0");
+extern "C" TEST_NOINLINE int spanprof_test_cloned_plain(int rounds) { return spanprof_test_static_hot(rounds) + 1; }
+extern "C" TEST_NOINLINE int spanprof_test_cloned_cxx(int rounds) asm("_Z24spanprof_test_cloned_cxxi.isra.0");
+extern "C" TEST_NOINLINE int spanprof_test_cloned_cxx(int rounds) { return spanprof_test_static_hot(rounds) + 2; }
+
 }  // namespace
+
+TEST_CASE("compiler clone suffixes are stripped: one function, one name", "[symbolizer]") {
+  using spanprof::detail::strip_clone_suffixes;
+  CHECK(strip_clone_suffixes("compute_prices(int) [clone .constprop.0]") == "compute_prices(int)");
+  CHECK(strip_clone_suffixes("f(int) [clone .isra.0] [clone .cold]") == "f(int)");
+  CHECK(strip_clone_suffixes("compute.constprop.0") == "compute");
+  CHECK(strip_clone_suffixes("compute.part.3") == "compute");
+  CHECK(strip_clone_suffixes("compute.isra.0.cold") == "compute");
+  CHECK(strip_clone_suffixes("main.cold") == "main");
+  CHECK(strip_clone_suffixes("helper.lto_priv.0") == "helper");
+  CHECK(strip_clone_suffixes("x.llvm.1234567890") == "x");
+  // Names that only look alike stay whole.
+  CHECK(strip_clone_suffixes("sha256") == "sha256");
+  CHECK(strip_clone_suffixes("operator[](unsigned long)") == "operator[](unsigned long)");
+  CHECK(strip_clone_suffixes("a.b") == "a.b");
+  CHECK(strip_clone_suffixes(".cold") == ".cold");
+  CHECK(strip_clone_suffixes("") == "");
+
+  REQUIRE(spanprof_test_cloned_plain(2) != 0);
+  REQUIRE(spanprof_test_cloned_cxx(2) != 0);
+  ElfSymbolizer symbolizer;
+  const ResolvedFrame plain = symbolizer.resolve(address_of(&spanprof_test_cloned_plain));
+  CHECK(plain.function == "spanprof_test_cloned_plain");
+  CHECK(plain.system_name == "spanprof_test_cloned_plain.constprop.0");  // the symbol as it is, for tools
+  const ResolvedFrame cxx = symbolizer.resolve(address_of(&spanprof_test_cloned_cxx));
+  CHECK(cxx.function == "spanprof_test_cloned_cxx(int)");
+}
 
 TEST_CASE("a static function only in .symtab resolves to its demangled name", "[symbolizer]") {
   REQUIRE(spanprof_test_static_hot(3) != 0);  // keep it alive and called

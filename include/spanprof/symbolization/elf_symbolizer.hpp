@@ -31,6 +31,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
@@ -375,7 +376,8 @@ inline bool load_elf_function_symbols(const std::string& path, std::uintptr_t bi
 }
 
 // The demangled form of a C++ symbol name, or the name itself when it is not a
-// mangled C++ name. Clone suffixes (".cold", ".isra.0") come out as "[clone ...]".
+// mangled C++ name. Clone suffixes (".cold", ".isra.0") come out as "[clone ...]"
+// (strip_clone_suffixes removes them).
 inline std::string demangle_symbol(const std::string& name) {
   if (name.size() < 2 || name[0] != '_' || name[1] != 'Z') return name;
   // The demangler recurses over the name; an absurd one from a hostile file is
@@ -387,6 +389,39 @@ inline std::string demangle_symbol(const std::string& name) {
                                                    std::free);
   if (status != 0 || demangled == nullptr) return name;
   return std::string(demangled.get());
+}
+
+// The name a function is known by, without the suffixes GCC and Clang give the
+// copies they make of it: " [clone .constprop.0]" in a demangled C++ name,
+// ".constprop.0", ".isra.0", ".part.0", ".cold", ".lto_priv.0", ".localalias",
+// ".llvm.123" on a plain one. Without this one function splits into several
+// entries in a flame graph (pprof strips them; Pyroscope and Grafana do not).
+inline std::string strip_clone_suffixes(std::string name) {
+  for (;;) {
+    constexpr std::string_view clone = " [clone ";
+    if (name.size() > clone.size() && name.back() == ']') {
+      const std::size_t at = name.rfind(clone);
+      if (at != std::string::npos && at > 0) {
+        name.resize(at);
+        continue;
+      }
+    }
+    // ".<suffix>" or ".<suffix>.<digits>" at the end of a plain symbol name.
+    std::size_t end = name.size();
+    while (end > 0 && name[end - 1] >= '0' && name[end - 1] <= '9') --end;
+    if (end < name.size() && end > 0 && name[end - 1] == '.') --end;  // a ".N" after the suffix
+    else end = name.size();
+    bool stripped = false;
+    for (const std::string_view suffix : {".constprop", ".isra", ".part", ".cold", ".lto_priv", ".localalias",
+                                          ".clone", ".llvm", ".specialized"}) {
+      if (end > suffix.size() && std::string_view(name).substr(end - suffix.size(), suffix.size()) == suffix) {
+        name.resize(end - suffix.size());
+        stripped = true;
+        break;
+      }
+    }
+    if (!stripped) return name;
+  }
 }
 
 // Objects are found with dl_iterate_phdr; each executable PT_LOAD segment is a
@@ -422,7 +457,7 @@ class ElfSymbolizer final : public Symbolizer {
         if (index != static_cast<std::size_t>(-1)) {
           ElfSymbol& symbol = object.symbols[index];
           // Demangling every symbol up front would dominate load time; most are never sampled.
-          if (symbol.demangled.empty()) symbol.demangled = demangle_symbol(symbol.name);
+          if (symbol.demangled.empty()) symbol.demangled = strip_clone_suffixes(demangle_symbol(symbol.name));
           frame.function = symbol.demangled;
           frame.system_name = symbol.name;
         }
