@@ -57,6 +57,9 @@ std::vector<VariableCase> variable_cases() {
   const std::pair<std::string, std::string> with_otlp{"OTEL_EXPORTER_OTLP_ENDPOINT", otlp};
   return {
       {"SPANPROF_PROFILES", "cpu,heap", "gpu", {}, [](const Options& o) { return o.profiles == (spanprof::cpu | spanprof::heap); }},
+      {"SPANPROF_PROFILES", "wall, cpu", "cpu,,wall", {},
+       [](const Options& o) { return o.profiles == (spanprof::cpu | spanprof::wall); }},
+      {"SPANPROF_WALL_FREQUENCY", "250", "1001", {}, [](const Options& o) { return o.wall_frequency_hz == 250; }},
       {"SPANPROF_ENGINE", "classic", "fast", {}, [](const Options& o) { return o.cpu_engine == spanprof::CpuEngine::classic; }},
       {"SPANPROF_SOURCE", "posix_timer", "hpet", {},
        [](const Options& o) { return o.cpu_sample_source == spanprof::CpuSampleSource::posix_timer; }},

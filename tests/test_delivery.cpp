@@ -38,6 +38,11 @@ namespace {
 
 SPANPROF_TEST_HOT_FUNCTION(deliver_hot_loop)
 
+__attribute__((noinline)) void deliver_waiting_on_backend(std::chrono::milliseconds how_long) {
+  std::this_thread::sleep_for(how_long);
+  asm volatile("");  // not a tail call: this frame stays on the stack while it sleeps
+}
+
 using spanprof_test::ScopedEnvironment;
 
 
@@ -283,6 +288,55 @@ TEST_CASE("OTLP receives an ExportProfilesServiceRequest linked to the span", "[
   const auto& expected_span = span.span_id.bytes();
   CHECK(links[1].bytes(1) == std::string(expected_trace.begin(), expected_trace.end()));
   CHECK(links[1].bytes(2) == std::string(expected_span.begin(), expected_span.end()));
+}
+
+// Wall profiles reach both backends named as their own peers name them: Pyroscope's
+// "wall" series (sample type wall/nanoseconds, as its Java and .NET agents send),
+// OTLP's wall/nanoseconds sample type; the waiting function is on the stacks.
+TEST_CASE("wall profiles arrive as Pyroscope's wall series and OTLP's wall sample type", "[delivery][wall]") {
+  HttpServer pyroscope_server, otlp_server;
+  spanprof::PyroscopeOptions pyroscope;
+  pyroscope.server_address = pyroscope_server.url();
+  pyroscope.application_name = "checkout-service";
+  spanprof::OtlpOptions otlp;
+  otlp.endpoint = otlp_server.url();
+  spanprof::Options options;
+  options.wall_frequency_hz = 500;
+  options.uploaders.push_back(std::make_shared<spanprof::PyroscopeUploader>(pyroscope));
+  options.uploaders.push_back(std::make_shared<spanprof::OtlpUploader>(otlp));
+  Collector collector(options);
+  const auto span = span_number(920);
+  {
+    spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "GET /waits"}, spanprof::wall);
+    deliver_waiting_on_backend(std::chrono::milliseconds(100));
+  }
+  REQUIRE(collector.profile_for(span.span_id, spanprof::ProfileKind::wall) != nullptr);
+  REQUIRE(pyroscope_server.wait_for_requests(1, std::chrono::seconds(10)));
+  REQUIRE(otlp_server.wait_for_requests(1, std::chrono::seconds(10)));
+
+  const auto pushed = pyroscope_test::parse_push(pyroscope_server.requests().at(0).body);
+  REQUIRE(pushed.size() == 1);
+  CHECK(pushed[0].label("__name__") == "wall");
+  pprof_test::DecodedPprof decoded;
+  std::string error;
+  REQUIRE(pprof_test::decode_pprof(pushed[0].pprof_gzip, decoded, error));
+  REQUIRE(decoded.profile.sample_types.size() == 2);
+  CHECK(decoded.profile.sample_types[1].type == "wall");
+  CHECK(decoded.profile.sample_types[1].unit == "nanoseconds");
+  const std::string path = write_temp(pushed[0].pprof_gzip, ".pb.gz");
+  std::string out;
+  REQUIRE(pprof_test::run_command("go tool pprof -top -symbolize=none " + path, out));
+  CHECK(out.find("deliver_waiting_on_backend") != std::string::npos);
+  std::remove(path.c_str());
+
+  std::string body;
+  REQUIRE(spanprof::detail::gzip_decompress(otlp_server.requests().at(0).body, body, error, 64u << 20));
+  const std::string raw_path = write_temp(body, ".bin");
+  const auto raw = spanprof_test::capture_command("protoc --decode_raw < " + raw_path);
+  std::remove(raw_path.c_str());
+  REQUIRE(raw.exit_code == 0);
+  CHECK(raw.output.find("\"wall\"") != std::string::npos);
+  CHECK(raw.output.find("deliver_waiting_on_backend") != std::string::npos);
 }
 
 TEST_CASE("backends configured from the environment; a malformed value turns only that one off", "[delivery]") {

@@ -26,8 +26,9 @@
 #include <spanprof/capture/captured_profile.hpp>
 #include <spanprof/capture/classic_cpu_engine.hpp>
 #include <spanprof/capture/classic_heap_engine.hpp>
-#include <spanprof/capture/cpu_sampler.hpp>
+#include <spanprof/capture/stack_sampler.hpp>
 #include <spanprof/capture/heap_sampler.hpp>
+#include <spanprof/capture/wall_ticker.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/policy/adaptive_trigger.hpp>
 #include <spanprof/policy/tail_policy.hpp>
@@ -109,7 +110,8 @@ class ScopedProfile {
   }
 
   ~ScopedProfile() {
-    if (SPANPROF_UNLIKELY(state_ != State::idle || heap_state_ != State::idle || observe_only_)) finish();
+    if (SPANPROF_UNLIKELY(state_ != State::idle || heap_state_ != State::idle || classic_cpu_ || observe_only_))
+      finish();
   }
 
   ScopedProfile(const ScopedProfile&) = delete;
@@ -118,7 +120,7 @@ class ScopedProfile {
   ScopedProfile& operator=(ScopedProfile&&) = delete;
 
   // True when this scope is being profiled (sampled in, an engine running).
-  bool active() const noexcept { return state_ != State::idle || heap_state_ != State::idle; }
+  bool active() const noexcept { return state_ != State::idle || heap_state_ != State::idle || classic_cpu_; }
 
   // True when closing this guard does something: it is active, or the adaptive
   // trigger is timing the span. A guard that is not may be destroyed at once.
@@ -136,7 +138,7 @@ class ScopedProfile {
   // hands the profile over, and leaves the guard inactive. Must run on the thread
   // that opened it, after every guard opened inside it has closed.
   void close() noexcept {
-    if (state_ != State::idle || heap_state_ != State::idle || observe_only_) finish();
+    if (pending_close()) finish();
   }
 
   // After close() (or while the destructor runs a span adapter's hook): whether a
@@ -147,7 +149,9 @@ class ScopedProfile {
   // While `flag` is set, samples that land in this scope are not recorded. For a
   // span whose end may come from another thread (the OpenTelemetry integration
   // sets it there): the flag must outlive the guard.
-  void stop_sampling_when(const std::atomic<bool>& flag) noexcept { record_.stop = &flag; }
+  void stop_sampling_when(const std::atomic<bool>& flag) noexcept {
+    if (state_ != State::idle) record_.stop = &flag;
+  }
 
  private:
   enum class State : std::uint8_t { idle, sampling, classic };
@@ -178,13 +182,38 @@ class ScopedProfile {
       if (SPANPROF_UNLIKELY(config->trigger != nullptr)) declined(*config, span, span_name, kinds, configured);
       return;
     }
+    prepare(*config);
     begin(*config, span, span_name, configured ? config->profiles : kinds, false);
+  }
+
+  // The members a guard that opened nothing never touches are set here rather than
+  // by initializers, so that the turned-down guard writes only its few state bytes.
+  void prepare(const detail::RunningConfig& config) noexcept {
+    config_ = &config;
+    triggered_ = false;
+    errored_ = false;
+    discarded_ = false;
+    keep_ = true;
+    reason_ = ProfileReason::sampled;
+    name_length_ = 0;
+    uncaught_at_open_ = 0;
+    sampler_ = nullptr;
+    start_ns_ = 0;
+    duration_ns_ = -1;
+    name_hash_ = 0;
+    user_span_ = nullptr;
+    span_failed_ = nullptr;
+    profile_kept_ = nullptr;
+    record_ = detail::ActiveSpan{};
+    heap_record_ = detail::HeapActiveSpan{};
+    span_ = SpanContext{};
   }
 
   // The head sampler said no; the adaptive trigger may still want this span, and
   // feeds on the latency of one span in `observe_one_in` per thread.
   SPANPROF_NOINLINE void declined(const detail::RunningConfig& config, const SpanContext& span,
                                   std::string_view span_name, ProfileKinds kinds, bool configured) noexcept {
+    prepare(config);
     AdaptiveTrigger& trigger = *config.trigger;
     if (trigger.any_armed()) {
       name_hash_ = AdaptiveTrigger::hash_name(span_name);
@@ -200,23 +229,24 @@ class ScopedProfile {
     }
     countdown = trigger.options().observe_one_in;
     if (name_hash_ == 0) name_hash_ = AdaptiveTrigger::hash_name(span_name);
-    config_ = &config;
     observe_only_ = true;
     start_ns_ = monotonic_ns();
   }
 
   SPANPROF_NOINLINE void begin(const detail::RunningConfig& config, const SpanContext& span,
                                std::string_view span_name, ProfileKinds kinds, bool triggered) noexcept {
-    config_ = &config;
     span_ = span;
     triggered_ = triggered;
     uncaught_at_open_ = std::uncaught_exceptions();
     name_length_ = static_cast<std::uint8_t>(span_name.size() < max_span_name ? span_name.size() : max_span_name);
     if (name_length_ != 0) std::memcpy(name_, span_name.data(), name_length_);
-    if (kinds.contains(ProfileKind::cpu)) {
-      if (config.cpu_engine == CpuEngine::classic) open_classic();
-      else open_sampling(config);
-    }
+    const bool classic_cpu = kinds.contains(ProfileKind::cpu) && config.cpu_engine == CpuEngine::classic;
+    if (SPANPROF_UNLIKELY(classic_cpu)) open_classic();
+    // The thread's stack sampler records CPU ticks (sampling engine) and wall ticks.
+    ProfileKinds sampled;
+    if (kinds.contains(ProfileKind::cpu) && !classic_cpu) sampled = sampled | cpu;
+    if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) sampled = sampled | wall;
+    if (!sampled.empty()) open_sampling(config, sampled);
     if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::heap))) open_heap(config);
     if (active()) {
       detail::count(detail::Counter::profiles_started);
@@ -284,39 +314,48 @@ class ScopedProfile {
   void close_engines() noexcept {
     // Heap first: the CPU hand-over allocates, and those allocations are the SDK's.
     if (heap_state_ != State::idle) close_heap();
-    if (state_ != State::idle) close_cpu();
+    if (classic_cpu_) close_classic();
+    if (state_ != State::idle) close_sampling();
     // The span learns of its profile before the guard returns, so it can carry the
     // link (pyroscope.profile.id) when it is exported after.
     if (handed_over_ && profile_kept_ != nullptr) profile_kept_(user_span_);
   }
 
-  void open_sampling(const detail::RunningConfig& config) noexcept {
-    detail::ThreadCpuSampler* sampler = detail::current_cpu_sampler;
-    if (SPANPROF_UNLIKELY(sampler == nullptr || sampler->settings().generation != config.cpu_sampler.generation)) {
+  void open_sampling(const detail::RunningConfig& config, ProfileKinds kinds) noexcept {
+    detail::ThreadStackSampler* sampler = detail::current_stack_sampler;
+    if (SPANPROF_UNLIKELY(sampler == nullptr || sampler->settings().generation != config.sampler.generation)) {
       // New settings (spanprof::start was called again) apply from this thread's
       // next outermost span: replacing the sampler now would free the log that
       // the open outer guards still read.
       if (sampler == nullptr || !sampler->has_open_span()) {
-        if (config.cpu_sampler.signal_number == 0) return;
-        sampler = detail::make_cpu_sampler(config.cpu_sampler);
+        if (config.sampler.signal_number == 0) return;
+        sampler = detail::make_stack_sampler(config.sampler);
         if (sampler == nullptr) return;
       }
     }
-    if (SPANPROF_UNLIKELY(!sampler->armed())) {
-      if (!sampler->has_source() || !sampler->arm()) return;
+    if (kinds.contains(ProfileKind::cpu) && SPANPROF_UNLIKELY(!sampler->armed())) {
+      if (!sampler->has_source() || !sampler->arm()) kinds = kinds.contains(ProfileKind::wall) ? wall : ProfileKinds{};
+      if (kinds.empty()) return;
     }
     sampler_ = sampler;
+    if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) open_wall(*sampler, config);
+    record_.kinds = kinds;
     sampler->push(record_);
-    sampler->counters().add(detail::Counter::cpu_guards_opened, 1);
+    if (kinds.contains(ProfileKind::cpu)) sampler->counters().add(detail::Counter::cpu_guards_opened, 1);
     state_ = State::sampling;
   }
 
-  void close_cpu() noexcept {
-    if (state_ == State::classic) {
-      close_classic();
-      return;
-    }
-    detail::ThreadCpuSampler* sampler = sampler_;
+  SPANPROF_NOINLINE void open_wall(detail::ThreadStackSampler& sampler, const detail::RunningConfig& config) noexcept {
+    if (sampler.wall_span_opened(monotonic_ns()))
+      detail::wall_ticker().thread_started_wall_span(config.sampler.wall_period_ns);
+    sampler.counters().add(detail::Counter::wall_guards_opened, 1);
+  }
+
+  void close_sampling() noexcept {
+    detail::ThreadStackSampler* sampler = sampler_;
+    // The wall time since the last sample goes to it before the span leaves.
+    if (SPANPROF_UNLIKELY(record_.kinds.contains(ProfileKind::wall)) && sampler->wall_span_closed(monotonic_ns()))
+      detail::wall_ticker().thread_ended_wall_span();
     sampler->pop(record_);
     const std::size_t used = sampler->used_words();
     const std::uint64_t dropped = sampler->dropped() - record_.dropped_at_start;
@@ -331,7 +370,8 @@ class ScopedProfile {
     state_ = State::idle;
   }
 
-  SPANPROF_NOINLINE void hand_over(detail::ThreadCpuSampler* sampler, std::size_t used, std::uint64_t dropped) noexcept {
+  // Copies this span's records out of the log, one profile per kind it asked for.
+  SPANPROF_NOINLINE void hand_over(detail::ThreadStackSampler* sampler, std::size_t used, std::uint64_t dropped) noexcept {
     if (dropped != 0) {
       char message[128];
       std::snprintf(message, sizeof message, "%llu samples dropped: the per-thread sample buffer is full",
@@ -339,16 +379,37 @@ class ScopedProfile {
       report_error(ErrorCode::sample_buffer_full, message);
     }
     if (used <= record_.log_start) return;
-    try {
-      auto pending = detail::captured_profile_pool().acquire();
-      fill_identity(pending->profile, ProfileKind::cpu);
-      pending->profile.period_ns = sampler->settings().period_ns;
-      pending->profile.dropped_samples = dropped;
-      pending->engine = sampler->source() == CpuSampleSource::perf_event ? "sampling:perf_event" : "sampling:posix_timer";
-      pending->packed_samples.assign(sampler->words() + record_.log_start, sampler->words() + used);
-      handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
-    } catch (...) {
-      report_error(ErrorCode::internal, "out of memory handing over a profile; dropped");
+    const std::uint64_t* first = sampler->words() + record_.log_start;
+    const std::size_t words = used - record_.log_start;
+    // The log holds what the spans around this one (and inside it) asked for too:
+    // each profile takes the records of its kind.
+    for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::wall}) {
+      if (!record_.kinds.contains(kind)) continue;
+      try {
+        auto pending = detail::captured_profile_pool().acquire();
+        pending->packed_samples.reserve(words);
+        detail::for_each_stack_record(first, words, [&](const std::uint64_t* record, std::size_t size) {
+          if (detail::is_wall_record(record) == (kind == ProfileKind::wall))
+            pending->packed_samples.insert(pending->packed_samples.end(), record, record + size);
+        });
+        if (pending->packed_samples.empty()) {
+          sampler->counters().add(detail::Counter::spans_without_samples, 1);
+          detail::captured_profile_pool().release(std::move(pending));
+          continue;
+        }
+        fill_identity(pending->profile, kind);
+        if (kind == ProfileKind::cpu) {
+          pending->profile.period_ns = sampler->settings().period_ns;
+          pending->profile.dropped_samples = dropped;
+          pending->engine = sampler->source() == CpuSampleSource::perf_event ? "sampling:perf_event" : "sampling:posix_timer";
+        } else {
+          pending->profile.period_ns = sampler->settings().wall_period_ns;
+          pending->engine = "sampling:wall";
+        }
+        handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
+      } catch (...) {
+        report_error(ErrorCode::internal, "out of memory handing over a profile; dropped");
+      }
     }
   }
 
@@ -366,7 +427,7 @@ class ScopedProfile {
     switch (detail::classic_engine_start(classic_path_)) {
       case detail::ClassicStart::started:
         detail::count(detail::Counter::cpu_guards_opened);
-        state_ = State::classic;
+        classic_cpu_ = true;
         return;
       case detail::ClassicStart::busy:
         detail::count(detail::Counter::classic_busy);
@@ -379,7 +440,7 @@ class ScopedProfile {
 
   SPANPROF_NOINLINE void close_classic() noexcept {
     detail::classic_engine_stop();
-    state_ = State::idle;
+    classic_cpu_ = false;
     if (!keep_) {
       ::unlink(classic_path_);
       return;
@@ -466,28 +527,39 @@ class ScopedProfile {
     }
   }
 
-  State state_ = State::idle;
+  // What every guard sets: the destructor and the public queries read only these.
+  State state_ = State::idle;       // sampling: record_ is on this thread's stack sampler (CPU and/or wall)
   State heap_state_ = State::idle;
+  bool classic_cpu_ = false;        // gperftools' CPU profiler runs for this scope
   bool observe_only_ = false;  // not profiled; timed for the adaptive trigger only
-  bool triggered_ = false;
-  bool errored_ = false;
-  bool keep_ = true;
-  ProfileReason reason_ = ProfileReason::sampled;
-  std::uint8_t name_length_ = 0;
-  int uncaught_at_open_ = 0;
-  const detail::RunningConfig* config_ = nullptr;
-  detail::ThreadCpuSampler* sampler_ = nullptr;
-  std::int64_t start_ns_ = 0;
-  std::int64_t duration_ns_ = -1;  // -1: not read yet
-  std::uint64_t name_hash_ = 0;
-  bool discarded_ = false;
   bool handed_over_ = false;
-  const void* user_span_ = nullptr;  // the user's span, for the adapter's hooks at close
-  bool (*span_failed_)(const void*) noexcept = nullptr;
-  void (*profile_kept_)(const void*) noexcept = nullptr;
-  detail::ActiveSpan record_;
-  detail::HeapActiveSpan heap_record_;
-  SpanContext span_;
+  // Set by prepare(), for guards that open something or are timed for the trigger.
+  bool triggered_;
+  bool errored_;
+  bool keep_;
+  ProfileReason reason_;
+  std::uint8_t name_length_;
+  int uncaught_at_open_;
+  const detail::RunningConfig* config_;
+  detail::ThreadStackSampler* sampler_;
+  std::int64_t start_ns_;
+  std::int64_t duration_ns_;  // -1: not read yet
+  std::uint64_t name_hash_;
+  bool discarded_;
+  const void* user_span_;  // the user's span, for the adapter's hooks at close
+  bool (*span_failed_)(const void*) noexcept;
+  void (*profile_kept_)(const void*) noexcept;
+  // Members of anonymous unions are left uninitialized by the constructors (their
+  // types zero themselves otherwise); prepare() assigns them.
+  union {
+    detail::ActiveSpan record_;
+  };
+  union {
+    detail::HeapActiveSpan heap_record_;
+  };
+  union {
+    SpanContext span_;
+  };
   char name_[max_span_name];
   char classic_path_[256];
   char heap_prefix_[256];

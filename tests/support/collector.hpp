@@ -76,6 +76,15 @@ class Collector {
     return nullptr;
   }
 
+  // The span's profile of one kind (a guard for cpu | wall hands over two).
+  const CollectedProfile* profile_for(const spanprof::SpanId& span, spanprof::ProfileKind kind) {
+    spanprof::flush(std::chrono::seconds(30));
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    for (const auto& p : state_->profiles)
+      if (p.meta.span.span_id == span && p.meta.kind == kind) return &p;
+    return nullptr;
+  }
+
   std::vector<std::pair<spanprof::ErrorCode, std::string>> errors() {
     std::lock_guard<std::mutex> lock(state_->mutex);
     return state_->errors;
@@ -120,18 +129,20 @@ inline double share_of_leaf(const spanprof::Profile& profile, const std::string&
   return total ? static_cast<double>(hits) / static_cast<double>(total) : 0.0;
 }
 
-// Fraction of samples with `function` anywhere on the stack.
-inline double share_on_stack(const spanprof::Profile& profile, const std::string& function) {
+// Fraction of samples with `function` anywhere on the stack, by the value at
+// `value_index` (0: sample counts; 1: CPU or wall nanoseconds).
+inline double share_on_stack(const spanprof::Profile& profile, const std::string& function,
+                             std::size_t value_index = 0) {
   std::int64_t total = 0, hits = 0;
   std::map<std::uint64_t, std::string> names;
   for (const auto& location : profile.locations)
     for (const auto& f : profile.functions)
       if (f.id == location.function_id && location.function_id != 0) names[location.id] = f.name;
   for (const auto& sample : profile.samples) {
-    total += sample.values[0];
+    total += sample.values[value_index];
     for (auto id : sample.location_ids) {
       if (names[id].find(function) != std::string::npos) {
-        hits += sample.values[0];
+        hits += sample.values[value_index];
         break;
       }
     }
@@ -158,6 +169,20 @@ inline std::int64_t sample_count(const spanprof::Profile& profile) {
   std::int64_t total = 0;
   for (const auto& sample : profile.samples) total += sample.values[0];
   return total;
+}
+
+// The sum of every sample's value at `value_index`.
+inline std::int64_t value_total(const spanprof::Profile& profile, std::size_t value_index) {
+  std::int64_t total = 0;
+  for (const auto& sample : profile.samples) total += sample.values.at(value_index);
+  return total;
+}
+
+// Names a profiler should never show: the suffixes compilers give function copies.
+inline bool has_clone_suffix(const std::string& name) {
+  for (const char* suffix : {"[clone", ".isra.", ".constprop.", ".part.", ".cold"})
+    if (name.find(suffix) != std::string::npos) return true;
+  return false;
 }
 
 }  // namespace spanprof_test

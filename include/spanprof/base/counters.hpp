@@ -25,6 +25,11 @@ enum class Counter : std::uint8_t {
   spans_without_samples,  // sampling engine: closed with no sample, nothing handed over
   cpu_samples_captured,   // written by the sample signal handler only
   cpu_samples_dropped,    // written by the sample signal handler only
+  wall_guards_opened,     // guards that started a wall-clock profile
+  wall_samples_captured,  // written by the sample signal handler only
+  wall_samples_dropped,   // written by the sample signal handler only
+  wall_ticks_signalled,   // the wall ticker's: ticks that sent a thread the sample signal
+  wall_ticks_confirmed,   // the wall ticker's: ticks that found a thread still blocked, no signal sent
   heap_guards_opened,
   heap_samples_captured,
   heap_samples_dropped,
@@ -145,7 +150,7 @@ inline ThreadCounters& this_thread_counters() noexcept {
   return thread_counters;
 }
 
-inline void count(Counter counter, std::uint64_t n = 1) noexcept {
+SPANPROF_ALWAYS_INLINE inline void count(Counter counter, std::uint64_t n = 1) noexcept {
   ThreadCounters& t = thread_counters;
   if (SPANPROF_UNLIKELY(!t.registered) && !register_thread_counters()) {
     count_after_thread_exit(counter, n);

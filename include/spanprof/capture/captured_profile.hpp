@@ -114,7 +114,7 @@ inline bool unpack_captured_profile(CapturedProfile& captured) {
   } else if (raw.kind == ProfileKind::heap) {
     read_heap_handoff_records(captured.packed_samples, raw);
   } else {
-    read_cpu_records(captured.packed_samples.data(), captured.packed_samples.size(), raw);
+    read_stack_records(captured.packed_samples.data(), captured.packed_samples.size(), raw);
   }
   captured.packed_samples.clear();  // its capacity is kept for the record's next use
   captured.gperftools_heap_text = {};

@@ -2,10 +2,13 @@
 // the signal handler; heap: in the allocation hooks) and the worker reads back.
 // Writer and reader of each format live here together, so the two cannot drift.
 //
-//   CPU record         [weight, depth, pc_0 ... pc_{depth-1}]
+//   stack record       [weight, depth, pc_0 ... pc_{depth-1}]
+//                      what the signal handler writes into a thread's sample log.
 //                      pc_0 is the interrupted instruction, the others return
-//                      addresses; weight is the number of sampling periods the
-//                      record stands for (a POSIX timer can overrun).
+//                      addresses. A CPU record's weight is the number of sampling
+//                      periods it stands for; a wall record (wall_record_tag set in
+//                      the weight word) stands for the wall nanoseconds in the rest
+//                      of the word, which grow while the thread stays blocked there.
 //   heap log record    [size, live-table slot, live-table entry, depth, pc_0 ...]
 //                      in a thread's heap log while its span is open.
 //   heap hand-off      [size, live at span close (0/1), depth, pc_0 ...]
@@ -26,16 +29,19 @@
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
 
-// ---- CPU ------------------------------------------------------------------------
+// ---- stack records (CPU and wall) -------------------------------------------------
 
-inline constexpr std::size_t cpu_record_header_words = 2;
+inline constexpr std::size_t stack_record_header_words = 2;
+inline constexpr std::uint64_t wall_record_tag = std::uint64_t{1} << 63;
+inline constexpr std::uint64_t wall_record_ns_mask = wall_record_tag - 1;
 
-constexpr std::size_t cpu_record_words(int depth) noexcept {
-  return cpu_record_header_words + static_cast<std::size_t>(depth);
+constexpr std::size_t stack_record_words(int depth) noexcept {
+  return stack_record_header_words + static_cast<std::size_t>(depth);
 }
 
-// `callers` holds depth - 1 return addresses, innermost first.
-inline void write_cpu_record(std::uint64_t* out, std::uint64_t weight, std::uintptr_t pc, void* const* callers,
+// `callers` holds depth - 1 return addresses, innermost first. `weight` is
+// periods for a CPU record, wall_record_tag | nanoseconds for a wall record.
+inline void write_stack_record(std::uint64_t* out, std::uint64_t weight, std::uintptr_t pc, void* const* callers,
                              int depth) noexcept {
   out[0] = weight;
   out[1] = static_cast<std::uint64_t>(depth);
@@ -43,21 +49,42 @@ inline void write_cpu_record(std::uint64_t* out, std::uint64_t weight, std::uint
   for (int i = 1; i < depth; ++i) out[2 + i] = reinterpret_cast<std::uintptr_t>(callers[i - 1]);
 }
 
-// Appends one CPU sample per record, values {samples, cpu ns}; stops at the first
-// malformed record.
-inline void read_cpu_records(const std::uint64_t* words, std::size_t count, RawProfile& profile) {
+constexpr bool is_wall_record(const std::uint64_t* record) noexcept { return (record[0] & wall_record_tag) != 0; }
+
+// More wall time for the stack of the wall record at `record`.
+inline void add_wall_time(std::uint64_t* record, std::uint64_t ns) noexcept {
+  const std::uint64_t total = (record[0] & wall_record_ns_mask) + ns;
+  record[0] = wall_record_tag | (total < wall_record_ns_mask ? total : wall_record_ns_mask);
+}
+
+// Calls `visit(const std::uint64_t* record, std::size_t words)` for each
+// well-formed record; stops at the first malformed one.
+template <class Visit>
+void for_each_stack_record(const std::uint64_t* words, std::size_t count, Visit&& visit) {
   std::size_t i = 0;
-  while (i + cpu_record_header_words <= count) {
-    const std::uint64_t weight = words[i];
+  while (i + stack_record_header_words <= count) {
     const std::uint64_t depth = words[i + 1];
-    if (depth == 0 || depth > count - i - cpu_record_header_words) break;
-    RawSample sample;
-    sample.values = {static_cast<std::int64_t>(weight), static_cast<std::int64_t>(weight) * profile.period_ns};
-    const std::uint64_t* pcs = words + i + cpu_record_header_words;
-    sample.frames.assign(pcs, pcs + depth);
-    profile.samples.push_back(std::move(sample));
-    i += cpu_record_header_words + depth;
+    if (depth == 0 || depth > count - i - stack_record_header_words) break;
+    const std::size_t size = stack_record_header_words + static_cast<std::size_t>(depth);
+    visit(words + i, size);
+    i += size;
   }
+}
+
+// Appends the records of profile.kind (CPU or wall) as samples: CPU values
+// {samples, cpu ns}, wall values {samples, wall ns}.
+inline void read_stack_records(const std::uint64_t* words, std::size_t count, RawProfile& profile) {
+  const bool wall = profile.kind == ProfileKind::wall;
+  for_each_stack_record(words, count, [&](const std::uint64_t* record, std::size_t) {
+    if (is_wall_record(record) != wall) return;
+    RawSample sample;
+    const auto weight = static_cast<std::int64_t>(record[0] & wall_record_ns_mask);
+    if (wall) sample.values = {1, weight};
+    else sample.values = {weight, weight * profile.period_ns};
+    const std::uint64_t* pcs = record + stack_record_header_words;
+    sample.frames.assign(pcs, pcs + record[1]);
+    profile.samples.push_back(std::move(sample));
+  });
 }
 
 // ---- heap -----------------------------------------------------------------------

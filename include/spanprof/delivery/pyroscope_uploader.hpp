@@ -57,6 +57,18 @@ inline std::string pyroscope_label_name(std::string_view name) {
 }
 
 inline constexpr std::size_t pyroscope_max_label_value = 2048;
+
+// How Pyroscope names each kind: the Push API's __name__ (profile types
+// process_cpu:cpu:nanoseconds:cpu:nanoseconds, memory:alloc_space:bytes:space:bytes,
+// wall:wall:nanoseconds:wall:nanoseconds), or /ingest's name suffix.
+constexpr std::string_view pyroscope_profile_name(ProfileKind kind, bool push) noexcept {
+  switch (kind) {
+    case ProfileKind::cpu: return push ? "process_cpu" : "cpu";
+    case ProfileKind::heap: return "memory";
+    case ProfileKind::wall: return "wall";
+  }
+  return "unknown";
+}
 inline constexpr std::size_t pyroscope_max_tags = 20;
 
 // A random version-4 UUID, the profile's ID in a push.
@@ -102,9 +114,9 @@ class PyroscopeUploader final : public BasicUploader<std::mutex> {
     return ingest_url(profile);
   }
 
-  // The legacy ingest URL: /ingest?name=<app>.<cpu|memory>{tags}&from&until&...
+  // The legacy ingest URL: /ingest?name=<app>.<cpu|memory|wall>{tags}&from&until&...
   std::string ingest_url(const EncodedProfile& profile) const {
-    std::string series = label_part(options_.application_name) + (profile.kind == ProfileKind::cpu ? ".cpu" : ".memory");
+    std::string series = label_part(options_.application_name) + "." + std::string(detail::pyroscope_profile_name(profile.kind, false));
     series += '{';
     for (std::size_t i = 0; i < options_.tags.size(); ++i) {
       if (i) series += ',';
@@ -118,7 +130,7 @@ class PyroscopeUploader final : public BasicUploader<std::mutex> {
                       "&from=" + std::to_string(from_s) +
                       "&until=" + std::to_string(until_s > from_s ? until_s : from_s + 1) +
                       "&format=pprof&spyName=spanprof";
-    if (profile.kind == ProfileKind::cpu && profile.period_ns > 0)
+    if (profile.kind != ProfileKind::heap && profile.period_ns > 0)
       url += "&sampleRate=" + std::to_string(1'000'000'000 / profile.period_ns);
     return url;
   }
@@ -149,7 +161,7 @@ class PyroscopeUploader final : public BasicUploader<std::mutex> {
         });
       };
       // Pyroscope names the profile type from __name__ and the pprof's sample types.
-      label("__name__", profile.kind == ProfileKind::cpu ? "process_cpu" : "memory");
+      label("__name__", detail::pyroscope_profile_name(profile.kind, true));
       label("service_name", options_.application_name);
       for (const auto& [name, value] : options_.tags) label(name, value);
       series.message_field(f::series_samples, [&](detail::ProtobufWriter& sample) {

@@ -292,7 +292,7 @@ class Sender {
     encoded.kind = batch.kind();
     encoded.start_unix_ns = batch.start_unix_ns();
     encoded.duration_ns = batch.end_unix_ns() - batch.start_unix_ns();
-    encoded.period_ns = batch.kind() == ProfileKind::cpu ? batch.period() : 0;
+    encoded.period_ns = batch.kind() != ProfileKind::heap ? batch.period() : 0;
     encoded.heap_interval_bytes = batch.kind() == ProfileKind::heap ? batch.period() : 0;
     encoded.span_count = batch.span_count();
     encoded.engine = batch.engine();

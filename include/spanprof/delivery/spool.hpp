@@ -408,7 +408,7 @@ inline bool decode(std::string_view bytes, std::string_view expected_uploader, E
         break;
       case Field::kind:
         if (!fixed(1)) return false;
-        if (static_cast<std::uint8_t>(value[0]) > static_cast<std::uint8_t>(ProfileKind::heap)) {
+        if (static_cast<std::uint8_t>(value[0]) >= profile_kind_count) {
           why = "unknown profile kind " + std::to_string(static_cast<std::uint8_t>(value[0]));
           return false;
         }

@@ -172,9 +172,9 @@ class Worker {
   // Uploaders that want profiles the same way share a lane: one merge, one build.
   struct Lane {
     Delivery delivery;
-    ProfileBatch batches[2];  // batched: by ProfileKind
-    Tickets tickets[2];       // the spans of batches[k], in order
-    Clock::time_point window_end[2]{};
+    ProfileBatch batches[profile_kind_count];  // batched: by ProfileKind
+    Tickets tickets[profile_kind_count];       // the spans of batches[k], in order
+    Clock::time_point window_end[profile_kind_count]{};
   };
 
   // Everything one start() runs, shared by its two threads (and kept alive by them
@@ -305,7 +305,7 @@ class Worker {
   static Clock::time_point next_window_end(const Run& run) noexcept {
     Clock::time_point due = Clock::time_point::max();
     for (const Lane& lane : run.lanes)
-      for (std::size_t k = 0; k < 2; ++k)
+      for (std::size_t k = 0; k < profile_kind_count; ++k)
         if (!lane.batches[k].empty()) due = std::min(due, lane.window_end[k]);
     return due;
   }
@@ -313,7 +313,7 @@ class Worker {
   static void cut_due_windows(Run& run, bool all) noexcept {
     const Clock::time_point now = Clock::now();
     for (std::size_t l = 0; l < run.lanes.size(); ++l)
-      for (std::size_t k = 0; k < 2; ++k)
+      for (std::size_t k = 0; k < profile_kind_count; ++k)
         if (!run.lanes[l].batches[k].empty() && (all || now >= run.lanes[l].window_end[k])) cut(run, l, k);
   }
 

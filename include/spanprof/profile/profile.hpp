@@ -36,15 +36,23 @@ constexpr std::string_view to_string(ProfileReason reason) noexcept {
   return "unknown";
 }
 
-enum class ProfileKind : std::uint8_t { cpu, heap };
+// What a profile measures: CPU time, allocations, or wall-clock time (where the
+// span's elapsed time went, waiting included).
+enum class ProfileKind : std::uint8_t { cpu, heap, wall };
+inline constexpr std::size_t profile_kind_count = 3;
 
 constexpr std::string_view to_string(ProfileKind kind) noexcept {
-  return kind == ProfileKind::cpu ? "cpu" : "heap";
+  switch (kind) {
+    case ProfileKind::cpu: return "cpu";
+    case ProfileKind::heap: return "heap";
+    case ProfileKind::wall: return "wall";
+  }
+  return "unknown";
 }
 
-// Which profiles a guard records: `spanprof::cpu`, `spanprof::heap` or
-// `spanprof::cpu | spanprof::heap`. A scope profiled for both yields two profiles
-// with the same span labels.
+// Which profiles a guard records: `spanprof::cpu`, `spanprof::heap`,
+// `spanprof::wall` or any union, e.g. `spanprof::cpu | spanprof::wall`. A scope
+// profiled for several yields one profile of each kind, with the same span labels.
 class ProfileKinds {
  public:
   constexpr ProfileKinds() noexcept = default;
@@ -68,14 +76,15 @@ class ProfileKinds {
 
 inline constexpr ProfileKinds cpu{ProfileKind::cpu};
 inline constexpr ProfileKinds heap{ProfileKind::heap};
+inline constexpr ProfileKinds wall{ProfileKind::wall};
 
-// One sampled stack. `frames` runs from the innermost frame outwards. In CPU
-// profiles frame 0 is the exact interrupted instruction and the others are return
+// One sampled stack. `frames` runs from the innermost frame outwards. In CPU and
+// wall profiles frame 0 is the exact interrupted instruction and the others are return
 // addresses; in heap profiles every frame is a return address (frame 0 is the call
 // into the allocator).
 struct RawSample {
-  // One per sample type: CPU {samples, cpu ns}; heap {alloc_objects, alloc_space,
-  // inuse_objects, inuse_space}.
+  // One per sample type: CPU {samples, cpu ns}; wall {samples, wall ns}; heap
+  // {alloc_objects, alloc_space, inuse_objects, inuse_space}.
   std::vector<std::int64_t> values;
   std::vector<std::uintptr_t> frames;
 };
@@ -86,7 +95,7 @@ struct RawProfile {
   std::string span_name;
   std::int64_t start_unix_ns = 0;  // wall clock at guard open
   std::int64_t duration_ns = 0;    // wall time the guard was open
-  std::int64_t period_ns = 0;      // CPU time one sample stands for
+  std::int64_t period_ns = 0;      // CPU: CPU time one sample stands for; wall: the mean wall interval
   std::int64_t heap_interval_bytes = 0;  // mean bytes between heap samples; 0: every allocation
   std::uint64_t dropped_samples = 0;  // samples lost to a full buffer
   std::string engine;              // "sampling:perf_event", "classic", ...

@@ -94,7 +94,7 @@ class ProfileBatch {
   Profile build(ProfileBuilder& builder, const std::vector<std::string>& comments) const {
     RawProfile header;
     header.kind = kind_;
-    header.period_ns = kind_ == ProfileKind::cpu ? period_ : 0;
+    header.period_ns = kind_ != ProfileKind::heap ? period_ : 0;
     header.heap_interval_bytes = kind_ == ProfileKind::heap ? period_ : 0;
     header.start_unix_ns = start_ns_;
     header.duration_ns = end_ns_ - start_ns_;
@@ -140,7 +140,7 @@ class ProfileBatch {
   };
 
   static std::int64_t period_of(const RawProfile& raw) noexcept {
-    return raw.kind == ProfileKind::cpu ? raw.period_ns : raw.heap_interval_bytes;
+    return raw.kind == ProfileKind::heap ? raw.heap_interval_bytes : raw.period_ns;
   }
 
   ProfileKind kind_ = ProfileKind::cpu;

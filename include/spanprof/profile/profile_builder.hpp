@@ -69,6 +69,12 @@ class ProfileBuilder {
       profile.period_type = {"cpu", "nanoseconds"};
       profile.default_sample_type = "cpu";
       profile.period = header.period_ns;
+    } else if (header.kind == ProfileKind::wall) {
+      // Pyroscope's and Grafana's wall profile type: wall:wall:nanoseconds:wall:nanoseconds.
+      profile.sample_types = {{"samples", "count"}, {"wall", "nanoseconds"}};
+      profile.period_type = {"wall", "nanoseconds"};
+      profile.default_sample_type = "wall";
+      profile.period = header.period_ns;
     } else {
       // The names and order Go's heap profiles use, which pprof, Pyroscope and
       // Grafana recognise. A span's question is "what did it allocate", so that is
@@ -95,7 +101,7 @@ class ProfileBuilder {
         // next function (a call as a function's last instruction): look up the
         // call instruction instead, as pprof and debuggers do.
         const std::uintptr_t pc = (*in.frames)[i];
-        const bool exact = i == 0 && header.kind == ProfileKind::cpu;  // heap frames are all return addresses
+        const bool exact = i == 0 && header.kind != ProfileKind::heap;  // heap frames are all return addresses
         const std::uintptr_t address = (exact || pc == 0) ? pc : pc - 1;
         sample.location_ids.push_back(location_for(address, profile));
       }

@@ -50,6 +50,7 @@ struct EnvironmentSettings {
   std::optional<CpuEngine> cpu_engine;
   std::optional<CpuSampleSource> cpu_sample_source;
   std::optional<int> frequency_hz;
+  std::optional<int> wall_frequency_hz;
   std::optional<int> signal_number;
   std::optional<HeapEngine> heap_engine;
   std::optional<std::size_t> heap_sample_interval_bytes;
@@ -233,13 +234,25 @@ using ES = EnvironmentSettings;
 
 // The order is the order of docs/configuration.md.
 inline const EnvironmentVariable environment_variables[] = {
-    {"SPANPROF_PROFILES", EG::capture, "list", "cpu, heap, cpu,heap", "cpu", "profiles",
+    {"SPANPROF_PROFILES", EG::capture, "list", "cpu, heap, wall, or several: cpu,wall", "cpu", "profiles",
      "What a guard records unless its code says otherwise.",
      nullptr,
      [](std::string_view v, ES& s, std::string& why) {
-       const int i = parse_choice(v, {"cpu", "heap", "cpu,heap", "heap,cpu"}, why);
-       if (i < 0) return false;
-       s.profiles = i == 0 ? cpu : i == 1 ? heap : cpu | heap;
+       ProfileKinds kinds;
+       std::string_view rest = v;
+       while (true) {
+         const std::size_t comma = rest.find(',');
+         std::string ignored;
+         const int i = parse_choice(rest.substr(0, comma), {"cpu", "heap", "wall"}, ignored);
+         if (i < 0) {
+           why = "is not a comma-separated list of cpu, heap, wall";
+           return false;
+         }
+         kinds = kinds | ProfileKinds(static_cast<ProfileKind>(i));
+         if (comma == std::string_view::npos) break;
+         rest.remove_prefix(comma + 1);
+       }
+       s.profiles = kinds;
        return true;
      }},
     {"SPANPROF_ENGINE", EG::capture, "choice", "sampling, classic", "sampling", "cpu_engine",
@@ -265,6 +278,15 @@ inline const EnvironmentVariable environment_variables[] = {
        std::int64_t hz = 0;
        if (!parse_bounded_integer(v, 1, 4000, hz, why)) return false;
        s.frequency_hz = static_cast<int>(hz);
+       return true;
+     }},
+    {"SPANPROF_WALL_FREQUENCY", EG::capture, "integer (Hz)", "1..1000", "100", "wall_frequency_hz",
+     "Wall-clock samples per second of a thread in a wall-profiled span.",
+     nullptr,
+     [](std::string_view v, ES& s, std::string& why) {
+       std::int64_t hz = 0;
+       if (!parse_bounded_integer(v, 1, 1000, hz, why)) return false;
+       s.wall_frequency_hz = static_cast<int>(hz);
        return true;
      }},
     {"SPANPROF_SIGNAL", EG::capture, "integer", "a real-time signal, SIGRTMIN..SIGRTMAX", "0", "signal_number",

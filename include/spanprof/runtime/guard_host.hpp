@@ -13,7 +13,7 @@
 
 #include <spanprof/base/error.hpp>
 #include <spanprof/capture/captured_profile.hpp>
-#include <spanprof/capture/cpu_sampler.hpp>
+#include <spanprof/capture/stack_sampler.hpp>
 #include <spanprof/capture/engines.hpp>
 #include <spanprof/capture/heap_sampler.hpp>
 #include <spanprof/config.hpp>
@@ -35,7 +35,7 @@ struct RunningConfig {
   ProfileKinds profiles = cpu;
   CpuEngine cpu_engine = CpuEngine::sampling;
   HeapEngine heap_engine = HeapEngine::sampling;
-  CpuSamplerSettings cpu_sampler;
+  StackSamplerSettings sampler;
   HeapSettings heap;
   std::shared_ptr<HeadSampler> head_sampler;  // null: profile every span
   std::shared_ptr<TailPolicy> tail_policy;    // null: keep every profile

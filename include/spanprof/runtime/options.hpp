@@ -54,6 +54,9 @@ struct Options {
   HeapEngine heap_engine = HeapEngine::sampling;
   CpuSampleSource cpu_sample_source = CpuSampleSource::automatic;
   int frequency_hz = 100;     // CPU samples per CPU-second (1..4000)
+  // Wall-clock samples per second of a thread in a wall-profiled span (1..1000).
+  // Its cost grows with the threads in wall spans, not the cores (docs/wall.md).
+  int wall_frequency_hz = 100;
   int max_stack_depth = 64;   // frames kept per sample (1..256)
   // Mean allocated bytes between two heap samples (exponentially distributed, as in
   // Go and tcmalloc). Smaller is more precise and costs more stack captures.
@@ -206,6 +209,7 @@ inline void apply_environment(EnvironmentSettings env, Options& options) {
   if (env.cpu_engine) options.cpu_engine = *env.cpu_engine;
   if (env.cpu_sample_source) options.cpu_sample_source = *env.cpu_sample_source;
   if (env.frequency_hz) options.frequency_hz = *env.frequency_hz;
+  if (env.wall_frequency_hz) options.wall_frequency_hz = *env.wall_frequency_hz;
   if (env.signal_number) options.signal_number = *env.signal_number;
   if (env.heap_engine) options.heap_engine = *env.heap_engine;
   if (env.heap_sample_interval_bytes) options.heap_sample_interval_bytes = *env.heap_sample_interval_bytes;
@@ -275,13 +279,14 @@ inline std::string describe(const Options& options) {
   auto number = [](auto value) { return std::to_string(value); };
   auto object = [](const auto& pointer) { return pointer ? std::string("set") : std::string("none"); };
   std::string kinds;
-  if (options.profiles.contains(ProfileKind::cpu)) kinds = "cpu";
-  if (options.profiles.contains(ProfileKind::heap)) kinds += kinds.empty() ? "heap" : ",heap";
+  for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::heap, ProfileKind::wall})
+    if (options.profiles.contains(kind)) kinds += (kinds.empty() ? "" : ",") + std::string(to_string(kind));
   line("profiles", kinds.empty() ? "none" : kinds);
   line("cpu_engine", std::string(to_string(options.cpu_engine)));
   line("heap_engine", std::string(to_string(options.heap_engine)));
   line("cpu_sample_source", std::string(to_string(options.cpu_sample_source)));
   line("frequency_hz", number(options.frequency_hz));
+  line("wall_frequency_hz", number(options.wall_frequency_hz));
   line("max_stack_depth", number(options.max_stack_depth));
   line("heap_sample_interval_bytes", number(options.heap_sample_interval_bytes));
   line("thread_buffer_bytes", number(options.thread_buffer_bytes));

@@ -12,7 +12,7 @@
 
 #include <spanprof/base/counters.hpp>
 #include <spanprof/base/error.hpp>
-#include <spanprof/capture/cpu_sampler.hpp>
+#include <spanprof/capture/stack_sampler.hpp>
 #include <spanprof/capture/heap_sampler.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/delivery/file_uploader.hpp>
@@ -99,17 +99,18 @@ class Runtime final : public GuardHost {
       config->head_sampler = options.head_sampler;
       config->tail_policy = options.tail_policy;
       config->trigger = options.trigger;
-      config->cpu_sampler.generation = ++generation_;
-      config->cpu_sampler.source = options.cpu_sample_source;
-      config->cpu_sampler.period_ns = 1'000'000'000LL / options.frequency_hz;
-      config->cpu_sampler.max_depth = options.max_stack_depth;
-      config->cpu_sampler.buffer_words = options.thread_buffer_bytes / sizeof(std::uint64_t);
-      config->cpu_sampler.idle_ticks_before_disarm = options.idle_ticks_before_disarm;
-      if (options.cpu_engine == CpuEngine::sampling) {
-        config->cpu_sampler.signal_number = install_sample_signal_handler(options.signal_number);
-        if (config->cpu_sampler.signal_number == 0) {
-          report_error(ErrorCode::sampler_failed, "the sampling engine cannot run: no signal for samples");
-        }
+      config->sampler.generation = ++generation_;
+      config->sampler.source = options.cpu_sample_source;
+      config->sampler.period_ns = 1'000'000'000LL / options.frequency_hz;
+      config->sampler.wall_period_ns = 1'000'000'000LL / options.wall_frequency_hz;
+      config->sampler.max_depth = options.max_stack_depth;
+      config->sampler.buffer_words = options.thread_buffer_bytes / sizeof(std::uint64_t);
+      config->sampler.idle_ticks_before_disarm = options.idle_ticks_before_disarm;
+      // The signal carries the sampling engine's CPU ticks and, whatever the CPU
+      // engine, every wall tick.
+      config->sampler.signal_number = install_sample_signal_handler(options.signal_number);
+      if (config->sampler.signal_number == 0) {
+        report_error(ErrorCode::sampler_failed, "the sampling engine cannot run: no signal for samples");
       }
 
       Worker::Config worker;
@@ -129,7 +130,7 @@ class Runtime final : public GuardHost {
         worker_.stop(std::chrono::seconds(1));
       }
       if (!worker_.start(std::move(worker))) return result;
-      signal_number_ = config->cpu_sampler.signal_number;
+      signal_number_ = config->sampler.signal_number;
       host.config.store(config.get(), std::memory_order_release);
       configs_.push_back(std::move(config));
       lifecycle_.store(running, std::memory_order_release);
@@ -151,9 +152,9 @@ class Runtime final : public GuardHost {
     // Threads keep their sampler objects (freed at thread exit) but stop receiving
     // signals now, instead of after their idle countdown.
     {
-      auto& list = cpu_sampler_list();
+      auto& list = stack_sampler_list();
       std::lock_guard<std::mutex> list_lock(list.mutex);
-      for (ThreadCpuSampler* s = list.head; s; s = s->registry_next) s->disarm();
+      for (ThreadStackSampler* s = list.head; s; s = s->registry_next) s->disarm();
     }
     return worker_.stop(timeout);
   }
@@ -161,10 +162,10 @@ class Runtime final : public GuardHost {
   Stats stats() noexcept {
     Stats s;
     {
-      auto& list = cpu_sampler_list();
+      auto& list = stack_sampler_list();
       std::lock_guard<std::mutex> lock(list.mutex);
       s.cpu_sample_source = list.last_source;
-      for (ThreadCpuSampler* t = list.head; t; t = t->registry_next)
+      for (ThreadStackSampler* t = list.head; t; t = t->registry_next)
         if (t->armed()) ++s.threads_armed;
     }
     const CounterTotals c = counter_registry().totals();
@@ -172,6 +173,11 @@ class Runtime final : public GuardHost {
     s.spans_without_samples = c[Counter::spans_without_samples];
     s.samples_captured = c[Counter::cpu_samples_captured];
     s.samples_dropped = c[Counter::cpu_samples_dropped];
+    s.wall_guards_opened = c[Counter::wall_guards_opened];
+    s.wall_samples_captured = c[Counter::wall_samples_captured];
+    s.wall_samples_dropped = c[Counter::wall_samples_dropped];
+    s.wall_ticks_signalled = c[Counter::wall_ticks_signalled];
+    s.wall_ticks_confirmed = c[Counter::wall_ticks_confirmed];
     s.heap_guards_opened = c[Counter::heap_guards_opened];
     s.heap_samples_captured = c[Counter::heap_samples_captured];
     s.heap_samples_dropped = c[Counter::heap_samples_dropped];
@@ -217,6 +223,7 @@ class Runtime final : public GuardHost {
       }
     };
     clamp(options.frequency_hz, 1, 4000, "frequency_hz");
+    clamp(options.wall_frequency_hz, 1, 1000, "wall_frequency_hz");
     clamp(options.max_stack_depth, 1, max_stack_depth_limit, "max_stack_depth");
     clamp(options.thread_buffer_bytes, std::size_t{4096}, std::size_t{1} << 30, "thread_buffer_bytes");
     clamp(options.queue_capacity, std::size_t{1}, std::size_t{1} << 20, "queue_capacity");

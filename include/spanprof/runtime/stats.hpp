@@ -30,6 +30,12 @@ struct Stats {
   std::uint64_t spool_pending = 0;         // payloads in the spool now
   std::uint64_t queue_length = 0;          // profiles handed over, not yet taken by the worker (<= queue_capacity)
   std::uint64_t classic_busy = 0;          // classic guards (CPU or heap) refused: another scope was profiling
+  // Wall-clock profiles (docs/wall.md).
+  std::uint64_t wall_guards_opened = 0;    // guards that started a wall profile
+  std::uint64_t wall_samples_captured = 0;
+  std::uint64_t wall_samples_dropped = 0;  // lost to a full per-thread buffer
+  std::uint64_t wall_ticks_signalled = 0;  // ticks that sent a thread the sample signal
+  std::uint64_t wall_ticks_confirmed = 0;  // ticks that found a thread still blocked: no signal, no EINTR
   std::uint64_t heap_guards_opened = 0;    // guards that started a heap profile (either heap engine)
   std::uint64_t heap_samples_captured = 0; // allocations recorded by the sampling heap engine
   std::uint64_t heap_samples_dropped = 0;  // lost to a full per-thread log or a failed stack capture

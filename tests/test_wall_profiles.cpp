@@ -1,0 +1,242 @@
+// Wall-clock span profiles, end to end: real signals from the wall ticker, real
+// unwinding of blocked threads, real pprof decoded back. What is checked is what a
+// user reads off a wall profile: its total is the span's elapsed time, the waiting
+// shows where it waited, every thread gets only its own waits, and a host's
+// blocking calls are interrupted at most once per wait.
+#include "support/catch.hpp"
+#include "support/collector.hpp"
+
+#include <spanprof/spanprof.hpp>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <poll.h>
+#include <time.h>
+#include <unistd.h>
+
+using spanprof_test::Collector;
+using spanprof_test::share_on_stack;
+using spanprof_test::span_number;
+using spanprof_test::value_total;
+
+namespace {
+
+constexpr std::size_t wall_ns = 1;  // values: {samples, wall ns}
+
+SPANPROF_TEST_HOT_FUNCTION(compute_prices)
+
+__attribute__((noinline)) void wait_for_backend(std::chrono::milliseconds how_long) {
+  std::this_thread::sleep_for(how_long);
+  asm volatile("");  // not a tail call: this frame stays on the stack while it sleeps
+}
+
+// Eight ways to wait, each in a function of its own name.
+__attribute__((noinline)) void wait_sleeping(int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  asm volatile("");
+}
+__attribute__((noinline)) void wait_polling(int ms) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (std::chrono::steady_clock::now() < end) ::poll(nullptr, 0, 5);  // EINTR or not: loop until the end
+  asm volatile("");
+}
+__attribute__((noinline)) void wait_on_condition(int ms) {
+  std::mutex m;
+  std::condition_variable cv;
+  std::unique_lock<std::mutex> lock(m);
+  cv.wait_for(lock, std::chrono::milliseconds(ms), [] { return false; });
+  asm volatile("");
+}
+__attribute__((noinline)) void wait_reading_pipe(int ms) {
+  int fds[2];
+  if (::pipe(fds) != 0) return;
+  pollfd p{fds[0], POLLIN, 0};
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (std::chrono::steady_clock::now() < end) ::poll(&p, 1, 20);
+  ::close(fds[0]);
+  ::close(fds[1]);
+  asm volatile("");
+}
+__attribute__((noinline)) void wait_nanosleeping(int ms) {
+  timespec left{ms / 1000, (ms % 1000) * 1'000'000L};
+  while (::nanosleep(&left, &left) != 0 && errno == EINTR) {
+  }
+  asm volatile("");
+}
+__attribute__((noinline)) void wait_selecting(int ms) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (std::chrono::steady_clock::now() < end) {
+    timeval tv{0, 10'000};
+    ::select(0, nullptr, nullptr, nullptr, &tv);
+  }
+  asm volatile("");
+}
+__attribute__((noinline)) void wait_in_short_sleeps(int ms) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (std::chrono::steady_clock::now() < end) ::usleep(1000);
+  asm volatile("");
+}
+__attribute__((noinline)) void wait_clock_nanosleep(int ms) {
+  timespec until{};
+  ::clock_gettime(CLOCK_MONOTONIC, &until);
+  until.tv_nsec += static_cast<long>(ms % 1000) * 1'000'000L;
+  until.tv_sec += ms / 1000 + until.tv_nsec / 1'000'000'000L;
+  until.tv_nsec %= 1'000'000'000L;
+  while (::clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, nullptr) == EINTR) {
+  }
+  asm volatile("");
+}
+
+using Wait = void (*)(int);
+const Wait waits[] = {wait_sleeping,     wait_polling,   wait_on_condition,    wait_reading_pipe,
+                      wait_nanosleeping, wait_selecting, wait_in_short_sleeps, wait_clock_nanosleep};
+const char* const wait_names[] = {"wait_sleeping",     "wait_polling",   "wait_on_condition",    "wait_reading_pipe",
+                                  "wait_nanosleeping", "wait_selecting", "wait_in_short_sleeps", "wait_clock_nanosleep"};
+
+spanprof::Options wall_options(int wall_hz) {
+  spanprof::Options options;
+  options.wall_frequency_hz = wall_hz;
+  options.frequency_hz = 250;
+  options.queue_capacity = 4096;
+  return options;
+}
+
+}  // namespace
+
+TEST_CASE("a wall profile shows where a slow span waited, and adds up to its elapsed time", "[wall]") {
+  auto options = wall_options(1000);
+  options.frequency_hz = 1000;  // ~20 CPU samples in the 20 ms of computing
+  Collector collector(options);
+  for (unsigned i = 0; i < 3; ++i) {
+    const auto span = span_number(5000 + i);
+    const auto start = std::chrono::steady_clock::now();
+    std::int64_t elapsed_ns = 0;
+    {
+      spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "GET /slow"}, spanprof::cpu | spanprof::wall);
+      compute_prices(0.02);
+      wait_for_backend(std::chrono::milliseconds(80));
+      elapsed_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+    }
+    INFO("span " << i);
+    const auto* wall = collector.profile_for(span.span_id, spanprof::ProfileKind::wall);
+    const auto* cpu = collector.profile_for(span.span_id, spanprof::ProfileKind::cpu);
+    REQUIRE(wall != nullptr);
+    REQUIRE(cpu != nullptr);
+    const auto& w = wall->decoded;
+    REQUIRE(w.sample_types.size() == 2);
+    CHECK(w.sample_types[1].type == "wall");
+    CHECK(w.sample_types[1].unit == "nanoseconds");
+    CHECK(w.period_type.type == "wall");
+    CHECK(w.period == 1'000'000);
+    const std::int64_t total = value_total(w, wall_ns);
+    INFO("wall total " << total << " ns, span " << elapsed_ns << " ns");
+    CHECK(std::abs(static_cast<double>(total - elapsed_ns)) <= 0.1 * static_cast<double>(elapsed_ns));
+    CHECK(share_on_stack(w, "wait_for_backend", wall_ns) >= 0.75);
+    CHECK(share_on_stack(w, "compute_prices", wall_ns) >= 0.1);
+    for (const auto& sample : w.samples) {
+      const auto labels = pprof_test::labels_of(sample);
+      CHECK(labels.at("span_id") == span.span_id.to_hex());
+      CHECK(labels.at("span_name") == "GET /slow");
+    }
+    // The CPU profile is as before: the computing, not the waiting.
+    CHECK(share_on_stack(cpu->decoded, "compute_prices") >= 0.8);
+    CHECK(spanprof_test::sample_count(cpu->decoded) >= 10);
+  }
+}
+
+TEST_CASE("concurrent wall spans on eight threads each get exactly their own waits", "[wall]") {
+  Collector collector(wall_options(200));
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < 8; ++t) {
+    threads.emplace_back([t, &ready] {
+      ready.fetch_add(1);
+      while (ready.load() < 8) std::this_thread::yield();
+      spanprof::ScopedProfile guard(spanprof::NamedSpan{span_number(5100 + t), wait_names[t]}, spanprof::wall);
+      waits[t](400);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (unsigned t = 0; t < 8; ++t) {
+    INFO("thread " << t << " (" << wait_names[t] << ")");
+    const auto* profile = collector.profile_for(span_number(5100 + t).span_id, spanprof::ProfileKind::wall);
+    REQUIRE(profile != nullptr);
+    const auto& p = profile->decoded;
+    CHECK(share_on_stack(p, wait_names[t], wall_ns) >= 0.99);
+    for (unsigned other = 0; other < 8; ++other)
+      if (other != t) CHECK(share_on_stack(p, wait_names[other], wall_ns) == 0.0);
+    CHECK(value_total(p, wall_ns) >= 350'000'000);
+    for (const auto& function : p.functions) CHECK_FALSE(spanprof_test::has_clone_suffix(function.name));
+  }
+}
+
+TEST_CASE("a host loop of 1 ms sleeps is interrupted once per wait, not once per tick", "[wall]") {
+  Collector collector(wall_options(100));
+  const auto before = spanprof::stats();
+  int eintr = 0, sleeps = 0;
+  {
+    spanprof::ScopedProfile guard(spanprof::NamedSpan{span_number(5200), "GET /poll-loop"}, spanprof::wall);
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (std::chrono::steady_clock::now() < end) {
+      timespec ms{0, 1'000'000};
+      if (::nanosleep(&ms, nullptr) != 0 && errno == EINTR) ++eintr;
+      ++sleeps;
+    }
+  }
+  const auto after = spanprof::stats();
+  INFO(sleeps << " sleeps, " << eintr << " EINTR, " << after.wall_ticks_signalled - before.wall_ticks_signalled
+              << " signals, " << after.wall_ticks_confirmed - before.wall_ticks_confirmed << " confirmations");
+  // ~100 ticks in the second: the first finds the loop sleeping and signals it;
+  // the rest find it still sleeping at the same call with no CPU spent between.
+  CHECK(after.wall_ticks_confirmed - before.wall_ticks_confirmed >= 50);
+  CHECK(eintr <= 10);
+  const auto* profile = collector.profile_for(span_number(5200).span_id, spanprof::ProfileKind::wall);
+  REQUIRE(profile != nullptr);
+  CHECK(value_total(profile->decoded, wall_ns) >= 900'000'000);
+}
+
+TEST_CASE("no wall ticks for threads outside wall spans, and none for CPU-only spans", "[wall]") {
+  Collector collector(wall_options(1000));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto before = spanprof::stats();
+  {
+    spanprof::ScopedProfile guard(spanprof::NamedSpan{span_number(5300), "GET /cpu-only"}, spanprof::cpu);
+    wait_for_backend(std::chrono::milliseconds(100));
+  }
+  wait_for_backend(std::chrono::milliseconds(100));
+  const auto after = spanprof::stats();
+  CHECK(after.wall_ticks_signalled == before.wall_ticks_signalled);
+  CHECK(after.wall_ticks_confirmed == before.wall_ticks_confirmed);
+  CHECK(after.wall_samples_captured == before.wall_samples_captured);
+  CHECK(collector.profile_for(span_number(5300).span_id, spanprof::ProfileKind::wall) == nullptr);
+}
+
+TEST_CASE("a wall span inside a CPU span: each profile keeps its own kind", "[wall]") {
+  Collector collector(wall_options(500));
+  const auto outer = span_number(5400), inner = span_number(5401);
+  {
+    spanprof::ScopedProfile outer_guard(spanprof::NamedSpan{outer, "outer"}, spanprof::cpu);
+    compute_prices(0.05);
+    {
+      spanprof::ScopedProfile inner_guard(spanprof::NamedSpan{inner, "inner"}, spanprof::wall);
+      wait_for_backend(std::chrono::milliseconds(60));
+    }
+  }
+  CHECK(collector.profile_for(outer.span_id, spanprof::ProfileKind::wall) == nullptr);
+  const auto* outer_cpu = collector.profile_for(outer.span_id, spanprof::ProfileKind::cpu);
+  REQUIRE(outer_cpu != nullptr);
+  CHECK(share_on_stack(outer_cpu->decoded, "compute_prices") >= 0.9);
+  CHECK(collector.profile_for(inner.span_id, spanprof::ProfileKind::cpu) == nullptr);
+  const auto* inner_wall = collector.profile_for(inner.span_id, spanprof::ProfileKind::wall);
+  REQUIRE(inner_wall != nullptr);
+  CHECK(share_on_stack(inner_wall->decoded, "wait_for_backend", wall_ns) >= 0.95);
+  CHECK(value_total(inner_wall->decoded, wall_ns) >= 50'000'000);
+}
