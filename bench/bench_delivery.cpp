@@ -21,6 +21,7 @@
 #if SPANPROF_WITH_CURL
 
 #include "../tests/support/http_server.hpp"
+#include "bench_support.hpp"
 
 #include <benchmark/benchmark.h>
 
@@ -186,10 +187,7 @@ BENCHMARK(guard_close_backend_up)->UseManualTime()->Unit(benchmark::kMicrosecond
 BENCHMARK(guard_close_backend_down)->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(2000);
 BENCHMARK(guard_close_without_samples)->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(2000);
 
-double seconds_from_environment(const char* name, double fallback) {
-  const char* text = std::getenv(name);
-  return text && *text ? std::atof(text) : fallback;
-}
+using bench::seconds_from_environment;
 
 // Paced spans: each of `threads` opens `per_second` spans a second, each doing
 // `cpu_seconds` of work, until `seconds` have passed or `stop` is set.

@@ -1,6 +1,15 @@
 // What heap profiling costs an allocating thread, side by side in one run. Each
 // benchmark runs the same loop; the scope is opened once around the whole loop.
 //   */no_profiling          no heap scope anywhere: tcmalloc's fast path
+//   new_delete_allocator_direct  the new_delete loop calling the process
+//                           allocator's own entry points (tc_new and tc_delete, or
+//                           malloc/free) directly: the cost with no hooks at all,
+//                           in the same binary as spanprof_bench_operator_new's
+//                           no_profiling (hooks compiled in, no scope open; target
+//                           <= 1.05x) and sampled_scope (target <= 1.3x). For the
+//                           handler loop the baseline is spanprof_bench's
+//                           handler_no_profiling (a container with a custom
+//                           allocator compiles to different code).
 //   */sampled_scope         inside a heap scope, default sampling engine, 512 KiB
 //                           (target <= 1.3x of no_profiling)
 //   */scope_on_other_thread this thread is not profiled, but another thread has a
@@ -16,6 +25,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <dlfcn.h>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,6 +45,26 @@ void start_heap(spanprof::HeapEngine engine) {
   spanprof::start(options);
 }
 
+// The allocator's own entry points, as an unhooked program's `new` and `delete`
+// reach them (through the PLT: one indirect jump, as here).
+struct DirectAllocator {
+  void* (*allocate)(std::size_t) = nullptr;
+  void (*deallocate)(void*) noexcept = nullptr;
+  template <class F>
+  static F resolve(const char* name) {
+    return reinterpret_cast<F>(::dlsym(RTLD_DEFAULT, name));
+  }
+  DirectAllocator()
+      : allocate(resolve<decltype(allocate)>("tc_new")),
+        deallocate(resolve<decltype(deallocate)>("tc_delete")) {
+    if (allocate == nullptr || deallocate == nullptr) {
+      allocate = [](std::size_t n) { return std::malloc(n); };
+      deallocate = [](void* p) noexcept { std::free(p); };
+    }
+  }
+};
+const DirectAllocator direct_allocator;
+
 __attribute__((noinline)) void handler_work() {
   std::vector<std::string> fields;
   for (int i = 0; i < 16; ++i) fields.push_back(std::string(40 + i, static_cast<char>('a' + i)));
@@ -46,6 +76,13 @@ __attribute__((noinline)) void new_delete_work() {
     void* p = ::operator new(64 + 16 * i);
     benchmark::DoNotOptimize(p);
     ::operator delete(p);
+  }
+}
+__attribute__((noinline)) void new_delete_work_direct() {
+  for (std::size_t i = 0; i < 16; ++i) {
+    void* p = direct_allocator.allocate(64 + 16 * i);
+    benchmark::DoNotOptimize(p);
+    direct_allocator.deallocate(p);
   }
 }
 
@@ -83,6 +120,7 @@ void handler_no_profiling(benchmark::State& s) { alloc_loop<handler_work>(s, Mod
 void handler_sampled_scope(benchmark::State& s) { alloc_loop<handler_work>(s, Mode::sampled); }
 void handler_scope_on_other_thread(benchmark::State& s) { alloc_loop<handler_work>(s, Mode::other_thread); }
 void handler_classic_scope(benchmark::State& s) { alloc_loop<handler_work>(s, Mode::classic); }
+void new_delete_allocator_direct(benchmark::State& s) { alloc_loop<new_delete_work_direct>(s, Mode::none); }
 void new_delete_no_profiling(benchmark::State& s) { alloc_loop<new_delete_work>(s, Mode::none); }
 void new_delete_sampled_scope(benchmark::State& s) { alloc_loop<new_delete_work>(s, Mode::sampled); }
 void new_delete_scope_on_other_thread(benchmark::State& s) { alloc_loop<new_delete_work>(s, Mode::other_thread); }
@@ -92,6 +130,7 @@ BENCHMARK(handler_no_profiling);
 BENCHMARK(handler_sampled_scope);
 BENCHMARK(handler_scope_on_other_thread);
 BENCHMARK(handler_classic_scope);
+BENCHMARK(new_delete_allocator_direct);
 BENCHMARK(new_delete_no_profiling);
 BENCHMARK(new_delete_sampled_scope);
 BENCHMARK(new_delete_scope_on_other_thread);

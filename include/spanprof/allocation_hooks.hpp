@@ -10,7 +10,10 @@
 // 2-3x on allocation-bound code (docs/heap.md). These operators add a thread-local
 // load and a branch to each `new` and one shared load to each `delete`, always, and
 // need no tcmalloc: they allocate with the C library's malloc, whichever allocator
-// serves it. Heap scopes then use them instead of MallocHook.
+// serves it. Heap scopes then use them instead of MallocHook. Outside heap scopes
+// an operator is a thread-local test and a tail call into the allocator (tc_new,
+// tc_delete_sized or free when tcmalloc serves the process), so the hooks cost
+// nothing measurable there (docs/heap.md, bench `*_no_scope`).
 //
 // What they see: every C++ allocation through `new` (containers, strings, smart
 // pointers); not `malloc` called directly (C libraries). Stacks come from
@@ -29,12 +32,14 @@
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
 
-SPANPROF_ALWAYS_INLINE inline void note_allocation(void* pointer, std::size_t size) noexcept {
+// Counts the bytes of a `new` against this thread's sampling countdown, before the
+// allocation: true when a heap scope is open here and this allocation is the one
+// to sample. Outside heap scopes it is one thread-local test.
+SPANPROF_ALWAYS_INLINE inline bool heap_sample_due(std::size_t size) noexcept {
   HeapThreadState& t = heap_thread;
-  if (SPANPROF_LIKELY(t.active == nullptr)) return;
+  if (SPANPROF_LIKELY(t.active == nullptr)) return false;
   t.bytes_until_sample -= static_cast<std::int64_t>(size);
-  if (SPANPROF_LIKELY(t.bytes_until_sample > 0)) return;
-  record_heap_sample(t, pointer, size, HeapHookSource::operator_new);
+  return t.bytes_until_sample <= 0;
 }
 
 SPANPROF_ALWAYS_INLINE inline void note_free(void* pointer) noexcept {
@@ -83,6 +88,15 @@ SPANPROF_ALWAYS_INLINE inline void* allocate_or_null(std::size_t size, std::size
   }
 }
 
+// The rare `new` that is sampled: allocates, then records the stack (which skips
+// this function and the operator that called it).
+template <bool Nothrow>
+SPANPROF_NOINLINE void* allocate_and_sample(std::size_t size, std::size_t alignment) noexcept(Nothrow) {
+  void* p = Nothrow ? allocate_or_null(size, alignment) : allocate_or_throw(size, alignment);
+  if (p != nullptr) record_heap_sample(heap_thread, p, size, HeapHookSource::operator_new);
+  return p;
+}
+
 // Tells heap scopes that these hooks exist, before main() runs. Internal linkage:
 // an unused inline variable might never be emitted, and its side effect with it.
 [[maybe_unused]] static const bool operator_new_hooks_registered = [] {
@@ -96,10 +110,16 @@ SPANPROF_NAMESPACE_END
 // The replacements. Not inline (the standard forbids it) and never inlined: a
 // sampled stack is then always [spanprof's recorder, this operator, the caller...],
 // and the compiler does not pair a `new` in this file with the `free` inside a
-// delete (which -Wmismatched-new-delete would flag).
-#define SPANPROF_DETAIL_NEW_BODY(allocate, size, alignment)                  \
-  void* p = spanprof::detail::allocate(size, alignment);                     \
-  if (p) spanprof::detail::note_allocation(p, size);                         \
+// delete (which -Wmismatched-new-delete would flag). Unless this allocation is
+// the one to sample, `new` returns straight from the allocator (a tail call), so
+// it costs a thread-local test in and out of heap scopes alike. The empty asm
+// keeps the sampled call from becoming a tail call: the recorder skips exactly
+// two frames (allocate_and_sample, this operator).
+#define SPANPROF_DETAIL_NEW_BODY(allocate, nothrow, size, alignment)                 \
+  if (SPANPROF_LIKELY(!spanprof::detail::heap_sample_due(size)))                     \
+    return spanprof::detail::allocate(size, alignment);                              \
+  void* p = spanprof::detail::allocate_and_sample<nothrow>(size, alignment);         \
+  asm volatile("" : : "r"(p) : "memory");                                            \
   return p
 #define SPANPROF_DETAIL_DELETE_BODY(p) \
   spanprof::detail::note_free(p);      \
@@ -111,25 +131,25 @@ SPANPROF_NAMESPACE_END
   else                                                                                     \
     std::free(p)
 
-SPANPROF_NOINLINE void* operator new(std::size_t n) { SPANPROF_DETAIL_NEW_BODY(allocate_or_throw, n, 0); }
-SPANPROF_NOINLINE void* operator new[](std::size_t n) { SPANPROF_DETAIL_NEW_BODY(allocate_or_throw, n, 0); }
+SPANPROF_NOINLINE void* operator new(std::size_t n) { SPANPROF_DETAIL_NEW_BODY(allocate_or_throw, false, n, 0); }
+SPANPROF_NOINLINE void* operator new[](std::size_t n) { SPANPROF_DETAIL_NEW_BODY(allocate_or_throw, false, n, 0); }
 SPANPROF_NOINLINE void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  SPANPROF_DETAIL_NEW_BODY(allocate_or_null, n, 0);
+  SPANPROF_DETAIL_NEW_BODY(allocate_or_null, true, n, 0);
 }
 SPANPROF_NOINLINE void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
-  SPANPROF_DETAIL_NEW_BODY(allocate_or_null, n, 0);
+  SPANPROF_DETAIL_NEW_BODY(allocate_or_null, true, n, 0);
 }
 SPANPROF_NOINLINE void* operator new(std::size_t n, std::align_val_t a) {
-  SPANPROF_DETAIL_NEW_BODY(allocate_or_throw, n, static_cast<std::size_t>(a));
+  SPANPROF_DETAIL_NEW_BODY(allocate_or_throw, false, n, static_cast<std::size_t>(a));
 }
 SPANPROF_NOINLINE void* operator new[](std::size_t n, std::align_val_t a) {
-  SPANPROF_DETAIL_NEW_BODY(allocate_or_throw, n, static_cast<std::size_t>(a));
+  SPANPROF_DETAIL_NEW_BODY(allocate_or_throw, false, n, static_cast<std::size_t>(a));
 }
 SPANPROF_NOINLINE void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  SPANPROF_DETAIL_NEW_BODY(allocate_or_null, n, static_cast<std::size_t>(a));
+  SPANPROF_DETAIL_NEW_BODY(allocate_or_null, true, n, static_cast<std::size_t>(a));
 }
 SPANPROF_NOINLINE void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  SPANPROF_DETAIL_NEW_BODY(allocate_or_null, n, static_cast<std::size_t>(a));
+  SPANPROF_DETAIL_NEW_BODY(allocate_or_null, true, n, static_cast<std::size_t>(a));
 }
 
 SPANPROF_NOINLINE void operator delete(void* p) noexcept { SPANPROF_DETAIL_DELETE_BODY(p); }

@@ -173,13 +173,15 @@ class ScopedProfile {
                                    bool configured) noexcept {
     const detail::RunningConfig* config = detail::config_for_guard();
     if (SPANPROF_UNLIKELY(config == nullptr)) return;
-    if (SPANPROF_UNLIKELY(!span.valid())) {
-      report_error(ErrorCode::invalid_span_context, "a guard was given an invalid trace or span id; not profiled");
-      return;
-    }
+    // The head sampler sees every span (a ratio sampler reads the trace id as it
+    // is); ids are checked only for a span about to be profiled.
     if (config->head_sampler && !config->head_sampler->should_profile(span, span_name)) {
       detail::count(detail::Counter::head_declined);
       if (SPANPROF_UNLIKELY(config->trigger != nullptr)) declined(*config, span, span_name, kinds, configured);
+      return;
+    }
+    if (SPANPROF_UNLIKELY(!span.valid())) {
+      report_error(ErrorCode::invalid_span_context, "a guard was given an invalid trace or span id; not profiled");
       return;
     }
     prepare(*config);
@@ -213,11 +215,13 @@ class ScopedProfile {
   // feeds on the latency of one span in `observe_one_in` per thread.
   SPANPROF_NOINLINE void declined(const detail::RunningConfig& config, const SpanContext& span,
                                   std::string_view span_name, ProfileKinds kinds, bool configured) noexcept {
-    prepare(config);
     AdaptiveTrigger& trigger = *config.trigger;
-    if (trigger.any_armed()) {
-      name_hash_ = AdaptiveTrigger::hash_name(span_name);
-      if (trigger.take(name_hash_)) {
+    std::uint64_t name_hash = 0;
+    if (trigger.any_armed() && span.valid()) {
+      name_hash = AdaptiveTrigger::hash_name(span_name);
+      if (trigger.take(name_hash)) {
+        prepare(config);
+        name_hash_ = name_hash;
         begin(config, span, span_name, configured ? config.profiles : kinds, true);
         return;
       }
@@ -228,7 +232,8 @@ class ScopedProfile {
       return;
     }
     countdown = trigger.options().observe_one_in;
-    if (name_hash_ == 0) name_hash_ = AdaptiveTrigger::hash_name(span_name);
+    prepare(config);
+    name_hash_ = name_hash != 0 ? name_hash : AdaptiveTrigger::hash_name(span_name);
     observe_only_ = true;
     start_ns_ = monotonic_ns();
   }

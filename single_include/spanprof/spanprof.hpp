@@ -448,9 +448,11 @@ class HexId {
 
   // All-zero ids are invalid by the W3C spec.
   constexpr bool valid() const noexcept {
-    for (auto b : bytes_)
-      if (b != 0) return true;
-    return false;
+    // No early exit, and byte loads: a span copied just before the guard is read
+    // back from the stores that wrote it, without a store-forwarding stall.
+    std::uint8_t any = 0;
+    for (auto b : bytes_) any |= b;
+    return any != 0;
   }
 
   // Writes exactly 2*N characters, no terminator (as opentelemetry-cpp's ToLowerBase16).
@@ -5706,9 +5708,14 @@ class LiveAllocationTable {
     return no_slot;
   }
 
-  // The delete hook: forgets the pointer if it is a live sample.
-  void forget(const void* pointer) noexcept {
+  // The delete hook: forgets the pointer if it is a live sample. Inlined test: most
+  // deletes happen while no sampled allocation is alive anywhere.
+  SPANPROF_ALWAYS_INLINE void forget(const void* pointer) noexcept {
     if (SPANPROF_LIKELY(live_.load(std::memory_order_relaxed) == 0)) return;
+    forget_tracked(pointer);
+  }
+
+  SPANPROF_NOINLINE void forget_tracked(const void* pointer) noexcept {
     const std::uint64_t key = reinterpret_cast<std::uintptr_t>(pointer) >> 3;
     const std::size_t first = group_of(key) * group_slots;
     for (std::size_t i = first; i < first + group_slots; ++i) {
@@ -5835,8 +5842,9 @@ SPANPROF_ALWAYS_INLINE inline int capture_return_addresses(void** frames, int ma
   return capture.depth;
 }
 
-// An operator-new stack leaves out spanprof's frames (this function and the
-// replacement operator); tcmalloc strips its own frames itself.
+// An operator-new stack leaves out spanprof's frames (this function, the sampled
+// allocation path and the replacement operator); tcmalloc strips its own frames
+// itself.
 SPANPROF_NOINLINE inline void record_heap_sample(HeapThreadState& t, const void* pointer, std::size_t size,
                                                  HeapHookSource source = HeapHookSource::malloc_hook) noexcept {
   t.bytes_until_sample = next_sample_gap(t);
@@ -5850,7 +5858,7 @@ SPANPROF_NOINLINE inline void record_heap_sample(HeapThreadState& t, const void*
   }
   std::uint64_t* record = t.log + t.used;
   void** frames = reinterpret_cast<void**>(record + heap_log_header_words);
-  const int depth = source == HeapHookSource::operator_new ? capture_return_addresses(frames, t.max_depth, 1)
+  const int depth = source == HeapHookSource::operator_new ? capture_return_addresses(frames, t.max_depth, 2)
                                                            : tcmalloc_api().caller_stack_trace(frames, t.max_depth, 0);
   if (depth <= 0) {
     ++t.dropped;
@@ -7531,13 +7539,15 @@ class ScopedProfile {
                                    bool configured) noexcept {
     const detail::RunningConfig* config = detail::config_for_guard();
     if (SPANPROF_UNLIKELY(config == nullptr)) return;
-    if (SPANPROF_UNLIKELY(!span.valid())) {
-      report_error(ErrorCode::invalid_span_context, "a guard was given an invalid trace or span id; not profiled");
-      return;
-    }
+    // The head sampler sees every span (a ratio sampler reads the trace id as it
+    // is); ids are checked only for a span about to be profiled.
     if (config->head_sampler && !config->head_sampler->should_profile(span, span_name)) {
       detail::count(detail::Counter::head_declined);
       if (SPANPROF_UNLIKELY(config->trigger != nullptr)) declined(*config, span, span_name, kinds, configured);
+      return;
+    }
+    if (SPANPROF_UNLIKELY(!span.valid())) {
+      report_error(ErrorCode::invalid_span_context, "a guard was given an invalid trace or span id; not profiled");
       return;
     }
     prepare(*config);
@@ -7571,11 +7581,13 @@ class ScopedProfile {
   // feeds on the latency of one span in `observe_one_in` per thread.
   SPANPROF_NOINLINE void declined(const detail::RunningConfig& config, const SpanContext& span,
                                   std::string_view span_name, ProfileKinds kinds, bool configured) noexcept {
-    prepare(config);
     AdaptiveTrigger& trigger = *config.trigger;
-    if (trigger.any_armed()) {
-      name_hash_ = AdaptiveTrigger::hash_name(span_name);
-      if (trigger.take(name_hash_)) {
+    std::uint64_t name_hash = 0;
+    if (trigger.any_armed() && span.valid()) {
+      name_hash = AdaptiveTrigger::hash_name(span_name);
+      if (trigger.take(name_hash)) {
+        prepare(config);
+        name_hash_ = name_hash;
         begin(config, span, span_name, configured ? config.profiles : kinds, true);
         return;
       }
@@ -7586,7 +7598,8 @@ class ScopedProfile {
       return;
     }
     countdown = trigger.options().observe_one_in;
-    if (name_hash_ == 0) name_hash_ = AdaptiveTrigger::hash_name(span_name);
+    prepare(config);
+    name_hash_ = name_hash != 0 ? name_hash : AdaptiveTrigger::hash_name(span_name);
     observe_only_ = true;
     start_ns_ = monotonic_ns();
   }

@@ -83,9 +83,14 @@ class LiveAllocationTable {
     return no_slot;
   }
 
-  // The delete hook: forgets the pointer if it is a live sample.
-  void forget(const void* pointer) noexcept {
+  // The delete hook: forgets the pointer if it is a live sample. Inlined test: most
+  // deletes happen while no sampled allocation is alive anywhere.
+  SPANPROF_ALWAYS_INLINE void forget(const void* pointer) noexcept {
     if (SPANPROF_LIKELY(live_.load(std::memory_order_relaxed) == 0)) return;
+    forget_tracked(pointer);
+  }
+
+  SPANPROF_NOINLINE void forget_tracked(const void* pointer) noexcept {
     const std::uint64_t key = reinterpret_cast<std::uintptr_t>(pointer) >> 3;
     const std::size_t first = group_of(key) * group_slots;
     for (std::size_t i = first; i < first + group_slots; ++i) {
@@ -212,8 +217,9 @@ SPANPROF_ALWAYS_INLINE inline int capture_return_addresses(void** frames, int ma
   return capture.depth;
 }
 
-// An operator-new stack leaves out spanprof's frames (this function and the
-// replacement operator); tcmalloc strips its own frames itself.
+// An operator-new stack leaves out spanprof's frames (this function, the sampled
+// allocation path and the replacement operator); tcmalloc strips its own frames
+// itself.
 SPANPROF_NOINLINE inline void record_heap_sample(HeapThreadState& t, const void* pointer, std::size_t size,
                                                  HeapHookSource source = HeapHookSource::malloc_hook) noexcept {
   t.bytes_until_sample = next_sample_gap(t);
@@ -227,7 +233,7 @@ SPANPROF_NOINLINE inline void record_heap_sample(HeapThreadState& t, const void*
   }
   std::uint64_t* record = t.log + t.used;
   void** frames = reinterpret_cast<void**>(record + heap_log_header_words);
-  const int depth = source == HeapHookSource::operator_new ? capture_return_addresses(frames, t.max_depth, 1)
+  const int depth = source == HeapHookSource::operator_new ? capture_return_addresses(frames, t.max_depth, 2)
                                                            : tcmalloc_api().caller_stack_trace(frames, t.max_depth, 0);
   if (depth <= 0) {
     ++t.dropped;

@@ -49,9 +49,11 @@ class HexId {
 
   // All-zero ids are invalid by the W3C spec.
   constexpr bool valid() const noexcept {
-    for (auto b : bytes_)
-      if (b != 0) return true;
-    return false;
+    // No early exit, and byte loads: a span copied just before the guard is read
+    // back from the stores that wrote it, without a store-forwarding stall.
+    std::uint8_t any = 0;
+    for (auto b : bytes_) any |= b;
+    return any != 0;
   }
 
   // Writes exactly 2*N characters, no terminator (as opentelemetry-cpp's ToLowerBase16).
