@@ -42,8 +42,14 @@ SPANPROF_ALWAYS_INLINE inline bool heap_sample_due(std::size_t size) noexcept {
   return t.bytes_until_sample <= 0;
 }
 
-SPANPROF_ALWAYS_INLINE inline void note_free(void* pointer) noexcept {
+// A `delete` looks at the table of sampled allocations only while one is alive
+// somewhere; the lookup and the free are then out of line, so that the common
+// `delete` needs no frame either.
+SPANPROF_ALWAYS_INLINE inline bool sampled_allocations_live() noexcept { return live_allocations().any_live(); }
+
+SPANPROF_NOINLINE inline void forget_and_free(void* pointer) noexcept {
   if (pointer != nullptr) live_allocations().forget(pointer);
+  std::free(pointer);
 }
 
 // When tcmalloc is the process's allocator, its own operator entry points: tc_new
@@ -65,9 +71,10 @@ inline TcmallocOperators resolve_tcmalloc_operators() noexcept {
 
 [[maybe_unused]] static const TcmallocOperators tcmalloc_operators = resolve_tcmalloc_operators();
 
-// operator new's contract: retry through the new-handler, throw when there is none.
-SPANPROF_ALWAYS_INLINE inline void* allocate_or_throw(std::size_t size, std::size_t alignment) {
-  if (alignment == 0 && tcmalloc_operators.allocate != nullptr) return tcmalloc_operators.allocate(size);
+// The C library's allocator with operator new's contract: retry through the
+// new-handler, throw when there is none. Out of line, so that the operators'
+// common path (tcmalloc's entry point) needs no frame.
+SPANPROF_NOINLINE inline void* allocate_with_c_library(std::size_t size, std::size_t alignment) {
   if (size == 0) size = 1;
   for (;;) {
     void* p = nullptr;
@@ -78,6 +85,11 @@ SPANPROF_ALWAYS_INLINE inline void* allocate_or_throw(std::size_t size, std::siz
     if (handler == nullptr) throw std::bad_alloc();
     handler();
   }
+}
+
+SPANPROF_ALWAYS_INLINE inline void* allocate_or_throw(std::size_t size, std::size_t alignment) {
+  if (alignment == 0 && tcmalloc_operators.allocate != nullptr) return tcmalloc_operators.allocate(size);
+  return allocate_with_c_library(size, alignment);
 }
 
 SPANPROF_ALWAYS_INLINE inline void* allocate_or_null(std::size_t size, std::size_t alignment) noexcept {
@@ -95,6 +107,13 @@ SPANPROF_NOINLINE void* allocate_and_sample(std::size_t size, std::size_t alignm
   void* p = Nothrow ? allocate_or_null(size, alignment) : allocate_or_throw(size, alignment);
   if (p != nullptr) record_heap_sample(heap_thread, p, size, HeapHookSource::operator_new);
   return p;
+}
+
+SPANPROF_NOINLINE inline void forget_and_free_sized(void* pointer, std::size_t size) noexcept {
+  if (pointer == nullptr) return;
+  live_allocations().forget(pointer);
+  if (tcmalloc_operators.deallocate_sized != nullptr) tcmalloc_operators.deallocate_sized(pointer, size);
+  else std::free(pointer);
 }
 
 // Tells heap scopes that these hooks exist, before main() runs. Internal linkage:
@@ -121,15 +140,16 @@ SPANPROF_NAMESPACE_END
   void* p = spanprof::detail::allocate_and_sample<nothrow>(size, alignment);         \
   asm volatile("" : : "r"(p) : "memory");                                            \
   return p
-#define SPANPROF_DETAIL_DELETE_BODY(p) \
-  spanprof::detail::note_free(p);      \
+#define SPANPROF_DETAIL_DELETE_BODY(p)                                                      \
+  if (SPANPROF_UNLIKELY(spanprof::detail::sampled_allocations_live()))                     \
+    return spanprof::detail::forget_and_free(p);                                           \
   std::free(p)
 #define SPANPROF_DETAIL_SIZED_DELETE_BODY(p, n)                                             \
-  spanprof::detail::note_free(p);                                                          \
+  if (SPANPROF_UNLIKELY(spanprof::detail::sampled_allocations_live()))                     \
+    return spanprof::detail::forget_and_free_sized(p, n);                                  \
   if (spanprof::detail::tcmalloc_operators.deallocate_sized != nullptr && p != nullptr)    \
-    spanprof::detail::tcmalloc_operators.deallocate_sized(p, n);                           \
-  else                                                                                     \
-    std::free(p)
+    return spanprof::detail::tcmalloc_operators.deallocate_sized(p, n);                    \
+  std::free(p)
 
 SPANPROF_NOINLINE void* operator new(std::size_t n) { SPANPROF_DETAIL_NEW_BODY(allocate_or_throw, false, n, 0); }
 SPANPROF_NOINLINE void* operator new[](std::size_t n) { SPANPROF_DETAIL_NEW_BODY(allocate_or_throw, false, n, 0); }

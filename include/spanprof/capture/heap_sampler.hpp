@@ -83,6 +83,8 @@ class LiveAllocationTable {
     return no_slot;
   }
 
+  bool any_live() const noexcept { return live_.load(std::memory_order_relaxed) != 0; }
+
   // The delete hook: forgets the pointer if it is a live sample. Inlined test: most
   // deletes happen while no sampled allocation is alive anywhere.
   SPANPROF_ALWAYS_INLINE void forget(const void* pointer) noexcept {
