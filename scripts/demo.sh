@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The demo: installs what is missing, builds examples/hot_handler, runs it (four
 # threads serving two kinds of requests, each request profiled in its own span),
-# then shows one profile through `go tool pprof`.
+# then shows one profile through `go tool pprof`; then examples/waiting_handler
+# (requests that compute, wait for a lock and for a slow backend), which prints
+# where their wall-clock time went.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,7 +11,7 @@ bash scripts/install-deps.sh
 build=build/demo
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DSPANPROF_BUILD_TESTS=OFF -DSPANPROF_BUILD_BENCHMARKS=OFF >/dev/null
-cmake --build "$build" --target hot_handler >/dev/null
+cmake --build "$build" --target hot_handler waiting_handler >/dev/null
 
 export SPANPROF_OUTPUT_DIR="$PWD/$build/profiles"
 rm -rf "$SPANPROF_OUTPUT_DIR"
@@ -21,3 +23,12 @@ echo "== go tool pprof -tags $first"
 go tool pprof -tags "$first" 2>/dev/null
 echo "== go tool pprof -top -symbolize=none $first"
 go tool pprof -top -symbolize=none "$first" 2>/dev/null | head -n 12
+
+echo
+echo "== examples/waiting_handler: CPU and wall-clock profiles of requests that wait"
+export SPANPROF_OUTPUT_DIR="$PWD/$build/wall-profiles"
+rm -rf "$SPANPROF_OUTPUT_DIR"
+"$build/examples/waiting_handler"
+wall=$(ls -t "$SPANPROF_OUTPUT_DIR"/*-wall.pb.gz | tail -n 1)
+echo "== go tool pprof -top $wall"
+go tool pprof -top "$wall" 2>/dev/null | head -n 12

@@ -52,7 +52,7 @@ step "Consumers"
 bash tests/consumers/run.sh "$root" "$root/$out/consumers" "$root/$out/cmake"
 
 step "Benchmarks run"
-SPANPROF_BENCH_LOAD_SECONDS=1 SPANPROF_BENCH_MEMORY_SECONDS=1 \
+SPANPROF_BENCH_LOAD_SECONDS=1 SPANPROF_BENCH_MEMORY_SECONDS=1 SPANPROF_BENCH_EINTR_SECONDS=1 \
   $out/cmake/bench/spanprof_bench --benchmark_min_time=0.05 >/dev/null
 
 step "all suites passed"

@@ -1416,8 +1416,10 @@ SPANPROF_NAMESPACE_END
 
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 SPANPROF_NAMESPACE_BEGIN
@@ -1517,10 +1519,37 @@ class ProfileBuilder {
     locations_.clear();
     functions_.clear();
     mappings_.clear();
+    put_main_executable_first(profile);
     return profile;
   }
 
  private:
+  // pprof tools take the first mapping for the program ("File:" in go tool pprof,
+  // the binary its symbolizer looks for); samples meet the vDSO or libc first.
+  static void put_main_executable_first(Profile& profile) {
+    static const std::string executable = [] {
+      std::string path;
+      if (char* real = ::realpath("/proc/self/exe", nullptr)) {
+        path = real;
+        std::free(real);
+      }
+      return path;
+    }();
+    if (executable.empty()) return;
+    for (std::size_t i = 1; i < profile.mappings.size(); ++i) {
+      if (profile.mappings[i].filename != executable) continue;
+      const std::uint64_t first = 1, found = i + 1;
+      std::swap(profile.mappings[0], profile.mappings[i]);
+      profile.mappings[0].id = first;
+      profile.mappings[i].id = found;
+      for (Location& location : profile.locations) {
+        if (location.mapping_id == first) location.mapping_id = found;
+        else if (location.mapping_id == found) location.mapping_id = first;
+      }
+      return;
+    }
+  }
+
   std::uint64_t location_for(std::uintptr_t address, Profile& profile) {
     if (auto it = locations_.find(address); it != locations_.end()) return it->second;
     const ResolvedFrame frame = symbolizer_.resolve(address);
