@@ -97,29 +97,38 @@ std::optional<spanprof_test::CollectedProfile> cpu_profile_for(Collector& collec
 
 }  // namespace
 
+// The guard over the shared_ptr StartSpan returns, given the span's name or not
+// (the OTel API cannot read a name back: without one there is no span_name label).
 TEST_CASE("a guard over the shared_ptr StartSpan returns: labels are the SDK span's ids", "[opentelemetry]") {
   Collector collector(options_at(500));
   Sdk sdk;
   auto tracer = sdk.tracer();
-  auto span = tracer->StartSpan("POST /checkout");
-  {
-    spanprof::ScopedProfile guard(span, "POST /checkout");
-    CHECK(guard.active());
-    otel_checkout_work(0.05);
+  for (const bool named : {true, false}) {
+    INFO((named ? "ScopedProfile guard(span, name)" : "ScopedProfile guard(span)"));
+    auto span = tracer->StartSpan("POST /checkout");
+    if (named) {
+      spanprof::ScopedProfile guard(span, "POST /checkout");
+      CHECK(guard.active());
+      otel_checkout_work(0.05);
+    } else {
+      spanprof::ScopedProfile guard(span);
+      CHECK(guard.active());
+      otel_checkout_work(0.05);
+    }
+    span->End();
+
+    const std::string span_id = hex_of(span->GetContext().span_id());
+    const auto profile = cpu_profile_for(collector, span_id);
+    REQUIRE(profile);
+    CHECK(common_label(profile->decoded, "span_id") == span_id);
+    CHECK(common_label(profile->decoded, "trace_id") == hex_of(span->GetContext().trace_id()));
+    CHECK(common_label(profile->decoded, "span_name") == (named ? "POST /checkout" : ""));
+    CHECK(spanprof_test::share_of_leaf(profile->decoded, "otel_checkout_work") > 0.8);
+
+    const auto exported = sdk.spans->GetSpans();
+    REQUIRE(exported.size() == 1);
+    CHECK(profile_id_of(*exported[0]) == span_id);  // the profile's span_id label
   }
-  span->End();
-
-  const std::string span_id = hex_of(span->GetContext().span_id());
-  const auto profile = cpu_profile_for(collector, span_id);
-  REQUIRE(profile);
-  CHECK(common_label(profile->decoded, "span_id") == span_id);
-  CHECK(common_label(profile->decoded, "trace_id") == hex_of(span->GetContext().trace_id()));
-  CHECK(common_label(profile->decoded, "span_name") == "POST /checkout");
-  CHECK(spanprof_test::share_of_leaf(profile->decoded, "otel_checkout_work") > 0.8);
-
-  const auto exported = sdk.spans->GetSpans();
-  REQUIRE(exported.size() == 1);
-  CHECK(profile_id_of(*exported[0]) == span_id);  // the profile's span_id label
 }
 
 TEST_CASE("Span&, SpanContext and the active span are accepted too", "[opentelemetry]") {
@@ -205,11 +214,14 @@ TEST_CASE("only a span whose profile was kept carries pyroscope.profile.id", "[o
     profile_id[std::string(span->GetName())] = profile_id_of(*span);
     span_id[std::string(span->GetName())] = hex_of(span->GetSpanId());
   }
+  REQUIRE(span_id.size() == 2);
+  REQUIRE_FALSE(span_id["keep"].empty());
   CHECK(profile_id["keep"] == span_id["keep"]);
   CHECK(profile_id["discard"].empty());
   const auto profiles = collector.profiles();
   REQUIRE(profiles.size() == 1);
   CHECK(profiles[0].meta.span.span_id.to_hex() == span_id["keep"]);
+  CHECK(common_label(profiles[0].decoded, "span_id") == profile_id["keep"]);
 }
 
 TEST_CASE("errors recorded on the span reach the tail policy", "[opentelemetry]") {

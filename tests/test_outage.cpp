@@ -213,7 +213,11 @@ TEST_CASE("drop_oldest keeps the newest profiles when the queue overflows", "[ou
   profile_spans(1401, 5);                                          // 1401..1405: the newest three are kept
   REQUIRE(spanprof::flush(std::chrono::seconds(20)));
   const auto after = spanprof::stats();
-  CHECK(after.profiles_dropped - before.profiles_dropped == 2);
+  // At least 1401 and 1402. Not "exactly 2": the sender the previous test left
+  // stuck on its hanging backend wakes when that server closes and counts its own
+  // outbox as dropped, possibly while this test runs. The spans that arrived show
+  // exactly which were dropped here.
+  CHECK(after.profiles_dropped - before.profiles_dropped >= 2);
   const auto spans = delivered_spans(server);
   CHECK(spans.size() == 4);
   CHECK(spans.count(span_number(1400).span_id.to_hex()) == 1);

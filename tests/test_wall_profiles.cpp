@@ -31,7 +31,16 @@ namespace {
 
 constexpr std::size_t wall_ns = 1;  // values: {samples, wall ns}
 
-SPANPROF_TEST_HOT_FUNCTION(compute_prices)
+// Computes for `how_long` of wall time (not CPU time): on a loaded machine the
+// span is then still ~20 ms of computing and ~80 ms of waiting.
+__attribute__((noinline)) double compute_prices(std::chrono::milliseconds how_long) {
+  const auto end = std::chrono::steady_clock::now() + how_long;
+  double price = 1.0;
+  while (std::chrono::steady_clock::now() < end)
+    for (int i = 1; i < 2000; ++i) price += 1.0 / (i * 3.0);
+  asm volatile("" : "+x"(price));
+  return price;
+}
 
 __attribute__((noinline)) void wait_for_backend(std::chrono::milliseconds how_long) {
   std::this_thread::sleep_for(how_long);
@@ -121,7 +130,7 @@ TEST_CASE("a wall profile shows where a slow span waited, and adds up to its ela
     std::int64_t elapsed_ns = 0;
     {
       spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "GET /slow"}, spanprof::cpu | spanprof::wall);
-      compute_prices(0.02);
+      compute_prices(std::chrono::milliseconds(20));
       wait_for_backend(std::chrono::milliseconds(80));
       elapsed_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
     }
@@ -148,7 +157,7 @@ TEST_CASE("a wall profile shows where a slow span waited, and adds up to its ela
     }
     // The CPU profile is as before: the computing, not the waiting.
     CHECK(share_on_stack(cpu->decoded, "compute_prices") >= 0.8);
-    CHECK(spanprof_test::sample_count(cpu->decoded) >= 10);
+    CHECK(spanprof_test::sample_count(cpu->decoded) >= 5);  // ~20 at 1 kHz; fewer when the CPU is shared
   }
 }
 
@@ -224,7 +233,7 @@ TEST_CASE("a wall span inside a CPU span: each profile keeps its own kind", "[wa
   const auto outer = span_number(5400), inner = span_number(5401);
   {
     spanprof::ScopedProfile outer_guard(spanprof::NamedSpan{outer, "outer"}, spanprof::cpu);
-    compute_prices(0.05);
+    compute_prices(std::chrono::milliseconds(50));
     {
       spanprof::ScopedProfile inner_guard(spanprof::NamedSpan{inner, "inner"}, spanprof::wall);
       wait_for_backend(std::chrono::milliseconds(60));
