@@ -38,7 +38,12 @@ namespace {
 
 SPANPROF_TEST_HOT_FUNCTION(deliver_hot_loop)
 
+// Its body differs from every other test's waiting function (the volatile store):
+// identical functions may be folded into one symbol (GCC's identical code folding
+// in a unity build), and the profile would name the other one.
 __attribute__((noinline)) void deliver_waiting_on_backend(std::chrono::milliseconds how_long) {
+  static volatile int calls = 0;
+  calls = calls + 1;
   std::this_thread::sleep_for(how_long);
   asm volatile("");  // not a tail call: this frame stays on the stack while it sleeps
 }
@@ -326,6 +331,7 @@ TEST_CASE("wall profiles arrive as Pyroscope's wall series and OTLP's wall sampl
   const std::string path = write_temp(pushed[0].pprof_gzip, ".pb.gz");
   std::string out;
   REQUIRE(pprof_test::run_command("go tool pprof -top -symbolize=none " + path, out));
+  INFO(out);
   CHECK(out.find("deliver_waiting_on_backend") != std::string::npos);
   std::remove(path.c_str());
 
