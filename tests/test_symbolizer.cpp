@@ -44,10 +44,10 @@ using spanprof_test::TempDir;
 volatile int g_sink = 0;
 
 TEST_NOINLINE int spanprof_test_static_hot(int rounds) {
-  int acc = rounds;
-  for (int i = 0; i < rounds; ++i) acc = acc * 31 + g_sink + 0x5a17;
-  g_sink = acc;
-  return acc;
+  unsigned acc = static_cast<unsigned>(rounds);  // unsigned: wraps without UB (UBSan build)
+  for (int i = 0; i < rounds; ++i) acc = acc * 31u + static_cast<unsigned>(g_sink) + 0x5a17u;
+  g_sink = static_cast<int>(acc & 0x7fffffffu);
+  return static_cast<int>(acc & 0x7fffffffu);
 }
 
 TEST_NOINLINE std::uintptr_t return_address_of_caller() {
