@@ -12,6 +12,7 @@ packages=(
   golang-go                # `go tool pprof`, which the tests use to read profiles
   libbenchmark-dev         # bench/
   protobuf-compiler        # `protoc --decode_raw`, which the tests use to read OTLP requests
+  libclang-rt-14-dev       # libFuzzer and the sanitizer runtimes for clang (tests/fuzz/)
 )
 
 missing=()

@@ -4,7 +4,8 @@
 #   2. CMake build (-Werror) + tests against include/, examples and benchmarks,
 #   3. the end-to-end tests against the single header,
 #   4. Meson build + tests,
-#   5. tests under AddressSanitizer + UndefinedBehaviorSanitizer,
+#   5. tests under AddressSanitizer + UndefinedBehaviorSanitizer, and every fuzz
+#      target for a few seconds,
 #   6. every way to consume spanprof (tests/consumers/run.sh): find_package,
 #      add_subdirectory, FetchContent, Meson subproject, pkg-config, the single
 #      header as the README says, profiling compiled out, strict warnings,
@@ -47,6 +48,9 @@ cmake -S . -B $out/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
   -DSPANPROF_BUILD_EXAMPLES=OFF -DSPANPROF_BUILD_BENCHMARKS=OFF -DSPANPROF_TCMALLOC=OFF >/dev/null
 cmake --build $out/asan -j "$jobs"
 (cd $out/asan && ctest --output-on-failure)
+
+step "Fuzz targets, briefly"
+bash scripts/fuzz.sh --seconds 10
 
 step "Consumers"
 bash tests/consumers/run.sh "$root" "$root/$out/consumers" "$root/$out/cmake"

@@ -2823,11 +2823,11 @@ inline std::string url_encode(std::string_view in) {
 // Retry-After (RFC 9110 §10.2.3): delay-seconds or an HTTP-date, relative to
 // `now`. A date in the past means "now" (0); anything unparsable gives -1.
 inline std::chrono::milliseconds http_parse_retry_after(std::string_view value, std::time_t now) noexcept {
+  // Capped only so the arithmetic cannot overflow; the uploader applies its own limit.
+  constexpr std::int64_t max_seconds = 999'999'999;
   value = trim_ascii_space(value);
   if (value.empty()) return std::chrono::milliseconds(-1);
   if (value.find_first_not_of("0123456789") == std::string_view::npos) {
-    // Capped only so the arithmetic cannot overflow; the uploader applies its own limit.
-    constexpr std::int64_t max_seconds = 999'999'999;
     std::int64_t seconds = 0;
     for (const char c : value) {
       seconds = seconds * 10 + (c - '0');
@@ -2844,7 +2844,25 @@ inline std::chrono::milliseconds http_parse_retry_after(std::string_view value, 
   date[value.size()] = '\0';
   const std::time_t when = curl_getdate(date, nullptr);
   if (when == static_cast<std::time_t>(-1)) return std::chrono::milliseconds(-1);
-  return std::chrono::milliseconds(when > now ? static_cast<std::int64_t>(when - now) * 1000 : 0);
+  if (when <= now) return std::chrono::milliseconds(0);
+  // curl accepts any year from 1583 on: "Sun, 06 Nov 2147483647 08:49:37 GMT" is
+  // 6.8e16 s away, which would overflow as milliseconds.
+  const auto seconds = static_cast<std::int64_t>(std::min<std::time_t>(when - now, max_seconds));
+  return std::chrono::milliseconds(seconds * 1000);
+}
+
+// One line of a response head as libcurl hands it to the header callback (CR LF
+// included, the status line too), into `response`. Apart from the callback so the
+// parsing of what a server sends can be tested without a server.
+inline void http_read_header_line(std::string_view line, std::time_t now, HttpResponse& response) noexcept {
+  if (line.rfind("HTTP/", 0) == 0) {
+    // A new response head (after a 100 Continue, say): forget the previous one's.
+    response.retry_after = std::chrono::milliseconds(-1);
+    return;
+  }
+  const std::size_t colon = line.find(':');
+  if (colon != std::string_view::npos && equals_ignoring_ascii_case(trim_ascii_space(line.substr(0, colon)), "Retry-After"))
+    response.retry_after = http_parse_retry_after(line.substr(colon + 1), now);
 }
 
 // Up to http_error_excerpt_limit bytes of a response body for an error message:
@@ -2927,16 +2945,7 @@ class HttpClient {
 
   static std::size_t on_header(char* data, std::size_t size, std::size_t count, void* user) noexcept {
     const std::size_t n = size * count;
-    auto& response = *static_cast<Transfer*>(user)->response;
-    const std::string_view line(data, n);
-    if (line.rfind("HTTP/", 0) == 0) {
-      // A new response head (after a 100 Continue, say): forget the previous one's.
-      response.retry_after = std::chrono::milliseconds(-1);
-      return n;
-    }
-    const std::size_t colon = line.find(':');
-    if (colon != std::string_view::npos && equals_ignoring_ascii_case(trim_ascii_space(line.substr(0, colon)), "Retry-After"))
-      response.retry_after = http_parse_retry_after(line.substr(colon + 1), std::time(nullptr));
+    http_read_header_line(std::string_view(data, n), std::time(nullptr), *static_cast<Transfer*>(user)->response);
     return n;
   }
 
@@ -10949,6 +10958,9 @@ class ElfBytes {
   virtual bool read(std::uint64_t offset, void* out, std::size_t length) const noexcept = 0;
 };
 
+// The most bytes of symbol names one image may yield per byte of its size.
+inline constexpr std::uint64_t elf_max_name_bytes_per_file_byte = 64;
+
 // True when [offset, offset + length) lies inside [0, total), without overflowing.
 constexpr bool elf_range_fits(std::uint64_t offset, std::uint64_t length, std::uint64_t total) noexcept {
   return length <= total && offset <= total - length;
@@ -11170,6 +11182,10 @@ inline bool load_elf_symbols_from(const ElfBytes& bytes, std::uintptr_t bias, bo
     return bytes.read(section.sh_offset, buffer.data(), buffer.size() * sizeof(Element));
   };
 
+  // Section headers may all name the same bytes. Real note sections never
+  // overlap, so more note bytes than the file holds means a file made to be read
+  // over and over (time growing with its square): the build id is optional, stop.
+  std::uint64_t note_bytes_left = image_size;
   for (const auto& section : sections) {
     if (section.sh_type != SHT_NOTE || !info.build_id.empty()) continue;
     std::vector<unsigned char> notes;
@@ -11177,14 +11193,29 @@ inline bool load_elf_symbols_from(const ElfBytes& bytes, std::uintptr_t bias, bo
       error = "note section extends beyond the end of the file";
       return false;
     }
+    if (notes.size() > note_bytes_left) break;
+    note_bytes_left -= notes.size();
     info.build_id = find_gnu_build_id(notes.data(), notes.size(), section.sh_addralign);
   }
 
+  // Every symbol gets its own copy of its name, and any number of entries may
+  // point at one long string: without a bound a few KiB of file turn into GiB of
+  // names. Each symbol has its own 24-byte entry in the file, so real files keep
+  // (average name length / 24) bytes per byte of file: a few for C++.
+  std::uint64_t name_bytes_left = image_size > UINT64_MAX / elf_max_name_bytes_per_file_byte
+                                      ? UINT64_MAX
+                                      : image_size * elf_max_name_bytes_per_file_byte;
+  bool read_symtab = false, read_dynsym = false;
   std::vector<Elf64_Sym> entries;
   std::vector<char> names;
   for (const auto& section : sections) {
     const bool is_symtab = section.sh_type == SHT_SYMTAB;
     if (!is_symtab && !(include_dynsym && section.sh_type == SHT_DYNSYM)) continue;
+    // The gABI allows one of each. More headers, perhaps all naming one table,
+    // would only repeat symbols: time and memory would grow with their square.
+    bool& already_read = is_symtab ? read_symtab : read_dynsym;
+    if (already_read) continue;
+    already_read = true;
     const char* const table = is_symtab ? ".symtab" : ".dynsym";
     if (section.sh_entsize != sizeof(Elf64_Sym)) {
       error = std::string(table) + " has entry size " + std::to_string(section.sh_entsize);
@@ -11219,6 +11250,13 @@ inline bool load_elf_symbols_from(const ElfBytes& bytes, std::uintptr_t bias, bo
         return false;
       }
       if (end == name) continue;
+      const auto name_size = static_cast<std::uint64_t>(end - name);
+      if (name_size > name_bytes_left) {
+        error = std::string(table) + "'s symbol names add up to more than " +
+                std::to_string(elf_max_name_bytes_per_file_byte) + " times the size of the file";
+        return false;
+      }
+      name_bytes_left -= name_size;
       ElfSymbol symbol;
       symbol.address = bias + static_cast<std::uintptr_t>(entry.st_value);
       symbol.size = entry.st_size;

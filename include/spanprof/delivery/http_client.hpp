@@ -153,11 +153,11 @@ inline std::string url_encode(std::string_view in) {
 // Retry-After (RFC 9110 §10.2.3): delay-seconds or an HTTP-date, relative to
 // `now`. A date in the past means "now" (0); anything unparsable gives -1.
 inline std::chrono::milliseconds http_parse_retry_after(std::string_view value, std::time_t now) noexcept {
+  // Capped only so the arithmetic cannot overflow; the uploader applies its own limit.
+  constexpr std::int64_t max_seconds = 999'999'999;
   value = trim_ascii_space(value);
   if (value.empty()) return std::chrono::milliseconds(-1);
   if (value.find_first_not_of("0123456789") == std::string_view::npos) {
-    // Capped only so the arithmetic cannot overflow; the uploader applies its own limit.
-    constexpr std::int64_t max_seconds = 999'999'999;
     std::int64_t seconds = 0;
     for (const char c : value) {
       seconds = seconds * 10 + (c - '0');
@@ -174,7 +174,25 @@ inline std::chrono::milliseconds http_parse_retry_after(std::string_view value, 
   date[value.size()] = '\0';
   const std::time_t when = curl_getdate(date, nullptr);
   if (when == static_cast<std::time_t>(-1)) return std::chrono::milliseconds(-1);
-  return std::chrono::milliseconds(when > now ? static_cast<std::int64_t>(when - now) * 1000 : 0);
+  if (when <= now) return std::chrono::milliseconds(0);
+  // curl accepts any year from 1583 on: "Sun, 06 Nov 2147483647 08:49:37 GMT" is
+  // 6.8e16 s away, which would overflow as milliseconds.
+  const auto seconds = static_cast<std::int64_t>(std::min<std::time_t>(when - now, max_seconds));
+  return std::chrono::milliseconds(seconds * 1000);
+}
+
+// One line of a response head as libcurl hands it to the header callback (CR LF
+// included, the status line too), into `response`. Apart from the callback so the
+// parsing of what a server sends can be tested without a server.
+inline void http_read_header_line(std::string_view line, std::time_t now, HttpResponse& response) noexcept {
+  if (line.rfind("HTTP/", 0) == 0) {
+    // A new response head (after a 100 Continue, say): forget the previous one's.
+    response.retry_after = std::chrono::milliseconds(-1);
+    return;
+  }
+  const std::size_t colon = line.find(':');
+  if (colon != std::string_view::npos && equals_ignoring_ascii_case(trim_ascii_space(line.substr(0, colon)), "Retry-After"))
+    response.retry_after = http_parse_retry_after(line.substr(colon + 1), now);
 }
 
 // Up to http_error_excerpt_limit bytes of a response body for an error message:
@@ -257,16 +275,7 @@ class HttpClient {
 
   static std::size_t on_header(char* data, std::size_t size, std::size_t count, void* user) noexcept {
     const std::size_t n = size * count;
-    auto& response = *static_cast<Transfer*>(user)->response;
-    const std::string_view line(data, n);
-    if (line.rfind("HTTP/", 0) == 0) {
-      // A new response head (after a 100 Continue, say): forget the previous one's.
-      response.retry_after = std::chrono::milliseconds(-1);
-      return n;
-    }
-    const std::size_t colon = line.find(':');
-    if (colon != std::string_view::npos && equals_ignoring_ascii_case(trim_ascii_space(line.substr(0, colon)), "Retry-After"))
-      response.retry_after = http_parse_retry_after(line.substr(colon + 1), std::time(nullptr));
+    http_read_header_line(std::string_view(data, n), std::time(nullptr), *static_cast<Transfer*>(user)->response);
     return n;
   }
 

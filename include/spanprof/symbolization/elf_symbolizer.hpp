@@ -66,6 +66,9 @@ class ElfBytes {
   virtual bool read(std::uint64_t offset, void* out, std::size_t length) const noexcept = 0;
 };
 
+// The most bytes of symbol names one image may yield per byte of its size.
+inline constexpr std::uint64_t elf_max_name_bytes_per_file_byte = 64;
+
 // True when [offset, offset + length) lies inside [0, total), without overflowing.
 constexpr bool elf_range_fits(std::uint64_t offset, std::uint64_t length, std::uint64_t total) noexcept {
   return length <= total && offset <= total - length;
@@ -287,6 +290,10 @@ inline bool load_elf_symbols_from(const ElfBytes& bytes, std::uintptr_t bias, bo
     return bytes.read(section.sh_offset, buffer.data(), buffer.size() * sizeof(Element));
   };
 
+  // Section headers may all name the same bytes. Real note sections never
+  // overlap, so more note bytes than the file holds means a file made to be read
+  // over and over (time growing with its square): the build id is optional, stop.
+  std::uint64_t note_bytes_left = image_size;
   for (const auto& section : sections) {
     if (section.sh_type != SHT_NOTE || !info.build_id.empty()) continue;
     std::vector<unsigned char> notes;
@@ -294,14 +301,29 @@ inline bool load_elf_symbols_from(const ElfBytes& bytes, std::uintptr_t bias, bo
       error = "note section extends beyond the end of the file";
       return false;
     }
+    if (notes.size() > note_bytes_left) break;
+    note_bytes_left -= notes.size();
     info.build_id = find_gnu_build_id(notes.data(), notes.size(), section.sh_addralign);
   }
 
+  // Every symbol gets its own copy of its name, and any number of entries may
+  // point at one long string: without a bound a few KiB of file turn into GiB of
+  // names. Each symbol has its own 24-byte entry in the file, so real files keep
+  // (average name length / 24) bytes per byte of file: a few for C++.
+  std::uint64_t name_bytes_left = image_size > UINT64_MAX / elf_max_name_bytes_per_file_byte
+                                      ? UINT64_MAX
+                                      : image_size * elf_max_name_bytes_per_file_byte;
+  bool read_symtab = false, read_dynsym = false;
   std::vector<Elf64_Sym> entries;
   std::vector<char> names;
   for (const auto& section : sections) {
     const bool is_symtab = section.sh_type == SHT_SYMTAB;
     if (!is_symtab && !(include_dynsym && section.sh_type == SHT_DYNSYM)) continue;
+    // The gABI allows one of each. More headers, perhaps all naming one table,
+    // would only repeat symbols: time and memory would grow with their square.
+    bool& already_read = is_symtab ? read_symtab : read_dynsym;
+    if (already_read) continue;
+    already_read = true;
     const char* const table = is_symtab ? ".symtab" : ".dynsym";
     if (section.sh_entsize != sizeof(Elf64_Sym)) {
       error = std::string(table) + " has entry size " + std::to_string(section.sh_entsize);
@@ -336,6 +358,13 @@ inline bool load_elf_symbols_from(const ElfBytes& bytes, std::uintptr_t bias, bo
         return false;
       }
       if (end == name) continue;
+      const auto name_size = static_cast<std::uint64_t>(end - name);
+      if (name_size > name_bytes_left) {
+        error = std::string(table) + "'s symbol names add up to more than " +
+                std::to_string(elf_max_name_bytes_per_file_byte) + " times the size of the file";
+        return false;
+      }
+      name_bytes_left -= name_size;
       ElfSymbol symbol;
       symbol.address = bias + static_cast<std::uintptr_t>(entry.st_value);
       symbol.size = entry.st_size;

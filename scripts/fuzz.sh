@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets of tests/fuzz and runs each one, one after the
+# other: first its regression inputs, once each, then fuzzing from a fresh copy
+# of its seeds (tests/fuzz/corpus/ and tests/fuzz/regressions/ are only read;
+# corpora, logs and crash artifacts go to <build dir>/work/<target>/).
+#
+#   scripts/fuzz.sh --seconds 10                  # CI: every target for 10 s
+#   scripts/fuzz.sh --seconds 600 elf gzip        # a long run of two targets
+#   scripts/fuzz.sh --runs 10000000 --seconds 900 # whichever comes first
+#
+# Options: --seconds N (default 10) and --runs N (default: no limit) per target;
+# --jobs N for the build (default 2); --build-dir DIR (default build/fuzz, or
+# build/fuzz-strict with --strict); --strict also checks the known issues listed
+# in tests/fuzz/README.md, which fail today on their regression inputs.
+#
+# Installs nothing. Needs clang++ with its libFuzzer runtime (Debian: clang and
+# libclang-rt-14-dev), cmake, ninja, zlib and libcurl development files.
+#
+# A target fails when it crashes, breaks one of its invariants, trips a sanitizer
+# or leaks, allocates more than 64 MiB at once or 512 MiB in all, runs a unit for
+# over 2 s of wall time, or spends more than 100 ms of CPU on one unit (the
+# targets time every unit themselves: tests/fuzz/fuzz_support.hpp says why).
+# Prints per target: executions, exec/s, crashes, the slowest unit, peak RSS.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+seconds=10
+runs=""
+jobs=2
+build=""
+strict=0
+targets=()
+while (($#)); do
+  case "$1" in
+    --seconds) seconds=$2; shift 2 ;;
+    --runs) runs=$2; shift 2 ;;
+    --jobs) jobs=$2; shift 2 ;;
+    --build-dir) build=$2; shift 2 ;;
+    --strict) strict=1; shift ;;
+    -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "fuzz: unknown option $1" >&2; exit 2 ;;
+    *) targets+=("$1"); shift ;;
+  esac
+done
+if [ -z "$build" ]; then
+  build=build/fuzz
+  if ((strict)); then build=build/fuzz-strict; fi
+fi
+case "$build" in /*) ;; *) build=$root/$build ;; esac
+
+# ---- toolchain ------------------------------------------------------------------
+if ! command -v clang++ >/dev/null 2>&1; then
+  echo "fuzz: clang++ not found (Debian: apt-get install clang libclang-rt-14-dev)" >&2
+  exit 1
+fi
+mkdir -p "$build"
+probe=$build/probe
+if ! printf '%s\n' '#include <cstddef>' '#include <cstdint>' \
+  'extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t*, std::size_t) { return 0; }' |
+  clang++ -x c++ -fsanitize=fuzzer,address,undefined -o "$probe" - >/dev/null 2>&1; then
+  echo "fuzz: clang++ cannot link -fsanitize=fuzzer: the libFuzzer runtime is missing (Debian: libclang-rt-14-dev)" >&2
+  exit 1
+fi
+rm -f "$probe"
+
+# ---- build ------------------------------------------------------------------------
+known_issues=ON
+if ((strict)); then known_issues=OFF; fi
+if ! cmake -S tests/fuzz -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ \
+  -DSPANPROF_FUZZ_SKIP_KNOWN_ISSUES=$known_issues >"$build/configure.log" 2>&1; then
+  cat "$build/configure.log" >&2
+  echo "fuzz: configuring tests/fuzz failed" >&2
+  exit 1
+fi
+if ! cmake --build "$build" -j "$jobs"; then
+  echo "fuzz: building the fuzz targets failed" >&2
+  exit 1
+fi
+
+all_targets=(traceparent cpu_profile heap_profile spool_file spool_name http_response elf symbol_name environment gzip
+  sample_records)
+if ((${#targets[@]} == 0)); then targets=("${all_targets[@]}"); fi
+
+# The longest input each target is given. Binary formats and environment values
+# get 64 KiB: large enough that anything quadratic blows the 100 ms budget.
+# Symbol names get just over the demangler's 16 KiB cut-off; a traceparent is 55
+# characters, a little more for later versions.
+max_len_of() {
+  case "$1" in
+    traceparent) echo 512 ;;
+    symbol_name) echo 20000 ;;
+    http_response | spool_name) echo 8192 ;;
+    *) echo 65536 ;;
+  esac
+}
+
+# ---- run --------------------------------------------------------------------------
+# -malloc_limit_mb=64: no parser may need that much for one 64 KiB input (the
+# biggest legitimate block is gzip's 1 MiB output limit).
+# -rss_limit_mb=512: ASan's quarantine alone takes up to 256 MiB.
+# -timeout=2: wall-clock, 20 times the CPU budget, so a loaded machine does not
+# fail a run; it catches a unit blocked in a system call, which uses no CPU.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:symbolize=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+
+failed=()
+summary=()
+for target in "${targets[@]}"; do
+  binary=$build/fuzz_$target
+  if [ ! -x "$binary" ]; then
+    echo "fuzz: no target $target (built: ${all_targets[*]})" >&2
+    failed+=("$target")
+    continue
+  fi
+  work=$build/work/$target
+  rm -rf "$work"
+  mkdir -p "$work/corpus" "$work/artifacts"
+  cp tests/fuzz/corpus/"$target"/* "$work/corpus/"
+  echo "==== fuzz_$target: ${seconds}s${runs:+ or $runs runs}"
+  # Inputs that once broke a parser are replayed on their own first: in the
+  # corpus, their size would slow every mutation made from them.
+  if [ -d tests/fuzz/regressions/"$target" ]; then
+    if ! (cd "$work" && "$binary" -runs=0 -rss_limit_mb=512 -malloc_limit_mb=64 -timeout=2 \
+      -artifact_prefix=artifacts/ "$root/tests/fuzz/regressions/$target" >regressions.log 2>&1); then
+      grep -E "spanprof-fuzz|ERROR|SUMMARY|runtime error" "$work/regressions.log" | head -20 >&2
+      echo "fuzz_$target FAILED on a regression input; log: $work/regressions.log" >&2
+      failed+=("$target")
+      summary+=("$(printf '%-15s %12s %9s %8s %12s %9s' "$target" - - 1 - -)")
+      continue
+    fi
+  fi
+  (cd "$work" && "$binary" corpus -max_total_time="$seconds" ${runs:+-runs="$runs"} -max_len="$(max_len_of "$target")" \
+    -rss_limit_mb=512 -malloc_limit_mb=64 -timeout=2 -print_final_stats=1 -artifact_prefix=artifacts/ >log 2>&1)
+  rc=$?
+  log=$work/log
+  executions=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  per_second=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+  peak_rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$log" | tail -1)
+  slowest=$(sed -n 's/^spanprof-fuzz: units [0-9]* slowest_unit_ms \([0-9.]*\).*/\1/p' "$log" | tail -1)
+  crashes=$(find "$work/artifacts" -type f | wc -l)
+  if ((rc != 0 || crashes != 0)) || [ -z "$slowest" ]; then
+    failed+=("$target")
+    crashes=$((crashes == 0 ? 1 : crashes))
+    grep -E "spanprof-fuzz|ERROR|SUMMARY|runtime error|==[0-9]+==" "$log" | head -20 >&2
+    echo "fuzz_$target FAILED (exit $rc); log: $log; inputs: $work/artifacts/" >&2
+  fi
+  summary+=("$(printf '%-15s %12s %9s %8s %12s %9s' "$target" "${executions:-?}" "${per_second:-?}" "$crashes" \
+    "${slowest:-?}" "${peak_rss:-?}")")
+done
+
+echo
+printf '%-15s %12s %9s %8s %12s %9s\n' target executions exec/s crashes slowest_ms rss_mb
+printf '%s\n' "${summary[@]}"
+if ((${#failed[@]} != 0)); then
+  echo "fuzz: FAILED: ${failed[*]}" >&2
+  exit 1
+fi
+echo "fuzz: all ${#targets[@]} targets passed (unit CPU budget 100 ms)"

@@ -1,0 +1,72 @@
+// The packed records the sampling engines hand from a request thread to the worker
+// (capture/sample_records.hpp): stack records for CPU and wall profiles, heap
+// hand-off records. Their writers run in signal handlers and allocation hooks; the
+// readers must stay inside the buffer whatever it holds, so a torn or
+// miscounted record costs samples, never memory safety.
+//
+// Input: the words of one buffer (native order). CPU records are read with a
+// period of 1 ns: the writer's CPU weight is always 1, so weight * period cannot
+// overflow there, while arbitrary words would make it.
+//
+// Invariants: the records visited tile a prefix of the buffer in order, each
+// sample's frames are its record's pcs, and no record is read past the end;
+// a heap sample of a plausible size (under 1 TiB) counts >= 1 object and >= 0 bytes.
+#include "fuzz_support.hpp"
+
+#include <spanprof/capture/sample_records.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+void fuzz_one(std::string_view bytes) {
+  namespace sd = spanprof::detail;
+  std::vector<std::uint64_t> words(bytes.size() / 8);
+  if (!words.empty()) std::memcpy(words.data(), bytes.data(), words.size() * 8);
+
+  std::size_t at = 0, cpu_records = 0, wall_records = 0;
+  sd::for_each_stack_record(words.data(), words.size(), [&](const std::uint64_t* record, std::size_t length) {
+    SPANPROF_FUZZ_CHECK(record == words.data() + at);
+    SPANPROF_FUZZ_CHECK(length == sd::stack_record_words(static_cast<int>(record[1])) && record[1] >= 1);
+    SPANPROF_FUZZ_CHECK(length <= words.size() - at);
+    ++(sd::is_wall_record(record) ? wall_records : cpu_records);
+    at += length;
+  });
+
+  for (const spanprof::ProfileKind kind : {spanprof::ProfileKind::cpu, spanprof::ProfileKind::wall}) {
+    spanprof::RawProfile profile;
+    profile.kind = kind;
+    profile.period_ns = 1;
+    sd::read_stack_records(words.data(), words.size(), profile);
+    SPANPROF_FUZZ_CHECK(profile.samples.size() == (kind == spanprof::ProfileKind::wall ? wall_records : cpu_records));
+    for (const spanprof::RawSample& sample : profile.samples) {
+      SPANPROF_FUZZ_CHECK(sample.values.size() == 2 && sample.values[1] >= 0 && !sample.frames.empty());
+      if (kind == spanprof::ProfileKind::wall) SPANPROF_FUZZ_CHECK(sample.values[0] == 1);
+    }
+  }
+
+  spanprof::RawProfile heap;
+  heap.kind = spanprof::ProfileKind::heap;
+  heap.heap_interval_bytes = static_cast<std::int64_t>(bytes.size()) * 1024;
+  sd::read_heap_handoff_records(words, heap);
+  std::size_t i = 0;
+  for (const spanprof::RawSample& sample : heap.samples) {
+    const std::uint64_t depth = words[i + 2];
+    SPANPROF_FUZZ_CHECK(sample.values.size() == 4 && sample.frames.size() == depth);
+    SPANPROF_FUZZ_CHECK(std::memcmp(sample.frames.data(), &words[i + 3], depth * 8) == 0);
+    if (words[i] < (std::uint64_t{1} << 40))
+      SPANPROF_FUZZ_CHECK(sample.values[0] >= 1 && sample.values[1] >= 0 && sample.values[2] >= 0 &&
+                          sample.values[3] >= 0);
+    i += 3 + depth;
+  }
+  SPANPROF_FUZZ_CHECK(i <= words.size());
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  return spanprof_fuzz::run_unit(data, size, fuzz_one);
+}
