@@ -4,8 +4,8 @@
 #   2. CMake build (-Werror) + tests against include/, examples and benchmarks,
 #   3. the end-to-end tests against the single header,
 #   4. Meson build + tests,
-#   5. tests under AddressSanitizer + UndefinedBehaviorSanitizer, and every fuzz
-#      target for a few seconds,
+#   5. tests under AddressSanitizer + UndefinedBehaviorSanitizer, then under
+#      ThreadSanitizer, and every fuzz target for a few seconds,
 #   6. every way to consume spanprof (tests/consumers/run.sh): find_package,
 #      add_subdirectory, FetchContent, Meson subproject, pkg-config, the single
 #      header as the README says, profiling compiled out, strict warnings,
@@ -48,6 +48,16 @@ cmake -S . -B $out/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
   -DSPANPROF_BUILD_EXAMPLES=OFF -DSPANPROF_BUILD_BENCHMARKS=OFF -DSPANPROF_TCMALLOC=OFF >/dev/null
 cmake --build $out/asan -j "$jobs"
 (cd $out/asan && ctest --output-on-failure)
+
+step "ThreadSanitizer"
+# Like the ASan build: the sanitizer owns the allocator, the heap tests run through
+# spanprof's operator new/delete hooks. fork() is left out: TSan's runtime does not
+# support a child of a multi-threaded process that goes on running threads.
+cmake -S . -B $out/tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+  -DCMAKE_CXX_FLAGS="-O1 -g1 -fsanitize=thread -fno-omit-frame-pointer" \
+  -DSPANPROF_BUILD_EXAMPLES=OFF -DSPANPROF_BUILD_BENCHMARKS=OFF -DSPANPROF_TCMALLOC=OFF >/dev/null
+cmake --build $out/tsan -j "$jobs"
+(cd $out/tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure)
 
 step "Fuzz targets, briefly"
 bash scripts/fuzz.sh --seconds 10

@@ -488,16 +488,22 @@ TEST_CASE("5,000 profiled spans a second for 10 s: a request or two per window, 
   options.frequency_hz = 1000;
   options.queue_capacity = 4096;
   options.uploaders.push_back(std::make_shared<spanprof::PyroscopeUploader>(pyroscope));
-  // Per span too, to know exactly which spans took samples.
-  std::mutex mutex;
-  std::map<std::string, std::int64_t> per_span;
-  options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>([&](const spanprof::EncodedProfile& p) {
-    std::int64_t samples = 0;
-    for (const auto& sample : p.profile->samples) samples += sample.values.at(0);
-    std::lock_guard<std::mutex> lock(mutex);
-    per_span[p.span.span_id.to_hex()] += samples;
-    return spanprof::UploadResult::ok();
-  }));
+  // Per span too, to know exactly which spans took samples. Shared, not on this
+  // stack: the worker may outlive the test (a REQUIRE failing before shutdown(), a
+  // shutdown past its deadline).
+  struct PerSpan {
+    std::mutex mutex;
+    std::map<std::string, std::int64_t> samples;
+  };
+  const auto collected = std::make_shared<PerSpan>();
+  options.uploaders.push_back(
+      std::make_shared<spanprof::CallbackUploader>([collected](const spanprof::EncodedProfile& p) {
+        std::int64_t samples = 0;
+        for (const auto& sample : p.profile->samples) samples += sample.values.at(0);
+        std::lock_guard<std::mutex> lock(collected->mutex);
+        collected->samples[p.span.span_id.to_hex()] += samples;
+        return spanprof::UploadResult::ok();
+      }));
   spanprof::start(options);
   const auto before = spanprof::stats();
   const auto started = std::chrono::steady_clock::now();
@@ -520,6 +526,10 @@ TEST_CASE("5,000 profiled spans a second for 10 s: a request or two per window, 
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   const auto after = spanprof::stats();
   spanprof::shutdown();
+  const auto per_span = [&] {
+    std::lock_guard<std::mutex> lock(collected->mutex);
+    return collected->samples;
+  }();
 
   const auto profiled = after.profiles_started - before.profiles_started;
   CHECK(profiled == threads * spans_per_thread_per_second * seconds);

@@ -381,17 +381,20 @@ TEST_CASE("classic heap mode: gperftools' heap profiler around one scope at a ti
   Collector collector(options);
   const auto span = span_number(370);
   std::atomic<bool> inside{false}, done{false};
+  // Both answers are checked after the join: a REQUIRE thrown while busy_check
+  // waits would destroy a joinable thread, and Catch2's assertions are not
+  // thread-safe.
+  bool first_active = false, second_active = true;
   std::thread busy_check([&] {
     while (!inside.load()) {
     }
-    // A second classic heap scope while the first runs is refused at once.
     spanprof::ScopedProfile second(span_number(371), "second");
-    CHECK_FALSE(second.active());
+    second_active = second.active();
     done.store(true);
   });
   {
     spanprof::ScopedProfile guard(span, "classic heap");
-    REQUIRE(guard.active());
+    first_active = guard.active();
     inside.store(true);
     leak_buffers(4 * MiB, 256 * 1024);
     allocate_scratch(8 * MiB, 64 * 1024);
@@ -400,6 +403,8 @@ TEST_CASE("classic heap mode: gperftools' heap profiler around one scope at a ti
   }
   busy_check.join();
   free_leaked();
+  REQUIRE(first_active);
+  CHECK_FALSE(second_active);  // a second classic heap scope while the first runs is refused at once
   CHECK(spanprof::stats().classic_busy >= 1);
   CHECK(collector.has_error(spanprof::ErrorCode::profiler_busy));
   const auto profile = heap_profile_for(collector, span);

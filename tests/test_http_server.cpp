@@ -603,8 +603,9 @@ TEST_CASE("HttpServer::wait_for_requests waits for the count", "[http_server]") 
     round_trip(port, post("/", "a"));
     round_trip(port, post("/", "b"));
   });
-  CHECK(server.wait_for_requests(2, 10s));
-  sender.join();
+  const bool both_arrived = server.wait_for_requests(2, 10s);
+  sender.join();  // before any assertion: one that throws would leave it joinable
+  CHECK(both_arrived);
   CHECK(server.request_count() == 2);
   CHECK_FALSE(server.wait_for_requests(3, 30ms));
   server.clear_requests();

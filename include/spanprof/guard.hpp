@@ -171,26 +171,38 @@ class ScopedProfile {
   // and must stay a few instructions.
   SPANPROF_ALWAYS_INLINE void open(const SpanContext& span, std::string_view span_name, ProfileKinds kinds,
                                    bool configured) noexcept {
-    const detail::RunningConfig* config = detail::config_for_guard();
-    if (SPANPROF_UNLIKELY(config == nullptr)) return;
+    detail::ThreadCounters* thread = detail::guard_thread();
+    if (SPANPROF_UNLIKELY(thread == nullptr)) return;
+    detail::ConfigReader& reader = thread->config_reader;
+    const detail::RunningConfig* config = detail::enter_config_section(reader);
+    if (SPANPROF_UNLIKELY(config == nullptr)) {
+      reader.leave();
+      return;
+    }
     // The head sampler sees every span (a ratio sampler reads the trace id as it
     // is); ids are checked only for a span about to be profiled.
     if (config->head_sampler && !config->head_sampler->should_profile(span, span_name)) {
-      detail::count(detail::Counter::head_declined);
-      if (SPANPROF_UNLIKELY(config->trigger != nullptr)) declined(*config, span, span_name, kinds, configured);
+      thread->add(detail::Counter::head_declined, 1);
+      if (SPANPROF_UNLIKELY(config->trigger != nullptr)) declined(*config, reader, span, span_name, kinds, configured);
+      reader.leave();
       return;
     }
     if (SPANPROF_UNLIKELY(!span.valid())) {
+      reader.leave();
       report_error(ErrorCode::invalid_span_context, "a guard was given an invalid trace or span id; not profiled");
       return;
     }
-    prepare(*config);
+    prepare(*config, reader);
+    reader.leave();
     begin(*config, span, span_name, configured ? config->profiles : kinds, false);
   }
 
   // The members a guard that opened nothing never touches are set here rather than
   // by initializers, so that the turned-down guard writes only its few state bytes.
-  void prepare(const detail::RunningConfig& config) noexcept {
+  // Pins the configuration until unpin(): a restart does not free it under us.
+  void prepare(const detail::RunningConfig& config, detail::ConfigReader& reader) noexcept {
+    reader.pin(config.sampler.generation);
+    pins_ = &reader;
     config_ = &config;
     triggered_ = false;
     errored_ = false;
@@ -213,14 +225,15 @@ class ScopedProfile {
 
   // The head sampler said no; the adaptive trigger may still want this span, and
   // feeds on the latency of one span in `observe_one_in` per thread.
-  SPANPROF_NOINLINE void declined(const detail::RunningConfig& config, const SpanContext& span,
-                                  std::string_view span_name, ProfileKinds kinds, bool configured) noexcept {
+  SPANPROF_NOINLINE void declined(const detail::RunningConfig& config, detail::ConfigReader& reader,
+                                  const SpanContext& span, std::string_view span_name, ProfileKinds kinds,
+                                  bool configured) noexcept {
     AdaptiveTrigger& trigger = *config.trigger;
     std::uint64_t name_hash = 0;
     if (trigger.any_armed() && span.valid()) {
       name_hash = AdaptiveTrigger::hash_name(span_name);
       if (trigger.take(name_hash)) {
-        prepare(config);
+        prepare(config, reader);
         name_hash_ = name_hash;
         begin(config, span, span_name, configured ? config.profiles : kinds, true);
         return;
@@ -232,7 +245,7 @@ class ScopedProfile {
       return;
     }
     countdown = trigger.options().observe_one_in;
-    prepare(config);
+    prepare(config, reader);
     name_hash_ = name_hash != 0 ? name_hash : AdaptiveTrigger::hash_name(span_name);
     observe_only_ = true;
     start_ns_ = monotonic_ns();
@@ -256,8 +269,12 @@ class ScopedProfile {
     if (active()) {
       detail::count(detail::Counter::profiles_started);
       start_ns_ = monotonic_ns();  // after the engines started: the classic ones take milliseconds
+    } else {
+      unpin();  // nothing to close: the destructor will not look at the configuration
     }
   }
+
+  void unpin() noexcept { pins_->unpin(config_->sampler.generation); }
 
   template <class Span>
   SPANPROF_ALWAYS_INLINE void start(const Span& span, std::string_view span_name, ProfileKinds kinds,
@@ -279,8 +296,13 @@ class ScopedProfile {
            (span_failed_ != nullptr && span_failed_(user_span_));
   }
 
-  // The span ended: decide whether to keep what it recorded, then close the engines.
   SPANPROF_NOINLINE void finish() noexcept {
+    decide_and_close();
+    unpin();
+  }
+
+  // The span ended: decide whether to keep what it recorded, then close the engines.
+  void decide_and_close() noexcept {
     const detail::RunningConfig& config = *config_;
     if (observe_only_) {
       observe_only_ = false;
@@ -545,7 +567,8 @@ class ScopedProfile {
   ProfileReason reason_;
   std::uint8_t name_length_;
   int uncaught_at_open_;
-  const detail::RunningConfig* config_;
+  const detail::RunningConfig* config_;  // pinned in pins_ until unpin()
+  detail::ConfigReader* pins_;
   detail::ThreadStackSampler* sampler_;
   std::int64_t start_ns_;
   std::int64_t duration_ns_;  // -1: not read yet

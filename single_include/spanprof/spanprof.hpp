@@ -142,6 +142,7 @@ SPANPROF_NAMESPACE_END
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string_view>
 
 SPANPROF_NAMESPACE_BEGIN
@@ -242,6 +243,9 @@ struct ErrorChannel {
   std::shared_ptr<const ErrorHandler> handler =
       std::make_shared<const ErrorHandler>(RateLimitedStderrHandler{});
   std::atomic<std::uint64_t> counts[error_code_count] = {};
+
+  // In a forked child: a parent thread may have held the mutex at the fork.
+  void reset_after_fork() noexcept { new (&mutex) std::mutex(); }
 };
 
 SPANPROF_API inline ErrorChannel& error_channel() noexcept {
@@ -3612,6 +3616,7 @@ SPANPROF_NAMESPACE_END
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <new>
 
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
@@ -3646,6 +3651,7 @@ enum class Counter : std::uint8_t {
   // delivery
   profiles_enqueued,
   profiles_dropped,
+  profiles_refused,       // of profiles_dropped: refused at the hand-off (full or stopped), never enqueued
   profiles_uploaded,
   upload_failures,
   upload_retries,
@@ -3657,11 +3663,92 @@ enum class Counter : std::uint8_t {
 };
 inline constexpr std::size_t counter_count = static_cast<std::size_t>(Counter::count_);
 
+// Which running configurations (runtime/guard_host.hpp) a thread may still read,
+// so that spanprof::start() can free the one it replaced once no thread can.
+// Written by its own thread only; read by the runtime under the registry's mutex.
+//
+// A guard reads the configuration inside a *section* (from loading the pointer to
+// pinning it or deciding it needs nothing from it): two plain stores, no fence.
+// The runtime orders them with membarrier(2) instead, on the rare restart
+// (runtime/config_retirement.hpp). A guard that opens something pins its
+// configuration's generation until it closes.
+struct ConfigReader {
+  static constexpr std::size_t slot_count = 4;
+  static constexpr unsigned count_bits = 24;
+  static constexpr std::uint64_t count_mask = (std::uint64_t{1} << count_bits) - 1;
+
+  std::atomic<std::uint64_t> section{0};  // odd: inside a section
+  // generation << count_bits | open guards, one distinct generation per slot.
+  std::atomic<std::uint64_t> slots[slot_count] = {};
+  // Guards of more distinct generations than slots: every generation from this
+  // one on counts as pinned while any is open (0: none).
+  std::atomic<std::uint64_t> overflow_floor{0};
+  std::uint32_t overflow_guards = 0;
+
+  SPANPROF_ALWAYS_INLINE void enter() noexcept {
+    section.store(section.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  }
+  SPANPROF_ALWAYS_INLINE void leave() noexcept {
+    section.store(section.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  }
+
+  void pin(std::uint64_t generation) noexcept {
+    for (auto& slot : slots) {
+      const std::uint64_t v = slot.load(std::memory_order_relaxed);
+      if ((v & count_mask) != 0 && (v >> count_bits) == generation && (v & count_mask) != count_mask) {
+        slot.store(v + 1, std::memory_order_release);
+        return;
+      }
+    }
+    for (auto& slot : slots) {
+      if ((slot.load(std::memory_order_relaxed) & count_mask) == 0) {
+        slot.store(generation << count_bits | 1, std::memory_order_release);
+        return;
+      }
+    }
+    const std::uint64_t floor = overflow_floor.load(std::memory_order_relaxed);
+    if (overflow_guards++ == 0 || generation < floor) overflow_floor.store(generation, std::memory_order_release);
+  }
+
+  void unpin(std::uint64_t generation) noexcept {
+    for (auto& slot : slots) {
+      const std::uint64_t v = slot.load(std::memory_order_relaxed);
+      if ((v & count_mask) != 0 && (v >> count_bits) == generation) {
+        slot.store(v - 1, std::memory_order_release);
+        return;
+      }
+    }
+    if (overflow_guards != 0 && --overflow_guards == 0) overflow_floor.store(0, std::memory_order_release);
+  }
+
+  // Whether a guard of this thread may hold `generation`. The caller has seen the
+  // thread outside any section that began before the generation was replaced.
+  bool pins(std::uint64_t generation) const noexcept {
+    for (const auto& slot : slots) {
+      const std::uint64_t v = slot.load(std::memory_order_acquire);
+      if ((v & count_mask) != 0 && (v >> count_bits) == generation) return true;
+    }
+    const std::uint64_t floor = overflow_floor.load(std::memory_order_acquire);
+    return floor != 0 && generation >= floor;
+  }
+  // The oldest generation this thread may hold (0: none).
+  std::uint64_t oldest_pinned() const noexcept {
+    std::uint64_t oldest = overflow_floor.load(std::memory_order_acquire);
+    for (const auto& slot : slots) {
+      const std::uint64_t v = slot.load(std::memory_order_acquire);
+      if ((v & count_mask) != 0 && (oldest == 0 || (v >> count_bits) < oldest)) oldest = v >> count_bits;
+    }
+    return oldest;
+  }
+};
+
 // One thread's counters. Constant-initialized and trivially destructible, so
 // reading it never runs a TLS constructor (the signal handler reaches it through
 // a pointer taken in normal context).
 struct ThreadCounters {
   std::atomic<std::uint64_t> values[counter_count] = {};
+  ConfigReader config_reader;
   ThreadCounters* next = nullptr;
   ThreadCounters* prev = nullptr;
   bool registered = false;
@@ -3683,6 +3770,23 @@ struct CounterRegistry {
   std::mutex mutex;
   ThreadCounters* head = nullptr;
   std::uint64_t retired[counter_count] = {};  // threads that exited
+  // A thread that exited with guards still open (closed by later thread-exit
+  // destructors) may hold configurations from this generation on: never freed.
+  std::uint64_t exited_pins_floor = 0;
+
+  // In a forked child (one thread, the mutex held since before the fork): the
+  // child counts from zero, on the forking thread's block only.
+  void reset_after_fork(ThreadCounters* survivor) noexcept {
+    for (auto& value : retired) value = 0;
+    exited_pins_floor = 0;
+    head = nullptr;
+    if (survivor != nullptr && survivor->registered) {
+      for (auto& value : survivor->values) value.store(0, std::memory_order_relaxed);
+      survivor->next = survivor->prev = nullptr;
+      head = survivor;
+    }
+    new (&mutex) std::mutex();
+  }
 
   CounterTotals totals() noexcept {
     CounterTotals sum;
@@ -3711,6 +3815,9 @@ struct ThreadCountersOwner {
     else if (registry.head == &t) registry.head = t.next;
     if (t.next) t.next->prev = t.prev;
     for (std::size_t i = 0; i < counter_count; ++i) registry.retired[i] += t.values[i].load(std::memory_order_relaxed);
+    if (const std::uint64_t oldest = t.config_reader.oldest_pinned();
+        oldest != 0 && (registry.exited_pins_floor == 0 || oldest < registry.exited_pins_floor))
+      registry.exited_pins_floor = oldest;
     t.registered = false;
     t.exited = true;
   }
@@ -4474,6 +4581,13 @@ class CapturedProfilePool {
 
   std::size_t idle() const noexcept { return idle_.load(std::memory_order_relaxed); }
 
+  // In a forked child: a parent thread may have been between the two halves of a
+  // pop; the spare records are left where they are.
+  void reset_after_fork() noexcept {
+    spare_.store(nullptr, std::memory_order_relaxed);
+    idle_.store(0, std::memory_order_relaxed);
+  }
+
  private:
   // Trivially destructible, so a guard closing in another thread_local's destructor
   // (after the owner below is gone) still finds it, retired.
@@ -4893,6 +5007,7 @@ SPANPROF_NAMESPACE_END
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -4992,6 +5107,13 @@ inline std::uintptr_t interrupted_pc(const void* ucontext) noexcept {
 #endif
 }
 
+// The sample signal whose handler the host replaced (0: none). Samplers on it
+// are not armed again; the next spanprof::start() picks another signal.
+SPANPROF_API inline std::atomic<int>& sample_signal_lost() noexcept {
+  static std::atomic<int> lost{0};
+  return lost;
+}
+
 class ThreadStackSampler {
  public:
   // `counters` is the creating thread's block in the counter registry: the signal
@@ -5032,6 +5154,22 @@ class ThreadStackSampler {
   }
 
   bool has_source() const noexcept { return source_ != CpuSampleSource::automatic; }
+
+  // In a forked child, on a sampler the parent made: its perf event is the
+  // parent's too (disabling it would stop the parent's samples), its timer does
+  // not exist here, and its thread ids are the parent's. Closes the child's copies
+  // and keeps the log, which an open guard on the forking thread still reads.
+  void forget_source_after_fork() noexcept {
+    if (perf_fd_ >= 0) ::close(perf_fd_);
+    perf_fd_ = -1;
+    has_timer_ = false;
+    if (ticker_.syscall_fd >= 0) ::close(ticker_.syscall_fd);
+    ticker_.syscall_fd = -1;
+    source_ = CpuSampleSource::automatic;
+    armed_.store(false, std::memory_order_relaxed);
+    registry_prev = registry_next = nullptr;
+  }
+  bool in_wall_span() const noexcept { return wall_spans_.load(std::memory_order_relaxed) != 0; }
   CpuSampleSource source() const noexcept { return source_; }
   const StackSamplerSettings& settings() const noexcept { return settings_; }
   bool armed() const noexcept { return armed_.load(std::memory_order_relaxed); }
@@ -5039,6 +5177,11 @@ class ThreadStackSampler {
   // Starts delivering samples to this thread. Called on the request thread, only
   // when the sampler is not armed (first guard, or after an idle disarm).
   bool arm() noexcept {
+    if (SPANPROF_UNLIKELY(signal_blocked_.load(std::memory_order_relaxed) ||
+                          sample_signal_lost().load(std::memory_order_relaxed) == settings_.signal_number)) {
+      armed_.store(false, std::memory_order_relaxed);
+      return false;
+    }
     idle_ticks_.store(0, std::memory_order_relaxed);
     cpu_mark_ = 0;  // the periods start afresh
     cpu_period_ = 0;
@@ -5130,6 +5273,9 @@ class ThreadStackSampler {
   // ---- signal handler ----------------------------------------------------------
 
   void on_signal(const siginfo_t* info, const void* ucontext) noexcept {
+    // Queued while the thread blocked the signal: they would all land on the point
+    // where it unblocks, so none is recorded.
+    if (SPANPROF_UNLIKELY(signal_blocked_.load(std::memory_order_relaxed))) return;
     if (info->si_code == SI_QUEUE && info->si_pid == pid_) {
       const auto value = reinterpret_cast<std::uintptr_t>(info->si_value.sival_ptr);
       if ((value & ~std::uint64_t{0xFFFF'FFFF}) == wall_tick_tag) on_wall_tick(static_cast<std::uint32_t>(value), ucontext);
@@ -5142,6 +5288,7 @@ class ThreadStackSampler {
     } else {
       return;
     }
+    cpu_ticks_handled_.store(cpu_ticks_handled_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     // The next period starts now, before the unwinding: the CPU time this handler
     // takes counts toward it. (Drawn at the end, each sample's handler time would
     // go unsampled: -9% at 1 kHz, -30% at 4 kHz, measured.)
@@ -5161,6 +5308,35 @@ class ThreadStackSampler {
     if (active->recorded.contains(ProfileKind::cpu)) record_sample(1, ucontext);
   }
 
+  // ---- the watchdog's side (the worker's thread, under the sampler list's mutex) ----
+
+  // True when this armed thread has run four CPU periods without taking a tick
+  // because it blocks the sample signal: the sampler is then disarmed for good.
+  // Left armed, the real-time signals queued against the mask would overflow into
+  // SIGIO, whose default action kills the process.
+  bool refuse_if_signal_blocked() noexcept {
+    if (!armed() || signal_blocked_.load(std::memory_order_relaxed)) {
+      watch_cpu_ns_ = -1;
+      return false;
+    }
+    const std::int64_t cpu = thread_cpu_ns();
+    const std::uint64_t ticks = cpu_ticks_handled_.load(std::memory_order_relaxed);
+    if (cpu < 0) return false;
+    if (watch_cpu_ns_ < 0 || ticks != watch_ticks_ || cpu - watch_cpu_ns_ < 4 * settings_.period_ns) {
+      if (watch_cpu_ns_ < 0 || ticks != watch_ticks_) {
+        watch_cpu_ns_ = cpu;
+        watch_ticks_ = ticks;
+      }
+      return false;
+    }
+    watch_cpu_ns_ = cpu;
+    if (!blocks_sample_signal()) return false;
+    signal_blocked_.store(true, std::memory_order_relaxed);
+    disarm();
+    return true;
+  }
+  pid_t thread_id() const noexcept { return tid_; }
+
   // ---- the wall ticker's side (its thread only, under the sampler list's mutex) ----
 
   // One wall tick for this thread: nothing when it has no wall span open; when it is
@@ -5170,6 +5346,9 @@ class ThreadStackSampler {
   // signal was sent.
   enum class WallTick : std::uint8_t { none, confirmed, signalled, failed };
   WallTick wall_tick(std::int64_t now_ns, std::int64_t mean_period_ns) noexcept {
+    if (signal_blocked_.load(std::memory_order_relaxed) ||
+        sample_signal_lost().load(std::memory_order_relaxed) == settings_.signal_number)
+      return WallTick::none;
     if (wall_spans_.load(std::memory_order_acquire) == 0) {
       ticker_.sampled_blocked = false;
       return WallTick::none;
@@ -5405,6 +5584,24 @@ class ThreadStackSampler {
     return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
   }
 
+  // SigBlk in /proc/self/task/<tid>/status has the sample signal's bit.
+  bool blocks_sample_signal() const noexcept {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/self/task/%d/status", static_cast<int>(tid_));
+    const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    char text[4096];
+    const ssize_t n = ::read(fd, text, sizeof text - 1);
+    ::close(fd);
+    if (n <= 0) return false;
+    text[n] = '\0';
+    const char* line = std::strstr(text, "\nSigBlk:");
+    if (line == nullptr) return false;
+    const unsigned long long mask = std::strtoull(line + 8, nullptr, 16);
+    const int bit = settings_.signal_number - 1;
+    return bit >= 0 && bit < 64 && ((mask >> bit) & 1) != 0;
+  }
+
   bool open_perf_event() noexcept {
     perf_event_attr attr{};
     attr.size = sizeof(attr);
@@ -5456,6 +5653,10 @@ class ThreadStackSampler {
   std::atomic<std::uint64_t> dropped_{0};
   std::atomic<bool> armed_{false};
   std::atomic<std::uint32_t> idle_ticks_{0};
+  std::atomic<std::uint64_t> cpu_ticks_handled_{0};  // written by the handler
+  std::atomic<bool> signal_blocked_{false};          // set by the watchdog: never armed again
+  std::int64_t watch_cpu_ns_ = -1;                   // the watchdog's: thread CPU time at its mark
+  std::uint64_t watch_ticks_ = 0;                    // the watchdog's: ticks handled at its mark
 
   // Wall accounting. Written by this thread only (its guards and its handler).
   static constexpr std::size_t no_wall_record = ~std::size_t{0};
@@ -5514,6 +5715,18 @@ struct StackSamplerList {
     else if (head == sampler) head = sampler->registry_next;
     if (sampler->registry_next) sampler->registry_next->registry_prev = sampler->registry_prev;
   }
+
+  // In a forked child (one thread, the mutex held since before the fork): the
+  // parent's samplers are left to the parent, and the list starts empty.
+  void reset_after_fork() noexcept {
+    for (ThreadStackSampler* s = head; s != nullptr;) {
+      ThreadStackSampler* next = s->registry_next;
+      s->forget_source_after_fork();
+      s = next;
+    }
+    head = nullptr;
+    new (&mutex) std::mutex();
+  }
 };
 
 SPANPROF_API inline StackSamplerList& stack_sampler_list() noexcept {
@@ -5549,31 +5762,47 @@ inline thread_local ThreadStackSamplerOwner stack_sampler_owner;
 // real-time signal from SIGRTMIN+4 that nobody handles. Installs the handler.
 // The handler stays installed for the life of the process: a late signal with no
 // handler would kill the process.
+struct SampleSignalInstallation {
+  std::mutex mutex;
+  int installed[65] = {};
+};
+SPANPROF_API inline SampleSignalInstallation& sample_signal_installation() noexcept {
+  static SampleSignalInstallation installation;
+  return installation;
+}
+
+// Nobody in the process handles or ignores `sig` (spanprof's own handler aside).
+inline bool sample_signal_is_free(int sig) noexcept {
+  struct sigaction current {};
+  if (::sigaction(sig, nullptr, &current) != 0) return false;
+  if (current.sa_flags & SA_SIGINFO) return current.sa_sigaction == &on_sample_signal;
+  return current.sa_handler == SIG_DFL;
+}
+
 inline int install_sample_signal_handler(int wanted) noexcept {
-  static std::mutex mutex;
-  static int installed[65] = {};
-  std::lock_guard<std::mutex> lock(mutex);
-  int chosen = wanted;
-  if (chosen == 0) {
-    for (int sig = SIGRTMIN + 4; sig <= SIGRTMAX; ++sig) {
-      if (sig < 65 && installed[sig]) {
-        chosen = sig;
-        break;
-      }
-      struct sigaction current {};
-      if (::sigaction(sig, nullptr, &current) == 0 && !(current.sa_flags & SA_SIGINFO) &&
-          current.sa_handler == SIG_DFL) {
-        chosen = sig;
-        break;
-      }
-    }
-    if (chosen == 0) {
-      report_error(ErrorCode::sampler_failed, "no free real-time signal for CPU samples");
-      return 0;
-    }
+  SampleSignalInstallation& installation = sample_signal_installation();
+  int (&installed)[65] = installation.installed;
+  std::lock_guard<std::mutex> lock(installation.mutex);
+  if (wanted < 0 || wanted >= 65 || (wanted != 0 && (wanted < SIGRTMIN || wanted > SIGRTMAX))) {
+    report_error(ErrorCode::invalid_configuration, "signal_number is not a real-time signal");
+    return 0;
   }
-  if (chosen <= 0 || chosen >= 65) {
-    report_error(ErrorCode::invalid_configuration, "signal_number out of range");
+  if (wanted != 0 && !installed[wanted] && !sample_signal_is_free(wanted)) {
+    // The host's signal stays the host's: taking it would silently break whatever
+    // the host uses it for.
+    char message[160];
+    std::snprintf(message, sizeof message,
+                  "signal_number=%d already has a handler in this process; it stays the host's, and spanprof "
+                  "picks a free real-time signal instead",
+                  wanted);
+    report_error(ErrorCode::invalid_configuration, message);
+    wanted = 0;
+  }
+  int chosen = wanted;
+  for (int sig = SIGRTMIN + 4; chosen == 0 && sig <= SIGRTMAX && sig < 65; ++sig)
+    if (installed[sig] || sample_signal_is_free(sig)) chosen = sig;
+  if (chosen == 0) {
+    report_error(ErrorCode::sampler_failed, "no free real-time signal for CPU samples");
     return 0;
   }
   if (installed[chosen]) return chosen;
@@ -5589,6 +5818,55 @@ inline int install_sample_signal_handler(int wanted) noexcept {
   }
   installed[chosen] = 1;
   return chosen;
+}
+
+// Run by the worker about every 100 ms. Notices a host that replaced the sample
+// signal's handler (its handler would get spanprof's signals, and spanprof none)
+// or a thread that blocked the signal after its sampler was armed; stops sampling
+// there, and reports each once.
+inline void watch_sample_signal(int signal_number) noexcept {
+  if (signal_number <= 0 || signal_number >= 65) return;
+  StackSamplerList& list = stack_sampler_list();
+  struct sigaction current {};
+  if (::sigaction(signal_number, nullptr, &current) == 0 &&
+      !((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == &on_sample_signal)) {
+    if (sample_signal_lost().exchange(signal_number, std::memory_order_relaxed) == signal_number) return;
+    {
+      SampleSignalInstallation& installation = sample_signal_installation();
+      std::lock_guard<std::mutex> lock(installation.mutex);
+      installation.installed[signal_number] = 0;  // the host's now: the next start() picks another
+    }
+    {
+      std::lock_guard<std::mutex> lock(list.mutex);
+      for (ThreadStackSampler* s = list.head; s; s = s->registry_next)
+        if (s->settings().signal_number == signal_number) s->disarm();
+    }
+    char message[200];
+    std::snprintf(message, sizeof message,
+                  "the handler of the sample signal %d was replaced by the host: sampling stopped; "
+                  "spanprof::start() picks another signal",
+                  signal_number);
+    report_error(ErrorCode::sampler_failed, message);
+    return;
+  }
+  int refused = 0;
+  pid_t thread = 0;
+  {
+    std::lock_guard<std::mutex> lock(list.mutex);
+    for (ThreadStackSampler* s = list.head; s; s = s->registry_next) {
+      if (s->refuse_if_signal_blocked()) {
+        ++refused;
+        thread = s->thread_id();
+      }
+    }
+  }
+  if (refused != 0) {
+    char message[200];
+    std::snprintf(message, sizeof message,
+                  "thread %d (and %d more) blocked the sample signal %d while armed: not sampled any more",
+                  static_cast<int>(thread), refused - 1, signal_number);
+    report_error(ErrorCode::sampler_failed, message);
+  }
 }
 
 // Slow path of a guard: the thread has no sampler for the current settings yet.
@@ -5965,6 +6243,13 @@ class HeapHooks {
   }
   int open_scopes() const noexcept { return open_scopes_.load(std::memory_order_relaxed); }
 
+  // In a forked child: only the forking thread's scopes are still open (and will
+  // close); the hooks stay until the last of them does.
+  void reset_after_fork(int open_here) noexcept {
+    new (&mutex_) std::mutex();
+    open_scopes_.store(open_here, std::memory_order_relaxed);
+  }
+
  private:
   bool install() noexcept {
     const TcmallocApi& api = tcmalloc_api();
@@ -6036,6 +6321,13 @@ struct HeapSettings {
   int max_depth = 64;
   std::size_t log_words = 64 * 1024;
 };
+
+// Heap spans open on this thread now.
+inline int heap_spans_open_here() noexcept {
+  int open = 0;
+  for (const HeapActiveSpan* span = heap_thread.active; span != nullptr; span = span->parent) ++open;
+  return open;
+}
 
 // Opens a heap span on this thread. False: not profiled (reported).
 inline bool open_heap_span(HeapActiveSpan& span, const HeapSettings& settings) noexcept {
@@ -6160,6 +6452,7 @@ SPANPROF_NAMESPACE_END
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <new>
 #include <thread>
 
 #include <time.h>
@@ -6187,6 +6480,16 @@ class WallTicker {
   void thread_ended_wall_span() noexcept { threads_.fetch_sub(1, std::memory_order_seq_cst); }
 
   std::uint32_t threads_in_wall_spans() const noexcept { return threads_.load(std::memory_order_relaxed); }
+
+  // In a forked child: the ticker thread stayed in the parent. The next wall span
+  // starts a new one; `open_here` counts a wall span the forking thread has open.
+  void reset_after_fork(bool open_here) noexcept {
+    new (&mutex_) std::mutex();
+    new (&wake_) std::condition_variable();
+    threads_.store(open_here ? 1 : 0, std::memory_order_relaxed);
+    started_.store(false, std::memory_order_relaxed);
+    parked_.store(false, std::memory_order_relaxed);
+  }
 
  private:
   void start() noexcept {
@@ -7237,7 +7540,8 @@ SPANPROF_NAMESPACE_END
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
 
-// What one start() configured, as guards read it. Immutable once published.
+// What one start() configured, as guards read it. Immutable once published;
+// freed after a restart once no guard reads it (config_retirement.hpp).
 struct RunningConfig {
   ProfileKinds profiles = cpu;
   CpuEngine cpu_engine = CpuEngine::sampling;
@@ -7253,8 +7557,8 @@ class GuardHost {
  public:
   // A guard found no running configuration: start from the environment if
   // spanprof never started (the first guard of a process that never called
-  // start()), and return the configuration to use, or null when not running.
-  virtual const RunningConfig* start_for_guard() noexcept = 0;
+  // start()). The guard then loads the configuration again.
+  virtual void start_for_guard() noexcept = 0;
   // Called on the request thread; must not block. False: dropped (counted).
   virtual bool submit(std::unique_ptr<CapturedProfile> captured) noexcept = 0;
 
@@ -7274,21 +7578,39 @@ SPANPROF_API inline GuardHostState& guard_host_state() noexcept {
   return state;
 }
 
-SPANPROF_NOINLINE inline const RunningConfig* config_for_first_guard() noexcept {
+SPANPROF_NOINLINE inline void config_for_first_guard() noexcept {
   GuardHostState& state = guard_host_state();
-  if (GuardHost* host = state.host.load(std::memory_order_acquire)) return host->start_for_guard();
+  if (GuardHost* host = state.host.load(std::memory_order_acquire)) {
+    host->start_for_guard();
+    return;
+  }
   if (!state.reported_missing.exchange(true, std::memory_order_relaxed)) {
     report_error(ErrorCode::invalid_configuration,
                  "a guard opened but spanprof's runtime is not in this program: include <spanprof/spanprof.hpp> "
                  "in one source file; nothing is profiled");
   }
+}
+
+// This thread's counters and configuration reader, registered; null on a thread
+// whose counters are already gone (a guard in a late thread-exit destructor),
+// where nothing is profiled.
+SPANPROF_ALWAYS_INLINE inline ThreadCounters* guard_thread() noexcept {
+  ThreadCounters& t = thread_counters;
+  if (SPANPROF_LIKELY(t.registered) || register_thread_counters()) return &t;
   return nullptr;
 }
 
-SPANPROF_ALWAYS_INLINE inline const RunningConfig* config_for_guard() noexcept {
+// Enters the thread's reading section and loads the configuration (null: not
+// running). The caller pins what it keeps and leaves the section.
+SPANPROF_ALWAYS_INLINE inline const RunningConfig* enter_config_section(ConfigReader& reader) noexcept {
+  reader.enter();
   const RunningConfig* config = guard_host_state().config.load(std::memory_order_acquire);
   if (SPANPROF_LIKELY(config != nullptr)) return config;
-  return config_for_first_guard();
+  // start() frees what no section reads: not this thread's own, then.
+  reader.leave();
+  config_for_first_guard();
+  reader.enter();
+  return guard_host_state().config.load(std::memory_order_acquire);
 }
 
 inline bool submit_captured(std::unique_ptr<CapturedProfile> captured) noexcept {
@@ -7577,26 +7899,38 @@ class ScopedProfile {
   // and must stay a few instructions.
   SPANPROF_ALWAYS_INLINE void open(const SpanContext& span, std::string_view span_name, ProfileKinds kinds,
                                    bool configured) noexcept {
-    const detail::RunningConfig* config = detail::config_for_guard();
-    if (SPANPROF_UNLIKELY(config == nullptr)) return;
+    detail::ThreadCounters* thread = detail::guard_thread();
+    if (SPANPROF_UNLIKELY(thread == nullptr)) return;
+    detail::ConfigReader& reader = thread->config_reader;
+    const detail::RunningConfig* config = detail::enter_config_section(reader);
+    if (SPANPROF_UNLIKELY(config == nullptr)) {
+      reader.leave();
+      return;
+    }
     // The head sampler sees every span (a ratio sampler reads the trace id as it
     // is); ids are checked only for a span about to be profiled.
     if (config->head_sampler && !config->head_sampler->should_profile(span, span_name)) {
-      detail::count(detail::Counter::head_declined);
-      if (SPANPROF_UNLIKELY(config->trigger != nullptr)) declined(*config, span, span_name, kinds, configured);
+      thread->add(detail::Counter::head_declined, 1);
+      if (SPANPROF_UNLIKELY(config->trigger != nullptr)) declined(*config, reader, span, span_name, kinds, configured);
+      reader.leave();
       return;
     }
     if (SPANPROF_UNLIKELY(!span.valid())) {
+      reader.leave();
       report_error(ErrorCode::invalid_span_context, "a guard was given an invalid trace or span id; not profiled");
       return;
     }
-    prepare(*config);
+    prepare(*config, reader);
+    reader.leave();
     begin(*config, span, span_name, configured ? config->profiles : kinds, false);
   }
 
   // The members a guard that opened nothing never touches are set here rather than
   // by initializers, so that the turned-down guard writes only its few state bytes.
-  void prepare(const detail::RunningConfig& config) noexcept {
+  // Pins the configuration until unpin(): a restart does not free it under us.
+  void prepare(const detail::RunningConfig& config, detail::ConfigReader& reader) noexcept {
+    reader.pin(config.sampler.generation);
+    pins_ = &reader;
     config_ = &config;
     triggered_ = false;
     errored_ = false;
@@ -7619,14 +7953,15 @@ class ScopedProfile {
 
   // The head sampler said no; the adaptive trigger may still want this span, and
   // feeds on the latency of one span in `observe_one_in` per thread.
-  SPANPROF_NOINLINE void declined(const detail::RunningConfig& config, const SpanContext& span,
-                                  std::string_view span_name, ProfileKinds kinds, bool configured) noexcept {
+  SPANPROF_NOINLINE void declined(const detail::RunningConfig& config, detail::ConfigReader& reader,
+                                  const SpanContext& span, std::string_view span_name, ProfileKinds kinds,
+                                  bool configured) noexcept {
     AdaptiveTrigger& trigger = *config.trigger;
     std::uint64_t name_hash = 0;
     if (trigger.any_armed() && span.valid()) {
       name_hash = AdaptiveTrigger::hash_name(span_name);
       if (trigger.take(name_hash)) {
-        prepare(config);
+        prepare(config, reader);
         name_hash_ = name_hash;
         begin(config, span, span_name, configured ? config.profiles : kinds, true);
         return;
@@ -7638,7 +7973,7 @@ class ScopedProfile {
       return;
     }
     countdown = trigger.options().observe_one_in;
-    prepare(config);
+    prepare(config, reader);
     name_hash_ = name_hash != 0 ? name_hash : AdaptiveTrigger::hash_name(span_name);
     observe_only_ = true;
     start_ns_ = monotonic_ns();
@@ -7662,8 +7997,12 @@ class ScopedProfile {
     if (active()) {
       detail::count(detail::Counter::profiles_started);
       start_ns_ = monotonic_ns();  // after the engines started: the classic ones take milliseconds
+    } else {
+      unpin();  // nothing to close: the destructor will not look at the configuration
     }
   }
+
+  void unpin() noexcept { pins_->unpin(config_->sampler.generation); }
 
   template <class Span>
   SPANPROF_ALWAYS_INLINE void start(const Span& span, std::string_view span_name, ProfileKinds kinds,
@@ -7685,8 +8024,13 @@ class ScopedProfile {
            (span_failed_ != nullptr && span_failed_(user_span_));
   }
 
-  // The span ended: decide whether to keep what it recorded, then close the engines.
   SPANPROF_NOINLINE void finish() noexcept {
+    decide_and_close();
+    unpin();
+  }
+
+  // The span ended: decide whether to keep what it recorded, then close the engines.
+  void decide_and_close() noexcept {
     const detail::RunningConfig& config = *config_;
     if (observe_only_) {
       observe_only_ = false;
@@ -7951,7 +8295,8 @@ class ScopedProfile {
   ProfileReason reason_;
   std::uint8_t name_length_;
   int uncaught_at_open_;
-  const detail::RunningConfig* config_;
+  const detail::RunningConfig* config_;  // pinned in pins_ until unpin()
+  detail::ConfigReader* pins_;
   detail::ThreadStackSampler* sampler_;
   std::int64_t start_ns_;
   std::int64_t duration_ns_;  // -1: not read yet
@@ -9635,6 +9980,16 @@ class Spool {
 
   // ---- directory ----------------------------------------------------------------------
 
+ public:
+  // In a forked child, on the parent's spool: the child's copies of its
+  // descriptors would keep the parent's lock alive after the parent exits.
+  void close_files_after_fork() noexcept {
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+    if (dir_fd_ >= 0) ::close(dir_fd_);
+    lock_fd_ = dir_fd_ = -1;
+  }
+
+ private:
   void close() noexcept {
     if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
     if (dir_fd_ >= 0) ::close(dir_fd_);
@@ -10173,6 +10528,11 @@ class Sender {
     return false;
   }
 
+  // In a forked child, on the parent's sender (whose thread stayed in the parent).
+  void close_files_after_fork() noexcept {
+    if (spool_) spool_->close_files_after_fork();
+  }
+
   // Wakes the thread and any merger waiting for room, to see the stop.
   void wake() noexcept {
     { std::lock_guard<std::mutex> lock(mutex_); }
@@ -10514,6 +10874,7 @@ SPANPROF_NAMESPACE_END
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -10530,6 +10891,9 @@ class Worker {
   // worker groups the uploaders into lanes), and the merger's.
   struct Config : SenderConfig {
     std::chrono::milliseconds tick{100};  // how often the merger looks at the hand-off
+    // Run by the merger about once a tick: the runtime's checks on the host (the
+    // sample signal's health), off every request thread.
+    std::function<void()> watchdog;
   };
 
   Worker() = default;
@@ -10543,6 +10907,7 @@ class Worker {
     try {
       auto run = std::make_shared<Run>();
       run->tick = config.tick;
+      run->watchdog = config.watchdog;
       // Flushes asked of an earlier run were answered when it stopped.
       run->flushes_answered = flush_requested_;
       SenderConfig sending = config;
@@ -10589,6 +10954,7 @@ class Worker {
       return true;
     }
     count(Counter::profiles_dropped);
+    count(Counter::profiles_refused);
     if (captured) {
       discard_captured_profile(*captured);
       captured_profile_pool().release(std::move(captured));
@@ -10644,6 +11010,13 @@ class Worker {
     return drained;
   }
 
+  // In a forked child: the merger and sender threads stayed in the parent, and
+  // the child must not wait on their locks nor deliver what the parent's threads
+  // handed over (the parent does). The caller then builds a fresh Worker in place.
+  void close_files_after_fork() noexcept {
+    if (run_) run_->sender->close_files_after_fork();
+  }
+
   std::uint64_t spool_pending() const noexcept { return gauges_.spool_pending.load(std::memory_order_relaxed); }
   std::size_t queue_length() const noexcept { return hand_off_.size(); }
 
@@ -10665,6 +11038,7 @@ class Worker {
     std::chrono::milliseconds tick{100};
     std::vector<Lane> lanes;         // the merger's
     std::uint64_t flushes_answered = 0;  // the merger's: flush requests it has passed on
+    std::function<void()> watchdog;
     std::unique_ptr<Sender> sender;
   };
 
@@ -10691,6 +11065,7 @@ class Worker {
 
   // The merger thread's body.
   void merge(Run& run) noexcept {
+    Clock::time_point watched = Clock::now();
     for (;;) {
       std::uint64_t flush_wanted = 0;
       {
@@ -10704,6 +11079,10 @@ class Worker {
         flush_wanted = flush_requested_;
       }
       const bool flushing = flush_wanted > run.flushes_answered;
+      if (run.watchdog && Clock::now() - watched >= run.tick) {
+        watched = Clock::now();
+        run.watchdog();
+      }
       drain(run);
       cut_due_windows(run, flushing);
       if (flushing) {
@@ -10828,6 +11207,143 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DELIVERY_WORKER_HPP_
 // ---- end spanprof/delivery/worker.hpp ----
+// ---- begin spanprof/runtime/config_retirement.hpp ----
+// Frees the running configurations that spanprof::start() and shutdown()
+// replaced, once no guard can still read them.
+//
+// A configuration owns the samplers, tail policy and adaptive trigger it was
+// started with (an adaptive trigger is ~70 kB): a service that restarts spanprof
+// to change a setting must not grow with every restart. A guard on another thread
+// may have loaded the old pointer just before the restart, so the old one is
+// freed only when
+//   1. every thread has left the section in which it may have loaded it
+//      (counters.hpp, ConfigReader): after membarrier(2), a thread either shows
+//      that section as open or loads the new pointer; and
+//   2. no open guard pins its generation.
+// The guards pay two thread-local stores for this; the fence is the restart's.
+#ifndef SPANPROF_RUNTIME_CONFIG_RETIREMENT_HPP_
+#define SPANPROF_RUNTIME_CONFIG_RETIREMENT_HPP_
+
+
+#if SPANPROF_ENABLED
+
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <utility>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// A full memory barrier on every running thread of the process. False when the
+// kernel offers none (before Linux 4.3, or a seccomp filter): then nothing is freed.
+inline bool barrier_on_every_thread() noexcept {
+  if (::syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0) == 0) return true;
+  // Registration is per process, and a forked child starts unregistered.
+  if (errno == EPERM && ::syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0) == 0 &&
+      ::syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0) == 0)
+    return true;
+  // Slower (a scheduler grace period), but restarts are rare.
+  return ::syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0) == 0;
+}
+
+class ConfigRetirement {
+ public:
+  // How long reclaim() waits for a thread caught inside its section (a few
+  // instructions, or a user head sampler) before leaving the rest to the next
+  // restart.
+  static constexpr std::chrono::milliseconds section_wait{5};
+
+  // Under the runtime's lifecycle mutex, like every call below.
+  void retire(std::unique_ptr<RunningConfig> config) noexcept {
+    if (!config) return;
+    try {
+      retired_.push_back(std::move(config));
+    } catch (...) {
+      (void)config.release();  // kept forever rather than freed under a reader
+    }
+  }
+
+  // Frees every retired configuration no thread can read any more.
+  void reclaim() noexcept {
+    if (retired_.empty()) return;
+    if (!barrier_on_every_thread()) {
+      if (!reported_no_barrier_) {
+        reported_no_barrier_ = true;
+        report_error(ErrorCode::internal,
+                     "membarrier(2) is unavailable: configurations replaced by spanprof::start() are kept, not freed");
+      }
+      return;
+    }
+    std::vector<std::unique_ptr<RunningConfig>> freed;
+    {
+      CounterRegistry& registry = counter_registry();
+      std::lock_guard<std::mutex> lock(registry.mutex);
+      if (!all_sections_passed(registry)) return;
+      try {
+        freed.reserve(retired_.size());
+      } catch (...) {
+        return;
+      }
+      std::size_t kept = 0;
+      for (auto& config : retired_) {
+        if (pinned(registry, config->sampler.generation)) retired_[kept++] = std::move(config);
+        else freed.push_back(std::move(config));
+      }
+      retired_.resize(kept);
+    }
+    // The policies' destructors are the user's code: run outside the registry's lock.
+    freed.clear();
+  }
+
+  std::size_t retained() const noexcept { return retired_.size(); }
+
+  // A forked child's copy: the parent's threads are gone, but what they read is
+  // not ours to free (a guard open on the forking thread may hold any of it).
+  void forget_after_fork() noexcept {
+    for (auto& config : retired_) (void)config.release();
+    retired_.clear();
+  }
+
+ private:
+  // Every thread seen inside a section has left it since the barrier.
+  static bool all_sections_passed(const CounterRegistry& registry) noexcept {
+    const auto deadline = std::chrono::steady_clock::now() + section_wait;
+    for (const ThreadCounters* t = registry.head; t; t = t->next) {
+      const std::uint64_t seen = t->config_reader.section.load(std::memory_order_acquire);
+      if ((seen & 1) == 0) continue;
+      while (t->config_reader.section.load(std::memory_order_acquire) == seen) {
+        if (std::chrono::steady_clock::now() > deadline) return false;
+        std::this_thread::yield();
+      }
+    }
+    return true;
+  }
+
+  static bool pinned(const CounterRegistry& registry, std::uint64_t generation) noexcept {
+    if (registry.exited_pins_floor != 0 && generation >= registry.exited_pins_floor) return true;
+    for (const ThreadCounters* t = registry.head; t; t = t->next)
+      if (t->config_reader.pins(generation)) return true;
+    return false;
+  }
+
+  std::vector<std::unique_ptr<RunningConfig>> retired_;
+  bool reported_no_barrier_ = false;
+};
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_RUNTIME_CONFIG_RETIREMENT_HPP_
+// ---- end spanprof/runtime/config_retirement.hpp ----
 // ---- begin spanprof/runtime/stats.hpp ----
 // What the SDK did, for dashboards and for tests. Read with spanprof::stats().
 #ifndef SPANPROF_RUNTIME_STATS_HPP_
@@ -10848,6 +11364,10 @@ struct Stats {
   // one of uploaded, upload_failures, profiles_spooled or profiles_dropped.
   std::uint64_t profiles_enqueued = 0;
   std::uint64_t profiles_dropped = 0;      // hand-off full, or SDK shut down before delivery
+  // Of profiles_dropped, those refused at the hand-off (full, or spanprof stopped):
+  // never enqueued. So enqueued = uploaded + upload_failures + spooled
+  // + (dropped - refused) once delivery is idle, with one uploader.
+  std::uint64_t profiles_refused = 0;
   std::uint64_t profiles_uploaded = 0;     // accepted by every uploader, first time round
   std::uint64_t upload_failures = 0;       // per uploader: permanent failure, or given up with no spool
   std::uint64_t profiles_spooled = 0;      // per uploader: parked in the spool during an outage
@@ -10884,6 +11404,7 @@ struct Stats {
   std::uint64_t triggers_armed = 0;        // times the adaptive trigger armed for a name (current start())
   std::uint64_t invalid_spans = 0;         // guards given an invalid span context
   std::uint64_t threads_armed = 0;         // threads whose sampler is armed now
+  std::uint64_t configs_retained = 0;      // configurations replaced by start()/shutdown() still read by guards
   CpuSampleSource cpu_sample_source = CpuSampleSource::automatic;  // the source in use (automatic: none armed yet)
   int signal_number = 0;
 };
@@ -11686,6 +12207,7 @@ SPANPROF_NAMESPACE_END
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -11722,11 +12244,13 @@ class Runtime final : public GuardHost {
  public:
   enum Lifecycle : int { never_started, running, stopped };
 
-  const RunningConfig* start_for_guard() noexcept override {
-    if (lifecycle_.load(std::memory_order_acquire) != never_started)
-      return guard_host_state().config.load(std::memory_order_acquire);
-    start(Options(), /*only_if_never_started=*/true);
-    return guard_host_state().config.load(std::memory_order_acquire);
+  Runtime() noexcept { ::pthread_atfork(&before_fork, &after_fork_in_parent, &after_fork_in_child); }
+
+  void start_for_guard() noexcept override {
+    const int lifecycle = lifecycle_.load(std::memory_order_acquire);
+    if (lifecycle == never_started) start(Options(), /*only_if_never_started=*/true);
+    else if (lifecycle == stopped && SPANPROF_UNLIKELY(stopped_by_fork_.load(std::memory_order_relaxed)))
+      report_stopped_by_fork();
   }
 
   bool submit(std::unique_ptr<CapturedProfile> captured) noexcept override { return worker_.submit(std::move(captured)); }
@@ -11779,17 +12303,27 @@ class Runtime final : public GuardHost {
       if (worker.uploaders.empty()) worker.uploaders.push_back(std::make_shared<FileUploader>(options.output_directory));
       worker.symbolizer = options.symbolizer ? options.symbolizer : std::shared_ptr<Symbolizer>(make_elf_symbolizer());
       worker.comments.push_back(std::string("spanprof ") + SPANPROF_VERSION_STRING);
+      worker.watchdog = [signal = config->sampler.signal_number] { watch_sample_signal(signal); };
       if (!options.service_name.empty()) worker.comments.push_back("service.name=" + options.service_name);
 
       if (lifecycle_.load() == running) {
         host.config.store(nullptr, std::memory_order_release);
         worker_.stop(std::chrono::seconds(1));
       }
-      if (!worker_.start(std::move(worker))) return result;
+      retirement_.retire(std::move(current_config_));
+      trigger_.reset();
+      if (!worker_.start(std::move(worker))) {
+        retirement_.reclaim();
+        return result;
+      }
       signal_number_ = config->sampler.signal_number;
+      trigger_ = config->trigger;
       host.config.store(config.get(), std::memory_order_release);
-      configs_.push_back(std::move(config));
+      current_config_ = std::move(config);
+      retirement_.reclaim();
       lifecycle_.store(running, std::memory_order_release);
+      started_implicitly_ = only_if_never_started;
+      stopped_by_fork_.store(false, std::memory_order_relaxed);
       register_exit_flush();
       result.started = true;
       return result;
@@ -11805,6 +12339,9 @@ class Runtime final : public GuardHost {
     std::lock_guard<std::mutex> lock(lifecycle_mutex_);
     guard_host_state().config.store(nullptr, std::memory_order_release);
     if (lifecycle_.load() != never_started) lifecycle_.store(stopped, std::memory_order_release);
+    retirement_.retire(std::move(current_config_));
+    trigger_.reset();
+    retirement_.reclaim();
     // Threads keep their sampler objects (freed at thread exit) but stop receiving
     // signals now, instead of after their idle countdown.
     {
@@ -11849,10 +12386,14 @@ class Runtime final : public GuardHost {
     s.discarded_explicitly = c[Counter::discarded_explicitly];
     s.otel_spans_ended_elsewhere = c[Counter::otel_spans_ended_elsewhere];
     s.otel_spans_too_deep = c[Counter::otel_spans_too_deep];
-    if (const RunningConfig* config = guard_host_state().config.load(std::memory_order_acquire); config && config->trigger)
-      s.triggers_armed = config->trigger->counters().armed;
+    {
+      std::lock_guard<std::mutex> lock(lifecycle_mutex_);
+      if (trigger_) s.triggers_armed = trigger_->counters().armed;
+      s.configs_retained = retirement_.retained();
+    }
     s.profiles_enqueued = c[Counter::profiles_enqueued];
     s.profiles_dropped = c[Counter::profiles_dropped];
+    s.profiles_refused = c[Counter::profiles_refused];
     s.profiles_uploaded = c[Counter::profiles_uploaded];
     s.upload_failures = c[Counter::upload_failures];
     s.upload_retries = c[Counter::upload_retries];
@@ -11868,6 +12409,65 @@ class Runtime final : public GuardHost {
   }
 
  private:
+  // fork(): the child has one thread, the forking one. What the parent's other
+  // threads were doing is left to the parent: the child closes its copies of the
+  // samplers' perf events (the parent's events too: disabling them would stop the
+  // parent's samples), forgets the worker's threads and queue, and rebuilds every
+  // lock some parent thread may have held. The two lists the child walks are
+  // locked across the fork, so it finds them whole.
+  //
+  // A child of a process that spanprof started by itself (the first guard, from
+  // the environment) starts afresh at its own first guard. A child of one started
+  // by spanprof::start(options) is stopped, and says so at its first guard: the
+  // uploaders in those options may be mid-upload in the parent, their locks held
+  // for good in the child. spanprof::start() in the child profiles it.
+  static void before_fork() noexcept {
+    counter_registry().mutex.lock();
+    stack_sampler_list().mutex.lock();
+  }
+  static void after_fork_in_parent() noexcept {
+    stack_sampler_list().mutex.unlock();
+    counter_registry().mutex.unlock();
+  }
+  static void after_fork_in_child() noexcept { runtime_instance().reset_after_fork(); }
+
+  void reset_after_fork() noexcept {
+    counter_registry().reset_after_fork(thread_counters.registered ? &thread_counters : nullptr);
+    stack_sampler_list().reset_after_fork();
+    const ThreadStackSampler* mine = current_stack_sampler;
+    wall_ticker().reset_after_fork(mine != nullptr && mine->in_wall_span());
+    heap_hooks().reset_after_fork(heap_spans_open_here());
+    captured_profile_pool().reset_after_fork();
+    error_channel().reset_after_fork();
+    new (&sample_signal_installation().mutex) std::mutex();
+
+    new (&lifecycle_mutex_) std::mutex();
+    guard_host_state().config.store(nullptr, std::memory_order_release);
+    (void)current_config_.release();  // a guard open on this thread may hold it
+    new (&trigger_) std::shared_ptr<AdaptiveTrigger>();
+    retirement_.forget_after_fork();
+    worker_.close_files_after_fork();
+    new (&worker_) Worker();
+    if (lifecycle_.load(std::memory_order_relaxed) == running) {
+      if (started_implicitly_) {
+        lifecycle_.store(never_started, std::memory_order_release);
+      } else {
+        lifecycle_.store(stopped, std::memory_order_release);
+        stopped_by_fork_.store(true, std::memory_order_relaxed);
+      }
+    }
+  }
+
+  SPANPROF_NOINLINE void report_stopped_by_fork() noexcept {
+    if (!stopped_by_fork_.exchange(false, std::memory_order_relaxed)) return;
+    char message[200];
+    std::snprintf(message, sizeof message,
+                  "spanprof is stopped in this forked child (pid %d): call spanprof::start() in the child to "
+                  "profile it (the parent's uploaders may be mid-upload)",
+                  static_cast<int>(::getpid()));
+    report_error(ErrorCode::invalid_configuration, message);
+  }
+
   static void normalize(Options& options, std::vector<ConfigurationProblem>& problems) {
     auto clamp = [&](auto& value, auto low, auto high, const char* what) {
       if (value < low || value > high) {
@@ -11922,12 +12522,14 @@ class Runtime final : public GuardHost {
 
   std::atomic<int> lifecycle_{never_started};
   std::mutex lifecycle_mutex_;
-  // Every configuration ever published stays alive: a guard on another thread may
-  // still read one it loaded before a restart.
-  std::vector<std::unique_ptr<RunningConfig>> configs_;
+  std::unique_ptr<RunningConfig> current_config_;  // the one guards load, if running
+  std::shared_ptr<AdaptiveTrigger> trigger_;       // current_config_'s, for stats()
+  ConfigRetirement retirement_;                    // those replaced, until no guard reads them
   std::uint64_t generation_ = 0;
   int signal_number_ = 0;
   bool exit_flush_registered_ = false;
+  bool started_implicitly_ = false;             // by a guard, from the environment
+  std::atomic<bool> stopped_by_fork_{false};   // a forked child, not yet told
   Worker worker_;
 };
 

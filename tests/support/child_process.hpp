@@ -34,9 +34,12 @@ inline int run_child_scenario(const std::string& name) {
   return it->second();
 }
 
-// Runs this test binary again as scenario `name`.
-inline CommandResult run_in_child(const std::string& name) {
-  return capture_command(std::string(child_env) + "=" + name + " /proc/" + std::to_string(::getpid()) + "/exe");
+// Runs this test binary again as scenario `name`; killed after `timeout_seconds`
+// (if given), so that a deadlock fails the test (exit code 124 or 137).
+inline CommandResult run_in_child(const std::string& name, int timeout_seconds = 0) {
+  const std::string guard = timeout_seconds > 0 ? "timeout -k 5 " + std::to_string(timeout_seconds) + " " : "";
+  return capture_command(std::string(child_env) + "=" + name + " " + guard + "/proc/" + std::to_string(::getpid()) +
+                         "/exe");
 }
 
 }  // namespace spanprof_test

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -90,7 +91,7 @@ class Collector {
   std::vector<CollectedProfile> profiles() {
     spanprof::flush(std::chrono::seconds(30));
     std::lock_guard<std::mutex> lock(state_->mutex);
-    return state_->profiles;
+    return {state_->profiles.begin(), state_->profiles.end()};
   }
 
   const CollectedProfile* profile_for(const spanprof::SpanId& span) {
@@ -124,7 +125,9 @@ class Collector {
  private:
   struct State {
     std::mutex mutex;
-    std::vector<CollectedProfile> profiles;
+    // A deque: profile_for() hands out pointers that the worker thread's later
+    // push_back must neither move nor invalidate.
+    std::deque<CollectedProfile> profiles;
     std::vector<std::pair<spanprof::ErrorCode, std::string>> errors;
     std::vector<std::string> clone_named;  // function names that kept a clone suffix
   };

@@ -18,6 +18,26 @@
 
 #include <sys/stat.h>
 
+// Tests whose assertions a ThreadSanitizer build cannot keep carry this tag, each
+// with its reason above it; in that build the tag hides them from a plain run (they
+// still run when it is asked for). Most are about where samples land: TSan runs a signal handler only when the
+// thread next enters a function it intercepts (a libc or pthread call), handing it
+// the registers of the signal's arrival, so a sample's stack is wherever the thread
+// had got to by then, and a wait in a call it does not intercept (select,
+// clock_nanosleep) is sampled only once the call has returned.
+#if defined(__SANITIZE_THREAD__)
+#define SPANPROF_TESTS_UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SPANPROF_TESTS_UNDER_TSAN 1
+#endif
+#endif
+#ifdef SPANPROF_TESTS_UNDER_TSAN
+#define SPANPROF_TEST_NOT_UNDER_TSAN "[.not_under_tsan]"
+#else
+#define SPANPROF_TEST_NOT_UNDER_TSAN "[not_under_tsan]"
+#endif
+
 namespace spanprof_test {
 
 inline constexpr std::int64_t ten_ms = 10'000'000;

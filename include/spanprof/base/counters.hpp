@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <new>
 
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
@@ -49,6 +50,7 @@ enum class Counter : std::uint8_t {
   // delivery
   profiles_enqueued,
   profiles_dropped,
+  profiles_refused,       // of profiles_dropped: refused at the hand-off (full or stopped), never enqueued
   profiles_uploaded,
   upload_failures,
   upload_retries,
@@ -60,11 +62,92 @@ enum class Counter : std::uint8_t {
 };
 inline constexpr std::size_t counter_count = static_cast<std::size_t>(Counter::count_);
 
+// Which running configurations (runtime/guard_host.hpp) a thread may still read,
+// so that spanprof::start() can free the one it replaced once no thread can.
+// Written by its own thread only; read by the runtime under the registry's mutex.
+//
+// A guard reads the configuration inside a *section* (from loading the pointer to
+// pinning it or deciding it needs nothing from it): two plain stores, no fence.
+// The runtime orders them with membarrier(2) instead, on the rare restart
+// (runtime/config_retirement.hpp). A guard that opens something pins its
+// configuration's generation until it closes.
+struct ConfigReader {
+  static constexpr std::size_t slot_count = 4;
+  static constexpr unsigned count_bits = 24;
+  static constexpr std::uint64_t count_mask = (std::uint64_t{1} << count_bits) - 1;
+
+  std::atomic<std::uint64_t> section{0};  // odd: inside a section
+  // generation << count_bits | open guards, one distinct generation per slot.
+  std::atomic<std::uint64_t> slots[slot_count] = {};
+  // Guards of more distinct generations than slots: every generation from this
+  // one on counts as pinned while any is open (0: none).
+  std::atomic<std::uint64_t> overflow_floor{0};
+  std::uint32_t overflow_guards = 0;
+
+  SPANPROF_ALWAYS_INLINE void enter() noexcept {
+    section.store(section.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  }
+  SPANPROF_ALWAYS_INLINE void leave() noexcept {
+    section.store(section.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  }
+
+  void pin(std::uint64_t generation) noexcept {
+    for (auto& slot : slots) {
+      const std::uint64_t v = slot.load(std::memory_order_relaxed);
+      if ((v & count_mask) != 0 && (v >> count_bits) == generation && (v & count_mask) != count_mask) {
+        slot.store(v + 1, std::memory_order_release);
+        return;
+      }
+    }
+    for (auto& slot : slots) {
+      if ((slot.load(std::memory_order_relaxed) & count_mask) == 0) {
+        slot.store(generation << count_bits | 1, std::memory_order_release);
+        return;
+      }
+    }
+    const std::uint64_t floor = overflow_floor.load(std::memory_order_relaxed);
+    if (overflow_guards++ == 0 || generation < floor) overflow_floor.store(generation, std::memory_order_release);
+  }
+
+  void unpin(std::uint64_t generation) noexcept {
+    for (auto& slot : slots) {
+      const std::uint64_t v = slot.load(std::memory_order_relaxed);
+      if ((v & count_mask) != 0 && (v >> count_bits) == generation) {
+        slot.store(v - 1, std::memory_order_release);
+        return;
+      }
+    }
+    if (overflow_guards != 0 && --overflow_guards == 0) overflow_floor.store(0, std::memory_order_release);
+  }
+
+  // Whether a guard of this thread may hold `generation`. The caller has seen the
+  // thread outside any section that began before the generation was replaced.
+  bool pins(std::uint64_t generation) const noexcept {
+    for (const auto& slot : slots) {
+      const std::uint64_t v = slot.load(std::memory_order_acquire);
+      if ((v & count_mask) != 0 && (v >> count_bits) == generation) return true;
+    }
+    const std::uint64_t floor = overflow_floor.load(std::memory_order_acquire);
+    return floor != 0 && generation >= floor;
+  }
+  // The oldest generation this thread may hold (0: none).
+  std::uint64_t oldest_pinned() const noexcept {
+    std::uint64_t oldest = overflow_floor.load(std::memory_order_acquire);
+    for (const auto& slot : slots) {
+      const std::uint64_t v = slot.load(std::memory_order_acquire);
+      if ((v & count_mask) != 0 && (oldest == 0 || (v >> count_bits) < oldest)) oldest = v >> count_bits;
+    }
+    return oldest;
+  }
+};
+
 // One thread's counters. Constant-initialized and trivially destructible, so
 // reading it never runs a TLS constructor (the signal handler reaches it through
 // a pointer taken in normal context).
 struct ThreadCounters {
   std::atomic<std::uint64_t> values[counter_count] = {};
+  ConfigReader config_reader;
   ThreadCounters* next = nullptr;
   ThreadCounters* prev = nullptr;
   bool registered = false;
@@ -86,6 +169,23 @@ struct CounterRegistry {
   std::mutex mutex;
   ThreadCounters* head = nullptr;
   std::uint64_t retired[counter_count] = {};  // threads that exited
+  // A thread that exited with guards still open (closed by later thread-exit
+  // destructors) may hold configurations from this generation on: never freed.
+  std::uint64_t exited_pins_floor = 0;
+
+  // In a forked child (one thread, the mutex held since before the fork): the
+  // child counts from zero, on the forking thread's block only.
+  void reset_after_fork(ThreadCounters* survivor) noexcept {
+    for (auto& value : retired) value = 0;
+    exited_pins_floor = 0;
+    head = nullptr;
+    if (survivor != nullptr && survivor->registered) {
+      for (auto& value : survivor->values) value.store(0, std::memory_order_relaxed);
+      survivor->next = survivor->prev = nullptr;
+      head = survivor;
+    }
+    new (&mutex) std::mutex();
+  }
 
   CounterTotals totals() noexcept {
     CounterTotals sum;
@@ -114,6 +214,9 @@ struct ThreadCountersOwner {
     else if (registry.head == &t) registry.head = t.next;
     if (t.next) t.next->prev = t.prev;
     for (std::size_t i = 0; i < counter_count; ++i) registry.retired[i] += t.values[i].load(std::memory_order_relaxed);
+    if (const std::uint64_t oldest = t.config_reader.oldest_pinned();
+        oldest != 0 && (registry.exited_pins_floor == 0 || oldest < registry.exited_pins_floor))
+      registry.exited_pins_floor = oldest;
     t.registered = false;
     t.exited = true;
   }

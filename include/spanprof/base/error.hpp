@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string_view>
 
 SPANPROF_NAMESPACE_BEGIN
@@ -113,6 +114,9 @@ struct ErrorChannel {
   std::shared_ptr<const ErrorHandler> handler =
       std::make_shared<const ErrorHandler>(RateLimitedStderrHandler{});
   std::atomic<std::uint64_t> counts[error_code_count] = {};
+
+  // In a forked child: a parent thread may have held the mutex at the fork.
+  void reset_after_fork() noexcept { new (&mutex) std::mutex(); }
 };
 
 SPANPROF_API inline ErrorChannel& error_channel() noexcept {

@@ -170,6 +170,13 @@ class CapturedProfilePool {
 
   std::size_t idle() const noexcept { return idle_.load(std::memory_order_relaxed); }
 
+  // In a forked child: a parent thread may have been between the two halves of a
+  // pop; the spare records are left where they are.
+  void reset_after_fork() noexcept {
+    spare_.store(nullptr, std::memory_order_relaxed);
+    idle_.store(0, std::memory_order_relaxed);
+  }
+
  private:
   // Trivially destructible, so a guard closing in another thread_local's destructor
   // (after the owner below is gone) still finds it, retired.

@@ -302,6 +302,13 @@ class HeapHooks {
   }
   int open_scopes() const noexcept { return open_scopes_.load(std::memory_order_relaxed); }
 
+  // In a forked child: only the forking thread's scopes are still open (and will
+  // close); the hooks stay until the last of them does.
+  void reset_after_fork(int open_here) noexcept {
+    new (&mutex_) std::mutex();
+    open_scopes_.store(open_here, std::memory_order_relaxed);
+  }
+
  private:
   bool install() noexcept {
     const TcmallocApi& api = tcmalloc_api();
@@ -373,6 +380,13 @@ struct HeapSettings {
   int max_depth = 64;
   std::size_t log_words = 64 * 1024;
 };
+
+// Heap spans open on this thread now.
+inline int heap_spans_open_here() noexcept {
+  int open = 0;
+  for (const HeapActiveSpan* span = heap_thread.active; span != nullptr; span = span->parent) ++open;
+  return open;
+}
 
 // Opens a heap span on this thread. False: not profiled (reported).
 inline bool open_heap_span(HeapActiveSpan& span, const HeapSettings& settings) noexcept {

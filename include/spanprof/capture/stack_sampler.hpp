@@ -40,6 +40,7 @@
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -139,6 +140,13 @@ inline std::uintptr_t interrupted_pc(const void* ucontext) noexcept {
 #endif
 }
 
+// The sample signal whose handler the host replaced (0: none). Samplers on it
+// are not armed again; the next spanprof::start() picks another signal.
+SPANPROF_API inline std::atomic<int>& sample_signal_lost() noexcept {
+  static std::atomic<int> lost{0};
+  return lost;
+}
+
 class ThreadStackSampler {
  public:
   // `counters` is the creating thread's block in the counter registry: the signal
@@ -179,6 +187,22 @@ class ThreadStackSampler {
   }
 
   bool has_source() const noexcept { return source_ != CpuSampleSource::automatic; }
+
+  // In a forked child, on a sampler the parent made: its perf event is the
+  // parent's too (disabling it would stop the parent's samples), its timer does
+  // not exist here, and its thread ids are the parent's. Closes the child's copies
+  // and keeps the log, which an open guard on the forking thread still reads.
+  void forget_source_after_fork() noexcept {
+    if (perf_fd_ >= 0) ::close(perf_fd_);
+    perf_fd_ = -1;
+    has_timer_ = false;
+    if (ticker_.syscall_fd >= 0) ::close(ticker_.syscall_fd);
+    ticker_.syscall_fd = -1;
+    source_ = CpuSampleSource::automatic;
+    armed_.store(false, std::memory_order_relaxed);
+    registry_prev = registry_next = nullptr;
+  }
+  bool in_wall_span() const noexcept { return wall_spans_.load(std::memory_order_relaxed) != 0; }
   CpuSampleSource source() const noexcept { return source_; }
   const StackSamplerSettings& settings() const noexcept { return settings_; }
   bool armed() const noexcept { return armed_.load(std::memory_order_relaxed); }
@@ -186,6 +210,11 @@ class ThreadStackSampler {
   // Starts delivering samples to this thread. Called on the request thread, only
   // when the sampler is not armed (first guard, or after an idle disarm).
   bool arm() noexcept {
+    if (SPANPROF_UNLIKELY(signal_blocked_.load(std::memory_order_relaxed) ||
+                          sample_signal_lost().load(std::memory_order_relaxed) == settings_.signal_number)) {
+      armed_.store(false, std::memory_order_relaxed);
+      return false;
+    }
     idle_ticks_.store(0, std::memory_order_relaxed);
     cpu_mark_ = 0;  // the periods start afresh
     cpu_period_ = 0;
@@ -277,6 +306,9 @@ class ThreadStackSampler {
   // ---- signal handler ----------------------------------------------------------
 
   void on_signal(const siginfo_t* info, const void* ucontext) noexcept {
+    // Queued while the thread blocked the signal: they would all land on the point
+    // where it unblocks, so none is recorded.
+    if (SPANPROF_UNLIKELY(signal_blocked_.load(std::memory_order_relaxed))) return;
     if (info->si_code == SI_QUEUE && info->si_pid == pid_) {
       const auto value = reinterpret_cast<std::uintptr_t>(info->si_value.sival_ptr);
       if ((value & ~std::uint64_t{0xFFFF'FFFF}) == wall_tick_tag) on_wall_tick(static_cast<std::uint32_t>(value), ucontext);
@@ -289,6 +321,7 @@ class ThreadStackSampler {
     } else {
       return;
     }
+    cpu_ticks_handled_.store(cpu_ticks_handled_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     // The next period starts now, before the unwinding: the CPU time this handler
     // takes counts toward it. (Drawn at the end, each sample's handler time would
     // go unsampled: -9% at 1 kHz, -30% at 4 kHz, measured.)
@@ -308,6 +341,35 @@ class ThreadStackSampler {
     if (active->recorded.contains(ProfileKind::cpu)) record_sample(1, ucontext);
   }
 
+  // ---- the watchdog's side (the worker's thread, under the sampler list's mutex) ----
+
+  // True when this armed thread has run four CPU periods without taking a tick
+  // because it blocks the sample signal: the sampler is then disarmed for good.
+  // Left armed, the real-time signals queued against the mask would overflow into
+  // SIGIO, whose default action kills the process.
+  bool refuse_if_signal_blocked() noexcept {
+    if (!armed() || signal_blocked_.load(std::memory_order_relaxed)) {
+      watch_cpu_ns_ = -1;
+      return false;
+    }
+    const std::int64_t cpu = thread_cpu_ns();
+    const std::uint64_t ticks = cpu_ticks_handled_.load(std::memory_order_relaxed);
+    if (cpu < 0) return false;
+    if (watch_cpu_ns_ < 0 || ticks != watch_ticks_ || cpu - watch_cpu_ns_ < 4 * settings_.period_ns) {
+      if (watch_cpu_ns_ < 0 || ticks != watch_ticks_) {
+        watch_cpu_ns_ = cpu;
+        watch_ticks_ = ticks;
+      }
+      return false;
+    }
+    watch_cpu_ns_ = cpu;
+    if (!blocks_sample_signal()) return false;
+    signal_blocked_.store(true, std::memory_order_relaxed);
+    disarm();
+    return true;
+  }
+  pid_t thread_id() const noexcept { return tid_; }
+
   // ---- the wall ticker's side (its thread only, under the sampler list's mutex) ----
 
   // One wall tick for this thread: nothing when it has no wall span open; when it is
@@ -317,6 +379,9 @@ class ThreadStackSampler {
   // signal was sent.
   enum class WallTick : std::uint8_t { none, confirmed, signalled, failed };
   WallTick wall_tick(std::int64_t now_ns, std::int64_t mean_period_ns) noexcept {
+    if (signal_blocked_.load(std::memory_order_relaxed) ||
+        sample_signal_lost().load(std::memory_order_relaxed) == settings_.signal_number)
+      return WallTick::none;
     if (wall_spans_.load(std::memory_order_acquire) == 0) {
       ticker_.sampled_blocked = false;
       return WallTick::none;
@@ -552,6 +617,24 @@ class ThreadStackSampler {
     return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
   }
 
+  // SigBlk in /proc/self/task/<tid>/status has the sample signal's bit.
+  bool blocks_sample_signal() const noexcept {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/self/task/%d/status", static_cast<int>(tid_));
+    const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    char text[4096];
+    const ssize_t n = ::read(fd, text, sizeof text - 1);
+    ::close(fd);
+    if (n <= 0) return false;
+    text[n] = '\0';
+    const char* line = std::strstr(text, "\nSigBlk:");
+    if (line == nullptr) return false;
+    const unsigned long long mask = std::strtoull(line + 8, nullptr, 16);
+    const int bit = settings_.signal_number - 1;
+    return bit >= 0 && bit < 64 && ((mask >> bit) & 1) != 0;
+  }
+
   bool open_perf_event() noexcept {
     perf_event_attr attr{};
     attr.size = sizeof(attr);
@@ -603,6 +686,10 @@ class ThreadStackSampler {
   std::atomic<std::uint64_t> dropped_{0};
   std::atomic<bool> armed_{false};
   std::atomic<std::uint32_t> idle_ticks_{0};
+  std::atomic<std::uint64_t> cpu_ticks_handled_{0};  // written by the handler
+  std::atomic<bool> signal_blocked_{false};          // set by the watchdog: never armed again
+  std::int64_t watch_cpu_ns_ = -1;                   // the watchdog's: thread CPU time at its mark
+  std::uint64_t watch_ticks_ = 0;                    // the watchdog's: ticks handled at its mark
 
   // Wall accounting. Written by this thread only (its guards and its handler).
   static constexpr std::size_t no_wall_record = ~std::size_t{0};
@@ -661,6 +748,18 @@ struct StackSamplerList {
     else if (head == sampler) head = sampler->registry_next;
     if (sampler->registry_next) sampler->registry_next->registry_prev = sampler->registry_prev;
   }
+
+  // In a forked child (one thread, the mutex held since before the fork): the
+  // parent's samplers are left to the parent, and the list starts empty.
+  void reset_after_fork() noexcept {
+    for (ThreadStackSampler* s = head; s != nullptr;) {
+      ThreadStackSampler* next = s->registry_next;
+      s->forget_source_after_fork();
+      s = next;
+    }
+    head = nullptr;
+    new (&mutex) std::mutex();
+  }
 };
 
 SPANPROF_API inline StackSamplerList& stack_sampler_list() noexcept {
@@ -696,31 +795,47 @@ inline thread_local ThreadStackSamplerOwner stack_sampler_owner;
 // real-time signal from SIGRTMIN+4 that nobody handles. Installs the handler.
 // The handler stays installed for the life of the process: a late signal with no
 // handler would kill the process.
+struct SampleSignalInstallation {
+  std::mutex mutex;
+  int installed[65] = {};
+};
+SPANPROF_API inline SampleSignalInstallation& sample_signal_installation() noexcept {
+  static SampleSignalInstallation installation;
+  return installation;
+}
+
+// Nobody in the process handles or ignores `sig` (spanprof's own handler aside).
+inline bool sample_signal_is_free(int sig) noexcept {
+  struct sigaction current {};
+  if (::sigaction(sig, nullptr, &current) != 0) return false;
+  if (current.sa_flags & SA_SIGINFO) return current.sa_sigaction == &on_sample_signal;
+  return current.sa_handler == SIG_DFL;
+}
+
 inline int install_sample_signal_handler(int wanted) noexcept {
-  static std::mutex mutex;
-  static int installed[65] = {};
-  std::lock_guard<std::mutex> lock(mutex);
-  int chosen = wanted;
-  if (chosen == 0) {
-    for (int sig = SIGRTMIN + 4; sig <= SIGRTMAX; ++sig) {
-      if (sig < 65 && installed[sig]) {
-        chosen = sig;
-        break;
-      }
-      struct sigaction current {};
-      if (::sigaction(sig, nullptr, &current) == 0 && !(current.sa_flags & SA_SIGINFO) &&
-          current.sa_handler == SIG_DFL) {
-        chosen = sig;
-        break;
-      }
-    }
-    if (chosen == 0) {
-      report_error(ErrorCode::sampler_failed, "no free real-time signal for CPU samples");
-      return 0;
-    }
+  SampleSignalInstallation& installation = sample_signal_installation();
+  int (&installed)[65] = installation.installed;
+  std::lock_guard<std::mutex> lock(installation.mutex);
+  if (wanted < 0 || wanted >= 65 || (wanted != 0 && (wanted < SIGRTMIN || wanted > SIGRTMAX))) {
+    report_error(ErrorCode::invalid_configuration, "signal_number is not a real-time signal");
+    return 0;
   }
-  if (chosen <= 0 || chosen >= 65) {
-    report_error(ErrorCode::invalid_configuration, "signal_number out of range");
+  if (wanted != 0 && !installed[wanted] && !sample_signal_is_free(wanted)) {
+    // The host's signal stays the host's: taking it would silently break whatever
+    // the host uses it for.
+    char message[160];
+    std::snprintf(message, sizeof message,
+                  "signal_number=%d already has a handler in this process; it stays the host's, and spanprof "
+                  "picks a free real-time signal instead",
+                  wanted);
+    report_error(ErrorCode::invalid_configuration, message);
+    wanted = 0;
+  }
+  int chosen = wanted;
+  for (int sig = SIGRTMIN + 4; chosen == 0 && sig <= SIGRTMAX && sig < 65; ++sig)
+    if (installed[sig] || sample_signal_is_free(sig)) chosen = sig;
+  if (chosen == 0) {
+    report_error(ErrorCode::sampler_failed, "no free real-time signal for CPU samples");
     return 0;
   }
   if (installed[chosen]) return chosen;
@@ -736,6 +851,55 @@ inline int install_sample_signal_handler(int wanted) noexcept {
   }
   installed[chosen] = 1;
   return chosen;
+}
+
+// Run by the worker about every 100 ms. Notices a host that replaced the sample
+// signal's handler (its handler would get spanprof's signals, and spanprof none)
+// or a thread that blocked the signal after its sampler was armed; stops sampling
+// there, and reports each once.
+inline void watch_sample_signal(int signal_number) noexcept {
+  if (signal_number <= 0 || signal_number >= 65) return;
+  StackSamplerList& list = stack_sampler_list();
+  struct sigaction current {};
+  if (::sigaction(signal_number, nullptr, &current) == 0 &&
+      !((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == &on_sample_signal)) {
+    if (sample_signal_lost().exchange(signal_number, std::memory_order_relaxed) == signal_number) return;
+    {
+      SampleSignalInstallation& installation = sample_signal_installation();
+      std::lock_guard<std::mutex> lock(installation.mutex);
+      installation.installed[signal_number] = 0;  // the host's now: the next start() picks another
+    }
+    {
+      std::lock_guard<std::mutex> lock(list.mutex);
+      for (ThreadStackSampler* s = list.head; s; s = s->registry_next)
+        if (s->settings().signal_number == signal_number) s->disarm();
+    }
+    char message[200];
+    std::snprintf(message, sizeof message,
+                  "the handler of the sample signal %d was replaced by the host: sampling stopped; "
+                  "spanprof::start() picks another signal",
+                  signal_number);
+    report_error(ErrorCode::sampler_failed, message);
+    return;
+  }
+  int refused = 0;
+  pid_t thread = 0;
+  {
+    std::lock_guard<std::mutex> lock(list.mutex);
+    for (ThreadStackSampler* s = list.head; s; s = s->registry_next) {
+      if (s->refuse_if_signal_blocked()) {
+        ++refused;
+        thread = s->thread_id();
+      }
+    }
+  }
+  if (refused != 0) {
+    char message[200];
+    std::snprintf(message, sizeof message,
+                  "thread %d (and %d more) blocked the sample signal %d while armed: not sampled any more",
+                  static_cast<int>(thread), refused - 1, signal_number);
+    report_error(ErrorCode::sampler_failed, message);
+  }
 }
 
 // Slow path of a guard: the thread has no sampler for the current settings yet.

@@ -30,6 +30,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <new>
 #include <thread>
 
 #include <time.h>
@@ -57,6 +58,16 @@ class WallTicker {
   void thread_ended_wall_span() noexcept { threads_.fetch_sub(1, std::memory_order_seq_cst); }
 
   std::uint32_t threads_in_wall_spans() const noexcept { return threads_.load(std::memory_order_relaxed); }
+
+  // In a forked child: the ticker thread stayed in the parent. The next wall span
+  // starts a new one; `open_here` counts a wall span the forking thread has open.
+  void reset_after_fork(bool open_here) noexcept {
+    new (&mutex_) std::mutex();
+    new (&wake_) std::condition_variable();
+    threads_.store(open_here ? 1 : 0, std::memory_order_relaxed);
+    started_.store(false, std::memory_order_relaxed);
+    parked_.store(false, std::memory_order_relaxed);
+  }
 
  private:
   void start() noexcept {

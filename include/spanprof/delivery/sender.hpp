@@ -159,6 +159,11 @@ class Sender {
     return false;
   }
 
+  // In a forked child, on the parent's sender (whose thread stayed in the parent).
+  void close_files_after_fork() noexcept {
+    if (spool_) spool_->close_files_after_fork();
+  }
+
   // Wakes the thread and any merger waiting for room, to see the stop.
   void wake() noexcept {
     { std::lock_guard<std::mutex> lock(mutex_); }

@@ -703,6 +703,16 @@ class Spool {
 
   // ---- directory ----------------------------------------------------------------------
 
+ public:
+  // In a forked child, on the parent's spool: the child's copies of its
+  // descriptors would keep the parent's lock alive after the parent exits.
+  void close_files_after_fork() noexcept {
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+    if (dir_fd_ >= 0) ::close(dir_fd_);
+    lock_fd_ = dir_fd_ = -1;
+  }
+
+ private:
   void close() noexcept {
     if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
     if (dir_fd_ >= 0) ::close(dir_fd_);

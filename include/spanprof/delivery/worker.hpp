@@ -33,6 +33,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -49,6 +50,9 @@ class Worker {
   // worker groups the uploaders into lanes), and the merger's.
   struct Config : SenderConfig {
     std::chrono::milliseconds tick{100};  // how often the merger looks at the hand-off
+    // Run by the merger about once a tick: the runtime's checks on the host (the
+    // sample signal's health), off every request thread.
+    std::function<void()> watchdog;
   };
 
   Worker() = default;
@@ -62,6 +66,7 @@ class Worker {
     try {
       auto run = std::make_shared<Run>();
       run->tick = config.tick;
+      run->watchdog = config.watchdog;
       // Flushes asked of an earlier run were answered when it stopped.
       run->flushes_answered = flush_requested_;
       SenderConfig sending = config;
@@ -108,6 +113,7 @@ class Worker {
       return true;
     }
     count(Counter::profiles_dropped);
+    count(Counter::profiles_refused);
     if (captured) {
       discard_captured_profile(*captured);
       captured_profile_pool().release(std::move(captured));
@@ -163,6 +169,13 @@ class Worker {
     return drained;
   }
 
+  // In a forked child: the merger and sender threads stayed in the parent, and
+  // the child must not wait on their locks nor deliver what the parent's threads
+  // handed over (the parent does). The caller then builds a fresh Worker in place.
+  void close_files_after_fork() noexcept {
+    if (run_) run_->sender->close_files_after_fork();
+  }
+
   std::uint64_t spool_pending() const noexcept { return gauges_.spool_pending.load(std::memory_order_relaxed); }
   std::size_t queue_length() const noexcept { return hand_off_.size(); }
 
@@ -184,6 +197,7 @@ class Worker {
     std::chrono::milliseconds tick{100};
     std::vector<Lane> lanes;         // the merger's
     std::uint64_t flushes_answered = 0;  // the merger's: flush requests it has passed on
+    std::function<void()> watchdog;
     std::unique_ptr<Sender> sender;
   };
 
@@ -210,6 +224,7 @@ class Worker {
 
   // The merger thread's body.
   void merge(Run& run) noexcept {
+    Clock::time_point watched = Clock::now();
     for (;;) {
       std::uint64_t flush_wanted = 0;
       {
@@ -223,6 +238,10 @@ class Worker {
         flush_wanted = flush_requested_;
       }
       const bool flushing = flush_wanted > run.flushes_answered;
+      if (run.watchdog && Clock::now() - watched >= run.tick) {
+        watched = Clock::now();
+        run.watchdog();
+      }
       drain(run);
       cut_due_windows(run, flushing);
       if (flushing) {

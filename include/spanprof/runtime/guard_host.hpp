@@ -11,6 +11,7 @@
 #ifndef SPANPROF_RUNTIME_GUARD_HOST_HPP_
 #define SPANPROF_RUNTIME_GUARD_HOST_HPP_
 
+#include <spanprof/base/counters.hpp>
 #include <spanprof/base/error.hpp>
 #include <spanprof/capture/captured_profile.hpp>
 #include <spanprof/capture/stack_sampler.hpp>
@@ -30,7 +31,8 @@
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
 
-// What one start() configured, as guards read it. Immutable once published.
+// What one start() configured, as guards read it. Immutable once published;
+// freed after a restart once no guard reads it (config_retirement.hpp).
 struct RunningConfig {
   ProfileKinds profiles = cpu;
   CpuEngine cpu_engine = CpuEngine::sampling;
@@ -46,8 +48,8 @@ class GuardHost {
  public:
   // A guard found no running configuration: start from the environment if
   // spanprof never started (the first guard of a process that never called
-  // start()), and return the configuration to use, or null when not running.
-  virtual const RunningConfig* start_for_guard() noexcept = 0;
+  // start()). The guard then loads the configuration again.
+  virtual void start_for_guard() noexcept = 0;
   // Called on the request thread; must not block. False: dropped (counted).
   virtual bool submit(std::unique_ptr<CapturedProfile> captured) noexcept = 0;
 
@@ -67,21 +69,39 @@ SPANPROF_API inline GuardHostState& guard_host_state() noexcept {
   return state;
 }
 
-SPANPROF_NOINLINE inline const RunningConfig* config_for_first_guard() noexcept {
+SPANPROF_NOINLINE inline void config_for_first_guard() noexcept {
   GuardHostState& state = guard_host_state();
-  if (GuardHost* host = state.host.load(std::memory_order_acquire)) return host->start_for_guard();
+  if (GuardHost* host = state.host.load(std::memory_order_acquire)) {
+    host->start_for_guard();
+    return;
+  }
   if (!state.reported_missing.exchange(true, std::memory_order_relaxed)) {
     report_error(ErrorCode::invalid_configuration,
                  "a guard opened but spanprof's runtime is not in this program: include <spanprof/spanprof.hpp> "
                  "in one source file; nothing is profiled");
   }
+}
+
+// This thread's counters and configuration reader, registered; null on a thread
+// whose counters are already gone (a guard in a late thread-exit destructor),
+// where nothing is profiled.
+SPANPROF_ALWAYS_INLINE inline ThreadCounters* guard_thread() noexcept {
+  ThreadCounters& t = thread_counters;
+  if (SPANPROF_LIKELY(t.registered) || register_thread_counters()) return &t;
   return nullptr;
 }
 
-SPANPROF_ALWAYS_INLINE inline const RunningConfig* config_for_guard() noexcept {
+// Enters the thread's reading section and loads the configuration (null: not
+// running). The caller pins what it keeps and leaves the section.
+SPANPROF_ALWAYS_INLINE inline const RunningConfig* enter_config_section(ConfigReader& reader) noexcept {
+  reader.enter();
   const RunningConfig* config = guard_host_state().config.load(std::memory_order_acquire);
   if (SPANPROF_LIKELY(config != nullptr)) return config;
-  return config_for_first_guard();
+  // start() frees what no section reads: not this thread's own, then.
+  reader.leave();
+  config_for_first_guard();
+  reader.enter();
+  return guard_host_state().config.load(std::memory_order_acquire);
 }
 
 inline bool submit_captured(std::unique_ptr<CapturedProfile> captured) noexcept {

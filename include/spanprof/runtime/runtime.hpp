@@ -14,9 +14,11 @@
 #include <spanprof/base/error.hpp>
 #include <spanprof/capture/stack_sampler.hpp>
 #include <spanprof/capture/heap_sampler.hpp>
+#include <spanprof/capture/wall_ticker.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/delivery/file_uploader.hpp>
 #include <spanprof/delivery/worker.hpp>
+#include <spanprof/runtime/config_retirement.hpp>
 #include <spanprof/runtime/guard_host.hpp>
 #include <spanprof/runtime/options.hpp>
 #include <spanprof/runtime/stats.hpp>
@@ -30,6 +32,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -66,11 +69,13 @@ class Runtime final : public GuardHost {
  public:
   enum Lifecycle : int { never_started, running, stopped };
 
-  const RunningConfig* start_for_guard() noexcept override {
-    if (lifecycle_.load(std::memory_order_acquire) != never_started)
-      return guard_host_state().config.load(std::memory_order_acquire);
-    start(Options(), /*only_if_never_started=*/true);
-    return guard_host_state().config.load(std::memory_order_acquire);
+  Runtime() noexcept { ::pthread_atfork(&before_fork, &after_fork_in_parent, &after_fork_in_child); }
+
+  void start_for_guard() noexcept override {
+    const int lifecycle = lifecycle_.load(std::memory_order_acquire);
+    if (lifecycle == never_started) start(Options(), /*only_if_never_started=*/true);
+    else if (lifecycle == stopped && SPANPROF_UNLIKELY(stopped_by_fork_.load(std::memory_order_relaxed)))
+      report_stopped_by_fork();
   }
 
   bool submit(std::unique_ptr<CapturedProfile> captured) noexcept override { return worker_.submit(std::move(captured)); }
@@ -123,17 +128,27 @@ class Runtime final : public GuardHost {
       if (worker.uploaders.empty()) worker.uploaders.push_back(std::make_shared<FileUploader>(options.output_directory));
       worker.symbolizer = options.symbolizer ? options.symbolizer : std::shared_ptr<Symbolizer>(make_elf_symbolizer());
       worker.comments.push_back(std::string("spanprof ") + SPANPROF_VERSION_STRING);
+      worker.watchdog = [signal = config->sampler.signal_number] { watch_sample_signal(signal); };
       if (!options.service_name.empty()) worker.comments.push_back("service.name=" + options.service_name);
 
       if (lifecycle_.load() == running) {
         host.config.store(nullptr, std::memory_order_release);
         worker_.stop(std::chrono::seconds(1));
       }
-      if (!worker_.start(std::move(worker))) return result;
+      retirement_.retire(std::move(current_config_));
+      trigger_.reset();
+      if (!worker_.start(std::move(worker))) {
+        retirement_.reclaim();
+        return result;
+      }
       signal_number_ = config->sampler.signal_number;
+      trigger_ = config->trigger;
       host.config.store(config.get(), std::memory_order_release);
-      configs_.push_back(std::move(config));
+      current_config_ = std::move(config);
+      retirement_.reclaim();
       lifecycle_.store(running, std::memory_order_release);
+      started_implicitly_ = only_if_never_started;
+      stopped_by_fork_.store(false, std::memory_order_relaxed);
       register_exit_flush();
       result.started = true;
       return result;
@@ -149,6 +164,9 @@ class Runtime final : public GuardHost {
     std::lock_guard<std::mutex> lock(lifecycle_mutex_);
     guard_host_state().config.store(nullptr, std::memory_order_release);
     if (lifecycle_.load() != never_started) lifecycle_.store(stopped, std::memory_order_release);
+    retirement_.retire(std::move(current_config_));
+    trigger_.reset();
+    retirement_.reclaim();
     // Threads keep their sampler objects (freed at thread exit) but stop receiving
     // signals now, instead of after their idle countdown.
     {
@@ -193,10 +211,14 @@ class Runtime final : public GuardHost {
     s.discarded_explicitly = c[Counter::discarded_explicitly];
     s.otel_spans_ended_elsewhere = c[Counter::otel_spans_ended_elsewhere];
     s.otel_spans_too_deep = c[Counter::otel_spans_too_deep];
-    if (const RunningConfig* config = guard_host_state().config.load(std::memory_order_acquire); config && config->trigger)
-      s.triggers_armed = config->trigger->counters().armed;
+    {
+      std::lock_guard<std::mutex> lock(lifecycle_mutex_);
+      if (trigger_) s.triggers_armed = trigger_->counters().armed;
+      s.configs_retained = retirement_.retained();
+    }
     s.profiles_enqueued = c[Counter::profiles_enqueued];
     s.profiles_dropped = c[Counter::profiles_dropped];
+    s.profiles_refused = c[Counter::profiles_refused];
     s.profiles_uploaded = c[Counter::profiles_uploaded];
     s.upload_failures = c[Counter::upload_failures];
     s.upload_retries = c[Counter::upload_retries];
@@ -212,6 +234,65 @@ class Runtime final : public GuardHost {
   }
 
  private:
+  // fork(): the child has one thread, the forking one. What the parent's other
+  // threads were doing is left to the parent: the child closes its copies of the
+  // samplers' perf events (the parent's events too: disabling them would stop the
+  // parent's samples), forgets the worker's threads and queue, and rebuilds every
+  // lock some parent thread may have held. The two lists the child walks are
+  // locked across the fork, so it finds them whole.
+  //
+  // A child of a process that spanprof started by itself (the first guard, from
+  // the environment) starts afresh at its own first guard. A child of one started
+  // by spanprof::start(options) is stopped, and says so at its first guard: the
+  // uploaders in those options may be mid-upload in the parent, their locks held
+  // for good in the child. spanprof::start() in the child profiles it.
+  static void before_fork() noexcept {
+    counter_registry().mutex.lock();
+    stack_sampler_list().mutex.lock();
+  }
+  static void after_fork_in_parent() noexcept {
+    stack_sampler_list().mutex.unlock();
+    counter_registry().mutex.unlock();
+  }
+  static void after_fork_in_child() noexcept { runtime_instance().reset_after_fork(); }
+
+  void reset_after_fork() noexcept {
+    counter_registry().reset_after_fork(thread_counters.registered ? &thread_counters : nullptr);
+    stack_sampler_list().reset_after_fork();
+    const ThreadStackSampler* mine = current_stack_sampler;
+    wall_ticker().reset_after_fork(mine != nullptr && mine->in_wall_span());
+    heap_hooks().reset_after_fork(heap_spans_open_here());
+    captured_profile_pool().reset_after_fork();
+    error_channel().reset_after_fork();
+    new (&sample_signal_installation().mutex) std::mutex();
+
+    new (&lifecycle_mutex_) std::mutex();
+    guard_host_state().config.store(nullptr, std::memory_order_release);
+    (void)current_config_.release();  // a guard open on this thread may hold it
+    new (&trigger_) std::shared_ptr<AdaptiveTrigger>();
+    retirement_.forget_after_fork();
+    worker_.close_files_after_fork();
+    new (&worker_) Worker();
+    if (lifecycle_.load(std::memory_order_relaxed) == running) {
+      if (started_implicitly_) {
+        lifecycle_.store(never_started, std::memory_order_release);
+      } else {
+        lifecycle_.store(stopped, std::memory_order_release);
+        stopped_by_fork_.store(true, std::memory_order_relaxed);
+      }
+    }
+  }
+
+  SPANPROF_NOINLINE void report_stopped_by_fork() noexcept {
+    if (!stopped_by_fork_.exchange(false, std::memory_order_relaxed)) return;
+    char message[200];
+    std::snprintf(message, sizeof message,
+                  "spanprof is stopped in this forked child (pid %d): call spanprof::start() in the child to "
+                  "profile it (the parent's uploaders may be mid-upload)",
+                  static_cast<int>(::getpid()));
+    report_error(ErrorCode::invalid_configuration, message);
+  }
+
   static void normalize(Options& options, std::vector<ConfigurationProblem>& problems) {
     auto clamp = [&](auto& value, auto low, auto high, const char* what) {
       if (value < low || value > high) {
@@ -266,12 +347,14 @@ class Runtime final : public GuardHost {
 
   std::atomic<int> lifecycle_{never_started};
   std::mutex lifecycle_mutex_;
-  // Every configuration ever published stays alive: a guard on another thread may
-  // still read one it loaded before a restart.
-  std::vector<std::unique_ptr<RunningConfig>> configs_;
+  std::unique_ptr<RunningConfig> current_config_;  // the one guards load, if running
+  std::shared_ptr<AdaptiveTrigger> trigger_;       // current_config_'s, for stats()
+  ConfigRetirement retirement_;                    // those replaced, until no guard reads them
   std::uint64_t generation_ = 0;
   int signal_number_ = 0;
   bool exit_flush_registered_ = false;
+  bool started_implicitly_ = false;             // by a guard, from the environment
+  std::atomic<bool> stopped_by_fork_{false};   // a forked child, not yet told
   Worker worker_;
 };
 

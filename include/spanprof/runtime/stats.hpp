@@ -19,6 +19,10 @@ struct Stats {
   // one of uploaded, upload_failures, profiles_spooled or profiles_dropped.
   std::uint64_t profiles_enqueued = 0;
   std::uint64_t profiles_dropped = 0;      // hand-off full, or SDK shut down before delivery
+  // Of profiles_dropped, those refused at the hand-off (full, or spanprof stopped):
+  // never enqueued. So enqueued = uploaded + upload_failures + spooled
+  // + (dropped - refused) once delivery is idle, with one uploader.
+  std::uint64_t profiles_refused = 0;
   std::uint64_t profiles_uploaded = 0;     // accepted by every uploader, first time round
   std::uint64_t upload_failures = 0;       // per uploader: permanent failure, or given up with no spool
   std::uint64_t profiles_spooled = 0;      // per uploader: parked in the spool during an outage
@@ -55,6 +59,7 @@ struct Stats {
   std::uint64_t triggers_armed = 0;        // times the adaptive trigger armed for a name (current start())
   std::uint64_t invalid_spans = 0;         // guards given an invalid span context
   std::uint64_t threads_armed = 0;         // threads whose sampler is armed now
+  std::uint64_t configs_retained = 0;      // configurations replaced by start()/shutdown() still read by guards
   CpuSampleSource cpu_sample_source = CpuSampleSource::automatic;  // the source in use (automatic: none armed yet)
   int signal_number = 0;
 };

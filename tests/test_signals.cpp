@@ -1,0 +1,250 @@
+// The sample signal and the host's signals (docs/host-safety.md). Each scenario
+// runs in a process of its own: signal dispositions are process-wide.
+#include "support/catch.hpp"
+#include "support/child_process.hpp"
+#include "support/collector.hpp"
+#include "support/test_helpers.hpp"
+
+#include <spanprof/spanprof.hpp>
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/time.h>
+
+using spanprof_test::Collector;
+using spanprof_test::span_number;
+
+namespace {
+
+SPANPROF_TEST_HOT_FUNCTION(signal_test_work)
+
+// Lock-free atomics: async-signal-safe, and a process-wide signal may run the
+// handler on two threads at once.
+std::atomic<int> host_signals{0};
+void host_handler(int, siginfo_t*, void*) { host_signals.fetch_add(1, std::memory_order_relaxed); }
+
+// The host handles SIGRTMIN+6 and spanprof is asked for it: the host keeps it.
+const spanprof_test::ChildScenario host_signal_scenario("host_owns_signal", [] {
+  const int host_signal = SIGRTMIN + 6;
+  struct sigaction action {};
+  action.sa_sigaction = &host_handler;
+  action.sa_flags = SA_SIGINFO;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(host_signal, &action, nullptr);
+
+  spanprof::Options options;
+  options.signal_number = host_signal;
+  options.frequency_hz = 200;
+  Collector collector(options);
+  const auto span = span_number(1);
+  {
+    spanprof::ScopedProfile guard(span, "host_signal");
+    signal_test_work(0.3);
+  }
+  const auto* profile = collector.profile_for(span.span_id);
+  struct sigaction after {};
+  ::sigaction(host_signal, nullptr, &after);
+  std::printf("host_kept=%d host_signals=%d used=%d wanted=%d samples=%lld told=%d\n",
+              (after.sa_flags & SA_SIGINFO) && after.sa_sigaction == &host_handler, host_signals.load(),
+              spanprof::stats().signal_number, host_signal,
+              profile ? static_cast<long long>(spanprof_test::sample_count(profile->decoded)) : -1LL,
+              collector.has_error(spanprof::ErrorCode::invalid_configuration, "already has a handler"));
+  return 0;
+});
+
+// SPANPROF_SIGNAL names a signal that is not real-time: refused, and said so.
+const spanprof_test::ChildScenario env_signal_scenario("env_signal_not_realtime", [] {
+  const char* values[] = {"2", "11", "15", "27", "29"};
+  for (const char* value : values) {
+    ::setenv("SPANPROF_SIGNAL", value, 1);
+    spanprof::Options options;  // reads the environment
+    bool refused = false;
+    for (const auto& problem : options.environment_problems)
+      refused = refused || problem.message.find("SPANPROF_SIGNAL") != std::string::npos;
+    std::printf("value=%s signal_number=%d refused=%d\n", value, options.signal_number, refused);
+  }
+  ::setenv("SPANPROF_SIGNAL", "11", 1);
+  Collector collector;  // starts from that environment
+  {
+    spanprof::ScopedProfile guard(span_number(2), "env_signal");
+    signal_test_work(0.05);
+  }
+  struct sigaction segv {};
+  ::sigaction(SIGSEGV, nullptr, &segv);
+  std::printf("running_signal=%d segv_default=%d\n", spanprof::stats().signal_number,
+              !(segv.sa_flags & SA_SIGINFO) && segv.sa_handler == SIG_DFL);
+  return 0;
+});
+
+// A thread blocks the sample signal while its sampler is armed, with a pending
+// signal limit low enough that the queue would overflow into SIGIO (which kills)
+// within the test: the watchdog disarms it first, and the signals queued meanwhile
+// are not pinned on the unblock point.
+const spanprof_test::ChildScenario late_block_scenario("late_block", [] {
+  rlimit limit{1000, 1000};
+  ::setrlimit(RLIMIT_SIGPENDING, &limit);
+  spanprof::Options options;
+  options.frequency_hz = 1000;
+  Collector collector(options);
+  const auto span = span_number(3);
+  {
+    spanprof::ScopedProfile guard(span, "late_block");
+    signal_test_work(0.1);
+    sigset_t sample;
+    sigemptyset(&sample);
+    sigaddset(&sample, spanprof::stats().signal_number);
+    ::pthread_sigmask(SIG_BLOCK, &sample, nullptr);
+    signal_test_work(2.5);  // 2,500 ticks due: more than the limit
+    ::pthread_sigmask(SIG_UNBLOCK, &sample, nullptr);
+    signal_test_work(0.05);
+  }
+  const auto* profile = collector.profile_for(span.span_id);
+  std::printf("alive samples=%lld sigmask_share=%.3f told=%d\n",
+              profile ? static_cast<long long>(spanprof_test::sample_count(profile->decoded)) : -1LL,
+              profile ? spanprof_test::share_on_stack(profile->decoded, "sigmask") : -1.0,
+              collector.has_error(spanprof::ErrorCode::sampler_failed, "blocked the sample signal"));
+  return 0;
+});
+
+// The host installs its own handler on spanprof's signal after start().
+const spanprof_test::ChildScenario stolen_handler_scenario("stolen_handler", [] {
+  spanprof::Options options;
+  options.frequency_hz = 1000;
+  Collector collector(options);
+  {
+    spanprof::ScopedProfile guard(span_number(4), "before");
+    signal_test_work(0.05);
+  }
+  const int stolen = spanprof::stats().signal_number;
+  struct sigaction action {};
+  action.sa_sigaction = &host_handler;
+  action.sa_flags = SA_SIGINFO;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(stolen, &action, nullptr);
+  {
+    spanprof::ScopedProfile guard(span_number(5), "stolen");
+    signal_test_work(1.0);
+  }
+  const int during = host_signals.load();
+  collector.restart(options);
+  const auto span = span_number(6);
+  {
+    spanprof::ScopedProfile guard(span, "after_restart");
+    signal_test_work(0.2);
+  }
+  const auto* profile = collector.profile_for(span.span_id);
+  std::printf("alive host_signals=%d later_host_signals=%d new_signal_differs=%d samples=%lld told=%d\n", during,
+              host_signals.load() - during, spanprof::stats().signal_number != stolen,
+              profile ? static_cast<long long>(spanprof_test::sample_count(profile->decoded)) : -1LL,
+              collector.has_error(spanprof::ErrorCode::sampler_failed, "was replaced by the host"));
+  return 0;
+});
+
+// The host profiles with SIGPROF and setitimer itself: both keep their samples.
+std::atomic<int> host_prof_signals{0};
+void host_prof_handler(int) {
+  const int saved_errno = errno;
+  host_prof_signals.fetch_add(1, std::memory_order_relaxed);
+  errno = saved_errno;
+}
+
+const spanprof_test::ChildScenario host_sigprof_scenario("host_sigprof", [] {
+  std::signal(SIGPROF, &host_prof_handler);
+  itimerval timer{{0, 10'000}, {0, 10'000}};
+  ::setitimer(ITIMER_PROF, &timer, nullptr);
+  spanprof::Options options;
+  options.frequency_hz = 200;
+  Collector collector(options);
+  const auto span = span_number(7);
+  {
+    spanprof::ScopedProfile guard(span, "host_sigprof");
+    signal_test_work(0.5);
+  }
+  itimerval off{};
+  ::setitimer(ITIMER_PROF, &off, nullptr);
+  const auto* profile = collector.profile_for(span.span_id);
+  std::printf("host_prof_signals=%d samples=%lld\n", host_prof_signals.load(),
+              profile ? static_cast<long long>(spanprof_test::sample_count(profile->decoded)) : -1LL);
+  return 0;
+});
+
+}  // namespace
+
+TEST_CASE("a thread that blocks the sample signal after arming is disarmed, and the process lives", "[signals]") {
+  const auto result = spanprof_test::run_in_child("late_block", 120);
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  long long samples = 0;
+  double sigmask_share = 1;
+  int told = 0;
+  const auto at = result.output.find("alive samples=");
+  REQUIRE(at != std::string::npos);
+  REQUIRE(std::sscanf(result.output.c_str() + at, "alive samples=%lld sigmask_share=%lf told=%d", &samples,
+                      &sigmask_share, &told) == 3);
+  CHECK(samples >= 50);          // the tenth of a second before the block
+  CHECK(sigmask_share < 0.05);   // the queued ticks are not pinned on the unblock
+  CHECK(told == 1);
+}
+
+TEST_CASE("a host that takes over the sample signal's handler: noticed, reported, restart picks another", "[signals]") {
+  const auto result = spanprof_test::run_in_child("stolen_handler", 120);
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  int host_signals = -1, later = -1, differs = 0, told = 0;
+  long long samples = 0;
+  const auto at = result.output.find("alive host_signals=");
+  REQUIRE(at != std::string::npos);
+  REQUIRE(std::sscanf(result.output.c_str() + at,
+                      "alive host_signals=%d later_host_signals=%d new_signal_differs=%d samples=%lld told=%d",
+                      &host_signals, &later, &differs, &samples, &told) == 5);
+  CHECK(host_signals < 500);  // stopped within a watchdog tick or two, not the whole second
+  CHECK(later == 0);
+  CHECK(differs == 1);
+  CHECK(samples >= 30);
+  CHECK(told == 1);
+}
+
+TEST_CASE("a host that profiles with SIGPROF keeps its signals, and spanprof its own", "[signals]") {
+  const auto result = spanprof_test::run_in_child("host_sigprof", 60);
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  int host = 0;
+  long long samples = 0;
+  REQUIRE(std::sscanf(result.output.c_str(), "host_prof_signals=%d samples=%lld", &host, &samples) == 2);
+  CHECK(host >= 25);
+  CHECK(samples >= 50);
+}
+
+TEST_CASE("a real-time signal the host already handles stays the host's", "[signals]") {
+  const auto result = spanprof_test::run_in_child("host_owns_signal", 60);
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  int kept = 0, host_signals = -1, used = 0, wanted = 0, told = 0;
+  long long samples = 0;
+  REQUIRE(std::sscanf(result.output.c_str(), "host_kept=%d host_signals=%d used=%d wanted=%d samples=%lld told=%d",
+                      &kept, &host_signals, &used, &wanted, &samples, &told) == 6);
+  CHECK(kept == 1);
+  CHECK(host_signals == 0);  // no sample signal reached the host's handler
+  CHECK(used != wanted);
+  CHECK(used >= SIGRTMIN);
+  CHECK(samples >= 30);      // profiling still works, on another signal
+  CHECK(told == 1);
+}
+
+// Under TSan its runtime owns SIGSEGV, so the "left at the default" check cannot hold.
+TEST_CASE("SPANPROF_SIGNAL accepts only real-time signals", "[signals]" SPANPROF_TEST_NOT_UNDER_TSAN) {
+  const auto result = spanprof_test::run_in_child("env_signal_not_realtime", 60);
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  for (const char* value : {"2", "11", "15", "27", "29"})
+    CHECK(spanprof_test::contains(result.output, std::string("value=") + value + " signal_number=0 refused=1"));
+  CHECK(spanprof_test::contains(result.output, "segv_default=1"));
+  CHECK_FALSE(spanprof_test::contains(result.output, "running_signal=11"));
+}
