@@ -157,7 +157,11 @@ inline std::string hex_lowercase(const unsigned char* data, std::size_t size) {
 
 // Finds NT_GNU_BUILD_ID in a block of ELF notes. Notes pad name and descriptor to
 // the section's alignment, which is 8 for some toolchains' notes, else 4.
-inline std::string find_gnu_build_id(const unsigned char* notes, std::size_t size, std::uint64_t alignment) {
+// The bytes of the NT_GNU_BUILD_ID note in `notes`: {nullptr, 0} if none. Allocates
+// nothing (it runs under the loader lock, see ElfSymbolizer::scan_one).
+inline std::pair<const unsigned char*, std::size_t> find_gnu_build_id_bytes(const unsigned char* notes,
+                                                                          std::size_t size,
+                                                                          std::uint64_t alignment) noexcept {
   const std::uint64_t align = alignment == 8 ? 8 : 4;
   const auto padded = [align](std::uint64_t n) { return (n + align - 1) / align * align; };
   std::uint64_t pos = 0;
@@ -168,11 +172,16 @@ inline std::string find_gnu_build_id(const unsigned char* notes, std::size_t siz
     const std::uint64_t desc_at = name_at + padded(header.n_namesz);
     if (!elf_range_fits(name_at, header.n_namesz, size) || !elf_range_fits(desc_at, header.n_descsz, size)) break;
     if (header.n_type == NT_GNU_BUILD_ID && header.n_namesz == 4 && std::memcmp(notes + name_at, "GNU", 4) == 0) {
-      return hex_lowercase(notes + desc_at, header.n_descsz);
+      return {notes + desc_at, static_cast<std::size_t>(header.n_descsz)};
     }
     pos = desc_at + padded(header.n_descsz);
   }
-  return {};
+  return {nullptr, 0};
+}
+
+inline std::string find_gnu_build_id(const unsigned char* notes, std::size_t size, std::uint64_t alignment) {
+  const auto [bytes, length] = find_gnu_build_id_bytes(notes, size, alignment);
+  return bytes != nullptr ? hex_lowercase(bytes, length) : std::string();
 }
 
 // Lower sorts first: among aliases at one address (write, __write, __libc_write)
@@ -546,7 +555,7 @@ class ElfSymbolizer final : public Symbolizer {
     LoadedObject* object;
   };
 
-  // What dl_iterate_phdr showed, gathered under the loader lock and processed after.
+  // What dl_iterate_phdr showed, processed after the loader lock is released.
   struct ScannedObject {
     std::string loader_name;
     std::uintptr_t bias = 0;
@@ -557,56 +566,149 @@ class ElfSymbolizer final : public Symbolizer {
     std::vector<Module> modules;  // path still empty
   };
 
+  // The same, as the loader callback copies it: into room reserved before the
+  // scan, so that under the loader lock nothing allocates and nothing waits. A
+  // thread whose sample signal arrived inside malloc holds the allocator's lock
+  // while its handler's stack walker (libunwind) waits for the loader lock; a
+  // callback that allocated under that lock closed the circle (64 threads under
+  // CPU and heap profiling deadlocked).
+  struct CopiedSegment {
+    std::uintptr_t start = 0;
+    std::uintptr_t limit = 0;
+    std::uint64_t file_offset = 0;
+  };
+  struct CopiedObject {
+    std::size_t name_at = 0;  // in ScanState::names
+    std::size_t name_size = 0;
+    std::uintptr_t bias = 0;
+    bool is_main_program = false;
+    const unsigned char* memory_image = nullptr;
+    std::size_t memory_image_size = 0;
+    unsigned char build_id[64] = {};
+    std::size_t build_id_size = 0;
+    std::size_t first_segment = 0;  // in ScanState::segments
+    std::size_t segment_count = 0;
+  };
+
   struct ScanState {
-    std::vector<ScannedObject> objects;
+    // Filled only within their reserved capacity; what would not fit is counted,
+    // and the scan runs again with that much room.
+    std::vector<CopiedObject> objects;
+    std::vector<CopiedSegment> segments;
+    std::string names;
+    std::size_t objects_wanted = 0;
+    std::size_t segments_wanted = 0;
+    std::size_t names_wanted = 0;
     std::uintptr_t vdso_header = 0;
     std::uintptr_t page_size = 4096;
     bool first = true;
-    bool failed = false;
+
+    bool fits() const noexcept {
+      return objects_wanted <= objects.capacity() && segments_wanted <= segments.capacity() &&
+             names_wanted <= names.capacity();
+    }
   };
 
   static int scan_one(dl_phdr_info* info, std::size_t, void* data) noexcept {
     auto& state = *static_cast<ScanState*>(data);
-    // An exception must not unwind through the C loader.
-    try {
-      const bool first = state.first;
-      state.first = false;
-      ScannedObject object;
-      object.loader_name = info->dlpi_name != nullptr ? info->dlpi_name : "";
-      object.bias = static_cast<std::uintptr_t>(info->dlpi_addr);
-      object.is_main_program = first && object.loader_name.empty();
-      for (ElfW(Half) i = 0; i < info->dlpi_phnum; ++i) {
-        const ElfW(Phdr)& segment = info->dlpi_phdr[i];
-        const std::uintptr_t start = object.bias + segment.p_vaddr;
-        if (segment.p_type == PT_LOAD && (segment.p_flags & PF_X) != 0 && segment.p_memsz != 0) {
-          Module module;
-          module.start = start;
-          module.limit = start + segment.p_memsz;
-          module.file_offset = segment.p_offset;
-          object.modules.push_back(std::move(module));
-        }
-        if (segment.p_type == PT_LOAD && state.vdso_header != 0 && state.vdso_header >= start &&
-            state.vdso_header - start < segment.p_memsz) {
-          // The vDSO's section headers sit past p_filesz but inside the last mapped
-          // page, and whole pages are always mapped.
-          const std::uintptr_t end = start + segment.p_memsz;
-          const std::uintptr_t mapped_end = (end + state.page_size - 1) / state.page_size * state.page_size;
-          object.memory_image = reinterpret_cast<const unsigned char*>(state.vdso_header);
-          object.memory_image_size = mapped_end - state.vdso_header;
-        }
-        // Notes are read here, under the loader lock, so a concurrent dlclose cannot unmap them.
-        if (segment.p_type == PT_NOTE && object.build_id.empty()) {
-          object.build_id = find_gnu_build_id(reinterpret_cast<const unsigned char*>(start),
-                                              static_cast<std::size_t>(segment.p_filesz), segment.p_align);
-        }
-      }
-      const bool has_source = object.is_main_program || object.memory_image != nullptr || !object.loader_name.empty();
-      if (!object.modules.empty() && has_source) state.objects.push_back(std::move(object));
-      return 0;
-    } catch (...) {
-      state.failed = true;
-      return 1;
+    const bool first = state.first;
+    state.first = false;
+    CopiedObject object;
+    const char* name = info->dlpi_name != nullptr ? info->dlpi_name : "";
+    object.name_size = std::strlen(name);
+    object.bias = static_cast<std::uintptr_t>(info->dlpi_addr);
+    object.is_main_program = first && object.name_size == 0;
+    std::size_t executable = 0;
+    for (ElfW(Half) i = 0; i < info->dlpi_phnum; ++i) {
+      const ElfW(Phdr)& segment = info->dlpi_phdr[i];
+      if (segment.p_type == PT_LOAD && (segment.p_flags & PF_X) != 0 && segment.p_memsz != 0) ++executable;
     }
+    const bool room = state.objects.size() < state.objects.capacity() &&
+                      state.segments.capacity() - state.segments.size() >= executable &&
+                      state.names.capacity() - state.names.size() >= object.name_size;
+    state.objects_wanted += 1;
+    state.segments_wanted += executable;
+    state.names_wanted += object.name_size;
+    if (!room) return 0;  // counted: the next scan has room for it
+    object.first_segment = state.segments.size();
+    for (ElfW(Half) i = 0; i < info->dlpi_phnum; ++i) {
+      const ElfW(Phdr)& segment = info->dlpi_phdr[i];
+      const std::uintptr_t start = object.bias + segment.p_vaddr;
+      if (segment.p_type == PT_LOAD && (segment.p_flags & PF_X) != 0 && segment.p_memsz != 0) {
+        state.segments.push_back(CopiedSegment{start, start + segment.p_memsz, segment.p_offset});
+        ++object.segment_count;
+      }
+      if (segment.p_type == PT_LOAD && state.vdso_header != 0 && state.vdso_header >= start &&
+          state.vdso_header - start < segment.p_memsz) {
+        // The vDSO's section headers sit past p_filesz but inside the last mapped
+        // page, and whole pages are always mapped.
+        const std::uintptr_t end = start + segment.p_memsz;
+        const std::uintptr_t mapped_end = (end + state.page_size - 1) / state.page_size * state.page_size;
+        object.memory_image = reinterpret_cast<const unsigned char*>(state.vdso_header);
+        object.memory_image_size = mapped_end - state.vdso_header;
+      }
+      // Notes are read here, under the loader lock, so a concurrent dlclose cannot unmap them.
+      if (segment.p_type == PT_NOTE && object.build_id_size == 0) {
+        const auto [bytes, length] = find_gnu_build_id_bytes(reinterpret_cast<const unsigned char*>(start),
+                                                             static_cast<std::size_t>(segment.p_filesz), segment.p_align);
+        object.build_id_size = std::min(length, sizeof object.build_id);
+        if (bytes != nullptr) std::memcpy(object.build_id, bytes, object.build_id_size);
+      }
+    }
+    object.name_at = state.names.size();
+    state.names.append(name, object.name_size);
+    state.objects.push_back(object);
+    return 0;
+  }
+
+  // Every loaded object with executable code and a file (or image) to read it from.
+  static std::vector<ScannedObject> scan_loaded_objects() {
+    ScanState state;
+    state.vdso_header = static_cast<std::uintptr_t>(::getauxval(AT_SYSINFO_EHDR));
+    const long page = ::sysconf(_SC_PAGESIZE);
+    if (page > 0) state.page_size = static_cast<std::uintptr_t>(page);
+    std::size_t objects = 64, segments = 128, names = 8192;
+    for (int attempt = 0;; ++attempt) {
+      state.objects.clear();
+      state.segments.clear();
+      state.names.clear();
+      state.objects.reserve(objects);
+      state.segments.reserve(segments);
+      state.names.reserve(names);
+      state.objects_wanted = state.segments_wanted = state.names_wanted = 0;
+      state.first = true;
+      ::dl_iterate_phdr(&ElfSymbolizer::scan_one, &state);
+      // Objects loaded between two scans: a few attempts with room to spare, then
+      // whatever fitted (the next rescan finds the rest).
+      if (state.fits() || attempt == 3) break;
+      objects = state.objects_wanted * 2;
+      segments = state.segments_wanted * 2;
+      names = state.names_wanted * 2;
+    }
+    std::vector<ScannedObject> scanned;
+    scanned.reserve(state.objects.size());
+    for (const CopiedObject& copied : state.objects) {
+      const bool has_source =
+          copied.is_main_program || copied.memory_image != nullptr || copied.name_size != 0;
+      if (copied.segment_count == 0 || !has_source) continue;
+      ScannedObject object;
+      object.loader_name = state.names.substr(copied.name_at, copied.name_size);
+      object.bias = copied.bias;
+      object.is_main_program = copied.is_main_program;
+      object.memory_image = copied.memory_image;
+      object.memory_image_size = copied.memory_image_size;
+      object.build_id = hex_lowercase(copied.build_id, copied.build_id_size);
+      for (std::size_t i = 0; i < copied.segment_count; ++i) {
+        const CopiedSegment& segment = state.segments[copied.first_segment + i];
+        Module module;
+        module.start = segment.start;
+        module.limit = segment.limit;
+        module.file_offset = segment.file_offset;
+        object.modules.push_back(std::move(module));
+      }
+      scanned.push_back(std::move(object));
+    }
+    return scanned;
   }
 
   static std::string real_path_of(const char* path) {
@@ -617,16 +719,11 @@ class ElfSymbolizer final : public Symbolizer {
   void rescan() {
     scanned_ = true;
     last_scan_ = std::chrono::steady_clock::now();
-    ScanState state;
-    state.vdso_header = static_cast<std::uintptr_t>(::getauxval(AT_SYSINFO_EHDR));
-    const long page = ::sysconf(_SC_PAGESIZE);
-    if (page > 0) state.page_size = static_cast<std::uintptr_t>(page);
-    ::dl_iterate_phdr(&ElfSymbolizer::scan_one, &state);
-    if (state.failed) throw std::bad_alloc();
+    std::vector<ScannedObject> scanned_objects = scan_loaded_objects();
 
     std::vector<std::unique_ptr<LoadedObject>> next;
-    next.reserve(state.objects.size());
-    for (auto& scanned : state.objects) {
+    next.reserve(scanned_objects.size());
+    for (auto& scanned : scanned_objects) {
       const auto same = std::find_if(objects_.begin(), objects_.end(), [&](const auto& existing) {
         return existing && existing->loader_name == scanned.loader_name && existing->bias == scanned.bias &&
                existing->build_id == scanned.build_id && existing->modules.size() == scanned.modules.size() &&
