@@ -10540,6 +10540,25 @@ class Sender {
     room_.notify_all();
   }
 
+  // A stop past its deadline, from the stopping thread: what the sender still
+  // holds (its outbox, and the item it may be stuck uploading) is counted as
+  // dropped now, so stats() add up when shutdown() returns. Should the stuck
+  // upload ever return, the sender counts nothing more for it.
+  void abandon_everything() noexcept {
+    std::deque<Outgoing> left;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      left.swap(outbox_);
+      outbox_bytes_ = 0;
+    }
+    room_.notify_all();
+    std::lock_guard<std::mutex> lock(settle_mutex_);
+    abandoned_ = true;
+    for (const Outgoing& item : left) abandon_tickets(item.tickets);
+    if (in_flight_ != nullptr) abandon_tickets(in_flight_->tickets);
+    in_flight_ = nullptr;
+  }
+
   // The sender thread's body.
   void run() noexcept {
     try {
@@ -10569,7 +10588,7 @@ class Sender {
         if (item.flush != 0) {
           resend_spooled();
           answer_flush_(item.flush);
-        } else {
+        } else if (take_in_flight(item)) {
           send(item);
         }
       }
@@ -10619,6 +10638,7 @@ class Sender {
     const ProfileBatch& batch = item.batch;
     const std::uint64_t spans = batch.span_count();
     bool all_ok = false;
+    std::uint64_t failed = 0, spooled = 0;
     try {
       const std::vector<std::size_t>& lane = config_.lanes.at(item.lane);
       if (!builder_) throw std::runtime_error("no symbolizer");
@@ -10627,8 +10647,7 @@ class Sender {
       std::string error;
       if (!encode_pprof_gzip(profile, encoded.pprof_gzip, error)) {
         report_error(ErrorCode::encoding_failed, error);
-        count(Counter::upload_failures, spans * lane.size());
-        settle_tickets(item.tickets, false);
+        settle(item, false, spans * lane.size(), 0);
         return;
       }
       describe(batch, item.one_span, encoded);
@@ -10641,13 +10660,13 @@ class Sender {
         std::string payload;
         if (!destination.uploader || !destination.uploader->encode_payload(encoded, payload, error)) {
           report_error(ErrorCode::encoding_failed, destination.name + ": " + error);
-          count(Counter::upload_failures, spans);
+          failed += spans;
           all_ok = false;
           continue;
         }
         const Outcome outcome = deliver(destination, encoded, payload);
-        if (outcome == Outcome::failed) count(Counter::upload_failures, spans);
-        if (outcome == Outcome::spooled) count(Counter::profiles_spooled, spans);
+        if (outcome == Outcome::failed) failed += spans;
+        if (outcome == Outcome::spooled) spooled += spans;
         all_ok = outcome == Outcome::delivered && all_ok;
       }
     } catch (const std::exception& e) {
@@ -10657,7 +10676,30 @@ class Sender {
       all_ok = false;
       report_error(ErrorCode::internal, "unknown exception while sending a profile");
     }
-    settle_tickets(item.tickets, all_ok);
+    settle(item, all_ok, failed, spooled);
+  }
+
+  // The sender thread takes `item` to send it; false if a stop past its deadline
+  // came first (the item is then counted as dropped here, as the rest was).
+  bool take_in_flight(const Outgoing& item) noexcept {
+    std::lock_guard<std::mutex> lock(settle_mutex_);
+    if (abandoned_) {
+      abandon_tickets(item.tickets);
+      return false;
+    }
+    in_flight_ = &item;
+    return true;
+  }
+
+  // The in-flight item's outcome, counted unless a stop past its deadline already
+  // counted it as dropped.
+  void settle(const Outgoing& item, bool delivered, std::uint64_t failed, std::uint64_t spooled) noexcept {
+    std::lock_guard<std::mutex> lock(settle_mutex_);
+    in_flight_ = nullptr;
+    if (abandoned_) return;
+    if (failed != 0) count(Counter::upload_failures, failed);
+    if (spooled != 0) count(Counter::profiles_spooled, spooled);
+    settle_tickets(item.tickets, delivered);
   }
 
   // The metadata an uploader sees: a window's kind, period and time span; for one
@@ -10836,6 +10878,11 @@ class Sender {
   std::condition_variable room_;  // the merger waits here for room in the outbox
   std::deque<Outgoing> outbox_;
   std::size_t outbox_bytes_ = 0;
+  // Who counts the item being sent: the sender when it settles, or the stopping
+  // thread when a stop past its deadline abandons the sender (abandon_everything).
+  std::mutex settle_mutex_;
+  const Outgoing* in_flight_ = nullptr;
+  bool abandoned_ = false;
 
   // The sender thread's own.
   std::unique_ptr<ProfileBuilder> builder_;
@@ -10993,10 +11040,24 @@ class Worker {
     wake_.notify_all();
     idle_.notify_all();
     run->sender->wake();
-    for (std::thread* thread : {&merger, &sender}) {
-      if (!thread->joinable()) continue;
-      if (drained) thread->join();
-      else thread->detach();
+    if (drained) {
+      for (std::thread* thread : {&merger, &sender})
+        if (thread->joinable()) thread->join();
+    } else {
+      // The sender may be stuck in an upload for good: it is left behind, and what
+      // it holds is counted as dropped once the merger has passed on all it had.
+      bool merged = false;
+      {
+        std::unique_lock<std::mutex> lock(run->merged_mutex);
+        merged = run->merged_cv.wait_for(lock, merger_stop_wait, [&] { return run->merged; });
+      }
+      if (merged) {
+        if (merger.joinable()) merger.join();
+        run->sender->abandon_everything();
+      } else if (merger.joinable()) {
+        merger.detach();
+      }
+      if (sender.joinable()) sender.detach();
     }
     // What was handed over after the drain is dropped, and counted.
     try {
@@ -11023,6 +11084,9 @@ class Worker {
  private:
   using Clock = std::chrono::steady_clock;
 
+  // How long a stop past its deadline waits for the merger to count what it held.
+  static constexpr std::chrono::milliseconds merger_stop_wait{200};
+
   // Uploaders that want profiles the same way share a lane: one merge, one build.
   struct Lane {
     Delivery delivery;
@@ -11040,6 +11104,12 @@ class Worker {
     std::uint64_t flushes_answered = 0;  // the merger's: flush requests it has passed on
     std::function<void()> watchdog;
     std::unique_ptr<Sender> sender;
+    // Set when the merger has counted what it held: a stop past its deadline
+    // waits briefly for it (the merger runs no user code), so that stats() add up
+    // when shutdown() returns.
+    std::mutex merged_mutex;
+    std::condition_variable merged_cv;
+    bool merged = false;
   };
 
   static void add_to_lane(Run& run, SenderConfig& sending, std::size_t uploader, const Delivery& delivery) {
@@ -11097,6 +11167,11 @@ class Worker {
     // still being merged are dropped, and counted.
     for (Lane& lane : run.lanes)
       for (Tickets& tickets : lane.tickets) abandon_tickets(tickets);
+    {
+      std::lock_guard<std::mutex> lock(run.merged_mutex);
+      run.merged = true;
+    }
+    run.merged_cv.notify_all();
   }
 
   // Takes everything handed over and merges it, or passes it on; with

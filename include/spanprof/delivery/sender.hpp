@@ -171,6 +171,25 @@ class Sender {
     room_.notify_all();
   }
 
+  // A stop past its deadline, from the stopping thread: what the sender still
+  // holds (its outbox, and the item it may be stuck uploading) is counted as
+  // dropped now, so stats() add up when shutdown() returns. Should the stuck
+  // upload ever return, the sender counts nothing more for it.
+  void abandon_everything() noexcept {
+    std::deque<Outgoing> left;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      left.swap(outbox_);
+      outbox_bytes_ = 0;
+    }
+    room_.notify_all();
+    std::lock_guard<std::mutex> lock(settle_mutex_);
+    abandoned_ = true;
+    for (const Outgoing& item : left) abandon_tickets(item.tickets);
+    if (in_flight_ != nullptr) abandon_tickets(in_flight_->tickets);
+    in_flight_ = nullptr;
+  }
+
   // The sender thread's body.
   void run() noexcept {
     try {
@@ -200,7 +219,7 @@ class Sender {
         if (item.flush != 0) {
           resend_spooled();
           answer_flush_(item.flush);
-        } else {
+        } else if (take_in_flight(item)) {
           send(item);
         }
       }
@@ -250,6 +269,7 @@ class Sender {
     const ProfileBatch& batch = item.batch;
     const std::uint64_t spans = batch.span_count();
     bool all_ok = false;
+    std::uint64_t failed = 0, spooled = 0;
     try {
       const std::vector<std::size_t>& lane = config_.lanes.at(item.lane);
       if (!builder_) throw std::runtime_error("no symbolizer");
@@ -258,8 +278,7 @@ class Sender {
       std::string error;
       if (!encode_pprof_gzip(profile, encoded.pprof_gzip, error)) {
         report_error(ErrorCode::encoding_failed, error);
-        count(Counter::upload_failures, spans * lane.size());
-        settle_tickets(item.tickets, false);
+        settle(item, false, spans * lane.size(), 0);
         return;
       }
       describe(batch, item.one_span, encoded);
@@ -272,13 +291,13 @@ class Sender {
         std::string payload;
         if (!destination.uploader || !destination.uploader->encode_payload(encoded, payload, error)) {
           report_error(ErrorCode::encoding_failed, destination.name + ": " + error);
-          count(Counter::upload_failures, spans);
+          failed += spans;
           all_ok = false;
           continue;
         }
         const Outcome outcome = deliver(destination, encoded, payload);
-        if (outcome == Outcome::failed) count(Counter::upload_failures, spans);
-        if (outcome == Outcome::spooled) count(Counter::profiles_spooled, spans);
+        if (outcome == Outcome::failed) failed += spans;
+        if (outcome == Outcome::spooled) spooled += spans;
         all_ok = outcome == Outcome::delivered && all_ok;
       }
     } catch (const std::exception& e) {
@@ -288,7 +307,30 @@ class Sender {
       all_ok = false;
       report_error(ErrorCode::internal, "unknown exception while sending a profile");
     }
-    settle_tickets(item.tickets, all_ok);
+    settle(item, all_ok, failed, spooled);
+  }
+
+  // The sender thread takes `item` to send it; false if a stop past its deadline
+  // came first (the item is then counted as dropped here, as the rest was).
+  bool take_in_flight(const Outgoing& item) noexcept {
+    std::lock_guard<std::mutex> lock(settle_mutex_);
+    if (abandoned_) {
+      abandon_tickets(item.tickets);
+      return false;
+    }
+    in_flight_ = &item;
+    return true;
+  }
+
+  // The in-flight item's outcome, counted unless a stop past its deadline already
+  // counted it as dropped.
+  void settle(const Outgoing& item, bool delivered, std::uint64_t failed, std::uint64_t spooled) noexcept {
+    std::lock_guard<std::mutex> lock(settle_mutex_);
+    in_flight_ = nullptr;
+    if (abandoned_) return;
+    if (failed != 0) count(Counter::upload_failures, failed);
+    if (spooled != 0) count(Counter::profiles_spooled, spooled);
+    settle_tickets(item.tickets, delivered);
   }
 
   // The metadata an uploader sees: a window's kind, period and time span; for one
@@ -467,6 +509,11 @@ class Sender {
   std::condition_variable room_;  // the merger waits here for room in the outbox
   std::deque<Outgoing> outbox_;
   std::size_t outbox_bytes_ = 0;
+  // Who counts the item being sent: the sender when it settles, or the stopping
+  // thread when a stop past its deadline abandons the sender (abandon_everything).
+  std::mutex settle_mutex_;
+  const Outgoing* in_flight_ = nullptr;
+  bool abandoned_ = false;
 
   // The sender thread's own.
   std::unique_ptr<ProfileBuilder> builder_;

@@ -152,10 +152,24 @@ class Worker {
     wake_.notify_all();
     idle_.notify_all();
     run->sender->wake();
-    for (std::thread* thread : {&merger, &sender}) {
-      if (!thread->joinable()) continue;
-      if (drained) thread->join();
-      else thread->detach();
+    if (drained) {
+      for (std::thread* thread : {&merger, &sender})
+        if (thread->joinable()) thread->join();
+    } else {
+      // The sender may be stuck in an upload for good: it is left behind, and what
+      // it holds is counted as dropped once the merger has passed on all it had.
+      bool merged = false;
+      {
+        std::unique_lock<std::mutex> lock(run->merged_mutex);
+        merged = run->merged_cv.wait_for(lock, merger_stop_wait, [&] { return run->merged; });
+      }
+      if (merged) {
+        if (merger.joinable()) merger.join();
+        run->sender->abandon_everything();
+      } else if (merger.joinable()) {
+        merger.detach();
+      }
+      if (sender.joinable()) sender.detach();
     }
     // What was handed over after the drain is dropped, and counted.
     try {
@@ -182,6 +196,9 @@ class Worker {
  private:
   using Clock = std::chrono::steady_clock;
 
+  // How long a stop past its deadline waits for the merger to count what it held.
+  static constexpr std::chrono::milliseconds merger_stop_wait{200};
+
   // Uploaders that want profiles the same way share a lane: one merge, one build.
   struct Lane {
     Delivery delivery;
@@ -199,6 +216,12 @@ class Worker {
     std::uint64_t flushes_answered = 0;  // the merger's: flush requests it has passed on
     std::function<void()> watchdog;
     std::unique_ptr<Sender> sender;
+    // Set when the merger has counted what it held: a stop past its deadline
+    // waits briefly for it (the merger runs no user code), so that stats() add up
+    // when shutdown() returns.
+    std::mutex merged_mutex;
+    std::condition_variable merged_cv;
+    bool merged = false;
   };
 
   static void add_to_lane(Run& run, SenderConfig& sending, std::size_t uploader, const Delivery& delivery) {
@@ -256,6 +279,11 @@ class Worker {
     // still being merged are dropped, and counted.
     for (Lane& lane : run.lanes)
       for (Tickets& tickets : lane.tickets) abandon_tickets(tickets);
+    {
+      std::lock_guard<std::mutex> lock(run.merged_mutex);
+      run.merged = true;
+    }
+    run.merged_cv.notify_all();
   }
 
   // Takes everything handed over and merges it, or passes it on; with
