@@ -10,8 +10,8 @@
 #
 # Options: --seconds N (default 10) and --runs N (default: no limit) per target;
 # --jobs N for the build (default 2); --build-dir DIR (default build/fuzz, or
-# build/fuzz-strict with --strict); --strict also checks the known issues listed
-# in tests/fuzz/README.md, which fail today on their regression inputs.
+# build/fuzz-strict with --strict); --strict also checks the known issue listed
+# in tests/fuzz/README.md, which fails today on its regression input.
 #
 # Installs nothing. Needs clang++ with its libFuzzer runtime (Debian: clang and
 # libclang-rt-14-dev), cmake, ninja, zlib and libcurl development files.

@@ -245,6 +245,40 @@ TEST_CASE("blank values are unset; case and blanks around choices are ignored", 
   CHECK(options.cpu_engine == spanprof::CpuEngine::classic);
 }
 
+#if SPANPROF_WITH_CURL
+TEST_CASE("a hostile value is refused in one short line that forges nothing", "[configuration]") {
+  ScopedEnvironment env;
+  env.set("SPANPROF_FREQUENCY", "100\nspanprof: all is well\x1b[2J");
+  env.set("PYROSCOPE_SERVER_ADDRESS", "http://pyroscope:4040/\x1b[2J");
+  const Options options;
+  REQUIRE(options.environment_problems.size() == 2);
+  for (const auto& problem : options.environment_problems) {
+    INFO(problem.message);
+    CHECK(problem.message.find_first_of("\n\r\x1b") == std::string::npos);
+    CHECK(problem.message.size() <= 256);
+  }
+  const auto url = problems_about(options, "PYROSCOPE_SERVER_ADDRESS");
+  REQUIRE(url.size() == 1);
+  CHECK(url[0].message.find("control character") != std::string::npos);
+  CHECK(uploader_of<spanprof::PyroscopeUploader>(options) == nullptr);  // refused now, not at the first upload
+}
+
+TEST_CASE("OTEL_RESOURCE_ATTRIBUTES: the first of repeated keys is kept, and a long list is read", "[configuration]") {
+  ScopedEnvironment env;
+  env.set("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318");
+  std::string list = "team=a,team=b";
+  for (int i = 0; i < 20000; ++i) list += ",k" + std::to_string(i) + "=v";
+  env.set("OTEL_RESOURCE_ATTRIBUTES", list);
+  const Options options;
+  CHECK(options.environment_problems.empty());
+  const auto* otlp = uploader_of<spanprof::OtlpUploader>(options);
+  REQUIRE(otlp != nullptr);
+  const auto& attributes = otlp->options().resource.attributes;
+  CHECK(attributes.size() == 20000 + 2);  // team, k0..k19999, service.name
+  CHECK(attributes.front() == std::make_pair(std::string("team"), std::string("a")));
+}
+#endif
+
 TEST_CASE("one precedence rule: code > environment > default", "[configuration]") {
   ScopedEnvironment env;
   env.set("SPANPROF_FREQUENCY", "250");

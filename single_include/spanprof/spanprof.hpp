@@ -4280,6 +4280,7 @@ SPANPROF_NAMESPACE_END
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 SPANPROF_NAMESPACE_BEGIN
@@ -4387,6 +4388,14 @@ inline double heap_sample_scale(double size, double interval) noexcept {
   return probability > 0 ? 1.0 / probability : 1.0;
 }
 
+// A scaled count or byte total, rounded and saturated: a product past int64 (from
+// a corrupt or hostile record) must not wrap to a negative value in the profile.
+inline std::int64_t rounded_count(double value) noexcept {
+  if (!(value > 0)) return 0;  // NaN too
+  if (value >= 0x1p63) return std::numeric_limits<std::int64_t>::max();
+  return static_cast<std::int64_t>(std::llround(value));
+}
+
 // Appends one heap sample per hand-off record with scaled values {alloc_objects,
 // alloc_space, inuse_objects, inuse_space}; stops at the first malformed record.
 inline void read_heap_handoff_records(const std::vector<std::uint64_t>& words, RawProfile& profile) {
@@ -4398,8 +4407,8 @@ inline void read_heap_handoff_records(const std::vector<std::uint64_t>& words, R
     const std::uint64_t depth = words[i + 2];
     if (depth == 0 || depth > words.size() - i - heap_handoff_header_words) break;
     const double scale = heap_sample_scale(size, interval);
-    const auto objects = static_cast<std::int64_t>(std::llround(scale));
-    const auto bytes = static_cast<std::int64_t>(std::llround(scale * size));
+    const std::int64_t objects = rounded_count(scale);
+    const std::int64_t bytes = rounded_count(scale * size);
     RawSample sample;
     sample.values = {objects, bytes, live ? objects : 0, live ? bytes : 0};
     const std::uint64_t* pcs = words.data() + i + heap_handoff_header_words;
@@ -4472,8 +4481,8 @@ inline bool read_gperftools_heap_text(const std::string& text, RawProfile& raw) 
         if (count <= 0) continue;
         const double scale = heap_sample_scale(static_cast<double>(sample.values[pair + 1]) / static_cast<double>(count),
                                                static_cast<double>(raw.heap_interval_bytes));
-        sample.values[pair] = std::llround(static_cast<double>(count) * scale);
-        sample.values[pair + 1] = std::llround(static_cast<double>(sample.values[pair + 1]) * scale);
+        sample.values[pair] = rounded_count(static_cast<double>(count) * scale);
+        sample.values[pair + 1] = rounded_count(static_cast<double>(sample.values[pair + 1]) * scale);
       }
     }
   }
@@ -8503,6 +8512,14 @@ inline bool parse_http_url(std::string_view text, std::string& out, std::string&
     why = "is not an http:// or https:// URL";
     return false;
   }
+  // Refused here, not at the first upload: a blank or a terminal escape is never
+  // part of a URL, and the uploader would otherwise turn on for nothing.
+  for (const char c : url) {
+    if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) {
+      why = "contains a blank or a control character";
+      return false;
+    }
+  }
   out = std::string(url);
   return true;
 }
@@ -8547,7 +8564,10 @@ inline bool parse_key_value_list(std::string_view text, std::vector<std::pair<st
     }
     std::string value;
     if (!percent_decode(trim_ascii_space(item.substr(equals + 1)), value)) {
-      why = "has bad percent-encoding in the value of '" + std::string(trim_ascii_space(item.substr(0, equals))) + "'";
+      const std::string_view key = trim_ascii_space(item.substr(0, equals));
+      constexpr std::size_t key_shown = 64;
+      why = "has bad percent-encoding in the value of '" + std::string(key.substr(0, key_shown)) +
+            (key.size() > key_shown ? "...'" : "'");
       return false;
     }
     out.emplace_back(std::string(trim_ascii_space(item.substr(0, equals))), std::move(value));
@@ -8852,13 +8872,20 @@ inline const EnvironmentVariable environment_variables[] = {
      [](std::string_view v, ES& s, std::string& why) { return parse_key_value_list(v, s.resource_attributes, why); }},
 };
 
-// Echoes at most 64 bytes of the value: an environment variable can be anything,
-// and a problem must stay one short line.
+// Echoes at most 64 bytes of the value, control characters as '?': an
+// environment variable can be anything, and a problem must stay one short line
+// that cannot forge another in the log.
 inline ConfigurationProblem environment_problem(const char* name, std::string_view value, const std::string& why,
                                                 const char* consequence) {
   constexpr std::size_t shown = 64;
-  std::string message = std::string(name) + "=\"" + std::string(value.substr(0, shown)) +
-                        (value.size() > shown ? "...\" " : "\" ") + why + "; " + consequence;
+  const auto printable = [](std::string_view text) {
+    std::string out(text);
+    for (char& c : out)
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+    return out;
+  };
+  std::string message = std::string(name) + "=\"" + printable(value.substr(0, shown)) +
+                        (value.size() > shown ? "...\" " : "\" ") + printable(why) + "; " + consequence;
   return {name, std::move(message)};
 }
 
@@ -8921,6 +8948,8 @@ SPANPROF_NAMESPACE_END
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <unordered_set>
 #include <vector>
 
 SPANPROF_NAMESPACE_BEGIN
@@ -9068,14 +9097,14 @@ inline std::vector<std::shared_ptr<Uploader>> make_uploaders(EnvironmentSettings
     options.delivery = delivery;
     // OTEL_SERVICE_NAME wins over a service.name in OTEL_RESOURCE_ATTRIBUTES.
     std::string service = env.service_name;
+    // The first of repeated keys wins; a set keeps this linear in a long list.
+    std::unordered_set<std::string_view> kept;
     for (const auto& [key, value] : env.resource_attributes) {
       if (key == "service.name") {
         if (service.empty()) service = value;
         continue;
       }
-      bool duplicate = false;
-      for (const auto& kept : options.resource.attributes) duplicate = duplicate || kept.first == key;
-      if (!duplicate) options.resource.attributes.emplace_back(key, value);
+      if (kept.insert(key).second) options.resource.attributes.emplace_back(key, value);
     }
     options.resource.attributes.emplace_back("service.name", service.empty() ? "unknown_service" : service);
     if (!SPANPROF_WITH_CURL && SPANPROF_ENABLED) {

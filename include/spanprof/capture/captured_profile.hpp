@@ -61,8 +61,8 @@ inline bool read_gperftools_heap_text(const std::string& text, RawProfile& raw) 
         if (count <= 0) continue;
         const double scale = heap_sample_scale(static_cast<double>(sample.values[pair + 1]) / static_cast<double>(count),
                                                static_cast<double>(raw.heap_interval_bytes));
-        sample.values[pair] = std::llround(static_cast<double>(count) * scale);
-        sample.values[pair + 1] = std::llround(static_cast<double>(sample.values[pair + 1]) * scale);
+        sample.values[pair] = rounded_count(static_cast<double>(count) * scale);
+        sample.values[pair + 1] = rounded_count(static_cast<double>(sample.values[pair + 1]) * scale);
       }
     }
   }

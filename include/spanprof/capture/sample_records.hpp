@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 SPANPROF_NAMESPACE_BEGIN
@@ -131,6 +132,14 @@ inline double heap_sample_scale(double size, double interval) noexcept {
   return probability > 0 ? 1.0 / probability : 1.0;
 }
 
+// A scaled count or byte total, rounded and saturated: a product past int64 (from
+// a corrupt or hostile record) must not wrap to a negative value in the profile.
+inline std::int64_t rounded_count(double value) noexcept {
+  if (!(value > 0)) return 0;  // NaN too
+  if (value >= 0x1p63) return std::numeric_limits<std::int64_t>::max();
+  return static_cast<std::int64_t>(std::llround(value));
+}
+
 // Appends one heap sample per hand-off record with scaled values {alloc_objects,
 // alloc_space, inuse_objects, inuse_space}; stops at the first malformed record.
 inline void read_heap_handoff_records(const std::vector<std::uint64_t>& words, RawProfile& profile) {
@@ -142,8 +151,8 @@ inline void read_heap_handoff_records(const std::vector<std::uint64_t>& words, R
     const std::uint64_t depth = words[i + 2];
     if (depth == 0 || depth > words.size() - i - heap_handoff_header_words) break;
     const double scale = heap_sample_scale(size, interval);
-    const auto objects = static_cast<std::int64_t>(std::llround(scale));
-    const auto bytes = static_cast<std::int64_t>(std::llround(scale * size));
+    const std::int64_t objects = rounded_count(scale);
+    const std::int64_t bytes = rounded_count(scale * size);
     RawSample sample;
     sample.values = {objects, bytes, live ? objects : 0, live ? bytes : 0};
     const std::uint64_t* pcs = words.data() + i + heap_handoff_header_words;

@@ -33,6 +33,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <unordered_set>
 #include <vector>
 
 SPANPROF_NAMESPACE_BEGIN
@@ -180,14 +182,14 @@ inline std::vector<std::shared_ptr<Uploader>> make_uploaders(EnvironmentSettings
     options.delivery = delivery;
     // OTEL_SERVICE_NAME wins over a service.name in OTEL_RESOURCE_ATTRIBUTES.
     std::string service = env.service_name;
+    // The first of repeated keys wins; a set keeps this linear in a long list.
+    std::unordered_set<std::string_view> kept;
     for (const auto& [key, value] : env.resource_attributes) {
       if (key == "service.name") {
         if (service.empty()) service = value;
         continue;
       }
-      bool duplicate = false;
-      for (const auto& kept : options.resource.attributes) duplicate = duplicate || kept.first == key;
-      if (!duplicate) options.resource.attributes.emplace_back(key, value);
+      if (kept.insert(key).second) options.resource.attributes.emplace_back(key, value);
     }
     options.resource.attributes.emplace_back("service.name", service.empty() ? "unknown_service" : service);
     if (!SPANPROF_WITH_CURL && SPANPROF_ENABLED) {
