@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 using spanprof_test::span_number;
@@ -45,6 +46,21 @@ long stress_resident_kib() {
   std::fclose(statm);
   return read == 2 ? resident * (::sysconf(_SC_PAGESIZE) / 1024) : -1;
 }
+
+// The heap the program really holds, as tcmalloc counts it (gperftools'
+// MallocExtension C API, looked up so that builds without tcmalloc still link):
+// -1 without tcmalloc. Beside resident memory it tells a leak (this grows) from
+// an allocator keeping freed pages for reuse (only resident memory grows).
+long tcmalloc_property_kib(const char* name) {
+  using Property = int (*)(const char*, std::size_t*);
+  static const auto property = reinterpret_cast<Property>(::dlsym(RTLD_DEFAULT, "MallocExtension_GetNumericProperty"));
+  std::size_t bytes = 0;
+  if (property == nullptr || !property(name, &bytes)) return -1;
+  return static_cast<long>(bytes / 1024);
+}
+long stress_live_heap_kib() { return tcmalloc_property_kib("generic.current_allocated_bytes"); }
+// Free pages tcmalloc keeps mapped for reuse (returned to the system only slowly).
+long stress_allocator_free_kib() { return tcmalloc_property_kib("tcmalloc.pageheap_free_bytes"); }
 
 struct StressThread {
   std::mt19937_64 random;
@@ -139,9 +155,9 @@ const spanprof_test::ChildScenario stress_scenario("stress", [] {
       const long kib = stress_resident_kib();
       if (warm_kib == 0 && now - begin >= std::chrono::seconds(stress_seconds() >= 120 ? 60 : 2)) warm_kib = kib;
       if (warm_kib != 0) max_kib = std::max(max_kib, kib);
-      std::printf("t=%llds rss_kib=%ld restarts=%ld spans=%ld\n",
+      std::printf("t=%llds rss_kib=%ld live_heap_kib=%ld allocator_free_kib=%ld restarts=%ld spans=%ld\n",
                   static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(now - begin).count()), kib,
-                  restarts, spans.load());
+                  stress_live_heap_kib(), stress_allocator_free_kib(), restarts, spans.load());
       std::fflush(stdout);
       next_report = now + report_every;
     }

