@@ -4,6 +4,7 @@
 #include "support/catch.hpp"
 #include "support/child_process.hpp"
 #include "support/collector.hpp"
+#include "support/http_server.hpp"
 #include "support/test_helpers.hpp"
 
 #include <spanprof/spanprof.hpp>
@@ -16,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -196,13 +198,22 @@ const spanprof_test::ChildScenario fork_under_upload_scenario("fork_under_upload
 // fork + exec: the new program inherits no spanprof descriptor, handler or
 // pending signal.
 const spanprof_test::ChildScenario fork_exec_scenario("fork_exec", [] {
+  // A Pyroscope uploader whose connection libcurl keeps open between uploads.
+  spanprof_test::HttpServer server;
   spanprof::Options options = fork_options(1000);
   options.spool_directory = "/tmp/spanprof-fork-exec-spool-" + std::to_string(::getpid());
+  spanprof::PyroscopeOptions pyroscope;
+  pyroscope.server_address = server.url();
+  pyroscope.http.no_proxy = "*";
+  pyroscope.delivery = spanprof::Delivery::per_span();
+  options.uploaders.push_back(std::make_shared<spanprof::PyroscopeUploader>(pyroscope));
   Collector collector(options);
   {
     spanprof::ScopedProfile guard(span_number(20), "armed");
     fork_parent_work(0.05);
   }
+  spanprof::flush(std::chrono::seconds(10));
+  std::printf("uploads=%zu\n", server.request_count());
   std::fflush(stdout);
   for (const char* what : {"fds", "status"}) {
     const pid_t child = ::fork();
@@ -216,6 +227,46 @@ const spanprof_test::ChildScenario fork_exec_scenario("fork_exec", [] {
     std::fflush(stdout);
   }
   std::printf("spool=%s\n", options.spool_directory.c_str());
+  return 0;
+});
+
+// A forked child that does not exec: the parent's libcurl connections are closed
+// in it (kept open, they would not close when the parent closes them), and the
+// parent goes on uploading on its own.
+const spanprof_test::ChildScenario fork_closes_connections_scenario("fork_closes_connections", [] {
+  spanprof_test::HttpServer server;
+  spanprof::Options options = fork_options(1000);
+  spanprof::PyroscopeOptions pyroscope;
+  pyroscope.server_address = server.url();
+  pyroscope.http.no_proxy = "*";
+  pyroscope.delivery = spanprof::Delivery::per_span();
+  options.uploaders.push_back(std::make_shared<spanprof::PyroscopeUploader>(pyroscope));
+  Collector collector(options);
+  {
+    spanprof::ScopedProfile guard(span_number(21), "before_fork");
+    fork_parent_work(0.05);
+  }
+  spanprof::flush(std::chrono::seconds(10));
+  std::vector<int> sockets;
+  for (const auto& slot : spanprof::detail::http_socket_registry().fds)
+    if (const int fd = slot.load(); fd >= 0) sockets.push_back(fd);
+  std::printf("parent sockets=%zu\n", sockets.size());
+  std::fflush(stdout);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    int open = 0;
+    for (const int fd : sockets) open += ::fcntl(fd, F_GETFD) >= 0;
+    std::printf("child open_parent_sockets=%d\n", open);
+    std::fflush(stdout);
+    std::_Exit(0);
+  }
+  const int child_exit = wait_or_kill(child, 10);
+  {
+    spanprof::ScopedProfile guard(span_number(22), "after_fork");
+    fork_parent_work(0.05);
+  }
+  spanprof::flush(std::chrono::seconds(10));
+  std::printf("child_exit=%d uploads=%zu\n", child_exit, server.request_count());
   return 0;
 });
 
@@ -283,7 +334,10 @@ TEST_CASE("fork + exec leaves no spanprof descriptor or signal behind", "[fork]"
   CHECK(spanprof_test::contains(result.output, "exec fds exit=0"));
   CHECK(spanprof_test::contains(result.output, "exec status exit=0"));
   CHECK(spanprof_test::contains(result.output, "fd: "));
+  CHECK(spanprof_test::contains(result.output, "uploads=1"));
   CHECK_FALSE(spanprof_test::contains(result.output, "perf_event"));
+  CHECK_FALSE(spanprof_test::contains(result.output, "anon_inode"));
+  CHECK_FALSE(spanprof_test::contains(result.output, "socket:"));  // libcurl's kept-alive connection
   const auto spool_at = result.output.find("spool=");
   REQUIRE(spool_at != std::string::npos);
   const std::string spool = result.output.substr(spool_at + 6, result.output.find('\n', spool_at) - spool_at - 6);
@@ -291,4 +345,13 @@ TEST_CASE("fork + exec leaves no spanprof descriptor or signal behind", "[fork]"
   CHECK(result.output.find(spool) == spool_at + 6);
   for (const char* line : {"SigPnd:\t0000000000000000", "ShdPnd:\t0000000000000000", "SigCgt:\t0000000000000000"})
     CHECK(spanprof_test::contains(result.output, line));
+}
+
+TEST_CASE("a forked child closes the parent's connections; the parent keeps uploading", "[fork]") {
+  const auto result = run_guarded("fork_closes_connections");
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  CHECK_FALSE(spanprof_test::contains(result.output, "parent sockets=0"));
+  CHECK(spanprof_test::contains(result.output, "child open_parent_sockets=0"));
+  CHECK(spanprof_test::contains(result.output, "child_exit=0 uploads=2"));
 }

@@ -2694,6 +2694,10 @@ SPANPROF_NAMESPACE_END
 #if SPANPROF_WITH_CURL
 
 #include <curl/curl.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -2755,6 +2759,89 @@ SPANPROF_API inline CURLcode http_curl_global_init() noexcept {
     return CURLE_FAILED_INIT;
   }
   return result;
+}
+
+// The descriptors this process has open, sorted; empty if /proc is not there.
+inline std::vector<int> http_open_descriptors() {
+  std::vector<int> descriptors;
+  DIR* directory = ::opendir("/proc/self/fd");
+  if (directory == nullptr) return descriptors;
+  const int own = ::dirfd(directory);  // closed below: the next descriptor opened may reuse it
+  while (const dirent* entry = ::readdir(directory)) {
+    int fd = 0;
+    const char* c = entry->d_name;
+    if (*c < '0' || *c > '9') continue;
+    for (; *c >= '0' && *c <= '9' && fd < 1'000'000'000; ++c) fd = fd * 10 + (*c - '0');
+    if (fd != own) descriptors.push_back(fd);
+  }
+  ::closedir(directory);
+  std::sort(descriptors.begin(), descriptors.end());
+  return descriptors;
+}
+
+// Every socket libcurl holds for spanprof, so that a forked child can close them
+// (http_close_sockets_after_fork): the child never uses the parent's
+// connections, and keeping them open would keep them from closing when the
+// parent closes them. Lock-free, for the fork handler; a socket that finds no
+// free slot is simply not closed in a child.
+struct HttpSocketRegistry {
+  static constexpr std::size_t slots = 256;
+  std::atomic<int> fds[slots];
+
+  HttpSocketRegistry() noexcept {
+    for (auto& fd : fds) fd.store(-1, std::memory_order_relaxed);
+  }
+  void add(int fd) noexcept {
+    for (auto& slot : fds) {
+      int empty = -1;
+      if (slot.compare_exchange_strong(empty, fd, std::memory_order_acq_rel)) return;
+    }
+  }
+  void remove(int fd) noexcept {
+    for (auto& slot : fds) {
+      int expected = fd;
+      if (slot.compare_exchange_strong(expected, -1, std::memory_order_acq_rel)) return;
+    }
+  }
+};
+
+SPANPROF_API inline HttpSocketRegistry& http_socket_registry() noexcept {
+  static HttpSocketRegistry registry;
+  return registry;
+}
+
+// In a forked child (async-signal-safe): closes the parent's libcurl sockets.
+inline void http_close_sockets_after_fork() noexcept {
+  for (auto& slot : http_socket_registry().fds) {
+    const int fd = slot.exchange(-1, std::memory_order_acq_rel);
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+// libcurl before 8.17 creates its multi handle's wake-up socketpair without
+// close-on-exec, and has no option for it: a host that forks and execs would
+// hand both ends to the new program. The Unix-domain sockets that appeared while
+// the handle was created (`before`: the descriptors open just before) are marked
+// close-on-exec and returned. (A host thread creating one at that very moment
+// would get the flag too; it is only ever set on a descriptor nobody asked to
+// inherit.)
+inline std::vector<int> http_close_new_sockets_on_exec(const std::vector<int>& before) noexcept {
+  std::vector<int> marked;
+  try {
+    for (const int fd : http_open_descriptors()) {
+      if (std::binary_search(before.begin(), before.end(), fd)) continue;
+      int domain = 0;
+      socklen_t length = sizeof domain;
+      if (::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &length) != 0 || domain != AF_UNIX) continue;
+      const int flags = ::fcntl(fd, F_GETFD);
+      if (flags < 0 || (flags & FD_CLOEXEC) != 0) continue;
+      ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+      marked.push_back(fd);
+    }
+  } catch (...) {
+    // Out of memory listing descriptors: they stay as libcurl made them.
+  }
+  return marked;
 }
 
 // An error path must not throw; assigning a message can run out of memory.
@@ -2888,12 +2975,7 @@ using HttpHeaderList = std::unique_ptr<curl_slist, HttpHeaderListDeleter>;
 class HttpClient {
  public:
   explicit HttpClient(HttpOptions options) noexcept : options_(std::move(options)) {}
-  ~HttpClient() {
-    // Easy handle first: it is never left attached, and the multi handle owns the
-    // connection cache that its cleanup closes.
-    if (easy_ != nullptr) curl_easy_cleanup(easy_);
-    if (multi_ != nullptr) curl_multi_cleanup(multi_);
-  }
+  ~HttpClient() { release_handles(); }
   HttpClient(const HttpClient&) = delete;
   HttpClient& operator=(const HttpClient&) = delete;
 
@@ -2932,6 +3014,34 @@ class HttpClient {
   static void fail(HttpResponse& response, bool transport, std::string_view message) noexcept {
     response.transport_error = transport;
     http_set_text(response.error, message);
+  }
+
+  // libcurl before 8.17 opens its sockets without close-on-exec: a host that
+  // forks and execs would hand spanprof's connections to the new program (and
+  // keep them open there). Opened here with SOCK_CLOEXEC, which leaves no window
+  // for a concurrent fork.
+  static curl_socket_t open_socket(void*, curlsocktype, curl_sockaddr* address) noexcept {
+    const int fd = ::socket(address->family, address->socktype | SOCK_CLOEXEC, address->protocol);
+    if (fd >= 0) http_socket_registry().add(fd);
+    return fd;
+  }
+  static int close_socket(void*, curl_socket_t fd) noexcept {
+    http_socket_registry().remove(fd);
+    return ::close(fd);
+  }
+
+  // Easy handle first: it is never left attached, and the multi handle owns the
+  // connection cache that its cleanup closes. In a forked child the handles are
+  // the parent's (their sockets closed by the fork handler, their numbers maybe
+  // reused since): they are dropped without a cleanup that would touch them.
+  void release_handles() noexcept {
+    const bool ours = handles_pid_ == ::getpid();
+    for (const int fd : wakeup_fds_) http_socket_registry().remove(fd);
+    wakeup_fds_.clear();
+    if (ours && easy_ != nullptr) curl_easy_cleanup(easy_);
+    if (ours && multi_ != nullptr) curl_multi_cleanup(multi_);
+    easy_ = nullptr;
+    multi_ = nullptr;
   }
 
   static std::size_t on_body(char* data, std::size_t size, std::size_t count, void* user) noexcept {
@@ -3033,6 +3143,12 @@ class HttpClient {
     // Signals are not for libcurl to take in a multi-threaded host (its DNS
     // timeout would use SIGALRM); the threaded resolver needs none.
     check(curl_easy_setopt(easy_, CURLOPT_NOSIGNAL, 1L), "CURLOPT_NOSIGNAL");
+    using OpenSocket = curl_socket_t (*)(void*, curlsocktype, curl_sockaddr*);
+    using CloseSocket = int (*)(void*, curl_socket_t);
+    check(curl_easy_setopt(easy_, CURLOPT_OPENSOCKETFUNCTION, static_cast<OpenSocket>(&open_socket)),
+          "CURLOPT_OPENSOCKETFUNCTION");
+    check(curl_easy_setopt(easy_, CURLOPT_CLOSESOCKETFUNCTION, static_cast<CloseSocket>(&close_socket)),
+          "CURLOPT_CLOSESOCKETFUNCTION");
     check(curl_easy_setopt(easy_, CURLOPT_POST, 1L), "CURLOPT_POST");
     check(curl_easy_setopt(easy_, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size())),
           "CURLOPT_POSTFIELDSIZE_LARGE");
@@ -3144,8 +3260,17 @@ class HttpClient {
     // Created on first use (on the worker thread) and kept: the multi handle holds
     // the connection cache that keep-alive reuses. A failed creation is retried
     // by the next post.
+    if ((easy_ != nullptr || multi_ != nullptr) && handles_pid_ != ::getpid()) release_handles();
+    handles_pid_ = ::getpid();
     if (easy_ == nullptr) easy_ = curl_easy_init();
-    if (multi_ == nullptr) multi_ = curl_multi_init();
+    if (multi_ == nullptr) {
+      const std::vector<int> before = http_open_descriptors();
+      multi_ = curl_multi_init();
+      if (multi_ != nullptr) {
+        wakeup_fds_ = http_close_new_sockets_on_exec(before);
+        for (const int fd : wakeup_fds_) http_socket_registry().add(fd);
+      }
+    }
     if (easy_ == nullptr || multi_ == nullptr) return fail(response, true, "cannot create a libcurl handle");
 
     std::string invalid;
@@ -3190,6 +3315,8 @@ class HttpClient {
   std::mutex mutex_;  // one transfer at a time on the handles below
   CURL* easy_ = nullptr;
   CURLM* multi_ = nullptr;
+  pid_t handles_pid_ = 0;        // the process the handles were made in
+  std::vector<int> wakeup_fds_;  // the multi handle's socketpair, in the registry
   char error_buffer_[CURL_ERROR_SIZE] = {};
 };
 
@@ -12648,6 +12775,9 @@ class Runtime final : public GuardHost {
     new (&trigger_) std::shared_ptr<AdaptiveTrigger>();
     retirement_.forget_after_fork();
     worker_.close_files_after_fork();
+#if SPANPROF_WITH_CURL
+    http_close_sockets_after_fork();  // the parent's connections are the parent's
+#endif
     new (&worker_) Worker();
     if (lifecycle_.load(std::memory_order_relaxed) == running) {
       if (started_implicitly_) {

@@ -17,6 +17,7 @@
 #include <spanprof/capture/wall_ticker.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/delivery/file_uploader.hpp>
+#include <spanprof/delivery/http_client.hpp>
 #include <spanprof/delivery/worker.hpp>
 #include <spanprof/runtime/config_retirement.hpp>
 #include <spanprof/runtime/guard_host.hpp>
@@ -272,6 +273,9 @@ class Runtime final : public GuardHost {
     new (&trigger_) std::shared_ptr<AdaptiveTrigger>();
     retirement_.forget_after_fork();
     worker_.close_files_after_fork();
+#if SPANPROF_WITH_CURL
+    http_close_sockets_after_fork();  // the parent's connections are the parent's
+#endif
     new (&worker_) Worker();
     if (lifecycle_.load(std::memory_order_relaxed) == running) {
       if (started_implicitly_) {
