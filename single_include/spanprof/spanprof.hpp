@@ -5044,6 +5044,72 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_CAPTURE_CLASSIC_HEAP_ENGINE_HPP_
 // ---- end spanprof/capture/classic_heap_engine.hpp ----
+// ---- begin spanprof/base/loader_lock_gate.hpp ----
+// spanprof's own holds on the dynamic loader's lock, so that fork() can wait
+// them out.
+//
+// libunwind (gperftools' stack walker, in the sample signal handler and the heap
+// hooks) and the symbolizer's scan of the loaded objects take the loader lock
+// through dl_iterate_phdr. glibc's fork() does not reset that lock in the child:
+// a fork while one of them held it would leave the child's loader locked for
+// good, and its first sample, dlopen or dl_iterate_phdr would hang. The fork
+// prepare handler closes this gate and waits for those inside to leave; a
+// sample that finds the gate closed is dropped (and counted), a scan waits.
+#ifndef SPANPROF_BASE_LOADER_LOCK_GATE_HPP_
+#define SPANPROF_BASE_LOADER_LOCK_GATE_HPP_
+
+
+#include <atomic>
+#include <chrono>
+
+#include <sched.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+class LoaderLockGate {
+ public:
+  constexpr LoaderLockGate() noexcept = default;
+
+  // Async-signal-safe. False: a fork is under way, keep out of the loader.
+  bool enter() noexcept {
+    inside_.fetch_add(1, std::memory_order_seq_cst);
+    if (!closed_.load(std::memory_order_seq_cst)) return true;
+    inside_.fetch_sub(1, std::memory_order_seq_cst);
+    return false;
+  }
+  void leave() noexcept { inside_.fetch_sub(1, std::memory_order_seq_cst); }
+
+  // Fork prepare: no new entry, and those inside are waited for, within `limit`
+  // (one of them may wait on a loader lock the host holds).
+  void close_and_wait(std::chrono::milliseconds limit) noexcept {
+    closed_.store(true, std::memory_order_seq_cst);
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (inside_.load(std::memory_order_seq_cst) != 0 && std::chrono::steady_clock::now() < deadline) ::sched_yield();
+  }
+  void open() noexcept { closed_.store(false, std::memory_order_seq_cst); }
+
+  // In the child: only the forking thread is left, and it is inside nothing.
+  void reset_after_fork() noexcept {
+    inside_.store(0, std::memory_order_relaxed);
+    closed_.store(false, std::memory_order_relaxed);
+  }
+
+ private:
+  std::atomic<int> inside_{0};
+  std::atomic<bool> closed_{false};
+};
+
+SPANPROF_API inline LoaderLockGate& loader_lock_gate() noexcept {
+  static LoaderLockGate gate;  // constant-initialized: no guard, safe in a handler
+  return gate;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_BASE_LOADER_LOCK_GATE_HPP_
+// ---- end spanprof/base/loader_lock_gate.hpp ----
 // ---- begin spanprof/capture/engines.hpp ----
 // The capture engines a guard can use, and where the CPU engine's samples come
 // from. docs/engines.md explains the choice and what each costs.
@@ -5535,7 +5601,16 @@ class ThreadStackSampler {
     constexpr int handler_frames_searched = 8;
     void* trace[max_stack_depth_limit + handler_frames_searched];
     const int depth_wanted = settings_.max_depth + handler_frames_searched;
+    const bool wall = (weight & wall_record_tag) != 0;
+    // The walk takes the loader lock: not while a fork is under way (see
+    // base/loader_lock_gate.hpp). The sample is dropped instead.
+    if (!loader_lock_gate().enter()) {
+      dropped_.store(dropped_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      counters_->add(wall ? Counter::wall_samples_dropped : Counter::cpu_samples_dropped, 1);
+      return no_wall_record;
+    }
     const int n = ProfilerGetStackTrace(trace, depth_wanted, 0, ucontext);
+    loader_lock_gate().leave();
     const std::uintptr_t pc = interrupted_pc(ucontext);
 
     int first = -1;
@@ -5553,7 +5628,6 @@ class ThreadStackSampler {
 
     const std::size_t used = used_.load(std::memory_order_relaxed);
     const std::size_t need = stack_record_words(depth);
-    const bool wall = (weight & wall_record_tag) != 0;
     if (used + need > settings_.buffer_words) {
       dropped_.store(dropped_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       counters_->add(wall ? Counter::wall_samples_dropped : Counter::cpu_samples_dropped, 1);
@@ -6312,8 +6386,13 @@ SPANPROF_NOINLINE inline void record_heap_sample(HeapThreadState& t, const void*
   }
   std::uint64_t* record = t.log + t.used;
   void** frames = reinterpret_cast<void**>(record + heap_log_header_words);
-  const int depth = source == HeapHookSource::operator_new ? capture_return_addresses(frames, t.max_depth, 2)
-                                                           : tcmalloc_api().caller_stack_trace(frames, t.max_depth, 0);
+  // Both walks may take the loader lock: not while a fork is under way.
+  int depth = 0;
+  if (loader_lock_gate().enter()) {
+    depth = source == HeapHookSource::operator_new ? capture_return_addresses(frames, t.max_depth, 2)
+                                                   : tcmalloc_api().caller_stack_trace(frames, t.max_depth, 0);
+    loader_lock_gate().leave();
+  }
   if (depth <= 0) {
     ++t.dropped;
     t.in_hook = false;
@@ -11679,6 +11758,7 @@ SPANPROF_NAMESPACE_END
 #include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -12321,7 +12401,10 @@ class ElfSymbolizer final : public Symbolizer {
       state.names.reserve(names);
       state.objects_wanted = state.segments_wanted = state.names_wanted = 0;
       state.first = true;
+      // Not while a fork is under way (base/loader_lock_gate.hpp): wait it out.
+      while (!loader_lock_gate().enter()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       ::dl_iterate_phdr(&ElfSymbolizer::scan_one, &state);
+      loader_lock_gate().leave();
       // Objects loaded between two scans: a few attempts with room to spare, then
       // whatever fitted (the next rescan finds the rest).
       if (state.fits() || attempt == 3) break;
@@ -12750,16 +12833,19 @@ class Runtime final : public GuardHost {
   // uploaders in those options may be mid-upload in the parent, their locks held
   // for good in the child. spanprof::start() in the child profiles it.
   static void before_fork() noexcept {
+    loader_lock_gate().close_and_wait(std::chrono::milliseconds(100));
     counter_registry().mutex.lock();
     stack_sampler_list().mutex.lock();
   }
   static void after_fork_in_parent() noexcept {
     stack_sampler_list().mutex.unlock();
     counter_registry().mutex.unlock();
+    loader_lock_gate().open();
   }
   static void after_fork_in_child() noexcept { runtime_instance().reset_after_fork(); }
 
   void reset_after_fork() noexcept {
+    loader_lock_gate().reset_after_fork();
     counter_registry().reset_after_fork(thread_counters.registered ? &thread_counters : nullptr);
     stack_sampler_list().reset_after_fork();
     const ThreadStackSampler* mine = current_stack_sampler;

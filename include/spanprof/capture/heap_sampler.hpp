@@ -22,6 +22,7 @@
 #include <spanprof/capture/sample_records.hpp>
 #include <spanprof/capture/tcmalloc_api.hpp>
 #include <spanprof/base/error.hpp>
+#include <spanprof/base/loader_lock_gate.hpp>
 
 #include <unwind.h>
 
@@ -235,8 +236,13 @@ SPANPROF_NOINLINE inline void record_heap_sample(HeapThreadState& t, const void*
   }
   std::uint64_t* record = t.log + t.used;
   void** frames = reinterpret_cast<void**>(record + heap_log_header_words);
-  const int depth = source == HeapHookSource::operator_new ? capture_return_addresses(frames, t.max_depth, 2)
-                                                           : tcmalloc_api().caller_stack_trace(frames, t.max_depth, 0);
+  // Both walks may take the loader lock: not while a fork is under way.
+  int depth = 0;
+  if (loader_lock_gate().enter()) {
+    depth = source == HeapHookSource::operator_new ? capture_return_addresses(frames, t.max_depth, 2)
+                                                   : tcmalloc_api().caller_stack_trace(frames, t.max_depth, 0);
+    loader_lock_gate().leave();
+  }
   if (depth <= 0) {
     ++t.dropped;
     t.in_hook = false;

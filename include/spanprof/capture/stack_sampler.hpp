@@ -24,6 +24,7 @@
 #include <spanprof/config.hpp>
 #include <spanprof/base/error.hpp>
 #include <spanprof/base/counters.hpp>
+#include <spanprof/base/loader_lock_gate.hpp>
 #include <spanprof/capture/engines.hpp>
 #include <spanprof/capture/sample_records.hpp>
 #include <spanprof/profile/profile.hpp>
@@ -432,7 +433,16 @@ class ThreadStackSampler {
     constexpr int handler_frames_searched = 8;
     void* trace[max_stack_depth_limit + handler_frames_searched];
     const int depth_wanted = settings_.max_depth + handler_frames_searched;
+    const bool wall = (weight & wall_record_tag) != 0;
+    // The walk takes the loader lock: not while a fork is under way (see
+    // base/loader_lock_gate.hpp). The sample is dropped instead.
+    if (!loader_lock_gate().enter()) {
+      dropped_.store(dropped_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      counters_->add(wall ? Counter::wall_samples_dropped : Counter::cpu_samples_dropped, 1);
+      return no_wall_record;
+    }
     const int n = ProfilerGetStackTrace(trace, depth_wanted, 0, ucontext);
+    loader_lock_gate().leave();
     const std::uintptr_t pc = interrupted_pc(ucontext);
 
     int first = -1;
@@ -450,7 +460,6 @@ class ThreadStackSampler {
 
     const std::size_t used = used_.load(std::memory_order_relaxed);
     const std::size_t need = stack_record_words(depth);
-    const bool wall = (weight & wall_record_tag) != 0;
     if (used + need > settings_.buffer_words) {
       dropped_.store(dropped_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       counters_->add(wall ? Counter::wall_samples_dropped : Counter::cpu_samples_dropped, 1);

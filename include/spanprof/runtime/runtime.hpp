@@ -12,6 +12,7 @@
 
 #include <spanprof/base/counters.hpp>
 #include <spanprof/base/error.hpp>
+#include <spanprof/base/loader_lock_gate.hpp>
 #include <spanprof/capture/stack_sampler.hpp>
 #include <spanprof/capture/heap_sampler.hpp>
 #include <spanprof/capture/wall_ticker.hpp>
@@ -248,16 +249,19 @@ class Runtime final : public GuardHost {
   // uploaders in those options may be mid-upload in the parent, their locks held
   // for good in the child. spanprof::start() in the child profiles it.
   static void before_fork() noexcept {
+    loader_lock_gate().close_and_wait(std::chrono::milliseconds(100));
     counter_registry().mutex.lock();
     stack_sampler_list().mutex.lock();
   }
   static void after_fork_in_parent() noexcept {
     stack_sampler_list().mutex.unlock();
     counter_registry().mutex.unlock();
+    loader_lock_gate().open();
   }
   static void after_fork_in_child() noexcept { runtime_instance().reset_after_fork(); }
 
   void reset_after_fork() noexcept {
+    loader_lock_gate().reset_after_fork();
     counter_registry().reset_after_fork(thread_counters.registered ? &thread_counters : nullptr);
     stack_sampler_list().reset_after_fork();
     const ThreadStackSampler* mine = current_stack_sampler;

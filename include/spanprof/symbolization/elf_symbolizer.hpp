@@ -11,6 +11,7 @@
 
 #include <spanprof/config.hpp>
 #include <spanprof/base/error.hpp>
+#include <spanprof/base/loader_lock_gate.hpp>
 #include <spanprof/symbolization/symbolizer.hpp>
 
 #include <cxxabi.h>
@@ -35,6 +36,7 @@
 #include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -677,7 +679,10 @@ class ElfSymbolizer final : public Symbolizer {
       state.names.reserve(names);
       state.objects_wanted = state.segments_wanted = state.names_wanted = 0;
       state.first = true;
+      // Not while a fork is under way (base/loader_lock_gate.hpp): wait it out.
+      while (!loader_lock_gate().enter()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       ::dl_iterate_phdr(&ElfSymbolizer::scan_one, &state);
+      loader_lock_gate().leave();
       // Objects loaded between two scans: a few attempts with room to spare, then
       // whatever fitted (the next rescan finds the rest).
       if (state.fits() || attempt == 3) break;
