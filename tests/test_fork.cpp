@@ -161,7 +161,7 @@ const spanprof_test::ChildScenario fork_under_upload_scenario("fork_under_upload
       }
     });
   }
-  int stuck = 0, failed = 0;
+  int stuck = 0, failed = 0, first_failure = 0;
   for (int i = 0; i < 100; ++i) {
     const pid_t child = ::fork();
     if (child == 0) {
@@ -186,12 +186,13 @@ const spanprof_test::ChildScenario fork_under_upload_scenario("fork_under_upload
     }
     const int code = wait_or_kill(child, 10);
     if (code == -1) ++stuck;
-    else if (code != 0) ++failed;
+    else if (code != 0 && failed++ == 0) first_failure = code;
   }
   stop = true;
   for (auto& thread : load) thread.join();
   spanprof::shutdown(std::chrono::seconds(5));
-  std::printf("forks=100 stuck=%d failed=%d uploads=%d\n", stuck, failed, uploads.load());
+  std::printf("forks=100 stuck=%d failed=%d uploads=%d first_failure=%d\n", stuck, failed, uploads.load(),
+              first_failure);
   return 0;
 });
 
@@ -314,7 +315,10 @@ TEST_CASE("a forked child profiles its own threads, delivers, reads stats and ex
   CHECK(spanprof_test::contains(result.output, "child error: spanprof is stopped in this forked child"));
 }
 
-TEST_CASE("100 forks while profiles are uploading: no child is stuck", "[fork]") {
+// Not in the sanitizer builds: AddressSanitizer's allocator is not fork-safe. A
+// parent thread holding its size-class lock at the fork leaves the child's first
+// thread creation blocked in calloc for good (one child in a hundred, seen in gdb).
+TEST_CASE("100 forks while profiles are uploading: no child is stuck", "[fork]" SPANPROF_TEST_NOT_UNDER_SANITIZERS) {
   const auto result = run_guarded("fork_under_upload");
   INFO(result.output);
   REQUIRE(result.exit_code == 0);

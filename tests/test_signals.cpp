@@ -351,7 +351,8 @@ TEST_CASE("SPANPROF_SIGNAL accepts only real-time signals", "[signals]") {
   CHECK_FALSE(spanprof_test::contains(result.output, "running_signal=11"));
 }
 
-TEST_CASE("dlopen and dlclose on another thread while sampling at 1 kHz: no deadlock, no crash", "[signals]") {
+TEST_CASE("dlopen and dlclose on another thread while sampling at 1 kHz: no deadlock, no crash",
+          "[signals]" SPANPROF_TEST_NOT_UNDER_SANITIZERS) {
   const auto result = spanprof_test::run_in_child("dlopen_churn", 120);
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
@@ -370,7 +371,7 @@ TEST_CASE("dlopen and dlclose on another thread while sampling at 1 kHz: no dead
 }
 
 TEST_CASE("the symbolizer's scan never waits under the loader lock while threads are sampled inside malloc",
-          "[signals]") {
+          "[signals]" SPANPROF_TEST_NOT_UNDER_SANITIZERS) {
   const auto result = spanprof_test::run_in_child("scan_under_sampling", 90);
   INFO(result.output);
   REQUIRE(result.exit_code == 0);  // 124 or 137: deadlocked, killed by the timeout
