@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,6 +38,16 @@ spanprof::Options fork_options(int hz) {
   options.frequency_hz = hz;
   options.queue_capacity = 4096;
   return options;
+}
+
+// A Pyroscope uploader to `server`, one upload per span: libcurl keeps its
+// connection open between uploads.
+std::shared_ptr<spanprof::Uploader> pyroscope_uploader(const spanprof_test::HttpServer& server) {
+  spanprof::PyroscopeOptions pyroscope;
+  pyroscope.server_address = server.url();
+  pyroscope.http.no_proxy = "*";
+  pyroscope.delivery = spanprof::Delivery::per_span();
+  return std::make_shared<spanprof::PyroscopeUploader>(pyroscope);
 }
 
 // Waits for a child, killing it after `seconds`. Its exit code, or -1 when it had
@@ -199,15 +210,10 @@ const spanprof_test::ChildScenario fork_under_upload_scenario("fork_under_upload
 // fork + exec: the new program inherits no spanprof descriptor, handler or
 // pending signal.
 const spanprof_test::ChildScenario fork_exec_scenario("fork_exec", [] {
-  // A Pyroscope uploader whose connection libcurl keeps open between uploads.
   spanprof_test::HttpServer server;
   spanprof::Options options = fork_options(1000);
   options.spool_directory = "/tmp/spanprof-fork-exec-spool-" + std::to_string(::getpid());
-  spanprof::PyroscopeOptions pyroscope;
-  pyroscope.server_address = server.url();
-  pyroscope.http.no_proxy = "*";
-  pyroscope.delivery = spanprof::Delivery::per_span();
-  options.uploaders.push_back(std::make_shared<spanprof::PyroscopeUploader>(pyroscope));
+  options.uploaders.push_back(pyroscope_uploader(server));
   Collector collector(options);
   {
     spanprof::ScopedProfile guard(span_number(20), "armed");
@@ -237,11 +243,7 @@ const spanprof_test::ChildScenario fork_exec_scenario("fork_exec", [] {
 const spanprof_test::ChildScenario fork_closes_connections_scenario("fork_closes_connections", [] {
   spanprof_test::HttpServer server;
   spanprof::Options options = fork_options(1000);
-  spanprof::PyroscopeOptions pyroscope;
-  pyroscope.server_address = server.url();
-  pyroscope.http.no_proxy = "*";
-  pyroscope.delivery = spanprof::Delivery::per_span();
-  options.uploaders.push_back(std::make_shared<spanprof::PyroscopeUploader>(pyroscope));
+  options.uploaders.push_back(pyroscope_uploader(server));
   Collector collector(options);
   {
     spanprof::ScopedProfile guard(span_number(21), "before_fork");
