@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 #include <string_view>
 
 #include <locale.h>
@@ -78,6 +79,16 @@ inline bool parse_decimal(std::string_view text, double& out) noexcept {
   if (end != buffer + text.size() || !std::isfinite(value)) return false;
   out = value;
   return true;
+}
+
+// Outside text echoed in a message: at most `max` bytes, "..." when cut, and
+// anything but printable ASCII as '?', so a message stays one short line that
+// cannot forge another or drive a terminal.
+inline std::string printable_excerpt(std::string_view text, std::size_t max) {
+  std::string out(text.substr(0, max));
+  for (char& c : out) c = c >= 0x20 && c < 0x7f ? c : '?';
+  if (text.size() > max) out += "...";
+  return out;
 }
 
 }  // namespace detail

@@ -15,6 +15,7 @@
 #define SPANPROF_CAPTURE_GPERFTOOLS_HEAP_PROFILE_HPP_
 
 #include <spanprof/config.hpp>
+#include <spanprof/base/text.hpp>
 #include <spanprof/profile/profile.hpp>
 
 #include <charconv>
@@ -171,11 +172,7 @@ class LegacyHeapProfileParser {
   std::string rest() const { return i_ < line_.size() ? quote(line_.substr(i_)) : "end of line"; }
 
   // Input is untrusted and errors end up in logs: show a short, printable excerpt.
-  static std::string quote(std::string_view text) {
-    std::string quoted(text.substr(0, 32));
-    for (char& c : quoted) c = c >= 0x20 && c < 0x7f ? c : '?';
-    return "'" + quoted + (text.size() > 32 ? "...'" : "'");
-  }
+  static std::string quote(std::string_view text) { return "'" + printable_excerpt(text, 32) + "'"; }
 
   bool fail(const std::string& message) {
     const std::size_t line = line_no_ == 0 ? 1 : line_no_;  // empty input fails "on" line 1

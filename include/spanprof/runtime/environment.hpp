@@ -186,10 +186,8 @@ inline bool parse_key_value_list(std::string_view text, std::vector<std::pair<st
     }
     std::string value;
     if (!percent_decode(trim_ascii_space(item.substr(equals + 1)), value)) {
-      const std::string_view key = trim_ascii_space(item.substr(0, equals));
-      constexpr std::size_t key_shown = 64;
-      why = "has bad percent-encoding in the value of '" + std::string(key.substr(0, key_shown)) +
-            (key.size() > key_shown ? "...'" : "'");
+      why = "has bad percent-encoding in the value of '" +
+            printable_excerpt(trim_ascii_space(item.substr(0, equals)), 64) + "'";
       return false;
     }
     out.emplace_back(std::string(trim_ascii_space(item.substr(0, equals))), std::move(value));
@@ -494,20 +492,12 @@ inline const EnvironmentVariable environment_variables[] = {
      [](std::string_view v, ES& s, std::string& why) { return parse_key_value_list(v, s.resource_attributes, why); }},
 };
 
-// Echoes at most 64 bytes of the value, control characters as '?': an
-// environment variable can be anything, and a problem must stay one short line
-// that cannot forge another in the log.
+// Echoes at most 64 bytes of the value (printable_excerpt): an environment
+// variable can be anything, and a problem must stay one short line.
 inline ConfigurationProblem environment_problem(const char* name, std::string_view value, const std::string& why,
                                                 const char* consequence) {
-  constexpr std::size_t shown = 64;
-  const auto printable = [](std::string_view text) {
-    std::string out(text);
-    for (char& c : out)
-      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-    return out;
-  };
-  std::string message = std::string(name) + "=\"" + printable(value.substr(0, shown)) +
-                        (value.size() > shown ? "...\" " : "\" ") + printable(why) + "; " + consequence;
+  std::string message = std::string(name) + "=\"" + printable_excerpt(value, 64) + "\" " +
+                        printable_excerpt(why, why.size()) + "; " + consequence;
   return {name, std::move(message)};
 }
 
