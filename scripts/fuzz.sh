@@ -9,9 +9,11 @@
 #   scripts/fuzz.sh --runs 10000000 --seconds 900 # whichever comes first
 #
 # Options: --seconds N (default 10) and --runs N (default: no limit) per target;
-# --jobs N for the build (default 2); --build-dir DIR (default build/fuzz, or
-# build/fuzz-strict with --strict); --strict also checks the known issue listed
-# in tests/fuzz/README.md, which fails today on its regression input.
+# --timeout N, the wall-clock seconds one unit may take (default 2; raise it on a
+# machine shared with other work); --jobs N for the build (default 2);
+# --build-dir DIR (default build/fuzz, or build/fuzz-strict with --strict);
+# --strict also checks the known issue listed in tests/fuzz/README.md, which
+# fails today on its regression input.
 #
 # Installs nothing. Needs clang++ with its libFuzzer runtime (Debian: clang and
 # libclang-rt-14-dev), cmake, ninja, zlib and libcurl development files.
@@ -27,6 +29,7 @@ root=$PWD
 
 seconds=10
 runs=""
+timeout=2
 jobs=2
 build=""
 strict=0
@@ -35,6 +38,7 @@ while (($#)); do
   case "$1" in
     --seconds) seconds=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
+    --timeout) timeout=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
     --build-dir) build=$2; shift 2 ;;
     --strict) strict=1; shift ;;
@@ -99,8 +103,10 @@ max_len_of() {
 # -malloc_limit_mb=64: no parser may need that much for one 64 KiB input (the
 # biggest legitimate block is gzip's 1 MiB output limit).
 # -rss_limit_mb=512: ASan's quarantine alone takes up to 256 MiB.
-# -timeout=2: wall-clock, 20 times the CPU budget, so a loaded machine does not
-# fail a run; it catches a unit blocked in a system call, which uses no CPU.
+# -timeout (2 s by default): wall-clock, 20 times the CPU budget, so a lightly
+# loaded machine does not fail a run; it catches a unit blocked in a system call,
+# which uses no CPU. A machine busy with other work starves a fuzzer for seconds
+# at a time (a 10 ms unit timed out beside a 64-thread test): raise --timeout there.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:symbolize=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
@@ -121,7 +127,7 @@ for target in "${targets[@]}"; do
   # Inputs that once broke a parser are replayed on their own first: in the
   # corpus, their size would slow every mutation made from them.
   if [ -d tests/fuzz/regressions/"$target" ]; then
-    if ! (cd "$work" && "$binary" -runs=0 -rss_limit_mb=512 -malloc_limit_mb=64 -timeout=2 \
+    if ! (cd "$work" && "$binary" -runs=0 -rss_limit_mb=512 -malloc_limit_mb=64 -timeout="$timeout" \
       -artifact_prefix=artifacts/ "$root/tests/fuzz/regressions/$target" >regressions.log 2>&1); then
       grep -E "spanprof-fuzz|ERROR|SUMMARY|runtime error" "$work/regressions.log" | head -20 >&2
       echo "fuzz_$target FAILED on a regression input; log: $work/regressions.log" >&2
@@ -131,7 +137,7 @@ for target in "${targets[@]}"; do
     fi
   fi
   (cd "$work" && "$binary" corpus -max_total_time="$seconds" ${runs:+-runs="$runs"} -max_len="$(max_len_of "$target")" \
-    -rss_limit_mb=512 -malloc_limit_mb=64 -timeout=2 -print_final_stats=1 -artifact_prefix=artifacts/ >log 2>&1)
+    -rss_limit_mb=512 -malloc_limit_mb=64 -timeout="$timeout" -print_final_stats=1 -artifact_prefix=artifacts/ >log 2>&1)
   rc=$?
   log=$work/log
   executions=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
