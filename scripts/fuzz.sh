@@ -7,13 +7,16 @@
 #   scripts/fuzz.sh --seconds 10                  # CI: every target for 10 s
 #   scripts/fuzz.sh --seconds 600 elf gzip        # a long run of two targets
 #   scripts/fuzz.sh --runs 10000000 --seconds 900 # whichever comes first
+#   scripts/fuzz.sh --resume --seconds 3600 gzip  # go on from the last run's corpus
 #
 # Options: --seconds N (default 10) and --runs N (default: no limit) per target;
 # --timeout N, the wall-clock seconds one unit may take (default 2; raise it on a
 # machine shared with other work); --jobs N for the build (default 2);
 # --build-dir DIR (default build/fuzz, or build/fuzz-strict with --strict);
-# --strict also checks the known issue listed in tests/fuzz/README.md, which
-# fails today on its regression input.
+# --resume goes on from the corpus a previous run of the target left in the build
+# dir (its log is kept as log.<n>, its crash inputs stay and count), so a long
+# campaign can span several sittings; --strict also checks the known issue listed
+# in tests/fuzz/README.md, which fails today on its regression input.
 #
 # Installs nothing. Needs clang++ with its libFuzzer runtime (Debian: clang and
 # libclang-rt-14-dev), cmake, ninja, zlib and libcurl development files.
@@ -33,6 +36,7 @@ timeout=2
 jobs=2
 build=""
 strict=0
+resume=0
 targets=()
 while (($#)); do
   case "$1" in
@@ -42,6 +46,7 @@ while (($#)); do
     --jobs) jobs=$2; shift 2 ;;
     --build-dir) build=$2; shift 2 ;;
     --strict) strict=1; shift ;;
+    --resume) resume=1; shift ;;
     -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     -*) echo "fuzz: unknown option $1" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
@@ -120,10 +125,16 @@ for target in "${targets[@]}"; do
     continue
   fi
   work=$build/work/$target
-  rm -rf "$work"
+  if ((resume)) && [ -d "$work/corpus" ]; then
+    n=1
+    while [ -e "$work/log.$n" ]; do n=$((n + 1)); done
+    if [ -f "$work/log" ]; then mv "$work/log" "$work/log.$n"; fi
+  else
+    rm -rf "$work"
+  fi
   mkdir -p "$work/corpus" "$work/artifacts"
   cp tests/fuzz/corpus/"$target"/* "$work/corpus/"
-  echo "==== fuzz_$target: ${seconds}s${runs:+ or $runs runs}"
+  echo "==== fuzz_$target: ${seconds}s${runs:+ or $runs runs}$( ((resume)) && echo ", from $(ls "$work/corpus" | wc -l) inputs")"
   # Inputs that once broke a parser are replayed on their own first: in the
   # corpus, their size would slow every mutation made from them.
   if [ -d tests/fuzz/regressions/"$target" ]; then
