@@ -156,7 +156,14 @@ for target in "${targets[@]}"; do
   peak_rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$log" | tail -1)
   slowest=$(sed -n 's/^spanprof-fuzz: units [0-9]* slowest_unit_ms \([0-9.]*\).*/\1/p' "$log" | tail -1)
   crashes=$(find "$work/artifacts" -type f | wc -l)
-  if ((rc != 0 || crashes != 0)) || [ -z "$slowest" ]; then
+  # A fuzzer stopped with SIGINT (libFuzzer exits 72) found nothing: say so rather
+  # than count a crash, and how to go on. It exits through _Exit, so the target's
+  # slowest unit is not printed; every unit it ran was within the CPU budget, or
+  # there would be an artifact.
+  if ((rc == 72 && crashes == 0)) && grep -q 'libFuzzer: run interrupted' "$log"; then
+    failed+=("$target(interrupted)")
+    echo "fuzz_$target interrupted after ${executions:-?} executions, no crash; go on with --resume" >&2
+  elif ((rc != 0 || crashes != 0)) || [ -z "$slowest" ]; then
     failed+=("$target")
     crashes=$((crashes == 0 ? 1 : crashes))
     grep -E "spanprof-fuzz|ERROR|SUMMARY|runtime error|==[0-9]+==" "$log" | head -20 >&2
