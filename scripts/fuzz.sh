@@ -116,6 +116,7 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:symbolize=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 failed=()
+interrupted=()
 summary=()
 for target in "${targets[@]}"; do
   binary=$build/fuzz_$target
@@ -134,7 +135,9 @@ for target in "${targets[@]}"; do
   fi
   mkdir -p "$work/corpus" "$work/artifacts"
   cp tests/fuzz/corpus/"$target"/* "$work/corpus/"
-  echo "==== fuzz_$target: ${seconds}s${runs:+ or $runs runs}$( ((resume)) && echo ", from $(ls "$work/corpus" | wc -l) inputs")"
+  resumed=""
+  if ((resume)); then resumed=", from $(ls "$work/corpus" | wc -l) inputs"; fi
+  echo "==== fuzz_$target: ${seconds}s${runs:+ or $runs runs}$resumed"
   # Inputs that once broke a parser are replayed on their own first: in the
   # corpus, their size would slow every mutation made from them.
   if [ -d tests/fuzz/regressions/"$target" ]; then
@@ -161,7 +164,7 @@ for target in "${targets[@]}"; do
   # slowest unit is not printed; every unit it ran was within the CPU budget, or
   # there would be an artifact.
   if ((rc == 72 && crashes == 0)) && grep -q 'libFuzzer: run interrupted' "$log"; then
-    failed+=("$target(interrupted)")
+    interrupted+=("$target")
     echo "fuzz_$target interrupted after ${executions:-?} executions, no crash; go on with --resume" >&2
   elif ((rc != 0 || crashes != 0)) || [ -z "$slowest" ]; then
     failed+=("$target")
@@ -178,6 +181,9 @@ printf '%-15s %12s %9s %8s %12s %9s\n' target executions exec/s crashes slowest_
 printf '%s\n' "${summary[@]}"
 if ((${#failed[@]} != 0)); then
   echo "fuzz: FAILED: ${failed[*]}" >&2
-  exit 1
 fi
+if ((${#interrupted[@]} != 0)); then
+  echo "fuzz: interrupted, not finished: ${interrupted[*]}" >&2
+fi
+if ((${#failed[@]} + ${#interrupted[@]} != 0)); then exit 1; fi
 echo "fuzz: all ${#targets[@]} targets passed (unit CPU budget 100 ms)"
