@@ -293,7 +293,12 @@ TEST_CASE("the classic engine profiles one scope and tells a concurrent one it i
   CHECK(spanprof_test::sample_count(p->decoded) >= 3);
   // filter_in_thread keeps only the guard's thread: hot_beta ran on the other one.
   CHECK(share_on_stack(p->decoded, "hot_beta") == 0.0);
-  CHECK(share_of_leaf(p->decoded, "hot_alpha") >= 0.9);
+  // hot_alpha's time includes its clock reads: gperftools' process-wide timer
+  // tends to fire inside clock_gettime (3 leaves of 29 seen under ASan), so the
+  // share is counted on the stack, and the leaf check only asks for the top.
+  INFO(spanprof_test::leaf_summary(p->decoded));
+  CHECK(share_on_stack(p->decoded, "hot_alpha") >= 0.9);
+  CHECK(share_of_leaf(p->decoded, "hot_alpha") >= 0.6);
   for (const auto& sample : p->decoded.samples) CHECK(pprof_test::labels_of(sample).at("span_id") == first.span_id.to_hex());
   CHECK(collector.profile_for(second.span_id) == nullptr);
 }

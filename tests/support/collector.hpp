@@ -158,6 +158,18 @@ inline double share_of_leaf(const spanprof::Profile& profile, const std::string&
   return total ? static_cast<double>(hits) / static_cast<double>(total) : 0.0;
 }
 
+// "leaf: count" for every innermost frame, most frequent first: a failed share
+// check says what the other samples were.
+inline std::string leaf_summary(const spanprof::Profile& profile) {
+  std::map<std::string, std::int64_t> counts;
+  for (const auto& sample : profile.samples) counts[pprof_test::leaf_function(profile, sample)] += sample.values[0];
+  std::vector<std::pair<std::string, std::int64_t>> sorted(counts.begin(), counts.end());
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::string text = "leaves:";
+  for (const auto& entry : sorted) text += " " + entry.first + ": " + std::to_string(entry.second) + ";";
+  return text;
+}
+
 // Fraction of samples with `function` anywhere on the stack, by the value at
 // `value_index` (0: sample counts; 1: CPU or wall nanoseconds).
 inline double share_on_stack(const spanprof::Profile& profile, const std::string& function,
