@@ -5519,10 +5519,13 @@ class ThreadStackSampler {
 
   // ---- the watchdog's side (the worker's thread, under the sampler list's mutex) ----
 
-  // True when this armed thread has run four CPU periods without taking a tick
-  // because it blocks the sample signal: the sampler is then disarmed for good.
-  // Left armed, the real-time signals queued against the mask would overflow into
-  // SIGIO, whose default action kills the process.
+  // True when this armed thread has run four CPU periods without taking a tick,
+  // twice in a row, blocking the sample signal both times: the sampler is then
+  // disarmed for good. Left armed, the real-time signals queued against the mask
+  // would overflow into SIGIO, whose default action kills the process. Twice,
+  // because a runtime may block every signal for a moment while it runs the
+  // handlers it deferred (ThreadSanitizer does): one look can catch that moment
+  // after ticks that were only late; a second window without a tick cannot.
   bool refuse_if_signal_blocked() noexcept {
     if (!armed() || signal_blocked_.load(std::memory_order_relaxed)) {
       watch_cpu_ns_ = -1;
@@ -5535,11 +5538,14 @@ class ThreadStackSampler {
       if (watch_cpu_ns_ < 0 || ticks != watch_ticks_) {
         watch_cpu_ns_ = cpu;
         watch_ticks_ = ticks;
+        watch_saw_blocked_ = false;
       }
       return false;
     }
     watch_cpu_ns_ = cpu;
-    if (!blocks_sample_signal()) return false;
+    const bool seen_before = watch_saw_blocked_;
+    watch_saw_blocked_ = blocks_sample_signal();
+    if (!watch_saw_blocked_ || !seen_before) return false;
     signal_blocked_.store(true, std::memory_order_relaxed);
     disarm();
     return true;
@@ -5874,6 +5880,7 @@ class ThreadStackSampler {
   std::atomic<bool> signal_blocked_{false};          // set by the watchdog: never armed again
   std::int64_t watch_cpu_ns_ = -1;                   // the watchdog's: thread CPU time at its mark
   std::uint64_t watch_ticks_ = 0;                    // the watchdog's: ticks handled at its mark
+  bool watch_saw_blocked_ = false;                   // the watchdog's: blocked at its last window
 
   // Wall accounting. Written by this thread only (its guards and its handler).
   static constexpr std::size_t no_wall_record = ~std::size_t{0};
