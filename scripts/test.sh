@@ -16,7 +16,9 @@ root=$PWD
 out=build/ci
 jobs=$(nproc)
 warnings="-Wall -Wextra -Wpedantic -Werror"
-step() { printf '\n==== %s\n' "$*"; }
+# Each step says when it started (minutes:seconds into the run): CI's budget is
+# ~20 minutes on 2 cores, and this shows where it goes.
+step() { printf '\n==== [%d:%02d] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 
 bash scripts/install-deps.sh
 export GOCACHE="${GOCACHE:-$root/$out/gocache}" GOFLAGS=-mod=mod HOME="${HOME:-$root/$out}"

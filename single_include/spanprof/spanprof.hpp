@@ -4912,6 +4912,19 @@ struct TcmallocApi {
   int (*is_heap_profiler_running)() = nullptr;
   // The process's malloc is tcmalloc's: hooks only see allocations tcmalloc serves.
   bool is_process_allocator = false;
+  // tcmalloc's code that calls the hooks and the allocator entry points around it
+  // (its sections google_malloc and malloc_hook, [start, stop)): a hook's stack
+  // walk drops these frames, as MallocHook_GetCallerStackTrace does. Zero when
+  // tcmalloc does not export the bounds (linked statically).
+  const char* hook_caller_start[2] = {};
+  const char* hook_caller_stop[2] = {};
+
+  bool in_hook_caller(const void* pc) const noexcept {
+    const auto* p = static_cast<const char*>(pc);
+    for (int i = 0; i < 2; ++i)
+      if (p >= hook_caller_start[i] && p < hook_caller_stop[i]) return true;
+    return false;
+  }
 
   bool has_hooks() const noexcept {
     return add_new_hook && remove_new_hook && add_delete_hook && remove_delete_hook && caller_stack_trace &&
@@ -4940,6 +4953,13 @@ SPANPROF_API inline const TcmallocApi& tcmalloc_api() noexcept {
     resolve_symbol(a.heap_profiler_stop, "HeapProfilerStop");
     resolve_symbol(a.get_heap_profile, "GetHeapProfile");
     resolve_symbol(a.is_heap_profiler_running, "IsHeapProfilerRunning");
+    resolve_symbol(a.hook_caller_start[0], "__start_google_malloc");
+    resolve_symbol(a.hook_caller_stop[0], "__stop_google_malloc");
+    resolve_symbol(a.hook_caller_start[1], "__start_malloc_hook");
+    resolve_symbol(a.hook_caller_stop[1], "__stop_malloc_hook");
+    for (int i = 0; i < 2; ++i)
+      if (!a.hook_caller_start[i] || a.hook_caller_stop[i] <= a.hook_caller_start[i])
+        a.hook_caller_start[i] = a.hook_caller_stop[i] = nullptr;
     // tcmalloc defines malloc as an alias of tc_malloc. If another allocator (glibc,
     // a sanitizer, jemalloc) wins symbol resolution, the two differ and tcmalloc's
     // hooks would never fire.
@@ -5179,6 +5199,868 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_CAPTURE_ENGINES_HPP_
 // ---- end spanprof/capture/engines.hpp ----
+// ---- begin spanprof/capture/call_frame_info.hpp ----
+// The unwind rules of one machine instruction, read from the DWARF call frame
+// information every loaded object carries in .eh_frame (what C++ exceptions use).
+//
+// Why it is shaped like this (see docs/host-safety.md, "Stack walks"):
+//  * It runs in the sample signal handler and inside the allocator's hooks, so it
+//    takes no lock and allocates nothing: objects are found with glibc's
+//    _dl_find_object (lock-free, async-signal-safe, glibc >= 2.35), their FDEs
+//    through the binary search table of .eh_frame_hdr, and the rules are computed
+//    on the caller's stack. No table is built ahead of time, so an object loaded a
+//    moment ago is covered at once and nothing needs refreshing.
+//  * Only reads the object's own read-only unwind data; reading the stack is the
+//    walker's job (capture/stack_walker.hpp), which checks every address.
+//  * Entry and instruction lengths are checked against their entries, so a
+//    malformed table ends the walk instead of reading past it.
+//  * x86-64 only (its DWARF register numbers). Elsewhere the walker keeps
+//    gperftools' unwinder.
+#ifndef SPANPROF_CAPTURE_CALL_FRAME_INFO_HPP_
+#define SPANPROF_CAPTURE_CALL_FRAME_INFO_HPP_
+
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <new>
+
+#if defined(__x86_64__) && defined(__linux__)
+#include <dlfcn.h>  // _dl_find_object, DLFO_EH_SEGMENT_TYPE (glibc >= 2.35)
+#endif
+
+#if SPANPROF_ENABLED && defined(__x86_64__) && defined(__linux__) && defined(DLFO_EH_SEGMENT_TYPE)
+#define SPANPROF_HAS_CFI_WALKER 1
+#else
+#define SPANPROF_HAS_CFI_WALKER 0
+#endif
+
+#if SPANPROF_HAS_CFI_WALKER
+
+// The walk runs in a signal handler and reads other frames' stack slots and other
+// objects' unwind data: nothing a sanitizer can check there, and instrumented it
+// costs ten times as much per frame (ThreadSanitizer), enough to starve a loaded
+// test process. Every function of the walk carries this; none uses a lambda (a
+// lambda's body would be a separate, instrumented function).
+#if defined(__GNUC__) || defined(__clang__)
+#define SPANPROF_UNINSTRUMENTED __attribute__((no_sanitize("address", "thread", "undefined")))
+#else
+#define SPANPROF_UNINSTRUMENTED
+#endif
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+namespace cfi {
+
+// DWARF register numbers of the x86-64 psABI (16 is the return address column).
+enum : int { rax = 0, rdx = 1, rcx = 2, rbx = 3, rsi = 4, rdi = 5, rbp = 6, rsp = 7, r12 = 12, r15 = 15, rip = 16 };
+inline constexpr int register_count = 17;
+
+// A thread's registers as far as a walk knows them: every register of the
+// interrupted frame, then only what the rules recover (the callee-saved ones).
+struct Registers {
+  std::uint64_t value[register_count];  // only those in `known` are ever read
+  std::uint32_t known = 0;              // bit r: value[r] is valid
+
+  SPANPROF_UNINSTRUMENTED bool has(int r) const noexcept {
+    return r >= 0 && r < register_count && ((known >> r) & 1) != 0;
+  }
+  SPANPROF_UNINSTRUMENTED void set(int r, std::uint64_t v) noexcept {
+    value[r] = v;
+    known |= 1u << r;
+  }
+};
+
+// Reads the bytes of an entry, never past its end; `ok` turns false at the first
+// read that would.
+struct ByteCursor {
+  const std::uint8_t* at;
+  const std::uint8_t* end;
+  bool ok = true;
+
+  SPANPROF_UNINSTRUMENTED bool take(std::size_t n) noexcept {
+    if (!ok || static_cast<std::size_t>(end - at) < n) return ok = false;
+    return true;
+  }
+  template <class T>
+  SPANPROF_UNINSTRUMENTED T fixed() noexcept {
+    T v{};
+    if (!take(sizeof(T))) return v;
+    std::memcpy(&v, at, sizeof(T));
+    at += sizeof(T);
+    return v;
+  }
+  SPANPROF_UNINSTRUMENTED std::uint64_t uleb() noexcept {
+    std::uint64_t v = 0;
+    for (unsigned shift = 0; take(1); shift += 7) {
+      const std::uint8_t byte = *at++;
+      if (shift < 64) v |= static_cast<std::uint64_t>(byte & 0x7f) << shift;
+      if ((byte & 0x80) == 0) return v;
+    }
+    return 0;
+  }
+  SPANPROF_UNINSTRUMENTED std::int64_t sleb() noexcept {
+    std::int64_t v = 0;
+    unsigned shift = 0;
+    std::uint8_t byte = 0;
+    do {
+      if (!take(1)) return 0;
+      byte = *at++;
+      if (shift < 64) v |= static_cast<std::int64_t>(static_cast<std::uint64_t>(byte & 0x7f) << shift);
+      shift += 7;
+    } while (byte & 0x80);
+    if (shift < 64 && (byte & 0x40)) v |= -(static_cast<std::int64_t>(1) << shift);
+    return v;
+  }
+  // A pointer in one of the DW_EH_PE encodings. `data_base` serves datarel.
+  SPANPROF_UNINSTRUMENTED std::uint64_t pointer(std::uint8_t encoding, std::uint64_t data_base) noexcept {
+    if (encoding == 0xff) return 0;  // omit
+    const auto here = reinterpret_cast<std::uint64_t>(at);
+    std::uint64_t v = 0;
+    switch (encoding & 0x0f) {
+      case 0x00: v = fixed<std::uint64_t>(); break;  // absptr
+      case 0x01: v = uleb(); break;
+      case 0x02: v = fixed<std::uint16_t>(); break;
+      case 0x03: v = fixed<std::uint32_t>(); break;
+      case 0x04: v = fixed<std::uint64_t>(); break;
+      case 0x09: v = static_cast<std::uint64_t>(sleb()); break;
+      case 0x0a: v = static_cast<std::uint64_t>(static_cast<std::int64_t>(fixed<std::int16_t>())); break;
+      case 0x0b: v = static_cast<std::uint64_t>(static_cast<std::int64_t>(fixed<std::int32_t>())); break;
+      case 0x0c: v = static_cast<std::uint64_t>(fixed<std::int64_t>()); break;
+      default: ok = false; return 0;
+    }
+    switch (encoding & 0x70) {
+      case 0x00: break;
+      case 0x10: v += here; break;       // pcrel
+      case 0x30: v += data_base; break;  // datarel
+      default: ok = false; return 0;     // textrel, funcrel, aligned: not used by linkers for x86-64
+    }
+    if (encoding & 0x80) ok = false;  // indirect: would dereference data we do not check
+    return v;
+  }
+};
+
+// How a register of the caller is recovered.
+enum class Rule : std::uint8_t {
+  same,            // unchanged (callee-saved registers the function does not touch)
+  undefined,       // not recoverable; for the return address: the outermost frame
+  offset,          // saved at CFA + n
+  val_offset,      // is CFA + n
+  in_register,     // is the value of register n
+  expression,      // saved at the address a DWARF expression computes
+  val_expression,  // is what a DWARF expression computes
+};
+
+struct RegisterRule {
+  Rule rule;
+  std::int64_t n;                  // offset, or register number
+  const std::uint8_t* block;       // expression: its bytes, preceded by their length
+};
+
+// The registers whose rules a walk applies: the return address, the frame pointer
+// and the other callee-saved registers a later CFA rule may be based on.
+inline constexpr int tracked_registers[] = {rbx, rbp, 12, 13, 14, 15, rip};
+inline constexpr int tracked_count = 7;
+constexpr int tracked_slot(int r) noexcept {
+  return r == rbx ? 0 : r == rbp ? 1 : (r >= 12 && r <= 15) ? r - 10 : r == rip ? 6 : -1;
+}
+
+// Left uninitialized when declared (a walk declares one per frame): reset()
+// gives the rules a CIE starts from.
+struct FrameRules {
+  bool cfa_is_expression;
+  int cfa_register;
+  std::int64_t cfa_offset;
+  const std::uint8_t* cfa_block;
+  RegisterRule reg[tracked_count];
+  bool signal_frame;  // the caller's PC is exact, not a return address
+
+  SPANPROF_UNINSTRUMENTED void reset(bool signal) noexcept {
+    cfa_is_expression = false;
+    cfa_register = rsp;
+    cfa_offset = 8;
+    cfa_block = nullptr;
+    for (RegisterRule& r : reg) r = RegisterRule{Rule::same, 0, nullptr};
+    signal_frame = signal;
+  }
+};
+
+// What a CIE says for all FDEs that point to it.
+struct CommonInfo {
+  const std::uint8_t* address = nullptr;  // identifies it (cached per walk)
+  const std::uint8_t* instructions = nullptr;
+  const std::uint8_t* end = nullptr;
+  std::uint64_t code_align = 1;
+  std::int64_t data_align = -8;
+  std::uint8_t fde_encoding = 0;
+  bool has_augmentation_data = false;
+  bool signal_frame = false;
+  int return_register = rip;
+  FrameRules initial;  // the rules after the CIE's initial instructions (set by parse_cie)
+};
+
+// The body of the CIE or FDE at `p` (which starts with its length). False at the
+// table's terminator or an implausible length.
+SPANPROF_UNINSTRUMENTED inline bool parse_entry_bounds(const std::uint8_t* p, const std::uint8_t*& body,
+                                                       const std::uint8_t*& end) noexcept {
+  std::uint32_t length32 = 0;
+  std::memcpy(&length32, p, 4);
+  if (length32 == 0) return false;  // terminator
+  if (length32 == 0xffffffffu) {
+    std::uint64_t length64 = 0;
+    std::memcpy(&length64, p + 4, 8);
+    if (length64 > (std::uint64_t{1} << 30)) return false;
+    body = p + 12;
+    end = body + length64;
+    return true;
+  }
+  body = p + 4;
+  end = body + length32;
+  return true;
+}
+
+// The rule slot of DWARF register `r` (-1: a register the walk does not track).
+SPANPROF_UNINSTRUMENTED inline int rule_slot(std::uint64_t r) noexcept {
+  return r < register_count ? tracked_slot(static_cast<int>(r)) : -1;
+}
+
+SPANPROF_UNINSTRUMENTED inline void set_rule(FrameRules& rules, std::uint64_t r, Rule rule, std::int64_t n,
+                                             const std::uint8_t* block = nullptr) noexcept {
+  const int slot = rule_slot(r);
+  if (slot >= 0) rules.reg[slot] = RegisterRule{rule, n, block};
+}
+
+// DW_CFA_restore: the rule the CIE gave register `r` (unchanged while the CIE's
+// own instructions run).
+SPANPROF_UNINSTRUMENTED inline void restore_rule(FrameRules& rules, std::uint64_t r,
+                                                 const FrameRules* initial) noexcept {
+  const int slot = rule_slot(r);
+  if (slot >= 0) rules.reg[slot] = initial != nullptr ? initial->reg[slot] : RegisterRule{Rule::same, 0, nullptr};
+}
+
+// A DWARF block (an expression) at the cursor: returns where it starts (its
+// length) and moves past it; null when it runs past the entry.
+SPANPROF_UNINSTRUMENTED inline const std::uint8_t* take_block(ByteCursor& cursor) noexcept {
+  const std::uint8_t* block = cursor.at;
+  const std::uint64_t length = cursor.uleb();
+  if (!cursor.take(length)) return nullptr;
+  cursor.at += length;
+  return block;
+}
+
+// Runs call frame instructions from `cursor` while the location stays at or below
+// `pc`. `initial` serves DW_CFA_restore. False: an instruction it cannot follow.
+SPANPROF_UNINSTRUMENTED inline bool run_instructions(ByteCursor cursor, const CommonInfo& cie, std::uint64_t location,
+                                                     std::uint64_t pc, const FrameRules* initial,
+                                                     FrameRules& rules) noexcept {
+  constexpr int remember_depth = 4;  // GCC nests one level; each costs ~200 bytes of stack
+  // Raw room: constructing the states up front would cost more than the rules.
+  alignas(FrameRules) unsigned char remembered_room[remember_depth * sizeof(FrameRules)];
+  auto* remembered = reinterpret_cast<FrameRules*>(remembered_room);
+  int depth = 0;
+  while (cursor.ok && cursor.at < cursor.end) {
+    const std::uint8_t op = *cursor.at++;
+    const std::uint8_t low = op & 0x3f;
+    switch (op >> 6) {
+      case 1:  // DW_CFA_advance_loc
+        location += low * cie.code_align;
+        if (location > pc) return true;
+        continue;
+      case 2:  // DW_CFA_offset
+        set_rule(rules, low, Rule::offset, static_cast<std::int64_t>(cursor.uleb()) * cie.data_align);
+        continue;
+      case 3:  // DW_CFA_restore
+        restore_rule(rules, low, initial);
+        continue;
+      default:
+        break;
+    }
+    switch (op) {
+      case 0x00: break;  // nop
+      case 0x01: {       // set_loc
+        location = cursor.pointer(cie.fde_encoding, 0);
+        if (location > pc) return true;
+        break;
+      }
+      case 0x02:
+      case 0x03:
+      case 0x04:  // advance_loc1, 2, 4
+        location += (op == 0x02 ? cursor.fixed<std::uint8_t>()
+                     : op == 0x03 ? cursor.fixed<std::uint16_t>() : cursor.fixed<std::uint32_t>()) * cie.code_align;
+        if (location > pc) return true;
+        break;
+      case 0x05: {  // offset_extended
+        const std::uint64_t r = cursor.uleb();
+        set_rule(rules, r, Rule::offset, static_cast<std::int64_t>(cursor.uleb()) * cie.data_align);
+        break;
+      }
+      case 0x06: restore_rule(rules, cursor.uleb(), initial); break;
+      case 0x07: set_rule(rules, cursor.uleb(), Rule::undefined, 0); break;
+      case 0x08: set_rule(rules, cursor.uleb(), Rule::same, 0); break;
+      case 0x09: {  // register
+        const std::uint64_t r = cursor.uleb();
+        set_rule(rules, r, Rule::in_register, static_cast<std::int64_t>(cursor.uleb()));
+        break;
+      }
+      case 0x0a:  // remember_state
+        if (depth == remember_depth) return false;
+        new (&remembered[depth++]) FrameRules(rules);
+        break;
+      case 0x0b:  // restore_state: the CFA rule too, as GCC's epilogues expect
+        if (depth == 0) return false;
+        rules = remembered[--depth];
+        break;
+      case 0x0c:  // def_cfa
+        rules.cfa_register = static_cast<int>(cursor.uleb());
+        rules.cfa_offset = static_cast<std::int64_t>(cursor.uleb());
+        rules.cfa_is_expression = false;
+        break;
+      case 0x0d: rules.cfa_register = static_cast<int>(cursor.uleb()); rules.cfa_is_expression = false; break;
+      case 0x0e: rules.cfa_offset = static_cast<std::int64_t>(cursor.uleb()); break;
+      case 0x0f:  // def_cfa_expression
+        rules.cfa_block = take_block(cursor);
+        rules.cfa_is_expression = rules.cfa_block != nullptr;
+        break;
+      case 0x10: {  // expression
+        const std::uint64_t r = cursor.uleb();
+        set_rule(rules, r, Rule::expression, 0, take_block(cursor));
+        break;
+      }
+      case 0x11: {  // offset_extended_sf
+        const std::uint64_t r = cursor.uleb();
+        set_rule(rules, r, Rule::offset, cursor.sleb() * cie.data_align);
+        break;
+      }
+      case 0x12:  // def_cfa_sf
+        rules.cfa_register = static_cast<int>(cursor.uleb());
+        rules.cfa_offset = cursor.sleb() * cie.data_align;
+        rules.cfa_is_expression = false;
+        break;
+      case 0x13: rules.cfa_offset = cursor.sleb() * cie.data_align; break;
+      case 0x14: {  // val_offset
+        const std::uint64_t r = cursor.uleb();
+        set_rule(rules, r, Rule::val_offset, static_cast<std::int64_t>(cursor.uleb()) * cie.data_align);
+        break;
+      }
+      case 0x15: {  // val_offset_sf
+        const std::uint64_t r = cursor.uleb();
+        set_rule(rules, r, Rule::val_offset, cursor.sleb() * cie.data_align);
+        break;
+      }
+      case 0x16: {  // val_expression
+        const std::uint64_t r = cursor.uleb();
+        set_rule(rules, r, Rule::val_expression, 0, take_block(cursor));
+        break;
+      }
+      case 0x2e: cursor.uleb(); break;  // GNU_args_size
+      case 0x2f: {                      // GNU_negative_offset_extended
+        const std::uint64_t r = cursor.uleb();
+        set_rule(rules, r, Rule::offset, -static_cast<std::int64_t>(cursor.uleb()) * cie.data_align);
+        break;
+      }
+      default:
+        return false;
+    }
+  }
+  return cursor.ok;
+}
+
+// Reads the CIE at `p`. False: a version or augmentation it cannot follow.
+SPANPROF_UNINSTRUMENTED inline bool parse_cie(const std::uint8_t* p, CommonInfo& cie) noexcept {
+  const std::uint8_t* body = nullptr;
+  const std::uint8_t* end = nullptr;
+  if (!parse_entry_bounds(p, body, end)) return false;
+  ByteCursor c{body, end};
+  if (c.fixed<std::uint32_t>() != 0) return false;  // not a CIE
+  const std::uint8_t version = c.fixed<std::uint8_t>();
+  if (version != 1 && version != 3) return false;
+  const char* augmentation = reinterpret_cast<const char*>(c.at);
+  std::size_t aug_length = 0;
+  while (c.take(1) && *c.at != 0) ++c.at, ++aug_length;
+  if (!c.take(1)) return false;
+  ++c.at;
+  if (aug_length > 0 && augmentation[0] != 'z') return false;  // "eh" and other pre-'z' forms
+  cie = CommonInfo{};
+  cie.address = p;
+  cie.code_align = c.uleb();
+  cie.data_align = c.sleb();
+  cie.return_register = version == 1 ? c.fixed<std::uint8_t>() : static_cast<int>(c.uleb());
+  if (cie.return_register != rip) return false;
+  if (aug_length > 0) {
+    cie.has_augmentation_data = true;
+    const std::uint64_t data_length = c.uleb();
+    const std::uint8_t* data_end = c.at + data_length;
+    if (!c.take(data_length)) return false;
+    for (std::size_t i = 1; i < aug_length && c.ok; ++i) {
+      switch (augmentation[i]) {
+        case 'R': cie.fde_encoding = c.fixed<std::uint8_t>(); break;
+        case 'L': c.fixed<std::uint8_t>(); break;
+        case 'P': {
+          const std::uint8_t encoding = c.fixed<std::uint8_t>();
+          ByteCursor skip{c.at, data_end};
+          skip.pointer(encoding & 0x7f, 0);  // only its size matters
+          if (!skip.ok) return false;
+          c.at = skip.at;
+          break;
+        }
+        case 'S': cie.signal_frame = true; break;
+        case 'B': case 'G': break;  // AArch64 key / MTE: no data
+        default: c.at = data_end; i = aug_length; break;  // unknown: the data length lets us skip it
+      }
+    }
+    c.at = data_end;
+  }
+  if (!c.ok) return false;
+  cie.instructions = c.at;
+  cie.end = end;
+  cie.initial.reset(cie.signal_frame);
+  return run_instructions(ByteCursor{cie.instructions, cie.end}, cie, 0, ~std::uint64_t{0}, nullptr, cie.initial);
+}
+
+// One object's unwind index: where its .eh_frame_hdr binary search table is.
+struct ObjectIndex {
+  std::uint64_t start = 0, end = 0;       // the object's mapping
+  const std::uint8_t* table = nullptr;    // pairs of int32 (initial location, FDE), relative to `header`
+  const std::uint8_t* header = nullptr;   // .eh_frame_hdr
+  std::uint64_t count = 0;
+};
+
+// The object mapped at `pc`, with its FDE search table. False: no object there
+// (JIT code, an unmapped address) or no usable table (the walker then tries
+// frame pointers).
+SPANPROF_UNINSTRUMENTED inline bool find_object(std::uint64_t pc, ObjectIndex& out) noexcept {
+  dl_find_object found{};
+  if (::_dl_find_object(reinterpret_cast<void*>(pc), &found) != 0) return false;
+  out = ObjectIndex{};
+  out.start = reinterpret_cast<std::uint64_t>(found.dlfo_map_start);
+  out.end = reinterpret_cast<std::uint64_t>(found.dlfo_map_end);
+  const auto* header = static_cast<const std::uint8_t*>(found.dlfo_eh_frame);
+  if (header == nullptr || header[0] != 1) return true;
+  const std::uint8_t frame_pointer_encoding = header[1], count_encoding = header[2], table_encoding = header[3];
+  // The table is usable only in its standard form: datarel sdata4 pairs.
+  if (table_encoding != 0x3b || count_encoding == 0xff) return true;
+  ByteCursor c{header + 4, header + 4 + 16};
+  c.pointer(frame_pointer_encoding, reinterpret_cast<std::uint64_t>(header));
+  const std::uint64_t count = c.pointer(count_encoding, reinterpret_cast<std::uint64_t>(header));
+  if (!c.ok || count == 0 || count > (std::uint64_t{1} << 26)) return true;
+  out.header = header;
+  out.table = c.at;
+  out.count = count;
+  return true;
+}
+
+// Field `field` (0: initial location, 1: FDE address) of entry `i` of a search table.
+SPANPROF_UNINSTRUMENTED inline std::uint64_t table_entry(const std::uint8_t* table, std::uint64_t i, int field,
+                                                         std::uint64_t base) noexcept {
+  std::int32_t v = 0;
+  std::memcpy(&v, table + i * 8 + static_cast<std::uint64_t>(field) * 4, 4);
+  return base + static_cast<std::uint64_t>(static_cast<std::int64_t>(v));
+}
+
+// The rules at `pc` in `object`. `cie_cache` keeps the last CIE parsed (most FDEs
+// of an object share one). False: no FDE covers pc, or it cannot be followed.
+SPANPROF_UNINSTRUMENTED inline bool find_rules(const ObjectIndex& object, std::uint64_t pc, CommonInfo& cie_cache,
+                                               FrameRules& rules) noexcept {
+  if (object.table == nullptr) return false;
+  const auto base = reinterpret_cast<std::uint64_t>(object.header);
+  // The last entry whose initial location is at or below pc.
+  std::uint64_t low = 0, high = object.count;
+  while (high - low > 1) {
+    const std::uint64_t mid = low + (high - low) / 2;
+    if (table_entry(object.table, mid, 0, base) <= pc) low = mid;
+    else high = mid;
+  }
+  if (table_entry(object.table, low, 0, base) > pc) return false;
+  const auto* fde = reinterpret_cast<const std::uint8_t*>(table_entry(object.table, low, 1, base));
+  const std::uint8_t* body = nullptr;
+  const std::uint8_t* end = nullptr;
+  if (!parse_entry_bounds(fde, body, end)) return false;
+  ByteCursor c{body, end};
+  const std::uint32_t cie_offset = c.fixed<std::uint32_t>();
+  if (!c.ok || cie_offset == 0) return false;
+  const std::uint8_t* cie_address = body - cie_offset;
+  if (cie_cache.address != cie_address && !parse_cie(cie_address, cie_cache)) {
+    cie_cache.address = nullptr;
+    return false;
+  }
+  const std::uint64_t begin = c.pointer(cie_cache.fde_encoding, 0);
+  const std::uint64_t range = c.pointer(cie_cache.fde_encoding & 0x0f, 0);
+  if (!c.ok || pc < begin || pc - begin >= range) return false;
+  if (cie_cache.has_augmentation_data) {
+    const std::uint64_t length = c.uleb();
+    if (!c.take(length)) return false;
+    c.at += length;
+  }
+  rules = cie_cache.initial;
+  return run_instructions(c, cie_cache, begin, pc, &cie_cache.initial, rules);
+}
+
+}  // namespace cfi
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_HAS_CFI_WALKER
+
+#endif  // SPANPROF_CAPTURE_CALL_FRAME_INFO_HPP_
+// ---- end spanprof/capture/call_frame_info.hpp ----
+// ---- begin spanprof/capture/stack_walker.hpp ----
+// Walks a thread's stack from a signal's context or from the current function,
+// taking no lock and allocating nothing: safe in the sample signal handler and
+// inside the allocator's hooks, whatever the interrupted thread holds.
+//
+// Why it is shaped like this (see docs/host-safety.md, "Stack walks"):
+//  * gperftools' walker (libunwind on Debian) takes the loader lock and a mutex of
+//    its own for every frame: a handler that interrupted a thread holding one of
+//    them waited for the other, and the host hung (the dlopen test, 3 runs in 91).
+//    This walker follows the call frame information (capture/call_frame_info.hpp),
+//    which needs neither, so -O2 code without frame pointers unwinds exactly.
+//  * Every stack read is checked: between the interrupted stack pointer and the
+//    top of the thread's stack a read is a plain load; anywhere else (a fiber's
+//    stack, an alternate signal stack) it goes through process_vm_readv, which
+//    fails instead of faulting on an unmapped address.
+//  * Where an object has no unwind information (JIT code), one frame-pointer step,
+//    checked against the stack pointer.
+//  * Each step must move up the stack (or cross a signal frame), so a corrupt
+//    stack ends the walk instead of looping.
+#ifndef SPANPROF_CAPTURE_STACK_WALKER_HPP_
+#define SPANPROF_CAPTURE_STACK_WALKER_HPP_
+
+
+#include <cstdint>
+#include <cstring>
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#if SPANPROF_HAS_CFI_WALKER
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// The most frames a walk returns (Options::max_stack_depth is at most 256; the
+// heap hooks walk a few more, their own and the allocator's, and drop them).
+inline constexpr int max_walk_depth = 256;
+
+// The top (highest address, exclusive) of the calling thread's stack; 0 when
+// unknown. Not async-signal-safe (it may allocate): called when a thread's
+// sampler or heap log is made, and kept.
+inline std::uint64_t this_thread_stack_top() noexcept {
+  pthread_attr_t attr;
+  if (::pthread_getattr_np(::pthread_self(), &attr) != 0) return 0;
+  void* address = nullptr;
+  std::size_t size = 0;
+  const int failed = ::pthread_attr_getstack(&attr, &address, &size);
+  ::pthread_attr_destroy(&attr);
+  return failed != 0 ? 0 : reinterpret_cast<std::uint64_t>(address) + size;
+}
+
+// Reads the words of one stack walk.
+class StackReader {
+ public:
+  // The range [sp, top) is mapped when sp lies below a known top of the thread's
+  // own stack: those reads are plain loads.
+  SPANPROF_UNINSTRUMENTED StackReader(std::uint64_t sp, std::uint64_t stack_top) noexcept
+      : direct_low_(sp),
+        direct_high_(stack_top != 0 && sp < stack_top && stack_top - sp < (1ull << 32) ? stack_top : 0) {}
+
+  SPANPROF_UNINSTRUMENTED bool read(std::uint64_t address, std::uint64_t& out) noexcept {
+    if (address >= direct_low_ && address < direct_high_ && direct_high_ - address >= 8) {
+      out = load(address);
+      return true;
+    }
+    return read_checked(address, out);
+  }
+
+ private:
+  // Another frame's stack slots: an instrumented load would report them as
+  // outside the objects the sanitizer knows.
+  SPANPROF_UNINSTRUMENTED static std::uint64_t load(std::uint64_t address) noexcept {
+    // Not memcpy: a sanitizer's memcpy checks the range even when called from here.
+    return *reinterpret_cast<const volatile std::uint64_t*>(address);
+  }
+
+  SPANPROF_UNINSTRUMENTED bool read_checked(std::uint64_t address, std::uint64_t& out) noexcept {
+    if (address < 4096 || checked_reads_ >= max_checked_reads) return false;
+    ++checked_reads_;
+    if (pid_ == 0) pid_ = ::getpid();
+    iovec local{&out, sizeof out};
+    iovec remote{reinterpret_cast<void*>(address), sizeof out};
+    return ::syscall(SYS_process_vm_readv, pid_, &local, 1, &remote, 1, 0) == static_cast<long>(sizeof out);
+  }
+
+  static constexpr int max_checked_reads = 256;
+  std::uint64_t direct_low_;
+  std::uint64_t direct_high_;
+  int checked_reads_ = 0;
+  pid_t pid_ = 0;
+};
+
+namespace cfi {
+
+// The value stack of a DWARF expression; every operation fails rather than
+// under- or overflow it.
+struct ExpressionStack {
+  std::uint64_t value[16];
+  int top = 0;
+
+  SPANPROF_UNINSTRUMENTED bool push(std::uint64_t v) noexcept {
+    if (top == 16) return false;
+    value[top++] = v;
+    return true;
+  }
+  SPANPROF_UNINSTRUMENTED bool has(int n) const noexcept { return top >= n; }
+  SPANPROF_UNINSTRUMENTED std::uint64_t& at(int from_top) noexcept { return value[top - 1 - from_top]; }
+};
+
+// Pops b and a, pushes a `op` b. False: not a binary operation unwind tables use.
+SPANPROF_UNINSTRUMENTED inline bool apply_binary(std::uint8_t op, ExpressionStack& e) noexcept {
+  if (!e.has(2)) return false;
+  const std::uint64_t b = e.at(0), a = e.at(1);
+  const auto sa = static_cast<std::int64_t>(a), sb = static_cast<std::int64_t>(b);
+  std::uint64_t v = 0;
+  switch (op) {
+    case 0x1a: v = a & b; break;
+    case 0x1c: v = a - b; break;
+    case 0x1e: v = a * b; break;
+    case 0x21: v = a | b; break;
+    case 0x22: v = a + b; break;
+    case 0x24: v = b < 64 ? a << b : 0; break;
+    case 0x25: v = b < 64 ? a >> b : 0; break;
+    case 0x27: v = a ^ b; break;
+    case 0x29: v = a == b; break;
+    case 0x2a: v = sa >= sb; break;
+    case 0x2b: v = sa > sb; break;
+    case 0x2c: v = sa <= sb; break;
+    case 0x2d: v = sa < sb; break;
+    case 0x2e: v = a != b; break;
+    default: return false;
+  }
+  --e.top;
+  e.at(0) = v;
+  return true;
+}
+
+// A DWARF expression of a CFA or register rule (`block` points at its length),
+// with the CFA pushed first for a register rule. Only what unwind tables use:
+// constants, registers, dereference, stack and arithmetic operations.
+SPANPROF_UNINSTRUMENTED inline bool evaluate(const std::uint8_t* block, const Registers& regs, StackReader& reader,
+                                             bool push_cfa, std::uint64_t cfa, std::uint64_t& result) noexcept {
+  ByteCursor length_cursor{block, block + 10};
+  const std::uint64_t length = length_cursor.uleb();
+  if (!length_cursor.ok || length > 256) return false;
+  ByteCursor c{length_cursor.at, length_cursor.at + length};
+  ExpressionStack e;
+  if (push_cfa) e.push(cfa);
+  while (c.ok && c.at < c.end) {
+    const std::uint8_t op = *c.at++;
+    bool ok = true;
+    if (op >= 0x30 && op <= 0x4f) {  // lit0..lit31
+      ok = e.push(op - 0x30u);
+    } else if ((op >= 0x70 && op <= 0x8f) || op == 0x92) {  // breg0..breg31, bregx
+      const std::uint64_t r = op == 0x92 ? c.uleb() : op - 0x70u;
+      const std::int64_t offset = c.sleb();
+      ok = r < register_count && regs.has(static_cast<int>(r)) &&
+           e.push(regs.value[r] + static_cast<std::uint64_t>(offset));
+    } else {
+      switch (op) {
+        case 0x06: ok = e.has(1) && reader.read(e.at(0), e.at(0)); break;  // deref
+        case 0x08: ok = e.push(c.fixed<std::uint8_t>()); break;
+        case 0x09: ok = e.push(static_cast<std::uint64_t>(c.fixed<std::int8_t>())); break;
+        case 0x0a: ok = e.push(c.fixed<std::uint16_t>()); break;
+        case 0x0b: ok = e.push(static_cast<std::uint64_t>(c.fixed<std::int16_t>())); break;
+        case 0x0c: ok = e.push(c.fixed<std::uint32_t>()); break;
+        case 0x0d: ok = e.push(static_cast<std::uint64_t>(c.fixed<std::int32_t>())); break;
+        case 0x0e:
+        case 0x0f: ok = e.push(c.fixed<std::uint64_t>()); break;
+        case 0x10: ok = e.push(c.uleb()); break;
+        case 0x11: ok = e.push(static_cast<std::uint64_t>(c.sleb())); break;
+        case 0x12: ok = e.has(1) && e.push(e.at(0)); break;  // dup
+        case 0x13:  // drop
+          if ((ok = e.has(1))) --e.top;
+          break;
+        case 0x14: ok = e.has(2) && e.push(e.at(1)); break;  // over
+        case 0x16:                                           // swap
+          if ((ok = e.has(2))) {
+            const std::uint64_t t = e.at(0);
+            e.at(0) = e.at(1);
+            e.at(1) = t;
+          }
+          break;
+        case 0x23:  // plus_uconst
+          if ((ok = e.has(1))) e.at(0) += c.uleb();
+          break;
+        case 0x96: break;  // nop
+        default: ok = apply_binary(op, e); break;
+      }
+    }
+    if (!ok) return false;
+  }
+  if (!c.ok || !e.has(1)) return false;
+  result = e.at(0);
+  return true;
+}
+
+// One step from `regs` (a frame at regs[rip]) to its caller's registers.
+enum class Step : std::uint8_t { done, outermost, failed };
+
+SPANPROF_UNINSTRUMENTED inline Step step_with_rules(const FrameRules& rules, const Registers& regs, StackReader& reader,
+                            Registers& caller) noexcept {
+  std::uint64_t cfa = 0;
+  if (rules.cfa_is_expression) {
+    if (!evaluate(rules.cfa_block, regs, reader, false, 0, cfa)) return Step::failed;
+  } else {
+    if (!regs.has(rules.cfa_register)) return Step::failed;
+    cfa = regs.value[rules.cfa_register] + static_cast<std::uint64_t>(rules.cfa_offset);
+  }
+  caller.known = 0;
+  caller.set(rsp, cfa);
+  for (int slot = 0; slot < tracked_count; ++slot) {
+    const int r = tracked_registers[slot];
+    const RegisterRule& rule = rules.reg[slot];
+    std::uint64_t v = 0;
+    switch (rule.rule) {
+      case Rule::same:
+        if (r == rip) return Step::failed;  // a return address must come from somewhere
+        if (regs.has(r)) caller.set(r, regs.value[r]);
+        break;
+      case Rule::undefined:
+        if (r == rip) return Step::outermost;  // _start, clone: the stack ends here
+        break;
+      case Rule::offset:
+        if (reader.read(cfa + static_cast<std::uint64_t>(rule.n), v)) caller.set(r, v);
+        break;
+      case Rule::val_offset:
+        caller.set(r, cfa + static_cast<std::uint64_t>(rule.n));
+        break;
+      case Rule::in_register:
+        if (rule.n >= 0 && rule.n < register_count && regs.has(static_cast<int>(rule.n)))
+          caller.set(r, regs.value[rule.n]);
+        break;
+      case Rule::expression:
+        if (rule.block != nullptr && evaluate(rule.block, regs, reader, true, cfa, v) && reader.read(v, v))
+          caller.set(r, v);
+        break;
+      case Rule::val_expression:
+        if (rule.block != nullptr && evaluate(rule.block, regs, reader, true, cfa, v)) caller.set(r, v);
+        break;
+    }
+  }
+  return caller.has(rip) ? Step::done : Step::failed;
+}
+
+// No unwind information: the frame-pointer convention, if the frame pointer
+// points into the stack above the stack pointer.
+SPANPROF_UNINSTRUMENTED inline Step step_with_frame_pointer(const Registers& regs, StackReader& reader,
+                                                             Registers& caller) noexcept {
+  if (!regs.has(rbp) || !regs.has(rsp)) return Step::failed;
+  const std::uint64_t fp = regs.value[rbp];
+  if (fp < regs.value[rsp] || (fp & 7) != 0) return Step::failed;
+  std::uint64_t saved_fp = 0, return_address = 0;
+  if (!reader.read(fp, saved_fp) || !reader.read(fp + 8, return_address)) return Step::failed;
+  caller.known = 0;
+  caller.set(rsp, fp + 16);
+  caller.set(rbp, saved_fp);
+  caller.set(rip, return_address);
+  return Step::done;
+}
+
+}  // namespace cfi
+
+// Walks from `regs` (regs[rip] is the first frame's exact PC). Writes up to
+// `max_depth` PCs into `frames`, innermost first: the first exact, the others
+// return addresses. Returns how many.
+SPANPROF_UNINSTRUMENTED inline int walk_stack(cfi::Registers regs, std::uint64_t stack_top, void** frames,
+                                              int max_depth) noexcept {
+  using namespace cfi;
+  if (max_depth <= 0 || !regs.has(rip) || !regs.has(rsp)) return 0;
+  StackReader reader(regs.value[rsp], stack_top);
+  ObjectIndex object;      // the last object looked up: most callers share it
+  CommonInfo cie;          // the last CIE parsed
+  bool exact = true;       // regs[rip] is an interrupted instruction, not a return address
+  int depth = 0;
+  frames[depth++] = reinterpret_cast<void*>(regs.value[rip]);
+  while (depth < max_depth) {
+    const std::uint64_t pc = regs.value[rip];
+    // A return address may be one past the function's end (a call to a noreturn
+    // function): its call instruction is what belongs to the frame.
+    const std::uint64_t lookup = exact ? pc : pc - 1;
+    bool have_object = lookup >= object.start && lookup < object.end;
+    if (!have_object) have_object = find_object(lookup, object);
+    FrameRules rules;
+    Registers caller;
+    Step step = Step::failed;
+    bool signal_frame = false;
+    if (have_object && find_rules(object, lookup, cie, rules)) {
+      step = step_with_rules(rules, regs, reader, caller);
+      signal_frame = rules.signal_frame;
+    } else {
+      step = step_with_frame_pointer(regs, reader, caller);
+    }
+    if (step != Step::done) break;
+    const std::uint64_t next_pc = caller.value[rip];
+    const std::uint64_t next_sp = caller.has(rsp) ? caller.value[rsp] : 0;
+    // Up the stack at every step, except across a signal frame (which may come
+    // from an alternate signal stack).
+    if (next_pc < 4096 || next_sp == 0 || (!signal_frame && next_sp <= regs.value[rsp])) break;
+    frames[depth++] = reinterpret_cast<void*>(next_pc);
+    regs = caller;
+    exact = signal_frame;
+  }
+  return depth;
+}
+
+// The registers a signal interrupted.
+SPANPROF_UNINSTRUMENTED inline cfi::Registers registers_from_ucontext(const void* ucontext) noexcept {
+  const auto& g = static_cast<const ucontext_t*>(ucontext)->uc_mcontext.gregs;
+  // glibc's gregs index of each DWARF register, 0 .. 16.
+  constexpr int greg_of[cfi::register_count] = {REG_RAX, REG_RDX, REG_RCX, REG_RBX, REG_RSI, REG_RDI,
+                                                REG_RBP, REG_RSP, REG_R8,  REG_R9,  REG_R10, REG_R11,
+                                                REG_R12, REG_R13, REG_R14, REG_R15, REG_RIP};
+  cfi::Registers regs;
+  for (int r = 0; r < cfi::register_count; ++r) regs.set(r, static_cast<std::uint64_t>(g[greg_of[r]]));
+  return regs;
+}
+
+// The registers at this point of the calling function (inlined into it): the
+// stack pointer, the callee-saved registers and the address of an instruction
+// here, which is all the call frame information of this frame refers to.
+SPANPROF_ALWAYS_INLINE inline void capture_registers_here(cfi::Registers& regs) noexcept {
+  std::uint64_t raw[8];
+  __asm__ volatile(
+      "movq %%rsp, 0(%0)\n\t"
+      "movq %%rbp, 8(%0)\n\t"
+      "movq %%rbx, 16(%0)\n\t"
+      "movq %%r12, 24(%0)\n\t"
+      "movq %%r13, 32(%0)\n\t"
+      "movq %%r14, 40(%0)\n\t"
+      "movq %%r15, 48(%0)\n\t"
+      "leaq 0(%%rip), %%rax\n\t"
+      "movq %%rax, 56(%0)\n\t"
+      :
+      : "r"(raw)
+      : "rax", "memory");
+  regs.known = 0;
+  regs.set(cfi::rsp, raw[0]);
+  regs.set(cfi::rbp, raw[1]);
+  regs.set(cfi::rbx, raw[2]);
+  regs.set(12, raw[3]);
+  regs.set(13, raw[4]);
+  regs.set(14, raw[5]);
+  regs.set(15, raw[6]);
+  regs.set(cfi::rip, raw[7]);
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_HAS_CFI_WALKER
+
+#endif  // SPANPROF_CAPTURE_STACK_WALKER_HPP_
+// ---- end spanprof/capture/stack_walker.hpp ----
 // ---- begin spanprof/capture/stack_sampler.hpp ----
 // The sampling engine's per-thread half: a CPU-time source that signals only its
 // own thread, a signal handler that records the stack of the thread's active span
@@ -5195,7 +6077,8 @@ SPANPROF_NAMESPACE_END
 //  * The signal is a real-time signal, not SIGPROF: SIGPROF belongs to gperftools,
 //    whose profiler stops gathering samples when someone else handles it.
 //  * The handler is async-signal-safe: it touches only this thread's preallocated
-//    log, lock-free atomics and gperftools' unwinder. No malloc, lock or stdio.
+//    log, lock-free atomics and a stack walker that takes no lock
+//    (capture/stack_walker.hpp). No malloc, lock or stdio.
 //  * Wall samples are weighted by the wall time since the thread's previous one,
 //    measured on the thread itself, so a lost or dropped tick loses detail, never
 //    time; the ticker only decides when to look, and confirms without a signal that
@@ -5332,6 +6215,9 @@ class ThreadStackSampler {
         words_(words),
         counters_(&counters),
         tid_(static_cast<pid_t>(::syscall(SYS_gettid))),
+#if SPANPROF_HAS_CFI_WALKER
+        stack_top_(this_thread_stack_top()),
+#endif
         pid_(::getpid()),
         random_(0x9E3779B97F4A7C15ull ^ (static_cast<std::uint64_t>(tid_) << 32) ^
                 static_cast<std::uint64_t>(monotonic_now_ns())) {}
@@ -5603,32 +6489,27 @@ class ThreadStackSampler {
   }
 
  private:
-  // Records the interrupted stack; returns the record's offset in the log, or
-  // no_wall_record when the log is full.
-  std::size_t record_sample(std::uint64_t weight, const void* ucontext) noexcept {
-    // gperftools' unwinder, started from the signal frame. Depending on the unwind
-    // method the trace begins with this handler and the kernel's signal trampoline
-    // (libunwind) or directly at the interrupted instruction (frame pointers): find
-    // the interrupted PC in the first frames and start there, so the top frame is
-    // the user's code, never ours.
+  // The interrupted stack, its interrupted instruction first; 0 frames when the
+  // walk must be skipped. The handler's own frames are never part of it.
+  int walk_interrupted_stack(const void* ucontext, void** trace) noexcept {
+#if SPANPROF_HAS_CFI_WALKER
+    // Call frame information, read without a lock (capture/stack_walker.hpp).
+    return walk_stack(registers_from_ucontext(ucontext), stack_top_, trace, settings_.max_depth);
+#else
+    // gperftools' unwinder. Depending on the unwind method the trace begins with
+    // this handler and the kernel's signal trampoline (libunwind) or directly at
+    // the interrupted instruction (frame pointers): find the interrupted PC in the
+    // first frames and start there. The walk takes the loader lock: not while a
+    // fork is under way (base/loader_lock_gate.hpp).
     constexpr int handler_frames_searched = 8;
-    void* trace[max_stack_depth_limit + handler_frames_searched];
-    const int depth_wanted = settings_.max_depth + handler_frames_searched;
-    const bool wall = (weight & wall_record_tag) != 0;
-    // The walk takes the loader lock: not while a fork is under way (see
-    // base/loader_lock_gate.hpp). The sample is dropped instead.
-    if (!loader_lock_gate().enter()) {
-      dropped_.store(dropped_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-      counters_->add(wall ? Counter::wall_samples_dropped : Counter::cpu_samples_dropped, 1);
-      return no_wall_record;
-    }
-    const int n = ProfilerGetStackTrace(trace, depth_wanted, 0, ucontext);
+    void* raw[max_stack_depth_limit + handler_frames_searched];
+    if (!loader_lock_gate().enter()) return 0;
+    const int n = ProfilerGetStackTrace(raw, settings_.max_depth + handler_frames_searched, 0, ucontext);
     loader_lock_gate().leave();
     const std::uintptr_t pc = interrupted_pc(ucontext);
-
     int first = -1;
     for (int i = 0; i < n && i < handler_frames_searched; ++i) {
-      if (reinterpret_cast<std::uintptr_t>(trace[i]) == pc) {
+      if (reinterpret_cast<std::uintptr_t>(raw[i]) == pc) {
         first = i;
         break;
       }
@@ -5638,15 +6519,26 @@ class ThreadStackSampler {
     const int callers_from = first >= 0 ? first + 1 : n;
     int depth = 1 + std::max(0, n - callers_from);
     if (depth > settings_.max_depth) depth = settings_.max_depth;
+    trace[0] = reinterpret_cast<void*>(pc);
+    for (int i = 1; i < depth; ++i) trace[i] = raw[callers_from + i - 1];
+    return depth;
+#endif
+  }
 
+  // Records the interrupted stack; returns the record's offset in the log, or
+  // no_wall_record when the log is full (or the walk was skipped).
+  std::size_t record_sample(std::uint64_t weight, const void* ucontext) noexcept {
+    const bool wall = (weight & wall_record_tag) != 0;
+    void* trace[max_stack_depth_limit];
+    const int depth = walk_interrupted_stack(ucontext, trace);
     const std::size_t used = used_.load(std::memory_order_relaxed);
     const std::size_t need = stack_record_words(depth);
-    if (used + need > settings_.buffer_words) {
+    if (depth <= 0 || used + need > settings_.buffer_words) {
       dropped_.store(dropped_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       counters_->add(wall ? Counter::wall_samples_dropped : Counter::cpu_samples_dropped, 1);
       return no_wall_record;
     }
-    write_stack_record(words_ + used, weight, pc, trace + callers_from, depth);
+    write_stack_record(words_ + used, weight, reinterpret_cast<std::uintptr_t>(trace[0]), trace + 1, depth);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     used_.store(used + need, std::memory_order_relaxed);
     counters_->add(wall ? Counter::wall_samples_captured : Counter::cpu_samples_captured, 1);
@@ -5863,6 +6755,9 @@ class ThreadStackSampler {
   std::uint64_t* words_;
   ThreadCounters* counters_;
   pid_t tid_;
+#if SPANPROF_HAS_CFI_WALKER
+  std::uint64_t stack_top_;  // the walker reads the stack up to here without a check
+#endif
   int perf_fd_ = -1;
   timer_t timer_{};
   bool has_timer_ = false;
@@ -6325,6 +7220,7 @@ struct HeapThreadState {
   std::size_t capacity;  // words
   std::size_t used;
   std::uint64_t dropped;
+  std::uint64_t stack_top;  // of this thread's stack (0: unknown), for the stack walker
 };
 
 SPANPROF_HOOK_TLS inline thread_local HeapThreadState heap_thread = {};
@@ -6354,9 +7250,27 @@ SPANPROF_API inline std::atomic<bool>& operator_new_hooks_compiled_in() noexcept
   return compiled_in;
 }
 
-// The compiler runtime's unwinder (what C++ exceptions use). For the operator-new
-// hooks it is ~30% cheaper than gperftools' default (libunwind) here, and with
-// glibc >= 2.35 it finds unwind tables without taking a lock.
+#if SPANPROF_HAS_CFI_WALKER
+
+// The frames of a walk from inside record_heap_sample that belong to the code
+// that called the allocator. The operator-new hooks skip exactly their own frames
+// (record_heap_sample, allocate_and_sample, the operator); tcmalloc's hooks skip
+// to the first frame in tcmalloc's hook-calling sections and past the last one
+// (what MallocHook_GetCallerStackTrace does, without its lock-taking walker).
+inline int allocator_caller_frames(void* const* frames, int depth, HeapHookSource source) noexcept {
+  if (source == HeapHookSource::operator_new) return depth > 3 ? 3 : depth;
+  const TcmallocApi& api = tcmalloc_api();
+  int i = 0;
+  while (i < depth && !api.in_hook_caller(frames[i])) ++i;
+  if (i == depth) return depth > 2 ? 2 : depth;  // sections unknown: only spanprof's own frames go
+  while (i < depth && api.in_hook_caller(frames[i])) ++i;
+  return i;
+}
+
+#else
+
+// Without the call frame walker: the compiler runtime's unwinder (what C++
+// exceptions use) for the operator-new hooks, tcmalloc's for its own hooks.
 struct UnwindCapture {
   void** frames;
   int max_depth;
@@ -6376,17 +7290,42 @@ inline _Unwind_Reason_Code unwind_capture_step(_Unwind_Context* context, void* a
   return capture->depth >= capture->max_depth ? _URC_END_OF_STACK : _URC_NO_REASON;
 }
 
-// Return addresses of the callers, innermost first, leaving out `skip` frames
-// below the caller of this function. Always inlined, so the frame count is exact.
-SPANPROF_ALWAYS_INLINE inline int capture_return_addresses(void** frames, int max_depth, int skip) noexcept {
-  UnwindCapture capture{frames, max_depth, skip + 1, 0};  // +1: the caller's own frame
-  _Unwind_Backtrace(&unwind_capture_step, &capture);
-  return capture.depth;
+#endif
+
+// The stack of the code that called the allocator, innermost first, into
+// `frames` (room for max_depth). Always inlined into record_heap_sample, whose
+// frame the walk starts in.
+SPANPROF_ALWAYS_INLINE inline int capture_allocation_stack(void** frames, int max_depth,
+                                                           HeapHookSource source) noexcept {
+#if SPANPROF_HAS_CFI_WALKER
+  constexpr int own_frames = 8;  // spanprof's and the allocator's frames, skipped
+  void* trace[max_walk_depth + own_frames];
+  cfi::Registers regs;
+  capture_registers_here(regs);
+  const int walked = walk_stack(regs, heap_thread.stack_top, trace, max_depth + own_frames);
+  const int skip = allocator_caller_frames(trace, walked, source);
+  int depth = walked - skip;
+  if (depth > max_depth) depth = max_depth;
+  for (int i = 0; i < depth; ++i) frames[i] = trace[skip + i];
+  return depth;
+#else
+  // Both walks may take the loader lock: not while a fork is under way.
+  if (!loader_lock_gate().enter()) return 0;
+  int depth = 0;
+  if (source == HeapHookSource::operator_new) {
+    UnwindCapture capture{frames, max_depth, 3, 0};  // record_heap_sample and two more
+    _Unwind_Backtrace(&unwind_capture_step, &capture);
+    depth = capture.depth;
+  } else {
+    depth = tcmalloc_api().caller_stack_trace(frames, max_depth, 0);
+  }
+  loader_lock_gate().leave();
+  return depth;
+#endif
 }
 
 // An operator-new stack leaves out spanprof's frames (this function, the sampled
-// allocation path and the replacement operator); tcmalloc strips its own frames
-// itself.
+// allocation path and the replacement operator), a MallocHook stack tcmalloc's.
 SPANPROF_NOINLINE inline void record_heap_sample(HeapThreadState& t, const void* pointer, std::size_t size,
                                                  HeapHookSource source = HeapHookSource::malloc_hook) noexcept {
   t.bytes_until_sample = next_sample_gap(t);
@@ -6400,13 +7339,7 @@ SPANPROF_NOINLINE inline void record_heap_sample(HeapThreadState& t, const void*
   }
   std::uint64_t* record = t.log + t.used;
   void** frames = reinterpret_cast<void**>(record + heap_log_header_words);
-  // Both walks may take the loader lock: not while a fork is under way.
-  int depth = 0;
-  if (loader_lock_gate().enter()) {
-    depth = source == HeapHookSource::operator_new ? capture_return_addresses(frames, t.max_depth, 2)
-                                                   : tcmalloc_api().caller_stack_trace(frames, t.max_depth, 0);
-    loader_lock_gate().leave();
-  }
+  const int depth = capture_allocation_stack(frames, t.max_depth, source);
   if (depth <= 0) {
     ++t.dropped;
     t.in_hook = false;
@@ -6588,6 +7521,9 @@ inline bool open_heap_span(HeapActiveSpan& span, const HeapSettings& settings) n
       t.bytes_until_sample = next_sample_gap(t);
     }
     t.max_depth = settings.max_depth;
+#if SPANPROF_HAS_CFI_WALKER
+    if (t.stack_top == 0) t.stack_top = this_thread_stack_top();
+#endif
   }
   span.parent = t.active;
   span.log_start = t.used;

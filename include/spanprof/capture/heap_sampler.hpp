@@ -20,6 +20,7 @@
 #include <spanprof/config.hpp>
 #include <spanprof/base/counters.hpp>
 #include <spanprof/capture/sample_records.hpp>
+#include <spanprof/capture/stack_walker.hpp>
 #include <spanprof/capture/tcmalloc_api.hpp>
 #include <spanprof/base/error.hpp>
 #include <spanprof/base/loader_lock_gate.hpp>
@@ -161,6 +162,7 @@ struct HeapThreadState {
   std::size_t capacity;  // words
   std::size_t used;
   std::uint64_t dropped;
+  std::uint64_t stack_top;  // of this thread's stack (0: unknown), for the stack walker
 };
 
 SPANPROF_HOOK_TLS inline thread_local HeapThreadState heap_thread = {};
@@ -190,9 +192,27 @@ SPANPROF_API inline std::atomic<bool>& operator_new_hooks_compiled_in() noexcept
   return compiled_in;
 }
 
-// The compiler runtime's unwinder (what C++ exceptions use). For the operator-new
-// hooks it is ~30% cheaper than gperftools' default (libunwind) here, and with
-// glibc >= 2.35 it finds unwind tables without taking a lock.
+#if SPANPROF_HAS_CFI_WALKER
+
+// The frames of a walk from inside record_heap_sample that belong to the code
+// that called the allocator. The operator-new hooks skip exactly their own frames
+// (record_heap_sample, allocate_and_sample, the operator); tcmalloc's hooks skip
+// to the first frame in tcmalloc's hook-calling sections and past the last one
+// (what MallocHook_GetCallerStackTrace does, without its lock-taking walker).
+inline int allocator_caller_frames(void* const* frames, int depth, HeapHookSource source) noexcept {
+  if (source == HeapHookSource::operator_new) return depth > 3 ? 3 : depth;
+  const TcmallocApi& api = tcmalloc_api();
+  int i = 0;
+  while (i < depth && !api.in_hook_caller(frames[i])) ++i;
+  if (i == depth) return depth > 2 ? 2 : depth;  // sections unknown: only spanprof's own frames go
+  while (i < depth && api.in_hook_caller(frames[i])) ++i;
+  return i;
+}
+
+#else
+
+// Without the call frame walker: the compiler runtime's unwinder (what C++
+// exceptions use) for the operator-new hooks, tcmalloc's for its own hooks.
 struct UnwindCapture {
   void** frames;
   int max_depth;
@@ -212,17 +232,42 @@ inline _Unwind_Reason_Code unwind_capture_step(_Unwind_Context* context, void* a
   return capture->depth >= capture->max_depth ? _URC_END_OF_STACK : _URC_NO_REASON;
 }
 
-// Return addresses of the callers, innermost first, leaving out `skip` frames
-// below the caller of this function. Always inlined, so the frame count is exact.
-SPANPROF_ALWAYS_INLINE inline int capture_return_addresses(void** frames, int max_depth, int skip) noexcept {
-  UnwindCapture capture{frames, max_depth, skip + 1, 0};  // +1: the caller's own frame
-  _Unwind_Backtrace(&unwind_capture_step, &capture);
-  return capture.depth;
+#endif
+
+// The stack of the code that called the allocator, innermost first, into
+// `frames` (room for max_depth). Always inlined into record_heap_sample, whose
+// frame the walk starts in.
+SPANPROF_ALWAYS_INLINE inline int capture_allocation_stack(void** frames, int max_depth,
+                                                           HeapHookSource source) noexcept {
+#if SPANPROF_HAS_CFI_WALKER
+  constexpr int own_frames = 8;  // spanprof's and the allocator's frames, skipped
+  void* trace[max_walk_depth + own_frames];
+  cfi::Registers regs;
+  capture_registers_here(regs);
+  const int walked = walk_stack(regs, heap_thread.stack_top, trace, max_depth + own_frames);
+  const int skip = allocator_caller_frames(trace, walked, source);
+  int depth = walked - skip;
+  if (depth > max_depth) depth = max_depth;
+  for (int i = 0; i < depth; ++i) frames[i] = trace[skip + i];
+  return depth;
+#else
+  // Both walks may take the loader lock: not while a fork is under way.
+  if (!loader_lock_gate().enter()) return 0;
+  int depth = 0;
+  if (source == HeapHookSource::operator_new) {
+    UnwindCapture capture{frames, max_depth, 3, 0};  // record_heap_sample and two more
+    _Unwind_Backtrace(&unwind_capture_step, &capture);
+    depth = capture.depth;
+  } else {
+    depth = tcmalloc_api().caller_stack_trace(frames, max_depth, 0);
+  }
+  loader_lock_gate().leave();
+  return depth;
+#endif
 }
 
 // An operator-new stack leaves out spanprof's frames (this function, the sampled
-// allocation path and the replacement operator); tcmalloc strips its own frames
-// itself.
+// allocation path and the replacement operator), a MallocHook stack tcmalloc's.
 SPANPROF_NOINLINE inline void record_heap_sample(HeapThreadState& t, const void* pointer, std::size_t size,
                                                  HeapHookSource source = HeapHookSource::malloc_hook) noexcept {
   t.bytes_until_sample = next_sample_gap(t);
@@ -236,13 +281,7 @@ SPANPROF_NOINLINE inline void record_heap_sample(HeapThreadState& t, const void*
   }
   std::uint64_t* record = t.log + t.used;
   void** frames = reinterpret_cast<void**>(record + heap_log_header_words);
-  // Both walks may take the loader lock: not while a fork is under way.
-  int depth = 0;
-  if (loader_lock_gate().enter()) {
-    depth = source == HeapHookSource::operator_new ? capture_return_addresses(frames, t.max_depth, 2)
-                                                   : tcmalloc_api().caller_stack_trace(frames, t.max_depth, 0);
-    loader_lock_gate().leave();
-  }
+  const int depth = capture_allocation_stack(frames, t.max_depth, source);
   if (depth <= 0) {
     ++t.dropped;
     t.in_hook = false;
@@ -424,6 +463,9 @@ inline bool open_heap_span(HeapActiveSpan& span, const HeapSettings& settings) n
       t.bytes_until_sample = next_sample_gap(t);
     }
     t.max_depth = settings.max_depth;
+#if SPANPROF_HAS_CFI_WALKER
+    if (t.stack_top == 0) t.stack_top = this_thread_stack_top();
+#endif
   }
   span.parent = t.active;
   span.log_start = t.used;

@@ -13,7 +13,8 @@
 //  * The signal is a real-time signal, not SIGPROF: SIGPROF belongs to gperftools,
 //    whose profiler stops gathering samples when someone else handles it.
 //  * The handler is async-signal-safe: it touches only this thread's preallocated
-//    log, lock-free atomics and gperftools' unwinder. No malloc, lock or stdio.
+//    log, lock-free atomics and a stack walker that takes no lock
+//    (capture/stack_walker.hpp). No malloc, lock or stdio.
 //  * Wall samples are weighted by the wall time since the thread's previous one,
 //    measured on the thread itself, so a lost or dropped tick loses detail, never
 //    time; the ticker only decides when to look, and confirms without a signal that
@@ -27,6 +28,7 @@
 #include <spanprof/base/loader_lock_gate.hpp>
 #include <spanprof/capture/engines.hpp>
 #include <spanprof/capture/sample_records.hpp>
+#include <spanprof/capture/stack_walker.hpp>
 #include <spanprof/profile/profile.hpp>
 
 // Compiled out with the SDK: nothing here may reach gperftools then.
@@ -157,6 +159,9 @@ class ThreadStackSampler {
         words_(words),
         counters_(&counters),
         tid_(static_cast<pid_t>(::syscall(SYS_gettid))),
+#if SPANPROF_HAS_CFI_WALKER
+        stack_top_(this_thread_stack_top()),
+#endif
         pid_(::getpid()),
         random_(0x9E3779B97F4A7C15ull ^ (static_cast<std::uint64_t>(tid_) << 32) ^
                 static_cast<std::uint64_t>(monotonic_now_ns())) {}
@@ -428,32 +433,27 @@ class ThreadStackSampler {
   }
 
  private:
-  // Records the interrupted stack; returns the record's offset in the log, or
-  // no_wall_record when the log is full.
-  std::size_t record_sample(std::uint64_t weight, const void* ucontext) noexcept {
-    // gperftools' unwinder, started from the signal frame. Depending on the unwind
-    // method the trace begins with this handler and the kernel's signal trampoline
-    // (libunwind) or directly at the interrupted instruction (frame pointers): find
-    // the interrupted PC in the first frames and start there, so the top frame is
-    // the user's code, never ours.
+  // The interrupted stack, its interrupted instruction first; 0 frames when the
+  // walk must be skipped. The handler's own frames are never part of it.
+  int walk_interrupted_stack(const void* ucontext, void** trace) noexcept {
+#if SPANPROF_HAS_CFI_WALKER
+    // Call frame information, read without a lock (capture/stack_walker.hpp).
+    return walk_stack(registers_from_ucontext(ucontext), stack_top_, trace, settings_.max_depth);
+#else
+    // gperftools' unwinder. Depending on the unwind method the trace begins with
+    // this handler and the kernel's signal trampoline (libunwind) or directly at
+    // the interrupted instruction (frame pointers): find the interrupted PC in the
+    // first frames and start there. The walk takes the loader lock: not while a
+    // fork is under way (base/loader_lock_gate.hpp).
     constexpr int handler_frames_searched = 8;
-    void* trace[max_stack_depth_limit + handler_frames_searched];
-    const int depth_wanted = settings_.max_depth + handler_frames_searched;
-    const bool wall = (weight & wall_record_tag) != 0;
-    // The walk takes the loader lock: not while a fork is under way (see
-    // base/loader_lock_gate.hpp). The sample is dropped instead.
-    if (!loader_lock_gate().enter()) {
-      dropped_.store(dropped_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-      counters_->add(wall ? Counter::wall_samples_dropped : Counter::cpu_samples_dropped, 1);
-      return no_wall_record;
-    }
-    const int n = ProfilerGetStackTrace(trace, depth_wanted, 0, ucontext);
+    void* raw[max_stack_depth_limit + handler_frames_searched];
+    if (!loader_lock_gate().enter()) return 0;
+    const int n = ProfilerGetStackTrace(raw, settings_.max_depth + handler_frames_searched, 0, ucontext);
     loader_lock_gate().leave();
     const std::uintptr_t pc = interrupted_pc(ucontext);
-
     int first = -1;
     for (int i = 0; i < n && i < handler_frames_searched; ++i) {
-      if (reinterpret_cast<std::uintptr_t>(trace[i]) == pc) {
+      if (reinterpret_cast<std::uintptr_t>(raw[i]) == pc) {
         first = i;
         break;
       }
@@ -463,15 +463,26 @@ class ThreadStackSampler {
     const int callers_from = first >= 0 ? first + 1 : n;
     int depth = 1 + std::max(0, n - callers_from);
     if (depth > settings_.max_depth) depth = settings_.max_depth;
+    trace[0] = reinterpret_cast<void*>(pc);
+    for (int i = 1; i < depth; ++i) trace[i] = raw[callers_from + i - 1];
+    return depth;
+#endif
+  }
 
+  // Records the interrupted stack; returns the record's offset in the log, or
+  // no_wall_record when the log is full (or the walk was skipped).
+  std::size_t record_sample(std::uint64_t weight, const void* ucontext) noexcept {
+    const bool wall = (weight & wall_record_tag) != 0;
+    void* trace[max_stack_depth_limit];
+    const int depth = walk_interrupted_stack(ucontext, trace);
     const std::size_t used = used_.load(std::memory_order_relaxed);
     const std::size_t need = stack_record_words(depth);
-    if (used + need > settings_.buffer_words) {
+    if (depth <= 0 || used + need > settings_.buffer_words) {
       dropped_.store(dropped_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       counters_->add(wall ? Counter::wall_samples_dropped : Counter::cpu_samples_dropped, 1);
       return no_wall_record;
     }
-    write_stack_record(words_ + used, weight, pc, trace + callers_from, depth);
+    write_stack_record(words_ + used, weight, reinterpret_cast<std::uintptr_t>(trace[0]), trace + 1, depth);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     used_.store(used + need, std::memory_order_relaxed);
     counters_->add(wall ? Counter::wall_samples_captured : Counter::cpu_samples_captured, 1);
@@ -688,6 +699,9 @@ class ThreadStackSampler {
   std::uint64_t* words_;
   ThreadCounters* counters_;
   pid_t tid_;
+#if SPANPROF_HAS_CFI_WALKER
+  std::uint64_t stack_top_;  // the walker reads the stack up to here without a check
+#endif
   int perf_fd_ = -1;
   timer_t timer_{};
   bool has_timer_ = false;

@@ -37,6 +37,19 @@ struct TcmallocApi {
   int (*is_heap_profiler_running)() = nullptr;
   // The process's malloc is tcmalloc's: hooks only see allocations tcmalloc serves.
   bool is_process_allocator = false;
+  // tcmalloc's code that calls the hooks and the allocator entry points around it
+  // (its sections google_malloc and malloc_hook, [start, stop)): a hook's stack
+  // walk drops these frames, as MallocHook_GetCallerStackTrace does. Zero when
+  // tcmalloc does not export the bounds (linked statically).
+  const char* hook_caller_start[2] = {};
+  const char* hook_caller_stop[2] = {};
+
+  bool in_hook_caller(const void* pc) const noexcept {
+    const auto* p = static_cast<const char*>(pc);
+    for (int i = 0; i < 2; ++i)
+      if (p >= hook_caller_start[i] && p < hook_caller_stop[i]) return true;
+    return false;
+  }
 
   bool has_hooks() const noexcept {
     return add_new_hook && remove_new_hook && add_delete_hook && remove_delete_hook && caller_stack_trace &&
@@ -65,6 +78,13 @@ SPANPROF_API inline const TcmallocApi& tcmalloc_api() noexcept {
     resolve_symbol(a.heap_profiler_stop, "HeapProfilerStop");
     resolve_symbol(a.get_heap_profile, "GetHeapProfile");
     resolve_symbol(a.is_heap_profiler_running, "IsHeapProfilerRunning");
+    resolve_symbol(a.hook_caller_start[0], "__start_google_malloc");
+    resolve_symbol(a.hook_caller_stop[0], "__stop_google_malloc");
+    resolve_symbol(a.hook_caller_start[1], "__start_malloc_hook");
+    resolve_symbol(a.hook_caller_stop[1], "__stop_malloc_hook");
+    for (int i = 0; i < 2; ++i)
+      if (!a.hook_caller_start[i] || a.hook_caller_stop[i] <= a.hook_caller_start[i])
+        a.hook_caller_start[i] = a.hook_caller_stop[i] = nullptr;
     // tcmalloc defines malloc as an alias of tc_malloc. If another allocator (glibc,
     // a sanitizer, jemalloc) wins symbol resolution, the two differ and tcmalloc's
     // hooks would never fire.

@@ -1,0 +1,304 @@
+// The stack walker of the sample signal (capture/stack_walker.hpp): the stacks it
+// records are the ones a user expects, in code built with and without frame
+// pointers, across a host's signal handler on an alternate stack, and exactly
+// what the compiler runtime's own unwinder finds.
+#include "support/catch.hpp"
+#include "support/child_process.hpp"
+#include "support/collector.hpp"
+#include "support/test_helpers.hpp"
+#include "support/walk_workload.hpp"
+
+#include <spanprof/spanprof.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <signal.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include <unwind.h>
+
+using spanprof_test::Collector;
+using spanprof_test::span_number;
+
+namespace {
+
+// The function names of a sample, innermost first.
+std::vector<std::string> stack_names(const spanprof::Profile& profile, const spanprof::Sample& sample) {
+  std::vector<std::string> names;
+  for (auto id : sample.location_ids) {
+    std::string name;
+    for (const auto& location : profile.locations)
+      if (location.id == id)
+        for (const auto& function : profile.functions)
+          if (function.id == location.function_id && location.function_id != 0) name = function.name;
+    names.push_back(name);
+  }
+  return names;
+}
+
+// Share of samples with `inner` on the stack (on top if `on_top`) and `caller`
+// further up.
+double share_with_caller_above(const spanprof::Profile& profile, const std::string& inner, bool on_top,
+                               const std::string& caller, std::string& counter_example) {
+  std::int64_t total = 0, good = 0;
+  for (const auto& sample : profile.samples) {
+    total += sample.values[0];
+    const auto names = stack_names(profile, sample);
+    const auto searched = on_top ? names.begin() + (names.empty() ? 0 : 1) : names.end();
+    const auto at =
+        std::find_if(names.begin(), searched, [&](const std::string& n) { return spanprof_test::contains(n, inner); });
+    const bool above = at != searched && std::any_of(at + 1, names.end(), [&](const std::string& n) {
+                         return spanprof_test::contains(n, caller);
+                       });
+    if (above) {
+      good += sample.values[0];
+    } else if (counter_example.empty()) {
+      for (const auto& n : names) counter_example += (n.empty() ? "?" : n) + " <- ";
+    }
+  }
+  return total ? static_cast<double>(good) / static_cast<double>(total) : 0.0;
+}
+
+using ChainRunner = std::uint64_t (*)(int, std::uint64_t);
+
+void check_eight_chains(const char* variant, ChainRunner run, unsigned first_span) {
+  spanprof::Options options;
+  options.frequency_hz = 1000;
+  Collector collector(options);
+  // Rounds per CPU-second of this build, measured outside any span.
+  const double calibrate_start = spanprof_test::thread_cpu_seconds();
+  std::uint64_t sink = run(0, 2'000'000);
+  const double per_round = (spanprof_test::thread_cpu_seconds() - calibrate_start) / 2'000'000;
+  const auto rounds = static_cast<std::uint64_t>(0.35 / std::max(per_round, 1e-10));
+
+  constexpr int threads = 8;
+  double cpu_seconds[threads] = {};
+  std::atomic<std::uint64_t> results{sink};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      spanprof::ScopedProfile guard(span_number(first_span + static_cast<unsigned>(t)), "walk_chain");
+      const double start = spanprof_test::thread_cpu_seconds();
+      results.fetch_add(run(t, rounds), std::memory_order_relaxed);
+      cpu_seconds[t] = spanprof_test::thread_cpu_seconds() - start;
+    });
+  }
+  for (auto& worker : workers) worker.join();
+
+  for (int t = 0; t < threads; ++t) {
+    const auto span = span_number(first_span + static_cast<unsigned>(t));
+    const auto* profile = collector.profile_for(span.span_id, spanprof::ProfileKind::cpu);
+    INFO(variant << " thread " << t << ", " << cpu_seconds[t] << " CPU-seconds in its span");
+    REQUIRE(profile != nullptr);
+    const std::string prefix = std::string(variant) + "::";
+    std::string counter_example;
+    const double share = share_with_caller_above(profile->decoded, prefix + "hot_" + std::to_string(t) + "(", true,
+                                                 prefix + "outer_" + std::to_string(t) + "(", counter_example);
+    INFO("a sample that does not: " << counter_example);
+    INFO(spanprof_test::leaf_summary(profile->decoded));
+    CHECK(spanprof_test::sample_count(profile->decoded) >= 200);
+    CHECK(share >= 0.99);
+    // Samples x period against the CPU the thread spent in its span.
+    const double sampled = static_cast<double>(spanprof_test::value_total(profile->decoded, 1)) * 1e-9;
+    CHECK(sampled / cpu_seconds[t] >= 0.9);
+    CHECK(sampled / cpu_seconds[t] <= 1.1);
+  }
+}
+
+// ---- a host's signal handler on an alternate stack --------------------------------
+
+__attribute__((noinline)) double host_handler_work(double cpu_seconds) {
+  const double end = spanprof_test::thread_cpu_seconds() + cpu_seconds;
+  volatile double x = 1.0;
+  do {
+    for (int i = 0; i < 20000; ++i) x = x * 1.0000003 + 7e-9;  // constants of its own: not folded with another
+  } while (spanprof_test::thread_cpu_seconds() < end);
+  return x;
+}
+
+void host_busy_handler(int) { host_handler_work(0.4); }
+
+__attribute__((noinline)) void raise_host_signal_here() {
+  ::raise(SIGUSR2);
+  asm volatile("" ::: "memory");  // the frame stays: no tail call
+}
+
+const spanprof_test::ChildScenario altstack_scenario("walk_through_host_handler", [] {
+  std::vector<char> alternate(256 * 1024);
+  stack_t stack{};
+  stack.ss_sp = alternate.data();
+  stack.ss_size = alternate.size();
+  ::sigaltstack(&stack, nullptr);
+  struct sigaction action {};
+  action.sa_handler = &host_busy_handler;
+  action.sa_flags = SA_ONSTACK;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGUSR2, &action, nullptr);
+
+  spanprof::Options options;
+  options.frequency_hz = 1000;
+  Collector collector(options);
+  const auto span = span_number(790);
+  {
+    spanprof::ScopedProfile guard(span, "host_signal");
+    raise_host_signal_here();
+  }
+  const auto* profile = collector.profile_for(span.span_id, spanprof::ProfileKind::cpu);
+  std::string counter_example;
+  const double share =
+      profile ? share_with_caller_above(profile->decoded, "host_handler_work", false, "raise_host_signal_here",
+                                        counter_example)
+              : -1;
+  std::printf("altstack samples=%lld share=%.3f\n",
+              profile ? static_cast<long long>(spanprof_test::sample_count(profile->decoded)) : -1LL, share);
+  if (!counter_example.empty()) std::printf("counter-example: %s\n", counter_example.c_str());
+  return 0;
+});
+
+// ---- against the compiler runtime's unwinder ---------------------------------------
+
+struct UnwindTrace {
+  void* frames[80];
+  int depth = 0;
+};
+
+_Unwind_Reason_Code collect_frame(_Unwind_Context* context, void* argument) {
+  auto* trace = static_cast<UnwindTrace*>(argument);
+  if (trace->depth == 80) return _URC_END_OF_STACK;
+  trace->frames[trace->depth++] = reinterpret_cast<void*>(_Unwind_GetIP(context));
+  return _URC_NO_REASON;
+}
+
+struct Comparison {
+  std::atomic<long> samples{0}, identical{0};
+  std::atomic<bool> recorded{false};
+  void* ours[64];
+  void* theirs[80];
+  int ours_depth = 0, theirs_depth = 0;
+};
+Comparison comparison;
+std::uint64_t oracle_stack_top = 0;  // taken before the timer starts: not in a handler
+
+// In the handler: spanprof's walk from the signal's context, and libgcc's walk
+// from the handler through the signal frame (its frames past the interrupted PC).
+void compare_walks(int, siginfo_t*, void* ucontext) {
+  namespace sd = spanprof::detail;
+  void* ours[64];
+  const int depth = sd::walk_stack(sd::registers_from_ucontext(ucontext), oracle_stack_top, ours, 64);
+  UnwindTrace theirs;
+  _Unwind_Backtrace(&collect_frame, &theirs);
+  int from = 0;
+  while (from < theirs.depth && theirs.frames[from] != ours[0]) ++from;
+  int their_depth = theirs.depth - from;
+  if (their_depth > 0 && theirs.frames[theirs.depth - 1] == nullptr) --their_depth;  // libgcc's end marker
+  if (their_depth > 64) their_depth = 64;
+  bool same = from < theirs.depth && depth == their_depth;
+  for (int i = 0; same && i < depth; ++i) same = ours[i] == theirs.frames[from + i];
+  comparison.samples.fetch_add(1, std::memory_order_relaxed);
+  if (same) {
+    comparison.identical.fetch_add(1, std::memory_order_relaxed);
+  } else if (!comparison.recorded.exchange(true)) {
+    std::copy(ours, ours + depth, comparison.ours);
+    comparison.ours_depth = depth;
+    std::copy(theirs.frames + from, theirs.frames + from + std::max(0, their_depth), comparison.theirs);
+    comparison.theirs_depth = their_depth;
+  }
+}
+
+__attribute__((noinline)) double mixed_work(int i) {
+  std::vector<double> values(32);
+  for (std::size_t k = 0; k < values.size(); ++k) values[k] = std::sin(i * 0.37 + static_cast<double>(k));
+  std::sort(values.begin(), values.end());
+  const std::string text = std::to_string(values[7]);
+  return values[3] + static_cast<double>(text.size());
+}
+
+__attribute__((noinline)) double mixed_caller(int i) {
+  double sum = 0;
+  for (int k = 0; k < 4; ++k) sum += mixed_work(i + k);
+  asm volatile("" ::: "memory");
+  return sum;
+}
+
+const spanprof_test::ChildScenario oracle_scenario("walk_matches_libgcc", [] {
+  UnwindTrace warm;  // libgcc initialises itself on first use: not in the handler
+  _Unwind_Backtrace(&collect_frame, &warm);
+  oracle_stack_top = spanprof::detail::this_thread_stack_top();
+  struct sigaction action {};
+  action.sa_sigaction = &compare_walks;
+  action.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGRTMIN + 2, &action, nullptr);
+  sigevent event{};
+  event.sigev_notify = SIGEV_THREAD_ID;
+  event.sigev_signo = SIGRTMIN + 2;
+  event._sigev_un._tid = static_cast<pid_t>(::syscall(SYS_gettid));
+  timer_t timer{};
+  ::timer_create(CLOCK_THREAD_CPUTIME_ID, &event, &timer);
+  itimerspec every{};
+  every.it_interval.tv_nsec = every.it_value.tv_nsec = 1'000'000;
+  ::timer_settime(timer, 0, &every, nullptr);
+  double sum = 0;
+  const double end = spanprof_test::thread_cpu_seconds() + 1.5;
+  for (int i = 0; spanprof_test::thread_cpu_seconds() < end; ++i) sum += mixed_caller(i);
+  ::timer_delete(timer);
+  std::printf("oracle samples=%ld identical=%ld sum=%g\n", comparison.samples.load(), comparison.identical.load(), sum);
+  if (comparison.recorded) {
+    std::printf("first difference:\n");
+    for (int i = 0; i < std::max(comparison.ours_depth, comparison.theirs_depth); ++i)
+      std::printf("  %p  %p\n", i < comparison.ours_depth ? comparison.ours[i] : nullptr,
+                  i < comparison.theirs_depth ? comparison.theirs[i] : nullptr);
+  }
+  return 0;
+});
+
+}  // namespace
+
+#if SPANPROF_HAS_CFI_WALKER
+
+// Threads of a signal handler's run under ThreadSanitizer only at its next
+// intercepted call: the hot loops make none, so their samples would all land
+// after them.
+TEST_CASE("8 threads at 1 kHz, each in its own span: its hot function on top, its outer caller above",
+          "[walk]" SPANPROF_TEST_NOT_UNDER_TSAN) {
+  SECTION("built without frame pointers (-O2)") { check_eight_chains("walk_nofp", &walk_nofp::run_chain, 700); }
+  SECTION("built with -fno-omit-frame-pointer") { check_eight_chains("walk_fp", &walk_fp::run_chain, 720); }
+}
+
+TEST_CASE("a sample inside a host's signal handler on an alternate stack shows the code the signal interrupted",
+          "[walk]" SPANPROF_TEST_NOT_UNDER_TSAN) {
+  const auto result = spanprof_test::run_in_child("walk_through_host_handler", 60);
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  long long samples = 0;
+  double share = 0;
+  const auto at = result.output.find("altstack samples=");
+  REQUIRE(at != std::string::npos);
+  REQUIRE(std::sscanf(result.output.c_str() + at, "altstack samples=%lld share=%lf", &samples, &share) == 2);
+  CHECK(samples >= 200);
+  CHECK(share >= 0.99);  // the handler's work (or what it calls), the interrupted function below it
+}
+
+TEST_CASE("the walk from a signal finds the same frames as the compiler runtime's unwinder",
+          "[walk]" SPANPROF_TEST_NOT_UNDER_TSAN) {
+  const auto result = spanprof_test::run_in_child("walk_matches_libgcc", 60);
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  long samples = 0, identical = 0;
+  const auto at = result.output.find("oracle samples=");
+  REQUIRE(at != std::string::npos);
+  REQUIRE(std::sscanf(result.output.c_str() + at, "oracle samples=%ld identical=%ld", &samples, &identical) == 2);
+  CHECK(samples >= 100);
+  CHECK(identical == samples);
+}
+
+#endif  // SPANPROF_HAS_CFI_WALKER
