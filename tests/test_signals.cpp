@@ -257,12 +257,13 @@ const spanprof_test::ChildScenario dlopen_busy_scenario("dlopen_busy_constructor
       cycles.fetch_add(1, std::memory_order_relaxed);
     }
   });
+  // One heap span each for the whole run: a span per round would flood the queue
+  // with heap profiles and crowd out the ones this test reads.
   std::vector<std::thread> allocators;
   for (unsigned t = 0; t < 2; ++t) {
     allocators.emplace_back([&, t] {
-      unsigned n = 0;
-      while (!stop.load(std::memory_order_relaxed)) {
-        spanprof::ScopedProfile guard(span_number(200 + t * 100000 + ++n), "allocating", spanprof::heap);
+      spanprof::ScopedProfile guard(span_number(200 + t), "allocating", spanprof::heap);
+      for (unsigned n = 0; !stop.load(std::memory_order_relaxed); ++n) {
         std::vector<std::unique_ptr<char[]>> blocks;
         for (int i = 0; i < 1000; ++i) blocks.emplace_back(new char[16 + (i * 37 + n) % 480]);
       }
