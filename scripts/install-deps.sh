@@ -13,6 +13,7 @@ packages=(
   libbenchmark-dev         # bench/
   protobuf-compiler        # `protoc --decode_raw`, which the tests use to read OTLP requests
   libclang-rt-14-dev       # libFuzzer and the sanitizer runtimes for clang (tests/fuzz/)
+  libcpp-httplib-dev wrk   # the server benchmark (bench/server_bench.*): a real HTTP server under load
 )
 
 missing=()

@@ -9,7 +9,7 @@
 #   6. every way to consume spanprof (tests/consumers/run.sh): find_package,
 #      add_subdirectory, FetchContent, Meson subproject, pkg-config, the single
 #      header as the README says, profiling compiled out, strict warnings,
-#   7. the benchmarks, briefly, to prove they run.
+#   7. the benchmarks, briefly, to prove they run (and one round of the server benchmark).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -70,5 +70,13 @@ bash tests/consumers/run.sh "$root" "$root/$out/consumers" "$root/$out/cmake"
 step "Benchmarks run"
 SPANPROF_BENCH_LOAD_SECONDS=1 SPANPROF_BENCH_MEMORY_SECONDS=1 SPANPROF_BENCH_EINTR_SECONDS=1 \
   $out/cmake/bench/spanprof_bench --benchmark_min_time=0.05 >/dev/null
+# The server benchmark: its build and one short round (the figures need
+# bash scripts/server-bench.sh, docs/cost.md).
+if [ -x $out/cmake/bench/spanprof_server_bench ]; then
+  python3 bench/server_bench.py --binary $out/cmake/bench/spanprof_server_bench --rounds 1 --seconds 1 \
+    --warmup 1 --modes off,default >/dev/null
+else
+  echo "server benchmark not built (cpp-httplib missing): skipped"
+fi
 
 step "all suites passed"

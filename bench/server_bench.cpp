@@ -1,0 +1,176 @@
+// A real HTTP server for the cost benchmark (bench/server_bench.py): Debian's
+// cpp-httplib, a handler of about 100 µs of CPU (build a JSON body, parse it back,
+// sort 400 numbers), every request inside a span. What the server's own CPU per
+// request costs with profiling on, against off, is what a user pays.
+//
+//   server_bench MODE PORT
+//
+// MODE picks how requests are profiled:
+//   off          no spanprof at all
+//   default      spanprof::start with default options: every request profiled
+//   perf_event   the same with Options::cpu_sample_source = perf_event
+//   posix_timer  the same with Options::cpu_sample_source = posix_timer
+//   tail         every request profiled, a tail policy keeps those over 2 ms (a few)
+//   batched      per-span profiles merged into windows (Delivery::batched)
+//   wall         spanprof::cpu | spanprof::wall per request
+//   gperftools   gperftools' ProfilerStart for the whole process, no spans
+// Profiles go to an uploader that counts them (per span unless batched), so no
+// disk or network I/O is measured, only what spanprof does.
+//
+// GET /work serves a request; GET /cpu answers "<process CPU ns> <requests served>".
+#include <spanprof/spanprof.hpp>
+
+#include <gperftools/profiler.h>
+#include <httplib.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <time.h>
+#include <unistd.h>
+
+namespace {
+
+std::atomic<long> served{0};
+std::atomic<long> profiles{0};
+
+std::int64_t process_cpu_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+std::uint64_t next_random(std::uint64_t& state) {
+  state ^= state << 13;
+  state ^= state >> 7;
+  state ^= state << 17;
+  return state;
+}
+
+// The handler's work: ~100 µs of CPU on this machine class.
+__attribute__((noinline)) std::string render_numbers(std::uint64_t& random) {
+  std::string body = "{\"values\":[";
+  char number[32];
+  for (int i = 0; i < 400; ++i) {
+    const double value = static_cast<double>(next_random(random) % 1000000) / 7.0;
+    std::snprintf(number, sizeof number, i == 0 ? "%.4f" : ",%.4f", value);
+    body += number;
+  }
+  body += "]}";
+  return body;
+}
+
+__attribute__((noinline)) std::vector<double> parse_numbers(const std::string& body) {
+  std::vector<double> values;
+  values.reserve(400);
+  const char* at = std::strchr(body.c_str(), '[');
+  while (at != nullptr && *at != ']') {
+    char* end = nullptr;
+    values.push_back(std::strtod(at + 1, &end));
+    at = end;
+  }
+  return values;
+}
+
+__attribute__((noinline)) std::string handle_work() {
+  thread_local std::uint64_t random = 0x9E3779B97F4A7C15ull ^ static_cast<std::uint64_t>(::gettid());
+  std::string body = render_numbers(random);
+  std::vector<double> values = parse_numbers(body);
+  std::sort(values.begin(), values.end());
+  char summary[96];
+  std::snprintf(summary, sizeof summary, "{\"count\":%zu,\"median\":%.4f}\n", values.size(),
+                values.empty() ? 0.0 : values[values.size() / 2]);
+  return summary;
+}
+
+// The request's span, as a tracer would make it: in every mode, `off` included,
+// since what is measured is the profiler, not the tracer.
+spanprof::SpanContext request_span() {
+  thread_local std::uint64_t random = 0x2545F4914F6CDD1Dull ^ static_cast<std::uint64_t>(::gettid());
+  std::array<std::uint8_t, 16> trace{};
+  std::array<std::uint8_t, 8> span{};
+  const std::uint64_t words[3] = {next_random(random), next_random(random), next_random(random) | 1};
+  std::memcpy(trace.data(), words, 16);
+  std::memcpy(span.data(), words + 2, 8);
+  return spanprof::SpanContext{spanprof::TraceId(trace), spanprof::SpanId(span), {spanprof::TraceFlags::sampled_bit}};
+}
+
+void benchmark_keep(const spanprof::SpanContext& span) { asm volatile("" : : "r"(&span) : "memory"); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: %s MODE PORT\n", argv[0]);
+    return 2;
+  }
+  const std::string mode = argv[1];
+  const int port = std::atoi(argv[2]);
+  const bool spans = mode != "off" && mode != "gperftools";
+  spanprof::ProfileKinds kinds = spanprof::cpu;
+
+  if (mode == "gperftools") {
+    char path[64];
+    std::snprintf(path, sizeof path, "/tmp/spanprof-server-bench-%d.prof", static_cast<int>(::getpid()));
+    if (!ProfilerStart(path)) return 1;
+  } else if (spans) {
+    spanprof::Options options(spanprof::ignore_environment);
+    options.frequency_hz = 100;
+    auto delivery = spanprof::Delivery::per_span();
+    if (mode == "perf_event") options.cpu_sample_source = spanprof::CpuSampleSource::perf_event;
+    else if (mode == "posix_timer") options.cpu_sample_source = spanprof::CpuSampleSource::posix_timer;
+    else if (mode == "tail") options.tail_policy = std::make_shared<spanprof::KeepSlowSpans>(std::chrono::milliseconds(2));
+    else if (mode == "batched") delivery = spanprof::Delivery::batched(std::chrono::seconds(10));
+    else if (mode == "wall") kinds = spanprof::cpu | spanprof::wall;
+    else if (mode != "default") {
+      std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
+      return 2;
+    }
+    options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>(
+        [](const spanprof::EncodedProfile&) {
+          profiles.fetch_add(1, std::memory_order_relaxed);
+          return spanprof::UploadResult::ok();
+        },
+        "count", delivery));
+    const auto started = spanprof::start(options);
+    if (!started) {
+      for (const auto& problem : started.problems) std::fprintf(stderr, "spanprof: %s\n", problem.message.c_str());
+      return 1;
+    }
+  }
+
+  httplib::Server server;
+  server.Get("/work", [&](const httplib::Request&, httplib::Response& response) {
+    const spanprof::SpanContext span = request_span();
+    if (spans) {
+      spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "GET /work"}, kinds);
+      response.set_content(handle_work(), "application/json");
+    } else {
+      benchmark_keep(span);
+      response.set_content(handle_work(), "application/json");
+    }
+    served.fetch_add(1, std::memory_order_relaxed);
+  });
+  server.Get("/cpu", [](const httplib::Request&, httplib::Response& response) {
+    char text[96];
+    std::snprintf(text, sizeof text, "%lld %ld %ld\n", static_cast<long long>(process_cpu_ns()),
+                  served.load(std::memory_order_relaxed), profiles.load(std::memory_order_relaxed));
+    response.set_content(text, "text/plain");
+  });
+  server.Get("/quit", [&](const httplib::Request&, httplib::Response& response) {
+    response.set_content("bye\n", "text/plain");
+    server.stop();
+  });
+  if (!server.listen("127.0.0.1", port)) return 1;
+  if (mode == "gperftools") ProfilerStop();
+  if (spans) spanprof::shutdown(std::chrono::seconds(5));
+  return 0;
+}

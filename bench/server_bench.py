@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""What a busy HTTP server pays for span profiles: its own CPU per request
+(utime + stime of the server process / requests served), profiling on against
+off, in paired rounds.
+
+One server (bench/server_bench.cpp) runs per mode, all started at once. Each
+round, in a new random order, loads every mode's server at the same time as the
+`off` server, each with its own wrk (one thread, 4 connections, a new connection
+per request), and reads both servers' process CPU time and request count before
+and after the window. A round's ratio is the mode's CPU per request over `off`'s
+in the same window; the medians over the rounds are the figures to quote. A
+second `off` server (`off/again`) gives the noise floor. Load generators and
+servers share the machine's cores, which is why throughput is not the measure:
+CPU per request of the server is what a user pays.
+
+  python3 bench/server_bench.py [--binary PATH] [--rounds 7] [--seconds 4]
+                                [--modes off,default,...] [--connections 8]
+                                [--server-cores 1 --load-cores 0] [--one-at-a-time]
+                                [--before PATH_TO_AN_EARLIER_BUILD]
+
+The one command (installs wrk and cpp-httplib, builds, runs):
+  bash scripts/server-bench.sh
+"""
+import argparse
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+
+MODES = ["off", "default", "perf_event", "posix_timer", "tail", "batched", "wall", "gperftools"]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def read_counters(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/cpu", timeout=10) as response:
+        cpu_ns, served, profiles = (int(x) for x in response.read().split())
+    return cpu_ns, served, profiles
+
+
+def wait_until_up(port, process):
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}")
+        try:
+            return read_counters(port)
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError("server did not start")
+
+
+def pinned(command, cores):
+    return (["taskset", "-c", cores] + command) if cores else command
+
+
+def load(port, seconds, connections, cores):
+    subprocess.run(pinned(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-H", "Connection: close",
+                           f"http://127.0.0.1:{port}/work"], cores), check=True, stdout=subprocess.DEVNULL)
+
+
+def loaded_together(servers, seconds, connections, cores):
+    """Loads the servers at the same time, one wrk each, and returns each one's
+    window: the two see the same machine (a neighbour on the host, the CPU clock),
+    so their ratio does not carry the drift between windows taken one after the
+    other (on this 2-core VM, up to 8% between two identical servers)."""
+    before = [read_counters(server.port) for server in servers]
+    loads = [subprocess.Popen(pinned(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-H", "Connection: close",
+                                      f"http://127.0.0.1:{server.port}/work"], cores), stdout=subprocess.DEVNULL)
+             for server in servers]
+    for process in loads:
+        if process.wait() != 0:
+            raise RuntimeError("wrk failed")
+    after = [read_counters(server.port) for server in servers]
+    windows = []
+    for (cpu0, served0, profiles0), (cpu1, served1, profiles1) in zip(before, after):
+        requests = served1 - served0
+        if requests <= 0:
+            raise RuntimeError("no requests served")
+        windows.append({"cpu_per_request_us": (cpu1 - cpu0) / requests / 1000.0, "requests": requests,
+                        "profiles": profiles1 - profiles0})
+    return windows
+
+
+class Server:
+    """One server process for one mode, started once and loaded in slices."""
+
+    def __init__(self, binary, mode, cores):
+        self.port = free_port()
+        self.process = subprocess.Popen(pinned([binary, mode, str(self.port)], cores), stdout=subprocess.DEVNULL)
+        wait_until_up(self.port, self.process)
+
+    def slice(self, seconds, connections, cores):
+        cpu0, served0, profiles0 = read_counters(self.port)
+        load(self.port, seconds, connections, cores)
+        cpu1, served1, profiles1 = read_counters(self.port)
+        requests = served1 - served0
+        if requests <= 0:
+            raise RuntimeError("no requests served")
+        return {"cpu_per_request_us": (cpu1 - cpu0) / requests / 1000.0, "requests": requests,
+                "profiles": profiles1 - profiles0}
+
+    def stop(self):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{self.port}/quit", timeout=10).read()
+        except OSError:
+            pass
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--binary", default="build/bench-server/bench/spanprof_server_bench")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--seconds", type=float, default=4)
+    parser.add_argument("--warmup", type=float, default=1)
+    parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--server-cores", default="",
+                        help="taskset list for the server (e.g. 1); with --load-cores, keeps the two apart")
+    parser.add_argument("--load-cores", default="", help="taskset list for wrk (e.g. 0)")
+    parser.add_argument("--one-at-a-time", action="store_true",
+                        help="load each server alone in turn instead of at the same time as off")
+    parser.add_argument("--before", default="",
+                        help="a second server binary (an earlier build): its modes run in the same rounds, "
+                             "labelled MODE/before, for a before-and-after comparison side by side")
+    args = parser.parse_args()
+    modes = [m for m in args.modes.split(",") if m]
+    if "off" not in modes:
+        modes.insert(0, "off")
+    if not os.access(args.binary, os.X_OK):
+        sys.exit(f"server_bench: no server at {args.binary} (bash scripts/server-bench.sh builds it)")
+    if args.before and not os.access(args.before, os.X_OK):
+        sys.exit(f"server_bench: no server at {args.before}")
+    # A second `off` server measured the same way: how far apart two identical
+    # servers come out is the noise floor of every other ratio.
+    modes.append("off/again")
+    binaries = {m: args.binary for m in modes}
+    if args.before:
+        for m in [m for m in modes if not m.startswith("off")]:
+            binaries[f"{m}/before"] = args.before
+            modes.append(f"{m}/before")
+    rng = random.Random(args.seed)
+    seconds = max(1, int(round(args.seconds)))
+    warmup = max(1, int(round(args.warmup)))
+    results = {m: [] for m in modes}
+    ratios = {m: [] for m in modes}
+    # Every server runs from the start. A round loads each mode's server at the same
+    # time as the `off` server (--together, the default), or each server alone in
+    # turn (--one-at-a-time); in both, the modes come in a new random order.
+    servers = {}
+    try:
+        for mode in modes:
+            servers[mode] = Server(binaries[mode], mode.split("/")[0], args.server_cores)
+            servers[mode].slice(warmup, args.connections, args.load_cores)
+        for round_number in range(1, args.rounds + 1):
+            order = [m for m in modes if m != "off"]
+            rng.shuffle(order)
+            if args.one_at_a_time:
+                off = servers["off"].slice(seconds, args.connections, args.load_cores)
+                results["off"].append(off)
+                for mode in order:
+                    window = servers[mode].slice(seconds, args.connections, args.load_cores)
+                    results[mode].append(window)
+                    ratios[mode].append(window["cpu_per_request_us"] / off["cpu_per_request_us"])
+            else:
+                for mode in order:
+                    off, window = loaded_together([servers["off"], servers[mode]], seconds,
+                                                  max(1, args.connections // 2), args.load_cores)
+                    results["off"].append(off)
+                    results[mode].append(window)
+                    ratios[mode].append(window["cpu_per_request_us"] / off["cpu_per_request_us"])
+            line = " ".join(f"{m}={ratios[m][-1]:.3f}" for m in modes if m != "off")
+            off_us = statistics.median(r["cpu_per_request_us"] for r in results["off"][-len(order):])
+            print(f"round {round_number}: off={off_us:.1f} us/request  {line}", flush=True)
+    finally:
+        for server in servers.values():
+            server.stop()
+
+    print()
+    pinning = f", server on cores {args.server_cores}, wrk on {args.load_cores}" if args.server_cores else ""
+    method = (f"each alone, wrk -t1 -c{args.connections}" if args.one_at_a_time else
+              f"each loaded at the same time as off, wrk -t1 -c{max(1, args.connections // 2)} on each")
+    print(f"server CPU per request, ratio to off ({args.rounds} paired rounds, {seconds} s each, {method}, "
+          f"Connection: close{pinning})")
+    print(f"{'mode':<18} {'median':>7}  {'us/req':>7}  {'profiles/s':>10}  rounds")
+    ratios["off"] = [1.0] * args.rounds
+    for mode in modes:
+        us = statistics.median(r["cpu_per_request_us"] for r in results[mode])
+        per_second = statistics.median(r["profiles"] for r in results[mode]) / seconds
+        print(f"{mode:<18} {statistics.median(ratios[mode]):7.3f}  {us:7.1f}  {per_second:10.1f}  "
+              + " ".join(f"{x:.3f}" for x in ratios[mode]))
+
+
+if __name__ == "__main__":
+    main()
