@@ -1128,8 +1128,16 @@ inline constexpr std::size_t zlib_max_slice = std::size_t{1} << 30;
 inline bool gzip_compress(std::string_view in, std::string& out, std::string& error) noexcept {
   out.clear();
   z_stream stream{};
-  // windowBits 15 + 16: deflate with a gzip header and CRC-32 trailer instead of zlib's.
-  int rc = deflateInit2(&stream, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
+  // A span's profile is a few kilobytes, and zlib's default tables (256 KiB, the
+  // hash head cleared at every init) cost more than compressing it: the window is
+  // sized to the input instead, which compresses it as well (a match can reach
+  // back to its first byte; the smaller hash costs under 0.5%, tested). +16: a gzip header and CRC-32 trailer. The
+  // fastest level, as Go's runtime/pprof writes its profiles: 3-4x less CPU than
+  // the default level for a tenth more bytes (measured on batched profiles).
+  int window_bits = 9;
+  while (window_bits < 15 && (std::size_t{1} << window_bits) < in.size() + 262) ++window_bits;
+  const int mem_level = std::clamp(window_bits - 7, 1, 8);
+  int rc = deflateInit2(&stream, Z_BEST_SPEED, Z_DEFLATED, window_bits + 16, mem_level, Z_DEFAULT_STRATEGY);
   if (rc != Z_OK) {
     set_zlib_error(error, "gzip: deflateInit2 failed", rc, stream.msg);
     return false;
@@ -5173,9 +5181,9 @@ enum class HeapEngine : std::uint8_t {
 
 // Where the sampling CPU engine's ticks come from.
 enum class CpuSampleSource : std::uint8_t {
-  automatic,    // perf_event when the kernel allows it, else posix_timer (reported)
-  perf_event,   // perf task-clock event: hrtimer driven, unbiased for any span length
-  posix_timer,  // timer_create(CLOCK_THREAD_CPUTIME_ID): tick bound, misses spans < ~5 ms
+  automatic,    // posix_timer: no cost at context switches (docs/cost.md)
+  perf_event,   // perf task-clock event: exact to the microsecond, paid at every context switch
+  posix_timer,  // timer_create(CLOCK_THREAD_CPUTIME_ID): fires on the scheduler tick, weighted
 };
 
 constexpr std::string_view to_string(CpuEngine e) noexcept { return e == CpuEngine::sampling ? "sampling" : "classic"; }
@@ -6237,14 +6245,17 @@ class ThreadStackSampler {
 
   // Picks and creates the sampling source for this thread (not armed yet).
   // `perf_errno` receives the reason perf_event was refused, if it was.
+  // `automatic` is the POSIX CPU timer: a perf event costs its thread at every
+  // context switch, even between spans (docs/cost.md). A perf_event the kernel
+  // refuses falls back to the timer.
   CpuSampleSource open_source(int& perf_errno) noexcept {
     perf_errno = 0;
-    if (settings_.source != CpuSampleSource::posix_timer) {
+    if (settings_.source == CpuSampleSource::perf_event) {
       if (open_perf_event()) return source_ = CpuSampleSource::perf_event;
       perf_errno = errno == 0 ? EINVAL : errno;
-      if (settings_.source == CpuSampleSource::perf_event) return source_ = CpuSampleSource::automatic;
     }
     if (open_posix_timer()) return source_ = CpuSampleSource::posix_timer;
+    if (settings_.source == CpuSampleSource::automatic && open_perf_event()) return source_ = CpuSampleSource::perf_event;
     return source_ = CpuSampleSource::automatic;  // nothing could be armed
   }
 
@@ -6395,12 +6406,14 @@ class ThreadStackSampler {
       else schedule_next_cpu_tick();
       return;
     }
-    schedule_next_cpu_tick();
+    std::uint64_t periods = 0;
+    schedule_next_cpu_tick(&periods);
+    if (periods == 0) return;  // a timer signal before its expiry: not a sample
     // A span that ended on another thread is still on this thread's stack until the
     // thread pops it; it records nothing, and it is not idleness either.
     if (active->stop != nullptr && active->stop->load(std::memory_order_relaxed)) return;
     idle_ticks_.store(0, std::memory_order_relaxed);
-    if (active->recorded.contains(ProfileKind::cpu)) record_sample(1, ucontext);
+    if (active->recorded.contains(ProfileKind::cpu)) record_sample(periods, ucontext);
   }
 
   // ---- the watchdog's side (the worker's thread, under the sampler list's mutex) ----
@@ -6541,7 +6554,9 @@ class ThreadStackSampler {
     write_stack_record(words_ + used, weight, reinterpret_cast<std::uintptr_t>(trace[0]), trace + 1, depth);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     used_.store(used + need, std::memory_order_relaxed);
-    counters_->add(wall ? Counter::wall_samples_captured : Counter::cpu_samples_captured, 1);
+    // A CPU record stands for `weight` samples, as the profile's sample count says.
+    if (wall) counters_->add(Counter::wall_samples_captured, 1);
+    else counters_->add(Counter::cpu_samples_captured, weight);
     return used;
   }
 
@@ -6604,14 +6619,16 @@ class ThreadStackSampler {
 
   // ---- CPU periods ----
 
-  // Draws the CPU time until the next CPU tick (async-signal-safe). The next tick
-  // is placed a random interval after the one that just fired, not after this
-  // handler ran: the signal arrives tens of microseconds after the overflow (~50 µs
-  // measured here), and restarting the period from the handler would leave that
-  // time unsampled at every sample (-5% at 1 kHz).
-  bool schedule_next_cpu_tick() noexcept {
-    const std::int64_t draw = random_interval_ns(random_, settings_.period_ns);
+  // Sets the CPU time until the next CPU tick (async-signal-safe). `periods`, when
+  // given, receives how many sampling points the thread's CPU time passed since the
+  // tick before: the weight of the sample being taken.
+  bool schedule_next_cpu_tick(std::uint64_t* periods = nullptr) noexcept {
     if (perf_fd_ >= 0) {
+      // The next tick is placed a random interval after the one that just fired,
+      // not after this handler ran: the signal arrives tens of microseconds after
+      // the overflow (~50 µs measured here), and restarting the period from the
+      // handler would leave that time unsampled at every sample (-5% at 1 kHz).
+      const std::int64_t draw = random_interval_ns(random_, settings_.period_ns);
       std::int64_t period = draw;
       std::uint64_t count = 0;  // the thread's task clock, ns
       if (::read(perf_fd_, &count, sizeof count) == static_cast<ssize_t>(sizeof count)) {
@@ -6627,16 +6644,33 @@ class ThreadStackSampler {
       } else {
         cpu_period_ = 0;
       }
+      if (periods != nullptr) *periods = 1;
       std::uint64_t value = static_cast<std::uint64_t>(period);
       return ::ioctl(perf_fd_, PERF_EVENT_IOC_PERIOD, &value) == 0;
     }
     if (has_timer_) {
-      // One shot at an absolute CPU time, a draw after the previous expiry.
+      // The kernel looks at CPU timers only on the scheduler tick (4 ms at
+      // HZ=250), so the signal comes at the first tick after the sampling point,
+      // and at more than 250 Hz several points fall between two ticks. Each point
+      // the thread's CPU time has passed is one sample of the stack found now:
+      // counted as such, samples x period stays the thread's CPU time at any rate.
+      // The next point is drawn from the last one, never from the late signal.
       timespec now{};
       ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
       const std::int64_t now_ns = static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
-      std::int64_t next = (cpu_mark_ != 0 ? static_cast<std::int64_t>(cpu_mark_) : now_ns) + draw;
-      if (next < now_ns + settings_.period_ns / 4) next = now_ns + settings_.period_ns / 4;
+      std::uint64_t passed = 0;
+      std::int64_t next = static_cast<std::int64_t>(cpu_mark_);
+      if (cpu_mark_ == 0) {
+        next = now_ns + random_interval_ns(random_, settings_.period_ns);  // armed afresh
+      } else {
+        constexpr std::uint64_t most_periods = 256;  // beyond: the thread ran with the signal held
+        while (next <= now_ns && passed < most_periods) {
+          ++passed;
+          next += random_interval_ns(random_, settings_.period_ns);
+        }
+        if (next <= now_ns) next = now_ns + random_interval_ns(random_, settings_.period_ns);
+      }
+      if (periods != nullptr) *periods = passed;
       cpu_mark_ = static_cast<std::uint64_t>(next);
       itimerspec spec{};
       spec.it_value.tv_sec = next / 1'000'000'000;
@@ -6764,7 +6798,7 @@ class ThreadStackSampler {
   CpuSampleSource source_ = CpuSampleSource::automatic;
   pid_t pid_;
   std::uint64_t random_;        // the handler's: the next CPU period
-  std::uint64_t cpu_mark_ = 0;  // perf: the task clock when the period was last set; timer: its last expiry
+  std::uint64_t cpu_mark_ = 0;  // perf: the task clock when the period was last set; timer: its next expiry
   std::int64_t cpu_period_ = 0; // perf: that period (0: unknown, after a disarm)
   std::atomic<ActiveSpan*> active_{nullptr};
   std::atomic<std::size_t> used_{0};
@@ -7024,32 +7058,27 @@ inline ThreadStackSampler* make_stack_sampler(const StackSamplerSettings& settin
   }
   int perf_errno = 0;
   sampler->open_source(perf_errno);
-  auto& list = stack_sampler_list();
-  if (perf_errno != 0) {
+  const int timer_errno = errno;
+  if (!sampler->has_source()) {
+    char message[160];
+    std::snprintf(message, sizeof message, "cannot create a CPU timer for this thread: %s", std::strerror(timer_errno));
+    report_error(ErrorCode::sampler_failed, message);
+  } else if (perf_errno != 0) {
+    auto& list = stack_sampler_list();
     bool first = false;
     {
       std::lock_guard<std::mutex> lock(list.mutex);
       first = !list.reported_fallback;
       list.reported_fallback = true;
     }
-    if (first || !sampler->has_source()) {
-      char message[320];
-      if (sampler->has_source()) {
-        std::snprintf(message, sizeof message,
-                      "perf_event_open refused (%s); sampling with POSIX CPU timers instead, which miss most "
-                      "spans shorter than a few milliseconds",
-                      std::strerror(perf_errno));
-        report_error(ErrorCode::sampler_unavailable, message);
-      } else {
-        std::snprintf(message, sizeof message, "perf_event_open refused (%s) and no fallback allowed or possible",
-                      std::strerror(perf_errno));
-        report_error(ErrorCode::sampler_failed, message);
-      }
+    if (first) {
+      char message[240];
+      std::snprintf(message, sizeof message,
+                    "perf_event_open refused (%s); sampling with POSIX CPU timers instead, which the kernel checks "
+                    "only on the scheduler tick",
+                    std::strerror(perf_errno));
+      report_error(ErrorCode::sampler_unavailable, message);
     }
-  } else if (!sampler->has_source()) {
-    char message[160];
-    std::snprintf(message, sizeof message, "cannot create a CPU timer for this thread: %s", std::strerror(errno));
-    report_error(ErrorCode::sampler_failed, message);
   }
   stack_sampler_owner.replace(sampler);
   return sampler;
@@ -9807,7 +9836,7 @@ inline const EnvironmentVariable environment_variables[] = {
        return i >= 0;
      }},
     {"SPANPROF_SOURCE", EG::capture, "choice", "automatic, perf_event, posix_timer", "automatic",
-     "cpu_sample_source", "Where the sampling engine's CPU ticks come from; automatic prefers perf_event.",
+     "cpu_sample_source", "Where the sampling engine's CPU ticks come from; automatic is posix_timer (docs/cost.md).",
      nullptr,
      [](std::string_view v, ES& s, std::string& why) {
        const int i = parse_choice(v, {"automatic", "perf_event", "posix_timer"}, why);
@@ -12607,8 +12636,8 @@ SPANPROF_NAMESPACE_BEGIN
 struct Stats {
   std::uint64_t guards_opened = 0;         // guards that started a CPU profile of a span (either engine)
   std::uint64_t spans_without_samples = 0; // closed with no sample: nothing to hand over
-  std::uint64_t samples_captured = 0;
-  std::uint64_t samples_dropped = 0;       // lost to a full per-thread buffer
+  std::uint64_t samples_captured = 0;      // CPU periods sampled, as the profiles count them (a late tick counts each it covers)
+  std::uint64_t samples_dropped = 0;       // stacks lost to a full per-thread buffer
   // Delivery, counted in profiles (one span's samples of one kind) even when a
   // batch merges many: with one uploader every enqueued profile ends in exactly
   // one of uploaded, upload_failures, profiles_spooled or profiles_dropped.

@@ -34,9 +34,9 @@ enum class HeapEngine : std::uint8_t {
 
 // Where the sampling CPU engine's ticks come from.
 enum class CpuSampleSource : std::uint8_t {
-  automatic,    // perf_event when the kernel allows it, else posix_timer (reported)
-  perf_event,   // perf task-clock event: hrtimer driven, unbiased for any span length
-  posix_timer,  // timer_create(CLOCK_THREAD_CPUTIME_ID): tick bound, misses spans < ~5 ms
+  automatic,    // posix_timer: no cost at context switches (docs/cost.md)
+  perf_event,   // perf task-clock event: exact to the microsecond, paid at every context switch
+  posix_timer,  // timer_create(CLOCK_THREAD_CPUTIME_ID): fires on the scheduler tick, weighted
 };
 
 constexpr std::string_view to_string(CpuEngine e) noexcept { return e == CpuEngine::sampling ? "sampling" : "classic"; }

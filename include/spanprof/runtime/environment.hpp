@@ -273,7 +273,7 @@ inline const EnvironmentVariable environment_variables[] = {
        return i >= 0;
      }},
     {"SPANPROF_SOURCE", EG::capture, "choice", "automatic, perf_event, posix_timer", "automatic",
-     "cpu_sample_source", "Where the sampling engine's CPU ticks come from; automatic prefers perf_event.",
+     "cpu_sample_source", "Where the sampling engine's CPU ticks come from; automatic is posix_timer (docs/cost.md).",
      nullptr,
      [](std::string_view v, ES& s, std::string& why) {
        const int i = parse_choice(v, {"automatic", "perf_event", "posix_timer"}, why);

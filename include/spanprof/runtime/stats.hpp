@@ -12,8 +12,8 @@ SPANPROF_NAMESPACE_BEGIN
 struct Stats {
   std::uint64_t guards_opened = 0;         // guards that started a CPU profile of a span (either engine)
   std::uint64_t spans_without_samples = 0; // closed with no sample: nothing to hand over
-  std::uint64_t samples_captured = 0;
-  std::uint64_t samples_dropped = 0;       // lost to a full per-thread buffer
+  std::uint64_t samples_captured = 0;      // CPU periods sampled, as the profiles count them (a late tick counts each it covers)
+  std::uint64_t samples_dropped = 0;       // stacks lost to a full per-thread buffer
   // Delivery, counted in profiles (one span's samples of one kind) even when a
   // batch merges many: with one uploader every enqueued profile ends in exactly
   // one of uploaded, upload_failures, profiles_spooled or profiles_dropped.
