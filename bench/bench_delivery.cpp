@@ -17,6 +17,9 @@
 //                                    resident memory (peak), and what was dropped
 // The loopback server is the tests' (tests/support/http_server.hpp).
 #include <spanprof/spanprof.hpp>
+#include <spanprof/delivery/pyroscope_uploader.hpp>
+#include <spanprof/delivery/otlp_uploader.hpp>
+#include <spanprof/profile/pprof_encoder.hpp>
 
 #if SPANPROF_WITH_CURL
 

@@ -7,7 +7,7 @@ depth-first walk from the umbrella header). That is only correct because of two
 rules, checked here on every run:
 
   * no `#include <spanprof/...>` sits inside a preprocessor conditional (other
-    than the include guard): a header that only some configurations need guards
+    than the include guard, and the umbrella's `#if SPANPROF_DEFINE_RUNTIME`): a header that only some configurations need guards
     its own body instead (`#if SPANPROF_WITH_CURL` in the HTTP client), so every
     header lands where every configuration needs it;
   * layers: a header includes only headers of its own layer or a lower one
@@ -37,6 +37,10 @@ LAYERS = ["base", "span", "symbolization", "profile", "policy", "capture", "deli
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*<(spanprof/[^>]+)>\s*(//.*)?$')
 CONDITIONAL_OPEN_RE = re.compile(r'^\s*#\s*if(n?def)?\b')
 CONDITIONAL_CLOSE_RE = re.compile(r'^\s*#\s*endif\b')
+# The one conditional include: the umbrella's runtime definitions, last of all
+# (so pasted after every declaration), left out with SPANPROF_COMPILED_LIB. In the
+# single header they are pasted unconditionally and guard their own bodies.
+RUNTIME_CONDITIONAL = "#if SPANPROF_DEFINE_RUNTIME"
 
 BANNER = """\
 // spanprof — span-scoped CPU and heap profiles for C++ services, as pprof labelled
@@ -71,16 +75,18 @@ def spanprof_includes(relative, problems):
         sys.exit(f"amalgamate: {relative} is included but does not exist")
     includes = []
     depth = 0
+    open_conditional = None
     for number, line in enumerate(path.read_text().splitlines(), 1):
         if CONDITIONAL_OPEN_RE.match(line):
             depth += 1
+            open_conditional = line.strip()
         elif CONDITIONAL_CLOSE_RE.match(line):
             depth -= 1
         match = INCLUDE_RE.match(line)
         if not match:
             continue
         target = match.group(1)
-        if depth > 1:  # depth 1 is the include guard
+        if depth > 1 and not (relative == UMBRELLA and open_conditional == RUNTIME_CONDITIONAL):
             problems.append(f"{relative}:{number}: #include <{target}> inside a conditional; guard the included "
                             "header's body instead")
         if relative not in COMPANIONS and layer_of(target) > layer_of(relative):

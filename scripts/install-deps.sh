@@ -14,6 +14,7 @@ packages=(
   protobuf-compiler        # `protoc --decode_raw`, which the tests use to read OTLP requests
   libclang-rt-14-dev       # libFuzzer and the sanitizer runtimes for clang (tests/fuzz/)
   libcpp-httplib-dev wrk   # the server benchmark (bench/server_bench.*): a real HTTP server under load
+  libc++-14-dev libc++abi-14-dev  # the consumer check with clang and libc++ (tests/consumers/)
 )
 
 missing=()

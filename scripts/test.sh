@@ -2,8 +2,9 @@
 # The whole test suite, as CI runs it: installs what is missing, then
 #   1. fails if single_include/ is stale,
 #   2. CMake build (-Werror) + tests against include/, examples and benchmarks,
-#   3. the end-to-end tests against the single header,
-#   4. Meson build + tests,
+#      linking the compiled library (the runtime compiled once: SPANPROF_COMPILED_LIB),
+#   3. the end-to-end tests against the single header, header-only,
+#   4. Meson build (its compiled_lib option) + tests,
 #   5. tests under AddressSanitizer + UndefinedBehaviorSanitizer, then under
 #      ThreadSanitizer, and every fuzz target for a few seconds,
 #   6. every way to consume spanprof (tests/consumers/run.sh): find_package,
@@ -31,14 +32,14 @@ cmake -S . -B $out/cmake -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_
 cmake --build $out/cmake -j "$jobs"
 (cd $out/cmake && ctest --output-on-failure)
 
-step "CMake: tests against single_include/"
+step "CMake: tests against single_include/, header-only"
 cmake -S . -B $out/single -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$warnings" \
-  -DSPANPROF_USE_SINGLE_HEADER=ON -DSPANPROF_BUILD_EXAMPLES=OFF -DSPANPROF_BUILD_BENCHMARKS=OFF >/dev/null
+  -DSPANPROF_USE_SINGLE_HEADER=ON -DSPANPROF_PROGRAMS_USE_COMPILED_LIB=OFF -DSPANPROF_BUILD_EXAMPLES=OFF -DSPANPROF_BUILD_BENCHMARKS=OFF >/dev/null
 cmake --build $out/single -j "$jobs"
 (cd $out/single && ctest --output-on-failure)
 
 step "Meson: tests and examples"
-if [ ! -d $out/meson ]; then meson setup $out/meson -Dwerror=true -Dbenchmarks=disabled >/dev/null; fi
+if [ ! -d $out/meson ]; then meson setup $out/meson -Dwerror=true -Dbenchmarks=disabled -Dcompiled_lib=true >/dev/null; fi
 meson compile -C $out/meson -j "$jobs"
 meson test -C $out/meson --print-errorlogs
 
@@ -62,7 +63,7 @@ cmake --build $out/tsan -j "$jobs"
 (cd $out/tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure)
 
 step "Fuzz targets, briefly"
-bash scripts/fuzz.sh --seconds 10
+bash scripts/fuzz.sh --seconds 5
 
 step "Consumers"
 bash tests/consumers/run.sh "$root" "$root/$out/consumers" "$root/$out/cmake"

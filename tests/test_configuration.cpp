@@ -7,6 +7,8 @@
 #include "support/environment.hpp"
 
 #include <spanprof/spanprof.hpp>
+#include <spanprof/delivery/pyroscope_uploader.hpp>
+#include <spanprof/delivery/otlp_uploader.hpp>
 
 #include <csignal>
 #include <cstdlib>

@@ -8,6 +8,7 @@
 #include "support/test_helpers.hpp"
 
 #include <spanprof/spanprof.hpp>
+#include <spanprof/delivery/pyroscope_uploader.hpp>
 
 #include <atomic>
 #include <chrono>

@@ -10,6 +10,7 @@
 #include "support/pyroscope_push.hpp"
 
 #include <spanprof/spanprof.hpp>
+#include <spanprof/delivery/pyroscope_uploader.hpp>
 
 #if SPANPROF_WITH_CURL
 

@@ -6,6 +6,7 @@
 #include "support/test_helpers.hpp"
 
 #include <spanprof/spanprof.hpp>
+#include <spanprof/symbolization/elf_symbolizer.hpp>
 
 #include <atomic>
 #include <cerrno>

@@ -74,7 +74,8 @@ inline TcmallocOperators resolve_tcmalloc_operators() noexcept {
 // The C library's allocator with operator new's contract: retry through the
 // new-handler, throw when there is none. Out of line, so that the operators'
 // common path (tcmalloc's entry point) needs no frame.
-SPANPROF_NOINLINE inline void* allocate_with_c_library(std::size_t size, std::size_t alignment) {
+SPANPROF_NOINLINE inline void* allocate_with_c_library(std::size_t size, std::size_t alignment,
+                                                        bool null_on_failure = false) {
   if (size == 0) size = 1;
   for (;;) {
     void* p = nullptr;
@@ -82,7 +83,10 @@ SPANPROF_NOINLINE inline void* allocate_with_c_library(std::size_t size, std::si
     else if (::posix_memalign(&p, alignment, size) != 0) p = nullptr;
     if (SPANPROF_LIKELY(p != nullptr)) return p;
     std::new_handler handler = std::get_new_handler();
-    if (handler == nullptr) throw std::bad_alloc();
+    if (handler == nullptr) {
+      if (null_on_failure) return nullptr;
+      SPANPROF_THROW(std::bad_alloc());
+    }
     handler();
   }
 }
@@ -93,11 +97,17 @@ SPANPROF_ALWAYS_INLINE inline void* allocate_or_throw(std::size_t size, std::siz
 }
 
 SPANPROF_ALWAYS_INLINE inline void* allocate_or_null(std::size_t size, std::size_t alignment) noexcept {
+#if SPANPROF_HAS_EXCEPTIONS
   try {
     return allocate_or_throw(size, alignment);
   } catch (...) {
     return nullptr;
   }
+#else
+  // Nothing can throw: the C library's allocator (tcmalloc's, when it is the
+  // program's) and the new-handler's retries, ending in null.
+  return allocate_with_c_library(size, alignment, /*null_on_failure=*/true);
+#endif
 }
 
 // The rare `new` that is sampled: allocates, then records the stack (which skips

@@ -4,6 +4,9 @@
 #ifndef SPANPROF_CONFIG_HPP_
 #define SPANPROF_CONFIG_HPP_
 
+#include <cstdlib>
+#include <exception>
+
 #define SPANPROF_VERSION_MAJOR 0
 #define SPANPROF_VERSION_MINOR 2
 #define SPANPROF_VERSION_PATCH 0
@@ -27,16 +30,70 @@
 #error "SPANPROF_ENABLED and SPANPROF_WITH_CURL must be 0 or 1"
 #endif
 
+// SPANPROF_COMPILED_LIB (defined, as spdlog's SPDLOG_COMPILED_LIB): the program
+// links spanprof's compiled library (CMake spanprof::spanprof_compiled, Meson
+// option compiled_lib, pkg-config spanprof-compiled), which holds the runtime:
+// start(), flush(), shutdown(), stats(), Options() and everything behind them.
+// Source files then compile only what they use, not the whole runtime (a source
+// file that includes <spanprof/spanprof.hpp> compiles in seconds, not tens of
+// seconds), and every shared object of a process that links the library shares
+// one runtime. Not defined: header-only, the runtime compiled wherever the
+// umbrella header is included (the linker keeps one copy).
+// SPANPROF_COMPILING_LIB is defined by the compiled library's own source file.
+// Compiled out (SPANPROF_ENABLED=0), everything is an inline no-op: no library.
+#if defined(SPANPROF_COMPILED_LIB) && SPANPROF_ENABLED && !defined(SPANPROF_COMPILING_LIB)
+#define SPANPROF_DEFINE_RUNTIME 0
+#else
+#define SPANPROF_DEFINE_RUNTIME 1
+#endif
+// What the compiled library defines: inline in a header-only build, ordinary
+// (one definition, in the library) with SPANPROF_COMPILED_LIB.
+#if defined(SPANPROF_COMPILED_LIB) && SPANPROF_ENABLED
+#define SPANPROF_LIB_INLINE
+#else
+#define SPANPROF_LIB_INLINE inline
+#endif
+
+// Exceptions. spanprof catches what may throw on its side (allocation, a user's
+// uploader or sampler) and never lets an exception reach the host. Built with
+// -fno-exceptions the same code compiles with its handlers dropped: nothing there
+// throws (errors are return values), and an allocation failure ends the process
+// as it does everywhere else in such a program.
+#if defined(__cpp_exceptions) || defined(__EXCEPTIONS)
+#define SPANPROF_HAS_EXCEPTIONS 1
+#define SPANPROF_TRY try
+#define SPANPROF_CATCH_ALL catch (...)
+#define SPANPROF_CATCH_STD(e) catch (const ::std::exception& e)
+#define SPANPROF_RETHROW throw
+#define SPANPROF_THROW(exception) throw exception
+#else
+#define SPANPROF_HAS_EXCEPTIONS 0
+#define SPANPROF_TRY if (true)
+#define SPANPROF_CATCH_ALL if (false)
+#define SPANPROF_CATCH_STD(e) if (const ::std::exception& e = ::std::exception(); false)
+#define SPANPROF_RETHROW ::std::abort()
+#define SPANPROF_THROW(exception) ::std::abort()
+#endif
+// Run-time type information: only to name the type of an exception a user's code
+// let through; built with -fno-rtti that message says "an exception" instead.
+#if defined(__GXX_RTTI) || defined(__cpp_rtti)
+#define SPANPROF_HAS_RTTI 1
+#else
+#define SPANPROF_HAS_RTTI 0
+#endif
+
 // Singletons live in inline functions; with default visibility they stay one
 // per process even when several shared libraries include spanprof.
 #if defined(__GNUC__)
 #define SPANPROF_API __attribute__((visibility("default")))
+#define SPANPROF_VISIBLE __attribute__((visibility("default")))
 #define SPANPROF_NOINLINE __attribute__((noinline))
 #define SPANPROF_ALWAYS_INLINE __attribute__((always_inline))
 #define SPANPROF_LIKELY(x) __builtin_expect(!!(x), 1)
 #define SPANPROF_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #else
 #define SPANPROF_API
+#define SPANPROF_VISIBLE
 #define SPANPROF_NOINLINE
 #define SPANPROF_ALWAYS_INLINE
 #define SPANPROF_LIKELY(x) (x)
@@ -55,9 +112,14 @@
 #define SPANPROF_STRINGIFY(x) SPANPROF_STRINGIFY_(x)
 #define SPANPROF_ABI_NAME SPANPROF_STRINGIFY(SPANPROF_ABI_NAMESPACE)
 
+// Every name keeps default visibility, whatever -fvisibility a shared object is
+// built with: copies of spanprof's inline state in several shared objects (its
+// thread-locals, its singletons) are one per process when their symbols meet —
+// always with the compiled library as a shared library. Otherwise a plugin's
+// guard would use its own thread state beside the runtime it shares.
 #define SPANPROF_NAMESPACE_BEGIN \
   namespace spanprof {           \
-  inline namespace SPANPROF_ABI_NAMESPACE {
+  inline namespace SPANPROF_ABI_NAMESPACE SPANPROF_VISIBLE {
 #define SPANPROF_NAMESPACE_END \
   }                            \
   }

@@ -412,7 +412,7 @@ class ScopedProfile {
     // each profile takes the records of its kind.
     for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::wall}) {
       if (!record_.kinds.contains(kind)) continue;
-      try {
+      SPANPROF_TRY {
         auto pending = detail::captured_profile_pool().acquire();
         pending->packed_samples.reserve(words);
         detail::for_each_stack_record(first, words, [&](const std::uint64_t* record, std::size_t size) {
@@ -434,7 +434,7 @@ class ScopedProfile {
           pending->engine = "sampling:wall";
         }
         handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
-      } catch (...) {
+      } SPANPROF_CATCH_ALL {
         report_error(ErrorCode::internal, "out of memory handing over a profile; dropped");
       }
     }
@@ -472,13 +472,13 @@ class ScopedProfile {
       ::unlink(classic_path_);
       return;
     }
-    try {
+    SPANPROF_TRY {
       auto pending = detail::captured_profile_pool().acquire();
       fill_identity(pending->profile, ProfileKind::cpu);
       pending->engine = "classic";
       pending->gperftools_cpu_file = classic_path_;
       handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       ::unlink(classic_path_);
       report_error(ErrorCode::internal, "out of memory handing over a profile; dropped");
     }
@@ -516,7 +516,7 @@ class ScopedProfile {
         std::free(text);
         return;
       }
-      try {
+      SPANPROF_TRY {
         auto pending = detail::captured_profile_pool().acquire();
         fill_identity(pending->profile, ProfileKind::heap);
         pending->engine = "classic";
@@ -524,7 +524,7 @@ class ScopedProfile {
         std::free(text);
         text = nullptr;
         handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
-      } catch (...) {
+      } SPANPROF_CATCH_ALL {
         std::free(text);
         report_error(ErrorCode::internal, "out of memory handing over a heap profile; dropped");
       }
@@ -539,7 +539,7 @@ class ScopedProfile {
       report_error(ErrorCode::sample_buffer_full, message);
     }
     if (!keep_ || result.records.empty()) return;  // discarded, or nothing allocated was sampled
-    try {
+    SPANPROF_TRY {
       auto pending = detail::captured_profile_pool().acquire();
       fill_identity(pending->profile, ProfileKind::heap);
       pending->profile.heap_interval_bytes = result.interval_bytes;
@@ -549,7 +549,7 @@ class ScopedProfile {
                                     : "sampling:tcmalloc_hooks";
       pending->packed_samples = std::move(result.records);
       handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       report_error(ErrorCode::internal, "out of memory handing over a heap profile; dropped");
     }
   }

@@ -110,9 +110,14 @@ inline void record_error(api::Span& span, std::string_view description = {}) noe
 // An "exception" event (exception.type, exception.message, as OpenTelemetry's
 // semantic conventions name them) and record_error().
 inline void record_exception(api::Span& span, const std::exception& error) noexcept {
+#if SPANPROF_HAS_RTTI
   int status = 0;
   char* demangled = abi::__cxa_demangle(typeid(error).name(), nullptr, nullptr, &status);
   const char* type = status == 0 && demangled != nullptr ? demangled : typeid(error).name();
+#else
+  char* demangled = nullptr;
+  const char* type = "std::exception";  // -fno-rtti: the dynamic type has no name
+#endif
   span.AddEvent("exception", {{"exception.type", type}, {"exception.message", error.what()}});
   std::free(demangled);
   record_error(span, error.what());
@@ -253,9 +258,9 @@ class ThreadSpanStack {
       guard->~ScopedProfile();
       return -1;
     }
-    try {
+    SPANPROF_TRY {
       state = std::make_shared<SpanEndState>();
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       guard->discard();
       guard->~ScopedProfile();
       return -1;
@@ -517,9 +522,9 @@ class ProfilingTracerProvider final : public api::TracerProvider {
 
  private:
   static std::shared_ptr<const ProfilingTracerOptions> make_options(ProfilingTracerOptions options) noexcept {
-    try {
+    SPANPROF_TRY {
       return std::make_shared<const ProfilingTracerOptions>(std::move(options));
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       return nullptr;
     }
   }

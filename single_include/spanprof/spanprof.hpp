@@ -13,6 +13,9 @@
 #ifndef SPANPROF_CONFIG_HPP_
 #define SPANPROF_CONFIG_HPP_
 
+#include <cstdlib>
+#include <exception>
+
 #define SPANPROF_VERSION_MAJOR 0
 #define SPANPROF_VERSION_MINOR 2
 #define SPANPROF_VERSION_PATCH 0
@@ -36,16 +39,70 @@
 #error "SPANPROF_ENABLED and SPANPROF_WITH_CURL must be 0 or 1"
 #endif
 
+// SPANPROF_COMPILED_LIB (defined, as spdlog's SPDLOG_COMPILED_LIB): the program
+// links spanprof's compiled library (CMake spanprof::spanprof_compiled, Meson
+// option compiled_lib, pkg-config spanprof-compiled), which holds the runtime:
+// start(), flush(), shutdown(), stats(), Options() and everything behind them.
+// Source files then compile only what they use, not the whole runtime (a source
+// file that includes <spanprof/spanprof.hpp> compiles in seconds, not tens of
+// seconds), and every shared object of a process that links the library shares
+// one runtime. Not defined: header-only, the runtime compiled wherever the
+// umbrella header is included (the linker keeps one copy).
+// SPANPROF_COMPILING_LIB is defined by the compiled library's own source file.
+// Compiled out (SPANPROF_ENABLED=0), everything is an inline no-op: no library.
+#if defined(SPANPROF_COMPILED_LIB) && SPANPROF_ENABLED && !defined(SPANPROF_COMPILING_LIB)
+#define SPANPROF_DEFINE_RUNTIME 0
+#else
+#define SPANPROF_DEFINE_RUNTIME 1
+#endif
+// What the compiled library defines: inline in a header-only build, ordinary
+// (one definition, in the library) with SPANPROF_COMPILED_LIB.
+#if defined(SPANPROF_COMPILED_LIB) && SPANPROF_ENABLED
+#define SPANPROF_LIB_INLINE
+#else
+#define SPANPROF_LIB_INLINE inline
+#endif
+
+// Exceptions. spanprof catches what may throw on its side (allocation, a user's
+// uploader or sampler) and never lets an exception reach the host. Built with
+// -fno-exceptions the same code compiles with its handlers dropped: nothing there
+// throws (errors are return values), and an allocation failure ends the process
+// as it does everywhere else in such a program.
+#if defined(__cpp_exceptions) || defined(__EXCEPTIONS)
+#define SPANPROF_HAS_EXCEPTIONS 1
+#define SPANPROF_TRY try
+#define SPANPROF_CATCH_ALL catch (...)
+#define SPANPROF_CATCH_STD(e) catch (const ::std::exception& e)
+#define SPANPROF_RETHROW throw
+#define SPANPROF_THROW(exception) throw exception
+#else
+#define SPANPROF_HAS_EXCEPTIONS 0
+#define SPANPROF_TRY if (true)
+#define SPANPROF_CATCH_ALL if (false)
+#define SPANPROF_CATCH_STD(e) if (const ::std::exception& e = ::std::exception(); false)
+#define SPANPROF_RETHROW ::std::abort()
+#define SPANPROF_THROW(exception) ::std::abort()
+#endif
+// Run-time type information: only to name the type of an exception a user's code
+// let through; built with -fno-rtti that message says "an exception" instead.
+#if defined(__GXX_RTTI) || defined(__cpp_rtti)
+#define SPANPROF_HAS_RTTI 1
+#else
+#define SPANPROF_HAS_RTTI 0
+#endif
+
 // Singletons live in inline functions; with default visibility they stay one
 // per process even when several shared libraries include spanprof.
 #if defined(__GNUC__)
 #define SPANPROF_API __attribute__((visibility("default")))
+#define SPANPROF_VISIBLE __attribute__((visibility("default")))
 #define SPANPROF_NOINLINE __attribute__((noinline))
 #define SPANPROF_ALWAYS_INLINE __attribute__((always_inline))
 #define SPANPROF_LIKELY(x) __builtin_expect(!!(x), 1)
 #define SPANPROF_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #else
 #define SPANPROF_API
+#define SPANPROF_VISIBLE
 #define SPANPROF_NOINLINE
 #define SPANPROF_ALWAYS_INLINE
 #define SPANPROF_LIKELY(x) (x)
@@ -64,9 +121,14 @@
 #define SPANPROF_STRINGIFY(x) SPANPROF_STRINGIFY_(x)
 #define SPANPROF_ABI_NAME SPANPROF_STRINGIFY(SPANPROF_ABI_NAMESPACE)
 
+// Every name keeps default visibility, whatever -fvisibility a shared object is
+// built with: copies of spanprof's inline state in several shared objects (its
+// thread-locals, its singletons) are one per process when their symbols meet —
+// always with the compiled library as a shared library. Otherwise a plugin's
+// guard would use its own thread state beside the runtime it shares.
 #define SPANPROF_NAMESPACE_BEGIN \
   namespace spanprof {           \
-  inline namespace SPANPROF_ABI_NAMESPACE {
+  inline namespace SPANPROF_ABI_NAMESPACE SPANPROF_VISIBLE {
 #define SPANPROF_NAMESPACE_END \
   }                            \
   }
@@ -143,6 +205,7 @@ SPANPROF_NAMESPACE_END
 #include <memory>
 #include <mutex>
 #include <new>
+#include <string>
 #include <string_view>
 
 SPANPROF_NAMESPACE_BEGIN
@@ -184,6 +247,13 @@ constexpr std::string_view to_string(ErrorCode code) noexcept {
   }
   return "unknown";
 }
+
+// A setting whose value was refused, from the environment or from code, and what
+// was done instead.
+struct ConfigurationProblem {
+  std::string setting;  // the variable ("SPANPROF_FREQUENCY") or the option ("frequency_hz")
+  std::string message;  // one line: the value, why it is wrong, what is used instead
+};
 
 struct Error {
   ErrorCode code;
@@ -258,11 +328,11 @@ SPANPROF_API inline ErrorChannel& error_channel() noexcept {
 // Replaces the handler; an empty handler silences reporting (errors are still counted).
 inline void set_error_handler(ErrorHandler handler) noexcept {
   auto& channel = detail::error_channel();
-  try {
+  SPANPROF_TRY {
     auto next = std::make_shared<const ErrorHandler>(std::move(handler));
     std::lock_guard<std::mutex> lock(channel.mutex);
     channel.handler = std::move(next);
-  } catch (...) {
+  } SPANPROF_CATCH_ALL {
   }
 }
 
@@ -285,9 +355,9 @@ inline void report_error(ErrorCode code, std::string_view message) noexcept {
     handler = channel.handler;
   }
   if (handler && *handler) {
-    try {
+    SPANPROF_TRY {
       (*handler)(Error{code, message});
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
     }
   }
 }
@@ -860,10 +930,10 @@ class Uploader {
   // gzip'd pprof). False (with `error`): this profile cannot be sent by this
   // uploader, and never will be.
   virtual bool encode_payload(const EncodedProfile& profile, std::string& payload, std::string& error) noexcept {
-    try {
+    SPANPROF_TRY {
       payload = profile.pprof_gzip;
       return true;
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       error = "out of memory copying a payload";
       return false;
     }
@@ -873,11 +943,11 @@ class Uploader {
   // at the model the first time (null when a spooled payload is sent again).
   // By default: upload() with the payload as the pprof.
   virtual UploadResult upload_payload(const EncodedProfile& profile, const std::string& payload) noexcept {
-    try {
+    SPANPROF_TRY {
       EncodedProfile copy = profile;
       copy.pprof_gzip = payload;
       return upload(copy);
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       return UploadResult{UploadResult::Status::retryable_failure, {}};
     }
   }
@@ -902,12 +972,12 @@ class BasicUploader : public Uploader {
   }
 
   bool encode_payload(const EncodedProfile& profile, std::string& payload, std::string& error) noexcept final {
-    try {
+    SPANPROF_TRY {
       std::lock_guard<Mutex> lock(mutex_);
       return encode_payload_(profile, payload, error);
-    } catch (const std::exception& e) {
+    } SPANPROF_CATCH_STD(e) {
       error = std::string("uploader threw: ") + e.what();
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       error = "uploader threw";
     }
     return false;
@@ -934,20 +1004,20 @@ class BasicUploader : public Uploader {
  private:
   template <class Call>
   UploadResult guarded(Call call) noexcept {
-    try {
+    SPANPROF_TRY {
       std::lock_guard<Mutex> lock(mutex_);
       return call();
-    } catch (const std::exception& e) {
+    } SPANPROF_CATCH_STD(e) {
       return failed_with(e.what());
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       return failed_with("unknown exception");
     }
   }
 
   static UploadResult failed_with(const char* what) noexcept {
-    try {
+    SPANPROF_TRY {
       return UploadResult::permanent(std::string("uploader threw: ") + what);
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       return UploadResult{UploadResult::Status::permanent_failure, {}};
     }
   }
@@ -1076,2675 +1146,6 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DELIVERY_FILE_UPLOADER_HPP_
 // ---- end spanprof/delivery/file_uploader.hpp ----
-// ---- begin spanprof/profile/gzip.hpp ----
-// gzip in memory, via zlib. pprof files are gzip-compressed profile.proto bytes,
-// and OTLP/HTTP bodies may be too. Decompression is bounded because its input can
-// come from a file or a peer we do not trust: a few hundred KiB can inflate to GiB.
-#ifndef SPANPROF_PROFILE_GZIP_HPP_
-#define SPANPROF_PROFILE_GZIP_HPP_
-
-
-#include <zlib.h>
-
-#include <algorithm>
-#include <climits>
-#include <cstddef>
-#include <cstdint>
-#include <string>
-#include <string_view>
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-inline constexpr std::size_t default_gzip_max_output = std::size_t{256} << 20;  // 256 MiB
-
-// Assigning a message can itself run out of memory; the error path must not throw.
-inline void set_error_message(std::string& error, std::string_view message) noexcept {
-  try {
-    error.assign(message.data(), message.size());
-  } catch (...) {
-    error.clear();
-  }
-}
-
-inline void set_zlib_error(std::string& error, std::string_view what, int code, const char* zlib_message) noexcept {
-  try {
-    error.assign(what.data(), what.size());
-    error += " (zlib ";
-    error += std::to_string(code);
-    if (zlib_message != nullptr) {
-      error += ": ";
-      error += zlib_message;
-    }
-    error += ')';
-  } catch (...) {
-    error.clear();
-  }
-}
-
-// zlib counts in uInt; feed larger buffers in slices so 4 GiB+ inputs still work.
-inline constexpr std::size_t zlib_max_slice = std::size_t{1} << 30;
-
-inline bool gzip_compress(std::string_view in, std::string& out, std::string& error) noexcept {
-  out.clear();
-  z_stream stream{};
-  // A span's profile is a few kilobytes, and zlib's default tables (256 KiB, the
-  // hash head cleared at every init) cost more than compressing it: the window is
-  // sized to the input instead, which compresses it as well (a match can reach
-  // back to its first byte; the smaller hash costs under 0.5%, tested). +16: a gzip header and CRC-32 trailer. The
-  // fastest level, as Go's runtime/pprof writes its profiles: 3-4x less CPU than
-  // the default level for a tenth more bytes (measured on batched profiles).
-  int window_bits = 9;
-  while (window_bits < 15 && (std::size_t{1} << window_bits) < in.size() + 262) ++window_bits;
-  const int mem_level = std::clamp(window_bits - 7, 1, 8);
-  int rc = deflateInit2(&stream, Z_BEST_SPEED, Z_DEFLATED, window_bits + 16, mem_level, Z_DEFAULT_STRATEGY);
-  if (rc != Z_OK) {
-    set_zlib_error(error, "gzip: deflateInit2 failed", rc, stream.msg);
-    return false;
-  }
-  bool ok = false;
-  try {
-    // Small bodies (the common case) compress in one pass; big ones grow in steps
-    // rather than reserving their whole worst case up front.
-    const std::size_t bound = deflateBound(&stream, static_cast<uLong>(std::min(in.size(), zlib_max_slice)));
-    std::size_t chunk = std::clamp<std::size_t>(bound, 4096, std::size_t{16} << 20);
-    const auto* next_in = reinterpret_cast<const Bytef*>(in.data());
-    std::size_t remaining = in.size();
-    for (;;) {
-      const std::size_t slice = std::min(remaining, zlib_max_slice);
-      stream.next_in = const_cast<Bytef*>(next_in);
-      stream.avail_in = static_cast<uInt>(slice);
-      const int flush = (slice == remaining) ? Z_FINISH : Z_NO_FLUSH;
-      do {
-        const std::size_t used = out.size();
-        out.resize(used + chunk);
-        stream.next_out = reinterpret_cast<Bytef*>(&out[used]);
-        stream.avail_out = static_cast<uInt>(chunk);
-        rc = deflate(&stream, flush);
-        out.resize(used + (chunk - stream.avail_out));
-        if (rc == Z_STREAM_ERROR) break;
-      } while (stream.avail_out == 0 || (flush == Z_FINISH && rc != Z_STREAM_END));
-      if (rc == Z_STREAM_ERROR) {
-        set_zlib_error(error, "gzip: deflate failed", rc, stream.msg);
-        break;
-      }
-      next_in += slice;
-      remaining -= slice;
-      if (flush == Z_FINISH) {
-        ok = (rc == Z_STREAM_END);
-        if (!ok) set_zlib_error(error, "gzip: deflate did not finish", rc, stream.msg);
-        break;
-      }
-    }
-  } catch (...) {
-    set_error_message(error, "gzip: out of memory while compressing");
-    ok = false;
-  }
-  deflateEnd(&stream);
-  if (!ok) out.clear();
-  return ok;
-}
-
-// Accepts gzip (and, via windowBits +32 auto-detection, zlib) streams, including
-// concatenated gzip members as gunzip does. Fails — leaving `out` empty — on
-// corrupt or truncated input, trailing garbage, or more than `max_out` bytes.
-inline bool gzip_decompress(std::string_view in, std::string& out, std::string& error,
-                            std::size_t max_out = default_gzip_max_output) noexcept {
-  out.clear();
-  if (in.empty()) {
-    set_error_message(error, "gzip: empty input");
-    return false;
-  }
-  z_stream stream{};
-  int rc = inflateInit2(&stream, 15 + 32);
-  if (rc != Z_OK) {
-    set_zlib_error(error, "gzip: inflateInit2 failed", rc, stream.msg);
-    return false;
-  }
-  bool ok = false;
-  try {
-    // Input not yet handed to zlib. Slices are consecutive, so stream.next_in +
-    // stream.avail_in == next_in always holds.
-    const auto* next_in = reinterpret_cast<const Bytef*>(in.data());
-    std::size_t remaining_in = in.size();
-    // One byte of room beyond the limit: producing it proves the limit was exceeded
-    // without ever holding more than max_out + 1 bytes.
-    const std::size_t capacity_limit = (max_out == SIZE_MAX) ? SIZE_MAX : max_out + 1;
-    std::size_t produced = 0;
-    std::size_t growth = std::max<std::size_t>(std::min<std::size_t>(in.size(), SIZE_MAX / 8) * 4, 64 * 1024);
-    for (;;) {
-      if (stream.avail_in == 0 && remaining_in > 0) {
-        const std::size_t slice = std::min(remaining_in, zlib_max_slice);
-        stream.next_in = const_cast<Bytef*>(next_in);
-        stream.avail_in = static_cast<uInt>(slice);
-        next_in += slice;
-        remaining_in -= slice;
-      }
-      if (produced == out.size()) {
-        const std::size_t room = std::min({growth, capacity_limit - out.size(), zlib_max_slice});
-        out.resize(out.size() + room);
-        growth = std::min(growth * 2, std::size_t{64} << 20);
-      }
-      const std::size_t room = std::min(out.size() - produced, zlib_max_slice);
-      stream.next_out = reinterpret_cast<Bytef*>(&out[produced]);
-      stream.avail_out = static_cast<uInt>(room);
-      rc = inflate(&stream, Z_NO_FLUSH);
-      produced += room - stream.avail_out;
-      if (produced > max_out) {
-        set_error_message(error, "gzip: decompressed size exceeds the limit");
-        break;
-      }
-      if (rc == Z_OK) continue;
-      if (rc == Z_STREAM_END) {
-        const std::size_t unread = stream.avail_in + remaining_in;
-        if (unread == 0) {
-          ok = true;
-          break;
-        }
-        // Another gzip member may follow; anything else is garbage.
-        const Bytef* rest = stream.next_in;
-        if (unread < 2 || rest[0] != 0x1f || rest[1] != 0x8b) {
-          set_error_message(error, "gzip: trailing garbage after the compressed stream");
-          break;
-        }
-        rc = inflateReset(&stream);
-        if (rc != Z_OK) {
-          set_zlib_error(error, "gzip: inflateReset failed", rc, stream.msg);
-          break;
-        }
-        next_in = rest;
-        remaining_in = unread;
-        stream.avail_in = 0;
-        continue;
-      }
-      if (rc == Z_BUF_ERROR) {
-        // No progress was possible. A full output buffer just grows next round;
-        // running out of input before the stream's end means it was cut short.
-        if (stream.avail_out == 0) continue;
-        if (stream.avail_in == 0 && remaining_in == 0) {
-          set_error_message(error, "gzip: truncated input");
-        } else {
-          set_zlib_error(error, "gzip: inflate made no progress", rc, stream.msg);
-        }
-        break;
-      }
-      if (rc == Z_MEM_ERROR) {
-        set_error_message(error, "gzip: out of memory while decompressing");
-      } else {
-        set_zlib_error(error, "gzip: corrupt input", rc, stream.msg);
-      }
-      break;
-    }
-    if (ok) out.resize(produced);
-  } catch (...) {
-    set_error_message(error, "gzip: out of memory while decompressing");
-    ok = false;
-  }
-  inflateEnd(&stream);
-  if (!ok) out.clear();
-  return ok;
-}
-
-}  // namespace detail
-
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_PROFILE_GZIP_HPP_
-// ---- end spanprof/profile/gzip.hpp ----
-// ---- begin spanprof/delivery/http_options.hpp ----
-// How spanprof's HTTP uploaders (Pyroscope, OTLP) reach their backend: timeouts,
-// authentication, extra headers, TLS and proxy. A plain struct so it can be filled
-// from code or from environment variables; nothing here needs libcurl.
-#ifndef SPANPROF_DELIVERY_HTTP_OPTIONS_HPP_
-#define SPANPROF_DELIVERY_HTTP_OPTIONS_HPP_
-
-
-#include <chrono>
-#include <string>
-#include <utility>
-#include <vector>
-
-SPANPROF_NAMESPACE_BEGIN
-
-struct HttpOptions {
-  // Uploads run on spanprof's background thread: a backend that does not answer
-  // delays later profiles (and shutdown), so both limits are short by default.
-  // Zero or less takes libcurl's meaning of 0: 300 s to connect, no overall limit.
-  std::chrono::milliseconds connect_timeout{2000};  // TCP and TLS handshake
-  std::chrono::milliseconds timeout{10000};         // the whole request, connect included
-
-  // Authorization. When both are set the bearer token is sent and the basic
-  // credentials are ignored: a token is the more specific choice (Grafana Cloud
-  // takes either). An "Authorization" entry in `headers` replaces both.
-  std::string basic_auth_user, basic_auth_password;  // "Basic base64(user:password)" when user is set
-  std::string bearer_token;                          // "Bearer <token>" when set
-
-  // Extra headers on every request, e.g. {"X-Scope-OrgID", "tenant"}. Each name is
-  // sent once, with its last value: a name given here replaces a header spanprof
-  // would send itself (Content-Type, Authorization, ...), and an uploader's
-  // per-request headers replace these in turn. A name must be an HTTP token and a
-  // value must not hold CR, LF or NUL: such a request is refused, never sent.
-  std::vector<std::pair<std::string, std::string>> headers;
-
-  // TLS. Turning verification off is for test setups only: it accepts any server.
-  bool verify_tls = true;
-  std::string ca_file;           // CA bundle (PEM) instead of the system's
-  std::string client_cert_file;  // mTLS: client certificate (PEM)
-  std::string client_key_file;   // mTLS: its private key (PEM); empty: inside client_cert_file
-
-  // e.g. "http://proxy:3128". Empty: libcurl's default, which honours the
-  // http_proxy / https_proxy / all_proxy environment variables.
-  std::string proxy;
-  // Hosts reached without the proxy, comma-separated ("*": all of them). Empty:
-  // libcurl's default, the no_proxy environment variable.
-  std::string no_proxy;
-};
-
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_DELIVERY_HTTP_OPTIONS_HPP_
-// ---- end spanprof/delivery/http_options.hpp ----
-// ---- begin spanprof/symbolization/symbolizer.hpp ----
-// Symbolization: turning sampled program counters into function names and the
-// pprof mapping they came from.
-//
-// A Symbolizer runs on the background thread that encodes profiles, never on a
-// request thread, so implementations may read files and allocate freely. They
-// must still never throw: a bad object file costs its names, not the profile.
-#ifndef SPANPROF_SYMBOLIZATION_SYMBOLIZER_HPP_
-#define SPANPROF_SYMBOLIZATION_SYMBOLIZER_HPP_
-
-
-#include <cstdint>
-#include <functional>
-#include <memory>
-#include <string>
-#include <string_view>
-#include <utility>
-
-SPANPROF_NAMESPACE_BEGIN
-
-// One executable segment of a loaded object; becomes one pprof Mapping.
-struct Module {
-  std::uintptr_t start = 0;  // runtime address range [start, limit)
-  std::uintptr_t limit = 0;
-  std::uint64_t file_offset = 0;  // p_offset of the segment
-  std::string path;      // absolute path of the object file ("/proc/self/exe" resolved to the real path)
-  std::string build_id;  // lowercase hex of NT_GNU_BUILD_ID, empty if none
-};
-
-struct ResolvedFrame {
-  const Module* module = nullptr;  // nullptr: address in no known module
-  std::string_view function;       // demangled name; empty when unknown
-  std::string_view system_name;    // name as in the symbol table (mangled)
-};
-
-// Small on purpose so tests and exotic deployments (JITs, pre-symbolized stacks)
-// can plug in their own. Implementations are used from one background thread.
-class Symbolizer {
- public:
-  virtual ~Symbolizer() = default;
-  // The views and the module pointer stay valid until refresh().
-  virtual ResolvedFrame resolve(std::uintptr_t address) noexcept = 0;
-  // Re-reads the set of loaded objects, e.g. after dlopen.
-  virtual void refresh() noexcept {}
-};
-
-// Adapts a plain function; the callback owns the storage its views point into.
-class CallbackSymbolizer final : public Symbolizer {
- public:
-  using Callback = std::function<ResolvedFrame(std::uintptr_t)>;
-
-  explicit CallbackSymbolizer(Callback callback) noexcept : callback_(std::move(callback)) {}
-
-  ResolvedFrame resolve(std::uintptr_t address) noexcept override {
-    if (!callback_) return {};
-    try {
-      return callback_(address);
-    } catch (...) {
-      // User code threw; the frame stays unnamed rather than the profile being lost.
-      report_error(ErrorCode::internal, "symbolizer callback threw an exception");
-      return {};
-    }
-  }
-
- private:
-  Callback callback_;
-};
-
-// The default, make_elf_symbolizer(), reads the ELF symbol tables of the objects
-// loaded in this process: symbolization/elf_symbolizer.hpp.
-
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_SYMBOLIZATION_SYMBOLIZER_HPP_
-// ---- end spanprof/symbolization/symbolizer.hpp ----
-// ---- begin spanprof/profile/profile_builder.hpp ----
-// Turns a RawProfile (bare program counters) into a symbolized Profile: one
-// Location per distinct address, one Function per distinct name, one Mapping per
-// loaded segment, and the span's labels on every sample.
-#ifndef SPANPROF_PROFILE_PROFILE_BUILDER_HPP_
-#define SPANPROF_PROFILE_PROFILE_BUILDER_HPP_
-
-
-#include <cstdint>
-#include <cstdlib>
-#include <string>
-#include <unordered_map>
-#include <utility>
-#include <vector>
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-// Names of the labels every sample carries; Pyroscope and Grafana match on them.
-inline constexpr const char* trace_id_label = "trace_id";
-inline constexpr const char* span_id_label = "span_id";
-inline constexpr const char* span_name_label = "span_name";
-inline constexpr const char* profile_reason_label = "profile_reason";
-
-inline Label string_label(std::string key, std::string value) {
-  Label label;
-  label.key = std::move(key);
-  label.str = std::move(value);
-  return label;
-}
-
-inline std::vector<Label> span_labels(const RawProfile& raw) {
-  std::vector<Label> labels;
-  labels.push_back(string_label(trace_id_label, raw.span.trace_id.to_hex()));
-  labels.push_back(string_label(span_id_label, raw.span.span_id.to_hex()));
-  if (!raw.span_name.empty()) labels.push_back(string_label(span_name_label, raw.span_name));
-  labels.push_back(string_label(profile_reason_label, std::string(to_string(raw.reason))));
-  return labels;
-}
-
-class ProfileBuilder {
- public:
-  explicit ProfileBuilder(Symbolizer& symbolizer) noexcept : symbolizer_(symbolizer) {}
-
-  // One sample to build: its frames (innermost first), values, and its label set
-  // (1-based index into the label sets given to build()).
-  struct Sample {
-    const std::vector<std::uintptr_t>* frames;
-    const std::vector<std::int64_t>* values;
-    std::uint32_t label_set;
-  };
-
-  // One span's profile, its samples as recorded (profile_batch.hpp merges repeats).
-  Profile build(const RawProfile& raw, const std::vector<std::string>& comments) {
-    std::vector<Sample> samples;
-    samples.reserve(raw.samples.size());
-    for (const RawSample& sample : raw.samples) samples.push_back({&sample.frames, &sample.values, 1});
-    return build(raw, samples, {span_labels(raw)}, comments);
-  }
-
-  // A profile of `header`'s kind, period and time span holding `samples`, each
-  // sample's labels shared through `label_sets` (a span's labels once per span,
-  // not once per sample).
-  Profile build(const RawProfile& header, const std::vector<Sample>& samples,
-                std::vector<std::vector<Label>> label_sets, const std::vector<std::string>& comments) {
-    Profile profile;
-    if (header.kind == ProfileKind::cpu) {
-      profile.sample_types = {{"samples", "count"}, {"cpu", "nanoseconds"}};
-      profile.period_type = {"cpu", "nanoseconds"};
-      profile.default_sample_type = "cpu";
-      profile.period = header.period_ns;
-    } else if (header.kind == ProfileKind::wall) {
-      // Pyroscope's and Grafana's wall profile type: wall:wall:nanoseconds:wall:nanoseconds.
-      profile.sample_types = {{"samples", "count"}, {"wall", "nanoseconds"}};
-      profile.period_type = {"wall", "nanoseconds"};
-      profile.default_sample_type = "wall";
-      profile.period = header.period_ns;
-    } else {
-      // The names and order Go's heap profiles use, which pprof, Pyroscope and
-      // Grafana recognise. A span's question is "what did it allocate", so that is
-      // the default view.
-      profile.sample_types = {
-          {"alloc_objects", "count"}, {"alloc_space", "bytes"}, {"inuse_objects", "count"}, {"inuse_space", "bytes"}};
-      profile.period_type = {"space", "bytes"};
-      profile.default_sample_type = "alloc_space";
-      profile.period = header.heap_interval_bytes;
-    }
-    profile.time_nanos = header.start_unix_ns;
-    profile.duration_nanos = header.duration_ns;
-    profile.comments = comments;
-    profile.label_sets = std::move(label_sets);
-
-    profile.samples.reserve(samples.size());
-    for (const Sample& in : samples) {
-      spanprof::Sample sample;
-      sample.values = *in.values;
-      sample.label_set = in.label_set;
-      sample.location_ids.reserve(in.frames->size());
-      for (std::size_t i = 0; i < in.frames->size(); ++i) {
-        // Callers' frames hold return addresses, which may already belong to the
-        // next function (a call as a function's last instruction): look up the
-        // call instruction instead, as pprof and debuggers do.
-        const std::uintptr_t pc = (*in.frames)[i];
-        const bool exact = i == 0 && header.kind != ProfileKind::heap;  // heap frames are all return addresses
-        const std::uintptr_t address = (exact || pc == 0) ? pc : pc - 1;
-        sample.location_ids.push_back(location_for(address, profile));
-      }
-      profile.samples.push_back(std::move(sample));
-    }
-    locations_.clear();
-    functions_.clear();
-    mappings_.clear();
-    put_main_executable_first(profile);
-    return profile;
-  }
-
- private:
-  // pprof tools take the first mapping for the program ("File:" in go tool pprof,
-  // the binary its symbolizer looks for); samples meet the vDSO or libc first.
-  static void put_main_executable_first(Profile& profile) {
-    static const std::string executable = [] {
-      std::string path;
-      if (char* real = ::realpath("/proc/self/exe", nullptr)) {
-        path = real;
-        std::free(real);
-      }
-      return path;
-    }();
-    if (executable.empty()) return;
-    for (std::size_t i = 1; i < profile.mappings.size(); ++i) {
-      if (profile.mappings[i].filename != executable) continue;
-      const std::uint64_t first = 1, found = i + 1;
-      std::swap(profile.mappings[0], profile.mappings[i]);
-      profile.mappings[0].id = first;
-      profile.mappings[i].id = found;
-      for (Location& location : profile.locations) {
-        if (location.mapping_id == first) location.mapping_id = found;
-        else if (location.mapping_id == found) location.mapping_id = first;
-      }
-      return;
-    }
-  }
-
-  std::uint64_t location_for(std::uintptr_t address, Profile& profile) {
-    if (auto it = locations_.find(address); it != locations_.end()) return it->second;
-    const ResolvedFrame frame = symbolizer_.resolve(address);
-    Location location;
-    location.id = profile.locations.size() + 1;
-    location.address = address;
-    if (frame.module) location.mapping_id = mapping_for(*frame.module, profile);
-    if (!frame.function.empty() || !frame.system_name.empty()) {
-      location.function_id = function_for(frame, profile);
-      if (location.mapping_id != 0) profile.mappings[location.mapping_id - 1].has_functions = true;
-    }
-    profile.locations.push_back(location);
-    locations_.emplace(address, location.id);
-    return location.id;
-  }
-
-  std::uint64_t mapping_for(const Module& module, Profile& profile) {
-    if (auto it = mappings_.find(&module); it != mappings_.end()) return it->second;
-    Mapping mapping;
-    mapping.id = profile.mappings.size() + 1;
-    mapping.memory_start = module.start;
-    mapping.memory_limit = module.limit;
-    mapping.file_offset = module.file_offset;
-    mapping.filename = module.path;
-    mapping.build_id = module.build_id;
-    profile.mappings.push_back(mapping);
-    mappings_.emplace(&module, mapping.id);
-    return mapping.id;
-  }
-
-  std::uint64_t function_for(const ResolvedFrame& frame, Profile& profile) {
-    std::string name(frame.function.empty() ? frame.system_name : frame.function);
-    if (auto it = functions_.find(name); it != functions_.end()) return it->second;
-    Function function;
-    function.id = profile.functions.size() + 1;
-    function.name = name;
-    function.system_name = std::string(frame.system_name.empty() ? frame.function : frame.system_name);
-    profile.functions.push_back(function);
-    functions_.emplace(std::move(name), function.id);
-    return function.id;
-  }
-
-  Symbolizer& symbolizer_;
-  std::unordered_map<std::uintptr_t, std::uint64_t> locations_;
-  std::unordered_map<std::string, std::uint64_t> functions_;
-  std::unordered_map<const Module*, std::uint64_t> mappings_;
-};
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_PROFILE_PROFILE_BUILDER_HPP_
-// ---- end spanprof/profile/profile_builder.hpp ----
-// ---- begin spanprof/profile/protobuf_writer.hpp ----
-// A minimal protocol-buffers wire-format writer, shared by the pprof and OTLP
-// encoders. It knows wire types, not schemas: callers pick field numbers and
-// decide which zero values to omit (proto3 leaves them out; proto2 may not).
-#ifndef SPANPROF_PROFILE_PROTOBUF_WRITER_HPP_
-#define SPANPROF_PROFILE_PROTOBUF_WRITER_HPP_
-
-
-#include <cstddef>
-#include <cstdint>
-#include <cstring>
-#include <string>
-#include <string_view>
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-enum class WireType : std::uint8_t {
-  varint = 0,
-  fixed64 = 1,
-  length_delimited = 2,
-  fixed32 = 5,
-};
-
-// The largest varint is 10 bytes (a 64-bit value, 7 bits per byte).
-inline constexpr std::size_t max_varint_size = 10;
-
-inline std::size_t encode_varint(std::uint64_t value, char* buffer) noexcept {
-  std::size_t size = 0;
-  while (value >= 0x80) {
-    buffer[size++] = static_cast<char>(static_cast<std::uint8_t>(value) | 0x80);
-    value >>= 7;
-  }
-  buffer[size++] = static_cast<char>(value);
-  return size;
-}
-
-constexpr std::size_t varint_size(std::uint64_t value) noexcept {
-  std::size_t size = 1;
-  while (value >= 0x80) {
-    value >>= 7;
-    ++size;
-  }
-  return size;
-}
-
-constexpr std::uint64_t zigzag_encode(std::int64_t value) noexcept {
-  return (static_cast<std::uint64_t>(value) << 1) ^ static_cast<std::uint64_t>(-(static_cast<std::uint64_t>(value) >> 63));
-}
-
-// Appends to a caller-owned string so a whole message tree shares one buffer.
-// Methods may throw std::bad_alloc; noexcept wrappers live at the API boundary.
-class ProtobufWriter {
- public:
-  explicit ProtobufWriter(std::string& out) noexcept : out_(&out) {}
-
-  std::string& buffer() noexcept { return *out_; }
-
-  void varint(std::uint64_t value) {
-    char bytes[max_varint_size];
-    out_->append(bytes, encode_varint(value, bytes));
-  }
-
-  void tag(std::uint32_t field, WireType type) {
-    varint((static_cast<std::uint64_t>(field) << 3) | static_cast<std::uint64_t>(type));
-  }
-
-  // ---- scalar fields, always written (the caller decides about zero) ----------
-
-  void uint64_field(std::uint32_t field, std::uint64_t value) {
-    tag(field, WireType::varint);
-    varint(value);
-  }
-
-  // int32/int64 use plain two's complement varints: a negative value costs 10 bytes.
-  void int64_field(std::uint32_t field, std::int64_t value) {
-    uint64_field(field, static_cast<std::uint64_t>(value));
-  }
-
-  void sint64_field(std::uint32_t field, std::int64_t value) { uint64_field(field, zigzag_encode(value)); }
-
-  void bool_field(std::uint32_t field, bool value) { uint64_field(field, value ? 1 : 0); }
-
-  void fixed64_field(std::uint32_t field, std::uint64_t value) {
-    tag(field, WireType::fixed64);
-    append_little_endian(value, 8);
-  }
-
-  void fixed32_field(std::uint32_t field, std::uint32_t value) {
-    tag(field, WireType::fixed32);
-    append_little_endian(value, 4);
-  }
-
-  void double_field(std::uint32_t field, double value) {
-    std::uint64_t bits;
-    static_assert(sizeof bits == sizeof value, "IEEE-754 double expected");
-    std::memcpy(&bits, &value, sizeof bits);
-    fixed64_field(field, bits);
-  }
-
-  // strings, bytes and pre-encoded messages
-  void bytes_field(std::uint32_t field, std::string_view bytes) {
-    tag(field, WireType::length_delimited);
-    varint(bytes.size());
-    out_->append(bytes.data(), bytes.size());
-  }
-
-  // ---- proto3 helpers: a zero/empty value is the default and is left out ------
-
-  void uint64_field_if_nonzero(std::uint32_t field, std::uint64_t value) {
-    if (value != 0) uint64_field(field, value);
-  }
-  void int64_field_if_nonzero(std::uint32_t field, std::int64_t value) {
-    if (value != 0) int64_field(field, value);
-  }
-  void bool_field_if_true(std::uint32_t field, bool value) {
-    if (value) bool_field(field, true);
-  }
-  void bytes_field_if_nonempty(std::uint32_t field, std::string_view bytes) {
-    if (!bytes.empty()) bytes_field(field, bytes);
-  }
-
-  // ---- packed repeated fields (proto3's default for repeated scalars) --------
-
-  template <typename Range>
-  void packed_uint64_field(std::uint32_t field, const Range& values) {
-    std::size_t payload = 0;
-    for (const auto value : values) payload += varint_size(static_cast<std::uint64_t>(value));
-    if (payload == 0) return;  // an empty packed field is simply absent
-    tag(field, WireType::length_delimited);
-    varint(payload);
-    out_->reserve(out_->size() + payload);
-    for (const auto value : values) varint(static_cast<std::uint64_t>(value));
-  }
-
-  // int64 elements share uint64's encoding; the alias keeps call sites honest.
-  template <typename Range>
-  void packed_int64_field(std::uint32_t field, const Range& values) {
-    packed_uint64_field(field, values);
-  }
-
-  template <typename Range>
-  void packed_fixed64_field(std::uint32_t field, const Range& values) {
-    std::size_t count = 0;
-    for (const auto& value : values) {
-      (void)value;
-      ++count;
-    }
-    if (count == 0) return;
-    tag(field, WireType::length_delimited);
-    varint(count * 8);
-    for (const auto value : values) append_little_endian(static_cast<std::uint64_t>(value), 8);
-  }
-
-  template <typename Range>
-  void packed_double_field(std::uint32_t field, const Range& values) {
-    std::size_t count = 0;
-    for (const auto& value : values) {
-      (void)value;
-      ++count;
-    }
-    if (count == 0) return;
-    tag(field, WireType::length_delimited);
-    varint(count * 8);
-    for (const double value : values) {
-      std::uint64_t bits;
-      std::memcpy(&bits, &value, sizeof bits);
-      append_little_endian(bits, 8);
-    }
-  }
-
-  // ---- nested messages, written in place -------------------------------------
-  //
-  // The length prefix is unknown until the body is done, so the body is written
-  // first and the minimal varint is inserted in front of it afterwards. That moves
-  // only the nested body, never the enclosing message, and keeps varints canonical
-  // (some decoders reject padded lengths).
-
-  struct NestedMark {
-    std::size_t body_start;
-  };
-
-  NestedMark begin_nested(std::uint32_t field) {
-    tag(field, WireType::length_delimited);
-    return NestedMark{out_->size()};
-  }
-
-  void end_nested(NestedMark mark) {
-    const std::size_t length = out_->size() - mark.body_start;
-    char prefix[max_varint_size];
-    const std::size_t prefix_size = encode_varint(length, prefix);
-    out_->insert(mark.body_start, prefix, prefix_size);
-  }
-
-  // Writes field `field` as a message whose body `write_body(ProtobufWriter&)` fills.
-  template <typename WriteBody>
-  void message_field(std::uint32_t field, WriteBody&& write_body) {
-    const NestedMark mark = begin_nested(field);
-    write_body(*this);
-    end_nested(mark);
-  }
-
- private:
-  void append_little_endian(std::uint64_t value, int bytes) {
-    char buffer[8];
-    for (int i = 0; i < bytes; ++i) buffer[i] = static_cast<char>(static_cast<std::uint8_t>(value >> (8 * i)));
-    out_->append(buffer, static_cast<std::size_t>(bytes));
-  }
-
-  std::string* out_;
-};
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_PROFILE_PROTOBUF_WRITER_HPP_
-// ---- end spanprof/profile/protobuf_writer.hpp ----
-// ---- begin spanprof/profile/pprof_encoder.hpp ----
-// Profile -> pprof. Writes google/pprof's proto/profile.proto (proto3) so the
-// output opens in `go tool pprof`, Grafana Pyroscope, Parca and friends.
-#ifndef SPANPROF_PROFILE_PPROF_ENCODER_HPP_
-#define SPANPROF_PROFILE_PPROF_ENCODER_HPP_
-
-
-#include <cstdint>
-#include <exception>
-#include <string>
-#include <string_view>
-#include <unordered_map>
-#include <vector>
-
-SPANPROF_NAMESPACE_BEGIN
-
-namespace detail {
-
-// Field numbers from profile.proto. Keeping them named makes a mismatch with the
-// schema visible in review instead of hiding behind a bare integer.
-namespace pprof_field {
-namespace profile {
-inline constexpr std::uint32_t sample_type = 1, sample = 2, mapping = 3, location = 4, function = 5,
-                               string_table = 6, drop_frames = 7, keep_frames = 8, time_nanos = 9,
-                               duration_nanos = 10, period_type = 11, period = 12, comment = 13,
-                               default_sample_type = 14;
-}
-namespace value_type {
-inline constexpr std::uint32_t type = 1, unit = 2;
-}
-namespace sample {
-inline constexpr std::uint32_t location_id = 1, value = 2, label = 3;
-}
-namespace label {
-inline constexpr std::uint32_t key = 1, str = 2, num = 3, num_unit = 4;
-}
-namespace mapping {
-inline constexpr std::uint32_t id = 1, memory_start = 2, memory_limit = 3, file_offset = 4, filename = 5,
-                               build_id = 6, has_functions = 7, has_filenames = 8, has_line_numbers = 9,
-                               has_inline_frames = 10;
-}
-namespace location {
-inline constexpr std::uint32_t id = 1, mapping_id = 2, address = 3, line = 4, is_folded = 5;
-}
-namespace line {
-inline constexpr std::uint32_t function_id = 1, line = 2, column = 3;
-}
-namespace function {
-inline constexpr std::uint32_t id = 1, name = 2, system_name = 3, filename = 4, start_line = 5;
-}
-}  // namespace pprof_field
-
-// pprof refers to every string by its index in one table whose entry 0 must be "".
-// Profiles repeat the same label keys, span ids and file names on every sample, so
-// deduplication is most of the size win. Entries view the Profile's own strings,
-// which outlive the encoding.
-class PprofStringTable {
- public:
-  PprofStringTable() {
-    entries_.emplace_back();
-    index_.emplace(std::string_view{}, 0);
-  }
-
-  std::int64_t intern(std::string_view text) {
-    const auto [it, inserted] = index_.emplace(text, static_cast<std::int64_t>(entries_.size()));
-    if (inserted) entries_.push_back(text);
-    return it->second;
-  }
-
-  const std::vector<std::string_view>& entries() const noexcept { return entries_; }
-
- private:
-  std::vector<std::string_view> entries_;
-  std::unordered_map<std::string_view, std::int64_t> index_;
-};
-
-inline void write_pprof_value_type(ProtobufWriter& writer, std::uint32_t field, const ValueType& value_type,
-                                   PprofStringTable& strings) {
-  namespace f = pprof_field::value_type;
-  writer.message_field(field, [&](ProtobufWriter& body) {
-    body.int64_field_if_nonzero(f::type, strings.intern(value_type.type));
-    body.int64_field_if_nonzero(f::unit, strings.intern(value_type.unit));
-  });
-}
-
-inline void write_pprof_label(ProtobufWriter& writer, const Label& label, PprofStringTable& strings) {
-  namespace f = pprof_field::label;
-  writer.message_field(pprof_field::sample::label, [&](ProtobufWriter& body) {
-    body.int64_field_if_nonzero(f::key, strings.intern(label.key));
-    if (!label.str.empty() || !label.is_num) {
-      body.int64_field_if_nonzero(f::str, strings.intern(label.str));
-    } else {
-      body.int64_field_if_nonzero(f::num, label.num);
-      body.int64_field_if_nonzero(f::num_unit, strings.intern(label.num_unit));
-    }
-  });
-}
-
-inline void write_pprof_sample(ProtobufWriter& writer, const Profile& profile, const Sample& sample,
-                               PprofStringTable& strings) {
-  namespace f = pprof_field::sample;
-  writer.message_field(pprof_field::profile::sample, [&](ProtobufWriter& body) {
-    body.packed_uint64_field(f::location_id, sample.location_ids);
-    body.packed_int64_field(f::value, sample.values);
-    for_each_label(profile, sample, [&](const Label& label) { write_pprof_label(body, label, strings); });
-  });
-}
-
-inline void write_pprof_mapping(ProtobufWriter& writer, const Mapping& mapping, PprofStringTable& strings) {
-  namespace f = pprof_field::mapping;
-  writer.message_field(pprof_field::profile::mapping, [&](ProtobufWriter& body) {
-    body.uint64_field_if_nonzero(f::id, mapping.id);
-    body.uint64_field_if_nonzero(f::memory_start, mapping.memory_start);
-    body.uint64_field_if_nonzero(f::memory_limit, mapping.memory_limit);
-    body.uint64_field_if_nonzero(f::file_offset, mapping.file_offset);
-    body.int64_field_if_nonzero(f::filename, strings.intern(mapping.filename));
-    body.int64_field_if_nonzero(f::build_id, strings.intern(mapping.build_id));
-    body.bool_field_if_true(f::has_functions, mapping.has_functions);
-  });
-}
-
-inline void write_pprof_location(ProtobufWriter& writer, const Location& location) {
-  namespace f = pprof_field::location;
-  writer.message_field(pprof_field::profile::location, [&](ProtobufWriter& body) {
-    body.uint64_field_if_nonzero(f::id, location.id);
-    body.uint64_field_if_nonzero(f::mapping_id, location.mapping_id);
-    body.uint64_field_if_nonzero(f::address, location.address);
-    // An unsymbolized location has no Line at all; pprof then shows its address.
-    if (location.function_id != 0) {
-      body.message_field(f::line, [&](ProtobufWriter& line) {
-        line.uint64_field(pprof_field::line::function_id, location.function_id);
-      });
-    }
-  });
-}
-
-inline void write_pprof_function(ProtobufWriter& writer, const Function& function, PprofStringTable& strings) {
-  namespace f = pprof_field::function;
-  writer.message_field(pprof_field::profile::function, [&](ProtobufWriter& body) {
-    body.uint64_field_if_nonzero(f::id, function.id);
-    body.int64_field_if_nonzero(f::name, strings.intern(function.name));
-    body.int64_field_if_nonzero(f::system_name, strings.intern(function.system_name));
-    body.int64_field_if_nonzero(f::filename, strings.intern(function.filename));
-  });
-}
-
-}  // namespace detail
-
-// The uncompressed profile.proto bytes. May throw std::bad_alloc; use
-// encode_pprof_gzip at API boundaries.
-inline std::string encode_pprof(const Profile& profile) {
-  namespace f = detail::pprof_field::profile;
-  std::string out;
-  detail::ProtobufWriter writer(out);
-  detail::PprofStringTable strings;
-
-  for (const ValueType& type : profile.sample_types) {
-    detail::write_pprof_value_type(writer, f::sample_type, type, strings);
-  }
-  for (const Sample& sample : profile.samples) detail::write_pprof_sample(writer, profile, sample, strings);
-  for (const Mapping& mapping : profile.mappings) detail::write_pprof_mapping(writer, mapping, strings);
-  for (const Location& location : profile.locations) detail::write_pprof_location(writer, location);
-  for (const Function& function : profile.functions) detail::write_pprof_function(writer, function, strings);
-
-  // Fields after the string table refer to it too; intern their strings first so
-  // the table is complete when it is written.
-  const std::int64_t period_type_index = strings.intern(profile.period_type.type);
-  const std::int64_t period_unit_index = strings.intern(profile.period_type.unit);
-  std::vector<std::int64_t> comment_indices;
-  comment_indices.reserve(profile.comments.size());
-  for (const std::string& comment : profile.comments) comment_indices.push_back(strings.intern(comment));
-  const std::int64_t default_sample_type_index = strings.intern(profile.default_sample_type);
-
-  // Every entry is written, the empty one at index 0 included: a repeated string
-  // keeps its position even when it is the default value.
-  for (const std::string_view entry : strings.entries()) writer.bytes_field(f::string_table, entry);
-
-  writer.int64_field_if_nonzero(f::time_nanos, profile.time_nanos);
-  writer.int64_field_if_nonzero(f::duration_nanos, profile.duration_nanos);
-  if (period_type_index != 0 || period_unit_index != 0) {
-    writer.message_field(f::period_type, [&](detail::ProtobufWriter& body) {
-      body.int64_field_if_nonzero(detail::pprof_field::value_type::type, period_type_index);
-      body.int64_field_if_nonzero(detail::pprof_field::value_type::unit, period_unit_index);
-    });
-  }
-  writer.int64_field_if_nonzero(f::period, profile.period);
-  writer.packed_int64_field(f::comment, comment_indices);
-  writer.int64_field_if_nonzero(f::default_sample_type, default_sample_type_index);
-  return out;
-}
-
-// The body of a .pb.gz file. Never throws; on failure `out` is empty and `error`
-// says why (the caller decides whether to report it as encoding_failed).
-inline bool encode_pprof_gzip(const Profile& profile, std::string& out, std::string& error) noexcept {
-  out.clear();
-  try {
-    const std::string raw = encode_pprof(profile);
-    return detail::gzip_compress(raw, out, error);
-  } catch (const std::exception& e) {
-    detail::set_error_message(error, "pprof: encoding failed: ");
-    try {
-      error += e.what();
-    } catch (...) {
-    }
-  } catch (...) {
-    detail::set_error_message(error, "pprof: encoding failed");
-  }
-  out.clear();
-  return false;
-}
-
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_PROFILE_PPROF_ENCODER_HPP_
-// ---- end spanprof/profile/pprof_encoder.hpp ----
-// ---- begin spanprof/profile/otlp_encoder.hpp ----
-// Profile -> OTLP profiles: the body an OTLP/HTTP exporter POSTs to
-// /v1development/profiles as application/x-protobuf (the uploader gzips it).
-//
-// Schema: open-telemetry/opentelemetry-proto v1.11.0, read at commit
-// ac2c4b5d1f3a6079de62f9afec860158ecc8af09 (v1.11.0-16, whose profiles,
-// collector/profiles, common and resource protos are identical to v1.11.0's).
-// The profiles signal is Alpha and its shapes changed between releases (sample
-// types, attribute tables, stacks), so the field constants below are for exactly
-// that version; re-read the protos before bumping it.
-//
-// How a pprof-shaped Profile maps onto that schema:
-//  - one OTLP Profile per pprof sample type, since an OTLP Profile has exactly
-//    one sample_type; all of them share the request's ProfilesDictionary. The
-//    pprof default sample type goes first because viewers show profiles[0].
-//  - a pprof sample becomes one Sample per Profile, with values = {its value for
-//    that type}, its stack interned in stack_table, its labels as
-//    KeyValueAndUnit entries in attribute_table, and link_index naming the span.
-//  - link_table = {zero link, one link per span}: the trace <-> profile join
-//    that OTLP receivers use instead of pprof's trace_id/span_id labels (which
-//    stay as attributes for Pyroscope-style matching). A sample's link comes from
-//    its own trace_id/span_id labels, so a profile merging many spans (batched
-//    delivery) links each sample to its span; a sample without them takes the
-//    identity's span.
-//  - samples with the same stack, attributes and link are merged (values summed),
-//    as the schema asks.
-//  - mappings, locations and functions are copied only when a sample reaches
-//    them (dictionaries SHOULD NOT hold orphans); pprof's 1-based ids become
-//    table indices, entry 0 being the zero value the schema requires.
-#ifndef SPANPROF_PROFILE_OTLP_ENCODER_HPP_
-#define SPANPROF_PROFILE_OTLP_ENCODER_HPP_
-
-
-#include <algorithm>
-#include <array>
-#include <climits>
-#include <cstdint>
-#include <exception>
-#include <map>
-#include <stdexcept>
-#include <string>
-#include <string_view>
-#include <tuple>
-#include <unordered_map>
-#include <utility>
-#include <vector>
-
-SPANPROF_NAMESPACE_BEGIN
-
-inline constexpr std::string_view otlp_profiles_http_path = "/v1development/profiles";
-inline constexpr std::string_view otlp_profiles_content_type = "application/x-protobuf";
-
-// Resource attributes (service.name, deployment.environment.name, ...), sent as
-// string values. Keys must be unique, as the Resource message requires.
-struct OtlpResource {
-  std::vector<std::pair<std::string, std::string>> attributes;
-};
-
-// What the encoder needs from the span; the views must outlive the call.
-// `kind` is carried for callers (routing, logging): the profile's sample types
-// already say what was measured.
-struct OtlpSpanIdentity {
-  SpanContext span;
-  std::string_view span_name;
-  ProfileKind kind = ProfileKind::cpu;
-  std::int64_t start_unix_ns = 0;  // 0: use Profile::time_nanos
-  std::int64_t duration_ns = 0;    // 0: use Profile::duration_nanos
-  std::string_view reason;         // "sampled", "slow", ...
-};
-
-inline OtlpSpanIdentity otlp_span_identity(const RawProfile& raw) noexcept {
-  return OtlpSpanIdentity{raw.span, raw.span_name, raw.kind, raw.start_unix_ns, raw.duration_ns, to_string(raw.reason)};
-}
-
-namespace detail {
-
-// Field numbers of opentelemetry-proto v1.11.0, named so a schema bump is a
-// reviewable diff rather than a hunt for integers.
-namespace otlp_field {
-// collector.profiles.v1development.ExportProfilesServiceRequest
-namespace request { inline constexpr std::uint32_t resource_profiles = 1, dictionary = 2; }
-namespace resource_profiles { inline constexpr std::uint32_t resource = 1, scope_profiles = 2, schema_url = 3; }
-namespace resource { inline constexpr std::uint32_t attributes = 1, dropped_attributes_count = 2; }  // resource.v1
-namespace key_value { inline constexpr std::uint32_t key = 1, value = 2, key_strindex = 3; }  // common.v1
-namespace any_value {  // common.v1.AnyValue, a oneof
-inline constexpr std::uint32_t string_value = 1, bool_value = 2, int_value = 3, double_value = 4, bytes_value = 7,
-                               string_value_strindex = 8;
-}
-namespace scope_profiles { inline constexpr std::uint32_t scope = 1, profiles = 2, schema_url = 3; }
-namespace scope { inline constexpr std::uint32_t name = 1, version = 2, attributes = 3; }  // InstrumentationScope
-namespace profile {
-inline constexpr std::uint32_t sample_type = 1, samples = 2, time_unix_nano = 3, duration_nano = 4, period_type = 5,
-                               period = 6, profile_id = 7, dropped_attributes_count = 8, original_payload_format = 9,
-                               original_payload = 10, attribute_indices = 11;
-}
-namespace value_type { inline constexpr std::uint32_t type_strindex = 1, unit_strindex = 2; }
-namespace sample {
-inline constexpr std::uint32_t stack_index = 1, attribute_indices = 2, link_index = 3, values = 4,
-                               timestamps_unix_nano = 5;
-}
-namespace dictionary {
-inline constexpr std::uint32_t mapping_table = 1, location_table = 2, function_table = 3, link_table = 4,
-                               string_table = 5, attribute_table = 6, stack_table = 7;
-}
-namespace mapping {
-inline constexpr std::uint32_t memory_start = 1, memory_limit = 2, file_offset = 3, filename_strindex = 4,
-                               attribute_indices = 5;
-}
-namespace location { inline constexpr std::uint32_t mapping_index = 1, address = 2, lines = 3, attribute_indices = 4; }
-namespace line { inline constexpr std::uint32_t function_index = 1, line = 2, column = 3; }
-namespace function {
-inline constexpr std::uint32_t name_strindex = 1, system_name_strindex = 2, filename_strindex = 3, start_line = 4;
-}
-namespace link { inline constexpr std::uint32_t trace_id = 1, span_id = 2; }
-namespace key_value_and_unit { inline constexpr std::uint32_t key_strindex = 1, value = 2, unit_strindex = 3; }
-namespace stack { inline constexpr std::uint32_t location_indices = 1; }
-}  // namespace otlp_field
-
-// Semantic-convention keys: the GNU build id has no Mapping field of its own, and
-// profile.frame.type tells receivers how to symbolize (every spanprof frame is native).
-inline constexpr std::string_view otlp_build_id_key = "process.executable.build_id.gnu";
-inline constexpr std::string_view otlp_frame_type_key = "profile.frame.type";
-
-// Input that does not hold together (dangling ids, wrong value counts, repeated keys).
-struct OtlpInvalidInput : std::invalid_argument {
-  using std::invalid_argument::invalid_argument;
-};
-
-// Interns everything one request refers to, then writes it. Every index is
-// assigned before anything is written, because the dictionary (which follows
-// resource_profiles on the wire) must hold every string any message refers to.
-class OtlpRequestBuilder {
- public:
-  OtlpRequestBuilder(const Profile& profile, const OtlpSpanIdentity& identity)
-      : profile_(profile), identity_(identity) {
-    index_ids(profile.mappings, mappings_by_id_, "mapping");
-    index_ids(profile.functions, functions_by_id_, "function");
-    index_ids(profile.locations, locations_by_id_, "location");
-    stack_rows_.push_back(&stacks_.emplace(std::vector<std::int64_t>{}, 0).first->first);
-
-    for (const ValueType& type : profile.sample_types) sample_types_.push_back(value_type(type));
-    period_type_ = value_type(profile.period_type);
-    for (std::size_t i = 0; i < profile.sample_types.size(); ++i) {
-      if (profile.sample_types[i].type == profile.default_sample_type) default_type_ = i;
-    }
-    // The span's facts again at Profile level, for receivers that group by
-    // Profile; they reuse the samples' attribute entries, so cost a few bytes.
-    for (const auto& [key, value] : {std::pair{span_name_label, identity.span_name},
-                                     std::pair{profile_reason_label, identity.reason}}) {
-      if (!value.empty() && !profile.sample_types.empty()) profile_attributes_.push_back(string_attribute(key, value));
-    }
-    for (std::size_t i = 0; i < profile.samples.size(); ++i) add_sample(i);
-
-    // Indices are int32 on the wire.
-    if (std::max({strings_.entries().size(), attribute_rows_.size(), stack_rows_.size(), location_rows_.size(),
-                  function_rows_.size(), mapping_rows_.size()}) > std::size_t{INT32_MAX}) {
-      throw OtlpInvalidInput("a dictionary table outgrows its int32 indices");
-    }
-  }
-
-  void write(ProtobufWriter& out, const OtlpResource& resource) const {
-    namespace f = otlp_field;
-    out.message_field(f::request::resource_profiles, [&](ProtobufWriter& rp) {
-      if (!resource.attributes.empty()) {
-        rp.message_field(f::resource_profiles::resource, [&](ProtobufWriter& body) {
-          // Not a structured binding: C++17 lambdas cannot capture one (clang refuses).
-          for (const auto& attribute : resource.attributes) {
-            body.message_field(f::resource::attributes, [&](ProtobufWriter& kv) {
-              kv.bytes_field(f::key_value::key, attribute.first);
-              kv.message_field(f::key_value::value, [&](ProtobufWriter& any) {
-                any.bytes_field(f::any_value::string_value, attribute.second);
-              });
-            });
-          }
-        });
-      }
-      rp.message_field(f::resource_profiles::scope_profiles, [&](ProtobufWriter& sp) {
-        sp.message_field(f::scope_profiles::scope, [](ProtobufWriter& scope) {
-          scope.bytes_field(f::scope::name, "spanprof");
-          scope.bytes_field(f::scope::version, SPANPROF_VERSION_STRING);
-        });
-        // The pprof default sample type first (viewers show profiles[0]), then the rest in pprof order.
-        for (std::size_t n = 0; n < sample_types_.size(); ++n) {
-          const std::size_t type = n == 0 ? default_type_ : (n <= default_type_ ? n - 1 : n);
-          sp.message_field(f::scope_profiles::profiles, [&](ProtobufWriter& body) { write_profile(body, type); });
-        }
-      });
-    });
-    out.message_field(f::request::dictionary, [&](ProtobufWriter& body) { write_dictionary(body); });
-  }
-
- private:
-  template <typename T>
-  struct ById { const T* item; std::int64_t index; };  // index: 0 until a sample reaches it
-  using TypeRow = std::pair<std::int64_t, std::int64_t>;  // type, unit
-  struct MappingRow { std::uint64_t start, limit, offset; std::int64_t filename, build_id; };
-  struct FunctionRow { std::int64_t name, system_name, filename; };
-  struct LocationRow { std::int64_t mapping; std::uint64_t address; std::int64_t function, frame_type; };
-  struct AttributeRow { std::int64_t key; bool is_int; std::string_view str; std::int64_t num, unit; };
-  struct SampleRow {
-    std::int64_t stack, link;
-    std::vector<std::int64_t> attributes;
-    std::vector<std::int64_t> values;
-  };
-
-  template <typename T>
-  static void index_ids(const std::vector<T>& items, std::unordered_map<std::uint64_t, ById<T>>& by_id,
-                        const char* what) {
-    for (const T& item : items) {
-      if (item.id == 0) throw OtlpInvalidInput(std::string(what) + " with id 0 (ids start at 1)");
-      if (!by_id.emplace(item.id, ById<T>{&item, 0}).second) {
-        throw OtlpInvalidInput(std::string("two ") + what + "s share id " + std::to_string(item.id));
-      }
-    }
-  }
-
-  // Looks a pprof id up and gives its dictionary index, copying the entry into
-  // the table on first use so entries no sample reaches never get there.
-  template <typename T, typename Row, typename MakeRow>
-  static std::int64_t reach(std::unordered_map<std::uint64_t, ById<T>>& by_id, std::vector<Row>& rows,
-                            std::uint64_t id, const char* what, const char* referrer, std::uint64_t referrer_id,
-                            MakeRow make_row) {
-    const auto it = by_id.find(id);
-    if (it == by_id.end()) {
-      throw OtlpInvalidInput(std::string(referrer) + std::to_string(referrer_id) + " references " + what +
-                             " id " + std::to_string(id) + ", which the profile does not define");
-    }
-    if (it->second.index == 0) {
-      const Row row = make_row(*it->second.item);  // may reach other tables first
-      it->second.index = static_cast<std::int64_t>(rows.size());
-      rows.push_back(row);
-    }
-    return it->second.index;
-  }
-
-  TypeRow value_type(const ValueType& type) { return {strings_.intern(type.type), strings_.intern(type.unit)}; }
-
-  std::int64_t attribute(const AttributeRow& row) {
-    const auto key = std::make_tuple(row.key, row.is_int, row.str, row.num, row.unit);
-    const auto [it, inserted] = attribute_index_.emplace(key, static_cast<std::int64_t>(attribute_rows_.size()));
-    if (inserted) attribute_rows_.push_back(row);
-    return it->second;
-  }
-
-  std::int64_t string_attribute(std::string_view key, std::string_view value) {
-    return attribute(AttributeRow{strings_.intern(key), false, value, 0, 0});
-  }
-
-  std::int64_t location(std::uint64_t id, std::size_t sample) {
-    return reach(locations_by_id_, location_rows_, id, "location", "sample index ", sample, [&](const Location& loc) {
-      // Every spanprof frame is machine code; the attribute is shared by all locations.
-      if (frame_type_ == 0) frame_type_ = string_attribute(otlp_frame_type_key, "native");
-      LocationRow row{0, loc.address, 0, frame_type_};
-      if (loc.mapping_id != 0) {
-        row.mapping = reach(mappings_by_id_, mapping_rows_, loc.mapping_id, "mapping", "location id ", loc.id,
-                            [&](const Mapping& m) {
-                              const std::int64_t build_id =
-                                  m.build_id.empty() ? 0 : string_attribute(otlp_build_id_key, m.build_id);
-                              return MappingRow{m.memory_start, m.memory_limit, m.file_offset,
-                                                strings_.intern(m.filename), build_id};
-                            });
-      }
-      if (loc.function_id != 0) {
-        row.function = reach(functions_by_id_, function_rows_, loc.function_id, "function", "location id ", loc.id,
-                             [&](const Function& fn) {
-                               return FunctionRow{strings_.intern(fn.name), strings_.intern(fn.system_name),
-                                                  strings_.intern(fn.filename)};
-                             });
-      }
-      return row;
-    });
-  }
-
-  void add_sample(std::size_t i) {
-    const Sample& sample = profile_.samples[i];
-    if (sample.values.size() != profile_.sample_types.size()) {
-      throw OtlpInvalidInput("sample index " + std::to_string(i) + " has " + std::to_string(sample.values.size()) +
-                             " values for " + std::to_string(profile_.sample_types.size()) + " sample types");
-    }
-    std::vector<std::int64_t> locations;
-    locations.reserve(sample.location_ids.size());
-    for (const std::uint64_t id : sample.location_ids) locations.push_back(location(id, i));
-    const auto [it, inserted] = stacks_.emplace(std::move(locations), static_cast<std::int64_t>(stack_rows_.size()));
-    if (inserted) stack_rows_.push_back(&it->first);
-
-    SampleRow row{it->second, link_for(sample), {}, {}};
-
-    // attribute_indices MUST keep keys unique; pprof allows repeats, so the first wins.
-    // The attribute rows view the labels' strings: visit the profile's own labels,
-    // never a copy, so the views outlive this call.
-    std::vector<std::int64_t> keys;
-    for_each_label(profile_, sample, [&](const Label& label) {
-      const std::int64_t key = strings_.intern(label.key);
-      if (std::find(keys.begin(), keys.end(), key) != keys.end()) return;
-      keys.push_back(key);
-      // pprof's rule: a label with a string is a string label, whatever is_num says.
-      row.attributes.push_back(label.is_num && label.str.empty()
-                                   ? attribute(AttributeRow{key, true, {}, label.num, strings_.intern(label.num_unit)})
-                                   : attribute(AttributeRow{key, false, label.str, 0, 0}));
-    });
-    const auto [merged, first] =
-        sample_index_.emplace(std::make_tuple(row.stack, row.link, row.attributes), samples_.size());
-    if (first) {
-      row.values = sample.values;
-      samples_.push_back(std::move(row));
-    } else {
-      std::vector<std::int64_t>& values = samples_[merged->second].values;
-      for (std::size_t v = 0; v < values.size(); ++v) values[v] += sample.values[v];
-    }
-  }
-
-  // The link_table index of the span a sample belongs to: its trace_id/span_id
-  // labels, else the identity's span; 0 ("no link") for a span without ids.
-  std::int64_t link_for(const Sample& sample) {
-    SpanContext span = identity_.span;
-    for_each_label(profile_, sample, [&](const Label& label) {
-      if (label.key == trace_id_label) span.trace_id = TraceId::from_hex(label.str);
-      else if (label.key == span_id_label) span.span_id = SpanId::from_hex(label.str);
-    });
-    if (!span.trace_id.valid() && !span.span_id.valid()) return 0;
-    const auto key = std::make_pair(span.trace_id.bytes(), span.span_id.bytes());
-    const auto [it, inserted] = link_index_.emplace(key, static_cast<std::int64_t>(links_.size()));
-    if (inserted) links_.push_back(span);
-    return it->second;
-  }
-
-  static void write_value_type(ProtobufWriter& out, std::uint32_t field, TypeRow type) {
-    out.message_field(field, [&](ProtobufWriter& body) {
-      body.int64_field_if_nonzero(otlp_field::value_type::type_strindex, type.first);
-      body.int64_field_if_nonzero(otlp_field::value_type::unit_strindex, type.second);
-    });
-  }
-
-  void write_profile(ProtobufWriter& out, std::size_t type) const {
-    namespace f = otlp_field::profile;
-    namespace s = otlp_field::sample;
-    write_value_type(out, f::sample_type, sample_types_[type]);
-    for (const SampleRow& row : samples_) {
-      out.message_field(f::samples, [&](ProtobufWriter& body) {
-        body.int64_field_if_nonzero(s::stack_index, row.stack);
-        body.packed_int64_field(s::attribute_indices, row.attributes);
-        body.int64_field_if_nonzero(s::link_index, row.link);
-        // Written even when zero: a Sample needs at least one value or timestamp.
-        const std::int64_t value[1] = {row.values[type]};
-        body.packed_int64_field(s::values, value);
-      });
-    }
-    // The span's clock wins; Profile's is the fallback for callers without one.
-    const std::int64_t start = identity_.start_unix_ns > 0 ? identity_.start_unix_ns : profile_.time_nanos;
-    const std::int64_t duration = identity_.duration_ns > 0 ? identity_.duration_ns : profile_.duration_nanos;
-    if (start > 0) out.fixed64_field(f::time_unix_nano, static_cast<std::uint64_t>(start));
-    if (duration > 0) out.uint64_field(f::duration_nano, static_cast<std::uint64_t>(duration));
-    if (period_type_ != TypeRow{}) write_value_type(out, f::period_type, period_type_);
-    out.int64_field_if_nonzero(f::period, profile_.period);
-    out.packed_int64_field(f::attribute_indices, profile_attributes_);
-  }
-
-  void write_dictionary(ProtobufWriter& out) const {
-    namespace f = otlp_field::dictionary;
-    namespace o = otlp_field;
-    // Every table's row 0 is all defaults, so it encodes as an empty message:
-    // present, as the schema requires, at two bytes.
-    for (const MappingRow& m : mapping_rows_) {
-      out.message_field(f::mapping_table, [&](ProtobufWriter& body) {
-        body.uint64_field_if_nonzero(o::mapping::memory_start, m.start);
-        body.uint64_field_if_nonzero(o::mapping::memory_limit, m.limit);
-        body.uint64_field_if_nonzero(o::mapping::file_offset, m.offset);
-        body.int64_field_if_nonzero(o::mapping::filename_strindex, m.filename);
-        const std::int64_t attributes[1] = {m.build_id};
-        if (m.build_id != 0) body.packed_int64_field(o::mapping::attribute_indices, attributes);
-      });
-    }
-    for (const LocationRow& l : location_rows_) {
-      out.message_field(f::location_table, [&](ProtobufWriter& body) {
-        body.int64_field_if_nonzero(o::location::mapping_index, l.mapping);
-        body.uint64_field_if_nonzero(o::location::address, l.address);
-        // No Line for an unsymbolized frame: receivers then fall back to the address.
-        if (l.function != 0) {
-          body.message_field(o::location::lines,
-                             [&](ProtobufWriter& line) { line.int64_field(o::line::function_index, l.function); });
-        }
-        const std::int64_t attributes[1] = {l.frame_type};
-        if (l.frame_type != 0) body.packed_int64_field(o::location::attribute_indices, attributes);
-      });
-    }
-    for (const FunctionRow& fn : function_rows_) {
-      out.message_field(f::function_table, [&](ProtobufWriter& body) {
-        body.int64_field_if_nonzero(o::function::name_strindex, fn.name);
-        body.int64_field_if_nonzero(o::function::system_name_strindex, fn.system_name);
-        body.int64_field_if_nonzero(o::function::filename_strindex, fn.filename);
-      });
-    }
-    // link_table[0] is the exception: full-length zero ids, which the schema
-    // recommends for codecs that insist on 16- and 8-byte arrays.
-    for (const SpanContext& link : links_) {
-      out.message_field(f::link_table, [&](ProtobufWriter& body) {
-        const auto& trace = link.trace_id.bytes();
-        const auto& span = link.span_id.bytes();
-        body.bytes_field(o::link::trace_id, {reinterpret_cast<const char*>(trace.data()), trace.size()});
-        body.bytes_field(o::link::span_id, {reinterpret_cast<const char*>(span.data()), span.size()});
-      });
-    }
-    for (const std::string_view entry : strings_.entries()) out.bytes_field(f::string_table, entry);
-    for (std::size_t i = 0; i < attribute_rows_.size(); ++i) {
-      out.message_field(f::attribute_table, [&](ProtobufWriter& body) {
-        if (i == 0) return;  // KeyValueAndUnit{}: not even an empty AnyValue
-        const AttributeRow& a = attribute_rows_[i];
-        body.int64_field_if_nonzero(o::key_value_and_unit::key_strindex, a.key);
-        // string_value rather than string_value_strindex: every receiver reads it,
-        // and this table already holds each distinct value once.
-        body.message_field(o::key_value_and_unit::value, [&](ProtobufWriter& any) {
-          if (a.is_int) {
-            any.int64_field(o::any_value::int_value, a.num);
-          } else {
-            any.bytes_field(o::any_value::string_value, a.str);
-          }
-        });
-        body.int64_field_if_nonzero(o::key_value_and_unit::unit_strindex, a.unit);
-      });
-    }
-    for (const std::vector<std::int64_t>* stack : stack_rows_) {
-      out.message_field(f::stack_table,
-                        [&](ProtobufWriter& body) { body.packed_int64_field(o::stack::location_indices, *stack); });
-    }
-  }
-
-  const Profile& profile_;
-  const OtlpSpanIdentity& identity_;
-  PprofStringTable strings_;  // pprof's rules hold here too: each string once, entry 0 ""
-  std::unordered_map<std::uint64_t, ById<Mapping>> mappings_by_id_;
-  std::unordered_map<std::uint64_t, ById<Function>> functions_by_id_;
-  std::unordered_map<std::uint64_t, ById<Location>> locations_by_id_;
-  std::vector<MappingRow> mapping_rows_{MappingRow{}};
-  std::vector<FunctionRow> function_rows_{FunctionRow{}};
-  std::vector<LocationRow> location_rows_{LocationRow{}};
-  std::vector<AttributeRow> attribute_rows_{AttributeRow{}};
-  std::map<std::tuple<std::int64_t, bool, std::string_view, std::int64_t, std::int64_t>, std::int64_t>
-      attribute_index_;
-  std::map<std::vector<std::int64_t>, std::int64_t> stacks_;
-  std::vector<const std::vector<std::int64_t>*> stack_rows_;  // keys of stacks_, by index
-  std::vector<SampleRow> samples_;
-  std::vector<TypeRow> sample_types_;
-  TypeRow period_type_;
-  std::size_t default_type_ = 0;
-  std::vector<std::int64_t> profile_attributes_;
-  std::int64_t frame_type_ = 0;
-  std::vector<SpanContext> links_{SpanContext{}};  // [0]: the zero link
-  std::map<std::pair<std::array<std::uint8_t, 16>, std::array<std::uint8_t, 8>>, std::int64_t> link_index_;
-  std::map<std::tuple<std::int64_t, std::int64_t, std::vector<std::int64_t>>, std::size_t> sample_index_;
-};
-
-}  // namespace detail
-
-// Serializes an ExportProfilesServiceRequest for one span's profile (not
-// compressed). Never throws; on failure `out` is empty and `error` says why.
-inline bool encode_otlp_profiles_request(const Profile& profile, const OtlpSpanIdentity& identity,
-                                         const OtlpResource& resource, std::string& out,
-                                         std::string& error) noexcept {
-  out.clear();
-  try {
-    for (std::size_t i = 0; i < resource.attributes.size(); ++i) {
-      for (std::size_t j = 0; j < i; ++j) {
-        if (resource.attributes[i].first == resource.attributes[j].first) {
-          throw detail::OtlpInvalidInput("resource attribute '" + resource.attributes[i].first + "' appears twice");
-        }
-      }
-    }
-    const detail::OtlpRequestBuilder builder(profile, identity);
-    detail::ProtobufWriter writer(out);
-    builder.write(writer, resource);
-    return true;
-  } catch (const std::exception& e) {
-    const bool invalid = dynamic_cast<const detail::OtlpInvalidInput*>(&e) != nullptr;
-    detail::set_error_message(error, invalid ? "otlp: invalid input: " : "otlp: encoding failed: ");
-    try {
-      error += e.what();
-    } catch (...) {
-    }
-  } catch (...) {
-    detail::set_error_message(error, "otlp: encoding failed");
-  }
-  out.clear();
-  return false;
-}
-
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_PROFILE_OTLP_ENCODER_HPP_
-// ---- end spanprof/profile/otlp_encoder.hpp ----
-// ---- begin spanprof/delivery/backend_options.hpp ----
-// Where the HTTP uploaders send profiles: plain structs, filled from code or from
-// the environment (runtime/environment.hpp). Nothing here needs libcurl, so a
-// build without it can still read and report these settings.
-#ifndef SPANPROF_DELIVERY_BACKEND_OPTIONS_HPP_
-#define SPANPROF_DELIVERY_BACKEND_OPTIONS_HPP_
-
-
-#include <cstdint>
-#include <string>
-#include <utility>
-#include <vector>
-
-SPANPROF_NAMESPACE_BEGIN
-
-struct PyroscopeOptions {
-  // Grafana Pyroscope's ingestion endpoint. push: POST /push.v1.PusherService/Push
-  // (the Connect API, stable and public in Pyroscope's docs, which call /ingest its
-  // legacy path): explicit series labels, CPU and heap of a window in one request.
-  // ingest: POST /ingest, for servers older than Pyroscope 1.0 and proxies that
-  // only know it.
-  enum class Api : std::uint8_t { push, ingest };
-  Api api = Api::push;
-  std::string server_address;    // e.g. http://pyroscope:4040 (a path prefix is kept)
-  std::string application_name;  // the service_name series label; empty: "spanprof"
-  // Static series labels, e.g. {"env", "prod"}. Keep them low-cardinality: span ids
-  // belong in the samples' labels (where spanprof puts them), not here. Names must
-  // be [A-Za-z_][A-Za-z0-9_]*; at most 20 are sent (a series has at most 30 label
-  // names, and the samples' span_name and profile_reason count too).
-  std::vector<std::pair<std::string, std::string>> tags;
-  // Pyroscope keeps span_id and trace_id per sample, but makes every other sample
-  // label a series label: each distinct span_name or profile_reason value is a
-  // series (default limit: 5,000 active series per tenant). Drop labels you do not
-  // query on, or rename them to what your dashboards expect.
-  std::vector<std::string> drop_labels;                            // e.g. {"profile_reason"}
-  std::vector<std::pair<std::string, std::string>> rename_labels;  // e.g. {{"span_name", "endpoint"}}
-  std::string tenant_id;  // X-Scope-OrgID, for multi-tenant Pyroscope
-  HttpOptions http;       // auth, TLS, timeouts, extra headers
-  // Default: the spans of 10 s merged into one profile per kind, as pyroscope-go
-  // sends, cut early at 16,000 samples (Pyroscope's limit) or ~1 MiB of pprof.
-  Delivery delivery = Delivery::batched();
-};
-
-struct OtlpOptions {
-  // Base URL (OTEL_EXPORTER_OTLP_ENDPOINT), e.g. http://collector:4318; the
-  // signal path /v1development/profiles is appended.
-  std::string endpoint;
-  // Full URL used as is (OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT); wins over endpoint.
-  std::string profiles_endpoint;
-  OtlpResource resource;  // service.name and friends
-  HttpOptions http;       // headers (OTEL_EXPORTER_OTLP_HEADERS), TLS, timeouts
-  bool gzip = true;
-  // Default: the spans of 10 s in one ExportProfilesServiceRequest per kind.
-  Delivery delivery = Delivery::batched();
-};
-
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_DELIVERY_BACKEND_OPTIONS_HPP_
-// ---- end spanprof/delivery/backend_options.hpp ----
-// ---- begin spanprof/base/text.hpp ----
-// Small ASCII text helpers and number parsers shared by the parsers of environment
-// variables and HTTP headers. Locale-independent on purpose: these are protocol strings.
-#ifndef SPANPROF_BASE_TEXT_HPP_
-#define SPANPROF_BASE_TEXT_HPP_
-
-
-#include <algorithm>
-#include <cmath>
-#include <cstddef>
-#include <cstdint>
-#include <cstdlib>
-#include <string>
-#include <string_view>
-
-#include <locale.h>
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-constexpr bool is_ascii_space(char c) noexcept {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
-constexpr std::string_view trim_ascii_space(std::string_view text) noexcept {
-  while (!text.empty() && is_ascii_space(text.front())) text.remove_prefix(1);
-  while (!text.empty() && is_ascii_space(text.back())) text.remove_suffix(1);
-  return text;
-}
-
-constexpr char ascii_lower(char c) noexcept { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
-
-constexpr bool equals_ignoring_ascii_case(std::string_view a, std::string_view b) noexcept {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (ascii_lower(a[i]) != ascii_lower(b[i])) return false;
-  return true;
-}
-
-// A plain decimal integer, the whole text and nothing else (an optional sign, then
-// digits). No strtol: it skips leading blanks, accepts "0x" and depends on errno.
-inline bool parse_integer(std::string_view text, std::int64_t& out) noexcept {
-  bool negative = false;
-  if (!text.empty() && (text.front() == '-' || text.front() == '+')) {
-    negative = text.front() == '-';
-    text.remove_prefix(1);
-  }
-  if (text.empty() || text.size() > 18) return false;  // 18 digits always fit an int64
-  std::int64_t value = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return false;
-    value = value * 10 + (c - '0');
-  }
-  out = negative ? -value : value;
-  return true;
-}
-
-// A plain decimal number ("0.25", "1e-3", "10"), the whole text and nothing else:
-// NaN, infinities and hex floats are refused before strtod sees them, and strtod
-// runs in the "C" locale so a host that set a comma decimal locale still reads
-// "0.5" as a half.
-inline bool parse_decimal(std::string_view text, double& out) noexcept {
-  char buffer[128];
-  if (text.empty() || text.size() >= sizeof buffer) return false;
-  for (char c : text) {
-    const bool allowed = (c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-';
-    if (!allowed) return false;
-  }
-  std::copy(text.begin(), text.end(), buffer);
-  buffer[text.size()] = '\0';
-  const locale_t c_locale = ::newlocale(LC_NUMERIC_MASK, "C", static_cast<locale_t>(nullptr));
-  const locale_t previous = c_locale ? ::uselocale(c_locale) : static_cast<locale_t>(nullptr);
-  char* end = nullptr;
-  const double value = std::strtod(buffer, &end);
-  if (c_locale) {
-    ::uselocale(previous);
-    ::freelocale(c_locale);
-  }
-  if (end != buffer + text.size() || !std::isfinite(value)) return false;
-  out = value;
-  return true;
-}
-
-// Outside text echoed in a message: at most `max` bytes, "..." when cut, and
-// anything but printable ASCII as '?', so a message stays one short line that
-// cannot forge another or drive a terminal.
-inline std::string printable_excerpt(std::string_view text, std::size_t max) {
-  std::string out(text.substr(0, max));
-  for (char& c : out) c = c >= 0x20 && c < 0x7f ? c : '?';
-  if (text.size() > max) out += "...";
-  return out;
-}
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_BASE_TEXT_HPP_
-// ---- end spanprof/base/text.hpp ----
-// ---- begin spanprof/delivery/http_client.hpp ----
-// The HTTP transport under the Pyroscope and OTLP uploaders: one POST at a time
-// over libcurl, on spanprof's background thread. Every failure comes back as data
-// in an HttpResponse — nothing is thrown — and classify() turns it into an
-// UploadResult the worker knows how to retry.
-//
-// Why the curl multi interface for a blocking call: curl_easy_perform only lets a
-// progress callback look at an abort flag about once a second while a server
-// stays silent. Driving the transfer ourselves in short poll slices lets shutdown
-// cut an upload short within tens of milliseconds, and costs nothing else.
-#ifndef SPANPROF_DELIVERY_HTTP_CLIENT_HPP_
-#define SPANPROF_DELIVERY_HTTP_CLIENT_HPP_
-
-
-// Only in builds with libcurl (SPANPROF_WITH_CURL=1, which the build systems set
-// when they link it).
-#if SPANPROF_WITH_CURL
-
-#include <curl/curl.h>
-#include <dirent.h>
-#include <fcntl.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <climits>
-#include <cstddef>
-#include <cstdint>
-#include <cstring>
-#include <ctime>
-#include <exception>
-#include <memory>
-#include <mutex>
-#include <new>
-#include <string>
-#include <string_view>
-#include <thread>
-#include <utility>
-#include <vector>
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-struct HttpRequest {
-  std::string url;  // absolute, query included; http:// or https:// only
-  std::vector<std::pair<std::string, std::string>> headers;  // per request, on top of HttpOptions::headers
-  std::string body;              // sent as is; not copied by libcurl
-  std::string content_type;      // e.g. application/x-protobuf; empty: no Content-Type
-  std::string content_encoding;  // e.g. gzip; empty: none
-};
-
-// Three outcomes: a response arrived (status != 0, transport_error false); the
-// network failed (transport_error true: worth retrying); or the request could not
-// be made at all — a malformed URL, an unsupported scheme, an invalid header —
-// (status 0, transport_error false: retrying cannot help).
-struct HttpResponse {
-  long status = 0;               // 0 when no HTTP response arrived
-  bool transport_error = false;  // connect refused, reset, timeout, DNS, TLS, aborted...
-  std::string error;             // curl's error text, or "HTTP 503: <first 200 bytes of body>"; empty on 2xx
-  std::string body;              // the first 64 KiB at most
-  std::chrono::milliseconds retry_after{-1};  // from a Retry-After header (seconds or HTTP-date), else -1
-  bool reused_connection = false;  // sent over a kept-alive connection (no new connect)
-};
-
-inline constexpr std::size_t http_response_body_limit = std::size_t{64} << 10;
-inline constexpr std::size_t http_error_excerpt_limit = 200;
-// How long the transfer loop sleeps before looking at the abort flag again.
-inline constexpr int http_abort_poll_ms = 50;
-
-// curl_global_init is not thread-safe before libcurl 7.84, and curl_easy_init
-// calls it implicitly when nobody did: run it once, before any handle exists.
-// Never paired with curl_global_cleanup — the host (or another library) may use
-// libcurl too, and cleanup at exit races threads still running.
-SPANPROF_API inline CURLcode http_curl_global_init() noexcept {
-  static std::once_flag once;
-  static CURLcode result = CURLE_FAILED_INIT;
-  try {
-    std::call_once(once, [] { result = curl_global_init(CURL_GLOBAL_DEFAULT); });
-  } catch (...) {
-    return CURLE_FAILED_INIT;
-  }
-  return result;
-}
-
-// The descriptors this process has open, sorted; empty if /proc is not there.
-inline std::vector<int> http_open_descriptors() {
-  std::vector<int> descriptors;
-  DIR* directory = ::opendir("/proc/self/fd");
-  if (directory == nullptr) return descriptors;
-  const int own = ::dirfd(directory);  // closed below: the next descriptor opened may reuse it
-  while (const dirent* entry = ::readdir(directory)) {
-    int fd = 0;
-    const char* c = entry->d_name;
-    if (*c < '0' || *c > '9') continue;
-    for (; *c >= '0' && *c <= '9' && fd < 1'000'000'000; ++c) fd = fd * 10 + (*c - '0');
-    if (fd != own) descriptors.push_back(fd);
-  }
-  ::closedir(directory);
-  std::sort(descriptors.begin(), descriptors.end());
-  return descriptors;
-}
-
-// Every socket libcurl holds for spanprof, so that a forked child can close them
-// (http_close_sockets_after_fork): the child never uses the parent's
-// connections, and keeping them open would keep them from closing when the
-// parent closes them. Lock-free, for the fork handler; a socket that finds no
-// free slot is simply not closed in a child.
-struct HttpSocketRegistry {
-  static constexpr std::size_t slots = 256;
-  std::atomic<int> fds[slots];
-
-  HttpSocketRegistry() noexcept {
-    for (auto& fd : fds) fd.store(-1, std::memory_order_relaxed);
-  }
-  void add(int fd) noexcept {
-    for (auto& slot : fds) {
-      int empty = -1;
-      if (slot.compare_exchange_strong(empty, fd, std::memory_order_acq_rel)) return;
-    }
-  }
-  void remove(int fd) noexcept {
-    for (auto& slot : fds) {
-      int expected = fd;
-      if (slot.compare_exchange_strong(expected, -1, std::memory_order_acq_rel)) return;
-    }
-  }
-};
-
-SPANPROF_API inline HttpSocketRegistry& http_socket_registry() noexcept {
-  static HttpSocketRegistry registry;
-  return registry;
-}
-
-// In a forked child (async-signal-safe): closes the parent's libcurl sockets.
-inline void http_close_sockets_after_fork() noexcept {
-  for (auto& slot : http_socket_registry().fds) {
-    const int fd = slot.exchange(-1, std::memory_order_acq_rel);
-    if (fd >= 0) ::close(fd);
-  }
-}
-
-// libcurl before 8.17 creates its multi handle's wake-up socketpair without
-// close-on-exec, and has no option for it: a host that forks and execs would
-// hand both ends to the new program. The Unix-domain sockets that appeared while
-// the handle was created (`before`: the descriptors open just before) are marked
-// close-on-exec and returned. (A host thread creating one at that very moment
-// would get the flag too; it is only ever set on a descriptor nobody asked to
-// inherit.)
-inline std::vector<int> http_close_new_sockets_on_exec(const std::vector<int>& before) noexcept {
-  std::vector<int> marked;
-  try {
-    for (const int fd : http_open_descriptors()) {
-      if (std::binary_search(before.begin(), before.end(), fd)) continue;
-      int domain = 0;
-      socklen_t length = sizeof domain;
-      if (::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &length) != 0 || domain != AF_UNIX) continue;
-      const int flags = ::fcntl(fd, F_GETFD);
-      if (flags < 0 || (flags & FD_CLOEXEC) != 0) continue;
-      ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
-      marked.push_back(fd);
-    }
-  } catch (...) {
-    // Out of memory listing descriptors: they stay as libcurl made them.
-  }
-  return marked;
-}
-
-// An error path must not throw; assigning a message can run out of memory.
-inline void http_set_text(std::string& out, std::string_view text) noexcept {
-  try {
-    out.assign(text.data(), text.size());
-  } catch (...) {
-    out.clear();
-  }
-}
-
-// RFC 9110 token: what a header name may be. Anything else could smuggle a second
-// header or end the head early.
-inline bool http_header_name_valid(std::string_view name) noexcept {
-  if (name.empty()) return false;
-  for (const char c : name) {
-    const bool alnum = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-    if (!alnum && (c == '\0' || std::strchr("!#$%&'*+-.^_`|~", c) == nullptr)) return false;
-  }
-  return true;
-}
-
-inline bool http_header_value_valid(std::string_view value) noexcept {
-  return value.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos;
-}
-
-inline void http_append_base64(std::string_view in, std::string& out) {
-  static constexpr char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::size_t i = 0;
-  for (; i + 3 <= in.size(); i += 3) {
-    const std::uint32_t n = (std::uint32_t{static_cast<unsigned char>(in[i])} << 16) |
-                            (std::uint32_t{static_cast<unsigned char>(in[i + 1])} << 8) |
-                            std::uint32_t{static_cast<unsigned char>(in[i + 2])};
-    out += alphabet[(n >> 18) & 63];
-    out += alphabet[(n >> 12) & 63];
-    out += alphabet[(n >> 6) & 63];
-    out += alphabet[n & 63];
-  }
-  const std::size_t left = in.size() - i;
-  if (left == 0) return;
-  std::uint32_t n = std::uint32_t{static_cast<unsigned char>(in[i])} << 16;
-  if (left == 2) n |= std::uint32_t{static_cast<unsigned char>(in[i + 1])} << 8;
-  out += alphabet[(n >> 18) & 63];
-  out += alphabet[(n >> 12) & 63];
-  out += left == 2 ? alphabet[(n >> 6) & 63] : '=';
-  out += '=';
-}
-
-// Percent-encodes everything but RFC 3986's unreserved characters, so the result
-// is safe in any URL component (a query value, a path segment).
-inline std::string url_encode(std::string_view in) {
-  static constexpr char hex[] = "0123456789ABCDEF";
-  std::string out;
-  out.reserve(in.size() + in.size() / 2);
-  for (const char c : in) {
-    const auto u = static_cast<unsigned char>(c);
-    const bool unreserved = (u >= '0' && u <= '9') || (u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z') ||
-                            u == '-' || u == '.' || u == '_' || u == '~';
-    if (unreserved) {
-      out += c;
-    } else {
-      out += '%';
-      out += hex[u >> 4];
-      out += hex[u & 15];
-    }
-  }
-  return out;
-}
-
-// Retry-After (RFC 9110 §10.2.3): delay-seconds or an HTTP-date, relative to
-// `now`. A date in the past means "now" (0); anything unparsable gives -1.
-inline std::chrono::milliseconds http_parse_retry_after(std::string_view value, std::time_t now) noexcept {
-  // Capped only so the arithmetic cannot overflow; the uploader applies its own limit.
-  constexpr std::int64_t max_seconds = 999'999'999;
-  value = trim_ascii_space(value);
-  if (value.empty()) return std::chrono::milliseconds(-1);
-  if (value.find_first_not_of("0123456789") == std::string_view::npos) {
-    std::int64_t seconds = 0;
-    for (const char c : value) {
-      seconds = seconds * 10 + (c - '0');
-      if (seconds > max_seconds) {
-        seconds = max_seconds;
-        break;
-      }
-    }
-    return std::chrono::milliseconds(seconds * 1000);
-  }
-  char date[64];  // the longest HTTP-date form (RFC 850) is 41 characters
-  if (value.size() >= sizeof date) return std::chrono::milliseconds(-1);
-  std::memcpy(date, value.data(), value.size());
-  date[value.size()] = '\0';
-  const std::time_t when = curl_getdate(date, nullptr);
-  if (when == static_cast<std::time_t>(-1)) return std::chrono::milliseconds(-1);
-  if (when <= now) return std::chrono::milliseconds(0);
-  // curl accepts any year from 1583 on: "Sun, 06 Nov 2147483647 08:49:37 GMT" is
-  // 6.8e16 s away, which would overflow as milliseconds.
-  const auto seconds = static_cast<std::int64_t>(std::min<std::time_t>(when - now, max_seconds));
-  return std::chrono::milliseconds(seconds * 1000);
-}
-
-// One line of a response head as libcurl hands it to the header callback (CR LF
-// included, the status line too), into `response`. Apart from the callback so the
-// parsing of what a server sends can be tested without a server.
-inline void http_read_header_line(std::string_view line, std::time_t now, HttpResponse& response) noexcept {
-  if (line.rfind("HTTP/", 0) == 0) {
-    // A new response head (after a 100 Continue, say): forget the previous one's.
-    response.retry_after = std::chrono::milliseconds(-1);
-    return;
-  }
-  const std::size_t colon = line.find(':');
-  if (colon != std::string_view::npos && equals_ignoring_ascii_case(trim_ascii_space(line.substr(0, colon)), "Retry-After"))
-    response.retry_after = http_parse_retry_after(line.substr(colon + 1), now);
-}
-
-// Up to http_error_excerpt_limit bytes of a response body for an error message:
-// a body can be anything, and the message may end up on one line of a log.
-inline void http_append_excerpt(std::string_view body, std::string& out) {
-  const std::size_t start = out.size();
-  for (const char c : body.substr(0, http_error_excerpt_limit)) {
-    const auto u = static_cast<unsigned char>(c);
-    out += (u < 0x20 || u == 0x7f) ? ' ' : c;
-  }
-  while (out.size() > start && out.back() == ' ') out.pop_back();
-}
-
-struct HttpHeaderListDeleter {
-  void operator()(curl_slist* list) const noexcept { curl_slist_free_all(list); }
-};
-using HttpHeaderList = std::unique_ptr<curl_slist, HttpHeaderListDeleter>;
-
-class HttpClient {
- public:
-  explicit HttpClient(HttpOptions options) noexcept : options_(std::move(options)) {}
-  ~HttpClient() { release_handles(); }
-  HttpClient(const HttpClient&) = delete;
-  HttpClient& operator=(const HttpClient&) = delete;
-
-  // Blocking, on the caller's (background) thread; concurrent calls take turns.
-  // `abort` (may be null) is checked every http_abort_poll_ms, so shutdown can cut
-  // a transfer short: the result is then a transport_error with error "aborted".
-  HttpResponse post(const HttpRequest& request, const std::atomic<bool>* abort = nullptr) noexcept {
-    HttpResponse response;
-    try {
-      std::lock_guard<std::mutex> lock(mutex_);
-      perform(request, abort, response);
-    } catch (const std::exception& e) {
-      fail(response, true, e.what());
-    } catch (...) {
-      fail(response, true, "unknown exception");
-    }
-    return response;
-  }
-
-  const HttpOptions& options() const noexcept { return options_; }
-
- private:
-  // What the callbacks fill in while a transfer runs.
-  struct Transfer {
-    HttpResponse* response = nullptr;
-  };
-
-  // Keeps the easy handle attached to the multi handle for one transfer only, so
-  // every exit path leaves it free for curl_easy_reset.
-  struct Attachment {
-    CURLM* multi;
-    CURL* easy;
-    ~Attachment() { curl_multi_remove_handle(multi, easy); }
-  };
-
-  static void fail(HttpResponse& response, bool transport, std::string_view message) noexcept {
-    response.transport_error = transport;
-    http_set_text(response.error, message);
-  }
-
-  // libcurl before 8.17 opens its sockets without close-on-exec: a host that
-  // forks and execs would hand spanprof's connections to the new program (and
-  // keep them open there). Opened here with SOCK_CLOEXEC, which leaves no window
-  // for a concurrent fork.
-  static curl_socket_t open_socket(void*, curlsocktype, curl_sockaddr* address) noexcept {
-    const int fd = ::socket(address->family, address->socktype | SOCK_CLOEXEC, address->protocol);
-    if (fd >= 0) http_socket_registry().add(fd);
-    return fd;
-  }
-  static int close_socket(void*, curl_socket_t fd) noexcept {
-    http_socket_registry().remove(fd);
-    return ::close(fd);
-  }
-
-  // Easy handle first: it is never left attached, and the multi handle owns the
-  // connection cache that its cleanup closes. In a forked child the handles are
-  // the parent's (their sockets closed by the fork handler, their numbers maybe
-  // reused since): they are dropped without a cleanup that would touch them.
-  void release_handles() noexcept {
-    const bool ours = handles_pid_ == ::getpid();
-    for (const int fd : wakeup_fds_) http_socket_registry().remove(fd);
-    wakeup_fds_.clear();
-    if (ours && easy_ != nullptr) curl_easy_cleanup(easy_);
-    if (ours && multi_ != nullptr) curl_multi_cleanup(multi_);
-    easy_ = nullptr;
-    multi_ = nullptr;
-  }
-
-  static std::size_t on_body(char* data, std::size_t size, std::size_t count, void* user) noexcept {
-    const std::size_t n = size * count;
-    auto& body = static_cast<Transfer*>(user)->response->body;
-    try {
-      if (body.size() < http_response_body_limit)
-        body.append(data, std::min(n, http_response_body_limit - body.size()));
-    } catch (...) {
-    }
-    // The rest is read and dropped rather than refused: refusing would fail the
-    // transfer and close a connection that is fine to reuse.
-    return n;
-  }
-
-  static std::size_t on_header(char* data, std::size_t size, std::size_t count, void* user) noexcept {
-    const std::size_t n = size * count;
-    http_read_header_line(std::string_view(data, n), std::time(nullptr), *static_cast<Transfer*>(user)->response);
-    return n;
-  }
-
-  // Every header once, with its last value: built-ins, then HttpOptions::headers,
-  // then the request's. No list, and `invalid` set, when a header must not be sent.
-  HttpHeaderList build_headers(const HttpRequest& request, std::string& invalid) const {
-    struct Field {
-      std::string_view name;
-      std::string value;
-    };
-    std::vector<Field> fields;
-    const auto set = [&fields](std::string_view name, std::string value) {
-      for (auto& field : fields) {
-        if (equals_ignoring_ascii_case(field.name, name)) {
-          field.value = std::move(value);
-          return;
-        }
-      }
-      fields.push_back({name, std::move(value)});
-    };
-    if (!request.content_type.empty()) set("Content-Type", request.content_type);
-    if (!request.content_encoding.empty()) set("Content-Encoding", request.content_encoding);
-    if (!options_.bearer_token.empty()) {
-      set("Authorization", "Bearer " + options_.bearer_token);
-    } else if (!options_.basic_auth_user.empty()) {
-      std::string value = "Basic ";
-      http_append_base64(options_.basic_auth_user + ':' + options_.basic_auth_password, value);
-      set("Authorization", std::move(value));
-    }
-    for (const auto* list : {&options_.headers, &request.headers})
-      for (const auto& header : *list) set(header.first, header.second);
-
-    HttpHeaderList headers;
-    const auto append = [&headers](const std::string& line) {
-      curl_slist* head = curl_slist_append(headers.get(), line.c_str());
-      if (head == nullptr) throw std::bad_alloc();
-      (void)headers.release();  // the same list, now one longer (or new when it was empty)
-      headers.reset(head);
-    };
-    bool has_expect = false, has_content_type = false;
-    for (const auto& field : fields) {
-      if (!http_header_name_valid(field.name) || !http_header_value_valid(field.value)) {
-        invalid = "invalid HTTP header \"" + std::string(field.name.substr(0, 64)) + '"';
-        return nullptr;
-      }
-      has_expect = has_expect || equals_ignoring_ascii_case(field.name, "Expect");
-      has_content_type = has_content_type || equals_ignoring_ascii_case(field.name, "Content-Type");
-      // "Name:" with nothing after it tells libcurl to drop the header; "Name;" sends it empty.
-      append(std::string(field.name) + (field.value.empty() ? ";" : ": " + field.value));
-    }
-    // libcurl asks larger bodies to wait for "100 Continue": one more round trip
-    // on every upload, for servers that would refuse a body we send anyway.
-    if (!has_expect) append("Expect:");
-    // Otherwise libcurl labels a POST body application/x-www-form-urlencoded.
-    if (!has_content_type) append("Content-Type:");
-    return headers;
-  }
-
-  // Every option, every time: curl_easy_reset keeps the connection and DNS caches
-  // but no option of the previous request (its body and header list are gone).
-  CURLcode configure(const HttpRequest& request, curl_slist* headers, Transfer& transfer, const char*& failed) {
-    CURLcode rc = CURLE_OK;
-    const auto check = [&rc, &failed](CURLcode code, const char* option) {
-      if (rc == CURLE_OK && code != CURLE_OK) {
-        rc = code;
-        failed = option;
-      }
-    };
-    const auto millis = [](std::chrono::milliseconds d) {
-      return static_cast<long>(std::clamp<std::int64_t>(d.count(), 0, LONG_MAX));
-    };
-    check(curl_easy_setopt(easy_, CURLOPT_ERRORBUFFER, error_buffer_), "CURLOPT_ERRORBUFFER");
-    check(curl_easy_setopt(easy_, CURLOPT_URL, request.url.c_str()), "CURLOPT_URL");
-    // An endpoint from configuration must not turn into file:// or something stranger.
-#if LIBCURL_VERSION_NUM >= 0x075500
-    check(curl_easy_setopt(easy_, CURLOPT_PROTOCOLS_STR, "http,https"), "CURLOPT_PROTOCOLS_STR");
-#else
-    check(curl_easy_setopt(easy_, CURLOPT_PROTOCOLS, static_cast<long>(CURLPROTO_HTTP | CURLPROTO_HTTPS)),
-          "CURLOPT_PROTOCOLS");
-#endif
-    // Signals are not for libcurl to take in a multi-threaded host (its DNS
-    // timeout would use SIGALRM); the threaded resolver needs none.
-    check(curl_easy_setopt(easy_, CURLOPT_NOSIGNAL, 1L), "CURLOPT_NOSIGNAL");
-    using OpenSocket = curl_socket_t (*)(void*, curlsocktype, curl_sockaddr*);
-    using CloseSocket = int (*)(void*, curl_socket_t);
-    check(curl_easy_setopt(easy_, CURLOPT_OPENSOCKETFUNCTION, static_cast<OpenSocket>(&open_socket)),
-          "CURLOPT_OPENSOCKETFUNCTION");
-    check(curl_easy_setopt(easy_, CURLOPT_CLOSESOCKETFUNCTION, static_cast<CloseSocket>(&close_socket)),
-          "CURLOPT_CLOSESOCKETFUNCTION");
-    check(curl_easy_setopt(easy_, CURLOPT_POST, 1L), "CURLOPT_POST");
-    check(curl_easy_setopt(easy_, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size())),
-          "CURLOPT_POSTFIELDSIZE_LARGE");
-    // Borrowed, not copied: profiles can be megabytes, and `request` outlives the transfer.
-    check(curl_easy_setopt(easy_, CURLOPT_POSTFIELDS, request.body.data()), "CURLOPT_POSTFIELDS");
-    check(curl_easy_setopt(easy_, CURLOPT_HTTPHEADER, headers), "CURLOPT_HTTPHEADER");
-    check(curl_easy_setopt(easy_, CURLOPT_USERAGENT, "spanprof/" SPANPROF_VERSION_STRING), "CURLOPT_USERAGENT");
-    check(curl_easy_setopt(easy_, CURLOPT_CONNECTTIMEOUT_MS, millis(options_.connect_timeout)),
-          "CURLOPT_CONNECTTIMEOUT_MS");
-    check(curl_easy_setopt(easy_, CURLOPT_TIMEOUT_MS, millis(options_.timeout)), "CURLOPT_TIMEOUT_MS");
-    using Callback = std::size_t (*)(char*, std::size_t, std::size_t, void*);
-    check(curl_easy_setopt(easy_, CURLOPT_WRITEFUNCTION, static_cast<Callback>(&on_body)), "CURLOPT_WRITEFUNCTION");
-    check(curl_easy_setopt(easy_, CURLOPT_WRITEDATA, &transfer), "CURLOPT_WRITEDATA");
-    check(curl_easy_setopt(easy_, CURLOPT_HEADERFUNCTION, static_cast<Callback>(&on_header)),
-          "CURLOPT_HEADERFUNCTION");
-    check(curl_easy_setopt(easy_, CURLOPT_HEADERDATA, &transfer), "CURLOPT_HEADERDATA");
-    check(curl_easy_setopt(easy_, CURLOPT_SSL_VERIFYPEER, options_.verify_tls ? 1L : 0L), "CURLOPT_SSL_VERIFYPEER");
-    check(curl_easy_setopt(easy_, CURLOPT_SSL_VERIFYHOST, options_.verify_tls ? 2L : 0L), "CURLOPT_SSL_VERIFYHOST");
-    if (!options_.ca_file.empty())
-      check(curl_easy_setopt(easy_, CURLOPT_CAINFO, options_.ca_file.c_str()), "CURLOPT_CAINFO");
-    if (!options_.client_cert_file.empty())
-      check(curl_easy_setopt(easy_, CURLOPT_SSLCERT, options_.client_cert_file.c_str()), "CURLOPT_SSLCERT");
-    if (!options_.client_key_file.empty())
-      check(curl_easy_setopt(easy_, CURLOPT_SSLKEY, options_.client_key_file.c_str()), "CURLOPT_SSLKEY");
-    if (!options_.proxy.empty())
-      check(curl_easy_setopt(easy_, CURLOPT_PROXY, options_.proxy.c_str()), "CURLOPT_PROXY");
-    if (!options_.no_proxy.empty())
-      check(curl_easy_setopt(easy_, CURLOPT_NOPROXY, options_.no_proxy.c_str()), "CURLOPT_NOPROXY");
-    return rc;
-  }
-
-  // Failures of the request itself rather than of the network: the same request
-  // would fail the same way forever.
-  static bool is_request_error(CURLcode code) noexcept {
-    switch (code) {
-      case CURLE_UNSUPPORTED_PROTOCOL:
-      case CURLE_URL_MALFORMAT:
-      case CURLE_NOT_BUILT_IN:
-      case CURLE_BAD_FUNCTION_ARGUMENT:
-      case CURLE_UNKNOWN_OPTION:
-        return true;
-      default:
-        return false;
-    }
-  }
-
-  // curl's own detail when it has some, under its generic text unless the detail
-  // already says it.
-  std::string curl_error(CURLcode code) const {
-    const std::string_view generic = curl_easy_strerror(code);
-    const std::string_view detail(error_buffer_, ::strnlen(error_buffer_, sizeof error_buffer_));
-    const std::string_view trimmed = trim_ascii_space(detail);
-    if (trimmed.empty()) return std::string(generic);
-    if (trimmed.find(generic) != std::string_view::npos) return std::string(trimmed);
-    return std::string(generic) + ": " + std::string(trimmed);
-  }
-
-  // Drives one transfer in short slices. True when it ran to an end (`result`
-  // says how); false when aborted or when the multi interface itself failed.
-  bool run(const std::atomic<bool>* abort, CURLcode& result, std::string& failure) {
-    CURLMcode mc = curl_multi_add_handle(multi_, easy_);
-    if (mc != CURLM_OK) {
-      failure = std::string("curl_multi_add_handle: ") + curl_multi_strerror(mc);
-      return false;
-    }
-    const Attachment attachment{multi_, easy_};
-    for (;;) {
-      int running = 0;
-      mc = curl_multi_perform(multi_, &running);
-      if (mc != CURLM_OK) {
-        failure = std::string("curl_multi_perform: ") + curl_multi_strerror(mc);
-        return false;
-      }
-      int queued = 0;
-      while (const CURLMsg* message = curl_multi_info_read(multi_, &queued)) {
-        if (message->msg == CURLMSG_DONE && message->easy_handle == easy_) {
-          result = message->data.result;
-          return true;
-        }
-      }
-      if (running == 0) {
-        failure = "the transfer ended without a result";
-        return false;
-      }
-      if (abort != nullptr && abort->load(std::memory_order_acquire)) {
-        // Removing the unfinished transfer makes libcurl close its connection.
-        failure = "aborted";
-        return false;
-      }
-#if LIBCURL_VERSION_NUM >= 0x074200
-      mc = curl_multi_poll(multi_, nullptr, 0, http_abort_poll_ms, nullptr);
-#else
-      // curl_multi_wait returns at once when libcurl has no socket to offer yet.
-      int ready = 0;
-      mc = curl_multi_wait(multi_, nullptr, 0, http_abort_poll_ms, &ready);
-      if (mc == CURLM_OK && ready == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-#endif
-      if (mc != CURLM_OK) {
-        failure = std::string("curl_multi_poll: ") + curl_multi_strerror(mc);
-        return false;
-      }
-    }
-  }
-
-  void perform(const HttpRequest& request, const std::atomic<bool>* abort, HttpResponse& response) {
-    if (abort != nullptr && abort->load(std::memory_order_acquire)) return fail(response, true, "aborted");
-    const CURLcode init = http_curl_global_init();
-    if (init != CURLE_OK) return fail(response, true, std::string("curl_global_init: ") + curl_easy_strerror(init));
-    // Created on first use (on the worker thread) and kept: the multi handle holds
-    // the connection cache that keep-alive reuses. A failed creation is retried
-    // by the next post.
-    if ((easy_ != nullptr || multi_ != nullptr) && handles_pid_ != ::getpid()) release_handles();
-    handles_pid_ = ::getpid();
-    if (easy_ == nullptr) easy_ = curl_easy_init();
-    if (multi_ == nullptr) {
-      const std::vector<int> before = http_open_descriptors();
-      multi_ = curl_multi_init();
-      if (multi_ != nullptr) {
-        wakeup_fds_ = http_close_new_sockets_on_exec(before);
-        for (const int fd : wakeup_fds_) http_socket_registry().add(fd);
-      }
-    }
-    if (easy_ == nullptr || multi_ == nullptr) return fail(response, true, "cannot create a libcurl handle");
-
-    std::string invalid;
-    const HttpHeaderList headers = build_headers(request, invalid);
-    if (!invalid.empty()) return fail(response, false, invalid);
-
-    curl_easy_reset(easy_);
-    error_buffer_[0] = '\0';
-    Transfer transfer{&response};
-    const char* failed_option = "";
-    const CURLcode configured = configure(request, headers.get(), transfer, failed_option);
-    if (configured != CURLE_OK) {
-      return fail(response, configured == CURLE_OUT_OF_MEMORY,
-                  std::string(failed_option) + ": " + curl_easy_strerror(configured));
-    }
-
-    CURLcode result = CURLE_OK;
-    std::string failure;
-    const bool finished = run(abort, result, failure);
-    // Neither the borrowed body nor the header list may outlive this call.
-    curl_easy_setopt(easy_, CURLOPT_POSTFIELDS, static_cast<const char*>(nullptr));
-    curl_easy_setopt(easy_, CURLOPT_HTTPHEADER, static_cast<curl_slist*>(nullptr));
-    if (!finished) return fail(response, true, failure);
-
-    long status = 0;
-    if (curl_easy_getinfo(easy_, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK) response.status = status;
-    if (result != CURLE_OK) return fail(response, !is_request_error(result), curl_error(result));
-    long connects = 0;
-    response.reused_connection =
-        curl_easy_getinfo(easy_, CURLINFO_NUM_CONNECTS, &connects) == CURLE_OK && connects == 0;
-    if (response.status < 200 || response.status > 299) {
-      std::string message = "HTTP " + std::to_string(response.status);
-      if (!response.body.empty()) {
-        message += ": ";
-        http_append_excerpt(response.body, message);
-      }
-      response.error = std::move(message);
-    }
-  }
-
-  const HttpOptions options_;
-  std::mutex mutex_;  // one transfer at a time on the handles below
-  CURL* easy_ = nullptr;
-  CURLM* multi_ = nullptr;
-  pid_t handles_pid_ = 0;        // the process the handles were made in
-  std::vector<int> wakeup_fds_;  // the multi handle's socketpair, in the registry
-  char error_buffer_[CURL_ERROR_SIZE] = {};
-};
-
-// 2xx: ok. Transport errors, 408, 429 and 5xx: retryable. Anything else — another
-// 4xx, a redirect (not followed), a request that could not be made — permanent.
-// `what` prefixes the message, e.g. "pyroscope".
-inline UploadResult classify(const HttpResponse& response, std::string_view what) noexcept {
-  using Status = UploadResult::Status;
-  const long code = response.status;
-  Status status = Status::permanent_failure;
-  if (response.transport_error || code == 408 || code == 429 || (code >= 500 && code <= 599)) {
-    status = Status::retryable_failure;
-  } else if (code >= 200 && code <= 299) {
-    return UploadResult::ok();
-  }
-  UploadResult result{status, {}, response.retry_after};
-  try {
-    std::string& message = result.message;
-    if (!what.empty()) {
-      message.assign(what.data(), what.size());
-      message += ": ";
-    }
-    if (!response.error.empty()) {
-      message += response.error;
-    } else {
-      message += code != 0 ? "HTTP " + std::to_string(code) : std::string("request failed");
-    }
-    if (response.retry_after.count() >= 0)
-      message += " (Retry-After " + std::to_string(response.retry_after.count() / 1000) + " s)";
-  } catch (...) {
-  }
-  return result;
-}
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_WITH_CURL
-
-#endif  // SPANPROF_DELIVERY_HTTP_CLIENT_HPP_
-// ---- end spanprof/delivery/http_client.hpp ----
-// ---- begin spanprof/delivery/otlp_uploader.hpp ----
-// Sends each profile to an OpenTelemetry collector as OTLP/HTTP:
-//
-//   POST {endpoint}/v1development/profiles
-//   Content-Type: application/x-protobuf, Content-Encoding: gzip
-//   body: ExportProfilesServiceRequest (otlp_encoder.hpp), its dictionary's link
-//         table holding every span's trace and span ids, each sample linked to its
-//         span; by default the spans of a 10 s window in one request per kind
-//
-// OTLP profiles are a Development signal: the collector needs the feature gate
-// `service.profilesSupport`. Needs libcurl (spanprof::curl / `spanprof-curl`).
-#ifndef SPANPROF_DELIVERY_OTLP_UPLOADER_HPP_
-#define SPANPROF_DELIVERY_OTLP_UPLOADER_HPP_
-
-
-#include <string>
-#include <utility>
-
-SPANPROF_NAMESPACE_BEGIN
-
-#if SPANPROF_ENABLED && SPANPROF_WITH_CURL
-
-class OtlpUploader final : public BasicUploader<std::mutex> {
- public:
-  explicit OtlpUploader(OtlpOptions options) noexcept : options_(std::move(options)), client_(options_.http) {
-    if (!options_.profiles_endpoint.empty()) {
-      url_ = options_.profiles_endpoint;
-    } else if (!options_.endpoint.empty()) {
-      url_ = options_.endpoint;
-      while (!url_.empty() && url_.back() == '/') url_.pop_back();
-      url_ += otlp_profiles_http_path;
-    }
-  }
-
-  std::string_view name() const noexcept override { return "otlp"; }
-  Delivery delivery() const noexcept override { return options_.delivery; }
-  const OtlpOptions& options() const noexcept { return options_; }
-  const std::string& url() const noexcept { return url_; }
-
- protected:
-  UploadResult upload_(const EncodedProfile& profile) override {
-    std::string payload, error;
-    if (!encode_payload_(profile, payload, error)) return UploadResult::permanent(error);
-    return upload_payload_(profile, payload);
-  }
-
-  // The ExportProfilesServiceRequest, gzip'd unless configured otherwise: what is
-  // posted, and what the spool keeps during an outage (no re-encoding after).
-  bool encode_payload_(const EncodedProfile& profile, std::string& payload, std::string& error) override {
-    if (profile.profile == nullptr) {
-      error = "otlp: the profile's symbolized model is missing";
-      return false;
-    }
-    // A batch's samples carry their spans' ids; only a single span has a name and
-    // a reason to state at profile level.
-    const bool one_span = profile.span_count <= 1;
-    const std::string_view reason = one_span ? to_string(profile.reason) : std::string_view();
-    const OtlpSpanIdentity identity{profile.span, one_span ? std::string_view(profile.span_name) : std::string_view(),
-                                    profile.kind, profile.start_unix_ns, profile.duration_ns, reason};
-    std::string message;
-    if (!encode_otlp_profiles_request(*profile.profile, identity, options_.resource, message, error)) return false;
-    if (!options_.gzip) {
-      payload = std::move(message);
-      return true;
-    }
-    if (!detail::gzip_compress(message, payload, error)) {
-      error = "otlp: " + error;
-      return false;
-    }
-    return true;
-  }
-
-  UploadResult upload_payload_(const EncodedProfile& profile, const std::string& payload) override {
-    if (url_.empty()) return UploadResult::permanent("otlp: no endpoint configured");
-    detail::HttpRequest request;
-    request.url = url_;
-    request.content_type = std::string(otlp_profiles_content_type);
-    if (options_.gzip) request.content_encoding = "gzip";
-    request.body = payload;
-    return detail::classify(client_.post(request, profile.cancelled), "otlp");
-  }
-
- private:
-  OtlpOptions options_;
-  detail::HttpClient client_;
-  std::string url_;
-};
-
-#elif !SPANPROF_ENABLED
-
-// Compiled out with the SDK: the type exists so one source builds both ways, and
-// needs no libcurl.
-class OtlpUploader final : public BasicUploader<NullMutex> {
- public:
-  explicit OtlpUploader(OtlpOptions options) noexcept : options_(std::move(options)) {}
-  std::string_view name() const noexcept override { return "otlp"; }
-  Delivery delivery() const noexcept override { return options_.delivery; }
-  const OtlpOptions& options() const noexcept { return options_; }
-
- protected:
-  UploadResult upload_(const EncodedProfile&) override { return UploadResult::ok(); }
-
- private:
-  OtlpOptions options_;
-};
-
-#endif
-
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_DELIVERY_OTLP_UPLOADER_HPP_
-// ---- end spanprof/delivery/otlp_uploader.hpp ----
-// ---- begin spanprof/delivery/pyroscope_uploader.hpp ----
-// Sends profiles to Grafana Pyroscope, where Grafana's "Traces to profiles" finds a
-// span's samples by their span_id label:
-//
-//   POST {server}/push.v1.PusherService/Push          (default; Connect, application/proto)
-//   body: PushRequest{series: [{labels: __name__=process_cpu|memory, service_name,
-//         tags; samples: [{raw_profile: the gzip'd pprof, ID: a UUID}]}]}
-//
-// or, with PyroscopeOptions::api = ingest, the legacy
-//
-//   POST {server}/ingest?name=<app>.<cpu|memory>{<tags>}&from&until&format=pprof&...
-//
-// By default the spans of a 10 s window arrive as one profile per kind
-// (PyroscopeOptions::delivery). Needs libcurl (CMake spanprof::curl, Meson's curl
-// feature, pkg-config spanprof-curl). Runs on spanprof's background thread only.
-#ifndef SPANPROF_DELIVERY_PYROSCOPE_UPLOADER_HPP_
-#define SPANPROF_DELIVERY_PYROSCOPE_UPLOADER_HPP_
-
-
-#include <algorithm>
-#include <cstdint>
-#include <cstdio>
-#include <random>
-#include <string>
-#include <utility>
-#include <vector>
-
-SPANPROF_NAMESPACE_BEGIN
-
-#if SPANPROF_ENABLED && SPANPROF_WITH_CURL
-
-namespace detail {
-
-// push.v1.PushRequest and types.v1.LabelPair (grafana/pyroscope api/push/v1,
-// api/types/v1): the field numbers, named.
-namespace pyroscope_field {
-inline constexpr std::uint32_t push_request_series = 1;
-inline constexpr std::uint32_t series_labels = 1, series_samples = 2;
-inline constexpr std::uint32_t label_name = 1, label_value = 2;
-inline constexpr std::uint32_t sample_raw_profile = 1, sample_id = 2;
-}  // namespace pyroscope_field
-
-// Pyroscope's series label names follow Prometheus': [A-Za-z_][A-Za-z0-9_]*.
-inline std::string pyroscope_label_name(std::string_view name) {
-  std::string out(name);
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    const char c = out[i];
-    const bool ok = c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (i > 0 && c >= '0' && c <= '9');
-    if (!ok) out[i] = '_';
-  }
-  return out.empty() ? std::string("_") : out;
-}
-
-inline constexpr std::size_t pyroscope_max_label_value = 2048;
-
-// How Pyroscope names each kind: the Push API's __name__ (profile types
-// process_cpu:cpu:nanoseconds:cpu:nanoseconds, memory:alloc_space:bytes:space:bytes,
-// wall:wall:nanoseconds:wall:nanoseconds), or /ingest's name suffix.
-constexpr std::string_view pyroscope_profile_name(ProfileKind kind, bool push) noexcept {
-  switch (kind) {
-    case ProfileKind::cpu: return push ? "process_cpu" : "cpu";
-    case ProfileKind::heap: return "memory";
-    case ProfileKind::wall: return "wall";
-  }
-  return "unknown";
-}
-inline constexpr std::size_t pyroscope_max_tags = 20;
-
-// A random version-4 UUID, the profile's ID in a push.
-inline std::string random_uuid(std::mt19937_64& rng) {
-  std::uint64_t high = rng(), low = rng();
-  high = (high & ~0xF000ull) | 0x4000ull;                   // version 4
-  low = (low & ~(0xC000000000000000ull)) | 0x8000000000000000ull;  // variant 10
-  char text[37];
-  std::snprintf(text, sizeof text, "%08x-%04x-%04x-%04x-%012llx", static_cast<unsigned>(high >> 32),
-                static_cast<unsigned>((high >> 16) & 0xFFFF), static_cast<unsigned>(high & 0xFFFF),
-                static_cast<unsigned>(low >> 48), static_cast<unsigned long long>(low & 0xFFFFFFFFFFFFull));
-  return text;
-}
-
-}  // namespace detail
-
-class PyroscopeUploader final : public BasicUploader<std::mutex> {
- public:
-  explicit PyroscopeUploader(PyroscopeOptions options) noexcept
-      : options_(std::move(options)), client_(with_tenant(options_)) {
-    while (!options_.server_address.empty() && options_.server_address.back() == '/')
-      options_.server_address.pop_back();
-    if (options_.application_name.empty()) options_.application_name = "spanprof";
-    if (options_.tags.size() > detail::pyroscope_max_tags) {
-      report_error(ErrorCode::invalid_configuration, "pyroscope: more than 20 tags; the rest are not sent");
-      options_.tags.resize(detail::pyroscope_max_tags);
-    }
-    for (auto& [name, value] : options_.tags) {
-      name = detail::pyroscope_label_name(name);
-      if (value.size() > detail::pyroscope_max_label_value) value.resize(detail::pyroscope_max_label_value);
-    }
-    std::random_device seed;
-    rng_.seed((static_cast<std::uint64_t>(seed()) << 32) ^ seed());
-  }
-
-  std::string_view name() const noexcept override { return "pyroscope"; }
-  Delivery delivery() const noexcept override { return options_.delivery; }
-  const PyroscopeOptions& options() const noexcept { return options_; }
-
-  // Where a profile is sent; public so operators (and tests) can see it.
-  std::string url(const EncodedProfile& profile) const {
-    if (options_.api == PyroscopeOptions::Api::push) return options_.server_address + "/push.v1.PusherService/Push";
-    return ingest_url(profile);
-  }
-
-  // The legacy ingest URL: /ingest?name=<app>.<cpu|memory|wall>{tags}&from&until&...
-  std::string ingest_url(const EncodedProfile& profile) const {
-    std::string series = label_part(options_.application_name) + "." + std::string(detail::pyroscope_profile_name(profile.kind, false));
-    series += '{';
-    for (std::size_t i = 0; i < options_.tags.size(); ++i) {
-      if (i) series += ',';
-      series += label_part(options_.tags[i].first) + '=' + label_part(options_.tags[i].second);
-    }
-    series += '}';
-    const std::int64_t from_s = profile.start_unix_ns / 1'000'000'000;
-    // Rounded up, so a span shorter than a second still has until > from.
-    const std::int64_t until_s = (profile.start_unix_ns + profile.duration_ns + 999'999'999) / 1'000'000'000;
-    std::string url = options_.server_address + "/ingest?name=" + detail::url_encode(series) +
-                      "&from=" + std::to_string(from_s) +
-                      "&until=" + std::to_string(until_s > from_s ? until_s : from_s + 1) +
-                      "&format=pprof&spyName=spanprof";
-    if (profile.kind != ProfileKind::heap && profile.period_ns > 0)
-      url += "&sampleRate=" + std::to_string(1'000'000'000 / profile.period_ns);
-    return url;
-  }
-
- protected:
-  UploadResult upload_(const EncodedProfile& profile) override {
-    std::string payload, error;
-    if (!encode_payload_(profile, payload, error)) return UploadResult::permanent(error);
-    return upload_payload_(profile, payload);
-  }
-
-  // push: a serialized PushRequest with one series; ingest: the pprof itself.
-  bool encode_payload_(const EncodedProfile& profile, std::string& payload, std::string& error) override {
-    std::string pprof;
-    if (!relabelled_pprof(profile, pprof, error)) return false;
-    if (options_.api == PyroscopeOptions::Api::ingest) {
-      payload = std::move(pprof);
-      return true;
-    }
-    namespace f = detail::pyroscope_field;
-    payload.clear();
-    detail::ProtobufWriter out(payload);
-    out.message_field(f::push_request_series, [&](detail::ProtobufWriter& series) {
-      auto label = [&](std::string_view name, std::string_view value) {
-        series.message_field(f::series_labels, [&](detail::ProtobufWriter& pair) {
-          pair.bytes_field(f::label_name, name);
-          pair.bytes_field(f::label_value, value);
-        });
-      };
-      // Pyroscope names the profile type from __name__ and the pprof's sample types.
-      label("__name__", detail::pyroscope_profile_name(profile.kind, true));
-      label("service_name", options_.application_name);
-      for (const auto& [name, value] : options_.tags) label(name, value);
-      series.message_field(f::series_samples, [&](detail::ProtobufWriter& sample) {
-        sample.bytes_field(f::sample_raw_profile, pprof);
-        sample.bytes_field(f::sample_id, detail::random_uuid(rng_));
-      });
-    });
-    return true;
-  }
-
-  UploadResult upload_payload_(const EncodedProfile& profile, const std::string& payload) override {
-    if (options_.server_address.empty()) return UploadResult::permanent("pyroscope: no server address configured");
-    detail::HttpRequest request;
-    request.url = url(profile);
-    request.body = payload;
-    if (options_.api == PyroscopeOptions::Api::push) {
-      request.content_type = "application/proto";
-      request.headers.emplace_back("Connect-Protocol-Version", "1");
-    } else {
-      request.content_type = "application/octet-stream";
-    }
-    return detail::classify(client_.post(request, profile.cancelled), "pyroscope");
-  }
-
- private:
-  // The pprof with drop_labels and rename_labels applied (and label values cut to
-  // Pyroscope's limit): re-encoded from the model when there is anything to change.
-  bool relabelled_pprof(const EncodedProfile& profile, std::string& pprof, std::string& error) {
-    if (options_.drop_labels.empty() && options_.rename_labels.empty()) {
-      pprof = profile.pprof_gzip;
-      return true;
-    }
-    if (profile.profile == nullptr) {
-      error = "pyroscope: relabelling needs the profile's model";
-      return false;
-    }
-    Profile copy = *profile.profile;
-    auto relabel = [&](std::vector<Label>& labels) {
-      std::vector<Label> kept;
-      for (Label& label : labels) {
-        if (std::find(options_.drop_labels.begin(), options_.drop_labels.end(), label.key) != options_.drop_labels.end())
-          continue;
-        for (const auto& [from, to] : options_.rename_labels)
-          if (label.key == from) label.key = detail::pyroscope_label_name(to);
-        if (label.str.size() > detail::pyroscope_max_label_value) label.str.resize(detail::pyroscope_max_label_value);
-        kept.push_back(std::move(label));
-      }
-      labels = std::move(kept);
-    };
-    for (Sample& sample : copy.samples) relabel(sample.labels);
-    for (std::vector<Label>& set : copy.label_sets) relabel(set);
-    return encode_pprof_gzip(copy, pprof, error);
-  }
-
-  static HttpOptions with_tenant(const PyroscopeOptions& options) {
-    HttpOptions http = options.http;
-    if (!options.tenant_id.empty()) http.headers.emplace_back("X-Scope-OrgID", options.tenant_id);
-    return http;
-  }
-
-  // Pyroscope parses `app{k=v,...}`: these characters would change its meaning.
-  static std::string label_part(const std::string& text) {
-    std::string out = text;
-    for (char& c : out)
-      if (c == ',' || c == '{' || c == '}' || c == '=' || c == '"' || static_cast<unsigned char>(c) < 0x20) c = '_';
-    return out;
-  }
-
-  PyroscopeOptions options_;
-  detail::HttpClient client_;
-  std::mt19937_64 rng_;
-};
-
-#elif !SPANPROF_ENABLED
-
-// Compiled out with the SDK: the type exists so one source builds both ways, and
-// needs no libcurl.
-class PyroscopeUploader final : public BasicUploader<NullMutex> {
- public:
-  explicit PyroscopeUploader(PyroscopeOptions options) noexcept : options_(std::move(options)) {}
-  std::string_view name() const noexcept override { return "pyroscope"; }
-  Delivery delivery() const noexcept override { return options_.delivery; }
-  const PyroscopeOptions& options() const noexcept { return options_; }
-
- protected:
-  UploadResult upload_(const EncodedProfile&) override { return UploadResult::ok(); }
-
- private:
-  PyroscopeOptions options_;
-};
-
-#endif
-
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_DELIVERY_PYROSCOPE_UPLOADER_HPP_
-// ---- end spanprof/delivery/pyroscope_uploader.hpp ----
 // ---- begin spanprof/base/counters.hpp ----
 // The one registry of everything the SDK counts; spanprof::stats() reads it.
 //
@@ -4178,14 +1579,14 @@ class LegacyCpuProfileParser {
 };
 
 inline bool parse_legacy_cpu_profile(std::string_view bytes, LegacyCpuProfile& out, std::string& error) noexcept {
-  try {
+  SPANPROF_TRY {
     return LegacyCpuProfileParser(bytes, out, error).parse();
-  } catch (...) {
+  } SPANPROF_CATCH_ALL {
     // Only allocation can throw here; the bounds checks above hold for any input.
-    try {
+    SPANPROF_TRY {
       out = LegacyCpuProfile{};
       error = "legacy cpu profile: out of memory while parsing";
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
     }
     return false;
   }
@@ -4196,6 +1597,104 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_CAPTURE_GPERFTOOLS_CPU_PROFILE_HPP_
 // ---- end spanprof/capture/gperftools_cpu_profile.hpp ----
+// ---- begin spanprof/base/text.hpp ----
+// Small ASCII text helpers and number parsers shared by the parsers of environment
+// variables and HTTP headers. Locale-independent on purpose: these are protocol strings.
+#ifndef SPANPROF_BASE_TEXT_HPP_
+#define SPANPROF_BASE_TEXT_HPP_
+
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include <locale.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+constexpr bool is_ascii_space(char c) noexcept {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+constexpr std::string_view trim_ascii_space(std::string_view text) noexcept {
+  while (!text.empty() && is_ascii_space(text.front())) text.remove_prefix(1);
+  while (!text.empty() && is_ascii_space(text.back())) text.remove_suffix(1);
+  return text;
+}
+
+constexpr char ascii_lower(char c) noexcept { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+constexpr bool equals_ignoring_ascii_case(std::string_view a, std::string_view b) noexcept {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (ascii_lower(a[i]) != ascii_lower(b[i])) return false;
+  return true;
+}
+
+// A plain decimal integer, the whole text and nothing else (an optional sign, then
+// digits). No strtol: it skips leading blanks, accepts "0x" and depends on errno.
+inline bool parse_integer(std::string_view text, std::int64_t& out) noexcept {
+  bool negative = false;
+  if (!text.empty() && (text.front() == '-' || text.front() == '+')) {
+    negative = text.front() == '-';
+    text.remove_prefix(1);
+  }
+  if (text.empty() || text.size() > 18) return false;  // 18 digits always fit an int64
+  std::int64_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    value = value * 10 + (c - '0');
+  }
+  out = negative ? -value : value;
+  return true;
+}
+
+// A plain decimal number ("0.25", "1e-3", "10"), the whole text and nothing else:
+// NaN, infinities and hex floats are refused before strtod sees them, and strtod
+// runs in the "C" locale so a host that set a comma decimal locale still reads
+// "0.5" as a half.
+inline bool parse_decimal(std::string_view text, double& out) noexcept {
+  char buffer[128];
+  if (text.empty() || text.size() >= sizeof buffer) return false;
+  for (char c : text) {
+    const bool allowed = (c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-';
+    if (!allowed) return false;
+  }
+  std::copy(text.begin(), text.end(), buffer);
+  buffer[text.size()] = '\0';
+  const locale_t c_locale = ::newlocale(LC_NUMERIC_MASK, "C", static_cast<locale_t>(nullptr));
+  const locale_t previous = c_locale ? ::uselocale(c_locale) : static_cast<locale_t>(nullptr);
+  char* end = nullptr;
+  const double value = std::strtod(buffer, &end);
+  if (c_locale) {
+    ::uselocale(previous);
+    ::freelocale(c_locale);
+  }
+  if (end != buffer + text.size() || !std::isfinite(value)) return false;
+  out = value;
+  return true;
+}
+
+// Outside text echoed in a message: at most `max` bytes, "..." when cut, and
+// anything but printable ASCII as '?', so a message stays one short line that
+// cannot forge another or drive a terminal.
+inline std::string printable_excerpt(std::string_view text, std::size_t max) {
+  std::string out(text.substr(0, max));
+  for (char& c : out) c = c >= 0x20 && c < 0x7f ? c : '?';
+  if (text.size() > max) out += "...";
+  return out;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_BASE_TEXT_HPP_
+// ---- end spanprof/base/text.hpp ----
 // ---- begin spanprof/capture/gperftools_heap_profile.hpp ----
 // Reader for the text gperftools' GetHeapProfile() returns (heap-profiler.h, classic
 // heap mode), so a heap dump can be turned into pprof like a CPU profile:
@@ -5067,9 +2566,9 @@ inline char* classic_heap_stop(const char* prefix) noexcept {
   char* text = api.get_heap_profile();
   api.heap_profiler_stop();
   classic_heap_state().busy.store(false, std::memory_order_release);
-  try {
+  SPANPROF_TRY {
     remove_heap_dumps(prefix);
-  } catch (...) {
+  } SPANPROF_CATCH_ALL {
   }
   return text;
 }
@@ -7590,9 +5089,9 @@ inline void close_heap_span(HeapActiveSpan& span, HeapSpanResult& result, bool k
     const bool live = outermost ? live_allocations().take(record.slot, record.entry)
                                 : live_allocations().is_live(record.slot, record.entry);
     if (copy) {
-      try {
+      SPANPROF_TRY {
         append_heap_handoff_record(result.records, record, live);
-      } catch (...) {
+      } SPANPROF_CATCH_ALL {
         copy = false;  // keep walking: the outermost span must still untrack every sample
         out_of_memory = true;
         result.records.clear();
@@ -7689,10 +5188,10 @@ class WallTicker {
   void start() noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
     if (started_.load(std::memory_order_relaxed)) return;
-    try {
+    SPANPROF_TRY {
       std::thread([this] { run(); }).detach();  // lives as long as the process
       started_.store(true, std::memory_order_release);
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       report_error(ErrorCode::sampler_failed, "cannot start the wall-clock ticker thread; wall profiles stay empty");
     }
   }
@@ -8301,9 +5800,9 @@ class CallbackTailPolicy final : public TailPolicy {
   using Callback = std::function<TailDecision(const SpanOutcome&)>;
   explicit CallbackTailPolicy(Callback callback) : callback_(std::move(callback)) {}
   TailDecision decide(const SpanOutcome& outcome) noexcept override {
-    try {
+    SPANPROF_TRY {
       return callback_ ? callback_(outcome) : TailDecision::discard();
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       return TailDecision::discard();
     }
   }
@@ -8375,9 +5874,9 @@ class CallbackSampler final : public HeadSampler {
   using Callback = std::function<bool(const SpanContext&, std::string_view)>;
   explicit CallbackSampler(Callback callback) : callback_(std::move(callback)) {}
   bool should_profile(const SpanContext& span, std::string_view name) noexcept override {
-    try {
+    SPANPROF_TRY {
       return callback_ && callback_(span, name);
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       return false;
     }
   }
@@ -8537,9 +6036,9 @@ class RateLimitingSampler final : public HeadSampler {
                                std::shared_ptr<const Clock> clock = default_clock()) noexcept
       : clock_(std::move(clock)), per_second_(per_second > 0 ? per_second : 0.0) {
     if (!clock_) {
-      try {
+      SPANPROF_TRY {
         clock_ = default_clock();
-      } catch (...) {
+      } SPANPROF_CATCH_ALL {
       }
     }
     configure(burst);
@@ -8772,7 +6271,13 @@ SPANPROF_API inline GuardHostState& guard_host_state() noexcept {
   return state;
 }
 
-SPANPROF_NOINLINE inline void config_for_first_guard() noexcept {
+// With SPANPROF_COMPILED_LIB defined in the compiled library: a guard's reference
+// to it is what links the library's runtime into a program that never calls
+// start() (a static library's object is linked only when referenced).
+#if !SPANPROF_DEFINE_RUNTIME
+SPANPROF_API void config_for_first_guard() noexcept;
+#else
+SPANPROF_API SPANPROF_NOINLINE SPANPROF_LIB_INLINE void config_for_first_guard() noexcept {
   GuardHostState& state = guard_host_state();
   if (GuardHost* host = state.host.load(std::memory_order_acquire)) {
     host->start_for_guard();
@@ -8784,6 +6289,7 @@ SPANPROF_NOINLINE inline void config_for_first_guard() noexcept {
                  "in one source file; nothing is profiled");
   }
 }
+#endif
 
 // This thread's counters and configuration reader, registered; null on a thread
 // whose counters are already gone (a guard in a late thread-exit destructor),
@@ -9334,7 +6840,7 @@ class ScopedProfile {
     // each profile takes the records of its kind.
     for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::wall}) {
       if (!record_.kinds.contains(kind)) continue;
-      try {
+      SPANPROF_TRY {
         auto pending = detail::captured_profile_pool().acquire();
         pending->packed_samples.reserve(words);
         detail::for_each_stack_record(first, words, [&](const std::uint64_t* record, std::size_t size) {
@@ -9356,7 +6862,7 @@ class ScopedProfile {
           pending->engine = "sampling:wall";
         }
         handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
-      } catch (...) {
+      } SPANPROF_CATCH_ALL {
         report_error(ErrorCode::internal, "out of memory handing over a profile; dropped");
       }
     }
@@ -9394,13 +6900,13 @@ class ScopedProfile {
       ::unlink(classic_path_);
       return;
     }
-    try {
+    SPANPROF_TRY {
       auto pending = detail::captured_profile_pool().acquire();
       fill_identity(pending->profile, ProfileKind::cpu);
       pending->engine = "classic";
       pending->gperftools_cpu_file = classic_path_;
       handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       ::unlink(classic_path_);
       report_error(ErrorCode::internal, "out of memory handing over a profile; dropped");
     }
@@ -9438,7 +6944,7 @@ class ScopedProfile {
         std::free(text);
         return;
       }
-      try {
+      SPANPROF_TRY {
         auto pending = detail::captured_profile_pool().acquire();
         fill_identity(pending->profile, ProfileKind::heap);
         pending->engine = "classic";
@@ -9446,7 +6952,7 @@ class ScopedProfile {
         std::free(text);
         text = nullptr;
         handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
-      } catch (...) {
+      } SPANPROF_CATCH_ALL {
         std::free(text);
         report_error(ErrorCode::internal, "out of memory handing over a heap profile; dropped");
       }
@@ -9461,7 +6967,7 @@ class ScopedProfile {
       report_error(ErrorCode::sample_buffer_full, message);
     }
     if (!keep_ || result.records.empty()) return;  // discarded, or nothing allocated was sampled
-    try {
+    SPANPROF_TRY {
       auto pending = detail::captured_profile_pool().acquire();
       fill_identity(pending->profile, ProfileKind::heap);
       pending->profile.heap_interval_bytes = result.interval_bytes;
@@ -9471,7 +6977,7 @@ class ScopedProfile {
                                     : "sampling:tcmalloc_hooks";
       pending->packed_samples = std::move(result.records);
       handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       report_error(ErrorCode::internal, "out of memory handing over a heap profile; dropped");
     }
   }
@@ -9565,543 +7071,81 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_GUARD_HPP_
 // ---- end spanprof/guard.hpp ----
-// ---- begin spanprof/runtime/environment.hpp ----
-// Every environment variable spanprof reads, in one table: its name, type, range,
-// default and meaning. The parser walks this table and nothing else reads the
-// environment; docs/configuration.md shows the same table (a test keeps the two
-// equal), so operators and code cannot disagree about what a variable does.
+// ---- begin spanprof/symbolization/symbolizer.hpp ----
+// Symbolization: turning sampled program counters into function names and the
+// pprof mapping they came from.
 //
-// Precedence, the same for every setting: code > environment > built-in default.
-// spanprof::Options() starts from the built-in defaults and overlays what the
-// environment sets; whatever the program then assigns wins (runtime/options.hpp).
-//
-// A bad value never stops the program: it is recorded as a ConfigurationProblem
-// (start() reports each through the error channel and returns them all) and the
-// default is used instead; a bad value for a backend turns that uploader off.
-#ifndef SPANPROF_RUNTIME_ENVIRONMENT_HPP_
-#define SPANPROF_RUNTIME_ENVIRONMENT_HPP_
+// A Symbolizer runs on the background thread that encodes profiles, never on a
+// request thread, so implementations may read files and allocate freely. They
+// must still never throw: a bad object file costs its names, not the profile.
+#ifndef SPANPROF_SYMBOLIZATION_SYMBOLIZER_HPP_
+#define SPANPROF_SYMBOLIZATION_SYMBOLIZER_HPP_
 
 
-#include <algorithm>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <optional>
+#include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
-#include <vector>
-
-#include <signal.h>
-#include <sys/stat.h>
 
 SPANPROF_NAMESPACE_BEGIN
 
-// A setting whose value was refused, from the environment or from code, and what
-// was done instead.
-struct ConfigurationProblem {
-  std::string setting;  // the variable ("SPANPROF_FREQUENCY") or the option ("frequency_hz")
-  std::string message;  // one line: the value, why it is wrong, what is used instead
+// One executable segment of a loaded object; becomes one pprof Mapping.
+struct Module {
+  std::uintptr_t start = 0;  // runtime address range [start, limit)
+  std::uintptr_t limit = 0;
+  std::uint64_t file_offset = 0;  // p_offset of the segment
+  std::string path;      // absolute path of the object file ("/proc/self/exe" resolved to the real path)
+  std::string build_id;  // lowercase hex of NT_GNU_BUILD_ID, empty if none
 };
 
-namespace detail {
-
-// The parsed environment, before it becomes Options. Unset variables stay empty,
-// so the built-in defaults (or the program's own values) are kept.
-struct EnvironmentSettings {
-  std::optional<ProfileKinds> profiles;
-  std::optional<CpuEngine> cpu_engine;
-  std::optional<CpuSampleSource> cpu_sample_source;
-  std::optional<int> frequency_hz;
-  std::optional<int> wall_frequency_hz;
-  std::optional<int> signal_number;
-  std::optional<HeapEngine> heap_engine;
-  std::optional<std::size_t> heap_sample_interval_bytes;
-  std::string head_sampler;  // a name from the table, lower case; empty: unset
-  std::optional<double> head_sampler_argument;
-  std::optional<double> max_profiles_per_second;
-  std::string keep;  // all | slow | error | slow,error | error,slow; empty: unset
-  std::optional<std::int64_t> slow_threshold_ms;
-  std::optional<double> trigger_factor;
-  std::optional<std::uint32_t> trigger_spans;
-  std::optional<std::string> output_directory;
-  std::optional<std::string> spool_directory;
-  std::optional<std::uint64_t> spool_max_bytes;
-  std::optional<int> upload_attempts;
-  std::optional<std::int64_t> upload_window_ms;
-  std::optional<OverflowPolicy> queue_overflow;
-  std::string service_name;
-  std::string pyroscope_server_address, pyroscope_application_name, pyroscope_auth_token;
-  std::string pyroscope_basic_auth_user, pyroscope_basic_auth_password, pyroscope_tenant_id;
-  std::string otlp_profiles_endpoint, otlp_endpoint;
-  std::vector<std::pair<std::string, std::string>> otlp_headers, resource_attributes;
-  bool pyroscope_refused = false;  // a Pyroscope variable was bad: that uploader is off
-  bool otlp_refused = false;
-  std::vector<ConfigurationProblem> problems;
+struct ResolvedFrame {
+  const Module* module = nullptr;  // nullptr: address in no known module
+  std::string_view function;       // demangled name; empty when unknown
+  std::string_view system_name;    // name as in the symbol table (mangled)
 };
 
-// What a variable configures, so callers can read one part of the environment.
-enum class EnvironmentGroup : std::uint8_t { capture, head_sampler, tail_policy, trigger, delivery, service, pyroscope, otlp };
-
-struct EnvironmentVariable {
-  const char* name;
-  EnvironmentGroup group;
-  const char* type;
-  const char* range;
-  const char* default_value;
-  const char* option;  // the Options field it sets, when there is one
-  const char* meaning;
-  // A variable that refines another is read only while that one is in effect (as
-  // OTEL_TRACES_SAMPLER_ARG is only read by the samplers that take an argument):
-  // null, or a check of the environment.
-  bool (*in_effect)() noexcept;
-  // Parses a non-empty value into `settings`; false (with `why` set to what was
-  // expected) when the value is refused.
-  bool (*parse)(std::string_view value, EnvironmentSettings& settings, std::string& why);
+// Small on purpose so tests and exotic deployments (JITs, pre-symbolized stacks)
+// can plug in their own. Implementations are used from one background thread.
+class Symbolizer {
+ public:
+  virtual ~Symbolizer() = default;
+  // The views and the module pointer stay valid until refresh().
+  virtual ResolvedFrame resolve(std::uintptr_t address) noexcept = 0;
+  // Re-reads the set of loaded objects, e.g. after dlopen.
+  virtual void refresh() noexcept {}
 };
 
-// ---- parsers shared by the table -------------------------------------------------
+// Adapts a plain function; the callback owns the storage its views point into.
+class CallbackSymbolizer final : public Symbolizer {
+ public:
+  using Callback = std::function<ResolvedFrame(std::uintptr_t)>;
 
-inline bool parse_bounded_integer(std::string_view text, std::int64_t low, std::int64_t high, std::int64_t& out,
-                                  std::string& why) {
-  std::int64_t value = 0;
-  if (!parse_integer(trim_ascii_space(text), value) || value < low || value > high) {
-    why = "is not an integer in [" + std::to_string(low) + ", " + std::to_string(high) + "]";
-    return false;
-  }
-  out = value;
-  return true;
-}
+  explicit CallbackSymbolizer(Callback callback) noexcept : callback_(std::move(callback)) {}
 
-// Matches `text` (ASCII case and surrounding blanks ignored) against `choices`;
-// returns the index or -1 and explains.
-inline int parse_choice(std::string_view text, std::initializer_list<const char*> choices, std::string& why) {
-  const std::string_view wanted = trim_ascii_space(text);
-  int index = 0;
-  for (const char* choice : choices) {
-    if (equals_ignoring_ascii_case(wanted, choice)) return index;
-    ++index;
-  }
-  why = "is not one of";
-  for (const char* choice : choices) why += std::string(" ") + choice;
-  return -1;
-}
-
-inline bool is_http_url(std::string_view url) {
-  return (url.rfind("http://", 0) == 0 && url.size() > 7) || (url.rfind("https://", 0) == 0 && url.size() > 8);
-}
-
-inline bool parse_http_url(std::string_view text, std::string& out, std::string& why) {
-  const std::string_view url = trim_ascii_space(text);
-  if (!is_http_url(url)) {
-    why = "is not an http:// or https:// URL";
-    return false;
-  }
-  // Refused here, not at the first upload: a blank or a terminal escape is never
-  // part of a URL, and the uploader would otherwise turn on for nothing.
-  for (const char c : url) {
-    if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) {
-      why = "contains a blank or a control character";
-      return false;
+  ResolvedFrame resolve(std::uintptr_t address) noexcept override {
+    if (!callback_) return {};
+    SPANPROF_TRY {
+      return callback_(address);
+    } SPANPROF_CATCH_ALL {
+      // User code threw; the frame stays unnamed rather than the profile being lost.
+      report_error(ErrorCode::internal, "symbolizer callback threw an exception");
+      return {};
     }
   }
-  out = std::string(url);
-  return true;
-}
 
-inline int hex_digit(char c) noexcept {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-inline bool percent_decode(std::string_view in, std::string& out) {
-  out.clear();
-  for (std::size_t i = 0; i < in.size(); ++i) {
-    if (in[i] != '%') {
-      out += in[i];
-      continue;
-    }
-    if (i + 2 >= in.size()) return false;
-    const int high = hex_digit(in[i + 1]), low = hex_digit(in[i + 2]);
-    if (high < 0 || low < 0) return false;
-    out += static_cast<char>(high * 16 + low);
-    i += 2;
-  }
-  return true;
-}
-
-// The W3C-baggage-like list OTEL_RESOURCE_ATTRIBUTES and OTEL_EXPORTER_OTLP_HEADERS
-// use: key=value pairs separated by commas, values percent-encoded.
-inline bool parse_key_value_list(std::string_view text, std::vector<std::pair<std::string, std::string>>& out,
-                                 std::string& why) {
-  out.clear();
-  while (!text.empty()) {
-    const std::size_t comma = text.find(',');
-    const std::string_view item = trim_ascii_space(text.substr(0, comma));
-    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
-    if (item.empty()) continue;
-    const std::size_t equals = item.find('=');
-    if (equals == std::string_view::npos || trim_ascii_space(item.substr(0, equals)).empty()) {
-      why = "has '" + std::string(item.substr(0, 64)) + "', which is not key=value";
-      return false;
-    }
-    std::string value;
-    if (!percent_decode(trim_ascii_space(item.substr(equals + 1)), value)) {
-      why = "has bad percent-encoding in the value of '" +
-            printable_excerpt(trim_ascii_space(item.substr(0, equals)), 64) + "'";
-      return false;
-    }
-    out.emplace_back(std::string(trim_ascii_space(item.substr(0, equals))), std::move(value));
-  }
-  return true;
-}
-
-// Free text: anything printable. A control character (a newline in a token, say)
-// would end up in an HTTP header, a URL or a log line, so it is refused.
-inline bool parse_text(std::string_view text, std::string& out, std::string& why) {
-  const std::string_view value = trim_ascii_space(text);
-  for (char c : value) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-      why = "contains a control character";
-      return false;
-    }
-  }
-  out = std::string(value);
-  return true;
-}
-
-// A directory spanprof may have to create: refused only when something that is
-// not a directory is already in its place.
-inline bool parse_directory(std::string_view text, std::optional<std::string>& out, std::string& why) {
-  std::string path;
-  if (!parse_text(text, path, why)) return false;
-  struct stat status {};
-  if (::stat(path.c_str(), &status) == 0 && !S_ISDIR(status.st_mode)) {
-    why = "names something that is not a directory";
-    return false;
-  }
-  out = std::move(path);
-  return true;
-}
-
-inline bool is_set(const char* name) noexcept {
-  const char* value = std::getenv(name);
-  return value != nullptr && !trim_ascii_space(value).empty();
-}
-
-inline bool environment_is_one_of(const char* name, std::initializer_list<const char*> values) noexcept {
-  const char* value = std::getenv(name);
-  if (value == nullptr) return false;
-  for (const char* candidate : values)
-    if (equals_ignoring_ascii_case(trim_ascii_space(value), candidate)) return true;
-  return false;
-}
-
-// ---- the table -------------------------------------------------------------------
-
-using EG = EnvironmentGroup;
-using ES = EnvironmentSettings;
-
-// The order is the order of docs/configuration.md.
-inline const EnvironmentVariable environment_variables[] = {
-    {"SPANPROF_PROFILES", EG::capture, "list", "cpu, heap, wall, or several: cpu,wall", "cpu", "profiles",
-     "What a guard records unless its code says otherwise.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) {
-       ProfileKinds kinds;
-       std::string_view rest = v;
-       while (true) {
-         const std::size_t comma = rest.find(',');
-         std::string ignored;
-         const int i = parse_choice(rest.substr(0, comma), {"cpu", "heap", "wall"}, ignored);
-         if (i < 0) {
-           why = "is not a comma-separated list of cpu, heap, wall";
-           return false;
-         }
-         kinds = kinds | ProfileKinds(static_cast<ProfileKind>(i));
-         if (comma == std::string_view::npos) break;
-         rest.remove_prefix(comma + 1);
-       }
-       s.profiles = kinds;
-       return true;
-     }},
-    {"SPANPROF_ENGINE", EG::capture, "choice", "sampling, classic", "sampling", "cpu_engine",
-     "The CPU engine: per-thread sampling, or gperftools' ProfilerStart/Stop around each scope.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) {
-       const int i = parse_choice(v, {"sampling", "classic"}, why);
-       if (i >= 0) s.cpu_engine = i == 0 ? CpuEngine::sampling : CpuEngine::classic;
-       return i >= 0;
-     }},
-    {"SPANPROF_SOURCE", EG::capture, "choice", "automatic, perf_event, posix_timer", "automatic",
-     "cpu_sample_source", "Where the sampling engine's CPU ticks come from; automatic is posix_timer (docs/cost.md).",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) {
-       const int i = parse_choice(v, {"automatic", "perf_event", "posix_timer"}, why);
-       if (i >= 0) s.cpu_sample_source = static_cast<CpuSampleSource>(i);
-       return i >= 0;
-     }},
-    {"SPANPROF_FREQUENCY", EG::capture, "integer (Hz)", "1..4000", "100", "frequency_hz",
-     "CPU samples per CPU-second of a profiled thread.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) {
-       std::int64_t hz = 0;
-       if (!parse_bounded_integer(v, 1, 4000, hz, why)) return false;
-       s.frequency_hz = static_cast<int>(hz);
-       return true;
-     }},
-    {"SPANPROF_WALL_FREQUENCY", EG::capture, "integer (Hz)", "1..1000", "100", "wall_frequency_hz",
-     "Wall-clock samples per second of a thread in a wall-profiled span.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) {
-       std::int64_t hz = 0;
-       if (!parse_bounded_integer(v, 1, 1000, hz, why)) return false;
-       s.wall_frequency_hz = static_cast<int>(hz);
-       return true;
-     }},
-    {"SPANPROF_SIGNAL", EG::capture, "integer", "a real-time signal, SIGRTMIN..SIGRTMAX", "0", "signal_number",
-     "The signal that carries CPU samples; 0 picks the first free one from SIGRTMIN+4.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) {
-       std::int64_t signal = 0;
-       if (!parse_integer(trim_ascii_space(v), signal) || (signal != 0 && (signal < SIGRTMIN || signal > SIGRTMAX))) {
-         why = "is not 0 or a real-time signal in [" + std::to_string(SIGRTMIN) + ", " + std::to_string(SIGRTMAX) + "]";
-         return false;
-       }
-       s.signal_number = static_cast<int>(signal);
-       return true;
-     }},
-    {"SPANPROF_HEAP_ENGINE", EG::capture, "choice", "sampling, classic", "sampling", "heap_engine",
-     "The heap engine: sampled allocation hooks, or gperftools' heap profiler around each scope.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) {
-       const int i = parse_choice(v, {"sampling", "classic"}, why);
-       if (i >= 0) s.heap_engine = i == 0 ? HeapEngine::sampling : HeapEngine::classic;
-       return i >= 0;
-     }},
-    {"SPANPROF_HEAP_INTERVAL", EG::capture, "integer (bytes)", "1..1073741824", "524288",
-     "heap_sample_interval_bytes", "Mean allocated bytes between two heap samples.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) {
-       std::int64_t bytes = 0;
-       if (!parse_bounded_integer(v, 1, std::int64_t{1} << 30, bytes, why)) return false;
-       s.heap_sample_interval_bytes = static_cast<std::size_t>(bytes);
-       return true;
-     }},
-    {"SPANPROF_SAMPLER", EG::head_sampler, "choice",
-     "always_on, always_off, traceidratio, probability, parentbased_always_on, parentbased_traceidratio",
-     "(unset: every span)", "head_sampler",
-     "The head sampler, named as OpenTelemetry names its trace samplers.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) {
-       static const char* const names[] = {"always_on",   "always_off", "traceidratio", "probability",
-                                           "parentbased_always_on", "parentbased_traceidratio"};
-       const int i = parse_choice(v, {names[0], names[1], names[2], names[3], names[4], names[5]}, why);
-       if (i >= 0) s.head_sampler = names[i];
-       return i >= 0;
-     }},
-    {"SPANPROF_SAMPLER_ARG", EG::head_sampler, "number", "0..1", "1.0", "",
-     "The ratio or probability of SPANPROF_SAMPLER's traceidratio, probability and parentbased_traceidratio.",
-     []() noexcept { return environment_is_one_of("SPANPROF_SAMPLER", {"traceidratio", "probability", "parentbased_traceidratio"}); },
-     [](std::string_view v, ES& s, std::string& why) {
-       double value = 0;
-       if (!parse_decimal(trim_ascii_space(v), value) || value < 0 || value > 1) {
-         why = "is not a number in [0, 1]";
-         return false;
-       }
-       s.head_sampler_argument = value;
-       return true;
-     }},
-    {"SPANPROF_MAX_PROFILES_PER_SECOND", EG::head_sampler, "number", "> 0", "(unset: no limit)", "",
-     "At most this many profiled spans a second (burst max(1, rate)), after SPANPROF_SAMPLER said yes.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) {
-       double value = 0;
-       if (!parse_decimal(trim_ascii_space(v), value) || !(value > 0)) {
-         why = "is not a number greater than 0";
-         return false;
-       }
-       s.max_profiles_per_second = value;
-       return true;
-     }},
-    {"SPANPROF_KEEP", EG::tail_policy, "choice", "all, slow, error, slow,error", "all", "tail_policy",
-     "The tail policy: which recorded profiles are kept when the span ends.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) {
-       static const char* const rules[] = {"all", "slow", "error", "slow,error", "error,slow"};
-       const int i = parse_choice(v, {rules[0], rules[1], rules[2], rules[3], rules[4]}, why);
-       if (i >= 0) s.keep = rules[i];
-       return i >= 0;
-     }},
-    {"SPANPROF_SLOW_THRESHOLD_MS", EG::tail_policy, "integer (ms)", "0..86400000", "100", "",
-     "A span at least this long is slow, for SPANPROF_KEEP=slow.",
-     []() noexcept { return environment_is_one_of("SPANPROF_KEEP", {"slow", "slow,error", "error,slow"}); },
-     [](std::string_view v, ES& s, std::string& why) {
-       std::int64_t ms = 0;
-       if (!parse_bounded_integer(v, 0, 86'400'000, ms, why)) return false;
-       s.slow_threshold_ms = ms;
-       return true;
-     }},
-    {"SPANPROF_TRIGGER_FACTOR", EG::trigger, "number", "(1, 1000]", "(unset: off)", "trigger",
-     "Turns the adaptive trigger on: a span name whose latency exceeds this factor of its normal is profiled.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) {
-       double factor = 0;
-       if (!parse_decimal(trim_ascii_space(v), factor) || !(factor > 1.0) || factor > 1000.0) {
-         why = "is not a number in (1, 1000]";
-         return false;
-       }
-       s.trigger_factor = factor;
-       return true;
-     }},
-    {"SPANPROF_TRIGGER_SPANS", EG::trigger, "integer", "1..1000", "5", "",
-     "How many spans of that name the adaptive trigger profiles each time it arms.",
-     []() noexcept { return is_set("SPANPROF_TRIGGER_FACTOR"); },
-     [](std::string_view v, ES& s, std::string& why) {
-       std::int64_t spans = 0;
-       if (!parse_bounded_integer(v, 1, 1000, spans, why)) return false;
-       s.trigger_spans = static_cast<std::uint32_t>(spans);
-       return true;
-     }},
-    {"SPANPROF_OUTPUT_DIR", EG::delivery, "path", "a directory (created if missing)", "./profiles", "output_directory",
-     "Where the default file uploader writes; set alongside a backend, files are written too.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) { return parse_directory(v, s.output_directory, why); }},
-    {"SPANPROF_SPOOL_DIR", EG::delivery, "path", "a directory (created if missing)", "(unset: no spool)", "spool_directory",
-     "Where profiles an uploader could not deliver wait to be re-sent, also after a restart.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) { return parse_directory(v, s.spool_directory, why); }},
-    {"SPANPROF_SPOOL_MAX_MB", EG::delivery, "integer (MiB)", "1..1048576", "256", "spool_max_bytes",
-     "The spool's size bound; the oldest profiles are dropped first.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) {
-       std::int64_t mib = 0;
-       if (!parse_bounded_integer(v, 1, std::int64_t{1} << 20, mib, why)) return false;
-       s.spool_max_bytes = static_cast<std::uint64_t>(mib) << 20;
-       return true;
-     }},
-    {"SPANPROF_UPLOAD_ATTEMPTS", EG::delivery, "integer", "1..100", "3", "retry.max_attempts",
-     "Attempts per profile and uploader for a retryable failure, the first included.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) {
-       std::int64_t attempts = 0;
-       if (!parse_bounded_integer(v, 1, 100, attempts, why)) return false;
-       s.upload_attempts = static_cast<int>(attempts);
-       return true;
-     }},
-    {"SPANPROF_UPLOAD_WINDOW_MS", EG::delivery, "integer (ms)", "0..600000", "10000", "",
-     "Pyroscope and OTLP from the environment merge kept spans into one profile per kind per window this long; 0: one per span.",
-     []() noexcept { return is_set("PYROSCOPE_SERVER_ADDRESS") || is_set("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT") ||
-                            is_set("OTEL_EXPORTER_OTLP_ENDPOINT"); },
-     [](std::string_view v, ES& s, std::string& why) {
-       std::int64_t window = 0;
-       if (!parse_bounded_integer(v, 0, 600'000, window, why)) return false;
-       s.upload_window_ms = window;
-       return true;
-     }},
-    {"SPANPROF_QUEUE_OVERFLOW", EG::delivery, "choice", "drop_newest, drop_oldest", "drop_newest", "queue_overflow",
-     "Which profile a full hand-off queue drops; a request thread never waits.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) {
-       const int i = parse_choice(v, {"drop_newest", "drop_oldest"}, why);
-       if (i >= 0) s.queue_overflow = i == 0 ? OverflowPolicy::drop_newest : OverflowPolicy::drop_oldest;
-       return i >= 0;
-     }},
-    {"OTEL_SERVICE_NAME", EG::service, "text", "printable", "(unset)", "service_name",
-     "The service: a comment in every profile, Pyroscope's application name and OTLP's service.name.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) { return parse_text(v, s.service_name, why); }},
-    {"PYROSCOPE_SERVER_ADDRESS", EG::pyroscope, "URL", "http:// or https://", "(unset: off)", "uploaders",
-     "Turns on the Pyroscope uploader (needs libcurl), e.g. http://pyroscope:4040.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) { return parse_http_url(v, s.pyroscope_server_address, why); }},
-    {"PYROSCOPE_APPLICATION_NAME", EG::pyroscope, "text", "printable", "OTEL_SERVICE_NAME, else spanprof", "",
-     "The Pyroscope application (series name).",
-     []() noexcept { return is_set("PYROSCOPE_SERVER_ADDRESS"); },
-     [](std::string_view v, ES& s, std::string& why) { return parse_text(v, s.pyroscope_application_name, why); }},
-    {"PYROSCOPE_AUTH_TOKEN", EG::pyroscope, "text", "printable", "(unset)", "",
-     "Sent as Authorization: Bearer <token>.",
-     []() noexcept { return is_set("PYROSCOPE_SERVER_ADDRESS"); },
-     [](std::string_view v, ES& s, std::string& why) { return parse_text(v, s.pyroscope_auth_token, why); }},
-    {"PYROSCOPE_BASIC_AUTH_USER", EG::pyroscope, "text", "printable", "(unset)", "",
-     "Basic authentication user (Grafana Cloud: the stack's user id).",
-     []() noexcept { return is_set("PYROSCOPE_SERVER_ADDRESS"); },
-     [](std::string_view v, ES& s, std::string& why) { return parse_text(v, s.pyroscope_basic_auth_user, why); }},
-    {"PYROSCOPE_BASIC_AUTH_PASSWORD", EG::pyroscope, "text", "printable; needs PYROSCOPE_BASIC_AUTH_USER", "(unset)", "",
-     "Basic authentication password.",
-     []() noexcept { return is_set("PYROSCOPE_SERVER_ADDRESS"); },
-     [](std::string_view v, ES& s, std::string& why) { return parse_text(v, s.pyroscope_basic_auth_password, why); }},
-    {"PYROSCOPE_TENANT_ID", EG::pyroscope, "text", "printable", "(unset)", "",
-     "Sent as X-Scope-OrgID, for multi-tenant Pyroscope.",
-     []() noexcept { return is_set("PYROSCOPE_SERVER_ADDRESS"); },
-     [](std::string_view v, ES& s, std::string& why) { return parse_text(v, s.pyroscope_tenant_id, why); }},
-    {"OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT", EG::otlp, "URL", "http:// or https://", "(unset)", "uploaders",
-     "Turns on the OTLP uploader (needs libcurl); the full URL profiles are posted to.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) { return parse_http_url(v, s.otlp_profiles_endpoint, why); }},
-    {"OTEL_EXPORTER_OTLP_ENDPOINT", EG::otlp, "URL", "http:// or https://", "(unset)", "uploaders",
-     "Turns on the OTLP uploader (needs libcurl); /v1development/profiles is appended.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) { return parse_http_url(v, s.otlp_endpoint, why); }},
-    {"OTEL_EXPORTER_OTLP_HEADERS", EG::otlp, "list", "key=value,... (values percent-encoded)", "(unset)", "",
-     "Extra headers on every OTLP request.",
-     []() noexcept { return is_set("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT") || is_set("OTEL_EXPORTER_OTLP_ENDPOINT"); },
-     [](std::string_view v, ES& s, std::string& why) { return parse_key_value_list(v, s.otlp_headers, why); }},
-    {"OTEL_RESOURCE_ATTRIBUTES", EG::otlp, "list", "key=value,... (values percent-encoded)", "(unset)", "",
-     "Resource attributes of OTLP profiles; OTEL_SERVICE_NAME wins over a service.name here.",
-     []() noexcept { return is_set("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT") || is_set("OTEL_EXPORTER_OTLP_ENDPOINT"); },
-     [](std::string_view v, ES& s, std::string& why) { return parse_key_value_list(v, s.resource_attributes, why); }},
+ private:
+  Callback callback_;
 };
 
-// Echoes at most 64 bytes of the value (printable_excerpt): an environment
-// variable can be anything, and a problem must stay one short line.
-inline ConfigurationProblem environment_problem(const char* name, std::string_view value, const std::string& why,
-                                                const char* consequence) {
-  std::string message = std::string(name) + "=\"" + printable_excerpt(value, 64) + "\" " +
-                        printable_excerpt(why, why.size()) + "; " + consequence;
-  return {name, std::move(message)};
-}
-
-// Reads every variable of the given groups (all by default). Never throws: out of
-// memory leaves what was read so far.
-inline EnvironmentSettings read_environment(std::initializer_list<EnvironmentGroup> groups = {}) noexcept {
-  EnvironmentSettings settings;
-  try {
-    for (const EnvironmentVariable& variable : environment_variables) {
-      if (groups.size() != 0 && std::find(groups.begin(), groups.end(), variable.group) == groups.end()) continue;
-      if (!is_set(variable.name) || (variable.in_effect != nullptr && !variable.in_effect())) continue;
-      const char* raw = std::getenv(variable.name);
-      std::string why;
-      if (variable.parse(raw, settings, why)) continue;
-      if (variable.group == EG::pyroscope) {
-        settings.pyroscope_refused = true;
-        settings.problems.push_back(environment_problem(variable.name, raw, why, "the Pyroscope uploader is off"));
-      } else if (variable.group == EG::otlp) {
-        settings.otlp_refused = true;
-        settings.problems.push_back(environment_problem(variable.name, raw, why, "the OTLP uploader is off"));
-      } else {
-        settings.problems.push_back(environment_problem(variable.name, raw, why, "using the default"));
-      }
-    }
-  } catch (...) {
-  }
-  return settings;
-}
-
-inline const EnvironmentVariable* find_environment_variable(std::string_view name) noexcept {
-  for (const EnvironmentVariable& variable : environment_variables)
-    if (name == variable.name) return &variable;
-  return nullptr;
-}
-
-}  // namespace detail
+// The default, make_elf_symbolizer(), reads the ELF symbol tables of the objects
+// loaded in this process: symbolization/elf_symbolizer.hpp.
 
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_RUNTIME_ENVIRONMENT_HPP_
-// ---- end spanprof/runtime/environment.hpp ----
+#endif  // SPANPROF_SYMBOLIZATION_SYMBOLIZER_HPP_
+// ---- end spanprof/symbolization/symbolizer.hpp ----
 // ---- begin spanprof/runtime/options.hpp ----
 // Everything that can be configured, with defaults meant for production.
 //
@@ -10113,7 +7157,8 @@ SPANPROF_NAMESPACE_END
 //
 // Options(spanprof::ignore_environment) starts from the built-in defaults alone.
 // The variables, their ranges and defaults: runtime/environment.hpp and
-// docs/configuration.md.
+// docs/configuration.md. What reads them is in options-inl.hpp (header-only: by
+// the umbrella header; SPANPROF_COMPILED_LIB: in the compiled library).
 #ifndef SPANPROF_RUNTIME_OPTIONS_HPP_
 #define SPANPROF_RUNTIME_OPTIONS_HPP_
 
@@ -10124,7 +7169,6 @@ SPANPROF_NAMESPACE_END
 #include <memory>
 #include <string>
 #include <string_view>
-#include <unordered_set>
 #include <vector>
 
 SPANPROF_NAMESPACE_BEGIN
@@ -10136,7 +7180,7 @@ inline constexpr IgnoreEnvironment ignore_environment{};
 
 struct Options {
   // The built-in defaults, overlaid with every variable the environment sets.
-  Options() noexcept;
+  SPANPROF_API Options() noexcept;
   // The built-in defaults alone.
   explicit Options(IgnoreEnvironment) noexcept {}
 
@@ -10189,218 +7233,22 @@ struct Options {
   std::vector<ConfigurationProblem> environment_problems;
 };
 
-namespace detail {
-
-inline std::shared_ptr<HeadSampler> make_head_sampler(const EnvironmentSettings& env) {
-  const std::string& name = env.head_sampler;
-  const double argument = env.head_sampler_argument.value_or(1.0);
-  std::vector<std::shared_ptr<HeadSampler>> stages;  // ANDed in order
-  if (name == "always_off") return std::make_shared<NeverSampler>();
-  if (name == "traceidratio") stages.push_back(std::make_shared<TraceIdRatioSampler>(argument));
-  if (name == "probability") stages.push_back(std::make_shared<ProbabilitySampler>(argument));
-  if (name == "parentbased_always_on" || name == "parentbased_traceidratio")
-    stages.push_back(std::make_shared<ParentSampledSampler>());
-  if (name == "parentbased_traceidratio") stages.push_back(std::make_shared<TraceIdRatioSampler>(argument));
-  // Last, so the limit is charged only for spans the sampler accepted.
-  if (env.max_profiles_per_second) {
-    const double rate = *env.max_profiles_per_second;
-    stages.push_back(std::make_shared<RateLimitingSampler>(rate, rate > 1.0 ? rate : 1.0));
-  }
-  if (stages.empty()) return name == "always_on" ? std::make_shared<AlwaysSampler>() : nullptr;
-  if (stages.size() == 1) return std::move(stages.front());
-  return std::make_shared<AllOfSampler>(std::move(stages));
-}
-
-inline std::shared_ptr<TailPolicy> make_tail_policy(const EnvironmentSettings& env) {
-  if (env.keep.empty() || env.keep == "all") return nullptr;
-  auto slow = std::make_shared<KeepSlowSpans>(std::chrono::milliseconds(env.slow_threshold_ms.value_or(100)));
-  auto errors = std::make_shared<KeepErroredSpans>();
-  if (env.keep == "slow") return slow;
-  if (env.keep == "error") return errors;
-  if (env.keep == "slow,error") return keep_any_of({slow, errors});
-  return keep_any_of({errors, slow});
-}
-
-inline std::shared_ptr<AdaptiveTrigger> make_trigger(const EnvironmentSettings& env) {
-  if (!env.trigger_factor) return nullptr;
-  AdaptiveTriggerOptions trigger;
-  trigger.factor = *env.trigger_factor;
-  if (env.trigger_spans) trigger.spans_to_profile = *env.trigger_spans;
-  return std::make_shared<AdaptiveTrigger>(trigger);
-}
-
-inline void refuse_without_curl(const char* variable, EnvironmentSettings& env) {
-  env.problems.push_back({variable, std::string(variable) +
-                                        " is set, but spanprof was built without libcurl (SPANPROF_WITH_CURL=0); "
-                                        "that uploader is off"});
-}
-
-inline std::vector<std::shared_ptr<Uploader>> make_uploaders(EnvironmentSettings& env) {
-  std::vector<std::shared_ptr<Uploader>> uploaders;
-  Delivery delivery = Delivery::batched();
-  if (env.upload_window_ms) {
-    delivery = *env.upload_window_ms == 0 ? Delivery::per_span()
-                                          : Delivery::batched(std::chrono::milliseconds(*env.upload_window_ms));
-  }
-  if (!env.pyroscope_server_address.empty() && !env.pyroscope_refused) {
-    PyroscopeOptions options;
-    options.server_address = env.pyroscope_server_address;
-    options.application_name =
-        env.pyroscope_application_name.empty() ? env.service_name : env.pyroscope_application_name;
-    options.tenant_id = env.pyroscope_tenant_id;
-    options.delivery = delivery;
-    options.http.bearer_token = env.pyroscope_auth_token;
-    options.http.basic_auth_user = env.pyroscope_basic_auth_user;
-    options.http.basic_auth_password = env.pyroscope_basic_auth_password;
-    if (!options.http.basic_auth_password.empty() && options.http.basic_auth_user.empty()) {
-      env.problems.push_back({"PYROSCOPE_BASIC_AUTH_PASSWORD",
-                              "PYROSCOPE_BASIC_AUTH_PASSWORD is set without PYROSCOPE_BASIC_AUTH_USER; the Pyroscope "
-                              "uploader is off"});
-    } else if (!SPANPROF_WITH_CURL && SPANPROF_ENABLED) {
-      refuse_without_curl("PYROSCOPE_SERVER_ADDRESS", env);
-    } else {
-#if SPANPROF_WITH_CURL || !SPANPROF_ENABLED
-      uploaders.push_back(std::make_shared<PyroscopeUploader>(std::move(options)));
+#if !SPANPROF_ENABLED
+inline Options::Options() noexcept {}
 #endif
-    }
-  }
-  if ((!env.otlp_profiles_endpoint.empty() || !env.otlp_endpoint.empty()) && !env.otlp_refused) {
-    OtlpOptions options;
-    options.profiles_endpoint = env.otlp_profiles_endpoint;
-    options.endpoint = env.otlp_endpoint;
-    options.http.headers = env.otlp_headers;
-    options.delivery = delivery;
-    // OTEL_SERVICE_NAME wins over a service.name in OTEL_RESOURCE_ATTRIBUTES.
-    std::string service = env.service_name;
-    // The first of repeated keys wins; a set keeps this linear in a long list.
-    std::unordered_set<std::string_view> kept;
-    for (const auto& [key, value] : env.resource_attributes) {
-      if (key == "service.name") {
-        if (service.empty()) service = value;
-        continue;
-      }
-      if (kept.insert(key).second) options.resource.attributes.emplace_back(key, value);
-    }
-    options.resource.attributes.emplace_back("service.name", service.empty() ? "unknown_service" : service);
-    if (!SPANPROF_WITH_CURL && SPANPROF_ENABLED) {
-      refuse_without_curl(env.otlp_profiles_endpoint.empty() ? "OTEL_EXPORTER_OTLP_ENDPOINT"
-                                                             : "OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT",
-                          env);
-    } else {
-#if SPANPROF_WITH_CURL || !SPANPROF_ENABLED
-      uploaders.push_back(std::make_shared<OtlpUploader>(std::move(options)));
-#endif
-    }
-  }
-  return uploaders;
-}
-
-// Overlays what the environment set on `options`.
-inline void apply_environment(EnvironmentSettings env, Options& options) {
-  if (env.profiles) options.profiles = *env.profiles;
-  if (env.cpu_engine) options.cpu_engine = *env.cpu_engine;
-  if (env.cpu_sample_source) options.cpu_sample_source = *env.cpu_sample_source;
-  if (env.frequency_hz) options.frequency_hz = *env.frequency_hz;
-  if (env.wall_frequency_hz) options.wall_frequency_hz = *env.wall_frequency_hz;
-  if (env.signal_number) options.signal_number = *env.signal_number;
-  if (env.heap_engine) options.heap_engine = *env.heap_engine;
-  if (env.heap_sample_interval_bytes) options.heap_sample_interval_bytes = *env.heap_sample_interval_bytes;
-  options.head_sampler = make_head_sampler(env);
-  options.tail_policy = make_tail_policy(env);
-  options.trigger = make_trigger(env);
-  if (env.output_directory) options.output_directory = *env.output_directory;
-  if (env.spool_directory) options.spool_directory = *env.spool_directory;
-  if (env.spool_max_bytes) options.spool_max_bytes = *env.spool_max_bytes;
-  if (env.upload_attempts) options.retry.max_attempts = *env.upload_attempts;
-  if (env.queue_overflow) options.queue_overflow = *env.queue_overflow;
-  if (!env.service_name.empty()) options.service_name = env.service_name;
-  options.uploaders = make_uploaders(env);
-  // A backend replaces the default file uploader; an explicit SPANPROF_OUTPUT_DIR
-  // keeps files coming too.
-  if (!options.uploaders.empty() && env.output_directory)
-    options.uploaders.insert(options.uploaders.begin(), std::make_shared<FileUploader>(*env.output_directory));
-  options.environment_problems = std::move(env.problems);
-}
-
-}  // namespace detail
-
-inline Options::Options() noexcept {
-#if SPANPROF_ENABLED
-  try {
-    detail::apply_environment(detail::read_environment(), *this);
-  } catch (...) {
-    report_error(ErrorCode::internal, "out of memory reading spanprof's environment variables");
-  }
-#endif
-}
 
 // The head sampler SPANPROF_SAMPLER, SPANPROF_SAMPLER_ARG and
 // SPANPROF_MAX_PROFILES_PER_SECOND describe (null: every span), reporting each bad
 // value. What Options() does for its head_sampler, on its own.
-inline std::shared_ptr<HeadSampler> head_sampler_from_environment() noexcept {
-  try {
-    detail::EnvironmentSettings env = detail::read_environment({detail::EnvironmentGroup::head_sampler});
-    for (const ConfigurationProblem& problem : env.problems) report_error(ErrorCode::invalid_configuration, problem.message);
-    return detail::make_head_sampler(env);
-  } catch (...) {
-    report_error(ErrorCode::internal, "out of memory building the head sampler from SPANPROF_SAMPLER");
-    return nullptr;
-  }
-}
+SPANPROF_API SPANPROF_LIB_INLINE std::shared_ptr<HeadSampler> head_sampler_from_environment() noexcept;
 
 // The uploaders PYROSCOPE_* and OTEL_EXPORTER_OTLP_* describe, reporting each bad
 // value. What Options() does for its uploaders, on its own.
-inline std::vector<std::shared_ptr<Uploader>> uploaders_from_environment() noexcept {
-  try {
-    detail::EnvironmentSettings env = detail::read_environment(
-        {detail::EnvironmentGroup::service, detail::EnvironmentGroup::pyroscope, detail::EnvironmentGroup::otlp});
-    auto uploaders = detail::make_uploaders(env);
-    for (const ConfigurationProblem& problem : env.problems) report_error(ErrorCode::invalid_configuration, problem.message);
-    return uploaders;
-  } catch (...) {
-    report_error(ErrorCode::internal, "out of memory reading the uploaders' environment variables");
-    return {};
-  }
-}
+SPANPROF_API SPANPROF_LIB_INLINE std::vector<std::shared_ptr<Uploader>> uploaders_from_environment() noexcept;
 
 // Every setting as `name=value` lines, in the order of the struct: for a startup
 // log line, and to see what the environment changed.
-inline std::string describe(const Options& options) {
-  std::string out;
-  auto line = [&](const char* name, const std::string& value) { out += std::string(name) + "=" + value + "\n"; };
-  auto number = [](auto value) { return std::to_string(value); };
-  auto object = [](const auto& pointer) { return pointer ? std::string("set") : std::string("none"); };
-  std::string kinds;
-  for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::heap, ProfileKind::wall})
-    if (options.profiles.contains(kind)) kinds += (kinds.empty() ? "" : ",") + std::string(to_string(kind));
-  line("profiles", kinds.empty() ? "none" : kinds);
-  line("cpu_engine", std::string(to_string(options.cpu_engine)));
-  line("heap_engine", std::string(to_string(options.heap_engine)));
-  line("cpu_sample_source", std::string(to_string(options.cpu_sample_source)));
-  line("frequency_hz", number(options.frequency_hz));
-  line("wall_frequency_hz", number(options.wall_frequency_hz));
-  line("max_stack_depth", number(options.max_stack_depth));
-  line("heap_sample_interval_bytes", number(options.heap_sample_interval_bytes));
-  line("thread_buffer_bytes", number(options.thread_buffer_bytes));
-  line("signal_number", number(options.signal_number));
-  line("idle_ticks_before_disarm", number(options.idle_ticks_before_disarm));
-  line("head_sampler", object(options.head_sampler));
-  line("tail_policy", object(options.tail_policy));
-  line("trigger", object(options.trigger));
-  std::string uploaders;
-  for (const auto& uploader : options.uploaders)
-    if (uploader) uploaders += (uploaders.empty() ? "" : ",") + std::string(uploader->name());
-  line("uploaders", uploaders.empty() ? "default" : uploaders);
-  line("output_directory", options.output_directory);
-  line("queue_capacity", number(options.queue_capacity));
-  line("queue_overflow", options.queue_overflow == OverflowPolicy::drop_newest ? "drop_newest" : "drop_oldest");
-  line("retry.max_attempts", number(options.retry.max_attempts));
-  line("spool_directory", options.spool_directory);
-  line("spool_max_bytes", number(options.spool_max_bytes));
-  line("symbolizer", object(options.symbolizer));
-  line("service_name", options.service_name);
-  return out;
-}
+SPANPROF_API SPANPROF_LIB_INLINE std::string describe(const Options& options);
 
 // The name of 0.1, kept for one release. Options() now reads the environment
 // itself, and code wins over it; this returns `options` unchanged.
@@ -10417,6 +7265,3515 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_RUNTIME_OPTIONS_HPP_
 // ---- end spanprof/runtime/options.hpp ----
+// ---- begin spanprof/runtime/stats.hpp ----
+// What the SDK did, for dashboards and for tests. Read with spanprof::stats().
+#ifndef SPANPROF_RUNTIME_STATS_HPP_
+#define SPANPROF_RUNTIME_STATS_HPP_
+
+
+#include <cstdint>
+
+SPANPROF_NAMESPACE_BEGIN
+
+struct Stats {
+  std::uint64_t guards_opened = 0;         // guards that started a CPU profile of a span (either engine)
+  std::uint64_t spans_without_samples = 0; // closed with no sample: nothing to hand over
+  std::uint64_t samples_captured = 0;      // CPU periods sampled, as the profiles count them (a late tick counts each it covers)
+  std::uint64_t samples_dropped = 0;       // stacks lost to a full per-thread buffer
+  // Delivery, counted in profiles (one span's samples of one kind) even when a
+  // batch merges many: with one uploader every enqueued profile ends in exactly
+  // one of uploaded, upload_failures, profiles_spooled or profiles_dropped.
+  std::uint64_t profiles_enqueued = 0;
+  std::uint64_t profiles_dropped = 0;      // hand-off full, or SDK shut down before delivery
+  // Of profiles_dropped, those refused at the hand-off (full, or spanprof stopped):
+  // never enqueued. So enqueued = uploaded + upload_failures + spooled
+  // + (dropped - refused) once delivery is idle, with one uploader.
+  std::uint64_t profiles_refused = 0;
+  std::uint64_t profiles_uploaded = 0;     // accepted by every uploader, first time round
+  std::uint64_t upload_failures = 0;       // per uploader: permanent failure, or given up with no spool
+  std::uint64_t profiles_spooled = 0;      // per uploader: parked in the spool during an outage
+  std::uint64_t spool_resent = 0;          // spooled profiles delivered later
+  // Requests, and the spool's files (a file holds one request's payload).
+  std::uint64_t upload_requests = 0;       // sends to a backend (a batch is one), retries and re-sends included
+  std::uint64_t upload_retries = 0;        // attempts after the first
+  std::uint64_t spool_evicted = 0;         // oldest spooled payloads deleted to stay within the bound
+  std::uint64_t spool_pending = 0;         // payloads in the spool now
+  std::uint64_t queue_length = 0;          // profiles handed over, not yet taken by the worker (<= queue_capacity)
+  std::uint64_t classic_busy = 0;          // classic guards (CPU or heap) refused: another scope was profiling
+  // Wall-clock profiles (docs/wall.md).
+  std::uint64_t wall_guards_opened = 0;    // guards that started a wall profile
+  std::uint64_t wall_samples_captured = 0;
+  std::uint64_t wall_samples_dropped = 0;  // lost to a full per-thread buffer
+  std::uint64_t wall_ticks_signalled = 0;  // ticks that sent a thread the sample signal
+  std::uint64_t wall_ticks_confirmed = 0;  // ticks that found a thread still blocked: no signal, no EINTR
+  std::uint64_t heap_guards_opened = 0;    // guards that started a heap profile (either heap engine)
+  std::uint64_t heap_samples_captured = 0; // allocations recorded by the sampling heap engine
+  std::uint64_t heap_samples_dropped = 0;  // lost to a full per-thread log or a failed stack capture
+  bool heap_hooks_installed = false;       // tcmalloc hooks live now (only while a heap scope is open)
+  // Conditional profiling: every decision, counted (docs/sampling.md).
+  std::uint64_t head_declined = 0;         // guards the head sampler turned down
+  std::uint64_t profiles_started = 0;      // spans profiled (head sampler yes, or triggered)
+  std::uint64_t kept_sampled = 0;          // kept at close, by reason
+  std::uint64_t kept_slow = 0;
+  std::uint64_t kept_error = 0;
+  std::uint64_t kept_triggered = 0;
+  std::uint64_t discarded_by_tail_policy = 0;  // recorded, then dropped at close: never symbolized or sent
+  std::uint64_t discarded_explicitly = 0;  // ScopedProfile::discard(), or a span that ended elsewhere
+  // OpenTelemetry zero-code-change mode (docs/opentelemetry.md): spans not profiled
+  std::uint64_t otel_spans_ended_elsewhere = 0;  // ended on another thread, or out of order
+  std::uint64_t otel_spans_too_deep = 0;         // nested deeper than a thread keeps
+  std::uint64_t triggers_armed = 0;        // times the adaptive trigger armed for a name (current start())
+  std::uint64_t invalid_spans = 0;         // guards given an invalid span context
+  std::uint64_t threads_armed = 0;         // threads whose sampler is armed now
+  std::uint64_t configs_retained = 0;      // configurations replaced by start()/shutdown() still read by guards
+  CpuSampleSource cpu_sample_source = CpuSampleSource::automatic;  // the source in use (automatic: none armed yet)
+  int signal_number = 0;
+};
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_RUNTIME_STATS_HPP_
+// ---- end spanprof/runtime/stats.hpp ----
+// ---- begin spanprof/runtime/runtime.hpp ----
+// Process-wide lifecycle: start, flush, shutdown, stats.
+//
+// spanprof::start(options) is optional: the first guard of a process that never
+// called it starts spanprof with Options() (the built-in defaults and the
+// environment). After spanprof::shutdown() guards do nothing until start() is
+// called again.
+//
+// Declared here, defined in runtime-inl.hpp: by the umbrella header
+// (header-only), or in the compiled library (SPANPROF_COMPILED_LIB, config.hpp).
+//
+// With SPANPROF_ENABLED=0 these functions exist and do nothing: start() answers
+// "not started", stats() all zeros.
+#ifndef SPANPROF_RUNTIME_RUNTIME_HPP_
+#define SPANPROF_RUNTIME_RUNTIME_HPP_
+
+
+#include <chrono>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+
+// What start() did: whether profiling runs, and every configuration problem it met
+// (from the environment, and values it had to clamp), each also reported through
+// the error channel.
+struct StartResult {
+  bool started = false;  // false also when spanprof is compiled out (SPANPROF_ENABLED=0)
+  std::vector<ConfigurationProblem> problems;
+  explicit operator bool() const noexcept { return started; }
+};
+
+#if SPANPROF_ENABLED
+
+// Starts (or restarts with new options) profiling. Every configuration problem is
+// reported through the error handler and returned.
+SPANPROF_API SPANPROF_LIB_INLINE StartResult start(Options options = Options()) noexcept;
+
+// Waits until every profile finished so far has been uploaded, or the timeout.
+SPANPROF_API SPANPROF_LIB_INLINE bool flush(std::chrono::milliseconds timeout = std::chrono::seconds(5)) noexcept;
+
+// Stops profiling; delivers what it can within the timeout. Returns false if
+// profiles were still pending when the timeout expired.
+SPANPROF_API SPANPROF_LIB_INLINE bool shutdown(std::chrono::milliseconds timeout = std::chrono::seconds(5)) noexcept;
+
+SPANPROF_API SPANPROF_LIB_INLINE Stats stats() noexcept;
+
+#else  // SPANPROF_ENABLED == 0
+
+inline StartResult start(const Options& = Options()) noexcept { return {}; }
+inline bool flush(std::chrono::milliseconds = std::chrono::seconds(5)) noexcept { return true; }
+inline bool shutdown(std::chrono::milliseconds = std::chrono::seconds(5)) noexcept { return true; }
+inline Stats stats() noexcept { return {}; }
+
+#endif
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_RUNTIME_RUNTIME_HPP_
+// ---- end spanprof/runtime/runtime.hpp ----
+// ---- begin spanprof/profile/gzip.hpp ----
+// gzip in memory, via zlib. pprof files are gzip-compressed profile.proto bytes,
+// and OTLP/HTTP bodies may be too. Decompression is bounded because its input can
+// come from a file or a peer we do not trust: a few hundred KiB can inflate to GiB.
+#ifndef SPANPROF_PROFILE_GZIP_HPP_
+#define SPANPROF_PROFILE_GZIP_HPP_
+
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+inline constexpr std::size_t default_gzip_max_output = std::size_t{256} << 20;  // 256 MiB
+
+// Assigning a message can itself run out of memory; the error path must not throw.
+inline void set_error_message(std::string& error, std::string_view message) noexcept {
+  SPANPROF_TRY {
+    error.assign(message.data(), message.size());
+  } SPANPROF_CATCH_ALL {
+    error.clear();
+  }
+}
+
+inline void set_zlib_error(std::string& error, std::string_view what, int code, const char* zlib_message) noexcept {
+  SPANPROF_TRY {
+    error.assign(what.data(), what.size());
+    error += " (zlib ";
+    error += std::to_string(code);
+    if (zlib_message != nullptr) {
+      error += ": ";
+      error += zlib_message;
+    }
+    error += ')';
+  } SPANPROF_CATCH_ALL {
+    error.clear();
+  }
+}
+
+// zlib counts in uInt; feed larger buffers in slices so 4 GiB+ inputs still work.
+inline constexpr std::size_t zlib_max_slice = std::size_t{1} << 30;
+
+inline bool gzip_compress(std::string_view in, std::string& out, std::string& error) noexcept {
+  out.clear();
+  z_stream stream{};
+  // A span's profile is a few kilobytes, and zlib's default tables (256 KiB, the
+  // hash head cleared at every init) cost more than compressing it: the window is
+  // sized to the input instead, which compresses it as well (a match can reach
+  // back to its first byte; the smaller hash costs under 0.5%, tested). +16: a gzip header and CRC-32 trailer. The
+  // fastest level, as Go's runtime/pprof writes its profiles: 3-4x less CPU than
+  // the default level for a tenth more bytes (measured on batched profiles).
+  int window_bits = 9;
+  while (window_bits < 15 && (std::size_t{1} << window_bits) < in.size() + 262) ++window_bits;
+  const int mem_level = std::clamp(window_bits - 7, 1, 8);
+  int rc = deflateInit2(&stream, Z_BEST_SPEED, Z_DEFLATED, window_bits + 16, mem_level, Z_DEFAULT_STRATEGY);
+  if (rc != Z_OK) {
+    set_zlib_error(error, "gzip: deflateInit2 failed", rc, stream.msg);
+    return false;
+  }
+  bool ok = false;
+  SPANPROF_TRY {
+    // Small bodies (the common case) compress in one pass; big ones grow in steps
+    // rather than reserving their whole worst case up front.
+    const std::size_t bound = deflateBound(&stream, static_cast<uLong>(std::min(in.size(), zlib_max_slice)));
+    std::size_t chunk = std::clamp<std::size_t>(bound, 4096, std::size_t{16} << 20);
+    const auto* next_in = reinterpret_cast<const Bytef*>(in.data());
+    std::size_t remaining = in.size();
+    for (;;) {
+      const std::size_t slice = std::min(remaining, zlib_max_slice);
+      stream.next_in = const_cast<Bytef*>(next_in);
+      stream.avail_in = static_cast<uInt>(slice);
+      const int flush = (slice == remaining) ? Z_FINISH : Z_NO_FLUSH;
+      do {
+        const std::size_t used = out.size();
+        out.resize(used + chunk);
+        stream.next_out = reinterpret_cast<Bytef*>(&out[used]);
+        stream.avail_out = static_cast<uInt>(chunk);
+        rc = deflate(&stream, flush);
+        out.resize(used + (chunk - stream.avail_out));
+        if (rc == Z_STREAM_ERROR) break;
+      } while (stream.avail_out == 0 || (flush == Z_FINISH && rc != Z_STREAM_END));
+      if (rc == Z_STREAM_ERROR) {
+        set_zlib_error(error, "gzip: deflate failed", rc, stream.msg);
+        break;
+      }
+      next_in += slice;
+      remaining -= slice;
+      if (flush == Z_FINISH) {
+        ok = (rc == Z_STREAM_END);
+        if (!ok) set_zlib_error(error, "gzip: deflate did not finish", rc, stream.msg);
+        break;
+      }
+    }
+  } SPANPROF_CATCH_ALL {
+    set_error_message(error, "gzip: out of memory while compressing");
+    ok = false;
+  }
+  deflateEnd(&stream);
+  if (!ok) out.clear();
+  return ok;
+}
+
+// Accepts gzip (and, via windowBits +32 auto-detection, zlib) streams, including
+// concatenated gzip members as gunzip does. Fails — leaving `out` empty — on
+// corrupt or truncated input, trailing garbage, or more than `max_out` bytes.
+inline bool gzip_decompress(std::string_view in, std::string& out, std::string& error,
+                            std::size_t max_out = default_gzip_max_output) noexcept {
+  out.clear();
+  if (in.empty()) {
+    set_error_message(error, "gzip: empty input");
+    return false;
+  }
+  z_stream stream{};
+  int rc = inflateInit2(&stream, 15 + 32);
+  if (rc != Z_OK) {
+    set_zlib_error(error, "gzip: inflateInit2 failed", rc, stream.msg);
+    return false;
+  }
+  bool ok = false;
+  SPANPROF_TRY {
+    // Input not yet handed to zlib. Slices are consecutive, so stream.next_in +
+    // stream.avail_in == next_in always holds.
+    const auto* next_in = reinterpret_cast<const Bytef*>(in.data());
+    std::size_t remaining_in = in.size();
+    // One byte of room beyond the limit: producing it proves the limit was exceeded
+    // without ever holding more than max_out + 1 bytes.
+    const std::size_t capacity_limit = (max_out == SIZE_MAX) ? SIZE_MAX : max_out + 1;
+    std::size_t produced = 0;
+    std::size_t growth = std::max<std::size_t>(std::min<std::size_t>(in.size(), SIZE_MAX / 8) * 4, 64 * 1024);
+    for (;;) {
+      if (stream.avail_in == 0 && remaining_in > 0) {
+        const std::size_t slice = std::min(remaining_in, zlib_max_slice);
+        stream.next_in = const_cast<Bytef*>(next_in);
+        stream.avail_in = static_cast<uInt>(slice);
+        next_in += slice;
+        remaining_in -= slice;
+      }
+      if (produced == out.size()) {
+        const std::size_t room = std::min({growth, capacity_limit - out.size(), zlib_max_slice});
+        out.resize(out.size() + room);
+        growth = std::min(growth * 2, std::size_t{64} << 20);
+      }
+      const std::size_t room = std::min(out.size() - produced, zlib_max_slice);
+      stream.next_out = reinterpret_cast<Bytef*>(&out[produced]);
+      stream.avail_out = static_cast<uInt>(room);
+      rc = inflate(&stream, Z_NO_FLUSH);
+      produced += room - stream.avail_out;
+      if (produced > max_out) {
+        set_error_message(error, "gzip: decompressed size exceeds the limit");
+        break;
+      }
+      if (rc == Z_OK) continue;
+      if (rc == Z_STREAM_END) {
+        const std::size_t unread = stream.avail_in + remaining_in;
+        if (unread == 0) {
+          ok = true;
+          break;
+        }
+        // Another gzip member may follow; anything else is garbage.
+        const Bytef* rest = stream.next_in;
+        if (unread < 2 || rest[0] != 0x1f || rest[1] != 0x8b) {
+          set_error_message(error, "gzip: trailing garbage after the compressed stream");
+          break;
+        }
+        rc = inflateReset(&stream);
+        if (rc != Z_OK) {
+          set_zlib_error(error, "gzip: inflateReset failed", rc, stream.msg);
+          break;
+        }
+        next_in = rest;
+        remaining_in = unread;
+        stream.avail_in = 0;
+        continue;
+      }
+      if (rc == Z_BUF_ERROR) {
+        // No progress was possible. A full output buffer just grows next round;
+        // running out of input before the stream's end means it was cut short.
+        if (stream.avail_out == 0) continue;
+        if (stream.avail_in == 0 && remaining_in == 0) {
+          set_error_message(error, "gzip: truncated input");
+        } else {
+          set_zlib_error(error, "gzip: inflate made no progress", rc, stream.msg);
+        }
+        break;
+      }
+      if (rc == Z_MEM_ERROR) {
+        set_error_message(error, "gzip: out of memory while decompressing");
+      } else {
+        set_zlib_error(error, "gzip: corrupt input", rc, stream.msg);
+      }
+      break;
+    }
+    if (ok) out.resize(produced);
+  } SPANPROF_CATCH_ALL {
+    set_error_message(error, "gzip: out of memory while decompressing");
+    ok = false;
+  }
+  inflateEnd(&stream);
+  if (!ok) out.clear();
+  return ok;
+}
+
+}  // namespace detail
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_PROFILE_GZIP_HPP_
+// ---- end spanprof/profile/gzip.hpp ----
+// ---- begin spanprof/delivery/http_options.hpp ----
+// How spanprof's HTTP uploaders (Pyroscope, OTLP) reach their backend: timeouts,
+// authentication, extra headers, TLS and proxy. A plain struct so it can be filled
+// from code or from environment variables; nothing here needs libcurl.
+#ifndef SPANPROF_DELIVERY_HTTP_OPTIONS_HPP_
+#define SPANPROF_DELIVERY_HTTP_OPTIONS_HPP_
+
+
+#include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+
+struct HttpOptions {
+  // Uploads run on spanprof's background thread: a backend that does not answer
+  // delays later profiles (and shutdown), so both limits are short by default.
+  // Zero or less takes libcurl's meaning of 0: 300 s to connect, no overall limit.
+  std::chrono::milliseconds connect_timeout{2000};  // TCP and TLS handshake
+  std::chrono::milliseconds timeout{10000};         // the whole request, connect included
+
+  // Authorization. When both are set the bearer token is sent and the basic
+  // credentials are ignored: a token is the more specific choice (Grafana Cloud
+  // takes either). An "Authorization" entry in `headers` replaces both.
+  std::string basic_auth_user, basic_auth_password;  // "Basic base64(user:password)" when user is set
+  std::string bearer_token;                          // "Bearer <token>" when set
+
+  // Extra headers on every request, e.g. {"X-Scope-OrgID", "tenant"}. Each name is
+  // sent once, with its last value: a name given here replaces a header spanprof
+  // would send itself (Content-Type, Authorization, ...), and an uploader's
+  // per-request headers replace these in turn. A name must be an HTTP token and a
+  // value must not hold CR, LF or NUL: such a request is refused, never sent.
+  std::vector<std::pair<std::string, std::string>> headers;
+
+  // TLS. Turning verification off is for test setups only: it accepts any server.
+  bool verify_tls = true;
+  std::string ca_file;           // CA bundle (PEM) instead of the system's
+  std::string client_cert_file;  // mTLS: client certificate (PEM)
+  std::string client_key_file;   // mTLS: its private key (PEM); empty: inside client_cert_file
+
+  // e.g. "http://proxy:3128". Empty: libcurl's default, which honours the
+  // http_proxy / https_proxy / all_proxy environment variables.
+  std::string proxy;
+  // Hosts reached without the proxy, comma-separated ("*": all of them). Empty:
+  // libcurl's default, the no_proxy environment variable.
+  std::string no_proxy;
+};
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DELIVERY_HTTP_OPTIONS_HPP_
+// ---- end spanprof/delivery/http_options.hpp ----
+// ---- begin spanprof/profile/profile_builder.hpp ----
+// Turns a RawProfile (bare program counters) into a symbolized Profile: one
+// Location per distinct address, one Function per distinct name, one Mapping per
+// loaded segment, and the span's labels on every sample.
+#ifndef SPANPROF_PROFILE_PROFILE_BUILDER_HPP_
+#define SPANPROF_PROFILE_PROFILE_BUILDER_HPP_
+
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// Names of the labels every sample carries; Pyroscope and Grafana match on them.
+inline constexpr const char* trace_id_label = "trace_id";
+inline constexpr const char* span_id_label = "span_id";
+inline constexpr const char* span_name_label = "span_name";
+inline constexpr const char* profile_reason_label = "profile_reason";
+
+inline Label string_label(std::string key, std::string value) {
+  Label label;
+  label.key = std::move(key);
+  label.str = std::move(value);
+  return label;
+}
+
+inline std::vector<Label> span_labels(const RawProfile& raw) {
+  std::vector<Label> labels;
+  labels.push_back(string_label(trace_id_label, raw.span.trace_id.to_hex()));
+  labels.push_back(string_label(span_id_label, raw.span.span_id.to_hex()));
+  if (!raw.span_name.empty()) labels.push_back(string_label(span_name_label, raw.span_name));
+  labels.push_back(string_label(profile_reason_label, std::string(to_string(raw.reason))));
+  return labels;
+}
+
+class ProfileBuilder {
+ public:
+  explicit ProfileBuilder(Symbolizer& symbolizer) noexcept : symbolizer_(symbolizer) {}
+
+  // One sample to build: its frames (innermost first), values, and its label set
+  // (1-based index into the label sets given to build()).
+  struct Sample {
+    const std::vector<std::uintptr_t>* frames;
+    const std::vector<std::int64_t>* values;
+    std::uint32_t label_set;
+  };
+
+  // One span's profile, its samples as recorded (profile_batch.hpp merges repeats).
+  Profile build(const RawProfile& raw, const std::vector<std::string>& comments) {
+    std::vector<Sample> samples;
+    samples.reserve(raw.samples.size());
+    for (const RawSample& sample : raw.samples) samples.push_back({&sample.frames, &sample.values, 1});
+    return build(raw, samples, {span_labels(raw)}, comments);
+  }
+
+  // A profile of `header`'s kind, period and time span holding `samples`, each
+  // sample's labels shared through `label_sets` (a span's labels once per span,
+  // not once per sample).
+  Profile build(const RawProfile& header, const std::vector<Sample>& samples,
+                std::vector<std::vector<Label>> label_sets, const std::vector<std::string>& comments) {
+    Profile profile;
+    if (header.kind == ProfileKind::cpu) {
+      profile.sample_types = {{"samples", "count"}, {"cpu", "nanoseconds"}};
+      profile.period_type = {"cpu", "nanoseconds"};
+      profile.default_sample_type = "cpu";
+      profile.period = header.period_ns;
+    } else if (header.kind == ProfileKind::wall) {
+      // Pyroscope's and Grafana's wall profile type: wall:wall:nanoseconds:wall:nanoseconds.
+      profile.sample_types = {{"samples", "count"}, {"wall", "nanoseconds"}};
+      profile.period_type = {"wall", "nanoseconds"};
+      profile.default_sample_type = "wall";
+      profile.period = header.period_ns;
+    } else {
+      // The names and order Go's heap profiles use, which pprof, Pyroscope and
+      // Grafana recognise. A span's question is "what did it allocate", so that is
+      // the default view.
+      profile.sample_types = {
+          {"alloc_objects", "count"}, {"alloc_space", "bytes"}, {"inuse_objects", "count"}, {"inuse_space", "bytes"}};
+      profile.period_type = {"space", "bytes"};
+      profile.default_sample_type = "alloc_space";
+      profile.period = header.heap_interval_bytes;
+    }
+    profile.time_nanos = header.start_unix_ns;
+    profile.duration_nanos = header.duration_ns;
+    profile.comments = comments;
+    profile.label_sets = std::move(label_sets);
+
+    profile.samples.reserve(samples.size());
+    for (const Sample& in : samples) {
+      spanprof::Sample sample;
+      sample.values = *in.values;
+      sample.label_set = in.label_set;
+      sample.location_ids.reserve(in.frames->size());
+      for (std::size_t i = 0; i < in.frames->size(); ++i) {
+        // Callers' frames hold return addresses, which may already belong to the
+        // next function (a call as a function's last instruction): look up the
+        // call instruction instead, as pprof and debuggers do.
+        const std::uintptr_t pc = (*in.frames)[i];
+        const bool exact = i == 0 && header.kind != ProfileKind::heap;  // heap frames are all return addresses
+        const std::uintptr_t address = (exact || pc == 0) ? pc : pc - 1;
+        sample.location_ids.push_back(location_for(address, profile));
+      }
+      profile.samples.push_back(std::move(sample));
+    }
+    locations_.clear();
+    functions_.clear();
+    mappings_.clear();
+    put_main_executable_first(profile);
+    return profile;
+  }
+
+ private:
+  // pprof tools take the first mapping for the program ("File:" in go tool pprof,
+  // the binary its symbolizer looks for); samples meet the vDSO or libc first.
+  static void put_main_executable_first(Profile& profile) {
+    static const std::string executable = [] {
+      std::string path;
+      if (char* real = ::realpath("/proc/self/exe", nullptr)) {
+        path = real;
+        std::free(real);
+      }
+      return path;
+    }();
+    if (executable.empty()) return;
+    for (std::size_t i = 1; i < profile.mappings.size(); ++i) {
+      if (profile.mappings[i].filename != executable) continue;
+      const std::uint64_t first = 1, found = i + 1;
+      std::swap(profile.mappings[0], profile.mappings[i]);
+      profile.mappings[0].id = first;
+      profile.mappings[i].id = found;
+      for (Location& location : profile.locations) {
+        if (location.mapping_id == first) location.mapping_id = found;
+        else if (location.mapping_id == found) location.mapping_id = first;
+      }
+      return;
+    }
+  }
+
+  std::uint64_t location_for(std::uintptr_t address, Profile& profile) {
+    if (auto it = locations_.find(address); it != locations_.end()) return it->second;
+    const ResolvedFrame frame = symbolizer_.resolve(address);
+    Location location;
+    location.id = profile.locations.size() + 1;
+    location.address = address;
+    if (frame.module) location.mapping_id = mapping_for(*frame.module, profile);
+    if (!frame.function.empty() || !frame.system_name.empty()) {
+      location.function_id = function_for(frame, profile);
+      if (location.mapping_id != 0) profile.mappings[location.mapping_id - 1].has_functions = true;
+    }
+    profile.locations.push_back(location);
+    locations_.emplace(address, location.id);
+    return location.id;
+  }
+
+  std::uint64_t mapping_for(const Module& module, Profile& profile) {
+    if (auto it = mappings_.find(&module); it != mappings_.end()) return it->second;
+    Mapping mapping;
+    mapping.id = profile.mappings.size() + 1;
+    mapping.memory_start = module.start;
+    mapping.memory_limit = module.limit;
+    mapping.file_offset = module.file_offset;
+    mapping.filename = module.path;
+    mapping.build_id = module.build_id;
+    profile.mappings.push_back(mapping);
+    mappings_.emplace(&module, mapping.id);
+    return mapping.id;
+  }
+
+  std::uint64_t function_for(const ResolvedFrame& frame, Profile& profile) {
+    std::string name(frame.function.empty() ? frame.system_name : frame.function);
+    if (auto it = functions_.find(name); it != functions_.end()) return it->second;
+    Function function;
+    function.id = profile.functions.size() + 1;
+    function.name = name;
+    function.system_name = std::string(frame.system_name.empty() ? frame.function : frame.system_name);
+    profile.functions.push_back(function);
+    functions_.emplace(std::move(name), function.id);
+    return function.id;
+  }
+
+  Symbolizer& symbolizer_;
+  std::unordered_map<std::uintptr_t, std::uint64_t> locations_;
+  std::unordered_map<std::string, std::uint64_t> functions_;
+  std::unordered_map<const Module*, std::uint64_t> mappings_;
+};
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_PROFILE_PROFILE_BUILDER_HPP_
+// ---- end spanprof/profile/profile_builder.hpp ----
+// ---- begin spanprof/profile/protobuf_writer.hpp ----
+// A minimal protocol-buffers wire-format writer, shared by the pprof and OTLP
+// encoders. It knows wire types, not schemas: callers pick field numbers and
+// decide which zero values to omit (proto3 leaves them out; proto2 may not).
+#ifndef SPANPROF_PROFILE_PROTOBUF_WRITER_HPP_
+#define SPANPROF_PROFILE_PROTOBUF_WRITER_HPP_
+
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+enum class WireType : std::uint8_t {
+  varint = 0,
+  fixed64 = 1,
+  length_delimited = 2,
+  fixed32 = 5,
+};
+
+// The largest varint is 10 bytes (a 64-bit value, 7 bits per byte).
+inline constexpr std::size_t max_varint_size = 10;
+
+inline std::size_t encode_varint(std::uint64_t value, char* buffer) noexcept {
+  std::size_t size = 0;
+  while (value >= 0x80) {
+    buffer[size++] = static_cast<char>(static_cast<std::uint8_t>(value) | 0x80);
+    value >>= 7;
+  }
+  buffer[size++] = static_cast<char>(value);
+  return size;
+}
+
+constexpr std::size_t varint_size(std::uint64_t value) noexcept {
+  std::size_t size = 1;
+  while (value >= 0x80) {
+    value >>= 7;
+    ++size;
+  }
+  return size;
+}
+
+constexpr std::uint64_t zigzag_encode(std::int64_t value) noexcept {
+  return (static_cast<std::uint64_t>(value) << 1) ^ static_cast<std::uint64_t>(-(static_cast<std::uint64_t>(value) >> 63));
+}
+
+// Appends to a caller-owned string so a whole message tree shares one buffer.
+// Methods may throw std::bad_alloc; noexcept wrappers live at the API boundary.
+class ProtobufWriter {
+ public:
+  explicit ProtobufWriter(std::string& out) noexcept : out_(&out) {}
+
+  std::string& buffer() noexcept { return *out_; }
+
+  void varint(std::uint64_t value) {
+    char bytes[max_varint_size];
+    out_->append(bytes, encode_varint(value, bytes));
+  }
+
+  void tag(std::uint32_t field, WireType type) {
+    varint((static_cast<std::uint64_t>(field) << 3) | static_cast<std::uint64_t>(type));
+  }
+
+  // ---- scalar fields, always written (the caller decides about zero) ----------
+
+  void uint64_field(std::uint32_t field, std::uint64_t value) {
+    tag(field, WireType::varint);
+    varint(value);
+  }
+
+  // int32/int64 use plain two's complement varints: a negative value costs 10 bytes.
+  void int64_field(std::uint32_t field, std::int64_t value) {
+    uint64_field(field, static_cast<std::uint64_t>(value));
+  }
+
+  void sint64_field(std::uint32_t field, std::int64_t value) { uint64_field(field, zigzag_encode(value)); }
+
+  void bool_field(std::uint32_t field, bool value) { uint64_field(field, value ? 1 : 0); }
+
+  void fixed64_field(std::uint32_t field, std::uint64_t value) {
+    tag(field, WireType::fixed64);
+    append_little_endian(value, 8);
+  }
+
+  void fixed32_field(std::uint32_t field, std::uint32_t value) {
+    tag(field, WireType::fixed32);
+    append_little_endian(value, 4);
+  }
+
+  void double_field(std::uint32_t field, double value) {
+    std::uint64_t bits;
+    static_assert(sizeof bits == sizeof value, "IEEE-754 double expected");
+    std::memcpy(&bits, &value, sizeof bits);
+    fixed64_field(field, bits);
+  }
+
+  // strings, bytes and pre-encoded messages
+  void bytes_field(std::uint32_t field, std::string_view bytes) {
+    tag(field, WireType::length_delimited);
+    varint(bytes.size());
+    out_->append(bytes.data(), bytes.size());
+  }
+
+  // ---- proto3 helpers: a zero/empty value is the default and is left out ------
+
+  void uint64_field_if_nonzero(std::uint32_t field, std::uint64_t value) {
+    if (value != 0) uint64_field(field, value);
+  }
+  void int64_field_if_nonzero(std::uint32_t field, std::int64_t value) {
+    if (value != 0) int64_field(field, value);
+  }
+  void bool_field_if_true(std::uint32_t field, bool value) {
+    if (value) bool_field(field, true);
+  }
+  void bytes_field_if_nonempty(std::uint32_t field, std::string_view bytes) {
+    if (!bytes.empty()) bytes_field(field, bytes);
+  }
+
+  // ---- packed repeated fields (proto3's default for repeated scalars) --------
+
+  template <typename Range>
+  void packed_uint64_field(std::uint32_t field, const Range& values) {
+    std::size_t payload = 0;
+    for (const auto value : values) payload += varint_size(static_cast<std::uint64_t>(value));
+    if (payload == 0) return;  // an empty packed field is simply absent
+    tag(field, WireType::length_delimited);
+    varint(payload);
+    out_->reserve(out_->size() + payload);
+    for (const auto value : values) varint(static_cast<std::uint64_t>(value));
+  }
+
+  // int64 elements share uint64's encoding; the alias keeps call sites honest.
+  template <typename Range>
+  void packed_int64_field(std::uint32_t field, const Range& values) {
+    packed_uint64_field(field, values);
+  }
+
+  template <typename Range>
+  void packed_fixed64_field(std::uint32_t field, const Range& values) {
+    std::size_t count = 0;
+    for (const auto& value : values) {
+      (void)value;
+      ++count;
+    }
+    if (count == 0) return;
+    tag(field, WireType::length_delimited);
+    varint(count * 8);
+    for (const auto value : values) append_little_endian(static_cast<std::uint64_t>(value), 8);
+  }
+
+  template <typename Range>
+  void packed_double_field(std::uint32_t field, const Range& values) {
+    std::size_t count = 0;
+    for (const auto& value : values) {
+      (void)value;
+      ++count;
+    }
+    if (count == 0) return;
+    tag(field, WireType::length_delimited);
+    varint(count * 8);
+    for (const double value : values) {
+      std::uint64_t bits;
+      std::memcpy(&bits, &value, sizeof bits);
+      append_little_endian(bits, 8);
+    }
+  }
+
+  // ---- nested messages, written in place -------------------------------------
+  //
+  // The length prefix is unknown until the body is done, so the body is written
+  // first and the minimal varint is inserted in front of it afterwards. That moves
+  // only the nested body, never the enclosing message, and keeps varints canonical
+  // (some decoders reject padded lengths).
+
+  struct NestedMark {
+    std::size_t body_start;
+  };
+
+  NestedMark begin_nested(std::uint32_t field) {
+    tag(field, WireType::length_delimited);
+    return NestedMark{out_->size()};
+  }
+
+  void end_nested(NestedMark mark) {
+    const std::size_t length = out_->size() - mark.body_start;
+    char prefix[max_varint_size];
+    const std::size_t prefix_size = encode_varint(length, prefix);
+    out_->insert(mark.body_start, prefix, prefix_size);
+  }
+
+  // Writes field `field` as a message whose body `write_body(ProtobufWriter&)` fills.
+  template <typename WriteBody>
+  void message_field(std::uint32_t field, WriteBody&& write_body) {
+    const NestedMark mark = begin_nested(field);
+    write_body(*this);
+    end_nested(mark);
+  }
+
+ private:
+  void append_little_endian(std::uint64_t value, int bytes) {
+    char buffer[8];
+    for (int i = 0; i < bytes; ++i) buffer[i] = static_cast<char>(static_cast<std::uint8_t>(value >> (8 * i)));
+    out_->append(buffer, static_cast<std::size_t>(bytes));
+  }
+
+  std::string* out_;
+};
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_PROFILE_PROTOBUF_WRITER_HPP_
+// ---- end spanprof/profile/protobuf_writer.hpp ----
+// ---- begin spanprof/profile/pprof_encoder.hpp ----
+// Profile -> pprof. Writes google/pprof's proto/profile.proto (proto3) so the
+// output opens in `go tool pprof`, Grafana Pyroscope, Parca and friends.
+#ifndef SPANPROF_PROFILE_PPROF_ENCODER_HPP_
+#define SPANPROF_PROFILE_PPROF_ENCODER_HPP_
+
+
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+
+namespace detail {
+
+// Field numbers from profile.proto. Keeping them named makes a mismatch with the
+// schema visible in review instead of hiding behind a bare integer.
+namespace pprof_field {
+namespace profile {
+inline constexpr std::uint32_t sample_type = 1, sample = 2, mapping = 3, location = 4, function = 5,
+                               string_table = 6, drop_frames = 7, keep_frames = 8, time_nanos = 9,
+                               duration_nanos = 10, period_type = 11, period = 12, comment = 13,
+                               default_sample_type = 14;
+}
+namespace value_type {
+inline constexpr std::uint32_t type = 1, unit = 2;
+}
+namespace sample {
+inline constexpr std::uint32_t location_id = 1, value = 2, label = 3;
+}
+namespace label {
+inline constexpr std::uint32_t key = 1, str = 2, num = 3, num_unit = 4;
+}
+namespace mapping {
+inline constexpr std::uint32_t id = 1, memory_start = 2, memory_limit = 3, file_offset = 4, filename = 5,
+                               build_id = 6, has_functions = 7, has_filenames = 8, has_line_numbers = 9,
+                               has_inline_frames = 10;
+}
+namespace location {
+inline constexpr std::uint32_t id = 1, mapping_id = 2, address = 3, line = 4, is_folded = 5;
+}
+namespace line {
+inline constexpr std::uint32_t function_id = 1, line = 2, column = 3;
+}
+namespace function {
+inline constexpr std::uint32_t id = 1, name = 2, system_name = 3, filename = 4, start_line = 5;
+}
+}  // namespace pprof_field
+
+// pprof refers to every string by its index in one table whose entry 0 must be "".
+// Profiles repeat the same label keys, span ids and file names on every sample, so
+// deduplication is most of the size win. Entries view the Profile's own strings,
+// which outlive the encoding.
+class PprofStringTable {
+ public:
+  PprofStringTable() {
+    entries_.emplace_back();
+    index_.emplace(std::string_view{}, 0);
+  }
+
+  std::int64_t intern(std::string_view text) {
+    const auto [it, inserted] = index_.emplace(text, static_cast<std::int64_t>(entries_.size()));
+    if (inserted) entries_.push_back(text);
+    return it->second;
+  }
+
+  const std::vector<std::string_view>& entries() const noexcept { return entries_; }
+
+ private:
+  std::vector<std::string_view> entries_;
+  std::unordered_map<std::string_view, std::int64_t> index_;
+};
+
+inline void write_pprof_value_type(ProtobufWriter& writer, std::uint32_t field, const ValueType& value_type,
+                                   PprofStringTable& strings) {
+  namespace f = pprof_field::value_type;
+  writer.message_field(field, [&](ProtobufWriter& body) {
+    body.int64_field_if_nonzero(f::type, strings.intern(value_type.type));
+    body.int64_field_if_nonzero(f::unit, strings.intern(value_type.unit));
+  });
+}
+
+inline void write_pprof_label(ProtobufWriter& writer, const Label& label, PprofStringTable& strings) {
+  namespace f = pprof_field::label;
+  writer.message_field(pprof_field::sample::label, [&](ProtobufWriter& body) {
+    body.int64_field_if_nonzero(f::key, strings.intern(label.key));
+    if (!label.str.empty() || !label.is_num) {
+      body.int64_field_if_nonzero(f::str, strings.intern(label.str));
+    } else {
+      body.int64_field_if_nonzero(f::num, label.num);
+      body.int64_field_if_nonzero(f::num_unit, strings.intern(label.num_unit));
+    }
+  });
+}
+
+inline void write_pprof_sample(ProtobufWriter& writer, const Profile& profile, const Sample& sample,
+                               PprofStringTable& strings) {
+  namespace f = pprof_field::sample;
+  writer.message_field(pprof_field::profile::sample, [&](ProtobufWriter& body) {
+    body.packed_uint64_field(f::location_id, sample.location_ids);
+    body.packed_int64_field(f::value, sample.values);
+    for_each_label(profile, sample, [&](const Label& label) { write_pprof_label(body, label, strings); });
+  });
+}
+
+inline void write_pprof_mapping(ProtobufWriter& writer, const Mapping& mapping, PprofStringTable& strings) {
+  namespace f = pprof_field::mapping;
+  writer.message_field(pprof_field::profile::mapping, [&](ProtobufWriter& body) {
+    body.uint64_field_if_nonzero(f::id, mapping.id);
+    body.uint64_field_if_nonzero(f::memory_start, mapping.memory_start);
+    body.uint64_field_if_nonzero(f::memory_limit, mapping.memory_limit);
+    body.uint64_field_if_nonzero(f::file_offset, mapping.file_offset);
+    body.int64_field_if_nonzero(f::filename, strings.intern(mapping.filename));
+    body.int64_field_if_nonzero(f::build_id, strings.intern(mapping.build_id));
+    body.bool_field_if_true(f::has_functions, mapping.has_functions);
+  });
+}
+
+inline void write_pprof_location(ProtobufWriter& writer, const Location& location) {
+  namespace f = pprof_field::location;
+  writer.message_field(pprof_field::profile::location, [&](ProtobufWriter& body) {
+    body.uint64_field_if_nonzero(f::id, location.id);
+    body.uint64_field_if_nonzero(f::mapping_id, location.mapping_id);
+    body.uint64_field_if_nonzero(f::address, location.address);
+    // An unsymbolized location has no Line at all; pprof then shows its address.
+    if (location.function_id != 0) {
+      body.message_field(f::line, [&](ProtobufWriter& line) {
+        line.uint64_field(pprof_field::line::function_id, location.function_id);
+      });
+    }
+  });
+}
+
+inline void write_pprof_function(ProtobufWriter& writer, const Function& function, PprofStringTable& strings) {
+  namespace f = pprof_field::function;
+  writer.message_field(pprof_field::profile::function, [&](ProtobufWriter& body) {
+    body.uint64_field_if_nonzero(f::id, function.id);
+    body.int64_field_if_nonzero(f::name, strings.intern(function.name));
+    body.int64_field_if_nonzero(f::system_name, strings.intern(function.system_name));
+    body.int64_field_if_nonzero(f::filename, strings.intern(function.filename));
+  });
+}
+
+}  // namespace detail
+
+// The uncompressed profile.proto bytes. May throw std::bad_alloc; use
+// encode_pprof_gzip at API boundaries.
+inline std::string encode_pprof(const Profile& profile) {
+  namespace f = detail::pprof_field::profile;
+  std::string out;
+  detail::ProtobufWriter writer(out);
+  detail::PprofStringTable strings;
+
+  for (const ValueType& type : profile.sample_types) {
+    detail::write_pprof_value_type(writer, f::sample_type, type, strings);
+  }
+  for (const Sample& sample : profile.samples) detail::write_pprof_sample(writer, profile, sample, strings);
+  for (const Mapping& mapping : profile.mappings) detail::write_pprof_mapping(writer, mapping, strings);
+  for (const Location& location : profile.locations) detail::write_pprof_location(writer, location);
+  for (const Function& function : profile.functions) detail::write_pprof_function(writer, function, strings);
+
+  // Fields after the string table refer to it too; intern their strings first so
+  // the table is complete when it is written.
+  const std::int64_t period_type_index = strings.intern(profile.period_type.type);
+  const std::int64_t period_unit_index = strings.intern(profile.period_type.unit);
+  std::vector<std::int64_t> comment_indices;
+  comment_indices.reserve(profile.comments.size());
+  for (const std::string& comment : profile.comments) comment_indices.push_back(strings.intern(comment));
+  const std::int64_t default_sample_type_index = strings.intern(profile.default_sample_type);
+
+  // Every entry is written, the empty one at index 0 included: a repeated string
+  // keeps its position even when it is the default value.
+  for (const std::string_view entry : strings.entries()) writer.bytes_field(f::string_table, entry);
+
+  writer.int64_field_if_nonzero(f::time_nanos, profile.time_nanos);
+  writer.int64_field_if_nonzero(f::duration_nanos, profile.duration_nanos);
+  if (period_type_index != 0 || period_unit_index != 0) {
+    writer.message_field(f::period_type, [&](detail::ProtobufWriter& body) {
+      body.int64_field_if_nonzero(detail::pprof_field::value_type::type, period_type_index);
+      body.int64_field_if_nonzero(detail::pprof_field::value_type::unit, period_unit_index);
+    });
+  }
+  writer.int64_field_if_nonzero(f::period, profile.period);
+  writer.packed_int64_field(f::comment, comment_indices);
+  writer.int64_field_if_nonzero(f::default_sample_type, default_sample_type_index);
+  return out;
+}
+
+// The body of a .pb.gz file. Never throws; on failure `out` is empty and `error`
+// says why (the caller decides whether to report it as encoding_failed).
+inline bool encode_pprof_gzip(const Profile& profile, std::string& out, std::string& error) noexcept {
+  out.clear();
+  SPANPROF_TRY {
+    const std::string raw = encode_pprof(profile);
+    return detail::gzip_compress(raw, out, error);
+  } SPANPROF_CATCH_STD(e) {
+    detail::set_error_message(error, "pprof: encoding failed: ");
+    SPANPROF_TRY {
+      error += e.what();
+    } SPANPROF_CATCH_ALL {
+    }
+  } SPANPROF_CATCH_ALL {
+    detail::set_error_message(error, "pprof: encoding failed");
+  }
+  out.clear();
+  return false;
+}
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_PROFILE_PPROF_ENCODER_HPP_
+// ---- end spanprof/profile/pprof_encoder.hpp ----
+// ---- begin spanprof/profile/otlp_encoder.hpp ----
+// Profile -> OTLP profiles: the body an OTLP/HTTP exporter POSTs to
+// /v1development/profiles as application/x-protobuf (the uploader gzips it).
+//
+// Schema: open-telemetry/opentelemetry-proto v1.11.0, read at commit
+// ac2c4b5d1f3a6079de62f9afec860158ecc8af09 (v1.11.0-16, whose profiles,
+// collector/profiles, common and resource protos are identical to v1.11.0's).
+// The profiles signal is Alpha and its shapes changed between releases (sample
+// types, attribute tables, stacks), so the field constants below are for exactly
+// that version; re-read the protos before bumping it.
+//
+// How a pprof-shaped Profile maps onto that schema:
+//  - one OTLP Profile per pprof sample type, since an OTLP Profile has exactly
+//    one sample_type; all of them share the request's ProfilesDictionary. The
+//    pprof default sample type goes first because viewers show profiles[0].
+//  - a pprof sample becomes one Sample per Profile, with values = {its value for
+//    that type}, its stack interned in stack_table, its labels as
+//    KeyValueAndUnit entries in attribute_table, and link_index naming the span.
+//  - link_table = {zero link, one link per span}: the trace <-> profile join
+//    that OTLP receivers use instead of pprof's trace_id/span_id labels (which
+//    stay as attributes for Pyroscope-style matching). A sample's link comes from
+//    its own trace_id/span_id labels, so a profile merging many spans (batched
+//    delivery) links each sample to its span; a sample without them takes the
+//    identity's span.
+//  - samples with the same stack, attributes and link are merged (values summed),
+//    as the schema asks.
+//  - mappings, locations and functions are copied only when a sample reaches
+//    them (dictionaries SHOULD NOT hold orphans); pprof's 1-based ids become
+//    table indices, entry 0 being the zero value the schema requires.
+#ifndef SPANPROF_PROFILE_OTLP_ENCODER_HPP_
+#define SPANPROF_PROFILE_OTLP_ENCODER_HPP_
+
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+
+inline constexpr std::string_view otlp_profiles_http_path = "/v1development/profiles";
+inline constexpr std::string_view otlp_profiles_content_type = "application/x-protobuf";
+
+// Resource attributes (service.name, deployment.environment.name, ...), sent as
+// string values. Keys must be unique, as the Resource message requires.
+struct OtlpResource {
+  std::vector<std::pair<std::string, std::string>> attributes;
+};
+
+// What the encoder needs from the span; the views must outlive the call.
+// `kind` is carried for callers (routing, logging): the profile's sample types
+// already say what was measured.
+struct OtlpSpanIdentity {
+  SpanContext span;
+  std::string_view span_name;
+  ProfileKind kind = ProfileKind::cpu;
+  std::int64_t start_unix_ns = 0;  // 0: use Profile::time_nanos
+  std::int64_t duration_ns = 0;    // 0: use Profile::duration_nanos
+  std::string_view reason;         // "sampled", "slow", ...
+};
+
+inline OtlpSpanIdentity otlp_span_identity(const RawProfile& raw) noexcept {
+  return OtlpSpanIdentity{raw.span, raw.span_name, raw.kind, raw.start_unix_ns, raw.duration_ns, to_string(raw.reason)};
+}
+
+namespace detail {
+
+// Field numbers of opentelemetry-proto v1.11.0, named so a schema bump is a
+// reviewable diff rather than a hunt for integers.
+namespace otlp_field {
+// collector.profiles.v1development.ExportProfilesServiceRequest
+namespace request { inline constexpr std::uint32_t resource_profiles = 1, dictionary = 2; }
+namespace resource_profiles { inline constexpr std::uint32_t resource = 1, scope_profiles = 2, schema_url = 3; }
+namespace resource { inline constexpr std::uint32_t attributes = 1, dropped_attributes_count = 2; }  // resource.v1
+namespace key_value { inline constexpr std::uint32_t key = 1, value = 2, key_strindex = 3; }  // common.v1
+namespace any_value {  // common.v1.AnyValue, a oneof
+inline constexpr std::uint32_t string_value = 1, bool_value = 2, int_value = 3, double_value = 4, bytes_value = 7,
+                               string_value_strindex = 8;
+}
+namespace scope_profiles { inline constexpr std::uint32_t scope = 1, profiles = 2, schema_url = 3; }
+namespace scope { inline constexpr std::uint32_t name = 1, version = 2, attributes = 3; }  // InstrumentationScope
+namespace profile {
+inline constexpr std::uint32_t sample_type = 1, samples = 2, time_unix_nano = 3, duration_nano = 4, period_type = 5,
+                               period = 6, profile_id = 7, dropped_attributes_count = 8, original_payload_format = 9,
+                               original_payload = 10, attribute_indices = 11;
+}
+namespace value_type { inline constexpr std::uint32_t type_strindex = 1, unit_strindex = 2; }
+namespace sample {
+inline constexpr std::uint32_t stack_index = 1, attribute_indices = 2, link_index = 3, values = 4,
+                               timestamps_unix_nano = 5;
+}
+namespace dictionary {
+inline constexpr std::uint32_t mapping_table = 1, location_table = 2, function_table = 3, link_table = 4,
+                               string_table = 5, attribute_table = 6, stack_table = 7;
+}
+namespace mapping {
+inline constexpr std::uint32_t memory_start = 1, memory_limit = 2, file_offset = 3, filename_strindex = 4,
+                               attribute_indices = 5;
+}
+namespace location { inline constexpr std::uint32_t mapping_index = 1, address = 2, lines = 3, attribute_indices = 4; }
+namespace line { inline constexpr std::uint32_t function_index = 1, line = 2, column = 3; }
+namespace function {
+inline constexpr std::uint32_t name_strindex = 1, system_name_strindex = 2, filename_strindex = 3, start_line = 4;
+}
+namespace link { inline constexpr std::uint32_t trace_id = 1, span_id = 2; }
+namespace key_value_and_unit { inline constexpr std::uint32_t key_strindex = 1, value = 2, unit_strindex = 3; }
+namespace stack { inline constexpr std::uint32_t location_indices = 1; }
+}  // namespace otlp_field
+
+// Semantic-convention keys: the GNU build id has no Mapping field of its own, and
+// profile.frame.type tells receivers how to symbolize (every spanprof frame is native).
+inline constexpr std::string_view otlp_build_id_key = "process.executable.build_id.gnu";
+inline constexpr std::string_view otlp_frame_type_key = "profile.frame.type";
+
+// Interns everything one request refers to, then writes it. Every index is
+// assigned before anything is written, because the dictionary (which follows
+// resource_profiles on the wire) must hold every string any message refers to.
+// Input that does not hold together (dangling ids, wrong value counts) is not an
+// exception (spanprof also builds with -fno-exceptions): the first problem is
+// kept in invalid_input() and nothing is written.
+class OtlpRequestBuilder {
+ public:
+  OtlpRequestBuilder(const Profile& profile, const OtlpSpanIdentity& identity)
+      : profile_(profile), identity_(identity) {
+    index_ids(profile.mappings, mappings_by_id_, "mapping");
+    index_ids(profile.functions, functions_by_id_, "function");
+    index_ids(profile.locations, locations_by_id_, "location");
+    stack_rows_.push_back(&stacks_.emplace(std::vector<std::int64_t>{}, 0).first->first);
+
+    for (const ValueType& type : profile.sample_types) sample_types_.push_back(value_type(type));
+    period_type_ = value_type(profile.period_type);
+    for (std::size_t i = 0; i < profile.sample_types.size(); ++i) {
+      if (profile.sample_types[i].type == profile.default_sample_type) default_type_ = i;
+    }
+    // The span's facts again at Profile level, for receivers that group by
+    // Profile; they reuse the samples' attribute entries, so cost a few bytes.
+    for (const auto& [key, value] : {std::pair{span_name_label, identity.span_name},
+                                     std::pair{profile_reason_label, identity.reason}}) {
+      if (!value.empty() && !profile.sample_types.empty()) profile_attributes_.push_back(string_attribute(key, value));
+    }
+    for (std::size_t i = 0; i < profile.samples.size(); ++i) add_sample(i);
+
+    // Indices are int32 on the wire.
+    if (std::max({strings_.entries().size(), attribute_rows_.size(), stack_rows_.size(), location_rows_.size(),
+                  function_rows_.size(), mapping_rows_.size()}) > std::size_t{INT32_MAX}) {
+      invalid("a dictionary table outgrows its int32 indices");
+    }
+  }
+
+  // Empty when the profile holds together; otherwise its first problem.
+  const std::string& invalid_input() const noexcept { return invalid_; }
+
+  void write(ProtobufWriter& out, const OtlpResource& resource) const {
+    namespace f = otlp_field;
+    out.message_field(f::request::resource_profiles, [&](ProtobufWriter& rp) {
+      if (!resource.attributes.empty()) {
+        rp.message_field(f::resource_profiles::resource, [&](ProtobufWriter& body) {
+          // Not a structured binding: C++17 lambdas cannot capture one (clang refuses).
+          for (const auto& attribute : resource.attributes) {
+            body.message_field(f::resource::attributes, [&](ProtobufWriter& kv) {
+              kv.bytes_field(f::key_value::key, attribute.first);
+              kv.message_field(f::key_value::value, [&](ProtobufWriter& any) {
+                any.bytes_field(f::any_value::string_value, attribute.second);
+              });
+            });
+          }
+        });
+      }
+      rp.message_field(f::resource_profiles::scope_profiles, [&](ProtobufWriter& sp) {
+        sp.message_field(f::scope_profiles::scope, [](ProtobufWriter& scope) {
+          scope.bytes_field(f::scope::name, "spanprof");
+          scope.bytes_field(f::scope::version, SPANPROF_VERSION_STRING);
+        });
+        // The pprof default sample type first (viewers show profiles[0]), then the rest in pprof order.
+        for (std::size_t n = 0; n < sample_types_.size(); ++n) {
+          const std::size_t type = n == 0 ? default_type_ : (n <= default_type_ ? n - 1 : n);
+          sp.message_field(f::scope_profiles::profiles, [&](ProtobufWriter& body) { write_profile(body, type); });
+        }
+      });
+    });
+    out.message_field(f::request::dictionary, [&](ProtobufWriter& body) { write_dictionary(body); });
+  }
+
+ private:
+  template <typename T>
+  struct ById { const T* item; std::int64_t index; };  // index: 0 until a sample reaches it
+  using TypeRow = std::pair<std::int64_t, std::int64_t>;  // type, unit
+  struct MappingRow { std::uint64_t start, limit, offset; std::int64_t filename, build_id; };
+  struct FunctionRow { std::int64_t name, system_name, filename; };
+  struct LocationRow { std::int64_t mapping; std::uint64_t address; std::int64_t function, frame_type; };
+  struct AttributeRow { std::int64_t key; bool is_int; std::string_view str; std::int64_t num, unit; };
+  struct SampleRow {
+    std::int64_t stack, link;
+    std::vector<std::int64_t> attributes;
+    std::vector<std::int64_t> values;
+  };
+
+  void invalid(std::string problem) {
+    if (invalid_.empty()) invalid_ = std::move(problem);
+  }
+
+  template <typename T>
+  void index_ids(const std::vector<T>& items, std::unordered_map<std::uint64_t, ById<T>>& by_id, const char* what) {
+    for (const T& item : items) {
+      if (item.id == 0) invalid(std::string(what) + " with id 0 (ids start at 1)");
+      else if (!by_id.emplace(item.id, ById<T>{&item, 0}).second)
+        invalid(std::string("two ") + what + "s share id " + std::to_string(item.id));
+    }
+  }
+
+  // Looks a pprof id up and gives its dictionary index, copying the entry into
+  // the table on first use so entries no sample reaches never get there.
+  template <typename T, typename Row, typename MakeRow>
+  std::int64_t reach(std::unordered_map<std::uint64_t, ById<T>>& by_id, std::vector<Row>& rows, std::uint64_t id,
+                     const char* what, const char* referrer, std::uint64_t referrer_id, MakeRow make_row) {
+    const auto it = by_id.find(id);
+    if (it == by_id.end()) {
+      invalid(std::string(referrer) + std::to_string(referrer_id) + " references " + what + " id " +
+              std::to_string(id) + ", which the profile does not define");
+      return 0;
+    }
+    if (it->second.index == 0) {
+      const Row row = make_row(*it->second.item);  // may reach other tables first
+      it->second.index = static_cast<std::int64_t>(rows.size());
+      rows.push_back(row);
+    }
+    return it->second.index;
+  }
+
+  TypeRow value_type(const ValueType& type) { return {strings_.intern(type.type), strings_.intern(type.unit)}; }
+
+  std::int64_t attribute(const AttributeRow& row) {
+    const auto key = std::make_tuple(row.key, row.is_int, row.str, row.num, row.unit);
+    const auto [it, inserted] = attribute_index_.emplace(key, static_cast<std::int64_t>(attribute_rows_.size()));
+    if (inserted) attribute_rows_.push_back(row);
+    return it->second;
+  }
+
+  std::int64_t string_attribute(std::string_view key, std::string_view value) {
+    return attribute(AttributeRow{strings_.intern(key), false, value, 0, 0});
+  }
+
+  std::int64_t location(std::uint64_t id, std::size_t sample) {
+    return reach(locations_by_id_, location_rows_, id, "location", "sample index ", sample, [&](const Location& loc) {
+      // Every spanprof frame is machine code; the attribute is shared by all locations.
+      if (frame_type_ == 0) frame_type_ = string_attribute(otlp_frame_type_key, "native");
+      LocationRow row{0, loc.address, 0, frame_type_};
+      if (loc.mapping_id != 0) {
+        row.mapping = reach(mappings_by_id_, mapping_rows_, loc.mapping_id, "mapping", "location id ", loc.id,
+                            [&](const Mapping& m) {
+                              const std::int64_t build_id =
+                                  m.build_id.empty() ? 0 : string_attribute(otlp_build_id_key, m.build_id);
+                              return MappingRow{m.memory_start, m.memory_limit, m.file_offset,
+                                                strings_.intern(m.filename), build_id};
+                            });
+      }
+      if (loc.function_id != 0) {
+        row.function = reach(functions_by_id_, function_rows_, loc.function_id, "function", "location id ", loc.id,
+                             [&](const Function& fn) {
+                               return FunctionRow{strings_.intern(fn.name), strings_.intern(fn.system_name),
+                                                  strings_.intern(fn.filename)};
+                             });
+      }
+      return row;
+    });
+  }
+
+  void add_sample(std::size_t i) {
+    const Sample& sample = profile_.samples[i];
+    if (sample.values.size() != profile_.sample_types.size()) {
+      invalid("sample index " + std::to_string(i) + " has " + std::to_string(sample.values.size()) + " values for " +
+              std::to_string(profile_.sample_types.size()) + " sample types");
+      return;
+    }
+    std::vector<std::int64_t> locations;
+    locations.reserve(sample.location_ids.size());
+    for (const std::uint64_t id : sample.location_ids) locations.push_back(location(id, i));
+    const auto [it, inserted] = stacks_.emplace(std::move(locations), static_cast<std::int64_t>(stack_rows_.size()));
+    if (inserted) stack_rows_.push_back(&it->first);
+
+    SampleRow row{it->second, link_for(sample), {}, {}};
+
+    // attribute_indices MUST keep keys unique; pprof allows repeats, so the first wins.
+    // The attribute rows view the labels' strings: visit the profile's own labels,
+    // never a copy, so the views outlive this call.
+    std::vector<std::int64_t> keys;
+    for_each_label(profile_, sample, [&](const Label& label) {
+      const std::int64_t key = strings_.intern(label.key);
+      if (std::find(keys.begin(), keys.end(), key) != keys.end()) return;
+      keys.push_back(key);
+      // pprof's rule: a label with a string is a string label, whatever is_num says.
+      row.attributes.push_back(label.is_num && label.str.empty()
+                                   ? attribute(AttributeRow{key, true, {}, label.num, strings_.intern(label.num_unit)})
+                                   : attribute(AttributeRow{key, false, label.str, 0, 0}));
+    });
+    const auto [merged, first] =
+        sample_index_.emplace(std::make_tuple(row.stack, row.link, row.attributes), samples_.size());
+    if (first) {
+      row.values = sample.values;
+      samples_.push_back(std::move(row));
+    } else {
+      std::vector<std::int64_t>& values = samples_[merged->second].values;
+      for (std::size_t v = 0; v < values.size(); ++v) values[v] += sample.values[v];
+    }
+  }
+
+  // The link_table index of the span a sample belongs to: its trace_id/span_id
+  // labels, else the identity's span; 0 ("no link") for a span without ids.
+  std::int64_t link_for(const Sample& sample) {
+    SpanContext span = identity_.span;
+    for_each_label(profile_, sample, [&](const Label& label) {
+      if (label.key == trace_id_label) span.trace_id = TraceId::from_hex(label.str);
+      else if (label.key == span_id_label) span.span_id = SpanId::from_hex(label.str);
+    });
+    if (!span.trace_id.valid() && !span.span_id.valid()) return 0;
+    const auto key = std::make_pair(span.trace_id.bytes(), span.span_id.bytes());
+    const auto [it, inserted] = link_index_.emplace(key, static_cast<std::int64_t>(links_.size()));
+    if (inserted) links_.push_back(span);
+    return it->second;
+  }
+
+  static void write_value_type(ProtobufWriter& out, std::uint32_t field, TypeRow type) {
+    out.message_field(field, [&](ProtobufWriter& body) {
+      body.int64_field_if_nonzero(otlp_field::value_type::type_strindex, type.first);
+      body.int64_field_if_nonzero(otlp_field::value_type::unit_strindex, type.second);
+    });
+  }
+
+  void write_profile(ProtobufWriter& out, std::size_t type) const {
+    namespace f = otlp_field::profile;
+    namespace s = otlp_field::sample;
+    write_value_type(out, f::sample_type, sample_types_[type]);
+    for (const SampleRow& row : samples_) {
+      out.message_field(f::samples, [&](ProtobufWriter& body) {
+        body.int64_field_if_nonzero(s::stack_index, row.stack);
+        body.packed_int64_field(s::attribute_indices, row.attributes);
+        body.int64_field_if_nonzero(s::link_index, row.link);
+        // Written even when zero: a Sample needs at least one value or timestamp.
+        const std::int64_t value[1] = {row.values[type]};
+        body.packed_int64_field(s::values, value);
+      });
+    }
+    // The span's clock wins; Profile's is the fallback for callers without one.
+    const std::int64_t start = identity_.start_unix_ns > 0 ? identity_.start_unix_ns : profile_.time_nanos;
+    const std::int64_t duration = identity_.duration_ns > 0 ? identity_.duration_ns : profile_.duration_nanos;
+    if (start > 0) out.fixed64_field(f::time_unix_nano, static_cast<std::uint64_t>(start));
+    if (duration > 0) out.uint64_field(f::duration_nano, static_cast<std::uint64_t>(duration));
+    if (period_type_ != TypeRow{}) write_value_type(out, f::period_type, period_type_);
+    out.int64_field_if_nonzero(f::period, profile_.period);
+    out.packed_int64_field(f::attribute_indices, profile_attributes_);
+  }
+
+  void write_dictionary(ProtobufWriter& out) const {
+    namespace f = otlp_field::dictionary;
+    namespace o = otlp_field;
+    // Every table's row 0 is all defaults, so it encodes as an empty message:
+    // present, as the schema requires, at two bytes.
+    for (const MappingRow& m : mapping_rows_) {
+      out.message_field(f::mapping_table, [&](ProtobufWriter& body) {
+        body.uint64_field_if_nonzero(o::mapping::memory_start, m.start);
+        body.uint64_field_if_nonzero(o::mapping::memory_limit, m.limit);
+        body.uint64_field_if_nonzero(o::mapping::file_offset, m.offset);
+        body.int64_field_if_nonzero(o::mapping::filename_strindex, m.filename);
+        const std::int64_t attributes[1] = {m.build_id};
+        if (m.build_id != 0) body.packed_int64_field(o::mapping::attribute_indices, attributes);
+      });
+    }
+    for (const LocationRow& l : location_rows_) {
+      out.message_field(f::location_table, [&](ProtobufWriter& body) {
+        body.int64_field_if_nonzero(o::location::mapping_index, l.mapping);
+        body.uint64_field_if_nonzero(o::location::address, l.address);
+        // No Line for an unsymbolized frame: receivers then fall back to the address.
+        if (l.function != 0) {
+          body.message_field(o::location::lines,
+                             [&](ProtobufWriter& line) { line.int64_field(o::line::function_index, l.function); });
+        }
+        const std::int64_t attributes[1] = {l.frame_type};
+        if (l.frame_type != 0) body.packed_int64_field(o::location::attribute_indices, attributes);
+      });
+    }
+    for (const FunctionRow& fn : function_rows_) {
+      out.message_field(f::function_table, [&](ProtobufWriter& body) {
+        body.int64_field_if_nonzero(o::function::name_strindex, fn.name);
+        body.int64_field_if_nonzero(o::function::system_name_strindex, fn.system_name);
+        body.int64_field_if_nonzero(o::function::filename_strindex, fn.filename);
+      });
+    }
+    // link_table[0] is the exception: full-length zero ids, which the schema
+    // recommends for codecs that insist on 16- and 8-byte arrays.
+    for (const SpanContext& link : links_) {
+      out.message_field(f::link_table, [&](ProtobufWriter& body) {
+        const auto& trace = link.trace_id.bytes();
+        const auto& span = link.span_id.bytes();
+        body.bytes_field(o::link::trace_id, {reinterpret_cast<const char*>(trace.data()), trace.size()});
+        body.bytes_field(o::link::span_id, {reinterpret_cast<const char*>(span.data()), span.size()});
+      });
+    }
+    for (const std::string_view entry : strings_.entries()) out.bytes_field(f::string_table, entry);
+    for (std::size_t i = 0; i < attribute_rows_.size(); ++i) {
+      out.message_field(f::attribute_table, [&](ProtobufWriter& body) {
+        if (i == 0) return;  // KeyValueAndUnit{}: not even an empty AnyValue
+        const AttributeRow& a = attribute_rows_[i];
+        body.int64_field_if_nonzero(o::key_value_and_unit::key_strindex, a.key);
+        // string_value rather than string_value_strindex: every receiver reads it,
+        // and this table already holds each distinct value once.
+        body.message_field(o::key_value_and_unit::value, [&](ProtobufWriter& any) {
+          if (a.is_int) {
+            any.int64_field(o::any_value::int_value, a.num);
+          } else {
+            any.bytes_field(o::any_value::string_value, a.str);
+          }
+        });
+        body.int64_field_if_nonzero(o::key_value_and_unit::unit_strindex, a.unit);
+      });
+    }
+    for (const std::vector<std::int64_t>* stack : stack_rows_) {
+      out.message_field(f::stack_table,
+                        [&](ProtobufWriter& body) { body.packed_int64_field(o::stack::location_indices, *stack); });
+    }
+  }
+
+  const Profile& profile_;
+  const OtlpSpanIdentity& identity_;
+  PprofStringTable strings_;  // pprof's rules hold here too: each string once, entry 0 ""
+  std::unordered_map<std::uint64_t, ById<Mapping>> mappings_by_id_;
+  std::unordered_map<std::uint64_t, ById<Function>> functions_by_id_;
+  std::unordered_map<std::uint64_t, ById<Location>> locations_by_id_;
+  std::vector<MappingRow> mapping_rows_{MappingRow{}};
+  std::vector<FunctionRow> function_rows_{FunctionRow{}};
+  std::vector<LocationRow> location_rows_{LocationRow{}};
+  std::vector<AttributeRow> attribute_rows_{AttributeRow{}};
+  std::map<std::tuple<std::int64_t, bool, std::string_view, std::int64_t, std::int64_t>, std::int64_t>
+      attribute_index_;
+  std::map<std::vector<std::int64_t>, std::int64_t> stacks_;
+  std::vector<const std::vector<std::int64_t>*> stack_rows_;  // keys of stacks_, by index
+  std::vector<SampleRow> samples_;
+  std::vector<TypeRow> sample_types_;
+  TypeRow period_type_;
+  std::size_t default_type_ = 0;
+  std::vector<std::int64_t> profile_attributes_;
+  std::int64_t frame_type_ = 0;
+  std::vector<SpanContext> links_{SpanContext{}};  // [0]: the zero link
+  std::map<std::pair<std::array<std::uint8_t, 16>, std::array<std::uint8_t, 8>>, std::int64_t> link_index_;
+  std::map<std::tuple<std::int64_t, std::int64_t, std::vector<std::int64_t>>, std::size_t> sample_index_;
+  std::string invalid_;
+};
+
+}  // namespace detail
+
+// Serializes an ExportProfilesServiceRequest for one span's profile (not
+// compressed). Never throws; on failure `out` is empty and `error` says why.
+inline bool encode_otlp_profiles_request(const Profile& profile, const OtlpSpanIdentity& identity,
+                                         const OtlpResource& resource, std::string& out,
+                                         std::string& error) noexcept {
+  out.clear();
+  SPANPROF_TRY {
+    std::string invalid;
+    for (std::size_t i = 0; i < resource.attributes.size() && invalid.empty(); ++i) {
+      for (std::size_t j = 0; j < i; ++j) {
+        if (resource.attributes[i].first == resource.attributes[j].first) {
+          invalid = "resource attribute '" + resource.attributes[i].first + "' appears twice";
+          break;
+        }
+      }
+    }
+    if (invalid.empty()) {
+      const detail::OtlpRequestBuilder builder(profile, identity);
+      if (builder.invalid_input().empty()) {
+        detail::ProtobufWriter writer(out);
+        builder.write(writer, resource);
+        return true;
+      }
+      invalid = builder.invalid_input();
+    }
+    detail::set_error_message(error, "otlp: invalid input: ");
+    error += invalid;
+  }
+  SPANPROF_CATCH_STD(e) {
+    detail::set_error_message(error, "otlp: encoding failed: ");
+    SPANPROF_TRY { error += e.what(); }
+    SPANPROF_CATCH_ALL {}
+  }
+  SPANPROF_CATCH_ALL { detail::set_error_message(error, "otlp: encoding failed"); }
+  out.clear();
+  return false;
+}
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_PROFILE_OTLP_ENCODER_HPP_
+// ---- end spanprof/profile/otlp_encoder.hpp ----
+// ---- begin spanprof/delivery/backend_options.hpp ----
+// Where the HTTP uploaders send profiles: plain structs, filled from code or from
+// the environment (runtime/environment.hpp). Nothing here needs libcurl, so a
+// build without it can still read and report these settings.
+#ifndef SPANPROF_DELIVERY_BACKEND_OPTIONS_HPP_
+#define SPANPROF_DELIVERY_BACKEND_OPTIONS_HPP_
+
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+
+struct PyroscopeOptions {
+  // Grafana Pyroscope's ingestion endpoint. push: POST /push.v1.PusherService/Push
+  // (the Connect API, stable and public in Pyroscope's docs, which call /ingest its
+  // legacy path): explicit series labels, CPU and heap of a window in one request.
+  // ingest: POST /ingest, for servers older than Pyroscope 1.0 and proxies that
+  // only know it.
+  enum class Api : std::uint8_t { push, ingest };
+  Api api = Api::push;
+  std::string server_address;    // e.g. http://pyroscope:4040 (a path prefix is kept)
+  std::string application_name;  // the service_name series label; empty: "spanprof"
+  // Static series labels, e.g. {"env", "prod"}. Keep them low-cardinality: span ids
+  // belong in the samples' labels (where spanprof puts them), not here. Names must
+  // be [A-Za-z_][A-Za-z0-9_]*; at most 20 are sent (a series has at most 30 label
+  // names, and the samples' span_name and profile_reason count too).
+  std::vector<std::pair<std::string, std::string>> tags;
+  // Pyroscope keeps span_id and trace_id per sample, but makes every other sample
+  // label a series label: each distinct span_name or profile_reason value is a
+  // series (default limit: 5,000 active series per tenant). Drop labels you do not
+  // query on, or rename them to what your dashboards expect.
+  std::vector<std::string> drop_labels;                            // e.g. {"profile_reason"}
+  std::vector<std::pair<std::string, std::string>> rename_labels;  // e.g. {{"span_name", "endpoint"}}
+  std::string tenant_id;  // X-Scope-OrgID, for multi-tenant Pyroscope
+  HttpOptions http;       // auth, TLS, timeouts, extra headers
+  // Default: the spans of 10 s merged into one profile per kind, as pyroscope-go
+  // sends, cut early at 16,000 samples (Pyroscope's limit) or ~1 MiB of pprof.
+  Delivery delivery = Delivery::batched();
+};
+
+struct OtlpOptions {
+  // Base URL (OTEL_EXPORTER_OTLP_ENDPOINT), e.g. http://collector:4318; the
+  // signal path /v1development/profiles is appended.
+  std::string endpoint;
+  // Full URL used as is (OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT); wins over endpoint.
+  std::string profiles_endpoint;
+  OtlpResource resource;  // service.name and friends
+  HttpOptions http;       // headers (OTEL_EXPORTER_OTLP_HEADERS), TLS, timeouts
+  bool gzip = true;
+  // Default: the spans of 10 s in one ExportProfilesServiceRequest per kind.
+  Delivery delivery = Delivery::batched();
+};
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DELIVERY_BACKEND_OPTIONS_HPP_
+// ---- end spanprof/delivery/backend_options.hpp ----
+// ---- begin spanprof/delivery/http_client.hpp ----
+// The HTTP transport under the Pyroscope and OTLP uploaders: one POST at a time
+// over libcurl, on spanprof's background thread. Every failure comes back as data
+// in an HttpResponse — nothing is thrown — and classify() turns it into an
+// UploadResult the worker knows how to retry.
+//
+// Why the curl multi interface for a blocking call: curl_easy_perform only lets a
+// progress callback look at an abort flag about once a second while a server
+// stays silent. Driving the transfer ourselves in short poll slices lets shutdown
+// cut an upload short within tens of milliseconds, and costs nothing else.
+#ifndef SPANPROF_DELIVERY_HTTP_CLIENT_HPP_
+#define SPANPROF_DELIVERY_HTTP_CLIENT_HPP_
+
+
+// Only in builds with libcurl (SPANPROF_WITH_CURL=1, which the build systems set
+// when they link it).
+#if SPANPROF_WITH_CURL
+
+#include <curl/curl.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <ctime>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+struct HttpRequest {
+  std::string url;  // absolute, query included; http:// or https:// only
+  std::vector<std::pair<std::string, std::string>> headers;  // per request, on top of HttpOptions::headers
+  std::string body;              // sent as is; not copied by libcurl
+  std::string content_type;      // e.g. application/x-protobuf; empty: no Content-Type
+  std::string content_encoding;  // e.g. gzip; empty: none
+};
+
+// Three outcomes: a response arrived (status != 0, transport_error false); the
+// network failed (transport_error true: worth retrying); or the request could not
+// be made at all — a malformed URL, an unsupported scheme, an invalid header —
+// (status 0, transport_error false: retrying cannot help).
+struct HttpResponse {
+  long status = 0;               // 0 when no HTTP response arrived
+  bool transport_error = false;  // connect refused, reset, timeout, DNS, TLS, aborted...
+  std::string error;             // curl's error text, or "HTTP 503: <first 200 bytes of body>"; empty on 2xx
+  std::string body;              // the first 64 KiB at most
+  std::chrono::milliseconds retry_after{-1};  // from a Retry-After header (seconds or HTTP-date), else -1
+  bool reused_connection = false;  // sent over a kept-alive connection (no new connect)
+};
+
+inline constexpr std::size_t http_response_body_limit = std::size_t{64} << 10;
+inline constexpr std::size_t http_error_excerpt_limit = 200;
+// How long the transfer loop sleeps before looking at the abort flag again.
+inline constexpr int http_abort_poll_ms = 50;
+
+// curl_global_init is not thread-safe before libcurl 7.84, and curl_easy_init
+// calls it implicitly when nobody did: run it once, before any handle exists.
+// Never paired with curl_global_cleanup — the host (or another library) may use
+// libcurl too, and cleanup at exit races threads still running.
+SPANPROF_API inline CURLcode http_curl_global_init() noexcept {
+  static std::once_flag once;
+  static CURLcode result = CURLE_FAILED_INIT;
+  SPANPROF_TRY {
+    std::call_once(once, [] { result = curl_global_init(CURL_GLOBAL_DEFAULT); });
+  } SPANPROF_CATCH_ALL {
+    return CURLE_FAILED_INIT;
+  }
+  return result;
+}
+
+// The descriptors this process has open, sorted; empty if /proc is not there.
+inline std::vector<int> http_open_descriptors() {
+  std::vector<int> descriptors;
+  DIR* directory = ::opendir("/proc/self/fd");
+  if (directory == nullptr) return descriptors;
+  const int own = ::dirfd(directory);  // closed below: the next descriptor opened may reuse it
+  while (const dirent* entry = ::readdir(directory)) {
+    int fd = 0;
+    const char* c = entry->d_name;
+    if (*c < '0' || *c > '9') continue;
+    for (; *c >= '0' && *c <= '9' && fd < 1'000'000'000; ++c) fd = fd * 10 + (*c - '0');
+    if (fd != own) descriptors.push_back(fd);
+  }
+  ::closedir(directory);
+  std::sort(descriptors.begin(), descriptors.end());
+  return descriptors;
+}
+
+// Every socket libcurl holds for spanprof, so that a forked child can close them
+// (http_close_sockets_after_fork): the child never uses the parent's
+// connections, and keeping them open would keep them from closing when the
+// parent closes them. Lock-free, for the fork handler; a socket that finds no
+// free slot is simply not closed in a child.
+struct HttpSocketRegistry {
+  static constexpr std::size_t slots = 256;
+  std::atomic<int> fds[slots];
+
+  HttpSocketRegistry() noexcept {
+    for (auto& fd : fds) fd.store(-1, std::memory_order_relaxed);
+  }
+  void add(int fd) noexcept {
+    for (auto& slot : fds) {
+      int empty = -1;
+      if (slot.compare_exchange_strong(empty, fd, std::memory_order_acq_rel)) return;
+    }
+  }
+  void remove(int fd) noexcept {
+    for (auto& slot : fds) {
+      int expected = fd;
+      if (slot.compare_exchange_strong(expected, -1, std::memory_order_acq_rel)) return;
+    }
+  }
+};
+
+SPANPROF_API inline HttpSocketRegistry& http_socket_registry() noexcept {
+  static HttpSocketRegistry registry;
+  return registry;
+}
+
+// In a forked child (async-signal-safe): closes the parent's libcurl sockets.
+inline void http_close_sockets_after_fork() noexcept {
+  for (auto& slot : http_socket_registry().fds) {
+    const int fd = slot.exchange(-1, std::memory_order_acq_rel);
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+// libcurl before 8.17 creates its multi handle's wake-up socketpair without
+// close-on-exec, and has no option for it: a host that forks and execs would
+// hand both ends to the new program. The Unix-domain sockets that appeared while
+// the handle was created (`before`: the descriptors open just before) are marked
+// close-on-exec and returned. (A host thread creating one at that very moment
+// would get the flag too; it is only ever set on a descriptor nobody asked to
+// inherit.)
+inline std::vector<int> http_close_new_sockets_on_exec(const std::vector<int>& before) noexcept {
+  std::vector<int> marked;
+  SPANPROF_TRY {
+    for (const int fd : http_open_descriptors()) {
+      if (std::binary_search(before.begin(), before.end(), fd)) continue;
+      int domain = 0;
+      socklen_t length = sizeof domain;
+      if (::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &length) != 0 || domain != AF_UNIX) continue;
+      const int flags = ::fcntl(fd, F_GETFD);
+      if (flags < 0 || (flags & FD_CLOEXEC) != 0) continue;
+      ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+      marked.push_back(fd);
+    }
+  } SPANPROF_CATCH_ALL {
+    // Out of memory listing descriptors: they stay as libcurl made them.
+  }
+  return marked;
+}
+
+// An error path must not throw; assigning a message can run out of memory.
+inline void http_set_text(std::string& out, std::string_view text) noexcept {
+  SPANPROF_TRY {
+    out.assign(text.data(), text.size());
+  } SPANPROF_CATCH_ALL {
+    out.clear();
+  }
+}
+
+// RFC 9110 token: what a header name may be. Anything else could smuggle a second
+// header or end the head early.
+inline bool http_header_name_valid(std::string_view name) noexcept {
+  if (name.empty()) return false;
+  for (const char c : name) {
+    const bool alnum = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+    if (!alnum && (c == '\0' || std::strchr("!#$%&'*+-.^_`|~", c) == nullptr)) return false;
+  }
+  return true;
+}
+
+inline bool http_header_value_valid(std::string_view value) noexcept {
+  return value.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos;
+}
+
+inline void http_append_base64(std::string_view in, std::string& out) {
+  static constexpr char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::size_t i = 0;
+  for (; i + 3 <= in.size(); i += 3) {
+    const std::uint32_t n = (std::uint32_t{static_cast<unsigned char>(in[i])} << 16) |
+                            (std::uint32_t{static_cast<unsigned char>(in[i + 1])} << 8) |
+                            std::uint32_t{static_cast<unsigned char>(in[i + 2])};
+    out += alphabet[(n >> 18) & 63];
+    out += alphabet[(n >> 12) & 63];
+    out += alphabet[(n >> 6) & 63];
+    out += alphabet[n & 63];
+  }
+  const std::size_t left = in.size() - i;
+  if (left == 0) return;
+  std::uint32_t n = std::uint32_t{static_cast<unsigned char>(in[i])} << 16;
+  if (left == 2) n |= std::uint32_t{static_cast<unsigned char>(in[i + 1])} << 8;
+  out += alphabet[(n >> 18) & 63];
+  out += alphabet[(n >> 12) & 63];
+  out += left == 2 ? alphabet[(n >> 6) & 63] : '=';
+  out += '=';
+}
+
+// Percent-encodes everything but RFC 3986's unreserved characters, so the result
+// is safe in any URL component (a query value, a path segment).
+inline std::string url_encode(std::string_view in) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(in.size() + in.size() / 2);
+  for (const char c : in) {
+    const auto u = static_cast<unsigned char>(c);
+    const bool unreserved = (u >= '0' && u <= '9') || (u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z') ||
+                            u == '-' || u == '.' || u == '_' || u == '~';
+    if (unreserved) {
+      out += c;
+    } else {
+      out += '%';
+      out += hex[u >> 4];
+      out += hex[u & 15];
+    }
+  }
+  return out;
+}
+
+// Retry-After (RFC 9110 §10.2.3): delay-seconds or an HTTP-date, relative to
+// `now`. A date in the past means "now" (0); anything unparsable gives -1.
+inline std::chrono::milliseconds http_parse_retry_after(std::string_view value, std::time_t now) noexcept {
+  // Capped only so the arithmetic cannot overflow; the uploader applies its own limit.
+  constexpr std::int64_t max_seconds = 999'999'999;
+  value = trim_ascii_space(value);
+  if (value.empty()) return std::chrono::milliseconds(-1);
+  if (value.find_first_not_of("0123456789") == std::string_view::npos) {
+    std::int64_t seconds = 0;
+    for (const char c : value) {
+      seconds = seconds * 10 + (c - '0');
+      if (seconds > max_seconds) {
+        seconds = max_seconds;
+        break;
+      }
+    }
+    return std::chrono::milliseconds(seconds * 1000);
+  }
+  char date[64];  // the longest HTTP-date form (RFC 850) is 41 characters
+  if (value.size() >= sizeof date) return std::chrono::milliseconds(-1);
+  std::memcpy(date, value.data(), value.size());
+  date[value.size()] = '\0';
+  const std::time_t when = curl_getdate(date, nullptr);
+  if (when == static_cast<std::time_t>(-1)) return std::chrono::milliseconds(-1);
+  if (when <= now) return std::chrono::milliseconds(0);
+  // curl accepts any year from 1583 on: "Sun, 06 Nov 2147483647 08:49:37 GMT" is
+  // 6.8e16 s away, which would overflow as milliseconds.
+  const auto seconds = static_cast<std::int64_t>(std::min<std::time_t>(when - now, max_seconds));
+  return std::chrono::milliseconds(seconds * 1000);
+}
+
+// One line of a response head as libcurl hands it to the header callback (CR LF
+// included, the status line too), into `response`. Apart from the callback so the
+// parsing of what a server sends can be tested without a server.
+inline void http_read_header_line(std::string_view line, std::time_t now, HttpResponse& response) noexcept {
+  if (line.rfind("HTTP/", 0) == 0) {
+    // A new response head (after a 100 Continue, say): forget the previous one's.
+    response.retry_after = std::chrono::milliseconds(-1);
+    return;
+  }
+  const std::size_t colon = line.find(':');
+  if (colon != std::string_view::npos && equals_ignoring_ascii_case(trim_ascii_space(line.substr(0, colon)), "Retry-After"))
+    response.retry_after = http_parse_retry_after(line.substr(colon + 1), now);
+}
+
+// Up to http_error_excerpt_limit bytes of a response body for an error message:
+// a body can be anything, and the message may end up on one line of a log.
+inline void http_append_excerpt(std::string_view body, std::string& out) {
+  const std::size_t start = out.size();
+  for (const char c : body.substr(0, http_error_excerpt_limit)) {
+    const auto u = static_cast<unsigned char>(c);
+    out += (u < 0x20 || u == 0x7f) ? ' ' : c;
+  }
+  while (out.size() > start && out.back() == ' ') out.pop_back();
+}
+
+struct HttpHeaderListDeleter {
+  void operator()(curl_slist* list) const noexcept { curl_slist_free_all(list); }
+};
+using HttpHeaderList = std::unique_ptr<curl_slist, HttpHeaderListDeleter>;
+
+class HttpClient {
+ public:
+  explicit HttpClient(HttpOptions options) noexcept : options_(std::move(options)) {}
+  ~HttpClient() { release_handles(); }
+  HttpClient(const HttpClient&) = delete;
+  HttpClient& operator=(const HttpClient&) = delete;
+
+  // Blocking, on the caller's (background) thread; concurrent calls take turns.
+  // `abort` (may be null) is checked every http_abort_poll_ms, so shutdown can cut
+  // a transfer short: the result is then a transport_error with error "aborted".
+  HttpResponse post(const HttpRequest& request, const std::atomic<bool>* abort = nullptr) noexcept {
+    HttpResponse response;
+    SPANPROF_TRY {
+      std::lock_guard<std::mutex> lock(mutex_);
+      perform(request, abort, response);
+    } SPANPROF_CATCH_STD(e) {
+      fail(response, true, e.what());
+    } SPANPROF_CATCH_ALL {
+      fail(response, true, "unknown exception");
+    }
+    return response;
+  }
+
+  const HttpOptions& options() const noexcept { return options_; }
+
+ private:
+  // What the callbacks fill in while a transfer runs.
+  struct Transfer {
+    HttpResponse* response = nullptr;
+  };
+
+  // Keeps the easy handle attached to the multi handle for one transfer only, so
+  // every exit path leaves it free for curl_easy_reset.
+  struct Attachment {
+    CURLM* multi;
+    CURL* easy;
+    ~Attachment() { curl_multi_remove_handle(multi, easy); }
+  };
+
+  static void fail(HttpResponse& response, bool transport, std::string_view message) noexcept {
+    response.transport_error = transport;
+    http_set_text(response.error, message);
+  }
+
+  // libcurl before 8.17 opens its sockets without close-on-exec: a host that
+  // forks and execs would hand spanprof's connections to the new program (and
+  // keep them open there). Opened here with SOCK_CLOEXEC, which leaves no window
+  // for a concurrent fork.
+  static curl_socket_t open_socket(void*, curlsocktype, curl_sockaddr* address) noexcept {
+    const int fd = ::socket(address->family, address->socktype | SOCK_CLOEXEC, address->protocol);
+    if (fd >= 0) http_socket_registry().add(fd);
+    return fd;
+  }
+  static int close_socket(void*, curl_socket_t fd) noexcept {
+    http_socket_registry().remove(fd);
+    return ::close(fd);
+  }
+
+  // Easy handle first: it is never left attached, and the multi handle owns the
+  // connection cache that its cleanup closes. In a forked child the handles are
+  // the parent's (their sockets closed by the fork handler, their numbers maybe
+  // reused since): they are dropped without a cleanup that would touch them.
+  void release_handles() noexcept {
+    const bool ours = handles_pid_ == ::getpid();
+    for (const int fd : wakeup_fds_) http_socket_registry().remove(fd);
+    wakeup_fds_.clear();
+    if (ours && easy_ != nullptr) curl_easy_cleanup(easy_);
+    if (ours && multi_ != nullptr) curl_multi_cleanup(multi_);
+    easy_ = nullptr;
+    multi_ = nullptr;
+  }
+
+  static std::size_t on_body(char* data, std::size_t size, std::size_t count, void* user) noexcept {
+    const std::size_t n = size * count;
+    auto& body = static_cast<Transfer*>(user)->response->body;
+    SPANPROF_TRY {
+      if (body.size() < http_response_body_limit)
+        body.append(data, std::min(n, http_response_body_limit - body.size()));
+    } SPANPROF_CATCH_ALL {
+    }
+    // The rest is read and dropped rather than refused: refusing would fail the
+    // transfer and close a connection that is fine to reuse.
+    return n;
+  }
+
+  static std::size_t on_header(char* data, std::size_t size, std::size_t count, void* user) noexcept {
+    const std::size_t n = size * count;
+    http_read_header_line(std::string_view(data, n), std::time(nullptr), *static_cast<Transfer*>(user)->response);
+    return n;
+  }
+
+  // Every header once, with its last value: built-ins, then HttpOptions::headers,
+  // then the request's. No list, and `invalid` set, when a header must not be sent.
+  HttpHeaderList build_headers(const HttpRequest& request, std::string& invalid) const {
+    struct Field {
+      std::string_view name;
+      std::string value;
+    };
+    std::vector<Field> fields;
+    const auto set = [&fields](std::string_view name, std::string value) {
+      for (auto& field : fields) {
+        if (equals_ignoring_ascii_case(field.name, name)) {
+          field.value = std::move(value);
+          return;
+        }
+      }
+      fields.push_back({name, std::move(value)});
+    };
+    if (!request.content_type.empty()) set("Content-Type", request.content_type);
+    if (!request.content_encoding.empty()) set("Content-Encoding", request.content_encoding);
+    if (!options_.bearer_token.empty()) {
+      set("Authorization", "Bearer " + options_.bearer_token);
+    } else if (!options_.basic_auth_user.empty()) {
+      std::string value = "Basic ";
+      http_append_base64(options_.basic_auth_user + ':' + options_.basic_auth_password, value);
+      set("Authorization", std::move(value));
+    }
+    for (const auto* list : {&options_.headers, &request.headers})
+      for (const auto& header : *list) set(header.first, header.second);
+
+    HttpHeaderList headers;
+    const auto append = [&headers](const std::string& line) {
+      curl_slist* head = curl_slist_append(headers.get(), line.c_str());
+      if (head == nullptr) SPANPROF_THROW(std::bad_alloc());
+      (void)headers.release();  // the same list, now one longer (or new when it was empty)
+      headers.reset(head);
+    };
+    bool has_expect = false, has_content_type = false;
+    for (const auto& field : fields) {
+      if (!http_header_name_valid(field.name) || !http_header_value_valid(field.value)) {
+        invalid = "invalid HTTP header \"" + std::string(field.name.substr(0, 64)) + '"';
+        return nullptr;
+      }
+      has_expect = has_expect || equals_ignoring_ascii_case(field.name, "Expect");
+      has_content_type = has_content_type || equals_ignoring_ascii_case(field.name, "Content-Type");
+      // "Name:" with nothing after it tells libcurl to drop the header; "Name;" sends it empty.
+      append(std::string(field.name) + (field.value.empty() ? ";" : ": " + field.value));
+    }
+    // libcurl asks larger bodies to wait for "100 Continue": one more round trip
+    // on every upload, for servers that would refuse a body we send anyway.
+    if (!has_expect) append("Expect:");
+    // Otherwise libcurl labels a POST body application/x-www-form-urlencoded.
+    if (!has_content_type) append("Content-Type:");
+    return headers;
+  }
+
+  // Every option, every time: curl_easy_reset keeps the connection and DNS caches
+  // but no option of the previous request (its body and header list are gone).
+  CURLcode configure(const HttpRequest& request, curl_slist* headers, Transfer& transfer, const char*& failed) {
+    CURLcode rc = CURLE_OK;
+    const auto check = [&rc, &failed](CURLcode code, const char* option) {
+      if (rc == CURLE_OK && code != CURLE_OK) {
+        rc = code;
+        failed = option;
+      }
+    };
+    const auto millis = [](std::chrono::milliseconds d) {
+      return static_cast<long>(std::clamp<std::int64_t>(d.count(), 0, LONG_MAX));
+    };
+    check(curl_easy_setopt(easy_, CURLOPT_ERRORBUFFER, error_buffer_), "CURLOPT_ERRORBUFFER");
+    check(curl_easy_setopt(easy_, CURLOPT_URL, request.url.c_str()), "CURLOPT_URL");
+    // An endpoint from configuration must not turn into file:// or something stranger.
+#if LIBCURL_VERSION_NUM >= 0x075500
+    check(curl_easy_setopt(easy_, CURLOPT_PROTOCOLS_STR, "http,https"), "CURLOPT_PROTOCOLS_STR");
+#else
+    check(curl_easy_setopt(easy_, CURLOPT_PROTOCOLS, static_cast<long>(CURLPROTO_HTTP | CURLPROTO_HTTPS)),
+          "CURLOPT_PROTOCOLS");
+#endif
+    // Signals are not for libcurl to take in a multi-threaded host (its DNS
+    // timeout would use SIGALRM); the threaded resolver needs none.
+    check(curl_easy_setopt(easy_, CURLOPT_NOSIGNAL, 1L), "CURLOPT_NOSIGNAL");
+    using OpenSocket = curl_socket_t (*)(void*, curlsocktype, curl_sockaddr*);
+    using CloseSocket = int (*)(void*, curl_socket_t);
+    check(curl_easy_setopt(easy_, CURLOPT_OPENSOCKETFUNCTION, static_cast<OpenSocket>(&open_socket)),
+          "CURLOPT_OPENSOCKETFUNCTION");
+    check(curl_easy_setopt(easy_, CURLOPT_CLOSESOCKETFUNCTION, static_cast<CloseSocket>(&close_socket)),
+          "CURLOPT_CLOSESOCKETFUNCTION");
+    check(curl_easy_setopt(easy_, CURLOPT_POST, 1L), "CURLOPT_POST");
+    check(curl_easy_setopt(easy_, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size())),
+          "CURLOPT_POSTFIELDSIZE_LARGE");
+    // Borrowed, not copied: profiles can be megabytes, and `request` outlives the transfer.
+    check(curl_easy_setopt(easy_, CURLOPT_POSTFIELDS, request.body.data()), "CURLOPT_POSTFIELDS");
+    check(curl_easy_setopt(easy_, CURLOPT_HTTPHEADER, headers), "CURLOPT_HTTPHEADER");
+    check(curl_easy_setopt(easy_, CURLOPT_USERAGENT, "spanprof/" SPANPROF_VERSION_STRING), "CURLOPT_USERAGENT");
+    check(curl_easy_setopt(easy_, CURLOPT_CONNECTTIMEOUT_MS, millis(options_.connect_timeout)),
+          "CURLOPT_CONNECTTIMEOUT_MS");
+    check(curl_easy_setopt(easy_, CURLOPT_TIMEOUT_MS, millis(options_.timeout)), "CURLOPT_TIMEOUT_MS");
+    using Callback = std::size_t (*)(char*, std::size_t, std::size_t, void*);
+    check(curl_easy_setopt(easy_, CURLOPT_WRITEFUNCTION, static_cast<Callback>(&on_body)), "CURLOPT_WRITEFUNCTION");
+    check(curl_easy_setopt(easy_, CURLOPT_WRITEDATA, &transfer), "CURLOPT_WRITEDATA");
+    check(curl_easy_setopt(easy_, CURLOPT_HEADERFUNCTION, static_cast<Callback>(&on_header)),
+          "CURLOPT_HEADERFUNCTION");
+    check(curl_easy_setopt(easy_, CURLOPT_HEADERDATA, &transfer), "CURLOPT_HEADERDATA");
+    check(curl_easy_setopt(easy_, CURLOPT_SSL_VERIFYPEER, options_.verify_tls ? 1L : 0L), "CURLOPT_SSL_VERIFYPEER");
+    check(curl_easy_setopt(easy_, CURLOPT_SSL_VERIFYHOST, options_.verify_tls ? 2L : 0L), "CURLOPT_SSL_VERIFYHOST");
+    if (!options_.ca_file.empty())
+      check(curl_easy_setopt(easy_, CURLOPT_CAINFO, options_.ca_file.c_str()), "CURLOPT_CAINFO");
+    if (!options_.client_cert_file.empty())
+      check(curl_easy_setopt(easy_, CURLOPT_SSLCERT, options_.client_cert_file.c_str()), "CURLOPT_SSLCERT");
+    if (!options_.client_key_file.empty())
+      check(curl_easy_setopt(easy_, CURLOPT_SSLKEY, options_.client_key_file.c_str()), "CURLOPT_SSLKEY");
+    if (!options_.proxy.empty())
+      check(curl_easy_setopt(easy_, CURLOPT_PROXY, options_.proxy.c_str()), "CURLOPT_PROXY");
+    if (!options_.no_proxy.empty())
+      check(curl_easy_setopt(easy_, CURLOPT_NOPROXY, options_.no_proxy.c_str()), "CURLOPT_NOPROXY");
+    return rc;
+  }
+
+  // Failures of the request itself rather than of the network: the same request
+  // would fail the same way forever.
+  static bool is_request_error(CURLcode code) noexcept {
+    switch (code) {
+      case CURLE_UNSUPPORTED_PROTOCOL:
+      case CURLE_URL_MALFORMAT:
+      case CURLE_NOT_BUILT_IN:
+      case CURLE_BAD_FUNCTION_ARGUMENT:
+      case CURLE_UNKNOWN_OPTION:
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  // curl's own detail when it has some, under its generic text unless the detail
+  // already says it.
+  std::string curl_error(CURLcode code) const {
+    const std::string_view generic = curl_easy_strerror(code);
+    const std::string_view detail(error_buffer_, ::strnlen(error_buffer_, sizeof error_buffer_));
+    const std::string_view trimmed = trim_ascii_space(detail);
+    if (trimmed.empty()) return std::string(generic);
+    if (trimmed.find(generic) != std::string_view::npos) return std::string(trimmed);
+    return std::string(generic) + ": " + std::string(trimmed);
+  }
+
+  // Drives one transfer in short slices. True when it ran to an end (`result`
+  // says how); false when aborted or when the multi interface itself failed.
+  bool run(const std::atomic<bool>* abort, CURLcode& result, std::string& failure) {
+    CURLMcode mc = curl_multi_add_handle(multi_, easy_);
+    if (mc != CURLM_OK) {
+      failure = std::string("curl_multi_add_handle: ") + curl_multi_strerror(mc);
+      return false;
+    }
+    const Attachment attachment{multi_, easy_};
+    for (;;) {
+      int running = 0;
+      mc = curl_multi_perform(multi_, &running);
+      if (mc != CURLM_OK) {
+        failure = std::string("curl_multi_perform: ") + curl_multi_strerror(mc);
+        return false;
+      }
+      int queued = 0;
+      while (const CURLMsg* message = curl_multi_info_read(multi_, &queued)) {
+        if (message->msg == CURLMSG_DONE && message->easy_handle == easy_) {
+          result = message->data.result;
+          return true;
+        }
+      }
+      if (running == 0) {
+        failure = "the transfer ended without a result";
+        return false;
+      }
+      if (abort != nullptr && abort->load(std::memory_order_acquire)) {
+        // Removing the unfinished transfer makes libcurl close its connection.
+        failure = "aborted";
+        return false;
+      }
+#if LIBCURL_VERSION_NUM >= 0x074200
+      mc = curl_multi_poll(multi_, nullptr, 0, http_abort_poll_ms, nullptr);
+#else
+      // curl_multi_wait returns at once when libcurl has no socket to offer yet.
+      int ready = 0;
+      mc = curl_multi_wait(multi_, nullptr, 0, http_abort_poll_ms, &ready);
+      if (mc == CURLM_OK && ready == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+#endif
+      if (mc != CURLM_OK) {
+        failure = std::string("curl_multi_poll: ") + curl_multi_strerror(mc);
+        return false;
+      }
+    }
+  }
+
+  void perform(const HttpRequest& request, const std::atomic<bool>* abort, HttpResponse& response) {
+    if (abort != nullptr && abort->load(std::memory_order_acquire)) return fail(response, true, "aborted");
+    const CURLcode init = http_curl_global_init();
+    if (init != CURLE_OK) return fail(response, true, std::string("curl_global_init: ") + curl_easy_strerror(init));
+    // Created on first use (on the worker thread) and kept: the multi handle holds
+    // the connection cache that keep-alive reuses. A failed creation is retried
+    // by the next post.
+    if ((easy_ != nullptr || multi_ != nullptr) && handles_pid_ != ::getpid()) release_handles();
+    handles_pid_ = ::getpid();
+    if (easy_ == nullptr) easy_ = curl_easy_init();
+    if (multi_ == nullptr) {
+      const std::vector<int> before = http_open_descriptors();
+      multi_ = curl_multi_init();
+      if (multi_ != nullptr) {
+        wakeup_fds_ = http_close_new_sockets_on_exec(before);
+        for (const int fd : wakeup_fds_) http_socket_registry().add(fd);
+      }
+    }
+    if (easy_ == nullptr || multi_ == nullptr) return fail(response, true, "cannot create a libcurl handle");
+
+    std::string invalid;
+    const HttpHeaderList headers = build_headers(request, invalid);
+    if (!invalid.empty()) return fail(response, false, invalid);
+
+    curl_easy_reset(easy_);
+    error_buffer_[0] = '\0';
+    Transfer transfer{&response};
+    const char* failed_option = "";
+    const CURLcode configured = configure(request, headers.get(), transfer, failed_option);
+    if (configured != CURLE_OK) {
+      return fail(response, configured == CURLE_OUT_OF_MEMORY,
+                  std::string(failed_option) + ": " + curl_easy_strerror(configured));
+    }
+
+    CURLcode result = CURLE_OK;
+    std::string failure;
+    const bool finished = run(abort, result, failure);
+    // Neither the borrowed body nor the header list may outlive this call.
+    curl_easy_setopt(easy_, CURLOPT_POSTFIELDS, static_cast<const char*>(nullptr));
+    curl_easy_setopt(easy_, CURLOPT_HTTPHEADER, static_cast<curl_slist*>(nullptr));
+    if (!finished) return fail(response, true, failure);
+
+    long status = 0;
+    if (curl_easy_getinfo(easy_, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK) response.status = status;
+    if (result != CURLE_OK) return fail(response, !is_request_error(result), curl_error(result));
+    long connects = 0;
+    response.reused_connection =
+        curl_easy_getinfo(easy_, CURLINFO_NUM_CONNECTS, &connects) == CURLE_OK && connects == 0;
+    if (response.status < 200 || response.status > 299) {
+      std::string message = "HTTP " + std::to_string(response.status);
+      if (!response.body.empty()) {
+        message += ": ";
+        http_append_excerpt(response.body, message);
+      }
+      response.error = std::move(message);
+    }
+  }
+
+  const HttpOptions options_;
+  std::mutex mutex_;  // one transfer at a time on the handles below
+  CURL* easy_ = nullptr;
+  CURLM* multi_ = nullptr;
+  pid_t handles_pid_ = 0;        // the process the handles were made in
+  std::vector<int> wakeup_fds_;  // the multi handle's socketpair, in the registry
+  char error_buffer_[CURL_ERROR_SIZE] = {};
+};
+
+// 2xx: ok. Transport errors, 408, 429 and 5xx: retryable. Anything else — another
+// 4xx, a redirect (not followed), a request that could not be made — permanent.
+// `what` prefixes the message, e.g. "pyroscope".
+inline UploadResult classify(const HttpResponse& response, std::string_view what) noexcept {
+  using Status = UploadResult::Status;
+  const long code = response.status;
+  Status status = Status::permanent_failure;
+  if (response.transport_error || code == 408 || code == 429 || (code >= 500 && code <= 599)) {
+    status = Status::retryable_failure;
+  } else if (code >= 200 && code <= 299) {
+    return UploadResult::ok();
+  }
+  UploadResult result{status, {}, response.retry_after};
+  SPANPROF_TRY {
+    std::string& message = result.message;
+    if (!what.empty()) {
+      message.assign(what.data(), what.size());
+      message += ": ";
+    }
+    if (!response.error.empty()) {
+      message += response.error;
+    } else {
+      message += code != 0 ? "HTTP " + std::to_string(code) : std::string("request failed");
+    }
+    if (response.retry_after.count() >= 0)
+      message += " (Retry-After " + std::to_string(response.retry_after.count() / 1000) + " s)";
+  } SPANPROF_CATCH_ALL {
+  }
+  return result;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_WITH_CURL
+
+#endif  // SPANPROF_DELIVERY_HTTP_CLIENT_HPP_
+// ---- end spanprof/delivery/http_client.hpp ----
+// ---- begin spanprof/delivery/otlp_uploader.hpp ----
+// Sends each profile to an OpenTelemetry collector as OTLP/HTTP:
+//
+//   POST {endpoint}/v1development/profiles
+//   Content-Type: application/x-protobuf, Content-Encoding: gzip
+//   body: ExportProfilesServiceRequest (otlp_encoder.hpp), its dictionary's link
+//         table holding every span's trace and span ids, each sample linked to its
+//         span; by default the spans of a 10 s window in one request per kind
+//
+// OTLP profiles are a Development signal: the collector needs the feature gate
+// `service.profilesSupport`. Needs libcurl (spanprof::curl / `spanprof-curl`).
+#ifndef SPANPROF_DELIVERY_OTLP_UPLOADER_HPP_
+#define SPANPROF_DELIVERY_OTLP_UPLOADER_HPP_
+
+
+#include <string>
+#include <utility>
+
+SPANPROF_NAMESPACE_BEGIN
+
+#if SPANPROF_ENABLED && SPANPROF_WITH_CURL
+
+class OtlpUploader final : public BasicUploader<std::mutex> {
+ public:
+  explicit OtlpUploader(OtlpOptions options) noexcept : options_(std::move(options)), client_(options_.http) {
+    if (!options_.profiles_endpoint.empty()) {
+      url_ = options_.profiles_endpoint;
+    } else if (!options_.endpoint.empty()) {
+      url_ = options_.endpoint;
+      while (!url_.empty() && url_.back() == '/') url_.pop_back();
+      url_ += otlp_profiles_http_path;
+    }
+  }
+
+  std::string_view name() const noexcept override { return "otlp"; }
+  Delivery delivery() const noexcept override { return options_.delivery; }
+  const OtlpOptions& options() const noexcept { return options_; }
+  const std::string& url() const noexcept { return url_; }
+
+ protected:
+  UploadResult upload_(const EncodedProfile& profile) override {
+    std::string payload, error;
+    if (!encode_payload_(profile, payload, error)) return UploadResult::permanent(error);
+    return upload_payload_(profile, payload);
+  }
+
+  // The ExportProfilesServiceRequest, gzip'd unless configured otherwise: what is
+  // posted, and what the spool keeps during an outage (no re-encoding after).
+  bool encode_payload_(const EncodedProfile& profile, std::string& payload, std::string& error) override {
+    if (profile.profile == nullptr) {
+      error = "otlp: the profile's symbolized model is missing";
+      return false;
+    }
+    // A batch's samples carry their spans' ids; only a single span has a name and
+    // a reason to state at profile level.
+    const bool one_span = profile.span_count <= 1;
+    const std::string_view reason = one_span ? to_string(profile.reason) : std::string_view();
+    const OtlpSpanIdentity identity{profile.span, one_span ? std::string_view(profile.span_name) : std::string_view(),
+                                    profile.kind, profile.start_unix_ns, profile.duration_ns, reason};
+    std::string message;
+    if (!encode_otlp_profiles_request(*profile.profile, identity, options_.resource, message, error)) return false;
+    if (!options_.gzip) {
+      payload = std::move(message);
+      return true;
+    }
+    if (!detail::gzip_compress(message, payload, error)) {
+      error = "otlp: " + error;
+      return false;
+    }
+    return true;
+  }
+
+  UploadResult upload_payload_(const EncodedProfile& profile, const std::string& payload) override {
+    if (url_.empty()) return UploadResult::permanent("otlp: no endpoint configured");
+    detail::HttpRequest request;
+    request.url = url_;
+    request.content_type = std::string(otlp_profiles_content_type);
+    if (options_.gzip) request.content_encoding = "gzip";
+    request.body = payload;
+    return detail::classify(client_.post(request, profile.cancelled), "otlp");
+  }
+
+ private:
+  OtlpOptions options_;
+  detail::HttpClient client_;
+  std::string url_;
+};
+
+#elif !SPANPROF_ENABLED
+
+// Compiled out with the SDK: the type exists so one source builds both ways, and
+// needs no libcurl.
+class OtlpUploader final : public BasicUploader<NullMutex> {
+ public:
+  explicit OtlpUploader(OtlpOptions options) noexcept : options_(std::move(options)) {}
+  std::string_view name() const noexcept override { return "otlp"; }
+  Delivery delivery() const noexcept override { return options_.delivery; }
+  const OtlpOptions& options() const noexcept { return options_; }
+
+ protected:
+  UploadResult upload_(const EncodedProfile&) override { return UploadResult::ok(); }
+
+ private:
+  OtlpOptions options_;
+};
+
+#endif
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DELIVERY_OTLP_UPLOADER_HPP_
+// ---- end spanprof/delivery/otlp_uploader.hpp ----
+// ---- begin spanprof/delivery/pyroscope_uploader.hpp ----
+// Sends profiles to Grafana Pyroscope, where Grafana's "Traces to profiles" finds a
+// span's samples by their span_id label:
+//
+//   POST {server}/push.v1.PusherService/Push          (default; Connect, application/proto)
+//   body: PushRequest{series: [{labels: __name__=process_cpu|memory, service_name,
+//         tags; samples: [{raw_profile: the gzip'd pprof, ID: a UUID}]}]}
+//
+// or, with PyroscopeOptions::api = ingest, the legacy
+//
+//   POST {server}/ingest?name=<app>.<cpu|memory>{<tags>}&from&until&format=pprof&...
+//
+// By default the spans of a 10 s window arrive as one profile per kind
+// (PyroscopeOptions::delivery). Needs libcurl (CMake spanprof::curl, Meson's curl
+// feature, pkg-config spanprof-curl). Runs on spanprof's background thread only.
+#ifndef SPANPROF_DELIVERY_PYROSCOPE_UPLOADER_HPP_
+#define SPANPROF_DELIVERY_PYROSCOPE_UPLOADER_HPP_
+
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+
+#if SPANPROF_ENABLED && SPANPROF_WITH_CURL
+
+namespace detail {
+
+// push.v1.PushRequest and types.v1.LabelPair (grafana/pyroscope api/push/v1,
+// api/types/v1): the field numbers, named.
+namespace pyroscope_field {
+inline constexpr std::uint32_t push_request_series = 1;
+inline constexpr std::uint32_t series_labels = 1, series_samples = 2;
+inline constexpr std::uint32_t label_name = 1, label_value = 2;
+inline constexpr std::uint32_t sample_raw_profile = 1, sample_id = 2;
+}  // namespace pyroscope_field
+
+// Pyroscope's series label names follow Prometheus': [A-Za-z_][A-Za-z0-9_]*.
+inline std::string pyroscope_label_name(std::string_view name) {
+  std::string out(name);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const char c = out[i];
+    const bool ok = c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (i > 0 && c >= '0' && c <= '9');
+    if (!ok) out[i] = '_';
+  }
+  return out.empty() ? std::string("_") : out;
+}
+
+inline constexpr std::size_t pyroscope_max_label_value = 2048;
+
+// How Pyroscope names each kind: the Push API's __name__ (profile types
+// process_cpu:cpu:nanoseconds:cpu:nanoseconds, memory:alloc_space:bytes:space:bytes,
+// wall:wall:nanoseconds:wall:nanoseconds), or /ingest's name suffix.
+constexpr std::string_view pyroscope_profile_name(ProfileKind kind, bool push) noexcept {
+  switch (kind) {
+    case ProfileKind::cpu: return push ? "process_cpu" : "cpu";
+    case ProfileKind::heap: return "memory";
+    case ProfileKind::wall: return "wall";
+  }
+  return "unknown";
+}
+inline constexpr std::size_t pyroscope_max_tags = 20;
+
+// A random version-4 UUID, the profile's ID in a push.
+inline std::string random_uuid(std::mt19937_64& rng) {
+  std::uint64_t high = rng(), low = rng();
+  high = (high & ~0xF000ull) | 0x4000ull;                   // version 4
+  low = (low & ~(0xC000000000000000ull)) | 0x8000000000000000ull;  // variant 10
+  char text[37];
+  std::snprintf(text, sizeof text, "%08x-%04x-%04x-%04x-%012llx", static_cast<unsigned>(high >> 32),
+                static_cast<unsigned>((high >> 16) & 0xFFFF), static_cast<unsigned>(high & 0xFFFF),
+                static_cast<unsigned>(low >> 48), static_cast<unsigned long long>(low & 0xFFFFFFFFFFFFull));
+  return text;
+}
+
+}  // namespace detail
+
+class PyroscopeUploader final : public BasicUploader<std::mutex> {
+ public:
+  explicit PyroscopeUploader(PyroscopeOptions options) noexcept
+      : options_(std::move(options)), client_(with_tenant(options_)) {
+    while (!options_.server_address.empty() && options_.server_address.back() == '/')
+      options_.server_address.pop_back();
+    if (options_.application_name.empty()) options_.application_name = "spanprof";
+    if (options_.tags.size() > detail::pyroscope_max_tags) {
+      report_error(ErrorCode::invalid_configuration, "pyroscope: more than 20 tags; the rest are not sent");
+      options_.tags.resize(detail::pyroscope_max_tags);
+    }
+    for (auto& [name, value] : options_.tags) {
+      name = detail::pyroscope_label_name(name);
+      if (value.size() > detail::pyroscope_max_label_value) value.resize(detail::pyroscope_max_label_value);
+    }
+    std::random_device seed;
+    rng_.seed((static_cast<std::uint64_t>(seed()) << 32) ^ seed());
+  }
+
+  std::string_view name() const noexcept override { return "pyroscope"; }
+  Delivery delivery() const noexcept override { return options_.delivery; }
+  const PyroscopeOptions& options() const noexcept { return options_; }
+
+  // Where a profile is sent; public so operators (and tests) can see it.
+  std::string url(const EncodedProfile& profile) const {
+    if (options_.api == PyroscopeOptions::Api::push) return options_.server_address + "/push.v1.PusherService/Push";
+    return ingest_url(profile);
+  }
+
+  // The legacy ingest URL: /ingest?name=<app>.<cpu|memory|wall>{tags}&from&until&...
+  std::string ingest_url(const EncodedProfile& profile) const {
+    std::string series = label_part(options_.application_name) + "." + std::string(detail::pyroscope_profile_name(profile.kind, false));
+    series += '{';
+    for (std::size_t i = 0; i < options_.tags.size(); ++i) {
+      if (i) series += ',';
+      series += label_part(options_.tags[i].first) + '=' + label_part(options_.tags[i].second);
+    }
+    series += '}';
+    const std::int64_t from_s = profile.start_unix_ns / 1'000'000'000;
+    // Rounded up, so a span shorter than a second still has until > from.
+    const std::int64_t until_s = (profile.start_unix_ns + profile.duration_ns + 999'999'999) / 1'000'000'000;
+    std::string url = options_.server_address + "/ingest?name=" + detail::url_encode(series) +
+                      "&from=" + std::to_string(from_s) +
+                      "&until=" + std::to_string(until_s > from_s ? until_s : from_s + 1) +
+                      "&format=pprof&spyName=spanprof";
+    if (profile.kind != ProfileKind::heap && profile.period_ns > 0)
+      url += "&sampleRate=" + std::to_string(1'000'000'000 / profile.period_ns);
+    return url;
+  }
+
+ protected:
+  UploadResult upload_(const EncodedProfile& profile) override {
+    std::string payload, error;
+    if (!encode_payload_(profile, payload, error)) return UploadResult::permanent(error);
+    return upload_payload_(profile, payload);
+  }
+
+  // push: a serialized PushRequest with one series; ingest: the pprof itself.
+  bool encode_payload_(const EncodedProfile& profile, std::string& payload, std::string& error) override {
+    std::string pprof;
+    if (!relabelled_pprof(profile, pprof, error)) return false;
+    if (options_.api == PyroscopeOptions::Api::ingest) {
+      payload = std::move(pprof);
+      return true;
+    }
+    namespace f = detail::pyroscope_field;
+    payload.clear();
+    detail::ProtobufWriter out(payload);
+    out.message_field(f::push_request_series, [&](detail::ProtobufWriter& series) {
+      auto label = [&](std::string_view name, std::string_view value) {
+        series.message_field(f::series_labels, [&](detail::ProtobufWriter& pair) {
+          pair.bytes_field(f::label_name, name);
+          pair.bytes_field(f::label_value, value);
+        });
+      };
+      // Pyroscope names the profile type from __name__ and the pprof's sample types.
+      label("__name__", detail::pyroscope_profile_name(profile.kind, true));
+      label("service_name", options_.application_name);
+      for (const auto& [name, value] : options_.tags) label(name, value);
+      series.message_field(f::series_samples, [&](detail::ProtobufWriter& sample) {
+        sample.bytes_field(f::sample_raw_profile, pprof);
+        sample.bytes_field(f::sample_id, detail::random_uuid(rng_));
+      });
+    });
+    return true;
+  }
+
+  UploadResult upload_payload_(const EncodedProfile& profile, const std::string& payload) override {
+    if (options_.server_address.empty()) return UploadResult::permanent("pyroscope: no server address configured");
+    detail::HttpRequest request;
+    request.url = url(profile);
+    request.body = payload;
+    if (options_.api == PyroscopeOptions::Api::push) {
+      request.content_type = "application/proto";
+      request.headers.emplace_back("Connect-Protocol-Version", "1");
+    } else {
+      request.content_type = "application/octet-stream";
+    }
+    return detail::classify(client_.post(request, profile.cancelled), "pyroscope");
+  }
+
+ private:
+  // The pprof with drop_labels and rename_labels applied (and label values cut to
+  // Pyroscope's limit): re-encoded from the model when there is anything to change.
+  bool relabelled_pprof(const EncodedProfile& profile, std::string& pprof, std::string& error) {
+    if (options_.drop_labels.empty() && options_.rename_labels.empty()) {
+      pprof = profile.pprof_gzip;
+      return true;
+    }
+    if (profile.profile == nullptr) {
+      error = "pyroscope: relabelling needs the profile's model";
+      return false;
+    }
+    Profile copy = *profile.profile;
+    auto relabel = [&](std::vector<Label>& labels) {
+      std::vector<Label> kept;
+      for (Label& label : labels) {
+        if (std::find(options_.drop_labels.begin(), options_.drop_labels.end(), label.key) != options_.drop_labels.end())
+          continue;
+        for (const auto& [from, to] : options_.rename_labels)
+          if (label.key == from) label.key = detail::pyroscope_label_name(to);
+        if (label.str.size() > detail::pyroscope_max_label_value) label.str.resize(detail::pyroscope_max_label_value);
+        kept.push_back(std::move(label));
+      }
+      labels = std::move(kept);
+    };
+    for (Sample& sample : copy.samples) relabel(sample.labels);
+    for (std::vector<Label>& set : copy.label_sets) relabel(set);
+    return encode_pprof_gzip(copy, pprof, error);
+  }
+
+  static HttpOptions with_tenant(const PyroscopeOptions& options) {
+    HttpOptions http = options.http;
+    if (!options.tenant_id.empty()) http.headers.emplace_back("X-Scope-OrgID", options.tenant_id);
+    return http;
+  }
+
+  // Pyroscope parses `app{k=v,...}`: these characters would change its meaning.
+  static std::string label_part(const std::string& text) {
+    std::string out = text;
+    for (char& c : out)
+      if (c == ',' || c == '{' || c == '}' || c == '=' || c == '"' || static_cast<unsigned char>(c) < 0x20) c = '_';
+    return out;
+  }
+
+  PyroscopeOptions options_;
+  detail::HttpClient client_;
+  std::mt19937_64 rng_;
+};
+
+#elif !SPANPROF_ENABLED
+
+// Compiled out with the SDK: the type exists so one source builds both ways, and
+// needs no libcurl.
+class PyroscopeUploader final : public BasicUploader<NullMutex> {
+ public:
+  explicit PyroscopeUploader(PyroscopeOptions options) noexcept : options_(std::move(options)) {}
+  std::string_view name() const noexcept override { return "pyroscope"; }
+  Delivery delivery() const noexcept override { return options_.delivery; }
+  const PyroscopeOptions& options() const noexcept { return options_; }
+
+ protected:
+  UploadResult upload_(const EncodedProfile&) override { return UploadResult::ok(); }
+
+ private:
+  PyroscopeOptions options_;
+};
+
+#endif
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DELIVERY_PYROSCOPE_UPLOADER_HPP_
+// ---- end spanprof/delivery/pyroscope_uploader.hpp ----
+// ---- begin spanprof/symbolization/elf_symbolizer.hpp ----
+// The default Symbolizer: reads the ELF symbol tables of the objects loaded in
+// this process, in-process and without external tools.
+//
+// Object files are treated as untrusted input. They can be truncated, replaced
+// under a running process or deliberately hostile, so every offset read from
+// them is checked against the real size before it is used, and the file is
+// read with pread rather than mmap (a file shrinking under a mapping would
+// SIGBUS the process).
+#ifndef SPANPROF_SYMBOLIZATION_ELF_SYMBOLIZER_HPP_
+#define SPANPROF_SYMBOLIZATION_ELF_SYMBOLIZER_HPP_
+
+
+#include <cxxabi.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <link.h>
+#include <sys/auxv.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <unordered_map>
+#include <unordered_set>
+#include <thread>
+#include <utility>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+
+namespace detail {
+
+// One function symbol, already relocated to its runtime address.
+struct ElfSymbol {
+  std::uintptr_t address = 0;  // load bias + st_value
+  std::uint64_t size = 0;      // st_size; 0 means "up to the next symbol"
+  std::string name;            // as in the symbol table (mangled)
+  std::string demangled;       // filled on first use by ElfSymbolizer; loaders leave it empty
+  std::uint8_t binding = STB_GLOBAL;
+};
+
+// What a load learned about the image besides its symbols.
+struct ElfImageInfo {
+  bool has_symtab = false;  // a non-empty .symtab was present (else a debug file may help)
+  std::string build_id;     // lowercase hex of the NT_GNU_BUILD_ID note, empty if none
+};
+
+// Random access to an ELF image, either a file or memory (the vDSO).
+class ElfBytes {
+ public:
+  virtual ~ElfBytes() = default;
+  virtual std::uint64_t size() const noexcept = 0;
+  // Copies [offset, offset + length); false when that is not entirely inside the image.
+  virtual bool read(std::uint64_t offset, void* out, std::size_t length) const noexcept = 0;
+};
+
+// The most bytes of symbol names one image may yield per byte of its size.
+inline constexpr std::uint64_t elf_max_name_bytes_per_file_byte = 64;
+
+// True when [offset, offset + length) lies inside [0, total), without overflowing.
+constexpr bool elf_range_fits(std::uint64_t offset, std::uint64_t length, std::uint64_t total) noexcept {
+  return length <= total && offset <= total - length;
+}
+
+class ElfFileBytes final : public ElfBytes {
+ public:
+  ElfFileBytes() = default;
+  ElfFileBytes(const ElfFileBytes&) = delete;
+  ElfFileBytes& operator=(const ElfFileBytes&) = delete;
+  ~ElfFileBytes() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  // On failure `error` says why; it may allocate, so callers catch bad_alloc.
+  bool open(const std::string& path, std::string& error) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) {
+      error = std::string("cannot open: ") + std::strerror(errno);
+      return false;
+    }
+    struct stat status {};
+    if (::fstat(fd_, &status) != 0) {
+      error = std::string("cannot stat: ") + std::strerror(errno);
+      return false;
+    }
+    // A FIFO or device would block or lie about its size.
+    if (!S_ISREG(status.st_mode)) {
+      error = "not a regular file";
+      return false;
+    }
+    size_ = static_cast<std::uint64_t>(status.st_size);
+    return true;
+  }
+
+  std::uint64_t size() const noexcept override { return size_; }
+
+  bool read(std::uint64_t offset, void* out, std::size_t length) const noexcept override {
+    if (fd_ < 0 || !elf_range_fits(offset, length, size_)) return false;
+    auto* cursor = static_cast<char*>(out);
+    while (length > 0) {
+      const ssize_t got = ::pread(fd_, cursor, length, static_cast<off_t>(offset));
+      if (got < 0 && errno == EINTR) continue;
+      // 0 means the file shrank after fstat: treat it like any truncation.
+      if (got <= 0) return false;
+      cursor += got;
+      offset += static_cast<std::uint64_t>(got);
+      length -= static_cast<std::size_t>(got);
+    }
+    return true;
+  }
+
+ private:
+  int fd_ = -1;
+  std::uint64_t size_ = 0;
+};
+
+class ElfMemoryBytes final : public ElfBytes {
+ public:
+  ElfMemoryBytes(const void* data, std::size_t size) noexcept
+      : data_(static_cast<const unsigned char*>(data)), size_(size) {}
+
+  std::uint64_t size() const noexcept override { return size_; }
+
+  bool read(std::uint64_t offset, void* out, std::size_t length) const noexcept override {
+    if (data_ == nullptr || !elf_range_fits(offset, length, size_)) return false;
+    if (length != 0) std::memcpy(out, data_ + offset, length);
+    return true;
+  }
+
+ private:
+  const unsigned char* data_;
+  std::size_t size_;
+};
+
+inline std::string hex_lowercase(const unsigned char* data, std::size_t size) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string text;
+  text.reserve(size * 2);
+  for (std::size_t i = 0; i < size; ++i) {
+    text.push_back(digits[data[i] >> 4]);
+    text.push_back(digits[data[i] & 0xf]);
+  }
+  return text;
+}
+
+// Finds NT_GNU_BUILD_ID in a block of ELF notes. Notes pad name and descriptor to
+// the section's alignment, which is 8 for some toolchains' notes, else 4.
+// The bytes of the NT_GNU_BUILD_ID note in `notes`: {nullptr, 0} if none. Allocates
+// nothing (it runs under the loader lock, see ElfSymbolizer::scan_one).
+inline std::pair<const unsigned char*, std::size_t> find_gnu_build_id_bytes(const unsigned char* notes,
+                                                                          std::size_t size,
+                                                                          std::uint64_t alignment) noexcept {
+  const std::uint64_t align = alignment == 8 ? 8 : 4;
+  const auto padded = [align](std::uint64_t n) { return (n + align - 1) / align * align; };
+  std::uint64_t pos = 0;
+  while (elf_range_fits(pos, sizeof(Elf64_Nhdr), size)) {
+    Elf64_Nhdr header;
+    std::memcpy(&header, notes + pos, sizeof header);
+    const std::uint64_t name_at = pos + sizeof header;
+    const std::uint64_t desc_at = name_at + padded(header.n_namesz);
+    if (!elf_range_fits(name_at, header.n_namesz, size) || !elf_range_fits(desc_at, header.n_descsz, size)) break;
+    if (header.n_type == NT_GNU_BUILD_ID && header.n_namesz == 4 && std::memcmp(notes + name_at, "GNU", 4) == 0) {
+      return {notes + desc_at, static_cast<std::size_t>(header.n_descsz)};
+    }
+    pos = desc_at + padded(header.n_descsz);
+  }
+  return {nullptr, 0};
+}
+
+inline std::string find_gnu_build_id(const unsigned char* notes, std::size_t size, std::uint64_t alignment) {
+  const auto [bytes, length] = find_gnu_build_id_bytes(notes, size, alignment);
+  return bytes != nullptr ? hex_lowercase(bytes, length) : std::string();
+}
+
+// Lower sorts first: among aliases at one address (write, __write, __libc_write)
+// the name a user wrote in source is the one with fewest leading underscores,
+// and public bindings beat local ones.
+inline bool preferred_alias(const ElfSymbol& a, const ElfSymbol& b) noexcept {
+  const auto underscores = [](const std::string& s) { return s.find_first_not_of('_'); };
+  const auto binding_rank = [](std::uint8_t binding) {
+    return binding == STB_GLOBAL ? 0 : binding == STB_WEAK ? 1 : binding == STB_LOCAL ? 2 : 3;
+  };
+  if (underscores(a.name) != underscores(b.name)) return underscores(a.name) < underscores(b.name);
+  if (binding_rank(a.binding) != binding_rank(b.binding)) return binding_rank(a.binding) < binding_rank(b.binding);
+  return a.name < b.name;
+}
+
+// Sorts by address and keeps one symbol per address, so lookup is a binary search.
+inline void finalize_elf_symbols(std::vector<ElfSymbol>& symbols) {
+  std::sort(symbols.begin(), symbols.end(), [](const ElfSymbol& a, const ElfSymbol& b) {
+    if (a.address != b.address) return a.address < b.address;
+    return preferred_alias(a, b);
+  });
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < symbols.size(); ++i) {
+    if (kept != 0 && symbols[kept - 1].address == symbols[i].address) {
+      // A sized alias tells us where the function ends even if the preferred one does not.
+      symbols[kept - 1].size = std::max(symbols[kept - 1].size, symbols[i].size);
+      continue;
+    }
+    if (kept != i) symbols[kept] = std::move(symbols[i]);
+    ++kept;
+  }
+  symbols.resize(kept);
+}
+
+// Index of the symbol covering `address`, or npos. A symbol without a size covers
+// up to the next symbol, but never reaches back before `region_start` (the
+// containing segment): a stray size-0 symbol must not swallow a whole segment.
+inline std::size_t find_elf_symbol(const std::vector<ElfSymbol>& symbols, std::uintptr_t address,
+                                   std::uintptr_t region_start) noexcept {
+  constexpr std::size_t npos = static_cast<std::size_t>(-1);
+  const auto after = std::upper_bound(symbols.begin(), symbols.end(), address,
+                                      [](std::uintptr_t a, const ElfSymbol& s) { return a < s.address; });
+  if (after == symbols.begin()) return npos;
+  const auto& candidate = *(after - 1);
+  const bool covers = candidate.size != 0 ? address - candidate.address < candidate.size
+                                          : candidate.address >= region_start;
+  return covers ? static_cast<std::size_t>(after - 1 - symbols.begin()) : npos;
+}
+
+// Appends the STT_FUNC and STT_GNU_IFUNC symbols of .symtab (and of .dynsym when
+// `include_dynsym`) to `out`, unsorted. Returns false with `error` set when the
+// image is not a readable little ELF64 of this machine's byte order or any
+// offset it needs points outside the image; `out` may then hold a partial list.
+inline bool load_elf_symbols_from(const ElfBytes& bytes, std::uintptr_t bias, bool include_dynsym,
+                                  std::vector<ElfSymbol>& out, ElfImageInfo& info, std::string& error) {
+  const std::uint64_t image_size = bytes.size();
+  Elf64_Ehdr header;
+  if (!bytes.read(0, &header, sizeof header)) {
+    error = "file too small for an ELF header (" + std::to_string(image_size) + " bytes)";
+    return false;
+  }
+  if (std::memcmp(header.e_ident, ELFMAG, SELFMAG) != 0) {
+    error = "not an ELF file (bad magic)";
+    return false;
+  }
+  if (header.e_ident[EI_CLASS] != ELFCLASS64) {
+    error = "not a 64-bit ELF file";
+    return false;
+  }
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  constexpr unsigned char native_data = ELFDATA2MSB;
+#else
+  constexpr unsigned char native_data = ELFDATA2LSB;
+#endif
+  if (header.e_ident[EI_DATA] != native_data) {
+    error = "ELF byte order differs from this machine";
+    return false;
+  }
+  if (header.e_shoff == 0) {
+    error = "no section header table (stripped with sstrip?)";
+    return false;
+  }
+  if (header.e_shentsize != sizeof(Elf64_Shdr)) {
+    error = "unexpected section header size " + std::to_string(header.e_shentsize);
+    return false;
+  }
+
+  std::uint64_t section_count = header.e_shnum;
+  if (section_count == 0) {
+    // Extended numbering: more than 0xff00 sections, the count lives in section 0.
+    Elf64_Shdr first;
+    if (!bytes.read(header.e_shoff, &first, sizeof first)) {
+      error = "section header table offset " + std::to_string(header.e_shoff) + " is beyond the end of the file";
+      return false;
+    }
+    section_count = first.sh_size;
+  }
+  if (section_count > image_size / sizeof(Elf64_Shdr) ||
+      !elf_range_fits(header.e_shoff, section_count * sizeof(Elf64_Shdr), image_size)) {
+    error = "section header table (offset " + std::to_string(header.e_shoff) + ", " +
+            std::to_string(section_count) + " entries) extends beyond the end of the file (" +
+            std::to_string(image_size) + " bytes)";
+    return false;
+  }
+  std::vector<Elf64_Shdr> sections(static_cast<std::size_t>(section_count));
+  if (!bytes.read(header.e_shoff, sections.data(), sections.size() * sizeof(Elf64_Shdr))) {
+    error = "cannot read the section header table";
+    return false;
+  }
+
+  const auto read_section = [&](const Elf64_Shdr& section, auto& buffer) {
+    using Element = typename std::decay_t<decltype(buffer)>::value_type;
+    if (!elf_range_fits(section.sh_offset, section.sh_size, image_size)) return false;
+    buffer.resize(static_cast<std::size_t>(section.sh_size / sizeof(Element)));
+    return bytes.read(section.sh_offset, buffer.data(), buffer.size() * sizeof(Element));
+  };
+
+  // Section headers may all name the same bytes. Real note sections never
+  // overlap, so more note bytes than the file holds means a file made to be read
+  // over and over (time growing with its square): the build id is optional, stop.
+  std::uint64_t note_bytes_left = image_size;
+  for (const auto& section : sections) {
+    if (section.sh_type != SHT_NOTE || !info.build_id.empty()) continue;
+    std::vector<unsigned char> notes;
+    if (!read_section(section, notes)) {
+      error = "note section extends beyond the end of the file";
+      return false;
+    }
+    if (notes.size() > note_bytes_left) break;
+    note_bytes_left -= notes.size();
+    info.build_id = find_gnu_build_id(notes.data(), notes.size(), section.sh_addralign);
+  }
+
+  // Every symbol gets its own copy of its name, and any number of entries may
+  // point at one long string: without a bound a few KiB of file turn into GiB of
+  // names. Each symbol has its own 24-byte entry in the file, so real files keep
+  // (average name length / 24) bytes per byte of file: a few for C++.
+  std::uint64_t name_bytes_left = image_size > UINT64_MAX / elf_max_name_bytes_per_file_byte
+                                      ? UINT64_MAX
+                                      : image_size * elf_max_name_bytes_per_file_byte;
+  bool read_symtab = false, read_dynsym = false;
+  std::vector<Elf64_Sym> entries;
+  std::vector<char> names;
+  for (const auto& section : sections) {
+    const bool is_symtab = section.sh_type == SHT_SYMTAB;
+    if (!is_symtab && !(include_dynsym && section.sh_type == SHT_DYNSYM)) continue;
+    // The gABI allows one of each. More headers, perhaps all naming one table,
+    // would only repeat symbols: time and memory would grow with their square.
+    bool& already_read = is_symtab ? read_symtab : read_dynsym;
+    if (already_read) continue;
+    already_read = true;
+    const char* const table = is_symtab ? ".symtab" : ".dynsym";
+    if (section.sh_entsize != sizeof(Elf64_Sym)) {
+      error = std::string(table) + " has entry size " + std::to_string(section.sh_entsize);
+      return false;
+    }
+    if (section.sh_link >= sections.size() || sections[section.sh_link].sh_type != SHT_STRTAB) {
+      error = std::string(table) + " links to section " + std::to_string(section.sh_link) +
+              ", which is not a string table";
+      return false;
+    }
+    if (!read_section(section, entries)) {
+      error = std::string(table) + " extends beyond the end of the file";
+      return false;
+    }
+    if (!read_section(sections[section.sh_link], names)) {
+      error = std::string(table) + "'s string table extends beyond the end of the file";
+      return false;
+    }
+    if (is_symtab && !entries.empty()) info.has_symtab = true;
+    for (const auto& entry : entries) {
+      const unsigned type = ELF64_ST_TYPE(entry.st_info);
+      if (type != STT_FUNC && type != STT_GNU_IFUNC) continue;
+      if (entry.st_shndx == SHN_UNDEF || entry.st_value == 0) continue;
+      if (entry.st_name >= names.size()) {
+        error = std::string(table) + " has a symbol name offset outside its string table";
+        return false;
+      }
+      const char* name = names.data() + entry.st_name;
+      const auto* end = static_cast<const char*>(std::memchr(name, '\0', names.size() - entry.st_name));
+      if (end == nullptr) {
+        error = std::string(table) + " has an unterminated symbol name";
+        return false;
+      }
+      if (end == name) continue;
+      const auto name_size = static_cast<std::uint64_t>(end - name);
+      if (name_size > name_bytes_left) {
+        error = std::string(table) + "'s symbol names add up to more than " +
+                std::to_string(elf_max_name_bytes_per_file_byte) + " times the size of the file";
+        return false;
+      }
+      name_bytes_left -= name_size;
+      ElfSymbol symbol;
+      symbol.address = bias + static_cast<std::uintptr_t>(entry.st_value);
+      symbol.size = entry.st_size;
+      symbol.name.assign(name, end);
+      symbol.binding = static_cast<std::uint8_t>(ELF64_ST_BIND(entry.st_info));
+      out.push_back(std::move(symbol));
+    }
+  }
+  return true;
+}
+
+// Test and tooling entry point: the function symbols of one ELF64 file, sorted by
+// address with one symbol per address, relocated by `bias` (0 gives link-time
+// addresses). Reads .symtab and .dynsym of that file only, no separate debug
+// file; leaves ElfSymbol::demangled empty. Returns false with a human-readable
+// `error` when the file cannot be opened or is not a valid ELF64; never throws.
+inline bool load_elf_function_symbols(const std::string& path, std::uintptr_t bias, std::vector<ElfSymbol>& out,
+                                      std::string& error) noexcept {
+  SPANPROF_TRY {
+    out.clear();
+    error.clear();
+    ElfFileBytes file;
+    ElfImageInfo info;
+    if (!file.open(path, error) || !load_elf_symbols_from(file, bias, true, out, info, error)) {
+      out.clear();
+      return false;
+    }
+    finalize_elf_symbols(out);
+    return true;
+  } SPANPROF_CATCH_ALL {
+    out.clear();
+    SPANPROF_TRY {
+      error = "out of memory while reading symbols";
+    } SPANPROF_CATCH_ALL {
+    }
+    return false;
+  }
+}
+
+// The demangled form of a C++ symbol name, or the name itself when it is not a
+// mangled C++ name. Clone suffixes (".cold", ".isra.0") come out as "[clone ...]"
+// (strip_clone_suffixes removes them).
+inline std::string demangle_symbol(const std::string& name) {
+  if (name.size() < 2 || name[0] != '_' || name[1] != 'Z') return name;
+  // The demangler recurses over the name; an absurd one from a hostile file is
+  // not worth the stack.
+  constexpr std::size_t max_demangled_input = 16 * 1024;
+  if (name.size() > max_demangled_input) return name;
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> demangled(abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status),
+                                                   std::free);
+  if (status != 0 || demangled == nullptr) return name;
+  return std::string(demangled.get());
+}
+
+// The name a function is known by, without the suffixes GCC and Clang give the
+// copies they make of it: " [clone .constprop.0]" in a demangled C++ name,
+// ".constprop.0", ".isra.0", ".part.0", ".cold", ".lto_priv.0", ".localalias",
+// ".llvm.123" on a plain one. Without this one function splits into several
+// entries in a flame graph (pprof strips them; Pyroscope and Grafana do not).
+inline std::string strip_clone_suffixes(std::string name) {
+  for (;;) {
+    constexpr std::string_view clone = " [clone ";
+    if (name.size() > clone.size() && name.back() == ']') {
+      const std::size_t at = name.rfind(clone);
+      if (at != std::string::npos && at > 0) {
+        name.resize(at);
+        continue;
+      }
+    }
+    // ".<suffix>" or ".<suffix>.<digits>" at the end of a plain symbol name.
+    std::size_t end = name.size();
+    while (end > 0 && name[end - 1] >= '0' && name[end - 1] <= '9') --end;
+    if (end < name.size() && end > 0 && name[end - 1] == '.') --end;  // a ".N" after the suffix
+    else end = name.size();
+    bool stripped = false;
+    for (const std::string_view suffix : {".constprop", ".isra", ".part", ".cold", ".lto_priv", ".localalias",
+                                          ".clone", ".llvm", ".specialized"}) {
+      if (end > suffix.size() && std::string_view(name).substr(end - suffix.size(), suffix.size()) == suffix) {
+        name.resize(end - suffix.size());
+        stripped = true;
+        break;
+      }
+    }
+    if (!stripped) return name;
+  }
+}
+
+// Objects are found with dl_iterate_phdr; each executable PT_LOAD segment is a
+// Module. Symbols are read the first time an address lands in an object, so a
+// process pays only for the libraries it is actually sampled in. One instance
+// serves one thread; it takes no locks.
+class ElfSymbolizer final : public Symbolizer {
+ public:
+  ElfSymbolizer() = default;
+  ElfSymbolizer(const ElfSymbolizer&) = delete;
+  ElfSymbolizer& operator=(const ElfSymbolizer&) = delete;
+
+  ResolvedFrame resolve(std::uintptr_t address) noexcept override {
+    SPANPROF_TRY {
+      if (!scanned_) rescan();
+      if (const auto cached = cache_.find(address); cached != cache_.end()) return cached->second;
+      const Range* range = find_range(address);
+      if (range == nullptr) {
+        // Probably a library dlopen'ed since the last scan. Rescanning costs a walk
+        // over all loaded objects, so garbage addresses may not trigger it often.
+        const auto now = std::chrono::steady_clock::now();
+        if (now - last_scan_ < std::chrono::seconds(1)) return {};
+        rescan();
+        range = find_range(address);
+        if (range == nullptr) return {};
+      }
+      ResolvedFrame frame;
+      frame.module = range->module;
+      LoadedObject& object = *range->object;
+      if (object.state == LoadedObject::State::unloaded) load_symbols(object);
+      if (object.state == LoadedObject::State::loaded) {
+        const std::size_t index = find_elf_symbol(object.symbols, address, range->module->start);
+        if (index != static_cast<std::size_t>(-1)) {
+          ElfSymbol& symbol = object.symbols[index];
+          // Demangling every symbol up front would dominate load time; most are never sampled.
+          if (symbol.demangled.empty()) symbol.demangled = strip_clone_suffixes(demangle_symbol(symbol.name));
+          frame.function = symbol.demangled;
+          frame.system_name = symbol.name;
+        }
+      }
+      if (cache_.size() >= max_cached_addresses) cache_.clear();
+      cache_.emplace(address, frame);
+      return frame;
+    } SPANPROF_CATCH_ALL {
+      report_error(ErrorCode::internal, "ELF symbolizer failed internally (out of memory?)");
+      return {};
+    }
+  }
+
+  void refresh() noexcept override {
+    SPANPROF_TRY {
+      rescan();
+      // Callers were told views die here, so objects kept alive for them can go.
+      retired_.clear();
+    } SPANPROF_CATCH_ALL {
+      report_error(ErrorCode::internal, "ELF symbolizer failed to rescan loaded objects (out of memory?)");
+    }
+  }
+
+  // For diagnostics and tests: the executable segments known since the last
+  // scan (the first resolve() performs the first scan).
+  std::vector<Module> modules() const {
+    std::vector<Module> result;
+    for (const auto& range : ranges_) result.push_back(*range.module);
+    return result;
+  }
+
+ private:
+  // Bounds memory in a process whose code is large and sampled for days; refilling is cheap.
+  static constexpr std::size_t max_cached_addresses = std::size_t{1} << 20;
+  // A process that dlopens and dlcloses plugins all day, with nobody calling
+  // refresh(), must not keep every symbol table it ever read.
+  static constexpr std::size_t max_retired_objects = 32;
+
+  struct LoadedObject {
+    enum class State { unloaded, loaded, failed };
+    std::string loader_name;  // dlpi_name; with the bias, identifies the object across rescans
+    std::uintptr_t bias = 0;
+    std::string open_path;    // what to read: the file, or /proc/self/exe for the main program
+    std::string display_path; // Module::path, also the key for "reported once"
+    const unsigned char* memory_image = nullptr;  // the vDSO has no file; its image is read in place
+    std::size_t memory_image_size = 0;
+    std::string build_id;     // from the in-memory notes: what is really running
+    std::vector<Module> modules;  // never resized after a scan: frames point into it
+    State state = State::unloaded;
+    std::vector<ElfSymbol> symbols;  // sorted, one per address
+  };
+
+  struct Range {
+    std::uintptr_t start;
+    std::uintptr_t limit;
+    const Module* module;
+    LoadedObject* object;
+  };
+
+  // What dl_iterate_phdr showed, processed after the loader lock is released.
+  struct ScannedObject {
+    std::string loader_name;
+    std::uintptr_t bias = 0;
+    bool is_main_program = false;
+    const unsigned char* memory_image = nullptr;
+    std::size_t memory_image_size = 0;
+    std::string build_id;
+    std::vector<Module> modules;  // path still empty
+  };
+
+  // The same, as the loader callback copies it: into room reserved before the
+  // scan, so that under the loader lock nothing allocates and nothing waits. A
+  // thread whose sample signal arrived inside malloc holds the allocator's lock
+  // while its handler's stack walker (libunwind) waits for the loader lock; a
+  // callback that allocated under that lock closed the circle (64 threads under
+  // CPU and heap profiling deadlocked).
+  struct CopiedSegment {
+    std::uintptr_t start = 0;
+    std::uintptr_t limit = 0;
+    std::uint64_t file_offset = 0;
+  };
+  struct CopiedObject {
+    std::size_t name_at = 0;  // in ScanState::names
+    std::size_t name_size = 0;
+    std::uintptr_t bias = 0;
+    bool is_main_program = false;
+    const unsigned char* memory_image = nullptr;
+    std::size_t memory_image_size = 0;
+    unsigned char build_id[64] = {};
+    std::size_t build_id_size = 0;
+    std::size_t first_segment = 0;  // in ScanState::segments
+    std::size_t segment_count = 0;
+  };
+
+  struct ScanState {
+    // Filled only within their reserved capacity; what would not fit is counted,
+    // and the scan runs again with that much room.
+    std::vector<CopiedObject> objects;
+    std::vector<CopiedSegment> segments;
+    std::string names;
+    std::size_t objects_wanted = 0;
+    std::size_t segments_wanted = 0;
+    std::size_t names_wanted = 0;
+    std::uintptr_t vdso_header = 0;
+    std::uintptr_t page_size = 4096;
+    bool first = true;
+
+    bool fits() const noexcept {
+      return objects_wanted <= objects.capacity() && segments_wanted <= segments.capacity() &&
+             names_wanted <= names.capacity();
+    }
+  };
+
+  static int scan_one(dl_phdr_info* info, std::size_t, void* data) noexcept {
+    auto& state = *static_cast<ScanState*>(data);
+    const bool first = state.first;
+    state.first = false;
+    CopiedObject object;
+    const char* name = info->dlpi_name != nullptr ? info->dlpi_name : "";
+    object.name_size = std::strlen(name);
+    object.bias = static_cast<std::uintptr_t>(info->dlpi_addr);
+    object.is_main_program = first && object.name_size == 0;
+    std::size_t executable = 0;
+    for (ElfW(Half) i = 0; i < info->dlpi_phnum; ++i) {
+      const ElfW(Phdr)& segment = info->dlpi_phdr[i];
+      if (segment.p_type == PT_LOAD && (segment.p_flags & PF_X) != 0 && segment.p_memsz != 0) ++executable;
+    }
+    const bool room = state.objects.size() < state.objects.capacity() &&
+                      state.segments.capacity() - state.segments.size() >= executable &&
+                      state.names.capacity() - state.names.size() >= object.name_size;
+    state.objects_wanted += 1;
+    state.segments_wanted += executable;
+    state.names_wanted += object.name_size;
+    if (!room) return 0;  // counted: the next scan has room for it
+    object.first_segment = state.segments.size();
+    for (ElfW(Half) i = 0; i < info->dlpi_phnum; ++i) {
+      const ElfW(Phdr)& segment = info->dlpi_phdr[i];
+      const std::uintptr_t start = object.bias + segment.p_vaddr;
+      if (segment.p_type == PT_LOAD && (segment.p_flags & PF_X) != 0 && segment.p_memsz != 0) {
+        state.segments.push_back(CopiedSegment{start, start + segment.p_memsz, segment.p_offset});
+        ++object.segment_count;
+      }
+      if (segment.p_type == PT_LOAD && state.vdso_header != 0 && state.vdso_header >= start &&
+          state.vdso_header - start < segment.p_memsz) {
+        // The vDSO's section headers sit past p_filesz but inside the last mapped
+        // page, and whole pages are always mapped.
+        const std::uintptr_t end = start + segment.p_memsz;
+        const std::uintptr_t mapped_end = (end + state.page_size - 1) / state.page_size * state.page_size;
+        object.memory_image = reinterpret_cast<const unsigned char*>(state.vdso_header);
+        object.memory_image_size = mapped_end - state.vdso_header;
+      }
+      // Notes are read here, under the loader lock, so a concurrent dlclose cannot unmap them.
+      if (segment.p_type == PT_NOTE && object.build_id_size == 0) {
+        const auto [bytes, length] = find_gnu_build_id_bytes(reinterpret_cast<const unsigned char*>(start),
+                                                             static_cast<std::size_t>(segment.p_filesz), segment.p_align);
+        object.build_id_size = std::min(length, sizeof object.build_id);
+        if (bytes != nullptr) std::memcpy(object.build_id, bytes, object.build_id_size);
+      }
+    }
+    object.name_at = state.names.size();
+    state.names.append(name, object.name_size);
+    state.objects.push_back(object);
+    return 0;
+  }
+
+  // Every loaded object with executable code and a file (or image) to read it from.
+  static std::vector<ScannedObject> scan_loaded_objects() {
+    ScanState state;
+    state.vdso_header = static_cast<std::uintptr_t>(::getauxval(AT_SYSINFO_EHDR));
+    const long page = ::sysconf(_SC_PAGESIZE);
+    if (page > 0) state.page_size = static_cast<std::uintptr_t>(page);
+    std::size_t objects = 64, segments = 128, names = 8192;
+    for (int attempt = 0;; ++attempt) {
+      state.objects.clear();
+      state.segments.clear();
+      state.names.clear();
+      state.objects.reserve(objects);
+      state.segments.reserve(segments);
+      state.names.reserve(names);
+      state.objects_wanted = state.segments_wanted = state.names_wanted = 0;
+      state.first = true;
+      // Not while a fork is under way (base/loader_lock_gate.hpp): wait it out.
+      while (!loader_lock_gate().enter()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      ::dl_iterate_phdr(&ElfSymbolizer::scan_one, &state);
+      loader_lock_gate().leave();
+      // Objects loaded between two scans: a few attempts with room to spare, then
+      // whatever fitted (the next rescan finds the rest).
+      if (state.fits() || attempt == 3) break;
+      objects = state.objects_wanted * 2;
+      segments = state.segments_wanted * 2;
+      names = state.names_wanted * 2;
+    }
+    std::vector<ScannedObject> scanned;
+    scanned.reserve(state.objects.size());
+    for (const CopiedObject& copied : state.objects) {
+      const bool has_source =
+          copied.is_main_program || copied.memory_image != nullptr || copied.name_size != 0;
+      if (copied.segment_count == 0 || !has_source) continue;
+      ScannedObject object;
+      object.loader_name = state.names.substr(copied.name_at, copied.name_size);
+      object.bias = copied.bias;
+      object.is_main_program = copied.is_main_program;
+      object.memory_image = copied.memory_image;
+      object.memory_image_size = copied.memory_image_size;
+      object.build_id = hex_lowercase(copied.build_id, copied.build_id_size);
+      for (std::size_t i = 0; i < copied.segment_count; ++i) {
+        const CopiedSegment& segment = state.segments[copied.first_segment + i];
+        Module module;
+        module.start = segment.start;
+        module.limit = segment.limit;
+        module.file_offset = segment.file_offset;
+        object.modules.push_back(std::move(module));
+      }
+      scanned.push_back(std::move(object));
+    }
+    return scanned;
+  }
+
+  static std::string real_path_of(const char* path) {
+    std::unique_ptr<char, void (*)(void*)> resolved(::realpath(path, nullptr), std::free);
+    return resolved ? std::string(resolved.get()) : std::string(path);
+  }
+
+  void rescan() {
+    scanned_ = true;
+    last_scan_ = std::chrono::steady_clock::now();
+    std::vector<ScannedObject> scanned_objects = scan_loaded_objects();
+
+    std::vector<std::unique_ptr<LoadedObject>> next;
+    next.reserve(scanned_objects.size());
+    for (auto& scanned : scanned_objects) {
+      const auto same = std::find_if(objects_.begin(), objects_.end(), [&](const auto& existing) {
+        return existing && existing->loader_name == scanned.loader_name && existing->bias == scanned.bias &&
+               existing->build_id == scanned.build_id && existing->modules.size() == scanned.modules.size() &&
+               existing->modules.front().start == scanned.modules.front().start;
+      });
+      if (same != objects_.end()) {
+        next.push_back(std::move(*same));
+        continue;
+      }
+      auto object = std::make_unique<LoadedObject>();
+      object->loader_name = std::move(scanned.loader_name);
+      object->bias = scanned.bias;
+      object->memory_image = scanned.memory_image;
+      object->memory_image_size = scanned.memory_image_size;
+      object->build_id = std::move(scanned.build_id);
+      if (object->memory_image != nullptr) {
+        object->display_path = "[vdso]";  // what /proc/self/maps calls it
+      } else if (scanned.is_main_program) {
+        // Reading through /proc/self/exe still works when the binary was replaced or deleted.
+        object->open_path = "/proc/self/exe";
+        object->display_path = real_path_of("/proc/self/exe");
+      } else {
+        object->open_path = object->loader_name;
+        object->display_path = real_path_of(object->loader_name.c_str());
+      }
+      object->modules = std::move(scanned.modules);
+      for (auto& module : object->modules) {
+        module.path = object->display_path;
+        module.build_id = object->build_id;
+      }
+      next.push_back(std::move(object));
+    }
+
+    bool unloaded_any = false;
+    for (auto& old : objects_) {
+      if (!old) continue;
+      unloaded_any = true;
+      retired_.push_back(std::move(old));
+    }
+    objects_ = std::move(next);
+    if (retired_.size() > max_retired_objects) {
+      retired_.erase(retired_.begin(), retired_.end() - static_cast<std::ptrdiff_t>(max_retired_objects));
+    }
+    // Cached frames of an unloaded object would name whatever is mapped there next.
+    if (unloaded_any) cache_.clear();
+
+    ranges_.clear();
+    for (const auto& object : objects_) {
+      for (const auto& module : object->modules) {
+        ranges_.push_back(Range{module.start, module.limit, &module, object.get()});
+      }
+    }
+    std::sort(ranges_.begin(), ranges_.end(), [](const Range& a, const Range& b) { return a.start < b.start; });
+  }
+
+  const Range* find_range(std::uintptr_t address) const noexcept {
+    const auto after = std::upper_bound(ranges_.begin(), ranges_.end(), address,
+                                        [](std::uintptr_t a, const Range& r) { return a < r.start; });
+    if (after == ranges_.begin()) return nullptr;
+    const Range& candidate = *(after - 1);
+    return address < candidate.limit ? &candidate : nullptr;
+  }
+
+  void load_symbols(LoadedObject& object) {
+    object.state = LoadedObject::State::failed;  // until proven otherwise
+    // A path is reported once per build: a fixed file reloaded later gets its chance.
+    const std::string failure_key = object.display_path + '\n' + object.build_id;
+    if (failed_objects_.count(failure_key) != 0) return;
+
+    std::vector<ElfSymbol> symbols;
+    ElfImageInfo info;
+    std::string error;
+    bool ok = false;
+    if (object.memory_image != nullptr) {
+      const ElfMemoryBytes image(object.memory_image, object.memory_image_size);
+      ok = load_elf_symbols_from(image, object.bias, true, symbols, info, error);
+    } else {
+      ElfFileBytes file;
+      ok = file.open(object.open_path, error) && load_elf_symbols_from(file, object.bias, true, symbols, info, error);
+      if (ok && !object.build_id.empty() && !info.build_id.empty() && info.build_id != object.build_id) {
+        // Its symbols would be confidently wrong.
+        ok = false;
+        error = "build id " + info.build_id + " on disk differs from the loaded " + object.build_id +
+                " (file replaced since it was loaded?)";
+      }
+    }
+    if (!ok) {
+      failed_objects_.insert(failure_key);
+      report_error(ErrorCode::symbolization_failed,
+                   "cannot read symbols from " + object.display_path + ": " + error);
+      return;
+    }
+    if (!info.has_symtab) add_separate_debug_symbols(object, info, symbols);
+    finalize_elf_symbols(symbols);
+    object.symbols = std::move(symbols);
+    object.state = LoadedObject::State::loaded;
+  }
+
+  // Distributions strip .symtab (static and internal functions) into debug
+  // packages keyed by build id. Such a file is optional, so its absence or
+  // damage is silent: .dynsym still names the exported functions.
+  static void add_separate_debug_symbols(const LoadedObject& object, const ElfImageInfo& info,
+                                         std::vector<ElfSymbol>& symbols) {
+    const std::string& build_id = !object.build_id.empty() ? object.build_id : info.build_id;
+    if (build_id.size() < 3) return;
+    const std::string path =
+        "/usr/lib/debug/.build-id/" + build_id.substr(0, 2) + "/" + build_id.substr(2) + ".debug";
+    ElfFileBytes file;
+    std::string error;
+    if (!file.open(path, error)) return;
+    std::vector<ElfSymbol> debug_symbols;
+    ElfImageInfo debug_info;
+    if (!load_elf_symbols_from(file, object.bias, false, debug_symbols, debug_info, error)) return;
+    if (!debug_info.build_id.empty() && debug_info.build_id != build_id) return;
+    symbols.insert(symbols.end(), std::make_move_iterator(debug_symbols.begin()),
+                   std::make_move_iterator(debug_symbols.end()));
+  }
+
+  std::vector<std::unique_ptr<LoadedObject>> objects_;
+  // Unloaded since the last refresh(); frames handed out earlier may still point
+  // into them. Only the newest max_retired_objects are kept, so frames of an
+  // unloaded object outlive at most that many further unloads.
+  std::vector<std::unique_ptr<LoadedObject>> retired_;
+  std::vector<Range> ranges_;  // sorted by start
+  std::unordered_map<std::uintptr_t, ResolvedFrame> cache_;
+  std::unordered_set<std::string> failed_objects_;  // display path + build id, already reported
+  bool scanned_ = false;
+  std::chrono::steady_clock::time_point last_scan_{};
+};
+
+}  // namespace detail
+
+// The default symbolizer: reads the ELF symbol tables of the objects loaded in
+// this process. Returns nullptr only when even this small allocation fails.
+inline std::unique_ptr<Symbolizer> make_elf_symbolizer() noexcept {
+  SPANPROF_TRY {
+    return std::make_unique<detail::ElfSymbolizer>();
+  } SPANPROF_CATCH_ALL {
+    return nullptr;
+  }
+}
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_SYMBOLIZATION_ELF_SYMBOLIZER_HPP_
+// ---- end spanprof/symbolization/elf_symbolizer.hpp ----
 // ---- begin spanprof/delivery/hand_off.hpp ----
 // The hand-off between request threads and the worker: a lock-free list that a
 // closing guard pushes its captured samples onto, and that the worker takes whole.
@@ -11010,7 +11367,7 @@ class Spool {
   // since they were written. Calling it again rescans.
   bool open(std::string& error) noexcept {
     close();
-    try {
+    SPANPROF_TRY {
       if (directory_.empty()) return fail(error, "spool: no directory configured");
       if (!detail::make_directories(directory_)) return fail_errno(error, "cannot create directory", directory_);
       dir_fd_ = ::open(directory_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -11028,7 +11385,7 @@ class Spool {
       if (!scan(error)) return close_after(false);
       enforce_bound();
       return true;
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       close();
       set_error_message(error, "spool: out of memory while opening");
       return false;
@@ -11041,7 +11398,7 @@ class Spool {
   bool store(std::string_view uploader, const EncodedProfile& metadata, std::string_view payload,
              std::string& error) noexcept {
     if (!is_open()) return fail(error, "spool: not open");
-    try {
+    SPANPROF_TRY {
       const std::uint64_t size = spool_format::encoded_size(uploader, metadata, payload);
       if (size > max_bytes_) {
         return fail(error, "spool: a profile of " + std::to_string(size) + " bytes exceeds the spool's bound of " +
@@ -11065,7 +11422,7 @@ class Spool {
       ++counters_.stored;
       enforce_bound();
       return true;
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       set_error_message(error, "spool: out of memory while storing");
       return false;
     }
@@ -11080,13 +11437,13 @@ class Spool {
   // and also when the list cannot be allocated (retried on the next call).
   std::vector<SpoolItem> pending(std::string_view uploader) const noexcept {
     std::vector<SpoolItem> items;
-    try {
+    SPANPROF_TRY {
       const std::string component = spool_format::uploader_component(uploader);
       for (const auto& [key, entry] : entries_) {
         if (entry.component != component) continue;
         items.push_back(SpoolItem{std::string(uploader), key.first, entry.stored_unix_ns, entry.size, key.second});
       }
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       items.clear();
     }
     return items;
@@ -11097,7 +11454,7 @@ class Spool {
   // transient failure (e.g. too many open files) leaves it in place. out.profile is
   // set to nullptr.
   bool load(const SpoolItem& item, EncodedProfile& out, std::string& error) noexcept {
-    try {
+    SPANPROF_TRY {
       const auto it = find(item, error);
       if (it == entries_.end()) return false;
       std::string bytes;
@@ -11116,7 +11473,7 @@ class Spool {
       out = std::move(decoded);
       out.profile = nullptr;
       return true;
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       set_error_message(error, "spool: out of memory while loading");
       return false;
     }
@@ -11166,9 +11523,9 @@ class Spool {
 
   static bool fail_errno(std::string& error, const char* what, const std::string& path) noexcept {
     const int saved = errno;
-    try {
+    SPANPROF_TRY {
       error = std::string("spool: ") + what + " " + path + ": " + std::strerror(saved);
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       error.clear();
     }
     errno = saved;
@@ -11217,7 +11574,7 @@ class Spool {
     }
     std::uint64_t highest = 0;
     bool ok = true;
-    try {
+    SPANPROF_TRY {
       for (;;) {
         errno = 0;
         const dirent* entry = ::readdir(dir);
@@ -11248,9 +11605,9 @@ class Spool {
           if (::unlinkat(dir_fd_, entry->d_name, 0) == 0) ++counters_.temp_removed;
         }
       }
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       ::closedir(dir);
-      throw;
+      SPANPROF_RETHROW;
     }
     ::closedir(dir);
     next_sequence_ = highest + 1;
@@ -11378,12 +11735,12 @@ class Spool {
   }
 
   void remove_corrupt(Entries::iterator it, std::string& error) noexcept {
-    try {
+    SPANPROF_TRY {
       constexpr std::string_view prefix = "spool: ";
       const std::string_view why =
           std::string_view(error).substr(error.compare(0, prefix.size(), prefix) == 0 ? prefix.size() : 0);
       error = "spool: removed corrupt " + path_of(it->first.second) + ": " + std::string(why);
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
     }
     erase(it);
     ++counters_.corrupt_removed;
@@ -11698,7 +12055,7 @@ class Sender {
   // drops the newest). False when stopping: the item's spans are then abandoned
   // and counted.
   bool post(Outgoing item) noexcept {
-    try {
+    SPANPROF_TRY {
       const std::size_t bytes = item.batch.estimated_bytes();
       std::unique_lock<std::mutex> lock(mutex_);
       // A flush marker takes no room: it must not push a profile out, nor wait.
@@ -11725,7 +12082,7 @@ class Sender {
         work_.notify_one();
         return true;
       }
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       report_error(ErrorCode::internal, "out of memory handing a profile to the sender");
     }
     abandon_tickets(item.tickets);
@@ -11765,12 +12122,12 @@ class Sender {
 
   // The sender thread's body.
   void run() noexcept {
-    try {
+    SPANPROF_TRY {
       if (config_.symbolizer) builder_ = std::make_unique<ProfileBuilder>(*config_.symbolizer);
       for (const auto& uploader : config_.uploaders)
         destinations_.push_back(Destination{uploader, uploader ? std::string(uploader->name()) : std::string()});
       open_spool();
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       report_error(ErrorCode::internal, "out of memory starting the spanprof sender");
     }
     for (;;) {
@@ -11843,9 +12200,13 @@ class Sender {
     const std::uint64_t spans = batch.span_count();
     bool all_ok = false;
     std::uint64_t failed = 0, spooled = 0;
-    try {
+    SPANPROF_TRY {
       const std::vector<std::size_t>& lane = config_.lanes.at(item.lane);
-      if (!builder_) throw std::runtime_error("no symbolizer");
+      if (!builder_) {
+        report_error(ErrorCode::internal, "sending a profile: no symbolizer");
+        settle(item, false, spans * lane.size(), 0);
+        return;
+      }
       const Profile profile = batch.build(*builder_, config_.comments);
       EncodedProfile encoded;
       std::string error;
@@ -11873,10 +12234,10 @@ class Sender {
         if (outcome == Outcome::spooled) spooled += spans;
         all_ok = outcome == Outcome::delivered && all_ok;
       }
-    } catch (const std::exception& e) {
+    } SPANPROF_CATCH_STD(e) {
       all_ok = false;
       report_error(ErrorCode::internal, std::string("sending a profile: ") + e.what());
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       all_ok = false;
       report_error(ErrorCode::internal, "unknown exception while sending a profile");
     }
@@ -12034,7 +12395,7 @@ class Sender {
   // Re-sends the oldest spooled payload of each uploader that is due.
   void resend_spooled() noexcept {
     if (!spool_) return;
-    try {
+    SPANPROF_TRY {
       for (Destination& d : destinations_) {
         if (d.spooled == 0 || (d.down && Clock::now() < d.retry_at) || stop_.load() || !d.uploader) continue;
         const auto items = spool_->pending(d.name);
@@ -12067,7 +12428,7 @@ class Sender {
         spool_->remove(items.front());
         refresh_spool_counts();
       }
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       report_error(ErrorCode::internal, "out of memory re-sending spooled profiles");
     }
   }
@@ -12155,7 +12516,7 @@ class Worker {
   bool start(Config config) noexcept {
     std::unique_lock<std::mutex> lock(mutex_);
     if (running_) return true;
-    try {
+    SPANPROF_TRY {
       auto run = std::make_shared<Run>();
       run->tick = config.tick;
       run->watchdog = config.watchdog;
@@ -12174,17 +12535,17 @@ class Worker {
       capacity_.store(config.capacity, std::memory_order_relaxed);
       may_exceed_.store(config.overflow == OverflowPolicy::drop_oldest, std::memory_order_relaxed);
       std::thread sender([run] { run->sender->run(); });
-      try {
+      SPANPROF_TRY {
         merger_ = std::thread([this, run] { merge(*run); });
-      } catch (...) {
+      } SPANPROF_CATCH_ALL {
         run->stop = true;
         run->sender->wake();
         sender.join();
-        throw;
+        SPANPROF_RETHROW;
       }
       sender_ = std::move(sender);
       run_ = std::move(run);
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       report_error(ErrorCode::internal, "cannot start the spanprof worker threads");
       return false;
     }
@@ -12264,13 +12625,13 @@ class Worker {
       if (sender.joinable()) sender.detach();
     }
     // What was handed over after the drain is dropped, and counted.
-    try {
+    SPANPROF_TRY {
       for (auto& captured : hand_off_.take()) {
         discard_captured_profile(*captured);
         captured_profile_pool().release(std::move(captured));
         count(Counter::profiles_dropped);
       }
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
     }
     return drained;
   }
@@ -12381,7 +12742,7 @@ class Worker {
   // Takes everything handed over and merges it, or passes it on; with
   // drop_oldest, drops the oldest beyond the capacity first.
   void drain(Run& run) noexcept {
-    try {
+    SPANPROF_TRY {
       std::vector<std::unique_ptr<CapturedProfile>> taken = hand_off_.take();
       const std::size_t capacity = capacity_.load(std::memory_order_relaxed);
       const std::size_t first = taken.size() > capacity ? taken.size() - capacity : 0;
@@ -12395,13 +12756,13 @@ class Worker {
         }
         captured_profile_pool().release(std::move(taken[i]));  // for a request thread to reuse
       }
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       report_error(ErrorCode::internal, "out of memory taking finished profiles");
     }
   }
 
   void process(CapturedProfile& captured, Run& run) noexcept {
-    try {
+    SPANPROF_TRY {
       RawProfile& raw = captured.profile;
       if (!unpack_captured_profile(captured)) {  // reported why
         count(Counter::upload_failures);
@@ -12434,9 +12795,9 @@ class Worker {
         if (batch.sample_count() >= lane.delivery.max_samples || batch.estimated_bytes() >= lane.delivery.max_bytes)
           cut(run, l, k);
       }
-    } catch (const std::exception& e) {
+    } SPANPROF_CATCH_STD(e) {
       report_error(ErrorCode::internal, e.what());
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       report_error(ErrorCode::internal, "unknown exception while processing a profile");
     }
   }
@@ -12542,9 +12903,9 @@ class ConfigRetirement {
   // Under the runtime's lifecycle mutex, like every call below.
   void retire(std::unique_ptr<RunningConfig> config) noexcept {
     if (!config) return;
-    try {
+    SPANPROF_TRY {
       retired_.push_back(std::move(config));
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       (void)config.release();  // kept forever rather than freed under a reader
     }
   }
@@ -12565,9 +12926,9 @@ class ConfigRetirement {
       CounterRegistry& registry = counter_registry();
       std::lock_guard<std::mutex> lock(registry.mutex);
       if (!all_sections_passed(registry)) return;
-      try {
+      SPANPROF_TRY {
         freed.reserve(retired_.size());
-      } catch (...) {
+      } SPANPROF_CATCH_ALL {
         return;
       }
       std::size_t kept = 0;
@@ -12623,961 +12984,878 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_RUNTIME_CONFIG_RETIREMENT_HPP_
 // ---- end spanprof/runtime/config_retirement.hpp ----
-// ---- begin spanprof/runtime/stats.hpp ----
-// What the SDK did, for dashboards and for tests. Read with spanprof::stats().
-#ifndef SPANPROF_RUNTIME_STATS_HPP_
-#define SPANPROF_RUNTIME_STATS_HPP_
-
-
-#include <cstdint>
-
-SPANPROF_NAMESPACE_BEGIN
-
-struct Stats {
-  std::uint64_t guards_opened = 0;         // guards that started a CPU profile of a span (either engine)
-  std::uint64_t spans_without_samples = 0; // closed with no sample: nothing to hand over
-  std::uint64_t samples_captured = 0;      // CPU periods sampled, as the profiles count them (a late tick counts each it covers)
-  std::uint64_t samples_dropped = 0;       // stacks lost to a full per-thread buffer
-  // Delivery, counted in profiles (one span's samples of one kind) even when a
-  // batch merges many: with one uploader every enqueued profile ends in exactly
-  // one of uploaded, upload_failures, profiles_spooled or profiles_dropped.
-  std::uint64_t profiles_enqueued = 0;
-  std::uint64_t profiles_dropped = 0;      // hand-off full, or SDK shut down before delivery
-  // Of profiles_dropped, those refused at the hand-off (full, or spanprof stopped):
-  // never enqueued. So enqueued = uploaded + upload_failures + spooled
-  // + (dropped - refused) once delivery is idle, with one uploader.
-  std::uint64_t profiles_refused = 0;
-  std::uint64_t profiles_uploaded = 0;     // accepted by every uploader, first time round
-  std::uint64_t upload_failures = 0;       // per uploader: permanent failure, or given up with no spool
-  std::uint64_t profiles_spooled = 0;      // per uploader: parked in the spool during an outage
-  std::uint64_t spool_resent = 0;          // spooled profiles delivered later
-  // Requests, and the spool's files (a file holds one request's payload).
-  std::uint64_t upload_requests = 0;       // sends to a backend (a batch is one), retries and re-sends included
-  std::uint64_t upload_retries = 0;        // attempts after the first
-  std::uint64_t spool_evicted = 0;         // oldest spooled payloads deleted to stay within the bound
-  std::uint64_t spool_pending = 0;         // payloads in the spool now
-  std::uint64_t queue_length = 0;          // profiles handed over, not yet taken by the worker (<= queue_capacity)
-  std::uint64_t classic_busy = 0;          // classic guards (CPU or heap) refused: another scope was profiling
-  // Wall-clock profiles (docs/wall.md).
-  std::uint64_t wall_guards_opened = 0;    // guards that started a wall profile
-  std::uint64_t wall_samples_captured = 0;
-  std::uint64_t wall_samples_dropped = 0;  // lost to a full per-thread buffer
-  std::uint64_t wall_ticks_signalled = 0;  // ticks that sent a thread the sample signal
-  std::uint64_t wall_ticks_confirmed = 0;  // ticks that found a thread still blocked: no signal, no EINTR
-  std::uint64_t heap_guards_opened = 0;    // guards that started a heap profile (either heap engine)
-  std::uint64_t heap_samples_captured = 0; // allocations recorded by the sampling heap engine
-  std::uint64_t heap_samples_dropped = 0;  // lost to a full per-thread log or a failed stack capture
-  bool heap_hooks_installed = false;       // tcmalloc hooks live now (only while a heap scope is open)
-  // Conditional profiling: every decision, counted (docs/sampling.md).
-  std::uint64_t head_declined = 0;         // guards the head sampler turned down
-  std::uint64_t profiles_started = 0;      // spans profiled (head sampler yes, or triggered)
-  std::uint64_t kept_sampled = 0;          // kept at close, by reason
-  std::uint64_t kept_slow = 0;
-  std::uint64_t kept_error = 0;
-  std::uint64_t kept_triggered = 0;
-  std::uint64_t discarded_by_tail_policy = 0;  // recorded, then dropped at close: never symbolized or sent
-  std::uint64_t discarded_explicitly = 0;  // ScopedProfile::discard(), or a span that ended elsewhere
-  // OpenTelemetry zero-code-change mode (docs/opentelemetry.md): spans not profiled
-  std::uint64_t otel_spans_ended_elsewhere = 0;  // ended on another thread, or out of order
-  std::uint64_t otel_spans_too_deep = 0;         // nested deeper than a thread keeps
-  std::uint64_t triggers_armed = 0;        // times the adaptive trigger armed for a name (current start())
-  std::uint64_t invalid_spans = 0;         // guards given an invalid span context
-  std::uint64_t threads_armed = 0;         // threads whose sampler is armed now
-  std::uint64_t configs_retained = 0;      // configurations replaced by start()/shutdown() still read by guards
-  CpuSampleSource cpu_sample_source = CpuSampleSource::automatic;  // the source in use (automatic: none armed yet)
-  int signal_number = 0;
-};
-
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_RUNTIME_STATS_HPP_
-// ---- end spanprof/runtime/stats.hpp ----
-// ---- begin spanprof/symbolization/elf_symbolizer.hpp ----
-// The default Symbolizer: reads the ELF symbol tables of the objects loaded in
-// this process, in-process and without external tools.
+// ---- begin spanprof/runtime/environment.hpp ----
+// Every environment variable spanprof reads, in one table: its name, type, range,
+// default and meaning. The parser walks this table and nothing else reads the
+// environment; docs/configuration.md shows the same table (a test keeps the two
+// equal), so operators and code cannot disagree about what a variable does.
 //
-// Object files are treated as untrusted input. They can be truncated, replaced
-// under a running process or deliberately hostile, so every offset read from
-// them is checked against the real size before it is used, and the file is
-// read with pread rather than mmap (a file shrinking under a mapping would
-// SIGBUS the process).
-#ifndef SPANPROF_SYMBOLIZATION_ELF_SYMBOLIZER_HPP_
-#define SPANPROF_SYMBOLIZATION_ELF_SYMBOLIZER_HPP_
+// Precedence, the same for every setting: code > environment > built-in default.
+// spanprof::Options() starts from the built-in defaults and overlays what the
+// environment sets; whatever the program then assigns wins (runtime/options.hpp).
+//
+// A bad value never stops the program: it is recorded as a ConfigurationProblem
+// (start() reports each through the error channel and returns them all) and the
+// default is used instead; a bad value for a backend turns that uploader off.
+#ifndef SPANPROF_RUNTIME_ENVIRONMENT_HPP_
+#define SPANPROF_RUNTIME_ENVIRONMENT_HPP_
 
-
-#include <cxxabi.h>
-#include <elf.h>
-#include <fcntl.h>
-#include <link.h>
-#include <sys/auxv.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <chrono>
-#include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <memory>
-#include <new>
+#include <optional>
 #include <string>
 #include <string_view>
-#include <type_traits>
-#include <unordered_map>
-#include <unordered_set>
-#include <thread>
 #include <utility>
 #include <vector>
+
+#include <signal.h>
+#include <sys/stat.h>
 
 SPANPROF_NAMESPACE_BEGIN
 
 namespace detail {
 
-// One function symbol, already relocated to its runtime address.
-struct ElfSymbol {
-  std::uintptr_t address = 0;  // load bias + st_value
-  std::uint64_t size = 0;      // st_size; 0 means "up to the next symbol"
-  std::string name;            // as in the symbol table (mangled)
-  std::string demangled;       // filled on first use by ElfSymbolizer; loaders leave it empty
-  std::uint8_t binding = STB_GLOBAL;
+// The parsed environment, before it becomes Options. Unset variables stay empty,
+// so the built-in defaults (or the program's own values) are kept.
+struct EnvironmentSettings {
+  std::optional<ProfileKinds> profiles;
+  std::optional<CpuEngine> cpu_engine;
+  std::optional<CpuSampleSource> cpu_sample_source;
+  std::optional<int> frequency_hz;
+  std::optional<int> wall_frequency_hz;
+  std::optional<int> signal_number;
+  std::optional<HeapEngine> heap_engine;
+  std::optional<std::size_t> heap_sample_interval_bytes;
+  std::string head_sampler;  // a name from the table, lower case; empty: unset
+  std::optional<double> head_sampler_argument;
+  std::optional<double> max_profiles_per_second;
+  std::string keep;  // all | slow | error | slow,error | error,slow; empty: unset
+  std::optional<std::int64_t> slow_threshold_ms;
+  std::optional<double> trigger_factor;
+  std::optional<std::uint32_t> trigger_spans;
+  std::optional<std::string> output_directory;
+  std::optional<std::string> spool_directory;
+  std::optional<std::uint64_t> spool_max_bytes;
+  std::optional<int> upload_attempts;
+  std::optional<std::int64_t> upload_window_ms;
+  std::optional<OverflowPolicy> queue_overflow;
+  std::string service_name;
+  std::string pyroscope_server_address, pyroscope_application_name, pyroscope_auth_token;
+  std::string pyroscope_basic_auth_user, pyroscope_basic_auth_password, pyroscope_tenant_id;
+  std::string otlp_profiles_endpoint, otlp_endpoint;
+  std::vector<std::pair<std::string, std::string>> otlp_headers, resource_attributes;
+  bool pyroscope_refused = false;  // a Pyroscope variable was bad: that uploader is off
+  bool otlp_refused = false;
+  std::vector<ConfigurationProblem> problems;
 };
 
-// What a load learned about the image besides its symbols.
-struct ElfImageInfo {
-  bool has_symtab = false;  // a non-empty .symtab was present (else a debug file may help)
-  std::string build_id;     // lowercase hex of the NT_GNU_BUILD_ID note, empty if none
+// What a variable configures, so callers can read one part of the environment.
+enum class EnvironmentGroup : std::uint8_t { capture, head_sampler, tail_policy, trigger, delivery, service, pyroscope, otlp };
+
+struct EnvironmentVariable {
+  const char* name;
+  EnvironmentGroup group;
+  const char* type;
+  const char* range;
+  const char* default_value;
+  const char* option;  // the Options field it sets, when there is one
+  const char* meaning;
+  // A variable that refines another is read only while that one is in effect (as
+  // OTEL_TRACES_SAMPLER_ARG is only read by the samplers that take an argument):
+  // null, or a check of the environment.
+  bool (*in_effect)() noexcept;
+  // Parses a non-empty value into `settings`; false (with `why` set to what was
+  // expected) when the value is refused.
+  bool (*parse)(std::string_view value, EnvironmentSettings& settings, std::string& why);
 };
 
-// Random access to an ELF image, either a file or memory (the vDSO).
-class ElfBytes {
- public:
-  virtual ~ElfBytes() = default;
-  virtual std::uint64_t size() const noexcept = 0;
-  // Copies [offset, offset + length); false when that is not entirely inside the image.
-  virtual bool read(std::uint64_t offset, void* out, std::size_t length) const noexcept = 0;
-};
+// ---- parsers shared by the table -------------------------------------------------
 
-// The most bytes of symbol names one image may yield per byte of its size.
-inline constexpr std::uint64_t elf_max_name_bytes_per_file_byte = 64;
-
-// True when [offset, offset + length) lies inside [0, total), without overflowing.
-constexpr bool elf_range_fits(std::uint64_t offset, std::uint64_t length, std::uint64_t total) noexcept {
-  return length <= total && offset <= total - length;
+inline bool parse_bounded_integer(std::string_view text, std::int64_t low, std::int64_t high, std::int64_t& out,
+                                  std::string& why) {
+  std::int64_t value = 0;
+  if (!parse_integer(trim_ascii_space(text), value) || value < low || value > high) {
+    why = "is not an integer in [" + std::to_string(low) + ", " + std::to_string(high) + "]";
+    return false;
+  }
+  out = value;
+  return true;
 }
 
-class ElfFileBytes final : public ElfBytes {
- public:
-  ElfFileBytes() = default;
-  ElfFileBytes(const ElfFileBytes&) = delete;
-  ElfFileBytes& operator=(const ElfFileBytes&) = delete;
-  ~ElfFileBytes() override {
-    if (fd_ >= 0) ::close(fd_);
+// Matches `text` (ASCII case and surrounding blanks ignored) against `choices`;
+// returns the index or -1 and explains.
+inline int parse_choice(std::string_view text, std::initializer_list<const char*> choices, std::string& why) {
+  const std::string_view wanted = trim_ascii_space(text);
+  int index = 0;
+  for (const char* choice : choices) {
+    if (equals_ignoring_ascii_case(wanted, choice)) return index;
+    ++index;
   }
+  why = "is not one of";
+  for (const char* choice : choices) why += std::string(" ") + choice;
+  return -1;
+}
 
-  // On failure `error` says why; it may allocate, so callers catch bad_alloc.
-  bool open(const std::string& path, std::string& error) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) {
-      error = std::string("cannot open: ") + std::strerror(errno);
+inline bool is_http_url(std::string_view url) {
+  return (url.rfind("http://", 0) == 0 && url.size() > 7) || (url.rfind("https://", 0) == 0 && url.size() > 8);
+}
+
+inline bool parse_http_url(std::string_view text, std::string& out, std::string& why) {
+  const std::string_view url = trim_ascii_space(text);
+  if (!is_http_url(url)) {
+    why = "is not an http:// or https:// URL";
+    return false;
+  }
+  // Refused here, not at the first upload: a blank or a terminal escape is never
+  // part of a URL, and the uploader would otherwise turn on for nothing.
+  for (const char c : url) {
+    if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) {
+      why = "contains a blank or a control character";
       return false;
     }
-    struct stat status {};
-    if (::fstat(fd_, &status) != 0) {
-      error = std::string("cannot stat: ") + std::strerror(errno);
-      return false;
-    }
-    // A FIFO or device would block or lie about its size.
-    if (!S_ISREG(status.st_mode)) {
-      error = "not a regular file";
-      return false;
-    }
-    size_ = static_cast<std::uint64_t>(status.st_size);
-    return true;
   }
-
-  std::uint64_t size() const noexcept override { return size_; }
-
-  bool read(std::uint64_t offset, void* out, std::size_t length) const noexcept override {
-    if (fd_ < 0 || !elf_range_fits(offset, length, size_)) return false;
-    auto* cursor = static_cast<char*>(out);
-    while (length > 0) {
-      const ssize_t got = ::pread(fd_, cursor, length, static_cast<off_t>(offset));
-      if (got < 0 && errno == EINTR) continue;
-      // 0 means the file shrank after fstat: treat it like any truncation.
-      if (got <= 0) return false;
-      cursor += got;
-      offset += static_cast<std::uint64_t>(got);
-      length -= static_cast<std::size_t>(got);
-    }
-    return true;
-  }
-
- private:
-  int fd_ = -1;
-  std::uint64_t size_ = 0;
-};
-
-class ElfMemoryBytes final : public ElfBytes {
- public:
-  ElfMemoryBytes(const void* data, std::size_t size) noexcept
-      : data_(static_cast<const unsigned char*>(data)), size_(size) {}
-
-  std::uint64_t size() const noexcept override { return size_; }
-
-  bool read(std::uint64_t offset, void* out, std::size_t length) const noexcept override {
-    if (data_ == nullptr || !elf_range_fits(offset, length, size_)) return false;
-    if (length != 0) std::memcpy(out, data_ + offset, length);
-    return true;
-  }
-
- private:
-  const unsigned char* data_;
-  std::size_t size_;
-};
-
-inline std::string hex_lowercase(const unsigned char* data, std::size_t size) {
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string text;
-  text.reserve(size * 2);
-  for (std::size_t i = 0; i < size; ++i) {
-    text.push_back(digits[data[i] >> 4]);
-    text.push_back(digits[data[i] & 0xf]);
-  }
-  return text;
+  out = std::string(url);
+  return true;
 }
 
-// Finds NT_GNU_BUILD_ID in a block of ELF notes. Notes pad name and descriptor to
-// the section's alignment, which is 8 for some toolchains' notes, else 4.
-// The bytes of the NT_GNU_BUILD_ID note in `notes`: {nullptr, 0} if none. Allocates
-// nothing (it runs under the loader lock, see ElfSymbolizer::scan_one).
-inline std::pair<const unsigned char*, std::size_t> find_gnu_build_id_bytes(const unsigned char* notes,
-                                                                          std::size_t size,
-                                                                          std::uint64_t alignment) noexcept {
-  const std::uint64_t align = alignment == 8 ? 8 : 4;
-  const auto padded = [align](std::uint64_t n) { return (n + align - 1) / align * align; };
-  std::uint64_t pos = 0;
-  while (elf_range_fits(pos, sizeof(Elf64_Nhdr), size)) {
-    Elf64_Nhdr header;
-    std::memcpy(&header, notes + pos, sizeof header);
-    const std::uint64_t name_at = pos + sizeof header;
-    const std::uint64_t desc_at = name_at + padded(header.n_namesz);
-    if (!elf_range_fits(name_at, header.n_namesz, size) || !elf_range_fits(desc_at, header.n_descsz, size)) break;
-    if (header.n_type == NT_GNU_BUILD_ID && header.n_namesz == 4 && std::memcmp(notes + name_at, "GNU", 4) == 0) {
-      return {notes + desc_at, static_cast<std::size_t>(header.n_descsz)};
-    }
-    pos = desc_at + padded(header.n_descsz);
-  }
-  return {nullptr, 0};
+inline int hex_digit(char c) noexcept {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
 }
 
-inline std::string find_gnu_build_id(const unsigned char* notes, std::size_t size, std::uint64_t alignment) {
-  const auto [bytes, length] = find_gnu_build_id_bytes(notes, size, alignment);
-  return bytes != nullptr ? hex_lowercase(bytes, length) : std::string();
-}
-
-// Lower sorts first: among aliases at one address (write, __write, __libc_write)
-// the name a user wrote in source is the one with fewest leading underscores,
-// and public bindings beat local ones.
-inline bool preferred_alias(const ElfSymbol& a, const ElfSymbol& b) noexcept {
-  const auto underscores = [](const std::string& s) { return s.find_first_not_of('_'); };
-  const auto binding_rank = [](std::uint8_t binding) {
-    return binding == STB_GLOBAL ? 0 : binding == STB_WEAK ? 1 : binding == STB_LOCAL ? 2 : 3;
-  };
-  if (underscores(a.name) != underscores(b.name)) return underscores(a.name) < underscores(b.name);
-  if (binding_rank(a.binding) != binding_rank(b.binding)) return binding_rank(a.binding) < binding_rank(b.binding);
-  return a.name < b.name;
-}
-
-// Sorts by address and keeps one symbol per address, so lookup is a binary search.
-inline void finalize_elf_symbols(std::vector<ElfSymbol>& symbols) {
-  std::sort(symbols.begin(), symbols.end(), [](const ElfSymbol& a, const ElfSymbol& b) {
-    if (a.address != b.address) return a.address < b.address;
-    return preferred_alias(a, b);
-  });
-  std::size_t kept = 0;
-  for (std::size_t i = 0; i < symbols.size(); ++i) {
-    if (kept != 0 && symbols[kept - 1].address == symbols[i].address) {
-      // A sized alias tells us where the function ends even if the preferred one does not.
-      symbols[kept - 1].size = std::max(symbols[kept - 1].size, symbols[i].size);
+inline bool percent_decode(std::string_view in, std::string& out) {
+  out.clear();
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != '%') {
+      out += in[i];
       continue;
     }
-    if (kept != i) symbols[kept] = std::move(symbols[i]);
-    ++kept;
-  }
-  symbols.resize(kept);
-}
-
-// Index of the symbol covering `address`, or npos. A symbol without a size covers
-// up to the next symbol, but never reaches back before `region_start` (the
-// containing segment): a stray size-0 symbol must not swallow a whole segment.
-inline std::size_t find_elf_symbol(const std::vector<ElfSymbol>& symbols, std::uintptr_t address,
-                                   std::uintptr_t region_start) noexcept {
-  constexpr std::size_t npos = static_cast<std::size_t>(-1);
-  const auto after = std::upper_bound(symbols.begin(), symbols.end(), address,
-                                      [](std::uintptr_t a, const ElfSymbol& s) { return a < s.address; });
-  if (after == symbols.begin()) return npos;
-  const auto& candidate = *(after - 1);
-  const bool covers = candidate.size != 0 ? address - candidate.address < candidate.size
-                                          : candidate.address >= region_start;
-  return covers ? static_cast<std::size_t>(after - 1 - symbols.begin()) : npos;
-}
-
-// Appends the STT_FUNC and STT_GNU_IFUNC symbols of .symtab (and of .dynsym when
-// `include_dynsym`) to `out`, unsorted. Returns false with `error` set when the
-// image is not a readable little ELF64 of this machine's byte order or any
-// offset it needs points outside the image; `out` may then hold a partial list.
-inline bool load_elf_symbols_from(const ElfBytes& bytes, std::uintptr_t bias, bool include_dynsym,
-                                  std::vector<ElfSymbol>& out, ElfImageInfo& info, std::string& error) {
-  const std::uint64_t image_size = bytes.size();
-  Elf64_Ehdr header;
-  if (!bytes.read(0, &header, sizeof header)) {
-    error = "file too small for an ELF header (" + std::to_string(image_size) + " bytes)";
-    return false;
-  }
-  if (std::memcmp(header.e_ident, ELFMAG, SELFMAG) != 0) {
-    error = "not an ELF file (bad magic)";
-    return false;
-  }
-  if (header.e_ident[EI_CLASS] != ELFCLASS64) {
-    error = "not a 64-bit ELF file";
-    return false;
-  }
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-  constexpr unsigned char native_data = ELFDATA2MSB;
-#else
-  constexpr unsigned char native_data = ELFDATA2LSB;
-#endif
-  if (header.e_ident[EI_DATA] != native_data) {
-    error = "ELF byte order differs from this machine";
-    return false;
-  }
-  if (header.e_shoff == 0) {
-    error = "no section header table (stripped with sstrip?)";
-    return false;
-  }
-  if (header.e_shentsize != sizeof(Elf64_Shdr)) {
-    error = "unexpected section header size " + std::to_string(header.e_shentsize);
-    return false;
-  }
-
-  std::uint64_t section_count = header.e_shnum;
-  if (section_count == 0) {
-    // Extended numbering: more than 0xff00 sections, the count lives in section 0.
-    Elf64_Shdr first;
-    if (!bytes.read(header.e_shoff, &first, sizeof first)) {
-      error = "section header table offset " + std::to_string(header.e_shoff) + " is beyond the end of the file";
-      return false;
-    }
-    section_count = first.sh_size;
-  }
-  if (section_count > image_size / sizeof(Elf64_Shdr) ||
-      !elf_range_fits(header.e_shoff, section_count * sizeof(Elf64_Shdr), image_size)) {
-    error = "section header table (offset " + std::to_string(header.e_shoff) + ", " +
-            std::to_string(section_count) + " entries) extends beyond the end of the file (" +
-            std::to_string(image_size) + " bytes)";
-    return false;
-  }
-  std::vector<Elf64_Shdr> sections(static_cast<std::size_t>(section_count));
-  if (!bytes.read(header.e_shoff, sections.data(), sections.size() * sizeof(Elf64_Shdr))) {
-    error = "cannot read the section header table";
-    return false;
-  }
-
-  const auto read_section = [&](const Elf64_Shdr& section, auto& buffer) {
-    using Element = typename std::decay_t<decltype(buffer)>::value_type;
-    if (!elf_range_fits(section.sh_offset, section.sh_size, image_size)) return false;
-    buffer.resize(static_cast<std::size_t>(section.sh_size / sizeof(Element)));
-    return bytes.read(section.sh_offset, buffer.data(), buffer.size() * sizeof(Element));
-  };
-
-  // Section headers may all name the same bytes. Real note sections never
-  // overlap, so more note bytes than the file holds means a file made to be read
-  // over and over (time growing with its square): the build id is optional, stop.
-  std::uint64_t note_bytes_left = image_size;
-  for (const auto& section : sections) {
-    if (section.sh_type != SHT_NOTE || !info.build_id.empty()) continue;
-    std::vector<unsigned char> notes;
-    if (!read_section(section, notes)) {
-      error = "note section extends beyond the end of the file";
-      return false;
-    }
-    if (notes.size() > note_bytes_left) break;
-    note_bytes_left -= notes.size();
-    info.build_id = find_gnu_build_id(notes.data(), notes.size(), section.sh_addralign);
-  }
-
-  // Every symbol gets its own copy of its name, and any number of entries may
-  // point at one long string: without a bound a few KiB of file turn into GiB of
-  // names. Each symbol has its own 24-byte entry in the file, so real files keep
-  // (average name length / 24) bytes per byte of file: a few for C++.
-  std::uint64_t name_bytes_left = image_size > UINT64_MAX / elf_max_name_bytes_per_file_byte
-                                      ? UINT64_MAX
-                                      : image_size * elf_max_name_bytes_per_file_byte;
-  bool read_symtab = false, read_dynsym = false;
-  std::vector<Elf64_Sym> entries;
-  std::vector<char> names;
-  for (const auto& section : sections) {
-    const bool is_symtab = section.sh_type == SHT_SYMTAB;
-    if (!is_symtab && !(include_dynsym && section.sh_type == SHT_DYNSYM)) continue;
-    // The gABI allows one of each. More headers, perhaps all naming one table,
-    // would only repeat symbols: time and memory would grow with their square.
-    bool& already_read = is_symtab ? read_symtab : read_dynsym;
-    if (already_read) continue;
-    already_read = true;
-    const char* const table = is_symtab ? ".symtab" : ".dynsym";
-    if (section.sh_entsize != sizeof(Elf64_Sym)) {
-      error = std::string(table) + " has entry size " + std::to_string(section.sh_entsize);
-      return false;
-    }
-    if (section.sh_link >= sections.size() || sections[section.sh_link].sh_type != SHT_STRTAB) {
-      error = std::string(table) + " links to section " + std::to_string(section.sh_link) +
-              ", which is not a string table";
-      return false;
-    }
-    if (!read_section(section, entries)) {
-      error = std::string(table) + " extends beyond the end of the file";
-      return false;
-    }
-    if (!read_section(sections[section.sh_link], names)) {
-      error = std::string(table) + "'s string table extends beyond the end of the file";
-      return false;
-    }
-    if (is_symtab && !entries.empty()) info.has_symtab = true;
-    for (const auto& entry : entries) {
-      const unsigned type = ELF64_ST_TYPE(entry.st_info);
-      if (type != STT_FUNC && type != STT_GNU_IFUNC) continue;
-      if (entry.st_shndx == SHN_UNDEF || entry.st_value == 0) continue;
-      if (entry.st_name >= names.size()) {
-        error = std::string(table) + " has a symbol name offset outside its string table";
-        return false;
-      }
-      const char* name = names.data() + entry.st_name;
-      const auto* end = static_cast<const char*>(std::memchr(name, '\0', names.size() - entry.st_name));
-      if (end == nullptr) {
-        error = std::string(table) + " has an unterminated symbol name";
-        return false;
-      }
-      if (end == name) continue;
-      const auto name_size = static_cast<std::uint64_t>(end - name);
-      if (name_size > name_bytes_left) {
-        error = std::string(table) + "'s symbol names add up to more than " +
-                std::to_string(elf_max_name_bytes_per_file_byte) + " times the size of the file";
-        return false;
-      }
-      name_bytes_left -= name_size;
-      ElfSymbol symbol;
-      symbol.address = bias + static_cast<std::uintptr_t>(entry.st_value);
-      symbol.size = entry.st_size;
-      symbol.name.assign(name, end);
-      symbol.binding = static_cast<std::uint8_t>(ELF64_ST_BIND(entry.st_info));
-      out.push_back(std::move(symbol));
-    }
+    if (i + 2 >= in.size()) return false;
+    const int high = hex_digit(in[i + 1]), low = hex_digit(in[i + 2]);
+    if (high < 0 || low < 0) return false;
+    out += static_cast<char>(high * 16 + low);
+    i += 2;
   }
   return true;
 }
 
-// Test and tooling entry point: the function symbols of one ELF64 file, sorted by
-// address with one symbol per address, relocated by `bias` (0 gives link-time
-// addresses). Reads .symtab and .dynsym of that file only, no separate debug
-// file; leaves ElfSymbol::demangled empty. Returns false with a human-readable
-// `error` when the file cannot be opened or is not a valid ELF64; never throws.
-inline bool load_elf_function_symbols(const std::string& path, std::uintptr_t bias, std::vector<ElfSymbol>& out,
-                                      std::string& error) noexcept {
-  try {
-    out.clear();
-    error.clear();
-    ElfFileBytes file;
-    ElfImageInfo info;
-    if (!file.open(path, error) || !load_elf_symbols_from(file, bias, true, out, info, error)) {
-      out.clear();
+// The W3C-baggage-like list OTEL_RESOURCE_ATTRIBUTES and OTEL_EXPORTER_OTLP_HEADERS
+// use: key=value pairs separated by commas, values percent-encoded.
+inline bool parse_key_value_list(std::string_view text, std::vector<std::pair<std::string, std::string>>& out,
+                                 std::string& why) {
+  out.clear();
+  while (!text.empty()) {
+    const std::size_t comma = text.find(',');
+    const std::string_view item = trim_ascii_space(text.substr(0, comma));
+    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+    if (item.empty()) continue;
+    const std::size_t equals = item.find('=');
+    if (equals == std::string_view::npos || trim_ascii_space(item.substr(0, equals)).empty()) {
+      why = "has '" + std::string(item.substr(0, 64)) + "', which is not key=value";
       return false;
     }
-    finalize_elf_symbols(out);
-    return true;
-  } catch (...) {
-    out.clear();
-    try {
-      error = "out of memory while reading symbols";
-    } catch (...) {
+    std::string value;
+    if (!percent_decode(trim_ascii_space(item.substr(equals + 1)), value)) {
+      why = "has bad percent-encoding in the value of '" +
+            printable_excerpt(trim_ascii_space(item.substr(0, equals)), 64) + "'";
+      return false;
     }
+    out.emplace_back(std::string(trim_ascii_space(item.substr(0, equals))), std::move(value));
+  }
+  return true;
+}
+
+// Free text: anything printable. A control character (a newline in a token, say)
+// would end up in an HTTP header, a URL or a log line, so it is refused.
+inline bool parse_text(std::string_view text, std::string& out, std::string& why) {
+  const std::string_view value = trim_ascii_space(text);
+  for (char c : value) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      why = "contains a control character";
+      return false;
+    }
+  }
+  out = std::string(value);
+  return true;
+}
+
+// A directory spanprof may have to create: refused only when something that is
+// not a directory is already in its place.
+inline bool parse_directory(std::string_view text, std::optional<std::string>& out, std::string& why) {
+  std::string path;
+  if (!parse_text(text, path, why)) return false;
+  struct stat status {};
+  if (::stat(path.c_str(), &status) == 0 && !S_ISDIR(status.st_mode)) {
+    why = "names something that is not a directory";
     return false;
   }
+  out = std::move(path);
+  return true;
 }
 
-// The demangled form of a C++ symbol name, or the name itself when it is not a
-// mangled C++ name. Clone suffixes (".cold", ".isra.0") come out as "[clone ...]"
-// (strip_clone_suffixes removes them).
-inline std::string demangle_symbol(const std::string& name) {
-  if (name.size() < 2 || name[0] != '_' || name[1] != 'Z') return name;
-  // The demangler recurses over the name; an absurd one from a hostile file is
-  // not worth the stack.
-  constexpr std::size_t max_demangled_input = 16 * 1024;
-  if (name.size() > max_demangled_input) return name;
-  int status = 0;
-  std::unique_ptr<char, void (*)(void*)> demangled(abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status),
-                                                   std::free);
-  if (status != 0 || demangled == nullptr) return name;
-  return std::string(demangled.get());
+inline bool is_set(const char* name) noexcept {
+  const char* value = std::getenv(name);
+  return value != nullptr && !trim_ascii_space(value).empty();
 }
 
-// The name a function is known by, without the suffixes GCC and Clang give the
-// copies they make of it: " [clone .constprop.0]" in a demangled C++ name,
-// ".constprop.0", ".isra.0", ".part.0", ".cold", ".lto_priv.0", ".localalias",
-// ".llvm.123" on a plain one. Without this one function splits into several
-// entries in a flame graph (pprof strips them; Pyroscope and Grafana do not).
-inline std::string strip_clone_suffixes(std::string name) {
-  for (;;) {
-    constexpr std::string_view clone = " [clone ";
-    if (name.size() > clone.size() && name.back() == ']') {
-      const std::size_t at = name.rfind(clone);
-      if (at != std::string::npos && at > 0) {
-        name.resize(at);
-        continue;
-      }
-    }
-    // ".<suffix>" or ".<suffix>.<digits>" at the end of a plain symbol name.
-    std::size_t end = name.size();
-    while (end > 0 && name[end - 1] >= '0' && name[end - 1] <= '9') --end;
-    if (end < name.size() && end > 0 && name[end - 1] == '.') --end;  // a ".N" after the suffix
-    else end = name.size();
-    bool stripped = false;
-    for (const std::string_view suffix : {".constprop", ".isra", ".part", ".cold", ".lto_priv", ".localalias",
-                                          ".clone", ".llvm", ".specialized"}) {
-      if (end > suffix.size() && std::string_view(name).substr(end - suffix.size(), suffix.size()) == suffix) {
-        name.resize(end - suffix.size());
-        stripped = true;
-        break;
-      }
-    }
-    if (!stripped) return name;
-  }
+inline bool environment_is_one_of(const char* name, std::initializer_list<const char*> values) noexcept {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return false;
+  for (const char* candidate : values)
+    if (equals_ignoring_ascii_case(trim_ascii_space(value), candidate)) return true;
+  return false;
 }
 
-// Objects are found with dl_iterate_phdr; each executable PT_LOAD segment is a
-// Module. Symbols are read the first time an address lands in an object, so a
-// process pays only for the libraries it is actually sampled in. One instance
-// serves one thread; it takes no locks.
-class ElfSymbolizer final : public Symbolizer {
- public:
-  ElfSymbolizer() = default;
-  ElfSymbolizer(const ElfSymbolizer&) = delete;
-  ElfSymbolizer& operator=(const ElfSymbolizer&) = delete;
+// ---- the table -------------------------------------------------------------------
 
-  ResolvedFrame resolve(std::uintptr_t address) noexcept override {
-    try {
-      if (!scanned_) rescan();
-      if (const auto cached = cache_.find(address); cached != cache_.end()) return cached->second;
-      const Range* range = find_range(address);
-      if (range == nullptr) {
-        // Probably a library dlopen'ed since the last scan. Rescanning costs a walk
-        // over all loaded objects, so garbage addresses may not trigger it often.
-        const auto now = std::chrono::steady_clock::now();
-        if (now - last_scan_ < std::chrono::seconds(1)) return {};
-        rescan();
-        range = find_range(address);
-        if (range == nullptr) return {};
-      }
-      ResolvedFrame frame;
-      frame.module = range->module;
-      LoadedObject& object = *range->object;
-      if (object.state == LoadedObject::State::unloaded) load_symbols(object);
-      if (object.state == LoadedObject::State::loaded) {
-        const std::size_t index = find_elf_symbol(object.symbols, address, range->module->start);
-        if (index != static_cast<std::size_t>(-1)) {
-          ElfSymbol& symbol = object.symbols[index];
-          // Demangling every symbol up front would dominate load time; most are never sampled.
-          if (symbol.demangled.empty()) symbol.demangled = strip_clone_suffixes(demangle_symbol(symbol.name));
-          frame.function = symbol.demangled;
-          frame.system_name = symbol.name;
-        }
-      }
-      if (cache_.size() >= max_cached_addresses) cache_.clear();
-      cache_.emplace(address, frame);
-      return frame;
-    } catch (...) {
-      report_error(ErrorCode::internal, "ELF symbolizer failed internally (out of memory?)");
-      return {};
-    }
-  }
+using EG = EnvironmentGroup;
+using ES = EnvironmentSettings;
 
-  void refresh() noexcept override {
-    try {
-      rescan();
-      // Callers were told views die here, so objects kept alive for them can go.
-      retired_.clear();
-    } catch (...) {
-      report_error(ErrorCode::internal, "ELF symbolizer failed to rescan loaded objects (out of memory?)");
-    }
-  }
-
-  // For diagnostics and tests: the executable segments known since the last
-  // scan (the first resolve() performs the first scan).
-  std::vector<Module> modules() const {
-    std::vector<Module> result;
-    for (const auto& range : ranges_) result.push_back(*range.module);
-    return result;
-  }
-
- private:
-  // Bounds memory in a process whose code is large and sampled for days; refilling is cheap.
-  static constexpr std::size_t max_cached_addresses = std::size_t{1} << 20;
-  // A process that dlopens and dlcloses plugins all day, with nobody calling
-  // refresh(), must not keep every symbol table it ever read.
-  static constexpr std::size_t max_retired_objects = 32;
-
-  struct LoadedObject {
-    enum class State { unloaded, loaded, failed };
-    std::string loader_name;  // dlpi_name; with the bias, identifies the object across rescans
-    std::uintptr_t bias = 0;
-    std::string open_path;    // what to read: the file, or /proc/self/exe for the main program
-    std::string display_path; // Module::path, also the key for "reported once"
-    const unsigned char* memory_image = nullptr;  // the vDSO has no file; its image is read in place
-    std::size_t memory_image_size = 0;
-    std::string build_id;     // from the in-memory notes: what is really running
-    std::vector<Module> modules;  // never resized after a scan: frames point into it
-    State state = State::unloaded;
-    std::vector<ElfSymbol> symbols;  // sorted, one per address
-  };
-
-  struct Range {
-    std::uintptr_t start;
-    std::uintptr_t limit;
-    const Module* module;
-    LoadedObject* object;
-  };
-
-  // What dl_iterate_phdr showed, processed after the loader lock is released.
-  struct ScannedObject {
-    std::string loader_name;
-    std::uintptr_t bias = 0;
-    bool is_main_program = false;
-    const unsigned char* memory_image = nullptr;
-    std::size_t memory_image_size = 0;
-    std::string build_id;
-    std::vector<Module> modules;  // path still empty
-  };
-
-  // The same, as the loader callback copies it: into room reserved before the
-  // scan, so that under the loader lock nothing allocates and nothing waits. A
-  // thread whose sample signal arrived inside malloc holds the allocator's lock
-  // while its handler's stack walker (libunwind) waits for the loader lock; a
-  // callback that allocated under that lock closed the circle (64 threads under
-  // CPU and heap profiling deadlocked).
-  struct CopiedSegment {
-    std::uintptr_t start = 0;
-    std::uintptr_t limit = 0;
-    std::uint64_t file_offset = 0;
-  };
-  struct CopiedObject {
-    std::size_t name_at = 0;  // in ScanState::names
-    std::size_t name_size = 0;
-    std::uintptr_t bias = 0;
-    bool is_main_program = false;
-    const unsigned char* memory_image = nullptr;
-    std::size_t memory_image_size = 0;
-    unsigned char build_id[64] = {};
-    std::size_t build_id_size = 0;
-    std::size_t first_segment = 0;  // in ScanState::segments
-    std::size_t segment_count = 0;
-  };
-
-  struct ScanState {
-    // Filled only within their reserved capacity; what would not fit is counted,
-    // and the scan runs again with that much room.
-    std::vector<CopiedObject> objects;
-    std::vector<CopiedSegment> segments;
-    std::string names;
-    std::size_t objects_wanted = 0;
-    std::size_t segments_wanted = 0;
-    std::size_t names_wanted = 0;
-    std::uintptr_t vdso_header = 0;
-    std::uintptr_t page_size = 4096;
-    bool first = true;
-
-    bool fits() const noexcept {
-      return objects_wanted <= objects.capacity() && segments_wanted <= segments.capacity() &&
-             names_wanted <= names.capacity();
-    }
-  };
-
-  static int scan_one(dl_phdr_info* info, std::size_t, void* data) noexcept {
-    auto& state = *static_cast<ScanState*>(data);
-    const bool first = state.first;
-    state.first = false;
-    CopiedObject object;
-    const char* name = info->dlpi_name != nullptr ? info->dlpi_name : "";
-    object.name_size = std::strlen(name);
-    object.bias = static_cast<std::uintptr_t>(info->dlpi_addr);
-    object.is_main_program = first && object.name_size == 0;
-    std::size_t executable = 0;
-    for (ElfW(Half) i = 0; i < info->dlpi_phnum; ++i) {
-      const ElfW(Phdr)& segment = info->dlpi_phdr[i];
-      if (segment.p_type == PT_LOAD && (segment.p_flags & PF_X) != 0 && segment.p_memsz != 0) ++executable;
-    }
-    const bool room = state.objects.size() < state.objects.capacity() &&
-                      state.segments.capacity() - state.segments.size() >= executable &&
-                      state.names.capacity() - state.names.size() >= object.name_size;
-    state.objects_wanted += 1;
-    state.segments_wanted += executable;
-    state.names_wanted += object.name_size;
-    if (!room) return 0;  // counted: the next scan has room for it
-    object.first_segment = state.segments.size();
-    for (ElfW(Half) i = 0; i < info->dlpi_phnum; ++i) {
-      const ElfW(Phdr)& segment = info->dlpi_phdr[i];
-      const std::uintptr_t start = object.bias + segment.p_vaddr;
-      if (segment.p_type == PT_LOAD && (segment.p_flags & PF_X) != 0 && segment.p_memsz != 0) {
-        state.segments.push_back(CopiedSegment{start, start + segment.p_memsz, segment.p_offset});
-        ++object.segment_count;
-      }
-      if (segment.p_type == PT_LOAD && state.vdso_header != 0 && state.vdso_header >= start &&
-          state.vdso_header - start < segment.p_memsz) {
-        // The vDSO's section headers sit past p_filesz but inside the last mapped
-        // page, and whole pages are always mapped.
-        const std::uintptr_t end = start + segment.p_memsz;
-        const std::uintptr_t mapped_end = (end + state.page_size - 1) / state.page_size * state.page_size;
-        object.memory_image = reinterpret_cast<const unsigned char*>(state.vdso_header);
-        object.memory_image_size = mapped_end - state.vdso_header;
-      }
-      // Notes are read here, under the loader lock, so a concurrent dlclose cannot unmap them.
-      if (segment.p_type == PT_NOTE && object.build_id_size == 0) {
-        const auto [bytes, length] = find_gnu_build_id_bytes(reinterpret_cast<const unsigned char*>(start),
-                                                             static_cast<std::size_t>(segment.p_filesz), segment.p_align);
-        object.build_id_size = std::min(length, sizeof object.build_id);
-        if (bytes != nullptr) std::memcpy(object.build_id, bytes, object.build_id_size);
-      }
-    }
-    object.name_at = state.names.size();
-    state.names.append(name, object.name_size);
-    state.objects.push_back(object);
-    return 0;
-  }
-
-  // Every loaded object with executable code and a file (or image) to read it from.
-  static std::vector<ScannedObject> scan_loaded_objects() {
-    ScanState state;
-    state.vdso_header = static_cast<std::uintptr_t>(::getauxval(AT_SYSINFO_EHDR));
-    const long page = ::sysconf(_SC_PAGESIZE);
-    if (page > 0) state.page_size = static_cast<std::uintptr_t>(page);
-    std::size_t objects = 64, segments = 128, names = 8192;
-    for (int attempt = 0;; ++attempt) {
-      state.objects.clear();
-      state.segments.clear();
-      state.names.clear();
-      state.objects.reserve(objects);
-      state.segments.reserve(segments);
-      state.names.reserve(names);
-      state.objects_wanted = state.segments_wanted = state.names_wanted = 0;
-      state.first = true;
-      // Not while a fork is under way (base/loader_lock_gate.hpp): wait it out.
-      while (!loader_lock_gate().enter()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      ::dl_iterate_phdr(&ElfSymbolizer::scan_one, &state);
-      loader_lock_gate().leave();
-      // Objects loaded between two scans: a few attempts with room to spare, then
-      // whatever fitted (the next rescan finds the rest).
-      if (state.fits() || attempt == 3) break;
-      objects = state.objects_wanted * 2;
-      segments = state.segments_wanted * 2;
-      names = state.names_wanted * 2;
-    }
-    std::vector<ScannedObject> scanned;
-    scanned.reserve(state.objects.size());
-    for (const CopiedObject& copied : state.objects) {
-      const bool has_source =
-          copied.is_main_program || copied.memory_image != nullptr || copied.name_size != 0;
-      if (copied.segment_count == 0 || !has_source) continue;
-      ScannedObject object;
-      object.loader_name = state.names.substr(copied.name_at, copied.name_size);
-      object.bias = copied.bias;
-      object.is_main_program = copied.is_main_program;
-      object.memory_image = copied.memory_image;
-      object.memory_image_size = copied.memory_image_size;
-      object.build_id = hex_lowercase(copied.build_id, copied.build_id_size);
-      for (std::size_t i = 0; i < copied.segment_count; ++i) {
-        const CopiedSegment& segment = state.segments[copied.first_segment + i];
-        Module module;
-        module.start = segment.start;
-        module.limit = segment.limit;
-        module.file_offset = segment.file_offset;
-        object.modules.push_back(std::move(module));
-      }
-      scanned.push_back(std::move(object));
-    }
-    return scanned;
-  }
-
-  static std::string real_path_of(const char* path) {
-    std::unique_ptr<char, void (*)(void*)> resolved(::realpath(path, nullptr), std::free);
-    return resolved ? std::string(resolved.get()) : std::string(path);
-  }
-
-  void rescan() {
-    scanned_ = true;
-    last_scan_ = std::chrono::steady_clock::now();
-    std::vector<ScannedObject> scanned_objects = scan_loaded_objects();
-
-    std::vector<std::unique_ptr<LoadedObject>> next;
-    next.reserve(scanned_objects.size());
-    for (auto& scanned : scanned_objects) {
-      const auto same = std::find_if(objects_.begin(), objects_.end(), [&](const auto& existing) {
-        return existing && existing->loader_name == scanned.loader_name && existing->bias == scanned.bias &&
-               existing->build_id == scanned.build_id && existing->modules.size() == scanned.modules.size() &&
-               existing->modules.front().start == scanned.modules.front().start;
-      });
-      if (same != objects_.end()) {
-        next.push_back(std::move(*same));
-        continue;
-      }
-      auto object = std::make_unique<LoadedObject>();
-      object->loader_name = std::move(scanned.loader_name);
-      object->bias = scanned.bias;
-      object->memory_image = scanned.memory_image;
-      object->memory_image_size = scanned.memory_image_size;
-      object->build_id = std::move(scanned.build_id);
-      if (object->memory_image != nullptr) {
-        object->display_path = "[vdso]";  // what /proc/self/maps calls it
-      } else if (scanned.is_main_program) {
-        // Reading through /proc/self/exe still works when the binary was replaced or deleted.
-        object->open_path = "/proc/self/exe";
-        object->display_path = real_path_of("/proc/self/exe");
-      } else {
-        object->open_path = object->loader_name;
-        object->display_path = real_path_of(object->loader_name.c_str());
-      }
-      object->modules = std::move(scanned.modules);
-      for (auto& module : object->modules) {
-        module.path = object->display_path;
-        module.build_id = object->build_id;
-      }
-      next.push_back(std::move(object));
-    }
-
-    bool unloaded_any = false;
-    for (auto& old : objects_) {
-      if (!old) continue;
-      unloaded_any = true;
-      retired_.push_back(std::move(old));
-    }
-    objects_ = std::move(next);
-    if (retired_.size() > max_retired_objects) {
-      retired_.erase(retired_.begin(), retired_.end() - static_cast<std::ptrdiff_t>(max_retired_objects));
-    }
-    // Cached frames of an unloaded object would name whatever is mapped there next.
-    if (unloaded_any) cache_.clear();
-
-    ranges_.clear();
-    for (const auto& object : objects_) {
-      for (const auto& module : object->modules) {
-        ranges_.push_back(Range{module.start, module.limit, &module, object.get()});
-      }
-    }
-    std::sort(ranges_.begin(), ranges_.end(), [](const Range& a, const Range& b) { return a.start < b.start; });
-  }
-
-  const Range* find_range(std::uintptr_t address) const noexcept {
-    const auto after = std::upper_bound(ranges_.begin(), ranges_.end(), address,
-                                        [](std::uintptr_t a, const Range& r) { return a < r.start; });
-    if (after == ranges_.begin()) return nullptr;
-    const Range& candidate = *(after - 1);
-    return address < candidate.limit ? &candidate : nullptr;
-  }
-
-  void load_symbols(LoadedObject& object) {
-    object.state = LoadedObject::State::failed;  // until proven otherwise
-    // A path is reported once per build: a fixed file reloaded later gets its chance.
-    const std::string failure_key = object.display_path + '\n' + object.build_id;
-    if (failed_objects_.count(failure_key) != 0) return;
-
-    std::vector<ElfSymbol> symbols;
-    ElfImageInfo info;
-    std::string error;
-    bool ok = false;
-    if (object.memory_image != nullptr) {
-      const ElfMemoryBytes image(object.memory_image, object.memory_image_size);
-      ok = load_elf_symbols_from(image, object.bias, true, symbols, info, error);
-    } else {
-      ElfFileBytes file;
-      ok = file.open(object.open_path, error) && load_elf_symbols_from(file, object.bias, true, symbols, info, error);
-      if (ok && !object.build_id.empty() && !info.build_id.empty() && info.build_id != object.build_id) {
-        // Its symbols would be confidently wrong.
-        ok = false;
-        error = "build id " + info.build_id + " on disk differs from the loaded " + object.build_id +
-                " (file replaced since it was loaded?)";
-      }
-    }
-    if (!ok) {
-      failed_objects_.insert(failure_key);
-      report_error(ErrorCode::symbolization_failed,
-                   "cannot read symbols from " + object.display_path + ": " + error);
-      return;
-    }
-    if (!info.has_symtab) add_separate_debug_symbols(object, info, symbols);
-    finalize_elf_symbols(symbols);
-    object.symbols = std::move(symbols);
-    object.state = LoadedObject::State::loaded;
-  }
-
-  // Distributions strip .symtab (static and internal functions) into debug
-  // packages keyed by build id. Such a file is optional, so its absence or
-  // damage is silent: .dynsym still names the exported functions.
-  static void add_separate_debug_symbols(const LoadedObject& object, const ElfImageInfo& info,
-                                         std::vector<ElfSymbol>& symbols) {
-    const std::string& build_id = !object.build_id.empty() ? object.build_id : info.build_id;
-    if (build_id.size() < 3) return;
-    const std::string path =
-        "/usr/lib/debug/.build-id/" + build_id.substr(0, 2) + "/" + build_id.substr(2) + ".debug";
-    ElfFileBytes file;
-    std::string error;
-    if (!file.open(path, error)) return;
-    std::vector<ElfSymbol> debug_symbols;
-    ElfImageInfo debug_info;
-    if (!load_elf_symbols_from(file, object.bias, false, debug_symbols, debug_info, error)) return;
-    if (!debug_info.build_id.empty() && debug_info.build_id != build_id) return;
-    symbols.insert(symbols.end(), std::make_move_iterator(debug_symbols.begin()),
-                   std::make_move_iterator(debug_symbols.end()));
-  }
-
-  std::vector<std::unique_ptr<LoadedObject>> objects_;
-  // Unloaded since the last refresh(); frames handed out earlier may still point
-  // into them. Only the newest max_retired_objects are kept, so frames of an
-  // unloaded object outlive at most that many further unloads.
-  std::vector<std::unique_ptr<LoadedObject>> retired_;
-  std::vector<Range> ranges_;  // sorted by start
-  std::unordered_map<std::uintptr_t, ResolvedFrame> cache_;
-  std::unordered_set<std::string> failed_objects_;  // display path + build id, already reported
-  bool scanned_ = false;
-  std::chrono::steady_clock::time_point last_scan_{};
+// The order is the order of docs/configuration.md.
+inline const EnvironmentVariable environment_variables[] = {
+    {"SPANPROF_PROFILES", EG::capture, "list", "cpu, heap, wall, or several: cpu,wall", "cpu", "profiles",
+     "What a guard records unless its code says otherwise.",
+     nullptr,
+     [](std::string_view v, ES& s, std::string& why) {
+       ProfileKinds kinds;
+       std::string_view rest = v;
+       while (true) {
+         const std::size_t comma = rest.find(',');
+         std::string ignored;
+         const int i = parse_choice(rest.substr(0, comma), {"cpu", "heap", "wall"}, ignored);
+         if (i < 0) {
+           why = "is not a comma-separated list of cpu, heap, wall";
+           return false;
+         }
+         kinds = kinds | ProfileKinds(static_cast<ProfileKind>(i));
+         if (comma == std::string_view::npos) break;
+         rest.remove_prefix(comma + 1);
+       }
+       s.profiles = kinds;
+       return true;
+     }},
+    {"SPANPROF_ENGINE", EG::capture, "choice", "sampling, classic", "sampling", "cpu_engine",
+     "The CPU engine: per-thread sampling, or gperftools' ProfilerStart/Stop around each scope.",
+     nullptr,
+     [](std::string_view v, ES& s, std::string& why) {
+       const int i = parse_choice(v, {"sampling", "classic"}, why);
+       if (i >= 0) s.cpu_engine = i == 0 ? CpuEngine::sampling : CpuEngine::classic;
+       return i >= 0;
+     }},
+    {"SPANPROF_SOURCE", EG::capture, "choice", "automatic, perf_event, posix_timer", "automatic",
+     "cpu_sample_source", "Where the sampling engine's CPU ticks come from; automatic is posix_timer (docs/cost.md).",
+     nullptr,
+     [](std::string_view v, ES& s, std::string& why) {
+       const int i = parse_choice(v, {"automatic", "perf_event", "posix_timer"}, why);
+       if (i >= 0) s.cpu_sample_source = static_cast<CpuSampleSource>(i);
+       return i >= 0;
+     }},
+    {"SPANPROF_FREQUENCY", EG::capture, "integer (Hz)", "1..4000", "100", "frequency_hz",
+     "CPU samples per CPU-second of a profiled thread.",
+     nullptr,
+     [](std::string_view v, ES& s, std::string& why) {
+       std::int64_t hz = 0;
+       if (!parse_bounded_integer(v, 1, 4000, hz, why)) return false;
+       s.frequency_hz = static_cast<int>(hz);
+       return true;
+     }},
+    {"SPANPROF_WALL_FREQUENCY", EG::capture, "integer (Hz)", "1..1000", "100", "wall_frequency_hz",
+     "Wall-clock samples per second of a thread in a wall-profiled span.",
+     nullptr,
+     [](std::string_view v, ES& s, std::string& why) {
+       std::int64_t hz = 0;
+       if (!parse_bounded_integer(v, 1, 1000, hz, why)) return false;
+       s.wall_frequency_hz = static_cast<int>(hz);
+       return true;
+     }},
+    {"SPANPROF_SIGNAL", EG::capture, "integer", "a real-time signal, SIGRTMIN..SIGRTMAX", "0", "signal_number",
+     "The signal that carries CPU samples; 0 picks the first free one from SIGRTMIN+4.",
+     nullptr,
+     [](std::string_view v, ES& s, std::string& why) {
+       std::int64_t signal = 0;
+       if (!parse_integer(trim_ascii_space(v), signal) || (signal != 0 && (signal < SIGRTMIN || signal > SIGRTMAX))) {
+         why = "is not 0 or a real-time signal in [" + std::to_string(SIGRTMIN) + ", " + std::to_string(SIGRTMAX) + "]";
+         return false;
+       }
+       s.signal_number = static_cast<int>(signal);
+       return true;
+     }},
+    {"SPANPROF_HEAP_ENGINE", EG::capture, "choice", "sampling, classic", "sampling", "heap_engine",
+     "The heap engine: sampled allocation hooks, or gperftools' heap profiler around each scope.",
+     nullptr,
+     [](std::string_view v, ES& s, std::string& why) {
+       const int i = parse_choice(v, {"sampling", "classic"}, why);
+       if (i >= 0) s.heap_engine = i == 0 ? HeapEngine::sampling : HeapEngine::classic;
+       return i >= 0;
+     }},
+    {"SPANPROF_HEAP_INTERVAL", EG::capture, "integer (bytes)", "1..1073741824", "524288",
+     "heap_sample_interval_bytes", "Mean allocated bytes between two heap samples.",
+     nullptr,
+     [](std::string_view v, ES& s, std::string& why) {
+       std::int64_t bytes = 0;
+       if (!parse_bounded_integer(v, 1, std::int64_t{1} << 30, bytes, why)) return false;
+       s.heap_sample_interval_bytes = static_cast<std::size_t>(bytes);
+       return true;
+     }},
+    {"SPANPROF_SAMPLER", EG::head_sampler, "choice",
+     "always_on, always_off, traceidratio, probability, parentbased_always_on, parentbased_traceidratio",
+     "(unset: every span)", "head_sampler",
+     "The head sampler, named as OpenTelemetry names its trace samplers.",
+     nullptr,
+     [](std::string_view v, ES& s, std::string& why) {
+       static const char* const names[] = {"always_on",   "always_off", "traceidratio", "probability",
+                                           "parentbased_always_on", "parentbased_traceidratio"};
+       const int i = parse_choice(v, {names[0], names[1], names[2], names[3], names[4], names[5]}, why);
+       if (i >= 0) s.head_sampler = names[i];
+       return i >= 0;
+     }},
+    {"SPANPROF_SAMPLER_ARG", EG::head_sampler, "number", "0..1", "1.0", "",
+     "The ratio or probability of SPANPROF_SAMPLER's traceidratio, probability and parentbased_traceidratio.",
+     []() noexcept { return environment_is_one_of("SPANPROF_SAMPLER", {"traceidratio", "probability", "parentbased_traceidratio"}); },
+     [](std::string_view v, ES& s, std::string& why) {
+       double value = 0;
+       if (!parse_decimal(trim_ascii_space(v), value) || value < 0 || value > 1) {
+         why = "is not a number in [0, 1]";
+         return false;
+       }
+       s.head_sampler_argument = value;
+       return true;
+     }},
+    {"SPANPROF_MAX_PROFILES_PER_SECOND", EG::head_sampler, "number", "> 0", "(unset: no limit)", "",
+     "At most this many profiled spans a second (burst max(1, rate)), after SPANPROF_SAMPLER said yes.",
+     nullptr,
+     [](std::string_view v, ES& s, std::string& why) {
+       double value = 0;
+       if (!parse_decimal(trim_ascii_space(v), value) || !(value > 0)) {
+         why = "is not a number greater than 0";
+         return false;
+       }
+       s.max_profiles_per_second = value;
+       return true;
+     }},
+    {"SPANPROF_KEEP", EG::tail_policy, "choice", "all, slow, error, slow,error", "all", "tail_policy",
+     "The tail policy: which recorded profiles are kept when the span ends.",
+     nullptr,
+     [](std::string_view v, ES& s, std::string& why) {
+       static const char* const rules[] = {"all", "slow", "error", "slow,error", "error,slow"};
+       const int i = parse_choice(v, {rules[0], rules[1], rules[2], rules[3], rules[4]}, why);
+       if (i >= 0) s.keep = rules[i];
+       return i >= 0;
+     }},
+    {"SPANPROF_SLOW_THRESHOLD_MS", EG::tail_policy, "integer (ms)", "0..86400000", "100", "",
+     "A span at least this long is slow, for SPANPROF_KEEP=slow.",
+     []() noexcept { return environment_is_one_of("SPANPROF_KEEP", {"slow", "slow,error", "error,slow"}); },
+     [](std::string_view v, ES& s, std::string& why) {
+       std::int64_t ms = 0;
+       if (!parse_bounded_integer(v, 0, 86'400'000, ms, why)) return false;
+       s.slow_threshold_ms = ms;
+       return true;
+     }},
+    {"SPANPROF_TRIGGER_FACTOR", EG::trigger, "number", "(1, 1000]", "(unset: off)", "trigger",
+     "Turns the adaptive trigger on: a span name whose latency exceeds this factor of its normal is profiled.",
+     nullptr,
+     [](std::string_view v, ES& s, std::string& why) {
+       double factor = 0;
+       if (!parse_decimal(trim_ascii_space(v), factor) || !(factor > 1.0) || factor > 1000.0) {
+         why = "is not a number in (1, 1000]";
+         return false;
+       }
+       s.trigger_factor = factor;
+       return true;
+     }},
+    {"SPANPROF_TRIGGER_SPANS", EG::trigger, "integer", "1..1000", "5", "",
+     "How many spans of that name the adaptive trigger profiles each time it arms.",
+     []() noexcept { return is_set("SPANPROF_TRIGGER_FACTOR"); },
+     [](std::string_view v, ES& s, std::string& why) {
+       std::int64_t spans = 0;
+       if (!parse_bounded_integer(v, 1, 1000, spans, why)) return false;
+       s.trigger_spans = static_cast<std::uint32_t>(spans);
+       return true;
+     }},
+    {"SPANPROF_OUTPUT_DIR", EG::delivery, "path", "a directory (created if missing)", "./profiles", "output_directory",
+     "Where the default file uploader writes; set alongside a backend, files are written too.",
+     nullptr,
+     [](std::string_view v, ES& s, std::string& why) { return parse_directory(v, s.output_directory, why); }},
+    {"SPANPROF_SPOOL_DIR", EG::delivery, "path", "a directory (created if missing)", "(unset: no spool)", "spool_directory",
+     "Where profiles an uploader could not deliver wait to be re-sent, also after a restart.",
+     nullptr,
+     [](std::string_view v, ES& s, std::string& why) { return parse_directory(v, s.spool_directory, why); }},
+    {"SPANPROF_SPOOL_MAX_MB", EG::delivery, "integer (MiB)", "1..1048576", "256", "spool_max_bytes",
+     "The spool's size bound; the oldest profiles are dropped first.",
+     nullptr,
+     [](std::string_view v, ES& s, std::string& why) {
+       std::int64_t mib = 0;
+       if (!parse_bounded_integer(v, 1, std::int64_t{1} << 20, mib, why)) return false;
+       s.spool_max_bytes = static_cast<std::uint64_t>(mib) << 20;
+       return true;
+     }},
+    {"SPANPROF_UPLOAD_ATTEMPTS", EG::delivery, "integer", "1..100", "3", "retry.max_attempts",
+     "Attempts per profile and uploader for a retryable failure, the first included.",
+     nullptr,
+     [](std::string_view v, ES& s, std::string& why) {
+       std::int64_t attempts = 0;
+       if (!parse_bounded_integer(v, 1, 100, attempts, why)) return false;
+       s.upload_attempts = static_cast<int>(attempts);
+       return true;
+     }},
+    {"SPANPROF_UPLOAD_WINDOW_MS", EG::delivery, "integer (ms)", "0..600000", "10000", "",
+     "Pyroscope and OTLP from the environment merge kept spans into one profile per kind per window this long; 0: one per span.",
+     []() noexcept { return is_set("PYROSCOPE_SERVER_ADDRESS") || is_set("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT") ||
+                            is_set("OTEL_EXPORTER_OTLP_ENDPOINT"); },
+     [](std::string_view v, ES& s, std::string& why) {
+       std::int64_t window = 0;
+       if (!parse_bounded_integer(v, 0, 600'000, window, why)) return false;
+       s.upload_window_ms = window;
+       return true;
+     }},
+    {"SPANPROF_QUEUE_OVERFLOW", EG::delivery, "choice", "drop_newest, drop_oldest", "drop_newest", "queue_overflow",
+     "Which profile a full hand-off queue drops; a request thread never waits.",
+     nullptr,
+     [](std::string_view v, ES& s, std::string& why) {
+       const int i = parse_choice(v, {"drop_newest", "drop_oldest"}, why);
+       if (i >= 0) s.queue_overflow = i == 0 ? OverflowPolicy::drop_newest : OverflowPolicy::drop_oldest;
+       return i >= 0;
+     }},
+    {"OTEL_SERVICE_NAME", EG::service, "text", "printable", "(unset)", "service_name",
+     "The service: a comment in every profile, Pyroscope's application name and OTLP's service.name.",
+     nullptr,
+     [](std::string_view v, ES& s, std::string& why) { return parse_text(v, s.service_name, why); }},
+    {"PYROSCOPE_SERVER_ADDRESS", EG::pyroscope, "URL", "http:// or https://", "(unset: off)", "uploaders",
+     "Turns on the Pyroscope uploader (needs libcurl), e.g. http://pyroscope:4040.",
+     nullptr,
+     [](std::string_view v, ES& s, std::string& why) { return parse_http_url(v, s.pyroscope_server_address, why); }},
+    {"PYROSCOPE_APPLICATION_NAME", EG::pyroscope, "text", "printable", "OTEL_SERVICE_NAME, else spanprof", "",
+     "The Pyroscope application (series name).",
+     []() noexcept { return is_set("PYROSCOPE_SERVER_ADDRESS"); },
+     [](std::string_view v, ES& s, std::string& why) { return parse_text(v, s.pyroscope_application_name, why); }},
+    {"PYROSCOPE_AUTH_TOKEN", EG::pyroscope, "text", "printable", "(unset)", "",
+     "Sent as Authorization: Bearer <token>.",
+     []() noexcept { return is_set("PYROSCOPE_SERVER_ADDRESS"); },
+     [](std::string_view v, ES& s, std::string& why) { return parse_text(v, s.pyroscope_auth_token, why); }},
+    {"PYROSCOPE_BASIC_AUTH_USER", EG::pyroscope, "text", "printable", "(unset)", "",
+     "Basic authentication user (Grafana Cloud: the stack's user id).",
+     []() noexcept { return is_set("PYROSCOPE_SERVER_ADDRESS"); },
+     [](std::string_view v, ES& s, std::string& why) { return parse_text(v, s.pyroscope_basic_auth_user, why); }},
+    {"PYROSCOPE_BASIC_AUTH_PASSWORD", EG::pyroscope, "text", "printable; needs PYROSCOPE_BASIC_AUTH_USER", "(unset)", "",
+     "Basic authentication password.",
+     []() noexcept { return is_set("PYROSCOPE_SERVER_ADDRESS"); },
+     [](std::string_view v, ES& s, std::string& why) { return parse_text(v, s.pyroscope_basic_auth_password, why); }},
+    {"PYROSCOPE_TENANT_ID", EG::pyroscope, "text", "printable", "(unset)", "",
+     "Sent as X-Scope-OrgID, for multi-tenant Pyroscope.",
+     []() noexcept { return is_set("PYROSCOPE_SERVER_ADDRESS"); },
+     [](std::string_view v, ES& s, std::string& why) { return parse_text(v, s.pyroscope_tenant_id, why); }},
+    {"OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT", EG::otlp, "URL", "http:// or https://", "(unset)", "uploaders",
+     "Turns on the OTLP uploader (needs libcurl); the full URL profiles are posted to.",
+     nullptr,
+     [](std::string_view v, ES& s, std::string& why) { return parse_http_url(v, s.otlp_profiles_endpoint, why); }},
+    {"OTEL_EXPORTER_OTLP_ENDPOINT", EG::otlp, "URL", "http:// or https://", "(unset)", "uploaders",
+     "Turns on the OTLP uploader (needs libcurl); /v1development/profiles is appended.",
+     nullptr,
+     [](std::string_view v, ES& s, std::string& why) { return parse_http_url(v, s.otlp_endpoint, why); }},
+    {"OTEL_EXPORTER_OTLP_HEADERS", EG::otlp, "list", "key=value,... (values percent-encoded)", "(unset)", "",
+     "Extra headers on every OTLP request.",
+     []() noexcept { return is_set("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT") || is_set("OTEL_EXPORTER_OTLP_ENDPOINT"); },
+     [](std::string_view v, ES& s, std::string& why) { return parse_key_value_list(v, s.otlp_headers, why); }},
+    {"OTEL_RESOURCE_ATTRIBUTES", EG::otlp, "list", "key=value,... (values percent-encoded)", "(unset)", "",
+     "Resource attributes of OTLP profiles; OTEL_SERVICE_NAME wins over a service.name here.",
+     []() noexcept { return is_set("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT") || is_set("OTEL_EXPORTER_OTLP_ENDPOINT"); },
+     [](std::string_view v, ES& s, std::string& why) { return parse_key_value_list(v, s.resource_attributes, why); }},
 };
+
+// Echoes at most 64 bytes of the value (printable_excerpt): an environment
+// variable can be anything, and a problem must stay one short line.
+inline ConfigurationProblem environment_problem(const char* name, std::string_view value, const std::string& why,
+                                                const char* consequence) {
+  std::string message = std::string(name) + "=\"" + printable_excerpt(value, 64) + "\" " +
+                        printable_excerpt(why, why.size()) + "; " + consequence;
+  return {name, std::move(message)};
+}
+
+// Reads every variable of the given groups (all by default). Never throws: out of
+// memory leaves what was read so far.
+inline EnvironmentSettings read_environment(std::initializer_list<EnvironmentGroup> groups = {}) noexcept {
+  EnvironmentSettings settings;
+  SPANPROF_TRY {
+    for (const EnvironmentVariable& variable : environment_variables) {
+      if (groups.size() != 0 && std::find(groups.begin(), groups.end(), variable.group) == groups.end()) continue;
+      if (!is_set(variable.name) || (variable.in_effect != nullptr && !variable.in_effect())) continue;
+      const char* raw = std::getenv(variable.name);
+      std::string why;
+      if (variable.parse(raw, settings, why)) continue;
+      if (variable.group == EG::pyroscope) {
+        settings.pyroscope_refused = true;
+        settings.problems.push_back(environment_problem(variable.name, raw, why, "the Pyroscope uploader is off"));
+      } else if (variable.group == EG::otlp) {
+        settings.otlp_refused = true;
+        settings.problems.push_back(environment_problem(variable.name, raw, why, "the OTLP uploader is off"));
+      } else {
+        settings.problems.push_back(environment_problem(variable.name, raw, why, "using the default"));
+      }
+    }
+  } SPANPROF_CATCH_ALL {
+  }
+  return settings;
+}
+
+inline const EnvironmentVariable* find_environment_variable(std::string_view name) noexcept {
+  for (const EnvironmentVariable& variable : environment_variables)
+    if (name == variable.name) return &variable;
+  return nullptr;
+}
 
 }  // namespace detail
 
-// The default symbolizer: reads the ELF symbol tables of the objects loaded in
-// this process. Returns nullptr only when even this small allocation fails.
-inline std::unique_ptr<Symbolizer> make_elf_symbolizer() noexcept {
-  try {
-    return std::make_unique<detail::ElfSymbolizer>();
-  } catch (...) {
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_RUNTIME_ENVIRONMENT_HPP_
+// ---- end spanprof/runtime/environment.hpp ----
+// ---- begin spanprof/runtime/options-inl.hpp ----
+// What reads the environment into Options (options.hpp): Options(),
+// head_sampler_from_environment(), uploaders_from_environment(), describe().
+// Header-only, the umbrella header includes it; with SPANPROF_COMPILED_LIB only the
+// compiled library does (config.hpp).
+#ifndef SPANPROF_RUNTIME_OPTIONS_INL_HPP_
+#define SPANPROF_RUNTIME_OPTIONS_INL_HPP_
+
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+#if SPANPROF_DEFINE_RUNTIME
+
+SPANPROF_NAMESPACE_BEGIN
+
+namespace detail {
+
+inline std::shared_ptr<HeadSampler> make_head_sampler(const EnvironmentSettings& env) {
+  const std::string& name = env.head_sampler;
+  const double argument = env.head_sampler_argument.value_or(1.0);
+  std::vector<std::shared_ptr<HeadSampler>> stages;  // ANDed in order
+  if (name == "always_off") return std::make_shared<NeverSampler>();
+  if (name == "traceidratio") stages.push_back(std::make_shared<TraceIdRatioSampler>(argument));
+  if (name == "probability") stages.push_back(std::make_shared<ProbabilitySampler>(argument));
+  if (name == "parentbased_always_on" || name == "parentbased_traceidratio")
+    stages.push_back(std::make_shared<ParentSampledSampler>());
+  if (name == "parentbased_traceidratio") stages.push_back(std::make_shared<TraceIdRatioSampler>(argument));
+  // Last, so the limit is charged only for spans the sampler accepted.
+  if (env.max_profiles_per_second) {
+    const double rate = *env.max_profiles_per_second;
+    stages.push_back(std::make_shared<RateLimitingSampler>(rate, rate > 1.0 ? rate : 1.0));
+  }
+  if (stages.empty()) return name == "always_on" ? std::make_shared<AlwaysSampler>() : nullptr;
+  if (stages.size() == 1) return std::move(stages.front());
+  return std::make_shared<AllOfSampler>(std::move(stages));
+}
+
+inline std::shared_ptr<TailPolicy> make_tail_policy(const EnvironmentSettings& env) {
+  if (env.keep.empty() || env.keep == "all") return nullptr;
+  auto slow = std::make_shared<KeepSlowSpans>(std::chrono::milliseconds(env.slow_threshold_ms.value_or(100)));
+  auto errors = std::make_shared<KeepErroredSpans>();
+  if (env.keep == "slow") return slow;
+  if (env.keep == "error") return errors;
+  if (env.keep == "slow,error") return keep_any_of({slow, errors});
+  return keep_any_of({errors, slow});
+}
+
+inline std::shared_ptr<AdaptiveTrigger> make_trigger(const EnvironmentSettings& env) {
+  if (!env.trigger_factor) return nullptr;
+  AdaptiveTriggerOptions trigger;
+  trigger.factor = *env.trigger_factor;
+  if (env.trigger_spans) trigger.spans_to_profile = *env.trigger_spans;
+  return std::make_shared<AdaptiveTrigger>(trigger);
+}
+
+inline void refuse_without_curl(const char* variable, EnvironmentSettings& env) {
+  env.problems.push_back({variable, std::string(variable) +
+                                        " is set, but spanprof was built without libcurl (SPANPROF_WITH_CURL=0); "
+                                        "that uploader is off"});
+}
+
+inline std::vector<std::shared_ptr<Uploader>> make_uploaders(EnvironmentSettings& env) {
+  std::vector<std::shared_ptr<Uploader>> uploaders;
+  Delivery delivery = Delivery::batched();
+  if (env.upload_window_ms) {
+    delivery = *env.upload_window_ms == 0 ? Delivery::per_span()
+                                          : Delivery::batched(std::chrono::milliseconds(*env.upload_window_ms));
+  }
+  if (!env.pyroscope_server_address.empty() && !env.pyroscope_refused) {
+    PyroscopeOptions options;
+    options.server_address = env.pyroscope_server_address;
+    options.application_name =
+        env.pyroscope_application_name.empty() ? env.service_name : env.pyroscope_application_name;
+    options.tenant_id = env.pyroscope_tenant_id;
+    options.delivery = delivery;
+    options.http.bearer_token = env.pyroscope_auth_token;
+    options.http.basic_auth_user = env.pyroscope_basic_auth_user;
+    options.http.basic_auth_password = env.pyroscope_basic_auth_password;
+    if (!options.http.basic_auth_password.empty() && options.http.basic_auth_user.empty()) {
+      env.problems.push_back({"PYROSCOPE_BASIC_AUTH_PASSWORD",
+                              "PYROSCOPE_BASIC_AUTH_PASSWORD is set without PYROSCOPE_BASIC_AUTH_USER; the Pyroscope "
+                              "uploader is off"});
+    } else if (!SPANPROF_WITH_CURL && SPANPROF_ENABLED) {
+      refuse_without_curl("PYROSCOPE_SERVER_ADDRESS", env);
+    } else {
+#if SPANPROF_WITH_CURL || !SPANPROF_ENABLED
+      uploaders.push_back(std::make_shared<PyroscopeUploader>(std::move(options)));
+#endif
+    }
+  }
+  if ((!env.otlp_profiles_endpoint.empty() || !env.otlp_endpoint.empty()) && !env.otlp_refused) {
+    OtlpOptions options;
+    options.profiles_endpoint = env.otlp_profiles_endpoint;
+    options.endpoint = env.otlp_endpoint;
+    options.http.headers = env.otlp_headers;
+    options.delivery = delivery;
+    // OTEL_SERVICE_NAME wins over a service.name in OTEL_RESOURCE_ATTRIBUTES.
+    std::string service = env.service_name;
+    // The first of repeated keys wins; a set keeps this linear in a long list.
+    std::unordered_set<std::string_view> kept;
+    for (const auto& [key, value] : env.resource_attributes) {
+      if (key == "service.name") {
+        if (service.empty()) service = value;
+        continue;
+      }
+      if (kept.insert(key).second) options.resource.attributes.emplace_back(key, value);
+    }
+    options.resource.attributes.emplace_back("service.name", service.empty() ? "unknown_service" : service);
+    if (!SPANPROF_WITH_CURL && SPANPROF_ENABLED) {
+      refuse_without_curl(env.otlp_profiles_endpoint.empty() ? "OTEL_EXPORTER_OTLP_ENDPOINT"
+                                                             : "OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT",
+                          env);
+    } else {
+#if SPANPROF_WITH_CURL || !SPANPROF_ENABLED
+      uploaders.push_back(std::make_shared<OtlpUploader>(std::move(options)));
+#endif
+    }
+  }
+  return uploaders;
+}
+
+// Overlays what the environment set on `options`.
+inline void apply_environment(EnvironmentSettings env, Options& options) {
+  if (env.profiles) options.profiles = *env.profiles;
+  if (env.cpu_engine) options.cpu_engine = *env.cpu_engine;
+  if (env.cpu_sample_source) options.cpu_sample_source = *env.cpu_sample_source;
+  if (env.frequency_hz) options.frequency_hz = *env.frequency_hz;
+  if (env.wall_frequency_hz) options.wall_frequency_hz = *env.wall_frequency_hz;
+  if (env.signal_number) options.signal_number = *env.signal_number;
+  if (env.heap_engine) options.heap_engine = *env.heap_engine;
+  if (env.heap_sample_interval_bytes) options.heap_sample_interval_bytes = *env.heap_sample_interval_bytes;
+  options.head_sampler = make_head_sampler(env);
+  options.tail_policy = make_tail_policy(env);
+  options.trigger = make_trigger(env);
+  if (env.output_directory) options.output_directory = *env.output_directory;
+  if (env.spool_directory) options.spool_directory = *env.spool_directory;
+  if (env.spool_max_bytes) options.spool_max_bytes = *env.spool_max_bytes;
+  if (env.upload_attempts) options.retry.max_attempts = *env.upload_attempts;
+  if (env.queue_overflow) options.queue_overflow = *env.queue_overflow;
+  if (!env.service_name.empty()) options.service_name = env.service_name;
+  options.uploaders = make_uploaders(env);
+  // A backend replaces the default file uploader; an explicit SPANPROF_OUTPUT_DIR
+  // keeps files coming too.
+  if (!options.uploaders.empty() && env.output_directory)
+    options.uploaders.insert(options.uploaders.begin(), std::make_shared<FileUploader>(*env.output_directory));
+  options.environment_problems = std::move(env.problems);
+}
+
+}  // namespace detail
+
+#if SPANPROF_ENABLED
+SPANPROF_LIB_INLINE Options::Options() noexcept {
+  SPANPROF_TRY {
+    detail::apply_environment(detail::read_environment(), *this);
+  } SPANPROF_CATCH_ALL {
+    report_error(ErrorCode::internal, "out of memory reading spanprof's environment variables");
+  }
+}
+#endif
+
+SPANPROF_LIB_INLINE std::shared_ptr<HeadSampler> head_sampler_from_environment() noexcept {
+  SPANPROF_TRY {
+    detail::EnvironmentSettings env = detail::read_environment({detail::EnvironmentGroup::head_sampler});
+    for (const ConfigurationProblem& problem : env.problems) report_error(ErrorCode::invalid_configuration, problem.message);
+    return detail::make_head_sampler(env);
+  } SPANPROF_CATCH_ALL {
+    report_error(ErrorCode::internal, "out of memory building the head sampler from SPANPROF_SAMPLER");
     return nullptr;
   }
 }
 
+SPANPROF_LIB_INLINE std::vector<std::shared_ptr<Uploader>> uploaders_from_environment() noexcept {
+  SPANPROF_TRY {
+    detail::EnvironmentSettings env = detail::read_environment(
+        {detail::EnvironmentGroup::service, detail::EnvironmentGroup::pyroscope, detail::EnvironmentGroup::otlp});
+    auto uploaders = detail::make_uploaders(env);
+    for (const ConfigurationProblem& problem : env.problems) report_error(ErrorCode::invalid_configuration, problem.message);
+    return uploaders;
+  } SPANPROF_CATCH_ALL {
+    report_error(ErrorCode::internal, "out of memory reading the uploaders' environment variables");
+    return {};
+  }
+}
+
+SPANPROF_LIB_INLINE std::string describe(const Options& options) {
+  std::string out;
+  auto line = [&](const char* name, const std::string& value) { out += std::string(name) + "=" + value + "\n"; };
+  auto number = [](auto value) { return std::to_string(value); };
+  auto object = [](const auto& pointer) { return pointer ? std::string("set") : std::string("none"); };
+  std::string kinds;
+  for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::heap, ProfileKind::wall})
+    if (options.profiles.contains(kind)) kinds += (kinds.empty() ? "" : ",") + std::string(to_string(kind));
+  line("profiles", kinds.empty() ? "none" : kinds);
+  line("cpu_engine", std::string(to_string(options.cpu_engine)));
+  line("heap_engine", std::string(to_string(options.heap_engine)));
+  line("cpu_sample_source", std::string(to_string(options.cpu_sample_source)));
+  line("frequency_hz", number(options.frequency_hz));
+  line("wall_frequency_hz", number(options.wall_frequency_hz));
+  line("max_stack_depth", number(options.max_stack_depth));
+  line("heap_sample_interval_bytes", number(options.heap_sample_interval_bytes));
+  line("thread_buffer_bytes", number(options.thread_buffer_bytes));
+  line("signal_number", number(options.signal_number));
+  line("idle_ticks_before_disarm", number(options.idle_ticks_before_disarm));
+  line("head_sampler", object(options.head_sampler));
+  line("tail_policy", object(options.tail_policy));
+  line("trigger", object(options.trigger));
+  std::string uploaders;
+  for (const auto& uploader : options.uploaders)
+    if (uploader) uploaders += (uploaders.empty() ? "" : ",") + std::string(uploader->name());
+  line("uploaders", uploaders.empty() ? "default" : uploaders);
+  line("output_directory", options.output_directory);
+  line("queue_capacity", number(options.queue_capacity));
+  line("queue_overflow", options.queue_overflow == OverflowPolicy::drop_newest ? "drop_newest" : "drop_oldest");
+  line("retry.max_attempts", number(options.retry.max_attempts));
+  line("spool_directory", options.spool_directory);
+  line("spool_max_bytes", number(options.spool_max_bytes));
+  line("symbolizer", object(options.symbolizer));
+  line("service_name", options.service_name);
+  return out;
+}
+
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_SYMBOLIZATION_ELF_SYMBOLIZER_HPP_
-// ---- end spanprof/symbolization/elf_symbolizer.hpp ----
-// ---- begin spanprof/runtime/runtime.hpp ----
-// Process-wide lifecycle: start, flush, shutdown, stats.
+#endif  // SPANPROF_DEFINE_RUNTIME
+
+#endif  // SPANPROF_RUNTIME_OPTIONS_INL_HPP_
+// ---- end spanprof/runtime/options-inl.hpp ----
+// ---- begin spanprof/runtime/runtime_marker.hpp ----
+// Finds the other copies of spanprof's runtime in this process.
 //
-// spanprof::start(options) is optional: the first guard of a process that never
-// called it starts spanprof with Options() (the built-in defaults and the
-// environment). After spanprof::shutdown() guards do nothing until start() is
-// called again.
-//
-// With SPANPROF_ENABLED=0 these functions exist and do nothing: start() answers
-// "not started", stats() all zeros.
-#ifndef SPANPROF_RUNTIME_RUNTIME_HPP_
-#define SPANPROF_RUNTIME_RUNTIME_HPP_
+// A process has one runtime when every shared object links the compiled library
+// as a shared library, or when the copies' symbols meet (the executable exports
+// them, -rdynamic). A plugin built header-only with -fvisibility=hidden, loaded
+// into an executable that does not export its symbols, gets a copy of its own:
+// another signal, another worker, its own options. Nothing in the symbol tables
+// says so, so each copy leaves a marker in its address space that the others can
+// read: a one-page private mapping of a memfd named "spanprof-runtime", which
+// /proc/self/maps lists by name, holding the copy's process id and identity.
+// A forked child inherits its parent's markers; the process id tells them apart.
+#ifndef SPANPROF_RUNTIME_RUNTIME_MARKER_HPP_
+#define SPANPROF_RUNTIME_RUNTIME_MARKER_HPP_
+
+
+#if SPANPROF_ENABLED
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+inline constexpr char runtime_marker_name[] = "spanprof-runtime";
+
+struct RuntimeMarker {
+  char magic[24];      // "spanprof runtime marker"
+  std::int64_t pid;    // the process that made it
+  const void* owner;   // the copy that made it: its GuardHostState
+  char abi[64];        // that copy's ABI namespace and version
+};
+inline constexpr char runtime_marker_magic[] = "spanprof runtime marker";
+static_assert(sizeof runtime_marker_magic <= sizeof RuntimeMarker{}.magic);
+
+// The ABI names of the other live copies' markers in this process ("" when none),
+// comma-separated. `owner` identifies this copy.
+inline std::string other_runtimes(const void* owner) {
+  std::string maps, found;
+  const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return found;
+  char buffer[16384];
+  for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) != 0;) {
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    maps.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  const std::int64_t pid = ::getpid();
+  std::size_t at = 0;
+  while (at < maps.size()) {
+    std::size_t end = maps.find('\n', at);
+    if (end == std::string::npos) end = maps.size();
+    const std::string_view line(maps.data() + at, end - at);
+    at = end + 1;
+    if (line.find("/memfd:spanprof-runtime") == std::string_view::npos) continue;
+    const std::uintptr_t start = std::strtoull(std::string(line.substr(0, line.find('-'))).c_str(), nullptr, 16);
+    if (start == 0) continue;
+    const auto* marker = reinterpret_cast<const RuntimeMarker*>(start);
+    if (std::memcmp(marker->magic, runtime_marker_magic, sizeof runtime_marker_magic) != 0) continue;
+    if (marker->pid != pid || marker->owner == owner) continue;
+    if (!found.empty()) found += ", ";
+    found.append(marker->abi, ::strnlen(marker->abi, sizeof marker->abi));
+  }
+  return found;
+}
+
+// Leaves this copy's marker; false when the kernel refused (then other copies
+// cannot see this one, which changes nothing else).
+inline bool leave_runtime_marker(const void* owner) noexcept {
+  const int fd = ::memfd_create(runtime_marker_name, MFD_CLOEXEC);
+  if (fd < 0) return false;
+  const long page = ::sysconf(_SC_PAGESIZE);
+  void* memory = MAP_FAILED;
+  if (page > 0 && ::ftruncate(fd, page) == 0)
+    memory = ::mmap(nullptr, static_cast<std::size_t>(page), PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  ::close(fd);  // the mapping keeps the memfd alive and named
+  if (memory == MAP_FAILED) return false;
+  auto* marker = static_cast<RuntimeMarker*>(memory);
+  std::memcpy(marker->magic, runtime_marker_magic, sizeof runtime_marker_magic);
+  marker->pid = ::getpid();
+  marker->owner = owner;
+  std::strncpy(marker->abi, SPANPROF_ABI_NAME " " SPANPROF_VERSION_STRING, sizeof marker->abi - 1);
+  ::mprotect(memory, static_cast<std::size_t>(page), PROT_READ);
+  return true;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_RUNTIME_RUNTIME_MARKER_HPP_
+// ---- end spanprof/runtime/runtime_marker.hpp ----
+// ---- begin spanprof/runtime/runtime-inl.hpp ----
+// The runtime behind start(), flush(), shutdown() and stats() (runtime.hpp): the
+// running configuration, the background worker, fork handling. Header-only, the
+// umbrella header includes it; with SPANPROF_COMPILED_LIB only the compiled
+// library does (config.hpp), so a source file does not compile it again.
+#ifndef SPANPROF_RUNTIME_RUNTIME_INL_HPP_
+#define SPANPROF_RUNTIME_RUNTIME_INL_HPP_
 
 
 #include <atomic>
@@ -13591,7 +13869,8 @@ SPANPROF_NAMESPACE_END
 #include <string>
 #include <vector>
 
-#if SPANPROF_ENABLED
+#if SPANPROF_ENABLED && SPANPROF_DEFINE_RUNTIME
+
 // Which ABI namespace started first. Outside every ABI namespace (and the same text
 // in all of them) so that all copies see one variable: two configurations in one
 // process run two independent copies of spanprof, which is worth a word.
@@ -13603,20 +13882,8 @@ SPANPROF_API inline std::atomic<const char*>& abi_in_use() noexcept {
 }
 }  // namespace process_wide
 }  // namespace spanprof
-#endif
 
 SPANPROF_NAMESPACE_BEGIN
-
-// What start() did: whether profiling runs, and every configuration problem it met
-// (from the environment, and values it had to clamp), each also reported through
-// the error channel.
-struct StartResult {
-  bool started = false;  // false also when spanprof is compiled out (SPANPROF_ENABLED=0)
-  std::vector<ConfigurationProblem> problems;
-  explicit operator bool() const noexcept { return started; }
-};
-
-#if SPANPROF_ENABLED
 
 namespace detail {
 
@@ -13643,10 +13910,11 @@ class Runtime final : public GuardHost {
       result.started = host.config.load() != nullptr;
       return result;
     }
-    try {
+    SPANPROF_TRY {
       result.problems = std::move(options.environment_problems);
       normalize(options, result.problems);
       check_abi(result.problems);
+      check_other_runtimes(result.problems);
       for (const ConfigurationProblem& problem : result.problems) report_error(ErrorCode::invalid_configuration, problem.message);
 
       auto config = std::make_unique<RunningConfig>();
@@ -13707,7 +13975,7 @@ class Runtime final : public GuardHost {
       register_exit_flush();
       result.started = true;
       return result;
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       report_error(ErrorCode::internal, "spanprof::start failed: out of memory");
       return result;
     }
@@ -13886,6 +14154,26 @@ class Runtime final : public GuardHost {
     if (options.output_directory.empty()) options.output_directory = FileUploader::default_directory;
   }
 
+  // Another copy of the runtime in this process (runtime_marker.hpp) is worth one
+  // line: it profiles with its own options, signal and uploaders. Looked for at
+  // every start of this process (a forked child starts again).
+  void check_other_runtimes(std::vector<ConfigurationProblem>& problems) {
+    const std::int64_t pid = ::getpid();
+    if (marker_pid_ == pid) return;
+    marker_pid_ = pid;
+    const void* owner = &guard_host_state();
+    const std::string others = other_runtimes(owner);
+    leave_runtime_marker(owner);
+    if (others.empty()) return;
+    problems.push_back({"runtime", "another copy of spanprof's runtime runs in this process (" + others +
+                                       "): this copy (" SPANPROF_ABI_NAME ") profiles with its own options, signal "
+                                       "and uploaders. It happens when spanprof is compiled into more than one shared "
+                                       "object or executable (header-only, or a static compiled library) and their "
+                                       "symbols do not meet (an executable built without -rdynamic): link "
+                                       "spanprof::spanprof_compiled as a shared library to share one runtime "
+                                       "(docs/consuming.md)"});
+  }
+
   static void check_abi(std::vector<ConfigurationProblem>& problems) {
     const char* expected = nullptr;
     if (!spanprof::process_wide::abi_in_use().compare_exchange_strong(expected, SPANPROF_ABI_NAME) &&
@@ -13914,6 +14202,7 @@ class Runtime final : public GuardHost {
   std::uint64_t generation_ = 0;
   int signal_number_ = 0;
   bool exit_flush_registered_ = false;
+  std::int64_t marker_pid_ = 0;                 // the process this copy left its marker in
   bool started_implicitly_ = false;             // by a guard, from the environment
   std::atomic<bool> stopped_by_fork_{false};   // a forked child, not yet told
   Worker worker_;
@@ -13928,8 +14217,8 @@ SPANPROF_API inline Runtime& runtime() noexcept {
 
 inline Runtime& Runtime::runtime_instance() noexcept { return runtime(); }
 
-// Any source file that includes this header makes the runtime the guards' host,
-// before main() runs.
+// Any source file that includes this header (header-only), or the compiled
+// library, makes the runtime the guards' host before main() runs.
 inline const bool runtime_is_guard_host = [] {
   guard_host_state().host.store(&runtime(), std::memory_order_release);
   return true;
@@ -13937,36 +14226,17 @@ inline const bool runtime_is_guard_host = [] {
 
 }  // namespace detail
 
-// Starts (or restarts with new options) profiling. Every configuration problem is
-// reported through the error handler and returned.
-inline StartResult start(Options options = Options()) noexcept { return detail::runtime().start(std::move(options)); }
-
-// Waits until every profile finished so far has been uploaded, or the timeout.
-inline bool flush(std::chrono::milliseconds timeout = std::chrono::seconds(5)) noexcept {
-  return detail::runtime().flush(timeout);
-}
-
-// Stops profiling; delivers what it can within the timeout. Returns false if
-// profiles were still pending when the timeout expired.
-inline bool shutdown(std::chrono::milliseconds timeout = std::chrono::seconds(5)) noexcept {
-  return detail::runtime().shutdown(timeout);
-}
-
-inline Stats stats() noexcept { return detail::runtime().stats(); }
-
-#else  // SPANPROF_ENABLED == 0
-
-inline StartResult start(const Options& = Options()) noexcept { return {}; }
-inline bool flush(std::chrono::milliseconds = std::chrono::seconds(5)) noexcept { return true; }
-inline bool shutdown(std::chrono::milliseconds = std::chrono::seconds(5)) noexcept { return true; }
-inline Stats stats() noexcept { return {}; }
-
-#endif
+SPANPROF_LIB_INLINE StartResult start(Options options) noexcept { return detail::runtime().start(std::move(options)); }
+SPANPROF_LIB_INLINE bool flush(std::chrono::milliseconds timeout) noexcept { return detail::runtime().flush(timeout); }
+SPANPROF_LIB_INLINE bool shutdown(std::chrono::milliseconds timeout) noexcept { return detail::runtime().shutdown(timeout); }
+SPANPROF_LIB_INLINE Stats stats() noexcept { return detail::runtime().stats(); }
 
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_RUNTIME_RUNTIME_HPP_
-// ---- end spanprof/runtime/runtime.hpp ----
+#endif  // SPANPROF_ENABLED && SPANPROF_DEFINE_RUNTIME
+
+#endif  // SPANPROF_RUNTIME_RUNTIME_INL_HPP_
+// ---- end spanprof/runtime/runtime-inl.hpp ----
 // ---- begin spanprof/spanprof.hpp ----
 // spanprof — span-scoped CPU and heap profiles for C++ services, labelled with the
 // span's trace and span ids so Pyroscope, Grafana and `go tool pprof` can find the
@@ -13978,7 +14248,9 @@ SPANPROF_NAMESPACE_END
 //     ...
 //   }
 //
-// The umbrella: everything public. Source files that only open guards may include
+// The umbrella: everything public. Header-only by default; define
+// SPANPROF_COMPILED_LIB and link spanprof's compiled library to compile the
+// runtime once (config.hpp). Source files that only open guards may include
 // the lighter <spanprof/guard.hpp> instead, as long as one source file of the
 // program includes this one.
 //
@@ -13996,6 +14268,16 @@ SPANPROF_NAMESPACE_END
 #define SPANPROF_SPANPROF_HPP_
 
 
+
+// Header-only (the default): the backends' uploaders, the encoders, the ELF
+// symbolizer and the runtime itself. With SPANPROF_COMPILED_LIB the compiled
+// library holds the runtime (config.hpp), and a source file includes the backend
+// header it uses, as with spdlog's sinks: <spanprof/delivery/pyroscope_uploader.hpp>,
+// <spanprof/delivery/otlp_uploader.hpp>, <spanprof/profile/pprof_encoder.hpp>,
+// <spanprof/symbolization/elf_symbolizer.hpp>. So a file that opens guards and
+// calls start() compiles no HTTP client, encoder or ELF reader.
+#if SPANPROF_DEFINE_RUNTIME
+#endif
 
 #endif  // SPANPROF_SPANPROF_HPP_
 // ---- end spanprof/spanprof.hpp ----

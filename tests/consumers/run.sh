@@ -2,8 +2,10 @@
 # Every way a user consumes spanprof, built and run as a user would:
 #   find_package after install, add_subdirectory, FetchContent, Meson subproject,
 #   pkg-config, the single header as the README says (with and without libcurl),
-#   one source built with profiling on and off, a strict-warnings TU under g++ and
-#   clang++ in C++17 and C++20, and the compile error for a span with no adapter.
+#   one source built with profiling on and off, without exceptions, without RTTI
+#   and with clang + libc++ (header-only and compiled library), a strict-warnings
+#   TU under g++ and clang++ in C++17 and C++20, and the compile error for a span
+#   with no adapter.
 # Usage: tests/consumers/run.sh <spanprof source dir> <work dir> <CMake build dir to install>
 set -euo pipefail
 root=$1
@@ -16,17 +18,32 @@ ok() { printf '  ok  %s\n' "$*"; }
 fail() { printf 'FAIL  %s\n' "$*" >&2; exit 1; }
 
 # A program that must deliver a labelled profile (consumer.cpp exits 1 otherwise).
-run_consumer() { "$1" >"$work/last-run.txt" 2>&1 || { cat "$work/last-run.txt" >&2; fail "$2: ran, no profile"; }; }
+# Each its own output file: some run at the same time.
+run_consumer() {
+  local log="$work/run-${2//[^A-Za-z0-9]/_}.txt"
+  "$1" >"$log" 2>&1 || { cat "$log" >&2; fail "$2: ran, no profile"; }
+}
 
 # ---- CMake --------------------------------------------------------------------------
 rm -rf "$work/prefix"
 cmake --install "$install_from" --prefix "$work/prefix" >/dev/null
+# The build-system consumers (CMake, Meson) run beside the compiler-command ones
+# below: each is mostly one compiler process, and CI has two cores.
+(
 
 cmake -S "$here/cmake_import" -B "$work/cmake_import" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" \
   -DCMAKE_CXX_FLAGS="$strict" >/dev/null
 cmake --build "$work/cmake_import" >/dev/null
 run_consumer "$work/cmake_import/consumer" "find_package"
 ok "CMake find_package(spanprof) after install"
+run_consumer "$work/cmake_import/consumer_compiled" "find_package, spanprof::spanprof_compiled"
+object=$(find "$work/cmake_import/CMakeFiles/consumer_compiled.dir" -name 'consumer.cpp.o')
+[ -n "$object" ] || fail "find_package, spanprof::spanprof_compiled: no object file to check"
+nm -C "$object" >"$work/consumer_compiled.nm"
+grep -q 'spanprof' "$work/consumer_compiled.nm" || fail "find_package, spanprof::spanprof_compiled: nm found no spanprof symbol"
+grep -q 'detail::Runtime::start' "$work/consumer_compiled.nm" &&
+  fail "a source file linking spanprof::spanprof_compiled compiled the runtime itself"
+ok "CMake find_package, spanprof::spanprof_compiled (the runtime comes from the library only)"
 
 # Optional dependencies: a consumer that asked for none configures without them.
 cmake -S "$here/cmake_add_subdirectory" -B "$work/cmake_add_subdirectory" -G Ninja -DSPANPROF_SOURCE_DIR="$root" \
@@ -56,10 +73,17 @@ own=$(meson introspect --targets "$work/meson_subproject/build" |
 meson compile -C "$work/meson_subproject/build" >/dev/null
 run_consumer "$work/meson_subproject/build/consumer" "Meson subproject"
 ok "Meson subproject (compiles no spanprof test, example or benchmark)"
+meson setup "$work/meson_subproject/build-compiled" "$meson_src" -Dspanprof:compiled_lib=true >/dev/null
+meson compile -C "$work/meson_subproject/build-compiled" >/dev/null
+run_consumer "$work/meson_subproject/build-compiled/consumer" "Meson subproject, compiled_lib"
+ok "Meson subproject with -Dspanprof:compiled_lib=true"
+) >"$work/build-systems.log" 2>&1 &
+build_systems=$!
+
 
 # ---- pkg-config ---------------------------------------------------------------------
 pc_dir=$(dirname "$(find "$work/prefix" -name spanprof.pc | head -1)")
-for package in spanprof spanprof-curl; do
+for package in spanprof spanprof-curl spanprof-compiled; do
   flags=$(PKG_CONFIG_PATH="$pc_dir" pkg-config --cflags --libs "$package")
   # shellcheck disable=SC2086
   g++ -std=c++17 $strict "$here/consumer.cpp" -o "$work/pkg-config-$package" $flags
@@ -90,6 +114,51 @@ g++ -std=c++17 -O2 $strict -DSPANPROF_ENABLED=0 -I "$root/include" "$here/one_so
 if ldd "$work/both-off" | grep -Eq 'libprofiler|libtcmalloc|libcurl'; then fail "SPANPROF_ENABLED=0 binary needs gperftools or curl"; fi
 ok "one source: profiles with SPANPROF_ENABLED=1; with 0 links with -pthread alone and does nothing"
 
+# ---- without exceptions or RTTI, and with clang + libc++ -----------------------------
+# Header-only, and against the compiled library (the installed one through
+# pkg-config, built with exceptions as a distribution would; with libc++ its own
+# copy, since libc++ and libstdc++ do not mix). Two at a time: each is one compiler process.
+compiled_flags=$(PKG_CONFIG_PATH="$pc_dir" pkg-config --cflags --libs spanprof-compiled)
+variant() {  # name, then the compile command without its output
+  local name=$1
+  shift
+  if ! "$@" -o "$work/variant-$name" >"$work/variant-$name.log" 2>&1; then
+    cat "$work/variant-$name.log" >&2
+    return 1
+  fi
+  run_consumer "$work/variant-$name" "$name"
+}
+libcxx_lib="$work/libcxx-spanprof-compiled.o"
+clang++ -std=c++17 -stdlib=libc++ -O1 -DSPANPROF_COMPILED_LIB -I "$root/include" -c "$root/src/spanprof.cpp" \
+  -o "$libcxx_lib" &
+libcxx_pid=$!
+pids=()
+names=()
+for flags in "-fno-exceptions" "-fno-rtti" "-fno-exceptions -fno-rtti"; do
+  name="header-only${flags// /}"
+  # shellcheck disable=SC2086
+  variant "$name" g++ -std=c++17 -O1 $strict $flags -I "$root/include" "$here/consumer.cpp" -lprofiler -lz -pthread &
+  pids+=($!) names+=("g++ $flags, header-only")
+  name="compiled${flags// /}"
+  # shellcheck disable=SC2086
+  variant "$name" g++ -std=c++17 -O1 $strict $flags "$here/consumer.cpp" $compiled_flags &
+  pids+=($!) names+=("g++ $flags, compiled library")
+  wait "${pids[-2]}" || fail "${names[-2]}"
+  ok "${names[-2]}: compiles with $strict, runs, delivers its profile"
+  wait "${pids[-1]}" || fail "${names[-1]}"
+  ok "${names[-1]}: compiles with $strict, runs, delivers its profile"
+done
+# libc++ and libprofiler each bring a libunwind (LLVM's, the nongnu one): the
+# linker's note about it is expected; the program must still run and deliver.
+variant libcxx-header-only clang++ -std=c++17 -stdlib=libc++ -O1 $strict -I "$root/include" "$here/consumer.cpp" \
+  -lprofiler -lz -pthread -ldl || fail "clang++ -stdlib=libc++, header-only"
+ok "clang++ -stdlib=libc++, header-only: runs, delivers its profile"
+wait "$libcxx_pid" || fail "clang++ -stdlib=libc++: the compiled library"
+variant libcxx-compiled clang++ -std=c++17 -stdlib=libc++ -O1 $strict -fno-exceptions -fno-rtti -DSPANPROF_COMPILED_LIB \
+  -I "$root/include" "$here/consumer.cpp" "$libcxx_lib" -lprofiler -lz -pthread -ldl ||
+  fail "clang++ -stdlib=libc++ -fno-exceptions -fno-rtti, compiled library"
+ok "clang++ -stdlib=libc++ -fno-exceptions -fno-rtti against the compiled library: runs, delivers its profile"
+
 # ---- strict warnings ----------------------------------------------------------------
 for combo in "g++ 17 1" "g++ 20 0" "clang++ 17 0" "clang++ 20 1"; do
   read -r cxx std curl <<<"$combo"
@@ -117,3 +186,6 @@ check_one_error() {  # file, what it must say, what the check is called
 }
 check_one_error no_span_adapter.cpp "span_adapter*docs/spans.md" "no adapter (names spanprof::span_adapter and docs/spans.md)"
 check_one_error temporary_span.cpp "must outlive the guard" "a temporary span read at close"
+
+wait "$build_systems" || { cat "$work/build-systems.log" >&2; fail "the CMake and Meson consumers"; }
+cat "$work/build-systems.log"

@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <string>
 #include <string_view>
 
 SPANPROF_NAMESPACE_BEGIN
@@ -55,6 +56,13 @@ constexpr std::string_view to_string(ErrorCode code) noexcept {
   }
   return "unknown";
 }
+
+// A setting whose value was refused, from the environment or from code, and what
+// was done instead.
+struct ConfigurationProblem {
+  std::string setting;  // the variable ("SPANPROF_FREQUENCY") or the option ("frequency_hz")
+  std::string message;  // one line: the value, why it is wrong, what is used instead
+};
 
 struct Error {
   ErrorCode code;
@@ -129,11 +137,11 @@ SPANPROF_API inline ErrorChannel& error_channel() noexcept {
 // Replaces the handler; an empty handler silences reporting (errors are still counted).
 inline void set_error_handler(ErrorHandler handler) noexcept {
   auto& channel = detail::error_channel();
-  try {
+  SPANPROF_TRY {
     auto next = std::make_shared<const ErrorHandler>(std::move(handler));
     std::lock_guard<std::mutex> lock(channel.mutex);
     channel.handler = std::move(next);
-  } catch (...) {
+  } SPANPROF_CATCH_ALL {
   }
 }
 
@@ -156,9 +164,9 @@ inline void report_error(ErrorCode code, std::string_view message) noexcept {
     handler = channel.handler;
   }
   if (handler && *handler) {
-    try {
+    SPANPROF_TRY {
       (*handler)(Error{code, message});
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
     }
   }
 }

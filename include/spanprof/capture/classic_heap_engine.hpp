@@ -84,9 +84,9 @@ inline char* classic_heap_stop(const char* prefix) noexcept {
   char* text = api.get_heap_profile();
   api.heap_profiler_stop();
   classic_heap_state().busy.store(false, std::memory_order_release);
-  try {
+  SPANPROF_TRY {
     remove_heap_dumps(prefix);
-  } catch (...) {
+  } SPANPROF_CATCH_ALL {
   }
   return text;
 }

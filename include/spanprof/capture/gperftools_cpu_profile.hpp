@@ -163,14 +163,14 @@ class LegacyCpuProfileParser {
 };
 
 inline bool parse_legacy_cpu_profile(std::string_view bytes, LegacyCpuProfile& out, std::string& error) noexcept {
-  try {
+  SPANPROF_TRY {
     return LegacyCpuProfileParser(bytes, out, error).parse();
-  } catch (...) {
+  } SPANPROF_CATCH_ALL {
     // Only allocation can throw here; the bounds checks above hold for any input.
-    try {
+    SPANPROF_TRY {
       out = LegacyCpuProfile{};
       error = "legacy cpu profile: out of memory while parsing";
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
     }
     return false;
   }

@@ -503,9 +503,9 @@ inline void close_heap_span(HeapActiveSpan& span, HeapSpanResult& result, bool k
     const bool live = outermost ? live_allocations().take(record.slot, record.entry)
                                 : live_allocations().is_live(record.slot, record.entry);
     if (copy) {
-      try {
+      SPANPROF_TRY {
         append_heap_handoff_record(result.records, record, live);
-      } catch (...) {
+      } SPANPROF_CATCH_ALL {
         copy = false;  // keep walking: the outermost span must still untrack every sample
         out_of_memory = true;
         result.records.clear();

@@ -73,10 +73,10 @@ class WallTicker {
   void start() noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
     if (started_.load(std::memory_order_relaxed)) return;
-    try {
+    SPANPROF_TRY {
       std::thread([this] { run(); }).detach();  // lives as long as the process
       started_.store(true, std::memory_order_release);
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       report_error(ErrorCode::sampler_failed, "cannot start the wall-clock ticker thread; wall profiles stay empty");
     }
   }

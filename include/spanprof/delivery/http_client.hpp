@@ -79,9 +79,9 @@ inline constexpr int http_abort_poll_ms = 50;
 SPANPROF_API inline CURLcode http_curl_global_init() noexcept {
   static std::once_flag once;
   static CURLcode result = CURLE_FAILED_INIT;
-  try {
+  SPANPROF_TRY {
     std::call_once(once, [] { result = curl_global_init(CURL_GLOBAL_DEFAULT); });
-  } catch (...) {
+  } SPANPROF_CATCH_ALL {
     return CURLE_FAILED_INIT;
   }
   return result;
@@ -153,7 +153,7 @@ inline void http_close_sockets_after_fork() noexcept {
 // inherit.)
 inline std::vector<int> http_close_new_sockets_on_exec(const std::vector<int>& before) noexcept {
   std::vector<int> marked;
-  try {
+  SPANPROF_TRY {
     for (const int fd : http_open_descriptors()) {
       if (std::binary_search(before.begin(), before.end(), fd)) continue;
       int domain = 0;
@@ -164,7 +164,7 @@ inline std::vector<int> http_close_new_sockets_on_exec(const std::vector<int>& b
       ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
       marked.push_back(fd);
     }
-  } catch (...) {
+  } SPANPROF_CATCH_ALL {
     // Out of memory listing descriptors: they stay as libcurl made them.
   }
   return marked;
@@ -172,9 +172,9 @@ inline std::vector<int> http_close_new_sockets_on_exec(const std::vector<int>& b
 
 // An error path must not throw; assigning a message can run out of memory.
 inline void http_set_text(std::string& out, std::string_view text) noexcept {
-  try {
+  SPANPROF_TRY {
     out.assign(text.data(), text.size());
-  } catch (...) {
+  } SPANPROF_CATCH_ALL {
     out.clear();
   }
 }
@@ -310,12 +310,12 @@ class HttpClient {
   // a transfer short: the result is then a transport_error with error "aborted".
   HttpResponse post(const HttpRequest& request, const std::atomic<bool>* abort = nullptr) noexcept {
     HttpResponse response;
-    try {
+    SPANPROF_TRY {
       std::lock_guard<std::mutex> lock(mutex_);
       perform(request, abort, response);
-    } catch (const std::exception& e) {
+    } SPANPROF_CATCH_STD(e) {
       fail(response, true, e.what());
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       fail(response, true, "unknown exception");
     }
     return response;
@@ -373,10 +373,10 @@ class HttpClient {
   static std::size_t on_body(char* data, std::size_t size, std::size_t count, void* user) noexcept {
     const std::size_t n = size * count;
     auto& body = static_cast<Transfer*>(user)->response->body;
-    try {
+    SPANPROF_TRY {
       if (body.size() < http_response_body_limit)
         body.append(data, std::min(n, http_response_body_limit - body.size()));
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
     }
     // The rest is read and dropped rather than refused: refusing would fail the
     // transfer and close a connection that is fine to reuse.
@@ -421,7 +421,7 @@ class HttpClient {
     HttpHeaderList headers;
     const auto append = [&headers](const std::string& line) {
       curl_slist* head = curl_slist_append(headers.get(), line.c_str());
-      if (head == nullptr) throw std::bad_alloc();
+      if (head == nullptr) SPANPROF_THROW(std::bad_alloc());
       (void)headers.release();  // the same list, now one longer (or new when it was empty)
       headers.reset(head);
     };
@@ -659,7 +659,7 @@ inline UploadResult classify(const HttpResponse& response, std::string_view what
     return UploadResult::ok();
   }
   UploadResult result{status, {}, response.retry_after};
-  try {
+  SPANPROF_TRY {
     std::string& message = result.message;
     if (!what.empty()) {
       message.assign(what.data(), what.size());
@@ -672,7 +672,7 @@ inline UploadResult classify(const HttpResponse& response, std::string_view what
     }
     if (response.retry_after.count() >= 0)
       message += " (Retry-After " + std::to_string(response.retry_after.count() / 1000) + " s)";
-  } catch (...) {
+  } SPANPROF_CATCH_ALL {
   }
   return result;
 }

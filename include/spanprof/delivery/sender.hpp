@@ -125,7 +125,7 @@ class Sender {
   // drops the newest). False when stopping: the item's spans are then abandoned
   // and counted.
   bool post(Outgoing item) noexcept {
-    try {
+    SPANPROF_TRY {
       const std::size_t bytes = item.batch.estimated_bytes();
       std::unique_lock<std::mutex> lock(mutex_);
       // A flush marker takes no room: it must not push a profile out, nor wait.
@@ -152,7 +152,7 @@ class Sender {
         work_.notify_one();
         return true;
       }
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       report_error(ErrorCode::internal, "out of memory handing a profile to the sender");
     }
     abandon_tickets(item.tickets);
@@ -192,12 +192,12 @@ class Sender {
 
   // The sender thread's body.
   void run() noexcept {
-    try {
+    SPANPROF_TRY {
       if (config_.symbolizer) builder_ = std::make_unique<ProfileBuilder>(*config_.symbolizer);
       for (const auto& uploader : config_.uploaders)
         destinations_.push_back(Destination{uploader, uploader ? std::string(uploader->name()) : std::string()});
       open_spool();
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       report_error(ErrorCode::internal, "out of memory starting the spanprof sender");
     }
     for (;;) {
@@ -270,9 +270,13 @@ class Sender {
     const std::uint64_t spans = batch.span_count();
     bool all_ok = false;
     std::uint64_t failed = 0, spooled = 0;
-    try {
+    SPANPROF_TRY {
       const std::vector<std::size_t>& lane = config_.lanes.at(item.lane);
-      if (!builder_) throw std::runtime_error("no symbolizer");
+      if (!builder_) {
+        report_error(ErrorCode::internal, "sending a profile: no symbolizer");
+        settle(item, false, spans * lane.size(), 0);
+        return;
+      }
       const Profile profile = batch.build(*builder_, config_.comments);
       EncodedProfile encoded;
       std::string error;
@@ -300,10 +304,10 @@ class Sender {
         if (outcome == Outcome::spooled) spooled += spans;
         all_ok = outcome == Outcome::delivered && all_ok;
       }
-    } catch (const std::exception& e) {
+    } SPANPROF_CATCH_STD(e) {
       all_ok = false;
       report_error(ErrorCode::internal, std::string("sending a profile: ") + e.what());
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       all_ok = false;
       report_error(ErrorCode::internal, "unknown exception while sending a profile");
     }
@@ -461,7 +465,7 @@ class Sender {
   // Re-sends the oldest spooled payload of each uploader that is due.
   void resend_spooled() noexcept {
     if (!spool_) return;
-    try {
+    SPANPROF_TRY {
       for (Destination& d : destinations_) {
         if (d.spooled == 0 || (d.down && Clock::now() < d.retry_at) || stop_.load() || !d.uploader) continue;
         const auto items = spool_->pending(d.name);
@@ -494,7 +498,7 @@ class Sender {
         spool_->remove(items.front());
         refresh_spool_counts();
       }
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       report_error(ErrorCode::internal, "out of memory re-sending spooled profiles");
     }
   }

@@ -529,7 +529,7 @@ class Spool {
   // since they were written. Calling it again rescans.
   bool open(std::string& error) noexcept {
     close();
-    try {
+    SPANPROF_TRY {
       if (directory_.empty()) return fail(error, "spool: no directory configured");
       if (!detail::make_directories(directory_)) return fail_errno(error, "cannot create directory", directory_);
       dir_fd_ = ::open(directory_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -547,7 +547,7 @@ class Spool {
       if (!scan(error)) return close_after(false);
       enforce_bound();
       return true;
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       close();
       set_error_message(error, "spool: out of memory while opening");
       return false;
@@ -560,7 +560,7 @@ class Spool {
   bool store(std::string_view uploader, const EncodedProfile& metadata, std::string_view payload,
              std::string& error) noexcept {
     if (!is_open()) return fail(error, "spool: not open");
-    try {
+    SPANPROF_TRY {
       const std::uint64_t size = spool_format::encoded_size(uploader, metadata, payload);
       if (size > max_bytes_) {
         return fail(error, "spool: a profile of " + std::to_string(size) + " bytes exceeds the spool's bound of " +
@@ -584,7 +584,7 @@ class Spool {
       ++counters_.stored;
       enforce_bound();
       return true;
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       set_error_message(error, "spool: out of memory while storing");
       return false;
     }
@@ -599,13 +599,13 @@ class Spool {
   // and also when the list cannot be allocated (retried on the next call).
   std::vector<SpoolItem> pending(std::string_view uploader) const noexcept {
     std::vector<SpoolItem> items;
-    try {
+    SPANPROF_TRY {
       const std::string component = spool_format::uploader_component(uploader);
       for (const auto& [key, entry] : entries_) {
         if (entry.component != component) continue;
         items.push_back(SpoolItem{std::string(uploader), key.first, entry.stored_unix_ns, entry.size, key.second});
       }
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       items.clear();
     }
     return items;
@@ -616,7 +616,7 @@ class Spool {
   // transient failure (e.g. too many open files) leaves it in place. out.profile is
   // set to nullptr.
   bool load(const SpoolItem& item, EncodedProfile& out, std::string& error) noexcept {
-    try {
+    SPANPROF_TRY {
       const auto it = find(item, error);
       if (it == entries_.end()) return false;
       std::string bytes;
@@ -635,7 +635,7 @@ class Spool {
       out = std::move(decoded);
       out.profile = nullptr;
       return true;
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       set_error_message(error, "spool: out of memory while loading");
       return false;
     }
@@ -685,9 +685,9 @@ class Spool {
 
   static bool fail_errno(std::string& error, const char* what, const std::string& path) noexcept {
     const int saved = errno;
-    try {
+    SPANPROF_TRY {
       error = std::string("spool: ") + what + " " + path + ": " + std::strerror(saved);
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       error.clear();
     }
     errno = saved;
@@ -736,7 +736,7 @@ class Spool {
     }
     std::uint64_t highest = 0;
     bool ok = true;
-    try {
+    SPANPROF_TRY {
       for (;;) {
         errno = 0;
         const dirent* entry = ::readdir(dir);
@@ -767,9 +767,9 @@ class Spool {
           if (::unlinkat(dir_fd_, entry->d_name, 0) == 0) ++counters_.temp_removed;
         }
       }
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       ::closedir(dir);
-      throw;
+      SPANPROF_RETHROW;
     }
     ::closedir(dir);
     next_sequence_ = highest + 1;
@@ -897,12 +897,12 @@ class Spool {
   }
 
   void remove_corrupt(Entries::iterator it, std::string& error) noexcept {
-    try {
+    SPANPROF_TRY {
       constexpr std::string_view prefix = "spool: ";
       const std::string_view why =
           std::string_view(error).substr(error.compare(0, prefix.size(), prefix) == 0 ? prefix.size() : 0);
       error = "spool: removed corrupt " + path_of(it->first.second) + ": " + std::string(why);
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
     }
     erase(it);
     ++counters_.corrupt_removed;

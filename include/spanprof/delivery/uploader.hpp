@@ -77,10 +77,10 @@ class Uploader {
   // gzip'd pprof). False (with `error`): this profile cannot be sent by this
   // uploader, and never will be.
   virtual bool encode_payload(const EncodedProfile& profile, std::string& payload, std::string& error) noexcept {
-    try {
+    SPANPROF_TRY {
       payload = profile.pprof_gzip;
       return true;
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       error = "out of memory copying a payload";
       return false;
     }
@@ -90,11 +90,11 @@ class Uploader {
   // at the model the first time (null when a spooled payload is sent again).
   // By default: upload() with the payload as the pprof.
   virtual UploadResult upload_payload(const EncodedProfile& profile, const std::string& payload) noexcept {
-    try {
+    SPANPROF_TRY {
       EncodedProfile copy = profile;
       copy.pprof_gzip = payload;
       return upload(copy);
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       return UploadResult{UploadResult::Status::retryable_failure, {}};
     }
   }
@@ -119,12 +119,12 @@ class BasicUploader : public Uploader {
   }
 
   bool encode_payload(const EncodedProfile& profile, std::string& payload, std::string& error) noexcept final {
-    try {
+    SPANPROF_TRY {
       std::lock_guard<Mutex> lock(mutex_);
       return encode_payload_(profile, payload, error);
-    } catch (const std::exception& e) {
+    } SPANPROF_CATCH_STD(e) {
       error = std::string("uploader threw: ") + e.what();
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       error = "uploader threw";
     }
     return false;
@@ -151,20 +151,20 @@ class BasicUploader : public Uploader {
  private:
   template <class Call>
   UploadResult guarded(Call call) noexcept {
-    try {
+    SPANPROF_TRY {
       std::lock_guard<Mutex> lock(mutex_);
       return call();
-    } catch (const std::exception& e) {
+    } SPANPROF_CATCH_STD(e) {
       return failed_with(e.what());
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       return failed_with("unknown exception");
     }
   }
 
   static UploadResult failed_with(const char* what) noexcept {
-    try {
+    SPANPROF_TRY {
       return UploadResult::permanent(std::string("uploader threw: ") + what);
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       return UploadResult{UploadResult::Status::permanent_failure, {}};
     }
   }

@@ -63,7 +63,7 @@ class Worker {
   bool start(Config config) noexcept {
     std::unique_lock<std::mutex> lock(mutex_);
     if (running_) return true;
-    try {
+    SPANPROF_TRY {
       auto run = std::make_shared<Run>();
       run->tick = config.tick;
       run->watchdog = config.watchdog;
@@ -82,17 +82,17 @@ class Worker {
       capacity_.store(config.capacity, std::memory_order_relaxed);
       may_exceed_.store(config.overflow == OverflowPolicy::drop_oldest, std::memory_order_relaxed);
       std::thread sender([run] { run->sender->run(); });
-      try {
+      SPANPROF_TRY {
         merger_ = std::thread([this, run] { merge(*run); });
-      } catch (...) {
+      } SPANPROF_CATCH_ALL {
         run->stop = true;
         run->sender->wake();
         sender.join();
-        throw;
+        SPANPROF_RETHROW;
       }
       sender_ = std::move(sender);
       run_ = std::move(run);
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       report_error(ErrorCode::internal, "cannot start the spanprof worker threads");
       return false;
     }
@@ -172,13 +172,13 @@ class Worker {
       if (sender.joinable()) sender.detach();
     }
     // What was handed over after the drain is dropped, and counted.
-    try {
+    SPANPROF_TRY {
       for (auto& captured : hand_off_.take()) {
         discard_captured_profile(*captured);
         captured_profile_pool().release(std::move(captured));
         count(Counter::profiles_dropped);
       }
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
     }
     return drained;
   }
@@ -289,7 +289,7 @@ class Worker {
   // Takes everything handed over and merges it, or passes it on; with
   // drop_oldest, drops the oldest beyond the capacity first.
   void drain(Run& run) noexcept {
-    try {
+    SPANPROF_TRY {
       std::vector<std::unique_ptr<CapturedProfile>> taken = hand_off_.take();
       const std::size_t capacity = capacity_.load(std::memory_order_relaxed);
       const std::size_t first = taken.size() > capacity ? taken.size() - capacity : 0;
@@ -303,13 +303,13 @@ class Worker {
         }
         captured_profile_pool().release(std::move(taken[i]));  // for a request thread to reuse
       }
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       report_error(ErrorCode::internal, "out of memory taking finished profiles");
     }
   }
 
   void process(CapturedProfile& captured, Run& run) noexcept {
-    try {
+    SPANPROF_TRY {
       RawProfile& raw = captured.profile;
       if (!unpack_captured_profile(captured)) {  // reported why
         count(Counter::upload_failures);
@@ -342,9 +342,9 @@ class Worker {
         if (batch.sample_count() >= lane.delivery.max_samples || batch.estimated_bytes() >= lane.delivery.max_bytes)
           cut(run, l, k);
       }
-    } catch (const std::exception& e) {
+    } SPANPROF_CATCH_STD(e) {
       report_error(ErrorCode::internal, e.what());
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       report_error(ErrorCode::internal, "unknown exception while processing a profile");
     }
   }

@@ -60,9 +60,9 @@ class CallbackSampler final : public HeadSampler {
   using Callback = std::function<bool(const SpanContext&, std::string_view)>;
   explicit CallbackSampler(Callback callback) : callback_(std::move(callback)) {}
   bool should_profile(const SpanContext& span, std::string_view name) noexcept override {
-    try {
+    SPANPROF_TRY {
       return callback_ && callback_(span, name);
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       return false;
     }
   }
@@ -222,9 +222,9 @@ class RateLimitingSampler final : public HeadSampler {
                                std::shared_ptr<const Clock> clock = default_clock()) noexcept
       : clock_(std::move(clock)), per_second_(per_second > 0 ? per_second : 0.0) {
     if (!clock_) {
-      try {
+      SPANPROF_TRY {
         clock_ = default_clock();
-      } catch (...) {
+      } SPANPROF_CATCH_ALL {
       }
     }
     configure(burst);

@@ -99,9 +99,9 @@ class CallbackTailPolicy final : public TailPolicy {
   using Callback = std::function<TailDecision(const SpanOutcome&)>;
   explicit CallbackTailPolicy(Callback callback) : callback_(std::move(callback)) {}
   TailDecision decide(const SpanOutcome& outcome) noexcept override {
-    try {
+    SPANPROF_TRY {
       return callback_ ? callback_(outcome) : TailDecision::discard();
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       return TailDecision::discard();
     }
   }

@@ -22,15 +22,15 @@ inline constexpr std::size_t default_gzip_max_output = std::size_t{256} << 20;  
 
 // Assigning a message can itself run out of memory; the error path must not throw.
 inline void set_error_message(std::string& error, std::string_view message) noexcept {
-  try {
+  SPANPROF_TRY {
     error.assign(message.data(), message.size());
-  } catch (...) {
+  } SPANPROF_CATCH_ALL {
     error.clear();
   }
 }
 
 inline void set_zlib_error(std::string& error, std::string_view what, int code, const char* zlib_message) noexcept {
-  try {
+  SPANPROF_TRY {
     error.assign(what.data(), what.size());
     error += " (zlib ";
     error += std::to_string(code);
@@ -39,7 +39,7 @@ inline void set_zlib_error(std::string& error, std::string_view what, int code, 
       error += zlib_message;
     }
     error += ')';
-  } catch (...) {
+  } SPANPROF_CATCH_ALL {
     error.clear();
   }
 }
@@ -65,7 +65,7 @@ inline bool gzip_compress(std::string_view in, std::string& out, std::string& er
     return false;
   }
   bool ok = false;
-  try {
+  SPANPROF_TRY {
     // Small bodies (the common case) compress in one pass; big ones grow in steps
     // rather than reserving their whole worst case up front.
     const std::size_t bound = deflateBound(&stream, static_cast<uLong>(std::min(in.size(), zlib_max_slice)));
@@ -98,7 +98,7 @@ inline bool gzip_compress(std::string_view in, std::string& out, std::string& er
         break;
       }
     }
-  } catch (...) {
+  } SPANPROF_CATCH_ALL {
     set_error_message(error, "gzip: out of memory while compressing");
     ok = false;
   }
@@ -124,7 +124,7 @@ inline bool gzip_decompress(std::string_view in, std::string& out, std::string& 
     return false;
   }
   bool ok = false;
-  try {
+  SPANPROF_TRY {
     // Input not yet handed to zlib. Slices are consecutive, so stream.next_in +
     // stream.avail_in == next_in always holds.
     const auto* next_in = reinterpret_cast<const Bytef*>(in.data());
@@ -198,7 +198,7 @@ inline bool gzip_decompress(std::string_view in, std::string& out, std::string& 
       break;
     }
     if (ok) out.resize(produced);
-  } catch (...) {
+  } SPANPROF_CATCH_ALL {
     set_error_message(error, "gzip: out of memory while decompressing");
     ok = false;
   }

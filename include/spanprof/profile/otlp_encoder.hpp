@@ -126,14 +126,12 @@ namespace stack { inline constexpr std::uint32_t location_indices = 1; }
 inline constexpr std::string_view otlp_build_id_key = "process.executable.build_id.gnu";
 inline constexpr std::string_view otlp_frame_type_key = "profile.frame.type";
 
-// Input that does not hold together (dangling ids, wrong value counts, repeated keys).
-struct OtlpInvalidInput : std::invalid_argument {
-  using std::invalid_argument::invalid_argument;
-};
-
 // Interns everything one request refers to, then writes it. Every index is
 // assigned before anything is written, because the dictionary (which follows
 // resource_profiles on the wire) must hold every string any message refers to.
+// Input that does not hold together (dangling ids, wrong value counts) is not an
+// exception (spanprof also builds with -fno-exceptions): the first problem is
+// kept in invalid_input() and nothing is written.
 class OtlpRequestBuilder {
  public:
   OtlpRequestBuilder(const Profile& profile, const OtlpSpanIdentity& identity)
@@ -159,9 +157,12 @@ class OtlpRequestBuilder {
     // Indices are int32 on the wire.
     if (std::max({strings_.entries().size(), attribute_rows_.size(), stack_rows_.size(), location_rows_.size(),
                   function_rows_.size(), mapping_rows_.size()}) > std::size_t{INT32_MAX}) {
-      throw OtlpInvalidInput("a dictionary table outgrows its int32 indices");
+      invalid("a dictionary table outgrows its int32 indices");
     }
   }
+
+  // Empty when the profile holds together; otherwise its first problem.
+  const std::string& invalid_input() const noexcept { return invalid_; }
 
   void write(ProtobufWriter& out, const OtlpResource& resource) const {
     namespace f = otlp_field;
@@ -208,27 +209,29 @@ class OtlpRequestBuilder {
     std::vector<std::int64_t> values;
   };
 
+  void invalid(std::string problem) {
+    if (invalid_.empty()) invalid_ = std::move(problem);
+  }
+
   template <typename T>
-  static void index_ids(const std::vector<T>& items, std::unordered_map<std::uint64_t, ById<T>>& by_id,
-                        const char* what) {
+  void index_ids(const std::vector<T>& items, std::unordered_map<std::uint64_t, ById<T>>& by_id, const char* what) {
     for (const T& item : items) {
-      if (item.id == 0) throw OtlpInvalidInput(std::string(what) + " with id 0 (ids start at 1)");
-      if (!by_id.emplace(item.id, ById<T>{&item, 0}).second) {
-        throw OtlpInvalidInput(std::string("two ") + what + "s share id " + std::to_string(item.id));
-      }
+      if (item.id == 0) invalid(std::string(what) + " with id 0 (ids start at 1)");
+      else if (!by_id.emplace(item.id, ById<T>{&item, 0}).second)
+        invalid(std::string("two ") + what + "s share id " + std::to_string(item.id));
     }
   }
 
   // Looks a pprof id up and gives its dictionary index, copying the entry into
   // the table on first use so entries no sample reaches never get there.
   template <typename T, typename Row, typename MakeRow>
-  static std::int64_t reach(std::unordered_map<std::uint64_t, ById<T>>& by_id, std::vector<Row>& rows,
-                            std::uint64_t id, const char* what, const char* referrer, std::uint64_t referrer_id,
-                            MakeRow make_row) {
+  std::int64_t reach(std::unordered_map<std::uint64_t, ById<T>>& by_id, std::vector<Row>& rows, std::uint64_t id,
+                     const char* what, const char* referrer, std::uint64_t referrer_id, MakeRow make_row) {
     const auto it = by_id.find(id);
     if (it == by_id.end()) {
-      throw OtlpInvalidInput(std::string(referrer) + std::to_string(referrer_id) + " references " + what +
-                             " id " + std::to_string(id) + ", which the profile does not define");
+      invalid(std::string(referrer) + std::to_string(referrer_id) + " references " + what + " id " +
+              std::to_string(id) + ", which the profile does not define");
+      return 0;
     }
     if (it->second.index == 0) {
       const Row row = make_row(*it->second.item);  // may reach other tables first
@@ -279,8 +282,9 @@ class OtlpRequestBuilder {
   void add_sample(std::size_t i) {
     const Sample& sample = profile_.samples[i];
     if (sample.values.size() != profile_.sample_types.size()) {
-      throw OtlpInvalidInput("sample index " + std::to_string(i) + " has " + std::to_string(sample.values.size()) +
-                             " values for " + std::to_string(profile_.sample_types.size()) + " sample types");
+      invalid("sample index " + std::to_string(i) + " has " + std::to_string(sample.values.size()) + " values for " +
+              std::to_string(profile_.sample_types.size()) + " sample types");
+      return;
     }
     std::vector<std::int64_t> locations;
     locations.reserve(sample.location_ids.size());
@@ -452,6 +456,7 @@ class OtlpRequestBuilder {
   std::vector<SpanContext> links_{SpanContext{}};  // [0]: the zero link
   std::map<std::pair<std::array<std::uint8_t, 16>, std::array<std::uint8_t, 8>>, std::int64_t> link_index_;
   std::map<std::tuple<std::int64_t, std::int64_t, std::vector<std::int64_t>>, std::size_t> sample_index_;
+  std::string invalid_;
 };
 
 }  // namespace detail
@@ -462,28 +467,34 @@ inline bool encode_otlp_profiles_request(const Profile& profile, const OtlpSpanI
                                          const OtlpResource& resource, std::string& out,
                                          std::string& error) noexcept {
   out.clear();
-  try {
-    for (std::size_t i = 0; i < resource.attributes.size(); ++i) {
+  SPANPROF_TRY {
+    std::string invalid;
+    for (std::size_t i = 0; i < resource.attributes.size() && invalid.empty(); ++i) {
       for (std::size_t j = 0; j < i; ++j) {
         if (resource.attributes[i].first == resource.attributes[j].first) {
-          throw detail::OtlpInvalidInput("resource attribute '" + resource.attributes[i].first + "' appears twice");
+          invalid = "resource attribute '" + resource.attributes[i].first + "' appears twice";
+          break;
         }
       }
     }
-    const detail::OtlpRequestBuilder builder(profile, identity);
-    detail::ProtobufWriter writer(out);
-    builder.write(writer, resource);
-    return true;
-  } catch (const std::exception& e) {
-    const bool invalid = dynamic_cast<const detail::OtlpInvalidInput*>(&e) != nullptr;
-    detail::set_error_message(error, invalid ? "otlp: invalid input: " : "otlp: encoding failed: ");
-    try {
-      error += e.what();
-    } catch (...) {
+    if (invalid.empty()) {
+      const detail::OtlpRequestBuilder builder(profile, identity);
+      if (builder.invalid_input().empty()) {
+        detail::ProtobufWriter writer(out);
+        builder.write(writer, resource);
+        return true;
+      }
+      invalid = builder.invalid_input();
     }
-  } catch (...) {
-    detail::set_error_message(error, "otlp: encoding failed");
+    detail::set_error_message(error, "otlp: invalid input: ");
+    error += invalid;
   }
+  SPANPROF_CATCH_STD(e) {
+    detail::set_error_message(error, "otlp: encoding failed: ");
+    SPANPROF_TRY { error += e.what(); }
+    SPANPROF_CATCH_ALL {}
+  }
+  SPANPROF_CATCH_ALL { detail::set_error_message(error, "otlp: encoding failed"); }
   out.clear();
   return false;
 }

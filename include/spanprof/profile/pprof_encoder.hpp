@@ -196,16 +196,16 @@ inline std::string encode_pprof(const Profile& profile) {
 // says why (the caller decides whether to report it as encoding_failed).
 inline bool encode_pprof_gzip(const Profile& profile, std::string& out, std::string& error) noexcept {
   out.clear();
-  try {
+  SPANPROF_TRY {
     const std::string raw = encode_pprof(profile);
     return detail::gzip_compress(raw, out, error);
-  } catch (const std::exception& e) {
+  } SPANPROF_CATCH_STD(e) {
     detail::set_error_message(error, "pprof: encoding failed: ");
-    try {
+    SPANPROF_TRY {
       error += e.what();
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
     }
-  } catch (...) {
+  } SPANPROF_CATCH_ALL {
     detail::set_error_message(error, "pprof: encoding failed");
   }
   out.clear();

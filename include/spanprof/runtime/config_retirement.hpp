@@ -57,9 +57,9 @@ class ConfigRetirement {
   // Under the runtime's lifecycle mutex, like every call below.
   void retire(std::unique_ptr<RunningConfig> config) noexcept {
     if (!config) return;
-    try {
+    SPANPROF_TRY {
       retired_.push_back(std::move(config));
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       (void)config.release();  // kept forever rather than freed under a reader
     }
   }
@@ -80,9 +80,9 @@ class ConfigRetirement {
       CounterRegistry& registry = counter_registry();
       std::lock_guard<std::mutex> lock(registry.mutex);
       if (!all_sections_passed(registry)) return;
-      try {
+      SPANPROF_TRY {
         freed.reserve(retired_.size());
-      } catch (...) {
+      } SPANPROF_CATCH_ALL {
         return;
       }
       std::size_t kept = 0;

@@ -13,6 +13,7 @@
 #ifndef SPANPROF_RUNTIME_ENVIRONMENT_HPP_
 #define SPANPROF_RUNTIME_ENVIRONMENT_HPP_
 
+#include <spanprof/base/error.hpp>
 #include <spanprof/base/text.hpp>
 #include <spanprof/capture/engines.hpp>
 #include <spanprof/config.hpp>
@@ -33,13 +34,6 @@
 #include <sys/stat.h>
 
 SPANPROF_NAMESPACE_BEGIN
-
-// A setting whose value was refused, from the environment or from code, and what
-// was done instead.
-struct ConfigurationProblem {
-  std::string setting;  // the variable ("SPANPROF_FREQUENCY") or the option ("frequency_hz")
-  std::string message;  // one line: the value, why it is wrong, what is used instead
-};
 
 namespace detail {
 
@@ -505,7 +499,7 @@ inline ConfigurationProblem environment_problem(const char* name, std::string_vi
 // memory leaves what was read so far.
 inline EnvironmentSettings read_environment(std::initializer_list<EnvironmentGroup> groups = {}) noexcept {
   EnvironmentSettings settings;
-  try {
+  SPANPROF_TRY {
     for (const EnvironmentVariable& variable : environment_variables) {
       if (groups.size() != 0 && std::find(groups.begin(), groups.end(), variable.group) == groups.end()) continue;
       if (!is_set(variable.name) || (variable.in_effect != nullptr && !variable.in_effect())) continue;
@@ -522,7 +516,7 @@ inline EnvironmentSettings read_environment(std::initializer_list<EnvironmentGro
         settings.problems.push_back(environment_problem(variable.name, raw, why, "using the default"));
       }
     }
-  } catch (...) {
+  } SPANPROF_CATCH_ALL {
   }
   return settings;
 }

@@ -69,7 +69,13 @@ SPANPROF_API inline GuardHostState& guard_host_state() noexcept {
   return state;
 }
 
-SPANPROF_NOINLINE inline void config_for_first_guard() noexcept {
+// With SPANPROF_COMPILED_LIB defined in the compiled library: a guard's reference
+// to it is what links the library's runtime into a program that never calls
+// start() (a static library's object is linked only when referenced).
+#if !SPANPROF_DEFINE_RUNTIME
+SPANPROF_API void config_for_first_guard() noexcept;
+#else
+SPANPROF_API SPANPROF_NOINLINE SPANPROF_LIB_INLINE void config_for_first_guard() noexcept {
   GuardHostState& state = guard_host_state();
   if (GuardHost* host = state.host.load(std::memory_order_acquire)) {
     host->start_for_guard();
@@ -81,6 +87,7 @@ SPANPROF_NOINLINE inline void config_for_first_guard() noexcept {
                  "in one source file; nothing is profiled");
   }
 }
+#endif
 
 // This thread's counters and configuration reader, registered; null on a thread
 // whose counters are already gone (a guard in a late thread-exit destructor),

@@ -394,7 +394,7 @@ inline bool load_elf_symbols_from(const ElfBytes& bytes, std::uintptr_t bias, bo
 // `error` when the file cannot be opened or is not a valid ELF64; never throws.
 inline bool load_elf_function_symbols(const std::string& path, std::uintptr_t bias, std::vector<ElfSymbol>& out,
                                       std::string& error) noexcept {
-  try {
+  SPANPROF_TRY {
     out.clear();
     error.clear();
     ElfFileBytes file;
@@ -405,11 +405,11 @@ inline bool load_elf_function_symbols(const std::string& path, std::uintptr_t bi
     }
     finalize_elf_symbols(out);
     return true;
-  } catch (...) {
+  } SPANPROF_CATCH_ALL {
     out.clear();
-    try {
+    SPANPROF_TRY {
       error = "out of memory while reading symbols";
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
     }
     return false;
   }
@@ -475,7 +475,7 @@ class ElfSymbolizer final : public Symbolizer {
   ElfSymbolizer& operator=(const ElfSymbolizer&) = delete;
 
   ResolvedFrame resolve(std::uintptr_t address) noexcept override {
-    try {
+    SPANPROF_TRY {
       if (!scanned_) rescan();
       if (const auto cached = cache_.find(address); cached != cache_.end()) return cached->second;
       const Range* range = find_range(address);
@@ -505,18 +505,18 @@ class ElfSymbolizer final : public Symbolizer {
       if (cache_.size() >= max_cached_addresses) cache_.clear();
       cache_.emplace(address, frame);
       return frame;
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       report_error(ErrorCode::internal, "ELF symbolizer failed internally (out of memory?)");
       return {};
     }
   }
 
   void refresh() noexcept override {
-    try {
+    SPANPROF_TRY {
       rescan();
       // Callers were told views die here, so objects kept alive for them can go.
       retired_.clear();
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       report_error(ErrorCode::internal, "ELF symbolizer failed to rescan loaded objects (out of memory?)");
     }
   }
@@ -864,9 +864,9 @@ class ElfSymbolizer final : public Symbolizer {
 // The default symbolizer: reads the ELF symbol tables of the objects loaded in
 // this process. Returns nullptr only when even this small allocation fails.
 inline std::unique_ptr<Symbolizer> make_elf_symbolizer() noexcept {
-  try {
+  SPANPROF_TRY {
     return std::make_unique<detail::ElfSymbolizer>();
-  } catch (...) {
+  } SPANPROF_CATCH_ALL {
     return nullptr;
   }
 }

@@ -54,9 +54,9 @@ class CallbackSymbolizer final : public Symbolizer {
 
   ResolvedFrame resolve(std::uintptr_t address) noexcept override {
     if (!callback_) return {};
-    try {
+    SPANPROF_TRY {
       return callback_(address);
-    } catch (...) {
+    } SPANPROF_CATCH_ALL {
       // User code threw; the frame stays unnamed rather than the profile being lost.
       report_error(ErrorCode::internal, "symbolizer callback threw an exception");
       return {};
