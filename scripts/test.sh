@@ -3,14 +3,14 @@
 #   1. fails if single_include/ is stale,
 #   2. CMake build (-Werror) + tests against include/, examples and benchmarks,
 #      linking the compiled library (the runtime compiled once: SPANPROF_COMPILED_LIB),
-#   3. the end-to-end tests against the single header, header-only,
-#   4. Meson build (its compiled_lib option) + tests,
-#   5. tests under AddressSanitizer + UndefinedBehaviorSanitizer, then under
+#   3. Meson build: the single header compiled into the library, the end-to-end
+#      tests and the examples,
+#   4. tests under AddressSanitizer + UndefinedBehaviorSanitizer, then under
 #      ThreadSanitizer, and every fuzz target for a few seconds,
-#   6. every way to consume spanprof (tests/consumers/run.sh): find_package,
+#   5. every way to consume spanprof (tests/consumers/run.sh): find_package,
 #      add_subdirectory, FetchContent, Meson subproject, pkg-config, the single
 #      header as the README says, profiling compiled out, strict warnings,
-#   7. the benchmarks, briefly, to prove they run (and one round of the server benchmark).
+#   6. the benchmarks, briefly, to prove they run (and one round of the server benchmark).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -32,14 +32,13 @@ cmake -S . -B $out/cmake -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_
 cmake --build $out/cmake -j "$jobs"
 (cd $out/cmake && ctest --output-on-failure)
 
-step "CMake: tests against single_include/, header-only"
-cmake -S . -B $out/single -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$warnings" \
-  -DSPANPROF_USE_SINGLE_HEADER=ON -DSPANPROF_PROGRAMS_USE_COMPILED_LIB=OFF -DSPANPROF_BUILD_EXAMPLES=OFF -DSPANPROF_BUILD_BENCHMARKS=OFF >/dev/null
-cmake --build $out/single -j "$jobs"
-(cd $out/single && ctest --output-on-failure)
-
-step "Meson: tests and examples"
-if [ ! -d $out/meson ]; then meson setup $out/meson -Dwerror=true -Dbenchmarks=disabled -Dcompiled_lib=true >/dev/null; fi
+step "Meson: the single header, the compiled library, end-to-end tests and examples"
+# The unit suites ran above; what Meson adds is its own build description, and the
+# single header compiled into the library (header-only, it is built and run by the
+# consumers below, as the README says).
+if [ ! -d $out/meson ]; then
+  meson setup $out/meson -Dwerror=true -Dbenchmarks=disabled -Dsingle_header=true -Dcompiled_lib=true >/dev/null
+fi
 meson compile -C $out/meson -j "$jobs"
 meson test -C $out/meson --print-errorlogs
 
@@ -47,7 +46,7 @@ step "AddressSanitizer + UndefinedBehaviorSanitizer"
 # No -Werror here: at -O1 with sanitizers g++ 12 warns inside Catch2 v2 itself.
 # No tcmalloc: ASan must be the allocator; the heap tests then check the refusal.
 cmake -S . -B $out/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
-  -DCMAKE_CXX_FLAGS="-O1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
+  -DCMAKE_CXX_FLAGS="-O1 -g1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
   -DSPANPROF_BUILD_EXAMPLES=OFF -DSPANPROF_BUILD_BENCHMARKS=OFF -DSPANPROF_TCMALLOC=OFF >/dev/null
 cmake --build $out/asan -j "$jobs"
 (cd $out/asan && ctest --output-on-failure)
@@ -57,7 +56,7 @@ step "ThreadSanitizer"
 # spanprof's operator new/delete hooks. fork() is left out: TSan's runtime does not
 # support a child of a multi-threaded process that goes on running threads.
 cmake -S . -B $out/tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
-  -DCMAKE_CXX_FLAGS="-O1 -g1 -fsanitize=thread -fno-omit-frame-pointer" \
+  -DCMAKE_CXX_FLAGS="-O1 -g1 -fsanitize=thread -fno-omit-frame-pointer" -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
   -DSPANPROF_BUILD_EXAMPLES=OFF -DSPANPROF_BUILD_BENCHMARKS=OFF -DSPANPROF_TCMALLOC=OFF >/dev/null
 cmake --build $out/tsan -j "$jobs"
 (cd $out/tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure)

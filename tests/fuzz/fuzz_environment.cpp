@@ -21,6 +21,7 @@
 #include <spanprof/base/text.hpp>
 #include <spanprof/runtime/environment.hpp>
 #include <spanprof/runtime/options.hpp>
+#include <spanprof/runtime/options-inl.hpp>
 
 #include <signal.h>
 #include <stdlib.h>
