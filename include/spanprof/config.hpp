@@ -82,18 +82,17 @@
 #define SPANPROF_HAS_RTTI 0
 #endif
 
-// Singletons live in inline functions; with default visibility they stay one
-// per process even when several shared libraries include spanprof.
+// Default visibility: singletons live in inline functions and stay one per
+// process even when several shared objects include spanprof (the namespace
+// carries it, below; a declaration outside the namespace says it itself).
 #if defined(__GNUC__)
 #define SPANPROF_API __attribute__((visibility("default")))
-#define SPANPROF_VISIBLE __attribute__((visibility("default")))
 #define SPANPROF_NOINLINE __attribute__((noinline))
 #define SPANPROF_ALWAYS_INLINE __attribute__((always_inline))
 #define SPANPROF_LIKELY(x) __builtin_expect(!!(x), 1)
 #define SPANPROF_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #else
 #define SPANPROF_API
-#define SPANPROF_VISIBLE
 #define SPANPROF_NOINLINE
 #define SPANPROF_ALWAYS_INLINE
 #define SPANPROF_LIKELY(x) (x)
@@ -119,7 +118,7 @@
 // guard would use its own thread state beside the runtime it shares.
 #define SPANPROF_NAMESPACE_BEGIN \
   namespace spanprof {           \
-  inline namespace SPANPROF_ABI_NAMESPACE SPANPROF_VISIBLE {
+  inline namespace SPANPROF_ABI_NAMESPACE SPANPROF_API {
 #define SPANPROF_NAMESPACE_END \
   }                            \
   }
