@@ -175,16 +175,16 @@ std::string id_bytes(const std::string& hex) {
 // ---- the profile under test ----------------------------------------------------------
 
 
-spanprof::OtlpSpanIdentity identity() {
-  spanprof::OtlpSpanIdentity id;
-  id.span.trace_id = spanprof::TraceId::from_hex(trace_hex);
-  id.span.span_id = spanprof::SpanId::from_hex(span_hex);
-  id.span_name = "POST /checkout";
-  id.kind = spanprof::ProfileKind::cpu;
-  id.start_unix_ns = start_ns;
-  id.duration_ns = duration_ns;
-  id.reason = "slow";
-  return id;
+spanprof::SpanRecord record() {
+  spanprof::SpanRecord span;
+  span.span.trace_id = spanprof::TraceId::from_hex(trace_hex);
+  span.span.span_id = spanprof::SpanId::from_hex(span_hex);
+  span.span_name = "POST /checkout";
+  span.kind = spanprof::ProfileKind::cpu;
+  span.start_unix_ns = start_ns;
+  span.duration_ns = duration_ns;
+  span.reason = spanprof::ProfileReason::slow;
+  return span;
 }
 
 spanprof::OtlpResource resource() { return {{{"service.name", "checkout"}, {"service.version", "1.2.3"}}}; }
@@ -211,21 +211,19 @@ spanprof::Profile cpu_profile() {
   p.functions = {{1, "hot_function", "_Z12hot_functionv", "service.cpp"}, {2, "main", "main", "service.cpp"}};
   p.locations = {{1, 1, 0x401234, 1}, {2, 1, 0x402345, 2}};
 
-  std::vector<spanprof::Label> labels = {string_label("trace_id", trace_hex), string_label("span_id", span_hex),
-                                         string_label("span_name", "POST /checkout"),
-                                         string_label("profile_reason", "slow")};
-  p.samples.push_back({{1, 2}, {1, ten_ms}, labels});
-  p.samples.push_back({{1, 2}, {2, 2 * ten_ms}, labels});
+  // Every sample belongs to the span's record, which gives it the span's labels.
+  p.spans = {record()};
+  p.samples.push_back({{1, 2}, {1, ten_ms}, {}, 1});
+  p.samples.push_back({{1, 2}, {2, 2 * ten_ms}, {}, 1});
   spanprof::Label thread;
   thread.key = "thread_id";
   thread.num = 4242;
   thread.is_num = true;
-  p.samples.push_back({{2}, {1, ten_ms}, labels});
-  p.samples.back().labels.push_back(thread);
+  p.samples.push_back({{2}, {1, ten_ms}, {thread}, 1});
   return p;
 }
 
-std::string encode_ok(const spanprof::Profile& profile, const spanprof::OtlpSpanIdentity& id = identity()) {
+std::string encode_ok(const spanprof::Profile& profile, const spanprof::SpanRecord& id = record()) {
   std::string out, error;
   const bool ok = spanprof::encode_otlp_profiles_request(profile, id, resource(), out, error);
   INFO(error);
@@ -495,33 +493,26 @@ TEST_CASE("an empty OTLP profile is a valid request with zero samples", "[otlp]"
 }
 
 TEST_CASE("a span without ids leaves samples unlinked", "[otlp]") {
-  spanprof::OtlpSpanIdentity id = identity();
+  spanprof::SpanRecord id = record();
   id.span = spanprof::SpanContext{};
   spanprof::Profile profile = cpu_profile();
-  for (auto& sample : profile.samples) {
-    std::vector<spanprof::Label> kept;
-    for (auto& label : sample.labels)
-      if (label.key != "trace_id" && label.key != "span_id") kept.push_back(label);
-    sample.labels = kept;
-  }
+  profile.spans = {id};
   const DecodedRequest r = decode(encode_ok(profile, id));
   REQUIRE(r.links.size() == 1);
   for (const DecodedProfile& p : r.profiles)
     for (const DecodedSample& s : p.samples) CHECK(s.link == 0);
 }
 
-TEST_CASE("samples of several spans link to their own span; the identity's is the fallback", "[otlp]") {
+TEST_CASE("samples of several spans link to their own span; the request's record is the fallback", "[otlp]") {
   spanprof::Profile profile = cpu_profile();
   const std::string other_span = "1111111111111111";
-  for (auto& label : profile.samples[1].labels)
-    if (label.key == "span_id") label.str = other_span;
-  std::vector<spanprof::Label> no_ids;
-  for (auto& label : profile.samples[2].labels)
-    if (label.key != "trace_id" && label.key != "span_id") no_ids.push_back(label);
-  profile.samples[2].labels = no_ids;
-  spanprof::OtlpSpanIdentity batch = identity();
-  const DecodedRequest r = decode(encode_ok(profile, batch));
-  // The zero link, the identity's span (sample 0 and, by fallback, sample 2), the other span.
+  spanprof::SpanRecord other = record();
+  other.span.span_id = spanprof::SpanId::from_hex(other_span);
+  profile.spans.push_back(other);
+  profile.samples[1].span = 2;
+  profile.samples[2].span = 0;
+  const DecodedRequest r = decode(encode_ok(profile, record()));
+  // The zero link, the record's span (sample 0 and, by fallback, sample 2), the other span.
   REQUIRE(r.links.size() == 3);
   CHECK(r.links[1].second == id_bytes(span_hex));
   CHECK(r.links[2].second == id_bytes(other_span));
@@ -562,28 +553,33 @@ TEST_CASE("OTLP encoding rejects inconsistent input with a clear error", "[otlp]
     expected = "resource attribute 'service.name' appears twice";
   }
   std::string out = "stale", error;
-  CHECK_FALSE(spanprof::encode_otlp_profiles_request(p, identity(), res, out, error));
+  CHECK_FALSE(spanprof::encode_otlp_profiles_request(p, record(), res, out, error));
   CHECK(out.empty());
   INFO(error);
   CHECK(error.rfind("otlp: invalid input: ", 0) == 0);
   CHECK(error.find(expected) != std::string::npos);
 }
 
-TEST_CASE("otlp_span_identity takes what the encoder needs from a RawProfile", "[otlp]") {
+TEST_CASE("the encoder takes the record a guard built as is: a RawProfile's, ids as bytes", "[otlp]") {
   spanprof::RawProfile raw;
-  raw.kind = spanprof::ProfileKind::heap;
+  raw.kind = spanprof::ProfileKind::cpu;
   raw.span.trace_id = spanprof::TraceId::from_hex(trace_hex);
   raw.span.span_id = spanprof::SpanId::from_hex(span_hex);
   raw.span_name = "GET /cart";
-  raw.start_unix_ns = start_ns;
+  raw.start_unix_ns = start_ns + 7;
   raw.duration_ns = duration_ns;
   raw.reason = spanprof::ProfileReason::error;
-  const spanprof::OtlpSpanIdentity id = spanprof::otlp_span_identity(raw);
-  CHECK(id.span.trace_id == raw.span.trace_id);
-  CHECK(id.span.span_id == raw.span.span_id);
-  CHECK(id.span_name == "GET /cart");
-  CHECK(id.kind == spanprof::ProfileKind::heap);
-  CHECK(id.start_unix_ns == start_ns);
-  CHECK(id.duration_ns == duration_ns);
-  CHECK(id.reason == "error");
+  spanprof::Profile profile = cpu_profile();
+  profile.spans = {raw};
+  const DecodedRequest r = decode(encode_ok(profile, raw));
+  REQUIRE(r.links.size() == 2);
+  CHECK(r.links[1].first == id_bytes(trace_hex));
+  CHECK(r.links[1].second == id_bytes(span_hex));
+  for (const DecodedProfile& p : r.profiles) {
+    CHECK(p.time == static_cast<std::uint64_t>(start_ns + 7));
+    const auto profile_attributes = attributes(r, p.attributes);
+    CHECK(profile_attributes.at("span_name") == "GET /cart");
+    CHECK(profile_attributes.at("profile_reason") == "error");
+    for (const DecodedSample& sample : p.samples) CHECK(attributes(r, sample.attributes).at("span_id") == span_hex);
+  }
 }

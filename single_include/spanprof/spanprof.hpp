@@ -209,6 +209,17 @@ SPANPROF_NAMESPACE_END
 
 SPANPROF_NAMESPACE_BEGIN
 
+namespace detail {
+// Assigning a message can itself run out of memory; the error path must not throw.
+inline void set_error_message(std::string& error, std::string_view message) noexcept {
+  SPANPROF_TRY {
+    error.assign(message.data(), message.size());
+  } SPANPROF_CATCH_ALL {
+    error.clear();
+  }
+}
+}  // namespace detail
+
 enum class ErrorCode : std::uint8_t {
   invalid_span_context,   // a guard was given an invalid trace or span id
   invalid_traceparent,    // a traceparent header failed strict W3C parsing
@@ -676,9 +687,12 @@ SPANPROF_NAMESPACE_END
 // ---- begin spanprof/profile/profile.hpp ----
 // The profile data model, between capture and encoding.
 //
-// RawProfile is what a request thread hands over: span identity, timing and the
-// sampled stacks as bare program counters. Profile is the symbolized form, shaped
-// like pprof's profile.proto so encoders translate it field by field.
+// SpanRecord is one span's profile as the guard describes it: built once when the
+// guard closes, then carried as is by batching, both encoders, the spool and every
+// uploader (the ids stay bytes until an encoder writes them). RawProfile is a
+// record with the sampled stacks as bare program counters; Profile is the
+// symbolized form, shaped like pprof's profile.proto so encoders translate it
+// field by field, with the records of the spans its samples belong to.
 #ifndef SPANPROF_PROFILE_PROFILE_HPP_
 #define SPANPROF_PROFILE_PROFILE_HPP_
 
@@ -686,6 +700,7 @@ SPANPROF_NAMESPACE_END
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 SPANPROF_NAMESPACE_BEGIN
@@ -763,17 +778,24 @@ struct RawSample {
   std::vector<std::uintptr_t> frames;
 };
 
-struct RawProfile {
+// One span's profile, described once. RawProfile and EncodedProfile (uploader.hpp)
+// are this record plus what their stage adds; batching keeps one per span; the
+// spool stores every field (spool.hpp fails to compile when one is added).
+struct SpanRecord {
   ProfileKind kind = ProfileKind::cpu;
-  SpanContext span;
+  SpanContext span;                // the ids, as bytes
   std::string span_name;
+  ProfileReason reason = ProfileReason::sampled;  // why it was kept
   std::int64_t start_unix_ns = 0;  // wall clock at guard open
   std::int64_t duration_ns = 0;    // wall time the guard was open
   std::int64_t period_ns = 0;      // CPU: CPU time one sample stands for; wall: the mean wall interval
   std::int64_t heap_interval_bytes = 0;  // mean bytes between heap samples; 0: every allocation
-  std::uint64_t dropped_samples = 0;  // samples lost to a full buffer
   std::string engine;              // "sampling:perf_event", "classic", ...
-  ProfileReason reason = ProfileReason::sampled;  // why it was kept
+};
+
+// What a request thread hands over: the record and its stacks.
+struct RawProfile : SpanRecord {
+  std::uint64_t dropped_samples = 0;  // samples lost to a full buffer
   std::vector<RawSample> samples;
 };
 
@@ -819,11 +841,9 @@ struct Location {
 struct Sample {
   std::vector<std::uint64_t> location_ids;  // innermost first
   std::vector<std::int64_t> values;
-  std::vector<Label> labels;
-  // Labels shared by many samples (a span's, in a profile that merges spans):
-  // Profile::label_sets[label_set - 1]; 0 for none. A sample's labels are
-  // `labels` followed by these (for_each_label() visits both).
-  std::uint32_t label_set = 0;
+  std::vector<Label> labels;  // its own; its span's follow (for_each_label)
+  // The span it belongs to: Profile::spans[span - 1]; 0 for none.
+  std::uint32_t span = 0;
 };
 
 struct Profile {
@@ -838,15 +858,64 @@ struct Profile {
   std::int64_t period = 0;
   std::vector<std::string> comments;
   std::string default_sample_type;
-  std::vector<std::vector<Label>> label_sets;  // see Sample::label_set
+  // The spans the samples belong to (Sample::span): one for a span's profile,
+  // every span of a window for a batched one.
+  std::vector<SpanRecord> spans;
 };
 
-// Calls `visit(const Label&)` for each label of `sample`: its own, then its set's.
+namespace detail {
+// The labels a span gives each of its samples; Pyroscope and Grafana match on
+// these names.
+inline constexpr const char* trace_id_label = "trace_id";
+inline constexpr const char* span_id_label = "span_id";
+inline constexpr const char* span_name_label = "span_name";
+inline constexpr const char* profile_reason_label = "profile_reason";
+}  // namespace detail
+
+// The record `sample` belongs to, or null.
+inline const SpanRecord* span_of(const Profile& profile, const Sample& sample) noexcept {
+  return sample.span != 0 && sample.span <= profile.spans.size() ? &profile.spans[sample.span - 1] : nullptr;
+}
+
+// Calls `visit(key, value)` with each label a span gives its samples, its ids in
+// lowercase hex: where the record's bytes become text, for the encoders.
+template <class Visit>
+void for_each_span_label(const SpanRecord& record, Visit&& visit) {
+  visit(detail::trace_id_label, std::string_view(record.span.trace_id.to_hex()));
+  visit(detail::span_id_label, std::string_view(record.span.span_id.to_hex()));
+  if (!record.span_name.empty()) visit(detail::span_name_label, std::string_view(record.span_name));
+  visit(detail::profile_reason_label, to_string(record.reason));
+}
+
+// Calls `visit(const Label&)` for each label of `sample`: its own, then its span's.
 template <class Visit>
 void for_each_label(const Profile& profile, const Sample& sample, Visit&& visit) {
   for (const Label& label : sample.labels) visit(label);
-  if (sample.label_set != 0 && sample.label_set <= profile.label_sets.size())
-    for (const Label& label : profile.label_sets[sample.label_set - 1]) visit(label);
+  if (const SpanRecord* record = span_of(profile, sample)) {
+    for_each_span_label(*record, [&](const char* key, std::string_view value) {
+      Label label;
+      label.key = key;
+      label.str = std::string(value);
+      visit(static_cast<const Label&>(label));
+    });
+  }
+}
+
+// Gives every sample its span's labels as its own and forgets the records: for a
+// caller that rewrites labels (Pyroscope's drop and rename) before encoding.
+inline void materialize_span_labels(Profile& profile) {
+  for (Sample& sample : profile.samples) {
+    if (const SpanRecord* record = span_of(profile, sample)) {
+      for_each_span_label(*record, [&](const char* key, std::string_view value) {
+        Label label;
+        label.key = key;
+        label.str = std::string(value);
+        sample.labels.push_back(std::move(label));
+      });
+    }
+    sample.span = 0;
+  }
+  profile.spans.clear();
 }
 
 SPANPROF_NAMESPACE_END
@@ -854,19 +923,27 @@ SPANPROF_NAMESPACE_END
 #endif  // SPANPROF_PROFILE_PROFILE_HPP_
 // ---- end spanprof/profile/profile.hpp ----
 // ---- begin spanprof/delivery/uploader.hpp ----
-// Where finished profiles go. Uploaders run on the background worker, never on a
-// request thread, so they may block on I/O; they must not throw (the base class
-// contains anything that escapes and reports it as a failure).
+// Where finished profiles go. An uploader is two hooks:
 //
-// Writing your own: derive from BasicUploader<std::mutex> and implement upload_()
-// — the base takes the lock, so an uploader never handles concurrency itself — or
-// wrap a lambda in CallbackUploader.
+//   class KafkaUploader final : public spanprof::Uploader {
+//    public:
+//     KafkaUploader() : Uploader("kafka") {}
+//    protected:
+//     spanprof::UploadResult do_send(const spanprof::EncodedProfile& profile, const std::string& payload) override {
+//       return producer_.send(profile.span.trace_id.to_hex(), payload) ? spanprof::UploadResult::ok()
+//                                                                    : spanprof::UploadResult::retryable("kafka down");
+//     }
+//   };
 //
-// Two phases, so an outage costs no re-encoding: encode_payload() turns a profile
-// into the bytes the uploader sends (by default the gzip'd pprof), and
-// upload_payload() sends them, now or later from the spool, with the profile's
-// metadata only. An uploader that sends something else (the OTLP uploader sends an
-// ExportProfilesServiceRequest) overrides both; one that sends pprof needs neither.
+// and optionally do_flush() (push what you buffer). The base owns the rest: calls
+// come from spanprof's delivery thread one at a time, retries, backoff and the
+// spool are the sender's, failures go to the error channel, and an exception that
+// escapes a hook becomes a permanent failure of that profile, never the host's.
+//
+// The payload is the gzip'd pprof. An uploader that sends another wire format
+// (the OTLP uploader sends an ExportProfilesServiceRequest) also overrides
+// do_encode(): its bytes are made once, and kept as they are in the spool during
+// an outage, so a re-send never encodes again.
 #ifndef SPANPROF_DELIVERY_UPLOADER_HPP_
 #define SPANPROF_DELIVERY_UPLOADER_HPP_
 
@@ -882,25 +959,18 @@ SPANPROF_NAMESPACE_END
 
 SPANPROF_NAMESPACE_BEGIN
 
-// A finished profile, encoded and ready to send: one span's, or (batched delivery)
-// the merged spans of a window, whose `span` is then invalid, `span_name` empty and
+// A finished profile, encoded and ready to send: one span's record, or (batched
+// delivery) a window's, whose `span` is then invalid, `span_name` empty and
 // `span_count` the number of spans; each sample carries its own span's labels.
-struct EncodedProfile {
-  ProfileKind kind = ProfileKind::cpu;
-  SpanContext span;
-  std::string span_name;
-  std::int64_t start_unix_ns = 0;
-  std::int64_t duration_ns = 0;
-  std::int64_t period_ns = 0;            // CPU: CPU time one sample stands for
-  std::int64_t heap_interval_bytes = 0;  // heap: mean bytes between samples (0: every allocation)
+struct EncodedProfile : SpanRecord {
   std::size_t sample_count = 0;
-  std::size_t span_count = 1;            // spans merged into this profile
-  std::string engine;
-  ProfileReason reason = ProfileReason::sampled;  // also the `profile_reason` label of every sample
-  std::string pprof_gzip;  // a gzip-compressed profile.proto, as `go tool pprof` reads it
-  // The symbolized profile the bytes were encoded from; valid only during upload()
-  // and encode_payload() (null when a spooled payload is sent again).
-  // Lets an uploader log a summary or re-encode without decoding.
+  std::size_t span_count = 1;  // spans merged into this profile
+  // A gzip-compressed profile.proto, as `go tool pprof` reads it. Empty when a
+  // payload another do_encode() made is sent again from the spool.
+  std::string pprof_gzip;
+  // The symbolized profile the bytes were encoded from; valid only during the
+  // call (null when a spooled payload is sent again). Lets an uploader log a
+  // summary or re-encode without decoding.
   const Profile* profile = nullptr;
   // Set while spanprof shuts down: an uploader in a slow call should give up (the
   // profile is then spooled, if a spool is configured). May be null.
@@ -921,127 +991,111 @@ struct UploadResult {
 
 class Uploader {
  public:
+  // `delivery`: one profile per span, or the spans of a window merged
+  // (delivery_policy.hpp).
+  explicit Uploader(std::string name, Delivery delivery = Delivery::per_span()) noexcept
+      : name_(std::move(name)), delivery_(delivery) {}
   virtual ~Uploader() = default;
-  virtual std::string_view name() const noexcept = 0;
-  // One call that encodes and sends: encode_payload() then upload_payload().
-  virtual UploadResult upload(const EncodedProfile& profile) noexcept = 0;
-  // The bytes this uploader sends for `profile`, into `payload` (by default the
-  // gzip'd pprof). False (with `error`): this profile cannot be sent by this
-  // uploader, and never will be.
-  virtual bool encode_payload(const EncodedProfile& profile, std::string& payload, std::string& error) noexcept {
-    SPANPROF_TRY {
-      payload = profile.pprof_gzip;
-      return true;
-    } SPANPROF_CATCH_ALL {
-      error = "out of memory copying a payload";
-      return false;
-    }
-  }
-  // Sends a payload encode_payload() made, now or after a restart (from the spool).
-  // Only the metadata of `profile` is set: pprof_gzip is empty, and `profile` points
-  // at the model the first time (null when a spooled payload is sent again).
-  // By default: upload() with the payload as the pprof.
-  virtual UploadResult upload_payload(const EncodedProfile& profile, const std::string& payload) noexcept {
-    SPANPROF_TRY {
-      EncodedProfile copy = profile;
-      copy.pprof_gzip = payload;
-      return upload(copy);
-    } SPANPROF_CATCH_ALL {
-      return UploadResult{UploadResult::Status::retryable_failure, {}};
-    }
-  }
-  // One profile per span, or the spans of a window merged (delivery_policy.hpp).
-  virtual Delivery delivery() const noexcept { return Delivery::per_span(); }
-};
+  Uploader(const Uploader&) = delete;
+  Uploader& operator=(const Uploader&) = delete;
 
-// No-op lock for uploaders that are known to be used from one thread only.
-struct NullMutex {
-  void lock() noexcept {}
-  void unlock() noexcept {}
-};
+  std::string_view name() const noexcept { return name_; }
+  Delivery delivery() const noexcept { return delivery_; }
 
-// Takes the lock around each call and turns an escaping exception into a
-// permanent failure. Implement upload_(); override encode_payload_() and
-// upload_payload_() too when what is sent is not the profile's pprof.
-template <class Mutex>
-class BasicUploader : public Uploader {
- public:
-  UploadResult upload(const EncodedProfile& profile) noexcept final {
-    return guarded([&] { return upload_(profile); });
-  }
-
-  bool encode_payload(const EncodedProfile& profile, std::string& payload, std::string& error) noexcept final {
+  // The bytes this uploader sends for `profile` (do_encode()). False, with
+  // `error`: this profile cannot be sent by this uploader, and never will be.
+  bool encode(const EncodedProfile& profile, std::string& payload, std::string& error) noexcept {
     SPANPROF_TRY {
-      std::lock_guard<Mutex> lock(mutex_);
-      return encode_payload_(profile, payload, error);
+      std::lock_guard<std::mutex> lock(mutex_);
+      return do_encode(profile, payload, error);
     } SPANPROF_CATCH_STD(e) {
-      error = std::string("uploader threw: ") + e.what();
+      detail::set_error_message(error, "uploader threw while encoding: ");
+      SPANPROF_TRY { error += e.what(); } SPANPROF_CATCH_ALL {}
     } SPANPROF_CATCH_ALL {
-      error = "uploader threw";
+      detail::set_error_message(error, "uploader threw while encoding");
     }
     return false;
   }
 
-  UploadResult upload_payload(const EncodedProfile& profile, const std::string& payload) noexcept final {
-    return guarded([&] { return upload_payload_(profile, payload); });
+  // Sends a payload encode() made, now or after a restart (from the spool, when
+  // only the record and counts of `profile` are known).
+  UploadResult send(const EncodedProfile& profile, const std::string& payload) noexcept {
+    return guarded([&] { return do_send(profile, payload); });
+  }
+
+  // encode() then send(): for a profile in hand (tools, tests).
+  UploadResult upload(const EncodedProfile& profile) noexcept {
+    std::string payload, error;
+    if (!encode(profile, payload, error)) return failed_with("", error.c_str());
+    return send(profile, payload);
+  }
+
+  // Pushes what the uploader buffers: spanprof::flush() and shutdown call it.
+  UploadResult flush() noexcept {
+    return guarded([&] { return do_flush(); });
   }
 
  protected:
-  virtual UploadResult upload_(const EncodedProfile& profile) = 0;
+  // The hook every uploader writes: deliver `payload` (the gzip'd pprof unless
+  // do_encode() says otherwise) for `profile`.
+  virtual UploadResult do_send(const EncodedProfile& profile, const std::string& payload) = 0;
 
-  // The default payload is the gzip'd pprof, sent by upload_().
-  virtual bool encode_payload_(const EncodedProfile& profile, std::string& payload, std::string&) {
+  // Optional: push what this uploader buffers.
+  virtual UploadResult do_flush() { return UploadResult::ok(); }
+
+  // Optional, for a wire format other than pprof: the bytes do_send() gets.
+  virtual bool do_encode(const EncodedProfile& profile, std::string& payload, std::string& error) {
+    static_cast<void>(error);
     payload = profile.pprof_gzip;
     return true;
-  }
-  virtual UploadResult upload_payload_(const EncodedProfile& profile, const std::string& payload) {
-    EncodedProfile copy = profile;
-    copy.pprof_gzip = payload;
-    return upload_(copy);
   }
 
  private:
   template <class Call>
   UploadResult guarded(Call call) noexcept {
     SPANPROF_TRY {
-      std::lock_guard<Mutex> lock(mutex_);
+      std::lock_guard<std::mutex> lock(mutex_);
       return call();
     } SPANPROF_CATCH_STD(e) {
-      return failed_with(e.what());
+      return failed_with("uploader threw: ", e.what());
     } SPANPROF_CATCH_ALL {
-      return failed_with("unknown exception");
+      return failed_with("uploader threw: ", "unknown exception");
     }
   }
 
-  static UploadResult failed_with(const char* what) noexcept {
+  static UploadResult failed_with(const char* context, const char* what) noexcept {
     SPANPROF_TRY {
-      return UploadResult::permanent(std::string("uploader threw: ") + what);
+      return UploadResult::permanent(std::string(context) + what);
     } SPANPROF_CATCH_ALL {
       return UploadResult{UploadResult::Status::permanent_failure, {}};
     }
   }
-  Mutex mutex_;
+
+  std::mutex mutex_;  // one call at a time, whichever thread makes it
+  const std::string name_;
+  const Delivery delivery_;
 };
 
-// An uploader from a lambda. Per span unless told otherwise:
+// An uploader from a lambda that takes the profile (its pprof in pprof_gzip).
+// Per span unless told otherwise:
 //   CallbackUploader(fn, "name", spanprof::Delivery::batched())
-class CallbackUploader final : public BasicUploader<std::mutex> {
+class CallbackUploader final : public Uploader {
  public:
   using Callback = std::function<UploadResult(const EncodedProfile&)>;
   explicit CallbackUploader(Callback callback, std::string name = "callback", Delivery delivery = Delivery::per_span())
-      : callback_(std::move(callback)), name_(std::move(name)), delivery_(delivery) {}
-  std::string_view name() const noexcept override { return name_; }
-  Delivery delivery() const noexcept override { return delivery_; }
+      : Uploader(std::move(name), delivery), callback_(std::move(callback)) {}
 
  protected:
-  UploadResult upload_(const EncodedProfile& profile) override {
-    return callback_ ? callback_(profile) : UploadResult::ok();
+  UploadResult do_send(const EncodedProfile& profile, const std::string& payload) override {
+    if (!callback_) return UploadResult::ok();
+    if (!profile.pprof_gzip.empty() || payload.empty()) return callback_(profile);
+    EncodedProfile resent = profile;  // from the spool: the payload is the pprof
+    resent.pprof_gzip = payload;
+    return callback_(resent);
   }
 
  private:
   Callback callback_;
-  std::string name_;
-  Delivery delivery_;
 };
 
 SPANPROF_NAMESPACE_END
@@ -1071,21 +1125,19 @@ SPANPROF_NAMESPACE_END
 
 SPANPROF_NAMESPACE_BEGIN
 
-class FileUploader final : public BasicUploader<std::mutex> {
+class FileUploader final : public Uploader {
  public:
   static constexpr const char* default_directory = "./profiles";
 
   // An empty directory means ./profiles. (SPANPROF_OUTPUT_DIR sets
   // Options::output_directory, where the default FileUploader writes.)
   explicit FileUploader(std::string directory = {}, Delivery delivery = Delivery::per_span())
-      : directory_(std::move(directory)), delivery_(delivery) {
+      : Uploader("file", delivery), directory_(std::move(directory)) {
     if (directory_.empty()) directory_ = default_directory;
     while (directory_.size() > 1 && directory_.back() == '/') directory_.pop_back();
   }
 
   const std::string& directory() const noexcept { return directory_; }
-  std::string_view name() const noexcept override { return "file"; }
-  Delivery delivery() const noexcept override { return delivery_; }
 
   // The name a profile is written under, relative to directory().
   static std::string file_name_for(const EncodedProfile& profile) {
@@ -1094,14 +1146,14 @@ class FileUploader final : public BasicUploader<std::mutex> {
   }
 
  protected:
-  UploadResult upload_(const EncodedProfile& profile) override {
+  UploadResult do_send(const EncodedProfile& profile, const std::string& payload) override {
     if (!detail::make_directories(directory_)) return failure("cannot create directory", directory_);
     const std::string final_path = directory_ + "/" + file_name_for(profile);
     const std::string temp_path = directory_ + "/." + file_name_for(profile) + ".tmp";
     const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) return failure("cannot create", temp_path);
-    const char* data = profile.pprof_gzip.data();
-    std::size_t left = profile.pprof_gzip.size();
+    const char* data = payload.data();
+    std::size_t left = payload.size();
     while (left > 0) {
       const ssize_t n = ::write(fd, data, left);
       if (n < 0 && errno == EINTR) continue;
@@ -1138,7 +1190,6 @@ class FileUploader final : public BasicUploader<std::mutex> {
   }
 
   std::string directory_;
-  Delivery delivery_;
 };
 
 SPANPROF_NAMESPACE_END
@@ -7414,15 +7465,6 @@ namespace detail {
 
 inline constexpr std::size_t default_gzip_max_output = std::size_t{256} << 20;  // 256 MiB
 
-// Assigning a message can itself run out of memory; the error path must not throw.
-inline void set_error_message(std::string& error, std::string_view message) noexcept {
-  SPANPROF_TRY {
-    error.assign(message.data(), message.size());
-  } SPANPROF_CATCH_ALL {
-    error.clear();
-  }
-}
-
 inline void set_zlib_error(std::string& error, std::string_view what, int code, const char* zlib_message) noexcept {
   SPANPROF_TRY {
     error.assign(what.data(), what.size());
@@ -7663,7 +7705,7 @@ SPANPROF_NAMESPACE_END
 // ---- begin spanprof/profile/profile_builder.hpp ----
 // Turns a RawProfile (bare program counters) into a symbolized Profile: one
 // Location per distinct address, one Function per distinct name, one Mapping per
-// loaded segment, and the span's labels on every sample.
+// loaded segment, and every sample tied to its span's record.
 #ifndef SPANPROF_PROFILE_PROFILE_BUILDER_HPP_
 #define SPANPROF_PROFILE_PROFILE_BUILDER_HPP_
 
@@ -7678,38 +7720,16 @@ SPANPROF_NAMESPACE_END
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
 
-// Names of the labels every sample carries; Pyroscope and Grafana match on them.
-inline constexpr const char* trace_id_label = "trace_id";
-inline constexpr const char* span_id_label = "span_id";
-inline constexpr const char* span_name_label = "span_name";
-inline constexpr const char* profile_reason_label = "profile_reason";
-
-inline Label string_label(std::string key, std::string value) {
-  Label label;
-  label.key = std::move(key);
-  label.str = std::move(value);
-  return label;
-}
-
-inline std::vector<Label> span_labels(const RawProfile& raw) {
-  std::vector<Label> labels;
-  labels.push_back(string_label(trace_id_label, raw.span.trace_id.to_hex()));
-  labels.push_back(string_label(span_id_label, raw.span.span_id.to_hex()));
-  if (!raw.span_name.empty()) labels.push_back(string_label(span_name_label, raw.span_name));
-  labels.push_back(string_label(profile_reason_label, std::string(to_string(raw.reason))));
-  return labels;
-}
-
 class ProfileBuilder {
  public:
   explicit ProfileBuilder(Symbolizer& symbolizer) noexcept : symbolizer_(symbolizer) {}
 
-  // One sample to build: its frames (innermost first), values, and its label set
-  // (1-based index into the label sets given to build()).
+  // One sample to build: its frames (innermost first), values, and its span
+  // (1-based index into the records given to build()).
   struct Sample {
     const std::vector<std::uintptr_t>* frames;
     const std::vector<std::int64_t>* values;
-    std::uint32_t label_set;
+    std::uint32_t span;
   };
 
   // One span's profile, its samples as recorded (profile_batch.hpp merges repeats).
@@ -7717,14 +7737,13 @@ class ProfileBuilder {
     std::vector<Sample> samples;
     samples.reserve(raw.samples.size());
     for (const RawSample& sample : raw.samples) samples.push_back({&sample.frames, &sample.values, 1});
-    return build(raw, samples, {span_labels(raw)}, comments);
+    return build(raw, samples, {static_cast<const SpanRecord&>(raw)}, comments);
   }
 
   // A profile of `header`'s kind, period and time span holding `samples`, each
-  // sample's labels shared through `label_sets` (a span's labels once per span,
-  // not once per sample).
-  Profile build(const RawProfile& header, const std::vector<Sample>& samples,
-                std::vector<std::vector<Label>> label_sets, const std::vector<std::string>& comments) {
+  // belonging to one of `spans`.
+  Profile build(const SpanRecord& header, const std::vector<Sample>& samples, std::vector<SpanRecord> spans,
+                const std::vector<std::string>& comments) {
     Profile profile;
     if (header.kind == ProfileKind::cpu) {
       profile.sample_types = {{"samples", "count"}, {"cpu", "nanoseconds"}};
@@ -7750,13 +7769,13 @@ class ProfileBuilder {
     profile.time_nanos = header.start_unix_ns;
     profile.duration_nanos = header.duration_ns;
     profile.comments = comments;
-    profile.label_sets = std::move(label_sets);
+    profile.spans = std::move(spans);
 
     profile.samples.reserve(samples.size());
     for (const Sample& in : samples) {
       spanprof::Sample sample;
       sample.values = *in.values;
-      sample.label_set = in.label_set;
+      sample.span = in.span;
       sample.location_ids.reserve(in.frames->size());
       for (std::size_t i = 0; i < in.frames->size(); ++i) {
         // Callers' frames hold return addresses, which may already belong to the
@@ -8085,6 +8104,7 @@ SPANPROF_NAMESPACE_END
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 SPANPROF_NAMESPACE_BEGIN
@@ -8171,13 +8191,44 @@ inline void write_pprof_label(ProtobufWriter& writer, const Label& label, PprofS
   });
 }
 
-inline void write_pprof_sample(ProtobufWriter& writer, const Profile& profile, const Sample& sample,
+// Each span's labels as string-table indices, interned once per span rather than
+// once per sample (a window merges thousands of samples of hundreds of spans).
+class PprofSpanLabels {
+ public:
+  PprofSpanLabels(const std::vector<SpanRecord>& spans, PprofStringTable& strings) {
+    hex_.reserve(2 * spans.size());  // the table views these strings: no reallocation
+    labels_.resize(spans.size());
+    for (std::size_t i = 0; i < spans.size(); ++i) {
+      for_each_span_label(spans[i], [&](const char* key, std::string_view value) {
+        if (key == trace_id_label || key == span_id_label) value = hex_.emplace_back(value);
+        labels_[i].push_back({strings.intern(key), strings.intern(value)});
+      });
+    }
+  }
+
+  void write(ProtobufWriter& sample, std::uint32_t span) const {
+    if (span == 0 || span > labels_.size()) return;
+    for (const auto& [key, value] : labels_[span - 1]) {
+      sample.message_field(pprof_field::sample::label, [&](ProtobufWriter& body) {
+        body.int64_field_if_nonzero(pprof_field::label::key, key);
+        body.int64_field_if_nonzero(pprof_field::label::str, value);
+      });
+    }
+  }
+
+ private:
+  std::vector<std::string> hex_;
+  std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> labels_;
+};
+
+inline void write_pprof_sample(ProtobufWriter& writer, const Sample& sample, const PprofSpanLabels& span_labels,
                                PprofStringTable& strings) {
   namespace f = pprof_field::sample;
   writer.message_field(pprof_field::profile::sample, [&](ProtobufWriter& body) {
     body.packed_uint64_field(f::location_id, sample.location_ids);
     body.packed_int64_field(f::value, sample.values);
-    for_each_label(profile, sample, [&](const Label& label) { write_pprof_label(body, label, strings); });
+    for (const Label& label : sample.labels) write_pprof_label(body, label, strings);
+    span_labels.write(body, sample.span);
   });
 }
 
@@ -8232,7 +8283,8 @@ inline std::string encode_pprof(const Profile& profile) {
   for (const ValueType& type : profile.sample_types) {
     detail::write_pprof_value_type(writer, f::sample_type, type, strings);
   }
-  for (const Sample& sample : profile.samples) detail::write_pprof_sample(writer, profile, sample, strings);
+  const detail::PprofSpanLabels span_labels(profile.spans, strings);
+  for (const Sample& sample : profile.samples) detail::write_pprof_sample(writer, sample, span_labels, strings);
   for (const Mapping& mapping : profile.mappings) detail::write_pprof_mapping(writer, mapping, strings);
   for (const Location& location : profile.locations) detail::write_pprof_location(writer, location);
   for (const Function& function : profile.functions) detail::write_pprof_function(writer, function, strings);
@@ -8308,10 +8360,10 @@ SPANPROF_NAMESPACE_END
 //    KeyValueAndUnit entries in attribute_table, and link_index naming the span.
 //  - link_table = {zero link, one link per span}: the trace <-> profile join
 //    that OTLP receivers use instead of pprof's trace_id/span_id labels (which
-//    stay as attributes for Pyroscope-style matching). A sample's link comes from
-//    its own trace_id/span_id labels, so a profile merging many spans (batched
-//    delivery) links each sample to its span; a sample without them takes the
-//    identity's span.
+//    stay as attributes for Pyroscope-style matching). A sample's link is its
+//    span's record (Profile::spans), so a profile merging many spans (batched
+//    delivery) links each sample to its span; a sample without one takes the
+//    record the request is encoded for.
 //  - samples with the same stack, attributes and link are merged (values summed),
 //    as the schema asks.
 //  - mappings, locations and functions are copied only when a sample reaches
@@ -8345,22 +8397,6 @@ inline constexpr std::string_view otlp_profiles_content_type = "application/x-pr
 struct OtlpResource {
   std::vector<std::pair<std::string, std::string>> attributes;
 };
-
-// What the encoder needs from the span; the views must outlive the call.
-// `kind` is carried for callers (routing, logging): the profile's sample types
-// already say what was measured.
-struct OtlpSpanIdentity {
-  SpanContext span;
-  std::string_view span_name;
-  ProfileKind kind = ProfileKind::cpu;
-  std::int64_t start_unix_ns = 0;  // 0: use Profile::time_nanos
-  std::int64_t duration_ns = 0;    // 0: use Profile::duration_nanos
-  std::string_view reason;         // "sampled", "slow", ...
-};
-
-inline OtlpSpanIdentity otlp_span_identity(const RawProfile& raw) noexcept {
-  return OtlpSpanIdentity{raw.span, raw.span_name, raw.kind, raw.start_unix_ns, raw.duration_ns, to_string(raw.reason)};
-}
 
 namespace detail {
 
@@ -8419,8 +8455,7 @@ inline constexpr std::string_view otlp_frame_type_key = "profile.frame.type";
 // kept in invalid_input() and nothing is written.
 class OtlpRequestBuilder {
  public:
-  OtlpRequestBuilder(const Profile& profile, const OtlpSpanIdentity& identity)
-      : profile_(profile), identity_(identity) {
+  OtlpRequestBuilder(const Profile& profile, const SpanRecord& record) : profile_(profile), record_(record) {
     index_ids(profile.mappings, mappings_by_id_, "mapping");
     index_ids(profile.functions, functions_by_id_, "function");
     index_ids(profile.locations, locations_by_id_, "location");
@@ -8433,10 +8468,15 @@ class OtlpRequestBuilder {
     }
     // The span's facts again at Profile level, for receivers that group by
     // Profile; they reuse the samples' attribute entries, so cost a few bytes.
-    for (const auto& [key, value] : {std::pair{span_name_label, identity.span_name},
-                                     std::pair{profile_reason_label, identity.reason}}) {
-      if (!value.empty() && !profile.sample_types.empty()) profile_attributes_.push_back(string_attribute(key, value));
+    // A window's record names no span: its samples say which span they are.
+    const bool one_span = record.span.span_id.valid() || !record.span_name.empty();
+    if (one_span && !profile.sample_types.empty()) {
+      if (!record.span_name.empty())
+        profile_attributes_.push_back(string_attribute(span_name_label, record.span_name));
+      profile_attributes_.push_back(string_attribute(profile_reason_label, to_string(record.reason)));
     }
+    span_hex_.reserve(2 * profile.spans.size());  // attribute rows view these strings: no reallocation
+    span_attributes_.resize(profile.spans.size());
     for (std::size_t i = 0; i < profile.samples.size(); ++i) add_sample(i);
 
     // Indices are int32 on the wire.
@@ -8583,15 +8623,21 @@ class OtlpRequestBuilder {
     // The attribute rows view the labels' strings: visit the profile's own labels,
     // never a copy, so the views outlive this call.
     std::vector<std::int64_t> keys;
-    for_each_label(profile_, sample, [&](const Label& label) {
-      const std::int64_t key = strings_.intern(label.key);
+    auto add_attribute = [&](std::string_view name, const AttributeRow& value) {
+      const std::int64_t key = strings_.intern(name);
       if (std::find(keys.begin(), keys.end(), key) != keys.end()) return;
       keys.push_back(key);
+      AttributeRow keyed = value;
+      keyed.key = key;
+      row.attributes.push_back(attribute(keyed));
+    };
+    for (const Label& label : sample.labels) {
       // pprof's rule: a label with a string is a string label, whatever is_num says.
-      row.attributes.push_back(label.is_num && label.str.empty()
-                                   ? attribute(AttributeRow{key, true, {}, label.num, strings_.intern(label.num_unit)})
-                                   : attribute(AttributeRow{key, false, label.str, 0, 0}));
-    });
+      add_attribute(label.key, label.is_num && label.str.empty()
+                                   ? AttributeRow{0, true, {}, label.num, strings_.intern(label.num_unit)}
+                                   : AttributeRow{0, false, label.str, 0, 0});
+    }
+    for (const auto& [key, value] : span_attributes(sample.span)) add_attribute(key, AttributeRow{0, false, value, 0, 0});
     const auto [merged, first] =
         sample_index_.emplace(std::make_tuple(row.stack, row.link, row.attributes), samples_.size());
     if (first) {
@@ -8603,14 +8649,26 @@ class OtlpRequestBuilder {
     }
   }
 
-  // The link_table index of the span a sample belongs to: its trace_id/span_id
-  // labels, else the identity's span; 0 ("no link") for a span without ids.
+  // The labels of span `span` (1-based, 0: none) as attribute values; the hex
+  // ids are made once per span and kept, since attribute rows view them.
+  const std::vector<std::pair<const char*, std::string_view>>& span_attributes(std::uint32_t span) {
+    static const std::vector<std::pair<const char*, std::string_view>> none;
+    if (span == 0 || span > profile_.spans.size()) return none;
+    auto& attributes = span_attributes_[span - 1];
+    if (attributes.empty()) {
+      for_each_span_label(profile_.spans[span - 1], [&](const char* key, std::string_view value) {
+        if (key == trace_id_label || key == span_id_label) value = span_hex_.emplace_back(value);
+        attributes.emplace_back(key, value);
+      });
+    }
+    return attributes;
+  }
+
+  // The link_table index of the span a sample belongs to: its record's ids, else
+  // the request's record; 0 ("no link") for a span without ids.
   std::int64_t link_for(const Sample& sample) {
-    SpanContext span = identity_.span;
-    for_each_label(profile_, sample, [&](const Label& label) {
-      if (label.key == trace_id_label) span.trace_id = TraceId::from_hex(label.str);
-      else if (label.key == span_id_label) span.span_id = SpanId::from_hex(label.str);
-    });
+    const SpanRecord* record = span_of(profile_, sample);
+    const SpanContext& span = record ? record->span : record_.span;
     if (!span.trace_id.valid() && !span.span_id.valid()) return 0;
     const auto key = std::make_pair(span.trace_id.bytes(), span.span_id.bytes());
     const auto [it, inserted] = link_index_.emplace(key, static_cast<std::int64_t>(links_.size()));
@@ -8640,8 +8698,8 @@ class OtlpRequestBuilder {
       });
     }
     // The span's clock wins; Profile's is the fallback for callers without one.
-    const std::int64_t start = identity_.start_unix_ns > 0 ? identity_.start_unix_ns : profile_.time_nanos;
-    const std::int64_t duration = identity_.duration_ns > 0 ? identity_.duration_ns : profile_.duration_nanos;
+    const std::int64_t start = record_.start_unix_ns > 0 ? record_.start_unix_ns : profile_.time_nanos;
+    const std::int64_t duration = record_.duration_ns > 0 ? record_.duration_ns : profile_.duration_nanos;
     if (start > 0) out.fixed64_field(f::time_unix_nano, static_cast<std::uint64_t>(start));
     if (duration > 0) out.uint64_field(f::duration_nano, static_cast<std::uint64_t>(duration));
     if (period_type_ != TypeRow{}) write_value_type(out, f::period_type, period_type_);
@@ -8719,7 +8777,9 @@ class OtlpRequestBuilder {
   }
 
   const Profile& profile_;
-  const OtlpSpanIdentity& identity_;
+  const SpanRecord& record_;
+  std::vector<std::string> span_hex_;  // reserved in the constructor: rows view these
+  std::vector<std::vector<std::pair<const char*, std::string_view>>> span_attributes_;
   PprofStringTable strings_;  // pprof's rules hold here too: each string once, entry 0 ""
   std::unordered_map<std::uint64_t, ById<Mapping>> mappings_by_id_;
   std::unordered_map<std::uint64_t, ById<Function>> functions_by_id_;
@@ -8746,9 +8806,10 @@ class OtlpRequestBuilder {
 
 }  // namespace detail
 
-// Serializes an ExportProfilesServiceRequest for one span's profile (not
-// compressed). Never throws; on failure `out` is empty and `error` says why.
-inline bool encode_otlp_profiles_request(const Profile& profile, const OtlpSpanIdentity& identity,
+// Serializes an ExportProfilesServiceRequest for `profile`, described by `record`
+// (one span's, or a window's; not compressed). Never throws; on failure `out` is
+// empty and `error` says why.
+inline bool encode_otlp_profiles_request(const Profile& profile, const SpanRecord& record,
                                          const OtlpResource& resource, std::string& out,
                                          std::string& error) noexcept {
   out.clear();
@@ -8763,7 +8824,7 @@ inline bool encode_otlp_profiles_request(const Profile& profile, const OtlpSpanI
       }
     }
     if (invalid.empty()) {
-      const detail::OtlpRequestBuilder builder(profile, identity);
+      const detail::OtlpRequestBuilder builder(profile, record);
       if (builder.invalid_input().empty()) {
         detail::ProtobufWriter writer(out);
         builder.write(writer, resource);
@@ -9553,9 +9614,10 @@ SPANPROF_NAMESPACE_BEGIN
 
 #if SPANPROF_ENABLED && SPANPROF_WITH_CURL
 
-class OtlpUploader final : public BasicUploader<std::mutex> {
+class OtlpUploader final : public Uploader {
  public:
-  explicit OtlpUploader(OtlpOptions options) noexcept : options_(std::move(options)), client_(options_.http) {
+  explicit OtlpUploader(OtlpOptions options) noexcept
+      : Uploader("otlp", options.delivery), options_(std::move(options)), client_(options_.http) {
     if (!options_.profiles_endpoint.empty()) {
       url_ = options_.profiles_endpoint;
     } else if (!options_.endpoint.empty()) {
@@ -9565,33 +9627,19 @@ class OtlpUploader final : public BasicUploader<std::mutex> {
     }
   }
 
-  std::string_view name() const noexcept override { return "otlp"; }
-  Delivery delivery() const noexcept override { return options_.delivery; }
   const OtlpOptions& options() const noexcept { return options_; }
   const std::string& url() const noexcept { return url_; }
 
  protected:
-  UploadResult upload_(const EncodedProfile& profile) override {
-    std::string payload, error;
-    if (!encode_payload_(profile, payload, error)) return UploadResult::permanent(error);
-    return upload_payload_(profile, payload);
-  }
-
   // The ExportProfilesServiceRequest, gzip'd unless configured otherwise: what is
   // posted, and what the spool keeps during an outage (no re-encoding after).
-  bool encode_payload_(const EncodedProfile& profile, std::string& payload, std::string& error) override {
+  bool do_encode(const EncodedProfile& profile, std::string& payload, std::string& error) override {
     if (profile.profile == nullptr) {
       error = "otlp: the profile's symbolized model is missing";
       return false;
     }
-    // A batch's samples carry their spans' ids; only a single span has a name and
-    // a reason to state at profile level.
-    const bool one_span = profile.span_count <= 1;
-    const std::string_view reason = one_span ? to_string(profile.reason) : std::string_view();
-    const OtlpSpanIdentity identity{profile.span, one_span ? std::string_view(profile.span_name) : std::string_view(),
-                                    profile.kind, profile.start_unix_ns, profile.duration_ns, reason};
     std::string message;
-    if (!encode_otlp_profiles_request(*profile.profile, identity, options_.resource, message, error)) return false;
+    if (!encode_otlp_profiles_request(*profile.profile, profile, options_.resource, message, error)) return false;
     if (!options_.gzip) {
       payload = std::move(message);
       return true;
@@ -9603,7 +9651,7 @@ class OtlpUploader final : public BasicUploader<std::mutex> {
     return true;
   }
 
-  UploadResult upload_payload_(const EncodedProfile& profile, const std::string& payload) override {
+  UploadResult do_send(const EncodedProfile& profile, const std::string& payload) override {
     if (url_.empty()) return UploadResult::permanent("otlp: no endpoint configured");
     detail::HttpRequest request;
     request.url = url_;
@@ -9623,15 +9671,14 @@ class OtlpUploader final : public BasicUploader<std::mutex> {
 
 // Compiled out with the SDK: the type exists so one source builds both ways, and
 // needs no libcurl.
-class OtlpUploader final : public BasicUploader<NullMutex> {
+class OtlpUploader final : public Uploader {
  public:
-  explicit OtlpUploader(OtlpOptions options) noexcept : options_(std::move(options)) {}
-  std::string_view name() const noexcept override { return "otlp"; }
-  Delivery delivery() const noexcept override { return options_.delivery; }
+  explicit OtlpUploader(OtlpOptions options) noexcept
+      : Uploader("otlp", options.delivery), options_(std::move(options)) {}
   const OtlpOptions& options() const noexcept { return options_; }
 
  protected:
-  UploadResult upload_(const EncodedProfile&) override { return UploadResult::ok(); }
+  UploadResult do_send(const EncodedProfile&, const std::string&) override { return UploadResult::ok(); }
 
  private:
   OtlpOptions options_;
@@ -9725,10 +9772,10 @@ inline std::string random_uuid(std::mt19937_64& rng) {
 
 }  // namespace detail
 
-class PyroscopeUploader final : public BasicUploader<std::mutex> {
+class PyroscopeUploader final : public Uploader {
  public:
   explicit PyroscopeUploader(PyroscopeOptions options) noexcept
-      : options_(std::move(options)), client_(with_tenant(options_)) {
+      : Uploader("pyroscope", options.delivery), options_(std::move(options)), client_(with_tenant(options_)) {
     while (!options_.server_address.empty() && options_.server_address.back() == '/')
       options_.server_address.pop_back();
     if (options_.application_name.empty()) options_.application_name = "spanprof";
@@ -9744,8 +9791,6 @@ class PyroscopeUploader final : public BasicUploader<std::mutex> {
     rng_.seed((static_cast<std::uint64_t>(seed()) << 32) ^ seed());
   }
 
-  std::string_view name() const noexcept override { return "pyroscope"; }
-  Delivery delivery() const noexcept override { return options_.delivery; }
   const PyroscopeOptions& options() const noexcept { return options_; }
 
   // Where a profile is sent; public so operators (and tests) can see it.
@@ -9776,14 +9821,8 @@ class PyroscopeUploader final : public BasicUploader<std::mutex> {
   }
 
  protected:
-  UploadResult upload_(const EncodedProfile& profile) override {
-    std::string payload, error;
-    if (!encode_payload_(profile, payload, error)) return UploadResult::permanent(error);
-    return upload_payload_(profile, payload);
-  }
-
   // push: a serialized PushRequest with one series; ingest: the pprof itself.
-  bool encode_payload_(const EncodedProfile& profile, std::string& payload, std::string& error) override {
+  bool do_encode(const EncodedProfile& profile, std::string& payload, std::string& error) override {
     std::string pprof;
     if (!relabelled_pprof(profile, pprof, error)) return false;
     if (options_.api == PyroscopeOptions::Api::ingest) {
@@ -9812,7 +9851,7 @@ class PyroscopeUploader final : public BasicUploader<std::mutex> {
     return true;
   }
 
-  UploadResult upload_payload_(const EncodedProfile& profile, const std::string& payload) override {
+  UploadResult do_send(const EncodedProfile& profile, const std::string& payload) override {
     if (options_.server_address.empty()) return UploadResult::permanent("pyroscope: no server address configured");
     detail::HttpRequest request;
     request.url = url(profile);
@@ -9839,6 +9878,7 @@ class PyroscopeUploader final : public BasicUploader<std::mutex> {
       return false;
     }
     Profile copy = *profile.profile;
+    materialize_span_labels(copy);  // the records' labels become each sample's own, to relabel
     auto relabel = [&](std::vector<Label>& labels) {
       std::vector<Label> kept;
       for (Label& label : labels) {
@@ -9852,7 +9892,6 @@ class PyroscopeUploader final : public BasicUploader<std::mutex> {
       labels = std::move(kept);
     };
     for (Sample& sample : copy.samples) relabel(sample.labels);
-    for (std::vector<Label>& set : copy.label_sets) relabel(set);
     return encode_pprof_gzip(copy, pprof, error);
   }
 
@@ -9879,15 +9918,14 @@ class PyroscopeUploader final : public BasicUploader<std::mutex> {
 
 // Compiled out with the SDK: the type exists so one source builds both ways, and
 // needs no libcurl.
-class PyroscopeUploader final : public BasicUploader<NullMutex> {
+class PyroscopeUploader final : public Uploader {
  public:
-  explicit PyroscopeUploader(PyroscopeOptions options) noexcept : options_(std::move(options)) {}
-  std::string_view name() const noexcept override { return "pyroscope"; }
-  Delivery delivery() const noexcept override { return options_.delivery; }
+  explicit PyroscopeUploader(PyroscopeOptions options) noexcept
+      : Uploader("pyroscope", options.delivery), options_(std::move(options)) {}
   const PyroscopeOptions& options() const noexcept { return options_; }
 
  protected:
-  UploadResult upload_(const EncodedProfile&) override { return UploadResult::ok(); }
+  UploadResult do_send(const EncodedProfile&, const std::string&) override { return UploadResult::ok(); }
 
  private:
   PyroscopeOptions options_;
@@ -10872,7 +10910,8 @@ SPANPROF_NAMESPACE_END
 //   magic "\x89SPOOL\r\n" | u32 version | u64 body length | body | u32 CRC-32
 //
 // where the body is a sequence of records `u32 field id | u64 length | bytes`,
-// one per EncodedProfile metadata field plus the payload, and the CRC (zlib's crc32) covers everything
+// one per field of the profile's SpanRecord and EncodedProfile's counts, plus the
+// payload, and the CRC (zlib's crc32) covers everything
 // before it. The magic's high byte and CR LF expose a file mangled by a text-mode
 // copy. Unknown field ids are skipped, so later versions of this header can add
 // fields without a version bump; a changed meaning needs a new version.
@@ -11075,24 +11114,6 @@ enum class Field : std::uint32_t {
 };
 inline constexpr std::uint32_t field_count = static_cast<std::uint32_t>(Field::span_count);
 
-// A tripwire for whoever adds a field to EncodedProfile: this mirror must change
-// with it, and so must the format above (store it, or say here why not).
-struct EncodedProfileMirror {
-  ProfileKind kind;
-  SpanContext span;
-  std::string span_name;
-  std::int64_t start_unix_ns, duration_ns, period_ns, heap_interval_bytes;
-  std::size_t sample_count;
-  std::size_t span_count;
-  std::string engine;
-  ProfileReason reason;
-  std::string pprof_gzip;
-  const Profile* profile;
-  const std::atomic<bool>* cancelled;
-};
-static_assert(sizeof(EncodedProfileMirror) == sizeof(EncodedProfile),
-              "EncodedProfile changed: update spool_format (Field, encode, decode) and this mirror");
-
 inline void put_u32(std::string& out, std::uint32_t value) {
   for (int i = 0; i < 4; ++i) out += static_cast<char>(static_cast<std::uint8_t>(value >> (8 * i)));
 }
@@ -11151,21 +11172,29 @@ inline std::string encode(std::string_view uploader, const EncodedProfile& p, st
   out.append(magic, sizeof magic);
   put_u32(out, version);
   put_u64(out, encoded_size(uploader, p, bytes) - header_size - crc_size);
-  const auto& trace = p.span.trace_id.bytes();
-  const auto& span = p.span.span_id.bytes();
+  // Every field of the span's record is stored: a field added to SpanRecord makes
+  // this binding fail to compile until the format stores it too (Field, here,
+  // decode, encoded_size).
+  const SpanRecord& record = p;
+  const auto& [kind, span, span_name, reason, start_unix_ns, duration_ns, period_ns, heap_interval_bytes, engine] =
+      record;
+  const auto& trace = span.trace_id.bytes();
+  const auto& span_id = span.span_id.bytes();
   put_record(out, Field::uploader, uploader);
-  put_record_u8(out, Field::kind, static_cast<std::uint8_t>(p.kind));
+  put_record_u8(out, Field::kind, static_cast<std::uint8_t>(kind));
   put_record(out, Field::trace_id, std::string_view(reinterpret_cast<const char*>(trace.data()), trace.size()));
-  put_record(out, Field::span_id, std::string_view(reinterpret_cast<const char*>(span.data()), span.size()));
-  put_record_u8(out, Field::trace_flags, p.span.flags.value);
-  put_record(out, Field::span_name, p.span_name);
-  put_record_u64(out, Field::start_unix_ns, static_cast<std::uint64_t>(p.start_unix_ns));
-  put_record_u64(out, Field::duration_ns, static_cast<std::uint64_t>(p.duration_ns));
-  put_record_u64(out, Field::period_ns, static_cast<std::uint64_t>(p.period_ns));
-  put_record_u64(out, Field::heap_interval_bytes, static_cast<std::uint64_t>(p.heap_interval_bytes));
+  put_record(out, Field::span_id, std::string_view(reinterpret_cast<const char*>(span_id.data()), span_id.size()));
+  put_record_u8(out, Field::trace_flags, span.flags.value);
+  put_record(out, Field::span_name, span_name);
+  put_record_u64(out, Field::start_unix_ns, static_cast<std::uint64_t>(start_unix_ns));
+  put_record_u64(out, Field::duration_ns, static_cast<std::uint64_t>(duration_ns));
+  put_record_u64(out, Field::period_ns, static_cast<std::uint64_t>(period_ns));
+  put_record_u64(out, Field::heap_interval_bytes, static_cast<std::uint64_t>(heap_interval_bytes));
+  put_record(out, Field::engine, engine);
+  put_record_u8(out, Field::reason, static_cast<std::uint8_t>(reason));
+  // What EncodedProfile adds: its counts and the payload (the model and the
+  // cancellation flag live only in memory).
   put_record_u64(out, Field::sample_count, static_cast<std::uint64_t>(p.sample_count));
-  put_record(out, Field::engine, p.engine);
-  put_record_u8(out, Field::reason, static_cast<std::uint8_t>(p.reason));
   put_record(out, Field::payload, bytes);
   put_record_u64(out, Field::span_count, static_cast<std::uint64_t>(p.span_count));
   put_u32(out, crc32_of(out));
@@ -11801,15 +11830,6 @@ namespace detail {
 
 class ProfileBatch {
  public:
-  // Identity and timing of one span in the batch.
-  struct Span {
-    SpanContext context;
-    std::string name;
-    ProfileReason reason = ProfileReason::sampled;
-    std::int64_t start_unix_ns = 0;
-    std::int64_t duration_ns = 0;
-  };
-
   bool empty() const noexcept { return spans_.empty(); }
   std::size_t span_count() const noexcept { return spans_.size(); }
   std::size_t sample_count() const noexcept { return samples_.size(); }  // distinct (stack, span)
@@ -11818,7 +11838,7 @@ class ProfileBatch {
   std::int64_t period() const noexcept { return period_; }
   std::int64_t start_unix_ns() const noexcept { return start_ns_; }
   std::int64_t end_unix_ns() const noexcept { return end_ns_; }
-  const std::vector<Span>& spans() const noexcept { return spans_; }
+  const std::vector<SpanRecord>& spans() const noexcept { return spans_; }
 
   // Whether `raw` can join this batch: the same kind and sampling period (a
   // profile has one period; a restart with another frequency starts a new batch).
@@ -11837,7 +11857,7 @@ class ProfileBatch {
     start_ns_ = std::min(start_ns_, raw.start_unix_ns);
     end_ns_ = std::max(end_ns_, raw.start_unix_ns + raw.duration_ns);
     const auto span = static_cast<std::uint32_t>(spans_.size());
-    spans_.push_back(Span{raw.span, raw.span_name, raw.reason, raw.start_unix_ns, raw.duration_ns});
+    spans_.push_back(raw);  // the record, without its stacks
     // A span's labels: two ids, a name, a reason (keys are shared strings).
     estimated_bytes_ += 80 + raw.span_name.size();
     dropped_samples_ += raw.dropped_samples;
@@ -11864,27 +11884,25 @@ class ProfileBatch {
     }
   }
 
-  // The merged profile, symbolized. Every sample carries its span's labels.
+  // The record of the window as a whole: its kind, period, engines and time span;
+  // no span's ids or name (each sample has its own span's).
+  SpanRecord window_record() const {
+    SpanRecord window;
+    window.kind = kind_;
+    window.period_ns = kind_ != ProfileKind::heap ? period_ : 0;
+    window.heap_interval_bytes = kind_ == ProfileKind::heap ? period_ : 0;
+    window.start_unix_ns = start_ns_;
+    window.duration_ns = end_ns_ - start_ns_;
+    window.engine = engine_;
+    return window;
+  }
+
+  // The merged profile, symbolized. Every sample belongs to its span's record.
   Profile build(ProfileBuilder& builder, const std::vector<std::string>& comments) const {
-    RawProfile header;
-    header.kind = kind_;
-    header.period_ns = kind_ != ProfileKind::heap ? period_ : 0;
-    header.heap_interval_bytes = kind_ == ProfileKind::heap ? period_ : 0;
-    header.start_unix_ns = start_ns_;
-    header.duration_ns = end_ns_ - start_ns_;
-    std::vector<std::vector<Label>> labels;
-    labels.reserve(spans_.size());
-    for (const Span& span : spans_) {
-      RawProfile identity;
-      identity.span = span.context;
-      identity.span_name = span.name;
-      identity.reason = span.reason;
-      labels.push_back(span_labels(identity));
-    }
     std::vector<ProfileBuilder::Sample> samples;
     samples.reserve(samples_.size());
     for (const Entry& entry : samples_) samples.push_back({stack_list_[entry.key.stack], &entry.values, entry.key.span + 1});
-    return builder.build(header, samples, std::move(labels), comments);
+    return builder.build(window_record(), samples, spans_, comments);
   }
 
   std::uint64_t dropped_samples() const noexcept { return dropped_samples_; }
@@ -11924,7 +11942,7 @@ class ProfileBatch {
   std::size_t estimated_bytes_ = 0;
   std::uint64_t dropped_samples_ = 0;
   std::string engine_;
-  std::vector<Span> spans_;
+  std::vector<SpanRecord> spans_;
   std::unordered_map<std::vector<std::uintptr_t>, std::uint32_t, StackHash> stacks_;
   std::vector<const std::vector<std::uintptr_t>*> stack_list_;  // node-based map: stable keys
   std::unordered_map<Key, std::size_t, KeyHash> index_;
@@ -12147,6 +12165,7 @@ class Sender {
         room_.notify_all();
         if (item.flush != 0) {
           resend_spooled();
+          flush_uploaders();
           answer_flush_(item.flush);
         } else if (take_in_flight(item)) {
           send(item);
@@ -12222,7 +12241,7 @@ class Sender {
       for (const std::size_t d : lane) {
         Destination& destination = destinations_.at(d);
         std::string payload;
-        if (!destination.uploader || !destination.uploader->encode_payload(encoded, payload, error)) {
+        if (!destination.uploader || !destination.uploader->encode(encoded, payload, error)) {
           report_error(ErrorCode::encoding_failed, destination.name + ": " + error);
           failed += spans;
           all_ok = false;
@@ -12241,6 +12260,20 @@ class Sender {
       report_error(ErrorCode::internal, "unknown exception while sending a profile");
     }
     settle(item, all_ok, failed, spooled);
+  }
+
+  // What an uploader buffers goes out when spanprof::flush() or shutdown asks.
+  void flush_uploaders() noexcept {
+    for (Destination& d : destinations_) {
+      if (!d.uploader) continue;
+      const UploadResult result = d.uploader->flush();
+      if (result.succeeded()) continue;
+      SPANPROF_TRY {
+        report_error(ErrorCode::upload_failed, d.name + ": flush: " + result.message);
+      } SPANPROF_CATCH_ALL {
+        report_error(ErrorCode::upload_failed, "an uploader's flush failed");
+      }
+    }
   }
 
   // The sender thread takes `item` to send it; false if a stop past its deadline
@@ -12266,24 +12299,12 @@ class Sender {
     settle_tickets(item.tickets, delivered);
   }
 
-  // The metadata an uploader sees: a window's kind, period and time span; for one
-  // span also its identity.
+  // The record an uploader sees: the span's own, or a window's (its kind, period
+  // and time span).
   static void describe(const ProfileBatch& batch, bool one_span, EncodedProfile& encoded) {
-    encoded.kind = batch.kind();
-    encoded.start_unix_ns = batch.start_unix_ns();
-    encoded.duration_ns = batch.end_unix_ns() - batch.start_unix_ns();
-    encoded.period_ns = batch.kind() != ProfileKind::heap ? batch.period() : 0;
-    encoded.heap_interval_bytes = batch.kind() == ProfileKind::heap ? batch.period() : 0;
+    SpanRecord& record = encoded;
+    record = one_span && batch.span_count() == 1 ? batch.spans().front() : batch.window_record();
     encoded.span_count = batch.span_count();
-    encoded.engine = batch.engine();
-    if (one_span && batch.span_count() == 1) {
-      const ProfileBatch::Span& span = batch.spans().front();
-      encoded.span = span.context;
-      encoded.span_name = span.name;
-      encoded.reason = span.reason;
-      encoded.start_unix_ns = span.start_unix_ns;
-      encoded.duration_ns = span.duration_ns;
-    }
   }
 
   void open_spool() {
@@ -12338,7 +12359,7 @@ class Sender {
     if (d.down && Clock::now() < d.retry_at) return park(d, encoded, payload, "the backend is marked down");
     for (int attempt = 1;; ++attempt) {
       count(Counter::upload_requests);
-      const UploadResult result = d.uploader->upload_payload(encoded, payload);
+      const UploadResult result = d.uploader->send(encoded, payload);
       if (result.succeeded()) {
         d.failures = 0;
         d.down = false;
@@ -12409,7 +12430,7 @@ class Sender {
         } else {
           metadata.cancelled = &stop_;
           count(Counter::upload_requests);
-          const UploadResult result = d.uploader->upload_payload(metadata, payload);
+          const UploadResult result = d.uploader->send(metadata, payload);
           if (result.status == UploadResult::Status::retryable_failure) {
             d.down = true;
             d.retry_at = Clock::now() + backoff(++d.failures, result.retry_after);

@@ -19,6 +19,17 @@
 
 SPANPROF_NAMESPACE_BEGIN
 
+namespace detail {
+// Assigning a message can itself run out of memory; the error path must not throw.
+inline void set_error_message(std::string& error, std::string_view message) noexcept {
+  SPANPROF_TRY {
+    error.assign(message.data(), message.size());
+  } SPANPROF_CATCH_ALL {
+    error.clear();
+  }
+}
+}  // namespace detail
+
 enum class ErrorCode : std::uint8_t {
   invalid_span_context,   // a guard was given an invalid trace or span id
   invalid_traceparent,    // a traceparent header failed strict W3C parsing

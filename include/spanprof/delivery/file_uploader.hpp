@@ -23,21 +23,19 @@
 
 SPANPROF_NAMESPACE_BEGIN
 
-class FileUploader final : public BasicUploader<std::mutex> {
+class FileUploader final : public Uploader {
  public:
   static constexpr const char* default_directory = "./profiles";
 
   // An empty directory means ./profiles. (SPANPROF_OUTPUT_DIR sets
   // Options::output_directory, where the default FileUploader writes.)
   explicit FileUploader(std::string directory = {}, Delivery delivery = Delivery::per_span())
-      : directory_(std::move(directory)), delivery_(delivery) {
+      : Uploader("file", delivery), directory_(std::move(directory)) {
     if (directory_.empty()) directory_ = default_directory;
     while (directory_.size() > 1 && directory_.back() == '/') directory_.pop_back();
   }
 
   const std::string& directory() const noexcept { return directory_; }
-  std::string_view name() const noexcept override { return "file"; }
-  Delivery delivery() const noexcept override { return delivery_; }
 
   // The name a profile is written under, relative to directory().
   static std::string file_name_for(const EncodedProfile& profile) {
@@ -46,14 +44,14 @@ class FileUploader final : public BasicUploader<std::mutex> {
   }
 
  protected:
-  UploadResult upload_(const EncodedProfile& profile) override {
+  UploadResult do_send(const EncodedProfile& profile, const std::string& payload) override {
     if (!detail::make_directories(directory_)) return failure("cannot create directory", directory_);
     const std::string final_path = directory_ + "/" + file_name_for(profile);
     const std::string temp_path = directory_ + "/." + file_name_for(profile) + ".tmp";
     const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) return failure("cannot create", temp_path);
-    const char* data = profile.pprof_gzip.data();
-    std::size_t left = profile.pprof_gzip.size();
+    const char* data = payload.data();
+    std::size_t left = payload.size();
     while (left > 0) {
       const ssize_t n = ::write(fd, data, left);
       if (n < 0 && errno == EINTR) continue;
@@ -90,7 +88,6 @@ class FileUploader final : public BasicUploader<std::mutex> {
   }
 
   std::string directory_;
-  Delivery delivery_;
 };
 
 SPANPROF_NAMESPACE_END

@@ -25,9 +25,10 @@ SPANPROF_NAMESPACE_BEGIN
 
 #if SPANPROF_ENABLED && SPANPROF_WITH_CURL
 
-class OtlpUploader final : public BasicUploader<std::mutex> {
+class OtlpUploader final : public Uploader {
  public:
-  explicit OtlpUploader(OtlpOptions options) noexcept : options_(std::move(options)), client_(options_.http) {
+  explicit OtlpUploader(OtlpOptions options) noexcept
+      : Uploader("otlp", options.delivery), options_(std::move(options)), client_(options_.http) {
     if (!options_.profiles_endpoint.empty()) {
       url_ = options_.profiles_endpoint;
     } else if (!options_.endpoint.empty()) {
@@ -37,33 +38,19 @@ class OtlpUploader final : public BasicUploader<std::mutex> {
     }
   }
 
-  std::string_view name() const noexcept override { return "otlp"; }
-  Delivery delivery() const noexcept override { return options_.delivery; }
   const OtlpOptions& options() const noexcept { return options_; }
   const std::string& url() const noexcept { return url_; }
 
  protected:
-  UploadResult upload_(const EncodedProfile& profile) override {
-    std::string payload, error;
-    if (!encode_payload_(profile, payload, error)) return UploadResult::permanent(error);
-    return upload_payload_(profile, payload);
-  }
-
   // The ExportProfilesServiceRequest, gzip'd unless configured otherwise: what is
   // posted, and what the spool keeps during an outage (no re-encoding after).
-  bool encode_payload_(const EncodedProfile& profile, std::string& payload, std::string& error) override {
+  bool do_encode(const EncodedProfile& profile, std::string& payload, std::string& error) override {
     if (profile.profile == nullptr) {
       error = "otlp: the profile's symbolized model is missing";
       return false;
     }
-    // A batch's samples carry their spans' ids; only a single span has a name and
-    // a reason to state at profile level.
-    const bool one_span = profile.span_count <= 1;
-    const std::string_view reason = one_span ? to_string(profile.reason) : std::string_view();
-    const OtlpSpanIdentity identity{profile.span, one_span ? std::string_view(profile.span_name) : std::string_view(),
-                                    profile.kind, profile.start_unix_ns, profile.duration_ns, reason};
     std::string message;
-    if (!encode_otlp_profiles_request(*profile.profile, identity, options_.resource, message, error)) return false;
+    if (!encode_otlp_profiles_request(*profile.profile, profile, options_.resource, message, error)) return false;
     if (!options_.gzip) {
       payload = std::move(message);
       return true;
@@ -75,7 +62,7 @@ class OtlpUploader final : public BasicUploader<std::mutex> {
     return true;
   }
 
-  UploadResult upload_payload_(const EncodedProfile& profile, const std::string& payload) override {
+  UploadResult do_send(const EncodedProfile& profile, const std::string& payload) override {
     if (url_.empty()) return UploadResult::permanent("otlp: no endpoint configured");
     detail::HttpRequest request;
     request.url = url_;
@@ -95,15 +82,14 @@ class OtlpUploader final : public BasicUploader<std::mutex> {
 
 // Compiled out with the SDK: the type exists so one source builds both ways, and
 // needs no libcurl.
-class OtlpUploader final : public BasicUploader<NullMutex> {
+class OtlpUploader final : public Uploader {
  public:
-  explicit OtlpUploader(OtlpOptions options) noexcept : options_(std::move(options)) {}
-  std::string_view name() const noexcept override { return "otlp"; }
-  Delivery delivery() const noexcept override { return options_.delivery; }
+  explicit OtlpUploader(OtlpOptions options) noexcept
+      : Uploader("otlp", options.delivery), options_(std::move(options)) {}
   const OtlpOptions& options() const noexcept { return options_; }
 
  protected:
-  UploadResult upload_(const EncodedProfile&) override { return UploadResult::ok(); }
+  UploadResult do_send(const EncodedProfile&, const std::string&) override { return UploadResult::ok(); }
 
  private:
   OtlpOptions options_;

@@ -85,10 +85,10 @@ inline std::string random_uuid(std::mt19937_64& rng) {
 
 }  // namespace detail
 
-class PyroscopeUploader final : public BasicUploader<std::mutex> {
+class PyroscopeUploader final : public Uploader {
  public:
   explicit PyroscopeUploader(PyroscopeOptions options) noexcept
-      : options_(std::move(options)), client_(with_tenant(options_)) {
+      : Uploader("pyroscope", options.delivery), options_(std::move(options)), client_(with_tenant(options_)) {
     while (!options_.server_address.empty() && options_.server_address.back() == '/')
       options_.server_address.pop_back();
     if (options_.application_name.empty()) options_.application_name = "spanprof";
@@ -104,8 +104,6 @@ class PyroscopeUploader final : public BasicUploader<std::mutex> {
     rng_.seed((static_cast<std::uint64_t>(seed()) << 32) ^ seed());
   }
 
-  std::string_view name() const noexcept override { return "pyroscope"; }
-  Delivery delivery() const noexcept override { return options_.delivery; }
   const PyroscopeOptions& options() const noexcept { return options_; }
 
   // Where a profile is sent; public so operators (and tests) can see it.
@@ -136,14 +134,8 @@ class PyroscopeUploader final : public BasicUploader<std::mutex> {
   }
 
  protected:
-  UploadResult upload_(const EncodedProfile& profile) override {
-    std::string payload, error;
-    if (!encode_payload_(profile, payload, error)) return UploadResult::permanent(error);
-    return upload_payload_(profile, payload);
-  }
-
   // push: a serialized PushRequest with one series; ingest: the pprof itself.
-  bool encode_payload_(const EncodedProfile& profile, std::string& payload, std::string& error) override {
+  bool do_encode(const EncodedProfile& profile, std::string& payload, std::string& error) override {
     std::string pprof;
     if (!relabelled_pprof(profile, pprof, error)) return false;
     if (options_.api == PyroscopeOptions::Api::ingest) {
@@ -172,7 +164,7 @@ class PyroscopeUploader final : public BasicUploader<std::mutex> {
     return true;
   }
 
-  UploadResult upload_payload_(const EncodedProfile& profile, const std::string& payload) override {
+  UploadResult do_send(const EncodedProfile& profile, const std::string& payload) override {
     if (options_.server_address.empty()) return UploadResult::permanent("pyroscope: no server address configured");
     detail::HttpRequest request;
     request.url = url(profile);
@@ -199,6 +191,7 @@ class PyroscopeUploader final : public BasicUploader<std::mutex> {
       return false;
     }
     Profile copy = *profile.profile;
+    materialize_span_labels(copy);  // the records' labels become each sample's own, to relabel
     auto relabel = [&](std::vector<Label>& labels) {
       std::vector<Label> kept;
       for (Label& label : labels) {
@@ -212,7 +205,6 @@ class PyroscopeUploader final : public BasicUploader<std::mutex> {
       labels = std::move(kept);
     };
     for (Sample& sample : copy.samples) relabel(sample.labels);
-    for (std::vector<Label>& set : copy.label_sets) relabel(set);
     return encode_pprof_gzip(copy, pprof, error);
   }
 
@@ -239,15 +231,14 @@ class PyroscopeUploader final : public BasicUploader<std::mutex> {
 
 // Compiled out with the SDK: the type exists so one source builds both ways, and
 // needs no libcurl.
-class PyroscopeUploader final : public BasicUploader<NullMutex> {
+class PyroscopeUploader final : public Uploader {
  public:
-  explicit PyroscopeUploader(PyroscopeOptions options) noexcept : options_(std::move(options)) {}
-  std::string_view name() const noexcept override { return "pyroscope"; }
-  Delivery delivery() const noexcept override { return options_.delivery; }
+  explicit PyroscopeUploader(PyroscopeOptions options) noexcept
+      : Uploader("pyroscope", options.delivery), options_(std::move(options)) {}
   const PyroscopeOptions& options() const noexcept { return options_; }
 
  protected:
-  UploadResult upload_(const EncodedProfile&) override { return UploadResult::ok(); }
+  UploadResult do_send(const EncodedProfile&, const std::string&) override { return UploadResult::ok(); }
 
  private:
   PyroscopeOptions options_;

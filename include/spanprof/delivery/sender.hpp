@@ -218,6 +218,7 @@ class Sender {
         room_.notify_all();
         if (item.flush != 0) {
           resend_spooled();
+          flush_uploaders();
           answer_flush_(item.flush);
         } else if (take_in_flight(item)) {
           send(item);
@@ -293,7 +294,7 @@ class Sender {
       for (const std::size_t d : lane) {
         Destination& destination = destinations_.at(d);
         std::string payload;
-        if (!destination.uploader || !destination.uploader->encode_payload(encoded, payload, error)) {
+        if (!destination.uploader || !destination.uploader->encode(encoded, payload, error)) {
           report_error(ErrorCode::encoding_failed, destination.name + ": " + error);
           failed += spans;
           all_ok = false;
@@ -312,6 +313,20 @@ class Sender {
       report_error(ErrorCode::internal, "unknown exception while sending a profile");
     }
     settle(item, all_ok, failed, spooled);
+  }
+
+  // What an uploader buffers goes out when spanprof::flush() or shutdown asks.
+  void flush_uploaders() noexcept {
+    for (Destination& d : destinations_) {
+      if (!d.uploader) continue;
+      const UploadResult result = d.uploader->flush();
+      if (result.succeeded()) continue;
+      SPANPROF_TRY {
+        report_error(ErrorCode::upload_failed, d.name + ": flush: " + result.message);
+      } SPANPROF_CATCH_ALL {
+        report_error(ErrorCode::upload_failed, "an uploader's flush failed");
+      }
+    }
   }
 
   // The sender thread takes `item` to send it; false if a stop past its deadline
@@ -337,24 +352,12 @@ class Sender {
     settle_tickets(item.tickets, delivered);
   }
 
-  // The metadata an uploader sees: a window's kind, period and time span; for one
-  // span also its identity.
+  // The record an uploader sees: the span's own, or a window's (its kind, period
+  // and time span).
   static void describe(const ProfileBatch& batch, bool one_span, EncodedProfile& encoded) {
-    encoded.kind = batch.kind();
-    encoded.start_unix_ns = batch.start_unix_ns();
-    encoded.duration_ns = batch.end_unix_ns() - batch.start_unix_ns();
-    encoded.period_ns = batch.kind() != ProfileKind::heap ? batch.period() : 0;
-    encoded.heap_interval_bytes = batch.kind() == ProfileKind::heap ? batch.period() : 0;
+    SpanRecord& record = encoded;
+    record = one_span && batch.span_count() == 1 ? batch.spans().front() : batch.window_record();
     encoded.span_count = batch.span_count();
-    encoded.engine = batch.engine();
-    if (one_span && batch.span_count() == 1) {
-      const ProfileBatch::Span& span = batch.spans().front();
-      encoded.span = span.context;
-      encoded.span_name = span.name;
-      encoded.reason = span.reason;
-      encoded.start_unix_ns = span.start_unix_ns;
-      encoded.duration_ns = span.duration_ns;
-    }
   }
 
   void open_spool() {
@@ -409,7 +412,7 @@ class Sender {
     if (d.down && Clock::now() < d.retry_at) return park(d, encoded, payload, "the backend is marked down");
     for (int attempt = 1;; ++attempt) {
       count(Counter::upload_requests);
-      const UploadResult result = d.uploader->upload_payload(encoded, payload);
+      const UploadResult result = d.uploader->send(encoded, payload);
       if (result.succeeded()) {
         d.failures = 0;
         d.down = false;
@@ -480,7 +483,7 @@ class Sender {
         } else {
           metadata.cancelled = &stop_;
           count(Counter::upload_requests);
-          const UploadResult result = d.uploader->upload_payload(metadata, payload);
+          const UploadResult result = d.uploader->send(metadata, payload);
           if (result.status == UploadResult::Status::retryable_failure) {
             d.down = true;
             d.retry_at = Clock::now() + backoff(++d.failures, result.retry_after);

@@ -27,7 +27,8 @@
 //   magic "\x89SPOOL\r\n" | u32 version | u64 body length | body | u32 CRC-32
 //
 // where the body is a sequence of records `u32 field id | u64 length | bytes`,
-// one per EncodedProfile metadata field plus the payload, and the CRC (zlib's crc32) covers everything
+// one per field of the profile's SpanRecord and EncodedProfile's counts, plus the
+// payload, and the CRC (zlib's crc32) covers everything
 // before it. The magic's high byte and CR LF expose a file mangled by a text-mode
 // copy. Unknown field ids are skipped, so later versions of this header can add
 // fields without a version bump; a changed meaning needs a new version.
@@ -238,24 +239,6 @@ enum class Field : std::uint32_t {
 };
 inline constexpr std::uint32_t field_count = static_cast<std::uint32_t>(Field::span_count);
 
-// A tripwire for whoever adds a field to EncodedProfile: this mirror must change
-// with it, and so must the format above (store it, or say here why not).
-struct EncodedProfileMirror {
-  ProfileKind kind;
-  SpanContext span;
-  std::string span_name;
-  std::int64_t start_unix_ns, duration_ns, period_ns, heap_interval_bytes;
-  std::size_t sample_count;
-  std::size_t span_count;
-  std::string engine;
-  ProfileReason reason;
-  std::string pprof_gzip;
-  const Profile* profile;
-  const std::atomic<bool>* cancelled;
-};
-static_assert(sizeof(EncodedProfileMirror) == sizeof(EncodedProfile),
-              "EncodedProfile changed: update spool_format (Field, encode, decode) and this mirror");
-
 inline void put_u32(std::string& out, std::uint32_t value) {
   for (int i = 0; i < 4; ++i) out += static_cast<char>(static_cast<std::uint8_t>(value >> (8 * i)));
 }
@@ -314,21 +297,29 @@ inline std::string encode(std::string_view uploader, const EncodedProfile& p, st
   out.append(magic, sizeof magic);
   put_u32(out, version);
   put_u64(out, encoded_size(uploader, p, bytes) - header_size - crc_size);
-  const auto& trace = p.span.trace_id.bytes();
-  const auto& span = p.span.span_id.bytes();
+  // Every field of the span's record is stored: a field added to SpanRecord makes
+  // this binding fail to compile until the format stores it too (Field, here,
+  // decode, encoded_size).
+  const SpanRecord& record = p;
+  const auto& [kind, span, span_name, reason, start_unix_ns, duration_ns, period_ns, heap_interval_bytes, engine] =
+      record;
+  const auto& trace = span.trace_id.bytes();
+  const auto& span_id = span.span_id.bytes();
   put_record(out, Field::uploader, uploader);
-  put_record_u8(out, Field::kind, static_cast<std::uint8_t>(p.kind));
+  put_record_u8(out, Field::kind, static_cast<std::uint8_t>(kind));
   put_record(out, Field::trace_id, std::string_view(reinterpret_cast<const char*>(trace.data()), trace.size()));
-  put_record(out, Field::span_id, std::string_view(reinterpret_cast<const char*>(span.data()), span.size()));
-  put_record_u8(out, Field::trace_flags, p.span.flags.value);
-  put_record(out, Field::span_name, p.span_name);
-  put_record_u64(out, Field::start_unix_ns, static_cast<std::uint64_t>(p.start_unix_ns));
-  put_record_u64(out, Field::duration_ns, static_cast<std::uint64_t>(p.duration_ns));
-  put_record_u64(out, Field::period_ns, static_cast<std::uint64_t>(p.period_ns));
-  put_record_u64(out, Field::heap_interval_bytes, static_cast<std::uint64_t>(p.heap_interval_bytes));
+  put_record(out, Field::span_id, std::string_view(reinterpret_cast<const char*>(span_id.data()), span_id.size()));
+  put_record_u8(out, Field::trace_flags, span.flags.value);
+  put_record(out, Field::span_name, span_name);
+  put_record_u64(out, Field::start_unix_ns, static_cast<std::uint64_t>(start_unix_ns));
+  put_record_u64(out, Field::duration_ns, static_cast<std::uint64_t>(duration_ns));
+  put_record_u64(out, Field::period_ns, static_cast<std::uint64_t>(period_ns));
+  put_record_u64(out, Field::heap_interval_bytes, static_cast<std::uint64_t>(heap_interval_bytes));
+  put_record(out, Field::engine, engine);
+  put_record_u8(out, Field::reason, static_cast<std::uint8_t>(reason));
+  // What EncodedProfile adds: its counts and the payload (the model and the
+  // cancellation flag live only in memory).
   put_record_u64(out, Field::sample_count, static_cast<std::uint64_t>(p.sample_count));
-  put_record(out, Field::engine, p.engine);
-  put_record_u8(out, Field::reason, static_cast<std::uint8_t>(p.reason));
   put_record(out, Field::payload, bytes);
   put_record_u64(out, Field::span_count, static_cast<std::uint64_t>(p.span_count));
   put_u32(out, crc32_of(out));

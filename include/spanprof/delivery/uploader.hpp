@@ -1,19 +1,28 @@
-// Where finished profiles go. Uploaders run on the background worker, never on a
-// request thread, so they may block on I/O; they must not throw (the base class
-// contains anything that escapes and reports it as a failure).
+// Where finished profiles go. An uploader is two hooks:
 //
-// Writing your own: derive from BasicUploader<std::mutex> and implement upload_()
-// — the base takes the lock, so an uploader never handles concurrency itself — or
-// wrap a lambda in CallbackUploader.
+//   class KafkaUploader final : public spanprof::Uploader {
+//    public:
+//     KafkaUploader() : Uploader("kafka") {}
+//    protected:
+//     spanprof::UploadResult do_send(const spanprof::EncodedProfile& profile, const std::string& payload) override {
+//       return producer_.send(profile.span.trace_id.to_hex(), payload) ? spanprof::UploadResult::ok()
+//                                                                    : spanprof::UploadResult::retryable("kafka down");
+//     }
+//   };
 //
-// Two phases, so an outage costs no re-encoding: encode_payload() turns a profile
-// into the bytes the uploader sends (by default the gzip'd pprof), and
-// upload_payload() sends them, now or later from the spool, with the profile's
-// metadata only. An uploader that sends something else (the OTLP uploader sends an
-// ExportProfilesServiceRequest) overrides both; one that sends pprof needs neither.
+// and optionally do_flush() (push what you buffer). The base owns the rest: calls
+// come from spanprof's delivery thread one at a time, retries, backoff and the
+// spool are the sender's, failures go to the error channel, and an exception that
+// escapes a hook becomes a permanent failure of that profile, never the host's.
+//
+// The payload is the gzip'd pprof. An uploader that sends another wire format
+// (the OTLP uploader sends an ExportProfilesServiceRequest) also overrides
+// do_encode(): its bytes are made once, and kept as they are in the spool during
+// an outage, so a re-send never encodes again.
 #ifndef SPANPROF_DELIVERY_UPLOADER_HPP_
 #define SPANPROF_DELIVERY_UPLOADER_HPP_
 
+#include <spanprof/base/error.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/delivery/delivery_policy.hpp>
 #include <spanprof/profile/profile.hpp>
@@ -30,25 +39,18 @@
 
 SPANPROF_NAMESPACE_BEGIN
 
-// A finished profile, encoded and ready to send: one span's, or (batched delivery)
-// the merged spans of a window, whose `span` is then invalid, `span_name` empty and
+// A finished profile, encoded and ready to send: one span's record, or (batched
+// delivery) a window's, whose `span` is then invalid, `span_name` empty and
 // `span_count` the number of spans; each sample carries its own span's labels.
-struct EncodedProfile {
-  ProfileKind kind = ProfileKind::cpu;
-  SpanContext span;
-  std::string span_name;
-  std::int64_t start_unix_ns = 0;
-  std::int64_t duration_ns = 0;
-  std::int64_t period_ns = 0;            // CPU: CPU time one sample stands for
-  std::int64_t heap_interval_bytes = 0;  // heap: mean bytes between samples (0: every allocation)
+struct EncodedProfile : SpanRecord {
   std::size_t sample_count = 0;
-  std::size_t span_count = 1;            // spans merged into this profile
-  std::string engine;
-  ProfileReason reason = ProfileReason::sampled;  // also the `profile_reason` label of every sample
-  std::string pprof_gzip;  // a gzip-compressed profile.proto, as `go tool pprof` reads it
-  // The symbolized profile the bytes were encoded from; valid only during upload()
-  // and encode_payload() (null when a spooled payload is sent again).
-  // Lets an uploader log a summary or re-encode without decoding.
+  std::size_t span_count = 1;  // spans merged into this profile
+  // A gzip-compressed profile.proto, as `go tool pprof` reads it. Empty when a
+  // payload another do_encode() made is sent again from the spool.
+  std::string pprof_gzip;
+  // The symbolized profile the bytes were encoded from; valid only during the
+  // call (null when a spooled payload is sent again). Lets an uploader log a
+  // summary or re-encode without decoding.
   const Profile* profile = nullptr;
   // Set while spanprof shuts down: an uploader in a slow call should give up (the
   // profile is then spooled, if a spool is configured). May be null.
@@ -69,127 +71,111 @@ struct UploadResult {
 
 class Uploader {
  public:
+  // `delivery`: one profile per span, or the spans of a window merged
+  // (delivery_policy.hpp).
+  explicit Uploader(std::string name, Delivery delivery = Delivery::per_span()) noexcept
+      : name_(std::move(name)), delivery_(delivery) {}
   virtual ~Uploader() = default;
-  virtual std::string_view name() const noexcept = 0;
-  // One call that encodes and sends: encode_payload() then upload_payload().
-  virtual UploadResult upload(const EncodedProfile& profile) noexcept = 0;
-  // The bytes this uploader sends for `profile`, into `payload` (by default the
-  // gzip'd pprof). False (with `error`): this profile cannot be sent by this
-  // uploader, and never will be.
-  virtual bool encode_payload(const EncodedProfile& profile, std::string& payload, std::string& error) noexcept {
-    SPANPROF_TRY {
-      payload = profile.pprof_gzip;
-      return true;
-    } SPANPROF_CATCH_ALL {
-      error = "out of memory copying a payload";
-      return false;
-    }
-  }
-  // Sends a payload encode_payload() made, now or after a restart (from the spool).
-  // Only the metadata of `profile` is set: pprof_gzip is empty, and `profile` points
-  // at the model the first time (null when a spooled payload is sent again).
-  // By default: upload() with the payload as the pprof.
-  virtual UploadResult upload_payload(const EncodedProfile& profile, const std::string& payload) noexcept {
-    SPANPROF_TRY {
-      EncodedProfile copy = profile;
-      copy.pprof_gzip = payload;
-      return upload(copy);
-    } SPANPROF_CATCH_ALL {
-      return UploadResult{UploadResult::Status::retryable_failure, {}};
-    }
-  }
-  // One profile per span, or the spans of a window merged (delivery_policy.hpp).
-  virtual Delivery delivery() const noexcept { return Delivery::per_span(); }
-};
+  Uploader(const Uploader&) = delete;
+  Uploader& operator=(const Uploader&) = delete;
 
-// No-op lock for uploaders that are known to be used from one thread only.
-struct NullMutex {
-  void lock() noexcept {}
-  void unlock() noexcept {}
-};
+  std::string_view name() const noexcept { return name_; }
+  Delivery delivery() const noexcept { return delivery_; }
 
-// Takes the lock around each call and turns an escaping exception into a
-// permanent failure. Implement upload_(); override encode_payload_() and
-// upload_payload_() too when what is sent is not the profile's pprof.
-template <class Mutex>
-class BasicUploader : public Uploader {
- public:
-  UploadResult upload(const EncodedProfile& profile) noexcept final {
-    return guarded([&] { return upload_(profile); });
-  }
-
-  bool encode_payload(const EncodedProfile& profile, std::string& payload, std::string& error) noexcept final {
+  // The bytes this uploader sends for `profile` (do_encode()). False, with
+  // `error`: this profile cannot be sent by this uploader, and never will be.
+  bool encode(const EncodedProfile& profile, std::string& payload, std::string& error) noexcept {
     SPANPROF_TRY {
-      std::lock_guard<Mutex> lock(mutex_);
-      return encode_payload_(profile, payload, error);
+      std::lock_guard<std::mutex> lock(mutex_);
+      return do_encode(profile, payload, error);
     } SPANPROF_CATCH_STD(e) {
-      error = std::string("uploader threw: ") + e.what();
+      detail::set_error_message(error, "uploader threw while encoding: ");
+      SPANPROF_TRY { error += e.what(); } SPANPROF_CATCH_ALL {}
     } SPANPROF_CATCH_ALL {
-      error = "uploader threw";
+      detail::set_error_message(error, "uploader threw while encoding");
     }
     return false;
   }
 
-  UploadResult upload_payload(const EncodedProfile& profile, const std::string& payload) noexcept final {
-    return guarded([&] { return upload_payload_(profile, payload); });
+  // Sends a payload encode() made, now or after a restart (from the spool, when
+  // only the record and counts of `profile` are known).
+  UploadResult send(const EncodedProfile& profile, const std::string& payload) noexcept {
+    return guarded([&] { return do_send(profile, payload); });
+  }
+
+  // encode() then send(): for a profile in hand (tools, tests).
+  UploadResult upload(const EncodedProfile& profile) noexcept {
+    std::string payload, error;
+    if (!encode(profile, payload, error)) return failed_with("", error.c_str());
+    return send(profile, payload);
+  }
+
+  // Pushes what the uploader buffers: spanprof::flush() and shutdown call it.
+  UploadResult flush() noexcept {
+    return guarded([&] { return do_flush(); });
   }
 
  protected:
-  virtual UploadResult upload_(const EncodedProfile& profile) = 0;
+  // The hook every uploader writes: deliver `payload` (the gzip'd pprof unless
+  // do_encode() says otherwise) for `profile`.
+  virtual UploadResult do_send(const EncodedProfile& profile, const std::string& payload) = 0;
 
-  // The default payload is the gzip'd pprof, sent by upload_().
-  virtual bool encode_payload_(const EncodedProfile& profile, std::string& payload, std::string&) {
+  // Optional: push what this uploader buffers.
+  virtual UploadResult do_flush() { return UploadResult::ok(); }
+
+  // Optional, for a wire format other than pprof: the bytes do_send() gets.
+  virtual bool do_encode(const EncodedProfile& profile, std::string& payload, std::string& error) {
+    static_cast<void>(error);
     payload = profile.pprof_gzip;
     return true;
-  }
-  virtual UploadResult upload_payload_(const EncodedProfile& profile, const std::string& payload) {
-    EncodedProfile copy = profile;
-    copy.pprof_gzip = payload;
-    return upload_(copy);
   }
 
  private:
   template <class Call>
   UploadResult guarded(Call call) noexcept {
     SPANPROF_TRY {
-      std::lock_guard<Mutex> lock(mutex_);
+      std::lock_guard<std::mutex> lock(mutex_);
       return call();
     } SPANPROF_CATCH_STD(e) {
-      return failed_with(e.what());
+      return failed_with("uploader threw: ", e.what());
     } SPANPROF_CATCH_ALL {
-      return failed_with("unknown exception");
+      return failed_with("uploader threw: ", "unknown exception");
     }
   }
 
-  static UploadResult failed_with(const char* what) noexcept {
+  static UploadResult failed_with(const char* context, const char* what) noexcept {
     SPANPROF_TRY {
-      return UploadResult::permanent(std::string("uploader threw: ") + what);
+      return UploadResult::permanent(std::string(context) + what);
     } SPANPROF_CATCH_ALL {
       return UploadResult{UploadResult::Status::permanent_failure, {}};
     }
   }
-  Mutex mutex_;
+
+  std::mutex mutex_;  // one call at a time, whichever thread makes it
+  const std::string name_;
+  const Delivery delivery_;
 };
 
-// An uploader from a lambda. Per span unless told otherwise:
+// An uploader from a lambda that takes the profile (its pprof in pprof_gzip).
+// Per span unless told otherwise:
 //   CallbackUploader(fn, "name", spanprof::Delivery::batched())
-class CallbackUploader final : public BasicUploader<std::mutex> {
+class CallbackUploader final : public Uploader {
  public:
   using Callback = std::function<UploadResult(const EncodedProfile&)>;
   explicit CallbackUploader(Callback callback, std::string name = "callback", Delivery delivery = Delivery::per_span())
-      : callback_(std::move(callback)), name_(std::move(name)), delivery_(delivery) {}
-  std::string_view name() const noexcept override { return name_; }
-  Delivery delivery() const noexcept override { return delivery_; }
+      : Uploader(std::move(name), delivery), callback_(std::move(callback)) {}
 
  protected:
-  UploadResult upload_(const EncodedProfile& profile) override {
-    return callback_ ? callback_(profile) : UploadResult::ok();
+  UploadResult do_send(const EncodedProfile& profile, const std::string& payload) override {
+    if (!callback_) return UploadResult::ok();
+    if (!profile.pprof_gzip.empty() || payload.empty()) return callback_(profile);
+    EncodedProfile resent = profile;  // from the spool: the payload is the pprof
+    resent.pprof_gzip = payload;
+    return callback_(resent);
   }
 
  private:
   Callback callback_;
-  std::string name_;
-  Delivery delivery_;
 };
 
 SPANPROF_NAMESPACE_END

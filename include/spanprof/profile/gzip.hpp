@@ -4,6 +4,7 @@
 #ifndef SPANPROF_PROFILE_GZIP_HPP_
 #define SPANPROF_PROFILE_GZIP_HPP_
 
+#include <spanprof/base/error.hpp>
 #include <spanprof/config.hpp>
 
 #include <zlib.h>
@@ -19,15 +20,6 @@ SPANPROF_NAMESPACE_BEGIN
 namespace detail {
 
 inline constexpr std::size_t default_gzip_max_output = std::size_t{256} << 20;  // 256 MiB
-
-// Assigning a message can itself run out of memory; the error path must not throw.
-inline void set_error_message(std::string& error, std::string_view message) noexcept {
-  SPANPROF_TRY {
-    error.assign(message.data(), message.size());
-  } SPANPROF_CATCH_ALL {
-    error.clear();
-  }
-}
 
 inline void set_zlib_error(std::string& error, std::string_view what, int code, const char* zlib_message) noexcept {
   SPANPROF_TRY {

@@ -17,10 +17,10 @@
 //    KeyValueAndUnit entries in attribute_table, and link_index naming the span.
 //  - link_table = {zero link, one link per span}: the trace <-> profile join
 //    that OTLP receivers use instead of pprof's trace_id/span_id labels (which
-//    stay as attributes for Pyroscope-style matching). A sample's link comes from
-//    its own trace_id/span_id labels, so a profile merging many spans (batched
-//    delivery) links each sample to its span; a sample without them takes the
-//    identity's span.
+//    stay as attributes for Pyroscope-style matching). A sample's link is its
+//    span's record (Profile::spans), so a profile merging many spans (batched
+//    delivery) links each sample to its span; a sample without one takes the
+//    record the request is encoded for.
 //  - samples with the same stack, attributes and link are merged (values summed),
 //    as the schema asks.
 //  - mappings, locations and functions are copied only when a sample reaches
@@ -60,22 +60,6 @@ inline constexpr std::string_view otlp_profiles_content_type = "application/x-pr
 struct OtlpResource {
   std::vector<std::pair<std::string, std::string>> attributes;
 };
-
-// What the encoder needs from the span; the views must outlive the call.
-// `kind` is carried for callers (routing, logging): the profile's sample types
-// already say what was measured.
-struct OtlpSpanIdentity {
-  SpanContext span;
-  std::string_view span_name;
-  ProfileKind kind = ProfileKind::cpu;
-  std::int64_t start_unix_ns = 0;  // 0: use Profile::time_nanos
-  std::int64_t duration_ns = 0;    // 0: use Profile::duration_nanos
-  std::string_view reason;         // "sampled", "slow", ...
-};
-
-inline OtlpSpanIdentity otlp_span_identity(const RawProfile& raw) noexcept {
-  return OtlpSpanIdentity{raw.span, raw.span_name, raw.kind, raw.start_unix_ns, raw.duration_ns, to_string(raw.reason)};
-}
 
 namespace detail {
 
@@ -134,8 +118,7 @@ inline constexpr std::string_view otlp_frame_type_key = "profile.frame.type";
 // kept in invalid_input() and nothing is written.
 class OtlpRequestBuilder {
  public:
-  OtlpRequestBuilder(const Profile& profile, const OtlpSpanIdentity& identity)
-      : profile_(profile), identity_(identity) {
+  OtlpRequestBuilder(const Profile& profile, const SpanRecord& record) : profile_(profile), record_(record) {
     index_ids(profile.mappings, mappings_by_id_, "mapping");
     index_ids(profile.functions, functions_by_id_, "function");
     index_ids(profile.locations, locations_by_id_, "location");
@@ -148,10 +131,15 @@ class OtlpRequestBuilder {
     }
     // The span's facts again at Profile level, for receivers that group by
     // Profile; they reuse the samples' attribute entries, so cost a few bytes.
-    for (const auto& [key, value] : {std::pair{span_name_label, identity.span_name},
-                                     std::pair{profile_reason_label, identity.reason}}) {
-      if (!value.empty() && !profile.sample_types.empty()) profile_attributes_.push_back(string_attribute(key, value));
+    // A window's record names no span: its samples say which span they are.
+    const bool one_span = record.span.span_id.valid() || !record.span_name.empty();
+    if (one_span && !profile.sample_types.empty()) {
+      if (!record.span_name.empty())
+        profile_attributes_.push_back(string_attribute(span_name_label, record.span_name));
+      profile_attributes_.push_back(string_attribute(profile_reason_label, to_string(record.reason)));
     }
+    span_hex_.reserve(2 * profile.spans.size());  // attribute rows view these strings: no reallocation
+    span_attributes_.resize(profile.spans.size());
     for (std::size_t i = 0; i < profile.samples.size(); ++i) add_sample(i);
 
     // Indices are int32 on the wire.
@@ -298,15 +286,21 @@ class OtlpRequestBuilder {
     // The attribute rows view the labels' strings: visit the profile's own labels,
     // never a copy, so the views outlive this call.
     std::vector<std::int64_t> keys;
-    for_each_label(profile_, sample, [&](const Label& label) {
-      const std::int64_t key = strings_.intern(label.key);
+    auto add_attribute = [&](std::string_view name, const AttributeRow& value) {
+      const std::int64_t key = strings_.intern(name);
       if (std::find(keys.begin(), keys.end(), key) != keys.end()) return;
       keys.push_back(key);
+      AttributeRow keyed = value;
+      keyed.key = key;
+      row.attributes.push_back(attribute(keyed));
+    };
+    for (const Label& label : sample.labels) {
       // pprof's rule: a label with a string is a string label, whatever is_num says.
-      row.attributes.push_back(label.is_num && label.str.empty()
-                                   ? attribute(AttributeRow{key, true, {}, label.num, strings_.intern(label.num_unit)})
-                                   : attribute(AttributeRow{key, false, label.str, 0, 0}));
-    });
+      add_attribute(label.key, label.is_num && label.str.empty()
+                                   ? AttributeRow{0, true, {}, label.num, strings_.intern(label.num_unit)}
+                                   : AttributeRow{0, false, label.str, 0, 0});
+    }
+    for (const auto& [key, value] : span_attributes(sample.span)) add_attribute(key, AttributeRow{0, false, value, 0, 0});
     const auto [merged, first] =
         sample_index_.emplace(std::make_tuple(row.stack, row.link, row.attributes), samples_.size());
     if (first) {
@@ -318,14 +312,26 @@ class OtlpRequestBuilder {
     }
   }
 
-  // The link_table index of the span a sample belongs to: its trace_id/span_id
-  // labels, else the identity's span; 0 ("no link") for a span without ids.
+  // The labels of span `span` (1-based, 0: none) as attribute values; the hex
+  // ids are made once per span and kept, since attribute rows view them.
+  const std::vector<std::pair<const char*, std::string_view>>& span_attributes(std::uint32_t span) {
+    static const std::vector<std::pair<const char*, std::string_view>> none;
+    if (span == 0 || span > profile_.spans.size()) return none;
+    auto& attributes = span_attributes_[span - 1];
+    if (attributes.empty()) {
+      for_each_span_label(profile_.spans[span - 1], [&](const char* key, std::string_view value) {
+        if (key == trace_id_label || key == span_id_label) value = span_hex_.emplace_back(value);
+        attributes.emplace_back(key, value);
+      });
+    }
+    return attributes;
+  }
+
+  // The link_table index of the span a sample belongs to: its record's ids, else
+  // the request's record; 0 ("no link") for a span without ids.
   std::int64_t link_for(const Sample& sample) {
-    SpanContext span = identity_.span;
-    for_each_label(profile_, sample, [&](const Label& label) {
-      if (label.key == trace_id_label) span.trace_id = TraceId::from_hex(label.str);
-      else if (label.key == span_id_label) span.span_id = SpanId::from_hex(label.str);
-    });
+    const SpanRecord* record = span_of(profile_, sample);
+    const SpanContext& span = record ? record->span : record_.span;
     if (!span.trace_id.valid() && !span.span_id.valid()) return 0;
     const auto key = std::make_pair(span.trace_id.bytes(), span.span_id.bytes());
     const auto [it, inserted] = link_index_.emplace(key, static_cast<std::int64_t>(links_.size()));
@@ -355,8 +361,8 @@ class OtlpRequestBuilder {
       });
     }
     // The span's clock wins; Profile's is the fallback for callers without one.
-    const std::int64_t start = identity_.start_unix_ns > 0 ? identity_.start_unix_ns : profile_.time_nanos;
-    const std::int64_t duration = identity_.duration_ns > 0 ? identity_.duration_ns : profile_.duration_nanos;
+    const std::int64_t start = record_.start_unix_ns > 0 ? record_.start_unix_ns : profile_.time_nanos;
+    const std::int64_t duration = record_.duration_ns > 0 ? record_.duration_ns : profile_.duration_nanos;
     if (start > 0) out.fixed64_field(f::time_unix_nano, static_cast<std::uint64_t>(start));
     if (duration > 0) out.uint64_field(f::duration_nano, static_cast<std::uint64_t>(duration));
     if (period_type_ != TypeRow{}) write_value_type(out, f::period_type, period_type_);
@@ -434,7 +440,9 @@ class OtlpRequestBuilder {
   }
 
   const Profile& profile_;
-  const OtlpSpanIdentity& identity_;
+  const SpanRecord& record_;
+  std::vector<std::string> span_hex_;  // reserved in the constructor: rows view these
+  std::vector<std::vector<std::pair<const char*, std::string_view>>> span_attributes_;
   PprofStringTable strings_;  // pprof's rules hold here too: each string once, entry 0 ""
   std::unordered_map<std::uint64_t, ById<Mapping>> mappings_by_id_;
   std::unordered_map<std::uint64_t, ById<Function>> functions_by_id_;
@@ -461,9 +469,10 @@ class OtlpRequestBuilder {
 
 }  // namespace detail
 
-// Serializes an ExportProfilesServiceRequest for one span's profile (not
-// compressed). Never throws; on failure `out` is empty and `error` says why.
-inline bool encode_otlp_profiles_request(const Profile& profile, const OtlpSpanIdentity& identity,
+// Serializes an ExportProfilesServiceRequest for `profile`, described by `record`
+// (one span's, or a window's; not compressed). Never throws; on failure `out` is
+// empty and `error` says why.
+inline bool encode_otlp_profiles_request(const Profile& profile, const SpanRecord& record,
                                          const OtlpResource& resource, std::string& out,
                                          std::string& error) noexcept {
   out.clear();
@@ -478,7 +487,7 @@ inline bool encode_otlp_profiles_request(const Profile& profile, const OtlpSpanI
       }
     }
     if (invalid.empty()) {
-      const detail::OtlpRequestBuilder builder(profile, identity);
+      const detail::OtlpRequestBuilder builder(profile, record);
       if (builder.invalid_input().empty()) {
         detail::ProtobufWriter writer(out);
         builder.write(writer, resource);

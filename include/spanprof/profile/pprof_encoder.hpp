@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 SPANPROF_NAMESPACE_BEGIN
@@ -99,13 +100,44 @@ inline void write_pprof_label(ProtobufWriter& writer, const Label& label, PprofS
   });
 }
 
-inline void write_pprof_sample(ProtobufWriter& writer, const Profile& profile, const Sample& sample,
+// Each span's labels as string-table indices, interned once per span rather than
+// once per sample (a window merges thousands of samples of hundreds of spans).
+class PprofSpanLabels {
+ public:
+  PprofSpanLabels(const std::vector<SpanRecord>& spans, PprofStringTable& strings) {
+    hex_.reserve(2 * spans.size());  // the table views these strings: no reallocation
+    labels_.resize(spans.size());
+    for (std::size_t i = 0; i < spans.size(); ++i) {
+      for_each_span_label(spans[i], [&](const char* key, std::string_view value) {
+        if (key == trace_id_label || key == span_id_label) value = hex_.emplace_back(value);
+        labels_[i].push_back({strings.intern(key), strings.intern(value)});
+      });
+    }
+  }
+
+  void write(ProtobufWriter& sample, std::uint32_t span) const {
+    if (span == 0 || span > labels_.size()) return;
+    for (const auto& [key, value] : labels_[span - 1]) {
+      sample.message_field(pprof_field::sample::label, [&](ProtobufWriter& body) {
+        body.int64_field_if_nonzero(pprof_field::label::key, key);
+        body.int64_field_if_nonzero(pprof_field::label::str, value);
+      });
+    }
+  }
+
+ private:
+  std::vector<std::string> hex_;
+  std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> labels_;
+};
+
+inline void write_pprof_sample(ProtobufWriter& writer, const Sample& sample, const PprofSpanLabels& span_labels,
                                PprofStringTable& strings) {
   namespace f = pprof_field::sample;
   writer.message_field(pprof_field::profile::sample, [&](ProtobufWriter& body) {
     body.packed_uint64_field(f::location_id, sample.location_ids);
     body.packed_int64_field(f::value, sample.values);
-    for_each_label(profile, sample, [&](const Label& label) { write_pprof_label(body, label, strings); });
+    for (const Label& label : sample.labels) write_pprof_label(body, label, strings);
+    span_labels.write(body, sample.span);
   });
 }
 
@@ -160,7 +192,8 @@ inline std::string encode_pprof(const Profile& profile) {
   for (const ValueType& type : profile.sample_types) {
     detail::write_pprof_value_type(writer, f::sample_type, type, strings);
   }
-  for (const Sample& sample : profile.samples) detail::write_pprof_sample(writer, profile, sample, strings);
+  const detail::PprofSpanLabels span_labels(profile.spans, strings);
+  for (const Sample& sample : profile.samples) detail::write_pprof_sample(writer, sample, span_labels, strings);
   for (const Mapping& mapping : profile.mappings) detail::write_pprof_mapping(writer, mapping, strings);
   for (const Location& location : profile.locations) detail::write_pprof_location(writer, location);
   for (const Function& function : profile.functions) detail::write_pprof_function(writer, function, strings);

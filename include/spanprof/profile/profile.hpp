@@ -1,8 +1,11 @@
 // The profile data model, between capture and encoding.
 //
-// RawProfile is what a request thread hands over: span identity, timing and the
-// sampled stacks as bare program counters. Profile is the symbolized form, shaped
-// like pprof's profile.proto so encoders translate it field by field.
+// SpanRecord is one span's profile as the guard describes it: built once when the
+// guard closes, then carried as is by batching, both encoders, the spool and every
+// uploader (the ids stay bytes until an encoder writes them). RawProfile is a
+// record with the sampled stacks as bare program counters; Profile is the
+// symbolized form, shaped like pprof's profile.proto so encoders translate it
+// field by field, with the records of the spans its samples belong to.
 #ifndef SPANPROF_PROFILE_PROFILE_HPP_
 #define SPANPROF_PROFILE_PROFILE_HPP_
 
@@ -12,6 +15,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 SPANPROF_NAMESPACE_BEGIN
@@ -89,17 +93,24 @@ struct RawSample {
   std::vector<std::uintptr_t> frames;
 };
 
-struct RawProfile {
+// One span's profile, described once. RawProfile and EncodedProfile (uploader.hpp)
+// are this record plus what their stage adds; batching keeps one per span; the
+// spool stores every field (spool.hpp fails to compile when one is added).
+struct SpanRecord {
   ProfileKind kind = ProfileKind::cpu;
-  SpanContext span;
+  SpanContext span;                // the ids, as bytes
   std::string span_name;
+  ProfileReason reason = ProfileReason::sampled;  // why it was kept
   std::int64_t start_unix_ns = 0;  // wall clock at guard open
   std::int64_t duration_ns = 0;    // wall time the guard was open
   std::int64_t period_ns = 0;      // CPU: CPU time one sample stands for; wall: the mean wall interval
   std::int64_t heap_interval_bytes = 0;  // mean bytes between heap samples; 0: every allocation
-  std::uint64_t dropped_samples = 0;  // samples lost to a full buffer
   std::string engine;              // "sampling:perf_event", "classic", ...
-  ProfileReason reason = ProfileReason::sampled;  // why it was kept
+};
+
+// What a request thread hands over: the record and its stacks.
+struct RawProfile : SpanRecord {
+  std::uint64_t dropped_samples = 0;  // samples lost to a full buffer
   std::vector<RawSample> samples;
 };
 
@@ -145,11 +156,9 @@ struct Location {
 struct Sample {
   std::vector<std::uint64_t> location_ids;  // innermost first
   std::vector<std::int64_t> values;
-  std::vector<Label> labels;
-  // Labels shared by many samples (a span's, in a profile that merges spans):
-  // Profile::label_sets[label_set - 1]; 0 for none. A sample's labels are
-  // `labels` followed by these (for_each_label() visits both).
-  std::uint32_t label_set = 0;
+  std::vector<Label> labels;  // its own; its span's follow (for_each_label)
+  // The span it belongs to: Profile::spans[span - 1]; 0 for none.
+  std::uint32_t span = 0;
 };
 
 struct Profile {
@@ -164,15 +173,64 @@ struct Profile {
   std::int64_t period = 0;
   std::vector<std::string> comments;
   std::string default_sample_type;
-  std::vector<std::vector<Label>> label_sets;  // see Sample::label_set
+  // The spans the samples belong to (Sample::span): one for a span's profile,
+  // every span of a window for a batched one.
+  std::vector<SpanRecord> spans;
 };
 
-// Calls `visit(const Label&)` for each label of `sample`: its own, then its set's.
+namespace detail {
+// The labels a span gives each of its samples; Pyroscope and Grafana match on
+// these names.
+inline constexpr const char* trace_id_label = "trace_id";
+inline constexpr const char* span_id_label = "span_id";
+inline constexpr const char* span_name_label = "span_name";
+inline constexpr const char* profile_reason_label = "profile_reason";
+}  // namespace detail
+
+// The record `sample` belongs to, or null.
+inline const SpanRecord* span_of(const Profile& profile, const Sample& sample) noexcept {
+  return sample.span != 0 && sample.span <= profile.spans.size() ? &profile.spans[sample.span - 1] : nullptr;
+}
+
+// Calls `visit(key, value)` with each label a span gives its samples, its ids in
+// lowercase hex: where the record's bytes become text, for the encoders.
+template <class Visit>
+void for_each_span_label(const SpanRecord& record, Visit&& visit) {
+  visit(detail::trace_id_label, std::string_view(record.span.trace_id.to_hex()));
+  visit(detail::span_id_label, std::string_view(record.span.span_id.to_hex()));
+  if (!record.span_name.empty()) visit(detail::span_name_label, std::string_view(record.span_name));
+  visit(detail::profile_reason_label, to_string(record.reason));
+}
+
+// Calls `visit(const Label&)` for each label of `sample`: its own, then its span's.
 template <class Visit>
 void for_each_label(const Profile& profile, const Sample& sample, Visit&& visit) {
   for (const Label& label : sample.labels) visit(label);
-  if (sample.label_set != 0 && sample.label_set <= profile.label_sets.size())
-    for (const Label& label : profile.label_sets[sample.label_set - 1]) visit(label);
+  if (const SpanRecord* record = span_of(profile, sample)) {
+    for_each_span_label(*record, [&](const char* key, std::string_view value) {
+      Label label;
+      label.key = key;
+      label.str = std::string(value);
+      visit(static_cast<const Label&>(label));
+    });
+  }
+}
+
+// Gives every sample its span's labels as its own and forgets the records: for a
+// caller that rewrites labels (Pyroscope's drop and rename) before encoding.
+inline void materialize_span_labels(Profile& profile) {
+  for (Sample& sample : profile.samples) {
+    if (const SpanRecord* record = span_of(profile, sample)) {
+      for_each_span_label(*record, [&](const char* key, std::string_view value) {
+        Label label;
+        label.key = key;
+        label.str = std::string(value);
+        sample.labels.push_back(std::move(label));
+      });
+    }
+    sample.span = 0;
+  }
+  profile.spans.clear();
 }
 
 SPANPROF_NAMESPACE_END

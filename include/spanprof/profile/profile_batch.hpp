@@ -27,15 +27,6 @@ namespace detail {
 
 class ProfileBatch {
  public:
-  // Identity and timing of one span in the batch.
-  struct Span {
-    SpanContext context;
-    std::string name;
-    ProfileReason reason = ProfileReason::sampled;
-    std::int64_t start_unix_ns = 0;
-    std::int64_t duration_ns = 0;
-  };
-
   bool empty() const noexcept { return spans_.empty(); }
   std::size_t span_count() const noexcept { return spans_.size(); }
   std::size_t sample_count() const noexcept { return samples_.size(); }  // distinct (stack, span)
@@ -44,7 +35,7 @@ class ProfileBatch {
   std::int64_t period() const noexcept { return period_; }
   std::int64_t start_unix_ns() const noexcept { return start_ns_; }
   std::int64_t end_unix_ns() const noexcept { return end_ns_; }
-  const std::vector<Span>& spans() const noexcept { return spans_; }
+  const std::vector<SpanRecord>& spans() const noexcept { return spans_; }
 
   // Whether `raw` can join this batch: the same kind and sampling period (a
   // profile has one period; a restart with another frequency starts a new batch).
@@ -63,7 +54,7 @@ class ProfileBatch {
     start_ns_ = std::min(start_ns_, raw.start_unix_ns);
     end_ns_ = std::max(end_ns_, raw.start_unix_ns + raw.duration_ns);
     const auto span = static_cast<std::uint32_t>(spans_.size());
-    spans_.push_back(Span{raw.span, raw.span_name, raw.reason, raw.start_unix_ns, raw.duration_ns});
+    spans_.push_back(raw);  // the record, without its stacks
     // A span's labels: two ids, a name, a reason (keys are shared strings).
     estimated_bytes_ += 80 + raw.span_name.size();
     dropped_samples_ += raw.dropped_samples;
@@ -90,27 +81,25 @@ class ProfileBatch {
     }
   }
 
-  // The merged profile, symbolized. Every sample carries its span's labels.
+  // The record of the window as a whole: its kind, period, engines and time span;
+  // no span's ids or name (each sample has its own span's).
+  SpanRecord window_record() const {
+    SpanRecord window;
+    window.kind = kind_;
+    window.period_ns = kind_ != ProfileKind::heap ? period_ : 0;
+    window.heap_interval_bytes = kind_ == ProfileKind::heap ? period_ : 0;
+    window.start_unix_ns = start_ns_;
+    window.duration_ns = end_ns_ - start_ns_;
+    window.engine = engine_;
+    return window;
+  }
+
+  // The merged profile, symbolized. Every sample belongs to its span's record.
   Profile build(ProfileBuilder& builder, const std::vector<std::string>& comments) const {
-    RawProfile header;
-    header.kind = kind_;
-    header.period_ns = kind_ != ProfileKind::heap ? period_ : 0;
-    header.heap_interval_bytes = kind_ == ProfileKind::heap ? period_ : 0;
-    header.start_unix_ns = start_ns_;
-    header.duration_ns = end_ns_ - start_ns_;
-    std::vector<std::vector<Label>> labels;
-    labels.reserve(spans_.size());
-    for (const Span& span : spans_) {
-      RawProfile identity;
-      identity.span = span.context;
-      identity.span_name = span.name;
-      identity.reason = span.reason;
-      labels.push_back(span_labels(identity));
-    }
     std::vector<ProfileBuilder::Sample> samples;
     samples.reserve(samples_.size());
     for (const Entry& entry : samples_) samples.push_back({stack_list_[entry.key.stack], &entry.values, entry.key.span + 1});
-    return builder.build(header, samples, std::move(labels), comments);
+    return builder.build(window_record(), samples, spans_, comments);
   }
 
   std::uint64_t dropped_samples() const noexcept { return dropped_samples_; }
@@ -150,7 +139,7 @@ class ProfileBatch {
   std::size_t estimated_bytes_ = 0;
   std::uint64_t dropped_samples_ = 0;
   std::string engine_;
-  std::vector<Span> spans_;
+  std::vector<SpanRecord> spans_;
   std::unordered_map<std::vector<std::uintptr_t>, std::uint32_t, StackHash> stacks_;
   std::vector<const std::vector<std::uintptr_t>*> stack_list_;  // node-based map: stable keys
   std::unordered_map<Key, std::size_t, KeyHash> index_;

@@ -1,6 +1,6 @@
 // Turns a RawProfile (bare program counters) into a symbolized Profile: one
 // Location per distinct address, one Function per distinct name, one Mapping per
-// loaded segment, and the span's labels on every sample.
+// loaded segment, and every sample tied to its span's record.
 #ifndef SPANPROF_PROFILE_PROFILE_BUILDER_HPP_
 #define SPANPROF_PROFILE_PROFILE_BUILDER_HPP_
 
@@ -18,38 +18,16 @@
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
 
-// Names of the labels every sample carries; Pyroscope and Grafana match on them.
-inline constexpr const char* trace_id_label = "trace_id";
-inline constexpr const char* span_id_label = "span_id";
-inline constexpr const char* span_name_label = "span_name";
-inline constexpr const char* profile_reason_label = "profile_reason";
-
-inline Label string_label(std::string key, std::string value) {
-  Label label;
-  label.key = std::move(key);
-  label.str = std::move(value);
-  return label;
-}
-
-inline std::vector<Label> span_labels(const RawProfile& raw) {
-  std::vector<Label> labels;
-  labels.push_back(string_label(trace_id_label, raw.span.trace_id.to_hex()));
-  labels.push_back(string_label(span_id_label, raw.span.span_id.to_hex()));
-  if (!raw.span_name.empty()) labels.push_back(string_label(span_name_label, raw.span_name));
-  labels.push_back(string_label(profile_reason_label, std::string(to_string(raw.reason))));
-  return labels;
-}
-
 class ProfileBuilder {
  public:
   explicit ProfileBuilder(Symbolizer& symbolizer) noexcept : symbolizer_(symbolizer) {}
 
-  // One sample to build: its frames (innermost first), values, and its label set
-  // (1-based index into the label sets given to build()).
+  // One sample to build: its frames (innermost first), values, and its span
+  // (1-based index into the records given to build()).
   struct Sample {
     const std::vector<std::uintptr_t>* frames;
     const std::vector<std::int64_t>* values;
-    std::uint32_t label_set;
+    std::uint32_t span;
   };
 
   // One span's profile, its samples as recorded (profile_batch.hpp merges repeats).
@@ -57,14 +35,13 @@ class ProfileBuilder {
     std::vector<Sample> samples;
     samples.reserve(raw.samples.size());
     for (const RawSample& sample : raw.samples) samples.push_back({&sample.frames, &sample.values, 1});
-    return build(raw, samples, {span_labels(raw)}, comments);
+    return build(raw, samples, {static_cast<const SpanRecord&>(raw)}, comments);
   }
 
   // A profile of `header`'s kind, period and time span holding `samples`, each
-  // sample's labels shared through `label_sets` (a span's labels once per span,
-  // not once per sample).
-  Profile build(const RawProfile& header, const std::vector<Sample>& samples,
-                std::vector<std::vector<Label>> label_sets, const std::vector<std::string>& comments) {
+  // belonging to one of `spans`.
+  Profile build(const SpanRecord& header, const std::vector<Sample>& samples, std::vector<SpanRecord> spans,
+                const std::vector<std::string>& comments) {
     Profile profile;
     if (header.kind == ProfileKind::cpu) {
       profile.sample_types = {{"samples", "count"}, {"cpu", "nanoseconds"}};
@@ -90,13 +67,13 @@ class ProfileBuilder {
     profile.time_nanos = header.start_unix_ns;
     profile.duration_nanos = header.duration_ns;
     profile.comments = comments;
-    profile.label_sets = std::move(label_sets);
+    profile.spans = std::move(spans);
 
     profile.samples.reserve(samples.size());
     for (const Sample& in : samples) {
       spanprof::Sample sample;
       sample.values = *in.values;
-      sample.label_set = in.label_set;
+      sample.span = in.span;
       sample.location_ids.reserve(in.frames->size());
       for (std::size_t i = 0; i < in.frames->size(); ++i) {
         // Callers' frames hold return addresses, which may already belong to the

@@ -1,0 +1,189 @@
+// The uploader contract, from the side of someone who writes one: a class with
+// one hook (do_send), written as the README shows, that misbehaves the ways real
+// ones do — it throws, it fails for a while, it hangs. What is checked is what the
+// host would see: nothing escapes into it, a shutdown keeps its deadline, and
+// every profile that could be kept reaches the uploaders that work.
+#include "support/catch.hpp"
+#include "support/collector.hpp"
+
+#include <spanprof/spanprof.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+using spanprof_test::span_number;
+
+// A named namespace: the suites are compiled in unity batches.
+namespace uploader_contract {
+
+SPANPROF_TEST_HOT_FUNCTION(contract_work)
+
+enum class Misbehaviour { throws, fails_four_times, hangs };
+
+class MisbehavingUploader final : public spanprof::Uploader {
+ public:
+  explicit MisbehavingUploader(Misbehaviour misbehaviour) : Uploader("misbehaving"), misbehaviour_(misbehaviour) {}
+
+  std::atomic<int> sends{0}, flushes{0};
+  std::atomic<bool> hang_ended{false};
+  std::set<std::string> delivered() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return delivered_;
+  }
+
+ protected:
+  spanprof::UploadResult do_send(const spanprof::EncodedProfile& profile, const std::string& payload) override {
+    const int attempt = ++sends;
+    switch (misbehaviour_) {
+      case Misbehaviour::throws:
+        throw std::runtime_error("broker exploded");
+      case Misbehaviour::fails_four_times:
+        if (attempt <= 4) return spanprof::UploadResult::retryable("broker not ready");
+        break;
+      case Misbehaviour::hangs:
+        while (profile.cancelled == nullptr || !profile.cancelled->load())
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        hang_ended = true;
+        return spanprof::UploadResult::retryable("gave up: shutting down");
+    }
+    if (payload.empty()) return spanprof::UploadResult::permanent("empty payload");
+    std::lock_guard<std::mutex> lock(mutex_);
+    delivered_.insert(profile.span.span_id.to_hex());  // per span: the record's own ids
+    return spanprof::UploadResult::ok();
+  }
+
+  spanprof::UploadResult do_flush() override {
+    ++flushes;
+    return spanprof::UploadResult::ok();
+  }
+
+ private:
+  const Misbehaviour misbehaviour_;
+  std::mutex mutex_;
+  std::set<std::string> delivered_;
+};
+
+struct ErrorLog {
+  std::mutex mutex;
+  std::vector<std::string> lines;
+  bool mentions(const std::string& text) {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (const auto& line : lines)
+      if (line.find(text) != std::string::npos) return true;
+    return false;
+  }
+};
+
+spanprof::Options options_with(std::vector<std::shared_ptr<spanprof::Uploader>> uploaders) {
+  spanprof::Options options(spanprof::ignore_environment);
+  options.frequency_hz = 500;
+  options.retry.max_attempts = 2;
+  options.retry.initial_backoff = std::chrono::milliseconds(10);
+  options.retry.max_backoff = std::chrono::milliseconds(40);
+  options.uploaders = std::move(uploaders);
+  return options;
+}
+
+void profile_contract_spans(unsigned first, unsigned n) {
+  for (unsigned i = 0; i < n; ++i) {
+    spanprof::ScopedProfile guard(spanprof::NamedSpan{span_number(first + i), "contract"});
+    contract_work(0.02);
+  }
+}
+
+std::set<std::string> span_ids(unsigned first, unsigned n) {
+  std::set<std::string> out;
+  for (unsigned i = 0; i < n; ++i) out.insert(span_number(first + i).span_id.to_hex());
+  return out;
+}
+
+}  // namespace uploader_contract
+
+using namespace uploader_contract;  // NOLINT: the names below are this file's
+
+TEST_CASE("an uploader that throws: the host never sees it, the other uploaders get every profile",
+          "[uploader]") {
+  auto errors = std::make_shared<ErrorLog>();
+  spanprof::set_error_handler([errors](const spanprof::Error& error) {
+    std::lock_guard<std::mutex> lock(errors->mutex);
+    errors->lines.emplace_back(error.message);
+  });
+  auto thrower = std::make_shared<MisbehavingUploader>(Misbehaviour::throws);
+  std::mutex mutex;
+  std::set<std::string> kept;
+  auto keeper = std::make_shared<spanprof::CallbackUploader>([&](const spanprof::EncodedProfile& profile) {
+    std::lock_guard<std::mutex> lock(mutex);
+    kept.insert(profile.span.span_id.to_hex());
+    return spanprof::UploadResult::ok();
+  });
+  spanprof::start(options_with({thrower, keeper}));
+  const auto before = spanprof::stats();
+  profile_contract_spans(3100, 3);
+  REQUIRE(spanprof::flush(std::chrono::seconds(10)));
+  const auto after = spanprof::stats();
+  spanprof::shutdown(std::chrono::seconds(2));
+  spanprof::set_error_handler(spanprof::RateLimitedStderrHandler{});
+
+  CHECK(kept == span_ids(3100, 3));
+  CHECK(thrower->sends == 3);  // a throw is permanent: not retried
+  CHECK(thrower->flushes >= 1);
+  CHECK(after.upload_failures - before.upload_failures == 3);
+  CHECK(errors->mentions("misbehaving: uploader threw: broker exploded"));
+}
+
+TEST_CASE("an uploader that fails for a while: retried, spooled, then every profile delivered once",
+          "[uploader]") {
+  const std::string spool = "/tmp/spanprof-contract-spool-" + std::to_string(::getpid());
+  std::system(("rm -rf " + spool).c_str());
+  spanprof::set_error_handler({});
+  auto flaky = std::make_shared<MisbehavingUploader>(Misbehaviour::fails_four_times);
+  spanprof::Options options = options_with({flaky});
+  options.spool_directory = spool;
+  spanprof::start(options);
+  const auto before = spanprof::stats();
+  profile_contract_spans(3200, 3);
+  REQUIRE(spanprof::flush(std::chrono::seconds(10)));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (flaky->delivered().size() < 3 && std::chrono::steady_clock::now() < deadline) {
+    spanprof::flush(std::chrono::seconds(1));  // re-sends what is due from the spool
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const auto after = spanprof::stats();
+  spanprof::shutdown(std::chrono::seconds(2));
+  spanprof::set_error_handler(spanprof::RateLimitedStderrHandler{});
+  std::system(("rm -rf " + spool).c_str());
+
+  CHECK(flaky->delivered() == span_ids(3200, 3));
+  CHECK(after.upload_failures - before.upload_failures == 0);
+  CHECK(after.profiles_spooled - before.profiles_spooled >= 1);
+  CHECK(after.spool_pending == 0);
+}
+
+TEST_CASE("an uploader that hangs: request threads never wait, shutdown keeps its deadline", "[uploader]") {
+  spanprof::set_error_handler({});
+  auto hanger = std::make_shared<MisbehavingUploader>(Misbehaviour::hangs);
+  spanprof::start(options_with({hanger}));
+  const auto before = spanprof::stats();
+  profile_contract_spans(3300, 4);  // the first send hangs; the rest wait in the queue
+  const auto start = std::chrono::steady_clock::now();
+  spanprof::shutdown(std::chrono::milliseconds(300));
+  const auto took = std::chrono::steady_clock::now() - start;
+  const auto after = spanprof::stats();
+  // The abandoned call sees the cancellation and returns; its failure is reported late.
+  for (int i = 0; i < 400 && !hanger->hang_ended; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  spanprof::set_error_handler(spanprof::RateLimitedStderrHandler{});
+
+  CHECK(took < std::chrono::seconds(3));
+  CHECK(hanger->hang_ended);
+  CHECK(hanger->delivered().empty());
+  // Every span is accounted for: none delivered, each dropped or failed, counted.
+  CHECK(after.profiles_enqueued - before.profiles_enqueued == 4);
+  CHECK((after.profiles_dropped - before.profiles_dropped) + (after.upload_failures - before.upload_failures) == 4);
+}
