@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets of tests/fuzz and runs each one, one after the
-# other: first its regression inputs, once each, then fuzzing from a fresh copy
+# Builds the libFuzzer targets of tests/fuzz and runs each one (one at a time,
+# or --parallel N at once): first its regression inputs, once each, then fuzzing from a fresh copy
 # of its seeds (tests/fuzz/corpus/ and tests/fuzz/regressions/ are only read;
 # corpora, logs and crash artifacts go to <build dir>/work/<target>/).
 #
@@ -12,6 +12,7 @@
 # Options: --seconds N (default 10) and --runs N (default: no limit) per target;
 # --timeout N, the wall-clock seconds one unit may take (default 2; raise it on a
 # machine shared with other work); --jobs N for the build (default 2);
+# --parallel N runs N targets at a time (default 1; CI: one per core);
 # --build-dir DIR (default build/fuzz, or build/fuzz-strict with --strict);
 # --resume goes on from the corpus a previous run of the target left in the build
 # dir (its log is kept as log.<n>, its crash inputs stay and count), so a long
@@ -34,6 +35,7 @@ seconds=10
 runs=""
 timeout=2
 jobs=2
+parallel=1
 build=""
 strict=0
 resume=0
@@ -44,6 +46,7 @@ while (($#)); do
     --runs) runs=$2; shift 2 ;;
     --timeout) timeout=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
+    --parallel) parallel=$2; shift 2 ;;
     --build-dir) build=$2; shift 2 ;;
     --strict) strict=1; shift ;;
     --resume) resume=1; shift ;;
@@ -118,19 +121,17 @@ max_len_of() {
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:symbolize=1:quarantine_size_mb=64${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 
-failed=()
-interrupted=()
-summary=()
-for target in "${targets[@]}"; do
-  binary=$build/fuzz_$target
+# One target: its run, then a line for the table in work/<target>/summary and
+# its outcome (ok, failed, interrupted) in work/<target>/status.
+run_target() {
+  local target=$1 binary=$build/fuzz_$1 work=$build/work/$1
   if [ ! -x "$binary" ]; then
     echo "fuzz: no target $target (built: ${all_targets[*]})" >&2
-    failed+=("$target")
-    continue
+    mkdir -p "$work" && echo failed >"$work/status" && : >"$work/summary"
+    return
   fi
-  work=$build/work/$target
   if ((resume)) && [ -d "$work/corpus" ]; then
-    n=1
+    local n=1
     while [ -e "$work/log.$n" ]; do n=$((n + 1)); done
     if [ -f "$work/log" ]; then mv "$work/log" "$work/log.$n"; fi
   else
@@ -138,7 +139,7 @@ for target in "${targets[@]}"; do
   fi
   mkdir -p "$work/corpus" "$work/artifacts"
   cp tests/fuzz/corpus/"$target"/* "$work/corpus/"
-  resumed=""
+  local resumed=""
   if ((resume)); then resumed=", from $(ls "$work/corpus" | wc -l) inputs"; fi
   echo "==== fuzz_$target: ${seconds}s${runs:+ or $runs runs}$resumed"
   # Inputs that once broke a parser are replayed on their own first: in the
@@ -148,15 +149,16 @@ for target in "${targets[@]}"; do
       -artifact_prefix=artifacts/ "$root/tests/fuzz/regressions/$target" >regressions.log 2>&1); then
       grep -E "spanprof-fuzz|ERROR|SUMMARY|runtime error" "$work/regressions.log" | head -20 >&2
       echo "fuzz_$target FAILED on a regression input; log: $work/regressions.log" >&2
-      failed+=("$target")
-      summary+=("$(printf '%-15s %12s %9s %8s %12s %9s' "$target" - - 1 - -)")
-      continue
+      echo failed >"$work/status"
+      printf '%-15s %12s %9s %8s %12s %9s\n' "$target" - - 1 - - >"$work/summary"
+      return
     fi
   fi
   (cd "$work" && "$binary" corpus -max_total_time="$seconds" ${runs:+-runs="$runs"} -max_len="$(max_len_of "$target")" \
     -rss_limit_mb=512 -malloc_limit_mb=64 -timeout="$timeout" -print_final_stats=1 -artifact_prefix=artifacts/ >log 2>&1)
-  rc=$?
-  log=$work/log
+  local rc=$?
+  local log=$work/log
+  local executions per_second peak_rss slowest crashes status=ok
   executions=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   per_second=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
   peak_rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$log" | tail -1)
@@ -167,16 +169,34 @@ for target in "${targets[@]}"; do
   # slowest unit is not printed; every unit it ran was within the CPU budget, or
   # there would be an artifact.
   if ((rc == 72 && crashes == 0)) && grep -q 'libFuzzer: run interrupted' "$log"; then
-    interrupted+=("$target")
+    status=interrupted
     echo "fuzz_$target interrupted after ${executions:-?} executions, no crash; go on with --resume" >&2
   elif ((rc != 0 || crashes != 0)) || [ -z "$slowest" ]; then
-    failed+=("$target")
+    status=failed
     crashes=$((crashes == 0 ? 1 : crashes))
     grep -E "spanprof-fuzz|ERROR|SUMMARY|runtime error|==[0-9]+==" "$log" | head -20 >&2
     echo "fuzz_$target FAILED (exit $rc); log: $log; inputs: $work/artifacts/" >&2
   fi
-  summary+=("$(printf '%-15s %12s %9s %8s %12s %9s' "$target" "${executions:-?}" "${per_second:-?}" "$crashes" \
-    "${slowest:-?}" "${peak_rss:-?}")")
+  echo "$status" >"$work/status"
+  printf '%-15s %12s %9s %8s %12s %9s\n' "$target" "${executions:-?}" "${per_second:-?}" "$crashes" \
+    "${slowest:-?}" "${peak_rss:-?}" >"$work/summary"
+}
+
+# --parallel targets at a time (each fuzzer is one process on one core).
+for target in "${targets[@]}"; do
+  while (($(jobs -rp | wc -l) >= parallel)); do wait -n; done
+  run_target "$target" &
+done
+wait
+
+failed=()
+interrupted=()
+summary=()
+for target in "${targets[@]}"; do
+  status=$(cat "$build/work/$target/status" 2>/dev/null || echo failed)
+  if [ "$status" = failed ]; then failed+=("$target"); fi
+  if [ "$status" = interrupted ]; then interrupted+=("$target"); fi
+  summary+=("$(cat "$build/work/$target/summary" 2>/dev/null)")
 done
 
 echo

@@ -480,7 +480,7 @@ TEST_CASE("batched OTLP: one request, every span in link_table, no two samples a
 }
 
 TEST_CASE("5,000 profiled spans a second for 10 s: a request or two per window, nothing lost",
-          "[delivery][batch][load]") {
+          "[delivery][batch][load]" SPANPROF_TEST_LONG_LOAD) {
   HttpServer server;
   spanprof::PyroscopeOptions pyroscope;
   pyroscope.server_address = server.url();  // the default window: 10 s

@@ -85,7 +85,7 @@ const spanprof_test::ChildScenario restart_memory_scenario("restart_memory", [] 
 
 }  // namespace
 
-TEST_CASE("10,000 restarts with an adaptive trigger leave resident memory flat", "[restart]") {
+TEST_CASE("10,000 restarts with an adaptive trigger leave resident memory flat", "[restart]" SPANPROF_TEST_LONG_LOAD) {
   const auto result = spanprof_test::run_in_child("restart_memory", 600);
   INFO(result.output);
   REQUIRE(result.exit_code == 0);

@@ -315,11 +315,11 @@ inline std::string encode(std::string_view uploader, const EncodedProfile& p, st
   put_record_u64(out, Field::duration_ns, static_cast<std::uint64_t>(duration_ns));
   put_record_u64(out, Field::period_ns, static_cast<std::uint64_t>(period_ns));
   put_record_u64(out, Field::heap_interval_bytes, static_cast<std::uint64_t>(heap_interval_bytes));
+  // EncodedProfile's counts and the payload among them, in the order files have
+  // always had (the model and the cancellation flag live only in memory).
+  put_record_u64(out, Field::sample_count, static_cast<std::uint64_t>(p.sample_count));
   put_record(out, Field::engine, engine);
   put_record_u8(out, Field::reason, static_cast<std::uint8_t>(reason));
-  // What EncodedProfile adds: its counts and the payload (the model and the
-  // cancellation flag live only in memory).
-  put_record_u64(out, Field::sample_count, static_cast<std::uint64_t>(p.sample_count));
   put_record(out, Field::payload, bytes);
   put_record_u64(out, Field::span_count, static_cast<std::uint64_t>(p.span_count));
   put_u32(out, crc32_of(out));

@@ -117,10 +117,10 @@ class PprofSpanLabels {
 
   void write(ProtobufWriter& sample, std::uint32_t span) const {
     if (span == 0 || span > labels_.size()) return;
-    for (const auto& [key, value] : labels_[span - 1]) {
+    for (const auto& label : labels_[span - 1]) {  // not a structured binding: C++17 lambdas cannot capture one
       sample.message_field(pprof_field::sample::label, [&](ProtobufWriter& body) {
-        body.int64_field_if_nonzero(pprof_field::label::key, key);
-        body.int64_field_if_nonzero(pprof_field::label::str, value);
+        body.int64_field_if_nonzero(pprof_field::label::key, label.first);
+        body.int64_field_if_nonzero(pprof_field::label::str, label.second);
       });
     }
   }
