@@ -9937,42 +9937,34 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DELIVERY_PYROSCOPE_UPLOADER_HPP_
 // ---- end spanprof/delivery/pyroscope_uploader.hpp ----
-// ---- begin spanprof/symbolization/elf_symbolizer.hpp ----
-// The default Symbolizer: reads the ELF symbol tables of the objects loaded in
-// this process, in-process and without external tools.
+// ---- begin spanprof/symbolization/elf_reader.hpp ----
+// Reading the function symbols of one ELF image, a file or memory (the vDSO): the
+// symbol tables, the build id note, and the sorted list a lookup searches. The
+// ELF symbolizer (symbolization/elf_symbolizer.hpp) reads each loaded object with
+// it; tests and the fuzz targets call it directly.
 //
 // Object files are treated as untrusted input. They can be truncated, replaced
 // under a running process or deliberately hostile, so every offset read from
 // them is checked against the real size before it is used, and the file is
 // read with pread rather than mmap (a file shrinking under a mapping would
 // SIGBUS the process).
-#ifndef SPANPROF_SYMBOLIZATION_ELF_SYMBOLIZER_HPP_
-#define SPANPROF_SYMBOLIZATION_ELF_SYMBOLIZER_HPP_
+#ifndef SPANPROF_SYMBOLIZATION_ELF_READER_HPP_
+#define SPANPROF_SYMBOLIZATION_ELF_READER_HPP_
 
 
-#include <cxxabi.h>
 #include <elf.h>
 #include <fcntl.h>
-#include <link.h>
-#include <sys/auxv.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <memory>
-#include <new>
+#include <iterator>
 #include <string>
-#include <string_view>
 #include <type_traits>
-#include <unordered_map>
-#include <unordered_set>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -10351,6 +10343,34 @@ inline bool load_elf_function_symbols(const std::string& path, std::uintptr_t bi
   }
 }
 
+}  // namespace detail
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_SYMBOLIZATION_ELF_READER_HPP_
+// ---- end spanprof/symbolization/elf_reader.hpp ----
+// ---- begin spanprof/symbolization/symbol_names.hpp ----
+// The name of a function as a user reads it in a profile, from the name in a
+// symbol table: demangled, and without the suffixes compilers give the copies they
+// make of a function. Kept apart from reading symbol tables
+// (symbolization/elf_reader.hpp): a name is shown the same way whatever read it,
+// and the functions here take a hostile file's names, so they are fuzzed alone.
+#ifndef SPANPROF_SYMBOLIZATION_SYMBOL_NAMES_HPP_
+#define SPANPROF_SYMBOLIZATION_SYMBOL_NAMES_HPP_
+
+
+#include <cxxabi.h>
+
+#include <cstddef>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <string_view>
+
+SPANPROF_NAMESPACE_BEGIN
+
+namespace detail {
+
 // The demangled form of a C++ symbol name, or the name itself when it is not a
 // mangled C++ name. Clone suffixes (".cold", ".isra.0") come out as "[clone ...]"
 // (strip_clone_suffixes removes them).
@@ -10399,6 +10419,48 @@ inline std::string strip_clone_suffixes(std::string name) {
     if (!stripped) return name;
   }
 }
+
+}  // namespace detail
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_SYMBOLIZATION_SYMBOL_NAMES_HPP_
+// ---- end spanprof/symbolization/symbol_names.hpp ----
+// ---- begin spanprof/symbolization/elf_symbolizer.hpp ----
+// The default Symbolizer: reads the ELF symbol tables of the objects loaded in
+// this process, in-process and without external tools.
+//
+// This header finds the loaded objects (under the loader lock, without
+// allocating) and keeps what it learned: the objects, their symbols, resolved
+// addresses. Reading one ELF image is symbolization/elf_reader.hpp's job, naming
+// a function symbolization/symbol_names.hpp's.
+#ifndef SPANPROF_SYMBOLIZATION_ELF_SYMBOLIZER_HPP_
+#define SPANPROF_SYMBOLIZATION_ELF_SYMBOLIZER_HPP_
+
+
+#include <elf.h>
+#include <link.h>
+#include <sys/auxv.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <thread>
+#include <utility>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+
+namespace detail {
 
 // Objects are found with dl_iterate_phdr; each executable PT_LOAD segment is a
 // Module. Symbols are read the first time an address lands in an object, so a
