@@ -2628,6 +2628,324 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_CAPTURE_CLASSIC_HEAP_ENGINE_HPP_
 // ---- end spanprof/capture/classic_heap_engine.hpp ----
+// ---- begin spanprof/capture/engines.hpp ----
+// The capture engines a guard can use, and where the CPU engine's samples come
+// from. docs/engines.md explains the choice and what each costs.
+#ifndef SPANPROF_CAPTURE_ENGINES_HPP_
+#define SPANPROF_CAPTURE_ENGINES_HPP_
+
+
+#include <cstdint>
+#include <string_view>
+
+SPANPROF_NAMESPACE_BEGIN
+
+enum class CpuEngine : std::uint8_t {
+  // Per-thread CPU-time sampling, armed once per thread; a guard only marks the
+  // thread's active span. Concurrent spans get exactly their own samples.
+  sampling,
+  // gperftools' ProfilerStart/ProfilerStop around the scope. One scope at a time
+  // per process and ~0.5-5 ms per scope: for comparison, and for environments where
+  // the sampling engine cannot run.
+  classic,
+};
+
+enum class HeapEngine : std::uint8_t {
+  // Allocation hooks (spanprof's operator new/delete, or tcmalloc's MallocHook, live
+  // only while a heap-profiled scope is open) record one allocation per
+  // ~heap_sample_interval_bytes of the profiled threads and scale the counts to
+  // unbiased estimates. Concurrent scopes get their own allocations.
+  sampling,
+  // gperftools' HeapProfilerStart/GetHeapProfile/HeapProfilerStop around the scope:
+  // every allocation of every thread, one scope at a time, and an alloc-heavy loop
+  // runs ~30x slower. For comparison and for exact counts in a test rig.
+  classic,
+};
+
+// Where the sampling CPU engine's ticks come from.
+enum class CpuSampleSource : std::uint8_t {
+  automatic,    // posix_timer: no cost at context switches (docs/cost.md)
+  perf_event,   // perf task-clock event: exact to the microsecond, paid at every context switch
+  posix_timer,  // timer_create(CLOCK_THREAD_CPUTIME_ID): fires on the scheduler tick, weighted
+};
+
+constexpr std::string_view to_string(CpuEngine e) noexcept { return e == CpuEngine::sampling ? "sampling" : "classic"; }
+constexpr std::string_view to_string(HeapEngine e) noexcept {
+  return e == HeapEngine::sampling ? "sampling" : "classic";
+}
+constexpr std::string_view to_string(CpuSampleSource s) noexcept {
+  switch (s) {
+    case CpuSampleSource::automatic: return "automatic";
+    case CpuSampleSource::perf_event: return "perf_event";
+    case CpuSampleSource::posix_timer: return "posix_timer";
+  }
+  return "unknown";
+}
+
+// The names of 0.1, kept for one release.
+using Engine [[deprecated("renamed spanprof::CpuEngine")]] = CpuEngine;
+using SamplingSource [[deprecated("renamed spanprof::CpuSampleSource")]] = CpuSampleSource;
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_CAPTURE_ENGINES_HPP_
+// ---- end spanprof/capture/engines.hpp ----
+// ---- begin spanprof/capture/cpu_tick_source.hpp ----
+// A thread's CPU ticks: a perf_event task clock or a POSIX CPU timer that sends
+// the sample signal to the one thread it was made for, each time that thread has
+// run a random CPU-time interval. The thread's sampler
+// (capture/thread_stack_sampler.hpp) owns one and records a stack at each tick.
+//
+// Why it is shaped like this (see docs/engines.md, docs/cost.md):
+//  * It signals only its own thread, so the handler records the stack of the
+//    thread whose CPU time the tick measured.
+//  * The periods are drawn at random (random_interval_ns says why).
+//  * Each tick is placed from the sampling point before it, never from the late
+//    signal: restarting from the signal would leave its delay unsampled at every
+//    sample.
+//  * Everything the handler calls here is async-signal-safe: a read, an ioctl, a
+//    clock and a timer call.
+#ifndef SPANPROF_CAPTURE_CPU_TICK_SOURCE_HPP_
+#define SPANPROF_CAPTURE_CPU_TICK_SOURCE_HPP_
+
+
+// Compiled out with the SDK, as the sampler that owns it.
+#if SPANPROF_ENABLED
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <csignal>
+#include <cstdint>
+
+#include <fcntl.h>
+#include <linux/perf_event.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef sigev_notify_thread_id
+#define sigev_notify_thread_id _sigev_un._tid
+#endif
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// A random interval with mean `mean_ns`: half the mean, plus an exponentially
+// distributed rest. A random period gives a periodic workload nothing to alias with
+// (fixed periods shift its samples into or out of its spans); the fixed half keeps
+// the sample rate bounded, so a signal handler slower than a short draw cannot
+// fall behind and pile up queued signals. From a per-thread xorshift state;
+// async-signal-safe (log() touches no shared state).
+inline std::int64_t random_interval_ns(std::uint64_t& state, std::int64_t mean_ns) noexcept {
+  state ^= state << 13;
+  state ^= state >> 7;
+  state ^= state << 17;
+  const double unit = (static_cast<double>(state >> 11) + 0.5) * (1.0 / 9007199254740992.0);  // (0, 1)
+  const double half = static_cast<double>(mean_ns) / 2;
+  const double draw = half - std::log(unit) * half;
+  const double high = static_cast<double>(mean_ns) * 16;  // the tail beyond holds a 1e-13 share
+  return static_cast<std::int64_t>(draw > high ? high : draw);
+}
+
+class CpuTickSource {
+ public:
+  // For thread `tid`; `wanted` is the configured CpuSampleSource, `period_ns` the
+  // mean CPU time between two ticks, `seed` the start of the periods' random state.
+  CpuTickSource(CpuSampleSource wanted, int signal_number, std::int64_t period_ns, pid_t tid,
+                std::uint64_t seed) noexcept
+      : wanted_(wanted), signal_number_(signal_number), period_ns_(period_ns), tid_(tid), random_(seed) {}
+
+  CpuTickSource(const CpuTickSource&) = delete;
+  CpuTickSource& operator=(const CpuTickSource&) = delete;
+
+  ~CpuTickSource() { close(); }
+
+  // Picks and creates the sampling source for this thread (not armed yet).
+  // `perf_errno` receives the reason perf_event was refused, if it was.
+  // `automatic` is the POSIX CPU timer: a perf event costs its thread at every
+  // context switch, even between spans (docs/cost.md). A perf_event the kernel
+  // refuses falls back to the timer.
+  CpuSampleSource open(int& perf_errno) noexcept {
+    perf_errno = 0;
+    if (wanted_ == CpuSampleSource::perf_event) {
+      if (open_perf_event()) return source_ = CpuSampleSource::perf_event;
+      perf_errno = errno == 0 ? EINVAL : errno;
+    }
+    if (open_posix_timer()) return source_ = CpuSampleSource::posix_timer;
+    if (wanted_ == CpuSampleSource::automatic && open_perf_event()) return source_ = CpuSampleSource::perf_event;
+    return source_ = CpuSampleSource::automatic;  // nothing could be armed
+  }
+
+  bool has_source() const noexcept { return source_ != CpuSampleSource::automatic; }
+  CpuSampleSource source() const noexcept { return source_; }
+
+  // Disables and releases the source. The destructor does it too; an owner whose
+  // handler writes into memory it frees calls it first.
+  void close() noexcept {
+    if (perf_fd_ >= 0) {
+      ::ioctl(perf_fd_, PERF_EVENT_IOC_DISABLE, 0);
+      ::close(perf_fd_);
+      perf_fd_ = -1;
+    }
+    if (has_timer_) ::timer_delete(timer_);
+    has_timer_ = false;
+  }
+
+  // In a forked child, on a source the parent made: its perf event is the parent's
+  // too (disabling it would stop the parent's samples) and its timer does not exist
+  // here. Closes the child's copy of the event and forgets both.
+  void forget_after_fork() noexcept {
+    if (perf_fd_ >= 0) ::close(perf_fd_);
+    perf_fd_ = -1;
+    has_timer_ = false;
+    source_ = CpuSampleSource::automatic;
+  }
+
+  // Starts the ticks; the periods start afresh. False when there is no source or
+  // the kernel refused.
+  bool start() noexcept {
+    cpu_mark_ = 0;
+    cpu_period_ = 0;
+    if (perf_fd_ >= 0) return schedule_next_tick() && ::ioctl(perf_fd_, PERF_EVENT_IOC_ENABLE, 0) == 0;
+    if (has_timer_) return schedule_next_tick();
+    return false;
+  }
+
+  // Async-signal-safe: used from the handler when the thread has been idle.
+  void stop() noexcept {
+    if (perf_fd_ >= 0) {
+      ::ioctl(perf_fd_, PERF_EVENT_IOC_DISABLE, 0);
+    } else if (has_timer_) {
+      itimerspec stop{};
+      ::timer_settime(timer_, 0, &stop, nullptr);
+    }
+  }
+
+  // The signal `info` describes is one of this source's ticks (async-signal-safe).
+  bool is_tick(const siginfo_t* info) const noexcept {
+    if (perf_fd_ >= 0) return info->si_fd == perf_fd_;  // not our event: someone else's signal
+    if (has_timer_) return info->si_code == SI_TIMER;
+    return false;
+  }
+
+  // Sets the CPU time until the next CPU tick (async-signal-safe). `periods`, when
+  // given, receives how many sampling points the thread's CPU time passed since the
+  // tick before: the weight of the sample being taken.
+  bool schedule_next_tick(std::uint64_t* periods = nullptr) noexcept {
+    if (perf_fd_ >= 0) {
+      // The next tick is placed a random interval after the one that just fired,
+      // not after this handler ran: the signal arrives tens of microseconds after
+      // the overflow (~50 µs measured here), and restarting the period from the
+      // handler would leave that time unsampled at every sample (-5% at 1 kHz).
+      const std::int64_t draw = random_interval_ns(random_, period_ns_);
+      std::int64_t period = draw;
+      std::uint64_t count = 0;  // the thread's task clock, ns
+      if (::read(perf_fd_, &count, sizeof count) == static_cast<ssize_t>(sizeof count)) {
+        if (cpu_period_ != 0) {
+          const std::int64_t late = static_cast<std::int64_t>(count - cpu_mark_) - cpu_period_;
+          // Not below a quarter of the mean: a period shorter than this handler would
+          // queue signals faster than it takes them.
+          const std::int64_t floor = std::max<std::int64_t>(period_ns_ / 4, 20'000);
+          if (late > 0) period = std::max(draw - late, floor);
+        }
+        cpu_mark_ = count;
+        cpu_period_ = period;
+      } else {
+        cpu_period_ = 0;
+      }
+      if (periods != nullptr) *periods = 1;
+      std::uint64_t value = static_cast<std::uint64_t>(period);
+      return ::ioctl(perf_fd_, PERF_EVENT_IOC_PERIOD, &value) == 0;
+    }
+    if (has_timer_) {
+      // The kernel looks at CPU timers only on the scheduler tick (4 ms at
+      // HZ=250), so the signal comes at the first tick after the sampling point,
+      // and at more than 250 Hz several points fall between two ticks. Each point
+      // the thread's CPU time has passed is one sample of the stack found now:
+      // counted as such, samples x period stays the thread's CPU time at any rate.
+      // The next point is drawn from the last one, never from the late signal.
+      timespec now{};
+      ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+      const std::int64_t now_ns = static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+      std::uint64_t passed = 0;
+      std::int64_t next = static_cast<std::int64_t>(cpu_mark_);
+      if (cpu_mark_ == 0) {
+        next = now_ns + random_interval_ns(random_, period_ns_);  // armed afresh
+      } else {
+        constexpr std::uint64_t most_periods = 256;  // beyond: the thread ran with the signal held
+        while (next <= now_ns && passed < most_periods) {
+          ++passed;
+          next += random_interval_ns(random_, period_ns_);
+        }
+        if (next <= now_ns) next = now_ns + random_interval_ns(random_, period_ns_);
+      }
+      if (periods != nullptr) *periods = passed;
+      cpu_mark_ = static_cast<std::uint64_t>(next);
+      itimerspec spec{};
+      spec.it_value.tv_sec = next / 1'000'000'000;
+      spec.it_value.tv_nsec = next % 1'000'000'000;
+      return ::timer_settime(timer_, TIMER_ABSTIME, &spec, nullptr) == 0;
+    }
+    return false;
+  }
+
+ private:
+  bool open_perf_event() noexcept {
+    perf_event_attr attr{};
+    attr.size = sizeof(attr);
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.config = PERF_COUNT_SW_TASK_CLOCK;
+    attr.sample_period = static_cast<std::uint64_t>(period_ns_);
+    attr.disabled = 1;
+    attr.wakeup_events = 1;  // signal on every overflow
+    errno = 0;
+    const long fd = ::syscall(SYS_perf_event_open, &attr, 0 /* this thread */, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    if (fd < 0) return false;
+    perf_fd_ = static_cast<int>(fd);
+    f_owner_ex owner{F_OWNER_TID, tid_};
+    if (::fcntl(perf_fd_, F_SETFL, O_ASYNC) != 0 || ::fcntl(perf_fd_, F_SETSIG, signal_number_) != 0 ||
+        ::fcntl(perf_fd_, F_SETOWN_EX, &owner) != 0) {
+      const int saved = errno;
+      ::close(perf_fd_);
+      perf_fd_ = -1;
+      errno = saved;
+      return false;
+    }
+    return true;
+  }
+
+  bool open_posix_timer() noexcept {
+    sigevent event{};
+    event.sigev_notify = SIGEV_THREAD_ID;
+    event.sigev_signo = signal_number_;
+    event.sigev_notify_thread_id = tid_;
+    if (::timer_create(CLOCK_THREAD_CPUTIME_ID, &event, &timer_) != 0) return false;
+    has_timer_ = true;
+    return true;
+  }
+
+  CpuSampleSource wanted_;
+  int signal_number_;
+  std::int64_t period_ns_;  // mean CPU time between two CPU samples
+  pid_t tid_;
+  int perf_fd_ = -1;
+  timer_t timer_{};
+  bool has_timer_ = false;
+  CpuSampleSource source_ = CpuSampleSource::automatic;
+  std::uint64_t random_;        // the handler's: the next CPU period
+  std::uint64_t cpu_mark_ = 0;  // perf: the task clock when the period was last set; timer: its next expiry
+  std::int64_t cpu_period_ = 0; // perf: that period (0: unknown, after a disarm)
+};
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_CAPTURE_CPU_TICK_SOURCE_HPP_
+// ---- end spanprof/capture/cpu_tick_source.hpp ----
 // ---- begin spanprof/base/loader_lock_gate.hpp ----
 // spanprof's own holds on the dynamic loader's lock, so that fork() can wait
 // them out.
@@ -2694,68 +3012,6 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_BASE_LOADER_LOCK_GATE_HPP_
 // ---- end spanprof/base/loader_lock_gate.hpp ----
-// ---- begin spanprof/capture/engines.hpp ----
-// The capture engines a guard can use, and where the CPU engine's samples come
-// from. docs/engines.md explains the choice and what each costs.
-#ifndef SPANPROF_CAPTURE_ENGINES_HPP_
-#define SPANPROF_CAPTURE_ENGINES_HPP_
-
-
-#include <cstdint>
-#include <string_view>
-
-SPANPROF_NAMESPACE_BEGIN
-
-enum class CpuEngine : std::uint8_t {
-  // Per-thread CPU-time sampling, armed once per thread; a guard only marks the
-  // thread's active span. Concurrent spans get exactly their own samples.
-  sampling,
-  // gperftools' ProfilerStart/ProfilerStop around the scope. One scope at a time
-  // per process and ~0.5-5 ms per scope: for comparison, and for environments where
-  // the sampling engine cannot run.
-  classic,
-};
-
-enum class HeapEngine : std::uint8_t {
-  // Allocation hooks (spanprof's operator new/delete, or tcmalloc's MallocHook, live
-  // only while a heap-profiled scope is open) record one allocation per
-  // ~heap_sample_interval_bytes of the profiled threads and scale the counts to
-  // unbiased estimates. Concurrent scopes get their own allocations.
-  sampling,
-  // gperftools' HeapProfilerStart/GetHeapProfile/HeapProfilerStop around the scope:
-  // every allocation of every thread, one scope at a time, and an alloc-heavy loop
-  // runs ~30x slower. For comparison and for exact counts in a test rig.
-  classic,
-};
-
-// Where the sampling CPU engine's ticks come from.
-enum class CpuSampleSource : std::uint8_t {
-  automatic,    // posix_timer: no cost at context switches (docs/cost.md)
-  perf_event,   // perf task-clock event: exact to the microsecond, paid at every context switch
-  posix_timer,  // timer_create(CLOCK_THREAD_CPUTIME_ID): fires on the scheduler tick, weighted
-};
-
-constexpr std::string_view to_string(CpuEngine e) noexcept { return e == CpuEngine::sampling ? "sampling" : "classic"; }
-constexpr std::string_view to_string(HeapEngine e) noexcept {
-  return e == HeapEngine::sampling ? "sampling" : "classic";
-}
-constexpr std::string_view to_string(CpuSampleSource s) noexcept {
-  switch (s) {
-    case CpuSampleSource::automatic: return "automatic";
-    case CpuSampleSource::perf_event: return "perf_event";
-    case CpuSampleSource::posix_timer: return "posix_timer";
-  }
-  return "unknown";
-}
-
-// The names of 0.1, kept for one release.
-using Engine [[deprecated("renamed spanprof::CpuEngine")]] = CpuEngine;
-using SamplingSource [[deprecated("renamed spanprof::CpuSampleSource")]] = CpuSampleSource;
-
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_CAPTURE_ENGINES_HPP_
-// ---- end spanprof/capture/engines.hpp ----
 // ---- begin spanprof/capture/call_frame_info.hpp ----
 // The unwind rules of one machine instruction, read from the DWARF call frame
 // information every loaded object carries in .eh_frame (what C++ exceptions use).
@@ -3618,30 +3874,138 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_CAPTURE_STACK_WALKER_HPP_
 // ---- end spanprof/capture/stack_walker.hpp ----
-// ---- begin spanprof/capture/stack_sampler.hpp ----
-// The sampling engine's per-thread half: a CPU-time source that signals only its
-// own thread, a signal handler that records the stack of the thread's active span
-// on a CPU tick or a wall tick (from the wall ticker, wall_ticker.hpp), and the
-// per-thread sample log the guard reads back.
+// ---- begin spanprof/capture/thread_status.hpp ----
+// What one thread can learn about another without signalling it: where it is
+// blocked, how much CPU time it has used, whether it blocks a signal. The wall
+// ticker reads the first two at every tick to decide whether a thread needs a
+// signal at all; the watchdog reads the last two to find a thread that holds the
+// sample signal. Signalling the thread to ask would disturb what is looked at: a
+// signal makes a blocked nanosleep or poll return EINTR, and piles up on a thread
+// that holds it.
 //
-// Why it is shaped like this (see docs/engines.md, docs/wall.md):
-//  * A sampler is armed once per thread and left running; a guard only publishes
-//    its span in a thread-local pointer. Opening a guard then costs nanoseconds, and
-//    sampling continues across spans, so short spans are sampled without bias.
-//  * The CPU periods are drawn at random (exponential around the mean), so a
-//    periodic workload cannot alias with the sampling and shift samples into or out
-//    of its spans.
-//  * The signal is a real-time signal, not SIGPROF: SIGPROF belongs to gperftools,
-//    whose profiler stops gathering samples when someone else handles it.
-//  * The handler is async-signal-safe: it touches only this thread's preallocated
-//    log, lock-free atomics and a stack walker that takes no lock
-//    (capture/stack_walker.hpp). No malloc, lock or stdio.
-//  * Wall samples are weighted by the wall time since the thread's previous one,
-//    measured on the thread itself, so a lost or dropped tick loses detail, never
-//    time; the ticker only decides when to look, and confirms without a signal that
-//    a blocked thread is still where its last sample found it.
-#ifndef SPANPROF_CAPTURE_STACK_SAMPLER_HPP_
-#define SPANPROF_CAPTURE_STACK_SAMPLER_HPP_
+// Each reader takes the thread's kernel id and allocates nothing; what it reads
+// of kernel text fits a fixed buffer on the stack.
+#ifndef SPANPROF_CAPTURE_THREAD_STATUS_HPP_
+#define SPANPROF_CAPTURE_THREAD_STATUS_HPP_
+
+
+// Compiled out with the SDK, as the sampler that uses it.
+#if SPANPROF_ENABLED
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include <fcntl.h>
+#include <time.h>
+#include <unistd.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// Where a thread is blocked, as /proc/self/task/<tid>/syscall tells: its user
+// stack pointer and instruction pointer. The same site at two ticks, with
+// little CPU time between them, is the same wait.
+struct BlockedSite {
+  std::uint64_t sp = 0;
+  std::uint64_t pc = 0;
+  friend bool operator==(const BlockedSite& a, const BlockedSite& b) noexcept { return a.sp == b.sp && a.pc == b.pc; }
+};
+
+// /proc/self/task/<tid>/syscall: "running", or "<nr> <6 args> <sp> <pc>" (nr -1
+// when blocked outside a system call). False when running or unreadable.
+// `syscall_fd` is that file, opened at the first call (-1 until then) and kept
+// open for the next ticks; the caller closes it.
+inline bool read_blocked_site(pid_t tid, int& syscall_fd, BlockedSite& site) noexcept {
+  if (syscall_fd < 0) {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/self/task/%d/syscall", static_cast<int>(tid));
+    syscall_fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (syscall_fd < 0) return false;
+  }
+  char text[256];
+  const ssize_t n = ::pread(syscall_fd, text, sizeof text - 1, 0);
+  if (n <= 0) return false;
+  text[n] = '\0';
+  if (text[0] == 'r') return false;  // "running"
+  // The last two fields.
+  std::uint64_t fields[2] = {0, 0};
+  int found = 0;
+  const char* end = text + n;
+  while (end > text && (end[-1] == '\n' || end[-1] == ' ')) --end;
+  for (int f = 1; f >= 0; --f) {
+    const char* start = end;
+    while (start > text && start[-1] != ' ') --start;
+    if (start == end) break;
+    std::uint64_t value = 0;
+    const char* c = start;
+    if (end - c > 2 && c[0] == '0' && c[1] == 'x') c += 2;
+    for (; c < end; ++c) {
+      const char d = *c;
+      const int digit = d >= '0' && d <= '9' ? d - '0' : d >= 'a' && d <= 'f' ? d - 'a' + 10 : -1;
+      if (digit < 0) return false;
+      value = value * 16 + static_cast<std::uint64_t>(digit);
+    }
+    fields[f] = value;
+    ++found;
+    end = start > text ? start - 1 : start;
+  }
+  if (found != 2) return false;
+  site.sp = fields[0];
+  site.pc = fields[1];
+  return true;
+}
+
+// The thread's CPU time, read from another thread (-1 when unreadable).
+inline std::int64_t thread_cpu_ns(pid_t tid) noexcept {
+  // Linux's per-thread CPU clock id, as glibc's pthread_getcpuclockid makes it.
+  const clockid_t clock = static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6);
+  timespec ts{};
+  if (::clock_gettime(clock, &ts) != 0) return -1;
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// SigBlk in /proc/self/task/<tid>/status has the bit of `signal_number`.
+inline bool thread_blocks_signal(pid_t tid, int signal_number) noexcept {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%d/status", static_cast<int>(tid));
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char text[4096];
+  const ssize_t n = ::read(fd, text, sizeof text - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  text[n] = '\0';
+  const char* line = std::strstr(text, "\nSigBlk:");
+  if (line == nullptr) return false;
+  const unsigned long long mask = std::strtoull(line + 8, nullptr, 16);
+  const int bit = signal_number - 1;
+  return bit >= 0 && bit < 64 && ((mask >> bit) & 1) != 0;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_CAPTURE_THREAD_STATUS_HPP_
+// ---- end spanprof/capture/thread_status.hpp ----
+// ---- begin spanprof/capture/thread_stack_sampler.hpp ----
+// A thread's sampler: the log of the stacks sampled on the thread, the span its
+// guards published, and the signal handler that records a stack on a CPU tick
+// (from the thread's CpuTickSource, capture/cpu_tick_source.hpp) or a wall tick
+// (from the wall ticker, capture/wall_ticker.hpp). capture/stack_sampler.hpp
+// keeps the samplers of all threads and makes this one when a thread needs it;
+// it says why the engine is shaped as it is.
+//
+// Three threads touch a sampler, each its own part, and the sections below say
+// which: its own thread (the guards, and the handler that interrupts them), the
+// watchdog (the worker) and the wall ticker. The handler is async-signal-safe: it
+// touches only this thread's preallocated log, lock-free atomics and a stack
+// walker that takes no lock (capture/stack_walker.hpp).
+#ifndef SPANPROF_CAPTURE_THREAD_STACK_SAMPLER_HPP_
+#define SPANPROF_CAPTURE_THREAD_STACK_SAMPLER_HPP_
 
 
 // Compiled out with the SDK: nothing here may reach gperftools then.
@@ -3652,27 +4016,14 @@ SPANPROF_NAMESPACE_END
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cmath>
 #include <csignal>
+#include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <mutex>
-#include <new>
 
-#include <fcntl.h>
-#include <pthread.h>
-#include <linux/perf_event.h>
-#include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
-
-#ifndef sigev_notify_thread_id
-#define sigev_notify_thread_id _sigev_un._tid
-#endif
 
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
@@ -3711,36 +4062,10 @@ inline std::int64_t monotonic_now_ns() noexcept {
   return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
-// A random interval with mean `mean_ns`: half the mean, plus an exponentially
-// distributed rest. A random period gives a periodic workload nothing to alias with
-// (fixed periods shift its samples into or out of its spans); the fixed half keeps
-// the sample rate bounded, so a signal handler slower than a short draw cannot
-// fall behind and pile up queued signals. From a per-thread xorshift state;
-// async-signal-safe (log() touches no shared state).
-inline std::int64_t random_interval_ns(std::uint64_t& state, std::int64_t mean_ns) noexcept {
-  state ^= state << 13;
-  state ^= state >> 7;
-  state ^= state << 17;
-  const double unit = (static_cast<double>(state >> 11) + 0.5) * (1.0 / 9007199254740992.0);  // (0, 1)
-  const double half = static_cast<double>(mean_ns) / 2;
-  const double draw = half - std::log(unit) * half;
-  const double high = static_cast<double>(mean_ns) * 16;  // the tail beyond holds a 1e-13 share
-  return static_cast<std::int64_t>(draw > high ? high : draw);
-}
-
 // What a wall tick carries (sigqueue value): a tag, and the thread's wall
 // generation when the ticker looked, so a tick that arrives after the span changed
 // is dropped.
 inline constexpr std::uint64_t wall_tick_tag = 0x5350'574Cull << 32;  // "SPWL"
-
-// Where a thread is blocked, as /proc/self/task/<tid>/syscall tells: its user
-// stack pointer and instruction pointer. The same site at two ticks, with
-// little CPU time between them, is the same wait.
-struct BlockedSite {
-  std::uint64_t sp = 0;
-  std::uint64_t pc = 0;
-  friend bool operator==(const BlockedSite& a, const BlockedSite& b) noexcept { return a.sp == b.sp && a.pc == b.pc; }
-};
 
 inline std::uintptr_t interrupted_pc(const void* ucontext) noexcept {
   const auto* uc = static_cast<const ucontext_t*>(ucontext);
@@ -3776,56 +4101,39 @@ class ThreadStackSampler {
         stack_top_(this_thread_stack_top()),
 #endif
         pid_(::getpid()),
-        random_(0x9E3779B97F4A7C15ull ^ (static_cast<std::uint64_t>(tid_) << 32) ^
-                static_cast<std::uint64_t>(monotonic_now_ns())) {}
+        cpu_(settings.source, settings.signal_number, settings.period_ns, tid_,
+             0x9E3779B97F4A7C15ull ^ (static_cast<std::uint64_t>(tid_) << 32) ^
+                 static_cast<std::uint64_t>(monotonic_now_ns())) {}
 
   ThreadStackSampler(const ThreadStackSampler&) = delete;
   ThreadStackSampler& operator=(const ThreadStackSampler&) = delete;
 
   ~ThreadStackSampler() {
-    if (perf_fd_ >= 0) {
-      ::ioctl(perf_fd_, PERF_EVENT_IOC_DISABLE, 0);
-      ::close(perf_fd_);
-    }
-    if (has_timer_) ::timer_delete(timer_);
+    cpu_.close();  // no tick after the log is freed
     if (ticker_.syscall_fd >= 0) ::close(ticker_.syscall_fd);
     delete[] words_;
   }
 
-  // Picks and creates the sampling source for this thread (not armed yet).
-  // `perf_errno` receives the reason perf_event was refused, if it was.
-  // `automatic` is the POSIX CPU timer: a perf event costs its thread at every
-  // context switch, even between spans (docs/cost.md). A perf_event the kernel
-  // refuses falls back to the timer.
-  CpuSampleSource open_source(int& perf_errno) noexcept {
-    perf_errno = 0;
-    if (settings_.source == CpuSampleSource::perf_event) {
-      if (open_perf_event()) return source_ = CpuSampleSource::perf_event;
-      perf_errno = errno == 0 ? EINVAL : errno;
-    }
-    if (open_posix_timer()) return source_ = CpuSampleSource::posix_timer;
-    if (settings_.source == CpuSampleSource::automatic && open_perf_event()) return source_ = CpuSampleSource::perf_event;
-    return source_ = CpuSampleSource::automatic;  // nothing could be armed
-  }
+  // Picks and creates the CPU tick source for this thread (not armed yet);
+  // CpuTickSource::open says how. `perf_errno` receives the reason perf_event was
+  // refused, if it was.
+  CpuSampleSource open_source(int& perf_errno) noexcept { return cpu_.open(perf_errno); }
 
-  bool has_source() const noexcept { return source_ != CpuSampleSource::automatic; }
+  bool has_source() const noexcept { return cpu_.has_source(); }
 
   // In a forked child, on a sampler the parent made: its perf event is the
   // parent's too (disabling it would stop the parent's samples), its timer does
   // not exist here, and its thread ids are the parent's. Closes the child's copies
   // and keeps the log, which an open guard on the forking thread still reads.
   void forget_source_after_fork() noexcept {
-    if (perf_fd_ >= 0) ::close(perf_fd_);
-    perf_fd_ = -1;
-    has_timer_ = false;
+    cpu_.forget_after_fork();
     if (ticker_.syscall_fd >= 0) ::close(ticker_.syscall_fd);
     ticker_.syscall_fd = -1;
-    source_ = CpuSampleSource::automatic;
     armed_.store(false, std::memory_order_relaxed);
     registry_prev = registry_next = nullptr;
   }
   bool in_wall_span() const noexcept { return wall_spans_.load(std::memory_order_relaxed) != 0; }
-  CpuSampleSource source() const noexcept { return source_; }
+  CpuSampleSource source() const noexcept { return cpu_.source(); }
   const StackSamplerSettings& settings() const noexcept { return settings_; }
   bool armed() const noexcept { return armed_.load(std::memory_order_relaxed); }
 
@@ -3838,26 +4146,14 @@ class ThreadStackSampler {
       return false;
     }
     idle_ticks_.store(0, std::memory_order_relaxed);
-    cpu_mark_ = 0;  // the periods start afresh
-    cpu_period_ = 0;
-    bool ok = false;
-    if (perf_fd_ >= 0) {
-      ok = schedule_next_cpu_tick() && ::ioctl(perf_fd_, PERF_EVENT_IOC_ENABLE, 0) == 0;
-    } else if (has_timer_) {
-      ok = schedule_next_cpu_tick();
-    }
+    const bool ok = cpu_.start();  // the periods start afresh
     armed_.store(ok, std::memory_order_relaxed);
     return ok;
   }
 
   // Async-signal-safe: used from the handler when the thread has been idle.
   void disarm() noexcept {
-    if (perf_fd_ >= 0) {
-      ::ioctl(perf_fd_, PERF_EVENT_IOC_DISABLE, 0);
-    } else if (has_timer_) {
-      itimerspec stop{};
-      ::timer_settime(timer_, 0, &stop, nullptr);
-    }
+    cpu_.stop();
     armed_.store(false, std::memory_order_relaxed);
   }
 
@@ -3936,13 +4232,7 @@ class ThreadStackSampler {
       if ((value & ~std::uint64_t{0xFFFF'FFFF}) == wall_tick_tag) on_wall_tick(static_cast<std::uint32_t>(value), ucontext);
       return;
     }
-    if (perf_fd_ >= 0) {
-      if (info->si_fd != perf_fd_) return;  // not our event: someone else's signal
-    } else if (has_timer_) {
-      if (info->si_code != SI_TIMER) return;
-    } else {
-      return;
-    }
+    if (!cpu_.is_tick(info)) return;  // not our source's: someone else's signal
     cpu_ticks_handled_.store(cpu_ticks_handled_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     // The next period starts now, before the unwinding: the CPU time this handler
     // takes counts toward it. (Drawn at the end, each sample's handler time would
@@ -3952,11 +4242,11 @@ class ThreadStackSampler {
       const auto idle = idle_ticks_.load(std::memory_order_relaxed) + 1;
       idle_ticks_.store(idle, std::memory_order_relaxed);
       if (idle >= settings_.idle_ticks_before_disarm) disarm();
-      else schedule_next_cpu_tick();
+      else cpu_.schedule_next_tick();
       return;
     }
     std::uint64_t periods = 0;
-    schedule_next_cpu_tick(&periods);
+    cpu_.schedule_next_tick(&periods);
     if (periods == 0) return;  // a timer signal before its expiry: not a sample
     // A span that ended on another thread is still on this thread's stack until the
     // thread pops it; it records nothing, and it is not idleness either.
@@ -3979,7 +4269,7 @@ class ThreadStackSampler {
       watch_cpu_ns_ = -1;
       return false;
     }
-    const std::int64_t cpu = thread_cpu_ns();
+    const std::int64_t cpu = thread_cpu_ns(tid_);
     const std::uint64_t ticks = cpu_ticks_handled_.load(std::memory_order_relaxed);
     if (cpu < 0) return false;
     if (watch_cpu_ns_ < 0 || ticks != watch_ticks_ || cpu - watch_cpu_ns_ < 4 * settings_.period_ns) {
@@ -3992,7 +4282,7 @@ class ThreadStackSampler {
     }
     watch_cpu_ns_ = cpu;
     const bool seen_before = watch_saw_blocked_;
-    watch_saw_blocked_ = blocks_sample_signal();
+    watch_saw_blocked_ = thread_blocks_signal(tid_, settings_.signal_number);
     if (!watch_saw_blocked_ || !seen_before) return false;
     signal_blocked_.store(true, std::memory_order_relaxed);
     disarm();
@@ -4018,8 +4308,8 @@ class ThreadStackSampler {
     }
     const std::uint32_t generation = wall_generation_.load(std::memory_order_acquire);
     BlockedSite site;
-    const bool blocked = read_blocked_site(site);
-    const std::int64_t cpu_ns = thread_cpu_ns();
+    const bool blocked = read_blocked_site(tid_, ticker_.syscall_fd, site);
+    const std::int64_t cpu_ns = thread_cpu_ns(tid_);
     // "Still": almost no CPU time since the last sample found it blocked, and
     // blocked at the same site now — or running for a moment between two waits at
     // it (a loop around a short sleep counts as one wait, as in async-profiler's
@@ -4166,174 +4456,6 @@ class ThreadStackSampler {
     wall_busy_ = false;
   }
 
-  // ---- CPU periods ----
-
-  // Sets the CPU time until the next CPU tick (async-signal-safe). `periods`, when
-  // given, receives how many sampling points the thread's CPU time passed since the
-  // tick before: the weight of the sample being taken.
-  bool schedule_next_cpu_tick(std::uint64_t* periods = nullptr) noexcept {
-    if (perf_fd_ >= 0) {
-      // The next tick is placed a random interval after the one that just fired,
-      // not after this handler ran: the signal arrives tens of microseconds after
-      // the overflow (~50 µs measured here), and restarting the period from the
-      // handler would leave that time unsampled at every sample (-5% at 1 kHz).
-      const std::int64_t draw = random_interval_ns(random_, settings_.period_ns);
-      std::int64_t period = draw;
-      std::uint64_t count = 0;  // the thread's task clock, ns
-      if (::read(perf_fd_, &count, sizeof count) == static_cast<ssize_t>(sizeof count)) {
-        if (cpu_period_ != 0) {
-          const std::int64_t late = static_cast<std::int64_t>(count - cpu_mark_) - cpu_period_;
-          // Not below a quarter of the mean: a period shorter than this handler would
-          // queue signals faster than it takes them.
-          const std::int64_t floor = std::max<std::int64_t>(settings_.period_ns / 4, 20'000);
-          if (late > 0) period = std::max(draw - late, floor);
-        }
-        cpu_mark_ = count;
-        cpu_period_ = period;
-      } else {
-        cpu_period_ = 0;
-      }
-      if (periods != nullptr) *periods = 1;
-      std::uint64_t value = static_cast<std::uint64_t>(period);
-      return ::ioctl(perf_fd_, PERF_EVENT_IOC_PERIOD, &value) == 0;
-    }
-    if (has_timer_) {
-      // The kernel looks at CPU timers only on the scheduler tick (4 ms at
-      // HZ=250), so the signal comes at the first tick after the sampling point,
-      // and at more than 250 Hz several points fall between two ticks. Each point
-      // the thread's CPU time has passed is one sample of the stack found now:
-      // counted as such, samples x period stays the thread's CPU time at any rate.
-      // The next point is drawn from the last one, never from the late signal.
-      timespec now{};
-      ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
-      const std::int64_t now_ns = static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
-      std::uint64_t passed = 0;
-      std::int64_t next = static_cast<std::int64_t>(cpu_mark_);
-      if (cpu_mark_ == 0) {
-        next = now_ns + random_interval_ns(random_, settings_.period_ns);  // armed afresh
-      } else {
-        constexpr std::uint64_t most_periods = 256;  // beyond: the thread ran with the signal held
-        while (next <= now_ns && passed < most_periods) {
-          ++passed;
-          next += random_interval_ns(random_, settings_.period_ns);
-        }
-        if (next <= now_ns) next = now_ns + random_interval_ns(random_, settings_.period_ns);
-      }
-      if (periods != nullptr) *periods = passed;
-      cpu_mark_ = static_cast<std::uint64_t>(next);
-      itimerspec spec{};
-      spec.it_value.tv_sec = next / 1'000'000'000;
-      spec.it_value.tv_nsec = next % 1'000'000'000;
-      return ::timer_settime(timer_, TIMER_ABSTIME, &spec, nullptr) == 0;
-    }
-    return false;
-  }
-
-  // ---- what the ticker reads about this thread ----
-
-  // /proc/self/task/<tid>/syscall: "running", or "<nr> <6 args> <sp> <pc>" (nr -1
-  // when blocked outside a system call). False when running or unreadable.
-  bool read_blocked_site(BlockedSite& site) noexcept {
-    if (ticker_.syscall_fd < 0) {
-      char path[64];
-      std::snprintf(path, sizeof path, "/proc/self/task/%d/syscall", static_cast<int>(tid_));
-      ticker_.syscall_fd = ::open(path, O_RDONLY | O_CLOEXEC);
-      if (ticker_.syscall_fd < 0) return false;
-    }
-    char text[256];
-    const ssize_t n = ::pread(ticker_.syscall_fd, text, sizeof text - 1, 0);
-    if (n <= 0) return false;
-    text[n] = '\0';
-    if (text[0] == 'r') return false;  // "running"
-    // The last two fields.
-    std::uint64_t fields[2] = {0, 0};
-    int found = 0;
-    const char* end = text + n;
-    while (end > text && (end[-1] == '\n' || end[-1] == ' ')) --end;
-    for (int f = 1; f >= 0; --f) {
-      const char* start = end;
-      while (start > text && start[-1] != ' ') --start;
-      if (start == end) break;
-      std::uint64_t value = 0;
-      const char* c = start;
-      if (end - c > 2 && c[0] == '0' && c[1] == 'x') c += 2;
-      for (; c < end; ++c) {
-        const char d = *c;
-        const int digit = d >= '0' && d <= '9' ? d - '0' : d >= 'a' && d <= 'f' ? d - 'a' + 10 : -1;
-        if (digit < 0) return false;
-        value = value * 16 + static_cast<std::uint64_t>(digit);
-      }
-      fields[f] = value;
-      ++found;
-      end = start > text ? start - 1 : start;
-    }
-    if (found != 2) return false;
-    site.sp = fields[0];
-    site.pc = fields[1];
-    return true;
-  }
-
-  // The thread's CPU time, read from another thread (-1 when unreadable).
-  std::int64_t thread_cpu_ns() const noexcept {
-    // Linux's per-thread CPU clock id, as glibc's pthread_getcpuclockid makes it.
-    const clockid_t clock = static_cast<clockid_t>((~static_cast<unsigned>(tid_) << 3) | 6);
-    timespec ts{};
-    if (::clock_gettime(clock, &ts) != 0) return -1;
-    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-  }
-
-  // SigBlk in /proc/self/task/<tid>/status has the sample signal's bit.
-  bool blocks_sample_signal() const noexcept {
-    char path[64];
-    std::snprintf(path, sizeof path, "/proc/self/task/%d/status", static_cast<int>(tid_));
-    const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return false;
-    char text[4096];
-    const ssize_t n = ::read(fd, text, sizeof text - 1);
-    ::close(fd);
-    if (n <= 0) return false;
-    text[n] = '\0';
-    const char* line = std::strstr(text, "\nSigBlk:");
-    if (line == nullptr) return false;
-    const unsigned long long mask = std::strtoull(line + 8, nullptr, 16);
-    const int bit = settings_.signal_number - 1;
-    return bit >= 0 && bit < 64 && ((mask >> bit) & 1) != 0;
-  }
-
-  bool open_perf_event() noexcept {
-    perf_event_attr attr{};
-    attr.size = sizeof(attr);
-    attr.type = PERF_TYPE_SOFTWARE;
-    attr.config = PERF_COUNT_SW_TASK_CLOCK;
-    attr.sample_period = static_cast<std::uint64_t>(settings_.period_ns);
-    attr.disabled = 1;
-    attr.wakeup_events = 1;  // signal on every overflow
-    errno = 0;
-    const long fd = ::syscall(SYS_perf_event_open, &attr, 0 /* this thread */, -1, -1, PERF_FLAG_FD_CLOEXEC);
-    if (fd < 0) return false;
-    perf_fd_ = static_cast<int>(fd);
-    f_owner_ex owner{F_OWNER_TID, tid_};
-    if (::fcntl(perf_fd_, F_SETFL, O_ASYNC) != 0 || ::fcntl(perf_fd_, F_SETSIG, settings_.signal_number) != 0 ||
-        ::fcntl(perf_fd_, F_SETOWN_EX, &owner) != 0) {
-      const int saved = errno;
-      ::close(perf_fd_);
-      perf_fd_ = -1;
-      errno = saved;
-      return false;
-    }
-    return true;
-  }
-
-  bool open_posix_timer() noexcept {
-    sigevent event{};
-    event.sigev_notify = SIGEV_THREAD_ID;
-    event.sigev_signo = settings_.signal_number;
-    event.sigev_notify_thread_id = tid_;
-    if (::timer_create(CLOCK_THREAD_CPUTIME_ID, &event, &timer_) != 0) return false;
-    has_timer_ = true;
-    return true;
-  }
-
   StackSamplerSettings settings_;
   std::uint64_t* words_;
   ThreadCounters* counters_;
@@ -4341,14 +4463,8 @@ class ThreadStackSampler {
 #if SPANPROF_HAS_CFI_WALKER
   std::uint64_t stack_top_;  // the walker reads the stack up to here without a check
 #endif
-  int perf_fd_ = -1;
-  timer_t timer_{};
-  bool has_timer_ = false;
-  CpuSampleSource source_ = CpuSampleSource::automatic;
   pid_t pid_;
-  std::uint64_t random_;        // the handler's: the next CPU period
-  std::uint64_t cpu_mark_ = 0;  // perf: the task clock when the period was last set; timer: its next expiry
-  std::int64_t cpu_period_ = 0; // perf: that period (0: unknown, after a disarm)
+  CpuTickSource cpu_;
   std::atomic<ActiveSpan*> active_{nullptr};
   std::atomic<std::size_t> used_{0};
   std::atomic<std::uint64_t> dropped_{0};
@@ -4394,6 +4510,37 @@ inline void on_sample_signal(int, siginfo_t* info, void* ucontext) noexcept {
   if (ThreadStackSampler* sampler = current_stack_sampler) sampler->on_signal(info, ucontext);
   errno = saved_errno;
 }
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_CAPTURE_THREAD_STACK_SAMPLER_HPP_
+// ---- end spanprof/capture/thread_stack_sampler.hpp ----
+// ---- begin spanprof/capture/stack_sampler_list.hpp ----
+// Where the samplers live: each thread owns its own (ThreadStackSamplerOwner, a
+// thread_local whose destructor runs at thread exit), and the process lists them
+// all, so that shutdown() can disarm them, stats() can count the armed ones, a
+// forked child can let go of its parent's, and the watchdog and the wall ticker
+// can look at every thread (capture/sample_signal.hpp, capture/wall_ticker.hpp).
+//
+// The signal handler sees neither: it reads current_stack_sampler only
+// (capture/thread_stack_sampler.hpp), which the owner clears before a sampler is
+// freed.
+#ifndef SPANPROF_CAPTURE_STACK_SAMPLER_LIST_HPP_
+#define SPANPROF_CAPTURE_STACK_SAMPLER_LIST_HPP_
+
+
+// Compiled out with the SDK, as the samplers it keeps.
+#if SPANPROF_ENABLED
+
+#include <atomic>
+#include <mutex>
+#include <new>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
 
 // All live CPU samplers, so shutdown() can disarm them and stats() can count the
 // armed ones. (What they count lives in the counter registry.)
@@ -4459,6 +4606,42 @@ struct ThreadStackSamplerOwner {
 };
 
 inline thread_local ThreadStackSamplerOwner stack_sampler_owner;
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_CAPTURE_STACK_SAMPLER_LIST_HPP_
+// ---- end spanprof/capture/stack_sampler_list.hpp ----
+// ---- begin spanprof/capture/sample_signal.hpp ----
+// The real-time signal samples arrive on: which one, its handler, and the
+// watchdog that notices when the host takes it back.
+//
+// Why it is shaped like this (see docs/host-safety.md; capture/stack_sampler.hpp
+// says why a real-time signal and not SIGPROF):
+//  * A signal the host handles stays the host's: spanprof picks a free one.
+//  * The host may still replace the handler, or block the signal on a thread,
+//    later: the watchdog stops sampling there and says so once, rather than let
+//    spanprof's signals reach the host's handler or pile up against a mask.
+#ifndef SPANPROF_CAPTURE_SAMPLE_SIGNAL_HPP_
+#define SPANPROF_CAPTURE_SAMPLE_SIGNAL_HPP_
+
+
+// Compiled out with the SDK, as the samplers it serves.
+#if SPANPROF_ENABLED
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+
+#include <unistd.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
 
 // Chooses the real-time signal for samples: the configured one, or the first
 // real-time signal from SIGRTMIN+4 that nobody handles. Installs the handler.
@@ -4570,6 +4753,68 @@ inline void watch_sample_signal(int signal_number) noexcept {
     report_error(ErrorCode::sampler_failed, message);
   }
 }
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_CAPTURE_SAMPLE_SIGNAL_HPP_
+// ---- end spanprof/capture/sample_signal.hpp ----
+// ---- begin spanprof/capture/stack_sampler.hpp ----
+// The sampling engine's per-thread half: a CPU-time source that signals only its
+// own thread, a signal handler that records the stack of the thread's active span
+// on a CPU tick or a wall tick (from the wall ticker, wall_ticker.hpp), and the
+// per-thread sample log the guard reads back.
+//
+// Why it is shaped like this (see docs/engines.md, docs/wall.md):
+//  * A sampler is armed once per thread and left running; a guard only publishes
+//    its span in a thread-local pointer. Opening a guard then costs nanoseconds, and
+//    sampling continues across spans, so short spans are sampled without bias.
+//  * The CPU periods are drawn at random (exponential around the mean), so a
+//    periodic workload cannot alias with the sampling and shift samples into or out
+//    of its spans.
+//  * The signal is a real-time signal, not SIGPROF: SIGPROF belongs to gperftools,
+//    whose profiler stops gathering samples when someone else handles it.
+//  * The handler is async-signal-safe: it touches only this thread's preallocated
+//    log, lock-free atomics and a stack walker that takes no lock
+//    (capture/stack_walker.hpp). No malloc, lock or stdio.
+//  * Wall samples are weighted by the wall time since the thread's previous one,
+//    measured on the thread itself, so a lost or dropped tick loses detail, never
+//    time; the ticker only decides when to look, and confirms without a signal that
+//    a blocked thread is still where its last sample found it.
+//
+// The engine, one job a header, lowest first:
+//  * capture/cpu_tick_source.hpp: the thread's CPU ticks (POSIX CPU timer or
+//    perf_event) and their random periods;
+//  * capture/thread_status.hpp: what the ticker and the watchdog read about a
+//    thread without signalling it (/proc/self/task, its CPU clock);
+//  * capture/thread_stack_sampler.hpp: a thread's sampler, its log and the signal
+//    handler;
+//  * capture/stack_sampler_list.hpp: the samplers of all threads, and each
+//    thread's owner of its own;
+//  * capture/sample_signal.hpp: the sample signal's handler, and the watchdog;
+//  * here: the guard's slow path that makes a thread's sampler. This is the header
+//    to include: it brings the others.
+#ifndef SPANPROF_CAPTURE_STACK_SAMPLER_HPP_
+#define SPANPROF_CAPTURE_STACK_SAMPLER_HPP_
+
+
+// Compiled out with the SDK: nothing of the engine may reach gperftools then.
+#if SPANPROF_ENABLED
+
+#include <cerrno>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <new>
+
+#include <pthread.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
 
 // Slow path of a guard: the thread has no sampler for the current settings yet.
 // Runs once per thread (and again after spanprof::start() changes the settings).

@@ -20,7 +20,9 @@
 
 #include <spanprof/base/counters.hpp>
 #include <spanprof/base/error.hpp>
-#include <spanprof/capture/stack_sampler.hpp>
+#include <spanprof/capture/cpu_tick_source.hpp>
+#include <spanprof/capture/stack_sampler_list.hpp>
+#include <spanprof/capture/thread_stack_sampler.hpp>
 #include <spanprof/config.hpp>
 
 #if SPANPROF_ENABLED

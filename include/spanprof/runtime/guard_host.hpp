@@ -14,7 +14,7 @@
 #include <spanprof/base/counters.hpp>
 #include <spanprof/base/error.hpp>
 #include <spanprof/capture/captured_profile.hpp>
-#include <spanprof/capture/stack_sampler.hpp>
+#include <spanprof/capture/thread_stack_sampler.hpp>
 #include <spanprof/capture/engines.hpp>
 #include <spanprof/capture/heap_sampler.hpp>
 #include <spanprof/config.hpp>
