@@ -195,3 +195,63 @@ TEST_CASE("an uploader that hangs: request threads never wait, shutdown keeps it
   CHECK(after.profiles_enqueued - before.profiles_enqueued == 4);
   CHECK((after.profiles_dropped - before.profiles_dropped) + (after.upload_failures - before.upload_failures) == 4);
 }
+
+// ---- time is the clock's: windows and backoff without sleeping through them -----------
+
+TEST_CASE("a batched window closes when the clock passes its end, not on the wall clock", "[uploader][clock]") {
+  auto clock = std::make_shared<spanprof::ManualClock>();
+  std::mutex mutex;
+  std::set<std::string> received;
+  std::atomic<int> windows{0};
+  auto batched = std::make_shared<spanprof::CallbackUploader>(
+      [&](const spanprof::EncodedProfile& profile) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (profile.profile != nullptr)
+          for (const spanprof::SpanRecord& span : profile.profile->spans) received.insert(span.span.span_id.to_hex());
+        ++windows;
+        return spanprof::UploadResult::ok();
+      },
+      "windows", spanprof::Delivery::batched(std::chrono::seconds(10)));
+  spanprof::Options options = options_with({batched});
+  options.clock = clock;
+  spanprof::start(options);
+  profile_contract_spans(3400, 3);
+  // Real time passes, the merger looks twice: on the clock the window is still open.
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  CHECK(windows == 0);
+  clock->advance(std::int64_t{10} * 1'000'000'000);
+  for (int i = 0; i < 500 && windows == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  spanprof::shutdown(std::chrono::seconds(2));
+  CHECK(windows == 1);
+  std::lock_guard<std::mutex> lock(mutex);
+  CHECK(received == span_ids(3400, 3));
+}
+
+TEST_CASE("a backoff of minutes ends when the clock says so: spooled profiles delivered, none lost",
+          "[uploader][clock]") {
+  const std::string spool = "/tmp/spanprof-contract-clock-" + std::to_string(::getpid());
+  std::system(("rm -rf " + spool).c_str());
+  spanprof::set_error_handler({});
+  auto clock = std::make_shared<spanprof::ManualClock>();
+  auto flaky = std::make_shared<MisbehavingUploader>(Misbehaviour::fails_four_times);
+  spanprof::Options options = options_with({flaky});
+  options.clock = clock;
+  options.spool_directory = spool;
+  options.retry.initial_backoff = std::chrono::minutes(1);  // slept for real, this test would take an hour
+  options.retry.max_backoff = std::chrono::minutes(10);
+  spanprof::start(options);
+  const auto before = spanprof::stats();
+  profile_contract_spans(3500, 3);
+  for (int i = 0; i < 2000 && flaky->delivered().size() < 3; ++i) {
+    clock->advance(std::int64_t{60} * 1'000'000'000);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const auto after = spanprof::stats();
+  spanprof::shutdown(std::chrono::seconds(2));
+  spanprof::set_error_handler(spanprof::RateLimitedStderrHandler{});
+  std::system(("rm -rf " + spool).c_str());
+
+  CHECK(flaky->delivered() == span_ids(3500, 3));
+  CHECK(after.upload_retries - before.upload_retries >= 1);
+  CHECK(after.upload_failures - before.upload_failures == 0);
+}

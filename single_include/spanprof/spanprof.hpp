@@ -136,13 +136,17 @@
 // ---- end spanprof/config.hpp ----
 // ---- begin spanprof/base/clock.hpp ----
 // Time for the decisions that depend on it (rate limits, latency baselines,
-// cooldowns). Every component that reads time takes a Clock, so tests drive it
-// with a ManualClock instead of sleeping.
+// cooldowns, delivery windows, retry backoff, the spool's re-sends). Every
+// component that reads time takes a Clock, so tests drive it with a ManualClock
+// instead of sleeping. (Timeouts a caller passes — flush(), shutdown(), HTTP —
+// stay real time: they bound how long the caller waits.)
 #ifndef SPANPROF_BASE_CLOCK_HPP_
 #define SPANPROF_BASE_CLOCK_HPP_
 
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 
@@ -155,6 +159,11 @@ class Clock {
   virtual ~Clock() = default;
   // Monotonic nanoseconds from an arbitrary origin. Called on request threads.
   virtual std::int64_t now_ns() const noexcept = 0;
+  // How long a background thread waits, in real time, for this clock to move on
+  // by `ns`: that long for a real clock; a short poll for one a test moves.
+  virtual std::chrono::nanoseconds real_wait(std::int64_t ns) const noexcept {
+    return std::chrono::nanoseconds(std::max<std::int64_t>(ns, 0));
+  }
 };
 
 class SteadyClock final : public Clock {
@@ -173,6 +182,10 @@ class ManualClock final : public Clock {
   std::int64_t now_ns() const noexcept override { return now_.load(std::memory_order_acquire); }
   void set(std::int64_t ns) noexcept { now_.store(ns, std::memory_order_release); }
   void advance(std::int64_t ns) noexcept { now_.fetch_add(ns, std::memory_order_acq_rel); }
+  // A thread waiting for this clock looks again every millisecond of real time.
+  std::chrono::nanoseconds real_wait(std::int64_t ns) const noexcept override {
+    return std::chrono::nanoseconds(std::clamp<std::int64_t>(ns, 0, 1'000'000));
+  }
 
  private:
   std::atomic<std::int64_t> now_;
@@ -7522,6 +7535,10 @@ struct Options {
   std::uint64_t spool_max_bytes = 256u << 20;
   std::shared_ptr<Symbolizer> symbolizer;  // null: ELF symbol tables of the process
   std::string service_name;  // recorded in every profile as a comment
+  // The time batch windows, retry backoff and the spool's re-sends run on (null:
+  // the monotonic clock). A test gives a ManualClock and advances it instead of
+  // sleeping through a 10 s window or a backoff.
+  std::shared_ptr<const Clock> clock;
 
   // What the environment got wrong when these options were made; start() reports
   // each and returns them with its own findings.
@@ -12287,6 +12304,7 @@ SPANPROF_NAMESPACE_END
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -12357,6 +12375,9 @@ struct SenderConfig {
   std::vector<std::vector<std::size_t>> lanes;  // each lane's uploaders (indices into `uploaders`)
   std::shared_ptr<Symbolizer> symbolizer;
   std::vector<std::string> comments;  // written into every profile
+  // Retry backoff, re-sends from the spool and (the worker's) batch windows run
+  // on this clock; null: the monotonic clock.
+  std::shared_ptr<const Clock> clock;
 };
 
 class Sender {
@@ -12369,7 +12390,11 @@ class Sender {
   using FlushAnswer = std::function<void(std::uint64_t)>;
 
   Sender(SenderConfig config, const std::atomic<bool>& stop, WorkerGauges& gauges, FlushAnswer answer) noexcept
-      : config_(std::move(config)), stop_(stop), gauges_(gauges), answer_flush_(std::move(answer)) {}
+      : config_(std::move(config)),
+        clock_(config_.clock ? *config_.clock : steady_clock_),
+        stop_(stop),
+        gauges_(gauges),
+        answer_flush_(std::move(answer)) {}
 
   Sender(const Sender&) = delete;
   Sender& operator=(const Sender&) = delete;
@@ -12459,7 +12484,13 @@ class Sender {
       bool have = false;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        work_.wait_until(lock, next_spool_attempt(), [&] { return stop_.load() || !outbox_.empty(); });
+        const auto ready = [&] { return stop_.load() || !outbox_.empty(); };
+        const std::int64_t due = next_spool_attempt();
+        if (due == never) {
+          work_.wait(lock, ready);
+        } else {
+          work_.wait_for(lock, clock_.real_wait(due - clock_.now_ns()), ready);
+        }
         if (stop_.load()) break;
         if (!outbox_.empty()) {
           item = std::move(outbox_.front());
@@ -12492,7 +12523,7 @@ class Sender {
   }
 
  private:
-  using Clock = std::chrono::steady_clock;
+  static constexpr std::int64_t never = INT64_MAX;
 
   // One uploader's delivery state, owned by the sender thread.
   struct Destination {
@@ -12500,7 +12531,7 @@ class Sender {
     std::string name;
     int failures = 0;               // consecutive retryable failures
     bool down = false;              // gave up on the last profile; probe after retry_at
-    Clock::time_point retry_at{};
+    std::int64_t retry_at = 0;      // on clock_
     std::uint64_t spooled = 0;      // waiting in the spool for this uploader
   };
 
@@ -12633,13 +12664,17 @@ class Sender {
     refresh_spool_counts();
   }
 
-  // When a spooled payload should next be re-sent (max: nothing to do).
-  Clock::time_point next_spool_attempt() const noexcept {
-    Clock::time_point due = Clock::time_point::max();
+  // When a spooled payload should next be re-sent (never: nothing to do).
+  std::int64_t next_spool_attempt() const noexcept {
+    std::int64_t due = never;
     if (!spool_) return due;
     for (const Destination& d : destinations_)
-      if (d.spooled != 0) due = std::min(due, d.down ? d.retry_at : Clock::now());
+      if (d.spooled != 0) due = std::min(due, d.down ? d.retry_at : clock_.now_ns());
     return due;
+  }
+
+  static std::int64_t ns(std::chrono::milliseconds delay) noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(delay).count();
   }
 
   std::chrono::milliseconds backoff(int failures, std::chrono::milliseconds retry_after) {
@@ -12654,16 +12689,20 @@ class Sender {
     return std::chrono::milliseconds(static_cast<std::int64_t>(delay));
   }
 
-  // Sleeps unless spanprof is shutting down; false if woken by the shutdown.
+  // Waits `delay` on the clock unless spanprof is shutting down; false if woken
+  // by the shutdown.
   bool pause(std::chrono::milliseconds delay) {
+    const std::int64_t until = clock_.now_ns() + ns(delay);
     std::unique_lock<std::mutex> lock(mutex_);
-    return !work_.wait_for(lock, delay, [&] { return stop_.load(); });
+    for (std::int64_t now = clock_.now_ns(); now < until; now = clock_.now_ns())
+      if (work_.wait_for(lock, clock_.real_wait(until - now), [&] { return stop_.load(); })) return false;
+    return true;
   }
 
   // Tries one uploader, with retries; parks the payload in the spool when the
   // backend stays unreachable.
   Outcome deliver(Destination& d, const EncodedProfile& encoded, const std::string& payload) {
-    if (d.down && Clock::now() < d.retry_at) return park(d, encoded, payload, "the backend is marked down");
+    if (d.down && clock_.now_ns() < d.retry_at) return park(d, encoded, payload, "the backend is marked down");
     for (int attempt = 1;; ++attempt) {
       count(Counter::upload_requests);
       const UploadResult result = d.uploader->send(encoded, payload);
@@ -12682,13 +12721,13 @@ class Sender {
       // outage costs one attempt, not a full retry sequence, per profile.
       if (d.down || attempt >= config_.retry.max_attempts || stop_.load()) {
         d.down = true;
-        d.retry_at = Clock::now() + backoff(d.failures, result.retry_after);
+        d.retry_at = clock_.now_ns() + ns(backoff(d.failures, result.retry_after));
         return park(d, encoded, payload, message);
       }
       count(Counter::upload_retries);
       if (!pause(backoff(attempt, result.retry_after))) {
         d.down = true;
-        d.retry_at = Clock::now();
+        d.retry_at = clock_.now_ns();
         return park(d, encoded, payload, message);
       }
     }
@@ -12724,7 +12763,7 @@ class Sender {
     if (!spool_) return;
     SPANPROF_TRY {
       for (Destination& d : destinations_) {
-        if (d.spooled == 0 || (d.down && Clock::now() < d.retry_at) || stop_.load() || !d.uploader) continue;
+        if (d.spooled == 0 || (d.down && clock_.now_ns() < d.retry_at) || stop_.load() || !d.uploader) continue;
         const auto items = spool_->pending(d.name);
         if (items.empty()) {
           d.spooled = 0;
@@ -12740,7 +12779,7 @@ class Sender {
           const UploadResult result = d.uploader->send(metadata, payload);
           if (result.status == UploadResult::Status::retryable_failure) {
             d.down = true;
-            d.retry_at = Clock::now() + backoff(++d.failures, result.retry_after);
+            d.retry_at = clock_.now_ns() + ns(backoff(++d.failures, result.retry_after));
             continue;  // stays spooled
           }
           if (result.succeeded()) {
@@ -12761,6 +12800,8 @@ class Sender {
   }
 
   const SenderConfig config_;
+  const SteadyClock steady_clock_;
+  const Clock& clock_;
   const std::atomic<bool>& stop_;
   WorkerGauges& gauges_;
   const FlushAnswer answer_flush_;
@@ -12810,6 +12851,7 @@ SPANPROF_NAMESPACE_END
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -12847,6 +12889,7 @@ class Worker {
       auto run = std::make_shared<Run>();
       run->tick = config.tick;
       run->watchdog = config.watchdog;
+      run->clock = config.clock ? config.clock : default_clock();
       // Flushes asked of an earlier run were answered when it stopped.
       run->flushes_answered = flush_requested_;
       SenderConfig sending = config;
@@ -12974,7 +13017,11 @@ class Worker {
   std::size_t queue_length() const noexcept { return hand_off_.size(); }
 
  private:
-  using Clock = std::chrono::steady_clock;
+  static constexpr std::int64_t never = INT64_MAX;
+
+  static std::int64_t ns(std::chrono::milliseconds span) noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(span).count();
+  }
 
   // How long a stop past its deadline waits for the merger to count what it held.
   static constexpr std::chrono::milliseconds merger_stop_wait{200};
@@ -12984,7 +13031,7 @@ class Worker {
     Delivery delivery;
     ProfileBatch batches[profile_kind_count];  // batched: by ProfileKind
     Tickets tickets[profile_kind_count];       // the spans of batches[k], in order
-    Clock::time_point window_end[profile_kind_count]{};
+    std::int64_t window_end[profile_kind_count]{};  // on Run::clock
   };
 
   // Everything one start() runs, shared by its two threads (and kept alive by them
@@ -12992,6 +13039,7 @@ class Worker {
   struct Run {
     std::atomic<bool> stop{false};
     std::chrono::milliseconds tick{100};
+    std::shared_ptr<const Clock> clock;  // batch windows; the merger's tick stays real time
     std::vector<Lane> lanes;         // the merger's
     std::uint64_t flushes_answered = 0;  // the merger's: flush requests it has passed on
     std::function<void()> watchdog;
@@ -13027,13 +13075,18 @@ class Worker {
 
   // The merger thread's body.
   void merge(Run& run) noexcept {
-    Clock::time_point watched = Clock::now();
+    using RealClock = std::chrono::steady_clock;
+    RealClock::time_point watched = RealClock::now();
     for (;;) {
       std::uint64_t flush_wanted = 0;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        const Clock::time_point due = std::min(Clock::now() + run.tick, next_window_end(run));
-        wake_.wait_until(lock, due, [&] {
+        const std::int64_t window_end = next_window_end(run);
+        const auto wait = window_end == never
+                              ? run.tick
+                              : std::min<std::chrono::nanoseconds>(
+                                    run.tick, run.clock->real_wait(window_end - run.clock->now_ns()));
+        wake_.wait_for(lock, wait, [&] {
           return run.stop.load() || flush_requested_ > run.flushes_answered ||
                  hand_off_.size() * 2 >= capacity_.load(std::memory_order_relaxed);
         });
@@ -13041,8 +13094,8 @@ class Worker {
         flush_wanted = flush_requested_;
       }
       const bool flushing = flush_wanted > run.flushes_answered;
-      if (run.watchdog && Clock::now() - watched >= run.tick) {
-        watched = Clock::now();
+      if (run.watchdog && RealClock::now() - watched >= run.tick) {
+        watched = RealClock::now();
         run.watchdog();
       }
       drain(run);
@@ -13115,7 +13168,7 @@ class Worker {
         const auto k = static_cast<std::size_t>(raw.kind);
         ProfileBatch& batch = lane.batches[k];
         if (!batch.accepts(raw)) cut(run, l, k);
-        if (batch.empty()) lane.window_end[k] = Clock::now() + lane.delivery.window;
+        if (batch.empty()) lane.window_end[k] = run.clock->now_ns() + ns(lane.delivery.window);
         lane.tickets[k].push_back(ticket);
         batch.add(raw);
         // Cut at the backend's limits, before one more span pushes past them.
@@ -13129,8 +13182,8 @@ class Worker {
     }
   }
 
-  static Clock::time_point next_window_end(const Run& run) noexcept {
-    Clock::time_point due = Clock::time_point::max();
+  static std::int64_t next_window_end(const Run& run) noexcept {
+    std::int64_t due = never;
     for (const Lane& lane : run.lanes)
       for (std::size_t k = 0; k < profile_kind_count; ++k)
         if (!lane.batches[k].empty()) due = std::min(due, lane.window_end[k]);
@@ -13138,7 +13191,7 @@ class Worker {
   }
 
   static void cut_due_windows(Run& run, bool all) noexcept {
-    const Clock::time_point now = Clock::now();
+    const std::int64_t now = run.clock->now_ns();
     for (std::size_t l = 0; l < run.lanes.size(); ++l)
       for (std::size_t k = 0; k < profile_kind_count; ++k)
         if (!run.lanes[l].batches[k].empty() && (all || now >= run.lanes[l].window_end[k])) cut(run, l, k);
@@ -14274,6 +14327,7 @@ class Runtime final : public GuardHost {
       worker.retry = options.retry;
       worker.spool_directory = options.spool_directory;
       worker.spool_max_bytes = options.spool_max_bytes;
+      worker.clock = options.clock;
       worker.uploaders = options.uploaders;
       if (worker.uploaders.empty()) worker.uploaders.push_back(std::make_shared<FileUploader>(options.output_directory));
       worker.symbolizer = options.symbolizer ? options.symbolizer : std::shared_ptr<Symbolizer>(make_elf_symbolizer());

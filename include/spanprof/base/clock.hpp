@@ -1,12 +1,16 @@
 // Time for the decisions that depend on it (rate limits, latency baselines,
-// cooldowns). Every component that reads time takes a Clock, so tests drive it
-// with a ManualClock instead of sleeping.
+// cooldowns, delivery windows, retry backoff, the spool's re-sends). Every
+// component that reads time takes a Clock, so tests drive it with a ManualClock
+// instead of sleeping. (Timeouts a caller passes — flush(), shutdown(), HTTP —
+// stay real time: they bound how long the caller waits.)
 #ifndef SPANPROF_BASE_CLOCK_HPP_
 #define SPANPROF_BASE_CLOCK_HPP_
 
 #include <spanprof/config.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 
@@ -19,6 +23,11 @@ class Clock {
   virtual ~Clock() = default;
   // Monotonic nanoseconds from an arbitrary origin. Called on request threads.
   virtual std::int64_t now_ns() const noexcept = 0;
+  // How long a background thread waits, in real time, for this clock to move on
+  // by `ns`: that long for a real clock; a short poll for one a test moves.
+  virtual std::chrono::nanoseconds real_wait(std::int64_t ns) const noexcept {
+    return std::chrono::nanoseconds(std::max<std::int64_t>(ns, 0));
+  }
 };
 
 class SteadyClock final : public Clock {
@@ -37,6 +46,10 @@ class ManualClock final : public Clock {
   std::int64_t now_ns() const noexcept override { return now_.load(std::memory_order_acquire); }
   void set(std::int64_t ns) noexcept { now_.store(ns, std::memory_order_release); }
   void advance(std::int64_t ns) noexcept { now_.fetch_add(ns, std::memory_order_acq_rel); }
+  // A thread waiting for this clock looks again every millisecond of real time.
+  std::chrono::nanoseconds real_wait(std::int64_t ns) const noexcept override {
+    return std::chrono::nanoseconds(std::clamp<std::int64_t>(ns, 0, 1'000'000));
+  }
 
  private:
   std::atomic<std::int64_t> now_;

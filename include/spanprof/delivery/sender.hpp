@@ -18,6 +18,7 @@
 #ifndef SPANPROF_DELIVERY_SENDER_HPP_
 #define SPANPROF_DELIVERY_SENDER_HPP_
 
+#include <spanprof/base/clock.hpp>
 #include <spanprof/base/counters.hpp>
 #include <spanprof/base/error.hpp>
 #include <spanprof/config.hpp>
@@ -33,6 +34,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -103,6 +105,9 @@ struct SenderConfig {
   std::vector<std::vector<std::size_t>> lanes;  // each lane's uploaders (indices into `uploaders`)
   std::shared_ptr<Symbolizer> symbolizer;
   std::vector<std::string> comments;  // written into every profile
+  // Retry backoff, re-sends from the spool and (the worker's) batch windows run
+  // on this clock; null: the monotonic clock.
+  std::shared_ptr<const Clock> clock;
 };
 
 class Sender {
@@ -115,7 +120,11 @@ class Sender {
   using FlushAnswer = std::function<void(std::uint64_t)>;
 
   Sender(SenderConfig config, const std::atomic<bool>& stop, WorkerGauges& gauges, FlushAnswer answer) noexcept
-      : config_(std::move(config)), stop_(stop), gauges_(gauges), answer_flush_(std::move(answer)) {}
+      : config_(std::move(config)),
+        clock_(config_.clock ? *config_.clock : steady_clock_),
+        stop_(stop),
+        gauges_(gauges),
+        answer_flush_(std::move(answer)) {}
 
   Sender(const Sender&) = delete;
   Sender& operator=(const Sender&) = delete;
@@ -205,7 +214,13 @@ class Sender {
       bool have = false;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        work_.wait_until(lock, next_spool_attempt(), [&] { return stop_.load() || !outbox_.empty(); });
+        const auto ready = [&] { return stop_.load() || !outbox_.empty(); };
+        const std::int64_t due = next_spool_attempt();
+        if (due == never) {
+          work_.wait(lock, ready);
+        } else {
+          work_.wait_for(lock, clock_.real_wait(due - clock_.now_ns()), ready);
+        }
         if (stop_.load()) break;
         if (!outbox_.empty()) {
           item = std::move(outbox_.front());
@@ -238,7 +253,7 @@ class Sender {
   }
 
  private:
-  using Clock = std::chrono::steady_clock;
+  static constexpr std::int64_t never = INT64_MAX;
 
   // One uploader's delivery state, owned by the sender thread.
   struct Destination {
@@ -246,7 +261,7 @@ class Sender {
     std::string name;
     int failures = 0;               // consecutive retryable failures
     bool down = false;              // gave up on the last profile; probe after retry_at
-    Clock::time_point retry_at{};
+    std::int64_t retry_at = 0;      // on clock_
     std::uint64_t spooled = 0;      // waiting in the spool for this uploader
   };
 
@@ -379,13 +394,17 @@ class Sender {
     refresh_spool_counts();
   }
 
-  // When a spooled payload should next be re-sent (max: nothing to do).
-  Clock::time_point next_spool_attempt() const noexcept {
-    Clock::time_point due = Clock::time_point::max();
+  // When a spooled payload should next be re-sent (never: nothing to do).
+  std::int64_t next_spool_attempt() const noexcept {
+    std::int64_t due = never;
     if (!spool_) return due;
     for (const Destination& d : destinations_)
-      if (d.spooled != 0) due = std::min(due, d.down ? d.retry_at : Clock::now());
+      if (d.spooled != 0) due = std::min(due, d.down ? d.retry_at : clock_.now_ns());
     return due;
+  }
+
+  static std::int64_t ns(std::chrono::milliseconds delay) noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(delay).count();
   }
 
   std::chrono::milliseconds backoff(int failures, std::chrono::milliseconds retry_after) {
@@ -400,16 +419,20 @@ class Sender {
     return std::chrono::milliseconds(static_cast<std::int64_t>(delay));
   }
 
-  // Sleeps unless spanprof is shutting down; false if woken by the shutdown.
+  // Waits `delay` on the clock unless spanprof is shutting down; false if woken
+  // by the shutdown.
   bool pause(std::chrono::milliseconds delay) {
+    const std::int64_t until = clock_.now_ns() + ns(delay);
     std::unique_lock<std::mutex> lock(mutex_);
-    return !work_.wait_for(lock, delay, [&] { return stop_.load(); });
+    for (std::int64_t now = clock_.now_ns(); now < until; now = clock_.now_ns())
+      if (work_.wait_for(lock, clock_.real_wait(until - now), [&] { return stop_.load(); })) return false;
+    return true;
   }
 
   // Tries one uploader, with retries; parks the payload in the spool when the
   // backend stays unreachable.
   Outcome deliver(Destination& d, const EncodedProfile& encoded, const std::string& payload) {
-    if (d.down && Clock::now() < d.retry_at) return park(d, encoded, payload, "the backend is marked down");
+    if (d.down && clock_.now_ns() < d.retry_at) return park(d, encoded, payload, "the backend is marked down");
     for (int attempt = 1;; ++attempt) {
       count(Counter::upload_requests);
       const UploadResult result = d.uploader->send(encoded, payload);
@@ -428,13 +451,13 @@ class Sender {
       // outage costs one attempt, not a full retry sequence, per profile.
       if (d.down || attempt >= config_.retry.max_attempts || stop_.load()) {
         d.down = true;
-        d.retry_at = Clock::now() + backoff(d.failures, result.retry_after);
+        d.retry_at = clock_.now_ns() + ns(backoff(d.failures, result.retry_after));
         return park(d, encoded, payload, message);
       }
       count(Counter::upload_retries);
       if (!pause(backoff(attempt, result.retry_after))) {
         d.down = true;
-        d.retry_at = Clock::now();
+        d.retry_at = clock_.now_ns();
         return park(d, encoded, payload, message);
       }
     }
@@ -470,7 +493,7 @@ class Sender {
     if (!spool_) return;
     SPANPROF_TRY {
       for (Destination& d : destinations_) {
-        if (d.spooled == 0 || (d.down && Clock::now() < d.retry_at) || stop_.load() || !d.uploader) continue;
+        if (d.spooled == 0 || (d.down && clock_.now_ns() < d.retry_at) || stop_.load() || !d.uploader) continue;
         const auto items = spool_->pending(d.name);
         if (items.empty()) {
           d.spooled = 0;
@@ -486,7 +509,7 @@ class Sender {
           const UploadResult result = d.uploader->send(metadata, payload);
           if (result.status == UploadResult::Status::retryable_failure) {
             d.down = true;
-            d.retry_at = Clock::now() + backoff(++d.failures, result.retry_after);
+            d.retry_at = clock_.now_ns() + ns(backoff(++d.failures, result.retry_after));
             continue;  // stays spooled
           }
           if (result.succeeded()) {
@@ -507,6 +530,8 @@ class Sender {
   }
 
   const SenderConfig config_;
+  const SteadyClock steady_clock_;
+  const Clock& clock_;
   const std::atomic<bool>& stop_;
   WorkerGauges& gauges_;
   const FlushAnswer answer_flush_;

@@ -15,6 +15,7 @@
 #ifndef SPANPROF_DELIVERY_WORKER_HPP_
 #define SPANPROF_DELIVERY_WORKER_HPP_
 
+#include <spanprof/base/clock.hpp>
 #include <spanprof/base/counters.hpp>
 #include <spanprof/base/error.hpp>
 #include <spanprof/capture/captured_profile.hpp>
@@ -30,6 +31,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -67,6 +69,7 @@ class Worker {
       auto run = std::make_shared<Run>();
       run->tick = config.tick;
       run->watchdog = config.watchdog;
+      run->clock = config.clock ? config.clock : default_clock();
       // Flushes asked of an earlier run were answered when it stopped.
       run->flushes_answered = flush_requested_;
       SenderConfig sending = config;
@@ -194,7 +197,11 @@ class Worker {
   std::size_t queue_length() const noexcept { return hand_off_.size(); }
 
  private:
-  using Clock = std::chrono::steady_clock;
+  static constexpr std::int64_t never = INT64_MAX;
+
+  static std::int64_t ns(std::chrono::milliseconds span) noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(span).count();
+  }
 
   // How long a stop past its deadline waits for the merger to count what it held.
   static constexpr std::chrono::milliseconds merger_stop_wait{200};
@@ -204,7 +211,7 @@ class Worker {
     Delivery delivery;
     ProfileBatch batches[profile_kind_count];  // batched: by ProfileKind
     Tickets tickets[profile_kind_count];       // the spans of batches[k], in order
-    Clock::time_point window_end[profile_kind_count]{};
+    std::int64_t window_end[profile_kind_count]{};  // on Run::clock
   };
 
   // Everything one start() runs, shared by its two threads (and kept alive by them
@@ -212,6 +219,7 @@ class Worker {
   struct Run {
     std::atomic<bool> stop{false};
     std::chrono::milliseconds tick{100};
+    std::shared_ptr<const Clock> clock;  // batch windows; the merger's tick stays real time
     std::vector<Lane> lanes;         // the merger's
     std::uint64_t flushes_answered = 0;  // the merger's: flush requests it has passed on
     std::function<void()> watchdog;
@@ -247,13 +255,18 @@ class Worker {
 
   // The merger thread's body.
   void merge(Run& run) noexcept {
-    Clock::time_point watched = Clock::now();
+    using RealClock = std::chrono::steady_clock;
+    RealClock::time_point watched = RealClock::now();
     for (;;) {
       std::uint64_t flush_wanted = 0;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        const Clock::time_point due = std::min(Clock::now() + run.tick, next_window_end(run));
-        wake_.wait_until(lock, due, [&] {
+        const std::int64_t window_end = next_window_end(run);
+        const auto wait = window_end == never
+                              ? run.tick
+                              : std::min<std::chrono::nanoseconds>(
+                                    run.tick, run.clock->real_wait(window_end - run.clock->now_ns()));
+        wake_.wait_for(lock, wait, [&] {
           return run.stop.load() || flush_requested_ > run.flushes_answered ||
                  hand_off_.size() * 2 >= capacity_.load(std::memory_order_relaxed);
         });
@@ -261,8 +274,8 @@ class Worker {
         flush_wanted = flush_requested_;
       }
       const bool flushing = flush_wanted > run.flushes_answered;
-      if (run.watchdog && Clock::now() - watched >= run.tick) {
-        watched = Clock::now();
+      if (run.watchdog && RealClock::now() - watched >= run.tick) {
+        watched = RealClock::now();
         run.watchdog();
       }
       drain(run);
@@ -335,7 +348,7 @@ class Worker {
         const auto k = static_cast<std::size_t>(raw.kind);
         ProfileBatch& batch = lane.batches[k];
         if (!batch.accepts(raw)) cut(run, l, k);
-        if (batch.empty()) lane.window_end[k] = Clock::now() + lane.delivery.window;
+        if (batch.empty()) lane.window_end[k] = run.clock->now_ns() + ns(lane.delivery.window);
         lane.tickets[k].push_back(ticket);
         batch.add(raw);
         // Cut at the backend's limits, before one more span pushes past them.
@@ -349,8 +362,8 @@ class Worker {
     }
   }
 
-  static Clock::time_point next_window_end(const Run& run) noexcept {
-    Clock::time_point due = Clock::time_point::max();
+  static std::int64_t next_window_end(const Run& run) noexcept {
+    std::int64_t due = never;
     for (const Lane& lane : run.lanes)
       for (std::size_t k = 0; k < profile_kind_count; ++k)
         if (!lane.batches[k].empty()) due = std::min(due, lane.window_end[k]);
@@ -358,7 +371,7 @@ class Worker {
   }
 
   static void cut_due_windows(Run& run, bool all) noexcept {
-    const Clock::time_point now = Clock::now();
+    const std::int64_t now = run.clock->now_ns();
     for (std::size_t l = 0; l < run.lanes.size(); ++l)
       for (std::size_t k = 0; k < profile_kind_count; ++k)
         if (!run.lanes[l].batches[k].empty() && (all || now >= run.lanes[l].window_end[k])) cut(run, l, k);

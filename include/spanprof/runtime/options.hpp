@@ -13,6 +13,7 @@
 #ifndef SPANPROF_RUNTIME_OPTIONS_HPP_
 #define SPANPROF_RUNTIME_OPTIONS_HPP_
 
+#include <spanprof/base/clock.hpp>
 #include <spanprof/base/error.hpp>
 #include <spanprof/capture/engines.hpp>
 #include <spanprof/config.hpp>
@@ -89,6 +90,10 @@ struct Options {
   std::uint64_t spool_max_bytes = 256u << 20;
   std::shared_ptr<Symbolizer> symbolizer;  // null: ELF symbol tables of the process
   std::string service_name;  // recorded in every profile as a comment
+  // The time batch windows, retry backoff and the spool's re-sends run on (null:
+  // the monotonic clock). A test gives a ManualClock and advances it instead of
+  // sleeping through a 10 s window or a backoff.
+  std::shared_ptr<const Clock> clock;
 
   // What the environment got wrong when these options were made; start() reports
   // each and returns them with its own findings.

@@ -114,6 +114,7 @@ class Runtime final : public GuardHost {
       worker.retry = options.retry;
       worker.spool_directory = options.spool_directory;
       worker.spool_max_bytes = options.spool_max_bytes;
+      worker.clock = options.clock;
       worker.uploaders = options.uploaders;
       if (worker.uploaders.empty()) worker.uploaders.push_back(std::make_shared<FileUploader>(options.output_directory));
       worker.symbolizer = options.symbolizer ? options.symbolizer : std::shared_ptr<Symbolizer>(make_elf_symbolizer());
