@@ -793,7 +793,7 @@ struct RawSample {
 
 // One span's profile, described once. RawProfile and EncodedProfile (uploader.hpp)
 // are this record plus what their stage adds; batching keeps one per span; the
-// spool stores every field (spool.hpp fails to compile when one is added).
+// spool stores every field (spool_format.hpp fails to compile when one is added).
 struct SpanRecord {
   ProfileKind kind = ProfileKind::cpu;
   SpanContext span;                // the ids, as bytes
@@ -11204,30 +11204,12 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DELIVERY_HAND_OFF_HPP_
 // ---- end spanprof/delivery/hand_off.hpp ----
-// ---- begin spanprof/delivery/spool.hpp ----
-// A bounded on-disk spool: payloads an uploader could not deliver during an
-// outage wait here and are re-sent later, also by the next process after a
-// restart. A payload is what the uploader sends (a gzip'd pprof, an OTLP request,
-// a Pyroscope push), stored with the profile's metadata the uploader needs to send
-// it again, so a re-send never re-encodes.
-//
-// Layout: one file per (uploader, profile) in one directory,
-//
-//   <sequence:20 digits>-<stored unix ns:20 digits>-<uploader>.spool
-//
-// The sequence orders files (the wall clock may step back; the sequence never
-// does) and resumes after the highest one found when a spool is opened again.
-// <uploader> is the uploader's name with every byte outside [A-Za-z0-9_-]
-// written as %XX, so distinct names never share files; names too long for a file
-// name keep a prefix and gain a hash ("~" + 16 hex digits).
-//
-// A file appears whole or not at all: it is written under a hidden temporary name
-// (".<name>.tmp", mode 0600) and renamed into place; a failed write removes the
-// temporary file, and temporary files a crash left behind are deleted by open().
-// Files are not fsync'ed unless asked (sync_to_disk): a process crash loses
-// nothing either way, and after a power loss an unsynced file is at worst found
-// corrupt by its CRC and dropped — losing a few profiles of an outage is cheaper
-// than a disk flush per profile while the outage lasts.
+// ---- begin spanprof/delivery/spool_format.hpp ----
+// The content of a spool file: a profile's metadata and the payload its uploader
+// sends, as bytes that a later process (perhaps a later version) reads back after
+// a restart. The names of the files are delivery/spool_names.hpp's, the directory
+// they live in delivery/spool.hpp's. A file is read as untrusted input (a power
+// loss, a text-mode copy, another program), and fuzzed as such (fuzz_spool_file).
 //
 // Content (integers little-endian):
 //
@@ -11241,177 +11223,23 @@ SPANPROF_NAMESPACE_END
 // fields without a version bump; a changed meaning needs a new version.
 // Version 1 stored pprof for every uploader; its files are refused (and removed)
 // as an unsupported version. EncodedProfile::profile is not stored.
-//
-// The spool is bounded: after each store, the oldest files (of any uploader) are
-// deleted until the spool's files fit in max_bytes again. A profile that alone
-// exceeds the bound is refused instead of emptying the spool for it.
-//
-// Threads and processes: a Spool is owned by one thread (the upload worker) and
-// has no locking of its own. open() takes an advisory lock (flock) on a lock
-// file in the directory, so a second Spool on the same directory — in this or
-// another process — fails to open instead of interleaving sequence numbers and
-// deleting the other's temporary files.
-//
-// Nothing here throws: every failure comes back as false plus a message.
-#ifndef SPANPROF_DELIVERY_SPOOL_HPP_
-#define SPANPROF_DELIVERY_SPOOL_HPP_
+#ifndef SPANPROF_DELIVERY_SPOOL_FORMAT_HPP_
+#define SPANPROF_DELIVERY_SPOOL_FORMAT_HPP_
 
 
 #include <algorithm>
-#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <ctime>
-#include <map>
 #include <string>
 #include <string_view>
 #include <utility>
-#include <vector>
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <zlib.h>
 
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
-
-// ---- file names ---------------------------------------------------------------------
-
 namespace spool_format {
-
-inline constexpr std::string_view suffix = ".spool";
-inline constexpr std::string_view temp_suffix = ".tmp";
-inline constexpr std::string_view lock_name = ".spanprof-spool.lock";
-inline constexpr std::size_t number_digits = 20;  // UINT64_MAX has 20 decimal digits
-inline constexpr std::size_t prefix_size = 2 * (number_digits + 1);
-// Keeps the longest name (prefix, component, suffixes, temp dot) far below NAME_MAX.
-inline constexpr std::size_t max_component = 96;
-inline constexpr std::size_t hashed_prefix = 64;
-
-inline bool keeps_byte(unsigned char c) noexcept {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
-}
-
-inline std::uint64_t fnv1a(std::string_view text) noexcept {
-  std::uint64_t hash = 0xcbf29ce484222325ULL;
-  for (const char c : text) {
-    hash ^= static_cast<unsigned char>(c);
-    hash *= 0x100000001b3ULL;
-  }
-  return hash;
-}
-
-inline void append_hex(std::string& out, std::uint64_t value, int digits) {
-  for (int i = digits - 1; i >= 0; --i) out += lower_hex_digits[(value >> (4 * i)) & 0xf];
-}
-
-// The uploader's part of a file name: injective for names up to max_component
-// escaped characters; longer names are told apart by a 64-bit hash, and the full
-// name stored in the file settles any doubt.
-inline std::string uploader_component(std::string_view uploader) {
-  std::string escaped;
-  for (const char c : uploader) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (keeps_byte(byte)) {
-      escaped += c;
-    } else {
-      escaped += '%';
-      append_hex(escaped, byte, 2);
-    }
-  }
-  if (escaped.size() <= max_component) return escaped;
-  std::size_t cut = hashed_prefix;
-  // Never split an escape: back up to the start of a "%xx" the cut falls into.
-  for (std::size_t back = 1; back <= 2 && cut >= back; ++back) {
-    if (escaped[cut - back] == '%') {
-      cut -= back;
-      break;
-    }
-  }
-  escaped.resize(cut);
-  escaped += '~';
-  append_hex(escaped, fnv1a(uploader), 16);
-  return escaped;
-}
-
-inline void append_number(std::string& out, std::uint64_t value) {
-  char digits[number_digits];
-  for (std::size_t i = number_digits; i-- > 0;) {
-    digits[i] = static_cast<char>('0' + value % 10);
-    value /= 10;
-  }
-  out.append(digits, number_digits);
-}
-
-inline std::string file_name(std::uint64_t sequence, std::int64_t stored_unix_ns, std::string_view component) {
-  std::string name;
-  name.reserve(prefix_size + component.size() + suffix.size());
-  append_number(name, sequence);
-  name += '-';
-  append_number(name, static_cast<std::uint64_t>(stored_unix_ns));
-  name += '-';
-  name.append(component.data(), component.size());
-  name.append(suffix.data(), suffix.size());
-  return name;
-}
-
-inline std::string temp_name(std::string_view final_name) {
-  std::string name = ".";
-  name.append(final_name.data(), final_name.size());
-  name.append(temp_suffix.data(), temp_suffix.size());
-  return name;
-}
-
-inline bool parse_number(std::string_view digits, std::uint64_t& value) noexcept {
-  if (digits.size() != number_digits) return false;
-  value = 0;
-  for (const char c : digits) {
-    if (c < '0' || c > '9') return false;
-    const auto digit = static_cast<std::uint64_t>(c - '0');
-    if (value > (UINT64_MAX - digit) / 10) return false;
-    value = value * 10 + digit;
-  }
-  return true;
-}
-
-struct ParsedName {
-  std::uint64_t sequence = 0;
-  std::int64_t stored_unix_ns = 0;
-  std::string_view component;
-};
-
-// Only names this code could have written qualify; anything else in the
-// directory is somebody else's and is left alone.
-inline bool parse_file_name(std::string_view name, ParsedName& parsed) noexcept {
-  if (name.size() < prefix_size + suffix.size()) return false;
-  if (name.substr(name.size() - suffix.size()) != suffix) return false;
-  if (name[number_digits] != '-' || name[prefix_size - 1] != '-') return false;
-  std::uint64_t stored = 0;
-  // The top sequence is refused so the next one can never wrap to 0.
-  if (!parse_number(name.substr(0, number_digits), parsed.sequence) || parsed.sequence == UINT64_MAX ||
-      !parse_number(name.substr(number_digits + 1, number_digits), stored) || stored > INT64_MAX) {
-    return false;
-  }
-  parsed.stored_unix_ns = static_cast<std::int64_t>(stored);
-  parsed.component = name.substr(prefix_size, name.size() - prefix_size - suffix.size());
-  for (const char c : parsed.component) {
-    if (!keeps_byte(static_cast<unsigned char>(c)) && c != '%' && c != '~') return false;
-  }
-  return true;
-}
-
-inline bool is_temp_name(std::string_view name) noexcept {
-  if (name.size() < 1 + temp_suffix.size() || name[0] != '.') return false;
-  if (name.substr(name.size() - temp_suffix.size()) != temp_suffix) return false;
-  ParsedName ignored;
-  return parse_file_name(name.substr(1, name.size() - 1 - temp_suffix.size()), ignored);
-}
-
-// ---- file content -----------------------------------------------------------------
 
 inline constexpr char magic[8] = {'\x89', 'S', 'P', 'O', 'O', 'L', '\r', '\n'};
 inline constexpr std::uint32_t version = 2;
@@ -11678,8 +11506,235 @@ inline bool decode(std::string_view bytes, std::string_view expected_uploader, E
 }
 
 }  // namespace spool_format
+}  // namespace detail
+SPANPROF_NAMESPACE_END
 
-// ---- the spool --------------------------------------------------------------------
+#endif  // SPANPROF_DELIVERY_SPOOL_FORMAT_HPP_
+// ---- end spanprof/delivery/spool_format.hpp ----
+// ---- begin spanprof/delivery/spool_names.hpp ----
+// The names of a spool's files: which files in the directory are the spool's,
+// which uploader each belongs to and in what order they were stored. Kept apart
+// from the content (delivery/spool_format.hpp) and from the spool that keeps the
+// directory (delivery/spool.hpp): the names found in a directory are untrusted
+// input, so their parser is fuzzed alone (fuzz_spool_name).
+//
+// Layout: one file per (uploader, profile) in one directory,
+//
+//   <sequence:20 digits>-<stored unix ns:20 digits>-<uploader>.spool
+//
+// The sequence orders files (the wall clock may step back; the sequence never
+// does) and resumes after the highest one found when a spool is opened again.
+// <uploader> is the uploader's name with every byte outside [A-Za-z0-9_-]
+// written as %XX, so distinct names never share files; names too long for a file
+// name keep a prefix and gain a hash ("~" + 16 hex digits).
+//
+// Besides these the directory holds a file's hidden temporary name while it is
+// written (".<name>.tmp") and the spool's lock file; every other name in it is
+// somebody else's.
+#ifndef SPANPROF_DELIVERY_SPOOL_NAMES_HPP_
+#define SPANPROF_DELIVERY_SPOOL_NAMES_HPP_
+
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+// One namespace with the content's (spool_format.hpp): a file's name and its bytes
+// are two halves of one format on disk.
+namespace spool_format {
+
+inline constexpr std::string_view suffix = ".spool";
+inline constexpr std::string_view temp_suffix = ".tmp";
+inline constexpr std::string_view lock_name = ".spanprof-spool.lock";
+inline constexpr std::size_t number_digits = 20;  // UINT64_MAX has 20 decimal digits
+inline constexpr std::size_t prefix_size = 2 * (number_digits + 1);
+// Keeps the longest name (prefix, component, suffixes, temp dot) far below NAME_MAX.
+inline constexpr std::size_t max_component = 96;
+inline constexpr std::size_t hashed_prefix = 64;
+
+inline bool keeps_byte(unsigned char c) noexcept {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+}
+
+inline std::uint64_t fnv1a(std::string_view text) noexcept {
+  std::uint64_t hash = 0xcbf29ce484222325ULL;
+  for (const char c : text) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 0x100000001b3ULL;
+  }
+  return hash;
+}
+
+inline void append_hex(std::string& out, std::uint64_t value, int digits) {
+  for (int i = digits - 1; i >= 0; --i) out += lower_hex_digits[(value >> (4 * i)) & 0xf];
+}
+
+// The uploader's part of a file name: injective for names up to max_component
+// escaped characters; longer names are told apart by a 64-bit hash, and the full
+// name stored in the file settles any doubt.
+inline std::string uploader_component(std::string_view uploader) {
+  std::string escaped;
+  for (const char c : uploader) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (keeps_byte(byte)) {
+      escaped += c;
+    } else {
+      escaped += '%';
+      append_hex(escaped, byte, 2);
+    }
+  }
+  if (escaped.size() <= max_component) return escaped;
+  std::size_t cut = hashed_prefix;
+  // Never split an escape: back up to the start of a "%xx" the cut falls into.
+  for (std::size_t back = 1; back <= 2 && cut >= back; ++back) {
+    if (escaped[cut - back] == '%') {
+      cut -= back;
+      break;
+    }
+  }
+  escaped.resize(cut);
+  escaped += '~';
+  append_hex(escaped, fnv1a(uploader), 16);
+  return escaped;
+}
+
+inline void append_number(std::string& out, std::uint64_t value) {
+  char digits[number_digits];
+  for (std::size_t i = number_digits; i-- > 0;) {
+    digits[i] = static_cast<char>('0' + value % 10);
+    value /= 10;
+  }
+  out.append(digits, number_digits);
+}
+
+inline std::string file_name(std::uint64_t sequence, std::int64_t stored_unix_ns, std::string_view component) {
+  std::string name;
+  name.reserve(prefix_size + component.size() + suffix.size());
+  append_number(name, sequence);
+  name += '-';
+  append_number(name, static_cast<std::uint64_t>(stored_unix_ns));
+  name += '-';
+  name.append(component.data(), component.size());
+  name.append(suffix.data(), suffix.size());
+  return name;
+}
+
+inline std::string temp_name(std::string_view final_name) {
+  std::string name = ".";
+  name.append(final_name.data(), final_name.size());
+  name.append(temp_suffix.data(), temp_suffix.size());
+  return name;
+}
+
+inline bool parse_number(std::string_view digits, std::uint64_t& value) noexcept {
+  if (digits.size() != number_digits) return false;
+  value = 0;
+  for (const char c : digits) {
+    if (c < '0' || c > '9') return false;
+    const auto digit = static_cast<std::uint64_t>(c - '0');
+    if (value > (UINT64_MAX - digit) / 10) return false;
+    value = value * 10 + digit;
+  }
+  return true;
+}
+
+struct ParsedName {
+  std::uint64_t sequence = 0;
+  std::int64_t stored_unix_ns = 0;
+  std::string_view component;
+};
+
+// Only names this code could have written qualify; anything else in the
+// directory is somebody else's and is left alone.
+inline bool parse_file_name(std::string_view name, ParsedName& parsed) noexcept {
+  if (name.size() < prefix_size + suffix.size()) return false;
+  if (name.substr(name.size() - suffix.size()) != suffix) return false;
+  if (name[number_digits] != '-' || name[prefix_size - 1] != '-') return false;
+  std::uint64_t stored = 0;
+  // The top sequence is refused so the next one can never wrap to 0.
+  if (!parse_number(name.substr(0, number_digits), parsed.sequence) || parsed.sequence == UINT64_MAX ||
+      !parse_number(name.substr(number_digits + 1, number_digits), stored) || stored > INT64_MAX) {
+    return false;
+  }
+  parsed.stored_unix_ns = static_cast<std::int64_t>(stored);
+  parsed.component = name.substr(prefix_size, name.size() - prefix_size - suffix.size());
+  for (const char c : parsed.component) {
+    if (!keeps_byte(static_cast<unsigned char>(c)) && c != '%' && c != '~') return false;
+  }
+  return true;
+}
+
+inline bool is_temp_name(std::string_view name) noexcept {
+  if (name.size() < 1 + temp_suffix.size() || name[0] != '.') return false;
+  if (name.substr(name.size() - temp_suffix.size()) != temp_suffix) return false;
+  ParsedName ignored;
+  return parse_file_name(name.substr(1, name.size() - 1 - temp_suffix.size()), ignored);
+}
+
+}  // namespace spool_format
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DELIVERY_SPOOL_NAMES_HPP_
+// ---- end spanprof/delivery/spool_names.hpp ----
+// ---- begin spanprof/delivery/spool.hpp ----
+// A bounded on-disk spool: payloads an uploader could not deliver during an
+// outage wait here and are re-sent later, also by the next process after a
+// restart. A payload is what the uploader sends (a gzip'd pprof, an OTLP request,
+// a Pyroscope push), stored with the profile's metadata the uploader needs to send
+// it again, so a re-send never re-encodes.
+//
+// This header keeps the directory: its lock, its index, the bound. What a file
+// holds is delivery/spool_format.hpp's, what it is called
+// delivery/spool_names.hpp's; both are included here, so an includer of this
+// header sees all three.
+//
+// A file appears whole or not at all: it is written under a hidden temporary name
+// (".<name>.tmp", mode 0600) and renamed into place; a failed write removes the
+// temporary file, and temporary files a crash left behind are deleted by open().
+// Files are not fsync'ed unless asked (sync_to_disk): a process crash loses
+// nothing either way, and after a power loss an unsynced file is at worst found
+// corrupt by its CRC and dropped — losing a few profiles of an outage is cheaper
+// than a disk flush per profile while the outage lasts.
+//
+// The spool is bounded: after each store, the oldest files (of any uploader) are
+// deleted until the spool's files fit in max_bytes again. A profile that alone
+// exceeds the bound is refused instead of emptying the spool for it.
+//
+// Threads and processes: a Spool is owned by one thread (the upload worker) and
+// has no locking of its own. open() takes an advisory lock (flock) on a lock
+// file in the directory, so a second Spool on the same directory — in this or
+// another process — fails to open instead of interleaving sequence numbers and
+// deleting the other's temporary files.
+//
+// Nothing here throws: every failure comes back as false plus a message.
+#ifndef SPANPROF_DELIVERY_SPOOL_HPP_
+#define SPANPROF_DELIVERY_SPOOL_HPP_
+
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <ctime>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
 
 struct SpoolItem {
   std::string uploader;

@@ -95,7 +95,7 @@ struct RawSample {
 
 // One span's profile, described once. RawProfile and EncodedProfile (uploader.hpp)
 // are this record plus what their stage adds; batching keeps one per span; the
-// spool stores every field (spool.hpp fails to compile when one is added).
+// spool stores every field (spool_format.hpp fails to compile when one is added).
 struct SpanRecord {
   ProfileKind kind = ProfileKind::cpu;
   SpanContext span;                // the ids, as bytes
