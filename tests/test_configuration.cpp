@@ -1,7 +1,7 @@
 // Configuration in one place: every environment variable of the table is tested
 // with a good value (it takes effect) and a bad one (one problem naming it, and
 // the default kept); code wins over the environment; start() returns every
-// problem; docs/configuration.md shows the table the parser uses.
+// problem; docs/configuration.md shows the settings table the parser uses.
 #include "support/catch.hpp"
 #include "support/collector.hpp"
 #include "support/environment.hpp"
@@ -9,6 +9,7 @@
 #include <spanprof/spanprof.hpp>
 #include <spanprof/delivery/pyroscope_uploader.hpp>
 #include <spanprof/delivery/otlp_uploader.hpp>
+#include <spanprof/runtime/settings.hpp>
 
 #include <csignal>
 #include <cstdlib>
@@ -171,13 +172,40 @@ std::vector<spanprof::ConfigurationProblem> problems_about(const Options& option
   return found;
 }
 
+// docs/configuration.md's tables, generated from the settings table.
+std::string documented_default(const spanprof::detail::Setting& row) {
+  static const spanprof::detail::EnvironmentSettings defaults;
+  const std::string value =
+      row.format.kind == spanprof::detail::ValueKind::object ? std::string() : row.access.show(row, defaults);
+  if (!value.empty()) return value;
+  return row.format.unset_means ? std::string("(unset: ") + row.format.unset_means + ")" : "(unset)";
+}
+
 std::string environment_table_markdown() {
   std::string out =
       "| Variable | Type | Range | Default | Sets | Meaning |\n"
       "|---|---|---|---|---|---|\n";
-  for (const auto& v : spanprof::detail::environment_variables) {
-    out += std::string("| `") + v.name + "` | " + v.type + " | " + v.range + " | " + v.default_value + " | " +
-           (*v.option ? std::string("`") + v.option + "`" : std::string()) + " | " + v.meaning + " |\n";
+  for (const auto& row : spanprof::detail::settings) {
+    if (row.variable == nullptr) continue;
+    out += std::string("| `") + row.variable + "` | " + spanprof::detail::type_words(row.format) + " | " +
+           spanprof::detail::range_words(row.format) + " | " + documented_default(row) + " | `" + row.name + "` | " +
+           row.meaning + " |\n";
+  }
+  return out;
+}
+
+// Members no variable sets, not even through the object they hold.
+std::string code_only_table_markdown() {
+  std::set<std::string> fed;
+  for (const auto& row : spanprof::detail::settings)
+    if (row.variable != nullptr) fed.insert(row.name);
+  std::string out =
+      "| Option | Type | Range | Default | Meaning |\n"
+      "|---|---|---|---|---|\n";
+  for (const auto& row : spanprof::detail::settings) {
+    if (!row.is_option() || fed.count(row.name) != 0) continue;
+    out += std::string("| `") + row.name + "` | " + spanprof::detail::type_words(row.format) + " | " +
+           spanprof::detail::range_words(row.format) + " | " + documented_default(row) + " | " + row.meaning + " |\n";
   }
   return out;
 }
@@ -188,12 +216,13 @@ TEST_CASE("every environment variable has a good and a bad value tested", "[conf
   std::set<std::string> tested;
   for (const auto& c : variable_cases()) tested.insert(c.name);
   std::set<std::string> table;
-  for (const auto& v : spanprof::detail::environment_variables) {
-    if (!SPANPROF_WITH_CURL && (std::string_view(v.name).rfind("PYROSCOPE_", 0) == 0 ||
-                                std::string_view(v.name).rfind("OTEL_EXPORTER_", 0) == 0 ||
-                                std::string_view(v.name) == "OTEL_RESOURCE_ATTRIBUTES"))
+  for (const auto& v : spanprof::detail::settings) {
+    if (v.variable == nullptr) continue;
+    if (!SPANPROF_WITH_CURL && (std::string_view(v.variable).rfind("PYROSCOPE_", 0) == 0 ||
+                                std::string_view(v.variable).rfind("OTEL_EXPORTER_", 0) == 0 ||
+                                std::string_view(v.variable) == "OTEL_RESOURCE_ATTRIBUTES"))
       continue;  // covered by the "built without libcurl" test instead
-    table.insert(v.name);
+    table.insert(v.variable);
   }
   CHECK(tested == table);
 }
@@ -348,19 +377,44 @@ TEST_CASE("describe() lists every setting", "[configuration]") {
   CHECK(text.find("output_directory=./profiles\n") != std::string::npos);
 }
 
-TEST_CASE("each documented default is the built-in default", "[configuration]") {
-  const std::string described = spanprof::describe(Options(spanprof::ignore_environment));
-  for (const auto& v : spanprof::detail::environment_variables) {
-    const std::string_view option = v.option;
-    const std::string_view value = v.default_value;
-    if (option.empty() || value.empty() || value.front() == '(' || option == "uploaders" || option == "profiles") continue;
-    INFO(v.name);
-    if (option == "head_sampler" || option == "tail_policy" || option == "trigger") continue;
-    std::string shown(value);
-    if (option == "spool_max_bytes") shown = std::to_string(std::stoull(shown) << 20);  // documented in MiB
-    const std::string line = std::string(option) + "=" + shown + "\n";
-    CHECK(described.find(line) != std::string::npos);
+TEST_CASE("every built-in default lies in its row's range; an object's is unset", "[configuration]") {
+  const spanprof::detail::EnvironmentSettings defaults;  // Options' initializers, and the feeding variables'
+  for (const auto& row : spanprof::detail::settings) {
+    INFO(row.name << " " << (row.variable ? row.variable : ""));
+    if (row.format.kind == spanprof::detail::ValueKind::object) {  // the docs say "(unset: ...)"
+      const std::string shown = row.access.describe(row, defaults.options);
+      CHECK((shown == "none" || shown == "default"));
+      continue;
+    }
+    const std::string value = row.access.show(row, defaults);
+    if (value.empty()) continue;  // unset
+    // Written as the variable, the default is accepted and read back as itself.
+    spanprof::detail::EnvironmentSettings reread;
+    std::string why;
+    CHECK(row.access.parse(row, value, reread, why));
+    CHECK(row.access.show(row, reread) == value);
   }
+  Options options(spanprof::ignore_environment);
+  std::vector<spanprof::ConfigurationProblem> problems;
+  spanprof::detail::check_code_values(options, problems);
+  CHECK(problems.empty());
+}
+
+TEST_CASE("a value set in code is held to its row's range at start()", "[configuration]") {
+  Options options(spanprof::ignore_environment);
+  options.frequency_hz = 5000;
+  options.thread_buffer_bytes = ~std::size_t{0};
+  options.idle_ticks_before_disarm = 0;
+  options.spool_max_bytes = 4096;  // the variable counts MiB; code may set any byte count
+  std::vector<spanprof::ConfigurationProblem> problems;
+  spanprof::detail::check_code_values(options, problems);
+  CHECK(options.frequency_hz == 4000);
+  CHECK(options.thread_buffer_bytes == std::size_t{1} << 30);
+  CHECK(options.idle_ticks_before_disarm == 1);
+  CHECK(options.spool_max_bytes == 4096);
+  REQUIRE(problems.size() == 3);
+  CHECK(problems[0].message == "frequency_hz=5000 is outside [1, 4000]; clamped");
+  CHECK(problems[1].message == "thread_buffer_bytes=18446744073709551615 is outside [4096, 1073741824]; clamped");
 }
 
 #if !SPANPROF_WITH_CURL
@@ -380,20 +434,29 @@ TEST_CASE("docs/configuration.md shows the table the parser uses", "[configurati
   REQUIRE(in);
   std::stringstream buffer;
   buffer << in.rdbuf();
-  const std::string text = buffer.str();
-  const std::string begin = "<!-- BEGIN environment table -->\n";
-  const std::string end = "<!-- END environment table -->";
-  const auto from = text.find(begin);
-  const auto to = text.find(end);
-  REQUIRE(from != std::string::npos);
-  REQUIRE(to != std::string::npos);
-  const std::string documented = text.substr(from + begin.size(), to - from - begin.size());
-  const std::string expected = environment_table_markdown();
-  if (documented != expected && std::getenv("SPANPROF_UPDATE_DOCS")) {
-    std::ofstream(path) << text.substr(0, from + begin.size()) << expected << text.substr(to);
-    WARN("rewrote the table in " << path);
-    return;
+  std::string text = buffer.str();
+  bool rewritten = false;
+  const std::pair<const char*, std::string> tables[] = {{"environment table", environment_table_markdown()},
+                                                        {"code-only table", code_only_table_markdown()}};
+  for (const auto& [marker, expected] : tables) {
+    INFO(marker);
+    const std::string begin = std::string("<!-- BEGIN ") + marker + " -->\n";
+    const std::string end = std::string("<!-- END ") + marker + " -->";
+    const auto from = text.find(begin);
+    const auto to = text.find(end);
+    REQUIRE(from != std::string::npos);
+    REQUIRE(to != std::string::npos);
+    const std::string documented = text.substr(from + begin.size(), to - from - begin.size());
+    if (documented != expected && std::getenv("SPANPROF_UPDATE_DOCS")) {
+      text = text.substr(0, from + begin.size()) + expected + text.substr(to);
+      rewritten = true;
+      continue;
+    }
+    INFO("run this test with SPANPROF_UPDATE_DOCS=1 to rewrite the tables");
+    CHECK(documented == expected);
   }
-  INFO("run this test with SPANPROF_UPDATE_DOCS=1 to rewrite the table");
-  CHECK(documented == expected);
+  if (rewritten) {
+    std::ofstream(path) << text;
+    WARN("rewrote the tables in " << path);
+  }
 }

@@ -7464,8 +7464,10 @@ SPANPROF_NAMESPACE_END
 //   spanprof::start(options);       // reports every problem, and returns them
 //
 // Options(spanprof::ignore_environment) starts from the built-in defaults alone.
-// The variables, their ranges and defaults: runtime/environment.hpp and
-// docs/configuration.md. What reads them is in options-inl.hpp (header-only: by
+// The built-in defaults are the initializers below, stated nowhere else. Each
+// member's variable, range and meaning is its row in the table of
+// runtime/settings.hpp, which docs/configuration.md shows; a new member needs a
+// row there. What reads the environment is in options-inl.hpp (header-only: by
 // the umbrella header; SPANPROF_COMPILED_LIB: in the compiled library).
 #ifndef SPANPROF_RUNTIME_OPTIONS_HPP_
 #define SPANPROF_RUNTIME_OPTIONS_HPP_
@@ -7497,11 +7499,11 @@ struct Options {
   CpuEngine cpu_engine = CpuEngine::sampling;
   HeapEngine heap_engine = HeapEngine::sampling;
   CpuSampleSource cpu_sample_source = CpuSampleSource::automatic;
-  int frequency_hz = 100;     // CPU samples per CPU-second (1..4000)
-  // Wall-clock samples per second of a thread in a wall-profiled span (1..1000).
+  int frequency_hz = 100;     // CPU samples per CPU-second
+  // Wall-clock samples per second of a thread in a wall-profiled span.
   // Its cost grows with the threads in wall spans, not the cores (docs/wall.md).
   int wall_frequency_hz = 100;
-  int max_stack_depth = 64;   // frames kept per sample (1..256)
+  int max_stack_depth = 64;   // frames kept per sample
   // Mean allocated bytes between two heap samples (exponentially distributed, as in
   // Go and tcmalloc). Smaller is more precise and costs more stack captures.
   std::size_t heap_sample_interval_bytes = 512 * 1024;
@@ -13420,10 +13422,11 @@ SPANPROF_NAMESPACE_END
 #endif  // SPANPROF_RUNTIME_CONFIG_RETIREMENT_HPP_
 // ---- end spanprof/runtime/config_retirement.hpp ----
 // ---- begin spanprof/runtime/environment.hpp ----
-// Every environment variable spanprof reads, in one table: its name, type, range,
-// default and meaning. The parser walks this table and nothing else reads the
-// environment; docs/configuration.md shows the same table (a test keeps the two
-// equal), so operators and code cannot disagree about what a variable does.
+// How spanprof reads environment variables: the readers of one value (a bounded
+// integer, a choice, a URL, a key=value list...) and EnvironmentSettings, what the
+// environment said once parsed. Which variables exist, and which reader and range
+// each one gets, is the table of runtime/settings.hpp; apply_environment()
+// (options-inl.hpp) turns the parsed environment into Options.
 //
 // Precedence, the same for every setting: code > environment > built-in default.
 // spanprof::Options() starts from the built-in defaults and overlays what the
@@ -13436,78 +13439,53 @@ SPANPROF_NAMESPACE_END
 #define SPANPROF_RUNTIME_ENVIRONMENT_HPP_
 
 
-#include <algorithm>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-#include <signal.h>
 #include <sys/stat.h>
 
 SPANPROF_NAMESPACE_BEGIN
 
 namespace detail {
 
-// The parsed environment, before it becomes Options. Unset variables stay empty,
-// so the built-in defaults (or the program's own values) are kept.
+struct Setting;  // runtime/setting.hpp
+
+using KeyValues = std::vector<std::pair<std::string, std::string>>;
+
+// The environment, parsed. A variable that sets a member of Options is parsed into
+// `options`, a copy of the built-in defaults, and apply_environment() copies only
+// the members whose variable was accepted: the program's own values are kept for
+// the others. The other variables feed objects spanprof builds (the head sampler,
+// the tail policy, the trigger, the uploaders); what each of them is when its
+// variable is unset is stated here, where docs/configuration.md reads it from.
 struct EnvironmentSettings {
-  std::optional<ProfileKinds> profiles;
-  std::optional<CpuEngine> cpu_engine;
-  std::optional<CpuSampleSource> cpu_sample_source;
-  std::optional<int> frequency_hz;
-  std::optional<int> wall_frequency_hz;
-  std::optional<int> signal_number;
-  std::optional<HeapEngine> heap_engine;
-  std::optional<std::size_t> heap_sample_interval_bytes;
-  std::string head_sampler;  // a name from the table, lower case; empty: unset
-  std::optional<double> head_sampler_argument;
+  Options options{ignore_environment};
+  std::vector<const Setting*> accepted;  // the rows of the table whose variable was read and accepted
+
+  std::string head_sampler;  // a name of head_sampler_names; empty: every span
+  double head_sampler_argument = 1.0;
   std::optional<double> max_profiles_per_second;
-  std::string keep;  // all | slow | error | slow,error | error,slow; empty: unset
-  std::optional<std::int64_t> slow_threshold_ms;
+  std::string keep = "all";  // a rule of keep_rules
+  std::int64_t slow_threshold_ms = 100;
   std::optional<double> trigger_factor;
-  std::optional<std::uint32_t> trigger_spans;
-  std::optional<std::string> output_directory;
-  std::optional<std::string> spool_directory;
-  std::optional<std::uint64_t> spool_max_bytes;
-  std::optional<int> upload_attempts;
-  std::optional<std::int64_t> upload_window_ms;
-  std::optional<OverflowPolicy> queue_overflow;
-  std::string service_name;
+  std::uint32_t trigger_spans = AdaptiveTriggerOptions{}.spans_to_profile;
+  std::int64_t upload_window_ms = Delivery::batched().window.count();
   std::string pyroscope_server_address, pyroscope_application_name, pyroscope_auth_token;
   std::string pyroscope_basic_auth_user, pyroscope_basic_auth_password, pyroscope_tenant_id;
   std::string otlp_profiles_endpoint, otlp_endpoint;
-  std::vector<std::pair<std::string, std::string>> otlp_headers, resource_attributes;
+  KeyValues otlp_headers, resource_attributes;
   bool pyroscope_refused = false;  // a Pyroscope variable was bad: that uploader is off
   bool otlp_refused = false;
   std::vector<ConfigurationProblem> problems;
 };
 
-// What a variable configures, so callers can read one part of the environment.
-enum class EnvironmentGroup : std::uint8_t { capture, head_sampler, tail_policy, trigger, delivery, service, pyroscope, otlp };
-
-struct EnvironmentVariable {
-  const char* name;
-  EnvironmentGroup group;
-  const char* type;
-  const char* range;
-  const char* default_value;
-  const char* option;  // the Options field it sets, when there is one
-  const char* meaning;
-  // A variable that refines another is read only while that one is in effect (as
-  // OTEL_TRACES_SAMPLER_ARG is only read by the samplers that take an argument):
-  // null, or a check of the environment.
-  bool (*in_effect)() noexcept;
-  // Parses a non-empty value into `settings`; false (with `why` set to what was
-  // expected) when the value is refused.
-  bool (*parse)(std::string_view value, EnvironmentSettings& settings, std::string& why);
-};
-
-// ---- parsers shared by the table -------------------------------------------------
+// ---- the readers of one value ----------------------------------------------------
 
 inline bool parse_bounded_integer(std::string_view text, std::int64_t low, std::int64_t high, std::int64_t& out,
                                   std::string& why) {
@@ -13522,15 +13500,12 @@ inline bool parse_bounded_integer(std::string_view text, std::int64_t low, std::
 
 // Matches `text` (ASCII case and surrounding blanks ignored) against `choices`;
 // returns the index or -1 and explains.
-inline int parse_choice(std::string_view text, std::initializer_list<const char*> choices, std::string& why) {
+inline int parse_choice(std::string_view text, const char* const* choices, std::size_t count, std::string& why) {
   const std::string_view wanted = trim_ascii_space(text);
-  int index = 0;
-  for (const char* choice : choices) {
-    if (equals_ignoring_ascii_case(wanted, choice)) return index;
-    ++index;
-  }
+  for (std::size_t index = 0; index < count; ++index)
+    if (equals_ignoring_ascii_case(wanted, choices[index])) return static_cast<int>(index);
   why = "is not one of";
-  for (const char* choice : choices) why += std::string(" ") + choice;
+  for (std::size_t index = 0; index < count; ++index) why += std::string(" ") + choices[index];
   return -1;
 }
 
@@ -13581,7 +13556,7 @@ inline bool percent_decode(std::string_view in, std::string& out) {
 
 // The W3C-baggage-like list OTEL_RESOURCE_ATTRIBUTES and OTEL_EXPORTER_OTLP_HEADERS
 // use: key=value pairs separated by commas, values percent-encoded.
-inline bool parse_key_value_list(std::string_view text, std::vector<std::pair<std::string, std::string>>& out,
+inline bool parse_key_value_list(std::string_view text, KeyValues& out,
                                  std::string& why) {
   out.clear();
   while (!text.empty()) {
@@ -13621,7 +13596,7 @@ inline bool parse_text(std::string_view text, std::string& out, std::string& why
 
 // A directory spanprof may have to create: refused only when something that is
 // not a directory is already in its place.
-inline bool parse_directory(std::string_view text, std::optional<std::string>& out, std::string& why) {
+inline bool parse_directory(std::string_view text, std::string& out, std::string& why) {
   std::string path;
   if (!parse_text(text, path, why)) return false;
   struct stat status {};
@@ -13646,262 +13621,6 @@ inline bool environment_is_one_of(const char* name, std::initializer_list<const 
   return false;
 }
 
-// ---- the table -------------------------------------------------------------------
-
-using EG = EnvironmentGroup;
-using ES = EnvironmentSettings;
-
-// The order is the order of docs/configuration.md.
-inline const EnvironmentVariable environment_variables[] = {
-    {"SPANPROF_PROFILES", EG::capture, "list", "cpu, heap, wall, or several: cpu,wall", "cpu", "profiles",
-     "What a guard records unless its code says otherwise.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) {
-       ProfileKinds kinds;
-       std::string_view rest = v;
-       while (true) {
-         const std::size_t comma = rest.find(',');
-         std::string ignored;
-         const int i = parse_choice(rest.substr(0, comma), {"cpu", "heap", "wall"}, ignored);
-         if (i < 0) {
-           why = "is not a comma-separated list of cpu, heap, wall";
-           return false;
-         }
-         kinds = kinds | ProfileKinds(static_cast<ProfileKind>(i));
-         if (comma == std::string_view::npos) break;
-         rest.remove_prefix(comma + 1);
-       }
-       s.profiles = kinds;
-       return true;
-     }},
-    {"SPANPROF_ENGINE", EG::capture, "choice", "sampling, classic", "sampling", "cpu_engine",
-     "The CPU engine: per-thread sampling, or gperftools' ProfilerStart/Stop around each scope.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) {
-       const int i = parse_choice(v, {"sampling", "classic"}, why);
-       if (i >= 0) s.cpu_engine = i == 0 ? CpuEngine::sampling : CpuEngine::classic;
-       return i >= 0;
-     }},
-    {"SPANPROF_SOURCE", EG::capture, "choice", "automatic, perf_event, posix_timer", "automatic",
-     "cpu_sample_source", "Where the sampling engine's CPU ticks come from; automatic is posix_timer (docs/cost.md).",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) {
-       const int i = parse_choice(v, {"automatic", "perf_event", "posix_timer"}, why);
-       if (i >= 0) s.cpu_sample_source = static_cast<CpuSampleSource>(i);
-       return i >= 0;
-     }},
-    {"SPANPROF_FREQUENCY", EG::capture, "integer (Hz)", "1..4000", "100", "frequency_hz",
-     "CPU samples per CPU-second of a profiled thread.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) {
-       std::int64_t hz = 0;
-       if (!parse_bounded_integer(v, 1, 4000, hz, why)) return false;
-       s.frequency_hz = static_cast<int>(hz);
-       return true;
-     }},
-    {"SPANPROF_WALL_FREQUENCY", EG::capture, "integer (Hz)", "1..1000", "100", "wall_frequency_hz",
-     "Wall-clock samples per second of a thread in a wall-profiled span.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) {
-       std::int64_t hz = 0;
-       if (!parse_bounded_integer(v, 1, 1000, hz, why)) return false;
-       s.wall_frequency_hz = static_cast<int>(hz);
-       return true;
-     }},
-    {"SPANPROF_SIGNAL", EG::capture, "integer", "a real-time signal, SIGRTMIN..SIGRTMAX", "0", "signal_number",
-     "The signal that carries CPU samples; 0 picks the first free one from SIGRTMIN+4.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) {
-       std::int64_t signal = 0;
-       if (!parse_integer(trim_ascii_space(v), signal) || (signal != 0 && (signal < SIGRTMIN || signal > SIGRTMAX))) {
-         why = "is not 0 or a real-time signal in [" + std::to_string(SIGRTMIN) + ", " + std::to_string(SIGRTMAX) + "]";
-         return false;
-       }
-       s.signal_number = static_cast<int>(signal);
-       return true;
-     }},
-    {"SPANPROF_HEAP_ENGINE", EG::capture, "choice", "sampling, classic", "sampling", "heap_engine",
-     "The heap engine: sampled allocation hooks, or gperftools' heap profiler around each scope.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) {
-       const int i = parse_choice(v, {"sampling", "classic"}, why);
-       if (i >= 0) s.heap_engine = i == 0 ? HeapEngine::sampling : HeapEngine::classic;
-       return i >= 0;
-     }},
-    {"SPANPROF_HEAP_INTERVAL", EG::capture, "integer (bytes)", "1..1073741824", "524288",
-     "heap_sample_interval_bytes", "Mean allocated bytes between two heap samples.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) {
-       std::int64_t bytes = 0;
-       if (!parse_bounded_integer(v, 1, std::int64_t{1} << 30, bytes, why)) return false;
-       s.heap_sample_interval_bytes = static_cast<std::size_t>(bytes);
-       return true;
-     }},
-    {"SPANPROF_SAMPLER", EG::head_sampler, "choice",
-     "always_on, always_off, traceidratio, probability, parentbased_always_on, parentbased_traceidratio",
-     "(unset: every span)", "head_sampler",
-     "The head sampler, named as OpenTelemetry names its trace samplers.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) {
-       static const char* const names[] = {"always_on",   "always_off", "traceidratio", "probability",
-                                           "parentbased_always_on", "parentbased_traceidratio"};
-       const int i = parse_choice(v, {names[0], names[1], names[2], names[3], names[4], names[5]}, why);
-       if (i >= 0) s.head_sampler = names[i];
-       return i >= 0;
-     }},
-    {"SPANPROF_SAMPLER_ARG", EG::head_sampler, "number", "0..1", "1.0", "",
-     "The ratio or probability of SPANPROF_SAMPLER's traceidratio, probability and parentbased_traceidratio.",
-     []() noexcept { return environment_is_one_of("SPANPROF_SAMPLER", {"traceidratio", "probability", "parentbased_traceidratio"}); },
-     [](std::string_view v, ES& s, std::string& why) {
-       double value = 0;
-       if (!parse_decimal(trim_ascii_space(v), value) || value < 0 || value > 1) {
-         why = "is not a number in [0, 1]";
-         return false;
-       }
-       s.head_sampler_argument = value;
-       return true;
-     }},
-    {"SPANPROF_MAX_PROFILES_PER_SECOND", EG::head_sampler, "number", "> 0", "(unset: no limit)", "",
-     "At most this many profiled spans a second (burst max(1, rate)), after SPANPROF_SAMPLER said yes.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) {
-       double value = 0;
-       if (!parse_decimal(trim_ascii_space(v), value) || !(value > 0)) {
-         why = "is not a number greater than 0";
-         return false;
-       }
-       s.max_profiles_per_second = value;
-       return true;
-     }},
-    {"SPANPROF_KEEP", EG::tail_policy, "choice", "all, slow, error, slow,error", "all", "tail_policy",
-     "The tail policy: which recorded profiles are kept when the span ends.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) {
-       static const char* const rules[] = {"all", "slow", "error", "slow,error", "error,slow"};
-       const int i = parse_choice(v, {rules[0], rules[1], rules[2], rules[3], rules[4]}, why);
-       if (i >= 0) s.keep = rules[i];
-       return i >= 0;
-     }},
-    {"SPANPROF_SLOW_THRESHOLD_MS", EG::tail_policy, "integer (ms)", "0..86400000", "100", "",
-     "A span at least this long is slow, for SPANPROF_KEEP=slow.",
-     []() noexcept { return environment_is_one_of("SPANPROF_KEEP", {"slow", "slow,error", "error,slow"}); },
-     [](std::string_view v, ES& s, std::string& why) {
-       std::int64_t ms = 0;
-       if (!parse_bounded_integer(v, 0, 86'400'000, ms, why)) return false;
-       s.slow_threshold_ms = ms;
-       return true;
-     }},
-    {"SPANPROF_TRIGGER_FACTOR", EG::trigger, "number", "(1, 1000]", "(unset: off)", "trigger",
-     "Turns the adaptive trigger on: a span name whose latency exceeds this factor of its normal is profiled.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) {
-       double factor = 0;
-       if (!parse_decimal(trim_ascii_space(v), factor) || !(factor > 1.0) || factor > 1000.0) {
-         why = "is not a number in (1, 1000]";
-         return false;
-       }
-       s.trigger_factor = factor;
-       return true;
-     }},
-    {"SPANPROF_TRIGGER_SPANS", EG::trigger, "integer", "1..1000", "5", "",
-     "How many spans of that name the adaptive trigger profiles each time it arms.",
-     []() noexcept { return is_set("SPANPROF_TRIGGER_FACTOR"); },
-     [](std::string_view v, ES& s, std::string& why) {
-       std::int64_t spans = 0;
-       if (!parse_bounded_integer(v, 1, 1000, spans, why)) return false;
-       s.trigger_spans = static_cast<std::uint32_t>(spans);
-       return true;
-     }},
-    {"SPANPROF_OUTPUT_DIR", EG::delivery, "path", "a directory (created if missing)", "./profiles", "output_directory",
-     "Where the default file uploader writes; set alongside a backend, files are written too.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) { return parse_directory(v, s.output_directory, why); }},
-    {"SPANPROF_SPOOL_DIR", EG::delivery, "path", "a directory (created if missing)", "(unset: no spool)", "spool_directory",
-     "Where profiles an uploader could not deliver wait to be re-sent, also after a restart.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) { return parse_directory(v, s.spool_directory, why); }},
-    {"SPANPROF_SPOOL_MAX_MB", EG::delivery, "integer (MiB)", "1..1048576", "256", "spool_max_bytes",
-     "The spool's size bound; the oldest profiles are dropped first.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) {
-       std::int64_t mib = 0;
-       if (!parse_bounded_integer(v, 1, std::int64_t{1} << 20, mib, why)) return false;
-       s.spool_max_bytes = static_cast<std::uint64_t>(mib) << 20;
-       return true;
-     }},
-    {"SPANPROF_UPLOAD_ATTEMPTS", EG::delivery, "integer", "1..100", "3", "retry.max_attempts",
-     "Attempts per profile and uploader for a retryable failure, the first included.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) {
-       std::int64_t attempts = 0;
-       if (!parse_bounded_integer(v, 1, 100, attempts, why)) return false;
-       s.upload_attempts = static_cast<int>(attempts);
-       return true;
-     }},
-    {"SPANPROF_UPLOAD_WINDOW_MS", EG::delivery, "integer (ms)", "0..600000", "10000", "",
-     "Pyroscope and OTLP from the environment merge kept spans into one profile per kind per window this long; 0: one per span.",
-     []() noexcept { return is_set("PYROSCOPE_SERVER_ADDRESS") || is_set("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT") ||
-                            is_set("OTEL_EXPORTER_OTLP_ENDPOINT"); },
-     [](std::string_view v, ES& s, std::string& why) {
-       std::int64_t window = 0;
-       if (!parse_bounded_integer(v, 0, 600'000, window, why)) return false;
-       s.upload_window_ms = window;
-       return true;
-     }},
-    {"SPANPROF_QUEUE_OVERFLOW", EG::delivery, "choice", "drop_newest, drop_oldest", "drop_newest", "queue_overflow",
-     "Which profile a full hand-off queue drops; a request thread never waits.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) {
-       const int i = parse_choice(v, {"drop_newest", "drop_oldest"}, why);
-       if (i >= 0) s.queue_overflow = i == 0 ? OverflowPolicy::drop_newest : OverflowPolicy::drop_oldest;
-       return i >= 0;
-     }},
-    {"OTEL_SERVICE_NAME", EG::service, "text", "printable", "(unset)", "service_name",
-     "The service: a comment in every profile, Pyroscope's application name and OTLP's service.name.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) { return parse_text(v, s.service_name, why); }},
-    {"PYROSCOPE_SERVER_ADDRESS", EG::pyroscope, "URL", "http:// or https://", "(unset: off)", "uploaders",
-     "Turns on the Pyroscope uploader (needs libcurl), e.g. http://pyroscope:4040.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) { return parse_http_url(v, s.pyroscope_server_address, why); }},
-    {"PYROSCOPE_APPLICATION_NAME", EG::pyroscope, "text", "printable", "OTEL_SERVICE_NAME, else spanprof", "",
-     "The Pyroscope application (series name).",
-     []() noexcept { return is_set("PYROSCOPE_SERVER_ADDRESS"); },
-     [](std::string_view v, ES& s, std::string& why) { return parse_text(v, s.pyroscope_application_name, why); }},
-    {"PYROSCOPE_AUTH_TOKEN", EG::pyroscope, "text", "printable", "(unset)", "",
-     "Sent as Authorization: Bearer <token>.",
-     []() noexcept { return is_set("PYROSCOPE_SERVER_ADDRESS"); },
-     [](std::string_view v, ES& s, std::string& why) { return parse_text(v, s.pyroscope_auth_token, why); }},
-    {"PYROSCOPE_BASIC_AUTH_USER", EG::pyroscope, "text", "printable", "(unset)", "",
-     "Basic authentication user (Grafana Cloud: the stack's user id).",
-     []() noexcept { return is_set("PYROSCOPE_SERVER_ADDRESS"); },
-     [](std::string_view v, ES& s, std::string& why) { return parse_text(v, s.pyroscope_basic_auth_user, why); }},
-    {"PYROSCOPE_BASIC_AUTH_PASSWORD", EG::pyroscope, "text", "printable; needs PYROSCOPE_BASIC_AUTH_USER", "(unset)", "",
-     "Basic authentication password.",
-     []() noexcept { return is_set("PYROSCOPE_SERVER_ADDRESS"); },
-     [](std::string_view v, ES& s, std::string& why) { return parse_text(v, s.pyroscope_basic_auth_password, why); }},
-    {"PYROSCOPE_TENANT_ID", EG::pyroscope, "text", "printable", "(unset)", "",
-     "Sent as X-Scope-OrgID, for multi-tenant Pyroscope.",
-     []() noexcept { return is_set("PYROSCOPE_SERVER_ADDRESS"); },
-     [](std::string_view v, ES& s, std::string& why) { return parse_text(v, s.pyroscope_tenant_id, why); }},
-    {"OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT", EG::otlp, "URL", "http:// or https://", "(unset)", "uploaders",
-     "Turns on the OTLP uploader (needs libcurl); the full URL profiles are posted to.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) { return parse_http_url(v, s.otlp_profiles_endpoint, why); }},
-    {"OTEL_EXPORTER_OTLP_ENDPOINT", EG::otlp, "URL", "http:// or https://", "(unset)", "uploaders",
-     "Turns on the OTLP uploader (needs libcurl); /v1development/profiles is appended.",
-     nullptr,
-     [](std::string_view v, ES& s, std::string& why) { return parse_http_url(v, s.otlp_endpoint, why); }},
-    {"OTEL_EXPORTER_OTLP_HEADERS", EG::otlp, "list", "key=value,... (values percent-encoded)", "(unset)", "",
-     "Extra headers on every OTLP request.",
-     []() noexcept { return is_set("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT") || is_set("OTEL_EXPORTER_OTLP_ENDPOINT"); },
-     [](std::string_view v, ES& s, std::string& why) { return parse_key_value_list(v, s.otlp_headers, why); }},
-    {"OTEL_RESOURCE_ATTRIBUTES", EG::otlp, "list", "key=value,... (values percent-encoded)", "(unset)", "",
-     "Resource attributes of OTLP profiles; OTEL_SERVICE_NAME wins over a service.name here.",
-     []() noexcept { return is_set("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT") || is_set("OTEL_EXPORTER_OTLP_ENDPOINT"); },
-     [](std::string_view v, ES& s, std::string& why) { return parse_key_value_list(v, s.resource_attributes, why); }},
-};
-
 // Echoes at most 64 bytes of the value (printable_excerpt): an environment
 // variable can be anything, and a problem must stay one short line.
 inline ConfigurationProblem environment_problem(const char* name, std::string_view value, const std::string& why,
@@ -13911,47 +13630,794 @@ inline ConfigurationProblem environment_problem(const char* name, std::string_vi
   return {name, std::move(message)};
 }
 
-// Reads every variable of the given groups (all by default). Never throws: out of
-// memory leaves what was read so far.
-inline EnvironmentSettings read_environment(std::initializer_list<EnvironmentGroup> groups = {}) noexcept {
-  EnvironmentSettings settings;
-  SPANPROF_TRY {
-    for (const EnvironmentVariable& variable : environment_variables) {
-      if (groups.size() != 0 && std::find(groups.begin(), groups.end(), variable.group) == groups.end()) continue;
-      if (!is_set(variable.name) || (variable.in_effect != nullptr && !variable.in_effect())) continue;
-      const char* raw = std::getenv(variable.name);
-      std::string why;
-      if (variable.parse(raw, settings, why)) continue;
-      if (variable.group == EG::pyroscope) {
-        settings.pyroscope_refused = true;
-        settings.problems.push_back(environment_problem(variable.name, raw, why, "the Pyroscope uploader is off"));
-      } else if (variable.group == EG::otlp) {
-        settings.otlp_refused = true;
-        settings.problems.push_back(environment_problem(variable.name, raw, why, "the OTLP uploader is off"));
-      } else {
-        settings.problems.push_back(environment_problem(variable.name, raw, why, "using the default"));
-      }
-    }
-  } SPANPROF_CATCH_ALL {
-  }
-  return settings;
-}
-
-inline const EnvironmentVariable* find_environment_variable(std::string_view name) noexcept {
-  for (const EnvironmentVariable& variable : environment_variables)
-    if (name == variable.name) return &variable;
-  return nullptr;
-}
-
 }  // namespace detail
 
 SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_RUNTIME_ENVIRONMENT_HPP_
 // ---- end spanprof/runtime/environment.hpp ----
+// ---- begin spanprof/runtime/setting.hpp ----
+// One row of the settings table (runtime/settings.hpp): a member of Options or an
+// environment variable, described once — its variable, the form and range of its
+// value, what it means — with the code that reads, prints, copies and checks it
+// generated from the member it names. Every reader of a setting works from this
+// row: the environment reader, describe(), start()'s check of values set in code,
+// the fuzz target and the tables of docs/configuration.md, so none of them can
+// state a range or a default of its own.
+//
+// A row names its member by a path of member pointers (&Options::retry,
+// &RetryPolicy::max_attempts), rooted at Options or, for a variable that only feeds
+// an object spanprof builds, at EnvironmentSettings.
+#ifndef SPANPROF_RUNTIME_SETTING_HPP_
+#define SPANPROF_RUNTIME_SETTING_HPP_
+
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <signal.h>
+
+SPANPROF_NAMESPACE_BEGIN
+
+namespace detail {
+
+// What a variable configures, so callers can read one part of the environment.
+enum class EnvironmentGroup : std::uint8_t {
+  capture, head_sampler, tail_policy, trigger, delivery, service, pyroscope, otlp
+};
+
+enum class ValueKind : std::uint8_t {
+  integer,          // a whole number in [min, max]
+  decimal,          // a number in [min, max], or (min, max]
+  choice,           // one of `choices`
+  list,             // a comma-separated subset of `choices`
+  realtime_signal,  // 0, or a signal in SIGRTMIN..SIGRTMAX (only known at run time)
+  directory,        // a path spanprof may create
+  text,             // printable text
+  url,              // http:// or https://
+  key_values,       // key=value,... with percent-encoded values
+  object,           // an object the program passes, or spanprof builds from variables
+};
+
+// The form of a setting's value, as the variable spells it.
+struct Format {
+  ValueKind kind = ValueKind::object;
+  double min = 0;               // integer and decimal: the range, in the variable's unit
+  double max = 0;               // (a double holds every integer the table uses exactly)
+  bool min_excluded = false;    // decimal: (min, max] instead of [min, max]
+  std::int64_t scale = 1;       // integer: the member holds the variable's value times this
+  bool checked_in_code = false; // integer, signal: start() holds a value set in code to the range
+  const char* unit = nullptr;   // shown with the type: "integer (Hz)"
+  const char* const* choices = nullptr;  // choice and list: the names, in enumerator order
+  std::size_t choice_count = 0;
+  const char* unset_means = nullptr;     // what an empty value or a null object stands for
+};
+
+// The formats the table uses.
+namespace format {
+
+constexpr Format integer(std::int64_t min, std::int64_t max, const char* unit = nullptr) {
+  Format f;
+  f.kind = ValueKind::integer;
+  f.min = static_cast<double>(min);
+  f.max = static_cast<double>(max);
+  f.checked_in_code = true;
+  f.unit = unit;
+  return f;
+}
+// A byte count the variable gives in MiB. Code may set any byte count (a spool of
+// a few KiB works), so only the variable is held to the range.
+constexpr Format mebibytes(std::int64_t min, std::int64_t max) {
+  Format f = format::integer(min, max, "MiB");
+  f.scale = std::int64_t{1} << 20;
+  f.checked_in_code = false;
+  return f;
+}
+constexpr Format decimal(double min, double max) {
+  Format f;
+  f.kind = ValueKind::decimal;
+  f.min = min;
+  f.max = max;
+  return f;
+}
+// (min, max]; with no max: any number greater than min.
+constexpr Format decimal_above(double min, double max = std::numeric_limits<double>::infinity(),
+                               const char* unset_means = nullptr) {
+  Format f = decimal(min, max);
+  f.min_excluded = true;
+  f.unset_means = unset_means;
+  return f;
+}
+template <std::size_t N>
+constexpr Format choice(const char* const (&names)[N], const char* unset_means = nullptr) {
+  Format f;
+  f.kind = ValueKind::choice;
+  f.choices = names;
+  f.choice_count = N;
+  f.unset_means = unset_means;
+  return f;
+}
+template <std::size_t N>
+constexpr Format list_of(const char* const (&names)[N]) {
+  Format f = format::choice(names);
+  f.kind = ValueKind::list;
+  return f;
+}
+constexpr Format of_kind(ValueKind kind, const char* unset_means) {
+  Format f;
+  f.kind = kind;
+  f.unset_means = unset_means;
+  return f;
+}
+constexpr Format realtime_signal() {
+  Format f = of_kind(ValueKind::realtime_signal, nullptr);
+  f.checked_in_code = true;
+  return f;
+}
+constexpr Format directory(const char* unset_means = nullptr) { return of_kind(ValueKind::directory, unset_means); }
+constexpr Format text(const char* unset_means = nullptr) { return of_kind(ValueKind::text, unset_means); }
+constexpr Format url(const char* unset_means = nullptr) { return of_kind(ValueKind::url, unset_means); }
+constexpr Format key_values() { return of_kind(ValueKind::key_values, nullptr); }
+constexpr Format object(const char* unset_means) { return of_kind(ValueKind::object, unset_means); }
+
+}  // namespace format
+
+// ---- what the format says, in words (problems and docs) ---------------------------
+
+inline std::string format_number(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.17g", value);
+  return buffer;
+}
+
+inline std::string joined_choices(const Format& f, const char* separator) {
+  std::string out;
+  for (std::size_t i = 0; i < f.choice_count; ++i) out += (i == 0 ? "" : separator) + std::string(f.choices[i]);
+  return out;
+}
+
+inline std::string type_words(const Format& f) {
+  switch (f.kind) {
+    case ValueKind::integer: return f.unit ? std::string("integer (") + f.unit + ")" : "integer";
+    case ValueKind::decimal: return "number";
+    case ValueKind::choice: return "choice";
+    case ValueKind::list: return "list";
+    case ValueKind::realtime_signal: return "integer";
+    case ValueKind::directory: return "path";
+    case ValueKind::text: return "text";
+    case ValueKind::url: return "URL";
+    case ValueKind::key_values: return "list";
+    case ValueKind::object: return "object";
+  }
+  return "";
+}
+
+inline std::string range_words(const Format& f) {
+  switch (f.kind) {
+    case ValueKind::integer: return format_number(f.min) + ".." + format_number(f.max);
+    case ValueKind::decimal:
+      if (f.max == std::numeric_limits<double>::infinity()) return "> " + format_number(f.min);
+      if (f.min_excluded) return "(" + format_number(f.min) + ", " + format_number(f.max) + "]";
+      return format_number(f.min) + ".." + format_number(f.max);
+    case ValueKind::choice: return joined_choices(f, ", ");
+    case ValueKind::list:
+      return joined_choices(f, ", ") + ", or several: " + f.choices[0] + "," + f.choices[f.choice_count - 1];
+    case ValueKind::realtime_signal: return "a real-time signal, SIGRTMIN..SIGRTMAX";
+    case ValueKind::directory: return "a directory (created if missing)";
+    case ValueKind::text: return "printable";
+    case ValueKind::url: return "http:// or https://";
+    case ValueKind::key_values: return "key=value,... (values percent-encoded)";
+    case ValueKind::object: return "";
+  }
+  return "";
+}
+
+// ---- reading a value into its member ------------------------------------------------
+
+template <class T> struct is_optional : std::false_type {};
+template <class T> struct is_optional<std::optional<T>> : std::true_type {};
+template <class T> struct is_shared_ptr : std::false_type {};
+template <class T> struct is_shared_ptr<std::shared_ptr<T>> : std::true_type {};
+template <class> inline constexpr bool no_reader_for = false;
+
+inline bool parse_whole_number(const Format& f, std::string_view text, std::int64_t& out, std::string& why) {
+  if (f.kind == ValueKind::integer)
+    return parse_bounded_integer(text, static_cast<std::int64_t>(f.min), static_cast<std::int64_t>(f.max), out, why);
+  std::int64_t signal = 0;
+  if (!parse_integer(trim_ascii_space(text), signal) || (signal != 0 && (signal < SIGRTMIN || signal > SIGRTMAX))) {
+    why = "is not 0 or a real-time signal in [" + std::to_string(SIGRTMIN) + ", " + std::to_string(SIGRTMAX) + "]";
+    return false;
+  }
+  out = signal;
+  return true;
+}
+
+inline bool parse_bounded_decimal(const Format& f, std::string_view text, double& out, std::string& why) {
+  double value = 0;
+  const bool parsed = parse_decimal(trim_ascii_space(text), value);
+  if (!parsed || !(f.min_excluded ? value > f.min : value >= f.min) || !(value <= f.max)) {
+    if (f.max == std::numeric_limits<double>::infinity()) why = "is not a number greater than " + format_number(f.min);
+    else why = "is not a number in " + std::string(f.min_excluded ? "(" : "[") + format_number(f.min) + ", " +
+               format_number(f.max) + "]";
+    return false;
+  }
+  out = value;
+  return true;
+}
+
+inline bool parse_kinds(const Format& f, std::string_view text, ProfileKinds& out, std::string& why) {
+  ProfileKinds kinds;
+  while (true) {
+    const std::size_t comma = text.find(',');
+    std::string ignored;
+    const int index = parse_choice(text.substr(0, comma), f.choices, f.choice_count, ignored);
+    if (index < 0) {
+      why = "is not a comma-separated list of " + joined_choices(f, ", ");
+      return false;
+    }
+    kinds = kinds | ProfileKinds(static_cast<ProfileKind>(index));
+    if (comma == std::string_view::npos) break;
+    text.remove_prefix(comma + 1);
+  }
+  out = kinds;
+  return true;
+}
+
+// Reads `text` into `out`, which is left alone when the text is refused.
+template <class T>
+bool parse_value(const Format& f, std::string_view text, T& out, std::string& why) {
+  if constexpr (is_optional<T>::value) {
+    typename T::value_type value{};
+    if (!parse_value(f, text, value, why)) return false;
+    out = std::move(value);
+    return true;
+  } else if constexpr (std::is_same_v<T, ProfileKinds>) {
+    return parse_kinds(f, text, out, why);
+  } else if constexpr (std::is_enum_v<T>) {
+    const int index = parse_choice(text, f.choices, f.choice_count, why);
+    if (index >= 0) out = static_cast<T>(index);
+    return index >= 0;
+  } else if constexpr (std::is_integral_v<T>) {
+    std::int64_t value = 0;
+    if (!parse_whole_number(f, text, value, why)) return false;
+    out = static_cast<T>(static_cast<T>(value) * static_cast<T>(f.scale));
+    return true;
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return parse_bounded_decimal(f, text, out, why);
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    if (f.kind == ValueKind::choice) {
+      const int index = parse_choice(text, f.choices, f.choice_count, why);
+      if (index >= 0) out = f.choices[index];
+      return index >= 0;
+    }
+    if (f.kind == ValueKind::directory) return parse_directory(text, out, why);
+    if (f.kind == ValueKind::url) return parse_http_url(text, out, why);
+    return parse_text(text, out, why);
+  } else if constexpr (std::is_same_v<T, KeyValues>) {
+    KeyValues list;
+    if (!parse_key_value_list(text, list, why)) return false;
+    out = std::move(list);
+    return true;
+  } else {
+    static_assert(no_reader_for<T>, "no reader for this member's type");
+    return false;
+  }
+}
+
+// ---- printing a value -----------------------------------------------------------------
+
+// The value as the variable spells it (in the variable's unit) or, with
+// `in_variable_unit` false, as describe() prints the member. Empty: unset.
+template <class T>
+std::string show_value(const Format& f, const T& value, bool in_variable_unit) {
+  if constexpr (is_optional<T>::value) {
+    return value ? show_value(f, *value, in_variable_unit) : std::string();
+  } else if constexpr (std::is_same_v<T, ProfileKinds>) {
+    std::string out;
+    for (std::size_t i = 0; i < f.choice_count; ++i)
+      if (value.contains(static_cast<ProfileKind>(i))) out += (out.empty() ? "" : ",") + std::string(f.choices[i]);
+    return out.empty() ? "none" : out;
+  } else if constexpr (std::is_enum_v<T>) {
+    const auto index = static_cast<std::size_t>(value);
+    return index < f.choice_count ? f.choices[index] : "unknown";
+  } else if constexpr (std::is_integral_v<T>) {
+    return std::to_string(in_variable_unit ? value / static_cast<T>(f.scale) : value);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return format_number(value);
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return value;
+  } else if constexpr (std::is_same_v<T, KeyValues>) {
+    std::string out;
+    for (const auto& [key, item] : value) out += (out.empty() ? "" : ",") + key + "=" + item;
+    return out;
+  } else if constexpr (is_shared_ptr<T>::value) {
+    return value ? "set" : "none";
+  } else if constexpr (std::is_same_v<T, std::vector<std::shared_ptr<Uploader>>>) {
+    std::string names;
+    for (const auto& uploader : value)
+      if (uploader) names += (names.empty() ? "" : ",") + std::string(uploader->name());
+    return names.empty() ? "default" : names;
+  } else {
+    static_assert(no_reader_for<T>, "no printer for this member's type");
+    return {};
+  }
+}
+
+// ---- the member a row names ---------------------------------------------------------
+
+template <class> struct member_owner;
+template <class T, class C> struct member_owner<T C::*> { using type = C; };
+
+// member_at<&A::b, &B::c>(a) is a.b.c.
+template <auto First, auto... Rest, class Object>
+constexpr auto& member_at(Object& object) noexcept {
+  if constexpr (sizeof...(Rest) == 0) return object.*First;
+  else return member_at<Rest...>(object.*First);
+}
+
+template <auto First, auto... Rest>
+inline constexpr bool rooted_at_options = std::is_same_v<typename member_owner<decltype(First)>::type, Options>;
+
+template <auto First, auto... Rest, class Environment>
+constexpr auto& place_in(Environment& env) noexcept {
+  if constexpr (rooted_at_options<First>) return member_at<First, Rest...>(env.options);
+  else return member_at<First, Rest...>(env);
+}
+
+template <auto... Path>
+using member_t = std::remove_reference_t<decltype(place_in<Path...>(std::declval<EnvironmentSettings&>()))>;
+
+// What a member holds, so a format that does not fit it is a compile error
+// (settings.hpp checks every row).
+enum class MemberKind : std::uint8_t { whole_number, number, enumeration, kinds, string, key_values, object };
+
+template <class T>
+constexpr MemberKind member_kind_of() {
+  if constexpr (is_optional<T>::value) return member_kind_of<typename T::value_type>();
+  else if constexpr (std::is_same_v<T, ProfileKinds>) return MemberKind::kinds;
+  else if constexpr (std::is_enum_v<T>) return MemberKind::enumeration;
+  else if constexpr (std::is_integral_v<T>) return MemberKind::whole_number;
+  else if constexpr (std::is_floating_point_v<T>) return MemberKind::number;
+  else if constexpr (std::is_same_v<T, std::string>) return MemberKind::string;
+  else if constexpr (std::is_same_v<T, KeyValues>) return MemberKind::key_values;
+  else return MemberKind::object;
+}
+
+struct Setting;
+
+// The code generated for a row's member.
+struct Access {
+  MemberKind member = MemberKind::object;
+  // Reads the variable's text into the member's place in `env`; false, with `why`
+  // set, when refused. Null for objects.
+  bool (*parse)(const Setting&, std::string_view text, EnvironmentSettings& env, std::string& why) = nullptr;
+  // The value in `env`, in the variable's unit; empty when unset.
+  std::string (*show)(const Setting&, const EnvironmentSettings& env) = nullptr;
+  // Members of Options only: the value as describe() prints it; copying it from
+  // the parsed environment onto the program's Options; start()'s check of a value
+  // set in code (integers and signals: out of range becomes a problem and is clamped).
+  std::string (*describe)(const Setting&, const Options&) = nullptr;
+  void (*copy)(const Options& from, Options& to) = nullptr;
+  void (*check_in_code)(const Setting&, Options&, std::vector<ConfigurationProblem>&) = nullptr;
+};
+
+struct Setting {
+  // The member of Options: what describe() prints, what a problem about a value set
+  // in code names. A variable that feeds an object names that object's member.
+  const char* name;
+  const char* variable;  // null: set in code only
+  EnvironmentGroup group;
+  Format format;
+  Access access;
+  const char* meaning;
+  // A variable that refines another is read only while that one is in effect (as
+  // OTEL_TRACES_SAMPLER_ARG is only read by the samplers that take an argument):
+  // null, or a check of the environment.
+  bool (*in_effect)() noexcept;
+
+  // A member of Options, not a variable that feeds one.
+  constexpr bool is_option() const noexcept { return access.describe != nullptr; }
+};
+
+template <auto... Path>
+bool parse_at(const Setting& setting, std::string_view text, EnvironmentSettings& env, std::string& why) {
+  return parse_value(setting.format, text, place_in<Path...>(env), why);
+}
+
+template <auto... Path>
+std::string show_at(const Setting& setting, const EnvironmentSettings& env) {
+  return show_value(setting.format, place_in<Path...>(env), true);
+}
+
+template <auto... Path>
+std::string describe_at(const Setting& setting, const Options& options) {
+  return show_value(setting.format, member_at<Path...>(options), false);
+}
+
+template <auto... Path>
+void copy_at(const Options& from, Options& to) {
+  member_at<Path...>(to) = member_at<Path...>(from);
+}
+
+template <auto... Path>
+void check_at(const Setting& setting, Options& options, std::vector<ConfigurationProblem>& problems) {
+  auto& value = member_at<Path...>(options);
+  using T = std::remove_reference_t<decltype(value)>;
+  const Format& f = setting.format;
+  if (!f.checked_in_code) return;
+  if (f.kind == ValueKind::realtime_signal) {
+    const auto signal = static_cast<std::int64_t>(value);
+    if (signal != 0 && (signal < SIGRTMIN || signal > SIGRTMAX)) {
+      problems.push_back({setting.name, std::string(setting.name) + "=" + std::to_string(value) +
+                                            " is not a real-time signal; picking a free one"});
+      value = 0;
+    }
+    return;
+  }
+  const T low = static_cast<T>(static_cast<std::int64_t>(f.min) * f.scale);
+  const T high = static_cast<T>(static_cast<std::int64_t>(f.max) * f.scale);
+  if (value >= low && value <= high) return;
+  problems.push_back({setting.name, std::string(setting.name) + "=" + std::to_string(value) + " is outside [" +
+                                        std::to_string(low) + ", " + std::to_string(high) + "]; clamped"});
+  value = value < low ? low : high;
+}
+
+template <auto... Path>
+constexpr Access access_to() {
+  using T = std::remove_cv_t<member_t<Path...>>;
+  Access access;
+  access.member = member_kind_of<T>();
+  if constexpr (member_kind_of<T>() != MemberKind::object) access.parse = &parse_at<Path...>;
+  access.show = &show_at<Path...>;
+  if constexpr (rooted_at_options<Path...>) {
+    access.describe = &describe_at<Path...>;
+    access.copy = &copy_at<Path...>;
+    if constexpr (member_kind_of<T>() == MemberKind::whole_number) access.check_in_code = &check_at<Path...>;
+  }
+  return access;
+}
+
+// A row of the table, with the code for the member at the end of Path.
+template <auto... Path>
+constexpr Setting setting(const char* name, const char* variable, EnvironmentGroup group, Format format,
+                          const char* meaning, bool (*in_effect)() noexcept = nullptr) {
+  return Setting{name, variable, group, format, access_to<Path...>(), meaning, in_effect};
+}
+
+// Whether a row's format fits the member it names.
+constexpr bool format_fits(const Setting& s) {
+  switch (s.format.kind) {
+    case ValueKind::integer:
+    case ValueKind::realtime_signal: return s.access.member == MemberKind::whole_number;
+    case ValueKind::decimal: return s.access.member == MemberKind::number;
+    case ValueKind::choice: return s.access.member == MemberKind::enumeration || s.access.member == MemberKind::string;
+    case ValueKind::list: return s.access.member == MemberKind::kinds;
+    case ValueKind::directory:
+    case ValueKind::text:
+    case ValueKind::url: return s.access.member == MemberKind::string;
+    case ValueKind::key_values: return s.access.member == MemberKind::key_values;
+    case ValueKind::object: return s.access.member == MemberKind::object && s.variable == nullptr;
+  }
+  return false;
+}
+
+}  // namespace detail
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_RUNTIME_SETTING_HPP_
+// ---- end spanprof/runtime/setting.hpp ----
+// ---- begin spanprof/runtime/settings.hpp ----
+// Every setting of spanprof, declared once: the members of Options in the order of
+// the struct, each with its environment variable (or none), the form and range of
+// its value and its meaning; after an object member (the head sampler, the tail
+// policy, the trigger, the uploaders), the variables spanprof builds it from.
+//
+// Defaults are not repeated here: a member's is its initializer in Options, a
+// feeding variable's is EnvironmentSettings' (environment.hpp). From this table:
+//   read_environment()    reads and checks every variable (nothing else calls getenv)
+//   apply_environment()   copies the accepted values onto Options (options-inl.hpp)
+//   describe()            prints every member, in this order
+//   check_code_values()   clamps a value set in code to its range, at start()
+//   docs/configuration.md its two tables are generated from this one, and a test
+//                         fails when they differ (tests/test_configuration.cpp)
+//   the fuzz target       feeds every variable and checks values against the ranges
+//
+// A new scalar option: its member in Options, its row here, and the docs
+// regenerated (SPANPROF_UPDATE_DOCS=1 on the configuration test); the test of
+// every variable asks for a good and a bad value.
+#ifndef SPANPROF_RUNTIME_SETTINGS_HPP_
+#define SPANPROF_RUNTIME_SETTINGS_HPP_
+
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdlib>
+#include <initializer_list>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+
+namespace detail {
+
+// ---- names, in the order of the enumerators they stand for --------------------------
+
+inline constexpr const char* profile_kind_names[] = {"cpu", "heap", "wall"};
+inline constexpr const char* engine_names[] = {"sampling", "classic"};  // CpuEngine, HeapEngine
+inline constexpr const char* cpu_sample_source_names[] = {"automatic", "perf_event", "posix_timer"};
+inline constexpr const char* overflow_policy_names[] = {"drop_newest", "drop_oldest"};
+// The head samplers, named as OpenTelemetry names its trace samplers.
+inline constexpr const char* head_sampler_names[] = {"always_on",   "always_off", "traceidratio", "probability",
+                                                     "parentbased_always_on", "parentbased_traceidratio"};
+inline constexpr const char* keep_rules[] = {"all", "slow", "error", "slow,error", "error,slow"};
+
+template <class Enum, std::size_t N>
+constexpr bool names_match(const char* const (&names)[N]) {
+  for (std::size_t i = 0; i < N; ++i)
+    if (to_string(static_cast<Enum>(i)) != names[i]) return false;
+  return true;
+}
+static_assert(names_match<ProfileKind>(profile_kind_names) && names_match<CpuEngine>(engine_names) &&
+                  names_match<HeapEngine>(engine_names) && names_match<CpuSampleSource>(cpu_sample_source_names),
+              "describe() and the variables spell an enumerator as to_string() does");
+
+// The stack sampler's own bound. Compiled out (SPANPROF_ENABLED=0) there is no
+// sampler: the option is never applied, only described.
+#if SPANPROF_ENABLED
+inline constexpr int deepest_stack_kept = max_stack_depth_limit;
+#else
+inline constexpr int deepest_stack_kept = 256;
+#endif
+
+// ---- when a refining variable is read ---------------------------------------------------
+
+inline bool sampler_takes_argument() noexcept {
+  return environment_is_one_of("SPANPROF_SAMPLER", {"traceidratio", "probability", "parentbased_traceidratio"});
+}
+inline bool keeps_slow_spans() noexcept {
+  return environment_is_one_of("SPANPROF_KEEP", {"slow", "slow,error", "error,slow"});
+}
+inline bool trigger_is_on() noexcept { return is_set("SPANPROF_TRIGGER_FACTOR"); }
+inline bool pyroscope_is_on() noexcept { return is_set("PYROSCOPE_SERVER_ADDRESS"); }
+inline bool otlp_is_on() noexcept {
+  return is_set("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT") || is_set("OTEL_EXPORTER_OTLP_ENDPOINT");
+}
+inline bool a_backend_is_on() noexcept { return pyroscope_is_on() || otlp_is_on(); }
+
+// ---- the table ----------------------------------------------------------------------
+
+using EG = EnvironmentGroup;
+using ES = EnvironmentSettings;
+
+inline constexpr Setting settings[] = {
+    // ---- what is recorded
+    setting<&Options::profiles>(
+        "profiles", "SPANPROF_PROFILES", EG::capture, format::list_of(profile_kind_names),
+        "What a guard records unless its code says otherwise."),
+    setting<&Options::cpu_engine>(
+        "cpu_engine", "SPANPROF_ENGINE", EG::capture, format::choice(engine_names),
+        "The CPU engine: per-thread sampling, or gperftools' ProfilerStart/Stop around each scope."),
+    setting<&Options::heap_engine>(
+        "heap_engine", "SPANPROF_HEAP_ENGINE", EG::capture, format::choice(engine_names),
+        "The heap engine: sampled allocation hooks, or gperftools' heap profiler around each scope."),
+    setting<&Options::cpu_sample_source>(
+        "cpu_sample_source", "SPANPROF_SOURCE", EG::capture, format::choice(cpu_sample_source_names),
+        "Where the sampling engine's CPU ticks come from; automatic is posix_timer (docs/cost.md)."),
+    setting<&Options::frequency_hz>(
+        "frequency_hz", "SPANPROF_FREQUENCY", EG::capture, format::integer(1, 4000, "Hz"),
+        "CPU samples per CPU-second of a profiled thread."),
+    setting<&Options::wall_frequency_hz>(
+        "wall_frequency_hz", "SPANPROF_WALL_FREQUENCY", EG::capture, format::integer(1, 1000, "Hz"),
+        "Wall-clock samples per second of a thread in a wall-profiled span."),
+    setting<&Options::max_stack_depth>(
+        "max_stack_depth", nullptr, EG::capture, format::integer(1, deepest_stack_kept, "frames"),
+        "Frames kept per sample."),
+    setting<&Options::heap_sample_interval_bytes>(
+        "heap_sample_interval_bytes", "SPANPROF_HEAP_INTERVAL", EG::capture,
+        format::integer(1, std::int64_t{1} << 30, "bytes"),
+        "Mean allocated bytes between two heap samples."),
+    setting<&Options::thread_buffer_bytes>(
+        "thread_buffer_bytes", nullptr, EG::capture, format::integer(4096, std::int64_t{1} << 30, "bytes"),
+        "Per profiling thread: the samples of its open spans."),
+    setting<&Options::signal_number>(
+        "signal_number", "SPANPROF_SIGNAL", EG::capture, format::realtime_signal(),
+        "The signal that carries CPU samples; 0 picks the first free one from SIGRTMIN+4."),
+    setting<&Options::idle_ticks_before_disarm>(
+        "idle_ticks_before_disarm", nullptr, EG::capture, format::integer(1, std::int64_t{1} << 30, "ticks"),
+        "An idle thread's sampler disarms after this many ticks with no open span."),
+
+    // ---- which spans are profiled (docs/sampling.md)
+    setting<&Options::head_sampler>(
+        "head_sampler", nullptr, EG::head_sampler, format::object("every span"),
+        "Decides when a guard opens."),
+    setting<&ES::head_sampler>(
+        "head_sampler", "SPANPROF_SAMPLER", EG::head_sampler, format::choice(head_sampler_names, "every span"),
+        "The head sampler, named as OpenTelemetry names its trace samplers."),
+    setting<&ES::head_sampler_argument>(
+        "head_sampler", "SPANPROF_SAMPLER_ARG", EG::head_sampler, format::decimal(0, 1),
+        "The ratio or probability of SPANPROF_SAMPLER's traceidratio, probability and parentbased_traceidratio.",
+        sampler_takes_argument),
+    setting<&ES::max_profiles_per_second>(
+        "head_sampler", "SPANPROF_MAX_PROFILES_PER_SECOND", EG::head_sampler,
+        format::decimal_above(0, std::numeric_limits<double>::infinity(), "no limit"),
+        "At most this many profiled spans a second (burst max(1, rate)), after SPANPROF_SAMPLER said yes."),
+    setting<&Options::tail_policy>(
+        "tail_policy", nullptr, EG::tail_policy, format::object("keep all"),
+        "Keeps or discards what was recorded when a span closes."),
+    setting<&ES::keep>(
+        "tail_policy", "SPANPROF_KEEP", EG::tail_policy, format::choice(keep_rules),
+        "The tail policy: which recorded profiles are kept when the span ends."),
+    setting<&ES::slow_threshold_ms>(
+        "tail_policy", "SPANPROF_SLOW_THRESHOLD_MS", EG::tail_policy, format::integer(0, 86'400'000, "ms"),
+        "A span at least this long is slow, for SPANPROF_KEEP=slow.", keeps_slow_spans),
+    setting<&Options::trigger>(
+        "trigger", nullptr, EG::trigger, format::object("off"),
+        "Profiles the next spans of a name whose latency jumped."),
+    setting<&ES::trigger_factor>(
+        "trigger", "SPANPROF_TRIGGER_FACTOR", EG::trigger, format::decimal_above(1, 1000, "off"),
+        "Turns the adaptive trigger on: a span name whose latency exceeds this factor of its normal is profiled."),
+    setting<&ES::trigger_spans>(
+        "trigger", "SPANPROF_TRIGGER_SPANS", EG::trigger, format::integer(1, 1000),
+        "How many spans of that name the adaptive trigger profiles each time it arms.", trigger_is_on),
+
+    // ---- where profiles go (docs/delivery.md)
+    setting<&Options::uploaders>(
+        "uploaders", nullptr, EG::delivery, format::object("a FileUploader into output_directory"),
+        "Where finished profiles are sent."),
+    setting<&ES::upload_window_ms>(
+        "uploaders", "SPANPROF_UPLOAD_WINDOW_MS", EG::delivery, format::integer(0, 600'000, "ms"),
+        "Pyroscope and OTLP from the environment merge kept spans into one profile per kind per window this long; "
+        "0: one per span.", a_backend_is_on),
+    setting<&ES::pyroscope_server_address>(
+        "uploaders", "PYROSCOPE_SERVER_ADDRESS", EG::pyroscope, format::url("off"),
+        "Turns on the Pyroscope uploader (needs libcurl), e.g. http://pyroscope:4040."),
+    setting<&ES::pyroscope_application_name>(
+        "uploaders", "PYROSCOPE_APPLICATION_NAME", EG::pyroscope, format::text("OTEL_SERVICE_NAME, else spanprof"),
+        "The Pyroscope application (series name).", pyroscope_is_on),
+    setting<&ES::pyroscope_auth_token>(
+        "uploaders", "PYROSCOPE_AUTH_TOKEN", EG::pyroscope, format::text(),
+        "Sent as Authorization: Bearer <token>.", pyroscope_is_on),
+    setting<&ES::pyroscope_basic_auth_user>(
+        "uploaders", "PYROSCOPE_BASIC_AUTH_USER", EG::pyroscope, format::text(),
+        "Basic authentication user (Grafana Cloud: the stack's user id).", pyroscope_is_on),
+    setting<&ES::pyroscope_basic_auth_password>(
+        "uploaders", "PYROSCOPE_BASIC_AUTH_PASSWORD", EG::pyroscope, format::text(),
+        "Basic authentication password; needs PYROSCOPE_BASIC_AUTH_USER.", pyroscope_is_on),
+    setting<&ES::pyroscope_tenant_id>(
+        "uploaders", "PYROSCOPE_TENANT_ID", EG::pyroscope, format::text(),
+        "Sent as X-Scope-OrgID, for multi-tenant Pyroscope.", pyroscope_is_on),
+    setting<&ES::otlp_profiles_endpoint>(
+        "uploaders", "OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT", EG::otlp, format::url(),
+        "Turns on the OTLP uploader (needs libcurl); the full URL profiles are posted to."),
+    setting<&ES::otlp_endpoint>(
+        "uploaders", "OTEL_EXPORTER_OTLP_ENDPOINT", EG::otlp, format::url(),
+        "Turns on the OTLP uploader (needs libcurl); /v1development/profiles is appended."),
+    setting<&ES::otlp_headers>(
+        "uploaders", "OTEL_EXPORTER_OTLP_HEADERS", EG::otlp, format::key_values(),
+        "Extra headers on every OTLP request.", otlp_is_on),
+    setting<&ES::resource_attributes>(
+        "uploaders", "OTEL_RESOURCE_ATTRIBUTES", EG::otlp, format::key_values(),
+        "Resource attributes of OTLP profiles; OTEL_SERVICE_NAME wins over a service.name here.", otlp_is_on),
+    setting<&Options::output_directory>(
+        "output_directory", "SPANPROF_OUTPUT_DIR", EG::delivery, format::directory(),
+        "Where the default file uploader writes; set alongside a backend, files are written too."),
+    setting<&Options::queue_capacity>(
+        "queue_capacity", nullptr, EG::delivery, format::integer(1, std::int64_t{1} << 20, "profiles"),
+        "Finished profiles waiting in the hand-off; also the sender's outbox, in items."),
+    setting<&Options::queue_overflow>(
+        "queue_overflow", "SPANPROF_QUEUE_OVERFLOW", EG::delivery, format::choice(overflow_policy_names),
+        "Which profile a full hand-off queue drops; a request thread never waits."),
+    setting<&Options::retry, &RetryPolicy::max_attempts>(
+        "retry.max_attempts", "SPANPROF_UPLOAD_ATTEMPTS", EG::delivery, format::integer(1, 100),
+        "Attempts per profile and uploader for a retryable failure, the first included."),
+    setting<&Options::spool_directory>(
+        "spool_directory", "SPANPROF_SPOOL_DIR", EG::delivery, format::directory("no spool"),
+        "Where profiles an uploader could not deliver wait to be re-sent, also after a restart."),
+    setting<&Options::spool_max_bytes>(
+        "spool_max_bytes", "SPANPROF_SPOOL_MAX_MB", EG::delivery, format::mebibytes(1, std::int64_t{1} << 20),
+        "The spool's size bound; the oldest profiles are dropped first."),
+    setting<&Options::symbolizer>(
+        "symbolizer", nullptr, EG::delivery, format::object("ELF symbol tables of the process"),
+        "Turns addresses into function names (docs/uploaders.md)."),
+    setting<&Options::service_name>(
+        "service_name", "OTEL_SERVICE_NAME", EG::service, format::text(),
+        "The service: a comment in every profile, Pyroscope's application name and OTLP's service.name."),
+};
+
+constexpr bool same_text(const char* a, const char* b) {
+  while (*a != '\0' && *a == *b) ++a, ++b;
+  return *a == *b;
+}
+
+// Every format fits its member, a variable is named once, and a member is
+// described by one row.
+constexpr bool table_is_consistent() {
+  for (const Setting& row : settings) {
+    if (!format_fits(row)) return false;
+    for (const Setting& other : settings) {
+      if (&other == &row) continue;
+      if (row.variable && other.variable && same_text(row.variable, other.variable)) return false;
+      if (row.is_option() && other.is_option() && same_text(row.name, other.name)) return false;
+    }
+  }
+  return true;
+}
+static_assert(table_is_consistent(), "a row's format does not fit its member, or a variable or member is listed twice");
+
+// ---- walking the table ----------------------------------------------------------------
+
+inline const Setting* find_variable(std::string_view variable) noexcept {
+  for (const Setting& row : settings)
+    if (row.variable != nullptr && variable == row.variable) return &row;
+  return nullptr;
+}
+
+inline bool variable_accepted(const EnvironmentSettings& env, std::string_view variable) noexcept {
+  for (const Setting* row : env.accepted)
+    if (variable == row->variable) return true;
+  return false;
+}
+
+// Reads every variable of the given groups (all by default). Never throws: out of
+// memory leaves what was read so far.
+inline EnvironmentSettings read_environment(std::initializer_list<EnvironmentGroup> groups = {}) noexcept {
+  EnvironmentSettings env;
+  SPANPROF_TRY {
+    for (const Setting& row : settings) {
+      if (row.variable == nullptr) continue;
+      if (groups.size() != 0 && std::find(groups.begin(), groups.end(), row.group) == groups.end()) continue;
+      if (!is_set(row.variable) || (row.in_effect != nullptr && !row.in_effect())) continue;
+      const char* raw = std::getenv(row.variable);
+      std::string why;
+      if (row.access.parse(row, raw, env, why)) {
+        env.accepted.push_back(&row);
+        continue;
+      }
+      if (row.group == EG::pyroscope) {
+        env.pyroscope_refused = true;
+        env.problems.push_back(environment_problem(row.variable, raw, why, "the Pyroscope uploader is off"));
+      } else if (row.group == EG::otlp) {
+        env.otlp_refused = true;
+        env.problems.push_back(environment_problem(row.variable, raw, why, "the OTLP uploader is off"));
+      } else {
+        env.problems.push_back(environment_problem(row.variable, raw, why, "using the default"));
+      }
+    }
+  } SPANPROF_CATCH_ALL {
+  }
+  return env;
+}
+
+// A value set in code outside its row's range is one problem, and clamped (a bad
+// signal: a free one is picked).
+inline void check_code_values(Options& options, std::vector<ConfigurationProblem>& problems) {
+  for (const Setting& row : settings)
+    if (row.access.check_in_code != nullptr) row.access.check_in_code(row, options, problems);
+}
+
+}  // namespace detail
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_RUNTIME_SETTINGS_HPP_
+// ---- end spanprof/runtime/settings.hpp ----
 // ---- begin spanprof/runtime/options-inl.hpp ----
 // What reads the environment into Options (options.hpp): Options(),
-// head_sampler_from_environment(), uploaders_from_environment(), describe().
+// head_sampler_from_environment(), uploaders_from_environment(), describe(); each
+// walks the table of runtime/settings.hpp, and builds the objects its variables
+// describe.
 // Header-only, the umbrella header includes it; with SPANPROF_COMPILED_LIB only the
 // compiled library does (config.hpp).
 #ifndef SPANPROF_RUNTIME_OPTIONS_INL_HPP_
@@ -13972,7 +14438,7 @@ namespace detail {
 
 inline std::shared_ptr<HeadSampler> make_head_sampler(const EnvironmentSettings& env) {
   const std::string& name = env.head_sampler;
-  const double argument = env.head_sampler_argument.value_or(1.0);
+  const double argument = env.head_sampler_argument;
   std::vector<std::shared_ptr<HeadSampler>> stages;  // ANDed in order
   if (name == "always_off") return std::make_shared<NeverSampler>();
   if (name == "traceidratio") stages.push_back(std::make_shared<TraceIdRatioSampler>(argument));
@@ -13991,8 +14457,8 @@ inline std::shared_ptr<HeadSampler> make_head_sampler(const EnvironmentSettings&
 }
 
 inline std::shared_ptr<TailPolicy> make_tail_policy(const EnvironmentSettings& env) {
-  if (env.keep.empty() || env.keep == "all") return nullptr;
-  auto slow = std::make_shared<KeepSlowSpans>(std::chrono::milliseconds(env.slow_threshold_ms.value_or(100)));
+  if (env.keep == "all") return nullptr;
+  auto slow = std::make_shared<KeepSlowSpans>(std::chrono::milliseconds(env.slow_threshold_ms));
   auto errors = std::make_shared<KeepErroredSpans>();
   if (env.keep == "slow") return slow;
   if (env.keep == "error") return errors;
@@ -14004,7 +14470,7 @@ inline std::shared_ptr<AdaptiveTrigger> make_trigger(const EnvironmentSettings& 
   if (!env.trigger_factor) return nullptr;
   AdaptiveTriggerOptions trigger;
   trigger.factor = *env.trigger_factor;
-  if (env.trigger_spans) trigger.spans_to_profile = *env.trigger_spans;
+  trigger.spans_to_profile = env.trigger_spans;
   return std::make_shared<AdaptiveTrigger>(trigger);
 }
 
@@ -14016,16 +14482,13 @@ inline void refuse_without_curl(const char* variable, EnvironmentSettings& env) 
 
 inline std::vector<std::shared_ptr<Uploader>> make_uploaders(EnvironmentSettings& env) {
   std::vector<std::shared_ptr<Uploader>> uploaders;
-  Delivery delivery = Delivery::batched();
-  if (env.upload_window_ms) {
-    delivery = *env.upload_window_ms == 0 ? Delivery::per_span()
-                                          : Delivery::batched(std::chrono::milliseconds(*env.upload_window_ms));
-  }
+  const Delivery delivery = env.upload_window_ms == 0 ? Delivery::per_span()
+                                                       : Delivery::batched(std::chrono::milliseconds(env.upload_window_ms));
   if (!env.pyroscope_server_address.empty() && !env.pyroscope_refused) {
     PyroscopeOptions options;
     options.server_address = env.pyroscope_server_address;
     options.application_name =
-        env.pyroscope_application_name.empty() ? env.service_name : env.pyroscope_application_name;
+        env.pyroscope_application_name.empty() ? env.options.service_name : env.pyroscope_application_name;
     options.tenant_id = env.pyroscope_tenant_id;
     options.delivery = delivery;
     options.http.bearer_token = env.pyroscope_auth_token;
@@ -14050,7 +14513,7 @@ inline std::vector<std::shared_ptr<Uploader>> make_uploaders(EnvironmentSettings
     options.http.headers = env.otlp_headers;
     options.delivery = delivery;
     // OTEL_SERVICE_NAME wins over a service.name in OTEL_RESOURCE_ATTRIBUTES.
-    std::string service = env.service_name;
+    std::string service = env.options.service_name;
     // The first of repeated keys wins; a set keeps this linear in a long list.
     std::unordered_set<std::string_view> kept;
     for (const auto& [key, value] : env.resource_attributes) {
@@ -14074,30 +14537,19 @@ inline std::vector<std::shared_ptr<Uploader>> make_uploaders(EnvironmentSettings
   return uploaders;
 }
 
-// Overlays what the environment set on `options`.
+// Overlays what the environment set on `options`: the members whose variable was
+// accepted, and the objects the variables describe.
 inline void apply_environment(EnvironmentSettings env, Options& options) {
-  if (env.profiles) options.profiles = *env.profiles;
-  if (env.cpu_engine) options.cpu_engine = *env.cpu_engine;
-  if (env.cpu_sample_source) options.cpu_sample_source = *env.cpu_sample_source;
-  if (env.frequency_hz) options.frequency_hz = *env.frequency_hz;
-  if (env.wall_frequency_hz) options.wall_frequency_hz = *env.wall_frequency_hz;
-  if (env.signal_number) options.signal_number = *env.signal_number;
-  if (env.heap_engine) options.heap_engine = *env.heap_engine;
-  if (env.heap_sample_interval_bytes) options.heap_sample_interval_bytes = *env.heap_sample_interval_bytes;
+  for (const Setting* row : env.accepted)
+    if (row->access.copy != nullptr) row->access.copy(env.options, options);
   options.head_sampler = make_head_sampler(env);
   options.tail_policy = make_tail_policy(env);
   options.trigger = make_trigger(env);
-  if (env.output_directory) options.output_directory = *env.output_directory;
-  if (env.spool_directory) options.spool_directory = *env.spool_directory;
-  if (env.spool_max_bytes) options.spool_max_bytes = *env.spool_max_bytes;
-  if (env.upload_attempts) options.retry.max_attempts = *env.upload_attempts;
-  if (env.queue_overflow) options.queue_overflow = *env.queue_overflow;
-  if (!env.service_name.empty()) options.service_name = env.service_name;
   options.uploaders = make_uploaders(env);
   // A backend replaces the default file uploader; an explicit SPANPROF_OUTPUT_DIR
   // keeps files coming too.
-  if (!options.uploaders.empty() && env.output_directory)
-    options.uploaders.insert(options.uploaders.begin(), std::make_shared<FileUploader>(*env.output_directory));
+  if (!options.uploaders.empty() && variable_accepted(env, "SPANPROF_OUTPUT_DIR"))
+    options.uploaders.insert(options.uploaders.begin(), std::make_shared<FileUploader>(env.options.output_directory));
   options.environment_problems = std::move(env.problems);
 }
 
@@ -14139,38 +14591,8 @@ SPANPROF_LIB_INLINE std::vector<std::shared_ptr<Uploader>> uploaders_from_enviro
 
 SPANPROF_LIB_INLINE std::string describe(const Options& options) {
   std::string out;
-  auto line = [&](const char* name, const std::string& value) { out += std::string(name) + "=" + value + "\n"; };
-  auto number = [](auto value) { return std::to_string(value); };
-  auto object = [](const auto& pointer) { return pointer ? std::string("set") : std::string("none"); };
-  std::string kinds;
-  for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::heap, ProfileKind::wall})
-    if (options.profiles.contains(kind)) kinds += (kinds.empty() ? "" : ",") + std::string(to_string(kind));
-  line("profiles", kinds.empty() ? "none" : kinds);
-  line("cpu_engine", std::string(to_string(options.cpu_engine)));
-  line("heap_engine", std::string(to_string(options.heap_engine)));
-  line("cpu_sample_source", std::string(to_string(options.cpu_sample_source)));
-  line("frequency_hz", number(options.frequency_hz));
-  line("wall_frequency_hz", number(options.wall_frequency_hz));
-  line("max_stack_depth", number(options.max_stack_depth));
-  line("heap_sample_interval_bytes", number(options.heap_sample_interval_bytes));
-  line("thread_buffer_bytes", number(options.thread_buffer_bytes));
-  line("signal_number", number(options.signal_number));
-  line("idle_ticks_before_disarm", number(options.idle_ticks_before_disarm));
-  line("head_sampler", object(options.head_sampler));
-  line("tail_policy", object(options.tail_policy));
-  line("trigger", object(options.trigger));
-  std::string uploaders;
-  for (const auto& uploader : options.uploaders)
-    if (uploader) uploaders += (uploaders.empty() ? "" : ",") + std::string(uploader->name());
-  line("uploaders", uploaders.empty() ? "default" : uploaders);
-  line("output_directory", options.output_directory);
-  line("queue_capacity", number(options.queue_capacity));
-  line("queue_overflow", options.queue_overflow == OverflowPolicy::drop_newest ? "drop_newest" : "drop_oldest");
-  line("retry.max_attempts", number(options.retry.max_attempts));
-  line("spool_directory", options.spool_directory);
-  line("spool_max_bytes", number(options.spool_max_bytes));
-  line("symbolizer", object(options.symbolizer));
-  line("service_name", options.service_name);
+  for (const detail::Setting& row : detail::settings)
+    if (row.is_option()) out += std::string(row.name) + "=" + row.access.describe(row, options) + "\n";
   return out;
 }
 
@@ -14559,34 +14981,13 @@ class Runtime final : public GuardHost {
   }
 
   static void normalize(Options& options, std::vector<ConfigurationProblem>& problems) {
-    auto clamp = [&](auto& value, auto low, auto high, const char* what) {
-      if (value < low || value > high) {
-        char message[160];
-        std::snprintf(message, sizeof message, "%s=%lld is outside [%lld, %lld]; clamped", what,
-                      static_cast<long long>(value), static_cast<long long>(low), static_cast<long long>(high));
-        problems.push_back({what, message});
-        value = value < low ? low : high;
-      }
-    };
-    clamp(options.frequency_hz, 1, 4000, "frequency_hz");
-    clamp(options.wall_frequency_hz, 1, 1000, "wall_frequency_hz");
-    clamp(options.max_stack_depth, 1, max_stack_depth_limit, "max_stack_depth");
-    clamp(options.thread_buffer_bytes, std::size_t{4096}, std::size_t{1} << 30, "thread_buffer_bytes");
-    clamp(options.queue_capacity, std::size_t{1}, std::size_t{1} << 20, "queue_capacity");
-    clamp(options.retry.max_attempts, 1, 100, "retry.max_attempts");
-    clamp(options.heap_sample_interval_bytes, std::size_t{1}, std::size_t{1} << 30, "heap_sample_interval_bytes");
-    clamp(options.idle_ticks_before_disarm, std::uint32_t{1}, std::uint32_t{1} << 30, "idle_ticks_before_disarm");
+    check_code_values(options, problems);  // the ranges of the settings table
     if (!(options.retry.jitter >= 0.0 && options.retry.jitter <= 1.0)) {
       problems.push_back({"retry.jitter", "retry.jitter is not in [0, 1]; using 0.2"});
       options.retry.jitter = 0.2;
     }
     if (options.retry.initial_backoff.count() < 1) options.retry.initial_backoff = std::chrono::milliseconds(1);
     if (options.retry.max_backoff < options.retry.initial_backoff) options.retry.max_backoff = options.retry.initial_backoff;
-    if (options.signal_number != 0 && (options.signal_number < SIGRTMIN || options.signal_number > SIGRTMAX)) {
-      problems.push_back({"signal_number", "signal_number=" + std::to_string(options.signal_number) +
-                                               " is not a real-time signal; picking a free one"});
-      options.signal_number = 0;
-    }
     if (options.output_directory.empty()) options.output_directory = FileUploader::default_directory;
   }
 

@@ -1,17 +1,17 @@
-// Every environment variable spanprof reads (runtime/environment.hpp), with any
-// value an operator or a deployment template can put there, and the text helpers
-// under their parsers (base/text.hpp).
+// Every environment variable spanprof reads (the settings table,
+// runtime/settings.hpp), with any value an operator or a deployment template can
+// put there, and the text helpers under their parsers (base/text.hpp).
 //
 // Input: records separated by NUL (a value can hold anything else); a record's
-// first byte picks a variable from the table, the rest is its value. Each value
-// goes to that variable's parser directly, then all of them are put into the
-// process environment for read_environment() and apply_environment(), the path
-// Options() takes.
+// first byte picks a variable (the n-th row of the table that has one, modulo
+// their number), the rest is its value. Each value goes to that row's reader
+// directly, then all of them are put into the process environment for
+// read_environment() and apply_environment(), the path Options() takes.
 //
-// Invariants: an accepted value lands inside the range the table documents (and a
+// Invariants: an accepted value lands inside the range its row documents (and a
 // refused one is explained); read_environment() reports every refusal once, under
 // the variable's name, echoing the value; apply_environment() builds Options from
-// whatever was read.
+// whatever was read, and they pass start()'s checks of values set in code.
 //
 // A problem is one short line (no control character, at most 512 bytes), a URL
 // is printable, and apply_environment() stays linear in the number of
@@ -22,6 +22,7 @@
 #include <spanprof/runtime/environment.hpp>
 #include <spanprof/runtime/options.hpp>
 #include <spanprof/runtime/options-inl.hpp>
+#include <spanprof/runtime/settings.hpp>
 
 #include <signal.h>
 #include <stdlib.h>
@@ -39,7 +40,18 @@ namespace {
 
 namespace sd = spanprof::detail;
 
-constexpr std::size_t variable_count = sizeof sd::environment_variables / sizeof sd::environment_variables[0];
+constexpr std::size_t count_variables() {
+  std::size_t count = 0;
+  for (const sd::Setting& row : sd::settings) count += row.variable != nullptr ? 1 : 0;
+  return count;
+}
+constexpr std::size_t variable_count = count_variables();
+
+const sd::Setting& variable_at(std::size_t index) {
+  for (const sd::Setting& row : sd::settings)
+    if (row.variable != nullptr && index-- == 0) return row;
+  std::abort();
+}
 
 bool printable_and_trimmed(const std::string& text) {
   for (const char c : text)
@@ -51,37 +63,58 @@ bool http_url(const std::string& url) {
   return (url.rfind("http://", 0) == 0 && url.size() > 7) || (url.rfind("https://", 0) == 0 && url.size() > 8);
 }
 
-template <class T>
-bool within(const std::optional<T>& value, T low, T high) {
-  return !value || (*value >= low && *value <= high);
+// What its row documents about a variable's value, checked on the value in `s`
+// (the default, or what was accepted); empty is unset.
+void check_value(const sd::Setting& row, const sd::EnvironmentSettings& s) {
+  const sd::Format& f = row.format;
+  const std::string value = row.access.show(row, s);
+  switch (f.kind) {
+    case sd::ValueKind::integer: {
+      std::int64_t number = 0;
+      SPANPROF_FUZZ_CHECK(sd::parse_integer(value, number) && static_cast<double>(number) >= f.min &&
+                          static_cast<double>(number) <= f.max);
+      if (row.is_option()) {  // the member holds the variable's value times the scale, exactly
+        std::uint64_t held = 0;
+        const std::string described = row.access.describe(row, s.options);
+        SPANPROF_FUZZ_CHECK(described.find_first_not_of("0123456789") == std::string::npos);
+        for (const char c : described) held = held * 10 + static_cast<std::uint64_t>(c - '0');
+        SPANPROF_FUZZ_CHECK(held == static_cast<std::uint64_t>(number) * static_cast<std::uint64_t>(f.scale));
+      }
+      break;
+    }
+    case sd::ValueKind::decimal: {
+      double number = 0;
+      if (value.empty()) break;
+      SPANPROF_FUZZ_CHECK(sd::parse_decimal(value, number) && std::isfinite(number));
+      SPANPROF_FUZZ_CHECK((f.min_excluded ? number > f.min : number >= f.min) && number <= f.max);
+      break;
+    }
+    case sd::ValueKind::choice: {
+      bool known = value.empty();
+      for (std::size_t i = 0; i < f.choice_count; ++i) known = known || value == f.choices[i];
+      SPANPROF_FUZZ_CHECK(known);
+      break;
+    }
+    case sd::ValueKind::list: SPANPROF_FUZZ_CHECK(value != "none"); break;
+    case sd::ValueKind::realtime_signal: {
+      std::int64_t signal = 0;
+      SPANPROF_FUZZ_CHECK(sd::parse_integer(value, signal));
+      SPANPROF_FUZZ_CHECK(signal == 0 || (signal >= SIGRTMIN && signal <= SIGRTMAX));
+      break;
+    }
+    case sd::ValueKind::directory:
+    case sd::ValueKind::text: SPANPROF_FUZZ_CHECK(printable_and_trimmed(value)); break;
+    case sd::ValueKind::url:
+      SPANPROF_FUZZ_CHECK(value.empty() || (http_url(value) && printable_and_trimmed(value)));
+      break;
+    case sd::ValueKind::key_values:  // keys are checked below: a value may hold ',' and '='
+    case sd::ValueKind::object: break;
+  }
 }
 
-// What the table documents for each variable, checked on whatever was accepted.
 void check_settings(const sd::EnvironmentSettings& s) {
-  SPANPROF_FUZZ_CHECK(!s.profiles || !s.profiles->empty());
-  SPANPROF_FUZZ_CHECK(within(s.frequency_hz, 1, 4000));
-  SPANPROF_FUZZ_CHECK(within(s.wall_frequency_hz, 1, 1000));
-  SPANPROF_FUZZ_CHECK(!s.signal_number || *s.signal_number == 0 ||
-                      (*s.signal_number >= SIGRTMIN && *s.signal_number <= SIGRTMAX));
-  SPANPROF_FUZZ_CHECK(within<std::size_t>(s.heap_sample_interval_bytes, 1, std::size_t{1} << 30));
-  SPANPROF_FUZZ_CHECK(within(s.head_sampler_argument, 0.0, 1.0));
-  SPANPROF_FUZZ_CHECK(!s.max_profiles_per_second ||
-                      (*s.max_profiles_per_second > 0 && std::isfinite(*s.max_profiles_per_second)));
-  SPANPROF_FUZZ_CHECK(within<std::int64_t>(s.slow_threshold_ms, 0, 86'400'000));
-  SPANPROF_FUZZ_CHECK(!s.trigger_factor || (*s.trigger_factor > 1.0 && *s.trigger_factor <= 1000.0));
-  SPANPROF_FUZZ_CHECK(within<std::uint32_t>(s.trigger_spans, 1, 1000));
-  SPANPROF_FUZZ_CHECK(!s.spool_max_bytes ||
-                      (*s.spool_max_bytes >= (1u << 20) && *s.spool_max_bytes <= (std::uint64_t{1} << 40) &&
-                       *s.spool_max_bytes % (1u << 20) == 0));
-  SPANPROF_FUZZ_CHECK(within(s.upload_attempts, 1, 100));
-  SPANPROF_FUZZ_CHECK(within<std::int64_t>(s.upload_window_ms, 0, 600'000));
-  for (const auto* text : {&s.service_name, &s.pyroscope_application_name, &s.pyroscope_auth_token,
-                           &s.pyroscope_basic_auth_user, &s.pyroscope_basic_auth_password, &s.pyroscope_tenant_id})
-    SPANPROF_FUZZ_CHECK(printable_and_trimmed(*text));
-  for (const auto* directory : {&s.output_directory, &s.spool_directory})
-    SPANPROF_FUZZ_CHECK(!*directory || printable_and_trimmed(**directory));
-  for (const auto* url : {&s.pyroscope_server_address, &s.otlp_profiles_endpoint, &s.otlp_endpoint})
-    SPANPROF_FUZZ_CHECK(url->empty() || (http_url(*url) && printable_and_trimmed(*url)));
+  for (const sd::Setting& row : sd::settings)
+    if (row.variable != nullptr) check_value(row, s);
   for (const auto* list : {&s.otlp_headers, &s.resource_attributes})
     for (const auto& [key, value] : *list)
       SPANPROF_FUZZ_CHECK(!key.empty() && !sd::is_ascii_space(key.front()) && !sd::is_ascii_space(key.back()));
@@ -118,7 +151,7 @@ void check_text_helpers(std::string_view value) {
 }
 
 void check_problem(const spanprof::ConfigurationProblem& problem) {
-  const sd::EnvironmentVariable* variable = sd::find_environment_variable(problem.setting);
+  const sd::Setting* variable = sd::find_variable(problem.setting);
   SPANPROF_FUZZ_CHECK(variable != nullptr || problem.setting.empty());
   SPANPROF_FUZZ_CHECK(problem.message.rfind(problem.setting, 0) == 0);
   SPANPROF_FUZZ_CHECK(problem.message.size() <= 512);
@@ -137,11 +170,12 @@ void fuzz_one(std::string_view rest) {
     if (record.empty()) continue;
     const std::size_t index = static_cast<std::uint8_t>(record.front()) % variable_count;
     const std::string_view value = record.substr(1);
-    const sd::EnvironmentVariable& variable = sd::environment_variables[index];
+    const sd::Setting& variable = variable_at(index);
     check_text_helpers(value);
     std::string why;
-    if (!sd::trim_ascii_space(value).empty() && !variable.parse(value, direct, why)) SPANPROF_FUZZ_CHECK(!why.empty());
-    assignments[index] = std::string(variable.name) + "=" + std::string(value);
+    if (!sd::trim_ascii_space(value).empty() && !variable.access.parse(variable, value, direct, why))
+      SPANPROF_FUZZ_CHECK(!why.empty());
+    assignments[index] = std::string(variable.variable) + "=" + std::string(value);
     assigned[index] = true;
   }
   check_settings(direct);
@@ -153,18 +187,20 @@ void fuzz_one(std::string_view rest) {
   std::size_t refused = 0;
   for (const spanprof::ConfigurationProblem& problem : read.problems) {
     check_problem(problem);
-    SPANPROF_FUZZ_CHECK(sd::find_environment_variable(problem.setting) != nullptr);
+    SPANPROF_FUZZ_CHECK(sd::find_variable(problem.setting) != nullptr);
     ++refused;
   }
   SPANPROF_FUZZ_CHECK(refused <= variable_count);
 
   spanprof::Options options(spanprof::ignore_environment);
   sd::apply_environment(std::move(read), options);
-  SPANPROF_FUZZ_CHECK(options.frequency_hz >= 1 && options.frequency_hz <= 4000);
   for (const spanprof::ConfigurationProblem& problem : options.environment_problems) check_problem(problem);
+  std::vector<spanprof::ConfigurationProblem> out_of_range;
+  sd::check_code_values(options, out_of_range);
+  SPANPROF_FUZZ_CHECK(out_of_range.empty());
 
   for (std::size_t i = 0; i < variable_count; ++i)
-    if (assigned[i]) ::unsetenv(sd::environment_variables[i].name);
+    if (assigned[i]) ::unsetenv(variable_at(i).variable);
 }
 
 }  // namespace
@@ -172,7 +208,8 @@ void fuzz_one(std::string_view rest) {
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   // stderr is for findings; whatever the code under test reports is noise here.
   spanprof::set_error_handler({});
-  for (const sd::EnvironmentVariable& variable : sd::environment_variables) ::unsetenv(variable.name);
+  for (const sd::Setting& row : sd::settings)
+    if (row.variable != nullptr) ::unsetenv(row.variable);
   return 0;
 }
 

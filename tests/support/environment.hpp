@@ -3,7 +3,7 @@
 // sees only what it sets, whatever the shell running the suite exports.
 #pragma once
 
-#include <spanprof/runtime/environment.hpp>
+#include <spanprof/runtime/settings.hpp>
 
 #include <cstdlib>
 #include <initializer_list>
@@ -17,7 +17,8 @@ namespace spanprof_test {
 class ScopedEnvironment {
  public:
   ScopedEnvironment() {
-    for (const auto& variable : spanprof::detail::environment_variables) save_and_clear(variable.name);
+    for (const auto& setting : spanprof::detail::settings)
+      if (setting.variable != nullptr) save_and_clear(setting.variable);
   }
   ~ScopedEnvironment() {
     for (const auto& [name, value] : saved_) {

@@ -1,5 +1,7 @@
 // What reads the environment into Options (options.hpp): Options(),
-// head_sampler_from_environment(), uploaders_from_environment(), describe().
+// head_sampler_from_environment(), uploaders_from_environment(), describe(); each
+// walks the table of runtime/settings.hpp, and builds the objects its variables
+// describe.
 // Header-only, the umbrella header includes it; with SPANPROF_COMPILED_LIB only the
 // compiled library does (config.hpp).
 #ifndef SPANPROF_RUNTIME_OPTIONS_INL_HPP_
@@ -16,6 +18,8 @@
 #include <spanprof/policy/tail_policy.hpp>
 #include <spanprof/runtime/environment.hpp>
 #include <spanprof/runtime/options.hpp>
+#include <spanprof/runtime/setting.hpp>
+#include <spanprof/runtime/settings.hpp>
 
 #include <memory>
 #include <string>
@@ -31,7 +35,7 @@ namespace detail {
 
 inline std::shared_ptr<HeadSampler> make_head_sampler(const EnvironmentSettings& env) {
   const std::string& name = env.head_sampler;
-  const double argument = env.head_sampler_argument.value_or(1.0);
+  const double argument = env.head_sampler_argument;
   std::vector<std::shared_ptr<HeadSampler>> stages;  // ANDed in order
   if (name == "always_off") return std::make_shared<NeverSampler>();
   if (name == "traceidratio") stages.push_back(std::make_shared<TraceIdRatioSampler>(argument));
@@ -50,8 +54,8 @@ inline std::shared_ptr<HeadSampler> make_head_sampler(const EnvironmentSettings&
 }
 
 inline std::shared_ptr<TailPolicy> make_tail_policy(const EnvironmentSettings& env) {
-  if (env.keep.empty() || env.keep == "all") return nullptr;
-  auto slow = std::make_shared<KeepSlowSpans>(std::chrono::milliseconds(env.slow_threshold_ms.value_or(100)));
+  if (env.keep == "all") return nullptr;
+  auto slow = std::make_shared<KeepSlowSpans>(std::chrono::milliseconds(env.slow_threshold_ms));
   auto errors = std::make_shared<KeepErroredSpans>();
   if (env.keep == "slow") return slow;
   if (env.keep == "error") return errors;
@@ -63,7 +67,7 @@ inline std::shared_ptr<AdaptiveTrigger> make_trigger(const EnvironmentSettings& 
   if (!env.trigger_factor) return nullptr;
   AdaptiveTriggerOptions trigger;
   trigger.factor = *env.trigger_factor;
-  if (env.trigger_spans) trigger.spans_to_profile = *env.trigger_spans;
+  trigger.spans_to_profile = env.trigger_spans;
   return std::make_shared<AdaptiveTrigger>(trigger);
 }
 
@@ -75,16 +79,13 @@ inline void refuse_without_curl(const char* variable, EnvironmentSettings& env) 
 
 inline std::vector<std::shared_ptr<Uploader>> make_uploaders(EnvironmentSettings& env) {
   std::vector<std::shared_ptr<Uploader>> uploaders;
-  Delivery delivery = Delivery::batched();
-  if (env.upload_window_ms) {
-    delivery = *env.upload_window_ms == 0 ? Delivery::per_span()
-                                          : Delivery::batched(std::chrono::milliseconds(*env.upload_window_ms));
-  }
+  const Delivery delivery = env.upload_window_ms == 0 ? Delivery::per_span()
+                                                       : Delivery::batched(std::chrono::milliseconds(env.upload_window_ms));
   if (!env.pyroscope_server_address.empty() && !env.pyroscope_refused) {
     PyroscopeOptions options;
     options.server_address = env.pyroscope_server_address;
     options.application_name =
-        env.pyroscope_application_name.empty() ? env.service_name : env.pyroscope_application_name;
+        env.pyroscope_application_name.empty() ? env.options.service_name : env.pyroscope_application_name;
     options.tenant_id = env.pyroscope_tenant_id;
     options.delivery = delivery;
     options.http.bearer_token = env.pyroscope_auth_token;
@@ -109,7 +110,7 @@ inline std::vector<std::shared_ptr<Uploader>> make_uploaders(EnvironmentSettings
     options.http.headers = env.otlp_headers;
     options.delivery = delivery;
     // OTEL_SERVICE_NAME wins over a service.name in OTEL_RESOURCE_ATTRIBUTES.
-    std::string service = env.service_name;
+    std::string service = env.options.service_name;
     // The first of repeated keys wins; a set keeps this linear in a long list.
     std::unordered_set<std::string_view> kept;
     for (const auto& [key, value] : env.resource_attributes) {
@@ -133,30 +134,19 @@ inline std::vector<std::shared_ptr<Uploader>> make_uploaders(EnvironmentSettings
   return uploaders;
 }
 
-// Overlays what the environment set on `options`.
+// Overlays what the environment set on `options`: the members whose variable was
+// accepted, and the objects the variables describe.
 inline void apply_environment(EnvironmentSettings env, Options& options) {
-  if (env.profiles) options.profiles = *env.profiles;
-  if (env.cpu_engine) options.cpu_engine = *env.cpu_engine;
-  if (env.cpu_sample_source) options.cpu_sample_source = *env.cpu_sample_source;
-  if (env.frequency_hz) options.frequency_hz = *env.frequency_hz;
-  if (env.wall_frequency_hz) options.wall_frequency_hz = *env.wall_frequency_hz;
-  if (env.signal_number) options.signal_number = *env.signal_number;
-  if (env.heap_engine) options.heap_engine = *env.heap_engine;
-  if (env.heap_sample_interval_bytes) options.heap_sample_interval_bytes = *env.heap_sample_interval_bytes;
+  for (const Setting* row : env.accepted)
+    if (row->access.copy != nullptr) row->access.copy(env.options, options);
   options.head_sampler = make_head_sampler(env);
   options.tail_policy = make_tail_policy(env);
   options.trigger = make_trigger(env);
-  if (env.output_directory) options.output_directory = *env.output_directory;
-  if (env.spool_directory) options.spool_directory = *env.spool_directory;
-  if (env.spool_max_bytes) options.spool_max_bytes = *env.spool_max_bytes;
-  if (env.upload_attempts) options.retry.max_attempts = *env.upload_attempts;
-  if (env.queue_overflow) options.queue_overflow = *env.queue_overflow;
-  if (!env.service_name.empty()) options.service_name = env.service_name;
   options.uploaders = make_uploaders(env);
   // A backend replaces the default file uploader; an explicit SPANPROF_OUTPUT_DIR
   // keeps files coming too.
-  if (!options.uploaders.empty() && env.output_directory)
-    options.uploaders.insert(options.uploaders.begin(), std::make_shared<FileUploader>(*env.output_directory));
+  if (!options.uploaders.empty() && variable_accepted(env, "SPANPROF_OUTPUT_DIR"))
+    options.uploaders.insert(options.uploaders.begin(), std::make_shared<FileUploader>(env.options.output_directory));
   options.environment_problems = std::move(env.problems);
 }
 
@@ -198,38 +188,8 @@ SPANPROF_LIB_INLINE std::vector<std::shared_ptr<Uploader>> uploaders_from_enviro
 
 SPANPROF_LIB_INLINE std::string describe(const Options& options) {
   std::string out;
-  auto line = [&](const char* name, const std::string& value) { out += std::string(name) + "=" + value + "\n"; };
-  auto number = [](auto value) { return std::to_string(value); };
-  auto object = [](const auto& pointer) { return pointer ? std::string("set") : std::string("none"); };
-  std::string kinds;
-  for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::heap, ProfileKind::wall})
-    if (options.profiles.contains(kind)) kinds += (kinds.empty() ? "" : ",") + std::string(to_string(kind));
-  line("profiles", kinds.empty() ? "none" : kinds);
-  line("cpu_engine", std::string(to_string(options.cpu_engine)));
-  line("heap_engine", std::string(to_string(options.heap_engine)));
-  line("cpu_sample_source", std::string(to_string(options.cpu_sample_source)));
-  line("frequency_hz", number(options.frequency_hz));
-  line("wall_frequency_hz", number(options.wall_frequency_hz));
-  line("max_stack_depth", number(options.max_stack_depth));
-  line("heap_sample_interval_bytes", number(options.heap_sample_interval_bytes));
-  line("thread_buffer_bytes", number(options.thread_buffer_bytes));
-  line("signal_number", number(options.signal_number));
-  line("idle_ticks_before_disarm", number(options.idle_ticks_before_disarm));
-  line("head_sampler", object(options.head_sampler));
-  line("tail_policy", object(options.tail_policy));
-  line("trigger", object(options.trigger));
-  std::string uploaders;
-  for (const auto& uploader : options.uploaders)
-    if (uploader) uploaders += (uploaders.empty() ? "" : ",") + std::string(uploader->name());
-  line("uploaders", uploaders.empty() ? "default" : uploaders);
-  line("output_directory", options.output_directory);
-  line("queue_capacity", number(options.queue_capacity));
-  line("queue_overflow", options.queue_overflow == OverflowPolicy::drop_newest ? "drop_newest" : "drop_oldest");
-  line("retry.max_attempts", number(options.retry.max_attempts));
-  line("spool_directory", options.spool_directory);
-  line("spool_max_bytes", number(options.spool_max_bytes));
-  line("symbolizer", object(options.symbolizer));
-  line("service_name", options.service_name);
+  for (const detail::Setting& row : detail::settings)
+    if (row.is_option()) out += std::string(row.name) + "=" + row.access.describe(row, options) + "\n";
   return out;
 }
 

@@ -7,8 +7,10 @@
 //   spanprof::start(options);       // reports every problem, and returns them
 //
 // Options(spanprof::ignore_environment) starts from the built-in defaults alone.
-// The variables, their ranges and defaults: runtime/environment.hpp and
-// docs/configuration.md. What reads them is in options-inl.hpp (header-only: by
+// The built-in defaults are the initializers below, stated nowhere else. Each
+// member's variable, range and meaning is its row in the table of
+// runtime/settings.hpp, which docs/configuration.md shows; a new member needs a
+// row there. What reads the environment is in options-inl.hpp (header-only: by
 // the umbrella header; SPANPROF_COMPILED_LIB: in the compiled library).
 #ifndef SPANPROF_RUNTIME_OPTIONS_HPP_
 #define SPANPROF_RUNTIME_OPTIONS_HPP_
@@ -52,11 +54,11 @@ struct Options {
   CpuEngine cpu_engine = CpuEngine::sampling;
   HeapEngine heap_engine = HeapEngine::sampling;
   CpuSampleSource cpu_sample_source = CpuSampleSource::automatic;
-  int frequency_hz = 100;     // CPU samples per CPU-second (1..4000)
-  // Wall-clock samples per second of a thread in a wall-profiled span (1..1000).
+  int frequency_hz = 100;     // CPU samples per CPU-second
+  // Wall-clock samples per second of a thread in a wall-profiled span.
   // Its cost grows with the threads in wall spans, not the cores (docs/wall.md).
   int wall_frequency_hz = 100;
-  int max_stack_depth = 64;   // frames kept per sample (1..256)
+  int max_stack_depth = 64;   // frames kept per sample
   // Mean allocated bytes between two heap samples (exponentially distributed, as in
   // Go and tcmalloc). Smaller is more precise and costs more stack captures.
   std::size_t heap_sample_interval_bytes = 512 * 1024;

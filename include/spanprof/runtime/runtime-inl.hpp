@@ -21,6 +21,7 @@
 #include <spanprof/runtime/options-inl.hpp>
 #include <spanprof/runtime/runtime.hpp>
 #include <spanprof/runtime/runtime_marker.hpp>
+#include <spanprof/runtime/settings.hpp>
 #include <spanprof/runtime/stats.hpp>
 #include <spanprof/symbolization/elf_symbolizer.hpp>
 #include <spanprof/symbolization/symbolizer.hpp>
@@ -291,34 +292,13 @@ class Runtime final : public GuardHost {
   }
 
   static void normalize(Options& options, std::vector<ConfigurationProblem>& problems) {
-    auto clamp = [&](auto& value, auto low, auto high, const char* what) {
-      if (value < low || value > high) {
-        char message[160];
-        std::snprintf(message, sizeof message, "%s=%lld is outside [%lld, %lld]; clamped", what,
-                      static_cast<long long>(value), static_cast<long long>(low), static_cast<long long>(high));
-        problems.push_back({what, message});
-        value = value < low ? low : high;
-      }
-    };
-    clamp(options.frequency_hz, 1, 4000, "frequency_hz");
-    clamp(options.wall_frequency_hz, 1, 1000, "wall_frequency_hz");
-    clamp(options.max_stack_depth, 1, max_stack_depth_limit, "max_stack_depth");
-    clamp(options.thread_buffer_bytes, std::size_t{4096}, std::size_t{1} << 30, "thread_buffer_bytes");
-    clamp(options.queue_capacity, std::size_t{1}, std::size_t{1} << 20, "queue_capacity");
-    clamp(options.retry.max_attempts, 1, 100, "retry.max_attempts");
-    clamp(options.heap_sample_interval_bytes, std::size_t{1}, std::size_t{1} << 30, "heap_sample_interval_bytes");
-    clamp(options.idle_ticks_before_disarm, std::uint32_t{1}, std::uint32_t{1} << 30, "idle_ticks_before_disarm");
+    check_code_values(options, problems);  // the ranges of the settings table
     if (!(options.retry.jitter >= 0.0 && options.retry.jitter <= 1.0)) {
       problems.push_back({"retry.jitter", "retry.jitter is not in [0, 1]; using 0.2"});
       options.retry.jitter = 0.2;
     }
     if (options.retry.initial_backoff.count() < 1) options.retry.initial_backoff = std::chrono::milliseconds(1);
     if (options.retry.max_backoff < options.retry.initial_backoff) options.retry.max_backoff = options.retry.initial_backoff;
-    if (options.signal_number != 0 && (options.signal_number < SIGRTMIN || options.signal_number > SIGRTMAX)) {
-      problems.push_back({"signal_number", "signal_number=" + std::to_string(options.signal_number) +
-                                               " is not a real-time signal; picking a free one"});
-      options.signal_number = 0;
-    }
     if (options.output_directory.empty()) options.output_directory = FileUploader::default_directory;
   }
 

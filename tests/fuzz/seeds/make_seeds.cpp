@@ -15,7 +15,7 @@
 #include <spanprof/capture/classic_heap_engine.hpp>
 #include <spanprof/capture/sample_records.hpp>
 #include <spanprof/delivery/spool.hpp>
-#include <spanprof/runtime/environment.hpp>
+#include <spanprof/runtime/settings.hpp>
 #include <spanprof/symbolization/elf_symbolizer.hpp>
 
 #include "support/http_server.hpp"
@@ -335,10 +335,22 @@ void traceparents() {
 }
 
 void environments() {
+  // The target picks the n-th row of the settings table that has a variable, n the
+  // first byte modulo their number. The byte is n plus that number, never 0: a NUL
+  // would end the record.
   const auto record = [](const char* name, std::string_view value) {
-    const sd::EnvironmentVariable* variable = sd::find_environment_variable(name);
-    if (variable == nullptr) die(std::string("no variable ") + name);
-    std::string r(1, static_cast<char>(variable - sd::environment_variables));
+    std::size_t index = 0, count = 0;
+    bool found = false;
+    for (const sd::Setting& row : sd::settings) {
+      if (row.variable == nullptr) continue;
+      if (!found && std::string_view(row.variable) == name) {
+        index = count;
+        found = true;
+      }
+      ++count;
+    }
+    if (!found) die(std::string("no variable ") + name);
+    std::string r(1, static_cast<char>(index + count));
     r.append(value.data(), value.size());
     return r + '\0';
   };
