@@ -14334,6 +14334,9 @@ inline constexpr Setting settings[] = {
     setting<&Options::service_name>(
         "service_name", "OTEL_SERVICE_NAME", EG::service, format::text(),
         "The service: a comment in every profile, Pyroscope's application name and OTLP's service.name."),
+    setting<&Options::clock>(
+        "clock", nullptr, EG::delivery, format::object("the monotonic clock"),
+        "The time batch windows, retry backoff and spool re-sends run on; tests give a ManualClock."),
 };
 
 constexpr bool same_text(const char* a, const char* b) {
