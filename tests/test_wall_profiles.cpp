@@ -32,12 +32,14 @@ namespace {
 
 constexpr std::size_t wall_ns = 1;  // values: {samples, wall ns}
 
-// Computes for `how_long` of wall time (not CPU time): on a loaded machine the
-// span is then still ~20 ms of computing and ~80 ms of waiting.
+// Computes for `how_long` of wall time, and at least three quarters of it in CPU
+// time: on a loaded machine the span is then still mostly computing and waiting
+// as written, and the CPU profile still has its ticks.
 __attribute__((noinline)) double compute_prices(std::chrono::milliseconds how_long) {
   const auto end = std::chrono::steady_clock::now() + how_long;
+  const double cpu_end = spanprof_test::thread_cpu_seconds() + 0.75 * std::chrono::duration<double>(how_long).count();
   double price = 1.0;
-  while (std::chrono::steady_clock::now() < end)
+  while (std::chrono::steady_clock::now() < end || spanprof_test::thread_cpu_seconds() < cpu_end)
     for (int i = 1; i < 2000; ++i) price += 1.0 / (i * 3.0);
   asm volatile("" : "+x"(price));
   return price;
@@ -125,7 +127,11 @@ spanprof::Options wall_options(int wall_hz) {
 TEST_CASE("a wall profile shows where a slow span waited, and adds up to its elapsed time",
           "[wall]" SPANPROF_TEST_NOT_UNDER_TSAN) {
   auto options = wall_options(1000);
-  options.frequency_hz = 1000;  // ~20 CPU samples in the 20 ms of computing
+  // 40 ms of computing: at 1 kHz on a 250 Hz kernel the CPU timer fires on ~10
+  // ticks, so the few microseconds of CPU the waiting spends (its wall ticks'
+  // handlers, its system calls) landing on one tick cannot outweigh it (with
+  // 20 ms, one such tick of five was 22 % of the samples).
+  options.frequency_hz = 1000;
   Collector collector(options);
   for (unsigned i = 0; i < 3; ++i) {
     const auto span = span_number(5000 + i);
@@ -133,7 +139,7 @@ TEST_CASE("a wall profile shows where a slow span waited, and adds up to its ela
     std::int64_t elapsed_ns = 0, waited_ns = 0;
     {
       spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "GET /slow"}, spanprof::cpu | spanprof::wall);
-      compute_prices(std::chrono::milliseconds(20));
+      compute_prices(std::chrono::milliseconds(40));
       const auto wait_start = std::chrono::steady_clock::now();
       wait_for_backend(std::chrono::milliseconds(80));
       const auto end = std::chrono::steady_clock::now();
@@ -167,7 +173,7 @@ TEST_CASE("a wall profile shows where a slow span waited, and adds up to its ela
     }
     // The CPU profile is as before: the computing, not the waiting.
     CHECK(share_on_stack(cpu->decoded, "compute_prices") >= 0.8);
-    CHECK(spanprof_test::sample_count(cpu->decoded) >= 5);  // ~20 at 1 kHz; fewer when the CPU is shared
+    CHECK(spanprof_test::sample_count(cpu->decoded) >= 5);  // ~10 ticks; fewer when the CPU is shared
   }
 }
 
