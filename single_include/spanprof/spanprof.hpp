@@ -14007,6 +14007,10 @@ struct Access {
   // set in code (integers and signals: out of range becomes a problem and is clamped).
   std::string (*describe)(const Setting&, const Options&) = nullptr;
   void (*copy)(const Options& from, Options& to) = nullptr;
+  // Whether those are set: a flag, because the table's checks run at compile time
+  // and the address of a function template may not be compared with null there
+  // (GCC under -fsanitize=undefined keeps it open: the symbol is weak).
+  bool of_options = false;
   void (*check_in_code)(const Setting&, Options&, std::vector<ConfigurationProblem>&) = nullptr;
 };
 
@@ -14025,7 +14029,7 @@ struct Setting {
   bool (*in_effect)() noexcept;
 
   // A member of Options, not a variable that feeds one.
-  constexpr bool is_option() const noexcept { return access.describe != nullptr; }
+  constexpr bool is_option() const noexcept { return access.of_options; }
 };
 
 template <auto... Path>
@@ -14081,6 +14085,7 @@ constexpr Access access_to() {
   if constexpr (rooted_at_options<Path...>) {
     access.describe = &describe_at<Path...>;
     access.copy = &copy_at<Path...>;
+    access.of_options = true;
     if constexpr (member_kind_of<T>() == MemberKind::whole_number) access.check_in_code = &check_at<Path...>;
   }
   return access;
