@@ -46,13 +46,16 @@ std::vector<std::string> stack_names(const spanprof::Profile& profile, const spa
 }
 
 // Share of samples with `inner` on the stack (on top if `on_top`) and `caller`
-// further up.
+// further up. A sample in the test's own clock read (clock_gettime, a system call
+// where a pending tick is delivered) is the harness, not the walk: on a 250 Hz
+// kernel one such tick is 1.1 % of a span's ~90, so those are left out.
 double share_with_caller_above(const spanprof::Profile& profile, const std::string& inner, bool on_top,
                                const std::string& caller, std::string& counter_example) {
   std::int64_t total = 0, good = 0;
   for (const auto& sample : profile.samples) {
-    total += sample.values[0];
     const auto names = stack_names(profile, sample);
+    if (!names.empty() && spanprof_test::contains(names.front(), "clock_gettime")) continue;
+    total += sample.values[0];
     const auto searched = on_top ? names.begin() + (names.empty() ? 0 : 1) : names.end();
     const auto at =
         std::find_if(names.begin(), searched, [&](const std::string& n) { return spanprof_test::contains(n, inner); });
@@ -86,13 +89,9 @@ void check_eight_chains(const char* variant, ChainRunner run, unsigned first_spa
   std::vector<std::thread> workers;
   for (int t = 0; t < threads; ++t) {
     workers.emplace_back([&, t] {
-      // The clock is read outside the span: a tick that lands in the test's own
-      // clock_gettime is one sample of the ~90 a 250 Hz kernel delivers, 1.1 %.
+      spanprof::ScopedProfile guard(span_number(first_span + static_cast<unsigned>(t)), "walk_chain");
       const double start = spanprof_test::thread_cpu_seconds();
-      {
-        spanprof::ScopedProfile guard(span_number(first_span + static_cast<unsigned>(t)), "walk_chain");
-        results.fetch_add(run(t, rounds), std::memory_order_relaxed);
-      }
+      results.fetch_add(run(t, rounds), std::memory_order_relaxed);
       cpu_seconds[t] = spanprof_test::thread_cpu_seconds() - start;
     });
   }
