@@ -183,8 +183,11 @@ TEST_CASE("a heap scope names the function that allocated 64 MiB, and it is not 
     REQUIRE(profile != std::nullopt);
     const double allocated = static_cast<double>(heap_total(profile->decoded, alloc_space, "allocate_scratch"));
     INFO("alloc_space in allocate_scratch: " << allocated / MiB << " MiB");
-    CHECK(allocated >= 0.8 * 64 * MiB);
-    CHECK(allocated <= 1.2 * 64 * MiB);
+    // Each 1 MiB block is sampled with probability 1 - e^-2 = 0.865 and weighted
+    // 1.156 MiB: ~55 samples, sd 2.7, so the estimate's sd is ~5 %. ±30 % is six
+    // of them (±20 %, four, failed once in CI: 50.9 MiB).
+    CHECK(allocated >= 0.7 * 64 * MiB);
+    CHECK(allocated <= 1.3 * 64 * MiB);
     CHECK(profile->decoded.period == 512 * 1024);
   }
 }
