@@ -206,11 +206,13 @@ void check_short_spans_unbiased(spanprof::CpuSampleSource source) {
 
 }  // namespace
 
-TEST_CASE("short spans are sampled without bias on the default source (POSIX CPU timer)") {
+// Under TSan a sample that fell in the gap between two spans is handled at the
+// thread's next intercepted call, often inside the next span: not kept there.
+TEST_CASE("short spans are sampled without bias on the default source (POSIX CPU timer)", SPANPROF_TEST_NOT_UNDER_TSAN) {
   check_short_spans_unbiased(spanprof::CpuSampleSource::automatic);
 }
 
-TEST_CASE("short spans are sampled without bias on the perf_event source") {
+TEST_CASE("short spans are sampled without bias on the perf_event source", SPANPROF_TEST_NOT_UNDER_TSAN) {
   check_short_spans_unbiased(spanprof::CpuSampleSource::perf_event);
 }
 
@@ -255,14 +257,17 @@ double periodic_workload_ratio(int hz, double seconds_per_thread, spanprof::CpuS
 
 }  // namespace
 
-// At 1 kHz the POSIX timer's points come four to a 4 ms tick: each counts.
-TEST_CASE("a periodic workload is sampled without bias at 1 kHz on the default source", "[periodic]") {
+// At 1 kHz the POSIX timer's points come four to a 4 ms tick: each counts. Not
+// under TSan, which hands a sample that fell in the gap to the next span (it ran
+// at 1.13 there in a CI run).
+TEST_CASE("a periodic workload is sampled without bias at 1 kHz on the default source",
+          "[periodic]" SPANPROF_TEST_NOT_UNDER_TSAN) {
   const double ratio = periodic_workload_ratio(1000, 1.5, spanprof::CpuSampleSource::automatic);
   CHECK(ratio > 0.9);
   CHECK(ratio < 1.1);
 }
 
-TEST_CASE("a periodic workload is sampled without bias at 1 kHz on perf_event", "[periodic]") {
+TEST_CASE("a periodic workload is sampled without bias at 1 kHz on perf_event", "[periodic]" SPANPROF_TEST_NOT_UNDER_TSAN) {
   const double ratio = periodic_workload_ratio(1000, 1.5, spanprof::CpuSampleSource::perf_event);
   CHECK(ratio > 0.9);
   CHECK(ratio < 1.1);
