@@ -70,8 +70,7 @@ const SampleProfile& sample_profile() {
       sample.labels = {{"span_id", delivery_span.span_id.to_hex(), 0, "", false}};
       p.samples.push_back(sample);
     }
-    std::string error;
-    spanprof::encode_pprof_gzip(p, s.encoded.pprof_gzip, error);
+    if (!spanprof::encode_pprof_gzip(p, s.encoded.pprof_gzip)) std::abort();
     s.encoded.span = delivery_span;
     s.encoded.span_name = "GET /bench";
     s.encoded.period_ns = 10'000'000;
@@ -98,7 +97,7 @@ void pyroscope_upload(benchmark::State& state) {
   spanprof::PyroscopeUploader uploader(options);
   const auto& encoded = sample_profile().encoded;
   for (auto _ : state) {
-    if (!uploader.upload(encoded).succeeded()) state.SkipWithError("upload failed");
+    if (!uploader.upload(encoded).is_ok()) state.SkipWithError("upload failed");
   }
   state.SetItemsProcessed(state.iterations());
   state.counters["bytes_per_profile"] = static_cast<double>(encoded.pprof_gzip.size());
@@ -115,7 +114,7 @@ void otlp_upload(benchmark::State& state) {
   auto encoded = sample_profile().encoded;
   encoded.profile = &sample_profile().profile;
   for (auto _ : state) {
-    if (!uploader.upload(encoded).succeeded()) state.SkipWithError("upload failed");
+    if (!uploader.upload(encoded).is_ok()) state.SkipWithError("upload failed");
   }
   state.SetItemsProcessed(state.iterations());
 }

@@ -363,7 +363,7 @@ TEST_CASE("start() returns every configuration problem and reports each", "[conf
   const spanprof::StartResult result = spanprof::start(options);
   spanprof::shutdown();
   spanprof::set_error_handler(spanprof::RateLimitedStderrHandler{});
-  CHECK(result.started);
+  CHECK(result.is_ok());
   std::set<std::string> settings;
   for (const auto& problem : result.problems) settings.insert(problem.setting);
   CHECK(settings == std::set<std::string>{"SPANPROF_FREQUENCY", "SPANPROF_KEEP", "max_stack_depth", "retry.jitter"});

@@ -29,6 +29,7 @@
 #include <thread>
 #include <tuple>
 
+using spanprof_test::upload_outcome;
 using spanprof_test::Collector;
 using spanprof_test::HttpServer;
 using spanprof_test::span_number;
@@ -169,10 +170,10 @@ TEST_CASE("Pyroscope's legacy /ingest: the query, a bearer token, heap profiles 
   profile.start_unix_ns = 1'700'000'000'500'000'000;
   profile.duration_ns = 200'000'000;
   profile.pprof_gzip = "not really a profile";
-  CHECK(uploader.upload(profile).succeeded());
+  CHECK(uploader.upload(profile).is_ok());
   profile.kind = spanprof::ProfileKind::cpu;
   profile.period_ns = 5'000'000;
-  CHECK(uploader.upload(profile).succeeded());
+  CHECK(uploader.upload(profile).is_ok());
   REQUIRE(server.wait_for_requests(2, std::chrono::seconds(5)));
   const auto heap = server.requests().at(0);
   CHECK(heap.path == "/ingest");
@@ -235,19 +236,19 @@ TEST_CASE("Pyroscope's answers map to retry or give up", "[delivery]") {
   server.push(Response::status(503));
   server.push(Response::status(400));
   server.push(Response::status(200));
-  CHECK(uploader.upload(profile).status == spanprof::UploadResult::Status::retryable_failure);
-  CHECK(uploader.upload(profile).status == spanprof::UploadResult::Status::retryable_failure);
+  CHECK(upload_outcome(uploader.upload(profile)) == "retryable");
+  CHECK(upload_outcome(uploader.upload(profile)) == "retryable");
   const auto rejected = uploader.upload(profile);
-  CHECK(rejected.status == spanprof::UploadResult::Status::permanent_failure);
-  CHECK(rejected.message.find("400") != std::string::npos);
-  CHECK(uploader.upload(profile).succeeded());
+  CHECK(upload_outcome(rejected) == "permanent");
+  CHECK(rejected.message().find("400") != std::string::npos);
+  CHECK(uploader.upload(profile).is_ok());
 
   spanprof::PyroscopeOptions down;
   down.server_address = "http://127.0.0.1:" + std::to_string(HttpServer::unused_port());
   spanprof::PyroscopeUploader unreachable(down);
   const auto refused = unreachable.upload(profile);
-  CHECK(refused.status == spanprof::UploadResult::Status::retryable_failure);
-  CHECK_FALSE(refused.message.empty());
+  CHECK(upload_outcome(refused) == "retryable");
+  CHECK_FALSE(refused.message().empty());
 }
 
 TEST_CASE("OTLP receives an ExportProfilesServiceRequest linked to the span", "[delivery]") {

@@ -224,10 +224,10 @@ spanprof::Profile cpu_profile() {
 }
 
 std::string encode_ok(const spanprof::Profile& profile, const spanprof::SpanRecord& id = record()) {
-  std::string out, error;
-  const bool ok = spanprof::encode_otlp_profiles_request(profile, id, resource(), out, error);
-  INFO(error);
-  REQUIRE(ok);
+  std::string out;
+  const spanprof::Status encoded = spanprof::encode_otlp_profiles_request(profile, id, resource(), out);
+  INFO(encoded.to_string());
+  REQUIRE(encoded);
   return out;
 }
 
@@ -552,12 +552,13 @@ TEST_CASE("OTLP encoding rejects inconsistent input with a clear error", "[otlp]
     res.attributes.push_back({"service.name", "other"});
     expected = "resource attribute 'service.name' appears twice";
   }
-  std::string out = "stale", error;
-  CHECK_FALSE(spanprof::encode_otlp_profiles_request(p, record(), res, out, error));
+  std::string out = "stale";
+  const spanprof::Status encoded = spanprof::encode_otlp_profiles_request(p, record(), res, out);
+  CHECK_FALSE(encoded);
   CHECK(out.empty());
-  INFO(error);
-  CHECK(error.rfind("otlp: invalid input: ", 0) == 0);
-  CHECK(error.find(expected) != std::string::npos);
+  CHECK(encoded.code() == spanprof::ErrorCode::encoding_failed);
+  CHECK(encoded.message().rfind("otlp: invalid input: ", 0) == 0);
+  CHECK(encoded.message().find(expected) != std::string::npos);
 }
 
 TEST_CASE("the encoder takes the record a guard built as is: a RawProfile's, ids as bytes", "[otlp]") {

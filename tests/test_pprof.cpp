@@ -178,10 +178,10 @@ TEST_CASE("protobuf writer produces canonical wire bytes", "[pprof][protobuf]") 
 
 TEST_CASE("encode_pprof round-trips through an independent decoder", "[pprof]") {
   const Profile in = make_test_profile();
-  std::string body;
-  std::string error;
-  REQUIRE(spanprof::encode_pprof_gzip(in, body, error));
-  INFO(error);
+  std::string body, error;
+  const spanprof::Status encoded = spanprof::encode_pprof_gzip(in, body);
+  INFO(encoded.to_string());
+  REQUIRE(encoded);
 
   pprof_test::DecodedPprof decoded;
   REQUIRE(pprof_test::decode_pprof(body, decoded, error));
@@ -248,7 +248,8 @@ TEST_CASE("encode_pprof round-trips through an independent decoder", "[pprof]") 
 }
 
 TEST_CASE("encode_pprof omits proto3 defaults and handles an empty profile", "[pprof]") {
-  const std::string bytes = spanprof::encode_pprof(Profile{});
+  std::string bytes = "stale";
+  REQUIRE(spanprof::encode_pprof(Profile{}, bytes));
   // Only the mandatory empty string-table entry: field 6, length 0.
   CHECK(bytes == std::string("\x32\x00", 2));
 
@@ -264,7 +265,8 @@ TEST_CASE("encode_pprof omits proto3 defaults and handles an empty profile", "[p
   spanprof::Sample sample;
   sample.values = {-4096};
   negative.samples = {sample};
-  REQUIRE(pprof_test::decode_pprof(spanprof::encode_pprof(negative), decoded, error));
+  REQUIRE(spanprof::encode_pprof(negative, bytes));
+  REQUIRE(pprof_test::decode_pprof(bytes, decoded, error));
   REQUIRE(decoded.profile.samples.size() == 1);
   CHECK(decoded.profile.samples[0].values == std::vector<std::int64_t>{-4096});
 }
@@ -282,7 +284,8 @@ TEST_CASE("the string table stores each distinct string once", "[pprof]") {
     s.labels = {string_label("span_name", repeated)};
     p.samples.push_back(s);
   }
-  const std::string raw = spanprof::encode_pprof(p);
+  std::string raw;
+  REQUIRE(spanprof::encode_pprof(p, raw));
   CHECK(count_occurrences(raw, repeated) == 1);
   CHECK(count_occurrences(raw, "span_name") == 2);  // the key, and the value's prefix
   // 100 samples with their labels cost a few bytes each, not the string's length.
@@ -300,15 +303,16 @@ TEST_CASE("the string table stores each distinct string once", "[pprof]") {
 }
 
 TEST_CASE("encode_pprof_gzip produces a gzip body", "[pprof][gzip]") {
-  std::string body;
-  std::string error;
-  REQUIRE(spanprof::encode_pprof_gzip(make_test_profile(), body, error));
+  std::string body, error;
+  REQUIRE(spanprof::encode_pprof_gzip(make_test_profile(), body));
   REQUIRE(body.size() > 18);
   CHECK(static_cast<std::uint8_t>(body[0]) == 0x1f);
   CHECK(static_cast<std::uint8_t>(body[1]) == 0x8b);
   std::string raw;
   REQUIRE(spanprof::detail::gzip_decompress(body, raw, error));
-  CHECK(raw == spanprof::encode_pprof(make_test_profile()));
+  std::string expected;
+  REQUIRE(spanprof::encode_pprof(make_test_profile(), expected));
+  CHECK(raw == expected);
 }
 
 // ---- go tool pprof --------------------------------------------------------------
@@ -319,8 +323,7 @@ TEST_CASE("go tool pprof reads the encoded profile", "[pprof][go]") {
     return;
   }
   std::string body;
-  std::string error;
-  REQUIRE(spanprof::encode_pprof_gzip(make_test_profile(), body, error));
+  REQUIRE(spanprof::encode_pprof_gzip(make_test_profile(), body));
   const std::string dir = temp_dir();
   const std::string file = dir + "/cpu.pb.gz";
   write_file(file, body);

@@ -46,6 +46,8 @@ TEST_CASE("traceparent parsing is strict W3C") {
     const auto parsed = parse_traceparent(c.header);
     CHECK_FALSE(parsed);
     CHECK(parsed.error == c.expected);
+    CHECK(parsed.code() == spanprof::ErrorCode::invalid_traceparent);  // read as a Status reads
+    CHECK(parsed.message() == spanprof::to_string(c.expected));
     CHECK_FALSE(parsed.context.valid());
   }
 }

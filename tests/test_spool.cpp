@@ -148,8 +148,8 @@ Profile make_profile() {
 }
 
 std::string gzip_of(const Profile& profile) {
-  std::string body, error;
-  REQUIRE(spanprof::encode_pprof_gzip(profile, body, error));
+  std::string body;
+  REQUIRE(spanprof::encode_pprof_gzip(profile, body));
   return body;
 }
 

@@ -172,8 +172,11 @@ TEST_CASE("an uploader that hangs: request threads never wait, shutdown keeps it
   const auto before = spanprof::stats();
   profile_contract_spans(3300, 4);  // the first send hangs; the rest wait in the queue
   const auto start = std::chrono::steady_clock::now();
-  spanprof::shutdown(std::chrono::milliseconds(300));
+  const spanprof::Status stopped = spanprof::shutdown(std::chrono::milliseconds(300));
   const auto took = std::chrono::steady_clock::now() - start;
+  CHECK_FALSE(stopped);  // the caller learns it, from the call itself
+  CHECK(stopped.code() == spanprof::ErrorCode::timed_out);
+  CHECK(stopped.message() == "shutdown: profiles still pending after 300 ms");
   // The abandoned call sees the cancellation and returns; its failure is reported
   // late. On a busy machine the merger may also count what it held after
   // shutdown() returned (it waits 200 ms for it): the counts settle, then add up.

@@ -31,6 +31,7 @@
 
 #include <spanprof/base/clock.hpp>
 #include <spanprof/base/error.hpp>
+#include <spanprof/base/status.hpp>
 #include <spanprof/delivery/file_uploader.hpp>
 #include <spanprof/delivery/uploader.hpp>
 #include <spanprof/guard.hpp>

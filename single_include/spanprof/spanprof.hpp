@@ -201,6 +201,66 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_BASE_CLOCK_HPP_
 // ---- end spanprof/base/clock.hpp ----
+// ---- begin spanprof/base/error_code.hpp ----
+// What failed, as a code: the key of the error channel's counts (error.hpp), of a
+// Status (status.hpp) and of a TraceparentParse. Light on purpose: span_context.hpp
+// includes it.
+#ifndef SPANPROF_BASE_ERROR_CODE_HPP_
+#define SPANPROF_BASE_ERROR_CODE_HPP_
+
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+SPANPROF_NAMESPACE_BEGIN
+
+enum class ErrorCode : std::uint8_t {
+  invalid_span_context,   // a guard was given an invalid trace or span id
+  invalid_traceparent,    // a traceparent header failed strict W3C parsing
+  sampler_unavailable,    // the preferred sampling source was refused; a fallback runs
+  sampler_failed,         // no sampling source could be armed on a thread
+  sample_buffer_full,     // a span's samples overflowed the per-thread buffer
+  heap_unavailable,       // heap profiling needs tcmalloc as the process's allocator
+  profiler_busy,          // the classic engine was already profiling another scope
+  profiler_failed,        // gperftools refused to start or wrote an unreadable file
+  queue_full,             // a finished profile was dropped: the hand-off queue was full
+  symbolization_failed,   // an object file could not be read for symbols
+  encoding_failed,        // compression or encoding of a profile failed
+  upload_failed,          // an uploader could not deliver a profile
+  invalid_configuration,  // an option or environment variable had a bad value
+  timed_out,              // flush() or shutdown() ended at its timeout with profiles still pending
+  not_running,            // spanprof is compiled out (SPANPROF_ENABLED=0) or did not start
+  internal,               // an exception escaped a component and was contained
+};
+inline constexpr std::size_t error_code_count = static_cast<std::size_t>(ErrorCode::internal) + 1;
+
+constexpr std::string_view to_string(ErrorCode code) noexcept {
+  switch (code) {
+    case ErrorCode::invalid_span_context: return "invalid_span_context";
+    case ErrorCode::invalid_traceparent: return "invalid_traceparent";
+    case ErrorCode::sampler_unavailable: return "sampler_unavailable";
+    case ErrorCode::sampler_failed: return "sampler_failed";
+    case ErrorCode::sample_buffer_full: return "sample_buffer_full";
+    case ErrorCode::heap_unavailable: return "heap_unavailable";
+    case ErrorCode::profiler_busy: return "profiler_busy";
+    case ErrorCode::profiler_failed: return "profiler_failed";
+    case ErrorCode::queue_full: return "queue_full";
+    case ErrorCode::symbolization_failed: return "symbolization_failed";
+    case ErrorCode::encoding_failed: return "encoding_failed";
+    case ErrorCode::upload_failed: return "upload_failed";
+    case ErrorCode::invalid_configuration: return "invalid_configuration";
+    case ErrorCode::timed_out: return "timed_out";
+    case ErrorCode::not_running: return "not_running";
+    case ErrorCode::internal: return "internal";
+  }
+  return "unknown";
+}
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_BASE_ERROR_CODE_HPP_
+// ---- end spanprof/base/error_code.hpp ----
 // ---- begin spanprof/base/error.hpp ----
 // The one error channel. Every failure the SDK meets — a malformed traceparent, a
 // refused perf event, an unwritable directory — is counted and reported here and
@@ -232,44 +292,6 @@ inline void set_error_message(std::string& error, std::string_view message) noex
   }
 }
 }  // namespace detail
-
-enum class ErrorCode : std::uint8_t {
-  invalid_span_context,   // a guard was given an invalid trace or span id
-  invalid_traceparent,    // a traceparent header failed strict W3C parsing
-  sampler_unavailable,    // the preferred sampling source was refused; a fallback runs
-  sampler_failed,         // no sampling source could be armed on a thread
-  sample_buffer_full,     // a span's samples overflowed the per-thread buffer
-  heap_unavailable,       // heap profiling needs tcmalloc as the process's allocator
-  profiler_busy,          // the classic engine was already profiling another scope
-  profiler_failed,        // gperftools refused to start or wrote an unreadable file
-  queue_full,             // a finished profile was dropped: the hand-off queue was full
-  symbolization_failed,   // an object file could not be read for symbols
-  encoding_failed,        // compression or encoding of a profile failed
-  upload_failed,          // an uploader could not deliver a profile
-  invalid_configuration,  // an option or environment variable had a bad value
-  internal,               // an exception escaped a component and was contained
-};
-inline constexpr std::size_t error_code_count = static_cast<std::size_t>(ErrorCode::internal) + 1;
-
-constexpr std::string_view to_string(ErrorCode code) noexcept {
-  switch (code) {
-    case ErrorCode::invalid_span_context: return "invalid_span_context";
-    case ErrorCode::invalid_traceparent: return "invalid_traceparent";
-    case ErrorCode::sampler_unavailable: return "sampler_unavailable";
-    case ErrorCode::sampler_failed: return "sampler_failed";
-    case ErrorCode::sample_buffer_full: return "sample_buffer_full";
-    case ErrorCode::heap_unavailable: return "heap_unavailable";
-    case ErrorCode::profiler_busy: return "profiler_busy";
-    case ErrorCode::profiler_failed: return "profiler_failed";
-    case ErrorCode::queue_full: return "queue_full";
-    case ErrorCode::symbolization_failed: return "symbolization_failed";
-    case ErrorCode::encoding_failed: return "encoding_failed";
-    case ErrorCode::upload_failed: return "upload_failed";
-    case ErrorCode::invalid_configuration: return "invalid_configuration";
-    case ErrorCode::internal: return "internal";
-  }
-  return "unknown";
-}
 
 // A setting whose value was refused, from the environment or from code, and what
 // was done instead.
@@ -389,6 +411,73 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_BASE_ERROR_HPP_
 // ---- end spanprof/base/error.hpp ----
+// ---- begin spanprof/base/status.hpp ----
+// The one answer of a fallible call. Every public call that can fail returns a
+// Status, or a result that is one (StartResult, UploadResult derive from it):
+//
+//   if (auto status = spanprof::flush(); !status)
+//     log("spanprof: {}: {}", spanprof::to_string(status.code()), status.message());
+//
+// Nothing throws: a failure is this value, and what fails later, off the caller's
+// thread, goes to the error channel (error.hpp). docs/errors-and-stats.md.
+#ifndef SPANPROF_BASE_STATUS_HPP_
+#define SPANPROF_BASE_STATUS_HPP_
+
+
+#include <string>
+#include <string_view>
+
+SPANPROF_NAMESPACE_BEGIN
+
+class Status {
+ public:
+  Status() noexcept = default;  // ok
+
+  // A failure. A message that cannot be copied (out of memory) is left empty; the
+  // code still says what failed.
+  Status(ErrorCode code, std::string_view message) noexcept : ok_(false), code_(code) {
+    detail::set_error_message(message_, message);
+  }
+
+  static Status ok() noexcept { return Status(); }
+
+  bool is_ok() const noexcept { return ok_; }
+  explicit operator bool() const noexcept { return ok_; }
+
+  // Meaningful only for a failure.
+  ErrorCode code() const noexcept { return code_; }
+  // One line: what failed and why. Empty when ok.
+  const std::string& message() const noexcept { return message_; }
+
+  // "ok", or "code: message": for logs and test failures.
+  std::string to_string() const {
+    if (ok_) return "ok";
+    std::string text(spanprof::to_string(code_));
+    text += ": ";
+    text += message_;
+    return text;
+  }
+
+ private:
+  bool ok_ = true;
+  ErrorCode code_ = ErrorCode::internal;
+  std::string message_;
+};
+
+namespace detail {
+// A failure that arrived as an exception: "context" followed by its what().
+inline Status status_from_exception(ErrorCode code, std::string_view context, const char* what) noexcept {
+  std::string message;
+  set_error_message(message, context);
+  SPANPROF_TRY { message += what; } SPANPROF_CATCH_ALL {}
+  return Status(code, message);
+}
+}  // namespace detail
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_BASE_STATUS_HPP_
+// ---- end spanprof/base/status.hpp ----
 // ---- begin spanprof/base/filesystem.hpp ----
 // Directory creation shared by the file uploader and the spool.
 #ifndef SPANPROF_BASE_FILESYSTEM_HPP_
@@ -625,10 +714,15 @@ constexpr std::string_view to_string(TraceparentError e) noexcept {
   return "unknown";
 }
 
+// Read as a Status reads (status.hpp): `if (!parsed)`, code(), message(). Not a
+// Status itself, so that parsing stays constexpr and never allocates.
 struct TraceparentParse {
   SpanContext context;  // invalid unless error == none
   TraceparentError error = TraceparentError::none;
   constexpr explicit operator bool() const noexcept { return error == TraceparentError::none; }
+  constexpr bool is_ok() const noexcept { return error == TraceparentError::none; }
+  constexpr ErrorCode code() const noexcept { return ErrorCode::invalid_traceparent; }  // for a failure
+  constexpr std::string_view message() const noexcept { return is_ok() ? std::string_view() : to_string(error); }
 };
 
 // Strict W3C trace-context parsing: "vv-<32 hex>-<16 hex>-ff". A future version
@@ -990,16 +1084,34 @@ struct EncodedProfile : SpanRecord {
   const std::atomic<bool>* cancelled = nullptr;
 };
 
-struct UploadResult {
-  enum class Status : std::uint8_t { ok, retryable_failure, permanent_failure };
-  Status status = Status::ok;
-  std::string message;
-  std::chrono::milliseconds retry_after{-1};  // the backend asked to wait this long (-1: it did not say)
+// What a send or a flush did: a Status (status.hpp), and for a failure whether
+// trying again may help and how long the backend asked to wait.
+class UploadResult : public Status {
+ public:
+  UploadResult() noexcept = default;  // ok
 
-  static UploadResult ok() { return {}; }
-  static UploadResult retryable(std::string why) { return {Status::retryable_failure, std::move(why)}; }
-  static UploadResult permanent(std::string why) { return {Status::permanent_failure, std::move(why)}; }
-  bool succeeded() const noexcept { return status == Status::ok; }
+  static UploadResult ok() noexcept { return {}; }
+  // The backend may take it later (a timeout, a 5xx, a 429): the sender retries
+  // with backoff, then spools.
+  static UploadResult retryable(std::string_view why,
+                                std::chrono::milliseconds retry_after = std::chrono::milliseconds(-1)) noexcept {
+    return UploadResult(true, why, retry_after);
+  }
+  // It never will (a 4xx, a payload refused): the profile is dropped and counted.
+  static UploadResult permanent(std::string_view why) noexcept {
+    return UploadResult(false, why, std::chrono::milliseconds(-1));
+  }
+
+  bool may_retry() const noexcept { return may_retry_; }
+  // How long the backend asked to wait (Retry-After); -1 when it did not say.
+  std::chrono::milliseconds retry_after() const noexcept { return retry_after_; }
+
+ private:
+  UploadResult(bool may_retry, std::string_view why, std::chrono::milliseconds retry_after) noexcept
+      : Status(ErrorCode::upload_failed, why), may_retry_(may_retry), retry_after_(retry_after) {}
+
+  bool may_retry_ = false;
+  std::chrono::milliseconds retry_after_{-1};
 };
 
 class Uploader {
@@ -1015,19 +1127,19 @@ class Uploader {
   std::string_view name() const noexcept { return name_; }
   Delivery delivery() const noexcept { return delivery_; }
 
-  // The bytes this uploader sends for `profile` (do_encode()). False, with
-  // `error`: this profile cannot be sent by this uploader, and never will be.
-  bool encode(const EncodedProfile& profile, std::string& payload, std::string& error) noexcept {
+  // The bytes this uploader sends for `profile` (do_encode()). A failure
+  // (encoding_failed): this profile cannot be sent by this uploader, and never
+  // will be.
+  Status encode(const EncodedProfile& profile, std::string& payload) noexcept {
     SPANPROF_TRY {
       std::lock_guard<std::mutex> lock(mutex_);
-      return do_encode(profile, payload, error);
+      return do_encode(profile, payload);
     } SPANPROF_CATCH_STD(e) {
-      detail::set_error_message(error, "uploader threw while encoding: ");
-      SPANPROF_TRY { error += e.what(); } SPANPROF_CATCH_ALL {}
+      return detail::status_from_exception(ErrorCode::encoding_failed, "uploader threw while encoding: ", e.what());
     } SPANPROF_CATCH_ALL {
-      detail::set_error_message(error, "uploader threw while encoding");
+      return detail::status_from_exception(ErrorCode::encoding_failed, "uploader threw while encoding: ", "unknown exception");
     }
-    return false;
+    return Status(ErrorCode::internal, "unreachable");  // -fno-exceptions: the try is an if (true)
   }
 
   // Sends a payload encode() made, now or after a restart (from the spool, when
@@ -1038,8 +1150,9 @@ class Uploader {
 
   // encode() then send(): for a profile in hand (tools, tests).
   UploadResult upload(const EncodedProfile& profile) noexcept {
-    std::string payload, error;
-    if (!encode(profile, payload, error)) return failed_with("", error.c_str());
+    std::string payload;
+    const Status encoded = encode(profile, payload);
+    if (!encoded) return UploadResult::permanent(encoded.message());
     return send(profile, payload);
   }
 
@@ -1057,10 +1170,9 @@ class Uploader {
   virtual UploadResult do_flush() { return UploadResult::ok(); }
 
   // Optional, for a wire format other than pprof: the bytes do_send() gets.
-  virtual bool do_encode(const EncodedProfile& profile, std::string& payload, std::string& error) {
-    static_cast<void>(error);
+  virtual Status do_encode(const EncodedProfile& profile, std::string& payload) {
     payload = profile.pprof_gzip;
-    return true;
+    return Status::ok();
   }
 
  private:
@@ -1070,18 +1182,11 @@ class Uploader {
       std::lock_guard<std::mutex> lock(mutex_);
       return call();
     } SPANPROF_CATCH_STD(e) {
-      return failed_with("uploader threw: ", e.what());
+      return UploadResult::permanent(detail::status_from_exception(ErrorCode::upload_failed, "uploader threw: ", e.what()).message());
     } SPANPROF_CATCH_ALL {
-      return failed_with("uploader threw: ", "unknown exception");
+      return UploadResult::permanent("uploader threw: unknown exception");
     }
-  }
-
-  static UploadResult failed_with(const char* context, const char* what) noexcept {
-    SPANPROF_TRY {
-      return UploadResult::permanent(std::string(context) + what);
-    } SPANPROF_CATCH_ALL {
-      return UploadResult{UploadResult::Status::permanent_failure, {}};
-    }
+    return UploadResult::permanent("unreachable");  // -fno-exceptions: the try is an if (true)
   }
 
   std::mutex mutex_;  // one call at a time, whichever thread makes it
@@ -7666,17 +7771,19 @@ SPANPROF_NAMESPACE_END
 
 
 #include <chrono>
+#include <utility>
 #include <vector>
 
 SPANPROF_NAMESPACE_BEGIN
 
-// What start() did: whether profiling runs, and every configuration problem it met
-// (from the environment, and values it had to clamp), each also reported through
-// the error channel.
-struct StartResult {
-  bool started = false;  // false also when spanprof is compiled out (SPANPROF_ENABLED=0)
+// What start() did: ok when profiling runs (not_running when spanprof is compiled
+// out), and every configuration problem it met on the way (from the environment,
+// values it had to clamp), each also reported through the error channel. A
+// problem does not stop the start: the setting's default is used instead.
+struct StartResult : Status {
+  StartResult() noexcept = default;
+  explicit StartResult(Status status) noexcept : Status(std::move(status)) {}
   std::vector<ConfigurationProblem> problems;
-  explicit operator bool() const noexcept { return started; }
 };
 
 #if SPANPROF_ENABLED
@@ -7685,20 +7792,23 @@ struct StartResult {
 // reported through the error handler and returned.
 SPANPROF_API SPANPROF_LIB_INLINE StartResult start(Options options = Options()) noexcept;
 
-// Waits until every profile finished so far has been uploaded, or the timeout.
-SPANPROF_API SPANPROF_LIB_INLINE bool flush(std::chrono::milliseconds timeout = std::chrono::seconds(5)) noexcept;
+// Waits until every profile finished so far has been delivered (or failed, or
+// spooled). timed_out: profiles were still pending at the timeout.
+SPANPROF_API SPANPROF_LIB_INLINE Status flush(std::chrono::milliseconds timeout = std::chrono::seconds(5)) noexcept;
 
-// Stops profiling; delivers what it can within the timeout. Returns false if
-// profiles were still pending when the timeout expired.
-SPANPROF_API SPANPROF_LIB_INLINE bool shutdown(std::chrono::milliseconds timeout = std::chrono::seconds(5)) noexcept;
+// Stops profiling; delivers what it can within the timeout. timed_out: profiles
+// were still pending at the timeout (counted as dropped, stats()).
+SPANPROF_API SPANPROF_LIB_INLINE Status shutdown(std::chrono::milliseconds timeout = std::chrono::seconds(5)) noexcept;
 
 SPANPROF_API SPANPROF_LIB_INLINE Stats stats() noexcept;
 
 #else  // SPANPROF_ENABLED == 0
 
-inline StartResult start(const Options& = Options()) noexcept { return {}; }
-inline bool flush(std::chrono::milliseconds = std::chrono::seconds(5)) noexcept { return true; }
-inline bool shutdown(std::chrono::milliseconds = std::chrono::seconds(5)) noexcept { return true; }
+inline StartResult start(const Options& = Options()) noexcept {
+  return StartResult(Status(ErrorCode::not_running, "spanprof is compiled out (SPANPROF_ENABLED=0)"));
+}
+inline Status flush(std::chrono::milliseconds = std::chrono::seconds(5)) noexcept { return Status::ok(); }
+inline Status shutdown(std::chrono::milliseconds = std::chrono::seconds(5)) noexcept { return Status::ok(); }
 inline Stats stats() noexcept { return {}; }
 
 #endif
@@ -8534,13 +8644,9 @@ inline void write_pprof_function(ProtobufWriter& writer, const Function& functio
   });
 }
 
-}  // namespace detail
-
-// The uncompressed profile.proto bytes. May throw std::bad_alloc; use
-// encode_pprof_gzip at API boundaries.
-inline std::string encode_pprof(const Profile& profile) {
+// Throws std::bad_alloc: the public calls below turn it into a Status.
+inline void write_pprof(const Profile& profile, std::string& out) {
   namespace f = detail::pprof_field::profile;
-  std::string out;
   detail::ProtobufWriter writer(out);
   detail::PprofStringTable strings;
 
@@ -8577,27 +8683,37 @@ inline std::string encode_pprof(const Profile& profile) {
   writer.int64_field_if_nonzero(f::period, profile.period);
   writer.packed_int64_field(f::comment, comment_indices);
   writer.int64_field_if_nonzero(f::default_sample_type, default_sample_type_index);
-  return out;
 }
 
-// The body of a .pb.gz file. Never throws; on failure `out` is empty and `error`
-// says why (the caller decides whether to report it as encoding_failed).
-inline bool encode_pprof_gzip(const Profile& profile, std::string& out, std::string& error) noexcept {
+}  // namespace detail
+
+// The uncompressed profile.proto bytes. On failure (encoding_failed) `out` is empty.
+inline Status encode_pprof(const Profile& profile, std::string& out) noexcept {
   out.clear();
   SPANPROF_TRY {
-    const std::string raw = encode_pprof(profile);
-    return detail::gzip_compress(raw, out, error);
+    detail::write_pprof(profile, out);
+    return Status::ok();
   } SPANPROF_CATCH_STD(e) {
-    detail::set_error_message(error, "pprof: encoding failed: ");
-    SPANPROF_TRY {
-      error += e.what();
-    } SPANPROF_CATCH_ALL {
-    }
+    out.clear();
+    return detail::status_from_exception(ErrorCode::encoding_failed, "pprof: encoding failed: ", e.what());
   } SPANPROF_CATCH_ALL {
-    detail::set_error_message(error, "pprof: encoding failed");
+    out.clear();
+    return Status(ErrorCode::encoding_failed, "pprof: encoding failed");
   }
-  out.clear();
-  return false;
+  return Status(ErrorCode::internal, "unreachable");  // -fno-exceptions: the try is an if (true)
+}
+
+// The body of a .pb.gz file, as `go tool pprof` reads it. On failure
+// (encoding_failed) `out` is empty.
+inline Status encode_pprof_gzip(const Profile& profile, std::string& out) noexcept {
+  std::string raw;
+  if (Status encoded = encode_pprof(profile, raw); !encoded) {
+    out.clear();
+    return encoded;
+  }
+  std::string error;
+  if (!detail::gzip_compress(raw, out, error)) return Status(ErrorCode::encoding_failed, error);
+  return Status::ok();
 }
 
 SPANPROF_NAMESPACE_END
@@ -9071,11 +9187,10 @@ class OtlpRequestBuilder {
 }  // namespace detail
 
 // Serializes an ExportProfilesServiceRequest for `profile`, described by `record`
-// (one span's, or a window's; not compressed). Never throws; on failure `out` is
-// empty and `error` says why.
-inline bool encode_otlp_profiles_request(const Profile& profile, const SpanRecord& record,
-                                         const OtlpResource& resource, std::string& out,
-                                         std::string& error) noexcept {
+// (one span's, or a window's; not compressed). On failure (encoding_failed) `out`
+// is empty.
+inline Status encode_otlp_profiles_request(const Profile& profile, const SpanRecord& record,
+                                           const OtlpResource& resource, std::string& out) noexcept {
   out.clear();
   SPANPROF_TRY {
     std::string invalid;
@@ -9092,21 +9207,21 @@ inline bool encode_otlp_profiles_request(const Profile& profile, const SpanRecor
       if (builder.invalid_input().empty()) {
         detail::ProtobufWriter writer(out);
         builder.write(writer, resource);
-        return true;
+        return Status::ok();
       }
       invalid = builder.invalid_input();
     }
-    detail::set_error_message(error, "otlp: invalid input: ");
-    error += invalid;
+    return Status(ErrorCode::encoding_failed, "otlp: invalid input: " + invalid);
   }
   SPANPROF_CATCH_STD(e) {
-    detail::set_error_message(error, "otlp: encoding failed: ");
-    SPANPROF_TRY { error += e.what(); }
-    SPANPROF_CATCH_ALL {}
+    out.clear();
+    return detail::status_from_exception(ErrorCode::encoding_failed, "otlp: encoding failed: ", e.what());
   }
-  SPANPROF_CATCH_ALL { detail::set_error_message(error, "otlp: encoding failed"); }
-  out.clear();
-  return false;
+  SPANPROF_CATCH_ALL {
+    out.clear();
+    return Status(ErrorCode::encoding_failed, "otlp: encoding failed");
+  }
+  return Status(ErrorCode::internal, "unreachable");  // -fno-exceptions: the try is an if (true)
 }
 
 SPANPROF_NAMESPACE_END
@@ -9822,17 +9937,11 @@ class HttpClient {
 // 4xx, a redirect (not followed), a request that could not be made — permanent.
 // `what` prefixes the message, e.g. "pyroscope".
 inline UploadResult classify(const HttpResponse& response, std::string_view what) noexcept {
-  using Status = UploadResult::Status;
   const long code = response.status;
-  Status status = Status::permanent_failure;
-  if (response.transport_error || code == 408 || code == 429 || (code >= 500 && code <= 599)) {
-    status = Status::retryable_failure;
-  } else if (code >= 200 && code <= 299) {
-    return UploadResult::ok();
-  }
-  UploadResult result{status, {}, response.retry_after};
+  const bool may_retry = response.transport_error || code == 408 || code == 429 || (code >= 500 && code <= 599);
+  if (!may_retry && code >= 200 && code <= 299) return UploadResult::ok();
+  std::string message;
   SPANPROF_TRY {
-    std::string& message = result.message;
     if (!what.empty()) {
       message.assign(what.data(), what.size());
       message += ": ";
@@ -9846,7 +9955,7 @@ inline UploadResult classify(const HttpResponse& response, std::string_view what
       message += " (Retry-After " + std::to_string(response.retry_after.count() / 1000) + " s)";
   } SPANPROF_CATCH_ALL {
   }
-  return result;
+  return may_retry ? UploadResult::retryable(message, response.retry_after) : UploadResult::permanent(message);
 }
 
 }  // namespace detail
@@ -9897,22 +10006,18 @@ class OtlpUploader final : public Uploader {
  protected:
   // The ExportProfilesServiceRequest, gzip'd unless configured otherwise: what is
   // posted, and what the spool keeps during an outage (no re-encoding after).
-  bool do_encode(const EncodedProfile& profile, std::string& payload, std::string& error) override {
-    if (profile.profile == nullptr) {
-      error = "otlp: the profile's symbolized model is missing";
-      return false;
-    }
+  Status do_encode(const EncodedProfile& profile, std::string& payload) override {
+    if (profile.profile == nullptr) return Status(ErrorCode::encoding_failed, "otlp: the profile's symbolized model is missing");
     std::string message;
-    if (!encode_otlp_profiles_request(*profile.profile, profile, options_.resource, message, error)) return false;
+    if (Status encoded = encode_otlp_profiles_request(*profile.profile, profile, options_.resource, message); !encoded)
+      return encoded;
     if (!options_.gzip) {
       payload = std::move(message);
-      return true;
+      return Status::ok();
     }
-    if (!detail::gzip_compress(message, payload, error)) {
-      error = "otlp: " + error;
-      return false;
-    }
-    return true;
+    std::string error;
+    if (!detail::gzip_compress(message, payload, error)) return Status(ErrorCode::encoding_failed, "otlp: " + error);
+    return Status::ok();
   }
 
   UploadResult do_send(const EncodedProfile& profile, const std::string& payload) override {
@@ -10086,12 +10191,12 @@ class PyroscopeUploader final : public Uploader {
 
  protected:
   // push: a serialized PushRequest with one series; ingest: the pprof itself.
-  bool do_encode(const EncodedProfile& profile, std::string& payload, std::string& error) override {
+  Status do_encode(const EncodedProfile& profile, std::string& payload) override {
     std::string pprof;
-    if (!relabelled_pprof(profile, pprof, error)) return false;
+    if (Status relabelled = relabelled_pprof(profile, pprof); !relabelled) return relabelled;
     if (options_.api == PyroscopeOptions::Api::ingest) {
       payload = std::move(pprof);
-      return true;
+      return Status::ok();
     }
     namespace f = detail::pyroscope_field;
     payload.clear();
@@ -10112,7 +10217,7 @@ class PyroscopeUploader final : public Uploader {
         sample.bytes_field(f::sample_id, detail::random_uuid(rng_));
       });
     });
-    return true;
+    return Status::ok();
   }
 
   UploadResult do_send(const EncodedProfile& profile, const std::string& payload) override {
@@ -10132,15 +10237,12 @@ class PyroscopeUploader final : public Uploader {
  private:
   // The pprof with drop_labels and rename_labels applied (and label values cut to
   // Pyroscope's limit): re-encoded from the model when there is anything to change.
-  bool relabelled_pprof(const EncodedProfile& profile, std::string& pprof, std::string& error) {
+  Status relabelled_pprof(const EncodedProfile& profile, std::string& pprof) {
     if (options_.drop_labels.empty() && options_.rename_labels.empty()) {
       pprof = profile.pprof_gzip;
-      return true;
+      return Status::ok();
     }
-    if (profile.profile == nullptr) {
-      error = "pyroscope: relabelling needs the profile's model";
-      return false;
-    }
+    if (profile.profile == nullptr) return Status(ErrorCode::encoding_failed, "pyroscope: relabelling needs the profile's model");
     Profile copy = *profile.profile;
     materialize_span_labels(copy);  // the records' labels become each sample's own, to relabel
     auto relabel = [&](std::vector<Label>& labels) {
@@ -10156,7 +10258,7 @@ class PyroscopeUploader final : public Uploader {
       labels = std::move(kept);
     };
     for (Sample& sample : copy.samples) relabel(sample.labels);
-    return encode_pprof_gzip(copy, pprof, error);
+    return encode_pprof_gzip(copy, pprof);
   }
 
   static HttpOptions with_tenant(const PyroscopeOptions& options) {
@@ -12622,9 +12724,8 @@ class Sender {
       }
       const Profile profile = batch.build(*builder_, config_.comments);
       EncodedProfile encoded;
-      std::string error;
-      if (!encode_pprof_gzip(profile, encoded.pprof_gzip, error)) {
-        report_error(ErrorCode::encoding_failed, error);
+      if (const Status status = encode_pprof_gzip(profile, encoded.pprof_gzip); !status) {
+        report_error(status.code(), status.message());
         settle(item, false, spans * lane.size(), 0);
         return;
       }
@@ -12636,8 +12737,10 @@ class Sender {
       for (const std::size_t d : lane) {
         Destination& destination = destinations_.at(d);
         std::string payload;
-        if (!destination.uploader || !destination.uploader->encode(encoded, payload, error)) {
-          report_error(ErrorCode::encoding_failed, destination.name + ": " + error);
+        const Status status = destination.uploader ? destination.uploader->encode(encoded, payload)
+                                                   : Status(ErrorCode::internal, "no uploader");
+        if (!status) {
+          report_error(status.code(), destination.name + ": " + status.message());
           failed += spans;
           all_ok = false;
           continue;
@@ -12662,9 +12765,9 @@ class Sender {
     for (Destination& d : destinations_) {
       if (!d.uploader) continue;
       const UploadResult result = d.uploader->flush();
-      if (result.succeeded()) continue;
+      if (result) continue;
       SPANPROF_TRY {
-        report_error(ErrorCode::upload_failed, d.name + ": flush: " + result.message);
+        report_error(ErrorCode::upload_failed, d.name + ": flush: " + result.message());
       } SPANPROF_CATCH_ALL {
         report_error(ErrorCode::upload_failed, "an uploader's flush failed");
       }
@@ -12763,13 +12866,13 @@ class Sender {
     for (int attempt = 1;; ++attempt) {
       count(Counter::upload_requests);
       const UploadResult result = d.uploader->send(encoded, payload);
-      if (result.succeeded()) {
+      if (result) {
         d.failures = 0;
         d.down = false;
         return Outcome::delivered;
       }
-      const std::string message = d.name + ": " + result.message;
-      if (result.status == UploadResult::Status::permanent_failure) {
+      const std::string message = d.name + ": " + result.message();
+      if (!result.may_retry()) {
         report_error(ErrorCode::upload_failed, message + " (not retried)");
         return Outcome::failed;
       }
@@ -12778,11 +12881,11 @@ class Sender {
       // outage costs one attempt, not a full retry sequence, per profile.
       if (d.down || attempt >= config_.retry.max_attempts || stop_.load()) {
         d.down = true;
-        d.retry_at = clock_.now_ns() + ns(backoff(d.failures, result.retry_after));
+        d.retry_at = clock_.now_ns() + ns(backoff(d.failures, result.retry_after()));
         return park(d, encoded, payload, message);
       }
       count(Counter::upload_retries);
-      if (!pause(backoff(attempt, result.retry_after))) {
+      if (!pause(backoff(attempt, result.retry_after()))) {
         d.down = true;
         d.retry_at = clock_.now_ns();
         return park(d, encoded, payload, message);
@@ -12834,18 +12937,18 @@ class Sender {
           metadata.cancelled = &stop_;
           count(Counter::upload_requests);
           const UploadResult result = d.uploader->send(metadata, payload);
-          if (result.status == UploadResult::Status::retryable_failure) {
+          if (!result && result.may_retry()) {
             d.down = true;
-            d.retry_at = clock_.now_ns() + ns(backoff(++d.failures, result.retry_after));
+            d.retry_at = clock_.now_ns() + ns(backoff(++d.failures, result.retry_after()));
             continue;  // stays spooled
           }
-          if (result.succeeded()) {
+          if (result) {
             d.failures = 0;
             d.down = false;
             count(Counter::spool_resent, metadata.span_count);
           } else {
             count(Counter::upload_failures, metadata.span_count);
-            report_error(ErrorCode::upload_failed, d.name + ": " + result.message + " (spooled profile dropped)");
+            report_error(ErrorCode::upload_failed, d.name + ": " + result.message() + " (spooled profile dropped)");
           }
         }
         spool_->remove(items.front());
@@ -14772,7 +14875,7 @@ class Runtime final : public GuardHost {
     std::lock_guard<std::mutex> lock(lifecycle_mutex_);
     GuardHostState& host = guard_host_state();
     if (only_if_never_started && lifecycle_.load() != never_started) {
-      result.started = host.config.load() != nullptr;
+      if (host.config.load() == nullptr) result = StartResult(Status(ErrorCode::not_running, "spanprof was shut down"));
       return result;
     }
     SPANPROF_TRY {
@@ -14828,6 +14931,7 @@ class Runtime final : public GuardHost {
       trigger_.reset();
       if (!worker_.start(std::move(worker))) {
         retirement_.reclaim();
+        static_cast<Status&>(result) = Status(ErrorCode::internal, "spanprof::start: the delivery threads could not start");
         return result;
       }
       signal_number_ = config->sampler.signal_number;
@@ -14839,17 +14943,26 @@ class Runtime final : public GuardHost {
       started_implicitly_ = only_if_never_started;
       stopped_by_fork_.store(false, std::memory_order_relaxed);
       register_exit_flush();
-      result.started = true;
-      return result;
     } SPANPROF_CATCH_ALL {
       report_error(ErrorCode::internal, "spanprof::start failed: out of memory");
-      return result;
+      static_cast<Status&>(result) = Status(ErrorCode::internal, "spanprof::start failed: out of memory");
     }
+    return result;
   }
 
-  bool flush(std::chrono::milliseconds timeout) noexcept { return worker_.flush(timeout); }
+  Status flush(std::chrono::milliseconds timeout) noexcept { return delivered(worker_.flush(timeout), "flush", timeout); }
 
-  bool shutdown(std::chrono::milliseconds timeout) noexcept {
+  Status shutdown(std::chrono::milliseconds timeout) noexcept { return delivered(stop(timeout), "shutdown", timeout); }
+
+  static Status delivered(bool drained, const char* call, std::chrono::milliseconds timeout) noexcept {
+    if (drained) return Status::ok();
+    char message[96];
+    std::snprintf(message, sizeof message, "%s: profiles still pending after %lld ms", call,
+                  static_cast<long long>(timeout.count()));
+    return Status(ErrorCode::timed_out, message);
+  }
+
+  bool stop(std::chrono::milliseconds timeout) noexcept {
     std::lock_guard<std::mutex> lock(lifecycle_mutex_);
     guard_host_state().config.store(nullptr, std::memory_order_release);
     if (lifecycle_.load() != never_started) lifecycle_.store(stopped, std::memory_order_release);
@@ -15072,8 +15185,8 @@ inline const bool runtime_is_guard_host = [] {
 }  // namespace detail
 
 SPANPROF_LIB_INLINE StartResult start(Options options) noexcept { return detail::runtime().start(std::move(options)); }
-SPANPROF_LIB_INLINE bool flush(std::chrono::milliseconds timeout) noexcept { return detail::runtime().flush(timeout); }
-SPANPROF_LIB_INLINE bool shutdown(std::chrono::milliseconds timeout) noexcept { return detail::runtime().shutdown(timeout); }
+SPANPROF_LIB_INLINE Status flush(std::chrono::milliseconds timeout) noexcept { return detail::runtime().flush(timeout); }
+SPANPROF_LIB_INLINE Status shutdown(std::chrono::milliseconds timeout) noexcept { return detail::runtime().shutdown(timeout); }
 SPANPROF_LIB_INLINE Stats stats() noexcept { return detail::runtime().stats(); }
 
 SPANPROF_NAMESPACE_END

@@ -61,11 +61,11 @@ int main() {
     by_context.set_error();
     std::printf("%f\n", busy_for(0.2));
   }
-  const bool flushed = spanprof::flush(std::chrono::seconds(10));
+  const bool flushed = spanprof::flush(std::chrono::seconds(10)).is_ok();
   const spanprof::Stats stats = spanprof::stats();
-  const bool stopped = spanprof::shutdown(std::chrono::seconds(5));
+  const bool stopped = spanprof::shutdown(std::chrono::seconds(5)).is_ok();
   std::printf("enabled=%d started=%d flushed=%d stopped=%d delivered=%d guards_opened=%llu\n", SPANPROF_ENABLED,
-              started.started, flushed, stopped, delivered.load(), static_cast<unsigned long long>(stats.guards_opened));
+              started.is_ok(), flushed, stopped, delivered.load(), static_cast<unsigned long long>(stats.guards_opened));
 #if SPANPROF_ENABLED
   return started && delivered.load() >= 1 && stats.guards_opened >= 1 ? 0 : 1;
 #else

@@ -135,11 +135,11 @@ void fuzz_one(std::string_view bytes) {
   response.body = std::string(head.substr(0, sd::http_response_body_limit));
   response.transport_error = (status & 1) != 0 && status < 0x100;
   const spanprof::UploadResult result = sd::classify(response, "fuzz");
-  using Status = spanprof::UploadResult::Status;
   const bool success = !response.transport_error && status >= 200 && status <= 299;
-  SPANPROF_FUZZ_CHECK((result.status == Status::ok) == success);
+  SPANPROF_FUZZ_CHECK(result.is_ok() == success);
   if (!success)
-    SPANPROF_FUZZ_CHECK(result.message.rfind("fuzz: ", 0) == 0 && result.retry_after == response.retry_after);
+    SPANPROF_FUZZ_CHECK(result.message().rfind("fuzz: ", 0) == 0 && result.code() == spanprof::ErrorCode::upload_failed &&
+                        (!result.may_retry() || result.retry_after() == response.retry_after));
 
   if (sd::http_header_name_valid(head))
     SPANPROF_FUZZ_CHECK(head.find_first_of(std::string_view(":\r\n \t\0", 6)) == std::string_view::npos);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <spanprof/base/clock.hpp>
+#include <spanprof/base/status.hpp>
 #include <spanprof/profile/profile.hpp>
 
 #include <atomic>
@@ -61,6 +62,12 @@
 namespace spanprof_test {
 
 inline constexpr std::int64_t ten_ms = 10'000'000;
+
+// What an upload said, as one comparable word: "ok", "retryable" or "permanent".
+template <class Result>
+std::string upload_outcome(const Result& result) {
+  return result.is_ok() ? "ok" : result.may_retry() ? "retryable" : "permanent";
+}
 
 inline bool contains(std::string_view haystack, std::string_view needle) {
   return haystack.find(needle) != std::string_view::npos;

@@ -650,17 +650,11 @@ class HttpClient {
 // 4xx, a redirect (not followed), a request that could not be made — permanent.
 // `what` prefixes the message, e.g. "pyroscope".
 inline UploadResult classify(const HttpResponse& response, std::string_view what) noexcept {
-  using Status = UploadResult::Status;
   const long code = response.status;
-  Status status = Status::permanent_failure;
-  if (response.transport_error || code == 408 || code == 429 || (code >= 500 && code <= 599)) {
-    status = Status::retryable_failure;
-  } else if (code >= 200 && code <= 299) {
-    return UploadResult::ok();
-  }
-  UploadResult result{status, {}, response.retry_after};
+  const bool may_retry = response.transport_error || code == 408 || code == 429 || (code >= 500 && code <= 599);
+  if (!may_retry && code >= 200 && code <= 299) return UploadResult::ok();
+  std::string message;
   SPANPROF_TRY {
-    std::string& message = result.message;
     if (!what.empty()) {
       message.assign(what.data(), what.size());
       message += ": ";
@@ -674,7 +668,7 @@ inline UploadResult classify(const HttpResponse& response, std::string_view what
       message += " (Retry-After " + std::to_string(response.retry_after.count() / 1000) + " s)";
   } SPANPROF_CATCH_ALL {
   }
-  return result;
+  return may_retry ? UploadResult::retryable(message, response.retry_after) : UploadResult::permanent(message);
 }
 
 }  // namespace detail

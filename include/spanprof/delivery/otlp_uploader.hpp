@@ -44,22 +44,18 @@ class OtlpUploader final : public Uploader {
  protected:
   // The ExportProfilesServiceRequest, gzip'd unless configured otherwise: what is
   // posted, and what the spool keeps during an outage (no re-encoding after).
-  bool do_encode(const EncodedProfile& profile, std::string& payload, std::string& error) override {
-    if (profile.profile == nullptr) {
-      error = "otlp: the profile's symbolized model is missing";
-      return false;
-    }
+  Status do_encode(const EncodedProfile& profile, std::string& payload) override {
+    if (profile.profile == nullptr) return Status(ErrorCode::encoding_failed, "otlp: the profile's symbolized model is missing");
     std::string message;
-    if (!encode_otlp_profiles_request(*profile.profile, profile, options_.resource, message, error)) return false;
+    if (Status encoded = encode_otlp_profiles_request(*profile.profile, profile, options_.resource, message); !encoded)
+      return encoded;
     if (!options_.gzip) {
       payload = std::move(message);
-      return true;
+      return Status::ok();
     }
-    if (!detail::gzip_compress(message, payload, error)) {
-      error = "otlp: " + error;
-      return false;
-    }
-    return true;
+    std::string error;
+    if (!detail::gzip_compress(message, payload, error)) return Status(ErrorCode::encoding_failed, "otlp: " + error);
+    return Status::ok();
   }
 
   UploadResult do_send(const EncodedProfile& profile, const std::string& payload) override {

@@ -135,12 +135,12 @@ class PyroscopeUploader final : public Uploader {
 
  protected:
   // push: a serialized PushRequest with one series; ingest: the pprof itself.
-  bool do_encode(const EncodedProfile& profile, std::string& payload, std::string& error) override {
+  Status do_encode(const EncodedProfile& profile, std::string& payload) override {
     std::string pprof;
-    if (!relabelled_pprof(profile, pprof, error)) return false;
+    if (Status relabelled = relabelled_pprof(profile, pprof); !relabelled) return relabelled;
     if (options_.api == PyroscopeOptions::Api::ingest) {
       payload = std::move(pprof);
-      return true;
+      return Status::ok();
     }
     namespace f = detail::pyroscope_field;
     payload.clear();
@@ -161,7 +161,7 @@ class PyroscopeUploader final : public Uploader {
         sample.bytes_field(f::sample_id, detail::random_uuid(rng_));
       });
     });
-    return true;
+    return Status::ok();
   }
 
   UploadResult do_send(const EncodedProfile& profile, const std::string& payload) override {
@@ -181,15 +181,12 @@ class PyroscopeUploader final : public Uploader {
  private:
   // The pprof with drop_labels and rename_labels applied (and label values cut to
   // Pyroscope's limit): re-encoded from the model when there is anything to change.
-  bool relabelled_pprof(const EncodedProfile& profile, std::string& pprof, std::string& error) {
+  Status relabelled_pprof(const EncodedProfile& profile, std::string& pprof) {
     if (options_.drop_labels.empty() && options_.rename_labels.empty()) {
       pprof = profile.pprof_gzip;
-      return true;
+      return Status::ok();
     }
-    if (profile.profile == nullptr) {
-      error = "pyroscope: relabelling needs the profile's model";
-      return false;
-    }
+    if (profile.profile == nullptr) return Status(ErrorCode::encoding_failed, "pyroscope: relabelling needs the profile's model");
     Profile copy = *profile.profile;
     materialize_span_labels(copy);  // the records' labels become each sample's own, to relabel
     auto relabel = [&](std::vector<Label>& labels) {
@@ -205,7 +202,7 @@ class PyroscopeUploader final : public Uploader {
       labels = std::move(kept);
     };
     for (Sample& sample : copy.samples) relabel(sample.labels);
-    return encode_pprof_gzip(copy, pprof, error);
+    return encode_pprof_gzip(copy, pprof);
   }
 
   static HttpOptions with_tenant(const PyroscopeOptions& options) {

@@ -295,9 +295,8 @@ class Sender {
       }
       const Profile profile = batch.build(*builder_, config_.comments);
       EncodedProfile encoded;
-      std::string error;
-      if (!encode_pprof_gzip(profile, encoded.pprof_gzip, error)) {
-        report_error(ErrorCode::encoding_failed, error);
+      if (const Status status = encode_pprof_gzip(profile, encoded.pprof_gzip); !status) {
+        report_error(status.code(), status.message());
         settle(item, false, spans * lane.size(), 0);
         return;
       }
@@ -309,8 +308,10 @@ class Sender {
       for (const std::size_t d : lane) {
         Destination& destination = destinations_.at(d);
         std::string payload;
-        if (!destination.uploader || !destination.uploader->encode(encoded, payload, error)) {
-          report_error(ErrorCode::encoding_failed, destination.name + ": " + error);
+        const Status status = destination.uploader ? destination.uploader->encode(encoded, payload)
+                                                   : Status(ErrorCode::internal, "no uploader");
+        if (!status) {
+          report_error(status.code(), destination.name + ": " + status.message());
           failed += spans;
           all_ok = false;
           continue;
@@ -335,9 +336,9 @@ class Sender {
     for (Destination& d : destinations_) {
       if (!d.uploader) continue;
       const UploadResult result = d.uploader->flush();
-      if (result.succeeded()) continue;
+      if (result) continue;
       SPANPROF_TRY {
-        report_error(ErrorCode::upload_failed, d.name + ": flush: " + result.message);
+        report_error(ErrorCode::upload_failed, d.name + ": flush: " + result.message());
       } SPANPROF_CATCH_ALL {
         report_error(ErrorCode::upload_failed, "an uploader's flush failed");
       }
@@ -436,13 +437,13 @@ class Sender {
     for (int attempt = 1;; ++attempt) {
       count(Counter::upload_requests);
       const UploadResult result = d.uploader->send(encoded, payload);
-      if (result.succeeded()) {
+      if (result) {
         d.failures = 0;
         d.down = false;
         return Outcome::delivered;
       }
-      const std::string message = d.name + ": " + result.message;
-      if (result.status == UploadResult::Status::permanent_failure) {
+      const std::string message = d.name + ": " + result.message();
+      if (!result.may_retry()) {
         report_error(ErrorCode::upload_failed, message + " (not retried)");
         return Outcome::failed;
       }
@@ -451,11 +452,11 @@ class Sender {
       // outage costs one attempt, not a full retry sequence, per profile.
       if (d.down || attempt >= config_.retry.max_attempts || stop_.load()) {
         d.down = true;
-        d.retry_at = clock_.now_ns() + ns(backoff(d.failures, result.retry_after));
+        d.retry_at = clock_.now_ns() + ns(backoff(d.failures, result.retry_after()));
         return park(d, encoded, payload, message);
       }
       count(Counter::upload_retries);
-      if (!pause(backoff(attempt, result.retry_after))) {
+      if (!pause(backoff(attempt, result.retry_after()))) {
         d.down = true;
         d.retry_at = clock_.now_ns();
         return park(d, encoded, payload, message);
@@ -507,18 +508,18 @@ class Sender {
           metadata.cancelled = &stop_;
           count(Counter::upload_requests);
           const UploadResult result = d.uploader->send(metadata, payload);
-          if (result.status == UploadResult::Status::retryable_failure) {
+          if (!result && result.may_retry()) {
             d.down = true;
-            d.retry_at = clock_.now_ns() + ns(backoff(++d.failures, result.retry_after));
+            d.retry_at = clock_.now_ns() + ns(backoff(++d.failures, result.retry_after()));
             continue;  // stays spooled
           }
-          if (result.succeeded()) {
+          if (result) {
             d.failures = 0;
             d.down = false;
             count(Counter::spool_resent, metadata.span_count);
           } else {
             count(Counter::upload_failures, metadata.span_count);
-            report_error(ErrorCode::upload_failed, d.name + ": " + result.message + " (spooled profile dropped)");
+            report_error(ErrorCode::upload_failed, d.name + ": " + result.message() + " (spooled profile dropped)");
           }
         }
         spool_->remove(items.front());

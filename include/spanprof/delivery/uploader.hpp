@@ -23,6 +23,7 @@
 #define SPANPROF_DELIVERY_UPLOADER_HPP_
 
 #include <spanprof/base/error.hpp>
+#include <spanprof/base/status.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/delivery/delivery_policy.hpp>
 #include <spanprof/profile/profile.hpp>
@@ -57,16 +58,34 @@ struct EncodedProfile : SpanRecord {
   const std::atomic<bool>* cancelled = nullptr;
 };
 
-struct UploadResult {
-  enum class Status : std::uint8_t { ok, retryable_failure, permanent_failure };
-  Status status = Status::ok;
-  std::string message;
-  std::chrono::milliseconds retry_after{-1};  // the backend asked to wait this long (-1: it did not say)
+// What a send or a flush did: a Status (status.hpp), and for a failure whether
+// trying again may help and how long the backend asked to wait.
+class UploadResult : public Status {
+ public:
+  UploadResult() noexcept = default;  // ok
 
-  static UploadResult ok() { return {}; }
-  static UploadResult retryable(std::string why) { return {Status::retryable_failure, std::move(why)}; }
-  static UploadResult permanent(std::string why) { return {Status::permanent_failure, std::move(why)}; }
-  bool succeeded() const noexcept { return status == Status::ok; }
+  static UploadResult ok() noexcept { return {}; }
+  // The backend may take it later (a timeout, a 5xx, a 429): the sender retries
+  // with backoff, then spools.
+  static UploadResult retryable(std::string_view why,
+                                std::chrono::milliseconds retry_after = std::chrono::milliseconds(-1)) noexcept {
+    return UploadResult(true, why, retry_after);
+  }
+  // It never will (a 4xx, a payload refused): the profile is dropped and counted.
+  static UploadResult permanent(std::string_view why) noexcept {
+    return UploadResult(false, why, std::chrono::milliseconds(-1));
+  }
+
+  bool may_retry() const noexcept { return may_retry_; }
+  // How long the backend asked to wait (Retry-After); -1 when it did not say.
+  std::chrono::milliseconds retry_after() const noexcept { return retry_after_; }
+
+ private:
+  UploadResult(bool may_retry, std::string_view why, std::chrono::milliseconds retry_after) noexcept
+      : Status(ErrorCode::upload_failed, why), may_retry_(may_retry), retry_after_(retry_after) {}
+
+  bool may_retry_ = false;
+  std::chrono::milliseconds retry_after_{-1};
 };
 
 class Uploader {
@@ -82,19 +101,19 @@ class Uploader {
   std::string_view name() const noexcept { return name_; }
   Delivery delivery() const noexcept { return delivery_; }
 
-  // The bytes this uploader sends for `profile` (do_encode()). False, with
-  // `error`: this profile cannot be sent by this uploader, and never will be.
-  bool encode(const EncodedProfile& profile, std::string& payload, std::string& error) noexcept {
+  // The bytes this uploader sends for `profile` (do_encode()). A failure
+  // (encoding_failed): this profile cannot be sent by this uploader, and never
+  // will be.
+  Status encode(const EncodedProfile& profile, std::string& payload) noexcept {
     SPANPROF_TRY {
       std::lock_guard<std::mutex> lock(mutex_);
-      return do_encode(profile, payload, error);
+      return do_encode(profile, payload);
     } SPANPROF_CATCH_STD(e) {
-      detail::set_error_message(error, "uploader threw while encoding: ");
-      SPANPROF_TRY { error += e.what(); } SPANPROF_CATCH_ALL {}
+      return detail::status_from_exception(ErrorCode::encoding_failed, "uploader threw while encoding: ", e.what());
     } SPANPROF_CATCH_ALL {
-      detail::set_error_message(error, "uploader threw while encoding");
+      return detail::status_from_exception(ErrorCode::encoding_failed, "uploader threw while encoding: ", "unknown exception");
     }
-    return false;
+    return Status(ErrorCode::internal, "unreachable");  // -fno-exceptions: the try is an if (true)
   }
 
   // Sends a payload encode() made, now or after a restart (from the spool, when
@@ -105,8 +124,9 @@ class Uploader {
 
   // encode() then send(): for a profile in hand (tools, tests).
   UploadResult upload(const EncodedProfile& profile) noexcept {
-    std::string payload, error;
-    if (!encode(profile, payload, error)) return failed_with("", error.c_str());
+    std::string payload;
+    const Status encoded = encode(profile, payload);
+    if (!encoded) return UploadResult::permanent(encoded.message());
     return send(profile, payload);
   }
 
@@ -124,10 +144,9 @@ class Uploader {
   virtual UploadResult do_flush() { return UploadResult::ok(); }
 
   // Optional, for a wire format other than pprof: the bytes do_send() gets.
-  virtual bool do_encode(const EncodedProfile& profile, std::string& payload, std::string& error) {
-    static_cast<void>(error);
+  virtual Status do_encode(const EncodedProfile& profile, std::string& payload) {
     payload = profile.pprof_gzip;
-    return true;
+    return Status::ok();
   }
 
  private:
@@ -137,18 +156,11 @@ class Uploader {
       std::lock_guard<std::mutex> lock(mutex_);
       return call();
     } SPANPROF_CATCH_STD(e) {
-      return failed_with("uploader threw: ", e.what());
+      return UploadResult::permanent(detail::status_from_exception(ErrorCode::upload_failed, "uploader threw: ", e.what()).message());
     } SPANPROF_CATCH_ALL {
-      return failed_with("uploader threw: ", "unknown exception");
+      return UploadResult::permanent("uploader threw: unknown exception");
     }
-  }
-
-  static UploadResult failed_with(const char* context, const char* what) noexcept {
-    SPANPROF_TRY {
-      return UploadResult::permanent(std::string(context) + what);
-    } SPANPROF_CATCH_ALL {
-      return UploadResult{UploadResult::Status::permanent_failure, {}};
-    }
+    return UploadResult::permanent("unreachable");  // -fno-exceptions: the try is an if (true)
   }
 
   std::mutex mutex_;  // one call at a time, whichever thread makes it

@@ -29,6 +29,7 @@
 #ifndef SPANPROF_PROFILE_OTLP_ENCODER_HPP_
 #define SPANPROF_PROFILE_OTLP_ENCODER_HPP_
 
+#include <spanprof/base/status.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/profile/profile_builder.hpp>
 #include <spanprof/profile/protobuf_writer.hpp>
@@ -470,11 +471,10 @@ class OtlpRequestBuilder {
 }  // namespace detail
 
 // Serializes an ExportProfilesServiceRequest for `profile`, described by `record`
-// (one span's, or a window's; not compressed). Never throws; on failure `out` is
-// empty and `error` says why.
-inline bool encode_otlp_profiles_request(const Profile& profile, const SpanRecord& record,
-                                         const OtlpResource& resource, std::string& out,
-                                         std::string& error) noexcept {
+// (one span's, or a window's; not compressed). On failure (encoding_failed) `out`
+// is empty.
+inline Status encode_otlp_profiles_request(const Profile& profile, const SpanRecord& record,
+                                           const OtlpResource& resource, std::string& out) noexcept {
   out.clear();
   SPANPROF_TRY {
     std::string invalid;
@@ -491,21 +491,21 @@ inline bool encode_otlp_profiles_request(const Profile& profile, const SpanRecor
       if (builder.invalid_input().empty()) {
         detail::ProtobufWriter writer(out);
         builder.write(writer, resource);
-        return true;
+        return Status::ok();
       }
       invalid = builder.invalid_input();
     }
-    detail::set_error_message(error, "otlp: invalid input: ");
-    error += invalid;
+    return Status(ErrorCode::encoding_failed, "otlp: invalid input: " + invalid);
   }
   SPANPROF_CATCH_STD(e) {
-    detail::set_error_message(error, "otlp: encoding failed: ");
-    SPANPROF_TRY { error += e.what(); }
-    SPANPROF_CATCH_ALL {}
+    out.clear();
+    return detail::status_from_exception(ErrorCode::encoding_failed, "otlp: encoding failed: ", e.what());
   }
-  SPANPROF_CATCH_ALL { detail::set_error_message(error, "otlp: encoding failed"); }
-  out.clear();
-  return false;
+  SPANPROF_CATCH_ALL {
+    out.clear();
+    return Status(ErrorCode::encoding_failed, "otlp: encoding failed");
+  }
+  return Status(ErrorCode::internal, "unreachable");  // -fno-exceptions: the try is an if (true)
 }
 
 SPANPROF_NAMESPACE_END

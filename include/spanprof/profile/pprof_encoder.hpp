@@ -179,13 +179,9 @@ inline void write_pprof_function(ProtobufWriter& writer, const Function& functio
   });
 }
 
-}  // namespace detail
-
-// The uncompressed profile.proto bytes. May throw std::bad_alloc; use
-// encode_pprof_gzip at API boundaries.
-inline std::string encode_pprof(const Profile& profile) {
+// Throws std::bad_alloc: the public calls below turn it into a Status.
+inline void write_pprof(const Profile& profile, std::string& out) {
   namespace f = detail::pprof_field::profile;
-  std::string out;
   detail::ProtobufWriter writer(out);
   detail::PprofStringTable strings;
 
@@ -222,27 +218,37 @@ inline std::string encode_pprof(const Profile& profile) {
   writer.int64_field_if_nonzero(f::period, profile.period);
   writer.packed_int64_field(f::comment, comment_indices);
   writer.int64_field_if_nonzero(f::default_sample_type, default_sample_type_index);
-  return out;
 }
 
-// The body of a .pb.gz file. Never throws; on failure `out` is empty and `error`
-// says why (the caller decides whether to report it as encoding_failed).
-inline bool encode_pprof_gzip(const Profile& profile, std::string& out, std::string& error) noexcept {
+}  // namespace detail
+
+// The uncompressed profile.proto bytes. On failure (encoding_failed) `out` is empty.
+inline Status encode_pprof(const Profile& profile, std::string& out) noexcept {
   out.clear();
   SPANPROF_TRY {
-    const std::string raw = encode_pprof(profile);
-    return detail::gzip_compress(raw, out, error);
+    detail::write_pprof(profile, out);
+    return Status::ok();
   } SPANPROF_CATCH_STD(e) {
-    detail::set_error_message(error, "pprof: encoding failed: ");
-    SPANPROF_TRY {
-      error += e.what();
-    } SPANPROF_CATCH_ALL {
-    }
+    out.clear();
+    return detail::status_from_exception(ErrorCode::encoding_failed, "pprof: encoding failed: ", e.what());
   } SPANPROF_CATCH_ALL {
-    detail::set_error_message(error, "pprof: encoding failed");
+    out.clear();
+    return Status(ErrorCode::encoding_failed, "pprof: encoding failed");
   }
-  out.clear();
-  return false;
+  return Status(ErrorCode::internal, "unreachable");  // -fno-exceptions: the try is an if (true)
+}
+
+// The body of a .pb.gz file, as `go tool pprof` reads it. On failure
+// (encoding_failed) `out` is empty.
+inline Status encode_pprof_gzip(const Profile& profile, std::string& out) noexcept {
+  std::string raw;
+  if (Status encoded = encode_pprof(profile, raw); !encoded) {
+    out.clear();
+    return encoded;
+  }
+  std::string error;
+  if (!detail::gzip_compress(raw, out, error)) return Status(ErrorCode::encoding_failed, error);
+  return Status::ok();
 }
 
 SPANPROF_NAMESPACE_END

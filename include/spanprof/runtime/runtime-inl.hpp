@@ -75,7 +75,7 @@ class Runtime final : public GuardHost {
     std::lock_guard<std::mutex> lock(lifecycle_mutex_);
     GuardHostState& host = guard_host_state();
     if (only_if_never_started && lifecycle_.load() != never_started) {
-      result.started = host.config.load() != nullptr;
+      if (host.config.load() == nullptr) result = StartResult(Status(ErrorCode::not_running, "spanprof was shut down"));
       return result;
     }
     SPANPROF_TRY {
@@ -131,6 +131,7 @@ class Runtime final : public GuardHost {
       trigger_.reset();
       if (!worker_.start(std::move(worker))) {
         retirement_.reclaim();
+        static_cast<Status&>(result) = Status(ErrorCode::internal, "spanprof::start: the delivery threads could not start");
         return result;
       }
       signal_number_ = config->sampler.signal_number;
@@ -142,17 +143,26 @@ class Runtime final : public GuardHost {
       started_implicitly_ = only_if_never_started;
       stopped_by_fork_.store(false, std::memory_order_relaxed);
       register_exit_flush();
-      result.started = true;
-      return result;
     } SPANPROF_CATCH_ALL {
       report_error(ErrorCode::internal, "spanprof::start failed: out of memory");
-      return result;
+      static_cast<Status&>(result) = Status(ErrorCode::internal, "spanprof::start failed: out of memory");
     }
+    return result;
   }
 
-  bool flush(std::chrono::milliseconds timeout) noexcept { return worker_.flush(timeout); }
+  Status flush(std::chrono::milliseconds timeout) noexcept { return delivered(worker_.flush(timeout), "flush", timeout); }
 
-  bool shutdown(std::chrono::milliseconds timeout) noexcept {
+  Status shutdown(std::chrono::milliseconds timeout) noexcept { return delivered(stop(timeout), "shutdown", timeout); }
+
+  static Status delivered(bool drained, const char* call, std::chrono::milliseconds timeout) noexcept {
+    if (drained) return Status::ok();
+    char message[96];
+    std::snprintf(message, sizeof message, "%s: profiles still pending after %lld ms", call,
+                  static_cast<long long>(timeout.count()));
+    return Status(ErrorCode::timed_out, message);
+  }
+
+  bool stop(std::chrono::milliseconds timeout) noexcept {
     std::lock_guard<std::mutex> lock(lifecycle_mutex_);
     guard_host_state().config.store(nullptr, std::memory_order_release);
     if (lifecycle_.load() != never_started) lifecycle_.store(stopped, std::memory_order_release);
@@ -375,8 +385,8 @@ inline const bool runtime_is_guard_host = [] {
 }  // namespace detail
 
 SPANPROF_LIB_INLINE StartResult start(Options options) noexcept { return detail::runtime().start(std::move(options)); }
-SPANPROF_LIB_INLINE bool flush(std::chrono::milliseconds timeout) noexcept { return detail::runtime().flush(timeout); }
-SPANPROF_LIB_INLINE bool shutdown(std::chrono::milliseconds timeout) noexcept { return detail::runtime().shutdown(timeout); }
+SPANPROF_LIB_INLINE Status flush(std::chrono::milliseconds timeout) noexcept { return detail::runtime().flush(timeout); }
+SPANPROF_LIB_INLINE Status shutdown(std::chrono::milliseconds timeout) noexcept { return detail::runtime().shutdown(timeout); }
 SPANPROF_LIB_INLINE Stats stats() noexcept { return detail::runtime().stats(); }
 
 SPANPROF_NAMESPACE_END

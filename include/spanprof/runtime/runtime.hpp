@@ -14,22 +14,25 @@
 #define SPANPROF_RUNTIME_RUNTIME_HPP_
 
 #include <spanprof/base/error.hpp>
+#include <spanprof/base/status.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/runtime/options.hpp>
 #include <spanprof/runtime/stats.hpp>
 
 #include <chrono>
+#include <utility>
 #include <vector>
 
 SPANPROF_NAMESPACE_BEGIN
 
-// What start() did: whether profiling runs, and every configuration problem it met
-// (from the environment, and values it had to clamp), each also reported through
-// the error channel.
-struct StartResult {
-  bool started = false;  // false also when spanprof is compiled out (SPANPROF_ENABLED=0)
+// What start() did: ok when profiling runs (not_running when spanprof is compiled
+// out), and every configuration problem it met on the way (from the environment,
+// values it had to clamp), each also reported through the error channel. A
+// problem does not stop the start: the setting's default is used instead.
+struct StartResult : Status {
+  StartResult() noexcept = default;
+  explicit StartResult(Status status) noexcept : Status(std::move(status)) {}
   std::vector<ConfigurationProblem> problems;
-  explicit operator bool() const noexcept { return started; }
 };
 
 #if SPANPROF_ENABLED
@@ -38,20 +41,23 @@ struct StartResult {
 // reported through the error handler and returned.
 SPANPROF_API SPANPROF_LIB_INLINE StartResult start(Options options = Options()) noexcept;
 
-// Waits until every profile finished so far has been uploaded, or the timeout.
-SPANPROF_API SPANPROF_LIB_INLINE bool flush(std::chrono::milliseconds timeout = std::chrono::seconds(5)) noexcept;
+// Waits until every profile finished so far has been delivered (or failed, or
+// spooled). timed_out: profiles were still pending at the timeout.
+SPANPROF_API SPANPROF_LIB_INLINE Status flush(std::chrono::milliseconds timeout = std::chrono::seconds(5)) noexcept;
 
-// Stops profiling; delivers what it can within the timeout. Returns false if
-// profiles were still pending when the timeout expired.
-SPANPROF_API SPANPROF_LIB_INLINE bool shutdown(std::chrono::milliseconds timeout = std::chrono::seconds(5)) noexcept;
+// Stops profiling; delivers what it can within the timeout. timed_out: profiles
+// were still pending at the timeout (counted as dropped, stats()).
+SPANPROF_API SPANPROF_LIB_INLINE Status shutdown(std::chrono::milliseconds timeout = std::chrono::seconds(5)) noexcept;
 
 SPANPROF_API SPANPROF_LIB_INLINE Stats stats() noexcept;
 
 #else  // SPANPROF_ENABLED == 0
 
-inline StartResult start(const Options& = Options()) noexcept { return {}; }
-inline bool flush(std::chrono::milliseconds = std::chrono::seconds(5)) noexcept { return true; }
-inline bool shutdown(std::chrono::milliseconds = std::chrono::seconds(5)) noexcept { return true; }
+inline StartResult start(const Options& = Options()) noexcept {
+  return StartResult(Status(ErrorCode::not_running, "spanprof is compiled out (SPANPROF_ENABLED=0)"));
+}
+inline Status flush(std::chrono::milliseconds = std::chrono::seconds(5)) noexcept { return Status::ok(); }
+inline Status shutdown(std::chrono::milliseconds = std::chrono::seconds(5)) noexcept { return Status::ok(); }
 inline Stats stats() noexcept { return {}; }
 
 #endif

@@ -3,6 +3,7 @@
 #ifndef SPANPROF_SPAN_SPAN_CONTEXT_HPP_
 #define SPANPROF_SPAN_SPAN_CONTEXT_HPP_
 
+#include <spanprof/base/error_code.hpp>
 #include <spanprof/config.hpp>
 
 #include <array>
@@ -129,10 +130,15 @@ constexpr std::string_view to_string(TraceparentError e) noexcept {
   return "unknown";
 }
 
+// Read as a Status reads (status.hpp): `if (!parsed)`, code(), message(). Not a
+// Status itself, so that parsing stays constexpr and never allocates.
 struct TraceparentParse {
   SpanContext context;  // invalid unless error == none
   TraceparentError error = TraceparentError::none;
   constexpr explicit operator bool() const noexcept { return error == TraceparentError::none; }
+  constexpr bool is_ok() const noexcept { return error == TraceparentError::none; }
+  constexpr ErrorCode code() const noexcept { return ErrorCode::invalid_traceparent; }  // for a failure
+  constexpr std::string_view message() const noexcept { return is_ok() ? std::string_view() : to_string(error); }
 };
 
 // Strict W3C trace-context parsing: "vv-<32 hex>-<16 hex>-ff". A future version
