@@ -90,14 +90,9 @@ void check_eight_chains(const char* variant, ChainRunner run, unsigned first_spa
   for (int t = 0; t < threads; ++t) {
     workers.emplace_back([&, t] {
       spanprof::ScopedProfile guard(span_number(first_span + static_cast<unsigned>(t)), "walk_chain");
-      // In chunks until 0.35 s of this thread's CPU: on a loaded machine the
-      // calibration above can be off threefold (0.12 s of CPU once), and 200 samples
-      // need their CPU. The chunks' clock reads are left out of the share below.
       const double start = spanprof_test::thread_cpu_seconds();
-      do {
-        results.fetch_add(run(t, rounds / 8 + 1), std::memory_order_relaxed);
-        cpu_seconds[t] = spanprof_test::thread_cpu_seconds() - start;
-      } while (cpu_seconds[t] < 0.35);
+      results.fetch_add(run(t, rounds), std::memory_order_relaxed);
+      cpu_seconds[t] = spanprof_test::thread_cpu_seconds() - start;
     });
   }
   for (auto& worker : workers) worker.join();
