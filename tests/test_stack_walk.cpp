@@ -77,11 +77,14 @@ void check_eight_chains(const char* variant, ChainRunner run, unsigned first_spa
   spanprof::Options options;
   options.frequency_hz = 1000;
   Collector collector(options);
-  // Rounds per CPU-second of this build, measured outside any span.
+  // Rounds per CPU-second of this build, measured outside any span. Under load the
+  // estimate can be off threefold (0.12 CPU-seconds for 0.35 asked), so the threads
+  // ask for 0.45 s and the floor below is a third of that: enough samples for a 0.99
+  // share to mean something, with the accuracy checked against the CPU really spent.
   const double calibrate_start = spanprof_test::thread_cpu_seconds();
   std::uint64_t sink = run(0, 2'000'000);
   const double per_round = (spanprof_test::thread_cpu_seconds() - calibrate_start) / 2'000'000;
-  const auto rounds = static_cast<std::uint64_t>(0.35 / std::max(per_round, 1e-10));
+  const auto rounds = static_cast<std::uint64_t>(0.45 / std::max(per_round, 1e-10));
 
   constexpr int threads = 8;
   double cpu_seconds[threads] = {};
@@ -108,7 +111,7 @@ void check_eight_chains(const char* variant, ChainRunner run, unsigned first_spa
                                                  prefix + "outer_" + std::to_string(t) + "(", counter_example);
     INFO("a sample that does not: " << counter_example);
     INFO(spanprof_test::leaf_summary(profile->decoded));
-    CHECK(spanprof_test::sample_count(profile->decoded) >= 200);
+    CHECK(spanprof_test::sample_count(profile->decoded) >= 150);
     CHECK(share >= 0.99);
     // Samples x period against the CPU the thread spent in its span.
     const double sampled = static_cast<double>(spanprof_test::value_total(profile->decoded, 1)) * 1e-9;
