@@ -10,6 +10,9 @@
 //   default      spanprof::start with default options: every request profiled
 //   perf_event   the same with Options::cpu_sample_source = perf_event
 //   posix_timer  the same with Options::cpu_sample_source = posix_timer
+//   idle         spanprof started with default options, no spans: what running costs
+//   turned_down  every request in a guard the head sampler turns down (NeverSampler)
+//   rare         every request profiled at 1 Hz: the guards' cost, almost no samples
 //   tail         every request profiled, a tail policy keeps those over 2 ms (a few)
 //   batched      per-span profiles merged into windows (Delivery::batched)
 //   wall         spanprof::cpu | spanprof::wall per request
@@ -114,14 +117,15 @@ int main(int argc, char** argv) {
   }
   const std::string mode = argv[1];
   const int port = std::atoi(argv[2]);
-  const bool spans = mode != "off" && mode != "gperftools";
+  const bool started = mode != "off" && mode != "gperftools";
+  const bool spans = started && mode != "idle";
   spanprof::ProfileKinds kinds = spanprof::cpu;
 
   if (mode == "gperftools") {
     char path[64];
     std::snprintf(path, sizeof path, "/tmp/spanprof-server-bench-%d.prof", static_cast<int>(::getpid()));
     if (!ProfilerStart(path)) return 1;
-  } else if (spans) {
+  } else if (started) {
     spanprof::Options options(spanprof::ignore_environment);
     options.frequency_hz = 100;
     auto delivery = spanprof::Delivery::per_span();
@@ -130,7 +134,9 @@ int main(int argc, char** argv) {
     else if (mode == "tail") options.tail_policy = std::make_shared<spanprof::KeepSlowSpans>(std::chrono::milliseconds(2));
     else if (mode == "batched") delivery = spanprof::Delivery::batched(std::chrono::seconds(10));
     else if (mode == "wall") kinds = spanprof::cpu | spanprof::wall;
-    else if (mode != "default") {
+    else if (mode == "turned_down") options.head_sampler = std::make_shared<spanprof::NeverSampler>();
+    else if (mode == "rare") options.frequency_hz = 1;
+    else if (mode != "default" && mode != "idle" && mode != "rare") {
       std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
       return 2;
     }
@@ -171,6 +177,6 @@ int main(int argc, char** argv) {
   });
   if (!server.listen("127.0.0.1", port)) return 1;
   if (mode == "gperftools") ProfilerStop();
-  if (spans) spanprof::shutdown(std::chrono::seconds(5));
+  if (started) spanprof::shutdown(std::chrono::seconds(5));
   return 0;
 }

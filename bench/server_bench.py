@@ -3,8 +3,8 @@
 (utime + stime of the server process / requests served), profiling on against
 off, in paired rounds.
 
-One server (bench/server_bench.cpp) runs per mode, all started at once. Each
-round, in a new random order, loads every mode's server at the same time as the
+One server (bench/server_bench.cpp) runs per mode, all started anew each round
+(--keep-servers: once for the run). Each round, in a new random order, loads every mode's server at the same time as the
 `off` server, each with its own wrk (one thread, 4 connections, a new connection
 per request), and reads both servers' process CPU time and request count before
 and after the window. A round's ratio is the mode's CPU per request over `off`'s
@@ -15,7 +15,7 @@ CPU per request of the server is what a user pays.
 
   python3 bench/server_bench.py [--binary PATH] [--rounds 7] [--seconds 4]
                                 [--modes off,default,...] [--connections 8]
-                                [--server-cores 1 --load-cores 0] [--one-at-a-time]
+                                [--server-cores 1 --load-cores 0] [--one-at-a-time] [--keep-servers]
                                 [--before PATH_TO_AN_EARLIER_BUILD]
 
 The one command (installs wrk and cpp-httplib, builds, runs):
@@ -32,6 +32,8 @@ import time
 import urllib.request
 
 MODES = ["off", "default", "perf_event", "posix_timer", "tail", "batched", "wall", "gperftools"]
+# Not run unless asked (--modes): they split the default's cost into its parts.
+DIAGNOSTIC_MODES = ["idle", "turned_down", "rare"]
 
 
 def free_port():
@@ -91,7 +93,11 @@ def loaded_together(servers, seconds, connections, cores):
 
 
 class Server:
-    """One server process for one mode, started once and loaded in slices."""
+    """One server process for one mode, loaded in slices. New ones are started every
+    round: a process keeps its own luck (where ASLR put its heap and stacks, which
+    core its threads settled on) for its whole life, and two identical servers kept
+    for a whole run came out 1.3 % apart in the median; fresh ones each round turn
+    that bias into scatter the median averages out."""
 
     def __init__(self, binary, mode, cores):
         self.port = free_port()
@@ -134,6 +140,8 @@ def main():
     parser.add_argument("--load-cores", default="", help="taskset list for wrk (e.g. 0)")
     parser.add_argument("--one-at-a-time", action="store_true",
                         help="load each server alone in turn instead of at the same time as off")
+    parser.add_argument("--keep-servers", action="store_true",
+                        help="keep each mode's server for every round instead of starting new ones each round")
     parser.add_argument("--before", default="",
                         help="a second server binary (an earlier build): its modes run in the same rounds, "
                              "labelled MODE/before, for a before-and-after comparison side by side")
@@ -162,11 +170,20 @@ def main():
     # time as the `off` server (--together, the default), or each server alone in
     # turn (--one-at-a-time); in both, the modes come in a new random order.
     servers = {}
-    try:
+
+    def start_servers():
+        for server in servers.values():
+            server.stop()
+        servers.clear()
         for mode in modes:
             servers[mode] = Server(binaries[mode], mode.split("/")[0], args.server_cores)
             servers[mode].slice(warmup, args.connections, args.load_cores)
+
+    try:
+        start_servers()
         for round_number in range(1, args.rounds + 1):
+            if round_number > 1 and not args.keep_servers:
+                start_servers()
             order = [m for m in modes if m != "off"]
             rng.shuffle(order)
             if args.one_at_a_time:

@@ -7857,6 +7857,14 @@ inline void set_zlib_error(std::string& error, std::string_view what, int code, 
 // zlib counts in uInt; feed larger buffers in slices so 4 GiB+ inputs still work.
 inline constexpr std::size_t zlib_max_slice = std::size_t{1} << 30;
 
+// Inputs shorter than this are stored in the gzip member, not compressed. At any
+// level above 0 zlib builds Huffman trees for every block, a fixed cost of ~20 µs
+// here whatever the size, which is most of what a one-sample span profile (2.5 KB)
+// costs to deliver, and more than the whole sample cost the request thread. Stored,
+// it takes ~1 µs, gunzips the same everywhere, and weighs at most 1.2 KB more (still
+// one 4 KiB disk block, three TCP segments). Batched and bigger profiles compress.
+inline constexpr std::size_t gzip_store_below = 4096;
+
 inline bool gzip_compress(std::string_view in, std::string& out, std::string& error) noexcept {
   out.clear();
   z_stream stream{};
@@ -7869,7 +7877,8 @@ inline bool gzip_compress(std::string_view in, std::string& out, std::string& er
   int window_bits = 9;
   while (window_bits < 15 && (std::size_t{1} << window_bits) < in.size() + 262) ++window_bits;
   const int mem_level = std::clamp(window_bits - 7, 1, 8);
-  int rc = deflateInit2(&stream, Z_BEST_SPEED, Z_DEFLATED, window_bits + 16, mem_level, Z_DEFAULT_STRATEGY);
+  const int level = in.size() < gzip_store_below ? Z_NO_COMPRESSION : Z_BEST_SPEED;
+  int rc = deflateInit2(&stream, level, Z_DEFLATED, window_bits + 16, mem_level, Z_DEFAULT_STRATEGY);
   if (rc != Z_OK) {
     set_zlib_error(error, "gzip: deflateInit2 failed", rc, stream.msg);
     return false;
