@@ -15,6 +15,7 @@ packages=(
   libclang-rt-14-dev       # libFuzzer and the sanitizer runtimes for clang (tests/fuzz/)
   libcpp-httplib-dev wrk   # the server benchmark (bench/server_bench.*): a real HTTP server under load
   libc++-14-dev libc++abi-14-dev  # the consumer check with clang and libc++ (tests/consumers/)
+  libboost-dev             # Boost.Asio: the async tests and examples/async_handler (C++20 coroutines on a pool)
 )
 
 missing=()

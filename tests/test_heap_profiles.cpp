@@ -9,6 +9,7 @@
 #include <spanprof/spanprof.hpp>
 
 #include <atomic>
+#include <memory>
 #include <cstdlib>
 #include <fstream>
 #include <optional>
@@ -324,6 +325,43 @@ TEST_CASE("nested heap scopes: the parent includes the child's allocations") {
         Approx(4.0 * MiB).epsilon(0.25));
   CHECK(static_cast<double>(heap_total(outer->decoded, alloc_space, "allocate_scratch")) ==
         Approx(16.0 * MiB).epsilon(0.25));
+}
+
+// A heap guard that ends on another thread (a coroutine resumed elsewhere): its
+// thread's later heap spans are profiled as if it never existed, the closing
+// thread's own heap span is untouched, and the moved one is counted.
+TEST_CASE("a heap scope that ends on another thread: counted, and both threads' other heap scopes are exact") {
+  Collector collector(heap_options(64 * 1024));
+  const auto before = spanprof::stats();
+  std::unique_ptr<spanprof::ScopedProfile> moved;
+  std::atomic<int> phase{0};
+  std::thread opener([&] {
+    moved = std::make_unique<spanprof::ScopedProfile>(span_number(360), "moved");
+    allocate_scratch(4 * MiB, 64 * 1024);
+    phase.store(1);
+    while (phase.load() != 2) std::this_thread::yield();
+    spanprof::ScopedProfile later(span_number(361), "later");
+    heap_alpha(24 * MiB);
+  });
+  {
+    spanprof::ScopedProfile own(span_number(362), "closer");
+    while (phase.load() != 1) std::this_thread::yield();
+    moved.reset();  // the opener's heap span ends inside this thread's own
+    heap_beta(24 * MiB);
+  }
+  phase.store(2);
+  opener.join();
+  CHECK(heap_profile_for(collector, span_number(360)) == std::nullopt);
+  const auto later = heap_profile_for(collector, span_number(361));
+  const auto own = heap_profile_for(collector, span_number(362));
+  REQUIRE(later != std::nullopt);
+  REQUIRE(own != std::nullopt);
+  CHECK(static_cast<double>(heap_total(later->decoded, alloc_space, "heap_alpha")) == Approx(24.0 * MiB).epsilon(0.2));
+  CHECK(heap_total(later->decoded, alloc_space, "allocate_scratch") == 0);
+  CHECK(static_cast<double>(heap_total(own->decoded, alloc_space, "heap_beta")) == Approx(24.0 * MiB).epsilon(0.2));
+  CHECK(heap_total(own->decoded, alloc_space, "heap_alpha") == 0);
+  CHECK(spanprof::stats().spans_moved - before.spans_moved == 1);
+  CHECK(collector.has_error(spanprof::ErrorCode::span_moved, "heap-profiled span closed on another thread"));
 }
 
 TEST_CASE("a scope profiled for CPU and heap yields both profiles with the span's labels") {

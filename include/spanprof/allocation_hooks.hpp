@@ -37,7 +37,7 @@ namespace detail {
 // to sample. Outside heap scopes it is one thread-local test.
 SPANPROF_ALWAYS_INLINE inline bool heap_sample_due(std::size_t size) noexcept {
   HeapThreadState& t = heap_thread;
-  if (SPANPROF_LIKELY(t.active == nullptr)) return false;
+  if (SPANPROF_LIKELY(t.open == 0)) return false;
   t.bytes_until_sample -= static_cast<std::int64_t>(size);
   return t.bytes_until_sample <= 0;
 }

@@ -150,7 +150,7 @@ class ScopedProfile {
   // span whose end may come from another thread (the OpenTelemetry integration
   // sets it there): the flag must outlive the guard.
   void stop_sampling_when(const std::atomic<bool>& flag) noexcept {
-    if (state_ != State::idle) record_.stop = &flag;
+    if (state_ != State::idle) sampler_->span(ticket_).stop = &flag;
   }
 
  private:
@@ -207,6 +207,7 @@ class ScopedProfile {
     triggered_ = false;
     errored_ = false;
     discarded_ = false;
+    moved_ = false;
     keep_ = true;
     reason_ = ProfileReason::sampled;
     name_length_ = 0;
@@ -218,7 +219,7 @@ class ScopedProfile {
     user_span_ = nullptr;
     span_failed_ = nullptr;
     profile_kept_ = nullptr;
-    record_ = detail::ActiveSpan{};
+    ticket_ = detail::SpanSlotTicket{};
     heap_record_ = detail::HeapActiveSpan{};
     span_ = SpanContext{};
   }
@@ -298,7 +299,11 @@ class ScopedProfile {
 
   SPANPROF_NOINLINE void finish() noexcept {
     decide_and_close();
-    unpin();
+    // Closed on another thread (a coroutine resumed elsewhere): the pin is the
+    // opening thread's, which only that thread may change, and it may have exited.
+    // It stays, and keeps that configuration alive for good: a few hundred bytes
+    // per restart of spanprof, against a configuration freed under a reader.
+    if (SPANPROF_LIKELY(pins_ == &detail::thread_counters.config_reader)) unpin();
   }
 
   // The span ended: decide whether to keep what it recorded, then close the engines.
@@ -366,10 +371,16 @@ class ScopedProfile {
     }
     sampler_ = sampler;
     if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) open_wall(*sampler, config);
-    record_.kinds = kinds;
-    sampler->push(record_);
+    ticket_ = sampler->push(kinds);
+    if (SPANPROF_UNLIKELY(!ticket_.valid())) return too_deep(*sampler, kinds);
     if (kinds.contains(ProfileKind::cpu)) sampler->counters().add(detail::Counter::cpu_guards_opened, 1);
     state_ = State::sampling;
+  }
+
+  SPANPROF_NOINLINE void too_deep(detail::ThreadStackSampler& sampler, ProfileKinds kinds) noexcept {
+    if (kinds.contains(ProfileKind::wall) && sampler.wall_span_closed(monotonic_ns()))
+      detail::wall_ticker().thread_ended_wall_span();
+    report_error(ErrorCode::sample_buffer_full, "more than 32 profiled spans open on one thread; this one is not profiled");
   }
 
   SPANPROF_NOINLINE void open_wall(detail::ThreadStackSampler& sampler, const detail::RunningConfig& config) noexcept {
@@ -380,38 +391,65 @@ class ScopedProfile {
 
   void close_sampling() noexcept {
     detail::ThreadStackSampler* sampler = sampler_;
+    state_ = State::idle;
+    if (SPANPROF_UNLIKELY(detail::current_stack_sampler != sampler)) return close_sampling_elsewhere(sampler);
+    const detail::ActiveSpan& span = sampler->span(ticket_);
+    const ProfileKinds kinds = span.kinds;
+    const std::size_t log_start = span.log_start;
+    const std::uint64_t dropped_at_start = span.dropped_at_start;
     // The wall time since the last sample goes to it before the span leaves.
-    if (SPANPROF_UNLIKELY(record_.kinds.contains(ProfileKind::wall)) && sampler->wall_span_closed(monotonic_ns()))
+    if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall)) && sampler->wall_span_closed(monotonic_ns()))
       detail::wall_ticker().thread_ended_wall_span();
-    sampler->pop(record_);
+    if (SPANPROF_UNLIKELY(!sampler->pop(ticket_))) return moved("a profiled span closed before a span opened after it "
+                                                                "on its thread (interleaved coroutines?)");
     const std::size_t used = sampler->used_words();
-    const std::uint64_t dropped = sampler->dropped() - record_.dropped_at_start;
+    const std::uint64_t dropped = sampler->dropped() - dropped_at_start;
     if (!keep_) {
       // Discarded by the tail policy: nothing is copied, symbolized or sent.
-    } else if (used > record_.log_start || dropped != 0) {
-      hand_over(sampler, used, dropped);
+    } else if (used > log_start || dropped != 0) {
+      hand_over(sampler, used, dropped, kinds, log_start);
     } else {
       sampler->counters().add(detail::Counter::spans_without_samples, 1);
     }
-    if (record_.parent == nullptr) sampler->reset_log();
-    state_ = State::idle;
+    sampler->span_closed();
+  }
+
+  // The guard ends on another thread than it began (a coroutine resumed on another
+  // thread of a pool): that thread's samples are its own to read, so this span's
+  // are dropped. Its slot is marked dead, the last thing done to the sampler: the
+  // opening thread frees it, and never reads this guard again.
+  SPANPROF_NOINLINE void close_sampling_elsewhere(detail::ThreadStackSampler* sampler) noexcept {
+    if (sampler->span(ticket_).kinds.contains(ProfileKind::wall) && sampler->wall_span_closed_elsewhere())
+      detail::wall_ticker().thread_ended_wall_span();
+    sampler->close_elsewhere(ticket_);
+    moved("a profiled span closed on another thread than it opened (a coroutine resumed elsewhere?)");
+  }
+
+  void moved(const char* what) noexcept {
+    if (moved_) return;  // one span, counted once (its CPU and heap parts both moved)
+    moved_ = true;
+    detail::count(detail::Counter::spans_moved);
+    char message[192];
+    std::snprintf(message, sizeof message, "%s: its samples are dropped (docs/async.md)", what);
+    report_error(ErrorCode::span_moved, message);
   }
 
   // Copies this span's records out of the log, one profile per kind it asked for.
-  SPANPROF_NOINLINE void hand_over(detail::ThreadStackSampler* sampler, std::size_t used, std::uint64_t dropped) noexcept {
+  SPANPROF_NOINLINE void hand_over(detail::ThreadStackSampler* sampler, std::size_t used, std::uint64_t dropped,
+                                   ProfileKinds kinds, std::size_t log_start) noexcept {
     if (dropped != 0) {
       char message[128];
       std::snprintf(message, sizeof message, "%llu samples dropped: the per-thread sample buffer is full",
                     static_cast<unsigned long long>(dropped));
       report_error(ErrorCode::sample_buffer_full, message);
     }
-    if (used <= record_.log_start) return;
-    const std::uint64_t* first = sampler->words() + record_.log_start;
-    const std::size_t words = used - record_.log_start;
+    if (used <= log_start) return;
+    const std::uint64_t* first = sampler->words() + log_start;
+    const std::size_t words = used - log_start;
     // The log holds what the spans around this one (and inside it) asked for too:
     // each profile takes the records of its kind.
     for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::wall}) {
-      if (!record_.kinds.contains(kind)) continue;
+      if (!kinds.contains(kind)) continue;
       SPANPROF_TRY {
         auto pending = detail::captured_profile_pool().acquire();
         pending->packed_samples.reserve(words);
@@ -531,7 +569,10 @@ class ScopedProfile {
       return;
     }
     detail::HeapSpanResult result;
-    detail::close_heap_span(heap_record_, result, keep_);
+    if (SPANPROF_UNLIKELY(!detail::close_heap_span(heap_record_, result, keep_)))
+      return moved(heap_record_.owner != &detail::heap_thread
+                       ? "a heap-profiled span closed on another thread than it opened (a coroutine resumed elsewhere?)"
+                       : "a heap-profiled span closed before a span opened after it on its thread");
     if (result.dropped != 0 && keep_) {
       char message[128];
       std::snprintf(message, sizeof message, "%llu heap samples dropped: the per-thread heap log is full",
@@ -555,7 +596,7 @@ class ScopedProfile {
   }
 
   // What every guard sets: the destructor and the public queries read only these.
-  State state_ = State::idle;       // sampling: record_ is on this thread's stack sampler (CPU and/or wall)
+  State state_ = State::idle;       // sampling: ticket_ holds a slot of sampler_ (CPU and/or wall)
   State heap_state_ = State::idle;
   bool classic_cpu_ = false;        // gperftools' CPU profiler runs for this scope
   bool observe_only_ = false;  // not profiled; timed for the adaptive trigger only
@@ -574,13 +615,14 @@ class ScopedProfile {
   std::int64_t duration_ns_;  // -1: not read yet
   std::uint64_t name_hash_;
   bool discarded_;
+  bool moved_;  // closed elsewhere or out of order: counted, samples dropped
   const void* user_span_;  // the user's span, for the adapter's hooks at close
   bool (*span_failed_)(const void*) noexcept;
   void (*profile_kept_)(const void*) noexcept;
   // Members of anonymous unions are left uninitialized by the constructors (their
   // types zero themselves otherwise); prepare() assigns them.
   union {
-    detail::ActiveSpan record_;
+    detail::SpanSlotTicket ticket_;  // the span's slot in sampler_ (capture/thread_stack_sampler.hpp)
   };
   union {
     detail::HeapActiveSpan heap_record_;

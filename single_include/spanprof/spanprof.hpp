@@ -231,6 +231,7 @@ enum class ErrorCode : std::uint8_t {
   invalid_configuration,  // an option or environment variable had a bad value
   timed_out,              // flush() or shutdown() ended at its timeout with profiles still pending
   not_running,            // spanprof is compiled out (SPANPROF_ENABLED=0) or did not start
+  span_moved,             // a guard closed on another thread than it opened, or out of order: its samples were dropped
   internal,               // an exception escaped a component and was contained
 };
 inline constexpr std::size_t error_code_count = static_cast<std::size_t>(ErrorCode::internal) + 1;
@@ -252,6 +253,7 @@ constexpr std::string_view to_string(ErrorCode code) noexcept {
     case ErrorCode::invalid_configuration: return "invalid_configuration";
     case ErrorCode::timed_out: return "timed_out";
     case ErrorCode::not_running: return "not_running";
+    case ErrorCode::span_moved: return "span_moved";
     case ErrorCode::internal: return "internal";
   }
   return "unknown";
@@ -1340,6 +1342,7 @@ enum class Counter : std::uint8_t {
   // capture
   cpu_guards_opened,      // guards that started a CPU profile (either engine)
   spans_without_samples,  // sampling engine: closed with no sample, nothing handed over
+  spans_moved,            // closed on another thread than opened, or out of order: samples dropped
   cpu_samples_captured,   // written by the sample signal handler only
   cpu_samples_dropped,    // written by the sample signal handler only
   wall_guards_opened,     // guards that started a wall-clock profile
@@ -4148,17 +4151,35 @@ namespace detail {
 
 inline constexpr int max_stack_depth_limit = 256;
 
-// The part of a guard the signal handler sees. It lives inside the guard object;
-// open guards of a thread form a stack through `parent`.
+// One open span of the thread, as the signal handler sees it. It lives in the
+// thread's sampler, never in the guard: a guard may end on another thread, or its
+// storage (a coroutine frame) may die while the thread that opened it still runs,
+// and the handler must never read a guard's memory then. Open spans form a stack of
+// slots linked innermost first; the guard keeps a ticket (slot and sequence number).
 struct ActiveSpan {
-  ActiveSpan* parent = nullptr;
   ProfileKinds kinds;                 // what this span profiles: cpu and/or wall
   ProfileKinds recorded;              // kinds, and what the open spans around it profile
   std::size_t log_start = 0;          // where this span's samples begin in the log
   std::uint64_t dropped_at_start = 0;
   // Set (by another thread, possibly) when the span ended elsewhere: its samples
-  // are no longer recorded. Null for a guard that can only end here.
+  // are no longer recorded. Null unless a guard asked (ScopedProfile::stop_sampling_when).
   const std::atomic<bool>* stop = nullptr;
+  std::atomic<std::uint32_t> parent{0};  // 1 + the enclosing slot's index; 0: outermost
+  // sequence << 2 | SpanSlotState. Written by the owning thread, and once by a
+  // guard that closes on another thread (open -> dead, compare-and-swap).
+  std::atomic<std::uint32_t> state{0};
+};
+
+enum SpanSlotState : std::uint32_t { span_slot_free = 0, span_slot_open = 1, span_slot_dead = 2 };
+
+// Open spans a thread can nest; a guard opened deeper is not profiled (counted).
+inline constexpr std::uint32_t max_open_spans = 32;
+
+// A guard's handle on its slot. index == max_open_spans: none.
+struct SpanSlotTicket {
+  std::uint32_t index = max_open_spans;
+  std::uint32_t sequence = 0;
+  bool valid() const noexcept { return index < max_open_spans; }
 };
 
 // Immutable sampler settings of one spanprof::start(); threads armed under an older
@@ -4226,10 +4247,17 @@ class ThreadStackSampler {
   ThreadStackSampler(const ThreadStackSampler&) = delete;
   ThreadStackSampler& operator=(const ThreadStackSampler&) = delete;
 
-  ~ThreadStackSampler() {
+  ~ThreadStackSampler() { release_log_and_source(); }
+
+  // The thread exits while a guard it opened is still open on another thread, which
+  // will mark its slot dead: the slots stay (this object is left behind, a few KiB),
+  // the timer, the log and the descriptor go.
+  void release_log_and_source() noexcept {
     cpu_.close();  // no tick after the log is freed
     if (ticker_.syscall_fd >= 0) ::close(ticker_.syscall_fd);
+    ticker_.syscall_fd = -1;
     delete[] words_;
+    words_ = nullptr;
   }
 
   // Picks and creates the CPU tick source for this thread (not armed yet);
@@ -4277,23 +4305,66 @@ class ThreadStackSampler {
 
   // ---- used by the guard on this thread ---------------------------------------
 
-  void push(ActiveSpan& span) noexcept {
-    span.parent = active_.load(std::memory_order_relaxed);
-    span.recorded = span.parent != nullptr ? span.kinds | span.parent->recorded : span.kinds;
+  // Opens a span slot on top of the thread's stack (this thread only). Invalid
+  // ticket: max_open_spans are open already.
+  SpanSlotTicket push(ProfileKinds kinds) noexcept {
+    reap_dead_spans();
+    // The last open span ended elsewhere: nobody reads the log any more.
+    if (top_.load(std::memory_order_relaxed) == 0 && used_.load(std::memory_order_relaxed) != 0) reset_log();
+    if (SPANPROF_UNLIKELY(slots_in_use_ == all_span_slots)) return {};
+    const auto index = static_cast<std::uint32_t>(__builtin_ctz(~slots_in_use_));
+    const std::uint32_t top = top_.load(std::memory_order_relaxed);
+    ActiveSpan& span = spans_[index];
+    span.kinds = kinds;
+    span.recorded = top != 0 ? kinds | spans_[top - 1].recorded : kinds;
     span.log_start = used_.load(std::memory_order_relaxed);
     span.dropped_at_start = dropped_.load(std::memory_order_relaxed);
+    span.stop = nullptr;
+    span.parent.store(top, std::memory_order_relaxed);
+    const std::uint32_t sequence = next_sequence_++ & 0x3FFF'FFFF;
+    span.state.store(sequence << 2 | span_slot_open, std::memory_order_relaxed);
+    slots_in_use_ |= std::uint32_t{1} << index;
     std::atomic_signal_fence(std::memory_order_seq_cst);
-    active_.store(&span, std::memory_order_relaxed);
+    top_.store(index + 1, std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
+    return {index, sequence};
   }
 
-  // Unpublishes the span; afterwards no signal can add to its samples.
-  void pop(const ActiveSpan& span) noexcept {
-    active_.store(span.parent, std::memory_order_relaxed);
+  // The slot of an open span (this thread only).
+  ActiveSpan& span(SpanSlotTicket ticket) noexcept { return spans_[ticket.index]; }
+
+  // Closes the span on its own thread; afterwards no signal adds to its samples.
+  // True when it was the innermost open span, so that its samples are the log from
+  // its log_start on. A span closed out of order (interleaved coroutines on one
+  // thread) is only marked dead: the spans opened after it still hold its place.
+  bool pop(SpanSlotTicket ticket) noexcept {
+    ActiveSpan& span = spans_[ticket.index];
+    if (top_.load(std::memory_order_relaxed) != ticket.index + 1) {
+      span.state.store(ticket.sequence << 2 | span_slot_dead, std::memory_order_relaxed);
+      return false;
+    }
+    top_.store(span.parent.load(std::memory_order_relaxed), std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
+    span.state.store(span_slot_free, std::memory_order_relaxed);
+    slots_in_use_ &= ~(std::uint32_t{1} << ticket.index);
+    return true;
   }
 
-  bool has_open_span() const noexcept { return active_.load(std::memory_order_relaxed) != nullptr; }
+  // From a thread other than this sampler's: the span (still open) is never
+  // recorded again, and the owning thread frees its slot. The caller touches the
+  // sampler no more after this: once the slot is dead, its thread may exit and
+  // free the sampler.
+  bool close_elsewhere(SpanSlotTicket ticket) noexcept {
+    std::uint32_t expected = ticket.sequence << 2 | span_slot_open;
+    return spans_[ticket.index].state.compare_exchange_strong(expected, ticket.sequence << 2 | span_slot_dead,
+                                                               std::memory_order_acq_rel, std::memory_order_relaxed);
+  }
+
+  // Whether a guard still holds a slot (this thread only): dead slots go first.
+  bool has_open_span() noexcept {
+    reap_dead_spans();
+    return top_.load(std::memory_order_relaxed) != 0;
+  }
 
   // This thread's block in the counter registry: counting through it costs no TLS
   // lookup on the guard's path.
@@ -4313,6 +4384,13 @@ class ThreadStackSampler {
     wall_busy_ = false;
   }
 
+  // A guard closed here and copied its samples out: dead slots left on top go, and
+  // the log starts over when no span is open.
+  void span_closed() noexcept {
+    reap_dead_spans();
+    if (top_.load(std::memory_order_relaxed) == 0) reset_log();
+  }
+
   // ---- wall spans, on this thread -------------------------------------------------
 
   // A wall-profiled span opens. `now_ns` is CLOCK_MONOTONIC. Returns true when this
@@ -4323,7 +4401,7 @@ class ThreadStackSampler {
     // The time so far belongs to the stack sampled last (an outer wall span's).
     if (open != 0) settle_wall_time(now_ns);
     else wall_accounted_ns_ = now_ns;
-    wall_spans_.store(open + 1, std::memory_order_release);
+    wall_spans_.fetch_add(1, std::memory_order_release);  // a guard elsewhere may decrement it
     end_wall_update();
     return open == 0;
   }
@@ -4333,11 +4411,15 @@ class ThreadStackSampler {
   bool wall_span_closed(std::int64_t now_ns) noexcept {
     begin_wall_update();
     settle_wall_time(now_ns);
-    const std::uint32_t open = wall_spans_.load(std::memory_order_relaxed);
-    wall_spans_.store(open > 0 ? open - 1 : 0, std::memory_order_release);
+    const std::uint32_t open = decrement_wall_spans();
     end_wall_update();
     return open == 1;
   }
+
+  // A wall-profiled span of this thread closed on another thread: the time since the
+  // last sample stays with it (only this thread may settle it). True when it was the
+  // thread's last open wall span.
+  bool wall_span_closed_elsewhere() noexcept { return decrement_wall_spans() == 1; }
 
   // ---- signal handler ----------------------------------------------------------
 
@@ -4355,7 +4437,7 @@ class ThreadStackSampler {
     // The next period starts now, before the unwinding: the CPU time this handler
     // takes counts toward it. (Drawn at the end, each sample's handler time would
     // go unsampled: -9% at 1 kHz, -30% at 4 kHz, measured.)
-    const ActiveSpan* active = active_.load(std::memory_order_relaxed);
+    const ActiveSpan* active = innermost_open_span();
     if (active == nullptr) {
       const auto idle = idle_ticks_.load(std::memory_order_relaxed) + 1;
       idle_ticks_.store(idle, std::memory_order_relaxed);
@@ -4459,6 +4541,48 @@ class ThreadStackSampler {
   }
 
  private:
+  // Returns the count before.
+  std::uint32_t decrement_wall_spans() noexcept {
+    std::uint32_t open = wall_spans_.load(std::memory_order_relaxed);
+    while (open != 0 && !wall_spans_.compare_exchange_weak(open, open - 1, std::memory_order_release,
+                                                            std::memory_order_relaxed)) {
+    }
+    return open;
+  }
+
+  // The span the handler records for: the innermost slot still open (a dead one
+  // above it ended on another thread and waits for this thread to free it).
+  const ActiveSpan* innermost_open_span() const noexcept {
+    std::uint32_t at = top_.load(std::memory_order_relaxed);
+    for (std::uint32_t steps = 0; at != 0 && steps < max_open_spans; ++steps) {
+      const ActiveSpan& span = spans_[at - 1];
+      if ((span.state.load(std::memory_order_relaxed) & 3) == span_slot_open) return &span;
+      at = span.parent.load(std::memory_order_relaxed);
+    }
+    return nullptr;
+  }
+
+  // Unlinks and frees the dead slots anywhere in the stack (this thread only): the
+  // slot of a span that ended elsewhere is reused as soon as this thread looks. A
+  // handler that interrupts sees each link before or after its change, both valid.
+  void reap_dead_spans() noexcept {
+    std::atomic<std::uint32_t>* link = &top_;
+    std::uint32_t at = link->load(std::memory_order_relaxed);
+    for (std::uint32_t steps = 0; at != 0 && steps < max_open_spans; ++steps) {
+      ActiveSpan& span = spans_[at - 1];
+      const std::uint32_t parent = span.parent.load(std::memory_order_relaxed);
+      if ((span.state.load(std::memory_order_acquire) & 3) == span_slot_dead) {
+        link->store(parent, std::memory_order_relaxed);
+        std::atomic_signal_fence(std::memory_order_seq_cst);
+        span.state.store(span_slot_free, std::memory_order_relaxed);
+        slots_in_use_ &= ~(std::uint32_t{1} << (at - 1));
+      } else {
+        link = &span.parent;
+      }
+      at = parent;
+    }
+  }
+
   // The interrupted stack, its interrupted instruction first; 0 frames when the
   // walk must be skipped. The handler's own frames are never part of it.
   int walk_interrupted_stack(const void* ucontext, void** trace) noexcept {
@@ -4522,7 +4646,7 @@ class ThreadStackSampler {
 
   void on_wall_tick(std::uint32_t generation, const void* ucontext) noexcept {
     if (wall_busy_ || generation != wall_generation_.load(std::memory_order_relaxed)) return;
-    const ActiveSpan* active = active_.load(std::memory_order_relaxed);
+    const ActiveSpan* active = innermost_open_span();
     if (active == nullptr || !active->recorded.contains(ProfileKind::wall)) return;
     if (active->stop != nullptr && active->stop->load(std::memory_order_relaxed)) return;
     const std::int64_t now = monotonic_now_ns();
@@ -4583,7 +4707,13 @@ class ThreadStackSampler {
 #endif
   pid_t pid_;
   CpuTickSource cpu_;
-  std::atomic<ActiveSpan*> active_{nullptr};
+  // The open spans: a stack linked through ActiveSpan::parent, innermost first.
+  static constexpr std::uint32_t all_span_slots = 0xFFFF'FFFFu;
+  static_assert(max_open_spans == 32, "slots_in_use_ is a 32-bit mask");
+  ActiveSpan spans_[max_open_spans];
+  std::atomic<std::uint32_t> top_{0};  // 1 + the innermost slot's index; 0: none
+  std::uint32_t slots_in_use_ = 0;     // open or dead, this thread's only
+  std::uint32_t next_sequence_ = 1;
   std::atomic<std::size_t> used_{0};
   std::atomic<std::uint64_t> dropped_{0};
   std::atomic<bool> armed_{false};
@@ -4683,6 +4813,19 @@ struct StackSamplerList {
     if (sampler->registry_next) sampler->registry_next->registry_prev = sampler->registry_prev;
   }
 
+  // Samplers whose thread exited while a guard it opened was still open on another
+  // thread (capture/thread_stack_sampler.hpp, ActiveSpan): that guard will write
+  // its slot, so they are never freed. Kept here, not leaked: a few KiB each, only
+  // for threads that exit with such a guard.
+  ThreadStackSampler* left_behind = nullptr;
+
+  void leave_behind(ThreadStackSampler* sampler) noexcept {
+    std::lock_guard<std::mutex> lock(mutex);
+    sampler->registry_prev = nullptr;
+    sampler->registry_next = left_behind;
+    left_behind = sampler;
+  }
+
   // In a forked child (one thread, the mutex held since before the fork): the
   // parent's samplers are left to the parent, and the list starts empty.
   void reset_after_fork() noexcept {
@@ -4712,7 +4855,15 @@ struct ThreadStackSamplerOwner {
     std::atomic_signal_fence(std::memory_order_seq_cst);
     if (old) {
       stack_sampler_list().remove(old);
-      delete old;  // disables the source before freeing the log
+      // A guard that moved to another thread still holds a slot: it will mark the
+      // slot dead there, so the slots must outlive this thread (capture/
+      // thread_stack_sampler.hpp, ActiveSpan). Only the rest is freed then.
+      if (old->has_open_span()) {
+        old->release_log_and_source();
+        stack_sampler_list().leave_behind(old);
+      } else {
+        delete old;  // disables the source before freeing the log
+      }
     }
     sampler = next;
     if (next) stack_sampler_list().add(next);
@@ -5026,6 +5177,7 @@ SPANPROF_NAMESPACE_END
 
 #include <unwind.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -5139,17 +5291,29 @@ SPANPROF_API inline LiveAllocationTable& live_allocations() noexcept {
   return table;
 }
 
-// The part of a heap guard the hooks see; open heap guards of a thread form a stack.
+struct HeapThreadState;
+
+// A heap guard's record of its span. The thread's open heap spans form a stack
+// counted by depth, and nothing on the thread points back into a guard: a guard
+// may end on another thread, or its storage (a coroutine frame) may die, while its
+// thread runs on (docs/async.md).
 struct HeapActiveSpan {
-  HeapActiveSpan* parent = nullptr;
+  HeapThreadState* owner = nullptr;  // the opening thread's state
+  std::uint32_t depth = 0;           // 1 for the thread's outermost heap span
   std::size_t log_start = 0;
   std::uint64_t dropped_at_start = 0;
 };
 
+// Heap spans a thread can nest; deeper ones are not heap-profiled (reported).
+inline constexpr std::uint32_t max_open_heap_spans = 32;
+
 // Everything the hooks touch on a thread. Trivial and constant-initialized, so a
 // hook reading it never runs a TLS constructor.
 struct HeapThreadState {
-  HeapActiveSpan* active;
+  std::uint32_t open;  // heap spans open on this thread (dead ones included until reaped)
+  // Bit d - 1: the span at depth d ended on another thread (set by that thread,
+  // under heap_thread_registry()'s mutex while this thread is alive).
+  std::atomic<std::uint32_t> dead_depths;
   std::int64_t bytes_until_sample;
   std::uint64_t random;  // xorshift state; 0: not seeded yet
   std::int64_t interval;
@@ -5295,7 +5459,7 @@ SPANPROF_NOINLINE inline void record_heap_sample(HeapThreadState& t, const void*
 
 inline void heap_new_hook(const void* pointer, std::size_t size) noexcept {
   HeapThreadState& t = heap_thread;
-  if (SPANPROF_LIKELY(t.active == nullptr)) {
+  if (SPANPROF_LIKELY(t.open == 0)) {
     t.probe_seen |= t.probing;
     return;
   }
@@ -5405,12 +5569,38 @@ SPANPROF_API inline HeapHooks& heap_hooks() noexcept {
   return hooks;
 }
 
+// The threads whose heap state a guard closing elsewhere may still mark: a thread
+// is listed from its first heap span to its exit.
+struct HeapThreadRegistry {
+  std::mutex mutex;
+  std::vector<HeapThreadState*> threads;
+};
+SPANPROF_API inline HeapThreadRegistry& heap_thread_registry() noexcept {
+  static HeapThreadRegistry registry;
+  return registry;
+}
+
 // Frees this thread's heap log at thread exit. Touched only by a thread's first
 // heap guard; the hooks read heap_thread, never this.
 struct HeapLogOwner {
+  HeapLogOwner() noexcept {
+    auto& registry = heap_thread_registry();
+    std::lock_guard<std::mutex> lock(registry.mutex);
+    SPANPROF_TRY {
+      registry.threads.push_back(&heap_thread);
+    } SPANPROF_CATCH_ALL {
+      // Not listed: a guard of this thread that ends elsewhere cannot mark it.
+    }
+  }
   ~HeapLogOwner() {
+    {
+      auto& registry = heap_thread_registry();
+      std::lock_guard<std::mutex> lock(registry.mutex);
+      auto& threads = registry.threads;
+      threads.erase(std::remove(threads.begin(), threads.end(), &heap_thread), threads.end());
+    }
     HeapThreadState& t = heap_thread;
-    t.active = nullptr;
+    t.open = 0;
     std::uint64_t* log = t.log;
     t.log = nullptr;
     t.capacity = t.used = 0;
@@ -5426,17 +5616,67 @@ struct HeapSettings {
 };
 
 // Heap spans open on this thread now.
-inline int heap_spans_open_here() noexcept {
-  int open = 0;
-  for (const HeapActiveSpan* span = heap_thread.active; span != nullptr; span = span->parent) ++open;
-  return open;
+inline int heap_spans_open_here() noexcept { return static_cast<int>(heap_thread.open); }
+
+// Stops tracking the samples in the log from `from` on (their allocations are no
+// longer any open span's).
+inline void untrack_heap_log(const HeapThreadState& t, std::size_t from) noexcept {
+  // Through locals: GCC 12's UBSan checks a reference to thread-local state re-read
+  // in a loop against a null it made itself (a false "member access within null").
+  const std::uint64_t* const log = t.log;
+  const std::size_t used = t.used;
+  for (std::size_t i = from; i + heap_log_header_words <= used;) {
+    const HeapLogRecord record = read_heap_log_record(log + i);
+    live_allocations().take(record.slot, record.entry);
+    i += heap_log_record_words(record.depth);
+  }
+}
+
+// Frees the dead spans on top of this thread's stack (ended on another thread, or
+// out of order here); the log starts over when none is left open.
+inline void reap_dead_heap_spans(HeapThreadState& t) noexcept {
+  const std::uint32_t dead = t.dead_depths.load(std::memory_order_acquire);
+  if (SPANPROF_LIKELY(dead == 0)) return;
+  const std::uint32_t before = t.open;
+  std::uint32_t open = before, reaped = 0;
+  while (open != 0 && (dead & (std::uint32_t{1} << (open - 1))) != 0) {
+    reaped |= std::uint32_t{1} << (open - 1);
+    --open;
+  }
+  if (reaped == 0) return;
+  t.dead_depths.fetch_and(~reaped, std::memory_order_acq_rel);  // bits set since stay
+  t.open = open;
+  if (open == 0) {
+    untrack_heap_log(t, 0);
+    t.used = 0;
+  }
+}
+
+// A heap span of another thread ended here: marks it dead there, if that thread
+// still runs (it frees the slot itself). Nothing of this thread's state changes.
+inline void close_heap_span_elsewhere(const HeapActiveSpan& span) noexcept {
+  {
+    auto& registry = heap_thread_registry();
+    std::lock_guard<std::mutex> lock(registry.mutex);
+    for (HeapThreadState* thread : registry.threads) {
+      if (thread != span.owner) continue;
+      thread->dead_depths.fetch_or(std::uint32_t{1} << (span.depth - 1), std::memory_order_acq_rel);
+      break;
+    }
+  }
+  heap_hooks().release();
 }
 
 // Opens a heap span on this thread. False: not profiled (reported).
 inline bool open_heap_span(HeapActiveSpan& span, const HeapSettings& settings) noexcept {
-  if (!heap_hooks().acquire()) return false;
   HeapThreadState& t = heap_thread;
-  if (t.active == nullptr) {
+  reap_dead_heap_spans(t);
+  if (t.open == max_open_heap_spans) {
+    report_error(ErrorCode::sample_buffer_full, "more than 32 heap-profiled spans open on one thread; this one is not");
+    return false;
+  }
+  if (!heap_hooks().acquire()) return false;
+  if (t.open == 0) {
     // Outermost span: settings may have changed since this thread's last one.
     if (t.log == nullptr || t.capacity != settings.log_words) {
       (void)&heap_log_owner;  // registers the thread-exit cleanup
@@ -5466,10 +5706,11 @@ inline bool open_heap_span(HeapActiveSpan& span, const HeapSettings& settings) n
     if (t.stack_top == 0) t.stack_top = this_thread_stack_top();
 #endif
   }
-  span.parent = t.active;
+  span.owner = &t;
+  span.depth = t.open + 1;
   span.log_start = t.used;
   span.dropped_at_start = t.dropped;
-  t.active = &span;
+  t.open = span.depth;
   count(Counter::heap_guards_opened);
   return true;
 }
@@ -5483,10 +5724,22 @@ struct HeapSpanResult {
 
 // Closes the span and, if `keep`, copies its records out. Liveness is decided now,
 // at the span's end; the outermost span also stops tracking every sample of the log.
-inline void close_heap_span(HeapActiveSpan& span, HeapSpanResult& result, bool keep = true) noexcept {
+// False, with nothing copied, when the span is not the innermost open one of this
+// thread: it ended on another thread, or after a span opened after it here.
+inline bool close_heap_span(HeapActiveSpan& span, HeapSpanResult& result, bool keep = true) noexcept {
   HeapThreadState& t = heap_thread;
-  t.active = nullptr;  // the SDK's own allocations below belong to no span
-  const bool outermost = span.parent == nullptr;
+  if (SPANPROF_UNLIKELY(span.owner != &t)) {
+    close_heap_span_elsewhere(span);
+    return false;
+  }
+  if (SPANPROF_UNLIKELY(span.depth != t.open)) {
+    t.dead_depths.fetch_or(std::uint32_t{1} << (span.depth - 1), std::memory_order_acq_rel);
+    heap_hooks().release();
+    return false;
+  }
+  const std::uint32_t open = t.open;
+  t.open = 0;  // the SDK's own allocations below belong to no span
+  const bool outermost = span.depth == 1;
   result.dropped = t.dropped - span.dropped_at_start;
   result.interval_bytes = t.interval;
   // Nothing is appended while the loop runs (no span is active), so the log is read
@@ -5519,9 +5772,11 @@ inline void close_heap_span(HeapActiveSpan& span, HeapSpanResult& result, bool k
     count(Counter::heap_samples_captured, samples);
     count(Counter::heap_samples_dropped, result.dropped);
   }
-  t.active = span.parent;
+  t.open = open - 1;
+  reap_dead_heap_spans(t);
   heap_hooks().release();
   if (out_of_memory) report_error(ErrorCode::internal, "out of memory copying a heap profile; dropped");
+  return true;
 }
 
 }  // namespace detail
@@ -6991,7 +7246,7 @@ class ScopedProfile {
   // span whose end may come from another thread (the OpenTelemetry integration
   // sets it there): the flag must outlive the guard.
   void stop_sampling_when(const std::atomic<bool>& flag) noexcept {
-    if (state_ != State::idle) record_.stop = &flag;
+    if (state_ != State::idle) sampler_->span(ticket_).stop = &flag;
   }
 
  private:
@@ -7048,6 +7303,7 @@ class ScopedProfile {
     triggered_ = false;
     errored_ = false;
     discarded_ = false;
+    moved_ = false;
     keep_ = true;
     reason_ = ProfileReason::sampled;
     name_length_ = 0;
@@ -7059,7 +7315,7 @@ class ScopedProfile {
     user_span_ = nullptr;
     span_failed_ = nullptr;
     profile_kept_ = nullptr;
-    record_ = detail::ActiveSpan{};
+    ticket_ = detail::SpanSlotTicket{};
     heap_record_ = detail::HeapActiveSpan{};
     span_ = SpanContext{};
   }
@@ -7139,7 +7395,11 @@ class ScopedProfile {
 
   SPANPROF_NOINLINE void finish() noexcept {
     decide_and_close();
-    unpin();
+    // Closed on another thread (a coroutine resumed elsewhere): the pin is the
+    // opening thread's, which only that thread may change, and it may have exited.
+    // It stays, and keeps that configuration alive for good: a few hundred bytes
+    // per restart of spanprof, against a configuration freed under a reader.
+    if (SPANPROF_LIKELY(pins_ == &detail::thread_counters.config_reader)) unpin();
   }
 
   // The span ended: decide whether to keep what it recorded, then close the engines.
@@ -7207,10 +7467,16 @@ class ScopedProfile {
     }
     sampler_ = sampler;
     if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) open_wall(*sampler, config);
-    record_.kinds = kinds;
-    sampler->push(record_);
+    ticket_ = sampler->push(kinds);
+    if (SPANPROF_UNLIKELY(!ticket_.valid())) return too_deep(*sampler, kinds);
     if (kinds.contains(ProfileKind::cpu)) sampler->counters().add(detail::Counter::cpu_guards_opened, 1);
     state_ = State::sampling;
+  }
+
+  SPANPROF_NOINLINE void too_deep(detail::ThreadStackSampler& sampler, ProfileKinds kinds) noexcept {
+    if (kinds.contains(ProfileKind::wall) && sampler.wall_span_closed(monotonic_ns()))
+      detail::wall_ticker().thread_ended_wall_span();
+    report_error(ErrorCode::sample_buffer_full, "more than 32 profiled spans open on one thread; this one is not profiled");
   }
 
   SPANPROF_NOINLINE void open_wall(detail::ThreadStackSampler& sampler, const detail::RunningConfig& config) noexcept {
@@ -7221,38 +7487,65 @@ class ScopedProfile {
 
   void close_sampling() noexcept {
     detail::ThreadStackSampler* sampler = sampler_;
+    state_ = State::idle;
+    if (SPANPROF_UNLIKELY(detail::current_stack_sampler != sampler)) return close_sampling_elsewhere(sampler);
+    const detail::ActiveSpan& span = sampler->span(ticket_);
+    const ProfileKinds kinds = span.kinds;
+    const std::size_t log_start = span.log_start;
+    const std::uint64_t dropped_at_start = span.dropped_at_start;
     // The wall time since the last sample goes to it before the span leaves.
-    if (SPANPROF_UNLIKELY(record_.kinds.contains(ProfileKind::wall)) && sampler->wall_span_closed(monotonic_ns()))
+    if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall)) && sampler->wall_span_closed(monotonic_ns()))
       detail::wall_ticker().thread_ended_wall_span();
-    sampler->pop(record_);
+    if (SPANPROF_UNLIKELY(!sampler->pop(ticket_))) return moved("a profiled span closed before a span opened after it "
+                                                                "on its thread (interleaved coroutines?)");
     const std::size_t used = sampler->used_words();
-    const std::uint64_t dropped = sampler->dropped() - record_.dropped_at_start;
+    const std::uint64_t dropped = sampler->dropped() - dropped_at_start;
     if (!keep_) {
       // Discarded by the tail policy: nothing is copied, symbolized or sent.
-    } else if (used > record_.log_start || dropped != 0) {
-      hand_over(sampler, used, dropped);
+    } else if (used > log_start || dropped != 0) {
+      hand_over(sampler, used, dropped, kinds, log_start);
     } else {
       sampler->counters().add(detail::Counter::spans_without_samples, 1);
     }
-    if (record_.parent == nullptr) sampler->reset_log();
-    state_ = State::idle;
+    sampler->span_closed();
+  }
+
+  // The guard ends on another thread than it began (a coroutine resumed on another
+  // thread of a pool): that thread's samples are its own to read, so this span's
+  // are dropped. Its slot is marked dead, the last thing done to the sampler: the
+  // opening thread frees it, and never reads this guard again.
+  SPANPROF_NOINLINE void close_sampling_elsewhere(detail::ThreadStackSampler* sampler) noexcept {
+    if (sampler->span(ticket_).kinds.contains(ProfileKind::wall) && sampler->wall_span_closed_elsewhere())
+      detail::wall_ticker().thread_ended_wall_span();
+    sampler->close_elsewhere(ticket_);
+    moved("a profiled span closed on another thread than it opened (a coroutine resumed elsewhere?)");
+  }
+
+  void moved(const char* what) noexcept {
+    if (moved_) return;  // one span, counted once (its CPU and heap parts both moved)
+    moved_ = true;
+    detail::count(detail::Counter::spans_moved);
+    char message[192];
+    std::snprintf(message, sizeof message, "%s: its samples are dropped (docs/async.md)", what);
+    report_error(ErrorCode::span_moved, message);
   }
 
   // Copies this span's records out of the log, one profile per kind it asked for.
-  SPANPROF_NOINLINE void hand_over(detail::ThreadStackSampler* sampler, std::size_t used, std::uint64_t dropped) noexcept {
+  SPANPROF_NOINLINE void hand_over(detail::ThreadStackSampler* sampler, std::size_t used, std::uint64_t dropped,
+                                   ProfileKinds kinds, std::size_t log_start) noexcept {
     if (dropped != 0) {
       char message[128];
       std::snprintf(message, sizeof message, "%llu samples dropped: the per-thread sample buffer is full",
                     static_cast<unsigned long long>(dropped));
       report_error(ErrorCode::sample_buffer_full, message);
     }
-    if (used <= record_.log_start) return;
-    const std::uint64_t* first = sampler->words() + record_.log_start;
-    const std::size_t words = used - record_.log_start;
+    if (used <= log_start) return;
+    const std::uint64_t* first = sampler->words() + log_start;
+    const std::size_t words = used - log_start;
     // The log holds what the spans around this one (and inside it) asked for too:
     // each profile takes the records of its kind.
     for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::wall}) {
-      if (!record_.kinds.contains(kind)) continue;
+      if (!kinds.contains(kind)) continue;
       SPANPROF_TRY {
         auto pending = detail::captured_profile_pool().acquire();
         pending->packed_samples.reserve(words);
@@ -7372,7 +7665,10 @@ class ScopedProfile {
       return;
     }
     detail::HeapSpanResult result;
-    detail::close_heap_span(heap_record_, result, keep_);
+    if (SPANPROF_UNLIKELY(!detail::close_heap_span(heap_record_, result, keep_)))
+      return moved(heap_record_.owner != &detail::heap_thread
+                       ? "a heap-profiled span closed on another thread than it opened (a coroutine resumed elsewhere?)"
+                       : "a heap-profiled span closed before a span opened after it on its thread");
     if (result.dropped != 0 && keep_) {
       char message[128];
       std::snprintf(message, sizeof message, "%llu heap samples dropped: the per-thread heap log is full",
@@ -7396,7 +7692,7 @@ class ScopedProfile {
   }
 
   // What every guard sets: the destructor and the public queries read only these.
-  State state_ = State::idle;       // sampling: record_ is on this thread's stack sampler (CPU and/or wall)
+  State state_ = State::idle;       // sampling: ticket_ holds a slot of sampler_ (CPU and/or wall)
   State heap_state_ = State::idle;
   bool classic_cpu_ = false;        // gperftools' CPU profiler runs for this scope
   bool observe_only_ = false;  // not profiled; timed for the adaptive trigger only
@@ -7415,13 +7711,14 @@ class ScopedProfile {
   std::int64_t duration_ns_;  // -1: not read yet
   std::uint64_t name_hash_;
   bool discarded_;
+  bool moved_;  // closed elsewhere or out of order: counted, samples dropped
   const void* user_span_;  // the user's span, for the adapter's hooks at close
   bool (*span_failed_)(const void*) noexcept;
   void (*profile_kept_)(const void*) noexcept;
   // Members of anonymous unions are left uninitialized by the constructors (their
   // types zero themselves otherwise); prepare() assigns them.
   union {
-    detail::ActiveSpan record_;
+    detail::SpanSlotTicket ticket_;  // the span's slot in sampler_ (capture/thread_stack_sampler.hpp)
   };
   union {
     detail::HeapActiveSpan heap_record_;
@@ -7697,6 +7994,10 @@ SPANPROF_NAMESPACE_BEGIN
 struct Stats {
   std::uint64_t guards_opened = 0;         // guards that started a CPU profile of a span (either engine)
   std::uint64_t spans_without_samples = 0; // closed with no sample: nothing to hand over
+  // Guards closed on another thread than they opened on (a coroutine resumed
+  // elsewhere), or before a guard opened after them on their thread: their samples
+  // were dropped, never read from memory the guard no longer owns (docs/async.md).
+  std::uint64_t spans_moved = 0;
   std::uint64_t samples_captured = 0;      // CPU periods sampled, as the profiles count them (a late tick counts each it covers)
   std::uint64_t samples_dropped = 0;       // stacks lost to a full per-thread buffer
   // Delivery, counted in profiles (one span's samples of one kind) even when a
@@ -15000,6 +15301,7 @@ class Runtime final : public GuardHost {
     const CounterTotals c = counter_registry().totals();
     s.guards_opened = c[Counter::cpu_guards_opened];
     s.spans_without_samples = c[Counter::spans_without_samples];
+    s.spans_moved = c[Counter::spans_moved];
     s.samples_captured = c[Counter::cpu_samples_captured];
     s.samples_dropped = c[Counter::cpu_samples_dropped];
     s.wall_guards_opened = c[Counter::wall_guards_opened];

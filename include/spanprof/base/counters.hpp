@@ -24,6 +24,7 @@ enum class Counter : std::uint8_t {
   // capture
   cpu_guards_opened,      // guards that started a CPU profile (either engine)
   spans_without_samples,  // sampling engine: closed with no sample, nothing handed over
+  spans_moved,            // closed on another thread than opened, or out of order: samples dropped
   cpu_samples_captured,   // written by the sample signal handler only
   cpu_samples_dropped,    // written by the sample signal handler only
   wall_guards_opened,     // guards that started a wall-clock profile

@@ -28,6 +28,7 @@ enum class ErrorCode : std::uint8_t {
   invalid_configuration,  // an option or environment variable had a bad value
   timed_out,              // flush() or shutdown() ended at its timeout with profiles still pending
   not_running,            // spanprof is compiled out (SPANPROF_ENABLED=0) or did not start
+  span_moved,             // a guard closed on another thread than it opened, or out of order: its samples were dropped
   internal,               // an exception escaped a component and was contained
 };
 inline constexpr std::size_t error_code_count = static_cast<std::size_t>(ErrorCode::internal) + 1;
@@ -49,6 +50,7 @@ constexpr std::string_view to_string(ErrorCode code) noexcept {
     case ErrorCode::invalid_configuration: return "invalid_configuration";
     case ErrorCode::timed_out: return "timed_out";
     case ErrorCode::not_running: return "not_running";
+    case ErrorCode::span_moved: return "span_moved";
     case ErrorCode::internal: return "internal";
   }
   return "unknown";

@@ -27,6 +27,7 @@
 
 #include <unwind.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -140,17 +141,29 @@ SPANPROF_API inline LiveAllocationTable& live_allocations() noexcept {
   return table;
 }
 
-// The part of a heap guard the hooks see; open heap guards of a thread form a stack.
+struct HeapThreadState;
+
+// A heap guard's record of its span. The thread's open heap spans form a stack
+// counted by depth, and nothing on the thread points back into a guard: a guard
+// may end on another thread, or its storage (a coroutine frame) may die, while its
+// thread runs on (docs/async.md).
 struct HeapActiveSpan {
-  HeapActiveSpan* parent = nullptr;
+  HeapThreadState* owner = nullptr;  // the opening thread's state
+  std::uint32_t depth = 0;           // 1 for the thread's outermost heap span
   std::size_t log_start = 0;
   std::uint64_t dropped_at_start = 0;
 };
 
+// Heap spans a thread can nest; deeper ones are not heap-profiled (reported).
+inline constexpr std::uint32_t max_open_heap_spans = 32;
+
 // Everything the hooks touch on a thread. Trivial and constant-initialized, so a
 // hook reading it never runs a TLS constructor.
 struct HeapThreadState {
-  HeapActiveSpan* active;
+  std::uint32_t open;  // heap spans open on this thread (dead ones included until reaped)
+  // Bit d - 1: the span at depth d ended on another thread (set by that thread,
+  // under heap_thread_registry()'s mutex while this thread is alive).
+  std::atomic<std::uint32_t> dead_depths;
   std::int64_t bytes_until_sample;
   std::uint64_t random;  // xorshift state; 0: not seeded yet
   std::int64_t interval;
@@ -296,7 +309,7 @@ SPANPROF_NOINLINE inline void record_heap_sample(HeapThreadState& t, const void*
 
 inline void heap_new_hook(const void* pointer, std::size_t size) noexcept {
   HeapThreadState& t = heap_thread;
-  if (SPANPROF_LIKELY(t.active == nullptr)) {
+  if (SPANPROF_LIKELY(t.open == 0)) {
     t.probe_seen |= t.probing;
     return;
   }
@@ -406,12 +419,38 @@ SPANPROF_API inline HeapHooks& heap_hooks() noexcept {
   return hooks;
 }
 
+// The threads whose heap state a guard closing elsewhere may still mark: a thread
+// is listed from its first heap span to its exit.
+struct HeapThreadRegistry {
+  std::mutex mutex;
+  std::vector<HeapThreadState*> threads;
+};
+SPANPROF_API inline HeapThreadRegistry& heap_thread_registry() noexcept {
+  static HeapThreadRegistry registry;
+  return registry;
+}
+
 // Frees this thread's heap log at thread exit. Touched only by a thread's first
 // heap guard; the hooks read heap_thread, never this.
 struct HeapLogOwner {
+  HeapLogOwner() noexcept {
+    auto& registry = heap_thread_registry();
+    std::lock_guard<std::mutex> lock(registry.mutex);
+    SPANPROF_TRY {
+      registry.threads.push_back(&heap_thread);
+    } SPANPROF_CATCH_ALL {
+      // Not listed: a guard of this thread that ends elsewhere cannot mark it.
+    }
+  }
   ~HeapLogOwner() {
+    {
+      auto& registry = heap_thread_registry();
+      std::lock_guard<std::mutex> lock(registry.mutex);
+      auto& threads = registry.threads;
+      threads.erase(std::remove(threads.begin(), threads.end(), &heap_thread), threads.end());
+    }
     HeapThreadState& t = heap_thread;
-    t.active = nullptr;
+    t.open = 0;
     std::uint64_t* log = t.log;
     t.log = nullptr;
     t.capacity = t.used = 0;
@@ -427,17 +466,67 @@ struct HeapSettings {
 };
 
 // Heap spans open on this thread now.
-inline int heap_spans_open_here() noexcept {
-  int open = 0;
-  for (const HeapActiveSpan* span = heap_thread.active; span != nullptr; span = span->parent) ++open;
-  return open;
+inline int heap_spans_open_here() noexcept { return static_cast<int>(heap_thread.open); }
+
+// Stops tracking the samples in the log from `from` on (their allocations are no
+// longer any open span's).
+inline void untrack_heap_log(const HeapThreadState& t, std::size_t from) noexcept {
+  // Through locals: GCC 12's UBSan checks a reference to thread-local state re-read
+  // in a loop against a null it made itself (a false "member access within null").
+  const std::uint64_t* const log = t.log;
+  const std::size_t used = t.used;
+  for (std::size_t i = from; i + heap_log_header_words <= used;) {
+    const HeapLogRecord record = read_heap_log_record(log + i);
+    live_allocations().take(record.slot, record.entry);
+    i += heap_log_record_words(record.depth);
+  }
+}
+
+// Frees the dead spans on top of this thread's stack (ended on another thread, or
+// out of order here); the log starts over when none is left open.
+inline void reap_dead_heap_spans(HeapThreadState& t) noexcept {
+  const std::uint32_t dead = t.dead_depths.load(std::memory_order_acquire);
+  if (SPANPROF_LIKELY(dead == 0)) return;
+  const std::uint32_t before = t.open;
+  std::uint32_t open = before, reaped = 0;
+  while (open != 0 && (dead & (std::uint32_t{1} << (open - 1))) != 0) {
+    reaped |= std::uint32_t{1} << (open - 1);
+    --open;
+  }
+  if (reaped == 0) return;
+  t.dead_depths.fetch_and(~reaped, std::memory_order_acq_rel);  // bits set since stay
+  t.open = open;
+  if (open == 0) {
+    untrack_heap_log(t, 0);
+    t.used = 0;
+  }
+}
+
+// A heap span of another thread ended here: marks it dead there, if that thread
+// still runs (it frees the slot itself). Nothing of this thread's state changes.
+inline void close_heap_span_elsewhere(const HeapActiveSpan& span) noexcept {
+  {
+    auto& registry = heap_thread_registry();
+    std::lock_guard<std::mutex> lock(registry.mutex);
+    for (HeapThreadState* thread : registry.threads) {
+      if (thread != span.owner) continue;
+      thread->dead_depths.fetch_or(std::uint32_t{1} << (span.depth - 1), std::memory_order_acq_rel);
+      break;
+    }
+  }
+  heap_hooks().release();
 }
 
 // Opens a heap span on this thread. False: not profiled (reported).
 inline bool open_heap_span(HeapActiveSpan& span, const HeapSettings& settings) noexcept {
-  if (!heap_hooks().acquire()) return false;
   HeapThreadState& t = heap_thread;
-  if (t.active == nullptr) {
+  reap_dead_heap_spans(t);
+  if (t.open == max_open_heap_spans) {
+    report_error(ErrorCode::sample_buffer_full, "more than 32 heap-profiled spans open on one thread; this one is not");
+    return false;
+  }
+  if (!heap_hooks().acquire()) return false;
+  if (t.open == 0) {
     // Outermost span: settings may have changed since this thread's last one.
     if (t.log == nullptr || t.capacity != settings.log_words) {
       (void)&heap_log_owner;  // registers the thread-exit cleanup
@@ -467,10 +556,11 @@ inline bool open_heap_span(HeapActiveSpan& span, const HeapSettings& settings) n
     if (t.stack_top == 0) t.stack_top = this_thread_stack_top();
 #endif
   }
-  span.parent = t.active;
+  span.owner = &t;
+  span.depth = t.open + 1;
   span.log_start = t.used;
   span.dropped_at_start = t.dropped;
-  t.active = &span;
+  t.open = span.depth;
   count(Counter::heap_guards_opened);
   return true;
 }
@@ -484,10 +574,22 @@ struct HeapSpanResult {
 
 // Closes the span and, if `keep`, copies its records out. Liveness is decided now,
 // at the span's end; the outermost span also stops tracking every sample of the log.
-inline void close_heap_span(HeapActiveSpan& span, HeapSpanResult& result, bool keep = true) noexcept {
+// False, with nothing copied, when the span is not the innermost open one of this
+// thread: it ended on another thread, or after a span opened after it here.
+inline bool close_heap_span(HeapActiveSpan& span, HeapSpanResult& result, bool keep = true) noexcept {
   HeapThreadState& t = heap_thread;
-  t.active = nullptr;  // the SDK's own allocations below belong to no span
-  const bool outermost = span.parent == nullptr;
+  if (SPANPROF_UNLIKELY(span.owner != &t)) {
+    close_heap_span_elsewhere(span);
+    return false;
+  }
+  if (SPANPROF_UNLIKELY(span.depth != t.open)) {
+    t.dead_depths.fetch_or(std::uint32_t{1} << (span.depth - 1), std::memory_order_acq_rel);
+    heap_hooks().release();
+    return false;
+  }
+  const std::uint32_t open = t.open;
+  t.open = 0;  // the SDK's own allocations below belong to no span
+  const bool outermost = span.depth == 1;
   result.dropped = t.dropped - span.dropped_at_start;
   result.interval_bytes = t.interval;
   // Nothing is appended while the loop runs (no span is active), so the log is read
@@ -520,9 +622,11 @@ inline void close_heap_span(HeapActiveSpan& span, HeapSpanResult& result, bool k
     count(Counter::heap_samples_captured, samples);
     count(Counter::heap_samples_dropped, result.dropped);
   }
-  t.active = span.parent;
+  t.open = open - 1;
+  reap_dead_heap_spans(t);
   heap_hooks().release();
   if (out_of_memory) report_error(ErrorCode::internal, "out of memory copying a heap profile; dropped");
+  return true;
 }
 
 }  // namespace detail

@@ -47,6 +47,19 @@ struct StackSamplerList {
     if (sampler->registry_next) sampler->registry_next->registry_prev = sampler->registry_prev;
   }
 
+  // Samplers whose thread exited while a guard it opened was still open on another
+  // thread (capture/thread_stack_sampler.hpp, ActiveSpan): that guard will write
+  // its slot, so they are never freed. Kept here, not leaked: a few KiB each, only
+  // for threads that exit with such a guard.
+  ThreadStackSampler* left_behind = nullptr;
+
+  void leave_behind(ThreadStackSampler* sampler) noexcept {
+    std::lock_guard<std::mutex> lock(mutex);
+    sampler->registry_prev = nullptr;
+    sampler->registry_next = left_behind;
+    left_behind = sampler;
+  }
+
   // In a forked child (one thread, the mutex held since before the fork): the
   // parent's samplers are left to the parent, and the list starts empty.
   void reset_after_fork() noexcept {
@@ -76,7 +89,15 @@ struct ThreadStackSamplerOwner {
     std::atomic_signal_fence(std::memory_order_seq_cst);
     if (old) {
       stack_sampler_list().remove(old);
-      delete old;  // disables the source before freeing the log
+      // A guard that moved to another thread still holds a slot: it will mark the
+      // slot dead there, so the slots must outlive this thread (capture/
+      // thread_stack_sampler.hpp, ActiveSpan). Only the rest is freed then.
+      if (old->has_open_span()) {
+        old->release_log_and_source();
+        stack_sampler_list().leave_behind(old);
+      } else {
+        delete old;  // disables the source before freeing the log
+      }
     }
     sampler = next;
     if (next) stack_sampler_list().add(next);

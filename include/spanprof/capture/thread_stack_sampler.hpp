@@ -45,17 +45,35 @@ namespace detail {
 
 inline constexpr int max_stack_depth_limit = 256;
 
-// The part of a guard the signal handler sees. It lives inside the guard object;
-// open guards of a thread form a stack through `parent`.
+// One open span of the thread, as the signal handler sees it. It lives in the
+// thread's sampler, never in the guard: a guard may end on another thread, or its
+// storage (a coroutine frame) may die while the thread that opened it still runs,
+// and the handler must never read a guard's memory then. Open spans form a stack of
+// slots linked innermost first; the guard keeps a ticket (slot and sequence number).
 struct ActiveSpan {
-  ActiveSpan* parent = nullptr;
   ProfileKinds kinds;                 // what this span profiles: cpu and/or wall
   ProfileKinds recorded;              // kinds, and what the open spans around it profile
   std::size_t log_start = 0;          // where this span's samples begin in the log
   std::uint64_t dropped_at_start = 0;
   // Set (by another thread, possibly) when the span ended elsewhere: its samples
-  // are no longer recorded. Null for a guard that can only end here.
+  // are no longer recorded. Null unless a guard asked (ScopedProfile::stop_sampling_when).
   const std::atomic<bool>* stop = nullptr;
+  std::atomic<std::uint32_t> parent{0};  // 1 + the enclosing slot's index; 0: outermost
+  // sequence << 2 | SpanSlotState. Written by the owning thread, and once by a
+  // guard that closes on another thread (open -> dead, compare-and-swap).
+  std::atomic<std::uint32_t> state{0};
+};
+
+enum SpanSlotState : std::uint32_t { span_slot_free = 0, span_slot_open = 1, span_slot_dead = 2 };
+
+// Open spans a thread can nest; a guard opened deeper is not profiled (counted).
+inline constexpr std::uint32_t max_open_spans = 32;
+
+// A guard's handle on its slot. index == max_open_spans: none.
+struct SpanSlotTicket {
+  std::uint32_t index = max_open_spans;
+  std::uint32_t sequence = 0;
+  bool valid() const noexcept { return index < max_open_spans; }
 };
 
 // Immutable sampler settings of one spanprof::start(); threads armed under an older
@@ -123,10 +141,17 @@ class ThreadStackSampler {
   ThreadStackSampler(const ThreadStackSampler&) = delete;
   ThreadStackSampler& operator=(const ThreadStackSampler&) = delete;
 
-  ~ThreadStackSampler() {
+  ~ThreadStackSampler() { release_log_and_source(); }
+
+  // The thread exits while a guard it opened is still open on another thread, which
+  // will mark its slot dead: the slots stay (this object is left behind, a few KiB),
+  // the timer, the log and the descriptor go.
+  void release_log_and_source() noexcept {
     cpu_.close();  // no tick after the log is freed
     if (ticker_.syscall_fd >= 0) ::close(ticker_.syscall_fd);
+    ticker_.syscall_fd = -1;
     delete[] words_;
+    words_ = nullptr;
   }
 
   // Picks and creates the CPU tick source for this thread (not armed yet);
@@ -174,23 +199,66 @@ class ThreadStackSampler {
 
   // ---- used by the guard on this thread ---------------------------------------
 
-  void push(ActiveSpan& span) noexcept {
-    span.parent = active_.load(std::memory_order_relaxed);
-    span.recorded = span.parent != nullptr ? span.kinds | span.parent->recorded : span.kinds;
+  // Opens a span slot on top of the thread's stack (this thread only). Invalid
+  // ticket: max_open_spans are open already.
+  SpanSlotTicket push(ProfileKinds kinds) noexcept {
+    reap_dead_spans();
+    // The last open span ended elsewhere: nobody reads the log any more.
+    if (top_.load(std::memory_order_relaxed) == 0 && used_.load(std::memory_order_relaxed) != 0) reset_log();
+    if (SPANPROF_UNLIKELY(slots_in_use_ == all_span_slots)) return {};
+    const auto index = static_cast<std::uint32_t>(__builtin_ctz(~slots_in_use_));
+    const std::uint32_t top = top_.load(std::memory_order_relaxed);
+    ActiveSpan& span = spans_[index];
+    span.kinds = kinds;
+    span.recorded = top != 0 ? kinds | spans_[top - 1].recorded : kinds;
     span.log_start = used_.load(std::memory_order_relaxed);
     span.dropped_at_start = dropped_.load(std::memory_order_relaxed);
+    span.stop = nullptr;
+    span.parent.store(top, std::memory_order_relaxed);
+    const std::uint32_t sequence = next_sequence_++ & 0x3FFF'FFFF;
+    span.state.store(sequence << 2 | span_slot_open, std::memory_order_relaxed);
+    slots_in_use_ |= std::uint32_t{1} << index;
     std::atomic_signal_fence(std::memory_order_seq_cst);
-    active_.store(&span, std::memory_order_relaxed);
+    top_.store(index + 1, std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
+    return {index, sequence};
   }
 
-  // Unpublishes the span; afterwards no signal can add to its samples.
-  void pop(const ActiveSpan& span) noexcept {
-    active_.store(span.parent, std::memory_order_relaxed);
+  // The slot of an open span (this thread only).
+  ActiveSpan& span(SpanSlotTicket ticket) noexcept { return spans_[ticket.index]; }
+
+  // Closes the span on its own thread; afterwards no signal adds to its samples.
+  // True when it was the innermost open span, so that its samples are the log from
+  // its log_start on. A span closed out of order (interleaved coroutines on one
+  // thread) is only marked dead: the spans opened after it still hold its place.
+  bool pop(SpanSlotTicket ticket) noexcept {
+    ActiveSpan& span = spans_[ticket.index];
+    if (top_.load(std::memory_order_relaxed) != ticket.index + 1) {
+      span.state.store(ticket.sequence << 2 | span_slot_dead, std::memory_order_relaxed);
+      return false;
+    }
+    top_.store(span.parent.load(std::memory_order_relaxed), std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
+    span.state.store(span_slot_free, std::memory_order_relaxed);
+    slots_in_use_ &= ~(std::uint32_t{1} << ticket.index);
+    return true;
   }
 
-  bool has_open_span() const noexcept { return active_.load(std::memory_order_relaxed) != nullptr; }
+  // From a thread other than this sampler's: the span (still open) is never
+  // recorded again, and the owning thread frees its slot. The caller touches the
+  // sampler no more after this: once the slot is dead, its thread may exit and
+  // free the sampler.
+  bool close_elsewhere(SpanSlotTicket ticket) noexcept {
+    std::uint32_t expected = ticket.sequence << 2 | span_slot_open;
+    return spans_[ticket.index].state.compare_exchange_strong(expected, ticket.sequence << 2 | span_slot_dead,
+                                                               std::memory_order_acq_rel, std::memory_order_relaxed);
+  }
+
+  // Whether a guard still holds a slot (this thread only): dead slots go first.
+  bool has_open_span() noexcept {
+    reap_dead_spans();
+    return top_.load(std::memory_order_relaxed) != 0;
+  }
 
   // This thread's block in the counter registry: counting through it costs no TLS
   // lookup on the guard's path.
@@ -210,6 +278,13 @@ class ThreadStackSampler {
     wall_busy_ = false;
   }
 
+  // A guard closed here and copied its samples out: dead slots left on top go, and
+  // the log starts over when no span is open.
+  void span_closed() noexcept {
+    reap_dead_spans();
+    if (top_.load(std::memory_order_relaxed) == 0) reset_log();
+  }
+
   // ---- wall spans, on this thread -------------------------------------------------
 
   // A wall-profiled span opens. `now_ns` is CLOCK_MONOTONIC. Returns true when this
@@ -220,7 +295,7 @@ class ThreadStackSampler {
     // The time so far belongs to the stack sampled last (an outer wall span's).
     if (open != 0) settle_wall_time(now_ns);
     else wall_accounted_ns_ = now_ns;
-    wall_spans_.store(open + 1, std::memory_order_release);
+    wall_spans_.fetch_add(1, std::memory_order_release);  // a guard elsewhere may decrement it
     end_wall_update();
     return open == 0;
   }
@@ -230,11 +305,15 @@ class ThreadStackSampler {
   bool wall_span_closed(std::int64_t now_ns) noexcept {
     begin_wall_update();
     settle_wall_time(now_ns);
-    const std::uint32_t open = wall_spans_.load(std::memory_order_relaxed);
-    wall_spans_.store(open > 0 ? open - 1 : 0, std::memory_order_release);
+    const std::uint32_t open = decrement_wall_spans();
     end_wall_update();
     return open == 1;
   }
+
+  // A wall-profiled span of this thread closed on another thread: the time since the
+  // last sample stays with it (only this thread may settle it). True when it was the
+  // thread's last open wall span.
+  bool wall_span_closed_elsewhere() noexcept { return decrement_wall_spans() == 1; }
 
   // ---- signal handler ----------------------------------------------------------
 
@@ -252,7 +331,7 @@ class ThreadStackSampler {
     // The next period starts now, before the unwinding: the CPU time this handler
     // takes counts toward it. (Drawn at the end, each sample's handler time would
     // go unsampled: -9% at 1 kHz, -30% at 4 kHz, measured.)
-    const ActiveSpan* active = active_.load(std::memory_order_relaxed);
+    const ActiveSpan* active = innermost_open_span();
     if (active == nullptr) {
       const auto idle = idle_ticks_.load(std::memory_order_relaxed) + 1;
       idle_ticks_.store(idle, std::memory_order_relaxed);
@@ -356,6 +435,48 @@ class ThreadStackSampler {
   }
 
  private:
+  // Returns the count before.
+  std::uint32_t decrement_wall_spans() noexcept {
+    std::uint32_t open = wall_spans_.load(std::memory_order_relaxed);
+    while (open != 0 && !wall_spans_.compare_exchange_weak(open, open - 1, std::memory_order_release,
+                                                            std::memory_order_relaxed)) {
+    }
+    return open;
+  }
+
+  // The span the handler records for: the innermost slot still open (a dead one
+  // above it ended on another thread and waits for this thread to free it).
+  const ActiveSpan* innermost_open_span() const noexcept {
+    std::uint32_t at = top_.load(std::memory_order_relaxed);
+    for (std::uint32_t steps = 0; at != 0 && steps < max_open_spans; ++steps) {
+      const ActiveSpan& span = spans_[at - 1];
+      if ((span.state.load(std::memory_order_relaxed) & 3) == span_slot_open) return &span;
+      at = span.parent.load(std::memory_order_relaxed);
+    }
+    return nullptr;
+  }
+
+  // Unlinks and frees the dead slots anywhere in the stack (this thread only): the
+  // slot of a span that ended elsewhere is reused as soon as this thread looks. A
+  // handler that interrupts sees each link before or after its change, both valid.
+  void reap_dead_spans() noexcept {
+    std::atomic<std::uint32_t>* link = &top_;
+    std::uint32_t at = link->load(std::memory_order_relaxed);
+    for (std::uint32_t steps = 0; at != 0 && steps < max_open_spans; ++steps) {
+      ActiveSpan& span = spans_[at - 1];
+      const std::uint32_t parent = span.parent.load(std::memory_order_relaxed);
+      if ((span.state.load(std::memory_order_acquire) & 3) == span_slot_dead) {
+        link->store(parent, std::memory_order_relaxed);
+        std::atomic_signal_fence(std::memory_order_seq_cst);
+        span.state.store(span_slot_free, std::memory_order_relaxed);
+        slots_in_use_ &= ~(std::uint32_t{1} << (at - 1));
+      } else {
+        link = &span.parent;
+      }
+      at = parent;
+    }
+  }
+
   // The interrupted stack, its interrupted instruction first; 0 frames when the
   // walk must be skipped. The handler's own frames are never part of it.
   int walk_interrupted_stack(const void* ucontext, void** trace) noexcept {
@@ -419,7 +540,7 @@ class ThreadStackSampler {
 
   void on_wall_tick(std::uint32_t generation, const void* ucontext) noexcept {
     if (wall_busy_ || generation != wall_generation_.load(std::memory_order_relaxed)) return;
-    const ActiveSpan* active = active_.load(std::memory_order_relaxed);
+    const ActiveSpan* active = innermost_open_span();
     if (active == nullptr || !active->recorded.contains(ProfileKind::wall)) return;
     if (active->stop != nullptr && active->stop->load(std::memory_order_relaxed)) return;
     const std::int64_t now = monotonic_now_ns();
@@ -480,7 +601,13 @@ class ThreadStackSampler {
 #endif
   pid_t pid_;
   CpuTickSource cpu_;
-  std::atomic<ActiveSpan*> active_{nullptr};
+  // The open spans: a stack linked through ActiveSpan::parent, innermost first.
+  static constexpr std::uint32_t all_span_slots = 0xFFFF'FFFFu;
+  static_assert(max_open_spans == 32, "slots_in_use_ is a 32-bit mask");
+  ActiveSpan spans_[max_open_spans];
+  std::atomic<std::uint32_t> top_{0};  // 1 + the innermost slot's index; 0: none
+  std::uint32_t slots_in_use_ = 0;     // open or dead, this thread's only
+  std::uint32_t next_sequence_ = 1;
   std::atomic<std::size_t> used_{0};
   std::atomic<std::uint64_t> dropped_{0};
   std::atomic<bool> armed_{false};

@@ -191,6 +191,7 @@ class Runtime final : public GuardHost {
     const CounterTotals c = counter_registry().totals();
     s.guards_opened = c[Counter::cpu_guards_opened];
     s.spans_without_samples = c[Counter::spans_without_samples];
+    s.spans_moved = c[Counter::spans_moved];
     s.samples_captured = c[Counter::cpu_samples_captured];
     s.samples_dropped = c[Counter::cpu_samples_dropped];
     s.wall_guards_opened = c[Counter::wall_guards_opened];

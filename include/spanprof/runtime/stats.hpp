@@ -12,6 +12,10 @@ SPANPROF_NAMESPACE_BEGIN
 struct Stats {
   std::uint64_t guards_opened = 0;         // guards that started a CPU profile of a span (either engine)
   std::uint64_t spans_without_samples = 0; // closed with no sample: nothing to hand over
+  // Guards closed on another thread than they opened on (a coroutine resumed
+  // elsewhere), or before a guard opened after them on their thread: their samples
+  // were dropped, never read from memory the guard no longer owns (docs/async.md).
+  std::uint64_t spans_moved = 0;
   std::uint64_t samples_captured = 0;      // CPU periods sampled, as the profiles count them (a late tick counts each it covers)
   std::uint64_t samples_dropped = 0;       // stacks lost to a full per-thread buffer
   // Delivery, counted in profiles (one span's samples of one kind) even when a
