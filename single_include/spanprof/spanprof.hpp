@@ -5576,7 +5576,8 @@ struct HeapThreadRegistry {
   std::vector<HeapThreadState*> threads;
 };
 SPANPROF_API inline HeapThreadRegistry& heap_thread_registry() noexcept {
-  static HeapThreadRegistry registry;
+  // Never destroyed: a thread may exit while the process runs its exit-time destructors.
+  static HeapThreadRegistry& registry = *new HeapThreadRegistry;
   return registry;
 }
 
@@ -8483,14 +8484,16 @@ class ProfileBuilder {
   // pprof tools take the first mapping for the program ("File:" in go tool pprof,
   // the binary its symbolizer looks for); samples meet the vDSO or libc first.
   static void put_main_executable_first(Profile& profile) {
-    static const std::string executable = [] {
+    // Never destroyed: a sender that outlived a stop past its deadline may still
+    // build a profile while the process runs its exit-time destructors.
+    static const std::string& executable = *new std::string([] {
       std::string path;
       if (char* real = ::realpath("/proc/self/exe", nullptr)) {
         path = real;
         std::free(real);
       }
       return path;
-    }();
+    }());
     if (executable.empty()) return;
     for (std::size_t i = 1; i < profile.mappings.size(); ++i) {
       if (profile.mappings[i].filename != executable) continue;

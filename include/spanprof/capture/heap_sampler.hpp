@@ -426,7 +426,8 @@ struct HeapThreadRegistry {
   std::vector<HeapThreadState*> threads;
 };
 SPANPROF_API inline HeapThreadRegistry& heap_thread_registry() noexcept {
-  static HeapThreadRegistry registry;
+  // Never destroyed: a thread may exit while the process runs its exit-time destructors.
+  static HeapThreadRegistry& registry = *new HeapThreadRegistry;
   return registry;
 }
 
