@@ -400,8 +400,9 @@ class ScopedProfile {
     // The wall time since the last sample goes to it before the span leaves.
     if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall)) && sampler->wall_span_closed(monotonic_ns()))
       detail::wall_ticker().thread_ended_wall_span();
-    if (SPANPROF_UNLIKELY(!sampler->pop(ticket_))) return moved("a profiled span closed before a span opened after it "
-                                                                "on its thread (interleaved coroutines?)");
+    if (SPANPROF_UNLIKELY(!sampler->pop(ticket_)))
+      return moved("a profiled span closed before a span opened after it on its thread (interleaved coroutines?): "
+                   "its samples are dropped (docs/async.md)");
     const std::size_t used = sampler->used_words();
     const std::uint64_t dropped = sampler->dropped() - dropped_at_start;
     if (!keep_) {
@@ -422,16 +423,15 @@ class ScopedProfile {
     if (sampler->span(ticket_).kinds.contains(ProfileKind::wall) && sampler->wall_span_closed_elsewhere())
       detail::wall_ticker().thread_ended_wall_span();
     sampler->close_elsewhere(ticket_);
-    moved("a profiled span closed on another thread than it opened (a coroutine resumed elsewhere?)");
+    moved("a profiled span closed on another thread than it opened (a coroutine resumed elsewhere?): its samples "
+          "are dropped (docs/async.md)");
   }
 
   void moved(const char* what) noexcept {
     if (moved_) return;  // one span, counted once (its CPU and heap parts both moved)
     moved_ = true;
     detail::count(detail::Counter::spans_moved);
-    char message[192];
-    std::snprintf(message, sizeof message, "%s: its samples are dropped (docs/async.md)", what);
-    report_error(ErrorCode::span_moved, message);
+    report_error(ErrorCode::span_moved, what);
   }
 
   // Copies this span's records out of the log, one profile per kind it asked for.
@@ -571,8 +571,10 @@ class ScopedProfile {
     detail::HeapSpanResult result;
     if (SPANPROF_UNLIKELY(!detail::close_heap_span(heap_record_, result, keep_)))
       return moved(heap_record_.owner != &detail::heap_thread
-                       ? "a heap-profiled span closed on another thread than it opened (a coroutine resumed elsewhere?)"
-                       : "a heap-profiled span closed before a span opened after it on its thread");
+                       ? "a heap-profiled span closed on another thread than it opened (a coroutine resumed "
+                         "elsewhere?): its samples are dropped (docs/async.md)"
+                       : "a heap-profiled span closed before a span opened after it on its thread: its samples are "
+                         "dropped (docs/async.md)");
     if (result.dropped != 0 && keep_) {
       char message[128];
       std::snprintf(message, sizeof message, "%llu heap samples dropped: the per-thread heap log is full",

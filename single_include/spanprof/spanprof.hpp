@@ -4308,9 +4308,7 @@ class ThreadStackSampler {
   // Opens a span slot on top of the thread's stack (this thread only). Invalid
   // ticket: max_open_spans are open already.
   SpanSlotTicket push(ProfileKinds kinds) noexcept {
-    reap_dead_spans();
-    // The last open span ended elsewhere: nobody reads the log any more.
-    if (top_.load(std::memory_order_relaxed) == 0 && used_.load(std::memory_order_relaxed) != 0) reset_log();
+    forget_dead_spans();
     if (SPANPROF_UNLIKELY(slots_in_use_ == all_span_slots)) return {};
     const auto index = static_cast<std::uint32_t>(__builtin_ctz(~slots_in_use_));
     const std::uint32_t top = top_.load(std::memory_order_relaxed);
@@ -4362,7 +4360,7 @@ class ThreadStackSampler {
 
   // Whether a guard still holds a slot (this thread only): dead slots go first.
   bool has_open_span() noexcept {
-    reap_dead_spans();
+    forget_dead_spans();
     return top_.load(std::memory_order_relaxed) != 0;
   }
 
@@ -4384,12 +4382,8 @@ class ThreadStackSampler {
     wall_busy_ = false;
   }
 
-  // A guard closed here and copied its samples out: dead slots left on top go, and
-  // the log starts over when no span is open.
-  void span_closed() noexcept {
-    reap_dead_spans();
-    if (top_.load(std::memory_order_relaxed) == 0) reset_log();
-  }
+  // A guard closed here and copied its samples out.
+  void span_closed() noexcept { forget_dead_spans(); }
 
   // ---- wall spans, on this thread -------------------------------------------------
 
@@ -4560,6 +4554,12 @@ class ThreadStackSampler {
       at = span.parent.load(std::memory_order_relaxed);
     }
     return nullptr;
+  }
+
+  // Dead slots go, and once no span is open nobody reads the log: it starts over.
+  void forget_dead_spans() noexcept {
+    reap_dead_spans();
+    if (top_.load(std::memory_order_relaxed) == 0 && used_.load(std::memory_order_relaxed) != 0) reset_log();
   }
 
   // Unlinks and frees the dead slots anywhere in the stack (this thread only): the
@@ -7497,8 +7497,9 @@ class ScopedProfile {
     // The wall time since the last sample goes to it before the span leaves.
     if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall)) && sampler->wall_span_closed(monotonic_ns()))
       detail::wall_ticker().thread_ended_wall_span();
-    if (SPANPROF_UNLIKELY(!sampler->pop(ticket_))) return moved("a profiled span closed before a span opened after it "
-                                                                "on its thread (interleaved coroutines?)");
+    if (SPANPROF_UNLIKELY(!sampler->pop(ticket_)))
+      return moved("a profiled span closed before a span opened after it on its thread (interleaved coroutines?): "
+                   "its samples are dropped (docs/async.md)");
     const std::size_t used = sampler->used_words();
     const std::uint64_t dropped = sampler->dropped() - dropped_at_start;
     if (!keep_) {
@@ -7519,16 +7520,15 @@ class ScopedProfile {
     if (sampler->span(ticket_).kinds.contains(ProfileKind::wall) && sampler->wall_span_closed_elsewhere())
       detail::wall_ticker().thread_ended_wall_span();
     sampler->close_elsewhere(ticket_);
-    moved("a profiled span closed on another thread than it opened (a coroutine resumed elsewhere?)");
+    moved("a profiled span closed on another thread than it opened (a coroutine resumed elsewhere?): its samples "
+          "are dropped (docs/async.md)");
   }
 
   void moved(const char* what) noexcept {
     if (moved_) return;  // one span, counted once (its CPU and heap parts both moved)
     moved_ = true;
     detail::count(detail::Counter::spans_moved);
-    char message[192];
-    std::snprintf(message, sizeof message, "%s: its samples are dropped (docs/async.md)", what);
-    report_error(ErrorCode::span_moved, message);
+    report_error(ErrorCode::span_moved, what);
   }
 
   // Copies this span's records out of the log, one profile per kind it asked for.
@@ -7668,8 +7668,10 @@ class ScopedProfile {
     detail::HeapSpanResult result;
     if (SPANPROF_UNLIKELY(!detail::close_heap_span(heap_record_, result, keep_)))
       return moved(heap_record_.owner != &detail::heap_thread
-                       ? "a heap-profiled span closed on another thread than it opened (a coroutine resumed elsewhere?)"
-                       : "a heap-profiled span closed before a span opened after it on its thread");
+                       ? "a heap-profiled span closed on another thread than it opened (a coroutine resumed "
+                         "elsewhere?): its samples are dropped (docs/async.md)"
+                       : "a heap-profiled span closed before a span opened after it on its thread: its samples are "
+                         "dropped (docs/async.md)");
     if (result.dropped != 0 && keep_) {
       char message[128];
       std::snprintf(message, sizeof message, "%llu heap samples dropped: the per-thread heap log is full",

@@ -202,9 +202,7 @@ class ThreadStackSampler {
   // Opens a span slot on top of the thread's stack (this thread only). Invalid
   // ticket: max_open_spans are open already.
   SpanSlotTicket push(ProfileKinds kinds) noexcept {
-    reap_dead_spans();
-    // The last open span ended elsewhere: nobody reads the log any more.
-    if (top_.load(std::memory_order_relaxed) == 0 && used_.load(std::memory_order_relaxed) != 0) reset_log();
+    forget_dead_spans();
     if (SPANPROF_UNLIKELY(slots_in_use_ == all_span_slots)) return {};
     const auto index = static_cast<std::uint32_t>(__builtin_ctz(~slots_in_use_));
     const std::uint32_t top = top_.load(std::memory_order_relaxed);
@@ -256,7 +254,7 @@ class ThreadStackSampler {
 
   // Whether a guard still holds a slot (this thread only): dead slots go first.
   bool has_open_span() noexcept {
-    reap_dead_spans();
+    forget_dead_spans();
     return top_.load(std::memory_order_relaxed) != 0;
   }
 
@@ -278,12 +276,8 @@ class ThreadStackSampler {
     wall_busy_ = false;
   }
 
-  // A guard closed here and copied its samples out: dead slots left on top go, and
-  // the log starts over when no span is open.
-  void span_closed() noexcept {
-    reap_dead_spans();
-    if (top_.load(std::memory_order_relaxed) == 0) reset_log();
-  }
+  // A guard closed here and copied its samples out.
+  void span_closed() noexcept { forget_dead_spans(); }
 
   // ---- wall spans, on this thread -------------------------------------------------
 
@@ -454,6 +448,12 @@ class ThreadStackSampler {
       at = span.parent.load(std::memory_order_relaxed);
     }
     return nullptr;
+  }
+
+  // Dead slots go, and once no span is open nobody reads the log: it starts over.
+  void forget_dead_spans() noexcept {
+    reap_dead_spans();
+    if (top_.load(std::memory_order_relaxed) == 0 && used_.load(std::memory_order_relaxed) != 0) reset_log();
   }
 
   // Unlinks and frees the dead slots anywhere in the stack (this thread only): the
