@@ -18,9 +18,10 @@ rules, checked here on every run:
 `--check` exits 1 when the committed single header differs from what this script
 generates or when a rule is broken: CI runs it.
 
-Companion headers (a program includes them in one source file only, so they
-cannot be part of the single header) are copied beside it unchanged; they may
-include nothing of spanprof's but the umbrella header.
+Companion headers (a program includes them in one source file only, or they need
+a library spanprof does not: Boost.Asio, opentelemetry-cpp) cannot be part of the
+single header: they are copied beside it unchanged, and may include nothing of
+spanprof's but the umbrella header.
 """
 import pathlib
 import re
@@ -30,7 +31,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 INCLUDE = ROOT / "include"
 OUTPUT = ROOT / "single_include" / "spanprof" / "spanprof.hpp"
 UMBRELLA = "spanprof/spanprof.hpp"
-COMPANIONS = ["spanprof/allocation_hooks.hpp", "spanprof/opentelemetry.hpp"]
+COMPANIONS = ["spanprof/allocation_hooks.hpp", "spanprof/asio.hpp", "spanprof/opentelemetry.hpp"]
 COMPANION_INCLUDES = {UMBRELLA}
 # Lowest first. A folder not listed here is an error: new folders need a place.
 LAYERS = ["base", "span", "symbolization", "profile", "policy", "capture", "delivery", "runtime"]

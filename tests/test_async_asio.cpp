@@ -16,7 +16,9 @@
 
 #include "support/catch.hpp"
 #include "support/collector.hpp"
+#include "support/test_helpers.hpp"
 
+#include <spanprof/asio.hpp>
 #include <spanprof/spanprof.hpp>
 
 #include <atomic>
@@ -33,6 +35,9 @@ using spanprof_test::span_number;
 namespace {
 
 SPANPROF_TEST_HOT_FUNCTION(async_burn)
+SPANPROF_TEST_HOT_FUNCTION(async_parse_stage)
+SPANPROF_TEST_HOT_FUNCTION(async_query_stage)
+SPANPROF_TEST_HOT_FUNCTION(async_render_stage)
 
 struct RequestTrace {
   std::thread::id opened_on, closed_on;
@@ -56,7 +61,91 @@ asio::awaitable<void> handle_request(unsigned number, RequestTrace& trace) {
   co_return;
 }
 
+// One request in three stages, each after a timer wait (resumed on any thread of
+// the pool); the CPU each stage used is added up as it runs.
+struct StagedRequest {
+  std::set<std::thread::id> ran_on;
+  double cpu_seconds = 0;
+};
+
+template <class Stage>
+void run_stage(StagedRequest& request, Stage stage) {
+  request.ran_on.insert(std::this_thread::get_id());
+  const double before = spanprof_test::thread_cpu_seconds();
+  stage(0.008);
+  request.cpu_seconds += spanprof_test::thread_cpu_seconds() - before;
+}
+
+asio::awaitable<void> handle_staged(StagedRequest& request) {
+  run_stage(request, async_parse_stage);
+  for (auto stage : {async_query_stage, async_render_stage}) {
+    asio::steady_timer timer(co_await asio::this_coro::executor, std::chrono::milliseconds(1));
+    co_await timer.async_wait(asio::use_awaitable);
+    run_stage(request, stage);
+  }
+}
+
 }  // namespace
+
+TEST_CASE("spanprof::asio::co_spawn: one profile per request with every stage, whichever pool threads ran it",
+          "[async][asio][requests]") {
+  spanprof::Options options;
+  options.frequency_hz = 1000;
+  // Each turn is 8 ms of CPU: the POSIX CPU timer's signal comes at the 4 ms
+  // scheduler tick, often in the next turn on the thread (another request's); the
+  // perf event's comes at the sampling point.
+  options.cpu_sample_source = spanprof::CpuSampleSource::perf_event;
+  Collector collector(options);
+  const auto before = spanprof::stats();
+  constexpr unsigned requests = 24;
+  std::vector<StagedRequest> staged(requests);
+  {
+    asio::thread_pool pool(4);
+    for (unsigned i = 0; i < requests; ++i) {
+      spanprof::Request request(span_number(6000 + i), "GET /staged");
+      spanprof::asio::co_spawn(pool.get_executor(), request, handle_staged(staged[i]), asio::detached);
+    }
+    pool.join();
+  }
+  const auto profiles = collector.profiles();
+  double sampled = 0, used = 0;
+  unsigned multi_thread = 0;
+  for (unsigned i = 0; i < requests; ++i) {
+    std::vector<const spanprof_test::CollectedProfile*> mine;
+    for (const auto& p : profiles)
+      if (p.meta.span.span_id == span_number(6000 + i).span_id) mine.push_back(&p);
+    INFO("request " << i << " ran on " << staged[i].ran_on.size() << " threads");
+    REQUIRE(mine.size() == 1);  // one profile, not one per thread or per turn
+    for (const char* stage : {"async_parse_stage", "async_query_stage", "async_render_stage"})
+      CHECK(spanprof_test::share_on_stack(mine.front()->decoded, stage) > 0.1);
+    sampled += static_cast<double>(spanprof_test::value_total(mine.front()->decoded, 1)) * 1e-9;
+    used += staged[i].cpu_seconds;
+    if (staged[i].ran_on.size() > 1) ++multi_thread;
+  }
+  CHECK(multi_thread >= requests / 4);
+  CHECK(spanprof::stats().spans_moved == before.spans_moved);
+  CHECK(spanprof::stats().requests_abandoned == before.requests_abandoned);
+#ifndef SPANPROF_TESTS_UNDER_TSAN  // TSan delivers a signal late, at its next intercepted call
+  INFO("sampled " << sampled << " s of the " << used << " s the requests' stages used");
+  CHECK(sampled / used > 0.85);
+  CHECK(sampled / used < 1.15);
+#endif
+}
+
+TEST_CASE("spanprof::asio::bind: a completion handler runs inside a fragment of its request", "[async][asio][requests]") {
+  Collector collector;
+  asio::thread_pool pool(2);
+  spanprof::Request request(span_number(6100), "GET /callback");
+  asio::steady_timer timer(pool, std::chrono::milliseconds(1));
+  timer.async_wait(spanprof::asio::bind(request, pool.get_executor(), [](boost::system::error_code) {
+    async_render_stage(0.1);
+  }));
+  pool.join();
+  request.end();
+  const auto* profile = collector.profile_for(span_number(6100).span_id, spanprof::ProfileKind::cpu);
+  REQUIRE(profile != nullptr);
+  CHECK(spanprof_test::share_on_stack(profile->decoded, "async_render_stage") > 0.8);
+}
 
 TEST_CASE("a ScopedProfile held across co_await on a 4-thread Asio pool at 1 kHz: never a dangling span",
           "[async][asio]") {

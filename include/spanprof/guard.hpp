@@ -16,9 +16,10 @@
 // counter update at open and close.
 //
 // Guards nest: a parent's profile includes its children's samples, as a parent
-// span's time includes its children's. A guard must be closed on the thread that
-// opened it (it cannot be moved, and must not live across a coroutine suspension
-// that resumes on another thread).
+// span's time includes its children's. A guard profiles the thread that opened it:
+// one closed on another thread (a coroutine resumed elsewhere) is safe, but its
+// samples are dropped and counted (docs/async.md). A request that hops threads is
+// profiled with spanprof::Request and its fragments (request.hpp).
 #ifndef SPANPROF_GUARD_HPP_
 #define SPANPROF_GUARD_HPP_
 
@@ -33,6 +34,7 @@
 #include <spanprof/policy/adaptive_trigger.hpp>
 #include <spanprof/policy/tail_policy.hpp>
 #include <spanprof/profile/profile.hpp>
+#include <spanprof/request_state.hpp>
 #include <spanprof/runtime/guard_host.hpp>
 #include <spanprof/span/span_adapter.hpp>
 #include <spanprof/span/span_context.hpp>
@@ -52,13 +54,6 @@ SPANPROF_NAMESPACE_BEGIN
 namespace detail {
 // Turned-down guards of this thread left before one is timed for the adaptive trigger.
 inline thread_local std::uint32_t trigger_observe_countdown = 0;
-
-constexpr Counter kept_counter(ProfileReason reason) noexcept {
-  return static_cast<Counter>(static_cast<std::size_t>(Counter::kept_sampled) + static_cast<std::size_t>(reason));
-}
-static_assert(static_cast<std::size_t>(Counter::kept_triggered) - static_cast<std::size_t>(Counter::kept_sampled) + 1 ==
-                  profile_reason_count,
-              "one kept_* counter per ProfileReason, in its order");
 }  // namespace detail
 
 class ScopedProfile {
@@ -154,7 +149,24 @@ class ScopedProfile {
   }
 
  private:
+  friend class Fragment;
   enum class State : std::uint8_t { idle, sampling, classic };
+
+  // A fragment of `request` (request.hpp): records what this thread runs of it, and
+  // hands the samples to the request when it closes. Null: records nothing.
+  explicit ScopedProfile(detail::RequestState* request) noexcept {
+    if (request != nullptr) open_fragment(*request);
+  }
+  void open_fragment(detail::RequestState& request) noexcept {
+    detail::ThreadCounters* thread = detail::guard_thread();
+    if (SPANPROF_UNLIKELY(thread == nullptr)) return;
+    detail::ConfigReader& reader = thread->config_reader;
+    const detail::RunningConfig* config = detail::enter_config_section(reader);
+    // Restarted since the request began: its samples would not be comparable.
+    if (SPANPROF_LIKELY(config != nullptr && config->sampler.generation == request.generation()))
+      begin_fragment(*config, request, request.kinds());
+    reader.leave();
+  }
 
   static std::int64_t monotonic_ns() noexcept {
     timespec ts;
@@ -222,6 +234,7 @@ class ScopedProfile {
     ticket_ = detail::SpanSlotTicket{};
     heap_record_ = detail::HeapActiveSpan{};
     span_ = SpanContext{};
+    request_ = nullptr;
   }
 
   // The head sampler said no; the adaptive trigger may still want this span, and
@@ -297,6 +310,25 @@ class ScopedProfile {
            (span_failed_ != nullptr && span_failed_(user_span_));
   }
 
+  // What a fragment records: the request's kinds, with the sampling engines only
+  // (the classic ones profile the whole process, not one thread's turn). It reads
+  // the configuration only here, inside the thread's reading section, and nothing of
+  // it at close: unlike a guard's, its configuration is not pinned. It sets only
+  // what its close reads: a turn of an async request costs a few dozen nanoseconds.
+  void begin_fragment(const detail::RunningConfig& config, detail::RequestState& request, ProfileKinds kinds) noexcept {
+    request_ = &request;
+    pins_ = nullptr;
+    config_ = nullptr;
+    keep_ = true;
+    moved_ = false;
+    ProfileKinds sampled;
+    if (kinds.contains(ProfileKind::cpu) && config.cpu_engine == CpuEngine::sampling) sampled = sampled | cpu;
+    if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) sampled = sampled | wall;
+    if (!sampled.empty()) open_sampling(config, sampled);
+    if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::heap)) && config.heap_engine == HeapEngine::sampling)
+      open_heap(config);
+  }
+
   SPANPROF_NOINLINE void finish() noexcept {
     decide_and_close();
     // Closed on another thread (a coroutine resumed elsewhere): the pin is the
@@ -308,6 +340,11 @@ class ScopedProfile {
 
   // The span ended: decide whether to keep what it recorded, then close the engines.
   void decide_and_close() noexcept {
+    if (request_ != nullptr) {
+      // A fragment: the request decides when it ends, with all its fragments.
+      close_engines();
+      return;
+    }
     const detail::RunningConfig& config = *config_;
     if (observe_only_) {
       observe_only_ = false;
@@ -434,7 +471,23 @@ class ScopedProfile {
     report_error(ErrorCode::span_moved, what);
   }
 
-  // Copies this span's records out of the log, one profile per kind it asked for.
+  void add_to_request(detail::ThreadStackSampler& sampler, const std::uint64_t* first, std::size_t words,
+                      std::uint64_t dropped, ProfileKinds kinds) noexcept {
+    if (words == 0 && dropped == 0) return;
+    request_->add_stack_records(first, words, kinds, dropped, sampler.settings().period_ns,
+                                sampler.settings().wall_period_ns,
+                                sampler.source() == CpuSampleSource::perf_event ? "sampling:perf_event"
+                                                                                : "sampling:posix_timer");
+  }
+
+  void add_heap_to_request(detail::HeapSpanResult& result) noexcept {
+    request_->add_heap_records(result, detail::operator_new_hooks_compiled_in().load(std::memory_order_relaxed)
+                                           ? "sampling:operator_new"
+                                           : "sampling:tcmalloc_hooks");
+  }
+
+  // Copies this span's records out of the log, one profile per kind it asked for
+  // (a fragment's go to its request).
   SPANPROF_NOINLINE void hand_over(detail::ThreadStackSampler* sampler, std::size_t used, std::uint64_t dropped,
                                    ProfileKinds kinds, std::size_t log_start) noexcept {
     if (dropped != 0) {
@@ -443,6 +496,7 @@ class ScopedProfile {
                     static_cast<unsigned long long>(dropped));
       report_error(ErrorCode::sample_buffer_full, message);
     }
+    if (request_ != nullptr) return add_to_request(*sampler, sampler->words() + log_start, used - log_start, dropped, kinds);
     if (used <= log_start) return;
     const std::uint64_t* first = sampler->words() + log_start;
     const std::size_t words = used - log_start;
@@ -582,6 +636,7 @@ class ScopedProfile {
       report_error(ErrorCode::sample_buffer_full, message);
     }
     if (!keep_ || result.records.empty()) return;  // discarded, or nothing allocated was sampled
+    if (request_ != nullptr) return add_heap_to_request(result);
     SPANPROF_TRY {
       auto pending = detail::captured_profile_pool().acquire();
       fill_identity(pending->profile, ProfileKind::heap);
@@ -618,6 +673,7 @@ class ScopedProfile {
   std::uint64_t name_hash_;
   bool discarded_;
   bool moved_;  // closed elsewhere or out of order: counted, samples dropped
+  detail::RequestState* request_;  // a fragment's request (request.hpp); null: a span's own profile
   const void* user_span_;  // the user's span, for the adapter's hooks at close
   bool (*span_failed_)(const void*) noexcept;
   void (*profile_kept_)(const void*) noexcept;

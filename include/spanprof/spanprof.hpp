@@ -39,6 +39,7 @@
 #include <spanprof/policy/head_sampler.hpp>
 #include <spanprof/policy/tail_policy.hpp>
 #include <spanprof/profile/profile.hpp>
+#include <spanprof/request.hpp>
 #include <spanprof/runtime/options.hpp>
 #include <spanprof/runtime/runtime.hpp>
 #include <spanprof/runtime/stats.hpp>

@@ -1363,6 +1363,7 @@ enum class Counter : std::uint8_t {
   kept_triggered,
   discarded_by_tail_policy,
   discarded_explicitly,   // ScopedProfile::discard(), or a span that ended elsewhere
+  requests_abandoned,     // requests whose last handle went without end(): delivered as they were
   // the OpenTelemetry integration's zero-code-change mode
   otel_spans_ended_elsewhere,  // ended on another thread or out of order: not profiled
   otel_spans_too_deep,         // more spans open on the thread than it keeps: not profiled
@@ -6995,6 +6996,356 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_RUNTIME_GUARD_HOST_HPP_
 // ---- end spanprof/runtime/guard_host.hpp ----
+// ---- begin spanprof/span/thread_context.hpp ----
+// The span a thread runs, published for profilers outside the process
+// (OpenTelemetry OTEP 4947, "thread context", experimental): the thread-local
+// pointer `otel_thread_ctx_v1`, exported in .dynsym, points at a record of the
+// running span's trace id, span id and attributes, or is null.
+//
+// spanprof points it at a request's record while a fragment of the request runs
+// on the thread (request.hpp), and puts back what was there when it closes. The
+// record lives with the request and is written once, before any thread points at
+// it; a reader (an eBPF profiler, or a signal handler) sees either pointer, both
+// valid: only compiler fences are needed, as the OTEP says. The attribute key
+// names (index 0: "span_name") are in the process context (OTEP 4719).
+#ifndef SPANPROF_SPAN_THREAD_CONTEXT_HPP_
+#define SPANPROF_SPAN_THREAD_CONTEXT_HPP_
+
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+SPANPROF_NAMESPACE_BEGIN
+
+// The record, as OTEP 4947 lays it out: a 28-byte header, then attributes as
+// {key index, length, UTF-8 bytes}. Packed: readers take it byte for byte.
+struct __attribute__((packed, aligned(2))) ThreadContextRecord {
+  static constexpr std::size_t max_attribute_bytes = 2 + 255;  // one attribute: the span name
+
+  std::uint8_t trace_id[16] = {};
+  std::uint8_t span_id[8] = {};
+  std::uint8_t valid = 0;        // 1: the ids and attributes are set
+  std::uint8_t trace_flags = 0;  // W3C trace flags (01: sampled)
+  std::uint16_t attrs_size = 0;  // bytes of attributes that follow
+  std::uint8_t attrs[max_attribute_bytes] = {};
+};
+static_assert(offsetof(ThreadContextRecord, attrs) == 28, "OTEP 4947: a 28-byte header");
+
+// Attribute key indexes, as the process context's threadlocal.attribute_key_map lists them.
+inline constexpr const char* thread_context_attribute_keys[] = {"span_name"};
+inline constexpr std::uint8_t thread_context_span_name_key = 0;
+
+// Writes the record of a span; a name longer than 255 bytes is cut.
+inline void fill_thread_context(ThreadContextRecord& record, const SpanContext& span,
+                                std::string_view span_name) noexcept {
+  std::memcpy(record.trace_id, span.trace_id.bytes().data(), sizeof record.trace_id);
+  std::memcpy(record.span_id, span.span_id.bytes().data(), sizeof record.span_id);
+  record.trace_flags = span.flags.value;
+  const std::size_t length = span_name.size() < 255 ? span_name.size() : 255;
+  record.attrs[0] = thread_context_span_name_key;
+  record.attrs[1] = static_cast<std::uint8_t>(length);
+  if (length != 0) std::memcpy(record.attrs + 2, span_name.data(), length);
+  record.attrs_size = static_cast<std::uint16_t>(2 + length);
+  record.valid = 1;
+}
+
+SPANPROF_NAMESPACE_END
+
+// One per process: a unique symbol (the linker and loader keep one copy however
+// many objects include this), default visibility so that a program or library can
+// export it in .dynsym, trivially initialized so that reading it never runs a TLS
+// constructor. Written only by its own thread. Compiled out, there is none.
+#if SPANPROF_ENABLED
+extern "C" {
+__attribute__((visibility("default"))) inline thread_local const void* otel_thread_ctx_v1 = nullptr;
+}
+#endif
+
+#endif  // SPANPROF_SPAN_THREAD_CONTEXT_HPP_
+// ---- end spanprof/span/thread_context.hpp ----
+// ---- begin spanprof/request_state.hpp ----
+// The shared state of a request profiled across threads (request.hpp): the
+// samples its fragments recorded, and when it is over.
+//
+// One word holds its whole life, so that a fragment opens and closes with one
+// atomic operation and the request is delivered exactly once, by whichever thread
+// sees it over: references (handles and running fragments), running fragments,
+// "ended" (Request::end()) and "delivered". It is delivered when it has ended and
+// no fragment runs, or when the last reference goes (abandoned if it never ended),
+// and freed when the last reference goes.
+#ifndef SPANPROF_REQUEST_STATE_HPP_
+#define SPANPROF_REQUEST_STATE_HPP_
+
+
+#if SPANPROF_ENABLED
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string_view>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+constexpr Counter kept_counter(ProfileReason reason) noexcept {
+  return static_cast<Counter>(static_cast<std::size_t>(Counter::kept_sampled) + static_cast<std::size_t>(reason));
+}
+static_assert(static_cast<std::size_t>(Counter::kept_triggered) - static_cast<std::size_t>(Counter::kept_sampled) + 1 ==
+                  profile_reason_count,
+              "one kept_* counter per ProfileReason, in its order");
+
+class RequestState {
+ public:
+  static constexpr std::size_t max_name = 127;  // as ScopedProfile::max_span_name
+
+  // What a request records, fixed when it begins.
+  struct Identity {
+    SpanContext span;
+    std::string_view name;
+    ProfileKinds kinds;
+    std::uint64_t generation = 0;  // the configuration whose samplers record it
+    std::shared_ptr<TailPolicy> tail_policy;
+  };
+
+  // Null when out of memory (the request is then not profiled).
+  static RequestState* create(Identity identity) noexcept {
+    auto* state = new (std::nothrow) RequestState();
+    if (state == nullptr) return nullptr;
+    state->span_ = identity.span;
+    state->name_length_ = identity.name.size() < max_name ? identity.name.size() : max_name;
+    if (state->name_length_ != 0) std::memcpy(state->name_, identity.name.data(), state->name_length_);
+    state->kinds_ = identity.kinds;
+    state->generation_ = identity.generation;
+    state->tail_policy_ = std::move(identity.tail_policy);
+    fill_thread_context(state->thread_context_, identity.span, identity.name);
+    state->start_ns_ = monotonic_ns();
+    state->start_unix_ns_ = realtime_ns();
+    return state;
+  }
+
+  RequestState(const RequestState&) = delete;
+  RequestState& operator=(const RequestState&) = delete;
+
+  ProfileKinds kinds() const noexcept { return kinds_; }
+  std::uint64_t generation() const noexcept { return generation_; }
+  const SpanContext& span() const noexcept { return span_; }
+  // What otel_thread_ctx_v1 points at while a fragment of it runs (thread_context.hpp).
+  const ThreadContextRecord& thread_context() const noexcept { return thread_context_; }
+
+  // ---- handles (Request) ---------------------------------------------------------
+
+  void acquire() noexcept { life_.fetch_add(one_reference, std::memory_order_relaxed); }
+
+  // The last reference delivers what was recorded, if nothing did yet, and frees.
+  void release() noexcept {
+    const std::uint64_t now = life_.fetch_sub(one_reference, std::memory_order_acq_rel) - one_reference;
+    if ((now & (reference_mask | running_mask)) != 0) return;
+    if ((now & delivered_bit) == 0) deliver((now & ended_bit) == 0);
+    delete this;
+  }
+
+  void set_error(bool failed) noexcept { errored_.store(failed, std::memory_order_relaxed); }
+  void discard() noexcept { discarded_.store(true, std::memory_order_relaxed); }
+
+  // The request is over: delivered now if no fragment runs, else when the last
+  // running one closes. The caller holds a reference, and drops it after.
+  void end() noexcept {
+    const std::int64_t end = monotonic_ns();
+    std::uint64_t before = life_.load(std::memory_order_relaxed);
+    std::uint64_t after;
+    do {
+      if ((before & ended_bit) != 0) return;
+      after = before | ended_bit;
+      if ((before & running_mask) == 0) after |= delivered_bit;
+      end_ns_.store(end, std::memory_order_relaxed);
+    } while (!life_.compare_exchange_weak(before, after, std::memory_order_acq_rel, std::memory_order_relaxed));
+    if ((after & delivered_bit) != 0 && (before & delivered_bit) == 0) deliver(false);
+  }
+
+  // ---- fragments -------------------------------------------------------------------
+
+  // A thread starts running the request: false once it has ended (not profiled).
+  // A running fragment holds a reference of its own.
+  bool enter_fragment() noexcept {
+    std::uint64_t before = life_.load(std::memory_order_relaxed);
+    do {
+      if ((before & (ended_bit | delivered_bit)) != 0) return false;
+    } while (!life_.compare_exchange_weak(before, before + one_reference + one_running, std::memory_order_acquire,
+                                          std::memory_order_relaxed));
+    return true;
+  }
+
+  // The thread stops running it (its samples were added before). The last
+  // fragment to close after end() delivers; the last reference frees.
+  void leave_fragment() noexcept {
+    std::uint64_t before = life_.load(std::memory_order_relaxed);
+    std::uint64_t after;
+    bool deliver_now;
+    do {
+      after = before - one_reference - one_running;
+      deliver_now = (after & running_mask) == 0 && (after & ended_bit) != 0 && (after & delivered_bit) == 0;
+      // Delivering, it keeps its reference until done: nobody frees the state under it.
+      if (deliver_now) after = (after + one_reference) | delivered_bit;
+    } while (!life_.compare_exchange_weak(before, after, std::memory_order_acq_rel, std::memory_order_acquire));
+    if (deliver_now) {
+      deliver(false);
+      release();
+      return;
+    }
+    if ((after & (reference_mask | running_mask)) == 0) {
+      if ((after & delivered_bit) == 0) deliver((after & ended_bit) == 0);
+      delete this;
+    }
+  }
+
+  // A fragment's CPU or wall records (the log's records of its span, of every kind).
+  void add_stack_records(const std::uint64_t* first, std::size_t words, ProfileKinds kinds, std::uint64_t dropped,
+                         std::int64_t cpu_period_ns, std::int64_t wall_period_ns, const char* cpu_engine) noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    SPANPROF_TRY {
+      for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::wall}) {
+        if (!kinds.contains(kind)) continue;
+        Recorded& into = recorded_[static_cast<std::size_t>(kind)];
+        if (kind == ProfileKind::cpu) {
+          into.dropped += dropped;
+          into.period_ns = cpu_period_ns;
+          into.engine = cpu_engine;
+        } else {
+          into.period_ns = wall_period_ns;
+          into.engine = "sampling:wall";
+        }
+        for_each_stack_record(first, words, [&](const std::uint64_t* record, std::size_t size) {
+          if (is_wall_record(record) == (kind == ProfileKind::wall))
+            into.records.insert(into.records.end(), record, record + size);
+        });
+      }
+    } SPANPROF_CATCH_ALL {
+      report_error(ErrorCode::internal, "out of memory adding a fragment's samples to its request; dropped");
+    }
+  }
+
+  // A fragment's heap records.
+  void add_heap_records(HeapSpanResult& result, const char* engine) noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Recorded& into = recorded_[static_cast<std::size_t>(ProfileKind::heap)];
+    into.dropped += result.dropped;
+    into.heap_interval_bytes = result.interval_bytes;
+    into.engine = engine;
+    if (into.records.empty()) {
+      into.records = std::move(result.records);
+      return;
+    }
+    SPANPROF_TRY {
+      into.records.insert(into.records.end(), result.records.begin(), result.records.end());
+    } SPANPROF_CATCH_ALL {
+      report_error(ErrorCode::internal, "out of memory adding a fragment's heap samples to its request; dropped");
+    }
+  }
+
+ private:
+  RequestState() = default;
+  ~RequestState() = default;
+
+  static constexpr std::uint64_t one_reference = 1;
+  static constexpr std::uint64_t reference_mask = (std::uint64_t{1} << 24) - 1;
+  static constexpr std::uint64_t one_running = std::uint64_t{1} << 24;
+  static constexpr std::uint64_t running_mask = reference_mask << 24;
+  static constexpr std::uint64_t ended_bit = std::uint64_t{1} << 48;
+  static constexpr std::uint64_t delivered_bit = std::uint64_t{1} << 49;
+
+  struct Recorded {
+    std::vector<std::uint64_t> records;
+    std::uint64_t dropped = 0;
+    std::int64_t period_ns = 0;
+    std::int64_t heap_interval_bytes = 0;
+    const char* engine = "";
+  };
+
+  static std::int64_t monotonic_ns() noexcept {
+    timespec ts;
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+  }
+  static std::int64_t realtime_ns() noexcept {
+    timespec ts;
+    ::clock_gettime(CLOCK_REALTIME, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+  }
+
+  // Once per request, by the one thread that marked it delivered (or freed it): no
+  // fragment runs any more, so the records are this thread's alone.
+  void deliver(bool abandoned) noexcept {
+    if (abandoned) count(Counter::requests_abandoned);
+    const std::int64_t end = abandoned ? monotonic_ns() : end_ns_.load(std::memory_order_relaxed);
+    const std::int64_t duration = end - start_ns_;
+    const std::string_view name(name_, name_length_);
+    if (discarded_.load(std::memory_order_relaxed)) {
+      count(Counter::discarded_explicitly);
+      return;
+    }
+    TailDecision decision = TailDecision::keep_as(ProfileReason::sampled);
+    if (tail_policy_)
+      decision = tail_policy_->decide(SpanOutcome{span_, name, duration, errored_.load(std::memory_order_relaxed)});
+    if (!decision.keep) {
+      count(Counter::discarded_by_tail_policy);
+      return;
+    }
+    count(kept_counter(decision.reason));
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::wall, ProfileKind::heap}) {
+      Recorded& recorded = recorded_[static_cast<std::size_t>(kind)];
+      if (!kinds_.contains(kind) || recorded.records.empty()) continue;
+      SPANPROF_TRY {
+        auto pending = captured_profile_pool().acquire();
+        RawProfile& profile = pending->profile;
+        profile.kind = kind;
+        profile.span = span_;
+        profile.span_name.assign(name_, name_length_);
+        profile.reason = decision.reason;
+        profile.start_unix_ns = start_unix_ns_;
+        profile.duration_ns = duration;
+        profile.period_ns = recorded.period_ns;
+        profile.heap_interval_bytes = recorded.heap_interval_bytes;
+        profile.dropped_samples = recorded.dropped;
+        pending->engine = recorded.engine;
+        pending->packed_samples = std::move(recorded.records);
+        submit_captured(std::move(pending));
+      } SPANPROF_CATCH_ALL {
+        report_error(ErrorCode::internal, "out of memory handing over a request's profile; dropped");
+      }
+    }
+  }
+
+  std::atomic<std::uint64_t> life_{one_reference};  // the creator's handle
+  SpanContext span_;
+  char name_[max_name];
+  std::size_t name_length_ = 0;
+  ProfileKinds kinds_;
+  std::uint64_t generation_ = 0;
+  std::shared_ptr<TailPolicy> tail_policy_;
+  std::int64_t start_ns_ = 0;
+  std::int64_t start_unix_ns_ = 0;
+  std::atomic<std::int64_t> end_ns_{0};
+  std::atomic<bool> errored_{false};
+  std::atomic<bool> discarded_{false};
+  std::mutex mutex_;  // the records: fragments on several threads may close at once
+  Recorded recorded_[profile_kind_count];
+  ThreadContextRecord thread_context_;  // written once, before any fragment runs
+};
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_REQUEST_STATE_HPP_
+// ---- end spanprof/request_state.hpp ----
 // ---- begin spanprof/span/span_adapter.hpp ----
 // The customization point that lets `ScopedProfile guard(span)` accept any span
 // type. Specialize span_adapter for your span class with two noexcept static
@@ -7127,9 +7478,10 @@ SPANPROF_NAMESPACE_END
 // counter update at open and close.
 //
 // Guards nest: a parent's profile includes its children's samples, as a parent
-// span's time includes its children's. A guard must be closed on the thread that
-// opened it (it cannot be moved, and must not live across a coroutine suspension
-// that resumes on another thread).
+// span's time includes its children's. A guard profiles the thread that opened it:
+// one closed on another thread (a coroutine resumed elsewhere) is safe, but its
+// samples are dropped and counted (docs/async.md). A request that hops threads is
+// profiled with spanprof::Request and its fragments (request.hpp).
 #ifndef SPANPROF_GUARD_HPP_
 #define SPANPROF_GUARD_HPP_
 
@@ -7149,13 +7501,6 @@ SPANPROF_NAMESPACE_BEGIN
 namespace detail {
 // Turned-down guards of this thread left before one is timed for the adaptive trigger.
 inline thread_local std::uint32_t trigger_observe_countdown = 0;
-
-constexpr Counter kept_counter(ProfileReason reason) noexcept {
-  return static_cast<Counter>(static_cast<std::size_t>(Counter::kept_sampled) + static_cast<std::size_t>(reason));
-}
-static_assert(static_cast<std::size_t>(Counter::kept_triggered) - static_cast<std::size_t>(Counter::kept_sampled) + 1 ==
-                  profile_reason_count,
-              "one kept_* counter per ProfileReason, in its order");
 }  // namespace detail
 
 class ScopedProfile {
@@ -7251,7 +7596,24 @@ class ScopedProfile {
   }
 
  private:
+  friend class Fragment;
   enum class State : std::uint8_t { idle, sampling, classic };
+
+  // A fragment of `request` (request.hpp): records what this thread runs of it, and
+  // hands the samples to the request when it closes. Null: records nothing.
+  explicit ScopedProfile(detail::RequestState* request) noexcept {
+    if (request != nullptr) open_fragment(*request);
+  }
+  void open_fragment(detail::RequestState& request) noexcept {
+    detail::ThreadCounters* thread = detail::guard_thread();
+    if (SPANPROF_UNLIKELY(thread == nullptr)) return;
+    detail::ConfigReader& reader = thread->config_reader;
+    const detail::RunningConfig* config = detail::enter_config_section(reader);
+    // Restarted since the request began: its samples would not be comparable.
+    if (SPANPROF_LIKELY(config != nullptr && config->sampler.generation == request.generation()))
+      begin_fragment(*config, request, request.kinds());
+    reader.leave();
+  }
 
   static std::int64_t monotonic_ns() noexcept {
     timespec ts;
@@ -7319,6 +7681,7 @@ class ScopedProfile {
     ticket_ = detail::SpanSlotTicket{};
     heap_record_ = detail::HeapActiveSpan{};
     span_ = SpanContext{};
+    request_ = nullptr;
   }
 
   // The head sampler said no; the adaptive trigger may still want this span, and
@@ -7394,6 +7757,25 @@ class ScopedProfile {
            (span_failed_ != nullptr && span_failed_(user_span_));
   }
 
+  // What a fragment records: the request's kinds, with the sampling engines only
+  // (the classic ones profile the whole process, not one thread's turn). It reads
+  // the configuration only here, inside the thread's reading section, and nothing of
+  // it at close: unlike a guard's, its configuration is not pinned. It sets only
+  // what its close reads: a turn of an async request costs a few dozen nanoseconds.
+  void begin_fragment(const detail::RunningConfig& config, detail::RequestState& request, ProfileKinds kinds) noexcept {
+    request_ = &request;
+    pins_ = nullptr;
+    config_ = nullptr;
+    keep_ = true;
+    moved_ = false;
+    ProfileKinds sampled;
+    if (kinds.contains(ProfileKind::cpu) && config.cpu_engine == CpuEngine::sampling) sampled = sampled | cpu;
+    if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) sampled = sampled | wall;
+    if (!sampled.empty()) open_sampling(config, sampled);
+    if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::heap)) && config.heap_engine == HeapEngine::sampling)
+      open_heap(config);
+  }
+
   SPANPROF_NOINLINE void finish() noexcept {
     decide_and_close();
     // Closed on another thread (a coroutine resumed elsewhere): the pin is the
@@ -7405,6 +7787,11 @@ class ScopedProfile {
 
   // The span ended: decide whether to keep what it recorded, then close the engines.
   void decide_and_close() noexcept {
+    if (request_ != nullptr) {
+      // A fragment: the request decides when it ends, with all its fragments.
+      close_engines();
+      return;
+    }
     const detail::RunningConfig& config = *config_;
     if (observe_only_) {
       observe_only_ = false;
@@ -7531,7 +7918,23 @@ class ScopedProfile {
     report_error(ErrorCode::span_moved, what);
   }
 
-  // Copies this span's records out of the log, one profile per kind it asked for.
+  void add_to_request(detail::ThreadStackSampler& sampler, const std::uint64_t* first, std::size_t words,
+                      std::uint64_t dropped, ProfileKinds kinds) noexcept {
+    if (words == 0 && dropped == 0) return;
+    request_->add_stack_records(first, words, kinds, dropped, sampler.settings().period_ns,
+                                sampler.settings().wall_period_ns,
+                                sampler.source() == CpuSampleSource::perf_event ? "sampling:perf_event"
+                                                                                : "sampling:posix_timer");
+  }
+
+  void add_heap_to_request(detail::HeapSpanResult& result) noexcept {
+    request_->add_heap_records(result, detail::operator_new_hooks_compiled_in().load(std::memory_order_relaxed)
+                                           ? "sampling:operator_new"
+                                           : "sampling:tcmalloc_hooks");
+  }
+
+  // Copies this span's records out of the log, one profile per kind it asked for
+  // (a fragment's go to its request).
   SPANPROF_NOINLINE void hand_over(detail::ThreadStackSampler* sampler, std::size_t used, std::uint64_t dropped,
                                    ProfileKinds kinds, std::size_t log_start) noexcept {
     if (dropped != 0) {
@@ -7540,6 +7943,7 @@ class ScopedProfile {
                     static_cast<unsigned long long>(dropped));
       report_error(ErrorCode::sample_buffer_full, message);
     }
+    if (request_ != nullptr) return add_to_request(*sampler, sampler->words() + log_start, used - log_start, dropped, kinds);
     if (used <= log_start) return;
     const std::uint64_t* first = sampler->words() + log_start;
     const std::size_t words = used - log_start;
@@ -7679,6 +8083,7 @@ class ScopedProfile {
       report_error(ErrorCode::sample_buffer_full, message);
     }
     if (!keep_ || result.records.empty()) return;  // discarded, or nothing allocated was sampled
+    if (request_ != nullptr) return add_heap_to_request(result);
     SPANPROF_TRY {
       auto pending = detail::captured_profile_pool().acquire();
       fill_identity(pending->profile, ProfileKind::heap);
@@ -7715,6 +8120,7 @@ class ScopedProfile {
   std::uint64_t name_hash_;
   bool discarded_;
   bool moved_;  // closed elsewhere or out of order: counted, samples dropped
+  detail::RequestState* request_;  // a fragment's request (request.hpp); null: a span's own profile
   const void* user_span_;  // the user's span, for the adapter's hooks at close
   bool (*span_failed_)(const void*) noexcept;
   void (*profile_kept_)(const void*) noexcept;
@@ -7784,6 +8190,280 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_GUARD_HPP_
 // ---- end spanprof/guard.hpp ----
+// ---- begin spanprof/request.hpp ----
+// Request and Fragment: one profile per request, whichever threads run it.
+//
+//   spanprof::Request request(span);           // decided here: head sampler, ids
+//   pool.submit(spanprof::bind(request, [] {   // runs inside a fragment of it
+//     parse(...);
+//   }));
+//   ...
+//   request.end();   // delivered once no fragment of it runs (docs/async.md)
+//
+// An async request runs in turns: a coroutine between two suspensions, a callback,
+// a task on a pool. Each turn is a Fragment: "this thread now runs request R". Its
+// samples (CPU, wall, heap) go to the request when it closes, and the request
+// hands over one profile per kind, labelled with its span, when it ends: after
+// end() once no fragment runs, or when its last handle goes (abandoned: counted in
+// Stats::requests_abandoned, delivered as it is).
+//
+// A fragment costs a guard's open and close plus one atomic operation on the
+// request; it allocates nothing unless it took samples (then they are copied into
+// the request). Guards (ScopedProfile) nest inside fragments as they do inside
+// guards. A fragment must close on the thread that opened it: the adapters
+// (spanprof::bind, spanprof/asio.hpp) open one per turn for you.
+#ifndef SPANPROF_REQUEST_HPP_
+#define SPANPROF_REQUEST_HPP_
+
+
+#include <atomic>
+#include <functional>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+SPANPROF_NAMESPACE_BEGIN
+
+#if SPANPROF_ENABLED
+
+namespace detail {
+// The request whose fragment this thread runs (innermost), or null. Trivially
+// initialized: reading it never runs a TLS constructor.
+inline thread_local RequestState* running_request = nullptr;
+
+// Decides whether the span is profiled, as a guard's open does, and makes its state.
+SPANPROF_NOINLINE inline RequestState* begin_request(const SpanContext& span, std::string_view name,
+                                                     ProfileKinds kinds, bool configured) noexcept {
+  ThreadCounters* thread = guard_thread();
+  if (thread == nullptr) return nullptr;
+  ConfigReader& reader = thread->config_reader;
+  const RunningConfig* config = enter_config_section(reader);
+  if (config == nullptr) {
+    reader.leave();
+    return nullptr;
+  }
+  if (config->head_sampler && !config->head_sampler->should_profile(span, name)) {
+    thread->add(Counter::head_declined, 1);
+    reader.leave();
+    return nullptr;
+  }
+  if (!span.valid()) {
+    reader.leave();
+    report_error(ErrorCode::invalid_span_context, "a request was given an invalid trace or span id; not profiled");
+    return nullptr;
+  }
+  // Copied inside the section, where the configuration cannot be freed.
+  RequestState::Identity identity{span, name, configured ? config->profiles : kinds, config->sampler.generation,
+                                  config->tail_policy};
+  reader.leave();
+  RequestState* state = RequestState::create(std::move(identity));
+  if (state == nullptr) report_error(ErrorCode::internal, "out of memory beginning a request's profile; not profiled");
+  else count(Counter::profiles_started);
+  return state;
+}
+}  // namespace detail
+
+// A handle on one request's profile. Copies share it; it is delivered once.
+class Request {
+ public:
+  // No request: fragments of it profile nothing.
+  Request() noexcept = default;
+
+  // Records what spanprof::Options::profiles says (CPU unless configured).
+  template <class Span>
+  explicit Request(const Span& span) noexcept {
+    detail::require_span_adapter<Span>();
+    if constexpr (is_span_v<Span>)
+      state_ = detail::begin_request(span_adapter<std::decay_t<Span>>::context(span),
+                                     span_adapter<std::decay_t<Span>>::name(span), {}, true);
+  }
+  template <class Span>
+  Request(const Span& span, ProfileKinds kinds) noexcept {
+    detail::require_span_adapter<Span>();
+    if constexpr (is_span_v<Span>)
+      state_ = detail::begin_request(span_adapter<std::decay_t<Span>>::context(span),
+                                     span_adapter<std::decay_t<Span>>::name(span), kinds, false);
+  }
+  template <class Span>
+  Request(const Span& span, std::string_view span_name) noexcept {
+    detail::require_span_adapter<Span>();
+    if constexpr (is_span_v<Span>)
+      state_ = detail::begin_request(span_adapter<std::decay_t<Span>>::context(span), span_name, {}, true);
+  }
+  template <class Span>
+  Request(const Span& span, std::string_view span_name, ProfileKinds kinds) noexcept {
+    detail::require_span_adapter<Span>();
+    if constexpr (is_span_v<Span>)
+      state_ = detail::begin_request(span_adapter<std::decay_t<Span>>::context(span), span_name, kinds, false);
+  }
+
+  Request(const Request& other) noexcept : state_(other.state_) {
+    if (state_ != nullptr) state_->acquire();
+  }
+  Request(Request&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
+  Request& operator=(Request other) noexcept {
+    std::swap(state_, other.state_);
+    return *this;
+  }
+  ~Request() {
+    if (state_ != nullptr) state_->release();
+  }
+
+  // True when the request is being profiled (and has not ended through this handle).
+  bool active() const noexcept { return state_ != nullptr; }
+
+  // Marks the request as failed, for tail policies that keep errored requests.
+  void set_error(bool failed = true) noexcept {
+    if (state_ != nullptr) state_->set_error(failed);
+  }
+
+  // Drops whatever the request recorded: nothing is kept, symbolized or sent.
+  void discard() noexcept {
+    if (state_ != nullptr) state_->discard();
+  }
+
+  // The request is over: its profile is delivered now, or when the fragments
+  // running now close; later fragments record nothing. This handle lets go.
+  void end() noexcept {
+    if (state_ == nullptr) return;
+    state_->end();
+    std::exchange(state_, nullptr)->release();
+  }
+
+  friend bool operator==(const Request& a, const Request& b) noexcept { return a.state_ == b.state_; }
+  friend bool operator!=(const Request& a, const Request& b) noexcept { return a.state_ != b.state_; }
+
+ private:
+  friend class Fragment;
+  detail::RequestState* state_ = nullptr;
+};
+
+// "This thread now runs `request`", until the end of the scope. The request must
+// outlive it, and it must close on the thread that opened it. A fragment of the
+// request this thread already runs does nothing (its samples are counted once).
+class Fragment {
+ public:
+  explicit Fragment(const Request& request) noexcept
+      : running_(&detail::running_request), previous_(*running_), request_(enter(request.state_, previous_)),
+        guard_(request_) {
+    if (request_ == nullptr) return;
+    *running_ = request_;
+    // Published for profilers outside the process (span/thread_context.hpp).
+    published_ = &otel_thread_ctx_v1;
+    previous_context_ = *published_;
+    std::atomic_signal_fence(std::memory_order_release);
+    *published_ = &request_->thread_context();
+  }
+  Fragment(const Request&&) = delete;  // a temporary request would end before its fragment
+
+  ~Fragment() {
+    if (request_ == nullptr) return;
+    guard_.close();  // the samples go to the request
+    // Closed on another thread than it opened (a misuse, counted by the guard):
+    // that thread's variable is not this fragment's to restore.
+    if (running_ == &detail::running_request) {
+      *running_ = previous_;
+      *published_ = previous_context_;
+      std::atomic_signal_fence(std::memory_order_release);
+    }
+    request_->leave_fragment();
+  }
+
+  Fragment(const Fragment&) = delete;
+  Fragment& operator=(const Fragment&) = delete;
+
+  // True when this fragment records (the request is profiled, running here anew).
+  bool active() const noexcept { return request_ != nullptr; }
+
+ private:
+  static detail::RequestState* enter(detail::RequestState* request, detail::RequestState* running) noexcept {
+    if (request == nullptr || request == running || !request->enter_fragment()) return nullptr;
+    return request;
+  }
+
+  detail::RequestState** running_;  // this thread's running_request
+  detail::RequestState* previous_;
+  detail::RequestState* request_;   // entered, or null: records nothing
+  const void** published_ = nullptr;  // this thread's otel_thread_ctx_v1
+  const void* previous_context_ = nullptr;
+  ScopedProfile guard_;
+};
+
+#else  // SPANPROF_ENABLED == 0: requests and fragments are empty objects.
+
+class Request {
+ public:
+  Request() noexcept = default;
+  template <class Span>
+  explicit Request(const Span&) noexcept {
+    detail::require_span_adapter<Span>();
+  }
+  template <class Span>
+  Request(const Span&, ProfileKinds) noexcept {
+    detail::require_span_adapter<Span>();
+  }
+  template <class Span>
+  Request(const Span&, std::string_view) noexcept {
+    detail::require_span_adapter<Span>();
+  }
+  template <class Span>
+  Request(const Span&, std::string_view, ProfileKinds) noexcept {
+    detail::require_span_adapter<Span>();
+  }
+  bool active() const noexcept { return false; }
+  void set_error(bool = true) noexcept {}
+  void discard() noexcept {}
+  void end() noexcept {}
+  friend bool operator==(const Request&, const Request&) noexcept { return true; }
+  friend bool operator!=(const Request&, const Request&) noexcept { return false; }
+};
+
+class Fragment {
+ public:
+  explicit Fragment(const Request&) noexcept {}
+  Fragment(const Request&&) = delete;
+  Fragment(const Fragment&) = delete;
+  Fragment& operator=(const Fragment&) = delete;
+  bool active() const noexcept { return false; }
+};
+
+#endif
+
+// A callable that runs `function` inside a fragment of `request`, on whichever
+// thread calls it: for std::thread, thread pools, futures and callbacks.
+template <class Function>
+class RequestBoundFunction {
+ public:
+  RequestBoundFunction(Request request, Function function) noexcept(std::is_nothrow_move_constructible_v<Function>)
+      : request_(std::move(request)), function_(std::move(function)) {}
+
+  template <class... Args>
+  decltype(auto) operator()(Args&&... args) {
+    Fragment fragment(request_);
+    return std::invoke(function_, std::forward<Args>(args)...);
+  }
+  template <class... Args>
+  decltype(auto) operator()(Args&&... args) const {
+    Fragment fragment(request_);
+    return std::invoke(function_, std::forward<Args>(args)...);
+  }
+
+  const Request& request() const noexcept { return request_; }
+
+ private:
+  Request request_;
+  Function function_;
+};
+
+template <class Function>
+RequestBoundFunction<std::decay_t<Function>> bind(Request request, Function&& function) {
+  return RequestBoundFunction<std::decay_t<Function>>(std::move(request), std::forward<Function>(function));
+}
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_REQUEST_HPP_
+// ---- end spanprof/request.hpp ----
 // ---- begin spanprof/symbolization/symbolizer.hpp ----
 // Symbolization: turning sampled program counters into function names and the
 // pprof mapping they came from.
@@ -8042,6 +8722,7 @@ struct Stats {
   std::uint64_t kept_triggered = 0;
   std::uint64_t discarded_by_tail_policy = 0;  // recorded, then dropped at close: never symbolized or sent
   std::uint64_t discarded_explicitly = 0;  // ScopedProfile::discard(), or a span that ended elsewhere
+  std::uint64_t requests_abandoned = 0;    // spanprof::Request whose last handle went without end()
   // OpenTelemetry zero-code-change mode (docs/opentelemetry.md): spans not profiled
   std::uint64_t otel_spans_ended_elsewhere = 0;  // ended on another thread, or out of order
   std::uint64_t otel_spans_too_deep = 0;         // nested deeper than a thread keeps
@@ -15327,6 +16008,7 @@ class Runtime final : public GuardHost {
     s.kept_triggered = c[Counter::kept_triggered];
     s.discarded_by_tail_policy = c[Counter::discarded_by_tail_policy];
     s.discarded_explicitly = c[Counter::discarded_explicitly];
+    s.requests_abandoned = c[Counter::requests_abandoned];
     s.otel_spans_ended_elsewhere = c[Counter::otel_spans_ended_elsewhere];
     s.otel_spans_too_deep = c[Counter::otel_spans_too_deep];
     {

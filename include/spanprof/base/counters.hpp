@@ -45,6 +45,7 @@ enum class Counter : std::uint8_t {
   kept_triggered,
   discarded_by_tail_policy,
   discarded_explicitly,   // ScopedProfile::discard(), or a span that ended elsewhere
+  requests_abandoned,     // requests whose last handle went without end(): delivered as they were
   // the OpenTelemetry integration's zero-code-change mode
   otel_spans_ended_elsewhere,  // ended on another thread or out of order: not profiled
   otel_spans_too_deep,         // more spans open on the thread than it keeps: not profiled

@@ -212,6 +212,7 @@ class Runtime final : public GuardHost {
     s.kept_triggered = c[Counter::kept_triggered];
     s.discarded_by_tail_policy = c[Counter::discarded_by_tail_policy];
     s.discarded_explicitly = c[Counter::discarded_explicitly];
+    s.requests_abandoned = c[Counter::requests_abandoned];
     s.otel_spans_ended_elsewhere = c[Counter::otel_spans_ended_elsewhere];
     s.otel_spans_too_deep = c[Counter::otel_spans_too_deep];
     {

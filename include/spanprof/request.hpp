@@ -1,0 +1,277 @@
+// Request and Fragment: one profile per request, whichever threads run it.
+//
+//   spanprof::Request request(span);           // decided here: head sampler, ids
+//   pool.submit(spanprof::bind(request, [] {   // runs inside a fragment of it
+//     parse(...);
+//   }));
+//   ...
+//   request.end();   // delivered once no fragment of it runs (docs/async.md)
+//
+// An async request runs in turns: a coroutine between two suspensions, a callback,
+// a task on a pool. Each turn is a Fragment: "this thread now runs request R". Its
+// samples (CPU, wall, heap) go to the request when it closes, and the request
+// hands over one profile per kind, labelled with its span, when it ends: after
+// end() once no fragment runs, or when its last handle goes (abandoned: counted in
+// Stats::requests_abandoned, delivered as it is).
+//
+// A fragment costs a guard's open and close plus one atomic operation on the
+// request; it allocates nothing unless it took samples (then they are copied into
+// the request). Guards (ScopedProfile) nest inside fragments as they do inside
+// guards. A fragment must close on the thread that opened it: the adapters
+// (spanprof::bind, spanprof/asio.hpp) open one per turn for you.
+#ifndef SPANPROF_REQUEST_HPP_
+#define SPANPROF_REQUEST_HPP_
+
+#include <spanprof/config.hpp>
+#include <spanprof/guard.hpp>
+#include <spanprof/profile/profile.hpp>
+#include <spanprof/span/span_adapter.hpp>
+#include <spanprof/span/span_context.hpp>
+
+#include <atomic>
+#include <functional>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+SPANPROF_NAMESPACE_BEGIN
+
+#if SPANPROF_ENABLED
+
+namespace detail {
+// The request whose fragment this thread runs (innermost), or null. Trivially
+// initialized: reading it never runs a TLS constructor.
+inline thread_local RequestState* running_request = nullptr;
+
+// Decides whether the span is profiled, as a guard's open does, and makes its state.
+SPANPROF_NOINLINE inline RequestState* begin_request(const SpanContext& span, std::string_view name,
+                                                     ProfileKinds kinds, bool configured) noexcept {
+  ThreadCounters* thread = guard_thread();
+  if (thread == nullptr) return nullptr;
+  ConfigReader& reader = thread->config_reader;
+  const RunningConfig* config = enter_config_section(reader);
+  if (config == nullptr) {
+    reader.leave();
+    return nullptr;
+  }
+  if (config->head_sampler && !config->head_sampler->should_profile(span, name)) {
+    thread->add(Counter::head_declined, 1);
+    reader.leave();
+    return nullptr;
+  }
+  if (!span.valid()) {
+    reader.leave();
+    report_error(ErrorCode::invalid_span_context, "a request was given an invalid trace or span id; not profiled");
+    return nullptr;
+  }
+  // Copied inside the section, where the configuration cannot be freed.
+  RequestState::Identity identity{span, name, configured ? config->profiles : kinds, config->sampler.generation,
+                                  config->tail_policy};
+  reader.leave();
+  RequestState* state = RequestState::create(std::move(identity));
+  if (state == nullptr) report_error(ErrorCode::internal, "out of memory beginning a request's profile; not profiled");
+  else count(Counter::profiles_started);
+  return state;
+}
+}  // namespace detail
+
+// A handle on one request's profile. Copies share it; it is delivered once.
+class Request {
+ public:
+  // No request: fragments of it profile nothing.
+  Request() noexcept = default;
+
+  // Records what spanprof::Options::profiles says (CPU unless configured).
+  template <class Span>
+  explicit Request(const Span& span) noexcept {
+    detail::require_span_adapter<Span>();
+    if constexpr (is_span_v<Span>)
+      state_ = detail::begin_request(span_adapter<std::decay_t<Span>>::context(span),
+                                     span_adapter<std::decay_t<Span>>::name(span), {}, true);
+  }
+  template <class Span>
+  Request(const Span& span, ProfileKinds kinds) noexcept {
+    detail::require_span_adapter<Span>();
+    if constexpr (is_span_v<Span>)
+      state_ = detail::begin_request(span_adapter<std::decay_t<Span>>::context(span),
+                                     span_adapter<std::decay_t<Span>>::name(span), kinds, false);
+  }
+  template <class Span>
+  Request(const Span& span, std::string_view span_name) noexcept {
+    detail::require_span_adapter<Span>();
+    if constexpr (is_span_v<Span>)
+      state_ = detail::begin_request(span_adapter<std::decay_t<Span>>::context(span), span_name, {}, true);
+  }
+  template <class Span>
+  Request(const Span& span, std::string_view span_name, ProfileKinds kinds) noexcept {
+    detail::require_span_adapter<Span>();
+    if constexpr (is_span_v<Span>)
+      state_ = detail::begin_request(span_adapter<std::decay_t<Span>>::context(span), span_name, kinds, false);
+  }
+
+  Request(const Request& other) noexcept : state_(other.state_) {
+    if (state_ != nullptr) state_->acquire();
+  }
+  Request(Request&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
+  Request& operator=(Request other) noexcept {
+    std::swap(state_, other.state_);
+    return *this;
+  }
+  ~Request() {
+    if (state_ != nullptr) state_->release();
+  }
+
+  // True when the request is being profiled (and has not ended through this handle).
+  bool active() const noexcept { return state_ != nullptr; }
+
+  // Marks the request as failed, for tail policies that keep errored requests.
+  void set_error(bool failed = true) noexcept {
+    if (state_ != nullptr) state_->set_error(failed);
+  }
+
+  // Drops whatever the request recorded: nothing is kept, symbolized or sent.
+  void discard() noexcept {
+    if (state_ != nullptr) state_->discard();
+  }
+
+  // The request is over: its profile is delivered now, or when the fragments
+  // running now close; later fragments record nothing. This handle lets go.
+  void end() noexcept {
+    if (state_ == nullptr) return;
+    state_->end();
+    std::exchange(state_, nullptr)->release();
+  }
+
+  friend bool operator==(const Request& a, const Request& b) noexcept { return a.state_ == b.state_; }
+  friend bool operator!=(const Request& a, const Request& b) noexcept { return a.state_ != b.state_; }
+
+ private:
+  friend class Fragment;
+  detail::RequestState* state_ = nullptr;
+};
+
+// "This thread now runs `request`", until the end of the scope. The request must
+// outlive it, and it must close on the thread that opened it. A fragment of the
+// request this thread already runs does nothing (its samples are counted once).
+class Fragment {
+ public:
+  explicit Fragment(const Request& request) noexcept
+      : running_(&detail::running_request), previous_(*running_), request_(enter(request.state_, previous_)),
+        guard_(request_) {
+    if (request_ == nullptr) return;
+    *running_ = request_;
+    // Published for profilers outside the process (span/thread_context.hpp).
+    published_ = &otel_thread_ctx_v1;
+    previous_context_ = *published_;
+    std::atomic_signal_fence(std::memory_order_release);
+    *published_ = &request_->thread_context();
+  }
+  Fragment(const Request&&) = delete;  // a temporary request would end before its fragment
+
+  ~Fragment() {
+    if (request_ == nullptr) return;
+    guard_.close();  // the samples go to the request
+    // Closed on another thread than it opened (a misuse, counted by the guard):
+    // that thread's variable is not this fragment's to restore.
+    if (running_ == &detail::running_request) {
+      *running_ = previous_;
+      *published_ = previous_context_;
+      std::atomic_signal_fence(std::memory_order_release);
+    }
+    request_->leave_fragment();
+  }
+
+  Fragment(const Fragment&) = delete;
+  Fragment& operator=(const Fragment&) = delete;
+
+  // True when this fragment records (the request is profiled, running here anew).
+  bool active() const noexcept { return request_ != nullptr; }
+
+ private:
+  static detail::RequestState* enter(detail::RequestState* request, detail::RequestState* running) noexcept {
+    if (request == nullptr || request == running || !request->enter_fragment()) return nullptr;
+    return request;
+  }
+
+  detail::RequestState** running_;  // this thread's running_request
+  detail::RequestState* previous_;
+  detail::RequestState* request_;   // entered, or null: records nothing
+  const void** published_ = nullptr;  // this thread's otel_thread_ctx_v1
+  const void* previous_context_ = nullptr;
+  ScopedProfile guard_;
+};
+
+#else  // SPANPROF_ENABLED == 0: requests and fragments are empty objects.
+
+class Request {
+ public:
+  Request() noexcept = default;
+  template <class Span>
+  explicit Request(const Span&) noexcept {
+    detail::require_span_adapter<Span>();
+  }
+  template <class Span>
+  Request(const Span&, ProfileKinds) noexcept {
+    detail::require_span_adapter<Span>();
+  }
+  template <class Span>
+  Request(const Span&, std::string_view) noexcept {
+    detail::require_span_adapter<Span>();
+  }
+  template <class Span>
+  Request(const Span&, std::string_view, ProfileKinds) noexcept {
+    detail::require_span_adapter<Span>();
+  }
+  bool active() const noexcept { return false; }
+  void set_error(bool = true) noexcept {}
+  void discard() noexcept {}
+  void end() noexcept {}
+  friend bool operator==(const Request&, const Request&) noexcept { return true; }
+  friend bool operator!=(const Request&, const Request&) noexcept { return false; }
+};
+
+class Fragment {
+ public:
+  explicit Fragment(const Request&) noexcept {}
+  Fragment(const Request&&) = delete;
+  Fragment(const Fragment&) = delete;
+  Fragment& operator=(const Fragment&) = delete;
+  bool active() const noexcept { return false; }
+};
+
+#endif
+
+// A callable that runs `function` inside a fragment of `request`, on whichever
+// thread calls it: for std::thread, thread pools, futures and callbacks.
+template <class Function>
+class RequestBoundFunction {
+ public:
+  RequestBoundFunction(Request request, Function function) noexcept(std::is_nothrow_move_constructible_v<Function>)
+      : request_(std::move(request)), function_(std::move(function)) {}
+
+  template <class... Args>
+  decltype(auto) operator()(Args&&... args) {
+    Fragment fragment(request_);
+    return std::invoke(function_, std::forward<Args>(args)...);
+  }
+  template <class... Args>
+  decltype(auto) operator()(Args&&... args) const {
+    Fragment fragment(request_);
+    return std::invoke(function_, std::forward<Args>(args)...);
+  }
+
+  const Request& request() const noexcept { return request_; }
+
+ private:
+  Request request_;
+  Function function_;
+};
+
+template <class Function>
+RequestBoundFunction<std::decay_t<Function>> bind(Request request, Function&& function) {
+  return RequestBoundFunction<std::decay_t<Function>>(std::move(request), std::forward<Function>(function));
+}
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_REQUEST_HPP_

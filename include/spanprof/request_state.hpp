@@ -1,0 +1,289 @@
+// The shared state of a request profiled across threads (request.hpp): the
+// samples its fragments recorded, and when it is over.
+//
+// One word holds its whole life, so that a fragment opens and closes with one
+// atomic operation and the request is delivered exactly once, by whichever thread
+// sees it over: references (handles and running fragments), running fragments,
+// "ended" (Request::end()) and "delivered". It is delivered when it has ended and
+// no fragment runs, or when the last reference goes (abandoned if it never ended),
+// and freed when the last reference goes.
+#ifndef SPANPROF_REQUEST_STATE_HPP_
+#define SPANPROF_REQUEST_STATE_HPP_
+
+#include <spanprof/base/counters.hpp>
+#include <spanprof/capture/captured_profile.hpp>
+#include <spanprof/capture/heap_sampler.hpp>
+#include <spanprof/capture/sample_records.hpp>
+#include <spanprof/config.hpp>
+#include <spanprof/policy/tail_policy.hpp>
+#include <spanprof/profile/profile.hpp>
+#include <spanprof/runtime/guard_host.hpp>
+#include <spanprof/span/span_context.hpp>
+#include <spanprof/span/thread_context.hpp>
+
+#if SPANPROF_ENABLED
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string_view>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+constexpr Counter kept_counter(ProfileReason reason) noexcept {
+  return static_cast<Counter>(static_cast<std::size_t>(Counter::kept_sampled) + static_cast<std::size_t>(reason));
+}
+static_assert(static_cast<std::size_t>(Counter::kept_triggered) - static_cast<std::size_t>(Counter::kept_sampled) + 1 ==
+                  profile_reason_count,
+              "one kept_* counter per ProfileReason, in its order");
+
+class RequestState {
+ public:
+  static constexpr std::size_t max_name = 127;  // as ScopedProfile::max_span_name
+
+  // What a request records, fixed when it begins.
+  struct Identity {
+    SpanContext span;
+    std::string_view name;
+    ProfileKinds kinds;
+    std::uint64_t generation = 0;  // the configuration whose samplers record it
+    std::shared_ptr<TailPolicy> tail_policy;
+  };
+
+  // Null when out of memory (the request is then not profiled).
+  static RequestState* create(Identity identity) noexcept {
+    auto* state = new (std::nothrow) RequestState();
+    if (state == nullptr) return nullptr;
+    state->span_ = identity.span;
+    state->name_length_ = identity.name.size() < max_name ? identity.name.size() : max_name;
+    if (state->name_length_ != 0) std::memcpy(state->name_, identity.name.data(), state->name_length_);
+    state->kinds_ = identity.kinds;
+    state->generation_ = identity.generation;
+    state->tail_policy_ = std::move(identity.tail_policy);
+    fill_thread_context(state->thread_context_, identity.span, identity.name);
+    state->start_ns_ = monotonic_ns();
+    state->start_unix_ns_ = realtime_ns();
+    return state;
+  }
+
+  RequestState(const RequestState&) = delete;
+  RequestState& operator=(const RequestState&) = delete;
+
+  ProfileKinds kinds() const noexcept { return kinds_; }
+  std::uint64_t generation() const noexcept { return generation_; }
+  const SpanContext& span() const noexcept { return span_; }
+  // What otel_thread_ctx_v1 points at while a fragment of it runs (thread_context.hpp).
+  const ThreadContextRecord& thread_context() const noexcept { return thread_context_; }
+
+  // ---- handles (Request) ---------------------------------------------------------
+
+  void acquire() noexcept { life_.fetch_add(one_reference, std::memory_order_relaxed); }
+
+  // The last reference delivers what was recorded, if nothing did yet, and frees.
+  void release() noexcept {
+    const std::uint64_t now = life_.fetch_sub(one_reference, std::memory_order_acq_rel) - one_reference;
+    if ((now & (reference_mask | running_mask)) != 0) return;
+    if ((now & delivered_bit) == 0) deliver((now & ended_bit) == 0);
+    delete this;
+  }
+
+  void set_error(bool failed) noexcept { errored_.store(failed, std::memory_order_relaxed); }
+  void discard() noexcept { discarded_.store(true, std::memory_order_relaxed); }
+
+  // The request is over: delivered now if no fragment runs, else when the last
+  // running one closes. The caller holds a reference, and drops it after.
+  void end() noexcept {
+    const std::int64_t end = monotonic_ns();
+    std::uint64_t before = life_.load(std::memory_order_relaxed);
+    std::uint64_t after;
+    do {
+      if ((before & ended_bit) != 0) return;
+      after = before | ended_bit;
+      if ((before & running_mask) == 0) after |= delivered_bit;
+      end_ns_.store(end, std::memory_order_relaxed);
+    } while (!life_.compare_exchange_weak(before, after, std::memory_order_acq_rel, std::memory_order_relaxed));
+    if ((after & delivered_bit) != 0 && (before & delivered_bit) == 0) deliver(false);
+  }
+
+  // ---- fragments -------------------------------------------------------------------
+
+  // A thread starts running the request: false once it has ended (not profiled).
+  // A running fragment holds a reference of its own.
+  bool enter_fragment() noexcept {
+    std::uint64_t before = life_.load(std::memory_order_relaxed);
+    do {
+      if ((before & (ended_bit | delivered_bit)) != 0) return false;
+    } while (!life_.compare_exchange_weak(before, before + one_reference + one_running, std::memory_order_acquire,
+                                          std::memory_order_relaxed));
+    return true;
+  }
+
+  // The thread stops running it (its samples were added before). The last
+  // fragment to close after end() delivers; the last reference frees.
+  void leave_fragment() noexcept {
+    std::uint64_t before = life_.load(std::memory_order_relaxed);
+    std::uint64_t after;
+    bool deliver_now;
+    do {
+      after = before - one_reference - one_running;
+      deliver_now = (after & running_mask) == 0 && (after & ended_bit) != 0 && (after & delivered_bit) == 0;
+      // Delivering, it keeps its reference until done: nobody frees the state under it.
+      if (deliver_now) after = (after + one_reference) | delivered_bit;
+    } while (!life_.compare_exchange_weak(before, after, std::memory_order_acq_rel, std::memory_order_acquire));
+    if (deliver_now) {
+      deliver(false);
+      release();
+      return;
+    }
+    if ((after & (reference_mask | running_mask)) == 0) {
+      if ((after & delivered_bit) == 0) deliver((after & ended_bit) == 0);
+      delete this;
+    }
+  }
+
+  // A fragment's CPU or wall records (the log's records of its span, of every kind).
+  void add_stack_records(const std::uint64_t* first, std::size_t words, ProfileKinds kinds, std::uint64_t dropped,
+                         std::int64_t cpu_period_ns, std::int64_t wall_period_ns, const char* cpu_engine) noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    SPANPROF_TRY {
+      for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::wall}) {
+        if (!kinds.contains(kind)) continue;
+        Recorded& into = recorded_[static_cast<std::size_t>(kind)];
+        if (kind == ProfileKind::cpu) {
+          into.dropped += dropped;
+          into.period_ns = cpu_period_ns;
+          into.engine = cpu_engine;
+        } else {
+          into.period_ns = wall_period_ns;
+          into.engine = "sampling:wall";
+        }
+        for_each_stack_record(first, words, [&](const std::uint64_t* record, std::size_t size) {
+          if (is_wall_record(record) == (kind == ProfileKind::wall))
+            into.records.insert(into.records.end(), record, record + size);
+        });
+      }
+    } SPANPROF_CATCH_ALL {
+      report_error(ErrorCode::internal, "out of memory adding a fragment's samples to its request; dropped");
+    }
+  }
+
+  // A fragment's heap records.
+  void add_heap_records(HeapSpanResult& result, const char* engine) noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Recorded& into = recorded_[static_cast<std::size_t>(ProfileKind::heap)];
+    into.dropped += result.dropped;
+    into.heap_interval_bytes = result.interval_bytes;
+    into.engine = engine;
+    if (into.records.empty()) {
+      into.records = std::move(result.records);
+      return;
+    }
+    SPANPROF_TRY {
+      into.records.insert(into.records.end(), result.records.begin(), result.records.end());
+    } SPANPROF_CATCH_ALL {
+      report_error(ErrorCode::internal, "out of memory adding a fragment's heap samples to its request; dropped");
+    }
+  }
+
+ private:
+  RequestState() = default;
+  ~RequestState() = default;
+
+  static constexpr std::uint64_t one_reference = 1;
+  static constexpr std::uint64_t reference_mask = (std::uint64_t{1} << 24) - 1;
+  static constexpr std::uint64_t one_running = std::uint64_t{1} << 24;
+  static constexpr std::uint64_t running_mask = reference_mask << 24;
+  static constexpr std::uint64_t ended_bit = std::uint64_t{1} << 48;
+  static constexpr std::uint64_t delivered_bit = std::uint64_t{1} << 49;
+
+  struct Recorded {
+    std::vector<std::uint64_t> records;
+    std::uint64_t dropped = 0;
+    std::int64_t period_ns = 0;
+    std::int64_t heap_interval_bytes = 0;
+    const char* engine = "";
+  };
+
+  static std::int64_t monotonic_ns() noexcept {
+    timespec ts;
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+  }
+  static std::int64_t realtime_ns() noexcept {
+    timespec ts;
+    ::clock_gettime(CLOCK_REALTIME, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+  }
+
+  // Once per request, by the one thread that marked it delivered (or freed it): no
+  // fragment runs any more, so the records are this thread's alone.
+  void deliver(bool abandoned) noexcept {
+    if (abandoned) count(Counter::requests_abandoned);
+    const std::int64_t end = abandoned ? monotonic_ns() : end_ns_.load(std::memory_order_relaxed);
+    const std::int64_t duration = end - start_ns_;
+    const std::string_view name(name_, name_length_);
+    if (discarded_.load(std::memory_order_relaxed)) {
+      count(Counter::discarded_explicitly);
+      return;
+    }
+    TailDecision decision = TailDecision::keep_as(ProfileReason::sampled);
+    if (tail_policy_)
+      decision = tail_policy_->decide(SpanOutcome{span_, name, duration, errored_.load(std::memory_order_relaxed)});
+    if (!decision.keep) {
+      count(Counter::discarded_by_tail_policy);
+      return;
+    }
+    count(kept_counter(decision.reason));
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::wall, ProfileKind::heap}) {
+      Recorded& recorded = recorded_[static_cast<std::size_t>(kind)];
+      if (!kinds_.contains(kind) || recorded.records.empty()) continue;
+      SPANPROF_TRY {
+        auto pending = captured_profile_pool().acquire();
+        RawProfile& profile = pending->profile;
+        profile.kind = kind;
+        profile.span = span_;
+        profile.span_name.assign(name_, name_length_);
+        profile.reason = decision.reason;
+        profile.start_unix_ns = start_unix_ns_;
+        profile.duration_ns = duration;
+        profile.period_ns = recorded.period_ns;
+        profile.heap_interval_bytes = recorded.heap_interval_bytes;
+        profile.dropped_samples = recorded.dropped;
+        pending->engine = recorded.engine;
+        pending->packed_samples = std::move(recorded.records);
+        submit_captured(std::move(pending));
+      } SPANPROF_CATCH_ALL {
+        report_error(ErrorCode::internal, "out of memory handing over a request's profile; dropped");
+      }
+    }
+  }
+
+  std::atomic<std::uint64_t> life_{one_reference};  // the creator's handle
+  SpanContext span_;
+  char name_[max_name];
+  std::size_t name_length_ = 0;
+  ProfileKinds kinds_;
+  std::uint64_t generation_ = 0;
+  std::shared_ptr<TailPolicy> tail_policy_;
+  std::int64_t start_ns_ = 0;
+  std::int64_t start_unix_ns_ = 0;
+  std::atomic<std::int64_t> end_ns_{0};
+  std::atomic<bool> errored_{false};
+  std::atomic<bool> discarded_{false};
+  std::mutex mutex_;  // the records: fragments on several threads may close at once
+  Recorded recorded_[profile_kind_count];
+  ThreadContextRecord thread_context_;  // written once, before any fragment runs
+};
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_REQUEST_STATE_HPP_

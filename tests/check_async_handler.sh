@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Runs examples/async_handler (12 requests, Asio coroutines on a 4-thread pool) and
+# checks what it wrote as `go tool pprof` reads it: for every request that ran on
+# two threads or more (at least 4 of them), the profiles filtered by its span id
+# show parse_request, query_backend and render_response, and their CPU (samples x
+# period) is within 15 % of the CPU the request's stages used.
+set -euo pipefail
+binary=$1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+SPANPROF_OUTPUT_DIR="$dir" "$binary" > "$dir/out.txt"
+cat "$dir/out.txt"
+moved=0
+while read -r _ span threads; do
+  id=${span#span_id=}
+  n=${threads#threads=}
+  [ "$n" -ge 2 ] || continue
+  moved=$((moved + 1))
+  cpu_ns=$(awk -v s="span_id=$id" '$1 == "stages" && $2 == s { sub("cpu_ns=", "", $3); print $3 }' "$dir/out.txt")
+  # One profile per request: every file with this span's samples is its own.
+  files=$(ls "$dir"/"$id"-*-cpu.pb.gz)
+  [ "$(echo "$files" | wc -l)" = 1 ] || { echo "FAIL: $id has $(echo "$files" | wc -l) CPU profiles"; exit 1; }
+  # Every node (no node dropped as too small): their flat times add up to the request's.
+  top=$(go tool pprof -tagfocus="span_id=$id" -top -unit=ms -nodefraction=0 -nodecount=100000 "$dir"/*.pb.gz 2>/dev/null)
+  for stage in parse_request query_backend render_response; do
+    echo "$top" | grep -q "$stage" || { echo "FAIL: $stage is not in request $id's profile"; echo "$top"; exit 1; }
+  done
+  # "Showing nodes accounting for 29.50ms, 11.80% of 245.75ms total" (of all files)
+  sampled_ms=$(echo "$top" | sed -n 's/.*accounting for \([0-9.]*\)ms, .*/\1/p' | head -1)
+  [ -n "$sampled_ms" ] || { echo "FAIL: no total in pprof's output for $id"; echo "$top"; exit 1; }
+  awk -v s="$sampled_ms" -v c="$cpu_ns" -v id="$id" 'BEGIN {
+    r = s * 1e6 / c
+    printf "request %s: sampled %.1f ms of %.1f ms its stages used (%.3f)\n", id, s, c / 1e6, r
+    exit (r < 0.85 || r > 1.15) }' || { echo "FAIL: request $id is off by more than 15 %"; exit 1; }
+done < <(grep '^request span_id=' "$dir/out.txt")
+[ "$moved" -ge 4 ] || { echo "FAIL: only $moved requests ran on two threads or more (4 needed)"; exit 1; }
+echo "ok: $moved requests ran on several threads; each is one profile with its three stages, CPU within 15 %"
