@@ -134,12 +134,15 @@ class Request {
     if (state_ != nullptr) state_->discard();
   }
 
-  // The request is over: its profile is delivered now, or when the fragments
-  // running now close; later fragments record nothing. This handle lets go.
-  void end() noexcept {
-    if (state_ == nullptr) return;
-    state_->end();
+  // The request is over: the tail policy decides now; its profile is delivered now,
+  // or when the fragments running now close; later fragments record nothing. This
+  // handle lets go. True when it is kept: its profile was handed over now, or will
+  // be when those fragments close (as a span is linked to its profile before export).
+  bool end() noexcept {
+    if (state_ == nullptr) return false;
+    const bool kept = state_->end();
     std::exchange(state_, nullptr)->release();
+    return kept;
   }
 
   friend bool operator==(const Request& a, const Request& b) noexcept { return a.state_ == b.state_; }
@@ -187,6 +190,10 @@ class Fragment {
   // True when this fragment records (the request is profiled, running here anew).
   bool active() const noexcept { return request_ != nullptr; }
 
+  // While `flag` is set, samples that land in this fragment are not recorded: for a
+  // request whose end comes from another thread (the flag must outlive the fragment).
+  void stop_sampling_when(const std::atomic<bool>& flag) noexcept { guard_.stop_sampling_when(flag); }
+
  private:
   static detail::RequestState* enter(detail::RequestState* request, detail::RequestState* running) noexcept {
     if (request == nullptr || request == running || !request->enter_fragment()) return nullptr;
@@ -225,7 +232,7 @@ class Request {
   bool active() const noexcept { return false; }
   void set_error(bool = true) noexcept {}
   void discard() noexcept {}
-  void end() noexcept {}
+  bool end() noexcept { return false; }
   friend bool operator==(const Request&, const Request&) noexcept { return true; }
   friend bool operator!=(const Request&, const Request&) noexcept { return false; }
 };
@@ -237,6 +244,7 @@ class Fragment {
   Fragment(const Fragment&) = delete;
   Fragment& operator=(const Fragment&) = delete;
   bool active() const noexcept { return false; }
+  void stop_sampling_when(const std::atomic<bool>&) noexcept {}
 };
 
 #endif

@@ -208,17 +208,18 @@ struct ProfilingTracerOptions {
 #if SPANPROF_ENABLED
 namespace detail {
 
-// Shared by a profiled span and the stack slot holding its guard; outlives both.
+// Shared by a profiled span and the stack slot holding its fragment; outlives both.
 struct SpanEndState {
-  std::atomic<bool> ended_elsewhere{false};  // the guard's stop flag: read by the sample handler
-  std::atomic<bool> failed{false};
+  std::atomic<bool> ended_elsewhere{false};  // the fragment's stop flag: read by the sample handler
 };
 
-// The guards of the profiled OpenTelemetry spans a thread has open, innermost on
-// top. Guards live here, not in the span objects, because a ScopedProfile must be
-// closed on its thread in LIFO order; a span that ends on another thread, or out of
-// order, only marks its slot, and this thread pops it the next time it starts or
-// ends a span (its samples stop at once: the slot's flag is the guard's stop flag).
+// The profiled OpenTelemetry spans a thread started and still runs, innermost on
+// top: each is a spanprof::Request (request.hpp) with a Fragment open here. A
+// fragment must close on its thread, in LIFO order; a span that ends on another
+// thread, or out of order, only marks its slot (its samples stop at once: the flag
+// is the fragment's stop flag) and ends its request, and this thread closes the
+// fragment the next time it starts or ends a span, or exits: the request is
+// delivered then, with what the span ran here.
 class ThreadSpanStack {
  public:
   static constexpr std::size_t capacity = 16;
@@ -227,24 +228,19 @@ class ThreadSpanStack {
   ThreadSpanStack(const ThreadSpanStack&) = delete;
   ThreadSpanStack& operator=(const ThreadSpanStack&) = delete;
 
-  // At thread exit: spans still open here are not profiled; a later End() finds
-  // their slot gone (it compares stack ids, never this memory).
+  // At thread exit: the spans still open here keep what they recorded; a later
+  // End() ends the request (it compares stack ids, never this memory).
   ~ThreadSpanStack() {
-    while (depth_ > 0) {
-      Slot& top = slots_[depth_ - 1];
-      top.state->ended_elsewhere.store(true, std::memory_order_release);
-      top.guard().discard();
-      pop();
-    }
+    while (depth_ > 0) pop();
   }
 
   std::uint64_t id() const noexcept { return id_; }
   std::size_t depth() const noexcept { return depth_; }
 
-  // Opens a guard for the span in the next slot. Returns the slot and the span's
-  // end state, or -1 when the guard is not profiling (the head sampler said no:
+  // Begins a request for the span and opens its fragment in the next slot. Returns
+  // the slot, or -1 when the span is not profiled (the head sampler said no:
   // nothing to keep, nothing allocated) or the stack is full.
-  long push(const SpanContext& span, std::string_view name, ProfileKinds kinds,
+  long push(const SpanContext& span, std::string_view name, ProfileKinds kinds, Request& request,
             std::shared_ptr<SpanEndState>& state) noexcept {
     pop_ended_elsewhere();
     if (depth_ == capacity) {
@@ -252,57 +248,51 @@ class ThreadSpanStack {
       return -1;
     }
     Slot& slot = slots_[depth_];
-    ScopedProfile* guard = kinds.empty() ? new (slot.storage) ScopedProfile(span, name)
-                                         : new (slot.storage) ScopedProfile(span, name, kinds);
-    if (!guard->pending_close()) {
-      guard->~ScopedProfile();
-      return -1;
-    }
+    slot.request = kinds.empty() ? Request(span, name) : Request(span, name, kinds);
+    if (!slot.request.active()) return -1;
     SPANPROF_TRY {
       state = std::make_shared<SpanEndState>();
     } SPANPROF_CATCH_ALL {
-      guard->discard();
-      guard->~ScopedProfile();
+      slot.request.discard();
+      slot.request = Request();
       return -1;
     }
-    guard->stop_sampling_when(state->ended_elsewhere);
+    Fragment* fragment = new (slot.storage) Fragment(slot.request);
+    fragment->stop_sampling_when(state->ended_elsewhere);
     slot.state = state;
+    request = slot.request;
     return static_cast<long>(depth_++);
   }
 
-  // The span of `slot` ended on this thread. True when its guard closed normally
-  // (it was on top); false when it was out of order (then it is marked and popped
-  // once the spans above it end). `handed_over` says whether a profile was kept.
-  bool end(long slot, const SpanEndState& state, bool& handed_over) noexcept {
-    handed_over = false;
+  // The span of `slot` ended on this thread: true when its fragment closed (it was
+  // on top); false when it was out of order (then it is marked, and closed once the
+  // spans above it end).
+  bool close(long slot, const SpanEndState& state) noexcept {
     if (slot < 0 || static_cast<std::size_t>(slot) + 1 != depth_ || slots_[slot].state.get() != &state) return false;
-    ScopedProfile& guard = slots_[slot].guard();
-    if (state.failed.load(std::memory_order_relaxed)) guard.set_error();
-    guard.close();
-    handed_over = guard.profile_handed_over();
     pop();
-    pop_ended_elsewhere();
     return true;
   }
 
+  // After a span ended elsewhere: its fragment closes here now if it is on top.
+  void close_ended() noexcept { pop_ended_elsewhere(); }
+
  private:
   struct Slot {
-    alignas(ScopedProfile) unsigned char storage[sizeof(ScopedProfile)];
+    alignas(Fragment) unsigned char storage[sizeof(Fragment)];
+    Request request;
     std::shared_ptr<SpanEndState> state;
-    ScopedProfile& guard() noexcept { return *std::launder(reinterpret_cast<ScopedProfile*>(storage)); }
+    Fragment& fragment() noexcept { return *std::launder(reinterpret_cast<Fragment*>(storage)); }
   };
 
   void pop() noexcept {
     Slot& top = slots_[--depth_];
-    top.guard().~ScopedProfile();
+    top.fragment().~Fragment();  // its samples go to the request
+    top.request = Request();     // delivered here if the span has ended and nothing else holds it
     top.state.reset();
   }
 
   void pop_ended_elsewhere() noexcept {
-    while (depth_ > 0 && slots_[depth_ - 1].state->ended_elsewhere.load(std::memory_order_acquire)) {
-      slots_[depth_ - 1].guard().discard();
-      pop();
-    }
+    while (depth_ > 0 && slots_[depth_ - 1].state->ended_elsewhere.load(std::memory_order_acquire)) pop();
   }
 
   std::uint64_t id_;
@@ -343,9 +333,14 @@ inline ThreadSpanStack* this_thread_span_stack() noexcept {
 // tracer's span, and closes the profile when it ends.
 class ProfiledSpan final : public api::Span {
  public:
-  ProfiledSpan(nostd::shared_ptr<api::Span> span, std::uint64_t stack_id, long slot,
+  ProfiledSpan(nostd::shared_ptr<api::Span> span, std::uint64_t stack_id, long slot, Request request,
                std::shared_ptr<SpanEndState> state, bool link_profiles) noexcept
-      : span_(std::move(span)), stack_id_(stack_id), slot_(slot), state_(std::move(state)), link_(link_profiles) {}
+      : span_(std::move(span)),
+        stack_id_(stack_id),
+        slot_(slot),
+        request_(std::move(request)),
+        state_(std::move(state)),
+        link_(link_profiles) {}
 
   ~ProfiledSpan() override {
     if (!ended_.load(std::memory_order_relaxed)) ProfiledSpan::End();
@@ -373,7 +368,7 @@ class ProfiledSpan final : public api::Span {
 #endif
   void SetStatus(api::StatusCode code, nostd::string_view description = "") noexcept override {
     // The tail policy sees the status the span ends with.
-    state_->failed.store(code == api::StatusCode::kError, std::memory_order_relaxed);
+    request_.set_error(code == api::StatusCode::kError);
     span_->SetStatus(code, description);
   }
   void UpdateName(nostd::string_view name) noexcept override { span_->UpdateName(name); }
@@ -385,17 +380,18 @@ class ProfiledSpan final : public api::Span {
       span_->End(options);  // a second End: the tracer's own rules apply
       return;
     }
-    bool handed_over = false;
-    bool closed = false;
     ThreadSpanStack* stack = thread_span_stack;  // ids are never reused: an exited thread's cannot match
-    if (stack != nullptr && stack->id() == stack_id_) closed = stack->end(slot_, *state_, handed_over);
+    const bool closed = stack != nullptr && stack->id() == stack_id_ && stack->close(slot_, *state_);
     if (!closed) {
-      // Ended on another thread, or before a span started after it: not profiled.
+      // Ended on another thread, or before a span started after it: its fragment
+      // stops recording now and closes on its own thread, which delivers it then.
       state_->ended_elsewhere.store(true, std::memory_order_release);
       spanprof::detail::count(spanprof::detail::Counter::otel_spans_ended_elsewhere);
     }
-    // Before End(): the exported span carries the link.
-    if (handed_over && link_) link_profile(*span_);
+    // The tail policy decides now; before End(), so the exported span carries the link.
+    const bool kept = request_.end();
+    if (kept && link_) link_profile(*span_);
+    if (closed && stack != nullptr) stack->close_ended();  // an out-of-order span under it, now on top
     span_->End(options);
   }
 
@@ -403,6 +399,7 @@ class ProfiledSpan final : public api::Span {
   nostd::shared_ptr<api::Span> span_;
   std::uint64_t stack_id_;
   long slot_;
+  Request request_;
   std::shared_ptr<SpanEndState> state_;
   bool link_;
   std::atomic<bool> ended_{false};
@@ -466,10 +463,17 @@ class ProfilingTracer final : public api::Tracer {
     detail::ThreadSpanStack* stack = detail::this_thread_span_stack();
     if (stack == nullptr) return span;
     std::shared_ptr<detail::SpanEndState> state;
-    const long slot = stack->push(to_span_context(span->GetContext()), span_name, o.profiles, state);
+    Request request;
+    const long slot = stack->push(to_span_context(span->GetContext()), span_name, o.profiles, request, state);
     if (slot < 0) return span;  // not profiled: the tracer's span as it is
-    auto* profiled = new (std::nothrow) detail::ProfiledSpan(span, stack->id(), slot, std::move(state), o.link_profiles);
-    if (profiled == nullptr) return span;  // the slot is popped at this thread's next span
+    auto* profiled = new (std::nothrow)
+        detail::ProfiledSpan(span, stack->id(), slot, std::move(request), state, o.link_profiles);
+    if (profiled == nullptr) {
+      // Not profiled after all: its fragment stops now, and closes at this thread's next span.
+      request.discard();
+      state->ended_elsewhere.store(true, std::memory_order_release);
+      return span;
+    }
     return nostd::shared_ptr<api::Span>(profiled);
 #else
     (void)selected;

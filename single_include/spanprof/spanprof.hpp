@@ -7146,26 +7146,32 @@ class RequestState {
   void release() noexcept {
     const std::uint64_t now = life_.fetch_sub(one_reference, std::memory_order_acq_rel) - one_reference;
     if ((now & (reference_mask | running_mask)) != 0) return;
-    if ((now & delivered_bit) == 0) deliver((now & ended_bit) == 0);
+    if ((now & delivered_bit) == 0) (void)deliver((now & ended_bit) == 0);
     delete this;
   }
 
   void set_error(bool failed) noexcept { errored_.store(failed, std::memory_order_relaxed); }
   void discard() noexcept { discarded_.store(true, std::memory_order_relaxed); }
 
-  // The request is over: delivered now if no fragment runs, else when the last
-  // running one closes. The caller holds a reference, and drops it after.
-  void end() noexcept {
+  // The request is over: the tail policy decides now, with its duration and error
+  // status; it is delivered now if no fragment runs, else when the last running one
+  // closes. True when it is kept: its profile was handed over now, or will be once
+  // those fragments close (if they took samples). The caller holds a reference,
+  // and drops it after.
+  bool end() noexcept {
+    if (end_claimed_.exchange(true, std::memory_order_acq_rel)) return false;  // ended before
     const std::int64_t end = monotonic_ns();
+    end_ns_ = end;
+    decision_ = decide(end - start_ns_);
+    // Published with the ended bit: whoever delivers reads the decision after it.
     std::uint64_t before = life_.load(std::memory_order_relaxed);
     std::uint64_t after;
     do {
-      if ((before & ended_bit) != 0) return;
       after = before | ended_bit;
       if ((before & running_mask) == 0) after |= delivered_bit;
-      end_ns_.store(end, std::memory_order_relaxed);
     } while (!life_.compare_exchange_weak(before, after, std::memory_order_acq_rel, std::memory_order_relaxed));
-    if ((after & delivered_bit) != 0 && (before & delivered_bit) == 0) deliver(false);
+    if ((after & delivered_bit) == 0) return decision_.keep;  // a fragment runs: it delivers
+    return deliver(false);
   }
 
   // ---- fragments -------------------------------------------------------------------
@@ -7194,12 +7200,12 @@ class RequestState {
       if (deliver_now) after = (after + one_reference) | delivered_bit;
     } while (!life_.compare_exchange_weak(before, after, std::memory_order_acq_rel, std::memory_order_acquire));
     if (deliver_now) {
-      deliver(false);
+      (void)deliver(false);
       release();
       return;
     }
     if ((after & (reference_mask | running_mask)) == 0) {
-      if ((after & delivered_bit) == 0) deliver((after & ended_bit) == 0);
+      if ((after & delivered_bit) == 0) (void)deliver((after & ended_bit) == 0);
       delete this;
     }
   }
@@ -7278,25 +7284,31 @@ class RequestState {
     return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
   }
 
+  TailDecision decide(std::int64_t duration) noexcept {
+    if (discarded_.load(std::memory_order_relaxed)) return TailDecision::discard();
+    if (!tail_policy_) return TailDecision::keep_as(ProfileReason::sampled);
+    return tail_policy_->decide(
+        SpanOutcome{span_, std::string_view(name_, name_length_), duration, errored_.load(std::memory_order_relaxed)});
+  }
+
   // Once per request, by the one thread that marked it delivered (or freed it): no
-  // fragment runs any more, so the records are this thread's alone.
-  void deliver(bool abandoned) noexcept {
-    if (abandoned) count(Counter::requests_abandoned);
-    const std::int64_t end = abandoned ? monotonic_ns() : end_ns_.load(std::memory_order_relaxed);
-    const std::int64_t duration = end - start_ns_;
-    const std::string_view name(name_, name_length_);
-    if (discarded_.load(std::memory_order_relaxed)) {
-      count(Counter::discarded_explicitly);
-      return;
+  // fragment runs any more, so the records are this thread's alone. True when a
+  // profile was handed over.
+  bool deliver(bool abandoned) noexcept {
+    if (abandoned) {
+      count(Counter::requests_abandoned);
+      end_ns_ = monotonic_ns();
+      decision_ = decide(end_ns_ - start_ns_);
     }
-    TailDecision decision = TailDecision::keep_as(ProfileReason::sampled);
-    if (tail_policy_)
-      decision = tail_policy_->decide(SpanOutcome{span_, name, duration, errored_.load(std::memory_order_relaxed)});
+    const std::int64_t duration = end_ns_ - start_ns_;
+    const TailDecision decision = decision_;
     if (!decision.keep) {
-      count(Counter::discarded_by_tail_policy);
-      return;
+      count(discarded_.load(std::memory_order_relaxed) ? Counter::discarded_explicitly
+                                                        : Counter::discarded_by_tail_policy);
+      return false;
     }
     count(kept_counter(decision.reason));
+    bool handed_over = false;
     std::lock_guard<std::mutex> lock(mutex_);
     for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::wall, ProfileKind::heap}) {
       Recorded& recorded = recorded_[static_cast<std::size_t>(kind)];
@@ -7315,11 +7327,12 @@ class RequestState {
         profile.dropped_samples = recorded.dropped;
         pending->engine = recorded.engine;
         pending->packed_samples = std::move(recorded.records);
-        submit_captured(std::move(pending));
+        handed_over = submit_captured(std::move(pending)) || handed_over;
       } SPANPROF_CATCH_ALL {
         report_error(ErrorCode::internal, "out of memory handing over a request's profile; dropped");
       }
     }
+    return handed_over;
   }
 
   std::atomic<std::uint64_t> life_{one_reference};  // the creator's handle
@@ -7331,7 +7344,10 @@ class RequestState {
   std::shared_ptr<TailPolicy> tail_policy_;
   std::int64_t start_ns_ = 0;
   std::int64_t start_unix_ns_ = 0;
-  std::atomic<std::int64_t> end_ns_{0};
+  // Written once by the thread that claimed the end, published by the ended bit.
+  std::atomic<bool> end_claimed_{false};
+  std::int64_t end_ns_ = 0;
+  TailDecision decision_;
   std::atomic<bool> errored_{false};
   std::atomic<bool> discarded_{false};
   std::mutex mutex_;  // the records: fragments on several threads may close at once
@@ -8322,12 +8338,15 @@ class Request {
     if (state_ != nullptr) state_->discard();
   }
 
-  // The request is over: its profile is delivered now, or when the fragments
-  // running now close; later fragments record nothing. This handle lets go.
-  void end() noexcept {
-    if (state_ == nullptr) return;
-    state_->end();
+  // The request is over: the tail policy decides now; its profile is delivered now,
+  // or when the fragments running now close; later fragments record nothing. This
+  // handle lets go. True when it is kept: its profile was handed over now, or will
+  // be when those fragments close (as a span is linked to its profile before export).
+  bool end() noexcept {
+    if (state_ == nullptr) return false;
+    const bool kept = state_->end();
     std::exchange(state_, nullptr)->release();
+    return kept;
   }
 
   friend bool operator==(const Request& a, const Request& b) noexcept { return a.state_ == b.state_; }
@@ -8375,6 +8394,10 @@ class Fragment {
   // True when this fragment records (the request is profiled, running here anew).
   bool active() const noexcept { return request_ != nullptr; }
 
+  // While `flag` is set, samples that land in this fragment are not recorded: for a
+  // request whose end comes from another thread (the flag must outlive the fragment).
+  void stop_sampling_when(const std::atomic<bool>& flag) noexcept { guard_.stop_sampling_when(flag); }
+
  private:
   static detail::RequestState* enter(detail::RequestState* request, detail::RequestState* running) noexcept {
     if (request == nullptr || request == running || !request->enter_fragment()) return nullptr;
@@ -8413,7 +8436,7 @@ class Request {
   bool active() const noexcept { return false; }
   void set_error(bool = true) noexcept {}
   void discard() noexcept {}
-  void end() noexcept {}
+  bool end() noexcept { return false; }
   friend bool operator==(const Request&, const Request&) noexcept { return true; }
   friend bool operator!=(const Request&, const Request&) noexcept { return false; }
 };
@@ -8425,6 +8448,7 @@ class Fragment {
   Fragment(const Fragment&) = delete;
   Fragment& operator=(const Fragment&) = delete;
   bool active() const noexcept { return false; }
+  void stop_sampling_when(const std::atomic<bool>&) noexcept {}
 };
 
 #endif
