@@ -11,6 +11,7 @@
 
 #include <spanprof/delivery/spool_format.hpp>
 #include <spanprof/profile/pprof_encoder.hpp>
+#include <spanprof/profile/protobuf_writer.hpp>
 #include <spanprof/spanprof.hpp>
 
 #include <fstream>
@@ -174,11 +175,24 @@ TEST_CASE("the reader takes a spool file's pprof payload and its span's timing")
   CHECK(collection.spans[0].start_unix_ns == spooled.start_unix_ns);
   CHECK(collection.spans[0].duration_ns == spooled.duration_ns);
 
+  // A Pyroscope push request (PushRequest.series.samples.raw_profile) holds one.
+  static_cast<spanprof::SpanRecord&>(spooled) = record(4, "GET /inventory");
+  payload = pprof_gzip(profile_of({spooled}, {{1, {"main", "count_stock"}}}));
+  std::string push;
+  spanprof::detail::ProtobufWriter writer(push);
+  writer.message_field(1, [&](spanprof::detail::ProtobufWriter& series) {
+    series.message_field(2, [&](spanprof::detail::ProtobufWriter& sample) { sample.bytes_field(1, payload); });
+  });
+  REQUIRE(spanprof_report::read_profile_file(spanprof::detail::spool_format::encode("pyroscope", spooled, push),
+                                             collection, why));
+  CHECK(collection.spans.size() == 2);
+  CHECK(collection.spans[1].span_id == spooled.span.span_id.to_hex());
+
   // An OTLP uploader's spool file holds no pprof: refused, and said so.
   const std::string otlp = spanprof::detail::spool_format::encode("otlp", spooled, "\x0a\x03otl");
   CHECK_FALSE(spanprof_report::read_profile_file(otlp, collection, why));
   CHECK(contains(why, "otlp"));
-  CHECK(collection.spans.size() == 1);
+  CHECK(collection.spans.size() == 2);
 }
 
 TEST_CASE("spanprof-report skips malformed, truncated and foreign files with one line each") {

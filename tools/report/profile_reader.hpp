@@ -463,6 +463,29 @@ inline bool is_spool_file(std::string_view bytes) noexcept {
   return bytes.size() >= sizeof format::magic && bytes.compare(0, sizeof format::magic, std::string_view(format::magic, sizeof format::magic)) == 0;
 }
 
+// The pprof inside a Pyroscope push request (PushRequest.series[0].samples[0].
+// raw_profile, as delivery/pyroscope_uploader.hpp writes it), or "" when `payload`
+// is not one. spanprof's pprof is always gzip'd, which tells the two apart.
+inline std::string_view pyroscope_push_profile(std::string_view payload) {
+  constexpr std::uint32_t push_request_series = 1, series_samples = 2, sample_raw_profile = 1;
+  std::string_view found;
+  auto nested = [&found](std::uint32_t wanted, auto&& inner) {
+    return [&found, wanted, inner](std::uint32_t number, std::uint32_t type, std::uint64_t, std::string_view bytes) {
+      if (number == wanted && type == 2 && found.empty()) return inner(bytes);
+      return true;
+    };
+  };
+  const bool ok = for_each_field(payload, nested(push_request_series, [&](std::string_view series) {
+    return for_each_field(series, nested(series_samples, [&](std::string_view sample) {
+      return for_each_field(sample, nested(sample_raw_profile, [&](std::string_view raw) {
+        if (is_gzip(raw)) found = raw;
+        return true;
+      }));
+    }));
+  }));
+  return ok ? found : std::string_view();
+}
+
 inline bool read_pprof_bytes(std::string_view bytes, const spanprof::EncodedProfile* spool_record, Collection& into,
                              const ReadLimits& limits, std::string& why) {
   std::string inflated;
@@ -476,7 +499,8 @@ inline bool read_pprof_bytes(std::string_view bytes, const spanprof::EncodedProf
 }  // namespace detail
 
 // Adds the spans of one file's bytes to `into`: a pprof profile (gzip'd or not)
-// or a spool file whose payload is one. On refusal returns false, says why in one
+// or a spool file whose payload holds one (the file, callback and Pyroscope
+// uploaders'; an OTLP request is refused). On refusal returns false, says why in one
 // line in `why`, and leaves `into` as it was (the frame tree may have grown, which
 // changes no span). Never throws but std::bad_alloc.
 inline bool read_profile_file(std::string_view bytes, Collection& into, std::string& why, const ReadLimits& limits = {}) {
@@ -494,7 +518,10 @@ inline bool read_profile_file(std::string_view bytes, Collection& into, std::str
       why = "spool file: " + spool_why;
       return false;
     }
-    ok = detail::read_pprof_bytes(record.pprof_gzip, record.span_count == 1 ? &record : nullptr, into, limits, why);
+    std::string_view pprof = record.pprof_gzip;
+    if (!detail::is_gzip(pprof) && !detail::pyroscope_push_profile(pprof).empty())
+      pprof = detail::pyroscope_push_profile(pprof);
+    ok = detail::read_pprof_bytes(pprof, record.span_count == 1 ? &record : nullptr, into, limits, why);
     if (!ok) why = "spool file of uploader '" + uploader + "': payload: " + why;
   } else {
     ok = detail::read_pprof_bytes(bytes, nullptr, into, limits, why);
