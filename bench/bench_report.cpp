@@ -8,6 +8,7 @@
 //   spanprof_bench_report --spans 200        a smoke run (CI)
 //   spanprof_bench_report --batched          windows of 100 spans per file
 //   spanprof_bench_report --browser          and time chromium on the page
+//   spanprof_bench_report --keep             leave the profiles and the page in /tmp
 //
 // A plain timed program: one run of a command-line tool is what is measured, not
 // a loop Google Benchmark could repeat.
@@ -36,6 +37,7 @@ struct Settings {
   int names = 50;
   int batch = 1;  // spans per file
   bool browser = false;
+  bool keep = false;  // leave the profiles and the page in place
 };
 
 constexpr std::int64_t period_ns = 10'101'010;  // 99 Hz, spanprof's default frequency
@@ -164,8 +166,9 @@ int main(int argc, char** argv) {
     else if (arg == "--samples" && i + 1 < argc) settings.samples = std::atoi(argv[++i]);
     else if (arg == "--batched") settings.batch = 100;
     else if (arg == "--browser") settings.browser = true;
+    else if (arg == "--keep") settings.keep = true;
     else {
-      std::fprintf(stderr, "usage: spanprof_bench_report [--spans N] [--samples N] [--batched] [--browser]\n");
+      std::fprintf(stderr, "usage: spanprof_bench_report [--spans N] [--samples N] [--batched] [--browser] [--keep]\n");
       return 2;
     }
   }
@@ -201,6 +204,10 @@ int main(int argc, char** argv) {
     std::printf("chromium --headless: table drawn %.2f s, with a slow span's view %.2f s (beyond an empty page's %.2f s)\n",
                 load_s - blank_s, span_s - blank_s, blank_s);
   }
-  std::filesystem::remove_all(dir);
+  if (settings.keep) {
+    std::printf("kept: %s (profiles/, report.html)\n", dir.c_str());
+  } else {
+    std::filesystem::remove_all(dir);
+  }
   return 0;
 }
