@@ -329,11 +329,13 @@ function drawTimeline() {
   const x = t => LABEL + (w - LABEL - 4) * t / tEnd;
   lanes.forEach((name, i) => { g.fillStyle = '#444'; g.fillText(name.length > 24 ? name.slice(0, 23) + '\u2026' : name, 2, i * LANE + 12); });
   const colour = {slow: '#d33', error: '#e80', triggered: '#a3c'};
-  for (const s of timed) {
-    const lane = laneOf.get(s.name);
-    g.fillStyle = s === selected ? '#000' : colour[s.reason] || '#58a';
-    g.fillRect(x(s.start), lane * LANE + 3, Math.max(2, x(s.start + Math.max(s.dur, 0)) - x(s.start)), LANE - 4);
-  }
+  // Translucent, so spans of one name that overlapped (concurrent requests) show
+  // darker where they did; the selected span is drawn last, in black.
+  const bar = s => g.fillRect(x(s.start), laneOf.get(s.name) * LANE + 3, Math.max(2, x(s.start + Math.max(s.dur, 0)) - x(s.start)), LANE - 4);
+  g.globalAlpha = 0.55;
+  for (const s of timed) { g.fillStyle = colour[s.reason] || '#58a'; bar(s); }
+  g.globalAlpha = 1;
+  if (selected && selected.start >= 0) { g.fillStyle = '#000'; bar(selected); }
   c.onclick = e => {
     const r = c.getBoundingClientRect(), lane = Math.floor((e.clientY - r.top - 2) / LANE), t = (e.clientX - r.left - LABEL) / (w - LABEL - 4) * tEnd;
     let best = null, bestGap = Infinity;
