@@ -277,21 +277,28 @@ function showSpan(s, k) {
 
 // ---- the table: sortable, filtered by name, shown a page at a time ----
 let sortKey = 'start', sortUp = true, limit = PAGE, rows = spans;
-const sortValue = {name: s => s.name, id: s => s.id, trace: s => s.trace, start: s => s.start, dur: s => s.dur,
-  cpu: s => s.total[0], reason: s => s.reason, samples: s => s.samples,
-  top: s => { const k = preferredKind(s), t = topDifferences(s, k); return t && t.length && t[0].diff > 0 ? t[0].diff : 0; }};
-function topCell(s) {
+// A span's largest increase over the typical span of its name, in its first kind
+// (CPU, else wall, else heap): {f, diff, k}, or null. Computed once per span.
+function topOf(s) {
+  if (s.top !== undefined) return s.top;
   const k = preferredKind(s), t = k === undefined ? null : topDifferences(s, k);
-  if (!t || !t.length || t[0].diff <= 0) return '<td class="top-diff muted">\u2014</td>';
-  const name = D.functions[t[0].f];
+  return (s.top = t && t.length && t[0].diff > 0 ? {f: t[0].f, diff: t[0].diff, k} : null);
+}
+const sortValue = {name: s => s.name, id: s => s.id, trace: s => s.trace, start: s => s.start, dur: s => s.dur,
+  cpu: s => s.total[0], reason: s => s.reason, samples: s => s.samples, top: s => (topOf(s) ? topOf(s).diff : 0)};
+function topCell(s) {
+  const top = topOf(s);
+  if (!top) return '<td class="top-diff muted">\u2014</td>';
+  const name = D.functions[top.f];
   return '<td class="top-diff mono" data-function="' + esc(name) + '">' + esc(name.length > 60 ? name.slice(0, 57) + '...' : name) +
-    ' <span class="more">' + signed(t[0].diff, k) + '</span></td>';
+    ' <span class="more">' + signed(top.diff, top.k) + '</span></td>';
 }
 function drawTable() {
   const q = el('filter').value.toLowerCase();
   rows = spans.filter(s => s.name.toLowerCase().includes(q));
-  const get = sortValue[sortKey];
-  rows.sort((a, b) => { const x = get(a), y = get(b); return (x < y ? -1 : x > y ? 1 : a.i - b.i) * (sortUp ? 1 : -1); });
+  const get = sortValue[sortKey], dir = sortUp ? 1 : -1;
+  rows = rows.map(s => ({s, v: get(s)}))
+    .sort((a, b) => (a.v < b.v ? -1 : a.v > b.v ? 1 : a.s.i - b.s.i) * dir).map(x => x.s);
   el('spans').tBodies[0].innerHTML = rows.slice(0, limit).map(s => '<tr data-span="' + esc(s.id) + '"' +
     (s === selected ? ' class="selected"' : '') + '><td>' + esc(s.name) + '</td><td class="mono">' + esc(s.id) +
     '</td><td class="mono">' + esc(s.trace) + '</td><td class="num">' + (s.start < 0 ? '\u2014' : '+' + fmt(s.start)) +
