@@ -40,7 +40,7 @@ struct SpanSamples {
   std::int64_t start_unix_ns = 0;  // 0: unknown (a batch does not say when each span started)
   std::int64_t duration_ns = 0;    // 0: unknown, as above
   // Per kind (spanprof::ProfileKind): the value (CPU ns, wall ns, bytes allocated) of each stack, by its
-  // leaf node; and how many samples were taken.
+  // leaf node; and how many samples were taken (heap: objects allocated).
   std::array<std::unordered_map<std::uint32_t, std::int64_t>, spanprof::profile_kind_count> values;
   std::array<std::int64_t, spanprof::profile_kind_count> samples{};
 };

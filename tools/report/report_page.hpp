@@ -77,7 +77,8 @@ const spans = D.spans.map((s, i) => ({i, name: D.names[s[0]], id: s[1], trace: s
 for (const s of spans) for (let k = 0; k < 3; k++) {
   const r = s.raw[k]; if (!r) continue;
   let t = 0; for (let j = 3; j < r.length; j += 2) t += r[j];
-  s.total[k] = t * r[1]; s.samples += r[0];
+  s.total[k] = t * r[1];
+  if (k !== 1) s.samples += r[0];  // CPU and wall ticks; a heap profile counts objects, not samples
 }
 const byName = new Map();
 for (const s of spans) { if (!byName.has(s.name)) byName.set(s.name, []); byName.get(s.name).push(s); }
@@ -303,7 +304,7 @@ function drawTable() {
     (s === selected ? ' class="selected"' : '') + '><td>' + esc(s.name) + '</td><td class="mono">' + esc(s.id) +
     '</td><td class="mono">' + esc(s.trace) + '</td><td class="num">' + (s.start < 0 ? '\u2014' : '+' + fmt(s.start)) +
     '</td><td class="num">' + known(s.dur) + '</td><td class="num">' + (s.raw[0] ? fmt(s.total[0]) : '\u2014') +
-    '</td><td>' + esc(s.reason || '\u2014') + '</td><td class="num">' + s.samples + '</td>' + topCell(s) + '</tr>').join('');
+    '</td><td>' + esc(s.reason || '\u2014') + '</td><td class="num">' + (s.raw[0] || s.raw[2] ? s.samples : '\u2014') + '</td>' + topCell(s) + '</tr>').join('');
   el('shown').textContent = rows.length + ' of ' + spans.length + ' spans';
   el('more-box').innerHTML = rows.length > limit ? '<button id="more">show ' + Math.min(PAGE, rows.length - limit) + ' more</button>' : '';
   if (el('more')) el('more').onclick = () => { limit += PAGE; drawTable(); };
