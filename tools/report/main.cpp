@@ -51,18 +51,23 @@ void read_file(const fs::path& path, spanprof_report::Collection& collection, Ta
   if (error) return skip(path.string(), error.message(), tally);
   if (size > max_file_bytes) return skip(path.string(), "larger than 1 GiB: not a spanprof profile", tally);
   std::ifstream in(path, std::ios::binary);
+  if (!in.is_open()) return skip(path.string(), std::strerror(errno), tally);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in && !in.eof()) return skip(path.string(), std::strerror(errno), tally);
+  if (in.bad()) return skip(path.string(), std::strerror(errno), tally);
   std::string why;
   if (!spanprof_report::read_profile_file(bytes, collection, why)) return skip(path.string(), why, tally);
   ++tally.read;
 }
 
-void read_path(const fs::path& path, spanprof_report::Collection& collection, Tally& tally) {
+// A PATH given is followed if it is a link; a link met inside a directory is
+// followed only to a file: a link to a directory could lead back up the tree.
+void read_path(const fs::path& path, bool given, spanprof_report::Collection& collection, Tally& tally) {
   std::error_code error;
   const fs::file_status status = fs::status(path, error);
   if (error) return skip(path.string(), error.message(), tally);
   if (!fs::is_directory(status)) return read_file(path, collection, tally);
+  if (!given && fs::is_symlink(fs::symlink_status(path, error)))
+    return skip(path.string(), "a link to a directory, not followed", tally);
   // Sorted, so the same directory always gives the same page.
   std::vector<fs::path> entries;
   for (fs::directory_iterator it(path, error), end; !error && it != end; it.increment(error)) {
@@ -70,7 +75,7 @@ void read_path(const fs::path& path, spanprof_report::Collection& collection, Ta
   }
   if (error) return skip(path.string(), error.message(), tally);
   std::sort(entries.begin(), entries.end());
-  for (const fs::path& entry : entries) read_path(entry, collection, tally);
+  for (const fs::path& entry : entries) read_path(entry, false, collection, tally);
 }
 
 }  // namespace
@@ -104,7 +109,7 @@ int main(int argc, char** argv) {
 
   spanprof_report::Collection collection;
   Tally tally;
-  for (const std::string& input : inputs) read_path(input, collection, tally);
+  for (const std::string& input : inputs) read_path(input, true, collection, tally);
   if (collection.spans.empty()) {
     std::fprintf(stderr, "spanprof-report: no span found in %zu file(s) read and %zu skipped: no page written\n",
                  tally.read, tally.skipped);
