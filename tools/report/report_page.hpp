@@ -256,11 +256,14 @@ function showSpan(s, k) {
     }
     let total = 0;
     for (const n of nodes) if (nodeParent[n] === 0) total += width.get(n);
-    const scale = Math.max(s.total[k2], sum.total / sum.count, 1);
+    // Unchanged, and grey: a difference under 1 % of the span, under 10 % of the
+    // frame, or of two samples at most (the values' common factor is the sampling
+    // period), which is sampling noise.
+    const scale = Math.max(s.total[k2], sum.total / sum.count, 1), noise = 2 * s.raw[k2][1];
     drawFlame(el('diff'), {width, total, focus: 0,
       color: n => {
         const d = (mine.get(n) || 0) - (typical.get(n) || 0), big = Math.max(mine.get(n) || 0, typical.get(n) || 0);
-        if (Math.abs(d) < 0.01 * scale || Math.abs(d) < 0.1 * big) return '#ddd';
+        if (Math.abs(d) < 0.01 * scale || Math.abs(d) < 0.1 * big || Math.abs(d) <= noise) return '#ddd';
         const t = Math.min(1, Math.abs(d) / scale * 3);
         return d > 0 ? 'hsl(0,80%,' + (82 - 24 * t) + '%)' : 'hsl(210,80%,' + (82 - 24 * t) + '%)';
       },
