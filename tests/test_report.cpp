@@ -110,12 +110,15 @@ struct Browser {
   std::string profile_dir;
 
   std::string dump_dom(const std::string& url) const {
-    const std::string command = "timeout 120 " + binary + " --headless --disable-gpu --no-first-run" +
+    // In braces: capture_command() sends stderr to the output, and only the DOM should go there.
+    const std::string command = "{ timeout 120 " + binary + " --headless --disable-gpu --no-first-run" +
                                 (::geteuid() == 0 ? " --no-sandbox" : "") + " --user-data-dir=" + profile_dir +
                                 " --proxy-server=127.0.0.1:9 --proxy-bypass-list='<-loopback>' --dump-dom '" + url +
-                                "' 2>/dev/null";
+                                "' 2>" + log() + "; }";
     return capture_command(command).output;
   }
+  // Where chromium's own messages go: read when a page did not render.
+  std::string log() const { return profile_dir + ".log"; }
 };
 
 std::string find_chromium() {
@@ -280,6 +283,7 @@ TEST_CASE("a browser shows the slow function as the top difference of the two sl
 
   const Browser browser{chromium, dir.sub("chromium")};
   const std::string dom = browser.dump_dom("file://" + page);
+  INFO("chromium said: " << spanprof_test::read_file(browser.log()).substr(0, 2000));
   REQUIRE(contains(dom, "id=\"spans\""));
   for (const auto& span : normal) CHECK_FALSE(table_row(dom, span.span_id.to_hex()).empty());
   for (const auto& span : slow) {
