@@ -3,7 +3,8 @@
 # threads serving two kinds of requests, each request profiled in its own span),
 # then shows one profile through `go tool pprof`; then examples/waiting_handler
 # (requests that compute, wait for a lock and for a slow backend), which prints
-# where their wall-clock time went.
+# where their wall-clock time went; last, spanprof-report turns every profile the
+# demo wrote into one page (docs/report.md) and prints how to open it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,7 +12,7 @@ bash scripts/install-deps.sh
 build=build/demo
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DSPANPROF_BUILD_TESTS=OFF -DSPANPROF_BUILD_BENCHMARKS=OFF >/dev/null
-cmake --build "$build" --target hot_handler waiting_handler >/dev/null
+cmake --build "$build" --target hot_handler waiting_handler spanprof-report >/dev/null
 
 export SPANPROF_OUTPUT_DIR="$PWD/$build/profiles"
 rm -rf "$SPANPROF_OUTPUT_DIR"
@@ -32,3 +33,9 @@ rm -rf "$SPANPROF_OUTPUT_DIR"
 wall=$(ls -t "$SPANPROF_OUTPUT_DIR"/*-wall.pb.gz | tail -n 1)
 echo "== go tool pprof -top $wall"
 go tool pprof -top "$wall" 2>/dev/null | head -n 12
+
+echo
+echo "== spanprof-report: every span above on one page, each against the typical span of its name"
+report=$PWD/$build/report.html
+"$build/tools/spanprof-report" "$build/profiles" "$build/wall-profiles" -o "$report"
+echo "open it: xdg-open $report   (or file://$report in any browser)"

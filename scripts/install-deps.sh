@@ -16,6 +16,7 @@ packages=(
   libcpp-httplib-dev wrk   # the server benchmark (bench/server_bench.*): a real HTTP server under load
   libc++-14-dev libc++abi-14-dev  # the consumer check with clang and libc++ (tests/consumers/)
   libboost-dev             # Boost.Asio: the async tests and examples/async_handler (C++20 coroutines on a pool)
+  chromium                 # headless, renders spanprof-report's page in its tests (tests/test_report.cpp)
 )
 
 missing=()

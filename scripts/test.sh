@@ -92,6 +92,8 @@ SPANPROF_BENCH_LOAD_SECONDS=1 SPANPROF_BENCH_MEMORY_SECONDS=1 SPANPROF_BENCH_EIN
 if [ -x $out/cmake/bench/spanprof_bench_opentelemetry ]; then
   $out/cmake/bench/spanprof_bench_opentelemetry --benchmark_min_time=0.05 >/dev/null
 fi
+# spanprof-report on 200 generated spans (the 10,000-span figures: docs/report.md).
+$out/cmake/bench/spanprof_bench_report --spans 200 >/dev/null
 # The server benchmark: its build and one short round (the figures need
 # bash scripts/server-bench.sh, docs/cost.md).
 if [ -x $out/cmake/bench/spanprof_server_bench ]; then

@@ -189,12 +189,14 @@ void spool_files() {
       const std::string file = read_file(directory + "/" + item.file_name);
       const std::string tag = uploader + "-" + std::to_string(n++);
       write_seed("spool_file", tag, with_uploader(uploader, file));
+      write_seed("report_reader", tag + ".spool", file);
       write_seed("spool_name", tag, item.file_name);
       if (n == 1) write_seed("spool_name", tag + ".tmp", sd::spool_format::temp_name(item.file_name));
       spanprof::EncodedProfile metadata;
       std::string payload;
       if (!spool.load(item, metadata, payload, error)) die(error);
       if (payload.rfind("\x1f\x8b", 0) == 0) write_seed("gzip", tag + ".gz", payload);
+      if (uploader == "callback" && n <= 2) write_seed("report_reader", tag + ".pb.gz", payload);
       ++files;
     }
   }

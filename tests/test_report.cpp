@@ -1,0 +1,300 @@
+// spanprof-report (tools/report, docs/report.md): what it reads, what it skips, and
+// the page as a user sees it, rendered by a real browser (Debian's chromium,
+// headless): every span listed, and the function that made two slow spans slow
+// named as their top difference against the typical span of their name.
+#include "support/catch.hpp"
+#include "support/collector.hpp"
+#include "support/command.hpp"
+#include "support/test_helpers.hpp"
+
+#include "profile_reader.hpp"
+
+#include <spanprof/delivery/spool_format.hpp>
+#include <spanprof/profile/pprof_encoder.hpp>
+#include <spanprof/profile/protobuf_writer.hpp>
+#include <spanprof/spanprof.hpp>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+// The handler's code, outside any anonymous namespace so its names read as a
+// user's would: every request counts stock; two of them also recompute prices.
+namespace inventory {
+SPANPROF_TEST_HOT_FUNCTION(count_stock)
+SPANPROF_TEST_HOT_FUNCTION(recompute_prices_slowly)
+}  // namespace inventory
+
+// The suite in its own namespace, not an anonymous one: the suites are compiled in
+// unity batches, where two files' anonymous helpers of one name would clash.
+namespace report_test {
+
+using spanprof_test::capture_command;
+using spanprof_test::contains;
+using spanprof_test::TempDir;
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out << bytes;
+}
+
+std::string report_command(const std::string& args) { return std::string(SPANPROF_REPORT_TOOL) + " " + args; }
+
+// A span's profile as spanprof writes it: `stacks` are function names outermost
+// first, each sampled once at a 10 ms period.
+spanprof::Profile profile_of(const std::vector<spanprof::SpanRecord>& spans,
+                             const std::vector<std::pair<std::uint32_t, std::vector<std::string>>>& stacks) {
+  spanprof::Profile profile;
+  profile.sample_types = {{"samples", "count"}, {"cpu", "nanoseconds"}};
+  profile.period_type = {"cpu", "nanoseconds"};
+  profile.period = 10'000'000;
+  profile.time_nanos = spans.front().start_unix_ns;
+  profile.duration_nanos = spans.front().duration_ns;
+  profile.spans = spans;
+  for (const auto& [span, frames] : stacks) {
+    spanprof::Sample sample;
+    sample.span = span;
+    sample.values = {1, 10'000'000};
+    for (auto frame = frames.rbegin(); frame != frames.rend(); ++frame) {
+      std::uint64_t function_id = 0;
+      for (const auto& function : profile.functions)
+        if (function.name == *frame) function_id = function.id;
+      if (function_id == 0) {
+        function_id = profile.functions.size() + 1;
+        profile.functions.push_back({function_id, *frame, *frame, ""});
+      }
+      profile.locations.push_back({profile.locations.size() + 1, 0, 0x1000 + profile.locations.size(), function_id});
+      sample.location_ids.push_back(profile.locations.back().id);
+    }
+    profile.samples.push_back(sample);
+  }
+  return profile;
+}
+
+spanprof::SpanRecord record(unsigned n, std::string name) {
+  spanprof::SpanRecord span;
+  span.span = spanprof_test::span_number(n);
+  span.span_name = std::move(name);
+  span.start_unix_ns = 1'700'000'000'000'000'000 + n * 1'000'000LL;
+  span.duration_ns = 25'000'000;
+  return span;
+}
+
+std::string pprof_gzip(const spanprof::Profile& profile) {
+  std::string bytes;
+  REQUIRE(spanprof::encode_pprof_gzip(profile, bytes));
+  return bytes;
+}
+
+// The `<tr data-span="id" ...>...</tr>` row of the rendered table, or "".
+std::string table_row(const std::string& dom, const std::string& span_id) {
+  const std::size_t start = dom.find("<tr data-span=\"" + span_id + "\"");
+  if (start == std::string::npos) return {};
+  return dom.substr(start, dom.find("</tr>", start) - start);
+}
+
+// The first row of the rendered "top differences" list.
+std::string first_top_difference(const std::string& dom) {
+  const std::size_t table = dom.find("id=\"top-differences\"");
+  if (table == std::string::npos) return {};
+  const std::size_t body = dom.find("<tbody>", table);
+  return body == std::string::npos ? std::string() : dom.substr(body, dom.find("</tr>", body) - body);
+}
+
+// Headless chromium's DOM of `url` after the page's script ran, with every
+// connection sent to a closed port: a page that needed the network would fail.
+struct Browser {
+  std::string binary;
+  std::string profile_dir;
+
+  std::string dump_dom(const std::string& url) const {
+    // In braces: capture_command() sends stderr to the output, and only the DOM should go there.
+    const std::string command = "{ timeout 120 " + binary + " --headless --disable-gpu --no-first-run" +
+                                (::geteuid() == 0 ? " --no-sandbox" : "") + " --user-data-dir=" + profile_dir +
+                                " --proxy-server=127.0.0.1:9 --proxy-bypass-list='<-loopback>' --dump-dom '" + url +
+                                "' 2>" + log() + "; }";
+    return capture_command(command).output;
+  }
+  // Where chromium's own messages go: read when a page did not render.
+  std::string log() const { return profile_dir + ".log"; }
+};
+
+std::string find_chromium() {
+  for (const char* name : {"chromium", "chromium-browser"}) {
+    const auto found = capture_command(std::string("command -v ") + name);
+    if (found.exit_code == 0 && !found.output.empty()) return name;
+  }
+  return {};
+}
+
+// The page is the same in every build and each chromium start costs seconds: the
+// browser test runs in the plain builds, hidden under the sanitizers.
+#if defined(SPANPROF_TESTS_UNDER_TSAN) || defined(__SANITIZE_ADDRESS__)
+#define SPANPROF_TEST_BROWSER "[.browser]"
+#else
+#define SPANPROF_TEST_BROWSER "[browser]"
+#endif
+
+TEST_CASE("the reader groups a batch's samples by span and keeps each span's labels") {
+  auto slow = record(1, "GET /inventory");
+  slow.reason = spanprof::ProfileReason::slow;
+  const auto other = record(2, "POST /order");
+  const std::string bytes = pprof_gzip(profile_of(
+      {slow, other}, {{1, {"main", "handle", "count_stock"}}, {1, {"main", "handle", "count_stock"}}, {2, {"main", "order"}}}));
+
+  spanprof_report::Collection collection;
+  std::string why;
+  REQUIRE(spanprof_report::read_profile_file(bytes, collection, why));
+  REQUIRE(collection.spans.size() == 2);
+  const auto& first = collection.spans[0];
+  CHECK(first.span_id == slow.span.span_id.to_hex());
+  CHECK(first.trace_id == slow.span.trace_id.to_hex());
+  CHECK(first.name == "GET /inventory");
+  CHECK(first.reason == "slow");
+  const auto cpu = static_cast<std::size_t>(spanprof::ProfileKind::cpu);
+  CHECK(first.samples[cpu] == 2);
+  REQUIRE(first.values[cpu].size() == 1);  // both samples on one stack
+  const auto [leaf, value] = *first.values[cpu].begin();
+  CHECK(value == 20'000'000);
+  CHECK(collection.functions[collection.nodes[leaf].second] == "count_stock");
+  // A batch does not say when each of its spans ran.
+  CHECK(first.start_unix_ns == 0);
+  CHECK(collection.spans[1].name == "POST /order");
+
+  // The same span's profile alone gives its start and duration.
+  const std::string alone = pprof_gzip(profile_of({other}, {{1, {"main", "order"}}}));
+  REQUIRE(spanprof_report::read_profile_file(alone, collection, why));
+  CHECK(collection.spans.size() == 2);
+  CHECK(collection.spans[1].start_unix_ns == other.start_unix_ns);
+  CHECK(collection.spans[1].duration_ns == other.duration_ns);
+  CHECK(collection.spans[1].samples[cpu] == 2);
+}
+
+TEST_CASE("the reader takes a spool file's pprof payload and its span's timing") {
+  spanprof::EncodedProfile spooled;
+  static_cast<spanprof::SpanRecord&>(spooled) = record(3, "GET /inventory");
+  spooled.sample_count = 1;
+  std::string payload = pprof_gzip(profile_of({spooled}, {{1, {"main", "count_stock"}}}));
+  const std::string file = spanprof::detail::spool_format::encode("file", spooled, payload);
+
+  spanprof_report::Collection collection;
+  std::string why;
+  REQUIRE(spanprof_report::read_profile_file(file, collection, why));
+  REQUIRE(collection.spans.size() == 1);
+  CHECK(collection.spans[0].start_unix_ns == spooled.start_unix_ns);
+  CHECK(collection.spans[0].duration_ns == spooled.duration_ns);
+
+  // A Pyroscope push request (PushRequest.series.samples.raw_profile) holds one.
+  static_cast<spanprof::SpanRecord&>(spooled) = record(4, "GET /inventory");
+  payload = pprof_gzip(profile_of({spooled}, {{1, {"main", "count_stock"}}}));
+  std::string push;
+  spanprof::detail::ProtobufWriter writer(push);
+  writer.message_field(1, [&](spanprof::detail::ProtobufWriter& series) {
+    series.message_field(2, [&](spanprof::detail::ProtobufWriter& sample) { sample.bytes_field(1, payload); });
+  });
+  REQUIRE(spanprof_report::read_profile_file(spanprof::detail::spool_format::encode("pyroscope", spooled, push),
+                                             collection, why));
+  CHECK(collection.spans.size() == 2);
+  CHECK(collection.spans[1].span_id == spooled.span.span_id.to_hex());
+
+  // An OTLP uploader's spool file holds no pprof: refused, and said so.
+  const std::string otlp = spanprof::detail::spool_format::encode("otlp", spooled, "\x0a\x03otl");
+  CHECK_FALSE(spanprof_report::read_profile_file(otlp, collection, why));
+  CHECK(contains(why, "otlp"));
+  CHECK(collection.spans.size() == 2);
+}
+
+TEST_CASE("spanprof-report skips malformed, truncated and foreign files with one line each") {
+  TempDir dir("spanprof-report");
+  const std::string good = pprof_gzip(profile_of({record(4, "GET /inventory")}, {{1, {"main", "count_stock"}}}));
+  write_file(dir.sub("good.pb.gz"), good);
+  spanprof::Profile foreign = profile_of({record(5, "x")}, {{0, {"main", "work"}}});  // no span labels
+  foreign.spans.clear();
+  const std::vector<std::string> bad = {"truncated.pb.gz", "notes.txt", "empty.pb.gz", "foreign.pb.gz", "text.gz",
+                                        "plain-garbage.pb", "cut.spool", "loop"};
+  write_file(dir.sub("truncated.pb.gz"), good.substr(0, good.size() / 2));
+  write_file(dir.sub("notes.txt"), "these are not profiles\n");
+  write_file(dir.sub("empty.pb.gz"), "");
+  write_file(dir.sub("foreign.pb.gz"), pprof_gzip(foreign));
+  std::string gzipped_text, error;
+  REQUIRE(spanprof::detail::gzip_compress("hello, world", gzipped_text, error));
+  write_file(dir.sub("text.gz"), gzipped_text);
+  write_file(dir.sub("plain-garbage.pb"), spanprof_test::binary_body(3000));
+  spanprof::EncodedProfile spooled;
+  static_cast<spanprof::SpanRecord&>(spooled) = record(6, "GET /inventory");
+  const std::string spool_file = spanprof::detail::spool_format::encode("file", spooled, good);
+  write_file(dir.sub("cut.spool"), spool_file.substr(0, spool_file.size() - 9));
+  write_file(dir.sub(".hidden.tmp"), "a writer's temporary file: passed over in silence");
+  REQUIRE(::symlink(dir.path().c_str(), dir.sub("loop").c_str()) == 0);  // read, it would never end
+
+  const auto run = capture_command(report_command(dir.path() + " -o " + dir.sub("report.html")));
+  INFO(run.output);
+  CHECK(run.exit_code == 0);
+  for (const std::string& name : bad) {
+    const std::string line = "skipped " + dir.sub(name) + ": ";
+    CHECK(contains(run.output, line));
+    CHECK(run.output.find(line) == run.output.rfind(line));
+  }
+  CHECK_FALSE(contains(run.output, ".hidden.tmp"));
+  CHECK(contains(run.output, "1 spans from 1 files (8 skipped)"));
+  CHECK(contains(spanprof_test::read_file(dir.sub("report.html")), record(4, "").span.span_id.to_hex()));
+
+  // Nothing readable: no page, status 1. A usage error: status 2.
+  ::unlink(dir.sub("good.pb.gz").c_str());
+  ::unlink(dir.sub("report.html").c_str());
+  const auto nothing = capture_command(report_command(dir.path() + " -o " + dir.sub("report.html")));
+  CHECK(nothing.exit_code == 1);
+  CHECK(contains(nothing.output, "no span found"));
+  CHECK(::access(dir.sub("report.html").c_str(), F_OK) != 0);
+  CHECK(capture_command(report_command("")).exit_code == 2);
+  CHECK(capture_command(report_command(dir.path() + " --colour")).exit_code == 2);
+}
+
+TEST_CASE("a browser shows the slow function as the top difference of the two slow spans", SPANPROF_TEST_BROWSER) {
+  const std::string chromium = find_chromium();
+  if (chromium.empty()) {
+    WARN("chromium not found (apt-get install chromium): the browser test is skipped");
+    return;
+  }
+  TempDir dir("spanprof-report");
+  std::vector<spanprof::SpanContext> normal, slow;
+  {
+    auto options = spanprof::Options();
+    options.frequency_hz = 500;
+    options.uploaders.push_back(std::make_shared<spanprof::FileUploader>(dir.sub("profiles")));
+    spanprof_test::Collector collector(options);
+    for (unsigned i = 0; i < 12; ++i) {
+      const auto span = spanprof_test::span_number(7000 + i);
+      (i % 6 == 5 ? slow : normal).push_back(span);
+      spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "GET /inventory"});
+      inventory::count_stock(0.02);
+      if (i % 6 == 5) inventory::recompute_prices_slowly(0.06);
+    }
+    REQUIRE(collector.profiles().size() == 12);
+  }
+  const std::string page = dir.sub("report.html");
+  const auto run = capture_command(report_command(dir.sub("profiles") + " -o " + page));
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  // Nothing on the page refers to the network: no URL at all.
+  CHECK_FALSE(contains(spanprof_test::read_file(page), "://"));
+
+  const Browser browser{chromium, dir.sub("chromium")};
+  const std::string dom = browser.dump_dom("file://" + page);
+  INFO("chromium said: " << spanprof_test::read_file(browser.log()).substr(0, 2000));
+  REQUIRE(contains(dom, "id=\"spans\""));
+  for (const auto& span : normal) CHECK_FALSE(table_row(dom, span.span_id.to_hex()).empty());
+  for (const auto& span : slow) {
+    const std::string row = table_row(dom, span.span_id.to_hex());
+    INFO(row);
+    CHECK(contains(row, "class=\"top-diff mono\" data-function=\"inventory::recompute_prices_slowly(double)\""));
+  }
+  // The span's own view, opened by its link: the list beside the diff starts with it.
+  const std::string detail = browser.dump_dom("file://" + page + "#span=" + slow[0].span_id.to_hex());
+  INFO(first_top_difference(detail));
+  CHECK(contains(first_top_difference(detail), "data-function=\"inventory::recompute_prices_slowly(double)\""));
+}
+
+}  // namespace report_test

@@ -1,0 +1,534 @@
+// What spanprof-report reads: the files spanprof writes (pprof, gzip'd or not, one
+// span's or a batch of many spans; spool files holding a pprof payload), turned
+// into one sample tree per span and profile kind.
+//
+// Every byte is untrusted: a file may be cut short by a crash, belong to another
+// program, or be anything a directory happens to hold. read_profile_file() checks
+// each index and length before using it and says in one line why it refused a
+// file; a refused file leaves the collection as it was. The fuzz target
+// tests/fuzz/fuzz_report_reader.cpp feeds it arbitrary bytes.
+//
+// Frames are stored once for all spans in a tree of (caller, function) nodes, so a
+// stack is one node id and the spans of a service share most of their nodes: the
+// report stays small with 10,000 spans.
+#ifndef SPANPROF_TOOLS_REPORT_PROFILE_READER_HPP_
+#define SPANPROF_TOOLS_REPORT_PROFILE_READER_HPP_
+
+#include <spanprof/delivery/spool_format.hpp>
+#include <spanprof/profile/gzip.hpp>
+#include <spanprof/profile/profile.hpp>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <new>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace spanprof_report {
+
+// One span, gathered from every file that holds some of its samples (a span
+// profiled for CPU and wall has two files; a batch holds many spans).
+struct SpanSamples {
+  std::string span_id;   // lowercase hex, as the span_id label has it
+  std::string trace_id;
+  std::string name;      // span_name
+  std::string reason;    // profile_reason: sampled, slow, error, triggered
+  std::int64_t start_unix_ns = 0;  // 0: unknown (a batch does not say when each span started)
+  std::int64_t duration_ns = 0;    // 0: unknown, as above
+  // Per kind (spanprof::ProfileKind): the value (CPU ns, wall ns, bytes allocated) of each stack, by its
+  // leaf node; and how many samples were taken (heap: objects allocated).
+  std::array<std::unordered_map<std::uint32_t, std::int64_t>, spanprof::profile_kind_count> values;
+  std::array<std::int64_t, spanprof::profile_kind_count> samples{};
+};
+
+// Every span read so far, and the frame tree their stacks point into.
+struct Collection {
+  static constexpr std::uint32_t root = 0;  // the node above every outermost frame
+
+  std::vector<std::string> functions;  // names, each once
+  // Node i: (its caller's node, its function). Node 0 is the root.
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> nodes{{root, 0}};
+  std::vector<SpanSamples> spans;
+
+  std::uint32_t function(std::string_view name) {
+    const auto [it, inserted] = function_index_.try_emplace(std::string(name), static_cast<std::uint32_t>(functions.size()));
+    if (inserted) functions.push_back(it->first);
+    return it->second;
+  }
+
+  std::uint32_t child(std::uint32_t parent, std::uint32_t function_id) {
+    const std::uint64_t key = static_cast<std::uint64_t>(parent) << 32 | function_id;
+    const auto [it, inserted] = node_index_.try_emplace(key, static_cast<std::uint32_t>(nodes.size()));
+    if (inserted) nodes.emplace_back(parent, function_id);
+    return it->second;
+  }
+
+  // The span with these ids, created on first sight.
+  SpanSamples& span(std::string_view trace_id, std::string_view span_id) {
+    std::string key(trace_id);
+    key += '/';
+    key += span_id;
+    const auto [it, inserted] = span_index_.try_emplace(std::move(key), spans.size());
+    if (inserted) {
+      SpanSamples& added = spans.emplace_back();
+      added.trace_id = std::string(trace_id);
+      added.span_id = std::string(span_id);
+    }
+    return spans[it->second];
+  }
+
+ private:
+  std::unordered_map<std::string, std::uint32_t> function_index_;
+  std::unordered_map<std::uint64_t, std::uint32_t> node_index_;
+  std::unordered_map<std::string, std::size_t> span_index_;
+};
+
+struct ReadLimits {
+  // A few hundred KiB of gzip can inflate to GiB; spanprof's own profiles are far
+  // below this.
+  std::size_t max_decompressed_bytes = std::size_t{256} << 20;
+};
+
+namespace detail {
+
+// A bounds-checked cursor over protobuf wire bytes: each read fails rather than
+// run past the end.
+class Wire {
+ public:
+  explicit Wire(std::string_view bytes) noexcept : bytes_(bytes) {}
+  bool done() const noexcept { return at_ == bytes_.size(); }
+
+  bool varint(std::uint64_t& value) noexcept {
+    value = 0;
+    for (unsigned shift = 0; shift < 64 && at_ < bytes_.size(); shift += 7) {
+      const auto byte = static_cast<std::uint8_t>(bytes_[at_++]);
+      value |= std::uint64_t{byte & 0x7fu} << shift;
+      if (byte < 0x80) return true;
+    }
+    return false;
+  }
+
+  // The next field's number and wire type, and its value: a varint, or the bytes
+  // of a length-delimited field. Fixed-width fields are stepped over.
+  bool field(std::uint32_t& number, std::uint32_t& type, std::uint64_t& value, std::string_view& bytes) noexcept {
+    std::uint64_t key = 0;
+    if (!varint(key) || key >> 3 == 0 || key >> 3 > 0x1fffffff) return false;
+    number = static_cast<std::uint32_t>(key >> 3);
+    type = static_cast<std::uint32_t>(key & 7);
+    switch (type) {
+      case 0: return varint(value);
+      case 1: return skip(8);
+      case 5: return skip(4);
+      case 2:
+        if (!varint(value) || value > bytes_.size() - at_) return false;
+        bytes = bytes_.substr(at_, static_cast<std::size_t>(value));
+        at_ += static_cast<std::size_t>(value);
+        return true;
+      default: return false;
+    }
+  }
+
+ private:
+  bool skip(std::size_t n) noexcept {
+    if (n > bytes_.size() - at_) return false;
+    at_ += n;
+    return true;
+  }
+  std::string_view bytes_;
+  std::size_t at_ = 0;
+};
+
+// Appends a repeated integer field's values: packed (type 2) or one per field.
+inline bool append_varints(std::uint32_t type, std::uint64_t value, std::string_view packed,
+                           std::vector<std::uint64_t>& out) {
+  if (type == 0) {
+    out.push_back(value);
+    return true;
+  }
+  if (type != 2) return false;
+  Wire wire(packed);
+  while (!wire.done()) {
+    if (!wire.varint(value)) return false;
+    out.push_back(value);
+  }
+  return true;
+}
+
+// A message's fields in one pass, handed to `visit(number, type, value, bytes)`,
+// which returns false on a field it cannot accept.
+template <class Visit>
+bool for_each_field(std::string_view message, Visit&& visit) {
+  Wire wire(message);
+  std::uint32_t number = 0, type = 0;
+  while (!wire.done()) {
+    std::uint64_t value = 0;
+    std::string_view bytes;
+    if (!wire.field(number, type, value, bytes) || !visit(number, type, value, bytes)) return false;
+  }
+  return true;
+}
+
+// profile.proto, as far as the report needs it. Messages are kept as bytes until
+// the string table, which may come last, is complete.
+struct PprofMessages {
+  std::vector<std::string_view> strings, sample_types, samples, locations, functions;
+  std::uint64_t default_sample_type = 0;
+  std::int64_t time_nanos = 0, duration_nanos = 0;
+};
+
+// profile.proto's field numbers (google/pprof proto/profile.proto).
+namespace field {
+inline constexpr std::uint32_t sample_type = 1, sample = 2, location = 4, function = 5, string_table = 6,
+                               time_nanos = 9, duration_nanos = 10, default_sample_type = 14;
+inline constexpr std::uint32_t value_type_type = 1;
+inline constexpr std::uint32_t sample_location_id = 1, sample_value = 2, sample_label = 3;
+inline constexpr std::uint32_t label_key = 1, label_str = 2;
+inline constexpr std::uint32_t location_id = 1, location_address = 3, location_line = 4;
+inline constexpr std::uint32_t line_function_id = 1;
+inline constexpr std::uint32_t function_id = 1, function_name = 2, function_system_name = 3;
+}  // namespace field
+
+class PprofReader {
+ public:
+  PprofReader(Collection& into, std::string& why) : into_(into), why_(why) {}
+
+  // Reads the uncompressed profile.proto bytes. The spool's record, when the
+  // profile came from one, gives the span's timing.
+  bool read(std::string_view proto, const spanprof::EncodedProfile* spool_record) {
+    if (!split(proto)) return fail("malformed protobuf (not a pprof profile, or cut short)");
+    if (m_.strings.empty() || !m_.strings[0].empty()) return fail("not a pprof profile (no string table)");
+    if (!pick_values()) return false;
+    if (!read_functions() || !read_locations()) return false;
+    return read_samples(spool_record);
+  }
+
+ private:
+  bool fail(std::string message) {
+    why_ = std::move(message);
+    return false;
+  }
+
+  bool string_at(std::uint64_t index, std::string_view& out) {
+    if (index >= m_.strings.size()) return fail("malformed: string index " + std::to_string(index) + " out of range");
+    out = m_.strings[static_cast<std::size_t>(index)];
+    return true;
+  }
+
+  bool split(std::string_view proto) {
+    return for_each_field(proto, [&](std::uint32_t number, std::uint32_t type, std::uint64_t value, std::string_view bytes) {
+      std::vector<std::string_view>* list = nullptr;
+      switch (number) {
+        case field::sample_type: list = &m_.sample_types; break;
+        case field::sample: list = &m_.samples; break;
+        case field::location: list = &m_.locations; break;
+        case field::function: list = &m_.functions; break;
+        case field::string_table: list = &m_.strings; break;
+        case field::time_nanos: m_.time_nanos = static_cast<std::int64_t>(value); return type == 0;
+        case field::duration_nanos: m_.duration_nanos = static_cast<std::int64_t>(value); return type == 0;
+        case field::default_sample_type: m_.default_sample_type = value; return type == 0;
+        default: return true;  // mappings, comments, period: not shown
+      }
+      if (type != 2) return false;
+      list->push_back(bytes);
+      return true;
+    });
+  }
+
+  // Which value of each sample the report shows, and which counts samples: the
+  // types spanprof writes (profile_builder.hpp), named as Go's profiles name them.
+  bool pick_values() {
+    std::vector<std::string_view> types;
+    for (const std::string_view message : m_.sample_types) {
+      std::uint64_t type_index = 0;
+      const bool ok = for_each_field(message, [&](std::uint32_t number, std::uint32_t type, std::uint64_t value, std::string_view) {
+        if (number == field::value_type_type) type_index = value;
+        return number != field::value_type_type || type == 0;
+      });
+      std::string_view name;
+      if (!ok) return fail("malformed sample type");
+      if (!string_at(type_index, name)) return false;
+      types.push_back(name);
+    }
+    auto index_of = [&](std::string_view name) {
+      for (std::size_t i = 0; i < types.size(); ++i)
+        if (types[i] == name) return static_cast<int>(i);
+      return -1;
+    };
+    if ((value_ = index_of("cpu")) >= 0) {
+      kind_ = spanprof::ProfileKind::cpu;
+      count_ = index_of("samples");
+    } else if ((value_ = index_of("wall")) >= 0) {
+      kind_ = spanprof::ProfileKind::wall;
+      count_ = index_of("samples");
+    } else if ((value_ = index_of("alloc_space")) >= 0) {
+      kind_ = spanprof::ProfileKind::heap;
+      count_ = index_of("alloc_objects");
+    } else {
+      return fail("no cpu, wall or alloc_space values: not a profile spanprof writes");
+    }
+    return true;
+  }
+
+  bool read_functions() {
+    for (const std::string_view message : m_.functions) {
+      std::uint64_t id = 0, name = 0, system_name = 0;
+      const bool ok = for_each_field(message, [&](std::uint32_t number, std::uint32_t type, std::uint64_t value, std::string_view) {
+        if (number == field::function_id) id = value;
+        if (number == field::function_name) name = value;
+        if (number == field::function_system_name) system_name = value;
+        return number > field::function_system_name || type == 0;
+      });
+      std::string_view text;
+      if (!ok) return fail("malformed function");
+      if (!string_at(name != 0 ? name : system_name, text)) return false;
+      function_names_[id] = text.empty() ? "(unnamed)" : text;
+    }
+    return true;
+  }
+
+  // Each location's functions, innermost first (pprof lists inlined functions
+  // before the one they were inlined into); an unsymbolized one by its address.
+  bool read_locations() {
+    for (const std::string_view message : m_.locations) {
+      std::uint64_t id = 0, address = 0;
+      std::vector<std::uint32_t> functions;
+      bool known = true;
+      const bool ok = for_each_field(message, [&](std::uint32_t number, std::uint32_t type, std::uint64_t value, std::string_view bytes) {
+        if (number == field::location_id || number == field::location_address) {
+          (number == field::location_id ? id : address) = value;
+          return type == 0;
+        }
+        if (number != field::location_line) return true;
+        if (type != 2) return false;
+        std::uint64_t function_id = 0;
+        if (!for_each_field(bytes, [&](std::uint32_t n, std::uint32_t t, std::uint64_t v, std::string_view) {
+              if (n == field::line_function_id) function_id = v;
+              return n != field::line_function_id || t == 0;
+            }))
+          return false;
+        const auto found = function_names_.find(function_id);
+        if (found == function_names_.end()) {
+          known = false;
+          return true;
+        }
+        functions.push_back(into_.function(found->second));
+        return true;
+      });
+      if (!ok) return fail("malformed location");
+      if (!known) return fail("malformed: a location names a function the profile does not have");
+      if (id == 0) return fail("malformed: a location without an id");
+      if (functions.empty()) functions.push_back(into_.function(hex_address(address)));
+      location_functions_[id] = std::move(functions);
+    }
+    return true;
+  }
+
+  static std::string hex_address(std::uint64_t address) {
+    std::string text = "0x";
+    bool leading = true;
+    for (int shift = 60; shift >= 0; shift -= 4) {
+      const unsigned digit = static_cast<unsigned>(address >> shift) & 0xf;
+      if (leading && digit == 0 && shift != 0) continue;
+      leading = false;
+      text += spanprof::detail::lower_hex_digits[digit];
+    }
+    return text;
+  }
+
+  bool read_samples(const spanprof::EncodedProfile* spool_record) {
+    // Samples are checked whole before any reaches the collection: a refused
+    // file adds nothing.
+    struct Read {
+      std::string_view trace_id, span_id, name, reason;
+      std::uint32_t node;
+      std::int64_t value, count;
+    };
+    std::vector<Read> reads;
+    reads.reserve(m_.samples.size());
+    std::vector<std::uint64_t> location_ids, values;
+    std::size_t without_span = 0;
+    for (const std::string_view message : m_.samples) {
+      location_ids.clear();
+      values.clear();
+      Read read{};
+      bool labels_ok = true;
+      const bool ok = for_each_field(message, [&](std::uint32_t number, std::uint32_t type, std::uint64_t value, std::string_view bytes) {
+        if (number == field::sample_location_id) return append_varints(type, value, bytes, location_ids);
+        if (number == field::sample_value) return append_varints(type, value, bytes, values);
+        if (number != field::sample_label) return true;
+        if (type != 2) return false;
+        labels_ok = labels_ok && read_label(bytes, read);
+        return true;
+      });
+      if (!ok) return fail("malformed sample");
+      if (!labels_ok) return false;
+      if (static_cast<std::size_t>(value_) >= values.size()) return fail("malformed: a sample lacks its values");
+      if (read.span_id.empty()) {
+        ++without_span;
+        continue;
+      }
+      read.value = static_cast<std::int64_t>(values[static_cast<std::size_t>(value_)]);
+      read.count = count_ >= 0 && static_cast<std::size_t>(count_) < values.size()
+                       ? static_cast<std::int64_t>(values[static_cast<std::size_t>(count_)])
+                       : 1;
+      // The stack goes into the tree outermost frame first.
+      std::uint32_t node = Collection::root;
+      for (auto id = location_ids.rbegin(); id != location_ids.rend(); ++id) {
+        const auto found = location_functions_.find(*id);
+        if (found == location_functions_.end()) return fail("malformed: a sample refers to location " + std::to_string(*id) + ", which the profile does not have");
+        for (auto function = found->second.rbegin(); function != found->second.rend(); ++function)
+          node = into_.child(node, *function);
+      }
+      read.node = node;
+      reads.push_back(read);
+    }
+    if (reads.empty()) {
+      return fail(without_span > 0 ? "no sample has a span_id label: not a spanprof span profile"
+                                   : "no samples");
+    }
+    // One span's profile says when it ran; a batch's times are the whole window's.
+    bool one_span = true;
+    for (const Read& read : reads) one_span = one_span && read.span_id == reads[0].span_id && read.trace_id == reads[0].trace_id;
+    const auto kind = static_cast<std::size_t>(kind_);
+    for (const Read& read : reads) {
+      SpanSamples& span = into_.span(read.trace_id, read.span_id);
+      if (span.name.empty()) span.name = std::string(read.name);
+      if (span.reason.empty()) span.reason = std::string(read.reason);
+      if (one_span) {
+        span.start_unix_ns = spool_record != nullptr ? spool_record->start_unix_ns : m_.time_nanos;
+        span.duration_ns = spool_record != nullptr ? spool_record->duration_ns : m_.duration_nanos;
+      }
+      span.values[kind][read.node] += read.value;
+      span.samples[kind] += read.count;
+    }
+    return true;
+  }
+
+  template <class Read>
+  bool read_label(std::string_view message, Read& read) {
+    std::uint64_t key = 0, str = 0;
+    if (!for_each_field(message, [&](std::uint32_t number, std::uint32_t type, std::uint64_t value, std::string_view) {
+          if (number == field::label_key) key = value;
+          if (number == field::label_str) str = value;
+          return number > field::label_str || type == 0;
+        }))
+      return fail("malformed label");
+    std::string_view key_text, value_text;
+    if (!string_at(key, key_text) || !string_at(str, value_text)) return false;
+    namespace labels = spanprof::detail;
+    if (key_text == labels::trace_id_label) read.trace_id = value_text;
+    if (key_text == labels::span_id_label) read.span_id = value_text;
+    if (key_text == labels::span_name_label) read.name = value_text;
+    if (key_text == labels::profile_reason_label) read.reason = value_text;
+    return true;
+  }
+
+  Collection& into_;
+  std::string& why_;
+  PprofMessages m_;
+  spanprof::ProfileKind kind_ = spanprof::ProfileKind::cpu;
+  int value_ = -1, count_ = -1;
+  std::unordered_map<std::uint64_t, std::string_view> function_names_;
+  std::unordered_map<std::uint64_t, std::vector<std::uint32_t>> location_functions_;
+};
+
+inline bool is_gzip(std::string_view bytes) noexcept {
+  return bytes.size() >= 2 && static_cast<std::uint8_t>(bytes[0]) == 0x1f && static_cast<std::uint8_t>(bytes[1]) == 0x8b;
+}
+
+// A spool file names its uploader in a record of its own, and decode() takes the
+// name it expects: read it first.
+inline std::string_view spool_uploader(std::string_view file) noexcept {
+  namespace format = spanprof::detail::spool_format;
+  if (file.size() < format::header_size + format::crc_size) return {};
+  std::size_t at = format::header_size;
+  const std::size_t end = file.size() - format::crc_size;
+  while (end - at >= format::record_header_size) {
+    const std::uint64_t id = format::get_le(file.data() + at, 4);
+    const std::uint64_t size = format::get_le(file.data() + at + 4, 8);
+    at += format::record_header_size;
+    if (size > end - at) return {};
+    if (id == static_cast<std::uint32_t>(format::Field::uploader)) return file.substr(at, static_cast<std::size_t>(size));
+    at += static_cast<std::size_t>(size);
+  }
+  return {};
+}
+
+inline bool is_spool_file(std::string_view bytes) noexcept {
+  namespace format = spanprof::detail::spool_format;
+  return bytes.size() >= sizeof format::magic && bytes.compare(0, sizeof format::magic, std::string_view(format::magic, sizeof format::magic)) == 0;
+}
+
+// The pprof inside a Pyroscope push request (PushRequest.series[0].samples[0].
+// raw_profile, as delivery/pyroscope_uploader.hpp writes it), or "" when `payload`
+// is not one. spanprof's pprof is always gzip'd, which tells the two apart.
+inline std::string_view pyroscope_push_profile(std::string_view payload) {
+  constexpr std::uint32_t push_request_series = 1, series_samples = 2, sample_raw_profile = 1;
+  std::string_view found;
+  auto nested = [&found](std::uint32_t wanted, auto&& inner) {
+    return [&found, wanted, inner](std::uint32_t number, std::uint32_t type, std::uint64_t, std::string_view bytes) {
+      if (number == wanted && type == 2 && found.empty()) return inner(bytes);
+      return true;
+    };
+  };
+  const bool ok = for_each_field(payload, nested(push_request_series, [&](std::string_view series) {
+    return for_each_field(series, nested(series_samples, [&](std::string_view sample) {
+      return for_each_field(sample, nested(sample_raw_profile, [&](std::string_view raw) {
+        if (is_gzip(raw)) found = raw;
+        return true;
+      }));
+    }));
+  }));
+  return ok ? found : std::string_view();
+}
+
+inline bool read_pprof_bytes(std::string_view bytes, const spanprof::EncodedProfile* spool_record, Collection& into,
+                             const ReadLimits& limits, std::string& why) {
+  std::string inflated;
+  if (is_gzip(bytes)) {
+    if (!spanprof::detail::gzip_decompress(bytes, inflated, why, limits.max_decompressed_bytes)) return false;
+    bytes = inflated;
+  }
+  return PprofReader(into, why).read(bytes, spool_record);
+}
+
+}  // namespace detail
+
+// Adds the spans of one file's bytes to `into`: a pprof profile (gzip'd or not)
+// or a spool file whose payload holds one (the file, callback and Pyroscope
+// uploaders'; an OTLP request is refused). On refusal returns false, says why in one
+// line in `why`, and leaves `into` as it was (the frame tree may have grown, which
+// changes no span). Never throws but std::bad_alloc.
+inline bool read_profile_file(std::string_view bytes, Collection& into, std::string& why, const ReadLimits& limits = {}) {
+  if (bytes.empty()) {
+    why = "empty file";
+    return false;
+  }
+  // The readers check a whole file before adding any of its samples.
+  bool ok = false;
+  if (detail::is_spool_file(bytes)) {
+    spanprof::EncodedProfile record;
+    const std::string uploader(detail::spool_uploader(bytes));
+    std::string spool_why;
+    if (!spanprof::detail::spool_format::decode(bytes, uploader, record, spool_why)) {
+      why = "spool file: " + spool_why;
+      return false;
+    }
+    std::string_view pprof = record.pprof_gzip;
+    if (!detail::is_gzip(pprof) && !detail::pyroscope_push_profile(pprof).empty())
+      pprof = detail::pyroscope_push_profile(pprof);
+    ok = detail::read_pprof_bytes(pprof, record.span_count == 1 ? &record : nullptr, into, limits, why);
+    if (!ok) why = "spool file of uploader '" + uploader + "': payload: " + why;
+  } else {
+    ok = detail::read_pprof_bytes(bytes, nullptr, into, limits, why);
+  }
+  return ok;
+}
+
+}  // namespace spanprof_report
+
+#endif  // SPANPROF_TOOLS_REPORT_PROFILE_READER_HPP_

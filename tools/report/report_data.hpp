@@ -1,0 +1,155 @@
+// The report's data as the page's script reads it: one compact JSON document.
+//
+// Strings are written once (function and span names in tables, referred to by
+// index) and stacks are nodes of one frame tree, so a span is a list of
+// (node, value) pairs: 10,000 spans of a few hundred samples stay a few MB.
+//
+//   {"functions": [name, ...],
+//    "nodes": [caller, function, caller, function, ...],   // node i at 2i; node 0 is the root
+//    "names": [span name, ...], "reasons": [reason, ...],
+//    "start_ms": wall clock of the earliest span start (ms since the epoch), or 0,
+//    "spans": [[name, span id, trace id, reason, start offset ns | -1, duration ns | -1,
+//               cpu, heap, wall], ...]}
+//
+// where cpu, heap and wall (spanprof::ProfileKind's order) are each null or
+// [samples, scale, node, value / scale, node, value / scale, ...]: scale is the
+// largest common divisor of the span's values (a CPU profile's are multiples of its
+// sampling period), which keeps the numbers short.
+#ifndef SPANPROF_TOOLS_REPORT_REPORT_DATA_HPP_
+#define SPANPROF_TOOLS_REPORT_REPORT_DATA_HPP_
+
+#include "profile_reader.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace spanprof_report {
+
+namespace detail {
+
+// A JSON string literal that is also safe inside an HTML <script> element: '<'
+// is escaped, so no "</script>" can end the element early, and so are the line
+// separators JavaScript once refused in string literals.
+inline void append_json_string(std::string& out, std::string_view text) {
+  out += '"';
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == '<' || c == '>' || c == '&') {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
+      out += escaped;
+    } else if (c == 0xe2 && i + 2 < text.size() && static_cast<unsigned char>(text[i + 1]) == 0x80 &&
+               (static_cast<unsigned char>(text[i + 2]) == 0xa8 || static_cast<unsigned char>(text[i + 2]) == 0xa9)) {
+      out += static_cast<unsigned char>(text[i + 2]) == 0xa8 ? "\\u2028" : "\\u2029";
+      i += 2;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  out += '"';
+}
+
+// Indexes strings in order of first use.
+class StringTable {
+ public:
+  std::size_t index(const std::string& text) {
+    const auto [it, inserted] = index_.try_emplace(text, list_.size());
+    if (inserted) list_.push_back(text);
+    return it->second;
+  }
+  void append_json(std::string& out) const {
+    out += '[';
+    for (std::size_t i = 0; i < list_.size(); ++i) {
+      if (i) out += ',';
+      append_json_string(out, list_[i]);
+    }
+    out += ']';
+  }
+
+ private:
+  std::unordered_map<std::string, std::size_t> index_;
+  std::vector<std::string> list_;
+};
+
+inline void append_kind(std::string& out, const SpanSamples& span, std::size_t kind) {
+  const auto& values = span.values[kind];
+  if (values.empty()) {
+    out += "null";
+    return;
+  }
+  // In node order, so a span's file always gives the same page.
+  std::vector<std::pair<std::uint32_t, std::int64_t>> sorted(values.begin(), values.end());
+  std::sort(sorted.begin(), sorted.end());
+  std::int64_t scale = 0;
+  for (const auto& entry : sorted) scale = std::gcd(scale, entry.second < 0 ? -entry.second : entry.second);
+  if (scale <= 0) scale = 1;
+  out += '[' + std::to_string(span.samples[kind]) + ',' + std::to_string(scale);
+  for (const auto& [node, value] : sorted) out += ',' + std::to_string(node) + ',' + std::to_string(value / scale);
+  out += ']';
+}
+
+}  // namespace detail
+
+// The JSON document described above.
+inline std::string report_json(const Collection& collection) {
+  std::string out;
+  out.reserve(64 + 24 * collection.nodes.size() + 256 * collection.spans.size());
+  out += "{\"functions\":[";
+  for (std::size_t i = 0; i < collection.functions.size(); ++i) {
+    if (i) out += ',';
+    detail::append_json_string(out, collection.functions[i]);
+  }
+  out += "],\"nodes\":[";
+  for (std::size_t i = 0; i < collection.nodes.size(); ++i) {
+    if (i) out += ',';
+    out += std::to_string(collection.nodes[i].first) + ',' + std::to_string(collection.nodes[i].second);
+  }
+  out += ']';
+
+  std::int64_t first_start = std::numeric_limits<std::int64_t>::max();
+  for (const SpanSamples& span : collection.spans)
+    if (span.start_unix_ns > 0) first_start = std::min(first_start, span.start_unix_ns);
+  const bool timed = first_start != std::numeric_limits<std::int64_t>::max();
+
+  detail::StringTable names, reasons;
+  std::string spans = "[";
+  for (std::size_t i = 0; i < collection.spans.size(); ++i) {
+    const SpanSamples& span = collection.spans[i];
+    if (i) spans += ',';
+    spans += '[' + std::to_string(names.index(span.name)) + ',';
+    detail::append_json_string(spans, span.span_id);
+    spans += ',';
+    detail::append_json_string(spans, span.trace_id);
+    spans += ',' + std::to_string(reasons.index(span.reason)) + ',';
+    spans += span.start_unix_ns > 0 ? std::to_string(span.start_unix_ns - first_start) : std::string("-1");
+    spans += ',' + (span.duration_ns > 0 ? std::to_string(span.duration_ns) : std::string("-1"));
+    for (std::size_t kind = 0; kind < spanprof::profile_kind_count; ++kind) {
+      spans += ',';
+      detail::append_kind(spans, span, kind);
+    }
+    spans += ']';
+  }
+  spans += ']';
+
+  out += ",\"names\":";
+  names.append_json(out);
+  out += ",\"reasons\":";
+  reasons.append_json(out);
+  out += ",\"start_ms\":" + std::to_string(timed ? first_start / 1'000'000 : 0);
+  out += ",\"spans\":" + spans + '}';
+  return out;
+}
+
+}  // namespace spanprof_report
+
+#endif  // SPANPROF_TOOLS_REPORT_REPORT_DATA_HPP_
