@@ -12,7 +12,6 @@
 //
 // A plain timed program: one run of a command-line tool is what is measured, not
 // a loop Google Benchmark could repeat.
-#include <spanprof/base/status.hpp>  // before the encoder, which uses Status without including it
 #include <spanprof/profile/pprof_encoder.hpp>
 #include <spanprof/span/span_context.hpp>
 

@@ -488,3 +488,21 @@ TEST_CASE("zero-code mode: a span that ends on another thread gets one profile a
   CHECK(linked);
   CHECK(spanprof::stats().otel_spans_ended_elsewhere - before.otel_spans_ended_elsewhere == 1);
 }
+
+TEST_CASE("a spanprof::Request over an OpenTelemetry span: fragments on two threads, one profile with its ids",
+          "[opentelemetry][requests]") {
+  Collector collector(options_at(1000));
+  Sdk sdk;
+  auto tracer = sdk.provider->GetTracer("requests");
+  auto span = tracer->StartSpan("GET /orders");
+  spanprof::Request request(span, "GET /orders");
+  std::thread(spanprof::bind(request, [] { otel_checkout_work(0.05); })).join();
+  std::thread(spanprof::bind(request, [] { otel_child_work(0.05); })).join();
+  request.end();
+  span->End();
+  const auto profile = cpu_profile_for(collector, hex_of(span->GetContext().span_id()));
+  REQUIRE(profile);
+  CHECK(common_label(profile->decoded, "trace_id") == hex_of(span->GetContext().trace_id()));
+  CHECK(spanprof_test::share_on_stack(profile->decoded, "otel_checkout_work") > 0.2);
+  CHECK(spanprof_test::share_on_stack(profile->decoded, "otel_child_work") > 0.2);
+}

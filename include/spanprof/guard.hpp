@@ -168,16 +168,8 @@ class ScopedProfile {
     reader.leave();
   }
 
-  static std::int64_t monotonic_ns() noexcept {
-    timespec ts;
-    ::clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-  }
-  static std::int64_t realtime_ns() noexcept {
-    timespec ts;
-    ::clock_gettime(CLOCK_REALTIME, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-  }
+  static std::int64_t monotonic_ns() noexcept { return detail::monotonic_now_ns(); }
+  static std::int64_t realtime_ns() noexcept { return detail::realtime_now_ns(); }
 
   // Inlined into the guard's constructor: the turned-down guard is the common case
   // and must stay a few instructions.

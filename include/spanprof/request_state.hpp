@@ -14,6 +14,7 @@
 #include <spanprof/capture/captured_profile.hpp>
 #include <spanprof/capture/heap_sampler.hpp>
 #include <spanprof/capture/sample_records.hpp>
+#include <spanprof/capture/thread_stack_sampler.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/policy/tail_policy.hpp>
 #include <spanprof/profile/profile.hpp>
@@ -66,8 +67,8 @@ class RequestState {
     state->generation_ = identity.generation;
     state->tail_policy_ = std::move(identity.tail_policy);
     fill_thread_context(state->thread_context_, identity.span, identity.name);
-    state->start_ns_ = monotonic_ns();
-    state->start_unix_ns_ = realtime_ns();
+    state->start_ns_ = monotonic_now_ns();
+    state->start_unix_ns_ = realtime_now_ns();
     return state;
   }
 
@@ -102,7 +103,7 @@ class RequestState {
   // and drops it after.
   bool end() noexcept {
     if (end_claimed_.exchange(true, std::memory_order_acq_rel)) return false;  // ended before
-    const std::int64_t end = monotonic_ns();
+    const std::int64_t end = monotonic_now_ns();
     end_ns_ = end;
     decision_ = decide(end - start_ns_);
     // Published with the ended bit: whoever delivers reads the decision after it.
@@ -215,17 +216,6 @@ class RequestState {
     const char* engine = "";
   };
 
-  static std::int64_t monotonic_ns() noexcept {
-    timespec ts;
-    ::clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-  }
-  static std::int64_t realtime_ns() noexcept {
-    timespec ts;
-    ::clock_gettime(CLOCK_REALTIME, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-  }
-
   TailDecision decide(std::int64_t duration) noexcept {
     if (discarded_.load(std::memory_order_relaxed)) return TailDecision::discard();
     if (!tail_policy_) return TailDecision::keep_as(ProfileReason::sampled);
@@ -239,7 +229,7 @@ class RequestState {
   bool deliver(bool abandoned) noexcept {
     if (abandoned) {
       count(Counter::requests_abandoned);
-      end_ns_ = monotonic_ns();
+      end_ns_ = monotonic_now_ns();
       decision_ = decide(end_ns_ - start_ns_);
     }
     const std::int64_t duration = end_ns_ - start_ns_;

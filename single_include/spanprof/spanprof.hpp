@@ -4202,6 +4202,13 @@ inline std::int64_t monotonic_now_ns() noexcept {
   return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
+// The wall clock, for a profile's start time.
+inline std::int64_t realtime_now_ns() noexcept {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
 // What a wall tick carries (sigqueue value): a tag, and the thread's wall
 // generation when the ticker looked, so a tick that arrives after the span changed
 // is dropped.
@@ -7124,8 +7131,8 @@ class RequestState {
     state->generation_ = identity.generation;
     state->tail_policy_ = std::move(identity.tail_policy);
     fill_thread_context(state->thread_context_, identity.span, identity.name);
-    state->start_ns_ = monotonic_ns();
-    state->start_unix_ns_ = realtime_ns();
+    state->start_ns_ = monotonic_now_ns();
+    state->start_unix_ns_ = realtime_now_ns();
     return state;
   }
 
@@ -7160,7 +7167,7 @@ class RequestState {
   // and drops it after.
   bool end() noexcept {
     if (end_claimed_.exchange(true, std::memory_order_acq_rel)) return false;  // ended before
-    const std::int64_t end = monotonic_ns();
+    const std::int64_t end = monotonic_now_ns();
     end_ns_ = end;
     decision_ = decide(end - start_ns_);
     // Published with the ended bit: whoever delivers reads the decision after it.
@@ -7273,17 +7280,6 @@ class RequestState {
     const char* engine = "";
   };
 
-  static std::int64_t monotonic_ns() noexcept {
-    timespec ts;
-    ::clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-  }
-  static std::int64_t realtime_ns() noexcept {
-    timespec ts;
-    ::clock_gettime(CLOCK_REALTIME, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-  }
-
   TailDecision decide(std::int64_t duration) noexcept {
     if (discarded_.load(std::memory_order_relaxed)) return TailDecision::discard();
     if (!tail_policy_) return TailDecision::keep_as(ProfileReason::sampled);
@@ -7297,7 +7293,7 @@ class RequestState {
   bool deliver(bool abandoned) noexcept {
     if (abandoned) {
       count(Counter::requests_abandoned);
-      end_ns_ = monotonic_ns();
+      end_ns_ = monotonic_now_ns();
       decision_ = decide(end_ns_ - start_ns_);
     }
     const std::int64_t duration = end_ns_ - start_ns_;
@@ -7631,16 +7627,8 @@ class ScopedProfile {
     reader.leave();
   }
 
-  static std::int64_t monotonic_ns() noexcept {
-    timespec ts;
-    ::clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-  }
-  static std::int64_t realtime_ns() noexcept {
-    timespec ts;
-    ::clock_gettime(CLOCK_REALTIME, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-  }
+  static std::int64_t monotonic_ns() noexcept { return detail::monotonic_now_ns(); }
+  static std::int64_t realtime_ns() noexcept { return detail::realtime_now_ns(); }
 
   // Inlined into the guard's constructor: the turned-down guard is the common case
   // and must stay a few instructions.

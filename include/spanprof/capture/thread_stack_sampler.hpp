@@ -95,6 +95,13 @@ inline std::int64_t monotonic_now_ns() noexcept {
   return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
+// The wall clock, for a profile's start time.
+inline std::int64_t realtime_now_ns() noexcept {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
 // What a wall tick carries (sigqueue value): a tag, and the thread's wall
 // generation when the ticker looked, so a tick that arrives after the span changed
 // is dropped.

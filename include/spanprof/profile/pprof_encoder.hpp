@@ -3,6 +3,7 @@
 #ifndef SPANPROF_PROFILE_PPROF_ENCODER_HPP_
 #define SPANPROF_PROFILE_PPROF_ENCODER_HPP_
 
+#include <spanprof/base/status.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/profile/gzip.hpp>
 #include <spanprof/profile/protobuf_writer.hpp>
