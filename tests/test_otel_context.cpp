@@ -1,0 +1,396 @@
+// The two contexts spanprof publishes for profilers outside the process, read the
+// way such a profiler reads them, never through spanprof's API:
+//   - the thread context (OTEP 4947): otel_thread_ctx_v1 found in the .dynsym of
+//     the executable's ELF file, its address in another thread's static TLS block
+//     computed from that thread's thread pointer (fs base, as the kernel keeps it)
+//     and the PT_TLS segment, then the pointer and the record read through
+//     process_vm_readv;
+//   - the process context (OTEP 4719): the OTEL_CTX mapping found in
+//     /proc/self/maps, its header read and its protobuf payload decoded by the
+//     tests' own reader.
+// Its own program: the executable must be linked as users link spanprof (the
+// symbol exported), and it defines the variable itself, so the TLS block computed
+// is the executable's (a variable in a shared library would need the DTV).
+#include "support/catch.hpp"
+#include "support/protobuf_reader.hpp"
+
+#include <spanprof/spanprof.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <elf.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#if defined(__x86_64__)
+#include <asm/prctl.h>
+#endif
+
+namespace {
+
+// ---- reading this process's memory as another process would --------------------------
+
+bool read_memory(std::uintptr_t address, void* out, std::size_t size) {
+  iovec local{out, size};
+  iovec remote{reinterpret_cast<void*>(address), size};
+  return ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) == static_cast<ssize_t>(size);
+}
+
+template <class T>
+T read_value(std::uintptr_t address) {
+  T value{};
+  REQUIRE(read_memory(address, &value, sizeof value));
+  return value;
+}
+
+std::string read_file(const char* path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// ---- the thread context: the ELF symbol and the static TLS block ----------------------
+
+struct TlsSymbol {
+  bool found = false;
+  unsigned char type = 0;
+  std::uint64_t size = 0;
+  std::uint64_t value = 0;  // offset in the module's TLS block
+  std::uint64_t tls_memsz = 0, tls_align = 1, tls_vaddr = 0;
+};
+
+// otel_thread_ctx_v1 in the .dynsym of the executable's file, and its PT_TLS.
+TlsSymbol find_dynamic_tls_symbol(const std::string& elf, const char* name) {
+  TlsSymbol out;
+  REQUIRE(elf.size() > sizeof(Elf64_Ehdr));
+  Elf64_Ehdr eh;
+  std::memcpy(&eh, elf.data(), sizeof eh);
+  REQUIRE(std::memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0);
+  REQUIRE(eh.e_ident[EI_CLASS] == ELFCLASS64);
+  for (unsigned i = 0; i < eh.e_phnum; ++i) {
+    Elf64_Phdr ph;
+    std::memcpy(&ph, elf.data() + eh.e_phoff + i * eh.e_phentsize, sizeof ph);
+    if (ph.p_type != PT_TLS) continue;
+    out.tls_memsz = ph.p_memsz;
+    out.tls_align = ph.p_align == 0 ? 1 : ph.p_align;
+    out.tls_vaddr = ph.p_vaddr;
+  }
+  auto section = [&](unsigned index) {
+    Elf64_Shdr sh;
+    std::memcpy(&sh, elf.data() + eh.e_shoff + index * eh.e_shentsize, sizeof sh);
+    return sh;
+  };
+  for (unsigned i = 0; i < eh.e_shnum; ++i) {
+    const Elf64_Shdr dynsym = section(i);
+    if (dynsym.sh_type != SHT_DYNSYM) continue;
+    const Elf64_Shdr strings = section(dynsym.sh_link);
+    for (std::uint64_t offset = 0; offset + sizeof(Elf64_Sym) <= dynsym.sh_size; offset += sizeof(Elf64_Sym)) {
+      Elf64_Sym sym;
+      std::memcpy(&sym, elf.data() + dynsym.sh_offset + offset, sizeof sym);
+      if (std::strcmp(elf.data() + strings.sh_offset + sym.st_name, name) != 0) continue;
+      out.found = true;
+      out.type = ELF64_ST_TYPE(sym.st_info);
+      out.size = sym.st_size;
+      out.value = sym.st_value;
+    }
+  }
+  return out;
+}
+
+#if defined(__x86_64__)
+// x86-64 places static TLS blocks below the thread pointer (TLS variant II), the
+// executable's first: its block ends at the thread pointer, starting
+// round_up(memsz, align) below it (glibc's rule, with the block's first byte
+// aligned as p_vaddr is).
+std::uintptr_t executable_tls_address(std::uintptr_t thread_pointer, const TlsSymbol& s) {
+  const std::uint64_t firstbyte = (0 - (s.tls_vaddr & (s.tls_align - 1))) & (s.tls_align - 1);
+  const std::uint64_t block_offset =
+      (s.tls_memsz - firstbyte + s.tls_align - 1) / s.tls_align * s.tls_align + firstbyte;
+  return thread_pointer - block_offset + s.value;
+}
+
+// The thread's fs base as the kernel holds it (what an eBPF profiler reads from
+// the task), asked by the thread itself.
+std::uintptr_t own_thread_pointer() {
+  unsigned long fs = 0;
+  REQUIRE(::syscall(SYS_arch_prctl, ARCH_GET_FS, &fs) == 0);
+  return fs;
+}
+#endif
+
+struct ReadRecord {
+  bool attached = false;  // the pointer is not null
+  std::uint8_t trace_id[16] = {};
+  std::uint8_t span_id[8] = {};
+  std::uint8_t valid = 0, trace_flags = 0;
+  std::vector<std::pair<std::uint8_t, std::string>> attributes;
+};
+
+// OTEP 4947's reading protocol: the pointer, the 28-byte header, then the attributes.
+ReadRecord read_thread_context(std::uintptr_t variable_address) {
+  ReadRecord out;
+  const auto record = read_value<std::uint64_t>(variable_address);
+  if (record == 0) return out;
+  out.attached = true;
+  CHECK(record % 2 == 0);  // 2-byte aligned
+  std::uint8_t header[28];
+  REQUIRE(read_memory(record, header, sizeof header));
+  std::memcpy(out.trace_id, header, 16);
+  std::memcpy(out.span_id, header + 16, 8);
+  out.valid = header[24];
+  out.trace_flags = header[25];
+  std::uint16_t attrs_size = 0;
+  std::memcpy(&attrs_size, header + 26, 2);
+  std::string attrs(attrs_size, '\0');
+  REQUIRE(read_memory(record + 28, attrs.data(), attrs.size()));
+  for (std::size_t pos = 0; pos + 2 <= attrs.size();) {
+    const auto key = static_cast<std::uint8_t>(attrs[pos]);
+    const auto length = static_cast<std::uint8_t>(attrs[pos + 1]);
+    if (pos + 2 + length > attrs.size()) break;  // an incomplete entry ends the list
+    out.attributes.emplace_back(key, attrs.substr(pos + 2, length));
+    pos += 2 + length;
+  }
+  return out;
+}
+
+// ---- the process context: the OTEL_CTX mapping ----------------------------------------
+
+// The start of the first mapping OTEP 4719 lets a publisher leave, or 0.
+std::uintptr_t find_process_context_mapping() {
+  std::istringstream maps(read_file("/proc/self/maps"));
+  std::string line;
+  while (std::getline(maps, line)) {
+    const std::size_t name = line.find_first_of("/[", line.find(' '));
+    if (name == std::string::npos) continue;
+    const std::string path = line.substr(name);
+    if (path.rfind("/memfd:OTEL_CTX", 0) == 0 || path.rfind("[anon:OTEL_CTX]", 0) == 0 ||
+        path.rfind("[anon_shmem:OTEL_CTX]", 0) == 0)
+      return std::stoull(line.substr(0, line.find('-')), nullptr, 16);
+  }
+  return 0;
+}
+
+struct ReadProcessContext {
+  std::uint32_t version = 0;
+  std::uint64_t published_at_ns = 0;
+  std::string payload;
+};
+
+// OTEP 4719's reading protocol: signature and version, a non-zero timestamp, the
+// payload, and the same timestamp after it.
+ReadProcessContext read_process_context(std::uintptr_t mapping) {
+  ReadProcessContext out;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    char header[32];
+    REQUIRE(read_memory(mapping, header, sizeof header));
+    REQUIRE(std::string_view(header, 8) == "OTEL_CTX");
+    std::uint32_t payload_size = 0;
+    std::uint64_t payload = 0;
+    std::memcpy(&out.version, header + 8, 4);
+    std::memcpy(&payload_size, header + 12, 4);
+    std::memcpy(&out.published_at_ns, header + 16, 8);
+    std::memcpy(&payload, header + 24, 8);
+    if (out.published_at_ns == 0) continue;  // being changed
+    REQUIRE(payload_size > 0);
+    REQUIRE(payload_size <= 65536);  // the OTel eBPF profiler's bound
+    out.payload.assign(payload_size, '\0');
+    REQUIRE(read_memory(payload, out.payload.data(), payload_size));
+    if (read_value<std::uint64_t>(mapping + 16) == out.published_at_ns) return out;
+  }
+  FAIL("the process context kept changing");
+  return out;
+}
+
+// proto: common.v1.KeyValue{key = 1, value = 2}, AnyValue{string_value = 1,
+// int_value = 3, array_value = 5}, ArrayValue{values = 1}.
+std::string any_value_text(const proto_test::Msg& any) {
+  if (any.count(1) != 0) return any.bytes(1);
+  if (any.count(3) != 0) return std::to_string(static_cast<std::int64_t>(any.scalar(3)));
+  if (any.count(5) != 0) {
+    std::string out;
+    for (const auto& item : any.message(5).messages(1)) out += (out.empty() ? "" : ",") + any_value_text(item);
+    return "[" + out + "]";
+  }
+  return "?";
+}
+
+std::vector<std::pair<std::string, std::string>> key_values(const std::vector<proto_test::Msg>& list) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& kv : list) out.emplace_back(kv.bytes(1), any_value_text(kv.message(2)));
+  return out;
+}
+
+std::string value_of(const std::vector<std::pair<std::string, std::string>>& list, const std::string& key) {
+  std::string found = "(absent)";
+  for (const auto& [k, v] : list)
+    if (k == key) found = v;
+  return found;
+}
+
+spanprof::Options quiet_options() {
+  spanprof::Options options(spanprof::ignore_environment);
+  options.uploaders = {std::make_shared<spanprof::CallbackUploader>(
+      [](const spanprof::EncodedProfile&) { return spanprof::UploadResult::ok(); })};
+  return options;
+}
+
+spanprof::SpanContext span_context(const char* traceparent) { return spanprof::parse_traceparent(traceparent).context; }
+
+}  // namespace
+
+#if defined(__x86_64__)
+TEST_CASE("a profiler reads otel_thread_ctx_v1 of another thread from the ELF symbol and its TLS block",
+          "[otel_context]") {
+  REQUIRE(spanprof::start(quiet_options()));
+  const TlsSymbol symbol = find_dynamic_tls_symbol(read_file("/proc/self/exe"), "otel_thread_ctx_v1");
+  REQUIRE(symbol.found);  // exported in .dynsym: the link option of spanprof's targets
+  CHECK(symbol.type == STT_TLS);
+  CHECK(symbol.size == 8);
+  REQUIRE(symbol.tls_memsz > 0);
+
+  const auto span = span_context("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+  spanprof::Request request(span, "GET /inventory");
+  REQUIRE(request.active());
+
+  // The worker runs a fragment, says where its thread pointer is, and waits while
+  // it is read; then closes the fragment and waits again.
+  std::atomic<int> step{0};
+  std::atomic<std::uintptr_t> thread_pointer{0};
+  auto wait_for = [&](int value) {
+    while (step.load() != value) std::this_thread::yield();
+  };
+  std::thread worker([&] {
+    thread_pointer.store(own_thread_pointer());
+    step.store(1);
+    wait_for(2);
+    {
+      spanprof::Fragment fragment(request);
+      step.store(3);
+      wait_for(4);
+    }
+    step.store(5);
+    wait_for(6);
+  });
+
+  wait_for(1);
+  const std::uintptr_t variable = executable_tls_address(thread_pointer.load(), symbol);
+  CHECK_FALSE(read_thread_context(variable).attached);  // no fragment yet
+  step.store(2);
+  wait_for(3);
+  const ReadRecord inside = read_thread_context(variable);
+  REQUIRE(inside.attached);
+  CHECK(std::memcmp(inside.trace_id, span.trace_id.bytes().data(), 16) == 0);
+  CHECK(std::memcmp(inside.span_id, span.span_id.bytes().data(), 8) == 0);
+  CHECK(int(inside.valid) == 1);
+  CHECK(int(inside.trace_flags) == 0x01);
+  REQUIRE(inside.attributes.size() == 1);
+  CHECK(int(inside.attributes[0].first) == 0);  // index 0 of threadlocal.attribute_key_map: span_name
+  CHECK(inside.attributes[0].second == "GET /inventory");
+  // This thread runs no fragment: its own variable, in its own block, is null.
+  CHECK_FALSE(read_thread_context(executable_tls_address(own_thread_pointer(), symbol)).attached);
+  step.store(4);
+  wait_for(5);
+  CHECK_FALSE(read_thread_context(variable).attached);  // the fragment closed
+  step.store(6);
+  worker.join();
+  request.discard();
+  spanprof::shutdown();
+}
+#endif
+
+TEST_CASE("with publish_process_context, start() publishes OTEL_CTX, a restart updates it, shutdown removes it",
+          "[otel_context]") {
+  spanprof::shutdown();
+  REQUIRE(find_process_context_mapping() == 0);
+  spanprof::Options options = quiet_options();
+  options.publish_process_context = true;
+  options.service_name = "inventory";
+  REQUIRE(spanprof::start(options));
+
+  const std::uintptr_t mapping = find_process_context_mapping();
+  REQUIRE(mapping != 0);
+  const ReadProcessContext first = read_process_context(mapping);
+  CHECK(first.version == 2);
+  timespec now{};
+  ::clock_gettime(CLOCK_BOOTTIME, &now);
+  const std::uint64_t boot_ns = static_cast<std::uint64_t>(now.tv_sec) * 1'000'000'000u + now.tv_nsec;
+  CHECK(first.published_at_ns <= boot_ns);
+  CHECK(first.published_at_ns > boot_ns - 60'000'000'000u);  // CLOCK_BOOTTIME, published moments ago
+
+  const proto_test::Msg context(first.payload);  // ProcessContext{resource = 1, attributes = 2}
+  const auto resource = key_values(context.message(1).messages(1));  // Resource{attributes = 1}
+  CHECK(value_of(resource, "service.name") == "inventory");
+  CHECK(value_of(resource, "process.pid") == std::to_string(::getpid()));
+  CHECK(value_of(resource, "telemetry.sdk.name") == "spanprof");
+  CHECK(value_of(resource, "telemetry.sdk.language") == "cpp");
+  CHECK(value_of(resource, "telemetry.sdk.version") == SPANPROF_VERSION_STRING);
+  const auto attributes = key_values(context.messages(2));
+  CHECK(value_of(attributes, "threadlocal.schema_version") == "tlsdesc_v1_dev");
+  CHECK(value_of(attributes, "threadlocal.attribute_key_map") == "[span_name]");
+
+  // A restart with other options: the same mapping, a new timestamp, the new payload.
+  options.service_name = "inventory-v2";
+  REQUIRE(spanprof::start(options));
+  CHECK(find_process_context_mapping() == mapping);
+  const ReadProcessContext second = read_process_context(mapping);
+  CHECK(second.published_at_ns > first.published_at_ns);
+  CHECK(value_of(key_values(proto_test::Msg(second.payload).message(1).messages(1)), "service.name") ==
+        "inventory-v2");
+
+  spanprof::shutdown();
+  CHECK(find_process_context_mapping() == 0);
+}
+
+TEST_CASE("without publish_process_context there is no OTEL_CTX mapping, and a restart without it removes it",
+          "[otel_context]") {
+  spanprof::shutdown();
+  REQUIRE(spanprof::start(quiet_options()));
+  CHECK(find_process_context_mapping() == 0);
+  spanprof::Options on = quiet_options();
+  on.publish_process_context = true;
+  REQUIRE(spanprof::start(on));
+  CHECK(find_process_context_mapping() != 0);
+  REQUIRE(spanprof::start(quiet_options()));
+  CHECK(find_process_context_mapping() == 0);
+  spanprof::shutdown();
+}
+
+TEST_CASE("a forked child does not inherit the process context; it publishes its own when it starts spanprof",
+          "[otel_context][fork]") {
+  spanprof::Options options = quiet_options();
+  options.publish_process_context = true;
+  REQUIRE(spanprof::start(options));
+  REQUIRE(find_process_context_mapping() != 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    int code = 5;  // a failed REQUIRE while reading
+    try {
+      code = find_process_context_mapping() == 0 ? 0 : 1;
+      if (code == 0 && !spanprof::start(options)) code = 2;
+      if (code == 0 && find_process_context_mapping() == 0) code = 3;
+      if (code == 0) {
+        const ReadProcessContext own = read_process_context(find_process_context_mapping());
+        if (value_of(key_values(proto_test::Msg(own.payload).message(1).messages(1)), "process.pid") !=
+            std::to_string(::getpid()))
+          code = 4;
+      }
+    } catch (...) {
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);  // 1: inherited, 2: no start, 3: not published, 4: the parent's pid, 5: unreadable
+  spanprof::shutdown();
+}
