@@ -15742,7 +15742,6 @@ SPANPROF_NAMESPACE_END
 #define SPANPROF_RUNTIME_PROCESS_CONTEXT_HPP_
 
 
-#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -15850,8 +15849,7 @@ class ProcessContextPublisher {
   // Removes the mapping, if any.
   void withdraw() noexcept {
     if (mapping_ == nullptr) return;
-    header()->published_at_ns = 0;  // a reader mid-read sees a change
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    mark_changing();  // a reader mid-read sees a change
     ::munmap(mapping_, mapping_size_);
     mapping_ = nullptr;
     mapping_size_ = 0;
@@ -15903,8 +15901,7 @@ class ProcessContextPublisher {
     h->version = process_context_version;
     h->payload_size = static_cast<std::uint32_t>(payload.size());
     h->payload = reinterpret_cast<std::uintptr_t>(payload_area());
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    h->published_at_ns = next_timestamp();
+    mark_published();
     if (!name_mapping() && !named_file) {
       withdraw();
       return failed("neither memfd_create nor naming an anonymous mapping (prctl PR_SET_VMA_ANON_NAME) works here");
@@ -15914,15 +15911,20 @@ class ProcessContextPublisher {
 
   // The updating protocol: timestamp 0, the new payload, a new timestamp, the name again.
   void update(const std::string& payload) noexcept {
-    ProcessContextHeader* h = header();
-    h->published_at_ns = 0;
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    mark_changing();
     std::memcpy(payload_area(), payload.data(), payload.size());
-    h->payload_size = static_cast<std::uint32_t>(payload.size());
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    h->published_at_ns = next_timestamp();
+    header()->payload_size = static_cast<std::uint32_t>(payload.size());
+    mark_published();
     name_mapping();
   }
+
+  // The OTEP's barriers, as atomic operations on the timestamp itself (the reader
+  // is another process: the ordering must hold for the CPU, not only the
+  // compiler). Zero, by a read-modify-write whose acquire half keeps the payload
+  // writes after it; then the new timestamp, by a store whose release half keeps
+  // them before it.
+  void mark_changing() noexcept { (void)__atomic_exchange_n(&header()->published_at_ns, 0, __ATOMIC_SEQ_CST); }
+  void mark_published() noexcept { __atomic_store_n(&header()->published_at_ns, next_timestamp(), __ATOMIC_SEQ_CST); }
 
   static int create_memfd() noexcept {
     constexpr unsigned noexec_seal = 0x0008U;  // MFD_NOEXEC_SEAL (Linux 6.3), newer than glibc 2.36's headers
