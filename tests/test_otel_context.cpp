@@ -12,6 +12,7 @@
 // symbol exported), and it defines the variable itself, so the TLS block computed
 // is the executable's (a variable in a shared library would need the DTV).
 #include "support/catch.hpp"
+#include "support/child_process.hpp"
 #include "support/protobuf_reader.hpp"
 
 #include <spanprof/spanprof.hpp>
@@ -28,6 +29,11 @@
 #include <vector>
 
 #include <elf.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -243,6 +249,69 @@ spanprof::Options quiet_options() {
   return options;
 }
 
+// ---- where memfd, or naming a mapping, is refused -----------------------------------
+
+constexpr unsigned long set_vma = 0x53564d41, set_vma_anon_name = 0;  // linux/prctl.h, Linux 5.17
+
+// seccomp makes memfd_create fail (EPERM), as a strict sandbox does; with
+// `naming_too`, also prctl(PR_SET_VMA, ...).
+bool refuse(bool naming_too) {
+  sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_memfd_create, 3, 0),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_prctl, 0, 3),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, args[0])),  // the low half, on x86-64 and arm64
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<__u32>(naming_too ? set_vma : 0xffffffffu), 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog program{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
+  return ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) == 0;
+}
+
+// Whether this kernel names anonymous mappings (CONFIG_ANON_VMA_NAME).
+bool kernel_names_anonymous_mappings() {
+  const long page = ::sysconf(_SC_PAGESIZE);
+  void* probe = ::mmap(nullptr, static_cast<std::size_t>(page), PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (probe == MAP_FAILED) return false;
+  const bool named = ::prctl(set_vma, set_vma_anon_name, reinterpret_cast<unsigned long>(probe),
+                             static_cast<unsigned long>(page), reinterpret_cast<unsigned long>("probe")) == 0;
+  ::munmap(probe, static_cast<std::size_t>(page));
+  return named;
+}
+
+// Prints the mapping's line in /proc/self/maps and whether its context reads,
+// and every error spanprof reported.
+int publish_refused(bool naming_too) {
+  const bool can_name = kernel_names_anonymous_mappings();
+  if (!refuse(naming_too)) {
+    std::printf("cannot install seccomp filter\n");
+    return 3;
+  }
+  std::string errors;
+  spanprof::set_error_handler([&](const spanprof::Error& e) {
+    errors += "error " + std::string(spanprof::to_string(e.code)) + ": " + std::string(e.message) + "\n";
+  });
+  spanprof::Options options = quiet_options();
+  options.publish_process_context = true;
+  if (!spanprof::start(options)) return 4;
+  std::printf("kernel names anonymous mappings: %d\n", can_name ? 1 : 0);
+  std::istringstream maps(read_file("/proc/self/maps"));
+  std::string line;
+  while (std::getline(maps, line))
+    if (line.find("OTEL_CTX") != std::string::npos) std::printf("mapping: %s\n", line.c_str());
+  if (const std::uintptr_t mapping = find_process_context_mapping(); mapping != 0) {
+    const ReadProcessContext context = read_process_context(mapping);
+    std::printf("read: version %u, %zu payload bytes\n", context.version, context.payload.size());
+  }
+  std::printf("%s", errors.c_str());
+  spanprof::shutdown();
+  return 0;
+}
+
+const spanprof_test::ChildScenario memfd_refused("otel_ctx_memfd_refused", [] { return publish_refused(false); });
+const spanprof_test::ChildScenario all_refused("otel_ctx_memfd_and_naming_refused", [] { return publish_refused(true); });
+
 spanprof::SpanContext span_context(const char* traceparent) { return spanprof::parse_traceparent(traceparent).context; }
 
 }  // namespace
@@ -393,4 +462,27 @@ TEST_CASE("a forked child does not inherit the process context; it publishes its
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);  // 1: inherited, 2: no start, 3: not published, 4: the parent's pid, 5: unreadable
   spanprof::shutdown();
+}
+
+TEST_CASE("without memfd the process context is an anonymous mapping named OTEL_CTX; with neither, one error and none",
+          "[otel_context]") {
+  const auto anonymous = spanprof_test::run_in_child("otel_ctx_memfd_refused", 30);
+  INFO(anonymous.output);
+  REQUIRE(anonymous.exit_code == 0);
+  CHECK(anonymous.output.find("/memfd:") == std::string::npos);
+  if (anonymous.output.find("kernel names anonymous mappings: 1") != std::string::npos) {
+    CHECK(anonymous.output.find("[anon:OTEL_CTX]") != std::string::npos);
+    CHECK(anonymous.output.find("read: version 2") != std::string::npos);
+    CHECK(anonymous.output.find("error ") == std::string::npos);
+  } else {  // a kernel without CONFIG_ANON_VMA_NAME: nothing a reader could find
+    CHECK(anonymous.output.find("mapping: ") == std::string::npos);
+    CHECK(anonymous.output.find("error process_context_failed") != std::string::npos);
+  }
+
+  const auto neither = spanprof_test::run_in_child("otel_ctx_memfd_and_naming_refused", 30);
+  INFO(neither.output);
+  REQUIRE(neither.exit_code == 0);
+  CHECK(neither.output.find("mapping: ") == std::string::npos);
+  CHECK(neither.output.find("error process_context_failed: the process context (OTEL_CTX, OTEP 4719) is not "
+                            "published: neither memfd_create nor") != std::string::npos);
 }
