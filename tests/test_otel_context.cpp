@@ -2,9 +2,11 @@
 // way such a profiler reads them, never through spanprof's API:
 //   - the thread context (OTEP 4947): otel_thread_ctx_v1 found in the .dynsym of
 //     the executable's ELF file, its address in another thread's static TLS block
-//     computed from that thread's thread pointer (fs base, as the kernel keeps it)
-//     and the PT_TLS segment, then the pointer and the record read through
-//     process_vm_readv;
+//     computed from that thread's thread pointer (fs base) and the PT_TLS segment,
+//     then the pointer and the record read through process_vm_readv; once from
+//     this process, the thread telling its fs base as the kernel keeps it, and once
+//     from another process that stops the thread with ptrace and takes the fs base
+//     from its registers, as a profiler does (x86-64);
 //   - the process context (OTEP 4719): the OTEL_CTX mapping found in
 //     /proc/self/maps, its header read and its protobuf payload decoded by the
 //     tests' own reader.
@@ -24,6 +26,7 @@
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,7 +37,9 @@
 #include <stddef.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/ptrace.h>
 #include <sys/syscall.h>
+#include <sys/user.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -46,16 +51,25 @@ namespace {
 
 // ---- reading this process's memory as another process would --------------------------
 
+// Fails a read: a test failure in a test case, an exit code in the reader
+// process (where Catch2 assertions cannot run).
+void expect(bool condition, const char* what) {
+  if (!condition) throw std::runtime_error(what);
+}
+
+// The process read: this one, or the parent of the reader process below.
+pid_t target_pid = ::getpid();
+
 bool read_memory(std::uintptr_t address, void* out, std::size_t size) {
   iovec local{out, size};
   iovec remote{reinterpret_cast<void*>(address), size};
-  return ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) == static_cast<ssize_t>(size);
+  return ::process_vm_readv(target_pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(size);
 }
 
 template <class T>
 T read_value(std::uintptr_t address) {
   T value{};
-  REQUIRE(read_memory(address, &value, sizeof value));
+  expect(read_memory(address, &value, sizeof value), "read_memory(address, &value, sizeof value)");
   return value;
 }
 
@@ -77,11 +91,11 @@ struct TlsSymbol {
 // otel_thread_ctx_v1 in the .dynsym of the executable's file, and its PT_TLS.
 TlsSymbol find_dynamic_tls_symbol(const std::string& elf, const char* name) {
   TlsSymbol out;
-  REQUIRE(elf.size() > sizeof(Elf64_Ehdr));
+  expect(elf.size() > sizeof(Elf64_Ehdr), "elf.size() > sizeof(Elf64_Ehdr)");
   Elf64_Ehdr eh;
   std::memcpy(&eh, elf.data(), sizeof eh);
-  REQUIRE(std::memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0);
-  REQUIRE(eh.e_ident[EI_CLASS] == ELFCLASS64);
+  expect(std::memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0, "std::memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0");
+  expect(eh.e_ident[EI_CLASS] == ELFCLASS64, "eh.e_ident[EI_CLASS] == ELFCLASS64");
   for (unsigned i = 0; i < eh.e_phnum; ++i) {
     Elf64_Phdr ph;
     std::memcpy(&ph, elf.data() + eh.e_phoff + i * eh.e_phentsize, sizeof ph);
@@ -128,7 +142,7 @@ std::uintptr_t executable_tls_address(std::uintptr_t thread_pointer, const TlsSy
 // the task), asked by the thread itself.
 std::uintptr_t own_thread_pointer() {
   unsigned long fs = 0;
-  REQUIRE(::syscall(SYS_arch_prctl, ARCH_GET_FS, &fs) == 0);
+  expect(::syscall(SYS_arch_prctl, ARCH_GET_FS, &fs) == 0, "::syscall(SYS_arch_prctl, ARCH_GET_FS, &fs) == 0");
   return fs;
 }
 #endif
@@ -147,9 +161,9 @@ ReadRecord read_thread_context(std::uintptr_t variable_address) {
   const auto record = read_value<std::uint64_t>(variable_address);
   if (record == 0) return out;
   out.attached = true;
-  CHECK(record % 2 == 0);  // 2-byte aligned
+  expect(record % 2 == 0, "the record is 2-byte aligned");
   std::uint8_t header[28];
-  REQUIRE(read_memory(record, header, sizeof header));
+  expect(read_memory(record, header, sizeof header), "read_memory(record, header, sizeof header)");
   std::memcpy(out.trace_id, header, 16);
   std::memcpy(out.span_id, header + 16, 8);
   out.valid = header[24];
@@ -157,7 +171,7 @@ ReadRecord read_thread_context(std::uintptr_t variable_address) {
   std::uint16_t attrs_size = 0;
   std::memcpy(&attrs_size, header + 26, 2);
   std::string attrs(attrs_size, '\0');
-  REQUIRE(read_memory(record + 28, attrs.data(), attrs.size()));
+  expect(read_memory(record + 28, attrs.data(), attrs.size()), "read_memory(record + 28, attrs.data(), attrs.size())");
   for (std::size_t pos = 0; pos + 2 <= attrs.size();) {
     const auto key = static_cast<std::uint8_t>(attrs[pos]);
     const auto length = static_cast<std::uint8_t>(attrs[pos + 1]);
@@ -197,8 +211,8 @@ ReadProcessContext read_process_context(std::uintptr_t mapping) {
   ReadProcessContext out;
   for (int attempt = 0; attempt < 3; ++attempt) {
     char header[32];
-    REQUIRE(read_memory(mapping, header, sizeof header));
-    REQUIRE(std::string_view(header, 8) == "OTEL_CTX");
+    expect(read_memory(mapping, header, sizeof header), "read_memory(mapping, header, sizeof header)");
+    expect(std::string_view(header, 8) == "OTEL_CTX", "std::string_view(header, 8) == \"OTEL_CTX\"");
     std::uint32_t payload_size = 0;
     std::uint64_t payload = 0;
     std::memcpy(&out.version, header + 8, 4);
@@ -206,14 +220,13 @@ ReadProcessContext read_process_context(std::uintptr_t mapping) {
     std::memcpy(&out.published_at_ns, header + 16, 8);
     std::memcpy(&payload, header + 24, 8);
     if (out.published_at_ns == 0) continue;  // being changed
-    REQUIRE(payload_size > 0);
-    REQUIRE(payload_size <= 65536);  // the OTel eBPF profiler's bound
+    expect(payload_size > 0, "payload_size > 0");
+    expect(payload_size <= 65536, "payload_size <= 65536");  // the OTel eBPF profiler's bound
     out.payload.assign(payload_size, '\0');
-    REQUIRE(read_memory(payload, out.payload.data(), payload_size));
+    expect(read_memory(payload, out.payload.data(), payload_size), "read_memory(payload, out.payload.data(), payload_size)");
     if (read_value<std::uint64_t>(mapping + 16) == out.published_at_ns) return out;
   }
-  FAIL("the process context kept changing");
-  return out;
+  throw std::runtime_error("the process context kept changing");
 }
 
 // proto: common.v1.KeyValue{key = 1, value = 2}, AnyValue{string_value = 1,
@@ -312,6 +325,65 @@ int publish_refused(bool naming_too) {
 const spanprof_test::ChildScenario memfd_refused("otel_ctx_memfd_refused", [] { return publish_refused(false); });
 const spanprof_test::ChildScenario all_refused("otel_ctx_memfd_and_naming_refused", [] { return publish_refused(true); });
 
+#if defined(__x86_64__)
+std::string hex(const std::uint8_t* bytes, std::size_t size) {
+  std::string out;
+  char digits[3];
+  for (std::size_t i = 0; i < size; ++i) {
+    std::snprintf(digits, sizeof digits, "%02x", bytes[i]);
+    out += digits;
+  }
+  return out;
+}
+
+// Another process, as a profiler is: stops the thread (ptrace), takes its fs base
+// from its registers, finds the variable through the ELF file of /proc/<pid>/exe,
+// reads the target's memory, lets the thread go and prints what it read.
+int read_from_outside_as_child() {
+  target_pid = static_cast<pid_t>(std::atol(std::getenv("SPANPROF_TEST_TARGET_PID")));
+  const auto tid = static_cast<pid_t>(std::atol(std::getenv("SPANPROF_TEST_TARGET_TID")));
+  if (::ptrace(PTRACE_SEIZE, tid, nullptr, nullptr) != 0) {
+    std::printf("ptrace refused: %s\n", std::strerror(errno));
+    return 0;
+  }
+  int status = 0;
+  if (::ptrace(PTRACE_INTERRUPT, tid, nullptr, nullptr) != 0 || ::waitpid(tid, &status, __WALL) != tid) return 5;
+  user_regs_struct registers{};
+  const bool got_registers = ::ptrace(PTRACE_GETREGS, tid, nullptr, &registers) == 0;
+  std::string read;
+  if (got_registers) {
+    const TlsSymbol symbol = find_dynamic_tls_symbol(
+        read_file(("/proc/" + std::to_string(target_pid) + "/exe").c_str()), "otel_thread_ctx_v1");
+    const ReadRecord record = read_thread_context(executable_tls_address(registers.fs_base, symbol));
+    if (!record.attached) {
+      read = "null";
+    } else {
+      read = "trace_id=" + hex(record.trace_id, 16) + " span_id=" + hex(record.span_id, 8) +
+             " valid=" + std::to_string(record.valid) + " flags=" + std::to_string(record.trace_flags);
+      for (const auto& [key, value] : record.attributes) read += " attr" + std::to_string(key) + "=" + value;
+    }
+  }
+  ::ptrace(PTRACE_DETACH, tid, nullptr, nullptr);
+  if (!got_registers) return 6;
+  std::printf("read: %s\n", read.c_str());
+  return 0;
+}
+const spanprof_test::ChildScenario outside_reader("otel_ctx_read_from_outside", [] {
+  try {
+    return read_from_outside_as_child();
+  } catch (const std::exception& e) {
+    std::printf("read failed: %s\n", e.what());
+    return 7;
+  }
+});
+
+spanprof_test::CommandResult read_from_outside(pid_t tid) {
+  ::setenv("SPANPROF_TEST_TARGET_PID", std::to_string(::getpid()).c_str(), 1);
+  ::setenv("SPANPROF_TEST_TARGET_TID", std::to_string(tid).c_str(), 1);
+  return spanprof_test::run_in_child("otel_ctx_read_from_outside", 30);
+}
+#endif
+
 spanprof::SpanContext span_context(const char* traceparent) { return spanprof::parse_traceparent(traceparent).context; }
 
 }  // namespace
@@ -334,11 +406,13 @@ TEST_CASE("a profiler reads otel_thread_ctx_v1 of another thread from the ELF sy
   // it is read; then closes the fragment and waits again.
   std::atomic<int> step{0};
   std::atomic<std::uintptr_t> thread_pointer{0};
+  std::atomic<pid_t> worker_tid{0};
   auto wait_for = [&](int value) {
-    while (step.load() != value) std::this_thread::yield();
+    while (step.load() < value) std::this_thread::yield();
   };
   std::thread worker([&] {
     thread_pointer.store(own_thread_pointer());
+    worker_tid.store(static_cast<pid_t>(::syscall(SYS_gettid)));
     step.store(1);
     wait_for(2);
     {
@@ -349,6 +423,15 @@ TEST_CASE("a profiler reads otel_thread_ctx_v1 of another thread from the ELF sy
     step.store(5);
     wait_for(6);
   });
+  // A failed REQUIRE below lets the worker go, so that it can be joined.
+  struct Release {
+    std::atomic<int>& step;
+    std::thread& worker;
+    ~Release() {
+      step.store(6);
+      worker.join();
+    }
+  } release{step, worker};
 
   wait_for(1);
   const std::uintptr_t variable = executable_tls_address(thread_pointer.load(), symbol);
@@ -366,11 +449,21 @@ TEST_CASE("a profiler reads otel_thread_ctx_v1 of another thread from the ELF sy
   CHECK(inside.attributes[0].second == "GET /inventory");
   // This thread runs no fragment: its own variable, in its own block, is null.
   CHECK_FALSE(read_thread_context(executable_tls_address(own_thread_pointer(), symbol)).attached);
+
+  // The same from another process that stops the thread and takes its fs base
+  // from its registers (unless ptrace is refused here: a container's seccomp).
+  const auto outside = read_from_outside(worker_tid.load());
+  INFO(outside.output);
+  REQUIRE(outside.exit_code == 0);
+  const bool ptrace_refused = outside.output.find("ptrace refused") != std::string::npos;
+  if (ptrace_refused) WARN("ptrace refused: the thread context was read from this process only");
+  else CHECK(outside.output.find("read: trace_id=0af7651916cd43dd8448eb211c80319c span_id=b7ad6b7169203331 valid=1 "
+                                 "flags=1 attr0=GET /inventory\n") != std::string::npos);
+
   step.store(4);
   wait_for(5);
   CHECK_FALSE(read_thread_context(variable).attached);  // the fragment closed
-  step.store(6);
-  worker.join();
+  if (!ptrace_refused) CHECK(read_from_outside(worker_tid.load()).output.find("read: null\n") != std::string::npos);
   request.discard();
   spanprof::shutdown();
 }
