@@ -138,8 +138,6 @@ class ProcessContextPublisher {
     mapping_size_ = 0;
   }
 
-  bool published() const noexcept { return mapping_ != nullptr; }
-
  private:
   ProcessContextHeader* header() const noexcept { return static_cast<ProcessContextHeader*>(mapping_); }
   char* payload_area() const noexcept { return static_cast<char*>(mapping_) + sizeof(ProcessContextHeader); }
