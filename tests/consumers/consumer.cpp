@@ -28,6 +28,14 @@ int main() {
   spanprof::start(options);
   const auto span = spanprof::parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").context;
   {
+    // A fragment publishes the thread context for profilers outside the process
+    // (OTEP 4947): the program defines otel_thread_ctx_v1, and must export it
+    // (run.sh checks .dynsym). Discarded: one profile is expected below.
+    spanprof::Request request(span, "consumer request");
+    spanprof::Fragment fragment(request);
+    request.discard();
+  }
+  {
     spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "consumer"});
     std::printf("%f\n", consumer_hot_loop());
   }

@@ -16,6 +16,11 @@ strict="-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Werror"
 mkdir -p "$work"
 ok() { printf '  ok  %s\n' "$*"; }
 fail() { printf 'FAIL  %s\n' "$*" >&2; exit 1; }
+# The thread context's variable in the program's .dynsym (OTEP 4947), where a
+# profiler outside the process looks for it: the link flag spanprof's packages give.
+exports_thread_context() {  # program, what it is called
+  nm -D "$1" | grep -q ' otel_thread_ctx_v1$' || fail "$2: otel_thread_ctx_v1 is not in .dynsym"
+}
 
 # A program that must deliver a labelled profile (consumer.cpp exits 1 otherwise).
 # Each its own output file: some run at the same time.
@@ -35,7 +40,9 @@ cmake -S "$here/cmake_import" -B "$work/cmake_import" -G Ninja -DCMAKE_PREFIX_PA
   -DCMAKE_CXX_FLAGS="$strict" >/dev/null
 cmake --build "$work/cmake_import" >/dev/null
 run_consumer "$work/cmake_import/consumer" "find_package"
-ok "CMake find_package(spanprof) after install"
+exports_thread_context "$work/cmake_import/consumer" "find_package"
+exports_thread_context "$work/cmake_import/consumer_compiled" "find_package, spanprof::spanprof_compiled"
+ok "CMake find_package(spanprof) after install (otel_thread_ctx_v1 exported)"
 run_consumer "$work/cmake_import/consumer_compiled" "find_package, spanprof::spanprof_compiled"
 object=$(find "$work/cmake_import/CMakeFiles/consumer_compiled.dir" -name 'consumer.cpp.o')
 [ -n "$object" ] || fail "find_package, spanprof::spanprof_compiled: no object file to check"
@@ -72,6 +79,7 @@ own=$(meson introspect --targets "$work/meson_subproject/build" |
 [ -z "$own" ] || fail "Meson subproject built spanprof's own targets: $own"
 meson compile -C "$work/meson_subproject/build" >/dev/null
 run_consumer "$work/meson_subproject/build/consumer" "Meson subproject"
+exports_thread_context "$work/meson_subproject/build/consumer" "Meson subproject"
 ok "Meson subproject (compiles no spanprof test, example or benchmark)"
 meson setup "$work/meson_subproject/build-compiled" "$meson_src" -Dspanprof:compiled_lib=true >/dev/null
 meson compile -C "$work/meson_subproject/build-compiled" >/dev/null
@@ -88,6 +96,7 @@ for package in spanprof spanprof-curl spanprof-compiled; do
   # shellcheck disable=SC2086
   g++ -std=c++17 $strict "$here/consumer.cpp" -o "$work/pkg-config-$package" $flags
   run_consumer "$work/pkg-config-$package" "pkg-config $package"
+  exports_thread_context "$work/pkg-config-$package" "pkg-config $package"
   ok "pkg-config $package: $flags"
 done
 
@@ -102,9 +111,12 @@ if (cd "$single" && g++ -std=c++17 -H -fsyntax-only app.cpp -I single_include 2>
   fail "the single header reached libcurl's headers without SPANPROF_WITH_CURL"
 fi
 ok "single header, README command: g++ -std=c++17 app.cpp -I single_include -lprofiler -lz -pthread (no libcurl)"
-(cd "$single" && g++ -std=c++17 -DSPANPROF_WITH_CURL=1 app.cpp -I single_include -lprofiler -lz -lcurl -pthread -o with_curl)
+# With the flag that exports the thread context's variable (docs/consuming.md).
+(cd "$single" && g++ -std=c++17 -DSPANPROF_WITH_CURL=1 app.cpp -I single_include -lprofiler -lz -lcurl -pthread \
+  -Wl,--export-dynamic-symbol=otel_thread_ctx_v1 -o with_curl)
 run_consumer "$single/with_curl" "single header with curl"
-ok "single header with -DSPANPROF_WITH_CURL=1 -lcurl"
+exports_thread_context "$single/with_curl" "single header with -Wl,--export-dynamic-symbol=otel_thread_ctx_v1"
+ok "single header with -DSPANPROF_WITH_CURL=1 -lcurl -Wl,--export-dynamic-symbol=otel_thread_ctx_v1"
 
 # ---- one source, profiling on and off -----------------------------------------------
 g++ -std=c++17 -O2 $strict -I "$root/include" "$here/one_source_both_ways.cpp" -o "$work/both-on" -lprofiler -lz -pthread

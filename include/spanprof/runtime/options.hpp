@@ -92,6 +92,10 @@ struct Options {
   std::uint64_t spool_max_bytes = 256u << 20;
   std::shared_ptr<Symbolizer> symbolizer;  // null: ELF symbol tables of the process
   std::string service_name;  // recorded in every profile as a comment
+  // Publishes the process context for profilers outside the process (OTEP 4719): a
+  // mapping named OTEL_CTX with service.name, process.pid, the SDK and the names of
+  // the thread context's attribute keys (docs/otel-context.md). Off: none.
+  bool publish_process_context = false;
   // The time batch windows, retry backoff and the spool's re-sends run on (null:
   // the monotonic clock). A test gives a ManualClock and advances it instead of
   // sleeping through a 10 s window or a backoff.

@@ -19,6 +19,7 @@
 #include <spanprof/runtime/guard_host.hpp>
 #include <spanprof/runtime/options.hpp>
 #include <spanprof/runtime/options-inl.hpp>
+#include <spanprof/runtime/process_context.hpp>
 #include <spanprof/runtime/runtime.hpp>
 #include <spanprof/runtime/runtime_marker.hpp>
 #include <spanprof/runtime/settings.hpp>
@@ -143,6 +144,10 @@ class Runtime final : public GuardHost {
       started_implicitly_ = only_if_never_started;
       stopped_by_fork_.store(false, std::memory_order_relaxed);
       register_exit_flush();
+      // For profilers outside the process (OTEP 4719); a failure is reported and
+      // profiling runs on.
+      if (options.publish_process_context) process_context_.publish(options.service_name);
+      else process_context_.withdraw();
     } SPANPROF_CATCH_ALL {
       report_error(ErrorCode::internal, "spanprof::start failed: out of memory");
       static_cast<Status&>(result) = Status(ErrorCode::internal, "spanprof::start failed: out of memory");
@@ -166,6 +171,7 @@ class Runtime final : public GuardHost {
     std::lock_guard<std::mutex> lock(lifecycle_mutex_);
     guard_host_state().config.store(nullptr, std::memory_order_release);
     if (lifecycle_.load() != never_started) lifecycle_.store(stopped, std::memory_order_release);
+    process_context_.withdraw();
     retirement_.retire(std::move(current_config_));
     trigger_.reset();
     retirement_.reclaim();
@@ -277,6 +283,7 @@ class Runtime final : public GuardHost {
     guard_host_state().config.store(nullptr, std::memory_order_release);
     (void)current_config_.release();  // a guard open on this thread may hold it
     new (&trigger_) std::shared_ptr<AdaptiveTrigger>();
+    process_context_.forget_after_fork();  // not inherited: the child publishes its own at its start()
     retirement_.forget_after_fork();
     worker_.close_files_after_fork();
 #if SPANPROF_WITH_CURL
@@ -365,6 +372,7 @@ class Runtime final : public GuardHost {
   std::int64_t marker_pid_ = 0;                 // the process this copy left its marker in
   bool started_implicitly_ = false;             // by a guard, from the environment
   std::atomic<bool> stopped_by_fork_{false};   // a forked child, not yet told
+  ProcessContextPublisher process_context_;     // OTEL_CTX, when Options::publish_process_context
   Worker worker_;
 };
 

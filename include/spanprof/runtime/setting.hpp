@@ -250,6 +250,11 @@ bool parse_value(const Format& f, std::string_view text, T& out, std::string& wh
     return true;
   } else if constexpr (std::is_same_v<T, ProfileKinds>) {
     return parse_kinds(f, text, out, why);
+  } else if constexpr (std::is_same_v<T, bool>) {  // a switch: integer(0, 1)
+    std::int64_t value = 0;
+    if (!parse_whole_number(f, text, value, why)) return false;
+    out = value != 0;
+    return true;
   } else if constexpr (std::is_enum_v<T>) {
     const int index = parse_choice(text, f.choices, f.choice_count, why);
     if (index >= 0) out = static_cast<T>(index);
@@ -294,6 +299,8 @@ std::string show_value(const Format& f, const T& value, bool in_variable_unit) {
     for (std::size_t i = 0; i < f.choice_count; ++i)
       if (value.contains(static_cast<ProfileKind>(i))) out += (out.empty() ? "" : ",") + std::string(f.choices[i]);
     return out.empty() ? "none" : out;
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return value ? "1" : "0";
   } else if constexpr (std::is_enum_v<T>) {
     const auto index = static_cast<std::size_t>(value);
     return index < f.choice_count ? f.choices[index] : "unknown";
@@ -454,7 +461,8 @@ constexpr Access access_to() {
     access.describe = &describe_at<Path...>;
     access.copy = &copy_at<Path...>;
     access.of_options = true;
-    if constexpr (member_kind_of<T>() == MemberKind::whole_number) access.check_in_code = &check_at<Path...>;
+    if constexpr (member_kind_of<T>() == MemberKind::whole_number && !std::is_same_v<T, bool>)
+      access.check_in_code = &check_at<Path...>;  // a bool is always in range
   }
   return access;
 }

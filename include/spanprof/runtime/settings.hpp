@@ -225,6 +225,9 @@ inline constexpr Setting settings[] = {
     setting<&Options::service_name>(
         "service_name", "OTEL_SERVICE_NAME", EG::service, format::text(),
         "The service: a comment in every profile, Pyroscope's application name and OTLP's service.name."),
+    setting<&Options::publish_process_context>(
+        "publish_process_context", "SPANPROF_PROCESS_CONTEXT", EG::service, format::integer(0, 1),
+        "1: publish the process context (OTEP 4719, a mapping named OTEL_CTX) for profilers outside the process."),
     setting<&Options::clock>(
         "clock", nullptr, EG::delivery, format::object("the monotonic clock"),
         "The time batch windows, retry backoff and spool re-sends run on; tests give a ManualClock."),
