@@ -19,7 +19,9 @@ fail() { printf 'FAIL  %s\n' "$*" >&2; exit 1; }
 # The thread context's variable in the program's .dynsym (OTEP 4947), where a
 # profiler outside the process looks for it: the link flag spanprof's packages give.
 exports_thread_context() {  # program, what it is called
-  nm -D "$1" | grep -q ' otel_thread_ctx_v1$' || fail "$2: otel_thread_ctx_v1 is not in .dynsym"
+  # grep reads all of nm's output: with -q it would stop at the match, and nm, killed
+  # by SIGPIPE, would fail the pipeline under pipefail.
+  nm -D "$1" | grep ' otel_thread_ctx_v1$' >/dev/null || fail "$2: otel_thread_ctx_v1 is not in .dynsym"
 }
 
 # A program that must deliver a labelled profile (consumer.cpp exits 1 otherwise).
@@ -107,7 +109,7 @@ cp "$here/consumer.cpp" "$single/app.cpp"
 ln -s "$root/single_include" "$single/single_include"
 (cd "$single" && g++ -std=c++17 app.cpp -I single_include -lprofiler -lz -pthread)
 run_consumer "$single/a.out" "single header"
-if (cd "$single" && g++ -std=c++17 -H -fsyntax-only app.cpp -I single_include 2>&1 | grep -q '/curl/'); then
+if (cd "$single" && g++ -std=c++17 -H -fsyntax-only app.cpp -I single_include 2>&1 | grep '/curl/' >/dev/null); then
   fail "the single header reached libcurl's headers without SPANPROF_WITH_CURL"
 fi
 ok "single header, README command: g++ -std=c++17 app.cpp -I single_include -lprofiler -lz -pthread (no libcurl)"
