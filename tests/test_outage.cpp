@@ -255,13 +255,19 @@ TEST_CASE("a slow backend delays batched windows; it does not drop spans", "[out
   REQUIRE(spanprof::flush(std::chrono::seconds(30)));
   const auto after = spanprof::stats();
   spanprof::shutdown(std::chrono::seconds(2));
+  // Every span that took a sample is handed over (under a sanitizer and a loaded
+  // machine one 20 ms span in 40 has been seen with none: counted, not a drop).
   const auto enqueued = after.profiles_enqueued - before.profiles_enqueued;
-  CHECK(enqueued == 40);
+  const auto without_samples = after.spans_without_samples - before.spans_without_samples;
+  CHECK(enqueued + without_samples == 40);
+  CHECK(enqueued >= 36);
   CHECK(after.profiles_dropped - before.profiles_dropped == 0);
   CHECK(after.profiles_uploaded - before.profiles_uploaded == enqueued);
   const auto spans = delivered_spans(server);
-  CHECK(spans.size() == 40);
-  for (unsigned i = 0; i < 40; ++i) CHECK(spans.count(span_number(1600 + i).span_id.to_hex()) == 1);
+  CHECK(spans.size() == enqueued);
+  std::size_t ours = 0;
+  for (unsigned i = 0; i < 40; ++i) ours += spans.count(span_number(1600 + i).span_id.to_hex());
+  CHECK(ours == spans.size());
   CHECK(server.request_count() < 40);  // merged: windows, not spans
 }
 
