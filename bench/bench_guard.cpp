@@ -92,7 +92,7 @@ void guard_classic_engine(benchmark::State& state) {
 }
 void fragment_switch(benchmark::State& state) {
   start_with(spanprof::CpuEngine::sampling, nullptr);
-  spanprof::Request request(spanprof::NamedSpan{span, "GET /"});
+  spanprof::RequestProfile request(spanprof::NamedSpan{span, "GET /"});
   for (auto _ : state) {
     spanprof::Fragment fragment(request);
     benchmark::DoNotOptimize(&fragment);
@@ -103,7 +103,7 @@ BENCHMARK(fragment_switch);
 
 void fragment_not_sampled(benchmark::State& state) {
   start_with(spanprof::CpuEngine::sampling, std::make_shared<spanprof::NeverSampler>());
-  spanprof::Request request(spanprof::NamedSpan{span, "GET /"});
+  spanprof::RequestProfile request(spanprof::NamedSpan{span, "GET /"});
   for (auto _ : state) {
     spanprof::Fragment fragment(request);
     benchmark::DoNotOptimize(&fragment);
@@ -114,7 +114,7 @@ BENCHMARK(fragment_not_sampled);
 void request_lifetime(benchmark::State& state) {
   start_with(spanprof::CpuEngine::sampling, nullptr);
   for (auto _ : state) {
-    spanprof::Request request(spanprof::NamedSpan{span, "GET /"});
+    spanprof::RequestProfile request(spanprof::NamedSpan{span, "GET /"});
     {
       spanprof::Fragment fragment(request);
       benchmark::DoNotOptimize(&fragment);

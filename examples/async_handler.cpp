@@ -114,7 +114,7 @@ int main() {
     for (auto& log : logs) {
       const spanprof::SpanContext span = example::random_span(rng);
       log.span_id = span.span_id.to_hex();
-      spanprof::Request request(span, "GET /orders");
+      spanprof::RequestProfile request(span, "GET /orders");
       spanprof::asio::co_spawn(pool.get_executor(), std::move(request), handle_request(log), asio::detached);
     }
     pool.join();

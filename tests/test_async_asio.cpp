@@ -102,7 +102,7 @@ TEST_CASE("spanprof::asio::co_spawn: one profile per request with every stage, w
   {
     asio::thread_pool pool(4);
     for (unsigned i = 0; i < requests; ++i) {
-      spanprof::Request request(span_number(6000 + i), "GET /staged");
+      spanprof::RequestProfile request(span_number(6000 + i), "GET /staged");
       spanprof::asio::co_spawn(pool.get_executor(), request, handle_staged(staged[i]), asio::detached);
     }
     pool.join();
@@ -135,7 +135,7 @@ TEST_CASE("spanprof::asio::co_spawn: one profile per request with every stage, w
 TEST_CASE("spanprof::asio::bind: a completion handler runs inside a fragment of its request", "[async][asio][requests]") {
   Collector collector;
   asio::thread_pool pool(2);
-  spanprof::Request request(span_number(6100), "GET /callback");
+  spanprof::RequestProfile request(span_number(6100), "GET /callback");
   asio::steady_timer timer(pool, std::chrono::milliseconds(1));
   timer.async_wait(spanprof::asio::bind(request, pool.get_executor(), [](boost::system::error_code) {
     async_render_stage(0.1);

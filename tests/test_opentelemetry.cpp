@@ -489,13 +489,13 @@ TEST_CASE("zero-code mode: a span that ends on another thread gets one profile a
   CHECK(spanprof::stats().otel_spans_ended_elsewhere - before.otel_spans_ended_elsewhere == 1);
 }
 
-TEST_CASE("a spanprof::Request over an OpenTelemetry span: fragments on two threads, one profile with its ids",
+TEST_CASE("a spanprof::RequestProfile over an OpenTelemetry span: fragments on two threads, one profile with its ids",
           "[opentelemetry][requests]") {
   Collector collector(options_at(1000));
   Sdk sdk;
   auto tracer = sdk.provider->GetTracer("requests");
   auto span = tracer->StartSpan("GET /orders");
-  spanprof::Request request(span, "GET /orders");
+  spanprof::RequestProfile request(span, "GET /orders");
   std::thread(spanprof::bind(request, [] { otel_checkout_work(0.05); })).join();
   std::thread(spanprof::bind(request, [] { otel_child_work(0.05); })).join();
   request.end();

@@ -399,7 +399,7 @@ TEST_CASE("a profiler reads otel_thread_ctx_v1 of another thread from the ELF sy
   REQUIRE(symbol.tls_memsz > 0);
 
   const auto span = span_context("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
-  spanprof::Request request(span, "GET /inventory");
+  spanprof::RequestProfile request(span, "GET /inventory");
   REQUIRE(request.active());
 
   // The worker runs a fragment, says where its thread pointer is, and waits while

@@ -52,7 +52,7 @@ double sampled_cpu_seconds(const spanprof::Profile& profile) {
 
 TEST_CASE("a request run by three threads in turn is one profile with every turn's functions and CPU", "[requests]") {
   Collector collector(requests_at_1khz(spanprof::CpuSampleSource::automatic));
-  spanprof::Request request(span_number(950), "GET /orders");
+  spanprof::RequestProfile request(span_number(950), "GET /orders");
   REQUIRE(request.active());
   std::atomic<double> fragments_cpu{0};
   auto timed = [&](auto&& work) {
@@ -92,7 +92,7 @@ TEST_CASE("a request run by three threads in turn is one profile with every turn
 TEST_CASE("end() while a fragment runs elsewhere: the request is delivered when that fragment closes, with its samples",
           "[requests]") {
   Collector collector(requests_at_1khz());
-  spanprof::Request request(span_number(951), "GET /late");
+  spanprof::RequestProfile request(span_number(951), "GET /late");
   std::atomic<int> phase{0};
   std::thread late([&, handle = request] {
     spanprof::Fragment fragment(handle);
@@ -118,7 +118,7 @@ TEST_CASE("a request whose handles all go without end() is delivered once, as it
   Collector collector(requests_at_1khz());
   const auto before = spanprof::stats();
   {
-    spanprof::Request request(span_number(952), "GET /abandoned");
+    spanprof::RequestProfile request(span_number(952), "GET /abandoned");
     auto copy = request;
     std::thread([task = spanprof::bind(copy, [] { request_stage_one(0.1); })] { task(); }).join();
   }
@@ -132,7 +132,7 @@ TEST_CASE("a request whose handles all go without end() is delivered once, as it
 TEST_CASE("fragments nest: the same request's inner fragment counts once, a guard inside gets its own profile too",
           "[requests]") {
   Collector collector(requests_at_1khz());
-  spanprof::Request request(span_number(953), "GET /nested");
+  spanprof::RequestProfile request(span_number(953), "GET /nested");
   {
     spanprof::Fragment outer(request);
     request_stage_one(0.1);
@@ -164,7 +164,7 @@ TEST_CASE("fragments nest: the same request's inner fragment counts once, a guar
 
 TEST_CASE("a request fans out: fragments on two threads at once go into its one profile", "[requests]") {
   Collector collector(requests_at_1khz());
-  spanprof::Request request(span_number(955), "GET /fan-out");
+  spanprof::RequestProfile request(span_number(955), "GET /fan-out");
   std::thread a(spanprof::bind(request, [] { request_stage_one(0.1); }));
   std::thread b(spanprof::bind(request, [] { request_stage_two(0.1); }));
   a.join();
@@ -182,8 +182,8 @@ TEST_CASE("requests follow the samplers: turned down at the head, kept or discar
   auto options = requests_at_1khz();
   options.tail_policy = std::make_shared<spanprof::KeepErroredSpans>();
   Collector collector(options);
-  spanprof::Request failed(span_number(956), "GET /failed");
-  spanprof::Request fine(span_number(957), "GET /fine");
+  spanprof::RequestProfile failed(span_number(956), "GET /failed");
+  spanprof::RequestProfile fine(span_number(957), "GET /fine");
   std::thread([&] {
     spanprof::Fragment one(failed);
     request_stage_one(0.05);
@@ -202,7 +202,7 @@ TEST_CASE("requests follow the samplers: turned down at the head, kept or discar
   auto never = requests_at_1khz();
   never.head_sampler = std::make_shared<spanprof::NeverSampler>();
   collector.restart(never);
-  spanprof::Request declined(span_number(958), "GET /declined");
+  spanprof::RequestProfile declined(span_number(958), "GET /declined");
   CHECK_FALSE(declined.active());
   spanprof::Fragment nothing(declined);
   CHECK_FALSE(nothing.active());
@@ -210,7 +210,7 @@ TEST_CASE("requests follow the samplers: turned down at the head, kept or discar
 
 TEST_CASE("a request records wall samples from its fragments too", "[requests]") {
   Collector collector(requests_at_1khz());
-  spanprof::Request request(span_number(959), "GET /wall", spanprof::cpu | spanprof::wall);
+  spanprof::RequestProfile request(span_number(959), "GET /wall", spanprof::cpu | spanprof::wall);
   for (int turn = 0; turn < 3; ++turn) {
     std::thread(spanprof::bind(request, [] {
       request_stage_one(0.03);
@@ -229,8 +229,8 @@ TEST_CASE("a request records wall samples from its fragments too", "[requests]")
 
 TEST_CASE("a pool thread that alternates between requests gives each its own samples", "[requests]") {
   Collector collector(requests_at_1khz());
-  spanprof::Request first(span_number(960), "GET /first");
-  spanprof::Request second(span_number(961), "GET /second");
+  spanprof::RequestProfile first(span_number(960), "GET /first");
+  spanprof::RequestProfile second(span_number(961), "GET /second");
   double first_cpu = 0, second_cpu = 0;
   std::thread([&] {
     for (int turn = 0; turn < 25; ++turn) {
@@ -269,7 +269,7 @@ TEST_CASE("a pool thread that alternates between requests gives each its own sam
 TEST_CASE("while a fragment runs, otel_thread_ctx_v1 points at its request's ids and name (OTEP 4947)", "[requests]") {
   Collector collector(requests_at_1khz());
   const auto span = span_number(962);
-  spanprof::Request request(span, "GET /published");
+  spanprof::RequestProfile request(span, "GET /published");
   std::thread([&] {
     CHECK(otel_thread_ctx_v1 == nullptr);
     {
@@ -283,7 +283,7 @@ TEST_CASE("while a fragment runs, otel_thread_ctx_v1 points at its request's ids
       CHECK((bytes[26] | bytes[27] << 8) == 2 + 14);
       CHECK(bytes[28] == 0);  // key index 0: span_name
       CHECK(std::string(reinterpret_cast<const char*>(bytes + 30), bytes[29]) == "GET /published");
-      spanprof::Request other(span_number(963), "GET /other");
+      spanprof::RequestProfile other(span_number(963), "GET /other");
       {
         spanprof::Fragment inner(other);
         CHECK(std::memcmp(static_cast<const std::uint8_t*>(otel_thread_ctx_v1) + 16,

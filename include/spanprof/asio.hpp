@@ -2,7 +2,7 @@
 // threads of a pool. Include it where you use Asio (it includes Asio's headers;
 // spanprof itself does not need Boost).
 //
-//   spanprof::Request request(span, "GET /orders");
+//   spanprof::RequestProfile request(span, "GET /orders");
 //   spanprof::asio::co_spawn(pool.get_executor(), request, handle(std::move(req)), asio::detached);
 //
 //   timer.async_wait(spanprof::asio::bind(request, executor, [](error_code) { ... }));
@@ -40,11 +40,11 @@ namespace asio {
 template <class Executor>
 class RequestExecutor {
  public:
-  RequestExecutor(const Executor& inner, Request request) noexcept
+  RequestExecutor(const Executor& inner, RequestProfile request) noexcept
       : inner_(inner), request_(std::move(request)) {}
 
   const Executor& inner_executor() const noexcept { return inner_; }
-  const Request& request() const noexcept { return request_; }
+  const RequestProfile& request() const noexcept { return request_; }
 
   // Runs `function` on the wrapped executor, inside a fragment of the request.
   template <class Function>
@@ -81,7 +81,7 @@ class RequestExecutor {
  private:
   template <class Function>
   struct InFragment {
-    Request request;
+    RequestProfile request;
     Function function;
     void operator()() {
       Fragment fragment(request);
@@ -90,25 +90,25 @@ class RequestExecutor {
   };
 
   Executor inner_;
-  Request request_;
+  RequestProfile request_;
 };
 
 // `executor`, with every function it runs inside a fragment of `request`.
 template <class Executor>
-RequestExecutor<Executor> request_executor(const Executor& executor, Request request) noexcept {
+RequestExecutor<Executor> request_executor(const Executor& executor, RequestProfile request) noexcept {
   return RequestExecutor<Executor>(executor, std::move(request));
 }
 
 // A completion handler that runs inside a fragment of `request`, on `executor`.
 template <class Executor, class Handler>
-auto bind(Request request, const Executor& executor, Handler&& handler) {
+auto bind(RequestProfile request, const Executor& executor, Handler&& handler) {
   return boost::asio::bind_executor(request_executor(executor, std::move(request)), std::forward<Handler>(handler));
 }
 
 // The same on the handler's own associated executor. A plain lambda's is the
 // system executor: give the I/O object's executor with the overload above.
 template <class Handler>
-auto bind(Request request, Handler&& handler) {
+auto bind(RequestProfile request, Handler&& handler) {
   return bind(std::move(request), boost::asio::get_associated_executor(handler), std::forward<Handler>(handler));
 }
 
@@ -117,7 +117,8 @@ namespace detail {
 // Runs the request's coroutine and ends the request when it returns or throws (an
 // exception marks it failed for the tail policy).
 template <class T, class AwaitableExecutor>
-boost::asio::awaitable<T, AwaitableExecutor> run_then_end(Request request, boost::asio::awaitable<T, AwaitableExecutor> body) {
+boost::asio::awaitable<T, AwaitableExecutor> run_then_end(RequestProfile request,
+                                                          boost::asio::awaitable<T, AwaitableExecutor> body) {
   try {
     if constexpr (std::is_void_v<T>) {
       co_await std::move(body);
@@ -138,7 +139,7 @@ boost::asio::awaitable<T, AwaitableExecutor> run_then_end(Request request, boost
 // asio::co_spawn, with the coroutine's every turn inside a fragment of `request`
 // and the request ended when the coroutine completes.
 template <class Executor, class T, class AwaitableExecutor, class CompletionToken>
-auto co_spawn(const Executor& executor, Request request, boost::asio::awaitable<T, AwaitableExecutor> body,
+auto co_spawn(const Executor& executor, RequestProfile request, boost::asio::awaitable<T, AwaitableExecutor> body,
               CompletionToken&& token) {
   auto wrapped = request_executor(executor, request);
   return boost::asio::co_spawn(std::move(wrapped), detail::run_then_end(std::move(request), std::move(body)),

@@ -19,7 +19,7 @@
 // span's time includes its children's. A guard profiles the thread that opened it:
 // one closed on another thread (a coroutine resumed elsewhere) is safe, but its
 // samples are dropped and counted (docs/async.md). A request that hops threads is
-// profiled with spanprof::Request and its fragments (request.hpp).
+// profiled with spanprof::RequestProfile and its fragments (request.hpp).
 #ifndef SPANPROF_GUARD_HPP_
 #define SPANPROF_GUARD_HPP_
 
@@ -463,21 +463,6 @@ class ScopedProfile {
     report_error(ErrorCode::span_moved, what);
   }
 
-  void add_to_request(detail::ThreadStackSampler& sampler, const std::uint64_t* first, std::size_t words,
-                      std::uint64_t dropped, ProfileKinds kinds) noexcept {
-    if (words == 0 && dropped == 0) return;
-    request_->add_stack_records(first, words, kinds, dropped, sampler.settings().period_ns,
-                                sampler.settings().wall_period_ns,
-                                sampler.source() == CpuSampleSource::perf_event ? "sampling:perf_event"
-                                                                                : "sampling:posix_timer");
-  }
-
-  void add_heap_to_request(detail::HeapSpanResult& result) noexcept {
-    request_->add_heap_records(result, detail::operator_new_hooks_compiled_in().load(std::memory_order_relaxed)
-                                           ? "sampling:operator_new"
-                                           : "sampling:tcmalloc_hooks");
-  }
-
   // Copies this span's records out of the log, one profile per kind it asked for
   // (a fragment's go to its request).
   SPANPROF_NOINLINE void hand_over(detail::ThreadStackSampler* sampler, std::size_t used, std::uint64_t dropped,
@@ -488,7 +473,8 @@ class ScopedProfile {
                     static_cast<unsigned long long>(dropped));
       report_error(ErrorCode::sample_buffer_full, message);
     }
-    if (request_ != nullptr) return add_to_request(*sampler, sampler->words() + log_start, used - log_start, dropped, kinds);
+    if (request_ != nullptr)
+      return request_->add_stack_records(*sampler, sampler->words() + log_start, used - log_start, kinds, dropped);
     if (used <= log_start) return;
     const std::uint64_t* first = sampler->words() + log_start;
     const std::size_t words = used - log_start;
@@ -499,24 +485,16 @@ class ScopedProfile {
       SPANPROF_TRY {
         auto pending = detail::captured_profile_pool().acquire();
         pending->packed_samples.reserve(words);
-        detail::for_each_stack_record(first, words, [&](const std::uint64_t* record, std::size_t size) {
-          if (detail::is_wall_record(record) == (kind == ProfileKind::wall))
-            pending->packed_samples.insert(pending->packed_samples.end(), record, record + size);
-        });
+        detail::append_stack_records(first, words, kind, pending->packed_samples);
         if (pending->packed_samples.empty()) {
           sampler->counters().add(detail::Counter::spans_without_samples, 1);
           detail::captured_profile_pool().release(std::move(pending));
           continue;
         }
         fill_identity(pending->profile, kind);
-        if (kind == ProfileKind::cpu) {
-          pending->profile.period_ns = sampler->settings().period_ns;
-          pending->profile.dropped_samples = dropped;
-          pending->engine = sampler->source() == CpuSampleSource::perf_event ? "sampling:perf_event" : "sampling:posix_timer";
-        } else {
-          pending->profile.period_ns = sampler->settings().wall_period_ns;
-          pending->engine = "sampling:wall";
-        }
+        pending->profile.period_ns = sampler->period_ns(kind);
+        if (kind == ProfileKind::cpu) pending->profile.dropped_samples = dropped;
+        pending->engine = sampler->engine_name(kind);
         handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
       } SPANPROF_CATCH_ALL {
         report_error(ErrorCode::internal, "out of memory handing over a profile; dropped");
@@ -628,15 +606,13 @@ class ScopedProfile {
       report_error(ErrorCode::sample_buffer_full, message);
     }
     if (!keep_ || result.records.empty()) return;  // discarded, or nothing allocated was sampled
-    if (request_ != nullptr) return add_heap_to_request(result);
+    if (request_ != nullptr) return request_->add_heap_records(result);
     SPANPROF_TRY {
       auto pending = detail::captured_profile_pool().acquire();
       fill_identity(pending->profile, ProfileKind::heap);
       pending->profile.heap_interval_bytes = result.interval_bytes;
       pending->profile.dropped_samples = result.dropped;
-      pending->engine = detail::operator_new_hooks_compiled_in().load(std::memory_order_relaxed)
-                                    ? "sampling:operator_new"
-                                    : "sampling:tcmalloc_hooks";
+      pending->engine = detail::sampling_heap_engine_name();
       pending->packed_samples = std::move(result.records);
       handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
     } SPANPROF_CATCH_ALL {

@@ -1,7 +1,7 @@
-// Request and Fragment: one profile per request, whichever threads run it.
+// RequestProfile and Fragment: one profile per request, whichever threads run it.
 //
-//   spanprof::Request request(span);           // decided here: head sampler, ids
-//   pool.submit(spanprof::bind(request, [] {   // runs inside a fragment of it
+//   spanprof::RequestProfile request(span);      // decided here: head sampler, ids
+//   pool.submit(spanprof::bind(request, [] {      // runs inside a fragment of it
 //     parse(...);
 //   }));
 //   ...
@@ -76,48 +76,48 @@ SPANPROF_NOINLINE inline RequestState* begin_request(const SpanContext& span, st
 }  // namespace detail
 
 // A handle on one request's profile. Copies share it; it is delivered once.
-class Request {
+class RequestProfile {
  public:
   // No request: fragments of it profile nothing.
-  Request() noexcept = default;
+  RequestProfile() noexcept = default;
 
   // Records what spanprof::Options::profiles says (CPU unless configured).
   template <class Span>
-  explicit Request(const Span& span) noexcept {
+  explicit RequestProfile(const Span& span) noexcept {
     detail::require_span_adapter<Span>();
     if constexpr (is_span_v<Span>)
       state_ = detail::begin_request(span_adapter<std::decay_t<Span>>::context(span),
                                      span_adapter<std::decay_t<Span>>::name(span), {}, true);
   }
   template <class Span>
-  Request(const Span& span, ProfileKinds kinds) noexcept {
+  RequestProfile(const Span& span, ProfileKinds kinds) noexcept {
     detail::require_span_adapter<Span>();
     if constexpr (is_span_v<Span>)
       state_ = detail::begin_request(span_adapter<std::decay_t<Span>>::context(span),
                                      span_adapter<std::decay_t<Span>>::name(span), kinds, false);
   }
   template <class Span>
-  Request(const Span& span, std::string_view span_name) noexcept {
+  RequestProfile(const Span& span, std::string_view span_name) noexcept {
     detail::require_span_adapter<Span>();
     if constexpr (is_span_v<Span>)
       state_ = detail::begin_request(span_adapter<std::decay_t<Span>>::context(span), span_name, {}, true);
   }
   template <class Span>
-  Request(const Span& span, std::string_view span_name, ProfileKinds kinds) noexcept {
+  RequestProfile(const Span& span, std::string_view span_name, ProfileKinds kinds) noexcept {
     detail::require_span_adapter<Span>();
     if constexpr (is_span_v<Span>)
       state_ = detail::begin_request(span_adapter<std::decay_t<Span>>::context(span), span_name, kinds, false);
   }
 
-  Request(const Request& other) noexcept : state_(other.state_) {
+  RequestProfile(const RequestProfile& other) noexcept : state_(other.state_) {
     if (state_ != nullptr) state_->acquire();
   }
-  Request(Request&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
-  Request& operator=(Request other) noexcept {
+  RequestProfile(RequestProfile&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
+  RequestProfile& operator=(RequestProfile other) noexcept {
     std::swap(state_, other.state_);
     return *this;
   }
-  ~Request() {
+  ~RequestProfile() {
     if (state_ != nullptr) state_->release();
   }
 
@@ -145,8 +145,8 @@ class Request {
     return kept;
   }
 
-  friend bool operator==(const Request& a, const Request& b) noexcept { return a.state_ == b.state_; }
-  friend bool operator!=(const Request& a, const Request& b) noexcept { return a.state_ != b.state_; }
+  friend bool operator==(const RequestProfile& a, const RequestProfile& b) noexcept { return a.state_ == b.state_; }
+  friend bool operator!=(const RequestProfile& a, const RequestProfile& b) noexcept { return a.state_ != b.state_; }
 
  private:
   friend class Fragment;
@@ -158,7 +158,7 @@ class Request {
 // request this thread already runs does nothing (its samples are counted once).
 class Fragment {
  public:
-  explicit Fragment(const Request& request) noexcept
+  explicit Fragment(const RequestProfile& request) noexcept
       : running_(&detail::running_request), previous_(*running_), request_(enter(request.state_, previous_)),
         guard_(request_) {
     if (request_ == nullptr) return;
@@ -169,7 +169,7 @@ class Fragment {
     std::atomic_signal_fence(std::memory_order_release);
     *published_ = &request_->thread_context();
   }
-  Fragment(const Request&&) = delete;  // a temporary request would end before its fragment
+  Fragment(const RequestProfile&&) = delete;  // a temporary request would end before its fragment
 
   ~Fragment() {
     if (request_ == nullptr) return;
@@ -210,37 +210,37 @@ class Fragment {
 
 #else  // SPANPROF_ENABLED == 0: requests and fragments are empty objects.
 
-class Request {
+class RequestProfile {
  public:
-  Request() noexcept = default;
+  RequestProfile() noexcept = default;
   template <class Span>
-  explicit Request(const Span&) noexcept {
+  explicit RequestProfile(const Span&) noexcept {
     detail::require_span_adapter<Span>();
   }
   template <class Span>
-  Request(const Span&, ProfileKinds) noexcept {
+  RequestProfile(const Span&, ProfileKinds) noexcept {
     detail::require_span_adapter<Span>();
   }
   template <class Span>
-  Request(const Span&, std::string_view) noexcept {
+  RequestProfile(const Span&, std::string_view) noexcept {
     detail::require_span_adapter<Span>();
   }
   template <class Span>
-  Request(const Span&, std::string_view, ProfileKinds) noexcept {
+  RequestProfile(const Span&, std::string_view, ProfileKinds) noexcept {
     detail::require_span_adapter<Span>();
   }
   bool active() const noexcept { return false; }
   void set_error(bool = true) noexcept {}
   void discard() noexcept {}
   bool end() noexcept { return false; }
-  friend bool operator==(const Request&, const Request&) noexcept { return true; }
-  friend bool operator!=(const Request&, const Request&) noexcept { return false; }
+  friend bool operator==(const RequestProfile&, const RequestProfile&) noexcept { return true; }
+  friend bool operator!=(const RequestProfile&, const RequestProfile&) noexcept { return false; }
 };
 
 class Fragment {
  public:
-  explicit Fragment(const Request&) noexcept {}
-  Fragment(const Request&&) = delete;
+  explicit Fragment(const RequestProfile&) noexcept {}
+  Fragment(const RequestProfile&&) = delete;
   Fragment(const Fragment&) = delete;
   Fragment& operator=(const Fragment&) = delete;
   bool active() const noexcept { return false; }
@@ -254,7 +254,8 @@ class Fragment {
 template <class Function>
 class RequestBoundFunction {
  public:
-  RequestBoundFunction(Request request, Function function) noexcept(std::is_nothrow_move_constructible_v<Function>)
+  RequestBoundFunction(RequestProfile request,
+                       Function function) noexcept(std::is_nothrow_move_constructible_v<Function>)
       : request_(std::move(request)), function_(std::move(function)) {}
 
   template <class... Args>
@@ -268,15 +269,15 @@ class RequestBoundFunction {
     return std::invoke(function_, std::forward<Args>(args)...);
   }
 
-  const Request& request() const noexcept { return request_; }
+  const RequestProfile& request() const noexcept { return request_; }
 
  private:
-  Request request_;
+  RequestProfile request_;
   Function function_;
 };
 
 template <class Function>
-RequestBoundFunction<std::decay_t<Function>> bind(Request request, Function&& function) {
+RequestBoundFunction<std::decay_t<Function>> bind(RequestProfile request, Function&& function) {
   return RequestBoundFunction<std::decay_t<Function>>(std::move(request), std::forward<Function>(function));
 }
 

@@ -4,9 +4,9 @@
 // One word holds its whole life, so that a fragment opens and closes with one
 // atomic operation and the request is delivered exactly once, by whichever thread
 // sees it over: references (handles and running fragments), running fragments,
-// "ended" (Request::end()) and "delivered". It is delivered when it has ended and
-// no fragment runs, or when the last reference goes (abandoned if it never ended),
-// and freed when the last reference goes.
+// "ended" (RequestProfile::end()) and "delivered". It is delivered when it has
+// ended and no fragment runs, or when the last reference goes (abandoned if it
+// never ended), and freed when the last reference goes.
 #ifndef SPANPROF_REQUEST_STATE_HPP_
 #define SPANPROF_REQUEST_STATE_HPP_
 
@@ -77,11 +77,10 @@ class RequestState {
 
   ProfileKinds kinds() const noexcept { return kinds_; }
   std::uint64_t generation() const noexcept { return generation_; }
-  const SpanContext& span() const noexcept { return span_; }
   // What otel_thread_ctx_v1 points at while a fragment of it runs (thread_context.hpp).
   const ThreadContextRecord& thread_context() const noexcept { return thread_context_; }
 
-  // ---- handles (Request) ---------------------------------------------------------
+  // ---- handles (RequestProfile) -----------------------------------------------------
 
   void acquire() noexcept { life_.fetch_add(one_reference, std::memory_order_relaxed); }
 
@@ -153,26 +152,19 @@ class RequestState {
     }
   }
 
-  // A fragment's CPU or wall records (the log's records of its span, of every kind).
-  void add_stack_records(const std::uint64_t* first, std::size_t words, ProfileKinds kinds, std::uint64_t dropped,
-                         std::int64_t cpu_period_ns, std::int64_t wall_period_ns, const char* cpu_engine) noexcept {
+  // A fragment's CPU or wall records: the log's records from its start, of every
+  // kind the spans open on its thread asked for; the request takes those of its kinds.
+  void add_stack_records(const ThreadStackSampler& sampler, const std::uint64_t* first, std::size_t words,
+                         ProfileKinds kinds, std::uint64_t dropped) noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
     SPANPROF_TRY {
       for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::wall}) {
         if (!kinds.contains(kind)) continue;
         Recorded& into = recorded_[static_cast<std::size_t>(kind)];
-        if (kind == ProfileKind::cpu) {
-          into.dropped += dropped;
-          into.period_ns = cpu_period_ns;
-          into.engine = cpu_engine;
-        } else {
-          into.period_ns = wall_period_ns;
-          into.engine = "sampling:wall";
-        }
-        for_each_stack_record(first, words, [&](const std::uint64_t* record, std::size_t size) {
-          if (is_wall_record(record) == (kind == ProfileKind::wall))
-            into.records.insert(into.records.end(), record, record + size);
-        });
+        if (kind == ProfileKind::cpu) into.dropped += dropped;
+        into.period_ns = sampler.period_ns(kind);
+        into.engine = sampler.engine_name(kind);
+        append_stack_records(first, words, kind, into.records);
       }
     } SPANPROF_CATCH_ALL {
       report_error(ErrorCode::internal, "out of memory adding a fragment's samples to its request; dropped");
@@ -180,12 +172,12 @@ class RequestState {
   }
 
   // A fragment's heap records.
-  void add_heap_records(HeapSpanResult& result, const char* engine) noexcept {
+  void add_heap_records(HeapSpanResult& result) noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
     Recorded& into = recorded_[static_cast<std::size_t>(ProfileKind::heap)];
     into.dropped += result.dropped;
     into.heap_interval_bytes = result.interval_bytes;
-    into.engine = engine;
+    into.engine = sampling_heap_engine_name();
     if (into.records.empty()) {
       into.records = std::move(result.records);
       return;

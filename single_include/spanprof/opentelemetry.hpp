@@ -214,7 +214,7 @@ struct SpanEndState {
 };
 
 // The profiled OpenTelemetry spans a thread started and still runs, innermost on
-// top: each is a spanprof::Request (request.hpp) with a Fragment open here. A
+// top: each is a spanprof::RequestProfile (request.hpp) with a Fragment open here. A
 // fragment must close on its thread, in LIFO order; a span that ends on another
 // thread, or out of order, only marks its slot (its samples stop at once: the flag
 // is the fragment's stop flag) and ends its request, and this thread closes the
@@ -240,7 +240,7 @@ class ThreadSpanStack {
   // Begins a request for the span and opens its fragment in the next slot. Returns
   // the slot, or -1 when the span is not profiled (the head sampler said no:
   // nothing to keep, nothing allocated) or the stack is full.
-  long push(const SpanContext& span, std::string_view name, ProfileKinds kinds, Request& request,
+  long push(const SpanContext& span, std::string_view name, ProfileKinds kinds, RequestProfile& request,
             std::shared_ptr<SpanEndState>& state) noexcept {
     pop_ended_elsewhere();
     if (depth_ == capacity) {
@@ -248,13 +248,13 @@ class ThreadSpanStack {
       return -1;
     }
     Slot& slot = slots_[depth_];
-    slot.request = kinds.empty() ? Request(span, name) : Request(span, name, kinds);
+    slot.request = kinds.empty() ? RequestProfile(span, name) : RequestProfile(span, name, kinds);
     if (!slot.request.active()) return -1;
     SPANPROF_TRY {
       state = std::make_shared<SpanEndState>();
     } SPANPROF_CATCH_ALL {
       slot.request.discard();
-      slot.request = Request();
+      slot.request = RequestProfile();
       return -1;
     }
     Fragment* fragment = new (slot.storage) Fragment(slot.request);
@@ -279,7 +279,7 @@ class ThreadSpanStack {
  private:
   struct Slot {
     alignas(Fragment) unsigned char storage[sizeof(Fragment)];
-    Request request;
+    RequestProfile request;
     std::shared_ptr<SpanEndState> state;
     Fragment& fragment() noexcept { return *std::launder(reinterpret_cast<Fragment*>(storage)); }
   };
@@ -287,7 +287,7 @@ class ThreadSpanStack {
   void pop() noexcept {
     Slot& top = slots_[--depth_];
     top.fragment().~Fragment();  // its samples go to the request
-    top.request = Request();     // delivered here if the span has ended and nothing else holds it
+    top.request = RequestProfile();  // delivered here if the span has ended and nothing else holds it
     top.state.reset();
   }
 
@@ -333,7 +333,7 @@ inline ThreadSpanStack* this_thread_span_stack() noexcept {
 // tracer's span, and closes the profile when it ends.
 class ProfiledSpan final : public api::Span {
  public:
-  ProfiledSpan(nostd::shared_ptr<api::Span> span, std::uint64_t stack_id, long slot, Request request,
+  ProfiledSpan(nostd::shared_ptr<api::Span> span, std::uint64_t stack_id, long slot, RequestProfile request,
                std::shared_ptr<SpanEndState> state, bool link_profiles) noexcept
       : span_(std::move(span)),
         stack_id_(stack_id),
@@ -399,7 +399,7 @@ class ProfiledSpan final : public api::Span {
   nostd::shared_ptr<api::Span> span_;
   std::uint64_t stack_id_;
   long slot_;
-  Request request_;
+  RequestProfile request_;
   std::shared_ptr<SpanEndState> state_;
   bool link_;
   std::atomic<bool> ended_{false};
@@ -463,7 +463,7 @@ class ProfilingTracer final : public api::Tracer {
     detail::ThreadSpanStack* stack = detail::this_thread_span_stack();
     if (stack == nullptr) return span;
     std::shared_ptr<detail::SpanEndState> state;
-    Request request;
+    RequestProfile request;
     const long slot = stack->push(to_span_context(span->GetContext()), span_name, o.profiles, request, state);
     if (slot < 0) return span;  // not profiled: the tracer's span as it is
     auto* profiled = new (std::nothrow)

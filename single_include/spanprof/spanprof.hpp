@@ -2143,6 +2143,16 @@ void for_each_stack_record(const std::uint64_t* words, std::size_t count, Visit&
   }
 }
 
+// Appends the records of one kind (CPU or wall) as they are: the log holds what
+// every open span asked for, and each profile takes the records of its kind.
+inline void append_stack_records(const std::uint64_t* words, std::size_t count, ProfileKind kind,
+                                 std::vector<std::uint64_t>& out) {
+  const bool wall = kind == ProfileKind::wall;
+  for_each_stack_record(words, count, [&](const std::uint64_t* record, std::size_t size) {
+    if (is_wall_record(record) == wall) out.insert(out.end(), record, record + size);
+  });
+}
+
 // Appends the records of profile.kind (CPU or wall) as samples: CPU values
 // {samples, cpu ns}, wall values {samples, wall ns}.
 inline void read_stack_records(const std::uint64_t* words, std::size_t count, RawProfile& profile) {
@@ -4290,6 +4300,14 @@ class ThreadStackSampler {
   }
   bool in_wall_span() const noexcept { return wall_spans_.load(std::memory_order_relaxed) != 0; }
   CpuSampleSource source() const noexcept { return cpu_.source(); }
+  // What a CPU or wall profile of this sampler says it was taken by, and one sample's period.
+  const char* engine_name(ProfileKind kind) const noexcept {
+    if (kind == ProfileKind::wall) return "sampling:wall";
+    return cpu_.source() == CpuSampleSource::perf_event ? "sampling:perf_event" : "sampling:posix_timer";
+  }
+  std::int64_t period_ns(ProfileKind kind) const noexcept {
+    return kind == ProfileKind::wall ? settings_.wall_period_ns : settings_.period_ns;
+  }
   const StackSamplerSettings& settings() const noexcept { return settings_; }
   bool armed() const noexcept { return armed_.load(std::memory_order_relaxed); }
 
@@ -5363,6 +5381,12 @@ enum class HeapHookSource : std::uint8_t { malloc_hook, operator_new };
 SPANPROF_API inline std::atomic<bool>& operator_new_hooks_compiled_in() noexcept {
   static std::atomic<bool> compiled_in{false};
   return compiled_in;
+}
+
+// What a sampling heap profile says it was taken by.
+inline const char* sampling_heap_engine_name() noexcept {
+  return operator_new_hooks_compiled_in().load(std::memory_order_relaxed) ? "sampling:operator_new"
+                                                                           : "sampling:tcmalloc_hooks";
 }
 
 #if SPANPROF_HAS_CFI_WALKER
@@ -7081,9 +7105,9 @@ __attribute__((visibility("default"))) inline thread_local const void* otel_thre
 // One word holds its whole life, so that a fragment opens and closes with one
 // atomic operation and the request is delivered exactly once, by whichever thread
 // sees it over: references (handles and running fragments), running fragments,
-// "ended" (Request::end()) and "delivered". It is delivered when it has ended and
-// no fragment runs, or when the last reference goes (abandoned if it never ended),
-// and freed when the last reference goes.
+// "ended" (RequestProfile::end()) and "delivered". It is delivered when it has
+// ended and no fragment runs, or when the last reference goes (abandoned if it
+// never ended), and freed when the last reference goes.
 #ifndef SPANPROF_REQUEST_STATE_HPP_
 #define SPANPROF_REQUEST_STATE_HPP_
 
@@ -7143,11 +7167,10 @@ class RequestState {
 
   ProfileKinds kinds() const noexcept { return kinds_; }
   std::uint64_t generation() const noexcept { return generation_; }
-  const SpanContext& span() const noexcept { return span_; }
   // What otel_thread_ctx_v1 points at while a fragment of it runs (thread_context.hpp).
   const ThreadContextRecord& thread_context() const noexcept { return thread_context_; }
 
-  // ---- handles (Request) ---------------------------------------------------------
+  // ---- handles (RequestProfile) -----------------------------------------------------
 
   void acquire() noexcept { life_.fetch_add(one_reference, std::memory_order_relaxed); }
 
@@ -7219,26 +7242,19 @@ class RequestState {
     }
   }
 
-  // A fragment's CPU or wall records (the log's records of its span, of every kind).
-  void add_stack_records(const std::uint64_t* first, std::size_t words, ProfileKinds kinds, std::uint64_t dropped,
-                         std::int64_t cpu_period_ns, std::int64_t wall_period_ns, const char* cpu_engine) noexcept {
+  // A fragment's CPU or wall records: the log's records from its start, of every
+  // kind the spans open on its thread asked for; the request takes those of its kinds.
+  void add_stack_records(const ThreadStackSampler& sampler, const std::uint64_t* first, std::size_t words,
+                         ProfileKinds kinds, std::uint64_t dropped) noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
     SPANPROF_TRY {
       for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::wall}) {
         if (!kinds.contains(kind)) continue;
         Recorded& into = recorded_[static_cast<std::size_t>(kind)];
-        if (kind == ProfileKind::cpu) {
-          into.dropped += dropped;
-          into.period_ns = cpu_period_ns;
-          into.engine = cpu_engine;
-        } else {
-          into.period_ns = wall_period_ns;
-          into.engine = "sampling:wall";
-        }
-        for_each_stack_record(first, words, [&](const std::uint64_t* record, std::size_t size) {
-          if (is_wall_record(record) == (kind == ProfileKind::wall))
-            into.records.insert(into.records.end(), record, record + size);
-        });
+        if (kind == ProfileKind::cpu) into.dropped += dropped;
+        into.period_ns = sampler.period_ns(kind);
+        into.engine = sampler.engine_name(kind);
+        append_stack_records(first, words, kind, into.records);
       }
     } SPANPROF_CATCH_ALL {
       report_error(ErrorCode::internal, "out of memory adding a fragment's samples to its request; dropped");
@@ -7246,12 +7262,12 @@ class RequestState {
   }
 
   // A fragment's heap records.
-  void add_heap_records(HeapSpanResult& result, const char* engine) noexcept {
+  void add_heap_records(HeapSpanResult& result) noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
     Recorded& into = recorded_[static_cast<std::size_t>(ProfileKind::heap)];
     into.dropped += result.dropped;
     into.heap_interval_bytes = result.interval_bytes;
-    into.engine = engine;
+    into.engine = sampling_heap_engine_name();
     if (into.records.empty()) {
       into.records = std::move(result.records);
       return;
@@ -7495,7 +7511,7 @@ SPANPROF_NAMESPACE_END
 // span's time includes its children's. A guard profiles the thread that opened it:
 // one closed on another thread (a coroutine resumed elsewhere) is safe, but its
 // samples are dropped and counted (docs/async.md). A request that hops threads is
-// profiled with spanprof::Request and its fragments (request.hpp).
+// profiled with spanprof::RequestProfile and its fragments (request.hpp).
 #ifndef SPANPROF_GUARD_HPP_
 #define SPANPROF_GUARD_HPP_
 
@@ -7924,21 +7940,6 @@ class ScopedProfile {
     report_error(ErrorCode::span_moved, what);
   }
 
-  void add_to_request(detail::ThreadStackSampler& sampler, const std::uint64_t* first, std::size_t words,
-                      std::uint64_t dropped, ProfileKinds kinds) noexcept {
-    if (words == 0 && dropped == 0) return;
-    request_->add_stack_records(first, words, kinds, dropped, sampler.settings().period_ns,
-                                sampler.settings().wall_period_ns,
-                                sampler.source() == CpuSampleSource::perf_event ? "sampling:perf_event"
-                                                                                : "sampling:posix_timer");
-  }
-
-  void add_heap_to_request(detail::HeapSpanResult& result) noexcept {
-    request_->add_heap_records(result, detail::operator_new_hooks_compiled_in().load(std::memory_order_relaxed)
-                                           ? "sampling:operator_new"
-                                           : "sampling:tcmalloc_hooks");
-  }
-
   // Copies this span's records out of the log, one profile per kind it asked for
   // (a fragment's go to its request).
   SPANPROF_NOINLINE void hand_over(detail::ThreadStackSampler* sampler, std::size_t used, std::uint64_t dropped,
@@ -7949,7 +7950,8 @@ class ScopedProfile {
                     static_cast<unsigned long long>(dropped));
       report_error(ErrorCode::sample_buffer_full, message);
     }
-    if (request_ != nullptr) return add_to_request(*sampler, sampler->words() + log_start, used - log_start, dropped, kinds);
+    if (request_ != nullptr)
+      return request_->add_stack_records(*sampler, sampler->words() + log_start, used - log_start, kinds, dropped);
     if (used <= log_start) return;
     const std::uint64_t* first = sampler->words() + log_start;
     const std::size_t words = used - log_start;
@@ -7960,24 +7962,16 @@ class ScopedProfile {
       SPANPROF_TRY {
         auto pending = detail::captured_profile_pool().acquire();
         pending->packed_samples.reserve(words);
-        detail::for_each_stack_record(first, words, [&](const std::uint64_t* record, std::size_t size) {
-          if (detail::is_wall_record(record) == (kind == ProfileKind::wall))
-            pending->packed_samples.insert(pending->packed_samples.end(), record, record + size);
-        });
+        detail::append_stack_records(first, words, kind, pending->packed_samples);
         if (pending->packed_samples.empty()) {
           sampler->counters().add(detail::Counter::spans_without_samples, 1);
           detail::captured_profile_pool().release(std::move(pending));
           continue;
         }
         fill_identity(pending->profile, kind);
-        if (kind == ProfileKind::cpu) {
-          pending->profile.period_ns = sampler->settings().period_ns;
-          pending->profile.dropped_samples = dropped;
-          pending->engine = sampler->source() == CpuSampleSource::perf_event ? "sampling:perf_event" : "sampling:posix_timer";
-        } else {
-          pending->profile.period_ns = sampler->settings().wall_period_ns;
-          pending->engine = "sampling:wall";
-        }
+        pending->profile.period_ns = sampler->period_ns(kind);
+        if (kind == ProfileKind::cpu) pending->profile.dropped_samples = dropped;
+        pending->engine = sampler->engine_name(kind);
         handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
       } SPANPROF_CATCH_ALL {
         report_error(ErrorCode::internal, "out of memory handing over a profile; dropped");
@@ -8089,15 +8083,13 @@ class ScopedProfile {
       report_error(ErrorCode::sample_buffer_full, message);
     }
     if (!keep_ || result.records.empty()) return;  // discarded, or nothing allocated was sampled
-    if (request_ != nullptr) return add_heap_to_request(result);
+    if (request_ != nullptr) return request_->add_heap_records(result);
     SPANPROF_TRY {
       auto pending = detail::captured_profile_pool().acquire();
       fill_identity(pending->profile, ProfileKind::heap);
       pending->profile.heap_interval_bytes = result.interval_bytes;
       pending->profile.dropped_samples = result.dropped;
-      pending->engine = detail::operator_new_hooks_compiled_in().load(std::memory_order_relaxed)
-                                    ? "sampling:operator_new"
-                                    : "sampling:tcmalloc_hooks";
+      pending->engine = detail::sampling_heap_engine_name();
       pending->packed_samples = std::move(result.records);
       handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
     } SPANPROF_CATCH_ALL {
@@ -8197,10 +8189,10 @@ SPANPROF_NAMESPACE_END
 #endif  // SPANPROF_GUARD_HPP_
 // ---- end spanprof/guard.hpp ----
 // ---- begin spanprof/request.hpp ----
-// Request and Fragment: one profile per request, whichever threads run it.
+// RequestProfile and Fragment: one profile per request, whichever threads run it.
 //
-//   spanprof::Request request(span);           // decided here: head sampler, ids
-//   pool.submit(spanprof::bind(request, [] {   // runs inside a fragment of it
+//   spanprof::RequestProfile request(span);      // decided here: head sampler, ids
+//   pool.submit(spanprof::bind(request, [] {      // runs inside a fragment of it
 //     parse(...);
 //   }));
 //   ...
@@ -8270,48 +8262,48 @@ SPANPROF_NOINLINE inline RequestState* begin_request(const SpanContext& span, st
 }  // namespace detail
 
 // A handle on one request's profile. Copies share it; it is delivered once.
-class Request {
+class RequestProfile {
  public:
   // No request: fragments of it profile nothing.
-  Request() noexcept = default;
+  RequestProfile() noexcept = default;
 
   // Records what spanprof::Options::profiles says (CPU unless configured).
   template <class Span>
-  explicit Request(const Span& span) noexcept {
+  explicit RequestProfile(const Span& span) noexcept {
     detail::require_span_adapter<Span>();
     if constexpr (is_span_v<Span>)
       state_ = detail::begin_request(span_adapter<std::decay_t<Span>>::context(span),
                                      span_adapter<std::decay_t<Span>>::name(span), {}, true);
   }
   template <class Span>
-  Request(const Span& span, ProfileKinds kinds) noexcept {
+  RequestProfile(const Span& span, ProfileKinds kinds) noexcept {
     detail::require_span_adapter<Span>();
     if constexpr (is_span_v<Span>)
       state_ = detail::begin_request(span_adapter<std::decay_t<Span>>::context(span),
                                      span_adapter<std::decay_t<Span>>::name(span), kinds, false);
   }
   template <class Span>
-  Request(const Span& span, std::string_view span_name) noexcept {
+  RequestProfile(const Span& span, std::string_view span_name) noexcept {
     detail::require_span_adapter<Span>();
     if constexpr (is_span_v<Span>)
       state_ = detail::begin_request(span_adapter<std::decay_t<Span>>::context(span), span_name, {}, true);
   }
   template <class Span>
-  Request(const Span& span, std::string_view span_name, ProfileKinds kinds) noexcept {
+  RequestProfile(const Span& span, std::string_view span_name, ProfileKinds kinds) noexcept {
     detail::require_span_adapter<Span>();
     if constexpr (is_span_v<Span>)
       state_ = detail::begin_request(span_adapter<std::decay_t<Span>>::context(span), span_name, kinds, false);
   }
 
-  Request(const Request& other) noexcept : state_(other.state_) {
+  RequestProfile(const RequestProfile& other) noexcept : state_(other.state_) {
     if (state_ != nullptr) state_->acquire();
   }
-  Request(Request&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
-  Request& operator=(Request other) noexcept {
+  RequestProfile(RequestProfile&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
+  RequestProfile& operator=(RequestProfile other) noexcept {
     std::swap(state_, other.state_);
     return *this;
   }
-  ~Request() {
+  ~RequestProfile() {
     if (state_ != nullptr) state_->release();
   }
 
@@ -8339,8 +8331,8 @@ class Request {
     return kept;
   }
 
-  friend bool operator==(const Request& a, const Request& b) noexcept { return a.state_ == b.state_; }
-  friend bool operator!=(const Request& a, const Request& b) noexcept { return a.state_ != b.state_; }
+  friend bool operator==(const RequestProfile& a, const RequestProfile& b) noexcept { return a.state_ == b.state_; }
+  friend bool operator!=(const RequestProfile& a, const RequestProfile& b) noexcept { return a.state_ != b.state_; }
 
  private:
   friend class Fragment;
@@ -8352,7 +8344,7 @@ class Request {
 // request this thread already runs does nothing (its samples are counted once).
 class Fragment {
  public:
-  explicit Fragment(const Request& request) noexcept
+  explicit Fragment(const RequestProfile& request) noexcept
       : running_(&detail::running_request), previous_(*running_), request_(enter(request.state_, previous_)),
         guard_(request_) {
     if (request_ == nullptr) return;
@@ -8363,7 +8355,7 @@ class Fragment {
     std::atomic_signal_fence(std::memory_order_release);
     *published_ = &request_->thread_context();
   }
-  Fragment(const Request&&) = delete;  // a temporary request would end before its fragment
+  Fragment(const RequestProfile&&) = delete;  // a temporary request would end before its fragment
 
   ~Fragment() {
     if (request_ == nullptr) return;
@@ -8404,37 +8396,37 @@ class Fragment {
 
 #else  // SPANPROF_ENABLED == 0: requests and fragments are empty objects.
 
-class Request {
+class RequestProfile {
  public:
-  Request() noexcept = default;
+  RequestProfile() noexcept = default;
   template <class Span>
-  explicit Request(const Span&) noexcept {
+  explicit RequestProfile(const Span&) noexcept {
     detail::require_span_adapter<Span>();
   }
   template <class Span>
-  Request(const Span&, ProfileKinds) noexcept {
+  RequestProfile(const Span&, ProfileKinds) noexcept {
     detail::require_span_adapter<Span>();
   }
   template <class Span>
-  Request(const Span&, std::string_view) noexcept {
+  RequestProfile(const Span&, std::string_view) noexcept {
     detail::require_span_adapter<Span>();
   }
   template <class Span>
-  Request(const Span&, std::string_view, ProfileKinds) noexcept {
+  RequestProfile(const Span&, std::string_view, ProfileKinds) noexcept {
     detail::require_span_adapter<Span>();
   }
   bool active() const noexcept { return false; }
   void set_error(bool = true) noexcept {}
   void discard() noexcept {}
   bool end() noexcept { return false; }
-  friend bool operator==(const Request&, const Request&) noexcept { return true; }
-  friend bool operator!=(const Request&, const Request&) noexcept { return false; }
+  friend bool operator==(const RequestProfile&, const RequestProfile&) noexcept { return true; }
+  friend bool operator!=(const RequestProfile&, const RequestProfile&) noexcept { return false; }
 };
 
 class Fragment {
  public:
-  explicit Fragment(const Request&) noexcept {}
-  Fragment(const Request&&) = delete;
+  explicit Fragment(const RequestProfile&) noexcept {}
+  Fragment(const RequestProfile&&) = delete;
   Fragment(const Fragment&) = delete;
   Fragment& operator=(const Fragment&) = delete;
   bool active() const noexcept { return false; }
@@ -8448,7 +8440,8 @@ class Fragment {
 template <class Function>
 class RequestBoundFunction {
  public:
-  RequestBoundFunction(Request request, Function function) noexcept(std::is_nothrow_move_constructible_v<Function>)
+  RequestBoundFunction(RequestProfile request,
+                       Function function) noexcept(std::is_nothrow_move_constructible_v<Function>)
       : request_(std::move(request)), function_(std::move(function)) {}
 
   template <class... Args>
@@ -8462,15 +8455,15 @@ class RequestBoundFunction {
     return std::invoke(function_, std::forward<Args>(args)...);
   }
 
-  const Request& request() const noexcept { return request_; }
+  const RequestProfile& request() const noexcept { return request_; }
 
  private:
-  Request request_;
+  RequestProfile request_;
   Function function_;
 };
 
 template <class Function>
-RequestBoundFunction<std::decay_t<Function>> bind(Request request, Function&& function) {
+RequestBoundFunction<std::decay_t<Function>> bind(RequestProfile request, Function&& function) {
   return RequestBoundFunction<std::decay_t<Function>>(std::move(request), std::forward<Function>(function));
 }
 
@@ -8740,7 +8733,7 @@ struct Stats {
   std::uint64_t kept_triggered = 0;
   std::uint64_t discarded_by_tail_policy = 0;  // recorded, then dropped at close: never symbolized or sent
   std::uint64_t discarded_explicitly = 0;  // ScopedProfile::discard(), or a span that ended elsewhere
-  std::uint64_t requests_abandoned = 0;    // spanprof::Request whose last handle went without end()
+  std::uint64_t requests_abandoned = 0;    // spanprof::RequestProfile whose last handle went without end()
   // OpenTelemetry zero-code-change mode (docs/opentelemetry.md): spans not profiled
   std::uint64_t otel_spans_ended_elsewhere = 0;  // ended on another thread, or out of order
   std::uint64_t otel_spans_too_deep = 0;         // nested deeper than a thread keeps

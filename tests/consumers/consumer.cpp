@@ -35,7 +35,7 @@ int main() {
     // A fragment publishes the thread context for profilers outside the process
     // (OTEP 4947): the program defines otel_thread_ctx_v1, and must export it
     // (run.sh checks .dynsym). Discarded: one profile is expected below.
-    spanprof::Request request(span, "consumer request");
+    spanprof::RequestProfile request(span, "consumer request");
     spanprof::Fragment fragment(request);
     request.discard();
   }

@@ -205,6 +205,12 @@ SPANPROF_API inline std::atomic<bool>& operator_new_hooks_compiled_in() noexcept
   return compiled_in;
 }
 
+// What a sampling heap profile says it was taken by.
+inline const char* sampling_heap_engine_name() noexcept {
+  return operator_new_hooks_compiled_in().load(std::memory_order_relaxed) ? "sampling:operator_new"
+                                                                           : "sampling:tcmalloc_hooks";
+}
+
 #if SPANPROF_HAS_CFI_WALKER
 
 // The frames of a walk from inside record_heap_sample that belong to the code

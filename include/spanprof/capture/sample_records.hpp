@@ -72,6 +72,16 @@ void for_each_stack_record(const std::uint64_t* words, std::size_t count, Visit&
   }
 }
 
+// Appends the records of one kind (CPU or wall) as they are: the log holds what
+// every open span asked for, and each profile takes the records of its kind.
+inline void append_stack_records(const std::uint64_t* words, std::size_t count, ProfileKind kind,
+                                 std::vector<std::uint64_t>& out) {
+  const bool wall = kind == ProfileKind::wall;
+  for_each_stack_record(words, count, [&](const std::uint64_t* record, std::size_t size) {
+    if (is_wall_record(record) == wall) out.insert(out.end(), record, record + size);
+  });
+}
+
 // Appends the records of profile.kind (CPU or wall) as samples: CPU values
 // {samples, cpu ns}, wall values {samples, wall ns}.
 inline void read_stack_records(const std::uint64_t* words, std::size_t count, RawProfile& profile) {

@@ -181,6 +181,14 @@ class ThreadStackSampler {
   }
   bool in_wall_span() const noexcept { return wall_spans_.load(std::memory_order_relaxed) != 0; }
   CpuSampleSource source() const noexcept { return cpu_.source(); }
+  // What a CPU or wall profile of this sampler says it was taken by, and one sample's period.
+  const char* engine_name(ProfileKind kind) const noexcept {
+    if (kind == ProfileKind::wall) return "sampling:wall";
+    return cpu_.source() == CpuSampleSource::perf_event ? "sampling:perf_event" : "sampling:posix_timer";
+  }
+  std::int64_t period_ns(ProfileKind kind) const noexcept {
+    return kind == ProfileKind::wall ? settings_.wall_period_ns : settings_.period_ns;
+  }
   const StackSamplerSettings& settings() const noexcept { return settings_; }
   bool armed() const noexcept { return armed_.load(std::memory_order_relaxed); }
 

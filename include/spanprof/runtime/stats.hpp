@@ -57,7 +57,7 @@ struct Stats {
   std::uint64_t kept_triggered = 0;
   std::uint64_t discarded_by_tail_policy = 0;  // recorded, then dropped at close: never symbolized or sent
   std::uint64_t discarded_explicitly = 0;  // ScopedProfile::discard(), or a span that ended elsewhere
-  std::uint64_t requests_abandoned = 0;    // spanprof::Request whose last handle went without end()
+  std::uint64_t requests_abandoned = 0;    // spanprof::RequestProfile whose last handle went without end()
   // OpenTelemetry zero-code-change mode (docs/opentelemetry.md): spans not profiled
   std::uint64_t otel_spans_ended_elsewhere = 0;  // ended on another thread, or out of order
   std::uint64_t otel_spans_too_deep = 0;         // nested deeper than a thread keeps
