@@ -178,9 +178,10 @@ TEST_CASE("restarting spanprof while a span is open leaves that span's profile i
 
 namespace {
 
-// 2000 spans of 0.5 ms each, back to back: samples x period over their CPU time.
-// A span 0.5 ms long gets a sample at 100 Hz one time in twenty; the spans
-// together must still get their share, whichever source samples them.
+// 2000 spans of 0.5 ms each, back to back: the samples' CPU over the spans' CPU
+// time, within 10 %. A span 0.5 ms long gets a sample at 100 Hz one time in
+// twenty; the spans together must still get their share, whichever source samples
+// them (a sample weighs the thread's CPU since the one before: measured 0.99).
 void check_short_spans_unbiased(spanprof::CpuSampleSource source) {
   auto options = options_at(100);
   options.cpu_sample_source = source;
@@ -199,9 +200,9 @@ void check_short_spans_unbiased(spanprof::CpuSampleSource source) {
   for (const auto& p : collector.profiles())
     for (const auto& sample : p.decoded.samples) sampled_ns += sample.values[1];
   const double ratio = static_cast<double>(sampled_ns) * 1e-9 / cpu_in_spans;
-  INFO("CPU in spans " << cpu_in_spans << " s, samples x period " << sampled_ns * 1e-9 << " s");
-  CHECK(ratio > 0.75);
-  CHECK(ratio < 1.25);
+  INFO("CPU in spans " << cpu_in_spans << " s, samples' CPU " << sampled_ns * 1e-9 << " s");
+  CHECK(ratio > 0.9);
+  CHECK(ratio < 1.1);
 }
 
 }  // namespace

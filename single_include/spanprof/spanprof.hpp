@@ -2078,8 +2078,9 @@ SPANPROF_NAMESPACE_END
 //   stack record       [weight, depth, pc_0 ... pc_{depth-1}]
 //                      what the signal handler writes into a thread's sample log.
 //                      pc_0 is the interrupted instruction, the others return
-//                      addresses. A CPU record's weight is the number of sampling
-//                      periods it stands for; a wall record (wall_record_tag set in
+//                      addresses. A CPU record's weight word holds the sampling
+//                      periods it stands for (its sample count) and the thread's
+//                      CPU nanoseconds since the sample before; a wall record (wall_record_tag set in
 //                      the weight word) stands for the wall nanoseconds in the rest
 //                      of the word, which grow while the thread stays blocked there.
 //   heap log record    [size, live-table slot, live-table entry, depth, pc_0 ...]
@@ -2107,12 +2108,26 @@ inline constexpr std::size_t stack_record_header_words = 2;
 inline constexpr std::uint64_t wall_record_tag = std::uint64_t{1} << 63;
 inline constexpr std::uint64_t wall_record_ns_mask = wall_record_tag - 1;
 
+// A CPU record's weight word: periods above bit 48 (at most 32767), CPU ns below
+// (at most 78 hours between two samples); bit 63 stays clear, as wall records' tag.
+inline constexpr unsigned cpu_record_periods_shift = 48;
+inline constexpr std::uint64_t cpu_record_ns_mask = (std::uint64_t{1} << cpu_record_periods_shift) - 1;
+inline constexpr std::uint64_t cpu_record_most_periods = 0x7FFF;
+
+constexpr std::uint64_t cpu_record_weight(std::uint64_t periods, std::uint64_t cpu_ns) noexcept {
+  return (periods < cpu_record_most_periods ? periods : cpu_record_most_periods) << cpu_record_periods_shift |
+         (cpu_ns < cpu_record_ns_mask ? cpu_ns : cpu_record_ns_mask);
+}
+constexpr std::uint64_t cpu_record_periods(std::uint64_t weight) noexcept {
+  return (weight >> cpu_record_periods_shift) & cpu_record_most_periods;
+}
+
 constexpr std::size_t stack_record_words(int depth) noexcept {
   return stack_record_header_words + static_cast<std::size_t>(depth);
 }
 
 // `callers` holds depth - 1 return addresses, innermost first. `weight` is
-// periods for a CPU record, wall_record_tag | nanoseconds for a wall record.
+// cpu_record_weight() for a CPU record, wall_record_tag | nanoseconds for a wall record.
 inline void write_stack_record(std::uint64_t* out, std::uint64_t weight, std::uintptr_t pc, void* const* callers,
                              int depth) noexcept {
   out[0] = weight;
@@ -2160,9 +2175,10 @@ inline void read_stack_records(const std::uint64_t* words, std::size_t count, Ra
   for_each_stack_record(words, count, [&](const std::uint64_t* record, std::size_t) {
     if (is_wall_record(record) != wall) return;
     RawSample sample;
-    const auto weight = static_cast<std::int64_t>(record[0] & wall_record_ns_mask);
-    if (wall) sample.values = {1, weight};
-    else sample.values = {weight, weight * profile.period_ns};
+    if (wall) sample.values = {1, static_cast<std::int64_t>(record[0] & wall_record_ns_mask)};
+    else
+      sample.values = {static_cast<std::int64_t>(cpu_record_periods(record[0])),
+                       static_cast<std::int64_t>(record[0] & cpu_record_ns_mask)};
     const std::uint64_t* pcs = record + stack_record_header_words;
     sample.frames.assign(pcs, pcs + record[1]);
     profile.samples.push_back(std::move(sample));
@@ -2837,8 +2853,14 @@ SPANPROF_NAMESPACE_END
 //  * Each tick is placed from the sampling point before it, never from the late
 //    signal: restarting from the signal would leave its delay unsampled at every
 //    sample.
-//  * Everything the handler calls here is async-signal-safe: a read, an ioctl, a
-//    clock and a timer call.
+//  * A sample weighs the thread's CPU time since the tick before it, read from the
+//    thread's CPU clock, not the number of periods: the sum over a span is then its
+//    CPU time to within a period, where counted periods spread by about half the
+//    square root of their number (the periods are random), and a perf task clock,
+//    which runs on while a virtual machine's host has stolen the vCPU, over-counts
+//    by the steal (10 ms of a thread's CPU drew up to 12.5 ms of periods here).
+//  * Everything the handler calls here is async-signal-safe: a clock, an ioctl
+//    and a timer call.
 #ifndef SPANPROF_CAPTURE_CPU_TICK_SOURCE_HPP_
 #define SPANPROF_CAPTURE_CPU_TICK_SOURCE_HPP_
 
@@ -2942,6 +2964,7 @@ class CpuTickSource {
   bool start() noexcept {
     cpu_mark_ = 0;
     cpu_period_ = 0;
+    tick_cpu_ns_ = 0;
     if (perf_fd_ >= 0) return schedule_next_tick() && ::ioctl(perf_fd_, PERF_EVENT_IOC_ENABLE, 0) == 0;
     if (has_timer_) return schedule_next_tick();
     return false;
@@ -2964,45 +2987,67 @@ class CpuTickSource {
     return false;
   }
 
-  // Sets the CPU time until the next CPU tick (async-signal-safe). `periods`, when
-  // given, receives how many sampling points the thread's CPU time passed since the
-  // tick before: the weight of the sample being taken.
-  bool schedule_next_tick(std::uint64_t* periods = nullptr) noexcept {
-    if (perf_fd_ >= 0) {
-      // The next tick is placed a random interval after the one that just fired,
-      // not after this handler ran: the signal arrives tens of microseconds after
-      // the overflow (~50 µs measured here), and restarting the period from the
-      // handler would leave that time unsampled at every sample (-5% at 1 kHz).
-      const std::int64_t draw = random_interval_ns(random_, period_ns_);
-      std::int64_t period = draw;
-      std::uint64_t count = 0;  // the thread's task clock, ns
-      if (::read(perf_fd_, &count, sizeof count) == static_cast<ssize_t>(sizeof count)) {
-        if (cpu_period_ != 0) {
-          const std::int64_t late = static_cast<std::int64_t>(count - cpu_mark_) - cpu_period_;
-          // Not below a quarter of the mean: a period shorter than this handler would
-          // queue signals faster than it takes them.
-          const std::int64_t floor = std::max<std::int64_t>(period_ns_ / 4, 20'000);
-          if (late > 0) period = std::max(draw - late, floor);
-        }
-        cpu_mark_ = count;
-        cpu_period_ = period;
-      } else {
-        cpu_period_ = 0;
-      }
-      if (periods != nullptr) *periods = 1;
-      std::uint64_t value = static_cast<std::uint64_t>(period);
-      return ::ioctl(perf_fd_, PERF_EVENT_IOC_PERIOD, &value) == 0;
+  // What a tick weighs: the sampling points the thread's CPU time passed since the
+  // tick before (the profile's sample count), and the CPU time it ran since then.
+  struct TickWeight {
+    std::uint64_t periods = 0;
+    std::uint64_t cpu_ns = 0;
+  };
+
+  // Sets the CPU time until the next CPU tick (async-signal-safe); returns false if
+  // the kernel refused. `weight`, when given, receives what the sample being taken
+  // stands for; periods 0 is a timer signal before its expiry, not a sample.
+  bool schedule_next_tick(TickWeight* weight = nullptr) noexcept {
+    const std::int64_t now_ns = thread_cpu_now_ns();
+    std::uint64_t periods = 0;
+    const bool ok = perf_fd_ >= 0 ? schedule_perf_tick(now_ns, periods) : schedule_timer_tick(now_ns, periods);
+    if (periods != 0 || tick_cpu_ns_ == 0) {
+      if (weight != nullptr && tick_cpu_ns_ != 0 && now_ns > tick_cpu_ns_)
+        weight->cpu_ns = static_cast<std::uint64_t>(now_ns - tick_cpu_ns_);
+      tick_cpu_ns_ = now_ns;
     }
+    if (weight != nullptr) weight->periods = periods;
+    return ok;
+  }
+
+ private:
+  static std::int64_t thread_cpu_now_ns() noexcept {
+    timespec now{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+    return static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+  }
+
+  bool schedule_perf_tick(std::int64_t now_ns, std::uint64_t& periods) noexcept {
+    // The next tick is placed a random interval after the one that just fired,
+    // not after this handler ran: the signal arrives tens of microseconds after
+    // the overflow (~50 µs measured here), and restarting the period from the
+    // handler would leave that time unsampled at every sample (-5% at 1 kHz).
+    // The lateness is read on the thread's CPU clock, not the event's count:
+    // the task clock also runs through time stolen from the vCPU.
+    const std::int64_t draw = random_interval_ns(random_, period_ns_);
+    std::int64_t period = draw;
+    if (cpu_period_ != 0) {
+      const std::int64_t late = now_ns - static_cast<std::int64_t>(cpu_mark_) - cpu_period_;
+      // Not below a quarter of the mean: a period shorter than this handler would
+      // queue signals faster than it takes them.
+      const std::int64_t floor = std::max<std::int64_t>(period_ns_ / 4, 20'000);
+      if (late > 0) period = std::max(draw - late, floor);
+    }
+    cpu_mark_ = static_cast<std::uint64_t>(now_ns);
+    cpu_period_ = period;
+    periods = 1;
+    std::uint64_t value = static_cast<std::uint64_t>(period);
+    return ::ioctl(perf_fd_, PERF_EVENT_IOC_PERIOD, &value) == 0;
+  }
+
+  bool schedule_timer_tick(std::int64_t now_ns, std::uint64_t& periods) noexcept {
     if (has_timer_) {
       // The kernel looks at CPU timers only on the scheduler tick (4 ms at
       // HZ=250), so the signal comes at the first tick after the sampling point,
       // and at more than 250 Hz several points fall between two ticks. Each point
-      // the thread's CPU time has passed is one sample of the stack found now:
-      // counted as such, samples x period stays the thread's CPU time at any rate.
+      // the thread's CPU time has passed is one sample of the stack found now
+      // (the sample count; the CPU value is the clock's, as for every tick).
       // The next point is drawn from the last one, never from the late signal.
-      timespec now{};
-      ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
-      const std::int64_t now_ns = static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
       std::uint64_t passed = 0;
       std::int64_t next = static_cast<std::int64_t>(cpu_mark_);
       if (cpu_mark_ == 0) {
@@ -3015,7 +3060,7 @@ class CpuTickSource {
         }
         if (next <= now_ns) next = now_ns + random_interval_ns(random_, period_ns_);
       }
-      if (periods != nullptr) *periods = passed;
+      periods = passed;
       cpu_mark_ = static_cast<std::uint64_t>(next);
       itimerspec spec{};
       spec.it_value.tv_sec = next / 1'000'000'000;
@@ -3025,7 +3070,6 @@ class CpuTickSource {
     return false;
   }
 
- private:
   bool open_perf_event() noexcept {
     perf_event_attr attr{};
     attr.size = sizeof(attr);
@@ -3071,6 +3115,7 @@ class CpuTickSource {
   std::uint64_t random_;        // the handler's: the next CPU period
   std::uint64_t cpu_mark_ = 0;  // perf: the task clock when the period was last set; timer: its next expiry
   std::int64_t cpu_period_ = 0; // perf: that period (0: unknown, after a disarm)
+  std::int64_t tick_cpu_ns_ = 0;  // the thread's CPU clock at the last sample (0: since the arm, none)
 };
 
 }  // namespace detail
@@ -4467,14 +4512,15 @@ class ThreadStackSampler {
       else cpu_.schedule_next_tick();
       return;
     }
-    std::uint64_t periods = 0;
-    cpu_.schedule_next_tick(&periods);
-    if (periods == 0) return;  // a timer signal before its expiry: not a sample
+    CpuTickSource::TickWeight weight;
+    cpu_.schedule_next_tick(&weight);
+    if (weight.periods == 0) return;  // a timer signal before its expiry: not a sample
     // A span that ended on another thread is still on this thread's stack until the
     // thread pops it; it records nothing, and it is not idleness either.
     if (active->stop != nullptr && active->stop->load(std::memory_order_relaxed)) return;
     idle_ticks_.store(0, std::memory_order_relaxed);
-    if (active->recorded.contains(ProfileKind::cpu)) record_sample(periods, ucontext);
+    if (active->recorded.contains(ProfileKind::cpu))
+      record_sample(cpu_record_weight(weight.periods, weight.cpu_ns), ucontext);
   }
 
   // ---- the watchdog's side (the worker's thread, under the sampler list's mutex) ----
@@ -4663,9 +4709,9 @@ class ThreadStackSampler {
     write_stack_record(words_ + used, weight, reinterpret_cast<std::uintptr_t>(trace[0]), trace + 1, depth);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     used_.store(used + need, std::memory_order_relaxed);
-    // A CPU record stands for `weight` samples, as the profile's sample count says.
+    // A CPU record stands for its periods' samples, as the profile's sample count says.
     if (wall) counters_->add(Counter::wall_samples_captured, 1);
-    else counters_->add(Counter::cpu_samples_captured, weight);
+    else counters_->add(Counter::cpu_samples_captured, cpu_record_periods(weight));
     return used;
   }
 

@@ -4,9 +4,7 @@
 // readers must stay inside the buffer whatever it holds, so a torn or
 // miscounted record costs samples, never memory safety.
 //
-// Input: the words of one buffer (native order). CPU records are read with a
-// period of 1 ns: the writer's CPU weight is always 1, so weight * period cannot
-// overflow there, while arbitrary words would make it.
+// Input: the words of one buffer (native order).
 //
 // Invariants: the records visited tile a prefix of the buffer in order, each
 // sample's frames are its record's pcs, and no record is read past the end;
@@ -43,7 +41,8 @@ void fuzz_one(std::string_view bytes) {
     sd::read_stack_records(words.data(), words.size(), profile);
     SPANPROF_FUZZ_CHECK(profile.samples.size() == (kind == spanprof::ProfileKind::wall ? wall_records : cpu_records));
     for (const spanprof::RawSample& sample : profile.samples) {
-      SPANPROF_FUZZ_CHECK(sample.values.size() == 2 && sample.values[1] >= 0 && !sample.frames.empty());
+      SPANPROF_FUZZ_CHECK(sample.values.size() == 2 && sample.values[0] >= 0 && sample.values[1] >= 0 &&
+                          !sample.frames.empty());
       if (kind == spanprof::ProfileKind::wall) SPANPROF_FUZZ_CHECK(sample.values[0] == 1);
     }
   }

@@ -5,8 +5,9 @@
 //   stack record       [weight, depth, pc_0 ... pc_{depth-1}]
 //                      what the signal handler writes into a thread's sample log.
 //                      pc_0 is the interrupted instruction, the others return
-//                      addresses. A CPU record's weight is the number of sampling
-//                      periods it stands for; a wall record (wall_record_tag set in
+//                      addresses. A CPU record's weight word holds the sampling
+//                      periods it stands for (its sample count) and the thread's
+//                      CPU nanoseconds since the sample before; a wall record (wall_record_tag set in
 //                      the weight word) stands for the wall nanoseconds in the rest
 //                      of the word, which grow while the thread stays blocked there.
 //   heap log record    [size, live-table slot, live-table entry, depth, pc_0 ...]
@@ -36,12 +37,26 @@ inline constexpr std::size_t stack_record_header_words = 2;
 inline constexpr std::uint64_t wall_record_tag = std::uint64_t{1} << 63;
 inline constexpr std::uint64_t wall_record_ns_mask = wall_record_tag - 1;
 
+// A CPU record's weight word: periods above bit 48 (at most 32767), CPU ns below
+// (at most 78 hours between two samples); bit 63 stays clear, as wall records' tag.
+inline constexpr unsigned cpu_record_periods_shift = 48;
+inline constexpr std::uint64_t cpu_record_ns_mask = (std::uint64_t{1} << cpu_record_periods_shift) - 1;
+inline constexpr std::uint64_t cpu_record_most_periods = 0x7FFF;
+
+constexpr std::uint64_t cpu_record_weight(std::uint64_t periods, std::uint64_t cpu_ns) noexcept {
+  return (periods < cpu_record_most_periods ? periods : cpu_record_most_periods) << cpu_record_periods_shift |
+         (cpu_ns < cpu_record_ns_mask ? cpu_ns : cpu_record_ns_mask);
+}
+constexpr std::uint64_t cpu_record_periods(std::uint64_t weight) noexcept {
+  return (weight >> cpu_record_periods_shift) & cpu_record_most_periods;
+}
+
 constexpr std::size_t stack_record_words(int depth) noexcept {
   return stack_record_header_words + static_cast<std::size_t>(depth);
 }
 
 // `callers` holds depth - 1 return addresses, innermost first. `weight` is
-// periods for a CPU record, wall_record_tag | nanoseconds for a wall record.
+// cpu_record_weight() for a CPU record, wall_record_tag | nanoseconds for a wall record.
 inline void write_stack_record(std::uint64_t* out, std::uint64_t weight, std::uintptr_t pc, void* const* callers,
                              int depth) noexcept {
   out[0] = weight;
@@ -89,9 +104,10 @@ inline void read_stack_records(const std::uint64_t* words, std::size_t count, Ra
   for_each_stack_record(words, count, [&](const std::uint64_t* record, std::size_t) {
     if (is_wall_record(record) != wall) return;
     RawSample sample;
-    const auto weight = static_cast<std::int64_t>(record[0] & wall_record_ns_mask);
-    if (wall) sample.values = {1, weight};
-    else sample.values = {weight, weight * profile.period_ns};
+    if (wall) sample.values = {1, static_cast<std::int64_t>(record[0] & wall_record_ns_mask)};
+    else
+      sample.values = {static_cast<std::int64_t>(cpu_record_periods(record[0])),
+                       static_cast<std::int64_t>(record[0] & cpu_record_ns_mask)};
     const std::uint64_t* pcs = record + stack_record_header_words;
     sample.frames.assign(pcs, pcs + record[1]);
     profile.samples.push_back(std::move(sample));

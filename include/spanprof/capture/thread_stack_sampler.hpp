@@ -348,14 +348,15 @@ class ThreadStackSampler {
       else cpu_.schedule_next_tick();
       return;
     }
-    std::uint64_t periods = 0;
-    cpu_.schedule_next_tick(&periods);
-    if (periods == 0) return;  // a timer signal before its expiry: not a sample
+    CpuTickSource::TickWeight weight;
+    cpu_.schedule_next_tick(&weight);
+    if (weight.periods == 0) return;  // a timer signal before its expiry: not a sample
     // A span that ended on another thread is still on this thread's stack until the
     // thread pops it; it records nothing, and it is not idleness either.
     if (active->stop != nullptr && active->stop->load(std::memory_order_relaxed)) return;
     idle_ticks_.store(0, std::memory_order_relaxed);
-    if (active->recorded.contains(ProfileKind::cpu)) record_sample(periods, ucontext);
+    if (active->recorded.contains(ProfileKind::cpu))
+      record_sample(cpu_record_weight(weight.periods, weight.cpu_ns), ucontext);
   }
 
   // ---- the watchdog's side (the worker's thread, under the sampler list's mutex) ----
@@ -544,9 +545,9 @@ class ThreadStackSampler {
     write_stack_record(words_ + used, weight, reinterpret_cast<std::uintptr_t>(trace[0]), trace + 1, depth);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     used_.store(used + need, std::memory_order_relaxed);
-    // A CPU record stands for `weight` samples, as the profile's sample count says.
+    // A CPU record stands for its periods' samples, as the profile's sample count says.
     if (wall) counters_->add(Counter::wall_samples_captured, 1);
-    else counters_->add(Counter::cpu_samples_captured, weight);
+    else counters_->add(Counter::cpu_samples_captured, cpu_record_periods(weight));
     return used;
   }
 

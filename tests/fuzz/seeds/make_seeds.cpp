@@ -298,8 +298,8 @@ __attribute__((noinline)) void stack_records() {
   const int depth = ::backtrace(stack, 32);
   std::vector<std::uint64_t> words(64 + 4 * depth);
   std::size_t used = 0;
-  // A CPU record (weight 1), a wall record (the tag and 30 ms), as the signal handler writes them.
-  for (const std::uint64_t weight : {std::uint64_t{1}, sd::wall_record_tag | 30'000'000}) {
+  // A CPU record (1 period, 10 ms), a wall record (the tag and 30 ms), as the signal handler writes them.
+  for (const std::uint64_t weight : {sd::cpu_record_weight(1, 10'000'000), sd::wall_record_tag | 30'000'000}) {
     sd::write_stack_record(words.data() + used, weight, reinterpret_cast<std::uintptr_t>(stack[0]), stack + 1, depth);
     used += sd::stack_record_words(depth);
   }
