@@ -7,9 +7,13 @@
 # (a turn lost or counted twice is 33 %), within 10 % over all of them. A sample
 # weighs the thread's CPU time since the one before, so a request's samples add
 # up to its CPU time to within a period per turn: 0.971-1.029 over 297 requests
-# (30 runs) beside a busy process.
+# (30 runs) beside a busy process. And the program exports otel_thread_ctx_v1.
 set -euo pipefail
 binary=$1
+# A profiler outside the process finds the running fragment's ids through this
+# variable in the program's .dynsym (OTEP 4947). grep reads all of nm's output:
+# with -q, nm would die of SIGPIPE and fail the pipeline.
+nm -D "$binary" | grep ' otel_thread_ctx_v1$' >/dev/null || { echo "FAIL: otel_thread_ctx_v1 is not in .dynsym"; exit 1; }
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 SPANPROF_OUTPUT_DIR="$dir" "$binary" > "$dir/out.txt"
