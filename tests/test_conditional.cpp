@@ -6,6 +6,9 @@
 
 #include <spanprof/spanprof.hpp>
 
+#include <array>
+#include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <type_traits>
 
@@ -258,4 +261,50 @@ TEST_CASE("decision counters add up", "[tail]") {
   CHECK(after.kept_slow - before.kept_slow == 1);  // span 0 (span 1 was declined)
   CHECK(after.discarded_by_tail_policy - before.discarded_by_tail_policy == 2);
   CHECK(collector.profiles().size() == 1);
+}
+
+namespace {
+
+// A span whose trace id's last 7 bytes hold `randomness`; the 9 before are 0xff,
+// which no ratio decision may read.
+spanprof::SpanContext span_with_trace_randomness(std::uint64_t randomness, unsigned span_number_value) {
+  std::array<std::uint8_t, 16> bytes{};
+  for (std::size_t i = 0; i < 9; ++i) bytes[i] = 0xff;
+  for (std::size_t i = 0; i < 7; ++i) bytes[15 - i] = static_cast<std::uint8_t>(randomness >> (8 * i));
+  spanprof::SpanContext span = span_number(span_number_value);
+  span.trace_id = spanprof::TraceId(bytes);
+  return span;
+}
+
+}  // namespace
+
+// Guards decide a trace-id ratio, always or never inline (HeadSampler::trace_id_threshold),
+// without calling the sampler: the decision must still be the sampler's own.
+TEST_CASE("guards turn spans down inline exactly as the trace-id ratio sampler would", "[tail]") {
+  const std::uint64_t half = std::uint64_t{1} << 55;  // the threshold of ratio 0.5
+  struct Case {
+    std::shared_ptr<spanprof::HeadSampler> sampler;
+    int declined;  // of the three spans below
+  };
+  const Case cases[] = {{std::make_shared<spanprof::TraceIdRatioSampler>(0.5), 1},
+                        {std::make_shared<spanprof::NeverSampler>(), 3},
+                        {std::make_shared<spanprof::AlwaysSampler>(), 0},
+                        {nullptr, 0}};
+  for (const Case& c : cases) {
+    spanprof::Options options = options_with(nullptr);
+    options.head_sampler = c.sampler;
+    Collector collector(options);
+    const auto before = spanprof::stats();
+    int asked_no = 0;
+    unsigned n = 900;
+    for (const std::uint64_t randomness : {half - 1, half, (std::uint64_t{1} << 56) - 1}) {
+      const spanprof::SpanContext span = span_with_trace_randomness(randomness, ++n);
+      if (c.sampler && !c.sampler->should_profile(span, "GET /")) ++asked_no;
+      spanprof::ScopedProfile guard(span, "GET /");
+    }
+    const auto after = spanprof::stats();
+    CHECK(asked_no == c.declined);
+    CHECK(after.head_declined - before.head_declined == static_cast<std::uint64_t>(c.declined));
+    CHECK(after.guards_opened - before.guards_opened == static_cast<std::uint64_t>(3 - c.declined));
+  }
 }

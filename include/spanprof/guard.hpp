@@ -185,7 +185,7 @@ class ScopedProfile {
     }
     // The head sampler sees every span (a ratio sampler reads the trace id as it
     // is); ids are checked only for a span about to be profiled.
-    if (config->head_sampler && !config->head_sampler->should_profile(span, span_name)) {
+    if (detail::head_declines(*config, span, span_name)) {
       thread->add(detail::Counter::head_declined, 1);
       if (SPANPROF_UNLIKELY(config->trigger != nullptr)) declined(*config, reader, span, span_name, kinds, configured);
       reader.leave();

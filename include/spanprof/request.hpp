@@ -54,7 +54,7 @@ SPANPROF_NOINLINE inline RequestState* begin_request(const SpanContext& span, st
     reader.leave();
     return nullptr;
   }
-  if (config->head_sampler && !config->head_sampler->should_profile(span, name)) {
+  if (detail::head_declines(*config, span, name)) {
     thread->add(Counter::head_declined, 1);
     reader.leave();
     return nullptr;

@@ -6589,6 +6589,7 @@ SPANPROF_NAMESPACE_END
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -6600,21 +6601,44 @@ SPANPROF_NAMESPACE_END
 
 
 SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// The trace id's last 7 bytes read big-endian: its randomness by W3C Trace Context
+// level 2. One 8-byte load, on the guard's turned-down path.
+inline std::uint64_t trace_id_randomness(const TraceId& trace_id) noexcept {
+  std::uint64_t word = 0;
+  std::memcpy(&word, trace_id.bytes().data() + TraceId::size - 8, sizeof word);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  word = __builtin_bswap64(word);
+#endif
+  return word & ((std::uint64_t{1} << 56) - 1);
+}
+
+}  // namespace detail
 
 class HeadSampler {
  public:
   virtual ~HeadSampler() = default;
   virtual bool should_profile(const SpanContext& span, std::string_view span_name) noexcept = 0;
+
+  // A sampler whose decision is "the trace id's randomness (its last 56 bits) is
+  // at least T" says T here, and guards then decide inline instead of calling
+  // should_profile: a span turned down is the common case and costs a few
+  // nanoseconds, of which a virtual call is one or two. Read once, at start().
+  static constexpr std::uint64_t decides_by_call = ~std::uint64_t{0};
+  virtual std::uint64_t trace_id_threshold() const noexcept { return decides_by_call; }
 };
 
 class AlwaysSampler final : public HeadSampler {
  public:
   bool should_profile(const SpanContext&, std::string_view) noexcept override { return true; }
+  std::uint64_t trace_id_threshold() const noexcept override { return 0; }
 };
 
 class NeverSampler final : public HeadSampler {
  public:
   bool should_profile(const SpanContext&, std::string_view) noexcept override { return false; }
+  std::uint64_t trace_id_threshold() const noexcept override { return std::uint64_t{1} << 56; }  // beyond any
 };
 
 // For rules that fit in a lambda. The callback runs on the request thread.
@@ -6725,13 +6749,9 @@ class TraceIdRatioSampler final : public HeadSampler {
   bool should_profile(const SpanContext& span, std::string_view) noexcept override {
     return randomness(span.trace_id) >= threshold_;
   }
+  std::uint64_t trace_id_threshold() const noexcept override { return threshold_; }
 
-  static std::uint64_t randomness(const TraceId& trace_id) noexcept {
-    const auto& bytes = trace_id.bytes();
-    std::uint64_t r = 0;
-    for (std::size_t i = TraceId::size - 7; i < TraceId::size; ++i) r = r << 8 | bytes[i];
-    return r;
-  }
+  static std::uint64_t randomness(const TraceId& trace_id) noexcept { return detail::trace_id_randomness(trace_id); }
 
   double ratio() const noexcept { return ratio_; }
   std::uint64_t threshold() const noexcept { return threshold_; }
@@ -6991,6 +7011,9 @@ struct RunningConfig {
   StackSamplerSettings sampler;
   HeapSettings heap;
   std::shared_ptr<HeadSampler> head_sampler;  // null: profile every span
+  // head_sampler's trace_id_threshold() (0 when null): not decides_by_call, the
+  // guard decides inline.
+  std::uint64_t head_threshold = 0;
   std::shared_ptr<TailPolicy> tail_policy;    // null: keep every profile
   std::shared_ptr<AdaptiveTrigger> trigger;   // null: off
 };
@@ -7047,6 +7070,14 @@ SPANPROF_ALWAYS_INLINE inline ThreadCounters* guard_thread() noexcept {
   ThreadCounters& t = thread_counters;
   if (SPANPROF_LIKELY(t.registered) || register_thread_counters()) return &t;
   return nullptr;
+}
+
+// The head sampler turns this span down. Inlined into the guard's constructor.
+SPANPROF_ALWAYS_INLINE inline bool head_declines(const RunningConfig& config, const SpanContext& span,
+                                                 std::string_view span_name) noexcept {
+  if (SPANPROF_LIKELY(config.head_threshold != HeadSampler::decides_by_call))
+    return trace_id_randomness(span.trace_id) < config.head_threshold;
+  return !config.head_sampler->should_profile(span, span_name);
 }
 
 // Enters the thread's reading section and loads the configuration (null: not
@@ -7708,7 +7739,7 @@ class ScopedProfile {
     }
     // The head sampler sees every span (a ratio sampler reads the trace id as it
     // is); ids are checked only for a span about to be profiled.
-    if (config->head_sampler && !config->head_sampler->should_profile(span, span_name)) {
+    if (detail::head_declines(*config, span, span_name)) {
       thread->add(detail::Counter::head_declined, 1);
       if (SPANPROF_UNLIKELY(config->trigger != nullptr)) declined(*config, reader, span, span_name, kinds, configured);
       reader.leave();
@@ -8286,7 +8317,7 @@ SPANPROF_NOINLINE inline RequestState* begin_request(const SpanContext& span, st
     reader.leave();
     return nullptr;
   }
-  if (config->head_sampler && !config->head_sampler->should_profile(span, name)) {
+  if (detail::head_declines(*config, span, name)) {
     thread->add(Counter::head_declined, 1);
     reader.leave();
     return nullptr;
@@ -16198,6 +16229,7 @@ class Runtime final : public GuardHost {
       config->heap.max_depth = options.max_stack_depth;
       config->heap.log_words = options.thread_buffer_bytes / sizeof(std::uint64_t);
       config->head_sampler = options.head_sampler;
+      config->head_threshold = options.head_sampler ? options.head_sampler->trace_id_threshold() : 0;
       config->tail_policy = options.tail_policy;
       config->trigger = options.trigger;
       config->sampler.generation = ++generation_;

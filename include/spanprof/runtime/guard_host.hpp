@@ -40,6 +40,9 @@ struct RunningConfig {
   StackSamplerSettings sampler;
   HeapSettings heap;
   std::shared_ptr<HeadSampler> head_sampler;  // null: profile every span
+  // head_sampler's trace_id_threshold() (0 when null): not decides_by_call, the
+  // guard decides inline.
+  std::uint64_t head_threshold = 0;
   std::shared_ptr<TailPolicy> tail_policy;    // null: keep every profile
   std::shared_ptr<AdaptiveTrigger> trigger;   // null: off
 };
@@ -96,6 +99,14 @@ SPANPROF_ALWAYS_INLINE inline ThreadCounters* guard_thread() noexcept {
   ThreadCounters& t = thread_counters;
   if (SPANPROF_LIKELY(t.registered) || register_thread_counters()) return &t;
   return nullptr;
+}
+
+// The head sampler turns this span down. Inlined into the guard's constructor.
+SPANPROF_ALWAYS_INLINE inline bool head_declines(const RunningConfig& config, const SpanContext& span,
+                                                 std::string_view span_name) noexcept {
+  if (SPANPROF_LIKELY(config.head_threshold != HeadSampler::decides_by_call))
+    return trace_id_randomness(span.trace_id) < config.head_threshold;
+  return !config.head_sampler->should_profile(span, span_name);
 }
 
 // Enters the thread's reading section and loads the configuration (null: not

@@ -94,6 +94,7 @@ class Runtime final : public GuardHost {
       config->heap.max_depth = options.max_stack_depth;
       config->heap.log_words = options.thread_buffer_bytes / sizeof(std::uint64_t);
       config->head_sampler = options.head_sampler;
+      config->head_threshold = options.head_sampler ? options.head_sampler->trace_id_threshold() : 0;
       config->tail_policy = options.tail_policy;
       config->trigger = options.trigger;
       config->sampler.generation = ++generation_;
