@@ -3001,12 +3001,13 @@ class CpuTickSource {
     const std::int64_t now_ns = thread_cpu_now_ns();
     std::uint64_t periods = 0;
     const bool ok = perf_fd_ >= 0 ? schedule_perf_tick(now_ns, periods) : schedule_timer_tick(now_ns, periods);
-    if (periods != 0 || tick_cpu_ns_ == 0) {
-      if (weight != nullptr && tick_cpu_ns_ != 0 && now_ns > tick_cpu_ns_)
+    const bool armed_before = tick_cpu_ns_ != 0;
+    if (weight != nullptr) {
+      weight->periods = periods;
+      if (periods != 0 && armed_before && now_ns > tick_cpu_ns_)
         weight->cpu_ns = static_cast<std::uint64_t>(now_ns - tick_cpu_ns_);
-      tick_cpu_ns_ = now_ns;
     }
-    if (weight != nullptr) weight->periods = periods;
+    if (periods != 0 || !armed_before) tick_cpu_ns_ = now_ns;  // an early timer signal moves nothing
     return ok;
   }
 
@@ -3026,14 +3027,13 @@ class CpuTickSource {
     // the task clock also runs through time stolen from the vCPU.
     const std::int64_t draw = random_interval_ns(random_, period_ns_);
     std::int64_t period = draw;
-    if (cpu_period_ != 0) {
-      const std::int64_t late = now_ns - static_cast<std::int64_t>(cpu_mark_) - cpu_period_;
+    if (cpu_period_ != 0) {  // the period was set at the last tick, tick_cpu_ns_
+      const std::int64_t late = now_ns - tick_cpu_ns_ - cpu_period_;
       // Not below a quarter of the mean: a period shorter than this handler would
       // queue signals faster than it takes them.
       const std::int64_t floor = std::max<std::int64_t>(period_ns_ / 4, 20'000);
       if (late > 0) period = std::max(draw - late, floor);
     }
-    cpu_mark_ = static_cast<std::uint64_t>(now_ns);
     cpu_period_ = period;
     periods = 1;
     std::uint64_t value = static_cast<std::uint64_t>(period);
@@ -3113,8 +3113,8 @@ class CpuTickSource {
   bool has_timer_ = false;
   CpuSampleSource source_ = CpuSampleSource::automatic;
   std::uint64_t random_;        // the handler's: the next CPU period
-  std::uint64_t cpu_mark_ = 0;  // perf: the task clock when the period was last set; timer: its next expiry
-  std::int64_t cpu_period_ = 0; // perf: that period (0: unknown, after a disarm)
+  std::uint64_t cpu_mark_ = 0;  // timer: its next expiry (0: armed afresh)
+  std::int64_t cpu_period_ = 0; // perf: the period set at the last tick (0: unknown, after a disarm)
   std::int64_t tick_cpu_ns_ = 0;  // the thread's CPU clock at the last sample (0: since the arm, none)
 };
 
