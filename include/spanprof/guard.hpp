@@ -161,11 +161,12 @@ class ScopedProfile {
     detail::ThreadCounters* thread = detail::guard_thread();
     if (SPANPROF_UNLIKELY(thread == nullptr)) return;
     detail::ConfigReader& reader = thread->config_reader;
-    const detail::RunningConfig* config = detail::enter_config_section(reader);
+    std::uint64_t inside;
+    const detail::RunningConfig* config = detail::enter_config_section(reader, inside);
     // Restarted since the request began: its samples would not be comparable.
     if (SPANPROF_LIKELY(config != nullptr && config->sampler.generation == request.generation()))
       begin_fragment(*config, request, request.kinds());
-    reader.leave();
+    reader.leave(inside);
   }
 
   static std::int64_t monotonic_ns() noexcept { return detail::monotonic_now_ns(); }
@@ -178,9 +179,10 @@ class ScopedProfile {
     detail::ThreadCounters* thread = detail::guard_thread();
     if (SPANPROF_UNLIKELY(thread == nullptr)) return;
     detail::ConfigReader& reader = thread->config_reader;
-    const detail::RunningConfig* config = detail::enter_config_section(reader);
+    std::uint64_t inside;
+    const detail::RunningConfig* config = detail::enter_config_section(reader, inside);
     if (SPANPROF_UNLIKELY(config == nullptr)) {
-      reader.leave();
+      reader.leave(inside);
       return;
     }
     // The head sampler sees every span (a ratio sampler reads the trace id as it
@@ -188,16 +190,16 @@ class ScopedProfile {
     if (detail::head_declines(*config, span, span_name)) {
       thread->add(detail::Counter::head_declined, 1);
       if (SPANPROF_UNLIKELY(config->trigger != nullptr)) declined(*config, reader, span, span_name, kinds, configured);
-      reader.leave();
+      reader.leave(inside);
       return;
     }
     if (SPANPROF_UNLIKELY(!span.valid())) {
-      reader.leave();
+      reader.leave(inside);
       report_error(ErrorCode::invalid_span_context, "a guard was given an invalid trace or span id; not profiled");
       return;
     }
     prepare(*config, reader);
-    reader.leave();
+    reader.leave(inside);
     begin(*config, span, span_name, configured ? config->profiles : kinds, false);
   }
 

@@ -49,25 +49,26 @@ SPANPROF_NOINLINE inline RequestState* begin_request(const SpanContext& span, st
   ThreadCounters* thread = guard_thread();
   if (thread == nullptr) return nullptr;
   ConfigReader& reader = thread->config_reader;
-  const RunningConfig* config = enter_config_section(reader);
+  std::uint64_t inside;
+  const RunningConfig* config = enter_config_section(reader, inside);
   if (config == nullptr) {
-    reader.leave();
+    reader.leave(inside);
     return nullptr;
   }
   if (detail::head_declines(*config, span, name)) {
     thread->add(Counter::head_declined, 1);
-    reader.leave();
+    reader.leave(inside);
     return nullptr;
   }
   if (!span.valid()) {
-    reader.leave();
+    reader.leave(inside);
     report_error(ErrorCode::invalid_span_context, "a request was given an invalid trace or span id; not profiled");
     return nullptr;
   }
   // Copied inside the section, where the configuration cannot be freed.
   RequestState::Identity identity{span, name, configured ? config->profiles : kinds, config->sampler.generation,
                                   config->tail_policy};
-  reader.leave();
+  reader.leave(inside);
   RequestState* state = RequestState::create(std::move(identity));
   if (state == nullptr) report_error(ErrorCode::internal, "out of memory beginning a request's profile; not profiled");
   else count(Counter::profiles_started);

@@ -110,15 +110,16 @@ SPANPROF_ALWAYS_INLINE inline bool head_declines(const RunningConfig& config, co
 }
 
 // Enters the thread's reading section and loads the configuration (null: not
-// running). The caller pins what it keeps and leaves the section.
-SPANPROF_ALWAYS_INLINE inline const RunningConfig* enter_config_section(ConfigReader& reader) noexcept {
-  reader.enter();
+// running). The caller pins what it keeps and leaves the section with `inside`.
+SPANPROF_ALWAYS_INLINE inline const RunningConfig* enter_config_section(ConfigReader& reader,
+                                                                        std::uint64_t& inside) noexcept {
+  inside = reader.enter();
   const RunningConfig* config = guard_host_state().config.load(std::memory_order_acquire);
   if (SPANPROF_LIKELY(config != nullptr)) return config;
   // start() frees what no section reads: not this thread's own, then.
-  reader.leave();
+  reader.leave(inside);
   config_for_first_guard();
-  reader.enter();
+  inside = reader.enter();
   return guard_host_state().config.load(std::memory_order_acquire);
 }
 
