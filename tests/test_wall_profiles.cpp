@@ -9,6 +9,7 @@
 
 #include <spanprof/spanprof.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -19,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include <dirent.h>
 #include <poll.h>
 #include <time.h>
 #include <unistd.h>
@@ -271,4 +273,29 @@ TEST_CASE("a wall span inside a CPU span: each profile keeps its own kind", "[wa
   REQUIRE(inner_wall != nullptr);
   CHECK(share_on_stack(inner_wall->decoded, "wait_for_backend", wall_ns) >= 0.95);
   CHECK(value_total(inner_wall->decoded, wall_ns) >= 50'000'000);
+}
+
+// What `top -H`, `ps -L`, gdb and perf show for spanprof's own threads: a user who
+// sees a busy thread in the host's process can tell that it is spanprof's.
+TEST_CASE("spanprof's threads are named spanprof-merge, spanprof-send and spanprof-wall", "[wall]") {
+  Collector collector(wall_options(100));
+  {
+    spanprof::ScopedProfile guard(spanprof::NamedSpan{span_number(5350), "GET /named"}, spanprof::wall);
+    wait_for_backend(std::chrono::milliseconds(30));
+  }
+  std::vector<std::string> names;
+  std::string listed;
+  if (DIR* tasks = ::opendir("/proc/self/task")) {
+    while (const dirent* task = ::readdir(tasks)) {
+      if (task->d_name[0] == '.') continue;
+      std::string name = spanprof_test::read_file(std::string("/proc/self/task/") + task->d_name + "/comm");
+      while (!name.empty() && name.back() == '\n') name.pop_back();
+      names.push_back(name);
+      listed += name + "; ";
+    }
+    ::closedir(tasks);
+  }
+  INFO("threads: " << listed);
+  for (const char* expected : {"spanprof-merge", "spanprof-send", "spanprof-wall"})
+    CHECK(std::count(names.begin(), names.end(), std::string(expected)) == 1);
 }

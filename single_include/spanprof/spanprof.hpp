@@ -5871,6 +5871,32 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_CAPTURE_HEAP_SAMPLER_HPP_
 // ---- end spanprof/capture/heap_sampler.hpp ----
+// ---- begin spanprof/base/thread_name.hpp ----
+// The names of spanprof's own threads, as `top -H`, `ps -L`, gdb and perf show
+// them: a user who sees a thread of the host's process busy can tell that it is
+// spanprof's, and which part. At most 15 characters (the kernel's limit).
+#ifndef SPANPROF_BASE_THREAD_NAME_HPP_
+#define SPANPROF_BASE_THREAD_NAME_HPP_
+
+
+#include <pthread.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// spanprof's threads, by what they do.
+inline constexpr const char* merger_thread_name = "spanprof-merge";  // takes what request threads hand over
+inline constexpr const char* sender_thread_name = "spanprof-send";   // symbolizes, encodes, uploads
+inline constexpr const char* wall_thread_name = "spanprof-wall";     // ticks the wall-clock samples
+
+// Best effort: a name that does not take leaves the thread as it was.
+inline void name_this_thread(const char* name) noexcept { (void)::pthread_setname_np(::pthread_self(), name); }
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_BASE_THREAD_NAME_HPP_
+// ---- end spanprof/base/thread_name.hpp ----
 // ---- begin spanprof/capture/wall_ticker.hpp ----
 // The wall ticker: one background thread that, while any thread runs a
 // wall-profiled span, looks at those threads at random wall-clock intervals
@@ -5957,6 +5983,7 @@ class WallTicker {
   }
 
   void run() noexcept {
+    name_this_thread(wall_thread_name);
     // The ticker takes wall samples; it must not be sampled itself.
     sigset_t all;
     sigfillset(&all);
@@ -14158,9 +14185,15 @@ class Worker {
                                              [this](std::uint64_t flush) { answer_flush(flush); });
       capacity_.store(config.capacity, std::memory_order_relaxed);
       may_exceed_.store(config.overflow == OverflowPolicy::drop_oldest, std::memory_order_relaxed);
-      std::thread sender([run] { run->sender->run(); });
+      std::thread sender([run] {
+        name_this_thread(sender_thread_name);
+        run->sender->run();
+      });
       SPANPROF_TRY {
-        merger_ = std::thread([this, run] { merge(*run); });
+        merger_ = std::thread([this, run] {
+          name_this_thread(merger_thread_name);
+          merge(*run);
+        });
       } SPANPROF_CATCH_ALL {
         run->stop = true;
         run->sender->wake();

@@ -20,6 +20,7 @@
 
 #include <spanprof/base/counters.hpp>
 #include <spanprof/base/error.hpp>
+#include <spanprof/base/thread_name.hpp>
 #include <spanprof/capture/cpu_tick_source.hpp>
 #include <spanprof/capture/stack_sampler_list.hpp>
 #include <spanprof/capture/thread_stack_sampler.hpp>
@@ -89,6 +90,7 @@ class WallTicker {
   }
 
   void run() noexcept {
+    name_this_thread(wall_thread_name);
     // The ticker takes wall samples; it must not be sampled itself.
     sigset_t all;
     sigfillset(&all);

@@ -18,6 +18,7 @@
 #include <spanprof/base/clock.hpp>
 #include <spanprof/base/counters.hpp>
 #include <spanprof/base/error.hpp>
+#include <spanprof/base/thread_name.hpp>
 #include <spanprof/capture/captured_profile.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/delivery/delivery_policy.hpp>
@@ -84,9 +85,15 @@ class Worker {
                                              [this](std::uint64_t flush) { answer_flush(flush); });
       capacity_.store(config.capacity, std::memory_order_relaxed);
       may_exceed_.store(config.overflow == OverflowPolicy::drop_oldest, std::memory_order_relaxed);
-      std::thread sender([run] { run->sender->run(); });
+      std::thread sender([run] {
+        name_this_thread(sender_thread_name);
+        run->sender->run();
+      });
       SPANPROF_TRY {
-        merger_ = std::thread([this, run] { merge(*run); });
+        merger_ = std::thread([this, run] {
+          name_this_thread(merger_thread_name);
+          merge(*run);
+        });
       } SPANPROF_CATCH_ALL {
         run->stop = true;
         run->sender->wake();
