@@ -51,11 +51,17 @@ std::string address_text(std::uint64_t address) {
   return text;
 }
 
-// The leaf's address, for addr2line -i (what was inlined there).
+// The leaf's address in its file, for `addr2line -i -e FILE ADDRESS` (what was
+// inlined there): the process's address means nothing once it has exited.
 std::string leaf_address(const spanprof::Profile& profile, const spanprof::Sample& sample) {
-  for (const auto& location : profile.locations)
-    if (!sample.location_ids.empty() && location.id == sample.location_ids.front())
-      return " (leaf at " + address_text(location.address) + ")";
+  for (const auto& location : profile.locations) {
+    if (sample.location_ids.empty() || location.id != sample.location_ids.front()) continue;
+    for (const auto& mapping : profile.mappings)
+      if (mapping.id == location.mapping_id)
+        return " (leaf at " + address_text(location.address - mapping.memory_start + mapping.file_offset) + " in " +
+               mapping.filename + ")";
+    return " (leaf at " + address_text(location.address) + ")";
+  }
   return {};
 }
 
