@@ -71,21 +71,20 @@ std::string stack_text(const std::vector<std::string>& names) {
   return text;
 }
 
-// Share of samples with `inner` on the stack (on top if `on_top`) and `caller`
-// further up. A sample in the test's own clock read (clock_gettime, a system call
-// where a pending tick is delivered) is the harness, not the walk: on a 250 Hz
-// kernel one such tick is 1.1 % of a span's ~90, so those are left out.
-double share_with_caller_above(const spanprof::Profile& profile, const std::string& inner, bool on_top,
+// Share of samples with `inner` on the stack and `caller` further up. A sample in
+// the test's own clock read (clock_gettime, a system call where a pending tick is
+// delivered) is the harness, not the walk: on a 250 Hz kernel one such tick is
+// 1.1 % of a span's ~90, so those are left out.
+double share_with_caller_above(const spanprof::Profile& profile, const std::string& inner,
                                const std::string& caller, std::string& counter_example) {
   std::int64_t total = 0, good = 0;
   for (const auto& sample : profile.samples) {
     const auto names = stack_names(profile, sample);
     if (!names.empty() && spanprof_test::contains(names.front(), "clock_gettime")) continue;
     total += sample.values[0];
-    const auto searched = on_top ? names.begin() + (names.empty() ? 0 : 1) : names.end();
-    const auto at =
-        std::find_if(names.begin(), searched, [&](const std::string& n) { return spanprof_test::contains(n, inner); });
-    const bool above = at != searched && std::any_of(at + 1, names.end(), [&](const std::string& n) {
+    const auto at = std::find_if(names.begin(), names.end(),
+                                 [&](const std::string& n) { return spanprof_test::contains(n, inner); });
+    const bool above = at != names.end() && std::any_of(at + 1, names.end(), [&](const std::string& n) {
                          return spanprof_test::contains(n, caller);
                        });
     if (above) good += sample.values[0];
@@ -120,7 +119,8 @@ ChainShares chain_shares(const spanprof::Profile& profile, const std::string& pr
     bool in_order = leaf != std::end(frames);
     auto from = names.begin() + 1;
     for (auto f = leaf; in_order && ++f != std::end(frames);) {
-      from = std::find_if(from, names.end(), [&](const std::string& name) { return spanprof_test::contains(name, *f); });
+      from = std::find_if(from, names.end(),
+                          [&](const std::string& name) { return spanprof_test::contains(name, *f); });
       in_order = from != names.end();
     }
     if (in_order) walked += sample.values[0];
@@ -225,7 +225,7 @@ const spanprof_test::ChildScenario altstack_scenario("walk_through_host_handler"
   const auto* profile = collector.profile_for(span.span_id, spanprof::ProfileKind::cpu);
   std::string counter_example;
   const double share =
-      profile ? share_with_caller_above(profile->decoded, "host_handler_work", false, "raise_host_signal_here",
+      profile ? share_with_caller_above(profile->decoded, "host_handler_work", "raise_host_signal_here",
                                         counter_example)
               : -1;
   std::printf("altstack samples=%lld share=%.3f\n",
