@@ -1,6 +1,8 @@
-// Cost of one stack walk, spanprof's call frame walker side by side with
-// gperftools' walker (libunwind on Debian: what spanprof used before, and what
-// the classic engine still uses), at 13, 33 and 63 frames:
+// Cost of one stack walk, spanprof's call frame walker (walker 0; walker 2 with the
+// rules of return addresses kept from the walk before, as the sample handler
+// walks) side by side with gperftools' walker (walker 1: libunwind on Debian, what
+// spanprof used before, and what the classic engine still uses), at 13, 33 and 63
+// frames:
 //   walk_here/<walker>/<depth>      a walk from a function that many frames deep:
 //                                   the walk alone (the heap hooks' case)
 //   walk_in_signal/<walker>/<depth> a signal to self whose handler walks from the
@@ -26,7 +28,9 @@ namespace {
 
 namespace sd = spanprof::detail;
 
-enum Walker : int { cfi_walker = 0, gperftools_walker = 1 };
+enum Walker : int { cfi_walker = 0, gperftools_walker = 1, cfi_cached_walker = 2 };
+
+sd::cfi::RulesCache rules_cache;
 
 std::uint64_t stack_top = 0;
 void* frames[300];
@@ -34,17 +38,18 @@ volatile int walked_depth = 0;
 int signal_walker = cfi_walker;
 
 SPANPROF_NOINLINE int walk_here(int walker) {
-  if (walker == cfi_walker) {
+  if (walker != gperftools_walker) {
     sd::cfi::Registers regs;
     sd::capture_registers_here(regs);
-    return sd::walk_stack(regs, stack_top, frames, 300);
+    return sd::walk_stack(regs, stack_top, frames, 300, walker == cfi_cached_walker ? &rules_cache : nullptr);
   }
   return GetStackTrace(frames, 300, 0);
 }
 
 void walking_handler(int, siginfo_t*, void* ucontext) {
-  if (signal_walker == cfi_walker)
-    walked_depth = sd::walk_stack(sd::registers_from_ucontext(ucontext), stack_top, frames, 300);
+  if (signal_walker != gperftools_walker)
+    walked_depth = sd::walk_stack(sd::registers_from_ucontext(ucontext), stack_top, frames, 300,
+                                  signal_walker == cfi_cached_walker ? &rules_cache : nullptr);
   else
     walked_depth = ProfilerGetStackTrace(frames, 300, 0, ucontext);
 }
@@ -100,7 +105,7 @@ void walk_in_signal_benchmark(benchmark::State& state) { walk_benchmark(state, t
 void depths(benchmark::internal::Benchmark* b) {
   b->ArgNames({"walker", "depth"});
   for (int depth : {13, 33, 63})
-    for (int walker : {cfi_walker, gperftools_walker}) b->Args({walker, depth});
+    for (int walker : {cfi_walker, cfi_cached_walker, gperftools_walker}) b->Args({walker, depth});
 }
 
 BENCHMARK(walk_here_benchmark)->Name("walk_here")->Apply(depths)->Unit(benchmark::kMicrosecond);

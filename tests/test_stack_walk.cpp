@@ -258,12 +258,19 @@ struct Comparison {
 Comparison comparison;
 std::uint64_t oracle_stack_top = 0;  // taken before the timer starts: not in a handler
 
+spanprof::detail::cfi::RulesCache oracle_rules_cache;  // the handler's, as a sampler's
+
 // In the handler: spanprof's walk from the signal's context, and libgcc's walk
 // from the handler through the signal frame (its frames past the interrupted PC).
+// spanprof's walk is taken twice, from the rules it kept of earlier samples' return
+// addresses (as the sample handler walks) and without: both must be libgcc's.
 void compare_walks(int, siginfo_t*, void* ucontext) {
   namespace sd = spanprof::detail;
   void* ours[64];
-  const int depth = sd::walk_stack(sd::registers_from_ucontext(ucontext), oracle_stack_top, ours, 64);
+  const int depth = sd::walk_stack(sd::registers_from_ucontext(ucontext), oracle_stack_top, ours, 64,
+                                   &oracle_rules_cache);
+  void* uncached[64];
+  const int uncached_depth = sd::walk_stack(sd::registers_from_ucontext(ucontext), oracle_stack_top, uncached, 64);
   UnwindTrace theirs;
   _Unwind_Backtrace(&collect_frame, &theirs);
   int from = 0;
@@ -271,8 +278,8 @@ void compare_walks(int, siginfo_t*, void* ucontext) {
   int their_depth = theirs.depth - from;
   if (their_depth > 0 && theirs.frames[theirs.depth - 1] == nullptr) --their_depth;  // libgcc's end marker
   if (their_depth > 64) their_depth = 64;
-  bool same = from < theirs.depth && depth == their_depth;
-  for (int i = 0; same && i < depth; ++i) same = ours[i] == theirs.frames[from + i];
+  bool same = from < theirs.depth && depth == their_depth && uncached_depth == depth;
+  for (int i = 0; same && i < depth; ++i) same = ours[i] == theirs.frames[from + i] && uncached[i] == ours[i];
   comparison.samples.fetch_add(1, std::memory_order_relaxed);
   if (same) {
     comparison.identical.fetch_add(1, std::memory_order_relaxed);

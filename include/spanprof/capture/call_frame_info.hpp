@@ -494,6 +494,68 @@ SPANPROF_UNINSTRUMENTED inline bool find_rules(const ObjectIndex& object, std::u
   return run_instructions(c, cie_cache, begin, pc, &cie_cache.initial, rules);
 }
 
+// One thread's memo of the rules found at return addresses. A sampled thread's
+// callers are the same from one sample to the next (its request loop, the
+// framework, the handler), and finding their rules anew costs a binary search
+// through the object's FDE table and a run of the FDE's instructions: a dozen
+// cache lines per frame, cold by the next sample 10 ms later. From the memo a
+// frame costs one line. Keyed by the address and the object's .eh_frame_hdr, so
+// an object unloaded and another loaded in its place miss; rules that need a DWARF
+// expression are never kept (they point into the object's data). Direct-mapped,
+// written and read only by its thread's sample signal handler, which the signal
+// does not interrupt: no atomics needed. 8 KiB.
+class RulesCache {
+ public:
+  SPANPROF_UNINSTRUMENTED bool find(std::uint64_t pc, const std::uint8_t* header, FrameRules& rules) const noexcept {
+    const Entry& e = entries_[slot(pc)];
+    if (e.pc != pc || e.header != header || pc == 0) return false;
+    rules.reset(e.signal_frame);
+    rules.cfa_register = e.cfa_register;
+    rules.cfa_offset = e.cfa_offset;
+    for (int i = 0; i < tracked_count; ++i) rules.reg[i] = RegisterRule{static_cast<Rule>(e.rule[i]), e.n[i], nullptr};
+    return true;
+  }
+
+  SPANPROF_UNINSTRUMENTED void store(std::uint64_t pc, const std::uint8_t* header, const FrameRules& rules) noexcept {
+    if (rules.cfa_is_expression || !fits(rules.cfa_offset) || rules.cfa_register < 0 ||
+        rules.cfa_register >= register_count)
+      return;
+    for (const RegisterRule& r : rules.reg)
+      if (r.rule == Rule::expression || r.rule == Rule::val_expression || !fits(r.n)) return;
+    Entry& e = entries_[slot(pc)];
+    e.pc = 0;  // a half-written entry never matches
+    e.header = header;
+    e.cfa_offset = static_cast<std::int32_t>(rules.cfa_offset);
+    e.cfa_register = static_cast<std::uint8_t>(rules.cfa_register);
+    e.signal_frame = rules.signal_frame;
+    for (int i = 0; i < tracked_count; ++i) {
+      e.rule[i] = static_cast<std::uint8_t>(rules.reg[i].rule);
+      e.n[i] = static_cast<std::int32_t>(rules.reg[i].n);
+    }
+    e.pc = pc;
+  }
+
+ private:
+  static constexpr std::size_t slots = 128;
+  struct Entry {
+    std::uint64_t pc = 0;
+    const std::uint8_t* header = nullptr;
+    std::int32_t cfa_offset = 0;
+    std::int32_t n[tracked_count] = {};
+    std::uint8_t cfa_register = 0;
+    std::uint8_t rule[tracked_count] = {};
+    bool signal_frame = false;
+  };
+
+  static constexpr std::size_t slot(std::uint64_t pc) noexcept {
+    return static_cast<std::size_t>((pc * 0x9E3779B97F4A7C15ull) >> 57);  // the top 7 bits: 128 slots
+  }
+  static constexpr bool fits(std::int64_t v) noexcept { return v >= INT32_MIN && v <= INT32_MAX; }
+  static_assert(slots == 128, "slot() keeps the hash's top 7 bits");
+
+  Entry entries_[slots];
+};
+
 }  // namespace cfi
 }  // namespace detail
 SPANPROF_NAMESPACE_END

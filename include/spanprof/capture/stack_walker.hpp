@@ -268,9 +268,10 @@ SPANPROF_UNINSTRUMENTED inline Step step_with_frame_pointer(const Registers& reg
 
 // Walks from `regs` (regs[rip] is the first frame's exact PC). Writes up to
 // `max_depth` PCs into `frames`, innermost first: the first exact, the others
-// return addresses. Returns how many.
+// return addresses. Returns how many. `cache`, when given, is the calling thread's
+// memo of the rules at return addresses (the sample handler's; see RulesCache).
 SPANPROF_UNINSTRUMENTED inline int walk_stack(cfi::Registers regs, std::uint64_t stack_top, void** frames,
-                                              int max_depth) noexcept {
+                                              int max_depth, cfi::RulesCache* cache = nullptr) noexcept {
   using namespace cfi;
   if (max_depth <= 0 || !regs.has(rip) || !regs.has(rsp)) return 0;
   StackReader reader(regs.value[rsp], stack_top);
@@ -290,7 +291,12 @@ SPANPROF_UNINSTRUMENTED inline int walk_stack(cfi::Registers regs, std::uint64_t
     Registers caller;
     Step step = Step::failed;
     bool signal_frame = false;
-    if (have_object && find_rules(object, lookup, cie, rules)) {
+    if (have_object && cache != nullptr && cache->find(lookup, object.header, rules)) {
+      step = step_with_rules(rules, regs, reader, caller);
+      signal_frame = rules.signal_frame;
+    } else if (have_object && find_rules(object, lookup, cie, rules)) {
+      // The interrupted instruction varies from sample to sample; its callers do not.
+      if (cache != nullptr && !exact) cache->store(lookup, object.header, rules);
       step = step_with_rules(rules, regs, reader, caller);
       signal_frame = rules.signal_frame;
     } else {

@@ -498,7 +498,7 @@ class ThreadStackSampler {
   int walk_interrupted_stack(const void* ucontext, void** trace) noexcept {
 #if SPANPROF_HAS_CFI_WALKER
     // Call frame information, read without a lock (capture/stack_walker.hpp).
-    return walk_stack(registers_from_ucontext(ucontext), stack_top_, trace, settings_.max_depth);
+    return walk_stack(registers_from_ucontext(ucontext), stack_top_, trace, settings_.max_depth, &rules_cache_);
 #else
     // gperftools' unwinder. Depending on the unwind method the trace begins with
     // this handler and the kernel's signal trampoline (libunwind) or directly at
@@ -653,6 +653,9 @@ class ThreadStackSampler {
     std::uint32_t generation = 0;
     std::int64_t cpu_ns = 0;
   } ticker_;
+#if SPANPROF_HAS_CFI_WALKER
+  cfi::RulesCache rules_cache_;  // the handler's only
+#endif
 
  public:
   ThreadStackSampler* registry_prev = nullptr;  // linked under StackSamplerList's mutex
