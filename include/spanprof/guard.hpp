@@ -259,13 +259,31 @@ class ScopedProfile {
     start_ns_ = monotonic_ns();
   }
 
+  // Span names are a few bytes: copied in overlapping words. std::memcpy of a size
+  // only known to be below max_span_name compiles to `rep movs`, whose start-up was
+  // most of the opening guard's own time in a busy server (perf, 2026-11-27).
+  static void copy_name(char* to, const char* from, std::size_t n) noexcept {
+    if (n >= 16) {
+      for (std::size_t at = 0; at + 16 <= n; at += 16) std::memcpy(to + at, from + at, 16);
+      std::memcpy(to + n - 16, from + n - 16, 16);
+    } else if (n >= 8) {
+      std::memcpy(to, from, 8);
+      std::memcpy(to + n - 8, from + n - 8, 8);
+    } else if (n >= 4) {
+      std::memcpy(to, from, 4);
+      std::memcpy(to + n - 4, from + n - 4, 4);
+    } else {
+      for (std::size_t at = 0; at < n; ++at) to[at] = from[at];
+    }
+  }
+
   SPANPROF_NOINLINE void begin(const detail::RunningConfig& config, const SpanContext& span,
                                std::string_view span_name, ProfileKinds kinds, bool triggered) noexcept {
     span_ = span;
     triggered_ = triggered;
     uncaught_at_open_ = std::uncaught_exceptions();
     name_length_ = static_cast<std::uint8_t>(span_name.size() < max_span_name ? span_name.size() : max_span_name);
-    if (name_length_ != 0) std::memcpy(name_, span_name.data(), name_length_);
+    copy_name(name_, span_name.data(), name_length_);
     const bool classic_cpu = kinds.contains(ProfileKind::cpu) && config.cpu_engine == CpuEngine::classic;
     if (SPANPROF_UNLIKELY(classic_cpu)) open_classic();
     // The thread's stack sampler records CPU ticks (sampling engine) and wall ticks.
