@@ -500,8 +500,10 @@ SPANPROF_UNINSTRUMENTED inline bool find_rules(const ObjectIndex& object, std::u
 // through the object's FDE table and a run of the FDE's instructions: a dozen
 // cache lines per frame, cold by the next sample 10 ms later. From the memo a
 // frame costs one line. Keyed by the address and the object's .eh_frame_hdr, so
-// an object unloaded and another loaded in its place miss; rules that need a DWARF
-// expression are never kept (they point into the object's data). Direct-mapped,
+// an object unloaded and another loaded in its place miss (unless its table lands
+// at the very same address: a wrong caller at worst, the walker checks every stack
+// read); rules that need a DWARF expression are never kept (they point into the
+// object's data). Direct-mapped,
 // written and read only by its thread's sample signal handler, which the signal
 // does not interrupt: no atomics needed. 8 KiB.
 class RulesCache {
