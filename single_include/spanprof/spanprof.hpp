@@ -3702,14 +3702,13 @@ SPANPROF_UNINSTRUMENTED inline bool find_rules(const ObjectIndex& object, std::u
 // an object unloaded and another loaded in its place miss (unless its table lands
 // at the very same address: a wrong caller at worst, the walker checks every stack
 // read); rules that need a DWARF expression are never kept (they point into the
-// object's data). Direct-mapped,
-// written and read only by its thread's sample signal handler, which the signal
-// does not interrupt: no atomics needed. 8 KiB.
+// object's data). Direct-mapped, written and read only by its thread's sample
+// signal handler, which the signal does not interrupt: no atomics needed. 8 KiB.
 class RulesCache {
  public:
   SPANPROF_UNINSTRUMENTED bool find(std::uint64_t pc, const std::uint8_t* header, FrameRules& rules) const noexcept {
     const Entry& e = entries_[slot(pc)];
-    if (e.pc != pc || e.header != header || pc == 0) return false;
+    if (e.pc != pc || e.header != header) return false;  // an empty slot: pc 0, which no walk looks up
     rules.reset(e.signal_frame);
     rules.cfa_register = e.cfa_register;
     rules.cfa_offset = e.cfa_offset;
