@@ -7,9 +7,11 @@
 #include <spanprof/spanprof.hpp>
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
+#include <thread>
 #include <type_traits>
 
 using spanprof_test::Collector;
@@ -208,6 +210,22 @@ TEST_CASE("a slow-span policy keeps the slow span, labelled slow, and discards t
   REQUIRE(profiles_of(collector, slow).size() == 1);
   check_reason(profiles_of(collector, slow)[0], "slow");
   CHECK(profiles_of(collector, fast).empty());
+}
+
+TEST_CASE("a span kept as slow with not one sample is counted and said, never silently missing", "[tail]") {
+  Collector collector(options_with(std::make_shared<spanprof::KeepSlowSpans>(std::chrono::milliseconds(20))));
+  const auto before = spanprof::stats();
+  const auto waiting = span_number(545);
+  {
+    spanprof::ScopedProfile guard(waiting, "GET /waits");
+    std::this_thread::sleep_for(std::chrono::milliseconds(40));  // slow, and no CPU to sample
+  }
+  spanprof::flush();
+  const auto after = spanprof::stats();
+  CHECK(profiles_of(collector, waiting).empty());
+  CHECK(after.kept_slow - before.kept_slow == 1);
+  CHECK(after.kept_without_samples - before.kept_without_samples == 1);
+  CHECK(collector.has_error(spanprof::ErrorCode::no_samples, "kept as slow"));
 }
 
 TEST_CASE("the adaptive trigger profiles the next spans of a name whose latency jumped", "[trigger]") {

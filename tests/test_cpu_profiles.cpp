@@ -72,6 +72,7 @@ TEST_CASE("concurrent spans on four threads each get exactly their own samples",
     // Every sample is in this thread's own hot function (on the stack: the
     // function's own calls count), none in another thread's.
     CHECK(share_on_stack(p, hot_names[t]) >= 0.95);
+    INFO(spanprof_test::leaf_summary(p));  // a failed share says where the rest went
     CHECK(share_of_leaf(p, hot_names[t]) >= 0.9);
     for (unsigned other = 0; other < 4; ++other)
       if (other != t) CHECK(share_on_stack(p, hot_names[other]) == 0.0);

@@ -422,7 +422,13 @@ class ScopedProfile {
     if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) open_wall(*sampler, config);
     ticket_ = sampler->push(kinds);
     if (SPANPROF_UNLIKELY(!ticket_.valid())) return too_deep(*sampler, kinds);
-    if (kinds.contains(ProfileKind::cpu)) sampler->counters().add(detail::Counter::cpu_guards_opened, 1);
+    if (kinds.contains(ProfileKind::cpu)) {
+      sampler->counters().add(detail::Counter::cpu_guards_opened, 1);
+      // The ticker watches POSIX-timer threads for points the kernel is late with.
+      if (SPANPROF_UNLIKELY(detail::ticker_parked().load(std::memory_order_relaxed)) &&
+          sampler->source() == CpuSampleSource::posix_timer)
+        detail::wall_ticker().watch_cpu();
+    }
     state_ = State::sampling;
   }
 
@@ -460,6 +466,7 @@ class ScopedProfile {
       hand_over(sampler, used, dropped, kinds, log_start);
     } else {
       sampler->counters().add(detail::Counter::spans_without_samples, 1);
+      if (SPANPROF_UNLIKELY(reason_ != ProfileReason::sampled)) detail::kept_without_samples(reason_, duration_ns_);
     }
     sampler->span_closed();
   }

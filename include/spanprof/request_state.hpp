@@ -26,6 +26,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -42,6 +43,22 @@ constexpr Counter kept_counter(ProfileReason reason) noexcept {
 static_assert(static_cast<std::size_t>(Counter::kept_triggered) - static_cast<std::size_t>(Counter::kept_sampled) + 1 ==
                   profile_reason_count,
               "one kept_* counter per ProfileReason, in its order");
+
+// A span kept for what happened to it (slow, erroring, triggered) made no profile:
+// not one sample. Counted and said, so that a missing profile is never silent; a
+// span kept only because it was sampled is counted in spans_without_samples alone
+// (most short requests of a server are).
+SPANPROF_NOINLINE inline void kept_without_samples(ProfileReason reason, std::int64_t duration_ns) noexcept {
+  if (reason == ProfileReason::sampled) return;
+  count(Counter::kept_without_samples);
+  char message[192];
+  std::snprintf(message, sizeof message,
+                "a span kept as %.*s (%.1f ms) had not one sample, so no profile was made: shorter than the "
+                "sampling period, or waiting rather than running (docs/sampling.md)",
+                static_cast<int>(to_string(reason).size()), to_string(reason).data(),
+                static_cast<double>(duration_ns) / 1e6);
+  report_error(ErrorCode::no_samples, message);
+}
 
 class RequestState {
  public:
@@ -232,11 +249,12 @@ class RequestState {
       return false;
     }
     count(kept_counter(decision.reason));
-    bool handed_over = false;
+    bool handed_over = false, any_records = false;
     std::lock_guard<std::mutex> lock(mutex_);
     for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::wall, ProfileKind::heap}) {
       Recorded& recorded = recorded_[static_cast<std::size_t>(kind)];
       if (!kinds_.contains(kind) || recorded.records.empty()) continue;
+      any_records = true;
       SPANPROF_TRY {
         auto pending = captured_profile_pool().acquire();
         RawProfile& profile = pending->profile;
@@ -256,6 +274,7 @@ class RequestState {
         report_error(ErrorCode::internal, "out of memory handing over a request's profile; dropped");
       }
     }
+    if (!any_records) kept_without_samples(decision.reason, duration);
     return handed_over;
   }
 

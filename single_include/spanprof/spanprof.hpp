@@ -232,6 +232,7 @@ enum class ErrorCode : std::uint8_t {
   timed_out,              // flush() or shutdown() ended at its timeout with profiles still pending
   not_running,            // spanprof is compiled out (SPANPROF_ENABLED=0) or did not start
   span_moved,             // a guard closed on another thread than it opened, or out of order: its samples were dropped
+  no_samples,             // a span kept as slow, erroring or triggered had not one sample: no profile was made
   process_context_failed, // the OTEL_CTX process context (OTEP 4719) could not be published
   internal,               // an exception escaped a component and was contained
 };
@@ -255,6 +256,7 @@ constexpr std::string_view to_string(ErrorCode code) noexcept {
     case ErrorCode::timed_out: return "timed_out";
     case ErrorCode::not_running: return "not_running";
     case ErrorCode::span_moved: return "span_moved";
+    case ErrorCode::no_samples: return "no_samples";
     case ErrorCode::process_context_failed: return "process_context_failed";
     case ErrorCode::internal: return "internal";
   }
@@ -1352,6 +1354,7 @@ enum class Counter : std::uint8_t {
   wall_samples_dropped,   // written by the sample signal handler only
   wall_ticks_signalled,   // the wall ticker's: ticks that sent a thread the sample signal
   wall_ticks_confirmed,   // the wall ticker's: ticks that found a thread still blocked, no signal sent
+  cpu_ticks_watched,      // the ticker's: CPU ticks it sent for a POSIX timer point the kernel had not delivered
   heap_guards_opened,
   heap_samples_captured,
   heap_samples_dropped,
@@ -1364,6 +1367,7 @@ enum class Counter : std::uint8_t {
   kept_error,
   kept_triggered,
   discarded_by_tail_policy,
+  kept_without_samples,   // kept as slow, error or triggered, with not one sample: no profile
   discarded_explicitly,   // ScopedProfile::discard(), or a span that ended elsewhere
   requests_abandoned,     // requests whose last handle went without end(): delivered as they were
   // the OpenTelemetry integration's zero-code-change mode
@@ -2875,6 +2879,7 @@ SPANPROF_NAMESPACE_END
 #if SPANPROF_ENABLED
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <csignal>
@@ -2968,7 +2973,7 @@ class CpuTickSource {
   // Starts the ticks; the periods start afresh. False when there is no source or
   // the kernel refused.
   bool start() noexcept {
-    cpu_mark_ = 0;
+    cpu_mark_.store(0, std::memory_order_relaxed);
     cpu_period_ = 0;
     tick_cpu_ns_ = 0;
     if (perf_fd_ >= 0) return schedule_next_tick() && ::ioctl(perf_fd_, PERF_EVENT_IOC_ENABLE, 0) == 0;
@@ -2984,6 +2989,12 @@ class CpuTickSource {
       itimerspec stop{};
       ::timer_settime(timer_, 0, &stop, nullptr);
     }
+  }
+
+  // The POSIX timer's next sampling point on the thread's CPU clock, for the ticker
+  // to read from its thread (0: none, or another source).
+  std::int64_t next_point_ns() const noexcept {
+    return has_timer_ ? static_cast<std::int64_t>(cpu_mark_.load(std::memory_order_relaxed)) : 0;
   }
 
   // The signal `info` describes is one of this source's ticks (async-signal-safe).
@@ -3055,8 +3066,9 @@ class CpuTickSource {
       // (the sample count; the CPU value is the clock's, as for every tick).
       // The next point is drawn from the last one, never from the late signal.
       std::uint64_t passed = 0;
-      std::int64_t next = static_cast<std::int64_t>(cpu_mark_);
-      if (cpu_mark_ == 0) {
+      const std::uint64_t mark = cpu_mark_.load(std::memory_order_relaxed);
+      std::int64_t next = static_cast<std::int64_t>(mark);
+      if (mark == 0) {
         next = now_ns + random_interval_ns(random_, period_ns_);  // armed afresh
       } else {
         constexpr std::uint64_t most_periods = 256;  // beyond: the thread ran with the signal held
@@ -3067,7 +3079,7 @@ class CpuTickSource {
         if (next <= now_ns) next = now_ns + random_interval_ns(random_, period_ns_);
       }
       periods = passed;
-      cpu_mark_ = static_cast<std::uint64_t>(next);
+      cpu_mark_.store(static_cast<std::uint64_t>(next), std::memory_order_relaxed);
       itimerspec spec{};
       spec.it_value.tv_sec = next / 1'000'000'000;
       spec.it_value.tv_nsec = next % 1'000'000'000;
@@ -3119,7 +3131,9 @@ class CpuTickSource {
   bool has_timer_ = false;
   CpuSampleSource source_ = CpuSampleSource::automatic;
   std::uint64_t random_;        // the handler's: the next CPU period
-  std::uint64_t cpu_mark_ = 0;  // timer: its next expiry (0: armed afresh)
+  // Timer: its next expiry on the thread's CPU clock (0: armed afresh). The ticker
+  // reads it to find a point the kernel has not delivered (next_point_ns).
+  std::atomic<std::uint64_t> cpu_mark_{0};
   std::int64_t cpu_period_ = 0; // perf: the period set at the last tick (0: unknown, after a disarm)
   std::int64_t tick_cpu_ns_ = 0;  // the thread's CPU clock at the last sample (0: since the arm, none)
 };
@@ -4346,6 +4360,10 @@ inline std::int64_t realtime_now_ns() noexcept {
 // is dropped.
 inline constexpr std::uint64_t wall_tick_tag = 0x5350'574Cull << 32;  // "SPWL"
 
+// What the ticker's CPU tick carries: the POSIX timer's sampling point it saw the
+// thread's CPU clock pass, which the kernel had not delivered yet (cpu_watch).
+inline constexpr std::uint64_t cpu_tick_tag = 0x5350'4350ull << 32;  // "SPCP"
+
 inline std::uintptr_t interrupted_pc(const void* ucontext) noexcept {
   const auto* uc = static_cast<const ucontext_t*>(ucontext);
 #if defined(__x86_64__)
@@ -4571,10 +4589,15 @@ class ThreadStackSampler {
     if (SPANPROF_UNLIKELY(signal_blocked_.load(std::memory_order_relaxed))) return;
     if (info->si_code == SI_QUEUE && info->si_pid == pid_) {
       const auto value = reinterpret_cast<std::uintptr_t>(info->si_value.sival_ptr);
-      if ((value & ~std::uint64_t{0xFFFF'FFFF}) == wall_tick_tag) on_wall_tick(static_cast<std::uint32_t>(value), ucontext);
-      return;
+      const std::uint64_t tag = value & ~std::uint64_t{0xFFFF'FFFF};
+      if (tag == wall_tick_tag) return on_wall_tick(static_cast<std::uint32_t>(value), ucontext);
+      // The ticker's CPU tick: the timer's point passed unseen by the kernel. It is
+      // a tick like the timer's own (whichever comes first takes the sample; the
+      // other finds no point passed).
+      if (tag != cpu_tick_tag) return;
+    } else if (!cpu_.is_tick(info)) {
+      return;  // not our source's: someone else's signal
     }
-    if (!cpu_.is_tick(info)) return;  // not our source's: someone else's signal
     cpu_ticks_handled_.store(cpu_ticks_handled_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     // The next period starts now, before the unwinding: the CPU time this handler
     // takes counts toward it. (Drawn at the end, each sample's handler time would
@@ -4633,6 +4656,49 @@ class ThreadStackSampler {
   }
   pid_t thread_id() const noexcept { return tid_; }
 
+  // ---- the ticker's side (its thread only, under the sampler list's mutex) ----
+
+  // The CPU watch, for the POSIX timer. The kernel checks a CPU timer only at a
+  // scheduler tick that finds the thread on its core: with more runnable threads
+  // than cores a thread's slices can fall between ticks, and a sampling point is
+  // then delivered tens or hundreds of milliseconds of the thread's CPU late, in
+  // whatever span is open by then. The ticker reads the thread's CPU clock at
+  // short wall intervals and, when it has passed the timer's point by more than
+  // the slack below, sends the tick itself: once per point, and only to a thread on
+  // its core. Between spans too: a point passed there and delivered late would land
+  // in the next span, with the time between in its weight. True when it signalled.
+  bool cpu_watch() noexcept {
+    if (!armed() || signal_blocked_.load(std::memory_order_relaxed) ||
+        sample_signal_lost().load(std::memory_order_relaxed) == settings_.signal_number)
+      return false;
+    const std::int64_t point = cpu_.next_point_ns();
+    if (point == 0 || point == ticker_.cpu_point_signalled) return false;
+    const std::int64_t cpu_ns = thread_cpu_ns(tid_);
+    if (cpu_ns < point + cpu_watch_slack_ns()) return false;
+    // Only while it is on a core: a thread's CPU clock moves between two reads then,
+    // and stands still while it waits for a core or blocks. A thread signalled off
+    // its core would take the sample where it was preempted, mostly at the system
+    // call that let the scheduler in, not where its CPU went; a blocked one would
+    // see its call interrupted.
+    if (thread_cpu_ns(tid_) == cpu_ns) return false;
+    if (!send_tick(cpu_tick_tag)) return false;
+    ticker_.cpu_point_signalled = point;
+    return true;
+  }
+
+  // How late the kernel may be with a point before the ticker sends it: half a
+  // period, at most 2 ms. Sooner, and the ticker would mostly race the kernel's own
+  // tick on a machine with a core to spare; and its signals, which wait for the
+  // thread's next instant on a core, land more often than the kernel's at the
+  // system call that let the scheduler in (measured: 4 threads on 2 cores, a hot
+  // loop that reads its CPU clock, 10 % of the samples in clock_gettime at no slack).
+  std::int64_t cpu_watch_slack_ns() const noexcept { return std::min<std::int64_t>(settings_.period_ns / 2, 2'000'000); }
+
+  // Whether the CPU watch looks at this thread (an armed POSIX timer), and whether
+  // it has a span open now (the ticker parks once none has for a while).
+  bool cpu_watch_wanted() const noexcept { return cpu_.next_point_ns() != 0 && armed(); }
+  bool span_open_now() const noexcept { return top_.load(std::memory_order_relaxed) != 0; }
+
   // ---- the wall ticker's side (its thread only, under the sampler list's mutex) ----
 
   // One wall tick for this thread: nothing when it has no wall span open; when it is
@@ -4666,13 +4732,7 @@ class ThreadStackSampler {
       ticker_.cpu_ns = cpu_ns;
       return WallTick::confirmed;
     }
-    siginfo_t info{};
-    info.si_signo = settings_.signal_number;
-    info.si_code = SI_QUEUE;
-    info.si_pid = pid_;
-    info.si_uid = ::getuid();
-    info.si_value.sival_ptr = reinterpret_cast<void*>(static_cast<std::uintptr_t>(wall_tick_tag | generation));
-    if (::syscall(SYS_rt_tgsigqueueinfo, pid_, tid_, settings_.signal_number, &info) != 0) {
+    if (!send_tick(wall_tick_tag | generation)) {
       ticker_.sampled_blocked = false;
       return WallTick::failed;  // the thread exited, or its signal queue is full
     }
@@ -4684,6 +4744,17 @@ class ThreadStackSampler {
   }
 
  private:
+  // The ticker's signal to this thread, carrying `value` (a tag and its data).
+  bool send_tick(std::uint64_t value) noexcept {
+    siginfo_t info{};
+    info.si_signo = settings_.signal_number;
+    info.si_code = SI_QUEUE;
+    info.si_pid = pid_;
+    info.si_uid = ::getuid();
+    info.si_value.sival_ptr = reinterpret_cast<void*>(static_cast<std::uintptr_t>(value));
+    return ::syscall(SYS_rt_tgsigqueueinfo, pid_, tid_, settings_.signal_number, &info) == 0;
+  }
+
   // Returns the count before.
   std::uint32_t decrement_wall_spans() noexcept {
     std::uint32_t open = wall_spans_.load(std::memory_order_relaxed);
@@ -4891,6 +4962,7 @@ class ThreadStackSampler {
     BlockedSite site;
     std::uint32_t generation = 0;
     std::int64_t cpu_ns = 0;
+    std::int64_t cpu_point_signalled = 0;  // the CPU watch's last point sent
   } ticker_;
 #if SPANPROF_HAS_CFI_WALKER
   cfi::RulesCache rules_cache_;  // the handler's only
@@ -5993,6 +6065,7 @@ SPANPROF_NAMESPACE_END
 
 #if SPANPROF_ENABLED
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -6006,11 +6079,19 @@ SPANPROF_NAMESPACE_END
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
 
+// Whether the ticker is parked (or not started): a guard that opens a CPU span on a
+// POSIX-timer thread then wakes it (WallTicker::watch_cpu). A plain flag, so the
+// guard's look costs one load.
+SPANPROF_API inline std::atomic<bool>& ticker_parked() noexcept {
+  static std::atomic<bool> parked{true};
+  return parked;
+}
+
 class WallTicker {
  public:
-  // How long the ticker keeps ticking after the last wall span closed, before it
-  // parks: a service whose threads go briefly idle between requests never wakes
-  // it with a system call.
+  // How long the ticker keeps ticking after the last wall span closed, or the last
+  // CPU span it watched, before it parks: a service whose threads go briefly idle
+  // between requests never wakes it with a system call.
   static constexpr std::chrono::milliseconds linger{1000};
 
   // A thread opened its first wall span: count it, and make sure the ticker runs.
@@ -6025,6 +6106,17 @@ class WallTicker {
   // A thread closed its last wall span.
   void thread_ended_wall_span() noexcept { threads_.fetch_sub(1, std::memory_order_seq_cst); }
 
+  // A CPU span opened on a thread sampled by a POSIX CPU timer while the ticker was
+  // parked: the CPU watch (ThreadStackSampler::cpu_watch) starts again.
+  void watch_cpu() noexcept {
+    if (SPANPROF_UNLIKELY(!started_.load(std::memory_order_acquire))) start();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      cpu_wanted_ = true;
+    }
+    wake_.notify_one();
+  }
+
   std::uint32_t threads_in_wall_spans() const noexcept { return threads_.load(std::memory_order_relaxed); }
 
   // In a forked child: the ticker thread stayed in the parent. The next wall span
@@ -6035,6 +6127,8 @@ class WallTicker {
     threads_.store(open_here ? 1 : 0, std::memory_order_relaxed);
     started_.store(false, std::memory_order_relaxed);
     parked_.store(false, std::memory_order_relaxed);
+    cpu_wanted_ = false;
+    ticker_parked().store(true, std::memory_order_relaxed);
   }
 
  private:
@@ -6045,7 +6139,7 @@ class WallTicker {
       std::thread([this] { run(); }).detach();  // lives as long as the process
       started_.store(true, std::memory_order_release);
     } SPANPROF_CATCH_ALL {
-      report_error(ErrorCode::sampler_failed, "cannot start the wall-clock ticker thread; wall profiles stay empty");
+      report_error(ErrorCode::sampler_failed, "cannot start the ticker thread; wall profiles stay empty");
     }
   }
 
@@ -6060,54 +6154,94 @@ class WallTicker {
     sigset_t all;
     sigfillset(&all);
     ::pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    ticker_parked().store(false, std::memory_order_seq_cst);
     std::uint64_t random = 0x2545F4914F6CDD1Dull ^ static_cast<std::uint64_t>(monotonic_now_ns());
-    std::int64_t idle_since = monotonic_now_ns();
+    std::int64_t now = monotonic_now_ns();
+    std::int64_t last_busy = now;  // the last look that found a wall span or a CPU span open
+    std::int64_t next_wall = now;
+    Look look;
     for (;;) {
-      if (threads_.load(std::memory_order_seq_cst) == 0) {
-        if (monotonic_now_ns() - idle_since >= std::chrono::nanoseconds(linger).count()) park();
-      } else {
-        idle_since = monotonic_now_ns();
+      const bool wall = threads_.load(std::memory_order_seq_cst) != 0;
+      if (wall || look.span_open) {
+        last_busy = now;
+      } else if (now - last_busy >= std::chrono::nanoseconds(linger).count()) {
+        park();
+        now = monotonic_now_ns();
+        last_busy = next_wall = now;
       }
       const std::int64_t mean = mean_period_ns_.load(std::memory_order_relaxed);
-      const std::int64_t interval = random_interval_ns(random, mean);
+      // Wall ticks at random intervals (random_interval_ns says why); CPU watches at
+      // a quarter of the CPU period, so a point the kernel missed is sent at most
+      // that late, on the wall clock.
+      if (next_wall <= now) next_wall = now + random_interval_ns(random, mean);
+      std::int64_t until = wall ? next_wall : now + look.watch_interval_ns;
+      if (now + look.watch_interval_ns < until) until = now + look.watch_interval_ns;
+      const std::int64_t interval = until > now ? until - now : 0;
       timespec sleep{static_cast<time_t>(interval / 1'000'000'000), static_cast<long>(interval % 1'000'000'000)};
       while (::nanosleep(&sleep, &sleep) != 0 && errno == EINTR) {
       }
-      tick(mean);
+      now = monotonic_now_ns();
+      const bool wall_due = wall && now >= next_wall;
+      look = tick(now, wall_due, mean);
+      if (wall_due) next_wall = now;  // drawn anew above
     }
   }
 
   void park() noexcept {
     std::unique_lock<std::mutex> lock(mutex_);
     parked_.store(true, std::memory_order_seq_cst);
-    wake_.wait(lock, [&] { return threads_.load(std::memory_order_seq_cst) != 0; });
+    ticker_parked().store(true, std::memory_order_seq_cst);
+    cpu_wanted_ = false;
+    // A CPU span whose guard looked just before the flag was set went unwatched:
+    // the ticker looks again after a while anyway.
+    wake_.wait_for(lock, linger, [&] { return cpu_wanted_ || threads_.load(std::memory_order_seq_cst) != 0; });
+    cpu_wanted_ = false;
+    ticker_parked().store(false, std::memory_order_seq_cst);
     parked_.store(false, std::memory_order_seq_cst);
   }
 
-  void tick(std::int64_t mean_period_ns) noexcept {
-    const std::int64_t now = monotonic_now_ns();
-    std::uint64_t signalled = 0, confirmed = 0;
+  // What one look found: whether any thread had a CPU span open, and when to look
+  // again for the CPU watch.
+  struct Look {
+    bool span_open = false;
+    std::int64_t watch_interval_ns = 10'000'000;
+  };
+
+  // One look at every thread: wall ticks when due, the CPU watch always.
+  Look tick(std::int64_t now, bool wall_due, std::int64_t mean_period_ns) noexcept {
+    std::uint64_t signalled = 0, confirmed = 0, cpu_ticks = 0;
+    Look look;
     {
       // The list's mutex keeps each sampler alive while it is looked at (a thread
       // removes its sampler under it before freeing it).
       StackSamplerList& list = stack_sampler_list();
       std::lock_guard<std::mutex> lock(list.mutex);
       for (ThreadStackSampler* sampler = list.head; sampler != nullptr; sampler = sampler->registry_next) {
-        switch (sampler->wall_tick(now, mean_period_ns)) {
-          case ThreadStackSampler::WallTick::signalled: ++signalled; break;
-          case ThreadStackSampler::WallTick::confirmed: ++confirmed; break;
-          default: break;
+        if (wall_due) {
+          switch (sampler->wall_tick(now, mean_period_ns)) {
+            case ThreadStackSampler::WallTick::signalled: ++signalled; break;
+            case ThreadStackSampler::WallTick::confirmed: ++confirmed; break;
+            default: break;
+          }
         }
+        if (!sampler->cpu_watch_wanted()) continue;
+        if (sampler->cpu_watch()) ++cpu_ticks;
+        if (sampler->span_open_now()) look.span_open = true;
+        const std::int64_t interval = std::max<std::int64_t>(sampler->settings().period_ns / 4, 1'000'000);
+        if (interval < look.watch_interval_ns) look.watch_interval_ns = interval;
       }
     }
     if (signalled != 0) count(Counter::wall_ticks_signalled, signalled);
     if (confirmed != 0) count(Counter::wall_ticks_confirmed, confirmed);
+    if (cpu_ticks != 0) count(Counter::cpu_ticks_watched, cpu_ticks);
+    return look;
   }
 
   std::atomic<std::uint32_t> threads_{0};  // threads with a wall span open
   std::atomic<std::int64_t> mean_period_ns_{10'000'000};
   std::atomic<bool> started_{false};
   std::atomic<bool> parked_{false};
+  bool cpu_wanted_ = false;  // under mutex_: a guard asked for the CPU watch
   std::mutex mutex_;
   std::condition_variable wake_;
 };
@@ -7299,6 +7433,7 @@ __attribute__((visibility("default"))) inline thread_local const void* otel_thre
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -7315,6 +7450,22 @@ constexpr Counter kept_counter(ProfileReason reason) noexcept {
 static_assert(static_cast<std::size_t>(Counter::kept_triggered) - static_cast<std::size_t>(Counter::kept_sampled) + 1 ==
                   profile_reason_count,
               "one kept_* counter per ProfileReason, in its order");
+
+// A span kept for what happened to it (slow, erroring, triggered) made no profile:
+// not one sample. Counted and said, so that a missing profile is never silent; a
+// span kept only because it was sampled is counted in spans_without_samples alone
+// (most short requests of a server are).
+SPANPROF_NOINLINE inline void kept_without_samples(ProfileReason reason, std::int64_t duration_ns) noexcept {
+  if (reason == ProfileReason::sampled) return;
+  count(Counter::kept_without_samples);
+  char message[192];
+  std::snprintf(message, sizeof message,
+                "a span kept as %.*s (%.1f ms) had not one sample, so no profile was made: shorter than the "
+                "sampling period, or waiting rather than running (docs/sampling.md)",
+                static_cast<int>(to_string(reason).size()), to_string(reason).data(),
+                static_cast<double>(duration_ns) / 1e6);
+  report_error(ErrorCode::no_samples, message);
+}
 
 class RequestState {
  public:
@@ -7505,11 +7656,12 @@ class RequestState {
       return false;
     }
     count(kept_counter(decision.reason));
-    bool handed_over = false;
+    bool handed_over = false, any_records = false;
     std::lock_guard<std::mutex> lock(mutex_);
     for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::wall, ProfileKind::heap}) {
       Recorded& recorded = recorded_[static_cast<std::size_t>(kind)];
       if (!kinds_.contains(kind) || recorded.records.empty()) continue;
+      any_records = true;
       SPANPROF_TRY {
         auto pending = captured_profile_pool().acquire();
         RawProfile& profile = pending->profile;
@@ -7529,6 +7681,7 @@ class RequestState {
         report_error(ErrorCode::internal, "out of memory handing over a request's profile; dropped");
       }
     }
+    if (!any_records) kept_without_samples(decision.reason, duration);
     return handed_over;
   }
 
@@ -8082,7 +8235,13 @@ class ScopedProfile {
     if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) open_wall(*sampler, config);
     ticket_ = sampler->push(kinds);
     if (SPANPROF_UNLIKELY(!ticket_.valid())) return too_deep(*sampler, kinds);
-    if (kinds.contains(ProfileKind::cpu)) sampler->counters().add(detail::Counter::cpu_guards_opened, 1);
+    if (kinds.contains(ProfileKind::cpu)) {
+      sampler->counters().add(detail::Counter::cpu_guards_opened, 1);
+      // The ticker watches POSIX-timer threads for points the kernel is late with.
+      if (SPANPROF_UNLIKELY(detail::ticker_parked().load(std::memory_order_relaxed)) &&
+          sampler->source() == CpuSampleSource::posix_timer)
+        detail::wall_ticker().watch_cpu();
+    }
     state_ = State::sampling;
   }
 
@@ -8120,6 +8279,7 @@ class ScopedProfile {
       hand_over(sampler, used, dropped, kinds, log_start);
     } else {
       sampler->counters().add(detail::Counter::spans_without_samples, 1);
+      if (SPANPROF_UNLIKELY(reason_ != ProfileReason::sampled)) detail::kept_without_samples(reason_, duration_ns_);
     }
     sampler->span_closed();
   }
@@ -8923,6 +9083,9 @@ struct Stats {
   std::uint64_t wall_samples_captured = 0;
   std::uint64_t wall_samples_dropped = 0;  // lost to a full per-thread buffer
   std::uint64_t wall_ticks_signalled = 0;  // ticks that sent a thread the sample signal
+  // CPU ticks the ticker sent: the thread's CPU clock had passed its POSIX timer's
+  // sampling point, which the kernel had not delivered (docs/engines.md, under load).
+  std::uint64_t cpu_ticks_watched = 0;
   std::uint64_t wall_ticks_confirmed = 0;  // ticks that found a thread still blocked: no signal, no EINTR
   std::uint64_t heap_guards_opened = 0;    // guards that started a heap profile (either heap engine)
   std::uint64_t heap_samples_captured = 0; // allocations recorded by the sampling heap engine
@@ -8935,6 +9098,10 @@ struct Stats {
   std::uint64_t kept_slow = 0;
   std::uint64_t kept_error = 0;
   std::uint64_t kept_triggered = 0;
+  // Kept as slow, erroring or triggered but with not one sample, so no profile was
+  // made (reported once a second through the error channel, `no_samples`): a span
+  // shorter than the sampling period, or one that mostly waited (add the wall kind).
+  std::uint64_t kept_without_samples = 0;
   std::uint64_t discarded_by_tail_policy = 0;  // recorded, then dropped at close: never symbolized or sent
   std::uint64_t discarded_explicitly = 0;  // ScopedProfile::discard(), or a span that ended elsewhere
   std::uint64_t requests_abandoned = 0;    // spanprof::RequestProfile whose last handle went without end()
@@ -16473,6 +16640,7 @@ class Runtime final : public GuardHost {
     s.wall_samples_captured = c[Counter::wall_samples_captured];
     s.wall_samples_dropped = c[Counter::wall_samples_dropped];
     s.wall_ticks_signalled = c[Counter::wall_ticks_signalled];
+    s.cpu_ticks_watched = c[Counter::cpu_ticks_watched];
     s.wall_ticks_confirmed = c[Counter::wall_ticks_confirmed];
     s.heap_guards_opened = c[Counter::heap_guards_opened];
     s.heap_samples_captured = c[Counter::heap_samples_captured];
@@ -16485,6 +16653,7 @@ class Runtime final : public GuardHost {
     s.kept_slow = c[Counter::kept_slow];
     s.kept_error = c[Counter::kept_error];
     s.kept_triggered = c[Counter::kept_triggered];
+    s.kept_without_samples = c[Counter::kept_without_samples];
     s.discarded_by_tail_policy = c[Counter::discarded_by_tail_policy];
     s.discarded_explicitly = c[Counter::discarded_explicitly];
     s.requests_abandoned = c[Counter::requests_abandoned];

@@ -32,6 +32,7 @@ enum class Counter : std::uint8_t {
   wall_samples_dropped,   // written by the sample signal handler only
   wall_ticks_signalled,   // the wall ticker's: ticks that sent a thread the sample signal
   wall_ticks_confirmed,   // the wall ticker's: ticks that found a thread still blocked, no signal sent
+  cpu_ticks_watched,      // the ticker's: CPU ticks it sent for a POSIX timer point the kernel had not delivered
   heap_guards_opened,
   heap_samples_captured,
   heap_samples_dropped,
@@ -44,6 +45,7 @@ enum class Counter : std::uint8_t {
   kept_error,
   kept_triggered,
   discarded_by_tail_policy,
+  kept_without_samples,   // kept as slow, error or triggered, with not one sample: no profile
   discarded_explicitly,   // ScopedProfile::discard(), or a span that ended elsewhere
   requests_abandoned,     // requests whose last handle went without end(): delivered as they were
   // the OpenTelemetry integration's zero-code-change mode

@@ -29,6 +29,7 @@ enum class ErrorCode : std::uint8_t {
   timed_out,              // flush() or shutdown() ended at its timeout with profiles still pending
   not_running,            // spanprof is compiled out (SPANPROF_ENABLED=0) or did not start
   span_moved,             // a guard closed on another thread than it opened, or out of order: its samples were dropped
+  no_samples,             // a span kept as slow, erroring or triggered had not one sample: no profile was made
   process_context_failed, // the OTEL_CTX process context (OTEP 4719) could not be published
   internal,               // an exception escaped a component and was contained
 };
@@ -52,6 +53,7 @@ constexpr std::string_view to_string(ErrorCode code) noexcept {
     case ErrorCode::timed_out: return "timed_out";
     case ErrorCode::not_running: return "not_running";
     case ErrorCode::span_moved: return "span_moved";
+    case ErrorCode::no_samples: return "no_samples";
     case ErrorCode::process_context_failed: return "process_context_failed";
     case ErrorCode::internal: return "internal";
   }

@@ -28,6 +28,7 @@
 #if SPANPROF_ENABLED
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <csignal>
@@ -121,7 +122,7 @@ class CpuTickSource {
   // Starts the ticks; the periods start afresh. False when there is no source or
   // the kernel refused.
   bool start() noexcept {
-    cpu_mark_ = 0;
+    cpu_mark_.store(0, std::memory_order_relaxed);
     cpu_period_ = 0;
     tick_cpu_ns_ = 0;
     if (perf_fd_ >= 0) return schedule_next_tick() && ::ioctl(perf_fd_, PERF_EVENT_IOC_ENABLE, 0) == 0;
@@ -137,6 +138,12 @@ class CpuTickSource {
       itimerspec stop{};
       ::timer_settime(timer_, 0, &stop, nullptr);
     }
+  }
+
+  // The POSIX timer's next sampling point on the thread's CPU clock, for the ticker
+  // to read from its thread (0: none, or another source).
+  std::int64_t next_point_ns() const noexcept {
+    return has_timer_ ? static_cast<std::int64_t>(cpu_mark_.load(std::memory_order_relaxed)) : 0;
   }
 
   // The signal `info` describes is one of this source's ticks (async-signal-safe).
@@ -208,8 +215,9 @@ class CpuTickSource {
       // (the sample count; the CPU value is the clock's, as for every tick).
       // The next point is drawn from the last one, never from the late signal.
       std::uint64_t passed = 0;
-      std::int64_t next = static_cast<std::int64_t>(cpu_mark_);
-      if (cpu_mark_ == 0) {
+      const std::uint64_t mark = cpu_mark_.load(std::memory_order_relaxed);
+      std::int64_t next = static_cast<std::int64_t>(mark);
+      if (mark == 0) {
         next = now_ns + random_interval_ns(random_, period_ns_);  // armed afresh
       } else {
         constexpr std::uint64_t most_periods = 256;  // beyond: the thread ran with the signal held
@@ -220,7 +228,7 @@ class CpuTickSource {
         if (next <= now_ns) next = now_ns + random_interval_ns(random_, period_ns_);
       }
       periods = passed;
-      cpu_mark_ = static_cast<std::uint64_t>(next);
+      cpu_mark_.store(static_cast<std::uint64_t>(next), std::memory_order_relaxed);
       itimerspec spec{};
       spec.it_value.tv_sec = next / 1'000'000'000;
       spec.it_value.tv_nsec = next % 1'000'000'000;
@@ -272,7 +280,9 @@ class CpuTickSource {
   bool has_timer_ = false;
   CpuSampleSource source_ = CpuSampleSource::automatic;
   std::uint64_t random_;        // the handler's: the next CPU period
-  std::uint64_t cpu_mark_ = 0;  // timer: its next expiry (0: armed afresh)
+  // Timer: its next expiry on the thread's CPU clock (0: armed afresh). The ticker
+  // reads it to find a point the kernel has not delivered (next_point_ns).
+  std::atomic<std::uint64_t> cpu_mark_{0};
   std::int64_t cpu_period_ = 0; // perf: the period set at the last tick (0: unknown, after a disarm)
   std::int64_t tick_cpu_ns_ = 0;  // the thread's CPU clock at the last sample (0: since the arm, none)
 };

@@ -107,6 +107,10 @@ inline std::int64_t realtime_now_ns() noexcept {
 // is dropped.
 inline constexpr std::uint64_t wall_tick_tag = 0x5350'574Cull << 32;  // "SPWL"
 
+// What the ticker's CPU tick carries: the POSIX timer's sampling point it saw the
+// thread's CPU clock pass, which the kernel had not delivered yet (cpu_watch).
+inline constexpr std::uint64_t cpu_tick_tag = 0x5350'4350ull << 32;  // "SPCP"
+
 inline std::uintptr_t interrupted_pc(const void* ucontext) noexcept {
   const auto* uc = static_cast<const ucontext_t*>(ucontext);
 #if defined(__x86_64__)
@@ -332,10 +336,15 @@ class ThreadStackSampler {
     if (SPANPROF_UNLIKELY(signal_blocked_.load(std::memory_order_relaxed))) return;
     if (info->si_code == SI_QUEUE && info->si_pid == pid_) {
       const auto value = reinterpret_cast<std::uintptr_t>(info->si_value.sival_ptr);
-      if ((value & ~std::uint64_t{0xFFFF'FFFF}) == wall_tick_tag) on_wall_tick(static_cast<std::uint32_t>(value), ucontext);
-      return;
+      const std::uint64_t tag = value & ~std::uint64_t{0xFFFF'FFFF};
+      if (tag == wall_tick_tag) return on_wall_tick(static_cast<std::uint32_t>(value), ucontext);
+      // The ticker's CPU tick: the timer's point passed unseen by the kernel. It is
+      // a tick like the timer's own (whichever comes first takes the sample; the
+      // other finds no point passed).
+      if (tag != cpu_tick_tag) return;
+    } else if (!cpu_.is_tick(info)) {
+      return;  // not our source's: someone else's signal
     }
-    if (!cpu_.is_tick(info)) return;  // not our source's: someone else's signal
     cpu_ticks_handled_.store(cpu_ticks_handled_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     // The next period starts now, before the unwinding: the CPU time this handler
     // takes counts toward it. (Drawn at the end, each sample's handler time would
@@ -394,6 +403,49 @@ class ThreadStackSampler {
   }
   pid_t thread_id() const noexcept { return tid_; }
 
+  // ---- the ticker's side (its thread only, under the sampler list's mutex) ----
+
+  // The CPU watch, for the POSIX timer. The kernel checks a CPU timer only at a
+  // scheduler tick that finds the thread on its core: with more runnable threads
+  // than cores a thread's slices can fall between ticks, and a sampling point is
+  // then delivered tens or hundreds of milliseconds of the thread's CPU late, in
+  // whatever span is open by then. The ticker reads the thread's CPU clock at
+  // short wall intervals and, when it has passed the timer's point by more than
+  // the slack below, sends the tick itself: once per point, and only to a thread on
+  // its core. Between spans too: a point passed there and delivered late would land
+  // in the next span, with the time between in its weight. True when it signalled.
+  bool cpu_watch() noexcept {
+    if (!armed() || signal_blocked_.load(std::memory_order_relaxed) ||
+        sample_signal_lost().load(std::memory_order_relaxed) == settings_.signal_number)
+      return false;
+    const std::int64_t point = cpu_.next_point_ns();
+    if (point == 0 || point == ticker_.cpu_point_signalled) return false;
+    const std::int64_t cpu_ns = thread_cpu_ns(tid_);
+    if (cpu_ns < point + cpu_watch_slack_ns()) return false;
+    // Only while it is on a core: a thread's CPU clock moves between two reads then,
+    // and stands still while it waits for a core or blocks. A thread signalled off
+    // its core would take the sample where it was preempted, mostly at the system
+    // call that let the scheduler in, not where its CPU went; a blocked one would
+    // see its call interrupted.
+    if (thread_cpu_ns(tid_) == cpu_ns) return false;
+    if (!send_tick(cpu_tick_tag)) return false;
+    ticker_.cpu_point_signalled = point;
+    return true;
+  }
+
+  // How late the kernel may be with a point before the ticker sends it: half a
+  // period, at most 2 ms. Sooner, and the ticker would mostly race the kernel's own
+  // tick on a machine with a core to spare; and its signals, which wait for the
+  // thread's next instant on a core, land more often than the kernel's at the
+  // system call that let the scheduler in (measured: 4 threads on 2 cores, a hot
+  // loop that reads its CPU clock, 10 % of the samples in clock_gettime at no slack).
+  std::int64_t cpu_watch_slack_ns() const noexcept { return std::min<std::int64_t>(settings_.period_ns / 2, 2'000'000); }
+
+  // Whether the CPU watch looks at this thread (an armed POSIX timer), and whether
+  // it has a span open now (the ticker parks once none has for a while).
+  bool cpu_watch_wanted() const noexcept { return cpu_.next_point_ns() != 0 && armed(); }
+  bool span_open_now() const noexcept { return top_.load(std::memory_order_relaxed) != 0; }
+
   // ---- the wall ticker's side (its thread only, under the sampler list's mutex) ----
 
   // One wall tick for this thread: nothing when it has no wall span open; when it is
@@ -427,13 +479,7 @@ class ThreadStackSampler {
       ticker_.cpu_ns = cpu_ns;
       return WallTick::confirmed;
     }
-    siginfo_t info{};
-    info.si_signo = settings_.signal_number;
-    info.si_code = SI_QUEUE;
-    info.si_pid = pid_;
-    info.si_uid = ::getuid();
-    info.si_value.sival_ptr = reinterpret_cast<void*>(static_cast<std::uintptr_t>(wall_tick_tag | generation));
-    if (::syscall(SYS_rt_tgsigqueueinfo, pid_, tid_, settings_.signal_number, &info) != 0) {
+    if (!send_tick(wall_tick_tag | generation)) {
       ticker_.sampled_blocked = false;
       return WallTick::failed;  // the thread exited, or its signal queue is full
     }
@@ -445,6 +491,17 @@ class ThreadStackSampler {
   }
 
  private:
+  // The ticker's signal to this thread, carrying `value` (a tag and its data).
+  bool send_tick(std::uint64_t value) noexcept {
+    siginfo_t info{};
+    info.si_signo = settings_.signal_number;
+    info.si_code = SI_QUEUE;
+    info.si_pid = pid_;
+    info.si_uid = ::getuid();
+    info.si_value.sival_ptr = reinterpret_cast<void*>(static_cast<std::uintptr_t>(value));
+    return ::syscall(SYS_rt_tgsigqueueinfo, pid_, tid_, settings_.signal_number, &info) == 0;
+  }
+
   // Returns the count before.
   std::uint32_t decrement_wall_spans() noexcept {
     std::uint32_t open = wall_spans_.load(std::memory_order_relaxed);
@@ -652,6 +709,7 @@ class ThreadStackSampler {
     BlockedSite site;
     std::uint32_t generation = 0;
     std::int64_t cpu_ns = 0;
+    std::int64_t cpu_point_signalled = 0;  // the CPU watch's last point sent
   } ticker_;
 #if SPANPROF_HAS_CFI_WALKER
   cfi::RulesCache rules_cache_;  // the handler's only

@@ -28,6 +28,7 @@
 
 #if SPANPROF_ENABLED
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -41,11 +42,19 @@
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
 
+// Whether the ticker is parked (or not started): a guard that opens a CPU span on a
+// POSIX-timer thread then wakes it (WallTicker::watch_cpu). A plain flag, so the
+// guard's look costs one load.
+SPANPROF_API inline std::atomic<bool>& ticker_parked() noexcept {
+  static std::atomic<bool> parked{true};
+  return parked;
+}
+
 class WallTicker {
  public:
-  // How long the ticker keeps ticking after the last wall span closed, before it
-  // parks: a service whose threads go briefly idle between requests never wakes
-  // it with a system call.
+  // How long the ticker keeps ticking after the last wall span closed, or the last
+  // CPU span it watched, before it parks: a service whose threads go briefly idle
+  // between requests never wakes it with a system call.
   static constexpr std::chrono::milliseconds linger{1000};
 
   // A thread opened its first wall span: count it, and make sure the ticker runs.
@@ -60,6 +69,17 @@ class WallTicker {
   // A thread closed its last wall span.
   void thread_ended_wall_span() noexcept { threads_.fetch_sub(1, std::memory_order_seq_cst); }
 
+  // A CPU span opened on a thread sampled by a POSIX CPU timer while the ticker was
+  // parked: the CPU watch (ThreadStackSampler::cpu_watch) starts again.
+  void watch_cpu() noexcept {
+    if (SPANPROF_UNLIKELY(!started_.load(std::memory_order_acquire))) start();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      cpu_wanted_ = true;
+    }
+    wake_.notify_one();
+  }
+
   std::uint32_t threads_in_wall_spans() const noexcept { return threads_.load(std::memory_order_relaxed); }
 
   // In a forked child: the ticker thread stayed in the parent. The next wall span
@@ -70,6 +90,8 @@ class WallTicker {
     threads_.store(open_here ? 1 : 0, std::memory_order_relaxed);
     started_.store(false, std::memory_order_relaxed);
     parked_.store(false, std::memory_order_relaxed);
+    cpu_wanted_ = false;
+    ticker_parked().store(true, std::memory_order_relaxed);
   }
 
  private:
@@ -80,7 +102,7 @@ class WallTicker {
       std::thread([this] { run(); }).detach();  // lives as long as the process
       started_.store(true, std::memory_order_release);
     } SPANPROF_CATCH_ALL {
-      report_error(ErrorCode::sampler_failed, "cannot start the wall-clock ticker thread; wall profiles stay empty");
+      report_error(ErrorCode::sampler_failed, "cannot start the ticker thread; wall profiles stay empty");
     }
   }
 
@@ -95,54 +117,94 @@ class WallTicker {
     sigset_t all;
     sigfillset(&all);
     ::pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    ticker_parked().store(false, std::memory_order_seq_cst);
     std::uint64_t random = 0x2545F4914F6CDD1Dull ^ static_cast<std::uint64_t>(monotonic_now_ns());
-    std::int64_t idle_since = monotonic_now_ns();
+    std::int64_t now = monotonic_now_ns();
+    std::int64_t last_busy = now;  // the last look that found a wall span or a CPU span open
+    std::int64_t next_wall = now;
+    Look look;
     for (;;) {
-      if (threads_.load(std::memory_order_seq_cst) == 0) {
-        if (monotonic_now_ns() - idle_since >= std::chrono::nanoseconds(linger).count()) park();
-      } else {
-        idle_since = monotonic_now_ns();
+      const bool wall = threads_.load(std::memory_order_seq_cst) != 0;
+      if (wall || look.span_open) {
+        last_busy = now;
+      } else if (now - last_busy >= std::chrono::nanoseconds(linger).count()) {
+        park();
+        now = monotonic_now_ns();
+        last_busy = next_wall = now;
       }
       const std::int64_t mean = mean_period_ns_.load(std::memory_order_relaxed);
-      const std::int64_t interval = random_interval_ns(random, mean);
+      // Wall ticks at random intervals (random_interval_ns says why); CPU watches at
+      // a quarter of the CPU period, so a point the kernel missed is sent at most
+      // that late, on the wall clock.
+      if (next_wall <= now) next_wall = now + random_interval_ns(random, mean);
+      std::int64_t until = wall ? next_wall : now + look.watch_interval_ns;
+      if (now + look.watch_interval_ns < until) until = now + look.watch_interval_ns;
+      const std::int64_t interval = until > now ? until - now : 0;
       timespec sleep{static_cast<time_t>(interval / 1'000'000'000), static_cast<long>(interval % 1'000'000'000)};
       while (::nanosleep(&sleep, &sleep) != 0 && errno == EINTR) {
       }
-      tick(mean);
+      now = monotonic_now_ns();
+      const bool wall_due = wall && now >= next_wall;
+      look = tick(now, wall_due, mean);
+      if (wall_due) next_wall = now;  // drawn anew above
     }
   }
 
   void park() noexcept {
     std::unique_lock<std::mutex> lock(mutex_);
     parked_.store(true, std::memory_order_seq_cst);
-    wake_.wait(lock, [&] { return threads_.load(std::memory_order_seq_cst) != 0; });
+    ticker_parked().store(true, std::memory_order_seq_cst);
+    cpu_wanted_ = false;
+    // A CPU span whose guard looked just before the flag was set went unwatched:
+    // the ticker looks again after a while anyway.
+    wake_.wait_for(lock, linger, [&] { return cpu_wanted_ || threads_.load(std::memory_order_seq_cst) != 0; });
+    cpu_wanted_ = false;
+    ticker_parked().store(false, std::memory_order_seq_cst);
     parked_.store(false, std::memory_order_seq_cst);
   }
 
-  void tick(std::int64_t mean_period_ns) noexcept {
-    const std::int64_t now = monotonic_now_ns();
-    std::uint64_t signalled = 0, confirmed = 0;
+  // What one look found: whether any thread had a CPU span open, and when to look
+  // again for the CPU watch.
+  struct Look {
+    bool span_open = false;
+    std::int64_t watch_interval_ns = 10'000'000;
+  };
+
+  // One look at every thread: wall ticks when due, the CPU watch always.
+  Look tick(std::int64_t now, bool wall_due, std::int64_t mean_period_ns) noexcept {
+    std::uint64_t signalled = 0, confirmed = 0, cpu_ticks = 0;
+    Look look;
     {
       // The list's mutex keeps each sampler alive while it is looked at (a thread
       // removes its sampler under it before freeing it).
       StackSamplerList& list = stack_sampler_list();
       std::lock_guard<std::mutex> lock(list.mutex);
       for (ThreadStackSampler* sampler = list.head; sampler != nullptr; sampler = sampler->registry_next) {
-        switch (sampler->wall_tick(now, mean_period_ns)) {
-          case ThreadStackSampler::WallTick::signalled: ++signalled; break;
-          case ThreadStackSampler::WallTick::confirmed: ++confirmed; break;
-          default: break;
+        if (wall_due) {
+          switch (sampler->wall_tick(now, mean_period_ns)) {
+            case ThreadStackSampler::WallTick::signalled: ++signalled; break;
+            case ThreadStackSampler::WallTick::confirmed: ++confirmed; break;
+            default: break;
+          }
         }
+        if (!sampler->cpu_watch_wanted()) continue;
+        if (sampler->cpu_watch()) ++cpu_ticks;
+        if (sampler->span_open_now()) look.span_open = true;
+        const std::int64_t interval = std::max<std::int64_t>(sampler->settings().period_ns / 4, 1'000'000);
+        if (interval < look.watch_interval_ns) look.watch_interval_ns = interval;
       }
     }
     if (signalled != 0) count(Counter::wall_ticks_signalled, signalled);
     if (confirmed != 0) count(Counter::wall_ticks_confirmed, confirmed);
+    if (cpu_ticks != 0) count(Counter::cpu_ticks_watched, cpu_ticks);
+    return look;
   }
 
   std::atomic<std::uint32_t> threads_{0};  // threads with a wall span open
   std::atomic<std::int64_t> mean_period_ns_{10'000'000};
   std::atomic<bool> started_{false};
   std::atomic<bool> parked_{false};
+  bool cpu_wanted_ = false;  // under mutex_: a guard asked for the CPU watch
   std::mutex mutex_;
   std::condition_variable wake_;
 };

@@ -205,6 +205,7 @@ class Runtime final : public GuardHost {
     s.wall_samples_captured = c[Counter::wall_samples_captured];
     s.wall_samples_dropped = c[Counter::wall_samples_dropped];
     s.wall_ticks_signalled = c[Counter::wall_ticks_signalled];
+    s.cpu_ticks_watched = c[Counter::cpu_ticks_watched];
     s.wall_ticks_confirmed = c[Counter::wall_ticks_confirmed];
     s.heap_guards_opened = c[Counter::heap_guards_opened];
     s.heap_samples_captured = c[Counter::heap_samples_captured];
@@ -217,6 +218,7 @@ class Runtime final : public GuardHost {
     s.kept_slow = c[Counter::kept_slow];
     s.kept_error = c[Counter::kept_error];
     s.kept_triggered = c[Counter::kept_triggered];
+    s.kept_without_samples = c[Counter::kept_without_samples];
     s.discarded_by_tail_policy = c[Counter::discarded_by_tail_policy];
     s.discarded_explicitly = c[Counter::discarded_explicitly];
     s.requests_abandoned = c[Counter::requests_abandoned];

@@ -43,6 +43,9 @@ struct Stats {
   std::uint64_t wall_samples_captured = 0;
   std::uint64_t wall_samples_dropped = 0;  // lost to a full per-thread buffer
   std::uint64_t wall_ticks_signalled = 0;  // ticks that sent a thread the sample signal
+  // CPU ticks the ticker sent: the thread's CPU clock had passed its POSIX timer's
+  // sampling point, which the kernel had not delivered (docs/engines.md, under load).
+  std::uint64_t cpu_ticks_watched = 0;
   std::uint64_t wall_ticks_confirmed = 0;  // ticks that found a thread still blocked: no signal, no EINTR
   std::uint64_t heap_guards_opened = 0;    // guards that started a heap profile (either heap engine)
   std::uint64_t heap_samples_captured = 0; // allocations recorded by the sampling heap engine
@@ -55,6 +58,10 @@ struct Stats {
   std::uint64_t kept_slow = 0;
   std::uint64_t kept_error = 0;
   std::uint64_t kept_triggered = 0;
+  // Kept as slow, erroring or triggered but with not one sample, so no profile was
+  // made (reported once a second through the error channel, `no_samples`): a span
+  // shorter than the sampling period, or one that mostly waited (add the wall kind).
+  std::uint64_t kept_without_samples = 0;
   std::uint64_t discarded_by_tail_policy = 0;  // recorded, then dropped at close: never symbolized or sent
   std::uint64_t discarded_explicitly = 0;  // ScopedProfile::discard(), or a span that ended elsewhere
   std::uint64_t requests_abandoned = 0;    // spanprof::RequestProfile whose last handle went without end()

@@ -1,0 +1,71 @@
+// Each span's profile against the thread CPU the span really used, for every CPU
+// sample source, on a quiet machine and beside busy processes, side by side in one
+// run (docs/engines.md, docs/cost.md). The workload is the under-load test's
+// (tests/support/span_attribution.hpp): request threads run spans of ~60 ms and
+// ~8 ms of CPU with 3 ms of unprofiled CPU work after each.
+//
+//   spanprof_bench_attribution [--busy N] [--hz N] [--spans N] [--repeat N]
+//
+// --spans N: rounds of one 60 ms span and four 8 ms spans per thread (default 20).
+//
+// Prints, per source and load: the 60 ms spans' ratios (profile CPU / true CPU) at
+// p10, p50, p90, min and max with the spans that got no profile; the 8 ms spans'
+// sum ratio, p90 and spans without a profile.
+#include "../tests/support/span_attribution.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace {
+
+const char* source_name(spanprof::CpuSampleSource source) {
+  switch (source) {
+    case spanprof::CpuSampleSource::automatic: return "default";
+    case spanprof::CpuSampleSource::posix_timer: return "posix_timer";
+    case spanprof::CpuSampleSource::perf_event: return "perf_event";
+  }
+  return "?";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int busy = 3, hz = 250, spans = 20, repeat = 1;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const int value = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--busy") == 0) busy = value;
+    else if (std::strcmp(argv[i], "--hz") == 0) hz = value;
+    else if (std::strcmp(argv[i], "--spans") == 0) spans = value;
+    else if (std::strcmp(argv[i], "--repeat") == 0) repeat = value;
+  }
+  std::printf("2 request threads, each %d spans of 60 ms and %d of 8 ms CPU, 3 ms unprofiled after each; %d Hz; "
+              "loaded = beside %d busy processes on %ld cores\n",
+              spans, 4 * spans, hz, busy, ::sysconf(_SC_NPROCESSORS_ONLN));
+  std::printf("%-12s %-6s | 60 ms: %5s %5s %5s %5s %5s %7s | 8 ms: %5s %5s %7s\n", "source", "load", "p10", "p50",
+              "p90", "min", "max", "missing", "sum", "p90", "missing");
+  for (int round = 0; round < repeat; ++round) {
+    for (const int load : {0, busy}) {
+      for (const auto source : {spanprof::CpuSampleSource::automatic, spanprof::CpuSampleSource::posix_timer,
+                                spanprof::CpuSampleSource::perf_event}) {
+        spanprof_test::AttributionSettings settings;
+        settings.source = source;
+        settings.frequency_hz = hz;
+        settings.rounds = spans;
+        settings.busy_processes = load;
+        const auto run = spanprof_test::run_attribution(settings);
+        const auto l = run.long_spans();
+        const auto s = run.short_spans();
+        std::printf("%-12s %-6s | 60 ms: %5.2f %5.2f %5.2f %5.2f %5.2f %3d/%-3d | 8 ms: %5.2f %5.2f %3d/%-3d%s\n",
+                    source_name(source), load ? "loaded" : "quiet", l.p10, l.p50, l.p90, l.min, l.max, l.missing,
+                    l.spans, s.sum_ratio, s.p90, s.missing, s.spans,
+                    run.source_used == spanprof::CpuSampleSource::perf_event && source != spanprof::CpuSampleSource::perf_event
+                        ? " (ran on perf_event)"
+                        : "");
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}
