@@ -25,15 +25,11 @@ void report(const char* what, const spanprof_test::AttributionRun& run) {
               what, l.p10, l.p50, l.p90, l.min, l.max, l.missing, l.spans, s.sum_ratio, s.p90, s.missing, s.spans);
 }
 
-}  // namespace
-
-TEST_CASE("beside three busy processes, each span's profile holds the CPU its thread spent in it", "[.under_load]") {
-  AttributionSettings settings;  // the default source, 250 Hz, two request threads
-  settings.busy_processes = 3;
-  const auto run = run_attribution(settings);
-  report("loaded", run);
+// The issue's bounds, loaded or quiet: 60 ms spans within 0.85-1.15 of their CPU
+// (p10-p90) and none without a profile; 8 ms spans summing to 0.90-1.10 of theirs,
+// at most 15 % without a sample, p90 at most 1.6.
+void check_each_span_holds_its_cpu(const spanprof_test::AttributionRun& run) {
   REQUIRE(run.error.empty());
-  REQUIRE(run.source_used == spanprof::CpuSampleSource::posix_timer);
   const auto l = run.long_spans();
   const auto s = run.short_spans();
   INFO("60 ms: p10 " << l.p10 << " p90 " << l.p90 << " missing " << l.missing << "; 8 ms: sum " << s.sum_ratio
@@ -47,18 +43,20 @@ TEST_CASE("beside three busy processes, each span's profile holds the CPU its th
   CHECK(s.p90 <= 1.6);
 }
 
+}  // namespace
+
+TEST_CASE("beside three busy processes, each span's profile holds the CPU its thread spent in it", "[.under_load]") {
+  AttributionSettings settings;  // the default source, 250 Hz, two request threads
+  settings.busy_processes = 3;
+  const auto run = run_attribution(settings);
+  report("loaded", run);
+  REQUIRE(run.source_used == spanprof::CpuSampleSource::posix_timer);
+  check_each_span_holds_its_cpu(run);
+}
+
 TEST_CASE("on a quiet machine, each span's profile holds the CPU its thread spent in it", "[.under_load]") {
   AttributionSettings settings;
   const auto run = run_attribution(settings);
   report("quiet", run);
-  REQUIRE(run.error.empty());
-  const auto l = run.long_spans();
-  const auto s = run.short_spans();
-  CHECK(l.missing == 0);
-  CHECK(l.p10 >= 0.85);
-  CHECK(l.p90 <= 1.15);
-  CHECK(s.sum_ratio >= 0.90);
-  CHECK(s.sum_ratio <= 1.10);
-  CHECK(s.missing <= s.spans * 15 / 100);
-  CHECK(s.p90 <= 1.6);
+  check_each_span_holds_its_cpu(run);
 }
