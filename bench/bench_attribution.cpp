@@ -6,7 +6,7 @@
 //
 //   spanprof_bench_attribution [--busy N] [--hz N] [--spans N] [--repeat N]
 //
-// --spans N: rounds of one 60 ms span and four 8 ms spans per thread (default 20).
+// --spans N: spans of 60 ms and of 8 ms per thread, alternating (default 60).
 //
 // Prints, per source and load: the 60 ms spans' ratios (profile CPU / true CPU) at
 // p10, p50, p90, min and max with the spans that got no profile; the 8 ms spans'
@@ -32,7 +32,7 @@ const char* source_name(spanprof::CpuSampleSource source) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int busy = 3, hz = 250, spans = 20, repeat = 1;
+  int busy = 3, hz = 250, spans = 60, repeat = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const int value = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--busy") == 0) busy = value;
@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   }
   std::printf("2 request threads, each %d spans of 60 ms and %d of 8 ms CPU, 3 ms unprofiled after each; %d Hz; "
               "loaded = beside %d busy processes on %ld cores\n",
-              spans, 4 * spans, hz, busy, ::sysconf(_SC_NPROCESSORS_ONLN));
+              spans, spans, hz, busy, ::sysconf(_SC_NPROCESSORS_ONLN));
   std::printf("%-12s %-6s | 60 ms: %5s %5s %5s %5s %5s %7s | 8 ms: %5s %5s %7s\n", "source", "load", "p10", "p50",
               "p90", "min", "max", "missing", "sum", "p90", "missing");
   for (int round = 0; round < repeat; ++round) {

@@ -2863,12 +2863,14 @@ SPANPROF_NAMESPACE_END
 //  * Each tick is placed from the sampling point before it, never from the late
 //    signal: restarting from the signal would leave its delay unsampled at every
 //    sample.
-//  * A sample weighs the thread's CPU time since the tick before it, read from the
-//    thread's CPU clock, not the number of periods: the sum over a span is then its
-//    CPU time to within a period, where counted periods spread by about half the
-//    square root of their number (the periods are random), and a perf task clock,
-//    which runs on while a virtual machine's host has stolen the vCPU, over-counts
-//    by the steal (10 ms of a thread's CPU drew up to 12.5 ms of periods here).
+//  * A sample weighs the thread's CPU time, not the number of periods: counted
+//    periods spread by about half the square root of their number (the periods are
+//    random), and a perf task clock, which runs on while a virtual machine's host
+//    has stolen the vCPU, over-counts by the steal (10 ms of a thread's CPU drew up
+//    to 12.5 ms of periods here). On perf_event it is the thread's CPU clock since
+//    the tick before; on the timer, the CPU between the last point delivered before
+//    and the last one passed now, on the same clock, so that a late signal changes
+//    where a sample lands but not what it weighs.
 //  * Everything the handler calls here is async-signal-safe: a clock, an ioctl
 //    and a timer call.
 #ifndef SPANPROF_CAPTURE_CPU_TICK_SOURCE_HPP_
@@ -3017,12 +3019,16 @@ class CpuTickSource {
   bool schedule_next_tick(TickWeight* weight = nullptr) noexcept {
     const std::int64_t now_ns = thread_cpu_now_ns();
     std::uint64_t periods = 0;
-    const bool ok = perf_fd_ >= 0 ? schedule_perf_tick(now_ns, periods) : schedule_timer_tick(now_ns, periods);
+    std::int64_t timer_tile_ns = 0;
+    const bool ok = perf_fd_ >= 0 ? schedule_perf_tick(now_ns, periods) : schedule_timer_tick(now_ns, periods, timer_tile_ns);
     const bool armed_before = tick_cpu_ns_ != 0;
     if (weight != nullptr) {
       weight->periods = periods;
-      if (periods != 0 && armed_before && now_ns > tick_cpu_ns_)
+      if (perf_fd_ < 0) {
+        if (timer_tile_ns > 0) weight->cpu_ns = static_cast<std::uint64_t>(timer_tile_ns);
+      } else if (periods != 0 && armed_before && now_ns > tick_cpu_ns_) {
         weight->cpu_ns = static_cast<std::uint64_t>(now_ns - tick_cpu_ns_);
+      }
     }
     if (periods != 0 || !armed_before) tick_cpu_ns_ = now_ns;  // an early timer signal moves nothing
     return ok;
@@ -3057,26 +3063,39 @@ class CpuTickSource {
     return ::ioctl(perf_fd_, PERF_EVENT_IOC_PERIOD, &value) == 0;
   }
 
-  bool schedule_timer_tick(std::int64_t now_ns, std::uint64_t& periods) noexcept {
+  bool schedule_timer_tick(std::int64_t now_ns, std::uint64_t& periods, std::int64_t& tile_ns) noexcept {
     if (has_timer_) {
       // The kernel looks at CPU timers only on the scheduler tick (4 ms at
       // HZ=250), so the signal comes at the first tick after the sampling point,
       // and at more than 250 Hz several points fall between two ticks. Each point
       // the thread's CPU time has passed is one sample of the stack found now
-      // (the sample count; the CPU value is the clock's, as for every tick).
+      // (the sample count). The CPU value is the thread's CPU from the last point
+      // delivered before to the last one passed now: the intervals between points
+      // tile the thread's CPU time, so a late signal (the tick, or the ticker's
+      // watch) moves where a sample lands, never how much it weighs.
       // The next point is drawn from the last one, never from the late signal.
       std::uint64_t passed = 0;
       const std::uint64_t mark = cpu_mark_.load(std::memory_order_relaxed);
       std::int64_t next = static_cast<std::int64_t>(mark);
       if (mark == 0) {
         next = now_ns + random_interval_ns(random_, period_ns_);  // armed afresh
+        point_base_ = now_ns;
       } else {
         constexpr std::uint64_t most_periods = 256;  // beyond: the thread ran with the signal held
+        std::int64_t last_passed = point_base_;
         while (next <= now_ns && passed < most_periods) {
           ++passed;
+          last_passed = next;
           next += random_interval_ns(random_, period_ns_);
         }
-        if (next <= now_ns) next = now_ns + random_interval_ns(random_, period_ns_);
+        if (next <= now_ns) {
+          last_passed = now_ns;
+          next = now_ns + random_interval_ns(random_, period_ns_);
+        }
+        if (passed != 0) {
+          tile_ns = last_passed - point_base_;
+          point_base_ = last_passed;
+        }
       }
       periods = passed;
       cpu_mark_.store(static_cast<std::uint64_t>(next), std::memory_order_relaxed);
@@ -3136,6 +3155,7 @@ class CpuTickSource {
   std::atomic<std::uint64_t> cpu_mark_{0};
   std::int64_t cpu_period_ = 0; // perf: the period set at the last tick (0: unknown, after a disarm)
   std::int64_t tick_cpu_ns_ = 0;  // the thread's CPU clock at the last sample (0: since the arm, none)
+  std::int64_t point_base_ = 0;   // timer: the last point delivered (or the arm), on the thread's CPU clock
 };
 
 }  // namespace detail
@@ -4666,24 +4686,36 @@ class ThreadStackSampler {
   // short wall intervals and, when it has passed the timer's point by more than
   // the slack below, sends the tick itself: once per point, and only to a thread on
   // its core. Between spans too: a point passed there and delivered late would land
-  // in the next span, with the time between in its weight. True when it signalled.
-  bool cpu_watch() noexcept {
+  // in the next span, with the time between in its weight.
+  enum class CpuWatch : std::uint8_t {
+    nothing,    // not looked at, or its point is not overdue
+    late,       // overdue, but the thread is off its core: looked at again next time
+    signalled,  // overdue: the tick was sent
+  };
+  // `look` counts the ticker's looks: a thread that stood still at its last two
+  // looks with no span open (most of a server's pool, waiting for work) is read one
+  // look in eight; a span opening on it brings it back at once.
+  CpuWatch cpu_watch(std::uint64_t look) noexcept {
     if (!armed() || signal_blocked_.load(std::memory_order_relaxed) ||
         sample_signal_lost().load(std::memory_order_relaxed) == settings_.signal_number)
-      return false;
+      return CpuWatch::nothing;
+    if (ticker_.still_looks >= 2 && (look & 7) != 0 && top_.load(std::memory_order_relaxed) == 0)
+      return CpuWatch::nothing;
     const std::int64_t point = cpu_.next_point_ns();
-    if (point == 0 || point == ticker_.cpu_point_signalled) return false;
+    if (point == 0) return CpuWatch::nothing;
     const std::int64_t cpu_ns = thread_cpu_ns(tid_);
-    if (cpu_ns < point + cpu_watch_slack_ns()) return false;
+    ticker_.still_looks = cpu_ns == ticker_.cpu_seen ? ticker_.still_looks + 1 : 0;
+    ticker_.cpu_seen = cpu_ns;
+    if (point == ticker_.cpu_point_signalled || cpu_ns < point + cpu_watch_slack_ns()) return CpuWatch::nothing;
     // Only while it is on a core: a thread's CPU clock moves between two reads then,
     // and stands still while it waits for a core or blocks. A thread signalled off
     // its core would take the sample where it was preempted, mostly at the system
     // call that let the scheduler in, not where its CPU went; a blocked one would
     // see its call interrupted.
-    if (thread_cpu_ns(tid_) == cpu_ns) return false;
-    if (!send_tick(cpu_tick_tag)) return false;
+    if (thread_cpu_ns(tid_) == cpu_ns) return CpuWatch::late;
+    if (!send_tick(cpu_tick_tag)) return CpuWatch::nothing;
     ticker_.cpu_point_signalled = point;
-    return true;
+    return CpuWatch::signalled;
   }
 
   // How late the kernel may be with a point before the ticker sends it: half a
@@ -4963,6 +4995,8 @@ class ThreadStackSampler {
     std::uint32_t generation = 0;
     std::int64_t cpu_ns = 0;
     std::int64_t cpu_point_signalled = 0;  // the CPU watch's last point sent
+    std::int64_t cpu_seen = -1;            // the thread's CPU clock at the last look
+    std::uint32_t still_looks = 0;         // looks in a row that found it unchanged
   } ticker_;
 #if SPANPROF_HAS_CFI_WALKER
   cfi::RulesCache rules_cache_;  // the handler's only
@@ -6070,6 +6104,7 @@ SPANPROF_NAMESPACE_END
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <limits>
 #include <mutex>
 #include <new>
 #include <thread>
@@ -6225,15 +6260,25 @@ class WallTicker {
           }
         }
         if (!sampler->cpu_watch_wanted()) continue;
-        if (sampler->cpu_watch()) ++cpu_ticks;
+        switch (sampler->cpu_watch(looks_)) {
+          case ThreadStackSampler::CpuWatch::signalled: ++cpu_ticks; [[fallthrough]];
+          case ThreadStackSampler::CpuWatch::late: last_late_ns_ = now; break;
+          default: break;
+        }
         if (sampler->span_open_now()) look.span_open = true;
-        const std::int64_t interval = std::max<std::int64_t>(sampler->settings().period_ns / 4, 1'000'000);
+        // A quarter of the period while the kernel has been late in the last second;
+        // a period otherwise, when its own ticks come in time and the watch only
+        // makes sure they still do.
+        const std::int64_t period = sampler->settings().period_ns;
+        const bool late_lately = now - last_late_ns_ < std::chrono::nanoseconds(linger).count();
+        const std::int64_t interval = std::max<std::int64_t>(late_lately ? period / 4 : period, 1'000'000);
         if (interval < look.watch_interval_ns) look.watch_interval_ns = interval;
       }
     }
     if (signalled != 0) count(Counter::wall_ticks_signalled, signalled);
     if (confirmed != 0) count(Counter::wall_ticks_confirmed, confirmed);
     if (cpu_ticks != 0) count(Counter::cpu_ticks_watched, cpu_ticks);
+    ++looks_;
     return look;
   }
 
@@ -6242,6 +6287,9 @@ class WallTicker {
   std::atomic<bool> started_{false};
   std::atomic<bool> parked_{false};
   bool cpu_wanted_ = false;  // under mutex_: a guard asked for the CPU watch
+  // The ticker thread's own.
+  std::uint64_t looks_ = 0;
+  std::int64_t last_late_ns_ = std::numeric_limits<std::int64_t>::min() / 2;  // a thread's point found overdue
   std::mutex mutex_;
   std::condition_variable wake_;
 };

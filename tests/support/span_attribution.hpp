@@ -83,11 +83,11 @@ struct AttributionSettings {
   spanprof::CpuSampleSource source = spanprof::CpuSampleSource::automatic;
   int frequency_hz = 250;
   int threads = 2;
-  // Per thread: `rounds` of one long span and `short_per_long` short ones. Short
-  // spans get about two samples each: their sum is only as exact as the number of
-  // spans allows (~3 % standard error for 160).
-  int rounds = 20;
-  int short_per_long = 4;
+  // Per thread: `rounds` of one long span and `short_per_long` short ones. A short
+  // span gets about two samples: the short spans' sum is only as exact as their
+  // number allows (~3 % standard error for 120).
+  int rounds = 60;
+  int short_per_long = 1;
   std::int64_t long_span_ns = 60'000'000;
   std::int64_t short_span_ns = 8'000'000;
   std::int64_t between_ns = 3'000'000;  // unprofiled CPU after each span

@@ -10,12 +10,14 @@
 //  * Each tick is placed from the sampling point before it, never from the late
 //    signal: restarting from the signal would leave its delay unsampled at every
 //    sample.
-//  * A sample weighs the thread's CPU time since the tick before it, read from the
-//    thread's CPU clock, not the number of periods: the sum over a span is then its
-//    CPU time to within a period, where counted periods spread by about half the
-//    square root of their number (the periods are random), and a perf task clock,
-//    which runs on while a virtual machine's host has stolen the vCPU, over-counts
-//    by the steal (10 ms of a thread's CPU drew up to 12.5 ms of periods here).
+//  * A sample weighs the thread's CPU time, not the number of periods: counted
+//    periods spread by about half the square root of their number (the periods are
+//    random), and a perf task clock, which runs on while a virtual machine's host
+//    has stolen the vCPU, over-counts by the steal (10 ms of a thread's CPU drew up
+//    to 12.5 ms of periods here). On perf_event it is the thread's CPU clock since
+//    the tick before; on the timer, the CPU between the last point delivered before
+//    and the last one passed now, on the same clock, so that a late signal changes
+//    where a sample lands but not what it weighs.
 //  * Everything the handler calls here is async-signal-safe: a clock, an ioctl
 //    and a timer call.
 #ifndef SPANPROF_CAPTURE_CPU_TICK_SOURCE_HPP_
@@ -166,12 +168,16 @@ class CpuTickSource {
   bool schedule_next_tick(TickWeight* weight = nullptr) noexcept {
     const std::int64_t now_ns = thread_cpu_now_ns();
     std::uint64_t periods = 0;
-    const bool ok = perf_fd_ >= 0 ? schedule_perf_tick(now_ns, periods) : schedule_timer_tick(now_ns, periods);
+    std::int64_t timer_tile_ns = 0;
+    const bool ok = perf_fd_ >= 0 ? schedule_perf_tick(now_ns, periods) : schedule_timer_tick(now_ns, periods, timer_tile_ns);
     const bool armed_before = tick_cpu_ns_ != 0;
     if (weight != nullptr) {
       weight->periods = periods;
-      if (periods != 0 && armed_before && now_ns > tick_cpu_ns_)
+      if (perf_fd_ < 0) {
+        if (timer_tile_ns > 0) weight->cpu_ns = static_cast<std::uint64_t>(timer_tile_ns);
+      } else if (periods != 0 && armed_before && now_ns > tick_cpu_ns_) {
         weight->cpu_ns = static_cast<std::uint64_t>(now_ns - tick_cpu_ns_);
+      }
     }
     if (periods != 0 || !armed_before) tick_cpu_ns_ = now_ns;  // an early timer signal moves nothing
     return ok;
@@ -206,26 +212,39 @@ class CpuTickSource {
     return ::ioctl(perf_fd_, PERF_EVENT_IOC_PERIOD, &value) == 0;
   }
 
-  bool schedule_timer_tick(std::int64_t now_ns, std::uint64_t& periods) noexcept {
+  bool schedule_timer_tick(std::int64_t now_ns, std::uint64_t& periods, std::int64_t& tile_ns) noexcept {
     if (has_timer_) {
       // The kernel looks at CPU timers only on the scheduler tick (4 ms at
       // HZ=250), so the signal comes at the first tick after the sampling point,
       // and at more than 250 Hz several points fall between two ticks. Each point
       // the thread's CPU time has passed is one sample of the stack found now
-      // (the sample count; the CPU value is the clock's, as for every tick).
+      // (the sample count). The CPU value is the thread's CPU from the last point
+      // delivered before to the last one passed now: the intervals between points
+      // tile the thread's CPU time, so a late signal (the tick, or the ticker's
+      // watch) moves where a sample lands, never how much it weighs.
       // The next point is drawn from the last one, never from the late signal.
       std::uint64_t passed = 0;
       const std::uint64_t mark = cpu_mark_.load(std::memory_order_relaxed);
       std::int64_t next = static_cast<std::int64_t>(mark);
       if (mark == 0) {
         next = now_ns + random_interval_ns(random_, period_ns_);  // armed afresh
+        point_base_ = now_ns;
       } else {
         constexpr std::uint64_t most_periods = 256;  // beyond: the thread ran with the signal held
+        std::int64_t last_passed = point_base_;
         while (next <= now_ns && passed < most_periods) {
           ++passed;
+          last_passed = next;
           next += random_interval_ns(random_, period_ns_);
         }
-        if (next <= now_ns) next = now_ns + random_interval_ns(random_, period_ns_);
+        if (next <= now_ns) {
+          last_passed = now_ns;
+          next = now_ns + random_interval_ns(random_, period_ns_);
+        }
+        if (passed != 0) {
+          tile_ns = last_passed - point_base_;
+          point_base_ = last_passed;
+        }
       }
       periods = passed;
       cpu_mark_.store(static_cast<std::uint64_t>(next), std::memory_order_relaxed);
@@ -285,6 +304,7 @@ class CpuTickSource {
   std::atomic<std::uint64_t> cpu_mark_{0};
   std::int64_t cpu_period_ = 0; // perf: the period set at the last tick (0: unknown, after a disarm)
   std::int64_t tick_cpu_ns_ = 0;  // the thread's CPU clock at the last sample (0: since the arm, none)
+  std::int64_t point_base_ = 0;   // timer: the last point delivered (or the arm), on the thread's CPU clock
 };
 
 }  // namespace detail

@@ -413,24 +413,36 @@ class ThreadStackSampler {
   // short wall intervals and, when it has passed the timer's point by more than
   // the slack below, sends the tick itself: once per point, and only to a thread on
   // its core. Between spans too: a point passed there and delivered late would land
-  // in the next span, with the time between in its weight. True when it signalled.
-  bool cpu_watch() noexcept {
+  // in the next span, with the time between in its weight.
+  enum class CpuWatch : std::uint8_t {
+    nothing,    // not looked at, or its point is not overdue
+    late,       // overdue, but the thread is off its core: looked at again next time
+    signalled,  // overdue: the tick was sent
+  };
+  // `look` counts the ticker's looks: a thread that stood still at its last two
+  // looks with no span open (most of a server's pool, waiting for work) is read one
+  // look in eight; a span opening on it brings it back at once.
+  CpuWatch cpu_watch(std::uint64_t look) noexcept {
     if (!armed() || signal_blocked_.load(std::memory_order_relaxed) ||
         sample_signal_lost().load(std::memory_order_relaxed) == settings_.signal_number)
-      return false;
+      return CpuWatch::nothing;
+    if (ticker_.still_looks >= 2 && (look & 7) != 0 && top_.load(std::memory_order_relaxed) == 0)
+      return CpuWatch::nothing;
     const std::int64_t point = cpu_.next_point_ns();
-    if (point == 0 || point == ticker_.cpu_point_signalled) return false;
+    if (point == 0) return CpuWatch::nothing;
     const std::int64_t cpu_ns = thread_cpu_ns(tid_);
-    if (cpu_ns < point + cpu_watch_slack_ns()) return false;
+    ticker_.still_looks = cpu_ns == ticker_.cpu_seen ? ticker_.still_looks + 1 : 0;
+    ticker_.cpu_seen = cpu_ns;
+    if (point == ticker_.cpu_point_signalled || cpu_ns < point + cpu_watch_slack_ns()) return CpuWatch::nothing;
     // Only while it is on a core: a thread's CPU clock moves between two reads then,
     // and stands still while it waits for a core or blocks. A thread signalled off
     // its core would take the sample where it was preempted, mostly at the system
     // call that let the scheduler in, not where its CPU went; a blocked one would
     // see its call interrupted.
-    if (thread_cpu_ns(tid_) == cpu_ns) return false;
-    if (!send_tick(cpu_tick_tag)) return false;
+    if (thread_cpu_ns(tid_) == cpu_ns) return CpuWatch::late;
+    if (!send_tick(cpu_tick_tag)) return CpuWatch::nothing;
     ticker_.cpu_point_signalled = point;
-    return true;
+    return CpuWatch::signalled;
   }
 
   // How late the kernel may be with a point before the ticker sends it: half a
@@ -710,6 +722,8 @@ class ThreadStackSampler {
     std::uint32_t generation = 0;
     std::int64_t cpu_ns = 0;
     std::int64_t cpu_point_signalled = 0;  // the CPU watch's last point sent
+    std::int64_t cpu_seen = -1;            // the thread's CPU clock at the last look
+    std::uint32_t still_looks = 0;         // looks in a row that found it unchanged
   } ticker_;
 #if SPANPROF_HAS_CFI_WALKER
   cfi::RulesCache rules_cache_;  // the handler's only

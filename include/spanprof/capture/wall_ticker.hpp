@@ -33,6 +33,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <limits>
 #include <mutex>
 #include <new>
 #include <thread>
@@ -188,15 +189,25 @@ class WallTicker {
           }
         }
         if (!sampler->cpu_watch_wanted()) continue;
-        if (sampler->cpu_watch()) ++cpu_ticks;
+        switch (sampler->cpu_watch(looks_)) {
+          case ThreadStackSampler::CpuWatch::signalled: ++cpu_ticks; [[fallthrough]];
+          case ThreadStackSampler::CpuWatch::late: last_late_ns_ = now; break;
+          default: break;
+        }
         if (sampler->span_open_now()) look.span_open = true;
-        const std::int64_t interval = std::max<std::int64_t>(sampler->settings().period_ns / 4, 1'000'000);
+        // A quarter of the period while the kernel has been late in the last second;
+        // a period otherwise, when its own ticks come in time and the watch only
+        // makes sure they still do.
+        const std::int64_t period = sampler->settings().period_ns;
+        const bool late_lately = now - last_late_ns_ < std::chrono::nanoseconds(linger).count();
+        const std::int64_t interval = std::max<std::int64_t>(late_lately ? period / 4 : period, 1'000'000);
         if (interval < look.watch_interval_ns) look.watch_interval_ns = interval;
       }
     }
     if (signalled != 0) count(Counter::wall_ticks_signalled, signalled);
     if (confirmed != 0) count(Counter::wall_ticks_confirmed, confirmed);
     if (cpu_ticks != 0) count(Counter::cpu_ticks_watched, cpu_ticks);
+    ++looks_;
     return look;
   }
 
@@ -205,6 +216,9 @@ class WallTicker {
   std::atomic<bool> started_{false};
   std::atomic<bool> parked_{false};
   bool cpu_wanted_ = false;  // under mutex_: a guard asked for the CPU watch
+  // The ticker thread's own.
+  std::uint64_t looks_ = 0;
+  std::int64_t last_late_ns_ = std::numeric_limits<std::int64_t>::min() / 2;  // a thread's point found overdue
   std::mutex mutex_;
   std::condition_variable wake_;
 };
