@@ -134,9 +134,8 @@ class WallTicker {
         last_busy = next_wall = now;
       }
       const std::int64_t mean = mean_period_ns_.load(std::memory_order_relaxed);
-      // Wall ticks at random intervals (random_interval_ns says why); CPU watches at
-      // a quarter of the CPU period, so a point the kernel missed is sent at most
-      // that late, on the wall clock.
+      // Wall ticks at random intervals (random_interval_ns says why); CPU watches as
+      // often as the last look asked (Look::watch_interval_ns).
       if (next_wall <= now) next_wall = now + random_interval_ns(random, mean);
       std::int64_t until = wall ? next_wall : now + look.watch_interval_ns;
       if (now + look.watch_interval_ns < until) until = now + look.watch_interval_ns;
@@ -195,12 +194,12 @@ class WallTicker {
           default: break;
         }
         if (sampler->span_open_now()) look.span_open = true;
-        // A quarter of the period while the kernel has been late in the last second;
+        // Half the period while the kernel has been late in the last second;
         // a period otherwise, when its own ticks come in time and the watch only
         // makes sure they still do.
         const std::int64_t period = sampler->settings().period_ns;
         const bool late_lately = now - last_late_ns_ < std::chrono::nanoseconds(linger).count();
-        const std::int64_t interval = std::max<std::int64_t>(late_lately ? period / 4 : period, 1'000'000);
+        const std::int64_t interval = std::max<std::int64_t>(late_lately ? period / 2 : period, 1'000'000);
         if (interval < look.watch_interval_ns) look.watch_interval_ns = interval;
       }
     }
