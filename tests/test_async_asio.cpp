@@ -91,8 +91,10 @@ TEST_CASE("spanprof::asio::co_spawn: one profile per request with every stage, w
           "[async][asio][requests]") {
   spanprof::Options options;
   options.frequency_hz = 1000;
-  // Each turn is 8 ms of CPU: a sample must land in the turn whose CPU it
-  // measured, not in the thread's next one (another request's).
+  // Each turn is 8 ms of CPU: the POSIX CPU timer's signal comes at the 4 ms
+  // scheduler tick, often in the next turn on the thread (another request's); the
+  // perf event's comes at the sampling point.
+  options.cpu_sample_source = spanprof::CpuSampleSource::perf_event;
   Collector collector(options);
   const auto before = spanprof::stats();
   constexpr unsigned requests = 24;

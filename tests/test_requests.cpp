@@ -25,10 +25,11 @@ SPANPROF_TEST_HOT_FUNCTION(request_stage_three)
 SPANPROF_TEST_HOT_FUNCTION(request_outside)
 SPANPROF_TEST_HOT_FUNCTION(request_inner_guard)
 
-// Fragments are turns of a few ms on threads that switch between requests: a
-// sample must land in the turn whose CPU it measured, which the default source's
-// CPU watch sees to within a quarter of the 1 ms period (docs/engines.md).
-spanprof::Options requests_at_1khz(spanprof::CpuSampleSource source = spanprof::CpuSampleSource::automatic) {
+// Fragments are turns of a few ms on threads that switch between requests: the
+// perf event samples at the sampling point, where the POSIX CPU timer's signal
+// waits for the 4 ms scheduler tick and may land in the thread's next turn
+// (docs/async.md). The first test runs long turns on the default source.
+spanprof::Options requests_at_1khz(spanprof::CpuSampleSource source = spanprof::CpuSampleSource::perf_event) {
   spanprof::Options options;
   options.frequency_hz = 1000;
   options.cpu_sample_source = source;

@@ -15,6 +15,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -298,4 +300,48 @@ TEST_CASE("spanprof's threads are named spanprof-merge, spanprof-send and spanpr
   INFO("threads: " << listed);
   for (const char* expected : {"spanprof-merge", "spanprof-send", "spanprof-wall"})
     CHECK(std::count(names.begin(), names.end(), std::string(expected)) == 1);
+}
+
+namespace {
+
+// The ticker thread's context switches so far (-1: no such thread).
+long ticker_switches() {
+  long total = -1;
+  if (DIR* tasks = ::opendir("/proc/self/task")) {
+    while (const dirent* task = ::readdir(tasks)) {
+      if (task->d_name[0] == '.') continue;
+      const std::string dir = std::string("/proc/self/task/") + task->d_name;
+      std::string name = spanprof_test::read_file(dir + "/comm");
+      if (name.rfind("spanprof-wall", 0) != 0) continue;
+      const std::string status = spanprof_test::read_file(dir + "/status");
+      total = 0;
+      for (const char* key : {"voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:"}) {
+        const auto at = status.find(std::string("\n") + key);
+        if (at != std::string::npos) total += std::atol(status.c_str() + at + 1 + std::strlen(key));
+      }
+    }
+    ::closedir(tasks);
+  }
+  return total;
+}
+
+}  // namespace
+
+// The ticker watches POSIX-timer threads only while spans are open: a second after
+// the last one it parks, and an idle process wakes it about once a second.
+TEST_CASE("after the last span closed, the ticker parks: an idle process wakes it about once a second", "[wall]") {
+  Collector collector(wall_options(100));
+  {
+    spanprof::ScopedProfile guard(span_number(5360));  // a CPU span: the watch runs
+    const double end = spanprof_test::thread_cpu_seconds() + 0.03;
+    while (spanprof_test::thread_cpu_seconds() < end) {
+    }
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // past the linger
+  const long before = ticker_switches();
+  REQUIRE(before >= 0);
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  const long woke = ticker_switches() - before;
+  INFO("the ticker switched " << woke << " times in 3 s idle");
+  CHECK(woke <= 12);  // ~2 a second (a timed-out park, one look); it looked every 10 ms before
 }

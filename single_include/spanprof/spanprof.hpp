@@ -6200,9 +6200,11 @@ class WallTicker {
       if (wall || look.span_open) {
         last_busy = now;
       } else if (now - last_busy >= std::chrono::nanoseconds(linger).count()) {
-        park();
+        // Woken by a span: busy from now. Timed out: one look, and parked again.
+        const bool woken = park();
         now = monotonic_now_ns();
-        last_busy = next_wall = now;
+        next_wall = now;
+        if (woken) last_busy = now;
       }
       const std::int64_t mean = mean_period_ns_.load(std::memory_order_relaxed);
       // Wall ticks at random intervals (random_interval_ns says why); CPU watches as
@@ -6221,17 +6223,21 @@ class WallTicker {
     }
   }
 
-  void park() noexcept {
+  // True when a span woke it; false when it only timed out.
+  bool park() noexcept {
     std::unique_lock<std::mutex> lock(mutex_);
     parked_.store(true, std::memory_order_seq_cst);
     ticker_parked().store(true, std::memory_order_seq_cst);
     cpu_wanted_ = false;
     // A CPU span whose guard looked just before the flag was set went unwatched:
-    // the ticker looks again after a while anyway.
-    wake_.wait_for(lock, linger, [&] { return cpu_wanted_ || threads_.load(std::memory_order_seq_cst) != 0; });
+    // the ticker looks once a second anyway.
+    const bool woken = wake_.wait_for(lock, linger, [&] {
+      return cpu_wanted_ || threads_.load(std::memory_order_seq_cst) != 0;
+    });
     cpu_wanted_ = false;
     ticker_parked().store(false, std::memory_order_seq_cst);
     parked_.store(false, std::memory_order_seq_cst);
+    return woken;
   }
 
   // What one look found: whether any thread had a CPU span open, and when to look
