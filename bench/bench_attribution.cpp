@@ -8,7 +8,8 @@
 //
 // --spans N: spans of 60 ms and of 8 ms per thread, alternating (default 60).
 //
-// Prints, per source and load: the 60 ms spans' ratios (profile CPU / true CPU) at
+// Rows: the default source (the POSIX CPU timer alone), the timer with the ticker's
+// CPU watch (Options::watch_cpu_ticks), perf_event. Prints, per row and load: the 60 ms spans' ratios (profile CPU / true CPU) at
 // p10, p50, p90, min and max with the spans that got no profile; the 8 ms spans'
 // sum ratio, p90 and spans without a profile.
 #include "../tests/support/span_attribution.hpp"
@@ -19,15 +20,6 @@
 #include <string>
 
 namespace {
-
-const char* source_name(spanprof::CpuSampleSource source) {
-  switch (source) {
-    case spanprof::CpuSampleSource::automatic: return "default";
-    case spanprof::CpuSampleSource::posix_timer: return "posix_timer";
-    case spanprof::CpuSampleSource::perf_event: return "perf_event";
-  }
-  return "?";
-}
 
 }  // namespace
 
@@ -47,10 +39,18 @@ int main(int argc, char** argv) {
               "p90", "min", "max", "missing", "sum", "p90", "missing");
   for (int round = 0; round < repeat; ++round) {
     for (const int load : {0, busy}) {
-      for (const auto source : {spanprof::CpuSampleSource::automatic, spanprof::CpuSampleSource::posix_timer,
-                                spanprof::CpuSampleSource::perf_event}) {
+      struct Config {
+        const char* name;
+        spanprof::CpuSampleSource source;
+        bool watch;
+      };
+      for (const Config config : {Config{"default", spanprof::CpuSampleSource::automatic, false},
+                                  Config{"timer+watch", spanprof::CpuSampleSource::posix_timer, true},
+                                  Config{"perf_event", spanprof::CpuSampleSource::perf_event, false}}) {
+        const auto source = config.source;
         spanprof_test::AttributionSettings settings;
         settings.source = source;
+        settings.watch_cpu_ticks = config.watch;
         settings.frequency_hz = hz;
         settings.rounds = spans;
         settings.busy_processes = load;
@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
         const auto l = run.long_spans();
         const auto s = run.short_spans();
         std::printf("%-12s %-6s | 60 ms: %5.2f %5.2f %5.2f %5.2f %5.2f %3d/%-3d | 8 ms: %5.2f %5.2f %3d/%-3d%s\n",
-                    source_name(source), load ? "loaded" : "quiet", l.p10, l.p50, l.p90, l.min, l.max, l.missing,
+                    config.name, load ? "loaded" : "quiet", l.p10, l.p50, l.p90, l.min, l.max, l.missing,
                     l.spans, s.sum_ratio, s.p90, s.missing, s.spans,
                     run.source_used == spanprof::CpuSampleSource::perf_event && source != spanprof::CpuSampleSource::perf_event
                         ? " (ran on perf_event)"

@@ -1,7 +1,8 @@
 // Each span's profile holds its own CPU when the machine is saturated: request
 // threads run spans of ~60 ms and ~8 ms of CPU, with unprofiled CPU work between
 // them, beside three busy processes (bounded in time, killed whatever happens),
-// on the default source. Each span's profile is compared with the thread CPU
+// on the POSIX CPU timer with the ticker's CPU watch (Options::watch_cpu_ticks; not
+// the default yet: docs/engines.md says why). Each span's profile is compared with the thread CPU
 // measured around the span (tests/support/span_attribution.hpp; the same workload,
 // every source, quiet and loaded: bench/bench_attribution.cpp).
 //
@@ -51,7 +52,7 @@ void check_each_span_holds_its_cpu(const spanprof_test::AttributionRun& run) {
 }  // namespace
 
 TEST_CASE("beside three busy processes, each span's profile holds the CPU its thread spent in it", "[.under_load]") {
-  AttributionSettings settings;  // the default source, 250 Hz, two request threads
+  AttributionSettings settings;  // the POSIX timer with the CPU watch, 250 Hz, two request threads
   settings.busy_processes = 3;
   const auto run = run_attribution(settings);
   report("loaded", run);

@@ -330,7 +330,9 @@ long ticker_switches() {
 // The ticker watches POSIX-timer threads only while spans are open: a second after
 // the last one it parks, and an idle process wakes it about once a second.
 TEST_CASE("after the last span closed, the ticker parks: an idle process wakes it about once a second", "[wall]") {
-  Collector collector(wall_options(100));
+  auto options = wall_options(100);
+  options.watch_cpu_ticks = true;  // CPU spans start the ticker too
+  Collector collector(options);
   {
     spanprof::ScopedProfile guard(span_number(5360));  // a CPU span: the watch runs
     const double end = spanprof_test::thread_cpu_seconds() + 0.03;

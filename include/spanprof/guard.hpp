@@ -426,7 +426,7 @@ class ScopedProfile {
       sampler->counters().add(detail::Counter::cpu_guards_opened, 1);
       // The ticker watches POSIX-timer threads for points the kernel is late with.
       if (SPANPROF_UNLIKELY(detail::ticker_parked().load(std::memory_order_relaxed)) &&
-          sampler->source() == CpuSampleSource::posix_timer)
+          sampler->settings().watch_cpu && sampler->source() == CpuSampleSource::posix_timer)
         detail::wall_ticker().watch_cpu();
     }
     state_ = State::sampling;

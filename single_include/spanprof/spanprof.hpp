@@ -4360,6 +4360,7 @@ struct StackSamplerSettings {
   int max_depth = 64;
   std::size_t buffer_words = 0;
   std::uint32_t idle_ticks_before_disarm = 200;
+  bool watch_cpu = false;  // Options::watch_cpu_ticks
 };
 
 inline std::int64_t monotonic_now_ns() noexcept {
@@ -4728,7 +4729,7 @@ class ThreadStackSampler {
 
   // Whether the CPU watch looks at this thread (an armed POSIX timer), and whether
   // it has a span open now (the ticker parks once none has for a while).
-  bool cpu_watch_wanted() const noexcept { return cpu_.next_point_ns() != 0 && armed(); }
+  bool cpu_watch_wanted() const noexcept { return settings_.watch_cpu && cpu_.next_point_ns() != 0 && armed(); }
   bool span_open_now() const noexcept { return top_.load(std::memory_order_relaxed) != 0; }
 
   // ---- the wall ticker's side (its thread only, under the sampler list's mutex) ----
@@ -6144,6 +6145,10 @@ class WallTicker {
   // A CPU span opened on a thread sampled by a POSIX CPU timer while the ticker was
   // parked: the CPU watch (ThreadStackSampler::cpu_watch) starts again.
   void watch_cpu() noexcept {
+    // Not in a forked child: its first thread start there left one child in a few
+    // hundred stuck (tests/test_fork.cpp, 100 forks under upload); the child samples
+    // with the POSIX timer alone.
+    if (forked_child_) return;
     if (SPANPROF_UNLIKELY(!started_.load(std::memory_order_acquire))) start();
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -6163,7 +6168,8 @@ class WallTicker {
     started_.store(false, std::memory_order_relaxed);
     parked_.store(false, std::memory_order_relaxed);
     cpu_wanted_ = false;
-    ticker_parked().store(true, std::memory_order_relaxed);
+    forked_child_ = true;
+    ticker_parked().store(false, std::memory_order_relaxed);  // no guard asks it to watch
   }
 
  private:
@@ -6292,6 +6298,7 @@ class WallTicker {
   std::atomic<bool> started_{false};
   std::atomic<bool> parked_{false};
   bool cpu_wanted_ = false;  // under mutex_: a guard asked for the CPU watch
+  bool forked_child_ = false;  // this process is a forked child: no CPU watch
   // The ticker thread's own.
   std::uint64_t looks_ = 0;
   std::int64_t last_late_ns_ = std::numeric_limits<std::int64_t>::min() / 2;  // a thread's point found overdue
@@ -8292,7 +8299,7 @@ class ScopedProfile {
       sampler->counters().add(detail::Counter::cpu_guards_opened, 1);
       // The ticker watches POSIX-timer threads for points the kernel is late with.
       if (SPANPROF_UNLIKELY(detail::ticker_parked().load(std::memory_order_relaxed)) &&
-          sampler->source() == CpuSampleSource::posix_timer)
+          sampler->settings().watch_cpu && sampler->source() == CpuSampleSource::posix_timer)
         detail::wall_ticker().watch_cpu();
     }
     state_ = State::sampling;
@@ -9025,6 +9032,10 @@ struct Options {
   // A thread whose sampler fired this many times with no open span disarms it
   // (re-armed by its next guard): idle threads stop paying for signals.
   std::uint32_t idle_ticks_before_disarm = 200;
+  // The ticker thread sends the POSIX CPU timer's sampling points the kernel is late
+  // with, so that each span keeps its own CPU on a saturated machine (docs/engines.md,
+  // "Under load"). Off by default while its cost and a fork interaction are open.
+  bool watch_cpu_ticks = false;
 
   // ---- which spans are profiled (docs/sampling.md) -----------------------------------
   // The head sampler decides when a guard opens (null: every span); the tail policy,
@@ -15790,6 +15801,9 @@ inline constexpr Setting settings[] = {
     setting<&Options::idle_ticks_before_disarm>(
         "idle_ticks_before_disarm", nullptr, EG::capture, format::integer(1, std::int64_t{1} << 30, "ticks"),
         "An idle thread's sampler disarms after this many ticks with no open span."),
+    setting<&Options::watch_cpu_ticks>(
+        "watch_cpu_ticks", "SPANPROF_CPU_WATCH", EG::capture, format::integer(0, 1),
+        "1: the ticker sends the POSIX timer's points the kernel is late with (each span right under load)."),
 
     // ---- which spans are profiled (docs/sampling.md)
     setting<&Options::head_sampler>(
@@ -16592,6 +16606,7 @@ class Runtime final : public GuardHost {
       config->sampler.max_depth = options.max_stack_depth;
       config->sampler.buffer_words = options.thread_buffer_bytes / sizeof(std::uint64_t);
       config->sampler.idle_ticks_before_disarm = options.idle_ticks_before_disarm;
+      config->sampler.watch_cpu = options.watch_cpu_ticks;
       // The signal carries the sampling engine's CPU ticks and, whatever the CPU
       // engine, every wall tick.
       config->sampler.signal_number = install_sample_signal_handler(options.signal_number);

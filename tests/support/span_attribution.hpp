@@ -92,6 +92,7 @@ struct AttributionSettings {
   std::int64_t short_span_ns = 8'000'000;
   std::int64_t between_ns = 3'000'000;  // unprofiled CPU after each span
   int busy_processes = 0;
+  bool watch_cpu_ticks = true;  // Options::watch_cpu_ticks
 };
 
 struct SpanMeasure {
@@ -152,6 +153,7 @@ inline AttributionRun run_attribution(const AttributionSettings& settings) {
   spanprof::Options options;
   options.frequency_hz = settings.frequency_hz;
   options.cpu_sample_source = settings.source;
+  options.watch_cpu_ticks = settings.watch_cpu_ticks;
   options.queue_capacity = 4096;
   options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>(
       [received](const spanprof::EncodedProfile& p) {

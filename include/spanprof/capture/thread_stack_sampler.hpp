@@ -87,6 +87,7 @@ struct StackSamplerSettings {
   int max_depth = 64;
   std::size_t buffer_words = 0;
   std::uint32_t idle_ticks_before_disarm = 200;
+  bool watch_cpu = false;  // Options::watch_cpu_ticks
 };
 
 inline std::int64_t monotonic_now_ns() noexcept {
@@ -455,7 +456,7 @@ class ThreadStackSampler {
 
   // Whether the CPU watch looks at this thread (an armed POSIX timer), and whether
   // it has a span open now (the ticker parks once none has for a while).
-  bool cpu_watch_wanted() const noexcept { return cpu_.next_point_ns() != 0 && armed(); }
+  bool cpu_watch_wanted() const noexcept { return settings_.watch_cpu && cpu_.next_point_ns() != 0 && armed(); }
   bool span_open_now() const noexcept { return top_.load(std::memory_order_relaxed) != 0; }
 
   // ---- the wall ticker's side (its thread only, under the sampler list's mutex) ----

@@ -128,6 +128,9 @@ inline constexpr Setting settings[] = {
     setting<&Options::idle_ticks_before_disarm>(
         "idle_ticks_before_disarm", nullptr, EG::capture, format::integer(1, std::int64_t{1} << 30, "ticks"),
         "An idle thread's sampler disarms after this many ticks with no open span."),
+    setting<&Options::watch_cpu_ticks>(
+        "watch_cpu_ticks", "SPANPROF_CPU_WATCH", EG::capture, format::integer(0, 1),
+        "1: the ticker sends the POSIX timer's points the kernel is late with (each span right under load)."),
 
     // ---- which spans are profiled (docs/sampling.md)
     setting<&Options::head_sampler>(
