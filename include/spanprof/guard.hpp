@@ -425,8 +425,10 @@ class ScopedProfile {
     if (kinds.contains(ProfileKind::cpu)) {
       sampler->counters().add(detail::Counter::cpu_guards_opened, 1);
       // The ticker watches POSIX-timer threads for points the kernel is late with.
-      if (SPANPROF_UNLIKELY(detail::ticker_parked().load(std::memory_order_relaxed)) &&
-          sampler->settings().watch_cpu && sampler->source() == CpuSampleSource::posix_timer)
+      // The sampler's own flag first: with the watch off (the default) the guard reads
+      // nothing shared.
+      if (SPANPROF_UNLIKELY(sampler->settings().watch_cpu) &&
+          detail::ticker_parked().load(std::memory_order_relaxed) && sampler->source() == CpuSampleSource::posix_timer)
         detail::wall_ticker().watch_cpu();
     }
     state_ = State::sampling;

@@ -6145,10 +6145,6 @@ class WallTicker {
   // A CPU span opened on a thread sampled by a POSIX CPU timer while the ticker was
   // parked: the CPU watch (ThreadStackSampler::cpu_watch) starts again.
   void watch_cpu() noexcept {
-    // Not in a forked child: its first thread start there left one child in a few
-    // hundred stuck (tests/test_fork.cpp, 100 forks under upload); the child samples
-    // with the POSIX timer alone.
-    if (forked_child_) return;
     if (SPANPROF_UNLIKELY(!started_.load(std::memory_order_acquire))) start();
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -6168,8 +6164,7 @@ class WallTicker {
     started_.store(false, std::memory_order_relaxed);
     parked_.store(false, std::memory_order_relaxed);
     cpu_wanted_ = false;
-    forked_child_ = true;
-    ticker_parked().store(false, std::memory_order_relaxed);  // no guard asks it to watch
+    ticker_parked().store(true, std::memory_order_relaxed);  // the child's first watched span starts it
   }
 
  private:
@@ -6298,7 +6293,6 @@ class WallTicker {
   std::atomic<bool> started_{false};
   std::atomic<bool> parked_{false};
   bool cpu_wanted_ = false;  // under mutex_: a guard asked for the CPU watch
-  bool forked_child_ = false;  // this process is a forked child: no CPU watch
   // The ticker thread's own.
   std::uint64_t looks_ = 0;
   std::int64_t last_late_ns_ = std::numeric_limits<std::int64_t>::min() / 2;  // a thread's point found overdue
@@ -8298,8 +8292,10 @@ class ScopedProfile {
     if (kinds.contains(ProfileKind::cpu)) {
       sampler->counters().add(detail::Counter::cpu_guards_opened, 1);
       // The ticker watches POSIX-timer threads for points the kernel is late with.
-      if (SPANPROF_UNLIKELY(detail::ticker_parked().load(std::memory_order_relaxed)) &&
-          sampler->settings().watch_cpu && sampler->source() == CpuSampleSource::posix_timer)
+      // The sampler's own flag first: with the watch off (the default) the guard reads
+      // nothing shared.
+      if (SPANPROF_UNLIKELY(sampler->settings().watch_cpu) &&
+          detail::ticker_parked().load(std::memory_order_relaxed) && sampler->source() == CpuSampleSource::posix_timer)
         detail::wall_ticker().watch_cpu();
     }
     state_ = State::sampling;

@@ -73,10 +73,6 @@ class WallTicker {
   // A CPU span opened on a thread sampled by a POSIX CPU timer while the ticker was
   // parked: the CPU watch (ThreadStackSampler::cpu_watch) starts again.
   void watch_cpu() noexcept {
-    // Not in a forked child: its first thread start there left one child in a few
-    // hundred stuck (tests/test_fork.cpp, 100 forks under upload); the child samples
-    // with the POSIX timer alone.
-    if (forked_child_) return;
     if (SPANPROF_UNLIKELY(!started_.load(std::memory_order_acquire))) start();
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -96,8 +92,7 @@ class WallTicker {
     started_.store(false, std::memory_order_relaxed);
     parked_.store(false, std::memory_order_relaxed);
     cpu_wanted_ = false;
-    forked_child_ = true;
-    ticker_parked().store(false, std::memory_order_relaxed);  // no guard asks it to watch
+    ticker_parked().store(true, std::memory_order_relaxed);  // the child's first watched span starts it
   }
 
  private:
@@ -226,7 +221,6 @@ class WallTicker {
   std::atomic<bool> started_{false};
   std::atomic<bool> parked_{false};
   bool cpu_wanted_ = false;  // under mutex_: a guard asked for the CPU watch
-  bool forked_child_ = false;  // this process is a forked child: no CPU watch
   // The ticker thread's own.
   std::uint64_t looks_ = 0;
   std::int64_t last_late_ns_ = std::numeric_limits<std::int64_t>::min() / 2;  // a thread's point found overdue
