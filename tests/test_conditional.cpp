@@ -9,7 +9,9 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <memory>
+#include <new>
 #include <stdexcept>
 #include <thread>
 #include <type_traits>
@@ -226,6 +228,41 @@ TEST_CASE("a span kept as slow with not one sample is counted and said, never si
   CHECK(after.kept_slow - before.kept_slow == 1);
   CHECK(after.kept_without_samples - before.kept_without_samples == 1);
   CHECK(collector.has_error(spanprof::ErrorCode::no_samples, "kept as slow"));
+}
+
+// Out of line, so that the compiler cannot see the memory under the fragment.
+__attribute__((noinline)) spanprof::Fragment* open_fragment_in(unsigned char* storage,
+                                                               const spanprof::RequestProfile& request) {
+  return new (storage) spanprof::Fragment(request);
+}
+__attribute__((noinline)) void close_fragment(spanprof::Fragment* fragment) { fragment->~Fragment(); }
+
+TEST_CASE("a request kept as slow whose one fragment had no sample is not counted as kept without samples",
+          "[tail]") {
+  Collector collector(options_with(std::make_shared<spanprof::KeepSlowSpans>(std::chrono::milliseconds(20))));
+  const auto before = spanprof::stats();
+  const auto span = span_number(546);
+  {
+    spanprof::RequestProfile request(span, "GET /split");
+    {
+      // Built over dirty memory, as a fragment in an adapter's slot is (the
+      // OpenTelemetry processor's): what the fragment does not set must not be read.
+      alignas(spanprof::Fragment) unsigned char storage[sizeof(spanprof::Fragment)];
+      std::memset(storage, 0xa5, sizeof storage);
+      spanprof::Fragment* waits = open_fragment_in(storage, request);  // no CPU: no sample of its own
+      CHECK(waits->active());
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      close_fragment(waits);
+    }
+    spanprof::Fragment computes(request);
+    burn_cpu(0.06);
+  }
+  spanprof::flush();
+  const auto after = spanprof::stats();
+  CHECK(profiles_of(collector, span).size() == 1);
+  CHECK(after.kept_slow - before.kept_slow == 1);
+  // A fragment is not a span: only its request, at its end, may say it kept nothing.
+  CHECK(after.kept_without_samples - before.kept_without_samples == 0);
 }
 
 TEST_CASE("the adaptive trigger profiles the next spans of a name whose latency jumped", "[trigger]") {

@@ -333,6 +333,8 @@ class ScopedProfile {
     config_ = nullptr;
     keep_ = true;
     moved_ = false;
+    reason_ = ProfileReason::sampled;  // the request decides, and says if it is kept without a sample
+    duration_ns_ = -1;
     ProfileKinds sampled;
     if (kinds.contains(ProfileKind::cpu) && config.cpu_engine == CpuEngine::sampling) sampled = sampled | cpu;
     if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) sampled = sampled | wall;
@@ -468,7 +470,9 @@ class ScopedProfile {
       hand_over(sampler, used, dropped, kinds, log_start);
     } else {
       sampler->counters().add(detail::Counter::spans_without_samples, 1);
-      if (SPANPROF_UNLIKELY(reason_ != ProfileReason::sampled)) detail::kept_without_samples(reason_, duration_ns_);
+      // A fragment's request counts its own when it ends, over all its fragments.
+      if (SPANPROF_UNLIKELY(reason_ != ProfileReason::sampled) && request_ == nullptr)
+        detail::kept_without_samples(reason_, duration_ns_);
     }
     sampler->span_closed();
   }
