@@ -430,6 +430,15 @@ SPANPROF_API inline HeapHooks& heap_hooks() noexcept {
 struct HeapThreadRegistry {
   std::mutex mutex;
   std::vector<HeapThreadState*> threads;
+
+  // Held across fork() (Runtime::before_fork): a thread starting or exiting in the
+  // parent at that moment holds it, and the child's first thread-local of this kind
+  // would wait for it for good. In the child only the forking thread is left.
+  void reset_after_fork(const HeapThreadState* mine) noexcept {
+    threads.erase(std::remove_if(threads.begin(), threads.end(), [mine](const HeapThreadState* t) { return t != mine; }),
+                  threads.end());
+    new (&mutex) std::mutex();
+  }
 };
 SPANPROF_API inline HeapThreadRegistry& heap_thread_registry() noexcept {
   // Never destroyed: a thread may exit while the process runs its exit-time destructors.
