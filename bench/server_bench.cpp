@@ -18,6 +18,7 @@
 //   tail         every request profiled, a tail policy keeps those over 2 ms (a few)
 //   batched      per-span profiles merged into windows (Delivery::batched)
 //   wall         spanprof::cpu | spanprof::wall per request
+//   no_watch     default, with the CPU watch off (Options::watch_cpu_ticks): the timer alone
 //   gperftools   gperftools' ProfilerStart for the whole process, no spans
 // Profiles go to an uploader that counts them (per span unless batched), so no
 // disk or network I/O is measured, only what spanprof does.
@@ -138,6 +139,7 @@ int main(int argc, char** argv) {
     else if (mode == "wall") kinds = spanprof::cpu | spanprof::wall;
     else if (mode == "turned_down") options.head_sampler = std::make_shared<spanprof::NeverSampler>();
     else if (mode == "rare") options.frequency_hz = 1;
+    else if (mode == "no_watch") options.watch_cpu_ticks = false;
     else if (mode == "frequent") options.frequency_hz = 1000;
     else if (mode != "default" && mode != "idle") {
       std::fprintf(stderr, "unknown mode %s\n", mode.c_str());

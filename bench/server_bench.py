@@ -33,7 +33,7 @@ import urllib.request
 
 MODES = ["off", "default", "perf_event", "posix_timer", "tail", "batched", "wall", "gperftools"]
 # Not run unless asked (--modes): they split the default's cost into its parts.
-DIAGNOSTIC_MODES = ["idle", "turned_down", "rare", "frequent"]
+DIAGNOSTIC_MODES = ["idle", "turned_down", "rare", "frequent", "no_watch"]
 
 
 def free_port():

@@ -1,8 +1,8 @@
 // Each span's profile holds its own CPU when the machine is saturated: request
 // threads run spans of ~60 ms and ~8 ms of CPU, with unprofiled CPU work between
 // them, beside three busy processes (bounded in time, killed whatever happens),
-// on the POSIX CPU timer with the ticker's CPU watch (Options::watch_cpu_ticks; not
-// the default yet: docs/engines.md says why). Each span's profile is compared with the thread CPU
+// on the default source: the POSIX CPU timer with the ticker's CPU watch
+// (Options::watch_cpu_ticks, docs/engines.md). Each span's profile is compared with the thread CPU
 // measured around the span (tests/support/span_attribution.hpp; the same workload,
 // every source, quiet and loaded: bench/bench_attribution.cpp).
 //

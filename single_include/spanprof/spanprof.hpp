@@ -4360,7 +4360,7 @@ struct StackSamplerSettings {
   int max_depth = 64;
   std::size_t buffer_words = 0;
   std::uint32_t idle_ticks_before_disarm = 200;
-  bool watch_cpu = false;  // Options::watch_cpu_ticks
+  bool watch_cpu = true;  // Options::watch_cpu_ticks
 };
 
 inline std::int64_t monotonic_now_ns() noexcept {
@@ -4509,6 +4509,7 @@ class ThreadStackSampler {
     const std::uint32_t sequence = next_sequence_++ & 0x3FFF'FFFF;
     span.state.store(sequence << 2 | span_slot_open, std::memory_order_relaxed);
     slots_in_use_ |= std::uint32_t{1} << index;
+    if (top == 0 && settings_.watch_cpu) outer_changed_ns_.store(monotonic_now_ns(), std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     top_.store(index + 1, std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
@@ -4528,7 +4529,9 @@ class ThreadStackSampler {
       span.state.store(ticket.sequence << 2 | span_slot_dead, std::memory_order_relaxed);
       return false;
     }
-    top_.store(span.parent.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    const std::uint32_t parent = span.parent.load(std::memory_order_relaxed);
+    if (parent == 0 && settings_.watch_cpu) outer_changed_ns_.store(monotonic_now_ns(), std::memory_order_relaxed);
+    top_.store(parent, std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     span.state.store(span_slot_free, std::memory_order_relaxed);
     slots_in_use_ &= ~(std::uint32_t{1} << ticket.index);
@@ -4686,27 +4689,38 @@ class ThreadStackSampler {
   // whatever span is open by then. The ticker reads the thread's CPU clock at
   // short wall intervals and, when it has passed the timer's point by more than
   // the slack below, sends the tick itself: once per point, and only to a thread on
-  // its core. Between spans too: a point passed there and delivered late would land
-  // in the next span, with the time between in its weight.
+  // its core.
   enum class CpuWatch : std::uint8_t {
     nothing,    // not looked at, or its point is not overdue
     late,       // overdue, but the thread is off its core: looked at again next time
     signalled,  // overdue: the tick was sent
   };
-  // `look` counts the ticker's looks: a thread that stood still at its last two
-  // looks with no span open (most of a server's pool, waiting for work) is read one
-  // look in eight; a span opening on it brings it back at once.
-  CpuWatch cpu_watch(std::uint64_t look) noexcept {
+  // Between spans too, since a point passed there and delivered late would land in
+  // the next span with the time between in its weight; but a thread that stood
+  // still at its last two looks with no span open (most of a server's pool, waiting
+  // for work) is read one look in eight (`look` counts the ticker's looks). `now`:
+  // the ticker's monotonic clock.
+  CpuWatch cpu_watch(std::uint64_t look, std::int64_t now) noexcept {
     if (!armed() || signal_blocked_.load(std::memory_order_relaxed) ||
         sample_signal_lost().load(std::memory_order_relaxed) == settings_.signal_number)
       return CpuWatch::nothing;
-    if (ticker_.still_looks >= 2 && (look & 7) != 0 && top_.load(std::memory_order_relaxed) == 0)
+    // A thread cannot have run past a point by the slack in less wall time than the
+    // slack since its outermost span opened or closed: those young spans and gaps,
+    // most of a busy server's, cost no read and are left to the kernel. The same for
+    // spans and gaps, so that neither gains samples at the other's cost.
+    if (now - outer_changed_ns_.load(std::memory_order_relaxed) < cpu_watch_slack_ns()) return CpuWatch::nothing;
+    if (top_.load(std::memory_order_relaxed) == 0 && ticker_.still_looks >= 2 && (look & 7) != 0)
       return CpuWatch::nothing;
     const std::int64_t point = cpu_.next_point_ns();
     if (point == 0) return CpuWatch::nothing;
+    // Nor can it have run more CPU than the wall time since the last read: until
+    // then its point cannot be overdue, and it is not read.
+    if (ticker_.cpu_seen >= 0 && ticker_.cpu_seen + (now - ticker_.seen_at_ns) < point + cpu_watch_slack_ns())
+      return CpuWatch::nothing;
     const std::int64_t cpu_ns = thread_cpu_ns(tid_);
     ticker_.still_looks = cpu_ns == ticker_.cpu_seen ? ticker_.still_looks + 1 : 0;
     ticker_.cpu_seen = cpu_ns;
+    ticker_.seen_at_ns = now;
     if (point == ticker_.cpu_point_signalled || cpu_ns < point + cpu_watch_slack_ns()) return CpuWatch::nothing;
     // Only while it is on a core: a thread's CPU clock moves between two reads then,
     // and stands still while it waits for a core or blocks. A thread signalled off
@@ -4965,6 +4979,7 @@ class ThreadStackSampler {
   static_assert(max_open_spans == 32, "slots_in_use_ is a 32-bit mask");
   ActiveSpan spans_[max_open_spans];
   std::atomic<std::uint32_t> top_{0};  // 1 + the innermost slot's index; 0: none
+  std::atomic<std::int64_t> outer_changed_ns_{0};  // monotonic, when the outermost span last opened or closed
   std::uint32_t slots_in_use_ = 0;     // open or dead, this thread's only
   std::uint32_t next_sequence_ = 1;
   std::atomic<std::size_t> used_{0};
@@ -4996,7 +5011,8 @@ class ThreadStackSampler {
     std::uint32_t generation = 0;
     std::int64_t cpu_ns = 0;
     std::int64_t cpu_point_signalled = 0;  // the CPU watch's last point sent
-    std::int64_t cpu_seen = -1;            // the thread's CPU clock at the last look
+    std::int64_t cpu_seen = -1;            // the thread's CPU clock at the last read
+    std::int64_t seen_at_ns = 0;           // the ticker's monotonic clock then
     std::uint32_t still_looks = 0;         // looks in a row that found it unchanged
   } ticker_;
 #if SPANPROF_HAS_CFI_WALKER
@@ -5839,6 +5855,15 @@ SPANPROF_API inline HeapHooks& heap_hooks() noexcept {
 struct HeapThreadRegistry {
   std::mutex mutex;
   std::vector<HeapThreadState*> threads;
+
+  // Held across fork() (Runtime::before_fork): a thread starting or exiting in the
+  // parent at that moment holds it, and the child's first thread-local of this kind
+  // would wait for it for good. In the child only the forking thread is left.
+  void reset_after_fork(const HeapThreadState* mine) noexcept {
+    threads.erase(std::remove_if(threads.begin(), threads.end(), [mine](const HeapThreadState* t) { return t != mine; }),
+                  threads.end());
+    new (&mutex) std::mutex();
+  }
 };
 SPANPROF_API inline HeapThreadRegistry& heap_thread_registry() noexcept {
   // Never destroyed: a thread may exit while the process runs its exit-time destructors.
@@ -6266,12 +6291,17 @@ class WallTicker {
           }
         }
         if (!sampler->cpu_watch_wanted()) continue;
-        switch (sampler->cpu_watch(looks_)) {
+        const bool span_open = sampler->span_open_now();
+        switch (sampler->cpu_watch(looks_, now)) {
           case ThreadStackSampler::CpuWatch::signalled: ++cpu_ticks; [[fallthrough]];
-          case ThreadStackSampler::CpuWatch::late: last_late_ns_ = now; break;
+          case ThreadStackSampler::CpuWatch::late:
+            // Looks come faster for spans only: a pool thread between requests
+            // found late would double a busy server's looks for nothing of its own.
+            if (span_open) last_late_ns_ = now;
+            break;
           default: break;
         }
-        if (sampler->span_open_now()) look.span_open = true;
+        if (span_open) look.span_open = true;
         // Half the period while the kernel has been late in the last second;
         // a period otherwise, when its own ticks come in time and the watch only
         // makes sure they still do.
@@ -8200,6 +8230,8 @@ class ScopedProfile {
     config_ = nullptr;
     keep_ = true;
     moved_ = false;
+    reason_ = ProfileReason::sampled;  // the request decides, and says if it is kept without a sample
+    duration_ns_ = -1;
     ProfileKinds sampled;
     if (kinds.contains(ProfileKind::cpu) && config.cpu_engine == CpuEngine::sampling) sampled = sampled | cpu;
     if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) sampled = sampled | wall;
@@ -8335,7 +8367,9 @@ class ScopedProfile {
       hand_over(sampler, used, dropped, kinds, log_start);
     } else {
       sampler->counters().add(detail::Counter::spans_without_samples, 1);
-      if (SPANPROF_UNLIKELY(reason_ != ProfileReason::sampled)) detail::kept_without_samples(reason_, duration_ns_);
+      // A fragment's request counts its own when it ends, over all its fragments.
+      if (SPANPROF_UNLIKELY(reason_ != ProfileReason::sampled) && request_ == nullptr)
+        detail::kept_without_samples(reason_, duration_ns_);
     }
     sampler->span_closed();
   }
@@ -9030,8 +9064,8 @@ struct Options {
   std::uint32_t idle_ticks_before_disarm = 200;
   // The ticker thread sends the POSIX CPU timer's sampling points the kernel is late
   // with, so that each span keeps its own CPU on a saturated machine (docs/engines.md,
-  // "Under load"). Off by default while its cost and a fork interaction are open.
-  bool watch_cpu_ticks = false;
+  // "Under load"; its cost: docs/cost.md). Off: the timer alone, as the kernel delivers.
+  bool watch_cpu_ticks = true;
 
   // ---- which spans are profiled (docs/sampling.md) -----------------------------------
   // The head sampler decides when a guard opens (null: every span); the tail policy,
@@ -15799,7 +15833,7 @@ inline constexpr Setting settings[] = {
         "An idle thread's sampler disarms after this many ticks with no open span."),
     setting<&Options::watch_cpu_ticks>(
         "watch_cpu_ticks", "SPANPROF_CPU_WATCH", EG::capture, format::integer(0, 1),
-        "1: the ticker sends the POSIX timer's points the kernel is late with (each span right under load)."),
+        "0: the POSIX timer alone; 1 (default): the ticker sends its points the kernel is late with (each span right under load)."),
 
     // ---- which spans are profiled (docs/sampling.md)
     setting<&Options::head_sampler>(
@@ -16750,8 +16784,9 @@ class Runtime final : public GuardHost {
   // threads were doing is left to the parent: the child closes its copies of the
   // samplers' perf events (the parent's events too: disabling them would stop the
   // parent's samples), forgets the worker's threads and queue, and rebuilds every
-  // lock some parent thread may have held. The two lists the child walks are
-  // locked across the fork, so it finds them whole.
+  // lock some parent thread may have held. The lists the child walks (counters,
+  // stack samplers, heap threads) are locked across the fork, so it finds them
+  // whole: a thread starting or exiting in the parent holds one of them.
   //
   // A child of a process that spanprof started by itself (the first guard, from
   // the environment) starts afresh at its own first guard. A child of one started
@@ -16759,11 +16794,23 @@ class Runtime final : public GuardHost {
   // uploaders in those options may be mid-upload in the parent, their locks held
   // for good in the child. spanprof::start() in the child profiles it.
   static void before_fork() noexcept {
+    // Every static the child's handler touches is made before the fork: one that
+    // another thread was making at that moment would leave the child waiting on its
+    // initialization guard for good (a first guard starting the ticker did, 1 child
+    // in 200).
+    (void)wall_ticker();
+    (void)heap_hooks();
+    (void)heap_thread_registry();
+    (void)captured_profile_pool();
+    (void)error_channel();
+    (void)sample_signal_installation();
     loader_lock_gate().close_and_wait(std::chrono::milliseconds(100));
     counter_registry().mutex.lock();
     stack_sampler_list().mutex.lock();
+    heap_thread_registry().mutex.lock();
   }
   static void after_fork_in_parent() noexcept {
+    heap_thread_registry().mutex.unlock();
     stack_sampler_list().mutex.unlock();
     counter_registry().mutex.unlock();
     loader_lock_gate().open();
@@ -16774,6 +16821,7 @@ class Runtime final : public GuardHost {
     loader_lock_gate().reset_after_fork();
     counter_registry().reset_after_fork(thread_counters.registered ? &thread_counters : nullptr);
     stack_sampler_list().reset_after_fork();
+    heap_thread_registry().reset_after_fork(&heap_thread);
     const ThreadStackSampler* mine = current_stack_sampler;
     wall_ticker().reset_after_fork(mine != nullptr && mine->in_wall_span());
     heap_hooks().reset_after_fork(heap_spans_open_here());

@@ -87,7 +87,7 @@ struct StackSamplerSettings {
   int max_depth = 64;
   std::size_t buffer_words = 0;
   std::uint32_t idle_ticks_before_disarm = 200;
-  bool watch_cpu = false;  // Options::watch_cpu_ticks
+  bool watch_cpu = true;  // Options::watch_cpu_ticks
 };
 
 inline std::int64_t monotonic_now_ns() noexcept {
@@ -236,6 +236,7 @@ class ThreadStackSampler {
     const std::uint32_t sequence = next_sequence_++ & 0x3FFF'FFFF;
     span.state.store(sequence << 2 | span_slot_open, std::memory_order_relaxed);
     slots_in_use_ |= std::uint32_t{1} << index;
+    if (top == 0 && settings_.watch_cpu) outer_changed_ns_.store(monotonic_now_ns(), std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     top_.store(index + 1, std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
@@ -255,7 +256,9 @@ class ThreadStackSampler {
       span.state.store(ticket.sequence << 2 | span_slot_dead, std::memory_order_relaxed);
       return false;
     }
-    top_.store(span.parent.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    const std::uint32_t parent = span.parent.load(std::memory_order_relaxed);
+    if (parent == 0 && settings_.watch_cpu) outer_changed_ns_.store(monotonic_now_ns(), std::memory_order_relaxed);
+    top_.store(parent, std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     span.state.store(span_slot_free, std::memory_order_relaxed);
     slots_in_use_ &= ~(std::uint32_t{1} << ticket.index);
@@ -413,27 +416,38 @@ class ThreadStackSampler {
   // whatever span is open by then. The ticker reads the thread's CPU clock at
   // short wall intervals and, when it has passed the timer's point by more than
   // the slack below, sends the tick itself: once per point, and only to a thread on
-  // its core. Between spans too: a point passed there and delivered late would land
-  // in the next span, with the time between in its weight.
+  // its core.
   enum class CpuWatch : std::uint8_t {
     nothing,    // not looked at, or its point is not overdue
     late,       // overdue, but the thread is off its core: looked at again next time
     signalled,  // overdue: the tick was sent
   };
-  // `look` counts the ticker's looks: a thread that stood still at its last two
-  // looks with no span open (most of a server's pool, waiting for work) is read one
-  // look in eight; a span opening on it brings it back at once.
-  CpuWatch cpu_watch(std::uint64_t look) noexcept {
+  // Between spans too, since a point passed there and delivered late would land in
+  // the next span with the time between in its weight; but a thread that stood
+  // still at its last two looks with no span open (most of a server's pool, waiting
+  // for work) is read one look in eight (`look` counts the ticker's looks). `now`:
+  // the ticker's monotonic clock.
+  CpuWatch cpu_watch(std::uint64_t look, std::int64_t now) noexcept {
     if (!armed() || signal_blocked_.load(std::memory_order_relaxed) ||
         sample_signal_lost().load(std::memory_order_relaxed) == settings_.signal_number)
       return CpuWatch::nothing;
-    if (ticker_.still_looks >= 2 && (look & 7) != 0 && top_.load(std::memory_order_relaxed) == 0)
+    // A thread cannot have run past a point by the slack in less wall time than the
+    // slack since its outermost span opened or closed: those young spans and gaps,
+    // most of a busy server's, cost no read and are left to the kernel. The same for
+    // spans and gaps, so that neither gains samples at the other's cost.
+    if (now - outer_changed_ns_.load(std::memory_order_relaxed) < cpu_watch_slack_ns()) return CpuWatch::nothing;
+    if (top_.load(std::memory_order_relaxed) == 0 && ticker_.still_looks >= 2 && (look & 7) != 0)
       return CpuWatch::nothing;
     const std::int64_t point = cpu_.next_point_ns();
     if (point == 0) return CpuWatch::nothing;
+    // Nor can it have run more CPU than the wall time since the last read: until
+    // then its point cannot be overdue, and it is not read.
+    if (ticker_.cpu_seen >= 0 && ticker_.cpu_seen + (now - ticker_.seen_at_ns) < point + cpu_watch_slack_ns())
+      return CpuWatch::nothing;
     const std::int64_t cpu_ns = thread_cpu_ns(tid_);
     ticker_.still_looks = cpu_ns == ticker_.cpu_seen ? ticker_.still_looks + 1 : 0;
     ticker_.cpu_seen = cpu_ns;
+    ticker_.seen_at_ns = now;
     if (point == ticker_.cpu_point_signalled || cpu_ns < point + cpu_watch_slack_ns()) return CpuWatch::nothing;
     // Only while it is on a core: a thread's CPU clock moves between two reads then,
     // and stands still while it waits for a core or blocks. A thread signalled off
@@ -692,6 +706,7 @@ class ThreadStackSampler {
   static_assert(max_open_spans == 32, "slots_in_use_ is a 32-bit mask");
   ActiveSpan spans_[max_open_spans];
   std::atomic<std::uint32_t> top_{0};  // 1 + the innermost slot's index; 0: none
+  std::atomic<std::int64_t> outer_changed_ns_{0};  // monotonic, when the outermost span last opened or closed
   std::uint32_t slots_in_use_ = 0;     // open or dead, this thread's only
   std::uint32_t next_sequence_ = 1;
   std::atomic<std::size_t> used_{0};
@@ -723,7 +738,8 @@ class ThreadStackSampler {
     std::uint32_t generation = 0;
     std::int64_t cpu_ns = 0;
     std::int64_t cpu_point_signalled = 0;  // the CPU watch's last point sent
-    std::int64_t cpu_seen = -1;            // the thread's CPU clock at the last look
+    std::int64_t cpu_seen = -1;            // the thread's CPU clock at the last read
+    std::int64_t seen_at_ns = 0;           // the ticker's monotonic clock then
     std::uint32_t still_looks = 0;         // looks in a row that found it unchanged
   } ticker_;
 #if SPANPROF_HAS_CFI_WALKER

@@ -194,12 +194,17 @@ class WallTicker {
           }
         }
         if (!sampler->cpu_watch_wanted()) continue;
-        switch (sampler->cpu_watch(looks_)) {
+        const bool span_open = sampler->span_open_now();
+        switch (sampler->cpu_watch(looks_, now)) {
           case ThreadStackSampler::CpuWatch::signalled: ++cpu_ticks; [[fallthrough]];
-          case ThreadStackSampler::CpuWatch::late: last_late_ns_ = now; break;
+          case ThreadStackSampler::CpuWatch::late:
+            // Looks come faster for spans only: a pool thread between requests
+            // found late would double a busy server's looks for nothing of its own.
+            if (span_open) last_late_ns_ = now;
+            break;
           default: break;
         }
-        if (sampler->span_open_now()) look.span_open = true;
+        if (span_open) look.span_open = true;
         // Half the period while the kernel has been late in the last second;
         // a period otherwise, when its own ticks come in time and the watch only
         // makes sure they still do.

@@ -73,8 +73,8 @@ struct Options {
   std::uint32_t idle_ticks_before_disarm = 200;
   // The ticker thread sends the POSIX CPU timer's sampling points the kernel is late
   // with, so that each span keeps its own CPU on a saturated machine (docs/engines.md,
-  // "Under load"). Off by default while its cost and a fork interaction are open.
-  bool watch_cpu_ticks = false;
+  // "Under load"; its cost: docs/cost.md). Off: the timer alone, as the kernel delivers.
+  bool watch_cpu_ticks = true;
 
   // ---- which spans are profiled (docs/sampling.md) -----------------------------------
   // The head sampler decides when a guard opens (null: every span); the tail policy,
