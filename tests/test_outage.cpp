@@ -40,10 +40,9 @@ spanprof::Options pipeline(const std::string& server, const std::string& spool =
                            spanprof::Delivery delivery = spanprof::Delivery::per_span()) {
   spanprof::Options options;
   options.frequency_hz = 500;
-  // These tests count profiles, one per span: the exact source. Under CPU contention
-  // the POSIX timer, checked at the scheduler tick, can leave a 20 ms span without a
-  // sample (3 spans of 44 with two busy loops beside, docs/engines.md).
-  options.cpu_sample_source = spanprof::CpuSampleSource::perf_event;
+  // These tests count profiles, one per span, on the default source: under CPU
+  // contention its CPU watch keeps a 20 ms span from going without a sample
+  // (docs/engines.md, "Under load").
   options.retry.max_attempts = 3;
   options.retry.initial_backoff = std::chrono::milliseconds(20);
   options.retry.max_backoff = std::chrono::milliseconds(200);

@@ -83,8 +83,7 @@ struct ErrorLog {
 spanprof::Options options_with(std::vector<std::shared_ptr<spanprof::Uploader>> uploaders) {
   spanprof::Options options(spanprof::ignore_environment);
   options.frequency_hz = 500;
-  // One profile per span, counted: the exact source (test_outage.cpp says why).
-  options.cpu_sample_source = spanprof::CpuSampleSource::perf_event;
+  // One profile per span, counted, on the default source (test_outage.cpp).
   options.retry.max_attempts = 2;
   options.retry.initial_backoff = std::chrono::milliseconds(10);
   options.retry.max_backoff = std::chrono::milliseconds(40);
