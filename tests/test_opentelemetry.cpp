@@ -439,7 +439,10 @@ TEST_CASE("zero-code mode: 8 threads x 1000 spans, nested, some ending elsewhere
     if (profiled_ids.count(id) == 0) CHECK(not_ended_in_order.count(id) == 1);
 }
 
-TEST_CASE("zero-code mode: a span that ends on another thread gets one profile and its link", "[opentelemetry]") {
+// The thread that started the span stays idle until the test has checked: its
+// fragment is still open there, and flush() must deliver the profile all the same.
+TEST_CASE("zero-code mode: a span that ends on another thread gets one profile and its link, while its first thread "
+          "idles", "[opentelemetry]") {
   Collector collector(options_at(1000));
   Sdk sdk;
   auto tracer = spanprof::otel::ProfilingTracerProvider::wrap(sdk.provider)->GetTracer("elsewhere");
@@ -450,14 +453,14 @@ TEST_CASE("zero-code mode: a span that ends on another thread gets one profile a
   int phase = 0;
   std::thread starter([&] {
     auto started = tracer->StartSpan("GET /handed-over");
-    otel_checkout_work(0.1);
+    otel_checkout_work(0.12);
     std::unique_lock<std::mutex> lock(mutex);
     span = started;
     phase = 1;
     changed.notify_all();
     changed.wait(lock, [&] { return phase == 2; });
     lock.unlock();
-    // The thread goes on with other work: its next span closes the handed-over one's fragment.
+    // Only now does the thread go on: its next span frees the handed-over one's slot.
     auto next = tracer->StartSpan("GET /next");
     otel_small_work(0.02);
     next->End();
@@ -468,25 +471,31 @@ TEST_CASE("zero-code mode: a span that ends on another thread gets one profile a
   }
   span->End();  // on this thread
   const std::string id = hex_of(span->GetContext().span_id());
+  const bool flushed = static_cast<bool>(spanprof::flush(std::chrono::seconds(10)));
+  std::vector<spanprof_test::CollectedProfile> mine;
+  for (auto& p : collector.profiles())
+    if (p.meta.span.span_id.to_hex() == id) mine.push_back(p);
   {
     std::lock_guard<std::mutex> lock(mutex);
     phase = 2;
   }
   changed.notify_all();
   starter.join();
+  CHECK(flushed);
 
-  std::vector<const spanprof_test::CollectedProfile*> mine;
-  const auto profiles = collector.profiles();
-  for (const auto& p : profiles)
-    if (p.meta.span.span_id.to_hex() == id) mine.push_back(&p);
   REQUIRE(mine.size() == 1);
-  CHECK(mine.front()->meta.span_name == "GET /handed-over");
-  CHECK(spanprof_test::share_on_stack(mine.front()->decoded, "otel_checkout_work") > 0.8);
+  CHECK(mine.front().meta.span_name == "GET /handed-over");
+  CHECK(spanprof_test::share_on_stack(mine.front().decoded, "otel_checkout_work") > 0.8);
   bool linked = false;
   for (const auto& exported : sdk.spans->GetSpans())
     if (hex_of(exported->GetSpanId()) == id) linked = profile_id_of(*exported) == id;
   CHECK(linked);
   CHECK(spanprof::stats().otel_spans_ended_elsewhere - before.otel_spans_ended_elsewhere == 1);
+  // The next span on the starting thread made its own profile, nothing more of this one.
+  spanprof::flush(std::chrono::seconds(10));
+  int of_this_span = 0;
+  for (const auto& p : collector.profiles()) of_this_span += p.meta.span.span_id.to_hex() == id;
+  CHECK(of_this_span == 1);
 }
 
 TEST_CASE("a spanprof::RequestProfile over an OpenTelemetry span: fragments on two threads, one profile with its ids",

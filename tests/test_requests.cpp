@@ -115,6 +115,50 @@ TEST_CASE("end() while a fragment runs elsewhere: the request is delivered when 
   CHECK(spanprof::stats().requests_abandoned == 0);
 }
 
+// A span adapter whose fragment outlives its turn (an OpenTelemetry span started on
+// one thread, ended on another): the ending thread takes the records over, and the
+// request is delivered at end(), though its first thread idles with the fragment open.
+TEST_CASE("take_records_over: a fragment left open on an idle thread is delivered at end() from another thread",
+          "[requests]") {
+  Collector collector(requests_at_1khz(spanprof::CpuSampleSource::automatic));
+  const auto before = spanprof::stats();
+  spanprof::RequestProfile request(span_number(953), "GET /taken");
+  std::atomic<bool> stopped{false};
+  std::atomic<int> phase{0};
+  spanprof::Fragment* open = nullptr;
+  std::thread idle([&, handle = request] {
+    spanprof::Fragment fragment(handle);
+    fragment.stop_sampling_when(stopped);
+    open = &fragment;
+    request_stage_one(0.15);
+    phase.store(1);
+    // Busy while the records are copied: its samples stop at the flag.
+    while (phase.load() != 2) request_inner_guard(0.001);
+    request_stage_two(0.05);  // after the end: the request's no more
+  });
+  while (phase.load() != 1) std::this_thread::yield();
+  stopped.store(true);
+  const bool taken = open->take_records_over();
+  request.end();
+  std::vector<spanprof_test::CollectedProfile> all;
+  const std::size_t delivered_before_close = profiles_of(collector, 953, all).size();
+  phase.store(2);
+  idle.join();
+  REQUIRE(spanprof::flush(std::chrono::seconds(10)));
+  CHECK(taken);
+  CHECK(delivered_before_close == 1);
+  const auto found = profiles_of(collector, 953, all);
+  REQUIRE(found.size() == 1);
+  CHECK(spanprof_test::share_on_stack(found.front()->decoded, "request_stage_two") == 0.0);
+#ifndef SPANPROF_TESTS_UNDER_TSAN  // TSan delivers a signal late, at its next intercepted call
+  CHECK(spanprof_test::share_on_stack(found.front()->decoded, "request_stage_one") > 0.8);
+  const double sampled = sampled_cpu_seconds(found.front()->decoded);
+  CHECK(sampled > 0.15 * 0.85);
+  CHECK(sampled < 0.15 * 1.15 + 0.01);
+#endif
+  CHECK(spanprof::stats().requests_abandoned == before.requests_abandoned);
+}
+
 TEST_CASE("a request whose handles all go without end() is delivered once, as it was, and counted", "[requests]") {
   Collector collector(requests_at_1khz());
   const auto before = spanprof::stats();

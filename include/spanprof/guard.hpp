@@ -477,6 +477,24 @@ class ScopedProfile {
     sampler->span_closed();
   }
 
+  // A fragment whose request ended on another thread, copied from that thread while
+  // the fragment stays open on its own (which holds the slot, so the log is neither
+  // reset nor freed under the copy): its records go to the request now, and its
+  // close on its own thread only frees the slot. False, touching nothing, when it
+  // records more than the thread's stack log (heap, or the classic engine).
+  SPANPROF_NOINLINE bool take_records_elsewhere() noexcept {
+    if (request_ == nullptr || heap_state_ != State::idle || classic_cpu_) return false;
+    if (state_ == State::sampling) {
+      detail::ThreadStackSampler* sampler = sampler_;
+      const detail::ActiveSpan& span = sampler->span(ticket_);
+      const std::size_t used = sampler->used_words_published();
+      const std::uint64_t dropped = sampler->dropped() - span.dropped_at_start;
+      if (used > span.log_start || dropped != 0) hand_over(sampler, used, dropped, span.kinds, span.log_start);
+    }
+    keep_ = false;
+    return true;
+  }
+
   // The guard ends on another thread than it began (a coroutine resumed on another
   // thread of a pool): that thread's samples are its own to read, so this span's
   // are dropped. Its slot is marked dead, the last thing done to the sampler: the

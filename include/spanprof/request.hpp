@@ -182,7 +182,8 @@ class Fragment {
       *published_ = previous_context_;
       std::atomic_signal_fence(std::memory_order_release);
     }
-    request_->leave_fragment();
+    if (SPANPROF_UNLIKELY(records_taken_)) request_->release();
+    else request_->leave_fragment();
   }
 
   Fragment(const Fragment&) = delete;
@@ -195,6 +196,22 @@ class Fragment {
   // request whose end comes from another thread (the flag must outlive the fragment).
   void stop_sampling_when(const std::atomic<bool>& flag) noexcept { guard_.stop_sampling_when(flag); }
 
+  // For span adapters whose fragment outlives its turn (an OpenTelemetry span
+  // started on one thread and ended on another, its fragment still open on the
+  // first): called from another thread, once stop_sampling_when's flag is set,
+  // while the caller keeps the fragment's own thread from closing it (see
+  // opentelemetry.hpp's SpanEndState). Its records go to the request now, which is
+  // then delivered when it ends, not when this fragment's thread closes it — an
+  // idle thread may not for long. False, taking nothing, when the fragment records
+  // what another thread cannot read (heap, the classic engine): it delivers when
+  // it closes, as any other.
+  bool take_records_over() noexcept {
+    if (request_ == nullptr || !guard_.take_records_elsewhere()) return false;
+    records_taken_ = true;
+    request_->leave_running();
+    return true;
+  }
+
  private:
   static detail::RequestState* enter(detail::RequestState* request, detail::RequestState* running) noexcept {
     if (request == nullptr || request == running || !request->enter_fragment()) return nullptr;
@@ -206,6 +223,7 @@ class Fragment {
   detail::RequestState* request_;   // entered, or null: records nothing
   const void** published_ = nullptr;  // this thread's otel_thread_ctx_v1
   const void* previous_context_ = nullptr;
+  bool records_taken_ = false;  // by take_records_over(), on another thread
   ScopedProfile guard_;
 };
 
@@ -246,6 +264,7 @@ class Fragment {
   Fragment& operator=(const Fragment&) = delete;
   bool active() const noexcept { return false; }
   void stop_sampling_when(const std::atomic<bool>&) noexcept {}
+  bool take_records_over() noexcept { return false; }
 };
 
 #endif

@@ -169,6 +169,22 @@ class RequestState {
     }
   }
 
+  // A fragment still open on its thread whose records another thread took over
+  // (Fragment::take_records_over): it runs no more, so the request is delivered
+  // without waiting for its thread, but it keeps its reference (that thread still
+  // points at this state) until it closes there and calls release().
+  void leave_running() noexcept {
+    std::uint64_t before = life_.load(std::memory_order_relaxed);
+    std::uint64_t after;
+    bool deliver_now;
+    do {
+      after = before - one_running;
+      deliver_now = (after & running_mask) == 0 && (after & ended_bit) != 0 && (after & delivered_bit) == 0;
+      if (deliver_now) after |= delivered_bit;
+    } while (!life_.compare_exchange_weak(before, after, std::memory_order_acq_rel, std::memory_order_acquire));
+    if (deliver_now) (void)deliver(false);
+  }
+
   // A fragment's CPU or wall records: the log's records from its start, of every
   // kind the spans open on its thread asked for; the request takes those of its kinds.
   void add_stack_records(const ThreadStackSampler& sampler, const std::uint64_t* first, std::size_t words,

@@ -42,6 +42,7 @@
 #include <new>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <type_traits>
 #include <typeinfo>
 #include <utility>
@@ -211,15 +212,21 @@ namespace detail {
 // Shared by a profiled span and the stack slot holding its fragment; outlives both.
 struct SpanEndState {
   std::atomic<bool> ended_elsewhere{false};  // the fragment's stop flag: read by the sample handler
+  // Who closes the fragment's records: its own thread, or the thread the span ended
+  // on (take_records_over), which must not find the fragment gone under it.
+  enum Records : std::uint8_t { open, taking, taken, closing_here };
+  std::atomic<std::uint8_t> records{open};
+  Fragment* fragment = nullptr;  // in the starting thread's stack; read only while `taking`
 };
 
 // The profiled OpenTelemetry spans a thread started and still runs, innermost on
 // top: each is a spanprof::RequestProfile (request.hpp) with a Fragment open here. A
-// fragment must close on its thread, in LIFO order; a span that ends on another
-// thread, or out of order, only marks its slot (its samples stop at once: the flag
-// is the fragment's stop flag) and ends its request, and this thread closes the
-// fragment the next time it starts or ends a span, or exits: the request is
-// delivered then, with what the span ran here.
+// fragment must close on its thread, in LIFO order. A span that ends on another
+// thread, or out of order, marks its slot (its samples stop at once: the flag is
+// the fragment's stop flag), takes the fragment's records into its request, which
+// is delivered then, and this thread frees the slot the next time it starts or ends
+// a span, or exits. (When the fragment records heap too, the records stay, and the
+// request is delivered once this thread closes it.)
 class ThreadSpanStack {
  public:
   static constexpr std::size_t capacity = 16;
@@ -259,6 +266,7 @@ class ThreadSpanStack {
     }
     Fragment* fragment = new (slot.storage) Fragment(slot.request);
     fragment->stop_sampling_when(state->ended_elsewhere);
+    state->fragment = fragment;
     slot.state = state;
     request = slot.request;
     return static_cast<long>(depth_++);
@@ -284,15 +292,28 @@ class ThreadSpanStack {
     Fragment& fragment() noexcept { return *std::launder(reinterpret_cast<Fragment*>(storage)); }
   };
 
+  // Another thread may be copying the records of the top fragment
+  // (SpanEndState::taking): it keeps the slot until done, a copy of one fragment's
+  // records. Only a thread's exit waits for that; starting a span pushes over it.
   void pop() noexcept {
-    Slot& top = slots_[--depth_];
-    top.fragment().~Fragment();  // its samples go to the request
+    Slot& top = slots_[depth_ - 1];
+    std::uint8_t records = SpanEndState::open;
+    if (!top.state->records.compare_exchange_strong(records, SpanEndState::closing_here, std::memory_order_acq_rel))
+      while (top.state->records.load(std::memory_order_acquire) == SpanEndState::taking) std::this_thread::yield();
+    --depth_;
+    top.fragment().~Fragment();  // its samples go to the request, unless taken already
     top.request = RequestProfile();  // delivered here if the span has ended and nothing else holds it
     top.state.reset();
   }
 
   void pop_ended_elsewhere() noexcept {
-    while (depth_ > 0 && slots_[depth_ - 1].state->ended_elsewhere.load(std::memory_order_acquire)) pop();
+    while (depth_ > 0) {
+      const SpanEndState& state = *slots_[depth_ - 1].state;
+      if (!state.ended_elsewhere.load(std::memory_order_acquire) ||
+          state.records.load(std::memory_order_acquire) == SpanEndState::taking)
+        return;
+      pop();
+    }
   }
 
   std::uint64_t id_;
@@ -384,9 +405,11 @@ class ProfiledSpan final : public api::Span {
     const bool closed = stack != nullptr && stack->id() == stack_id_ && stack->close(slot_, *state_);
     if (!closed) {
       // Ended on another thread, or before a span started after it: its fragment
-      // stops recording now and closes on its own thread, which delivers it then.
+      // stops recording now, and its records go to the request here, so that it is
+      // delivered now rather than when its thread next starts a span.
       state_->ended_elsewhere.store(true, std::memory_order_release);
       spanprof::detail::count(spanprof::detail::Counter::otel_spans_ended_elsewhere);
+      take_records_over();
     }
     // The tail policy decides now; before End(), so the exported span carries the link.
     const bool kept = request_.end();
@@ -396,6 +419,14 @@ class ProfiledSpan final : public api::Span {
   }
 
  private:
+  void take_records_over() noexcept {
+    std::uint8_t records = SpanEndState::open;
+    if (!state_->records.compare_exchange_strong(records, SpanEndState::taking, std::memory_order_acq_rel)) return;
+    // The fragment's thread now waits for `taken` before closing it: it is ours to read.
+    const bool taken = state_->fragment->take_records_over();
+    state_->records.store(taken ? SpanEndState::taken : SpanEndState::open, std::memory_order_release);
+  }
+
   nostd::shared_ptr<api::Span> span_;
   std::uint64_t stack_id_;
   long slot_;

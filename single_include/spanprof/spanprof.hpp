@@ -4509,11 +4509,16 @@ class ThreadStackSampler {
     const std::uint32_t sequence = next_sequence_++ & 0x3FFF'FFFF;
     span.state.store(sequence << 2 | span_slot_open, std::memory_order_relaxed);
     slots_in_use_ |= std::uint32_t{1} << index;
-    if (top == 0 && settings_.watch_cpu) outer_changed_ns_.store(monotonic_now_ns(), std::memory_order_relaxed);
+    if (top == 0) note_outermost_change();
     std::atomic_signal_fence(std::memory_order_seq_cst);
     top_.store(index + 1, std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     return {index, sequence};
+  }
+
+  // For the CPU watch: a plain increment, the only writer being this thread.
+  void note_outermost_change() noexcept {
+    outer_changes_.store(outer_changes_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
 
   // The slot of an open span (this thread only).
@@ -4530,7 +4535,7 @@ class ThreadStackSampler {
       return false;
     }
     const std::uint32_t parent = span.parent.load(std::memory_order_relaxed);
-    if (parent == 0 && settings_.watch_cpu) outer_changed_ns_.store(monotonic_now_ns(), std::memory_order_relaxed);
+    if (parent == 0) note_outermost_change();
     top_.store(parent, std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     span.state.store(span_slot_free, std::memory_order_relaxed);
@@ -4559,6 +4564,9 @@ class ThreadStackSampler {
   ThreadCounters& counters() noexcept { return *counters_; }
 
   std::size_t used_words() const noexcept { return used_.load(std::memory_order_relaxed); }
+  // From another thread, while a span of this thread stays open (so the log is
+  // neither reset nor freed): the records written so far are complete.
+  std::size_t used_words_published() const noexcept { return used_.load(std::memory_order_acquire); }
   std::uint64_t dropped() const noexcept { return dropped_.load(std::memory_order_relaxed); }
   const std::uint64_t* words() const noexcept { return words_; }
 
@@ -4707,8 +4715,17 @@ class ThreadStackSampler {
     // A thread cannot have run past a point by the slack in less wall time than the
     // slack since its outermost span opened or closed: those young spans and gaps,
     // most of a busy server's, cost no read and are left to the kernel. The same for
-    // spans and gaps, so that neither gains samples at the other's cost.
-    if (now - outer_changed_ns_.load(std::memory_order_relaxed) < cpu_watch_slack_ns()) return CpuWatch::nothing;
+    // spans and gaps, so that neither gains samples at the other's cost. The thread
+    // only counts its changes (a clock read in every guard cost more than the whole
+    // watch): a change is dated by the look that first sees it, so a span or gap is
+    // left alone at that look and for the slack after.
+    const std::uint32_t changes = outer_changes_.load(std::memory_order_relaxed);
+    if (changes != ticker_.outer_changes) {
+      ticker_.outer_changes = changes;
+      ticker_.outer_changed_by_ns = now;
+      return CpuWatch::nothing;
+    }
+    if (now - ticker_.outer_changed_by_ns < cpu_watch_slack_ns()) return CpuWatch::nothing;
     if (top_.load(std::memory_order_relaxed) == 0 && ticker_.still_looks >= 2 && (look & 7) != 0)
       return CpuWatch::nothing;
     const std::int64_t point = cpu_.next_point_ns();
@@ -4901,7 +4918,9 @@ class ThreadStackSampler {
     }
     write_stack_record(words_ + used, weight, reinterpret_cast<std::uintptr_t>(trace[0]), trace + 1, depth);
     std::atomic_signal_fence(std::memory_order_seq_cst);
-    used_.store(used + need, std::memory_order_relaxed);
+    // Release: a thread taking a fragment's records over (Fragment) reads the log up
+    // to here from another thread.
+    used_.store(used + need, std::memory_order_release);
     // A CPU record stands for its periods' samples, as the profile's sample count says.
     if (wall) counters_->add(Counter::wall_samples_captured, 1);
     else counters_->add(Counter::cpu_samples_captured, cpu_record_periods(weight));
@@ -4979,7 +4998,7 @@ class ThreadStackSampler {
   static_assert(max_open_spans == 32, "slots_in_use_ is a 32-bit mask");
   ActiveSpan spans_[max_open_spans];
   std::atomic<std::uint32_t> top_{0};  // 1 + the innermost slot's index; 0: none
-  std::atomic<std::int64_t> outer_changed_ns_{0};  // monotonic, when the outermost span last opened or closed
+  std::atomic<std::uint32_t> outer_changes_{0};  // outermost span opened or closed, this thread's count
   std::uint32_t slots_in_use_ = 0;     // open or dead, this thread's only
   std::uint32_t next_sequence_ = 1;
   std::atomic<std::size_t> used_{0};
@@ -5014,6 +5033,8 @@ class ThreadStackSampler {
     std::int64_t cpu_seen = -1;            // the thread's CPU clock at the last read
     std::int64_t seen_at_ns = 0;           // the ticker's monotonic clock then
     std::uint32_t still_looks = 0;         // looks in a row that found it unchanged
+    std::uint32_t outer_changes = 0;       // outer_changes_ at the last look
+    std::int64_t outer_changed_by_ns = 0;  // the look that first saw that count
   } ticker_;
 #if SPANPROF_HAS_CFI_WALKER
   cfi::RulesCache rules_cache_;  // the handler's only
@@ -7660,6 +7681,22 @@ class RequestState {
     }
   }
 
+  // A fragment still open on its thread whose records another thread took over
+  // (Fragment::take_records_over): it runs no more, so the request is delivered
+  // without waiting for its thread, but it keeps its reference (that thread still
+  // points at this state) until it closes there and calls release().
+  void leave_running() noexcept {
+    std::uint64_t before = life_.load(std::memory_order_relaxed);
+    std::uint64_t after;
+    bool deliver_now;
+    do {
+      after = before - one_running;
+      deliver_now = (after & running_mask) == 0 && (after & ended_bit) != 0 && (after & delivered_bit) == 0;
+      if (deliver_now) after |= delivered_bit;
+    } while (!life_.compare_exchange_weak(before, after, std::memory_order_acq_rel, std::memory_order_acquire));
+    if (deliver_now) (void)deliver(false);
+  }
+
   // A fragment's CPU or wall records: the log's records from its start, of every
   // kind the spans open on its thread asked for; the request takes those of its kinds.
   void add_stack_records(const ThreadStackSampler& sampler, const std::uint64_t* first, std::size_t words,
@@ -8374,6 +8411,24 @@ class ScopedProfile {
     sampler->span_closed();
   }
 
+  // A fragment whose request ended on another thread, copied from that thread while
+  // the fragment stays open on its own (which holds the slot, so the log is neither
+  // reset nor freed under the copy): its records go to the request now, and its
+  // close on its own thread only frees the slot. False, touching nothing, when it
+  // records more than the thread's stack log (heap, or the classic engine).
+  SPANPROF_NOINLINE bool take_records_elsewhere() noexcept {
+    if (request_ == nullptr || heap_state_ != State::idle || classic_cpu_) return false;
+    if (state_ == State::sampling) {
+      detail::ThreadStackSampler* sampler = sampler_;
+      const detail::ActiveSpan& span = sampler->span(ticket_);
+      const std::size_t used = sampler->used_words_published();
+      const std::uint64_t dropped = sampler->dropped() - span.dropped_at_start;
+      if (used > span.log_start || dropped != 0) hand_over(sampler, used, dropped, span.kinds, span.log_start);
+    }
+    keep_ = false;
+    return true;
+  }
+
   // The guard ends on another thread than it began (a coroutine resumed on another
   // thread of a pool): that thread's samples are its own to read, so this span's
   // are dropped. Its slot is marked dead, the last thing done to the sampler: the
@@ -8821,7 +8876,8 @@ class Fragment {
       *published_ = previous_context_;
       std::atomic_signal_fence(std::memory_order_release);
     }
-    request_->leave_fragment();
+    if (SPANPROF_UNLIKELY(records_taken_)) request_->release();
+    else request_->leave_fragment();
   }
 
   Fragment(const Fragment&) = delete;
@@ -8834,6 +8890,22 @@ class Fragment {
   // request whose end comes from another thread (the flag must outlive the fragment).
   void stop_sampling_when(const std::atomic<bool>& flag) noexcept { guard_.stop_sampling_when(flag); }
 
+  // For span adapters whose fragment outlives its turn (an OpenTelemetry span
+  // started on one thread and ended on another, its fragment still open on the
+  // first): called from another thread, once stop_sampling_when's flag is set,
+  // while the caller keeps the fragment's own thread from closing it (see
+  // opentelemetry.hpp's SpanEndState). Its records go to the request now, which is
+  // then delivered when it ends, not when this fragment's thread closes it — an
+  // idle thread may not for long. False, taking nothing, when the fragment records
+  // what another thread cannot read (heap, the classic engine): it delivers when
+  // it closes, as any other.
+  bool take_records_over() noexcept {
+    if (request_ == nullptr || !guard_.take_records_elsewhere()) return false;
+    records_taken_ = true;
+    request_->leave_running();
+    return true;
+  }
+
  private:
   static detail::RequestState* enter(detail::RequestState* request, detail::RequestState* running) noexcept {
     if (request == nullptr || request == running || !request->enter_fragment()) return nullptr;
@@ -8845,6 +8917,7 @@ class Fragment {
   detail::RequestState* request_;   // entered, or null: records nothing
   const void** published_ = nullptr;  // this thread's otel_thread_ctx_v1
   const void* previous_context_ = nullptr;
+  bool records_taken_ = false;  // by take_records_over(), on another thread
   ScopedProfile guard_;
 };
 
@@ -8885,6 +8958,7 @@ class Fragment {
   Fragment& operator=(const Fragment&) = delete;
   bool active() const noexcept { return false; }
   void stop_sampling_when(const std::atomic<bool>&) noexcept {}
+  bool take_records_over() noexcept { return false; }
 };
 
 #endif
