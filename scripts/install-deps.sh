@@ -8,6 +8,7 @@ packages=(
   libgoogle-perftools-dev  # libprofiler (unwinder, classic engine), libtcmalloc (heap profiles)
   zlib1g-dev               # gzip for pprof files
   libcurl4-openssl-dev     # the Pyroscope and OTLP uploaders
+  libdw-dev                # source lines and inlined functions in profiles (elfutils)
   catch2                   # the test framework (2.13 on Debian 12; v3 also works)
   golang-go                # `go tool pprof`, which the tests use to read profiles
   libbenchmark-dev         # bench/

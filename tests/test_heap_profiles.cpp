@@ -86,9 +86,7 @@ enum HeapValue { alloc_objects = 0, alloc_space = 1, inuse_objects = 2, inuse_sp
 // Sum of one value over the samples whose stack holds `function` (all when empty).
 std::int64_t heap_total(const spanprof::Profile& profile, HeapValue value, const std::string& function = {}) {
   std::map<std::uint64_t, std::string> names;
-  for (const auto& location : profile.locations)
-    for (const auto& f : profile.functions)
-      if (f.id == location.function_id && location.function_id != 0) names[location.id] = f.name;
+  for (const auto& location : profile.locations) names[location.id] = pprof_test::location_functions(profile, location);
   std::int64_t total = 0;
   for (const auto& sample : profile.samples) {
     bool match = function.empty();

@@ -465,6 +465,62 @@ TEST_CASE("protoc parses the OTLP request and sees the same link", "[otlp][proto
   CHECK(typed.output.find("time_unix_nano: 1700000000123456789") != std::string::npos);
 }
 
+// A location with a function inlined into another: its lines, innermost first,
+// each with its line number; the functions with their files and first lines.
+TEST_CASE("OTLP locations carry their inlined functions' lines, innermost first", "[otlp][protoc]") {
+  if (!protoc_on_path()) FAIL("protoc is required for this test (apt-get install protobuf-compiler)");
+  spanprof::Profile p = cpu_profile();
+  p.functions.push_back({3, "checksum", "", "hot.hpp", 40});
+  p.functions[0].start_line = 10;
+  p.locations[0].line = 12;                  // hot_function's call of checksum
+  p.locations[0].inlined.push_back({3, 42});  // checksum's own line
+  const std::string body = encode_ok(p);
+  const auto raw = protoc(body, "--decode_raw");
+  INFO(raw.output);
+  REQUIRE(raw.exit_code == 0);
+  const TextNode root = parse_text(raw.output);
+  // dictionary (2): string_table (5), function_table (3), location_table (2).
+  const auto& dictionary = *root.get("2").at(0);
+  std::vector<std::string> strings;
+  for (const TextNode* entry : dictionary.get("5")) strings.push_back(unescape(entry->value));
+  const auto functions = dictionary.get("3");
+  const auto function_name = [&](const std::string& index) {
+    const TextNode& function = *functions.at(std::stoul(index));
+    return strings.at(std::stoul(function.get("1").at(0)->value));
+  };
+  bool found = false;
+  for (const TextNode* location : dictionary.get("2")) {
+    const auto lines = location->get("3");
+    if (lines.size() != 2) continue;
+    found = true;
+    CHECK(function_name(lines[0]->get("1").at(0)->value) == "checksum");
+    CHECK(lines[0]->get("2").at(0)->value == "42");
+    CHECK(function_name(lines[1]->get("1").at(0)->value) == "hot_function");
+    CHECK(lines[1]->get("2").at(0)->value == "12");
+  }
+  CHECK(found);
+  for (const TextNode* function : functions) {
+    if (function->get("1").empty()) continue;  // row 0
+    const std::string name = strings.at(std::stoul(function->get("1").at(0)->value));
+    if (name == "checksum") {
+      CHECK(strings.at(std::stoul(function->get("3").at(0)->value)) == "hot.hpp");
+      CHECK(function->get("4").at(0)->value == "40");
+    }
+    if (name == "hot_function") CHECK(function->get("4").at(0)->value == "10");
+  }
+  // Against the schema itself, when a checkout of opentelemetry-proto is at hand.
+  const char* proto_dir = std::getenv("SPANPROF_OTLP_PROTO_DIR");
+  if (proto_dir == nullptr || *proto_dir == '\0') return;
+  const auto typed = protoc(body, std::string("--decode=opentelemetry.proto.collector.profiles.v1development."
+                                              "ExportProfilesServiceRequest -I ") +
+                                      proto_dir + " opentelemetry/proto/collector/profiles/v1development/"
+                                                  "profiles_service.proto");
+  INFO(typed.output);
+  REQUIRE(typed.exit_code == 0);
+  CHECK(typed.output.find("line: 42") != std::string::npos);
+  CHECK(typed.output.find("start_line: 40") != std::string::npos);
+}
+
 TEST_CASE("an empty OTLP profile is a valid request with zero samples", "[otlp]") {
   SECTION("no sample types: no profiles, only the zero dictionary entries") {
     const std::string body = encode_ok(spanprof::Profile{});

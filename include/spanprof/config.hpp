@@ -26,8 +26,16 @@
 #define SPANPROF_WITH_CURL 0
 #endif
 
-#if (SPANPROF_ENABLED != 0 && SPANPROF_ENABLED != 1) || (SPANPROF_WITH_CURL != 0 && SPANPROF_WITH_CURL != 1)
-#error "SPANPROF_ENABLED and SPANPROF_WITH_CURL must be 0 or 1"
+// SPANPROF_WITH_LIBDW=1 (the build system defines it when it links elfutils'
+// libdw): profiles name inlined functions and carry file and line
+// (symbolization/dwarf_source.hpp). Without it, function names alone.
+#ifndef SPANPROF_WITH_LIBDW
+#define SPANPROF_WITH_LIBDW 0
+#endif
+
+#if (SPANPROF_ENABLED != 0 && SPANPROF_ENABLED != 1) || (SPANPROF_WITH_CURL != 0 && SPANPROF_WITH_CURL != 1) || \
+    (SPANPROF_WITH_LIBDW != 0 && SPANPROF_WITH_LIBDW != 1)
+#error "SPANPROF_ENABLED, SPANPROF_WITH_CURL and SPANPROF_WITH_LIBDW must be 0 or 1"
 #endif
 
 // SPANPROF_COMPILED_LIB (defined, as spdlog's SPDLOG_COMPILED_LIB): the program
@@ -100,10 +108,15 @@
 #endif
 
 // The ABI namespace encodes the version and every feature switch that changes a
-// declaration (SPANPROF_ENABLED, SPANPROF_WITH_CURL): translation units built with
-// different settings get different types instead of one name with two layouts (an
-// ODR violation). A process that mixes them anyway is told so once at start().
+// declaration (SPANPROF_ENABLED, SPANPROF_WITH_CURL, SPANPROF_WITH_LIBDW): translation
+// units built with different settings get different types instead of one name with
+// two layouts (an ODR violation). A process that mixes them anyway is told so once
+// at start(). Without libdw the name is as before it existed.
+#if SPANPROF_WITH_LIBDW
+#define SPANPROF_ABI_CONCAT_(major, minor, enabled, curl) spanprof_v##major##_##minor##_e##enabled##c##curl##d1
+#else
 #define SPANPROF_ABI_CONCAT_(major, minor, enabled, curl) spanprof_v##major##_##minor##_e##enabled##c##curl
+#endif
 #define SPANPROF_ABI_CONCAT(major, minor, enabled, curl) SPANPROF_ABI_CONCAT_(major, minor, enabled, curl)
 #define SPANPROF_ABI_NAMESPACE \
   SPANPROF_ABI_CONCAT(SPANPROF_VERSION_MAJOR, SPANPROF_VERSION_MINOR, SPANPROF_ENABLED, SPANPROF_WITH_CURL)

@@ -35,8 +35,16 @@
 #define SPANPROF_WITH_CURL 0
 #endif
 
-#if (SPANPROF_ENABLED != 0 && SPANPROF_ENABLED != 1) || (SPANPROF_WITH_CURL != 0 && SPANPROF_WITH_CURL != 1)
-#error "SPANPROF_ENABLED and SPANPROF_WITH_CURL must be 0 or 1"
+// SPANPROF_WITH_LIBDW=1 (the build system defines it when it links elfutils'
+// libdw): profiles name inlined functions and carry file and line
+// (symbolization/dwarf_source.hpp). Without it, function names alone.
+#ifndef SPANPROF_WITH_LIBDW
+#define SPANPROF_WITH_LIBDW 0
+#endif
+
+#if (SPANPROF_ENABLED != 0 && SPANPROF_ENABLED != 1) || (SPANPROF_WITH_CURL != 0 && SPANPROF_WITH_CURL != 1) || \
+    (SPANPROF_WITH_LIBDW != 0 && SPANPROF_WITH_LIBDW != 1)
+#error "SPANPROF_ENABLED, SPANPROF_WITH_CURL and SPANPROF_WITH_LIBDW must be 0 or 1"
 #endif
 
 // SPANPROF_COMPILED_LIB (defined, as spdlog's SPDLOG_COMPILED_LIB): the program
@@ -109,10 +117,15 @@
 #endif
 
 // The ABI namespace encodes the version and every feature switch that changes a
-// declaration (SPANPROF_ENABLED, SPANPROF_WITH_CURL): translation units built with
-// different settings get different types instead of one name with two layouts (an
-// ODR violation). A process that mixes them anyway is told so once at start().
+// declaration (SPANPROF_ENABLED, SPANPROF_WITH_CURL, SPANPROF_WITH_LIBDW): translation
+// units built with different settings get different types instead of one name with
+// two layouts (an ODR violation). A process that mixes them anyway is told so once
+// at start(). Without libdw the name is as before it existed.
+#if SPANPROF_WITH_LIBDW
+#define SPANPROF_ABI_CONCAT_(major, minor, enabled, curl) spanprof_v##major##_##minor##_e##enabled##c##curl##d1
+#else
 #define SPANPROF_ABI_CONCAT_(major, minor, enabled, curl) spanprof_v##major##_##minor##_e##enabled##c##curl
+#endif
 #define SPANPROF_ABI_CONCAT(major, minor, enabled, curl) SPANPROF_ABI_CONCAT_(major, minor, enabled, curl)
 #define SPANPROF_ABI_NAMESPACE \
   SPANPROF_ABI_CONCAT(SPANPROF_VERSION_MAJOR, SPANPROF_VERSION_MINOR, SPANPROF_ENABLED, SPANPROF_WITH_CURL)
@@ -935,6 +948,9 @@ struct Mapping {
   std::string filename;
   std::string build_id;  // lowercase hex of the GNU build id note
   bool has_functions = false;
+  bool has_filenames = false;
+  bool has_line_numbers = false;
+  bool has_inline_frames = false;
 };
 
 struct Function {
@@ -942,6 +958,13 @@ struct Function {
   std::string name;         // demangled
   std::string system_name;  // as in the symbol table
   std::string filename;
+  std::int64_t start_line = 0;
+};
+
+// A function inlined at a location, and its line there.
+struct Line {
+  std::uint64_t function_id = 0;
+  std::int64_t line = 0;
 };
 
 struct Location {
@@ -949,6 +972,10 @@ struct Location {
   std::uint64_t mapping_id = 0;   // 0: no mapping known
   std::uint64_t address = 0;
   std::uint64_t function_id = 0;  // 0: not symbolized
+  std::int64_t line = 0;          // in function_id's file; 0: unknown
+  // The functions inlined into function_id at the address, innermost first: in
+  // pprof, the Location's lines before its last (function_id, line).
+  std::vector<Line> inlined{};  // (an initializer: brace-initialized Locations of four fields stay warning-free)
 };
 
 struct Sample {
@@ -9000,8 +9027,8 @@ SPANPROF_NAMESPACE_END
 #endif  // SPANPROF_REQUEST_HPP_
 // ---- end spanprof/request.hpp ----
 // ---- begin spanprof/symbolization/symbolizer.hpp ----
-// Symbolization: turning sampled program counters into function names and the
-// pprof mapping they came from.
+// Symbolization: turning sampled program counters into function names, source
+// lines and inlined frames, and the pprof mapping they came from.
 //
 // A Symbolizer runs on the background thread that encodes profiles, never on a
 // request thread, so implementations may read files and allocate freely. They
@@ -9010,6 +9037,7 @@ SPANPROF_NAMESPACE_END
 #define SPANPROF_SYMBOLIZATION_SYMBOLIZER_HPP_
 
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -9028,10 +9056,31 @@ struct Module {
   std::string build_id;  // lowercase hex of NT_GNU_BUILD_ID, empty if none
 };
 
+// A function the compiler inlined at an address, and where in it the address is.
+struct InlinedFrame {
+  std::string_view function;     // demangled name
+  std::string_view system_name;  // mangled, when known
+  std::string_view file;         // source file of the line below; empty when unknown
+  std::int64_t line = 0;         // 0: unknown
+  std::int64_t start_line = 0;   // the function's first line; 0: unknown
+};
+
+// What an address is: its object, its function, and (with debug information) its
+// source line and the functions inlined there. A symbolizer that knows only names
+// (CallbackSymbolizer over a symbol table) leaves the rest empty.
 struct ResolvedFrame {
   const Module* module = nullptr;  // nullptr: address in no known module
   std::string_view function;       // demangled name; empty when unknown
   std::string_view system_name;    // name as in the symbol table (mangled)
+  // Where the address is in `function`: its own line, or, when functions were
+  // inlined there, the line of the call into the outermost of them.
+  std::string_view file;
+  std::int64_t line = 0;
+  std::int64_t start_line = 0;
+  // The inlined functions at the address, innermost first (inlined[0] is where
+  // the instruction is); `inlined_count` of them. Valid as the views above.
+  const InlinedFrame* inlined = nullptr;
+  std::size_t inlined_count = 0;
 };
 
 // Small on purpose so tests and exotic deployments (JITs, pre-symbolized stacks)
@@ -9750,8 +9799,23 @@ class ProfileBuilder {
     location.address = address;
     if (frame.module) location.mapping_id = mapping_for(*frame.module, profile);
     if (!frame.function.empty() || !frame.system_name.empty()) {
-      location.function_id = function_for(frame, profile);
-      if (location.mapping_id != 0) profile.mappings[location.mapping_id - 1].has_functions = true;
+      location.function_id = function_for(frame.function, frame.system_name, frame.file, frame.start_line, profile);
+      location.line = frame.line;
+      for (std::size_t i = 0; i < frame.inlined_count; ++i) {
+        const InlinedFrame& inlined = frame.inlined[i];
+        if (inlined.function.empty() && inlined.system_name.empty()) continue;
+        location.inlined.push_back(
+            {function_for(inlined.function, inlined.system_name, inlined.file, inlined.start_line, profile),
+             inlined.line});
+      }
+      if (location.mapping_id != 0) {
+        Mapping& mapping = profile.mappings[location.mapping_id - 1];
+        mapping.has_functions = true;
+        // Set from what a symbolizer gave: a profile never claims lines it has not.
+        if (!frame.file.empty()) mapping.has_filenames = true;
+        if (frame.line != 0) mapping.has_line_numbers = true;
+        if (!location.inlined.empty()) mapping.has_inline_frames = true;
+      }
     }
     profile.locations.push_back(location);
     locations_.emplace(address, location.id);
@@ -9772,15 +9836,23 @@ class ProfileBuilder {
     return mapping.id;
   }
 
-  std::uint64_t function_for(const ResolvedFrame& frame, Profile& profile) {
-    std::string name(frame.function.empty() ? frame.system_name : frame.function);
-    if (auto it = functions_.find(name); it != functions_.end()) return it->second;
+  // One Function per name and file: two static functions of one name in two files
+  // stay apart.
+  std::uint64_t function_for(std::string_view function_name, std::string_view system_name, std::string_view file,
+                             std::int64_t start_line, Profile& profile) {
+    std::string key(function_name.empty() ? system_name : function_name);
+    const std::size_t name_size = key.size();
+    key += '\0';
+    key += file;
+    if (auto it = functions_.find(key); it != functions_.end()) return it->second;
     Function function;
     function.id = profile.functions.size() + 1;
-    function.name = name;
-    function.system_name = std::string(frame.system_name.empty() ? frame.function : frame.system_name);
+    function.name = key.substr(0, name_size);
+    function.system_name = std::string(system_name.empty() ? function_name : system_name);
+    function.filename = std::string(file);
+    function.start_line = start_line;
     profile.functions.push_back(function);
-    functions_.emplace(std::move(name), function.id);
+    functions_.emplace(std::move(key), function.id);
     return function.id;
   }
 
@@ -10162,6 +10234,9 @@ inline void write_pprof_mapping(ProtobufWriter& writer, const Mapping& mapping, 
     body.int64_field_if_nonzero(f::filename, strings.intern(mapping.filename));
     body.int64_field_if_nonzero(f::build_id, strings.intern(mapping.build_id));
     body.bool_field_if_true(f::has_functions, mapping.has_functions);
+    body.bool_field_if_true(f::has_filenames, mapping.has_filenames);
+    body.bool_field_if_true(f::has_line_numbers, mapping.has_line_numbers);
+    body.bool_field_if_true(f::has_inline_frames, mapping.has_inline_frames);
   });
 }
 
@@ -10172,9 +10247,18 @@ inline void write_pprof_location(ProtobufWriter& writer, const Location& locatio
     body.uint64_field_if_nonzero(f::mapping_id, location.mapping_id);
     body.uint64_field_if_nonzero(f::address, location.address);
     // An unsymbolized location has no Line at all; pprof then shows its address.
+    // Inlined functions first, innermost first; the function they were inlined
+    // into last.
     if (location.function_id != 0) {
+      for (const Line& inlined : location.inlined) {
+        body.message_field(f::line, [&](ProtobufWriter& line) {
+          line.uint64_field(pprof_field::line::function_id, inlined.function_id);
+          line.int64_field_if_nonzero(pprof_field::line::line, inlined.line);
+        });
+      }
       body.message_field(f::line, [&](ProtobufWriter& line) {
         line.uint64_field(pprof_field::line::function_id, location.function_id);
+        line.int64_field_if_nonzero(pprof_field::line::line, location.line);
       });
     }
   });
@@ -10187,6 +10271,7 @@ inline void write_pprof_function(ProtobufWriter& writer, const Function& functio
     body.int64_field_if_nonzero(f::name, strings.intern(function.name));
     body.int64_field_if_nonzero(f::system_name, strings.intern(function.system_name));
     body.int64_field_if_nonzero(f::filename, strings.intern(function.filename));
+    body.int64_field_if_nonzero(f::start_line, function.start_line);
   });
 }
 
@@ -10451,8 +10536,10 @@ class OtlpRequestBuilder {
   struct ById { const T* item; std::int64_t index; };  // index: 0 until a sample reaches it
   using TypeRow = std::pair<std::int64_t, std::int64_t>;  // type, unit
   struct MappingRow { std::uint64_t start, limit, offset; std::int64_t filename, build_id; };
-  struct FunctionRow { std::int64_t name, system_name, filename; };
-  struct LocationRow { std::int64_t mapping; std::uint64_t address; std::int64_t function, frame_type; };
+  struct FunctionRow { std::int64_t name, system_name, filename, start_line; };
+  struct LineRow { std::int64_t function, line; };
+  // Its lines innermost first (the inlined functions, then the one they were inlined into).
+  struct LocationRow { std::int64_t mapping; std::uint64_t address; std::vector<LineRow> lines; std::int64_t frame_type; };
   struct AttributeRow { std::int64_t key; bool is_int; std::string_view str; std::int64_t num, unit; };
   struct SampleRow {
     std::int64_t stack, link;
@@ -10509,7 +10596,7 @@ class OtlpRequestBuilder {
     return reach(locations_by_id_, location_rows_, id, "location", "sample index ", sample, [&](const Location& loc) {
       // Every spanprof frame is machine code; the attribute is shared by all locations.
       if (frame_type_ == 0) frame_type_ = string_attribute(otlp_frame_type_key, "native");
-      LocationRow row{0, loc.address, 0, frame_type_};
+      LocationRow row{0, loc.address, {}, frame_type_};
       if (loc.mapping_id != 0) {
         row.mapping = reach(mappings_by_id_, mapping_rows_, loc.mapping_id, "mapping", "location id ", loc.id,
                             [&](const Mapping& m) {
@@ -10520,11 +10607,15 @@ class OtlpRequestBuilder {
                             });
       }
       if (loc.function_id != 0) {
-        row.function = reach(functions_by_id_, function_rows_, loc.function_id, "function", "location id ", loc.id,
-                             [&](const Function& fn) {
-                               return FunctionRow{strings_.intern(fn.name), strings_.intern(fn.system_name),
-                                                  strings_.intern(fn.filename)};
-                             });
+        const auto function = [&](std::uint64_t function_id) {
+          return reach(functions_by_id_, function_rows_, function_id, "function", "location id ", loc.id,
+                       [&](const Function& fn) {
+            return FunctionRow{strings_.intern(fn.name), strings_.intern(fn.system_name), strings_.intern(fn.filename),
+                               fn.start_line};
+          });
+        };
+        for (const Line& inlined : loc.inlined) row.lines.push_back({function(inlined.function_id), inlined.line});
+        row.lines.push_back({function(loc.function_id), loc.line});
       }
       return row;
     });
@@ -10653,9 +10744,11 @@ class OtlpRequestBuilder {
         body.int64_field_if_nonzero(o::location::mapping_index, l.mapping);
         body.uint64_field_if_nonzero(o::location::address, l.address);
         // No Line for an unsymbolized frame: receivers then fall back to the address.
-        if (l.function != 0) {
-          body.message_field(o::location::lines,
-                             [&](ProtobufWriter& line) { line.int64_field(o::line::function_index, l.function); });
+        for (const LineRow& row : l.lines) {
+          body.message_field(o::location::lines, [&](ProtobufWriter& line) {
+            line.int64_field(o::line::function_index, row.function);
+            line.int64_field_if_nonzero(o::line::line, row.line);
+          });
         }
         const std::int64_t attributes[1] = {l.frame_type};
         if (l.frame_type != 0) body.packed_int64_field(o::location::attribute_indices, attributes);
@@ -10666,6 +10759,7 @@ class OtlpRequestBuilder {
         body.int64_field_if_nonzero(o::function::name_strindex, fn.name);
         body.int64_field_if_nonzero(o::function::system_name_strindex, fn.system_name);
         body.int64_field_if_nonzero(o::function::filename_strindex, fn.filename);
+        body.int64_field_if_nonzero(o::function::start_line, fn.start_line);
       });
     }
     // link_table[0] is the exception: full-length zero ids, which the schema
@@ -11849,6 +11943,386 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DELIVERY_PYROSCOPE_UPLOADER_HPP_
 // ---- end spanprof/delivery/pyroscope_uploader.hpp ----
+// ---- begin spanprof/symbolization/dwarf_source.hpp ----
+// Source lines and inlined functions from DWARF, with elfutils' libdw
+// (SPANPROF_WITH_LIBDW=1): for a sampled address, the chain of functions the
+// compiler inlined there, innermost first, each with its file and line.
+//
+// An object's DWARF is opened the first time an address lands in it: from the
+// object itself, or from its separate debug file (/usr/lib/debug/.build-id/, or the
+// .gnu_debuglink name beside the object, in its .debug/ or under /usr/lib/debug/).
+// Its compilation units' address ranges are indexed at open, and a unit's functions
+// and inlined copies the first time an address lands in it, so a lookup is a few
+// binary searches and the unit's line table. It runs on the
+// sender's thread only. A debug file that is damaged costs its lines, not the
+// profile: libdw reads every size against the file's.
+#ifndef SPANPROF_SYMBOLIZATION_DWARF_SOURCE_HPP_
+#define SPANPROF_SYMBOLIZATION_DWARF_SOURCE_HPP_
+
+
+#if SPANPROF_WITH_LIBDW
+
+#include <dwarf.h>
+#include <elfutils/libdw.h>
+#include <elfutils/libdwelf.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// One function of the chain at an address, as DWARF names it. The strings are the
+// DwarfSource's (valid while it lives); `name` is the linkage (mangled) name when
+// `mangled`, else the plain one.
+struct DwarfFrame {
+  const char* name = nullptr;
+  bool mangled = false;
+  const char* file = nullptr;  // where the address is in this function: its line, or its call of the next inner one
+  int line = 0;
+  int start_line = 0;  // the function's declaration line
+};
+
+class DwarfSource {
+ public:
+  DwarfSource(const DwarfSource&) = delete;
+  DwarfSource& operator=(const DwarfSource&) = delete;
+  ~DwarfSource() {
+    if (dwarf_ != nullptr) ::dwarf_end(dwarf_);
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  // The DWARF with line tables for an object at `path` whose GNU build id (hex) is
+  // `build_id` (empty: unknown): its own, else its separate debug file's. Null when
+  // there is none, or none that matches the object.
+  static std::unique_ptr<DwarfSource> open_for(const std::string& path, const std::string& build_id) noexcept {
+    SPANPROF_TRY {
+      if (::elf_version(EV_CURRENT) == EV_NONE) return nullptr;
+      if (auto own = open_file(path, build_id)) return own;
+      if (build_id.size() > 2) {
+        const std::string by_id =
+            "/usr/lib/debug/.build-id/" + build_id.substr(0, 2) + "/" + build_id.substr(2) + ".debug";
+        if (auto separate = open_file(by_id, build_id)) return separate;
+      }
+      for (const std::string& candidate : debuglink_candidates(path))
+        if (auto separate = open_file(candidate, build_id)) return separate;
+      return nullptr;
+    } SPANPROF_CATCH_ALL {
+      return nullptr;
+    }
+  }
+
+  // The chain at `address` (the object's own address: runtime address minus the
+  // load bias), innermost first: the functions inlined there, then the function
+  // they were inlined into. False when the address has no line information.
+  bool lookup(std::uint64_t address, std::vector<DwarfFrame>& chain) {
+    chain.clear();
+    const std::size_t unit_index = unit_at(address);
+    if (unit_index == no_unit) return false;
+    Unit& unit = units_[unit_index];
+    Dwarf_Line* line = ::dwarf_getsrc_die(&unit.die, address);
+    const char* file = line != nullptr ? ::dwarf_linesrc(line, nullptr, nullptr) : nullptr;
+    int line_number = 0;
+    if (line != nullptr) ::dwarf_lineno(line, &line_number);
+    if (!unit.indexed) index_functions(unit);
+    Dwarf_Files* files = nullptr;
+    bool have_files = false;
+    for (std::int32_t at = innermost_function(unit, address); at >= 0; at = unit.functions[at].parent) {
+      FunctionNode& node = unit.functions[static_cast<std::size_t>(at)];
+      DwarfFrame frame;
+      frame.name = node.name;
+      frame.mangled = node.mangled;
+      frame.start_line = node.start_line;
+      frame.file = file;
+      frame.line = line_number;
+      chain.push_back(frame);
+      if (!node.inlined) break;
+      // The next one out is where this one was inlined: at its call.
+      if (!have_files) have_files = ::dwarf_getsrcfiles(&unit.die, &files, nullptr) == 0;
+      file = have_files && node.call_file != 0 ? ::dwarf_filesrc(files, node.call_file, nullptr, nullptr) : nullptr;
+      line_number = node.call_line;
+    }
+    if (chain.empty() && file != nullptr) {
+      DwarfFrame frame;  // a line, no function: the symbol table names it
+      frame.file = file;
+      frame.line = line_number;
+      chain.push_back(frame);
+    }
+    return !chain.empty();
+  }
+
+ private:
+  static constexpr std::size_t no_unit = ~std::size_t{0};
+
+  // A function (DW_TAG_subprogram) or an inlined copy of one
+  // (DW_TAG_inlined_subroutine) with code, and the one it sits in.
+  struct FunctionNode {
+    std::int32_t parent = -1;  // the enclosing function's node; -1: none
+    bool inlined = false;
+    bool mangled = false;
+    const char* name = nullptr;
+    int start_line = 0;
+    Dwarf_Word call_file = 0;  // inlined: where it was called, in the enclosing function
+    int call_line = 0;
+    std::uint32_t first_range = 0;
+    std::uint32_t range_count = 0;
+  };
+  struct Range {
+    Dwarf_Addr start;
+    Dwarf_Addr end;
+    std::int32_t node;  // in functions (a unit's), or the unit (units_)
+  };
+  struct Unit {
+    Dwarf_Die die;
+    bool indexed = false;
+    std::vector<FunctionNode> functions;
+    std::vector<Range> node_ranges;  // each node's, in node order
+    std::vector<Range> sorted;       // all of them, by start
+  };
+
+  DwarfSource() = default;
+
+  static std::unique_ptr<DwarfSource> open_file(const std::string& path, const std::string& build_id) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return nullptr;
+    std::unique_ptr<DwarfSource> source(new DwarfSource());
+    source->fd_ = fd;
+    source->dwarf_ = ::dwarf_begin(fd, DWARF_C_READ);
+    if (source->dwarf_ == nullptr) return nullptr;  // no DWARF, or not an ELF file
+    if (!build_id.empty()) {
+      // A debug file of another build would be confidently wrong.
+      const void* bits = nullptr;
+      Elf* elf = ::dwarf_getelf(source->dwarf_);
+      const ssize_t size = elf != nullptr ? ::dwelf_elf_gnu_build_id(elf, &bits) : -1;
+      if (size > 0 && hex(static_cast<const unsigned char*>(bits), static_cast<std::size_t>(size)) != build_id)
+        return nullptr;
+    }
+    if (!source->index_units()) return nullptr;
+    return source;
+  }
+
+  static std::string hex(const unsigned char* bytes, std::size_t size) {
+    static const char digits[] = "0123456789abcdef";
+    std::string out;
+    out.reserve(size * 2);
+    for (std::size_t i = 0; i < size; ++i) {
+      out += digits[bytes[i] >> 4];
+      out += digits[bytes[i] & 15];
+    }
+    return out;
+  }
+
+  // Where GDB looks for the file a .gnu_debuglink section names.
+  static std::vector<std::string> debuglink_candidates(const std::string& path) {
+    std::vector<std::string> out;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return out;
+    Elf* elf = ::elf_begin(fd, ELF_C_READ_MMAP, nullptr);
+    if (elf != nullptr) {
+      GElf_Word crc = 0;
+      const char* name = ::dwelf_elf_gnu_debuglink(elf, &crc);
+      if (name != nullptr && *name != '\0' && std::string(name).find('/') == std::string::npos) {
+        std::string directory = path.substr(0, path.rfind('/') + 1);
+        if (directory.empty()) directory = "./";
+        out.push_back(directory + name);
+        out.push_back(directory + ".debug/" + name);
+        if (directory.front() == '/') out.push_back("/usr/lib/debug" + directory + name);
+      }
+      ::elf_end(elf);
+    }
+    ::close(fd);
+    return out;
+  }
+
+  // Every compilation unit's address ranges, sorted: a unit is found without aranges
+  // (Clang emits none by default).
+  bool index_units() {
+    Dwarf_CU* cu = nullptr;
+    Dwarf_Die die, sub;
+    Dwarf_Half version = 0;
+    std::uint8_t type = 0;
+    while (::dwarf_get_units(dwarf_, cu, &cu, &version, &type, &die, &sub) == 0) {
+      if (::dwarf_tag(&die) != DW_TAG_compile_unit && ::dwarf_tag(&die) != DW_TAG_partial_unit) continue;
+      const std::size_t before = unit_ranges_.size();
+      Dwarf_Addr base = 0, start = 0, end = 0;
+      for (ptrdiff_t at = 0; (at = ::dwarf_ranges(&die, at, &base, &start, &end)) > 0;)
+        if (end > start) unit_ranges_.push_back({start, end, static_cast<std::int32_t>(units_.size())});
+      if (unit_ranges_.size() == before) continue;
+      units_.emplace_back();
+      units_.back().die = die;
+    }
+    sort_by_start(unit_ranges_);
+    return !unit_ranges_.empty();
+  }
+
+  static void sort_by_start(std::vector<Range>& ranges) {
+    std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.start < b.start; });
+  }
+
+  std::size_t unit_at(Dwarf_Addr address) const noexcept {
+    auto it = std::upper_bound(unit_ranges_.begin(), unit_ranges_.end(), address,
+                               [](Dwarf_Addr a, const Range& r) { return a < r.start; });
+    // Units' ranges do not overlap in a linked object; a few steps back cover one
+    // unit's hole filled by another.
+    for (int steps = 0; it != unit_ranges_.begin() && steps < 4; ++steps) {
+      --it;
+      if (address < it->end) return static_cast<std::size_t>(it->node);
+    }
+    return no_unit;
+  }
+
+  // The innermost function or inlined copy whose code holds `address`, or -1.
+  // Function ranges nest as their DIEs do, so the range that starts last at or
+  // before the address is in the innermost one holding it, or under it.
+  static std::int32_t innermost_function(const Unit& unit, Dwarf_Addr address) noexcept {
+    auto it = std::upper_bound(unit.sorted.begin(), unit.sorted.end(), address,
+                               [](Dwarf_Addr a, const Range& r) { return a < r.start; });
+    if (it == unit.sorted.begin()) return -1;
+    for (std::int32_t at = (--it)->node; at >= 0; at = unit.functions[static_cast<std::size_t>(at)].parent) {
+      const FunctionNode& node = unit.functions[static_cast<std::size_t>(at)];
+      for (std::uint32_t r = 0; r < node.range_count; ++r) {
+        const Range& range = unit.node_ranges[node.first_range + r];
+        if (range.start <= address && address < range.end) return at;
+      }
+    }
+    return -1;
+  }
+
+  // One walk over the unit's DIEs, the first time an address lands in it: every
+  // function with code and the one around it, and the qualified names of the
+  // functions declared in it (namespaces and classes), for the copies that have
+  // no linkage name. A lookup is then a binary search; dwarf_getscopes would walk
+  // the unit's whole tree at every address (milliseconds in a large unit).
+  void index_functions(Unit& unit) {
+    unit.indexed = true;
+    struct Open {
+      Dwarf_Die die;
+      std::int32_t function;  // the innermost function node open here
+      std::size_t scope_size; // qualified prefix length
+    };
+    std::vector<Open> stack;
+    std::string scope;  // "ns::Class::" of the DIEs below
+    Dwarf_Die child;
+    if (::dwarf_child(&unit.die, &child) != 0) return;
+    stack.push_back({child, -1, 0});
+    std::size_t visited = 0;
+    while (!stack.empty() && ++visited < max_dies_per_unit) {
+      Open open = stack.back();
+      stack.pop_back();
+      scope.resize(open.scope_size);
+      Dwarf_Die& die = open.die;
+      // The sibling first, under the same parent.
+      Dwarf_Die sibling;
+      if (::dwarf_siblingof(&die, &sibling) == 0) stack.push_back({sibling, open.function, open.scope_size});
+      const int tag = ::dwarf_tag(&die);
+      std::int32_t function = open.function;
+      std::size_t child_scope = scope.size();
+      if (tag == DW_TAG_namespace || tag == DW_TAG_class_type || tag == DW_TAG_structure_type ||
+          tag == DW_TAG_union_type) {
+        const char* name = ::dwarf_diename(&die);
+        scope += name != nullptr ? name : "(anonymous namespace)";
+        scope += "::";
+        child_scope = scope.size();
+      } else if (tag == DW_TAG_subprogram || tag == DW_TAG_inlined_subroutine) {
+        if (tag == DW_TAG_subprogram) remember_qualified_name(die, scope);
+        function = add_function(unit, die, tag == DW_TAG_inlined_subroutine, open.function);
+        if (function < 0) function = open.function;  // no code here (a declaration): not a frame
+      }
+      if (::dwarf_haschildren(&die)) {
+        Dwarf_Die first;
+        if (::dwarf_child(&die, &first) == 0) stack.push_back({first, function, child_scope});
+      }
+    }
+    for (const Range& range : unit.node_ranges) unit.sorted.push_back(range);
+    sort_by_start(unit.sorted);
+  }
+
+  std::int32_t add_function(Unit& unit, Dwarf_Die& die, bool inlined, std::int32_t parent) {
+    const auto first = static_cast<std::uint32_t>(unit.node_ranges.size());
+    const auto index = static_cast<std::int32_t>(unit.functions.size());
+    Dwarf_Addr base = 0, start = 0, end = 0;
+    for (ptrdiff_t at = 0; (at = ::dwarf_ranges(&die, at, &base, &start, &end)) > 0;)
+      if (end > start) unit.node_ranges.push_back({start, end, index});
+    if (unit.node_ranges.size() == first) return -1;
+    FunctionNode node;
+    node.parent = parent;
+    node.inlined = inlined;
+    node.first_range = first;
+    node.range_count = static_cast<std::uint32_t>(unit.node_ranges.size() - first);
+    name_of(die, node);
+    ::dwarf_decl_line(&die, &node.start_line);
+    if (inlined) {
+      Dwarf_Attribute attribute;
+      Dwarf_Word value = 0;
+      if (::dwarf_formudata(::dwarf_attr(&die, DW_AT_call_file, &attribute), &value) == 0) node.call_file = value;
+      if (::dwarf_formudata(::dwarf_attr(&die, DW_AT_call_line, &attribute), &value) == 0)
+        node.call_line = static_cast<int>(value);
+    }
+    unit.functions.push_back(node);
+    return index;
+  }
+
+  // A function without a linkage name (internal linkage, C): its name with the
+  // namespaces and classes around its declaration, found by the declaration's offset.
+  void remember_qualified_name(Dwarf_Die& die, const std::string& scope) {
+    if (scope.empty()) return;
+    Dwarf_Attribute attribute;
+    if (::dwarf_attr(&die, DW_AT_linkage_name, &attribute) != nullptr) return;
+    const char* name = ::dwarf_formstring(::dwarf_attr(&die, DW_AT_name, &attribute));
+    if (name == nullptr) return;
+    qualified_names_.emplace(::dwarf_dieoffset(&die), scope + name);
+  }
+
+  // The linkage name (demangled by the caller into the name the symbol table
+  // gives), else the plain name qualified as declared; from the abstract origin
+  // for an inlined copy.
+  void name_of(Dwarf_Die& die, FunctionNode& node) {
+    Dwarf_Attribute attribute;
+    const char* linkage = ::dwarf_formstring(::dwarf_attr_integrate(&die, DW_AT_linkage_name, &attribute));
+    if (linkage == nullptr) linkage = ::dwarf_formstring(::dwarf_attr_integrate(&die, DW_AT_MIPS_linkage_name, &attribute));
+    if (linkage != nullptr) {
+      node.name = linkage;
+      node.mangled = true;
+      return;
+    }
+    node.name = ::dwarf_formstring(::dwarf_attr_integrate(&die, DW_AT_name, &attribute));
+    Dwarf_Die declaration = die;
+    for (const unsigned at : {DW_AT_abstract_origin, DW_AT_specification}) {
+      Dwarf_Die next;
+      if (::dwarf_formref_die(::dwarf_attr(&declaration, at, &attribute), &next) != nullptr) declaration = next;
+    }
+    const auto found = qualified_names_.find(::dwarf_dieoffset(&declaration));
+    if (found != qualified_names_.end()) node.name = found->second.c_str();
+  }
+
+  // A unit larger than this is indexed only this far (a hostile or broken file
+  // whose DIEs never end).
+  static constexpr std::size_t max_dies_per_unit = std::size_t{1} << 24;
+
+  int fd_ = -1;
+  Dwarf* dwarf_ = nullptr;
+  std::vector<Unit> units_;  // never resized after open: lookups point into it
+  std::vector<Range> unit_ranges_;
+  // By declaration offset; node-based, so the names FunctionNode points at stay.
+  std::unordered_map<Dwarf_Off, std::string> qualified_names_;
+};
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_WITH_LIBDW
+
+#endif  // SPANPROF_SYMBOLIZATION_DWARF_SOURCE_HPP_
+// ---- end spanprof/symbolization/dwarf_source.hpp ----
 // ---- begin spanprof/symbolization/elf_reader.hpp ----
 // Reading the function symbols of one ELF image, a file or memory (the vDSO): the
 // symbol tables, the build id note, and the sorted list a lookup searches. The
@@ -12381,6 +12855,8 @@ namespace detail {
 class ElfSymbolizer final : public Symbolizer {
  public:
   ElfSymbolizer() = default;
+  // source_lines false: names from the symbol tables only, DWARF never read.
+  explicit ElfSymbolizer(bool source_lines) noexcept : source_lines_(source_lines) {}
   ElfSymbolizer(const ElfSymbolizer&) = delete;
   ElfSymbolizer& operator=(const ElfSymbolizer&) = delete;
 
@@ -12412,6 +12888,9 @@ class ElfSymbolizer final : public Symbolizer {
           frame.system_name = symbol.name;
         }
       }
+#if SPANPROF_WITH_LIBDW
+      if (source_lines_ && object.memory_image == nullptr) add_source_lines(object, address, frame);
+#endif
       if (cache_.size() >= max_cached_addresses) cache_.clear();
       cache_.emplace(address, frame);
       return frame;
@@ -12458,6 +12937,14 @@ class ElfSymbolizer final : public Symbolizer {
     std::vector<Module> modules;  // never resized after a scan: frames point into it
     State state = State::unloaded;
     std::vector<ElfSymbol> symbols;  // sorted, one per address
+#if SPANPROF_WITH_LIBDW
+    // Its DWARF, opened at the first address that needs it; what it told, kept for
+    // the frames handed out (their views point here).
+    bool dwarf_opened = false;
+    std::unique_ptr<DwarfSource> dwarf;
+    std::unordered_map<std::uintptr_t, std::vector<InlinedFrame>> inlined;
+    std::unordered_set<std::string> names;  // demangled DWARF names
+#endif
   };
 
   struct Range {
@@ -12737,6 +13224,49 @@ class ElfSymbolizer final : public Symbolizer {
     object.state = LoadedObject::State::loaded;
   }
 
+#if SPANPROF_WITH_LIBDW
+  // The source line of `address` and the functions inlined there, from the
+  // object's DWARF or its debug file. The function itself keeps the symbol table's
+  // name (what a profile without DWARF calls it too); DWARF names it only when
+  // the symbol table does not.
+  void add_source_lines(LoadedObject& object, std::uintptr_t address, ResolvedFrame& frame) {
+    if (!object.dwarf_opened) {
+      object.dwarf_opened = true;
+      object.dwarf = DwarfSource::open_for(object.open_path, object.build_id);
+    }
+    if (!object.dwarf) return;
+    if (!object.dwarf->lookup(address - object.bias, dwarf_chain_)) return;
+    const DwarfFrame& outer = dwarf_chain_.back();
+    frame.file = outer.file != nullptr ? std::string_view(outer.file) : std::string_view();
+    frame.line = outer.line;
+    frame.start_line = outer.start_line;
+    if (frame.function.empty() && outer.name != nullptr) {
+      frame.function = dwarf_name(object, outer);
+      if (outer.mangled) frame.system_name = outer.name;
+    }
+    if (dwarf_chain_.size() < 2) return;
+    auto [found, fresh] = object.inlined.try_emplace(address);
+    std::vector<InlinedFrame>& inlined = found->second;
+    for (std::size_t i = 0; fresh && i + 1 < dwarf_chain_.size(); ++i) {
+      const DwarfFrame& from = dwarf_chain_[i];
+      InlinedFrame out;
+      if (from.name != nullptr) out.function = dwarf_name(object, from);
+      if (from.mangled) out.system_name = from.name;
+      if (from.file != nullptr) out.file = from.file;
+      out.line = from.line;
+      out.start_line = from.start_line;
+      inlined.push_back(out);
+    }
+    frame.inlined = inlined.data();
+    frame.inlined_count = inlined.size();
+  }
+
+  static std::string_view dwarf_name(LoadedObject& object, const DwarfFrame& frame) {
+    if (!frame.mangled) return frame.name;
+    return *object.names.insert(strip_clone_suffixes(demangle_symbol(frame.name))).first;
+  }
+#endif
+
   // Distributions strip .symtab (static and internal functions) into debug
   // packages keyed by build id. Such a file is optional, so its absence or
   // damage is silent: .dynsym still names the exported functions.
@@ -12765,17 +13295,23 @@ class ElfSymbolizer final : public Symbolizer {
   std::vector<Range> ranges_;  // sorted by start
   std::unordered_map<std::uintptr_t, ResolvedFrame> cache_;
   std::unordered_set<std::string> failed_objects_;  // display path + build id, already reported
+#if SPANPROF_WITH_LIBDW
+  std::vector<DwarfFrame> dwarf_chain_;  // one lookup's, reused
+#endif
   bool scanned_ = false;
+  [[maybe_unused]] bool source_lines_ = true;  // read only with SPANPROF_WITH_LIBDW
   std::chrono::steady_clock::time_point last_scan_{};
 };
 
 }  // namespace detail
 
 // The default symbolizer: reads the ELF symbol tables of the objects loaded in
-// this process. Returns nullptr only when even this small allocation fails.
-inline std::unique_ptr<Symbolizer> make_elf_symbolizer() noexcept {
+// this process, and, built with libdw (SPANPROF_WITH_LIBDW), their DWARF for source
+// lines and inlined functions unless `source_lines` is false. Returns nullptr only
+// when even this small allocation fails.
+inline std::unique_ptr<Symbolizer> make_elf_symbolizer(bool source_lines = true) noexcept {
   SPANPROF_TRY {
-    return std::make_unique<detail::ElfSymbolizer>();
+    return std::make_unique<detail::ElfSymbolizer>(source_lines);
   } SPANPROF_CATCH_ALL {
     return nullptr;
   }

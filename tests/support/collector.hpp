@@ -176,9 +176,7 @@ inline double share_on_stack(const spanprof::Profile& profile, const std::string
                              std::size_t value_index = 0) {
   std::int64_t total = 0, hits = 0;
   std::map<std::uint64_t, std::string> names;
-  for (const auto& location : profile.locations)
-    for (const auto& f : profile.functions)
-      if (f.id == location.function_id && location.function_id != 0) names[location.id] = f.name;
+  for (const auto& location : profile.locations) names[location.id] = pprof_test::location_functions(profile, location);
   for (const auto& sample : profile.samples) {
     total += sample.values[value_index];
     for (auto id : sample.location_ids) {

@@ -213,7 +213,7 @@ struct Decoder {
   bool location(std::string_view bytes, spanprof::Location& loc) {
     ProtoReader reader(bytes);
     std::uint32_t field = 0, wire = 0;
-    bool seen_line = false;
+    std::vector<spanprof::Line> lines;  // innermost first, as pprof lists them
     while (!reader.at_end()) {
       if (!reader.key(field, wire)) return fail("bad Location key");
       std::uint64_t v = 0;
@@ -222,17 +222,18 @@ struct Decoder {
         if (!reader.bytes(line_bytes)) return fail("bad Location.line");
         ProtoReader line(line_bytes);
         std::uint32_t line_field = 0, line_wire = 0;
+        spanprof::Line decoded;
         while (!line.at_end()) {
           if (!line.key(line_field, line_wire)) return fail("bad Line key");
-          if (line_field == 1 && line_wire == 0) {
-            if (!line.varint(v)) return fail("bad Line.function_id");
-            // The model keeps one function per location: the first (innermost) line.
-            if (!seen_line) loc.function_id = v;
+          if ((line_field == 1 || line_field == 2) && line_wire == 0) {
+            if (!line.varint(v)) return fail("bad Line varint");
+            if (line_field == 1) decoded.function_id = v;
+            else decoded.line = static_cast<std::int64_t>(v);
           } else if (!line.skip(line_wire)) {
             return fail("bad Line field");
           }
         }
-        seen_line = true;
+        lines.push_back(decoded);
       } else if (wire == 0 && field >= 1 && field <= 3) {
         if (!reader.varint(v)) return fail("bad Location varint");
         if (field == 1) loc.id = v;
@@ -241,6 +242,13 @@ struct Decoder {
       } else if (!reader.skip(wire)) {
         return fail("bad Location field");
       }
+    }
+    // The model's function is the last line's (the one the others were inlined into).
+    if (!lines.empty()) {
+      loc.function_id = lines.back().function_id;
+      loc.line = lines.back().line;
+      lines.pop_back();
+      loc.inlined = std::move(lines);
     }
     return true;
   }
@@ -259,6 +267,8 @@ struct Decoder {
       if (field == 1) fn.id = v;
       if (field == 2 && !string_at(v, fn.name)) return false;
       if (field == 3 && !string_at(v, fn.system_name)) return false;
+      if (field == 4 && !string_at(v, fn.filename)) return false;
+      if (field == 5) fn.start_line = static_cast<std::int64_t>(v);
       if (field == 4 && !string_at(v, fn.filename)) return false;
     }
     return true;
@@ -348,17 +358,32 @@ inline std::map<std::string, std::string> labels_of(const spanprof::Sample& samp
   return labels;
 }
 
-// The function name of the sample's innermost frame, or "" when unsymbolized.
+// The function name of the sample's innermost frame (an inlined one, when the
+// location has them), or "" when unsymbolized.
 inline std::string leaf_function(const spanprof::Profile& profile, const spanprof::Sample& sample) {
   if (sample.location_ids.empty()) return {};
   for (const spanprof::Location& location : profile.locations) {
     if (location.id != sample.location_ids.front()) continue;
+    const std::uint64_t innermost = location.inlined.empty() ? location.function_id : location.inlined.front().function_id;
     for (const spanprof::Function& function : profile.functions) {
-      if (function.id == location.function_id && location.function_id != 0) return function.name;
+      if (function.id == innermost && innermost != 0) return function.name;
     }
     return {};
   }
   return {};
+}
+
+// Every function name of a location, innermost first, one per line: the inlined
+// functions and the one they were inlined into.
+inline std::string location_functions(const spanprof::Profile& profile, const spanprof::Location& location) {
+  std::string names;
+  const auto add = [&](std::uint64_t id) {
+    for (const spanprof::Function& function : profile.functions)
+      if (function.id == id && id != 0) names += function.name + "\n";
+  };
+  for (const spanprof::Line& line : location.inlined) add(line.function_id);
+  add(location.function_id);
+  return names;
 }
 
 // Runs `cmd` through the shell with stderr folded into stdout; true on exit status 0.

@@ -189,8 +189,10 @@ class OtlpRequestBuilder {
   struct ById { const T* item; std::int64_t index; };  // index: 0 until a sample reaches it
   using TypeRow = std::pair<std::int64_t, std::int64_t>;  // type, unit
   struct MappingRow { std::uint64_t start, limit, offset; std::int64_t filename, build_id; };
-  struct FunctionRow { std::int64_t name, system_name, filename; };
-  struct LocationRow { std::int64_t mapping; std::uint64_t address; std::int64_t function, frame_type; };
+  struct FunctionRow { std::int64_t name, system_name, filename, start_line; };
+  struct LineRow { std::int64_t function, line; };
+  // Its lines innermost first (the inlined functions, then the one they were inlined into).
+  struct LocationRow { std::int64_t mapping; std::uint64_t address; std::vector<LineRow> lines; std::int64_t frame_type; };
   struct AttributeRow { std::int64_t key; bool is_int; std::string_view str; std::int64_t num, unit; };
   struct SampleRow {
     std::int64_t stack, link;
@@ -247,7 +249,7 @@ class OtlpRequestBuilder {
     return reach(locations_by_id_, location_rows_, id, "location", "sample index ", sample, [&](const Location& loc) {
       // Every spanprof frame is machine code; the attribute is shared by all locations.
       if (frame_type_ == 0) frame_type_ = string_attribute(otlp_frame_type_key, "native");
-      LocationRow row{0, loc.address, 0, frame_type_};
+      LocationRow row{0, loc.address, {}, frame_type_};
       if (loc.mapping_id != 0) {
         row.mapping = reach(mappings_by_id_, mapping_rows_, loc.mapping_id, "mapping", "location id ", loc.id,
                             [&](const Mapping& m) {
@@ -258,11 +260,15 @@ class OtlpRequestBuilder {
                             });
       }
       if (loc.function_id != 0) {
-        row.function = reach(functions_by_id_, function_rows_, loc.function_id, "function", "location id ", loc.id,
-                             [&](const Function& fn) {
-                               return FunctionRow{strings_.intern(fn.name), strings_.intern(fn.system_name),
-                                                  strings_.intern(fn.filename)};
-                             });
+        const auto function = [&](std::uint64_t function_id) {
+          return reach(functions_by_id_, function_rows_, function_id, "function", "location id ", loc.id,
+                       [&](const Function& fn) {
+            return FunctionRow{strings_.intern(fn.name), strings_.intern(fn.system_name), strings_.intern(fn.filename),
+                               fn.start_line};
+          });
+        };
+        for (const Line& inlined : loc.inlined) row.lines.push_back({function(inlined.function_id), inlined.line});
+        row.lines.push_back({function(loc.function_id), loc.line});
       }
       return row;
     });
@@ -391,9 +397,11 @@ class OtlpRequestBuilder {
         body.int64_field_if_nonzero(o::location::mapping_index, l.mapping);
         body.uint64_field_if_nonzero(o::location::address, l.address);
         // No Line for an unsymbolized frame: receivers then fall back to the address.
-        if (l.function != 0) {
-          body.message_field(o::location::lines,
-                             [&](ProtobufWriter& line) { line.int64_field(o::line::function_index, l.function); });
+        for (const LineRow& row : l.lines) {
+          body.message_field(o::location::lines, [&](ProtobufWriter& line) {
+            line.int64_field(o::line::function_index, row.function);
+            line.int64_field_if_nonzero(o::line::line, row.line);
+          });
         }
         const std::int64_t attributes[1] = {l.frame_type};
         if (l.frame_type != 0) body.packed_int64_field(o::location::attribute_indices, attributes);
@@ -404,6 +412,7 @@ class OtlpRequestBuilder {
         body.int64_field_if_nonzero(o::function::name_strindex, fn.name);
         body.int64_field_if_nonzero(o::function::system_name_strindex, fn.system_name);
         body.int64_field_if_nonzero(o::function::filename_strindex, fn.filename);
+        body.int64_field_if_nonzero(o::function::start_line, fn.start_line);
       });
     }
     // link_table[0] is the exception: full-length zero ids, which the schema

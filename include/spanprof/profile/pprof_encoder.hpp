@@ -152,6 +152,9 @@ inline void write_pprof_mapping(ProtobufWriter& writer, const Mapping& mapping, 
     body.int64_field_if_nonzero(f::filename, strings.intern(mapping.filename));
     body.int64_field_if_nonzero(f::build_id, strings.intern(mapping.build_id));
     body.bool_field_if_true(f::has_functions, mapping.has_functions);
+    body.bool_field_if_true(f::has_filenames, mapping.has_filenames);
+    body.bool_field_if_true(f::has_line_numbers, mapping.has_line_numbers);
+    body.bool_field_if_true(f::has_inline_frames, mapping.has_inline_frames);
   });
 }
 
@@ -162,9 +165,18 @@ inline void write_pprof_location(ProtobufWriter& writer, const Location& locatio
     body.uint64_field_if_nonzero(f::mapping_id, location.mapping_id);
     body.uint64_field_if_nonzero(f::address, location.address);
     // An unsymbolized location has no Line at all; pprof then shows its address.
+    // Inlined functions first, innermost first; the function they were inlined
+    // into last.
     if (location.function_id != 0) {
+      for (const Line& inlined : location.inlined) {
+        body.message_field(f::line, [&](ProtobufWriter& line) {
+          line.uint64_field(pprof_field::line::function_id, inlined.function_id);
+          line.int64_field_if_nonzero(pprof_field::line::line, inlined.line);
+        });
+      }
       body.message_field(f::line, [&](ProtobufWriter& line) {
         line.uint64_field(pprof_field::line::function_id, location.function_id);
+        line.int64_field_if_nonzero(pprof_field::line::line, location.line);
       });
     }
   });
@@ -177,6 +189,7 @@ inline void write_pprof_function(ProtobufWriter& writer, const Function& functio
     body.int64_field_if_nonzero(f::name, strings.intern(function.name));
     body.int64_field_if_nonzero(f::system_name, strings.intern(function.system_name));
     body.int64_field_if_nonzero(f::filename, strings.intern(function.filename));
+    body.int64_field_if_nonzero(f::start_line, function.start_line);
   });
 }
 

@@ -137,6 +137,9 @@ struct Mapping {
   std::string filename;
   std::string build_id;  // lowercase hex of the GNU build id note
   bool has_functions = false;
+  bool has_filenames = false;
+  bool has_line_numbers = false;
+  bool has_inline_frames = false;
 };
 
 struct Function {
@@ -144,6 +147,13 @@ struct Function {
   std::string name;         // demangled
   std::string system_name;  // as in the symbol table
   std::string filename;
+  std::int64_t start_line = 0;
+};
+
+// A function inlined at a location, and its line there.
+struct Line {
+  std::uint64_t function_id = 0;
+  std::int64_t line = 0;
 };
 
 struct Location {
@@ -151,6 +161,10 @@ struct Location {
   std::uint64_t mapping_id = 0;   // 0: no mapping known
   std::uint64_t address = 0;
   std::uint64_t function_id = 0;  // 0: not symbolized
+  std::int64_t line = 0;          // in function_id's file; 0: unknown
+  // The functions inlined into function_id at the address, innermost first: in
+  // pprof, the Location's lines before its last (function_id, line).
+  std::vector<Line> inlined{};  // (an initializer: brace-initialized Locations of four fields stay warning-free)
 };
 
 struct Sample {

@@ -130,8 +130,23 @@ class ProfileBuilder {
     location.address = address;
     if (frame.module) location.mapping_id = mapping_for(*frame.module, profile);
     if (!frame.function.empty() || !frame.system_name.empty()) {
-      location.function_id = function_for(frame, profile);
-      if (location.mapping_id != 0) profile.mappings[location.mapping_id - 1].has_functions = true;
+      location.function_id = function_for(frame.function, frame.system_name, frame.file, frame.start_line, profile);
+      location.line = frame.line;
+      for (std::size_t i = 0; i < frame.inlined_count; ++i) {
+        const InlinedFrame& inlined = frame.inlined[i];
+        if (inlined.function.empty() && inlined.system_name.empty()) continue;
+        location.inlined.push_back(
+            {function_for(inlined.function, inlined.system_name, inlined.file, inlined.start_line, profile),
+             inlined.line});
+      }
+      if (location.mapping_id != 0) {
+        Mapping& mapping = profile.mappings[location.mapping_id - 1];
+        mapping.has_functions = true;
+        // Set from what a symbolizer gave: a profile never claims lines it has not.
+        if (!frame.file.empty()) mapping.has_filenames = true;
+        if (frame.line != 0) mapping.has_line_numbers = true;
+        if (!location.inlined.empty()) mapping.has_inline_frames = true;
+      }
     }
     profile.locations.push_back(location);
     locations_.emplace(address, location.id);
@@ -152,15 +167,23 @@ class ProfileBuilder {
     return mapping.id;
   }
 
-  std::uint64_t function_for(const ResolvedFrame& frame, Profile& profile) {
-    std::string name(frame.function.empty() ? frame.system_name : frame.function);
-    if (auto it = functions_.find(name); it != functions_.end()) return it->second;
+  // One Function per name and file: two static functions of one name in two files
+  // stay apart.
+  std::uint64_t function_for(std::string_view function_name, std::string_view system_name, std::string_view file,
+                             std::int64_t start_line, Profile& profile) {
+    std::string key(function_name.empty() ? system_name : function_name);
+    const std::size_t name_size = key.size();
+    key += '\0';
+    key += file;
+    if (auto it = functions_.find(key); it != functions_.end()) return it->second;
     Function function;
     function.id = profile.functions.size() + 1;
-    function.name = name;
-    function.system_name = std::string(frame.system_name.empty() ? frame.function : frame.system_name);
+    function.name = key.substr(0, name_size);
+    function.system_name = std::string(system_name.empty() ? function_name : system_name);
+    function.filename = std::string(file);
+    function.start_line = start_line;
     profile.functions.push_back(function);
-    functions_.emplace(std::move(name), function.id);
+    functions_.emplace(std::move(key), function.id);
     return function.id;
   }
 

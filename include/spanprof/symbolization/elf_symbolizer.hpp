@@ -11,6 +11,7 @@
 #include <spanprof/config.hpp>
 #include <spanprof/base/error.hpp>
 #include <spanprof/base/loader_lock_gate.hpp>
+#include <spanprof/symbolization/dwarf_source.hpp>
 #include <spanprof/symbolization/elf_reader.hpp>
 #include <spanprof/symbolization/symbol_names.hpp>
 #include <spanprof/symbolization/symbolizer.hpp>
@@ -46,6 +47,8 @@ namespace detail {
 class ElfSymbolizer final : public Symbolizer {
  public:
   ElfSymbolizer() = default;
+  // source_lines false: names from the symbol tables only, DWARF never read.
+  explicit ElfSymbolizer(bool source_lines) noexcept : source_lines_(source_lines) {}
   ElfSymbolizer(const ElfSymbolizer&) = delete;
   ElfSymbolizer& operator=(const ElfSymbolizer&) = delete;
 
@@ -77,6 +80,9 @@ class ElfSymbolizer final : public Symbolizer {
           frame.system_name = symbol.name;
         }
       }
+#if SPANPROF_WITH_LIBDW
+      if (source_lines_ && object.memory_image == nullptr) add_source_lines(object, address, frame);
+#endif
       if (cache_.size() >= max_cached_addresses) cache_.clear();
       cache_.emplace(address, frame);
       return frame;
@@ -123,6 +129,14 @@ class ElfSymbolizer final : public Symbolizer {
     std::vector<Module> modules;  // never resized after a scan: frames point into it
     State state = State::unloaded;
     std::vector<ElfSymbol> symbols;  // sorted, one per address
+#if SPANPROF_WITH_LIBDW
+    // Its DWARF, opened at the first address that needs it; what it told, kept for
+    // the frames handed out (their views point here).
+    bool dwarf_opened = false;
+    std::unique_ptr<DwarfSource> dwarf;
+    std::unordered_map<std::uintptr_t, std::vector<InlinedFrame>> inlined;
+    std::unordered_set<std::string> names;  // demangled DWARF names
+#endif
   };
 
   struct Range {
@@ -402,6 +416,49 @@ class ElfSymbolizer final : public Symbolizer {
     object.state = LoadedObject::State::loaded;
   }
 
+#if SPANPROF_WITH_LIBDW
+  // The source line of `address` and the functions inlined there, from the
+  // object's DWARF or its debug file. The function itself keeps the symbol table's
+  // name (what a profile without DWARF calls it too); DWARF names it only when
+  // the symbol table does not.
+  void add_source_lines(LoadedObject& object, std::uintptr_t address, ResolvedFrame& frame) {
+    if (!object.dwarf_opened) {
+      object.dwarf_opened = true;
+      object.dwarf = DwarfSource::open_for(object.open_path, object.build_id);
+    }
+    if (!object.dwarf) return;
+    if (!object.dwarf->lookup(address - object.bias, dwarf_chain_)) return;
+    const DwarfFrame& outer = dwarf_chain_.back();
+    frame.file = outer.file != nullptr ? std::string_view(outer.file) : std::string_view();
+    frame.line = outer.line;
+    frame.start_line = outer.start_line;
+    if (frame.function.empty() && outer.name != nullptr) {
+      frame.function = dwarf_name(object, outer);
+      if (outer.mangled) frame.system_name = outer.name;
+    }
+    if (dwarf_chain_.size() < 2) return;
+    auto [found, fresh] = object.inlined.try_emplace(address);
+    std::vector<InlinedFrame>& inlined = found->second;
+    for (std::size_t i = 0; fresh && i + 1 < dwarf_chain_.size(); ++i) {
+      const DwarfFrame& from = dwarf_chain_[i];
+      InlinedFrame out;
+      if (from.name != nullptr) out.function = dwarf_name(object, from);
+      if (from.mangled) out.system_name = from.name;
+      if (from.file != nullptr) out.file = from.file;
+      out.line = from.line;
+      out.start_line = from.start_line;
+      inlined.push_back(out);
+    }
+    frame.inlined = inlined.data();
+    frame.inlined_count = inlined.size();
+  }
+
+  static std::string_view dwarf_name(LoadedObject& object, const DwarfFrame& frame) {
+    if (!frame.mangled) return frame.name;
+    return *object.names.insert(strip_clone_suffixes(demangle_symbol(frame.name))).first;
+  }
+#endif
+
   // Distributions strip .symtab (static and internal functions) into debug
   // packages keyed by build id. Such a file is optional, so its absence or
   // damage is silent: .dynsym still names the exported functions.
@@ -430,17 +487,23 @@ class ElfSymbolizer final : public Symbolizer {
   std::vector<Range> ranges_;  // sorted by start
   std::unordered_map<std::uintptr_t, ResolvedFrame> cache_;
   std::unordered_set<std::string> failed_objects_;  // display path + build id, already reported
+#if SPANPROF_WITH_LIBDW
+  std::vector<DwarfFrame> dwarf_chain_;  // one lookup's, reused
+#endif
   bool scanned_ = false;
+  [[maybe_unused]] bool source_lines_ = true;  // read only with SPANPROF_WITH_LIBDW
   std::chrono::steady_clock::time_point last_scan_{};
 };
 
 }  // namespace detail
 
 // The default symbolizer: reads the ELF symbol tables of the objects loaded in
-// this process. Returns nullptr only when even this small allocation fails.
-inline std::unique_ptr<Symbolizer> make_elf_symbolizer() noexcept {
+// this process, and, built with libdw (SPANPROF_WITH_LIBDW), their DWARF for source
+// lines and inlined functions unless `source_lines` is false. Returns nullptr only
+// when even this small allocation fails.
+inline std::unique_ptr<Symbolizer> make_elf_symbolizer(bool source_lines = true) noexcept {
   SPANPROF_TRY {
-    return std::make_unique<detail::ElfSymbolizer>();
+    return std::make_unique<detail::ElfSymbolizer>(source_lines);
   } SPANPROF_CATCH_ALL {
     return nullptr;
   }

@@ -1,5 +1,5 @@
-// Symbolization: turning sampled program counters into function names and the
-// pprof mapping they came from.
+// Symbolization: turning sampled program counters into function names, source
+// lines and inlined frames, and the pprof mapping they came from.
 //
 // A Symbolizer runs on the background thread that encodes profiles, never on a
 // request thread, so implementations may read files and allocate freely. They
@@ -10,6 +10,7 @@
 #include <spanprof/config.hpp>
 #include <spanprof/base/error.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -28,10 +29,31 @@ struct Module {
   std::string build_id;  // lowercase hex of NT_GNU_BUILD_ID, empty if none
 };
 
+// A function the compiler inlined at an address, and where in it the address is.
+struct InlinedFrame {
+  std::string_view function;     // demangled name
+  std::string_view system_name;  // mangled, when known
+  std::string_view file;         // source file of the line below; empty when unknown
+  std::int64_t line = 0;         // 0: unknown
+  std::int64_t start_line = 0;   // the function's first line; 0: unknown
+};
+
+// What an address is: its object, its function, and (with debug information) its
+// source line and the functions inlined there. A symbolizer that knows only names
+// (CallbackSymbolizer over a symbol table) leaves the rest empty.
 struct ResolvedFrame {
   const Module* module = nullptr;  // nullptr: address in no known module
   std::string_view function;       // demangled name; empty when unknown
   std::string_view system_name;    // name as in the symbol table (mangled)
+  // Where the address is in `function`: its own line, or, when functions were
+  // inlined there, the line of the call into the outermost of them.
+  std::string_view file;
+  std::int64_t line = 0;
+  std::int64_t start_line = 0;
+  // The inlined functions at the address, innermost first (inlined[0] is where
+  // the instruction is); `inlined_count` of them. Valid as the views above.
+  const InlinedFrame* inlined = nullptr;
+  std::size_t inlined_count = 0;
 };
 
 // Small on purpose so tests and exotic deployments (JITs, pre-symbolized stacks)
