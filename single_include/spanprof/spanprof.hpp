@@ -9058,9 +9058,9 @@ struct Module {
 
 // A function the compiler inlined at an address, and where in it the address is.
 struct InlinedFrame {
-  std::string_view function;     // demangled name
-  std::string_view system_name;  // mangled, when known
-  std::string_view file;         // source file of the line below; empty when unknown
+  std::string_view function{};     // demangled name
+  std::string_view system_name{};  // mangled, when known
+  std::string_view file{};         // source file of the line below; empty when unknown
   std::int64_t line = 0;         // 0: unknown
   std::int64_t start_line = 0;   // the function's first line; 0: unknown
 };
@@ -9073,8 +9073,10 @@ struct ResolvedFrame {
   std::string_view function;       // demangled name; empty when unknown
   std::string_view system_name;    // name as in the symbol table (mangled)
   // Where the address is in `function`: its own line, or, when functions were
-  // inlined there, the line of the call into the outermost of them.
-  std::string_view file;
+  // inlined there, the line of the call into the outermost of them. (Initialized
+  // here, so that a symbolizer's ResolvedFrame{module, name, mangled} stays free of
+  // -Wmissing-field-initializers.)
+  std::string_view file{};
   std::int64_t line = 0;
   std::int64_t start_line = 0;
   // The inlined functions at the address, innermost first (inlined[0] is where
@@ -12036,7 +12038,7 @@ class DwarfSource {
     if (!unit.indexed) index_functions(unit);
     Dwarf_Files* files = nullptr;
     bool have_files = false;
-    for (std::int32_t at = innermost_function(unit, address); at >= 0; at = unit.functions[at].parent) {
+    for (std::int32_t at = innermost_function(unit, address); at >= 0; at = unit.functions[static_cast<std::size_t>(at)].parent) {
       FunctionNode& node = unit.functions[static_cast<std::size_t>(at)];
       DwarfFrame frame;
       frame.name = node.name;

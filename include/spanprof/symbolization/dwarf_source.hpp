@@ -91,7 +91,7 @@ class DwarfSource {
     if (!unit.indexed) index_functions(unit);
     Dwarf_Files* files = nullptr;
     bool have_files = false;
-    for (std::int32_t at = innermost_function(unit, address); at >= 0; at = unit.functions[at].parent) {
+    for (std::int32_t at = innermost_function(unit, address); at >= 0; at = unit.functions[static_cast<std::size_t>(at)].parent) {
       FunctionNode& node = unit.functions[static_cast<std::size_t>(at)];
       DwarfFrame frame;
       frame.name = node.name;
