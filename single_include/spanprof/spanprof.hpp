@@ -11954,8 +11954,8 @@ SPANPROF_NAMESPACE_END
 // object itself, or from its separate debug file (/usr/lib/debug/.build-id/, or the
 // .gnu_debuglink name beside the object, in its .debug/ or under /usr/lib/debug/).
 // Its compilation units' address ranges are indexed at open, and a unit's functions
-// and inlined copies the first time an address lands in it, so a lookup is a few
-// binary searches and the unit's line table. It runs on the
+// the first time an address lands in it, so a lookup is two binary searches, the
+// unit's line table, and a walk down the one function's inlined copies. It runs on the
 // sender's thread only. A debug file that is damaged costs its lines, not the
 // profile: libdw reads every size against the file's.
 #ifndef SPANPROF_SYMBOLIZATION_DWARF_SOURCE_HPP_
@@ -11976,6 +11976,7 @@ SPANPROF_NAMESPACE_END
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -12027,31 +12028,57 @@ class DwarfSource {
   // load bias), innermost first: the functions inlined there, then the function
   // they were inlined into. False when the address has no line information.
   bool lookup(std::uint64_t address, std::vector<DwarfFrame>& chain) {
+    std::lock_guard<std::mutex> lock(mutex_);  // shared by symbolizers (shared_dwarf_source)
+    // Kept per address, for the next symbolizer (a restart) too: bounded by the
+    // addresses ever sampled in this object.
+    auto [cached, fresh] = chains_.try_emplace(address);
+    if (fresh) look_up(address, cached->second);
+    chain = cached->second;
+    return !chain.empty();
+  }
+
+ private:
+  void look_up(std::uint64_t address, std::vector<DwarfFrame>& chain) {
     chain.clear();
     const std::size_t unit_index = unit_at(address);
-    if (unit_index == no_unit) return false;
+    if (unit_index == no_unit) return;
     Unit& unit = units_[unit_index];
     Dwarf_Line* line = ::dwarf_getsrc_die(&unit.die, address);
     const char* file = line != nullptr ? ::dwarf_linesrc(line, nullptr, nullptr) : nullptr;
     int line_number = 0;
     if (line != nullptr) ::dwarf_lineno(line, &line_number);
     if (!unit.indexed) index_functions(unit);
+    // The function, then the inlined copies inside it that hold the address, down
+    // to the innermost: each one's children only, never the unit's whole tree.
+    nesting_.clear();
+    Dwarf_Die function;
+    if (function_at(unit, address, function)) {
+      nesting_.push_back(function);
+      Dwarf_Die scope = function;
+      for (std::size_t depth = 0; depth < max_inline_depth && descend(scope, address); ++depth)
+        if (::dwarf_tag(&scope) == DW_TAG_inlined_subroutine) nesting_.push_back(scope);
+    }
     Dwarf_Files* files = nullptr;
     bool have_files = false;
-    for (std::int32_t at = innermost_function(unit, address); at >= 0; at = unit.functions[static_cast<std::size_t>(at)].parent) {
-      FunctionNode& node = unit.functions[static_cast<std::size_t>(at)];
+    for (std::size_t i = nesting_.size(); i-- > 0;) {
+      Dwarf_Die& die = nesting_[i];
       DwarfFrame frame;
-      frame.name = node.name;
-      frame.mangled = node.mangled;
-      frame.start_line = node.start_line;
+      name_of(die, frame);
+      ::dwarf_decl_line(&die, &frame.start_line);
       frame.file = file;
       frame.line = line_number;
       chain.push_back(frame);
-      if (!node.inlined) break;
+      if (i == 0) break;
       // The next one out is where this one was inlined: at its call.
       if (!have_files) have_files = ::dwarf_getsrcfiles(&unit.die, &files, nullptr) == 0;
-      file = have_files && node.call_file != 0 ? ::dwarf_filesrc(files, node.call_file, nullptr, nullptr) : nullptr;
-      line_number = node.call_line;
+      Dwarf_Attribute attribute;
+      Dwarf_Word value = 0;
+      file = nullptr;
+      line_number = 0;
+      if (have_files && ::dwarf_formudata(::dwarf_attr(&die, DW_AT_call_file, &attribute), &value) == 0)
+        file = ::dwarf_filesrc(files, value, nullptr, nullptr);
+      if (::dwarf_formudata(::dwarf_attr(&die, DW_AT_call_line, &attribute), &value) == 0)
+        line_number = static_cast<int>(value);
     }
     if (chain.empty() && file != nullptr) {
       DwarfFrame frame;  // a line, no function: the symbol table names it
@@ -12059,36 +12086,21 @@ class DwarfSource {
       frame.line = line_number;
       chain.push_back(frame);
     }
-    return !chain.empty();
   }
 
- private:
   static constexpr std::size_t no_unit = ~std::size_t{0};
+  // Deeper inlining than this is cut (a hostile file's nesting has no end).
+  static constexpr std::size_t max_inline_depth = 64;
 
-  // A function (DW_TAG_subprogram) or an inlined copy of one
-  // (DW_TAG_inlined_subroutine) with code, and the one it sits in.
-  struct FunctionNode {
-    std::int32_t parent = -1;  // the enclosing function's node; -1: none
-    bool inlined = false;
-    bool mangled = false;
-    const char* name = nullptr;
-    int start_line = 0;
-    Dwarf_Word call_file = 0;  // inlined: where it was called, in the enclosing function
-    int call_line = 0;
-    std::uint32_t first_range = 0;
-    std::uint32_t range_count = 0;
-  };
   struct Range {
     Dwarf_Addr start;
     Dwarf_Addr end;
-    std::int32_t node;  // in functions (a unit's), or the unit (units_)
+    std::size_t index;  // the unit (units_), or the function's DIE offset (Unit::functions)
   };
   struct Unit {
     Dwarf_Die die;
     bool indexed = false;
-    std::vector<FunctionNode> functions;
-    std::vector<Range> node_ranges;  // each node's, in node order
-    std::vector<Range> sorted;       // all of them, by start
+    std::vector<Range> functions;  // its functions' code, by start; index: the DIE's offset
   };
 
   DwarfSource() = default;
@@ -12157,7 +12169,7 @@ class DwarfSource {
       const std::size_t before = unit_ranges_.size();
       Dwarf_Addr base = 0, start = 0, end = 0;
       for (ptrdiff_t at = 0; (at = ::dwarf_ranges(&die, at, &base, &start, &end)) > 0;)
-        if (end > start) unit_ranges_.push_back({start, end, static_cast<std::int32_t>(units_.size())});
+        if (end > start) unit_ranges_.push_back({start, end, units_.size()});
       if (unit_ranges_.size() == before) continue;
       units_.emplace_back();
       units_.back().die = die;
@@ -12177,100 +12189,81 @@ class DwarfSource {
     // unit's hole filled by another.
     for (int steps = 0; it != unit_ranges_.begin() && steps < 4; ++steps) {
       --it;
-      if (address < it->end) return static_cast<std::size_t>(it->node);
+      if (address < it->end) return it->index;
     }
     return no_unit;
   }
 
-  // The innermost function or inlined copy whose code holds `address`, or -1.
-  // Function ranges nest as their DIEs do, so the range that starts last at or
-  // before the address is in the innermost one holding it, or under it.
-  static std::int32_t innermost_function(const Unit& unit, Dwarf_Addr address) noexcept {
-    auto it = std::upper_bound(unit.sorted.begin(), unit.sorted.end(), address,
+  // The function (DW_TAG_subprogram) whose code holds `address`.
+  bool function_at(const Unit& unit, Dwarf_Addr address, Dwarf_Die& out) noexcept {
+    auto it = std::upper_bound(unit.functions.begin(), unit.functions.end(), address,
                                [](Dwarf_Addr a, const Range& r) { return a < r.start; });
-    if (it == unit.sorted.begin()) return -1;
-    for (std::int32_t at = (--it)->node; at >= 0; at = unit.functions[static_cast<std::size_t>(at)].parent) {
-      const FunctionNode& node = unit.functions[static_cast<std::size_t>(at)];
-      for (std::uint32_t r = 0; r < node.range_count; ++r) {
-        const Range& range = unit.node_ranges[node.first_range + r];
-        if (range.start <= address && address < range.end) return at;
-      }
+    for (int steps = 0; it != unit.functions.begin() && steps < 4; ++steps) {
+      --it;
+      if (address < it->end) return ::dwarf_offdie(dwarf_, static_cast<Dwarf_Off>(it->index), &out) != nullptr;
     }
-    return -1;
+    return false;
   }
 
-  // One walk over the unit's DIEs, the first time an address lands in it: every
-  // function with code and the one around it, and the qualified names of the
-  // functions declared in it (namespaces and classes), for the copies that have
-  // no linkage name. A lookup is then a binary search; dwarf_getscopes would walk
-  // the unit's whole tree at every address (milliseconds in a large unit).
+  // Moves `scope` to its child whose code holds `address` (an inlined copy, or a
+  // block around one); false when none does.
+  static bool descend(Dwarf_Die& scope, Dwarf_Addr address) noexcept {
+    Dwarf_Die child;
+    if (::dwarf_child(&scope, &child) != 0) return false;
+    for (std::size_t siblings = 0; siblings < max_dies_per_unit; ++siblings) {
+      const int tag = ::dwarf_tag(&child);
+      if ((tag == DW_TAG_inlined_subroutine || tag == DW_TAG_lexical_block) && ::dwarf_haspc(&child, address) == 1) {
+        scope = child;
+        return true;
+      }
+      if (::dwarf_siblingof(&child, &child) != 0) return false;
+    }
+    return false;
+  }
+
+  // One walk over the unit's top-level entries (into namespaces and classes, never
+  // into a function), the first time an address lands in it: its functions' code
+  // ranges, and the qualified names of the functions declared in it (for the
+  // copies that have no linkage name). dwarf_getscopes would walk the unit's whole
+  // tree at every address (milliseconds in a large unit), and an index of every
+  // inlined copy tens of megabytes for a large program.
   void index_functions(Unit& unit) {
     unit.indexed = true;
     struct Open {
       Dwarf_Die die;
-      std::int32_t function;  // the innermost function node open here
-      std::size_t scope_size; // qualified prefix length
+      std::size_t scope_size;  // qualified prefix length
     };
     std::vector<Open> stack;
-    std::string scope;  // "ns::Class::" of the DIEs below
+    std::string scope;  // "ns::Class::" of the entries below
     Dwarf_Die child;
     if (::dwarf_child(&unit.die, &child) != 0) return;
-    stack.push_back({child, -1, 0});
+    stack.push_back({child, 0});
     std::size_t visited = 0;
     while (!stack.empty() && ++visited < max_dies_per_unit) {
       Open open = stack.back();
       stack.pop_back();
       scope.resize(open.scope_size);
       Dwarf_Die& die = open.die;
-      // The sibling first, under the same parent.
       Dwarf_Die sibling;
-      if (::dwarf_siblingof(&die, &sibling) == 0) stack.push_back({sibling, open.function, open.scope_size});
+      if (::dwarf_siblingof(&die, &sibling) == 0) stack.push_back({sibling, open.scope_size});
       const int tag = ::dwarf_tag(&die);
-      std::int32_t function = open.function;
-      std::size_t child_scope = scope.size();
-      if (tag == DW_TAG_namespace || tag == DW_TAG_class_type || tag == DW_TAG_structure_type ||
-          tag == DW_TAG_union_type) {
-        const char* name = ::dwarf_diename(&die);
-        scope += name != nullptr ? name : "(anonymous namespace)";
-        scope += "::";
-        child_scope = scope.size();
-      } else if (tag == DW_TAG_subprogram || tag == DW_TAG_inlined_subroutine) {
-        if (tag == DW_TAG_subprogram) remember_qualified_name(die, scope);
-        function = add_function(unit, die, tag == DW_TAG_inlined_subroutine, open.function);
-        if (function < 0) function = open.function;  // no code here (a declaration): not a frame
+      if (tag == DW_TAG_subprogram) {
+        remember_qualified_name(die, scope);
+        Dwarf_Addr base = 0, start = 0, end = 0;
+        for (ptrdiff_t at = 0; (at = ::dwarf_ranges(&die, at, &base, &start, &end)) > 0;)
+          if (end > start) unit.functions.push_back({start, end, static_cast<std::size_t>(::dwarf_dieoffset(&die))});
+        continue;
       }
-      if (::dwarf_haschildren(&die)) {
-        Dwarf_Die first;
-        if (::dwarf_child(&die, &first) == 0) stack.push_back({first, function, child_scope});
-      }
+      if (tag != DW_TAG_namespace && tag != DW_TAG_class_type && tag != DW_TAG_structure_type &&
+          tag != DW_TAG_union_type)
+        continue;
+      const char* name = ::dwarf_diename(&die);
+      scope += name != nullptr ? name : "(anonymous namespace)";
+      scope += "::";
+      Dwarf_Die first;
+      if (::dwarf_haschildren(&die) && ::dwarf_child(&die, &first) == 0) stack.push_back({first, scope.size()});
     }
-    for (const Range& range : unit.node_ranges) unit.sorted.push_back(range);
-    sort_by_start(unit.sorted);
-  }
-
-  std::int32_t add_function(Unit& unit, Dwarf_Die& die, bool inlined, std::int32_t parent) {
-    const auto first = static_cast<std::uint32_t>(unit.node_ranges.size());
-    const auto index = static_cast<std::int32_t>(unit.functions.size());
-    Dwarf_Addr base = 0, start = 0, end = 0;
-    for (ptrdiff_t at = 0; (at = ::dwarf_ranges(&die, at, &base, &start, &end)) > 0;)
-      if (end > start) unit.node_ranges.push_back({start, end, index});
-    if (unit.node_ranges.size() == first) return -1;
-    FunctionNode node;
-    node.parent = parent;
-    node.inlined = inlined;
-    node.first_range = first;
-    node.range_count = static_cast<std::uint32_t>(unit.node_ranges.size() - first);
-    name_of(die, node);
-    ::dwarf_decl_line(&die, &node.start_line);
-    if (inlined) {
-      Dwarf_Attribute attribute;
-      Dwarf_Word value = 0;
-      if (::dwarf_formudata(::dwarf_attr(&die, DW_AT_call_file, &attribute), &value) == 0) node.call_file = value;
-      if (::dwarf_formudata(::dwarf_attr(&die, DW_AT_call_line, &attribute), &value) == 0)
-        node.call_line = static_cast<int>(value);
-    }
-    unit.functions.push_back(node);
-    return index;
+    sort_by_start(unit.functions);
   }
 
   // A function without a linkage name (internal linkage, C): its name with the
@@ -12287,36 +12280,57 @@ class DwarfSource {
   // The linkage name (demangled by the caller into the name the symbol table
   // gives), else the plain name qualified as declared; from the abstract origin
   // for an inlined copy.
-  void name_of(Dwarf_Die& die, FunctionNode& node) {
+  void name_of(Dwarf_Die& die, DwarfFrame& frame) {
     Dwarf_Attribute attribute;
     const char* linkage = ::dwarf_formstring(::dwarf_attr_integrate(&die, DW_AT_linkage_name, &attribute));
     if (linkage == nullptr) linkage = ::dwarf_formstring(::dwarf_attr_integrate(&die, DW_AT_MIPS_linkage_name, &attribute));
     if (linkage != nullptr) {
-      node.name = linkage;
-      node.mangled = true;
+      frame.name = linkage;
+      frame.mangled = true;
       return;
     }
-    node.name = ::dwarf_formstring(::dwarf_attr_integrate(&die, DW_AT_name, &attribute));
+    frame.name = ::dwarf_formstring(::dwarf_attr_integrate(&die, DW_AT_name, &attribute));
     Dwarf_Die declaration = die;
     for (const unsigned at : {DW_AT_abstract_origin, DW_AT_specification}) {
       Dwarf_Die next;
       if (::dwarf_formref_die(::dwarf_attr(&declaration, at, &attribute), &next) != nullptr) declaration = next;
     }
     const auto found = qualified_names_.find(::dwarf_dieoffset(&declaration));
-    if (found != qualified_names_.end()) node.name = found->second.c_str();
+    if (found != qualified_names_.end()) frame.name = found->second.c_str();
   }
 
   // A unit larger than this is indexed only this far (a hostile or broken file
   // whose DIEs never end).
   static constexpr std::size_t max_dies_per_unit = std::size_t{1} << 24;
 
+  std::mutex mutex_;
   int fd_ = -1;
   Dwarf* dwarf_ = nullptr;
-  std::vector<Unit> units_;  // never resized after open: lookups point into it
+  std::vector<Unit> units_;
   std::vector<Range> unit_ranges_;
-  // By declaration offset; node-based, so the names FunctionNode points at stay.
+  std::vector<Dwarf_Die> nesting_;  // one lookup's, reused
+  std::unordered_map<std::uint64_t, std::vector<DwarfFrame>> chains_;  // by address
+  // By declaration offset; node-based, so the names DwarfFrame::name points at stay.
   std::unordered_map<Dwarf_Off, std::string> qualified_names_;
 };
+
+// An object's DWARF, shared by the symbolizers of the process and kept: each
+// spanprof::start() makes its own symbolizer, and a large program's DWARF read again
+// at every restart cost the 64-thread stress test ~90 MB of heap over its first
+// seconds (line tables parsed again while the old runtime drained). What is kept
+// grows only with the units sampled, once. Null when the object has none (asked
+// again by the next symbolizer).
+inline std::shared_ptr<DwarfSource> shared_dwarf_source(const std::string& path, const std::string& build_id) {
+  // Never destroyed: a sender that outlived a stop past its deadline may still ask
+  // while the process runs its exit-time destructors.
+  static std::mutex& mutex = *new std::mutex;
+  static auto& opened = *new std::unordered_map<std::string, std::shared_ptr<DwarfSource>>;
+  const std::string key = path + '\n' + build_id;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::shared_ptr<DwarfSource>& slot = opened[key];
+  if (!slot) slot = std::shared_ptr<DwarfSource>(DwarfSource::open_for(path, build_id));
+  return slot;
+}
 
 }  // namespace detail
 SPANPROF_NAMESPACE_END
@@ -12943,7 +12957,7 @@ class ElfSymbolizer final : public Symbolizer {
     // Its DWARF, opened at the first address that needs it; what it told, kept for
     // the frames handed out (their views point here).
     bool dwarf_opened = false;
-    std::unique_ptr<DwarfSource> dwarf;
+    std::shared_ptr<DwarfSource> dwarf;
     std::unordered_map<std::uintptr_t, std::vector<InlinedFrame>> inlined;
     std::unordered_set<std::string> names;  // demangled DWARF names
 #endif
@@ -13234,7 +13248,7 @@ class ElfSymbolizer final : public Symbolizer {
   void add_source_lines(LoadedObject& object, std::uintptr_t address, ResolvedFrame& frame) {
     if (!object.dwarf_opened) {
       object.dwarf_opened = true;
-      object.dwarf = DwarfSource::open_for(object.open_path, object.build_id);
+      object.dwarf = shared_dwarf_source(object.open_path, object.build_id);
     }
     if (!object.dwarf) return;
     if (!object.dwarf->lookup(address - object.bias, dwarf_chain_)) return;

@@ -133,7 +133,7 @@ class ElfSymbolizer final : public Symbolizer {
     // Its DWARF, opened at the first address that needs it; what it told, kept for
     // the frames handed out (their views point here).
     bool dwarf_opened = false;
-    std::unique_ptr<DwarfSource> dwarf;
+    std::shared_ptr<DwarfSource> dwarf;
     std::unordered_map<std::uintptr_t, std::vector<InlinedFrame>> inlined;
     std::unordered_set<std::string> names;  // demangled DWARF names
 #endif
@@ -424,7 +424,7 @@ class ElfSymbolizer final : public Symbolizer {
   void add_source_lines(LoadedObject& object, std::uintptr_t address, ResolvedFrame& frame) {
     if (!object.dwarf_opened) {
       object.dwarf_opened = true;
-      object.dwarf = DwarfSource::open_for(object.open_path, object.build_id);
+      object.dwarf = shared_dwarf_source(object.open_path, object.build_id);
     }
     if (!object.dwarf) return;
     if (!object.dwarf->lookup(address - object.bias, dwarf_chain_)) return;
