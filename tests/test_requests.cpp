@@ -152,8 +152,10 @@ TEST_CASE("take_records_over: a fragment left open on an idle thread is delivere
   CHECK(spanprof_test::share_on_stack(found.front()->decoded, "request_stage_two") == 0.0);
 #ifndef SPANPROF_TESTS_UNDER_TSAN  // TSan delivers a signal late, at its next intercepted call
   CHECK(spanprof_test::share_on_stack(found.front()->decoded, "request_stage_one") > 0.8);
+  // What the take-over copies is what was recorded: a point the kernel delivers
+  // after the stop flag (late, under load) is not, so only a loose lower bound.
   const double sampled = sampled_cpu_seconds(found.front()->decoded);
-  CHECK(sampled > 0.15 * 0.85);
+  CHECK(sampled > 0.15 * 0.6);
   CHECK(sampled < 0.15 * 1.15 + 0.01);
 #endif
   CHECK(spanprof::stats().requests_abandoned == before.requests_abandoned);
