@@ -236,16 +236,11 @@ class ThreadStackSampler {
     const std::uint32_t sequence = next_sequence_++ & 0x3FFF'FFFF;
     span.state.store(sequence << 2 | span_slot_open, std::memory_order_relaxed);
     slots_in_use_ |= std::uint32_t{1} << index;
-    if (top == 0) note_outermost_change();
+    if (top == 0 && settings_.watch_cpu) outer_changed_ns_.store(monotonic_now_ns(), std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     top_.store(index + 1, std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     return {index, sequence};
-  }
-
-  // For the CPU watch: a plain increment, the only writer being this thread.
-  void note_outermost_change() noexcept {
-    outer_changes_.store(outer_changes_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
 
   // The slot of an open span (this thread only).
@@ -262,7 +257,7 @@ class ThreadStackSampler {
       return false;
     }
     const std::uint32_t parent = span.parent.load(std::memory_order_relaxed);
-    if (parent == 0) note_outermost_change();
+    if (parent == 0 && settings_.watch_cpu) outer_changed_ns_.store(monotonic_now_ns(), std::memory_order_relaxed);
     top_.store(parent, std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     span.state.store(span_slot_free, std::memory_order_relaxed);
@@ -442,17 +437,8 @@ class ThreadStackSampler {
     // A thread cannot have run past a point by the slack in less wall time than the
     // slack since its outermost span opened or closed: those young spans and gaps,
     // most of a busy server's, cost no read and are left to the kernel. The same for
-    // spans and gaps, so that neither gains samples at the other's cost. The thread
-    // only counts its changes (a clock read in every guard cost more than the whole
-    // watch): a change is dated by the look that first sees it, so a span or gap is
-    // left alone at that look and for the slack after.
-    const std::uint32_t changes = outer_changes_.load(std::memory_order_relaxed);
-    if (changes != ticker_.outer_changes) {
-      ticker_.outer_changes = changes;
-      ticker_.outer_changed_by_ns = now;
-      return CpuWatch::nothing;
-    }
-    if (now - ticker_.outer_changed_by_ns < cpu_watch_slack_ns()) return CpuWatch::nothing;
+    // spans and gaps, so that neither gains samples at the other's cost.
+    if (now - outer_changed_ns_.load(std::memory_order_relaxed) < cpu_watch_slack_ns()) return CpuWatch::nothing;
     if (top_.load(std::memory_order_relaxed) == 0 && ticker_.still_looks >= 2 && (look & 7) != 0)
       return CpuWatch::nothing;
     const std::int64_t point = cpu_.next_point_ns();
@@ -725,7 +711,7 @@ class ThreadStackSampler {
   static_assert(max_open_spans == 32, "slots_in_use_ is a 32-bit mask");
   ActiveSpan spans_[max_open_spans];
   std::atomic<std::uint32_t> top_{0};  // 1 + the innermost slot's index; 0: none
-  std::atomic<std::uint32_t> outer_changes_{0};  // outermost span opened or closed, this thread's count
+  std::atomic<std::int64_t> outer_changed_ns_{0};  // monotonic, when the outermost span last opened or closed
   std::uint32_t slots_in_use_ = 0;     // open or dead, this thread's only
   std::uint32_t next_sequence_ = 1;
   std::atomic<std::size_t> used_{0};
@@ -760,8 +746,6 @@ class ThreadStackSampler {
     std::int64_t cpu_seen = -1;            // the thread's CPU clock at the last read
     std::int64_t seen_at_ns = 0;           // the ticker's monotonic clock then
     std::uint32_t still_looks = 0;         // looks in a row that found it unchanged
-    std::uint32_t outer_changes = 0;       // outer_changes_ at the last look
-    std::int64_t outer_changed_by_ns = 0;  // the look that first saw that count
   } ticker_;
 #if SPANPROF_HAS_CFI_WALKER
   cfi::RulesCache rules_cache_;  // the handler's only
