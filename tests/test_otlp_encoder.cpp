@@ -250,6 +250,12 @@ spanprof_test::CommandResult protoc(const std::string& body, const std::string& 
   return result;
 }
 
+// The request decoded against the opentelemetry-proto schema under `proto_dir`.
+spanprof_test::CommandResult protoc_with_schema(const std::string& body, const std::string& proto_dir) {
+  return protoc(body, "--decode=opentelemetry.proto.collector.profiles.v1development.ExportProfilesServiceRequest -I " +
+                          proto_dir + " opentelemetry/proto/collector/profiles/v1development/profiles_service.proto");
+}
+
 // protoc's text output as a tree: "N: value" leaves and "N { ... }" blocks.
 struct TextNode {
   std::string name, value;
@@ -441,10 +447,7 @@ TEST_CASE("protoc parses the OTLP request and sees the same link", "[otlp][proto
   // Against the schema itself, when a checkout of opentelemetry-proto is at hand.
   const char* proto_dir = std::getenv("SPANPROF_OTLP_PROTO_DIR");
   if (proto_dir == nullptr || *proto_dir == '\0') return;
-  const auto typed = protoc(body, std::string("--decode=opentelemetry.proto.collector.profiles.v1development."
-                                              "ExportProfilesServiceRequest -I ") +
-                                      proto_dir + " opentelemetry/proto/collector/profiles/v1development/"
-                                                  "profiles_service.proto");
+  const auto typed = protoc_with_schema(body, proto_dir);
   INFO(typed.output);
   REQUIRE(typed.exit_code == 0);
   // Unknown fields would print as bare numbers: every field written is in the schema.
@@ -511,10 +514,7 @@ TEST_CASE("OTLP locations carry their inlined functions' lines, innermost first"
   // Against the schema itself, when a checkout of opentelemetry-proto is at hand.
   const char* proto_dir = std::getenv("SPANPROF_OTLP_PROTO_DIR");
   if (proto_dir == nullptr || *proto_dir == '\0') return;
-  const auto typed = protoc(body, std::string("--decode=opentelemetry.proto.collector.profiles.v1development."
-                                              "ExportProfilesServiceRequest -I ") +
-                                      proto_dir + " opentelemetry/proto/collector/profiles/v1development/"
-                                                  "profiles_service.proto");
+  const auto typed = protoc_with_schema(body, proto_dir);
   INFO(typed.output);
   REQUIRE(typed.exit_code == 0);
   CHECK(typed.output.find("line: 42") != std::string::npos);

@@ -238,7 +238,7 @@ class ThreadSpanStack {
   // At thread exit: the spans still open here keep what they recorded; a later
   // End() ends the request (it compares stack ids, never this memory).
   ~ThreadSpanStack() {
-    while (depth_ > 0) pop();
+    while (depth_ > 0) pop_claimed();
   }
 
   std::uint64_t id() const noexcept { return id_; }
@@ -292,14 +292,9 @@ class ThreadSpanStack {
     Fragment& fragment() noexcept { return *std::launder(reinterpret_cast<Fragment*>(storage)); }
   };
 
-  // Another thread may be copying the records of the top fragment
-  // (SpanEndState::taking): it keeps the slot until done, a copy of one fragment's
-  // records. Only a thread's exit waits for that; starting a span pushes over it.
+  // The top fragment, whose span ended here: no other thread takes its records.
   void pop() noexcept {
     Slot& top = slots_[depth_ - 1];
-    std::uint8_t records = SpanEndState::open;
-    if (!top.state->records.compare_exchange_strong(records, SpanEndState::closing_here, std::memory_order_acq_rel))
-      while (top.state->records.load(std::memory_order_acquire) == SpanEndState::taking) std::this_thread::yield();
     --depth_;
     top.fragment().~Fragment();  // its samples go to the request, unless taken already
     top.request = RequestProfile();  // delivered here if the span has ended and nothing else holds it
@@ -312,8 +307,20 @@ class ThreadSpanStack {
       if (!state.ended_elsewhere.load(std::memory_order_acquire) ||
           state.records.load(std::memory_order_acquire) == SpanEndState::taking)
         return;
-      pop();
+      pop_claimed();
     }
+  }
+
+  // The top fragment, whose span may be ending on another thread now: claimed
+  // first, or, when that thread is copying its records (SpanEndState::taking), left
+  // to it until done, a copy of one fragment's records. Only a thread's exit waits
+  // for that; starting a span pushes over it (pop_ended_elsewhere).
+  void pop_claimed() noexcept {
+    std::atomic<std::uint8_t>& records = slots_[depth_ - 1].state->records;
+    std::uint8_t expected = SpanEndState::open;
+    if (!records.compare_exchange_strong(expected, SpanEndState::closing_here, std::memory_order_acq_rel))
+      while (records.load(std::memory_order_acquire) == SpanEndState::taking) std::this_thread::yield();
+    pop();
   }
 
   std::uint64_t id_;

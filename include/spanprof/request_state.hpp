@@ -148,42 +148,13 @@ class RequestState {
 
   // The thread stops running it (its samples were added before). The last
   // fragment to close after end() delivers; the last reference frees.
-  void leave_fragment() noexcept {
-    std::uint64_t before = life_.load(std::memory_order_relaxed);
-    std::uint64_t after;
-    bool deliver_now;
-    do {
-      after = before - one_reference - one_running;
-      deliver_now = (after & running_mask) == 0 && (after & ended_bit) != 0 && (after & delivered_bit) == 0;
-      // Delivering, it keeps its reference until done: nobody frees the state under it.
-      if (deliver_now) after = (after + one_reference) | delivered_bit;
-    } while (!life_.compare_exchange_weak(before, after, std::memory_order_acq_rel, std::memory_order_acquire));
-    if (deliver_now) {
-      (void)deliver(false);
-      release();
-      return;
-    }
-    if ((after & (reference_mask | running_mask)) == 0) {
-      if ((after & delivered_bit) == 0) (void)deliver((after & ended_bit) == 0);
-      delete this;
-    }
-  }
+  void leave_fragment() noexcept { leave(one_reference + one_running); }
 
   // A fragment still open on its thread whose records another thread took over
   // (Fragment::take_records_over): it runs no more, so the request is delivered
   // without waiting for its thread, but it keeps its reference (that thread still
   // points at this state) until it closes there and calls release().
-  void leave_running() noexcept {
-    std::uint64_t before = life_.load(std::memory_order_relaxed);
-    std::uint64_t after;
-    bool deliver_now;
-    do {
-      after = before - one_running;
-      deliver_now = (after & running_mask) == 0 && (after & ended_bit) != 0 && (after & delivered_bit) == 0;
-      if (deliver_now) after |= delivered_bit;
-    } while (!life_.compare_exchange_weak(before, after, std::memory_order_acq_rel, std::memory_order_acquire));
-    if (deliver_now) (void)deliver(false);
-  }
+  void leave_running() noexcept { leave(one_running); }
 
   // A fragment's CPU or wall records: the log's records from its start, of every
   // kind the spans open on its thread asked for; the request takes those of its kinds.
@@ -240,6 +211,28 @@ class RequestState {
     std::int64_t heap_interval_bytes = 0;
     const char* engine = "";
   };
+
+  // Drops a running fragment, with its reference or not.
+  void leave(std::uint64_t dropped) noexcept {
+    std::uint64_t before = life_.load(std::memory_order_relaxed);
+    std::uint64_t after;
+    bool deliver_now;
+    do {
+      after = before - dropped;
+      deliver_now = (after & running_mask) == 0 && (after & ended_bit) != 0 && (after & delivered_bit) == 0;
+      // Delivering, it keeps a reference until done: nobody frees the state under it.
+      if (deliver_now) after = (after + one_reference) | delivered_bit;
+    } while (!life_.compare_exchange_weak(before, after, std::memory_order_acq_rel, std::memory_order_acquire));
+    if (deliver_now) {
+      (void)deliver(false);
+      release();
+      return;
+    }
+    if ((after & (reference_mask | running_mask)) == 0) {
+      if ((after & delivered_bit) == 0) (void)deliver((after & ended_bit) == 0);
+      delete this;
+    }
+  }
 
   TailDecision decide(std::int64_t duration) noexcept {
     if (discarded_.load(std::memory_order_relaxed)) return TailDecision::discard();

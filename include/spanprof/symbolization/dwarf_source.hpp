@@ -14,6 +14,7 @@
 #define SPANPROF_SYMBOLIZATION_DWARF_SOURCE_HPP_
 
 #include <spanprof/config.hpp>
+#include <spanprof/symbolization/elf_reader.hpp>
 
 #if SPANPROF_WITH_LIBDW
 
@@ -64,11 +65,9 @@ class DwarfSource {
     SPANPROF_TRY {
       if (::elf_version(EV_CURRENT) == EV_NONE) return nullptr;
       if (auto own = open_file(path, build_id)) return own;
-      if (build_id.size() > 2) {
-        const std::string by_id =
-            "/usr/lib/debug/.build-id/" + build_id.substr(0, 2) + "/" + build_id.substr(2) + ".debug";
+      const std::string by_id = build_id_debug_path(build_id);
+      if (!by_id.empty())
         if (auto separate = open_file(by_id, build_id)) return separate;
-      }
       for (const std::string& candidate : debuglink_candidates(path))
         if (auto separate = open_file(candidate, build_id)) return separate;
       return nullptr;
@@ -170,22 +169,11 @@ class DwarfSource {
       const void* bits = nullptr;
       Elf* elf = ::dwarf_getelf(source->dwarf_);
       const ssize_t size = elf != nullptr ? ::dwelf_elf_gnu_build_id(elf, &bits) : -1;
-      if (size > 0 && hex(static_cast<const unsigned char*>(bits), static_cast<std::size_t>(size)) != build_id)
+      if (size > 0 && hex_lowercase(static_cast<const unsigned char*>(bits), static_cast<std::size_t>(size)) != build_id)
         return nullptr;
     }
     if (!source->index_units()) return nullptr;
     return source;
-  }
-
-  static std::string hex(const unsigned char* bytes, std::size_t size) {
-    static const char digits[] = "0123456789abcdef";
-    std::string out;
-    out.reserve(size * 2);
-    for (std::size_t i = 0; i < size; ++i) {
-      out += digits[bytes[i] >> 4];
-      out += digits[bytes[i] & 15];
-    }
-    return out;
   }
 
   // Where GDB looks for the file a .gnu_debuglink section names.

@@ -146,6 +146,13 @@ inline std::string hex_lowercase(const unsigned char* data, std::size_t size) {
   return text;
 }
 
+// Where distributions put an object's separate debug file, by its GNU build id (hex);
+// empty for an id too short to be one.
+inline std::string build_id_debug_path(const std::string& build_id) {
+  if (build_id.size() < 3) return {};
+  return "/usr/lib/debug/.build-id/" + build_id.substr(0, 2) + "/" + build_id.substr(2) + ".debug";
+}
+
 // Finds NT_GNU_BUILD_ID in a block of ELF notes. Notes pad name and descriptor to
 // the section's alignment, which is 8 for some toolchains' notes, else 4.
 // The bytes of the NT_GNU_BUILD_ID note in `notes`: {nullptr, 0} if none. Allocates

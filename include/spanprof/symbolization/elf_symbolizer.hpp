@@ -465,9 +465,8 @@ class ElfSymbolizer final : public Symbolizer {
   static void add_separate_debug_symbols(const LoadedObject& object, const ElfImageInfo& info,
                                          std::vector<ElfSymbol>& symbols) {
     const std::string& build_id = !object.build_id.empty() ? object.build_id : info.build_id;
-    if (build_id.size() < 3) return;
-    const std::string path =
-        "/usr/lib/debug/.build-id/" + build_id.substr(0, 2) + "/" + build_id.substr(2) + ".debug";
+    const std::string path = build_id_debug_path(build_id);
+    if (path.empty()) return;
     ElfFileBytes file;
     std::string error;
     if (!file.open(path, error)) return;
