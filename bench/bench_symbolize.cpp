@@ -7,11 +7,18 @@
 //   new_addresses           an address not seen before (most of a profile's frames
 //                           the first time), per address; the symbolizer kept
 //   cached_address          an address seen before
+//   single_sample_profile   what the worker does for a span's profile of one sample
+//                           (this benchmark's own stack): build it (symbolize its
+//                           frames, the symbolizer kept), encode pprof and gzip it
 // Counters: rss_added_kb, the process's resident memory added by the symbolizers
 // the benchmark made (first_address), and lines, the share of addresses that got a
 // file and line.
 #include <spanprof/spanprof.hpp>
+#include <spanprof/profile/pprof_encoder.hpp>
+#include <spanprof/profile/profile_builder.hpp>
 #include <spanprof/symbolization/elf_symbolizer.hpp>
+
+#include <execinfo.h>
 
 #include <benchmark/benchmark.h>
 
@@ -91,6 +98,44 @@ void cached_address(benchmark::State& state) {
   state.SetLabel(lines ? "with lines (libdw)" : "names only");
 }
 BENCHMARK(cached_address)->Arg(0)->Arg(1);
+
+// The profile a span with one CPU sample hands the worker: its stack is this
+// benchmark's own, as a signal handler would have walked it.
+__attribute__((noinline)) spanprof::RawProfile one_sample_profile() {
+  spanprof::RawProfile raw;
+  raw.kind = spanprof::ProfileKind::cpu;
+  raw.period_ns = 10'000'000;
+  raw.span_name = "GET /one-sample";
+  void* frames[64];
+  const int depth = ::backtrace(frames, 64);
+  spanprof::RawSample sample;
+  sample.values = {1, raw.period_ns};
+  for (int i = 0; i < depth; ++i) sample.frames.push_back(reinterpret_cast<std::uintptr_t>(frames[i]));
+  raw.samples.push_back(std::move(sample));
+  return raw;
+}
+
+void single_sample_profile(benchmark::State& state) {
+  const bool lines = state.range(0) != 0;
+  const spanprof::RawProfile raw = one_sample_profile();
+  auto symbolizer = spanprof::make_elf_symbolizer(lines);
+  const std::vector<std::string> comments{"spanprof bench"};
+  std::string encoded;
+  std::size_t with_lines = 0;
+  for (auto _ : state) {
+    spanprof::detail::ProfileBuilder builder(*symbolizer);
+    const spanprof::Profile profile = builder.build(raw, comments);
+    encoded.clear();
+    benchmark::DoNotOptimize(spanprof::encode_pprof_gzip(profile, encoded));
+    with_lines = 0;
+    for (const auto& location : profile.locations) with_lines += location.line != 0;
+  }
+  state.counters["frames"] = static_cast<double>(raw.samples[0].frames.size());
+  state.counters["frames_with_lines"] = static_cast<double>(with_lines);
+  state.counters["bytes"] = static_cast<double>(encoded.size());
+  state.SetLabel(lines ? "with lines (libdw)" : "names only");
+}
+BENCHMARK(single_sample_profile)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -91,9 +91,16 @@ std::vector<std::pair<std::string, double>> top_functions(const spanprof::Profil
   std::int64_t total = 0;
   for (const auto& sample : profile.samples) {
     if (sample.location_ids.empty()) continue;
+    // The innermost frame: a function inlined at the sampled address, if any, with
+    // its source line when spanprof has them (built with libdw and -g).
     const auto& leaf = profile.locations[sample.location_ids.front() - 1];
-    const std::string name =
-        leaf.function_id ? profile.functions[leaf.function_id - 1].name : std::string("(unknown)");
+    const std::uint64_t function_id = leaf.inlined.empty() ? leaf.function_id : leaf.inlined.front().function_id;
+    const std::int64_t line = leaf.inlined.empty() ? leaf.line : leaf.inlined.front().line;
+    std::string name = function_id ? profile.functions[function_id - 1].name : std::string("(unknown)");
+    if (function_id && line > 0) {
+      const std::string& file = profile.functions[function_id - 1].filename;
+      name += "  " + file.substr(file.rfind('/') + 1) + ":" + std::to_string(line);
+    }
     self[name] += sample.values[0];
     total += sample.values[0];
   }
@@ -146,7 +153,7 @@ int main() {
     std::printf("span %s  trace %s  %-15s %3zu samples\n", s.span_id.c_str(), s.trace_id.c_str(), s.name.c_str(),
                 s.samples);
     for (const auto& [function, share] : s.top) {
-      const std::string shown = function.size() > 70 ? function.substr(0, 67) + "..." : function;
+      const std::string shown = function.size() > 90 ? function.substr(0, 87) + "..." : function;
       std::printf("    %5.1f%%  %s\n", share, shown.c_str());
     }
     std::printf("    file: %s\n", s.file.c_str());

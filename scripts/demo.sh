@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The demo: installs what is missing, builds examples/hot_handler, runs it (four
 # threads serving two kinds of requests, each request profiled in its own span),
-# then shows one profile through `go tool pprof`; then examples/waiting_handler
+# then shows one profile through `go tool pprof` (by function, then by source
+# line); then examples/waiting_handler
 # (requests that compute, wait for a lock and for a slow backend), which prints
 # where their wall-clock time went; last, spanprof-report turns every profile the
 # demo wrote into one page (docs/report.md) and prints how to open it.
@@ -24,6 +25,8 @@ echo "== go tool pprof -tags $first"
 go tool pprof -tags "$first" 2>/dev/null
 echo "== go tool pprof -top -symbolize=none $first"
 go tool pprof -top -symbolize=none "$first" 2>/dev/null | head -n 12
+echo "== the same by source line: go tool pprof -top -lines -symbolize=none $first"
+go tool pprof -top -lines -symbolize=none "$first" 2>/dev/null | sed -n '5,10p'
 
 echo
 echo "== examples/waiting_handler: CPU and wall-clock profiles of requests that wait"

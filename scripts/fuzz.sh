@@ -90,8 +90,8 @@ if ! cmake --build "$build" -j "$jobs"; then
   exit 1
 fi
 
-all_targets=(traceparent cpu_profile heap_profile spool_file spool_name http_response elf symbol_name environment gzip
-  sample_records report_reader)
+all_targets=(traceparent cpu_profile heap_profile spool_file spool_name http_response elf dwarf symbol_name environment
+  gzip sample_records report_reader)
 if ((${#targets[@]} == 0)); then targets=("${all_targets[@]}"); fi
 
 # The longest input each target is given. Binary formats and environment values

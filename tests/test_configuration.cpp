@@ -100,6 +100,8 @@ std::vector<VariableCase> variable_cases() {
       {"SPANPROF_UPLOAD_ATTEMPTS", "7", "101", {}, [](const Options& o) { return o.retry.max_attempts == 7; }},
       {"SPANPROF_QUEUE_OVERFLOW", "drop_oldest", "block", {},
        [](const Options& o) { return o.queue_overflow == spanprof::OverflowPolicy::drop_oldest; }},
+      {"SPANPROF_DEBUG_DIRS", "/opt/debug:/usr/lib/debug", "/opt\ndebug", {},
+       [](const Options& o) { return o.debug_directories == "/opt/debug:/usr/lib/debug"; }},
       {"OTEL_SERVICE_NAME", "checkout", "check\nout", {}, [](const Options& o) { return o.service_name == "checkout"; }},
       {"SPANPROF_PROCESS_CONTEXT", "1", "yes", {}, [](const Options& o) { return o.publish_process_context; }},
       {"SPANPROF_CPU_WATCH", "0", "off", {}, [](const Options& o) { return !o.watch_cpu_ticks; }},

@@ -206,6 +206,7 @@ spanprof::Profile cpu_profile() {
   exe.file_offset = 0x1000;
   exe.filename = "/usr/bin/fake-service";
   exe.build_id = "0123456789abcdef0123456789abcdef01234567";
+  exe.htl_hash = "caf6e5907166ac76eef618e5f7f59cd9";
   exe.has_functions = true;
   p.mappings = {exe};
   p.functions = {{1, "hot_function", "_Z12hot_functionv", "service.cpp"}, {2, "main", "main", "service.cpp"}};
@@ -404,6 +405,7 @@ TEST_CASE("OTLP samples keep their stacks, values, labels and the span link", "[
   CHECK(string_at(r, exe.scalar(4)) == "/usr/bin/fake-service");
   CHECK(attributes(r, exe.varints(5)).at("process.executable.build_id.gnu") ==
         "0123456789abcdef0123456789abcdef01234567");
+  CHECK(attributes(r, exe.varints(5)).at("process.executable.build_id.htlhash") == "caf6e5907166ac76eef618e5f7f59cd9");
 
   // Each string once; the function names are in it.
   std::map<std::string, int> seen;

@@ -24,6 +24,7 @@
 // user's would: every request counts stock; two of them also recompute prices.
 namespace inventory {
 SPANPROF_TEST_HOT_FUNCTION(count_stock)
+constexpr int recompute_prices_line = __LINE__ + 1;  // the line every instruction of the next one is on
 SPANPROF_TEST_HOT_FUNCTION(recompute_prices_slowly)
 }  // namespace inventory
 
@@ -297,6 +298,17 @@ TEST_CASE("a browser shows the slow function as the top difference of the two sl
   const std::string detail = browser.dump_dom("file://" + page + "#span=" + slow[0].span_id.to_hex());
   INFO(first_top_difference(detail));
   CHECK(contains(first_top_difference(detail), "data-function=\"inventory::recompute_prices_slowly(double)\""));
+#if SPANPROF_WITH_LIBDW
+  // With source lines: the slow function's line is the span's hottest, and a
+  // frame's tooltip gives its function's file.
+  const std::string hot_line = "tests/test_report.cpp:" + std::to_string(inventory::recompute_prices_line);
+  const std::size_t hot_lines = detail.find("id=\"hot-lines\"");
+  REQUIRE(hot_lines != std::string::npos);
+  const std::size_t first_row = detail.find("<tbody>", hot_lines);
+  INFO(detail.substr(hot_lines, 600));
+  CHECK(detail.substr(first_row, detail.find("</tr>", first_row) - first_row).find(hot_line) != std::string::npos);
+  CHECK(contains(detail, "title=\"inventory::recompute_prices_slowly(double)\n" SPANPROF_TEST_SOURCE_DIR "/tests/test_report.cpp:"));
+#endif
 }
 
 }  // namespace report_test

@@ -5,12 +5,15 @@
 #include "support/collector.hpp"
 #include "support/inline_workload.hpp"
 #include "support/pprof_reader.hpp"
+#include "support/test_helpers.hpp"
 
 #include <spanprof/spanprof.hpp>
+#include <spanprof/symbolization/elf_reader.hpp>
 #include <spanprof/symbolization/elf_symbolizer.hpp>
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -163,6 +166,141 @@ TEST_CASE("the symbolizer gives an address's inlined frames, innermost first, wi
     CHECK(frame.function == "inline_workload::handle_inline_request(double)");
   }
   CHECK(found);
+}
+
+// ---- a stripped program ------------------------------------------------------------
+
+namespace stripped_test {
+
+namespace fs = std::filesystem;
+
+std::string run_or_fail(const std::string& command) {
+  std::string out;
+  INFO(command);
+  const bool ok = pprof_test::run_command(command, out);
+  INFO(out);
+  REQUIRE(ok);
+  return out;
+}
+
+std::string build_id_of(const std::string& path) {
+  spanprof::detail::ElfFileBytes bytes;
+  Elf64_Ehdr header{};
+  std::vector<Elf64_Shdr> sections;
+  std::string error, build_id;
+  const bool ok = bytes.open(path, error) && spanprof::detail::read_elf_headers(bytes, header, sections, error) &&
+                  spanprof::detail::read_elf_build_id(bytes, sections, build_id, error);
+  INFO(path << ": " << error);
+  REQUIRE(ok);
+  REQUIRE(build_id.size() > 8);
+  return build_id;
+}
+
+// The one profile the program wrote under `directory`.
+std::string profile_in(const std::string& directory) {
+  std::vector<std::string> found;
+  std::error_code error;
+  for (fs::recursive_directory_iterator it(directory, error), end; !error && it != end; it.increment(error))
+    if (it->path().extension() == ".gz") found.push_back(it->path().string());
+  INFO("profiles under " << directory);
+  REQUIRE(found.size() == 1);
+  return found.front();
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Whether `go tool pprof -traces` output shows the inlined loop directly above its handler.
+bool inlined_above_handler(const std::string& traces) {
+  const auto rows = lines_of(traces);
+  for (std::size_t i = 0; i + 1 < rows.size(); ++i)
+    if (rows[i].find("checksum_inlined (inline)") != std::string::npos &&
+        rows[i + 1].find("inline_workload::handle_inline_request(double)") != std::string::npos)
+      return true;
+  return false;
+}
+
+}  // namespace stripped_test
+
+TEST_CASE("a stripped program is named from its debug file under a build-id directory, or later by spanprof-report",
+          "[symbolizer][lines]") {
+  using namespace stripped_test;
+  std::string out;
+  if (!pprof_test::run_command("go version", out)) FAIL("go is required for this test (apt-get install golang-go): " << out);
+  const spanprof_test::TempDir dir("spanprof-stripped");
+  const std::string program = SPANPROF_TEST_STRIPPED_PROGRAM;
+  const std::string stripped = dir.path() + "/service";
+  const std::string build_id = build_id_of(program);
+  // As a release is packaged: the debug information apart, keyed by build id, and
+  // the program shipped without any symbol.
+  const std::string debug_root = dir.path() + "/debug";
+  fs::create_directories(debug_root + "/.build-id/" + build_id.substr(0, 2));
+  run_or_fail("objcopy --only-keep-debug " + program + " " + spanprof::detail::build_id_debug_path(build_id, debug_root));
+  run_or_fail("strip --strip-all -o " + stripped + " " + program);
+  REQUIRE(build_id_of(stripped) == build_id);
+  REQUIRE(run_or_fail("nm " + stripped + " 2>&1 || true").find("no symbols") != std::string::npos);
+
+  SECTION("its debug file found by build id: the same names, inlined frames and lines") {
+    const std::string output = dir.path() + "/with-debug";
+    run_or_fail("SPANPROF_OUTPUT_DIR=" + output + " SPANPROF_DEBUG_DIRS=/nonexistent:" + debug_root + " " + stripped);
+    const std::string profile = profile_in(output);
+    const std::string traces = run_or_fail("go tool pprof -traces -symbolize=none " + profile);
+    INFO(traces);
+    CHECK(inlined_above_handler(traces));
+    const std::string top = run_or_fail("go tool pprof -top -lines -symbolize=none " + profile);
+    INFO(top);
+    const std::string hot_line = "tests/support/inline_workload.cpp:" + std::to_string(inline_workload::hot_loop_line());
+    double on_hot_line = 0;
+    for (const auto& row : lines_of(top))
+      if (row.find(hot_line) != std::string::npos) on_hot_line += flat_percent(row);
+#ifndef SPANPROF_TESTS_UNDER_TSAN  // TSan delivers a signal late, at its next intercepted call
+    CHECK(on_hot_line >= 90.0);
+#else
+    CHECK(on_hot_line > 0.0);
+#endif
+  }
+
+  SECTION("no debug file anywhere: the profile loads with its addresses and build id, and is named later") {
+    const std::string output = dir.path() + "/bare";
+    run_or_fail("SPANPROF_OUTPUT_DIR=" + output + " SPANPROF_DEBUG_DIRS=/nonexistent " + stripped);
+    const std::string profile = profile_in(output);
+    // The program's mapping: its build id, and no functions, which is what a
+    // server-side symbolizer (Pyroscope, Parca) looks for.
+    const std::string raw = run_or_fail("go tool pprof -raw -symbolize=none " + profile);
+    INFO(raw);
+    const auto rows = lines_of(raw);
+    const auto mapping = std::find_if(rows.begin(), rows.end(), [&](const std::string& row) {
+      return row.find(stripped) != std::string::npos;
+    });
+    REQUIRE(mapping != rows.end());
+    CHECK(mapping->find(build_id) != std::string::npos);
+    CHECK(mapping->find("[FN]") == std::string::npos);
+    CHECK(raw.find("handle_inline_request") == std::string::npos);
+
+#ifdef SPANPROF_REPORT_TOOL
+    // spanprof-report names its frames from a directory holding the unstripped
+    // program (found by build id), with inlined frames and lines.
+    const std::string binaries = dir.path() + "/binaries";
+    fs::create_directories(binaries + "/release-1");
+    fs::copy_file(program, binaries + "/release-1/service.unstripped");
+    const std::string page = dir.path() + "/report.html";
+    const std::string report = run_or_fail(std::string(SPANPROF_REPORT_TOOL) + " --debug-dir " + binaries + " -o " + page + " " + profile);
+    INFO(report);
+    CHECK(report.find("named from 1 file") != std::string::npos);
+    const std::string html = read_text(page);
+    CHECK(html.find("inline_workload::handle_inline_request(double)") != std::string::npos);
+    CHECK(html.find("inline_workload::(anonymous namespace)::checksum_inlined") != std::string::npos);
+    CHECK(html.find("inline_workload.cpp:" + std::to_string(inline_workload::hot_loop_line())) != std::string::npos);
+    // The same from its debug file under a build-id directory.
+    run_or_fail(std::string(SPANPROF_REPORT_TOOL) + " --debug-dir " + debug_root + " -o " + page + " " + profile);
+    CHECK(read_text(page).find("inline_workload::handle_inline_request(double)") != std::string::npos);
+    // Without --debug-dir the frames stay addresses.
+    run_or_fail(std::string(SPANPROF_REPORT_TOOL) + " -o " + page + " " + profile);
+    CHECK(read_text(page).find("handle_inline_request") == std::string::npos);
+#endif
+  }
 }
 
 #endif  // SPANPROF_WITH_LIBDW

@@ -2,6 +2,7 @@
 // files. The binary is linked without -rdynamic, so the static functions below
 // exist only in .symtab: finding them proves .symtab is read, not just .dynsym.
 #include "support/catch.hpp"
+#include "support/command.hpp"
 #include "support/test_helpers.hpp"
 
 #include <spanprof/symbolization/elf_symbolizer.hpp>
@@ -266,6 +267,37 @@ TEST_CASE("the main program's module carries the build id readelf reports", "[sy
   REQUIRE(frame.module != nullptr);
   CHECK(frame.module->build_id == expected);
   CHECK(frame.module->file_offset <= frame.module->start - main_program_bias());
+}
+
+TEST_CASE("SHA-256 and OpenTelemetry's file id give their reference values", "[symbolizer]") {
+  const auto hex = [](const spanprof::detail::Sha256::Digest& d) { return spanprof::detail::hex_lowercase(d.data(), d.size()); };
+  spanprof::detail::Sha256 abc;
+  abc.update("abc", 3);
+  CHECK(hex(abc.finish()) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  // Two blocks, and a message that ends where its length must go to the next block.
+  const std::string two_blocks = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+  spanprof::detail::Sha256 long_message;
+  long_message.update(two_blocks.data(), two_blocks.size());
+  CHECK(hex(long_message.finish()) == "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  // The OpenTelemetry eBPF profiler's own test of its file id (libpf/fileid_test.go).
+  const unsigned char elf_start[] = {0x7f, 'E', 'L', 'F', 0x00, 0x01, 0x02, 0x03, 0x04};
+  CHECK(spanprof::detail::elf_htl_hash(spanprof::detail::ElfMemoryBytes(elf_start, sizeof elf_start)) ==
+        "caf6e5907166ac76eef618e5f7f59cd9");
+}
+
+TEST_CASE("the main program's module carries OpenTelemetry's file id of its file", "[symbolizer]") {
+  // Computed by coreutils from the file, as the OpenTelemetry eBPF profiler defines it.
+  const std::string exe = real_path("/proc/self/exe");
+  const auto expected = spanprof_test::capture_command(
+      "f='" + exe + "'; { head -c 4096 \"$f\"; tail -c 4096 \"$f\"; "
+      "printf '%016x' $(stat -c %s \"$f\") | xxd -r -p 2>/dev/null || "
+      "python3 -c 'import sys; sys.stdout.buffer.write(int(sys.argv[1]).to_bytes(8, \"big\"))' $(stat -c %s \"$f\"); } "
+      "| sha256sum | cut -c1-32");
+  REQUIRE(expected.exit_code == 0);
+  ElfSymbolizer symbolizer;
+  const ResolvedFrame frame = symbolizer.resolve(address_of(&spanprof_test_static_hot));
+  REQUIRE(frame.module != nullptr);
+  CHECK(frame.module->htl_hash + "\n" == expected.output);
 }
 
 TEST_CASE("libc functions resolve with a libc module", "[symbolizer]") {

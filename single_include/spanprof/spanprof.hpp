@@ -947,6 +947,7 @@ struct Mapping {
   std::uint64_t file_offset = 0;
   std::string filename;
   std::string build_id;  // lowercase hex of the GNU build id note
+  std::string htl_hash;  // OpenTelemetry's file id (OTLP only: pprof has no field for it)
   bool has_functions = false;
   bool has_filenames = false;
   bool has_line_numbers = false;
@@ -9031,6 +9032,9 @@ struct Module {
   std::uint64_t file_offset = 0;  // p_offset of the segment
   std::string path;      // absolute path of the object file ("/proc/self/exe" resolved to the real path)
   std::string build_id;  // lowercase hex of NT_GNU_BUILD_ID, empty if none
+  // OpenTelemetry's file id (process.executable.build_id.htlhash), set once the
+  // object's file has been read; empty until then or when unreadable.
+  std::string htl_hash{};
 };
 
 // A function the compiler inlined at an address, and where in it the address is.
@@ -9188,6 +9192,10 @@ struct Options {
   std::string spool_directory;
   std::uint64_t spool_max_bytes = 256u << 20;
   std::shared_ptr<Symbolizer> symbolizer;  // null: ELF symbol tables of the process
+  // Where the default symbolizer looks for separate debug files (stripped programs
+  // and libraries), colon-separated, in order: by build id, DIR/.build-id/ab/cdef....debug
+  // (docs/source-lines.md).
+  std::string debug_directories = "/usr/lib/debug";
   std::string service_name;  // recorded in every profile as a comment
   // Publishes the process context for profilers outside the process (OTEP 4719): a
   // mapping named OTEL_CTX with service.name, process.pid, the SDK and the names of
@@ -9810,6 +9818,7 @@ class ProfileBuilder {
     mapping.file_offset = module.file_offset;
     mapping.filename = module.path;
     mapping.build_id = module.build_id;
+    mapping.htl_hash = module.htl_hash;
     profile.mappings.push_back(mapping);
     mappings_.emplace(&module, mapping.id);
     return mapping.id;
@@ -10432,9 +10441,11 @@ namespace key_value_and_unit { inline constexpr std::uint32_t key_strindex = 1, 
 namespace stack { inline constexpr std::uint32_t location_indices = 1; }
 }  // namespace otlp_field
 
-// Semantic-convention keys: the GNU build id has no Mapping field of its own, and
-// profile.frame.type tells receivers how to symbolize (every spanprof frame is native).
+// Semantic-convention keys: the GNU build id and OpenTelemetry's own file id have no
+// Mapping field of their own, and profile.frame.type tells receivers how to
+// symbolize (every spanprof frame is native).
 inline constexpr std::string_view otlp_build_id_key = "process.executable.build_id.gnu";
+inline constexpr std::string_view otlp_htl_hash_key = "process.executable.build_id.htlhash";
 inline constexpr std::string_view otlp_frame_type_key = "profile.frame.type";
 
 // Interns everything one request refers to, then writes it. Every index is
@@ -10514,7 +10525,7 @@ class OtlpRequestBuilder {
   template <typename T>
   struct ById { const T* item; std::int64_t index; };  // index: 0 until a sample reaches it
   using TypeRow = std::pair<std::int64_t, std::int64_t>;  // type, unit
-  struct MappingRow { std::uint64_t start, limit, offset; std::int64_t filename, build_id; };
+  struct MappingRow { std::uint64_t start, limit, offset; std::int64_t filename; std::vector<std::int64_t> attributes; };
   struct FunctionRow { std::int64_t name, system_name, filename, start_line; };
   struct LineRow { std::int64_t function, line; };
   // Its lines innermost first (the inlined functions, then the one they were inlined into).
@@ -10579,10 +10590,10 @@ class OtlpRequestBuilder {
       if (loc.mapping_id != 0) {
         row.mapping = reach(mappings_by_id_, mapping_rows_, loc.mapping_id, "mapping", "location id ", loc.id,
                             [&](const Mapping& m) {
-                              const std::int64_t build_id =
-                                  m.build_id.empty() ? 0 : string_attribute(otlp_build_id_key, m.build_id);
-                              return MappingRow{m.memory_start, m.memory_limit, m.file_offset,
-                                                strings_.intern(m.filename), build_id};
+                              MappingRow mapping{m.memory_start, m.memory_limit, m.file_offset, strings_.intern(m.filename), {}};
+                              if (!m.build_id.empty()) mapping.attributes.push_back(string_attribute(otlp_build_id_key, m.build_id));
+                              if (!m.htl_hash.empty()) mapping.attributes.push_back(string_attribute(otlp_htl_hash_key, m.htl_hash));
+                              return mapping;
                             });
       }
       if (loc.function_id != 0) {
@@ -10714,8 +10725,7 @@ class OtlpRequestBuilder {
         body.uint64_field_if_nonzero(o::mapping::memory_limit, m.limit);
         body.uint64_field_if_nonzero(o::mapping::file_offset, m.offset);
         body.int64_field_if_nonzero(o::mapping::filename_strindex, m.filename);
-        const std::int64_t attributes[1] = {m.build_id};
-        if (m.build_id != 0) body.packed_int64_field(o::mapping::attribute_indices, attributes);
+        if (!m.attributes.empty()) body.packed_int64_field(o::mapping::attribute_indices, m.attributes);
       });
     }
     for (const LocationRow& l : location_rows_) {
@@ -11922,6 +11932,115 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DELIVERY_PYROSCOPE_UPLOADER_HPP_
 // ---- end spanprof/delivery/pyroscope_uploader.hpp ----
+// ---- begin spanprof/base/sha256.hpp ----
+// SHA-256 (FIPS 180-4), small and dependency-free: OpenTelemetry's profiling file id
+// (process.executable.build_id.htlhash) is one, and spanprof links no crypto
+// library. Not for anything secret: nothing here is constant-time.
+#ifndef SPANPROF_BASE_SHA256_HPP_
+#define SPANPROF_BASE_SHA256_HPP_
+
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+class Sha256 {
+ public:
+  using Digest = std::array<unsigned char, 32>;
+
+  void update(const void* data, std::size_t size) noexcept {
+    const auto* bytes = static_cast<const unsigned char*>(data);
+    total_bytes_ += size;
+    while (size > 0) {
+      const std::size_t take = std::min(size, block_.size() - filled_);
+      std::memcpy(block_.data() + filled_, bytes, take);
+      filled_ += take;
+      bytes += take;
+      size -= take;
+      if (filled_ == block_.size()) {
+        compress(block_.data());
+        filled_ = 0;
+      }
+    }
+  }
+
+  Digest finish() noexcept {
+    const std::uint64_t bits = total_bytes_ * 8;
+    const unsigned char one = 0x80, zero = 0;
+    update(&one, 1);
+    while (filled_ != 56) update(&zero, 1);
+    unsigned char length[8];
+    for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(bits >> (56 - 8 * i));
+    update(length, 8);
+    Digest digest{};
+    for (std::size_t i = 0; i < 8; ++i)
+      for (std::size_t j = 0; j < 4; ++j) digest[4 * i + j] = static_cast<unsigned char>(state_[i] >> (24 - 8 * j));
+    return digest;
+  }
+
+ private:
+  static constexpr std::uint32_t rotate_right(std::uint32_t x, unsigned n) noexcept { return (x >> n) | (x << (32 - n)); }
+
+  void compress(const unsigned char* block) noexcept {
+    static constexpr std::uint32_t k[64] = {
+        0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+        0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+        0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+        0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+        0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+        0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+        0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+        0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+    std::uint32_t w[64];
+    for (std::size_t i = 0; i < 16; ++i)
+      w[i] = std::uint32_t{block[4 * i]} << 24 | std::uint32_t{block[4 * i + 1]} << 16 |
+             std::uint32_t{block[4 * i + 2]} << 8 | std::uint32_t{block[4 * i + 3]};
+    for (std::size_t i = 16; i < 64; ++i) {
+      const std::uint32_t s0 = rotate_right(w[i - 15], 7) ^ rotate_right(w[i - 15], 18) ^ (w[i - 15] >> 3);
+      const std::uint32_t s1 = rotate_right(w[i - 2], 17) ^ rotate_right(w[i - 2], 19) ^ (w[i - 2] >> 10);
+      w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    std::uint32_t a = state_[0], b = state_[1], c = state_[2], d = state_[3];
+    std::uint32_t e = state_[4], f = state_[5], g = state_[6], h = state_[7];
+    for (std::size_t i = 0; i < 64; ++i) {
+      const std::uint32_t t1 = h + (rotate_right(e, 6) ^ rotate_right(e, 11) ^ rotate_right(e, 25)) +
+                               ((e & f) ^ (~e & g)) + k[i] + w[i];
+      const std::uint32_t t2 = (rotate_right(a, 2) ^ rotate_right(a, 13) ^ rotate_right(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+      h = g;
+      g = f;
+      f = e;
+      e = d + t1;
+      d = c;
+      c = b;
+      b = a;
+      a = t1 + t2;
+    }
+    state_[0] += a;
+    state_[1] += b;
+    state_[2] += c;
+    state_[3] += d;
+    state_[4] += e;
+    state_[5] += f;
+    state_[6] += g;
+    state_[7] += h;
+  }
+
+  std::uint32_t state_[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+  std::array<unsigned char, 64> block_{};
+  std::size_t filled_ = 0;
+  std::uint64_t total_bytes_ = 0;
+};
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_BASE_SHA256_HPP_
+// ---- end spanprof/base/sha256.hpp ----
 // ---- begin spanprof/symbolization/elf_reader.hpp ----
 // Reading the function symbols of one ELF image, a file or memory (the vDSO): the
 // symbol tables, the build id note, and the sorted list a lookup searches. The
@@ -12070,11 +12189,46 @@ inline std::string hex_lowercase(const unsigned char* data, std::size_t size) {
   return text;
 }
 
-// Where distributions put an object's separate debug file, by its GNU build id (hex);
-// empty for an id too short to be one.
-inline std::string build_id_debug_path(const std::string& build_id) {
-  if (build_id.size() < 3) return {};
-  return "/usr/lib/debug/.build-id/" + build_id.substr(0, 2) + "/" + build_id.substr(2) + ".debug";
+// OpenTelemetry's id of an executable file (process.executable.build_id.htlhash, as
+// the OpenTelemetry eBPF profiler computes it): the first 128 bits of SHA-256 over
+// the file's first 4 KiB, its last 4 KiB and its size (64-bit big-endian), in
+// lowercase hex. Names a file without a GNU build id too. Empty when unreadable.
+inline std::string elf_htl_hash(const ElfBytes& bytes) {
+  constexpr std::uint64_t part = 4096;
+  const std::uint64_t size = bytes.size();
+  const auto length = static_cast<std::size_t>(std::min(size, part));
+  unsigned char chunk[part];
+  Sha256 sha;
+  if (!bytes.read(0, chunk, length)) return {};
+  sha.update(chunk, length);
+  if (!bytes.read(size - length, chunk, length)) return {};
+  sha.update(chunk, length);
+  unsigned char size_bytes[8];
+  for (int i = 0; i < 8; ++i) size_bytes[i] = static_cast<unsigned char>(size >> (56 - 8 * i));
+  sha.update(size_bytes, sizeof size_bytes);
+  const Sha256::Digest digest = sha.finish();
+  return hex_lowercase(digest.data(), 16);
+}
+
+// Where distributions put separate debug files (GDB's debug-file-directory).
+inline constexpr const char* default_debug_directory = "/usr/lib/debug";
+
+// Where an object's separate debug file sits under a debug directory, by its GNU
+// build id (hex): DIR/.build-id/ab/cdef....debug. Empty for an id too short to be one.
+inline std::string build_id_debug_path(const std::string& build_id, const std::string& directory) {
+  if (build_id.size() < 3 || directory.empty()) return {};
+  return directory + "/.build-id/" + build_id.substr(0, 2) + "/" + build_id.substr(2) + ".debug";
+}
+
+// A colon-separated list of directories (as SPANPROF_DEBUG_DIRS gives it), empty entries dropped.
+inline std::vector<std::string> split_directory_list(const std::string& list) {
+  std::vector<std::string> out;
+  for (std::size_t at = 0; at <= list.size();) {
+    const std::size_t end = std::min(list.find(':', at), list.size());
+    if (end > at) out.push_back(list.substr(at, end - at));
+    at = end + 1;
+  }
+  return out;
 }
 
 // Finds NT_GNU_BUILD_ID in a block of ELF notes. Notes pad name and descriptor to
@@ -12153,14 +12307,11 @@ inline std::size_t find_elf_symbol(const std::vector<ElfSymbol>& symbols, std::u
   return covers ? static_cast<std::size_t>(after - 1 - symbols.begin()) : npos;
 }
 
-// Appends the STT_FUNC and STT_GNU_IFUNC symbols of .symtab (and of .dynsym when
-// `include_dynsym`) to `out`, unsorted. Returns false with `error` set when the
-// image is not a readable little ELF64 of this machine's byte order or any
-// offset it needs points outside the image; `out` may then hold a partial list.
-inline bool load_elf_symbols_from(const ElfBytes& bytes, std::uintptr_t bias, bool include_dynsym,
-                                  std::vector<ElfSymbol>& out, ElfImageInfo& info, std::string& error) {
+// The ELF header and section header table of a little-endian ELF64 of this machine's
+// byte order; false with `error` set when the image is not one or they lie outside it.
+inline bool read_elf_headers(const ElfBytes& bytes, Elf64_Ehdr& header, std::vector<Elf64_Shdr>& sections,
+                             std::string& error) {
   const std::uint64_t image_size = bytes.size();
-  Elf64_Ehdr header;
   if (!bytes.read(0, &header, sizeof header)) {
     error = "file too small for an ELF header (" + std::to_string(image_size) + " bytes)";
     return false;
@@ -12208,34 +12359,87 @@ inline bool load_elf_symbols_from(const ElfBytes& bytes, std::uintptr_t bias, bo
             std::to_string(image_size) + " bytes)";
     return false;
   }
-  std::vector<Elf64_Shdr> sections(static_cast<std::size_t>(section_count));
+  sections.resize(static_cast<std::size_t>(section_count));
   if (!bytes.read(header.e_shoff, sections.data(), sections.size() * sizeof(Elf64_Shdr))) {
     error = "cannot read the section header table";
     return false;
   }
+  return true;
+}
 
-  const auto read_section = [&](const Elf64_Shdr& section, auto& buffer) {
-    using Element = typename std::decay_t<decltype(buffer)>::value_type;
-    if (!elf_range_fits(section.sh_offset, section.sh_size, image_size)) return false;
-    buffer.resize(static_cast<std::size_t>(section.sh_size / sizeof(Element)));
-    return bytes.read(section.sh_offset, buffer.data(), buffer.size() * sizeof(Element));
-  };
+// A section's bytes as elements of `buffer`; false when they lie outside the image.
+template <class Buffer>
+bool read_elf_section(const ElfBytes& bytes, const Elf64_Shdr& section, Buffer& buffer) {
+  using Element = typename Buffer::value_type;
+  if (!elf_range_fits(section.sh_offset, section.sh_size, bytes.size())) return false;
+  buffer.resize(static_cast<std::size_t>(section.sh_size / sizeof(Element)));
+  return bytes.read(section.sh_offset, buffer.data(), buffer.size() * sizeof(Element));
+}
 
+// The GNU build id (hex) from the note sections; empty when there is none.
+inline bool read_elf_build_id(const ElfBytes& bytes, const std::vector<Elf64_Shdr>& sections, std::string& build_id,
+                              std::string& error) {
+  const std::uint64_t image_size = bytes.size();
   // Section headers may all name the same bytes. Real note sections never
   // overlap, so more note bytes than the file holds means a file made to be read
   // over and over (time growing with its square): the build id is optional, stop.
   std::uint64_t note_bytes_left = image_size;
   for (const auto& section : sections) {
-    if (section.sh_type != SHT_NOTE || !info.build_id.empty()) continue;
+    if (section.sh_type != SHT_NOTE || !build_id.empty()) continue;
     std::vector<unsigned char> notes;
-    if (!read_section(section, notes)) {
+    if (!read_elf_section(bytes, section, notes)) {
       error = "note section extends beyond the end of the file";
       return false;
     }
     if (notes.size() > note_bytes_left) break;
     note_bytes_left -= notes.size();
-    info.build_id = find_gnu_build_id(notes.data(), notes.size(), section.sh_addralign);
+    build_id = find_gnu_build_id(notes.data(), notes.size(), section.sh_addralign);
   }
+  return true;
+}
+
+// The object's own (link-time) address of the loaded executable segment that a
+// profile's mapping shows: `file_offset` its p_offset, `size` its p_memsz. The
+// object's program headers say it; a debug file's too, except that
+// objcopy --only-keep-debug rewrites their offsets, so there the segment is the
+// executable one of that size (and of that offset's page alignment).
+inline bool elf_segment_address(const ElfBytes& bytes, const Elf64_Ehdr& header, std::uint64_t file_offset,
+                                std::uint64_t size, std::uint64_t& address) {
+  constexpr std::uint64_t most_segments = 4096;
+  if (header.e_phentsize != sizeof(Elf64_Phdr) || header.e_phnum > most_segments) return false;
+  std::vector<Elf64_Phdr> segments(header.e_phnum);
+  if (!bytes.read(header.e_phoff, segments.data(), segments.size() * sizeof(Elf64_Phdr))) return false;
+  const Elf64_Phdr* same_size = nullptr;
+  std::size_t same_size_count = 0;
+  for (const Elf64_Phdr& segment : segments) {
+    if (segment.p_type != PT_LOAD || (segment.p_flags & PF_X) == 0) continue;
+    if (segment.p_offset == file_offset && segment.p_memsz == size && segment.p_filesz != 0) {
+      address = segment.p_vaddr;
+      return true;
+    }
+    const std::uint64_t align = segment.p_align > 1 ? segment.p_align : 1;
+    if (segment.p_memsz == size && segment.p_vaddr % align == file_offset % align) {
+      same_size = &segment;
+      ++same_size_count;
+    }
+  }
+  if (same_size_count != 1) return false;  // none, or no telling which
+  address = same_size->p_vaddr;
+  return true;
+}
+
+// Appends the STT_FUNC and STT_GNU_IFUNC symbols of .symtab (and of .dynsym when
+// `include_dynsym`) to `out`, unsorted. Returns false with `error` set when the
+// image is not a readable little ELF64 of this machine's byte order or any
+// offset it needs points outside the image; `out` may then hold a partial list.
+inline bool load_elf_symbols_from(const ElfBytes& bytes, std::uintptr_t bias, bool include_dynsym,
+                                  std::vector<ElfSymbol>& out, ElfImageInfo& info, std::string& error) {
+  Elf64_Ehdr header;
+  std::vector<Elf64_Shdr> sections;
+  if (!read_elf_headers(bytes, header, sections, error) || !read_elf_build_id(bytes, sections, info.build_id, error))
+    return false;
+  const std::uint64_t image_size = bytes.size();
+  const auto read_section = [&](const Elf64_Shdr& section, auto& buffer) { return read_elf_section(bytes, section, buffer); };
 
   // Every symbol gets its own copy of its name, and any number of entries may
   // point at one long string: without a bound a few KiB of file turn into GiB of
@@ -12347,8 +12551,9 @@ SPANPROF_NAMESPACE_END
 // compiler inlined there, innermost first, each with its file and line.
 //
 // An object's DWARF is opened the first time an address lands in it: from the
-// object itself, or from its separate debug file (/usr/lib/debug/.build-id/, or the
-// .gnu_debuglink name beside the object, in its .debug/ or under /usr/lib/debug/).
+// object itself, or from its separate debug file (by build id under a debug
+// directory, DIR/.build-id/ab/cdef....debug; or the .gnu_debuglink name beside the
+// object, in its .debug/, or under a debug directory as GDB looks).
 // Its compilation units' address ranges are indexed at open, and a unit's functions
 // the first time an address lands in it, so a lookup is two binary searches, the
 // unit's line table, and a walk down the one function's inlined copies. It runs on the
@@ -12369,6 +12574,7 @@ SPANPROF_NAMESPACE_END
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -12401,16 +12607,20 @@ class DwarfSource {
   }
 
   // The DWARF with line tables for an object at `path` whose GNU build id (hex) is
-  // `build_id` (empty: unknown): its own, else its separate debug file's. Null when
-  // there is none, or none that matches the object.
-  static std::unique_ptr<DwarfSource> open_for(const std::string& path, const std::string& build_id) noexcept {
+  // `build_id` (empty: unknown): its own, else its separate debug file's, looked
+  // for under `debug_directories`. Null when there is none, or none that matches
+  // the object.
+  static std::unique_ptr<DwarfSource> open_for(const std::string& path, const std::string& build_id,
+                                               const std::vector<std::string>& debug_directories) noexcept {
     SPANPROF_TRY {
       if (::elf_version(EV_CURRENT) == EV_NONE) return nullptr;
       if (auto own = open_file(path, build_id)) return own;
-      const std::string by_id = build_id_debug_path(build_id);
-      if (!by_id.empty())
-        if (auto separate = open_file(by_id, build_id)) return separate;
-      for (const std::string& candidate : debuglink_candidates(path))
+      for (const std::string& directory : debug_directories) {
+        const std::string by_id = build_id_debug_path(build_id, directory);
+        if (!by_id.empty())
+          if (auto separate = open_file(by_id, build_id)) return separate;
+      }
+      for (const std::string& candidate : debuglink_candidates(path, debug_directories))
         if (auto separate = open_file(candidate, build_id)) return separate;
       return nullptr;
     } SPANPROF_CATCH_ALL {
@@ -12440,7 +12650,7 @@ class DwarfSource {
     Dwarf_Line* line = ::dwarf_getsrc_die(&unit.die, address);
     const char* file = line != nullptr ? ::dwarf_linesrc(line, nullptr, nullptr) : nullptr;
     int line_number = 0;
-    if (line != nullptr) ::dwarf_lineno(line, &line_number);
+    if (line != nullptr && (::dwarf_lineno(line, &line_number) != 0 || line_number < 0)) line_number = 0;
     if (!unit.indexed) index_functions(unit);
     // The function, then the inlined copies inside it that hold the address, down
     // to the innermost: each one's children only, never the unit's whole tree.
@@ -12458,7 +12668,7 @@ class DwarfSource {
       Dwarf_Die& die = nesting_[i];
       DwarfFrame frame;
       name_of(die, frame);
-      ::dwarf_decl_line(&die, &frame.start_line);
+      if (::dwarf_decl_line(&die, &frame.start_line) != 0 || frame.start_line < 0) frame.start_line = 0;
       frame.file = file;
       frame.line = line_number;
       chain.push_back(frame);
@@ -12471,7 +12681,8 @@ class DwarfSource {
       line_number = 0;
       if (have_files && ::dwarf_formudata(::dwarf_attr(&die, DW_AT_call_file, &attribute), &value) == 0)
         file = ::dwarf_filesrc(files, value, nullptr, nullptr);
-      if (::dwarf_formudata(::dwarf_attr(&die, DW_AT_call_line, &attribute), &value) == 0)
+      // A line past int's range is a damaged file's: unknown, as pprof has no negative lines.
+      if (::dwarf_formudata(::dwarf_attr(&die, DW_AT_call_line, &attribute), &value) == 0 && value <= INT_MAX)
         line_number = static_cast<int>(value);
     }
     if (chain.empty() && file != nullptr) {
@@ -12519,7 +12730,8 @@ class DwarfSource {
   }
 
   // Where GDB looks for the file a .gnu_debuglink section names.
-  static std::vector<std::string> debuglink_candidates(const std::string& path) {
+  static std::vector<std::string> debuglink_candidates(const std::string& path,
+                                                       const std::vector<std::string>& debug_directories) {
     std::vector<std::string> out;
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return out;
@@ -12532,7 +12744,8 @@ class DwarfSource {
         if (directory.empty()) directory = "./";
         out.push_back(directory + name);
         out.push_back(directory + ".debug/" + name);
-        if (directory.front() == '/') out.push_back("/usr/lib/debug" + directory + name);
+        if (directory.front() == '/')
+          for (const std::string& debug_directory : debug_directories) out.push_back(debug_directory + directory + name);
       }
       ::elf_end(elf);
     }
@@ -12703,15 +12916,17 @@ class DwarfSource {
 // seconds (line tables parsed again while the old runtime drained). What is kept
 // grows only with the units sampled, once. Null when the object has none (asked
 // again by the next symbolizer).
-inline std::shared_ptr<DwarfSource> shared_dwarf_source(const std::string& path, const std::string& build_id) {
+inline std::shared_ptr<DwarfSource> shared_dwarf_source(const std::string& path, const std::string& build_id,
+                                                        const std::vector<std::string>& debug_directories) {
   // Never destroyed: a sender that outlived a stop past its deadline may still ask
   // while the process runs its exit-time destructors.
   static std::mutex& mutex = *new std::mutex;
   static auto& opened = *new std::unordered_map<std::string, std::shared_ptr<DwarfSource>>;
-  const std::string key = path + '\n' + build_id;
+  std::string key = path + '\n' + build_id;
+  for (const std::string& directory : debug_directories) key += '\n' + directory;
   std::lock_guard<std::mutex> lock(mutex);
   std::shared_ptr<DwarfSource>& slot = opened[key];
-  if (!slot) slot = std::shared_ptr<DwarfSource>(DwarfSource::open_for(path, build_id));
+  if (!slot) slot = std::shared_ptr<DwarfSource>(DwarfSource::open_for(path, build_id, debug_directories));
   return slot;
 }
 
@@ -12799,6 +13014,106 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_SYMBOLIZATION_SYMBOL_NAMES_HPP_
 // ---- end spanprof/symbolization/symbol_names.hpp ----
+// ---- begin spanprof/symbolization/object_symbols.hpp ----
+// What one object file says about its own addresses (link-time, before a load bias
+// is added): the function there, from its symbol tables, and, built with libdw
+// (SPANPROF_WITH_LIBDW=1), the source line and the functions inlined there, from its
+// DWARF. The in-process symbolizer keeps one per loaded object
+// (symbolization/elf_symbolizer.hpp); spanprof-report one per object it names a
+// stripped program's frames from (--debug-dir).
+#ifndef SPANPROF_SYMBOLIZATION_OBJECT_SYMBOLS_HPP_
+#define SPANPROF_SYMBOLIZATION_OBJECT_SYMBOLS_HPP_
+
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+class ObjectSymbols {
+ public:
+  // Its function symbols at link-time addresses (read with bias 0), finalized.
+  void set_symbols(std::vector<ElfSymbol> symbols) noexcept { symbols_ = std::move(symbols); }
+#if SPANPROF_WITH_LIBDW
+  void set_dwarf(std::shared_ptr<DwarfSource> dwarf) noexcept { dwarf_ = std::move(dwarf); }
+#endif
+
+  // Names `address` in `frame`: its function, and its line and inlined functions
+  // when the DWARF says. `region_start` is the start of the segment that holds it
+  // (a symbol without a size never reaches back before it). The views point into
+  // this object and stay valid while it lives.
+  void resolve(std::uintptr_t address, std::uintptr_t region_start, ResolvedFrame& frame) {
+    const std::size_t index = find_elf_symbol(symbols_, address, region_start);
+    if (index != static_cast<std::size_t>(-1)) {
+      ElfSymbol& symbol = symbols_[index];
+      // Demangling every symbol up front would dominate load time; most are never sampled.
+      if (symbol.demangled.empty()) symbol.demangled = strip_clone_suffixes(demangle_symbol(symbol.name));
+      frame.function = symbol.demangled;
+      frame.system_name = symbol.name;
+    }
+#if SPANPROF_WITH_LIBDW
+    if (dwarf_) add_source_lines(address, frame);
+#endif
+  }
+
+ private:
+#if SPANPROF_WITH_LIBDW
+  // The function itself keeps the symbol table's name (what a profile without
+  // DWARF calls it too); DWARF names it only when the symbol table does not.
+  void add_source_lines(std::uintptr_t address, ResolvedFrame& frame) {
+    if (!dwarf_->lookup(address, chain_)) return;
+    const DwarfFrame& outer = chain_.back();
+    frame.file = outer.file != nullptr ? std::string_view(outer.file) : std::string_view();
+    frame.line = outer.line;
+    frame.start_line = outer.start_line;
+    if (frame.function.empty() && outer.name != nullptr) {
+      frame.function = dwarf_name(outer);
+      if (outer.mangled) frame.system_name = outer.name;
+    }
+    if (chain_.size() < 2) return;
+    auto [found, fresh] = inlined_.try_emplace(address);
+    std::vector<InlinedFrame>& inlined = found->second;
+    for (std::size_t i = 0; fresh && i + 1 < chain_.size(); ++i) {
+      const DwarfFrame& from = chain_[i];
+      InlinedFrame out;
+      if (from.name != nullptr) out.function = dwarf_name(from);
+      if (from.mangled) out.system_name = from.name;
+      if (from.file != nullptr) out.file = from.file;
+      out.line = from.line;
+      out.start_line = from.start_line;
+      inlined.push_back(out);
+    }
+    frame.inlined = inlined.data();
+    frame.inlined_count = inlined.size();
+  }
+
+  std::string_view dwarf_name(const DwarfFrame& frame) {
+    if (!frame.mangled) return frame.name;
+    return *names_.insert(strip_clone_suffixes(demangle_symbol(frame.name))).first;
+  }
+
+  std::shared_ptr<DwarfSource> dwarf_;
+  // What the DWARF told, kept for the frames handed out (their views point here).
+  std::unordered_map<std::uintptr_t, std::vector<InlinedFrame>> inlined_;
+  std::unordered_set<std::string> names_;  // demangled DWARF names
+  std::vector<DwarfFrame> chain_;  // one lookup's, reused
+#endif
+  std::vector<ElfSymbol> symbols_;  // sorted, one per address
+};
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_SYMBOLIZATION_OBJECT_SYMBOLS_HPP_
+// ---- end spanprof/symbolization/object_symbols.hpp ----
 // ---- begin spanprof/symbolization/elf_symbolizer.hpp ----
 // The default Symbolizer: reads the ELF symbol tables of the objects loaded in
 // this process, in-process and without external tools.
@@ -12833,6 +13148,15 @@ SPANPROF_NAMESPACE_END
 
 SPANPROF_NAMESPACE_BEGIN
 
+// How the default symbolizer reads the objects of the process.
+struct ElfSymbolizerOptions {
+  // False: names from the symbol tables only, DWARF never read.
+  bool source_lines = true;
+  // Where separate debug files are looked up, in order, by build id
+  // (DIR/.build-id/ab/cdef....debug) and by .gnu_debuglink name (DIR/<object's directory>/NAME).
+  std::vector<std::string> debug_directories{detail::default_debug_directory};
+};
+
 namespace detail {
 
 // Objects are found with dl_iterate_phdr; each executable PT_LOAD segment is a
@@ -12842,8 +13166,7 @@ namespace detail {
 class ElfSymbolizer final : public Symbolizer {
  public:
   ElfSymbolizer() = default;
-  // source_lines false: names from the symbol tables only, DWARF never read.
-  explicit ElfSymbolizer(bool source_lines) noexcept : source_lines_(source_lines) {}
+  explicit ElfSymbolizer(ElfSymbolizerOptions options) noexcept : options_(std::move(options)) {}
   ElfSymbolizer(const ElfSymbolizer&) = delete;
   ElfSymbolizer& operator=(const ElfSymbolizer&) = delete;
 
@@ -12865,19 +13188,13 @@ class ElfSymbolizer final : public Symbolizer {
       frame.module = range->module;
       LoadedObject& object = *range->object;
       if (object.state == LoadedObject::State::unloaded) load_symbols(object);
-      if (object.state == LoadedObject::State::loaded) {
-        const std::size_t index = find_elf_symbol(object.symbols, address, range->module->start);
-        if (index != static_cast<std::size_t>(-1)) {
-          ElfSymbol& symbol = object.symbols[index];
-          // Demangling every symbol up front would dominate load time; most are never sampled.
-          if (symbol.demangled.empty()) symbol.demangled = strip_clone_suffixes(demangle_symbol(symbol.name));
-          frame.function = symbol.demangled;
-          frame.system_name = symbol.name;
-        }
-      }
 #if SPANPROF_WITH_LIBDW
-      if (source_lines_ && object.memory_image == nullptr) add_source_lines(object, address, frame);
+      if (!object.dwarf_opened && options_.source_lines && object.memory_image == nullptr) {
+        object.dwarf_opened = true;
+        object.symbols.set_dwarf(shared_dwarf_source(object.open_path, object.build_id, options_.debug_directories));
+      }
 #endif
+      object.symbols.resolve(address - object.bias, range->module->start - object.bias, frame);
       if (cache_.size() >= max_cached_addresses) cache_.clear();
       cache_.emplace(address, frame);
       return frame;
@@ -12923,15 +13240,8 @@ class ElfSymbolizer final : public Symbolizer {
     std::string build_id;     // from the in-memory notes: what is really running
     std::vector<Module> modules;  // never resized after a scan: frames point into it
     State state = State::unloaded;
-    std::vector<ElfSymbol> symbols;  // sorted, one per address
-#if SPANPROF_WITH_LIBDW
-    // Its DWARF, opened at the first address that needs it; what it told, kept for
-    // the frames handed out (their views point here).
-    bool dwarf_opened = false;
-    std::shared_ptr<DwarfSource> dwarf;
-    std::unordered_map<std::uintptr_t, std::vector<InlinedFrame>> inlined;
-    std::unordered_set<std::string> names;  // demangled DWARF names
-#endif
+    ObjectSymbols symbols;  // at the object's own addresses
+    bool dwarf_opened = false;  // at the first address that needs its DWARF
   };
 
   struct Range {
@@ -13186,12 +13496,15 @@ class ElfSymbolizer final : public Symbolizer {
     ElfImageInfo info;
     std::string error;
     bool ok = false;
+    std::string htl_hash;
     if (object.memory_image != nullptr) {
       const ElfMemoryBytes image(object.memory_image, object.memory_image_size);
-      ok = load_elf_symbols_from(image, object.bias, true, symbols, info, error);
+      ok = load_elf_symbols_from(image, 0, true, symbols, info, error);
+      htl_hash = elf_htl_hash(image);
     } else {
       ElfFileBytes file;
-      ok = file.open(object.open_path, error) && load_elf_symbols_from(file, object.bias, true, symbols, info, error);
+      ok = file.open(object.open_path, error) && load_elf_symbols_from(file, 0, true, symbols, info, error);
+      if (ok) htl_hash = elf_htl_hash(file);
       if (ok && !object.build_id.empty() && !info.build_id.empty() && info.build_id != object.build_id) {
         // Its symbols would be confidently wrong.
         ok = false;
@@ -13199,78 +13512,40 @@ class ElfSymbolizer final : public Symbolizer {
                 " (file replaced since it was loaded?)";
       }
     }
+    for (Module& module : object.modules) module.htl_hash = htl_hash;
     if (!ok) {
       failed_objects_.insert(failure_key);
       report_error(ErrorCode::symbolization_failed,
                    "cannot read symbols from " + object.display_path + ": " + error);
       return;
     }
-    if (!info.has_symtab) add_separate_debug_symbols(object, info, symbols);
+    if (!info.has_symtab) add_separate_debug_symbols(object, info, options_.debug_directories, symbols);
     finalize_elf_symbols(symbols);
-    object.symbols = std::move(symbols);
+    object.symbols.set_symbols(std::move(symbols));
     object.state = LoadedObject::State::loaded;
   }
-
-#if SPANPROF_WITH_LIBDW
-  // The source line of `address` and the functions inlined there, from the
-  // object's DWARF or its debug file. The function itself keeps the symbol table's
-  // name (what a profile without DWARF calls it too); DWARF names it only when
-  // the symbol table does not.
-  void add_source_lines(LoadedObject& object, std::uintptr_t address, ResolvedFrame& frame) {
-    if (!object.dwarf_opened) {
-      object.dwarf_opened = true;
-      object.dwarf = shared_dwarf_source(object.open_path, object.build_id);
-    }
-    if (!object.dwarf) return;
-    if (!object.dwarf->lookup(address - object.bias, dwarf_chain_)) return;
-    const DwarfFrame& outer = dwarf_chain_.back();
-    frame.file = outer.file != nullptr ? std::string_view(outer.file) : std::string_view();
-    frame.line = outer.line;
-    frame.start_line = outer.start_line;
-    if (frame.function.empty() && outer.name != nullptr) {
-      frame.function = dwarf_name(object, outer);
-      if (outer.mangled) frame.system_name = outer.name;
-    }
-    if (dwarf_chain_.size() < 2) return;
-    auto [found, fresh] = object.inlined.try_emplace(address);
-    std::vector<InlinedFrame>& inlined = found->second;
-    for (std::size_t i = 0; fresh && i + 1 < dwarf_chain_.size(); ++i) {
-      const DwarfFrame& from = dwarf_chain_[i];
-      InlinedFrame out;
-      if (from.name != nullptr) out.function = dwarf_name(object, from);
-      if (from.mangled) out.system_name = from.name;
-      if (from.file != nullptr) out.file = from.file;
-      out.line = from.line;
-      out.start_line = from.start_line;
-      inlined.push_back(out);
-    }
-    frame.inlined = inlined.data();
-    frame.inlined_count = inlined.size();
-  }
-
-  static std::string_view dwarf_name(LoadedObject& object, const DwarfFrame& frame) {
-    if (!frame.mangled) return frame.name;
-    return *object.names.insert(strip_clone_suffixes(demangle_symbol(frame.name))).first;
-  }
-#endif
 
   // Distributions strip .symtab (static and internal functions) into debug
   // packages keyed by build id. Such a file is optional, so its absence or
   // damage is silent: .dynsym still names the exported functions.
   static void add_separate_debug_symbols(const LoadedObject& object, const ElfImageInfo& info,
+                                         const std::vector<std::string>& debug_directories,
                                          std::vector<ElfSymbol>& symbols) {
     const std::string& build_id = !object.build_id.empty() ? object.build_id : info.build_id;
-    const std::string path = build_id_debug_path(build_id);
-    if (path.empty()) return;
-    ElfFileBytes file;
-    std::string error;
-    if (!file.open(path, error)) return;
-    std::vector<ElfSymbol> debug_symbols;
-    ElfImageInfo debug_info;
-    if (!load_elf_symbols_from(file, object.bias, false, debug_symbols, debug_info, error)) return;
-    if (!debug_info.build_id.empty() && debug_info.build_id != build_id) return;
-    symbols.insert(symbols.end(), std::make_move_iterator(debug_symbols.begin()),
-                   std::make_move_iterator(debug_symbols.end()));
+    for (const std::string& directory : debug_directories) {
+      const std::string path = build_id_debug_path(build_id, directory);
+      if (path.empty()) return;
+      ElfFileBytes file;
+      std::string error;
+      if (!file.open(path, error)) continue;
+      std::vector<ElfSymbol> debug_symbols;
+      ElfImageInfo debug_info;
+      if (!load_elf_symbols_from(file, 0, false, debug_symbols, debug_info, error)) continue;
+      if (!debug_info.build_id.empty() && debug_info.build_id != build_id) continue;
+      symbols.insert(symbols.end(), std::make_move_iterator(debug_symbols.begin()),
+                     std::make_move_iterator(debug_symbols.end()));
+      return;
+    }
   }
 
   std::vector<std::unique_ptr<LoadedObject>> objects_;
@@ -13281,23 +13556,31 @@ class ElfSymbolizer final : public Symbolizer {
   std::vector<Range> ranges_;  // sorted by start
   std::unordered_map<std::uintptr_t, ResolvedFrame> cache_;
   std::unordered_set<std::string> failed_objects_;  // display path + build id, already reported
-#if SPANPROF_WITH_LIBDW
-  std::vector<DwarfFrame> dwarf_chain_;  // one lookup's, reused
-#endif
+  ElfSymbolizerOptions options_;
   bool scanned_ = false;
-  [[maybe_unused]] bool source_lines_ = true;  // read only with SPANPROF_WITH_LIBDW
   std::chrono::steady_clock::time_point last_scan_{};
 };
 
 }  // namespace detail
 
 // The default symbolizer: reads the ELF symbol tables of the objects loaded in
-// this process, and, built with libdw (SPANPROF_WITH_LIBDW), their DWARF for source
-// lines and inlined functions unless `source_lines` is false. Returns nullptr only
-// when even this small allocation fails.
+// this process (and of their separate debug files), and, built with libdw
+// (SPANPROF_WITH_LIBDW), their DWARF for source lines and inlined functions unless
+// `options.source_lines` is false. Returns nullptr only when even this small
+// allocation fails.
+inline std::unique_ptr<Symbolizer> make_elf_symbolizer(ElfSymbolizerOptions options) noexcept {
+  SPANPROF_TRY {
+    return std::make_unique<detail::ElfSymbolizer>(std::move(options));
+  } SPANPROF_CATCH_ALL {
+    return nullptr;
+  }
+}
+
 inline std::unique_ptr<Symbolizer> make_elf_symbolizer(bool source_lines = true) noexcept {
   SPANPROF_TRY {
-    return std::make_unique<detail::ElfSymbolizer>(source_lines);
+    ElfSymbolizerOptions options;
+    options.source_lines = source_lines;
+    return make_elf_symbolizer(std::move(options));
   } SPANPROF_CATCH_ALL {
     return nullptr;
   }
@@ -16524,6 +16807,9 @@ inline constexpr Setting settings[] = {
     setting<&Options::symbolizer>(
         "symbolizer", nullptr, EG::delivery, format::object("ELF symbol tables of the process"),
         "Turns addresses into function names (docs/uploaders.md)."),
+    setting<&Options::debug_directories>(
+        "debug_directories", "SPANPROF_DEBUG_DIRS", EG::delivery, format::text(),
+        "Where the default symbolizer finds separate debug files by build id (DIR/.build-id/), colon-separated."),
     setting<&Options::service_name>(
         "service_name", "OTEL_SERVICE_NAME", EG::service, format::text(),
         "The service: a comment in every profile, Pyroscope's application name and OTLP's service.name."),
@@ -17184,6 +17470,12 @@ SPANPROF_NAMESPACE_BEGIN
 
 namespace detail {
 
+inline std::unique_ptr<Symbolizer> default_symbolizer(const Options& options) {
+  ElfSymbolizerOptions symbolizer;
+  symbolizer.debug_directories = split_directory_list(options.debug_directories);
+  return make_elf_symbolizer(std::move(symbolizer));
+}
+
 class Runtime final : public GuardHost {
  public:
   enum Lifecycle : int { never_started, running, stopped };
@@ -17249,7 +17541,7 @@ class Runtime final : public GuardHost {
       worker.clock = options.clock;
       worker.uploaders = options.uploaders;
       if (worker.uploaders.empty()) worker.uploaders.push_back(std::make_shared<FileUploader>(options.output_directory));
-      worker.symbolizer = options.symbolizer ? options.symbolizer : std::shared_ptr<Symbolizer>(make_elf_symbolizer());
+      worker.symbolizer = options.symbolizer ? options.symbolizer : std::shared_ptr<Symbolizer>(default_symbolizer(options));
       worker.comments.push_back(std::string("spanprof ") + SPANPROF_VERSION_STRING);
       worker.watchdog = [signal = config->sampler.signal_number] { watch_sample_signal(signal); };
       if (!options.service_name.empty()) worker.comments.push_back("service.name=" + options.service_name);

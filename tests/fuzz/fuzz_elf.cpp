@@ -17,7 +17,6 @@
 
 #include <spanprof/symbolization/elf_symbolizer.hpp>
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstddef>
@@ -31,8 +30,8 @@ namespace {
 
 namespace sd = spanprof::detail;
 
-int memfd = -1;
-std::string memfd_path;
+// Set once, in LLVMFuzzerInitialize.
+const spanprof_fuzz::MemoryFile* memory_file = nullptr;
 
 bool is_lower_hex(const std::string& text) {
   for (const char c : text)
@@ -61,14 +60,10 @@ void fuzz_one(std::string_view unit) {
   const std::uintptr_t bias = (options & 2) != 0 ? 0x7f0000000000u : 0;
   const std::string_view image = input.rest();
 
-  if (::ftruncate(memfd, 0) != 0 ||
-      ::pwrite(memfd, image.data(), image.size(), 0) != static_cast<ssize_t>(image.size())) {
-    std::perror("writing the memfd");
-    std::abort();
-  }
+  memory_file->write(image);
   std::vector<sd::ElfSymbol> from_file;
   std::string file_error;
-  const bool file_ok = sd::load_elf_function_symbols(memfd_path, bias, from_file, file_error);
+  const bool file_ok = sd::load_elf_function_symbols(memory_file->path(), bias, from_file, file_error);
   SPANPROF_FUZZ_CHECK(file_ok ? file_error.empty() : (!file_error.empty() && from_file.empty()));
 
   const sd::ElfMemoryBytes in_memory(image.data(), image.size());
@@ -109,12 +104,7 @@ void fuzz_one(std::string_view unit) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  memfd = ::memfd_create("spanprof-fuzz-elf", MFD_CLOEXEC);
-  if (memfd < 0) {
-    std::perror("memfd_create");
-    std::abort();
-  }
-  memfd_path = "/proc/self/fd/" + std::to_string(memfd);
+  memory_file = new spanprof_fuzz::MemoryFile("spanprof-fuzz-elf");
   // The reader's own errors are expected here by the million.
   spanprof::set_error_handler({});
   return 0;

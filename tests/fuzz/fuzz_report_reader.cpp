@@ -27,14 +27,14 @@ std::int64_t total_samples(const spanprof_report::Collection& collection) {
 
 void fuzz_one(std::string_view bytes) {
   spanprof_report::Collection collection;
-  spanprof_report::ReadLimits limits;
-  limits.max_decompressed_bytes = std::size_t{1} << 20;
+  spanprof_report::ReadOptions options;
+  options.max_decompressed_bytes = std::size_t{1} << 20;
   std::string why;
   // Read twice: the second time the spans exist, as for a span's CPU and wall files.
   for (int round = 0; round < 2; ++round) {
     const std::size_t spans_before = collection.spans.size();
     const std::int64_t samples_before = total_samples(collection);
-    if (!spanprof_report::read_profile_file(bytes, collection, why, limits)) {
+    if (!spanprof_report::read_profile_file(bytes, collection, why, options)) {
       SPANPROF_FUZZ_CHECK(!why.empty());
       SPANPROF_FUZZ_CHECK(collection.spans.size() == spans_before);
       SPANPROF_FUZZ_CHECK(total_samples(collection) == samples_before);

@@ -20,7 +20,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <string>
 #include <string_view>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 // The known issue (README.md, "Known issue": the demangler's output) is kept
 // out of the targets' way unless built with -DSPANPROF_FUZZ_SKIP_KNOWN_ISSUES=0.
@@ -116,6 +120,32 @@ inline bool demangler_may_explode(std::string_view name) noexcept {
 
 // Reads the input front to back: small fixed fields first, the rest as one blob,
 // so one input can steer a target through several entry points.
+// A file in memory with a path, for readers that open files by name: each unit's
+// bytes replace the last one's, and nothing touches the disk.
+class MemoryFile {
+ public:
+  explicit MemoryFile(const char* name) {
+    fd_ = ::memfd_create(name, MFD_CLOEXEC);
+    if (fd_ < 0) {
+      std::perror("memfd_create");
+      std::abort();
+    }
+    path_ = "/proc/self/fd/" + std::to_string(fd_);
+  }
+  const std::string& path() const noexcept { return path_; }
+  void write(std::string_view bytes) const {
+    if (::ftruncate(fd_, 0) != 0 ||
+        ::pwrite(fd_, bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size())) {
+      std::perror("writing the memory file");
+      std::abort();
+    }
+  }
+
+ private:
+  int fd_ = -1;
+  std::string path_;
+};
+
 class Input {
  public:
   explicit Input(std::string_view input) noexcept : rest_(input) {}

@@ -55,6 +55,15 @@ strip --strip-all -o "$work/libtiny-stripped.so" "$work/libtiny.so"
 { printf '\001'; cat "$work/tiny.o"; } >"$work/out/elf/object.o"
 { printf '\003'; cat "$work/libtiny.so"; } >"$work/out/elf/library.so"
 { printf '\001'; cat "$work/libtiny-stripped.so"; } >"$work/out/elf/library-stripped.so"
+# DWARF seeds: the library with debug information (lines, an inlined function), as
+# a program and as the separate debug file objcopy keeps. The first byte is
+# fuzz_dwarf's options (addresses past each function start, each looked up twice).
+mkdir -p "$work/out/dwarf"
+g++ -O2 -g -fPIC -shared -nostdlib -Wl,--build-id -Wl,-z,noseparate-code -Wl,-z,max-page-size=4096 \
+  -o "$work/libtiny-g.so" "$work/tiny.cpp"
+objcopy --only-keep-debug "$work/libtiny-g.so" "$work/libtiny-g.debug"
+{ printf '\013'; cat "$work/libtiny-g.so"; } >"$work/out/dwarf/library-g.so"
+{ printf '\003'; cat "$work/libtiny-g.debug"; } >"$work/out/dwarf/library.debug"
 
 too_big=$(find "$work/out" -path "$work/out/.spool" -prune -o -type f -size +64k -print)
 if [ -n "$too_big" ]; then

@@ -21,6 +21,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <new>
 #include <string>
 #include <string_view>
@@ -42,6 +43,8 @@ struct SpanSamples {
   // Per kind (spanprof::ProfileKind): the value (CPU ns, wall ns, bytes allocated) of each stack, by its
   // leaf node; and how many samples were taken (heap: objects allocated).
   std::array<std::unordered_map<std::uint32_t, std::int64_t>, spanprof::profile_kind_count> values;
+  // Per kind: the value by source line (Collection::lines) of each sample's leaf.
+  std::array<std::unordered_map<std::uint32_t, std::int64_t>, spanprof::profile_kind_count> line_values;
   std::array<std::int64_t, spanprof::profile_kind_count> samples{};
 };
 
@@ -50,13 +53,26 @@ struct Collection {
   static constexpr std::uint32_t root = 0;  // the node above every outermost frame
 
   std::vector<std::string> functions;  // names, each once
+  std::vector<std::string> function_sources;  // functions[i]'s file:first line, or its file; empty: unknown
+  std::vector<std::string> lines;  // "file:line" of samples' leaves, each once
   // Node i: (its caller's node, its function). Node 0 is the root.
   std::vector<std::pair<std::uint32_t, std::uint32_t>> nodes{{root, 0}};
   std::vector<SpanSamples> spans;
 
-  std::uint32_t function(std::string_view name) {
+  // A function by name; its source is the first one any profile gives.
+  std::uint32_t function(std::string_view name, std::string_view source = {}) {
     const auto [it, inserted] = function_index_.try_emplace(std::string(name), static_cast<std::uint32_t>(functions.size()));
-    if (inserted) functions.push_back(it->first);
+    if (inserted) {
+      functions.push_back(it->first);
+      function_sources.emplace_back();
+    }
+    if (function_sources[it->second].empty() && !source.empty()) function_sources[it->second] = std::string(source);
+    return it->second;
+  }
+
+  std::uint32_t line(std::string_view file_and_line) {
+    const auto [it, inserted] = line_index_.try_emplace(std::string(file_and_line), static_cast<std::uint32_t>(lines.size()));
+    if (inserted) lines.push_back(it->first);
     return it->second;
   }
 
@@ -83,14 +99,35 @@ struct Collection {
 
  private:
   std::unordered_map<std::string, std::uint32_t> function_index_;
+  std::unordered_map<std::string, std::uint32_t> line_index_;
   std::unordered_map<std::uint64_t, std::uint32_t> node_index_;
   std::unordered_map<std::string, std::size_t> span_index_;
 };
 
-struct ReadLimits {
+// A frame that a profile left unnamed, named afterwards (--debug-dir): innermost first.
+struct NamedFrame {
+  std::string function;
+  std::string file;  // empty: unknown
+  std::int64_t line = 0;
+  std::int64_t start_line = 0;
+};
+
+// Where an unnamed location's address is: the GNU build id of the object mapped
+// there, and its mapping (as the profile's Mapping gives it).
+struct UnnamedAddress {
+  std::string_view build_id;
+  std::uint64_t mapping_file_offset = 0;
+  std::uint64_t mapping_size = 0;
+  std::uint64_t offset_in_mapping = 0;
+};
+
+struct ReadOptions {
   // A few hundred KiB of gzip can inflate to GiB; spanprof's own profiles are far
   // below this.
   std::size_t max_decompressed_bytes = std::size_t{256} << 20;
+  // Names what the profile left unnamed (a stripped program's frames), or says it
+  // cannot (false). Empty: such frames are shown by address.
+  std::function<bool(const UnnamedAddress&, std::vector<NamedFrame>&)> name_unnamed;
 };
 
 namespace detail {
@@ -175,26 +212,30 @@ bool for_each_field(std::string_view message, Visit&& visit) {
 // profile.proto, as far as the report needs it. Messages are kept as bytes until
 // the string table, which may come last, is complete.
 struct PprofMessages {
-  std::vector<std::string_view> strings, sample_types, samples, locations, functions;
+  std::vector<std::string_view> strings, sample_types, samples, mappings, locations, functions;
   std::uint64_t default_sample_type = 0;
   std::int64_t time_nanos = 0, duration_nanos = 0;
 };
 
 // profile.proto's field numbers (google/pprof proto/profile.proto).
 namespace field {
-inline constexpr std::uint32_t sample_type = 1, sample = 2, location = 4, function = 5, string_table = 6,
+inline constexpr std::uint32_t sample_type = 1, sample = 2, mapping = 3, location = 4, function = 5, string_table = 6,
                                time_nanos = 9, duration_nanos = 10, default_sample_type = 14;
 inline constexpr std::uint32_t value_type_type = 1;
 inline constexpr std::uint32_t sample_location_id = 1, sample_value = 2, sample_label = 3;
 inline constexpr std::uint32_t label_key = 1, label_str = 2;
-inline constexpr std::uint32_t location_id = 1, location_address = 3, location_line = 4;
-inline constexpr std::uint32_t line_function_id = 1;
-inline constexpr std::uint32_t function_id = 1, function_name = 2, function_system_name = 3;
+inline constexpr std::uint32_t mapping_id = 1, mapping_memory_start = 2, mapping_memory_limit = 3,
+                               mapping_file_offset = 4, mapping_build_id = 6;
+inline constexpr std::uint32_t location_id = 1, location_mapping_id = 2, location_address = 3, location_line = 4;
+inline constexpr std::uint32_t line_function_id = 1, line_line = 2;
+inline constexpr std::uint32_t function_id = 1, function_name = 2, function_system_name = 3, function_filename = 4,
+                               function_start_line = 5;
 }  // namespace field
 
 class PprofReader {
  public:
-  PprofReader(Collection& into, std::string& why) : into_(into), why_(why) {}
+  PprofReader(Collection& into, const ReadOptions& options, std::string& why)
+      : into_(into), options_(options), why_(why) {}
 
   // Reads the uncompressed profile.proto bytes. The spool's record, when the
   // profile came from one, gives the span's timing.
@@ -202,7 +243,7 @@ class PprofReader {
     if (!split(proto)) return fail("malformed protobuf (not a pprof profile, or cut short)");
     if (m_.strings.empty() || !m_.strings[0].empty()) return fail("not a pprof profile (no string table)");
     if (!pick_values()) return false;
-    if (!read_functions() || !read_locations()) return false;
+    if (!read_mappings() || !read_functions() || !read_locations()) return false;
     return read_samples(spool_record);
   }
 
@@ -224,13 +265,14 @@ class PprofReader {
       switch (number) {
         case field::sample_type: list = &m_.sample_types; break;
         case field::sample: list = &m_.samples; break;
+        case field::mapping: list = &m_.mappings; break;
         case field::location: list = &m_.locations; break;
         case field::function: list = &m_.functions; break;
         case field::string_table: list = &m_.strings; break;
         case field::time_nanos: m_.time_nanos = static_cast<std::int64_t>(value); return type == 0;
         case field::duration_nanos: m_.duration_nanos = static_cast<std::int64_t>(value); return type == 0;
         case field::default_sample_type: m_.default_sample_type = value; return type == 0;
-        default: return true;  // mappings, comments, period: not shown
+        default: return true;  // comments, period: not shown
       }
       if (type != 2) return false;
       list->push_back(bytes);
@@ -273,58 +315,122 @@ class PprofReader {
     return true;
   }
 
-  bool read_functions() {
-    for (const std::string_view message : m_.functions) {
-      std::uint64_t id = 0, name = 0, system_name = 0;
+  // The mappings, needed only to name what the profile left unnamed.
+  bool read_mappings() {
+    if (!options_.name_unnamed) return true;
+    for (const std::string_view message : m_.mappings) {
+      std::uint64_t id = 0, build_id = 0;
+      Mapping mapping;
       const bool ok = for_each_field(message, [&](std::uint32_t number, std::uint32_t type, std::uint64_t value, std::string_view) {
-        if (number == field::function_id) id = value;
-        if (number == field::function_name) name = value;
-        if (number == field::function_system_name) system_name = value;
-        return number > field::function_system_name || type == 0;
+        switch (number) {
+          case field::mapping_id: id = value; break;
+          case field::mapping_memory_start: mapping.start = value; break;
+          case field::mapping_memory_limit: mapping.limit = value; break;
+          case field::mapping_file_offset: mapping.file_offset = value; break;
+          case field::mapping_build_id: build_id = value; break;
+          default: return true;
+        }
+        return type == 0;
       });
-      std::string_view text;
-      if (!ok) return fail("malformed function");
-      if (!string_at(name != 0 ? name : system_name, text)) return false;
-      function_names_[id] = text.empty() ? "(unnamed)" : text;
+      if (!ok) return fail("malformed mapping");
+      if (!string_at(build_id, mapping.build_id)) return false;
+      mappings_[id] = mapping;
     }
     return true;
   }
 
+  bool read_functions() {
+    for (const std::string_view message : m_.functions) {
+      std::uint64_t id = 0, name = 0, system_name = 0, filename = 0, start_line = 0;
+      const bool ok = for_each_field(message, [&](std::uint32_t number, std::uint32_t type, std::uint64_t value, std::string_view) {
+        if (number == field::function_id) id = value;
+        if (number == field::function_name) name = value;
+        if (number == field::function_system_name) system_name = value;
+        if (number == field::function_filename) filename = value;
+        if (number == field::function_start_line) start_line = value;
+        return number > field::function_start_line || type == 0;
+      });
+      std::string_view text, file;
+      if (!ok) return fail("malformed function");
+      if (!string_at(name != 0 ? name : system_name, text) || !string_at(filename, file)) return false;
+      FunctionRead& function = functions_[id];
+      function.name = text.empty() ? "(unnamed)" : text;
+      function.file = file;
+      function.start_line = static_cast<std::int64_t>(start_line);
+    }
+    return true;
+  }
+
+  static std::string source_of(std::string_view file, std::int64_t line) {
+    if (file.empty()) return {};
+    std::string text(file);
+    if (line > 0) text += ':' + std::to_string(line);
+    return text;
+  }
+
   // Each location's functions, innermost first (pprof lists inlined functions
-  // before the one they were inlined into); an unsymbolized one by its address.
+  // before the one they were inlined into), and its innermost line; an unnamed
+  // one is named by options_.name_unnamed, else by its address.
   bool read_locations() {
+    std::vector<NamedFrame> named;
     for (const std::string_view message : m_.locations) {
-      std::uint64_t id = 0, address = 0;
-      std::vector<std::uint32_t> functions;
+      std::uint64_t id = 0, address = 0, mapping_id = 0;
+      LocationRead location;
       bool known = true;
       const bool ok = for_each_field(message, [&](std::uint32_t number, std::uint32_t type, std::uint64_t value, std::string_view bytes) {
-        if (number == field::location_id || number == field::location_address) {
-          (number == field::location_id ? id : address) = value;
+        if (number == field::location_id || number == field::location_address || number == field::location_mapping_id) {
+          (number == field::location_id ? id : number == field::location_address ? address : mapping_id) = value;
           return type == 0;
         }
         if (number != field::location_line) return true;
         if (type != 2) return false;
-        std::uint64_t function_id = 0;
+        std::uint64_t function_id = 0, line = 0;
         if (!for_each_field(bytes, [&](std::uint32_t n, std::uint32_t t, std::uint64_t v, std::string_view) {
               if (n == field::line_function_id) function_id = v;
-              return n != field::line_function_id || t == 0;
+              if (n == field::line_line) line = v;
+              return n > field::line_line || t == 0;
             }))
           return false;
-        const auto found = function_names_.find(function_id);
-        if (found == function_names_.end()) {
+        const auto found = functions_.find(function_id);
+        if (found == functions_.end()) {
           known = false;
           return true;
         }
-        functions.push_back(into_.function(found->second));
+        const FunctionRead& function = found->second;
+        location.functions.push_back(into_.function(function.name, source_of(function.file, function.start_line)));
+        if (location.line == no_line && !function.file.empty() && line > 0)
+          location.line = into_.line(source_of(function.file, static_cast<std::int64_t>(line)));
         return true;
       });
       if (!ok) return fail("malformed location");
       if (!known) return fail("malformed: a location names a function the profile does not have");
       if (id == 0) return fail("malformed: a location without an id");
-      if (functions.empty()) functions.push_back(into_.function(hex_address(address)));
-      location_functions_[id] = std::move(functions);
+      if (location.functions.empty() && name_later(mapping_id, address, named)) {
+        for (const NamedFrame& frame : named) {
+          location.functions.push_back(into_.function(frame.function, source_of(frame.file, frame.start_line)));
+          if (location.line == no_line && !frame.file.empty() && frame.line > 0)
+            location.line = into_.line(source_of(frame.file, frame.line));
+        }
+      }
+      if (location.functions.empty()) location.functions.push_back(into_.function(hex_address(address)));
+      locations_[id] = std::move(location);
     }
     return true;
+  }
+
+  bool name_later(std::uint64_t mapping_id, std::uint64_t address, std::vector<NamedFrame>& named) {
+    named.clear();
+    if (!options_.name_unnamed) return false;
+    const auto mapping = mappings_.find(mapping_id);
+    if (mapping == mappings_.end() || mapping->second.build_id.empty()) return false;
+    const Mapping& m = mapping->second;
+    if (address < m.start || address >= m.limit) return false;
+    UnnamedAddress where;
+    where.build_id = m.build_id;
+    where.mapping_file_offset = m.file_offset;
+    where.mapping_size = m.limit - m.start;
+    where.offset_in_mapping = address - m.start;
+    return options_.name_unnamed(where, named) && !named.empty();
   }
 
   static std::string hex_address(std::uint64_t address) {
@@ -345,6 +451,7 @@ class PprofReader {
     struct Read {
       std::string_view trace_id, span_id, name, reason;
       std::uint32_t node;
+      std::uint32_t line;
       std::int64_t value, count;
     };
     std::vector<Read> reads;
@@ -355,6 +462,7 @@ class PprofReader {
       location_ids.clear();
       values.clear();
       Read read{};
+      read.line = no_line;
       bool labels_ok = true;
       const bool ok = for_each_field(message, [&](std::uint32_t number, std::uint32_t type, std::uint64_t value, std::string_view bytes) {
         if (number == field::sample_location_id) return append_varints(type, value, bytes, location_ids);
@@ -378,10 +486,11 @@ class PprofReader {
       // The stack goes into the tree outermost frame first.
       std::uint32_t node = Collection::root;
       for (auto id = location_ids.rbegin(); id != location_ids.rend(); ++id) {
-        const auto found = location_functions_.find(*id);
-        if (found == location_functions_.end()) return fail("malformed: a sample refers to location " + std::to_string(*id) + ", which the profile does not have");
-        for (auto function = found->second.rbegin(); function != found->second.rend(); ++function)
+        const auto found = locations_.find(*id);
+        if (found == locations_.end()) return fail("malformed: a sample refers to location " + std::to_string(*id) + ", which the profile does not have");
+        for (auto function = found->second.functions.rbegin(); function != found->second.functions.rend(); ++function)
           node = into_.child(node, *function);
+        read.line = found->second.line;  // the leaf's, last
       }
       read.node = node;
       reads.push_back(read);
@@ -403,6 +512,7 @@ class PprofReader {
         span.duration_ns = spool_record != nullptr ? spool_record->duration_ns : m_.duration_nanos;
       }
       span.values[kind][read.node] += read.value;
+      if (read.line != no_line) span.line_values[kind][read.line] += read.value;
       span.samples[kind] += read.count;
     }
     return true;
@@ -427,13 +537,29 @@ class PprofReader {
     return true;
   }
 
+  static constexpr std::uint32_t no_line = ~std::uint32_t{0};
+  struct Mapping {
+    std::uint64_t start = 0, limit = 0, file_offset = 0;
+    std::string_view build_id;
+  };
+  struct FunctionRead {
+    std::string_view name, file;
+    std::int64_t start_line = 0;
+  };
+  struct LocationRead {
+    std::vector<std::uint32_t> functions;  // Collection's, innermost first
+    std::uint32_t line = no_line;          // Collection's, the innermost known
+  };
+
   Collection& into_;
+  const ReadOptions& options_;
   std::string& why_;
   PprofMessages m_;
   spanprof::ProfileKind kind_ = spanprof::ProfileKind::cpu;
   int value_ = -1, count_ = -1;
-  std::unordered_map<std::uint64_t, std::string_view> function_names_;
-  std::unordered_map<std::uint64_t, std::vector<std::uint32_t>> location_functions_;
+  std::unordered_map<std::uint64_t, Mapping> mappings_;
+  std::unordered_map<std::uint64_t, FunctionRead> functions_;
+  std::unordered_map<std::uint64_t, LocationRead> locations_;
 };
 
 inline bool is_gzip(std::string_view bytes) noexcept {
@@ -487,13 +613,13 @@ inline std::string_view pyroscope_push_profile(std::string_view payload) {
 }
 
 inline bool read_pprof_bytes(std::string_view bytes, const spanprof::EncodedProfile* spool_record, Collection& into,
-                             const ReadLimits& limits, std::string& why) {
+                             const ReadOptions& options, std::string& why) {
   std::string inflated;
   if (is_gzip(bytes)) {
-    if (!spanprof::detail::gzip_decompress(bytes, inflated, why, limits.max_decompressed_bytes)) return false;
+    if (!spanprof::detail::gzip_decompress(bytes, inflated, why, options.max_decompressed_bytes)) return false;
     bytes = inflated;
   }
-  return PprofReader(into, why).read(bytes, spool_record);
+  return PprofReader(into, options, why).read(bytes, spool_record);
 }
 
 }  // namespace detail
@@ -503,7 +629,7 @@ inline bool read_pprof_bytes(std::string_view bytes, const spanprof::EncodedProf
 // uploaders'; an OTLP request is refused). On refusal returns false, says why in one
 // line in `why`, and leaves `into` as it was (the frame tree may have grown, which
 // changes no span). Never throws but std::bad_alloc.
-inline bool read_profile_file(std::string_view bytes, Collection& into, std::string& why, const ReadLimits& limits = {}) {
+inline bool read_profile_file(std::string_view bytes, Collection& into, std::string& why, const ReadOptions& options = {}) {
   if (bytes.empty()) {
     why = "empty file";
     return false;
@@ -521,10 +647,10 @@ inline bool read_profile_file(std::string_view bytes, Collection& into, std::str
     std::string_view pprof = record.pprof_gzip;
     if (!detail::is_gzip(pprof) && !detail::pyroscope_push_profile(pprof).empty())
       pprof = detail::pyroscope_push_profile(pprof);
-    ok = detail::read_pprof_bytes(pprof, record.span_count == 1 ? &record : nullptr, into, limits, why);
+    ok = detail::read_pprof_bytes(pprof, record.span_count == 1 ? &record : nullptr, into, options, why);
     if (!ok) why = "spool file of uploader '" + uploader + "': payload: " + why;
   } else {
-    ok = detail::read_pprof_bytes(bytes, nullptr, into, limits, why);
+    ok = detail::read_pprof_bytes(bytes, nullptr, into, options, why);
   }
   return ok;
 }

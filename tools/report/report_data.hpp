@@ -4,17 +4,19 @@
 // index) and stacks are nodes of one frame tree, so a span is a list of
 // (node, value) pairs: 10,000 spans of a few hundred samples stay a few MB.
 //
-//   {"functions": [name, ...],
+//   {"functions": [name, ...], "sources": [file:first line | file | "", ...],  // one per function
+//    "lines": ["file:line", ...],
 //    "nodes": [caller, function, caller, function, ...],   // node i at 2i; node 0 is the root
 //    "names": [span name, ...], "reasons": [reason, ...],
 //    "start_ms": wall clock of the earliest span start (ms since the epoch), or 0,
 //    "spans": [[name, span id, trace id, reason, start offset ns | -1, duration ns | -1,
-//               cpu, heap, wall], ...]}
+//               cpu, heap, wall, hot lines], ...]}
 //
 // where cpu, heap and wall (spanprof::ProfileKind's order) are each null or
 // [samples, scale, node, value / scale, node, value / scale, ...]: scale is the
 // largest common divisor of the span's values (a CPU profile's are multiples of its
-// sampling period), which keeps the numbers short.
+// sampling period), which keeps the numbers short. Hot lines is [cpu, heap, wall],
+// each null or the span's 20 source lines of most value as leaves: [line, value, ...].
 #ifndef SPANPROF_TOOLS_REPORT_REPORT_DATA_HPP_
 #define SPANPROF_TOOLS_REPORT_REPORT_DATA_HPP_
 
@@ -59,6 +61,15 @@ inline void append_json_string(std::string& out, std::string_view text) {
   out += '"';
 }
 
+inline void append_string_list(std::string& out, const std::vector<std::string>& list) {
+  out += '[';
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    if (i) out += ',';
+    append_json_string(out, list[i]);
+  }
+  out += ']';
+}
+
 // Indexes strings in order of first use.
 class StringTable {
  public:
@@ -67,14 +78,7 @@ class StringTable {
     if (inserted) list_.push_back(text);
     return it->second;
   }
-  void append_json(std::string& out) const {
-    out += '[';
-    for (std::size_t i = 0; i < list_.size(); ++i) {
-      if (i) out += ',';
-      append_json_string(out, list_[i]);
-    }
-    out += ']';
-  }
+  void append_json(std::string& out) const { append_string_list(out, list_); }
 
  private:
   std::unordered_map<std::string, std::size_t> index_;
@@ -98,18 +102,42 @@ inline void append_kind(std::string& out, const SpanSamples& span, std::size_t k
   out += ']';
 }
 
+inline void append_hot_lines(std::string& out, const SpanSamples& span) {
+  constexpr std::size_t most_lines = 20;
+  out += '[';
+  for (std::size_t kind = 0; kind < spanprof::profile_kind_count; ++kind) {
+    if (kind) out += ',';
+    const auto& values = span.line_values[kind];
+    if (values.empty()) {
+      out += "null";
+      continue;
+    }
+    std::vector<std::pair<std::uint32_t, std::int64_t>> sorted(values.begin(), values.end());
+    std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+      return a.second != b.second ? a.second > b.second : a.first < b.first;
+    });
+    if (sorted.size() > most_lines) sorted.resize(most_lines);
+    out += '[';
+    for (std::size_t i = 0; i < sorted.size(); ++i)
+      out += (i ? "," : "") + std::to_string(sorted[i].first) + ',' + std::to_string(sorted[i].second);
+    out += ']';
+  }
+  out += ']';
+}
+
 }  // namespace detail
 
 // The JSON document described above.
 inline std::string report_json(const Collection& collection) {
   std::string out;
   out.reserve(64 + 24 * collection.nodes.size() + 256 * collection.spans.size());
-  out += "{\"functions\":[";
-  for (std::size_t i = 0; i < collection.functions.size(); ++i) {
-    if (i) out += ',';
-    detail::append_json_string(out, collection.functions[i]);
-  }
-  out += "],\"nodes\":[";
+  out += "{\"functions\":";
+  detail::append_string_list(out, collection.functions);
+  out += ",\"sources\":";
+  detail::append_string_list(out, collection.function_sources);
+  out += ",\"lines\":";
+  detail::append_string_list(out, collection.lines);
+  out += ",\"nodes\":[";
   for (std::size_t i = 0; i < collection.nodes.size(); ++i) {
     if (i) out += ',';
     out += std::to_string(collection.nodes[i].first) + ',' + std::to_string(collection.nodes[i].second);
@@ -137,6 +165,8 @@ inline std::string report_json(const Collection& collection) {
       spans += ',';
       detail::append_kind(spans, span, kind);
     }
+    spans += ',';
+    detail::append_hot_lines(spans, span);
     spans += ']';
   }
   spans += ']';

@@ -11,6 +11,8 @@
 // whatever the rest did. "Top differences" lists functions by the change of their
 // self value (time in the function itself), the clearest pointer to the code that
 // made the span slower; its first row is also the table's "top difference".
+// A frame's tooltip gives its function's file and first line, and "Hot lines" the
+// source lines the span's samples were on, when the profile has lines.
 //
 // The page can be opened on one span: report.html#span=<span id>.
 #ifndef SPANPROF_TOOLS_REPORT_REPORT_PAGE_HPP_
@@ -73,7 +75,7 @@ const PAGE = 500;
 const nodeParent = new Int32Array(D.nodes.length / 2), nodeFn = new Int32Array(D.nodes.length / 2);
 for (let i = 0; i < nodeParent.length; i++) { nodeParent[i] = D.nodes[2 * i]; nodeFn[i] = D.nodes[2 * i + 1]; }
 const spans = D.spans.map((s, i) => ({i, name: D.names[s[0]], id: s[1], trace: s[2], reason: D.reasons[s[3]],
-  start: s[4], dur: s[5], raw: [s[6], s[7], s[8]], total: [0, 0, 0], samples: 0}));
+  start: s[4], dur: s[5], raw: [s[6], s[7], s[8]], lines: s[9] || [null, null, null], total: [0, 0, 0], samples: 0}));
 for (const s of spans) for (let k = 0; k < 3; k++) {
   const r = s.raw[k]; if (!r) continue;
   let t = 0; for (let j = 3; j < r.length; j += 2) t += r[j];
@@ -177,8 +179,8 @@ function drawFlame(box, g) {
   const html = [];
   const add = (n, x, w, d) => {
     maxDepth = Math.max(maxDepth, d);
-    const name = D.functions[nodeFn[n]];
-    html.push('<div data-node="' + n + '" title="' + esc(name + '\n' + g.tip(n)) + '" style="left:' + (x * 100).toFixed(3) +
+    const name = D.functions[nodeFn[n]], source = D.sources[nodeFn[n]];
+    html.push('<div data-node="' + n + '" title="' + esc(name + '\n' + (source ? source + '\n' : '') + g.tip(n)) + '" style="left:' + (x * 100).toFixed(3) +
       '%;width:' + (w * 100).toFixed(3) + '%;top:' + d * ROW + 'px;background:' + g.color(n) + '">' + esc(name) + '</div>');
   };
   for (const n of path) add(n, 0, 1, depth++);
@@ -227,6 +229,16 @@ function showSpan(s, k) {
     h += '<button data-kind="' + k + '" class="' + (k === k2 ? 'on' : '') + '">' + KIND_TITLE[KINDS[k]] + ' ' + fmt(s.total[k], k) + '</button>';
   h += ' <input type="search" id="search" placeholder="search functions"> <span id="search-hits" class="muted"></span></p>' +
     '<h2>' + KIND_TITLE[KINDS[k2]] + ' flame graph of this span</h2><div class="flame" id="flame"></div>';
+  // Where the samples' innermost frames were, by source line (profiles with lines: docs/source-lines.md).
+  const hot = s.lines[k2];
+  if (hot && hot.length) {
+    h += '<h2>Hot lines (self)</h2><table id="hot-lines"><thead><tr><th>file:line</th><th class="num">this span</th>' +
+      '<th class="num">share</th></tr></thead><tbody>';
+    for (let j = 0; j < hot.length; j += 2)
+      h += '<tr><td class="mono">' + esc(D.lines[hot[j]]) + '</td><td class="num">' + fmt(hot[j + 1], k2) + '</td><td class="num">' +
+        (s.total[k2] > 0 ? (100 * hot[j + 1] / s.total[k2]).toFixed(1) + ' %' : '\u2014') + '</td></tr>';
+    h += '</tbody></table>';
+  }
   h += '<h2>Diff against the typical \u201c' + esc(s.name) + '\u201d span</h2>';
   if (others < 1) {
     h += '<p id="no-diff">No other span named \u201c' + esc(s.name) + '\u201d has a ' + KINDS[k2] + ' profile to compare with.</p>';

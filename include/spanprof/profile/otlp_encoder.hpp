@@ -106,9 +106,11 @@ namespace key_value_and_unit { inline constexpr std::uint32_t key_strindex = 1, 
 namespace stack { inline constexpr std::uint32_t location_indices = 1; }
 }  // namespace otlp_field
 
-// Semantic-convention keys: the GNU build id has no Mapping field of its own, and
-// profile.frame.type tells receivers how to symbolize (every spanprof frame is native).
+// Semantic-convention keys: the GNU build id and OpenTelemetry's own file id have no
+// Mapping field of their own, and profile.frame.type tells receivers how to
+// symbolize (every spanprof frame is native).
 inline constexpr std::string_view otlp_build_id_key = "process.executable.build_id.gnu";
+inline constexpr std::string_view otlp_htl_hash_key = "process.executable.build_id.htlhash";
 inline constexpr std::string_view otlp_frame_type_key = "profile.frame.type";
 
 // Interns everything one request refers to, then writes it. Every index is
@@ -188,7 +190,7 @@ class OtlpRequestBuilder {
   template <typename T>
   struct ById { const T* item; std::int64_t index; };  // index: 0 until a sample reaches it
   using TypeRow = std::pair<std::int64_t, std::int64_t>;  // type, unit
-  struct MappingRow { std::uint64_t start, limit, offset; std::int64_t filename, build_id; };
+  struct MappingRow { std::uint64_t start, limit, offset; std::int64_t filename; std::vector<std::int64_t> attributes; };
   struct FunctionRow { std::int64_t name, system_name, filename, start_line; };
   struct LineRow { std::int64_t function, line; };
   // Its lines innermost first (the inlined functions, then the one they were inlined into).
@@ -253,10 +255,10 @@ class OtlpRequestBuilder {
       if (loc.mapping_id != 0) {
         row.mapping = reach(mappings_by_id_, mapping_rows_, loc.mapping_id, "mapping", "location id ", loc.id,
                             [&](const Mapping& m) {
-                              const std::int64_t build_id =
-                                  m.build_id.empty() ? 0 : string_attribute(otlp_build_id_key, m.build_id);
-                              return MappingRow{m.memory_start, m.memory_limit, m.file_offset,
-                                                strings_.intern(m.filename), build_id};
+                              MappingRow mapping{m.memory_start, m.memory_limit, m.file_offset, strings_.intern(m.filename), {}};
+                              if (!m.build_id.empty()) mapping.attributes.push_back(string_attribute(otlp_build_id_key, m.build_id));
+                              if (!m.htl_hash.empty()) mapping.attributes.push_back(string_attribute(otlp_htl_hash_key, m.htl_hash));
+                              return mapping;
                             });
       }
       if (loc.function_id != 0) {
@@ -388,8 +390,7 @@ class OtlpRequestBuilder {
         body.uint64_field_if_nonzero(o::mapping::memory_limit, m.limit);
         body.uint64_field_if_nonzero(o::mapping::file_offset, m.offset);
         body.int64_field_if_nonzero(o::mapping::filename_strindex, m.filename);
-        const std::int64_t attributes[1] = {m.build_id};
-        if (m.build_id != 0) body.packed_int64_field(o::mapping::attribute_indices, attributes);
+        if (!m.attributes.empty()) body.packed_int64_field(o::mapping::attribute_indices, m.attributes);
       });
     }
     for (const LocationRow& l : location_rows_) {

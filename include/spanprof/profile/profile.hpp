@@ -136,6 +136,7 @@ struct Mapping {
   std::uint64_t file_offset = 0;
   std::string filename;
   std::string build_id;  // lowercase hex of the GNU build id note
+  std::string htl_hash;  // OpenTelemetry's file id (OTLP only: pprof has no field for it)
   bool has_functions = false;
   bool has_filenames = false;
   bool has_line_numbers = false;

@@ -162,6 +162,7 @@ class ProfileBuilder {
     mapping.file_offset = module.file_offset;
     mapping.filename = module.path;
     mapping.build_id = module.build_id;
+    mapping.htl_hash = module.htl_hash;
     profile.mappings.push_back(mapping);
     mappings_.emplace(&module, mapping.id);
     return mapping.id;

@@ -95,6 +95,10 @@ struct Options {
   std::string spool_directory;
   std::uint64_t spool_max_bytes = 256u << 20;
   std::shared_ptr<Symbolizer> symbolizer;  // null: ELF symbol tables of the process
+  // Where the default symbolizer looks for separate debug files (stripped programs
+  // and libraries), colon-separated, in order: by build id, DIR/.build-id/ab/cdef....debug
+  // (docs/source-lines.md).
+  std::string debug_directories = "/usr/lib/debug";
   std::string service_name;  // recorded in every profile as a comment
   // Publishes the process context for profilers outside the process (OTEP 4719): a
   // mapping named OTEL_CTX with service.name, process.pid, the SDK and the names of

@@ -56,6 +56,12 @@ SPANPROF_NAMESPACE_BEGIN
 
 namespace detail {
 
+inline std::unique_ptr<Symbolizer> default_symbolizer(const Options& options) {
+  ElfSymbolizerOptions symbolizer;
+  symbolizer.debug_directories = split_directory_list(options.debug_directories);
+  return make_elf_symbolizer(std::move(symbolizer));
+}
+
 class Runtime final : public GuardHost {
  public:
   enum Lifecycle : int { never_started, running, stopped };
@@ -121,7 +127,7 @@ class Runtime final : public GuardHost {
       worker.clock = options.clock;
       worker.uploaders = options.uploaders;
       if (worker.uploaders.empty()) worker.uploaders.push_back(std::make_shared<FileUploader>(options.output_directory));
-      worker.symbolizer = options.symbolizer ? options.symbolizer : std::shared_ptr<Symbolizer>(make_elf_symbolizer());
+      worker.symbolizer = options.symbolizer ? options.symbolizer : std::shared_ptr<Symbolizer>(default_symbolizer(options));
       worker.comments.push_back(std::string("spanprof ") + SPANPROF_VERSION_STRING);
       worker.watchdog = [signal = config->sampler.signal_number] { watch_sample_signal(signal); };
       if (!options.service_name.empty()) worker.comments.push_back("service.name=" + options.service_name);

@@ -225,6 +225,9 @@ inline constexpr Setting settings[] = {
     setting<&Options::symbolizer>(
         "symbolizer", nullptr, EG::delivery, format::object("ELF symbol tables of the process"),
         "Turns addresses into function names (docs/uploaders.md)."),
+    setting<&Options::debug_directories>(
+        "debug_directories", "SPANPROF_DEBUG_DIRS", EG::delivery, format::text(),
+        "Where the default symbolizer finds separate debug files by build id (DIR/.build-id/), colon-separated."),
     setting<&Options::service_name>(
         "service_name", "OTEL_SERVICE_NAME", EG::service, format::text(),
         "The service: a comment in every profile, Pyroscope's application name and OTLP's service.name."),

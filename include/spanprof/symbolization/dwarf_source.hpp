@@ -3,8 +3,9 @@
 // compiler inlined there, innermost first, each with its file and line.
 //
 // An object's DWARF is opened the first time an address lands in it: from the
-// object itself, or from its separate debug file (/usr/lib/debug/.build-id/, or the
-// .gnu_debuglink name beside the object, in its .debug/ or under /usr/lib/debug/).
+// object itself, or from its separate debug file (by build id under a debug
+// directory, DIR/.build-id/ab/cdef....debug; or the .gnu_debuglink name beside the
+// object, in its .debug/, or under a debug directory as GDB looks).
 // Its compilation units' address ranges are indexed at open, and a unit's functions
 // the first time an address lands in it, so a lookup is two binary searches, the
 // unit's line table, and a walk down the one function's inlined copies. It runs on the
@@ -27,6 +28,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -59,16 +61,20 @@ class DwarfSource {
   }
 
   // The DWARF with line tables for an object at `path` whose GNU build id (hex) is
-  // `build_id` (empty: unknown): its own, else its separate debug file's. Null when
-  // there is none, or none that matches the object.
-  static std::unique_ptr<DwarfSource> open_for(const std::string& path, const std::string& build_id) noexcept {
+  // `build_id` (empty: unknown): its own, else its separate debug file's, looked
+  // for under `debug_directories`. Null when there is none, or none that matches
+  // the object.
+  static std::unique_ptr<DwarfSource> open_for(const std::string& path, const std::string& build_id,
+                                               const std::vector<std::string>& debug_directories) noexcept {
     SPANPROF_TRY {
       if (::elf_version(EV_CURRENT) == EV_NONE) return nullptr;
       if (auto own = open_file(path, build_id)) return own;
-      const std::string by_id = build_id_debug_path(build_id);
-      if (!by_id.empty())
-        if (auto separate = open_file(by_id, build_id)) return separate;
-      for (const std::string& candidate : debuglink_candidates(path))
+      for (const std::string& directory : debug_directories) {
+        const std::string by_id = build_id_debug_path(build_id, directory);
+        if (!by_id.empty())
+          if (auto separate = open_file(by_id, build_id)) return separate;
+      }
+      for (const std::string& candidate : debuglink_candidates(path, debug_directories))
         if (auto separate = open_file(candidate, build_id)) return separate;
       return nullptr;
     } SPANPROF_CATCH_ALL {
@@ -98,7 +104,7 @@ class DwarfSource {
     Dwarf_Line* line = ::dwarf_getsrc_die(&unit.die, address);
     const char* file = line != nullptr ? ::dwarf_linesrc(line, nullptr, nullptr) : nullptr;
     int line_number = 0;
-    if (line != nullptr) ::dwarf_lineno(line, &line_number);
+    if (line != nullptr && (::dwarf_lineno(line, &line_number) != 0 || line_number < 0)) line_number = 0;
     if (!unit.indexed) index_functions(unit);
     // The function, then the inlined copies inside it that hold the address, down
     // to the innermost: each one's children only, never the unit's whole tree.
@@ -116,7 +122,7 @@ class DwarfSource {
       Dwarf_Die& die = nesting_[i];
       DwarfFrame frame;
       name_of(die, frame);
-      ::dwarf_decl_line(&die, &frame.start_line);
+      if (::dwarf_decl_line(&die, &frame.start_line) != 0 || frame.start_line < 0) frame.start_line = 0;
       frame.file = file;
       frame.line = line_number;
       chain.push_back(frame);
@@ -129,7 +135,8 @@ class DwarfSource {
       line_number = 0;
       if (have_files && ::dwarf_formudata(::dwarf_attr(&die, DW_AT_call_file, &attribute), &value) == 0)
         file = ::dwarf_filesrc(files, value, nullptr, nullptr);
-      if (::dwarf_formudata(::dwarf_attr(&die, DW_AT_call_line, &attribute), &value) == 0)
+      // A line past int's range is a damaged file's: unknown, as pprof has no negative lines.
+      if (::dwarf_formudata(::dwarf_attr(&die, DW_AT_call_line, &attribute), &value) == 0 && value <= INT_MAX)
         line_number = static_cast<int>(value);
     }
     if (chain.empty() && file != nullptr) {
@@ -177,7 +184,8 @@ class DwarfSource {
   }
 
   // Where GDB looks for the file a .gnu_debuglink section names.
-  static std::vector<std::string> debuglink_candidates(const std::string& path) {
+  static std::vector<std::string> debuglink_candidates(const std::string& path,
+                                                       const std::vector<std::string>& debug_directories) {
     std::vector<std::string> out;
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return out;
@@ -190,7 +198,8 @@ class DwarfSource {
         if (directory.empty()) directory = "./";
         out.push_back(directory + name);
         out.push_back(directory + ".debug/" + name);
-        if (directory.front() == '/') out.push_back("/usr/lib/debug" + directory + name);
+        if (directory.front() == '/')
+          for (const std::string& debug_directory : debug_directories) out.push_back(debug_directory + directory + name);
       }
       ::elf_end(elf);
     }
@@ -361,15 +370,17 @@ class DwarfSource {
 // seconds (line tables parsed again while the old runtime drained). What is kept
 // grows only with the units sampled, once. Null when the object has none (asked
 // again by the next symbolizer).
-inline std::shared_ptr<DwarfSource> shared_dwarf_source(const std::string& path, const std::string& build_id) {
+inline std::shared_ptr<DwarfSource> shared_dwarf_source(const std::string& path, const std::string& build_id,
+                                                        const std::vector<std::string>& debug_directories) {
   // Never destroyed: a sender that outlived a stop past its deadline may still ask
   // while the process runs its exit-time destructors.
   static std::mutex& mutex = *new std::mutex;
   static auto& opened = *new std::unordered_map<std::string, std::shared_ptr<DwarfSource>>;
-  const std::string key = path + '\n' + build_id;
+  std::string key = path + '\n' + build_id;
+  for (const std::string& directory : debug_directories) key += '\n' + directory;
   std::lock_guard<std::mutex> lock(mutex);
   std::shared_ptr<DwarfSource>& slot = opened[key];
-  if (!slot) slot = std::shared_ptr<DwarfSource>(DwarfSource::open_for(path, build_id));
+  if (!slot) slot = std::shared_ptr<DwarfSource>(DwarfSource::open_for(path, build_id, debug_directories));
   return slot;
 }
 

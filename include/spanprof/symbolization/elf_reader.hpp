@@ -12,6 +12,7 @@
 #define SPANPROF_SYMBOLIZATION_ELF_READER_HPP_
 
 #include <spanprof/config.hpp>
+#include <spanprof/base/sha256.hpp>
 
 #include <elf.h>
 #include <fcntl.h>
@@ -146,11 +147,46 @@ inline std::string hex_lowercase(const unsigned char* data, std::size_t size) {
   return text;
 }
 
-// Where distributions put an object's separate debug file, by its GNU build id (hex);
-// empty for an id too short to be one.
-inline std::string build_id_debug_path(const std::string& build_id) {
-  if (build_id.size() < 3) return {};
-  return "/usr/lib/debug/.build-id/" + build_id.substr(0, 2) + "/" + build_id.substr(2) + ".debug";
+// OpenTelemetry's id of an executable file (process.executable.build_id.htlhash, as
+// the OpenTelemetry eBPF profiler computes it): the first 128 bits of SHA-256 over
+// the file's first 4 KiB, its last 4 KiB and its size (64-bit big-endian), in
+// lowercase hex. Names a file without a GNU build id too. Empty when unreadable.
+inline std::string elf_htl_hash(const ElfBytes& bytes) {
+  constexpr std::uint64_t part = 4096;
+  const std::uint64_t size = bytes.size();
+  const auto length = static_cast<std::size_t>(std::min(size, part));
+  unsigned char chunk[part];
+  Sha256 sha;
+  if (!bytes.read(0, chunk, length)) return {};
+  sha.update(chunk, length);
+  if (!bytes.read(size - length, chunk, length)) return {};
+  sha.update(chunk, length);
+  unsigned char size_bytes[8];
+  for (int i = 0; i < 8; ++i) size_bytes[i] = static_cast<unsigned char>(size >> (56 - 8 * i));
+  sha.update(size_bytes, sizeof size_bytes);
+  const Sha256::Digest digest = sha.finish();
+  return hex_lowercase(digest.data(), 16);
+}
+
+// Where distributions put separate debug files (GDB's debug-file-directory).
+inline constexpr const char* default_debug_directory = "/usr/lib/debug";
+
+// Where an object's separate debug file sits under a debug directory, by its GNU
+// build id (hex): DIR/.build-id/ab/cdef....debug. Empty for an id too short to be one.
+inline std::string build_id_debug_path(const std::string& build_id, const std::string& directory) {
+  if (build_id.size() < 3 || directory.empty()) return {};
+  return directory + "/.build-id/" + build_id.substr(0, 2) + "/" + build_id.substr(2) + ".debug";
+}
+
+// A colon-separated list of directories (as SPANPROF_DEBUG_DIRS gives it), empty entries dropped.
+inline std::vector<std::string> split_directory_list(const std::string& list) {
+  std::vector<std::string> out;
+  for (std::size_t at = 0; at <= list.size();) {
+    const std::size_t end = std::min(list.find(':', at), list.size());
+    if (end > at) out.push_back(list.substr(at, end - at));
+    at = end + 1;
+  }
+  return out;
 }
 
 // Finds NT_GNU_BUILD_ID in a block of ELF notes. Notes pad name and descriptor to
@@ -229,14 +265,11 @@ inline std::size_t find_elf_symbol(const std::vector<ElfSymbol>& symbols, std::u
   return covers ? static_cast<std::size_t>(after - 1 - symbols.begin()) : npos;
 }
 
-// Appends the STT_FUNC and STT_GNU_IFUNC symbols of .symtab (and of .dynsym when
-// `include_dynsym`) to `out`, unsorted. Returns false with `error` set when the
-// image is not a readable little ELF64 of this machine's byte order or any
-// offset it needs points outside the image; `out` may then hold a partial list.
-inline bool load_elf_symbols_from(const ElfBytes& bytes, std::uintptr_t bias, bool include_dynsym,
-                                  std::vector<ElfSymbol>& out, ElfImageInfo& info, std::string& error) {
+// The ELF header and section header table of a little-endian ELF64 of this machine's
+// byte order; false with `error` set when the image is not one or they lie outside it.
+inline bool read_elf_headers(const ElfBytes& bytes, Elf64_Ehdr& header, std::vector<Elf64_Shdr>& sections,
+                             std::string& error) {
   const std::uint64_t image_size = bytes.size();
-  Elf64_Ehdr header;
   if (!bytes.read(0, &header, sizeof header)) {
     error = "file too small for an ELF header (" + std::to_string(image_size) + " bytes)";
     return false;
@@ -284,34 +317,87 @@ inline bool load_elf_symbols_from(const ElfBytes& bytes, std::uintptr_t bias, bo
             std::to_string(image_size) + " bytes)";
     return false;
   }
-  std::vector<Elf64_Shdr> sections(static_cast<std::size_t>(section_count));
+  sections.resize(static_cast<std::size_t>(section_count));
   if (!bytes.read(header.e_shoff, sections.data(), sections.size() * sizeof(Elf64_Shdr))) {
     error = "cannot read the section header table";
     return false;
   }
+  return true;
+}
 
-  const auto read_section = [&](const Elf64_Shdr& section, auto& buffer) {
-    using Element = typename std::decay_t<decltype(buffer)>::value_type;
-    if (!elf_range_fits(section.sh_offset, section.sh_size, image_size)) return false;
-    buffer.resize(static_cast<std::size_t>(section.sh_size / sizeof(Element)));
-    return bytes.read(section.sh_offset, buffer.data(), buffer.size() * sizeof(Element));
-  };
+// A section's bytes as elements of `buffer`; false when they lie outside the image.
+template <class Buffer>
+bool read_elf_section(const ElfBytes& bytes, const Elf64_Shdr& section, Buffer& buffer) {
+  using Element = typename Buffer::value_type;
+  if (!elf_range_fits(section.sh_offset, section.sh_size, bytes.size())) return false;
+  buffer.resize(static_cast<std::size_t>(section.sh_size / sizeof(Element)));
+  return bytes.read(section.sh_offset, buffer.data(), buffer.size() * sizeof(Element));
+}
 
+// The GNU build id (hex) from the note sections; empty when there is none.
+inline bool read_elf_build_id(const ElfBytes& bytes, const std::vector<Elf64_Shdr>& sections, std::string& build_id,
+                              std::string& error) {
+  const std::uint64_t image_size = bytes.size();
   // Section headers may all name the same bytes. Real note sections never
   // overlap, so more note bytes than the file holds means a file made to be read
   // over and over (time growing with its square): the build id is optional, stop.
   std::uint64_t note_bytes_left = image_size;
   for (const auto& section : sections) {
-    if (section.sh_type != SHT_NOTE || !info.build_id.empty()) continue;
+    if (section.sh_type != SHT_NOTE || !build_id.empty()) continue;
     std::vector<unsigned char> notes;
-    if (!read_section(section, notes)) {
+    if (!read_elf_section(bytes, section, notes)) {
       error = "note section extends beyond the end of the file";
       return false;
     }
     if (notes.size() > note_bytes_left) break;
     note_bytes_left -= notes.size();
-    info.build_id = find_gnu_build_id(notes.data(), notes.size(), section.sh_addralign);
+    build_id = find_gnu_build_id(notes.data(), notes.size(), section.sh_addralign);
   }
+  return true;
+}
+
+// The object's own (link-time) address of the loaded executable segment that a
+// profile's mapping shows: `file_offset` its p_offset, `size` its p_memsz. The
+// object's program headers say it; a debug file's too, except that
+// objcopy --only-keep-debug rewrites their offsets, so there the segment is the
+// executable one of that size (and of that offset's page alignment).
+inline bool elf_segment_address(const ElfBytes& bytes, const Elf64_Ehdr& header, std::uint64_t file_offset,
+                                std::uint64_t size, std::uint64_t& address) {
+  constexpr std::uint64_t most_segments = 4096;
+  if (header.e_phentsize != sizeof(Elf64_Phdr) || header.e_phnum > most_segments) return false;
+  std::vector<Elf64_Phdr> segments(header.e_phnum);
+  if (!bytes.read(header.e_phoff, segments.data(), segments.size() * sizeof(Elf64_Phdr))) return false;
+  const Elf64_Phdr* same_size = nullptr;
+  std::size_t same_size_count = 0;
+  for (const Elf64_Phdr& segment : segments) {
+    if (segment.p_type != PT_LOAD || (segment.p_flags & PF_X) == 0) continue;
+    if (segment.p_offset == file_offset && segment.p_memsz == size && segment.p_filesz != 0) {
+      address = segment.p_vaddr;
+      return true;
+    }
+    const std::uint64_t align = segment.p_align > 1 ? segment.p_align : 1;
+    if (segment.p_memsz == size && segment.p_vaddr % align == file_offset % align) {
+      same_size = &segment;
+      ++same_size_count;
+    }
+  }
+  if (same_size_count != 1) return false;  // none, or no telling which
+  address = same_size->p_vaddr;
+  return true;
+}
+
+// Appends the STT_FUNC and STT_GNU_IFUNC symbols of .symtab (and of .dynsym when
+// `include_dynsym`) to `out`, unsorted. Returns false with `error` set when the
+// image is not a readable little ELF64 of this machine's byte order or any
+// offset it needs points outside the image; `out` may then hold a partial list.
+inline bool load_elf_symbols_from(const ElfBytes& bytes, std::uintptr_t bias, bool include_dynsym,
+                                  std::vector<ElfSymbol>& out, ElfImageInfo& info, std::string& error) {
+  Elf64_Ehdr header;
+  std::vector<Elf64_Shdr> sections;
+  if (!read_elf_headers(bytes, header, sections, error) || !read_elf_build_id(bytes, sections, info.build_id, error))
+    return false;
+  const std::uint64_t image_size = bytes.size();
+  const auto read_section = [&](const Elf64_Shdr& section, auto& buffer) { return read_elf_section(bytes, section, buffer); };
 
   // Every symbol gets its own copy of its name, and any number of entries may
   // point at one long string: without a bound a few KiB of file turn into GiB of

@@ -13,7 +13,7 @@
 #include <spanprof/base/loader_lock_gate.hpp>
 #include <spanprof/symbolization/dwarf_source.hpp>
 #include <spanprof/symbolization/elf_reader.hpp>
-#include <spanprof/symbolization/symbol_names.hpp>
+#include <spanprof/symbolization/object_symbols.hpp>
 #include <spanprof/symbolization/symbolizer.hpp>
 
 #include <elf.h>
@@ -38,6 +38,15 @@
 
 SPANPROF_NAMESPACE_BEGIN
 
+// How the default symbolizer reads the objects of the process.
+struct ElfSymbolizerOptions {
+  // False: names from the symbol tables only, DWARF never read.
+  bool source_lines = true;
+  // Where separate debug files are looked up, in order, by build id
+  // (DIR/.build-id/ab/cdef....debug) and by .gnu_debuglink name (DIR/<object's directory>/NAME).
+  std::vector<std::string> debug_directories{detail::default_debug_directory};
+};
+
 namespace detail {
 
 // Objects are found with dl_iterate_phdr; each executable PT_LOAD segment is a
@@ -47,8 +56,7 @@ namespace detail {
 class ElfSymbolizer final : public Symbolizer {
  public:
   ElfSymbolizer() = default;
-  // source_lines false: names from the symbol tables only, DWARF never read.
-  explicit ElfSymbolizer(bool source_lines) noexcept : source_lines_(source_lines) {}
+  explicit ElfSymbolizer(ElfSymbolizerOptions options) noexcept : options_(std::move(options)) {}
   ElfSymbolizer(const ElfSymbolizer&) = delete;
   ElfSymbolizer& operator=(const ElfSymbolizer&) = delete;
 
@@ -70,19 +78,13 @@ class ElfSymbolizer final : public Symbolizer {
       frame.module = range->module;
       LoadedObject& object = *range->object;
       if (object.state == LoadedObject::State::unloaded) load_symbols(object);
-      if (object.state == LoadedObject::State::loaded) {
-        const std::size_t index = find_elf_symbol(object.symbols, address, range->module->start);
-        if (index != static_cast<std::size_t>(-1)) {
-          ElfSymbol& symbol = object.symbols[index];
-          // Demangling every symbol up front would dominate load time; most are never sampled.
-          if (symbol.demangled.empty()) symbol.demangled = strip_clone_suffixes(demangle_symbol(symbol.name));
-          frame.function = symbol.demangled;
-          frame.system_name = symbol.name;
-        }
-      }
 #if SPANPROF_WITH_LIBDW
-      if (source_lines_ && object.memory_image == nullptr) add_source_lines(object, address, frame);
+      if (!object.dwarf_opened && options_.source_lines && object.memory_image == nullptr) {
+        object.dwarf_opened = true;
+        object.symbols.set_dwarf(shared_dwarf_source(object.open_path, object.build_id, options_.debug_directories));
+      }
 #endif
+      object.symbols.resolve(address - object.bias, range->module->start - object.bias, frame);
       if (cache_.size() >= max_cached_addresses) cache_.clear();
       cache_.emplace(address, frame);
       return frame;
@@ -128,15 +130,8 @@ class ElfSymbolizer final : public Symbolizer {
     std::string build_id;     // from the in-memory notes: what is really running
     std::vector<Module> modules;  // never resized after a scan: frames point into it
     State state = State::unloaded;
-    std::vector<ElfSymbol> symbols;  // sorted, one per address
-#if SPANPROF_WITH_LIBDW
-    // Its DWARF, opened at the first address that needs it; what it told, kept for
-    // the frames handed out (their views point here).
-    bool dwarf_opened = false;
-    std::shared_ptr<DwarfSource> dwarf;
-    std::unordered_map<std::uintptr_t, std::vector<InlinedFrame>> inlined;
-    std::unordered_set<std::string> names;  // demangled DWARF names
-#endif
+    ObjectSymbols symbols;  // at the object's own addresses
+    bool dwarf_opened = false;  // at the first address that needs its DWARF
   };
 
   struct Range {
@@ -391,12 +386,15 @@ class ElfSymbolizer final : public Symbolizer {
     ElfImageInfo info;
     std::string error;
     bool ok = false;
+    std::string htl_hash;
     if (object.memory_image != nullptr) {
       const ElfMemoryBytes image(object.memory_image, object.memory_image_size);
-      ok = load_elf_symbols_from(image, object.bias, true, symbols, info, error);
+      ok = load_elf_symbols_from(image, 0, true, symbols, info, error);
+      htl_hash = elf_htl_hash(image);
     } else {
       ElfFileBytes file;
-      ok = file.open(object.open_path, error) && load_elf_symbols_from(file, object.bias, true, symbols, info, error);
+      ok = file.open(object.open_path, error) && load_elf_symbols_from(file, 0, true, symbols, info, error);
+      if (ok) htl_hash = elf_htl_hash(file);
       if (ok && !object.build_id.empty() && !info.build_id.empty() && info.build_id != object.build_id) {
         // Its symbols would be confidently wrong.
         ok = false;
@@ -404,78 +402,40 @@ class ElfSymbolizer final : public Symbolizer {
                 " (file replaced since it was loaded?)";
       }
     }
+    for (Module& module : object.modules) module.htl_hash = htl_hash;
     if (!ok) {
       failed_objects_.insert(failure_key);
       report_error(ErrorCode::symbolization_failed,
                    "cannot read symbols from " + object.display_path + ": " + error);
       return;
     }
-    if (!info.has_symtab) add_separate_debug_symbols(object, info, symbols);
+    if (!info.has_symtab) add_separate_debug_symbols(object, info, options_.debug_directories, symbols);
     finalize_elf_symbols(symbols);
-    object.symbols = std::move(symbols);
+    object.symbols.set_symbols(std::move(symbols));
     object.state = LoadedObject::State::loaded;
   }
-
-#if SPANPROF_WITH_LIBDW
-  // The source line of `address` and the functions inlined there, from the
-  // object's DWARF or its debug file. The function itself keeps the symbol table's
-  // name (what a profile without DWARF calls it too); DWARF names it only when
-  // the symbol table does not.
-  void add_source_lines(LoadedObject& object, std::uintptr_t address, ResolvedFrame& frame) {
-    if (!object.dwarf_opened) {
-      object.dwarf_opened = true;
-      object.dwarf = shared_dwarf_source(object.open_path, object.build_id);
-    }
-    if (!object.dwarf) return;
-    if (!object.dwarf->lookup(address - object.bias, dwarf_chain_)) return;
-    const DwarfFrame& outer = dwarf_chain_.back();
-    frame.file = outer.file != nullptr ? std::string_view(outer.file) : std::string_view();
-    frame.line = outer.line;
-    frame.start_line = outer.start_line;
-    if (frame.function.empty() && outer.name != nullptr) {
-      frame.function = dwarf_name(object, outer);
-      if (outer.mangled) frame.system_name = outer.name;
-    }
-    if (dwarf_chain_.size() < 2) return;
-    auto [found, fresh] = object.inlined.try_emplace(address);
-    std::vector<InlinedFrame>& inlined = found->second;
-    for (std::size_t i = 0; fresh && i + 1 < dwarf_chain_.size(); ++i) {
-      const DwarfFrame& from = dwarf_chain_[i];
-      InlinedFrame out;
-      if (from.name != nullptr) out.function = dwarf_name(object, from);
-      if (from.mangled) out.system_name = from.name;
-      if (from.file != nullptr) out.file = from.file;
-      out.line = from.line;
-      out.start_line = from.start_line;
-      inlined.push_back(out);
-    }
-    frame.inlined = inlined.data();
-    frame.inlined_count = inlined.size();
-  }
-
-  static std::string_view dwarf_name(LoadedObject& object, const DwarfFrame& frame) {
-    if (!frame.mangled) return frame.name;
-    return *object.names.insert(strip_clone_suffixes(demangle_symbol(frame.name))).first;
-  }
-#endif
 
   // Distributions strip .symtab (static and internal functions) into debug
   // packages keyed by build id. Such a file is optional, so its absence or
   // damage is silent: .dynsym still names the exported functions.
   static void add_separate_debug_symbols(const LoadedObject& object, const ElfImageInfo& info,
+                                         const std::vector<std::string>& debug_directories,
                                          std::vector<ElfSymbol>& symbols) {
     const std::string& build_id = !object.build_id.empty() ? object.build_id : info.build_id;
-    const std::string path = build_id_debug_path(build_id);
-    if (path.empty()) return;
-    ElfFileBytes file;
-    std::string error;
-    if (!file.open(path, error)) return;
-    std::vector<ElfSymbol> debug_symbols;
-    ElfImageInfo debug_info;
-    if (!load_elf_symbols_from(file, object.bias, false, debug_symbols, debug_info, error)) return;
-    if (!debug_info.build_id.empty() && debug_info.build_id != build_id) return;
-    symbols.insert(symbols.end(), std::make_move_iterator(debug_symbols.begin()),
-                   std::make_move_iterator(debug_symbols.end()));
+    for (const std::string& directory : debug_directories) {
+      const std::string path = build_id_debug_path(build_id, directory);
+      if (path.empty()) return;
+      ElfFileBytes file;
+      std::string error;
+      if (!file.open(path, error)) continue;
+      std::vector<ElfSymbol> debug_symbols;
+      ElfImageInfo debug_info;
+      if (!load_elf_symbols_from(file, 0, false, debug_symbols, debug_info, error)) continue;
+      if (!debug_info.build_id.empty() && debug_info.build_id != build_id) continue;
+      symbols.insert(symbols.end(), std::make_move_iterator(debug_symbols.begin()),
+                     std::make_move_iterator(debug_symbols.end()));
+      return;
+    }
   }
 
   std::vector<std::unique_ptr<LoadedObject>> objects_;
@@ -486,23 +446,31 @@ class ElfSymbolizer final : public Symbolizer {
   std::vector<Range> ranges_;  // sorted by start
   std::unordered_map<std::uintptr_t, ResolvedFrame> cache_;
   std::unordered_set<std::string> failed_objects_;  // display path + build id, already reported
-#if SPANPROF_WITH_LIBDW
-  std::vector<DwarfFrame> dwarf_chain_;  // one lookup's, reused
-#endif
+  ElfSymbolizerOptions options_;
   bool scanned_ = false;
-  [[maybe_unused]] bool source_lines_ = true;  // read only with SPANPROF_WITH_LIBDW
   std::chrono::steady_clock::time_point last_scan_{};
 };
 
 }  // namespace detail
 
 // The default symbolizer: reads the ELF symbol tables of the objects loaded in
-// this process, and, built with libdw (SPANPROF_WITH_LIBDW), their DWARF for source
-// lines and inlined functions unless `source_lines` is false. Returns nullptr only
-// when even this small allocation fails.
+// this process (and of their separate debug files), and, built with libdw
+// (SPANPROF_WITH_LIBDW), their DWARF for source lines and inlined functions unless
+// `options.source_lines` is false. Returns nullptr only when even this small
+// allocation fails.
+inline std::unique_ptr<Symbolizer> make_elf_symbolizer(ElfSymbolizerOptions options) noexcept {
+  SPANPROF_TRY {
+    return std::make_unique<detail::ElfSymbolizer>(std::move(options));
+  } SPANPROF_CATCH_ALL {
+    return nullptr;
+  }
+}
+
 inline std::unique_ptr<Symbolizer> make_elf_symbolizer(bool source_lines = true) noexcept {
   SPANPROF_TRY {
-    return std::make_unique<detail::ElfSymbolizer>(source_lines);
+    ElfSymbolizerOptions options;
+    options.source_lines = source_lines;
+    return make_elf_symbolizer(std::move(options));
   } SPANPROF_CATCH_ALL {
     return nullptr;
   }

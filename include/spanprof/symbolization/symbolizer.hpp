@@ -27,6 +27,9 @@ struct Module {
   std::uint64_t file_offset = 0;  // p_offset of the segment
   std::string path;      // absolute path of the object file ("/proc/self/exe" resolved to the real path)
   std::string build_id;  // lowercase hex of NT_GNU_BUILD_ID, empty if none
+  // OpenTelemetry's file id (process.executable.build_id.htlhash), set once the
+  // object's file has been read; empty until then or when unreadable.
+  std::string htl_hash{};
 };
 
 // A function the compiler inlined at an address, and where in it the address is.
