@@ -466,6 +466,10 @@ TEST_CASE("protoc parses the OTLP request and sees the same link", "[otlp][proto
   }
   CHECK(link_indices == 4);
   CHECK(typed.output.find("string_value: \"checkout\"") != std::string::npos);
+  // The mapping's build ids, as attributes the schema's mapping refers to.
+  CHECK(typed.output.find("\"process.executable.build_id.gnu\"") != std::string::npos);
+  CHECK(typed.output.find("string_value: \"caf6e5907166ac76eef618e5f7f59cd9\"") != std::string::npos);
+  CHECK(typed.output.find("attribute_indices") != std::string::npos);
   CHECK(typed.output.find("name: \"spanprof\"") != std::string::npos);
   CHECK(typed.output.find("time_unix_nano: 1700000000123456789") != std::string::npos);
 }
