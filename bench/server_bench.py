@@ -13,6 +13,11 @@ second `off` server (`off/again`) gives the noise floor. Load generators and
 servers share the machine's cores, which is why throughput is not the measure:
 CPU per request of the server is what a user pays.
 
+After the ratios, each mode's CPU per request by thread (from the kernel's
+per-thread accounting, /proc/PID/task/TID/schedstat): the request threads, and
+spanprof's own (spanprof-send encodes and uploads, spanprof-wall is the ticker,
+spanprof-merge takes finished profiles over), so a cost can be pinned on a thread.
+
   python3 bench/server_bench.py [--binary PATH] [--rounds 7] [--seconds 4]
                                 [--modes off,default,...] [--connections 8]
                                 [--server-cores 1 --load-cores 0] [--one-at-a-time] [--keep-servers]
@@ -60,6 +65,32 @@ def wait_until_up(port, process):
     raise RuntimeError("server did not start")
 
 
+def thread_cpu_ns(pid):
+    """{thread name: CPU ns} of a process's live threads, summed by name (the kernel's
+    sum_exec_runtime, to the nanosecond)."""
+    by_name = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return by_name
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                ns = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # the thread ended between the listing and the read
+        by_name[name] = by_name.get(name, 0) + ns
+    return by_name
+
+
+def thread_deltas(before, after):
+    # A thread that ended inside the window loses its time; spanprof's and the
+    # server's pool threads live as long as the process.
+    return {name: ns - before.get(name, 0) for name, ns in after.items()}
+
+
 def pinned(command, cores):
     return (["taskset", "-c", cores] + command) if cores else command
 
@@ -75,6 +106,7 @@ def loaded_together(servers, seconds, connections, cores):
     so their ratio does not carry the drift between windows taken one after the
     other (on this 2-core VM, up to 8% between two identical servers)."""
     before = [read_counters(server.port) for server in servers]
+    threads_before = [thread_cpu_ns(server.process.pid) for server in servers]
     loads = [subprocess.Popen(pinned(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-H", "Connection: close",
                                       f"http://127.0.0.1:{server.port}/work"], cores), stdout=subprocess.DEVNULL)
              for server in servers]
@@ -82,13 +114,15 @@ def loaded_together(servers, seconds, connections, cores):
         if process.wait() != 0:
             raise RuntimeError("wrk failed")
     after = [read_counters(server.port) for server in servers]
+    threads_after = [thread_cpu_ns(server.process.pid) for server in servers]
     windows = []
-    for (cpu0, served0, profiles0), (cpu1, served1, profiles1) in zip(before, after):
+    for (cpu0, served0, profiles0), (cpu1, served1, profiles1), t0, t1 in zip(before, after, threads_before,
+                                                                               threads_after):
         requests = served1 - served0
         if requests <= 0:
             raise RuntimeError("no requests served")
         windows.append({"cpu_per_request_us": (cpu1 - cpu0) / requests / 1000.0, "requests": requests,
-                        "profiles": profiles1 - profiles0})
+                        "profiles": profiles1 - profiles0, "threads": thread_deltas(t0, t1)})
     return windows
 
 
@@ -106,13 +140,15 @@ class Server:
 
     def slice(self, seconds, connections, cores):
         cpu0, served0, profiles0 = read_counters(self.port)
+        threads0 = thread_cpu_ns(self.process.pid)
         load(self.port, seconds, connections, cores)
         cpu1, served1, profiles1 = read_counters(self.port)
+        threads1 = thread_cpu_ns(self.process.pid)
         requests = served1 - served0
         if requests <= 0:
             raise RuntimeError("no requests served")
         return {"cpu_per_request_us": (cpu1 - cpu0) / requests / 1000.0, "requests": requests,
-                "profiles": profiles1 - profiles0}
+                "profiles": profiles1 - profiles0, "threads": thread_deltas(threads0, threads1)}
 
     def stop(self):
         try:
@@ -220,6 +256,19 @@ def main():
         per_second = statistics.median(r["profiles"] for r in results[mode]) / seconds
         print(f"{mode:<18} {statistics.median(ratios[mode]):7.3f}  {us:7.1f}  {per_second:10.1f}  "
               + " ".join(f"{x:.3f}" for x in ratios[mode]))
+
+    # By thread: every window's time over every window's requests, per mode.
+    print()
+    print("server CPU per request by thread (us), all rounds; request threads carry the server's name")
+    names = sorted({name for mode in modes for r in results[mode] for name in r["threads"]})
+    print(f"{'mode':<18} " + " ".join(f"{name:>16}" for name in names))
+    for mode in modes:
+        requests = sum(r["requests"] for r in results[mode])
+        cells = []
+        for name in names:
+            ns = sum(r["threads"].get(name, 0) for r in results[mode])
+            cells.append(f"{ns / requests / 1000.0:16.2f}" if ns else f"{'-':>16}")
+        print(f"{mode:<18} " + " ".join(cells))
 
 
 if __name__ == "__main__":
