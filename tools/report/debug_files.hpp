@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <system_error>
@@ -66,10 +67,10 @@ class DebugFiles {
     spanprof::detail::ElfFileBytes bytes;
     spanprof::detail::ObjectSymbols symbols;
     // The mapping's segment, by (file offset, size): program headers read once per mapping.
-    std::unordered_map<std::uint64_t, std::uint64_t> segments;
+    std::map<std::pair<std::uint64_t, std::uint64_t>, std::uint64_t> segments;
 
     bool segment_address(std::uint64_t file_offset, std::uint64_t size, std::uint64_t& address) {
-      const std::uint64_t key = file_offset * 1000003u ^ size;
+      const std::pair<std::uint64_t, std::uint64_t> key{file_offset, size};
       if (const auto found = segments.find(key); found != segments.end()) {
         address = found->second;
         return true;
