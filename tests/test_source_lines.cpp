@@ -186,10 +186,8 @@ std::string run_or_fail(const std::string& command) {
 std::string build_id_of(const std::string& path) {
   spanprof::detail::ElfFileBytes bytes;
   Elf64_Ehdr header{};
-  std::vector<Elf64_Shdr> sections;
   std::string error, build_id;
-  const bool ok = bytes.open(path, error) && spanprof::detail::read_elf_headers(bytes, header, sections, error) &&
-                  spanprof::detail::read_elf_build_id(bytes, sections, build_id, error);
+  const bool ok = spanprof::detail::open_elf_file(path, bytes, header, build_id, error);
   INFO(path << ": " << error);
   REQUIRE(ok);
   REQUIRE(build_id.size() > 8);

@@ -12404,6 +12404,16 @@ inline bool read_elf_build_id(const ElfBytes& bytes, const std::vector<Elf64_Shd
   return true;
 }
 
+// Opens `path` and reads its ELF header and GNU build id (empty when it has none):
+// what finds an object or debug file by build id. False with `error` set when it is
+// not a readable ELF64 of this machine.
+inline bool open_elf_file(const std::string& path, ElfFileBytes& file, Elf64_Ehdr& header, std::string& build_id,
+                          std::string& error) {
+  std::vector<Elf64_Shdr> sections;
+  return file.open(path, error) && read_elf_headers(file, header, sections, error) &&
+         read_elf_build_id(file, sections, build_id, error);
+}
+
 // The object's own (link-time) address of the loaded executable segment that a
 // profile's mapping shows: `file_offset` its p_offset, `size` its p_memsz. The
 // object's program headers say it; a debug file's too, except that

@@ -62,7 +62,6 @@ class DebugFiles {
 
  private:
   struct Object {
-    std::string path;
     Elf64_Ehdr header{};
     spanprof::detail::ElfFileBytes bytes;
     spanprof::detail::ObjectSymbols symbols;
@@ -96,11 +95,9 @@ class DebugFiles {
 
   static std::unique_ptr<Object> open(const std::string& path, const std::string& build_id) {
     auto object = std::make_unique<Object>();
-    object->path = path;
     std::string error, file_build_id;
-    std::vector<Elf64_Shdr> sections;
-    if (!object->bytes.open(path, error) || !spanprof::detail::read_elf_headers(object->bytes, object->header, sections, error) ||
-        !spanprof::detail::read_elf_build_id(object->bytes, sections, file_build_id, error) || file_build_id != build_id)
+    if (!spanprof::detail::open_elf_file(path, object->bytes, object->header, file_build_id, error) ||
+        file_build_id != build_id)
       return nullptr;
     std::vector<spanprof::detail::ElfSymbol> symbols;
     spanprof::detail::ElfImageInfo info;
@@ -131,11 +128,9 @@ class DebugFiles {
         ++files;
         spanprof::detail::ElfFileBytes bytes;
         Elf64_Ehdr header{};
-        std::vector<Elf64_Shdr> sections;
         std::string why, build_id;
         const std::string path = it->path().string();
-        if (bytes.open(path, why) && spanprof::detail::read_elf_headers(bytes, header, sections, why) &&
-            spanprof::detail::read_elf_build_id(bytes, sections, build_id, why) && !build_id.empty())
+        if (spanprof::detail::open_elf_file(path, bytes, header, build_id, why) && !build_id.empty())
           scanned_by_build_id_.try_emplace(build_id, path);
       }
     }

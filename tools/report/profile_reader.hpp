@@ -397,25 +397,28 @@ class PprofReader {
           return true;
         }
         const FunctionRead& function = found->second;
-        location.functions.push_back(into_.function(function.name, source_of(function.file, function.start_line)));
-        if (location.line == no_line && !function.file.empty() && line > 0)
-          location.line = into_.line(source_of(function.file, static_cast<std::int64_t>(line)));
+        add_frame(location, function.name, function.file, function.start_line, static_cast<std::int64_t>(line));
         return true;
       });
       if (!ok) return fail("malformed location");
       if (!known) return fail("malformed: a location names a function the profile does not have");
       if (id == 0) return fail("malformed: a location without an id");
       if (location.functions.empty() && name_later(mapping_id, address, named)) {
-        for (const NamedFrame& frame : named) {
-          location.functions.push_back(into_.function(frame.function, source_of(frame.file, frame.start_line)));
-          if (location.line == no_line && !frame.file.empty() && frame.line > 0)
-            location.line = into_.line(source_of(frame.file, frame.line));
-        }
+        for (const NamedFrame& frame : named) add_frame(location, frame.function, frame.file, frame.start_line, frame.line);
       }
       if (location.functions.empty()) location.functions.push_back(into_.function(hex_address(address)));
       locations_[id] = std::move(location);
     }
     return true;
+  }
+
+  // A location's next frame out, innermost first; its line is the location's if none
+  // further in had one.
+  struct LocationRead;
+  void add_frame(LocationRead& location, std::string_view function, std::string_view file, std::int64_t start_line,
+                 std::int64_t line) {
+    location.functions.push_back(into_.function(function, source_of(file, start_line)));
+    if (location.line == no_line && !file.empty() && line > 0) location.line = into_.line(source_of(file, line));
   }
 
   bool name_later(std::uint64_t mapping_id, std::uint64_t address, std::vector<NamedFrame>& named) {
