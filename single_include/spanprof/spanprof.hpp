@@ -9435,15 +9435,63 @@ inline void set_zlib_error(std::string& error, std::string_view what, int code, 
 inline constexpr std::size_t zlib_max_slice = std::size_t{1} << 30;
 
 // Inputs shorter than this are stored in the gzip member, not compressed. At any
-// level above 0 zlib builds Huffman trees for every block, a fixed cost of ~20 µs
-// here whatever the size, which is most of what a one-sample span profile (2.5 KB)
-// costs to deliver, and more than the whole sample cost the request thread. Stored,
-// it takes ~1 µs, gunzips the same everywhere, and weighs at most 1.2 KB more (still
-// one 4 KiB disk block, three TCP segments). Batched and bigger profiles compress.
+// level above 0 zlib builds Huffman trees for every block, a fixed cost whatever the
+// size, which is most of what a one-sample span profile (2.5 KB) costs to deliver,
+// and more than the whole sample cost the request thread. Stored, it gunzips the
+// same everywhere and weighs at most 1.2 KB more (still one 4 KiB disk block, three
+// TCP segments). Batched and bigger profiles compress.
 inline constexpr std::size_t gzip_store_below = 4096;
+
+// A gzip member of stored deflate blocks (RFC 1951 3.2.4, RFC 1952), written here
+// rather than by zlib: deflateInit allocates and clears its window and hash for
+// a stream it will not search, which costs more than the CRC and the copy.
+inline void gzip_store(std::string_view in, std::string& out) {
+  constexpr std::size_t max_block = 65535;
+  const std::size_t blocks = in.empty() ? 1 : (in.size() + max_block - 1) / max_block;
+  out.reserve(10 + 5 * blocks + in.size() + 8);
+  // ID1 ID2, CM=deflate, no flags, no mtime, XFL 0, OS 3 (Unix) as zlib writes it.
+  static constexpr char header[10] = {'\x1f', '\x8b', 8, 0, 0, 0, 0, 0, 0, 3};
+  out.append(header, sizeof header);
+  std::size_t at = 0;
+  do {
+    const std::size_t size = std::min(in.size() - at, max_block);
+    const bool last = at + size == in.size();
+    const auto length = static_cast<std::uint16_t>(size);
+    const auto complement = static_cast<std::uint16_t>(~length);
+    const char block[5] = {static_cast<char>(last ? 1 : 0), static_cast<char>(length & 0xFF),
+                           static_cast<char>(length >> 8), static_cast<char>(complement & 0xFF),
+                           static_cast<char>(complement >> 8)};
+    out.append(block, sizeof block);
+    out.append(in.data() + at, size);
+    at += size;
+  } while (at < in.size());
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (std::size_t done = 0; done < in.size();) {
+    const std::size_t slice = std::min(in.size() - done, zlib_max_slice);
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(in.data() + done), static_cast<uInt>(slice));
+    done += slice;
+  }
+  const auto size = static_cast<std::uint32_t>(in.size());  // ISIZE: the size modulo 2^32
+  const auto checksum = static_cast<std::uint32_t>(crc);
+  const char trailer[8] = {static_cast<char>(checksum & 0xFF),       static_cast<char>((checksum >> 8) & 0xFF),
+                           static_cast<char>((checksum >> 16) & 0xFF), static_cast<char>(checksum >> 24),
+                           static_cast<char>(size & 0xFF),           static_cast<char>((size >> 8) & 0xFF),
+                           static_cast<char>((size >> 16) & 0xFF),   static_cast<char>(size >> 24)};
+  out.append(trailer, sizeof trailer);
+}
 
 inline bool gzip_compress(std::string_view in, std::string& out, std::string& error) noexcept {
   out.clear();
+  if (in.size() < gzip_store_below) {
+    SPANPROF_TRY {
+      gzip_store(in, out);
+      return true;
+    } SPANPROF_CATCH_ALL {
+      out.clear();
+      set_error_message(error, "gzip: out of memory while storing");
+      return false;
+    }
+  }
   z_stream stream{};
   // A span's profile is a few kilobytes, and zlib's default tables (256 KiB, the
   // hash head cleared at every init) cost more than compressing it: the window is
@@ -9454,8 +9502,7 @@ inline bool gzip_compress(std::string_view in, std::string& out, std::string& er
   int window_bits = 9;
   while (window_bits < 15 && (std::size_t{1} << window_bits) < in.size() + 262) ++window_bits;
   const int mem_level = std::clamp(window_bits - 7, 1, 8);
-  const int level = in.size() < gzip_store_below ? Z_NO_COMPRESSION : Z_BEST_SPEED;
-  int rc = deflateInit2(&stream, level, Z_DEFLATED, window_bits + 16, mem_level, Z_DEFAULT_STRATEGY);
+  int rc = deflateInit2(&stream, Z_BEST_SPEED, Z_DEFLATED, window_bits + 16, mem_level, Z_DEFAULT_STRATEGY);
   if (rc != Z_OK) {
     set_zlib_error(error, "gzip: deflateInit2 failed", rc, stream.msg);
     return false;
@@ -9662,6 +9709,81 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DELIVERY_HTTP_OPTIONS_HPP_
 // ---- end spanprof/delivery/http_options.hpp ----
+// ---- begin spanprof/base/index_table.hpp ----
+// A hash set of positions in the caller's own array, looked up by content: the
+// encoders deduplicate strings and functions per profile, and a std::unordered_map
+// there cost a node and often a key string per entry, most of what encoding a
+// one-sample span profile cost. Open addressing, at most half full; each slot keeps
+// its hash, so growing needs nothing from the caller.
+#ifndef SPANPROF_BASE_INDEX_TABLE_HPP_
+#define SPANPROF_BASE_INDEX_TABLE_HPP_
+
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+class IndexTable {
+ public:
+  static constexpr std::size_t none = static_cast<std::size_t>(-1);
+
+  // The position whose element `matches`, among those inserted with `hash`; `none` if none does.
+  template <typename Matches>
+  std::size_t find(std::size_t hash, Matches&& matches) const {
+    if (slots_.empty()) return none;
+    const std::size_t mask = slots_.size() - 1;
+    for (std::size_t slot = hash & mask;; slot = (slot + 1) & mask) {
+      const Slot& at = slots_[slot];
+      if (at.position == none) return none;
+      if (at.hash == hash && matches(at.position)) return at.position;
+    }
+  }
+
+  // Adds a position that find() did not return.
+  void insert(std::size_t hash, std::size_t position) {
+    if (2 * (size_ + 1) > slots_.size()) grow();
+    place(Slot{hash, position});
+    ++size_;
+  }
+
+  // Empty, keeping its room for the next profile.
+  void clear() noexcept {
+    std::fill(slots_.begin(), slots_.end(), Slot{});
+    size_ = 0;
+  }
+
+ private:
+  struct Slot {
+    std::size_t hash = 0;
+    std::size_t position = none;
+  };
+
+  void place(Slot slot) noexcept {
+    const std::size_t mask = slots_.size() - 1;
+    std::size_t at = slot.hash & mask;
+    while (slots_[at].position != none) at = (at + 1) & mask;
+    slots_[at] = slot;
+  }
+
+  void grow() {
+    std::vector<Slot> old(std::max<std::size_t>(64, 2 * slots_.size()));
+    old.swap(slots_);
+    for (const Slot& slot : old)
+      if (slot.position != none) place(slot);
+  }
+
+  std::vector<Slot> slots_;  // a power of two
+  std::size_t size_ = 0;
+};
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_BASE_INDEX_TABLE_HPP_
+// ---- end spanprof/base/index_table.hpp ----
 // ---- begin spanprof/profile/profile_builder.hpp ----
 // Turns a RawProfile (bare program counters) into a symbolized Profile: one
 // Location per distinct address, one Function per distinct name, one Mapping per
@@ -9672,7 +9794,9 @@ SPANPROF_NAMESPACE_END
 
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -9704,6 +9828,10 @@ class ProfileBuilder {
   // belonging to one of `spans`.
   Profile build(const SpanRecord& header, const std::vector<Sample>& samples, std::vector<SpanRecord> spans,
                 const std::vector<std::string>& comments) {
+    // Cleared first: a build that threw half-way left entries of its own profile.
+    locations_.clear();
+    functions_.clear();
+    mappings_.clear();
     Profile profile;
     if (header.kind == ProfileKind::cpu) {
       profile.sample_types = {{"samples", "count"}, {"cpu", "nanoseconds"}};
@@ -9748,9 +9876,6 @@ class ProfileBuilder {
       }
       profile.samples.push_back(std::move(sample));
     }
-    locations_.clear();
-    functions_.clear();
-    mappings_.clear();
     put_main_executable_first(profile);
     return profile;
   }
@@ -9785,7 +9910,11 @@ class ProfileBuilder {
   }
 
   std::uint64_t location_for(std::uintptr_t address, Profile& profile) {
-    if (auto it = locations_.find(address); it != locations_.end()) return it->second;
+    const std::uint64_t mixed = static_cast<std::uint64_t>(address) * 0x9E3779B97F4A7C15ull;
+    const auto hash = static_cast<std::size_t>(mixed ^ (mixed >> 32));  // the table indexes by the low bits
+    const std::size_t found =
+        locations_.find(hash, [&](std::size_t position) { return profile.locations[position].address == address; });
+    if (found != IndexTable::none) return profile.locations[found].id;
     const ResolvedFrame frame = symbolizer_.resolve(address);
     Location location;
     location.id = profile.locations.size() + 1;
@@ -9810,9 +9939,9 @@ class ProfileBuilder {
         if (!location.inlined.empty()) mapping.has_inline_frames = true;
       }
     }
-    profile.locations.push_back(location);
-    locations_.emplace(address, location.id);
-    return location.id;
+    profile.locations.push_back(std::move(location));
+    locations_.insert(hash, profile.locations.size() - 1);
+    return profile.locations.back().id;
   }
 
   std::uint64_t mapping_for(const Module& module, Profile& profile) {
@@ -9834,25 +9963,29 @@ class ProfileBuilder {
   // stay apart.
   std::uint64_t function_for(std::string_view function_name, std::string_view system_name, std::string_view file,
                              std::int64_t start_line, Profile& profile) {
-    std::string key(function_name.empty() ? system_name : function_name);
-    const std::size_t name_size = key.size();
-    key += '\0';
-    key += file;
-    if (auto it = functions_.find(key); it != functions_.end()) return it->second;
+    const std::string_view name = function_name.empty() ? system_name : function_name;
+    const std::size_t name_hash = std::hash<std::string_view>{}(name);
+    const std::size_t hash = name_hash ^ (std::hash<std::string_view>{}(file) + 0x9E3779B97F4A7C15ull +
+                                          (name_hash << 6) + (name_hash >> 2));
+    const std::size_t found = functions_.find(hash, [&](std::size_t position) {
+      const Function& known = profile.functions[position];
+      return known.name == name && known.filename == file;
+    });
+    if (found != IndexTable::none) return profile.functions[found].id;
     Function function;
     function.id = profile.functions.size() + 1;
-    function.name = key.substr(0, name_size);
+    function.name = std::string(name);
     function.system_name = std::string(system_name.empty() ? function_name : system_name);
     function.filename = std::string(file);
     function.start_line = start_line;
-    profile.functions.push_back(function);
-    functions_.emplace(std::move(key), function.id);
-    return function.id;
+    profile.functions.push_back(std::move(function));
+    functions_.insert(hash, profile.functions.size() - 1);
+    return profile.functions.back().id;
   }
 
   Symbolizer& symbolizer_;
-  std::unordered_map<std::uintptr_t, std::uint64_t> locations_;
-  std::unordered_map<std::string, std::uint64_t> functions_;
+  IndexTable locations_;  // positions in the profile's locations
+  IndexTable functions_;  // positions in the profile's functions
   std::unordered_map<const Module*, std::uint64_t> mappings_;
 };
 
@@ -10087,9 +10220,9 @@ SPANPROF_NAMESPACE_END
 
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -10137,22 +10270,24 @@ inline constexpr std::uint32_t id = 1, name = 2, system_name = 3, filename = 4, 
 // which outlive the encoding.
 class PprofStringTable {
  public:
-  PprofStringTable() {
-    entries_.emplace_back();
-    index_.emplace(std::string_view{}, 0);
-  }
+  PprofStringTable() { intern(std::string_view{}); }
 
   std::int64_t intern(std::string_view text) {
-    const auto [it, inserted] = index_.emplace(text, static_cast<std::int64_t>(entries_.size()));
-    if (inserted) entries_.push_back(text);
-    return it->second;
+    const std::size_t hash = std::hash<std::string_view>{}(text);
+    std::size_t at = index_.find(hash, [&](std::size_t position) { return entries_[position] == text; });
+    if (at == IndexTable::none) {
+      at = entries_.size();
+      entries_.push_back(text);
+      index_.insert(hash, at);
+    }
+    return static_cast<std::int64_t>(at);
   }
 
   const std::vector<std::string_view>& entries() const noexcept { return entries_; }
 
  private:
   std::vector<std::string_view> entries_;
-  std::unordered_map<std::string_view, std::int64_t> index_;
+  IndexTable index_;
 };
 
 inline void write_pprof_value_type(ProtobufWriter& writer, std::uint32_t field, const ValueType& value_type,

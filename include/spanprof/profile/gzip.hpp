@@ -40,15 +40,63 @@ inline void set_zlib_error(std::string& error, std::string_view what, int code, 
 inline constexpr std::size_t zlib_max_slice = std::size_t{1} << 30;
 
 // Inputs shorter than this are stored in the gzip member, not compressed. At any
-// level above 0 zlib builds Huffman trees for every block, a fixed cost of ~20 µs
-// here whatever the size, which is most of what a one-sample span profile (2.5 KB)
-// costs to deliver, and more than the whole sample cost the request thread. Stored,
-// it takes ~1 µs, gunzips the same everywhere, and weighs at most 1.2 KB more (still
-// one 4 KiB disk block, three TCP segments). Batched and bigger profiles compress.
+// level above 0 zlib builds Huffman trees for every block, a fixed cost whatever the
+// size, which is most of what a one-sample span profile (2.5 KB) costs to deliver,
+// and more than the whole sample cost the request thread. Stored, it gunzips the
+// same everywhere and weighs at most 1.2 KB more (still one 4 KiB disk block, three
+// TCP segments). Batched and bigger profiles compress.
 inline constexpr std::size_t gzip_store_below = 4096;
+
+// A gzip member of stored deflate blocks (RFC 1951 3.2.4, RFC 1952), written here
+// rather than by zlib: deflateInit allocates and clears its window and hash for
+// a stream it will not search, which costs more than the CRC and the copy.
+inline void gzip_store(std::string_view in, std::string& out) {
+  constexpr std::size_t max_block = 65535;
+  const std::size_t blocks = in.empty() ? 1 : (in.size() + max_block - 1) / max_block;
+  out.reserve(10 + 5 * blocks + in.size() + 8);
+  // ID1 ID2, CM=deflate, no flags, no mtime, XFL 0, OS 3 (Unix) as zlib writes it.
+  static constexpr char header[10] = {'\x1f', '\x8b', 8, 0, 0, 0, 0, 0, 0, 3};
+  out.append(header, sizeof header);
+  std::size_t at = 0;
+  do {
+    const std::size_t size = std::min(in.size() - at, max_block);
+    const bool last = at + size == in.size();
+    const auto length = static_cast<std::uint16_t>(size);
+    const auto complement = static_cast<std::uint16_t>(~length);
+    const char block[5] = {static_cast<char>(last ? 1 : 0), static_cast<char>(length & 0xFF),
+                           static_cast<char>(length >> 8), static_cast<char>(complement & 0xFF),
+                           static_cast<char>(complement >> 8)};
+    out.append(block, sizeof block);
+    out.append(in.data() + at, size);
+    at += size;
+  } while (at < in.size());
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (std::size_t done = 0; done < in.size();) {
+    const std::size_t slice = std::min(in.size() - done, zlib_max_slice);
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(in.data() + done), static_cast<uInt>(slice));
+    done += slice;
+  }
+  const auto size = static_cast<std::uint32_t>(in.size());  // ISIZE: the size modulo 2^32
+  const auto checksum = static_cast<std::uint32_t>(crc);
+  const char trailer[8] = {static_cast<char>(checksum & 0xFF),       static_cast<char>((checksum >> 8) & 0xFF),
+                           static_cast<char>((checksum >> 16) & 0xFF), static_cast<char>(checksum >> 24),
+                           static_cast<char>(size & 0xFF),           static_cast<char>((size >> 8) & 0xFF),
+                           static_cast<char>((size >> 16) & 0xFF),   static_cast<char>(size >> 24)};
+  out.append(trailer, sizeof trailer);
+}
 
 inline bool gzip_compress(std::string_view in, std::string& out, std::string& error) noexcept {
   out.clear();
+  if (in.size() < gzip_store_below) {
+    SPANPROF_TRY {
+      gzip_store(in, out);
+      return true;
+    } SPANPROF_CATCH_ALL {
+      out.clear();
+      set_error_message(error, "gzip: out of memory while storing");
+      return false;
+    }
+  }
   z_stream stream{};
   // A span's profile is a few kilobytes, and zlib's default tables (256 KiB, the
   // hash head cleared at every init) cost more than compressing it: the window is
@@ -59,8 +107,7 @@ inline bool gzip_compress(std::string_view in, std::string& out, std::string& er
   int window_bits = 9;
   while (window_bits < 15 && (std::size_t{1} << window_bits) < in.size() + 262) ++window_bits;
   const int mem_level = std::clamp(window_bits - 7, 1, 8);
-  const int level = in.size() < gzip_store_below ? Z_NO_COMPRESSION : Z_BEST_SPEED;
-  int rc = deflateInit2(&stream, level, Z_DEFLATED, window_bits + 16, mem_level, Z_DEFAULT_STRATEGY);
+  int rc = deflateInit2(&stream, Z_BEST_SPEED, Z_DEFLATED, window_bits + 16, mem_level, Z_DEFAULT_STRATEGY);
   if (rc != Z_OK) {
     set_zlib_error(error, "gzip: deflateInit2 failed", rc, stream.msg);
     return false;

@@ -3,6 +3,7 @@
 #ifndef SPANPROF_PROFILE_PPROF_ENCODER_HPP_
 #define SPANPROF_PROFILE_PPROF_ENCODER_HPP_
 
+#include <spanprof/base/index_table.hpp>
 #include <spanprof/base/status.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/profile/gzip.hpp>
@@ -11,9 +12,9 @@
 
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -61,22 +62,24 @@ inline constexpr std::uint32_t id = 1, name = 2, system_name = 3, filename = 4, 
 // which outlive the encoding.
 class PprofStringTable {
  public:
-  PprofStringTable() {
-    entries_.emplace_back();
-    index_.emplace(std::string_view{}, 0);
-  }
+  PprofStringTable() { intern(std::string_view{}); }
 
   std::int64_t intern(std::string_view text) {
-    const auto [it, inserted] = index_.emplace(text, static_cast<std::int64_t>(entries_.size()));
-    if (inserted) entries_.push_back(text);
-    return it->second;
+    const std::size_t hash = std::hash<std::string_view>{}(text);
+    std::size_t at = index_.find(hash, [&](std::size_t position) { return entries_[position] == text; });
+    if (at == IndexTable::none) {
+      at = entries_.size();
+      entries_.push_back(text);
+      index_.insert(hash, at);
+    }
+    return static_cast<std::int64_t>(at);
   }
 
   const std::vector<std::string_view>& entries() const noexcept { return entries_; }
 
  private:
   std::vector<std::string_view> entries_;
-  std::unordered_map<std::string_view, std::int64_t> index_;
+  IndexTable index_;
 };
 
 inline void write_pprof_value_type(ProtobufWriter& writer, std::uint32_t field, const ValueType& value_type,

@@ -4,13 +4,16 @@
 #ifndef SPANPROF_PROFILE_PROFILE_BUILDER_HPP_
 #define SPANPROF_PROFILE_PROFILE_BUILDER_HPP_
 
+#include <spanprof/base/index_table.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/profile/profile.hpp>
 #include <spanprof/symbolization/symbolizer.hpp>
 
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -42,6 +45,10 @@ class ProfileBuilder {
   // belonging to one of `spans`.
   Profile build(const SpanRecord& header, const std::vector<Sample>& samples, std::vector<SpanRecord> spans,
                 const std::vector<std::string>& comments) {
+    // Cleared first: a build that threw half-way left entries of its own profile.
+    locations_.clear();
+    functions_.clear();
+    mappings_.clear();
     Profile profile;
     if (header.kind == ProfileKind::cpu) {
       profile.sample_types = {{"samples", "count"}, {"cpu", "nanoseconds"}};
@@ -86,9 +93,6 @@ class ProfileBuilder {
       }
       profile.samples.push_back(std::move(sample));
     }
-    locations_.clear();
-    functions_.clear();
-    mappings_.clear();
     put_main_executable_first(profile);
     return profile;
   }
@@ -123,7 +127,11 @@ class ProfileBuilder {
   }
 
   std::uint64_t location_for(std::uintptr_t address, Profile& profile) {
-    if (auto it = locations_.find(address); it != locations_.end()) return it->second;
+    const std::uint64_t mixed = static_cast<std::uint64_t>(address) * 0x9E3779B97F4A7C15ull;
+    const auto hash = static_cast<std::size_t>(mixed ^ (mixed >> 32));  // the table indexes by the low bits
+    const std::size_t found =
+        locations_.find(hash, [&](std::size_t position) { return profile.locations[position].address == address; });
+    if (found != IndexTable::none) return profile.locations[found].id;
     const ResolvedFrame frame = symbolizer_.resolve(address);
     Location location;
     location.id = profile.locations.size() + 1;
@@ -148,9 +156,9 @@ class ProfileBuilder {
         if (!location.inlined.empty()) mapping.has_inline_frames = true;
       }
     }
-    profile.locations.push_back(location);
-    locations_.emplace(address, location.id);
-    return location.id;
+    profile.locations.push_back(std::move(location));
+    locations_.insert(hash, profile.locations.size() - 1);
+    return profile.locations.back().id;
   }
 
   std::uint64_t mapping_for(const Module& module, Profile& profile) {
@@ -172,25 +180,29 @@ class ProfileBuilder {
   // stay apart.
   std::uint64_t function_for(std::string_view function_name, std::string_view system_name, std::string_view file,
                              std::int64_t start_line, Profile& profile) {
-    std::string key(function_name.empty() ? system_name : function_name);
-    const std::size_t name_size = key.size();
-    key += '\0';
-    key += file;
-    if (auto it = functions_.find(key); it != functions_.end()) return it->second;
+    const std::string_view name = function_name.empty() ? system_name : function_name;
+    const std::size_t name_hash = std::hash<std::string_view>{}(name);
+    const std::size_t hash = name_hash ^ (std::hash<std::string_view>{}(file) + 0x9E3779B97F4A7C15ull +
+                                          (name_hash << 6) + (name_hash >> 2));
+    const std::size_t found = functions_.find(hash, [&](std::size_t position) {
+      const Function& known = profile.functions[position];
+      return known.name == name && known.filename == file;
+    });
+    if (found != IndexTable::none) return profile.functions[found].id;
     Function function;
     function.id = profile.functions.size() + 1;
-    function.name = key.substr(0, name_size);
+    function.name = std::string(name);
     function.system_name = std::string(system_name.empty() ? function_name : system_name);
     function.filename = std::string(file);
     function.start_line = start_line;
-    profile.functions.push_back(function);
-    functions_.emplace(std::move(key), function.id);
-    return function.id;
+    profile.functions.push_back(std::move(function));
+    functions_.insert(hash, profile.functions.size() - 1);
+    return profile.functions.back().id;
   }
 
   Symbolizer& symbolizer_;
-  std::unordered_map<std::uintptr_t, std::uint64_t> locations_;
-  std::unordered_map<std::string, std::uint64_t> functions_;
+  IndexTable locations_;  // positions in the profile's locations
+  IndexTable functions_;  // positions in the profile's functions
   std::unordered_map<const Module*, std::uint64_t> mappings_;
 };
 
