@@ -83,7 +83,7 @@ cmake --build $out/tsan -j "$jobs"
 (cd $out/tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure)
 
 step "Fuzz targets, briefly"
-bash scripts/fuzz.sh --seconds 3 --parallel "$jobs"
+bash scripts/fuzz.sh --seconds 2 --parallel "$jobs"
 
 
 step "Benchmarks run"

@@ -480,7 +480,7 @@ TEST_CASE("batched OTLP: one request, every span in link_table, no two samples a
   }
 }
 
-TEST_CASE("5,000 profiled spans a second for 10 s: a request or two per window, nothing lost",
+TEST_CASE("5,000 profiled spans a second for 5 s: a request or two per window, nothing lost",
           "[delivery][batch][load]" SPANPROF_TEST_LONG_LOAD) {
   HttpServer server;
   spanprof::PyroscopeOptions pyroscope;
@@ -508,7 +508,7 @@ TEST_CASE("5,000 profiled spans a second for 10 s: a request or two per window, 
   spanprof::start(options);
   const auto before = spanprof::stats();
   const auto started = std::chrono::steady_clock::now();
-  constexpr int threads = 2, spans_per_thread_per_second = 2500, seconds = 10;
+  constexpr int threads = 2, spans_per_thread_per_second = 2500, seconds = 5;
   std::vector<std::thread> workers;
   for (int t = 0; t < threads; ++t)
     workers.emplace_back([t, started] {

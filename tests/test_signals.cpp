@@ -328,7 +328,7 @@ const spanprof_test::ChildScenario scan_scenario("scan_under_sampling", [] {
     });
   }
   // Four seconds of this deadlocked two runs in three before the fix.
-  std::this_thread::sleep_for(std::chrono::seconds(6));
+  std::this_thread::sleep_for(std::chrono::seconds(5));
   stop = true;
   for (auto& worker : workers) worker.join();
   scanner.join();

@@ -99,7 +99,7 @@ constexpr unsigned stress_threads = 64;
 
 int stress_seconds() {
   const char* text = std::getenv("SPANPROF_STRESS_SECONDS");
-  return text ? std::max(1, std::atoi(text)) : 8;
+  return text ? std::max(1, std::atoi(text)) : 6;
 }
 
 const spanprof_test::ChildScenario stress_scenario("stress", [] {
