@@ -344,14 +344,12 @@ TEST_CASE("the sampling engine and gperftools' own profiler run side by side") {
   // and sampled spans on another both get their samples.
   Collector collector(options_at(200));
   const auto sampled = span_number(300);
-  char classic_path[256];
-  REQUIRE(spanprof::detail::classic_engine_start(classic_path) == spanprof::detail::ClassicStart::started);
+  REQUIRE(spanprof::detail::classic_engine_start() == spanprof::detail::ClassicStart::started);
   {
     spanprof::ScopedProfile guard(spanprof::NamedSpan{sampled, "sampled"});
     hot_gamma(0.2);
   }
-  spanprof::detail::classic_engine_stop();
-  ::unlink(classic_path);
+  spanprof::detail::classic_engine_stop([](const char* file) noexcept { ::unlink(file); });
   const auto* p = collector.profile_for(sampled.span_id);
   REQUIRE(p != nullptr);
   CHECK(spanprof_test::sample_count(p->decoded) >= 20);  // ~40 expected at 200 Hz

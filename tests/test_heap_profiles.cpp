@@ -49,10 +49,17 @@ __attribute__((noinline)) void allocate_scratch(std::size_t total, std::size_t c
   }
 }
 
+// Room for every test's blocks, made before main(): the list's own growth inside a
+// profiled scope would count as memory the scope left in use (a test run alone
+// found 128 bytes more than it leaked).
 std::vector<char*>& leaked() {
   static std::vector<char*> blocks;
   return blocks;
 }
+[[maybe_unused]] const bool leaked_room_made = [] {
+  leaked().reserve(1024);
+  return true;
+}();
 
 // Allocates `total` bytes that stay allocated after the scope (freed by the test).
 __attribute__((noinline)) void leak_buffers(std::size_t total, std::size_t chunk) {

@@ -564,7 +564,7 @@ class ScopedProfile {
   }
 
   SPANPROF_NOINLINE void open_classic() noexcept {
-    switch (detail::classic_engine_start(classic_path_)) {
+    switch (detail::classic_engine_start()) {
       case detail::ClassicStart::started:
         detail::count(detail::Counter::cpu_guards_opened);
         classic_cpu_ = true;
@@ -579,27 +579,28 @@ class ScopedProfile {
   }
 
   SPANPROF_NOINLINE void close_classic() noexcept {
-    detail::classic_engine_stop();
     classic_cpu_ = false;
-    if (!keep_) {
-      ::unlink(classic_path_);
-      return;
-    }
-    SPANPROF_TRY {
-      auto pending = detail::captured_profile_pool().acquire();
-      fill_identity(pending->profile, ProfileKind::cpu);
-      pending->engine = "classic";
-      pending->gperftools_cpu_file = classic_path_;
-      handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
-    } SPANPROF_CATCH_ALL {
-      ::unlink(classic_path_);
-      report_error(ErrorCode::internal, "out of memory handing over a profile; dropped");
-    }
+    detail::classic_engine_stop([this](const char* file) noexcept {
+      if (!keep_) {
+        ::unlink(file);
+        return;
+      }
+      SPANPROF_TRY {
+        auto pending = detail::captured_profile_pool().acquire();
+        fill_identity(pending->profile, ProfileKind::cpu);
+        pending->engine = "classic";
+        pending->gperftools_cpu_file = file;
+        handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
+      } SPANPROF_CATCH_ALL {
+        ::unlink(file);
+        report_error(ErrorCode::internal, "out of memory handing over a profile; dropped");
+      }
+    });
   }
 
   SPANPROF_NOINLINE void open_heap(const detail::RunningConfig& config) noexcept {
     if (config.heap_engine == HeapEngine::classic) {
-      switch (detail::classic_heap_start(heap_prefix_)) {
+      switch (detail::classic_heap_start()) {
         case detail::ClassicHeapStart::started:
           detail::count(detail::Counter::heap_guards_opened);
           heap_state_ = State::classic;
@@ -620,7 +621,7 @@ class ScopedProfile {
     const State state = heap_state_;
     heap_state_ = State::idle;
     if (state == State::classic) {
-      char* text = detail::classic_heap_stop(heap_prefix_);
+      char* text = detail::classic_heap_stop();
       if (text == nullptr) {
         if (keep_) report_error(ErrorCode::profiler_failed, "GetHeapProfile returned nothing");
         return;
@@ -708,8 +709,6 @@ class ScopedProfile {
     SpanContext span_;
   };
   char name_[max_span_name];
-  char classic_path_[256];
-  char heap_prefix_[256];
 };
 
 #else  // SPANPROF_ENABLED == 0: every guard is an empty object.

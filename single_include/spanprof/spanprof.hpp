@@ -2569,6 +2569,9 @@ struct ClassicEngineState {
   // thread_local, never allocates TLS inside the handler.
   std::atomic<pthread_t> profiled_thread{};
   std::atomic<std::uint64_t> sequence{0};
+  // The legacy profile file gperftools writes at stop: the scope that holds `busy`
+  // owns it, so no guard carries a path buffer of its own.
+  char path[256] = {};
 };
 
 SPANPROF_API inline ClassicEngineState& classic_engine_state() noexcept {
@@ -2583,11 +2586,10 @@ inline int classic_engine_keeps_this_thread(void*) {
 
 enum class ClassicStart : std::uint8_t { started, busy, failed };
 
-// On `started`, `path` names the legacy profile file gperftools writes at stop.
-inline ClassicStart classic_engine_start(char (&path)[256]) noexcept {
+inline ClassicStart classic_engine_start() noexcept {
   auto& state = classic_engine_state();
-  path[0] = '\0';
   if (state.busy.exchange(true, std::memory_order_acquire)) return ClassicStart::busy;
+  char (&path)[256] = state.path;
   const char* tmp = std::getenv("TMPDIR");
   std::snprintf(path, sizeof path, "%s/spanprof-classic-%d-%llu.prof", (tmp && *tmp) ? tmp : "/tmp",
                 static_cast<int>(::getpid()),
@@ -2606,9 +2608,15 @@ inline ClassicStart classic_engine_start(char (&path)[256]) noexcept {
   return ClassicStart::started;
 }
 
-inline void classic_engine_stop() noexcept {
+// Stops the scope's profile and calls `use_file(path)` (noexcept) with the file
+// gperftools wrote, before the engine is free for the next scope.
+template <class UseFile>
+void classic_engine_stop(UseFile&& use_file) noexcept {
   ProfilerStop();  // writes the file and /proc/self/maps; the worker parses it
-  classic_engine_state().busy.store(false, std::memory_order_release);
+  auto& state = classic_engine_state();
+  use_file(static_cast<const char*>(state.path));
+  state.path[0] = '\0';
+  state.busy.store(false, std::memory_order_release);
 }
 
 }  // namespace detail
@@ -2744,6 +2752,7 @@ namespace detail {
 struct ClassicHeapState {
   std::atomic<bool> busy{false};
   std::atomic<std::uint64_t> sequence{0};
+  char prefix[256] = {};  // the dump prefix, owned by the scope that holds `busy`
 };
 
 SPANPROF_API inline ClassicHeapState& classic_heap_state() noexcept {
@@ -2753,10 +2762,9 @@ SPANPROF_API inline ClassicHeapState& classic_heap_state() noexcept {
 
 enum class ClassicHeapStart : std::uint8_t { started, busy, failed };
 
-// `prefix` receives the dump prefix gperftools is given; it only writes files there
-// if its own HEAP_PROFILE_*_INTERVAL thresholds trigger, and stop removes them.
-inline ClassicHeapStart classic_heap_start(char (&prefix)[256]) noexcept {
-  prefix[0] = '\0';
+// gperftools is given a dump prefix; it only writes files there if its own
+// HEAP_PROFILE_*_INTERVAL thresholds trigger, and stop removes them.
+inline ClassicHeapStart classic_heap_start() noexcept {
   const TcmallocApi& api = tcmalloc_api();
   if (!api.has_heap_profiler()) {
     report_error(ErrorCode::heap_unavailable,
@@ -2770,6 +2778,7 @@ inline ClassicHeapStart classic_heap_start(char (&prefix)[256]) noexcept {
     state.busy.store(false, std::memory_order_release);
     return ClassicHeapStart::busy;
   }
+  char (&prefix)[256] = state.prefix;
   const char* tmp = std::getenv("TMPDIR");
   std::snprintf(prefix, sizeof prefix, "%s/spanprof-heap-%d-%llu", (tmp && *tmp) ? tmp : "/tmp",
                 static_cast<int>(::getpid()),
@@ -2799,15 +2808,17 @@ inline void remove_heap_dumps(const char* prefix) noexcept {
 
 // Takes the profile text (malloc'ed by gperftools; caller frees with std::free) and
 // stops the profiler. Null if gperftools returned nothing.
-inline char* classic_heap_stop(const char* prefix) noexcept {
+inline char* classic_heap_stop() noexcept {
   const TcmallocApi& api = tcmalloc_api();
   char* text = api.get_heap_profile();
   api.heap_profiler_stop();
-  classic_heap_state().busy.store(false, std::memory_order_release);
+  auto& state = classic_heap_state();
   SPANPROF_TRY {
-    remove_heap_dumps(prefix);
+    remove_heap_dumps(state.prefix);
   } SPANPROF_CATCH_ALL {
   }
+  state.prefix[0] = '\0';
+  state.busy.store(false, std::memory_order_release);
   return text;
 }
 
@@ -8509,7 +8520,7 @@ class ScopedProfile {
   }
 
   SPANPROF_NOINLINE void open_classic() noexcept {
-    switch (detail::classic_engine_start(classic_path_)) {
+    switch (detail::classic_engine_start()) {
       case detail::ClassicStart::started:
         detail::count(detail::Counter::cpu_guards_opened);
         classic_cpu_ = true;
@@ -8524,27 +8535,28 @@ class ScopedProfile {
   }
 
   SPANPROF_NOINLINE void close_classic() noexcept {
-    detail::classic_engine_stop();
     classic_cpu_ = false;
-    if (!keep_) {
-      ::unlink(classic_path_);
-      return;
-    }
-    SPANPROF_TRY {
-      auto pending = detail::captured_profile_pool().acquire();
-      fill_identity(pending->profile, ProfileKind::cpu);
-      pending->engine = "classic";
-      pending->gperftools_cpu_file = classic_path_;
-      handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
-    } SPANPROF_CATCH_ALL {
-      ::unlink(classic_path_);
-      report_error(ErrorCode::internal, "out of memory handing over a profile; dropped");
-    }
+    detail::classic_engine_stop([this](const char* file) noexcept {
+      if (!keep_) {
+        ::unlink(file);
+        return;
+      }
+      SPANPROF_TRY {
+        auto pending = detail::captured_profile_pool().acquire();
+        fill_identity(pending->profile, ProfileKind::cpu);
+        pending->engine = "classic";
+        pending->gperftools_cpu_file = file;
+        handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
+      } SPANPROF_CATCH_ALL {
+        ::unlink(file);
+        report_error(ErrorCode::internal, "out of memory handing over a profile; dropped");
+      }
+    });
   }
 
   SPANPROF_NOINLINE void open_heap(const detail::RunningConfig& config) noexcept {
     if (config.heap_engine == HeapEngine::classic) {
-      switch (detail::classic_heap_start(heap_prefix_)) {
+      switch (detail::classic_heap_start()) {
         case detail::ClassicHeapStart::started:
           detail::count(detail::Counter::heap_guards_opened);
           heap_state_ = State::classic;
@@ -8565,7 +8577,7 @@ class ScopedProfile {
     const State state = heap_state_;
     heap_state_ = State::idle;
     if (state == State::classic) {
-      char* text = detail::classic_heap_stop(heap_prefix_);
+      char* text = detail::classic_heap_stop();
       if (text == nullptr) {
         if (keep_) report_error(ErrorCode::profiler_failed, "GetHeapProfile returned nothing");
         return;
@@ -8653,8 +8665,6 @@ class ScopedProfile {
     SpanContext span_;
   };
   char name_[max_span_name];
-  char classic_path_[256];
-  char heap_prefix_[256];
 };
 
 #else  // SPANPROF_ENABLED == 0: every guard is an empty object.

@@ -31,6 +31,9 @@ struct ClassicEngineState {
   // thread_local, never allocates TLS inside the handler.
   std::atomic<pthread_t> profiled_thread{};
   std::atomic<std::uint64_t> sequence{0};
+  // The legacy profile file gperftools writes at stop: the scope that holds `busy`
+  // owns it, so no guard carries a path buffer of its own.
+  char path[256] = {};
 };
 
 SPANPROF_API inline ClassicEngineState& classic_engine_state() noexcept {
@@ -45,11 +48,10 @@ inline int classic_engine_keeps_this_thread(void*) {
 
 enum class ClassicStart : std::uint8_t { started, busy, failed };
 
-// On `started`, `path` names the legacy profile file gperftools writes at stop.
-inline ClassicStart classic_engine_start(char (&path)[256]) noexcept {
+inline ClassicStart classic_engine_start() noexcept {
   auto& state = classic_engine_state();
-  path[0] = '\0';
   if (state.busy.exchange(true, std::memory_order_acquire)) return ClassicStart::busy;
+  char (&path)[256] = state.path;
   const char* tmp = std::getenv("TMPDIR");
   std::snprintf(path, sizeof path, "%s/spanprof-classic-%d-%llu.prof", (tmp && *tmp) ? tmp : "/tmp",
                 static_cast<int>(::getpid()),
@@ -68,9 +70,15 @@ inline ClassicStart classic_engine_start(char (&path)[256]) noexcept {
   return ClassicStart::started;
 }
 
-inline void classic_engine_stop() noexcept {
+// Stops the scope's profile and calls `use_file(path)` (noexcept) with the file
+// gperftools wrote, before the engine is free for the next scope.
+template <class UseFile>
+void classic_engine_stop(UseFile&& use_file) noexcept {
   ProfilerStop();  // writes the file and /proc/self/maps; the worker parses it
-  classic_engine_state().busy.store(false, std::memory_order_release);
+  auto& state = classic_engine_state();
+  use_file(static_cast<const char*>(state.path));
+  state.path[0] = '\0';
+  state.busy.store(false, std::memory_order_release);
 }
 
 }  // namespace detail

@@ -24,6 +24,7 @@ namespace detail {
 struct ClassicHeapState {
   std::atomic<bool> busy{false};
   std::atomic<std::uint64_t> sequence{0};
+  char prefix[256] = {};  // the dump prefix, owned by the scope that holds `busy`
 };
 
 SPANPROF_API inline ClassicHeapState& classic_heap_state() noexcept {
@@ -33,10 +34,9 @@ SPANPROF_API inline ClassicHeapState& classic_heap_state() noexcept {
 
 enum class ClassicHeapStart : std::uint8_t { started, busy, failed };
 
-// `prefix` receives the dump prefix gperftools is given; it only writes files there
-// if its own HEAP_PROFILE_*_INTERVAL thresholds trigger, and stop removes them.
-inline ClassicHeapStart classic_heap_start(char (&prefix)[256]) noexcept {
-  prefix[0] = '\0';
+// gperftools is given a dump prefix; it only writes files there if its own
+// HEAP_PROFILE_*_INTERVAL thresholds trigger, and stop removes them.
+inline ClassicHeapStart classic_heap_start() noexcept {
   const TcmallocApi& api = tcmalloc_api();
   if (!api.has_heap_profiler()) {
     report_error(ErrorCode::heap_unavailable,
@@ -50,6 +50,7 @@ inline ClassicHeapStart classic_heap_start(char (&prefix)[256]) noexcept {
     state.busy.store(false, std::memory_order_release);
     return ClassicHeapStart::busy;
   }
+  char (&prefix)[256] = state.prefix;
   const char* tmp = std::getenv("TMPDIR");
   std::snprintf(prefix, sizeof prefix, "%s/spanprof-heap-%d-%llu", (tmp && *tmp) ? tmp : "/tmp",
                 static_cast<int>(::getpid()),
@@ -79,15 +80,17 @@ inline void remove_heap_dumps(const char* prefix) noexcept {
 
 // Takes the profile text (malloc'ed by gperftools; caller frees with std::free) and
 // stops the profiler. Null if gperftools returned nothing.
-inline char* classic_heap_stop(const char* prefix) noexcept {
+inline char* classic_heap_stop() noexcept {
   const TcmallocApi& api = tcmalloc_api();
   char* text = api.get_heap_profile();
   api.heap_profiler_stop();
-  classic_heap_state().busy.store(false, std::memory_order_release);
+  auto& state = classic_heap_state();
   SPANPROF_TRY {
-    remove_heap_dumps(prefix);
+    remove_heap_dumps(state.prefix);
   } SPANPROF_CATCH_ALL {
   }
+  state.prefix[0] = '\0';
+  state.busy.store(false, std::memory_order_release);
   return text;
 }
 

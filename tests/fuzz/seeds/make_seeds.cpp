@@ -103,23 +103,22 @@ __attribute__((noinline)) std::vector<std::unique_ptr<char[]>> cache_fill() { re
 
 void cpu_profiles() {
   for (const int ms : {300, 0}) {
-    char path[256];
-    if (sd::classic_engine_start(path) != sd::ClassicStart::started) die("the classic CPU engine did not start");
+    if (sd::classic_engine_start() != sd::ClassicStart::started) die("the classic CPU engine did not start");
     if (ms > 0) search(ms);
-    sd::classic_engine_stop();
+    std::string path;
+    sd::classic_engine_stop([&path](const char* file) noexcept { path = file; });
     write_seed("cpu_profile", ms > 0 ? "classic-busy.prof" : "classic-idle.prof", read_file(path));
-    ::unlink(path);
+    ::unlink(path.c_str());
   }
 }
 
 void heap_profiles() {
-  char prefix[256];
-  if (sd::classic_heap_start(prefix) != sd::ClassicHeapStart::started)
+  if (sd::classic_heap_start() != sd::ClassicHeapStart::started)
     die("the classic heap engine did not start (tcmalloc not the allocator?)");
   auto kept = cache_fill();
   auto more = allocate(16, 100);
   more.clear();
-  char* text = sd::classic_heap_stop(prefix);
+  char* text = sd::classic_heap_stop();
   if (text == nullptr) die("GetHeapProfile returned nothing");
   write_seed("heap_profile", "classic.heap", text);
   std::free(text);
