@@ -261,7 +261,7 @@ class ScopedProfile {
 
   // Span names are a few bytes: copied in overlapping words. std::memcpy of a size
   // only known to be below max_span_name compiles to `rep movs`, whose start-up was
-  // most of the opening guard's own time in a busy server (perf, 2026-11-27).
+  // most of the opening guard's own time in a busy server (perf).
   static void copy_name(char* to, const char* from, std::size_t n) noexcept {
     if (n >= 16) {
       for (std::size_t at = 0; at + 16 <= n; at += 16) std::memcpy(to + at, from + at, 16);

@@ -5,75 +5,14 @@
 // cheaply and, when a name becomes slower than its own normal, asks the guards to
 // profile the next N spans of that name, whatever the head sampler says.
 //
-// Latency model (per name; durations in nanoseconds, kept in fixed point with
-// 1/256 ns resolution in 64-bit atomics):
-//
-//   recent    fast EWMA of durations, alpha 1/8        (reacts within a few spans)
-//   baseline  slow EWMA of durations, alpha 1/64       (the name's normal)
-//   reference the baseline as it stood 32 to 64 observations ago, or the current
-//             baseline when that is lower
-//
-// For the first observations the weights are 1/n instead (n = observations so
-// far, until 1/n falls to the alpha), so both averages start as plain means and a
-// slow first request does not skew a name's normal for long.
-//
-// A name arms when all hold:
-//   observations >= min_observations,
-//   recent > factor * reference,
-//   it is not armed and not cooling down (see below),
-//   the process-wide rate limit allows an arming now.
-//
-// Why a lagged reference. Compared with the live baseline, recent would race a
-// baseline that chases the same slow spans: with alphas 1/8 and 1/64 and factor 2,
-// a step to 3.2x the old latency never arms, because by the time recent has
-// climbed, the baseline has climbed too. Comparing with the baseline of 32 to 64
-// observations ago keeps the pre-step normal as the yardstick while recent rises.
-// Arming bound: when a name that has held a steady latency L for at least its
-// last 64 observations steps to r*L (r > factor), it arms on the k-th slow
-// observation, where k is the smallest integer with
-//
-//   (7/8)^k < (r - factor) / (r - 1)
-//
-// provided k <= 32 (the reference still predates the step for 32 observations).
-// With factor 2: r = 10 arms at k = 1, r = 3 at 6, r = 2.2 at 14, and any r of
-// 2.015 or more within 32. Fixed-point truncation (under 1/256 ns a step) can add
-// one observation when (7/8)^k is that close to the ratio.
-//
-// Standing down and cooling down. An arming hands out exactly N = spans_to_profile
-// take()s, then the name stands down. It also stands down early when an
-// observation finds its recent latency back at or under factor * reference: the
-// slow spell is over, and profiling normal spans would not explain it. After
-// standing down, the name cannot re-arm for cooldown_ns. take() never reads the
-// clock, so the cooldown starts at the name's first observation after it stood
-// down (at once for an early stand-down): it lasts at least cooldown_ns from
-// standing down.
-//
-// A new normal. The baseline never stops absorbing observations, slow ones
-// included; only the comparison is lagged. When a name becomes permanently slower
-// (r times), its reference exceeds the new latency / factor after at most
-// K + 64 observations at the new latency, K the smallest integer with
-// (63/64)^K < (1 - 1/factor) * r / (r - 1) (K <= 45 for factor 2, whatever r),
-// and from then on it cannot arm again. The cooldown covers that stretch: a name
-// observed K + 64 times within cooldown_ns arms once for the change; a quieter
-// name may re-arm once per cooldown until its baseline has caught up.
-//
-// Rate limit. Armings across all names are at least 1 / max_triggers_per_second
-// seconds apart: a burst of one, and idle time does not accumulate credit, so a
-// wide slowdown (every endpoint slower at once) profiles one name a second, not
-// all of them at once. A name refused by the limit arms at a later observation if
-// still slow. 0 (or less) turns arming off; infinity removes the limit.
-//
-// Cost and concurrency. observe(), take() and any_armed() are lock-free (atomics
-// only), never allocate and never block. observe() reads the clock only when a
-// name is over its threshold and idle, or to start a cooldown. Concurrent updates
-// of one name may lose an EWMA step (load, compute, store): the averages are
-// approximate under races, never corrupt, and take() hands out at most N spans per
-// arming (a compare-and-swap decrement that stops at zero).
-//
-// Names. A fixed table of `capacity` names, open addressing on the 64-bit name
-// hash, claimed with compare-and-swap and never freed. A name that finds no free
-// slot within `max_probe` slots of its home is not tracked: its observations are
-// counted in names_untracked and otherwise ignored, and it never arms.
+// Per name, two EWMAs of latency (recent, 1/8; baseline, 1/64) in fixed point;
+// a name arms when recent exceeds factor x the baseline as it stood 32 to 64
+// observations ago (a lagged yardstick, so a step is not chased away by a baseline
+// that climbs with it), then hands out N take()s, stands down and cools down.
+// Armings are rate-limited process-wide. observe(), take() and any_armed() are
+// lock-free, never allocate and never block; names live in a fixed open-addressed
+// table. The derivation of the bounds (when a step arms, when a new normal stops
+// arming) and the concurrency rules: docs/sampling.md, "How the trigger decides".
 #ifndef SPANPROF_POLICY_ADAPTIVE_TRIGGER_HPP_
 #define SPANPROF_POLICY_ADAPTIVE_TRIGGER_HPP_
 
