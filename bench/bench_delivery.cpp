@@ -4,7 +4,8 @@
 //   guard_close_backend_up / _down   request-thread cost of closing a guard that
 //                                    hands over a profile, while the backend answers
 //                                    and while it is unreachable (manual timing of
-//                                    the close only; p50 and p99 as counters)
+//                                    the close only; p50 and p99 as counters), over
+//                                    $SPANPROF_BENCH_CLOSE_SPANS (default 2000) spans
 //   guard_close_without_samples      the same close when the span took no sample
 //   backend_requests_at_5000_spans_per_second
 //                                    2 threads x 2,500 paced spans/s for
@@ -182,12 +183,14 @@ void guard_close(benchmark::State& state, bool backend_up, bool with_samples) {
   state.counters["handed_over"] = static_cast<double>(after.profiles_enqueued - before.profiles_enqueued);
 }
 
+const long close_iterations = bench::count_from_environment("SPANPROF_BENCH_CLOSE_SPANS", 2000);
+
 void guard_close_backend_up(benchmark::State& state) { guard_close(state, true, true); }
 void guard_close_backend_down(benchmark::State& state) { guard_close(state, false, true); }
 void guard_close_without_samples(benchmark::State& state) { guard_close(state, true, false); }
-BENCHMARK(guard_close_backend_up)->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(2000);
-BENCHMARK(guard_close_backend_down)->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(2000);
-BENCHMARK(guard_close_without_samples)->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(2000);
+BENCHMARK(guard_close_backend_up)->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(close_iterations);
+BENCHMARK(guard_close_backend_down)->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(close_iterations);
+BENCHMARK(guard_close_without_samples)->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(close_iterations);
 
 using bench::seconds_from_environment;
 

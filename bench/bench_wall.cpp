@@ -5,7 +5,8 @@
 //   guard_cpu_open_close         the same with a CPU-profiled span, for scale
 //   request_loop/<mode>          requests of 100 us of CPU and a 100 us sleep on
 //                                one thread; items/s with no guard, every request
-//                                CPU-profiled, every request wall-profiled (100 Hz)
+//                                CPU-profiled, every request wall-profiled (100 Hz),
+//                                each for $SPANPROF_BENCH_LOOP_SECONDS (default 1)
 //   eintr_nanosleep_1ms          a host loop of nanosleep(1 ms) inside one wall
 //                                span for $SPANPROF_BENCH_EINTR_SECONDS (default
 //                                10): how often the host sees EINTR, per second
@@ -94,9 +95,10 @@ void request_loop(benchmark::State& state, Mode mode) {
   state.counters["cpu_samples"] = static_cast<double>(after.samples_captured - before.samples_captured);
   spanprof::flush();
 }
-BENCHMARK_CAPTURE(request_loop, off, Mode::off)->UseRealTime()->MinTime(1.0);
-BENCHMARK_CAPTURE(request_loop, cpu, Mode::cpu)->UseRealTime()->MinTime(1.0);
-BENCHMARK_CAPTURE(request_loop, wall, Mode::wall)->UseRealTime()->MinTime(1.0);
+const double loop_seconds = bench::seconds_from_environment("SPANPROF_BENCH_LOOP_SECONDS", 1.0);
+BENCHMARK_CAPTURE(request_loop, off, Mode::off)->UseRealTime()->MinTime(loop_seconds);
+BENCHMARK_CAPTURE(request_loop, cpu, Mode::cpu)->UseRealTime()->MinTime(loop_seconds);
+BENCHMARK_CAPTURE(request_loop, wall, Mode::wall)->UseRealTime()->MinTime(loop_seconds);
 
 void eintr_nanosleep_1ms(benchmark::State& state) {
   start_with(nullptr);

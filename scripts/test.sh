@@ -88,6 +88,7 @@ bash scripts/fuzz.sh --seconds 2 --parallel "$jobs"
 
 step "Benchmarks run"
 SPANPROF_BENCH_LOAD_SECONDS=1 SPANPROF_BENCH_MEMORY_SECONDS=1 SPANPROF_BENCH_EINTR_SECONDS=1 \
+  SPANPROF_BENCH_CLOSE_SPANS=200 SPANPROF_BENCH_LOOP_SECONDS=0.2 \
   $out/cmake/bench/spanprof_bench --benchmark_min_time=0.05 >/dev/null
 $out/cmake/bench/spanprof_bench_symbolize --benchmark_min_time=0.05 >/dev/null
 if [ -x $out/cmake/bench/spanprof_bench_opentelemetry ]; then
