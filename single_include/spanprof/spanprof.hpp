@@ -8480,16 +8480,9 @@ class ScopedProfile {
         ::unlink(file);
         return;
       }
-      SPANPROF_TRY {
-        auto pending = detail::captured_profile_pool().acquire();
-        fill_identity(pending->profile, ProfileKind::cpu);
-        pending->engine = "classic";
-        pending->gperftools_cpu_file = file;
-        handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
-      } SPANPROF_CATCH_ALL {
+      if (!hand_over(ProfileKind::cpu, "classic",
+                     [file](detail::CapturedProfile& pending) { pending.gperftools_cpu_file = file; }))
         ::unlink(file);
-        report_error(ErrorCode::internal, "out of memory handing over a profile; dropped");
-      }
     });
   }
 
@@ -8525,18 +8518,9 @@ class ScopedProfile {
         std::free(text);
         return;
       }
-      SPANPROF_TRY {
-        auto pending = detail::captured_profile_pool().acquire();
-        fill_identity(pending->profile, ProfileKind::heap);
-        pending->engine = "classic";
-        pending->gperftools_heap_text = text;
-        std::free(text);
-        text = nullptr;
-        handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
-      } SPANPROF_CATCH_ALL {
-        std::free(text);
-        report_error(ErrorCode::internal, "out of memory handing over a heap profile; dropped");
-      }
+      hand_over(ProfileKind::heap, "classic",
+                [text](detail::CapturedProfile& pending) { pending.gperftools_heap_text = text; });
+      std::free(text);
       return;
     }
     detail::HeapSpanResult result;
@@ -8554,17 +8538,30 @@ class ScopedProfile {
     }
     if (!keep_ || result.records.empty()) return;  // discarded, or nothing allocated was sampled
     if (request_ != nullptr) return request_->add_heap_records(result);
+    hand_over(ProfileKind::heap, detail::sampling_heap_engine_name(), [&result](detail::CapturedProfile& pending) {
+      pending.profile.heap_interval_bytes = result.interval_bytes;
+      pending.profile.dropped_samples = result.dropped;
+      pending.packed_samples = std::move(result.records);
+    });
+  }
+
+  // Hands this span's profile of `kind` over, `attach` adding what the engine
+  // recorded; false when it could not (out of memory, reported).
+  template <class Attach>
+  bool hand_over(ProfileKind kind, const char* engine, Attach&& attach) noexcept {
     SPANPROF_TRY {
       auto pending = detail::captured_profile_pool().acquire();
-      fill_identity(pending->profile, ProfileKind::heap);
-      pending->profile.heap_interval_bytes = result.interval_bytes;
-      pending->profile.dropped_samples = result.dropped;
-      pending->engine = detail::sampling_heap_engine_name();
-      pending->packed_samples = std::move(result.records);
+      fill_identity(pending->profile, kind);
+      pending->engine = engine;
+      attach(*pending);
       handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
+      return true;
     } SPANPROF_CATCH_ALL {
-      report_error(ErrorCode::internal, "out of memory handing over a heap profile; dropped");
+      report_error(ErrorCode::internal, kind == ProfileKind::heap
+                                            ? "out of memory handing over a heap profile; dropped"
+                                            : "out of memory handing over a profile; dropped");
     }
+    return false;
   }
 
   // What every guard sets: the destructor and the public queries read only these.
