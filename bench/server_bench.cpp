@@ -24,6 +24,7 @@
 // disk or network I/O is measured, only what spanprof does.
 //
 // GET /work serves a request; GET /cpu answers "<process CPU ns> <requests served>".
+#define SPANPROF_IMPLEMENTATION  // this file compiles spanprof's runtime (once per program)
 #include <spanprof/spanprof.hpp>
 
 #include <gperftools/profiler.h>

@@ -2,6 +2,7 @@
 // span failed: an exception left the guard's scope, or the handler called
 // guard.set_error() for a failure it handled itself. Everything else is discarded
 // at the guard, before any symbolization, encoding or upload.
+#define SPANPROF_IMPLEMENTATION  // this file compiles spanprof's runtime (once per program)
 #include <spanprof/spanprof.hpp>
 
 #include "example_support.hpp"

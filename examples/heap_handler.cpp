@@ -9,6 +9,7 @@
 // (spanprof's own operator new/delete; exactly one source file of a program may
 // include it). Without it, heap scopes use tcmalloc's MallocHook, which needs
 // tcmalloc as the allocator and costs more (docs/heap.md).
+#define SPANPROF_IMPLEMENTATION  // this file compiles spanprof's runtime (once per program)
 #include <spanprof/allocation_hooks.hpp>
 #include <spanprof/spanprof.hpp>
 

@@ -2,6 +2,7 @@
 // Every request arrives with a W3C traceparent; each handler profiles its own span.
 // At the end it prints, per profiled span, its ids and where its CPU time went, and
 // where the pprof files are (open them with `go tool pprof -top FILE`).
+#define SPANPROF_IMPLEMENTATION  // this file compiles spanprof's runtime (once per program)
 #include <spanprof/spanprof.hpp>
 
 #include "example_support.hpp"

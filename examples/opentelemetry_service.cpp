@@ -6,6 +6,7 @@
 // what Grafana's "Traces to profiles" follows. The in-memory exporter stands in
 // for your OTLP exporter; the program prints each exported span, its link and the
 // hottest function of its profile.
+#define SPANPROF_IMPLEMENTATION  // this file compiles spanprof's runtime (once per program)
 #include <spanprof/opentelemetry.hpp>
 
 #include "example_support.hpp"

@@ -5,6 +5,7 @@
 //
 // Prints the slow requests' span ids and the files written; tests/check_slow_requests.sh
 // checks that the two lists match and reads every file back with `go tool pprof`.
+#define SPANPROF_IMPLEMENTATION  // this file compiles spanprof's runtime (once per program)
 #include <spanprof/spanprof.hpp>
 
 #include "example_support.hpp"

@@ -6,6 +6,7 @@
 // Each request is profiled with `spanprof::cpu | spanprof::wall`. The profiles are
 // written as files (SPANPROF_OUTPUT_DIR, default ./profiles) and, through a second
 // uploader, summed here by phase, so the program prints where the time went.
+#define SPANPROF_IMPLEMENTATION  // this file compiles spanprof's runtime (once per program)
 #include <spanprof/spanprof.hpp>
 
 #include "example_support.hpp"

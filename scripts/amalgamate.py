@@ -11,7 +11,8 @@ rules, checked here on every run:
     its own body instead (`#if SPANPROF_WITH_CURL` in the HTTP client), so every
     header lands where every configuration needs it;
   * layers: a header includes only headers of its own layer or a lower one
-    (config.hpp is below everything; top-level headers may include anything);
+    (config.hpp is below everything; top-level headers and detail/, their
+    internals, may include anything);
   * no include cycles (a header that includes its includer at its end would be
     pasted before the declarations it needs).
 
@@ -33,14 +34,19 @@ OUTPUT = ROOT / "single_include" / "spanprof" / "spanprof.hpp"
 UMBRELLA = "spanprof/spanprof.hpp"
 COMPANIONS = ["spanprof/allocation_hooks.hpp", "spanprof/asio.hpp", "spanprof/opentelemetry.hpp"]
 COMPANION_INCLUDES = {UMBRELLA}
+# With the compiled library a companion may need what the umbrella includes only
+# where the runtime is compiled.
+COMPANION_RUNTIME_INCLUDES = {"spanprof/capture/heap_sampler.hpp"}
 # Lowest first. A folder not listed here is an error: new folders need a place.
 LAYERS = ["base", "span", "symbolization", "profile", "policy", "capture", "delivery", "runtime"]
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*<(spanprof/[^>]+)>\s*(//.*)?$')
 CONDITIONAL_OPEN_RE = re.compile(r'^\s*#\s*if(n?def)?\b')
 CONDITIONAL_CLOSE_RE = re.compile(r'^\s*#\s*endif\b')
 # The one conditional include: the umbrella's runtime definitions, last of all
-# (so pasted after every declaration), left out with SPANPROF_COMPILED_LIB. In the
-# single header they are pasted unconditionally and guard their own bodies.
+# (so pasted after every declaration), compiled only where SPANPROF_IMPLEMENTATION
+# is defined (or in the compiled library). In the single header, what they alone
+# include is pasted inside the same conditional, so that every other source file
+# skips it in the preprocessor.
 RUNTIME_CONDITIONAL = "#if SPANPROF_DEFINE_RUNTIME"
 
 BANNER = """\
@@ -64,13 +70,16 @@ def layer_of(relative):
     parts = pathlib.PurePosixPath(relative).parts  # ("spanprof", folder, file) or ("spanprof", file)
     if len(parts) == 2:
         return -1 if parts[1] == "config.hpp" else len(LAYERS)
+    if parts[1] == "detail":
+        return len(LAYERS)
     if parts[1] not in LAYERS:
         sys.exit(f"amalgamate: {relative} is in a folder with no layer; add it to LAYERS")
     return LAYERS.index(parts[1])
 
 
-def spanprof_includes(relative, problems):
-    """The spanprof headers `relative` includes, in order; records broken rules."""
+def spanprof_includes(relative, problems, runtime_only=None):
+    """The spanprof headers `relative` includes, in order; records broken rules.
+    `runtime_only` collects those inside the umbrella's runtime conditional."""
     path = INCLUDE / relative
     if not path.is_file():
         sys.exit(f"amalgamate: {relative} is included but does not exist")
@@ -87,12 +96,15 @@ def spanprof_includes(relative, problems):
         if not match:
             continue
         target = match.group(1)
-        if depth > 1 and not (relative == UMBRELLA and open_conditional == RUNTIME_CONDITIONAL):
+        if depth > 1 and not (relative == UMBRELLA and open_conditional == RUNTIME_CONDITIONAL) and \
+                relative not in COMPANIONS:
             problems.append(f"{relative}:{number}: #include <{target}> inside a conditional; guard the included "
                             "header's body instead")
         if relative not in COMPANIONS and layer_of(target) > layer_of(relative):
             problems.append(f"{relative}:{number}: includes <{target}>, a higher layer")
         includes.append(target)
+        if runtime_only is not None and depth > 1:
+            runtime_only.add(target)
     return includes
 
 
@@ -103,8 +115,15 @@ def expand(relative, seen, out, problems, path=()):
     if relative in seen:
         return
     seen.add(relative)
-    for target in spanprof_includes(relative, problems):
+    runtime_only = set()
+    opened = False
+    for target in spanprof_includes(relative, problems, runtime_only):
+        if target in runtime_only and not opened:
+            out.append(RUNTIME_CONDITIONAL + "  // the runtime: what only it includes\n")
+            opened = True
         expand(target, seen, out, problems, path + (relative,))
+    if opened:
+        out.append("#endif  // SPANPROF_DEFINE_RUNTIME\n")
     out.append(f"// ---- begin {relative} ----\n")
     for line in (INCLUDE / relative).read_text().splitlines(keepends=True):
         if not INCLUDE_RE.match(line):
@@ -130,8 +149,13 @@ def outputs(problems):
     for relative in COMPANIONS:
         text = (INCLUDE / relative).read_text()
         for target in spanprof_includes(relative, problems):
-            if target not in COMPANION_INCLUDES:
-                problems.append(f"companion {relative} includes {target}; only the umbrella header is allowed")
+            if target not in COMPANION_INCLUDES and target not in COMPANION_RUNTIME_INCLUDES:
+                problems.append(f"companion {relative} includes {target}; only the umbrella header is allowed, and "
+                                "what the umbrella's runtime section includes (dropped in the single header)")
+        # In the single header's world the umbrella is the only spanprof header:
+        # what a companion includes besides it is in the umbrella's runtime section.
+        text = "".join(line for line in text.splitlines(keepends=True)
+                       if not (INCLUDE_RE.match(line) and INCLUDE_RE.match(line).group(1) != UMBRELLA))
         files[OUTPUT.parent / pathlib.Path(relative).name] = text
     return files
 

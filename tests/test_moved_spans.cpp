@@ -150,7 +150,8 @@ TEST_CASE("many guards handed between threads while both threads are sampled at 
 
 // A guard held across co_await lives in the coroutine's frame, one per suspended
 // request: it holds what a span needs, no more (the classic engines keep their file
-// paths themselves; a guard carried two 256-byte buffers for them, 808 bytes in all).
+// paths themselves), and a span name of up to max_span_name bytes.
 TEST_CASE("a guard is small enough to live in every coroutine frame", "[moved]") {
-  CHECK(sizeof(spanprof::ScopedProfile) <= 296);
+  CHECK(sizeof(spanprof::ScopedProfile) <= 256);
+  CHECK(spanprof::ScopedProfile::max_span_name >= 100);
 }

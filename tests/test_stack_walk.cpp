@@ -9,6 +9,8 @@
 #include "support/walk_workload.hpp"
 
 #include <spanprof/spanprof.hpp>
+#include <spanprof/capture/call_frame_info.hpp>
+#include <spanprof/capture/stack_walker.hpp>
 
 #include <algorithm>
 #include <atomic>

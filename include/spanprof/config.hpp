@@ -38,28 +38,27 @@
 #error "SPANPROF_ENABLED, SPANPROF_WITH_CURL and SPANPROF_WITH_LIBDW must be 0 or 1"
 #endif
 
-// SPANPROF_COMPILED_LIB (defined, as spdlog's SPDLOG_COMPILED_LIB): the program
-// links spanprof's compiled library (CMake spanprof::spanprof_compiled, Meson
-// option compiled_lib, pkg-config spanprof-compiled), which holds the runtime:
-// start(), flush(), shutdown(), stats(), Options() and everything behind them.
-// Source files then compile only what they use, not the whole runtime (a source
-// file that includes <spanprof/spanprof.hpp> compiles in seconds, not tens of
-// seconds), and every shared object of a process that links the library shares
-// one runtime. Not defined: header-only, the runtime compiled wherever the
-// umbrella header is included (the linker keeps one copy).
+// Where the runtime is compiled: start(), flush(), shutdown(), stats(), Options(),
+// the guard's slow paths and everything behind them. Once per program, so that a
+// source file that opens guards compiles the guard's fast path only:
+// - header-only (the default): the one source file that defines
+//   SPANPROF_IMPLEMENTATION before including <spanprof/spanprof.hpp>, as with stb's
+//   and doctest's single headers;
+// - SPANPROF_COMPILED_LIB (as spdlog's SPDLOG_COMPILED_LIB): spanprof's compiled
+//   library (CMake spanprof::spanprof_compiled, Meson option compiled_lib,
+//   pkg-config spanprof-compiled), which every shared object of a process that
+//   links it shares.
+// With the compiled library SPANPROF_IMPLEMENTATION is ignored, so the same source
+// file builds both ways. A program with neither fails to link, naming
+// detail::define_SPANPROF_IMPLEMENTATION_in_one_source_file; one with two
+// implementation files fails to link with multiple definitions of start().
 // SPANPROF_COMPILING_LIB is defined by the compiled library's own source file.
-// Compiled out (SPANPROF_ENABLED=0), everything is an inline no-op: no library.
-#if defined(SPANPROF_COMPILED_LIB) && SPANPROF_ENABLED && !defined(SPANPROF_COMPILING_LIB)
-#define SPANPROF_DEFINE_RUNTIME 0
-#else
+// Compiled out (SPANPROF_ENABLED=0), everything is an inline no-op: no runtime.
+#if SPANPROF_ENABLED && \
+    ((defined(SPANPROF_IMPLEMENTATION) && !defined(SPANPROF_COMPILED_LIB)) || defined(SPANPROF_COMPILING_LIB))
 #define SPANPROF_DEFINE_RUNTIME 1
-#endif
-// What the compiled library defines: inline in a header-only build, ordinary
-// (one definition, in the library) with SPANPROF_COMPILED_LIB.
-#if defined(SPANPROF_COMPILED_LIB) && SPANPROF_ENABLED
-#define SPANPROF_LIB_INLINE
 #else
-#define SPANPROF_LIB_INLINE inline
+#define SPANPROF_DEFINE_RUNTIME 0
 #endif
 
 // Exceptions. spanprof catches what may throw on its side (allocation, a user's

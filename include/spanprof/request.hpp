@@ -23,6 +23,8 @@
 #define SPANPROF_REQUEST_HPP_
 
 #include <spanprof/config.hpp>
+#include <spanprof/detail/guard_core.hpp>
+#include <spanprof/span/thread_context.hpp>
 #include <spanprof/guard.hpp>
 #include <spanprof/profile/profile.hpp>
 #include <spanprof/span/span_adapter.hpp>
@@ -39,41 +41,18 @@ SPANPROF_NAMESPACE_BEGIN
 #if SPANPROF_ENABLED
 
 namespace detail {
-// The request whose fragment this thread runs (innermost), or null. Trivially
-// initialized: reading it never runs a TLS constructor.
-inline thread_local RequestState* running_request = nullptr;
+class RequestState;
 
-// Decides whether the span is profiled, as a guard's open does, and makes its state.
-SPANPROF_NOINLINE inline RequestState* begin_request(const SpanContext& span, std::string_view name,
-                                                     ProfileKinds kinds, bool configured) noexcept {
-  ThreadCounters* thread = guard_thread();
-  if (thread == nullptr) return nullptr;
-  ConfigReader& reader = thread->config_reader;
-  std::uint64_t inside;
-  const RunningConfig* config = enter_config_section(reader, inside);
-  if (config == nullptr) {
-    reader.leave(inside);
-    return nullptr;
-  }
-  if (detail::head_declines(*config, span, name)) {
-    thread->add(Counter::head_declined, 1);
-    reader.leave(inside);
-    return nullptr;
-  }
-  if (!span.valid()) {
-    reader.leave(inside);
-    report_error(ErrorCode::invalid_span_context, "a request was given an invalid trace or span id; not profiled");
-    return nullptr;
-  }
-  // Copied inside the section, where the configuration cannot be freed.
-  RequestState::Identity identity{span, name, configured ? config->profiles : kinds, config->sampler.generation,
-                                  config->tail_policy};
-  reader.leave(inside);
-  RequestState* state = RequestState::create(std::move(identity));
-  if (state == nullptr) report_error(ErrorCode::internal, "out of memory beginning a request's profile; not profiled");
-  else count(Counter::profiles_started);
-  return state;
-}
+// Compiled once, with the runtime (detail/request-inl.hpp). begin_request decides
+// whether the span is profiled, as a guard's open does, and makes its state (null:
+// not profiled).
+SPANPROF_API RequestState* begin_request(const SpanContext& span, std::string_view name, ProfileKinds kinds,
+                                         bool configured) noexcept;
+SPANPROF_API void acquire_request(RequestState& state) noexcept;
+SPANPROF_API void release_request(RequestState& state) noexcept;
+SPANPROF_API void set_request_error(RequestState& state, bool failed) noexcept;
+SPANPROF_API void discard_request(RequestState& state) noexcept;
+SPANPROF_API bool end_request(RequestState& state) noexcept;
 }  // namespace detail
 
 // A handle on one request's profile. Copies share it; it is delivered once.
@@ -111,7 +90,7 @@ class RequestProfile {
   }
 
   RequestProfile(const RequestProfile& other) noexcept : state_(other.state_) {
-    if (state_ != nullptr) state_->acquire();
+    if (state_ != nullptr) detail::acquire_request(*state_);
   }
   RequestProfile(RequestProfile&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
   RequestProfile& operator=(RequestProfile other) noexcept {
@@ -119,7 +98,7 @@ class RequestProfile {
     return *this;
   }
   ~RequestProfile() {
-    if (state_ != nullptr) state_->release();
+    if (state_ != nullptr) detail::release_request(*state_);
   }
 
   // True when the request is being profiled (and has not ended through this handle).
@@ -127,12 +106,12 @@ class RequestProfile {
 
   // Marks the request as failed, for tail policies that keep errored requests.
   void set_error(bool failed = true) noexcept {
-    if (state_ != nullptr) state_->set_error(failed);
+    if (state_ != nullptr) detail::set_request_error(*state_, failed);
   }
 
   // Drops whatever the request recorded: nothing is kept, symbolized or sent.
   void discard() noexcept {
-    if (state_ != nullptr) state_->discard();
+    if (state_ != nullptr) detail::discard_request(*state_);
   }
 
   // The request is over: the tail policy decides now; its profile is delivered now,
@@ -141,8 +120,8 @@ class RequestProfile {
   // be when those fragments close (as a span is linked to its profile before export).
   bool end() noexcept {
     if (state_ == nullptr) return false;
-    const bool kept = state_->end();
-    std::exchange(state_, nullptr)->release();
+    const bool kept = detail::end_request(*state_);
+    detail::release_request(*std::exchange(state_, nullptr));
     return kept;
   }
 
@@ -159,31 +138,11 @@ class RequestProfile {
 // request this thread already runs does nothing (its samples are counted once).
 class Fragment {
  public:
-  explicit Fragment(const RequestProfile& request) noexcept
-      : running_(&detail::running_request), previous_(*running_), request_(enter(request.state_, previous_)),
-        guard_(request_) {
-    if (request_ == nullptr) return;
-    *running_ = request_;
-    // Published for profilers outside the process (span/thread_context.hpp).
-    published_ = &otel_thread_ctx_v1;
-    previous_context_ = *published_;
-    std::atomic_signal_fence(std::memory_order_release);
-    *published_ = &request_->thread_context();
-  }
+  explicit Fragment(const RequestProfile& request) noexcept { open(request.state_); }
   Fragment(const RequestProfile&&) = delete;  // a temporary request would end before its fragment
 
   ~Fragment() {
-    if (request_ == nullptr) return;
-    guard_.close();  // the samples go to the request
-    // Closed on another thread than it opened (a misuse, counted by the guard):
-    // that thread's variable is not this fragment's to restore.
-    if (running_ == &detail::running_request) {
-      *running_ = previous_;
-      *published_ = previous_context_;
-      std::atomic_signal_fence(std::memory_order_release);
-    }
-    if (SPANPROF_UNLIKELY(records_taken_)) request_->release();
-    else request_->leave_fragment();
+    if (request_ != nullptr) close();
   }
 
   Fragment(const Fragment&) = delete;
@@ -205,26 +164,20 @@ class Fragment {
   // idle thread may not for long. False, taking nothing, when the fragment records
   // what another thread cannot read (heap, the classic engine): it delivers when
   // it closes, as any other.
-  bool take_records_over() noexcept {
-    if (request_ == nullptr || !guard_.take_records_elsewhere()) return false;
-    records_taken_ = true;
-    request_->leave_running();
-    return true;
-  }
+  SPANPROF_API bool take_records_over() noexcept;
 
  private:
-  static detail::RequestState* enter(detail::RequestState* request, detail::RequestState* running) noexcept {
-    if (request == nullptr || request == running || !request->enter_fragment()) return nullptr;
-    return request;
-  }
+  // Compiled once, with the runtime (detail/request-inl.hpp).
+  SPANPROF_API void open(detail::RequestState* request) noexcept;
+  SPANPROF_API void close() noexcept;
 
-  detail::RequestState** running_;  // this thread's running_request
-  detail::RequestState* previous_;
-  detail::RequestState* request_;   // entered, or null: records nothing
+  detail::RequestState** running_ = nullptr;  // this thread's running request
+  detail::RequestState* previous_ = nullptr;
+  detail::RequestState* request_ = nullptr;   // entered, or null: records nothing
   const void** published_ = nullptr;  // this thread's otel_thread_ctx_v1
   const void* previous_context_ = nullptr;
   bool records_taken_ = false;  // by take_records_over(), on another thread
-  ScopedProfile guard_;
+  detail::GuardCore guard_;
 };
 
 #else  // SPANPROF_ENABLED == 0: requests and fragments are empty objects.

@@ -8,11 +8,14 @@
 //     ...
 //   }
 //
-// The umbrella: everything public. Header-only by default; define
-// SPANPROF_COMPILED_LIB and link spanprof's compiled library to compile the
-// runtime once (config.hpp). Source files that only open guards may include
-// the lighter <spanprof/guard.hpp> instead, as long as one source file of the
-// program includes this one.
+// The umbrella: everything public. Header-only, the runtime is compiled once per
+// program, in the one source file that says so (config.hpp):
+//
+//   #define SPANPROF_IMPLEMENTATION
+//   #include <spanprof/spanprof.hpp>
+//
+// or in spanprof's compiled library (SPANPROF_COMPILED_LIB). Every other source
+// file compiles only the guard's fast path.
 //
 // Layout, lowest layer first (a header includes only its own layer and lower ones):
 //   base/           error channel, counters, clock, text helpers
@@ -23,6 +26,7 @@
 //   capture/        the engines that record samples on request threads
 //   delivery/       uploaders, the background worker, the spool
 //   runtime/        options, environment, start/flush/shutdown/stats
+//   detail/         internals of the guard and the runtime: not for inclusion
 //   guard.hpp       ScopedProfile, on top of all of it
 #ifndef SPANPROF_SPANPROF_HPP_
 #define SPANPROF_SPANPROF_HPP_
@@ -47,19 +51,19 @@
 #include <spanprof/span/span_context.hpp>
 #include <spanprof/symbolization/symbolizer.hpp>
 
-// Header-only (the default): the backends' uploaders, the encoders, the ELF
-// symbolizer and the runtime itself. With SPANPROF_COMPILED_LIB the compiled
-// library holds the runtime (config.hpp), and a source file includes the backend
-// header it uses, as with spdlog's sinks: <spanprof/delivery/pyroscope_uploader.hpp>,
-// <spanprof/delivery/otlp_uploader.hpp>, <spanprof/profile/pprof_encoder.hpp>,
-// <spanprof/symbolization/elf_symbolizer.hpp>. So a file that opens guards and
-// calls start() compiles no HTTP client, encoder or ELF reader.
+// The runtime, in the one source file that defines SPANPROF_IMPLEMENTATION (or in
+// spanprof's compiled library, SPANPROF_COMPILED_LIB): config.hpp. Other source
+// files include the backend header they use, as with spdlog's sinks:
+// <spanprof/delivery/pyroscope_uploader.hpp>, <spanprof/delivery/otlp_uploader.hpp>,
+// <spanprof/profile/pprof_encoder.hpp>, <spanprof/symbolization/elf_symbolizer.hpp>.
 #if SPANPROF_DEFINE_RUNTIME
 #include <spanprof/delivery/otlp_uploader.hpp>
 #include <spanprof/delivery/pyroscope_uploader.hpp>
 #include <spanprof/profile/pprof_encoder.hpp>
 #include <spanprof/symbolization/elf_symbolizer.hpp>
 #include <spanprof/runtime/runtime-inl.hpp>
+#include <spanprof/detail/guard_core-inl.hpp>
+#include <spanprof/detail/request-inl.hpp>
 #endif
 
 #endif  // SPANPROF_SPANPROF_HPP_

@@ -1,8 +1,10 @@
 // Low-overhead allocation hooks for heap profiles: spanprof's own replacement of
 // the global operator new and delete. Include this header in exactly ONE source
 // file of the program (it defines the operators; a second copy fails to link):
+// the one that defines SPANPROF_IMPLEMENTATION.
 //
 //   // main.cpp
+//   #define SPANPROF_IMPLEMENTATION
 //   #include <spanprof/allocation_hooks.hpp>
 //
 // Why: tcmalloc's MallocHook, the default heap hooks, makes every allocation of
@@ -21,8 +23,15 @@
 #ifndef SPANPROF_ALLOCATION_HOOKS_HPP_
 #define SPANPROF_ALLOCATION_HOOKS_HPP_
 
-// Only the umbrella: this file is shipped beside the single header unchanged.
+// The umbrella, and the heap sampler's hook side where the umbrella did not bring
+// it: this file is shipped beside the single header, whose umbrella brings it in
+// the source file that compiles the runtime.
 #include <spanprof/spanprof.hpp>
+#if SPANPROF_ENABLED && !SPANPROF_DEFINE_RUNTIME
+#if !defined(SPANPROF_COMPILED_LIB)
+#error "<spanprof/allocation_hooks.hpp> belongs in the source file that defines SPANPROF_IMPLEMENTATION (config.hpp)"
+#endif
+#endif
 
 #if SPANPROF_ENABLED
 

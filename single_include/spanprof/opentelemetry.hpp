@@ -348,9 +348,7 @@ struct ThreadSpanStackOwner {
 // Made on the first profiled span a thread starts (~13 KiB: the guards of 16 spans).
 inline ThreadSpanStack* this_thread_span_stack() noexcept {
   if (thread_span_stack != nullptr) return thread_span_stack;
-  (void)&spanprof::detail::stack_sampler_owner;
-  (void)&spanprof::detail::heap_log_owner;
-  (void)spanprof::detail::this_thread_counters();
+  spanprof::detail::make_thread_owners();
   static thread_local ThreadSpanStackOwner owner;
   owner.stack.reset(new (std::nothrow) ThreadSpanStack(thread_span_stack_ids.fetch_add(1)));
   thread_span_stack = owner.stack.get();

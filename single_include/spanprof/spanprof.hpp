@@ -47,28 +47,27 @@
 #error "SPANPROF_ENABLED, SPANPROF_WITH_CURL and SPANPROF_WITH_LIBDW must be 0 or 1"
 #endif
 
-// SPANPROF_COMPILED_LIB (defined, as spdlog's SPDLOG_COMPILED_LIB): the program
-// links spanprof's compiled library (CMake spanprof::spanprof_compiled, Meson
-// option compiled_lib, pkg-config spanprof-compiled), which holds the runtime:
-// start(), flush(), shutdown(), stats(), Options() and everything behind them.
-// Source files then compile only what they use, not the whole runtime (a source
-// file that includes <spanprof/spanprof.hpp> compiles in seconds, not tens of
-// seconds), and every shared object of a process that links the library shares
-// one runtime. Not defined: header-only, the runtime compiled wherever the
-// umbrella header is included (the linker keeps one copy).
+// Where the runtime is compiled: start(), flush(), shutdown(), stats(), Options(),
+// the guard's slow paths and everything behind them. Once per program, so that a
+// source file that opens guards compiles the guard's fast path only:
+// - header-only (the default): the one source file that defines
+//   SPANPROF_IMPLEMENTATION before including <spanprof/spanprof.hpp>, as with stb's
+//   and doctest's single headers;
+// - SPANPROF_COMPILED_LIB (as spdlog's SPDLOG_COMPILED_LIB): spanprof's compiled
+//   library (CMake spanprof::spanprof_compiled, Meson option compiled_lib,
+//   pkg-config spanprof-compiled), which every shared object of a process that
+//   links it shares.
+// With the compiled library SPANPROF_IMPLEMENTATION is ignored, so the same source
+// file builds both ways. A program with neither fails to link, naming
+// detail::define_SPANPROF_IMPLEMENTATION_in_one_source_file; one with two
+// implementation files fails to link with multiple definitions of start().
 // SPANPROF_COMPILING_LIB is defined by the compiled library's own source file.
-// Compiled out (SPANPROF_ENABLED=0), everything is an inline no-op: no library.
-#if defined(SPANPROF_COMPILED_LIB) && SPANPROF_ENABLED && !defined(SPANPROF_COMPILING_LIB)
-#define SPANPROF_DEFINE_RUNTIME 0
-#else
+// Compiled out (SPANPROF_ENABLED=0), everything is an inline no-op: no runtime.
+#if SPANPROF_ENABLED && \
+    ((defined(SPANPROF_IMPLEMENTATION) && !defined(SPANPROF_COMPILED_LIB)) || defined(SPANPROF_COMPILING_LIB))
 #define SPANPROF_DEFINE_RUNTIME 1
-#endif
-// What the compiled library defines: inline in a header-only build, ordinary
-// (one definition, in the library) with SPANPROF_COMPILED_LIB.
-#if defined(SPANPROF_COMPILED_LIB) && SPANPROF_ENABLED
-#define SPANPROF_LIB_INLINE
 #else
-#define SPANPROF_LIB_INLINE inline
+#define SPANPROF_DEFINE_RUNTIME 0
 #endif
 
 // Exceptions. spanprof catches what may throw on its side (allocation, a user's
@@ -1627,3995 +1626,36 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_BASE_COUNTERS_HPP_
 // ---- end spanprof/base/counters.hpp ----
-// ---- begin spanprof/capture/gperftools_cpu_profile.hpp ----
-// Reader for the file gperftools' ProfilerStart() writes: the "legacy" binary CPU
-// profile. The classic engine profiles into such a file and converts it here.
-//
-// Layout, in native-endian 64-bit words:
-//   header   0, 3, 0, period_us, 0      (header count, header words, version, period, padding)
-//   records  count, npcs, pc1 .. pcN    (pc1 is the innermost frame)
-//   trailer  0, 1, 0
-//   then the text of /proc/self/maps at the time the profile was written.
-//
-// The file may be truncated (a crash mid-write) or not ours at all, so every read
-// is bounds-checked and each rejection says what was wrong and where.
-#ifndef SPANPROF_CAPTURE_GPERFTOOLS_CPU_PROFILE_HPP_
-#define SPANPROF_CAPTURE_GPERFTOOLS_CPU_PROFILE_HPP_
+// ---- begin spanprof/capture/span_handles.hpp ----
+// Internal. What a guard keeps of the spans it opened in its thread's samplers: a
+// handle, never a pointer the samplers follow back into the guard. A guard may end
+// on another thread, or its storage (a coroutine frame) may die, while its thread
+// runs on (docs/async.md).
+#ifndef SPANPROF_CAPTURE_SPAN_HANDLES_HPP_
+#define SPANPROF_CAPTURE_SPAN_HANDLES_HPP_
 
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
-#include <limits>
-#include <string>
-#include <string_view>
-#include <utility>
-#include <vector>
 
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
-
-struct LegacyCpuProfile {
-  std::int64_t period_us = 0;
-  std::vector<RawSample> samples;  // values = {count, count * period_ns}; frames as written
-  std::string maps_text;
-};
-
-// gperftools caps stacks at 64 frames; anything far beyond that is not its output.
-inline constexpr std::uint64_t legacy_cpu_max_pcs = 4096;
-
-class LegacyCpuProfileParser {
- public:
-  static constexpr std::size_t word_size = 8;
-  static constexpr std::size_t header_words = 5;
-  static constexpr std::size_t trailer_words = 3;
-
-  LegacyCpuProfileParser(std::string_view bytes, LegacyCpuProfile& out, std::string& error) noexcept
-      : bytes_(bytes), out_(out), error_(error) {}
-
-  bool parse() {
-    out_ = LegacyCpuProfile{};
-    if (!parse_header()) return false;
-    const std::int64_t period_ns = out_.period_us * 1000;
-    std::size_t offset = header_words * word_size;
-    for (;;) {
-      const std::size_t record_offset = offset;
-      if (bytes_.size() - offset < 2 * word_size) {
-        if (offset == bytes_.size()) return fail("missing trailer: the file ends after " +
-                                                 std::to_string(out_.samples.size()) + " records");
-        return fail("truncated record header at offset " + std::to_string(record_offset));
-      }
-      const std::uint64_t count = word_at(offset);
-      const std::uint64_t npcs = word_at(offset + word_size);
-      offset += 2 * word_size;
-      if (npcs > legacy_cpu_max_pcs) {
-        return fail("record at offset " + std::to_string(record_offset) + " claims " + std::to_string(npcs) +
-                    " pcs (more than " + std::to_string(legacy_cpu_max_pcs) + ")");
-      }
-      // npcs <= 4096, so the multiplication cannot overflow.
-      if ((bytes_.size() - offset) / word_size < npcs) {
-        return fail("record at offset " + std::to_string(record_offset) + " with " + std::to_string(npcs) +
-                    " pcs runs past the end of the file");
-      }
-      if (count == 0 && npcs == 1 && word_at(offset) == 0) {
-        offset += word_size;
-        break;  // the trailer
-      }
-      if (npcs == 0) {
-        return fail("record at offset " + std::to_string(record_offset) + " has no pcs");
-      }
-      if (count == 0) {
-        return fail("record at offset " + std::to_string(record_offset) + " has a zero count");
-      }
-      if (count > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max() / period_ns)) {
-        return fail("record at offset " + std::to_string(record_offset) + " has an implausible count " +
-                    std::to_string(count));
-      }
-      RawSample sample;
-      sample.values = {static_cast<std::int64_t>(count), static_cast<std::int64_t>(count) * period_ns};
-      sample.frames.reserve(static_cast<std::size_t>(npcs));
-      for (std::uint64_t i = 0; i < npcs; ++i, offset += word_size) {
-        const std::uint64_t pc = word_at(offset);
-        if (pc > std::numeric_limits<std::uintptr_t>::max()) {
-          return fail("pc at offset " + std::to_string(offset) + " does not fit an address on this machine");
-        }
-        sample.frames.push_back(static_cast<std::uintptr_t>(pc));
-      }
-      out_.samples.push_back(std::move(sample));
-    }
-    out_.maps_text.assign(bytes_.data() + offset, bytes_.size() - offset);
-    return true;
-  }
-
- private:
-  bool parse_header() {
-    if (bytes_.size() < header_words * word_size) {
-      return fail("too short for a CPU profile header: " + std::to_string(bytes_.size()) + " bytes, need " +
-                  std::to_string(header_words * word_size));
-    }
-    const std::uint64_t header_count = word_at(0);
-    const std::uint64_t header_size = word_at(word_size);
-    const std::uint64_t version = word_at(2 * word_size);
-    const std::uint64_t period_us = word_at(3 * word_size);
-    const std::uint64_t padding = word_at(4 * word_size);
-    if (header_count != 0 || header_size != 3) {
-      if (byte_swapped(header_count) == 0 && byte_swapped(header_size) == 3) {
-        return fail("bad header: the profile was written with the other byte order");
-      }
-      if (looks_like_32_bit_header()) {
-        return fail("bad header: the profile uses 32-bit words; only 64-bit profiles are supported");
-      }
-      return fail("bad header: expected words 0, 3 at the start (not a gperftools CPU profile)");
-    }
-    if (version != 0) return fail("bad header: unsupported version " + std::to_string(version));
-    if (padding != 0) return fail("bad header: nonzero padding word");
-    if (period_us == 0) return fail("bad header: sampling period is zero");
-    // Byte-swapped small periods look like huge ones: a second catches them too.
-    if (period_us > 1000000) {
-      return fail("bad header: implausible sampling period " + std::to_string(period_us) + " us");
-    }
-    out_.period_us = static_cast<std::int64_t>(period_us);
-    return true;
-  }
-
-  bool looks_like_32_bit_header() const noexcept {
-    std::uint32_t first;
-    std::uint32_t second;
-    std::memcpy(&first, bytes_.data(), sizeof first);
-    std::memcpy(&second, bytes_.data() + sizeof first, sizeof second);
-    return first == 0 && second == 3;
-  }
-
-  static std::uint64_t byte_swapped(std::uint64_t value) noexcept {
-    std::uint64_t swapped = 0;
-    for (int i = 0; i < 8; ++i) swapped = (swapped << 8) | ((value >> (8 * i)) & 0xff);
-    return swapped;
-  }
-
-  // Callers have checked offset + 8 <= size; memcpy because the view need not be aligned.
-  std::uint64_t word_at(std::size_t offset) const noexcept {
-    std::uint64_t word;
-    std::memcpy(&word, bytes_.data() + offset, sizeof word);
-    return word;
-  }
-
-  bool fail(std::string message) {
-    error_ = "legacy cpu profile: " + message;
-    out_ = LegacyCpuProfile{};
-    return false;
-  }
-
-  std::string_view bytes_;
-  LegacyCpuProfile& out_;
-  std::string& error_;
-};
-
-inline bool parse_legacy_cpu_profile(std::string_view bytes, LegacyCpuProfile& out, std::string& error) noexcept {
-  SPANPROF_TRY {
-    return LegacyCpuProfileParser(bytes, out, error).parse();
-  } SPANPROF_CATCH_ALL {
-    // Only allocation can throw here; the bounds checks above hold for any input.
-    SPANPROF_TRY {
-      out = LegacyCpuProfile{};
-      error = "legacy cpu profile: out of memory while parsing";
-    } SPANPROF_CATCH_ALL {
-    }
-    return false;
-  }
-}
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_CAPTURE_GPERFTOOLS_CPU_PROFILE_HPP_
-// ---- end spanprof/capture/gperftools_cpu_profile.hpp ----
-// ---- begin spanprof/base/text.hpp ----
-// Small ASCII text helpers and number parsers shared by the parsers of environment
-// variables and HTTP headers. Locale-independent on purpose: these are protocol strings.
-#ifndef SPANPROF_BASE_TEXT_HPP_
-#define SPANPROF_BASE_TEXT_HPP_
-
-
-#include <algorithm>
-#include <cmath>
-#include <cstddef>
-#include <cstdint>
-#include <cstdlib>
-#include <string>
-#include <string_view>
-
-#include <locale.h>
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-constexpr bool is_ascii_space(char c) noexcept {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
-constexpr std::string_view trim_ascii_space(std::string_view text) noexcept {
-  while (!text.empty() && is_ascii_space(text.front())) text.remove_prefix(1);
-  while (!text.empty() && is_ascii_space(text.back())) text.remove_suffix(1);
-  return text;
-}
-
-constexpr char ascii_lower(char c) noexcept { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
-
-constexpr bool equals_ignoring_ascii_case(std::string_view a, std::string_view b) noexcept {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (ascii_lower(a[i]) != ascii_lower(b[i])) return false;
-  return true;
-}
-
-// A plain decimal integer, the whole text and nothing else (an optional sign, then
-// digits). No strtol: it skips leading blanks, accepts "0x" and depends on errno.
-inline bool parse_integer(std::string_view text, std::int64_t& out) noexcept {
-  bool negative = false;
-  if (!text.empty() && (text.front() == '-' || text.front() == '+')) {
-    negative = text.front() == '-';
-    text.remove_prefix(1);
-  }
-  if (text.empty() || text.size() > 18) return false;  // 18 digits always fit an int64
-  std::int64_t value = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return false;
-    value = value * 10 + (c - '0');
-  }
-  out = negative ? -value : value;
-  return true;
-}
-
-// A plain decimal number ("0.25", "1e-3", "10"), the whole text and nothing else:
-// NaN, infinities and hex floats are refused before strtod sees them, and strtod
-// runs in the "C" locale so a host that set a comma decimal locale still reads
-// "0.5" as a half.
-inline bool parse_decimal(std::string_view text, double& out) noexcept {
-  char buffer[128];
-  if (text.empty() || text.size() >= sizeof buffer) return false;
-  for (char c : text) {
-    const bool allowed = (c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-';
-    if (!allowed) return false;
-  }
-  std::copy(text.begin(), text.end(), buffer);
-  buffer[text.size()] = '\0';
-  const locale_t c_locale = ::newlocale(LC_NUMERIC_MASK, "C", static_cast<locale_t>(nullptr));
-  const locale_t previous = c_locale ? ::uselocale(c_locale) : static_cast<locale_t>(nullptr);
-  char* end = nullptr;
-  const double value = std::strtod(buffer, &end);
-  if (c_locale) {
-    ::uselocale(previous);
-    ::freelocale(c_locale);
-  }
-  if (end != buffer + text.size() || !std::isfinite(value)) return false;
-  out = value;
-  return true;
-}
-
-// Outside text echoed in a message: at most `max` bytes, "..." when cut, and
-// anything but printable ASCII as '?', so a message stays one short line that
-// cannot forge another or drive a terminal.
-inline std::string printable_excerpt(std::string_view text, std::size_t max) {
-  std::string out(text.substr(0, max));
-  for (char& c : out) c = c >= 0x20 && c < 0x7f ? c : '?';
-  if (text.size() > max) out += "...";
-  return out;
-}
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_BASE_TEXT_HPP_
-// ---- end spanprof/base/text.hpp ----
-// ---- begin spanprof/capture/gperftools_heap_profile.hpp ----
-// Reader for the text gperftools' GetHeapProfile() returns (heap-profiler.h, classic
-// heap mode), so a heap dump can be turned into pprof like a CPU profile:
-//
-//   heap profile:    3:   262144 [    10:  1048576] @ heapprofile
-//        1:   131072 [     4:   524288] @ 0x00000000004005f0 0x0000000000400620
-//   MAPPED_LIBRARIES:
-//   ...text of /proc/self/maps...
-//
-// Counts read "in-use objects: bytes [allocated objects: bytes]": totals in the header,
-// one stack's in each bucket, whose pcs are return addresses, innermost first. Sampled
-// dumps are named "heap_v2/<bytes per sample>". Writers pad differently, so any run of
-// blanks separates tokens. The text may be truncated or not a heap profile at all, so
-// every token is checked and each rejection names what was wrong and its 1-based line.
-#ifndef SPANPROF_CAPTURE_GPERFTOOLS_HEAP_PROFILE_HPP_
-#define SPANPROF_CAPTURE_GPERFTOOLS_HEAP_PROFILE_HPP_
-
-
-#include <charconv>
-#include <cstddef>
-#include <cstdint>
-#include <string>
-#include <string_view>
-#include <system_error>
-#include <utility>
-#include <vector>
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-struct LegacyHeapProfile {
-  std::int64_t sample_period = 0;  // N from "heap_v2/N"; 0 when the header names none
-  // values = {alloc_objects, alloc_bytes, inuse_objects, inuse_bytes}, pprof's order;
-  // frames as written. Buckets with all four counts zero are dropped.
-  std::vector<RawSample> samples;
-  std::string maps_text;
-};
-
-// gperftools keeps a few dozen frames per bucket; far beyond that is not its output.
-inline constexpr std::size_t legacy_heap_max_pcs = 4096;
-
-class LegacyHeapProfileParser {
- public:
-  LegacyHeapProfileParser(std::string_view text, LegacyHeapProfile& out, std::string& error) noexcept
-      : text_(text), out_(out), error_(error) {}
-
-  bool parse() {
-    out_ = LegacyHeapProfile{};
-    if (!next_line()) return fail("missing header: the input has no 'heap profile:' line");
-    if (!parse_header()) return false;
-    while (next_line()) {
-      if (line_.substr(i_, 17) == "MAPPED_LIBRARIES:") {
-        out_.maps_text.assign(text_.data() + pos_, text_.size() - pos_);
-        return true;
-      }
-      if (!parse_bucket()) return false;
-    }
-    // A dump cut off before its maps still holds every bucket it got to: keep them.
-    return true;
-  }
-
- private:
-  bool parse_header() {
-    where_ = "bad header: ";
-    constexpr std::string_view prefix = "heap profile:";
-    if (line_.substr(i_, prefix.size()) != prefix) return fail("expected 'heap profile:', found " + rest());
-    i_ += prefix.size();
-    std::int64_t counts[4];
-    if (!parse_counts(counts)) return false;
-    const std::string_view name = token();
-    if (name.empty()) return fail("no profile name after '@'");
-    const std::string_view extra = token();
-    if (!extra.empty()) return fail("unexpected " + quote(extra) + " after the profile name");
-    constexpr std::string_view v2 = "heap_v2/";
-    if (name.substr(0, v2.size()) != v2) return true;
-    std::int64_t& period = out_.sample_period;
-    if (to_number(name.substr(v2.size()), period) == std::errc{} && period >= 0) return true;
-    return fail("sampling period in " + quote(name) + " is not a byte count");
-  }
-
-  bool parse_bucket() {
-    where_ = "bucket: ";
-    std::int64_t counts[4];
-    if (!parse_counts(counts)) return false;
-    RawSample sample;
-    for (std::string_view tok = token(); !tok.empty(); tok = token()) {
-      if (tok.size() < 2 || tok[0] != '0' || (tok[1] != 'x' && tok[1] != 'X')) {
-        return fail(sample.frames.empty() ? "expected a 0x-prefixed pc, found " + quote(tok)
-                                          : "unexpected " + quote(tok) + " after the pcs");
-      }
-      if (sample.frames.size() == legacy_heap_max_pcs) return fail("more than 4096 pcs");
-      std::uint64_t pc = 0;
-      const std::errc ec = to_number(tok.substr(2), pc, 16);
-      if (ec == std::errc::result_out_of_range) return fail("pc " + quote(tok) + " overflows 64 bits");
-      if (ec != std::errc{}) return fail("pc " + quote(tok) + " is not valid hex");
-      if (pc > UINTPTR_MAX) return fail("pc " + quote(tok) + " does not fit an address on this machine");
-      sample.frames.push_back(static_cast<std::uintptr_t>(pc));
-    }
-    if (sample.frames.empty()) return fail("no pcs after '@'");
-    // Nothing in use and nothing allocated: the bucket adds nothing to either view.
-    if ((counts[0] | counts[1] | counts[2] | counts[3]) == 0) return true;
-    sample.values = {counts[2], counts[3], counts[0], counts[1]};
-    out_.samples.push_back(std::move(sample));
-    return true;
-  }
-
-  // "a: b [c: d] @", leaving i_ just past the '@'.
-  bool parse_counts(std::int64_t (&counts)[4]) {
-    return count(0, counts[0]) && expect(':') && count(1, counts[1]) && expect('[') && count(2, counts[2]) &&
-           expect(':') && count(3, counts[3]) && expect(']') && expect('@');
-  }
-
-  bool count(int k, std::int64_t& value) {
-    static const char* const names[4] = {"in-use objects", "in-use bytes", "allocated objects", "allocated bytes"};
-    const std::string_view text = token(true);
-    if (text.empty()) return fail(std::string(names[k]) + " missing, found " + rest());
-    const std::errc ec = to_number(text, value);
-    const std::string what = std::string(names[k]) + " " + quote(text);
-    if (ec == std::errc::result_out_of_range) return fail(what + " overflows int64");
-    if (ec != std::errc{}) return fail(what + " is not a decimal number");
-    return value >= 0 || fail(what + " is negative");
-  }
-
-  bool expect(char c) {
-    skip_blanks();
-    if (i_ == line_.size() || line_[i_] != c) return fail(std::string("expected '") + c + "', found " + rest());
-    ++i_;
-    return true;
-  }
-
-  // All of text, or invalid_argument: from_chars alone would stop at "12abc"'s 'a'.
-  // It takes no '+', no blanks, no locale, and '-' only into a signed value.
-  template <typename T>
-  static std::errc to_number(std::string_view text, T& value, int base = 10) noexcept {
-    const char* const last = text.data() + text.size();
-    const auto [end, ec] = std::from_chars(text.data(), last, value, base);
-    return ec == std::errc{} && end != last ? std::errc::invalid_argument : ec;
-  }
-
-  static bool is_blank(char c) noexcept { return c == ' ' || c == '\t' || c == '\r'; }
-  static bool is_punct(char c) noexcept { return c == ':' || c == '[' || c == ']' || c == '@'; }
-
-  // Moves to the next line that is not blank, with i_ at its first token.
-  bool next_line() noexcept {
-    while (pos_ < text_.size()) {
-      std::size_t end = text_.find('\n', pos_);
-      if (end == std::string_view::npos) end = text_.size();
-      line_ = text_.substr(pos_, end - pos_);
-      pos_ = end == text_.size() ? end : end + 1;
-      ++line_no_;
-      i_ = 0;
-      skip_blanks();
-      if (i_ < line_.size()) return true;
-    }
-    return false;
-  }
-
-  void skip_blanks() noexcept {
-    while (i_ < line_.size() && is_blank(line_[i_])) ++i_;
-  }
-
-  // Counts may touch their ':' '[' ']' '@'; pcs and names end only at blanks.
-  std::string_view token(bool in_counts = false) noexcept {
-    skip_blanks();
-    const std::size_t start = i_;
-    while (i_ < line_.size() && !is_blank(line_[i_]) && !(in_counts && is_punct(line_[i_]))) ++i_;
-    return line_.substr(start, i_ - start);
-  }
-
-  std::string rest() const { return i_ < line_.size() ? quote(line_.substr(i_)) : "end of line"; }
-
-  // Input is untrusted and errors end up in logs: show a short, printable excerpt.
-  static std::string quote(std::string_view text) { return "'" + printable_excerpt(text, 32) + "'"; }
-
-  bool fail(const std::string& message) {
-    const std::size_t line = line_no_ == 0 ? 1 : line_no_;  // empty input fails "on" line 1
-    error_ = "legacy heap profile: line " + std::to_string(line) + ": " + where_ + message;
-    out_ = LegacyHeapProfile{};
-    return false;
-  }
-
-  std::string_view text_;
-  LegacyHeapProfile& out_;
-  std::string& error_;
-  std::string_view line_;
-  std::size_t pos_ = 0;      // start of the next line in text_
-  std::size_t i_ = 0;        // read position in line_
-  std::size_t line_no_ = 0;  // 1-based number of line_
-  const char* where_ = "";   // the kind of line being read, for errors
-};
-
-// Throws nothing but std::bad_alloc; any other input yields false and a reason.
-inline bool parse_legacy_heap_profile(std::string_view text, LegacyHeapProfile& out, std::string& error) {
-  return LegacyHeapProfileParser(text, out, error).parse();
-}
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_CAPTURE_GPERFTOOLS_HEAP_PROFILE_HPP_
-// ---- end spanprof/capture/gperftools_heap_profile.hpp ----
-// ---- begin spanprof/capture/sample_records.hpp ----
-// The packed records the sampling engines write on the request thread (CPU: in
-// the signal handler; heap: in the allocation hooks) and the worker reads back.
-// Writer and reader of each format live here together, so the two cannot drift.
-//
-//   stack record       [weight, depth, pc_0 ... pc_{depth-1}]
-//                      what the signal handler writes into a thread's sample log.
-//                      pc_0 is the interrupted instruction, the others return
-//                      addresses. A CPU record's weight word holds the sampling
-//                      periods it stands for (its sample count) and the thread's
-//                      CPU nanoseconds since the sample before; a wall record (wall_record_tag set in
-//                      the weight word) stands for the wall nanoseconds in the rest
-//                      of the word, which grow while the thread stays blocked there.
-//   heap log record    [size, live-table slot, live-table entry, depth, pc_0 ...]
-//                      in a thread's heap log while its span is open.
-//   heap hand-off      [size, live at span close (0/1), depth, pc_0 ...]
-//                      what a closed heap span hands to the worker.
-//
-// Writers are async-signal-safe: they only store words into preallocated memory.
-#ifndef SPANPROF_CAPTURE_SAMPLE_RECORDS_HPP_
-#define SPANPROF_CAPTURE_SAMPLE_RECORDS_HPP_
-
-
-#include <cmath>
-#include <cstddef>
-#include <cstdint>
-#include <limits>
-#include <vector>
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-// ---- stack records (CPU and wall) -------------------------------------------------
-
-inline constexpr std::size_t stack_record_header_words = 2;
-inline constexpr std::uint64_t wall_record_tag = std::uint64_t{1} << 63;
-inline constexpr std::uint64_t wall_record_ns_mask = wall_record_tag - 1;
-
-// A CPU record's weight word: periods above bit 48 (at most 32767), CPU ns below
-// (at most 78 hours between two samples); bit 63 stays clear, as wall records' tag.
-inline constexpr unsigned cpu_record_periods_shift = 48;
-inline constexpr std::uint64_t cpu_record_ns_mask = (std::uint64_t{1} << cpu_record_periods_shift) - 1;
-inline constexpr std::uint64_t cpu_record_most_periods = 0x7FFF;
-
-constexpr std::uint64_t cpu_record_weight(std::uint64_t periods, std::uint64_t cpu_ns) noexcept {
-  return (periods < cpu_record_most_periods ? periods : cpu_record_most_periods) << cpu_record_periods_shift |
-         (cpu_ns < cpu_record_ns_mask ? cpu_ns : cpu_record_ns_mask);
-}
-constexpr std::uint64_t cpu_record_periods(std::uint64_t weight) noexcept {
-  return (weight >> cpu_record_periods_shift) & cpu_record_most_periods;
-}
-
-constexpr std::size_t stack_record_words(int depth) noexcept {
-  return stack_record_header_words + static_cast<std::size_t>(depth);
-}
-
-// `callers` holds depth - 1 return addresses, innermost first. `weight` is
-// cpu_record_weight() for a CPU record, wall_record_tag | nanoseconds for a wall record.
-inline void write_stack_record(std::uint64_t* out, std::uint64_t weight, std::uintptr_t pc, void* const* callers,
-                             int depth) noexcept {
-  out[0] = weight;
-  out[1] = static_cast<std::uint64_t>(depth);
-  out[2] = pc;
-  for (int i = 1; i < depth; ++i) out[2 + i] = reinterpret_cast<std::uintptr_t>(callers[i - 1]);
-}
-
-constexpr bool is_wall_record(const std::uint64_t* record) noexcept { return (record[0] & wall_record_tag) != 0; }
-
-// More wall time for the stack of the wall record at `record`.
-inline void add_wall_time(std::uint64_t* record, std::uint64_t ns) noexcept {
-  const std::uint64_t total = (record[0] & wall_record_ns_mask) + ns;
-  record[0] = wall_record_tag | (total < wall_record_ns_mask ? total : wall_record_ns_mask);
-}
-
-// Calls `visit(const std::uint64_t* record, std::size_t words)` for each
-// well-formed record; stops at the first malformed one.
-template <class Visit>
-void for_each_stack_record(const std::uint64_t* words, std::size_t count, Visit&& visit) {
-  std::size_t i = 0;
-  while (i + stack_record_header_words <= count) {
-    const std::uint64_t depth = words[i + 1];
-    if (depth == 0 || depth > count - i - stack_record_header_words) break;
-    const std::size_t size = stack_record_header_words + static_cast<std::size_t>(depth);
-    visit(words + i, size);
-    i += size;
-  }
-}
-
-// Appends the records of one kind (CPU or wall) as they are: the log holds what
-// every open span asked for, and each profile takes the records of its kind.
-inline void append_stack_records(const std::uint64_t* words, std::size_t count, ProfileKind kind,
-                                 std::vector<std::uint64_t>& out) {
-  const bool wall = kind == ProfileKind::wall;
-  for_each_stack_record(words, count, [&](const std::uint64_t* record, std::size_t size) {
-    if (is_wall_record(record) == wall) out.insert(out.end(), record, record + size);
-  });
-}
-
-// Appends the records of profile.kind (CPU or wall) as samples: CPU values
-// {samples, cpu ns}, wall values {samples, wall ns}.
-inline void read_stack_records(const std::uint64_t* words, std::size_t count, RawProfile& profile) {
-  const bool wall = profile.kind == ProfileKind::wall;
-  for_each_stack_record(words, count, [&](const std::uint64_t* record, std::size_t) {
-    if (is_wall_record(record) != wall) return;
-    RawSample sample;
-    if (wall) sample.values = {1, static_cast<std::int64_t>(record[0] & wall_record_ns_mask)};
-    else
-      sample.values = {static_cast<std::int64_t>(cpu_record_periods(record[0])),
-                       static_cast<std::int64_t>(record[0] & cpu_record_ns_mask)};
-    const std::uint64_t* pcs = record + stack_record_header_words;
-    sample.frames.assign(pcs, pcs + record[1]);
-    profile.samples.push_back(std::move(sample));
-  });
-}
-
-// ---- heap -----------------------------------------------------------------------
-
-inline constexpr std::size_t heap_log_header_words = 4;
-inline constexpr std::size_t heap_handoff_header_words = 3;
-
-// The stack is captured straight into the record (pcs start at
-// heap_log_header_words); the header is written once its depth is known.
-inline void write_heap_log_header(std::uint64_t* record, std::uint64_t size, std::uint64_t slot, std::uint64_t entry,
-                                  int depth) noexcept {
-  record[0] = size;
-  record[1] = slot;
-  record[2] = entry;
-  record[3] = static_cast<std::uint64_t>(depth);
-}
-
-struct HeapLogRecord {
-  std::uint64_t size, slot, entry;
-  std::size_t depth;
-  const std::uint64_t* pcs;
-};
-
-inline HeapLogRecord read_heap_log_record(const std::uint64_t* record) noexcept {
-  return {record[0], record[1], record[2], static_cast<std::size_t>(record[3]), record + heap_log_header_words};
-}
-
-constexpr std::size_t heap_log_record_words(std::size_t depth) noexcept { return heap_log_header_words + depth; }
-
-// Throws std::bad_alloc like the vector it appends to.
-inline void append_heap_handoff_record(std::vector<std::uint64_t>& out, const HeapLogRecord& record, bool live) {
-  out.push_back(record.size);
-  out.push_back(live ? 1 : 0);
-  out.push_back(record.depth);
-  out.insert(out.end(), record.pcs, record.pcs + record.depth);
-}
-
-// An allocation of `size` bytes is sampled with probability 1 - exp(-size/interval);
-// dividing by that probability makes the expected totals exact (Go's
-// scaleHeapSample). Returns the number of allocations one sample stands for.
-inline double heap_sample_scale(double size, double interval) noexcept {
-  if (interval <= 1 || size <= 0) return 1.0;
-  const double probability = -std::expm1(-size / interval);
-  return probability > 0 ? 1.0 / probability : 1.0;
-}
-
-// A scaled count or byte total, rounded and saturated: a product past int64 (from
-// a corrupt or hostile record) must not wrap to a negative value in the profile.
-inline std::int64_t rounded_count(double value) noexcept {
-  if (!(value > 0)) return 0;  // NaN too
-  if (value >= 0x1p63) return std::numeric_limits<std::int64_t>::max();
-  return static_cast<std::int64_t>(std::llround(value));
-}
-
-// Appends one heap sample per hand-off record with scaled values {alloc_objects,
-// alloc_space, inuse_objects, inuse_space}; stops at the first malformed record.
-inline void read_heap_handoff_records(const std::vector<std::uint64_t>& words, RawProfile& profile) {
-  std::size_t i = 0;
-  const double interval = static_cast<double>(profile.heap_interval_bytes);
-  while (i + heap_handoff_header_words <= words.size()) {
-    const double size = static_cast<double>(words[i]);
-    const bool live = words[i + 1] != 0;
-    const std::uint64_t depth = words[i + 2];
-    if (depth == 0 || depth > words.size() - i - heap_handoff_header_words) break;
-    const double scale = heap_sample_scale(size, interval);
-    const std::int64_t objects = rounded_count(scale);
-    const std::int64_t bytes = rounded_count(scale * size);
-    RawSample sample;
-    sample.values = {objects, bytes, live ? objects : 0, live ? bytes : 0};
-    const std::uint64_t* pcs = words.data() + i + heap_handoff_header_words;
-    sample.frames.assign(pcs, pcs + depth);
-    profile.samples.push_back(std::move(sample));
-    i += heap_handoff_header_words + depth;
-  }
-}
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_CAPTURE_SAMPLE_RECORDS_HPP_
-// ---- end spanprof/capture/sample_records.hpp ----
-// ---- begin spanprof/capture/captured_profile.hpp ----
-// What a guard hands to the background worker when its span closes, and how the
-// worker turns it into a RawProfile. The request thread only copies bytes out of
-// its log (or names a gperftools file); all parsing happens off the request path.
-#ifndef SPANPROF_CAPTURE_CAPTURED_PROFILE_HPP_
-#define SPANPROF_CAPTURE_CAPTURED_PROFILE_HPP_
-
-
-#include <atomic>
-#include <cmath>
-#include <cstddef>
-#include <cstdint>
-#include <fstream>
-#include <memory>
-#include <string>
-#include <vector>
-
-#include <unistd.h>
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-// The span's identity and timing, plus exactly one of: packed records copied out
-// of its thread's log (sampling engines, sample_records.hpp), the path of a
-// gperftools CPU profile file, or the text of a gperftools heap profile (classic
-// engines).
-struct CapturedProfile {
-  RawProfile profile;
-  std::vector<std::uint64_t> packed_samples;
-  std::string gperftools_cpu_file;  // deleted once read, or when the profile is dropped
-  std::string gperftools_heap_text;
-  const char* engine = "";          // a literal: naming the engine allocates nothing on the request thread
-  CapturedProfile* next = nullptr;  // the hand-off list, or the pool's spare list
-};
-
-// A dropped hand-off must not leave its gperftools file behind.
-inline void discard_captured_profile(CapturedProfile& captured) noexcept {
-  if (!captured.gperftools_cpu_file.empty()) ::unlink(captured.gperftools_cpu_file.c_str());
-}
-
-inline bool read_gperftools_heap_text(const std::string& text, RawProfile& raw) {
-  LegacyHeapProfile legacy;
-  std::string error;
-  if (!parse_legacy_heap_profile(text, legacy, error)) {
-    report_error(ErrorCode::profiler_failed, "unreadable gperftools heap profile: " + error);
-    return false;
-  }
-  raw.heap_interval_bytes = legacy.sample_period;
-  raw.samples = std::move(legacy.samples);
-  if (raw.heap_interval_bytes > 0) {
-    // A sampled gperftools profile (heap_v2/<period>): scale each bucket by the
-    // probability of its average allocation size, as pprof does for these files.
-    for (RawSample& sample : raw.samples) {
-      for (std::size_t pair = 0; pair + 1 < sample.values.size(); pair += 2) {
-        const std::int64_t count = sample.values[pair];
-        if (count <= 0) continue;
-        const double scale = heap_sample_scale(static_cast<double>(sample.values[pair + 1]) / static_cast<double>(count),
-                                               static_cast<double>(raw.heap_interval_bytes));
-        sample.values[pair] = rounded_count(static_cast<double>(count) * scale);
-        sample.values[pair + 1] = rounded_count(static_cast<double>(sample.values[pair + 1]) * scale);
-      }
-    }
-  }
-  return true;
-}
-
-inline bool read_gperftools_cpu_file(const std::string& path, RawProfile& raw) {
-  constexpr std::size_t max_file_bytes = 256u << 20;
-  std::string bytes;
-  {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-      report_error(ErrorCode::profiler_failed, "cannot read gperftools profile " + path);
-      return false;
-    }
-    in.seekg(0, std::ios::end);
-    const auto size = static_cast<std::streamoff>(in.tellg());
-    if (size < 0 || static_cast<std::size_t>(size) > max_file_bytes) {
-      ::unlink(path.c_str());
-      report_error(ErrorCode::profiler_failed, "gperftools profile too large or unreadable: " + path);
-      return false;
-    }
-    in.seekg(0, std::ios::beg);
-    bytes.resize(static_cast<std::size_t>(size));
-    in.read(bytes.data(), size);
-  }
-  ::unlink(path.c_str());
-  LegacyCpuProfile legacy;
-  std::string error;
-  if (!parse_legacy_cpu_profile(bytes, legacy, error)) {
-    report_error(ErrorCode::profiler_failed, "unreadable gperftools profile: " + error);
-    return false;
-  }
-  raw.period_ns = legacy.period_us * 1000;
-  raw.samples = std::move(legacy.samples);
-  return true;
-}
-
-// Fills captured.profile.samples from what the guard handed over and releases the
-// packed form. False when nothing could be read (reported).
-inline bool unpack_captured_profile(CapturedProfile& captured) {
-  RawProfile& raw = captured.profile;
-  raw.engine = captured.engine;
-  bool ok = true;
-  if (!captured.gperftools_cpu_file.empty()) {
-    ok = read_gperftools_cpu_file(captured.gperftools_cpu_file, raw);
-  } else if (!captured.gperftools_heap_text.empty()) {
-    ok = read_gperftools_heap_text(captured.gperftools_heap_text, raw);
-  } else if (raw.kind == ProfileKind::heap) {
-    read_heap_handoff_records(captured.packed_samples, raw);
-  } else {
-    read_stack_records(captured.packed_samples.data(), captured.packed_samples.size(), raw);
-  }
-  captured.packed_samples.clear();  // its capacity is kept for the record's next use
-  captured.gperftools_heap_text = {};
-  return ok;
-}
-
-// Recycled hand-off records, so that a closing guard allocates nothing once warm.
-//
-// Why: a record the request thread allocates and the worker frees makes glibc's
-// free() take the request thread's arena lock from the worker; a closing guard that
-// meets the worker there waits on a futex (measured: closes of ~1 us with a p99 of
-// 45-70 us, against ~4 us with the records recycled).
-//
-// The worker gives each processed record back with its buffers' capacity; a request
-// thread takes the whole spare list at once (an exchange: no ABA, no lock) into a
-// cache of its own, and uses it up before taking again. Records beyond
-// max_spare_records, and buffers beyond max_recycled_words, are freed instead, so
-// what the pool holds stays bounded.
-class CapturedProfilePool {
- public:
-  static constexpr std::size_t max_spare_records = 256;
-  static constexpr std::size_t max_recycled_words = 8192;  // 64 KiB of packed samples
-
-  // A cleared record: recycled when one is spare, else new. May throw std::bad_alloc.
-  std::unique_ptr<CapturedProfile> acquire() {
-    ThreadCache& cache = thread_cache();
-    if (cache.head == nullptr && !cache.retired) {
-      cache.head = spare_.exchange(nullptr, std::memory_order_acquire);
-      if (cache.head != nullptr) thread_cache_owner();  // frees what is left at thread exit
-    }
-    if (CapturedProfile* record = cache.head) {
-      cache.head = record->next;
-      record->next = nullptr;
-      idle_.fetch_sub(1, std::memory_order_relaxed);
-      return std::unique_ptr<CapturedProfile>(record);
-    }
-    return std::make_unique<CapturedProfile>();
-  }
-
-  // Takes a record back (the worker, once it is processed or dropped).
-  void release(std::unique_ptr<CapturedProfile> record) noexcept {
-    if (!record) return;
-    if (idle_.fetch_add(1, std::memory_order_relaxed) >= max_spare_records) {
-      idle_.fetch_sub(1, std::memory_order_relaxed);
-      return;  // freed here
-    }
-    clear(*record);
-    CapturedProfile* node = record.release();
-    node->next = spare_.load(std::memory_order_relaxed);
-    while (!spare_.compare_exchange_weak(node->next, node, std::memory_order_release, std::memory_order_relaxed)) {
-    }
-  }
-
-  std::size_t idle() const noexcept { return idle_.load(std::memory_order_relaxed); }
-
-  // In a forked child: a parent thread may have been between the two halves of a
-  // pop; the spare records are left where they are.
-  void reset_after_fork() noexcept {
-    spare_.store(nullptr, std::memory_order_relaxed);
-    idle_.store(0, std::memory_order_relaxed);
-  }
-
- private:
-  // Trivially destructible, so a guard closing in another thread_local's destructor
-  // (after the owner below is gone) still finds it, retired.
-  struct ThreadCache {
-    CapturedProfile* head = nullptr;
-    bool retired = false;
-  };
-  struct ThreadCacheOwner {
-    ~ThreadCacheOwner() {
-      ThreadCache& cache = thread_cache();
-      cache.retired = true;
-      while (CapturedProfile* record = cache.head) {
-        cache.head = record->next;
-        delete record;
-        pool().idle_.fetch_sub(1, std::memory_order_relaxed);
-      }
-    }
-  };
-  static ThreadCache& thread_cache() noexcept {
-    static thread_local ThreadCache cache;
-    return cache;
-  }
-  static void thread_cache_owner() noexcept {
-    static thread_local ThreadCacheOwner owner;
-    (void)owner;
-  }
-  static CapturedProfilePool& pool() noexcept;
-
-  // Keeps the capacity of what a request thread fills: the packed samples and the
-  // span name. The rest was filled by the worker, and is freed by it here.
-  static void clear(CapturedProfile& record) noexcept {
-    std::string name = std::move(record.profile.span_name);
-    name.clear();
-    record.profile = RawProfile{};
-    record.profile.span_name = std::move(name);
-    record.packed_samples.clear();
-    if (record.packed_samples.capacity() > max_recycled_words) std::vector<std::uint64_t>().swap(record.packed_samples);
-    std::string().swap(record.gperftools_cpu_file);
-    std::string().swap(record.gperftools_heap_text);
-    record.engine = "";
-    record.next = nullptr;
-  }
-
-  std::atomic<CapturedProfile*> spare_{nullptr};
-  std::atomic<std::size_t> idle_{0};  // records in the spare list and in threads' caches
-};
-
-// Process-wide, and deliberately leaked: records come back from the worker while
-// static destructors run at exit.
-SPANPROF_API inline CapturedProfilePool& captured_profile_pool() noexcept {
-  static CapturedProfilePool* pool = new CapturedProfilePool();
-  return *pool;
-}
-
-inline CapturedProfilePool& CapturedProfilePool::pool() noexcept { return captured_profile_pool(); }
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_CAPTURE_CAPTURED_PROFILE_HPP_
-// ---- end spanprof/capture/captured_profile.hpp ----
-// ---- begin spanprof/capture/classic_cpu_engine.hpp ----
-// The classic engine: gperftools' own CPU profiler started and stopped around one
-// scope. gperftools allows one profile per process, and starting it allocates and
-// clears ~10 MiB (~5 ms), so this engine serves one scope at a time: a second
-// concurrent scope is told "busy" at once and is never made to wait.
-#ifndef SPANPROF_CAPTURE_CLASSIC_CPU_ENGINE_HPP_
-#define SPANPROF_CAPTURE_CLASSIC_CPU_ENGINE_HPP_
-
-
-// Compiled out with the SDK: nothing here may reach gperftools then.
-#if SPANPROF_ENABLED
-
-#include <gperftools/profiler.h>
-
-#include <atomic>
-#include <cstdio>
-#include <cstdlib>
-#include <string>
-
-#include <pthread.h>
-#include <unistd.h>
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-struct ClassicEngineState {
-  std::atomic<bool> busy{false};
-  // The thread whose samples are kept. gperftools' SIGPROF goes to whichever thread
-  // used CPU; comparing pthread_self() is async-signal-safe and, unlike a
-  // thread_local, never allocates TLS inside the handler.
-  std::atomic<pthread_t> profiled_thread{};
-  std::atomic<std::uint64_t> sequence{0};
-  // The legacy profile file gperftools writes at stop: the scope that holds `busy`
-  // owns it, so no guard carries a path buffer of its own.
-  char path[256] = {};
-};
-
-SPANPROF_API inline ClassicEngineState& classic_engine_state() noexcept {
-  static ClassicEngineState state;
-  return state;
-}
-
-inline int classic_engine_keeps_this_thread(void*) {
-  return pthread_equal(classic_engine_state().profiled_thread.load(std::memory_order_relaxed), pthread_self()) ? 1
-                                                                                                              : 0;
-}
-
-enum class ClassicStart : std::uint8_t { started, busy, failed };
-
-inline ClassicStart classic_engine_start() noexcept {
-  auto& state = classic_engine_state();
-  if (state.busy.exchange(true, std::memory_order_acquire)) return ClassicStart::busy;
-  char (&path)[256] = state.path;
-  const char* tmp = std::getenv("TMPDIR");
-  std::snprintf(path, sizeof path, "%s/spanprof-classic-%d-%llu.prof", (tmp && *tmp) ? tmp : "/tmp",
-                static_cast<int>(::getpid()),
-                static_cast<unsigned long long>(state.sequence.fetch_add(1, std::memory_order_relaxed)));
-  state.profiled_thread.store(pthread_self(), std::memory_order_relaxed);
-  ProfilerOptions options{};
-  options.filter_in_thread = &classic_engine_keeps_this_thread;
-  options.filter_in_thread_arg = nullptr;
-  if (!ProfilerStartWithOptions(path, &options)) {
-    state.busy.store(false, std::memory_order_release);
-    report_error(ErrorCode::profiler_failed,
-                 "ProfilerStartWithOptions failed (is CPUPROFILE set, or the profile file unwritable?)");
-    path[0] = '\0';
-    return ClassicStart::failed;
-  }
-  return ClassicStart::started;
-}
-
-// Stops the scope's profile and calls `use_file(path)` (noexcept) with the file
-// gperftools wrote, before the engine is free for the next scope.
-template <class UseFile>
-void classic_engine_stop(UseFile&& use_file) noexcept {
-  ProfilerStop();  // writes the file and /proc/self/maps; the worker parses it
-  auto& state = classic_engine_state();
-  use_file(static_cast<const char*>(state.path));
-  state.path[0] = '\0';
-  state.busy.store(false, std::memory_order_release);
-}
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_ENABLED
-
-#endif  // SPANPROF_CAPTURE_CLASSIC_CPU_ENGINE_HPP_
-// ---- end spanprof/capture/classic_cpu_engine.hpp ----
-// ---- begin spanprof/capture/tcmalloc_api.hpp ----
-// tcmalloc's hook and heap-profiler entry points, looked up at run time.
-//
-// Heap profiling works only when tcmalloc is the process's allocator, and a
-// service may get it by linking libtcmalloc or by LD_PRELOAD in production. Looking
-// the functions up with dlsym serves both, keeps programs that never profile the
-// heap free of a link dependency on tcmalloc, and lets a heap guard in a process
-// without tcmalloc report why instead of failing to link or silently recording
-// nothing.
-#ifndef SPANPROF_CAPTURE_TCMALLOC_API_HPP_
-#define SPANPROF_CAPTURE_TCMALLOC_API_HPP_
-
-
-#include <cstddef>
-
-#include <dlfcn.h>
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-using MallocNewHook = void (*)(const void* ptr, std::size_t size);
-using MallocDeleteHook = void (*)(const void* ptr);
-
-struct TcmallocApi {
-  // malloc_hook_c.h
-  int (*add_new_hook)(MallocNewHook) = nullptr;
-  int (*remove_new_hook)(MallocNewHook) = nullptr;
-  int (*add_delete_hook)(MallocDeleteHook) = nullptr;
-  int (*remove_delete_hook)(MallocDeleteHook) = nullptr;
-  // Stack of the code that called the allocator, the allocator's own frames and
-  // the hooks' removed. Valid only inside a hook.
-  int (*caller_stack_trace)(void** result, int max_depth, int skip_count) = nullptr;
-  // heap-profiler.h (libtcmalloc only, not libtcmalloc_minimal)
-  void (*heap_profiler_start)(const char* prefix) = nullptr;
-  void (*heap_profiler_stop)() = nullptr;
-  char* (*get_heap_profile)() = nullptr;
-  int (*is_heap_profiler_running)() = nullptr;
-  // The process's malloc is tcmalloc's: hooks only see allocations tcmalloc serves.
-  bool is_process_allocator = false;
-  // tcmalloc's code that calls the hooks and the allocator entry points around it
-  // (its sections google_malloc and malloc_hook, [start, stop)): a hook's stack
-  // walk drops these frames, as MallocHook_GetCallerStackTrace does. Zero when
-  // tcmalloc does not export the bounds (linked statically).
-  const char* hook_caller_start[2] = {};
-  const char* hook_caller_stop[2] = {};
-
-  bool in_hook_caller(const void* pc) const noexcept {
-    const auto* p = static_cast<const char*>(pc);
-    for (int i = 0; i < 2; ++i)
-      if (p >= hook_caller_start[i] && p < hook_caller_stop[i]) return true;
-    return false;
-  }
-
-  bool has_hooks() const noexcept {
-    return add_new_hook && remove_new_hook && add_delete_hook && remove_delete_hook && caller_stack_trace &&
-           is_process_allocator;
-  }
-  bool has_heap_profiler() const noexcept {
-    return heap_profiler_start && heap_profiler_stop && get_heap_profile && is_heap_profiler_running &&
-           is_process_allocator;
-  }
-};
-
-template <class Function>
-inline void resolve_symbol(Function& out, const char* name) noexcept {
-  out = reinterpret_cast<Function>(::dlsym(RTLD_DEFAULT, name));
-}
-
-SPANPROF_API inline const TcmallocApi& tcmalloc_api() noexcept {
-  static const TcmallocApi api = [] {
-    TcmallocApi a;
-    resolve_symbol(a.add_new_hook, "MallocHook_AddNewHook");
-    resolve_symbol(a.remove_new_hook, "MallocHook_RemoveNewHook");
-    resolve_symbol(a.add_delete_hook, "MallocHook_AddDeleteHook");
-    resolve_symbol(a.remove_delete_hook, "MallocHook_RemoveDeleteHook");
-    resolve_symbol(a.caller_stack_trace, "MallocHook_GetCallerStackTrace");
-    resolve_symbol(a.heap_profiler_start, "HeapProfilerStart");
-    resolve_symbol(a.heap_profiler_stop, "HeapProfilerStop");
-    resolve_symbol(a.get_heap_profile, "GetHeapProfile");
-    resolve_symbol(a.is_heap_profiler_running, "IsHeapProfilerRunning");
-    resolve_symbol(a.hook_caller_start[0], "__start_google_malloc");
-    resolve_symbol(a.hook_caller_stop[0], "__stop_google_malloc");
-    resolve_symbol(a.hook_caller_start[1], "__start_malloc_hook");
-    resolve_symbol(a.hook_caller_stop[1], "__stop_malloc_hook");
-    for (int i = 0; i < 2; ++i)
-      if (!a.hook_caller_start[i] || a.hook_caller_stop[i] <= a.hook_caller_start[i])
-        a.hook_caller_start[i] = a.hook_caller_stop[i] = nullptr;
-    // tcmalloc defines malloc as an alias of tc_malloc. If another allocator (glibc,
-    // a sanitizer, jemalloc) wins symbol resolution, the two differ and tcmalloc's
-    // hooks would never fire.
-    void* tc_malloc = ::dlsym(RTLD_DEFAULT, "tc_malloc");
-    a.is_process_allocator = tc_malloc != nullptr && tc_malloc == ::dlsym(RTLD_DEFAULT, "malloc");
-    return a;
-  }();
-  return api;
-}
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_CAPTURE_TCMALLOC_API_HPP_
-// ---- end spanprof/capture/tcmalloc_api.hpp ----
-// ---- begin spanprof/capture/classic_heap_engine.hpp ----
-// The classic heap engine: gperftools' own heap profiler started and stopped around
-// one scope. It records every allocation of every thread (an alloc-heavy loop runs
-// ~30x slower) and there is one per process, so it serves one scope at a time: a
-// second concurrent scope is told "busy" at once and never waits.
-#ifndef SPANPROF_CAPTURE_CLASSIC_HEAP_ENGINE_HPP_
-#define SPANPROF_CAPTURE_CLASSIC_HEAP_ENGINE_HPP_
-
-
-#include <atomic>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <string>
-
-#include <dirent.h>
-#include <unistd.h>
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-struct ClassicHeapState {
-  std::atomic<bool> busy{false};
-  std::atomic<std::uint64_t> sequence{0};
-  char prefix[256] = {};  // the dump prefix, owned by the scope that holds `busy`
-};
-
-SPANPROF_API inline ClassicHeapState& classic_heap_state() noexcept {
-  static ClassicHeapState state;
-  return state;
-}
-
-enum class ClassicHeapStart : std::uint8_t { started, busy, failed };
-
-// gperftools is given a dump prefix; it only writes files there if its own
-// HEAP_PROFILE_*_INTERVAL thresholds trigger, and stop removes them.
-inline ClassicHeapStart classic_heap_start() noexcept {
-  const TcmallocApi& api = tcmalloc_api();
-  if (!api.has_heap_profiler()) {
-    report_error(ErrorCode::heap_unavailable,
-                 "the classic heap engine needs libtcmalloc (not _minimal) as the process's allocator");
-    return ClassicHeapStart::failed;
-  }
-  auto& state = classic_heap_state();
-  if (state.busy.exchange(true, std::memory_order_acquire)) return ClassicHeapStart::busy;
-  if (api.is_heap_profiler_running()) {
-    // Started outside spanprof (HEAPPROFILE=...): not ours to stop.
-    state.busy.store(false, std::memory_order_release);
-    return ClassicHeapStart::busy;
-  }
-  char (&prefix)[256] = state.prefix;
-  const char* tmp = std::getenv("TMPDIR");
-  std::snprintf(prefix, sizeof prefix, "%s/spanprof-heap-%d-%llu", (tmp && *tmp) ? tmp : "/tmp",
-                static_cast<int>(::getpid()),
-                static_cast<unsigned long long>(state.sequence.fetch_add(1, std::memory_order_relaxed)));
-  api.heap_profiler_start(prefix);
-  if (!api.is_heap_profiler_running()) {
-    state.busy.store(false, std::memory_order_release);
-    report_error(ErrorCode::profiler_failed, "HeapProfilerStart did not start gperftools' heap profiler");
-    return ClassicHeapStart::failed;
-  }
-  return ClassicHeapStart::started;
-}
-
-// Removes interval dumps gperftools may have written under `prefix`.
-inline void remove_heap_dumps(const char* prefix) noexcept {
-  const char* slash = std::strrchr(prefix, '/');
-  if (!slash) return;
-  const std::string dir(prefix, static_cast<std::size_t>(slash - prefix));
-  const std::string base = std::string(slash + 1) + ".";
-  if (DIR* d = ::opendir(dir.c_str())) {
-    while (dirent* entry = ::readdir(d)) {
-      if (std::strncmp(entry->d_name, base.c_str(), base.size()) == 0) ::unlinkat(::dirfd(d), entry->d_name, 0);
-    }
-    ::closedir(d);
-  }
-}
-
-// Takes the profile text (malloc'ed by gperftools; caller frees with std::free) and
-// stops the profiler. Null if gperftools returned nothing.
-inline char* classic_heap_stop() noexcept {
-  const TcmallocApi& api = tcmalloc_api();
-  char* text = api.get_heap_profile();
-  api.heap_profiler_stop();
-  auto& state = classic_heap_state();
-  SPANPROF_TRY {
-    remove_heap_dumps(state.prefix);
-  } SPANPROF_CATCH_ALL {
-  }
-  state.prefix[0] = '\0';
-  state.busy.store(false, std::memory_order_release);
-  return text;
-}
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_CAPTURE_CLASSIC_HEAP_ENGINE_HPP_
-// ---- end spanprof/capture/classic_heap_engine.hpp ----
-// ---- begin spanprof/capture/engines.hpp ----
-// The capture engines a guard can use, and where the CPU engine's samples come
-// from. docs/engines.md explains the choice and what each costs.
-#ifndef SPANPROF_CAPTURE_ENGINES_HPP_
-#define SPANPROF_CAPTURE_ENGINES_HPP_
-
-
-#include <cstdint>
-#include <string_view>
-
-SPANPROF_NAMESPACE_BEGIN
-
-enum class CpuEngine : std::uint8_t {
-  // Per-thread CPU-time sampling, armed once per thread; a guard only marks the
-  // thread's active span. Concurrent spans get exactly their own samples.
-  sampling,
-  // gperftools' ProfilerStart/ProfilerStop around the scope. One scope at a time
-  // per process and ~0.5-5 ms per scope: for comparison, and for environments where
-  // the sampling engine cannot run.
-  classic,
-};
-
-enum class HeapEngine : std::uint8_t {
-  // Allocation hooks (spanprof's operator new/delete, or tcmalloc's MallocHook, live
-  // only while a heap-profiled scope is open) record one allocation per
-  // ~heap_sample_interval_bytes of the profiled threads and scale the counts to
-  // unbiased estimates. Concurrent scopes get their own allocations.
-  sampling,
-  // gperftools' HeapProfilerStart/GetHeapProfile/HeapProfilerStop around the scope:
-  // every allocation of every thread, one scope at a time, and an alloc-heavy loop
-  // runs ~30x slower. For comparison and for exact counts in a test rig.
-  classic,
-};
-
-// Where the sampling CPU engine's ticks come from.
-enum class CpuSampleSource : std::uint8_t {
-  automatic,    // posix_timer: no cost at context switches (docs/cost.md)
-  perf_event,   // perf task-clock event: exact to the microsecond, paid at every context switch
-  posix_timer,  // timer_create(CLOCK_THREAD_CPUTIME_ID): fires on the scheduler tick, weighted
-};
-
-constexpr std::string_view to_string(CpuEngine e) noexcept { return e == CpuEngine::sampling ? "sampling" : "classic"; }
-constexpr std::string_view to_string(HeapEngine e) noexcept {
-  return e == HeapEngine::sampling ? "sampling" : "classic";
-}
-constexpr std::string_view to_string(CpuSampleSource s) noexcept {
-  switch (s) {
-    case CpuSampleSource::automatic: return "automatic";
-    case CpuSampleSource::perf_event: return "perf_event";
-    case CpuSampleSource::posix_timer: return "posix_timer";
-  }
-  return "unknown";
-}
-
-// The names of 0.1, kept for one release.
-using Engine [[deprecated("renamed spanprof::CpuEngine")]] = CpuEngine;
-using SamplingSource [[deprecated("renamed spanprof::CpuSampleSource")]] = CpuSampleSource;
-
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_CAPTURE_ENGINES_HPP_
-// ---- end spanprof/capture/engines.hpp ----
-// ---- begin spanprof/capture/cpu_tick_source.hpp ----
-// A thread's CPU ticks: a perf_event task clock or a POSIX CPU timer that sends
-// the sample signal to the one thread it was made for, each time that thread has
-// run a random CPU-time interval. The thread's sampler
-// (capture/thread_stack_sampler.hpp) owns one and records a stack at each tick.
-//
-// Why it is shaped like this (see docs/engines.md, docs/cost.md):
-//  * It signals only its own thread, so the handler records the stack of the
-//    thread whose CPU time the tick measured.
-//  * The periods are drawn at random (random_interval_ns says why).
-//  * Each tick is placed from the sampling point before it, never from the late
-//    signal: restarting from the signal would leave its delay unsampled at every
-//    sample.
-//  * A sample weighs the thread's CPU time, not the number of periods: counted
-//    periods spread by about half the square root of their number (the periods are
-//    random), and a perf task clock, which runs on while a virtual machine's host
-//    has stolen the vCPU, over-counts by the steal (10 ms of a thread's CPU drew up
-//    to 12.5 ms of periods here). On perf_event it is the thread's CPU clock since
-//    the tick before; on the timer, the CPU between the last point delivered before
-//    and the last one passed now, on the same clock, so that a late signal changes
-//    where a sample lands but not what it weighs.
-//  * Everything the handler calls here is async-signal-safe: a clock, an ioctl
-//    and a timer call.
-#ifndef SPANPROF_CAPTURE_CPU_TICK_SOURCE_HPP_
-#define SPANPROF_CAPTURE_CPU_TICK_SOURCE_HPP_
-
-
-// Compiled out with the SDK, as the sampler that owns it.
-#if SPANPROF_ENABLED
-
-#include <algorithm>
-#include <atomic>
-#include <cerrno>
-#include <cmath>
-#include <csignal>
-#include <cstdint>
-
-#include <fcntl.h>
-#include <linux/perf_event.h>
-#include <sys/ioctl.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
-
-#ifndef sigev_notify_thread_id
-#define sigev_notify_thread_id _sigev_un._tid
-#endif
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-// A random interval with mean `mean_ns`: half the mean, plus an exponentially
-// distributed rest. A random period gives a periodic workload nothing to alias with
-// (fixed periods shift its samples into or out of its spans); the fixed half keeps
-// the sample rate bounded, so a signal handler slower than a short draw cannot
-// fall behind and pile up queued signals. From a per-thread xorshift state;
-// async-signal-safe (log() touches no shared state).
-inline std::int64_t random_interval_ns(std::uint64_t& state, std::int64_t mean_ns) noexcept {
-  state ^= state << 13;
-  state ^= state >> 7;
-  state ^= state << 17;
-  const double unit = (static_cast<double>(state >> 11) + 0.5) * (1.0 / 9007199254740992.0);  // (0, 1)
-  const double half = static_cast<double>(mean_ns) / 2;
-  const double draw = half - std::log(unit) * half;
-  const double high = static_cast<double>(mean_ns) * 16;  // the tail beyond holds a 1e-13 share
-  return static_cast<std::int64_t>(draw > high ? high : draw);
-}
-
-class CpuTickSource {
- public:
-  // For thread `tid`; `wanted` is the configured CpuSampleSource, `period_ns` the
-  // mean CPU time between two ticks, `seed` the start of the periods' random state.
-  CpuTickSource(CpuSampleSource wanted, int signal_number, std::int64_t period_ns, pid_t tid,
-                std::uint64_t seed) noexcept
-      : wanted_(wanted), signal_number_(signal_number), period_ns_(period_ns), tid_(tid), random_(seed) {}
-
-  CpuTickSource(const CpuTickSource&) = delete;
-  CpuTickSource& operator=(const CpuTickSource&) = delete;
-
-  ~CpuTickSource() { close(); }
-
-  // Picks and creates the sampling source for this thread (not armed yet).
-  // `perf_errno` receives the reason perf_event was refused, if it was.
-  // `automatic` is the POSIX CPU timer: a perf event costs its thread at every
-  // context switch, even between spans (docs/cost.md). A perf_event the kernel
-  // refuses falls back to the timer.
-  CpuSampleSource open(int& perf_errno) noexcept {
-    perf_errno = 0;
-    if (wanted_ == CpuSampleSource::perf_event) {
-      if (open_perf_event()) return source_ = CpuSampleSource::perf_event;
-      perf_errno = errno == 0 ? EINVAL : errno;
-    }
-    if (open_posix_timer()) return source_ = CpuSampleSource::posix_timer;
-    if (wanted_ == CpuSampleSource::automatic && open_perf_event()) return source_ = CpuSampleSource::perf_event;
-    return source_ = CpuSampleSource::automatic;  // nothing could be armed
-  }
-
-  bool has_source() const noexcept { return source_ != CpuSampleSource::automatic; }
-  CpuSampleSource source() const noexcept { return source_; }
-
-  // Disables and releases the source. The destructor does it too; an owner whose
-  // handler writes into memory it frees calls it first.
-  void close() noexcept {
-    if (perf_fd_ >= 0) {
-      ::ioctl(perf_fd_, PERF_EVENT_IOC_DISABLE, 0);
-      ::close(perf_fd_);
-      perf_fd_ = -1;
-    }
-    if (has_timer_) ::timer_delete(timer_);
-    has_timer_ = false;
-  }
-
-  // In a forked child, on a source the parent made: its perf event is the parent's
-  // too (disabling it would stop the parent's samples) and its timer does not exist
-  // here. Closes the child's copy of the event and forgets both.
-  void forget_after_fork() noexcept {
-    if (perf_fd_ >= 0) ::close(perf_fd_);
-    perf_fd_ = -1;
-    has_timer_ = false;
-    source_ = CpuSampleSource::automatic;
-  }
-
-  // Starts the ticks; the periods start afresh. False when there is no source or
-  // the kernel refused.
-  bool start() noexcept {
-    cpu_mark_.store(0, std::memory_order_relaxed);
-    cpu_period_ = 0;
-    tick_cpu_ns_ = 0;
-    if (perf_fd_ >= 0) return schedule_next_tick() && ::ioctl(perf_fd_, PERF_EVENT_IOC_ENABLE, 0) == 0;
-    if (has_timer_) return schedule_next_tick();
-    return false;
-  }
-
-  // Async-signal-safe: used from the handler when the thread has been idle.
-  void stop() noexcept {
-    if (perf_fd_ >= 0) {
-      ::ioctl(perf_fd_, PERF_EVENT_IOC_DISABLE, 0);
-    } else if (has_timer_) {
-      itimerspec stop{};
-      ::timer_settime(timer_, 0, &stop, nullptr);
-    }
-  }
-
-  // The POSIX timer's next sampling point on the thread's CPU clock, for the ticker
-  // to read from its thread (0: none, or another source).
-  std::int64_t next_point_ns() const noexcept {
-    return has_timer_ ? static_cast<std::int64_t>(cpu_mark_.load(std::memory_order_relaxed)) : 0;
-  }
-
-  // The signal `info` describes is one of this source's ticks (async-signal-safe).
-  bool is_tick(const siginfo_t* info) const noexcept {
-    if (perf_fd_ >= 0) return info->si_fd == perf_fd_;  // not our event: someone else's signal
-    if (has_timer_) return info->si_code == SI_TIMER;
-    return false;
-  }
-
-  // What a tick weighs: the sampling points the thread's CPU time passed since the
-  // tick before (the profile's sample count), and the CPU time it ran since then.
-  struct TickWeight {
-    std::uint64_t periods = 0;
-    std::uint64_t cpu_ns = 0;
-  };
-
-  // Sets the CPU time until the next CPU tick (async-signal-safe); returns false if
-  // the kernel refused. `weight`, when given, receives what the sample being taken
-  // stands for; periods 0 is a timer signal before its expiry, not a sample.
-  bool schedule_next_tick(TickWeight* weight = nullptr) noexcept {
-    const std::int64_t now_ns = thread_cpu_now_ns();
-    std::uint64_t periods = 0;
-    std::int64_t timer_tile_ns = 0;
-    const bool ok = perf_fd_ >= 0 ? schedule_perf_tick(now_ns, periods) : schedule_timer_tick(now_ns, periods, timer_tile_ns);
-    const bool armed_before = tick_cpu_ns_ != 0;
-    if (weight != nullptr) {
-      weight->periods = periods;
-      if (perf_fd_ < 0) {
-        if (timer_tile_ns > 0) weight->cpu_ns = static_cast<std::uint64_t>(timer_tile_ns);
-      } else if (periods != 0 && armed_before && now_ns > tick_cpu_ns_) {
-        weight->cpu_ns = static_cast<std::uint64_t>(now_ns - tick_cpu_ns_);
-      }
-    }
-    if (periods != 0 || !armed_before) tick_cpu_ns_ = now_ns;  // an early timer signal moves nothing
-    return ok;
-  }
-
- private:
-  static std::int64_t thread_cpu_now_ns() noexcept {
-    timespec now{};
-    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
-    return static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
-  }
-
-  bool schedule_perf_tick(std::int64_t now_ns, std::uint64_t& periods) noexcept {
-    // The next tick is placed a random interval after the one that just fired,
-    // not after this handler ran: the signal arrives tens of microseconds after
-    // the overflow (~50 µs measured here), and restarting the period from the
-    // handler would leave that time unsampled at every sample (-5% at 1 kHz).
-    // The lateness is read on the thread's CPU clock, not the event's count:
-    // the task clock also runs through time stolen from the vCPU.
-    const std::int64_t draw = random_interval_ns(random_, period_ns_);
-    std::int64_t period = draw;
-    if (cpu_period_ != 0) {  // the period was set at the last tick, tick_cpu_ns_
-      const std::int64_t late = now_ns - tick_cpu_ns_ - cpu_period_;
-      // Not below a quarter of the mean: a period shorter than this handler would
-      // queue signals faster than it takes them.
-      const std::int64_t floor = std::max<std::int64_t>(period_ns_ / 4, 20'000);
-      if (late > 0) period = std::max(draw - late, floor);
-    }
-    cpu_period_ = period;
-    periods = 1;
-    std::uint64_t value = static_cast<std::uint64_t>(period);
-    return ::ioctl(perf_fd_, PERF_EVENT_IOC_PERIOD, &value) == 0;
-  }
-
-  bool schedule_timer_tick(std::int64_t now_ns, std::uint64_t& periods, std::int64_t& tile_ns) noexcept {
-    if (has_timer_) {
-      // The kernel looks at CPU timers only on the scheduler tick (4 ms at
-      // HZ=250), so the signal comes at the first tick after the sampling point,
-      // and at more than 250 Hz several points fall between two ticks. Each point
-      // the thread's CPU time has passed is one sample of the stack found now
-      // (the sample count). The CPU value is the thread's CPU from the last point
-      // delivered before to the last one passed now: the intervals between points
-      // tile the thread's CPU time, so a late signal (the tick, or the ticker's
-      // watch) moves where a sample lands, never how much it weighs.
-      // The next point is drawn from the last one, never from the late signal.
-      std::uint64_t passed = 0;
-      const std::uint64_t mark = cpu_mark_.load(std::memory_order_relaxed);
-      std::int64_t next = static_cast<std::int64_t>(mark);
-      if (mark == 0) {
-        next = now_ns + random_interval_ns(random_, period_ns_);  // armed afresh
-        point_base_ = now_ns;
-      } else {
-        constexpr std::uint64_t most_periods = 256;  // beyond: the thread ran with the signal held
-        std::int64_t last_passed = point_base_;
-        while (next <= now_ns && passed < most_periods) {
-          ++passed;
-          last_passed = next;
-          next += random_interval_ns(random_, period_ns_);
-        }
-        if (next <= now_ns) {
-          last_passed = now_ns;
-          next = now_ns + random_interval_ns(random_, period_ns_);
-        }
-        if (passed != 0) {
-          tile_ns = last_passed - point_base_;
-          point_base_ = last_passed;
-        }
-      }
-      periods = passed;
-      cpu_mark_.store(static_cast<std::uint64_t>(next), std::memory_order_relaxed);
-      itimerspec spec{};
-      spec.it_value.tv_sec = next / 1'000'000'000;
-      spec.it_value.tv_nsec = next % 1'000'000'000;
-      return ::timer_settime(timer_, TIMER_ABSTIME, &spec, nullptr) == 0;
-    }
-    return false;
-  }
-
-  bool open_perf_event() noexcept {
-    perf_event_attr attr{};
-    attr.size = sizeof(attr);
-    attr.type = PERF_TYPE_SOFTWARE;
-    attr.config = PERF_COUNT_SW_TASK_CLOCK;
-    attr.sample_period = static_cast<std::uint64_t>(period_ns_);
-    attr.disabled = 1;
-    attr.wakeup_events = 1;  // signal on every overflow
-    errno = 0;
-    const long fd = ::syscall(SYS_perf_event_open, &attr, 0 /* this thread */, -1, -1, PERF_FLAG_FD_CLOEXEC);
-    if (fd < 0) return false;
-    perf_fd_ = static_cast<int>(fd);
-    f_owner_ex owner{F_OWNER_TID, tid_};
-    if (::fcntl(perf_fd_, F_SETFL, O_ASYNC) != 0 || ::fcntl(perf_fd_, F_SETSIG, signal_number_) != 0 ||
-        ::fcntl(perf_fd_, F_SETOWN_EX, &owner) != 0) {
-      const int saved = errno;
-      ::close(perf_fd_);
-      perf_fd_ = -1;
-      errno = saved;
-      return false;
-    }
-    return true;
-  }
-
-  bool open_posix_timer() noexcept {
-    sigevent event{};
-    event.sigev_notify = SIGEV_THREAD_ID;
-    event.sigev_signo = signal_number_;
-    event.sigev_notify_thread_id = tid_;
-    if (::timer_create(CLOCK_THREAD_CPUTIME_ID, &event, &timer_) != 0) return false;
-    has_timer_ = true;
-    return true;
-  }
-
-  CpuSampleSource wanted_;
-  int signal_number_;
-  std::int64_t period_ns_;  // mean CPU time between two CPU samples
-  pid_t tid_;
-  int perf_fd_ = -1;
-  timer_t timer_{};
-  bool has_timer_ = false;
-  CpuSampleSource source_ = CpuSampleSource::automatic;
-  std::uint64_t random_;        // the handler's: the next CPU period
-  // Timer: its next expiry on the thread's CPU clock (0: armed afresh). The ticker
-  // reads it to find a point the kernel has not delivered (next_point_ns).
-  std::atomic<std::uint64_t> cpu_mark_{0};
-  std::int64_t cpu_period_ = 0; // perf: the period set at the last tick (0: unknown, after a disarm)
-  std::int64_t tick_cpu_ns_ = 0;  // the thread's CPU clock at the last sample (0: since the arm, none)
-  std::int64_t point_base_ = 0;   // timer: the last point delivered (or the arm), on the thread's CPU clock
-};
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_ENABLED
-
-#endif  // SPANPROF_CAPTURE_CPU_TICK_SOURCE_HPP_
-// ---- end spanprof/capture/cpu_tick_source.hpp ----
-// ---- begin spanprof/base/loader_lock_gate.hpp ----
-// spanprof's own holds on the dynamic loader's lock, so that fork() can wait
-// them out.
-//
-// libunwind (gperftools' stack walker, in the sample signal handler and the heap
-// hooks) and the symbolizer's scan of the loaded objects take the loader lock
-// through dl_iterate_phdr. glibc's fork() does not reset that lock in the child:
-// a fork while one of them held it would leave the child's loader locked for
-// good, and its first sample, dlopen or dl_iterate_phdr would hang. The fork
-// prepare handler closes this gate and waits for those inside to leave; a
-// sample that finds the gate closed is dropped (and counted), a scan waits.
-#ifndef SPANPROF_BASE_LOADER_LOCK_GATE_HPP_
-#define SPANPROF_BASE_LOADER_LOCK_GATE_HPP_
-
-
-#include <atomic>
-#include <chrono>
-
-#include <sched.h>
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-class LoaderLockGate {
- public:
-  constexpr LoaderLockGate() noexcept = default;
-
-  // Async-signal-safe. False: a fork is under way, keep out of the loader.
-  bool enter() noexcept {
-    inside_.fetch_add(1, std::memory_order_seq_cst);
-    if (!closed_.load(std::memory_order_seq_cst)) return true;
-    inside_.fetch_sub(1, std::memory_order_seq_cst);
-    return false;
-  }
-  void leave() noexcept { inside_.fetch_sub(1, std::memory_order_seq_cst); }
-
-  // Fork prepare: no new entry, and those inside are waited for, within `limit`
-  // (one of them may wait on a loader lock the host holds).
-  void close_and_wait(std::chrono::milliseconds limit) noexcept {
-    closed_.store(true, std::memory_order_seq_cst);
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    while (inside_.load(std::memory_order_seq_cst) != 0 && std::chrono::steady_clock::now() < deadline) ::sched_yield();
-  }
-  void open() noexcept { closed_.store(false, std::memory_order_seq_cst); }
-
-  // In the child: only the forking thread is left, and it is inside nothing.
-  void reset_after_fork() noexcept {
-    inside_.store(0, std::memory_order_relaxed);
-    closed_.store(false, std::memory_order_relaxed);
-  }
-
- private:
-  std::atomic<int> inside_{0};
-  std::atomic<bool> closed_{false};
-};
-
-SPANPROF_API inline LoaderLockGate& loader_lock_gate() noexcept {
-  static LoaderLockGate gate;  // constant-initialized: no guard, safe in a handler
-  return gate;
-}
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_BASE_LOADER_LOCK_GATE_HPP_
-// ---- end spanprof/base/loader_lock_gate.hpp ----
-// ---- begin spanprof/capture/call_frame_info.hpp ----
-// The unwind rules of one machine instruction, read from the DWARF call frame
-// information every loaded object carries in .eh_frame (what C++ exceptions use).
-//
-// Why it is shaped like this (see docs/host-safety.md, "Stack walks"):
-//  * It runs in the sample signal handler and inside the allocator's hooks, so it
-//    takes no lock and allocates nothing: objects are found with glibc's
-//    _dl_find_object (lock-free, async-signal-safe, glibc >= 2.35), their FDEs
-//    through the binary search table of .eh_frame_hdr, and the rules are computed
-//    on the caller's stack. No table is built ahead of time, so an object loaded a
-//    moment ago is covered at once and nothing needs refreshing.
-//  * Only reads the object's own read-only unwind data; reading the stack is the
-//    walker's job (capture/stack_walker.hpp), which checks every address.
-//  * Entry and instruction lengths are checked against their entries, so a
-//    malformed table ends the walk instead of reading past it.
-//  * x86-64 only (its DWARF register numbers). Elsewhere the walker keeps
-//    gperftools' unwinder.
-#ifndef SPANPROF_CAPTURE_CALL_FRAME_INFO_HPP_
-#define SPANPROF_CAPTURE_CALL_FRAME_INFO_HPP_
-
-
-#include <cstddef>
-#include <cstdint>
-#include <cstring>
-#include <new>
-
-#if defined(__x86_64__) && defined(__linux__)
-#include <dlfcn.h>  // _dl_find_object, DLFO_EH_SEGMENT_TYPE (glibc >= 2.35)
-#endif
-
-#if SPANPROF_ENABLED && defined(__x86_64__) && defined(__linux__) && defined(DLFO_EH_SEGMENT_TYPE)
-#define SPANPROF_HAS_CFI_WALKER 1
-#else
-#define SPANPROF_HAS_CFI_WALKER 0
-#endif
-
-#if SPANPROF_HAS_CFI_WALKER
-
-// The walk runs in a signal handler and reads other frames' stack slots and other
-// objects' unwind data: nothing a sanitizer can check there, and instrumented it
-// costs ten times as much per frame (ThreadSanitizer), enough to starve a loaded
-// test process. Every function of the walk carries this; none uses a lambda (a
-// lambda's body would be a separate, instrumented function).
-#if defined(__GNUC__) || defined(__clang__)
-#define SPANPROF_UNINSTRUMENTED __attribute__((no_sanitize("address", "thread", "undefined")))
-#else
-#define SPANPROF_UNINSTRUMENTED
-#endif
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-namespace cfi {
-
-// DWARF register numbers of the x86-64 psABI (16 is the return address column).
-enum : int { rax = 0, rdx = 1, rcx = 2, rbx = 3, rsi = 4, rdi = 5, rbp = 6, rsp = 7, r12 = 12, r15 = 15, rip = 16 };
-inline constexpr int register_count = 17;
-
-// A thread's registers as far as a walk knows them: every register of the
-// interrupted frame, then only what the rules recover (the callee-saved ones).
-struct Registers {
-  std::uint64_t value[register_count];  // only those in `known` are ever read
-  std::uint32_t known = 0;              // bit r: value[r] is valid
-
-  SPANPROF_UNINSTRUMENTED bool has(int r) const noexcept {
-    return r >= 0 && r < register_count && ((known >> r) & 1) != 0;
-  }
-  SPANPROF_UNINSTRUMENTED void set(int r, std::uint64_t v) noexcept {
-    value[r] = v;
-    known |= 1u << r;
-  }
-};
-
-// Reads the bytes of an entry, never past its end; `ok` turns false at the first
-// read that would.
-struct ByteCursor {
-  const std::uint8_t* at;
-  const std::uint8_t* end;
-  bool ok = true;
-
-  SPANPROF_UNINSTRUMENTED bool take(std::size_t n) noexcept {
-    if (!ok || static_cast<std::size_t>(end - at) < n) return ok = false;
-    return true;
-  }
-  template <class T>
-  SPANPROF_UNINSTRUMENTED T fixed() noexcept {
-    T v{};
-    if (!take(sizeof(T))) return v;
-    std::memcpy(&v, at, sizeof(T));
-    at += sizeof(T);
-    return v;
-  }
-  SPANPROF_UNINSTRUMENTED std::uint64_t uleb() noexcept {
-    std::uint64_t v = 0;
-    for (unsigned shift = 0; take(1); shift += 7) {
-      const std::uint8_t byte = *at++;
-      if (shift < 64) v |= static_cast<std::uint64_t>(byte & 0x7f) << shift;
-      if ((byte & 0x80) == 0) return v;
-    }
-    return 0;
-  }
-  SPANPROF_UNINSTRUMENTED std::int64_t sleb() noexcept {
-    std::int64_t v = 0;
-    unsigned shift = 0;
-    std::uint8_t byte = 0;
-    do {
-      if (!take(1)) return 0;
-      byte = *at++;
-      if (shift < 64) v |= static_cast<std::int64_t>(static_cast<std::uint64_t>(byte & 0x7f) << shift);
-      shift += 7;
-    } while (byte & 0x80);
-    if (shift < 64 && (byte & 0x40)) v |= -(static_cast<std::int64_t>(1) << shift);
-    return v;
-  }
-  // A pointer in one of the DW_EH_PE encodings. `data_base` serves datarel.
-  SPANPROF_UNINSTRUMENTED std::uint64_t pointer(std::uint8_t encoding, std::uint64_t data_base) noexcept {
-    if (encoding == 0xff) return 0;  // omit
-    const auto here = reinterpret_cast<std::uint64_t>(at);
-    std::uint64_t v = 0;
-    switch (encoding & 0x0f) {
-      case 0x00: v = fixed<std::uint64_t>(); break;  // absptr
-      case 0x01: v = uleb(); break;
-      case 0x02: v = fixed<std::uint16_t>(); break;
-      case 0x03: v = fixed<std::uint32_t>(); break;
-      case 0x04: v = fixed<std::uint64_t>(); break;
-      case 0x09: v = static_cast<std::uint64_t>(sleb()); break;
-      case 0x0a: v = static_cast<std::uint64_t>(static_cast<std::int64_t>(fixed<std::int16_t>())); break;
-      case 0x0b: v = static_cast<std::uint64_t>(static_cast<std::int64_t>(fixed<std::int32_t>())); break;
-      case 0x0c: v = static_cast<std::uint64_t>(fixed<std::int64_t>()); break;
-      default: ok = false; return 0;
-    }
-    switch (encoding & 0x70) {
-      case 0x00: break;
-      case 0x10: v += here; break;       // pcrel
-      case 0x30: v += data_base; break;  // datarel
-      default: ok = false; return 0;     // textrel, funcrel, aligned: not used by linkers for x86-64
-    }
-    if (encoding & 0x80) ok = false;  // indirect: would dereference data we do not check
-    return v;
-  }
-};
-
-// How a register of the caller is recovered.
-enum class Rule : std::uint8_t {
-  same,            // unchanged (callee-saved registers the function does not touch)
-  undefined,       // not recoverable; for the return address: the outermost frame
-  offset,          // saved at CFA + n
-  val_offset,      // is CFA + n
-  in_register,     // is the value of register n
-  expression,      // saved at the address a DWARF expression computes
-  val_expression,  // is what a DWARF expression computes
-};
-
-struct RegisterRule {
-  Rule rule;
-  std::int64_t n;                  // offset, or register number
-  const std::uint8_t* block;       // expression: its bytes, preceded by their length
-};
-
-// The registers whose rules a walk applies: the return address, the frame pointer
-// and the other callee-saved registers a later CFA rule may be based on.
-inline constexpr int tracked_registers[] = {rbx, rbp, 12, 13, 14, 15, rip};
-inline constexpr int tracked_count = 7;
-constexpr int tracked_slot(int r) noexcept {
-  return r == rbx ? 0 : r == rbp ? 1 : (r >= 12 && r <= 15) ? r - 10 : r == rip ? 6 : -1;
-}
-
-// Left uninitialized when declared (a walk declares one per frame): reset()
-// gives the rules a CIE starts from.
-struct FrameRules {
-  bool cfa_is_expression;
-  int cfa_register;
-  std::int64_t cfa_offset;
-  const std::uint8_t* cfa_block;
-  RegisterRule reg[tracked_count];
-  bool signal_frame;  // the caller's PC is exact, not a return address
-
-  SPANPROF_UNINSTRUMENTED void reset(bool signal) noexcept {
-    cfa_is_expression = false;
-    cfa_register = rsp;
-    cfa_offset = 8;
-    cfa_block = nullptr;
-    for (RegisterRule& r : reg) r = RegisterRule{Rule::same, 0, nullptr};
-    signal_frame = signal;
-  }
-};
-
-// What a CIE says for all FDEs that point to it.
-struct CommonInfo {
-  const std::uint8_t* address = nullptr;  // identifies it (cached per walk)
-  const std::uint8_t* instructions = nullptr;
-  const std::uint8_t* end = nullptr;
-  std::uint64_t code_align = 1;
-  std::int64_t data_align = -8;
-  std::uint8_t fde_encoding = 0;
-  bool has_augmentation_data = false;
-  bool signal_frame = false;
-  int return_register = rip;
-  FrameRules initial;  // the rules after the CIE's initial instructions (set by parse_cie)
-};
-
-// The body of the CIE or FDE at `p` (which starts with its length). False at the
-// table's terminator or an implausible length.
-SPANPROF_UNINSTRUMENTED inline bool parse_entry_bounds(const std::uint8_t* p, const std::uint8_t*& body,
-                                                       const std::uint8_t*& end) noexcept {
-  std::uint32_t length32 = 0;
-  std::memcpy(&length32, p, 4);
-  if (length32 == 0) return false;  // terminator
-  if (length32 == 0xffffffffu) {
-    std::uint64_t length64 = 0;
-    std::memcpy(&length64, p + 4, 8);
-    if (length64 > (std::uint64_t{1} << 30)) return false;
-    body = p + 12;
-    end = body + length64;
-    return true;
-  }
-  body = p + 4;
-  end = body + length32;
-  return true;
-}
-
-// The rule slot of DWARF register `r` (-1: a register the walk does not track).
-SPANPROF_UNINSTRUMENTED inline int rule_slot(std::uint64_t r) noexcept {
-  return r < register_count ? tracked_slot(static_cast<int>(r)) : -1;
-}
-
-SPANPROF_UNINSTRUMENTED inline void set_rule(FrameRules& rules, std::uint64_t r, Rule rule, std::int64_t n,
-                                             const std::uint8_t* block = nullptr) noexcept {
-  const int slot = rule_slot(r);
-  if (slot >= 0) rules.reg[slot] = RegisterRule{rule, n, block};
-}
-
-// DW_CFA_restore: the rule the CIE gave register `r` (unchanged while the CIE's
-// own instructions run).
-SPANPROF_UNINSTRUMENTED inline void restore_rule(FrameRules& rules, std::uint64_t r,
-                                                 const FrameRules* initial) noexcept {
-  const int slot = rule_slot(r);
-  if (slot >= 0) rules.reg[slot] = initial != nullptr ? initial->reg[slot] : RegisterRule{Rule::same, 0, nullptr};
-}
-
-// A DWARF block (an expression) at the cursor: returns where it starts (its
-// length) and moves past it; null when it runs past the entry.
-SPANPROF_UNINSTRUMENTED inline const std::uint8_t* take_block(ByteCursor& cursor) noexcept {
-  const std::uint8_t* block = cursor.at;
-  const std::uint64_t length = cursor.uleb();
-  if (!cursor.take(length)) return nullptr;
-  cursor.at += length;
-  return block;
-}
-
-// Runs call frame instructions from `cursor` while the location stays at or below
-// `pc`. `initial` serves DW_CFA_restore. False: an instruction it cannot follow.
-SPANPROF_UNINSTRUMENTED inline bool run_instructions(ByteCursor cursor, const CommonInfo& cie, std::uint64_t location,
-                                                     std::uint64_t pc, const FrameRules* initial,
-                                                     FrameRules& rules) noexcept {
-  constexpr int remember_depth = 4;  // GCC nests one level; each costs ~200 bytes of stack
-  // Raw room: constructing the states up front would cost more than the rules.
-  alignas(FrameRules) unsigned char remembered_room[remember_depth * sizeof(FrameRules)];
-  auto* remembered = reinterpret_cast<FrameRules*>(remembered_room);
-  int depth = 0;
-  while (cursor.ok && cursor.at < cursor.end) {
-    const std::uint8_t op = *cursor.at++;
-    const std::uint8_t low = op & 0x3f;
-    switch (op >> 6) {
-      case 1:  // DW_CFA_advance_loc
-        location += low * cie.code_align;
-        if (location > pc) return true;
-        continue;
-      case 2:  // DW_CFA_offset
-        set_rule(rules, low, Rule::offset, static_cast<std::int64_t>(cursor.uleb()) * cie.data_align);
-        continue;
-      case 3:  // DW_CFA_restore
-        restore_rule(rules, low, initial);
-        continue;
-      default:
-        break;
-    }
-    switch (op) {
-      case 0x00: break;  // nop
-      case 0x01: {       // set_loc
-        location = cursor.pointer(cie.fde_encoding, 0);
-        if (location > pc) return true;
-        break;
-      }
-      case 0x02:
-      case 0x03:
-      case 0x04:  // advance_loc1, 2, 4
-        location += (op == 0x02 ? cursor.fixed<std::uint8_t>()
-                     : op == 0x03 ? cursor.fixed<std::uint16_t>() : cursor.fixed<std::uint32_t>()) * cie.code_align;
-        if (location > pc) return true;
-        break;
-      case 0x05: {  // offset_extended
-        const std::uint64_t r = cursor.uleb();
-        set_rule(rules, r, Rule::offset, static_cast<std::int64_t>(cursor.uleb()) * cie.data_align);
-        break;
-      }
-      case 0x06: restore_rule(rules, cursor.uleb(), initial); break;
-      case 0x07: set_rule(rules, cursor.uleb(), Rule::undefined, 0); break;
-      case 0x08: set_rule(rules, cursor.uleb(), Rule::same, 0); break;
-      case 0x09: {  // register
-        const std::uint64_t r = cursor.uleb();
-        set_rule(rules, r, Rule::in_register, static_cast<std::int64_t>(cursor.uleb()));
-        break;
-      }
-      case 0x0a:  // remember_state
-        if (depth == remember_depth) return false;
-        new (&remembered[depth++]) FrameRules(rules);
-        break;
-      case 0x0b:  // restore_state: the CFA rule too, as GCC's epilogues expect
-        if (depth == 0) return false;
-        rules = remembered[--depth];
-        break;
-      case 0x0c:  // def_cfa
-        rules.cfa_register = static_cast<int>(cursor.uleb());
-        rules.cfa_offset = static_cast<std::int64_t>(cursor.uleb());
-        rules.cfa_is_expression = false;
-        break;
-      case 0x0d: rules.cfa_register = static_cast<int>(cursor.uleb()); rules.cfa_is_expression = false; break;
-      case 0x0e: rules.cfa_offset = static_cast<std::int64_t>(cursor.uleb()); break;
-      case 0x0f:  // def_cfa_expression
-        rules.cfa_block = take_block(cursor);
-        rules.cfa_is_expression = rules.cfa_block != nullptr;
-        break;
-      case 0x10: {  // expression
-        const std::uint64_t r = cursor.uleb();
-        set_rule(rules, r, Rule::expression, 0, take_block(cursor));
-        break;
-      }
-      case 0x11: {  // offset_extended_sf
-        const std::uint64_t r = cursor.uleb();
-        set_rule(rules, r, Rule::offset, cursor.sleb() * cie.data_align);
-        break;
-      }
-      case 0x12:  // def_cfa_sf
-        rules.cfa_register = static_cast<int>(cursor.uleb());
-        rules.cfa_offset = cursor.sleb() * cie.data_align;
-        rules.cfa_is_expression = false;
-        break;
-      case 0x13: rules.cfa_offset = cursor.sleb() * cie.data_align; break;
-      case 0x14: {  // val_offset
-        const std::uint64_t r = cursor.uleb();
-        set_rule(rules, r, Rule::val_offset, static_cast<std::int64_t>(cursor.uleb()) * cie.data_align);
-        break;
-      }
-      case 0x15: {  // val_offset_sf
-        const std::uint64_t r = cursor.uleb();
-        set_rule(rules, r, Rule::val_offset, cursor.sleb() * cie.data_align);
-        break;
-      }
-      case 0x16: {  // val_expression
-        const std::uint64_t r = cursor.uleb();
-        set_rule(rules, r, Rule::val_expression, 0, take_block(cursor));
-        break;
-      }
-      case 0x2e: cursor.uleb(); break;  // GNU_args_size
-      case 0x2f: {                      // GNU_negative_offset_extended
-        const std::uint64_t r = cursor.uleb();
-        set_rule(rules, r, Rule::offset, -static_cast<std::int64_t>(cursor.uleb()) * cie.data_align);
-        break;
-      }
-      default:
-        return false;
-    }
-  }
-  return cursor.ok;
-}
-
-// Reads the CIE at `p`. False: a version or augmentation it cannot follow.
-SPANPROF_UNINSTRUMENTED inline bool parse_cie(const std::uint8_t* p, CommonInfo& cie) noexcept {
-  const std::uint8_t* body = nullptr;
-  const std::uint8_t* end = nullptr;
-  if (!parse_entry_bounds(p, body, end)) return false;
-  ByteCursor c{body, end};
-  if (c.fixed<std::uint32_t>() != 0) return false;  // not a CIE
-  const std::uint8_t version = c.fixed<std::uint8_t>();
-  if (version != 1 && version != 3) return false;
-  const char* augmentation = reinterpret_cast<const char*>(c.at);
-  std::size_t aug_length = 0;
-  while (c.take(1) && *c.at != 0) ++c.at, ++aug_length;
-  if (!c.take(1)) return false;
-  ++c.at;
-  if (aug_length > 0 && augmentation[0] != 'z') return false;  // "eh" and other pre-'z' forms
-  cie = CommonInfo{};
-  cie.address = p;
-  cie.code_align = c.uleb();
-  cie.data_align = c.sleb();
-  cie.return_register = version == 1 ? c.fixed<std::uint8_t>() : static_cast<int>(c.uleb());
-  if (cie.return_register != rip) return false;
-  if (aug_length > 0) {
-    cie.has_augmentation_data = true;
-    const std::uint64_t data_length = c.uleb();
-    const std::uint8_t* data_end = c.at + data_length;
-    if (!c.take(data_length)) return false;
-    for (std::size_t i = 1; i < aug_length && c.ok; ++i) {
-      switch (augmentation[i]) {
-        case 'R': cie.fde_encoding = c.fixed<std::uint8_t>(); break;
-        case 'L': c.fixed<std::uint8_t>(); break;
-        case 'P': {
-          const std::uint8_t encoding = c.fixed<std::uint8_t>();
-          ByteCursor skip{c.at, data_end};
-          skip.pointer(encoding & 0x7f, 0);  // only its size matters
-          if (!skip.ok) return false;
-          c.at = skip.at;
-          break;
-        }
-        case 'S': cie.signal_frame = true; break;
-        case 'B': case 'G': break;  // AArch64 key / MTE: no data
-        default: c.at = data_end; i = aug_length; break;  // unknown: the data length lets us skip it
-      }
-    }
-    c.at = data_end;
-  }
-  if (!c.ok) return false;
-  cie.instructions = c.at;
-  cie.end = end;
-  cie.initial.reset(cie.signal_frame);
-  return run_instructions(ByteCursor{cie.instructions, cie.end}, cie, 0, ~std::uint64_t{0}, nullptr, cie.initial);
-}
-
-// One object's unwind index: where its .eh_frame_hdr binary search table is.
-struct ObjectIndex {
-  std::uint64_t start = 0, end = 0;       // the object's mapping
-  const std::uint8_t* table = nullptr;    // pairs of int32 (initial location, FDE), relative to `header`
-  const std::uint8_t* header = nullptr;   // .eh_frame_hdr
-  std::uint64_t count = 0;
-};
-
-// The object mapped at `pc`, with its FDE search table. False: no object there
-// (JIT code, an unmapped address) or no usable table (the walker then tries
-// frame pointers).
-SPANPROF_UNINSTRUMENTED inline bool find_object(std::uint64_t pc, ObjectIndex& out) noexcept {
-  dl_find_object found{};
-  if (::_dl_find_object(reinterpret_cast<void*>(pc), &found) != 0) return false;
-  out = ObjectIndex{};
-  out.start = reinterpret_cast<std::uint64_t>(found.dlfo_map_start);
-  out.end = reinterpret_cast<std::uint64_t>(found.dlfo_map_end);
-  const auto* header = static_cast<const std::uint8_t*>(found.dlfo_eh_frame);
-  if (header == nullptr || header[0] != 1) return true;
-  const std::uint8_t frame_pointer_encoding = header[1], count_encoding = header[2], table_encoding = header[3];
-  // The table is usable only in its standard form: datarel sdata4 pairs.
-  if (table_encoding != 0x3b || count_encoding == 0xff) return true;
-  ByteCursor c{header + 4, header + 4 + 16};
-  c.pointer(frame_pointer_encoding, reinterpret_cast<std::uint64_t>(header));
-  const std::uint64_t count = c.pointer(count_encoding, reinterpret_cast<std::uint64_t>(header));
-  if (!c.ok || count == 0 || count > (std::uint64_t{1} << 26)) return true;
-  out.header = header;
-  out.table = c.at;
-  out.count = count;
-  return true;
-}
-
-// Field `field` (0: initial location, 1: FDE address) of entry `i` of a search table.
-SPANPROF_UNINSTRUMENTED inline std::uint64_t table_entry(const std::uint8_t* table, std::uint64_t i, int field,
-                                                         std::uint64_t base) noexcept {
-  std::int32_t v = 0;
-  std::memcpy(&v, table + i * 8 + static_cast<std::uint64_t>(field) * 4, 4);
-  return base + static_cast<std::uint64_t>(static_cast<std::int64_t>(v));
-}
-
-// The rules at `pc` in `object`. `cie_cache` keeps the last CIE parsed (most FDEs
-// of an object share one). False: no FDE covers pc, or it cannot be followed.
-SPANPROF_UNINSTRUMENTED inline bool find_rules(const ObjectIndex& object, std::uint64_t pc, CommonInfo& cie_cache,
-                                               FrameRules& rules) noexcept {
-  if (object.table == nullptr) return false;
-  const auto base = reinterpret_cast<std::uint64_t>(object.header);
-  // The last entry whose initial location is at or below pc.
-  std::uint64_t low = 0, high = object.count;
-  while (high - low > 1) {
-    const std::uint64_t mid = low + (high - low) / 2;
-    if (table_entry(object.table, mid, 0, base) <= pc) low = mid;
-    else high = mid;
-  }
-  if (table_entry(object.table, low, 0, base) > pc) return false;
-  const auto* fde = reinterpret_cast<const std::uint8_t*>(table_entry(object.table, low, 1, base));
-  const std::uint8_t* body = nullptr;
-  const std::uint8_t* end = nullptr;
-  if (!parse_entry_bounds(fde, body, end)) return false;
-  ByteCursor c{body, end};
-  const std::uint32_t cie_offset = c.fixed<std::uint32_t>();
-  if (!c.ok || cie_offset == 0) return false;
-  const std::uint8_t* cie_address = body - cie_offset;
-  if (cie_cache.address != cie_address && !parse_cie(cie_address, cie_cache)) {
-    cie_cache.address = nullptr;
-    return false;
-  }
-  const std::uint64_t begin = c.pointer(cie_cache.fde_encoding, 0);
-  const std::uint64_t range = c.pointer(cie_cache.fde_encoding & 0x0f, 0);
-  if (!c.ok || pc < begin || pc - begin >= range) return false;
-  if (cie_cache.has_augmentation_data) {
-    const std::uint64_t length = c.uleb();
-    if (!c.take(length)) return false;
-    c.at += length;
-  }
-  rules = cie_cache.initial;
-  return run_instructions(c, cie_cache, begin, pc, &cie_cache.initial, rules);
-}
-
-// One thread's memo of the rules found at return addresses. A sampled thread's
-// callers are the same from one sample to the next (its request loop, the
-// framework, the handler), and finding their rules anew costs a binary search
-// through the object's FDE table and a run of the FDE's instructions: a dozen
-// cache lines per frame, cold by the next sample 10 ms later. From the memo a
-// frame costs one line. Keyed by the address and the object's .eh_frame_hdr, so
-// an object unloaded and another loaded in its place miss (unless its table lands
-// at the very same address: a wrong caller at worst, the walker checks every stack
-// read); rules that need a DWARF expression are never kept (they point into the
-// object's data). Direct-mapped, written and read only by its thread's sample
-// signal handler, which the signal does not interrupt: no atomics needed. 8 KiB.
-class RulesCache {
- public:
-  SPANPROF_UNINSTRUMENTED bool find(std::uint64_t pc, const std::uint8_t* header, FrameRules& rules) const noexcept {
-    const Entry& e = entries_[slot(pc)];
-    if (e.pc != pc || e.header != header) return false;  // an empty slot: pc 0, which no walk looks up
-    rules.reset(e.signal_frame);
-    rules.cfa_register = e.cfa_register;
-    rules.cfa_offset = e.cfa_offset;
-    for (int i = 0; i < tracked_count; ++i) rules.reg[i] = RegisterRule{static_cast<Rule>(e.rule[i]), e.n[i], nullptr};
-    return true;
-  }
-
-  SPANPROF_UNINSTRUMENTED void store(std::uint64_t pc, const std::uint8_t* header, const FrameRules& rules) noexcept {
-    if (rules.cfa_is_expression || !fits(rules.cfa_offset) || rules.cfa_register < 0 ||
-        rules.cfa_register >= register_count)
-      return;
-    for (const RegisterRule& r : rules.reg)
-      if (r.rule == Rule::expression || r.rule == Rule::val_expression || !fits(r.n)) return;
-    Entry& e = entries_[slot(pc)];
-    e.pc = 0;  // a half-written entry never matches
-    e.header = header;
-    e.cfa_offset = static_cast<std::int32_t>(rules.cfa_offset);
-    e.cfa_register = static_cast<std::uint8_t>(rules.cfa_register);
-    e.signal_frame = rules.signal_frame;
-    for (int i = 0; i < tracked_count; ++i) {
-      e.rule[i] = static_cast<std::uint8_t>(rules.reg[i].rule);
-      e.n[i] = static_cast<std::int32_t>(rules.reg[i].n);
-    }
-    e.pc = pc;
-  }
-
- private:
-  static constexpr std::size_t slots = 128;
-  struct Entry {
-    std::uint64_t pc = 0;
-    const std::uint8_t* header = nullptr;
-    std::int32_t cfa_offset = 0;
-    std::int32_t n[tracked_count] = {};
-    std::uint8_t cfa_register = 0;
-    std::uint8_t rule[tracked_count] = {};
-    bool signal_frame = false;
-  };
-
-  static constexpr std::size_t slot(std::uint64_t pc) noexcept {
-    return static_cast<std::size_t>((pc * 0x9E3779B97F4A7C15ull) >> 57);  // the top 7 bits: 128 slots
-  }
-  static constexpr bool fits(std::int64_t v) noexcept { return v >= INT32_MIN && v <= INT32_MAX; }
-  static_assert(slots == 128, "slot() keeps the hash's top 7 bits");
-
-  Entry entries_[slots];
-};
-
-}  // namespace cfi
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_HAS_CFI_WALKER
-
-#endif  // SPANPROF_CAPTURE_CALL_FRAME_INFO_HPP_
-// ---- end spanprof/capture/call_frame_info.hpp ----
-// ---- begin spanprof/capture/stack_walker.hpp ----
-// Walks a thread's stack from a signal's context or from the current function,
-// taking no lock and allocating nothing: safe in the sample signal handler and
-// inside the allocator's hooks, whatever the interrupted thread holds.
-//
-// Why it is shaped like this (see docs/host-safety.md, "Stack walks"):
-//  * gperftools' walker (libunwind on Debian) takes the loader lock and a mutex of
-//    its own for every frame: a handler that interrupted a thread holding one of
-//    them waited for the other, and the host hung (the dlopen test, 3 runs in 91).
-//    This walker follows the call frame information (capture/call_frame_info.hpp),
-//    which needs neither, so -O2 code without frame pointers unwinds exactly.
-//  * Every stack read is checked: between the interrupted stack pointer and the
-//    top of the thread's stack a read is a plain load; anywhere else (a fiber's
-//    stack, an alternate signal stack) it goes through process_vm_readv, which
-//    fails instead of faulting on an unmapped address.
-//  * Where an object has no unwind information (JIT code), one frame-pointer step,
-//    checked against the stack pointer.
-//  * Each step must move up the stack (or cross a signal frame), so a corrupt
-//    stack ends the walk instead of looping.
-#ifndef SPANPROF_CAPTURE_STACK_WALKER_HPP_
-#define SPANPROF_CAPTURE_STACK_WALKER_HPP_
-
-
-#include <cstdint>
-#include <cstring>
-
-#include <pthread.h>
-#include <signal.h>
-#include <sys/syscall.h>
-#include <sys/uio.h>
-#include <ucontext.h>
-#include <unistd.h>
-
-#if SPANPROF_HAS_CFI_WALKER
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-// The most frames a walk returns (Options::max_stack_depth is at most 256; the
-// heap hooks walk a few more, their own and the allocator's, and drop them).
-inline constexpr int max_walk_depth = 256;
-
-// The top (highest address, exclusive) of the calling thread's stack; 0 when
-// unknown. Not async-signal-safe (it may allocate): called when a thread's
-// sampler or heap log is made, and kept.
-inline std::uint64_t this_thread_stack_top() noexcept {
-  pthread_attr_t attr;
-  if (::pthread_getattr_np(::pthread_self(), &attr) != 0) return 0;
-  void* address = nullptr;
-  std::size_t size = 0;
-  const int failed = ::pthread_attr_getstack(&attr, &address, &size);
-  ::pthread_attr_destroy(&attr);
-  return failed != 0 ? 0 : reinterpret_cast<std::uint64_t>(address) + size;
-}
-
-// Reads the words of one stack walk.
-class StackReader {
- public:
-  // The range [sp, top) is mapped when sp lies below a known top of the thread's
-  // own stack: those reads are plain loads.
-  SPANPROF_UNINSTRUMENTED StackReader(std::uint64_t sp, std::uint64_t stack_top) noexcept
-      : direct_low_(sp),
-        direct_high_(stack_top != 0 && sp < stack_top && stack_top - sp < (1ull << 32) ? stack_top : 0) {}
-
-  SPANPROF_UNINSTRUMENTED bool read(std::uint64_t address, std::uint64_t& out) noexcept {
-    if (address >= direct_low_ && address < direct_high_ && direct_high_ - address >= 8) {
-      out = load(address);
-      return true;
-    }
-    return read_checked(address, out);
-  }
-
- private:
-  // Another frame's stack slots: an instrumented load would report them as
-  // outside the objects the sanitizer knows.
-  SPANPROF_UNINSTRUMENTED static std::uint64_t load(std::uint64_t address) noexcept {
-    // Not memcpy: a sanitizer's memcpy checks the range even when called from here.
-    return *reinterpret_cast<const volatile std::uint64_t*>(address);
-  }
-
-  SPANPROF_UNINSTRUMENTED bool read_checked(std::uint64_t address, std::uint64_t& out) noexcept {
-    if (address < 4096 || checked_reads_ >= max_checked_reads) return false;
-    ++checked_reads_;
-    if (pid_ == 0) pid_ = ::getpid();
-    iovec local{&out, sizeof out};
-    iovec remote{reinterpret_cast<void*>(address), sizeof out};
-    return ::syscall(SYS_process_vm_readv, pid_, &local, 1, &remote, 1, 0) == static_cast<long>(sizeof out);
-  }
-
-  static constexpr int max_checked_reads = 256;
-  std::uint64_t direct_low_;
-  std::uint64_t direct_high_;
-  int checked_reads_ = 0;
-  pid_t pid_ = 0;
-};
-
-namespace cfi {
-
-// The value stack of a DWARF expression; every operation fails rather than
-// under- or overflow it.
-struct ExpressionStack {
-  std::uint64_t value[16];
-  int top = 0;
-
-  SPANPROF_UNINSTRUMENTED bool push(std::uint64_t v) noexcept {
-    if (top == 16) return false;
-    value[top++] = v;
-    return true;
-  }
-  SPANPROF_UNINSTRUMENTED bool has(int n) const noexcept { return top >= n; }
-  SPANPROF_UNINSTRUMENTED std::uint64_t& at(int from_top) noexcept { return value[top - 1 - from_top]; }
-};
-
-// Pops b and a, pushes a `op` b. False: not a binary operation unwind tables use.
-SPANPROF_UNINSTRUMENTED inline bool apply_binary(std::uint8_t op, ExpressionStack& e) noexcept {
-  if (!e.has(2)) return false;
-  const std::uint64_t b = e.at(0), a = e.at(1);
-  const auto sa = static_cast<std::int64_t>(a), sb = static_cast<std::int64_t>(b);
-  std::uint64_t v = 0;
-  switch (op) {
-    case 0x1a: v = a & b; break;
-    case 0x1c: v = a - b; break;
-    case 0x1e: v = a * b; break;
-    case 0x21: v = a | b; break;
-    case 0x22: v = a + b; break;
-    case 0x24: v = b < 64 ? a << b : 0; break;
-    case 0x25: v = b < 64 ? a >> b : 0; break;
-    case 0x27: v = a ^ b; break;
-    case 0x29: v = a == b; break;
-    case 0x2a: v = sa >= sb; break;
-    case 0x2b: v = sa > sb; break;
-    case 0x2c: v = sa <= sb; break;
-    case 0x2d: v = sa < sb; break;
-    case 0x2e: v = a != b; break;
-    default: return false;
-  }
-  --e.top;
-  e.at(0) = v;
-  return true;
-}
-
-// A DWARF expression of a CFA or register rule (`block` points at its length),
-// with the CFA pushed first for a register rule. Only what unwind tables use:
-// constants, registers, dereference, stack and arithmetic operations.
-SPANPROF_UNINSTRUMENTED inline bool evaluate(const std::uint8_t* block, const Registers& regs, StackReader& reader,
-                                             bool push_cfa, std::uint64_t cfa, std::uint64_t& result) noexcept {
-  ByteCursor length_cursor{block, block + 10};
-  const std::uint64_t length = length_cursor.uleb();
-  if (!length_cursor.ok || length > 256) return false;
-  ByteCursor c{length_cursor.at, length_cursor.at + length};
-  ExpressionStack e;
-  if (push_cfa) e.push(cfa);
-  while (c.ok && c.at < c.end) {
-    const std::uint8_t op = *c.at++;
-    bool ok = true;
-    if (op >= 0x30 && op <= 0x4f) {  // lit0..lit31
-      ok = e.push(op - 0x30u);
-    } else if ((op >= 0x70 && op <= 0x8f) || op == 0x92) {  // breg0..breg31, bregx
-      const std::uint64_t r = op == 0x92 ? c.uleb() : op - 0x70u;
-      const std::int64_t offset = c.sleb();
-      ok = r < register_count && regs.has(static_cast<int>(r)) &&
-           e.push(regs.value[r] + static_cast<std::uint64_t>(offset));
-    } else {
-      switch (op) {
-        case 0x06: ok = e.has(1) && reader.read(e.at(0), e.at(0)); break;  // deref
-        case 0x08: ok = e.push(c.fixed<std::uint8_t>()); break;
-        case 0x09: ok = e.push(static_cast<std::uint64_t>(c.fixed<std::int8_t>())); break;
-        case 0x0a: ok = e.push(c.fixed<std::uint16_t>()); break;
-        case 0x0b: ok = e.push(static_cast<std::uint64_t>(c.fixed<std::int16_t>())); break;
-        case 0x0c: ok = e.push(c.fixed<std::uint32_t>()); break;
-        case 0x0d: ok = e.push(static_cast<std::uint64_t>(c.fixed<std::int32_t>())); break;
-        case 0x0e:
-        case 0x0f: ok = e.push(c.fixed<std::uint64_t>()); break;
-        case 0x10: ok = e.push(c.uleb()); break;
-        case 0x11: ok = e.push(static_cast<std::uint64_t>(c.sleb())); break;
-        case 0x12: ok = e.has(1) && e.push(e.at(0)); break;  // dup
-        case 0x13:  // drop
-          if ((ok = e.has(1))) --e.top;
-          break;
-        case 0x14: ok = e.has(2) && e.push(e.at(1)); break;  // over
-        case 0x16:                                           // swap
-          if ((ok = e.has(2))) {
-            const std::uint64_t t = e.at(0);
-            e.at(0) = e.at(1);
-            e.at(1) = t;
-          }
-          break;
-        case 0x23:  // plus_uconst
-          if ((ok = e.has(1))) e.at(0) += c.uleb();
-          break;
-        case 0x96: break;  // nop
-        default: ok = apply_binary(op, e); break;
-      }
-    }
-    if (!ok) return false;
-  }
-  if (!c.ok || !e.has(1)) return false;
-  result = e.at(0);
-  return true;
-}
-
-// One step from `regs` (a frame at regs[rip]) to its caller's registers.
-enum class Step : std::uint8_t { done, outermost, failed };
-
-SPANPROF_UNINSTRUMENTED inline Step step_with_rules(const FrameRules& rules, const Registers& regs, StackReader& reader,
-                            Registers& caller) noexcept {
-  std::uint64_t cfa = 0;
-  if (rules.cfa_is_expression) {
-    if (!evaluate(rules.cfa_block, regs, reader, false, 0, cfa)) return Step::failed;
-  } else {
-    if (!regs.has(rules.cfa_register)) return Step::failed;
-    cfa = regs.value[rules.cfa_register] + static_cast<std::uint64_t>(rules.cfa_offset);
-  }
-  caller.known = 0;
-  caller.set(rsp, cfa);
-  for (int slot = 0; slot < tracked_count; ++slot) {
-    const int r = tracked_registers[slot];
-    const RegisterRule& rule = rules.reg[slot];
-    std::uint64_t v = 0;
-    switch (rule.rule) {
-      case Rule::same:
-        if (r == rip) return Step::failed;  // a return address must come from somewhere
-        if (regs.has(r)) caller.set(r, regs.value[r]);
-        break;
-      case Rule::undefined:
-        if (r == rip) return Step::outermost;  // _start, clone: the stack ends here
-        break;
-      case Rule::offset:
-        if (reader.read(cfa + static_cast<std::uint64_t>(rule.n), v)) caller.set(r, v);
-        break;
-      case Rule::val_offset:
-        caller.set(r, cfa + static_cast<std::uint64_t>(rule.n));
-        break;
-      case Rule::in_register:
-        if (rule.n >= 0 && rule.n < register_count && regs.has(static_cast<int>(rule.n)))
-          caller.set(r, regs.value[rule.n]);
-        break;
-      case Rule::expression:
-        if (rule.block != nullptr && evaluate(rule.block, regs, reader, true, cfa, v) && reader.read(v, v))
-          caller.set(r, v);
-        break;
-      case Rule::val_expression:
-        if (rule.block != nullptr && evaluate(rule.block, regs, reader, true, cfa, v)) caller.set(r, v);
-        break;
-    }
-  }
-  return caller.has(rip) ? Step::done : Step::failed;
-}
-
-// No unwind information: the frame-pointer convention, if the frame pointer
-// points into the stack above the stack pointer.
-SPANPROF_UNINSTRUMENTED inline Step step_with_frame_pointer(const Registers& regs, StackReader& reader,
-                                                             Registers& caller) noexcept {
-  if (!regs.has(rbp) || !regs.has(rsp)) return Step::failed;
-  const std::uint64_t fp = regs.value[rbp];
-  if (fp < regs.value[rsp] || (fp & 7) != 0) return Step::failed;
-  std::uint64_t saved_fp = 0, return_address = 0;
-  if (!reader.read(fp, saved_fp) || !reader.read(fp + 8, return_address)) return Step::failed;
-  caller.known = 0;
-  caller.set(rsp, fp + 16);
-  caller.set(rbp, saved_fp);
-  caller.set(rip, return_address);
-  return Step::done;
-}
-
-}  // namespace cfi
-
-// Walks from `regs` (regs[rip] is the first frame's exact PC). Writes up to
-// `max_depth` PCs into `frames`, innermost first: the first exact, the others
-// return addresses. Returns how many. `cache`, when given, is the calling thread's
-// memo of the rules at return addresses (the sample handler's; see RulesCache).
-SPANPROF_UNINSTRUMENTED inline int walk_stack(cfi::Registers regs, std::uint64_t stack_top, void** frames,
-                                              int max_depth, cfi::RulesCache* cache = nullptr) noexcept {
-  using namespace cfi;
-  if (max_depth <= 0 || !regs.has(rip) || !regs.has(rsp)) return 0;
-  StackReader reader(regs.value[rsp], stack_top);
-  ObjectIndex object;      // the last object looked up: most callers share it
-  CommonInfo cie;          // the last CIE parsed
-  bool exact = true;       // regs[rip] is an interrupted instruction, not a return address
-  int depth = 0;
-  frames[depth++] = reinterpret_cast<void*>(regs.value[rip]);
-  while (depth < max_depth) {
-    const std::uint64_t pc = regs.value[rip];
-    // A return address may be one past the function's end (a call to a noreturn
-    // function): its call instruction is what belongs to the frame.
-    const std::uint64_t lookup = exact ? pc : pc - 1;
-    bool have_object = lookup >= object.start && lookup < object.end;
-    if (!have_object) have_object = find_object(lookup, object);
-    FrameRules rules;
-    Registers caller;
-    Step step = Step::failed;
-    bool signal_frame = false;
-    if (have_object && cache != nullptr && cache->find(lookup, object.header, rules)) {
-      step = step_with_rules(rules, regs, reader, caller);
-      signal_frame = rules.signal_frame;
-    } else if (have_object && find_rules(object, lookup, cie, rules)) {
-      // The interrupted instruction varies from sample to sample; its callers do not.
-      if (cache != nullptr && !exact) cache->store(lookup, object.header, rules);
-      step = step_with_rules(rules, regs, reader, caller);
-      signal_frame = rules.signal_frame;
-    } else {
-      step = step_with_frame_pointer(regs, reader, caller);
-    }
-    if (step != Step::done) break;
-    const std::uint64_t next_pc = caller.value[rip];
-    const std::uint64_t next_sp = caller.has(rsp) ? caller.value[rsp] : 0;
-    // Up the stack at every step, except across a signal frame (which may come
-    // from an alternate signal stack).
-    if (next_pc < 4096 || next_sp == 0 || (!signal_frame && next_sp <= regs.value[rsp])) break;
-    frames[depth++] = reinterpret_cast<void*>(next_pc);
-    regs = caller;
-    exact = signal_frame;
-  }
-  return depth;
-}
-
-// The registers a signal interrupted.
-SPANPROF_UNINSTRUMENTED inline cfi::Registers registers_from_ucontext(const void* ucontext) noexcept {
-  const auto& g = static_cast<const ucontext_t*>(ucontext)->uc_mcontext.gregs;
-  // glibc's gregs index of each DWARF register, 0 .. 16.
-  constexpr int greg_of[cfi::register_count] = {REG_RAX, REG_RDX, REG_RCX, REG_RBX, REG_RSI, REG_RDI,
-                                                REG_RBP, REG_RSP, REG_R8,  REG_R9,  REG_R10, REG_R11,
-                                                REG_R12, REG_R13, REG_R14, REG_R15, REG_RIP};
-  cfi::Registers regs;
-  for (int r = 0; r < cfi::register_count; ++r) regs.set(r, static_cast<std::uint64_t>(g[greg_of[r]]));
-  return regs;
-}
-
-// The registers at this point of the calling function (inlined into it): the
-// stack pointer, the callee-saved registers and the address of an instruction
-// here, which is all the call frame information of this frame refers to.
-SPANPROF_ALWAYS_INLINE inline void capture_registers_here(cfi::Registers& regs) noexcept {
-  std::uint64_t raw[8];
-  __asm__ volatile(
-      "movq %%rsp, 0(%0)\n\t"
-      "movq %%rbp, 8(%0)\n\t"
-      "movq %%rbx, 16(%0)\n\t"
-      "movq %%r12, 24(%0)\n\t"
-      "movq %%r13, 32(%0)\n\t"
-      "movq %%r14, 40(%0)\n\t"
-      "movq %%r15, 48(%0)\n\t"
-      "leaq 0(%%rip), %%rax\n\t"
-      "movq %%rax, 56(%0)\n\t"
-      :
-      : "r"(raw)
-      : "rax", "memory");
-  regs.known = 0;
-  regs.set(cfi::rsp, raw[0]);
-  regs.set(cfi::rbp, raw[1]);
-  regs.set(cfi::rbx, raw[2]);
-  regs.set(12, raw[3]);
-  regs.set(13, raw[4]);
-  regs.set(14, raw[5]);
-  regs.set(15, raw[6]);
-  regs.set(cfi::rip, raw[7]);
-}
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_HAS_CFI_WALKER
-
-#endif  // SPANPROF_CAPTURE_STACK_WALKER_HPP_
-// ---- end spanprof/capture/stack_walker.hpp ----
-// ---- begin spanprof/capture/thread_status.hpp ----
-// What one thread can learn about another without signalling it: where it is
-// blocked, how much CPU time it has used, whether it blocks a signal. The wall
-// ticker reads the first two at every tick to decide whether a thread needs a
-// signal at all; the watchdog reads the last two to find a thread that holds the
-// sample signal. Signalling the thread to ask would disturb what is looked at: a
-// signal makes a blocked nanosleep or poll return EINTR, and piles up on a thread
-// that holds it.
-//
-// Each reader takes the thread's kernel id and allocates nothing; what it reads
-// of kernel text fits a fixed buffer on the stack.
-#ifndef SPANPROF_CAPTURE_THREAD_STATUS_HPP_
-#define SPANPROF_CAPTURE_THREAD_STATUS_HPP_
-
-
-// Compiled out with the SDK, as the sampler that uses it.
-#if SPANPROF_ENABLED
-
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-
-#include <fcntl.h>
-#include <time.h>
-#include <unistd.h>
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-// Where a thread is blocked, as /proc/self/task/<tid>/syscall tells: its user
-// stack pointer and instruction pointer. The same site at two ticks, with
-// little CPU time between them, is the same wait.
-struct BlockedSite {
-  std::uint64_t sp = 0;
-  std::uint64_t pc = 0;
-  friend bool operator==(const BlockedSite& a, const BlockedSite& b) noexcept { return a.sp == b.sp && a.pc == b.pc; }
-};
-
-// /proc/self/task/<tid>/syscall: "running", or "<nr> <6 args> <sp> <pc>" (nr -1
-// when blocked outside a system call). False when running or unreadable.
-// `syscall_fd` is that file, opened at the first call (-1 until then) and kept
-// open for the next ticks; the caller closes it.
-inline bool read_blocked_site(pid_t tid, int& syscall_fd, BlockedSite& site) noexcept {
-  if (syscall_fd < 0) {
-    char path[64];
-    std::snprintf(path, sizeof path, "/proc/self/task/%d/syscall", static_cast<int>(tid));
-    syscall_fd = ::open(path, O_RDONLY | O_CLOEXEC);
-    if (syscall_fd < 0) return false;
-  }
-  char text[256];
-  const ssize_t n = ::pread(syscall_fd, text, sizeof text - 1, 0);
-  if (n <= 0) return false;
-  text[n] = '\0';
-  if (text[0] == 'r') return false;  // "running"
-  // The last two fields.
-  std::uint64_t fields[2] = {0, 0};
-  int found = 0;
-  const char* end = text + n;
-  while (end > text && (end[-1] == '\n' || end[-1] == ' ')) --end;
-  for (int f = 1; f >= 0; --f) {
-    const char* start = end;
-    while (start > text && start[-1] != ' ') --start;
-    if (start == end) break;
-    std::uint64_t value = 0;
-    const char* c = start;
-    if (end - c > 2 && c[0] == '0' && c[1] == 'x') c += 2;
-    for (; c < end; ++c) {
-      const char d = *c;
-      const int digit = d >= '0' && d <= '9' ? d - '0' : d >= 'a' && d <= 'f' ? d - 'a' + 10 : -1;
-      if (digit < 0) return false;
-      value = value * 16 + static_cast<std::uint64_t>(digit);
-    }
-    fields[f] = value;
-    ++found;
-    end = start > text ? start - 1 : start;
-  }
-  if (found != 2) return false;
-  site.sp = fields[0];
-  site.pc = fields[1];
-  return true;
-}
-
-// The thread's CPU time, read from another thread (-1 when unreadable).
-inline std::int64_t thread_cpu_ns(pid_t tid) noexcept {
-  // Linux's per-thread CPU clock id, as glibc's pthread_getcpuclockid makes it.
-  const clockid_t clock = static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6);
-  timespec ts{};
-  if (::clock_gettime(clock, &ts) != 0) return -1;
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-// SigBlk in /proc/self/task/<tid>/status has the bit of `signal_number`.
-inline bool thread_blocks_signal(pid_t tid, int signal_number) noexcept {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/self/task/%d/status", static_cast<int>(tid));
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  char text[4096];
-  const ssize_t n = ::read(fd, text, sizeof text - 1);
-  ::close(fd);
-  if (n <= 0) return false;
-  text[n] = '\0';
-  const char* line = std::strstr(text, "\nSigBlk:");
-  if (line == nullptr) return false;
-  const unsigned long long mask = std::strtoull(line + 8, nullptr, 16);
-  const int bit = signal_number - 1;
-  return bit >= 0 && bit < 64 && ((mask >> bit) & 1) != 0;
-}
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_ENABLED
-
-#endif  // SPANPROF_CAPTURE_THREAD_STATUS_HPP_
-// ---- end spanprof/capture/thread_status.hpp ----
-// ---- begin spanprof/capture/thread_stack_sampler.hpp ----
-// A thread's sampler: the log of the stacks sampled on the thread, the span its
-// guards published, and the signal handler that records a stack on a CPU tick
-// (from the thread's CpuTickSource, capture/cpu_tick_source.hpp) or a wall tick
-// (from the wall ticker, capture/wall_ticker.hpp). capture/stack_sampler.hpp
-// keeps the samplers of all threads and makes this one when a thread needs it;
-// it says why the engine is shaped as it is.
-//
-// Three threads touch a sampler, each its own part, and the sections below say
-// which: its own thread (the guards, and the handler that interrupts them), the
-// watchdog (the worker) and the wall ticker. The handler is async-signal-safe: it
-// touches only this thread's preallocated log, lock-free atomics and a stack
-// walker that takes no lock (capture/stack_walker.hpp).
-#ifndef SPANPROF_CAPTURE_THREAD_STACK_SAMPLER_HPP_
-#define SPANPROF_CAPTURE_THREAD_STACK_SAMPLER_HPP_
-
-
-// Compiled out with the SDK: nothing here may reach gperftools then.
-#if SPANPROF_ENABLED
-
-#include <gperftools/profiler.h>
-
-#include <algorithm>
-#include <atomic>
-#include <cerrno>
-#include <csignal>
-#include <cstddef>
-#include <cstdint>
-
-#include <sys/syscall.h>
-#include <time.h>
-#include <ucontext.h>
-#include <unistd.h>
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-inline constexpr int max_stack_depth_limit = 256;
-
-// One open span of the thread, as the signal handler sees it. It lives in the
-// thread's sampler, never in the guard: a guard may end on another thread, or its
-// storage (a coroutine frame) may die while the thread that opened it still runs,
-// and the handler must never read a guard's memory then. Open spans form a stack of
-// slots linked innermost first; the guard keeps a ticket (slot and sequence number).
-struct ActiveSpan {
-  ProfileKinds kinds;                 // what this span profiles: cpu and/or wall
-  ProfileKinds recorded;              // kinds, and what the open spans around it profile
-  std::size_t log_start = 0;          // where this span's samples begin in the log
-  std::uint64_t dropped_at_start = 0;
-  // Set (by another thread, possibly) when the span ended elsewhere: its samples
-  // are no longer recorded. Null unless a guard asked (ScopedProfile::stop_sampling_when).
-  const std::atomic<bool>* stop = nullptr;
-  std::atomic<std::uint32_t> parent{0};  // 1 + the enclosing slot's index; 0: outermost
-  // sequence << 2 | SpanSlotState. Written by the owning thread, and once by a
-  // guard that closes on another thread (open -> dead, compare-and-swap).
-  std::atomic<std::uint32_t> state{0};
-};
-
-enum SpanSlotState : std::uint32_t { span_slot_free = 0, span_slot_open = 1, span_slot_dead = 2 };
 
 // Open spans a thread can nest; a guard opened deeper is not profiled (counted).
 inline constexpr std::uint32_t max_open_spans = 32;
 
-// A guard's handle on its slot. index == max_open_spans: none.
+// A guard's handle on its slot in the thread's stack sampler
+// (capture/thread_stack_sampler.hpp). index == max_open_spans: none.
 struct SpanSlotTicket {
   std::uint32_t index = max_open_spans;
   std::uint32_t sequence = 0;
   bool valid() const noexcept { return index < max_open_spans; }
 };
 
-// Immutable sampler settings of one spanprof::start(); threads armed under an older
-// generation rebuild their sampler at their next guard.
-struct StackSamplerSettings {
-  std::uint64_t generation = 0;
-  CpuSampleSource source = CpuSampleSource::automatic;
-  int signal_number = 0;
-  std::int64_t period_ns = 10'000'000;       // mean CPU time between two CPU samples
-  std::int64_t wall_period_ns = 10'000'000;  // mean wall time between two wall ticks
-  int max_depth = 64;
-  std::size_t buffer_words = 0;
-  std::uint32_t idle_ticks_before_disarm = 200;
-  bool watch_cpu = true;  // Options::watch_cpu_ticks
-};
-
-inline std::int64_t monotonic_now_ns() noexcept {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe (vDSO)
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-// The wall clock, for a profile's start time.
-inline std::int64_t realtime_now_ns() noexcept {
-  timespec ts{};
-  ::clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-// What a wall tick carries (sigqueue value): a tag, and the thread's wall
-// generation when the ticker looked, so a tick that arrives after the span changed
-// is dropped.
-inline constexpr std::uint64_t wall_tick_tag = 0x5350'574Cull << 32;  // "SPWL"
-
-// What the ticker's CPU tick carries: the POSIX timer's sampling point it saw the
-// thread's CPU clock pass, which the kernel had not delivered yet (cpu_watch).
-inline constexpr std::uint64_t cpu_tick_tag = 0x5350'4350ull << 32;  // "SPCP"
-
-inline std::uintptr_t interrupted_pc(const void* ucontext) noexcept {
-  const auto* uc = static_cast<const ucontext_t*>(ucontext);
-#if defined(__x86_64__)
-  return static_cast<std::uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]);
-#elif defined(__aarch64__)
-  return static_cast<std::uintptr_t>(uc->uc_mcontext.pc);
-#elif defined(__i386__)
-  return static_cast<std::uintptr_t>(uc->uc_mcontext.gregs[REG_EIP]);
-#else
-  (void)uc;
-  return 0;
-#endif
-}
-
-// The sample signal whose handler the host replaced (0: none). Samplers on it
-// are not armed again; the next spanprof::start() picks another signal.
-SPANPROF_API inline std::atomic<int>& sample_signal_lost() noexcept {
-  static std::atomic<int> lost{0};
-  return lost;
-}
-
-class ThreadStackSampler {
- public:
-  // `counters` is the creating thread's block in the counter registry: the signal
-  // handler reaches it through this pointer, never through thread_local storage.
-  ThreadStackSampler(const StackSamplerSettings& settings, std::uint64_t* words, ThreadCounters& counters) noexcept
-      : settings_(settings),
-        words_(words),
-        counters_(&counters),
-        tid_(static_cast<pid_t>(::syscall(SYS_gettid))),
-#if SPANPROF_HAS_CFI_WALKER
-        stack_top_(this_thread_stack_top()),
-#endif
-        pid_(::getpid()),
-        cpu_(settings.source, settings.signal_number, settings.period_ns, tid_,
-             0x9E3779B97F4A7C15ull ^ (static_cast<std::uint64_t>(tid_) << 32) ^
-                 static_cast<std::uint64_t>(monotonic_now_ns())) {}
-
-  ThreadStackSampler(const ThreadStackSampler&) = delete;
-  ThreadStackSampler& operator=(const ThreadStackSampler&) = delete;
-
-  ~ThreadStackSampler() { release_log_and_source(); }
-
-  // The thread exits while a guard it opened is still open on another thread, which
-  // will mark its slot dead: the slots stay (this object is left behind, a few KiB),
-  // the timer, the log and the descriptor go.
-  void release_log_and_source() noexcept {
-    cpu_.close();  // no tick after the log is freed
-    if (ticker_.syscall_fd >= 0) ::close(ticker_.syscall_fd);
-    ticker_.syscall_fd = -1;
-    delete[] words_;
-    words_ = nullptr;
-  }
-
-  // Picks and creates the CPU tick source for this thread (not armed yet);
-  // CpuTickSource::open says how. `perf_errno` receives the reason perf_event was
-  // refused, if it was.
-  CpuSampleSource open_source(int& perf_errno) noexcept { return cpu_.open(perf_errno); }
-
-  bool has_source() const noexcept { return cpu_.has_source(); }
-
-  // In a forked child, on a sampler the parent made: its perf event is the
-  // parent's too (disabling it would stop the parent's samples), its timer does
-  // not exist here, and its thread ids are the parent's. Closes the child's copies
-  // and keeps the log, which an open guard on the forking thread still reads.
-  void forget_source_after_fork() noexcept {
-    cpu_.forget_after_fork();
-    if (ticker_.syscall_fd >= 0) ::close(ticker_.syscall_fd);
-    ticker_.syscall_fd = -1;
-    armed_.store(false, std::memory_order_relaxed);
-    registry_prev = registry_next = nullptr;
-  }
-  bool in_wall_span() const noexcept { return wall_spans_.load(std::memory_order_relaxed) != 0; }
-  CpuSampleSource source() const noexcept { return cpu_.source(); }
-  // What a CPU or wall profile of this sampler says it was taken by, and one sample's period.
-  const char* engine_name(ProfileKind kind) const noexcept {
-    if (kind == ProfileKind::wall) return "sampling:wall";
-    return cpu_.source() == CpuSampleSource::perf_event ? "sampling:perf_event" : "sampling:posix_timer";
-  }
-  std::int64_t period_ns(ProfileKind kind) const noexcept {
-    return kind == ProfileKind::wall ? settings_.wall_period_ns : settings_.period_ns;
-  }
-  const StackSamplerSettings& settings() const noexcept { return settings_; }
-  bool armed() const noexcept { return armed_.load(std::memory_order_relaxed); }
-
-  // Starts delivering samples to this thread. Called on the request thread, only
-  // when the sampler is not armed (first guard, or after an idle disarm).
-  bool arm() noexcept {
-    if (SPANPROF_UNLIKELY(signal_blocked_.load(std::memory_order_relaxed) ||
-                          sample_signal_lost().load(std::memory_order_relaxed) == settings_.signal_number)) {
-      armed_.store(false, std::memory_order_relaxed);
-      return false;
-    }
-    idle_ticks_.store(0, std::memory_order_relaxed);
-    const bool ok = cpu_.start();  // the periods start afresh
-    armed_.store(ok, std::memory_order_relaxed);
-    return ok;
-  }
-
-  // Async-signal-safe: used from the handler when the thread has been idle.
-  void disarm() noexcept {
-    cpu_.stop();
-    armed_.store(false, std::memory_order_relaxed);
-  }
-
-  // ---- used by the guard on this thread ---------------------------------------
-
-  // Opens a span slot on top of the thread's stack (this thread only). Invalid
-  // ticket: max_open_spans are open already.
-  SpanSlotTicket push(ProfileKinds kinds) noexcept {
-    forget_dead_spans();
-    if (SPANPROF_UNLIKELY(slots_in_use_ == all_span_slots)) return {};
-    const auto index = static_cast<std::uint32_t>(__builtin_ctz(~slots_in_use_));
-    const std::uint32_t top = top_.load(std::memory_order_relaxed);
-    ActiveSpan& span = spans_[index];
-    span.kinds = kinds;
-    span.recorded = top != 0 ? kinds | spans_[top - 1].recorded : kinds;
-    span.log_start = used_.load(std::memory_order_relaxed);
-    span.dropped_at_start = dropped_.load(std::memory_order_relaxed);
-    span.stop = nullptr;
-    span.parent.store(top, std::memory_order_relaxed);
-    const std::uint32_t sequence = next_sequence_++ & 0x3FFF'FFFF;
-    span.state.store(sequence << 2 | span_slot_open, std::memory_order_relaxed);
-    slots_in_use_ |= std::uint32_t{1} << index;
-    if (top == 0 && settings_.watch_cpu) outer_changed_ns_.store(monotonic_now_ns(), std::memory_order_relaxed);
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    top_.store(index + 1, std::memory_order_relaxed);
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    return {index, sequence};
-  }
-
-  // The slot of an open span (this thread only).
-  ActiveSpan& span(SpanSlotTicket ticket) noexcept { return spans_[ticket.index]; }
-
-  // Closes the span on its own thread; afterwards no signal adds to its samples.
-  // True when it was the innermost open span, so that its samples are the log from
-  // its log_start on. A span closed out of order (interleaved coroutines on one
-  // thread) is only marked dead: the spans opened after it still hold its place.
-  bool pop(SpanSlotTicket ticket) noexcept {
-    ActiveSpan& span = spans_[ticket.index];
-    if (top_.load(std::memory_order_relaxed) != ticket.index + 1) {
-      span.state.store(ticket.sequence << 2 | span_slot_dead, std::memory_order_relaxed);
-      return false;
-    }
-    const std::uint32_t parent = span.parent.load(std::memory_order_relaxed);
-    if (parent == 0 && settings_.watch_cpu) outer_changed_ns_.store(monotonic_now_ns(), std::memory_order_relaxed);
-    top_.store(parent, std::memory_order_relaxed);
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    span.state.store(span_slot_free, std::memory_order_relaxed);
-    slots_in_use_ &= ~(std::uint32_t{1} << ticket.index);
-    return true;
-  }
-
-  // From a thread other than this sampler's: the span (still open) is never
-  // recorded again, and the owning thread frees its slot. The caller touches the
-  // sampler no more after this: once the slot is dead, its thread may exit and
-  // free the sampler.
-  bool close_elsewhere(SpanSlotTicket ticket) noexcept {
-    std::uint32_t expected = ticket.sequence << 2 | span_slot_open;
-    return spans_[ticket.index].state.compare_exchange_strong(expected, ticket.sequence << 2 | span_slot_dead,
-                                                               std::memory_order_acq_rel, std::memory_order_relaxed);
-  }
-
-  // Whether a guard still holds a slot (this thread only): dead slots go first.
-  bool has_open_span() noexcept {
-    forget_dead_spans();
-    return top_.load(std::memory_order_relaxed) != 0;
-  }
-
-  // This thread's block in the counter registry: counting through it costs no TLS
-  // lookup on the guard's path.
-  ThreadCounters& counters() noexcept { return *counters_; }
-
-  std::size_t used_words() const noexcept { return used_.load(std::memory_order_relaxed); }
-  // From another thread, while a span of this thread stays open (so the log is
-  // neither reset nor freed): the records written so far are complete.
-  std::size_t used_words_published() const noexcept { return used_.load(std::memory_order_acquire); }
-  std::uint64_t dropped() const noexcept { return dropped_.load(std::memory_order_relaxed); }
-  const std::uint64_t* words() const noexcept { return words_; }
-
-  // The outermost span closed: its samples have been copied out.
-  void reset_log() noexcept {
-    wall_busy_ = true;
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    used_.store(0, std::memory_order_relaxed);
-    last_wall_record_ = no_wall_record;
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    wall_busy_ = false;
-  }
-
-  // A guard closed here and copied its samples out.
-  void span_closed() noexcept { forget_dead_spans(); }
-
-  // ---- wall spans, on this thread -------------------------------------------------
-
-  // A wall-profiled span opens. `now_ns` is CLOCK_MONOTONIC. Returns true when this
-  // thread had no wall span open before (the ticker then has one more thread).
-  bool wall_span_opened(std::int64_t now_ns) noexcept {
-    begin_wall_update();
-    const std::uint32_t open = wall_spans_.load(std::memory_order_relaxed);
-    // The time so far belongs to the stack sampled last (an outer wall span's).
-    if (open != 0) settle_wall_time(now_ns);
-    else wall_accounted_ns_ = now_ns;
-    wall_spans_.fetch_add(1, std::memory_order_release);  // a guard elsewhere may decrement it
-    end_wall_update();
-    return open == 0;
-  }
-
-  // A wall-profiled span closes: the time since the last sample goes to the stack
-  // sampled last. Returns true when it was the thread's last open wall span.
-  bool wall_span_closed(std::int64_t now_ns) noexcept {
-    begin_wall_update();
-    settle_wall_time(now_ns);
-    const std::uint32_t open = decrement_wall_spans();
-    end_wall_update();
-    return open == 1;
-  }
-
-  // A wall-profiled span of this thread closed on another thread: the time since the
-  // last sample stays with it (only this thread may settle it). True when it was the
-  // thread's last open wall span.
-  bool wall_span_closed_elsewhere() noexcept { return decrement_wall_spans() == 1; }
-
-  // ---- signal handler ----------------------------------------------------------
-
-  void on_signal(const siginfo_t* info, const void* ucontext) noexcept {
-    // Queued while the thread blocked the signal: they would all land on the point
-    // where it unblocks, so none is recorded.
-    if (SPANPROF_UNLIKELY(signal_blocked_.load(std::memory_order_relaxed))) return;
-    if (info->si_code == SI_QUEUE && info->si_pid == pid_) {
-      const auto value = reinterpret_cast<std::uintptr_t>(info->si_value.sival_ptr);
-      const std::uint64_t tag = value & ~std::uint64_t{0xFFFF'FFFF};
-      if (tag == wall_tick_tag) return on_wall_tick(static_cast<std::uint32_t>(value), ucontext);
-      // The ticker's CPU tick: the timer's point passed unseen by the kernel. It is
-      // a tick like the timer's own (whichever comes first takes the sample; the
-      // other finds no point passed).
-      if (tag != cpu_tick_tag) return;
-    } else if (!cpu_.is_tick(info)) {
-      return;  // not our source's: someone else's signal
-    }
-    cpu_ticks_handled_.store(cpu_ticks_handled_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    // The next period starts now, before the unwinding: the CPU time this handler
-    // takes counts toward it. (Drawn at the end, each sample's handler time would
-    // go unsampled: -9% at 1 kHz, -30% at 4 kHz, measured.)
-    const ActiveSpan* active = innermost_open_span();
-    if (active == nullptr) {
-      const auto idle = idle_ticks_.load(std::memory_order_relaxed) + 1;
-      idle_ticks_.store(idle, std::memory_order_relaxed);
-      if (idle >= settings_.idle_ticks_before_disarm) disarm();
-      else cpu_.schedule_next_tick();
-      return;
-    }
-    CpuTickSource::TickWeight weight;
-    cpu_.schedule_next_tick(&weight);
-    if (weight.periods == 0) return;  // a timer signal before its expiry: not a sample
-    // A span that ended on another thread is still on this thread's stack until the
-    // thread pops it; it records nothing, and it is not idleness either.
-    if (active->stop != nullptr && active->stop->load(std::memory_order_relaxed)) return;
-    idle_ticks_.store(0, std::memory_order_relaxed);
-    if (active->recorded.contains(ProfileKind::cpu))
-      record_sample(cpu_record_weight(weight.periods, weight.cpu_ns), ucontext);
-  }
-
-  // ---- the watchdog's side (the worker's thread, under the sampler list's mutex) ----
-
-  // True when this armed thread has run four CPU periods without taking a tick,
-  // twice in a row, blocking the sample signal both times: the sampler is then
-  // disarmed for good. Left armed, the real-time signals queued against the mask
-  // would overflow into SIGIO, whose default action kills the process. Twice,
-  // because a runtime may block every signal for a moment while it runs the
-  // handlers it deferred (ThreadSanitizer does): one look can catch that moment
-  // after ticks that were only late; a second window without a tick cannot.
-  bool refuse_if_signal_blocked() noexcept {
-    if (!armed() || signal_blocked_.load(std::memory_order_relaxed)) {
-      watch_cpu_ns_ = -1;
-      return false;
-    }
-    const std::int64_t cpu = thread_cpu_ns(tid_);
-    const std::uint64_t ticks = cpu_ticks_handled_.load(std::memory_order_relaxed);
-    if (cpu < 0) return false;
-    if (watch_cpu_ns_ < 0 || ticks != watch_ticks_ || cpu - watch_cpu_ns_ < 4 * settings_.period_ns) {
-      if (watch_cpu_ns_ < 0 || ticks != watch_ticks_) {
-        watch_cpu_ns_ = cpu;
-        watch_ticks_ = ticks;
-        watch_saw_blocked_ = false;
-      }
-      return false;
-    }
-    watch_cpu_ns_ = cpu;
-    const bool seen_before = watch_saw_blocked_;
-    watch_saw_blocked_ = thread_blocks_signal(tid_, settings_.signal_number);
-    if (!watch_saw_blocked_ || !seen_before) return false;
-    signal_blocked_.store(true, std::memory_order_relaxed);
-    disarm();
-    return true;
-  }
-  pid_t thread_id() const noexcept { return tid_; }
-
-  // ---- the ticker's side (its thread only, under the sampler list's mutex) ----
-
-  // The CPU watch, for the POSIX timer. The kernel checks a CPU timer only at a
-  // scheduler tick that finds the thread on its core: with more runnable threads
-  // than cores a thread's slices can fall between ticks, and a sampling point is
-  // then delivered tens or hundreds of milliseconds of the thread's CPU late, in
-  // whatever span is open by then. The ticker reads the thread's CPU clock at
-  // short wall intervals and, when it has passed the timer's point by more than
-  // the slack below, sends the tick itself: once per point, and only to a thread on
-  // its core.
-  enum class CpuWatch : std::uint8_t {
-    nothing,    // not looked at, or its point is not overdue
-    late,       // overdue, but the thread is off its core: looked at again next time
-    signalled,  // overdue: the tick was sent
-  };
-  // Between spans too, since a point passed there and delivered late would land in
-  // the next span with the time between in its weight; but a thread that stood
-  // still at its last two looks with no span open (most of a server's pool, waiting
-  // for work) is read one look in eight (`look` counts the ticker's looks). `now`:
-  // the ticker's monotonic clock.
-  CpuWatch cpu_watch(std::uint64_t look, std::int64_t now) noexcept {
-    if (!armed() || signal_blocked_.load(std::memory_order_relaxed) ||
-        sample_signal_lost().load(std::memory_order_relaxed) == settings_.signal_number)
-      return CpuWatch::nothing;
-    // A thread cannot have run past a point by the slack in less wall time than the
-    // slack since its outermost span opened or closed: those young spans and gaps,
-    // most of a busy server's, cost no read and are left to the kernel. The same for
-    // spans and gaps, so that neither gains samples at the other's cost.
-    if (now - outer_changed_ns_.load(std::memory_order_relaxed) < cpu_watch_slack_ns()) return CpuWatch::nothing;
-    if (top_.load(std::memory_order_relaxed) == 0 && ticker_.still_looks >= 2 && (look & 7) != 0)
-      return CpuWatch::nothing;
-    const std::int64_t point = cpu_.next_point_ns();
-    if (point == 0) return CpuWatch::nothing;
-    // Nor can it have run more CPU than the wall time since the last read: until
-    // then its point cannot be overdue, and it is not read.
-    if (ticker_.cpu_seen >= 0 && ticker_.cpu_seen + (now - ticker_.seen_at_ns) < point + cpu_watch_slack_ns())
-      return CpuWatch::nothing;
-    const std::int64_t cpu_ns = thread_cpu_ns(tid_);
-    ticker_.still_looks = cpu_ns == ticker_.cpu_seen ? ticker_.still_looks + 1 : 0;
-    ticker_.cpu_seen = cpu_ns;
-    ticker_.seen_at_ns = now;
-    if (point == ticker_.cpu_point_signalled || cpu_ns < point + cpu_watch_slack_ns()) return CpuWatch::nothing;
-    // Only while it is on a core: a thread's CPU clock moves between two reads then,
-    // and stands still while it waits for a core or blocks. A thread signalled off
-    // its core would take the sample where it was preempted, mostly at the system
-    // call that let the scheduler in, not where its CPU went; a blocked one would
-    // see its call interrupted.
-    if (thread_cpu_ns(tid_) == cpu_ns) return CpuWatch::late;
-    if (!send_tick(cpu_tick_tag)) return CpuWatch::nothing;
-    ticker_.cpu_point_signalled = point;
-    return CpuWatch::signalled;
-  }
-
-  // How late the kernel may be with a point before the ticker sends it: half a
-  // period, at most 2 ms. Sooner, and the ticker would mostly race the kernel's own
-  // tick on a machine with a core to spare; and its signals, which wait for the
-  // thread's next instant on a core, land more often than the kernel's at the
-  // system call that let the scheduler in (measured: 4 threads on 2 cores, a hot
-  // loop that reads its CPU clock, 10 % of the samples in clock_gettime at no slack).
-  std::int64_t cpu_watch_slack_ns() const noexcept { return std::min<std::int64_t>(settings_.period_ns / 2, 2'000'000); }
-
-  // Whether the CPU watch looks at this thread (an armed POSIX timer), and whether
-  // it has a span open now (the ticker parks once none has for a while).
-  bool cpu_watch_wanted() const noexcept { return settings_.watch_cpu && cpu_.next_point_ns() != 0 && armed(); }
-  bool span_open_now() const noexcept { return top_.load(std::memory_order_relaxed) != 0; }
-
-  // ---- the wall ticker's side (its thread only, under the sampler list's mutex) ----
-
-  // One wall tick for this thread: nothing when it has no wall span open; when it is
-  // still blocked where its last wall sample found it, a confirmation and no signal
-  // (a signal would make an interrupted nanosleep, poll or epoll_wait return
-  // EINTR); otherwise a signal, whose handler records the stack. True when a
-  // signal was sent.
-  enum class WallTick : std::uint8_t { none, confirmed, signalled, failed };
-  WallTick wall_tick(std::int64_t now_ns, std::int64_t mean_period_ns) noexcept {
-    if (signal_blocked_.load(std::memory_order_relaxed) ||
-        sample_signal_lost().load(std::memory_order_relaxed) == settings_.signal_number)
-      return WallTick::none;
-    if (wall_spans_.load(std::memory_order_acquire) == 0) {
-      ticker_.sampled_blocked = false;
-      return WallTick::none;
-    }
-    const std::uint32_t generation = wall_generation_.load(std::memory_order_acquire);
-    BlockedSite site;
-    const bool blocked = read_blocked_site(tid_, ticker_.syscall_fd, site);
-    const std::int64_t cpu_ns = thread_cpu_ns(tid_);
-    // "Still": almost no CPU time since the last sample found it blocked, and
-    // blocked at the same site now — or running for a moment between two waits at
-    // it (a loop around a short sleep counts as one wait, as in async-profiler's
-    // check).
-    const std::int64_t still_cpu_ns = std::min<std::int64_t>(500'000, mean_period_ns / 2);
-    if ((!blocked || site == ticker_.site) && ticker_.sampled_blocked && ticker_.generation == generation &&
-        cpu_ns >= 0 && cpu_ns - ticker_.cpu_ns < still_cpu_ns) {
-      const auto micros = static_cast<std::uint64_t>(now_ns / 1000) & ((std::uint64_t{1} << 48) - 1);
-      wall_confirmed_.store((static_cast<std::uint64_t>(generation & 0xFFFF) << 48) | micros,
-                            std::memory_order_release);
-      ticker_.cpu_ns = cpu_ns;
-      return WallTick::confirmed;
-    }
-    if (!send_tick(wall_tick_tag | generation)) {
-      ticker_.sampled_blocked = false;
-      return WallTick::failed;  // the thread exited, or its signal queue is full
-    }
-    ticker_.sampled_blocked = blocked;
-    ticker_.site = site;
-    ticker_.generation = generation;
-    ticker_.cpu_ns = cpu_ns;
-    return WallTick::signalled;
-  }
-
- private:
-  // The ticker's signal to this thread, carrying `value` (a tag and its data).
-  bool send_tick(std::uint64_t value) noexcept {
-    siginfo_t info{};
-    info.si_signo = settings_.signal_number;
-    info.si_code = SI_QUEUE;
-    info.si_pid = pid_;
-    info.si_uid = ::getuid();
-    info.si_value.sival_ptr = reinterpret_cast<void*>(static_cast<std::uintptr_t>(value));
-    return ::syscall(SYS_rt_tgsigqueueinfo, pid_, tid_, settings_.signal_number, &info) == 0;
-  }
-
-  // Returns the count before.
-  std::uint32_t decrement_wall_spans() noexcept {
-    std::uint32_t open = wall_spans_.load(std::memory_order_relaxed);
-    while (open != 0 && !wall_spans_.compare_exchange_weak(open, open - 1, std::memory_order_release,
-                                                            std::memory_order_relaxed)) {
-    }
-    return open;
-  }
-
-  // The span the handler records for: the innermost slot still open (a dead one
-  // above it ended on another thread and waits for this thread to free it).
-  const ActiveSpan* innermost_open_span() const noexcept {
-    std::uint32_t at = top_.load(std::memory_order_relaxed);
-    for (std::uint32_t steps = 0; at != 0 && steps < max_open_spans; ++steps) {
-      const ActiveSpan& span = spans_[at - 1];
-      if ((span.state.load(std::memory_order_relaxed) & 3) == span_slot_open) return &span;
-      at = span.parent.load(std::memory_order_relaxed);
-    }
-    return nullptr;
-  }
-
-  // Dead slots go, and once no span is open nobody reads the log: it starts over.
-  void forget_dead_spans() noexcept {
-    reap_dead_spans();
-    if (top_.load(std::memory_order_relaxed) == 0 && used_.load(std::memory_order_relaxed) != 0) reset_log();
-  }
-
-  // Unlinks and frees the dead slots anywhere in the stack (this thread only): the
-  // slot of a span that ended elsewhere is reused as soon as this thread looks. A
-  // handler that interrupts sees each link before or after its change, both valid.
-  void reap_dead_spans() noexcept {
-    std::atomic<std::uint32_t>* link = &top_;
-    std::uint32_t at = link->load(std::memory_order_relaxed);
-    for (std::uint32_t steps = 0; at != 0 && steps < max_open_spans; ++steps) {
-      ActiveSpan& span = spans_[at - 1];
-      const std::uint32_t parent = span.parent.load(std::memory_order_relaxed);
-      if ((span.state.load(std::memory_order_acquire) & 3) == span_slot_dead) {
-        link->store(parent, std::memory_order_relaxed);
-        std::atomic_signal_fence(std::memory_order_seq_cst);
-        span.state.store(span_slot_free, std::memory_order_relaxed);
-        slots_in_use_ &= ~(std::uint32_t{1} << (at - 1));
-      } else {
-        link = &span.parent;
-      }
-      at = parent;
-    }
-  }
-
-  // The interrupted stack, its interrupted instruction first; 0 frames when the
-  // walk must be skipped. The handler's own frames are never part of it.
-  int walk_interrupted_stack(const void* ucontext, void** trace) noexcept {
-#if SPANPROF_HAS_CFI_WALKER
-    // Call frame information, read without a lock (capture/stack_walker.hpp).
-    return walk_stack(registers_from_ucontext(ucontext), stack_top_, trace, settings_.max_depth, &rules_cache_);
-#else
-    // gperftools' unwinder. Depending on the unwind method the trace begins with
-    // this handler and the kernel's signal trampoline (libunwind) or directly at
-    // the interrupted instruction (frame pointers): find the interrupted PC in the
-    // first frames and start there. The walk takes the loader lock: not while a
-    // fork is under way (base/loader_lock_gate.hpp).
-    constexpr int handler_frames_searched = 8;
-    void* raw[max_stack_depth_limit + handler_frames_searched];
-    if (!loader_lock_gate().enter()) return 0;
-    const int n = ProfilerGetStackTrace(raw, settings_.max_depth + handler_frames_searched, 0, ucontext);
-    loader_lock_gate().leave();
-    const std::uintptr_t pc = interrupted_pc(ucontext);
-    int first = -1;
-    for (int i = 0; i < n && i < handler_frames_searched; ++i) {
-      if (reinterpret_cast<std::uintptr_t>(raw[i]) == pc) {
-        first = i;
-        break;
-      }
-    }
-    // PC not in the trace (an unwinder that stops at the signal frame): keep the
-    // PC alone rather than a stack that starts inside spanprof.
-    const int callers_from = first >= 0 ? first + 1 : n;
-    int depth = 1 + std::max(0, n - callers_from);
-    if (depth > settings_.max_depth) depth = settings_.max_depth;
-    trace[0] = reinterpret_cast<void*>(pc);
-    for (int i = 1; i < depth; ++i) trace[i] = raw[callers_from + i - 1];
-    return depth;
-#endif
-  }
-
-  // Records the interrupted stack; returns the record's offset in the log, or
-  // no_wall_record when the log is full (or the walk was skipped).
-  std::size_t record_sample(std::uint64_t weight, const void* ucontext) noexcept {
-    const bool wall = (weight & wall_record_tag) != 0;
-    void* trace[max_stack_depth_limit];
-    const int depth = walk_interrupted_stack(ucontext, trace);
-    const std::size_t used = used_.load(std::memory_order_relaxed);
-    const std::size_t need = stack_record_words(depth);
-    if (depth <= 0 || used + need > settings_.buffer_words) {
-      dropped_.store(dropped_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-      counters_->add(wall ? Counter::wall_samples_dropped : Counter::cpu_samples_dropped, 1);
-      return no_wall_record;
-    }
-    write_stack_record(words_ + used, weight, reinterpret_cast<std::uintptr_t>(trace[0]), trace + 1, depth);
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    // Release: a thread taking a fragment's records over (Fragment) reads the log up
-    // to here from another thread.
-    used_.store(used + need, std::memory_order_release);
-    // A CPU record stands for its periods' samples, as the profile's sample count says.
-    if (wall) counters_->add(Counter::wall_samples_captured, 1);
-    else counters_->add(Counter::cpu_samples_captured, cpu_record_periods(weight));
-    return used;
-  }
-
-  // ---- wall accounting (this thread: its handler, and its guards between
-  // begin_wall_update() and end_wall_update(), when the handler keeps out) ----
-
-  void on_wall_tick(std::uint32_t generation, const void* ucontext) noexcept {
-    if (wall_busy_ || generation != wall_generation_.load(std::memory_order_relaxed)) return;
-    const ActiveSpan* active = innermost_open_span();
-    if (active == nullptr || !active->recorded.contains(ProfileKind::wall)) return;
-    if (active->stop != nullptr && active->stop->load(std::memory_order_relaxed)) return;
-    const std::int64_t now = monotonic_now_ns();
-    apply_wall_confirmation();
-    const std::int64_t elapsed = now > wall_accounted_ns_ ? now - wall_accounted_ns_ : 0;
-    const std::size_t at = record_sample(wall_record_tag | static_cast<std::uint64_t>(elapsed), ucontext);
-    // A full log keeps the time unaccounted: the next sample (or the close) gets it.
-    if (at == no_wall_record) return;
-    last_wall_record_ = at;
-    last_wall_generation_ = generation;
-    wall_accounted_ns_ = now;
-  }
-
-  // The ticker saw the thread still blocked where its last wall sample was taken,
-  // up to a time: that time is the last sample's.
-  void apply_wall_confirmation() noexcept {
-    const std::uint64_t confirmed = wall_confirmed_.load(std::memory_order_acquire);
-    // Only for the sample the ticker's last signal took (its generation is now's).
-    const std::uint64_t generation = wall_generation_.load(std::memory_order_relaxed) & 0xFFFF;
-    if ((confirmed >> 48) != generation || (last_wall_generation_ & 0xFFFF) != generation) return;
-    const std::int64_t until = static_cast<std::int64_t>(confirmed & ((std::uint64_t{1} << 48) - 1)) * 1000;
-    // The µs clock wraps every 8.9 years of uptime: compare in its range.
-    const std::int64_t accounted_us = (wall_accounted_ns_ / 1000) & ((std::int64_t{1} << 48) - 1);
-    const std::int64_t gained = until - accounted_us * 1000;
-    if (gained <= 0 || last_wall_record_ == no_wall_record) return;
-    add_wall_time(words_ + last_wall_record_, static_cast<std::uint64_t>(gained));
-    wall_accounted_ns_ += gained;
-  }
-
-  // The time up to `now_ns` goes to the stack sampled last (none: lost, rare: a
-  // span shorter than a tick or a full log).
-  void settle_wall_time(std::int64_t now_ns) noexcept {
-    apply_wall_confirmation();
-    if (last_wall_record_ != no_wall_record && now_ns > wall_accounted_ns_)
-      add_wall_time(words_ + last_wall_record_, static_cast<std::uint64_t>(now_ns - wall_accounted_ns_));
-    if (now_ns > wall_accounted_ns_) wall_accounted_ns_ = now_ns;
-  }
-
-  // The handler keeps out of the wall accounting while the thread itself changes
-  // it (a tick then is dropped: it loses detail, not time). Bumping the generation
-  // voids the ticks and confirmations the ticker sent for the spans before.
-  void begin_wall_update() noexcept {
-    wall_busy_ = true;
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-  }
-  void end_wall_update() noexcept {
-    wall_generation_.store(wall_generation_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    wall_busy_ = false;
-  }
-
-  StackSamplerSettings settings_;
-  std::uint64_t* words_;
-  ThreadCounters* counters_;
-  pid_t tid_;
-#if SPANPROF_HAS_CFI_WALKER
-  std::uint64_t stack_top_;  // the walker reads the stack up to here without a check
-#endif
-  pid_t pid_;
-  CpuTickSource cpu_;
-  // The open spans: a stack linked through ActiveSpan::parent, innermost first.
-  static constexpr std::uint32_t all_span_slots = 0xFFFF'FFFFu;
-  static_assert(max_open_spans == 32, "slots_in_use_ is a 32-bit mask");
-  ActiveSpan spans_[max_open_spans];
-  std::atomic<std::uint32_t> top_{0};  // 1 + the innermost slot's index; 0: none
-  std::atomic<std::int64_t> outer_changed_ns_{0};  // monotonic, when the outermost span last opened or closed
-  std::uint32_t slots_in_use_ = 0;     // open or dead, this thread's only
-  std::uint32_t next_sequence_ = 1;
-  std::atomic<std::size_t> used_{0};
-  std::atomic<std::uint64_t> dropped_{0};
-  std::atomic<bool> armed_{false};
-  std::atomic<std::uint32_t> idle_ticks_{0};
-  std::atomic<std::uint64_t> cpu_ticks_handled_{0};  // written by the handler
-  std::atomic<bool> signal_blocked_{false};          // set by the watchdog: never armed again
-  std::int64_t watch_cpu_ns_ = -1;                   // the watchdog's: thread CPU time at its mark
-  std::uint64_t watch_ticks_ = 0;                    // the watchdog's: ticks handled at its mark
-  bool watch_saw_blocked_ = false;                   // the watchdog's: blocked at its last window
-
-  // Wall accounting. Written by this thread only (its guards and its handler).
-  static constexpr std::size_t no_wall_record = ~std::size_t{0};
-  std::atomic<std::uint32_t> wall_spans_{0};       // open wall spans (the ticker reads it)
-  std::atomic<std::uint32_t> wall_generation_{0};  // bumped at every wall span open and close
-  volatile bool wall_busy_ = false;                // the thread is changing the accounting
-  std::int64_t wall_accounted_ns_ = 0;             // wall time given to samples up to here
-  std::size_t last_wall_record_ = no_wall_record;  // the newest wall record in the log
-  std::uint32_t last_wall_generation_ = 0;         // the generation it was taken under
-  // The ticker's confirmation: generation (16 bits) | the µs until which the thread
-  // was seen still blocked where its last wall sample found it.
-  std::atomic<std::uint64_t> wall_confirmed_{0};
-  // The ticker's own view of this thread (its thread, under the list's mutex).
-  struct TickerView {
-    int syscall_fd = -1;
-    bool sampled_blocked = false;  // the last signal found the thread blocked at `site`
-    BlockedSite site;
-    std::uint32_t generation = 0;
-    std::int64_t cpu_ns = 0;
-    std::int64_t cpu_point_signalled = 0;  // the CPU watch's last point sent
-    std::int64_t cpu_seen = -1;            // the thread's CPU clock at the last read
-    std::int64_t seen_at_ns = 0;           // the ticker's monotonic clock then
-    std::uint32_t still_looks = 0;         // looks in a row that found it unchanged
-  } ticker_;
-#if SPANPROF_HAS_CFI_WALKER
-  cfi::RulesCache rules_cache_;  // the handler's only
-#endif
-
- public:
-  ThreadStackSampler* registry_prev = nullptr;  // linked under StackSamplerList's mutex
-  ThreadStackSampler* registry_next = nullptr;
-};
-
-// The handler reads this pointer only: it is trivially destructible, so reading it
-// from a signal handler never runs a TLS constructor.
-inline thread_local ThreadStackSampler* current_stack_sampler = nullptr;
-
-inline void on_sample_signal(int, siginfo_t* info, void* ucontext) noexcept {
-  const int saved_errno = errno;
-  if (ThreadStackSampler* sampler = current_stack_sampler) sampler->on_signal(info, ucontext);
-  errno = saved_errno;
-}
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_ENABLED
-
-#endif  // SPANPROF_CAPTURE_THREAD_STACK_SAMPLER_HPP_
-// ---- end spanprof/capture/thread_stack_sampler.hpp ----
-// ---- begin spanprof/capture/stack_sampler_list.hpp ----
-// Where the samplers live: each thread owns its own (ThreadStackSamplerOwner, a
-// thread_local whose destructor runs at thread exit), and the process lists them
-// all, so that shutdown() can disarm them, stats() can count the armed ones, a
-// forked child can let go of its parent's, and the watchdog and the wall ticker
-// can look at every thread (capture/sample_signal.hpp, capture/wall_ticker.hpp).
-//
-// The signal handler sees neither: it reads current_stack_sampler only
-// (capture/thread_stack_sampler.hpp), which the owner clears before a sampler is
-// freed.
-#ifndef SPANPROF_CAPTURE_STACK_SAMPLER_LIST_HPP_
-#define SPANPROF_CAPTURE_STACK_SAMPLER_LIST_HPP_
-
-
-// Compiled out with the SDK, as the samplers it keeps.
-#if SPANPROF_ENABLED
-
-#include <atomic>
-#include <mutex>
-#include <new>
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-// All live CPU samplers, so shutdown() can disarm them and stats() can count the
-// armed ones. (What they count lives in the counter registry.)
-struct StackSamplerList {
-  std::mutex mutex;
-  ThreadStackSampler* head = nullptr;
-  CpuSampleSource last_source = CpuSampleSource::automatic;
-  bool reported_fallback = false;
-
-  void add(ThreadStackSampler* sampler) noexcept {
-    std::lock_guard<std::mutex> lock(mutex);
-    sampler->registry_next = head;
-    if (head) head->registry_prev = sampler;
-    head = sampler;
-    last_source = sampler->source();
-  }
-
-  void remove(ThreadStackSampler* sampler) noexcept {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (sampler->registry_prev) sampler->registry_prev->registry_next = sampler->registry_next;
-    else if (head == sampler) head = sampler->registry_next;
-    if (sampler->registry_next) sampler->registry_next->registry_prev = sampler->registry_prev;
-  }
-
-  // Samplers whose thread exited while a guard it opened was still open on another
-  // thread (capture/thread_stack_sampler.hpp, ActiveSpan): that guard will write
-  // its slot, so they are never freed. Kept here, not leaked: a few KiB each, only
-  // for threads that exit with such a guard.
-  ThreadStackSampler* left_behind = nullptr;
-
-  void leave_behind(ThreadStackSampler* sampler) noexcept {
-    std::lock_guard<std::mutex> lock(mutex);
-    sampler->registry_prev = nullptr;
-    sampler->registry_next = left_behind;
-    left_behind = sampler;
-  }
-
-  // In a forked child (one thread, the mutex held since before the fork): the
-  // parent's samplers are left to the parent, and the list starts empty.
-  void reset_after_fork() noexcept {
-    for (ThreadStackSampler* s = head; s != nullptr;) {
-      ThreadStackSampler* next = s->registry_next;
-      s->forget_source_after_fork();
-      s = next;
-    }
-    head = nullptr;
-    new (&mutex) std::mutex();
-  }
-};
-
-SPANPROF_API inline StackSamplerList& stack_sampler_list() noexcept {
-  static StackSamplerList list;
-  return list;
-}
-
-// Owns this thread's sampler; its destructor runs at thread exit. The handler
-// never sees it, only current_stack_sampler.
-struct ThreadStackSamplerOwner {
-  ThreadStackSampler* sampler = nullptr;
-
-  void replace(ThreadStackSampler* next) noexcept {
-    ThreadStackSampler* old = sampler;
-    current_stack_sampler = nullptr;
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    if (old) {
-      stack_sampler_list().remove(old);
-      // A guard that moved to another thread still holds a slot: it will mark the
-      // slot dead there, so the slots must outlive this thread (capture/
-      // thread_stack_sampler.hpp, ActiveSpan). Only the rest is freed then.
-      if (old->has_open_span()) {
-        old->release_log_and_source();
-        stack_sampler_list().leave_behind(old);
-      } else {
-        delete old;  // disables the source before freeing the log
-      }
-    }
-    sampler = next;
-    if (next) stack_sampler_list().add(next);
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    current_stack_sampler = next;
-  }
-
-  ~ThreadStackSamplerOwner() { replace(nullptr); }
-};
-
-inline thread_local ThreadStackSamplerOwner stack_sampler_owner;
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_ENABLED
-
-#endif  // SPANPROF_CAPTURE_STACK_SAMPLER_LIST_HPP_
-// ---- end spanprof/capture/stack_sampler_list.hpp ----
-// ---- begin spanprof/capture/sample_signal.hpp ----
-// The real-time signal samples arrive on: which one, its handler, and the
-// watchdog that notices when the host takes it back.
-//
-// Why it is shaped like this (see docs/host-safety.md; capture/stack_sampler.hpp
-// says why a real-time signal and not SIGPROF):
-//  * A signal the host handles stays the host's: spanprof picks a free one.
-//  * The host may still replace the handler, or block the signal on a thread,
-//    later: the watchdog stops sampling there and says so once, rather than let
-//    spanprof's signals reach the host's handler or pile up against a mask.
-#ifndef SPANPROF_CAPTURE_SAMPLE_SIGNAL_HPP_
-#define SPANPROF_CAPTURE_SAMPLE_SIGNAL_HPP_
-
-
-// Compiled out with the SDK, as the samplers it serves.
-#if SPANPROF_ENABLED
-
-#include <atomic>
-#include <cerrno>
-#include <csignal>
-#include <cstdio>
-#include <cstring>
-#include <mutex>
-
-#include <unistd.h>
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-// Chooses the real-time signal for samples: the configured one, or the first
-// real-time signal from SIGRTMIN+4 that nobody handles. Installs the handler.
-// The handler stays installed for the life of the process: a late signal with no
-// handler would kill the process.
-struct SampleSignalInstallation {
-  std::mutex mutex;
-  int installed[65] = {};
-};
-SPANPROF_API inline SampleSignalInstallation& sample_signal_installation() noexcept {
-  static SampleSignalInstallation installation;
-  return installation;
-}
-
-// Nobody in the process handles or ignores `sig` (spanprof's own handler aside).
-inline bool sample_signal_is_free(int sig) noexcept {
-  struct sigaction current {};
-  if (::sigaction(sig, nullptr, &current) != 0) return false;
-  if (current.sa_flags & SA_SIGINFO) return current.sa_sigaction == &on_sample_signal;
-  return current.sa_handler == SIG_DFL;
-}
-
-inline int install_sample_signal_handler(int wanted) noexcept {
-  SampleSignalInstallation& installation = sample_signal_installation();
-  int (&installed)[65] = installation.installed;
-  std::lock_guard<std::mutex> lock(installation.mutex);
-  if (wanted < 0 || wanted >= 65 || (wanted != 0 && (wanted < SIGRTMIN || wanted > SIGRTMAX))) {
-    report_error(ErrorCode::invalid_configuration, "signal_number is not a real-time signal");
-    return 0;
-  }
-  if (wanted != 0 && !installed[wanted] && !sample_signal_is_free(wanted)) {
-    // The host's signal stays the host's: taking it would silently break whatever
-    // the host uses it for.
-    char message[160];
-    std::snprintf(message, sizeof message,
-                  "signal_number=%d already has a handler in this process; it stays the host's, and spanprof "
-                  "picks a free real-time signal instead",
-                  wanted);
-    report_error(ErrorCode::invalid_configuration, message);
-    wanted = 0;
-  }
-  int chosen = wanted;
-  for (int sig = SIGRTMIN + 4; chosen == 0 && sig <= SIGRTMAX && sig < 65; ++sig)
-    if (installed[sig] || sample_signal_is_free(sig)) chosen = sig;
-  if (chosen == 0) {
-    report_error(ErrorCode::sampler_failed, "no free real-time signal for CPU samples");
-    return 0;
-  }
-  if (installed[chosen]) return chosen;
-  struct sigaction action {};
-  action.sa_sigaction = &on_sample_signal;
-  action.sa_flags = SA_SIGINFO | SA_RESTART;
-  sigemptyset(&action.sa_mask);
-  if (::sigaction(chosen, &action, nullptr) != 0) {
-    char message[128];
-    std::snprintf(message, sizeof message, "cannot install a handler for signal %d: %s", chosen, std::strerror(errno));
-    report_error(ErrorCode::sampler_failed, message);
-    return 0;
-  }
-  installed[chosen] = 1;
-  return chosen;
-}
-
-// Run by the worker about every 100 ms. Notices a host that replaced the sample
-// signal's handler (its handler would get spanprof's signals, and spanprof none)
-// or a thread that blocked the signal after its sampler was armed; stops sampling
-// there, and reports each once.
-inline void watch_sample_signal(int signal_number) noexcept {
-  if (signal_number <= 0 || signal_number >= 65) return;
-  StackSamplerList& list = stack_sampler_list();
-  struct sigaction current {};
-  if (::sigaction(signal_number, nullptr, &current) == 0 &&
-      !((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == &on_sample_signal)) {
-    if (sample_signal_lost().exchange(signal_number, std::memory_order_relaxed) == signal_number) return;
-    {
-      SampleSignalInstallation& installation = sample_signal_installation();
-      std::lock_guard<std::mutex> lock(installation.mutex);
-      installation.installed[signal_number] = 0;  // the host's now: the next start() picks another
-    }
-    {
-      std::lock_guard<std::mutex> lock(list.mutex);
-      for (ThreadStackSampler* s = list.head; s; s = s->registry_next)
-        if (s->settings().signal_number == signal_number) s->disarm();
-    }
-    char message[200];
-    std::snprintf(message, sizeof message,
-                  "the handler of the sample signal %d was replaced by the host: sampling stopped; "
-                  "spanprof::start() picks another signal",
-                  signal_number);
-    report_error(ErrorCode::sampler_failed, message);
-    return;
-  }
-  int refused = 0;
-  pid_t thread = 0;
-  {
-    std::lock_guard<std::mutex> lock(list.mutex);
-    for (ThreadStackSampler* s = list.head; s; s = s->registry_next) {
-      if (s->refuse_if_signal_blocked()) {
-        ++refused;
-        thread = s->thread_id();
-      }
-    }
-  }
-  if (refused != 0) {
-    char message[200];
-    std::snprintf(message, sizeof message,
-                  "thread %d (and %d more) blocked the sample signal %d while armed: not sampled any more",
-                  static_cast<int>(thread), refused - 1, signal_number);
-    report_error(ErrorCode::sampler_failed, message);
-  }
-}
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_ENABLED
-
-#endif  // SPANPROF_CAPTURE_SAMPLE_SIGNAL_HPP_
-// ---- end spanprof/capture/sample_signal.hpp ----
-// ---- begin spanprof/capture/stack_sampler.hpp ----
-// The sampling engine's per-thread half: a CPU-time source that signals only its
-// own thread, a signal handler that records the stack of the thread's active span
-// on a CPU tick or a wall tick (from the wall ticker, wall_ticker.hpp), and the
-// per-thread sample log the guard reads back.
-//
-// Why it is shaped like this (see docs/engines.md, docs/wall.md):
-//  * A sampler is armed once per thread and left running; a guard only publishes
-//    its span in a thread-local pointer. Opening a guard then costs nanoseconds, and
-//    sampling continues across spans, so short spans are sampled without bias.
-//  * The CPU periods are drawn at random (exponential around the mean), so a
-//    periodic workload cannot alias with the sampling and shift samples into or out
-//    of its spans.
-//  * The signal is a real-time signal, not SIGPROF: SIGPROF belongs to gperftools,
-//    whose profiler stops gathering samples when someone else handles it.
-//  * The handler is async-signal-safe: it touches only this thread's preallocated
-//    log, lock-free atomics and a stack walker that takes no lock
-//    (capture/stack_walker.hpp). No malloc, lock or stdio.
-//  * Wall samples are weighted by the wall time since the thread's previous one,
-//    measured on the thread itself, so a lost or dropped tick loses detail, never
-//    time; the ticker only decides when to look, and confirms without a signal that
-//    a blocked thread is still where its last sample found it.
-//
-// The engine, one job a header, lowest first:
-//  * capture/cpu_tick_source.hpp: the thread's CPU ticks (POSIX CPU timer or
-//    perf_event) and their random periods;
-//  * capture/thread_status.hpp: what the ticker and the watchdog read about a
-//    thread without signalling it (/proc/self/task, its CPU clock);
-//  * capture/thread_stack_sampler.hpp: a thread's sampler, its log and the signal
-//    handler;
-//  * capture/stack_sampler_list.hpp: the samplers of all threads, and each
-//    thread's owner of its own;
-//  * capture/sample_signal.hpp: the sample signal's handler, and the watchdog;
-//  * here: the guard's slow path that makes a thread's sampler. This is the header
-//    to include: it brings the others.
-#ifndef SPANPROF_CAPTURE_STACK_SAMPLER_HPP_
-#define SPANPROF_CAPTURE_STACK_SAMPLER_HPP_
-
-
-// Compiled out with the SDK: nothing of the engine may reach gperftools then.
-#if SPANPROF_ENABLED
-
-#include <cerrno>
-#include <csignal>
-#include <cstdint>
-#include <cstdio>
-#include <cstring>
-#include <mutex>
-#include <new>
-
-#include <pthread.h>
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-// Slow path of a guard: the thread has no sampler for the current settings yet.
-// Runs once per thread (and again after spanprof::start() changes the settings).
-// The settings generation under which this thread was refused a sampler, so its
-// later guards return at once instead of asking the kernel and reporting again.
-inline thread_local std::uint64_t stack_sampler_refused_generation = 0;
-
-inline ThreadStackSampler* make_stack_sampler(const StackSamplerSettings& settings) noexcept {
-  if (stack_sampler_refused_generation == settings.generation) return nullptr;
-  // A thread that blocks the sample signal would queue real-time signals until the
-  // kernel falls back to SIGIO, whose default action kills the process: such a
-  // thread is not sampled at all (until spanprof::start() is called again).
-  sigset_t blocked;
-  if (::pthread_sigmask(SIG_BLOCK, nullptr, &blocked) == 0 && sigismember(&blocked, settings.signal_number) == 1) {
-    stack_sampler_refused_generation = settings.generation;
-    char message[128];
-    std::snprintf(message, sizeof message, "signal %d is blocked on this thread; its spans are not profiled",
-                  settings.signal_number);
-    report_error(ErrorCode::sampler_failed, message);
-    return nullptr;
-  }
-  auto* words = new (std::nothrow) std::uint64_t[settings.buffer_words];
-  if (!words) {
-    report_error(ErrorCode::sampler_failed, "cannot allocate the per-thread sample buffer");
-    return nullptr;
-  }
-  // Registered before the sampler's owner exists, so the counters outlive the
-  // sampler at thread exit (thread_local destructors run in reverse order).
-  ThreadCounters& counters = this_thread_counters();
-  auto* sampler = new (std::nothrow) ThreadStackSampler(settings, words, counters);
-  if (!sampler) {
-    delete[] words;
-    report_error(ErrorCode::sampler_failed, "cannot allocate the per-thread sampler");
-    return nullptr;
-  }
-  int perf_errno = 0;
-  sampler->open_source(perf_errno);
-  const int timer_errno = errno;
-  if (!sampler->has_source()) {
-    char message[160];
-    std::snprintf(message, sizeof message, "cannot create a CPU timer for this thread: %s", std::strerror(timer_errno));
-    report_error(ErrorCode::sampler_failed, message);
-  } else if (perf_errno != 0) {
-    auto& list = stack_sampler_list();
-    bool first = false;
-    {
-      std::lock_guard<std::mutex> lock(list.mutex);
-      first = !list.reported_fallback;
-      list.reported_fallback = true;
-    }
-    if (first) {
-      char message[240];
-      std::snprintf(message, sizeof message,
-                    "perf_event_open refused (%s); sampling with POSIX CPU timers instead, which the kernel checks "
-                    "only on the scheduler tick",
-                    std::strerror(perf_errno));
-      report_error(ErrorCode::sampler_unavailable, message);
-    }
-  }
-  stack_sampler_owner.replace(sampler);
-  return sampler;
-}
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_ENABLED
-
-#endif  // SPANPROF_CAPTURE_STACK_SAMPLER_HPP_
-// ---- end spanprof/capture/stack_sampler.hpp ----
-// ---- begin spanprof/capture/heap_sampler.hpp ----
-// The sampling heap engine: tcmalloc's new/delete hooks attribute sampled
-// allocations to the calling thread's active heap span.
-//
-// Why it is shaped like this (see docs/heap.md):
-//  * Installed hooks make every allocation in the process leave tcmalloc's fast
-//    path, inert or not, so they are installed only while at least one heap scope is
-//    open. Opening and closing scopes is lock-free except for the 0 <-> 1 transitions.
-//  * The new hook costs a thread-local load for threads outside a heap scope and a
-//    subtraction inside one: an allocation is recorded once per ~interval bytes
-//    (exponentially distributed gaps, so every byte has the same chance), and the
-//    counts are scaled back to unbiased estimates as Go's allocation profile does.
-//  * Recording writes into a preallocated per-thread log: the hooks never allocate
-//    and never take a lock.
-//  * Frees happen on any thread. A fixed table of the sampled, still-live pointers
-//    lets the delete hook mark them freed with one cache line scan and a CAS; while
-//    no sampled allocation is live, the delete hook returns after one load.
-#ifndef SPANPROF_CAPTURE_HEAP_SAMPLER_HPP_
-#define SPANPROF_CAPTURE_HEAP_SAMPLER_HPP_
-
-
-#include <unwind.h>
-
-#include <algorithm>
-#include <atomic>
-#include <cmath>
-#include <cstdint>
-#include <cstdlib>
-#include <cstring>
-#include <mutex>
-#include <new>
-#include <string>
-#include <vector>
-
-#include <time.h>
-
-#if defined(__GNUC__)
-// initial-exec: the hooks run inside malloc, where a lazily allocated TLS block (the
-// default for code in a dlopen'ed library) would recurse into malloc.
-#define SPANPROF_HOOK_TLS __attribute__((tls_model("initial-exec")))
-#else
-#define SPANPROF_HOOK_TLS
-#endif
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-// Sampled allocations that have not been freed, shared by all threads. Slots are
-// grouped by cache line; a pointer lives only in its hash's group, so a lookup is
-// one line. Each entry packs the pointer with a tag unique to the sample, so an
-// address freed and reused by a later sample is never mistaken for the earlier one.
-class LiveAllocationTable {
- public:
-  static constexpr std::size_t group_slots = 8;
-  static constexpr unsigned group_bits = 13;
-  static constexpr std::size_t slot_count = group_slots << group_bits;  // 64 Ki slots, 512 KiB
-  static constexpr unsigned tag_bits = 19;
-  static constexpr std::uint64_t no_slot = ~std::uint64_t{0};
-
-  // Returns the slot index, or no_slot when the pointer cannot be tracked (the group
-  // is full, or the address does not fit the packing). `entry` receives the value
-  // the slot holds while the allocation lives.
-  std::uint64_t insert(const void* pointer, std::uint64_t& entry) noexcept {
-    const auto address = reinterpret_cast<std::uintptr_t>(pointer);
-    if ((address & 7) != 0 || (address >> 48) != 0 || address == 0) return no_slot;
-    const std::uint64_t key = address >> 3;
-    const std::uint64_t tag = next_tag_.fetch_add(1, std::memory_order_relaxed) & ((1u << tag_bits) - 1);
-    entry = (key << tag_bits) | tag;
-    // Counted before it is visible: a free on another thread (which the program can
-    // only do after it received the pointer) must not see an empty table.
-    live_.fetch_add(1, std::memory_order_relaxed);
-    const std::size_t first = group_of(key) * group_slots;
-    for (std::size_t i = first; i < first + group_slots; ++i) {
-      std::uint64_t empty = 0;
-      if (slots_[i].compare_exchange_strong(empty, entry, std::memory_order_release, std::memory_order_relaxed)) {
-        return i;
-      }
-    }
-    live_.fetch_sub(1, std::memory_order_relaxed);
-    return no_slot;
-  }
-
-  bool any_live() const noexcept { return live_.load(std::memory_order_relaxed) != 0; }
-
-  // The delete hook: forgets the pointer if it is a live sample. Inlined test: most
-  // deletes happen while no sampled allocation is alive anywhere.
-  SPANPROF_ALWAYS_INLINE void forget(const void* pointer) noexcept {
-    if (SPANPROF_LIKELY(live_.load(std::memory_order_relaxed) == 0)) return;
-    forget_tracked(pointer);
-  }
-
-  SPANPROF_NOINLINE void forget_tracked(const void* pointer) noexcept {
-    const std::uint64_t key = reinterpret_cast<std::uintptr_t>(pointer) >> 3;
-    const std::size_t first = group_of(key) * group_slots;
-    for (std::size_t i = first; i < first + group_slots; ++i) {
-      std::uint64_t entry = slots_[i].load(std::memory_order_relaxed);
-      if (entry != 0 && (entry >> tag_bits) == key) {
-        if (slots_[i].compare_exchange_strong(entry, 0, std::memory_order_acq_rel, std::memory_order_relaxed)) {
-          live_.fetch_sub(1, std::memory_order_relaxed);
-        }
-        return;
-      }
-    }
-  }
-
-  bool is_live(std::uint64_t slot, std::uint64_t entry) const noexcept {
-    return slot < slot_count && slots_[slot].load(std::memory_order_acquire) == entry;
-  }
-
-  // Stops tracking a sample; true if it was still live.
-  bool take(std::uint64_t slot, std::uint64_t entry) noexcept {
-    if (slot >= slot_count) return false;
-    if (!slots_[slot].compare_exchange_strong(entry, 0, std::memory_order_acq_rel, std::memory_order_relaxed))
-      return false;
-    live_.fetch_sub(1, std::memory_order_relaxed);
-    return true;
-  }
-
-  std::uint64_t live() const noexcept { return live_.load(std::memory_order_relaxed); }
-
- private:
-  static std::size_t group_of(std::uint64_t key) noexcept {
-    return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ull) >> (64 - group_bits));
-  }
-
-  std::atomic<std::uint64_t> live_{0};
-  std::atomic<std::uint64_t> next_tag_{1};
-  alignas(64) std::atomic<std::uint64_t> slots_[slot_count] = {};
-};
-
-// Static storage, constant-initialized: the delete hook may run during static
-// destruction and in threads that never profiled.
-SPANPROF_API inline LiveAllocationTable& live_allocations() noexcept {
-  static LiveAllocationTable table;
-  return table;
-}
-
 struct HeapThreadState;
 
-// A heap guard's record of its span. The thread's open heap spans form a stack
-// counted by depth, and nothing on the thread points back into a guard: a guard
-// may end on another thread, or its storage (a coroutine frame) may die, while its
-// thread runs on (docs/async.md).
+// A heap guard's record of its span (capture/heap_sampler.hpp). The thread's open
+// heap spans form a stack counted by depth.
 struct HeapActiveSpan {
   HeapThreadState* owner = nullptr;  // the opening thread's state
   std::uint32_t depth = 0;           // 1 for the thread's outermost heap span
@@ -5623,767 +1663,512 @@ struct HeapActiveSpan {
   std::uint64_t dropped_at_start = 0;
 };
 
-// Heap spans a thread can nest; deeper ones are not heap-profiled (reported).
-inline constexpr std::uint32_t max_open_heap_spans = 32;
-
-// Everything the hooks touch on a thread. Trivial and constant-initialized, so a
-// hook reading it never runs a TLS constructor.
-struct HeapThreadState {
-  std::uint32_t open;  // heap spans open on this thread (dead ones included until reaped)
-  // Bit d - 1: the span at depth d ended on another thread (set by that thread,
-  // under heap_thread_registry()'s mutex while this thread is alive).
-  std::atomic<std::uint32_t> dead_depths;
-  std::int64_t bytes_until_sample;
-  std::uint64_t random;  // xorshift state; 0: not seeded yet
-  std::int64_t interval;
-  int max_depth;
-  bool in_hook;
-  bool probing;
-  bool probe_seen;
-  std::uint64_t* log;
-  std::size_t capacity;  // words
-  std::size_t used;
-  std::uint64_t dropped;
-  std::uint64_t stack_top;  // of this thread's stack (0: unknown), for the stack walker
-};
-
-SPANPROF_HOOK_TLS inline thread_local HeapThreadState heap_thread = {};
-
-// Exponentially distributed gap with the given mean: every allocated byte then has
-// the same chance 1/interval of being the one sampled.
-inline std::int64_t next_sample_gap(HeapThreadState& t) noexcept {
-  if (t.interval <= 1) return 1;
-  std::uint64_t x = t.random;
-  x ^= x << 13;
-  x ^= x >> 7;
-  x ^= x << 17;
-  t.random = x;
-  const double uniform = (static_cast<double>(x >> 11) + 0.5) * (1.0 / 9007199254740992.0);  // (0, 1)
-  const double gap = -std::log(uniform) * static_cast<double>(t.interval);
-  return gap < 1.0 ? 1 : static_cast<std::int64_t>(gap);
-}
-
-// Where the hooks come from: tcmalloc's MallocHook (default), or spanprof's own
-// replacement operator new/delete, compiled into the program by including
-// <spanprof/allocation_hooks.hpp> in one source file.
-enum class HeapHookSource : std::uint8_t { malloc_hook, operator_new };
-
-// Set by the translation unit that defines the replacement operators.
-SPANPROF_API inline std::atomic<bool>& operator_new_hooks_compiled_in() noexcept {
-  static std::atomic<bool> compiled_in{false};
-  return compiled_in;
-}
-
-// What a sampling heap profile says it was taken by.
-inline const char* sampling_heap_engine_name() noexcept {
-  return operator_new_hooks_compiled_in().load(std::memory_order_relaxed) ? "sampling:operator_new"
-                                                                           : "sampling:tcmalloc_hooks";
-}
-
-#if SPANPROF_HAS_CFI_WALKER
-
-// The frames of a walk from inside record_heap_sample that belong to the code
-// that called the allocator. The operator-new hooks skip exactly their own frames
-// (record_heap_sample, allocate_and_sample, the operator); tcmalloc's hooks skip
-// to the first frame in tcmalloc's hook-calling sections and past the last one
-// (what MallocHook_GetCallerStackTrace does, without its lock-taking walker).
-inline int allocator_caller_frames(void* const* frames, int depth, HeapHookSource source) noexcept {
-  if (source == HeapHookSource::operator_new) return depth > 3 ? 3 : depth;
-  const TcmallocApi& api = tcmalloc_api();
-  int i = 0;
-  while (i < depth && !api.in_hook_caller(frames[i])) ++i;
-  if (i == depth) return depth > 2 ? 2 : depth;  // sections unknown: only spanprof's own frames go
-  while (i < depth && api.in_hook_caller(frames[i])) ++i;
-  return i;
-}
-
-#else
-
-// Without the call frame walker: the compiler runtime's unwinder (what C++
-// exceptions use) for the operator-new hooks, tcmalloc's for its own hooks.
-struct UnwindCapture {
-  void** frames;
-  int max_depth;
-  int skip;
-  int depth;
-};
-
-inline _Unwind_Reason_Code unwind_capture_step(_Unwind_Context* context, void* argument) noexcept {
-  auto* capture = static_cast<UnwindCapture*>(argument);
-  const _Unwind_Ptr ip = _Unwind_GetIP(context);
-  if (ip == 0) return _URC_END_OF_STACK;
-  if (capture->skip > 0) {
-    --capture->skip;
-    return _URC_NO_REASON;
-  }
-  capture->frames[capture->depth++] = reinterpret_cast<void*>(ip);
-  return capture->depth >= capture->max_depth ? _URC_END_OF_STACK : _URC_NO_REASON;
-}
-
-#endif
-
-// The stack of the code that called the allocator, innermost first, into
-// `frames` (room for max_depth). Always inlined into record_heap_sample, whose
-// frame the walk starts in.
-SPANPROF_ALWAYS_INLINE inline int capture_allocation_stack(void** frames, int max_depth,
-                                                           HeapHookSource source) noexcept {
-#if SPANPROF_HAS_CFI_WALKER
-  constexpr int own_frames = 8;  // spanprof's and the allocator's frames, skipped
-  void* trace[max_walk_depth + own_frames];
-  cfi::Registers regs;
-  capture_registers_here(regs);
-  const int walked = walk_stack(regs, heap_thread.stack_top, trace, max_depth + own_frames);
-  const int skip = allocator_caller_frames(trace, walked, source);
-  int depth = walked - skip;
-  if (depth > max_depth) depth = max_depth;
-  for (int i = 0; i < depth; ++i) frames[i] = trace[skip + i];
-  return depth;
-#else
-  // Both walks may take the loader lock: not while a fork is under way.
-  if (!loader_lock_gate().enter()) return 0;
-  int depth = 0;
-  if (source == HeapHookSource::operator_new) {
-    UnwindCapture capture{frames, max_depth, 3, 0};  // record_heap_sample and two more
-    _Unwind_Backtrace(&unwind_capture_step, &capture);
-    depth = capture.depth;
-  } else {
-    depth = tcmalloc_api().caller_stack_trace(frames, max_depth, 0);
-  }
-  loader_lock_gate().leave();
-  return depth;
-#endif
-}
-
-// An operator-new stack leaves out spanprof's frames (this function, the sampled
-// allocation path and the replacement operator), a MallocHook stack tcmalloc's.
-SPANPROF_NOINLINE inline void record_heap_sample(HeapThreadState& t, const void* pointer, std::size_t size,
-                                                 HeapHookSource source = HeapHookSource::malloc_hook) noexcept {
-  t.bytes_until_sample = next_sample_gap(t);
-  if (t.in_hook) return;  // an allocation made while capturing a stack
-  t.in_hook = true;
-  const std::size_t need = heap_log_record_words(static_cast<std::size_t>(t.max_depth));
-  if (t.log == nullptr || t.capacity - t.used < need) {
-    ++t.dropped;
-    t.in_hook = false;
-    return;
-  }
-  std::uint64_t* record = t.log + t.used;
-  void** frames = reinterpret_cast<void**>(record + heap_log_header_words);
-  const int depth = capture_allocation_stack(frames, t.max_depth, source);
-  if (depth <= 0) {
-    ++t.dropped;
-    t.in_hook = false;
-    return;
-  }
-  std::uint64_t entry = 0;
-  const std::uint64_t slot = live_allocations().insert(pointer, entry);
-  write_heap_log_header(record, size, slot, entry, depth);
-  t.used += heap_log_record_words(static_cast<std::size_t>(depth));
-  t.in_hook = false;
-}
-
-inline void heap_new_hook(const void* pointer, std::size_t size) noexcept {
-  HeapThreadState& t = heap_thread;
-  if (SPANPROF_LIKELY(t.open == 0)) {
-    t.probe_seen |= t.probing;
-    return;
-  }
-  t.bytes_until_sample -= static_cast<std::int64_t>(size);
-  if (SPANPROF_LIKELY(t.bytes_until_sample > 0)) return;
-  record_heap_sample(t, pointer, size);
-}
-
-inline void heap_delete_hook(const void* pointer) noexcept { live_allocations().forget(pointer); }
-
-// Counts the open heap scopes and keeps the hooks installed exactly while there is
-// at least one.
-class HeapHooks {
- public:
-  // False when heap profiling cannot work in this process (reported once).
-  bool acquire() noexcept {
-    if (SPANPROF_UNLIKELY(unavailable_.load(std::memory_order_relaxed))) return false;
-    int open = open_scopes_.load(std::memory_order_relaxed);
-    while (open > 0) {
-      if (open_scopes_.compare_exchange_weak(open, open + 1, std::memory_order_acq_rel)) return true;
-    }
-    std::lock_guard<std::mutex> lock(mutex_);
-    // Installed before the count becomes visible: a scope that finds the count
-    // above zero on the fast path can rely on live hooks. Compiled-in operator
-    // new/delete hooks are always live and need nothing installed.
-    if (!installed_ && !operator_new_hooks_compiled_in().load(std::memory_order_acquire) && !install()) return false;
-    open_scopes_.fetch_add(1, std::memory_order_acq_rel);
-    return true;
-  }
-
-  void release() noexcept {
-    int open = open_scopes_.load(std::memory_order_relaxed);
-    while (open > 1) {
-      if (open_scopes_.compare_exchange_weak(open, open - 1, std::memory_order_acq_rel)) return;
-    }
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (open_scopes_.fetch_sub(1, std::memory_order_acq_rel) == 1 && installed_) {
-      const TcmallocApi& api = tcmalloc_api();
-      api.remove_new_hook(&heap_new_hook);
-      api.remove_delete_hook(&heap_delete_hook);
-      installed_ = false;
-    }
-  }
-
-  bool installed() const noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return installed_;
-  }
-  int open_scopes() const noexcept { return open_scopes_.load(std::memory_order_relaxed); }
-
-  // In a forked child: only the forking thread's scopes are still open (and will
-  // close); the hooks stay until the last of them does.
-  void reset_after_fork(int open_here) noexcept {
-    new (&mutex_) std::mutex();
-    open_scopes_.store(open_here, std::memory_order_relaxed);
-  }
-
- private:
-  bool install() noexcept {
-    const TcmallocApi& api = tcmalloc_api();
-    if (!api.has_hooks()) {
-      return refuse(api.add_new_hook == nullptr
-                        ? "heap profiling needs tcmalloc (link libtcmalloc or LD_PRELOAD it); heap scopes are "
-                          "not profiled"
-                        : "tcmalloc is loaded but is not the process's malloc; heap scopes are not profiled");
-    }
-    if (!api.add_new_hook(&heap_new_hook) || !api.add_delete_hook(&heap_delete_hook)) {
-      api.remove_new_hook(&heap_new_hook);
-      api.remove_delete_hook(&heap_delete_hook);
-      return refuse("tcmalloc refused spanprof's allocation hooks (all hook slots taken?)");
-    }
-    if (!verified_) {
-      // Proves the hooks fire for this thread's allocations before any scope relies
-      // on them (a wrapper allocator could bypass tcmalloc's entry points).
-      HeapThreadState& t = heap_thread;
-      t.probe_seen = false;
-      t.probing = true;
-      void* (*volatile allocate)(std::size_t) = &std::malloc;
-      std::free(allocate(24));
-      t.probing = false;
-      if (!t.probe_seen) {
-        api.remove_new_hook(&heap_new_hook);
-        api.remove_delete_hook(&heap_delete_hook);
-        return refuse("tcmalloc's allocation hooks do not fire in this process; heap scopes are not profiled");
-      }
-      verified_ = true;
-    }
-    installed_ = true;
-    return true;
-  }
-
-  bool refuse(const char* why) noexcept {
-    unavailable_.store(true, std::memory_order_relaxed);
-    report_error(ErrorCode::heap_unavailable, why);
-    return false;
-  }
-
-  std::atomic<int> open_scopes_{0};
-  std::atomic<bool> unavailable_{false};
-  mutable std::mutex mutex_;
-  bool installed_ = false;
-  bool verified_ = false;
-};
-
-SPANPROF_API inline HeapHooks& heap_hooks() noexcept {
-  static HeapHooks hooks;
-  return hooks;
-}
-
-// The threads whose heap state a guard closing elsewhere may still mark: a thread
-// is listed from its first heap span to its exit.
-struct HeapThreadRegistry {
-  std::mutex mutex;
-  std::vector<HeapThreadState*> threads;
-
-  // Held across fork() (Runtime::before_fork): a thread starting or exiting in the
-  // parent at that moment holds it, and the child's first thread-local of this kind
-  // would wait for it for good. In the child only the forking thread is left.
-  void reset_after_fork(const HeapThreadState* mine) noexcept {
-    threads.erase(std::remove_if(threads.begin(), threads.end(), [mine](const HeapThreadState* t) { return t != mine; }),
-                  threads.end());
-    new (&mutex) std::mutex();
-  }
-};
-SPANPROF_API inline HeapThreadRegistry& heap_thread_registry() noexcept {
-  // Never destroyed: a thread may exit while the process runs its exit-time destructors.
-  static HeapThreadRegistry& registry = *new HeapThreadRegistry;
-  return registry;
-}
-
-// Frees this thread's heap log at thread exit. Touched only by a thread's first
-// heap guard; the hooks read heap_thread, never this.
-struct HeapLogOwner {
-  HeapLogOwner() noexcept {
-    auto& registry = heap_thread_registry();
-    std::lock_guard<std::mutex> lock(registry.mutex);
-    SPANPROF_TRY {
-      registry.threads.push_back(&heap_thread);
-    } SPANPROF_CATCH_ALL {
-      // Not listed: a guard of this thread that ends elsewhere cannot mark it.
-    }
-  }
-  ~HeapLogOwner() {
-    {
-      auto& registry = heap_thread_registry();
-      std::lock_guard<std::mutex> lock(registry.mutex);
-      auto& threads = registry.threads;
-      threads.erase(std::remove(threads.begin(), threads.end(), &heap_thread), threads.end());
-    }
-    HeapThreadState& t = heap_thread;
-    t.open = 0;
-    std::uint64_t* log = t.log;
-    t.log = nullptr;
-    t.capacity = t.used = 0;
-    delete[] log;
-  }
-};
-inline thread_local HeapLogOwner heap_log_owner;
-
-struct HeapSettings {
-  std::int64_t interval_bytes = 512 * 1024;
-  int max_depth = 64;
-  std::size_t log_words = 64 * 1024;
-};
-
-// Heap spans open on this thread now.
-inline int heap_spans_open_here() noexcept { return static_cast<int>(heap_thread.open); }
-
-// Stops tracking the samples in the log from `from` on (their allocations are no
-// longer any open span's).
-inline void untrack_heap_log(const HeapThreadState& t, std::size_t from) noexcept {
-  // Through locals: GCC 12's UBSan checks a reference to thread-local state re-read
-  // in a loop against a null it made itself (a false "member access within null").
-  const std::uint64_t* const log = t.log;
-  const std::size_t used = t.used;
-  for (std::size_t i = from; i + heap_log_header_words <= used;) {
-    const HeapLogRecord record = read_heap_log_record(log + i);
-    live_allocations().take(record.slot, record.entry);
-    i += heap_log_record_words(record.depth);
-  }
-}
-
-// Frees the dead spans on top of this thread's stack (ended on another thread, or
-// out of order here); the log starts over when none is left open.
-inline void reap_dead_heap_spans(HeapThreadState& t) noexcept {
-  const std::uint32_t dead = t.dead_depths.load(std::memory_order_acquire);
-  if (SPANPROF_LIKELY(dead == 0)) return;
-  const std::uint32_t before = t.open;
-  std::uint32_t open = before, reaped = 0;
-  while (open != 0 && (dead & (std::uint32_t{1} << (open - 1))) != 0) {
-    reaped |= std::uint32_t{1} << (open - 1);
-    --open;
-  }
-  if (reaped == 0) return;
-  t.dead_depths.fetch_and(~reaped, std::memory_order_acq_rel);  // bits set since stay
-  t.open = open;
-  if (open == 0) {
-    untrack_heap_log(t, 0);
-    t.used = 0;
-  }
-}
-
-// A heap span of another thread ended here: marks it dead there, if that thread
-// still runs (it frees the slot itself). Nothing of this thread's state changes.
-inline void close_heap_span_elsewhere(const HeapActiveSpan& span) noexcept {
-  {
-    auto& registry = heap_thread_registry();
-    std::lock_guard<std::mutex> lock(registry.mutex);
-    for (HeapThreadState* thread : registry.threads) {
-      if (thread != span.owner) continue;
-      thread->dead_depths.fetch_or(std::uint32_t{1} << (span.depth - 1), std::memory_order_acq_rel);
-      break;
-    }
-  }
-  heap_hooks().release();
-}
-
-// Opens a heap span on this thread. False: not profiled (reported).
-inline bool open_heap_span(HeapActiveSpan& span, const HeapSettings& settings) noexcept {
-  HeapThreadState& t = heap_thread;
-  reap_dead_heap_spans(t);
-  if (t.open == max_open_heap_spans) {
-    report_error(ErrorCode::sample_buffer_full, "more than 32 heap-profiled spans open on one thread; this one is not");
-    return false;
-  }
-  if (!heap_hooks().acquire()) return false;
-  if (t.open == 0) {
-    // Outermost span: settings may have changed since this thread's last one.
-    if (t.log == nullptr || t.capacity != settings.log_words) {
-      (void)&heap_log_owner;  // registers the thread-exit cleanup
-      delete[] t.log;
-      t.log = new (std::nothrow) std::uint64_t[settings.log_words];
-      t.capacity = t.log ? settings.log_words : 0;
-      t.used = 0;
-      if (!t.log) {
-        heap_hooks().release();
-        report_error(ErrorCode::internal, "cannot allocate the per-thread heap sample log");
-        return false;
-      }
-    }
-    if (t.random == 0) {
-      timespec now{};
-      ::clock_gettime(CLOCK_MONOTONIC, &now);
-      t.random = (static_cast<std::uint64_t>(now.tv_nsec) * 0x9E3779B97F4A7C15ull) ^
-                 reinterpret_cast<std::uintptr_t>(&t) ^ 0x2545F4914F6CDD1Dull;
-      if (t.random == 0) t.random = 1;
-    }
-    if (t.interval != settings.interval_bytes) {
-      t.interval = settings.interval_bytes;
-      t.bytes_until_sample = next_sample_gap(t);
-    }
-    t.max_depth = settings.max_depth;
-#if SPANPROF_HAS_CFI_WALKER
-    if (t.stack_top == 0) t.stack_top = this_thread_stack_top();
-#endif
-  }
-  span.owner = &t;
-  span.depth = t.open + 1;
-  span.log_start = t.used;
-  span.dropped_at_start = t.dropped;
-  t.open = span.depth;
-  count(Counter::heap_guards_opened);
-  return true;
-}
-
-// What a closed heap span recorded: [size, live at close, depth, pcs...] records.
-struct HeapSpanResult {
-  std::vector<std::uint64_t> records;
-  std::uint64_t dropped = 0;
-  std::int64_t interval_bytes = 0;
-};
-
-// Closes the span and, if `keep`, copies its records out. Liveness is decided now,
-// at the span's end; the outermost span also stops tracking every sample of the log.
-// False, with nothing copied, when the span is not the innermost open one of this
-// thread: it ended on another thread, or after a span opened after it here.
-inline bool close_heap_span(HeapActiveSpan& span, HeapSpanResult& result, bool keep = true) noexcept {
-  HeapThreadState& t = heap_thread;
-  if (SPANPROF_UNLIKELY(span.owner != &t)) {
-    close_heap_span_elsewhere(span);
-    return false;
-  }
-  if (SPANPROF_UNLIKELY(span.depth != t.open)) {
-    t.dead_depths.fetch_or(std::uint32_t{1} << (span.depth - 1), std::memory_order_acq_rel);
-    heap_hooks().release();
-    return false;
-  }
-  const std::uint32_t open = t.open;
-  t.open = 0;  // the SDK's own allocations below belong to no span
-  const bool outermost = span.depth == 1;
-  result.dropped = t.dropped - span.dropped_at_start;
-  result.interval_bytes = t.interval;
-  // Nothing is appended while the loop runs (no span is active), so the log is read
-  // through locals.
-  const std::uint64_t* const log = t.log;
-  const std::size_t used = t.used;
-  std::size_t i = span.log_start;
-  std::size_t samples = 0;
-  bool copy = keep;
-  bool out_of_memory = false;
-  while (i + heap_log_header_words <= used) {
-    const HeapLogRecord record = read_heap_log_record(log + i);
-    const bool live = outermost ? live_allocations().take(record.slot, record.entry)
-                                : live_allocations().is_live(record.slot, record.entry);
-    if (copy) {
-      SPANPROF_TRY {
-        append_heap_handoff_record(result.records, record, live);
-      } SPANPROF_CATCH_ALL {
-        copy = false;  // keep walking: the outermost span must still untrack every sample
-        out_of_memory = true;
-        result.records.clear();
-      }
-    }
-    ++samples;
-    i += heap_log_record_words(record.depth);
-  }
-  if (outermost) {
-    // Counted once, by the outermost span: a nested span's records are also its parent's.
-    t.used = 0;
-    count(Counter::heap_samples_captured, samples);
-    count(Counter::heap_samples_dropped, result.dropped);
-  }
-  t.open = open - 1;
-  reap_dead_heap_spans(t);
-  heap_hooks().release();
-  if (out_of_memory) report_error(ErrorCode::internal, "out of memory copying a heap profile; dropped");
-  return true;
-}
-
 }  // namespace detail
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_CAPTURE_HEAP_SAMPLER_HPP_
-// ---- end spanprof/capture/heap_sampler.hpp ----
-// ---- begin spanprof/base/thread_name.hpp ----
-// The names of spanprof's own threads, as `top -H`, `ps -L`, gdb and perf show
-// them: a user who sees a thread of the host's process busy can tell that it is
-// spanprof's, and which part. At most 15 characters (the kernel's limit).
-#ifndef SPANPROF_BASE_THREAD_NAME_HPP_
-#define SPANPROF_BASE_THREAD_NAME_HPP_
+#endif  // SPANPROF_CAPTURE_SPAN_HANDLES_HPP_
+// ---- end spanprof/capture/span_handles.hpp ----
+// ---- begin spanprof/policy/head_sampler.hpp ----
+// Head sampling: decides, when a guard opens, whether this span is profiled.
+// A "no" is the common answer in production, so it must cost next to nothing:
+// samplers are called on the request thread and must not allocate, lock or block.
+//
+// The samplers here ("conditional profiling"), each final, thread-safe and cheap
+// to turn a span down:
+//   ProbabilitySampler(p)           a fresh coin per span
+//   TraceIdRatioSampler(ratio)      a coin read from the trace id: every process
+//                                   decides alike, so a trace is profiled whole
+//   ParentSampledSampler            the spans of traces the tracer kept
+//   RateLimitingSampler(rate, burst, clock)   at most `rate` spans a second
+//   SpanNameSampler(rules, default) per-span-name rules
+//   AllOfSampler / AnyOfSampler     composition
+//   (SPANPROF_SAMPLER & co. build them from the environment: runtime/environment.hpp)
+#ifndef SPANPROF_POLICY_HEAD_SAMPLER_HPP_
+#define SPANPROF_POLICY_HEAD_SAMPLER_HPP_
 
 
-#include <pthread.h>
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <new>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
 
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
 
-// spanprof's threads, by what they do.
-inline constexpr const char* merger_thread_name = "spanprof-merge";  // takes what request threads hand over
-inline constexpr const char* sender_thread_name = "spanprof-send";   // symbolizes, encodes, uploads
-inline constexpr const char* wall_thread_name = "spanprof-wall";     // ticks the wall-clock samples
-
-// Best effort: a name that does not take leaves the thread as it was.
-inline void name_this_thread(const char* name) noexcept { (void)::pthread_setname_np(::pthread_self(), name); }
+// The trace id's last 7 bytes read big-endian: its randomness by W3C Trace Context
+// level 2. One 8-byte load, on the guard's turned-down path.
+inline std::uint64_t trace_id_randomness(const TraceId& trace_id) noexcept {
+  std::uint64_t word = 0;
+  std::memcpy(&word, trace_id.bytes().data() + TraceId::size - 8, sizeof word);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  word = __builtin_bswap64(word);
+#endif
+  return word & ((std::uint64_t{1} << 56) - 1);
+}
 
 }  // namespace detail
+
+class HeadSampler {
+ public:
+  virtual ~HeadSampler() = default;
+  virtual bool should_profile(const SpanContext& span, std::string_view span_name) noexcept = 0;
+
+  // A sampler whose decision is "the trace id's randomness (its last 56 bits) is
+  // at least T" says T here, and guards then decide inline instead of calling
+  // should_profile: a span turned down is the common case and costs a few
+  // nanoseconds, of which a virtual call is one or two. Read once, at start().
+  static constexpr std::uint64_t decides_by_call = ~std::uint64_t{0};
+  virtual std::uint64_t trace_id_threshold() const noexcept { return decides_by_call; }
+};
+
+class AlwaysSampler final : public HeadSampler {
+ public:
+  bool should_profile(const SpanContext&, std::string_view) noexcept override { return true; }
+  std::uint64_t trace_id_threshold() const noexcept override { return 0; }
+};
+
+class NeverSampler final : public HeadSampler {
+ public:
+  bool should_profile(const SpanContext&, std::string_view) noexcept override { return false; }
+  std::uint64_t trace_id_threshold() const noexcept override { return std::uint64_t{1} << 56; }  // beyond any
+};
+
+// For rules that fit in a lambda. The callback runs on the request thread.
+class CallbackSampler final : public HeadSampler {
+ public:
+  using Callback = std::function<bool(const SpanContext&, std::string_view)>;
+  explicit CallbackSampler(Callback callback) : callback_(std::move(callback)) {}
+  bool should_profile(const SpanContext& span, std::string_view name) noexcept override {
+    SPANPROF_TRY {
+      return callback_ && callback_(span, name);
+    } SPANPROF_CATCH_ALL {
+      return false;
+    }
+  }
+
+ private:
+  Callback callback_;
+};
+
+namespace detail {
+
+// NaN lands on 0: a probability nobody can read is safer as "never" than "always".
+constexpr double clamp_unit_interval(double value) noexcept {
+  return value > 0 ? (value < 1 ? value : 1.0) : 0.0;
+}
+
+constexpr std::uint64_t splitmix64(std::uint64_t x) noexcept {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// One xorshift stream per thread, shared by every ProbabilitySampler: a constant
+// initializer keeps the thread_local free of construction guards and TLS
+// wrappers, and 0 doubles as "not seeded yet" since xorshift never reaches 0.
+inline thread_local std::uint64_t probability_sampler_state = 0;
+inline std::atomic<std::uint64_t> probability_sampler_seeds{0};
+
+// Once per thread. The state's own address tells live threads apart, the sequence
+// number tells apart threads that reuse a dead one's TLS block, and ASLR (of TLS
+// and stack) makes processes differ. No syscall: seeding can happen on a "no".
+SPANPROF_NOINLINE inline std::uint64_t seed_probability_sampler() noexcept {
+  int stack_marker = 0;
+  const auto tls = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&probability_sampler_state));
+  const auto stack = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&stack_marker));
+  const std::uint64_t sequence = probability_sampler_seeds.fetch_add(1, std::memory_order_relaxed);
+  const std::uint64_t seed = splitmix64(tls ^ splitmix64(stack ^ splitmix64(sequence)));
+  return seed != 0 ? seed : 0x9e3779b97f4a7c15ULL;
+}
+
+// xorshift64*: its high bits are the good ones, so callers take those.
+inline std::uint64_t next_probability_random() noexcept {
+  std::uint64_t x = probability_sampler_state;
+  if (SPANPROF_UNLIKELY(x == 0)) x = seed_probability_sampler();
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  probability_sampler_state = x;
+  return x * 0x2545f4914f6cdd1dULL;
+}
+
+}  // namespace detail
+
+// Profiles each span with probability p, independently of every other span, so
+// one trace's spans are profiled piecemeal; use TraceIdRatioSampler to keep or
+// drop whole traces. p is clamped to [0, 1]; 0 never profiles and 1 always does.
+class ProbabilitySampler final : public HeadSampler {
+ public:
+  explicit ProbabilitySampler(double p) noexcept
+      : probability_(detail::clamp_unit_interval(p)),
+        threshold_(probability_ >= 1 ? one_ : static_cast<std::uint64_t>(probability_ * 0x1p53)) {}
+
+  bool should_profile(const SpanContext&, std::string_view) noexcept override {
+    // p = 0 answers without touching the thread's stream at all.
+    if (threshold_ == 0) return false;
+    // A 53-bit draw against p scaled by 2^53: exact for p = 1 (every draw is
+    // below 2^53), and p is honoured to within 2^-53 in between.
+    return (detail::next_probability_random() >> 11) < threshold_;
+  }
+
+  double probability() const noexcept { return probability_; }
+
+ private:
+  static constexpr std::uint64_t one_ = std::uint64_t{1} << 53;
+  double probability_;
+  std::uint64_t threshold_;
+};
+
+// Decides from the trace id alone, so every process and every instance that uses
+// the same ratio makes the same decision for a trace, and a trace profiled at some
+// ratio is profiled at every higher one. The algorithm is OpenTelemetry's
+// consistent-probability sampling, so it also agrees with OpenTelemetry SDKs that
+// implement it:
+//   randomness R = the trace id's least-significant 56 bits (its last 7 bytes,
+//                  read big-endian), random by W3C Trace Context level 2;
+//   threshold  T = (1 - ratio) * 2^56, rounded to the nearest integer, computed
+//                  once here;
+//   profile iff R >= T.
+// ratio <= 0 (or NaN) gives T = 2^56, which no R reaches; ratio >= 1 gives T = 0.
+class TraceIdRatioSampler final : public HeadSampler {
+ public:
+  static constexpr std::uint64_t max_threshold = std::uint64_t{1} << 56;
+
+  explicit TraceIdRatioSampler(double ratio) noexcept
+      : ratio_(detail::clamp_unit_interval(ratio)), threshold_(threshold_for(ratio_)) {}
+
+  bool should_profile(const SpanContext& span, std::string_view) noexcept override {
+    return randomness(span.trace_id) >= threshold_;
+  }
+  std::uint64_t trace_id_threshold() const noexcept override { return threshold_; }
+
+  static std::uint64_t randomness(const TraceId& trace_id) noexcept { return detail::trace_id_randomness(trace_id); }
+
+  double ratio() const noexcept { return ratio_; }
+  std::uint64_t threshold() const noexcept { return threshold_; }
+
+ private:
+  static std::uint64_t threshold_for(double ratio) noexcept {
+    if (ratio <= 0) return max_threshold;
+    if (ratio >= 1) return 0;
+    return static_cast<std::uint64_t>(std::llround((1.0 - ratio) * 0x1p56));
+  }
+
+  double ratio_;
+  std::uint64_t threshold_;
+};
+
+// Profiles the spans of traces the tracer decided to keep (the sampled bit of the
+// trace flags), so every profile has a trace to be opened from.
+class ParentSampledSampler final : public HeadSampler {
+ public:
+  bool should_profile(const SpanContext& span, std::string_view) noexcept override { return span.flags.sampled(); }
+};
+
+// At most `burst` spans at once and `per_second` sustained: a token bucket kept as
+// GCRA (generic cell rate algorithm), i.e. one "theoretical arrival time" (TAT)
+// advanced by a CAS loop, so it is lock-free and a "no" is one clock read, one
+// load and a compare. The clock is read only inside should_profile.
+//
+// Exactness contract. Time is counted in whole units of 1/q ns, with q the
+// smallest of 1..16 that makes the emission interval I = 1e9/per_second ns a
+// whole number of units, so I is exact for 0.5/s, 1/s, 3/s, 7/s, 10/s, 1000/s and
+// every other rate with such a q. (Other rates get I rounded down to a multiple of
+// 1/16 ns, so they run fast by under one part in 16*I/ns.) burst is taken as
+// B = max(1, floor(burst)). Then:
+//   * calls at one instant, with the limiter fresh or idle since its TAT, get
+//     exactly B yeses however many threads make them;
+//   * no window of length D holds more than B + floor(D/I) yeses;
+//   * after B yeses at t0, the calls in (t0, t0 + D] get exactly floor(D/I) =
+//     floor(D * per_second / 1e9) yeses when every permit instant t0 + k*I up to
+//     t0 + D sees a call (as a ManualClock stepped by a divisor of I gives), or
+//     when B >= 2, calls are less than I apart and one comes at t0 + D.
+// With B = 1 a call that comes after its permit was due pushes the schedule back
+// (the bucket holds one token and the excess spills), so the sustained rate falls
+// short of per_second under jittered traffic; use B >= 2 where that matters.
+// State is kept modulo 2^64 units, so the limiter must be asked at least once
+// every 2^63/q ns (18 years at q = 16); longer idle periods misread the past as
+// the future. Rates under one per 2^60 units are treated as one per 2^60 units.
+// per_second <= 0 (or NaN) never profiles and never reads the clock.
+class RateLimitingSampler final : public HeadSampler {
+ public:
+  explicit RateLimitingSampler(double per_second, double burst = 1,
+                               std::shared_ptr<const Clock> clock = default_clock()) noexcept
+      : clock_(std::move(clock)), per_second_(per_second > 0 ? per_second : 0.0) {
+    if (!clock_) {
+      SPANPROF_TRY {
+        clock_ = default_clock();
+      } SPANPROF_CATCH_ALL {
+      }
+    }
+    configure(burst);
+  }
+
+  bool should_profile(const SpanContext&, std::string_view) noexcept override {
+    if (never_) return false;
+    const std::uint64_t now = static_cast<std::uint64_t>(clock_->now_ns()) * scale_;
+    std::int64_t observed = tat_.load(std::memory_order_relaxed);
+    for (;;) {
+      std::uint64_t start = now;
+      if (observed != fresh_) {
+        const std::uint64_t tat = static_cast<std::uint64_t>(observed);
+        const std::int64_t ahead = to_signed(tat - now);
+        if (ahead > tolerance_) return false;
+        if (ahead > 0) start = tat;  // permits still owed: queue behind them
+      }
+      std::int64_t next = to_signed(start + interval_);
+      // One unit later rather than be taken for a fresh bucket (1 in 2^64).
+      if (SPANPROF_UNLIKELY(next == fresh_)) ++next;
+      if (tat_.compare_exchange_weak(observed, next, std::memory_order_relaxed, std::memory_order_relaxed))
+        return true;
+    }
+  }
+
+  double per_second() const noexcept { return per_second_; }
+  std::int64_t burst() const noexcept { return burst_; }
+
+ private:
+  static constexpr std::int64_t fresh_ = std::numeric_limits<std::int64_t>::min();
+  static constexpr std::int64_t max_scale_ = 16;
+  static constexpr double max_interval_ = 0x1p60;
+
+  // Two's complement by arithmetic, not by an implementation-defined cast.
+  static constexpr std::int64_t to_signed(std::uint64_t bits) noexcept {
+    return bits <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())
+               ? static_cast<std::int64_t>(bits)
+               : -static_cast<std::int64_t>(~bits) - 1;
+  }
+
+  void configure(double burst) noexcept {
+    if (!(per_second_ > 0) || !clock_) {
+      never_ = true;
+      return;
+    }
+    std::int64_t scale = 0;
+    double interval = 0;
+    for (std::int64_t q = 1; q <= max_scale_ && scale == 0; ++q) {
+      const double units = 1e9 * static_cast<double>(q) / per_second_;
+      if (units >= max_interval_) {
+        scale = q;
+        interval = max_interval_;
+      } else if (units >= 1 && std::fabs(units - std::nearbyint(units)) <= 1e-6) {
+        // The tolerance absorbs the binary rounding of 1e9*q/per_second; a
+        // millionth of a unit is far below anything a nanosecond clock can show.
+        scale = q;
+        interval = std::nearbyint(units);
+      }
+    }
+    if (scale == 0) {
+      scale = max_scale_;
+      interval = std::max(1.0, std::floor(1e9 * static_cast<double>(max_scale_) / per_second_));
+    }
+    // B*I stays under 2^62, so every difference the CAS loop takes fits an int64.
+    const double max_burst = std::floor(0x1p62 / interval);
+    double b = burst >= 1 ? std::floor(burst) : 1.0;  // NaN lands on 1
+    if (b > max_burst) b = max_burst;
+    scale_ = static_cast<std::uint64_t>(scale);
+    interval_ = static_cast<std::uint64_t>(interval);
+    burst_ = static_cast<std::int64_t>(b);
+    tolerance_ = (burst_ - 1) * static_cast<std::int64_t>(interval_);
+  }
+
+  std::shared_ptr<const Clock> clock_;
+  double per_second_;
+  bool never_ = false;
+  std::uint64_t scale_ = 1;     // clock units per nanosecond
+  std::uint64_t interval_ = 1;  // I, in clock units
+  std::int64_t burst_ = 1;
+  std::int64_t tolerance_ = 0;  // (B - 1) * I: how far ahead of now the TAT may run
+  std::atomic<std::int64_t> tat_{fresh_};
+};
+
+// Per-span-name rules: the first rule whose pattern matches the span name decides,
+// through its sampler; a span no rule matches goes to the default sampler. Order
+// is the caller's and is kept, so list specific names before the prefixes that
+// would also match them ("GET /health" before "GET /*"). A pattern is an exact
+// span name, or a prefix followed by one '*' ("*" alone matches every name); a
+// '*' anywhere else is an ordinary character. A null sampler, in a rule or as the
+// default, means "not profiled". Lookup compares string_views and allocates
+// nothing; it is linear in the rules, which suits the handful a service has.
+class SpanNameSampler final : public HeadSampler {
+ public:
+  struct Rule {
+    std::string pattern;
+    std::shared_ptr<HeadSampler> sampler;
+  };
+
+  explicit SpanNameSampler(std::vector<Rule> rules, std::shared_ptr<HeadSampler> default_sampler = nullptr) noexcept
+      : rules_(std::move(rules)), default_(std::move(default_sampler)) {}
+
+  bool should_profile(const SpanContext& span, std::string_view span_name) noexcept override {
+    for (const Rule& rule : rules_) {
+      if (matches(rule.pattern, span_name)) return rule.sampler && rule.sampler->should_profile(span, span_name);
+    }
+    return default_ && default_->should_profile(span, span_name);
+  }
+
+  static bool matches(std::string_view pattern, std::string_view name) noexcept {
+    if (!pattern.empty() && pattern.back() == '*') {
+      const std::string_view prefix = pattern.substr(0, pattern.size() - 1);
+      return name.substr(0, prefix.size()) == prefix;
+    }
+    return pattern == name;
+  }
+
+ private:
+  std::vector<Rule> rules_;
+  std::shared_ptr<HeadSampler> default_;
+};
+
+// Yes iff every sampler says yes, asked in order and stopping at the first no.
+// Put rate limiters last: a limiter spends a permit on every yes it gives, and
+// one placed before a sampler that then says no would spend it on a span that is
+// not profiled. Null entries are dropped; no samplers at all means yes.
+class AllOfSampler final : public HeadSampler {
+ public:
+  explicit AllOfSampler(std::vector<std::shared_ptr<HeadSampler>> samplers) noexcept : samplers_(std::move(samplers)) {
+    samplers_.erase(std::remove(samplers_.begin(), samplers_.end(), nullptr), samplers_.end());
+  }
+
+  bool should_profile(const SpanContext& span, std::string_view span_name) noexcept override {
+    for (const auto& sampler : samplers_)
+      if (!sampler->should_profile(span, span_name)) return false;
+    return true;
+  }
+
+  const std::vector<std::shared_ptr<HeadSampler>>& samplers() const noexcept { return samplers_; }
+
+ private:
+  std::vector<std::shared_ptr<HeadSampler>> samplers_;
+};
+
+// Yes iff some sampler says yes, asked in order and stopping at the first yes (so
+// a rate limiter here is only charged when everything before it said no). Null
+// entries are dropped; no samplers at all means no.
+class AnyOfSampler final : public HeadSampler {
+ public:
+  explicit AnyOfSampler(std::vector<std::shared_ptr<HeadSampler>> samplers) noexcept : samplers_(std::move(samplers)) {
+    samplers_.erase(std::remove(samplers_.begin(), samplers_.end(), nullptr), samplers_.end());
+  }
+
+  bool should_profile(const SpanContext& span, std::string_view span_name) noexcept override {
+    for (const auto& sampler : samplers_)
+      if (sampler->should_profile(span, span_name)) return true;
+    return false;
+  }
+
+  const std::vector<std::shared_ptr<HeadSampler>>& samplers() const noexcept { return samplers_; }
+
+ private:
+  std::vector<std::shared_ptr<HeadSampler>> samplers_;
+};
+
+// The name of 0.1, kept for one release.
+using Sampler [[deprecated("renamed spanprof::HeadSampler")]] = HeadSampler;
+
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_BASE_THREAD_NAME_HPP_
-// ---- end spanprof/base/thread_name.hpp ----
-// ---- begin spanprof/capture/wall_ticker.hpp ----
-// The wall ticker: one background thread that, while any thread runs a
-// wall-profiled span, looks at those threads at random wall-clock intervals
-// (exponential around 1 / wall_frequency_hz) and has each take a sample of its
-// stack, running or waiting.
-//
-// A thread found blocked exactly where its previous sample found it (the same
-// system call site in /proc/self/task/<tid>/syscall, and almost no CPU time since)
-// is not signalled again: the ticker confirms it is still there and the thread
-// adds that time to its previous sample. So a thread waiting in one call gets one
-// signal per wait, not one per tick: a signal makes an interrupted nanosleep,
-// poll, epoll_wait or select return EINTR (SA_RESTART does not restart those),
-// and a host loop around them would otherwise spin (async-profiler ran into this
-// with event loops and made the same check). docs/wall.md lists what a host sees.
-//
-// Nothing runs for threads without a wall span: the ticker skips them, and once no
-// wall span has been open for a second it parks until one opens (the only time a
-// guard makes a system call for it).
-#ifndef SPANPROF_CAPTURE_WALL_TICKER_HPP_
-#define SPANPROF_CAPTURE_WALL_TICKER_HPP_
+#endif  // SPANPROF_POLICY_HEAD_SAMPLER_HPP_
+// ---- end spanprof/policy/head_sampler.hpp ----
+// ---- begin spanprof/runtime/guard_host.hpp ----
+// What an opening guard reads inline from the process-wide runtime, and nothing
+// more: whether spanprof runs, and what the head sampler needs to turn a span down.
+// Everything else a guard does is compiled once per program, with the runtime
+// (config.hpp: SPANPROF_IMPLEMENTATION or the compiled library), so that a source
+// file that opens guards compiles only this fast path.
+#ifndef SPANPROF_RUNTIME_GUARD_HOST_HPP_
+#define SPANPROF_RUNTIME_GUARD_HOST_HPP_
 
 
 #if SPANPROF_ENABLED
 
-#include <algorithm>
 #include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <limits>
-#include <mutex>
-#include <new>
-#include <thread>
-
-#include <time.h>
+#include <string_view>
 
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
 
-// Whether the ticker is parked (or not started): a guard that opens a CPU span on a
-// POSIX-timer thread then wakes it (WallTicker::watch_cpu). A plain flag, so the
-// guard's look costs one load.
-SPANPROF_API inline std::atomic<bool>& ticker_parked() noexcept {
-  static std::atomic<bool> parked{true};
-  return parked;
-}
-
-class WallTicker {
- public:
-  // How long the ticker keeps ticking after the last wall span closed, or the last
-  // CPU span it watched, before it parks: a service whose threads go briefly idle
-  // between requests never wakes it with a system call.
-  static constexpr std::chrono::milliseconds linger{1000};
-
-  // A thread opened its first wall span: count it, and make sure the ticker runs.
-  // Costs two atomic operations unless the ticker is parked or not started.
-  void thread_started_wall_span(std::int64_t mean_period_ns) noexcept {
-    mean_period_ns_.store(mean_period_ns, std::memory_order_relaxed);
-    threads_.fetch_add(1, std::memory_order_seq_cst);
-    if (SPANPROF_UNLIKELY(!started_.load(std::memory_order_acquire))) start();
-    if (SPANPROF_UNLIKELY(parked_.load(std::memory_order_seq_cst))) wake();
-  }
-
-  // A thread closed its last wall span.
-  void thread_ended_wall_span() noexcept { threads_.fetch_sub(1, std::memory_order_seq_cst); }
-
-  // A CPU span opened on a thread sampled by a POSIX CPU timer while the ticker was
-  // parked: the CPU watch (ThreadStackSampler::cpu_watch) starts again.
-  void watch_cpu() noexcept {
-    if (SPANPROF_UNLIKELY(!started_.load(std::memory_order_acquire))) start();
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      cpu_wanted_ = true;
-    }
-    wake_.notify_one();
-  }
-
-  std::uint32_t threads_in_wall_spans() const noexcept { return threads_.load(std::memory_order_relaxed); }
-
-  // In a forked child: the ticker thread stayed in the parent. The next wall span
-  // starts a new one; `open_here` counts a wall span the forking thread has open.
-  void reset_after_fork(bool open_here) noexcept {
-    new (&mutex_) std::mutex();
-    new (&wake_) std::condition_variable();
-    threads_.store(open_here ? 1 : 0, std::memory_order_relaxed);
-    started_.store(false, std::memory_order_relaxed);
-    parked_.store(false, std::memory_order_relaxed);
-    cpu_wanted_ = false;
-    ticker_parked().store(true, std::memory_order_relaxed);  // the child's first watched span starts it
-  }
-
- private:
-  void start() noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (started_.load(std::memory_order_relaxed)) return;
-    SPANPROF_TRY {
-      std::thread([this] { run(); }).detach();  // lives as long as the process
-      started_.store(true, std::memory_order_release);
-    } SPANPROF_CATCH_ALL {
-      report_error(ErrorCode::sampler_failed, "cannot start the ticker thread; wall profiles stay empty");
-    }
-  }
-
-  void wake() noexcept {
-    { std::lock_guard<std::mutex> lock(mutex_); }
-    wake_.notify_one();
-  }
-
-  void run() noexcept {
-    name_this_thread(wall_thread_name);
-    // The ticker takes wall samples; it must not be sampled itself.
-    sigset_t all;
-    sigfillset(&all);
-    ::pthread_sigmask(SIG_BLOCK, &all, nullptr);
-    ticker_parked().store(false, std::memory_order_seq_cst);
-    std::uint64_t random = 0x2545F4914F6CDD1Dull ^ static_cast<std::uint64_t>(monotonic_now_ns());
-    std::int64_t now = monotonic_now_ns();
-    std::int64_t last_busy = now;  // the last look that found a wall span or a CPU span open
-    std::int64_t next_wall = now;
-    Look look;
-    for (;;) {
-      const bool wall = threads_.load(std::memory_order_seq_cst) != 0;
-      if (wall || look.span_open) {
-        last_busy = now;
-      } else if (now - last_busy >= std::chrono::nanoseconds(linger).count()) {
-        // Woken by a span: busy from now. Timed out: one look, and parked again.
-        const bool woken = park();
-        now = monotonic_now_ns();
-        next_wall = now;
-        if (woken) last_busy = now;
-      }
-      const std::int64_t mean = mean_period_ns_.load(std::memory_order_relaxed);
-      // Wall ticks at random intervals (random_interval_ns says why); CPU watches as
-      // often as the last look asked (Look::watch_interval_ns).
-      // (Drawn only while wall spans are open: a look for the CPU watch alone costs no
-      // logarithm.)
-      if (!wall) next_wall = now;
-      else if (next_wall <= now) next_wall = now + random_interval_ns(random, mean);
-      std::int64_t until = wall ? next_wall : now + look.watch_interval_ns;
-      if (now + look.watch_interval_ns < until) until = now + look.watch_interval_ns;
-      const std::int64_t interval = until > now ? until - now : 0;
-      timespec sleep{static_cast<time_t>(interval / 1'000'000'000), static_cast<long>(interval % 1'000'000'000)};
-      while (::nanosleep(&sleep, &sleep) != 0 && errno == EINTR) {
-      }
-      now = monotonic_now_ns();
-      const bool wall_due = wall && now >= next_wall;
-      look = tick(now, wall_due, mean);
-      if (wall_due) next_wall = now;  // drawn anew above
-    }
-  }
-
-  // True when a span woke it; false when it only timed out.
-  bool park() noexcept {
-    std::unique_lock<std::mutex> lock(mutex_);
-    parked_.store(true, std::memory_order_seq_cst);
-    ticker_parked().store(true, std::memory_order_seq_cst);
-    cpu_wanted_ = false;
-    // A CPU span whose guard looked just before the flag was set went unwatched:
-    // the ticker looks once a second anyway.
-    const bool woken = wake_.wait_for(lock, linger, [&] {
-      return cpu_wanted_ || threads_.load(std::memory_order_seq_cst) != 0;
-    });
-    cpu_wanted_ = false;
-    ticker_parked().store(false, std::memory_order_seq_cst);
-    parked_.store(false, std::memory_order_seq_cst);
-    return woken;
-  }
-
-  // What one look found: whether any thread had a CPU span open, and when to look
-  // again for the CPU watch (the threads' shortest interval; with none watched, as
-  // often as for the default 100 Hz at ease, until the ticker parks).
-  struct Look {
-    bool span_open = false;
-    std::int64_t watch_interval_ns = 20'000'000;
-  };
-
-  // One look at every thread: wall ticks when due, the CPU watch always.
-  Look tick(std::int64_t now, bool wall_due, std::int64_t mean_period_ns) noexcept {
-    std::uint64_t signalled = 0, confirmed = 0, cpu_ticks = 0;
-    Look look;
-    {
-      // The list's mutex keeps each sampler alive while it is looked at (a thread
-      // removes its sampler under it before freeing it).
-      StackSamplerList& list = stack_sampler_list();
-      std::lock_guard<std::mutex> lock(list.mutex);
-      for (ThreadStackSampler* sampler = list.head; sampler != nullptr; sampler = sampler->registry_next) {
-        if (wall_due) {
-          switch (sampler->wall_tick(now, mean_period_ns)) {
-            case ThreadStackSampler::WallTick::signalled: ++signalled; break;
-            case ThreadStackSampler::WallTick::confirmed: ++confirmed; break;
-            default: break;
-          }
-        }
-        if (!sampler->cpu_watch_wanted()) continue;
-        const bool span_open = sampler->span_open_now();
-        switch (sampler->cpu_watch(looks_, now)) {
-          case ThreadStackSampler::CpuWatch::signalled: ++cpu_ticks; [[fallthrough]];
-          case ThreadStackSampler::CpuWatch::late:
-            // Looks come faster for spans only: a pool thread between requests
-            // found late would double a busy server's looks for nothing of its own.
-            if (span_open) last_late_ns_ = now;
-            break;
-          default: break;
-        }
-        if (span_open) look.span_open = true;
-        // Half the period while the kernel has been late in the last second; two
-        // periods otherwise, when its own ticks come in time and the watch only
-        // makes sure they still do. A look is a wake-up and a switch on a busy core
-        // (15 µs of the ticker's CPU each on a 2-core VM), so a server whose kernel
-        // keeps time pays half as many as at one a period.
-        const std::int64_t period = sampler->settings().period_ns;
-        const bool late_lately = now - last_late_ns_ < std::chrono::nanoseconds(linger).count();
-        const std::int64_t interval = std::max<std::int64_t>(late_lately ? period / 2 : 2 * period, 1'000'000);
-        if (interval < look.watch_interval_ns) look.watch_interval_ns = interval;
-      }
-    }
-    if (signalled != 0) count(Counter::wall_ticks_signalled, signalled);
-    if (confirmed != 0) count(Counter::wall_ticks_confirmed, confirmed);
-    if (cpu_ticks != 0) count(Counter::cpu_ticks_watched, cpu_ticks);
-    ++looks_;
-    return look;
-  }
-
-  std::atomic<std::uint32_t> threads_{0};  // threads with a wall span open
-  std::atomic<std::int64_t> mean_period_ns_{10'000'000};
-  std::atomic<bool> started_{false};
-  std::atomic<bool> parked_{false};
-  bool cpu_wanted_ = false;  // under mutex_: a guard asked for the CPU watch
-  // The ticker thread's own.
-  std::uint64_t looks_ = 0;
-  std::int64_t last_late_ns_ = std::numeric_limits<std::int64_t>::min() / 2;  // a thread's point found overdue
-  std::mutex mutex_;
-  std::condition_variable wake_;
+// The part of one start()'s configuration an opening guard reads inline. The rest
+// is in RunningConfig (running_config.hpp), which derives from it.
+struct GuardGate {
+  // The head sampler's trace_id_threshold() (0 when there is none): decides_by_call
+  // asks it.
+  std::uint64_t head_threshold = 0;
+  bool has_trigger = false;  // an AdaptiveTrigger times turned-down spans
 };
 
-// Process-wide and deliberately leaked: its thread runs until the process ends.
-SPANPROF_API inline WallTicker& wall_ticker() noexcept {
-  static WallTicker* ticker = new WallTicker();
-  return *ticker;
+class GuardHost;  // the runtime, as guards see it (running_config.hpp)
+
+struct GuardHostState {
+  std::atomic<const GuardGate*> config{nullptr};  // null: not running
+  std::atomic<GuardHost*> host{nullptr};          // null: no runtime in this program
+  std::atomic<bool> reported_missing{false};
+};
+
+// Constant-initialized: the guard's fast path is one load of `config`.
+SPANPROF_API inline GuardHostState& guard_host_state() noexcept {
+  static GuardHostState state;
+  return state;
+}
+
+// Compiled with the runtime: the slow paths of opening a guard.
+SPANPROF_API void config_for_first_guard() noexcept;
+SPANPROF_API bool head_sampler_declines(const GuardGate& gate, const SpanContext& span,
+                                        std::string_view span_name) noexcept;
+
+// Defined where the runtime is compiled. Every other source file that includes a
+// guard refers to it, so a program without the runtime fails to link naming it,
+// rather than running without profiles (and a static compiled library's runtime is
+// linked in by that reference).
+SPANPROF_API extern const char define_SPANPROF_IMPLEMENTATION_in_one_source_file;
+#if !SPANPROF_DEFINE_RUNTIME
+[[maybe_unused]] __attribute__((used)) static const char* const spanprof_runtime_reference =
+    &define_SPANPROF_IMPLEMENTATION_in_one_source_file;
+#endif
+
+// This thread's counters and configuration reader, registered; null on a thread
+// whose counters are already gone (a guard in a late thread-exit destructor),
+// where nothing is profiled.
+SPANPROF_ALWAYS_INLINE inline ThreadCounters* guard_thread() noexcept {
+  ThreadCounters& t = thread_counters;
+  if (SPANPROF_LIKELY(t.registered) || register_thread_counters()) return &t;
+  return nullptr;
+}
+
+// The head sampler turns this span down. Inlined into the guard's constructor.
+SPANPROF_ALWAYS_INLINE inline bool head_declines(const GuardGate& gate, const SpanContext& span,
+                                                 std::string_view span_name) noexcept {
+  if (SPANPROF_LIKELY(gate.head_threshold != HeadSampler::decides_by_call))
+    return trace_id_randomness(span.trace_id) < gate.head_threshold;
+  return head_sampler_declines(gate, span, span_name);
+}
+
+// Enters the thread's reading section and loads the configuration (null: not
+// running). The caller pins what it keeps and leaves the section with `inside`.
+SPANPROF_ALWAYS_INLINE inline const GuardGate* enter_config_section(ConfigReader& reader,
+                                                                   std::uint64_t& inside) noexcept {
+  inside = reader.enter();
+  const GuardGate* config = guard_host_state().config.load(std::memory_order_acquire);
+  if (SPANPROF_LIKELY(config != nullptr)) return config;
+  // start() frees what no section reads: not this thread's own, then.
+  reader.leave(inside);
+  config_for_first_guard();
+  inside = reader.enter();
+  return guard_host_state().config.load(std::memory_order_acquire);
 }
 
 }  // namespace detail
@@ -6391,8 +2176,505 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_ENABLED
 
-#endif  // SPANPROF_CAPTURE_WALL_TICKER_HPP_
-// ---- end spanprof/capture/wall_ticker.hpp ----
+#endif  // SPANPROF_RUNTIME_GUARD_HOST_HPP_
+// ---- end spanprof/runtime/guard_host.hpp ----
+// ---- begin spanprof/span/span_adapter.hpp ----
+// The customization point that lets `ScopedProfile guard(span)` accept any span
+// type. Specialize span_adapter for your span class with two noexcept static
+// functions:
+//
+//   template <> struct spanprof::span_adapter<my::Span> {
+//     static spanprof::SpanContext context(const my::Span& s) noexcept;
+//     static std::string_view name(const my::Span& s) noexcept;  // may be empty
+//   };
+//
+// The name only needs to stay valid during the guard's constructor: it is copied.
+//
+// Optionally, two more functions, called when the guard closes (the span must then
+// outlive the guard: a temporary is refused at compile time):
+//
+//     // the span's status, so tail policies that keep failed spans see errors the
+//     // tracer recorded
+//     static bool failed(const my::Span& s) noexcept;
+//     // a profile of the span was handed to delivery: link the span to it (the
+//     // OpenTelemetry adapter sets pyroscope.profile.id)
+//     static void profile_kept(const my::Span& s) noexcept;
+#ifndef SPANPROF_SPAN_SPAN_ADAPTER_HPP_
+#define SPANPROF_SPAN_SPAN_ADAPTER_HPP_
+
+
+#include <string_view>
+#include <type_traits>
+
+SPANPROF_NAMESPACE_BEGIN
+
+template <class Span, class Enable = void>
+struct span_adapter;  // undefined: a span type without an adapter fails to compile
+
+// A span identity with a name, for services that carry ids themselves (for
+// instance from a traceparent header) rather than a tracing library's span.
+struct NamedSpan {
+  SpanContext context;
+  std::string_view name;
+};
+
+template <>
+struct span_adapter<SpanContext> {
+  static SpanContext context(const SpanContext& span) noexcept { return span; }
+  static std::string_view name(const SpanContext&) noexcept { return {}; }
+};
+
+template <>
+struct span_adapter<NamedSpan> {
+  static SpanContext context(const NamedSpan& span) noexcept { return span.context; }
+  static std::string_view name(const NamedSpan& span) noexcept { return span.name; }
+};
+
+namespace detail {
+template <class Span, class = void>
+struct has_span_adapter : std::false_type {};
+template <class Span>
+struct has_span_adapter<Span, std::void_t<decltype(span_adapter<Span>::context(std::declval<const Span&>())),
+                                          decltype(span_adapter<Span>::name(std::declval<const Span&>()))>>
+    : std::true_type {};
+}  // namespace detail
+
+template <class Span>
+inline constexpr bool is_span_v = detail::has_span_adapter<std::decay_t<Span>>::value;
+
+namespace detail {
+// One clear error, at the line that opened the guard, instead of a page of failed
+// overloads: the guard's constructors call this for every span type they are given.
+template <class Span>
+constexpr void require_span_adapter() noexcept {
+  static_assert(is_span_v<Span>,
+                "spanprof::ScopedProfile: this span type has no spanprof::span_adapter. Specialize "
+                "spanprof::span_adapter<YourSpan> with context() and name() (see docs/spans.md), include the "
+                "integration header for your tracer, or pass a spanprof::SpanContext or spanprof::NamedSpan.");
+}
+}  // namespace detail
+
+namespace detail {
+template <class Span, class = void>
+struct has_span_status : std::false_type {};
+template <class Span>
+struct has_span_status<Span, std::void_t<decltype(span_adapter<Span>::failed(std::declval<const Span&>()))>>
+    : std::true_type {};
+template <class Span>
+inline constexpr bool has_span_status_v = has_span_status<std::decay_t<Span>>::value;
+
+template <class Span, class = void>
+struct has_profile_kept_hook : std::false_type {};
+template <class Span>
+struct has_profile_kept_hook<Span, std::void_t<decltype(span_adapter<Span>::profile_kept(std::declval<const Span&>()))>>
+    : std::true_type {};
+template <class Span>
+inline constexpr bool has_profile_kept_hook_v = has_profile_kept_hook<std::decay_t<Span>>::value;
+
+// The guard keeps a pointer to such a span and reads it when it closes.
+template <class Span>
+inline constexpr bool reads_span_at_close_v = has_span_status_v<Span> || has_profile_kept_hook_v<Span>;
+
+template <class Span>
+inline constexpr bool always_false_v = false;
+
+template <class Span>
+constexpr void require_lasting_span() noexcept {
+  static_assert(always_false_v<Span>,
+                "spanprof::ScopedProfile: this span is read again when the guard closes (its status, or to link it "
+                "to its profile), so it must outlive the guard: keep it in a variable declared before the guard, not "
+                "a temporary (see docs/spans.md).");
+}
+}  // namespace detail
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_SPAN_SPAN_ADAPTER_HPP_
+// ---- end spanprof/span/span_adapter.hpp ----
+// ---- begin spanprof/detail/guard_core.hpp ----
+// Internal. What ScopedProfile and a request's Fragment are made of: the fast path
+// of opening and closing a profiled scope, inline, and a handle on what the scope
+// opened in its thread's samplers. Every slow path (starting the thread's sampler,
+// the heap scope, the classic engines, the tail decision, the hand-over) is
+// compiled once per program with the runtime (guard_core-inl.hpp).
+#ifndef SPANPROF_DETAIL_GUARD_CORE_HPP_
+#define SPANPROF_DETAIL_GUARD_CORE_HPP_
+
+
+#if SPANPROF_ENABLED
+
+#include <atomic>
+#include <cstdint>
+#include <string_view>
+#include <type_traits>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+class RequestState;
+class ThreadStackSampler;
+
+// Makes this thread's sampler, heap log and counter owners now: what a thread
+// makes after them is destroyed before them at thread exit (thread_local
+// destructors run in reverse order), and can still close its guards.
+SPANPROF_API void make_thread_owners() noexcept;
+
+struct RunningConfig;
+struct CapturedProfile;
+struct SpanIdentity;                  // hand_over.hpp
+enum class HandOver : std::uint8_t;  // hand_over.hpp
+
+// What a guard asks its user's span at close (span_adapter.hpp), one table per
+// span type.
+struct SpanHooks {
+  bool (*failed)(const void* span) noexcept;
+  void (*profile_kept)(const void* span) noexcept;
+};
+
+template <class Span>
+struct SpanHooksOf {
+  using Adapter = span_adapter<std::decay_t<Span>>;
+  static bool failed(const void* span) noexcept {
+    if constexpr (has_span_status_v<Span>) return Adapter::failed(*static_cast<const Span*>(span));
+    else return false;
+  }
+  static void profile_kept(const void* span) noexcept {
+    if constexpr (has_profile_kept_hook_v<Span>) Adapter::profile_kept(*static_cast<const Span*>(span));
+  }
+  static constexpr SpanHooks hooks{has_span_status_v<Span> ? &failed : nullptr,
+                                   has_profile_kept_hook_v<Span> ? &profile_kept : nullptr};
+};
+
+class GuardCore {
+ public:
+  // Longer span names are cut to this many bytes: the name is copied into the
+  // guard so that nothing is allocated when the span ends without samples.
+  static constexpr std::size_t max_span_name = 111;
+
+  GuardCore() noexcept {}  // user-provided: the unions below stay unwritten
+  GuardCore(const GuardCore&) = delete;
+  GuardCore& operator=(const GuardCore&) = delete;
+
+  // Inlined into the guard's constructor: the turned-down guard is the common case
+  // and must stay a few instructions.
+  SPANPROF_ALWAYS_INLINE void open(const SpanContext& span, std::string_view span_name, ProfileKinds kinds,
+                                   bool configured) noexcept {
+    ThreadCounters* thread = guard_thread();
+    if (SPANPROF_UNLIKELY(thread == nullptr)) return;
+    ConfigReader& reader = thread->config_reader;
+    std::uint64_t inside;
+    const GuardGate* gate = enter_config_section(reader, inside);
+    if (SPANPROF_UNLIKELY(gate == nullptr)) {
+      reader.leave(inside);
+      return;
+    }
+    // The head sampler sees every span (a ratio sampler reads the trace id as it
+    // is); ids are checked only for a span about to be profiled.
+    if (head_declines(*gate, span, span_name)) {
+      thread->add(Counter::head_declined, 1);
+      if (SPANPROF_UNLIKELY(gate->has_trigger)) declined(*gate, reader, span, span_name, kinds, configured);
+      reader.leave(inside);
+      return;
+    }
+    open_profiled(*gate, reader, inside, span, span_name, kinds, configured);
+  }
+
+  // After open(): a span type whose adapter reads the span again when it closes
+  // (its status, or to link it to its profile) leaves it here.
+  template <class Span>
+  void keep_span_for_close(const Span& span) noexcept {
+    if constexpr (reads_span_at_close_v<Span>) {
+      if (!active()) return;
+      user_span_ = &span;
+      span_hooks_ = &SpanHooksOf<Span>::hooks;
+    }
+  }
+
+  // A fragment of `request` (request.hpp): records what this thread runs of it, and
+  // hands the samples to the request when it closes.
+  SPANPROF_API void open_fragment(RequestState& request) noexcept;
+
+  bool active() const noexcept { return state_ != State::idle || heap_state_ != State::idle || classic_cpu_; }
+  bool pending_close() const noexcept { return active() || observe_only_; }
+
+  SPANPROF_ALWAYS_INLINE void close() noexcept {
+    if (SPANPROF_UNLIKELY(pending_close())) finish();
+  }
+
+  void set_error(bool failed) noexcept { errored_ = failed; }
+  void discard() noexcept { discarded_ = true; }
+  bool profile_handed_over() const noexcept { return handed_over_; }
+  SPANPROF_API void stop_sampling_when(const std::atomic<bool>& flag) noexcept;
+  // A fragment whose request ended on another thread hands its records over from
+  // there (request.hpp, Fragment::take_records_over).
+  SPANPROF_API bool take_records_elsewhere() noexcept;
+
+ private:
+  enum class State : std::uint8_t { idle, sampling, classic };
+
+  // ---- compiled once, with the runtime (guard_core-inl.hpp); `inline` where the
+  // opening or closing path used to inline it ----------------------------------
+  SPANPROF_API void open_profiled(const GuardGate& gate, ConfigReader& reader, std::uint64_t inside,
+                                  const SpanContext& span, std::string_view span_name, ProfileKinds kinds,
+                                  bool configured) noexcept;
+  SPANPROF_API void declined(const GuardGate& gate, ConfigReader& reader, const SpanContext& span,
+                             std::string_view span_name, ProfileKinds kinds, bool configured) noexcept;
+  SPANPROF_API void finish() noexcept;
+  inline void prepare(const RunningConfig& config, ConfigReader& reader) noexcept;
+  void begin(const RunningConfig& config, const SpanContext& span, std::string_view span_name, ProfileKinds kinds,
+             bool triggered) noexcept;
+  inline void begin_fragment(const RunningConfig& config, RequestState& request, ProfileKinds kinds) noexcept;
+  inline void unpin() noexcept;
+  inline bool failed() const noexcept;
+  inline void decide_and_close() noexcept;
+  inline void close_engines() noexcept;
+  inline void open_sampling(const RunningConfig& config, ProfileKinds kinds) noexcept;
+  void too_deep(ThreadStackSampler& sampler, ProfileKinds kinds) noexcept;
+  void open_wall(ThreadStackSampler& sampler, const RunningConfig& config) noexcept;
+  inline void close_sampling() noexcept;
+  void close_sampling_elsewhere(ThreadStackSampler* sampler) noexcept;
+  inline void moved(const char* what) noexcept;
+  void hand_over(ThreadStackSampler* sampler, std::size_t used, std::uint64_t dropped, ProfileKinds kinds,
+                 std::size_t log_start) noexcept;
+  template <class Attach>
+  HandOver hand_over(ProfileKind kind, const char* engine, Attach&& attach) noexcept;
+  inline SpanIdentity identity() noexcept;
+  void open_classic() noexcept;
+  void close_classic() noexcept;
+  void open_heap(const RunningConfig& config) noexcept;
+  void close_heap() noexcept;
+
+  // What every guard sets: the destructor and the public queries read only these.
+  State state_ = State::idle;  // sampling: ticket_ holds a slot of sampler_ (CPU and/or wall)
+  State heap_state_ = State::idle;
+  bool classic_cpu_ = false;   // gperftools' CPU profiler runs for this scope
+  bool observe_only_ = false;  // not profiled; timed for the adaptive trigger only
+  bool handed_over_ = false;
+  bool errored_ = false;       // set_error(), on any guard
+  // Set by prepare() (or begin_fragment()), for guards that open something or are
+  // timed for the trigger: a turned-down guard writes only the bytes above.
+  bool triggered_ : 1;
+  bool keep_ : 1;
+  bool discarded_ : 1;
+  bool moved_ : 1;     // closed elsewhere or out of order: counted, samples dropped
+  bool fragment_ : 1;  // a fragment of request_ (request.hpp), not a span's own profile
+  ProfileReason reason_;
+  std::uint8_t name_length_;
+  int uncaught_at_open_;
+  const RunningConfig* config_;  // pinned in pins_ until unpin()
+  ConfigReader* pins_;
+  ThreadStackSampler* sampler_;
+  std::int64_t start_ns_;
+  std::int64_t duration_ns_;  // -1: not read yet
+  std::uint64_t name_hash_;
+  union {
+    RequestState* request_;   // a fragment's
+    const void* user_span_;  // a guard's user span, for span_hooks_ at close
+  };
+  const SpanHooks* span_hooks_;  // null: the span is not read at close
+  // Members of anonymous unions are left uninitialized by the constructors (their
+  // types zero themselves otherwise); prepare() assigns them.
+  union {
+    SpanSlotTicket ticket_;  // the span's slot in sampler_ (capture/thread_stack_sampler.hpp)
+  };
+  union {
+    HeapActiveSpan heap_record_;
+  };
+  union {
+    SpanContext span_;
+  };
+  char name_[max_span_name];
+};
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_DETAIL_GUARD_CORE_HPP_
+// ---- end spanprof/detail/guard_core.hpp ----
+// ---- begin spanprof/guard.hpp ----
+// ScopedProfile: profiles exactly the scope it lives in and labels the profile
+// with the span it was given.
+//
+//   void handle(Request& r, const Span& span) {
+//     spanprof::ScopedProfile guard(span);
+//     ...
+//   }  // samples handed to the background worker; nothing else happens here
+//
+// Cost on the request thread (bench/): a guard the head sampler turns down costs a
+// few nanoseconds; a profiled span that took no sample costs a few dozen
+// nanoseconds (two clock reads and a thread-local push and pop). Only a span that
+// took samples copies them out and hands them over.
+//
+// With `spanprof::heap` (or Options::profiles) the guard also records what the
+// scope allocated, through tcmalloc's hooks (docs/heap.md); that adds a lock-free
+// counter update at open and close.
+//
+// Guards nest: a parent's profile includes its children's samples, as a parent
+// span's time includes its children's. A guard profiles the thread that opened it:
+// one closed on another thread (a coroutine resumed elsewhere) is safe, but its
+// samples are dropped and counted (docs/async.md). A request that hops threads is
+// profiled with spanprof::RequestProfile and its fragments (request.hpp).
+#ifndef SPANPROF_GUARD_HPP_
+#define SPANPROF_GUARD_HPP_
+
+
+#include <atomic>
+#include <cstddef>
+#include <string_view>
+#include <type_traits>
+
+SPANPROF_NAMESPACE_BEGIN
+
+#if SPANPROF_ENABLED
+
+class ScopedProfile {
+ public:
+  // Longer span names are cut to this many bytes: the name is copied into the
+  // guard so that nothing is allocated when the span ends without samples.
+  static constexpr std::size_t max_span_name = detail::GuardCore::max_span_name;
+
+  // Records what spanprof::Options::profiles says (CPU unless configured).
+  template <class Span>
+  SPANPROF_ALWAYS_INLINE explicit ScopedProfile(const Span& span) noexcept {
+    detail::require_span_adapter<Span>();
+    if constexpr (is_span_v<Span>) start(span, span_adapter<std::decay_t<Span>>::name(span), {}, true);
+  }
+
+  // Records the given profiles, e.g. `spanprof::cpu | spanprof::heap`.
+  template <class Span>
+  SPANPROF_ALWAYS_INLINE ScopedProfile(const Span& span, ProfileKinds kinds) noexcept {
+    detail::require_span_adapter<Span>();
+    if constexpr (is_span_v<Span>) start(span, span_adapter<std::decay_t<Span>>::name(span), kinds, false);
+  }
+
+  // With the span's name given here: for span types that cannot tell it (an
+  // OpenTelemetry span, a bare SpanContext), or to name it differently.
+  template <class Span>
+  SPANPROF_ALWAYS_INLINE ScopedProfile(const Span& span, std::string_view span_name) noexcept {
+    detail::require_span_adapter<Span>();
+    if constexpr (is_span_v<Span>) start(span, span_name, {}, true);
+  }
+  template <class Span>
+  SPANPROF_ALWAYS_INLINE ScopedProfile(const Span& span, std::string_view span_name, ProfileKinds kinds) noexcept {
+    detail::require_span_adapter<Span>();
+    if constexpr (is_span_v<Span>) start(span, span_name, kinds, false);
+  }
+
+  // A span the guard reads again when it closes (its status, or to link it to its
+  // profile) must outlive the guard: a temporary would be gone by then.
+  template <class Span, class = std::enable_if_t<detail::reads_span_at_close_v<Span>>>
+  explicit ScopedProfile(const Span&&) noexcept {
+    detail::require_lasting_span<Span>();
+  }
+  template <class Span, class Second, class = std::enable_if_t<detail::reads_span_at_close_v<Span>>>
+  ScopedProfile(const Span&&, Second&&) noexcept {
+    detail::require_lasting_span<Span>();
+  }
+  template <class Span, class = std::enable_if_t<detail::reads_span_at_close_v<Span>>>
+  ScopedProfile(const Span&&, std::string_view, ProfileKinds) noexcept {
+    detail::require_lasting_span<Span>();
+  }
+
+  ~ScopedProfile() { core_.close(); }
+
+  ScopedProfile(const ScopedProfile&) = delete;
+  ScopedProfile& operator=(const ScopedProfile&) = delete;
+  ScopedProfile(ScopedProfile&&) = delete;
+  ScopedProfile& operator=(ScopedProfile&&) = delete;
+
+  // True when this scope is being profiled (sampled in, an engine running).
+  bool active() const noexcept { return core_.active(); }
+
+  // True when closing this guard does something: it is active, or the adaptive
+  // trigger is timing the span. A guard that is not may be destroyed at once.
+  bool pending_close() const noexcept { return core_.pending_close(); }
+
+  // Marks the span as failed, for tail policies that keep errored spans. An
+  // exception leaving the scope marks it without this.
+  void set_error(bool failed = true) noexcept { core_.set_error(failed); }
+
+  // Drops whatever this scope recorded when it closes: nothing is kept, symbolized
+  // or sent (counted in Stats::discarded_explicitly).
+  void discard() noexcept { core_.discard(); }
+
+  // Ends the profiled scope now rather than at the end of the C++ scope: decides,
+  // hands the profile over, and leaves the guard inactive. Must run on the thread
+  // that opened it, after every guard opened inside it has closed.
+  void close() noexcept { core_.close(); }
+
+  // After close() (or while the destructor runs a span adapter's hook): whether a
+  // profile of this scope was handed to delivery. A scope that took no sample, or
+  // that the tail policy discarded, hands nothing over.
+  bool profile_handed_over() const noexcept { return core_.profile_handed_over(); }
+
+  // While `flag` is set, samples that land in this scope are not recorded. For a
+  // span whose end may come from another thread (the OpenTelemetry integration
+  // sets it there): the flag must outlive the guard.
+  void stop_sampling_when(const std::atomic<bool>& flag) noexcept { core_.stop_sampling_when(flag); }
+
+ private:
+  template <class Span>
+  SPANPROF_ALWAYS_INLINE void start(const Span& span, std::string_view span_name, ProfileKinds kinds,
+                                    bool configured) noexcept {
+    core_.open(span_adapter<std::decay_t<Span>>::context(span), span_name, kinds, configured);
+    core_.keep_span_for_close(span);
+  }
+
+  detail::GuardCore core_;
+};
+
+#else  // SPANPROF_ENABLED == 0: every guard is an empty object.
+
+class ScopedProfile {
+ public:
+  // The same checks as the real guard, so code that compiles one way compiles both.
+  template <class Span>
+  explicit ScopedProfile(const Span&) noexcept {
+    detail::require_span_adapter<Span>();
+  }
+  template <class Span>
+  ScopedProfile(const Span&, ProfileKinds) noexcept {
+    detail::require_span_adapter<Span>();
+  }
+  template <class Span>
+  ScopedProfile(const Span&, std::string_view) noexcept {
+    detail::require_span_adapter<Span>();
+  }
+  template <class Span>
+  ScopedProfile(const Span&, std::string_view, ProfileKinds) noexcept {
+    detail::require_span_adapter<Span>();
+  }
+  template <class Span, class = std::enable_if_t<detail::reads_span_at_close_v<Span>>>
+  explicit ScopedProfile(const Span&&) noexcept {
+    detail::require_lasting_span<Span>();
+  }
+  template <class Span, class Second, class = std::enable_if_t<detail::reads_span_at_close_v<Span>>>
+  ScopedProfile(const Span&&, Second&&) noexcept {
+    detail::require_lasting_span<Span>();
+  }
+  template <class Span, class = std::enable_if_t<detail::reads_span_at_close_v<Span>>>
+  ScopedProfile(const Span&&, std::string_view, ProfileKinds) noexcept {
+    detail::require_lasting_span<Span>();
+  }
+  ScopedProfile(const ScopedProfile&) = delete;
+  ScopedProfile& operator=(const ScopedProfile&) = delete;
+  bool active() const noexcept { return false; }
+  bool pending_close() const noexcept { return false; }
+  void set_error(bool = true) noexcept {}
+  void discard() noexcept {}
+  void close() noexcept {}
+  bool profile_handed_over() const noexcept { return false; }
+  void stop_sampling_when(const std::atomic<bool>&) noexcept {}
+};
+
+#endif
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_GUARD_HPP_
+// ---- end spanprof/guard.hpp ----
 // ---- begin spanprof/policy/adaptive_trigger.hpp ----
 // AdaptiveTrigger: profile the next few spans of a name whose latency just jumped.
 //
@@ -6876,549 +3158,6 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_POLICY_TAIL_POLICY_HPP_
 // ---- end spanprof/policy/tail_policy.hpp ----
-// ---- begin spanprof/policy/head_sampler.hpp ----
-// Head sampling: decides, when a guard opens, whether this span is profiled.
-// A "no" is the common answer in production, so it must cost next to nothing:
-// samplers are called on the request thread and must not allocate, lock or block.
-//
-// The samplers here ("conditional profiling"), each final, thread-safe and cheap
-// to turn a span down:
-//   ProbabilitySampler(p)           a fresh coin per span
-//   TraceIdRatioSampler(ratio)      a coin read from the trace id: every process
-//                                   decides alike, so a trace is profiled whole
-//   ParentSampledSampler            the spans of traces the tracer kept
-//   RateLimitingSampler(rate, burst, clock)   at most `rate` spans a second
-//   SpanNameSampler(rules, default) per-span-name rules
-//   AllOfSampler / AnyOfSampler     composition
-//   (SPANPROF_SAMPLER & co. build them from the environment: runtime/environment.hpp)
-#ifndef SPANPROF_POLICY_HEAD_SAMPLER_HPP_
-#define SPANPROF_POLICY_HEAD_SAMPLER_HPP_
-
-
-#include <algorithm>
-#include <atomic>
-#include <cmath>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <functional>
-#include <limits>
-#include <memory>
-#include <new>
-#include <string>
-#include <string_view>
-#include <utility>
-#include <vector>
-
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-// The trace id's last 7 bytes read big-endian: its randomness by W3C Trace Context
-// level 2. One 8-byte load, on the guard's turned-down path.
-inline std::uint64_t trace_id_randomness(const TraceId& trace_id) noexcept {
-  std::uint64_t word = 0;
-  std::memcpy(&word, trace_id.bytes().data() + TraceId::size - 8, sizeof word);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  word = __builtin_bswap64(word);
-#endif
-  return word & ((std::uint64_t{1} << 56) - 1);
-}
-
-}  // namespace detail
-
-class HeadSampler {
- public:
-  virtual ~HeadSampler() = default;
-  virtual bool should_profile(const SpanContext& span, std::string_view span_name) noexcept = 0;
-
-  // A sampler whose decision is "the trace id's randomness (its last 56 bits) is
-  // at least T" says T here, and guards then decide inline instead of calling
-  // should_profile: a span turned down is the common case and costs a few
-  // nanoseconds, of which a virtual call is one or two. Read once, at start().
-  static constexpr std::uint64_t decides_by_call = ~std::uint64_t{0};
-  virtual std::uint64_t trace_id_threshold() const noexcept { return decides_by_call; }
-};
-
-class AlwaysSampler final : public HeadSampler {
- public:
-  bool should_profile(const SpanContext&, std::string_view) noexcept override { return true; }
-  std::uint64_t trace_id_threshold() const noexcept override { return 0; }
-};
-
-class NeverSampler final : public HeadSampler {
- public:
-  bool should_profile(const SpanContext&, std::string_view) noexcept override { return false; }
-  std::uint64_t trace_id_threshold() const noexcept override { return std::uint64_t{1} << 56; }  // beyond any
-};
-
-// For rules that fit in a lambda. The callback runs on the request thread.
-class CallbackSampler final : public HeadSampler {
- public:
-  using Callback = std::function<bool(const SpanContext&, std::string_view)>;
-  explicit CallbackSampler(Callback callback) : callback_(std::move(callback)) {}
-  bool should_profile(const SpanContext& span, std::string_view name) noexcept override {
-    SPANPROF_TRY {
-      return callback_ && callback_(span, name);
-    } SPANPROF_CATCH_ALL {
-      return false;
-    }
-  }
-
- private:
-  Callback callback_;
-};
-
-namespace detail {
-
-// NaN lands on 0: a probability nobody can read is safer as "never" than "always".
-constexpr double clamp_unit_interval(double value) noexcept {
-  return value > 0 ? (value < 1 ? value : 1.0) : 0.0;
-}
-
-constexpr std::uint64_t splitmix64(std::uint64_t x) noexcept {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-// One xorshift stream per thread, shared by every ProbabilitySampler: a constant
-// initializer keeps the thread_local free of construction guards and TLS
-// wrappers, and 0 doubles as "not seeded yet" since xorshift never reaches 0.
-inline thread_local std::uint64_t probability_sampler_state = 0;
-inline std::atomic<std::uint64_t> probability_sampler_seeds{0};
-
-// Once per thread. The state's own address tells live threads apart, the sequence
-// number tells apart threads that reuse a dead one's TLS block, and ASLR (of TLS
-// and stack) makes processes differ. No syscall: seeding can happen on a "no".
-SPANPROF_NOINLINE inline std::uint64_t seed_probability_sampler() noexcept {
-  int stack_marker = 0;
-  const auto tls = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&probability_sampler_state));
-  const auto stack = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&stack_marker));
-  const std::uint64_t sequence = probability_sampler_seeds.fetch_add(1, std::memory_order_relaxed);
-  const std::uint64_t seed = splitmix64(tls ^ splitmix64(stack ^ splitmix64(sequence)));
-  return seed != 0 ? seed : 0x9e3779b97f4a7c15ULL;
-}
-
-// xorshift64*: its high bits are the good ones, so callers take those.
-inline std::uint64_t next_probability_random() noexcept {
-  std::uint64_t x = probability_sampler_state;
-  if (SPANPROF_UNLIKELY(x == 0)) x = seed_probability_sampler();
-  x ^= x >> 12;
-  x ^= x << 25;
-  x ^= x >> 27;
-  probability_sampler_state = x;
-  return x * 0x2545f4914f6cdd1dULL;
-}
-
-}  // namespace detail
-
-// Profiles each span with probability p, independently of every other span, so
-// one trace's spans are profiled piecemeal; use TraceIdRatioSampler to keep or
-// drop whole traces. p is clamped to [0, 1]; 0 never profiles and 1 always does.
-class ProbabilitySampler final : public HeadSampler {
- public:
-  explicit ProbabilitySampler(double p) noexcept
-      : probability_(detail::clamp_unit_interval(p)),
-        threshold_(probability_ >= 1 ? one_ : static_cast<std::uint64_t>(probability_ * 0x1p53)) {}
-
-  bool should_profile(const SpanContext&, std::string_view) noexcept override {
-    // p = 0 answers without touching the thread's stream at all.
-    if (threshold_ == 0) return false;
-    // A 53-bit draw against p scaled by 2^53: exact for p = 1 (every draw is
-    // below 2^53), and p is honoured to within 2^-53 in between.
-    return (detail::next_probability_random() >> 11) < threshold_;
-  }
-
-  double probability() const noexcept { return probability_; }
-
- private:
-  static constexpr std::uint64_t one_ = std::uint64_t{1} << 53;
-  double probability_;
-  std::uint64_t threshold_;
-};
-
-// Decides from the trace id alone, so every process and every instance that uses
-// the same ratio makes the same decision for a trace, and a trace profiled at some
-// ratio is profiled at every higher one. The algorithm is OpenTelemetry's
-// consistent-probability sampling, so it also agrees with OpenTelemetry SDKs that
-// implement it:
-//   randomness R = the trace id's least-significant 56 bits (its last 7 bytes,
-//                  read big-endian), random by W3C Trace Context level 2;
-//   threshold  T = (1 - ratio) * 2^56, rounded to the nearest integer, computed
-//                  once here;
-//   profile iff R >= T.
-// ratio <= 0 (or NaN) gives T = 2^56, which no R reaches; ratio >= 1 gives T = 0.
-class TraceIdRatioSampler final : public HeadSampler {
- public:
-  static constexpr std::uint64_t max_threshold = std::uint64_t{1} << 56;
-
-  explicit TraceIdRatioSampler(double ratio) noexcept
-      : ratio_(detail::clamp_unit_interval(ratio)), threshold_(threshold_for(ratio_)) {}
-
-  bool should_profile(const SpanContext& span, std::string_view) noexcept override {
-    return randomness(span.trace_id) >= threshold_;
-  }
-  std::uint64_t trace_id_threshold() const noexcept override { return threshold_; }
-
-  static std::uint64_t randomness(const TraceId& trace_id) noexcept { return detail::trace_id_randomness(trace_id); }
-
-  double ratio() const noexcept { return ratio_; }
-  std::uint64_t threshold() const noexcept { return threshold_; }
-
- private:
-  static std::uint64_t threshold_for(double ratio) noexcept {
-    if (ratio <= 0) return max_threshold;
-    if (ratio >= 1) return 0;
-    return static_cast<std::uint64_t>(std::llround((1.0 - ratio) * 0x1p56));
-  }
-
-  double ratio_;
-  std::uint64_t threshold_;
-};
-
-// Profiles the spans of traces the tracer decided to keep (the sampled bit of the
-// trace flags), so every profile has a trace to be opened from.
-class ParentSampledSampler final : public HeadSampler {
- public:
-  bool should_profile(const SpanContext& span, std::string_view) noexcept override { return span.flags.sampled(); }
-};
-
-// At most `burst` spans at once and `per_second` sustained: a token bucket kept as
-// GCRA (generic cell rate algorithm), i.e. one "theoretical arrival time" (TAT)
-// advanced by a CAS loop, so it is lock-free and a "no" is one clock read, one
-// load and a compare. The clock is read only inside should_profile.
-//
-// Exactness contract. Time is counted in whole units of 1/q ns, with q the
-// smallest of 1..16 that makes the emission interval I = 1e9/per_second ns a
-// whole number of units, so I is exact for 0.5/s, 1/s, 3/s, 7/s, 10/s, 1000/s and
-// every other rate with such a q. (Other rates get I rounded down to a multiple of
-// 1/16 ns, so they run fast by under one part in 16*I/ns.) burst is taken as
-// B = max(1, floor(burst)). Then:
-//   * calls at one instant, with the limiter fresh or idle since its TAT, get
-//     exactly B yeses however many threads make them;
-//   * no window of length D holds more than B + floor(D/I) yeses;
-//   * after B yeses at t0, the calls in (t0, t0 + D] get exactly floor(D/I) =
-//     floor(D * per_second / 1e9) yeses when every permit instant t0 + k*I up to
-//     t0 + D sees a call (as a ManualClock stepped by a divisor of I gives), or
-//     when B >= 2, calls are less than I apart and one comes at t0 + D.
-// With B = 1 a call that comes after its permit was due pushes the schedule back
-// (the bucket holds one token and the excess spills), so the sustained rate falls
-// short of per_second under jittered traffic; use B >= 2 where that matters.
-// State is kept modulo 2^64 units, so the limiter must be asked at least once
-// every 2^63/q ns (18 years at q = 16); longer idle periods misread the past as
-// the future. Rates under one per 2^60 units are treated as one per 2^60 units.
-// per_second <= 0 (or NaN) never profiles and never reads the clock.
-class RateLimitingSampler final : public HeadSampler {
- public:
-  explicit RateLimitingSampler(double per_second, double burst = 1,
-                               std::shared_ptr<const Clock> clock = default_clock()) noexcept
-      : clock_(std::move(clock)), per_second_(per_second > 0 ? per_second : 0.0) {
-    if (!clock_) {
-      SPANPROF_TRY {
-        clock_ = default_clock();
-      } SPANPROF_CATCH_ALL {
-      }
-    }
-    configure(burst);
-  }
-
-  bool should_profile(const SpanContext&, std::string_view) noexcept override {
-    if (never_) return false;
-    const std::uint64_t now = static_cast<std::uint64_t>(clock_->now_ns()) * scale_;
-    std::int64_t observed = tat_.load(std::memory_order_relaxed);
-    for (;;) {
-      std::uint64_t start = now;
-      if (observed != fresh_) {
-        const std::uint64_t tat = static_cast<std::uint64_t>(observed);
-        const std::int64_t ahead = to_signed(tat - now);
-        if (ahead > tolerance_) return false;
-        if (ahead > 0) start = tat;  // permits still owed: queue behind them
-      }
-      std::int64_t next = to_signed(start + interval_);
-      // One unit later rather than be taken for a fresh bucket (1 in 2^64).
-      if (SPANPROF_UNLIKELY(next == fresh_)) ++next;
-      if (tat_.compare_exchange_weak(observed, next, std::memory_order_relaxed, std::memory_order_relaxed))
-        return true;
-    }
-  }
-
-  double per_second() const noexcept { return per_second_; }
-  std::int64_t burst() const noexcept { return burst_; }
-
- private:
-  static constexpr std::int64_t fresh_ = std::numeric_limits<std::int64_t>::min();
-  static constexpr std::int64_t max_scale_ = 16;
-  static constexpr double max_interval_ = 0x1p60;
-
-  // Two's complement by arithmetic, not by an implementation-defined cast.
-  static constexpr std::int64_t to_signed(std::uint64_t bits) noexcept {
-    return bits <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())
-               ? static_cast<std::int64_t>(bits)
-               : -static_cast<std::int64_t>(~bits) - 1;
-  }
-
-  void configure(double burst) noexcept {
-    if (!(per_second_ > 0) || !clock_) {
-      never_ = true;
-      return;
-    }
-    std::int64_t scale = 0;
-    double interval = 0;
-    for (std::int64_t q = 1; q <= max_scale_ && scale == 0; ++q) {
-      const double units = 1e9 * static_cast<double>(q) / per_second_;
-      if (units >= max_interval_) {
-        scale = q;
-        interval = max_interval_;
-      } else if (units >= 1 && std::fabs(units - std::nearbyint(units)) <= 1e-6) {
-        // The tolerance absorbs the binary rounding of 1e9*q/per_second; a
-        // millionth of a unit is far below anything a nanosecond clock can show.
-        scale = q;
-        interval = std::nearbyint(units);
-      }
-    }
-    if (scale == 0) {
-      scale = max_scale_;
-      interval = std::max(1.0, std::floor(1e9 * static_cast<double>(max_scale_) / per_second_));
-    }
-    // B*I stays under 2^62, so every difference the CAS loop takes fits an int64.
-    const double max_burst = std::floor(0x1p62 / interval);
-    double b = burst >= 1 ? std::floor(burst) : 1.0;  // NaN lands on 1
-    if (b > max_burst) b = max_burst;
-    scale_ = static_cast<std::uint64_t>(scale);
-    interval_ = static_cast<std::uint64_t>(interval);
-    burst_ = static_cast<std::int64_t>(b);
-    tolerance_ = (burst_ - 1) * static_cast<std::int64_t>(interval_);
-  }
-
-  std::shared_ptr<const Clock> clock_;
-  double per_second_;
-  bool never_ = false;
-  std::uint64_t scale_ = 1;     // clock units per nanosecond
-  std::uint64_t interval_ = 1;  // I, in clock units
-  std::int64_t burst_ = 1;
-  std::int64_t tolerance_ = 0;  // (B - 1) * I: how far ahead of now the TAT may run
-  std::atomic<std::int64_t> tat_{fresh_};
-};
-
-// Per-span-name rules: the first rule whose pattern matches the span name decides,
-// through its sampler; a span no rule matches goes to the default sampler. Order
-// is the caller's and is kept, so list specific names before the prefixes that
-// would also match them ("GET /health" before "GET /*"). A pattern is an exact
-// span name, or a prefix followed by one '*' ("*" alone matches every name); a
-// '*' anywhere else is an ordinary character. A null sampler, in a rule or as the
-// default, means "not profiled". Lookup compares string_views and allocates
-// nothing; it is linear in the rules, which suits the handful a service has.
-class SpanNameSampler final : public HeadSampler {
- public:
-  struct Rule {
-    std::string pattern;
-    std::shared_ptr<HeadSampler> sampler;
-  };
-
-  explicit SpanNameSampler(std::vector<Rule> rules, std::shared_ptr<HeadSampler> default_sampler = nullptr) noexcept
-      : rules_(std::move(rules)), default_(std::move(default_sampler)) {}
-
-  bool should_profile(const SpanContext& span, std::string_view span_name) noexcept override {
-    for (const Rule& rule : rules_) {
-      if (matches(rule.pattern, span_name)) return rule.sampler && rule.sampler->should_profile(span, span_name);
-    }
-    return default_ && default_->should_profile(span, span_name);
-  }
-
-  static bool matches(std::string_view pattern, std::string_view name) noexcept {
-    if (!pattern.empty() && pattern.back() == '*') {
-      const std::string_view prefix = pattern.substr(0, pattern.size() - 1);
-      return name.substr(0, prefix.size()) == prefix;
-    }
-    return pattern == name;
-  }
-
- private:
-  std::vector<Rule> rules_;
-  std::shared_ptr<HeadSampler> default_;
-};
-
-// Yes iff every sampler says yes, asked in order and stopping at the first no.
-// Put rate limiters last: a limiter spends a permit on every yes it gives, and
-// one placed before a sampler that then says no would spend it on a span that is
-// not profiled. Null entries are dropped; no samplers at all means yes.
-class AllOfSampler final : public HeadSampler {
- public:
-  explicit AllOfSampler(std::vector<std::shared_ptr<HeadSampler>> samplers) noexcept : samplers_(std::move(samplers)) {
-    samplers_.erase(std::remove(samplers_.begin(), samplers_.end(), nullptr), samplers_.end());
-  }
-
-  bool should_profile(const SpanContext& span, std::string_view span_name) noexcept override {
-    for (const auto& sampler : samplers_)
-      if (!sampler->should_profile(span, span_name)) return false;
-    return true;
-  }
-
-  const std::vector<std::shared_ptr<HeadSampler>>& samplers() const noexcept { return samplers_; }
-
- private:
-  std::vector<std::shared_ptr<HeadSampler>> samplers_;
-};
-
-// Yes iff some sampler says yes, asked in order and stopping at the first yes (so
-// a rate limiter here is only charged when everything before it said no). Null
-// entries are dropped; no samplers at all means no.
-class AnyOfSampler final : public HeadSampler {
- public:
-  explicit AnyOfSampler(std::vector<std::shared_ptr<HeadSampler>> samplers) noexcept : samplers_(std::move(samplers)) {
-    samplers_.erase(std::remove(samplers_.begin(), samplers_.end(), nullptr), samplers_.end());
-  }
-
-  bool should_profile(const SpanContext& span, std::string_view span_name) noexcept override {
-    for (const auto& sampler : samplers_)
-      if (sampler->should_profile(span, span_name)) return true;
-    return false;
-  }
-
-  const std::vector<std::shared_ptr<HeadSampler>>& samplers() const noexcept { return samplers_; }
-
- private:
-  std::vector<std::shared_ptr<HeadSampler>> samplers_;
-};
-
-// The name of 0.1, kept for one release.
-using Sampler [[deprecated("renamed spanprof::HeadSampler")]] = HeadSampler;
-
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_POLICY_HEAD_SAMPLER_HPP_
-// ---- end spanprof/policy/head_sampler.hpp ----
-// ---- begin spanprof/runtime/guard_host.hpp ----
-// What a guard needs from the process-wide runtime, and nothing more: the
-// configuration of the current spanprof::start(), and a way to hand over what a
-// span captured.
-//
-// The runtime (runtime/runtime.hpp) implements GuardHost and registers itself when
-// a translation unit includes it. Keeping the guard below the runtime is what lets
-// <spanprof/guard.hpp> stay light: a source file that only opens guards compiles
-// none of the uploaders, encoders, spool or HTTP client. The program still needs
-// <spanprof/spanprof.hpp> in one source file (where it calls spanprof::start); a
-// guard in a program without it reports so once and profiles nothing.
-#ifndef SPANPROF_RUNTIME_GUARD_HOST_HPP_
-#define SPANPROF_RUNTIME_GUARD_HOST_HPP_
-
-
-#if SPANPROF_ENABLED
-
-#include <atomic>
-#include <memory>
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-// What one start() configured, as guards read it. Immutable once published;
-// freed after a restart once no guard reads it (config_retirement.hpp).
-struct RunningConfig {
-  ProfileKinds profiles = cpu;
-  CpuEngine cpu_engine = CpuEngine::sampling;
-  HeapEngine heap_engine = HeapEngine::sampling;
-  StackSamplerSettings sampler;
-  HeapSettings heap;
-  std::shared_ptr<HeadSampler> head_sampler;  // null: profile every span
-  // head_sampler's trace_id_threshold() (0 when null): not decides_by_call, the
-  // guard decides inline.
-  std::uint64_t head_threshold = 0;
-  std::shared_ptr<TailPolicy> tail_policy;    // null: keep every profile
-  std::shared_ptr<AdaptiveTrigger> trigger;   // null: off
-};
-
-class GuardHost {
- public:
-  // A guard found no running configuration: start from the environment if
-  // spanprof never started (the first guard of a process that never called
-  // start()). The guard then loads the configuration again.
-  virtual void start_for_guard() noexcept = 0;
-  // Called on the request thread; must not block. False: dropped (counted).
-  virtual bool submit(std::unique_ptr<CapturedProfile> captured) noexcept = 0;
-
- protected:
-  ~GuardHost() = default;
-};
-
-struct GuardHostState {
-  std::atomic<const RunningConfig*> config{nullptr};  // null: not running
-  std::atomic<GuardHost*> host{nullptr};              // null: no runtime in this program
-  std::atomic<bool> reported_missing{false};
-};
-
-// Constant-initialized: the guard's fast path is one load of `config`.
-SPANPROF_API inline GuardHostState& guard_host_state() noexcept {
-  static GuardHostState state;
-  return state;
-}
-
-// With SPANPROF_COMPILED_LIB defined in the compiled library: a guard's reference
-// to it is what links the library's runtime into a program that never calls
-// start() (a static library's object is linked only when referenced).
-#if !SPANPROF_DEFINE_RUNTIME
-SPANPROF_API void config_for_first_guard() noexcept;
-#else
-SPANPROF_API SPANPROF_NOINLINE SPANPROF_LIB_INLINE void config_for_first_guard() noexcept {
-  GuardHostState& state = guard_host_state();
-  if (GuardHost* host = state.host.load(std::memory_order_acquire)) {
-    host->start_for_guard();
-    return;
-  }
-  if (!state.reported_missing.exchange(true, std::memory_order_relaxed)) {
-    report_error(ErrorCode::invalid_configuration,
-                 "a guard opened but spanprof's runtime is not in this program: include <spanprof/spanprof.hpp> "
-                 "in one source file; nothing is profiled");
-  }
-}
-#endif
-
-// This thread's counters and configuration reader, registered; null on a thread
-// whose counters are already gone (a guard in a late thread-exit destructor),
-// where nothing is profiled.
-SPANPROF_ALWAYS_INLINE inline ThreadCounters* guard_thread() noexcept {
-  ThreadCounters& t = thread_counters;
-  if (SPANPROF_LIKELY(t.registered) || register_thread_counters()) return &t;
-  return nullptr;
-}
-
-// The head sampler turns this span down. Inlined into the guard's constructor.
-SPANPROF_ALWAYS_INLINE inline bool head_declines(const RunningConfig& config, const SpanContext& span,
-                                                 std::string_view span_name) noexcept {
-  if (SPANPROF_LIKELY(config.head_threshold != HeadSampler::decides_by_call))
-    return trace_id_randomness(span.trace_id) < config.head_threshold;
-  return !config.head_sampler->should_profile(span, span_name);
-}
-
-// Enters the thread's reading section and loads the configuration (null: not
-// running). The caller pins what it keeps and leaves the section with `inside`.
-SPANPROF_ALWAYS_INLINE inline const RunningConfig* enter_config_section(ConfigReader& reader,
-                                                                        std::uint64_t& inside) noexcept {
-  inside = reader.enter();
-  const RunningConfig* config = guard_host_state().config.load(std::memory_order_acquire);
-  if (SPANPROF_LIKELY(config != nullptr)) return config;
-  // start() frees what no section reads: not this thread's own, then.
-  reader.leave(inside);
-  config_for_first_guard();
-  inside = reader.enter();
-  return guard_host_state().config.load(std::memory_order_acquire);
-}
-
-inline bool submit_captured(std::unique_ptr<CapturedProfile> captured) noexcept {
-  if (GuardHost* host = guard_host_state().host.load(std::memory_order_acquire)) return host->submit(std::move(captured));
-  discard_captured_profile(*captured);
-  return false;
-}
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_ENABLED
-
-#endif  // SPANPROF_RUNTIME_GUARD_HOST_HPP_
-// ---- end spanprof/runtime/guard_host.hpp ----
 // ---- begin spanprof/span/thread_context.hpp ----
 // The span a thread runs, published for profilers outside the process
 // (OpenTelemetry OTEP 4947, "thread context", experimental): the thread-local
@@ -7484,1175 +3223,21 @@ SPANPROF_NAMESPACE_END
 extern "C" {
 __attribute__((visibility("default"))) inline thread_local const void* otel_thread_ctx_v1 = nullptr;
 }
+// Every object with a source file that includes spanprof defines it, as readers
+// look for it in the executable's .dynsym (OTEP 4947): with spanprof's compiled
+// library as a shared library the library's copy then binds to the executable's,
+// which exports it (CMakeLists.txt). Only a function's reference: nothing runs.
+namespace spanprof {
+namespace detail_thread_context {
+[[maybe_unused]] __attribute__((used)) static const void* const* defines_otel_thread_ctx_v1() noexcept {
+  return &otel_thread_ctx_v1;
+}
+}  // namespace detail_thread_context
+}  // namespace spanprof
 #endif
 
 #endif  // SPANPROF_SPAN_THREAD_CONTEXT_HPP_
 // ---- end spanprof/span/thread_context.hpp ----
-// ---- begin spanprof/request_state.hpp ----
-// The shared state of a request profiled across threads (request.hpp): the
-// samples its fragments recorded, and when it is over.
-//
-// One word holds its whole life, so that a fragment opens and closes with one
-// atomic operation and the request is delivered exactly once, by whichever thread
-// sees it over: references (handles and running fragments), running fragments,
-// "ended" (RequestProfile::end()) and "delivered". It is delivered when it has
-// ended and no fragment runs, or when the last reference goes (abandoned if it
-// never ended), and freed when the last reference goes.
-#ifndef SPANPROF_REQUEST_STATE_HPP_
-#define SPANPROF_REQUEST_STATE_HPP_
-
-
-#if SPANPROF_ENABLED
-
-#include <atomic>
-#include <cstdint>
-#include <cstdio>
-#include <cstring>
-#include <memory>
-#include <mutex>
-#include <new>
-#include <string_view>
-#include <vector>
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-constexpr Counter kept_counter(ProfileReason reason) noexcept {
-  return static_cast<Counter>(static_cast<std::size_t>(Counter::kept_sampled) + static_cast<std::size_t>(reason));
-}
-static_assert(static_cast<std::size_t>(Counter::kept_triggered) - static_cast<std::size_t>(Counter::kept_sampled) + 1 ==
-                  profile_reason_count,
-              "one kept_* counter per ProfileReason, in its order");
-
-// A span kept for what happened to it (slow, erroring, triggered) made no profile:
-// not one sample. Counted and said, so that a missing profile is never silent; a
-// span kept only because it was sampled is counted in spans_without_samples alone
-// (most short requests of a server are).
-SPANPROF_NOINLINE inline void kept_without_samples(ProfileReason reason, std::int64_t duration_ns) noexcept {
-  if (reason == ProfileReason::sampled) return;
-  count(Counter::kept_without_samples);
-  char message[192];
-  std::snprintf(message, sizeof message,
-                "a span kept as %.*s (%.1f ms) had not one sample, so no profile was made: shorter than the "
-                "sampling period, or waiting rather than running (docs/sampling.md)",
-                static_cast<int>(to_string(reason).size()), to_string(reason).data(),
-                static_cast<double>(duration_ns) / 1e6);
-  report_error(ErrorCode::no_samples, message);
-}
-
-class RequestState {
- public:
-  static constexpr std::size_t max_name = 127;  // as ScopedProfile::max_span_name
-
-  // What a request records, fixed when it begins.
-  struct Identity {
-    SpanContext span;
-    std::string_view name;
-    ProfileKinds kinds;
-    std::uint64_t generation = 0;  // the configuration whose samplers record it
-    std::shared_ptr<TailPolicy> tail_policy;
-  };
-
-  // Null when out of memory (the request is then not profiled).
-  static RequestState* create(Identity identity) noexcept {
-    auto* state = new (std::nothrow) RequestState();
-    if (state == nullptr) return nullptr;
-    state->span_ = identity.span;
-    state->name_length_ = identity.name.size() < max_name ? identity.name.size() : max_name;
-    if (state->name_length_ != 0) std::memcpy(state->name_, identity.name.data(), state->name_length_);
-    state->kinds_ = identity.kinds;
-    state->generation_ = identity.generation;
-    state->tail_policy_ = std::move(identity.tail_policy);
-    fill_thread_context(state->thread_context_, identity.span, identity.name);
-    state->start_ns_ = monotonic_now_ns();
-    state->start_unix_ns_ = realtime_now_ns();
-    return state;
-  }
-
-  RequestState(const RequestState&) = delete;
-  RequestState& operator=(const RequestState&) = delete;
-
-  ProfileKinds kinds() const noexcept { return kinds_; }
-  std::uint64_t generation() const noexcept { return generation_; }
-  // What otel_thread_ctx_v1 points at while a fragment of it runs (thread_context.hpp).
-  const ThreadContextRecord& thread_context() const noexcept { return thread_context_; }
-
-  // ---- handles (RequestProfile) -----------------------------------------------------
-
-  void acquire() noexcept { life_.fetch_add(one_reference, std::memory_order_relaxed); }
-
-  // The last reference delivers what was recorded, if nothing did yet, and frees.
-  void release() noexcept {
-    const std::uint64_t now = life_.fetch_sub(one_reference, std::memory_order_acq_rel) - one_reference;
-    if ((now & (reference_mask | running_mask)) != 0) return;
-    if ((now & delivered_bit) == 0) (void)deliver((now & ended_bit) == 0);
-    delete this;
-  }
-
-  void set_error(bool failed) noexcept { errored_.store(failed, std::memory_order_relaxed); }
-  void discard() noexcept { discarded_.store(true, std::memory_order_relaxed); }
-
-  // The request is over: the tail policy decides now, with its duration and error
-  // status; it is delivered now if no fragment runs, else when the last running one
-  // closes. True when it is kept: its profile was handed over now, or will be once
-  // those fragments close (if they took samples). The caller holds a reference,
-  // and drops it after.
-  bool end() noexcept {
-    if (end_claimed_.exchange(true, std::memory_order_acq_rel)) return false;  // ended before
-    const std::int64_t end = monotonic_now_ns();
-    end_ns_ = end;
-    decision_ = decide(end - start_ns_);
-    // Published with the ended bit: whoever delivers reads the decision after it.
-    std::uint64_t before = life_.load(std::memory_order_relaxed);
-    std::uint64_t after;
-    do {
-      after = before | ended_bit;
-      if ((before & running_mask) == 0) after |= delivered_bit;
-    } while (!life_.compare_exchange_weak(before, after, std::memory_order_acq_rel, std::memory_order_relaxed));
-    if ((after & delivered_bit) == 0) return decision_.keep;  // a fragment runs: it delivers
-    return deliver(false);
-  }
-
-  // ---- fragments -------------------------------------------------------------------
-
-  // A thread starts running the request: false once it has ended (not profiled).
-  // A running fragment holds a reference of its own.
-  bool enter_fragment() noexcept {
-    std::uint64_t before = life_.load(std::memory_order_relaxed);
-    do {
-      if ((before & (ended_bit | delivered_bit)) != 0) return false;
-    } while (!life_.compare_exchange_weak(before, before + one_reference + one_running, std::memory_order_acquire,
-                                          std::memory_order_relaxed));
-    return true;
-  }
-
-  // The thread stops running it (its samples were added before). The last
-  // fragment to close after end() delivers; the last reference frees.
-  void leave_fragment() noexcept { leave(one_reference + one_running); }
-
-  // A fragment still open on its thread whose records another thread took over
-  // (Fragment::take_records_over): it runs no more, so the request is delivered
-  // without waiting for its thread, but it keeps its reference (that thread still
-  // points at this state) until it closes there and calls release().
-  void leave_running() noexcept { leave(one_running); }
-
-  // A fragment's CPU or wall records: the log's records from its start, of every
-  // kind the spans open on its thread asked for; the request takes those of its kinds.
-  void add_stack_records(const ThreadStackSampler& sampler, const std::uint64_t* first, std::size_t words,
-                         ProfileKinds kinds, std::uint64_t dropped) noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
-    SPANPROF_TRY {
-      for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::wall}) {
-        if (!kinds.contains(kind)) continue;
-        Recorded& into = recorded_[static_cast<std::size_t>(kind)];
-        if (kind == ProfileKind::cpu) into.dropped += dropped;
-        into.period_ns = sampler.period_ns(kind);
-        into.engine = sampler.engine_name(kind);
-        append_stack_records(first, words, kind, into.records);
-      }
-    } SPANPROF_CATCH_ALL {
-      report_error(ErrorCode::internal, "out of memory adding a fragment's samples to its request; dropped");
-    }
-  }
-
-  // A fragment's heap records.
-  void add_heap_records(HeapSpanResult& result) noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
-    Recorded& into = recorded_[static_cast<std::size_t>(ProfileKind::heap)];
-    into.dropped += result.dropped;
-    into.heap_interval_bytes = result.interval_bytes;
-    into.engine = sampling_heap_engine_name();
-    if (into.records.empty()) {
-      into.records = std::move(result.records);
-      return;
-    }
-    SPANPROF_TRY {
-      into.records.insert(into.records.end(), result.records.begin(), result.records.end());
-    } SPANPROF_CATCH_ALL {
-      report_error(ErrorCode::internal, "out of memory adding a fragment's heap samples to its request; dropped");
-    }
-  }
-
- private:
-  RequestState() = default;
-  ~RequestState() = default;
-
-  static constexpr std::uint64_t one_reference = 1;
-  static constexpr std::uint64_t reference_mask = (std::uint64_t{1} << 24) - 1;
-  static constexpr std::uint64_t one_running = std::uint64_t{1} << 24;
-  static constexpr std::uint64_t running_mask = reference_mask << 24;
-  static constexpr std::uint64_t ended_bit = std::uint64_t{1} << 48;
-  static constexpr std::uint64_t delivered_bit = std::uint64_t{1} << 49;
-
-  struct Recorded {
-    std::vector<std::uint64_t> records;
-    std::uint64_t dropped = 0;
-    std::int64_t period_ns = 0;
-    std::int64_t heap_interval_bytes = 0;
-    const char* engine = "";
-  };
-
-  // Drops a running fragment, with its reference or not.
-  void leave(std::uint64_t dropped) noexcept {
-    std::uint64_t before = life_.load(std::memory_order_relaxed);
-    std::uint64_t after;
-    bool deliver_now;
-    do {
-      after = before - dropped;
-      deliver_now = (after & running_mask) == 0 && (after & ended_bit) != 0 && (after & delivered_bit) == 0;
-      // Delivering, it keeps a reference until done: nobody frees the state under it.
-      if (deliver_now) after = (after + one_reference) | delivered_bit;
-    } while (!life_.compare_exchange_weak(before, after, std::memory_order_acq_rel, std::memory_order_acquire));
-    if (deliver_now) {
-      (void)deliver(false);
-      release();
-      return;
-    }
-    if ((after & (reference_mask | running_mask)) == 0) {
-      if ((after & delivered_bit) == 0) (void)deliver((after & ended_bit) == 0);
-      delete this;
-    }
-  }
-
-  TailDecision decide(std::int64_t duration) noexcept {
-    if (discarded_.load(std::memory_order_relaxed)) return TailDecision::discard();
-    if (!tail_policy_) return TailDecision::keep_as(ProfileReason::sampled);
-    return tail_policy_->decide(
-        SpanOutcome{span_, std::string_view(name_, name_length_), duration, errored_.load(std::memory_order_relaxed)});
-  }
-
-  // Once per request, by the one thread that marked it delivered (or freed it): no
-  // fragment runs any more, so the records are this thread's alone. True when a
-  // profile was handed over.
-  bool deliver(bool abandoned) noexcept {
-    if (abandoned) {
-      count(Counter::requests_abandoned);
-      end_ns_ = monotonic_now_ns();
-      decision_ = decide(end_ns_ - start_ns_);
-    }
-    const std::int64_t duration = end_ns_ - start_ns_;
-    const TailDecision decision = decision_;
-    if (!decision.keep) {
-      count(discarded_.load(std::memory_order_relaxed) ? Counter::discarded_explicitly
-                                                        : Counter::discarded_by_tail_policy);
-      return false;
-    }
-    count(kept_counter(decision.reason));
-    bool handed_over = false, any_records = false;
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::wall, ProfileKind::heap}) {
-      Recorded& recorded = recorded_[static_cast<std::size_t>(kind)];
-      if (!kinds_.contains(kind) || recorded.records.empty()) continue;
-      any_records = true;
-      SPANPROF_TRY {
-        auto pending = captured_profile_pool().acquire();
-        RawProfile& profile = pending->profile;
-        profile.kind = kind;
-        profile.span = span_;
-        profile.span_name.assign(name_, name_length_);
-        profile.reason = decision.reason;
-        profile.start_unix_ns = start_unix_ns_;
-        profile.duration_ns = duration;
-        profile.period_ns = recorded.period_ns;
-        profile.heap_interval_bytes = recorded.heap_interval_bytes;
-        profile.dropped_samples = recorded.dropped;
-        pending->engine = recorded.engine;
-        pending->packed_samples = std::move(recorded.records);
-        handed_over = submit_captured(std::move(pending)) || handed_over;
-      } SPANPROF_CATCH_ALL {
-        report_error(ErrorCode::internal, "out of memory handing over a request's profile; dropped");
-      }
-    }
-    if (!any_records) kept_without_samples(decision.reason, duration);
-    return handed_over;
-  }
-
-  std::atomic<std::uint64_t> life_{one_reference};  // the creator's handle
-  SpanContext span_;
-  char name_[max_name];
-  std::size_t name_length_ = 0;
-  ProfileKinds kinds_;
-  std::uint64_t generation_ = 0;
-  std::shared_ptr<TailPolicy> tail_policy_;
-  std::int64_t start_ns_ = 0;
-  std::int64_t start_unix_ns_ = 0;
-  // Written once by the thread that claimed the end, published by the ended bit.
-  std::atomic<bool> end_claimed_{false};
-  std::int64_t end_ns_ = 0;
-  TailDecision decision_;
-  std::atomic<bool> errored_{false};
-  std::atomic<bool> discarded_{false};
-  std::mutex mutex_;  // the records: fragments on several threads may close at once
-  Recorded recorded_[profile_kind_count];
-  ThreadContextRecord thread_context_;  // written once, before any fragment runs
-};
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_ENABLED
-
-#endif  // SPANPROF_REQUEST_STATE_HPP_
-// ---- end spanprof/request_state.hpp ----
-// ---- begin spanprof/span/span_adapter.hpp ----
-// The customization point that lets `ScopedProfile guard(span)` accept any span
-// type. Specialize span_adapter for your span class with two noexcept static
-// functions:
-//
-//   template <> struct spanprof::span_adapter<my::Span> {
-//     static spanprof::SpanContext context(const my::Span& s) noexcept;
-//     static std::string_view name(const my::Span& s) noexcept;  // may be empty
-//   };
-//
-// The name only needs to stay valid during the guard's constructor: it is copied.
-//
-// Optionally, two more functions, called when the guard closes (the span must then
-// outlive the guard: a temporary is refused at compile time):
-//
-//     // the span's status, so tail policies that keep failed spans see errors the
-//     // tracer recorded
-//     static bool failed(const my::Span& s) noexcept;
-//     // a profile of the span was handed to delivery: link the span to it (the
-//     // OpenTelemetry adapter sets pyroscope.profile.id)
-//     static void profile_kept(const my::Span& s) noexcept;
-#ifndef SPANPROF_SPAN_SPAN_ADAPTER_HPP_
-#define SPANPROF_SPAN_SPAN_ADAPTER_HPP_
-
-
-#include <string_view>
-#include <type_traits>
-
-SPANPROF_NAMESPACE_BEGIN
-
-template <class Span, class Enable = void>
-struct span_adapter;  // undefined: a span type without an adapter fails to compile
-
-// A span identity with a name, for services that carry ids themselves (for
-// instance from a traceparent header) rather than a tracing library's span.
-struct NamedSpan {
-  SpanContext context;
-  std::string_view name;
-};
-
-template <>
-struct span_adapter<SpanContext> {
-  static SpanContext context(const SpanContext& span) noexcept { return span; }
-  static std::string_view name(const SpanContext&) noexcept { return {}; }
-};
-
-template <>
-struct span_adapter<NamedSpan> {
-  static SpanContext context(const NamedSpan& span) noexcept { return span.context; }
-  static std::string_view name(const NamedSpan& span) noexcept { return span.name; }
-};
-
-namespace detail {
-template <class Span, class = void>
-struct has_span_adapter : std::false_type {};
-template <class Span>
-struct has_span_adapter<Span, std::void_t<decltype(span_adapter<Span>::context(std::declval<const Span&>())),
-                                          decltype(span_adapter<Span>::name(std::declval<const Span&>()))>>
-    : std::true_type {};
-}  // namespace detail
-
-template <class Span>
-inline constexpr bool is_span_v = detail::has_span_adapter<std::decay_t<Span>>::value;
-
-namespace detail {
-// One clear error, at the line that opened the guard, instead of a page of failed
-// overloads: the guard's constructors call this for every span type they are given.
-template <class Span>
-constexpr void require_span_adapter() noexcept {
-  static_assert(is_span_v<Span>,
-                "spanprof::ScopedProfile: this span type has no spanprof::span_adapter. Specialize "
-                "spanprof::span_adapter<YourSpan> with context() and name() (see docs/spans.md), include the "
-                "integration header for your tracer, or pass a spanprof::SpanContext or spanprof::NamedSpan.");
-}
-}  // namespace detail
-
-namespace detail {
-template <class Span, class = void>
-struct has_span_status : std::false_type {};
-template <class Span>
-struct has_span_status<Span, std::void_t<decltype(span_adapter<Span>::failed(std::declval<const Span&>()))>>
-    : std::true_type {};
-template <class Span>
-inline constexpr bool has_span_status_v = has_span_status<std::decay_t<Span>>::value;
-
-template <class Span, class = void>
-struct has_profile_kept_hook : std::false_type {};
-template <class Span>
-struct has_profile_kept_hook<Span, std::void_t<decltype(span_adapter<Span>::profile_kept(std::declval<const Span&>()))>>
-    : std::true_type {};
-template <class Span>
-inline constexpr bool has_profile_kept_hook_v = has_profile_kept_hook<std::decay_t<Span>>::value;
-
-// The guard keeps a pointer to such a span and reads it when it closes.
-template <class Span>
-inline constexpr bool reads_span_at_close_v = has_span_status_v<Span> || has_profile_kept_hook_v<Span>;
-
-template <class Span>
-inline constexpr bool always_false_v = false;
-
-template <class Span>
-constexpr void require_lasting_span() noexcept {
-  static_assert(always_false_v<Span>,
-                "spanprof::ScopedProfile: this span is read again when the guard closes (its status, or to link it "
-                "to its profile), so it must outlive the guard: keep it in a variable declared before the guard, not "
-                "a temporary (see docs/spans.md).");
-}
-}  // namespace detail
-
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_SPAN_SPAN_ADAPTER_HPP_
-// ---- end spanprof/span/span_adapter.hpp ----
-// ---- begin spanprof/guard.hpp ----
-// ScopedProfile: profiles exactly the scope it lives in and labels the profile
-// with the span it was given.
-//
-//   void handle(Request& r, const Span& span) {
-//     spanprof::ScopedProfile guard(span);
-//     ...
-//   }  // samples handed to the background worker; nothing else happens here
-//
-// Cost on the request thread (bench/): a guard the head sampler turns down costs a
-// few nanoseconds; a profiled span that took no sample costs a few dozen
-// nanoseconds (two clock reads and a thread-local push and pop). Only a span that
-// took samples copies them out and hands them over.
-//
-// With `spanprof::heap` (or Options::profiles) the guard also records what the
-// scope allocated, through tcmalloc's hooks (docs/heap.md); that adds a lock-free
-// counter update at open and close.
-//
-// Guards nest: a parent's profile includes its children's samples, as a parent
-// span's time includes its children's. A guard profiles the thread that opened it:
-// one closed on another thread (a coroutine resumed elsewhere) is safe, but its
-// samples are dropped and counted (docs/async.md). A request that hops threads is
-// profiled with spanprof::RequestProfile and its fragments (request.hpp).
-#ifndef SPANPROF_GUARD_HPP_
-#define SPANPROF_GUARD_HPP_
-
-
-#include <atomic>
-#include <chrono>
-#include <cstring>
-#include <ctime>
-#include <exception>
-#include <string_view>
-#include <type_traits>
-
-SPANPROF_NAMESPACE_BEGIN
-
-#if SPANPROF_ENABLED
-
-namespace detail {
-// Turned-down guards of this thread left before one is timed for the adaptive trigger.
-inline thread_local std::uint32_t trigger_observe_countdown = 0;
-}  // namespace detail
-
-class ScopedProfile {
- public:
-  // Longer span names are cut to this many bytes: the name is copied into the
-  // guard so that nothing is allocated when the span ends without samples.
-  static constexpr std::size_t max_span_name = 127;
-
-  // Records what spanprof::Options::profiles says (CPU unless configured).
-  template <class Span>
-  SPANPROF_ALWAYS_INLINE explicit ScopedProfile(const Span& span) noexcept {
-    detail::require_span_adapter<Span>();
-    if constexpr (is_span_v<Span>) start(span, span_adapter<std::decay_t<Span>>::name(span), {}, true);
-  }
-
-  // Records the given profiles, e.g. `spanprof::cpu | spanprof::heap`.
-  template <class Span>
-  SPANPROF_ALWAYS_INLINE ScopedProfile(const Span& span, ProfileKinds kinds) noexcept {
-    detail::require_span_adapter<Span>();
-    if constexpr (is_span_v<Span>) start(span, span_adapter<std::decay_t<Span>>::name(span), kinds, false);
-  }
-
-  // With the span's name given here: for span types that cannot tell it (an
-  // OpenTelemetry span, a bare SpanContext), or to name it differently.
-  template <class Span>
-  SPANPROF_ALWAYS_INLINE ScopedProfile(const Span& span, std::string_view span_name) noexcept {
-    detail::require_span_adapter<Span>();
-    if constexpr (is_span_v<Span>) start(span, span_name, {}, true);
-  }
-  template <class Span>
-  SPANPROF_ALWAYS_INLINE ScopedProfile(const Span& span, std::string_view span_name, ProfileKinds kinds) noexcept {
-    detail::require_span_adapter<Span>();
-    if constexpr (is_span_v<Span>) start(span, span_name, kinds, false);
-  }
-
-  // A span the guard reads again when it closes (its status, or to link it to its
-  // profile) must outlive the guard: a temporary would be gone by then.
-  template <class Span, class = std::enable_if_t<detail::reads_span_at_close_v<Span>>>
-  explicit ScopedProfile(const Span&&) noexcept {
-    detail::require_lasting_span<Span>();
-  }
-  template <class Span, class Second, class = std::enable_if_t<detail::reads_span_at_close_v<Span>>>
-  ScopedProfile(const Span&&, Second&&) noexcept {
-    detail::require_lasting_span<Span>();
-  }
-  template <class Span, class = std::enable_if_t<detail::reads_span_at_close_v<Span>>>
-  ScopedProfile(const Span&&, std::string_view, ProfileKinds) noexcept {
-    detail::require_lasting_span<Span>();
-  }
-
-  ~ScopedProfile() {
-    if (SPANPROF_UNLIKELY(state_ != State::idle || heap_state_ != State::idle || classic_cpu_ || observe_only_))
-      finish();
-  }
-
-  ScopedProfile(const ScopedProfile&) = delete;
-  ScopedProfile& operator=(const ScopedProfile&) = delete;
-  ScopedProfile(ScopedProfile&&) = delete;
-  ScopedProfile& operator=(ScopedProfile&&) = delete;
-
-  // True when this scope is being profiled (sampled in, an engine running).
-  bool active() const noexcept { return state_ != State::idle || heap_state_ != State::idle || classic_cpu_; }
-
-  // True when closing this guard does something: it is active, or the adaptive
-  // trigger is timing the span. A guard that is not may be destroyed at once.
-  bool pending_close() const noexcept { return active() || observe_only_; }
-
-  // Marks the span as failed, for tail policies that keep errored spans. An
-  // exception leaving the scope marks it without this.
-  void set_error(bool failed = true) noexcept { errored_ = failed; }
-
-  // Drops whatever this scope recorded when it closes: nothing is kept, symbolized
-  // or sent (counted in Stats::discarded_explicitly).
-  void discard() noexcept { discarded_ = true; }
-
-  // Ends the profiled scope now rather than at the end of the C++ scope: decides,
-  // hands the profile over, and leaves the guard inactive. Must run on the thread
-  // that opened it, after every guard opened inside it has closed.
-  void close() noexcept {
-    if (pending_close()) finish();
-  }
-
-  // After close() (or while the destructor runs a span adapter's hook): whether a
-  // profile of this scope was handed to delivery. A scope that took no sample, or
-  // that the tail policy discarded, hands nothing over.
-  bool profile_handed_over() const noexcept { return handed_over_; }
-
-  // While `flag` is set, samples that land in this scope are not recorded. For a
-  // span whose end may come from another thread (the OpenTelemetry integration
-  // sets it there): the flag must outlive the guard.
-  void stop_sampling_when(const std::atomic<bool>& flag) noexcept {
-    if (state_ != State::idle) sampler_->span(ticket_).stop = &flag;
-  }
-
- private:
-  friend class Fragment;
-  enum class State : std::uint8_t { idle, sampling, classic };
-
-  // A fragment of `request` (request.hpp): records what this thread runs of it, and
-  // hands the samples to the request when it closes. Null: records nothing.
-  explicit ScopedProfile(detail::RequestState* request) noexcept {
-    if (request != nullptr) open_fragment(*request);
-  }
-  void open_fragment(detail::RequestState& request) noexcept {
-    detail::ThreadCounters* thread = detail::guard_thread();
-    if (SPANPROF_UNLIKELY(thread == nullptr)) return;
-    detail::ConfigReader& reader = thread->config_reader;
-    std::uint64_t inside;
-    const detail::RunningConfig* config = detail::enter_config_section(reader, inside);
-    // Restarted since the request began: its samples would not be comparable.
-    if (SPANPROF_LIKELY(config != nullptr && config->sampler.generation == request.generation()))
-      begin_fragment(*config, request, request.kinds());
-    reader.leave(inside);
-  }
-
-  static std::int64_t monotonic_ns() noexcept { return detail::monotonic_now_ns(); }
-  static std::int64_t realtime_ns() noexcept { return detail::realtime_now_ns(); }
-
-  // Inlined into the guard's constructor: the turned-down guard is the common case
-  // and must stay a few instructions.
-  SPANPROF_ALWAYS_INLINE void open(const SpanContext& span, std::string_view span_name, ProfileKinds kinds,
-                                   bool configured) noexcept {
-    detail::ThreadCounters* thread = detail::guard_thread();
-    if (SPANPROF_UNLIKELY(thread == nullptr)) return;
-    detail::ConfigReader& reader = thread->config_reader;
-    std::uint64_t inside;
-    const detail::RunningConfig* config = detail::enter_config_section(reader, inside);
-    if (SPANPROF_UNLIKELY(config == nullptr)) {
-      reader.leave(inside);
-      return;
-    }
-    // The head sampler sees every span (a ratio sampler reads the trace id as it
-    // is); ids are checked only for a span about to be profiled.
-    if (detail::head_declines(*config, span, span_name)) {
-      thread->add(detail::Counter::head_declined, 1);
-      if (SPANPROF_UNLIKELY(config->trigger != nullptr)) declined(*config, reader, span, span_name, kinds, configured);
-      reader.leave(inside);
-      return;
-    }
-    if (SPANPROF_UNLIKELY(!span.valid())) {
-      reader.leave(inside);
-      report_error(ErrorCode::invalid_span_context, "a guard was given an invalid trace or span id; not profiled");
-      return;
-    }
-    prepare(*config, reader);
-    reader.leave(inside);
-    begin(*config, span, span_name, configured ? config->profiles : kinds, false);
-  }
-
-  // The members a guard that opened nothing never touches are set here rather than
-  // by initializers, so that the turned-down guard writes only its few state bytes.
-  // Pins the configuration until unpin(): a restart does not free it under us.
-  void prepare(const detail::RunningConfig& config, detail::ConfigReader& reader) noexcept {
-    reader.pin(config.sampler.generation);
-    pins_ = &reader;
-    config_ = &config;
-    triggered_ = false;
-    errored_ = false;
-    discarded_ = false;
-    moved_ = false;
-    keep_ = true;
-    reason_ = ProfileReason::sampled;
-    name_length_ = 0;
-    uncaught_at_open_ = 0;
-    sampler_ = nullptr;
-    start_ns_ = 0;
-    duration_ns_ = -1;
-    name_hash_ = 0;
-    user_span_ = nullptr;
-    span_failed_ = nullptr;
-    profile_kept_ = nullptr;
-    ticket_ = detail::SpanSlotTicket{};
-    heap_record_ = detail::HeapActiveSpan{};
-    span_ = SpanContext{};
-    request_ = nullptr;
-  }
-
-  // The head sampler said no; the adaptive trigger may still want this span, and
-  // feeds on the latency of one span in `observe_one_in` per thread.
-  SPANPROF_NOINLINE void declined(const detail::RunningConfig& config, detail::ConfigReader& reader,
-                                  const SpanContext& span, std::string_view span_name, ProfileKinds kinds,
-                                  bool configured) noexcept {
-    AdaptiveTrigger& trigger = *config.trigger;
-    std::uint64_t name_hash = 0;
-    if (trigger.any_armed() && span.valid()) {
-      name_hash = AdaptiveTrigger::hash_name(span_name);
-      if (trigger.take(name_hash)) {
-        prepare(config, reader);
-        name_hash_ = name_hash;
-        begin(config, span, span_name, configured ? config.profiles : kinds, true);
-        return;
-      }
-    }
-    std::uint32_t& countdown = detail::trigger_observe_countdown;
-    if (countdown > 1) {
-      --countdown;
-      return;
-    }
-    countdown = trigger.options().observe_one_in;
-    prepare(config, reader);
-    name_hash_ = name_hash != 0 ? name_hash : AdaptiveTrigger::hash_name(span_name);
-    observe_only_ = true;
-    start_ns_ = monotonic_ns();
-  }
-
-  // Span names are a few bytes: copied in overlapping words. std::memcpy of a size
-  // only known to be below max_span_name compiles to `rep movs`, whose start-up was
-  // most of the opening guard's own time in a busy server (perf).
-  static void copy_name(char* to, const char* from, std::size_t n) noexcept {
-    if (n >= 16) {
-      for (std::size_t at = 0; at + 16 <= n; at += 16) std::memcpy(to + at, from + at, 16);
-      std::memcpy(to + n - 16, from + n - 16, 16);
-    } else if (n >= 8) {
-      std::memcpy(to, from, 8);
-      std::memcpy(to + n - 8, from + n - 8, 8);
-    } else if (n >= 4) {
-      std::memcpy(to, from, 4);
-      std::memcpy(to + n - 4, from + n - 4, 4);
-    } else {
-      for (std::size_t at = 0; at < n; ++at) to[at] = from[at];
-    }
-  }
-
-  SPANPROF_NOINLINE void begin(const detail::RunningConfig& config, const SpanContext& span,
-                               std::string_view span_name, ProfileKinds kinds, bool triggered) noexcept {
-    span_ = span;
-    triggered_ = triggered;
-    uncaught_at_open_ = std::uncaught_exceptions();
-    name_length_ = static_cast<std::uint8_t>(span_name.size() < max_span_name ? span_name.size() : max_span_name);
-    copy_name(name_, span_name.data(), name_length_);
-    const bool classic_cpu = kinds.contains(ProfileKind::cpu) && config.cpu_engine == CpuEngine::classic;
-    if (SPANPROF_UNLIKELY(classic_cpu)) open_classic();
-    // The thread's stack sampler records CPU ticks (sampling engine) and wall ticks.
-    ProfileKinds sampled;
-    if (kinds.contains(ProfileKind::cpu) && !classic_cpu) sampled = sampled | cpu;
-    if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) sampled = sampled | wall;
-    if (!sampled.empty()) open_sampling(config, sampled);
-    if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::heap))) open_heap(config);
-    if (active()) {
-      detail::count(detail::Counter::profiles_started);
-      start_ns_ = monotonic_ns();  // after the engines started: the classic ones take milliseconds
-    } else {
-      unpin();  // nothing to close: the destructor will not look at the configuration
-    }
-  }
-
-  void unpin() noexcept { pins_->unpin(config_->sampler.generation); }
-
-  template <class Span>
-  SPANPROF_ALWAYS_INLINE void start(const Span& span, std::string_view span_name, ProfileKinds kinds,
-                                    bool configured) noexcept {
-    using Adapter = span_adapter<std::decay_t<Span>>;
-    open(Adapter::context(span), span_name, kinds, configured);
-    if constexpr (detail::reads_span_at_close_v<Span>) {
-      if (!active()) return;
-      user_span_ = &span;
-      if constexpr (detail::has_span_status_v<Span>)
-        span_failed_ = [](const void* s) noexcept { return Adapter::failed(*static_cast<const Span*>(s)); };
-      if constexpr (detail::has_profile_kept_hook_v<Span>)
-        profile_kept_ = [](const void* s) noexcept { Adapter::profile_kept(*static_cast<const Span*>(s)); };
-    }
-  }
-
-  bool failed() const noexcept {
-    return errored_ || std::uncaught_exceptions() > uncaught_at_open_ ||
-           (span_failed_ != nullptr && span_failed_(user_span_));
-  }
-
-  // What a fragment records: the request's kinds, with the sampling engines only
-  // (the classic ones profile the whole process, not one thread's turn). It reads
-  // the configuration only here, inside the thread's reading section, and nothing of
-  // it at close: unlike a guard's, its configuration is not pinned. It sets only
-  // what its close reads: a turn of an async request costs a few dozen nanoseconds.
-  void begin_fragment(const detail::RunningConfig& config, detail::RequestState& request, ProfileKinds kinds) noexcept {
-    request_ = &request;
-    pins_ = nullptr;
-    config_ = nullptr;
-    keep_ = true;
-    moved_ = false;
-    reason_ = ProfileReason::sampled;  // the request decides, and says if it is kept without a sample
-    duration_ns_ = -1;
-    ProfileKinds sampled;
-    if (kinds.contains(ProfileKind::cpu) && config.cpu_engine == CpuEngine::sampling) sampled = sampled | cpu;
-    if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) sampled = sampled | wall;
-    if (!sampled.empty()) open_sampling(config, sampled);
-    if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::heap)) && config.heap_engine == HeapEngine::sampling)
-      open_heap(config);
-  }
-
-  SPANPROF_NOINLINE void finish() noexcept {
-    decide_and_close();
-    // Closed on another thread (a coroutine resumed elsewhere): the pin is the
-    // opening thread's, which only that thread may change, and it may have exited.
-    // It stays, and keeps that configuration alive for good: a few hundred bytes
-    // per restart of spanprof, against a configuration freed under a reader.
-    if (SPANPROF_LIKELY(pins_ == &detail::thread_counters.config_reader)) unpin();
-  }
-
-  // The span ended: decide whether to keep what it recorded, then close the engines.
-  void decide_and_close() noexcept {
-    if (request_ != nullptr) {
-      // A fragment: the request decides when it ends, with all its fragments.
-      close_engines();
-      return;
-    }
-    const detail::RunningConfig& config = *config_;
-    if (observe_only_) {
-      observe_only_ = false;
-      config.trigger->observe(name_hash_, monotonic_ns() - start_ns_);
-      return;
-    }
-    if (SPANPROF_UNLIKELY(discarded_)) {
-      detail::count(detail::Counter::discarded_explicitly);
-      keep_ = false;
-      close_engines();
-      return;
-    }
-    if (!config.tail_policy && !config.trigger && !triggered_) {
-      // Nothing to decide: kept as sampled; the duration is read only if there is
-      // a profile to hand over.
-      detail::count(detail::kept_counter(ProfileReason::sampled));
-      close_engines();
-      return;
-    }
-    const std::int64_t duration = monotonic_ns() - start_ns_;
-    const std::string_view name(name_, name_length_);
-    TailDecision decision = TailDecision::keep_as(ProfileReason::sampled);
-    if (config.tail_policy) decision = config.tail_policy->decide(SpanOutcome{span_, name, duration, failed()});
-    // A span the trigger asked for is kept, under the more telling reason if any.
-    if (triggered_ && (!decision.keep || decision.reason == ProfileReason::sampled))
-      decision = TailDecision::keep_as(ProfileReason::triggered);
-    if (config.trigger) config.trigger->observe(name_hash_ ? name_hash_ : AdaptiveTrigger::hash_name(name), duration);
-    if (decision.keep) detail::count(detail::kept_counter(decision.reason));
-    else detail::count(detail::Counter::discarded_by_tail_policy);
-    keep_ = decision.keep;
-    reason_ = decision.reason;
-    duration_ns_ = duration;
-    close_engines();
-  }
-
-  void close_engines() noexcept {
-    // Heap first: the CPU hand-over allocates, and those allocations are the SDK's.
-    if (heap_state_ != State::idle) close_heap();
-    if (classic_cpu_) close_classic();
-    if (state_ != State::idle) close_sampling();
-    // The span learns of its profile before the guard returns, so it can carry the
-    // link (pyroscope.profile.id) when it is exported after.
-    if (handed_over_ && profile_kept_ != nullptr) profile_kept_(user_span_);
-  }
-
-  void open_sampling(const detail::RunningConfig& config, ProfileKinds kinds) noexcept {
-    detail::ThreadStackSampler* sampler = detail::current_stack_sampler;
-    if (SPANPROF_UNLIKELY(sampler == nullptr || sampler->settings().generation != config.sampler.generation)) {
-      // New settings (spanprof::start was called again) apply from this thread's
-      // next outermost span: replacing the sampler now would free the log that
-      // the open outer guards still read.
-      if (sampler == nullptr || !sampler->has_open_span()) {
-        if (config.sampler.signal_number == 0) return;
-        sampler = detail::make_stack_sampler(config.sampler);
-        if (sampler == nullptr) return;
-      }
-    }
-    if (kinds.contains(ProfileKind::cpu) && SPANPROF_UNLIKELY(!sampler->armed())) {
-      if (!sampler->has_source() || !sampler->arm()) kinds = kinds.contains(ProfileKind::wall) ? wall : ProfileKinds{};
-      if (kinds.empty()) return;
-    }
-    sampler_ = sampler;
-    if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) open_wall(*sampler, config);
-    ticket_ = sampler->push(kinds);
-    if (SPANPROF_UNLIKELY(!ticket_.valid())) return too_deep(*sampler, kinds);
-    if (kinds.contains(ProfileKind::cpu)) {
-      sampler->counters().add(detail::Counter::cpu_guards_opened, 1);
-      // The ticker watches POSIX-timer threads for points the kernel is late with.
-      // The sampler's own flag first: with the watch off (the default) the guard reads
-      // nothing shared.
-      if (SPANPROF_UNLIKELY(sampler->settings().watch_cpu) &&
-          detail::ticker_parked().load(std::memory_order_relaxed) && sampler->source() == CpuSampleSource::posix_timer)
-        detail::wall_ticker().watch_cpu();
-    }
-    state_ = State::sampling;
-  }
-
-  SPANPROF_NOINLINE void too_deep(detail::ThreadStackSampler& sampler, ProfileKinds kinds) noexcept {
-    if (kinds.contains(ProfileKind::wall) && sampler.wall_span_closed(monotonic_ns()))
-      detail::wall_ticker().thread_ended_wall_span();
-    report_error(ErrorCode::sample_buffer_full, "more than 32 profiled spans open on one thread; this one is not profiled");
-  }
-
-  SPANPROF_NOINLINE void open_wall(detail::ThreadStackSampler& sampler, const detail::RunningConfig& config) noexcept {
-    if (sampler.wall_span_opened(monotonic_ns()))
-      detail::wall_ticker().thread_started_wall_span(config.sampler.wall_period_ns);
-    sampler.counters().add(detail::Counter::wall_guards_opened, 1);
-  }
-
-  void close_sampling() noexcept {
-    detail::ThreadStackSampler* sampler = sampler_;
-    state_ = State::idle;
-    if (SPANPROF_UNLIKELY(detail::current_stack_sampler != sampler)) return close_sampling_elsewhere(sampler);
-    const detail::ActiveSpan& span = sampler->span(ticket_);
-    const ProfileKinds kinds = span.kinds;
-    const std::size_t log_start = span.log_start;
-    const std::uint64_t dropped_at_start = span.dropped_at_start;
-    // The wall time since the last sample goes to it before the span leaves.
-    if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall)) && sampler->wall_span_closed(monotonic_ns()))
-      detail::wall_ticker().thread_ended_wall_span();
-    if (SPANPROF_UNLIKELY(!sampler->pop(ticket_)))
-      return moved("a profiled span closed before a span opened after it on its thread (interleaved coroutines?): "
-                   "its samples are dropped (docs/async.md)");
-    const std::size_t used = sampler->used_words();
-    const std::uint64_t dropped = sampler->dropped() - dropped_at_start;
-    if (!keep_) {
-      // Discarded by the tail policy: nothing is copied, symbolized or sent.
-    } else if (used > log_start || dropped != 0) {
-      hand_over(sampler, used, dropped, kinds, log_start);
-    } else {
-      sampler->counters().add(detail::Counter::spans_without_samples, 1);
-      // A fragment's request counts its own when it ends, over all its fragments.
-      if (SPANPROF_UNLIKELY(reason_ != ProfileReason::sampled) && request_ == nullptr)
-        detail::kept_without_samples(reason_, duration_ns_);
-    }
-    sampler->span_closed();
-  }
-
-  // A fragment whose request ended on another thread, copied from that thread while
-  // the fragment stays open on its own (which holds the slot, so the log is neither
-  // reset nor freed under the copy): its records go to the request now, and its
-  // close on its own thread only frees the slot. False, touching nothing, when it
-  // records more than the thread's stack log (heap, or the classic engine).
-  SPANPROF_NOINLINE bool take_records_elsewhere() noexcept {
-    if (request_ == nullptr || heap_state_ != State::idle || classic_cpu_) return false;
-    if (state_ == State::sampling) {
-      detail::ThreadStackSampler* sampler = sampler_;
-      const detail::ActiveSpan& span = sampler->span(ticket_);
-      const std::size_t used = sampler->used_words_published();
-      const std::uint64_t dropped = sampler->dropped() - span.dropped_at_start;
-      if (used > span.log_start || dropped != 0) hand_over(sampler, used, dropped, span.kinds, span.log_start);
-    }
-    keep_ = false;
-    return true;
-  }
-
-  // The guard ends on another thread than it began (a coroutine resumed on another
-  // thread of a pool): that thread's samples are its own to read, so this span's
-  // are dropped. Its slot is marked dead, the last thing done to the sampler: the
-  // opening thread frees it, and never reads this guard again.
-  SPANPROF_NOINLINE void close_sampling_elsewhere(detail::ThreadStackSampler* sampler) noexcept {
-    if (sampler->span(ticket_).kinds.contains(ProfileKind::wall) && sampler->wall_span_closed_elsewhere())
-      detail::wall_ticker().thread_ended_wall_span();
-    sampler->close_elsewhere(ticket_);
-    moved("a profiled span closed on another thread than it opened (a coroutine resumed elsewhere?): its samples "
-          "are dropped (docs/async.md)");
-  }
-
-  void moved(const char* what) noexcept {
-    if (moved_) return;  // one span, counted once (its CPU and heap parts both moved)
-    moved_ = true;
-    detail::count(detail::Counter::spans_moved);
-    report_error(ErrorCode::span_moved, what);
-  }
-
-  // Copies this span's records out of the log, one profile per kind it asked for
-  // (a fragment's go to its request).
-  SPANPROF_NOINLINE void hand_over(detail::ThreadStackSampler* sampler, std::size_t used, std::uint64_t dropped,
-                                   ProfileKinds kinds, std::size_t log_start) noexcept {
-    if (dropped != 0) {
-      char message[128];
-      std::snprintf(message, sizeof message, "%llu samples dropped: the per-thread sample buffer is full",
-                    static_cast<unsigned long long>(dropped));
-      report_error(ErrorCode::sample_buffer_full, message);
-    }
-    if (request_ != nullptr)
-      return request_->add_stack_records(*sampler, sampler->words() + log_start, used - log_start, kinds, dropped);
-    if (used <= log_start) return;
-    const std::uint64_t* first = sampler->words() + log_start;
-    const std::size_t words = used - log_start;
-    // The log holds what the spans around this one (and inside it) asked for too:
-    // each profile takes the records of its kind.
-    for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::wall}) {
-      if (!kinds.contains(kind)) continue;
-      SPANPROF_TRY {
-        auto pending = detail::captured_profile_pool().acquire();
-        pending->packed_samples.reserve(words);
-        detail::append_stack_records(first, words, kind, pending->packed_samples);
-        if (pending->packed_samples.empty()) {
-          sampler->counters().add(detail::Counter::spans_without_samples, 1);
-          detail::captured_profile_pool().release(std::move(pending));
-          continue;
-        }
-        fill_identity(pending->profile, kind);
-        pending->profile.period_ns = sampler->period_ns(kind);
-        if (kind == ProfileKind::cpu) pending->profile.dropped_samples = dropped;
-        pending->engine = sampler->engine_name(kind);
-        handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
-      } SPANPROF_CATCH_ALL {
-        report_error(ErrorCode::internal, "out of memory handing over a profile; dropped");
-      }
-    }
-  }
-
-  void fill_identity(RawProfile& profile, ProfileKind kind) {
-    if (duration_ns_ < 0) duration_ns_ = monotonic_ns() - start_ns_;
-    profile.kind = kind;
-    profile.span = span_;
-    profile.span_name.assign(name_, name_length_);
-    profile.start_unix_ns = realtime_ns() - duration_ns_;
-    profile.duration_ns = duration_ns_;
-    profile.reason = reason_;
-  }
-
-  SPANPROF_NOINLINE void open_classic() noexcept {
-    switch (detail::classic_engine_start()) {
-      case detail::ClassicStart::started:
-        detail::count(detail::Counter::cpu_guards_opened);
-        classic_cpu_ = true;
-        return;
-      case detail::ClassicStart::busy:
-        detail::count(detail::Counter::classic_busy);
-        report_error(ErrorCode::profiler_busy, "the classic engine is profiling another scope; this one is not profiled");
-        return;
-      case detail::ClassicStart::failed:
-        return;
-    }
-  }
-
-  SPANPROF_NOINLINE void close_classic() noexcept {
-    classic_cpu_ = false;
-    detail::classic_engine_stop([this](const char* file) noexcept {
-      if (!keep_) {
-        ::unlink(file);
-        return;
-      }
-      if (!hand_over(ProfileKind::cpu, "classic",
-                     [file](detail::CapturedProfile& pending) { pending.gperftools_cpu_file = file; }))
-        ::unlink(file);
-    });
-  }
-
-  SPANPROF_NOINLINE void open_heap(const detail::RunningConfig& config) noexcept {
-    if (config.heap_engine == HeapEngine::classic) {
-      switch (detail::classic_heap_start()) {
-        case detail::ClassicHeapStart::started:
-          detail::count(detail::Counter::heap_guards_opened);
-          heap_state_ = State::classic;
-          return;
-        case detail::ClassicHeapStart::busy:
-          detail::count(detail::Counter::classic_busy);
-          report_error(ErrorCode::profiler_busy,
-                       "gperftools' heap profiler is profiling another scope; this one gets no heap profile");
-          return;
-        case detail::ClassicHeapStart::failed:
-          return;
-      }
-    }
-    if (detail::open_heap_span(heap_record_, config.heap)) heap_state_ = State::sampling;
-  }
-
-  SPANPROF_NOINLINE void close_heap() noexcept {
-    const State state = heap_state_;
-    heap_state_ = State::idle;
-    if (state == State::classic) {
-      char* text = detail::classic_heap_stop();
-      if (text == nullptr) {
-        if (keep_) report_error(ErrorCode::profiler_failed, "GetHeapProfile returned nothing");
-        return;
-      }
-      if (!keep_) {
-        std::free(text);
-        return;
-      }
-      hand_over(ProfileKind::heap, "classic",
-                [text](detail::CapturedProfile& pending) { pending.gperftools_heap_text = text; });
-      std::free(text);
-      return;
-    }
-    detail::HeapSpanResult result;
-    if (SPANPROF_UNLIKELY(!detail::close_heap_span(heap_record_, result, keep_)))
-      return moved(heap_record_.owner != &detail::heap_thread
-                       ? "a heap-profiled span closed on another thread than it opened (a coroutine resumed "
-                         "elsewhere?): its samples are dropped (docs/async.md)"
-                       : "a heap-profiled span closed before a span opened after it on its thread: its samples are "
-                         "dropped (docs/async.md)");
-    if (result.dropped != 0 && keep_) {
-      char message[128];
-      std::snprintf(message, sizeof message, "%llu heap samples dropped: the per-thread heap log is full",
-                    static_cast<unsigned long long>(result.dropped));
-      report_error(ErrorCode::sample_buffer_full, message);
-    }
-    if (!keep_ || result.records.empty()) return;  // discarded, or nothing allocated was sampled
-    if (request_ != nullptr) return request_->add_heap_records(result);
-    hand_over(ProfileKind::heap, detail::sampling_heap_engine_name(), [&result](detail::CapturedProfile& pending) {
-      pending.profile.heap_interval_bytes = result.interval_bytes;
-      pending.profile.dropped_samples = result.dropped;
-      pending.packed_samples = std::move(result.records);
-    });
-  }
-
-  // Hands this span's profile of `kind` over, `attach` adding what the engine
-  // recorded; false when it could not (out of memory, reported).
-  template <class Attach>
-  bool hand_over(ProfileKind kind, const char* engine, Attach&& attach) noexcept {
-    SPANPROF_TRY {
-      auto pending = detail::captured_profile_pool().acquire();
-      fill_identity(pending->profile, kind);
-      pending->engine = engine;
-      attach(*pending);
-      handed_over_ = detail::submit_captured(std::move(pending)) || handed_over_;
-      return true;
-    } SPANPROF_CATCH_ALL {
-      report_error(ErrorCode::internal, kind == ProfileKind::heap
-                                            ? "out of memory handing over a heap profile; dropped"
-                                            : "out of memory handing over a profile; dropped");
-    }
-    return false;
-  }
-
-  // What every guard sets: the destructor and the public queries read only these.
-  State state_ = State::idle;       // sampling: ticket_ holds a slot of sampler_ (CPU and/or wall)
-  State heap_state_ = State::idle;
-  bool classic_cpu_ = false;        // gperftools' CPU profiler runs for this scope
-  bool observe_only_ = false;  // not profiled; timed for the adaptive trigger only
-  bool handed_over_ = false;
-  // Set by prepare(), for guards that open something or are timed for the trigger.
-  bool triggered_;
-  bool errored_;
-  bool keep_;
-  ProfileReason reason_;
-  std::uint8_t name_length_;
-  int uncaught_at_open_;
-  const detail::RunningConfig* config_;  // pinned in pins_ until unpin()
-  detail::ConfigReader* pins_;
-  detail::ThreadStackSampler* sampler_;
-  std::int64_t start_ns_;
-  std::int64_t duration_ns_;  // -1: not read yet
-  std::uint64_t name_hash_;
-  bool discarded_;
-  bool moved_;  // closed elsewhere or out of order: counted, samples dropped
-  detail::RequestState* request_;  // a fragment's request (request.hpp); null: a span's own profile
-  const void* user_span_;  // the user's span, for the adapter's hooks at close
-  bool (*span_failed_)(const void*) noexcept;
-  void (*profile_kept_)(const void*) noexcept;
-  // Members of anonymous unions are left uninitialized by the constructors (their
-  // types zero themselves otherwise); prepare() assigns them.
-  union {
-    detail::SpanSlotTicket ticket_;  // the span's slot in sampler_ (capture/thread_stack_sampler.hpp)
-  };
-  union {
-    detail::HeapActiveSpan heap_record_;
-  };
-  union {
-    SpanContext span_;
-  };
-  char name_[max_span_name];
-};
-
-#else  // SPANPROF_ENABLED == 0: every guard is an empty object.
-
-class ScopedProfile {
- public:
-  // The same checks as the real guard, so code that compiles one way compiles both.
-  template <class Span>
-  explicit ScopedProfile(const Span&) noexcept {
-    detail::require_span_adapter<Span>();
-  }
-  template <class Span>
-  ScopedProfile(const Span&, ProfileKinds) noexcept {
-    detail::require_span_adapter<Span>();
-  }
-  template <class Span>
-  ScopedProfile(const Span&, std::string_view) noexcept {
-    detail::require_span_adapter<Span>();
-  }
-  template <class Span>
-  ScopedProfile(const Span&, std::string_view, ProfileKinds) noexcept {
-    detail::require_span_adapter<Span>();
-  }
-  template <class Span, class = std::enable_if_t<detail::reads_span_at_close_v<Span>>>
-  explicit ScopedProfile(const Span&&) noexcept {
-    detail::require_lasting_span<Span>();
-  }
-  template <class Span, class Second, class = std::enable_if_t<detail::reads_span_at_close_v<Span>>>
-  ScopedProfile(const Span&&, Second&&) noexcept {
-    detail::require_lasting_span<Span>();
-  }
-  template <class Span, class = std::enable_if_t<detail::reads_span_at_close_v<Span>>>
-  ScopedProfile(const Span&&, std::string_view, ProfileKinds) noexcept {
-    detail::require_lasting_span<Span>();
-  }
-  ScopedProfile(const ScopedProfile&) = delete;
-  ScopedProfile& operator=(const ScopedProfile&) = delete;
-  bool active() const noexcept { return false; }
-  bool pending_close() const noexcept { return false; }
-  void set_error(bool = true) noexcept {}
-  void discard() noexcept {}
-  void close() noexcept {}
-  bool profile_handed_over() const noexcept { return false; }
-  void stop_sampling_when(const std::atomic<bool>&) noexcept {}
-};
-
-#endif
-
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_GUARD_HPP_
-// ---- end spanprof/guard.hpp ----
 // ---- begin spanprof/request.hpp ----
 // RequestProfile and Fragment: one profile per request, whichever threads run it.
 //
@@ -8690,41 +3275,18 @@ SPANPROF_NAMESPACE_BEGIN
 #if SPANPROF_ENABLED
 
 namespace detail {
-// The request whose fragment this thread runs (innermost), or null. Trivially
-// initialized: reading it never runs a TLS constructor.
-inline thread_local RequestState* running_request = nullptr;
+class RequestState;
 
-// Decides whether the span is profiled, as a guard's open does, and makes its state.
-SPANPROF_NOINLINE inline RequestState* begin_request(const SpanContext& span, std::string_view name,
-                                                     ProfileKinds kinds, bool configured) noexcept {
-  ThreadCounters* thread = guard_thread();
-  if (thread == nullptr) return nullptr;
-  ConfigReader& reader = thread->config_reader;
-  std::uint64_t inside;
-  const RunningConfig* config = enter_config_section(reader, inside);
-  if (config == nullptr) {
-    reader.leave(inside);
-    return nullptr;
-  }
-  if (detail::head_declines(*config, span, name)) {
-    thread->add(Counter::head_declined, 1);
-    reader.leave(inside);
-    return nullptr;
-  }
-  if (!span.valid()) {
-    reader.leave(inside);
-    report_error(ErrorCode::invalid_span_context, "a request was given an invalid trace or span id; not profiled");
-    return nullptr;
-  }
-  // Copied inside the section, where the configuration cannot be freed.
-  RequestState::Identity identity{span, name, configured ? config->profiles : kinds, config->sampler.generation,
-                                  config->tail_policy};
-  reader.leave(inside);
-  RequestState* state = RequestState::create(std::move(identity));
-  if (state == nullptr) report_error(ErrorCode::internal, "out of memory beginning a request's profile; not profiled");
-  else count(Counter::profiles_started);
-  return state;
-}
+// Compiled once, with the runtime (detail/request-inl.hpp). begin_request decides
+// whether the span is profiled, as a guard's open does, and makes its state (null:
+// not profiled).
+SPANPROF_API RequestState* begin_request(const SpanContext& span, std::string_view name, ProfileKinds kinds,
+                                         bool configured) noexcept;
+SPANPROF_API void acquire_request(RequestState& state) noexcept;
+SPANPROF_API void release_request(RequestState& state) noexcept;
+SPANPROF_API void set_request_error(RequestState& state, bool failed) noexcept;
+SPANPROF_API void discard_request(RequestState& state) noexcept;
+SPANPROF_API bool end_request(RequestState& state) noexcept;
 }  // namespace detail
 
 // A handle on one request's profile. Copies share it; it is delivered once.
@@ -8762,7 +3324,7 @@ class RequestProfile {
   }
 
   RequestProfile(const RequestProfile& other) noexcept : state_(other.state_) {
-    if (state_ != nullptr) state_->acquire();
+    if (state_ != nullptr) detail::acquire_request(*state_);
   }
   RequestProfile(RequestProfile&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
   RequestProfile& operator=(RequestProfile other) noexcept {
@@ -8770,7 +3332,7 @@ class RequestProfile {
     return *this;
   }
   ~RequestProfile() {
-    if (state_ != nullptr) state_->release();
+    if (state_ != nullptr) detail::release_request(*state_);
   }
 
   // True when the request is being profiled (and has not ended through this handle).
@@ -8778,12 +3340,12 @@ class RequestProfile {
 
   // Marks the request as failed, for tail policies that keep errored requests.
   void set_error(bool failed = true) noexcept {
-    if (state_ != nullptr) state_->set_error(failed);
+    if (state_ != nullptr) detail::set_request_error(*state_, failed);
   }
 
   // Drops whatever the request recorded: nothing is kept, symbolized or sent.
   void discard() noexcept {
-    if (state_ != nullptr) state_->discard();
+    if (state_ != nullptr) detail::discard_request(*state_);
   }
 
   // The request is over: the tail policy decides now; its profile is delivered now,
@@ -8792,8 +3354,8 @@ class RequestProfile {
   // be when those fragments close (as a span is linked to its profile before export).
   bool end() noexcept {
     if (state_ == nullptr) return false;
-    const bool kept = state_->end();
-    std::exchange(state_, nullptr)->release();
+    const bool kept = detail::end_request(*state_);
+    detail::release_request(*std::exchange(state_, nullptr));
     return kept;
   }
 
@@ -8810,31 +3372,11 @@ class RequestProfile {
 // request this thread already runs does nothing (its samples are counted once).
 class Fragment {
  public:
-  explicit Fragment(const RequestProfile& request) noexcept
-      : running_(&detail::running_request), previous_(*running_), request_(enter(request.state_, previous_)),
-        guard_(request_) {
-    if (request_ == nullptr) return;
-    *running_ = request_;
-    // Published for profilers outside the process (span/thread_context.hpp).
-    published_ = &otel_thread_ctx_v1;
-    previous_context_ = *published_;
-    std::atomic_signal_fence(std::memory_order_release);
-    *published_ = &request_->thread_context();
-  }
+  explicit Fragment(const RequestProfile& request) noexcept { open(request.state_); }
   Fragment(const RequestProfile&&) = delete;  // a temporary request would end before its fragment
 
   ~Fragment() {
-    if (request_ == nullptr) return;
-    guard_.close();  // the samples go to the request
-    // Closed on another thread than it opened (a misuse, counted by the guard):
-    // that thread's variable is not this fragment's to restore.
-    if (running_ == &detail::running_request) {
-      *running_ = previous_;
-      *published_ = previous_context_;
-      std::atomic_signal_fence(std::memory_order_release);
-    }
-    if (SPANPROF_UNLIKELY(records_taken_)) request_->release();
-    else request_->leave_fragment();
+    if (request_ != nullptr) close();
   }
 
   Fragment(const Fragment&) = delete;
@@ -8856,26 +3398,20 @@ class Fragment {
   // idle thread may not for long. False, taking nothing, when the fragment records
   // what another thread cannot read (heap, the classic engine): it delivers when
   // it closes, as any other.
-  bool take_records_over() noexcept {
-    if (request_ == nullptr || !guard_.take_records_elsewhere()) return false;
-    records_taken_ = true;
-    request_->leave_running();
-    return true;
-  }
+  SPANPROF_API bool take_records_over() noexcept;
 
  private:
-  static detail::RequestState* enter(detail::RequestState* request, detail::RequestState* running) noexcept {
-    if (request == nullptr || request == running || !request->enter_fragment()) return nullptr;
-    return request;
-  }
+  // Compiled once, with the runtime (detail/request-inl.hpp).
+  SPANPROF_API void open(detail::RequestState* request) noexcept;
+  SPANPROF_API void close() noexcept;
 
-  detail::RequestState** running_;  // this thread's running_request
-  detail::RequestState* previous_;
-  detail::RequestState* request_;   // entered, or null: records nothing
+  detail::RequestState** running_ = nullptr;  // this thread's running request
+  detail::RequestState* previous_ = nullptr;
+  detail::RequestState* request_ = nullptr;   // entered, or null: records nothing
   const void** published_ = nullptr;  // this thread's otel_thread_ctx_v1
   const void* previous_context_ = nullptr;
   bool records_taken_ = false;  // by take_records_over(), on another thread
-  ScopedProfile guard_;
+  detail::GuardCore guard_;
 };
 
 #else  // SPANPROF_ENABLED == 0: requests and fragments are empty objects.
@@ -8956,6 +3492,68 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_REQUEST_HPP_
 // ---- end spanprof/request.hpp ----
+// ---- begin spanprof/capture/engines.hpp ----
+// The capture engines a guard can use, and where the CPU engine's samples come
+// from. docs/engines.md explains the choice and what each costs.
+#ifndef SPANPROF_CAPTURE_ENGINES_HPP_
+#define SPANPROF_CAPTURE_ENGINES_HPP_
+
+
+#include <cstdint>
+#include <string_view>
+
+SPANPROF_NAMESPACE_BEGIN
+
+enum class CpuEngine : std::uint8_t {
+  // Per-thread CPU-time sampling, armed once per thread; a guard only marks the
+  // thread's active span. Concurrent spans get exactly their own samples.
+  sampling,
+  // gperftools' ProfilerStart/ProfilerStop around the scope. One scope at a time
+  // per process and ~0.5-5 ms per scope: for comparison, and for environments where
+  // the sampling engine cannot run.
+  classic,
+};
+
+enum class HeapEngine : std::uint8_t {
+  // Allocation hooks (spanprof's operator new/delete, or tcmalloc's MallocHook, live
+  // only while a heap-profiled scope is open) record one allocation per
+  // ~heap_sample_interval_bytes of the profiled threads and scale the counts to
+  // unbiased estimates. Concurrent scopes get their own allocations.
+  sampling,
+  // gperftools' HeapProfilerStart/GetHeapProfile/HeapProfilerStop around the scope:
+  // every allocation of every thread, one scope at a time, and an alloc-heavy loop
+  // runs ~30x slower. For comparison and for exact counts in a test rig.
+  classic,
+};
+
+// Where the sampling CPU engine's ticks come from.
+enum class CpuSampleSource : std::uint8_t {
+  automatic,    // posix_timer: no cost at context switches (docs/cost.md)
+  perf_event,   // perf task-clock event: exact to the microsecond, paid at every context switch
+  posix_timer,  // timer_create(CLOCK_THREAD_CPUTIME_ID): fires on the scheduler tick, weighted
+};
+
+constexpr std::string_view to_string(CpuEngine e) noexcept { return e == CpuEngine::sampling ? "sampling" : "classic"; }
+constexpr std::string_view to_string(HeapEngine e) noexcept {
+  return e == HeapEngine::sampling ? "sampling" : "classic";
+}
+constexpr std::string_view to_string(CpuSampleSource s) noexcept {
+  switch (s) {
+    case CpuSampleSource::automatic: return "automatic";
+    case CpuSampleSource::perf_event: return "perf_event";
+    case CpuSampleSource::posix_timer: return "posix_timer";
+  }
+  return "unknown";
+}
+
+// The names of 0.1, kept for one release.
+using Engine [[deprecated("renamed spanprof::CpuEngine")]] = CpuEngine;
+using SamplingSource [[deprecated("renamed spanprof::CpuSampleSource")]] = CpuSampleSource;
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_CAPTURE_ENGINES_HPP_
+// ---- end spanprof/capture/engines.hpp ----
 // ---- begin spanprof/symbolization/symbolizer.hpp ----
 // Symbolization: turning sampled program counters into function names, source
 // lines and inlined frames, and the pprof mapping they came from.
@@ -9071,8 +3669,8 @@ SPANPROF_NAMESPACE_END
 // The built-in defaults are the initializers below, stated nowhere else. Each
 // member's variable, range and meaning is its row in the table of
 // runtime/settings.hpp, which docs/configuration.md shows; a new member needs a
-// row there. What reads the environment is in options-inl.hpp (header-only: by
-// the umbrella header; SPANPROF_COMPILED_LIB: in the compiled library).
+// row there. What reads the environment is in options-inl.hpp, compiled with the
+// runtime (config.hpp).
 #ifndef SPANPROF_RUNTIME_OPTIONS_HPP_
 #define SPANPROF_RUNTIME_OPTIONS_HPP_
 
@@ -9170,15 +3768,22 @@ inline Options::Options() noexcept {}
 // The head sampler SPANPROF_SAMPLER, SPANPROF_SAMPLER_ARG and
 // SPANPROF_MAX_PROFILES_PER_SECOND describe (null: every span), reporting each bad
 // value. What Options() does for its head_sampler, on its own.
-SPANPROF_API SPANPROF_LIB_INLINE std::shared_ptr<HeadSampler> head_sampler_from_environment() noexcept;
+#if SPANPROF_ENABLED
+SPANPROF_API std::shared_ptr<HeadSampler> head_sampler_from_environment() noexcept;
 
 // The uploaders PYROSCOPE_* and OTEL_EXPORTER_OTLP_* describe, reporting each bad
 // value. What Options() does for its uploaders, on its own.
-SPANPROF_API SPANPROF_LIB_INLINE std::vector<std::shared_ptr<Uploader>> uploaders_from_environment() noexcept;
+SPANPROF_API std::vector<std::shared_ptr<Uploader>> uploaders_from_environment() noexcept;
 
 // Every setting as `name=value` lines, in the order of the struct: for a startup
 // log line, and to see what the environment changed.
-SPANPROF_API SPANPROF_LIB_INLINE std::string describe(const Options& options);
+SPANPROF_API std::string describe(const Options& options);
+#else
+// Compiled out, nothing reads the environment.
+inline std::shared_ptr<HeadSampler> head_sampler_from_environment() noexcept { return nullptr; }
+inline std::vector<std::shared_ptr<Uploader>> uploaders_from_environment() noexcept { return {}; }
+inline std::string describe(const Options&) { return "spanprof is compiled out (SPANPROF_ENABLED=0)\n"; }
+#endif
 
 // The name of 0.1, kept for one release. Options() now reads the environment
 // itself, and code wins over it; this returns `options` unchanged.
@@ -9284,8 +3889,8 @@ SPANPROF_NAMESPACE_END
 // environment). After spanprof::shutdown() guards do nothing until start() is
 // called again.
 //
-// Declared here, defined in runtime-inl.hpp: by the umbrella header
-// (header-only), or in the compiled library (SPANPROF_COMPILED_LIB, config.hpp).
+// Declared here, defined in runtime-inl.hpp: in the source file that defines
+// SPANPROF_IMPLEMENTATION, or in the compiled library (config.hpp).
 //
 // With SPANPROF_ENABLED=0 these functions exist and do nothing: start() answers
 // "not started", stats() all zeros.
@@ -9313,17 +3918,17 @@ struct StartResult : Status {
 
 // Starts (or restarts with new options) profiling. Every configuration problem is
 // reported through the error handler and returned.
-SPANPROF_API SPANPROF_LIB_INLINE StartResult start(Options options = Options()) noexcept;
+SPANPROF_API StartResult start(Options options = Options()) noexcept;
 
 // Waits until every profile finished so far has been delivered (or failed, or
 // spooled). timed_out: profiles were still pending at the timeout.
-SPANPROF_API SPANPROF_LIB_INLINE Status flush(std::chrono::milliseconds timeout = std::chrono::seconds(5)) noexcept;
+SPANPROF_API Status flush(std::chrono::milliseconds timeout = std::chrono::seconds(5)) noexcept;
 
 // Stops profiling; delivers what it can within the timeout. timed_out: profiles
 // were still pending at the timeout (counted as dropped, stats()).
-SPANPROF_API SPANPROF_LIB_INLINE Status shutdown(std::chrono::milliseconds timeout = std::chrono::seconds(5)) noexcept;
+SPANPROF_API Status shutdown(std::chrono::milliseconds timeout = std::chrono::seconds(5)) noexcept;
 
-SPANPROF_API SPANPROF_LIB_INLINE Stats stats() noexcept;
+SPANPROF_API Stats stats() noexcept;
 
 #else  // SPANPROF_ENABLED == 0
 
@@ -9340,6 +3945,7 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_RUNTIME_RUNTIME_HPP_
 // ---- end spanprof/runtime/runtime.hpp ----
+#if SPANPROF_DEFINE_RUNTIME  // the runtime: what only it includes
 // ---- begin spanprof/profile/gzip.hpp ----
 // gzip in memory, via zlib. pprof files are gzip-compressed profile.proto bytes,
 // and OTLP/HTTP bodies may be too. Decompression is bounded because its input can
@@ -11004,6 +5610,104 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DELIVERY_BACKEND_OPTIONS_HPP_
 // ---- end spanprof/delivery/backend_options.hpp ----
+// ---- begin spanprof/base/text.hpp ----
+// Small ASCII text helpers and number parsers shared by the parsers of environment
+// variables and HTTP headers. Locale-independent on purpose: these are protocol strings.
+#ifndef SPANPROF_BASE_TEXT_HPP_
+#define SPANPROF_BASE_TEXT_HPP_
+
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include <locale.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+constexpr bool is_ascii_space(char c) noexcept {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+constexpr std::string_view trim_ascii_space(std::string_view text) noexcept {
+  while (!text.empty() && is_ascii_space(text.front())) text.remove_prefix(1);
+  while (!text.empty() && is_ascii_space(text.back())) text.remove_suffix(1);
+  return text;
+}
+
+constexpr char ascii_lower(char c) noexcept { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+constexpr bool equals_ignoring_ascii_case(std::string_view a, std::string_view b) noexcept {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (ascii_lower(a[i]) != ascii_lower(b[i])) return false;
+  return true;
+}
+
+// A plain decimal integer, the whole text and nothing else (an optional sign, then
+// digits). No strtol: it skips leading blanks, accepts "0x" and depends on errno.
+inline bool parse_integer(std::string_view text, std::int64_t& out) noexcept {
+  bool negative = false;
+  if (!text.empty() && (text.front() == '-' || text.front() == '+')) {
+    negative = text.front() == '-';
+    text.remove_prefix(1);
+  }
+  if (text.empty() || text.size() > 18) return false;  // 18 digits always fit an int64
+  std::int64_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    value = value * 10 + (c - '0');
+  }
+  out = negative ? -value : value;
+  return true;
+}
+
+// A plain decimal number ("0.25", "1e-3", "10"), the whole text and nothing else:
+// NaN, infinities and hex floats are refused before strtod sees them, and strtod
+// runs in the "C" locale so a host that set a comma decimal locale still reads
+// "0.5" as a half.
+inline bool parse_decimal(std::string_view text, double& out) noexcept {
+  char buffer[128];
+  if (text.empty() || text.size() >= sizeof buffer) return false;
+  for (char c : text) {
+    const bool allowed = (c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-';
+    if (!allowed) return false;
+  }
+  std::copy(text.begin(), text.end(), buffer);
+  buffer[text.size()] = '\0';
+  const locale_t c_locale = ::newlocale(LC_NUMERIC_MASK, "C", static_cast<locale_t>(nullptr));
+  const locale_t previous = c_locale ? ::uselocale(c_locale) : static_cast<locale_t>(nullptr);
+  char* end = nullptr;
+  const double value = std::strtod(buffer, &end);
+  if (c_locale) {
+    ::uselocale(previous);
+    ::freelocale(c_locale);
+  }
+  if (end != buffer + text.size() || !std::isfinite(value)) return false;
+  out = value;
+  return true;
+}
+
+// Outside text echoed in a message: at most `max` bytes, "..." when cut, and
+// anything but printable ASCII as '?', so a message stays one short line that
+// cannot forge another or drive a terminal.
+inline std::string printable_excerpt(std::string_view text, std::size_t max) {
+  std::string out(text.substr(0, max));
+  for (char& c : out) c = c >= 0x20 && c < 0x7f ? c : '?';
+  if (text.size() > max) out += "...";
+  return out;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_BASE_TEXT_HPP_
+// ---- end spanprof/base/text.hpp ----
 // ---- begin spanprof/delivery/http_client.hpp ----
 // The HTTP transport under the Pyroscope and OTLP uploaders: one POST at a time
 // over libcurl, on spanprof's background thread. Every failure comes back as data
@@ -12019,6 +6723,72 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DELIVERY_PYROSCOPE_UPLOADER_HPP_
 // ---- end spanprof/delivery/pyroscope_uploader.hpp ----
+// ---- begin spanprof/base/loader_lock_gate.hpp ----
+// spanprof's own holds on the dynamic loader's lock, so that fork() can wait
+// them out.
+//
+// libunwind (gperftools' stack walker, in the sample signal handler and the heap
+// hooks) and the symbolizer's scan of the loaded objects take the loader lock
+// through dl_iterate_phdr. glibc's fork() does not reset that lock in the child:
+// a fork while one of them held it would leave the child's loader locked for
+// good, and its first sample, dlopen or dl_iterate_phdr would hang. The fork
+// prepare handler closes this gate and waits for those inside to leave; a
+// sample that finds the gate closed is dropped (and counted), a scan waits.
+#ifndef SPANPROF_BASE_LOADER_LOCK_GATE_HPP_
+#define SPANPROF_BASE_LOADER_LOCK_GATE_HPP_
+
+
+#include <atomic>
+#include <chrono>
+
+#include <sched.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+class LoaderLockGate {
+ public:
+  constexpr LoaderLockGate() noexcept = default;
+
+  // Async-signal-safe. False: a fork is under way, keep out of the loader.
+  bool enter() noexcept {
+    inside_.fetch_add(1, std::memory_order_seq_cst);
+    if (!closed_.load(std::memory_order_seq_cst)) return true;
+    inside_.fetch_sub(1, std::memory_order_seq_cst);
+    return false;
+  }
+  void leave() noexcept { inside_.fetch_sub(1, std::memory_order_seq_cst); }
+
+  // Fork prepare: no new entry, and those inside are waited for, within `limit`
+  // (one of them may wait on a loader lock the host holds).
+  void close_and_wait(std::chrono::milliseconds limit) noexcept {
+    closed_.store(true, std::memory_order_seq_cst);
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (inside_.load(std::memory_order_seq_cst) != 0 && std::chrono::steady_clock::now() < deadline) ::sched_yield();
+  }
+  void open() noexcept { closed_.store(false, std::memory_order_seq_cst); }
+
+  // In the child: only the forking thread is left, and it is inside nothing.
+  void reset_after_fork() noexcept {
+    inside_.store(0, std::memory_order_relaxed);
+    closed_.store(false, std::memory_order_relaxed);
+  }
+
+ private:
+  std::atomic<int> inside_{0};
+  std::atomic<bool> closed_{false};
+};
+
+SPANPROF_API inline LoaderLockGate& loader_lock_gate() noexcept {
+  static LoaderLockGate gate;  // constant-initialized: no guard, safe in a handler
+  return gate;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_BASE_LOADER_LOCK_GATE_HPP_
+// ---- end spanprof/base/loader_lock_gate.hpp ----
 // ---- begin spanprof/base/sha256.hpp ----
 // SHA-256 (FIPS 180-4), small and dependency-free: OpenTelemetry's profiling file id
 // (process.executable.build_id.htlhash) is one, and spanprof links no crypto
@@ -13687,6 +8457,4335 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_SYMBOLIZATION_ELF_SYMBOLIZER_HPP_
 // ---- end spanprof/symbolization/elf_symbolizer.hpp ----
+// ---- begin spanprof/capture/cpu_tick_source.hpp ----
+// A thread's CPU ticks: a perf_event task clock or a POSIX CPU timer that sends
+// the sample signal to the one thread it was made for, each time that thread has
+// run a random CPU-time interval. The thread's sampler
+// (capture/thread_stack_sampler.hpp) owns one and records a stack at each tick.
+//
+// Why it is shaped like this (see docs/engines.md, docs/cost.md):
+//  * It signals only its own thread, so the handler records the stack of the
+//    thread whose CPU time the tick measured.
+//  * The periods are drawn at random (random_interval_ns says why).
+//  * Each tick is placed from the sampling point before it, never from the late
+//    signal: restarting from the signal would leave its delay unsampled at every
+//    sample.
+//  * A sample weighs the thread's CPU time, not the number of periods: counted
+//    periods spread by about half the square root of their number (the periods are
+//    random), and a perf task clock, which runs on while a virtual machine's host
+//    has stolen the vCPU, over-counts by the steal (10 ms of a thread's CPU drew up
+//    to 12.5 ms of periods here). On perf_event it is the thread's CPU clock since
+//    the tick before; on the timer, the CPU between the last point delivered before
+//    and the last one passed now, on the same clock, so that a late signal changes
+//    where a sample lands but not what it weighs.
+//  * Everything the handler calls here is async-signal-safe: a clock, an ioctl
+//    and a timer call.
+#ifndef SPANPROF_CAPTURE_CPU_TICK_SOURCE_HPP_
+#define SPANPROF_CAPTURE_CPU_TICK_SOURCE_HPP_
+
+
+// Compiled out with the SDK, as the sampler that owns it.
+#if SPANPROF_ENABLED
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <csignal>
+#include <cstdint>
+
+#include <fcntl.h>
+#include <linux/perf_event.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef sigev_notify_thread_id
+#define sigev_notify_thread_id _sigev_un._tid
+#endif
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// A random interval with mean `mean_ns`: half the mean, plus an exponentially
+// distributed rest. A random period gives a periodic workload nothing to alias with
+// (fixed periods shift its samples into or out of its spans); the fixed half keeps
+// the sample rate bounded, so a signal handler slower than a short draw cannot
+// fall behind and pile up queued signals. From a per-thread xorshift state;
+// async-signal-safe (log() touches no shared state).
+inline std::int64_t random_interval_ns(std::uint64_t& state, std::int64_t mean_ns) noexcept {
+  state ^= state << 13;
+  state ^= state >> 7;
+  state ^= state << 17;
+  const double unit = (static_cast<double>(state >> 11) + 0.5) * (1.0 / 9007199254740992.0);  // (0, 1)
+  const double half = static_cast<double>(mean_ns) / 2;
+  const double draw = half - std::log(unit) * half;
+  const double high = static_cast<double>(mean_ns) * 16;  // the tail beyond holds a 1e-13 share
+  return static_cast<std::int64_t>(draw > high ? high : draw);
+}
+
+class CpuTickSource {
+ public:
+  // For thread `tid`; `wanted` is the configured CpuSampleSource, `period_ns` the
+  // mean CPU time between two ticks, `seed` the start of the periods' random state.
+  CpuTickSource(CpuSampleSource wanted, int signal_number, std::int64_t period_ns, pid_t tid,
+                std::uint64_t seed) noexcept
+      : wanted_(wanted), signal_number_(signal_number), period_ns_(period_ns), tid_(tid), random_(seed) {}
+
+  CpuTickSource(const CpuTickSource&) = delete;
+  CpuTickSource& operator=(const CpuTickSource&) = delete;
+
+  ~CpuTickSource() { close(); }
+
+  // Picks and creates the sampling source for this thread (not armed yet).
+  // `perf_errno` receives the reason perf_event was refused, if it was.
+  // `automatic` is the POSIX CPU timer: a perf event costs its thread at every
+  // context switch, even between spans (docs/cost.md). A perf_event the kernel
+  // refuses falls back to the timer.
+  CpuSampleSource open(int& perf_errno) noexcept {
+    perf_errno = 0;
+    if (wanted_ == CpuSampleSource::perf_event) {
+      if (open_perf_event()) return source_ = CpuSampleSource::perf_event;
+      perf_errno = errno == 0 ? EINVAL : errno;
+    }
+    if (open_posix_timer()) return source_ = CpuSampleSource::posix_timer;
+    if (wanted_ == CpuSampleSource::automatic && open_perf_event()) return source_ = CpuSampleSource::perf_event;
+    return source_ = CpuSampleSource::automatic;  // nothing could be armed
+  }
+
+  bool has_source() const noexcept { return source_ != CpuSampleSource::automatic; }
+  CpuSampleSource source() const noexcept { return source_; }
+
+  // Disables and releases the source. The destructor does it too; an owner whose
+  // handler writes into memory it frees calls it first.
+  void close() noexcept {
+    if (perf_fd_ >= 0) {
+      ::ioctl(perf_fd_, PERF_EVENT_IOC_DISABLE, 0);
+      ::close(perf_fd_);
+      perf_fd_ = -1;
+    }
+    if (has_timer_) ::timer_delete(timer_);
+    has_timer_ = false;
+  }
+
+  // In a forked child, on a source the parent made: its perf event is the parent's
+  // too (disabling it would stop the parent's samples) and its timer does not exist
+  // here. Closes the child's copy of the event and forgets both.
+  void forget_after_fork() noexcept {
+    if (perf_fd_ >= 0) ::close(perf_fd_);
+    perf_fd_ = -1;
+    has_timer_ = false;
+    source_ = CpuSampleSource::automatic;
+  }
+
+  // Starts the ticks; the periods start afresh. False when there is no source or
+  // the kernel refused.
+  bool start() noexcept {
+    cpu_mark_.store(0, std::memory_order_relaxed);
+    cpu_period_ = 0;
+    tick_cpu_ns_ = 0;
+    if (perf_fd_ >= 0) return schedule_next_tick() && ::ioctl(perf_fd_, PERF_EVENT_IOC_ENABLE, 0) == 0;
+    if (has_timer_) return schedule_next_tick();
+    return false;
+  }
+
+  // Async-signal-safe: used from the handler when the thread has been idle.
+  void stop() noexcept {
+    if (perf_fd_ >= 0) {
+      ::ioctl(perf_fd_, PERF_EVENT_IOC_DISABLE, 0);
+    } else if (has_timer_) {
+      itimerspec stop{};
+      ::timer_settime(timer_, 0, &stop, nullptr);
+    }
+  }
+
+  // The POSIX timer's next sampling point on the thread's CPU clock, for the ticker
+  // to read from its thread (0: none, or another source).
+  std::int64_t next_point_ns() const noexcept {
+    return has_timer_ ? static_cast<std::int64_t>(cpu_mark_.load(std::memory_order_relaxed)) : 0;
+  }
+
+  // The signal `info` describes is one of this source's ticks (async-signal-safe).
+  bool is_tick(const siginfo_t* info) const noexcept {
+    if (perf_fd_ >= 0) return info->si_fd == perf_fd_;  // not our event: someone else's signal
+    if (has_timer_) return info->si_code == SI_TIMER;
+    return false;
+  }
+
+  // What a tick weighs: the sampling points the thread's CPU time passed since the
+  // tick before (the profile's sample count), and the CPU time it ran since then.
+  struct TickWeight {
+    std::uint64_t periods = 0;
+    std::uint64_t cpu_ns = 0;
+  };
+
+  // Sets the CPU time until the next CPU tick (async-signal-safe); returns false if
+  // the kernel refused. `weight`, when given, receives what the sample being taken
+  // stands for; periods 0 is a timer signal before its expiry, not a sample.
+  bool schedule_next_tick(TickWeight* weight = nullptr) noexcept {
+    const std::int64_t now_ns = thread_cpu_now_ns();
+    std::uint64_t periods = 0;
+    std::int64_t timer_tile_ns = 0;
+    const bool ok = perf_fd_ >= 0 ? schedule_perf_tick(now_ns, periods) : schedule_timer_tick(now_ns, periods, timer_tile_ns);
+    const bool armed_before = tick_cpu_ns_ != 0;
+    if (weight != nullptr) {
+      weight->periods = periods;
+      if (perf_fd_ < 0) {
+        if (timer_tile_ns > 0) weight->cpu_ns = static_cast<std::uint64_t>(timer_tile_ns);
+      } else if (periods != 0 && armed_before && now_ns > tick_cpu_ns_) {
+        weight->cpu_ns = static_cast<std::uint64_t>(now_ns - tick_cpu_ns_);
+      }
+    }
+    if (periods != 0 || !armed_before) tick_cpu_ns_ = now_ns;  // an early timer signal moves nothing
+    return ok;
+  }
+
+ private:
+  static std::int64_t thread_cpu_now_ns() noexcept {
+    timespec now{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+    return static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+  }
+
+  bool schedule_perf_tick(std::int64_t now_ns, std::uint64_t& periods) noexcept {
+    // The next tick is placed a random interval after the one that just fired,
+    // not after this handler ran: the signal arrives tens of microseconds after
+    // the overflow (~50 µs measured here), and restarting the period from the
+    // handler would leave that time unsampled at every sample (-5% at 1 kHz).
+    // The lateness is read on the thread's CPU clock, not the event's count:
+    // the task clock also runs through time stolen from the vCPU.
+    const std::int64_t draw = random_interval_ns(random_, period_ns_);
+    std::int64_t period = draw;
+    if (cpu_period_ != 0) {  // the period was set at the last tick, tick_cpu_ns_
+      const std::int64_t late = now_ns - tick_cpu_ns_ - cpu_period_;
+      // Not below a quarter of the mean: a period shorter than this handler would
+      // queue signals faster than it takes them.
+      const std::int64_t floor = std::max<std::int64_t>(period_ns_ / 4, 20'000);
+      if (late > 0) period = std::max(draw - late, floor);
+    }
+    cpu_period_ = period;
+    periods = 1;
+    std::uint64_t value = static_cast<std::uint64_t>(period);
+    return ::ioctl(perf_fd_, PERF_EVENT_IOC_PERIOD, &value) == 0;
+  }
+
+  bool schedule_timer_tick(std::int64_t now_ns, std::uint64_t& periods, std::int64_t& tile_ns) noexcept {
+    if (has_timer_) {
+      // The kernel looks at CPU timers only on the scheduler tick (4 ms at
+      // HZ=250), so the signal comes at the first tick after the sampling point,
+      // and at more than 250 Hz several points fall between two ticks. Each point
+      // the thread's CPU time has passed is one sample of the stack found now
+      // (the sample count). The CPU value is the thread's CPU from the last point
+      // delivered before to the last one passed now: the intervals between points
+      // tile the thread's CPU time, so a late signal (the tick, or the ticker's
+      // watch) moves where a sample lands, never how much it weighs.
+      // The next point is drawn from the last one, never from the late signal.
+      std::uint64_t passed = 0;
+      const std::uint64_t mark = cpu_mark_.load(std::memory_order_relaxed);
+      std::int64_t next = static_cast<std::int64_t>(mark);
+      if (mark == 0) {
+        next = now_ns + random_interval_ns(random_, period_ns_);  // armed afresh
+        point_base_ = now_ns;
+      } else {
+        constexpr std::uint64_t most_periods = 256;  // beyond: the thread ran with the signal held
+        std::int64_t last_passed = point_base_;
+        while (next <= now_ns && passed < most_periods) {
+          ++passed;
+          last_passed = next;
+          next += random_interval_ns(random_, period_ns_);
+        }
+        if (next <= now_ns) {
+          last_passed = now_ns;
+          next = now_ns + random_interval_ns(random_, period_ns_);
+        }
+        if (passed != 0) {
+          tile_ns = last_passed - point_base_;
+          point_base_ = last_passed;
+        }
+      }
+      periods = passed;
+      cpu_mark_.store(static_cast<std::uint64_t>(next), std::memory_order_relaxed);
+      itimerspec spec{};
+      spec.it_value.tv_sec = next / 1'000'000'000;
+      spec.it_value.tv_nsec = next % 1'000'000'000;
+      return ::timer_settime(timer_, TIMER_ABSTIME, &spec, nullptr) == 0;
+    }
+    return false;
+  }
+
+  bool open_perf_event() noexcept {
+    perf_event_attr attr{};
+    attr.size = sizeof(attr);
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.config = PERF_COUNT_SW_TASK_CLOCK;
+    attr.sample_period = static_cast<std::uint64_t>(period_ns_);
+    attr.disabled = 1;
+    attr.wakeup_events = 1;  // signal on every overflow
+    errno = 0;
+    const long fd = ::syscall(SYS_perf_event_open, &attr, 0 /* this thread */, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    if (fd < 0) return false;
+    perf_fd_ = static_cast<int>(fd);
+    f_owner_ex owner{F_OWNER_TID, tid_};
+    if (::fcntl(perf_fd_, F_SETFL, O_ASYNC) != 0 || ::fcntl(perf_fd_, F_SETSIG, signal_number_) != 0 ||
+        ::fcntl(perf_fd_, F_SETOWN_EX, &owner) != 0) {
+      const int saved = errno;
+      ::close(perf_fd_);
+      perf_fd_ = -1;
+      errno = saved;
+      return false;
+    }
+    return true;
+  }
+
+  bool open_posix_timer() noexcept {
+    sigevent event{};
+    event.sigev_notify = SIGEV_THREAD_ID;
+    event.sigev_signo = signal_number_;
+    event.sigev_notify_thread_id = tid_;
+    if (::timer_create(CLOCK_THREAD_CPUTIME_ID, &event, &timer_) != 0) return false;
+    has_timer_ = true;
+    return true;
+  }
+
+  CpuSampleSource wanted_;
+  int signal_number_;
+  std::int64_t period_ns_;  // mean CPU time between two CPU samples
+  pid_t tid_;
+  int perf_fd_ = -1;
+  timer_t timer_{};
+  bool has_timer_ = false;
+  CpuSampleSource source_ = CpuSampleSource::automatic;
+  std::uint64_t random_;        // the handler's: the next CPU period
+  // Timer: its next expiry on the thread's CPU clock (0: armed afresh). The ticker
+  // reads it to find a point the kernel has not delivered (next_point_ns).
+  std::atomic<std::uint64_t> cpu_mark_{0};
+  std::int64_t cpu_period_ = 0; // perf: the period set at the last tick (0: unknown, after a disarm)
+  std::int64_t tick_cpu_ns_ = 0;  // the thread's CPU clock at the last sample (0: since the arm, none)
+  std::int64_t point_base_ = 0;   // timer: the last point delivered (or the arm), on the thread's CPU clock
+};
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_CAPTURE_CPU_TICK_SOURCE_HPP_
+// ---- end spanprof/capture/cpu_tick_source.hpp ----
+// ---- begin spanprof/capture/sample_records.hpp ----
+// The packed records the sampling engines write on the request thread (CPU: in
+// the signal handler; heap: in the allocation hooks) and the worker reads back.
+// Writer and reader of each format live here together, so the two cannot drift.
+//
+//   stack record       [weight, depth, pc_0 ... pc_{depth-1}]
+//                      what the signal handler writes into a thread's sample log.
+//                      pc_0 is the interrupted instruction, the others return
+//                      addresses. A CPU record's weight word holds the sampling
+//                      periods it stands for (its sample count) and the thread's
+//                      CPU nanoseconds since the sample before; a wall record (wall_record_tag set in
+//                      the weight word) stands for the wall nanoseconds in the rest
+//                      of the word, which grow while the thread stays blocked there.
+//   heap log record    [size, live-table slot, live-table entry, depth, pc_0 ...]
+//                      in a thread's heap log while its span is open.
+//   heap hand-off      [size, live at span close (0/1), depth, pc_0 ...]
+//                      what a closed heap span hands to the worker.
+//
+// Writers are async-signal-safe: they only store words into preallocated memory.
+#ifndef SPANPROF_CAPTURE_SAMPLE_RECORDS_HPP_
+#define SPANPROF_CAPTURE_SAMPLE_RECORDS_HPP_
+
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// ---- stack records (CPU and wall) -------------------------------------------------
+
+inline constexpr std::size_t stack_record_header_words = 2;
+inline constexpr std::uint64_t wall_record_tag = std::uint64_t{1} << 63;
+inline constexpr std::uint64_t wall_record_ns_mask = wall_record_tag - 1;
+
+// A CPU record's weight word: periods above bit 48 (at most 32767), CPU ns below
+// (at most 78 hours between two samples); bit 63 stays clear, as wall records' tag.
+inline constexpr unsigned cpu_record_periods_shift = 48;
+inline constexpr std::uint64_t cpu_record_ns_mask = (std::uint64_t{1} << cpu_record_periods_shift) - 1;
+inline constexpr std::uint64_t cpu_record_most_periods = 0x7FFF;
+
+constexpr std::uint64_t cpu_record_weight(std::uint64_t periods, std::uint64_t cpu_ns) noexcept {
+  return (periods < cpu_record_most_periods ? periods : cpu_record_most_periods) << cpu_record_periods_shift |
+         (cpu_ns < cpu_record_ns_mask ? cpu_ns : cpu_record_ns_mask);
+}
+constexpr std::uint64_t cpu_record_periods(std::uint64_t weight) noexcept {
+  return (weight >> cpu_record_periods_shift) & cpu_record_most_periods;
+}
+
+constexpr std::size_t stack_record_words(int depth) noexcept {
+  return stack_record_header_words + static_cast<std::size_t>(depth);
+}
+
+// `callers` holds depth - 1 return addresses, innermost first. `weight` is
+// cpu_record_weight() for a CPU record, wall_record_tag | nanoseconds for a wall record.
+inline void write_stack_record(std::uint64_t* out, std::uint64_t weight, std::uintptr_t pc, void* const* callers,
+                             int depth) noexcept {
+  out[0] = weight;
+  out[1] = static_cast<std::uint64_t>(depth);
+  out[2] = pc;
+  for (int i = 1; i < depth; ++i) out[2 + i] = reinterpret_cast<std::uintptr_t>(callers[i - 1]);
+}
+
+constexpr bool is_wall_record(const std::uint64_t* record) noexcept { return (record[0] & wall_record_tag) != 0; }
+
+// More wall time for the stack of the wall record at `record`.
+inline void add_wall_time(std::uint64_t* record, std::uint64_t ns) noexcept {
+  const std::uint64_t total = (record[0] & wall_record_ns_mask) + ns;
+  record[0] = wall_record_tag | (total < wall_record_ns_mask ? total : wall_record_ns_mask);
+}
+
+// Calls `visit(const std::uint64_t* record, std::size_t words)` for each
+// well-formed record; stops at the first malformed one.
+template <class Visit>
+void for_each_stack_record(const std::uint64_t* words, std::size_t count, Visit&& visit) {
+  std::size_t i = 0;
+  while (i + stack_record_header_words <= count) {
+    const std::uint64_t depth = words[i + 1];
+    if (depth == 0 || depth > count - i - stack_record_header_words) break;
+    const std::size_t size = stack_record_header_words + static_cast<std::size_t>(depth);
+    visit(words + i, size);
+    i += size;
+  }
+}
+
+// Appends the records of one kind (CPU or wall) as they are: the log holds what
+// every open span asked for, and each profile takes the records of its kind.
+inline void append_stack_records(const std::uint64_t* words, std::size_t count, ProfileKind kind,
+                                 std::vector<std::uint64_t>& out) {
+  const bool wall = kind == ProfileKind::wall;
+  for_each_stack_record(words, count, [&](const std::uint64_t* record, std::size_t size) {
+    if (is_wall_record(record) == wall) out.insert(out.end(), record, record + size);
+  });
+}
+
+// Appends the records of profile.kind (CPU or wall) as samples: CPU values
+// {samples, cpu ns}, wall values {samples, wall ns}.
+inline void read_stack_records(const std::uint64_t* words, std::size_t count, RawProfile& profile) {
+  const bool wall = profile.kind == ProfileKind::wall;
+  for_each_stack_record(words, count, [&](const std::uint64_t* record, std::size_t) {
+    if (is_wall_record(record) != wall) return;
+    RawSample sample;
+    if (wall) sample.values = {1, static_cast<std::int64_t>(record[0] & wall_record_ns_mask)};
+    else
+      sample.values = {static_cast<std::int64_t>(cpu_record_periods(record[0])),
+                       static_cast<std::int64_t>(record[0] & cpu_record_ns_mask)};
+    const std::uint64_t* pcs = record + stack_record_header_words;
+    sample.frames.assign(pcs, pcs + record[1]);
+    profile.samples.push_back(std::move(sample));
+  });
+}
+
+// ---- heap -----------------------------------------------------------------------
+
+inline constexpr std::size_t heap_log_header_words = 4;
+inline constexpr std::size_t heap_handoff_header_words = 3;
+
+// The stack is captured straight into the record (pcs start at
+// heap_log_header_words); the header is written once its depth is known.
+inline void write_heap_log_header(std::uint64_t* record, std::uint64_t size, std::uint64_t slot, std::uint64_t entry,
+                                  int depth) noexcept {
+  record[0] = size;
+  record[1] = slot;
+  record[2] = entry;
+  record[3] = static_cast<std::uint64_t>(depth);
+}
+
+struct HeapLogRecord {
+  std::uint64_t size, slot, entry;
+  std::size_t depth;
+  const std::uint64_t* pcs;
+};
+
+inline HeapLogRecord read_heap_log_record(const std::uint64_t* record) noexcept {
+  return {record[0], record[1], record[2], static_cast<std::size_t>(record[3]), record + heap_log_header_words};
+}
+
+constexpr std::size_t heap_log_record_words(std::size_t depth) noexcept { return heap_log_header_words + depth; }
+
+// Throws std::bad_alloc like the vector it appends to.
+inline void append_heap_handoff_record(std::vector<std::uint64_t>& out, const HeapLogRecord& record, bool live) {
+  out.push_back(record.size);
+  out.push_back(live ? 1 : 0);
+  out.push_back(record.depth);
+  out.insert(out.end(), record.pcs, record.pcs + record.depth);
+}
+
+// An allocation of `size` bytes is sampled with probability 1 - exp(-size/interval);
+// dividing by that probability makes the expected totals exact (Go's
+// scaleHeapSample). Returns the number of allocations one sample stands for.
+inline double heap_sample_scale(double size, double interval) noexcept {
+  if (interval <= 1 || size <= 0) return 1.0;
+  const double probability = -std::expm1(-size / interval);
+  return probability > 0 ? 1.0 / probability : 1.0;
+}
+
+// A scaled count or byte total, rounded and saturated: a product past int64 (from
+// a corrupt or hostile record) must not wrap to a negative value in the profile.
+inline std::int64_t rounded_count(double value) noexcept {
+  if (!(value > 0)) return 0;  // NaN too
+  if (value >= 0x1p63) return std::numeric_limits<std::int64_t>::max();
+  return static_cast<std::int64_t>(std::llround(value));
+}
+
+// Appends one heap sample per hand-off record with scaled values {alloc_objects,
+// alloc_space, inuse_objects, inuse_space}; stops at the first malformed record.
+inline void read_heap_handoff_records(const std::vector<std::uint64_t>& words, RawProfile& profile) {
+  std::size_t i = 0;
+  const double interval = static_cast<double>(profile.heap_interval_bytes);
+  while (i + heap_handoff_header_words <= words.size()) {
+    const double size = static_cast<double>(words[i]);
+    const bool live = words[i + 1] != 0;
+    const std::uint64_t depth = words[i + 2];
+    if (depth == 0 || depth > words.size() - i - heap_handoff_header_words) break;
+    const double scale = heap_sample_scale(size, interval);
+    const std::int64_t objects = rounded_count(scale);
+    const std::int64_t bytes = rounded_count(scale * size);
+    RawSample sample;
+    sample.values = {objects, bytes, live ? objects : 0, live ? bytes : 0};
+    const std::uint64_t* pcs = words.data() + i + heap_handoff_header_words;
+    sample.frames.assign(pcs, pcs + depth);
+    profile.samples.push_back(std::move(sample));
+    i += heap_handoff_header_words + depth;
+  }
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_CAPTURE_SAMPLE_RECORDS_HPP_
+// ---- end spanprof/capture/sample_records.hpp ----
+// ---- begin spanprof/capture/call_frame_info.hpp ----
+// The unwind rules of one machine instruction, read from the DWARF call frame
+// information every loaded object carries in .eh_frame (what C++ exceptions use).
+//
+// Why it is shaped like this (see docs/host-safety.md, "Stack walks"):
+//  * It runs in the sample signal handler and inside the allocator's hooks, so it
+//    takes no lock and allocates nothing: objects are found with glibc's
+//    _dl_find_object (lock-free, async-signal-safe, glibc >= 2.35), their FDEs
+//    through the binary search table of .eh_frame_hdr, and the rules are computed
+//    on the caller's stack. No table is built ahead of time, so an object loaded a
+//    moment ago is covered at once and nothing needs refreshing.
+//  * Only reads the object's own read-only unwind data; reading the stack is the
+//    walker's job (capture/stack_walker.hpp), which checks every address.
+//  * Entry and instruction lengths are checked against their entries, so a
+//    malformed table ends the walk instead of reading past it.
+//  * x86-64 only (its DWARF register numbers). Elsewhere the walker keeps
+//    gperftools' unwinder.
+#ifndef SPANPROF_CAPTURE_CALL_FRAME_INFO_HPP_
+#define SPANPROF_CAPTURE_CALL_FRAME_INFO_HPP_
+
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <new>
+
+#if defined(__x86_64__) && defined(__linux__)
+#include <dlfcn.h>  // _dl_find_object, DLFO_EH_SEGMENT_TYPE (glibc >= 2.35)
+#endif
+
+#if SPANPROF_ENABLED && defined(__x86_64__) && defined(__linux__) && defined(DLFO_EH_SEGMENT_TYPE)
+#define SPANPROF_HAS_CFI_WALKER 1
+#else
+#define SPANPROF_HAS_CFI_WALKER 0
+#endif
+
+#if SPANPROF_HAS_CFI_WALKER
+
+// The walk runs in a signal handler and reads other frames' stack slots and other
+// objects' unwind data: nothing a sanitizer can check there, and instrumented it
+// costs ten times as much per frame (ThreadSanitizer), enough to starve a loaded
+// test process. Every function of the walk carries this; none uses a lambda (a
+// lambda's body would be a separate, instrumented function).
+#if defined(__GNUC__) || defined(__clang__)
+#define SPANPROF_UNINSTRUMENTED __attribute__((no_sanitize("address", "thread", "undefined")))
+#else
+#define SPANPROF_UNINSTRUMENTED
+#endif
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+namespace cfi {
+
+// DWARF register numbers of the x86-64 psABI (16 is the return address column).
+enum : int { rax = 0, rdx = 1, rcx = 2, rbx = 3, rsi = 4, rdi = 5, rbp = 6, rsp = 7, r12 = 12, r15 = 15, rip = 16 };
+inline constexpr int register_count = 17;
+
+// A thread's registers as far as a walk knows them: every register of the
+// interrupted frame, then only what the rules recover (the callee-saved ones).
+struct Registers {
+  std::uint64_t value[register_count];  // only those in `known` are ever read
+  std::uint32_t known = 0;              // bit r: value[r] is valid
+
+  SPANPROF_UNINSTRUMENTED bool has(int r) const noexcept {
+    return r >= 0 && r < register_count && ((known >> r) & 1) != 0;
+  }
+  SPANPROF_UNINSTRUMENTED void set(int r, std::uint64_t v) noexcept {
+    value[r] = v;
+    known |= 1u << r;
+  }
+};
+
+// Reads the bytes of an entry, never past its end; `ok` turns false at the first
+// read that would.
+struct ByteCursor {
+  const std::uint8_t* at;
+  const std::uint8_t* end;
+  bool ok = true;
+
+  SPANPROF_UNINSTRUMENTED bool take(std::size_t n) noexcept {
+    if (!ok || static_cast<std::size_t>(end - at) < n) return ok = false;
+    return true;
+  }
+  template <class T>
+  SPANPROF_UNINSTRUMENTED T fixed() noexcept {
+    T v{};
+    if (!take(sizeof(T))) return v;
+    std::memcpy(&v, at, sizeof(T));
+    at += sizeof(T);
+    return v;
+  }
+  SPANPROF_UNINSTRUMENTED std::uint64_t uleb() noexcept {
+    std::uint64_t v = 0;
+    for (unsigned shift = 0; take(1); shift += 7) {
+      const std::uint8_t byte = *at++;
+      if (shift < 64) v |= static_cast<std::uint64_t>(byte & 0x7f) << shift;
+      if ((byte & 0x80) == 0) return v;
+    }
+    return 0;
+  }
+  SPANPROF_UNINSTRUMENTED std::int64_t sleb() noexcept {
+    std::int64_t v = 0;
+    unsigned shift = 0;
+    std::uint8_t byte = 0;
+    do {
+      if (!take(1)) return 0;
+      byte = *at++;
+      if (shift < 64) v |= static_cast<std::int64_t>(static_cast<std::uint64_t>(byte & 0x7f) << shift);
+      shift += 7;
+    } while (byte & 0x80);
+    if (shift < 64 && (byte & 0x40)) v |= -(static_cast<std::int64_t>(1) << shift);
+    return v;
+  }
+  // A pointer in one of the DW_EH_PE encodings. `data_base` serves datarel.
+  SPANPROF_UNINSTRUMENTED std::uint64_t pointer(std::uint8_t encoding, std::uint64_t data_base) noexcept {
+    if (encoding == 0xff) return 0;  // omit
+    const auto here = reinterpret_cast<std::uint64_t>(at);
+    std::uint64_t v = 0;
+    switch (encoding & 0x0f) {
+      case 0x00: v = fixed<std::uint64_t>(); break;  // absptr
+      case 0x01: v = uleb(); break;
+      case 0x02: v = fixed<std::uint16_t>(); break;
+      case 0x03: v = fixed<std::uint32_t>(); break;
+      case 0x04: v = fixed<std::uint64_t>(); break;
+      case 0x09: v = static_cast<std::uint64_t>(sleb()); break;
+      case 0x0a: v = static_cast<std::uint64_t>(static_cast<std::int64_t>(fixed<std::int16_t>())); break;
+      case 0x0b: v = static_cast<std::uint64_t>(static_cast<std::int64_t>(fixed<std::int32_t>())); break;
+      case 0x0c: v = static_cast<std::uint64_t>(fixed<std::int64_t>()); break;
+      default: ok = false; return 0;
+    }
+    switch (encoding & 0x70) {
+      case 0x00: break;
+      case 0x10: v += here; break;       // pcrel
+      case 0x30: v += data_base; break;  // datarel
+      default: ok = false; return 0;     // textrel, funcrel, aligned: not used by linkers for x86-64
+    }
+    if (encoding & 0x80) ok = false;  // indirect: would dereference data we do not check
+    return v;
+  }
+};
+
+// How a register of the caller is recovered.
+enum class Rule : std::uint8_t {
+  same,            // unchanged (callee-saved registers the function does not touch)
+  undefined,       // not recoverable; for the return address: the outermost frame
+  offset,          // saved at CFA + n
+  val_offset,      // is CFA + n
+  in_register,     // is the value of register n
+  expression,      // saved at the address a DWARF expression computes
+  val_expression,  // is what a DWARF expression computes
+};
+
+struct RegisterRule {
+  Rule rule;
+  std::int64_t n;                  // offset, or register number
+  const std::uint8_t* block;       // expression: its bytes, preceded by their length
+};
+
+// The registers whose rules a walk applies: the return address, the frame pointer
+// and the other callee-saved registers a later CFA rule may be based on.
+inline constexpr int tracked_registers[] = {rbx, rbp, 12, 13, 14, 15, rip};
+inline constexpr int tracked_count = 7;
+constexpr int tracked_slot(int r) noexcept {
+  return r == rbx ? 0 : r == rbp ? 1 : (r >= 12 && r <= 15) ? r - 10 : r == rip ? 6 : -1;
+}
+
+// Left uninitialized when declared (a walk declares one per frame): reset()
+// gives the rules a CIE starts from.
+struct FrameRules {
+  bool cfa_is_expression;
+  int cfa_register;
+  std::int64_t cfa_offset;
+  const std::uint8_t* cfa_block;
+  RegisterRule reg[tracked_count];
+  bool signal_frame;  // the caller's PC is exact, not a return address
+
+  SPANPROF_UNINSTRUMENTED void reset(bool signal) noexcept {
+    cfa_is_expression = false;
+    cfa_register = rsp;
+    cfa_offset = 8;
+    cfa_block = nullptr;
+    for (RegisterRule& r : reg) r = RegisterRule{Rule::same, 0, nullptr};
+    signal_frame = signal;
+  }
+};
+
+// What a CIE says for all FDEs that point to it.
+struct CommonInfo {
+  const std::uint8_t* address = nullptr;  // identifies it (cached per walk)
+  const std::uint8_t* instructions = nullptr;
+  const std::uint8_t* end = nullptr;
+  std::uint64_t code_align = 1;
+  std::int64_t data_align = -8;
+  std::uint8_t fde_encoding = 0;
+  bool has_augmentation_data = false;
+  bool signal_frame = false;
+  int return_register = rip;
+  FrameRules initial;  // the rules after the CIE's initial instructions (set by parse_cie)
+};
+
+// The body of the CIE or FDE at `p` (which starts with its length). False at the
+// table's terminator or an implausible length.
+SPANPROF_UNINSTRUMENTED inline bool parse_entry_bounds(const std::uint8_t* p, const std::uint8_t*& body,
+                                                       const std::uint8_t*& end) noexcept {
+  std::uint32_t length32 = 0;
+  std::memcpy(&length32, p, 4);
+  if (length32 == 0) return false;  // terminator
+  if (length32 == 0xffffffffu) {
+    std::uint64_t length64 = 0;
+    std::memcpy(&length64, p + 4, 8);
+    if (length64 > (std::uint64_t{1} << 30)) return false;
+    body = p + 12;
+    end = body + length64;
+    return true;
+  }
+  body = p + 4;
+  end = body + length32;
+  return true;
+}
+
+// The rule slot of DWARF register `r` (-1: a register the walk does not track).
+SPANPROF_UNINSTRUMENTED inline int rule_slot(std::uint64_t r) noexcept {
+  return r < register_count ? tracked_slot(static_cast<int>(r)) : -1;
+}
+
+SPANPROF_UNINSTRUMENTED inline void set_rule(FrameRules& rules, std::uint64_t r, Rule rule, std::int64_t n,
+                                             const std::uint8_t* block = nullptr) noexcept {
+  const int slot = rule_slot(r);
+  if (slot >= 0) rules.reg[slot] = RegisterRule{rule, n, block};
+}
+
+// DW_CFA_restore: the rule the CIE gave register `r` (unchanged while the CIE's
+// own instructions run).
+SPANPROF_UNINSTRUMENTED inline void restore_rule(FrameRules& rules, std::uint64_t r,
+                                                 const FrameRules* initial) noexcept {
+  const int slot = rule_slot(r);
+  if (slot >= 0) rules.reg[slot] = initial != nullptr ? initial->reg[slot] : RegisterRule{Rule::same, 0, nullptr};
+}
+
+// A DWARF block (an expression) at the cursor: returns where it starts (its
+// length) and moves past it; null when it runs past the entry.
+SPANPROF_UNINSTRUMENTED inline const std::uint8_t* take_block(ByteCursor& cursor) noexcept {
+  const std::uint8_t* block = cursor.at;
+  const std::uint64_t length = cursor.uleb();
+  if (!cursor.take(length)) return nullptr;
+  cursor.at += length;
+  return block;
+}
+
+// Runs call frame instructions from `cursor` while the location stays at or below
+// `pc`. `initial` serves DW_CFA_restore. False: an instruction it cannot follow.
+SPANPROF_UNINSTRUMENTED inline bool run_instructions(ByteCursor cursor, const CommonInfo& cie, std::uint64_t location,
+                                                     std::uint64_t pc, const FrameRules* initial,
+                                                     FrameRules& rules) noexcept {
+  constexpr int remember_depth = 4;  // GCC nests one level; each costs ~200 bytes of stack
+  // Raw room: constructing the states up front would cost more than the rules.
+  alignas(FrameRules) unsigned char remembered_room[remember_depth * sizeof(FrameRules)];
+  auto* remembered = reinterpret_cast<FrameRules*>(remembered_room);
+  int depth = 0;
+  while (cursor.ok && cursor.at < cursor.end) {
+    const std::uint8_t op = *cursor.at++;
+    const std::uint8_t low = op & 0x3f;
+    switch (op >> 6) {
+      case 1:  // DW_CFA_advance_loc
+        location += low * cie.code_align;
+        if (location > pc) return true;
+        continue;
+      case 2:  // DW_CFA_offset
+        set_rule(rules, low, Rule::offset, static_cast<std::int64_t>(cursor.uleb()) * cie.data_align);
+        continue;
+      case 3:  // DW_CFA_restore
+        restore_rule(rules, low, initial);
+        continue;
+      default:
+        break;
+    }
+    switch (op) {
+      case 0x00: break;  // nop
+      case 0x01: {       // set_loc
+        location = cursor.pointer(cie.fde_encoding, 0);
+        if (location > pc) return true;
+        break;
+      }
+      case 0x02:
+      case 0x03:
+      case 0x04:  // advance_loc1, 2, 4
+        location += (op == 0x02 ? cursor.fixed<std::uint8_t>()
+                     : op == 0x03 ? cursor.fixed<std::uint16_t>() : cursor.fixed<std::uint32_t>()) * cie.code_align;
+        if (location > pc) return true;
+        break;
+      case 0x05: {  // offset_extended
+        const std::uint64_t r = cursor.uleb();
+        set_rule(rules, r, Rule::offset, static_cast<std::int64_t>(cursor.uleb()) * cie.data_align);
+        break;
+      }
+      case 0x06: restore_rule(rules, cursor.uleb(), initial); break;
+      case 0x07: set_rule(rules, cursor.uleb(), Rule::undefined, 0); break;
+      case 0x08: set_rule(rules, cursor.uleb(), Rule::same, 0); break;
+      case 0x09: {  // register
+        const std::uint64_t r = cursor.uleb();
+        set_rule(rules, r, Rule::in_register, static_cast<std::int64_t>(cursor.uleb()));
+        break;
+      }
+      case 0x0a:  // remember_state
+        if (depth == remember_depth) return false;
+        new (&remembered[depth++]) FrameRules(rules);
+        break;
+      case 0x0b:  // restore_state: the CFA rule too, as GCC's epilogues expect
+        if (depth == 0) return false;
+        rules = remembered[--depth];
+        break;
+      case 0x0c:  // def_cfa
+        rules.cfa_register = static_cast<int>(cursor.uleb());
+        rules.cfa_offset = static_cast<std::int64_t>(cursor.uleb());
+        rules.cfa_is_expression = false;
+        break;
+      case 0x0d: rules.cfa_register = static_cast<int>(cursor.uleb()); rules.cfa_is_expression = false; break;
+      case 0x0e: rules.cfa_offset = static_cast<std::int64_t>(cursor.uleb()); break;
+      case 0x0f:  // def_cfa_expression
+        rules.cfa_block = take_block(cursor);
+        rules.cfa_is_expression = rules.cfa_block != nullptr;
+        break;
+      case 0x10: {  // expression
+        const std::uint64_t r = cursor.uleb();
+        set_rule(rules, r, Rule::expression, 0, take_block(cursor));
+        break;
+      }
+      case 0x11: {  // offset_extended_sf
+        const std::uint64_t r = cursor.uleb();
+        set_rule(rules, r, Rule::offset, cursor.sleb() * cie.data_align);
+        break;
+      }
+      case 0x12:  // def_cfa_sf
+        rules.cfa_register = static_cast<int>(cursor.uleb());
+        rules.cfa_offset = cursor.sleb() * cie.data_align;
+        rules.cfa_is_expression = false;
+        break;
+      case 0x13: rules.cfa_offset = cursor.sleb() * cie.data_align; break;
+      case 0x14: {  // val_offset
+        const std::uint64_t r = cursor.uleb();
+        set_rule(rules, r, Rule::val_offset, static_cast<std::int64_t>(cursor.uleb()) * cie.data_align);
+        break;
+      }
+      case 0x15: {  // val_offset_sf
+        const std::uint64_t r = cursor.uleb();
+        set_rule(rules, r, Rule::val_offset, cursor.sleb() * cie.data_align);
+        break;
+      }
+      case 0x16: {  // val_expression
+        const std::uint64_t r = cursor.uleb();
+        set_rule(rules, r, Rule::val_expression, 0, take_block(cursor));
+        break;
+      }
+      case 0x2e: cursor.uleb(); break;  // GNU_args_size
+      case 0x2f: {                      // GNU_negative_offset_extended
+        const std::uint64_t r = cursor.uleb();
+        set_rule(rules, r, Rule::offset, -static_cast<std::int64_t>(cursor.uleb()) * cie.data_align);
+        break;
+      }
+      default:
+        return false;
+    }
+  }
+  return cursor.ok;
+}
+
+// Reads the CIE at `p`. False: a version or augmentation it cannot follow.
+SPANPROF_UNINSTRUMENTED inline bool parse_cie(const std::uint8_t* p, CommonInfo& cie) noexcept {
+  const std::uint8_t* body = nullptr;
+  const std::uint8_t* end = nullptr;
+  if (!parse_entry_bounds(p, body, end)) return false;
+  ByteCursor c{body, end};
+  if (c.fixed<std::uint32_t>() != 0) return false;  // not a CIE
+  const std::uint8_t version = c.fixed<std::uint8_t>();
+  if (version != 1 && version != 3) return false;
+  const char* augmentation = reinterpret_cast<const char*>(c.at);
+  std::size_t aug_length = 0;
+  while (c.take(1) && *c.at != 0) ++c.at, ++aug_length;
+  if (!c.take(1)) return false;
+  ++c.at;
+  if (aug_length > 0 && augmentation[0] != 'z') return false;  // "eh" and other pre-'z' forms
+  cie = CommonInfo{};
+  cie.address = p;
+  cie.code_align = c.uleb();
+  cie.data_align = c.sleb();
+  cie.return_register = version == 1 ? c.fixed<std::uint8_t>() : static_cast<int>(c.uleb());
+  if (cie.return_register != rip) return false;
+  if (aug_length > 0) {
+    cie.has_augmentation_data = true;
+    const std::uint64_t data_length = c.uleb();
+    const std::uint8_t* data_end = c.at + data_length;
+    if (!c.take(data_length)) return false;
+    for (std::size_t i = 1; i < aug_length && c.ok; ++i) {
+      switch (augmentation[i]) {
+        case 'R': cie.fde_encoding = c.fixed<std::uint8_t>(); break;
+        case 'L': c.fixed<std::uint8_t>(); break;
+        case 'P': {
+          const std::uint8_t encoding = c.fixed<std::uint8_t>();
+          ByteCursor skip{c.at, data_end};
+          skip.pointer(encoding & 0x7f, 0);  // only its size matters
+          if (!skip.ok) return false;
+          c.at = skip.at;
+          break;
+        }
+        case 'S': cie.signal_frame = true; break;
+        case 'B': case 'G': break;  // AArch64 key / MTE: no data
+        default: c.at = data_end; i = aug_length; break;  // unknown: the data length lets us skip it
+      }
+    }
+    c.at = data_end;
+  }
+  if (!c.ok) return false;
+  cie.instructions = c.at;
+  cie.end = end;
+  cie.initial.reset(cie.signal_frame);
+  return run_instructions(ByteCursor{cie.instructions, cie.end}, cie, 0, ~std::uint64_t{0}, nullptr, cie.initial);
+}
+
+// One object's unwind index: where its .eh_frame_hdr binary search table is.
+struct ObjectIndex {
+  std::uint64_t start = 0, end = 0;       // the object's mapping
+  const std::uint8_t* table = nullptr;    // pairs of int32 (initial location, FDE), relative to `header`
+  const std::uint8_t* header = nullptr;   // .eh_frame_hdr
+  std::uint64_t count = 0;
+};
+
+// The object mapped at `pc`, with its FDE search table. False: no object there
+// (JIT code, an unmapped address) or no usable table (the walker then tries
+// frame pointers).
+SPANPROF_UNINSTRUMENTED inline bool find_object(std::uint64_t pc, ObjectIndex& out) noexcept {
+  dl_find_object found{};
+  if (::_dl_find_object(reinterpret_cast<void*>(pc), &found) != 0) return false;
+  out = ObjectIndex{};
+  out.start = reinterpret_cast<std::uint64_t>(found.dlfo_map_start);
+  out.end = reinterpret_cast<std::uint64_t>(found.dlfo_map_end);
+  const auto* header = static_cast<const std::uint8_t*>(found.dlfo_eh_frame);
+  if (header == nullptr || header[0] != 1) return true;
+  const std::uint8_t frame_pointer_encoding = header[1], count_encoding = header[2], table_encoding = header[3];
+  // The table is usable only in its standard form: datarel sdata4 pairs.
+  if (table_encoding != 0x3b || count_encoding == 0xff) return true;
+  ByteCursor c{header + 4, header + 4 + 16};
+  c.pointer(frame_pointer_encoding, reinterpret_cast<std::uint64_t>(header));
+  const std::uint64_t count = c.pointer(count_encoding, reinterpret_cast<std::uint64_t>(header));
+  if (!c.ok || count == 0 || count > (std::uint64_t{1} << 26)) return true;
+  out.header = header;
+  out.table = c.at;
+  out.count = count;
+  return true;
+}
+
+// Field `field` (0: initial location, 1: FDE address) of entry `i` of a search table.
+SPANPROF_UNINSTRUMENTED inline std::uint64_t table_entry(const std::uint8_t* table, std::uint64_t i, int field,
+                                                         std::uint64_t base) noexcept {
+  std::int32_t v = 0;
+  std::memcpy(&v, table + i * 8 + static_cast<std::uint64_t>(field) * 4, 4);
+  return base + static_cast<std::uint64_t>(static_cast<std::int64_t>(v));
+}
+
+// The rules at `pc` in `object`. `cie_cache` keeps the last CIE parsed (most FDEs
+// of an object share one). False: no FDE covers pc, or it cannot be followed.
+SPANPROF_UNINSTRUMENTED inline bool find_rules(const ObjectIndex& object, std::uint64_t pc, CommonInfo& cie_cache,
+                                               FrameRules& rules) noexcept {
+  if (object.table == nullptr) return false;
+  const auto base = reinterpret_cast<std::uint64_t>(object.header);
+  // The last entry whose initial location is at or below pc.
+  std::uint64_t low = 0, high = object.count;
+  while (high - low > 1) {
+    const std::uint64_t mid = low + (high - low) / 2;
+    if (table_entry(object.table, mid, 0, base) <= pc) low = mid;
+    else high = mid;
+  }
+  if (table_entry(object.table, low, 0, base) > pc) return false;
+  const auto* fde = reinterpret_cast<const std::uint8_t*>(table_entry(object.table, low, 1, base));
+  const std::uint8_t* body = nullptr;
+  const std::uint8_t* end = nullptr;
+  if (!parse_entry_bounds(fde, body, end)) return false;
+  ByteCursor c{body, end};
+  const std::uint32_t cie_offset = c.fixed<std::uint32_t>();
+  if (!c.ok || cie_offset == 0) return false;
+  const std::uint8_t* cie_address = body - cie_offset;
+  if (cie_cache.address != cie_address && !parse_cie(cie_address, cie_cache)) {
+    cie_cache.address = nullptr;
+    return false;
+  }
+  const std::uint64_t begin = c.pointer(cie_cache.fde_encoding, 0);
+  const std::uint64_t range = c.pointer(cie_cache.fde_encoding & 0x0f, 0);
+  if (!c.ok || pc < begin || pc - begin >= range) return false;
+  if (cie_cache.has_augmentation_data) {
+    const std::uint64_t length = c.uleb();
+    if (!c.take(length)) return false;
+    c.at += length;
+  }
+  rules = cie_cache.initial;
+  return run_instructions(c, cie_cache, begin, pc, &cie_cache.initial, rules);
+}
+
+// One thread's memo of the rules found at return addresses. A sampled thread's
+// callers are the same from one sample to the next (its request loop, the
+// framework, the handler), and finding their rules anew costs a binary search
+// through the object's FDE table and a run of the FDE's instructions: a dozen
+// cache lines per frame, cold by the next sample 10 ms later. From the memo a
+// frame costs one line. Keyed by the address and the object's .eh_frame_hdr, so
+// an object unloaded and another loaded in its place miss (unless its table lands
+// at the very same address: a wrong caller at worst, the walker checks every stack
+// read); rules that need a DWARF expression are never kept (they point into the
+// object's data). Direct-mapped, written and read only by its thread's sample
+// signal handler, which the signal does not interrupt: no atomics needed. 8 KiB.
+class RulesCache {
+ public:
+  SPANPROF_UNINSTRUMENTED bool find(std::uint64_t pc, const std::uint8_t* header, FrameRules& rules) const noexcept {
+    const Entry& e = entries_[slot(pc)];
+    if (e.pc != pc || e.header != header) return false;  // an empty slot: pc 0, which no walk looks up
+    rules.reset(e.signal_frame);
+    rules.cfa_register = e.cfa_register;
+    rules.cfa_offset = e.cfa_offset;
+    for (int i = 0; i < tracked_count; ++i) rules.reg[i] = RegisterRule{static_cast<Rule>(e.rule[i]), e.n[i], nullptr};
+    return true;
+  }
+
+  SPANPROF_UNINSTRUMENTED void store(std::uint64_t pc, const std::uint8_t* header, const FrameRules& rules) noexcept {
+    if (rules.cfa_is_expression || !fits(rules.cfa_offset) || rules.cfa_register < 0 ||
+        rules.cfa_register >= register_count)
+      return;
+    for (const RegisterRule& r : rules.reg)
+      if (r.rule == Rule::expression || r.rule == Rule::val_expression || !fits(r.n)) return;
+    Entry& e = entries_[slot(pc)];
+    e.pc = 0;  // a half-written entry never matches
+    e.header = header;
+    e.cfa_offset = static_cast<std::int32_t>(rules.cfa_offset);
+    e.cfa_register = static_cast<std::uint8_t>(rules.cfa_register);
+    e.signal_frame = rules.signal_frame;
+    for (int i = 0; i < tracked_count; ++i) {
+      e.rule[i] = static_cast<std::uint8_t>(rules.reg[i].rule);
+      e.n[i] = static_cast<std::int32_t>(rules.reg[i].n);
+    }
+    e.pc = pc;
+  }
+
+ private:
+  static constexpr std::size_t slots = 128;
+  struct Entry {
+    std::uint64_t pc = 0;
+    const std::uint8_t* header = nullptr;
+    std::int32_t cfa_offset = 0;
+    std::int32_t n[tracked_count] = {};
+    std::uint8_t cfa_register = 0;
+    std::uint8_t rule[tracked_count] = {};
+    bool signal_frame = false;
+  };
+
+  static constexpr std::size_t slot(std::uint64_t pc) noexcept {
+    return static_cast<std::size_t>((pc * 0x9E3779B97F4A7C15ull) >> 57);  // the top 7 bits: 128 slots
+  }
+  static constexpr bool fits(std::int64_t v) noexcept { return v >= INT32_MIN && v <= INT32_MAX; }
+  static_assert(slots == 128, "slot() keeps the hash's top 7 bits");
+
+  Entry entries_[slots];
+};
+
+}  // namespace cfi
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_HAS_CFI_WALKER
+
+#endif  // SPANPROF_CAPTURE_CALL_FRAME_INFO_HPP_
+// ---- end spanprof/capture/call_frame_info.hpp ----
+// ---- begin spanprof/capture/stack_walker.hpp ----
+// Walks a thread's stack from a signal's context or from the current function,
+// taking no lock and allocating nothing: safe in the sample signal handler and
+// inside the allocator's hooks, whatever the interrupted thread holds.
+//
+// Why it is shaped like this (see docs/host-safety.md, "Stack walks"):
+//  * gperftools' walker (libunwind on Debian) takes the loader lock and a mutex of
+//    its own for every frame: a handler that interrupted a thread holding one of
+//    them waited for the other, and the host hung (the dlopen test, 3 runs in 91).
+//    This walker follows the call frame information (capture/call_frame_info.hpp),
+//    which needs neither, so -O2 code without frame pointers unwinds exactly.
+//  * Every stack read is checked: between the interrupted stack pointer and the
+//    top of the thread's stack a read is a plain load; anywhere else (a fiber's
+//    stack, an alternate signal stack) it goes through process_vm_readv, which
+//    fails instead of faulting on an unmapped address.
+//  * Where an object has no unwind information (JIT code), one frame-pointer step,
+//    checked against the stack pointer.
+//  * Each step must move up the stack (or cross a signal frame), so a corrupt
+//    stack ends the walk instead of looping.
+#ifndef SPANPROF_CAPTURE_STACK_WALKER_HPP_
+#define SPANPROF_CAPTURE_STACK_WALKER_HPP_
+
+
+#include <cstdint>
+#include <cstring>
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#if SPANPROF_HAS_CFI_WALKER
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// The most frames a walk returns (Options::max_stack_depth is at most 256; the
+// heap hooks walk a few more, their own and the allocator's, and drop them).
+inline constexpr int max_walk_depth = 256;
+
+// The top (highest address, exclusive) of the calling thread's stack; 0 when
+// unknown. Not async-signal-safe (it may allocate): called when a thread's
+// sampler or heap log is made, and kept.
+inline std::uint64_t this_thread_stack_top() noexcept {
+  pthread_attr_t attr;
+  if (::pthread_getattr_np(::pthread_self(), &attr) != 0) return 0;
+  void* address = nullptr;
+  std::size_t size = 0;
+  const int failed = ::pthread_attr_getstack(&attr, &address, &size);
+  ::pthread_attr_destroy(&attr);
+  return failed != 0 ? 0 : reinterpret_cast<std::uint64_t>(address) + size;
+}
+
+// Reads the words of one stack walk.
+class StackReader {
+ public:
+  // The range [sp, top) is mapped when sp lies below a known top of the thread's
+  // own stack: those reads are plain loads.
+  SPANPROF_UNINSTRUMENTED StackReader(std::uint64_t sp, std::uint64_t stack_top) noexcept
+      : direct_low_(sp),
+        direct_high_(stack_top != 0 && sp < stack_top && stack_top - sp < (1ull << 32) ? stack_top : 0) {}
+
+  SPANPROF_UNINSTRUMENTED bool read(std::uint64_t address, std::uint64_t& out) noexcept {
+    if (address >= direct_low_ && address < direct_high_ && direct_high_ - address >= 8) {
+      out = load(address);
+      return true;
+    }
+    return read_checked(address, out);
+  }
+
+ private:
+  // Another frame's stack slots: an instrumented load would report them as
+  // outside the objects the sanitizer knows.
+  SPANPROF_UNINSTRUMENTED static std::uint64_t load(std::uint64_t address) noexcept {
+    // Not memcpy: a sanitizer's memcpy checks the range even when called from here.
+    return *reinterpret_cast<const volatile std::uint64_t*>(address);
+  }
+
+  SPANPROF_UNINSTRUMENTED bool read_checked(std::uint64_t address, std::uint64_t& out) noexcept {
+    if (address < 4096 || checked_reads_ >= max_checked_reads) return false;
+    ++checked_reads_;
+    if (pid_ == 0) pid_ = ::getpid();
+    iovec local{&out, sizeof out};
+    iovec remote{reinterpret_cast<void*>(address), sizeof out};
+    return ::syscall(SYS_process_vm_readv, pid_, &local, 1, &remote, 1, 0) == static_cast<long>(sizeof out);
+  }
+
+  static constexpr int max_checked_reads = 256;
+  std::uint64_t direct_low_;
+  std::uint64_t direct_high_;
+  int checked_reads_ = 0;
+  pid_t pid_ = 0;
+};
+
+namespace cfi {
+
+// The value stack of a DWARF expression; every operation fails rather than
+// under- or overflow it.
+struct ExpressionStack {
+  std::uint64_t value[16];
+  int top = 0;
+
+  SPANPROF_UNINSTRUMENTED bool push(std::uint64_t v) noexcept {
+    if (top == 16) return false;
+    value[top++] = v;
+    return true;
+  }
+  SPANPROF_UNINSTRUMENTED bool has(int n) const noexcept { return top >= n; }
+  SPANPROF_UNINSTRUMENTED std::uint64_t& at(int from_top) noexcept { return value[top - 1 - from_top]; }
+};
+
+// Pops b and a, pushes a `op` b. False: not a binary operation unwind tables use.
+SPANPROF_UNINSTRUMENTED inline bool apply_binary(std::uint8_t op, ExpressionStack& e) noexcept {
+  if (!e.has(2)) return false;
+  const std::uint64_t b = e.at(0), a = e.at(1);
+  const auto sa = static_cast<std::int64_t>(a), sb = static_cast<std::int64_t>(b);
+  std::uint64_t v = 0;
+  switch (op) {
+    case 0x1a: v = a & b; break;
+    case 0x1c: v = a - b; break;
+    case 0x1e: v = a * b; break;
+    case 0x21: v = a | b; break;
+    case 0x22: v = a + b; break;
+    case 0x24: v = b < 64 ? a << b : 0; break;
+    case 0x25: v = b < 64 ? a >> b : 0; break;
+    case 0x27: v = a ^ b; break;
+    case 0x29: v = a == b; break;
+    case 0x2a: v = sa >= sb; break;
+    case 0x2b: v = sa > sb; break;
+    case 0x2c: v = sa <= sb; break;
+    case 0x2d: v = sa < sb; break;
+    case 0x2e: v = a != b; break;
+    default: return false;
+  }
+  --e.top;
+  e.at(0) = v;
+  return true;
+}
+
+// A DWARF expression of a CFA or register rule (`block` points at its length),
+// with the CFA pushed first for a register rule. Only what unwind tables use:
+// constants, registers, dereference, stack and arithmetic operations.
+SPANPROF_UNINSTRUMENTED inline bool evaluate(const std::uint8_t* block, const Registers& regs, StackReader& reader,
+                                             bool push_cfa, std::uint64_t cfa, std::uint64_t& result) noexcept {
+  ByteCursor length_cursor{block, block + 10};
+  const std::uint64_t length = length_cursor.uleb();
+  if (!length_cursor.ok || length > 256) return false;
+  ByteCursor c{length_cursor.at, length_cursor.at + length};
+  ExpressionStack e;
+  if (push_cfa) e.push(cfa);
+  while (c.ok && c.at < c.end) {
+    const std::uint8_t op = *c.at++;
+    bool ok = true;
+    if (op >= 0x30 && op <= 0x4f) {  // lit0..lit31
+      ok = e.push(op - 0x30u);
+    } else if ((op >= 0x70 && op <= 0x8f) || op == 0x92) {  // breg0..breg31, bregx
+      const std::uint64_t r = op == 0x92 ? c.uleb() : op - 0x70u;
+      const std::int64_t offset = c.sleb();
+      ok = r < register_count && regs.has(static_cast<int>(r)) &&
+           e.push(regs.value[r] + static_cast<std::uint64_t>(offset));
+    } else {
+      switch (op) {
+        case 0x06: ok = e.has(1) && reader.read(e.at(0), e.at(0)); break;  // deref
+        case 0x08: ok = e.push(c.fixed<std::uint8_t>()); break;
+        case 0x09: ok = e.push(static_cast<std::uint64_t>(c.fixed<std::int8_t>())); break;
+        case 0x0a: ok = e.push(c.fixed<std::uint16_t>()); break;
+        case 0x0b: ok = e.push(static_cast<std::uint64_t>(c.fixed<std::int16_t>())); break;
+        case 0x0c: ok = e.push(c.fixed<std::uint32_t>()); break;
+        case 0x0d: ok = e.push(static_cast<std::uint64_t>(c.fixed<std::int32_t>())); break;
+        case 0x0e:
+        case 0x0f: ok = e.push(c.fixed<std::uint64_t>()); break;
+        case 0x10: ok = e.push(c.uleb()); break;
+        case 0x11: ok = e.push(static_cast<std::uint64_t>(c.sleb())); break;
+        case 0x12: ok = e.has(1) && e.push(e.at(0)); break;  // dup
+        case 0x13:  // drop
+          if ((ok = e.has(1))) --e.top;
+          break;
+        case 0x14: ok = e.has(2) && e.push(e.at(1)); break;  // over
+        case 0x16:                                           // swap
+          if ((ok = e.has(2))) {
+            const std::uint64_t t = e.at(0);
+            e.at(0) = e.at(1);
+            e.at(1) = t;
+          }
+          break;
+        case 0x23:  // plus_uconst
+          if ((ok = e.has(1))) e.at(0) += c.uleb();
+          break;
+        case 0x96: break;  // nop
+        default: ok = apply_binary(op, e); break;
+      }
+    }
+    if (!ok) return false;
+  }
+  if (!c.ok || !e.has(1)) return false;
+  result = e.at(0);
+  return true;
+}
+
+// One step from `regs` (a frame at regs[rip]) to its caller's registers.
+enum class Step : std::uint8_t { done, outermost, failed };
+
+SPANPROF_UNINSTRUMENTED inline Step step_with_rules(const FrameRules& rules, const Registers& regs, StackReader& reader,
+                            Registers& caller) noexcept {
+  std::uint64_t cfa = 0;
+  if (rules.cfa_is_expression) {
+    if (!evaluate(rules.cfa_block, regs, reader, false, 0, cfa)) return Step::failed;
+  } else {
+    if (!regs.has(rules.cfa_register)) return Step::failed;
+    cfa = regs.value[rules.cfa_register] + static_cast<std::uint64_t>(rules.cfa_offset);
+  }
+  caller.known = 0;
+  caller.set(rsp, cfa);
+  for (int slot = 0; slot < tracked_count; ++slot) {
+    const int r = tracked_registers[slot];
+    const RegisterRule& rule = rules.reg[slot];
+    std::uint64_t v = 0;
+    switch (rule.rule) {
+      case Rule::same:
+        if (r == rip) return Step::failed;  // a return address must come from somewhere
+        if (regs.has(r)) caller.set(r, regs.value[r]);
+        break;
+      case Rule::undefined:
+        if (r == rip) return Step::outermost;  // _start, clone: the stack ends here
+        break;
+      case Rule::offset:
+        if (reader.read(cfa + static_cast<std::uint64_t>(rule.n), v)) caller.set(r, v);
+        break;
+      case Rule::val_offset:
+        caller.set(r, cfa + static_cast<std::uint64_t>(rule.n));
+        break;
+      case Rule::in_register:
+        if (rule.n >= 0 && rule.n < register_count && regs.has(static_cast<int>(rule.n)))
+          caller.set(r, regs.value[rule.n]);
+        break;
+      case Rule::expression:
+        if (rule.block != nullptr && evaluate(rule.block, regs, reader, true, cfa, v) && reader.read(v, v))
+          caller.set(r, v);
+        break;
+      case Rule::val_expression:
+        if (rule.block != nullptr && evaluate(rule.block, regs, reader, true, cfa, v)) caller.set(r, v);
+        break;
+    }
+  }
+  return caller.has(rip) ? Step::done : Step::failed;
+}
+
+// No unwind information: the frame-pointer convention, if the frame pointer
+// points into the stack above the stack pointer.
+SPANPROF_UNINSTRUMENTED inline Step step_with_frame_pointer(const Registers& regs, StackReader& reader,
+                                                             Registers& caller) noexcept {
+  if (!regs.has(rbp) || !regs.has(rsp)) return Step::failed;
+  const std::uint64_t fp = regs.value[rbp];
+  if (fp < regs.value[rsp] || (fp & 7) != 0) return Step::failed;
+  std::uint64_t saved_fp = 0, return_address = 0;
+  if (!reader.read(fp, saved_fp) || !reader.read(fp + 8, return_address)) return Step::failed;
+  caller.known = 0;
+  caller.set(rsp, fp + 16);
+  caller.set(rbp, saved_fp);
+  caller.set(rip, return_address);
+  return Step::done;
+}
+
+}  // namespace cfi
+
+// Walks from `regs` (regs[rip] is the first frame's exact PC). Writes up to
+// `max_depth` PCs into `frames`, innermost first: the first exact, the others
+// return addresses. Returns how many. `cache`, when given, is the calling thread's
+// memo of the rules at return addresses (the sample handler's; see RulesCache).
+SPANPROF_UNINSTRUMENTED inline int walk_stack(cfi::Registers regs, std::uint64_t stack_top, void** frames,
+                                              int max_depth, cfi::RulesCache* cache = nullptr) noexcept {
+  using namespace cfi;
+  if (max_depth <= 0 || !regs.has(rip) || !regs.has(rsp)) return 0;
+  StackReader reader(regs.value[rsp], stack_top);
+  ObjectIndex object;      // the last object looked up: most callers share it
+  CommonInfo cie;          // the last CIE parsed
+  bool exact = true;       // regs[rip] is an interrupted instruction, not a return address
+  int depth = 0;
+  frames[depth++] = reinterpret_cast<void*>(regs.value[rip]);
+  while (depth < max_depth) {
+    const std::uint64_t pc = regs.value[rip];
+    // A return address may be one past the function's end (a call to a noreturn
+    // function): its call instruction is what belongs to the frame.
+    const std::uint64_t lookup = exact ? pc : pc - 1;
+    bool have_object = lookup >= object.start && lookup < object.end;
+    if (!have_object) have_object = find_object(lookup, object);
+    FrameRules rules;
+    Registers caller;
+    Step step = Step::failed;
+    bool signal_frame = false;
+    if (have_object && cache != nullptr && cache->find(lookup, object.header, rules)) {
+      step = step_with_rules(rules, regs, reader, caller);
+      signal_frame = rules.signal_frame;
+    } else if (have_object && find_rules(object, lookup, cie, rules)) {
+      // The interrupted instruction varies from sample to sample; its callers do not.
+      if (cache != nullptr && !exact) cache->store(lookup, object.header, rules);
+      step = step_with_rules(rules, regs, reader, caller);
+      signal_frame = rules.signal_frame;
+    } else {
+      step = step_with_frame_pointer(regs, reader, caller);
+    }
+    if (step != Step::done) break;
+    const std::uint64_t next_pc = caller.value[rip];
+    const std::uint64_t next_sp = caller.has(rsp) ? caller.value[rsp] : 0;
+    // Up the stack at every step, except across a signal frame (which may come
+    // from an alternate signal stack).
+    if (next_pc < 4096 || next_sp == 0 || (!signal_frame && next_sp <= regs.value[rsp])) break;
+    frames[depth++] = reinterpret_cast<void*>(next_pc);
+    regs = caller;
+    exact = signal_frame;
+  }
+  return depth;
+}
+
+// The registers a signal interrupted.
+SPANPROF_UNINSTRUMENTED inline cfi::Registers registers_from_ucontext(const void* ucontext) noexcept {
+  const auto& g = static_cast<const ucontext_t*>(ucontext)->uc_mcontext.gregs;
+  // glibc's gregs index of each DWARF register, 0 .. 16.
+  constexpr int greg_of[cfi::register_count] = {REG_RAX, REG_RDX, REG_RCX, REG_RBX, REG_RSI, REG_RDI,
+                                                REG_RBP, REG_RSP, REG_R8,  REG_R9,  REG_R10, REG_R11,
+                                                REG_R12, REG_R13, REG_R14, REG_R15, REG_RIP};
+  cfi::Registers regs;
+  for (int r = 0; r < cfi::register_count; ++r) regs.set(r, static_cast<std::uint64_t>(g[greg_of[r]]));
+  return regs;
+}
+
+// The registers at this point of the calling function (inlined into it): the
+// stack pointer, the callee-saved registers and the address of an instruction
+// here, which is all the call frame information of this frame refers to.
+SPANPROF_ALWAYS_INLINE inline void capture_registers_here(cfi::Registers& regs) noexcept {
+  std::uint64_t raw[8];
+  __asm__ volatile(
+      "movq %%rsp, 0(%0)\n\t"
+      "movq %%rbp, 8(%0)\n\t"
+      "movq %%rbx, 16(%0)\n\t"
+      "movq %%r12, 24(%0)\n\t"
+      "movq %%r13, 32(%0)\n\t"
+      "movq %%r14, 40(%0)\n\t"
+      "movq %%r15, 48(%0)\n\t"
+      "leaq 0(%%rip), %%rax\n\t"
+      "movq %%rax, 56(%0)\n\t"
+      :
+      : "r"(raw)
+      : "rax", "memory");
+  regs.known = 0;
+  regs.set(cfi::rsp, raw[0]);
+  regs.set(cfi::rbp, raw[1]);
+  regs.set(cfi::rbx, raw[2]);
+  regs.set(12, raw[3]);
+  regs.set(13, raw[4]);
+  regs.set(14, raw[5]);
+  regs.set(15, raw[6]);
+  regs.set(cfi::rip, raw[7]);
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_HAS_CFI_WALKER
+
+#endif  // SPANPROF_CAPTURE_STACK_WALKER_HPP_
+// ---- end spanprof/capture/stack_walker.hpp ----
+// ---- begin spanprof/capture/thread_status.hpp ----
+// What one thread can learn about another without signalling it: where it is
+// blocked, how much CPU time it has used, whether it blocks a signal. The wall
+// ticker reads the first two at every tick to decide whether a thread needs a
+// signal at all; the watchdog reads the last two to find a thread that holds the
+// sample signal. Signalling the thread to ask would disturb what is looked at: a
+// signal makes a blocked nanosleep or poll return EINTR, and piles up on a thread
+// that holds it.
+//
+// Each reader takes the thread's kernel id and allocates nothing; what it reads
+// of kernel text fits a fixed buffer on the stack.
+#ifndef SPANPROF_CAPTURE_THREAD_STATUS_HPP_
+#define SPANPROF_CAPTURE_THREAD_STATUS_HPP_
+
+
+// Compiled out with the SDK, as the sampler that uses it.
+#if SPANPROF_ENABLED
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include <fcntl.h>
+#include <time.h>
+#include <unistd.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// Where a thread is blocked, as /proc/self/task/<tid>/syscall tells: its user
+// stack pointer and instruction pointer. The same site at two ticks, with
+// little CPU time between them, is the same wait.
+struct BlockedSite {
+  std::uint64_t sp = 0;
+  std::uint64_t pc = 0;
+  friend bool operator==(const BlockedSite& a, const BlockedSite& b) noexcept { return a.sp == b.sp && a.pc == b.pc; }
+};
+
+// /proc/self/task/<tid>/syscall: "running", or "<nr> <6 args> <sp> <pc>" (nr -1
+// when blocked outside a system call). False when running or unreadable.
+// `syscall_fd` is that file, opened at the first call (-1 until then) and kept
+// open for the next ticks; the caller closes it.
+inline bool read_blocked_site(pid_t tid, int& syscall_fd, BlockedSite& site) noexcept {
+  if (syscall_fd < 0) {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/self/task/%d/syscall", static_cast<int>(tid));
+    syscall_fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (syscall_fd < 0) return false;
+  }
+  char text[256];
+  const ssize_t n = ::pread(syscall_fd, text, sizeof text - 1, 0);
+  if (n <= 0) return false;
+  text[n] = '\0';
+  if (text[0] == 'r') return false;  // "running"
+  // The last two fields.
+  std::uint64_t fields[2] = {0, 0};
+  int found = 0;
+  const char* end = text + n;
+  while (end > text && (end[-1] == '\n' || end[-1] == ' ')) --end;
+  for (int f = 1; f >= 0; --f) {
+    const char* start = end;
+    while (start > text && start[-1] != ' ') --start;
+    if (start == end) break;
+    std::uint64_t value = 0;
+    const char* c = start;
+    if (end - c > 2 && c[0] == '0' && c[1] == 'x') c += 2;
+    for (; c < end; ++c) {
+      const char d = *c;
+      const int digit = d >= '0' && d <= '9' ? d - '0' : d >= 'a' && d <= 'f' ? d - 'a' + 10 : -1;
+      if (digit < 0) return false;
+      value = value * 16 + static_cast<std::uint64_t>(digit);
+    }
+    fields[f] = value;
+    ++found;
+    end = start > text ? start - 1 : start;
+  }
+  if (found != 2) return false;
+  site.sp = fields[0];
+  site.pc = fields[1];
+  return true;
+}
+
+// The thread's CPU time, read from another thread (-1 when unreadable).
+inline std::int64_t thread_cpu_ns(pid_t tid) noexcept {
+  // Linux's per-thread CPU clock id, as glibc's pthread_getcpuclockid makes it.
+  const clockid_t clock = static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6);
+  timespec ts{};
+  if (::clock_gettime(clock, &ts) != 0) return -1;
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// SigBlk in /proc/self/task/<tid>/status has the bit of `signal_number`.
+inline bool thread_blocks_signal(pid_t tid, int signal_number) noexcept {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%d/status", static_cast<int>(tid));
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char text[4096];
+  const ssize_t n = ::read(fd, text, sizeof text - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  text[n] = '\0';
+  const char* line = std::strstr(text, "\nSigBlk:");
+  if (line == nullptr) return false;
+  const unsigned long long mask = std::strtoull(line + 8, nullptr, 16);
+  const int bit = signal_number - 1;
+  return bit >= 0 && bit < 64 && ((mask >> bit) & 1) != 0;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_CAPTURE_THREAD_STATUS_HPP_
+// ---- end spanprof/capture/thread_status.hpp ----
+// ---- begin spanprof/capture/thread_stack_sampler.hpp ----
+// A thread's sampler: the log of the stacks sampled on the thread, the span its
+// guards published, and the signal handler that records a stack on a CPU tick
+// (from the thread's CpuTickSource, capture/cpu_tick_source.hpp) or a wall tick
+// (from the wall ticker, capture/wall_ticker.hpp). capture/stack_sampler.hpp
+// keeps the samplers of all threads and makes this one when a thread needs it;
+// it says why the engine is shaped as it is.
+//
+// Three threads touch a sampler, each its own part, and the sections below say
+// which: its own thread (the guards, and the handler that interrupts them), the
+// watchdog (the worker) and the wall ticker. The handler is async-signal-safe: it
+// touches only this thread's preallocated log, lock-free atomics and a stack
+// walker that takes no lock (capture/stack_walker.hpp).
+#ifndef SPANPROF_CAPTURE_THREAD_STACK_SAMPLER_HPP_
+#define SPANPROF_CAPTURE_THREAD_STACK_SAMPLER_HPP_
+
+
+// Compiled out with the SDK: nothing here may reach gperftools then.
+#if SPANPROF_ENABLED
+
+#include <gperftools/profiler.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstddef>
+#include <cstdint>
+
+#include <sys/syscall.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+inline constexpr int max_stack_depth_limit = 256;
+
+// One open span of the thread, as the signal handler sees it. It lives in the
+// thread's sampler, never in the guard: a guard may end on another thread, or its
+// storage (a coroutine frame) may die while the thread that opened it still runs,
+// and the handler must never read a guard's memory then. Open spans form a stack of
+// slots linked innermost first; the guard keeps a ticket (slot and sequence number).
+struct ActiveSpan {
+  ProfileKinds kinds;                 // what this span profiles: cpu and/or wall
+  ProfileKinds recorded;              // kinds, and what the open spans around it profile
+  std::size_t log_start = 0;          // where this span's samples begin in the log
+  std::uint64_t dropped_at_start = 0;
+  // Set (by another thread, possibly) when the span ended elsewhere: its samples
+  // are no longer recorded. Null unless a guard asked (ScopedProfile::stop_sampling_when).
+  const std::atomic<bool>* stop = nullptr;
+  std::atomic<std::uint32_t> parent{0};  // 1 + the enclosing slot's index; 0: outermost
+  // sequence << 2 | SpanSlotState. Written by the owning thread, and once by a
+  // guard that closes on another thread (open -> dead, compare-and-swap).
+  std::atomic<std::uint32_t> state{0};
+};
+
+enum SpanSlotState : std::uint32_t { span_slot_free = 0, span_slot_open = 1, span_slot_dead = 2 };
+
+// Immutable sampler settings of one spanprof::start(); threads armed under an older
+// generation rebuild their sampler at their next guard.
+struct StackSamplerSettings {
+  std::uint64_t generation = 0;
+  CpuSampleSource source = CpuSampleSource::automatic;
+  int signal_number = 0;
+  std::int64_t period_ns = 10'000'000;       // mean CPU time between two CPU samples
+  std::int64_t wall_period_ns = 10'000'000;  // mean wall time between two wall ticks
+  int max_depth = 64;
+  std::size_t buffer_words = 0;
+  std::uint32_t idle_ticks_before_disarm = 200;
+  bool watch_cpu = true;  // Options::watch_cpu_ticks
+};
+
+inline std::int64_t monotonic_now_ns() noexcept {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe (vDSO)
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// The wall clock, for a profile's start time.
+inline std::int64_t realtime_now_ns() noexcept {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// What a wall tick carries (sigqueue value): a tag, and the thread's wall
+// generation when the ticker looked, so a tick that arrives after the span changed
+// is dropped.
+inline constexpr std::uint64_t wall_tick_tag = 0x5350'574Cull << 32;  // "SPWL"
+
+// What the ticker's CPU tick carries: the POSIX timer's sampling point it saw the
+// thread's CPU clock pass, which the kernel had not delivered yet (cpu_watch).
+inline constexpr std::uint64_t cpu_tick_tag = 0x5350'4350ull << 32;  // "SPCP"
+
+inline std::uintptr_t interrupted_pc(const void* ucontext) noexcept {
+  const auto* uc = static_cast<const ucontext_t*>(ucontext);
+#if defined(__x86_64__)
+  return static_cast<std::uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]);
+#elif defined(__aarch64__)
+  return static_cast<std::uintptr_t>(uc->uc_mcontext.pc);
+#elif defined(__i386__)
+  return static_cast<std::uintptr_t>(uc->uc_mcontext.gregs[REG_EIP]);
+#else
+  (void)uc;
+  return 0;
+#endif
+}
+
+// The sample signal whose handler the host replaced (0: none). Samplers on it
+// are not armed again; the next spanprof::start() picks another signal.
+SPANPROF_API inline std::atomic<int>& sample_signal_lost() noexcept {
+  static std::atomic<int> lost{0};
+  return lost;
+}
+
+class ThreadStackSampler {
+ public:
+  // `counters` is the creating thread's block in the counter registry: the signal
+  // handler reaches it through this pointer, never through thread_local storage.
+  ThreadStackSampler(const StackSamplerSettings& settings, std::uint64_t* words, ThreadCounters& counters) noexcept
+      : settings_(settings),
+        words_(words),
+        counters_(&counters),
+        tid_(static_cast<pid_t>(::syscall(SYS_gettid))),
+#if SPANPROF_HAS_CFI_WALKER
+        stack_top_(this_thread_stack_top()),
+#endif
+        pid_(::getpid()),
+        cpu_(settings.source, settings.signal_number, settings.period_ns, tid_,
+             0x9E3779B97F4A7C15ull ^ (static_cast<std::uint64_t>(tid_) << 32) ^
+                 static_cast<std::uint64_t>(monotonic_now_ns())) {}
+
+  ThreadStackSampler(const ThreadStackSampler&) = delete;
+  ThreadStackSampler& operator=(const ThreadStackSampler&) = delete;
+
+  ~ThreadStackSampler() { release_log_and_source(); }
+
+  // The thread exits while a guard it opened is still open on another thread, which
+  // will mark its slot dead: the slots stay (this object is left behind, a few KiB),
+  // the timer, the log and the descriptor go.
+  void release_log_and_source() noexcept {
+    cpu_.close();  // no tick after the log is freed
+    if (ticker_.syscall_fd >= 0) ::close(ticker_.syscall_fd);
+    ticker_.syscall_fd = -1;
+    delete[] words_;
+    words_ = nullptr;
+  }
+
+  // Picks and creates the CPU tick source for this thread (not armed yet);
+  // CpuTickSource::open says how. `perf_errno` receives the reason perf_event was
+  // refused, if it was.
+  CpuSampleSource open_source(int& perf_errno) noexcept { return cpu_.open(perf_errno); }
+
+  bool has_source() const noexcept { return cpu_.has_source(); }
+
+  // In a forked child, on a sampler the parent made: its perf event is the
+  // parent's too (disabling it would stop the parent's samples), its timer does
+  // not exist here, and its thread ids are the parent's. Closes the child's copies
+  // and keeps the log, which an open guard on the forking thread still reads.
+  void forget_source_after_fork() noexcept {
+    cpu_.forget_after_fork();
+    if (ticker_.syscall_fd >= 0) ::close(ticker_.syscall_fd);
+    ticker_.syscall_fd = -1;
+    armed_.store(false, std::memory_order_relaxed);
+    registry_prev = registry_next = nullptr;
+  }
+  bool in_wall_span() const noexcept { return wall_spans_.load(std::memory_order_relaxed) != 0; }
+  CpuSampleSource source() const noexcept { return cpu_.source(); }
+  // What a CPU or wall profile of this sampler says it was taken by, and one sample's period.
+  const char* engine_name(ProfileKind kind) const noexcept {
+    if (kind == ProfileKind::wall) return "sampling:wall";
+    return cpu_.source() == CpuSampleSource::perf_event ? "sampling:perf_event" : "sampling:posix_timer";
+  }
+  std::int64_t period_ns(ProfileKind kind) const noexcept {
+    return kind == ProfileKind::wall ? settings_.wall_period_ns : settings_.period_ns;
+  }
+  const StackSamplerSettings& settings() const noexcept { return settings_; }
+  bool armed() const noexcept { return armed_.load(std::memory_order_relaxed); }
+
+  // Starts delivering samples to this thread. Called on the request thread, only
+  // when the sampler is not armed (first guard, or after an idle disarm).
+  bool arm() noexcept {
+    if (SPANPROF_UNLIKELY(signal_blocked_.load(std::memory_order_relaxed) ||
+                          sample_signal_lost().load(std::memory_order_relaxed) == settings_.signal_number)) {
+      armed_.store(false, std::memory_order_relaxed);
+      return false;
+    }
+    idle_ticks_.store(0, std::memory_order_relaxed);
+    const bool ok = cpu_.start();  // the periods start afresh
+    armed_.store(ok, std::memory_order_relaxed);
+    return ok;
+  }
+
+  // Async-signal-safe: used from the handler when the thread has been idle.
+  void disarm() noexcept {
+    cpu_.stop();
+    armed_.store(false, std::memory_order_relaxed);
+  }
+
+  // ---- used by the guard on this thread ---------------------------------------
+
+  // Opens a span slot on top of the thread's stack (this thread only). Invalid
+  // ticket: max_open_spans are open already.
+  SpanSlotTicket push(ProfileKinds kinds) noexcept {
+    forget_dead_spans();
+    if (SPANPROF_UNLIKELY(slots_in_use_ == all_span_slots)) return {};
+    const auto index = static_cast<std::uint32_t>(__builtin_ctz(~slots_in_use_));
+    const std::uint32_t top = top_.load(std::memory_order_relaxed);
+    ActiveSpan& span = spans_[index];
+    span.kinds = kinds;
+    span.recorded = top != 0 ? kinds | spans_[top - 1].recorded : kinds;
+    span.log_start = used_.load(std::memory_order_relaxed);
+    span.dropped_at_start = dropped_.load(std::memory_order_relaxed);
+    span.stop = nullptr;
+    span.parent.store(top, std::memory_order_relaxed);
+    const std::uint32_t sequence = next_sequence_++ & 0x3FFF'FFFF;
+    span.state.store(sequence << 2 | span_slot_open, std::memory_order_relaxed);
+    slots_in_use_ |= std::uint32_t{1} << index;
+    if (top == 0 && settings_.watch_cpu) outer_changed_ns_.store(monotonic_now_ns(), std::memory_order_relaxed);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    top_.store(index + 1, std::memory_order_relaxed);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    return {index, sequence};
+  }
+
+  // The slot of an open span (this thread only).
+  ActiveSpan& span(SpanSlotTicket ticket) noexcept { return spans_[ticket.index]; }
+
+  // Closes the span on its own thread; afterwards no signal adds to its samples.
+  // True when it was the innermost open span, so that its samples are the log from
+  // its log_start on. A span closed out of order (interleaved coroutines on one
+  // thread) is only marked dead: the spans opened after it still hold its place.
+  bool pop(SpanSlotTicket ticket) noexcept {
+    ActiveSpan& span = spans_[ticket.index];
+    if (top_.load(std::memory_order_relaxed) != ticket.index + 1) {
+      span.state.store(ticket.sequence << 2 | span_slot_dead, std::memory_order_relaxed);
+      return false;
+    }
+    const std::uint32_t parent = span.parent.load(std::memory_order_relaxed);
+    if (parent == 0 && settings_.watch_cpu) outer_changed_ns_.store(monotonic_now_ns(), std::memory_order_relaxed);
+    top_.store(parent, std::memory_order_relaxed);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    span.state.store(span_slot_free, std::memory_order_relaxed);
+    slots_in_use_ &= ~(std::uint32_t{1} << ticket.index);
+    return true;
+  }
+
+  // From a thread other than this sampler's: the span (still open) is never
+  // recorded again, and the owning thread frees its slot. The caller touches the
+  // sampler no more after this: once the slot is dead, its thread may exit and
+  // free the sampler.
+  bool close_elsewhere(SpanSlotTicket ticket) noexcept {
+    std::uint32_t expected = ticket.sequence << 2 | span_slot_open;
+    return spans_[ticket.index].state.compare_exchange_strong(expected, ticket.sequence << 2 | span_slot_dead,
+                                                               std::memory_order_acq_rel, std::memory_order_relaxed);
+  }
+
+  // Whether a guard still holds a slot (this thread only): dead slots go first.
+  bool has_open_span() noexcept {
+    forget_dead_spans();
+    return top_.load(std::memory_order_relaxed) != 0;
+  }
+
+  // This thread's block in the counter registry: counting through it costs no TLS
+  // lookup on the guard's path.
+  ThreadCounters& counters() noexcept { return *counters_; }
+
+  std::size_t used_words() const noexcept { return used_.load(std::memory_order_relaxed); }
+  // From another thread, while a span of this thread stays open (so the log is
+  // neither reset nor freed): the records written so far are complete.
+  std::size_t used_words_published() const noexcept { return used_.load(std::memory_order_acquire); }
+  std::uint64_t dropped() const noexcept { return dropped_.load(std::memory_order_relaxed); }
+  const std::uint64_t* words() const noexcept { return words_; }
+
+  // The outermost span closed: its samples have been copied out.
+  void reset_log() noexcept {
+    wall_busy_ = true;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    used_.store(0, std::memory_order_relaxed);
+    last_wall_record_ = no_wall_record;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    wall_busy_ = false;
+  }
+
+  // A guard closed here and copied its samples out.
+  void span_closed() noexcept { forget_dead_spans(); }
+
+  // ---- wall spans, on this thread -------------------------------------------------
+
+  // A wall-profiled span opens. `now_ns` is CLOCK_MONOTONIC. Returns true when this
+  // thread had no wall span open before (the ticker then has one more thread).
+  bool wall_span_opened(std::int64_t now_ns) noexcept {
+    begin_wall_update();
+    const std::uint32_t open = wall_spans_.load(std::memory_order_relaxed);
+    // The time so far belongs to the stack sampled last (an outer wall span's).
+    if (open != 0) settle_wall_time(now_ns);
+    else wall_accounted_ns_ = now_ns;
+    wall_spans_.fetch_add(1, std::memory_order_release);  // a guard elsewhere may decrement it
+    end_wall_update();
+    return open == 0;
+  }
+
+  // A wall-profiled span closes: the time since the last sample goes to the stack
+  // sampled last. Returns true when it was the thread's last open wall span.
+  bool wall_span_closed(std::int64_t now_ns) noexcept {
+    begin_wall_update();
+    settle_wall_time(now_ns);
+    const std::uint32_t open = decrement_wall_spans();
+    end_wall_update();
+    return open == 1;
+  }
+
+  // A wall-profiled span of this thread closed on another thread: the time since the
+  // last sample stays with it (only this thread may settle it). True when it was the
+  // thread's last open wall span.
+  bool wall_span_closed_elsewhere() noexcept { return decrement_wall_spans() == 1; }
+
+  // ---- signal handler ----------------------------------------------------------
+
+  void on_signal(const siginfo_t* info, const void* ucontext) noexcept {
+    // Queued while the thread blocked the signal: they would all land on the point
+    // where it unblocks, so none is recorded.
+    if (SPANPROF_UNLIKELY(signal_blocked_.load(std::memory_order_relaxed))) return;
+    if (info->si_code == SI_QUEUE && info->si_pid == pid_) {
+      const auto value = reinterpret_cast<std::uintptr_t>(info->si_value.sival_ptr);
+      const std::uint64_t tag = value & ~std::uint64_t{0xFFFF'FFFF};
+      if (tag == wall_tick_tag) return on_wall_tick(static_cast<std::uint32_t>(value), ucontext);
+      // The ticker's CPU tick: the timer's point passed unseen by the kernel. It is
+      // a tick like the timer's own (whichever comes first takes the sample; the
+      // other finds no point passed).
+      if (tag != cpu_tick_tag) return;
+    } else if (!cpu_.is_tick(info)) {
+      return;  // not our source's: someone else's signal
+    }
+    cpu_ticks_handled_.store(cpu_ticks_handled_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    // The next period starts now, before the unwinding: the CPU time this handler
+    // takes counts toward it. (Drawn at the end, each sample's handler time would
+    // go unsampled: -9% at 1 kHz, -30% at 4 kHz, measured.)
+    const ActiveSpan* active = innermost_open_span();
+    if (active == nullptr) {
+      const auto idle = idle_ticks_.load(std::memory_order_relaxed) + 1;
+      idle_ticks_.store(idle, std::memory_order_relaxed);
+      if (idle >= settings_.idle_ticks_before_disarm) disarm();
+      else cpu_.schedule_next_tick();
+      return;
+    }
+    CpuTickSource::TickWeight weight;
+    cpu_.schedule_next_tick(&weight);
+    if (weight.periods == 0) return;  // a timer signal before its expiry: not a sample
+    // A span that ended on another thread is still on this thread's stack until the
+    // thread pops it; it records nothing, and it is not idleness either.
+    if (active->stop != nullptr && active->stop->load(std::memory_order_relaxed)) return;
+    idle_ticks_.store(0, std::memory_order_relaxed);
+    if (active->recorded.contains(ProfileKind::cpu))
+      record_sample(cpu_record_weight(weight.periods, weight.cpu_ns), ucontext);
+  }
+
+  // ---- the watchdog's side (the worker's thread, under the sampler list's mutex) ----
+
+  // True when this armed thread has run four CPU periods without taking a tick,
+  // twice in a row, blocking the sample signal both times: the sampler is then
+  // disarmed for good. Left armed, the real-time signals queued against the mask
+  // would overflow into SIGIO, whose default action kills the process. Twice,
+  // because a runtime may block every signal for a moment while it runs the
+  // handlers it deferred (ThreadSanitizer does): one look can catch that moment
+  // after ticks that were only late; a second window without a tick cannot.
+  bool refuse_if_signal_blocked() noexcept {
+    if (!armed() || signal_blocked_.load(std::memory_order_relaxed)) {
+      watch_cpu_ns_ = -1;
+      return false;
+    }
+    const std::int64_t cpu = thread_cpu_ns(tid_);
+    const std::uint64_t ticks = cpu_ticks_handled_.load(std::memory_order_relaxed);
+    if (cpu < 0) return false;
+    if (watch_cpu_ns_ < 0 || ticks != watch_ticks_ || cpu - watch_cpu_ns_ < 4 * settings_.period_ns) {
+      if (watch_cpu_ns_ < 0 || ticks != watch_ticks_) {
+        watch_cpu_ns_ = cpu;
+        watch_ticks_ = ticks;
+        watch_saw_blocked_ = false;
+      }
+      return false;
+    }
+    watch_cpu_ns_ = cpu;
+    const bool seen_before = watch_saw_blocked_;
+    watch_saw_blocked_ = thread_blocks_signal(tid_, settings_.signal_number);
+    if (!watch_saw_blocked_ || !seen_before) return false;
+    signal_blocked_.store(true, std::memory_order_relaxed);
+    disarm();
+    return true;
+  }
+  pid_t thread_id() const noexcept { return tid_; }
+
+  // ---- the ticker's side (its thread only, under the sampler list's mutex) ----
+
+  // The CPU watch, for the POSIX timer. The kernel checks a CPU timer only at a
+  // scheduler tick that finds the thread on its core: with more runnable threads
+  // than cores a thread's slices can fall between ticks, and a sampling point is
+  // then delivered tens or hundreds of milliseconds of the thread's CPU late, in
+  // whatever span is open by then. The ticker reads the thread's CPU clock at
+  // short wall intervals and, when it has passed the timer's point by more than
+  // the slack below, sends the tick itself: once per point, and only to a thread on
+  // its core.
+  enum class CpuWatch : std::uint8_t {
+    nothing,    // not looked at, or its point is not overdue
+    late,       // overdue, but the thread is off its core: looked at again next time
+    signalled,  // overdue: the tick was sent
+  };
+  // Between spans too, since a point passed there and delivered late would land in
+  // the next span with the time between in its weight; but a thread that stood
+  // still at its last two looks with no span open (most of a server's pool, waiting
+  // for work) is read one look in eight (`look` counts the ticker's looks). `now`:
+  // the ticker's monotonic clock.
+  CpuWatch cpu_watch(std::uint64_t look, std::int64_t now) noexcept {
+    if (!armed() || signal_blocked_.load(std::memory_order_relaxed) ||
+        sample_signal_lost().load(std::memory_order_relaxed) == settings_.signal_number)
+      return CpuWatch::nothing;
+    // A thread cannot have run past a point by the slack in less wall time than the
+    // slack since its outermost span opened or closed: those young spans and gaps,
+    // most of a busy server's, cost no read and are left to the kernel. The same for
+    // spans and gaps, so that neither gains samples at the other's cost.
+    if (now - outer_changed_ns_.load(std::memory_order_relaxed) < cpu_watch_slack_ns()) return CpuWatch::nothing;
+    if (top_.load(std::memory_order_relaxed) == 0 && ticker_.still_looks >= 2 && (look & 7) != 0)
+      return CpuWatch::nothing;
+    const std::int64_t point = cpu_.next_point_ns();
+    if (point == 0) return CpuWatch::nothing;
+    // Nor can it have run more CPU than the wall time since the last read: until
+    // then its point cannot be overdue, and it is not read.
+    if (ticker_.cpu_seen >= 0 && ticker_.cpu_seen + (now - ticker_.seen_at_ns) < point + cpu_watch_slack_ns())
+      return CpuWatch::nothing;
+    const std::int64_t cpu_ns = thread_cpu_ns(tid_);
+    ticker_.still_looks = cpu_ns == ticker_.cpu_seen ? ticker_.still_looks + 1 : 0;
+    ticker_.cpu_seen = cpu_ns;
+    ticker_.seen_at_ns = now;
+    if (point == ticker_.cpu_point_signalled || cpu_ns < point + cpu_watch_slack_ns()) return CpuWatch::nothing;
+    // Only while it is on a core: a thread's CPU clock moves between two reads then,
+    // and stands still while it waits for a core or blocks. A thread signalled off
+    // its core would take the sample where it was preempted, mostly at the system
+    // call that let the scheduler in, not where its CPU went; a blocked one would
+    // see its call interrupted.
+    if (thread_cpu_ns(tid_) == cpu_ns) return CpuWatch::late;
+    if (!send_tick(cpu_tick_tag)) return CpuWatch::nothing;
+    ticker_.cpu_point_signalled = point;
+    return CpuWatch::signalled;
+  }
+
+  // How late the kernel may be with a point before the ticker sends it: half a
+  // period, at most 2 ms. Sooner, and the ticker would mostly race the kernel's own
+  // tick on a machine with a core to spare; and its signals, which wait for the
+  // thread's next instant on a core, land more often than the kernel's at the
+  // system call that let the scheduler in (measured: 4 threads on 2 cores, a hot
+  // loop that reads its CPU clock, 10 % of the samples in clock_gettime at no slack).
+  std::int64_t cpu_watch_slack_ns() const noexcept { return std::min<std::int64_t>(settings_.period_ns / 2, 2'000'000); }
+
+  // Whether the CPU watch looks at this thread (an armed POSIX timer), and whether
+  // it has a span open now (the ticker parks once none has for a while).
+  bool cpu_watch_wanted() const noexcept { return settings_.watch_cpu && cpu_.next_point_ns() != 0 && armed(); }
+  bool span_open_now() const noexcept { return top_.load(std::memory_order_relaxed) != 0; }
+
+  // ---- the wall ticker's side (its thread only, under the sampler list's mutex) ----
+
+  // One wall tick for this thread: nothing when it has no wall span open; when it is
+  // still blocked where its last wall sample found it, a confirmation and no signal
+  // (a signal would make an interrupted nanosleep, poll or epoll_wait return
+  // EINTR); otherwise a signal, whose handler records the stack. True when a
+  // signal was sent.
+  enum class WallTick : std::uint8_t { none, confirmed, signalled, failed };
+  WallTick wall_tick(std::int64_t now_ns, std::int64_t mean_period_ns) noexcept {
+    if (signal_blocked_.load(std::memory_order_relaxed) ||
+        sample_signal_lost().load(std::memory_order_relaxed) == settings_.signal_number)
+      return WallTick::none;
+    if (wall_spans_.load(std::memory_order_acquire) == 0) {
+      ticker_.sampled_blocked = false;
+      return WallTick::none;
+    }
+    const std::uint32_t generation = wall_generation_.load(std::memory_order_acquire);
+    BlockedSite site;
+    const bool blocked = read_blocked_site(tid_, ticker_.syscall_fd, site);
+    const std::int64_t cpu_ns = thread_cpu_ns(tid_);
+    // "Still": almost no CPU time since the last sample found it blocked, and
+    // blocked at the same site now — or running for a moment between two waits at
+    // it (a loop around a short sleep counts as one wait, as in async-profiler's
+    // check).
+    const std::int64_t still_cpu_ns = std::min<std::int64_t>(500'000, mean_period_ns / 2);
+    if ((!blocked || site == ticker_.site) && ticker_.sampled_blocked && ticker_.generation == generation &&
+        cpu_ns >= 0 && cpu_ns - ticker_.cpu_ns < still_cpu_ns) {
+      const auto micros = static_cast<std::uint64_t>(now_ns / 1000) & ((std::uint64_t{1} << 48) - 1);
+      wall_confirmed_.store((static_cast<std::uint64_t>(generation & 0xFFFF) << 48) | micros,
+                            std::memory_order_release);
+      ticker_.cpu_ns = cpu_ns;
+      return WallTick::confirmed;
+    }
+    if (!send_tick(wall_tick_tag | generation)) {
+      ticker_.sampled_blocked = false;
+      return WallTick::failed;  // the thread exited, or its signal queue is full
+    }
+    ticker_.sampled_blocked = blocked;
+    ticker_.site = site;
+    ticker_.generation = generation;
+    ticker_.cpu_ns = cpu_ns;
+    return WallTick::signalled;
+  }
+
+ private:
+  // The ticker's signal to this thread, carrying `value` (a tag and its data).
+  bool send_tick(std::uint64_t value) noexcept {
+    siginfo_t info{};
+    info.si_signo = settings_.signal_number;
+    info.si_code = SI_QUEUE;
+    info.si_pid = pid_;
+    info.si_uid = ::getuid();
+    info.si_value.sival_ptr = reinterpret_cast<void*>(static_cast<std::uintptr_t>(value));
+    return ::syscall(SYS_rt_tgsigqueueinfo, pid_, tid_, settings_.signal_number, &info) == 0;
+  }
+
+  // Returns the count before.
+  std::uint32_t decrement_wall_spans() noexcept {
+    std::uint32_t open = wall_spans_.load(std::memory_order_relaxed);
+    while (open != 0 && !wall_spans_.compare_exchange_weak(open, open - 1, std::memory_order_release,
+                                                            std::memory_order_relaxed)) {
+    }
+    return open;
+  }
+
+  // The span the handler records for: the innermost slot still open (a dead one
+  // above it ended on another thread and waits for this thread to free it).
+  const ActiveSpan* innermost_open_span() const noexcept {
+    std::uint32_t at = top_.load(std::memory_order_relaxed);
+    for (std::uint32_t steps = 0; at != 0 && steps < max_open_spans; ++steps) {
+      const ActiveSpan& span = spans_[at - 1];
+      if ((span.state.load(std::memory_order_relaxed) & 3) == span_slot_open) return &span;
+      at = span.parent.load(std::memory_order_relaxed);
+    }
+    return nullptr;
+  }
+
+  // Dead slots go, and once no span is open nobody reads the log: it starts over.
+  void forget_dead_spans() noexcept {
+    reap_dead_spans();
+    if (top_.load(std::memory_order_relaxed) == 0 && used_.load(std::memory_order_relaxed) != 0) reset_log();
+  }
+
+  // Unlinks and frees the dead slots anywhere in the stack (this thread only): the
+  // slot of a span that ended elsewhere is reused as soon as this thread looks. A
+  // handler that interrupts sees each link before or after its change, both valid.
+  void reap_dead_spans() noexcept {
+    std::atomic<std::uint32_t>* link = &top_;
+    std::uint32_t at = link->load(std::memory_order_relaxed);
+    for (std::uint32_t steps = 0; at != 0 && steps < max_open_spans; ++steps) {
+      ActiveSpan& span = spans_[at - 1];
+      const std::uint32_t parent = span.parent.load(std::memory_order_relaxed);
+      if ((span.state.load(std::memory_order_acquire) & 3) == span_slot_dead) {
+        link->store(parent, std::memory_order_relaxed);
+        std::atomic_signal_fence(std::memory_order_seq_cst);
+        span.state.store(span_slot_free, std::memory_order_relaxed);
+        slots_in_use_ &= ~(std::uint32_t{1} << (at - 1));
+      } else {
+        link = &span.parent;
+      }
+      at = parent;
+    }
+  }
+
+  // The interrupted stack, its interrupted instruction first; 0 frames when the
+  // walk must be skipped. The handler's own frames are never part of it.
+  int walk_interrupted_stack(const void* ucontext, void** trace) noexcept {
+#if SPANPROF_HAS_CFI_WALKER
+    // Call frame information, read without a lock (capture/stack_walker.hpp).
+    return walk_stack(registers_from_ucontext(ucontext), stack_top_, trace, settings_.max_depth, &rules_cache_);
+#else
+    // gperftools' unwinder. Depending on the unwind method the trace begins with
+    // this handler and the kernel's signal trampoline (libunwind) or directly at
+    // the interrupted instruction (frame pointers): find the interrupted PC in the
+    // first frames and start there. The walk takes the loader lock: not while a
+    // fork is under way (base/loader_lock_gate.hpp).
+    constexpr int handler_frames_searched = 8;
+    void* raw[max_stack_depth_limit + handler_frames_searched];
+    if (!loader_lock_gate().enter()) return 0;
+    const int n = ProfilerGetStackTrace(raw, settings_.max_depth + handler_frames_searched, 0, ucontext);
+    loader_lock_gate().leave();
+    const std::uintptr_t pc = interrupted_pc(ucontext);
+    int first = -1;
+    for (int i = 0; i < n && i < handler_frames_searched; ++i) {
+      if (reinterpret_cast<std::uintptr_t>(raw[i]) == pc) {
+        first = i;
+        break;
+      }
+    }
+    // PC not in the trace (an unwinder that stops at the signal frame): keep the
+    // PC alone rather than a stack that starts inside spanprof.
+    const int callers_from = first >= 0 ? first + 1 : n;
+    int depth = 1 + std::max(0, n - callers_from);
+    if (depth > settings_.max_depth) depth = settings_.max_depth;
+    trace[0] = reinterpret_cast<void*>(pc);
+    for (int i = 1; i < depth; ++i) trace[i] = raw[callers_from + i - 1];
+    return depth;
+#endif
+  }
+
+  // Records the interrupted stack; returns the record's offset in the log, or
+  // no_wall_record when the log is full (or the walk was skipped).
+  std::size_t record_sample(std::uint64_t weight, const void* ucontext) noexcept {
+    const bool wall = (weight & wall_record_tag) != 0;
+    void* trace[max_stack_depth_limit];
+    const int depth = walk_interrupted_stack(ucontext, trace);
+    const std::size_t used = used_.load(std::memory_order_relaxed);
+    const std::size_t need = stack_record_words(depth);
+    if (depth <= 0 || used + need > settings_.buffer_words) {
+      dropped_.store(dropped_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      counters_->add(wall ? Counter::wall_samples_dropped : Counter::cpu_samples_dropped, 1);
+      return no_wall_record;
+    }
+    write_stack_record(words_ + used, weight, reinterpret_cast<std::uintptr_t>(trace[0]), trace + 1, depth);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    // Release: a thread taking a fragment's records over (Fragment) reads the log up
+    // to here from another thread.
+    used_.store(used + need, std::memory_order_release);
+    // A CPU record stands for its periods' samples, as the profile's sample count says.
+    if (wall) counters_->add(Counter::wall_samples_captured, 1);
+    else counters_->add(Counter::cpu_samples_captured, cpu_record_periods(weight));
+    return used;
+  }
+
+  // ---- wall accounting (this thread: its handler, and its guards between
+  // begin_wall_update() and end_wall_update(), when the handler keeps out) ----
+
+  void on_wall_tick(std::uint32_t generation, const void* ucontext) noexcept {
+    if (wall_busy_ || generation != wall_generation_.load(std::memory_order_relaxed)) return;
+    const ActiveSpan* active = innermost_open_span();
+    if (active == nullptr || !active->recorded.contains(ProfileKind::wall)) return;
+    if (active->stop != nullptr && active->stop->load(std::memory_order_relaxed)) return;
+    const std::int64_t now = monotonic_now_ns();
+    apply_wall_confirmation();
+    const std::int64_t elapsed = now > wall_accounted_ns_ ? now - wall_accounted_ns_ : 0;
+    const std::size_t at = record_sample(wall_record_tag | static_cast<std::uint64_t>(elapsed), ucontext);
+    // A full log keeps the time unaccounted: the next sample (or the close) gets it.
+    if (at == no_wall_record) return;
+    last_wall_record_ = at;
+    last_wall_generation_ = generation;
+    wall_accounted_ns_ = now;
+  }
+
+  // The ticker saw the thread still blocked where its last wall sample was taken,
+  // up to a time: that time is the last sample's.
+  void apply_wall_confirmation() noexcept {
+    const std::uint64_t confirmed = wall_confirmed_.load(std::memory_order_acquire);
+    // Only for the sample the ticker's last signal took (its generation is now's).
+    const std::uint64_t generation = wall_generation_.load(std::memory_order_relaxed) & 0xFFFF;
+    if ((confirmed >> 48) != generation || (last_wall_generation_ & 0xFFFF) != generation) return;
+    const std::int64_t until = static_cast<std::int64_t>(confirmed & ((std::uint64_t{1} << 48) - 1)) * 1000;
+    // The µs clock wraps every 8.9 years of uptime: compare in its range.
+    const std::int64_t accounted_us = (wall_accounted_ns_ / 1000) & ((std::int64_t{1} << 48) - 1);
+    const std::int64_t gained = until - accounted_us * 1000;
+    if (gained <= 0 || last_wall_record_ == no_wall_record) return;
+    add_wall_time(words_ + last_wall_record_, static_cast<std::uint64_t>(gained));
+    wall_accounted_ns_ += gained;
+  }
+
+  // The time up to `now_ns` goes to the stack sampled last (none: lost, rare: a
+  // span shorter than a tick or a full log).
+  void settle_wall_time(std::int64_t now_ns) noexcept {
+    apply_wall_confirmation();
+    if (last_wall_record_ != no_wall_record && now_ns > wall_accounted_ns_)
+      add_wall_time(words_ + last_wall_record_, static_cast<std::uint64_t>(now_ns - wall_accounted_ns_));
+    if (now_ns > wall_accounted_ns_) wall_accounted_ns_ = now_ns;
+  }
+
+  // The handler keeps out of the wall accounting while the thread itself changes
+  // it (a tick then is dropped: it loses detail, not time). Bumping the generation
+  // voids the ticks and confirmations the ticker sent for the spans before.
+  void begin_wall_update() noexcept {
+    wall_busy_ = true;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  }
+  void end_wall_update() noexcept {
+    wall_generation_.store(wall_generation_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    wall_busy_ = false;
+  }
+
+  StackSamplerSettings settings_;
+  std::uint64_t* words_;
+  ThreadCounters* counters_;
+  pid_t tid_;
+#if SPANPROF_HAS_CFI_WALKER
+  std::uint64_t stack_top_;  // the walker reads the stack up to here without a check
+#endif
+  pid_t pid_;
+  CpuTickSource cpu_;
+  // The open spans: a stack linked through ActiveSpan::parent, innermost first.
+  static constexpr std::uint32_t all_span_slots = 0xFFFF'FFFFu;
+  static_assert(max_open_spans == 32, "slots_in_use_ is a 32-bit mask");
+  ActiveSpan spans_[max_open_spans];
+  std::atomic<std::uint32_t> top_{0};  // 1 + the innermost slot's index; 0: none
+  std::atomic<std::int64_t> outer_changed_ns_{0};  // monotonic, when the outermost span last opened or closed
+  std::uint32_t slots_in_use_ = 0;     // open or dead, this thread's only
+  std::uint32_t next_sequence_ = 1;
+  std::atomic<std::size_t> used_{0};
+  std::atomic<std::uint64_t> dropped_{0};
+  std::atomic<bool> armed_{false};
+  std::atomic<std::uint32_t> idle_ticks_{0};
+  std::atomic<std::uint64_t> cpu_ticks_handled_{0};  // written by the handler
+  std::atomic<bool> signal_blocked_{false};          // set by the watchdog: never armed again
+  std::int64_t watch_cpu_ns_ = -1;                   // the watchdog's: thread CPU time at its mark
+  std::uint64_t watch_ticks_ = 0;                    // the watchdog's: ticks handled at its mark
+  bool watch_saw_blocked_ = false;                   // the watchdog's: blocked at its last window
+
+  // Wall accounting. Written by this thread only (its guards and its handler).
+  static constexpr std::size_t no_wall_record = ~std::size_t{0};
+  std::atomic<std::uint32_t> wall_spans_{0};       // open wall spans (the ticker reads it)
+  std::atomic<std::uint32_t> wall_generation_{0};  // bumped at every wall span open and close
+  volatile bool wall_busy_ = false;                // the thread is changing the accounting
+  std::int64_t wall_accounted_ns_ = 0;             // wall time given to samples up to here
+  std::size_t last_wall_record_ = no_wall_record;  // the newest wall record in the log
+  std::uint32_t last_wall_generation_ = 0;         // the generation it was taken under
+  // The ticker's confirmation: generation (16 bits) | the µs until which the thread
+  // was seen still blocked where its last wall sample found it.
+  std::atomic<std::uint64_t> wall_confirmed_{0};
+  // The ticker's own view of this thread (its thread, under the list's mutex).
+  struct TickerView {
+    int syscall_fd = -1;
+    bool sampled_blocked = false;  // the last signal found the thread blocked at `site`
+    BlockedSite site;
+    std::uint32_t generation = 0;
+    std::int64_t cpu_ns = 0;
+    std::int64_t cpu_point_signalled = 0;  // the CPU watch's last point sent
+    std::int64_t cpu_seen = -1;            // the thread's CPU clock at the last read
+    std::int64_t seen_at_ns = 0;           // the ticker's monotonic clock then
+    std::uint32_t still_looks = 0;         // looks in a row that found it unchanged
+  } ticker_;
+#if SPANPROF_HAS_CFI_WALKER
+  cfi::RulesCache rules_cache_;  // the handler's only
+#endif
+
+ public:
+  ThreadStackSampler* registry_prev = nullptr;  // linked under StackSamplerList's mutex
+  ThreadStackSampler* registry_next = nullptr;
+};
+
+// The handler reads this pointer only: it is trivially destructible, so reading it
+// from a signal handler never runs a TLS constructor.
+inline thread_local ThreadStackSampler* current_stack_sampler = nullptr;
+
+inline void on_sample_signal(int, siginfo_t* info, void* ucontext) noexcept {
+  const int saved_errno = errno;
+  if (ThreadStackSampler* sampler = current_stack_sampler) sampler->on_signal(info, ucontext);
+  errno = saved_errno;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_CAPTURE_THREAD_STACK_SAMPLER_HPP_
+// ---- end spanprof/capture/thread_stack_sampler.hpp ----
+// ---- begin spanprof/capture/stack_sampler_list.hpp ----
+// Where the samplers live: each thread owns its own (ThreadStackSamplerOwner, a
+// thread_local whose destructor runs at thread exit), and the process lists them
+// all, so that shutdown() can disarm them, stats() can count the armed ones, a
+// forked child can let go of its parent's, and the watchdog and the wall ticker
+// can look at every thread (capture/sample_signal.hpp, capture/wall_ticker.hpp).
+//
+// The signal handler sees neither: it reads current_stack_sampler only
+// (capture/thread_stack_sampler.hpp), which the owner clears before a sampler is
+// freed.
+#ifndef SPANPROF_CAPTURE_STACK_SAMPLER_LIST_HPP_
+#define SPANPROF_CAPTURE_STACK_SAMPLER_LIST_HPP_
+
+
+// Compiled out with the SDK, as the samplers it keeps.
+#if SPANPROF_ENABLED
+
+#include <atomic>
+#include <mutex>
+#include <new>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// All live CPU samplers, so shutdown() can disarm them and stats() can count the
+// armed ones. (What they count lives in the counter registry.)
+struct StackSamplerList {
+  std::mutex mutex;
+  ThreadStackSampler* head = nullptr;
+  CpuSampleSource last_source = CpuSampleSource::automatic;
+  bool reported_fallback = false;
+
+  void add(ThreadStackSampler* sampler) noexcept {
+    std::lock_guard<std::mutex> lock(mutex);
+    sampler->registry_next = head;
+    if (head) head->registry_prev = sampler;
+    head = sampler;
+    last_source = sampler->source();
+  }
+
+  void remove(ThreadStackSampler* sampler) noexcept {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (sampler->registry_prev) sampler->registry_prev->registry_next = sampler->registry_next;
+    else if (head == sampler) head = sampler->registry_next;
+    if (sampler->registry_next) sampler->registry_next->registry_prev = sampler->registry_prev;
+  }
+
+  // Samplers whose thread exited while a guard it opened was still open on another
+  // thread (capture/thread_stack_sampler.hpp, ActiveSpan): that guard will write
+  // its slot, so they are never freed. Kept here, not leaked: a few KiB each, only
+  // for threads that exit with such a guard.
+  ThreadStackSampler* left_behind = nullptr;
+
+  void leave_behind(ThreadStackSampler* sampler) noexcept {
+    std::lock_guard<std::mutex> lock(mutex);
+    sampler->registry_prev = nullptr;
+    sampler->registry_next = left_behind;
+    left_behind = sampler;
+  }
+
+  // In a forked child (one thread, the mutex held since before the fork): the
+  // parent's samplers are left to the parent, and the list starts empty.
+  void reset_after_fork() noexcept {
+    for (ThreadStackSampler* s = head; s != nullptr;) {
+      ThreadStackSampler* next = s->registry_next;
+      s->forget_source_after_fork();
+      s = next;
+    }
+    head = nullptr;
+    new (&mutex) std::mutex();
+  }
+};
+
+SPANPROF_API inline StackSamplerList& stack_sampler_list() noexcept {
+  static StackSamplerList list;
+  return list;
+}
+
+// Owns this thread's sampler; its destructor runs at thread exit. The handler
+// never sees it, only current_stack_sampler.
+struct ThreadStackSamplerOwner {
+  ThreadStackSampler* sampler = nullptr;
+
+  void replace(ThreadStackSampler* next) noexcept {
+    ThreadStackSampler* old = sampler;
+    current_stack_sampler = nullptr;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    if (old) {
+      stack_sampler_list().remove(old);
+      // A guard that moved to another thread still holds a slot: it will mark the
+      // slot dead there, so the slots must outlive this thread (capture/
+      // thread_stack_sampler.hpp, ActiveSpan). Only the rest is freed then.
+      if (old->has_open_span()) {
+        old->release_log_and_source();
+        stack_sampler_list().leave_behind(old);
+      } else {
+        delete old;  // disables the source before freeing the log
+      }
+    }
+    sampler = next;
+    if (next) stack_sampler_list().add(next);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    current_stack_sampler = next;
+  }
+
+  ~ThreadStackSamplerOwner() { replace(nullptr); }
+};
+
+inline thread_local ThreadStackSamplerOwner stack_sampler_owner;
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_CAPTURE_STACK_SAMPLER_LIST_HPP_
+// ---- end spanprof/capture/stack_sampler_list.hpp ----
+// ---- begin spanprof/capture/sample_signal.hpp ----
+// The real-time signal samples arrive on: which one, its handler, and the
+// watchdog that notices when the host takes it back.
+//
+// Why it is shaped like this (see docs/host-safety.md; capture/stack_sampler.hpp
+// says why a real-time signal and not SIGPROF):
+//  * A signal the host handles stays the host's: spanprof picks a free one.
+//  * The host may still replace the handler, or block the signal on a thread,
+//    later: the watchdog stops sampling there and says so once, rather than let
+//    spanprof's signals reach the host's handler or pile up against a mask.
+#ifndef SPANPROF_CAPTURE_SAMPLE_SIGNAL_HPP_
+#define SPANPROF_CAPTURE_SAMPLE_SIGNAL_HPP_
+
+
+// Compiled out with the SDK, as the samplers it serves.
+#if SPANPROF_ENABLED
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+
+#include <unistd.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// Chooses the real-time signal for samples: the configured one, or the first
+// real-time signal from SIGRTMIN+4 that nobody handles. Installs the handler.
+// The handler stays installed for the life of the process: a late signal with no
+// handler would kill the process.
+struct SampleSignalInstallation {
+  std::mutex mutex;
+  int installed[65] = {};
+};
+SPANPROF_API inline SampleSignalInstallation& sample_signal_installation() noexcept {
+  static SampleSignalInstallation installation;
+  return installation;
+}
+
+// Nobody in the process handles or ignores `sig` (spanprof's own handler aside).
+inline bool sample_signal_is_free(int sig) noexcept {
+  struct sigaction current {};
+  if (::sigaction(sig, nullptr, &current) != 0) return false;
+  if (current.sa_flags & SA_SIGINFO) return current.sa_sigaction == &on_sample_signal;
+  return current.sa_handler == SIG_DFL;
+}
+
+inline int install_sample_signal_handler(int wanted) noexcept {
+  SampleSignalInstallation& installation = sample_signal_installation();
+  int (&installed)[65] = installation.installed;
+  std::lock_guard<std::mutex> lock(installation.mutex);
+  if (wanted < 0 || wanted >= 65 || (wanted != 0 && (wanted < SIGRTMIN || wanted > SIGRTMAX))) {
+    report_error(ErrorCode::invalid_configuration, "signal_number is not a real-time signal");
+    return 0;
+  }
+  if (wanted != 0 && !installed[wanted] && !sample_signal_is_free(wanted)) {
+    // The host's signal stays the host's: taking it would silently break whatever
+    // the host uses it for.
+    char message[160];
+    std::snprintf(message, sizeof message,
+                  "signal_number=%d already has a handler in this process; it stays the host's, and spanprof "
+                  "picks a free real-time signal instead",
+                  wanted);
+    report_error(ErrorCode::invalid_configuration, message);
+    wanted = 0;
+  }
+  int chosen = wanted;
+  for (int sig = SIGRTMIN + 4; chosen == 0 && sig <= SIGRTMAX && sig < 65; ++sig)
+    if (installed[sig] || sample_signal_is_free(sig)) chosen = sig;
+  if (chosen == 0) {
+    report_error(ErrorCode::sampler_failed, "no free real-time signal for CPU samples");
+    return 0;
+  }
+  if (installed[chosen]) return chosen;
+  struct sigaction action {};
+  action.sa_sigaction = &on_sample_signal;
+  action.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  if (::sigaction(chosen, &action, nullptr) != 0) {
+    char message[128];
+    std::snprintf(message, sizeof message, "cannot install a handler for signal %d: %s", chosen, std::strerror(errno));
+    report_error(ErrorCode::sampler_failed, message);
+    return 0;
+  }
+  installed[chosen] = 1;
+  return chosen;
+}
+
+// Run by the worker about every 100 ms. Notices a host that replaced the sample
+// signal's handler (its handler would get spanprof's signals, and spanprof none)
+// or a thread that blocked the signal after its sampler was armed; stops sampling
+// there, and reports each once.
+inline void watch_sample_signal(int signal_number) noexcept {
+  if (signal_number <= 0 || signal_number >= 65) return;
+  StackSamplerList& list = stack_sampler_list();
+  struct sigaction current {};
+  if (::sigaction(signal_number, nullptr, &current) == 0 &&
+      !((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == &on_sample_signal)) {
+    if (sample_signal_lost().exchange(signal_number, std::memory_order_relaxed) == signal_number) return;
+    {
+      SampleSignalInstallation& installation = sample_signal_installation();
+      std::lock_guard<std::mutex> lock(installation.mutex);
+      installation.installed[signal_number] = 0;  // the host's now: the next start() picks another
+    }
+    {
+      std::lock_guard<std::mutex> lock(list.mutex);
+      for (ThreadStackSampler* s = list.head; s; s = s->registry_next)
+        if (s->settings().signal_number == signal_number) s->disarm();
+    }
+    char message[200];
+    std::snprintf(message, sizeof message,
+                  "the handler of the sample signal %d was replaced by the host: sampling stopped; "
+                  "spanprof::start() picks another signal",
+                  signal_number);
+    report_error(ErrorCode::sampler_failed, message);
+    return;
+  }
+  int refused = 0;
+  pid_t thread = 0;
+  {
+    std::lock_guard<std::mutex> lock(list.mutex);
+    for (ThreadStackSampler* s = list.head; s; s = s->registry_next) {
+      if (s->refuse_if_signal_blocked()) {
+        ++refused;
+        thread = s->thread_id();
+      }
+    }
+  }
+  if (refused != 0) {
+    char message[200];
+    std::snprintf(message, sizeof message,
+                  "thread %d (and %d more) blocked the sample signal %d while armed: not sampled any more",
+                  static_cast<int>(thread), refused - 1, signal_number);
+    report_error(ErrorCode::sampler_failed, message);
+  }
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_CAPTURE_SAMPLE_SIGNAL_HPP_
+// ---- end spanprof/capture/sample_signal.hpp ----
+// ---- begin spanprof/capture/stack_sampler.hpp ----
+// The sampling engine's per-thread half: a CPU-time source that signals only its
+// own thread, a signal handler that records the stack of the thread's active span
+// on a CPU tick or a wall tick (from the wall ticker, wall_ticker.hpp), and the
+// per-thread sample log the guard reads back.
+//
+// Why it is shaped like this (see docs/engines.md, docs/wall.md):
+//  * A sampler is armed once per thread and left running; a guard only publishes
+//    its span in a thread-local pointer. Opening a guard then costs nanoseconds, and
+//    sampling continues across spans, so short spans are sampled without bias.
+//  * The CPU periods are drawn at random (exponential around the mean), so a
+//    periodic workload cannot alias with the sampling and shift samples into or out
+//    of its spans.
+//  * The signal is a real-time signal, not SIGPROF: SIGPROF belongs to gperftools,
+//    whose profiler stops gathering samples when someone else handles it.
+//  * The handler is async-signal-safe: it touches only this thread's preallocated
+//    log, lock-free atomics and a stack walker that takes no lock
+//    (capture/stack_walker.hpp). No malloc, lock or stdio.
+//  * Wall samples are weighted by the wall time since the thread's previous one,
+//    measured on the thread itself, so a lost or dropped tick loses detail, never
+//    time; the ticker only decides when to look, and confirms without a signal that
+//    a blocked thread is still where its last sample found it.
+//
+// The engine, one job a header, lowest first:
+//  * capture/cpu_tick_source.hpp: the thread's CPU ticks (POSIX CPU timer or
+//    perf_event) and their random periods;
+//  * capture/thread_status.hpp: what the ticker and the watchdog read about a
+//    thread without signalling it (/proc/self/task, its CPU clock);
+//  * capture/thread_stack_sampler.hpp: a thread's sampler, its log and the signal
+//    handler;
+//  * capture/stack_sampler_list.hpp: the samplers of all threads, and each
+//    thread's owner of its own;
+//  * capture/sample_signal.hpp: the sample signal's handler, and the watchdog;
+//  * here: the guard's slow path that makes a thread's sampler. This is the header
+//    to include: it brings the others.
+#ifndef SPANPROF_CAPTURE_STACK_SAMPLER_HPP_
+#define SPANPROF_CAPTURE_STACK_SAMPLER_HPP_
+
+
+// Compiled out with the SDK: nothing of the engine may reach gperftools then.
+#if SPANPROF_ENABLED
+
+#include <cerrno>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <new>
+
+#include <pthread.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// Slow path of a guard: the thread has no sampler for the current settings yet.
+// Runs once per thread (and again after spanprof::start() changes the settings).
+// The settings generation under which this thread was refused a sampler, so its
+// later guards return at once instead of asking the kernel and reporting again.
+inline thread_local std::uint64_t stack_sampler_refused_generation = 0;
+
+inline ThreadStackSampler* make_stack_sampler(const StackSamplerSettings& settings) noexcept {
+  if (stack_sampler_refused_generation == settings.generation) return nullptr;
+  // A thread that blocks the sample signal would queue real-time signals until the
+  // kernel falls back to SIGIO, whose default action kills the process: such a
+  // thread is not sampled at all (until spanprof::start() is called again).
+  sigset_t blocked;
+  if (::pthread_sigmask(SIG_BLOCK, nullptr, &blocked) == 0 && sigismember(&blocked, settings.signal_number) == 1) {
+    stack_sampler_refused_generation = settings.generation;
+    char message[128];
+    std::snprintf(message, sizeof message, "signal %d is blocked on this thread; its spans are not profiled",
+                  settings.signal_number);
+    report_error(ErrorCode::sampler_failed, message);
+    return nullptr;
+  }
+  auto* words = new (std::nothrow) std::uint64_t[settings.buffer_words];
+  if (!words) {
+    report_error(ErrorCode::sampler_failed, "cannot allocate the per-thread sample buffer");
+    return nullptr;
+  }
+  // Registered before the sampler's owner exists, so the counters outlive the
+  // sampler at thread exit (thread_local destructors run in reverse order).
+  ThreadCounters& counters = this_thread_counters();
+  auto* sampler = new (std::nothrow) ThreadStackSampler(settings, words, counters);
+  if (!sampler) {
+    delete[] words;
+    report_error(ErrorCode::sampler_failed, "cannot allocate the per-thread sampler");
+    return nullptr;
+  }
+  int perf_errno = 0;
+  sampler->open_source(perf_errno);
+  const int timer_errno = errno;
+  if (!sampler->has_source()) {
+    char message[160];
+    std::snprintf(message, sizeof message, "cannot create a CPU timer for this thread: %s", std::strerror(timer_errno));
+    report_error(ErrorCode::sampler_failed, message);
+  } else if (perf_errno != 0) {
+    auto& list = stack_sampler_list();
+    bool first = false;
+    {
+      std::lock_guard<std::mutex> lock(list.mutex);
+      first = !list.reported_fallback;
+      list.reported_fallback = true;
+    }
+    if (first) {
+      char message[240];
+      std::snprintf(message, sizeof message,
+                    "perf_event_open refused (%s); sampling with POSIX CPU timers instead, which the kernel checks "
+                    "only on the scheduler tick",
+                    std::strerror(perf_errno));
+      report_error(ErrorCode::sampler_unavailable, message);
+    }
+  }
+  stack_sampler_owner.replace(sampler);
+  return sampler;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_CAPTURE_STACK_SAMPLER_HPP_
+// ---- end spanprof/capture/stack_sampler.hpp ----
+// ---- begin spanprof/capture/tcmalloc_api.hpp ----
+// tcmalloc's hook and heap-profiler entry points, looked up at run time.
+//
+// Heap profiling works only when tcmalloc is the process's allocator, and a
+// service may get it by linking libtcmalloc or by LD_PRELOAD in production. Looking
+// the functions up with dlsym serves both, keeps programs that never profile the
+// heap free of a link dependency on tcmalloc, and lets a heap guard in a process
+// without tcmalloc report why instead of failing to link or silently recording
+// nothing.
+#ifndef SPANPROF_CAPTURE_TCMALLOC_API_HPP_
+#define SPANPROF_CAPTURE_TCMALLOC_API_HPP_
+
+
+#include <cstddef>
+
+#include <dlfcn.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+using MallocNewHook = void (*)(const void* ptr, std::size_t size);
+using MallocDeleteHook = void (*)(const void* ptr);
+
+struct TcmallocApi {
+  // malloc_hook_c.h
+  int (*add_new_hook)(MallocNewHook) = nullptr;
+  int (*remove_new_hook)(MallocNewHook) = nullptr;
+  int (*add_delete_hook)(MallocDeleteHook) = nullptr;
+  int (*remove_delete_hook)(MallocDeleteHook) = nullptr;
+  // Stack of the code that called the allocator, the allocator's own frames and
+  // the hooks' removed. Valid only inside a hook.
+  int (*caller_stack_trace)(void** result, int max_depth, int skip_count) = nullptr;
+  // heap-profiler.h (libtcmalloc only, not libtcmalloc_minimal)
+  void (*heap_profiler_start)(const char* prefix) = nullptr;
+  void (*heap_profiler_stop)() = nullptr;
+  char* (*get_heap_profile)() = nullptr;
+  int (*is_heap_profiler_running)() = nullptr;
+  // The process's malloc is tcmalloc's: hooks only see allocations tcmalloc serves.
+  bool is_process_allocator = false;
+  // tcmalloc's code that calls the hooks and the allocator entry points around it
+  // (its sections google_malloc and malloc_hook, [start, stop)): a hook's stack
+  // walk drops these frames, as MallocHook_GetCallerStackTrace does. Zero when
+  // tcmalloc does not export the bounds (linked statically).
+  const char* hook_caller_start[2] = {};
+  const char* hook_caller_stop[2] = {};
+
+  bool in_hook_caller(const void* pc) const noexcept {
+    const auto* p = static_cast<const char*>(pc);
+    for (int i = 0; i < 2; ++i)
+      if (p >= hook_caller_start[i] && p < hook_caller_stop[i]) return true;
+    return false;
+  }
+
+  bool has_hooks() const noexcept {
+    return add_new_hook && remove_new_hook && add_delete_hook && remove_delete_hook && caller_stack_trace &&
+           is_process_allocator;
+  }
+  bool has_heap_profiler() const noexcept {
+    return heap_profiler_start && heap_profiler_stop && get_heap_profile && is_heap_profiler_running &&
+           is_process_allocator;
+  }
+};
+
+template <class Function>
+inline void resolve_symbol(Function& out, const char* name) noexcept {
+  out = reinterpret_cast<Function>(::dlsym(RTLD_DEFAULT, name));
+}
+
+SPANPROF_API inline const TcmallocApi& tcmalloc_api() noexcept {
+  static const TcmallocApi api = [] {
+    TcmallocApi a;
+    resolve_symbol(a.add_new_hook, "MallocHook_AddNewHook");
+    resolve_symbol(a.remove_new_hook, "MallocHook_RemoveNewHook");
+    resolve_symbol(a.add_delete_hook, "MallocHook_AddDeleteHook");
+    resolve_symbol(a.remove_delete_hook, "MallocHook_RemoveDeleteHook");
+    resolve_symbol(a.caller_stack_trace, "MallocHook_GetCallerStackTrace");
+    resolve_symbol(a.heap_profiler_start, "HeapProfilerStart");
+    resolve_symbol(a.heap_profiler_stop, "HeapProfilerStop");
+    resolve_symbol(a.get_heap_profile, "GetHeapProfile");
+    resolve_symbol(a.is_heap_profiler_running, "IsHeapProfilerRunning");
+    resolve_symbol(a.hook_caller_start[0], "__start_google_malloc");
+    resolve_symbol(a.hook_caller_stop[0], "__stop_google_malloc");
+    resolve_symbol(a.hook_caller_start[1], "__start_malloc_hook");
+    resolve_symbol(a.hook_caller_stop[1], "__stop_malloc_hook");
+    for (int i = 0; i < 2; ++i)
+      if (!a.hook_caller_start[i] || a.hook_caller_stop[i] <= a.hook_caller_start[i])
+        a.hook_caller_start[i] = a.hook_caller_stop[i] = nullptr;
+    // tcmalloc defines malloc as an alias of tc_malloc. If another allocator (glibc,
+    // a sanitizer, jemalloc) wins symbol resolution, the two differ and tcmalloc's
+    // hooks would never fire.
+    void* tc_malloc = ::dlsym(RTLD_DEFAULT, "tc_malloc");
+    a.is_process_allocator = tc_malloc != nullptr && tc_malloc == ::dlsym(RTLD_DEFAULT, "malloc");
+    return a;
+  }();
+  return api;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_CAPTURE_TCMALLOC_API_HPP_
+// ---- end spanprof/capture/tcmalloc_api.hpp ----
+// ---- begin spanprof/capture/heap_sampler.hpp ----
+// The sampling heap engine: tcmalloc's new/delete hooks attribute sampled
+// allocations to the calling thread's active heap span.
+//
+// Why it is shaped like this (see docs/heap.md):
+//  * Installed hooks make every allocation in the process leave tcmalloc's fast
+//    path, inert or not, so they are installed only while at least one heap scope is
+//    open. Opening and closing scopes is lock-free except for the 0 <-> 1 transitions.
+//  * The new hook costs a thread-local load for threads outside a heap scope and a
+//    subtraction inside one: an allocation is recorded once per ~interval bytes
+//    (exponentially distributed gaps, so every byte has the same chance), and the
+//    counts are scaled back to unbiased estimates as Go's allocation profile does.
+//  * Recording writes into a preallocated per-thread log: the hooks never allocate
+//    and never take a lock.
+//  * Frees happen on any thread. A fixed table of the sampled, still-live pointers
+//    lets the delete hook mark them freed with one cache line scan and a CAS; while
+//    no sampled allocation is live, the delete hook returns after one load.
+#ifndef SPANPROF_CAPTURE_HEAP_SAMPLER_HPP_
+#define SPANPROF_CAPTURE_HEAP_SAMPLER_HPP_
+
+
+#include <unwind.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <string>
+#include <vector>
+
+#include <time.h>
+
+#if defined(__GNUC__)
+// initial-exec: the hooks run inside malloc, where a lazily allocated TLS block (the
+// default for code in a dlopen'ed library) would recurse into malloc.
+#define SPANPROF_HOOK_TLS __attribute__((tls_model("initial-exec")))
+#else
+#define SPANPROF_HOOK_TLS
+#endif
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// Sampled allocations that have not been freed, shared by all threads. Slots are
+// grouped by cache line; a pointer lives only in its hash's group, so a lookup is
+// one line. Each entry packs the pointer with a tag unique to the sample, so an
+// address freed and reused by a later sample is never mistaken for the earlier one.
+class LiveAllocationTable {
+ public:
+  static constexpr std::size_t group_slots = 8;
+  static constexpr unsigned group_bits = 13;
+  static constexpr std::size_t slot_count = group_slots << group_bits;  // 64 Ki slots, 512 KiB
+  static constexpr unsigned tag_bits = 19;
+  static constexpr std::uint64_t no_slot = ~std::uint64_t{0};
+
+  // Returns the slot index, or no_slot when the pointer cannot be tracked (the group
+  // is full, or the address does not fit the packing). `entry` receives the value
+  // the slot holds while the allocation lives.
+  std::uint64_t insert(const void* pointer, std::uint64_t& entry) noexcept {
+    const auto address = reinterpret_cast<std::uintptr_t>(pointer);
+    if ((address & 7) != 0 || (address >> 48) != 0 || address == 0) return no_slot;
+    const std::uint64_t key = address >> 3;
+    const std::uint64_t tag = next_tag_.fetch_add(1, std::memory_order_relaxed) & ((1u << tag_bits) - 1);
+    entry = (key << tag_bits) | tag;
+    // Counted before it is visible: a free on another thread (which the program can
+    // only do after it received the pointer) must not see an empty table.
+    live_.fetch_add(1, std::memory_order_relaxed);
+    const std::size_t first = group_of(key) * group_slots;
+    for (std::size_t i = first; i < first + group_slots; ++i) {
+      std::uint64_t empty = 0;
+      if (slots_[i].compare_exchange_strong(empty, entry, std::memory_order_release, std::memory_order_relaxed)) {
+        return i;
+      }
+    }
+    live_.fetch_sub(1, std::memory_order_relaxed);
+    return no_slot;
+  }
+
+  bool any_live() const noexcept { return live_.load(std::memory_order_relaxed) != 0; }
+
+  // The delete hook: forgets the pointer if it is a live sample. Inlined test: most
+  // deletes happen while no sampled allocation is alive anywhere.
+  SPANPROF_ALWAYS_INLINE void forget(const void* pointer) noexcept {
+    if (SPANPROF_LIKELY(live_.load(std::memory_order_relaxed) == 0)) return;
+    forget_tracked(pointer);
+  }
+
+  SPANPROF_NOINLINE void forget_tracked(const void* pointer) noexcept {
+    const std::uint64_t key = reinterpret_cast<std::uintptr_t>(pointer) >> 3;
+    const std::size_t first = group_of(key) * group_slots;
+    for (std::size_t i = first; i < first + group_slots; ++i) {
+      std::uint64_t entry = slots_[i].load(std::memory_order_relaxed);
+      if (entry != 0 && (entry >> tag_bits) == key) {
+        if (slots_[i].compare_exchange_strong(entry, 0, std::memory_order_acq_rel, std::memory_order_relaxed)) {
+          live_.fetch_sub(1, std::memory_order_relaxed);
+        }
+        return;
+      }
+    }
+  }
+
+  bool is_live(std::uint64_t slot, std::uint64_t entry) const noexcept {
+    return slot < slot_count && slots_[slot].load(std::memory_order_acquire) == entry;
+  }
+
+  // Stops tracking a sample; true if it was still live.
+  bool take(std::uint64_t slot, std::uint64_t entry) noexcept {
+    if (slot >= slot_count) return false;
+    if (!slots_[slot].compare_exchange_strong(entry, 0, std::memory_order_acq_rel, std::memory_order_relaxed))
+      return false;
+    live_.fetch_sub(1, std::memory_order_relaxed);
+    return true;
+  }
+
+  std::uint64_t live() const noexcept { return live_.load(std::memory_order_relaxed); }
+
+ private:
+  static std::size_t group_of(std::uint64_t key) noexcept {
+    return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ull) >> (64 - group_bits));
+  }
+
+  std::atomic<std::uint64_t> live_{0};
+  std::atomic<std::uint64_t> next_tag_{1};
+  alignas(64) std::atomic<std::uint64_t> slots_[slot_count] = {};
+};
+
+// Static storage, constant-initialized: the delete hook may run during static
+// destruction and in threads that never profiled.
+SPANPROF_API inline LiveAllocationTable& live_allocations() noexcept {
+  static LiveAllocationTable table;
+  return table;
+}
+
+// Heap spans a thread can nest; deeper ones are not heap-profiled (reported).
+inline constexpr std::uint32_t max_open_heap_spans = 32;
+
+// Everything the hooks touch on a thread. Trivial and constant-initialized, so a
+// hook reading it never runs a TLS constructor.
+struct HeapThreadState {
+  std::uint32_t open;  // heap spans open on this thread (dead ones included until reaped)
+  // Bit d - 1: the span at depth d ended on another thread (set by that thread,
+  // under heap_thread_registry()'s mutex while this thread is alive).
+  std::atomic<std::uint32_t> dead_depths;
+  std::int64_t bytes_until_sample;
+  std::uint64_t random;  // xorshift state; 0: not seeded yet
+  std::int64_t interval;
+  int max_depth;
+  bool in_hook;
+  bool probing;
+  bool probe_seen;
+  std::uint64_t* log;
+  std::size_t capacity;  // words
+  std::size_t used;
+  std::uint64_t dropped;
+  std::uint64_t stack_top;  // of this thread's stack (0: unknown), for the stack walker
+};
+
+SPANPROF_HOOK_TLS inline thread_local HeapThreadState heap_thread = {};
+
+// Exponentially distributed gap with the given mean: every allocated byte then has
+// the same chance 1/interval of being the one sampled.
+inline std::int64_t next_sample_gap(HeapThreadState& t) noexcept {
+  if (t.interval <= 1) return 1;
+  std::uint64_t x = t.random;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  t.random = x;
+  const double uniform = (static_cast<double>(x >> 11) + 0.5) * (1.0 / 9007199254740992.0);  // (0, 1)
+  const double gap = -std::log(uniform) * static_cast<double>(t.interval);
+  return gap < 1.0 ? 1 : static_cast<std::int64_t>(gap);
+}
+
+// Where the hooks come from: tcmalloc's MallocHook (default), or spanprof's own
+// replacement operator new/delete, compiled into the program by including
+// <spanprof/allocation_hooks.hpp> in one source file.
+enum class HeapHookSource : std::uint8_t { malloc_hook, operator_new };
+
+// Set by the translation unit that defines the replacement operators.
+SPANPROF_API inline std::atomic<bool>& operator_new_hooks_compiled_in() noexcept {
+  static std::atomic<bool> compiled_in{false};
+  return compiled_in;
+}
+
+// What a sampling heap profile says it was taken by.
+inline const char* sampling_heap_engine_name() noexcept {
+  return operator_new_hooks_compiled_in().load(std::memory_order_relaxed) ? "sampling:operator_new"
+                                                                           : "sampling:tcmalloc_hooks";
+}
+
+#if SPANPROF_HAS_CFI_WALKER
+
+// The frames of a walk from inside record_heap_sample that belong to the code
+// that called the allocator. The operator-new hooks skip exactly their own frames
+// (record_heap_sample, allocate_and_sample, the operator); tcmalloc's hooks skip
+// to the first frame in tcmalloc's hook-calling sections and past the last one
+// (what MallocHook_GetCallerStackTrace does, without its lock-taking walker).
+inline int allocator_caller_frames(void* const* frames, int depth, HeapHookSource source) noexcept {
+  if (source == HeapHookSource::operator_new) return depth > 3 ? 3 : depth;
+  const TcmallocApi& api = tcmalloc_api();
+  int i = 0;
+  while (i < depth && !api.in_hook_caller(frames[i])) ++i;
+  if (i == depth) return depth > 2 ? 2 : depth;  // sections unknown: only spanprof's own frames go
+  while (i < depth && api.in_hook_caller(frames[i])) ++i;
+  return i;
+}
+
+#else
+
+// Without the call frame walker: the compiler runtime's unwinder (what C++
+// exceptions use) for the operator-new hooks, tcmalloc's for its own hooks.
+struct UnwindCapture {
+  void** frames;
+  int max_depth;
+  int skip;
+  int depth;
+};
+
+inline _Unwind_Reason_Code unwind_capture_step(_Unwind_Context* context, void* argument) noexcept {
+  auto* capture = static_cast<UnwindCapture*>(argument);
+  const _Unwind_Ptr ip = _Unwind_GetIP(context);
+  if (ip == 0) return _URC_END_OF_STACK;
+  if (capture->skip > 0) {
+    --capture->skip;
+    return _URC_NO_REASON;
+  }
+  capture->frames[capture->depth++] = reinterpret_cast<void*>(ip);
+  return capture->depth >= capture->max_depth ? _URC_END_OF_STACK : _URC_NO_REASON;
+}
+
+#endif
+
+// The stack of the code that called the allocator, innermost first, into
+// `frames` (room for max_depth). Always inlined into record_heap_sample, whose
+// frame the walk starts in.
+SPANPROF_ALWAYS_INLINE inline int capture_allocation_stack(void** frames, int max_depth,
+                                                           HeapHookSource source) noexcept {
+#if SPANPROF_HAS_CFI_WALKER
+  constexpr int own_frames = 8;  // spanprof's and the allocator's frames, skipped
+  void* trace[max_walk_depth + own_frames];
+  cfi::Registers regs;
+  capture_registers_here(regs);
+  const int walked = walk_stack(regs, heap_thread.stack_top, trace, max_depth + own_frames);
+  const int skip = allocator_caller_frames(trace, walked, source);
+  int depth = walked - skip;
+  if (depth > max_depth) depth = max_depth;
+  for (int i = 0; i < depth; ++i) frames[i] = trace[skip + i];
+  return depth;
+#else
+  // Both walks may take the loader lock: not while a fork is under way.
+  if (!loader_lock_gate().enter()) return 0;
+  int depth = 0;
+  if (source == HeapHookSource::operator_new) {
+    UnwindCapture capture{frames, max_depth, 3, 0};  // record_heap_sample and two more
+    _Unwind_Backtrace(&unwind_capture_step, &capture);
+    depth = capture.depth;
+  } else {
+    depth = tcmalloc_api().caller_stack_trace(frames, max_depth, 0);
+  }
+  loader_lock_gate().leave();
+  return depth;
+#endif
+}
+
+// An operator-new stack leaves out spanprof's frames (this function, the sampled
+// allocation path and the replacement operator), a MallocHook stack tcmalloc's.
+SPANPROF_NOINLINE inline void record_heap_sample(HeapThreadState& t, const void* pointer, std::size_t size,
+                                                 HeapHookSource source = HeapHookSource::malloc_hook) noexcept {
+  t.bytes_until_sample = next_sample_gap(t);
+  if (t.in_hook) return;  // an allocation made while capturing a stack
+  t.in_hook = true;
+  const std::size_t need = heap_log_record_words(static_cast<std::size_t>(t.max_depth));
+  if (t.log == nullptr || t.capacity - t.used < need) {
+    ++t.dropped;
+    t.in_hook = false;
+    return;
+  }
+  std::uint64_t* record = t.log + t.used;
+  void** frames = reinterpret_cast<void**>(record + heap_log_header_words);
+  const int depth = capture_allocation_stack(frames, t.max_depth, source);
+  if (depth <= 0) {
+    ++t.dropped;
+    t.in_hook = false;
+    return;
+  }
+  std::uint64_t entry = 0;
+  const std::uint64_t slot = live_allocations().insert(pointer, entry);
+  write_heap_log_header(record, size, slot, entry, depth);
+  t.used += heap_log_record_words(static_cast<std::size_t>(depth));
+  t.in_hook = false;
+}
+
+inline void heap_new_hook(const void* pointer, std::size_t size) noexcept {
+  HeapThreadState& t = heap_thread;
+  if (SPANPROF_LIKELY(t.open == 0)) {
+    t.probe_seen |= t.probing;
+    return;
+  }
+  t.bytes_until_sample -= static_cast<std::int64_t>(size);
+  if (SPANPROF_LIKELY(t.bytes_until_sample > 0)) return;
+  record_heap_sample(t, pointer, size);
+}
+
+inline void heap_delete_hook(const void* pointer) noexcept { live_allocations().forget(pointer); }
+
+// Counts the open heap scopes and keeps the hooks installed exactly while there is
+// at least one.
+class HeapHooks {
+ public:
+  // False when heap profiling cannot work in this process (reported once).
+  bool acquire() noexcept {
+    if (SPANPROF_UNLIKELY(unavailable_.load(std::memory_order_relaxed))) return false;
+    int open = open_scopes_.load(std::memory_order_relaxed);
+    while (open > 0) {
+      if (open_scopes_.compare_exchange_weak(open, open + 1, std::memory_order_acq_rel)) return true;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    // Installed before the count becomes visible: a scope that finds the count
+    // above zero on the fast path can rely on live hooks. Compiled-in operator
+    // new/delete hooks are always live and need nothing installed.
+    if (!installed_ && !operator_new_hooks_compiled_in().load(std::memory_order_acquire) && !install()) return false;
+    open_scopes_.fetch_add(1, std::memory_order_acq_rel);
+    return true;
+  }
+
+  void release() noexcept {
+    int open = open_scopes_.load(std::memory_order_relaxed);
+    while (open > 1) {
+      if (open_scopes_.compare_exchange_weak(open, open - 1, std::memory_order_acq_rel)) return;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (open_scopes_.fetch_sub(1, std::memory_order_acq_rel) == 1 && installed_) {
+      const TcmallocApi& api = tcmalloc_api();
+      api.remove_new_hook(&heap_new_hook);
+      api.remove_delete_hook(&heap_delete_hook);
+      installed_ = false;
+    }
+  }
+
+  bool installed() const noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return installed_;
+  }
+  int open_scopes() const noexcept { return open_scopes_.load(std::memory_order_relaxed); }
+
+  // In a forked child: only the forking thread's scopes are still open (and will
+  // close); the hooks stay until the last of them does.
+  void reset_after_fork(int open_here) noexcept {
+    new (&mutex_) std::mutex();
+    open_scopes_.store(open_here, std::memory_order_relaxed);
+  }
+
+ private:
+  bool install() noexcept {
+    const TcmallocApi& api = tcmalloc_api();
+    if (!api.has_hooks()) {
+      return refuse(api.add_new_hook == nullptr
+                        ? "heap profiling needs tcmalloc (link libtcmalloc or LD_PRELOAD it); heap scopes are "
+                          "not profiled"
+                        : "tcmalloc is loaded but is not the process's malloc; heap scopes are not profiled");
+    }
+    if (!api.add_new_hook(&heap_new_hook) || !api.add_delete_hook(&heap_delete_hook)) {
+      api.remove_new_hook(&heap_new_hook);
+      api.remove_delete_hook(&heap_delete_hook);
+      return refuse("tcmalloc refused spanprof's allocation hooks (all hook slots taken?)");
+    }
+    if (!verified_) {
+      // Proves the hooks fire for this thread's allocations before any scope relies
+      // on them (a wrapper allocator could bypass tcmalloc's entry points).
+      HeapThreadState& t = heap_thread;
+      t.probe_seen = false;
+      t.probing = true;
+      void* (*volatile allocate)(std::size_t) = &std::malloc;
+      std::free(allocate(24));
+      t.probing = false;
+      if (!t.probe_seen) {
+        api.remove_new_hook(&heap_new_hook);
+        api.remove_delete_hook(&heap_delete_hook);
+        return refuse("tcmalloc's allocation hooks do not fire in this process; heap scopes are not profiled");
+      }
+      verified_ = true;
+    }
+    installed_ = true;
+    return true;
+  }
+
+  bool refuse(const char* why) noexcept {
+    unavailable_.store(true, std::memory_order_relaxed);
+    report_error(ErrorCode::heap_unavailable, why);
+    return false;
+  }
+
+  std::atomic<int> open_scopes_{0};
+  std::atomic<bool> unavailable_{false};
+  mutable std::mutex mutex_;
+  bool installed_ = false;
+  bool verified_ = false;
+};
+
+SPANPROF_API inline HeapHooks& heap_hooks() noexcept {
+  static HeapHooks hooks;
+  return hooks;
+}
+
+// The threads whose heap state a guard closing elsewhere may still mark: a thread
+// is listed from its first heap span to its exit.
+struct HeapThreadRegistry {
+  std::mutex mutex;
+  std::vector<HeapThreadState*> threads;
+
+  // Held across fork() (Runtime::before_fork): a thread starting or exiting in the
+  // parent at that moment holds it, and the child's first thread-local of this kind
+  // would wait for it for good. In the child only the forking thread is left.
+  void reset_after_fork(const HeapThreadState* mine) noexcept {
+    threads.erase(std::remove_if(threads.begin(), threads.end(), [mine](const HeapThreadState* t) { return t != mine; }),
+                  threads.end());
+    new (&mutex) std::mutex();
+  }
+};
+SPANPROF_API inline HeapThreadRegistry& heap_thread_registry() noexcept {
+  // Never destroyed: a thread may exit while the process runs its exit-time destructors.
+  static HeapThreadRegistry& registry = *new HeapThreadRegistry;
+  return registry;
+}
+
+// Frees this thread's heap log at thread exit. Touched only by a thread's first
+// heap guard; the hooks read heap_thread, never this.
+struct HeapLogOwner {
+  HeapLogOwner() noexcept {
+    auto& registry = heap_thread_registry();
+    std::lock_guard<std::mutex> lock(registry.mutex);
+    SPANPROF_TRY {
+      registry.threads.push_back(&heap_thread);
+    } SPANPROF_CATCH_ALL {
+      // Not listed: a guard of this thread that ends elsewhere cannot mark it.
+    }
+  }
+  ~HeapLogOwner() {
+    {
+      auto& registry = heap_thread_registry();
+      std::lock_guard<std::mutex> lock(registry.mutex);
+      auto& threads = registry.threads;
+      threads.erase(std::remove(threads.begin(), threads.end(), &heap_thread), threads.end());
+    }
+    HeapThreadState& t = heap_thread;
+    t.open = 0;
+    std::uint64_t* log = t.log;
+    t.log = nullptr;
+    t.capacity = t.used = 0;
+    delete[] log;
+  }
+};
+inline thread_local HeapLogOwner heap_log_owner;
+
+struct HeapSettings {
+  std::int64_t interval_bytes = 512 * 1024;
+  int max_depth = 64;
+  std::size_t log_words = 64 * 1024;
+};
+
+// Heap spans open on this thread now.
+inline int heap_spans_open_here() noexcept { return static_cast<int>(heap_thread.open); }
+
+// Stops tracking the samples in the log from `from` on (their allocations are no
+// longer any open span's).
+inline void untrack_heap_log(const HeapThreadState& t, std::size_t from) noexcept {
+  // Through locals: GCC 12's UBSan checks a reference to thread-local state re-read
+  // in a loop against a null it made itself (a false "member access within null").
+  const std::uint64_t* const log = t.log;
+  const std::size_t used = t.used;
+  for (std::size_t i = from; i + heap_log_header_words <= used;) {
+    const HeapLogRecord record = read_heap_log_record(log + i);
+    live_allocations().take(record.slot, record.entry);
+    i += heap_log_record_words(record.depth);
+  }
+}
+
+// Frees the dead spans on top of this thread's stack (ended on another thread, or
+// out of order here); the log starts over when none is left open.
+inline void reap_dead_heap_spans(HeapThreadState& t) noexcept {
+  const std::uint32_t dead = t.dead_depths.load(std::memory_order_acquire);
+  if (SPANPROF_LIKELY(dead == 0)) return;
+  const std::uint32_t before = t.open;
+  std::uint32_t open = before, reaped = 0;
+  while (open != 0 && (dead & (std::uint32_t{1} << (open - 1))) != 0) {
+    reaped |= std::uint32_t{1} << (open - 1);
+    --open;
+  }
+  if (reaped == 0) return;
+  t.dead_depths.fetch_and(~reaped, std::memory_order_acq_rel);  // bits set since stay
+  t.open = open;
+  if (open == 0) {
+    untrack_heap_log(t, 0);
+    t.used = 0;
+  }
+}
+
+// A heap span of another thread ended here: marks it dead there, if that thread
+// still runs (it frees the slot itself). Nothing of this thread's state changes.
+inline void close_heap_span_elsewhere(const HeapActiveSpan& span) noexcept {
+  {
+    auto& registry = heap_thread_registry();
+    std::lock_guard<std::mutex> lock(registry.mutex);
+    for (HeapThreadState* thread : registry.threads) {
+      if (thread != span.owner) continue;
+      thread->dead_depths.fetch_or(std::uint32_t{1} << (span.depth - 1), std::memory_order_acq_rel);
+      break;
+    }
+  }
+  heap_hooks().release();
+}
+
+// Opens a heap span on this thread. False: not profiled (reported).
+inline bool open_heap_span(HeapActiveSpan& span, const HeapSettings& settings) noexcept {
+  HeapThreadState& t = heap_thread;
+  reap_dead_heap_spans(t);
+  if (t.open == max_open_heap_spans) {
+    report_error(ErrorCode::sample_buffer_full, "more than 32 heap-profiled spans open on one thread; this one is not");
+    return false;
+  }
+  if (!heap_hooks().acquire()) return false;
+  if (t.open == 0) {
+    // Outermost span: settings may have changed since this thread's last one.
+    if (t.log == nullptr || t.capacity != settings.log_words) {
+      (void)&heap_log_owner;  // registers the thread-exit cleanup
+      delete[] t.log;
+      t.log = new (std::nothrow) std::uint64_t[settings.log_words];
+      t.capacity = t.log ? settings.log_words : 0;
+      t.used = 0;
+      if (!t.log) {
+        heap_hooks().release();
+        report_error(ErrorCode::internal, "cannot allocate the per-thread heap sample log");
+        return false;
+      }
+    }
+    if (t.random == 0) {
+      timespec now{};
+      ::clock_gettime(CLOCK_MONOTONIC, &now);
+      t.random = (static_cast<std::uint64_t>(now.tv_nsec) * 0x9E3779B97F4A7C15ull) ^
+                 reinterpret_cast<std::uintptr_t>(&t) ^ 0x2545F4914F6CDD1Dull;
+      if (t.random == 0) t.random = 1;
+    }
+    if (t.interval != settings.interval_bytes) {
+      t.interval = settings.interval_bytes;
+      t.bytes_until_sample = next_sample_gap(t);
+    }
+    t.max_depth = settings.max_depth;
+#if SPANPROF_HAS_CFI_WALKER
+    if (t.stack_top == 0) t.stack_top = this_thread_stack_top();
+#endif
+  }
+  span.owner = &t;
+  span.depth = t.open + 1;
+  span.log_start = t.used;
+  span.dropped_at_start = t.dropped;
+  t.open = span.depth;
+  count(Counter::heap_guards_opened);
+  return true;
+}
+
+// What a closed heap span recorded: [size, live at close, depth, pcs...] records.
+struct HeapSpanResult {
+  std::vector<std::uint64_t> records;
+  std::uint64_t dropped = 0;
+  std::int64_t interval_bytes = 0;
+};
+
+// Closes the span and, if `keep`, copies its records out. Liveness is decided now,
+// at the span's end; the outermost span also stops tracking every sample of the log.
+// False, with nothing copied, when the span is not the innermost open one of this
+// thread: it ended on another thread, or after a span opened after it here.
+inline bool close_heap_span(HeapActiveSpan& span, HeapSpanResult& result, bool keep = true) noexcept {
+  HeapThreadState& t = heap_thread;
+  if (SPANPROF_UNLIKELY(span.owner != &t)) {
+    close_heap_span_elsewhere(span);
+    return false;
+  }
+  if (SPANPROF_UNLIKELY(span.depth != t.open)) {
+    t.dead_depths.fetch_or(std::uint32_t{1} << (span.depth - 1), std::memory_order_acq_rel);
+    heap_hooks().release();
+    return false;
+  }
+  const std::uint32_t open = t.open;
+  t.open = 0;  // the SDK's own allocations below belong to no span
+  const bool outermost = span.depth == 1;
+  result.dropped = t.dropped - span.dropped_at_start;
+  result.interval_bytes = t.interval;
+  // Nothing is appended while the loop runs (no span is active), so the log is read
+  // through locals.
+  const std::uint64_t* const log = t.log;
+  const std::size_t used = t.used;
+  std::size_t i = span.log_start;
+  std::size_t samples = 0;
+  bool copy = keep;
+  bool out_of_memory = false;
+  while (i + heap_log_header_words <= used) {
+    const HeapLogRecord record = read_heap_log_record(log + i);
+    const bool live = outermost ? live_allocations().take(record.slot, record.entry)
+                                : live_allocations().is_live(record.slot, record.entry);
+    if (copy) {
+      SPANPROF_TRY {
+        append_heap_handoff_record(result.records, record, live);
+      } SPANPROF_CATCH_ALL {
+        copy = false;  // keep walking: the outermost span must still untrack every sample
+        out_of_memory = true;
+        result.records.clear();
+      }
+    }
+    ++samples;
+    i += heap_log_record_words(record.depth);
+  }
+  if (outermost) {
+    // Counted once, by the outermost span: a nested span's records are also its parent's.
+    t.used = 0;
+    count(Counter::heap_samples_captured, samples);
+    count(Counter::heap_samples_dropped, result.dropped);
+  }
+  t.open = open - 1;
+  reap_dead_heap_spans(t);
+  heap_hooks().release();
+  if (out_of_memory) report_error(ErrorCode::internal, "out of memory copying a heap profile; dropped");
+  return true;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_CAPTURE_HEAP_SAMPLER_HPP_
+// ---- end spanprof/capture/heap_sampler.hpp ----
+// ---- begin spanprof/base/thread_name.hpp ----
+// The names of spanprof's own threads, as `top -H`, `ps -L`, gdb and perf show
+// them: a user who sees a thread of the host's process busy can tell that it is
+// spanprof's, and which part. At most 15 characters (the kernel's limit).
+#ifndef SPANPROF_BASE_THREAD_NAME_HPP_
+#define SPANPROF_BASE_THREAD_NAME_HPP_
+
+
+#include <pthread.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// spanprof's threads, by what they do.
+inline constexpr const char* merger_thread_name = "spanprof-merge";  // takes what request threads hand over
+inline constexpr const char* sender_thread_name = "spanprof-send";   // symbolizes, encodes, uploads
+inline constexpr const char* wall_thread_name = "spanprof-wall";     // ticks the wall-clock samples
+
+// Best effort: a name that does not take leaves the thread as it was.
+inline void name_this_thread(const char* name) noexcept { (void)::pthread_setname_np(::pthread_self(), name); }
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_BASE_THREAD_NAME_HPP_
+// ---- end spanprof/base/thread_name.hpp ----
+// ---- begin spanprof/capture/wall_ticker.hpp ----
+// The wall ticker: one background thread that, while any thread runs a
+// wall-profiled span, looks at those threads at random wall-clock intervals
+// (exponential around 1 / wall_frequency_hz) and has each take a sample of its
+// stack, running or waiting.
+//
+// A thread found blocked exactly where its previous sample found it (the same
+// system call site in /proc/self/task/<tid>/syscall, and almost no CPU time since)
+// is not signalled again: the ticker confirms it is still there and the thread
+// adds that time to its previous sample. So a thread waiting in one call gets one
+// signal per wait, not one per tick: a signal makes an interrupted nanosleep,
+// poll, epoll_wait or select return EINTR (SA_RESTART does not restart those),
+// and a host loop around them would otherwise spin (async-profiler ran into this
+// with event loops and made the same check). docs/wall.md lists what a host sees.
+//
+// Nothing runs for threads without a wall span: the ticker skips them, and once no
+// wall span has been open for a second it parks until one opens (the only time a
+// guard makes a system call for it).
+#ifndef SPANPROF_CAPTURE_WALL_TICKER_HPP_
+#define SPANPROF_CAPTURE_WALL_TICKER_HPP_
+
+
+#if SPANPROF_ENABLED
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <limits>
+#include <mutex>
+#include <new>
+#include <thread>
+
+#include <time.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// Whether the ticker is parked (or not started): a guard that opens a CPU span on a
+// POSIX-timer thread then wakes it (WallTicker::watch_cpu). A plain flag, so the
+// guard's look costs one load.
+SPANPROF_API inline std::atomic<bool>& ticker_parked() noexcept {
+  static std::atomic<bool> parked{true};
+  return parked;
+}
+
+class WallTicker {
+ public:
+  // How long the ticker keeps ticking after the last wall span closed, or the last
+  // CPU span it watched, before it parks: a service whose threads go briefly idle
+  // between requests never wakes it with a system call.
+  static constexpr std::chrono::milliseconds linger{1000};
+
+  // A thread opened its first wall span: count it, and make sure the ticker runs.
+  // Costs two atomic operations unless the ticker is parked or not started.
+  void thread_started_wall_span(std::int64_t mean_period_ns) noexcept {
+    mean_period_ns_.store(mean_period_ns, std::memory_order_relaxed);
+    threads_.fetch_add(1, std::memory_order_seq_cst);
+    if (SPANPROF_UNLIKELY(!started_.load(std::memory_order_acquire))) start();
+    if (SPANPROF_UNLIKELY(parked_.load(std::memory_order_seq_cst))) wake();
+  }
+
+  // A thread closed its last wall span.
+  void thread_ended_wall_span() noexcept { threads_.fetch_sub(1, std::memory_order_seq_cst); }
+
+  // A CPU span opened on a thread sampled by a POSIX CPU timer while the ticker was
+  // parked: the CPU watch (ThreadStackSampler::cpu_watch) starts again.
+  void watch_cpu() noexcept {
+    if (SPANPROF_UNLIKELY(!started_.load(std::memory_order_acquire))) start();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      cpu_wanted_ = true;
+    }
+    wake_.notify_one();
+  }
+
+  std::uint32_t threads_in_wall_spans() const noexcept { return threads_.load(std::memory_order_relaxed); }
+
+  // In a forked child: the ticker thread stayed in the parent. The next wall span
+  // starts a new one; `open_here` counts a wall span the forking thread has open.
+  void reset_after_fork(bool open_here) noexcept {
+    new (&mutex_) std::mutex();
+    new (&wake_) std::condition_variable();
+    threads_.store(open_here ? 1 : 0, std::memory_order_relaxed);
+    started_.store(false, std::memory_order_relaxed);
+    parked_.store(false, std::memory_order_relaxed);
+    cpu_wanted_ = false;
+    ticker_parked().store(true, std::memory_order_relaxed);  // the child's first watched span starts it
+  }
+
+ private:
+  void start() noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (started_.load(std::memory_order_relaxed)) return;
+    SPANPROF_TRY {
+      std::thread([this] { run(); }).detach();  // lives as long as the process
+      started_.store(true, std::memory_order_release);
+    } SPANPROF_CATCH_ALL {
+      report_error(ErrorCode::sampler_failed, "cannot start the ticker thread; wall profiles stay empty");
+    }
+  }
+
+  void wake() noexcept {
+    { std::lock_guard<std::mutex> lock(mutex_); }
+    wake_.notify_one();
+  }
+
+  void run() noexcept {
+    name_this_thread(wall_thread_name);
+    // The ticker takes wall samples; it must not be sampled itself.
+    sigset_t all;
+    sigfillset(&all);
+    ::pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    ticker_parked().store(false, std::memory_order_seq_cst);
+    std::uint64_t random = 0x2545F4914F6CDD1Dull ^ static_cast<std::uint64_t>(monotonic_now_ns());
+    std::int64_t now = monotonic_now_ns();
+    std::int64_t last_busy = now;  // the last look that found a wall span or a CPU span open
+    std::int64_t next_wall = now;
+    Look look;
+    for (;;) {
+      const bool wall = threads_.load(std::memory_order_seq_cst) != 0;
+      if (wall || look.span_open) {
+        last_busy = now;
+      } else if (now - last_busy >= std::chrono::nanoseconds(linger).count()) {
+        // Woken by a span: busy from now. Timed out: one look, and parked again.
+        const bool woken = park();
+        now = monotonic_now_ns();
+        next_wall = now;
+        if (woken) last_busy = now;
+      }
+      const std::int64_t mean = mean_period_ns_.load(std::memory_order_relaxed);
+      // Wall ticks at random intervals (random_interval_ns says why); CPU watches as
+      // often as the last look asked (Look::watch_interval_ns).
+      // (Drawn only while wall spans are open: a look for the CPU watch alone costs no
+      // logarithm.)
+      if (!wall) next_wall = now;
+      else if (next_wall <= now) next_wall = now + random_interval_ns(random, mean);
+      std::int64_t until = wall ? next_wall : now + look.watch_interval_ns;
+      if (now + look.watch_interval_ns < until) until = now + look.watch_interval_ns;
+      const std::int64_t interval = until > now ? until - now : 0;
+      timespec sleep{static_cast<time_t>(interval / 1'000'000'000), static_cast<long>(interval % 1'000'000'000)};
+      while (::nanosleep(&sleep, &sleep) != 0 && errno == EINTR) {
+      }
+      now = monotonic_now_ns();
+      const bool wall_due = wall && now >= next_wall;
+      look = tick(now, wall_due, mean);
+      if (wall_due) next_wall = now;  // drawn anew above
+    }
+  }
+
+  // True when a span woke it; false when it only timed out.
+  bool park() noexcept {
+    std::unique_lock<std::mutex> lock(mutex_);
+    parked_.store(true, std::memory_order_seq_cst);
+    ticker_parked().store(true, std::memory_order_seq_cst);
+    cpu_wanted_ = false;
+    // A CPU span whose guard looked just before the flag was set went unwatched:
+    // the ticker looks once a second anyway.
+    const bool woken = wake_.wait_for(lock, linger, [&] {
+      return cpu_wanted_ || threads_.load(std::memory_order_seq_cst) != 0;
+    });
+    cpu_wanted_ = false;
+    ticker_parked().store(false, std::memory_order_seq_cst);
+    parked_.store(false, std::memory_order_seq_cst);
+    return woken;
+  }
+
+  // What one look found: whether any thread had a CPU span open, and when to look
+  // again for the CPU watch (the threads' shortest interval; with none watched, as
+  // often as for the default 100 Hz at ease, until the ticker parks).
+  struct Look {
+    bool span_open = false;
+    std::int64_t watch_interval_ns = 20'000'000;
+  };
+
+  // One look at every thread: wall ticks when due, the CPU watch always.
+  Look tick(std::int64_t now, bool wall_due, std::int64_t mean_period_ns) noexcept {
+    std::uint64_t signalled = 0, confirmed = 0, cpu_ticks = 0;
+    Look look;
+    {
+      // The list's mutex keeps each sampler alive while it is looked at (a thread
+      // removes its sampler under it before freeing it).
+      StackSamplerList& list = stack_sampler_list();
+      std::lock_guard<std::mutex> lock(list.mutex);
+      for (ThreadStackSampler* sampler = list.head; sampler != nullptr; sampler = sampler->registry_next) {
+        if (wall_due) {
+          switch (sampler->wall_tick(now, mean_period_ns)) {
+            case ThreadStackSampler::WallTick::signalled: ++signalled; break;
+            case ThreadStackSampler::WallTick::confirmed: ++confirmed; break;
+            default: break;
+          }
+        }
+        if (!sampler->cpu_watch_wanted()) continue;
+        const bool span_open = sampler->span_open_now();
+        switch (sampler->cpu_watch(looks_, now)) {
+          case ThreadStackSampler::CpuWatch::signalled: ++cpu_ticks; [[fallthrough]];
+          case ThreadStackSampler::CpuWatch::late:
+            // Looks come faster for spans only: a pool thread between requests
+            // found late would double a busy server's looks for nothing of its own.
+            if (span_open) last_late_ns_ = now;
+            break;
+          default: break;
+        }
+        if (span_open) look.span_open = true;
+        // Half the period while the kernel has been late in the last second; two
+        // periods otherwise, when its own ticks come in time and the watch only
+        // makes sure they still do. A look is a wake-up and a switch on a busy core
+        // (15 µs of the ticker's CPU each on a 2-core VM), so a server whose kernel
+        // keeps time pays half as many as at one a period.
+        const std::int64_t period = sampler->settings().period_ns;
+        const bool late_lately = now - last_late_ns_ < std::chrono::nanoseconds(linger).count();
+        const std::int64_t interval = std::max<std::int64_t>(late_lately ? period / 2 : 2 * period, 1'000'000);
+        if (interval < look.watch_interval_ns) look.watch_interval_ns = interval;
+      }
+    }
+    if (signalled != 0) count(Counter::wall_ticks_signalled, signalled);
+    if (confirmed != 0) count(Counter::wall_ticks_confirmed, confirmed);
+    if (cpu_ticks != 0) count(Counter::cpu_ticks_watched, cpu_ticks);
+    ++looks_;
+    return look;
+  }
+
+  std::atomic<std::uint32_t> threads_{0};  // threads with a wall span open
+  std::atomic<std::int64_t> mean_period_ns_{10'000'000};
+  std::atomic<bool> started_{false};
+  std::atomic<bool> parked_{false};
+  bool cpu_wanted_ = false;  // under mutex_: a guard asked for the CPU watch
+  // The ticker thread's own.
+  std::uint64_t looks_ = 0;
+  std::int64_t last_late_ns_ = std::numeric_limits<std::int64_t>::min() / 2;  // a thread's point found overdue
+  std::mutex mutex_;
+  std::condition_variable wake_;
+};
+
+// Process-wide and deliberately leaked: its thread runs until the process ends.
+SPANPROF_API inline WallTicker& wall_ticker() noexcept {
+  static WallTicker* ticker = new WallTicker();
+  return *ticker;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_CAPTURE_WALL_TICKER_HPP_
+// ---- end spanprof/capture/wall_ticker.hpp ----
+// ---- begin spanprof/capture/gperftools_cpu_profile.hpp ----
+// Reader for the file gperftools' ProfilerStart() writes: the "legacy" binary CPU
+// profile. The classic engine profiles into such a file and converts it here.
+//
+// Layout, in native-endian 64-bit words:
+//   header   0, 3, 0, period_us, 0      (header count, header words, version, period, padding)
+//   records  count, npcs, pc1 .. pcN    (pc1 is the innermost frame)
+//   trailer  0, 1, 0
+//   then the text of /proc/self/maps at the time the profile was written.
+//
+// The file may be truncated (a crash mid-write) or not ours at all, so every read
+// is bounds-checked and each rejection says what was wrong and where.
+#ifndef SPANPROF_CAPTURE_GPERFTOOLS_CPU_PROFILE_HPP_
+#define SPANPROF_CAPTURE_GPERFTOOLS_CPU_PROFILE_HPP_
+
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+struct LegacyCpuProfile {
+  std::int64_t period_us = 0;
+  std::vector<RawSample> samples;  // values = {count, count * period_ns}; frames as written
+  std::string maps_text;
+};
+
+// gperftools caps stacks at 64 frames; anything far beyond that is not its output.
+inline constexpr std::uint64_t legacy_cpu_max_pcs = 4096;
+
+class LegacyCpuProfileParser {
+ public:
+  static constexpr std::size_t word_size = 8;
+  static constexpr std::size_t header_words = 5;
+  static constexpr std::size_t trailer_words = 3;
+
+  LegacyCpuProfileParser(std::string_view bytes, LegacyCpuProfile& out, std::string& error) noexcept
+      : bytes_(bytes), out_(out), error_(error) {}
+
+  bool parse() {
+    out_ = LegacyCpuProfile{};
+    if (!parse_header()) return false;
+    const std::int64_t period_ns = out_.period_us * 1000;
+    std::size_t offset = header_words * word_size;
+    for (;;) {
+      const std::size_t record_offset = offset;
+      if (bytes_.size() - offset < 2 * word_size) {
+        if (offset == bytes_.size()) return fail("missing trailer: the file ends after " +
+                                                 std::to_string(out_.samples.size()) + " records");
+        return fail("truncated record header at offset " + std::to_string(record_offset));
+      }
+      const std::uint64_t count = word_at(offset);
+      const std::uint64_t npcs = word_at(offset + word_size);
+      offset += 2 * word_size;
+      if (npcs > legacy_cpu_max_pcs) {
+        return fail("record at offset " + std::to_string(record_offset) + " claims " + std::to_string(npcs) +
+                    " pcs (more than " + std::to_string(legacy_cpu_max_pcs) + ")");
+      }
+      // npcs <= 4096, so the multiplication cannot overflow.
+      if ((bytes_.size() - offset) / word_size < npcs) {
+        return fail("record at offset " + std::to_string(record_offset) + " with " + std::to_string(npcs) +
+                    " pcs runs past the end of the file");
+      }
+      if (count == 0 && npcs == 1 && word_at(offset) == 0) {
+        offset += word_size;
+        break;  // the trailer
+      }
+      if (npcs == 0) {
+        return fail("record at offset " + std::to_string(record_offset) + " has no pcs");
+      }
+      if (count == 0) {
+        return fail("record at offset " + std::to_string(record_offset) + " has a zero count");
+      }
+      if (count > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max() / period_ns)) {
+        return fail("record at offset " + std::to_string(record_offset) + " has an implausible count " +
+                    std::to_string(count));
+      }
+      RawSample sample;
+      sample.values = {static_cast<std::int64_t>(count), static_cast<std::int64_t>(count) * period_ns};
+      sample.frames.reserve(static_cast<std::size_t>(npcs));
+      for (std::uint64_t i = 0; i < npcs; ++i, offset += word_size) {
+        const std::uint64_t pc = word_at(offset);
+        if (pc > std::numeric_limits<std::uintptr_t>::max()) {
+          return fail("pc at offset " + std::to_string(offset) + " does not fit an address on this machine");
+        }
+        sample.frames.push_back(static_cast<std::uintptr_t>(pc));
+      }
+      out_.samples.push_back(std::move(sample));
+    }
+    out_.maps_text.assign(bytes_.data() + offset, bytes_.size() - offset);
+    return true;
+  }
+
+ private:
+  bool parse_header() {
+    if (bytes_.size() < header_words * word_size) {
+      return fail("too short for a CPU profile header: " + std::to_string(bytes_.size()) + " bytes, need " +
+                  std::to_string(header_words * word_size));
+    }
+    const std::uint64_t header_count = word_at(0);
+    const std::uint64_t header_size = word_at(word_size);
+    const std::uint64_t version = word_at(2 * word_size);
+    const std::uint64_t period_us = word_at(3 * word_size);
+    const std::uint64_t padding = word_at(4 * word_size);
+    if (header_count != 0 || header_size != 3) {
+      if (byte_swapped(header_count) == 0 && byte_swapped(header_size) == 3) {
+        return fail("bad header: the profile was written with the other byte order");
+      }
+      if (looks_like_32_bit_header()) {
+        return fail("bad header: the profile uses 32-bit words; only 64-bit profiles are supported");
+      }
+      return fail("bad header: expected words 0, 3 at the start (not a gperftools CPU profile)");
+    }
+    if (version != 0) return fail("bad header: unsupported version " + std::to_string(version));
+    if (padding != 0) return fail("bad header: nonzero padding word");
+    if (period_us == 0) return fail("bad header: sampling period is zero");
+    // Byte-swapped small periods look like huge ones: a second catches them too.
+    if (period_us > 1000000) {
+      return fail("bad header: implausible sampling period " + std::to_string(period_us) + " us");
+    }
+    out_.period_us = static_cast<std::int64_t>(period_us);
+    return true;
+  }
+
+  bool looks_like_32_bit_header() const noexcept {
+    std::uint32_t first;
+    std::uint32_t second;
+    std::memcpy(&first, bytes_.data(), sizeof first);
+    std::memcpy(&second, bytes_.data() + sizeof first, sizeof second);
+    return first == 0 && second == 3;
+  }
+
+  static std::uint64_t byte_swapped(std::uint64_t value) noexcept {
+    std::uint64_t swapped = 0;
+    for (int i = 0; i < 8; ++i) swapped = (swapped << 8) | ((value >> (8 * i)) & 0xff);
+    return swapped;
+  }
+
+  // Callers have checked offset + 8 <= size; memcpy because the view need not be aligned.
+  std::uint64_t word_at(std::size_t offset) const noexcept {
+    std::uint64_t word;
+    std::memcpy(&word, bytes_.data() + offset, sizeof word);
+    return word;
+  }
+
+  bool fail(std::string message) {
+    error_ = "legacy cpu profile: " + message;
+    out_ = LegacyCpuProfile{};
+    return false;
+  }
+
+  std::string_view bytes_;
+  LegacyCpuProfile& out_;
+  std::string& error_;
+};
+
+inline bool parse_legacy_cpu_profile(std::string_view bytes, LegacyCpuProfile& out, std::string& error) noexcept {
+  SPANPROF_TRY {
+    return LegacyCpuProfileParser(bytes, out, error).parse();
+  } SPANPROF_CATCH_ALL {
+    // Only allocation can throw here; the bounds checks above hold for any input.
+    SPANPROF_TRY {
+      out = LegacyCpuProfile{};
+      error = "legacy cpu profile: out of memory while parsing";
+    } SPANPROF_CATCH_ALL {
+    }
+    return false;
+  }
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_CAPTURE_GPERFTOOLS_CPU_PROFILE_HPP_
+// ---- end spanprof/capture/gperftools_cpu_profile.hpp ----
+// ---- begin spanprof/capture/gperftools_heap_profile.hpp ----
+// Reader for the text gperftools' GetHeapProfile() returns (heap-profiler.h, classic
+// heap mode), so a heap dump can be turned into pprof like a CPU profile:
+//
+//   heap profile:    3:   262144 [    10:  1048576] @ heapprofile
+//        1:   131072 [     4:   524288] @ 0x00000000004005f0 0x0000000000400620
+//   MAPPED_LIBRARIES:
+//   ...text of /proc/self/maps...
+//
+// Counts read "in-use objects: bytes [allocated objects: bytes]": totals in the header,
+// one stack's in each bucket, whose pcs are return addresses, innermost first. Sampled
+// dumps are named "heap_v2/<bytes per sample>". Writers pad differently, so any run of
+// blanks separates tokens. The text may be truncated or not a heap profile at all, so
+// every token is checked and each rejection names what was wrong and its 1-based line.
+#ifndef SPANPROF_CAPTURE_GPERFTOOLS_HEAP_PROFILE_HPP_
+#define SPANPROF_CAPTURE_GPERFTOOLS_HEAP_PROFILE_HPP_
+
+
+#include <charconv>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+struct LegacyHeapProfile {
+  std::int64_t sample_period = 0;  // N from "heap_v2/N"; 0 when the header names none
+  // values = {alloc_objects, alloc_bytes, inuse_objects, inuse_bytes}, pprof's order;
+  // frames as written. Buckets with all four counts zero are dropped.
+  std::vector<RawSample> samples;
+  std::string maps_text;
+};
+
+// gperftools keeps a few dozen frames per bucket; far beyond that is not its output.
+inline constexpr std::size_t legacy_heap_max_pcs = 4096;
+
+class LegacyHeapProfileParser {
+ public:
+  LegacyHeapProfileParser(std::string_view text, LegacyHeapProfile& out, std::string& error) noexcept
+      : text_(text), out_(out), error_(error) {}
+
+  bool parse() {
+    out_ = LegacyHeapProfile{};
+    if (!next_line()) return fail("missing header: the input has no 'heap profile:' line");
+    if (!parse_header()) return false;
+    while (next_line()) {
+      if (line_.substr(i_, 17) == "MAPPED_LIBRARIES:") {
+        out_.maps_text.assign(text_.data() + pos_, text_.size() - pos_);
+        return true;
+      }
+      if (!parse_bucket()) return false;
+    }
+    // A dump cut off before its maps still holds every bucket it got to: keep them.
+    return true;
+  }
+
+ private:
+  bool parse_header() {
+    where_ = "bad header: ";
+    constexpr std::string_view prefix = "heap profile:";
+    if (line_.substr(i_, prefix.size()) != prefix) return fail("expected 'heap profile:', found " + rest());
+    i_ += prefix.size();
+    std::int64_t counts[4];
+    if (!parse_counts(counts)) return false;
+    const std::string_view name = token();
+    if (name.empty()) return fail("no profile name after '@'");
+    const std::string_view extra = token();
+    if (!extra.empty()) return fail("unexpected " + quote(extra) + " after the profile name");
+    constexpr std::string_view v2 = "heap_v2/";
+    if (name.substr(0, v2.size()) != v2) return true;
+    std::int64_t& period = out_.sample_period;
+    if (to_number(name.substr(v2.size()), period) == std::errc{} && period >= 0) return true;
+    return fail("sampling period in " + quote(name) + " is not a byte count");
+  }
+
+  bool parse_bucket() {
+    where_ = "bucket: ";
+    std::int64_t counts[4];
+    if (!parse_counts(counts)) return false;
+    RawSample sample;
+    for (std::string_view tok = token(); !tok.empty(); tok = token()) {
+      if (tok.size() < 2 || tok[0] != '0' || (tok[1] != 'x' && tok[1] != 'X')) {
+        return fail(sample.frames.empty() ? "expected a 0x-prefixed pc, found " + quote(tok)
+                                          : "unexpected " + quote(tok) + " after the pcs");
+      }
+      if (sample.frames.size() == legacy_heap_max_pcs) return fail("more than 4096 pcs");
+      std::uint64_t pc = 0;
+      const std::errc ec = to_number(tok.substr(2), pc, 16);
+      if (ec == std::errc::result_out_of_range) return fail("pc " + quote(tok) + " overflows 64 bits");
+      if (ec != std::errc{}) return fail("pc " + quote(tok) + " is not valid hex");
+      if (pc > UINTPTR_MAX) return fail("pc " + quote(tok) + " does not fit an address on this machine");
+      sample.frames.push_back(static_cast<std::uintptr_t>(pc));
+    }
+    if (sample.frames.empty()) return fail("no pcs after '@'");
+    // Nothing in use and nothing allocated: the bucket adds nothing to either view.
+    if ((counts[0] | counts[1] | counts[2] | counts[3]) == 0) return true;
+    sample.values = {counts[2], counts[3], counts[0], counts[1]};
+    out_.samples.push_back(std::move(sample));
+    return true;
+  }
+
+  // "a: b [c: d] @", leaving i_ just past the '@'.
+  bool parse_counts(std::int64_t (&counts)[4]) {
+    return count(0, counts[0]) && expect(':') && count(1, counts[1]) && expect('[') && count(2, counts[2]) &&
+           expect(':') && count(3, counts[3]) && expect(']') && expect('@');
+  }
+
+  bool count(int k, std::int64_t& value) {
+    static const char* const names[4] = {"in-use objects", "in-use bytes", "allocated objects", "allocated bytes"};
+    const std::string_view text = token(true);
+    if (text.empty()) return fail(std::string(names[k]) + " missing, found " + rest());
+    const std::errc ec = to_number(text, value);
+    const std::string what = std::string(names[k]) + " " + quote(text);
+    if (ec == std::errc::result_out_of_range) return fail(what + " overflows int64");
+    if (ec != std::errc{}) return fail(what + " is not a decimal number");
+    return value >= 0 || fail(what + " is negative");
+  }
+
+  bool expect(char c) {
+    skip_blanks();
+    if (i_ == line_.size() || line_[i_] != c) return fail(std::string("expected '") + c + "', found " + rest());
+    ++i_;
+    return true;
+  }
+
+  // All of text, or invalid_argument: from_chars alone would stop at "12abc"'s 'a'.
+  // It takes no '+', no blanks, no locale, and '-' only into a signed value.
+  template <typename T>
+  static std::errc to_number(std::string_view text, T& value, int base = 10) noexcept {
+    const char* const last = text.data() + text.size();
+    const auto [end, ec] = std::from_chars(text.data(), last, value, base);
+    return ec == std::errc{} && end != last ? std::errc::invalid_argument : ec;
+  }
+
+  static bool is_blank(char c) noexcept { return c == ' ' || c == '\t' || c == '\r'; }
+  static bool is_punct(char c) noexcept { return c == ':' || c == '[' || c == ']' || c == '@'; }
+
+  // Moves to the next line that is not blank, with i_ at its first token.
+  bool next_line() noexcept {
+    while (pos_ < text_.size()) {
+      std::size_t end = text_.find('\n', pos_);
+      if (end == std::string_view::npos) end = text_.size();
+      line_ = text_.substr(pos_, end - pos_);
+      pos_ = end == text_.size() ? end : end + 1;
+      ++line_no_;
+      i_ = 0;
+      skip_blanks();
+      if (i_ < line_.size()) return true;
+    }
+    return false;
+  }
+
+  void skip_blanks() noexcept {
+    while (i_ < line_.size() && is_blank(line_[i_])) ++i_;
+  }
+
+  // Counts may touch their ':' '[' ']' '@'; pcs and names end only at blanks.
+  std::string_view token(bool in_counts = false) noexcept {
+    skip_blanks();
+    const std::size_t start = i_;
+    while (i_ < line_.size() && !is_blank(line_[i_]) && !(in_counts && is_punct(line_[i_]))) ++i_;
+    return line_.substr(start, i_ - start);
+  }
+
+  std::string rest() const { return i_ < line_.size() ? quote(line_.substr(i_)) : "end of line"; }
+
+  // Input is untrusted and errors end up in logs: show a short, printable excerpt.
+  static std::string quote(std::string_view text) { return "'" + printable_excerpt(text, 32) + "'"; }
+
+  bool fail(const std::string& message) {
+    const std::size_t line = line_no_ == 0 ? 1 : line_no_;  // empty input fails "on" line 1
+    error_ = "legacy heap profile: line " + std::to_string(line) + ": " + where_ + message;
+    out_ = LegacyHeapProfile{};
+    return false;
+  }
+
+  std::string_view text_;
+  LegacyHeapProfile& out_;
+  std::string& error_;
+  std::string_view line_;
+  std::size_t pos_ = 0;      // start of the next line in text_
+  std::size_t i_ = 0;        // read position in line_
+  std::size_t line_no_ = 0;  // 1-based number of line_
+  const char* where_ = "";   // the kind of line being read, for errors
+};
+
+// Throws nothing but std::bad_alloc; any other input yields false and a reason.
+inline bool parse_legacy_heap_profile(std::string_view text, LegacyHeapProfile& out, std::string& error) {
+  return LegacyHeapProfileParser(text, out, error).parse();
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_CAPTURE_GPERFTOOLS_HEAP_PROFILE_HPP_
+// ---- end spanprof/capture/gperftools_heap_profile.hpp ----
+// ---- begin spanprof/capture/captured_profile.hpp ----
+// What a guard hands to the background worker when its span closes, and how the
+// worker turns it into a RawProfile. The request thread only copies bytes out of
+// its log (or names a gperftools file); all parsing happens off the request path.
+#ifndef SPANPROF_CAPTURE_CAPTURED_PROFILE_HPP_
+#define SPANPROF_CAPTURE_CAPTURED_PROFILE_HPP_
+
+
+#include <atomic>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// The span's identity and timing, plus exactly one of: packed records copied out
+// of its thread's log (sampling engines, sample_records.hpp), the path of a
+// gperftools CPU profile file, or the text of a gperftools heap profile (classic
+// engines).
+struct CapturedProfile {
+  RawProfile profile;
+  std::vector<std::uint64_t> packed_samples;
+  std::string gperftools_cpu_file;  // deleted once read, or when the profile is dropped
+  std::string gperftools_heap_text;
+  const char* engine = "";          // a literal: naming the engine allocates nothing on the request thread
+  CapturedProfile* next = nullptr;  // the hand-off list, or the pool's spare list
+};
+
+// A dropped hand-off must not leave its gperftools file behind.
+inline void discard_captured_profile(CapturedProfile& captured) noexcept {
+  if (!captured.gperftools_cpu_file.empty()) ::unlink(captured.gperftools_cpu_file.c_str());
+}
+
+inline bool read_gperftools_heap_text(const std::string& text, RawProfile& raw) {
+  LegacyHeapProfile legacy;
+  std::string error;
+  if (!parse_legacy_heap_profile(text, legacy, error)) {
+    report_error(ErrorCode::profiler_failed, "unreadable gperftools heap profile: " + error);
+    return false;
+  }
+  raw.heap_interval_bytes = legacy.sample_period;
+  raw.samples = std::move(legacy.samples);
+  if (raw.heap_interval_bytes > 0) {
+    // A sampled gperftools profile (heap_v2/<period>): scale each bucket by the
+    // probability of its average allocation size, as pprof does for these files.
+    for (RawSample& sample : raw.samples) {
+      for (std::size_t pair = 0; pair + 1 < sample.values.size(); pair += 2) {
+        const std::int64_t count = sample.values[pair];
+        if (count <= 0) continue;
+        const double scale = heap_sample_scale(static_cast<double>(sample.values[pair + 1]) / static_cast<double>(count),
+                                               static_cast<double>(raw.heap_interval_bytes));
+        sample.values[pair] = rounded_count(static_cast<double>(count) * scale);
+        sample.values[pair + 1] = rounded_count(static_cast<double>(sample.values[pair + 1]) * scale);
+      }
+    }
+  }
+  return true;
+}
+
+inline bool read_gperftools_cpu_file(const std::string& path, RawProfile& raw) {
+  constexpr std::size_t max_file_bytes = 256u << 20;
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      report_error(ErrorCode::profiler_failed, "cannot read gperftools profile " + path);
+      return false;
+    }
+    in.seekg(0, std::ios::end);
+    const auto size = static_cast<std::streamoff>(in.tellg());
+    if (size < 0 || static_cast<std::size_t>(size) > max_file_bytes) {
+      ::unlink(path.c_str());
+      report_error(ErrorCode::profiler_failed, "gperftools profile too large or unreadable: " + path);
+      return false;
+    }
+    in.seekg(0, std::ios::beg);
+    bytes.resize(static_cast<std::size_t>(size));
+    in.read(bytes.data(), size);
+  }
+  ::unlink(path.c_str());
+  LegacyCpuProfile legacy;
+  std::string error;
+  if (!parse_legacy_cpu_profile(bytes, legacy, error)) {
+    report_error(ErrorCode::profiler_failed, "unreadable gperftools profile: " + error);
+    return false;
+  }
+  raw.period_ns = legacy.period_us * 1000;
+  raw.samples = std::move(legacy.samples);
+  return true;
+}
+
+// Fills captured.profile.samples from what the guard handed over and releases the
+// packed form. False when nothing could be read (reported).
+inline bool unpack_captured_profile(CapturedProfile& captured) {
+  RawProfile& raw = captured.profile;
+  raw.engine = captured.engine;
+  bool ok = true;
+  if (!captured.gperftools_cpu_file.empty()) {
+    ok = read_gperftools_cpu_file(captured.gperftools_cpu_file, raw);
+  } else if (!captured.gperftools_heap_text.empty()) {
+    ok = read_gperftools_heap_text(captured.gperftools_heap_text, raw);
+  } else if (raw.kind == ProfileKind::heap) {
+    read_heap_handoff_records(captured.packed_samples, raw);
+  } else {
+    read_stack_records(captured.packed_samples.data(), captured.packed_samples.size(), raw);
+  }
+  captured.packed_samples.clear();  // its capacity is kept for the record's next use
+  captured.gperftools_heap_text = {};
+  return ok;
+}
+
+// Recycled hand-off records, so that a closing guard allocates nothing once warm.
+//
+// Why: a record the request thread allocates and the worker frees makes glibc's
+// free() take the request thread's arena lock from the worker; a closing guard that
+// meets the worker there waits on a futex (measured: closes of ~1 us with a p99 of
+// 45-70 us, against ~4 us with the records recycled).
+//
+// The worker gives each processed record back with its buffers' capacity; a request
+// thread takes the whole spare list at once (an exchange: no ABA, no lock) into a
+// cache of its own, and uses it up before taking again. Records beyond
+// max_spare_records, and buffers beyond max_recycled_words, are freed instead, so
+// what the pool holds stays bounded.
+class CapturedProfilePool {
+ public:
+  static constexpr std::size_t max_spare_records = 256;
+  static constexpr std::size_t max_recycled_words = 8192;  // 64 KiB of packed samples
+
+  // A cleared record: recycled when one is spare, else new. May throw std::bad_alloc.
+  std::unique_ptr<CapturedProfile> acquire() {
+    ThreadCache& cache = thread_cache();
+    if (cache.head == nullptr && !cache.retired) {
+      cache.head = spare_.exchange(nullptr, std::memory_order_acquire);
+      if (cache.head != nullptr) thread_cache_owner();  // frees what is left at thread exit
+    }
+    if (CapturedProfile* record = cache.head) {
+      cache.head = record->next;
+      record->next = nullptr;
+      idle_.fetch_sub(1, std::memory_order_relaxed);
+      return std::unique_ptr<CapturedProfile>(record);
+    }
+    return std::make_unique<CapturedProfile>();
+  }
+
+  // Takes a record back (the worker, once it is processed or dropped).
+  void release(std::unique_ptr<CapturedProfile> record) noexcept {
+    if (!record) return;
+    if (idle_.fetch_add(1, std::memory_order_relaxed) >= max_spare_records) {
+      idle_.fetch_sub(1, std::memory_order_relaxed);
+      return;  // freed here
+    }
+    clear(*record);
+    CapturedProfile* node = record.release();
+    node->next = spare_.load(std::memory_order_relaxed);
+    while (!spare_.compare_exchange_weak(node->next, node, std::memory_order_release, std::memory_order_relaxed)) {
+    }
+  }
+
+  std::size_t idle() const noexcept { return idle_.load(std::memory_order_relaxed); }
+
+  // In a forked child: a parent thread may have been between the two halves of a
+  // pop; the spare records are left where they are.
+  void reset_after_fork() noexcept {
+    spare_.store(nullptr, std::memory_order_relaxed);
+    idle_.store(0, std::memory_order_relaxed);
+  }
+
+ private:
+  // Trivially destructible, so a guard closing in another thread_local's destructor
+  // (after the owner below is gone) still finds it, retired.
+  struct ThreadCache {
+    CapturedProfile* head = nullptr;
+    bool retired = false;
+  };
+  struct ThreadCacheOwner {
+    ~ThreadCacheOwner() {
+      ThreadCache& cache = thread_cache();
+      cache.retired = true;
+      while (CapturedProfile* record = cache.head) {
+        cache.head = record->next;
+        delete record;
+        pool().idle_.fetch_sub(1, std::memory_order_relaxed);
+      }
+    }
+  };
+  static ThreadCache& thread_cache() noexcept {
+    static thread_local ThreadCache cache;
+    return cache;
+  }
+  static void thread_cache_owner() noexcept {
+    static thread_local ThreadCacheOwner owner;
+    (void)owner;
+  }
+  static CapturedProfilePool& pool() noexcept;
+
+  // Keeps the capacity of what a request thread fills: the packed samples and the
+  // span name. The rest was filled by the worker, and is freed by it here.
+  static void clear(CapturedProfile& record) noexcept {
+    std::string name = std::move(record.profile.span_name);
+    name.clear();
+    record.profile = RawProfile{};
+    record.profile.span_name = std::move(name);
+    record.packed_samples.clear();
+    if (record.packed_samples.capacity() > max_recycled_words) std::vector<std::uint64_t>().swap(record.packed_samples);
+    std::string().swap(record.gperftools_cpu_file);
+    std::string().swap(record.gperftools_heap_text);
+    record.engine = "";
+    record.next = nullptr;
+  }
+
+  std::atomic<CapturedProfile*> spare_{nullptr};
+  std::atomic<std::size_t> idle_{0};  // records in the spare list and in threads' caches
+};
+
+// Process-wide, and deliberately leaked: records come back from the worker while
+// static destructors run at exit.
+SPANPROF_API inline CapturedProfilePool& captured_profile_pool() noexcept {
+  static CapturedProfilePool* pool = new CapturedProfilePool();
+  return *pool;
+}
+
+inline CapturedProfilePool& CapturedProfilePool::pool() noexcept { return captured_profile_pool(); }
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_CAPTURE_CAPTURED_PROFILE_HPP_
+// ---- end spanprof/capture/captured_profile.hpp ----
 // ---- begin spanprof/delivery/hand_off.hpp ----
 // The hand-off between request threads and the worker: a lock-free list that a
 // closing guard pushes its captured samples onto, and that the worker takes whole.
@@ -15841,6 +14940,64 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DELIVERY_WORKER_HPP_
 // ---- end spanprof/delivery/worker.hpp ----
+// ---- begin spanprof/runtime/running_config.hpp ----
+// Internal. What one spanprof::start() configured, as guards and requests read it
+// on their slow paths, and the runtime as they hand profiles to it.
+#ifndef SPANPROF_RUNTIME_RUNNING_CONFIG_HPP_
+#define SPANPROF_RUNTIME_RUNNING_CONFIG_HPP_
+
+
+#if SPANPROF_ENABLED
+
+#include <memory>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// Immutable once published; freed after a restart once no guard reads it
+// (config_retirement.hpp).
+struct RunningConfig : GuardGate {
+  ProfileKinds profiles = cpu;
+  CpuEngine cpu_engine = CpuEngine::sampling;
+  HeapEngine heap_engine = HeapEngine::sampling;
+  StackSamplerSettings sampler;
+  HeapSettings heap;
+  std::shared_ptr<HeadSampler> head_sampler;  // null: profile every span
+  std::shared_ptr<TailPolicy> tail_policy;    // null: keep every profile
+  std::shared_ptr<AdaptiveTrigger> trigger;   // null: off
+};
+
+// Every published gate is a RunningConfig's.
+inline const RunningConfig& running_config(const GuardGate& gate) noexcept {
+  return static_cast<const RunningConfig&>(gate);
+}
+
+class GuardHost {
+ public:
+  // A guard found no running configuration: start from the environment if
+  // spanprof never started (the first guard of a process that never called
+  // start()). The guard then loads the configuration again.
+  virtual void start_for_guard() noexcept = 0;
+  // Called on the request thread; must not block. False: dropped (counted).
+  virtual bool submit(std::unique_ptr<CapturedProfile> captured) noexcept = 0;
+
+ protected:
+  ~GuardHost() = default;
+};
+
+inline bool submit_captured(std::unique_ptr<CapturedProfile> captured) noexcept {
+  if (GuardHost* host = guard_host_state().host.load(std::memory_order_acquire)) return host->submit(std::move(captured));
+  discard_captured_profile(*captured);
+  return false;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_RUNTIME_RUNNING_CONFIG_HPP_
+// ---- end spanprof/runtime/running_config.hpp ----
 // ---- begin spanprof/runtime/config_retirement.hpp ----
 // Frees the running configurations that spanprof::start() and shutdown()
 // replaced, once no guard can still read them.
@@ -17000,8 +16157,7 @@ SPANPROF_NAMESPACE_END
 // head_sampler_from_environment(), uploaders_from_environment(), describe(); each
 // walks the table of runtime/settings.hpp, and builds the objects its variables
 // describe.
-// Header-only, the umbrella header includes it; with SPANPROF_COMPILED_LIB only the
-// compiled library does (config.hpp).
+// Compiled once per program, with the runtime (config.hpp).
 #ifndef SPANPROF_RUNTIME_OPTIONS_INL_HPP_
 #define SPANPROF_RUNTIME_OPTIONS_INL_HPP_
 
@@ -17138,7 +16294,7 @@ inline void apply_environment(EnvironmentSettings env, Options& options) {
 }  // namespace detail
 
 #if SPANPROF_ENABLED
-SPANPROF_LIB_INLINE Options::Options() noexcept {
+Options::Options() noexcept {
   SPANPROF_TRY {
     detail::apply_environment(detail::read_environment(), *this);
   } SPANPROF_CATCH_ALL {
@@ -17147,7 +16303,7 @@ SPANPROF_LIB_INLINE Options::Options() noexcept {
 }
 #endif
 
-SPANPROF_LIB_INLINE std::shared_ptr<HeadSampler> head_sampler_from_environment() noexcept {
+std::shared_ptr<HeadSampler> head_sampler_from_environment() noexcept {
   SPANPROF_TRY {
     detail::EnvironmentSettings env = detail::read_environment({detail::EnvironmentGroup::head_sampler});
     for (const ConfigurationProblem& problem : env.problems) report_error(ErrorCode::invalid_configuration, problem.message);
@@ -17158,7 +16314,7 @@ SPANPROF_LIB_INLINE std::shared_ptr<HeadSampler> head_sampler_from_environment()
   }
 }
 
-SPANPROF_LIB_INLINE std::vector<std::shared_ptr<Uploader>> uploaders_from_environment() noexcept {
+std::vector<std::shared_ptr<Uploader>> uploaders_from_environment() noexcept {
   SPANPROF_TRY {
     detail::EnvironmentSettings env = detail::read_environment(
         {detail::EnvironmentGroup::service, detail::EnvironmentGroup::pyroscope, detail::EnvironmentGroup::otlp});
@@ -17171,7 +16327,7 @@ SPANPROF_LIB_INLINE std::vector<std::shared_ptr<Uploader>> uploaders_from_enviro
   }
 }
 
-SPANPROF_LIB_INLINE std::string describe(const Options& options) {
+std::string describe(const Options& options) {
   std::string out;
   for (const detail::Setting& row : detail::settings)
     if (row.is_option()) out += std::string(row.name) + "=" + row.access.describe(row, options) + "\n";
@@ -17531,9 +16687,9 @@ SPANPROF_NAMESPACE_END
 // ---- end spanprof/runtime/runtime_marker.hpp ----
 // ---- begin spanprof/runtime/runtime-inl.hpp ----
 // The runtime behind start(), flush(), shutdown() and stats() (runtime.hpp): the
-// running configuration, the background worker, fork handling. Header-only, the
-// umbrella header includes it; with SPANPROF_COMPILED_LIB only the compiled
-// library does (config.hpp), so a source file does not compile it again.
+// running configuration, the background worker, fork handling. Compiled once per
+// program: in the source file that defines SPANPROF_IMPLEMENTATION, or in the
+// compiled library (config.hpp).
 #ifndef SPANPROF_RUNTIME_RUNTIME_INL_HPP_
 #define SPANPROF_RUNTIME_RUNTIME_INL_HPP_
 
@@ -17614,6 +16770,7 @@ class Runtime final : public GuardHost {
       config->head_threshold = options.head_sampler ? options.head_sampler->trace_id_threshold() : 0;
       config->tail_policy = options.tail_policy;
       config->trigger = options.trigger;
+      config->has_trigger = options.trigger != nullptr;
       config->sampler.generation = ++generation_;
       config->sampler.source = options.cpu_sample_source;
       config->sampler.period_ns = 1'000'000'000LL / options.frequency_hz;
@@ -17920,8 +17077,10 @@ SPANPROF_API inline Runtime& runtime() noexcept {
 
 inline Runtime& Runtime::runtime_instance() noexcept { return runtime(); }
 
-// Any source file that includes this header (header-only), or the compiled
-// library, makes the runtime the guards' host before main() runs.
+const char define_SPANPROF_IMPLEMENTATION_in_one_source_file = 1;
+
+// The source file that compiles the runtime (SPANPROF_IMPLEMENTATION, or the
+// compiled library) makes it the guards' host before main() runs.
 inline const bool runtime_is_guard_host = [] {
   guard_host_state().host.store(&runtime(), std::memory_order_release);
   return true;
@@ -17929,10 +17088,10 @@ inline const bool runtime_is_guard_host = [] {
 
 }  // namespace detail
 
-SPANPROF_LIB_INLINE StartResult start(Options options) noexcept { return detail::runtime().start(std::move(options)); }
-SPANPROF_LIB_INLINE Status flush(std::chrono::milliseconds timeout) noexcept { return detail::runtime().flush(timeout); }
-SPANPROF_LIB_INLINE Status shutdown(std::chrono::milliseconds timeout) noexcept { return detail::runtime().shutdown(timeout); }
-SPANPROF_LIB_INLINE Stats stats() noexcept { return detail::runtime().stats(); }
+StartResult start(Options options) noexcept { return detail::runtime().start(std::move(options)); }
+Status flush(std::chrono::milliseconds timeout) noexcept { return detail::runtime().flush(timeout); }
+Status shutdown(std::chrono::milliseconds timeout) noexcept { return detail::runtime().shutdown(timeout); }
+Stats stats() noexcept { return detail::runtime().stats(); }
 
 SPANPROF_NAMESPACE_END
 
@@ -17940,6 +17099,1176 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_RUNTIME_RUNTIME_INL_HPP_
 // ---- end spanprof/runtime/runtime-inl.hpp ----
+// ---- begin spanprof/capture/classic_cpu_engine.hpp ----
+// The classic engine: gperftools' own CPU profiler started and stopped around one
+// scope. gperftools allows one profile per process, and starting it allocates and
+// clears ~10 MiB (~5 ms), so this engine serves one scope at a time: a second
+// concurrent scope is told "busy" at once and is never made to wait.
+#ifndef SPANPROF_CAPTURE_CLASSIC_CPU_ENGINE_HPP_
+#define SPANPROF_CAPTURE_CLASSIC_CPU_ENGINE_HPP_
+
+
+// Compiled out with the SDK: nothing here may reach gperftools then.
+#if SPANPROF_ENABLED
+
+#include <gperftools/profiler.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include <pthread.h>
+#include <unistd.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+struct ClassicEngineState {
+  std::atomic<bool> busy{false};
+  // The thread whose samples are kept. gperftools' SIGPROF goes to whichever thread
+  // used CPU; comparing pthread_self() is async-signal-safe and, unlike a
+  // thread_local, never allocates TLS inside the handler.
+  std::atomic<pthread_t> profiled_thread{};
+  std::atomic<std::uint64_t> sequence{0};
+  // The legacy profile file gperftools writes at stop: the scope that holds `busy`
+  // owns it, so no guard carries a path buffer of its own.
+  char path[256] = {};
+};
+
+SPANPROF_API inline ClassicEngineState& classic_engine_state() noexcept {
+  static ClassicEngineState state;
+  return state;
+}
+
+inline int classic_engine_keeps_this_thread(void*) {
+  return pthread_equal(classic_engine_state().profiled_thread.load(std::memory_order_relaxed), pthread_self()) ? 1
+                                                                                                              : 0;
+}
+
+enum class ClassicStart : std::uint8_t { started, busy, failed };
+
+inline ClassicStart classic_engine_start() noexcept {
+  auto& state = classic_engine_state();
+  if (state.busy.exchange(true, std::memory_order_acquire)) return ClassicStart::busy;
+  char (&path)[256] = state.path;
+  const char* tmp = std::getenv("TMPDIR");
+  std::snprintf(path, sizeof path, "%s/spanprof-classic-%d-%llu.prof", (tmp && *tmp) ? tmp : "/tmp",
+                static_cast<int>(::getpid()),
+                static_cast<unsigned long long>(state.sequence.fetch_add(1, std::memory_order_relaxed)));
+  state.profiled_thread.store(pthread_self(), std::memory_order_relaxed);
+  ProfilerOptions options{};
+  options.filter_in_thread = &classic_engine_keeps_this_thread;
+  options.filter_in_thread_arg = nullptr;
+  if (!ProfilerStartWithOptions(path, &options)) {
+    state.busy.store(false, std::memory_order_release);
+    report_error(ErrorCode::profiler_failed,
+                 "ProfilerStartWithOptions failed (is CPUPROFILE set, or the profile file unwritable?)");
+    path[0] = '\0';
+    return ClassicStart::failed;
+  }
+  return ClassicStart::started;
+}
+
+// Stops the scope's profile and calls `use_file(path)` (noexcept) with the file
+// gperftools wrote, before the engine is free for the next scope.
+template <class UseFile>
+void classic_engine_stop(UseFile&& use_file) noexcept {
+  ProfilerStop();  // writes the file and /proc/self/maps; the worker parses it
+  auto& state = classic_engine_state();
+  use_file(static_cast<const char*>(state.path));
+  state.path[0] = '\0';
+  state.busy.store(false, std::memory_order_release);
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_CAPTURE_CLASSIC_CPU_ENGINE_HPP_
+// ---- end spanprof/capture/classic_cpu_engine.hpp ----
+// ---- begin spanprof/capture/classic_heap_engine.hpp ----
+// The classic heap engine: gperftools' own heap profiler started and stopped around
+// one scope. It records every allocation of every thread (an alloc-heavy loop runs
+// ~30x slower) and there is one per process, so it serves one scope at a time: a
+// second concurrent scope is told "busy" at once and never waits.
+#ifndef SPANPROF_CAPTURE_CLASSIC_HEAP_ENGINE_HPP_
+#define SPANPROF_CAPTURE_CLASSIC_HEAP_ENGINE_HPP_
+
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include <dirent.h>
+#include <unistd.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+struct ClassicHeapState {
+  std::atomic<bool> busy{false};
+  std::atomic<std::uint64_t> sequence{0};
+  char prefix[256] = {};  // the dump prefix, owned by the scope that holds `busy`
+};
+
+SPANPROF_API inline ClassicHeapState& classic_heap_state() noexcept {
+  static ClassicHeapState state;
+  return state;
+}
+
+enum class ClassicHeapStart : std::uint8_t { started, busy, failed };
+
+// gperftools is given a dump prefix; it only writes files there if its own
+// HEAP_PROFILE_*_INTERVAL thresholds trigger, and stop removes them.
+inline ClassicHeapStart classic_heap_start() noexcept {
+  const TcmallocApi& api = tcmalloc_api();
+  if (!api.has_heap_profiler()) {
+    report_error(ErrorCode::heap_unavailable,
+                 "the classic heap engine needs libtcmalloc (not _minimal) as the process's allocator");
+    return ClassicHeapStart::failed;
+  }
+  auto& state = classic_heap_state();
+  if (state.busy.exchange(true, std::memory_order_acquire)) return ClassicHeapStart::busy;
+  if (api.is_heap_profiler_running()) {
+    // Started outside spanprof (HEAPPROFILE=...): not ours to stop.
+    state.busy.store(false, std::memory_order_release);
+    return ClassicHeapStart::busy;
+  }
+  char (&prefix)[256] = state.prefix;
+  const char* tmp = std::getenv("TMPDIR");
+  std::snprintf(prefix, sizeof prefix, "%s/spanprof-heap-%d-%llu", (tmp && *tmp) ? tmp : "/tmp",
+                static_cast<int>(::getpid()),
+                static_cast<unsigned long long>(state.sequence.fetch_add(1, std::memory_order_relaxed)));
+  api.heap_profiler_start(prefix);
+  if (!api.is_heap_profiler_running()) {
+    state.busy.store(false, std::memory_order_release);
+    report_error(ErrorCode::profiler_failed, "HeapProfilerStart did not start gperftools' heap profiler");
+    return ClassicHeapStart::failed;
+  }
+  return ClassicHeapStart::started;
+}
+
+// Removes interval dumps gperftools may have written under `prefix`.
+inline void remove_heap_dumps(const char* prefix) noexcept {
+  const char* slash = std::strrchr(prefix, '/');
+  if (!slash) return;
+  const std::string dir(prefix, static_cast<std::size_t>(slash - prefix));
+  const std::string base = std::string(slash + 1) + ".";
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* entry = ::readdir(d)) {
+      if (std::strncmp(entry->d_name, base.c_str(), base.size()) == 0) ::unlinkat(::dirfd(d), entry->d_name, 0);
+    }
+    ::closedir(d);
+  }
+}
+
+// Takes the profile text (malloc'ed by gperftools; caller frees with std::free) and
+// stops the profiler. Null if gperftools returned nothing.
+inline char* classic_heap_stop() noexcept {
+  const TcmallocApi& api = tcmalloc_api();
+  char* text = api.get_heap_profile();
+  api.heap_profiler_stop();
+  auto& state = classic_heap_state();
+  SPANPROF_TRY {
+    remove_heap_dumps(state.prefix);
+  } SPANPROF_CATCH_ALL {
+  }
+  state.prefix[0] = '\0';
+  state.busy.store(false, std::memory_order_release);
+  return text;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_CAPTURE_CLASSIC_HEAP_ENGINE_HPP_
+// ---- end spanprof/capture/classic_heap_engine.hpp ----
+// ---- begin spanprof/detail/hand_over.hpp ----
+// Internal. The one way a closing span hands a profile over, for a guard
+// (guard_core-inl.hpp) and for a request when it is delivered (request_state.hpp):
+// a record from the pool, what the engine recorded, the span's identity, then the
+// runtime's queue. Never throws, never blocks.
+#ifndef SPANPROF_DETAIL_HAND_OVER_HPP_
+#define SPANPROF_DETAIL_HAND_OVER_HPP_
+
+
+#if SPANPROF_ENABLED
+
+#include <cstdint>
+#include <string_view>
+#include <utility>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// What every profile of a span says about the span.
+struct SpanIdentity {
+  SpanContext span;
+  std::string_view name;
+  ProfileReason reason = ProfileReason::sampled;
+  std::int64_t start_unix_ns = 0;
+  std::int64_t duration_ns = 0;
+};
+
+enum class HandOver : std::uint8_t {
+  handed_over,      // queued for delivery
+  nothing_recorded, // attach found nothing of this kind: no profile
+  dropped,          // the queue refused it (counted by the runtime)
+  out_of_memory,    // reported; the engine's output is the caller's to clean up
+};
+
+// `attach(CapturedProfile&)` moves what the engine recorded into the record and
+// returns false when that is nothing.
+template <class Attach>
+HandOver hand_over_profile(const SpanIdentity& identity, ProfileKind kind, const char* engine,
+                           Attach&& attach) noexcept {
+  SPANPROF_TRY {
+    auto pending = captured_profile_pool().acquire();
+    if (!attach(*pending)) {
+      captured_profile_pool().release(std::move(pending));
+      return HandOver::nothing_recorded;
+    }
+    RawProfile& profile = pending->profile;
+    profile.kind = kind;
+    profile.span = identity.span;
+    profile.span_name.assign(identity.name.data(), identity.name.size());
+    profile.reason = identity.reason;
+    profile.start_unix_ns = identity.start_unix_ns;
+    profile.duration_ns = identity.duration_ns;
+    pending->engine = engine;
+    return submit_captured(std::move(pending)) ? HandOver::handed_over : HandOver::dropped;
+  } SPANPROF_CATCH_ALL {
+    report_error(ErrorCode::internal, kind == ProfileKind::heap ? "out of memory handing over a heap profile; dropped"
+                                                                : "out of memory handing over a profile; dropped");
+  }
+  return HandOver::out_of_memory;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_DETAIL_HAND_OVER_HPP_
+// ---- end spanprof/detail/hand_over.hpp ----
+// ---- begin spanprof/detail/request_state.hpp ----
+// Internal. The shared state of a request profiled across threads (request.hpp): the
+// samples its fragments recorded, and when it is over.
+//
+// One word holds its whole life, so that a fragment opens and closes with one
+// atomic operation and the request is delivered exactly once, by whichever thread
+// sees it over: references (handles and running fragments), running fragments,
+// "ended" (RequestProfile::end()) and "delivered". It is delivered when it has
+// ended and no fragment runs, or when the last reference goes (abandoned if it
+// never ended), and freed when the last reference goes.
+#ifndef SPANPROF_DETAIL_REQUEST_STATE_HPP_
+#define SPANPROF_DETAIL_REQUEST_STATE_HPP_
+
+
+#if SPANPROF_ENABLED
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string_view>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+constexpr Counter kept_counter(ProfileReason reason) noexcept {
+  return static_cast<Counter>(static_cast<std::size_t>(Counter::kept_sampled) + static_cast<std::size_t>(reason));
+}
+static_assert(static_cast<std::size_t>(Counter::kept_triggered) - static_cast<std::size_t>(Counter::kept_sampled) + 1 ==
+                  profile_reason_count,
+              "one kept_* counter per ProfileReason, in its order");
+
+// A span kept for what happened to it (slow, erroring, triggered) made no profile:
+// not one sample. Counted and said, so that a missing profile is never silent; a
+// span kept only because it was sampled is counted in spans_without_samples alone
+// (most short requests of a server are).
+SPANPROF_NOINLINE inline void kept_without_samples(ProfileReason reason, std::int64_t duration_ns) noexcept {
+  if (reason == ProfileReason::sampled) return;
+  count(Counter::kept_without_samples);
+  char message[192];
+  std::snprintf(message, sizeof message,
+                "a span kept as %.*s (%.1f ms) had not one sample, so no profile was made: shorter than the "
+                "sampling period, or waiting rather than running (docs/sampling.md)",
+                static_cast<int>(to_string(reason).size()), to_string(reason).data(),
+                static_cast<double>(duration_ns) / 1e6);
+  report_error(ErrorCode::no_samples, message);
+}
+
+class RequestState {
+ public:
+  static constexpr std::size_t max_name = GuardCore::max_span_name;  // as a guard's
+
+  // What a request records, fixed when it begins.
+  struct Identity {
+    SpanContext span;
+    std::string_view name;
+    ProfileKinds kinds;
+    std::uint64_t generation = 0;  // the configuration whose samplers record it
+    std::shared_ptr<TailPolicy> tail_policy;
+  };
+
+  // Null when out of memory (the request is then not profiled).
+  static RequestState* create(Identity identity) noexcept {
+    auto* state = new (std::nothrow) RequestState();
+    if (state == nullptr) return nullptr;
+    state->span_ = identity.span;
+    state->name_length_ = identity.name.size() < max_name ? identity.name.size() : max_name;
+    if (state->name_length_ != 0) std::memcpy(state->name_, identity.name.data(), state->name_length_);
+    state->kinds_ = identity.kinds;
+    state->generation_ = identity.generation;
+    state->tail_policy_ = std::move(identity.tail_policy);
+    fill_thread_context(state->thread_context_, identity.span, identity.name);
+    state->start_ns_ = monotonic_now_ns();
+    state->start_unix_ns_ = realtime_now_ns();
+    return state;
+  }
+
+  RequestState(const RequestState&) = delete;
+  RequestState& operator=(const RequestState&) = delete;
+
+  ProfileKinds kinds() const noexcept { return kinds_; }
+  std::uint64_t generation() const noexcept { return generation_; }
+  // What otel_thread_ctx_v1 points at while a fragment of it runs (thread_context.hpp).
+  const ThreadContextRecord& thread_context() const noexcept { return thread_context_; }
+
+  // ---- handles (RequestProfile) -----------------------------------------------------
+
+  void acquire() noexcept { life_.fetch_add(one_reference, std::memory_order_relaxed); }
+
+  // The last reference delivers what was recorded, if nothing did yet, and frees.
+  void release() noexcept {
+    const std::uint64_t now = life_.fetch_sub(one_reference, std::memory_order_acq_rel) - one_reference;
+    if ((now & (reference_mask | running_mask)) != 0) return;
+    if ((now & delivered_bit) == 0) (void)deliver((now & ended_bit) == 0);
+    delete this;
+  }
+
+  void set_error(bool failed) noexcept { errored_.store(failed, std::memory_order_relaxed); }
+  void discard() noexcept { discarded_.store(true, std::memory_order_relaxed); }
+
+  // The request is over: the tail policy decides now, with its duration and error
+  // status; it is delivered now if no fragment runs, else when the last running one
+  // closes. True when it is kept: its profile was handed over now, or will be once
+  // those fragments close (if they took samples). The caller holds a reference,
+  // and drops it after.
+  bool end() noexcept {
+    if (end_claimed_.exchange(true, std::memory_order_acq_rel)) return false;  // ended before
+    const std::int64_t end = monotonic_now_ns();
+    end_ns_ = end;
+    decision_ = decide(end - start_ns_);
+    // Published with the ended bit: whoever delivers reads the decision after it.
+    std::uint64_t before = life_.load(std::memory_order_relaxed);
+    std::uint64_t after;
+    do {
+      after = before | ended_bit;
+      if ((before & running_mask) == 0) after |= delivered_bit;
+    } while (!life_.compare_exchange_weak(before, after, std::memory_order_acq_rel, std::memory_order_relaxed));
+    if ((after & delivered_bit) == 0) return decision_.keep;  // a fragment runs: it delivers
+    return deliver(false);
+  }
+
+  // ---- fragments -------------------------------------------------------------------
+
+  // A thread starts running the request: false once it has ended (not profiled).
+  // A running fragment holds a reference of its own.
+  bool enter_fragment() noexcept {
+    std::uint64_t before = life_.load(std::memory_order_relaxed);
+    do {
+      if ((before & (ended_bit | delivered_bit)) != 0) return false;
+    } while (!life_.compare_exchange_weak(before, before + one_reference + one_running, std::memory_order_acquire,
+                                          std::memory_order_relaxed));
+    return true;
+  }
+
+  // The thread stops running it (its samples were added before). The last
+  // fragment to close after end() delivers; the last reference frees.
+  void leave_fragment() noexcept { leave(one_reference + one_running); }
+
+  // A fragment still open on its thread whose records another thread took over
+  // (Fragment::take_records_over): it runs no more, so the request is delivered
+  // without waiting for its thread, but it keeps its reference (that thread still
+  // points at this state) until it closes there and calls release().
+  void leave_running() noexcept { leave(one_running); }
+
+  // A fragment's CPU or wall records: the log's records from its start, of every
+  // kind the spans open on its thread asked for; the request takes those of its kinds.
+  void add_stack_records(const ThreadStackSampler& sampler, const std::uint64_t* first, std::size_t words,
+                         ProfileKinds kinds, std::uint64_t dropped) noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    SPANPROF_TRY {
+      for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::wall}) {
+        if (!kinds.contains(kind)) continue;
+        Recorded& into = recorded_[static_cast<std::size_t>(kind)];
+        if (kind == ProfileKind::cpu) into.dropped += dropped;
+        into.period_ns = sampler.period_ns(kind);
+        into.engine = sampler.engine_name(kind);
+        append_stack_records(first, words, kind, into.records);
+      }
+    } SPANPROF_CATCH_ALL {
+      report_error(ErrorCode::internal, "out of memory adding a fragment's samples to its request; dropped");
+    }
+  }
+
+  // A fragment's heap records.
+  void add_heap_records(HeapSpanResult& result) noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Recorded& into = recorded_[static_cast<std::size_t>(ProfileKind::heap)];
+    into.dropped += result.dropped;
+    into.heap_interval_bytes = result.interval_bytes;
+    into.engine = sampling_heap_engine_name();
+    if (into.records.empty()) {
+      into.records = std::move(result.records);
+      return;
+    }
+    SPANPROF_TRY {
+      into.records.insert(into.records.end(), result.records.begin(), result.records.end());
+    } SPANPROF_CATCH_ALL {
+      report_error(ErrorCode::internal, "out of memory adding a fragment's heap samples to its request; dropped");
+    }
+  }
+
+ private:
+  RequestState() = default;
+  ~RequestState() = default;
+
+  static constexpr std::uint64_t one_reference = 1;
+  static constexpr std::uint64_t reference_mask = (std::uint64_t{1} << 24) - 1;
+  static constexpr std::uint64_t one_running = std::uint64_t{1} << 24;
+  static constexpr std::uint64_t running_mask = reference_mask << 24;
+  static constexpr std::uint64_t ended_bit = std::uint64_t{1} << 48;
+  static constexpr std::uint64_t delivered_bit = std::uint64_t{1} << 49;
+
+  struct Recorded {
+    std::vector<std::uint64_t> records;
+    std::uint64_t dropped = 0;
+    std::int64_t period_ns = 0;
+    std::int64_t heap_interval_bytes = 0;
+    const char* engine = "";
+  };
+
+  // Drops a running fragment, with its reference or not.
+  void leave(std::uint64_t dropped) noexcept {
+    std::uint64_t before = life_.load(std::memory_order_relaxed);
+    std::uint64_t after;
+    bool deliver_now;
+    do {
+      after = before - dropped;
+      deliver_now = (after & running_mask) == 0 && (after & ended_bit) != 0 && (after & delivered_bit) == 0;
+      // Delivering, it keeps a reference until done: nobody frees the state under it.
+      if (deliver_now) after = (after + one_reference) | delivered_bit;
+    } while (!life_.compare_exchange_weak(before, after, std::memory_order_acq_rel, std::memory_order_acquire));
+    if (deliver_now) {
+      (void)deliver(false);
+      release();
+      return;
+    }
+    if ((after & (reference_mask | running_mask)) == 0) {
+      if ((after & delivered_bit) == 0) (void)deliver((after & ended_bit) == 0);
+      delete this;
+    }
+  }
+
+  TailDecision decide(std::int64_t duration) noexcept {
+    if (discarded_.load(std::memory_order_relaxed)) return TailDecision::discard();
+    if (!tail_policy_) return TailDecision::keep_as(ProfileReason::sampled);
+    return tail_policy_->decide(
+        SpanOutcome{span_, std::string_view(name_, name_length_), duration, errored_.load(std::memory_order_relaxed)});
+  }
+
+  // Once per request, by the one thread that marked it delivered (or freed it): no
+  // fragment runs any more, so the records are this thread's alone. True when a
+  // profile was handed over.
+  bool deliver(bool abandoned) noexcept {
+    if (abandoned) {
+      count(Counter::requests_abandoned);
+      end_ns_ = monotonic_now_ns();
+      decision_ = decide(end_ns_ - start_ns_);
+    }
+    const std::int64_t duration = end_ns_ - start_ns_;
+    const TailDecision decision = decision_;
+    if (!decision.keep) {
+      count(discarded_.load(std::memory_order_relaxed) ? Counter::discarded_explicitly
+                                                        : Counter::discarded_by_tail_policy);
+      return false;
+    }
+    count(kept_counter(decision.reason));
+    bool handed_over = false, any_records = false;
+    const SpanIdentity identity{span_, std::string_view(name_, name_length_), decision.reason, start_unix_ns_,
+                                duration};
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::wall, ProfileKind::heap}) {
+      Recorded& recorded = recorded_[static_cast<std::size_t>(kind)];
+      if (!kinds_.contains(kind) || recorded.records.empty()) continue;
+      any_records = true;
+      const HandOver result = hand_over_profile(identity, kind, recorded.engine, [&recorded](CapturedProfile& pending) {
+        pending.profile.period_ns = recorded.period_ns;
+        pending.profile.heap_interval_bytes = recorded.heap_interval_bytes;
+        pending.profile.dropped_samples = recorded.dropped;
+        pending.packed_samples = std::move(recorded.records);
+        return true;
+      });
+      handed_over = result == HandOver::handed_over || handed_over;
+    }
+    if (!any_records) kept_without_samples(decision.reason, duration);
+    return handed_over;
+  }
+
+  std::atomic<std::uint64_t> life_{one_reference};  // the creator's handle
+  SpanContext span_;
+  char name_[max_name];
+  std::size_t name_length_ = 0;
+  ProfileKinds kinds_;
+  std::uint64_t generation_ = 0;
+  std::shared_ptr<TailPolicy> tail_policy_;
+  std::int64_t start_ns_ = 0;
+  std::int64_t start_unix_ns_ = 0;
+  // Written once by the thread that claimed the end, published by the ended bit.
+  std::atomic<bool> end_claimed_{false};
+  std::int64_t end_ns_ = 0;
+  TailDecision decision_;
+  std::atomic<bool> errored_{false};
+  std::atomic<bool> discarded_{false};
+  std::mutex mutex_;  // the records: fragments on several threads may close at once
+  Recorded recorded_[profile_kind_count];
+  ThreadContextRecord thread_context_;  // written once, before any fragment runs
+};
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_DETAIL_REQUEST_STATE_HPP_
+// ---- end spanprof/detail/request_state.hpp ----
+// ---- begin spanprof/detail/guard_core-inl.hpp ----
+// Internal. The slow paths of a guard (guard_core.hpp): compiled once per
+// program, with the runtime (config.hpp), never in the files that open guards.
+#ifndef SPANPROF_DETAIL_GUARD_CORE_INL_HPP_
+#define SPANPROF_DETAIL_GUARD_CORE_INL_HPP_
+
+
+#if SPANPROF_ENABLED && SPANPROF_DEFINE_RUNTIME
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string_view>
+#include <utility>
+
+#include <unistd.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// Turned-down guards of this thread left before one is timed for the adaptive trigger.
+inline thread_local std::uint32_t trigger_observe_countdown = 0;
+
+void config_for_first_guard() noexcept {
+  GuardHostState& state = guard_host_state();
+  if (GuardHost* host = state.host.load(std::memory_order_acquire)) {
+    host->start_for_guard();
+    return;
+  }
+  if (!state.reported_missing.exchange(true, std::memory_order_relaxed)) {
+    report_error(ErrorCode::invalid_configuration, "a guard opened before spanprof's runtime was set up; not profiled");
+  }
+}
+
+void make_thread_owners() noexcept {
+  (void)&stack_sampler_owner;
+  (void)&heap_log_owner;
+  (void)this_thread_counters();
+}
+
+bool head_sampler_declines(const GuardGate& gate, const SpanContext& span, std::string_view span_name) noexcept {
+  return !running_config(gate).head_sampler->should_profile(span, span_name);
+}
+
+// Span names are a few bytes: copied in overlapping words. std::memcpy of a size
+// only known to be below max_span_name compiles to `rep movs`, whose start-up was
+// most of the opening guard's own time in a busy server (perf).
+inline void copy_span_name(char* to, const char* from, std::size_t n) noexcept {
+  if (n >= 16) {
+    for (std::size_t at = 0; at + 16 <= n; at += 16) std::memcpy(to + at, from + at, 16);
+    std::memcpy(to + n - 16, from + n - 16, 16);
+  } else if (n >= 8) {
+    std::memcpy(to, from, 8);
+    std::memcpy(to + n - 8, from + n - 8, 8);
+  } else if (n >= 4) {
+    std::memcpy(to, from, 4);
+    std::memcpy(to + n - 4, from + n - 4, 4);
+  } else {
+    for (std::size_t at = 0; at < n; ++at) to[at] = from[at];
+  }
+}
+
+void GuardCore::open_profiled(const GuardGate& gate, ConfigReader& reader, std::uint64_t inside,
+                              const SpanContext& span, std::string_view span_name, ProfileKinds kinds,
+                              bool configured) noexcept {
+  if (SPANPROF_UNLIKELY(!span.valid())) {
+    reader.leave(inside);
+    report_error(ErrorCode::invalid_span_context, "a guard was given an invalid trace or span id; not profiled");
+    return;
+  }
+  const RunningConfig& config = running_config(gate);
+  prepare(config, reader);
+  reader.leave(inside);
+  begin(config, span, span_name, configured ? config.profiles : kinds, false);
+}
+
+
+// The members a guard that opened nothing never touches are set here rather than
+// by initializers, so that the turned-down guard writes only its few state bytes.
+// Pins the configuration until unpin(): a restart does not free it under us.
+inline void GuardCore::prepare(const RunningConfig& config, ConfigReader& reader) noexcept {
+  reader.pin(config.sampler.generation);
+  pins_ = &reader;
+  config_ = &config;
+  triggered_ = false;
+  discarded_ = false;
+  moved_ = false;
+  keep_ = true;
+  reason_ = ProfileReason::sampled;
+  name_length_ = 0;
+  uncaught_at_open_ = 0;
+  sampler_ = nullptr;
+  start_ns_ = 0;
+  duration_ns_ = -1;
+  name_hash_ = 0;
+  user_span_ = nullptr;
+  span_hooks_ = nullptr;
+  ticket_ = SpanSlotTicket{};
+  heap_record_ = HeapActiveSpan{};
+  span_ = SpanContext{};
+  fragment_ = false;
+}
+
+// The head sampler said no; the adaptive trigger may still want this span, and
+// feeds on the latency of one span in `observe_one_in` per thread.
+void GuardCore::declined(const GuardGate& gate, ConfigReader& reader, const SpanContext& span,
+                         std::string_view span_name, ProfileKinds kinds, bool configured) noexcept {
+  const RunningConfig& config = running_config(gate);
+  AdaptiveTrigger& trigger = *config.trigger;
+  std::uint64_t name_hash = 0;
+  if (trigger.any_armed() && span.valid()) {
+    name_hash = AdaptiveTrigger::hash_name(span_name);
+    if (trigger.take(name_hash)) {
+      prepare(config, reader);
+      name_hash_ = name_hash;
+      begin(config, span, span_name, configured ? config.profiles : kinds, true);
+      return;
+    }
+  }
+  std::uint32_t& countdown = trigger_observe_countdown;
+  if (countdown > 1) {
+    --countdown;
+    return;
+  }
+  countdown = trigger.options().observe_one_in;
+  prepare(config, reader);
+  name_hash_ = name_hash != 0 ? name_hash : AdaptiveTrigger::hash_name(span_name);
+  observe_only_ = true;
+  start_ns_ = monotonic_now_ns();
+}
+
+SPANPROF_NOINLINE void GuardCore::begin(const RunningConfig& config, const SpanContext& span, std::string_view span_name,
+                      ProfileKinds kinds, bool triggered) noexcept {
+  span_ = span;
+  triggered_ = triggered;
+  uncaught_at_open_ = std::uncaught_exceptions();
+  name_length_ = static_cast<std::uint8_t>(span_name.size() < max_span_name ? span_name.size() : max_span_name);
+  copy_span_name(name_, span_name.data(), name_length_);
+  const bool classic_cpu = kinds.contains(ProfileKind::cpu) && config.cpu_engine == CpuEngine::classic;
+  if (SPANPROF_UNLIKELY(classic_cpu)) open_classic();
+  // The thread's stack sampler records CPU ticks (sampling engine) and wall ticks.
+  ProfileKinds sampled;
+  if (kinds.contains(ProfileKind::cpu) && !classic_cpu) sampled = sampled | cpu;
+  if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) sampled = sampled | wall;
+  if (!sampled.empty()) open_sampling(config, sampled);
+  if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::heap))) open_heap(config);
+  if (active()) {
+    count(Counter::profiles_started);
+    start_ns_ = monotonic_now_ns();  // after the engines started: the classic ones take milliseconds
+  } else {
+    unpin();  // nothing to close: the destructor will not look at the configuration
+  }
+}
+
+inline void GuardCore::unpin() noexcept { pins_->unpin(config_->sampler.generation); }
+
+inline bool GuardCore::failed() const noexcept {
+  return errored_ || std::uncaught_exceptions() > uncaught_at_open_ ||
+         (span_hooks_ != nullptr && span_hooks_->failed != nullptr && span_hooks_->failed(user_span_));
+}
+
+void GuardCore::open_fragment(RequestState& request) noexcept {
+  ThreadCounters* thread = guard_thread();
+  if (SPANPROF_UNLIKELY(thread == nullptr)) return;
+  ConfigReader& reader = thread->config_reader;
+  std::uint64_t inside;
+  const GuardGate* gate = enter_config_section(reader, inside);
+  // Restarted since the request began: its samples would not be comparable.
+  if (SPANPROF_LIKELY(gate != nullptr && running_config(*gate).sampler.generation == request.generation()))
+    begin_fragment(running_config(*gate), request, request.kinds());
+  reader.leave(inside);
+}
+
+// What a fragment records: the request's kinds, with the sampling engines only
+// (the classic ones profile the whole process, not one thread's turn). It reads
+// the configuration only here, inside the thread's reading section, and nothing of
+// it at close: unlike a guard's, its configuration is not pinned. It sets only
+// what its close reads: a turn of an async request costs a few dozen nanoseconds.
+inline void GuardCore::begin_fragment(const RunningConfig& config, RequestState& request, ProfileKinds kinds) noexcept {
+  request_ = &request;
+  fragment_ = true;
+  pins_ = nullptr;
+  config_ = nullptr;
+  keep_ = true;
+  moved_ = false;
+  reason_ = ProfileReason::sampled;  // the request decides, and says if it is kept without a sample
+  duration_ns_ = -1;
+  ProfileKinds sampled;
+  if (kinds.contains(ProfileKind::cpu) && config.cpu_engine == CpuEngine::sampling) sampled = sampled | cpu;
+  if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) sampled = sampled | wall;
+  if (!sampled.empty()) open_sampling(config, sampled);
+  if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::heap)) && config.heap_engine == HeapEngine::sampling)
+    open_heap(config);
+}
+
+void GuardCore::finish() noexcept {
+  decide_and_close();
+  // Closed on another thread (a coroutine resumed elsewhere): the pin is the
+  // opening thread's, which only that thread may change, and it may have exited.
+  // It stays, and keeps that configuration alive for good: a few hundred bytes
+  // per restart of spanprof, against a configuration freed under a reader.
+  if (SPANPROF_LIKELY(pins_ == &thread_counters.config_reader)) unpin();
+}
+
+// The span ended: decide whether to keep what it recorded, then close the engines.
+inline void GuardCore::decide_and_close() noexcept {
+  if (fragment_) {
+    // A fragment: the request decides when it ends, with all its fragments.
+    close_engines();
+    return;
+  }
+  const RunningConfig& config = *config_;
+  if (observe_only_) {
+    observe_only_ = false;
+    config.trigger->observe(name_hash_, monotonic_now_ns() - start_ns_);
+    return;
+  }
+  if (SPANPROF_UNLIKELY(discarded_)) {
+    count(Counter::discarded_explicitly);
+    keep_ = false;
+    close_engines();
+    return;
+  }
+  if (!config.tail_policy && !config.trigger && !triggered_) {
+    // Nothing to decide: kept as sampled; the duration is read only if there is
+    // a profile to hand over.
+    count(kept_counter(ProfileReason::sampled));
+    close_engines();
+    return;
+  }
+  const std::int64_t duration = monotonic_now_ns() - start_ns_;
+  const std::string_view name(name_, name_length_);
+  TailDecision decision = TailDecision::keep_as(ProfileReason::sampled);
+  if (config.tail_policy) decision = config.tail_policy->decide(SpanOutcome{span_, name, duration, failed()});
+  // A span the trigger asked for is kept, under the more telling reason if any.
+  if (triggered_ && (!decision.keep || decision.reason == ProfileReason::sampled))
+    decision = TailDecision::keep_as(ProfileReason::triggered);
+  if (config.trigger) config.trigger->observe(name_hash_ ? name_hash_ : AdaptiveTrigger::hash_name(name), duration);
+  if (decision.keep) count(kept_counter(decision.reason));
+  else count(Counter::discarded_by_tail_policy);
+  keep_ = decision.keep;
+  reason_ = decision.reason;
+  duration_ns_ = duration;
+  close_engines();
+}
+
+inline void GuardCore::close_engines() noexcept {
+  // Heap first: the CPU hand-over allocates, and those allocations are the SDK's.
+  if (heap_state_ != State::idle) close_heap();
+  if (classic_cpu_) close_classic();
+  if (state_ != State::idle) close_sampling();
+  // The span learns of its profile before the guard returns, so it can carry the
+  // link (pyroscope.profile.id) when it is exported after.
+  if (handed_over_ && !fragment_ && span_hooks_ != nullptr && span_hooks_->profile_kept != nullptr)
+    span_hooks_->profile_kept(user_span_);
+}
+
+void GuardCore::stop_sampling_when(const std::atomic<bool>& flag) noexcept {
+  if (state_ != State::idle) sampler_->span(ticket_).stop = &flag;
+}
+
+inline void GuardCore::open_sampling(const RunningConfig& config, ProfileKinds kinds) noexcept {
+  ThreadStackSampler* sampler = current_stack_sampler;
+  if (SPANPROF_UNLIKELY(sampler == nullptr || sampler->settings().generation != config.sampler.generation)) {
+    // New settings (spanprof::start was called again) apply from this thread's
+    // next outermost span: replacing the sampler now would free the log that
+    // the open outer guards still read.
+    if (sampler == nullptr || !sampler->has_open_span()) {
+      if (config.sampler.signal_number == 0) return;
+      sampler = make_stack_sampler(config.sampler);
+      if (sampler == nullptr) return;
+    }
+  }
+  if (kinds.contains(ProfileKind::cpu) && SPANPROF_UNLIKELY(!sampler->armed())) {
+    if (!sampler->has_source() || !sampler->arm()) kinds = kinds.contains(ProfileKind::wall) ? wall : ProfileKinds{};
+    if (kinds.empty()) return;
+  }
+  sampler_ = sampler;
+  if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) open_wall(*sampler, config);
+  ticket_ = sampler->push(kinds);
+  if (SPANPROF_UNLIKELY(!ticket_.valid())) return too_deep(*sampler, kinds);
+  if (kinds.contains(ProfileKind::cpu)) {
+    sampler->counters().add(Counter::cpu_guards_opened, 1);
+    // The ticker watches POSIX-timer threads for points the kernel is late with.
+    // The sampler's own flag first: with the watch off (the default) the guard reads
+    // nothing shared.
+    if (SPANPROF_UNLIKELY(sampler->settings().watch_cpu) &&
+        ticker_parked().load(std::memory_order_relaxed) && sampler->source() == CpuSampleSource::posix_timer)
+      wall_ticker().watch_cpu();
+  }
+  state_ = State::sampling;
+}
+
+SPANPROF_NOINLINE void GuardCore::too_deep(ThreadStackSampler& sampler, ProfileKinds kinds) noexcept {
+  if (kinds.contains(ProfileKind::wall) && sampler.wall_span_closed(monotonic_now_ns()))
+    wall_ticker().thread_ended_wall_span();
+  report_error(ErrorCode::sample_buffer_full, "more than 32 profiled spans open on one thread; this one is not profiled");
+}
+
+SPANPROF_NOINLINE void GuardCore::open_wall(ThreadStackSampler& sampler, const RunningConfig& config) noexcept {
+  if (sampler.wall_span_opened(monotonic_now_ns()))
+    wall_ticker().thread_started_wall_span(config.sampler.wall_period_ns);
+  sampler.counters().add(Counter::wall_guards_opened, 1);
+}
+
+inline void GuardCore::close_sampling() noexcept {
+  ThreadStackSampler* sampler = sampler_;
+  state_ = State::idle;
+  if (SPANPROF_UNLIKELY(current_stack_sampler != sampler)) return close_sampling_elsewhere(sampler);
+  const ActiveSpan& span = sampler->span(ticket_);
+  const ProfileKinds kinds = span.kinds;
+  const std::size_t log_start = span.log_start;
+  const std::uint64_t dropped_at_start = span.dropped_at_start;
+  // The wall time since the last sample goes to it before the span leaves.
+  if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall)) && sampler->wall_span_closed(monotonic_now_ns()))
+    wall_ticker().thread_ended_wall_span();
+  if (SPANPROF_UNLIKELY(!sampler->pop(ticket_)))
+    return moved("a profiled span closed before a span opened after it on its thread (interleaved coroutines?): "
+                 "its samples are dropped (docs/async.md)");
+  const std::size_t used = sampler->used_words();
+  const std::uint64_t dropped = sampler->dropped() - dropped_at_start;
+  if (!keep_) {
+    // Discarded by the tail policy: nothing is copied, symbolized or sent.
+  } else if (used > log_start || dropped != 0) {
+    hand_over(sampler, used, dropped, kinds, log_start);
+  } else {
+    sampler->counters().add(Counter::spans_without_samples, 1);
+    // A fragment's request counts its own when it ends, over all its fragments.
+    if (SPANPROF_UNLIKELY(reason_ != ProfileReason::sampled) && !fragment_)
+      kept_without_samples(reason_, duration_ns_);
+  }
+  sampler->span_closed();
+}
+
+// A fragment whose request ended on another thread, copied from that thread while
+// the fragment stays open on its own (which holds the slot, so the log is neither
+// reset nor freed under the copy): its records go to the request now, and its
+// close on its own thread only frees the slot. False, touching nothing, when it
+// records more than the thread's stack log (heap, or the classic engine).
+bool GuardCore::take_records_elsewhere() noexcept {
+  if (!fragment_ || heap_state_ != State::idle || classic_cpu_) return false;
+  if (state_ == State::sampling) {
+    ThreadStackSampler* sampler = sampler_;
+    const ActiveSpan& span = sampler->span(ticket_);
+    const std::size_t used = sampler->used_words_published();
+    const std::uint64_t dropped = sampler->dropped() - span.dropped_at_start;
+    if (used > span.log_start || dropped != 0) hand_over(sampler, used, dropped, span.kinds, span.log_start);
+  }
+  keep_ = false;
+  return true;
+}
+
+// The guard ends on another thread than it began (a coroutine resumed on another
+// thread of a pool): that thread's samples are its own to read, so this span's
+// are dropped. Its slot is marked dead, the last thing done to the sampler: the
+// opening thread frees it, and never reads this guard again.
+SPANPROF_NOINLINE void GuardCore::close_sampling_elsewhere(ThreadStackSampler* sampler) noexcept {
+  if (sampler->span(ticket_).kinds.contains(ProfileKind::wall) && sampler->wall_span_closed_elsewhere())
+    wall_ticker().thread_ended_wall_span();
+  sampler->close_elsewhere(ticket_);
+  moved("a profiled span closed on another thread than it opened (a coroutine resumed elsewhere?): its samples "
+        "are dropped (docs/async.md)");
+}
+
+inline void GuardCore::moved(const char* what) noexcept {
+  if (moved_) return;  // one span, counted once (its CPU and heap parts both moved)
+  moved_ = true;
+  count(Counter::spans_moved);
+  report_error(ErrorCode::span_moved, what);
+}
+
+// Copies this span's records out of the log, one profile per kind it asked for
+// (a fragment's go to its request).
+SPANPROF_NOINLINE void GuardCore::hand_over(ThreadStackSampler* sampler, std::size_t used, std::uint64_t dropped, ProfileKinds kinds,
+                          std::size_t log_start) noexcept {
+  if (dropped != 0) {
+    char message[128];
+    std::snprintf(message, sizeof message, "%llu samples dropped: the per-thread sample buffer is full",
+                  static_cast<unsigned long long>(dropped));
+    report_error(ErrorCode::sample_buffer_full, message);
+  }
+  if (fragment_)
+    return request_->add_stack_records(*sampler, sampler->words() + log_start, used - log_start, kinds, dropped);
+  if (used <= log_start) return;
+  const std::uint64_t* first = sampler->words() + log_start;
+  const std::size_t words = used - log_start;
+  // The log holds what the spans around this one (and inside it) asked for too:
+  // each profile takes the records of its kind.
+  for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::wall}) {
+    if (!kinds.contains(kind)) continue;
+    const HandOver result = hand_over(kind, sampler->engine_name(kind), [&](CapturedProfile& pending) {
+      pending.packed_samples.reserve(words);
+      append_stack_records(first, words, kind, pending.packed_samples);
+      if (pending.packed_samples.empty()) return false;
+      pending.profile.period_ns = sampler->period_ns(kind);
+      if (kind == ProfileKind::cpu) pending.profile.dropped_samples = dropped;
+      return true;
+    });
+    if (result == HandOver::nothing_recorded) sampler->counters().add(Counter::spans_without_samples, 1);
+  }
+}
+
+inline SpanIdentity GuardCore::identity() noexcept {
+  if (duration_ns_ < 0) duration_ns_ = monotonic_now_ns() - start_ns_;
+  return SpanIdentity{span_, std::string_view(name_, name_length_), reason_, realtime_now_ns() - duration_ns_,
+                      duration_ns_};
+}
+
+SPANPROF_NOINLINE void GuardCore::open_classic() noexcept {
+  switch (classic_engine_start()) {
+    case ClassicStart::started:
+      count(Counter::cpu_guards_opened);
+      classic_cpu_ = true;
+      return;
+    case ClassicStart::busy:
+      count(Counter::classic_busy);
+      report_error(ErrorCode::profiler_busy, "the classic engine is profiling another scope; this one is not profiled");
+      return;
+    case ClassicStart::failed:
+      return;
+  }
+}
+
+// Hands this span's profile of `kind` over, `attach` adding what the engine
+// recorded; false when it could not (out of memory, reported).
+template <class Attach>
+HandOver GuardCore::hand_over(ProfileKind kind, const char* engine, Attach&& attach) noexcept {
+  const HandOver result = hand_over_profile(identity(), kind, engine, std::forward<Attach>(attach));
+  if (result == HandOver::handed_over) handed_over_ = true;
+  return result;
+}
+
+SPANPROF_NOINLINE void GuardCore::close_classic() noexcept {
+  classic_cpu_ = false;
+  classic_engine_stop([this](const char* file) noexcept {
+    if (!keep_) {
+      ::unlink(file);
+      return;
+    }
+    const HandOver result = hand_over(ProfileKind::cpu, "classic", [file](CapturedProfile& pending) {
+      pending.gperftools_cpu_file = file;
+      return true;
+    });
+    if (result == HandOver::out_of_memory) ::unlink(file);
+  });
+}
+
+SPANPROF_NOINLINE void GuardCore::open_heap(const RunningConfig& config) noexcept {
+  if (config.heap_engine == HeapEngine::classic) {
+    switch (classic_heap_start()) {
+      case ClassicHeapStart::started:
+        count(Counter::heap_guards_opened);
+        heap_state_ = State::classic;
+        return;
+      case ClassicHeapStart::busy:
+        count(Counter::classic_busy);
+        report_error(ErrorCode::profiler_busy,
+                     "gperftools' heap profiler is profiling another scope; this one gets no heap profile");
+        return;
+      case ClassicHeapStart::failed:
+        return;
+    }
+  }
+  if (open_heap_span(heap_record_, config.heap)) heap_state_ = State::sampling;
+}
+
+SPANPROF_NOINLINE void GuardCore::close_heap() noexcept {
+  const State state = heap_state_;
+  heap_state_ = State::idle;
+  if (state == State::classic) {
+    char* text = classic_heap_stop();
+    if (text == nullptr) {
+      if (keep_) report_error(ErrorCode::profiler_failed, "GetHeapProfile returned nothing");
+      return;
+    }
+    if (!keep_) {
+      std::free(text);
+      return;
+    }
+    hand_over(ProfileKind::heap, "classic", [text](CapturedProfile& pending) {
+      pending.gperftools_heap_text = text;
+      return true;
+    });
+    std::free(text);
+    return;
+  }
+  HeapSpanResult result;
+  if (SPANPROF_UNLIKELY(!close_heap_span(heap_record_, result, keep_)))
+    return moved(heap_record_.owner != &heap_thread
+                     ? "a heap-profiled span closed on another thread than it opened (a coroutine resumed "
+                       "elsewhere?): its samples are dropped (docs/async.md)"
+                     : "a heap-profiled span closed before a span opened after it on its thread: its samples are "
+                       "dropped (docs/async.md)");
+  if (result.dropped != 0 && keep_) {
+    char message[128];
+    std::snprintf(message, sizeof message, "%llu heap samples dropped: the per-thread heap log is full",
+                  static_cast<unsigned long long>(result.dropped));
+    report_error(ErrorCode::sample_buffer_full, message);
+  }
+  if (!keep_ || result.records.empty()) return;  // discarded, or nothing allocated was sampled
+  if (fragment_) return request_->add_heap_records(result);
+  hand_over(ProfileKind::heap, sampling_heap_engine_name(), [&result](CapturedProfile& pending) {
+    pending.profile.heap_interval_bytes = result.interval_bytes;
+    pending.profile.dropped_samples = result.dropped;
+    pending.packed_samples = std::move(result.records);
+    return true;
+  });
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED && SPANPROF_DEFINE_RUNTIME
+
+#endif  // SPANPROF_DETAIL_GUARD_CORE_INL_HPP_
+// ---- end spanprof/detail/guard_core-inl.hpp ----
+// ---- begin spanprof/detail/request-inl.hpp ----
+// Internal. RequestProfile's and Fragment's slow paths (request.hpp), compiled once
+// per program with the runtime (config.hpp).
+#ifndef SPANPROF_DETAIL_REQUEST_INL_HPP_
+#define SPANPROF_DETAIL_REQUEST_INL_HPP_
+
+
+#if SPANPROF_ENABLED && SPANPROF_DEFINE_RUNTIME
+
+#include <atomic>
+#include <string_view>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// The request whose fragment this thread runs (innermost), or null. Trivially
+// initialized: reading it never runs a TLS constructor.
+inline thread_local RequestState* running_request = nullptr;
+
+RequestState* begin_request(const SpanContext& span, std::string_view name, ProfileKinds kinds,
+                            bool configured) noexcept {
+  ThreadCounters* thread = guard_thread();
+  if (thread == nullptr) return nullptr;
+  ConfigReader& reader = thread->config_reader;
+  std::uint64_t inside;
+  const GuardGate* gate = enter_config_section(reader, inside);
+  if (gate == nullptr) {
+    reader.leave(inside);
+    return nullptr;
+  }
+  if (head_declines(*gate, span, name)) {
+    thread->add(Counter::head_declined, 1);
+    reader.leave(inside);
+    return nullptr;
+  }
+  if (!span.valid()) {
+    reader.leave(inside);
+    report_error(ErrorCode::invalid_span_context, "a request was given an invalid trace or span id; not profiled");
+    return nullptr;
+  }
+  const RunningConfig& config = running_config(*gate);
+  RequestState::Identity identity{span, name, configured ? config.profiles : kinds, config.sampler.generation,
+                                  config.tail_policy};
+  reader.leave(inside);
+  RequestState* state = RequestState::create(std::move(identity));
+  if (state == nullptr) report_error(ErrorCode::internal, "out of memory beginning a request's profile; not profiled");
+  else count(Counter::profiles_started);
+  return state;
+}
+
+void acquire_request(RequestState& state) noexcept { state.acquire(); }
+void release_request(RequestState& state) noexcept { state.release(); }
+void set_request_error(RequestState& state, bool failed) noexcept { state.set_error(failed); }
+void discard_request(RequestState& state) noexcept { state.discard(); }
+bool end_request(RequestState& state) noexcept { return state.end(); }
+
+}  // namespace detail
+
+void Fragment::open(detail::RequestState* request) noexcept {
+  detail::RequestState*& running = detail::running_request;
+  // Not again inside a fragment of the same request, nor once the request ended.
+  if (request == nullptr || request == running || !request->enter_fragment()) return;
+  running_ = &running;
+  previous_ = running;
+  request_ = request;
+  guard_.open_fragment(*request);
+  running = request;
+  published_ = &otel_thread_ctx_v1;
+  previous_context_ = *published_;
+  std::atomic_signal_fence(std::memory_order_release);
+  *published_ = &request->thread_context();
+}
+
+void Fragment::close() noexcept {
+  guard_.close();  // the samples go to the request
+  // Closed on the thread that opened it: what it published there is put back.
+  if (running_ == &detail::running_request) {
+    *running_ = previous_;
+    *published_ = previous_context_;
+    std::atomic_signal_fence(std::memory_order_release);
+  }
+  if (SPANPROF_UNLIKELY(records_taken_)) request_->release();
+  else request_->leave_fragment();
+}
+
+bool Fragment::take_records_over() noexcept {
+  if (request_ == nullptr || !guard_.take_records_elsewhere()) return false;
+  records_taken_ = true;
+  request_->leave_running();
+  return true;
+}
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED && SPANPROF_DEFINE_RUNTIME
+
+#endif  // SPANPROF_DETAIL_REQUEST_INL_HPP_
+// ---- end spanprof/detail/request-inl.hpp ----
+#endif  // SPANPROF_DEFINE_RUNTIME
 // ---- begin spanprof/spanprof.hpp ----
 // spanprof — span-scoped CPU and heap profiles for C++ services, labelled with the
 // span's trace and span ids so Pyroscope, Grafana and `go tool pprof` can find the
@@ -17951,11 +18280,14 @@ SPANPROF_NAMESPACE_END
 //     ...
 //   }
 //
-// The umbrella: everything public. Header-only by default; define
-// SPANPROF_COMPILED_LIB and link spanprof's compiled library to compile the
-// runtime once (config.hpp). Source files that only open guards may include
-// the lighter <spanprof/guard.hpp> instead, as long as one source file of the
-// program includes this one.
+// The umbrella: everything public. Header-only, the runtime is compiled once per
+// program, in the one source file that says so (config.hpp):
+//
+//   #define SPANPROF_IMPLEMENTATION
+//   #include <spanprof/spanprof.hpp>
+//
+// or in spanprof's compiled library (SPANPROF_COMPILED_LIB). Every other source
+// file compiles only the guard's fast path.
 //
 // Layout, lowest layer first (a header includes only its own layer and lower ones):
 //   base/           error channel, counters, clock, text helpers
@@ -17966,19 +18298,18 @@ SPANPROF_NAMESPACE_END
 //   capture/        the engines that record samples on request threads
 //   delivery/       uploaders, the background worker, the spool
 //   runtime/        options, environment, start/flush/shutdown/stats
+//   detail/         internals of the guard and the runtime: not for inclusion
 //   guard.hpp       ScopedProfile, on top of all of it
 #ifndef SPANPROF_SPANPROF_HPP_
 #define SPANPROF_SPANPROF_HPP_
 
 
 
-// Header-only (the default): the backends' uploaders, the encoders, the ELF
-// symbolizer and the runtime itself. With SPANPROF_COMPILED_LIB the compiled
-// library holds the runtime (config.hpp), and a source file includes the backend
-// header it uses, as with spdlog's sinks: <spanprof/delivery/pyroscope_uploader.hpp>,
-// <spanprof/delivery/otlp_uploader.hpp>, <spanprof/profile/pprof_encoder.hpp>,
-// <spanprof/symbolization/elf_symbolizer.hpp>. So a file that opens guards and
-// calls start() compiles no HTTP client, encoder or ELF reader.
+// The runtime, in the one source file that defines SPANPROF_IMPLEMENTATION (or in
+// spanprof's compiled library, SPANPROF_COMPILED_LIB): config.hpp. Other source
+// files include the backend header they use, as with spdlog's sinks:
+// <spanprof/delivery/pyroscope_uploader.hpp>, <spanprof/delivery/otlp_uploader.hpp>,
+// <spanprof/profile/pprof_encoder.hpp>, <spanprof/symbolization/elf_symbolizer.hpp>.
 #if SPANPROF_DEFINE_RUNTIME
 #endif
 

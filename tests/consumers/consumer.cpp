@@ -1,5 +1,6 @@
 // What a user writes: one include, one guard. Exits non-zero unless a labelled
 // profile of the hot function reached the uploader.
+#define SPANPROF_IMPLEMENTATION  // this file compiles spanprof's runtime (once per program)
 #include <spanprof/spanprof.hpp>
 
 #include <atomic>

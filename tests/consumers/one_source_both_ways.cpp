@@ -3,6 +3,7 @@
 // guards) exists either way. Built with -DSPANPROF_ENABLED=0 it must link without
 // -lprofiler (and without -lz and -lcurl) and do nothing; built normally it must
 // deliver a profile. The exit code says which happened.
+#define SPANPROF_IMPLEMENTATION  // this file compiles spanprof's runtime (once per program)
 #include <spanprof/spanprof.hpp>
 
 #include <atomic>

@@ -128,6 +128,23 @@ g++ -std=c++17 -O2 $strict -DSPANPROF_ENABLED=0 -I "$root/include" "$here/one_so
 if ldd "$work/both-off" | grep -Eq 'libprofiler|libtcmalloc|libcurl'; then fail "SPANPROF_ENABLED=0 binary needs gperftools or curl"; fi
 ok "one source: profiles with SPANPROF_ENABLED=1; with 0 links with -pthread alone and does nothing"
 
+# ---- the runtime once per program ---------------------------------------------------
+# Header-only, a handler file compiles the guard's fast path and nothing of the
+# runtime; a program with no SPANPROF_IMPLEMENTATION file fails to link, saying so.
+g++ -std=c++17 -O2 $strict -I "$root/include" -c "$here/handler.cpp" -o "$work/handler.o"
+handler_bytes=$(stat -c %s "$work/handler.o")
+[ "$handler_bytes" -le 51200 ] || fail "a handler file that opens a guard: its object is $handler_bytes bytes, over 50 KB"
+nm -C "$work/handler.o" >"$work/handler.nm"
+if grep -q 'detail::Runtime::start' "$work/handler.nm"; then fail "a handler file compiled the runtime"; fi
+printf 'int main() { return 0; }\n' >"$work/main_without_runtime.cpp"
+if g++ -std=c++17 "$work/main_without_runtime.cpp" "$work/handler.o" -lprofiler -lz -pthread \
+  -o "$work/without_runtime" >"$work/without_runtime.log" 2>&1; then
+  fail "a program without a SPANPROF_IMPLEMENTATION file linked"
+fi
+grep -q 'undefined reference to .*define_SPANPROF_IMPLEMENTATION_in_one_source_file' "$work/without_runtime.log" ||
+  { cat "$work/without_runtime.log" >&2; fail "the link error without the runtime does not name it"; }
+ok "header-only: a handler file's object is $((handler_bytes / 1024)) KB, no runtime; without an implementation file the link names define_SPANPROF_IMPLEMENTATION_in_one_source_file"
+
 # ---- without exceptions or RTTI, and with clang + libc++ -----------------------------
 # Header-only, and against the compiled library (the installed one through
 # pkg-config, built with exceptions as a distribution would; with libc++ its own

@@ -2,6 +2,7 @@
 // (-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Werror), under g++ and clang++,
 // C++17 and C++20. It touches every public header and instantiates the templates a
 // user instantiates, so a warning anywhere in spanprof fails the build.
+#define SPANPROF_IMPLEMENTATION  // this file compiles spanprof's runtime (once per program)
 #include <spanprof/allocation_hooks.hpp>
 #include <spanprof/spanprof.hpp>
 

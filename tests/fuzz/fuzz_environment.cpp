@@ -16,6 +16,8 @@
 // A problem is one short line (no control character, at most 512 bytes), a URL
 // is printable, and apply_environment() stays linear in the number of
 // OTEL_RESOURCE_ATTRIBUTES (the regression inputs hold a case of each).
+// The program's one source file: it compiles what Options() needs (config.hpp).
+#define SPANPROF_IMPLEMENTATION
 #include "fuzz_support.hpp"
 
 #include <spanprof/base/text.hpp>

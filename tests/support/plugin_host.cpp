@@ -2,6 +2,9 @@
 // opens a guard (profiling_plugin.cpp). Prints what reached the host's uploader
 // from the plugin's span; test_plugins.cpp reads it.
 //   plugin_host <plugin.so>
+// Header-only, each compiles the runtime (its one source file); against the
+// compiled library, neither does (SPANPROF_IMPLEMENTATION is then ignored).
+#define SPANPROF_IMPLEMENTATION
 #include <spanprof/spanprof.hpp>
 
 #include <atomic>

@@ -1,6 +1,9 @@
 // A plugin that profiles its own work, built as plugins usually are
 // (-fvisibility=hidden): loaded by plugin_host.cpp for test_plugins.cpp, against
 // the compiled library (one runtime with its host) or header-only (a copy of its own).
+// Header-only, each compiles the runtime (its one source file); against the
+// compiled library, neither does (SPANPROF_IMPLEMENTATION is then ignored).
+#define SPANPROF_IMPLEMENTATION
 #include <spanprof/spanprof.hpp>
 
 #include <cmath>

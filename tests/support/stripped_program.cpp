@@ -5,6 +5,7 @@
 // SPANPROF_DEBUG_DIRS), as a deployed service would set them.
 #include "inline_workload.hpp"
 
+#define SPANPROF_IMPLEMENTATION  // this file compiles spanprof's runtime (once per program)
 #include <spanprof/spanprof.hpp>
 
 #include <chrono>

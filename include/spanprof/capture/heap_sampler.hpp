@@ -22,6 +22,7 @@
 #include <spanprof/capture/sample_records.hpp>
 #include <spanprof/capture/stack_walker.hpp>
 #include <spanprof/capture/tcmalloc_api.hpp>
+#include <spanprof/capture/span_handles.hpp>
 #include <spanprof/base/error.hpp>
 #include <spanprof/base/loader_lock_gate.hpp>
 
@@ -140,19 +141,6 @@ SPANPROF_API inline LiveAllocationTable& live_allocations() noexcept {
   static LiveAllocationTable table;
   return table;
 }
-
-struct HeapThreadState;
-
-// A heap guard's record of its span. The thread's open heap spans form a stack
-// counted by depth, and nothing on the thread points back into a guard: a guard
-// may end on another thread, or its storage (a coroutine frame) may die, while its
-// thread runs on (docs/async.md).
-struct HeapActiveSpan {
-  HeapThreadState* owner = nullptr;  // the opening thread's state
-  std::uint32_t depth = 0;           // 1 for the thread's outermost heap span
-  std::size_t log_start = 0;
-  std::uint64_t dropped_at_start = 0;
-};
 
 // Heap spans a thread can nest; deeper ones are not heap-profiled (reported).
 inline constexpr std::uint32_t max_open_heap_spans = 32;

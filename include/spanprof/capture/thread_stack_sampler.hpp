@@ -21,6 +21,7 @@
 #include <spanprof/capture/sample_records.hpp>
 #include <spanprof/capture/stack_walker.hpp>
 #include <spanprof/capture/thread_status.hpp>
+#include <spanprof/capture/span_handles.hpp>
 #include <spanprof/profile/profile.hpp>
 
 // Compiled out with the SDK: nothing here may reach gperftools then.
@@ -65,16 +66,6 @@ struct ActiveSpan {
 };
 
 enum SpanSlotState : std::uint32_t { span_slot_free = 0, span_slot_open = 1, span_slot_dead = 2 };
-
-// Open spans a thread can nest; a guard opened deeper is not profiled (counted).
-inline constexpr std::uint32_t max_open_spans = 32;
-
-// A guard's handle on its slot. index == max_open_spans: none.
-struct SpanSlotTicket {
-  std::uint32_t index = max_open_spans;
-  std::uint32_t sequence = 0;
-  bool valid() const noexcept { return index < max_open_spans; }
-};
 
 // Immutable sampler settings of one spanprof::start(); threads armed under an older
 // generation rebuild their sampler at their next guard.

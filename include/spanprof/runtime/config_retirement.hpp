@@ -17,7 +17,7 @@
 #include <spanprof/base/counters.hpp>
 #include <spanprof/base/error.hpp>
 #include <spanprof/config.hpp>
-#include <spanprof/runtime/guard_host.hpp>
+#include <spanprof/runtime/running_config.hpp>
 
 #if SPANPROF_ENABLED
 

@@ -1,68 +1,39 @@
-// What a guard needs from the process-wide runtime, and nothing more: the
-// configuration of the current spanprof::start(), and a way to hand over what a
-// span captured.
-//
-// The runtime (runtime/runtime.hpp) implements GuardHost and registers itself when
-// a translation unit includes it. Keeping the guard below the runtime is what lets
-// <spanprof/guard.hpp> stay light: a source file that only opens guards compiles
-// none of the uploaders, encoders, spool or HTTP client. The program still needs
-// <spanprof/spanprof.hpp> in one source file (where it calls spanprof::start); a
-// guard in a program without it reports so once and profiles nothing.
+// What an opening guard reads inline from the process-wide runtime, and nothing
+// more: whether spanprof runs, and what the head sampler needs to turn a span down.
+// Everything else a guard does is compiled once per program, with the runtime
+// (config.hpp: SPANPROF_IMPLEMENTATION or the compiled library), so that a source
+// file that opens guards compiles only this fast path.
 #ifndef SPANPROF_RUNTIME_GUARD_HOST_HPP_
 #define SPANPROF_RUNTIME_GUARD_HOST_HPP_
 
 #include <spanprof/base/counters.hpp>
-#include <spanprof/base/error.hpp>
-#include <spanprof/capture/captured_profile.hpp>
-#include <spanprof/capture/thread_stack_sampler.hpp>
-#include <spanprof/capture/engines.hpp>
-#include <spanprof/capture/heap_sampler.hpp>
 #include <spanprof/config.hpp>
-#include <spanprof/policy/adaptive_trigger.hpp>
 #include <spanprof/policy/head_sampler.hpp>
-#include <spanprof/policy/tail_policy.hpp>
-#include <spanprof/profile/profile.hpp>
+#include <spanprof/span/span_context.hpp>
 
 #if SPANPROF_ENABLED
 
 #include <atomic>
-#include <memory>
+#include <cstdint>
+#include <string_view>
 
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
 
-// What one start() configured, as guards read it. Immutable once published;
-// freed after a restart once no guard reads it (config_retirement.hpp).
-struct RunningConfig {
-  ProfileKinds profiles = cpu;
-  CpuEngine cpu_engine = CpuEngine::sampling;
-  HeapEngine heap_engine = HeapEngine::sampling;
-  StackSamplerSettings sampler;
-  HeapSettings heap;
-  std::shared_ptr<HeadSampler> head_sampler;  // null: profile every span
-  // head_sampler's trace_id_threshold() (0 when null): not decides_by_call, the
-  // guard decides inline.
+// The part of one start()'s configuration an opening guard reads inline. The rest
+// is in RunningConfig (running_config.hpp), which derives from it.
+struct GuardGate {
+  // The head sampler's trace_id_threshold() (0 when there is none): decides_by_call
+  // asks it.
   std::uint64_t head_threshold = 0;
-  std::shared_ptr<TailPolicy> tail_policy;    // null: keep every profile
-  std::shared_ptr<AdaptiveTrigger> trigger;   // null: off
+  bool has_trigger = false;  // an AdaptiveTrigger times turned-down spans
 };
 
-class GuardHost {
- public:
-  // A guard found no running configuration: start from the environment if
-  // spanprof never started (the first guard of a process that never called
-  // start()). The guard then loads the configuration again.
-  virtual void start_for_guard() noexcept = 0;
-  // Called on the request thread; must not block. False: dropped (counted).
-  virtual bool submit(std::unique_ptr<CapturedProfile> captured) noexcept = 0;
-
- protected:
-  ~GuardHost() = default;
-};
+class GuardHost;  // the runtime, as guards see it (running_config.hpp)
 
 struct GuardHostState {
-  std::atomic<const RunningConfig*> config{nullptr};  // null: not running
-  std::atomic<GuardHost*> host{nullptr};              // null: no runtime in this program
+  std::atomic<const GuardGate*> config{nullptr};  // null: not running
+  std::atomic<GuardHost*> host{nullptr};          // null: no runtime in this program
   std::atomic<bool> reported_missing{false};
 };
 
@@ -72,24 +43,19 @@ SPANPROF_API inline GuardHostState& guard_host_state() noexcept {
   return state;
 }
 
-// With SPANPROF_COMPILED_LIB defined in the compiled library: a guard's reference
-// to it is what links the library's runtime into a program that never calls
-// start() (a static library's object is linked only when referenced).
-#if !SPANPROF_DEFINE_RUNTIME
+// Compiled with the runtime: the slow paths of opening a guard.
 SPANPROF_API void config_for_first_guard() noexcept;
-#else
-SPANPROF_API SPANPROF_NOINLINE SPANPROF_LIB_INLINE void config_for_first_guard() noexcept {
-  GuardHostState& state = guard_host_state();
-  if (GuardHost* host = state.host.load(std::memory_order_acquire)) {
-    host->start_for_guard();
-    return;
-  }
-  if (!state.reported_missing.exchange(true, std::memory_order_relaxed)) {
-    report_error(ErrorCode::invalid_configuration,
-                 "a guard opened but spanprof's runtime is not in this program: include <spanprof/spanprof.hpp> "
-                 "in one source file; nothing is profiled");
-  }
-}
+SPANPROF_API bool head_sampler_declines(const GuardGate& gate, const SpanContext& span,
+                                        std::string_view span_name) noexcept;
+
+// Defined where the runtime is compiled. Every other source file that includes a
+// guard refers to it, so a program without the runtime fails to link naming it,
+// rather than running without profiles (and a static compiled library's runtime is
+// linked in by that reference).
+SPANPROF_API extern const char define_SPANPROF_IMPLEMENTATION_in_one_source_file;
+#if !SPANPROF_DEFINE_RUNTIME
+[[maybe_unused]] __attribute__((used)) static const char* const spanprof_runtime_reference =
+    &define_SPANPROF_IMPLEMENTATION_in_one_source_file;
 #endif
 
 // This thread's counters and configuration reader, registered; null on a thread
@@ -102,31 +68,25 @@ SPANPROF_ALWAYS_INLINE inline ThreadCounters* guard_thread() noexcept {
 }
 
 // The head sampler turns this span down. Inlined into the guard's constructor.
-SPANPROF_ALWAYS_INLINE inline bool head_declines(const RunningConfig& config, const SpanContext& span,
+SPANPROF_ALWAYS_INLINE inline bool head_declines(const GuardGate& gate, const SpanContext& span,
                                                  std::string_view span_name) noexcept {
-  if (SPANPROF_LIKELY(config.head_threshold != HeadSampler::decides_by_call))
-    return trace_id_randomness(span.trace_id) < config.head_threshold;
-  return !config.head_sampler->should_profile(span, span_name);
+  if (SPANPROF_LIKELY(gate.head_threshold != HeadSampler::decides_by_call))
+    return trace_id_randomness(span.trace_id) < gate.head_threshold;
+  return head_sampler_declines(gate, span, span_name);
 }
 
 // Enters the thread's reading section and loads the configuration (null: not
 // running). The caller pins what it keeps and leaves the section with `inside`.
-SPANPROF_ALWAYS_INLINE inline const RunningConfig* enter_config_section(ConfigReader& reader,
-                                                                        std::uint64_t& inside) noexcept {
+SPANPROF_ALWAYS_INLINE inline const GuardGate* enter_config_section(ConfigReader& reader,
+                                                                   std::uint64_t& inside) noexcept {
   inside = reader.enter();
-  const RunningConfig* config = guard_host_state().config.load(std::memory_order_acquire);
+  const GuardGate* config = guard_host_state().config.load(std::memory_order_acquire);
   if (SPANPROF_LIKELY(config != nullptr)) return config;
   // start() frees what no section reads: not this thread's own, then.
   reader.leave(inside);
   config_for_first_guard();
   inside = reader.enter();
   return guard_host_state().config.load(std::memory_order_acquire);
-}
-
-inline bool submit_captured(std::unique_ptr<CapturedProfile> captured) noexcept {
-  if (GuardHost* host = guard_host_state().host.load(std::memory_order_acquire)) return host->submit(std::move(captured));
-  discard_captured_profile(*captured);
-  return false;
 }
 
 }  // namespace detail

@@ -2,8 +2,7 @@
 // head_sampler_from_environment(), uploaders_from_environment(), describe(); each
 // walks the table of runtime/settings.hpp, and builds the objects its variables
 // describe.
-// Header-only, the umbrella header includes it; with SPANPROF_COMPILED_LIB only the
-// compiled library does (config.hpp).
+// Compiled once per program, with the runtime (config.hpp).
 #ifndef SPANPROF_RUNTIME_OPTIONS_INL_HPP_
 #define SPANPROF_RUNTIME_OPTIONS_INL_HPP_
 
@@ -153,7 +152,7 @@ inline void apply_environment(EnvironmentSettings env, Options& options) {
 }  // namespace detail
 
 #if SPANPROF_ENABLED
-SPANPROF_LIB_INLINE Options::Options() noexcept {
+Options::Options() noexcept {
   SPANPROF_TRY {
     detail::apply_environment(detail::read_environment(), *this);
   } SPANPROF_CATCH_ALL {
@@ -162,7 +161,7 @@ SPANPROF_LIB_INLINE Options::Options() noexcept {
 }
 #endif
 
-SPANPROF_LIB_INLINE std::shared_ptr<HeadSampler> head_sampler_from_environment() noexcept {
+std::shared_ptr<HeadSampler> head_sampler_from_environment() noexcept {
   SPANPROF_TRY {
     detail::EnvironmentSettings env = detail::read_environment({detail::EnvironmentGroup::head_sampler});
     for (const ConfigurationProblem& problem : env.problems) report_error(ErrorCode::invalid_configuration, problem.message);
@@ -173,7 +172,7 @@ SPANPROF_LIB_INLINE std::shared_ptr<HeadSampler> head_sampler_from_environment()
   }
 }
 
-SPANPROF_LIB_INLINE std::vector<std::shared_ptr<Uploader>> uploaders_from_environment() noexcept {
+std::vector<std::shared_ptr<Uploader>> uploaders_from_environment() noexcept {
   SPANPROF_TRY {
     detail::EnvironmentSettings env = detail::read_environment(
         {detail::EnvironmentGroup::service, detail::EnvironmentGroup::pyroscope, detail::EnvironmentGroup::otlp});
@@ -186,7 +185,7 @@ SPANPROF_LIB_INLINE std::vector<std::shared_ptr<Uploader>> uploaders_from_enviro
   }
 }
 
-SPANPROF_LIB_INLINE std::string describe(const Options& options) {
+std::string describe(const Options& options) {
   std::string out;
   for (const detail::Setting& row : detail::settings)
     if (row.is_option()) out += std::string(row.name) + "=" + row.access.describe(row, options) + "\n";

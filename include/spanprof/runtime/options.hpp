@@ -10,8 +10,8 @@
 // The built-in defaults are the initializers below, stated nowhere else. Each
 // member's variable, range and meaning is its row in the table of
 // runtime/settings.hpp, which docs/configuration.md shows; a new member needs a
-// row there. What reads the environment is in options-inl.hpp (header-only: by
-// the umbrella header; SPANPROF_COMPILED_LIB: in the compiled library).
+// row there. What reads the environment is in options-inl.hpp, compiled with the
+// runtime (config.hpp).
 #ifndef SPANPROF_RUNTIME_OPTIONS_HPP_
 #define SPANPROF_RUNTIME_OPTIONS_HPP_
 
@@ -121,15 +121,22 @@ inline Options::Options() noexcept {}
 // The head sampler SPANPROF_SAMPLER, SPANPROF_SAMPLER_ARG and
 // SPANPROF_MAX_PROFILES_PER_SECOND describe (null: every span), reporting each bad
 // value. What Options() does for its head_sampler, on its own.
-SPANPROF_API SPANPROF_LIB_INLINE std::shared_ptr<HeadSampler> head_sampler_from_environment() noexcept;
+#if SPANPROF_ENABLED
+SPANPROF_API std::shared_ptr<HeadSampler> head_sampler_from_environment() noexcept;
 
 // The uploaders PYROSCOPE_* and OTEL_EXPORTER_OTLP_* describe, reporting each bad
 // value. What Options() does for its uploaders, on its own.
-SPANPROF_API SPANPROF_LIB_INLINE std::vector<std::shared_ptr<Uploader>> uploaders_from_environment() noexcept;
+SPANPROF_API std::vector<std::shared_ptr<Uploader>> uploaders_from_environment() noexcept;
 
 // Every setting as `name=value` lines, in the order of the struct: for a startup
 // log line, and to see what the environment changed.
-SPANPROF_API SPANPROF_LIB_INLINE std::string describe(const Options& options);
+SPANPROF_API std::string describe(const Options& options);
+#else
+// Compiled out, nothing reads the environment.
+inline std::shared_ptr<HeadSampler> head_sampler_from_environment() noexcept { return nullptr; }
+inline std::vector<std::shared_ptr<Uploader>> uploaders_from_environment() noexcept { return {}; }
+inline std::string describe(const Options&) { return "spanprof is compiled out (SPANPROF_ENABLED=0)\n"; }
+#endif
 
 // The name of 0.1, kept for one release. Options() now reads the environment
 // itself, and code wins over it; this returns `options` unchanged.

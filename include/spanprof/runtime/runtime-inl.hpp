@@ -1,7 +1,7 @@
 // The runtime behind start(), flush(), shutdown() and stats() (runtime.hpp): the
-// running configuration, the background worker, fork handling. Header-only, the
-// umbrella header includes it; with SPANPROF_COMPILED_LIB only the compiled
-// library does (config.hpp), so a source file does not compile it again.
+// running configuration, the background worker, fork handling. Compiled once per
+// program: in the source file that defines SPANPROF_IMPLEMENTATION, or in the
+// compiled library (config.hpp).
 #ifndef SPANPROF_RUNTIME_RUNTIME_INL_HPP_
 #define SPANPROF_RUNTIME_RUNTIME_INL_HPP_
 
@@ -16,6 +16,7 @@
 #include <spanprof/delivery/http_client.hpp>
 #include <spanprof/delivery/worker.hpp>
 #include <spanprof/runtime/config_retirement.hpp>
+#include <spanprof/runtime/running_config.hpp>
 #include <spanprof/runtime/guard_host.hpp>
 #include <spanprof/runtime/options.hpp>
 #include <spanprof/runtime/options-inl.hpp>
@@ -103,6 +104,7 @@ class Runtime final : public GuardHost {
       config->head_threshold = options.head_sampler ? options.head_sampler->trace_id_threshold() : 0;
       config->tail_policy = options.tail_policy;
       config->trigger = options.trigger;
+      config->has_trigger = options.trigger != nullptr;
       config->sampler.generation = ++generation_;
       config->sampler.source = options.cpu_sample_source;
       config->sampler.period_ns = 1'000'000'000LL / options.frequency_hz;
@@ -409,8 +411,10 @@ SPANPROF_API inline Runtime& runtime() noexcept {
 
 inline Runtime& Runtime::runtime_instance() noexcept { return runtime(); }
 
-// Any source file that includes this header (header-only), or the compiled
-// library, makes the runtime the guards' host before main() runs.
+const char define_SPANPROF_IMPLEMENTATION_in_one_source_file = 1;
+
+// The source file that compiles the runtime (SPANPROF_IMPLEMENTATION, or the
+// compiled library) makes it the guards' host before main() runs.
 inline const bool runtime_is_guard_host = [] {
   guard_host_state().host.store(&runtime(), std::memory_order_release);
   return true;
@@ -418,10 +422,10 @@ inline const bool runtime_is_guard_host = [] {
 
 }  // namespace detail
 
-SPANPROF_LIB_INLINE StartResult start(Options options) noexcept { return detail::runtime().start(std::move(options)); }
-SPANPROF_LIB_INLINE Status flush(std::chrono::milliseconds timeout) noexcept { return detail::runtime().flush(timeout); }
-SPANPROF_LIB_INLINE Status shutdown(std::chrono::milliseconds timeout) noexcept { return detail::runtime().shutdown(timeout); }
-SPANPROF_LIB_INLINE Stats stats() noexcept { return detail::runtime().stats(); }
+StartResult start(Options options) noexcept { return detail::runtime().start(std::move(options)); }
+Status flush(std::chrono::milliseconds timeout) noexcept { return detail::runtime().flush(timeout); }
+Status shutdown(std::chrono::milliseconds timeout) noexcept { return detail::runtime().shutdown(timeout); }
+Stats stats() noexcept { return detail::runtime().stats(); }
 
 SPANPROF_NAMESPACE_END
 

@@ -5,8 +5,8 @@
 // environment). After spanprof::shutdown() guards do nothing until start() is
 // called again.
 //
-// Declared here, defined in runtime-inl.hpp: by the umbrella header
-// (header-only), or in the compiled library (SPANPROF_COMPILED_LIB, config.hpp).
+// Declared here, defined in runtime-inl.hpp: in the source file that defines
+// SPANPROF_IMPLEMENTATION, or in the compiled library (config.hpp).
 //
 // With SPANPROF_ENABLED=0 these functions exist and do nothing: start() answers
 // "not started", stats() all zeros.
@@ -39,17 +39,17 @@ struct StartResult : Status {
 
 // Starts (or restarts with new options) profiling. Every configuration problem is
 // reported through the error handler and returned.
-SPANPROF_API SPANPROF_LIB_INLINE StartResult start(Options options = Options()) noexcept;
+SPANPROF_API StartResult start(Options options = Options()) noexcept;
 
 // Waits until every profile finished so far has been delivered (or failed, or
 // spooled). timed_out: profiles were still pending at the timeout.
-SPANPROF_API SPANPROF_LIB_INLINE Status flush(std::chrono::milliseconds timeout = std::chrono::seconds(5)) noexcept;
+SPANPROF_API Status flush(std::chrono::milliseconds timeout = std::chrono::seconds(5)) noexcept;
 
 // Stops profiling; delivers what it can within the timeout. timed_out: profiles
 // were still pending at the timeout (counted as dropped, stats()).
-SPANPROF_API SPANPROF_LIB_INLINE Status shutdown(std::chrono::milliseconds timeout = std::chrono::seconds(5)) noexcept;
+SPANPROF_API Status shutdown(std::chrono::milliseconds timeout = std::chrono::seconds(5)) noexcept;
 
-SPANPROF_API SPANPROF_LIB_INLINE Stats stats() noexcept;
+SPANPROF_API Stats stats() noexcept;
 
 #else  // SPANPROF_ENABLED == 0
 

@@ -64,6 +64,17 @@ SPANPROF_NAMESPACE_END
 extern "C" {
 __attribute__((visibility("default"))) inline thread_local const void* otel_thread_ctx_v1 = nullptr;
 }
+// Every object with a source file that includes spanprof defines it, as readers
+// look for it in the executable's .dynsym (OTEP 4947): with spanprof's compiled
+// library as a shared library the library's copy then binds to the executable's,
+// which exports it (CMakeLists.txt). Only a function's reference: nothing runs.
+namespace spanprof {
+namespace detail_thread_context {
+[[maybe_unused]] __attribute__((used)) static const void* const* defines_otel_thread_ctx_v1() noexcept {
+  return &otel_thread_ctx_v1;
+}
+}  // namespace detail_thread_context
+}  // namespace spanprof
 #endif
 
 #endif  // SPANPROF_SPAN_THREAD_CONTEXT_HPP_

@@ -1,4 +1,4 @@
-// The shared state of a request profiled across threads (request.hpp): the
+// Internal. The shared state of a request profiled across threads (request.hpp): the
 // samples its fragments recorded, and when it is over.
 //
 // One word holds its whole life, so that a fragment opens and closes with one
@@ -7,8 +7,8 @@
 // "ended" (RequestProfile::end()) and "delivered". It is delivered when it has
 // ended and no fragment runs, or when the last reference goes (abandoned if it
 // never ended), and freed when the last reference goes.
-#ifndef SPANPROF_REQUEST_STATE_HPP_
-#define SPANPROF_REQUEST_STATE_HPP_
+#ifndef SPANPROF_DETAIL_REQUEST_STATE_HPP_
+#define SPANPROF_DETAIL_REQUEST_STATE_HPP_
 
 #include <spanprof/base/counters.hpp>
 #include <spanprof/capture/captured_profile.hpp>
@@ -16,9 +16,11 @@
 #include <spanprof/capture/sample_records.hpp>
 #include <spanprof/capture/thread_stack_sampler.hpp>
 #include <spanprof/config.hpp>
+#include <spanprof/detail/guard_core.hpp>
+#include <spanprof/detail/hand_over.hpp>
 #include <spanprof/policy/tail_policy.hpp>
 #include <spanprof/profile/profile.hpp>
-#include <spanprof/runtime/guard_host.hpp>
+#include <spanprof/runtime/running_config.hpp>
 #include <spanprof/span/span_context.hpp>
 #include <spanprof/span/thread_context.hpp>
 
@@ -62,7 +64,7 @@ SPANPROF_NOINLINE inline void kept_without_samples(ProfileReason reason, std::in
 
 class RequestState {
  public:
-  static constexpr std::size_t max_name = 127;  // as ScopedProfile::max_span_name
+  static constexpr std::size_t max_name = GuardCore::max_span_name;  // as a guard's
 
   // What a request records, fixed when it begins.
   struct Identity {
@@ -259,29 +261,21 @@ class RequestState {
     }
     count(kept_counter(decision.reason));
     bool handed_over = false, any_records = false;
+    const SpanIdentity identity{span_, std::string_view(name_, name_length_), decision.reason, start_unix_ns_,
+                                duration};
     std::lock_guard<std::mutex> lock(mutex_);
     for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::wall, ProfileKind::heap}) {
       Recorded& recorded = recorded_[static_cast<std::size_t>(kind)];
       if (!kinds_.contains(kind) || recorded.records.empty()) continue;
       any_records = true;
-      SPANPROF_TRY {
-        auto pending = captured_profile_pool().acquire();
-        RawProfile& profile = pending->profile;
-        profile.kind = kind;
-        profile.span = span_;
-        profile.span_name.assign(name_, name_length_);
-        profile.reason = decision.reason;
-        profile.start_unix_ns = start_unix_ns_;
-        profile.duration_ns = duration;
-        profile.period_ns = recorded.period_ns;
-        profile.heap_interval_bytes = recorded.heap_interval_bytes;
-        profile.dropped_samples = recorded.dropped;
-        pending->engine = recorded.engine;
-        pending->packed_samples = std::move(recorded.records);
-        handed_over = submit_captured(std::move(pending)) || handed_over;
-      } SPANPROF_CATCH_ALL {
-        report_error(ErrorCode::internal, "out of memory handing over a request's profile; dropped");
-      }
+      const HandOver result = hand_over_profile(identity, kind, recorded.engine, [&recorded](CapturedProfile& pending) {
+        pending.profile.period_ns = recorded.period_ns;
+        pending.profile.heap_interval_bytes = recorded.heap_interval_bytes;
+        pending.profile.dropped_samples = recorded.dropped;
+        pending.packed_samples = std::move(recorded.records);
+        return true;
+      });
+      handed_over = result == HandOver::handed_over || handed_over;
     }
     if (!any_records) kept_without_samples(decision.reason, duration);
     return handed_over;
@@ -312,4 +306,4 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_ENABLED
 
-#endif  // SPANPROF_REQUEST_STATE_HPP_
+#endif  // SPANPROF_DETAIL_REQUEST_STATE_HPP_
