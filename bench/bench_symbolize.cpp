@@ -15,7 +15,7 @@
 // file and line.
 #include <spanprof/spanprof.hpp>
 #include <spanprof/profile/pprof_encoder.hpp>
-#include <spanprof/profile/profile_builder.hpp>
+#include <spanprof/detail/profile/profile_builder.hpp>
 #include <spanprof/symbolization/elf_symbolizer.hpp>
 
 #include <execinfo.h>

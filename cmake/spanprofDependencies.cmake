@@ -64,7 +64,7 @@ if(NOT TARGET spanprof::curl AND NOT SPANPROF_CURL STREQUAL "OFF")
 endif()
 
 # spanprof::libdw: elfutils' libdw, for source lines and inlined functions
-# (symbolization/dwarf_source.hpp). With it, SPANPROF_WITH_LIBDW=1.
+# (detail/symbolization/dwarf_source.hpp). With it, SPANPROF_WITH_LIBDW=1.
 if(NOT DEFINED SPANPROF_LIBDW)
   set(SPANPROF_LIBDW AUTO)
 endif()

@@ -11,8 +11,8 @@ rules, checked here on every run:
     its own body instead (`#if SPANPROF_WITH_CURL` in the HTTP client), so every
     header lands where every configuration needs it;
   * layers: a header includes only headers of its own layer or a lower one
-    (config.hpp is below everything; top-level headers and detail/, their
-    internals, may include anything);
+    (config.hpp is below everything; detail/<layer>/ is that layer's internals;
+    top-level headers and detail/ itself, their internals, may include anything);
   * no include cycles (a header that includes its includer at its end would be
     pasted before the declarations it needs).
 
@@ -36,7 +36,7 @@ COMPANIONS = ["spanprof/allocation_hooks.hpp", "spanprof/asio.hpp", "spanprof/op
 COMPANION_INCLUDES = {UMBRELLA}
 # With the compiled library a companion may need what the umbrella includes only
 # where the runtime is compiled.
-COMPANION_RUNTIME_INCLUDES = {"spanprof/capture/heap_sampler.hpp"}
+COMPANION_RUNTIME_INCLUDES = {"spanprof/detail/capture/heap_sampler.hpp"}
 # Lowest first. A folder not listed here is an error: new folders need a place.
 LAYERS = ["base", "span", "symbolization", "profile", "policy", "capture", "delivery", "runtime"]
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*<(spanprof/[^>]+)>\s*(//.*)?$')
@@ -71,7 +71,10 @@ def layer_of(relative):
     if len(parts) == 2:
         return -1 if parts[1] == "config.hpp" else len(LAYERS)
     if parts[1] == "detail":
-        return len(LAYERS)
+        # detail/<layer>/: the internals of a layer; detail/ itself: the guard's.
+        if len(parts) == 3:
+            return len(LAYERS)
+        parts = parts[1:]
     if parts[1] not in LAYERS:
         sys.exit(f"amalgamate: {relative} is in a folder with no layer; add it to LAYERS")
     return LAYERS.index(parts[1])

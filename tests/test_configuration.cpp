@@ -9,7 +9,7 @@
 #include <spanprof/spanprof.hpp>
 #include <spanprof/delivery/pyroscope_uploader.hpp>
 #include <spanprof/delivery/otlp_uploader.hpp>
-#include <spanprof/runtime/settings.hpp>
+#include <spanprof/detail/runtime/settings.hpp>
 
 #include <csignal>
 #include <cstdlib>

@@ -6,7 +6,7 @@
 #include "support/test_helpers.hpp"
 
 #include <spanprof/spanprof.hpp>
-#include <spanprof/capture/classic_cpu_engine.hpp>
+#include <spanprof/detail/capture/classic_cpu_engine.hpp>
 
 #include <atomic>
 #include <cstddef>

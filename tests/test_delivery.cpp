@@ -14,7 +14,7 @@
 
 #if SPANPROF_WITH_CURL
 
-#include <spanprof/runtime/environment.hpp>
+#include <spanprof/detail/runtime/environment.hpp>
 #include <spanprof/delivery/otlp_uploader.hpp>
 #include <spanprof/delivery/pyroscope_uploader.hpp>
 

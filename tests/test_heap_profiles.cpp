@@ -7,8 +7,8 @@
 #include "support/collector.hpp"
 
 #include <spanprof/spanprof.hpp>
-#include <spanprof/capture/heap_sampler.hpp>
-#include <spanprof/capture/tcmalloc_api.hpp>
+#include <spanprof/detail/capture/heap_sampler.hpp>
+#include <spanprof/detail/capture/tcmalloc_api.hpp>
 
 #include <atomic>
 #include <memory>

@@ -5,7 +5,7 @@
 #include "support/test_helpers.hpp"
 #include "support/http_server.hpp"
 
-#include <spanprof/delivery/http_client.hpp>
+#include <spanprof/detail/delivery/http_client.hpp>
 #include <spanprof/delivery/http_options.hpp>
 
 #include <atomic>

@@ -3,7 +3,7 @@
 // ends in a precise error rather than a crash or a half-filled result.
 #include "support/catch.hpp"
 
-#include <spanprof/capture/gperftools_heap_profile.hpp>
+#include <spanprof/detail/capture/gperftools_heap_profile.hpp>
 
 #include <cstdint>
 #include <random>

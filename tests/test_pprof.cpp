@@ -5,9 +5,9 @@
 #include "support/test_helpers.hpp"
 #include "support/pprof_reader.hpp"
 
-#include <spanprof/profile/gzip.hpp>
-#include <spanprof/capture/gperftools_cpu_profile.hpp>
-#include <spanprof/profile/protobuf_writer.hpp>
+#include <spanprof/detail/profile/gzip.hpp>
+#include <spanprof/detail/capture/gperftools_cpu_profile.hpp>
+#include <spanprof/detail/profile/protobuf_writer.hpp>
 #include <spanprof/profile/pprof_encoder.hpp>
 
 #include <unistd.h>

@@ -9,9 +9,9 @@
 
 #include "profile_reader.hpp"
 
-#include <spanprof/delivery/spool_format.hpp>
+#include <spanprof/detail/delivery/spool_format.hpp>
 #include <spanprof/profile/pprof_encoder.hpp>
-#include <spanprof/profile/protobuf_writer.hpp>
+#include <spanprof/detail/profile/protobuf_writer.hpp>
 #include <spanprof/spanprof.hpp>
 
 #include <fstream>

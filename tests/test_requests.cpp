@@ -5,7 +5,7 @@
 #include "support/test_helpers.hpp"
 
 #include <spanprof/spanprof.hpp>
-#include <spanprof/span/thread_context.hpp>
+#include <spanprof/detail/span/thread_context.hpp>
 
 #include <atomic>
 #include <chrono>

@@ -1,5 +1,5 @@
 // Restarting spanprof while guards run on other threads: replaced configurations
-// are freed once no guard reads them (runtime/config_retirement.hpp), so memory
+// are freed once no guard reads them (detail/runtime/config_retirement.hpp), so memory
 // stays flat however often a service reconfigures.
 #include "support/catch.hpp"
 #include "support/child_process.hpp"

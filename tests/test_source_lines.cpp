@@ -8,7 +8,7 @@
 #include "support/test_helpers.hpp"
 
 #include <spanprof/spanprof.hpp>
-#include <spanprof/symbolization/elf_reader.hpp>
+#include <spanprof/detail/symbolization/elf_reader.hpp>
 #include <spanprof/symbolization/elf_symbolizer.hpp>
 
 #include <algorithm>

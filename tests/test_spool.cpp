@@ -12,9 +12,9 @@
 #include "support/catch.hpp"
 #include "support/test_helpers.hpp"
 
-#include <spanprof/profile/gzip.hpp>
-#include <spanprof/profile/protobuf_writer.hpp>
-#include <spanprof/delivery/spool.hpp>
+#include <spanprof/detail/profile/gzip.hpp>
+#include <spanprof/detail/profile/protobuf_writer.hpp>
+#include <spanprof/detail/delivery/spool.hpp>
 #include <spanprof/profile/pprof_encoder.hpp>
 #include <spanprof/profile/profile.hpp>
 #include <spanprof/delivery/uploader.hpp>

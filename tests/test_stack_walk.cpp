@@ -1,4 +1,4 @@
-// The stack walker of the sample signal (capture/stack_walker.hpp): the stacks it
+// The stack walker of the sample signal (detail/capture/stack_walker.hpp): the stacks it
 // records are the ones a user expects, in code built with and without frame
 // pointers, across a host's signal handler on an alternate stack, and exactly
 // what the compiler runtime's own unwinder finds.
@@ -9,8 +9,8 @@
 #include "support/walk_workload.hpp"
 
 #include <spanprof/spanprof.hpp>
-#include <spanprof/capture/call_frame_info.hpp>
-#include <spanprof/capture/stack_walker.hpp>
+#include <spanprof/detail/capture/call_frame_info.hpp>
+#include <spanprof/detail/capture/stack_walker.hpp>
 
 #include <algorithm>
 #include <atomic>

@@ -19,7 +19,7 @@
 //
 // What they see: every C++ allocation through `new` (containers, strings, smart
 // pointers); not `malloc` called directly (C libraries). Stacks come from
-// spanprof's lock-free walker (capture/stack_walker.hpp).
+// spanprof's lock-free walker (detail/capture/stack_walker.hpp).
 #ifndef SPANPROF_ALLOCATION_HOOKS_HPP_
 #define SPANPROF_ALLOCATION_HOOKS_HPP_
 
@@ -31,7 +31,7 @@
 #if !defined(SPANPROF_COMPILED_LIB)
 #error "<spanprof/allocation_hooks.hpp> belongs in the source file that defines SPANPROF_IMPLEMENTATION (config.hpp)"
 #endif
-#include <spanprof/capture/heap_sampler.hpp>
+#include <spanprof/detail/capture/heap_sampler.hpp>
 #endif
 
 #if SPANPROF_ENABLED

@@ -28,7 +28,7 @@
 
 // SPANPROF_WITH_LIBDW=1 (the build system defines it when it links elfutils'
 // libdw): profiles name inlined functions and carry file and line
-// (symbolization/dwarf_source.hpp). Without it, function names alone.
+// (detail/symbolization/dwarf_source.hpp). Without it, function names alone.
 #ifndef SPANPROF_WITH_LIBDW
 #define SPANPROF_WITH_LIBDW 0
 #endif

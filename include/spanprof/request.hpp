@@ -24,7 +24,7 @@
 
 #include <spanprof/config.hpp>
 #include <spanprof/detail/guard_core.hpp>
-#include <spanprof/span/thread_context.hpp>
+#include <spanprof/detail/span/thread_context.hpp>
 #include <spanprof/guard.hpp>
 #include <spanprof/profile/profile.hpp>
 #include <spanprof/span/span_adapter.hpp>

@@ -61,7 +61,7 @@
 #include <spanprof/delivery/pyroscope_uploader.hpp>
 #include <spanprof/profile/pprof_encoder.hpp>
 #include <spanprof/symbolization/elf_symbolizer.hpp>
-#include <spanprof/runtime/runtime-inl.hpp>
+#include <spanprof/detail/runtime/runtime-inl.hpp>
 #include <spanprof/detail/guard_core-inl.hpp>
 #include <spanprof/detail/request-inl.hpp>
 #endif

@@ -19,7 +19,7 @@
 //
 // What they see: every C++ allocation through `new` (containers, strings, smart
 // pointers); not `malloc` called directly (C libraries). Stacks come from
-// spanprof's lock-free walker (capture/stack_walker.hpp).
+// spanprof's lock-free walker (detail/capture/stack_walker.hpp).
 #ifndef SPANPROF_ALLOCATION_HOOKS_HPP_
 #define SPANPROF_ALLOCATION_HOOKS_HPP_
 

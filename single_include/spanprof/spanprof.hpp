@@ -37,7 +37,7 @@
 
 // SPANPROF_WITH_LIBDW=1 (the build system defines it when it links elfutils'
 // libdw): profiles name inlined functions and carry file and line
-// (symbolization/dwarf_source.hpp). Without it, function names alone.
+// (detail/symbolization/dwarf_source.hpp). Without it, function names alone.
 #ifndef SPANPROF_WITH_LIBDW
 #define SPANPROF_WITH_LIBDW 0
 #endif
@@ -496,10 +496,10 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_BASE_STATUS_HPP_
 // ---- end spanprof/base/status.hpp ----
-// ---- begin spanprof/base/filesystem.hpp ----
+// ---- begin spanprof/detail/base/filesystem.hpp ----
 // Directory creation shared by the file uploader and the spool.
-#ifndef SPANPROF_BASE_FILESYSTEM_HPP_
-#define SPANPROF_BASE_FILESYSTEM_HPP_
+#ifndef SPANPROF_DETAIL_BASE_FILESYSTEM_HPP_
+#define SPANPROF_DETAIL_BASE_FILESYSTEM_HPP_
 
 
 #include <cerrno>
@@ -535,8 +535,8 @@ inline bool make_directories(const std::string& path) {
 }  // namespace detail
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_BASE_FILESYSTEM_HPP_
-// ---- end spanprof/base/filesystem.hpp ----
+#endif  // SPANPROF_DETAIL_BASE_FILESYSTEM_HPP_
+// ---- end spanprof/detail/base/filesystem.hpp ----
 // ---- begin spanprof/delivery/delivery_policy.hpp ----
 // How finished profiles travel from request threads to the uploaders when things
 // go wrong: a full hand-off queue, a backend that fails or is gone.
@@ -1347,7 +1347,7 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DELIVERY_FILE_UPLOADER_HPP_
 // ---- end spanprof/delivery/file_uploader.hpp ----
-// ---- begin spanprof/base/counters.hpp ----
+// ---- begin spanprof/detail/base/counters.hpp ----
 // The one registry of everything the SDK counts; spanprof::stats() reads it.
 //
 // Counts are kept per thread: a shared atomic would make every guard of every
@@ -1356,8 +1356,8 @@ SPANPROF_NAMESPACE_END
 // each by one context only (the sample signal handler writes the counters named
 // *_samples_captured/dropped for CPU, normal code all others), so no update is
 // lost. stats() sums the live blocks and what exited threads left behind.
-#ifndef SPANPROF_BASE_COUNTERS_HPP_
-#define SPANPROF_BASE_COUNTERS_HPP_
+#ifndef SPANPROF_DETAIL_BASE_COUNTERS_HPP_
+#define SPANPROF_DETAIL_BASE_COUNTERS_HPP_
 
 
 #include <atomic>
@@ -1415,14 +1415,14 @@ enum class Counter : std::uint8_t {
 };
 inline constexpr std::size_t counter_count = static_cast<std::size_t>(Counter::count_);
 
-// Which running configurations (runtime/guard_host.hpp) a thread may still read,
+// Which running configurations (detail/runtime/guard_host.hpp) a thread may still read,
 // so that spanprof::start() can free the one it replaced once no thread can.
 // Written by its own thread only; read by the runtime under the registry's mutex.
 //
 // A guard reads the configuration inside a *section* (from loading the pointer to
 // pinning it or deciding it needs nothing from it): two plain stores, no fence.
 // The runtime orders them with membarrier(2) instead, on the rare restart
-// (runtime/config_retirement.hpp). A guard that opens something pins its
+// (detail/runtime/config_retirement.hpp). A guard that opens something pins its
 // configuration's generation until it closes.
 struct ConfigReader {
   static constexpr std::size_t slot_count = 4;
@@ -1624,17 +1624,18 @@ SPANPROF_ALWAYS_INLINE inline void count(Counter counter, std::uint64_t n = 1) n
 }  // namespace detail
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_BASE_COUNTERS_HPP_
-// ---- end spanprof/base/counters.hpp ----
-// ---- begin spanprof/capture/span_handles.hpp ----
-// Internal. What a guard keeps of the spans it opened in its thread's samplers: a
-// handle, never a pointer the samplers follow back into the guard. A guard may end
+#endif  // SPANPROF_DETAIL_BASE_COUNTERS_HPP_
+// ---- end spanprof/detail/base/counters.hpp ----
+// ---- begin spanprof/detail/capture/span_handles.hpp ----
+// Internal. The slots of a thread's open spans in its samplers, and what a guard
+// keeps of them: a handle, never a pointer the samplers follow back into the guard. A guard may end
 // on another thread, or its storage (a coroutine frame) may die, while its thread
 // runs on (docs/async.md).
-#ifndef SPANPROF_CAPTURE_SPAN_HANDLES_HPP_
-#define SPANPROF_CAPTURE_SPAN_HANDLES_HPP_
+#ifndef SPANPROF_DETAIL_CAPTURE_SPAN_HANDLES_HPP_
+#define SPANPROF_DETAIL_CAPTURE_SPAN_HANDLES_HPP_
 
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -1645,7 +1646,7 @@ namespace detail {
 inline constexpr std::uint32_t max_open_spans = 32;
 
 // A guard's handle on its slot in the thread's stack sampler
-// (capture/thread_stack_sampler.hpp). index == max_open_spans: none.
+// (detail/capture/thread_stack_sampler.hpp). index == max_open_spans: none.
 struct SpanSlotTicket {
   std::uint32_t index = max_open_spans;
   std::uint32_t sequence = 0;
@@ -1654,7 +1655,7 @@ struct SpanSlotTicket {
 
 struct HeapThreadState;
 
-// A heap guard's record of its span (capture/heap_sampler.hpp). The thread's open
+// A heap guard's record of its span (detail/capture/heap_sampler.hpp). The thread's open
 // heap spans form a stack counted by depth.
 struct HeapActiveSpan {
   HeapThreadState* owner = nullptr;  // the opening thread's state
@@ -1663,11 +1664,32 @@ struct HeapActiveSpan {
   std::uint64_t dropped_at_start = 0;
 };
 
+// One open span of the thread, as the signal handler sees it. It lives in the
+// thread's sampler, never in the guard: a guard may end on another thread, or its
+// storage (a coroutine frame) may die while the thread that opened it still runs,
+// and the handler must never read a guard's memory then. Open spans form a stack of
+// slots linked innermost first; the guard keeps a ticket (slot and sequence number).
+struct ActiveSpan {
+  ProfileKinds kinds;                 // what this span profiles: cpu and/or wall
+  ProfileKinds recorded;              // kinds, and what the open spans around it profile
+  std::size_t log_start = 0;          // where this span's samples begin in the log
+  std::uint64_t dropped_at_start = 0;
+  // Set (by another thread, possibly) when the span ended elsewhere: its samples
+  // are no longer recorded. Null unless a guard asked (ScopedProfile::stop_sampling_when).
+  const std::atomic<bool>* stop = nullptr;
+  std::atomic<std::uint32_t> parent{0};  // 1 + the enclosing slot's index; 0: outermost
+  // sequence << 2 | SpanSlotState. Written by the owning thread, and once by a
+  // guard that closes on another thread (open -> dead, compare-and-swap).
+  std::atomic<std::uint32_t> state{0};
+};
+
+enum SpanSlotState : std::uint32_t { span_slot_free = 0, span_slot_open = 1, span_slot_dead = 2 };
+
 }  // namespace detail
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_CAPTURE_SPAN_HANDLES_HPP_
-// ---- end spanprof/capture/span_handles.hpp ----
+#endif  // SPANPROF_DETAIL_CAPTURE_SPAN_HANDLES_HPP_
+// ---- end spanprof/detail/capture/span_handles.hpp ----
 // ---- begin spanprof/policy/head_sampler.hpp ----
 // Head sampling: decides, when a guard opens, whether this span is profiled.
 // A "no" is the common answer in production, so it must cost next to nothing:
@@ -1682,7 +1704,7 @@ SPANPROF_NAMESPACE_END
 //   RateLimitingSampler(rate, burst, clock)   at most `rate` spans a second
 //   SpanNameSampler(rules, default) per-span-name rules
 //   AllOfSampler / AnyOfSampler     composition
-//   (SPANPROF_SAMPLER & co. build them from the environment: runtime/environment.hpp)
+//   (SPANPROF_SAMPLER & co. build them from the environment: detail/runtime/environment.hpp)
 #ifndef SPANPROF_POLICY_HEAD_SAMPLER_HPP_
 #define SPANPROF_POLICY_HEAD_SAMPLER_HPP_
 
@@ -2083,14 +2105,14 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_POLICY_HEAD_SAMPLER_HPP_
 // ---- end spanprof/policy/head_sampler.hpp ----
-// ---- begin spanprof/runtime/guard_host.hpp ----
+// ---- begin spanprof/detail/runtime/guard_host.hpp ----
 // What an opening guard reads inline from the process-wide runtime, and nothing
 // more: whether spanprof runs, and what the head sampler needs to turn a span down.
 // Everything else a guard does is compiled once per program, with the runtime
 // (config.hpp: SPANPROF_IMPLEMENTATION or the compiled library), so that a source
 // file that opens guards compiles only this fast path.
-#ifndef SPANPROF_RUNTIME_GUARD_HOST_HPP_
-#define SPANPROF_RUNTIME_GUARD_HOST_HPP_
+#ifndef SPANPROF_DETAIL_RUNTIME_GUARD_HOST_HPP_
+#define SPANPROF_DETAIL_RUNTIME_GUARD_HOST_HPP_
 
 
 #if SPANPROF_ENABLED
@@ -2176,8 +2198,8 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_ENABLED
 
-#endif  // SPANPROF_RUNTIME_GUARD_HOST_HPP_
-// ---- end spanprof/runtime/guard_host.hpp ----
+#endif  // SPANPROF_DETAIL_RUNTIME_GUARD_HOST_HPP_
+// ---- end spanprof/detail/runtime/guard_host.hpp ----
 // ---- begin spanprof/span/span_adapter.hpp ----
 // The customization point that lets `ScopedProfile guard(span)` accept any span
 // type. Specialize span_adapter for your span class with two noexcept static
@@ -2475,7 +2497,7 @@ class GuardCore {
   // Members of anonymous unions are left uninitialized by the constructors (their
   // types zero themselves otherwise); prepare() assigns them.
   union {
-    SpanSlotTicket ticket_;  // the span's slot in sampler_ (capture/thread_stack_sampler.hpp)
+    SpanSlotTicket ticket_;  // the span's slot in sampler_ (detail/capture/thread_stack_sampler.hpp)
   };
   union {
     HeapActiveSpan heap_record_;
@@ -3158,7 +3180,7 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_POLICY_TAIL_POLICY_HPP_
 // ---- end spanprof/policy/tail_policy.hpp ----
-// ---- begin spanprof/span/thread_context.hpp ----
+// ---- begin spanprof/detail/span/thread_context.hpp ----
 // The span a thread runs, published for profilers outside the process
 // (OpenTelemetry OTEP 4947, "thread context", experimental): the thread-local
 // pointer `otel_thread_ctx_v1`, exported in .dynsym, points at a record of the
@@ -3170,8 +3192,8 @@ SPANPROF_NAMESPACE_END
 // it; a reader (an eBPF profiler, or a signal handler) sees either pointer, both
 // valid: only compiler fences are needed, as the OTEP says. The attribute key
 // names (index 0: "span_name") are in the process context (OTEP 4719).
-#ifndef SPANPROF_SPAN_THREAD_CONTEXT_HPP_
-#define SPANPROF_SPAN_THREAD_CONTEXT_HPP_
+#ifndef SPANPROF_DETAIL_SPAN_THREAD_CONTEXT_HPP_
+#define SPANPROF_DETAIL_SPAN_THREAD_CONTEXT_HPP_
 
 
 #include <cstddef>
@@ -3236,8 +3258,8 @@ namespace detail_thread_context {
 }  // namespace spanprof
 #endif
 
-#endif  // SPANPROF_SPAN_THREAD_CONTEXT_HPP_
-// ---- end spanprof/span/thread_context.hpp ----
+#endif  // SPANPROF_DETAIL_SPAN_THREAD_CONTEXT_HPP_
+// ---- end spanprof/detail/span/thread_context.hpp ----
 // ---- begin spanprof/request.hpp ----
 // RequestProfile and Fragment: one profile per request, whichever threads run it.
 //
@@ -3668,7 +3690,7 @@ SPANPROF_NAMESPACE_END
 // Options(spanprof::ignore_environment) starts from the built-in defaults alone.
 // The built-in defaults are the initializers below, stated nowhere else. Each
 // member's variable, range and meaning is its row in the table of
-// runtime/settings.hpp, which docs/configuration.md shows; a new member needs a
+// detail/runtime/settings.hpp, which docs/configuration.md shows; a new member needs a
 // row there. What reads the environment is in options-inl.hpp, compiled with the
 // runtime (config.hpp).
 #ifndef SPANPROF_RUNTIME_OPTIONS_HPP_
@@ -3946,12 +3968,12 @@ SPANPROF_NAMESPACE_END
 #endif  // SPANPROF_RUNTIME_RUNTIME_HPP_
 // ---- end spanprof/runtime/runtime.hpp ----
 #if SPANPROF_DEFINE_RUNTIME  // the runtime: what only it includes
-// ---- begin spanprof/profile/gzip.hpp ----
+// ---- begin spanprof/detail/profile/gzip.hpp ----
 // gzip in memory, via zlib. pprof files are gzip-compressed profile.proto bytes,
 // and OTLP/HTTP bodies may be too. Decompression is bounded because its input can
 // come from a file or a peer we do not trust: a few hundred KiB can inflate to GiB.
-#ifndef SPANPROF_PROFILE_GZIP_HPP_
-#define SPANPROF_PROFILE_GZIP_HPP_
+#ifndef SPANPROF_DETAIL_PROFILE_GZIP_HPP_
+#define SPANPROF_DETAIL_PROFILE_GZIP_HPP_
 
 
 #include <zlib.h>
@@ -4048,9 +4070,9 @@ inline bool gzip_compress(std::string_view in, std::string& out, std::string& er
   // A span's profile is a few kilobytes, and zlib's default tables (256 KiB, the
   // hash head cleared at every init) cost more than compressing it: the window is
   // sized to the input instead, which compresses it as well (a match can reach
-  // back to its first byte; the smaller hash costs under 0.5%, tested). +16: a gzip header and CRC-32 trailer. The
-  // fastest level, as Go's runtime/pprof writes its profiles: 3-4x less CPU than
-  // the default level for a tenth more bytes (measured on batched profiles).
+  // back to its first byte, and the smaller hash costs little). +16: a gzip header
+  // and CRC-32 trailer. The fastest level, as Go's runtime/pprof writes its
+  // profiles: a few times less CPU than the default level for a few more bytes.
   int window_bits = 9;
   while (window_bits < 15 && (std::size_t{1} << window_bits) < in.size() + 262) ++window_bits;
   const int mem_level = std::clamp(window_bits - 7, 1, 8);
@@ -4206,8 +4228,8 @@ inline bool gzip_decompress(std::string_view in, std::string& out, std::string& 
 
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_PROFILE_GZIP_HPP_
-// ---- end spanprof/profile/gzip.hpp ----
+#endif  // SPANPROF_DETAIL_PROFILE_GZIP_HPP_
+// ---- end spanprof/detail/profile/gzip.hpp ----
 // ---- begin spanprof/delivery/http_options.hpp ----
 // How spanprof's HTTP uploaders (Pyroscope, OTLP) reach their backend: timeouts,
 // authentication, extra headers, TLS and proxy. A plain struct so it can be filled
@@ -4261,14 +4283,14 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DELIVERY_HTTP_OPTIONS_HPP_
 // ---- end spanprof/delivery/http_options.hpp ----
-// ---- begin spanprof/base/index_table.hpp ----
+// ---- begin spanprof/detail/base/index_table.hpp ----
 // A hash set of positions in the caller's own array, looked up by content: the
 // encoders deduplicate strings and functions per profile, and a std::unordered_map
 // there cost a node and often a key string per entry, most of what encoding a
 // one-sample span profile cost. Open addressing, at most half full; each slot keeps
 // its hash, so growing needs nothing from the caller.
-#ifndef SPANPROF_BASE_INDEX_TABLE_HPP_
-#define SPANPROF_BASE_INDEX_TABLE_HPP_
+#ifndef SPANPROF_DETAIL_BASE_INDEX_TABLE_HPP_
+#define SPANPROF_DETAIL_BASE_INDEX_TABLE_HPP_
 
 
 #include <algorithm>
@@ -4334,14 +4356,14 @@ class IndexTable {
 }  // namespace detail
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_BASE_INDEX_TABLE_HPP_
-// ---- end spanprof/base/index_table.hpp ----
-// ---- begin spanprof/profile/profile_builder.hpp ----
+#endif  // SPANPROF_DETAIL_BASE_INDEX_TABLE_HPP_
+// ---- end spanprof/detail/base/index_table.hpp ----
+// ---- begin spanprof/detail/profile/profile_builder.hpp ----
 // Turns a RawProfile (bare program counters) into a symbolized Profile: one
 // Location per distinct address, one Function per distinct name, one Mapping per
 // loaded segment, and every sample tied to its span's record.
-#ifndef SPANPROF_PROFILE_PROFILE_BUILDER_HPP_
-#define SPANPROF_PROFILE_PROFILE_BUILDER_HPP_
+#ifndef SPANPROF_DETAIL_PROFILE_PROFILE_BUILDER_HPP_
+#define SPANPROF_DETAIL_PROFILE_PROFILE_BUILDER_HPP_
 
 
 #include <cstdint>
@@ -4544,14 +4566,14 @@ class ProfileBuilder {
 }  // namespace detail
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_PROFILE_PROFILE_BUILDER_HPP_
-// ---- end spanprof/profile/profile_builder.hpp ----
-// ---- begin spanprof/profile/protobuf_writer.hpp ----
+#endif  // SPANPROF_DETAIL_PROFILE_PROFILE_BUILDER_HPP_
+// ---- end spanprof/detail/profile/profile_builder.hpp ----
+// ---- begin spanprof/detail/profile/protobuf_writer.hpp ----
 // A minimal protocol-buffers wire-format writer, shared by the pprof and OTLP
 // encoders. It knows wire types, not schemas: callers pick field numbers and
 // decide which zero values to omit (proto3 leaves them out; proto2 may not).
-#ifndef SPANPROF_PROFILE_PROTOBUF_WRITER_HPP_
-#define SPANPROF_PROFILE_PROTOBUF_WRITER_HPP_
+#ifndef SPANPROF_DETAIL_PROFILE_PROTOBUF_WRITER_HPP_
+#define SPANPROF_DETAIL_PROFILE_PROTOBUF_WRITER_HPP_
 
 
 #include <cstddef>
@@ -4761,8 +4783,8 @@ class ProtobufWriter {
 }  // namespace detail
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_PROFILE_PROTOBUF_WRITER_HPP_
-// ---- end spanprof/profile/protobuf_writer.hpp ----
+#endif  // SPANPROF_DETAIL_PROFILE_PROTOBUF_WRITER_HPP_
+// ---- end spanprof/detail/profile/protobuf_writer.hpp ----
 // ---- begin spanprof/profile/pprof_encoder.hpp ----
 // Profile -> pprof. Writes google/pprof's proto/profile.proto (proto3) so the
 // output opens in `go tool pprof`, Grafana Pyroscope, Parca and friends.
@@ -5552,7 +5574,7 @@ SPANPROF_NAMESPACE_END
 // ---- end spanprof/profile/otlp_encoder.hpp ----
 // ---- begin spanprof/delivery/backend_options.hpp ----
 // Where the HTTP uploaders send profiles: plain structs, filled from code or from
-// the environment (runtime/environment.hpp). Nothing here needs libcurl, so a
+// the environment (detail/runtime/environment.hpp). Nothing here needs libcurl, so a
 // build without it can still read and report these settings.
 #ifndef SPANPROF_DELIVERY_BACKEND_OPTIONS_HPP_
 #define SPANPROF_DELIVERY_BACKEND_OPTIONS_HPP_
@@ -5610,11 +5632,11 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DELIVERY_BACKEND_OPTIONS_HPP_
 // ---- end spanprof/delivery/backend_options.hpp ----
-// ---- begin spanprof/base/text.hpp ----
+// ---- begin spanprof/detail/base/text.hpp ----
 // Small ASCII text helpers and number parsers shared by the parsers of environment
 // variables and HTTP headers. Locale-independent on purpose: these are protocol strings.
-#ifndef SPANPROF_BASE_TEXT_HPP_
-#define SPANPROF_BASE_TEXT_HPP_
+#ifndef SPANPROF_DETAIL_BASE_TEXT_HPP_
+#define SPANPROF_DETAIL_BASE_TEXT_HPP_
 
 
 #include <algorithm>
@@ -5706,47 +5728,29 @@ inline std::string printable_excerpt(std::string_view text, std::size_t max) {
 }  // namespace detail
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_BASE_TEXT_HPP_
-// ---- end spanprof/base/text.hpp ----
-// ---- begin spanprof/delivery/http_client.hpp ----
-// The HTTP transport under the Pyroscope and OTLP uploaders: one POST at a time
-// over libcurl, on spanprof's background thread. Every failure comes back as data
-// in an HttpResponse — nothing is thrown — and classify() turns it into an
-// UploadResult the worker knows how to retry.
-//
-// Why the curl multi interface for a blocking call: curl_easy_perform only lets a
-// progress callback look at an abort flag about once a second while a server
-// stays silent. Driving the transfer ourselves in short poll slices lets shutdown
-// cut an upload short within tens of milliseconds, and costs nothing else.
-#ifndef SPANPROF_DELIVERY_HTTP_CLIENT_HPP_
-#define SPANPROF_DELIVERY_HTTP_CLIENT_HPP_
+#endif  // SPANPROF_DETAIL_BASE_TEXT_HPP_
+// ---- end spanprof/detail/base/text.hpp ----
+// ---- begin spanprof/detail/delivery/http_message.hpp ----
+// What the HTTP client sends and what it makes of the answer: the request and the
+// response as data, the text rules of a request's head (valid header names and
+// values, Basic credentials, URL escapes), the response head's lines
+// (Retry-After), and classify(), which turns a response into an UploadResult the
+// worker knows how to retry. Only in builds with libcurl (its date parser reads
+// Retry-After).
+#ifndef SPANPROF_DETAIL_DELIVERY_HTTP_MESSAGE_HPP_
+#define SPANPROF_DETAIL_DELIVERY_HTTP_MESSAGE_HPP_
 
 
-// Only in builds with libcurl (SPANPROF_WITH_CURL=1, which the build systems set
-// when they link it).
 #if SPANPROF_WITH_CURL
 
 #include <curl/curl.h>
-#include <dirent.h>
-#include <fcntl.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <climits>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <ctime>
-#include <exception>
-#include <memory>
-#include <mutex>
-#include <new>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -5778,104 +5782,6 @@ inline constexpr std::size_t http_response_body_limit = std::size_t{64} << 10;
 inline constexpr std::size_t http_error_excerpt_limit = 200;
 // How long the transfer loop sleeps before looking at the abort flag again.
 inline constexpr int http_abort_poll_ms = 50;
-
-// curl_global_init is not thread-safe before libcurl 7.84, and curl_easy_init
-// calls it implicitly when nobody did: run it once, before any handle exists.
-// Never paired with curl_global_cleanup — the host (or another library) may use
-// libcurl too, and cleanup at exit races threads still running.
-SPANPROF_API inline CURLcode http_curl_global_init() noexcept {
-  static std::once_flag once;
-  static CURLcode result = CURLE_FAILED_INIT;
-  SPANPROF_TRY {
-    std::call_once(once, [] { result = curl_global_init(CURL_GLOBAL_DEFAULT); });
-  } SPANPROF_CATCH_ALL {
-    return CURLE_FAILED_INIT;
-  }
-  return result;
-}
-
-// The descriptors this process has open, sorted; empty if /proc is not there.
-inline std::vector<int> http_open_descriptors() {
-  std::vector<int> descriptors;
-  DIR* directory = ::opendir("/proc/self/fd");
-  if (directory == nullptr) return descriptors;
-  const int own = ::dirfd(directory);  // closed below: the next descriptor opened may reuse it
-  while (const dirent* entry = ::readdir(directory)) {
-    int fd = 0;
-    const char* c = entry->d_name;
-    if (*c < '0' || *c > '9') continue;
-    for (; *c >= '0' && *c <= '9' && fd < 1'000'000'000; ++c) fd = fd * 10 + (*c - '0');
-    if (fd != own) descriptors.push_back(fd);
-  }
-  ::closedir(directory);
-  std::sort(descriptors.begin(), descriptors.end());
-  return descriptors;
-}
-
-// Every socket libcurl holds for spanprof, so that a forked child can close them
-// (http_close_sockets_after_fork): the child never uses the parent's
-// connections, and keeping them open would keep them from closing when the
-// parent closes them. Lock-free, for the fork handler; a socket that finds no
-// free slot is simply not closed in a child.
-struct HttpSocketRegistry {
-  static constexpr std::size_t slots = 256;
-  std::atomic<int> fds[slots];
-
-  HttpSocketRegistry() noexcept {
-    for (auto& fd : fds) fd.store(-1, std::memory_order_relaxed);
-  }
-  void add(int fd) noexcept {
-    for (auto& slot : fds) {
-      int empty = -1;
-      if (slot.compare_exchange_strong(empty, fd, std::memory_order_acq_rel)) return;
-    }
-  }
-  void remove(int fd) noexcept {
-    for (auto& slot : fds) {
-      int expected = fd;
-      if (slot.compare_exchange_strong(expected, -1, std::memory_order_acq_rel)) return;
-    }
-  }
-};
-
-SPANPROF_API inline HttpSocketRegistry& http_socket_registry() noexcept {
-  static HttpSocketRegistry registry;
-  return registry;
-}
-
-// In a forked child (async-signal-safe): closes the parent's libcurl sockets.
-inline void http_close_sockets_after_fork() noexcept {
-  for (auto& slot : http_socket_registry().fds) {
-    const int fd = slot.exchange(-1, std::memory_order_acq_rel);
-    if (fd >= 0) ::close(fd);
-  }
-}
-
-// libcurl before 8.17 creates its multi handle's wake-up socketpair without
-// close-on-exec, and has no option for it: a host that forks and execs would
-// hand both ends to the new program. The Unix-domain sockets that appeared while
-// the handle was created (`before`: the descriptors open just before) are marked
-// close-on-exec and returned. (A host thread creating one at that very moment
-// would get the flag too; it is only ever set on a descriptor nobody asked to
-// inherit.)
-inline std::vector<int> http_close_new_sockets_on_exec(const std::vector<int>& before) noexcept {
-  std::vector<int> marked;
-  SPANPROF_TRY {
-    for (const int fd : http_open_descriptors()) {
-      if (std::binary_search(before.begin(), before.end(), fd)) continue;
-      int domain = 0;
-      socklen_t length = sizeof domain;
-      if (::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &length) != 0 || domain != AF_UNIX) continue;
-      const int flags = ::fcntl(fd, F_GETFD);
-      if (flags < 0 || (flags & FD_CLOEXEC) != 0) continue;
-      ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
-      marked.push_back(fd);
-    }
-  } SPANPROF_CATCH_ALL {
-    // Out of memory listing descriptors: they stay as libcurl made them.
-  }
-  return marked;
-}
 
 // An error path must not throw; assigning a message can run out of memory.
 inline void http_set_text(std::string& out, std::string_view text) noexcept {
@@ -5998,6 +5904,207 @@ inline void http_append_excerpt(std::string_view body, std::string& out) {
     out += (u < 0x20 || u == 0x7f) ? ' ' : c;
   }
   while (out.size() > start && out.back() == ' ') out.pop_back();
+}
+
+// 2xx: ok. Transport errors, 408, 429 and 5xx: retryable. Anything else — another
+// 4xx, a redirect (not followed), a request that could not be made — permanent.
+// `what` prefixes the message, e.g. "pyroscope".
+inline UploadResult classify(const HttpResponse& response, std::string_view what) noexcept {
+  const long code = response.status;
+  const bool may_retry = response.transport_error || code == 408 || code == 429 || (code >= 500 && code <= 599);
+  if (!may_retry && code >= 200 && code <= 299) return UploadResult::ok();
+  std::string message;
+  SPANPROF_TRY {
+    if (!what.empty()) {
+      message.assign(what.data(), what.size());
+      message += ": ";
+    }
+    if (!response.error.empty()) {
+      message += response.error;
+    } else {
+      message += code != 0 ? "HTTP " + std::to_string(code) : std::string("request failed");
+    }
+    if (response.retry_after.count() >= 0)
+      message += " (Retry-After " + std::to_string(response.retry_after.count() / 1000) + " s)";
+  } SPANPROF_CATCH_ALL {
+  }
+  return may_retry ? UploadResult::retryable(message, response.retry_after) : UploadResult::permanent(message);
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_WITH_CURL
+
+#endif  // SPANPROF_DETAIL_DELIVERY_HTTP_MESSAGE_HPP_
+// ---- end spanprof/detail/delivery/http_message.hpp ----
+// ---- begin spanprof/detail/delivery/http_sockets.hpp ----
+// The descriptors the HTTP client's libcurl holds, for fork and exec: a forked
+// child closes the parent's connections, and the multi handle's wake-up socketpair
+// is marked close-on-exec. Plain POSIX: nothing here calls libcurl.
+#ifndef SPANPROF_DETAIL_DELIVERY_HTTP_SOCKETS_HPP_
+#define SPANPROF_DETAIL_DELIVERY_HTTP_SOCKETS_HPP_
+
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// The descriptors this process has open, sorted; empty if /proc is not there.
+inline std::vector<int> http_open_descriptors() {
+  std::vector<int> descriptors;
+  DIR* directory = ::opendir("/proc/self/fd");
+  if (directory == nullptr) return descriptors;
+  const int own = ::dirfd(directory);  // closed below: the next descriptor opened may reuse it
+  while (const dirent* entry = ::readdir(directory)) {
+    int fd = 0;
+    const char* c = entry->d_name;
+    if (*c < '0' || *c > '9') continue;
+    for (; *c >= '0' && *c <= '9' && fd < 1'000'000'000; ++c) fd = fd * 10 + (*c - '0');
+    if (fd != own) descriptors.push_back(fd);
+  }
+  ::closedir(directory);
+  std::sort(descriptors.begin(), descriptors.end());
+  return descriptors;
+}
+
+// Every socket libcurl holds for spanprof, so that a forked child can close them
+// (http_close_sockets_after_fork): the child never uses the parent's
+// connections, and keeping them open would keep them from closing when the
+// parent closes them. Lock-free, for the fork handler; a socket that finds no
+// free slot is simply not closed in a child.
+struct HttpSocketRegistry {
+  static constexpr std::size_t slots = 256;
+  std::atomic<int> fds[slots];
+
+  HttpSocketRegistry() noexcept {
+    for (auto& fd : fds) fd.store(-1, std::memory_order_relaxed);
+  }
+  void add(int fd) noexcept {
+    for (auto& slot : fds) {
+      int empty = -1;
+      if (slot.compare_exchange_strong(empty, fd, std::memory_order_acq_rel)) return;
+    }
+  }
+  void remove(int fd) noexcept {
+    for (auto& slot : fds) {
+      int expected = fd;
+      if (slot.compare_exchange_strong(expected, -1, std::memory_order_acq_rel)) return;
+    }
+  }
+};
+
+SPANPROF_API inline HttpSocketRegistry& http_socket_registry() noexcept {
+  static HttpSocketRegistry registry;
+  return registry;
+}
+
+// In a forked child (async-signal-safe): closes the parent's libcurl sockets.
+inline void http_close_sockets_after_fork() noexcept {
+  for (auto& slot : http_socket_registry().fds) {
+    const int fd = slot.exchange(-1, std::memory_order_acq_rel);
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+// libcurl before 8.17 creates its multi handle's wake-up socketpair without
+// close-on-exec, and has no option for it: a host that forks and execs would
+// hand both ends to the new program. The Unix-domain sockets that appeared while
+// the handle was created (`before`: the descriptors open just before) are marked
+// close-on-exec and returned. (A host thread creating one at that very moment
+// would get the flag too; it is only ever set on a descriptor nobody asked to
+// inherit.)
+inline std::vector<int> http_close_new_sockets_on_exec(const std::vector<int>& before) noexcept {
+  std::vector<int> marked;
+  SPANPROF_TRY {
+    for (const int fd : http_open_descriptors()) {
+      if (std::binary_search(before.begin(), before.end(), fd)) continue;
+      int domain = 0;
+      socklen_t length = sizeof domain;
+      if (::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &length) != 0 || domain != AF_UNIX) continue;
+      const int flags = ::fcntl(fd, F_GETFD);
+      if (flags < 0 || (flags & FD_CLOEXEC) != 0) continue;
+      ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+      marked.push_back(fd);
+    }
+  } SPANPROF_CATCH_ALL {
+    // Out of memory listing descriptors: they stay as libcurl made them.
+  }
+  return marked;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DETAIL_DELIVERY_HTTP_SOCKETS_HPP_
+// ---- end spanprof/detail/delivery/http_sockets.hpp ----
+// ---- begin spanprof/detail/delivery/http_client.hpp ----
+// The HTTP transport under the Pyroscope and OTLP uploaders: one POST at a time
+// over libcurl, on spanprof's background thread. Every failure comes back as data
+// in an HttpResponse — nothing is thrown — and classify() turns it into an
+// UploadResult the worker knows how to retry.
+//
+// Why the curl multi interface for a blocking call: curl_easy_perform only lets a
+// progress callback look at an abort flag about once a second while a server
+// stays silent. Driving the transfer ourselves in short poll slices lets shutdown
+// cut an upload short within tens of milliseconds, and costs nothing else.
+#ifndef SPANPROF_DETAIL_DELIVERY_HTTP_CLIENT_HPP_
+#define SPANPROF_DETAIL_DELIVERY_HTTP_CLIENT_HPP_
+
+
+// Only in builds with libcurl (SPANPROF_WITH_CURL=1, which the build systems set
+// when they link it).
+#if SPANPROF_WITH_CURL
+
+#include <curl/curl.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <ctime>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// curl_global_init is not thread-safe before libcurl 7.84, and curl_easy_init
+// calls it implicitly when nobody did: run it once, before any handle exists.
+// Never paired with curl_global_cleanup — the host (or another library) may use
+// libcurl too, and cleanup at exit races threads still running.
+SPANPROF_API inline CURLcode http_curl_global_init() noexcept {
+  static std::once_flag once;
+  static CURLcode result = CURLE_FAILED_INIT;
+  SPANPROF_TRY {
+    std::call_once(once, [] { result = curl_global_init(CURL_GLOBAL_DEFAULT); });
+  } SPANPROF_CATCH_ALL {
+    return CURLE_FAILED_INIT;
+  }
+  return result;
 }
 
 struct HttpHeaderListDeleter {
@@ -6353,38 +6460,13 @@ class HttpClient {
   char error_buffer_[CURL_ERROR_SIZE] = {};
 };
 
-// 2xx: ok. Transport errors, 408, 429 and 5xx: retryable. Anything else — another
-// 4xx, a redirect (not followed), a request that could not be made — permanent.
-// `what` prefixes the message, e.g. "pyroscope".
-inline UploadResult classify(const HttpResponse& response, std::string_view what) noexcept {
-  const long code = response.status;
-  const bool may_retry = response.transport_error || code == 408 || code == 429 || (code >= 500 && code <= 599);
-  if (!may_retry && code >= 200 && code <= 299) return UploadResult::ok();
-  std::string message;
-  SPANPROF_TRY {
-    if (!what.empty()) {
-      message.assign(what.data(), what.size());
-      message += ": ";
-    }
-    if (!response.error.empty()) {
-      message += response.error;
-    } else {
-      message += code != 0 ? "HTTP " + std::to_string(code) : std::string("request failed");
-    }
-    if (response.retry_after.count() >= 0)
-      message += " (Retry-After " + std::to_string(response.retry_after.count() / 1000) + " s)";
-  } SPANPROF_CATCH_ALL {
-  }
-  return may_retry ? UploadResult::retryable(message, response.retry_after) : UploadResult::permanent(message);
-}
-
 }  // namespace detail
 SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_WITH_CURL
 
-#endif  // SPANPROF_DELIVERY_HTTP_CLIENT_HPP_
-// ---- end spanprof/delivery/http_client.hpp ----
+#endif  // SPANPROF_DETAIL_DELIVERY_HTTP_CLIENT_HPP_
+// ---- end spanprof/detail/delivery/http_client.hpp ----
 // ---- begin spanprof/delivery/otlp_uploader.hpp ----
 // Sends each profile to an OpenTelemetry collector as OTLP/HTTP:
 //
@@ -6723,7 +6805,7 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DELIVERY_PYROSCOPE_UPLOADER_HPP_
 // ---- end spanprof/delivery/pyroscope_uploader.hpp ----
-// ---- begin spanprof/base/loader_lock_gate.hpp ----
+// ---- begin spanprof/detail/base/loader_lock_gate.hpp ----
 // spanprof's own holds on the dynamic loader's lock, so that fork() can wait
 // them out.
 //
@@ -6734,8 +6816,8 @@ SPANPROF_NAMESPACE_END
 // good, and its first sample, dlopen or dl_iterate_phdr would hang. The fork
 // prepare handler closes this gate and waits for those inside to leave; a
 // sample that finds the gate closed is dropped (and counted), a scan waits.
-#ifndef SPANPROF_BASE_LOADER_LOCK_GATE_HPP_
-#define SPANPROF_BASE_LOADER_LOCK_GATE_HPP_
+#ifndef SPANPROF_DETAIL_BASE_LOADER_LOCK_GATE_HPP_
+#define SPANPROF_DETAIL_BASE_LOADER_LOCK_GATE_HPP_
 
 
 #include <atomic>
@@ -6787,14 +6869,14 @@ SPANPROF_API inline LoaderLockGate& loader_lock_gate() noexcept {
 }  // namespace detail
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_BASE_LOADER_LOCK_GATE_HPP_
-// ---- end spanprof/base/loader_lock_gate.hpp ----
-// ---- begin spanprof/base/sha256.hpp ----
+#endif  // SPANPROF_DETAIL_BASE_LOADER_LOCK_GATE_HPP_
+// ---- end spanprof/detail/base/loader_lock_gate.hpp ----
+// ---- begin spanprof/detail/base/sha256.hpp ----
 // SHA-256 (FIPS 180-4), small and dependency-free: OpenTelemetry's profiling file id
 // (process.executable.build_id.htlhash) is one, and spanprof links no crypto
 // library. Not for anything secret: nothing here is constant-time.
-#ifndef SPANPROF_BASE_SHA256_HPP_
-#define SPANPROF_BASE_SHA256_HPP_
+#ifndef SPANPROF_DETAIL_BASE_SHA256_HPP_
+#define SPANPROF_DETAIL_BASE_SHA256_HPP_
 
 
 #include <algorithm>
@@ -6896,9 +6978,9 @@ class Sha256 {
 }  // namespace detail
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_BASE_SHA256_HPP_
-// ---- end spanprof/base/sha256.hpp ----
-// ---- begin spanprof/symbolization/elf_reader.hpp ----
+#endif  // SPANPROF_DETAIL_BASE_SHA256_HPP_
+// ---- end spanprof/detail/base/sha256.hpp ----
+// ---- begin spanprof/detail/symbolization/elf_reader.hpp ----
 // Reading the function symbols of one ELF image, a file or memory (the vDSO): the
 // symbol tables, the build id note, and the sorted list a lookup searches. The
 // ELF symbolizer (symbolization/elf_symbolizer.hpp) reads each loaded object with
@@ -6909,8 +6991,8 @@ SPANPROF_NAMESPACE_END
 // them is checked against the real size before it is used, and the file is
 // read with pread rather than mmap (a file shrinking under a mapping would
 // SIGBUS the process).
-#ifndef SPANPROF_SYMBOLIZATION_ELF_READER_HPP_
-#define SPANPROF_SYMBOLIZATION_ELF_READER_HPP_
+#ifndef SPANPROF_DETAIL_SYMBOLIZATION_ELF_READER_HPP_
+#define SPANPROF_DETAIL_SYMBOLIZATION_ELF_READER_HPP_
 
 
 #include <elf.h>
@@ -7410,9 +7492,9 @@ inline bool load_elf_function_symbols(const std::string& path, std::uintptr_t bi
 
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_SYMBOLIZATION_ELF_READER_HPP_
-// ---- end spanprof/symbolization/elf_reader.hpp ----
-// ---- begin spanprof/symbolization/dwarf_source.hpp ----
+#endif  // SPANPROF_DETAIL_SYMBOLIZATION_ELF_READER_HPP_
+// ---- end spanprof/detail/symbolization/elf_reader.hpp ----
+// ---- begin spanprof/detail/symbolization/dwarf_source.hpp ----
 // Source lines and inlined functions from DWARF, with elfutils' libdw
 // (SPANPROF_WITH_LIBDW=1): for a sampled address, the chain of functions the
 // compiler inlined there, innermost first, each with its file and line.
@@ -7426,8 +7508,8 @@ SPANPROF_NAMESPACE_END
 // unit's line table, and a walk down the one function's inlined copies. It runs on the
 // sender's thread only. A debug file that is damaged costs its lines, not the
 // profile: libdw reads every size against the file's.
-#ifndef SPANPROF_SYMBOLIZATION_DWARF_SOURCE_HPP_
-#define SPANPROF_SYMBOLIZATION_DWARF_SOURCE_HPP_
+#ifndef SPANPROF_DETAIL_SYMBOLIZATION_DWARF_SOURCE_HPP_
+#define SPANPROF_DETAIL_SYMBOLIZATION_DWARF_SOURCE_HPP_
 
 
 #if SPANPROF_WITH_LIBDW
@@ -7802,16 +7884,16 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_WITH_LIBDW
 
-#endif  // SPANPROF_SYMBOLIZATION_DWARF_SOURCE_HPP_
-// ---- end spanprof/symbolization/dwarf_source.hpp ----
-// ---- begin spanprof/symbolization/symbol_names.hpp ----
+#endif  // SPANPROF_DETAIL_SYMBOLIZATION_DWARF_SOURCE_HPP_
+// ---- end spanprof/detail/symbolization/dwarf_source.hpp ----
+// ---- begin spanprof/detail/symbolization/symbol_names.hpp ----
 // The name of a function as a user reads it in a profile, from the name in a
 // symbol table: demangled, and without the suffixes compilers give the copies they
 // make of a function. Kept apart from reading symbol tables
-// (symbolization/elf_reader.hpp): a name is shown the same way whatever read it,
+// (detail/symbolization/elf_reader.hpp): a name is shown the same way whatever read it,
 // and the functions here take a hostile file's names, so they are fuzzed alone.
-#ifndef SPANPROF_SYMBOLIZATION_SYMBOL_NAMES_HPP_
-#define SPANPROF_SYMBOLIZATION_SYMBOL_NAMES_HPP_
+#ifndef SPANPROF_DETAIL_SYMBOLIZATION_SYMBOL_NAMES_HPP_
+#define SPANPROF_DETAIL_SYMBOLIZATION_SYMBOL_NAMES_HPP_
 
 
 #include <cxxabi.h>
@@ -7879,17 +7961,17 @@ inline std::string strip_clone_suffixes(std::string name) {
 
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_SYMBOLIZATION_SYMBOL_NAMES_HPP_
-// ---- end spanprof/symbolization/symbol_names.hpp ----
-// ---- begin spanprof/symbolization/object_symbols.hpp ----
+#endif  // SPANPROF_DETAIL_SYMBOLIZATION_SYMBOL_NAMES_HPP_
+// ---- end spanprof/detail/symbolization/symbol_names.hpp ----
+// ---- begin spanprof/detail/symbolization/object_symbols.hpp ----
 // What one object file says about its own addresses (link-time, before a load bias
 // is added): the function there, from its symbol tables, and, built with libdw
 // (SPANPROF_WITH_LIBDW=1), the source line and the functions inlined there, from its
 // DWARF. The in-process symbolizer keeps one per loaded object
 // (symbolization/elf_symbolizer.hpp); spanprof-report one per object it names a
 // stripped program's frames from (--debug-dir).
-#ifndef SPANPROF_SYMBOLIZATION_OBJECT_SYMBOLS_HPP_
-#define SPANPROF_SYMBOLIZATION_OBJECT_SYMBOLS_HPP_
+#ifndef SPANPROF_DETAIL_SYMBOLIZATION_OBJECT_SYMBOLS_HPP_
+#define SPANPROF_DETAIL_SYMBOLIZATION_OBJECT_SYMBOLS_HPP_
 
 
 #include <cstddef>
@@ -7979,16 +8061,16 @@ class ObjectSymbols {
 }  // namespace detail
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_SYMBOLIZATION_OBJECT_SYMBOLS_HPP_
-// ---- end spanprof/symbolization/object_symbols.hpp ----
+#endif  // SPANPROF_DETAIL_SYMBOLIZATION_OBJECT_SYMBOLS_HPP_
+// ---- end spanprof/detail/symbolization/object_symbols.hpp ----
 // ---- begin spanprof/symbolization/elf_symbolizer.hpp ----
 // The default Symbolizer: reads the ELF symbol tables of the objects loaded in
 // this process, in-process and without external tools.
 //
 // This header finds the loaded objects (under the loader lock, without
 // allocating) and keeps what it learned: the objects, their symbols, resolved
-// addresses. Reading one ELF image is symbolization/elf_reader.hpp's job, naming
-// a function symbolization/symbol_names.hpp's.
+// addresses. Reading one ELF image is detail/symbolization/elf_reader.hpp's job, naming
+// a function detail/symbolization/symbol_names.hpp's.
 #ifndef SPANPROF_SYMBOLIZATION_ELF_SYMBOLIZER_HPP_
 #define SPANPROF_SYMBOLIZATION_ELF_SYMBOLIZER_HPP_
 
@@ -8240,7 +8322,7 @@ class ElfSymbolizer final : public Symbolizer {
       state.names.reserve(names);
       state.objects_wanted = state.segments_wanted = state.names_wanted = 0;
       state.first = true;
-      // Not while a fork is under way (base/loader_lock_gate.hpp): wait it out.
+      // Not while a fork is under way (detail/base/loader_lock_gate.hpp): wait it out.
       while (!loader_lock_gate().enter()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       ::dl_iterate_phdr(&ElfSymbolizer::scan_one, &state);
       loader_lock_gate().leave();
@@ -8457,11 +8539,11 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_SYMBOLIZATION_ELF_SYMBOLIZER_HPP_
 // ---- end spanprof/symbolization/elf_symbolizer.hpp ----
-// ---- begin spanprof/capture/cpu_tick_source.hpp ----
+// ---- begin spanprof/detail/capture/cpu_tick_source.hpp ----
 // A thread's CPU ticks: a perf_event task clock or a POSIX CPU timer that sends
 // the sample signal to the one thread it was made for, each time that thread has
 // run a random CPU-time interval. The thread's sampler
-// (capture/thread_stack_sampler.hpp) owns one and records a stack at each tick.
+// (detail/capture/thread_stack_sampler.hpp) owns one and records a stack at each tick.
 //
 // Why it is shaped like this (see docs/engines.md, docs/cost.md):
 //  * It signals only its own thread, so the handler records the stack of the
@@ -8480,8 +8562,8 @@ SPANPROF_NAMESPACE_END
 //    where a sample lands but not what it weighs.
 //  * Everything the handler calls here is async-signal-safe: a clock, an ioctl
 //    and a timer call.
-#ifndef SPANPROF_CAPTURE_CPU_TICK_SOURCE_HPP_
-#define SPANPROF_CAPTURE_CPU_TICK_SOURCE_HPP_
+#ifndef SPANPROF_DETAIL_CAPTURE_CPU_TICK_SOURCE_HPP_
+#define SPANPROF_DETAIL_CAPTURE_CPU_TICK_SOURCE_HPP_
 
 
 // Compiled out with the SDK, as the sampler that owns it.
@@ -8770,9 +8852,9 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_ENABLED
 
-#endif  // SPANPROF_CAPTURE_CPU_TICK_SOURCE_HPP_
-// ---- end spanprof/capture/cpu_tick_source.hpp ----
-// ---- begin spanprof/capture/sample_records.hpp ----
+#endif  // SPANPROF_DETAIL_CAPTURE_CPU_TICK_SOURCE_HPP_
+// ---- end spanprof/detail/capture/cpu_tick_source.hpp ----
+// ---- begin spanprof/detail/capture/sample_records.hpp ----
 // The packed records the sampling engines write on the request thread (CPU: in
 // the signal handler; heap: in the allocation hooks) and the worker reads back.
 // Writer and reader of each format live here together, so the two cannot drift.
@@ -8791,8 +8873,8 @@ SPANPROF_NAMESPACE_END
 //                      what a closed heap span hands to the worker.
 //
 // Writers are async-signal-safe: they only store words into preallocated memory.
-#ifndef SPANPROF_CAPTURE_SAMPLE_RECORDS_HPP_
-#define SPANPROF_CAPTURE_SAMPLE_RECORDS_HPP_
+#ifndef SPANPROF_DETAIL_CAPTURE_SAMPLE_RECORDS_HPP_
+#define SPANPROF_DETAIL_CAPTURE_SAMPLE_RECORDS_HPP_
 
 
 #include <cmath>
@@ -8964,9 +9046,9 @@ inline void read_heap_handoff_records(const std::vector<std::uint64_t>& words, R
 }  // namespace detail
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_CAPTURE_SAMPLE_RECORDS_HPP_
-// ---- end spanprof/capture/sample_records.hpp ----
-// ---- begin spanprof/capture/call_frame_info.hpp ----
+#endif  // SPANPROF_DETAIL_CAPTURE_SAMPLE_RECORDS_HPP_
+// ---- end spanprof/detail/capture/sample_records.hpp ----
+// ---- begin spanprof/detail/capture/call_frame_info.hpp ----
 // The unwind rules of one machine instruction, read from the DWARF call frame
 // information every loaded object carries in .eh_frame (what C++ exceptions use).
 //
@@ -8978,13 +9060,13 @@ SPANPROF_NAMESPACE_END
 //    on the caller's stack. No table is built ahead of time, so an object loaded a
 //    moment ago is covered at once and nothing needs refreshing.
 //  * Only reads the object's own read-only unwind data; reading the stack is the
-//    walker's job (capture/stack_walker.hpp), which checks every address.
+//    walker's job (detail/capture/stack_walker.hpp), which checks every address.
 //  * Entry and instruction lengths are checked against their entries, so a
 //    malformed table ends the walk instead of reading past it.
 //  * x86-64 only (its DWARF register numbers). Elsewhere the walker keeps
 //    gperftools' unwinder.
-#ifndef SPANPROF_CAPTURE_CALL_FRAME_INFO_HPP_
-#define SPANPROF_CAPTURE_CALL_FRAME_INFO_HPP_
+#ifndef SPANPROF_DETAIL_CAPTURE_CALL_FRAME_INFO_HPP_
+#define SPANPROF_DETAIL_CAPTURE_CALL_FRAME_INFO_HPP_
 
 
 #include <cstddef>
@@ -9531,9 +9613,91 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_HAS_CFI_WALKER
 
-#endif  // SPANPROF_CAPTURE_CALL_FRAME_INFO_HPP_
-// ---- end spanprof/capture/call_frame_info.hpp ----
-// ---- begin spanprof/capture/stack_walker.hpp ----
+#endif  // SPANPROF_DETAIL_CAPTURE_CALL_FRAME_INFO_HPP_
+// ---- end spanprof/detail/capture/call_frame_info.hpp ----
+// ---- begin spanprof/detail/capture/sampler_settings.hpp ----
+// What a thread's stack sampler is told by one spanprof::start(), and what its
+// signal carries: the sampler's settings, the tags of the ticker's signals, the
+// interrupted program counter, the clocks its records use.
+#ifndef SPANPROF_DETAIL_CAPTURE_SAMPLER_SETTINGS_HPP_
+#define SPANPROF_DETAIL_CAPTURE_SAMPLER_SETTINGS_HPP_
+
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include <time.h>
+#include <ucontext.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+inline constexpr int max_stack_depth_limit = 256;
+
+// Immutable sampler settings of one spanprof::start(); threads armed under an older
+// generation rebuild their sampler at their next guard.
+struct StackSamplerSettings {
+  std::uint64_t generation = 0;
+  CpuSampleSource source = CpuSampleSource::automatic;
+  int signal_number = 0;
+  std::int64_t period_ns = 10'000'000;       // mean CPU time between two CPU samples
+  std::int64_t wall_period_ns = 10'000'000;  // mean wall time between two wall ticks
+  int max_depth = 64;
+  std::size_t buffer_words = 0;
+  std::uint32_t idle_ticks_before_disarm = 200;
+  bool watch_cpu = true;  // Options::watch_cpu_ticks
+};
+
+inline std::int64_t monotonic_now_ns() noexcept {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe (vDSO)
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// The wall clock, for a profile's start time.
+inline std::int64_t realtime_now_ns() noexcept {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// What a wall tick carries (sigqueue value): a tag, and the thread's wall
+// generation when the ticker looked, so a tick that arrives after the span changed
+// is dropped.
+inline constexpr std::uint64_t wall_tick_tag = 0x5350'574Cull << 32;  // "SPWL"
+
+// What the ticker's CPU tick carries: the POSIX timer's sampling point it saw the
+// thread's CPU clock pass, which the kernel had not delivered yet (cpu_watch).
+inline constexpr std::uint64_t cpu_tick_tag = 0x5350'4350ull << 32;  // "SPCP"
+
+inline std::uintptr_t interrupted_pc(const void* ucontext) noexcept {
+  const auto* uc = static_cast<const ucontext_t*>(ucontext);
+#if defined(__x86_64__)
+  return static_cast<std::uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]);
+#elif defined(__aarch64__)
+  return static_cast<std::uintptr_t>(uc->uc_mcontext.pc);
+#elif defined(__i386__)
+  return static_cast<std::uintptr_t>(uc->uc_mcontext.gregs[REG_EIP]);
+#else
+  (void)uc;
+  return 0;
+#endif
+}
+
+// The sample signal whose handler the host replaced (0: none). Samplers on it
+// are not armed again; the next spanprof::start() picks another signal.
+SPANPROF_API inline std::atomic<int>& sample_signal_lost() noexcept {
+  static std::atomic<int> lost{0};
+  return lost;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DETAIL_CAPTURE_SAMPLER_SETTINGS_HPP_
+// ---- end spanprof/detail/capture/sampler_settings.hpp ----
+// ---- begin spanprof/detail/capture/stack_walker.hpp ----
 // Walks a thread's stack from a signal's context or from the current function,
 // taking no lock and allocating nothing: safe in the sample signal handler and
 // inside the allocator's hooks, whatever the interrupted thread holds.
@@ -9542,7 +9706,7 @@ SPANPROF_NAMESPACE_END
 //  * gperftools' walker (libunwind on Debian) takes the loader lock and a mutex of
 //    its own for every frame: a handler that interrupted a thread holding one of
 //    them waited for the other, and the host hung (the dlopen test, 3 runs in 91).
-//    This walker follows the call frame information (capture/call_frame_info.hpp),
+//    This walker follows the call frame information (detail/capture/call_frame_info.hpp),
 //    which needs neither, so -O2 code without frame pointers unwinds exactly.
 //  * Every stack read is checked: between the interrupted stack pointer and the
 //    top of the thread's stack a read is a plain load; anywhere else (a fiber's
@@ -9552,12 +9716,17 @@ SPANPROF_NAMESPACE_END
 //    checked against the stack pointer.
 //  * Each step must move up the stack (or cross a signal frame), so a corrupt
 //    stack ends the walk instead of looping.
-#ifndef SPANPROF_CAPTURE_STACK_WALKER_HPP_
-#define SPANPROF_CAPTURE_STACK_WALKER_HPP_
+#ifndef SPANPROF_DETAIL_CAPTURE_STACK_WALKER_HPP_
+#define SPANPROF_DETAIL_CAPTURE_STACK_WALKER_HPP_
 
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+
+#if !SPANPROF_HAS_CFI_WALKER
+#include <gperftools/profiler.h>
+#endif
 
 #include <pthread.h>
 #include <signal.h>
@@ -9893,11 +10062,51 @@ SPANPROF_ALWAYS_INLINE inline void capture_registers_here(cfi::Registers& regs) 
 }  // namespace detail
 SPANPROF_NAMESPACE_END
 
+#else  // !SPANPROF_HAS_CFI_WALKER
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// Where spanprof's own walker does not run: the signal handler's walk of the
+// interrupted stack with gperftools' unwinder, into `trace` (at most `max_depth`
+// frames, the interrupted PC first).
+inline int walk_with_gperftools(const void* ucontext, void** trace, int max_depth) noexcept {
+  // gperftools' unwinder. Depending on the unwind method the trace begins with
+  // this handler and the kernel's signal trampoline (libunwind) or directly at
+  // the interrupted instruction (frame pointers): find the interrupted PC in the
+  // first frames and start there. The walk takes the loader lock: not while a
+  // fork is under way (detail/base/loader_lock_gate.hpp).
+  constexpr int handler_frames_searched = 8;
+  void* raw[max_stack_depth_limit + handler_frames_searched];
+  if (!loader_lock_gate().enter()) return 0;
+  const int n = ProfilerGetStackTrace(raw, max_depth + handler_frames_searched, 0, ucontext);
+  loader_lock_gate().leave();
+  const std::uintptr_t pc = interrupted_pc(ucontext);
+  int first = -1;
+  for (int i = 0; i < n && i < handler_frames_searched; ++i) {
+    if (reinterpret_cast<std::uintptr_t>(raw[i]) == pc) {
+      first = i;
+      break;
+    }
+  }
+  // PC not in the trace (an unwinder that stops at the signal frame): keep the
+  // PC alone rather than a stack that starts inside spanprof.
+  const int callers_from = first >= 0 ? first + 1 : n;
+  int depth = 1 + std::max(0, n - callers_from);
+  if (depth > max_depth) depth = max_depth;
+  trace[0] = reinterpret_cast<void*>(pc);
+  for (int i = 1; i < depth; ++i) trace[i] = raw[callers_from + i - 1];
+  return depth;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
 #endif  // SPANPROF_HAS_CFI_WALKER
 
-#endif  // SPANPROF_CAPTURE_STACK_WALKER_HPP_
-// ---- end spanprof/capture/stack_walker.hpp ----
-// ---- begin spanprof/capture/thread_status.hpp ----
+#endif  // SPANPROF_DETAIL_CAPTURE_STACK_WALKER_HPP_
+// ---- end spanprof/detail/capture/stack_walker.hpp ----
+// ---- begin spanprof/detail/capture/thread_status.hpp ----
 // What one thread can learn about another without signalling it: where it is
 // blocked, how much CPU time it has used, whether it blocks a signal. The wall
 // ticker reads the first two at every tick to decide whether a thread needs a
@@ -9908,8 +10117,8 @@ SPANPROF_NAMESPACE_END
 //
 // Each reader takes the thread's kernel id and allocates nothing; what it reads
 // of kernel text fits a fixed buffer on the stack.
-#ifndef SPANPROF_CAPTURE_THREAD_STATUS_HPP_
-#define SPANPROF_CAPTURE_THREAD_STATUS_HPP_
+#ifndef SPANPROF_DETAIL_CAPTURE_THREAD_STATUS_HPP_
+#define SPANPROF_DETAIL_CAPTURE_THREAD_STATUS_HPP_
 
 
 // Compiled out with the SDK, as the sampler that uses it.
@@ -10012,13 +10221,13 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_ENABLED
 
-#endif  // SPANPROF_CAPTURE_THREAD_STATUS_HPP_
-// ---- end spanprof/capture/thread_status.hpp ----
-// ---- begin spanprof/capture/thread_stack_sampler.hpp ----
+#endif  // SPANPROF_DETAIL_CAPTURE_THREAD_STATUS_HPP_
+// ---- end spanprof/detail/capture/thread_status.hpp ----
+// ---- begin spanprof/detail/capture/thread_stack_sampler.hpp ----
 // A thread's sampler: the log of the stacks sampled on the thread, the span its
 // guards published, and the signal handler that records a stack on a CPU tick
-// (from the thread's CpuTickSource, capture/cpu_tick_source.hpp) or a wall tick
-// (from the wall ticker, capture/wall_ticker.hpp). capture/stack_sampler.hpp
+// (from the thread's CpuTickSource, detail/capture/cpu_tick_source.hpp) or a wall tick
+// (from the wall ticker, detail/capture/wall_ticker.hpp). detail/capture/stack_sampler.hpp
 // keeps the samplers of all threads and makes this one when a thread needs it;
 // it says why the engine is shaped as it is.
 //
@@ -10026,9 +10235,9 @@ SPANPROF_NAMESPACE_END
 // which: its own thread (the guards, and the handler that interrupts them), the
 // watchdog (the worker) and the wall ticker. The handler is async-signal-safe: it
 // touches only this thread's preallocated log, lock-free atomics and a stack
-// walker that takes no lock (capture/stack_walker.hpp).
-#ifndef SPANPROF_CAPTURE_THREAD_STACK_SAMPLER_HPP_
-#define SPANPROF_CAPTURE_THREAD_STACK_SAMPLER_HPP_
+// walker that takes no lock (detail/capture/stack_walker.hpp).
+#ifndef SPANPROF_DETAIL_CAPTURE_THREAD_STACK_SAMPLER_HPP_
+#define SPANPROF_DETAIL_CAPTURE_THREAD_STACK_SAMPLER_HPP_
 
 
 // Compiled out with the SDK: nothing here may reach gperftools then.
@@ -10050,86 +10259,6 @@ SPANPROF_NAMESPACE_END
 
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
-
-inline constexpr int max_stack_depth_limit = 256;
-
-// One open span of the thread, as the signal handler sees it. It lives in the
-// thread's sampler, never in the guard: a guard may end on another thread, or its
-// storage (a coroutine frame) may die while the thread that opened it still runs,
-// and the handler must never read a guard's memory then. Open spans form a stack of
-// slots linked innermost first; the guard keeps a ticket (slot and sequence number).
-struct ActiveSpan {
-  ProfileKinds kinds;                 // what this span profiles: cpu and/or wall
-  ProfileKinds recorded;              // kinds, and what the open spans around it profile
-  std::size_t log_start = 0;          // where this span's samples begin in the log
-  std::uint64_t dropped_at_start = 0;
-  // Set (by another thread, possibly) when the span ended elsewhere: its samples
-  // are no longer recorded. Null unless a guard asked (ScopedProfile::stop_sampling_when).
-  const std::atomic<bool>* stop = nullptr;
-  std::atomic<std::uint32_t> parent{0};  // 1 + the enclosing slot's index; 0: outermost
-  // sequence << 2 | SpanSlotState. Written by the owning thread, and once by a
-  // guard that closes on another thread (open -> dead, compare-and-swap).
-  std::atomic<std::uint32_t> state{0};
-};
-
-enum SpanSlotState : std::uint32_t { span_slot_free = 0, span_slot_open = 1, span_slot_dead = 2 };
-
-// Immutable sampler settings of one spanprof::start(); threads armed under an older
-// generation rebuild their sampler at their next guard.
-struct StackSamplerSettings {
-  std::uint64_t generation = 0;
-  CpuSampleSource source = CpuSampleSource::automatic;
-  int signal_number = 0;
-  std::int64_t period_ns = 10'000'000;       // mean CPU time between two CPU samples
-  std::int64_t wall_period_ns = 10'000'000;  // mean wall time between two wall ticks
-  int max_depth = 64;
-  std::size_t buffer_words = 0;
-  std::uint32_t idle_ticks_before_disarm = 200;
-  bool watch_cpu = true;  // Options::watch_cpu_ticks
-};
-
-inline std::int64_t monotonic_now_ns() noexcept {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe (vDSO)
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-// The wall clock, for a profile's start time.
-inline std::int64_t realtime_now_ns() noexcept {
-  timespec ts{};
-  ::clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-// What a wall tick carries (sigqueue value): a tag, and the thread's wall
-// generation when the ticker looked, so a tick that arrives after the span changed
-// is dropped.
-inline constexpr std::uint64_t wall_tick_tag = 0x5350'574Cull << 32;  // "SPWL"
-
-// What the ticker's CPU tick carries: the POSIX timer's sampling point it saw the
-// thread's CPU clock pass, which the kernel had not delivered yet (cpu_watch).
-inline constexpr std::uint64_t cpu_tick_tag = 0x5350'4350ull << 32;  // "SPCP"
-
-inline std::uintptr_t interrupted_pc(const void* ucontext) noexcept {
-  const auto* uc = static_cast<const ucontext_t*>(ucontext);
-#if defined(__x86_64__)
-  return static_cast<std::uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]);
-#elif defined(__aarch64__)
-  return static_cast<std::uintptr_t>(uc->uc_mcontext.pc);
-#elif defined(__i386__)
-  return static_cast<std::uintptr_t>(uc->uc_mcontext.gregs[REG_EIP]);
-#else
-  (void)uc;
-  return 0;
-#endif
-}
-
-// The sample signal whose handler the host replaced (0: none). Samplers on it
-// are not armed again; the next spanprof::start() picks another signal.
-SPANPROF_API inline std::atomic<int>& sample_signal_lost() noexcept {
-  static std::atomic<int> lost{0};
-  return lost;
-}
 
 class ThreadStackSampler {
  public:
@@ -10428,45 +10557,13 @@ class ThreadStackSampler {
   // still at its last two looks with no span open (most of a server's pool, waiting
   // for work) is read one look in eight (`look` counts the ticker's looks). `now`:
   // the ticker's monotonic clock.
-  CpuWatch cpu_watch(std::uint64_t look, std::int64_t now) noexcept {
-    if (!armed() || signal_blocked_.load(std::memory_order_relaxed) ||
-        sample_signal_lost().load(std::memory_order_relaxed) == settings_.signal_number)
-      return CpuWatch::nothing;
-    // A thread cannot have run past a point by the slack in less wall time than the
-    // slack since its outermost span opened or closed: those young spans and gaps,
-    // most of a busy server's, cost no read and are left to the kernel. The same for
-    // spans and gaps, so that neither gains samples at the other's cost.
-    if (now - outer_changed_ns_.load(std::memory_order_relaxed) < cpu_watch_slack_ns()) return CpuWatch::nothing;
-    if (top_.load(std::memory_order_relaxed) == 0 && ticker_.still_looks >= 2 && (look & 7) != 0)
-      return CpuWatch::nothing;
-    const std::int64_t point = cpu_.next_point_ns();
-    if (point == 0) return CpuWatch::nothing;
-    // Nor can it have run more CPU than the wall time since the last read: until
-    // then its point cannot be overdue, and it is not read.
-    if (ticker_.cpu_seen >= 0 && ticker_.cpu_seen + (now - ticker_.seen_at_ns) < point + cpu_watch_slack_ns())
-      return CpuWatch::nothing;
-    const std::int64_t cpu_ns = thread_cpu_ns(tid_);
-    ticker_.still_looks = cpu_ns == ticker_.cpu_seen ? ticker_.still_looks + 1 : 0;
-    ticker_.cpu_seen = cpu_ns;
-    ticker_.seen_at_ns = now;
-    if (point == ticker_.cpu_point_signalled || cpu_ns < point + cpu_watch_slack_ns()) return CpuWatch::nothing;
-    // Only while it is on a core: a thread's CPU clock moves between two reads then,
-    // and stands still while it waits for a core or blocks. A thread signalled off
-    // its core would take the sample where it was preempted, mostly at the system
-    // call that let the scheduler in, not where its CPU went; a blocked one would
-    // see its call interrupted.
-    if (thread_cpu_ns(tid_) == cpu_ns) return CpuWatch::late;
-    if (!send_tick(cpu_tick_tag)) return CpuWatch::nothing;
-    ticker_.cpu_point_signalled = point;
-    return CpuWatch::signalled;
-  }
+  inline CpuWatch cpu_watch(std::uint64_t look, std::int64_t now) noexcept;  // ticker_side.hpp
 
   // How late the kernel may be with a point before the ticker sends it: half a
   // period, at most 2 ms. Sooner, and the ticker would mostly race the kernel's own
   // tick on a machine with a core to spare; and its signals, which wait for the
   // thread's next instant on a core, land more often than the kernel's at the
-  // system call that let the scheduler in (measured: 4 threads on 2 cores, a hot
-  // loop that reads its CPU clock, 10 % of the samples in clock_gettime at no slack).
+  // system call that let the scheduler in (docs/engines.md).
   std::int64_t cpu_watch_slack_ns() const noexcept { return std::min<std::int64_t>(settings_.period_ns / 2, 2'000'000); }
 
   // Whether the CPU watch looks at this thread (an armed POSIX timer), and whether
@@ -10482,41 +10579,7 @@ class ThreadStackSampler {
   // EINTR); otherwise a signal, whose handler records the stack. True when a
   // signal was sent.
   enum class WallTick : std::uint8_t { none, confirmed, signalled, failed };
-  WallTick wall_tick(std::int64_t now_ns, std::int64_t mean_period_ns) noexcept {
-    if (signal_blocked_.load(std::memory_order_relaxed) ||
-        sample_signal_lost().load(std::memory_order_relaxed) == settings_.signal_number)
-      return WallTick::none;
-    if (wall_spans_.load(std::memory_order_acquire) == 0) {
-      ticker_.sampled_blocked = false;
-      return WallTick::none;
-    }
-    const std::uint32_t generation = wall_generation_.load(std::memory_order_acquire);
-    BlockedSite site;
-    const bool blocked = read_blocked_site(tid_, ticker_.syscall_fd, site);
-    const std::int64_t cpu_ns = thread_cpu_ns(tid_);
-    // "Still": almost no CPU time since the last sample found it blocked, and
-    // blocked at the same site now — or running for a moment between two waits at
-    // it (a loop around a short sleep counts as one wait, as in async-profiler's
-    // check).
-    const std::int64_t still_cpu_ns = std::min<std::int64_t>(500'000, mean_period_ns / 2);
-    if ((!blocked || site == ticker_.site) && ticker_.sampled_blocked && ticker_.generation == generation &&
-        cpu_ns >= 0 && cpu_ns - ticker_.cpu_ns < still_cpu_ns) {
-      const auto micros = static_cast<std::uint64_t>(now_ns / 1000) & ((std::uint64_t{1} << 48) - 1);
-      wall_confirmed_.store((static_cast<std::uint64_t>(generation & 0xFFFF) << 48) | micros,
-                            std::memory_order_release);
-      ticker_.cpu_ns = cpu_ns;
-      return WallTick::confirmed;
-    }
-    if (!send_tick(wall_tick_tag | generation)) {
-      ticker_.sampled_blocked = false;
-      return WallTick::failed;  // the thread exited, or its signal queue is full
-    }
-    ticker_.sampled_blocked = blocked;
-    ticker_.site = site;
-    ticker_.generation = generation;
-    ticker_.cpu_ns = cpu_ns;
-    return WallTick::signalled;
-  }
+  inline WallTick wall_tick(std::int64_t now_ns, std::int64_t mean_period_ns) noexcept;  // ticker_side.hpp
 
  private:
   // The ticker's signal to this thread, carrying `value` (a tag and its data).
@@ -10582,35 +10645,10 @@ class ThreadStackSampler {
   // walk must be skipped. The handler's own frames are never part of it.
   int walk_interrupted_stack(const void* ucontext, void** trace) noexcept {
 #if SPANPROF_HAS_CFI_WALKER
-    // Call frame information, read without a lock (capture/stack_walker.hpp).
+    // Call frame information, read without a lock (detail/capture/stack_walker.hpp).
     return walk_stack(registers_from_ucontext(ucontext), stack_top_, trace, settings_.max_depth, &rules_cache_);
 #else
-    // gperftools' unwinder. Depending on the unwind method the trace begins with
-    // this handler and the kernel's signal trampoline (libunwind) or directly at
-    // the interrupted instruction (frame pointers): find the interrupted PC in the
-    // first frames and start there. The walk takes the loader lock: not while a
-    // fork is under way (base/loader_lock_gate.hpp).
-    constexpr int handler_frames_searched = 8;
-    void* raw[max_stack_depth_limit + handler_frames_searched];
-    if (!loader_lock_gate().enter()) return 0;
-    const int n = ProfilerGetStackTrace(raw, settings_.max_depth + handler_frames_searched, 0, ucontext);
-    loader_lock_gate().leave();
-    const std::uintptr_t pc = interrupted_pc(ucontext);
-    int first = -1;
-    for (int i = 0; i < n && i < handler_frames_searched; ++i) {
-      if (reinterpret_cast<std::uintptr_t>(raw[i]) == pc) {
-        first = i;
-        break;
-      }
-    }
-    // PC not in the trace (an unwinder that stops at the signal frame): keep the
-    // PC alone rather than a stack that starts inside spanprof.
-    const int callers_from = first >= 0 ? first + 1 : n;
-    int depth = 1 + std::max(0, n - callers_from);
-    if (depth > settings_.max_depth) depth = settings_.max_depth;
-    trace[0] = reinterpret_cast<void*>(pc);
-    for (int i = 1; i < depth; ++i) trace[i] = raw[callers_from + i - 1];
-    return depth;
+    return walk_with_gperftools(ucontext, trace, settings_.max_depth);
 #endif
   }
 
@@ -10769,20 +10807,20 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_ENABLED
 
-#endif  // SPANPROF_CAPTURE_THREAD_STACK_SAMPLER_HPP_
-// ---- end spanprof/capture/thread_stack_sampler.hpp ----
-// ---- begin spanprof/capture/stack_sampler_list.hpp ----
+#endif  // SPANPROF_DETAIL_CAPTURE_THREAD_STACK_SAMPLER_HPP_
+// ---- end spanprof/detail/capture/thread_stack_sampler.hpp ----
+// ---- begin spanprof/detail/capture/stack_sampler_list.hpp ----
 // Where the samplers live: each thread owns its own (ThreadStackSamplerOwner, a
 // thread_local whose destructor runs at thread exit), and the process lists them
 // all, so that shutdown() can disarm them, stats() can count the armed ones, a
 // forked child can let go of its parent's, and the watchdog and the wall ticker
-// can look at every thread (capture/sample_signal.hpp, capture/wall_ticker.hpp).
+// can look at every thread (detail/capture/sample_signal.hpp, detail/capture/wall_ticker.hpp).
 //
 // The signal handler sees neither: it reads current_stack_sampler only
-// (capture/thread_stack_sampler.hpp), which the owner clears before a sampler is
+// (detail/capture/thread_stack_sampler.hpp), which the owner clears before a sampler is
 // freed.
-#ifndef SPANPROF_CAPTURE_STACK_SAMPLER_LIST_HPP_
-#define SPANPROF_CAPTURE_STACK_SAMPLER_LIST_HPP_
+#ifndef SPANPROF_DETAIL_CAPTURE_STACK_SAMPLER_LIST_HPP_
+#define SPANPROF_DETAIL_CAPTURE_STACK_SAMPLER_LIST_HPP_
 
 
 // Compiled out with the SDK, as the samplers it keeps.
@@ -10819,7 +10857,7 @@ struct StackSamplerList {
   }
 
   // Samplers whose thread exited while a guard it opened was still open on another
-  // thread (capture/thread_stack_sampler.hpp, ActiveSpan): that guard will write
+  // thread (detail/capture/thread_stack_sampler.hpp, ActiveSpan): that guard will write
   // its slot, so they are never freed. Kept here, not leaked: a few KiB each, only
   // for threads that exit with such a guard.
   ThreadStackSampler* left_behind = nullptr;
@@ -10886,20 +10924,20 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_ENABLED
 
-#endif  // SPANPROF_CAPTURE_STACK_SAMPLER_LIST_HPP_
-// ---- end spanprof/capture/stack_sampler_list.hpp ----
-// ---- begin spanprof/capture/sample_signal.hpp ----
+#endif  // SPANPROF_DETAIL_CAPTURE_STACK_SAMPLER_LIST_HPP_
+// ---- end spanprof/detail/capture/stack_sampler_list.hpp ----
+// ---- begin spanprof/detail/capture/sample_signal.hpp ----
 // The real-time signal samples arrive on: which one, its handler, and the
 // watchdog that notices when the host takes it back.
 //
-// Why it is shaped like this (see docs/host-safety.md; capture/stack_sampler.hpp
+// Why it is shaped like this (see docs/host-safety.md; detail/capture/stack_sampler.hpp
 // says why a real-time signal and not SIGPROF):
 //  * A signal the host handles stays the host's: spanprof picks a free one.
 //  * The host may still replace the handler, or block the signal on a thread,
 //    later: the watchdog stops sampling there and says so once, rather than let
 //    spanprof's signals reach the host's handler or pile up against a mask.
-#ifndef SPANPROF_CAPTURE_SAMPLE_SIGNAL_HPP_
-#define SPANPROF_CAPTURE_SAMPLE_SIGNAL_HPP_
+#ifndef SPANPROF_DETAIL_CAPTURE_SAMPLE_SIGNAL_HPP_
+#define SPANPROF_DETAIL_CAPTURE_SAMPLE_SIGNAL_HPP_
 
 
 // Compiled out with the SDK, as the samplers it serves.
@@ -11033,9 +11071,9 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_ENABLED
 
-#endif  // SPANPROF_CAPTURE_SAMPLE_SIGNAL_HPP_
-// ---- end spanprof/capture/sample_signal.hpp ----
-// ---- begin spanprof/capture/stack_sampler.hpp ----
+#endif  // SPANPROF_DETAIL_CAPTURE_SAMPLE_SIGNAL_HPP_
+// ---- end spanprof/detail/capture/sample_signal.hpp ----
+// ---- begin spanprof/detail/capture/stack_sampler.hpp ----
 // The sampling engine's per-thread half: a CPU-time source that signals only its
 // own thread, a signal handler that records the stack of the thread's active span
 // on a CPU tick or a wall tick (from the wall ticker, wall_ticker.hpp), and the
@@ -11052,26 +11090,26 @@ SPANPROF_NAMESPACE_END
 //    whose profiler stops gathering samples when someone else handles it.
 //  * The handler is async-signal-safe: it touches only this thread's preallocated
 //    log, lock-free atomics and a stack walker that takes no lock
-//    (capture/stack_walker.hpp). No malloc, lock or stdio.
+//    (detail/capture/stack_walker.hpp). No malloc, lock or stdio.
 //  * Wall samples are weighted by the wall time since the thread's previous one,
 //    measured on the thread itself, so a lost or dropped tick loses detail, never
 //    time; the ticker only decides when to look, and confirms without a signal that
 //    a blocked thread is still where its last sample found it.
 //
 // The engine, one job a header, lowest first:
-//  * capture/cpu_tick_source.hpp: the thread's CPU ticks (POSIX CPU timer or
+//  * detail/capture/cpu_tick_source.hpp: the thread's CPU ticks (POSIX CPU timer or
 //    perf_event) and their random periods;
-//  * capture/thread_status.hpp: what the ticker and the watchdog read about a
+//  * detail/capture/thread_status.hpp: what the ticker and the watchdog read about a
 //    thread without signalling it (/proc/self/task, its CPU clock);
-//  * capture/thread_stack_sampler.hpp: a thread's sampler, its log and the signal
+//  * detail/capture/thread_stack_sampler.hpp: a thread's sampler, its log and the signal
 //    handler;
-//  * capture/stack_sampler_list.hpp: the samplers of all threads, and each
+//  * detail/capture/stack_sampler_list.hpp: the samplers of all threads, and each
 //    thread's owner of its own;
-//  * capture/sample_signal.hpp: the sample signal's handler, and the watchdog;
+//  * detail/capture/sample_signal.hpp: the sample signal's handler, and the watchdog;
 //  * here: the guard's slow path that makes a thread's sampler. This is the header
 //    to include: it brings the others.
-#ifndef SPANPROF_CAPTURE_STACK_SAMPLER_HPP_
-#define SPANPROF_CAPTURE_STACK_SAMPLER_HPP_
+#ifndef SPANPROF_DETAIL_CAPTURE_STACK_SAMPLER_HPP_
+#define SPANPROF_DETAIL_CAPTURE_STACK_SAMPLER_HPP_
 
 
 // Compiled out with the SDK: nothing of the engine may reach gperftools then.
@@ -11157,153 +11195,20 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_ENABLED
 
-#endif  // SPANPROF_CAPTURE_STACK_SAMPLER_HPP_
-// ---- end spanprof/capture/stack_sampler.hpp ----
-// ---- begin spanprof/capture/tcmalloc_api.hpp ----
-// tcmalloc's hook and heap-profiler entry points, looked up at run time.
-//
-// Heap profiling works only when tcmalloc is the process's allocator, and a
-// service may get it by linking libtcmalloc or by LD_PRELOAD in production. Looking
-// the functions up with dlsym serves both, keeps programs that never profile the
-// heap free of a link dependency on tcmalloc, and lets a heap guard in a process
-// without tcmalloc report why instead of failing to link or silently recording
-// nothing.
-#ifndef SPANPROF_CAPTURE_TCMALLOC_API_HPP_
-#define SPANPROF_CAPTURE_TCMALLOC_API_HPP_
+#endif  // SPANPROF_DETAIL_CAPTURE_STACK_SAMPLER_HPP_
+// ---- end spanprof/detail/capture/stack_sampler.hpp ----
+// ---- begin spanprof/detail/capture/live_allocations.hpp ----
+// The sampled allocations still live, for the heap sampler (heap_sampler.hpp):
+// the new hook adds the allocation it samples, the delete hook (any thread) marks
+// it freed with one cache line scan and a CAS; while none is live, the delete hook
+// returns after one load.
+#ifndef SPANPROF_DETAIL_CAPTURE_LIVE_ALLOCATIONS_HPP_
+#define SPANPROF_DETAIL_CAPTURE_LIVE_ALLOCATIONS_HPP_
 
 
-#include <cstddef>
-
-#include <dlfcn.h>
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-using MallocNewHook = void (*)(const void* ptr, std::size_t size);
-using MallocDeleteHook = void (*)(const void* ptr);
-
-struct TcmallocApi {
-  // malloc_hook_c.h
-  int (*add_new_hook)(MallocNewHook) = nullptr;
-  int (*remove_new_hook)(MallocNewHook) = nullptr;
-  int (*add_delete_hook)(MallocDeleteHook) = nullptr;
-  int (*remove_delete_hook)(MallocDeleteHook) = nullptr;
-  // Stack of the code that called the allocator, the allocator's own frames and
-  // the hooks' removed. Valid only inside a hook.
-  int (*caller_stack_trace)(void** result, int max_depth, int skip_count) = nullptr;
-  // heap-profiler.h (libtcmalloc only, not libtcmalloc_minimal)
-  void (*heap_profiler_start)(const char* prefix) = nullptr;
-  void (*heap_profiler_stop)() = nullptr;
-  char* (*get_heap_profile)() = nullptr;
-  int (*is_heap_profiler_running)() = nullptr;
-  // The process's malloc is tcmalloc's: hooks only see allocations tcmalloc serves.
-  bool is_process_allocator = false;
-  // tcmalloc's code that calls the hooks and the allocator entry points around it
-  // (its sections google_malloc and malloc_hook, [start, stop)): a hook's stack
-  // walk drops these frames, as MallocHook_GetCallerStackTrace does. Zero when
-  // tcmalloc does not export the bounds (linked statically).
-  const char* hook_caller_start[2] = {};
-  const char* hook_caller_stop[2] = {};
-
-  bool in_hook_caller(const void* pc) const noexcept {
-    const auto* p = static_cast<const char*>(pc);
-    for (int i = 0; i < 2; ++i)
-      if (p >= hook_caller_start[i] && p < hook_caller_stop[i]) return true;
-    return false;
-  }
-
-  bool has_hooks() const noexcept {
-    return add_new_hook && remove_new_hook && add_delete_hook && remove_delete_hook && caller_stack_trace &&
-           is_process_allocator;
-  }
-  bool has_heap_profiler() const noexcept {
-    return heap_profiler_start && heap_profiler_stop && get_heap_profile && is_heap_profiler_running &&
-           is_process_allocator;
-  }
-};
-
-template <class Function>
-inline void resolve_symbol(Function& out, const char* name) noexcept {
-  out = reinterpret_cast<Function>(::dlsym(RTLD_DEFAULT, name));
-}
-
-SPANPROF_API inline const TcmallocApi& tcmalloc_api() noexcept {
-  static const TcmallocApi api = [] {
-    TcmallocApi a;
-    resolve_symbol(a.add_new_hook, "MallocHook_AddNewHook");
-    resolve_symbol(a.remove_new_hook, "MallocHook_RemoveNewHook");
-    resolve_symbol(a.add_delete_hook, "MallocHook_AddDeleteHook");
-    resolve_symbol(a.remove_delete_hook, "MallocHook_RemoveDeleteHook");
-    resolve_symbol(a.caller_stack_trace, "MallocHook_GetCallerStackTrace");
-    resolve_symbol(a.heap_profiler_start, "HeapProfilerStart");
-    resolve_symbol(a.heap_profiler_stop, "HeapProfilerStop");
-    resolve_symbol(a.get_heap_profile, "GetHeapProfile");
-    resolve_symbol(a.is_heap_profiler_running, "IsHeapProfilerRunning");
-    resolve_symbol(a.hook_caller_start[0], "__start_google_malloc");
-    resolve_symbol(a.hook_caller_stop[0], "__stop_google_malloc");
-    resolve_symbol(a.hook_caller_start[1], "__start_malloc_hook");
-    resolve_symbol(a.hook_caller_stop[1], "__stop_malloc_hook");
-    for (int i = 0; i < 2; ++i)
-      if (!a.hook_caller_start[i] || a.hook_caller_stop[i] <= a.hook_caller_start[i])
-        a.hook_caller_start[i] = a.hook_caller_stop[i] = nullptr;
-    // tcmalloc defines malloc as an alias of tc_malloc. If another allocator (glibc,
-    // a sanitizer, jemalloc) wins symbol resolution, the two differ and tcmalloc's
-    // hooks would never fire.
-    void* tc_malloc = ::dlsym(RTLD_DEFAULT, "tc_malloc");
-    a.is_process_allocator = tc_malloc != nullptr && tc_malloc == ::dlsym(RTLD_DEFAULT, "malloc");
-    return a;
-  }();
-  return api;
-}
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_CAPTURE_TCMALLOC_API_HPP_
-// ---- end spanprof/capture/tcmalloc_api.hpp ----
-// ---- begin spanprof/capture/heap_sampler.hpp ----
-// The sampling heap engine: tcmalloc's new/delete hooks attribute sampled
-// allocations to the calling thread's active heap span.
-//
-// Why it is shaped like this (see docs/heap.md):
-//  * Installed hooks make every allocation in the process leave tcmalloc's fast
-//    path, inert or not, so they are installed only while at least one heap scope is
-//    open. Opening and closing scopes is lock-free except for the 0 <-> 1 transitions.
-//  * The new hook costs a thread-local load for threads outside a heap scope and a
-//    subtraction inside one: an allocation is recorded once per ~interval bytes
-//    (exponentially distributed gaps, so every byte has the same chance), and the
-//    counts are scaled back to unbiased estimates as Go's allocation profile does.
-//  * Recording writes into a preallocated per-thread log: the hooks never allocate
-//    and never take a lock.
-//  * Frees happen on any thread. A fixed table of the sampled, still-live pointers
-//    lets the delete hook mark them freed with one cache line scan and a CAS; while
-//    no sampled allocation is live, the delete hook returns after one load.
-#ifndef SPANPROF_CAPTURE_HEAP_SAMPLER_HPP_
-#define SPANPROF_CAPTURE_HEAP_SAMPLER_HPP_
-
-
-#include <unwind.h>
-
-#include <algorithm>
 #include <atomic>
-#include <cmath>
+#include <cstddef>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
-#include <mutex>
-#include <new>
-#include <string>
-#include <vector>
-
-#include <time.h>
-
-#if defined(__GNUC__)
-// initial-exec: the hooks run inside malloc, where a lazily allocated TLS block (the
-// default for code in a dlopen'ed library) would recurse into malloc.
-#define SPANPROF_HOOK_TLS __attribute__((tls_model("initial-exec")))
-#else
-#define SPANPROF_HOOK_TLS
-#endif
 
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
@@ -11397,6 +11302,160 @@ SPANPROF_API inline LiveAllocationTable& live_allocations() noexcept {
   static LiveAllocationTable table;
   return table;
 }
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DETAIL_CAPTURE_LIVE_ALLOCATIONS_HPP_
+// ---- end spanprof/detail/capture/live_allocations.hpp ----
+// ---- begin spanprof/detail/capture/tcmalloc_api.hpp ----
+// tcmalloc's hook and heap-profiler entry points, looked up at run time.
+//
+// Heap profiling works only when tcmalloc is the process's allocator, and a
+// service may get it by linking libtcmalloc or by LD_PRELOAD in production. Looking
+// the functions up with dlsym serves both, keeps programs that never profile the
+// heap free of a link dependency on tcmalloc, and lets a heap guard in a process
+// without tcmalloc report why instead of failing to link or silently recording
+// nothing.
+#ifndef SPANPROF_DETAIL_CAPTURE_TCMALLOC_API_HPP_
+#define SPANPROF_DETAIL_CAPTURE_TCMALLOC_API_HPP_
+
+
+#include <cstddef>
+
+#include <dlfcn.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+using MallocNewHook = void (*)(const void* ptr, std::size_t size);
+using MallocDeleteHook = void (*)(const void* ptr);
+
+struct TcmallocApi {
+  // malloc_hook_c.h
+  int (*add_new_hook)(MallocNewHook) = nullptr;
+  int (*remove_new_hook)(MallocNewHook) = nullptr;
+  int (*add_delete_hook)(MallocDeleteHook) = nullptr;
+  int (*remove_delete_hook)(MallocDeleteHook) = nullptr;
+  // Stack of the code that called the allocator, the allocator's own frames and
+  // the hooks' removed. Valid only inside a hook.
+  int (*caller_stack_trace)(void** result, int max_depth, int skip_count) = nullptr;
+  // heap-profiler.h (libtcmalloc only, not libtcmalloc_minimal)
+  void (*heap_profiler_start)(const char* prefix) = nullptr;
+  void (*heap_profiler_stop)() = nullptr;
+  char* (*get_heap_profile)() = nullptr;
+  int (*is_heap_profiler_running)() = nullptr;
+  // The process's malloc is tcmalloc's: hooks only see allocations tcmalloc serves.
+  bool is_process_allocator = false;
+  // tcmalloc's code that calls the hooks and the allocator entry points around it
+  // (its sections google_malloc and malloc_hook, [start, stop)): a hook's stack
+  // walk drops these frames, as MallocHook_GetCallerStackTrace does. Zero when
+  // tcmalloc does not export the bounds (linked statically).
+  const char* hook_caller_start[2] = {};
+  const char* hook_caller_stop[2] = {};
+
+  bool in_hook_caller(const void* pc) const noexcept {
+    const auto* p = static_cast<const char*>(pc);
+    for (int i = 0; i < 2; ++i)
+      if (p >= hook_caller_start[i] && p < hook_caller_stop[i]) return true;
+    return false;
+  }
+
+  bool has_hooks() const noexcept {
+    return add_new_hook && remove_new_hook && add_delete_hook && remove_delete_hook && caller_stack_trace &&
+           is_process_allocator;
+  }
+  bool has_heap_profiler() const noexcept {
+    return heap_profiler_start && heap_profiler_stop && get_heap_profile && is_heap_profiler_running &&
+           is_process_allocator;
+  }
+};
+
+template <class Function>
+inline void resolve_symbol(Function& out, const char* name) noexcept {
+  out = reinterpret_cast<Function>(::dlsym(RTLD_DEFAULT, name));
+}
+
+SPANPROF_API inline const TcmallocApi& tcmalloc_api() noexcept {
+  static const TcmallocApi api = [] {
+    TcmallocApi a;
+    resolve_symbol(a.add_new_hook, "MallocHook_AddNewHook");
+    resolve_symbol(a.remove_new_hook, "MallocHook_RemoveNewHook");
+    resolve_symbol(a.add_delete_hook, "MallocHook_AddDeleteHook");
+    resolve_symbol(a.remove_delete_hook, "MallocHook_RemoveDeleteHook");
+    resolve_symbol(a.caller_stack_trace, "MallocHook_GetCallerStackTrace");
+    resolve_symbol(a.heap_profiler_start, "HeapProfilerStart");
+    resolve_symbol(a.heap_profiler_stop, "HeapProfilerStop");
+    resolve_symbol(a.get_heap_profile, "GetHeapProfile");
+    resolve_symbol(a.is_heap_profiler_running, "IsHeapProfilerRunning");
+    resolve_symbol(a.hook_caller_start[0], "__start_google_malloc");
+    resolve_symbol(a.hook_caller_stop[0], "__stop_google_malloc");
+    resolve_symbol(a.hook_caller_start[1], "__start_malloc_hook");
+    resolve_symbol(a.hook_caller_stop[1], "__stop_malloc_hook");
+    for (int i = 0; i < 2; ++i)
+      if (!a.hook_caller_start[i] || a.hook_caller_stop[i] <= a.hook_caller_start[i])
+        a.hook_caller_start[i] = a.hook_caller_stop[i] = nullptr;
+    // tcmalloc defines malloc as an alias of tc_malloc. If another allocator (glibc,
+    // a sanitizer, jemalloc) wins symbol resolution, the two differ and tcmalloc's
+    // hooks would never fire.
+    void* tc_malloc = ::dlsym(RTLD_DEFAULT, "tc_malloc");
+    a.is_process_allocator = tc_malloc != nullptr && tc_malloc == ::dlsym(RTLD_DEFAULT, "malloc");
+    return a;
+  }();
+  return api;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DETAIL_CAPTURE_TCMALLOC_API_HPP_
+// ---- end spanprof/detail/capture/tcmalloc_api.hpp ----
+// ---- begin spanprof/detail/capture/heap_sampler.hpp ----
+// The sampling heap engine: tcmalloc's new/delete hooks attribute sampled
+// allocations to the calling thread's active heap span.
+//
+// Why it is shaped like this (see docs/heap.md):
+//  * Installed hooks make every allocation in the process leave tcmalloc's fast
+//    path, inert or not, so they are installed only while at least one heap scope is
+//    open. Opening and closing scopes is lock-free except for the 0 <-> 1 transitions.
+//  * The new hook costs a thread-local load for threads outside a heap scope and a
+//    subtraction inside one: an allocation is recorded once per ~interval bytes
+//    (exponentially distributed gaps, so every byte has the same chance), and the
+//    counts are scaled back to unbiased estimates as Go's allocation profile does.
+//  * Recording writes into a preallocated per-thread log: the hooks never allocate
+//    and never take a lock.
+//  * Frees happen on any thread. A fixed table of the sampled, still-live pointers
+//    lets the delete hook mark them freed with one cache line scan and a CAS; while
+//    no sampled allocation is live, the delete hook returns after one load.
+#ifndef SPANPROF_DETAIL_CAPTURE_HEAP_SAMPLER_HPP_
+#define SPANPROF_DETAIL_CAPTURE_HEAP_SAMPLER_HPP_
+
+
+#include <unwind.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <string>
+#include <vector>
+
+#include <time.h>
+
+#if defined(__GNUC__)
+// initial-exec: the hooks run inside malloc, where a lazily allocated TLS block (the
+// default for code in a dlopen'ed library) would recurse into malloc.
+#define SPANPROF_HOOK_TLS __attribute__((tls_model("initial-exec")))
+#else
+#define SPANPROF_HOOK_TLS
+#endif
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
 
 // Heap spans a thread can nest; deeper ones are not heap-profiled (reported).
 inline constexpr std::uint32_t max_open_heap_spans = 32;
@@ -11892,14 +11951,14 @@ inline bool close_heap_span(HeapActiveSpan& span, HeapSpanResult& result, bool k
 }  // namespace detail
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_CAPTURE_HEAP_SAMPLER_HPP_
-// ---- end spanprof/capture/heap_sampler.hpp ----
-// ---- begin spanprof/base/thread_name.hpp ----
+#endif  // SPANPROF_DETAIL_CAPTURE_HEAP_SAMPLER_HPP_
+// ---- end spanprof/detail/capture/heap_sampler.hpp ----
+// ---- begin spanprof/detail/base/thread_name.hpp ----
 // The names of spanprof's own threads, as `top -H`, `ps -L`, gdb and perf show
 // them: a user who sees a thread of the host's process busy can tell that it is
 // spanprof's, and which part. At most 15 characters (the kernel's limit).
-#ifndef SPANPROF_BASE_THREAD_NAME_HPP_
-#define SPANPROF_BASE_THREAD_NAME_HPP_
+#ifndef SPANPROF_DETAIL_BASE_THREAD_NAME_HPP_
+#define SPANPROF_DETAIL_BASE_THREAD_NAME_HPP_
 
 
 #include <pthread.h>
@@ -11918,9 +11977,100 @@ inline void name_this_thread(const char* name) noexcept { (void)::pthread_setnam
 }  // namespace detail
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_BASE_THREAD_NAME_HPP_
-// ---- end spanprof/base/thread_name.hpp ----
-// ---- begin spanprof/capture/wall_ticker.hpp ----
+#endif  // SPANPROF_DETAIL_BASE_THREAD_NAME_HPP_
+// ---- end spanprof/detail/base/thread_name.hpp ----
+// ---- begin spanprof/detail/capture/ticker_side.hpp ----
+// The ticker's side of a thread's stack sampler (thread_stack_sampler.hpp): the
+// CPU watch and the wall tick, which the wall ticker's thread runs for each thread
+// under the sampler list's mutex (wall_ticker.hpp). Why each does what it does is
+// said where the class declares them.
+#ifndef SPANPROF_DETAIL_CAPTURE_TICKER_SIDE_HPP_
+#define SPANPROF_DETAIL_CAPTURE_TICKER_SIDE_HPP_
+
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+inline ThreadStackSampler::CpuWatch ThreadStackSampler::cpu_watch(std::uint64_t look, std::int64_t now) noexcept {
+  if (!armed() || signal_blocked_.load(std::memory_order_relaxed) ||
+      sample_signal_lost().load(std::memory_order_relaxed) == settings_.signal_number)
+    return CpuWatch::nothing;
+  // A thread cannot have run past a point by the slack in less wall time than the
+  // slack since its outermost span opened or closed: those young spans and gaps,
+  // most of a busy server's, cost no read and are left to the kernel. The same for
+  // spans and gaps, so that neither gains samples at the other's cost.
+  if (now - outer_changed_ns_.load(std::memory_order_relaxed) < cpu_watch_slack_ns()) return CpuWatch::nothing;
+  if (top_.load(std::memory_order_relaxed) == 0 && ticker_.still_looks >= 2 && (look & 7) != 0)
+    return CpuWatch::nothing;
+  const std::int64_t point = cpu_.next_point_ns();
+  if (point == 0) return CpuWatch::nothing;
+  // Nor can it have run more CPU than the wall time since the last read: until
+  // then its point cannot be overdue, and it is not read.
+  if (ticker_.cpu_seen >= 0 && ticker_.cpu_seen + (now - ticker_.seen_at_ns) < point + cpu_watch_slack_ns())
+    return CpuWatch::nothing;
+  const std::int64_t cpu_ns = thread_cpu_ns(tid_);
+  ticker_.still_looks = cpu_ns == ticker_.cpu_seen ? ticker_.still_looks + 1 : 0;
+  ticker_.cpu_seen = cpu_ns;
+  ticker_.seen_at_ns = now;
+  if (point == ticker_.cpu_point_signalled || cpu_ns < point + cpu_watch_slack_ns()) return CpuWatch::nothing;
+  // Only while it is on a core: a thread's CPU clock moves between two reads then,
+  // and stands still while it waits for a core or blocks. A thread signalled off
+  // its core would take the sample where it was preempted, mostly at the system
+  // call that let the scheduler in, not where its CPU went; a blocked one would
+  // see its call interrupted.
+  if (thread_cpu_ns(tid_) == cpu_ns) return CpuWatch::late;
+  if (!send_tick(cpu_tick_tag)) return CpuWatch::nothing;
+  ticker_.cpu_point_signalled = point;
+  return CpuWatch::signalled;
+}
+
+inline ThreadStackSampler::WallTick ThreadStackSampler::wall_tick(std::int64_t now_ns,
+                                                                  std::int64_t mean_period_ns) noexcept {
+  if (signal_blocked_.load(std::memory_order_relaxed) ||
+      sample_signal_lost().load(std::memory_order_relaxed) == settings_.signal_number)
+    return WallTick::none;
+  if (wall_spans_.load(std::memory_order_acquire) == 0) {
+    ticker_.sampled_blocked = false;
+    return WallTick::none;
+  }
+  const std::uint32_t generation = wall_generation_.load(std::memory_order_acquire);
+  BlockedSite site;
+  const bool blocked = read_blocked_site(tid_, ticker_.syscall_fd, site);
+  const std::int64_t cpu_ns = thread_cpu_ns(tid_);
+  // "Still": almost no CPU time since the last sample found it blocked, and
+  // blocked at the same site now — or running for a moment between two waits at
+  // it (a loop around a short sleep counts as one wait, as in async-profiler's
+  // check).
+  const std::int64_t still_cpu_ns = std::min<std::int64_t>(500'000, mean_period_ns / 2);
+  if ((!blocked || site == ticker_.site) && ticker_.sampled_blocked && ticker_.generation == generation &&
+      cpu_ns >= 0 && cpu_ns - ticker_.cpu_ns < still_cpu_ns) {
+    const auto micros = static_cast<std::uint64_t>(now_ns / 1000) & ((std::uint64_t{1} << 48) - 1);
+    wall_confirmed_.store((static_cast<std::uint64_t>(generation & 0xFFFF) << 48) | micros,
+                          std::memory_order_release);
+    ticker_.cpu_ns = cpu_ns;
+    return WallTick::confirmed;
+  }
+  if (!send_tick(wall_tick_tag | generation)) {
+    ticker_.sampled_blocked = false;
+    return WallTick::failed;  // the thread exited, or its signal queue is full
+  }
+  ticker_.sampled_blocked = blocked;
+  ticker_.site = site;
+  ticker_.generation = generation;
+  ticker_.cpu_ns = cpu_ns;
+  return WallTick::signalled;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DETAIL_CAPTURE_TICKER_SIDE_HPP_
+// ---- end spanprof/detail/capture/ticker_side.hpp ----
+// ---- begin spanprof/detail/capture/wall_ticker.hpp ----
 // The wall ticker: one background thread that, while any thread runs a
 // wall-profiled span, looks at those threads at random wall-clock intervals
 // (exponential around 1 / wall_frequency_hz) and has each take a sample of its
@@ -11938,8 +12088,8 @@ SPANPROF_NAMESPACE_END
 // Nothing runs for threads without a wall span: the ticker skips them, and once no
 // wall span has been open for a second it parks until one opens (the only time a
 // guard makes a system call for it).
-#ifndef SPANPROF_CAPTURE_WALL_TICKER_HPP_
-#define SPANPROF_CAPTURE_WALL_TICKER_HPP_
+#ifndef SPANPROF_DETAIL_CAPTURE_WALL_TICKER_HPP_
+#define SPANPROF_DETAIL_CAPTURE_WALL_TICKER_HPP_
 
 
 #if SPANPROF_ENABLED
@@ -12127,9 +12277,8 @@ class WallTicker {
         if (span_open) look.span_open = true;
         // Half the period while the kernel has been late in the last second; two
         // periods otherwise, when its own ticks come in time and the watch only
-        // makes sure they still do. A look is a wake-up and a switch on a busy core
-        // (15 µs of the ticker's CPU each on a 2-core VM), so a server whose kernel
-        // keeps time pays half as many as at one a period.
+        // makes sure they still do. A look is a wake-up and a switch on a busy core,
+        // so a server whose kernel keeps time pays half as many as at one a period.
         const std::int64_t period = sampler->settings().period_ns;
         const bool late_lately = now - last_late_ns_ < std::chrono::nanoseconds(linger).count();
         const std::int64_t interval = std::max<std::int64_t>(late_lately ? period / 2 : 2 * period, 1'000'000);
@@ -12166,9 +12315,9 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_ENABLED
 
-#endif  // SPANPROF_CAPTURE_WALL_TICKER_HPP_
-// ---- end spanprof/capture/wall_ticker.hpp ----
-// ---- begin spanprof/capture/gperftools_cpu_profile.hpp ----
+#endif  // SPANPROF_DETAIL_CAPTURE_WALL_TICKER_HPP_
+// ---- end spanprof/detail/capture/wall_ticker.hpp ----
+// ---- begin spanprof/detail/capture/gperftools_cpu_profile.hpp ----
 // Reader for the file gperftools' ProfilerStart() writes: the "legacy" binary CPU
 // profile. The classic engine profiles into such a file and converts it here.
 //
@@ -12180,8 +12329,8 @@ SPANPROF_NAMESPACE_END
 //
 // The file may be truncated (a crash mid-write) or not ours at all, so every read
 // is bounds-checked and each rejection says what was wrong and where.
-#ifndef SPANPROF_CAPTURE_GPERFTOOLS_CPU_PROFILE_HPP_
-#define SPANPROF_CAPTURE_GPERFTOOLS_CPU_PROFILE_HPP_
+#ifndef SPANPROF_DETAIL_CAPTURE_GPERFTOOLS_CPU_PROFILE_HPP_
+#define SPANPROF_DETAIL_CAPTURE_GPERFTOOLS_CPU_PROFILE_HPP_
 
 
 #include <cstddef>
@@ -12348,9 +12497,9 @@ inline bool parse_legacy_cpu_profile(std::string_view bytes, LegacyCpuProfile& o
 }  // namespace detail
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_CAPTURE_GPERFTOOLS_CPU_PROFILE_HPP_
-// ---- end spanprof/capture/gperftools_cpu_profile.hpp ----
-// ---- begin spanprof/capture/gperftools_heap_profile.hpp ----
+#endif  // SPANPROF_DETAIL_CAPTURE_GPERFTOOLS_CPU_PROFILE_HPP_
+// ---- end spanprof/detail/capture/gperftools_cpu_profile.hpp ----
+// ---- begin spanprof/detail/capture/gperftools_heap_profile.hpp ----
 // Reader for the text gperftools' GetHeapProfile() returns (heap-profiler.h, classic
 // heap mode), so a heap dump can be turned into pprof like a CPU profile:
 //
@@ -12364,8 +12513,8 @@ SPANPROF_NAMESPACE_END
 // dumps are named "heap_v2/<bytes per sample>". Writers pad differently, so any run of
 // blanks separates tokens. The text may be truncated or not a heap profile at all, so
 // every token is checked and each rejection names what was wrong and its 1-based line.
-#ifndef SPANPROF_CAPTURE_GPERFTOOLS_HEAP_PROFILE_HPP_
-#define SPANPROF_CAPTURE_GPERFTOOLS_HEAP_PROFILE_HPP_
+#ifndef SPANPROF_DETAIL_CAPTURE_GPERFTOOLS_HEAP_PROFILE_HPP_
+#define SPANPROF_DETAIL_CAPTURE_GPERFTOOLS_HEAP_PROFILE_HPP_
 
 
 #include <charconv>
@@ -12549,14 +12698,14 @@ inline bool parse_legacy_heap_profile(std::string_view text, LegacyHeapProfile& 
 }  // namespace detail
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_CAPTURE_GPERFTOOLS_HEAP_PROFILE_HPP_
-// ---- end spanprof/capture/gperftools_heap_profile.hpp ----
-// ---- begin spanprof/capture/captured_profile.hpp ----
+#endif  // SPANPROF_DETAIL_CAPTURE_GPERFTOOLS_HEAP_PROFILE_HPP_
+// ---- end spanprof/detail/capture/gperftools_heap_profile.hpp ----
+// ---- begin spanprof/detail/capture/captured_profile.hpp ----
 // What a guard hands to the background worker when its span closes, and how the
 // worker turns it into a RawProfile. The request thread only copies bytes out of
 // its log (or names a gperftools file); all parsing happens off the request path.
-#ifndef SPANPROF_CAPTURE_CAPTURED_PROFILE_HPP_
-#define SPANPROF_CAPTURE_CAPTURED_PROFILE_HPP_
+#ifndef SPANPROF_DETAIL_CAPTURE_CAPTURED_PROFILE_HPP_
+#define SPANPROF_DETAIL_CAPTURE_CAPTURED_PROFILE_HPP_
 
 
 #include <atomic>
@@ -12673,8 +12822,7 @@ inline bool unpack_captured_profile(CapturedProfile& captured) {
 //
 // Why: a record the request thread allocates and the worker frees makes glibc's
 // free() take the request thread's arena lock from the worker; a closing guard that
-// meets the worker there waits on a futex (measured: closes of ~1 us with a p99 of
-// 45-70 us, against ~4 us with the records recycled).
+// meets the worker there waits on a futex, and its tail latency is the worker's.
 //
 // The worker gives each processed record back with its buffers' capacity; a request
 // thread takes the whole spare list at once (an exchange: no ABA, no lock) into a
@@ -12784,9 +12932,9 @@ inline CapturedProfilePool& CapturedProfilePool::pool() noexcept { return captur
 }  // namespace detail
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_CAPTURE_CAPTURED_PROFILE_HPP_
-// ---- end spanprof/capture/captured_profile.hpp ----
-// ---- begin spanprof/delivery/hand_off.hpp ----
+#endif  // SPANPROF_DETAIL_CAPTURE_CAPTURED_PROFILE_HPP_
+// ---- end spanprof/detail/capture/captured_profile.hpp ----
+// ---- begin spanprof/detail/delivery/hand_off.hpp ----
 // The hand-off between request threads and the worker: a lock-free list that a
 // closing guard pushes its captured samples onto, and that the worker takes whole.
 //
@@ -12795,8 +12943,8 @@ SPANPROF_NAMESPACE_END
 // with drop_newest a push at capacity is refused (the caller drops and counts it);
 // with drop_oldest it may run over, up to twice the capacity, and the worker drops
 // the oldest beyond the capacity when it takes them.
-#ifndef SPANPROF_DELIVERY_HAND_OFF_HPP_
-#define SPANPROF_DELIVERY_HAND_OFF_HPP_
+#ifndef SPANPROF_DETAIL_DELIVERY_HAND_OFF_HPP_
+#define SPANPROF_DETAIL_DELIVERY_HAND_OFF_HPP_
 
 
 #include <algorithm>
@@ -12853,13 +13001,13 @@ class HandOff {
 }  // namespace detail
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_DELIVERY_HAND_OFF_HPP_
-// ---- end spanprof/delivery/hand_off.hpp ----
-// ---- begin spanprof/delivery/spool_format.hpp ----
+#endif  // SPANPROF_DETAIL_DELIVERY_HAND_OFF_HPP_
+// ---- end spanprof/detail/delivery/hand_off.hpp ----
+// ---- begin spanprof/detail/delivery/spool_format.hpp ----
 // The content of a spool file: a profile's metadata and the payload its uploader
 // sends, as bytes that a later process (perhaps a later version) reads back after
-// a restart. The names of the files are delivery/spool_names.hpp's, the directory
-// they live in delivery/spool.hpp's. A file is read as untrusted input (a power
+// a restart. The names of the files are detail/delivery/spool_names.hpp's, the directory
+// they live in detail/delivery/spool.hpp's. A file is read as untrusted input (a power
 // loss, a text-mode copy, another program), and fuzzed as such (fuzz_spool_file).
 //
 // Content (integers little-endian):
@@ -12874,8 +13022,8 @@ SPANPROF_NAMESPACE_END
 // fields without a version bump; a changed meaning needs a new version.
 // Version 1 stored pprof for every uploader; its files are refused (and removed)
 // as an unsupported version. EncodedProfile::profile is not stored.
-#ifndef SPANPROF_DELIVERY_SPOOL_FORMAT_HPP_
-#define SPANPROF_DELIVERY_SPOOL_FORMAT_HPP_
+#ifndef SPANPROF_DETAIL_DELIVERY_SPOOL_FORMAT_HPP_
+#define SPANPROF_DETAIL_DELIVERY_SPOOL_FORMAT_HPP_
 
 
 #include <algorithm>
@@ -13160,13 +13308,13 @@ inline bool decode(std::string_view bytes, std::string_view expected_uploader, E
 }  // namespace detail
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_DELIVERY_SPOOL_FORMAT_HPP_
-// ---- end spanprof/delivery/spool_format.hpp ----
-// ---- begin spanprof/delivery/spool_names.hpp ----
+#endif  // SPANPROF_DETAIL_DELIVERY_SPOOL_FORMAT_HPP_
+// ---- end spanprof/detail/delivery/spool_format.hpp ----
+// ---- begin spanprof/detail/delivery/spool_names.hpp ----
 // The names of a spool's files: which files in the directory are the spool's,
 // which uploader each belongs to and in what order they were stored. Kept apart
-// from the content (delivery/spool_format.hpp) and from the spool that keeps the
-// directory (delivery/spool.hpp): the names found in a directory are untrusted
+// from the content (detail/delivery/spool_format.hpp) and from the spool that keeps the
+// directory (detail/delivery/spool.hpp): the names found in a directory are untrusted
 // input, so their parser is fuzzed alone (fuzz_spool_name).
 //
 // Layout: one file per (uploader, profile) in one directory,
@@ -13182,8 +13330,8 @@ SPANPROF_NAMESPACE_END
 // Besides these the directory holds a file's hidden temporary name while it is
 // written (".<name>.tmp") and the spool's lock file; every other name in it is
 // somebody else's.
-#ifndef SPANPROF_DELIVERY_SPOOL_NAMES_HPP_
-#define SPANPROF_DELIVERY_SPOOL_NAMES_HPP_
+#ifndef SPANPROF_DETAIL_DELIVERY_SPOOL_NAMES_HPP_
+#define SPANPROF_DETAIL_DELIVERY_SPOOL_NAMES_HPP_
 
 
 #include <cstddef>
@@ -13329,9 +13477,9 @@ inline bool is_temp_name(std::string_view name) noexcept {
 }  // namespace detail
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_DELIVERY_SPOOL_NAMES_HPP_
-// ---- end spanprof/delivery/spool_names.hpp ----
-// ---- begin spanprof/delivery/spool.hpp ----
+#endif  // SPANPROF_DETAIL_DELIVERY_SPOOL_NAMES_HPP_
+// ---- end spanprof/detail/delivery/spool_names.hpp ----
+// ---- begin spanprof/detail/delivery/spool.hpp ----
 // A bounded on-disk spool: payloads an uploader could not deliver during an
 // outage wait here and are re-sent later, also by the next process after a
 // restart. A payload is what the uploader sends (a gzip'd pprof, an OTLP request,
@@ -13339,8 +13487,8 @@ SPANPROF_NAMESPACE_END
 // it again, so a re-send never re-encodes.
 //
 // This header keeps the directory: its lock, its index, the bound. What a file
-// holds is delivery/spool_format.hpp's, what it is called
-// delivery/spool_names.hpp's; both are included here, so an includer of this
+// holds is detail/delivery/spool_format.hpp's, what it is called
+// detail/delivery/spool_names.hpp's; both are included here, so an includer of this
 // header sees all three.
 //
 // A file appears whole or not at all: it is written under a hidden temporary name
@@ -13362,8 +13510,8 @@ SPANPROF_NAMESPACE_END
 // deleting the other's temporary files.
 //
 // Nothing here throws: every failure comes back as false plus a message.
-#ifndef SPANPROF_DELIVERY_SPOOL_HPP_
-#define SPANPROF_DELIVERY_SPOOL_HPP_
+#ifndef SPANPROF_DETAIL_DELIVERY_SPOOL_HPP_
+#define SPANPROF_DETAIL_DELIVERY_SPOOL_HPP_
 
 
 #include <algorithm>
@@ -13831,9 +13979,9 @@ class Spool {
 }  // namespace detail
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_DELIVERY_SPOOL_HPP_
-// ---- end spanprof/delivery/spool.hpp ----
-// ---- begin spanprof/profile/profile_batch.hpp ----
+#endif  // SPANPROF_DETAIL_DELIVERY_SPOOL_HPP_
+// ---- end spanprof/detail/delivery/spool.hpp ----
+// ---- begin spanprof/detail/profile/profile_batch.hpp ----
 // Merges the raw profiles of many spans (of one kind) into one profile, before
 // symbolization: identical (stack, span) samples become one sample with summed
 // values, and every sample keeps its own span's labels. One span's profile merges
@@ -13843,8 +13991,8 @@ SPANPROF_NAMESPACE_END
 // The batch also keeps the figures delivery cuts on: distinct samples, and an
 // estimate of the encoded size (pprof's uncompressed bytes, from above), so a
 // window can be sent before it outgrows a backend's limits.
-#ifndef SPANPROF_PROFILE_PROFILE_BATCH_HPP_
-#define SPANPROF_PROFILE_PROFILE_BATCH_HPP_
+#ifndef SPANPROF_DETAIL_PROFILE_PROFILE_BATCH_HPP_
+#define SPANPROF_DETAIL_PROFILE_PROFILE_BATCH_HPP_
 
 
 #include <algorithm>
@@ -13983,9 +14131,9 @@ class ProfileBatch {
 }  // namespace detail
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_PROFILE_PROFILE_BATCH_HPP_
-// ---- end spanprof/profile/profile_batch.hpp ----
-// ---- begin spanprof/delivery/sender.hpp ----
+#endif  // SPANPROF_DETAIL_PROFILE_PROFILE_BATCH_HPP_
+// ---- end spanprof/detail/profile/profile_batch.hpp ----
+// ---- begin spanprof/detail/delivery/sender.hpp ----
 // The sending half of the background worker: symbolizes and encodes what the
 // merger cut (a window's merged spans, or one span), and delivers it to the
 // uploaders of its lane, with retries, backoff and the spool.
@@ -14003,8 +14151,8 @@ SPANPROF_NAMESPACE_END
 // uploader sends — goes to the spool directory if one is configured, to be re-sent
 // oldest first once the backend answers again (also after a restart). Permanent
 // failures are never retried.
-#ifndef SPANPROF_DELIVERY_SENDER_HPP_
-#define SPANPROF_DELIVERY_SENDER_HPP_
+#ifndef SPANPROF_DETAIL_DELIVERY_SENDER_HPP_
+#define SPANPROF_DETAIL_DELIVERY_SENDER_HPP_
 
 
 #include <algorithm>
@@ -14534,9 +14682,9 @@ class Sender {
 }  // namespace detail
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_DELIVERY_SENDER_HPP_
-// ---- end spanprof/delivery/sender.hpp ----
-// ---- begin spanprof/delivery/worker.hpp ----
+#endif  // SPANPROF_DETAIL_DELIVERY_SENDER_HPP_
+// ---- end spanprof/detail/delivery/sender.hpp ----
+// ---- begin spanprof/detail/delivery/worker.hpp ----
 // The background half of the pipeline: the hand-off fed by request threads, a
 // merger thread that takes what they handed over, and a sender thread
 // (sender.hpp) that symbolizes, encodes and uploads.
@@ -14551,8 +14699,8 @@ SPANPROF_NAMESPACE_END
 // its repeated stacks merged, or the spans of a window merged into one profile per
 // kind (profile_batch.hpp), cut early at the uploader's limits. Uploaders that
 // want the same thing share a lane: one merge, one symbolization, one pprof.
-#ifndef SPANPROF_DELIVERY_WORKER_HPP_
-#define SPANPROF_DELIVERY_WORKER_HPP_
+#ifndef SPANPROF_DETAIL_DELIVERY_WORKER_HPP_
+#define SPANPROF_DETAIL_DELIVERY_WORKER_HPP_
 
 
 #include <algorithm>
@@ -14938,13 +15086,13 @@ class Worker {
 }  // namespace detail
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_DELIVERY_WORKER_HPP_
-// ---- end spanprof/delivery/worker.hpp ----
-// ---- begin spanprof/runtime/running_config.hpp ----
+#endif  // SPANPROF_DETAIL_DELIVERY_WORKER_HPP_
+// ---- end spanprof/detail/delivery/worker.hpp ----
+// ---- begin spanprof/detail/runtime/running_config.hpp ----
 // Internal. What one spanprof::start() configured, as guards and requests read it
 // on their slow paths, and the runtime as they hand profiles to it.
-#ifndef SPANPROF_RUNTIME_RUNNING_CONFIG_HPP_
-#define SPANPROF_RUNTIME_RUNNING_CONFIG_HPP_
+#ifndef SPANPROF_DETAIL_RUNTIME_RUNNING_CONFIG_HPP_
+#define SPANPROF_DETAIL_RUNTIME_RUNNING_CONFIG_HPP_
 
 
 #if SPANPROF_ENABLED
@@ -14996,9 +15144,9 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_ENABLED
 
-#endif  // SPANPROF_RUNTIME_RUNNING_CONFIG_HPP_
-// ---- end spanprof/runtime/running_config.hpp ----
-// ---- begin spanprof/runtime/config_retirement.hpp ----
+#endif  // SPANPROF_DETAIL_RUNTIME_RUNNING_CONFIG_HPP_
+// ---- end spanprof/detail/runtime/running_config.hpp ----
+// ---- begin spanprof/detail/runtime/config_retirement.hpp ----
 // Frees the running configurations that spanprof::start() and shutdown()
 // replaced, once no guard can still read them.
 //
@@ -15012,8 +15160,8 @@ SPANPROF_NAMESPACE_END
 //      that section as open or loads the new pointer; and
 //   2. no open guard pins its generation.
 // The guards pay two thread-local stores for this; the fence is the restart's.
-#ifndef SPANPROF_RUNTIME_CONFIG_RETIREMENT_HPP_
-#define SPANPROF_RUNTIME_CONFIG_RETIREMENT_HPP_
+#ifndef SPANPROF_DETAIL_RUNTIME_CONFIG_RETIREMENT_HPP_
+#define SPANPROF_DETAIL_RUNTIME_CONFIG_RETIREMENT_HPP_
 
 
 #if SPANPROF_ENABLED
@@ -15133,13 +15281,13 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_ENABLED
 
-#endif  // SPANPROF_RUNTIME_CONFIG_RETIREMENT_HPP_
-// ---- end spanprof/runtime/config_retirement.hpp ----
-// ---- begin spanprof/runtime/environment.hpp ----
+#endif  // SPANPROF_DETAIL_RUNTIME_CONFIG_RETIREMENT_HPP_
+// ---- end spanprof/detail/runtime/config_retirement.hpp ----
+// ---- begin spanprof/detail/runtime/environment.hpp ----
 // How spanprof reads environment variables: the readers of one value (a bounded
 // integer, a choice, a URL, a key=value list...) and EnvironmentSettings, what the
 // environment said once parsed. Which variables exist, and which reader and range
-// each one gets, is the table of runtime/settings.hpp; apply_environment()
+// each one gets, is the table of detail/runtime/settings.hpp; apply_environment()
 // (options-inl.hpp) turns the parsed environment into Options.
 //
 // Precedence, the same for every setting: code > environment > built-in default.
@@ -15149,8 +15297,8 @@ SPANPROF_NAMESPACE_END
 // A bad value never stops the program: it is recorded as a ConfigurationProblem
 // (start() reports each through the error channel and returns them all) and the
 // default is used instead; a bad value for a backend turns that uploader off.
-#ifndef SPANPROF_RUNTIME_ENVIRONMENT_HPP_
-#define SPANPROF_RUNTIME_ENVIRONMENT_HPP_
+#ifndef SPANPROF_DETAIL_RUNTIME_ENVIRONMENT_HPP_
+#define SPANPROF_DETAIL_RUNTIME_ENVIRONMENT_HPP_
 
 
 #include <cstdint>
@@ -15168,7 +15316,7 @@ SPANPROF_NAMESPACE_BEGIN
 
 namespace detail {
 
-struct Setting;  // runtime/setting.hpp
+struct Setting;  // detail/runtime/setting.hpp
 
 using KeyValues = std::vector<std::pair<std::string, std::string>>;
 
@@ -15348,10 +15496,10 @@ inline ConfigurationProblem environment_problem(const char* name, std::string_vi
 
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_RUNTIME_ENVIRONMENT_HPP_
-// ---- end spanprof/runtime/environment.hpp ----
-// ---- begin spanprof/runtime/setting.hpp ----
-// One row of the settings table (runtime/settings.hpp): a member of Options or an
+#endif  // SPANPROF_DETAIL_RUNTIME_ENVIRONMENT_HPP_
+// ---- end spanprof/detail/runtime/environment.hpp ----
+// ---- begin spanprof/detail/runtime/setting.hpp ----
+// One row of the settings table (detail/runtime/settings.hpp): a member of Options or an
 // environment variable, described once — its variable, the form and range of its
 // value, what it means — with the code that reads, prints, copies and checks it
 // generated from the member it names. Every reader of a setting works from this
@@ -15362,8 +15510,8 @@ SPANPROF_NAMESPACE_END
 // A row names its member by a path of member pointers (&Options::retry,
 // &RetryPolicy::max_attempts), rooted at Options or, for a variable that only feeds
 // an object spanprof builds, at EnvironmentSettings.
-#ifndef SPANPROF_RUNTIME_SETTING_HPP_
-#define SPANPROF_RUNTIME_SETTING_HPP_
+#ifndef SPANPROF_DETAIL_RUNTIME_SETTING_HPP_
+#define SPANPROF_DETAIL_RUNTIME_SETTING_HPP_
 
 
 #include <cstddef>
@@ -15841,9 +15989,9 @@ constexpr bool format_fits(const Setting& s) {
 
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_RUNTIME_SETTING_HPP_
-// ---- end spanprof/runtime/setting.hpp ----
-// ---- begin spanprof/runtime/settings.hpp ----
+#endif  // SPANPROF_DETAIL_RUNTIME_SETTING_HPP_
+// ---- end spanprof/detail/runtime/setting.hpp ----
+// ---- begin spanprof/detail/runtime/settings.hpp ----
 // Every setting of spanprof, declared once: the members of Options in the order of
 // the struct, each with its environment variable (or none), the form and range of
 // its value and its meaning; after an object member (the head sampler, the tail
@@ -15862,8 +16010,8 @@ SPANPROF_NAMESPACE_END
 // A new scalar option: its member in Options, its row here, and the docs
 // regenerated (SPANPROF_UPDATE_DOCS=1 on the configuration test); the test of
 // every variable asks for a good and a bad value.
-#ifndef SPANPROF_RUNTIME_SETTINGS_HPP_
-#define SPANPROF_RUNTIME_SETTINGS_HPP_
+#ifndef SPANPROF_DETAIL_RUNTIME_SETTINGS_HPP_
+#define SPANPROF_DETAIL_RUNTIME_SETTINGS_HPP_
 
 
 #include <algorithm>
@@ -16150,16 +16298,16 @@ inline void check_code_values(Options& options, std::vector<ConfigurationProblem
 
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_RUNTIME_SETTINGS_HPP_
-// ---- end spanprof/runtime/settings.hpp ----
-// ---- begin spanprof/runtime/options-inl.hpp ----
+#endif  // SPANPROF_DETAIL_RUNTIME_SETTINGS_HPP_
+// ---- end spanprof/detail/runtime/settings.hpp ----
+// ---- begin spanprof/detail/runtime/options-inl.hpp ----
 // What reads the environment into Options (options.hpp): Options(),
 // head_sampler_from_environment(), uploaders_from_environment(), describe(); each
-// walks the table of runtime/settings.hpp, and builds the objects its variables
+// walks the table of detail/runtime/settings.hpp, and builds the objects its variables
 // describe.
 // Compiled once per program, with the runtime (config.hpp).
-#ifndef SPANPROF_RUNTIME_OPTIONS_INL_HPP_
-#define SPANPROF_RUNTIME_OPTIONS_INL_HPP_
+#ifndef SPANPROF_DETAIL_RUNTIME_OPTIONS_INL_HPP_
+#define SPANPROF_DETAIL_RUNTIME_OPTIONS_INL_HPP_
 
 
 #include <memory>
@@ -16338,13 +16486,13 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DEFINE_RUNTIME
 
-#endif  // SPANPROF_RUNTIME_OPTIONS_INL_HPP_
-// ---- end spanprof/runtime/options-inl.hpp ----
-// ---- begin spanprof/runtime/process_context.hpp ----
+#endif  // SPANPROF_DETAIL_RUNTIME_OPTIONS_INL_HPP_
+// ---- end spanprof/detail/runtime/options-inl.hpp ----
+// ---- begin spanprof/detail/runtime/process_context.hpp ----
 // The process context (OpenTelemetry OTEP 4719, "process context"): a small
 // mapping named OTEL_CTX that a profiler outside the process finds in
 // /proc/<pid>/maps and reads, to learn which service the process is and how to
-// read its threads' contexts (span/thread_context.hpp): the names behind the
+// read its threads' contexts (detail/span/thread_context.hpp): the names behind the
 // attribute key indexes of otel_thread_ctx_v1's records.
 //
 // Opt-in (Options::publish_process_context, SPANPROF_PROCESS_CONTEXT=1):
@@ -16352,8 +16500,8 @@ SPANPROF_NAMESPACE_END
 // is not inherited by a forked child (MADV_DONTFORK), as the OTEP asks: a child
 // publishes its own when it starts spanprof. One writer: the runtime, under its
 // lifecycle lock. Never on a request thread.
-#ifndef SPANPROF_RUNTIME_PROCESS_CONTEXT_HPP_
-#define SPANPROF_RUNTIME_PROCESS_CONTEXT_HPP_
+#ifndef SPANPROF_DETAIL_RUNTIME_PROCESS_CONTEXT_HPP_
+#define SPANPROF_DETAIL_RUNTIME_PROCESS_CONTEXT_HPP_
 
 
 #include <cerrno>
@@ -16579,9 +16727,9 @@ class ProcessContextPublisher {
 
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_RUNTIME_PROCESS_CONTEXT_HPP_
-// ---- end spanprof/runtime/process_context.hpp ----
-// ---- begin spanprof/runtime/runtime_marker.hpp ----
+#endif  // SPANPROF_DETAIL_RUNTIME_PROCESS_CONTEXT_HPP_
+// ---- end spanprof/detail/runtime/process_context.hpp ----
+// ---- begin spanprof/detail/runtime/runtime_marker.hpp ----
 // Finds the other copies of spanprof's runtime in this process.
 //
 // A process has one runtime when every shared object links the compiled library
@@ -16593,8 +16741,8 @@ SPANPROF_NAMESPACE_END
 // read: a one-page private mapping of a memfd named "spanprof-runtime", which
 // /proc/self/maps lists by name, holding the copy's process id and identity.
 // A forked child inherits its parent's markers; the process id tells them apart.
-#ifndef SPANPROF_RUNTIME_RUNTIME_MARKER_HPP_
-#define SPANPROF_RUNTIME_RUNTIME_MARKER_HPP_
+#ifndef SPANPROF_DETAIL_RUNTIME_RUNTIME_MARKER_HPP_
+#define SPANPROF_DETAIL_RUNTIME_RUNTIME_MARKER_HPP_
 
 
 #if SPANPROF_ENABLED
@@ -16683,15 +16831,15 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_ENABLED
 
-#endif  // SPANPROF_RUNTIME_RUNTIME_MARKER_HPP_
-// ---- end spanprof/runtime/runtime_marker.hpp ----
-// ---- begin spanprof/runtime/runtime-inl.hpp ----
+#endif  // SPANPROF_DETAIL_RUNTIME_RUNTIME_MARKER_HPP_
+// ---- end spanprof/detail/runtime/runtime_marker.hpp ----
+// ---- begin spanprof/detail/runtime/runtime-inl.hpp ----
 // The runtime behind start(), flush(), shutdown() and stats() (runtime.hpp): the
 // running configuration, the background worker, fork handling. Compiled once per
 // program: in the source file that defines SPANPROF_IMPLEMENTATION, or in the
 // compiled library (config.hpp).
-#ifndef SPANPROF_RUNTIME_RUNTIME_INL_HPP_
-#define SPANPROF_RUNTIME_RUNTIME_INL_HPP_
+#ifndef SPANPROF_DETAIL_RUNTIME_RUNTIME_INL_HPP_
+#define SPANPROF_DETAIL_RUNTIME_RUNTIME_INL_HPP_
 
 
 #include <atomic>
@@ -17097,15 +17245,15 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_ENABLED && SPANPROF_DEFINE_RUNTIME
 
-#endif  // SPANPROF_RUNTIME_RUNTIME_INL_HPP_
-// ---- end spanprof/runtime/runtime-inl.hpp ----
-// ---- begin spanprof/capture/classic_cpu_engine.hpp ----
+#endif  // SPANPROF_DETAIL_RUNTIME_RUNTIME_INL_HPP_
+// ---- end spanprof/detail/runtime/runtime-inl.hpp ----
+// ---- begin spanprof/detail/capture/classic_cpu_engine.hpp ----
 // The classic engine: gperftools' own CPU profiler started and stopped around one
 // scope. gperftools allows one profile per process, and starting it allocates and
 // clears ~10 MiB (~5 ms), so this engine serves one scope at a time: a second
 // concurrent scope is told "busy" at once and is never made to wait.
-#ifndef SPANPROF_CAPTURE_CLASSIC_CPU_ENGINE_HPP_
-#define SPANPROF_CAPTURE_CLASSIC_CPU_ENGINE_HPP_
+#ifndef SPANPROF_DETAIL_CAPTURE_CLASSIC_CPU_ENGINE_HPP_
+#define SPANPROF_DETAIL_CAPTURE_CLASSIC_CPU_ENGINE_HPP_
 
 
 // Compiled out with the SDK: nothing here may reach gperftools then.
@@ -17186,15 +17334,15 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_ENABLED
 
-#endif  // SPANPROF_CAPTURE_CLASSIC_CPU_ENGINE_HPP_
-// ---- end spanprof/capture/classic_cpu_engine.hpp ----
-// ---- begin spanprof/capture/classic_heap_engine.hpp ----
+#endif  // SPANPROF_DETAIL_CAPTURE_CLASSIC_CPU_ENGINE_HPP_
+// ---- end spanprof/detail/capture/classic_cpu_engine.hpp ----
+// ---- begin spanprof/detail/capture/classic_heap_engine.hpp ----
 // The classic heap engine: gperftools' own heap profiler started and stopped around
 // one scope. It records every allocation of every thread (an alloc-heavy loop runs
 // ~30x slower) and there is one per process, so it serves one scope at a time: a
 // second concurrent scope is told "busy" at once and never waits.
-#ifndef SPANPROF_CAPTURE_CLASSIC_HEAP_ENGINE_HPP_
-#define SPANPROF_CAPTURE_CLASSIC_HEAP_ENGINE_HPP_
+#ifndef SPANPROF_DETAIL_CAPTURE_CLASSIC_HEAP_ENGINE_HPP_
+#define SPANPROF_DETAIL_CAPTURE_CLASSIC_HEAP_ENGINE_HPP_
 
 
 #include <atomic>
@@ -17285,8 +17433,8 @@ inline char* classic_heap_stop() noexcept {
 }  // namespace detail
 SPANPROF_NAMESPACE_END
 
-#endif  // SPANPROF_CAPTURE_CLASSIC_HEAP_ENGINE_HPP_
-// ---- end spanprof/capture/classic_heap_engine.hpp ----
+#endif  // SPANPROF_DETAIL_CAPTURE_CLASSIC_HEAP_ENGINE_HPP_
+// ---- end spanprof/detail/capture/classic_heap_engine.hpp ----
 // ---- begin spanprof/detail/hand_over.hpp ----
 // Internal. The one way a closing span hands a profile over, for a guard
 // (guard_core-inl.hpp) and for a request when it is delivered (request_state.hpp):

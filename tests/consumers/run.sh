@@ -192,14 +192,17 @@ variant libcxx-compiled clang++ -std=c++17 -stdlib=libc++ -O1 $strict -fno-excep
 ok "clang++ -stdlib=libc++ -fno-exceptions -fno-rtti against the compiled library: runs, delivers its profile"
 
 # ---- strict warnings ----------------------------------------------------------------
-# Each compiler and each standard once, with and without libcurl once each.
-for combo in "g++ 20 0" "clang++ 17 1"; do
+# Each compiler and each standard once (C++23: g++ 12 knows it by that name), with
+# and without libcurl; a handler file with clang++ in C++2b too.
+for combo in "g++ 20 0" "clang++ 17 1" "g++ 23 1"; do
   read -r cxx std curl <<<"$combo"
   # -O1: warnings that need the optimizer (maybe-uninitialized, ...) are seen.
   $cxx -std=c++$std -O1 $strict -DSPANPROF_WITH_CURL="$curl" -I "$root/include" -c "$here/strict_warnings.cpp" \
     -o "$work/strict.o"
   ok "strict warnings: $cxx -std=c++$std (curl $curl)"
 done
+clang++ -std=c++2b -O1 $strict -I "$root/include" -c "$here/handler.cpp" -o "$work/handler-2b.o"
+ok "strict warnings: clang++ -std=c++2b, a handler file"
 
 # ---- one clear error where a guard is misused ---------------------------------------
 check_one_error() {  # file, what it must say, what the check is called

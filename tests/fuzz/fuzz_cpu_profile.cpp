@@ -7,7 +7,7 @@
 // 1..4096 frames; a rejection says why and leaves nothing behind.
 #include "fuzz_support.hpp"
 
-#include <spanprof/capture/gperftools_cpu_profile.hpp>
+#include <spanprof/detail/capture/gperftools_cpu_profile.hpp>
 
 #include <cstddef>
 #include <cstdint>

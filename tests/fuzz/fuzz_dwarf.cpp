@@ -1,7 +1,7 @@
-// A hostile debug file for the DWARF reader (symbolization/dwarf_source.hpp, with
+// A hostile debug file for the DWARF reader (detail/symbolization/dwarf_source.hpp, with
 // libdw): a separate debug file of another build dropped under a build-id path, a
 // truncated download, or a file made to hurt the reader. Also what names a profile
-// later from such a file (symbolization/object_symbols.hpp, elf_segment_address,
+// later from such a file (detail/symbolization/object_symbols.hpp, elf_segment_address,
 // elf_htl_hash), as spanprof-report --debug-dir does.
 //
 // Input: one byte of options (bits 0-2: how many addresses past each function
@@ -13,8 +13,8 @@
 // out by ObjectSymbols are non-empty; the file id is 32 lowercase hex digits.
 #include "fuzz_support.hpp"
 
-#include <spanprof/symbolization/dwarf_source.hpp>
-#include <spanprof/symbolization/object_symbols.hpp>
+#include <spanprof/detail/symbolization/dwarf_source.hpp>
+#include <spanprof/detail/symbolization/object_symbols.hpp>
 
 #include <unistd.h>
 

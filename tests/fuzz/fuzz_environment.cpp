@@ -1,6 +1,6 @@
 // Every environment variable spanprof reads (the settings table,
-// runtime/settings.hpp), with any value an operator or a deployment template can
-// put there, and the text helpers under their parsers (base/text.hpp).
+// detail/runtime/settings.hpp), with any value an operator or a deployment template can
+// put there, and the text helpers under their parsers (detail/base/text.hpp).
 //
 // Input: records separated by NUL (a value can hold anything else); a record's
 // first byte picks a variable (the n-th row of the table that has one, modulo
@@ -20,11 +20,11 @@
 #define SPANPROF_IMPLEMENTATION
 #include "fuzz_support.hpp"
 
-#include <spanprof/base/text.hpp>
-#include <spanprof/runtime/environment.hpp>
+#include <spanprof/detail/base/text.hpp>
+#include <spanprof/detail/runtime/environment.hpp>
 #include <spanprof/runtime/options.hpp>
-#include <spanprof/runtime/options-inl.hpp>
-#include <spanprof/runtime/settings.hpp>
+#include <spanprof/detail/runtime/options-inl.hpp>
+#include <spanprof/detail/runtime/settings.hpp>
 
 #include <signal.h>
 #include <stdlib.h>
@@ -122,7 +122,7 @@ void check_settings(const sd::EnvironmentSettings& s) {
       SPANPROF_FUZZ_CHECK(!key.empty() && !sd::is_ascii_space(key.front()) && !sd::is_ascii_space(key.back()));
 }
 
-// base/text.hpp, under every parser: the number readers accept the whole text and
+// detail/base/text.hpp, under every parser: the number readers accept the whole text and
 // nothing else, whatever strtol or strtod would have let through.
 void check_text_helpers(std::string_view value) {
   const std::string_view trimmed = sd::trim_ascii_space(value);

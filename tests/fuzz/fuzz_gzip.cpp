@@ -6,7 +6,7 @@
 // decompresses back to itself; any input compresses and decompresses to itself.
 #include "fuzz_support.hpp"
 
-#include <spanprof/profile/gzip.hpp>
+#include <spanprof/detail/profile/gzip.hpp>
 
 #include <cstddef>
 #include <cstdint>

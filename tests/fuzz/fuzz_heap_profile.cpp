@@ -10,8 +10,8 @@
 // product passes int64 (they saturate).
 #include "fuzz_support.hpp"
 
-#include <spanprof/capture/captured_profile.hpp>
-#include <spanprof/capture/gperftools_heap_profile.hpp>
+#include <spanprof/detail/capture/captured_profile.hpp>
+#include <spanprof/detail/capture/gperftools_heap_profile.hpp>
 
 #include <cinttypes>
 #include <cstddef>

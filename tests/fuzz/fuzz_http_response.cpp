@@ -15,7 +15,7 @@
 // input.
 #include "fuzz_support.hpp"
 
-#include <spanprof/delivery/http_client.hpp>
+#include <spanprof/detail/delivery/http_client.hpp>
 
 #include <chrono>
 #include <cstddef>

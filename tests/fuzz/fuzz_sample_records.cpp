@@ -1,5 +1,5 @@
 // The packed records the sampling engines hand from a request thread to the worker
-// (capture/sample_records.hpp): stack records for CPU and wall profiles, heap
+// (detail/capture/sample_records.hpp): stack records for CPU and wall profiles, heap
 // hand-off records. Their writers run in signal handlers and allocation hooks; the
 // readers must stay inside the buffer whatever it holds, so a torn or
 // miscounted record costs samples, never memory safety.
@@ -11,7 +11,7 @@
 // a heap sample of a plausible size (under 1 TiB) counts >= 1 object and >= 0 bytes.
 #include "fuzz_support.hpp"
 
-#include <spanprof/capture/sample_records.hpp>
+#include <spanprof/detail/capture/sample_records.hpp>
 
 #include <cstddef>
 #include <cstdint>

@@ -13,7 +13,7 @@
 // encoder's order and no unknown records is byte-identical to its re-encoding.
 #include "fuzz_support.hpp"
 
-#include <spanprof/delivery/spool_format.hpp>
+#include <spanprof/detail/delivery/spool_format.hpp>
 
 #include <cstddef>
 #include <cstdint>

@@ -9,7 +9,7 @@
 // share files).
 #include "fuzz_support.hpp"
 
-#include <spanprof/delivery/spool_names.hpp>
+#include <spanprof/detail/delivery/spool_names.hpp>
 
 #include <cstddef>
 #include <cstdint>

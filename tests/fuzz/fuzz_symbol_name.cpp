@@ -9,7 +9,7 @@
 // issue (fuzz_support.hpp, README.md): such names skip demangle_symbol().
 #include "fuzz_support.hpp"
 
-#include <spanprof/symbolization/symbol_names.hpp>
+#include <spanprof/detail/symbolization/symbol_names.hpp>
 
 #include <cstddef>
 #include <cstdint>

@@ -3,7 +3,7 @@
 // sees only what it sets, whatever the shell running the suite exports.
 #pragma once
 
-#include <spanprof/runtime/settings.hpp>
+#include <spanprof/detail/runtime/settings.hpp>
 
 #include <cstdlib>
 #include <initializer_list>

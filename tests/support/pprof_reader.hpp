@@ -3,7 +3,7 @@
 // rather than on the model that went in. Deliberately independent of the writer.
 #pragma once
 
-#include <spanprof/profile/gzip.hpp>
+#include <spanprof/detail/profile/gzip.hpp>
 #include <spanprof/profile/profile.hpp>
 
 #include "command.hpp"

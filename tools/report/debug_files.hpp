@@ -6,16 +6,16 @@
 //   any ELF file under DIR           unstripped binaries (read for their build id once).
 // Function names come from the file's symbol tables and, built with libdw, lines and
 // inlined functions from its DWARF, the same way spanprof names frames in process
-// (spanprof/symbolization/object_symbols.hpp). A file that is not ELF, or is damaged,
+// (spanprof/detail/symbolization/object_symbols.hpp). A file that is not ELF, or is damaged,
 // names nothing and costs nothing else.
 #ifndef SPANPROF_TOOLS_REPORT_DEBUG_FILES_HPP_
 #define SPANPROF_TOOLS_REPORT_DEBUG_FILES_HPP_
 
 #include "profile_reader.hpp"
 
-#include <spanprof/symbolization/dwarf_source.hpp>
-#include <spanprof/symbolization/elf_reader.hpp>
-#include <spanprof/symbolization/object_symbols.hpp>
+#include <spanprof/detail/symbolization/dwarf_source.hpp>
+#include <spanprof/detail/symbolization/elf_reader.hpp>
+#include <spanprof/detail/symbolization/object_symbols.hpp>
 
 #include <cstddef>
 #include <cstdint>

@@ -14,8 +14,8 @@
 #ifndef SPANPROF_TOOLS_REPORT_PROFILE_READER_HPP_
 #define SPANPROF_TOOLS_REPORT_PROFILE_READER_HPP_
 
-#include <spanprof/delivery/spool_format.hpp>
-#include <spanprof/profile/gzip.hpp>
+#include <spanprof/detail/delivery/spool_format.hpp>
+#include <spanprof/detail/profile/gzip.hpp>
 #include <spanprof/profile/profile.hpp>
 
 #include <array>

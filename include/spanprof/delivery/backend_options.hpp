@@ -1,5 +1,5 @@
 // Where the HTTP uploaders send profiles: plain structs, filled from code or from
-// the environment (runtime/environment.hpp). Nothing here needs libcurl, so a
+// the environment (detail/runtime/environment.hpp). Nothing here needs libcurl, so a
 // build without it can still read and report these settings.
 #ifndef SPANPROF_DELIVERY_BACKEND_OPTIONS_HPP_
 #define SPANPROF_DELIVERY_BACKEND_OPTIONS_HPP_

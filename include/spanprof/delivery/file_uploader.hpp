@@ -10,7 +10,7 @@
 #define SPANPROF_DELIVERY_FILE_UPLOADER_HPP_
 
 #include <spanprof/config.hpp>
-#include <spanprof/base/filesystem.hpp>
+#include <spanprof/detail/base/filesystem.hpp>
 #include <spanprof/delivery/uploader.hpp>
 
 #include <cerrno>

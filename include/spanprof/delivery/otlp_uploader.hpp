@@ -12,9 +12,9 @@
 #define SPANPROF_DELIVERY_OTLP_UPLOADER_HPP_
 
 #include <spanprof/config.hpp>
-#include <spanprof/profile/gzip.hpp>
+#include <spanprof/detail/profile/gzip.hpp>
 #include <spanprof/delivery/backend_options.hpp>
-#include <spanprof/delivery/http_client.hpp>
+#include <spanprof/detail/delivery/http_client.hpp>
 #include <spanprof/delivery/uploader.hpp>
 #include <spanprof/profile/otlp_encoder.hpp>
 

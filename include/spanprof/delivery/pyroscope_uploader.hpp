@@ -17,10 +17,10 @@
 
 #include <spanprof/config.hpp>
 #include <spanprof/delivery/backend_options.hpp>
-#include <spanprof/delivery/http_client.hpp>
+#include <spanprof/detail/delivery/http_client.hpp>
 #include <spanprof/delivery/uploader.hpp>
 #include <spanprof/profile/pprof_encoder.hpp>
-#include <spanprof/profile/protobuf_writer.hpp>
+#include <spanprof/detail/profile/protobuf_writer.hpp>
 
 #include <algorithm>
 #include <cstdint>

@@ -3,20 +3,20 @@
 #ifndef SPANPROF_DETAIL_GUARD_CORE_INL_HPP_
 #define SPANPROF_DETAIL_GUARD_CORE_INL_HPP_
 
-#include <spanprof/base/counters.hpp>
+#include <spanprof/detail/base/counters.hpp>
 #include <spanprof/base/error.hpp>
-#include <spanprof/capture/captured_profile.hpp>
-#include <spanprof/capture/classic_cpu_engine.hpp>
-#include <spanprof/capture/classic_heap_engine.hpp>
-#include <spanprof/capture/heap_sampler.hpp>
-#include <spanprof/capture/sample_records.hpp>
-#include <spanprof/capture/stack_sampler.hpp>
-#include <spanprof/capture/wall_ticker.hpp>
+#include <spanprof/detail/capture/captured_profile.hpp>
+#include <spanprof/detail/capture/classic_cpu_engine.hpp>
+#include <spanprof/detail/capture/classic_heap_engine.hpp>
+#include <spanprof/detail/capture/heap_sampler.hpp>
+#include <spanprof/detail/capture/sample_records.hpp>
+#include <spanprof/detail/capture/stack_sampler.hpp>
+#include <spanprof/detail/capture/wall_ticker.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/detail/guard_core.hpp>
 #include <spanprof/detail/hand_over.hpp>
 #include <spanprof/detail/request_state.hpp>
-#include <spanprof/runtime/running_config.hpp>
+#include <spanprof/detail/runtime/running_config.hpp>
 #include <spanprof/policy/adaptive_trigger.hpp>
 #include <spanprof/policy/tail_policy.hpp>
 

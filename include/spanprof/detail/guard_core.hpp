@@ -6,11 +6,11 @@
 #ifndef SPANPROF_DETAIL_GUARD_CORE_HPP_
 #define SPANPROF_DETAIL_GUARD_CORE_HPP_
 
-#include <spanprof/base/counters.hpp>
+#include <spanprof/detail/base/counters.hpp>
 #include <spanprof/config.hpp>
-#include <spanprof/capture/span_handles.hpp>
+#include <spanprof/detail/capture/span_handles.hpp>
 #include <spanprof/profile/profile.hpp>
-#include <spanprof/runtime/guard_host.hpp>
+#include <spanprof/detail/runtime/guard_host.hpp>
 #include <spanprof/span/span_adapter.hpp>
 #include <spanprof/span/span_context.hpp>
 
@@ -188,7 +188,7 @@ class GuardCore {
   // Members of anonymous unions are left uninitialized by the constructors (their
   // types zero themselves otherwise); prepare() assigns them.
   union {
-    SpanSlotTicket ticket_;  // the span's slot in sampler_ (capture/thread_stack_sampler.hpp)
+    SpanSlotTicket ticket_;  // the span's slot in sampler_ (detail/capture/thread_stack_sampler.hpp)
   };
   union {
     HeapActiveSpan heap_record_;

@@ -6,10 +6,10 @@
 #define SPANPROF_DETAIL_HAND_OVER_HPP_
 
 #include <spanprof/base/error.hpp>
-#include <spanprof/capture/captured_profile.hpp>
+#include <spanprof/detail/capture/captured_profile.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/profile/profile.hpp>
-#include <spanprof/runtime/running_config.hpp>
+#include <spanprof/detail/runtime/running_config.hpp>
 #include <spanprof/span/span_context.hpp>
 
 #if SPANPROF_ENABLED

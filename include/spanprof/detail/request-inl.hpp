@@ -3,14 +3,14 @@
 #ifndef SPANPROF_DETAIL_REQUEST_INL_HPP_
 #define SPANPROF_DETAIL_REQUEST_INL_HPP_
 
-#include <spanprof/base/counters.hpp>
+#include <spanprof/detail/base/counters.hpp>
 #include <spanprof/base/error.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/detail/guard_core-inl.hpp>
 #include <spanprof/detail/request_state.hpp>
-#include <spanprof/runtime/running_config.hpp>
+#include <spanprof/detail/runtime/running_config.hpp>
 #include <spanprof/request.hpp>
-#include <spanprof/span/thread_context.hpp>
+#include <spanprof/detail/span/thread_context.hpp>
 
 #if SPANPROF_ENABLED && SPANPROF_DEFINE_RUNTIME
 

@@ -10,19 +10,19 @@
 #ifndef SPANPROF_DETAIL_REQUEST_STATE_HPP_
 #define SPANPROF_DETAIL_REQUEST_STATE_HPP_
 
-#include <spanprof/base/counters.hpp>
-#include <spanprof/capture/captured_profile.hpp>
-#include <spanprof/capture/heap_sampler.hpp>
-#include <spanprof/capture/sample_records.hpp>
-#include <spanprof/capture/thread_stack_sampler.hpp>
+#include <spanprof/detail/base/counters.hpp>
+#include <spanprof/detail/capture/captured_profile.hpp>
+#include <spanprof/detail/capture/heap_sampler.hpp>
+#include <spanprof/detail/capture/sample_records.hpp>
+#include <spanprof/detail/capture/thread_stack_sampler.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/detail/guard_core.hpp>
 #include <spanprof/detail/hand_over.hpp>
 #include <spanprof/policy/tail_policy.hpp>
 #include <spanprof/profile/profile.hpp>
-#include <spanprof/runtime/running_config.hpp>
+#include <spanprof/detail/runtime/running_config.hpp>
 #include <spanprof/span/span_context.hpp>
-#include <spanprof/span/thread_context.hpp>
+#include <spanprof/detail/span/thread_context.hpp>
 
 #if SPANPROF_ENABLED
 

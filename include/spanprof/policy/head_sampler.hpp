@@ -11,7 +11,7 @@
 //   RateLimitingSampler(rate, burst, clock)   at most `rate` spans a second
 //   SpanNameSampler(rules, default) per-span-name rules
 //   AllOfSampler / AnyOfSampler     composition
-//   (SPANPROF_SAMPLER & co. build them from the environment: runtime/environment.hpp)
+//   (SPANPROF_SAMPLER & co. build them from the environment: detail/runtime/environment.hpp)
 #ifndef SPANPROF_POLICY_HEAD_SAMPLER_HPP_
 #define SPANPROF_POLICY_HEAD_SAMPLER_HPP_
 

@@ -31,8 +31,8 @@
 
 #include <spanprof/base/status.hpp>
 #include <spanprof/config.hpp>
-#include <spanprof/profile/profile_builder.hpp>
-#include <spanprof/profile/protobuf_writer.hpp>
+#include <spanprof/detail/profile/profile_builder.hpp>
+#include <spanprof/detail/profile/protobuf_writer.hpp>
 #include <spanprof/profile/pprof_encoder.hpp>
 #include <spanprof/profile/profile.hpp>
 #include <spanprof/span/span_context.hpp>

@@ -3,11 +3,11 @@
 #ifndef SPANPROF_PROFILE_PPROF_ENCODER_HPP_
 #define SPANPROF_PROFILE_PPROF_ENCODER_HPP_
 
-#include <spanprof/base/index_table.hpp>
+#include <spanprof/detail/base/index_table.hpp>
 #include <spanprof/base/status.hpp>
 #include <spanprof/config.hpp>
-#include <spanprof/profile/gzip.hpp>
-#include <spanprof/profile/protobuf_writer.hpp>
+#include <spanprof/detail/profile/gzip.hpp>
+#include <spanprof/detail/profile/protobuf_writer.hpp>
 #include <spanprof/profile/profile.hpp>
 
 #include <cstdint>

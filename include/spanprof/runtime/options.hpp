@@ -9,7 +9,7 @@
 // Options(spanprof::ignore_environment) starts from the built-in defaults alone.
 // The built-in defaults are the initializers below, stated nowhere else. Each
 // member's variable, range and meaning is its row in the table of
-// runtime/settings.hpp, which docs/configuration.md shows; a new member needs a
+// detail/runtime/settings.hpp, which docs/configuration.md shows; a new member needs a
 // row there. What reads the environment is in options-inl.hpp, compiled with the
 // runtime (config.hpp).
 #ifndef SPANPROF_RUNTIME_OPTIONS_HPP_

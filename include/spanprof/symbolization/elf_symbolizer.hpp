@@ -3,17 +3,17 @@
 //
 // This header finds the loaded objects (under the loader lock, without
 // allocating) and keeps what it learned: the objects, their symbols, resolved
-// addresses. Reading one ELF image is symbolization/elf_reader.hpp's job, naming
-// a function symbolization/symbol_names.hpp's.
+// addresses. Reading one ELF image is detail/symbolization/elf_reader.hpp's job, naming
+// a function detail/symbolization/symbol_names.hpp's.
 #ifndef SPANPROF_SYMBOLIZATION_ELF_SYMBOLIZER_HPP_
 #define SPANPROF_SYMBOLIZATION_ELF_SYMBOLIZER_HPP_
 
 #include <spanprof/config.hpp>
 #include <spanprof/base/error.hpp>
-#include <spanprof/base/loader_lock_gate.hpp>
-#include <spanprof/symbolization/dwarf_source.hpp>
-#include <spanprof/symbolization/elf_reader.hpp>
-#include <spanprof/symbolization/object_symbols.hpp>
+#include <spanprof/detail/base/loader_lock_gate.hpp>
+#include <spanprof/detail/symbolization/dwarf_source.hpp>
+#include <spanprof/detail/symbolization/elf_reader.hpp>
+#include <spanprof/detail/symbolization/object_symbols.hpp>
 #include <spanprof/symbolization/symbolizer.hpp>
 
 #include <elf.h>
@@ -263,7 +263,7 @@ class ElfSymbolizer final : public Symbolizer {
       state.names.reserve(names);
       state.objects_wanted = state.segments_wanted = state.names_wanted = 0;
       state.first = true;
-      // Not while a fork is under way (base/loader_lock_gate.hpp): wait it out.
+      // Not while a fork is under way (detail/base/loader_lock_gate.hpp): wait it out.
       while (!loader_lock_gate().enter()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       ::dl_iterate_phdr(&ElfSymbolizer::scan_one, &state);
       loader_lock_gate().leave();

@@ -11,11 +11,11 @@
 // its fuzz_<target>.cpp describes.
 #include <spanprof/spanprof.hpp>
 
-#include <spanprof/capture/classic_cpu_engine.hpp>
-#include <spanprof/capture/classic_heap_engine.hpp>
-#include <spanprof/capture/sample_records.hpp>
-#include <spanprof/delivery/spool.hpp>
-#include <spanprof/runtime/settings.hpp>
+#include <spanprof/detail/capture/classic_cpu_engine.hpp>
+#include <spanprof/detail/capture/classic_heap_engine.hpp>
+#include <spanprof/detail/capture/sample_records.hpp>
+#include <spanprof/detail/delivery/spool.hpp>
+#include <spanprof/detail/runtime/settings.hpp>
 #include <spanprof/symbolization/elf_symbolizer.hpp>
 
 #include "support/http_server.hpp"

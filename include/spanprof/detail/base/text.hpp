@@ -1,0 +1,97 @@
+// Small ASCII text helpers and number parsers shared by the parsers of environment
+// variables and HTTP headers. Locale-independent on purpose: these are protocol strings.
+#ifndef SPANPROF_DETAIL_BASE_TEXT_HPP_
+#define SPANPROF_DETAIL_BASE_TEXT_HPP_
+
+#include <spanprof/config.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include <locale.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+constexpr bool is_ascii_space(char c) noexcept {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+constexpr std::string_view trim_ascii_space(std::string_view text) noexcept {
+  while (!text.empty() && is_ascii_space(text.front())) text.remove_prefix(1);
+  while (!text.empty() && is_ascii_space(text.back())) text.remove_suffix(1);
+  return text;
+}
+
+constexpr char ascii_lower(char c) noexcept { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+constexpr bool equals_ignoring_ascii_case(std::string_view a, std::string_view b) noexcept {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (ascii_lower(a[i]) != ascii_lower(b[i])) return false;
+  return true;
+}
+
+// A plain decimal integer, the whole text and nothing else (an optional sign, then
+// digits). No strtol: it skips leading blanks, accepts "0x" and depends on errno.
+inline bool parse_integer(std::string_view text, std::int64_t& out) noexcept {
+  bool negative = false;
+  if (!text.empty() && (text.front() == '-' || text.front() == '+')) {
+    negative = text.front() == '-';
+    text.remove_prefix(1);
+  }
+  if (text.empty() || text.size() > 18) return false;  // 18 digits always fit an int64
+  std::int64_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    value = value * 10 + (c - '0');
+  }
+  out = negative ? -value : value;
+  return true;
+}
+
+// A plain decimal number ("0.25", "1e-3", "10"), the whole text and nothing else:
+// NaN, infinities and hex floats are refused before strtod sees them, and strtod
+// runs in the "C" locale so a host that set a comma decimal locale still reads
+// "0.5" as a half.
+inline bool parse_decimal(std::string_view text, double& out) noexcept {
+  char buffer[128];
+  if (text.empty() || text.size() >= sizeof buffer) return false;
+  for (char c : text) {
+    const bool allowed = (c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-';
+    if (!allowed) return false;
+  }
+  std::copy(text.begin(), text.end(), buffer);
+  buffer[text.size()] = '\0';
+  const locale_t c_locale = ::newlocale(LC_NUMERIC_MASK, "C", static_cast<locale_t>(nullptr));
+  const locale_t previous = c_locale ? ::uselocale(c_locale) : static_cast<locale_t>(nullptr);
+  char* end = nullptr;
+  const double value = std::strtod(buffer, &end);
+  if (c_locale) {
+    ::uselocale(previous);
+    ::freelocale(c_locale);
+  }
+  if (end != buffer + text.size() || !std::isfinite(value)) return false;
+  out = value;
+  return true;
+}
+
+// Outside text echoed in a message: at most `max` bytes, "..." when cut, and
+// anything but printable ASCII as '?', so a message stays one short line that
+// cannot forge another or drive a terminal.
+inline std::string printable_excerpt(std::string_view text, std::size_t max) {
+  std::string out(text.substr(0, max));
+  for (char& c : out) c = c >= 0x20 && c < 0x7f ? c : '?';
+  if (text.size() > max) out += "...";
+  return out;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DETAIL_BASE_TEXT_HPP_

@@ -1,0 +1,194 @@
+// The packed records the sampling engines write on the request thread (CPU: in
+// the signal handler; heap: in the allocation hooks) and the worker reads back.
+// Writer and reader of each format live here together, so the two cannot drift.
+//
+//   stack record       [weight, depth, pc_0 ... pc_{depth-1}]
+//                      what the signal handler writes into a thread's sample log.
+//                      pc_0 is the interrupted instruction, the others return
+//                      addresses. A CPU record's weight word holds the sampling
+//                      periods it stands for (its sample count) and the thread's
+//                      CPU nanoseconds since the sample before; a wall record (wall_record_tag set in
+//                      the weight word) stands for the wall nanoseconds in the rest
+//                      of the word, which grow while the thread stays blocked there.
+//   heap log record    [size, live-table slot, live-table entry, depth, pc_0 ...]
+//                      in a thread's heap log while its span is open.
+//   heap hand-off      [size, live at span close (0/1), depth, pc_0 ...]
+//                      what a closed heap span hands to the worker.
+//
+// Writers are async-signal-safe: they only store words into preallocated memory.
+#ifndef SPANPROF_DETAIL_CAPTURE_SAMPLE_RECORDS_HPP_
+#define SPANPROF_DETAIL_CAPTURE_SAMPLE_RECORDS_HPP_
+
+#include <spanprof/config.hpp>
+#include <spanprof/profile/profile.hpp>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// ---- stack records (CPU and wall) -------------------------------------------------
+
+inline constexpr std::size_t stack_record_header_words = 2;
+inline constexpr std::uint64_t wall_record_tag = std::uint64_t{1} << 63;
+inline constexpr std::uint64_t wall_record_ns_mask = wall_record_tag - 1;
+
+// A CPU record's weight word: periods above bit 48 (at most 32767), CPU ns below
+// (at most 78 hours between two samples); bit 63 stays clear, as wall records' tag.
+inline constexpr unsigned cpu_record_periods_shift = 48;
+inline constexpr std::uint64_t cpu_record_ns_mask = (std::uint64_t{1} << cpu_record_periods_shift) - 1;
+inline constexpr std::uint64_t cpu_record_most_periods = 0x7FFF;
+
+constexpr std::uint64_t cpu_record_weight(std::uint64_t periods, std::uint64_t cpu_ns) noexcept {
+  return (periods < cpu_record_most_periods ? periods : cpu_record_most_periods) << cpu_record_periods_shift |
+         (cpu_ns < cpu_record_ns_mask ? cpu_ns : cpu_record_ns_mask);
+}
+constexpr std::uint64_t cpu_record_periods(std::uint64_t weight) noexcept {
+  return (weight >> cpu_record_periods_shift) & cpu_record_most_periods;
+}
+
+constexpr std::size_t stack_record_words(int depth) noexcept {
+  return stack_record_header_words + static_cast<std::size_t>(depth);
+}
+
+// `callers` holds depth - 1 return addresses, innermost first. `weight` is
+// cpu_record_weight() for a CPU record, wall_record_tag | nanoseconds for a wall record.
+inline void write_stack_record(std::uint64_t* out, std::uint64_t weight, std::uintptr_t pc, void* const* callers,
+                             int depth) noexcept {
+  out[0] = weight;
+  out[1] = static_cast<std::uint64_t>(depth);
+  out[2] = pc;
+  for (int i = 1; i < depth; ++i) out[2 + i] = reinterpret_cast<std::uintptr_t>(callers[i - 1]);
+}
+
+constexpr bool is_wall_record(const std::uint64_t* record) noexcept { return (record[0] & wall_record_tag) != 0; }
+
+// More wall time for the stack of the wall record at `record`.
+inline void add_wall_time(std::uint64_t* record, std::uint64_t ns) noexcept {
+  const std::uint64_t total = (record[0] & wall_record_ns_mask) + ns;
+  record[0] = wall_record_tag | (total < wall_record_ns_mask ? total : wall_record_ns_mask);
+}
+
+// Calls `visit(const std::uint64_t* record, std::size_t words)` for each
+// well-formed record; stops at the first malformed one.
+template <class Visit>
+void for_each_stack_record(const std::uint64_t* words, std::size_t count, Visit&& visit) {
+  std::size_t i = 0;
+  while (i + stack_record_header_words <= count) {
+    const std::uint64_t depth = words[i + 1];
+    if (depth == 0 || depth > count - i - stack_record_header_words) break;
+    const std::size_t size = stack_record_header_words + static_cast<std::size_t>(depth);
+    visit(words + i, size);
+    i += size;
+  }
+}
+
+// Appends the records of one kind (CPU or wall) as they are: the log holds what
+// every open span asked for, and each profile takes the records of its kind.
+inline void append_stack_records(const std::uint64_t* words, std::size_t count, ProfileKind kind,
+                                 std::vector<std::uint64_t>& out) {
+  const bool wall = kind == ProfileKind::wall;
+  for_each_stack_record(words, count, [&](const std::uint64_t* record, std::size_t size) {
+    if (is_wall_record(record) == wall) out.insert(out.end(), record, record + size);
+  });
+}
+
+// Appends the records of profile.kind (CPU or wall) as samples: CPU values
+// {samples, cpu ns}, wall values {samples, wall ns}.
+inline void read_stack_records(const std::uint64_t* words, std::size_t count, RawProfile& profile) {
+  const bool wall = profile.kind == ProfileKind::wall;
+  for_each_stack_record(words, count, [&](const std::uint64_t* record, std::size_t) {
+    if (is_wall_record(record) != wall) return;
+    RawSample sample;
+    if (wall) sample.values = {1, static_cast<std::int64_t>(record[0] & wall_record_ns_mask)};
+    else
+      sample.values = {static_cast<std::int64_t>(cpu_record_periods(record[0])),
+                       static_cast<std::int64_t>(record[0] & cpu_record_ns_mask)};
+    const std::uint64_t* pcs = record + stack_record_header_words;
+    sample.frames.assign(pcs, pcs + record[1]);
+    profile.samples.push_back(std::move(sample));
+  });
+}
+
+// ---- heap -----------------------------------------------------------------------
+
+inline constexpr std::size_t heap_log_header_words = 4;
+inline constexpr std::size_t heap_handoff_header_words = 3;
+
+// The stack is captured straight into the record (pcs start at
+// heap_log_header_words); the header is written once its depth is known.
+inline void write_heap_log_header(std::uint64_t* record, std::uint64_t size, std::uint64_t slot, std::uint64_t entry,
+                                  int depth) noexcept {
+  record[0] = size;
+  record[1] = slot;
+  record[2] = entry;
+  record[3] = static_cast<std::uint64_t>(depth);
+}
+
+struct HeapLogRecord {
+  std::uint64_t size, slot, entry;
+  std::size_t depth;
+  const std::uint64_t* pcs;
+};
+
+inline HeapLogRecord read_heap_log_record(const std::uint64_t* record) noexcept {
+  return {record[0], record[1], record[2], static_cast<std::size_t>(record[3]), record + heap_log_header_words};
+}
+
+constexpr std::size_t heap_log_record_words(std::size_t depth) noexcept { return heap_log_header_words + depth; }
+
+// Throws std::bad_alloc like the vector it appends to.
+inline void append_heap_handoff_record(std::vector<std::uint64_t>& out, const HeapLogRecord& record, bool live) {
+  out.push_back(record.size);
+  out.push_back(live ? 1 : 0);
+  out.push_back(record.depth);
+  out.insert(out.end(), record.pcs, record.pcs + record.depth);
+}
+
+// An allocation of `size` bytes is sampled with probability 1 - exp(-size/interval);
+// dividing by that probability makes the expected totals exact (Go's
+// scaleHeapSample). Returns the number of allocations one sample stands for.
+inline double heap_sample_scale(double size, double interval) noexcept {
+  if (interval <= 1 || size <= 0) return 1.0;
+  const double probability = -std::expm1(-size / interval);
+  return probability > 0 ? 1.0 / probability : 1.0;
+}
+
+// A scaled count or byte total, rounded and saturated: a product past int64 (from
+// a corrupt or hostile record) must not wrap to a negative value in the profile.
+inline std::int64_t rounded_count(double value) noexcept {
+  if (!(value > 0)) return 0;  // NaN too
+  if (value >= 0x1p63) return std::numeric_limits<std::int64_t>::max();
+  return static_cast<std::int64_t>(std::llround(value));
+}
+
+// Appends one heap sample per hand-off record with scaled values {alloc_objects,
+// alloc_space, inuse_objects, inuse_space}; stops at the first malformed record.
+inline void read_heap_handoff_records(const std::vector<std::uint64_t>& words, RawProfile& profile) {
+  std::size_t i = 0;
+  const double interval = static_cast<double>(profile.heap_interval_bytes);
+  while (i + heap_handoff_header_words <= words.size()) {
+    const double size = static_cast<double>(words[i]);
+    const bool live = words[i + 1] != 0;
+    const std::uint64_t depth = words[i + 2];
+    if (depth == 0 || depth > words.size() - i - heap_handoff_header_words) break;
+    const double scale = heap_sample_scale(size, interval);
+    const std::int64_t objects = rounded_count(scale);
+    const std::int64_t bytes = rounded_count(scale * size);
+    RawSample sample;
+    sample.values = {objects, bytes, live ? objects : 0, live ? bytes : 0};
+    const std::uint64_t* pcs = words.data() + i + heap_handoff_header_words;
+    sample.frames.assign(pcs, pcs + depth);
+    profile.samples.push_back(std::move(sample));
+    i += heap_handoff_header_words + depth;
+  }
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DETAIL_CAPTURE_SAMPLE_RECORDS_HPP_

@@ -1,0 +1,82 @@
+// What a thread's stack sampler is told by one spanprof::start(), and what its
+// signal carries: the sampler's settings, the tags of the ticker's signals, the
+// interrupted program counter, the clocks its records use.
+#ifndef SPANPROF_DETAIL_CAPTURE_SAMPLER_SETTINGS_HPP_
+#define SPANPROF_DETAIL_CAPTURE_SAMPLER_SETTINGS_HPP_
+
+#include <spanprof/capture/engines.hpp>
+#include <spanprof/config.hpp>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include <time.h>
+#include <ucontext.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+inline constexpr int max_stack_depth_limit = 256;
+
+// Immutable sampler settings of one spanprof::start(); threads armed under an older
+// generation rebuild their sampler at their next guard.
+struct StackSamplerSettings {
+  std::uint64_t generation = 0;
+  CpuSampleSource source = CpuSampleSource::automatic;
+  int signal_number = 0;
+  std::int64_t period_ns = 10'000'000;       // mean CPU time between two CPU samples
+  std::int64_t wall_period_ns = 10'000'000;  // mean wall time between two wall ticks
+  int max_depth = 64;
+  std::size_t buffer_words = 0;
+  std::uint32_t idle_ticks_before_disarm = 200;
+  bool watch_cpu = true;  // Options::watch_cpu_ticks
+};
+
+inline std::int64_t monotonic_now_ns() noexcept {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe (vDSO)
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// The wall clock, for a profile's start time.
+inline std::int64_t realtime_now_ns() noexcept {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// What a wall tick carries (sigqueue value): a tag, and the thread's wall
+// generation when the ticker looked, so a tick that arrives after the span changed
+// is dropped.
+inline constexpr std::uint64_t wall_tick_tag = 0x5350'574Cull << 32;  // "SPWL"
+
+// What the ticker's CPU tick carries: the POSIX timer's sampling point it saw the
+// thread's CPU clock pass, which the kernel had not delivered yet (cpu_watch).
+inline constexpr std::uint64_t cpu_tick_tag = 0x5350'4350ull << 32;  // "SPCP"
+
+inline std::uintptr_t interrupted_pc(const void* ucontext) noexcept {
+  const auto* uc = static_cast<const ucontext_t*>(ucontext);
+#if defined(__x86_64__)
+  return static_cast<std::uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]);
+#elif defined(__aarch64__)
+  return static_cast<std::uintptr_t>(uc->uc_mcontext.pc);
+#elif defined(__i386__)
+  return static_cast<std::uintptr_t>(uc->uc_mcontext.gregs[REG_EIP]);
+#else
+  (void)uc;
+  return 0;
+#endif
+}
+
+// The sample signal whose handler the host replaced (0: none). Samplers on it
+// are not armed again; the next spanprof::start() picks another signal.
+SPANPROF_API inline std::atomic<int>& sample_signal_lost() noexcept {
+  static std::atomic<int> lost{0};
+  return lost;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DETAIL_CAPTURE_SAMPLER_SETTINGS_HPP_

@@ -1,0 +1,64 @@
+// Internal. The slots of a thread's open spans in its samplers, and what a guard
+// keeps of them: a handle, never a pointer the samplers follow back into the guard. A guard may end
+// on another thread, or its storage (a coroutine frame) may die, while its thread
+// runs on (docs/async.md).
+#ifndef SPANPROF_DETAIL_CAPTURE_SPAN_HANDLES_HPP_
+#define SPANPROF_DETAIL_CAPTURE_SPAN_HANDLES_HPP_
+
+#include <spanprof/config.hpp>
+#include <spanprof/profile/profile.hpp>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// Open spans a thread can nest; a guard opened deeper is not profiled (counted).
+inline constexpr std::uint32_t max_open_spans = 32;
+
+// A guard's handle on its slot in the thread's stack sampler
+// (detail/capture/thread_stack_sampler.hpp). index == max_open_spans: none.
+struct SpanSlotTicket {
+  std::uint32_t index = max_open_spans;
+  std::uint32_t sequence = 0;
+  bool valid() const noexcept { return index < max_open_spans; }
+};
+
+struct HeapThreadState;
+
+// A heap guard's record of its span (detail/capture/heap_sampler.hpp). The thread's open
+// heap spans form a stack counted by depth.
+struct HeapActiveSpan {
+  HeapThreadState* owner = nullptr;  // the opening thread's state
+  std::uint32_t depth = 0;           // 1 for the thread's outermost heap span
+  std::size_t log_start = 0;
+  std::uint64_t dropped_at_start = 0;
+};
+
+// One open span of the thread, as the signal handler sees it. It lives in the
+// thread's sampler, never in the guard: a guard may end on another thread, or its
+// storage (a coroutine frame) may die while the thread that opened it still runs,
+// and the handler must never read a guard's memory then. Open spans form a stack of
+// slots linked innermost first; the guard keeps a ticket (slot and sequence number).
+struct ActiveSpan {
+  ProfileKinds kinds;                 // what this span profiles: cpu and/or wall
+  ProfileKinds recorded;              // kinds, and what the open spans around it profile
+  std::size_t log_start = 0;          // where this span's samples begin in the log
+  std::uint64_t dropped_at_start = 0;
+  // Set (by another thread, possibly) when the span ended elsewhere: its samples
+  // are no longer recorded. Null unless a guard asked (ScopedProfile::stop_sampling_when).
+  const std::atomic<bool>* stop = nullptr;
+  std::atomic<std::uint32_t> parent{0};  // 1 + the enclosing slot's index; 0: outermost
+  // sequence << 2 | SpanSlotState. Written by the owning thread, and once by a
+  // guard that closes on another thread (open -> dead, compare-and-swap).
+  std::atomic<std::uint32_t> state{0};
+};
+
+enum SpanSlotState : std::uint32_t { span_slot_free = 0, span_slot_open = 1, span_slot_dead = 2 };
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DETAIL_CAPTURE_SPAN_HANDLES_HPP_

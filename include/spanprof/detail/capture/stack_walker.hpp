@@ -1,0 +1,411 @@
+// Walks a thread's stack from a signal's context or from the current function,
+// taking no lock and allocating nothing: safe in the sample signal handler and
+// inside the allocator's hooks, whatever the interrupted thread holds.
+//
+// Why it is shaped like this (see docs/host-safety.md, "Stack walks"):
+//  * gperftools' walker (libunwind on Debian) takes the loader lock and a mutex of
+//    its own for every frame: a handler that interrupted a thread holding one of
+//    them waited for the other, and the host hung (the dlopen test, 3 runs in 91).
+//    This walker follows the call frame information (detail/capture/call_frame_info.hpp),
+//    which needs neither, so -O2 code without frame pointers unwinds exactly.
+//  * Every stack read is checked: between the interrupted stack pointer and the
+//    top of the thread's stack a read is a plain load; anywhere else (a fiber's
+//    stack, an alternate signal stack) it goes through process_vm_readv, which
+//    fails instead of faulting on an unmapped address.
+//  * Where an object has no unwind information (JIT code), one frame-pointer step,
+//    checked against the stack pointer.
+//  * Each step must move up the stack (or cross a signal frame), so a corrupt
+//    stack ends the walk instead of looping.
+#ifndef SPANPROF_DETAIL_CAPTURE_STACK_WALKER_HPP_
+#define SPANPROF_DETAIL_CAPTURE_STACK_WALKER_HPP_
+
+#include <spanprof/config.hpp>
+#include <spanprof/detail/base/loader_lock_gate.hpp>
+#include <spanprof/detail/capture/call_frame_info.hpp>
+#include <spanprof/detail/capture/sampler_settings.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#if !SPANPROF_HAS_CFI_WALKER
+#include <gperftools/profiler.h>
+#endif
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#if SPANPROF_HAS_CFI_WALKER
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// The most frames a walk returns (Options::max_stack_depth is at most 256; the
+// heap hooks walk a few more, their own and the allocator's, and drop them).
+inline constexpr int max_walk_depth = 256;
+
+// The top (highest address, exclusive) of the calling thread's stack; 0 when
+// unknown. Not async-signal-safe (it may allocate): called when a thread's
+// sampler or heap log is made, and kept.
+inline std::uint64_t this_thread_stack_top() noexcept {
+  pthread_attr_t attr;
+  if (::pthread_getattr_np(::pthread_self(), &attr) != 0) return 0;
+  void* address = nullptr;
+  std::size_t size = 0;
+  const int failed = ::pthread_attr_getstack(&attr, &address, &size);
+  ::pthread_attr_destroy(&attr);
+  return failed != 0 ? 0 : reinterpret_cast<std::uint64_t>(address) + size;
+}
+
+// Reads the words of one stack walk.
+class StackReader {
+ public:
+  // The range [sp, top) is mapped when sp lies below a known top of the thread's
+  // own stack: those reads are plain loads.
+  SPANPROF_UNINSTRUMENTED StackReader(std::uint64_t sp, std::uint64_t stack_top) noexcept
+      : direct_low_(sp),
+        direct_high_(stack_top != 0 && sp < stack_top && stack_top - sp < (1ull << 32) ? stack_top : 0) {}
+
+  SPANPROF_UNINSTRUMENTED bool read(std::uint64_t address, std::uint64_t& out) noexcept {
+    if (address >= direct_low_ && address < direct_high_ && direct_high_ - address >= 8) {
+      out = load(address);
+      return true;
+    }
+    return read_checked(address, out);
+  }
+
+ private:
+  // Another frame's stack slots: an instrumented load would report them as
+  // outside the objects the sanitizer knows.
+  SPANPROF_UNINSTRUMENTED static std::uint64_t load(std::uint64_t address) noexcept {
+    // Not memcpy: a sanitizer's memcpy checks the range even when called from here.
+    return *reinterpret_cast<const volatile std::uint64_t*>(address);
+  }
+
+  SPANPROF_UNINSTRUMENTED bool read_checked(std::uint64_t address, std::uint64_t& out) noexcept {
+    if (address < 4096 || checked_reads_ >= max_checked_reads) return false;
+    ++checked_reads_;
+    if (pid_ == 0) pid_ = ::getpid();
+    iovec local{&out, sizeof out};
+    iovec remote{reinterpret_cast<void*>(address), sizeof out};
+    return ::syscall(SYS_process_vm_readv, pid_, &local, 1, &remote, 1, 0) == static_cast<long>(sizeof out);
+  }
+
+  static constexpr int max_checked_reads = 256;
+  std::uint64_t direct_low_;
+  std::uint64_t direct_high_;
+  int checked_reads_ = 0;
+  pid_t pid_ = 0;
+};
+
+namespace cfi {
+
+// The value stack of a DWARF expression; every operation fails rather than
+// under- or overflow it.
+struct ExpressionStack {
+  std::uint64_t value[16];
+  int top = 0;
+
+  SPANPROF_UNINSTRUMENTED bool push(std::uint64_t v) noexcept {
+    if (top == 16) return false;
+    value[top++] = v;
+    return true;
+  }
+  SPANPROF_UNINSTRUMENTED bool has(int n) const noexcept { return top >= n; }
+  SPANPROF_UNINSTRUMENTED std::uint64_t& at(int from_top) noexcept { return value[top - 1 - from_top]; }
+};
+
+// Pops b and a, pushes a `op` b. False: not a binary operation unwind tables use.
+SPANPROF_UNINSTRUMENTED inline bool apply_binary(std::uint8_t op, ExpressionStack& e) noexcept {
+  if (!e.has(2)) return false;
+  const std::uint64_t b = e.at(0), a = e.at(1);
+  const auto sa = static_cast<std::int64_t>(a), sb = static_cast<std::int64_t>(b);
+  std::uint64_t v = 0;
+  switch (op) {
+    case 0x1a: v = a & b; break;
+    case 0x1c: v = a - b; break;
+    case 0x1e: v = a * b; break;
+    case 0x21: v = a | b; break;
+    case 0x22: v = a + b; break;
+    case 0x24: v = b < 64 ? a << b : 0; break;
+    case 0x25: v = b < 64 ? a >> b : 0; break;
+    case 0x27: v = a ^ b; break;
+    case 0x29: v = a == b; break;
+    case 0x2a: v = sa >= sb; break;
+    case 0x2b: v = sa > sb; break;
+    case 0x2c: v = sa <= sb; break;
+    case 0x2d: v = sa < sb; break;
+    case 0x2e: v = a != b; break;
+    default: return false;
+  }
+  --e.top;
+  e.at(0) = v;
+  return true;
+}
+
+// A DWARF expression of a CFA or register rule (`block` points at its length),
+// with the CFA pushed first for a register rule. Only what unwind tables use:
+// constants, registers, dereference, stack and arithmetic operations.
+SPANPROF_UNINSTRUMENTED inline bool evaluate(const std::uint8_t* block, const Registers& regs, StackReader& reader,
+                                             bool push_cfa, std::uint64_t cfa, std::uint64_t& result) noexcept {
+  ByteCursor length_cursor{block, block + 10};
+  const std::uint64_t length = length_cursor.uleb();
+  if (!length_cursor.ok || length > 256) return false;
+  ByteCursor c{length_cursor.at, length_cursor.at + length};
+  ExpressionStack e;
+  if (push_cfa) e.push(cfa);
+  while (c.ok && c.at < c.end) {
+    const std::uint8_t op = *c.at++;
+    bool ok = true;
+    if (op >= 0x30 && op <= 0x4f) {  // lit0..lit31
+      ok = e.push(op - 0x30u);
+    } else if ((op >= 0x70 && op <= 0x8f) || op == 0x92) {  // breg0..breg31, bregx
+      const std::uint64_t r = op == 0x92 ? c.uleb() : op - 0x70u;
+      const std::int64_t offset = c.sleb();
+      ok = r < register_count && regs.has(static_cast<int>(r)) &&
+           e.push(regs.value[r] + static_cast<std::uint64_t>(offset));
+    } else {
+      switch (op) {
+        case 0x06: ok = e.has(1) && reader.read(e.at(0), e.at(0)); break;  // deref
+        case 0x08: ok = e.push(c.fixed<std::uint8_t>()); break;
+        case 0x09: ok = e.push(static_cast<std::uint64_t>(c.fixed<std::int8_t>())); break;
+        case 0x0a: ok = e.push(c.fixed<std::uint16_t>()); break;
+        case 0x0b: ok = e.push(static_cast<std::uint64_t>(c.fixed<std::int16_t>())); break;
+        case 0x0c: ok = e.push(c.fixed<std::uint32_t>()); break;
+        case 0x0d: ok = e.push(static_cast<std::uint64_t>(c.fixed<std::int32_t>())); break;
+        case 0x0e:
+        case 0x0f: ok = e.push(c.fixed<std::uint64_t>()); break;
+        case 0x10: ok = e.push(c.uleb()); break;
+        case 0x11: ok = e.push(static_cast<std::uint64_t>(c.sleb())); break;
+        case 0x12: ok = e.has(1) && e.push(e.at(0)); break;  // dup
+        case 0x13:  // drop
+          if ((ok = e.has(1))) --e.top;
+          break;
+        case 0x14: ok = e.has(2) && e.push(e.at(1)); break;  // over
+        case 0x16:                                           // swap
+          if ((ok = e.has(2))) {
+            const std::uint64_t t = e.at(0);
+            e.at(0) = e.at(1);
+            e.at(1) = t;
+          }
+          break;
+        case 0x23:  // plus_uconst
+          if ((ok = e.has(1))) e.at(0) += c.uleb();
+          break;
+        case 0x96: break;  // nop
+        default: ok = apply_binary(op, e); break;
+      }
+    }
+    if (!ok) return false;
+  }
+  if (!c.ok || !e.has(1)) return false;
+  result = e.at(0);
+  return true;
+}
+
+// One step from `regs` (a frame at regs[rip]) to its caller's registers.
+enum class Step : std::uint8_t { done, outermost, failed };
+
+SPANPROF_UNINSTRUMENTED inline Step step_with_rules(const FrameRules& rules, const Registers& regs, StackReader& reader,
+                            Registers& caller) noexcept {
+  std::uint64_t cfa = 0;
+  if (rules.cfa_is_expression) {
+    if (!evaluate(rules.cfa_block, regs, reader, false, 0, cfa)) return Step::failed;
+  } else {
+    if (!regs.has(rules.cfa_register)) return Step::failed;
+    cfa = regs.value[rules.cfa_register] + static_cast<std::uint64_t>(rules.cfa_offset);
+  }
+  caller.known = 0;
+  caller.set(rsp, cfa);
+  for (int slot = 0; slot < tracked_count; ++slot) {
+    const int r = tracked_registers[slot];
+    const RegisterRule& rule = rules.reg[slot];
+    std::uint64_t v = 0;
+    switch (rule.rule) {
+      case Rule::same:
+        if (r == rip) return Step::failed;  // a return address must come from somewhere
+        if (regs.has(r)) caller.set(r, regs.value[r]);
+        break;
+      case Rule::undefined:
+        if (r == rip) return Step::outermost;  // _start, clone: the stack ends here
+        break;
+      case Rule::offset:
+        if (reader.read(cfa + static_cast<std::uint64_t>(rule.n), v)) caller.set(r, v);
+        break;
+      case Rule::val_offset:
+        caller.set(r, cfa + static_cast<std::uint64_t>(rule.n));
+        break;
+      case Rule::in_register:
+        if (rule.n >= 0 && rule.n < register_count && regs.has(static_cast<int>(rule.n)))
+          caller.set(r, regs.value[rule.n]);
+        break;
+      case Rule::expression:
+        if (rule.block != nullptr && evaluate(rule.block, regs, reader, true, cfa, v) && reader.read(v, v))
+          caller.set(r, v);
+        break;
+      case Rule::val_expression:
+        if (rule.block != nullptr && evaluate(rule.block, regs, reader, true, cfa, v)) caller.set(r, v);
+        break;
+    }
+  }
+  return caller.has(rip) ? Step::done : Step::failed;
+}
+
+// No unwind information: the frame-pointer convention, if the frame pointer
+// points into the stack above the stack pointer.
+SPANPROF_UNINSTRUMENTED inline Step step_with_frame_pointer(const Registers& regs, StackReader& reader,
+                                                             Registers& caller) noexcept {
+  if (!regs.has(rbp) || !regs.has(rsp)) return Step::failed;
+  const std::uint64_t fp = regs.value[rbp];
+  if (fp < regs.value[rsp] || (fp & 7) != 0) return Step::failed;
+  std::uint64_t saved_fp = 0, return_address = 0;
+  if (!reader.read(fp, saved_fp) || !reader.read(fp + 8, return_address)) return Step::failed;
+  caller.known = 0;
+  caller.set(rsp, fp + 16);
+  caller.set(rbp, saved_fp);
+  caller.set(rip, return_address);
+  return Step::done;
+}
+
+}  // namespace cfi
+
+// Walks from `regs` (regs[rip] is the first frame's exact PC). Writes up to
+// `max_depth` PCs into `frames`, innermost first: the first exact, the others
+// return addresses. Returns how many. `cache`, when given, is the calling thread's
+// memo of the rules at return addresses (the sample handler's; see RulesCache).
+SPANPROF_UNINSTRUMENTED inline int walk_stack(cfi::Registers regs, std::uint64_t stack_top, void** frames,
+                                              int max_depth, cfi::RulesCache* cache = nullptr) noexcept {
+  using namespace cfi;
+  if (max_depth <= 0 || !regs.has(rip) || !regs.has(rsp)) return 0;
+  StackReader reader(regs.value[rsp], stack_top);
+  ObjectIndex object;      // the last object looked up: most callers share it
+  CommonInfo cie;          // the last CIE parsed
+  bool exact = true;       // regs[rip] is an interrupted instruction, not a return address
+  int depth = 0;
+  frames[depth++] = reinterpret_cast<void*>(regs.value[rip]);
+  while (depth < max_depth) {
+    const std::uint64_t pc = regs.value[rip];
+    // A return address may be one past the function's end (a call to a noreturn
+    // function): its call instruction is what belongs to the frame.
+    const std::uint64_t lookup = exact ? pc : pc - 1;
+    bool have_object = lookup >= object.start && lookup < object.end;
+    if (!have_object) have_object = find_object(lookup, object);
+    FrameRules rules;
+    Registers caller;
+    Step step = Step::failed;
+    bool signal_frame = false;
+    if (have_object && cache != nullptr && cache->find(lookup, object.header, rules)) {
+      step = step_with_rules(rules, regs, reader, caller);
+      signal_frame = rules.signal_frame;
+    } else if (have_object && find_rules(object, lookup, cie, rules)) {
+      // The interrupted instruction varies from sample to sample; its callers do not.
+      if (cache != nullptr && !exact) cache->store(lookup, object.header, rules);
+      step = step_with_rules(rules, regs, reader, caller);
+      signal_frame = rules.signal_frame;
+    } else {
+      step = step_with_frame_pointer(regs, reader, caller);
+    }
+    if (step != Step::done) break;
+    const std::uint64_t next_pc = caller.value[rip];
+    const std::uint64_t next_sp = caller.has(rsp) ? caller.value[rsp] : 0;
+    // Up the stack at every step, except across a signal frame (which may come
+    // from an alternate signal stack).
+    if (next_pc < 4096 || next_sp == 0 || (!signal_frame && next_sp <= regs.value[rsp])) break;
+    frames[depth++] = reinterpret_cast<void*>(next_pc);
+    regs = caller;
+    exact = signal_frame;
+  }
+  return depth;
+}
+
+// The registers a signal interrupted.
+SPANPROF_UNINSTRUMENTED inline cfi::Registers registers_from_ucontext(const void* ucontext) noexcept {
+  const auto& g = static_cast<const ucontext_t*>(ucontext)->uc_mcontext.gregs;
+  // glibc's gregs index of each DWARF register, 0 .. 16.
+  constexpr int greg_of[cfi::register_count] = {REG_RAX, REG_RDX, REG_RCX, REG_RBX, REG_RSI, REG_RDI,
+                                                REG_RBP, REG_RSP, REG_R8,  REG_R9,  REG_R10, REG_R11,
+                                                REG_R12, REG_R13, REG_R14, REG_R15, REG_RIP};
+  cfi::Registers regs;
+  for (int r = 0; r < cfi::register_count; ++r) regs.set(r, static_cast<std::uint64_t>(g[greg_of[r]]));
+  return regs;
+}
+
+// The registers at this point of the calling function (inlined into it): the
+// stack pointer, the callee-saved registers and the address of an instruction
+// here, which is all the call frame information of this frame refers to.
+SPANPROF_ALWAYS_INLINE inline void capture_registers_here(cfi::Registers& regs) noexcept {
+  std::uint64_t raw[8];
+  __asm__ volatile(
+      "movq %%rsp, 0(%0)\n\t"
+      "movq %%rbp, 8(%0)\n\t"
+      "movq %%rbx, 16(%0)\n\t"
+      "movq %%r12, 24(%0)\n\t"
+      "movq %%r13, 32(%0)\n\t"
+      "movq %%r14, 40(%0)\n\t"
+      "movq %%r15, 48(%0)\n\t"
+      "leaq 0(%%rip), %%rax\n\t"
+      "movq %%rax, 56(%0)\n\t"
+      :
+      : "r"(raw)
+      : "rax", "memory");
+  regs.known = 0;
+  regs.set(cfi::rsp, raw[0]);
+  regs.set(cfi::rbp, raw[1]);
+  regs.set(cfi::rbx, raw[2]);
+  regs.set(12, raw[3]);
+  regs.set(13, raw[4]);
+  regs.set(14, raw[5]);
+  regs.set(15, raw[6]);
+  regs.set(cfi::rip, raw[7]);
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#else  // !SPANPROF_HAS_CFI_WALKER
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// Where spanprof's own walker does not run: the signal handler's walk of the
+// interrupted stack with gperftools' unwinder, into `trace` (at most `max_depth`
+// frames, the interrupted PC first).
+inline int walk_with_gperftools(const void* ucontext, void** trace, int max_depth) noexcept {
+  // gperftools' unwinder. Depending on the unwind method the trace begins with
+  // this handler and the kernel's signal trampoline (libunwind) or directly at
+  // the interrupted instruction (frame pointers): find the interrupted PC in the
+  // first frames and start there. The walk takes the loader lock: not while a
+  // fork is under way (detail/base/loader_lock_gate.hpp).
+  constexpr int handler_frames_searched = 8;
+  void* raw[max_stack_depth_limit + handler_frames_searched];
+  if (!loader_lock_gate().enter()) return 0;
+  const int n = ProfilerGetStackTrace(raw, max_depth + handler_frames_searched, 0, ucontext);
+  loader_lock_gate().leave();
+  const std::uintptr_t pc = interrupted_pc(ucontext);
+  int first = -1;
+  for (int i = 0; i < n && i < handler_frames_searched; ++i) {
+    if (reinterpret_cast<std::uintptr_t>(raw[i]) == pc) {
+      first = i;
+      break;
+    }
+  }
+  // PC not in the trace (an unwinder that stops at the signal frame): keep the
+  // PC alone rather than a stack that starts inside spanprof.
+  const int callers_from = first >= 0 ? first + 1 : n;
+  int depth = 1 + std::max(0, n - callers_from);
+  if (depth > max_depth) depth = max_depth;
+  trace[0] = reinterpret_cast<void*>(pc);
+  for (int i = 1; i < depth; ++i) trace[i] = raw[callers_from + i - 1];
+  return depth;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_HAS_CFI_WALKER
+
+#endif  // SPANPROF_DETAIL_CAPTURE_STACK_WALKER_HPP_

@@ -1,0 +1,595 @@
+// A thread's sampler: the log of the stacks sampled on the thread, the span its
+// guards published, and the signal handler that records a stack on a CPU tick
+// (from the thread's CpuTickSource, detail/capture/cpu_tick_source.hpp) or a wall tick
+// (from the wall ticker, detail/capture/wall_ticker.hpp). detail/capture/stack_sampler.hpp
+// keeps the samplers of all threads and makes this one when a thread needs it;
+// it says why the engine is shaped as it is.
+//
+// Three threads touch a sampler, each its own part, and the sections below say
+// which: its own thread (the guards, and the handler that interrupts them), the
+// watchdog (the worker) and the wall ticker. The handler is async-signal-safe: it
+// touches only this thread's preallocated log, lock-free atomics and a stack
+// walker that takes no lock (detail/capture/stack_walker.hpp).
+#ifndef SPANPROF_DETAIL_CAPTURE_THREAD_STACK_SAMPLER_HPP_
+#define SPANPROF_DETAIL_CAPTURE_THREAD_STACK_SAMPLER_HPP_
+
+#include <spanprof/config.hpp>
+#include <spanprof/detail/base/counters.hpp>
+#include <spanprof/detail/base/loader_lock_gate.hpp>
+#include <spanprof/detail/capture/cpu_tick_source.hpp>
+#include <spanprof/capture/engines.hpp>
+#include <spanprof/detail/capture/sample_records.hpp>
+#include <spanprof/detail/capture/stack_walker.hpp>
+#include <spanprof/detail/capture/thread_status.hpp>
+#include <spanprof/detail/capture/sampler_settings.hpp>
+#include <spanprof/detail/capture/span_handles.hpp>
+#include <spanprof/profile/profile.hpp>
+
+// Compiled out with the SDK: nothing here may reach gperftools then.
+#if SPANPROF_ENABLED
+
+#include <gperftools/profiler.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstddef>
+#include <cstdint>
+
+#include <sys/syscall.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+class ThreadStackSampler {
+ public:
+  // `counters` is the creating thread's block in the counter registry: the signal
+  // handler reaches it through this pointer, never through thread_local storage.
+  ThreadStackSampler(const StackSamplerSettings& settings, std::uint64_t* words, ThreadCounters& counters) noexcept
+      : settings_(settings),
+        words_(words),
+        counters_(&counters),
+        tid_(static_cast<pid_t>(::syscall(SYS_gettid))),
+#if SPANPROF_HAS_CFI_WALKER
+        stack_top_(this_thread_stack_top()),
+#endif
+        pid_(::getpid()),
+        cpu_(settings.source, settings.signal_number, settings.period_ns, tid_,
+             0x9E3779B97F4A7C15ull ^ (static_cast<std::uint64_t>(tid_) << 32) ^
+                 static_cast<std::uint64_t>(monotonic_now_ns())) {}
+
+  ThreadStackSampler(const ThreadStackSampler&) = delete;
+  ThreadStackSampler& operator=(const ThreadStackSampler&) = delete;
+
+  ~ThreadStackSampler() { release_log_and_source(); }
+
+  // The thread exits while a guard it opened is still open on another thread, which
+  // will mark its slot dead: the slots stay (this object is left behind, a few KiB),
+  // the timer, the log and the descriptor go.
+  void release_log_and_source() noexcept {
+    cpu_.close();  // no tick after the log is freed
+    if (ticker_.syscall_fd >= 0) ::close(ticker_.syscall_fd);
+    ticker_.syscall_fd = -1;
+    delete[] words_;
+    words_ = nullptr;
+  }
+
+  // Picks and creates the CPU tick source for this thread (not armed yet);
+  // CpuTickSource::open says how. `perf_errno` receives the reason perf_event was
+  // refused, if it was.
+  CpuSampleSource open_source(int& perf_errno) noexcept { return cpu_.open(perf_errno); }
+
+  bool has_source() const noexcept { return cpu_.has_source(); }
+
+  // In a forked child, on a sampler the parent made: its perf event is the
+  // parent's too (disabling it would stop the parent's samples), its timer does
+  // not exist here, and its thread ids are the parent's. Closes the child's copies
+  // and keeps the log, which an open guard on the forking thread still reads.
+  void forget_source_after_fork() noexcept {
+    cpu_.forget_after_fork();
+    if (ticker_.syscall_fd >= 0) ::close(ticker_.syscall_fd);
+    ticker_.syscall_fd = -1;
+    armed_.store(false, std::memory_order_relaxed);
+    registry_prev = registry_next = nullptr;
+  }
+  bool in_wall_span() const noexcept { return wall_spans_.load(std::memory_order_relaxed) != 0; }
+  CpuSampleSource source() const noexcept { return cpu_.source(); }
+  // What a CPU or wall profile of this sampler says it was taken by, and one sample's period.
+  const char* engine_name(ProfileKind kind) const noexcept {
+    if (kind == ProfileKind::wall) return "sampling:wall";
+    return cpu_.source() == CpuSampleSource::perf_event ? "sampling:perf_event" : "sampling:posix_timer";
+  }
+  std::int64_t period_ns(ProfileKind kind) const noexcept {
+    return kind == ProfileKind::wall ? settings_.wall_period_ns : settings_.period_ns;
+  }
+  const StackSamplerSettings& settings() const noexcept { return settings_; }
+  bool armed() const noexcept { return armed_.load(std::memory_order_relaxed); }
+
+  // Starts delivering samples to this thread. Called on the request thread, only
+  // when the sampler is not armed (first guard, or after an idle disarm).
+  bool arm() noexcept {
+    if (SPANPROF_UNLIKELY(signal_blocked_.load(std::memory_order_relaxed) ||
+                          sample_signal_lost().load(std::memory_order_relaxed) == settings_.signal_number)) {
+      armed_.store(false, std::memory_order_relaxed);
+      return false;
+    }
+    idle_ticks_.store(0, std::memory_order_relaxed);
+    const bool ok = cpu_.start();  // the periods start afresh
+    armed_.store(ok, std::memory_order_relaxed);
+    return ok;
+  }
+
+  // Async-signal-safe: used from the handler when the thread has been idle.
+  void disarm() noexcept {
+    cpu_.stop();
+    armed_.store(false, std::memory_order_relaxed);
+  }
+
+  // ---- used by the guard on this thread ---------------------------------------
+
+  // Opens a span slot on top of the thread's stack (this thread only). Invalid
+  // ticket: max_open_spans are open already.
+  SpanSlotTicket push(ProfileKinds kinds) noexcept {
+    forget_dead_spans();
+    if (SPANPROF_UNLIKELY(slots_in_use_ == all_span_slots)) return {};
+    const auto index = static_cast<std::uint32_t>(__builtin_ctz(~slots_in_use_));
+    const std::uint32_t top = top_.load(std::memory_order_relaxed);
+    ActiveSpan& span = spans_[index];
+    span.kinds = kinds;
+    span.recorded = top != 0 ? kinds | spans_[top - 1].recorded : kinds;
+    span.log_start = used_.load(std::memory_order_relaxed);
+    span.dropped_at_start = dropped_.load(std::memory_order_relaxed);
+    span.stop = nullptr;
+    span.parent.store(top, std::memory_order_relaxed);
+    const std::uint32_t sequence = next_sequence_++ & 0x3FFF'FFFF;
+    span.state.store(sequence << 2 | span_slot_open, std::memory_order_relaxed);
+    slots_in_use_ |= std::uint32_t{1} << index;
+    if (top == 0 && settings_.watch_cpu) outer_changed_ns_.store(monotonic_now_ns(), std::memory_order_relaxed);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    top_.store(index + 1, std::memory_order_relaxed);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    return {index, sequence};
+  }
+
+  // The slot of an open span (this thread only).
+  ActiveSpan& span(SpanSlotTicket ticket) noexcept { return spans_[ticket.index]; }
+
+  // Closes the span on its own thread; afterwards no signal adds to its samples.
+  // True when it was the innermost open span, so that its samples are the log from
+  // its log_start on. A span closed out of order (interleaved coroutines on one
+  // thread) is only marked dead: the spans opened after it still hold its place.
+  bool pop(SpanSlotTicket ticket) noexcept {
+    ActiveSpan& span = spans_[ticket.index];
+    if (top_.load(std::memory_order_relaxed) != ticket.index + 1) {
+      span.state.store(ticket.sequence << 2 | span_slot_dead, std::memory_order_relaxed);
+      return false;
+    }
+    const std::uint32_t parent = span.parent.load(std::memory_order_relaxed);
+    if (parent == 0 && settings_.watch_cpu) outer_changed_ns_.store(monotonic_now_ns(), std::memory_order_relaxed);
+    top_.store(parent, std::memory_order_relaxed);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    span.state.store(span_slot_free, std::memory_order_relaxed);
+    slots_in_use_ &= ~(std::uint32_t{1} << ticket.index);
+    return true;
+  }
+
+  // From a thread other than this sampler's: the span (still open) is never
+  // recorded again, and the owning thread frees its slot. The caller touches the
+  // sampler no more after this: once the slot is dead, its thread may exit and
+  // free the sampler.
+  bool close_elsewhere(SpanSlotTicket ticket) noexcept {
+    std::uint32_t expected = ticket.sequence << 2 | span_slot_open;
+    return spans_[ticket.index].state.compare_exchange_strong(expected, ticket.sequence << 2 | span_slot_dead,
+                                                               std::memory_order_acq_rel, std::memory_order_relaxed);
+  }
+
+  // Whether a guard still holds a slot (this thread only): dead slots go first.
+  bool has_open_span() noexcept {
+    forget_dead_spans();
+    return top_.load(std::memory_order_relaxed) != 0;
+  }
+
+  // This thread's block in the counter registry: counting through it costs no TLS
+  // lookup on the guard's path.
+  ThreadCounters& counters() noexcept { return *counters_; }
+
+  std::size_t used_words() const noexcept { return used_.load(std::memory_order_relaxed); }
+  // From another thread, while a span of this thread stays open (so the log is
+  // neither reset nor freed): the records written so far are complete.
+  std::size_t used_words_published() const noexcept { return used_.load(std::memory_order_acquire); }
+  std::uint64_t dropped() const noexcept { return dropped_.load(std::memory_order_relaxed); }
+  const std::uint64_t* words() const noexcept { return words_; }
+
+  // The outermost span closed: its samples have been copied out.
+  void reset_log() noexcept {
+    wall_busy_ = true;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    used_.store(0, std::memory_order_relaxed);
+    last_wall_record_ = no_wall_record;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    wall_busy_ = false;
+  }
+
+  // A guard closed here and copied its samples out.
+  void span_closed() noexcept { forget_dead_spans(); }
+
+  // ---- wall spans, on this thread -------------------------------------------------
+
+  // A wall-profiled span opens. `now_ns` is CLOCK_MONOTONIC. Returns true when this
+  // thread had no wall span open before (the ticker then has one more thread).
+  bool wall_span_opened(std::int64_t now_ns) noexcept {
+    begin_wall_update();
+    const std::uint32_t open = wall_spans_.load(std::memory_order_relaxed);
+    // The time so far belongs to the stack sampled last (an outer wall span's).
+    if (open != 0) settle_wall_time(now_ns);
+    else wall_accounted_ns_ = now_ns;
+    wall_spans_.fetch_add(1, std::memory_order_release);  // a guard elsewhere may decrement it
+    end_wall_update();
+    return open == 0;
+  }
+
+  // A wall-profiled span closes: the time since the last sample goes to the stack
+  // sampled last. Returns true when it was the thread's last open wall span.
+  bool wall_span_closed(std::int64_t now_ns) noexcept {
+    begin_wall_update();
+    settle_wall_time(now_ns);
+    const std::uint32_t open = decrement_wall_spans();
+    end_wall_update();
+    return open == 1;
+  }
+
+  // A wall-profiled span of this thread closed on another thread: the time since the
+  // last sample stays with it (only this thread may settle it). True when it was the
+  // thread's last open wall span.
+  bool wall_span_closed_elsewhere() noexcept { return decrement_wall_spans() == 1; }
+
+  // ---- signal handler ----------------------------------------------------------
+
+  void on_signal(const siginfo_t* info, const void* ucontext) noexcept {
+    // Queued while the thread blocked the signal: they would all land on the point
+    // where it unblocks, so none is recorded.
+    if (SPANPROF_UNLIKELY(signal_blocked_.load(std::memory_order_relaxed))) return;
+    if (info->si_code == SI_QUEUE && info->si_pid == pid_) {
+      const auto value = reinterpret_cast<std::uintptr_t>(info->si_value.sival_ptr);
+      const std::uint64_t tag = value & ~std::uint64_t{0xFFFF'FFFF};
+      if (tag == wall_tick_tag) return on_wall_tick(static_cast<std::uint32_t>(value), ucontext);
+      // The ticker's CPU tick: the timer's point passed unseen by the kernel. It is
+      // a tick like the timer's own (whichever comes first takes the sample; the
+      // other finds no point passed).
+      if (tag != cpu_tick_tag) return;
+    } else if (!cpu_.is_tick(info)) {
+      return;  // not our source's: someone else's signal
+    }
+    cpu_ticks_handled_.store(cpu_ticks_handled_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    // The next period starts now, before the unwinding: the CPU time this handler
+    // takes counts toward it. (Drawn at the end, each sample's handler time would
+    // go unsampled: -9% at 1 kHz, -30% at 4 kHz, measured.)
+    const ActiveSpan* active = innermost_open_span();
+    if (active == nullptr) {
+      const auto idle = idle_ticks_.load(std::memory_order_relaxed) + 1;
+      idle_ticks_.store(idle, std::memory_order_relaxed);
+      if (idle >= settings_.idle_ticks_before_disarm) disarm();
+      else cpu_.schedule_next_tick();
+      return;
+    }
+    CpuTickSource::TickWeight weight;
+    cpu_.schedule_next_tick(&weight);
+    if (weight.periods == 0) return;  // a timer signal before its expiry: not a sample
+    // A span that ended on another thread is still on this thread's stack until the
+    // thread pops it; it records nothing, and it is not idleness either.
+    if (active->stop != nullptr && active->stop->load(std::memory_order_relaxed)) return;
+    idle_ticks_.store(0, std::memory_order_relaxed);
+    if (active->recorded.contains(ProfileKind::cpu))
+      record_sample(cpu_record_weight(weight.periods, weight.cpu_ns), ucontext);
+  }
+
+  // ---- the watchdog's side (the worker's thread, under the sampler list's mutex) ----
+
+  // True when this armed thread has run four CPU periods without taking a tick,
+  // twice in a row, blocking the sample signal both times: the sampler is then
+  // disarmed for good. Left armed, the real-time signals queued against the mask
+  // would overflow into SIGIO, whose default action kills the process. Twice,
+  // because a runtime may block every signal for a moment while it runs the
+  // handlers it deferred (ThreadSanitizer does): one look can catch that moment
+  // after ticks that were only late; a second window without a tick cannot.
+  bool refuse_if_signal_blocked() noexcept {
+    if (!armed() || signal_blocked_.load(std::memory_order_relaxed)) {
+      watch_cpu_ns_ = -1;
+      return false;
+    }
+    const std::int64_t cpu = thread_cpu_ns(tid_);
+    const std::uint64_t ticks = cpu_ticks_handled_.load(std::memory_order_relaxed);
+    if (cpu < 0) return false;
+    if (watch_cpu_ns_ < 0 || ticks != watch_ticks_ || cpu - watch_cpu_ns_ < 4 * settings_.period_ns) {
+      if (watch_cpu_ns_ < 0 || ticks != watch_ticks_) {
+        watch_cpu_ns_ = cpu;
+        watch_ticks_ = ticks;
+        watch_saw_blocked_ = false;
+      }
+      return false;
+    }
+    watch_cpu_ns_ = cpu;
+    const bool seen_before = watch_saw_blocked_;
+    watch_saw_blocked_ = thread_blocks_signal(tid_, settings_.signal_number);
+    if (!watch_saw_blocked_ || !seen_before) return false;
+    signal_blocked_.store(true, std::memory_order_relaxed);
+    disarm();
+    return true;
+  }
+  pid_t thread_id() const noexcept { return tid_; }
+
+  // ---- the ticker's side (its thread only, under the sampler list's mutex) ----
+
+  // The CPU watch, for the POSIX timer. The kernel checks a CPU timer only at a
+  // scheduler tick that finds the thread on its core: with more runnable threads
+  // than cores a thread's slices can fall between ticks, and a sampling point is
+  // then delivered tens or hundreds of milliseconds of the thread's CPU late, in
+  // whatever span is open by then. The ticker reads the thread's CPU clock at
+  // short wall intervals and, when it has passed the timer's point by more than
+  // the slack below, sends the tick itself: once per point, and only to a thread on
+  // its core.
+  enum class CpuWatch : std::uint8_t {
+    nothing,    // not looked at, or its point is not overdue
+    late,       // overdue, but the thread is off its core: looked at again next time
+    signalled,  // overdue: the tick was sent
+  };
+  // Between spans too, since a point passed there and delivered late would land in
+  // the next span with the time between in its weight; but a thread that stood
+  // still at its last two looks with no span open (most of a server's pool, waiting
+  // for work) is read one look in eight (`look` counts the ticker's looks). `now`:
+  // the ticker's monotonic clock.
+  inline CpuWatch cpu_watch(std::uint64_t look, std::int64_t now) noexcept;  // ticker_side.hpp
+
+  // How late the kernel may be with a point before the ticker sends it: half a
+  // period, at most 2 ms. Sooner, and the ticker would mostly race the kernel's own
+  // tick on a machine with a core to spare; and its signals, which wait for the
+  // thread's next instant on a core, land more often than the kernel's at the
+  // system call that let the scheduler in (docs/engines.md).
+  std::int64_t cpu_watch_slack_ns() const noexcept { return std::min<std::int64_t>(settings_.period_ns / 2, 2'000'000); }
+
+  // Whether the CPU watch looks at this thread (an armed POSIX timer), and whether
+  // it has a span open now (the ticker parks once none has for a while).
+  bool cpu_watch_wanted() const noexcept { return settings_.watch_cpu && cpu_.next_point_ns() != 0 && armed(); }
+  bool span_open_now() const noexcept { return top_.load(std::memory_order_relaxed) != 0; }
+
+  // ---- the wall ticker's side (its thread only, under the sampler list's mutex) ----
+
+  // One wall tick for this thread: nothing when it has no wall span open; when it is
+  // still blocked where its last wall sample found it, a confirmation and no signal
+  // (a signal would make an interrupted nanosleep, poll or epoll_wait return
+  // EINTR); otherwise a signal, whose handler records the stack. True when a
+  // signal was sent.
+  enum class WallTick : std::uint8_t { none, confirmed, signalled, failed };
+  inline WallTick wall_tick(std::int64_t now_ns, std::int64_t mean_period_ns) noexcept;  // ticker_side.hpp
+
+ private:
+  // The ticker's signal to this thread, carrying `value` (a tag and its data).
+  bool send_tick(std::uint64_t value) noexcept {
+    siginfo_t info{};
+    info.si_signo = settings_.signal_number;
+    info.si_code = SI_QUEUE;
+    info.si_pid = pid_;
+    info.si_uid = ::getuid();
+    info.si_value.sival_ptr = reinterpret_cast<void*>(static_cast<std::uintptr_t>(value));
+    return ::syscall(SYS_rt_tgsigqueueinfo, pid_, tid_, settings_.signal_number, &info) == 0;
+  }
+
+  // Returns the count before.
+  std::uint32_t decrement_wall_spans() noexcept {
+    std::uint32_t open = wall_spans_.load(std::memory_order_relaxed);
+    while (open != 0 && !wall_spans_.compare_exchange_weak(open, open - 1, std::memory_order_release,
+                                                            std::memory_order_relaxed)) {
+    }
+    return open;
+  }
+
+  // The span the handler records for: the innermost slot still open (a dead one
+  // above it ended on another thread and waits for this thread to free it).
+  const ActiveSpan* innermost_open_span() const noexcept {
+    std::uint32_t at = top_.load(std::memory_order_relaxed);
+    for (std::uint32_t steps = 0; at != 0 && steps < max_open_spans; ++steps) {
+      const ActiveSpan& span = spans_[at - 1];
+      if ((span.state.load(std::memory_order_relaxed) & 3) == span_slot_open) return &span;
+      at = span.parent.load(std::memory_order_relaxed);
+    }
+    return nullptr;
+  }
+
+  // Dead slots go, and once no span is open nobody reads the log: it starts over.
+  void forget_dead_spans() noexcept {
+    reap_dead_spans();
+    if (top_.load(std::memory_order_relaxed) == 0 && used_.load(std::memory_order_relaxed) != 0) reset_log();
+  }
+
+  // Unlinks and frees the dead slots anywhere in the stack (this thread only): the
+  // slot of a span that ended elsewhere is reused as soon as this thread looks. A
+  // handler that interrupts sees each link before or after its change, both valid.
+  void reap_dead_spans() noexcept {
+    std::atomic<std::uint32_t>* link = &top_;
+    std::uint32_t at = link->load(std::memory_order_relaxed);
+    for (std::uint32_t steps = 0; at != 0 && steps < max_open_spans; ++steps) {
+      ActiveSpan& span = spans_[at - 1];
+      const std::uint32_t parent = span.parent.load(std::memory_order_relaxed);
+      if ((span.state.load(std::memory_order_acquire) & 3) == span_slot_dead) {
+        link->store(parent, std::memory_order_relaxed);
+        std::atomic_signal_fence(std::memory_order_seq_cst);
+        span.state.store(span_slot_free, std::memory_order_relaxed);
+        slots_in_use_ &= ~(std::uint32_t{1} << (at - 1));
+      } else {
+        link = &span.parent;
+      }
+      at = parent;
+    }
+  }
+
+  // The interrupted stack, its interrupted instruction first; 0 frames when the
+  // walk must be skipped. The handler's own frames are never part of it.
+  int walk_interrupted_stack(const void* ucontext, void** trace) noexcept {
+#if SPANPROF_HAS_CFI_WALKER
+    // Call frame information, read without a lock (detail/capture/stack_walker.hpp).
+    return walk_stack(registers_from_ucontext(ucontext), stack_top_, trace, settings_.max_depth, &rules_cache_);
+#else
+    return walk_with_gperftools(ucontext, trace, settings_.max_depth);
+#endif
+  }
+
+  // Records the interrupted stack; returns the record's offset in the log, or
+  // no_wall_record when the log is full (or the walk was skipped).
+  std::size_t record_sample(std::uint64_t weight, const void* ucontext) noexcept {
+    const bool wall = (weight & wall_record_tag) != 0;
+    void* trace[max_stack_depth_limit];
+    const int depth = walk_interrupted_stack(ucontext, trace);
+    const std::size_t used = used_.load(std::memory_order_relaxed);
+    const std::size_t need = stack_record_words(depth);
+    if (depth <= 0 || used + need > settings_.buffer_words) {
+      dropped_.store(dropped_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      counters_->add(wall ? Counter::wall_samples_dropped : Counter::cpu_samples_dropped, 1);
+      return no_wall_record;
+    }
+    write_stack_record(words_ + used, weight, reinterpret_cast<std::uintptr_t>(trace[0]), trace + 1, depth);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    // Release: a thread taking a fragment's records over (Fragment) reads the log up
+    // to here from another thread.
+    used_.store(used + need, std::memory_order_release);
+    // A CPU record stands for its periods' samples, as the profile's sample count says.
+    if (wall) counters_->add(Counter::wall_samples_captured, 1);
+    else counters_->add(Counter::cpu_samples_captured, cpu_record_periods(weight));
+    return used;
+  }
+
+  // ---- wall accounting (this thread: its handler, and its guards between
+  // begin_wall_update() and end_wall_update(), when the handler keeps out) ----
+
+  void on_wall_tick(std::uint32_t generation, const void* ucontext) noexcept {
+    if (wall_busy_ || generation != wall_generation_.load(std::memory_order_relaxed)) return;
+    const ActiveSpan* active = innermost_open_span();
+    if (active == nullptr || !active->recorded.contains(ProfileKind::wall)) return;
+    if (active->stop != nullptr && active->stop->load(std::memory_order_relaxed)) return;
+    const std::int64_t now = monotonic_now_ns();
+    apply_wall_confirmation();
+    const std::int64_t elapsed = now > wall_accounted_ns_ ? now - wall_accounted_ns_ : 0;
+    const std::size_t at = record_sample(wall_record_tag | static_cast<std::uint64_t>(elapsed), ucontext);
+    // A full log keeps the time unaccounted: the next sample (or the close) gets it.
+    if (at == no_wall_record) return;
+    last_wall_record_ = at;
+    last_wall_generation_ = generation;
+    wall_accounted_ns_ = now;
+  }
+
+  // The ticker saw the thread still blocked where its last wall sample was taken,
+  // up to a time: that time is the last sample's.
+  void apply_wall_confirmation() noexcept {
+    const std::uint64_t confirmed = wall_confirmed_.load(std::memory_order_acquire);
+    // Only for the sample the ticker's last signal took (its generation is now's).
+    const std::uint64_t generation = wall_generation_.load(std::memory_order_relaxed) & 0xFFFF;
+    if ((confirmed >> 48) != generation || (last_wall_generation_ & 0xFFFF) != generation) return;
+    const std::int64_t until = static_cast<std::int64_t>(confirmed & ((std::uint64_t{1} << 48) - 1)) * 1000;
+    // The µs clock wraps every 8.9 years of uptime: compare in its range.
+    const std::int64_t accounted_us = (wall_accounted_ns_ / 1000) & ((std::int64_t{1} << 48) - 1);
+    const std::int64_t gained = until - accounted_us * 1000;
+    if (gained <= 0 || last_wall_record_ == no_wall_record) return;
+    add_wall_time(words_ + last_wall_record_, static_cast<std::uint64_t>(gained));
+    wall_accounted_ns_ += gained;
+  }
+
+  // The time up to `now_ns` goes to the stack sampled last (none: lost, rare: a
+  // span shorter than a tick or a full log).
+  void settle_wall_time(std::int64_t now_ns) noexcept {
+    apply_wall_confirmation();
+    if (last_wall_record_ != no_wall_record && now_ns > wall_accounted_ns_)
+      add_wall_time(words_ + last_wall_record_, static_cast<std::uint64_t>(now_ns - wall_accounted_ns_));
+    if (now_ns > wall_accounted_ns_) wall_accounted_ns_ = now_ns;
+  }
+
+  // The handler keeps out of the wall accounting while the thread itself changes
+  // it (a tick then is dropped: it loses detail, not time). Bumping the generation
+  // voids the ticks and confirmations the ticker sent for the spans before.
+  void begin_wall_update() noexcept {
+    wall_busy_ = true;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  }
+  void end_wall_update() noexcept {
+    wall_generation_.store(wall_generation_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    wall_busy_ = false;
+  }
+
+  StackSamplerSettings settings_;
+  std::uint64_t* words_;
+  ThreadCounters* counters_;
+  pid_t tid_;
+#if SPANPROF_HAS_CFI_WALKER
+  std::uint64_t stack_top_;  // the walker reads the stack up to here without a check
+#endif
+  pid_t pid_;
+  CpuTickSource cpu_;
+  // The open spans: a stack linked through ActiveSpan::parent, innermost first.
+  static constexpr std::uint32_t all_span_slots = 0xFFFF'FFFFu;
+  static_assert(max_open_spans == 32, "slots_in_use_ is a 32-bit mask");
+  ActiveSpan spans_[max_open_spans];
+  std::atomic<std::uint32_t> top_{0};  // 1 + the innermost slot's index; 0: none
+  std::atomic<std::int64_t> outer_changed_ns_{0};  // monotonic, when the outermost span last opened or closed
+  std::uint32_t slots_in_use_ = 0;     // open or dead, this thread's only
+  std::uint32_t next_sequence_ = 1;
+  std::atomic<std::size_t> used_{0};
+  std::atomic<std::uint64_t> dropped_{0};
+  std::atomic<bool> armed_{false};
+  std::atomic<std::uint32_t> idle_ticks_{0};
+  std::atomic<std::uint64_t> cpu_ticks_handled_{0};  // written by the handler
+  std::atomic<bool> signal_blocked_{false};          // set by the watchdog: never armed again
+  std::int64_t watch_cpu_ns_ = -1;                   // the watchdog's: thread CPU time at its mark
+  std::uint64_t watch_ticks_ = 0;                    // the watchdog's: ticks handled at its mark
+  bool watch_saw_blocked_ = false;                   // the watchdog's: blocked at its last window
+
+  // Wall accounting. Written by this thread only (its guards and its handler).
+  static constexpr std::size_t no_wall_record = ~std::size_t{0};
+  std::atomic<std::uint32_t> wall_spans_{0};       // open wall spans (the ticker reads it)
+  std::atomic<std::uint32_t> wall_generation_{0};  // bumped at every wall span open and close
+  volatile bool wall_busy_ = false;                // the thread is changing the accounting
+  std::int64_t wall_accounted_ns_ = 0;             // wall time given to samples up to here
+  std::size_t last_wall_record_ = no_wall_record;  // the newest wall record in the log
+  std::uint32_t last_wall_generation_ = 0;         // the generation it was taken under
+  // The ticker's confirmation: generation (16 bits) | the µs until which the thread
+  // was seen still blocked where its last wall sample found it.
+  std::atomic<std::uint64_t> wall_confirmed_{0};
+  // The ticker's own view of this thread (its thread, under the list's mutex).
+  struct TickerView {
+    int syscall_fd = -1;
+    bool sampled_blocked = false;  // the last signal found the thread blocked at `site`
+    BlockedSite site;
+    std::uint32_t generation = 0;
+    std::int64_t cpu_ns = 0;
+    std::int64_t cpu_point_signalled = 0;  // the CPU watch's last point sent
+    std::int64_t cpu_seen = -1;            // the thread's CPU clock at the last read
+    std::int64_t seen_at_ns = 0;           // the ticker's monotonic clock then
+    std::uint32_t still_looks = 0;         // looks in a row that found it unchanged
+  } ticker_;
+#if SPANPROF_HAS_CFI_WALKER
+  cfi::RulesCache rules_cache_;  // the handler's only
+#endif
+
+ public:
+  ThreadStackSampler* registry_prev = nullptr;  // linked under StackSamplerList's mutex
+  ThreadStackSampler* registry_next = nullptr;
+};
+
+// The handler reads this pointer only: it is trivially destructible, so reading it
+// from a signal handler never runs a TLS constructor.
+inline thread_local ThreadStackSampler* current_stack_sampler = nullptr;
+
+inline void on_sample_signal(int, siginfo_t* info, void* ucontext) noexcept {
+  const int saved_errno = errno;
+  if (ThreadStackSampler* sampler = current_stack_sampler) sampler->on_signal(info, ucontext);
+  errno = saved_errno;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_DETAIL_CAPTURE_THREAD_STACK_SAMPLER_HPP_

@@ -1,0 +1,116 @@
+// What one thread can learn about another without signalling it: where it is
+// blocked, how much CPU time it has used, whether it blocks a signal. The wall
+// ticker reads the first two at every tick to decide whether a thread needs a
+// signal at all; the watchdog reads the last two to find a thread that holds the
+// sample signal. Signalling the thread to ask would disturb what is looked at: a
+// signal makes a blocked nanosleep or poll return EINTR, and piles up on a thread
+// that holds it.
+//
+// Each reader takes the thread's kernel id and allocates nothing; what it reads
+// of kernel text fits a fixed buffer on the stack.
+#ifndef SPANPROF_DETAIL_CAPTURE_THREAD_STATUS_HPP_
+#define SPANPROF_DETAIL_CAPTURE_THREAD_STATUS_HPP_
+
+#include <spanprof/config.hpp>
+
+// Compiled out with the SDK, as the sampler that uses it.
+#if SPANPROF_ENABLED
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include <fcntl.h>
+#include <time.h>
+#include <unistd.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// Where a thread is blocked, as /proc/self/task/<tid>/syscall tells: its user
+// stack pointer and instruction pointer. The same site at two ticks, with
+// little CPU time between them, is the same wait.
+struct BlockedSite {
+  std::uint64_t sp = 0;
+  std::uint64_t pc = 0;
+  friend bool operator==(const BlockedSite& a, const BlockedSite& b) noexcept { return a.sp == b.sp && a.pc == b.pc; }
+};
+
+// /proc/self/task/<tid>/syscall: "running", or "<nr> <6 args> <sp> <pc>" (nr -1
+// when blocked outside a system call). False when running or unreadable.
+// `syscall_fd` is that file, opened at the first call (-1 until then) and kept
+// open for the next ticks; the caller closes it.
+inline bool read_blocked_site(pid_t tid, int& syscall_fd, BlockedSite& site) noexcept {
+  if (syscall_fd < 0) {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/self/task/%d/syscall", static_cast<int>(tid));
+    syscall_fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (syscall_fd < 0) return false;
+  }
+  char text[256];
+  const ssize_t n = ::pread(syscall_fd, text, sizeof text - 1, 0);
+  if (n <= 0) return false;
+  text[n] = '\0';
+  if (text[0] == 'r') return false;  // "running"
+  // The last two fields.
+  std::uint64_t fields[2] = {0, 0};
+  int found = 0;
+  const char* end = text + n;
+  while (end > text && (end[-1] == '\n' || end[-1] == ' ')) --end;
+  for (int f = 1; f >= 0; --f) {
+    const char* start = end;
+    while (start > text && start[-1] != ' ') --start;
+    if (start == end) break;
+    std::uint64_t value = 0;
+    const char* c = start;
+    if (end - c > 2 && c[0] == '0' && c[1] == 'x') c += 2;
+    for (; c < end; ++c) {
+      const char d = *c;
+      const int digit = d >= '0' && d <= '9' ? d - '0' : d >= 'a' && d <= 'f' ? d - 'a' + 10 : -1;
+      if (digit < 0) return false;
+      value = value * 16 + static_cast<std::uint64_t>(digit);
+    }
+    fields[f] = value;
+    ++found;
+    end = start > text ? start - 1 : start;
+  }
+  if (found != 2) return false;
+  site.sp = fields[0];
+  site.pc = fields[1];
+  return true;
+}
+
+// The thread's CPU time, read from another thread (-1 when unreadable).
+inline std::int64_t thread_cpu_ns(pid_t tid) noexcept {
+  // Linux's per-thread CPU clock id, as glibc's pthread_getcpuclockid makes it.
+  const clockid_t clock = static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6);
+  timespec ts{};
+  if (::clock_gettime(clock, &ts) != 0) return -1;
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// SigBlk in /proc/self/task/<tid>/status has the bit of `signal_number`.
+inline bool thread_blocks_signal(pid_t tid, int signal_number) noexcept {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%d/status", static_cast<int>(tid));
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char text[4096];
+  const ssize_t n = ::read(fd, text, sizeof text - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  text[n] = '\0';
+  const char* line = std::strstr(text, "\nSigBlk:");
+  if (line == nullptr) return false;
+  const unsigned long long mask = std::strtoull(line + 8, nullptr, 16);
+  const int bit = signal_number - 1;
+  return bit >= 0 && bit < 64 && ((mask >> bit) & 1) != 0;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_DETAIL_CAPTURE_THREAD_STATUS_HPP_

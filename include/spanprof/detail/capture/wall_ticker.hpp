@@ -1,0 +1,253 @@
+// The wall ticker: one background thread that, while any thread runs a
+// wall-profiled span, looks at those threads at random wall-clock intervals
+// (exponential around 1 / wall_frequency_hz) and has each take a sample of its
+// stack, running or waiting.
+//
+// A thread found blocked exactly where its previous sample found it (the same
+// system call site in /proc/self/task/<tid>/syscall, and almost no CPU time since)
+// is not signalled again: the ticker confirms it is still there and the thread
+// adds that time to its previous sample. So a thread waiting in one call gets one
+// signal per wait, not one per tick: a signal makes an interrupted nanosleep,
+// poll, epoll_wait or select return EINTR (SA_RESTART does not restart those),
+// and a host loop around them would otherwise spin (async-profiler ran into this
+// with event loops and made the same check). docs/wall.md lists what a host sees.
+//
+// Nothing runs for threads without a wall span: the ticker skips them, and once no
+// wall span has been open for a second it parks until one opens (the only time a
+// guard makes a system call for it).
+#ifndef SPANPROF_DETAIL_CAPTURE_WALL_TICKER_HPP_
+#define SPANPROF_DETAIL_CAPTURE_WALL_TICKER_HPP_
+
+#include <spanprof/detail/base/counters.hpp>
+#include <spanprof/base/error.hpp>
+#include <spanprof/detail/base/thread_name.hpp>
+#include <spanprof/detail/capture/cpu_tick_source.hpp>
+#include <spanprof/detail/capture/stack_sampler_list.hpp>
+#include <spanprof/detail/capture/thread_stack_sampler.hpp>
+#include <spanprof/detail/capture/ticker_side.hpp>
+#include <spanprof/config.hpp>
+
+#if SPANPROF_ENABLED
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <limits>
+#include <mutex>
+#include <new>
+#include <thread>
+
+#include <time.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// Whether the ticker is parked (or not started): a guard that opens a CPU span on a
+// POSIX-timer thread then wakes it (WallTicker::watch_cpu). A plain flag, so the
+// guard's look costs one load.
+SPANPROF_API inline std::atomic<bool>& ticker_parked() noexcept {
+  static std::atomic<bool> parked{true};
+  return parked;
+}
+
+class WallTicker {
+ public:
+  // How long the ticker keeps ticking after the last wall span closed, or the last
+  // CPU span it watched, before it parks: a service whose threads go briefly idle
+  // between requests never wakes it with a system call.
+  static constexpr std::chrono::milliseconds linger{1000};
+
+  // A thread opened its first wall span: count it, and make sure the ticker runs.
+  // Costs two atomic operations unless the ticker is parked or not started.
+  void thread_started_wall_span(std::int64_t mean_period_ns) noexcept {
+    mean_period_ns_.store(mean_period_ns, std::memory_order_relaxed);
+    threads_.fetch_add(1, std::memory_order_seq_cst);
+    if (SPANPROF_UNLIKELY(!started_.load(std::memory_order_acquire))) start();
+    if (SPANPROF_UNLIKELY(parked_.load(std::memory_order_seq_cst))) wake();
+  }
+
+  // A thread closed its last wall span.
+  void thread_ended_wall_span() noexcept { threads_.fetch_sub(1, std::memory_order_seq_cst); }
+
+  // A CPU span opened on a thread sampled by a POSIX CPU timer while the ticker was
+  // parked: the CPU watch (ThreadStackSampler::cpu_watch) starts again.
+  void watch_cpu() noexcept {
+    if (SPANPROF_UNLIKELY(!started_.load(std::memory_order_acquire))) start();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      cpu_wanted_ = true;
+    }
+    wake_.notify_one();
+  }
+
+  std::uint32_t threads_in_wall_spans() const noexcept { return threads_.load(std::memory_order_relaxed); }
+
+  // In a forked child: the ticker thread stayed in the parent. The next wall span
+  // starts a new one; `open_here` counts a wall span the forking thread has open.
+  void reset_after_fork(bool open_here) noexcept {
+    new (&mutex_) std::mutex();
+    new (&wake_) std::condition_variable();
+    threads_.store(open_here ? 1 : 0, std::memory_order_relaxed);
+    started_.store(false, std::memory_order_relaxed);
+    parked_.store(false, std::memory_order_relaxed);
+    cpu_wanted_ = false;
+    ticker_parked().store(true, std::memory_order_relaxed);  // the child's first watched span starts it
+  }
+
+ private:
+  void start() noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (started_.load(std::memory_order_relaxed)) return;
+    SPANPROF_TRY {
+      std::thread([this] { run(); }).detach();  // lives as long as the process
+      started_.store(true, std::memory_order_release);
+    } SPANPROF_CATCH_ALL {
+      report_error(ErrorCode::sampler_failed, "cannot start the ticker thread; wall profiles stay empty");
+    }
+  }
+
+  void wake() noexcept {
+    { std::lock_guard<std::mutex> lock(mutex_); }
+    wake_.notify_one();
+  }
+
+  void run() noexcept {
+    name_this_thread(wall_thread_name);
+    // The ticker takes wall samples; it must not be sampled itself.
+    sigset_t all;
+    sigfillset(&all);
+    ::pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    ticker_parked().store(false, std::memory_order_seq_cst);
+    std::uint64_t random = 0x2545F4914F6CDD1Dull ^ static_cast<std::uint64_t>(monotonic_now_ns());
+    std::int64_t now = monotonic_now_ns();
+    std::int64_t last_busy = now;  // the last look that found a wall span or a CPU span open
+    std::int64_t next_wall = now;
+    Look look;
+    for (;;) {
+      const bool wall = threads_.load(std::memory_order_seq_cst) != 0;
+      if (wall || look.span_open) {
+        last_busy = now;
+      } else if (now - last_busy >= std::chrono::nanoseconds(linger).count()) {
+        // Woken by a span: busy from now. Timed out: one look, and parked again.
+        const bool woken = park();
+        now = monotonic_now_ns();
+        next_wall = now;
+        if (woken) last_busy = now;
+      }
+      const std::int64_t mean = mean_period_ns_.load(std::memory_order_relaxed);
+      // Wall ticks at random intervals (random_interval_ns says why); CPU watches as
+      // often as the last look asked (Look::watch_interval_ns).
+      // (Drawn only while wall spans are open: a look for the CPU watch alone costs no
+      // logarithm.)
+      if (!wall) next_wall = now;
+      else if (next_wall <= now) next_wall = now + random_interval_ns(random, mean);
+      std::int64_t until = wall ? next_wall : now + look.watch_interval_ns;
+      if (now + look.watch_interval_ns < until) until = now + look.watch_interval_ns;
+      const std::int64_t interval = until > now ? until - now : 0;
+      timespec sleep{static_cast<time_t>(interval / 1'000'000'000), static_cast<long>(interval % 1'000'000'000)};
+      while (::nanosleep(&sleep, &sleep) != 0 && errno == EINTR) {
+      }
+      now = monotonic_now_ns();
+      const bool wall_due = wall && now >= next_wall;
+      look = tick(now, wall_due, mean);
+      if (wall_due) next_wall = now;  // drawn anew above
+    }
+  }
+
+  // True when a span woke it; false when it only timed out.
+  bool park() noexcept {
+    std::unique_lock<std::mutex> lock(mutex_);
+    parked_.store(true, std::memory_order_seq_cst);
+    ticker_parked().store(true, std::memory_order_seq_cst);
+    cpu_wanted_ = false;
+    // A CPU span whose guard looked just before the flag was set went unwatched:
+    // the ticker looks once a second anyway.
+    const bool woken = wake_.wait_for(lock, linger, [&] {
+      return cpu_wanted_ || threads_.load(std::memory_order_seq_cst) != 0;
+    });
+    cpu_wanted_ = false;
+    ticker_parked().store(false, std::memory_order_seq_cst);
+    parked_.store(false, std::memory_order_seq_cst);
+    return woken;
+  }
+
+  // What one look found: whether any thread had a CPU span open, and when to look
+  // again for the CPU watch (the threads' shortest interval; with none watched, as
+  // often as for the default 100 Hz at ease, until the ticker parks).
+  struct Look {
+    bool span_open = false;
+    std::int64_t watch_interval_ns = 20'000'000;
+  };
+
+  // One look at every thread: wall ticks when due, the CPU watch always.
+  Look tick(std::int64_t now, bool wall_due, std::int64_t mean_period_ns) noexcept {
+    std::uint64_t signalled = 0, confirmed = 0, cpu_ticks = 0;
+    Look look;
+    {
+      // The list's mutex keeps each sampler alive while it is looked at (a thread
+      // removes its sampler under it before freeing it).
+      StackSamplerList& list = stack_sampler_list();
+      std::lock_guard<std::mutex> lock(list.mutex);
+      for (ThreadStackSampler* sampler = list.head; sampler != nullptr; sampler = sampler->registry_next) {
+        if (wall_due) {
+          switch (sampler->wall_tick(now, mean_period_ns)) {
+            case ThreadStackSampler::WallTick::signalled: ++signalled; break;
+            case ThreadStackSampler::WallTick::confirmed: ++confirmed; break;
+            default: break;
+          }
+        }
+        if (!sampler->cpu_watch_wanted()) continue;
+        const bool span_open = sampler->span_open_now();
+        switch (sampler->cpu_watch(looks_, now)) {
+          case ThreadStackSampler::CpuWatch::signalled: ++cpu_ticks; [[fallthrough]];
+          case ThreadStackSampler::CpuWatch::late:
+            // Looks come faster for spans only: a pool thread between requests
+            // found late would double a busy server's looks for nothing of its own.
+            if (span_open) last_late_ns_ = now;
+            break;
+          default: break;
+        }
+        if (span_open) look.span_open = true;
+        // Half the period while the kernel has been late in the last second; two
+        // periods otherwise, when its own ticks come in time and the watch only
+        // makes sure they still do. A look is a wake-up and a switch on a busy core,
+        // so a server whose kernel keeps time pays half as many as at one a period.
+        const std::int64_t period = sampler->settings().period_ns;
+        const bool late_lately = now - last_late_ns_ < std::chrono::nanoseconds(linger).count();
+        const std::int64_t interval = std::max<std::int64_t>(late_lately ? period / 2 : 2 * period, 1'000'000);
+        if (interval < look.watch_interval_ns) look.watch_interval_ns = interval;
+      }
+    }
+    if (signalled != 0) count(Counter::wall_ticks_signalled, signalled);
+    if (confirmed != 0) count(Counter::wall_ticks_confirmed, confirmed);
+    if (cpu_ticks != 0) count(Counter::cpu_ticks_watched, cpu_ticks);
+    ++looks_;
+    return look;
+  }
+
+  std::atomic<std::uint32_t> threads_{0};  // threads with a wall span open
+  std::atomic<std::int64_t> mean_period_ns_{10'000'000};
+  std::atomic<bool> started_{false};
+  std::atomic<bool> parked_{false};
+  bool cpu_wanted_ = false;  // under mutex_: a guard asked for the CPU watch
+  // The ticker thread's own.
+  std::uint64_t looks_ = 0;
+  std::int64_t last_late_ns_ = std::numeric_limits<std::int64_t>::min() / 2;  // a thread's point found overdue
+  std::mutex mutex_;
+  std::condition_variable wake_;
+};
+
+// Process-wide and deliberately leaked: its thread runs until the process ends.
+SPANPROF_API inline WallTicker& wall_ticker() noexcept {
+  static WallTicker* ticker = new WallTicker();
+  return *ticker;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_DETAIL_CAPTURE_WALL_TICKER_HPP_

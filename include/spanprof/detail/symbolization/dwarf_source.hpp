@@ -1,0 +1,392 @@
+// Source lines and inlined functions from DWARF, with elfutils' libdw
+// (SPANPROF_WITH_LIBDW=1): for a sampled address, the chain of functions the
+// compiler inlined there, innermost first, each with its file and line.
+//
+// An object's DWARF is opened the first time an address lands in it: from the
+// object itself, or from its separate debug file (by build id under a debug
+// directory, DIR/.build-id/ab/cdef....debug; or the .gnu_debuglink name beside the
+// object, in its .debug/, or under a debug directory as GDB looks).
+// Its compilation units' address ranges are indexed at open, and a unit's functions
+// the first time an address lands in it, so a lookup is two binary searches, the
+// unit's line table, and a walk down the one function's inlined copies. It runs on the
+// sender's thread only. A debug file that is damaged costs its lines, not the
+// profile: libdw reads every size against the file's.
+#ifndef SPANPROF_DETAIL_SYMBOLIZATION_DWARF_SOURCE_HPP_
+#define SPANPROF_DETAIL_SYMBOLIZATION_DWARF_SOURCE_HPP_
+
+#include <spanprof/config.hpp>
+#include <spanprof/detail/symbolization/elf_reader.hpp>
+
+#if SPANPROF_WITH_LIBDW
+
+#include <dwarf.h>
+#include <elfutils/libdw.h>
+#include <elfutils/libdwelf.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// One function of the chain at an address, as DWARF names it. The strings are the
+// DwarfSource's (valid while it lives); `name` is the linkage (mangled) name when
+// `mangled`, else the plain one.
+struct DwarfFrame {
+  const char* name = nullptr;
+  bool mangled = false;
+  const char* file = nullptr;  // where the address is in this function: its line, or its call of the next inner one
+  int line = 0;
+  int start_line = 0;  // the function's declaration line
+};
+
+class DwarfSource {
+ public:
+  DwarfSource(const DwarfSource&) = delete;
+  DwarfSource& operator=(const DwarfSource&) = delete;
+  ~DwarfSource() {
+    if (dwarf_ != nullptr) ::dwarf_end(dwarf_);
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  // The DWARF with line tables for an object at `path` whose GNU build id (hex) is
+  // `build_id` (empty: unknown): its own, else its separate debug file's, looked
+  // for under `debug_directories`. Null when there is none, or none that matches
+  // the object.
+  static std::unique_ptr<DwarfSource> open_for(const std::string& path, const std::string& build_id,
+                                               const std::vector<std::string>& debug_directories) noexcept {
+    SPANPROF_TRY {
+      if (::elf_version(EV_CURRENT) == EV_NONE) return nullptr;
+      if (auto own = open_file(path, build_id)) return own;
+      for (const std::string& directory : debug_directories) {
+        const std::string by_id = build_id_debug_path(build_id, directory);
+        if (!by_id.empty())
+          if (auto separate = open_file(by_id, build_id)) return separate;
+      }
+      for (const std::string& candidate : debuglink_candidates(path, debug_directories))
+        if (auto separate = open_file(candidate, build_id)) return separate;
+      return nullptr;
+    } SPANPROF_CATCH_ALL {
+      return nullptr;
+    }
+  }
+
+  // The chain at `address` (the object's own address: runtime address minus the
+  // load bias), innermost first: the functions inlined there, then the function
+  // they were inlined into. False when the address has no line information.
+  bool lookup(std::uint64_t address, std::vector<DwarfFrame>& chain) {
+    std::lock_guard<std::mutex> lock(mutex_);  // shared by symbolizers (shared_dwarf_source)
+    // Kept per address, for the next symbolizer (a restart) too: bounded by the
+    // addresses ever sampled in this object.
+    auto [cached, fresh] = chains_.try_emplace(address);
+    if (fresh) look_up(address, cached->second);
+    chain = cached->second;
+    return !chain.empty();
+  }
+
+ private:
+  void look_up(std::uint64_t address, std::vector<DwarfFrame>& chain) {
+    chain.clear();
+    const std::size_t unit_index = unit_at(address);
+    if (unit_index == no_unit) return;
+    Unit& unit = units_[unit_index];
+    Dwarf_Line* line = ::dwarf_getsrc_die(&unit.die, address);
+    const char* file = line != nullptr ? ::dwarf_linesrc(line, nullptr, nullptr) : nullptr;
+    int line_number = 0;
+    if (line != nullptr && (::dwarf_lineno(line, &line_number) != 0 || line_number < 0)) line_number = 0;
+    if (!unit.indexed) index_functions(unit);
+    // The function, then the inlined copies inside it that hold the address, down
+    // to the innermost: each one's children only, never the unit's whole tree.
+    nesting_.clear();
+    Dwarf_Die function;
+    if (function_at(unit, address, function)) {
+      nesting_.push_back(function);
+      Dwarf_Die scope = function;
+      for (std::size_t depth = 0; depth < max_inline_depth && descend(scope, address); ++depth)
+        if (::dwarf_tag(&scope) == DW_TAG_inlined_subroutine) nesting_.push_back(scope);
+    }
+    Dwarf_Files* files = nullptr;
+    bool have_files = false;
+    for (std::size_t i = nesting_.size(); i-- > 0;) {
+      Dwarf_Die& die = nesting_[i];
+      DwarfFrame frame;
+      name_of(die, frame);
+      if (::dwarf_decl_line(&die, &frame.start_line) != 0 || frame.start_line < 0) frame.start_line = 0;
+      frame.file = file;
+      frame.line = line_number;
+      chain.push_back(frame);
+      if (i == 0) break;
+      // The next one out is where this one was inlined: at its call.
+      if (!have_files) have_files = ::dwarf_getsrcfiles(&unit.die, &files, nullptr) == 0;
+      Dwarf_Attribute attribute;
+      Dwarf_Word value = 0;
+      file = nullptr;
+      line_number = 0;
+      if (have_files && ::dwarf_formudata(::dwarf_attr(&die, DW_AT_call_file, &attribute), &value) == 0)
+        file = ::dwarf_filesrc(files, value, nullptr, nullptr);
+      // A line past int's range is a damaged file's: unknown, as pprof has no negative lines.
+      if (::dwarf_formudata(::dwarf_attr(&die, DW_AT_call_line, &attribute), &value) == 0 && value <= INT_MAX)
+        line_number = static_cast<int>(value);
+    }
+    if (chain.empty() && file != nullptr) {
+      DwarfFrame frame;  // a line, no function: the symbol table names it
+      frame.file = file;
+      frame.line = line_number;
+      chain.push_back(frame);
+    }
+  }
+
+  static constexpr std::size_t no_unit = ~std::size_t{0};
+  // Deeper inlining than this is cut (a hostile file's nesting has no end).
+  static constexpr std::size_t max_inline_depth = 64;
+
+  struct Range {
+    Dwarf_Addr start;
+    Dwarf_Addr end;
+    std::size_t index;  // the unit (units_), or the function's DIE offset (Unit::functions)
+  };
+  struct Unit {
+    Dwarf_Die die;
+    bool indexed = false;
+    std::vector<Range> functions;  // its functions' code, by start; index: the DIE's offset
+  };
+
+  DwarfSource() = default;
+
+  static std::unique_ptr<DwarfSource> open_file(const std::string& path, const std::string& build_id) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return nullptr;
+    std::unique_ptr<DwarfSource> source(new DwarfSource());
+    source->fd_ = fd;
+    source->dwarf_ = ::dwarf_begin(fd, DWARF_C_READ);
+    if (source->dwarf_ == nullptr) return nullptr;  // no DWARF, or not an ELF file
+    if (!build_id.empty()) {
+      // A debug file of another build would be confidently wrong.
+      const void* bits = nullptr;
+      Elf* elf = ::dwarf_getelf(source->dwarf_);
+      const ssize_t size = elf != nullptr ? ::dwelf_elf_gnu_build_id(elf, &bits) : -1;
+      if (size > 0 && hex_lowercase(static_cast<const unsigned char*>(bits), static_cast<std::size_t>(size)) != build_id)
+        return nullptr;
+    }
+    if (!source->index_units()) return nullptr;
+    return source;
+  }
+
+  // Where GDB looks for the file a .gnu_debuglink section names.
+  static std::vector<std::string> debuglink_candidates(const std::string& path,
+                                                       const std::vector<std::string>& debug_directories) {
+    std::vector<std::string> out;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return out;
+    Elf* elf = ::elf_begin(fd, ELF_C_READ_MMAP, nullptr);
+    if (elf != nullptr) {
+      GElf_Word crc = 0;
+      const char* name = ::dwelf_elf_gnu_debuglink(elf, &crc);
+      if (name != nullptr && *name != '\0' && std::string(name).find('/') == std::string::npos) {
+        std::string directory = path.substr(0, path.rfind('/') + 1);
+        if (directory.empty()) directory = "./";
+        out.push_back(directory + name);
+        out.push_back(directory + ".debug/" + name);
+        if (directory.front() == '/')
+          for (const std::string& debug_directory : debug_directories) out.push_back(debug_directory + directory + name);
+      }
+      ::elf_end(elf);
+    }
+    ::close(fd);
+    return out;
+  }
+
+  // Every compilation unit's address ranges, sorted: a unit is found without aranges
+  // (Clang emits none by default).
+  bool index_units() {
+    Dwarf_CU* cu = nullptr;
+    Dwarf_Die die, sub;
+    Dwarf_Half version = 0;
+    std::uint8_t type = 0;
+    while (::dwarf_get_units(dwarf_, cu, &cu, &version, &type, &die, &sub) == 0) {
+      if (::dwarf_tag(&die) != DW_TAG_compile_unit && ::dwarf_tag(&die) != DW_TAG_partial_unit) continue;
+      const std::size_t before = unit_ranges_.size();
+      Dwarf_Addr base = 0, start = 0, end = 0;
+      for (ptrdiff_t at = 0; (at = ::dwarf_ranges(&die, at, &base, &start, &end)) > 0;)
+        if (end > start) unit_ranges_.push_back({start, end, units_.size()});
+      if (unit_ranges_.size() == before) continue;
+      units_.emplace_back();
+      units_.back().die = die;
+    }
+    sort_by_start(unit_ranges_);
+    return !unit_ranges_.empty();
+  }
+
+  static void sort_by_start(std::vector<Range>& ranges) {
+    std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.start < b.start; });
+  }
+
+  std::size_t unit_at(Dwarf_Addr address) const noexcept {
+    auto it = std::upper_bound(unit_ranges_.begin(), unit_ranges_.end(), address,
+                               [](Dwarf_Addr a, const Range& r) { return a < r.start; });
+    // Units' ranges do not overlap in a linked object; a few steps back cover one
+    // unit's hole filled by another.
+    for (int steps = 0; it != unit_ranges_.begin() && steps < 4; ++steps) {
+      --it;
+      if (address < it->end) return it->index;
+    }
+    return no_unit;
+  }
+
+  // The function (DW_TAG_subprogram) whose code holds `address`.
+  bool function_at(const Unit& unit, Dwarf_Addr address, Dwarf_Die& out) noexcept {
+    auto it = std::upper_bound(unit.functions.begin(), unit.functions.end(), address,
+                               [](Dwarf_Addr a, const Range& r) { return a < r.start; });
+    for (int steps = 0; it != unit.functions.begin() && steps < 4; ++steps) {
+      --it;
+      if (address < it->end) return ::dwarf_offdie(dwarf_, static_cast<Dwarf_Off>(it->index), &out) != nullptr;
+    }
+    return false;
+  }
+
+  // Moves `scope` to its child whose code holds `address` (an inlined copy, or a
+  // block around one); false when none does.
+  static bool descend(Dwarf_Die& scope, Dwarf_Addr address) noexcept {
+    Dwarf_Die child;
+    if (::dwarf_child(&scope, &child) != 0) return false;
+    for (std::size_t siblings = 0; siblings < max_dies_per_unit; ++siblings) {
+      const int tag = ::dwarf_tag(&child);
+      if ((tag == DW_TAG_inlined_subroutine || tag == DW_TAG_lexical_block) && ::dwarf_haspc(&child, address) == 1) {
+        scope = child;
+        return true;
+      }
+      if (::dwarf_siblingof(&child, &child) != 0) return false;
+    }
+    return false;
+  }
+
+  // One walk over the unit's top-level entries (into namespaces and classes, never
+  // into a function), the first time an address lands in it: its functions' code
+  // ranges, and the qualified names of the functions declared in it (for the
+  // copies that have no linkage name). dwarf_getscopes would walk the unit's whole
+  // tree at every address (milliseconds in a large unit), and an index of every
+  // inlined copy tens of megabytes for a large program.
+  void index_functions(Unit& unit) {
+    unit.indexed = true;
+    struct Open {
+      Dwarf_Die die;
+      std::size_t scope_size;  // qualified prefix length
+    };
+    std::vector<Open> stack;
+    std::string scope;  // "ns::Class::" of the entries below
+    Dwarf_Die child;
+    if (::dwarf_child(&unit.die, &child) != 0) return;
+    stack.push_back({child, 0});
+    std::size_t visited = 0;
+    while (!stack.empty() && ++visited < max_dies_per_unit) {
+      Open open = stack.back();
+      stack.pop_back();
+      scope.resize(open.scope_size);
+      Dwarf_Die& die = open.die;
+      Dwarf_Die sibling;
+      if (::dwarf_siblingof(&die, &sibling) == 0) stack.push_back({sibling, open.scope_size});
+      const int tag = ::dwarf_tag(&die);
+      if (tag == DW_TAG_subprogram) {
+        remember_qualified_name(die, scope);
+        Dwarf_Addr base = 0, start = 0, end = 0;
+        for (ptrdiff_t at = 0; (at = ::dwarf_ranges(&die, at, &base, &start, &end)) > 0;)
+          if (end > start) unit.functions.push_back({start, end, static_cast<std::size_t>(::dwarf_dieoffset(&die))});
+        continue;
+      }
+      if (tag != DW_TAG_namespace && tag != DW_TAG_class_type && tag != DW_TAG_structure_type &&
+          tag != DW_TAG_union_type)
+        continue;
+      const char* name = ::dwarf_diename(&die);
+      scope += name != nullptr ? name : "(anonymous namespace)";
+      scope += "::";
+      Dwarf_Die first;
+      if (::dwarf_haschildren(&die) && ::dwarf_child(&die, &first) == 0) stack.push_back({first, scope.size()});
+    }
+    sort_by_start(unit.functions);
+  }
+
+  // A function without a linkage name (internal linkage, C): its name with the
+  // namespaces and classes around its declaration, found by the declaration's offset.
+  void remember_qualified_name(Dwarf_Die& die, const std::string& scope) {
+    if (scope.empty()) return;
+    Dwarf_Attribute attribute;
+    if (::dwarf_attr(&die, DW_AT_linkage_name, &attribute) != nullptr) return;
+    const char* name = ::dwarf_formstring(::dwarf_attr(&die, DW_AT_name, &attribute));
+    if (name == nullptr) return;
+    qualified_names_.emplace(::dwarf_dieoffset(&die), scope + name);
+  }
+
+  // The linkage name (demangled by the caller into the name the symbol table
+  // gives), else the plain name qualified as declared; from the abstract origin
+  // for an inlined copy.
+  void name_of(Dwarf_Die& die, DwarfFrame& frame) {
+    Dwarf_Attribute attribute;
+    const char* linkage = ::dwarf_formstring(::dwarf_attr_integrate(&die, DW_AT_linkage_name, &attribute));
+    if (linkage == nullptr) linkage = ::dwarf_formstring(::dwarf_attr_integrate(&die, DW_AT_MIPS_linkage_name, &attribute));
+    if (linkage != nullptr) {
+      frame.name = linkage;
+      frame.mangled = true;
+      return;
+    }
+    frame.name = ::dwarf_formstring(::dwarf_attr_integrate(&die, DW_AT_name, &attribute));
+    Dwarf_Die declaration = die;
+    for (const unsigned at : {DW_AT_abstract_origin, DW_AT_specification}) {
+      Dwarf_Die next;
+      if (::dwarf_formref_die(::dwarf_attr(&declaration, at, &attribute), &next) != nullptr) declaration = next;
+    }
+    const auto found = qualified_names_.find(::dwarf_dieoffset(&declaration));
+    if (found != qualified_names_.end()) frame.name = found->second.c_str();
+  }
+
+  // A unit larger than this is indexed only this far (a hostile or broken file
+  // whose DIEs never end).
+  static constexpr std::size_t max_dies_per_unit = std::size_t{1} << 24;
+
+  std::mutex mutex_;
+  int fd_ = -1;
+  Dwarf* dwarf_ = nullptr;
+  std::vector<Unit> units_;
+  std::vector<Range> unit_ranges_;
+  std::vector<Dwarf_Die> nesting_;  // one lookup's, reused
+  std::unordered_map<std::uint64_t, std::vector<DwarfFrame>> chains_;  // by address
+  // By declaration offset; node-based, so the names DwarfFrame::name points at stay.
+  std::unordered_map<Dwarf_Off, std::string> qualified_names_;
+};
+
+// An object's DWARF, shared by the symbolizers of the process and kept: each
+// spanprof::start() makes its own symbolizer, and a large program's DWARF read again
+// at every restart cost the 64-thread stress test ~90 MB of heap over its first
+// seconds (line tables parsed again while the old runtime drained). What is kept
+// grows only with the units sampled, once. Null when the object has none (asked
+// again by the next symbolizer).
+inline std::shared_ptr<DwarfSource> shared_dwarf_source(const std::string& path, const std::string& build_id,
+                                                        const std::vector<std::string>& debug_directories) {
+  // Never destroyed: a sender that outlived a stop past its deadline may still ask
+  // while the process runs its exit-time destructors.
+  static std::mutex& mutex = *new std::mutex;
+  static auto& opened = *new std::unordered_map<std::string, std::shared_ptr<DwarfSource>>;
+  std::string key = path + '\n' + build_id;
+  for (const std::string& directory : debug_directories) key += '\n' + directory;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::shared_ptr<DwarfSource>& slot = opened[key];
+  if (!slot) slot = std::shared_ptr<DwarfSource>(DwarfSource::open_for(path, build_id, debug_directories));
+  return slot;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_WITH_LIBDW
+
+#endif  // SPANPROF_DETAIL_SYMBOLIZATION_DWARF_SOURCE_HPP_
