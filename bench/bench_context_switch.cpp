@@ -41,7 +41,7 @@ void start_spanprof(spanprof::CpuSampleSource source) {
   spanprof::Options options(spanprof::ignore_environment);
   options.cpu_sample_source = source;
   options.uploaders.push_back(
-      std::make_shared<spanprof::CallbackUploader>([](const spanprof::EncodedProfile&) { return spanprof::UploadResult::ok(); }));
+      std::make_shared<spanprof::CallbackUploader>([](const spanprof::EncodedProfile&, std::string_view) { return spanprof::UploadResult::ok(); }));
   spanprof::start(options);
 }
 

@@ -51,6 +51,8 @@ const spanprof::SpanContext delivery_span =
 struct SampleProfile {
   spanprof::Profile profile;
   spanprof::EncodedProfile encoded;
+  std::string pprof_gzip;
+  spanprof::EncodeInput input() const { return {&profile, pprof_gzip}; }
 };
 
 const SampleProfile& sample_profile() {
@@ -71,12 +73,12 @@ const SampleProfile& sample_profile() {
       sample.labels = {{"span_id", delivery_span.span_id.to_hex(), 0, "", false}};
       p.samples.push_back(sample);
     }
-    if (!spanprof::encode_pprof_gzip(p, s.encoded.pprof_gzip)) std::abort();
-    s.encoded.span = delivery_span;
-    s.encoded.span_name = "GET /bench";
-    s.encoded.period_ns = 10'000'000;
-    s.encoded.start_unix_ns = 1'700'000'000'000'000'000;
-    s.encoded.duration_ns = 500'000'000;
+    if (!spanprof::encode_pprof_gzip(p, s.pprof_gzip)) std::abort();
+    s.encoded.record.span = delivery_span;
+    s.encoded.record.span_name = "GET /bench";
+    s.encoded.record.period_ns = 10'000'000;
+    s.encoded.record.start_unix_ns = 1'700'000'000'000'000'000;
+    s.encoded.record.duration_ns = 500'000'000;
     s.encoded.sample_count = p.samples.size();
     return s;
   }();
@@ -96,12 +98,12 @@ void pyroscope_upload(benchmark::State& state) {
   options.server_address = server.url();
   options.http = local_http();
   spanprof::PyroscopeUploader uploader(options);
-  const auto& encoded = sample_profile().encoded;
+  const SampleProfile& sample = sample_profile();
   for (auto _ : state) {
-    if (!uploader.upload(encoded).is_ok()) state.SkipWithError("upload failed");
+    if (!uploader.upload(sample.encoded, sample.input()).is_ok()) state.SkipWithError("upload failed");
   }
   state.SetItemsProcessed(state.iterations());
-  state.counters["bytes_per_profile"] = static_cast<double>(encoded.pprof_gzip.size());
+  state.counters["bytes_per_profile"] = static_cast<double>(sample.pprof_gzip.size());
 }
 BENCHMARK(pyroscope_upload)->Unit(benchmark::kMicrosecond);
 
@@ -112,10 +114,9 @@ void otlp_upload(benchmark::State& state) {
   options.resource.attributes = {{"service.name", "bench"}};
   options.http = local_http();
   spanprof::OtlpUploader uploader(options);
-  auto encoded = sample_profile().encoded;
-  encoded.profile = &sample_profile().profile;
+  const SampleProfile& sample = sample_profile();
   for (auto _ : state) {
-    if (!uploader.upload(encoded).is_ok()) state.SkipWithError("upload failed");
+    if (!uploader.upload(sample.encoded, sample.input()).is_ok()) state.SkipWithError("upload failed");
   }
   state.SetItemsProcessed(state.iterations());
 }

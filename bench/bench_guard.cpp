@@ -34,7 +34,7 @@ void start_with(spanprof::CpuEngine engine, std::shared_ptr<spanprof::HeadSample
   options.trigger = std::move(trigger);
   // Profiles are symbolized and encoded as usual, then discarded: no disk I/O.
   options.uploaders.push_back(
-      std::make_shared<spanprof::CallbackUploader>([](const spanprof::EncodedProfile&) { return spanprof::UploadResult::ok(); }));
+      std::make_shared<spanprof::CallbackUploader>([](const spanprof::EncodedProfile&, std::string_view) { return spanprof::UploadResult::ok(); }));
   spanprof::start(options);
 }
 

@@ -41,7 +41,7 @@ void start_heap(spanprof::HeapEngine engine) {
   options.heap_engine = engine;
   options.thread_buffer_bytes = 32u << 20;  // room for every sample of a long run
   options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>(
-      [](const spanprof::EncodedProfile&) { return spanprof::UploadResult::ok(); }));
+      [](const spanprof::EncodedProfile&, std::string_view) { return spanprof::UploadResult::ok(); }));
   spanprof::start(options);
 }
 

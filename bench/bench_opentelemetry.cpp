@@ -40,7 +40,7 @@ void start_spanprof(std::shared_ptr<spanprof::HeadSampler> sampler) {
   spanprof::Options options(spanprof::ignore_environment);
   options.head_sampler = std::move(sampler);
   options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>(
-      [](const spanprof::EncodedProfile&) { return spanprof::UploadResult::ok(); }));
+      [](const spanprof::EncodedProfile&, std::string_view) { return spanprof::UploadResult::ok(); }));
   spanprof::start(options);
 }
 

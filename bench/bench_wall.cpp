@@ -30,7 +30,7 @@ void start_with(std::shared_ptr<spanprof::HeadSampler> sampler, int wall_hz = 10
   options.head_sampler = std::move(sampler);
   options.wall_frequency_hz = wall_hz;
   options.uploaders.push_back(
-      std::make_shared<spanprof::CallbackUploader>([](const spanprof::EncodedProfile&) { return spanprof::UploadResult::ok(); }));
+      std::make_shared<spanprof::CallbackUploader>([](const spanprof::EncodedProfile&, std::string_view) { return spanprof::UploadResult::ok(); }));
   spanprof::start(options);
 }
 

@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>(
-        [](const spanprof::EncodedProfile&) {
+        [](const spanprof::EncodedProfile&, std::string_view) {
           profiles.fetch_add(1, std::memory_order_relaxed);
           return spanprof::UploadResult::ok();
         },

@@ -54,10 +54,10 @@ int main() {
   std::mutex mutex;
   std::vector<std::string> kept;
   options.uploaders = {files, std::make_shared<spanprof::CallbackUploader>(
-                                  [&](const spanprof::EncodedProfile& p) {
+                                  [&](const spanprof::EncodedProfile& p, std::string_view) {
                                     std::lock_guard<std::mutex> lock(mutex);
-                                    kept.push_back("span " + p.span.span_id.to_hex() + "  profile_reason=" +
-                                                   std::string(spanprof::to_string(p.reason)) + "  " +
+                                    kept.push_back("span " + p.record.span.span_id.to_hex() + "  profile_reason=" +
+                                                   std::string(spanprof::to_string(p.record.reason)) + "  " +
                                                    std::to_string(p.sample_count) + " samples  " +
                                                    spanprof::FileUploader::file_name_for(p));
                                     return spanprof::UploadResult::ok();

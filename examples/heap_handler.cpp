@@ -98,11 +98,11 @@ int main() {
   spanprof::Options options;
   auto files = example::file_uploader(options);  // $SPANPROF_OUTPUT_DIR or ./profiles
   options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>(
-      [&](const spanprof::EncodedProfile& p) {
-        std::string text = "span " + p.span.span_id.to_hex() + "  " + p.span_name + "\n";
+      [&](const spanprof::EncodedProfile& p, std::string_view, const spanprof::UploadContext& context) {
+        std::string text = "span " + p.record.span.span_id.to_hex() + "  " + p.record.span_name + "\n";
         const char* titles[] = {nullptr, "allocated", nullptr, "in use at span end"};
         for (std::size_t index : {std::size_t{1}, std::size_t{3}}) {
-          for (const auto& [function, bytes] : bytes_by_function(*p.profile, index)) {
+          for (const auto& [function, bytes] : bytes_by_function(*context.profile, index)) {
             char line[160];
             std::snprintf(line, sizeof line, "    %-20s %7.1f MiB  %.60s\n", titles[index], bytes / 1048576.0,
                           function.c_str());

@@ -122,10 +122,10 @@ int main() {
   auto files = example::file_uploader(options);  // $SPANPROF_OUTPUT_DIR or ./profiles
   if (!std::getenv("SPANPROF_FREQUENCY")) options.frequency_hz = 250;  // more samples in a short demo
   options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>(
-      [&](const spanprof::EncodedProfile& p) {
-        Summary s{p.span.span_id.to_hex(), p.span.trace_id.to_hex(), p.span_name,
+      [&](const spanprof::EncodedProfile& p, std::string_view, const spanprof::UploadContext& context) {
+        Summary s{p.record.span.span_id.to_hex(), p.record.span.trace_id.to_hex(), p.record.span_name,
                   files->directory() + "/" + spanprof::FileUploader::file_name_for(p), p.sample_count,
-                  top_functions(*p.profile, 3)};
+                  top_functions(*context.profile, 3)};
         std::lock_guard<std::mutex> lock(summaries_mutex);
         summaries.push_back(std::move(s));
         return spanprof::UploadResult::ok();

@@ -92,9 +92,9 @@ int main() {
   if (!std::getenv("SPANPROF_FREQUENCY")) options.frequency_hz = 250;
   auto files = example::file_uploader(options);
   options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>(
-      [&](const spanprof::EncodedProfile& p) {
+      [&](const spanprof::EncodedProfile& p, std::string_view, const spanprof::UploadContext& context) {
         std::lock_guard<std::mutex> lock(mutex);
-        hottest[p.span.span_id.to_hex()] = top_function(*p.profile);
+        hottest[p.record.span.span_id.to_hex()] = top_function(*context.profile);
         return spanprof::UploadResult::ok();
       },
       "summary"));

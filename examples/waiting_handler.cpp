@@ -66,9 +66,7 @@ struct Totals {
 };
 
 // Sums the profile's time value by phase (the uploader runs off the request thread).
-void add_profile(Totals& totals, const spanprof::EncodedProfile& encoded) {
-  if (encoded.profile == nullptr) return;
-  const spanprof::Profile& profile = *encoded.profile;
+void add_profile(Totals& totals, const spanprof::SpanRecord& record, const spanprof::Profile& profile) {
   std::map<std::uint64_t, std::string> function_of_location;
   std::map<std::uint64_t, const std::string*> function_names;
   for (const auto& function : profile.functions) function_names[function.id] = &function.name;
@@ -76,9 +74,9 @@ void add_profile(Totals& totals, const spanprof::EncodedProfile& encoded) {
     auto name = function_names.find(location.function_id);
     if (name != function_names.end()) function_of_location[location.id] = *name->second;
   }
-  auto& into = encoded.kind == spanprof::ProfileKind::wall ? totals.wall_ns : totals.cpu_ns;
-  if (encoded.kind == spanprof::ProfileKind::wall) {
-    totals.elapsed_ns += encoded.duration_ns;
+  auto& into = record.kind == spanprof::ProfileKind::wall ? totals.wall_ns : totals.cpu_ns;
+  if (record.kind == spanprof::ProfileKind::wall) {
+    totals.elapsed_ns += record.duration_ns;
     ++totals.requests;
   }
   for (const auto& sample : profile.samples) {
@@ -102,11 +100,13 @@ int main() {
   auto files = example::file_uploader(options);
   std::mutex totals_mutex;
   Totals totals;
-  options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>([&](const spanprof::EncodedProfile& p) {
-    std::lock_guard<std::mutex> lock(totals_mutex);
-    add_profile(totals, p);
-    return spanprof::UploadResult::ok();
-  }));
+  options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>(
+      [&](const spanprof::EncodedProfile& p, std::string_view, const spanprof::UploadContext& context) {
+        if (context.profile == nullptr) return spanprof::UploadResult::ok();  // sent again from a spool: no model
+        std::lock_guard<std::mutex> lock(totals_mutex);
+        add_profile(totals, p.record, *context.profile);
+        return spanprof::UploadResult::ok();
+      }));
   spanprof::start(options);
 
   // The refresher: holds the inventory lock for 30 ms, lets go for 2 ms.

@@ -113,7 +113,7 @@ TEST_CASE("spanprof::asio::co_spawn: one profile per request with every stage, w
   for (unsigned i = 0; i < requests; ++i) {
     std::vector<const spanprof_test::CollectedProfile*> mine;
     for (const auto& p : profiles)
-      if (p.meta.span.span_id == span_number(6000 + i).span_id) mine.push_back(&p);
+      if (p.meta.record.span.span_id == span_number(6000 + i).span_id) mine.push_back(&p);
     INFO("request " << i << " ran on " << staged[i].ran_on.size() << " threads");
     REQUIRE(mine.size() == 1);  // one profile, not one per thread or per turn
 #ifndef SPANPROF_TESTS_UNDER_TSAN  // TSan delivers a signal late, at its next intercepted call (1 run in 150: 0.07)

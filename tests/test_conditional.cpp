@@ -35,13 +35,13 @@ spanprof::Options options_with(std::shared_ptr<spanprof::TailPolicy> policy, int
 std::vector<spanprof_test::CollectedProfile> profiles_of(Collector& collector, const spanprof::SpanContext& span) {
   std::vector<spanprof_test::CollectedProfile> out;
   for (const auto& p : collector.profiles())
-    if (p.meta.span.span_id == span.span_id) out.push_back(p);
+    if (p.meta.record.span.span_id == span.span_id) out.push_back(p);
   return out;
 }
 
 // Every sample of the span's profile carries this reason, and the metadata agrees.
 void check_reason(const spanprof_test::CollectedProfile& p, const std::string& reason) {
-  CHECK(spanprof::to_string(p.meta.reason) == reason);
+  CHECK(spanprof::to_string(p.meta.record.reason) == reason);
   REQUIRE_FALSE(p.decoded.samples.empty());
   for (const auto& sample : p.decoded.samples) CHECK(pprof_test::labels_of(sample).at("profile_reason") == reason);
 }
@@ -289,7 +289,7 @@ TEST_CASE("the adaptive trigger profiles the next spans of a name whose latency 
   REQUIRE(profiles.size() == 3);  // exactly N spans, then it stands down
   for (const auto& p : profiles) {
     check_reason(p, "triggered");
-    CHECK(p.meta.span_name == "GET /orders");
+    CHECK(p.meta.record.span_name == "GET /orders");
   }
   const auto after = spanprof::stats();
   CHECK(after.kept_triggered - before.kept_triggered == 3);

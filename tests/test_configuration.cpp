@@ -350,7 +350,7 @@ TEST_CASE("the code's frequency is the one profiles are taken at, whatever the e
   }
   const auto* profile = collector.profile_for(span.span_id);
   REQUIRE(profile != nullptr);
-  CHECK(profile->meta.period_ns == 1'000'000'000 / 400);
+  CHECK(profile->meta.record.period_ns == 1'000'000'000 / 400);
 }
 
 TEST_CASE("start() returns every configuration problem and reports each", "[configuration]") {

@@ -108,7 +108,7 @@ TEST_CASE("go tool pprof reads the labels and names the hot function") {
   const std::string path = "/tmp/spanprof-test-" + std::to_string(::getpid()) + ".pb.gz";
   {
     std::ofstream file(path, std::ios::binary);
-    file << profile->meta.pprof_gzip;
+    file << profile->pprof_gzip;
   }
   REQUIRE(pprof_test::run_command("go tool pprof -tags " + path, out));
   CHECK(out.find(span.span_id.to_hex()) != std::string::npos);
@@ -324,7 +324,7 @@ TEST_CASE("the classic engine profiles one scope and tells a concurrent one it i
   CHECK(collector.has_error(spanprof::ErrorCode::profiler_busy));
   const auto* p = collector.profile_for(first.span_id);
   REQUIRE(p != nullptr);
-  CHECK(p->meta.engine == "classic");
+  CHECK(p->meta.record.engine == "classic");
   // ~30 expected; gperftools' process-wide SIGPROF may land on other threads (then
   // filtered out), and on a loaded machine many do: only ask for a real profile.
   CHECK(spanprof_test::sample_count(p->decoded) >= 3);
@@ -401,7 +401,7 @@ TEST_CASE("FileUploader writes whole 0600 files named by span id") {
   CHECK((st.st_mode & 0777) == 0600);
   std::ifstream in(path, std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  CHECK(bytes == p->meta.pprof_gzip);
+  CHECK(bytes == p->pprof_gzip);
   std::string out;
   pprof_test::run_command("rm -rf " + dir, out);
 }

@@ -165,15 +165,15 @@ TEST_CASE("Pyroscope's legacy /ingest: the query, a bearer token, heap profiles 
   pyroscope.http.bearer_token = "glc_token";
   spanprof::PyroscopeUploader uploader(pyroscope);
   spanprof::EncodedProfile profile;
-  profile.kind = spanprof::ProfileKind::heap;
-  profile.span = span_number(901);
-  profile.start_unix_ns = 1'700'000'000'500'000'000;
-  profile.duration_ns = 200'000'000;
-  profile.pprof_gzip = "not really a profile";
-  CHECK(uploader.upload(profile).is_ok());
-  profile.kind = spanprof::ProfileKind::cpu;
-  profile.period_ns = 5'000'000;
-  CHECK(uploader.upload(profile).is_ok());
+  profile.record.kind = spanprof::ProfileKind::heap;
+  profile.record.span = span_number(901);
+  profile.record.start_unix_ns = 1'700'000'000'500'000'000;
+  profile.record.duration_ns = 200'000'000;
+  const spanprof::EncodeInput bytes{nullptr, "not really a profile"};
+  CHECK(uploader.upload(profile, bytes).is_ok());
+  profile.record.kind = spanprof::ProfileKind::cpu;
+  profile.record.period_ns = 5'000'000;
+  CHECK(uploader.upload(profile, bytes).is_ok());
   REQUIRE(server.wait_for_requests(2, std::chrono::seconds(5)));
   const auto heap = server.requests().at(0);
   CHECK(heap.path == "/ingest");
@@ -229,24 +229,24 @@ TEST_CASE("Pyroscope's answers map to retry or give up", "[delivery]") {
   pyroscope.server_address = server.url();
   spanprof::PyroscopeUploader uploader(pyroscope);
   spanprof::EncodedProfile profile;
-  profile.span = span_number(902);
-  profile.pprof_gzip = "x";
+  profile.record.span = span_number(902);
+  const spanprof::EncodeInput bytes{nullptr, "x"};
   using spanprof_test::Response;
   server.push(Response::status(429));
   server.push(Response::status(503));
   server.push(Response::status(400));
   server.push(Response::status(200));
-  CHECK(upload_outcome(uploader.upload(profile)) == "retryable");
-  CHECK(upload_outcome(uploader.upload(profile)) == "retryable");
-  const auto rejected = uploader.upload(profile);
+  CHECK(upload_outcome(uploader.upload(profile, bytes)) == "retryable");
+  CHECK(upload_outcome(uploader.upload(profile, bytes)) == "retryable");
+  const auto rejected = uploader.upload(profile, bytes);
   CHECK(upload_outcome(rejected) == "permanent");
   CHECK(rejected.message().find("400") != std::string::npos);
-  CHECK(uploader.upload(profile).is_ok());
+  CHECK(uploader.upload(profile, bytes).is_ok());
 
   spanprof::PyroscopeOptions down;
   down.server_address = "http://127.0.0.1:" + std::to_string(HttpServer::unused_port());
   spanprof::PyroscopeUploader unreachable(down);
-  const auto refused = unreachable.upload(profile);
+  const auto refused = unreachable.upload(profile, bytes);
   CHECK(upload_outcome(refused) == "retryable");
   CHECK_FALSE(refused.message().empty());
 }
@@ -273,8 +273,8 @@ TEST_CASE("OTLP receives an ExportProfilesServiceRequest linked to the span", "[
   CHECK(request.header("Content-Type") == "application/x-protobuf");
   CHECK(request.header("Content-Encoding") == "gzip");
   CHECK(request.header("api-key") == "k123");
-  std::string body, error;
-  REQUIRE(spanprof::detail::gzip_decompress(request.body, body, error, 64u << 20));
+  std::string body;
+  REQUIRE(spanprof::detail::gzip_decompress(request.body, body, 64u << 20));
 
   // A real protobuf parser accepts it...
   const std::string path = write_temp(body, ".bin");
@@ -337,7 +337,7 @@ TEST_CASE("wall profiles arrive as Pyroscope's wall series and OTLP's wall sampl
   std::remove(path.c_str());
 
   std::string body;
-  REQUIRE(spanprof::detail::gzip_decompress(otlp_server.requests().at(0).body, body, error, 64u << 20));
+  REQUIRE(spanprof::detail::gzip_decompress(otlp_server.requests().at(0).body, body, 64u << 20));
   const std::string raw_path = write_temp(body, ".bin");
   const auto raw = spanprof_test::capture_command("protoc --decode_raw < " + raw_path);
   std::remove(raw_path.c_str());
@@ -425,7 +425,7 @@ TEST_CASE("batched: a window's spans arrive merged, one request per kind, each s
   CHECK(batched.duplicate_samples == 0);
 
   Received files;
-  for (const auto& p : per_span) add_profile(files, p.meta.pprof_gzip);
+  for (const auto& p : per_span) add_profile(files, p.pprof_gzip);
   CHECK(files.duplicate_samples == 0);  // one span's repeated stacks are merged too
   CHECK(files.samples_by_span.size() == per_span.size());
   CHECK(batched.samples_by_span == files.samples_by_span);  // every span, every sample
@@ -449,10 +449,10 @@ TEST_CASE("batched OTLP: one request, every span in link_table, no two samples a
     spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "GET /otlp-batch"});
     deliver_hot_loop(0.02);
   }
-  for (const auto& p : collector.profiles()) spans.insert(p.meta.span.span_id.to_hex());
+  for (const auto& p : collector.profiles()) spans.insert(p.meta.record.span.span_id.to_hex());
   REQUIRE(server.request_count() == 1);
-  std::string body, error;
-  REQUIRE(spanprof::detail::gzip_decompress(server.requests().at(0).body, body, error, 64u << 20));
+  std::string body;
+  REQUIRE(spanprof::detail::gzip_decompress(server.requests().at(0).body, body, 64u << 20));
   const std::string path = write_temp(body, ".bin");
   CHECK(spanprof_test::capture_command("protoc --decode_raw < " + path).exit_code == 0);
   std::remove(path.c_str());
@@ -498,11 +498,11 @@ TEST_CASE("5,000 profiled spans a second for 5 s: a request or two per window, n
   };
   const auto collected = std::make_shared<PerSpan>();
   options.uploaders.push_back(
-      std::make_shared<spanprof::CallbackUploader>([collected](const spanprof::EncodedProfile& p) {
+      std::make_shared<spanprof::CallbackUploader>([collected](const spanprof::EncodedProfile& p, std::string_view, const spanprof::UploadContext& context) {
         std::int64_t samples = 0;
-        for (const auto& sample : p.profile->samples) samples += sample.values.at(0);
+        for (const auto& sample : context.profile->samples) samples += sample.values.at(0);
         std::lock_guard<std::mutex> lock(collected->mutex);
-        collected->samples[p.span.span_id.to_hex()] += samples;
+        collected->samples[p.record.span.span_id.to_hex()] += samples;
         return spanprof::UploadResult::ok();
       }));
   spanprof::start(options);

@@ -155,7 +155,7 @@ const spanprof_test::ChildScenario fork_under_upload_scenario("fork_under_upload
   options.queue_capacity = 64;
   std::atomic<int> uploads{0};
   options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>(
-      [&uploads](const spanprof::EncodedProfile&) {
+      [&uploads](const spanprof::EncodedProfile&, std::string_view) {
         uploads.fetch_add(1, std::memory_order_relaxed);
         std::this_thread::sleep_for(std::chrono::microseconds(500));  // holds the uploader's lock
         return spanprof::UploadResult::ok();
@@ -186,7 +186,7 @@ const spanprof_test::ChildScenario fork_under_upload_scenario("fork_under_upload
       if (i % 10 == 0) {
         spanprof::Options own;
         own.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>(
-            [](const spanprof::EncodedProfile&) { return spanprof::UploadResult::ok(); }, "child"));
+            [](const spanprof::EncodedProfile&, std::string_view) { return spanprof::UploadResult::ok(); }, "child"));
         spanprof::start(own);
         {
           spanprof::ScopedProfile guard(span_number(800000 + static_cast<unsigned>(i)), "child_started");

@@ -116,7 +116,7 @@ spanprof::Options heap_options(std::size_t interval) {
 std::optional<spanprof_test::CollectedProfile> heap_profile_for(Collector& collector,
                                                                 const spanprof::SpanContext& span) {
   for (const auto& p : collector.profiles())
-    if (p.meta.span.span_id == span.span_id && p.meta.kind == spanprof::ProfileKind::heap) return p;
+    if (p.meta.record.span.span_id == span.span_id && p.meta.record.kind == spanprof::ProfileKind::heap) return p;
   return std::nullopt;
 }
 
@@ -303,7 +303,7 @@ TEST_CASE("with spanprof's operator new compiled in, heap scopes install no tcma
   }
   const auto profile = heap_profile_for(collector, span);
   REQUIRE(profile != std::nullopt);
-  CHECK(profile->meta.engine == "sampling:operator_new");
+  CHECK(profile->meta.record.engine == "sampling:operator_new");
   CHECK(static_cast<double>(heap_total(profile->decoded, alloc_space, "allocate_scratch")) ==
         Approx(8.0 * MiB).epsilon(0.25));
 }
@@ -384,9 +384,9 @@ TEST_CASE("a scope profiled for CPU and heap yields both profiles with the span'
   }
   bool cpu = false, heap = false;
   for (const auto& p : collector.profiles()) {
-    if (p.meta.span.span_id != span.span_id) continue;
-    cpu |= p.meta.kind == spanprof::ProfileKind::cpu && p.decoded.sample_types.at(1).type == "cpu";
-    heap |= p.meta.kind == spanprof::ProfileKind::heap && p.decoded.sample_types.at(1).type == "alloc_space";
+    if (p.meta.record.span.span_id != span.span_id) continue;
+    cpu |= p.meta.record.kind == spanprof::ProfileKind::cpu && p.decoded.sample_types.at(1).type == "cpu";
+    heap |= p.meta.record.kind == spanprof::ProfileKind::heap && p.decoded.sample_types.at(1).type == "alloc_space";
     CHECK(pprof_test::labels_of(p.decoded.samples.at(0)).at("span_id") == span.span_id.to_hex());
   }
   CHECK(cpu);
@@ -409,7 +409,7 @@ TEST_CASE("go tool pprof names the allocating function in alloc_space") {
   const std::string path = "/tmp/spanprof-heap-test-" + std::to_string(::getpid()) + ".pb.gz";
   {
     std::ofstream file(path, std::ios::binary);
-    file << profile->meta.pprof_gzip;
+    file << profile->pprof_gzip;
   }
   REQUIRE(pprof_test::run_command("go tool pprof -sample_index=alloc_space -top -symbolize=none " + path, out));
   INFO(out);
@@ -462,7 +462,7 @@ TEST_CASE("classic heap mode: gperftools' heap profiler around one scope at a ti
   CHECK(heap_total(p, alloc_space, "allocate_scratch") == static_cast<std::int64_t>(8 * MiB));
   CHECK(heap_total(p, inuse_space, "allocate_scratch") == 0);
   CHECK(heap_total(p, inuse_space, "leak_buffers") == static_cast<std::int64_t>(4 * MiB));
-  CHECK(profile->meta.engine == "classic");
+  CHECK(profile->meta.record.engine == "classic");
   for (const auto& sample : p.samples)
     CHECK(pprof_test::labels_of(sample).at("span_id") == span.span_id.to_hex());
   CHECK(heap_profile_for(collector, span_number(371)) == std::nullopt);
@@ -486,7 +486,7 @@ TEST_CASE("without tcmalloc a heap scope reports why once and produces no profil
   std::size_t reports = 0;
   for (const auto& [code, message] : collector.errors()) reports += code == spanprof::ErrorCode::heap_unavailable;
   CHECK(reports == 1);
-  for (const auto& p : collector.profiles()) CHECK(p.meta.kind == spanprof::ProfileKind::cpu);
+  for (const auto& p : collector.profiles()) CHECK(p.meta.record.kind == spanprof::ProfileKind::cpu);
   CHECK_FALSE(collector.profiles().empty());  // the CPU half of the scopes still works
   CHECK(spanprof::stats().heap_guards_opened == 0);
 }

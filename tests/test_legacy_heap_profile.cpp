@@ -2,6 +2,7 @@
 // which spellings it tolerates, and that every malformed, truncated or random input
 // ends in a precise error rather than a crash or a half-filled result.
 #include "support/catch.hpp"
+#include "support/test_helpers.hpp"
 
 #include <spanprof/detail/capture/gperftools_heap_profile.hpp>
 
@@ -43,7 +44,7 @@ void check_well_formed(const LegacyHeapProfile& parsed) {
 LegacyHeapProfile heap_parse(const std::string& text) {
   LegacyHeapProfile parsed;
   std::string error;
-  const bool ok = parse_legacy_heap_profile(text, parsed, error);
+  const bool ok = spanprof_test::ok_or(parse_legacy_heap_profile(text, parsed), error);
   INFO(text);
   INFO(error);
   CHECK(ok);
@@ -58,7 +59,7 @@ std::string heap_error(const std::string& text) {
   parsed.samples.push_back({{1, 2, 3, 4}, {0x1000}});
   parsed.maps_text = "stale";
   std::string error;
-  const bool ok = parse_legacy_heap_profile(text, parsed, error);
+  const bool ok = spanprof_test::ok_or(parse_legacy_heap_profile(text, parsed), error);
   INFO(text);
   CHECK_FALSE(ok);
   CHECK(parsed.sample_period == 0);
@@ -255,7 +256,7 @@ TEST_CASE("legacy heap profile survives truncation at every byte", "[legacy_heap
     const std::string_view prefix = std::string_view(heap_text).substr(0, n);
     INFO("prefix of " << n << " bytes");
     error.clear();
-    const bool ok = parse_legacy_heap_profile(prefix, parsed, error);
+    const bool ok = spanprof_test::ok_or(parse_legacy_heap_profile(prefix, parsed), error);
     if (!ok) {
       CHECK(error.rfind("legacy heap profile: line ", 0) == 0);
       CHECK(parsed.samples.empty());
@@ -291,7 +292,7 @@ TEST_CASE("legacy heap profile survives random bytes and mutations", "[legacy_he
     for (auto& c : noise) c = static_cast<char>(rng());
     if (noise.rfind("heap profile:", 0) == 0) continue;
     error.clear();
-    CHECK_FALSE(parse_legacy_heap_profile(noise, parsed, error));
+    CHECK_FALSE(spanprof_test::ok_or(parse_legacy_heap_profile(noise, parsed), error));
     CHECK(error.rfind("legacy heap profile: line ", 0) == 0);
     CHECK(parsed.samples.empty());
   }
@@ -313,7 +314,7 @@ TEST_CASE("legacy heap profile survives random bytes and mutations", "[legacy_he
       if (rng() % 4 == 0) text[rng() % text.size()] = static_cast<char>(rng());
     }
     error.clear();
-    if (parse_legacy_heap_profile(text, parsed, error)) {
+    if (spanprof_test::ok_or(parse_legacy_heap_profile(text, parsed), error)) {
       ++parsed_ok;
       check_well_formed(parsed);
     } else {

@@ -91,7 +91,7 @@ spanprof::Options options_at(int hz) {
 
 std::optional<spanprof_test::CollectedProfile> cpu_profile_for(Collector& collector, const std::string& span_id) {
   for (const auto& p : collector.profiles())
-    if (p.meta.span.span_id.to_hex() == span_id && p.meta.kind == spanprof::ProfileKind::cpu) return p;
+    if (p.meta.record.span.span_id.to_hex() == span_id && p.meta.record.kind == spanprof::ProfileKind::cpu) return p;
   return std::nullopt;
 }
 
@@ -154,8 +154,8 @@ TEST_CASE("Span&, SpanContext and the active span are accepted too", "[opentelem
   span->End();
   std::set<std::string> names;
   for (const auto& p : collector.profiles()) {
-    CHECK(p.meta.span.span_id.to_hex() == hex_of(context.span_id()));
-    names.insert(p.meta.span_name);
+    CHECK(p.meta.record.span.span_id.to_hex() == hex_of(context.span_id()));
+    names.insert(p.meta.record.span_name);
   }
   CHECK(names == std::set<std::string>{"by reference", "by context", "active"});
 }
@@ -186,7 +186,10 @@ TEST_CASE("nested OpenTelemetry spans give nested profiles", "[opentelemetry]") 
   // The parent's profile holds its own work and its child's, as its time does.
   CHECK(spanprof_test::share_of_leaf(outer->decoded, "otel_checkout_work") > 0.3);
   CHECK(spanprof_test::share_of_leaf(outer->decoded, "otel_child_work") > 0.3);
-  CHECK(spanprof_test::share_of_leaf(inner->decoded, "otel_child_work") > 0.8);
+  // On the stack, not the leaf: the work reads its thread's CPU clock, a system
+  // call, and a saturated machine delivers the timer's signal at its return.
+  INFO(spanprof_test::leaf_summary(inner->decoded));
+  CHECK(spanprof_test::share_on_stack(inner->decoded, "otel_child_work") > 0.8);
   CHECK(common_label(inner->decoded, "span_id") == child_id);
 }
 
@@ -220,7 +223,7 @@ TEST_CASE("only a span whose profile was kept carries pyroscope.profile.id", "[o
   CHECK(profile_id["discard"].empty());
   const auto profiles = collector.profiles();
   REQUIRE(profiles.size() == 1);
-  CHECK(profiles[0].meta.span.span_id.to_hex() == span_id["keep"]);
+  CHECK(profiles[0].meta.record.span.span_id.to_hex() == span_id["keep"]);
   CHECK(common_label(profiles[0].decoded, "span_id") == profile_id["keep"]);
 }
 
@@ -259,8 +262,8 @@ TEST_CASE("errors recorded on the span reach the tail policy", "[opentelemetry]"
 
   std::set<std::string> kept;
   for (const auto& p : collector.profiles()) {
-    kept.insert(p.meta.span_name);
-    CHECK(p.meta.reason == spanprof::ProfileReason::error);
+    kept.insert(p.meta.record.span_name);
+    CHECK(p.meta.record.reason == spanprof::ProfileReason::error);
   }
   CHECK(kept == std::set<std::string>{"failed", "threw"});
   for (const auto& span : sdk.spans->GetSpans()) {
@@ -291,7 +294,7 @@ TEST_CASE("zero-code mode profiles root spans from StartSpan to End", "[opentele
   const std::string root_id = hex_of(root->GetContext().span_id());
   const auto profile = cpu_profile_for(collector, root_id);
   REQUIRE(profile);
-  CHECK(profile->meta.span_name == "GET /root");
+  CHECK(profile->meta.record.span_name == "GET /root");
   CHECK(common_label(profile->decoded, "span_name") == "GET /root");
   CHECK_FALSE(cpu_profile_for(collector, child_id));
   bool root_linked = false;
@@ -318,7 +321,7 @@ TEST_CASE("zero-code mode honours the head sampler and span names", "[openteleme
     span->End();
   }
   std::set<std::string> profiled;
-  for (const auto& p : collector.profiles()) profiled.insert(p.meta.span_name);
+  for (const auto& p : collector.profiles()) profiled.insert(p.meta.record.span_name);
   CHECK(profiled == std::set<std::string>{"GET /items"});
   CHECK(spanprof::stats().head_declined >= 1);
 }
@@ -412,7 +415,7 @@ TEST_CASE("zero-code mode: 8 threads x 1000 spans, nested, some ending elsewhere
   std::set<std::string> profiled_ids;
   int mismatched = 0;
   for (const auto& p : collector.profiles()) {
-    const std::string id = p.meta.span.span_id.to_hex();
+    const std::string id = p.meta.record.span.span_id.to_hex();
     profiled_ids.insert(id);
     const auto it = by_id.find(id);
     if (it == by_id.end() || common_label(p.decoded, "span_name") != std::string(it->second->GetName()) ||
@@ -474,7 +477,7 @@ TEST_CASE("zero-code mode: a span that ends on another thread gets one profile a
   const bool flushed = static_cast<bool>(spanprof::flush(std::chrono::seconds(10)));
   std::vector<spanprof_test::CollectedProfile> mine;
   for (auto& p : collector.profiles())
-    if (p.meta.span.span_id.to_hex() == id) mine.push_back(p);
+    if (p.meta.record.span.span_id.to_hex() == id) mine.push_back(p);
   {
     std::lock_guard<std::mutex> lock(mutex);
     phase = 2;
@@ -484,7 +487,7 @@ TEST_CASE("zero-code mode: a span that ends on another thread gets one profile a
   CHECK(flushed);
 
   REQUIRE(mine.size() == 1);
-  CHECK(mine.front().meta.span_name == "GET /handed-over");
+  CHECK(mine.front().meta.record.span_name == "GET /handed-over");
   CHECK(spanprof_test::share_on_stack(mine.front().decoded, "otel_checkout_work") > 0.8);
   bool linked = false;
   for (const auto& exported : sdk.spans->GetSpans())
@@ -494,7 +497,7 @@ TEST_CASE("zero-code mode: a span that ends on another thread gets one profile a
   // The next span on the starting thread made its own profile, nothing more of this one.
   spanprof::flush(std::chrono::seconds(10));
   int of_this_span = 0;
-  for (const auto& p : collector.profiles()) of_this_span += p.meta.span.span_id.to_hex() == id;
+  for (const auto& p : collector.profiles()) of_this_span += p.meta.record.span.span_id.to_hex() == id;
   CHECK(of_this_span == 1);
 }
 

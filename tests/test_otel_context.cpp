@@ -258,7 +258,7 @@ std::string value_of(const std::vector<std::pair<std::string, std::string>>& lis
 spanprof::Options quiet_options() {
   spanprof::Options options(spanprof::ignore_environment);
   options.uploaders = {std::make_shared<spanprof::CallbackUploader>(
-      [](const spanprof::EncodedProfile&) { return spanprof::UploadResult::ok(); })};
+      [](const spanprof::EncodedProfile&, std::string_view) { return spanprof::UploadResult::ok(); })};
   return options;
 }
 

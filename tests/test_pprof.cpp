@@ -303,13 +303,13 @@ TEST_CASE("the string table stores each distinct string once", "[pprof]") {
 }
 
 TEST_CASE("encode_pprof_gzip produces a gzip body", "[pprof][gzip]") {
-  std::string body, error;
+  std::string body;
   REQUIRE(spanprof::encode_pprof_gzip(make_test_profile(), body));
   REQUIRE(body.size() > 18);
   CHECK(static_cast<std::uint8_t>(body[0]) == 0x1f);
   CHECK(static_cast<std::uint8_t>(body[1]) == 0x8b);
   std::string raw;
-  REQUIRE(spanprof::detail::gzip_decompress(body, raw, error));
+  REQUIRE(spanprof::detail::gzip_decompress(body, raw));
   std::string expected;
   REQUIRE(spanprof::encode_pprof(make_test_profile(), expected));
   CHECK(raw == expected);
@@ -432,9 +432,9 @@ TEST_CASE("gzip sized to its input compresses within 0.5% of the full window, at
     std::string input;
     for (std::size_t i = 0; i < size; ++i) input.push_back(static_cast<char>(rng() % 64 + ' '));
     if (size > 128) input.replace(size - 64, 64, input, 0, 64);
-    std::string compressed, output, error;
-    REQUIRE(spanprof::detail::gzip_compress(input, compressed, error));
-    REQUIRE(spanprof::detail::gzip_decompress(compressed, output, error));
+    std::string compressed, output;
+    REQUIRE(spanprof::detail::gzip_compress(input, compressed));
+    REQUIRE(spanprof::detail::gzip_decompress(compressed, output));
     INFO("size " << size);
     CHECK(output == input);
     if (size < spanprof::detail::gzip_store_below) {
@@ -455,16 +455,16 @@ TEST_CASE("gzip stored members span several blocks and gunzip with zlib", "[gzip
   for (const std::size_t size : {0u, 1u, 65535u, 65536u, 131070u, 200000u}) {
     std::string input;
     for (std::size_t i = 0; i < size; ++i) input.push_back(static_cast<char>(rng()));
-    std::string stored, output, error;
+    std::string stored, output;
     spanprof::detail::gzip_store(input, stored);
     INFO("size " << size);
     const std::size_t blocks = size == 0 ? 1 : (size + 65534) / 65535;
     CHECK(stored.size() == 10 + 5 * blocks + size + 8);
-    REQUIRE(spanprof::detail::gzip_decompress(stored, output, error));
+    REQUIRE(spanprof::detail::gzip_decompress(stored, output));
     CHECK(output == input);
     if (size > 0) {
       stored[stored.size() - 8] = static_cast<char>(stored[stored.size() - 8] ^ 1);  // the CRC-32
-      CHECK_FALSE(spanprof::detail::gzip_decompress(stored, output, error));
+      CHECK_FALSE(spanprof::detail::gzip_decompress(stored, output));
     }
   }
 }
@@ -478,46 +478,49 @@ TEST_CASE("gzip round-trips and rejects damaged input", "[gzip]") {
 
   std::string compressed;
   std::string error;
-  REQUIRE(gzip_compress(input, compressed, error));
+  REQUIRE(gzip_compress(input, compressed));
   CHECK(compressed.size() < input.size());
   std::string output;
-  REQUIRE(gzip_decompress(compressed, output, error));
+  REQUIRE(gzip_decompress(compressed, output));
   CHECK(output == input);
 
   // An empty payload still makes a valid gzip member (one empty stored block: 23 bytes).
-  REQUIRE(gzip_compress("", compressed, error));
+  REQUIRE(gzip_compress("", compressed));
   CHECK(compressed.size() == 23);
-  REQUIRE(gzip_decompress(compressed, output, error));
+  REQUIRE(gzip_decompress(compressed, output));
   CHECK(output.empty());
 
-  REQUIRE(gzip_compress(input, compressed, error));
+  REQUIRE(gzip_compress(input, compressed));
   // Exactly at the limit is fine; one byte under is not.
-  CHECK(gzip_decompress(compressed, output, error, input.size()));
-  CHECK_FALSE(gzip_decompress(compressed, output, error, input.size() - 1));
+  CHECK(gzip_decompress(compressed, output, input.size()));
+  const spanprof::Status over = gzip_decompress(compressed, output, input.size() - 1);
+  CHECK_FALSE(over);
+  error = over.message();
   CHECK(output.empty());
   CHECK(error.find("exceeds") != std::string::npos);
 
   // Truncated at many points.
   for (std::size_t cut = 0; cut < compressed.size(); cut += 97) {
-    error.clear();
-    CHECK_FALSE(gzip_decompress(std::string_view(compressed).substr(0, cut), output, error));
-    CHECK_FALSE(error.empty());
+    const spanprof::Status cut_short = gzip_decompress(std::string_view(compressed).substr(0, cut), output);
+    CHECK_FALSE(cut_short);
+    CHECK_FALSE(cut_short.message().empty());
   }
   // Corrupted payload: the CRC or the deflate stream catches it.
   std::string corrupt = compressed;
   corrupt[corrupt.size() / 2] = static_cast<char>(corrupt[corrupt.size() / 2] ^ 0x55);
-  CHECK_FALSE(gzip_decompress(corrupt, output, error));
+  CHECK_FALSE(gzip_decompress(corrupt, output));
 
-  CHECK_FALSE(gzip_decompress("not gzip at all", output, error));
-  CHECK_FALSE(gzip_decompress("", output, error));
+  CHECK_FALSE(gzip_decompress("not gzip at all", output));
+  CHECK_FALSE(gzip_decompress("", output));
 
   // Concatenated members decode like gunzip; trailing junk does not.
   std::string second;
-  REQUIRE(gzip_compress("tail", second, error));
-  REQUIRE(gzip_decompress(compressed + second, output, error));
+  REQUIRE(gzip_compress("tail", second));
+  REQUIRE(gzip_decompress(compressed + second, output));
   CHECK(output == input + "tail");
-  CHECK_FALSE(gzip_decompress(compressed + "junk", output, error));
-  CHECK(error.find("trailing") != std::string::npos);
+  const spanprof::Status junk = gzip_decompress(compressed + "junk", output);
+  CHECK_FALSE(junk);
+  CHECK(junk.message().find("trailing") != std::string::npos);
 }
 
 TEST_CASE("gzip_decompress stops a decompression bomb at max_out", "[gzip]") {
@@ -525,13 +528,13 @@ TEST_CASE("gzip_decompress stops a decompression bomb at max_out", "[gzip]") {
   INFO("bomb size " << bomb.size());
   CHECK(bomb.size() < (std::size_t{1} << 20));
   std::string output;
-  std::string error;
-  CHECK_FALSE(spanprof::detail::gzip_decompress(bomb, output, error, std::size_t{1} << 20));
+  const spanprof::Status refused = spanprof::detail::gzip_decompress(bomb, output, std::size_t{1} << 20);
+  CHECK_FALSE(refused);
   CHECK(output.empty());
   CHECK(output.capacity() <= (std::size_t{2} << 20));
-  CHECK(error.find("exceeds") != std::string::npos);
+  CHECK(refused.message().find("exceeds") != std::string::npos);
   // The default limit (256 MiB) also refuses it.
-  CHECK_FALSE(spanprof::detail::gzip_decompress(bomb, output, error));
+  CHECK_FALSE(spanprof::detail::gzip_decompress(bomb, output));
 }
 
 // ---- legacy CPU profile -----------------------------------------------------------
@@ -570,7 +573,7 @@ const Words three_records = {
 TEST_CASE("legacy CPU profile parses samples, period and maps", "[legacy]") {
   spanprof::detail::LegacyCpuProfile parsed;
   std::string error;
-  REQUIRE(spanprof::detail::parse_legacy_cpu_profile(legacy_file(three_records), parsed, error));
+  REQUIRE(spanprof_test::ok_or(spanprof::detail::parse_legacy_cpu_profile(legacy_file(three_records), parsed), error));
   INFO(error);
   CHECK(parsed.period_us == 10000);
   REQUIRE(parsed.samples.size() == 3);
@@ -583,7 +586,7 @@ TEST_CASE("legacy CPU profile parses samples, period and maps", "[legacy]") {
   CHECK(parsed.maps_text == legacy_maps);
 
   // No samples and no maps is still a well-formed (idle) profile.
-  REQUIRE(spanprof::detail::parse_legacy_cpu_profile(legacy_file({}, true, ""), parsed, error));
+  REQUIRE(spanprof_test::ok_or(spanprof::detail::parse_legacy_cpu_profile(legacy_file({}, true, ""), parsed), error));
   CHECK(parsed.samples.empty());
   CHECK(parsed.maps_text.empty());
 }
@@ -593,7 +596,7 @@ namespace {
 std::string legacy_error(const std::string& bytes) {
   spanprof::detail::LegacyCpuProfile parsed;
   std::string error;
-  const bool ok = spanprof::detail::parse_legacy_cpu_profile(bytes, parsed, error);
+  const bool ok = spanprof_test::ok_or(spanprof::detail::parse_legacy_cpu_profile(bytes, parsed), error);
   CHECK_FALSE(ok);
   CHECK(parsed.samples.empty());
   CHECK_FALSE(error.empty());
@@ -655,7 +658,7 @@ TEST_CASE("legacy CPU profile survives truncation, bit flips and random bytes", 
 
   // Every prefix: fails until the trailer is complete, then yields a maps prefix.
   for (std::size_t n = 0; n <= valid.size(); ++n) {
-    const bool ok = spanprof::detail::parse_legacy_cpu_profile(std::string_view(valid).substr(0, n), parsed, error);
+    const bool ok = spanprof_test::ok_or(spanprof::detail::parse_legacy_cpu_profile(std::string_view(valid).substr(0, n), parsed), error);
     if (n < data_end) {
       CHECK_FALSE(ok);
     } else {
@@ -670,7 +673,7 @@ TEST_CASE("legacy CPU profile survives truncation, bit flips and random bytes", 
   for (std::size_t bit = 0; bit < data_end * 8; ++bit) {
     std::string flipped = valid;
     flipped[bit / 8] = static_cast<char>(flipped[bit / 8] ^ (1 << (bit % 8)));
-    if (spanprof::detail::parse_legacy_cpu_profile(flipped, parsed, error)) {
+    if (spanprof_test::ok_or(spanprof::detail::parse_legacy_cpu_profile(flipped, parsed), error)) {
       for (const auto& sample : parsed.samples) {
         CHECK_FALSE(sample.frames.empty());
         CHECK(sample.frames.size() <= 4096);
@@ -685,7 +688,7 @@ TEST_CASE("legacy CPU profile survives truncation, bit flips and random bytes", 
     std::string noise(rng() % 1024, '\0');
     for (auto& c : noise) c = static_cast<char>(rng());
     error.clear();
-    CHECK_FALSE(spanprof::detail::parse_legacy_cpu_profile(noise, parsed, error));
+    CHECK_FALSE(spanprof_test::ok_or(spanprof::detail::parse_legacy_cpu_profile(noise, parsed), error));
     CHECK_FALSE(error.empty());
   }
 
@@ -696,7 +699,7 @@ TEST_CASE("legacy CPU profile survives truncation, bit flips and random bytes", 
     for (std::size_t w = 0; w < n; ++w) words.push_back(rng() % 4 == 0 ? rng() : rng() % 6);
     std::string bytes = words_to_bytes(words);
     bytes.append(rng() % 9, 'x');
-    if (spanprof::detail::parse_legacy_cpu_profile(bytes, parsed, error)) {
+    if (spanprof_test::ok_or(spanprof::detail::parse_legacy_cpu_profile(bytes, parsed), error)) {
       for (const auto& sample : parsed.samples) CHECK(sample.values.size() == 2);
     } else {
       CHECK_FALSE(error.empty());

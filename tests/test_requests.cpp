@@ -42,7 +42,7 @@ std::vector<const spanprof_test::CollectedProfile*> profiles_of(Collector& colle
   all = collector.profiles();
   std::vector<const spanprof_test::CollectedProfile*> found;
   for (const auto& p : all)
-    if (p.meta.span.span_id == span_number(span).span_id) found.push_back(&p);
+    if (p.meta.record.span.span_id == span_number(span).span_id) found.push_back(&p);
   return found;
 }
 
@@ -78,8 +78,8 @@ TEST_CASE("a request run by three threads in turn is one profile with every turn
   const auto found = profiles_of(collector, 950, all);
   REQUIRE(found.size() == 1);
   const auto& profile = found.front()->decoded;
-  CHECK(found.front()->meta.kind == spanprof::ProfileKind::cpu);
-  CHECK(found.front()->meta.span_name == "GET /orders");
+  CHECK(found.front()->meta.record.kind == spanprof::ProfileKind::cpu);
+  CHECK(found.front()->meta.record.span_name == "GET /orders");
   CHECK(spanprof_test::share_on_stack(profile, "request_outside") == 0.0);
 #ifndef SPANPROF_TESTS_UNDER_TSAN  // TSan delivers a signal late, at its next intercepted call
   for (const char* stage : {"request_stage_one", "request_stage_two", "request_stage_three"})
@@ -244,7 +244,7 @@ TEST_CASE("requests follow the samplers: turned down at the head, kept or discar
   std::vector<spanprof_test::CollectedProfile> all;
   const auto kept = profiles_of(collector, 956, all);
   REQUIRE(kept.size() == 1);
-  CHECK(kept.front()->meta.reason == spanprof::ProfileReason::error);
+  CHECK(kept.front()->meta.record.reason == spanprof::ProfileReason::error);
   CHECK(profiles_of(collector, 957, all).empty());
 
   auto never = requests_at_1khz();

@@ -68,7 +68,7 @@ const spanprof_test::ChildScenario restart_memory_scenario("restart_memory", [] 
     options.head_sampler = std::make_shared<spanprof::ProbabilitySampler>(0.5);
     options.trigger = std::make_shared<spanprof::AdaptiveTrigger>();
     options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>(
-        [](const spanprof::EncodedProfile&) { return spanprof::UploadResult::ok(); }, "discard"));
+        [](const spanprof::EncodedProfile&, std::string_view) { return spanprof::UploadResult::ok(); }, "discard"));
     spanprof::start(std::move(options));
     if (i == restarts / 10) warm = resident_kib();
   }

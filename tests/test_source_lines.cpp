@@ -40,7 +40,7 @@ std::string profile_file(Collector& collector, const spanprof::SpanContext& span
   if (profile == nullptr) return {};
   const std::string path = "/tmp/spanprof-lines-" + std::to_string(::getpid()) + ".pb.gz";
   std::ofstream file(path, std::ios::binary);
-  file << profile->meta.pprof_gzip;
+  file << profile->pprof_gzip;
   return path;
 }
 
@@ -186,10 +186,10 @@ std::string run_or_fail(const std::string& command) {
 std::string build_id_of(const std::string& path) {
   spanprof::detail::ElfFileBytes bytes;
   Elf64_Ehdr header{};
-  std::string error, build_id;
-  const bool ok = spanprof::detail::open_elf_file(path, bytes, header, build_id, error);
-  INFO(path << ": " << error);
-  REQUIRE(ok);
+  std::string build_id;
+  const spanprof::Status opened = spanprof::detail::open_elf_file(path, bytes, header, build_id);
+  INFO(path << ": " << opened.message());
+  REQUIRE(opened);
   REQUIRE(build_id.size() > 8);
   return build_id;
 }

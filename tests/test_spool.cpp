@@ -41,7 +41,6 @@
 #include <zlib.h>
 
 namespace fs = std::filesystem;
-using spanprof::EncodedProfile;
 using spanprof::Profile;
 using spanprof::detail::Spool;
 using spanprof::detail::SpoolItem;
@@ -153,55 +152,75 @@ std::string gzip_of(const Profile& profile) {
   return body;
 }
 
-EncodedProfile make_encoded(const std::string& pprof_gzip, const std::string& span_name = "POST /checkout") {
-  EncodedProfile e;
-  e.kind = spanprof::ProfileKind::heap;
-  e.span.trace_id = spanprof::TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736");
-  e.span.span_id = spanprof::SpanId::from_hex("00f067aa0ba902b7");
-  e.span.flags.value = 0x01;
-  e.span_name = span_name;
-  e.start_unix_ns = 1'700'000'000'000'000'001;
-  e.duration_ns = 250'000'042;
-  e.period_ns = 10'000'003;
-  e.heap_interval_bytes = 524'289;
-  e.sample_count = 12345;
-  e.engine = "sampling:perf_event";
-  e.reason = spanprof::ProfileReason::slow;
-  e.pprof_gzip = pprof_gzip;
+// A record and the bytes an uploader would send for it.
+struct Encoded {
+  spanprof::EncodedProfile profile;
+  std::string payload;
+};
+
+Encoded make_encoded(const std::string& payload, const std::string& span_name = "POST /checkout") {
+  Encoded e;
+  spanprof::SpanRecord& r = e.profile.record;
+  r.kind = spanprof::ProfileKind::heap;
+  r.span.trace_id = spanprof::TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736");
+  r.span.span_id = spanprof::SpanId::from_hex("00f067aa0ba902b7");
+  r.span.flags.value = 0x01;
+  r.span_name = span_name;
+  r.start_unix_ns = 1'700'000'000'000'000'001;
+  r.duration_ns = 250'000'042;
+  r.period_ns = 10'000'003;
+  r.heap_interval_bytes = 524'289;
+  r.engine = "sampling:perf_event";
+  r.reason = spanprof::ProfileReason::slow;
+  e.profile.sample_count = 12345;
+  e.payload = payload;
   return e;
 }
 
 // A profile whose bytes are not pprof: for tests of the spool alone.
-EncodedProfile small_encoded(const std::string& span_name, std::size_t payload = 100) {
+Encoded small_encoded(const std::string& span_name, std::size_t payload = 100) {
   return make_encoded(std::string(payload, 'x'), span_name);
 }
 
-void check_same_encoded(const EncodedProfile& got, const EncodedProfile& want) {
-  CHECK(got.kind == want.kind);
-  CHECK(got.span.trace_id == want.span.trace_id);
-  CHECK(got.span.span_id == want.span.span_id);
-  CHECK(got.span.flags.value == want.span.flags.value);
-  CHECK(got.span_name == want.span_name);
-  CHECK(got.start_unix_ns == want.start_unix_ns);
-  CHECK(got.duration_ns == want.duration_ns);
-  CHECK(got.period_ns == want.period_ns);
-  CHECK(got.heap_interval_bytes == want.heap_interval_bytes);
-  CHECK(got.sample_count == want.sample_count);
-  CHECK(got.span_count == want.span_count);
-  CHECK(got.engine == want.engine);
-  CHECK(got.reason == want.reason);
-  CHECK(got.pprof_gzip == want.pprof_gzip);
+std::uint64_t stored_size(std::string_view uploader, const Encoded& e) {
+  return Spool::stored_size(uploader, e.profile, e.payload);
+}
+
+spanprof::Status store(Spool& spool, std::string_view uploader, const Encoded& e) {
+  return spool.store(uploader, e.profile, e.payload);
+}
+
+spanprof::Status load(Spool& spool, const SpoolItem& item, Encoded& out) {
+  return spool.load(item, out.profile, out.payload);
+}
+
+void check_same_encoded(const Encoded& got, const Encoded& want) {
+  const spanprof::SpanRecord& g = got.profile.record;
+  const spanprof::SpanRecord& w = want.profile.record;
+  CHECK(g.kind == w.kind);
+  CHECK(g.span.trace_id == w.span.trace_id);
+  CHECK(g.span.span_id == w.span.span_id);
+  CHECK(g.span.flags.value == w.span.flags.value);
+  CHECK(g.span_name == w.span_name);
+  CHECK(g.start_unix_ns == w.start_unix_ns);
+  CHECK(g.duration_ns == w.duration_ns);
+  CHECK(g.period_ns == w.period_ns);
+  CHECK(g.heap_interval_bytes == w.heap_interval_bytes);
+  CHECK(got.profile.sample_count == want.profile.sample_count);
+  CHECK(got.profile.span_count == want.profile.span_count);
+  CHECK(g.engine == w.engine);
+  CHECK(g.reason == w.reason);
+  CHECK(got.payload == want.payload);
 }
 
 std::vector<std::string> span_names(Spool& spool, const std::string& uploader) {
   std::vector<std::string> names;
   for (const SpoolItem& item : spool.pending(uploader)) {
-    EncodedProfile out;
-    std::string error;
-    if (spool.load(item, out, error)) {
-      names.push_back(out.span_name);
+    Encoded out;
+    if (const spanprof::Status loaded = load(spool, item, out)) {
+      names.push_back(out.profile.record.span_name);
     } else {
-      names.push_back("<" + error + ">");
+      names.push_back("<" + loaded.message() + ">");
     }
   }
   return names;
@@ -224,13 +243,13 @@ TEST_CASE("spool round-trips every field and the payload", "[spool]") {
   TempDir dir;
   Spool spool(dir.sub("spool"), 1 << 20);
   std::string error;
-  REQUIRE(spool.open(error));
+  REQUIRE(spool.open());
 
   const Profile original = make_profile();
-  const EncodedProfile in = make_encoded(gzip_of(original));
-  REQUIRE(spool.store("otlp", in, error));
+  const Encoded in = make_encoded(gzip_of(original));
+  REQUIRE(store(spool, "otlp", in));
   CHECK(spool.counters().stored == 1);
-  CHECK(spool.bytes() == Spool::stored_size("otlp", in));
+  CHECK(spool.bytes() == Spool::stored_size("otlp", in.profile, in.payload));
 
   const auto items = spool.pending("otlp");
   REQUIRE(items.size() == 1);
@@ -248,28 +267,19 @@ TEST_CASE("spool round-trips every field and the payload", "[spool]") {
   CHECK((st.st_mode & 0777) == 0600);
   CHECK(static_cast<std::uint64_t>(st.st_size) == item.size_bytes);
 
-  EncodedProfile plain;
-  plain.profile = &original;  // load() must reset it: the bytes carry no pointer
-  REQUIRE(spool.load(item, plain, error));
-  check_same_encoded(plain, in);
-  CHECK(plain.profile == nullptr);
-
-  // The payload apart from the metadata: what an uploader sends again.
-  EncodedProfile out;
-  std::string payload;
-  REQUIRE(spool.load(item, out, payload, error));
-  INFO(error);
-  CHECK(payload == in.pprof_gzip);
-  CHECK(out.pprof_gzip.empty());
-  CHECK(out.span_name == in.span_name);
-  CHECK(out.span.span_id == in.span.span_id);
+  // The record and the payload apart: what an uploader sends again.
+  Encoded out;
+  const spanprof::Status loaded = load(spool, item, out);
+  INFO(loaded.message());
+  REQUIRE(loaded);
+  check_same_encoded(out, in);
 
   // A payload other than the profile's pprof (an OTLP request, a Pyroscope push).
-  REQUIRE(spool.store("other", in, "the wire bytes", error));
+  REQUIRE(spool.store("other", in.profile, "the wire bytes"));
   const auto other = spool.pending("other");
   REQUIRE(other.size() == 1);
-  REQUIRE(spool.load(other[0], out, payload, error));
-  CHECK(payload == "the wire bytes");
+  REQUIRE(load(spool, other[0], out));
+  CHECK(out.payload == "the wire bytes");
   CHECK(spool.remove(other[0]));
 
   // Loading does not consume; remove() does.
@@ -278,7 +288,7 @@ TEST_CASE("spool round-trips every field and the payload", "[spool]") {
   CHECK(spool.pending("otlp").empty());
   CHECK(spool.bytes() == 0);
   CHECK(count_with_suffix(dir.sub("spool"), ".spool") == 0);
-  CHECK(!spool.load(item, out, error));
+  CHECK(!spanprof_test::ok_or(load(spool, item, out), error));
   CHECK(contains(error, "not pending"));
 }
 
@@ -286,7 +296,7 @@ TEST_CASE("spool returns each uploader's items oldest first, and only its own", 
   TempDir dir;
   Spool spool(dir.path(), 1 << 20);
   std::string error;
-  REQUIRE(spool.open(error));
+  REQUIRE(spool.open());
 
   // Names a naive sanitizer (replace odd bytes with '_') would merge, an empty
   // name, and two long names that differ only past the part kept in file names.
@@ -295,7 +305,7 @@ TEST_CASE("spool returns each uploader's items oldest first, and only its own", 
   const std::vector<std::string> uploaders = {"otlp/http", "otlp_http", "otlp%2fhttp", "", long_a, long_b, "../../etc"};
   for (int round = 0; round < 3; ++round) {
     for (const std::string& uploader : uploaders) {
-      REQUIRE(spool.store(uploader, small_encoded(uploader + "#" + std::to_string(round)), error));
+      REQUIRE(store(spool, uploader, small_encoded(uploader + "#" + std::to_string(round))));
     }
   }
   CHECK(spool.counters().stored == 3 * uploaders.size());
@@ -316,8 +326,8 @@ TEST_CASE("spool returns each uploader's items oldest first, and only its own", 
   // An item handed to the wrong uploader's load is refused without harm.
   SpoolItem foreign = spool.pending("otlp/http").front();
   foreign.uploader = "otlp_http";
-  EncodedProfile out;
-  CHECK(!spool.load(foreign, out, error));
+  Encoded out;
+  CHECK(!spanprof_test::ok_or(load(spool, foreign, out), error));
   CHECK(contains(error, "does not belong"));
   CHECK(spool.counters().corrupt_removed == 0);
   CHECK(spool.pending("otlp/http").size() == 3);
@@ -325,13 +335,12 @@ TEST_CASE("spool returns each uploader's items oldest first, and only its own", 
 
 TEST_CASE("spool stays within max_bytes by evicting the oldest files", "[spool]") {
   TempDir dir;
-  const std::uint64_t one = Spool::stored_size("u", small_encoded("p0"));
-  REQUIRE(one == Spool::stored_size("v", small_encoded("p9")));
+  const std::uint64_t one = stored_size("u", small_encoded("p0"));
+  REQUIRE(one == stored_size("v", small_encoded("p9")));
   Spool spool(dir.path(), 3 * one + one / 2);  // room for three and a half
-  std::string error;
-  REQUIRE(spool.open(error));
+  REQUIRE(spool.open());
 
-  for (int i = 0; i < 5; ++i) REQUIRE(spool.store("u", small_encoded("p" + std::to_string(i)), error));
+  for (int i = 0; i < 5; ++i) REQUIRE(store(spool, "u", small_encoded("p" + std::to_string(i))));
   CHECK(spool.counters().stored == 5);
   CHECK(spool.counters().evicted == 2);
   CHECK(spool.bytes() == 3 * one);
@@ -339,7 +348,7 @@ TEST_CASE("spool stays within max_bytes by evicting the oldest files", "[spool]"
   CHECK(count_with_suffix(dir.path(), ".spool") == 3);
 
   // Oldest across uploaders: v's profile pushes out u's oldest, not a v one.
-  REQUIRE(spool.store("v", small_encoded("p9"), error));
+  REQUIRE(store(spool, "v", small_encoded("p9")));
   CHECK(spool.counters().evicted == 3);
   CHECK(span_names(spool, "u") == std::vector<std::string>{"p3", "p4"});
   CHECK(span_names(spool, "v") == std::vector<std::string>{"p9"});
@@ -349,15 +358,15 @@ TEST_CASE("spool stays within max_bytes by evicting the oldest files", "[spool]"
 
 TEST_CASE("spool refuses a profile larger than its bound instead of evicting everything", "[spool]") {
   TempDir dir;
-  const EncodedProfile small = small_encoded("small");
-  const std::uint64_t one = Spool::stored_size("u", small);
+  const Encoded small = small_encoded("small");
+  const std::uint64_t one = stored_size("u", small);
   Spool spool(dir.path(), 2 * one);
   std::string error;
-  REQUIRE(spool.open(error));
-  REQUIRE(spool.store("u", small, error));
+  REQUIRE(spool.open());
+  REQUIRE(store(spool, "u", small));
 
-  const EncodedProfile big = small_encoded("big", static_cast<std::size_t>(2 * one));
-  CHECK(!spool.store("u", big, error));
+  const Encoded big = small_encoded("big", static_cast<std::size_t>(2 * one));
+  CHECK(!spanprof_test::ok_or(store(spool, "u", big), error));
   CHECK(contains(error, "exceeds the spool's bound"));
   CHECK(spool.counters().stored == 1);
   CHECK(spool.counters().evicted == 0);
@@ -365,9 +374,9 @@ TEST_CASE("spool refuses a profile larger than its bound instead of evicting eve
   CHECK(names_in(dir.path()).size() == 2);  // the small profile and the lock file; no temp file
 
   // Exactly the bound is allowed.
-  const EncodedProfile exact = small_encoded("exact", static_cast<std::size_t>(2 * one - (one - 100)));
-  REQUIRE(Spool::stored_size("u", exact) == 2 * one);
-  REQUIRE(spool.store("u", exact, error));
+  const Encoded exact = small_encoded("exact", static_cast<std::size_t>(2 * one - (one - 100)));
+  REQUIRE(stored_size("u", exact) == 2 * one);
+  REQUIRE(store(spool, "u", exact));
   CHECK(spool.counters().evicted == 1);
   CHECK(span_names(spool, "u") == std::vector<std::string>{"exact"});
 }
@@ -378,30 +387,30 @@ TEST_CASE("a spool opened again resumes where the last one stopped", "[spool]") 
   std::vector<std::uint64_t> first_sequences;
   {
     Spool spool(dir.path(), 1 << 20);
-    REQUIRE(spool.open(error));
-    REQUIRE(spool.store("a", small_encoded("a1"), error));
-    REQUIRE(spool.store("b", small_encoded("b1"), error));
-    REQUIRE(spool.store("a", small_encoded("a2"), error));
+    REQUIRE(spool.open());
+    REQUIRE(store(spool, "a", small_encoded("a1")));
+    REQUIRE(store(spool, "b", small_encoded("b1")));
+    REQUIRE(store(spool, "a", small_encoded("a2")));
     for (const auto& item : spool.pending("a")) first_sequences.push_back(item.sequence);
 
     // A second spool on the same directory (here or in another process) would
     // interleave sequence numbers: the lock turns it away.
     Spool intruder(dir.path(), 1 << 20);
-    CHECK(!intruder.open(error));
+    CHECK(!spanprof_test::ok_or(intruder.open(), error));
     CHECK(contains(error, "in use"));
   }  // "process exits"
 
   Spool restarted(dir.path(), 1 << 20);
-  REQUIRE(restarted.open(error));
+  REQUIRE(restarted.open());
   CHECK(restarted.size() == 3);
-  CHECK(restarted.bytes() == 3 * Spool::stored_size("a", small_encoded("a1")));
+  CHECK(restarted.bytes() == 3 * stored_size("a", small_encoded("a1")));
   CHECK(span_names(restarted, "a") == std::vector<std::string>{"a1", "a2"});
   CHECK(span_names(restarted, "b") == std::vector<std::string>{"b1"});
   std::vector<std::uint64_t> sequences;
   for (const auto& item : restarted.pending("a")) sequences.push_back(item.sequence);
   CHECK(sequences == first_sequences);
 
-  REQUIRE(restarted.store("a", small_encoded("a3"), error));
+  REQUIRE(store(restarted, "a", small_encoded("a3")));
   const auto items = restarted.pending("a");
   REQUIRE(items.size() == 3);
   CHECK(items.back().sequence == 4);
@@ -410,18 +419,17 @@ TEST_CASE("a spool opened again resumes where the last one stopped", "[spool]") 
 
 TEST_CASE("a spool reopened with a smaller bound trims oldest first", "[spool]") {
   TempDir dir;
-  std::string error;
-  const std::uint64_t one = Spool::stored_size("u", small_encoded("p0"));  // p1 and p2 are this size too
+  const std::uint64_t one = stored_size("u", small_encoded("p0"));  // p1 and p2 are this size too
   {
     Spool spool(dir.path(), 1 << 20);
-    REQUIRE(spool.open(error));
-    REQUIRE(spool.store("u", small_encoded("p0"), error));
-    REQUIRE(spool.store("u", small_encoded("huge", 10 * one), error));
-    REQUIRE(spool.store("u", small_encoded("p1"), error));
-    REQUIRE(spool.store("u", small_encoded("p2"), error));
+    REQUIRE(spool.open());
+    REQUIRE(store(spool, "u", small_encoded("p0")));
+    REQUIRE(store(spool, "u", small_encoded("huge", 10 * one)));
+    REQUIRE(store(spool, "u", small_encoded("p1")));
+    REQUIRE(store(spool, "u", small_encoded("p2")));
   }
   Spool smaller(dir.path(), 2 * one);
-  REQUIRE(smaller.open(error));
+  REQUIRE(smaller.open());
   // "huge" alone exceeds the bound and goes; then p0, the oldest, makes room.
   CHECK(smaller.counters().evicted == 2);
   CHECK(span_names(smaller, "u") == std::vector<std::string>{"p1", "p2"});
@@ -452,8 +460,7 @@ TEST_CASE("open deletes leftover temporary files and leaves foreign files alone"
   REQUIRE(::symlink("/etc/passwd", dir.sub(symlink_name).c_str()) == 0);
 
   Spool spool(dir.path(), 1 << 20);
-  std::string error;
-  REQUIRE(spool.open(error));
+  REQUIRE(spool.open());
   CHECK(spool.counters().temp_removed == 2);
   CHECK(!fs::exists(dir.sub(temp)));
   for (const std::string& name : foreign) CHECK(fs::exists(dir.sub(name)));
@@ -464,7 +471,7 @@ TEST_CASE("open deletes leftover temporary files and leaves foreign files alone"
   CHECK(spool.bytes() == 0);
 
   // The sequence ignores foreign names: the first store is number 1.
-  REQUIRE(spool.store("u", small_encoded("first"), error));
+  REQUIRE(store(spool, "u", small_encoded("first")));
   CHECK(spool.pending("u").front().sequence == 1);
 }
 
@@ -474,33 +481,33 @@ TEST_CASE("every flipped byte and every truncation of a spool file is caught and
   TempDir dir;
   Spool spool(dir.path(), 1 << 20);
   std::string error;
-  REQUIRE(spool.open(error));
-  const EncodedProfile in = small_encoded("victim", 16);
-  const std::uint64_t size = Spool::stored_size("u", in);
+  REQUIRE(spool.open());
+  const Encoded in = small_encoded("victim", 16);
+  const std::uint64_t size = stored_size("u", in);
 
   std::uint64_t expected_corrupt = 0;
   for (std::uint64_t pos = 0; pos < size; ++pos) {
-    REQUIRE(spool.store("u", in, error));
+    REQUIRE(store(spool, "u", in));
     const std::string path = only_spool_file(dir.path());
     std::string bytes = read_bytes(path);
     REQUIRE(bytes.size() == size);
     bytes[static_cast<std::size_t>(pos)] ^= 0x20;
     write_bytes(path, bytes);
-    EncodedProfile out;
+    Encoded out;
     INFO("flipped byte " << pos);
-    CHECK(!spool.load(spool.pending("u").front(), out, error));
+    CHECK(!spanprof_test::ok_or(load(spool, spool.pending("u").front(), out), error));
     CHECK(contains(error, "removed corrupt"));
     CHECK(!fs::exists(path));
     CHECK(spool.pending("u").empty());
     ++expected_corrupt;
   }
   for (std::uint64_t length = 0; length < size; ++length) {
-    REQUIRE(spool.store("u", in, error));
+    REQUIRE(store(spool, "u", in));
     const std::string path = only_spool_file(dir.path());
     fs::resize_file(path, length);
-    EncodedProfile out;
+    Encoded out;
     INFO("truncated to " << length);
-    CHECK(!spool.load(spool.pending("u").front(), out, error));
+    CHECK(!spanprof_test::ok_or(load(spool, spool.pending("u").front(), out), error));
     CHECK(!fs::exists(path));
     ++expected_corrupt;
   }
@@ -515,8 +522,8 @@ TEST_CASE("spool removes garbage, wrong-version and misplaced files on load", "[
   std::string valid_bytes;
   {
     Spool spool(dir.path(), 1 << 20);
-    REQUIRE(spool.open(error));
-    REQUIRE(spool.store("u", make_encoded(gzip_of(make_profile())), error));
+    REQUIRE(spool.open());
+    REQUIRE(store(spool, "u", make_encoded(gzip_of(make_profile()))));
     valid_bytes = read_bytes(only_spool_file(dir.path()));
     REQUIRE(spool.remove(spool.pending("u").front()));
   }
@@ -534,27 +541,27 @@ TEST_CASE("spool removes garbage, wrong-version and misplaced files on load", "[
   write_bytes(dir.sub("00000000000000000015-00000000000000000001-u.spool"), valid_bytes);
 
   Spool spool(dir.path(), 1 << 20);
-  REQUIRE(spool.open(error));
+  REQUIRE(spool.open());
   auto items = spool.pending("u");
   REQUIRE(items.size() == 4);
-  EncodedProfile out;
-  CHECK(!spool.load(items[0], out, error));
+  Encoded out;
+  CHECK(!spanprof_test::ok_or(load(spool, items[0], out), error));
   CHECK(contains(error, "truncated"));
-  CHECK(!spool.load(items[1], out, error));
+  CHECK(!spanprof_test::ok_or(load(spool, items[1], out), error));
   CHECK(contains(error, "bad magic"));
-  CHECK(!spool.load(items[2], out, error));
+  CHECK(!spanprof_test::ok_or(load(spool, items[2], out), error));
   CHECK(contains(error, "unsupported version 3"));
   const auto w_items = spool.pending("w");
   REQUIRE(w_items.size() == 1);
-  CHECK(!spool.load(w_items[0], out, error));
+  CHECK(!spanprof_test::ok_or(load(spool, w_items[0], out), error));
   CHECK(contains(error, "another uploader"));
-  CHECK(spool.load(items[3], out, error));
+  CHECK(load(spool, items[3], out));
   CHECK(spool.counters().corrupt_removed == 4);
   CHECK(spool.pending("u").size() == 1);
   CHECK(spool.pending("w").empty());
   CHECK(count_with_suffix(dir.path(), ".spool") == 1);
   // Sequences resumed after the planted files too.
-  REQUIRE(spool.store("u", small_encoded("next"), error));
+  REQUIRE(store(spool, "u", small_encoded("next")));
   CHECK(spool.pending("u").back().sequence == 16);
 }
 
@@ -562,10 +569,10 @@ TEST_CASE("spool loads survive files replaced behind their back", "[spool]") {
   TempDir dir;
   Spool spool(dir.path(), 1 << 20);
   std::string error;
-  REQUIRE(spool.open(error));
-  REQUIRE(spool.store("u", small_encoded("a"), error));
-  REQUIRE(spool.store("u", small_encoded("b"), error));
-  REQUIRE(spool.store("u", small_encoded("c"), error));
+  REQUIRE(spool.open());
+  REQUIRE(store(spool, "u", small_encoded("a")));
+  REQUIRE(store(spool, "u", small_encoded("b")));
+  REQUIRE(store(spool, "u", small_encoded("c")));
   const auto items = spool.pending("u");
   REQUIRE(items.size() == 3);
   const std::string a = dir.sub(items[0].file_name);
@@ -574,17 +581,17 @@ TEST_CASE("spool loads survive files replaced behind their back", "[spool]") {
 
   // Deleted by someone else: reported, forgotten, not counted as corrupt.
   fs::remove(a);
-  EncodedProfile out;
-  CHECK(!spool.load(items[0], out, error));
+  Encoded out;
+  CHECK(!spanprof_test::ok_or(load(spool, items[0], out), error));
   CHECK(contains(error, "No such file"));
   // A symlink and a FIFO under spool names: never followed, never blocked on.
   fs::remove(b);
   REQUIRE(::symlink("/etc/passwd", b.c_str()) == 0);
-  CHECK(!spool.load(items[1], out, error));
+  CHECK(!spanprof_test::ok_or(load(spool, items[1], out), error));
   CHECK(!fs::is_symlink(b));
   fs::remove(c);
   REQUIRE(::mkfifo(c.c_str(), 0600) == 0);
-  CHECK(!spool.load(items[2], out, error));
+  CHECK(!spanprof_test::ok_or(load(spool, items[2], out), error));
   CHECK(contains(error, "not a regular file"));
   CHECK(!fs::exists(c));
   CHECK(spool.counters().corrupt_removed == 2);
@@ -601,18 +608,18 @@ TEST_CASE("spool reports directories it cannot use", "[spool]") {
   // Works for any user, root included: a path below a regular file.
   write_bytes(dir.sub("file"), "x");
   Spool below_file(dir.sub("file") + "/spool", 1 << 20);
-  CHECK(!below_file.open(error));
+  CHECK(!spanprof_test::ok_or(below_file.open(), error));
   CHECK(contains(error, "Not a directory"));
   CHECK(!below_file.is_open());
-  CHECK(!below_file.store("u", small_encoded("p"), error));
+  CHECK(!spanprof_test::ok_or(store(below_file, "u", small_encoded("p")), error));
   CHECK(contains(error, "not open"));
 
   // Also for root: the directory removed while the spool is open.
   {
     Spool vanishing(dir.sub("vanishing"), 1 << 20);
-    REQUIRE(vanishing.open(error));
+    REQUIRE(vanishing.open());
     fs::remove_all(dir.sub("vanishing"));
-    CHECK(!vanishing.store("u", small_encoded("p"), error));
+    CHECK(!spanprof_test::ok_or(store(vanishing, "u", small_encoded("p")), error));
     CHECK(contains(error, "cannot create"));
     CHECK(vanishing.counters().stored == 0);
     CHECK(vanishing.bytes() == 0);
@@ -621,16 +628,16 @@ TEST_CASE("spool reports directories it cannot use", "[spool]") {
   // Permissions stop only an unprivileged user; root passes chmod 0500 (it has
   // CAP_DAC_OVERRIDE), so there this part proves nothing and says so.
   Spool readonly(dir.sub("readonly"), 1 << 20);
-  REQUIRE(readonly.open(error));
-  REQUIRE(readonly.store("u", small_encoded("before"), error));
+  REQUIRE(readonly.open());
+  REQUIRE(store(readonly, "u", small_encoded("before")));
   REQUIRE(::chmod(dir.sub("readonly").c_str(), 0500) == 0);
   if (::geteuid() != 0) {
-    CHECK(!readonly.store("u", small_encoded("after"), error));
+    CHECK(!spanprof_test::ok_or(store(readonly, "u", small_encoded("after")), error));
     CHECK(contains(error, "Permission denied"));
     CHECK(names_in(dir.sub("readonly")).size() == 2);  // the lock and "before"; no temp file
     CHECK(span_names(readonly, "u") == std::vector<std::string>{"before"});
     Spool unopenable(dir.sub("readonly/sub"), 1 << 20);
-    CHECK(!unopenable.open(error));
+    CHECK(!spanprof_test::ok_or(unopenable.open(), error));
     CHECK(contains(error, "Permission denied"));
   } else {
     WARN("running as root: chmod 0500 does not stop writes, EACCES is not exercised here");
@@ -646,8 +653,8 @@ TEST_CASE("a write that fails midway leaves nothing behind", "[spool]") {
   TempDir dir;
   Spool spool(dir.path(), 1 << 20);
   std::string error;
-  REQUIRE(spool.open(error));
-  REQUIRE(spool.store("u", small_encoded("before"), error));
+  REQUIRE(spool.open());
+  REQUIRE(store(spool, "u", small_encoded("before")));
 
   struct sigaction ignore {
   }, previous{};
@@ -658,7 +665,7 @@ TEST_CASE("a write that fails midway leaves nothing behind", "[spool]") {
   rlimit limited = saved;
   limited.rlim_cur = 4096;
   REQUIRE(::setrlimit(RLIMIT_FSIZE, &limited) == 0);
-  const bool stored = spool.store("u", small_encoded("too big", 64 * 1024), error);
+  const bool stored = spanprof_test::ok_or(store(spool, "u", small_encoded("too big", 64 * 1024)), error);
   ::setrlimit(RLIMIT_FSIZE, &saved);
   ::sigaction(SIGXFSZ, &previous, nullptr);
 
@@ -668,10 +675,10 @@ TEST_CASE("a write that fails midway leaves nothing behind", "[spool]") {
   CHECK(count_with_suffix(dir.path(), ".tmp") == 0);
   CHECK(count_with_suffix(dir.path(), ".spool") == 1);
   CHECK(spool.counters().stored == 1);
-  CHECK(spool.bytes() == Spool::stored_size("u", small_encoded("before")));
+  CHECK(spool.bytes() == stored_size("u", small_encoded("before")));
   CHECK(span_names(spool, "u") == std::vector<std::string>{"before"});
   // And the spool still works afterwards.
-  REQUIRE(spool.store("u", small_encoded("after"), error));
+  REQUIRE(store(spool, "u", small_encoded("after")));
   CHECK(span_names(spool, "u") == std::vector<std::string>{"before", "after"});
 }
 
@@ -701,21 +708,21 @@ TEST_CASE("a full disk is reported and leaves nothing behind", "[spool]") {
       }
       {
         Spool spool(mount_point, 1 << 20);
-        std::string error;
-        if (spool.open(error)) {
+        const spanprof::Status opened = spool.open();
+        if (opened) {
           std::mt19937_64 random(7);
           auto incompressible = [&] {
             std::string bytes(40 * 1024, '\0');
             for (char& c : bytes) c = static_cast<char>(random());
             return bytes;
           };
-          outcome.first_stored = spool.store("u", make_encoded(incompressible(), "first"), error);
-          outcome.second_stored = spool.store("u", make_encoded(incompressible(), "second"), outcome.error);
+          outcome.first_stored = store(spool, "u", make_encoded(incompressible(), "first")).is_ok();
+          outcome.second_stored = spanprof_test::ok_or(store(spool, "u", make_encoded(incompressible(), "second")), outcome.error);
           outcome.temp_files = count_with_suffix(mount_point, ".tmp");
           outcome.spool_files = count_with_suffix(mount_point, ".spool");
           outcome.pending = spool.pending("u").size();
         } else {
-          outcome.error = error;
+          outcome.error = opened.message();
         }
       }
       ::umount2(mount_point.c_str(), MNT_DETACH);

@@ -106,7 +106,7 @@ const spanprof_test::ChildScenario stress_scenario("stress", [] {
   spanprof::set_error_handler(nullptr);
   std::atomic<long> uploaded_by_callback{0};
   auto uploader = std::make_shared<spanprof::CallbackUploader>(
-      [&uploaded_by_callback](const spanprof::EncodedProfile&) {
+      [&uploaded_by_callback](const spanprof::EncodedProfile&, std::string_view) {
         uploaded_by_callback.fetch_add(1, std::memory_order_relaxed);
         return spanprof::UploadResult::ok();
       },

@@ -182,7 +182,9 @@ std::size_t find_section(const std::string& elf, std::uint32_t type) {
 
 bool loads(const std::string& path, std::string& error) {
   std::vector<ElfSymbol> symbols;
-  return spanprof::detail::load_elf_function_symbols(path, 0, symbols, error);
+  const spanprof::Status read = spanprof::detail::load_elf_function_symbols(path, 0, symbols);
+  error = read.message();
+  return read.is_ok();
 }
 
 // Functions named the way GCC names the copies it makes (IPA-CP, IPA-SRA, split
@@ -400,9 +402,7 @@ TEST_CASE("CallbackSymbolizer forwards to its callback", "[symbolizer]") {
 
 TEST_CASE("the loader reads this binary's own symbols at runtime addresses", "[symbolizer][elf]") {
   std::vector<ElfSymbol> symbols;
-  std::string error;
-  REQUIRE(spanprof::detail::load_elf_function_symbols("/proc/self/exe", main_program_bias(), symbols, error));
-  CHECK(error.empty());
+  REQUIRE(spanprof::detail::load_elf_function_symbols("/proc/self/exe", main_program_bias(), symbols));
   bool found = false;
   for (std::size_t i = 0; i < symbols.size(); ++i) {
     if (i != 0) REQUIRE(symbols[i - 1].address < symbols[i].address);
@@ -519,9 +519,8 @@ TEST_CASE("randomly corrupted headers never crash the loader", "[symbolizer][elf
     const spanprof::detail::ElfMemoryBytes bytes(bad.data(), bad.size());
     std::vector<ElfSymbol> symbols;
     spanprof::detail::ElfImageInfo info;
-    std::string error;
-    const bool ok = spanprof::detail::load_elf_symbols_from(bytes, 0, true, symbols, info, error);
-    CHECK((ok || !error.empty()));
+    const spanprof::Status read = spanprof::detail::load_elf_symbols_from(bytes, 0, true, symbols, info);
+    CHECK((read || !read.message().empty()));
     for (auto it = undo.rbegin(); it != undo.rend(); ++it) bad[it->first] = it->second;
   }
 }

@@ -38,7 +38,8 @@ class MisbehavingUploader final : public spanprof::Uploader {
   }
 
  protected:
-  spanprof::UploadResult do_send(const spanprof::EncodedProfile& profile, const std::string& payload) override {
+  spanprof::UploadResult do_send(const spanprof::EncodedProfile& profile, std::string_view payload,
+                                 const spanprof::UploadContext& context) override {
     const int attempt = ++sends;
     switch (misbehaviour_) {
       case Misbehaviour::throws:
@@ -47,14 +48,14 @@ class MisbehavingUploader final : public spanprof::Uploader {
         if (attempt <= 4) return spanprof::UploadResult::retryable("broker not ready");
         break;
       case Misbehaviour::hangs:
-        while (profile.cancelled == nullptr || !profile.cancelled->load())
+        while (!context.cancel_requested())
           std::this_thread::sleep_for(std::chrono::milliseconds(5));
         hang_ended = true;
         return spanprof::UploadResult::retryable("gave up: shutting down");
     }
     if (payload.empty()) return spanprof::UploadResult::permanent("empty payload");
     std::lock_guard<std::mutex> lock(mutex_);
-    delivered_.insert(profile.span.span_id.to_hex());  // per span: the record's own ids
+    delivered_.insert(profile.record.span.span_id.to_hex());  // per span: the record's own ids
     return spanprof::UploadResult::ok();
   }
 
@@ -118,9 +119,9 @@ TEST_CASE("an uploader that throws: the host never sees it, the other uploaders 
   auto thrower = std::make_shared<MisbehavingUploader>(Misbehaviour::throws);
   std::mutex mutex;
   std::set<std::string> kept;
-  auto keeper = std::make_shared<spanprof::CallbackUploader>([&](const spanprof::EncodedProfile& profile) {
+  auto keeper = std::make_shared<spanprof::CallbackUploader>([&](const spanprof::EncodedProfile& profile, std::string_view) {
     std::lock_guard<std::mutex> lock(mutex);
-    kept.insert(profile.span.span_id.to_hex());
+    kept.insert(profile.record.span.span_id.to_hex());
     return spanprof::UploadResult::ok();
   });
   spanprof::start(options_with({thrower, keeper}));
@@ -211,10 +212,10 @@ TEST_CASE("a batched window closes when the clock passes its end, not on the wal
   std::set<std::string> received;
   std::atomic<int> windows{0};
   auto batched = std::make_shared<spanprof::CallbackUploader>(
-      [&](const spanprof::EncodedProfile& profile) {
+      [&](const spanprof::EncodedProfile&, std::string_view, const spanprof::UploadContext& context) {
         std::lock_guard<std::mutex> lock(mutex);
-        if (profile.profile != nullptr)
-          for (const spanprof::SpanRecord& span : profile.profile->spans) received.insert(span.span.span_id.to_hex());
+        if (context.profile != nullptr)
+          for (const spanprof::SpanRecord& span : context.profile->spans) received.insert(span.span.span_id.to_hex());
         ++windows;
         return spanprof::UploadResult::ok();
       },

@@ -1063,15 +1063,16 @@ SPANPROF_NAMESPACE_END
 #endif  // SPANPROF_PROFILE_PROFILE_HPP_
 // ---- end spanprof/profile/profile.hpp ----
 // ---- begin spanprof/delivery/uploader.hpp ----
-// Where finished profiles go. An uploader is two hooks:
+// Where finished profiles go. An uploader is one hook:
 //
 //   class KafkaUploader final : public spanprof::Uploader {
 //    public:
 //     KafkaUploader() : Uploader("kafka") {}
 //    protected:
-//     spanprof::UploadResult do_send(const spanprof::EncodedProfile& profile, const std::string& payload) override {
-//       return producer_.send(profile.span.trace_id.to_hex(), payload) ? spanprof::UploadResult::ok()
-//                                                                    : spanprof::UploadResult::retryable("kafka down");
+//     spanprof::UploadResult do_send(const spanprof::EncodedProfile& profile, std::string_view payload,
+//                                    const spanprof::UploadContext&) override {
+//       return producer_.send(profile.record.span.trace_id.to_hex(), payload) ? spanprof::UploadResult::ok()
+//                                                                           : spanprof::UploadResult::retryable("kafka down");
 //     }
 //   };
 //
@@ -1083,7 +1084,8 @@ SPANPROF_NAMESPACE_END
 // The payload is the gzip'd pprof. An uploader that sends another wire format
 // (the OTLP uploader sends an ExportProfilesServiceRequest) also overrides
 // do_encode(): its bytes are made once, and kept as they are in the spool during
-// an outage, so a re-send never encodes again.
+// an outage, so a re-send never encodes again and do_send() sees the same bytes
+// either way.
 #ifndef SPANPROF_DELIVERY_UPLOADER_HPP_
 #define SPANPROF_DELIVERY_UPLOADER_HPP_
 
@@ -1096,25 +1098,41 @@ SPANPROF_NAMESPACE_END
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 SPANPROF_NAMESPACE_BEGIN
 
-// A finished profile, encoded and ready to send: one span's record, or (batched
-// delivery) a window's, whose `span` is then invalid, `span_name` empty and
-// `span_count` the number of spans; each sample carries its own span's labels.
-struct EncodedProfile : SpanRecord {
+// What a payload holds: one span's profile, or (batched delivery) a window's,
+// whose record's `span` is then invalid, `span_name` empty and `span_count` the
+// number of spans; each sample carries its own span's labels. This is all the
+// spool keeps beside the payload, so a re-send after a restart sees the same.
+struct EncodedProfile {
+  SpanRecord record;
   std::size_t sample_count = 0;
   std::size_t span_count = 1;  // spans merged into this profile
-  // A gzip-compressed profile.proto, as `go tool pprof` reads it. Empty when a
-  // payload another do_encode() made is sent again from the spool.
-  std::string pprof_gzip;
-  // The symbolized profile the bytes were encoded from; valid only during the
-  // call (null when a spooled payload is sent again). Lets an uploader log a
-  // summary or re-encode without decoding.
+};
+
+// What do_encode() makes its bytes from, valid only during the call.
+struct EncodeInput {
+  // The symbolized profile, to encode another format or relabel without decoding.
+  // Null when only the bytes are at hand (a tool sending a file).
+  const Profile* profile = nullptr;
+  // The same profile as a gzip-compressed profile.proto, as `go tool pprof` reads
+  // it: made once for all uploaders.
+  std::string_view pprof_gzip;
+};
+
+// What do_send() may need beside the record and the payload, valid only during
+// the call.
+struct UploadContext {
+  // The symbolized profile the payload was just encoded from, to log a summary
+  // without decoding; null when the payload is sent again from the spool.
   const Profile* profile = nullptr;
   // Set while spanprof shuts down: an uploader in a slow call should give up (the
-  // profile is then spooled, if a spool is configured). May be null.
+  // payload is then spooled, if a spool is configured). May be null.
   const std::atomic<bool>* cancelled = nullptr;
+
+  bool cancel_requested() const noexcept { return cancelled != nullptr && cancelled->load(std::memory_order_relaxed); }
 };
 
 // What a send or a flush did: a Status (status.hpp), and for a failure whether
@@ -1163,10 +1181,10 @@ class Uploader {
   // The bytes this uploader sends for `profile` (do_encode()). A failure
   // (encoding_failed): this profile cannot be sent by this uploader, and never
   // will be.
-  Status encode(const EncodedProfile& profile, std::string& payload) noexcept {
+  Status encode(const EncodedProfile& profile, const EncodeInput& input, std::string& payload) noexcept {
     SPANPROF_TRY {
       std::lock_guard<std::mutex> lock(mutex_);
-      return do_encode(profile, payload);
+      return do_encode(profile, input, payload);
     } SPANPROF_CATCH_STD(e) {
       return detail::status_from_exception(ErrorCode::encoding_failed, "uploader threw while encoding: ", e.what());
     } SPANPROF_CATCH_ALL {
@@ -1175,16 +1193,16 @@ class Uploader {
     return Status(ErrorCode::internal, "unreachable");  // -fno-exceptions: the try is an if (true)
   }
 
-  // Sends a payload encode() made, now or after a restart (from the spool, when
-  // only the record and counts of `profile` are known).
-  UploadResult send(const EncodedProfile& profile, const std::string& payload) noexcept {
-    return guarded([&] { return do_send(profile, payload); });
+  // Sends a payload encode() made, now or after a restart (from the spool).
+  UploadResult send(const EncodedProfile& profile, std::string_view payload,
+                    const UploadContext& context = UploadContext()) noexcept {
+    return guarded([&] { return do_send(profile, payload, context); });
   }
 
   // encode() then send(): for a profile in hand (tools, tests).
-  UploadResult upload(const EncodedProfile& profile) noexcept {
+  UploadResult upload(const EncodedProfile& profile, const EncodeInput& input) noexcept {
     std::string payload;
-    const Status encoded = encode(profile, payload);
+    const Status encoded = encode(profile, input, payload);
     if (!encoded) return UploadResult::permanent(encoded.message());
     return send(profile, payload);
   }
@@ -1197,14 +1215,16 @@ class Uploader {
  protected:
   // The hook every uploader writes: deliver `payload` (the gzip'd pprof unless
   // do_encode() says otherwise) for `profile`.
-  virtual UploadResult do_send(const EncodedProfile& profile, const std::string& payload) = 0;
+  virtual UploadResult do_send(const EncodedProfile& profile, std::string_view payload,
+                               const UploadContext& context) = 0;
 
   // Optional: push what this uploader buffers.
   virtual UploadResult do_flush() { return UploadResult::ok(); }
 
   // Optional, for a wire format other than pprof: the bytes do_send() gets.
-  virtual Status do_encode(const EncodedProfile& profile, std::string& payload) {
-    payload = profile.pprof_gzip;
+  virtual Status do_encode(const EncodedProfile& profile, const EncodeInput& input, std::string& payload) {
+    (void)profile;
+    payload.assign(input.pprof_gzip.data(), input.pprof_gzip.size());
     return Status::ok();
   }
 
@@ -1227,22 +1247,39 @@ class Uploader {
   const Delivery delivery_;
 };
 
-// An uploader from a lambda that takes the profile (its pprof in pprof_gzip).
-// Per span unless told otherwise:
-//   CallbackUploader(fn, "name", spanprof::Delivery::batched())
+// An uploader from a lambda that takes the record and the gzip'd pprof (the same
+// bytes whether sent now or again from the spool), and optionally the call's
+// context. Per span unless told otherwise:
+//   CallbackUploader([](const EncodedProfile& p, std::string_view pprof_gzip) { ... });
+//   CallbackUploader([](const EncodedProfile& p, std::string_view pprof_gzip, const UploadContext& c) { ... },
+//                    "name", spanprof::Delivery::batched())
 class CallbackUploader final : public Uploader {
  public:
-  using Callback = std::function<UploadResult(const EncodedProfile&)>;
-  explicit CallbackUploader(Callback callback, std::string name = "callback", Delivery delivery = Delivery::per_span())
+  using Callback = std::function<UploadResult(const EncodedProfile& profile, std::string_view pprof_gzip,
+                                              const UploadContext& context)>;
+
+  template <class Function,
+            std::enable_if_t<std::is_invocable_r_v<UploadResult, Function&, const EncodedProfile&, std::string_view,
+                                                   const UploadContext&>,
+                             int> = 0>
+  explicit CallbackUploader(Function callback, std::string name = "callback", Delivery delivery = Delivery::per_span())
       : Uploader(std::move(name), delivery), callback_(std::move(callback)) {}
 
+  template <class Function,
+            std::enable_if_t<std::is_invocable_r_v<UploadResult, Function&, const EncodedProfile&, std::string_view> &&
+                                 !std::is_invocable_v<Function&, const EncodedProfile&, std::string_view,
+                                                      const UploadContext&>,
+                             int> = 0>
+  explicit CallbackUploader(Function callback, std::string name = "callback", Delivery delivery = Delivery::per_span())
+      : Uploader(std::move(name), delivery),
+        callback_([callback = std::move(callback)](const EncodedProfile& profile, std::string_view pprof_gzip,
+                                                   const UploadContext&) mutable {
+          return callback(profile, pprof_gzip);
+        }) {}
+
  protected:
-  UploadResult do_send(const EncodedProfile& profile, const std::string& payload) override {
-    if (!callback_) return UploadResult::ok();
-    if (!profile.pprof_gzip.empty() || payload.empty()) return callback_(profile);
-    EncodedProfile resent = profile;  // from the spool: the payload is the pprof
-    resent.pprof_gzip = payload;
-    return callback_(resent);
+  UploadResult do_send(const EncodedProfile& profile, std::string_view payload, const UploadContext& context) override {
+    return callback_ ? callback_(profile, payload, context) : UploadResult::ok();
   }
 
  private:
@@ -1292,12 +1329,12 @@ class FileUploader final : public Uploader {
 
   // The name a profile is written under, relative to directory().
   static std::string file_name_for(const EncodedProfile& profile) {
-    const std::string owner = profile.span_count == 1 ? profile.span.span_id.to_hex() : std::string("window");
-    return owner + "-" + std::to_string(profile.start_unix_ns) + "-" + std::string(to_string(profile.kind)) + ".pb.gz";
+    const std::string owner = profile.span_count == 1 ? profile.record.span.span_id.to_hex() : std::string("window");
+    return owner + "-" + std::to_string(profile.record.start_unix_ns) + "-" + std::string(to_string(profile.record.kind)) + ".pb.gz";
   }
 
  protected:
-  UploadResult do_send(const EncodedProfile& profile, const std::string& payload) override {
+  UploadResult do_send(const EncodedProfile& profile, std::string_view payload, const UploadContext&) override {
     if (!detail::make_directories(directory_)) return failure("cannot create directory", directory_);
     const std::string final_path = directory_ + "/" + file_name_for(profile);
     const std::string temp_path = directory_ + "/." + file_name_for(profile) + ".tmp";
@@ -4054,16 +4091,17 @@ inline void gzip_store(std::string_view in, std::string& out) {
   out.append(trailer, sizeof trailer);
 }
 
-inline bool gzip_compress(std::string_view in, std::string& out, std::string& error) noexcept {
+inline Status gzip_compress(std::string_view in, std::string& out) noexcept {
   out.clear();
+  std::string error;
   if (in.size() < gzip_store_below) {
     SPANPROF_TRY {
       gzip_store(in, out);
-      return true;
+      return Status::ok();
     } SPANPROF_CATCH_ALL {
       out.clear();
       set_error_message(error, "gzip: out of memory while storing");
-      return false;
+      return Status(ErrorCode::encoding_failed, error);
     }
   }
   z_stream stream{};
@@ -4079,7 +4117,7 @@ inline bool gzip_compress(std::string_view in, std::string& out, std::string& er
   int rc = deflateInit2(&stream, Z_BEST_SPEED, Z_DEFLATED, window_bits + 16, mem_level, Z_DEFAULT_STRATEGY);
   if (rc != Z_OK) {
     set_zlib_error(error, "gzip: deflateInit2 failed", rc, stream.msg);
-    return false;
+    return Status(ErrorCode::encoding_failed, error);
   }
   bool ok = false;
   SPANPROF_TRY {
@@ -4121,24 +4159,25 @@ inline bool gzip_compress(std::string_view in, std::string& out, std::string& er
   }
   deflateEnd(&stream);
   if (!ok) out.clear();
-  return ok;
+  return ok ? Status::ok() : Status(ErrorCode::encoding_failed, error);
 }
 
 // Accepts gzip (and, via windowBits +32 auto-detection, zlib) streams, including
 // concatenated gzip members as gunzip does. Fails — leaving `out` empty — on
 // corrupt or truncated input, trailing garbage, or more than `max_out` bytes.
-inline bool gzip_decompress(std::string_view in, std::string& out, std::string& error,
-                            std::size_t max_out = default_gzip_max_output) noexcept {
+inline Status gzip_decompress(std::string_view in, std::string& out,
+                              std::size_t max_out = default_gzip_max_output) noexcept {
   out.clear();
+  std::string error;
   if (in.empty()) {
     set_error_message(error, "gzip: empty input");
-    return false;
+    return Status(ErrorCode::encoding_failed, error);
   }
   z_stream stream{};
   int rc = inflateInit2(&stream, 15 + 32);
   if (rc != Z_OK) {
     set_zlib_error(error, "gzip: inflateInit2 failed", rc, stream.msg);
-    return false;
+    return Status(ErrorCode::encoding_failed, error);
   }
   bool ok = false;
   SPANPROF_TRY {
@@ -4221,7 +4260,7 @@ inline bool gzip_decompress(std::string_view in, std::string& out, std::string& 
   }
   inflateEnd(&stream);
   if (!ok) out.clear();
-  return ok;
+  return ok ? Status::ok() : Status(ErrorCode::encoding_failed, error);
 }
 
 }  // namespace detail
@@ -5045,9 +5084,7 @@ inline Status encode_pprof_gzip(const Profile& profile, std::string& out) noexce
     out.clear();
     return encoded;
   }
-  std::string error;
-  if (!detail::gzip_compress(raw, out, error)) return Status(ErrorCode::encoding_failed, error);
-  return Status::ok();
+  return detail::gzip_compress(raw, out);
 }
 
 SPANPROF_NAMESPACE_END
@@ -6508,28 +6545,28 @@ class OtlpUploader final : public Uploader {
  protected:
   // The ExportProfilesServiceRequest, gzip'd unless configured otherwise: what is
   // posted, and what the spool keeps during an outage (no re-encoding after).
-  Status do_encode(const EncodedProfile& profile, std::string& payload) override {
-    if (profile.profile == nullptr) return Status(ErrorCode::encoding_failed, "otlp: the profile's symbolized model is missing");
+  Status do_encode(const EncodedProfile& profile, const EncodeInput& input, std::string& payload) override {
+    if (input.profile == nullptr) return Status(ErrorCode::encoding_failed, "otlp: the profile's symbolized model is missing");
     std::string message;
-    if (Status encoded = encode_otlp_profiles_request(*profile.profile, profile, options_.resource, message); !encoded)
+    if (Status encoded = encode_otlp_profiles_request(*input.profile, profile.record, options_.resource, message); !encoded)
       return encoded;
     if (!options_.gzip) {
       payload = std::move(message);
       return Status::ok();
     }
-    std::string error;
-    if (!detail::gzip_compress(message, payload, error)) return Status(ErrorCode::encoding_failed, "otlp: " + error);
+    if (Status compressed = detail::gzip_compress(message, payload); !compressed)
+      return Status(compressed.code(), "otlp: " + compressed.message());
     return Status::ok();
   }
 
-  UploadResult do_send(const EncodedProfile& profile, const std::string& payload) override {
+  UploadResult do_send(const EncodedProfile&, std::string_view payload, const UploadContext& context) override {
     if (url_.empty()) return UploadResult::permanent("otlp: no endpoint configured");
     detail::HttpRequest request;
     request.url = url_;
     request.content_type = std::string(otlp_profiles_content_type);
     if (options_.gzip) request.content_encoding = "gzip";
-    request.body = payload;
-    return detail::classify(client_.post(request, profile.cancelled), "otlp");
+    request.body.assign(payload.data(), payload.size());
+    return detail::classify(client_.post(request, context.cancelled), "otlp");
   }
 
  private:
@@ -6549,7 +6586,7 @@ class OtlpUploader final : public Uploader {
   const OtlpOptions& options() const noexcept { return options_; }
 
  protected:
-  UploadResult do_send(const EncodedProfile&, const std::string&) override { return UploadResult::ok(); }
+  UploadResult do_send(const EncodedProfile&, std::string_view, const UploadContext&) override { return UploadResult::ok(); }
 
  private:
   OtlpOptions options_;
@@ -6672,30 +6709,31 @@ class PyroscopeUploader final : public Uploader {
 
   // The legacy ingest URL: /ingest?name=<app>.<cpu|memory|wall>{tags}&from&until&...
   std::string ingest_url(const EncodedProfile& profile) const {
-    std::string series = label_part(options_.application_name) + "." + std::string(detail::pyroscope_profile_name(profile.kind, false));
+    std::string series = label_part(options_.application_name) + "." + std::string(detail::pyroscope_profile_name(profile.record.kind, false));
     series += '{';
     for (std::size_t i = 0; i < options_.tags.size(); ++i) {
       if (i) series += ',';
       series += label_part(options_.tags[i].first) + '=' + label_part(options_.tags[i].second);
     }
     series += '}';
-    const std::int64_t from_s = profile.start_unix_ns / 1'000'000'000;
+    const SpanRecord& record = profile.record;
+    const std::int64_t from_s = record.start_unix_ns / 1'000'000'000;
     // Rounded up, so a span shorter than a second still has until > from.
-    const std::int64_t until_s = (profile.start_unix_ns + profile.duration_ns + 999'999'999) / 1'000'000'000;
+    const std::int64_t until_s = (record.start_unix_ns + record.duration_ns + 999'999'999) / 1'000'000'000;
     std::string url = options_.server_address + "/ingest?name=" + detail::url_encode(series) +
                       "&from=" + std::to_string(from_s) +
                       "&until=" + std::to_string(until_s > from_s ? until_s : from_s + 1) +
                       "&format=pprof&spyName=spanprof";
-    if (profile.kind != ProfileKind::heap && profile.period_ns > 0)
-      url += "&sampleRate=" + std::to_string(1'000'000'000 / profile.period_ns);
+    if (record.kind != ProfileKind::heap && record.period_ns > 0)
+      url += "&sampleRate=" + std::to_string(1'000'000'000 / record.period_ns);
     return url;
   }
 
  protected:
   // push: a serialized PushRequest with one series; ingest: the pprof itself.
-  Status do_encode(const EncodedProfile& profile, std::string& payload) override {
+  Status do_encode(const EncodedProfile& profile, const EncodeInput& input, std::string& payload) override {
     std::string pprof;
-    if (Status relabelled = relabelled_pprof(profile, pprof); !relabelled) return relabelled;
+    if (Status relabelled = relabelled_pprof(input, pprof); !relabelled) return relabelled;
     if (options_.api == PyroscopeOptions::Api::ingest) {
       payload = std::move(pprof);
       return Status::ok();
@@ -6711,7 +6749,7 @@ class PyroscopeUploader final : public Uploader {
         });
       };
       // Pyroscope names the profile type from __name__ and the pprof's sample types.
-      label("__name__", detail::pyroscope_profile_name(profile.kind, true));
+      label("__name__", detail::pyroscope_profile_name(profile.record.kind, true));
       label("service_name", options_.application_name);
       for (const auto& [name, value] : options_.tags) label(name, value);
       series.message_field(f::series_samples, [&](detail::ProtobufWriter& sample) {
@@ -6722,30 +6760,30 @@ class PyroscopeUploader final : public Uploader {
     return Status::ok();
   }
 
-  UploadResult do_send(const EncodedProfile& profile, const std::string& payload) override {
+  UploadResult do_send(const EncodedProfile& profile, std::string_view payload, const UploadContext& context) override {
     if (options_.server_address.empty()) return UploadResult::permanent("pyroscope: no server address configured");
     detail::HttpRequest request;
     request.url = url(profile);
-    request.body = payload;
+    request.body.assign(payload.data(), payload.size());
     if (options_.api == PyroscopeOptions::Api::push) {
       request.content_type = "application/proto";
       request.headers.emplace_back("Connect-Protocol-Version", "1");
     } else {
       request.content_type = "application/octet-stream";
     }
-    return detail::classify(client_.post(request, profile.cancelled), "pyroscope");
+    return detail::classify(client_.post(request, context.cancelled), "pyroscope");
   }
 
  private:
   // The pprof with drop_labels and rename_labels applied (and label values cut to
   // Pyroscope's limit): re-encoded from the model when there is anything to change.
-  Status relabelled_pprof(const EncodedProfile& profile, std::string& pprof) {
+  Status relabelled_pprof(const EncodeInput& input, std::string& pprof) {
     if (options_.drop_labels.empty() && options_.rename_labels.empty()) {
-      pprof = profile.pprof_gzip;
+      pprof.assign(input.pprof_gzip.data(), input.pprof_gzip.size());
       return Status::ok();
     }
-    if (profile.profile == nullptr) return Status(ErrorCode::encoding_failed, "pyroscope: relabelling needs the profile's model");
-    Profile copy = *profile.profile;
+    if (input.profile == nullptr) return Status(ErrorCode::encoding_failed, "pyroscope: relabelling needs the profile's model");
+    Profile copy = *input.profile;
     materialize_span_labels(copy);  // the records' labels become each sample's own, to relabel
     auto relabel = [&](std::vector<Label>& labels) {
       std::vector<Label> kept;
@@ -6793,7 +6831,7 @@ class PyroscopeUploader final : public Uploader {
   const PyroscopeOptions& options() const noexcept { return options_; }
 
  protected:
-  UploadResult do_send(const EncodedProfile&, const std::string&) override { return UploadResult::ok(); }
+  UploadResult do_send(const EncodedProfile&, std::string_view, const UploadContext&) override { return UploadResult::ok(); }
 
  private:
   PyroscopeOptions options_;
@@ -7015,6 +7053,9 @@ SPANPROF_NAMESPACE_BEGIN
 
 namespace detail {
 
+// Why an object file cannot be read for symbols.
+inline Status elf_failure(std::string_view why) noexcept { return Status(ErrorCode::symbolization_failed, why); }
+
 // One function symbol, already relocated to its runtime address.
 struct ElfSymbol {
   std::uintptr_t address = 0;  // load bias + st_value
@@ -7056,25 +7097,22 @@ class ElfFileBytes final : public ElfBytes {
     if (fd_ >= 0) ::close(fd_);
   }
 
-  // On failure `error` says why; it may allocate, so callers catch bad_alloc.
-  bool open(const std::string& path, std::string& error) {
+  // A failure says why; it may allocate, so callers catch bad_alloc.
+  Status open(const std::string& path) {
     fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd_ < 0) {
-      error = std::string("cannot open: ") + std::strerror(errno);
-      return false;
+      return elf_failure(std::string("cannot open: ") + std::strerror(errno));
     }
     struct stat status {};
     if (::fstat(fd_, &status) != 0) {
-      error = std::string("cannot stat: ") + std::strerror(errno);
-      return false;
+      return elf_failure(std::string("cannot stat: ") + std::strerror(errno));
     }
     // A FIFO or device would block or lie about its size.
     if (!S_ISREG(status.st_mode)) {
-      error = "not a regular file";
-      return false;
+      return elf_failure("not a regular file");
     }
     size_ = static_cast<std::uint64_t>(status.st_size);
-    return true;
+    return Status::ok();
   }
 
   std::uint64_t size() const noexcept override { return size_; }
@@ -7247,21 +7285,17 @@ inline std::size_t find_elf_symbol(const std::vector<ElfSymbol>& symbols, std::u
 }
 
 // The ELF header and section header table of a little-endian ELF64 of this machine's
-// byte order; false with `error` set when the image is not one or they lie outside it.
-inline bool read_elf_headers(const ElfBytes& bytes, Elf64_Ehdr& header, std::vector<Elf64_Shdr>& sections,
-                             std::string& error) {
+// byte order; a failure when the image is not one or they lie outside it.
+inline Status read_elf_headers(const ElfBytes& bytes, Elf64_Ehdr& header, std::vector<Elf64_Shdr>& sections) {
   const std::uint64_t image_size = bytes.size();
   if (!bytes.read(0, &header, sizeof header)) {
-    error = "file too small for an ELF header (" + std::to_string(image_size) + " bytes)";
-    return false;
+    return elf_failure("file too small for an ELF header (" + std::to_string(image_size) + " bytes)");
   }
   if (std::memcmp(header.e_ident, ELFMAG, SELFMAG) != 0) {
-    error = "not an ELF file (bad magic)";
-    return false;
+    return elf_failure("not an ELF file (bad magic)");
   }
   if (header.e_ident[EI_CLASS] != ELFCLASS64) {
-    error = "not a 64-bit ELF file";
-    return false;
+    return elf_failure("not a 64-bit ELF file");
   }
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
   constexpr unsigned char native_data = ELFDATA2MSB;
@@ -7269,16 +7303,13 @@ inline bool read_elf_headers(const ElfBytes& bytes, Elf64_Ehdr& header, std::vec
   constexpr unsigned char native_data = ELFDATA2LSB;
 #endif
   if (header.e_ident[EI_DATA] != native_data) {
-    error = "ELF byte order differs from this machine";
-    return false;
+    return elf_failure("ELF byte order differs from this machine");
   }
   if (header.e_shoff == 0) {
-    error = "no section header table (stripped with sstrip?)";
-    return false;
+    return elf_failure("no section header table (stripped with sstrip?)");
   }
   if (header.e_shentsize != sizeof(Elf64_Shdr)) {
-    error = "unexpected section header size " + std::to_string(header.e_shentsize);
-    return false;
+    return elf_failure("unexpected section header size " + std::to_string(header.e_shentsize));
   }
 
   std::uint64_t section_count = header.e_shnum;
@@ -7286,24 +7317,21 @@ inline bool read_elf_headers(const ElfBytes& bytes, Elf64_Ehdr& header, std::vec
     // Extended numbering: more than 0xff00 sections, the count lives in section 0.
     Elf64_Shdr first;
     if (!bytes.read(header.e_shoff, &first, sizeof first)) {
-      error = "section header table offset " + std::to_string(header.e_shoff) + " is beyond the end of the file";
-      return false;
+      return elf_failure("section header table offset " + std::to_string(header.e_shoff) + " is beyond the end of the file");
     }
     section_count = first.sh_size;
   }
   if (section_count > image_size / sizeof(Elf64_Shdr) ||
       !elf_range_fits(header.e_shoff, section_count * sizeof(Elf64_Shdr), image_size)) {
-    error = "section header table (offset " + std::to_string(header.e_shoff) + ", " +
+    return elf_failure("section header table (offset " + std::to_string(header.e_shoff) + ", " +
             std::to_string(section_count) + " entries) extends beyond the end of the file (" +
-            std::to_string(image_size) + " bytes)";
-    return false;
+            std::to_string(image_size) + " bytes)");
   }
   sections.resize(static_cast<std::size_t>(section_count));
   if (!bytes.read(header.e_shoff, sections.data(), sections.size() * sizeof(Elf64_Shdr))) {
-    error = "cannot read the section header table";
-    return false;
+    return elf_failure("cannot read the section header table");
   }
-  return true;
+  return Status::ok();
 }
 
 // A section's bytes as elements of `buffer`; false when they lie outside the image.
@@ -7316,8 +7344,8 @@ bool read_elf_section(const ElfBytes& bytes, const Elf64_Shdr& section, Buffer& 
 }
 
 // The GNU build id (hex) from the note sections; empty when there is none.
-inline bool read_elf_build_id(const ElfBytes& bytes, const std::vector<Elf64_Shdr>& sections, std::string& build_id,
-                              std::string& error) {
+inline Status read_elf_build_id(const ElfBytes& bytes, const std::vector<Elf64_Shdr>& sections,
+                                std::string& build_id) {
   const std::uint64_t image_size = bytes.size();
   // Section headers may all name the same bytes. Real note sections never
   // overlap, so more note bytes than the file holds means a file made to be read
@@ -7327,24 +7355,24 @@ inline bool read_elf_build_id(const ElfBytes& bytes, const std::vector<Elf64_Shd
     if (section.sh_type != SHT_NOTE || !build_id.empty()) continue;
     std::vector<unsigned char> notes;
     if (!read_elf_section(bytes, section, notes)) {
-      error = "note section extends beyond the end of the file";
-      return false;
+      return elf_failure("note section extends beyond the end of the file");
     }
     if (notes.size() > note_bytes_left) break;
     note_bytes_left -= notes.size();
     build_id = find_gnu_build_id(notes.data(), notes.size(), section.sh_addralign);
   }
-  return true;
+  return Status::ok();
 }
 
 // Opens `path` and reads its ELF header and GNU build id (empty when it has none):
-// what finds an object or debug file by build id. False with `error` set when it is
-// not a readable ELF64 of this machine.
-inline bool open_elf_file(const std::string& path, ElfFileBytes& file, Elf64_Ehdr& header, std::string& build_id,
-                          std::string& error) {
+// what finds an object or debug file by build id. A failure when it is not a
+// readable ELF64 of this machine.
+inline Status open_elf_file(const std::string& path, ElfFileBytes& file, Elf64_Ehdr& header,
+                            std::string& build_id) {
   std::vector<Elf64_Shdr> sections;
-  return file.open(path, error) && read_elf_headers(file, header, sections, error) &&
-         read_elf_build_id(file, sections, build_id, error);
+  if (Status opened = file.open(path); !opened) return opened;
+  if (Status read = read_elf_headers(file, header, sections); !read) return read;
+  return read_elf_build_id(file, sections, build_id);
 }
 
 // The object's own (link-time) address of the loaded executable segment that a
@@ -7378,15 +7406,15 @@ inline bool elf_segment_address(const ElfBytes& bytes, const Elf64_Ehdr& header,
 }
 
 // Appends the STT_FUNC and STT_GNU_IFUNC symbols of .symtab (and of .dynsym when
-// `include_dynsym`) to `out`, unsorted. Returns false with `error` set when the
+// `include_dynsym`) to `out`, unsorted. Returns a failure when the
 // image is not a readable little ELF64 of this machine's byte order or any
 // offset it needs points outside the image; `out` may then hold a partial list.
-inline bool load_elf_symbols_from(const ElfBytes& bytes, std::uintptr_t bias, bool include_dynsym,
-                                  std::vector<ElfSymbol>& out, ElfImageInfo& info, std::string& error) {
+inline Status load_elf_symbols_from(const ElfBytes& bytes, std::uintptr_t bias, bool include_dynsym,
+                                    std::vector<ElfSymbol>& out, ElfImageInfo& info) {
   Elf64_Ehdr header;
   std::vector<Elf64_Shdr> sections;
-  if (!read_elf_headers(bytes, header, sections, error) || !read_elf_build_id(bytes, sections, info.build_id, error))
-    return false;
+  if (Status read = read_elf_headers(bytes, header, sections); !read) return read;
+  if (Status read = read_elf_build_id(bytes, sections, info.build_id); !read) return read;
   const std::uint64_t image_size = bytes.size();
   const auto read_section = [&](const Elf64_Shdr& section, auto& buffer) { return read_elf_section(bytes, section, buffer); };
 
@@ -7410,21 +7438,17 @@ inline bool load_elf_symbols_from(const ElfBytes& bytes, std::uintptr_t bias, bo
     already_read = true;
     const char* const table = is_symtab ? ".symtab" : ".dynsym";
     if (section.sh_entsize != sizeof(Elf64_Sym)) {
-      error = std::string(table) + " has entry size " + std::to_string(section.sh_entsize);
-      return false;
+      return elf_failure(std::string(table) + " has entry size " + std::to_string(section.sh_entsize));
     }
     if (section.sh_link >= sections.size() || sections[section.sh_link].sh_type != SHT_STRTAB) {
-      error = std::string(table) + " links to section " + std::to_string(section.sh_link) +
-              ", which is not a string table";
-      return false;
+      return elf_failure(std::string(table) + " links to section " + std::to_string(section.sh_link) +
+              ", which is not a string table");
     }
     if (!read_section(section, entries)) {
-      error = std::string(table) + " extends beyond the end of the file";
-      return false;
+      return elf_failure(std::string(table) + " extends beyond the end of the file");
     }
     if (!read_section(sections[section.sh_link], names)) {
-      error = std::string(table) + "'s string table extends beyond the end of the file";
-      return false;
+      return elf_failure(std::string(table) + "'s string table extends beyond the end of the file");
     }
     if (is_symtab && !entries.empty()) info.has_symtab = true;
     for (const auto& entry : entries) {
@@ -7432,21 +7456,18 @@ inline bool load_elf_symbols_from(const ElfBytes& bytes, std::uintptr_t bias, bo
       if (type != STT_FUNC && type != STT_GNU_IFUNC) continue;
       if (entry.st_shndx == SHN_UNDEF || entry.st_value == 0) continue;
       if (entry.st_name >= names.size()) {
-        error = std::string(table) + " has a symbol name offset outside its string table";
-        return false;
+        return elf_failure(std::string(table) + " has a symbol name offset outside its string table");
       }
       const char* name = names.data() + entry.st_name;
       const auto* end = static_cast<const char*>(std::memchr(name, '\0', names.size() - entry.st_name));
       if (end == nullptr) {
-        error = std::string(table) + " has an unterminated symbol name";
-        return false;
+        return elf_failure(std::string(table) + " has an unterminated symbol name");
       }
       if (end == name) continue;
       const auto name_size = static_cast<std::uint64_t>(end - name);
       if (name_size > name_bytes_left) {
-        error = std::string(table) + "'s symbol names add up to more than " +
-                std::to_string(elf_max_name_bytes_per_file_byte) + " times the size of the file";
-        return false;
+        return elf_failure(std::string(table) + "'s symbol names add up to more than " +
+                std::to_string(elf_max_name_bytes_per_file_byte) + " times the size of the file");
       }
       name_bytes_left -= name_size;
       ElfSymbol symbol;
@@ -7457,35 +7478,33 @@ inline bool load_elf_symbols_from(const ElfBytes& bytes, std::uintptr_t bias, bo
       out.push_back(std::move(symbol));
     }
   }
-  return true;
+  return Status::ok();
 }
 
 // Test and tooling entry point: the function symbols of one ELF64 file, sorted by
 // address with one symbol per address, relocated by `bias` (0 gives link-time
 // addresses). Reads .symtab and .dynsym of that file only, no separate debug
-// file; leaves ElfSymbol::demangled empty. Returns false with a human-readable
-// `error` when the file cannot be opened or is not a valid ELF64; never throws.
-inline bool load_elf_function_symbols(const std::string& path, std::uintptr_t bias, std::vector<ElfSymbol>& out,
-                                      std::string& error) noexcept {
+// file; leaves ElfSymbol::demangled empty. Returns a failure that says why when the
+// file cannot be opened or is not a valid ELF64; never throws.
+inline Status load_elf_function_symbols(const std::string& path, std::uintptr_t bias,
+                                        std::vector<ElfSymbol>& out) noexcept {
   SPANPROF_TRY {
     out.clear();
-    error.clear();
     ElfFileBytes file;
     ElfImageInfo info;
-    if (!file.open(path, error) || !load_elf_symbols_from(file, bias, true, out, info, error)) {
+    Status read = file.open(path);
+    if (read) read = load_elf_symbols_from(file, bias, true, out, info);
+    if (!read) {
       out.clear();
-      return false;
+      return read;
     }
     finalize_elf_symbols(out);
-    return true;
+    return Status::ok();
   } SPANPROF_CATCH_ALL {
     out.clear();
-    SPANPROF_TRY {
-      error = "out of memory while reading symbols";
-    } SPANPROF_CATCH_ALL {
-    }
-    return false;
+    return elf_failure("out of memory while reading symbols");
   }
+  return elf_failure("unreachable");  // -fno-exceptions: the try is an if (true)
 }
 
 }  // namespace detail
@@ -8443,29 +8462,28 @@ class ElfSymbolizer final : public Symbolizer {
 
     std::vector<ElfSymbol> symbols;
     ElfImageInfo info;
-    std::string error;
-    bool ok = false;
+    Status read;
     std::string htl_hash;
     if (object.memory_image != nullptr) {
       const ElfMemoryBytes image(object.memory_image, object.memory_image_size);
-      ok = load_elf_symbols_from(image, 0, true, symbols, info, error);
+      read = load_elf_symbols_from(image, 0, true, symbols, info);
       htl_hash = elf_htl_hash(image);
     } else {
       ElfFileBytes file;
-      ok = file.open(object.open_path, error) && load_elf_symbols_from(file, 0, true, symbols, info, error);
-      if (ok) htl_hash = elf_htl_hash(file);
-      if (ok && !object.build_id.empty() && !info.build_id.empty() && info.build_id != object.build_id) {
+      read = file.open(object.open_path);
+      if (read) read = load_elf_symbols_from(file, 0, true, symbols, info);
+      if (read) htl_hash = elf_htl_hash(file);
+      if (read && !object.build_id.empty() && !info.build_id.empty() && info.build_id != object.build_id) {
         // Its symbols would be confidently wrong.
-        ok = false;
-        error = "build id " + info.build_id + " on disk differs from the loaded " + object.build_id +
-                " (file replaced since it was loaded?)";
+        read = elf_failure("build id " + info.build_id + " on disk differs from the loaded " + object.build_id +
+                           " (file replaced since it was loaded?)");
       }
     }
     for (Module& module : object.modules) module.htl_hash = htl_hash;
-    if (!ok) {
+    if (!read) {
       failed_objects_.insert(failure_key);
       report_error(ErrorCode::symbolization_failed,
-                   "cannot read symbols from " + object.display_path + ": " + error);
+                   "cannot read symbols from " + object.display_path + ": " + read.message());
       return;
     }
     if (!info.has_symtab) add_separate_debug_symbols(object, info, options_.debug_directories, symbols);
@@ -8485,11 +8503,10 @@ class ElfSymbolizer final : public Symbolizer {
       const std::string path = build_id_debug_path(build_id, directory);
       if (path.empty()) return;
       ElfFileBytes file;
-      std::string error;
-      if (!file.open(path, error)) continue;
+      if (!file.open(path)) continue;
       std::vector<ElfSymbol> debug_symbols;
       ElfImageInfo debug_info;
-      if (!load_elf_symbols_from(file, 0, false, debug_symbols, debug_info, error)) continue;
+      if (!load_elf_symbols_from(file, 0, false, debug_symbols, debug_info)) continue;
       if (!debug_info.build_id.empty() && debug_info.build_id != build_id) continue;
       symbols.insert(symbols.end(), std::make_move_iterator(debug_symbols.begin()),
                      std::make_move_iterator(debug_symbols.end()));
@@ -12480,18 +12497,18 @@ class LegacyCpuProfileParser {
   std::string& error_;
 };
 
-inline bool parse_legacy_cpu_profile(std::string_view bytes, LegacyCpuProfile& out, std::string& error) noexcept {
+// A failure (profiler_failed) says what is wrong with the file, and leaves `out` empty.
+inline Status parse_legacy_cpu_profile(std::string_view bytes, LegacyCpuProfile& out) noexcept {
+  std::string error;
   SPANPROF_TRY {
-    return LegacyCpuProfileParser(bytes, out, error).parse();
+    if (LegacyCpuProfileParser(bytes, out, error).parse()) return Status::ok();
+    return Status(ErrorCode::profiler_failed, error);
   } SPANPROF_CATCH_ALL {
     // Only allocation can throw here; the bounds checks above hold for any input.
-    SPANPROF_TRY {
-      out = LegacyCpuProfile{};
-      error = "legacy cpu profile: out of memory while parsing";
-    } SPANPROF_CATCH_ALL {
-    }
-    return false;
+    out = LegacyCpuProfile{};
+    return Status(ErrorCode::profiler_failed, "legacy cpu profile: out of memory while parsing");
   }
+  return Status(ErrorCode::internal, "unreachable");  // -fno-exceptions: the try is an if (true)
 }
 
 }  // namespace detail
@@ -12690,9 +12707,12 @@ class LegacyHeapProfileParser {
   const char* where_ = "";   // the kind of line being read, for errors
 };
 
-// Throws nothing but std::bad_alloc; any other input yields false and a reason.
-inline bool parse_legacy_heap_profile(std::string_view text, LegacyHeapProfile& out, std::string& error) {
-  return LegacyHeapProfileParser(text, out, error).parse();
+// Throws nothing but std::bad_alloc; any other input yields a failure
+// (profiler_failed) that names the line and what is wrong with it.
+inline Status parse_legacy_heap_profile(std::string_view text, LegacyHeapProfile& out) {
+  std::string error;
+  if (LegacyHeapProfileParser(text, out, error).parse()) return Status::ok();
+  return Status(ErrorCode::profiler_failed, error);
 }
 
 }  // namespace detail
@@ -12742,9 +12762,8 @@ inline void discard_captured_profile(CapturedProfile& captured) noexcept {
 
 inline bool read_gperftools_heap_text(const std::string& text, RawProfile& raw) {
   LegacyHeapProfile legacy;
-  std::string error;
-  if (!parse_legacy_heap_profile(text, legacy, error)) {
-    report_error(ErrorCode::profiler_failed, "unreadable gperftools heap profile: " + error);
+  if (const Status parsed = parse_legacy_heap_profile(text, legacy); !parsed) {
+    report_error(ErrorCode::profiler_failed, "unreadable gperftools heap profile: " + parsed.message());
     return false;
   }
   raw.heap_interval_bytes = legacy.sample_period;
@@ -12788,9 +12807,8 @@ inline bool read_gperftools_cpu_file(const std::string& path, RawProfile& raw) {
   }
   ::unlink(path.c_str());
   LegacyCpuProfile legacy;
-  std::string error;
-  if (!parse_legacy_cpu_profile(bytes, legacy, error)) {
-    report_error(ErrorCode::profiler_failed, "unreadable gperftools profile: " + error);
+  if (const Status parsed = parse_legacy_cpu_profile(bytes, legacy); !parsed) {
+    report_error(ErrorCode::profiler_failed, "unreadable gperftools profile: " + parsed.message());
     return false;
   }
   raw.period_ns = legacy.period_us * 1000;
@@ -13021,7 +13039,7 @@ SPANPROF_NAMESPACE_END
 // copy. Unknown field ids are skipped, so later versions of this header can add
 // fields without a version bump; a changed meaning needs a new version.
 // Version 1 stored pprof for every uploader; its files are refused (and removed)
-// as an unsupported version. EncodedProfile::profile is not stored.
+// as an unsupported version.
 #ifndef SPANPROF_DETAIL_DELIVERY_SPOOL_FORMAT_HPP_
 #define SPANPROF_DETAIL_DELIVERY_SPOOL_FORMAT_HPP_
 
@@ -13093,8 +13111,8 @@ inline std::uint32_t crc32_of(std::string_view bytes) noexcept {
 }
 
 inline std::uint64_t encoded_size(std::string_view uploader, const EncodedProfile& p, std::string_view bytes) noexcept {
-  const std::uint64_t payload = uploader.size() + 1 + TraceId::size + SpanId::size + 1 + p.span_name.size() + 4 * 8 +
-                                8 + p.engine.size() + 1 + bytes.size() + 8;
+  const std::uint64_t payload = uploader.size() + 1 + TraceId::size + SpanId::size + 1 + p.record.span_name.size() +
+                                4 * 8 + 8 + p.record.engine.size() + 1 + bytes.size() + 8;
   return header_size + field_count * record_header_size + payload + crc_size;
 }
 
@@ -13126,7 +13144,7 @@ inline std::string encode(std::string_view uploader, const EncodedProfile& p, st
   // Every field of the span's record is stored: a field added to SpanRecord makes
   // this binding fail to compile until the format stores it too (Field, here,
   // decode, encoded_size).
-  const SpanRecord& record = p;
+  const SpanRecord& record = p.record;
   const auto& [kind, span, span_name, reason, start_unix_ns, duration_ns, period_ns, heap_interval_bytes, engine] =
       record;
   const auto& trace = span.trace_id.bytes();
@@ -13142,7 +13160,7 @@ inline std::string encode(std::string_view uploader, const EncodedProfile& p, st
   put_record_u64(out, Field::period_ns, static_cast<std::uint64_t>(period_ns));
   put_record_u64(out, Field::heap_interval_bytes, static_cast<std::uint64_t>(heap_interval_bytes));
   // EncodedProfile's counts and the payload among them, in the order files have
-  // always had (the model and the cancellation flag live only in memory).
+  // always had.
   put_record_u64(out, Field::sample_count, static_cast<std::uint64_t>(p.sample_count));
   put_record(out, Field::engine, engine);
   put_record_u8(out, Field::reason, static_cast<std::uint8_t>(reason));
@@ -13152,143 +13170,135 @@ inline std::string encode(std::string_view uploader, const EncodedProfile& p, st
   return out;
 }
 
+// Why a file cannot be read back.
+inline Status invalid(std::string_view why) noexcept { return Status(ErrorCode::upload_failed, why); }
+
 // Checks everything before trusting anything: size, magic, version, CRC, then
-// each record's bounds, size and range. The payload lands in out.pprof_gzip.
-// May throw std::bad_alloc.
-inline bool decode(std::string_view bytes, std::string_view expected_uploader, EncodedProfile& out, std::string& why) {
+// each record's bounds, size and range. A failure says what is wrong with the
+// file. May throw std::bad_alloc.
+inline Status decode(std::string_view bytes, std::string_view expected_uploader, EncodedProfile& out,
+                     std::string& payload) {
   if (bytes.size() < header_size + crc_size) {
-    why = "truncated: " + std::to_string(bytes.size()) + " bytes";
-    return false;
+    return invalid("truncated: " + std::to_string(bytes.size()) + " bytes");
   }
   if (std::memcmp(bytes.data(), magic, sizeof magic) != 0) {
-    why = "not a spool file (bad magic)";
-    return false;
+    return invalid("not a spool file (bad magic)");
   }
   const auto file_version = static_cast<std::uint32_t>(get_le(bytes.data() + sizeof magic, 4));
   if (file_version != version) {
-    why = "unsupported version " + std::to_string(file_version);
-    return false;
+    return invalid("unsupported version " + std::to_string(file_version));
   }
   const std::uint64_t body_size = get_le(bytes.data() + sizeof magic + 4, 8);
   const std::uint64_t room = bytes.size() - header_size - crc_size;
   if (body_size != room) {
-    why = (body_size > room ? "truncated: " : "trailing bytes: ") + std::to_string(bytes.size()) +
+    return invalid((body_size > room ? "truncated: " : "trailing bytes: ") + std::to_string(bytes.size()) +
           " bytes where the header announces " +
           (body_size > UINT64_MAX - header_size - crc_size ? std::string("more than 2^64")
-                                                           : std::to_string(body_size + header_size + crc_size));
-    return false;
+                                                           : std::to_string(body_size + header_size + crc_size)));
   }
   const std::size_t crc_at = bytes.size() - crc_size;
   const auto stored_crc = static_cast<std::uint32_t>(get_le(bytes.data() + crc_at, 4));
   if (crc32_of(bytes.substr(0, crc_at)) != stored_crc) {
-    why = "CRC mismatch";
-    return false;
+    return invalid("CRC mismatch");
   }
 
   EncodedProfile p;
+  SpanRecord& record = p.record;
+  std::string bytes_of_payload;
   std::uint32_t seen = 0;
   std::size_t pos = header_size;
   while (pos < crc_at) {
     if (crc_at - pos < record_header_size) {
-      why = "record header runs past the body";
-      return false;
+      return invalid("record header runs past the body");
     }
     const auto id = static_cast<std::uint32_t>(get_le(bytes.data() + pos, 4));
     const std::uint64_t size = get_le(bytes.data() + pos + 4, 8);
     pos += record_header_size;
     if (size > crc_at - pos) {
-      why = "record " + std::to_string(id) + " runs past the body";
-      return false;
+      return invalid("record " + std::to_string(id) + " runs past the body");
     }
     const std::string_view value = bytes.substr(pos, static_cast<std::size_t>(size));
     pos += static_cast<std::size_t>(size);
     if (id == 0 || id > field_count) continue;  // a later version's field
     const std::uint32_t bit = std::uint32_t{1} << id;
     if ((seen & bit) != 0) {
-      why = "field " + std::to_string(id) + " appears twice";
-      return false;
+      return invalid("field " + std::to_string(id) + " appears twice");
     }
     seen |= bit;
     auto fixed = [&](std::size_t expected) {
-      if (value.size() == expected) return true;
-      why = "field " + std::to_string(id) + " has " + std::to_string(value.size()) + " bytes, expected " +
-            std::to_string(expected);
-      return false;
+      if (value.size() == expected) return Status::ok();
+      return invalid("field " + std::to_string(id) + " has " + std::to_string(value.size()) + " bytes, expected " +
+                     std::to_string(expected));
     };
     auto as_i64 = [&] { return static_cast<std::int64_t>(get_le(value.data(), 8)); };
     switch (static_cast<Field>(id)) {
       case Field::uploader:
         if (value != expected_uploader) {
-          why = "belongs to another uploader";
-          return false;
+          return invalid("belongs to another uploader");
         }
         break;
       case Field::kind:
-        if (!fixed(1)) return false;
+        if (Status sized = fixed(1); !sized) return sized;
         if (static_cast<std::uint8_t>(value[0]) >= profile_kind_count) {
-          why = "unknown profile kind " + std::to_string(static_cast<std::uint8_t>(value[0]));
-          return false;
+          return invalid("unknown profile kind " + std::to_string(static_cast<std::uint8_t>(value[0])));
         }
-        p.kind = static_cast<ProfileKind>(static_cast<std::uint8_t>(value[0]));
+        record.kind = static_cast<ProfileKind>(static_cast<std::uint8_t>(value[0]));
         break;
       case Field::trace_id:
-        if (!fixed(TraceId::size)) return false;
-        p.span.trace_id = TraceId(reinterpret_cast<const std::uint8_t*>(value.data()));
+        if (Status sized = fixed(TraceId::size); !sized) return sized;
+        record.span.trace_id = TraceId(reinterpret_cast<const std::uint8_t*>(value.data()));
         break;
       case Field::span_id:
-        if (!fixed(SpanId::size)) return false;
-        p.span.span_id = SpanId(reinterpret_cast<const std::uint8_t*>(value.data()));
+        if (Status sized = fixed(SpanId::size); !sized) return sized;
+        record.span.span_id = SpanId(reinterpret_cast<const std::uint8_t*>(value.data()));
         break;
       case Field::trace_flags:
-        if (!fixed(1)) return false;
-        p.span.flags.value = static_cast<std::uint8_t>(value[0]);
+        if (Status sized = fixed(1); !sized) return sized;
+        record.span.flags.value = static_cast<std::uint8_t>(value[0]);
         break;
       case Field::span_name:
-        p.span_name.assign(value.data(), value.size());
+        record.span_name.assign(value.data(), value.size());
         break;
       case Field::start_unix_ns:
-        if (!fixed(8)) return false;
-        p.start_unix_ns = as_i64();
+        if (Status sized = fixed(8); !sized) return sized;
+        record.start_unix_ns = as_i64();
         break;
       case Field::duration_ns:
-        if (!fixed(8)) return false;
-        p.duration_ns = as_i64();
+        if (Status sized = fixed(8); !sized) return sized;
+        record.duration_ns = as_i64();
         break;
       case Field::period_ns:
-        if (!fixed(8)) return false;
-        p.period_ns = as_i64();
+        if (Status sized = fixed(8); !sized) return sized;
+        record.period_ns = as_i64();
         break;
       case Field::heap_interval_bytes:
-        if (!fixed(8)) return false;
-        p.heap_interval_bytes = as_i64();
+        if (Status sized = fixed(8); !sized) return sized;
+        record.heap_interval_bytes = as_i64();
         break;
       case Field::sample_count:
-        if (!fixed(8)) return false;
+        if (Status sized = fixed(8); !sized) return sized;
         if (get_le(value.data(), 8) > SIZE_MAX) {
-          why = "sample_count out of range";
-          return false;
+          return invalid("sample_count out of range");
         }
         p.sample_count = static_cast<std::size_t>(get_le(value.data(), 8));
         break;
       case Field::engine:
-        p.engine.assign(value.data(), value.size());
+        record.engine.assign(value.data(), value.size());
         break;
       case Field::reason:
-        if (!fixed(1)) return false;
+        if (Status sized = fixed(1); !sized) return sized;
         if (static_cast<std::uint8_t>(value[0]) >= profile_reason_count) {
-          why = "unknown profile reason " + std::to_string(static_cast<std::uint8_t>(value[0]));
-          return false;
+          return invalid("unknown profile reason " + std::to_string(static_cast<std::uint8_t>(value[0])));
         }
-        p.reason = static_cast<ProfileReason>(static_cast<std::uint8_t>(value[0]));
+        record.reason = static_cast<ProfileReason>(static_cast<std::uint8_t>(value[0]));
         break;
       case Field::payload:
-        p.pprof_gzip.assign(value.data(), value.size());
+        bytes_of_payload.assign(value.data(), value.size());
         break;
       case Field::span_count:
-        if (!fixed(8)) return false;
+        if (Status sized = fixed(8); !sized) return sized;
         if (get_le(value.data(), 8) > SIZE_MAX) {
-          why = "span_count out of range";
-          return false;
+          return invalid("span_count out of range");
         }
         p.span_count = static_cast<std::size_t>(get_le(value.data(), 8));
         break;
@@ -13296,12 +13306,12 @@ inline bool decode(std::string_view bytes, std::string_view expected_uploader, E
   }
   for (std::uint32_t id = 1; id <= field_count; ++id) {
     if ((seen & (std::uint32_t{1} << id)) == 0) {
-      why = "field " + std::to_string(id) + " is missing";
-      return false;
+      return invalid("field " + std::to_string(id) + " is missing");
     }
   }
   out = std::move(p);
-  return true;
+  payload = std::move(bytes_of_payload);
+  return Status::ok();
 }
 
 }  // namespace spool_format
@@ -13509,7 +13519,7 @@ SPANPROF_NAMESPACE_END
 // another process — fails to open instead of interleaving sequence numbers and
 // deleting the other's temporary files.
 //
-// Nothing here throws: every failure comes back as false plus a message.
+// Nothing here throws: every failure comes back as a Status (upload_failed).
 #ifndef SPANPROF_DETAIL_DELIVERY_SPOOL_HPP_
 #define SPANPROF_DETAIL_DELIVERY_SPOOL_HPP_
 
@@ -13571,44 +13581,43 @@ class Spool {
   // files, indexes the spool files already there and resumes the sequence after
   // the highest. Trims to max_bytes, oldest first, in case the bound shrank
   // since they were written. Calling it again rescans.
-  bool open(std::string& error) noexcept {
+  Status open() noexcept {
     close();
     SPANPROF_TRY {
-      if (directory_.empty()) return fail(error, "spool: no directory configured");
-      if (!detail::make_directories(directory_)) return fail_errno(error, "cannot create directory", directory_);
+      if (directory_.empty()) return failure("spool: no directory configured");
+      if (!detail::make_directories(directory_)) return errno_failure("cannot create directory", directory_);
       dir_fd_ = ::open(directory_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-      if (dir_fd_ < 0) return fail_errno(error, "cannot open directory", directory_);
+      if (dir_fd_ < 0) return errno_failure("cannot open directory", directory_);
       lock_fd_ = ::openat(dir_fd_, std::string(spool_format::lock_name).c_str(),
                           O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-      if (lock_fd_ < 0) return close_after(fail_errno(error, "cannot create", path_of(spool_format::lock_name)));
+      if (lock_fd_ < 0) return close_after(errno_failure("cannot create", path_of(spool_format::lock_name)));
       if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
         if (errno == EWOULDBLOCK) {
-          return close_after(fail(error, "spool: " + directory_ + " is in use by another spool (lock held on " +
-                                             path_of(spool_format::lock_name) + ")"));
+          return close_after(failure("spool: " + directory_ + " is in use by another spool (lock held on " +
+                                     path_of(spool_format::lock_name) + ")"));
         }
-        return close_after(fail_errno(error, "cannot lock", path_of(spool_format::lock_name)));
+        return close_after(errno_failure("cannot lock", path_of(spool_format::lock_name)));
       }
-      if (!scan(error)) return close_after(false);
+      if (Status scanned = scan(); !scanned) return close_after(std::move(scanned));
       enforce_bound();
-      return true;
+      return Status::ok();
     } SPANPROF_CATCH_ALL {
       close();
-      set_error_message(error, "spool: out of memory while opening");
-      return false;
+      return failure("spool: out of memory while opening");
     }
+    return failure("unreachable");  // -fno-exceptions: the try is an if (true)
   }
 
   // Writes one payload for `uploader` with the profile's metadata, then evicts the
   // oldest files while the spool exceeds max_bytes. On failure nothing new is left
   // in the directory.
-  bool store(std::string_view uploader, const EncodedProfile& metadata, std::string_view payload,
-             std::string& error) noexcept {
-    if (!is_open()) return fail(error, "spool: not open");
+  Status store(std::string_view uploader, const EncodedProfile& metadata, std::string_view payload) noexcept {
+    if (!is_open()) return failure("spool: not open");
     SPANPROF_TRY {
       const std::uint64_t size = spool_format::encoded_size(uploader, metadata, payload);
       if (size > max_bytes_) {
-        return fail(error, "spool: a profile of " + std::to_string(size) + " bytes exceeds the spool's bound of " +
-                               std::to_string(max_bytes_) + " bytes; not stored");
+        return failure("spool: a profile of " + std::to_string(size) + " bytes exceeds the spool's bound of " +
+                       std::to_string(max_bytes_) + " bytes; not stored");
       }
       const std::string bytes = spool_format::encode(uploader, metadata, payload);
       // A failed attempt still consumes its number: a name is never reused.
@@ -13620,23 +13629,18 @@ class Spool {
       // appearing and the spool knowing about it.
       const auto it =
           entries_.emplace(Key{sequence, std::move(name)}, Entry{std::move(component), stored_ns, bytes.size()}).first;
-      if (!write_file(it->first.second, bytes, error)) {
+      if (Status written = write_file(it->first.second, bytes); !written) {
         entries_.erase(it);
-        return false;
+        return written;
       }
       bytes_ += bytes.size();
       ++counters_.stored;
       enforce_bound();
-      return true;
+      return Status::ok();
     } SPANPROF_CATCH_ALL {
-      set_error_message(error, "spool: out of memory while storing");
-      return false;
+      return failure("spool: out of memory while storing");
     }
-  }
-
-  // A profile whose payload is its gzip'd pprof.
-  bool store(std::string_view uploader, const EncodedProfile& profile, std::string& error) noexcept {
-    return store(uploader, profile, profile.pprof_gzip, error);
+    return failure("unreachable");
   }
 
   // The items stored for `uploader`, oldest first. Empty when there are none,
@@ -13655,42 +13659,27 @@ class Spool {
     return items;
   }
 
-  // Reads and verifies an item; the payload lands in out.pprof_gzip. A file that
-  // fails verification is deleted and counted (retrying it could never succeed); a
-  // transient failure (e.g. too many open files) leaves it in place. out.profile is
-  // set to nullptr.
-  bool load(const SpoolItem& item, EncodedProfile& out, std::string& error) noexcept {
+  // Reads and verifies an item. A file that fails verification is deleted and
+  // counted (retrying it could never succeed); a transient failure (e.g. too many
+  // open files) leaves it in place.
+  Status load(const SpoolItem& item, EncodedProfile& metadata, std::string& payload) noexcept {
     SPANPROF_TRY {
-      const auto it = find(item, error);
-      if (it == entries_.end()) return false;
+      const auto it = entries_.find(Key{item.sequence, item.file_name});
+      if (Status owned = check_owner(item, it); !owned) return owned;
       std::string bytes;
       bool corrupt = false;
-      if (!read_file(it, bytes, corrupt, error)) {
-        if (corrupt) remove_corrupt(it, error);
-        return false;
-      }
-      std::string why;
+      if (Status read = read_file(it, bytes, corrupt); !read) return corrupt ? remove_corrupt(it, read) : read;
       EncodedProfile decoded;
-      if (!spool_format::decode(bytes, item.uploader, decoded, why)) {
-        error = std::move(why);
-        remove_corrupt(it, error);
-        return false;
-      }
-      out = std::move(decoded);
-      out.profile = nullptr;
-      return true;
+      std::string decoded_payload;
+      if (Status valid = spool_format::decode(bytes, item.uploader, decoded, decoded_payload); !valid)
+        return remove_corrupt(it, valid);
+      metadata = std::move(decoded);
+      payload = std::move(decoded_payload);
+      return Status::ok();
     } SPANPROF_CATCH_ALL {
-      set_error_message(error, "spool: out of memory while loading");
-      return false;
+      return failure("spool: out of memory while loading");
     }
-  }
-
-  // load(), with the payload apart from the metadata.
-  bool load(const SpoolItem& item, EncodedProfile& metadata, std::string& payload, std::string& error) noexcept {
-    if (!load(item, metadata, error)) return false;
-    payload.swap(metadata.pprof_gzip);
-    metadata.pprof_gzip.clear();
-    return true;
+    return failure("unreachable");
   }
 
   // Forgets an item and deletes its file (after a successful upload). Returns
@@ -13707,8 +13696,9 @@ class Spool {
   SpoolCounters counters() const noexcept { return counters_; }
 
   // The size store() would write for this profile, for checking against the bound.
-  static std::uint64_t stored_size(std::string_view uploader, const EncodedProfile& profile) noexcept {
-    return spool_format::encoded_size(uploader, profile, profile.pprof_gzip);
+  static std::uint64_t stored_size(std::string_view uploader, const EncodedProfile& profile,
+                                   std::string_view payload) noexcept {
+    return spool_format::encoded_size(uploader, profile, payload);
   }
 
  private:
@@ -13722,23 +13712,21 @@ class Spool {
 
   // ---- errors -------------------------------------------------------------------------
 
-  static bool fail(std::string& error, std::string_view message) noexcept {
-    set_error_message(error, message);
-    return false;
-  }
+  static Status failure(std::string_view message) noexcept { return Status(ErrorCode::upload_failed, message); }
 
-  static bool fail_errno(std::string& error, const char* what, const std::string& path) noexcept {
+  // "spool: <what> <path>: <strerror(errno)>", errno kept for the caller.
+  static Status errno_failure(const char* what, const std::string& path) noexcept {
     const int saved = errno;
+    std::string message;
     SPANPROF_TRY {
-      error = std::string("spool: ") + what + " " + path + ": " + std::strerror(saved);
+      message = std::string("spool: ") + what + " " + path + ": " + std::strerror(saved);
     } SPANPROF_CATCH_ALL {
-      error.clear();
     }
     errno = saved;
-    return false;
+    return failure(message);
   }
 
-  bool close_after(bool result) noexcept {
+  Status close_after(Status result) noexcept {
     close();
     return result;
   }
@@ -13766,26 +13754,26 @@ class Spool {
     next_sequence_ = 1;
   }
 
-  bool scan(std::string& error) {
+  Status scan() {
     // A fresh open file description: fdopendir takes ownership of it, and sharing
     // dir_fd_'s offset would make a second scan start at the end.
     const int fd = ::openat(dir_fd_, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return fail_errno(error, "cannot list", directory_);
+    if (fd < 0) return errno_failure("cannot list", directory_);
     DIR* dir = ::fdopendir(fd);
     if (dir == nullptr) {
       const int saved = errno;
       ::close(fd);
       errno = saved;
-      return fail_errno(error, "cannot list", directory_);
+      return errno_failure("cannot list", directory_);
     }
     std::uint64_t highest = 0;
-    bool ok = true;
+    Status listed;
     SPANPROF_TRY {
       for (;;) {
         errno = 0;
         const dirent* entry = ::readdir(dir);
         if (entry == nullptr) {
-          if (errno != 0) ok = fail_errno(error, "cannot list", directory_);
+          if (errno != 0) listed = errno_failure("cannot list", directory_);
           break;
         }
         const std::string_view name = entry->d_name;
@@ -13817,7 +13805,7 @@ class Spool {
     }
     ::closedir(dir);
     next_sequence_ = highest + 1;
-    return ok;
+    return listed;
   }
 
   // ---- files --------------------------------------------------------------------------
@@ -13828,12 +13816,12 @@ class Spool {
     return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
   }
 
-  bool write_file(const std::string& name, std::string_view bytes, std::string& error) {
+  Status write_file(const std::string& name, std::string_view bytes) {
     const std::string temp = spool_format::temp_name(name);
     // O_EXCL: sequence numbers are never reused, so an existing file is not ours
     // to overwrite. O_NOFOLLOW: never write through a planted symlink.
     const int fd = ::openat(dir_fd_, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) return fail_errno(error, "cannot create", path_of(temp));
+    if (fd < 0) return errno_failure("cannot create", path_of(temp));
     const char* data = bytes.data();
     std::size_t left = bytes.size();
     const char* failed = nullptr;
@@ -13865,41 +13853,41 @@ class Spool {
     if (failed != nullptr) {
       ::unlinkat(dir_fd_, temp.c_str(), 0);
       errno = saved;
-      return fail_errno(error, failed, path_of(temp));
+      return errno_failure(failed, path_of(temp));
     }
     // The file is complete either way; a failed directory sync only weakens the
     // power-loss guarantee, so it is not worth failing the store over.
     if (sync_to_disk_) (void)::fsync(dir_fd_);
-    return true;
+    return Status::ok();
   }
 
   // Reads a whole file. `corrupt` tells a file that can never load (gone bad or
   // replaced) from a failure worth retrying.
-  bool read_file(Entries::iterator it, std::string& bytes, bool& corrupt, std::string& error) {
+  Status read_file(Entries::iterator it, std::string& bytes, bool& corrupt) {
     const std::string& name = it->first.second;
     // O_NONBLOCK: a FIFO planted under a spool name must not hang the worker.
     const int fd = ::openat(dir_fd_, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
       if (errno == ENOENT) {
-        fail_errno(error, "cannot open", path_of(name));
+        Status gone = errno_failure("cannot open", path_of(name));
         erase(it);  // someone deleted it: nothing to retry
-        return false;
+        return gone;
       }
       corrupt = (errno == ELOOP);  // a symlink was planted under the name
-      return fail_errno(error, "cannot open", path_of(name));
+      return errno_failure("cannot open", path_of(name));
     }
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
-      fail_errno(error, "cannot stat", path_of(name));
+      Status failed = errno_failure("cannot stat", path_of(name));
       ::close(fd);
-      return false;
+      return failed;
     }
     // Stored files never exceed the bound (open() trims, store() refuses), so a
     // bigger one was changed behind our back; not reading it caps the memory.
     if (!S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) > max_bytes_) {
       ::close(fd);
       corrupt = true;
-      return fail(error, S_ISREG(st.st_mode) ? "larger than the spool's bound" : "not a regular file");
+      return failure(S_ISREG(st.st_mode) ? "larger than the spool's bound" : "not a regular file");
     }
     bytes.resize(static_cast<std::size_t>(st.st_size));
     std::size_t done = 0;
@@ -13907,29 +13895,24 @@ class Spool {
       const ssize_t n = ::read(fd, &bytes[done], bytes.size() - done);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) {
-        fail_errno(error, "cannot read", path_of(name));
+        Status failed = errno_failure("cannot read", path_of(name));
         ::close(fd);
-        return false;
+        return failed;
       }
       if (n == 0) break;  // shrank since fstat: decode reports it as truncated
       done += static_cast<std::size_t>(n);
     }
     bytes.resize(done);
     ::close(fd);
-    return true;
+    return Status::ok();
   }
 
-  Entries::iterator find(const SpoolItem& item, std::string& error) {
-    const auto it = entries_.find(Key{item.sequence, item.file_name});
-    if (it == entries_.end()) {
-      fail(error, "spool: " + item.file_name + " is not pending (removed or evicted)");
-      return it;
-    }
-    if (it->second.component != spool_format::uploader_component(item.uploader)) {
-      fail(error, "spool: " + item.file_name + " does not belong to uploader " + item.uploader);
-      return entries_.end();
-    }
-    return it;
+  // `it` is where `item` was looked up: ok when it is pending and the uploader's.
+  Status check_owner(const SpoolItem& item, Entries::const_iterator it) const {
+    if (it == entries_.end()) return failure("spool: " + item.file_name + " is not pending (removed or evicted)");
+    if (it->second.component != spool_format::uploader_component(item.uploader))
+      return failure("spool: " + item.file_name + " does not belong to uploader " + item.uploader);
+    return Status::ok();
   }
 
   bool erase(Entries::iterator it) noexcept {
@@ -13940,16 +13923,20 @@ class Spool {
     return gone;
   }
 
-  void remove_corrupt(Entries::iterator it, std::string& error) noexcept {
+  // Deletes a file that can never load; the answer says which file and why.
+  Status remove_corrupt(Entries::iterator it, const Status& why) noexcept {
+    std::string message;
     SPANPROF_TRY {
       constexpr std::string_view prefix = "spool: ";
-      const std::string_view why =
-          std::string_view(error).substr(error.compare(0, prefix.size(), prefix) == 0 ? prefix.size() : 0);
-      error = "spool: removed corrupt " + path_of(it->first.second) + ": " + std::string(why);
+      const std::string& text = why.message();
+      const std::string_view reason =
+          std::string_view(text).substr(text.compare(0, prefix.size(), prefix) == 0 ? prefix.size() : 0);
+      message = "spool: removed corrupt " + path_of(it->first.second) + ": " + std::string(reason);
     } SPANPROF_CATCH_ALL {
     }
     erase(it);
     ++counters_.corrupt_removed;
+    return failure(message);
   }
 
   // Oldest first, whichever uploader it belongs to: under a long outage the
@@ -14418,21 +14405,19 @@ class Sender {
         return;
       }
       const Profile profile = batch.build(*builder_, config_.comments);
-      EncodedProfile encoded;
-      if (const Status status = encode_pprof_gzip(profile, encoded.pprof_gzip); !status) {
+      std::string pprof_gzip;
+      if (const Status status = encode_pprof_gzip(profile, pprof_gzip); !status) {
         report_error(status.code(), status.message());
         settle(item, false, spans * lane.size(), 0);
         return;
       }
-      describe(batch, item.one_span, encoded);
-      encoded.sample_count = profile.samples.size();
-      encoded.profile = &profile;
-      encoded.cancelled = &stop_;
+      const EncodedProfile encoded = describe(batch, item.one_span, profile.samples.size());
+      const EncodeInput input{&profile, pprof_gzip};
       all_ok = true;
       for (const std::size_t d : lane) {
         Destination& destination = destinations_.at(d);
         std::string payload;
-        const Status status = destination.uploader ? destination.uploader->encode(encoded, payload)
+        const Status status = destination.uploader ? destination.uploader->encode(encoded, input, payload)
                                                    : Status(ErrorCode::internal, "no uploader");
         if (!status) {
           report_error(status.code(), destination.name + ": " + status.message());
@@ -14440,7 +14425,7 @@ class Sender {
           all_ok = false;
           continue;
         }
-        const Outcome outcome = deliver(destination, encoded, payload);
+        const Outcome outcome = deliver(destination, encoded, payload, profile);
         if (outcome == Outcome::failed) failed += spans;
         if (outcome == Outcome::spooled) spooled += spans;
         all_ok = outcome == Outcome::delivered && all_ok;
@@ -14494,25 +14479,27 @@ class Sender {
 
   // The record an uploader sees: the span's own, or a window's (its kind, period
   // and time span).
-  static void describe(const ProfileBatch& batch, bool one_span, EncodedProfile& encoded) {
-    SpanRecord& record = encoded;
-    record = one_span && batch.span_count() == 1 ? batch.spans().front() : batch.window_record();
+  static EncodedProfile describe(const ProfileBatch& batch, bool one_span, std::size_t sample_count) {
+    EncodedProfile encoded;
+    encoded.record = one_span && batch.span_count() == 1 ? batch.spans().front() : batch.window_record();
+    encoded.sample_count = sample_count;
     encoded.span_count = batch.span_count();
+    return encoded;
   }
 
   void open_spool() {
     if (config_.spool_directory.empty()) return;
     auto spool = std::make_unique<Spool>(config_.spool_directory, config_.spool_max_bytes);
-    std::string error;
     // After spanprof::start() with new options, the previous sender may still hold
     // the spool's lock for a moment while it winds down.
-    bool opened = spool->open(error);
+    Status opened = spool->open();
     for (int wait = 0; !opened && wait < 20 && !stop_.load(); ++wait) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      opened = spool->open(error);
+      opened = spool->open();
     }
     if (!opened) {
-      report_error(ErrorCode::upload_failed, "spool directory unusable, undeliverable profiles will be lost: " + error);
+      report_error(ErrorCode::upload_failed,
+                   "spool directory unusable, undeliverable profiles will be lost: " + opened.message());
       return;
     }
     spool_ = std::move(spool);
@@ -14556,11 +14543,11 @@ class Sender {
 
   // Tries one uploader, with retries; parks the payload in the spool when the
   // backend stays unreachable.
-  Outcome deliver(Destination& d, const EncodedProfile& encoded, const std::string& payload) {
+  Outcome deliver(Destination& d, const EncodedProfile& encoded, std::string_view payload, const Profile& profile) {
     if (d.down && clock_.now_ns() < d.retry_at) return park(d, encoded, payload, "the backend is marked down");
     for (int attempt = 1;; ++attempt) {
       count(Counter::upload_requests);
-      const UploadResult result = d.uploader->send(encoded, payload);
+      const UploadResult result = d.uploader->send(encoded, payload, UploadContext{&profile, &stop_});
       if (result) {
         d.failures = 0;
         d.down = false;
@@ -14588,16 +14575,16 @@ class Sender {
     }
   }
 
-  Outcome park(Destination& d, const EncodedProfile& encoded, const std::string& payload, const std::string& why) {
+  Outcome park(Destination& d, const EncodedProfile& encoded, std::string_view payload, const std::string& why) {
     if (spool_) {
       const std::uint64_t evicted_before = spool_->counters().evicted;
-      std::string error;
-      if (spool_->store(d.name, encoded, payload, error)) {
+      const Status stored = spool_->store(d.name, encoded, payload);
+      if (stored) {
         count(Counter::spool_evicted, spool_->counters().evicted - evicted_before);
         refresh_spool_counts();
         return Outcome::spooled;
       }
-      report_error(ErrorCode::upload_failed, d.name + ": cannot spool an undeliverable profile: " + error);
+      report_error(ErrorCode::upload_failed, d.name + ": cannot spool an undeliverable profile: " + stored.message());
     } else {
       report_error(ErrorCode::upload_failed, why);
     }
@@ -14625,13 +14612,12 @@ class Sender {
           continue;
         }
         EncodedProfile metadata;
-        std::string payload, error;
-        if (!spool_->load(items.front(), metadata, payload, error)) {
-          report_error(ErrorCode::upload_failed, d.name + ": dropped an unreadable spooled profile: " + error);
+        std::string payload;
+        if (const Status loaded = spool_->load(items.front(), metadata, payload); !loaded) {
+          report_error(ErrorCode::upload_failed, d.name + ": dropped an unreadable spooled profile: " + loaded.message());
         } else {
-          metadata.cancelled = &stop_;
           count(Counter::upload_requests);
-          const UploadResult result = d.uploader->send(metadata, payload);
+          const UploadResult result = d.uploader->send(metadata, payload, UploadContext{nullptr, &stop_});
           if (!result && result.may_retry()) {
             d.down = true;
             d.retry_at = clock_.now_ns() + ns(backoff(++d.failures, result.retry_after()));

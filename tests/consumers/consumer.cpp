@@ -22,8 +22,8 @@ __attribute__((noinline)) double consumer_hot_loop() {
 int main() {
   std::atomic<int> delivered{0};
   spanprof::Options options;
-  options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>([&](const spanprof::EncodedProfile& p) {
-    if (p.span_name == "consumer" && p.sample_count > 0 && p.pprof_gzip.size() > 2) ++delivered;
+  options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>([&](const spanprof::EncodedProfile& p, std::string_view pprof_gzip) {
+    if (p.record.span_name == "consumer" && p.sample_count > 0 && pprof_gzip.size() > 2) ++delivered;
     return spanprof::UploadResult::ok();
   }));
   // CI runs the consumers at nice 19 beside busy suites: in slices shorter than the

@@ -46,8 +46,8 @@ int main() {
   options.tail_policy = spanprof::keep_any_of({std::make_shared<spanprof::KeepErroredSpans>(),
                                                std::make_shared<spanprof::KeepSlowSpans>(std::chrono::milliseconds(1))});
   options.trigger = std::make_shared<spanprof::AdaptiveTrigger>(spanprof::AdaptiveTriggerOptions{});
-  options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>([&](const spanprof::EncodedProfile& p) {
-    if (p.kind == spanprof::ProfileKind::cpu && p.sample_count > 0) ++delivered;
+  options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>([&](const spanprof::EncodedProfile& p, std::string_view) {
+    if (p.record.kind == spanprof::ProfileKind::cpu && p.sample_count > 0) ++delivered;
     return spanprof::UploadResult::ok();
   }));
   options.uploaders.push_back(std::make_shared<spanprof::FileUploader>("/nonexistent/never-written"));

@@ -26,7 +26,8 @@ class CountingUploader final : public spanprof::Uploader {
   int uploads = 0;
 
  protected:
-  spanprof::UploadResult do_send(const spanprof::EncodedProfile& profile, const std::string&) override {
+  spanprof::UploadResult do_send(const spanprof::EncodedProfile& profile, std::string_view,
+                                 const spanprof::UploadContext&) override {
     uploads += profile.sample_count > 0 ? 1 : 0;
     return spanprof::UploadResult::ok();
   }

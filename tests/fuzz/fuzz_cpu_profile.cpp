@@ -38,9 +38,8 @@ std::string write_back(const spanprof::detail::LegacyCpuProfile& profile) {
 
 void fuzz_one(std::string_view bytes) {
   spanprof::detail::LegacyCpuProfile profile;
-  std::string error;
-  if (!spanprof::detail::parse_legacy_cpu_profile(bytes, profile, error)) {
-    SPANPROF_FUZZ_CHECK(error.rfind("legacy cpu profile: ", 0) == 0);
+  if (const spanprof::Status parsed = spanprof::detail::parse_legacy_cpu_profile(bytes, profile); !parsed) {
+    SPANPROF_FUZZ_CHECK(parsed.message().rfind("legacy cpu profile: ", 0) == 0);
     SPANPROF_FUZZ_CHECK(profile.samples.empty() && profile.maps_text.empty() && profile.period_us == 0);
     return;
   }

@@ -60,8 +60,7 @@ void fuzz_one(std::string_view unit) {
   const sd::ElfMemoryBytes bytes(image.data(), image.size());
   std::vector<sd::ElfSymbol> symbols;
   sd::ElfImageInfo info;
-  std::string error;
-  const bool have_symbols = sd::load_elf_symbols_from(bytes, 0, true, symbols, info, error);
+  const bool have_symbols = sd::load_elf_symbols_from(bytes, 0, true, symbols, info).is_ok();
   if (have_symbols) sd::finalize_elf_symbols(symbols);
   if (symbols.size() > 16) symbols.resize(16);
 
@@ -96,7 +95,7 @@ void fuzz_one(std::string_view unit) {
   }
   Elf64_Ehdr header{};
   std::vector<Elf64_Shdr> sections;
-  if (sd::read_elf_headers(bytes, header, sections, error)) {
+  if (sd::read_elf_headers(bytes, header, sections)) {
     std::uint64_t address = 0;
     (void)sd::elf_segment_address(bytes, header, 0x1000, 0x1000, address);
   }

@@ -62,15 +62,17 @@ void fuzz_one(std::string_view unit) {
 
   memory_file->write(image);
   std::vector<sd::ElfSymbol> from_file;
-  std::string file_error;
-  const bool file_ok = sd::load_elf_function_symbols(memory_file->path(), bias, from_file, file_error);
+  const spanprof::Status from_file_read = sd::load_elf_function_symbols(memory_file->path(), bias, from_file);
+  const bool file_ok = from_file_read.is_ok();
+  const std::string& file_error = from_file_read.message();
   SPANPROF_FUZZ_CHECK(file_ok ? file_error.empty() : (!file_error.empty() && from_file.empty()));
 
   const sd::ElfMemoryBytes in_memory(image.data(), image.size());
   std::vector<sd::ElfSymbol> from_memory;
   sd::ElfImageInfo info;
-  std::string memory_error;
-  const bool memory_ok = sd::load_elf_symbols_from(in_memory, bias, include_dynsym, from_memory, info, memory_error);
+  const spanprof::Status from_memory_read = sd::load_elf_symbols_from(in_memory, bias, include_dynsym, from_memory, info);
+  const bool memory_ok = from_memory_read.is_ok();
+  const std::string& memory_error = from_memory_read.message();
   SPANPROF_FUZZ_CHECK(is_lower_hex(info.build_id) && info.build_id.size() % 2 == 0 &&
                       info.build_id.size() <= 2 * image.size());
   if (include_dynsym) {

@@ -54,9 +54,8 @@ void fuzz_one(std::string_view input) {
   const std::string text(input);
 
   LegacyHeapProfile profile;
-  std::string error;
-  if (!spanprof::detail::parse_legacy_heap_profile(text, profile, error)) {
-    SPANPROF_FUZZ_CHECK(error.rfind("legacy heap profile: line ", 0) == 0);
+  if (const spanprof::Status parsed = spanprof::detail::parse_legacy_heap_profile(text, profile); !parsed) {
+    SPANPROF_FUZZ_CHECK(parsed.message().rfind("legacy heap profile: line ", 0) == 0);
     SPANPROF_FUZZ_CHECK(profile.samples.empty() && profile.maps_text.empty() && profile.sample_period == 0);
     return;
   }
@@ -76,7 +75,7 @@ void fuzz_one(std::string_view input) {
   SPANPROF_FUZZ_CHECK(frames <= text.size() / 4);
 
   LegacyHeapProfile again;
-  SPANPROF_FUZZ_CHECK(spanprof::detail::parse_legacy_heap_profile(write_back(profile), again, error));
+  SPANPROF_FUZZ_CHECK(spanprof::detail::parse_legacy_heap_profile(write_back(profile), again).is_ok());
   SPANPROF_FUZZ_CHECK(same(profile, again));
 
   spanprof::RawProfile raw;

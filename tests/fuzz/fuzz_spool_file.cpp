@@ -26,11 +26,13 @@ namespace format = spanprof::detail::spool_format;
 using spanprof::EncodedProfile;
 
 bool same(const EncodedProfile& a, const EncodedProfile& b) {
-  return a.kind == b.kind && a.span.trace_id == b.span.trace_id && a.span.span_id == b.span.span_id &&
-         a.span.flags.value == b.span.flags.value && a.span_name == b.span_name && a.start_unix_ns == b.start_unix_ns &&
-         a.duration_ns == b.duration_ns && a.period_ns == b.period_ns &&
-         a.heap_interval_bytes == b.heap_interval_bytes && a.sample_count == b.sample_count &&
-         a.span_count == b.span_count && a.engine == b.engine && a.reason == b.reason && a.pprof_gzip == b.pprof_gzip;
+  const spanprof::SpanRecord& x = a.record;
+  const spanprof::SpanRecord& y = b.record;
+  return x.kind == y.kind && x.span.trace_id == y.span.trace_id && x.span.span_id == y.span.span_id &&
+         x.span.flags.value == y.span.flags.value && x.span_name == y.span_name && x.start_unix_ns == y.start_unix_ns &&
+         x.duration_ns == y.duration_ns && x.period_ns == y.period_ns &&
+         x.heap_interval_bytes == y.heap_interval_bytes && a.sample_count == b.sample_count &&
+         a.span_count == b.span_count && x.engine == y.engine && x.reason == y.reason;
 }
 
 void put_le(std::string& bytes, std::size_t at, std::uint64_t value, int size) {
@@ -61,21 +63,21 @@ void fuzz_one(std::string_view bytes) {
   }
 
   EncodedProfile decoded;
-  std::string why;
-  if (!format::decode(file, uploader, decoded, why)) {
-    SPANPROF_FUZZ_CHECK(!why.empty());
+  std::string payload;
+  if (const spanprof::Status status = format::decode(file, uploader, decoded, payload); !status) {
+    SPANPROF_FUZZ_CHECK(!status.message().empty());
     return;
   }
-  SPANPROF_FUZZ_CHECK(static_cast<std::size_t>(decoded.kind) < spanprof::profile_kind_count);
-  SPANPROF_FUZZ_CHECK(static_cast<std::size_t>(decoded.reason) < spanprof::profile_reason_count);
-  SPANPROF_FUZZ_CHECK(decoded.profile == nullptr);
+  SPANPROF_FUZZ_CHECK(static_cast<std::size_t>(decoded.record.kind) < spanprof::profile_kind_count);
+  SPANPROF_FUZZ_CHECK(static_cast<std::size_t>(decoded.record.reason) < spanprof::profile_reason_count);
 
-  const std::string encoded = format::encode(uploader, decoded, decoded.pprof_gzip);
-  SPANPROF_FUZZ_CHECK(encoded.size() == format::encoded_size(uploader, decoded, decoded.pprof_gzip));
+  const std::string encoded = format::encode(uploader, decoded, payload);
+  SPANPROF_FUZZ_CHECK(encoded.size() == format::encoded_size(uploader, decoded, payload));
   EncodedProfile again;
-  SPANPROF_FUZZ_CHECK(format::decode(encoded, uploader, again, why));
-  SPANPROF_FUZZ_CHECK(same(decoded, again));
-  SPANPROF_FUZZ_CHECK(format::encode(uploader, again, again.pprof_gzip) == encoded);
+  std::string payload_again;
+  SPANPROF_FUZZ_CHECK(format::decode(encoded, uploader, again, payload_again).is_ok());
+  SPANPROF_FUZZ_CHECK(same(decoded, again) && payload == payload_again);
+  SPANPROF_FUZZ_CHECK(format::encode(uploader, again, payload_again) == encoded);
   if (in_encoder_order(file)) SPANPROF_FUZZ_CHECK(encoded == file);
 }
 

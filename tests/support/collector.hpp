@@ -28,7 +28,8 @@ inline bool has_clone_suffix(const std::string& name) {
 }
 
 struct CollectedProfile {
-  spanprof::EncodedProfile meta;  // pprof_gzip holds the bytes; profile pointer cleared
+  spanprof::EncodedProfile meta;
+  std::string pprof_gzip;  // the bytes the uploader was given
   spanprof::Profile decoded;
 };
 
@@ -39,13 +40,13 @@ class Collector {
     state_ = std::make_shared<State>();
     auto state = state_;
     uploader_ = std::make_shared<spanprof::CallbackUploader>(
-        [state](const spanprof::EncodedProfile& p) {
+        [state](const spanprof::EncodedProfile& p, std::string_view pprof_gzip) {
           CollectedProfile c;
           c.meta = p;
-          c.meta.profile = nullptr;
+          c.pprof_gzip.assign(pprof_gzip.data(), pprof_gzip.size());
           pprof_test::DecodedPprof decoded;
           std::string error;
-          if (!pprof_test::decode_pprof(p.pprof_gzip, decoded, error)) {
+          if (!pprof_test::decode_pprof(c.pprof_gzip, decoded, error)) {
             return spanprof::UploadResult::permanent("test decoder: " + error);
           }
           c.decoded = std::move(decoded.profile);
@@ -98,7 +99,7 @@ class Collector {
     spanprof::flush(std::chrono::seconds(30));
     std::lock_guard<std::mutex> lock(state_->mutex);
     for (const auto& p : state_->profiles)
-      if (p.meta.span.span_id == span) return &p;
+      if (p.meta.record.span.span_id == span) return &p;
     return nullptr;
   }
 
@@ -107,7 +108,7 @@ class Collector {
     spanprof::flush(std::chrono::seconds(30));
     std::lock_guard<std::mutex> lock(state_->mutex);
     for (const auto& p : state_->profiles)
-      if (p.meta.span.span_id == span && p.meta.kind == kind) return &p;
+      if (p.meta.record.span.span_id == span && p.meta.record.kind == kind) return &p;
     return nullptr;
   }
 

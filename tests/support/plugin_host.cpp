@@ -18,10 +18,10 @@ int main(int argc, char** argv) {
   std::atomic<long long> period_ns{0}, samples{0};
   spanprof::Options options(spanprof::ignore_environment);
   options.frequency_hz = 1000;
-  options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>([&](const spanprof::EncodedProfile& p) {
-    if (p.span_name == "plugin work") {
+  options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>([&](const spanprof::EncodedProfile& p, std::string_view) {
+    if (p.record.span_name == "plugin work") {
       ++profiles;
-      period_ns = p.period_ns;
+      period_ns = p.record.period_ns;
       samples += static_cast<long long>(p.sample_count);
     }
     return spanprof::UploadResult::ok();

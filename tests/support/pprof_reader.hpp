@@ -341,7 +341,10 @@ inline bool decode_pprof(std::string_view file_bytes, DecodedPprof& out, std::st
   out = DecodedPprof{};
   if (file_bytes.size() >= 2 && static_cast<std::uint8_t>(file_bytes[0]) == 0x1f &&
       static_cast<std::uint8_t>(file_bytes[1]) == 0x8b) {
-    if (!spanprof::detail::gzip_decompress(file_bytes, out.raw, error)) return false;
+    if (const spanprof::Status inflated = spanprof::detail::gzip_decompress(file_bytes, out.raw); !inflated) {
+      error = inflated.message();
+      return false;
+    }
   } else {
     out.raw.assign(file_bytes.data(), file_bytes.size());
   }

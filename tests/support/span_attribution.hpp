@@ -156,17 +156,17 @@ inline AttributionRun run_attribution(const AttributionSettings& settings) {
   options.watch_cpu_ticks = settings.watch_cpu_ticks;
   options.queue_capacity = 4096;
   options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>(
-      [received](const spanprof::EncodedProfile& p) {
+      [received](const spanprof::EncodedProfile& p, std::string_view pprof_gzip) {
         pprof_test::DecodedPprof decoded;
         std::string error;
         std::int64_t cpu = 0;
-        if (pprof_test::decode_pprof(p.pprof_gzip, decoded, error)) {
+        if (pprof_test::decode_pprof(pprof_gzip, decoded, error)) {
           for (const auto& sample : decoded.profile.samples)
             if (sample.values.size() > 1) cpu += sample.values[1];
         }
         std::lock_guard<std::mutex> lock(received->mutex);
         if (!error.empty()) received->error = error;
-        received->cpu_by_span[p.span.span_id.to_hex()] += cpu;
+        received->cpu_by_span[p.record.span.span_id.to_hex()] += cpu;
         return spanprof::UploadResult::ok();
       },
       "attribution"));

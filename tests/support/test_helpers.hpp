@@ -69,6 +69,13 @@ std::string upload_outcome(const Result& result) {
   return result.is_ok() ? "ok" : result.may_retry() ? "retryable" : "permanent";
 }
 
+// A Status as a check reads it: true when ok; otherwise false, with its message
+// in `why` for the checks that follow.
+inline bool ok_or(const spanprof::Status& status, std::string& why) {
+  why = status.message();
+  return status.is_ok();
+}
+
 inline bool contains(std::string_view haystack, std::string_view needle) {
   return haystack.find(needle) != std::string_view::npos;
 }

@@ -95,13 +95,13 @@ class DebugFiles {
 
   static std::unique_ptr<Object> open(const std::string& path, const std::string& build_id) {
     auto object = std::make_unique<Object>();
-    std::string error, file_build_id;
-    if (!spanprof::detail::open_elf_file(path, object->bytes, object->header, file_build_id, error) ||
+    std::string file_build_id;
+    if (!spanprof::detail::open_elf_file(path, object->bytes, object->header, file_build_id) ||
         file_build_id != build_id)
       return nullptr;
     std::vector<spanprof::detail::ElfSymbol> symbols;
     spanprof::detail::ElfImageInfo info;
-    if (spanprof::detail::load_elf_symbols_from(object->bytes, 0, true, symbols, info, error)) {
+    if (spanprof::detail::load_elf_symbols_from(object->bytes, 0, true, symbols, info)) {
       spanprof::detail::finalize_elf_symbols(symbols);
       object->symbols.set_symbols(std::move(symbols));
     }
@@ -128,9 +128,9 @@ class DebugFiles {
         ++files;
         spanprof::detail::ElfFileBytes bytes;
         Elf64_Ehdr header{};
-        std::string why, build_id;
+        std::string build_id;
         const std::string path = it->path().string();
-        if (spanprof::detail::open_elf_file(path, bytes, header, build_id, why) && !build_id.empty())
+        if (spanprof::detail::open_elf_file(path, bytes, header, build_id) && !build_id.empty())
           scanned_by_build_id_.try_emplace(build_id, path);
       }
     }

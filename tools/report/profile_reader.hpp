@@ -239,7 +239,7 @@ class PprofReader {
 
   // Reads the uncompressed profile.proto bytes. The spool's record, when the
   // profile came from one, gives the span's timing.
-  bool read(std::string_view proto, const spanprof::EncodedProfile* spool_record) {
+  bool read(std::string_view proto, const spanprof::SpanRecord* spool_record) {
     if (!split(proto)) return fail("malformed protobuf (not a pprof profile, or cut short)");
     if (m_.strings.empty() || !m_.strings[0].empty()) return fail("not a pprof profile (no string table)");
     if (!pick_values()) return false;
@@ -448,7 +448,7 @@ class PprofReader {
     return text;
   }
 
-  bool read_samples(const spanprof::EncodedProfile* spool_record) {
+  bool read_samples(const spanprof::SpanRecord* spool_record) {
     // Samples are checked whole before any reaches the collection: a refused
     // file adds nothing.
     struct Read {
@@ -615,11 +615,16 @@ inline std::string_view pyroscope_push_profile(std::string_view payload) {
   return ok ? found : std::string_view();
 }
 
-inline bool read_pprof_bytes(std::string_view bytes, const spanprof::EncodedProfile* spool_record, Collection& into,
+inline bool read_pprof_bytes(std::string_view bytes, const spanprof::SpanRecord* spool_record, Collection& into,
                              const ReadOptions& options, std::string& why) {
   std::string inflated;
   if (is_gzip(bytes)) {
-    if (!spanprof::detail::gzip_decompress(bytes, inflated, why, options.max_decompressed_bytes)) return false;
+    if (const spanprof::Status inflated_ok =
+            spanprof::detail::gzip_decompress(bytes, inflated, options.max_decompressed_bytes);
+        !inflated_ok) {
+      why = inflated_ok.message();
+      return false;
+    }
     bytes = inflated;
   }
   return PprofReader(into, options, why).read(bytes, spool_record);
@@ -641,16 +646,17 @@ inline bool read_profile_file(std::string_view bytes, Collection& into, std::str
   bool ok = false;
   if (detail::is_spool_file(bytes)) {
     spanprof::EncodedProfile record;
+    std::string payload;
     const std::string uploader(detail::spool_uploader(bytes));
-    std::string spool_why;
-    if (!spanprof::detail::spool_format::decode(bytes, uploader, record, spool_why)) {
-      why = "spool file: " + spool_why;
+    if (const spanprof::Status decoded = spanprof::detail::spool_format::decode(bytes, uploader, record, payload);
+        !decoded) {
+      why = "spool file: " + decoded.message();
       return false;
     }
-    std::string_view pprof = record.pprof_gzip;
+    std::string_view pprof = payload;
     if (!detail::is_gzip(pprof) && !detail::pyroscope_push_profile(pprof).empty())
       pprof = detail::pyroscope_push_profile(pprof);
-    ok = detail::read_pprof_bytes(pprof, record.span_count == 1 ? &record : nullptr, into, options, why);
+    ok = detail::read_pprof_bytes(pprof, record.span_count == 1 ? &record.record : nullptr, into, options, why);
     if (!ok) why = "spool file of uploader '" + uploader + "': payload: " + why;
   } else {
     ok = detail::read_pprof_bytes(bytes, nullptr, into, options, why);

@@ -39,12 +39,12 @@ class FileUploader final : public Uploader {
 
   // The name a profile is written under, relative to directory().
   static std::string file_name_for(const EncodedProfile& profile) {
-    const std::string owner = profile.span_count == 1 ? profile.span.span_id.to_hex() : std::string("window");
-    return owner + "-" + std::to_string(profile.start_unix_ns) + "-" + std::string(to_string(profile.kind)) + ".pb.gz";
+    const std::string owner = profile.span_count == 1 ? profile.record.span.span_id.to_hex() : std::string("window");
+    return owner + "-" + std::to_string(profile.record.start_unix_ns) + "-" + std::string(to_string(profile.record.kind)) + ".pb.gz";
   }
 
  protected:
-  UploadResult do_send(const EncodedProfile& profile, const std::string& payload) override {
+  UploadResult do_send(const EncodedProfile& profile, std::string_view payload, const UploadContext&) override {
     if (!detail::make_directories(directory_)) return failure("cannot create directory", directory_);
     const std::string final_path = directory_ + "/" + file_name_for(profile);
     const std::string temp_path = directory_ + "/." + file_name_for(profile) + ".tmp";

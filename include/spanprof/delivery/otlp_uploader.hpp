@@ -44,28 +44,28 @@ class OtlpUploader final : public Uploader {
  protected:
   // The ExportProfilesServiceRequest, gzip'd unless configured otherwise: what is
   // posted, and what the spool keeps during an outage (no re-encoding after).
-  Status do_encode(const EncodedProfile& profile, std::string& payload) override {
-    if (profile.profile == nullptr) return Status(ErrorCode::encoding_failed, "otlp: the profile's symbolized model is missing");
+  Status do_encode(const EncodedProfile& profile, const EncodeInput& input, std::string& payload) override {
+    if (input.profile == nullptr) return Status(ErrorCode::encoding_failed, "otlp: the profile's symbolized model is missing");
     std::string message;
-    if (Status encoded = encode_otlp_profiles_request(*profile.profile, profile, options_.resource, message); !encoded)
+    if (Status encoded = encode_otlp_profiles_request(*input.profile, profile.record, options_.resource, message); !encoded)
       return encoded;
     if (!options_.gzip) {
       payload = std::move(message);
       return Status::ok();
     }
-    std::string error;
-    if (!detail::gzip_compress(message, payload, error)) return Status(ErrorCode::encoding_failed, "otlp: " + error);
+    if (Status compressed = detail::gzip_compress(message, payload); !compressed)
+      return Status(compressed.code(), "otlp: " + compressed.message());
     return Status::ok();
   }
 
-  UploadResult do_send(const EncodedProfile& profile, const std::string& payload) override {
+  UploadResult do_send(const EncodedProfile&, std::string_view payload, const UploadContext& context) override {
     if (url_.empty()) return UploadResult::permanent("otlp: no endpoint configured");
     detail::HttpRequest request;
     request.url = url_;
     request.content_type = std::string(otlp_profiles_content_type);
     if (options_.gzip) request.content_encoding = "gzip";
-    request.body = payload;
-    return detail::classify(client_.post(request, profile.cancelled), "otlp");
+    request.body.assign(payload.data(), payload.size());
+    return detail::classify(client_.post(request, context.cancelled), "otlp");
   }
 
  private:
@@ -85,7 +85,7 @@ class OtlpUploader final : public Uploader {
   const OtlpOptions& options() const noexcept { return options_; }
 
  protected:
-  UploadResult do_send(const EncodedProfile&, const std::string&) override { return UploadResult::ok(); }
+  UploadResult do_send(const EncodedProfile&, std::string_view, const UploadContext&) override { return UploadResult::ok(); }
 
  private:
   OtlpOptions options_;

@@ -114,30 +114,31 @@ class PyroscopeUploader final : public Uploader {
 
   // The legacy ingest URL: /ingest?name=<app>.<cpu|memory|wall>{tags}&from&until&...
   std::string ingest_url(const EncodedProfile& profile) const {
-    std::string series = label_part(options_.application_name) + "." + std::string(detail::pyroscope_profile_name(profile.kind, false));
+    std::string series = label_part(options_.application_name) + "." + std::string(detail::pyroscope_profile_name(profile.record.kind, false));
     series += '{';
     for (std::size_t i = 0; i < options_.tags.size(); ++i) {
       if (i) series += ',';
       series += label_part(options_.tags[i].first) + '=' + label_part(options_.tags[i].second);
     }
     series += '}';
-    const std::int64_t from_s = profile.start_unix_ns / 1'000'000'000;
+    const SpanRecord& record = profile.record;
+    const std::int64_t from_s = record.start_unix_ns / 1'000'000'000;
     // Rounded up, so a span shorter than a second still has until > from.
-    const std::int64_t until_s = (profile.start_unix_ns + profile.duration_ns + 999'999'999) / 1'000'000'000;
+    const std::int64_t until_s = (record.start_unix_ns + record.duration_ns + 999'999'999) / 1'000'000'000;
     std::string url = options_.server_address + "/ingest?name=" + detail::url_encode(series) +
                       "&from=" + std::to_string(from_s) +
                       "&until=" + std::to_string(until_s > from_s ? until_s : from_s + 1) +
                       "&format=pprof&spyName=spanprof";
-    if (profile.kind != ProfileKind::heap && profile.period_ns > 0)
-      url += "&sampleRate=" + std::to_string(1'000'000'000 / profile.period_ns);
+    if (record.kind != ProfileKind::heap && record.period_ns > 0)
+      url += "&sampleRate=" + std::to_string(1'000'000'000 / record.period_ns);
     return url;
   }
 
  protected:
   // push: a serialized PushRequest with one series; ingest: the pprof itself.
-  Status do_encode(const EncodedProfile& profile, std::string& payload) override {
+  Status do_encode(const EncodedProfile& profile, const EncodeInput& input, std::string& payload) override {
     std::string pprof;
-    if (Status relabelled = relabelled_pprof(profile, pprof); !relabelled) return relabelled;
+    if (Status relabelled = relabelled_pprof(input, pprof); !relabelled) return relabelled;
     if (options_.api == PyroscopeOptions::Api::ingest) {
       payload = std::move(pprof);
       return Status::ok();
@@ -153,7 +154,7 @@ class PyroscopeUploader final : public Uploader {
         });
       };
       // Pyroscope names the profile type from __name__ and the pprof's sample types.
-      label("__name__", detail::pyroscope_profile_name(profile.kind, true));
+      label("__name__", detail::pyroscope_profile_name(profile.record.kind, true));
       label("service_name", options_.application_name);
       for (const auto& [name, value] : options_.tags) label(name, value);
       series.message_field(f::series_samples, [&](detail::ProtobufWriter& sample) {
@@ -164,30 +165,30 @@ class PyroscopeUploader final : public Uploader {
     return Status::ok();
   }
 
-  UploadResult do_send(const EncodedProfile& profile, const std::string& payload) override {
+  UploadResult do_send(const EncodedProfile& profile, std::string_view payload, const UploadContext& context) override {
     if (options_.server_address.empty()) return UploadResult::permanent("pyroscope: no server address configured");
     detail::HttpRequest request;
     request.url = url(profile);
-    request.body = payload;
+    request.body.assign(payload.data(), payload.size());
     if (options_.api == PyroscopeOptions::Api::push) {
       request.content_type = "application/proto";
       request.headers.emplace_back("Connect-Protocol-Version", "1");
     } else {
       request.content_type = "application/octet-stream";
     }
-    return detail::classify(client_.post(request, profile.cancelled), "pyroscope");
+    return detail::classify(client_.post(request, context.cancelled), "pyroscope");
   }
 
  private:
   // The pprof with drop_labels and rename_labels applied (and label values cut to
   // Pyroscope's limit): re-encoded from the model when there is anything to change.
-  Status relabelled_pprof(const EncodedProfile& profile, std::string& pprof) {
+  Status relabelled_pprof(const EncodeInput& input, std::string& pprof) {
     if (options_.drop_labels.empty() && options_.rename_labels.empty()) {
-      pprof = profile.pprof_gzip;
+      pprof.assign(input.pprof_gzip.data(), input.pprof_gzip.size());
       return Status::ok();
     }
-    if (profile.profile == nullptr) return Status(ErrorCode::encoding_failed, "pyroscope: relabelling needs the profile's model");
-    Profile copy = *profile.profile;
+    if (input.profile == nullptr) return Status(ErrorCode::encoding_failed, "pyroscope: relabelling needs the profile's model");
+    Profile copy = *input.profile;
     materialize_span_labels(copy);  // the records' labels become each sample's own, to relabel
     auto relabel = [&](std::vector<Label>& labels) {
       std::vector<Label> kept;
@@ -235,7 +236,7 @@ class PyroscopeUploader final : public Uploader {
   const PyroscopeOptions& options() const noexcept { return options_; }
 
  protected:
-  UploadResult do_send(const EncodedProfile&, const std::string&) override { return UploadResult::ok(); }
+  UploadResult do_send(const EncodedProfile&, std::string_view, const UploadContext&) override { return UploadResult::ok(); }
 
  private:
   PyroscopeOptions options_;

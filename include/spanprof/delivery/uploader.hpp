@@ -1,12 +1,13 @@
-// Where finished profiles go. An uploader is two hooks:
+// Where finished profiles go. An uploader is one hook:
 //
 //   class KafkaUploader final : public spanprof::Uploader {
 //    public:
 //     KafkaUploader() : Uploader("kafka") {}
 //    protected:
-//     spanprof::UploadResult do_send(const spanprof::EncodedProfile& profile, const std::string& payload) override {
-//       return producer_.send(profile.span.trace_id.to_hex(), payload) ? spanprof::UploadResult::ok()
-//                                                                    : spanprof::UploadResult::retryable("kafka down");
+//     spanprof::UploadResult do_send(const spanprof::EncodedProfile& profile, std::string_view payload,
+//                                    const spanprof::UploadContext&) override {
+//       return producer_.send(profile.record.span.trace_id.to_hex(), payload) ? spanprof::UploadResult::ok()
+//                                                                           : spanprof::UploadResult::retryable("kafka down");
 //     }
 //   };
 //
@@ -18,7 +19,8 @@
 // The payload is the gzip'd pprof. An uploader that sends another wire format
 // (the OTLP uploader sends an ExportProfilesServiceRequest) also overrides
 // do_encode(): its bytes are made once, and kept as they are in the spool during
-// an outage, so a re-send never encodes again.
+// an outage, so a re-send never encodes again and do_send() sees the same bytes
+// either way.
 #ifndef SPANPROF_DELIVERY_UPLOADER_HPP_
 #define SPANPROF_DELIVERY_UPLOADER_HPP_
 
@@ -37,25 +39,41 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 SPANPROF_NAMESPACE_BEGIN
 
-// A finished profile, encoded and ready to send: one span's record, or (batched
-// delivery) a window's, whose `span` is then invalid, `span_name` empty and
-// `span_count` the number of spans; each sample carries its own span's labels.
-struct EncodedProfile : SpanRecord {
+// What a payload holds: one span's profile, or (batched delivery) a window's,
+// whose record's `span` is then invalid, `span_name` empty and `span_count` the
+// number of spans; each sample carries its own span's labels. This is all the
+// spool keeps beside the payload, so a re-send after a restart sees the same.
+struct EncodedProfile {
+  SpanRecord record;
   std::size_t sample_count = 0;
   std::size_t span_count = 1;  // spans merged into this profile
-  // A gzip-compressed profile.proto, as `go tool pprof` reads it. Empty when a
-  // payload another do_encode() made is sent again from the spool.
-  std::string pprof_gzip;
-  // The symbolized profile the bytes were encoded from; valid only during the
-  // call (null when a spooled payload is sent again). Lets an uploader log a
-  // summary or re-encode without decoding.
+};
+
+// What do_encode() makes its bytes from, valid only during the call.
+struct EncodeInput {
+  // The symbolized profile, to encode another format or relabel without decoding.
+  // Null when only the bytes are at hand (a tool sending a file).
+  const Profile* profile = nullptr;
+  // The same profile as a gzip-compressed profile.proto, as `go tool pprof` reads
+  // it: made once for all uploaders.
+  std::string_view pprof_gzip;
+};
+
+// What do_send() may need beside the record and the payload, valid only during
+// the call.
+struct UploadContext {
+  // The symbolized profile the payload was just encoded from, to log a summary
+  // without decoding; null when the payload is sent again from the spool.
   const Profile* profile = nullptr;
   // Set while spanprof shuts down: an uploader in a slow call should give up (the
-  // profile is then spooled, if a spool is configured). May be null.
+  // payload is then spooled, if a spool is configured). May be null.
   const std::atomic<bool>* cancelled = nullptr;
+
+  bool cancel_requested() const noexcept { return cancelled != nullptr && cancelled->load(std::memory_order_relaxed); }
 };
 
 // What a send or a flush did: a Status (status.hpp), and for a failure whether
@@ -104,10 +122,10 @@ class Uploader {
   // The bytes this uploader sends for `profile` (do_encode()). A failure
   // (encoding_failed): this profile cannot be sent by this uploader, and never
   // will be.
-  Status encode(const EncodedProfile& profile, std::string& payload) noexcept {
+  Status encode(const EncodedProfile& profile, const EncodeInput& input, std::string& payload) noexcept {
     SPANPROF_TRY {
       std::lock_guard<std::mutex> lock(mutex_);
-      return do_encode(profile, payload);
+      return do_encode(profile, input, payload);
     } SPANPROF_CATCH_STD(e) {
       return detail::status_from_exception(ErrorCode::encoding_failed, "uploader threw while encoding: ", e.what());
     } SPANPROF_CATCH_ALL {
@@ -116,16 +134,16 @@ class Uploader {
     return Status(ErrorCode::internal, "unreachable");  // -fno-exceptions: the try is an if (true)
   }
 
-  // Sends a payload encode() made, now or after a restart (from the spool, when
-  // only the record and counts of `profile` are known).
-  UploadResult send(const EncodedProfile& profile, const std::string& payload) noexcept {
-    return guarded([&] { return do_send(profile, payload); });
+  // Sends a payload encode() made, now or after a restart (from the spool).
+  UploadResult send(const EncodedProfile& profile, std::string_view payload,
+                    const UploadContext& context = UploadContext()) noexcept {
+    return guarded([&] { return do_send(profile, payload, context); });
   }
 
   // encode() then send(): for a profile in hand (tools, tests).
-  UploadResult upload(const EncodedProfile& profile) noexcept {
+  UploadResult upload(const EncodedProfile& profile, const EncodeInput& input) noexcept {
     std::string payload;
-    const Status encoded = encode(profile, payload);
+    const Status encoded = encode(profile, input, payload);
     if (!encoded) return UploadResult::permanent(encoded.message());
     return send(profile, payload);
   }
@@ -138,14 +156,16 @@ class Uploader {
  protected:
   // The hook every uploader writes: deliver `payload` (the gzip'd pprof unless
   // do_encode() says otherwise) for `profile`.
-  virtual UploadResult do_send(const EncodedProfile& profile, const std::string& payload) = 0;
+  virtual UploadResult do_send(const EncodedProfile& profile, std::string_view payload,
+                               const UploadContext& context) = 0;
 
   // Optional: push what this uploader buffers.
   virtual UploadResult do_flush() { return UploadResult::ok(); }
 
   // Optional, for a wire format other than pprof: the bytes do_send() gets.
-  virtual Status do_encode(const EncodedProfile& profile, std::string& payload) {
-    payload = profile.pprof_gzip;
+  virtual Status do_encode(const EncodedProfile& profile, const EncodeInput& input, std::string& payload) {
+    (void)profile;
+    payload.assign(input.pprof_gzip.data(), input.pprof_gzip.size());
     return Status::ok();
   }
 
@@ -168,22 +188,39 @@ class Uploader {
   const Delivery delivery_;
 };
 
-// An uploader from a lambda that takes the profile (its pprof in pprof_gzip).
-// Per span unless told otherwise:
-//   CallbackUploader(fn, "name", spanprof::Delivery::batched())
+// An uploader from a lambda that takes the record and the gzip'd pprof (the same
+// bytes whether sent now or again from the spool), and optionally the call's
+// context. Per span unless told otherwise:
+//   CallbackUploader([](const EncodedProfile& p, std::string_view pprof_gzip) { ... });
+//   CallbackUploader([](const EncodedProfile& p, std::string_view pprof_gzip, const UploadContext& c) { ... },
+//                    "name", spanprof::Delivery::batched())
 class CallbackUploader final : public Uploader {
  public:
-  using Callback = std::function<UploadResult(const EncodedProfile&)>;
-  explicit CallbackUploader(Callback callback, std::string name = "callback", Delivery delivery = Delivery::per_span())
+  using Callback = std::function<UploadResult(const EncodedProfile& profile, std::string_view pprof_gzip,
+                                              const UploadContext& context)>;
+
+  template <class Function,
+            std::enable_if_t<std::is_invocable_r_v<UploadResult, Function&, const EncodedProfile&, std::string_view,
+                                                   const UploadContext&>,
+                             int> = 0>
+  explicit CallbackUploader(Function callback, std::string name = "callback", Delivery delivery = Delivery::per_span())
       : Uploader(std::move(name), delivery), callback_(std::move(callback)) {}
 
+  template <class Function,
+            std::enable_if_t<std::is_invocable_r_v<UploadResult, Function&, const EncodedProfile&, std::string_view> &&
+                                 !std::is_invocable_v<Function&, const EncodedProfile&, std::string_view,
+                                                      const UploadContext&>,
+                             int> = 0>
+  explicit CallbackUploader(Function callback, std::string name = "callback", Delivery delivery = Delivery::per_span())
+      : Uploader(std::move(name), delivery),
+        callback_([callback = std::move(callback)](const EncodedProfile& profile, std::string_view pprof_gzip,
+                                                   const UploadContext&) mutable {
+          return callback(profile, pprof_gzip);
+        }) {}
+
  protected:
-  UploadResult do_send(const EncodedProfile& profile, const std::string& payload) override {
-    if (!callback_) return UploadResult::ok();
-    if (!profile.pprof_gzip.empty() || payload.empty()) return callback_(profile);
-    EncodedProfile resent = profile;  // from the spool: the payload is the pprof
-    resent.pprof_gzip = payload;
-    return callback_(resent);
+  UploadResult do_send(const EncodedProfile& profile, std::string_view payload, const UploadContext& context) override {
+    return callback_ ? callback_(profile, payload, context) : UploadResult::ok();
   }
 
  private:

@@ -263,9 +263,7 @@ inline Status encode_pprof_gzip(const Profile& profile, std::string& out) noexce
     out.clear();
     return encoded;
   }
-  std::string error;
-  if (!detail::gzip_compress(raw, out, error)) return Status(ErrorCode::encoding_failed, error);
-  return Status::ok();
+  return detail::gzip_compress(raw, out);
 }
 
 SPANPROF_NAMESPACE_END

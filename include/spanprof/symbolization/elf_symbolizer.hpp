@@ -384,29 +384,28 @@ class ElfSymbolizer final : public Symbolizer {
 
     std::vector<ElfSymbol> symbols;
     ElfImageInfo info;
-    std::string error;
-    bool ok = false;
+    Status read;
     std::string htl_hash;
     if (object.memory_image != nullptr) {
       const ElfMemoryBytes image(object.memory_image, object.memory_image_size);
-      ok = load_elf_symbols_from(image, 0, true, symbols, info, error);
+      read = load_elf_symbols_from(image, 0, true, symbols, info);
       htl_hash = elf_htl_hash(image);
     } else {
       ElfFileBytes file;
-      ok = file.open(object.open_path, error) && load_elf_symbols_from(file, 0, true, symbols, info, error);
-      if (ok) htl_hash = elf_htl_hash(file);
-      if (ok && !object.build_id.empty() && !info.build_id.empty() && info.build_id != object.build_id) {
+      read = file.open(object.open_path);
+      if (read) read = load_elf_symbols_from(file, 0, true, symbols, info);
+      if (read) htl_hash = elf_htl_hash(file);
+      if (read && !object.build_id.empty() && !info.build_id.empty() && info.build_id != object.build_id) {
         // Its symbols would be confidently wrong.
-        ok = false;
-        error = "build id " + info.build_id + " on disk differs from the loaded " + object.build_id +
-                " (file replaced since it was loaded?)";
+        read = elf_failure("build id " + info.build_id + " on disk differs from the loaded " + object.build_id +
+                           " (file replaced since it was loaded?)");
       }
     }
     for (Module& module : object.modules) module.htl_hash = htl_hash;
-    if (!ok) {
+    if (!read) {
       failed_objects_.insert(failure_key);
       report_error(ErrorCode::symbolization_failed,
-                   "cannot read symbols from " + object.display_path + ": " + error);
+                   "cannot read symbols from " + object.display_path + ": " + read.message());
       return;
     }
     if (!info.has_symtab) add_separate_debug_symbols(object, info, options_.debug_directories, symbols);
@@ -426,11 +425,10 @@ class ElfSymbolizer final : public Symbolizer {
       const std::string path = build_id_debug_path(build_id, directory);
       if (path.empty()) return;
       ElfFileBytes file;
-      std::string error;
-      if (!file.open(path, error)) continue;
+      if (!file.open(path)) continue;
       std::vector<ElfSymbol> debug_symbols;
       ElfImageInfo debug_info;
-      if (!load_elf_symbols_from(file, 0, false, debug_symbols, debug_info, error)) continue;
+      if (!load_elf_symbols_from(file, 0, false, debug_symbols, debug_info)) continue;
       if (!debug_info.build_id.empty() && debug_info.build_id != build_id) continue;
       symbols.insert(symbols.end(), std::make_move_iterator(debug_symbols.begin()),
                      std::make_move_iterator(debug_symbols.end()));

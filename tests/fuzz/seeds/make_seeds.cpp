@@ -153,7 +153,7 @@ void spool_files() {
   options.retry.max_attempts = 1;
   options.spool_directory = directory;
   auto callback = std::make_shared<spanprof::CallbackUploader>(
-      [](const spanprof::EncodedProfile&) { return spanprof::UploadResult::retryable("backend down"); }, "callback");
+      [](const spanprof::EncodedProfile&, std::string_view) { return spanprof::UploadResult::retryable("backend down"); }, "callback");
   spanprof::PyroscopeOptions pyroscope;
   pyroscope.server_address = dead;
   pyroscope.application_name = "checkout";
@@ -179,8 +179,7 @@ void spool_files() {
   spanprof::shutdown(std::chrono::seconds(10));
 
   sd::Spool spool(directory, std::uint64_t{1} << 30);
-  std::string error;
-  if (!spool.open(error)) die(error);
+  if (const spanprof::Status opened = spool.open(); !opened) die(opened.message());
   int files = 0;
   for (const std::string uploader : {"callback", "pyroscope", "otlp"}) {
     int n = 0;
@@ -193,7 +192,7 @@ void spool_files() {
       if (n == 1) write_seed("spool_name", tag + ".tmp", sd::spool_format::temp_name(item.file_name));
       spanprof::EncodedProfile metadata;
       std::string payload;
-      if (!spool.load(item, metadata, payload, error)) die(error);
+      if (const spanprof::Status loaded = spool.load(item, metadata, payload); !loaded) die(loaded.message());
       if (payload.rfind("\x1f\x8b", 0) == 0) write_seed("gzip", tag + ".gz", payload);
       if (uploader == "callback" && n <= 2) write_seed("report_reader", tag + ".pb.gz", payload);
       ++files;
@@ -273,8 +272,8 @@ void vdso() {
 
 void symbol_names() {
   std::vector<sd::ElfSymbol> symbols;
-  std::string error;
-  if (!sd::load_elf_function_symbols("/proc/self/exe", 0, symbols, error)) die(error);
+  if (const spanprof::Status read = sd::load_elf_function_symbols("/proc/self/exe", 0, symbols); !read)
+    die(read.message());
   int mangled = 0, cloned = 0, plain = 0;
   for (const sd::ElfSymbol& symbol : symbols) {
     const std::string& name = symbol.name;

@@ -45,9 +45,8 @@ inline void discard_captured_profile(CapturedProfile& captured) noexcept {
 
 inline bool read_gperftools_heap_text(const std::string& text, RawProfile& raw) {
   LegacyHeapProfile legacy;
-  std::string error;
-  if (!parse_legacy_heap_profile(text, legacy, error)) {
-    report_error(ErrorCode::profiler_failed, "unreadable gperftools heap profile: " + error);
+  if (const Status parsed = parse_legacy_heap_profile(text, legacy); !parsed) {
+    report_error(ErrorCode::profiler_failed, "unreadable gperftools heap profile: " + parsed.message());
     return false;
   }
   raw.heap_interval_bytes = legacy.sample_period;
@@ -91,9 +90,8 @@ inline bool read_gperftools_cpu_file(const std::string& path, RawProfile& raw) {
   }
   ::unlink(path.c_str());
   LegacyCpuProfile legacy;
-  std::string error;
-  if (!parse_legacy_cpu_profile(bytes, legacy, error)) {
-    report_error(ErrorCode::profiler_failed, "unreadable gperftools profile: " + error);
+  if (const Status parsed = parse_legacy_cpu_profile(bytes, legacy); !parsed) {
+    report_error(ErrorCode::profiler_failed, "unreadable gperftools profile: " + parsed.message());
     return false;
   }
   raw.period_ns = legacy.period_us * 1000;

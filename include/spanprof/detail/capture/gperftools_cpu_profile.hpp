@@ -12,6 +12,7 @@
 #ifndef SPANPROF_DETAIL_CAPTURE_GPERFTOOLS_CPU_PROFILE_HPP_
 #define SPANPROF_DETAIL_CAPTURE_GPERFTOOLS_CPU_PROFILE_HPP_
 
+#include <spanprof/base/status.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/profile/profile.hpp>
 
@@ -162,18 +163,18 @@ class LegacyCpuProfileParser {
   std::string& error_;
 };
 
-inline bool parse_legacy_cpu_profile(std::string_view bytes, LegacyCpuProfile& out, std::string& error) noexcept {
+// A failure (profiler_failed) says what is wrong with the file, and leaves `out` empty.
+inline Status parse_legacy_cpu_profile(std::string_view bytes, LegacyCpuProfile& out) noexcept {
+  std::string error;
   SPANPROF_TRY {
-    return LegacyCpuProfileParser(bytes, out, error).parse();
+    if (LegacyCpuProfileParser(bytes, out, error).parse()) return Status::ok();
+    return Status(ErrorCode::profiler_failed, error);
   } SPANPROF_CATCH_ALL {
     // Only allocation can throw here; the bounds checks above hold for any input.
-    SPANPROF_TRY {
-      out = LegacyCpuProfile{};
-      error = "legacy cpu profile: out of memory while parsing";
-    } SPANPROF_CATCH_ALL {
-    }
-    return false;
+    out = LegacyCpuProfile{};
+    return Status(ErrorCode::profiler_failed, "legacy cpu profile: out of memory while parsing");
   }
+  return Status(ErrorCode::internal, "unreachable");  // -fno-exceptions: the try is an if (true)
 }
 
 }  // namespace detail

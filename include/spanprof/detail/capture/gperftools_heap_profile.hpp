@@ -14,6 +14,7 @@
 #ifndef SPANPROF_DETAIL_CAPTURE_GPERFTOOLS_HEAP_PROFILE_HPP_
 #define SPANPROF_DETAIL_CAPTURE_GPERFTOOLS_HEAP_PROFILE_HPP_
 
+#include <spanprof/base/status.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/detail/base/text.hpp>
 #include <spanprof/profile/profile.hpp>
@@ -191,9 +192,12 @@ class LegacyHeapProfileParser {
   const char* where_ = "";   // the kind of line being read, for errors
 };
 
-// Throws nothing but std::bad_alloc; any other input yields false and a reason.
-inline bool parse_legacy_heap_profile(std::string_view text, LegacyHeapProfile& out, std::string& error) {
-  return LegacyHeapProfileParser(text, out, error).parse();
+// Throws nothing but std::bad_alloc; any other input yields a failure
+// (profiler_failed) that names the line and what is wrong with it.
+inline Status parse_legacy_heap_profile(std::string_view text, LegacyHeapProfile& out) {
+  std::string error;
+  if (LegacyHeapProfileParser(text, out, error).parse()) return Status::ok();
+  return Status(ErrorCode::profiler_failed, error);
 }
 
 }  // namespace detail

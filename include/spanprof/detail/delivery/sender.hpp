@@ -294,21 +294,19 @@ class Sender {
         return;
       }
       const Profile profile = batch.build(*builder_, config_.comments);
-      EncodedProfile encoded;
-      if (const Status status = encode_pprof_gzip(profile, encoded.pprof_gzip); !status) {
+      std::string pprof_gzip;
+      if (const Status status = encode_pprof_gzip(profile, pprof_gzip); !status) {
         report_error(status.code(), status.message());
         settle(item, false, spans * lane.size(), 0);
         return;
       }
-      describe(batch, item.one_span, encoded);
-      encoded.sample_count = profile.samples.size();
-      encoded.profile = &profile;
-      encoded.cancelled = &stop_;
+      const EncodedProfile encoded = describe(batch, item.one_span, profile.samples.size());
+      const EncodeInput input{&profile, pprof_gzip};
       all_ok = true;
       for (const std::size_t d : lane) {
         Destination& destination = destinations_.at(d);
         std::string payload;
-        const Status status = destination.uploader ? destination.uploader->encode(encoded, payload)
+        const Status status = destination.uploader ? destination.uploader->encode(encoded, input, payload)
                                                    : Status(ErrorCode::internal, "no uploader");
         if (!status) {
           report_error(status.code(), destination.name + ": " + status.message());
@@ -316,7 +314,7 @@ class Sender {
           all_ok = false;
           continue;
         }
-        const Outcome outcome = deliver(destination, encoded, payload);
+        const Outcome outcome = deliver(destination, encoded, payload, profile);
         if (outcome == Outcome::failed) failed += spans;
         if (outcome == Outcome::spooled) spooled += spans;
         all_ok = outcome == Outcome::delivered && all_ok;
@@ -370,25 +368,27 @@ class Sender {
 
   // The record an uploader sees: the span's own, or a window's (its kind, period
   // and time span).
-  static void describe(const ProfileBatch& batch, bool one_span, EncodedProfile& encoded) {
-    SpanRecord& record = encoded;
-    record = one_span && batch.span_count() == 1 ? batch.spans().front() : batch.window_record();
+  static EncodedProfile describe(const ProfileBatch& batch, bool one_span, std::size_t sample_count) {
+    EncodedProfile encoded;
+    encoded.record = one_span && batch.span_count() == 1 ? batch.spans().front() : batch.window_record();
+    encoded.sample_count = sample_count;
     encoded.span_count = batch.span_count();
+    return encoded;
   }
 
   void open_spool() {
     if (config_.spool_directory.empty()) return;
     auto spool = std::make_unique<Spool>(config_.spool_directory, config_.spool_max_bytes);
-    std::string error;
     // After spanprof::start() with new options, the previous sender may still hold
     // the spool's lock for a moment while it winds down.
-    bool opened = spool->open(error);
+    Status opened = spool->open();
     for (int wait = 0; !opened && wait < 20 && !stop_.load(); ++wait) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      opened = spool->open(error);
+      opened = spool->open();
     }
     if (!opened) {
-      report_error(ErrorCode::upload_failed, "spool directory unusable, undeliverable profiles will be lost: " + error);
+      report_error(ErrorCode::upload_failed,
+                   "spool directory unusable, undeliverable profiles will be lost: " + opened.message());
       return;
     }
     spool_ = std::move(spool);
@@ -432,11 +432,11 @@ class Sender {
 
   // Tries one uploader, with retries; parks the payload in the spool when the
   // backend stays unreachable.
-  Outcome deliver(Destination& d, const EncodedProfile& encoded, const std::string& payload) {
+  Outcome deliver(Destination& d, const EncodedProfile& encoded, std::string_view payload, const Profile& profile) {
     if (d.down && clock_.now_ns() < d.retry_at) return park(d, encoded, payload, "the backend is marked down");
     for (int attempt = 1;; ++attempt) {
       count(Counter::upload_requests);
-      const UploadResult result = d.uploader->send(encoded, payload);
+      const UploadResult result = d.uploader->send(encoded, payload, UploadContext{&profile, &stop_});
       if (result) {
         d.failures = 0;
         d.down = false;
@@ -464,16 +464,16 @@ class Sender {
     }
   }
 
-  Outcome park(Destination& d, const EncodedProfile& encoded, const std::string& payload, const std::string& why) {
+  Outcome park(Destination& d, const EncodedProfile& encoded, std::string_view payload, const std::string& why) {
     if (spool_) {
       const std::uint64_t evicted_before = spool_->counters().evicted;
-      std::string error;
-      if (spool_->store(d.name, encoded, payload, error)) {
+      const Status stored = spool_->store(d.name, encoded, payload);
+      if (stored) {
         count(Counter::spool_evicted, spool_->counters().evicted - evicted_before);
         refresh_spool_counts();
         return Outcome::spooled;
       }
-      report_error(ErrorCode::upload_failed, d.name + ": cannot spool an undeliverable profile: " + error);
+      report_error(ErrorCode::upload_failed, d.name + ": cannot spool an undeliverable profile: " + stored.message());
     } else {
       report_error(ErrorCode::upload_failed, why);
     }
@@ -501,13 +501,12 @@ class Sender {
           continue;
         }
         EncodedProfile metadata;
-        std::string payload, error;
-        if (!spool_->load(items.front(), metadata, payload, error)) {
-          report_error(ErrorCode::upload_failed, d.name + ": dropped an unreadable spooled profile: " + error);
+        std::string payload;
+        if (const Status loaded = spool_->load(items.front(), metadata, payload); !loaded) {
+          report_error(ErrorCode::upload_failed, d.name + ": dropped an unreadable spooled profile: " + loaded.message());
         } else {
-          metadata.cancelled = &stop_;
           count(Counter::upload_requests);
-          const UploadResult result = d.uploader->send(metadata, payload);
+          const UploadResult result = d.uploader->send(metadata, payload, UploadContext{nullptr, &stop_});
           if (!result && result.may_retry()) {
             d.down = true;
             d.retry_at = clock_.now_ns() + ns(backoff(++d.failures, result.retry_after()));

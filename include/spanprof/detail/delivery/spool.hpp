@@ -27,7 +27,7 @@
 // another process — fails to open instead of interleaving sequence numbers and
 // deleting the other's temporary files.
 //
-// Nothing here throws: every failure comes back as false plus a message.
+// Nothing here throws: every failure comes back as a Status (upload_failed).
 #ifndef SPANPROF_DETAIL_DELIVERY_SPOOL_HPP_
 #define SPANPROF_DETAIL_DELIVERY_SPOOL_HPP_
 
@@ -35,6 +35,7 @@
 #include <spanprof/detail/base/filesystem.hpp>
 #include <spanprof/detail/profile/gzip.hpp>
 #include <spanprof/base/error.hpp>
+#include <spanprof/base/status.hpp>
 #include <spanprof/profile/profile.hpp>
 #include <spanprof/span/span_context.hpp>
 #include <spanprof/policy/tail_policy.hpp>
@@ -99,44 +100,43 @@ class Spool {
   // files, indexes the spool files already there and resumes the sequence after
   // the highest. Trims to max_bytes, oldest first, in case the bound shrank
   // since they were written. Calling it again rescans.
-  bool open(std::string& error) noexcept {
+  Status open() noexcept {
     close();
     SPANPROF_TRY {
-      if (directory_.empty()) return fail(error, "spool: no directory configured");
-      if (!detail::make_directories(directory_)) return fail_errno(error, "cannot create directory", directory_);
+      if (directory_.empty()) return failure("spool: no directory configured");
+      if (!detail::make_directories(directory_)) return errno_failure("cannot create directory", directory_);
       dir_fd_ = ::open(directory_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-      if (dir_fd_ < 0) return fail_errno(error, "cannot open directory", directory_);
+      if (dir_fd_ < 0) return errno_failure("cannot open directory", directory_);
       lock_fd_ = ::openat(dir_fd_, std::string(spool_format::lock_name).c_str(),
                           O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-      if (lock_fd_ < 0) return close_after(fail_errno(error, "cannot create", path_of(spool_format::lock_name)));
+      if (lock_fd_ < 0) return close_after(errno_failure("cannot create", path_of(spool_format::lock_name)));
       if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
         if (errno == EWOULDBLOCK) {
-          return close_after(fail(error, "spool: " + directory_ + " is in use by another spool (lock held on " +
-                                             path_of(spool_format::lock_name) + ")"));
+          return close_after(failure("spool: " + directory_ + " is in use by another spool (lock held on " +
+                                     path_of(spool_format::lock_name) + ")"));
         }
-        return close_after(fail_errno(error, "cannot lock", path_of(spool_format::lock_name)));
+        return close_after(errno_failure("cannot lock", path_of(spool_format::lock_name)));
       }
-      if (!scan(error)) return close_after(false);
+      if (Status scanned = scan(); !scanned) return close_after(std::move(scanned));
       enforce_bound();
-      return true;
+      return Status::ok();
     } SPANPROF_CATCH_ALL {
       close();
-      set_error_message(error, "spool: out of memory while opening");
-      return false;
+      return failure("spool: out of memory while opening");
     }
+    return failure("unreachable");  // -fno-exceptions: the try is an if (true)
   }
 
   // Writes one payload for `uploader` with the profile's metadata, then evicts the
   // oldest files while the spool exceeds max_bytes. On failure nothing new is left
   // in the directory.
-  bool store(std::string_view uploader, const EncodedProfile& metadata, std::string_view payload,
-             std::string& error) noexcept {
-    if (!is_open()) return fail(error, "spool: not open");
+  Status store(std::string_view uploader, const EncodedProfile& metadata, std::string_view payload) noexcept {
+    if (!is_open()) return failure("spool: not open");
     SPANPROF_TRY {
       const std::uint64_t size = spool_format::encoded_size(uploader, metadata, payload);
       if (size > max_bytes_) {
-        return fail(error, "spool: a profile of " + std::to_string(size) + " bytes exceeds the spool's bound of " +
-                               std::to_string(max_bytes_) + " bytes; not stored");
+        return failure("spool: a profile of " + std::to_string(size) + " bytes exceeds the spool's bound of " +
+                       std::to_string(max_bytes_) + " bytes; not stored");
       }
       const std::string bytes = spool_format::encode(uploader, metadata, payload);
       // A failed attempt still consumes its number: a name is never reused.
@@ -148,23 +148,18 @@ class Spool {
       // appearing and the spool knowing about it.
       const auto it =
           entries_.emplace(Key{sequence, std::move(name)}, Entry{std::move(component), stored_ns, bytes.size()}).first;
-      if (!write_file(it->first.second, bytes, error)) {
+      if (Status written = write_file(it->first.second, bytes); !written) {
         entries_.erase(it);
-        return false;
+        return written;
       }
       bytes_ += bytes.size();
       ++counters_.stored;
       enforce_bound();
-      return true;
+      return Status::ok();
     } SPANPROF_CATCH_ALL {
-      set_error_message(error, "spool: out of memory while storing");
-      return false;
+      return failure("spool: out of memory while storing");
     }
-  }
-
-  // A profile whose payload is its gzip'd pprof.
-  bool store(std::string_view uploader, const EncodedProfile& profile, std::string& error) noexcept {
-    return store(uploader, profile, profile.pprof_gzip, error);
+    return failure("unreachable");
   }
 
   // The items stored for `uploader`, oldest first. Empty when there are none,
@@ -183,42 +178,27 @@ class Spool {
     return items;
   }
 
-  // Reads and verifies an item; the payload lands in out.pprof_gzip. A file that
-  // fails verification is deleted and counted (retrying it could never succeed); a
-  // transient failure (e.g. too many open files) leaves it in place. out.profile is
-  // set to nullptr.
-  bool load(const SpoolItem& item, EncodedProfile& out, std::string& error) noexcept {
+  // Reads and verifies an item. A file that fails verification is deleted and
+  // counted (retrying it could never succeed); a transient failure (e.g. too many
+  // open files) leaves it in place.
+  Status load(const SpoolItem& item, EncodedProfile& metadata, std::string& payload) noexcept {
     SPANPROF_TRY {
-      const auto it = find(item, error);
-      if (it == entries_.end()) return false;
+      const auto it = entries_.find(Key{item.sequence, item.file_name});
+      if (Status owned = check_owner(item, it); !owned) return owned;
       std::string bytes;
       bool corrupt = false;
-      if (!read_file(it, bytes, corrupt, error)) {
-        if (corrupt) remove_corrupt(it, error);
-        return false;
-      }
-      std::string why;
+      if (Status read = read_file(it, bytes, corrupt); !read) return corrupt ? remove_corrupt(it, read) : read;
       EncodedProfile decoded;
-      if (!spool_format::decode(bytes, item.uploader, decoded, why)) {
-        error = std::move(why);
-        remove_corrupt(it, error);
-        return false;
-      }
-      out = std::move(decoded);
-      out.profile = nullptr;
-      return true;
+      std::string decoded_payload;
+      if (Status valid = spool_format::decode(bytes, item.uploader, decoded, decoded_payload); !valid)
+        return remove_corrupt(it, valid);
+      metadata = std::move(decoded);
+      payload = std::move(decoded_payload);
+      return Status::ok();
     } SPANPROF_CATCH_ALL {
-      set_error_message(error, "spool: out of memory while loading");
-      return false;
+      return failure("spool: out of memory while loading");
     }
-  }
-
-  // load(), with the payload apart from the metadata.
-  bool load(const SpoolItem& item, EncodedProfile& metadata, std::string& payload, std::string& error) noexcept {
-    if (!load(item, metadata, error)) return false;
-    payload.swap(metadata.pprof_gzip);
-    metadata.pprof_gzip.clear();
-    return true;
+    return failure("unreachable");
   }
 
   // Forgets an item and deletes its file (after a successful upload). Returns
@@ -235,8 +215,9 @@ class Spool {
   SpoolCounters counters() const noexcept { return counters_; }
 
   // The size store() would write for this profile, for checking against the bound.
-  static std::uint64_t stored_size(std::string_view uploader, const EncodedProfile& profile) noexcept {
-    return spool_format::encoded_size(uploader, profile, profile.pprof_gzip);
+  static std::uint64_t stored_size(std::string_view uploader, const EncodedProfile& profile,
+                                   std::string_view payload) noexcept {
+    return spool_format::encoded_size(uploader, profile, payload);
   }
 
  private:
@@ -250,23 +231,21 @@ class Spool {
 
   // ---- errors -------------------------------------------------------------------------
 
-  static bool fail(std::string& error, std::string_view message) noexcept {
-    set_error_message(error, message);
-    return false;
-  }
+  static Status failure(std::string_view message) noexcept { return Status(ErrorCode::upload_failed, message); }
 
-  static bool fail_errno(std::string& error, const char* what, const std::string& path) noexcept {
+  // "spool: <what> <path>: <strerror(errno)>", errno kept for the caller.
+  static Status errno_failure(const char* what, const std::string& path) noexcept {
     const int saved = errno;
+    std::string message;
     SPANPROF_TRY {
-      error = std::string("spool: ") + what + " " + path + ": " + std::strerror(saved);
+      message = std::string("spool: ") + what + " " + path + ": " + std::strerror(saved);
     } SPANPROF_CATCH_ALL {
-      error.clear();
     }
     errno = saved;
-    return false;
+    return failure(message);
   }
 
-  bool close_after(bool result) noexcept {
+  Status close_after(Status result) noexcept {
     close();
     return result;
   }
@@ -294,26 +273,26 @@ class Spool {
     next_sequence_ = 1;
   }
 
-  bool scan(std::string& error) {
+  Status scan() {
     // A fresh open file description: fdopendir takes ownership of it, and sharing
     // dir_fd_'s offset would make a second scan start at the end.
     const int fd = ::openat(dir_fd_, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return fail_errno(error, "cannot list", directory_);
+    if (fd < 0) return errno_failure("cannot list", directory_);
     DIR* dir = ::fdopendir(fd);
     if (dir == nullptr) {
       const int saved = errno;
       ::close(fd);
       errno = saved;
-      return fail_errno(error, "cannot list", directory_);
+      return errno_failure("cannot list", directory_);
     }
     std::uint64_t highest = 0;
-    bool ok = true;
+    Status listed;
     SPANPROF_TRY {
       for (;;) {
         errno = 0;
         const dirent* entry = ::readdir(dir);
         if (entry == nullptr) {
-          if (errno != 0) ok = fail_errno(error, "cannot list", directory_);
+          if (errno != 0) listed = errno_failure("cannot list", directory_);
           break;
         }
         const std::string_view name = entry->d_name;
@@ -345,7 +324,7 @@ class Spool {
     }
     ::closedir(dir);
     next_sequence_ = highest + 1;
-    return ok;
+    return listed;
   }
 
   // ---- files --------------------------------------------------------------------------
@@ -356,12 +335,12 @@ class Spool {
     return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
   }
 
-  bool write_file(const std::string& name, std::string_view bytes, std::string& error) {
+  Status write_file(const std::string& name, std::string_view bytes) {
     const std::string temp = spool_format::temp_name(name);
     // O_EXCL: sequence numbers are never reused, so an existing file is not ours
     // to overwrite. O_NOFOLLOW: never write through a planted symlink.
     const int fd = ::openat(dir_fd_, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) return fail_errno(error, "cannot create", path_of(temp));
+    if (fd < 0) return errno_failure("cannot create", path_of(temp));
     const char* data = bytes.data();
     std::size_t left = bytes.size();
     const char* failed = nullptr;
@@ -393,41 +372,41 @@ class Spool {
     if (failed != nullptr) {
       ::unlinkat(dir_fd_, temp.c_str(), 0);
       errno = saved;
-      return fail_errno(error, failed, path_of(temp));
+      return errno_failure(failed, path_of(temp));
     }
     // The file is complete either way; a failed directory sync only weakens the
     // power-loss guarantee, so it is not worth failing the store over.
     if (sync_to_disk_) (void)::fsync(dir_fd_);
-    return true;
+    return Status::ok();
   }
 
   // Reads a whole file. `corrupt` tells a file that can never load (gone bad or
   // replaced) from a failure worth retrying.
-  bool read_file(Entries::iterator it, std::string& bytes, bool& corrupt, std::string& error) {
+  Status read_file(Entries::iterator it, std::string& bytes, bool& corrupt) {
     const std::string& name = it->first.second;
     // O_NONBLOCK: a FIFO planted under a spool name must not hang the worker.
     const int fd = ::openat(dir_fd_, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
       if (errno == ENOENT) {
-        fail_errno(error, "cannot open", path_of(name));
+        Status gone = errno_failure("cannot open", path_of(name));
         erase(it);  // someone deleted it: nothing to retry
-        return false;
+        return gone;
       }
       corrupt = (errno == ELOOP);  // a symlink was planted under the name
-      return fail_errno(error, "cannot open", path_of(name));
+      return errno_failure("cannot open", path_of(name));
     }
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
-      fail_errno(error, "cannot stat", path_of(name));
+      Status failed = errno_failure("cannot stat", path_of(name));
       ::close(fd);
-      return false;
+      return failed;
     }
     // Stored files never exceed the bound (open() trims, store() refuses), so a
     // bigger one was changed behind our back; not reading it caps the memory.
     if (!S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) > max_bytes_) {
       ::close(fd);
       corrupt = true;
-      return fail(error, S_ISREG(st.st_mode) ? "larger than the spool's bound" : "not a regular file");
+      return failure(S_ISREG(st.st_mode) ? "larger than the spool's bound" : "not a regular file");
     }
     bytes.resize(static_cast<std::size_t>(st.st_size));
     std::size_t done = 0;
@@ -435,29 +414,24 @@ class Spool {
       const ssize_t n = ::read(fd, &bytes[done], bytes.size() - done);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) {
-        fail_errno(error, "cannot read", path_of(name));
+        Status failed = errno_failure("cannot read", path_of(name));
         ::close(fd);
-        return false;
+        return failed;
       }
       if (n == 0) break;  // shrank since fstat: decode reports it as truncated
       done += static_cast<std::size_t>(n);
     }
     bytes.resize(done);
     ::close(fd);
-    return true;
+    return Status::ok();
   }
 
-  Entries::iterator find(const SpoolItem& item, std::string& error) {
-    const auto it = entries_.find(Key{item.sequence, item.file_name});
-    if (it == entries_.end()) {
-      fail(error, "spool: " + item.file_name + " is not pending (removed or evicted)");
-      return it;
-    }
-    if (it->second.component != spool_format::uploader_component(item.uploader)) {
-      fail(error, "spool: " + item.file_name + " does not belong to uploader " + item.uploader);
-      return entries_.end();
-    }
-    return it;
+  // `it` is where `item` was looked up: ok when it is pending and the uploader's.
+  Status check_owner(const SpoolItem& item, Entries::const_iterator it) const {
+    if (it == entries_.end()) return failure("spool: " + item.file_name + " is not pending (removed or evicted)");
+    if (it->second.component != spool_format::uploader_component(item.uploader))
+      return failure("spool: " + item.file_name + " does not belong to uploader " + item.uploader);
+    return Status::ok();
   }
 
   bool erase(Entries::iterator it) noexcept {
@@ -468,16 +442,20 @@ class Spool {
     return gone;
   }
 
-  void remove_corrupt(Entries::iterator it, std::string& error) noexcept {
+  // Deletes a file that can never load; the answer says which file and why.
+  Status remove_corrupt(Entries::iterator it, const Status& why) noexcept {
+    std::string message;
     SPANPROF_TRY {
       constexpr std::string_view prefix = "spool: ";
-      const std::string_view why =
-          std::string_view(error).substr(error.compare(0, prefix.size(), prefix) == 0 ? prefix.size() : 0);
-      error = "spool: removed corrupt " + path_of(it->first.second) + ": " + std::string(why);
+      const std::string& text = why.message();
+      const std::string_view reason =
+          std::string_view(text).substr(text.compare(0, prefix.size(), prefix) == 0 ? prefix.size() : 0);
+      message = "spool: removed corrupt " + path_of(it->first.second) + ": " + std::string(reason);
     } SPANPROF_CATCH_ALL {
     }
     erase(it);
     ++counters_.corrupt_removed;
+    return failure(message);
   }
 
   // Oldest first, whichever uploader it belongs to: under a long outage the

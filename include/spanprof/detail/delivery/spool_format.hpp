@@ -15,10 +15,11 @@
 // copy. Unknown field ids are skipped, so later versions of this header can add
 // fields without a version bump; a changed meaning needs a new version.
 // Version 1 stored pprof for every uploader; its files are refused (and removed)
-// as an unsupported version. EncodedProfile::profile is not stored.
+// as an unsupported version.
 #ifndef SPANPROF_DETAIL_DELIVERY_SPOOL_FORMAT_HPP_
 #define SPANPROF_DETAIL_DELIVERY_SPOOL_FORMAT_HPP_
 
+#include <spanprof/base/status.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/profile/profile.hpp>
 #include <spanprof/span/span_context.hpp>
@@ -91,8 +92,8 @@ inline std::uint32_t crc32_of(std::string_view bytes) noexcept {
 }
 
 inline std::uint64_t encoded_size(std::string_view uploader, const EncodedProfile& p, std::string_view bytes) noexcept {
-  const std::uint64_t payload = uploader.size() + 1 + TraceId::size + SpanId::size + 1 + p.span_name.size() + 4 * 8 +
-                                8 + p.engine.size() + 1 + bytes.size() + 8;
+  const std::uint64_t payload = uploader.size() + 1 + TraceId::size + SpanId::size + 1 + p.record.span_name.size() +
+                                4 * 8 + 8 + p.record.engine.size() + 1 + bytes.size() + 8;
   return header_size + field_count * record_header_size + payload + crc_size;
 }
 
@@ -124,7 +125,7 @@ inline std::string encode(std::string_view uploader, const EncodedProfile& p, st
   // Every field of the span's record is stored: a field added to SpanRecord makes
   // this binding fail to compile until the format stores it too (Field, here,
   // decode, encoded_size).
-  const SpanRecord& record = p;
+  const SpanRecord& record = p.record;
   const auto& [kind, span, span_name, reason, start_unix_ns, duration_ns, period_ns, heap_interval_bytes, engine] =
       record;
   const auto& trace = span.trace_id.bytes();
@@ -140,7 +141,7 @@ inline std::string encode(std::string_view uploader, const EncodedProfile& p, st
   put_record_u64(out, Field::period_ns, static_cast<std::uint64_t>(period_ns));
   put_record_u64(out, Field::heap_interval_bytes, static_cast<std::uint64_t>(heap_interval_bytes));
   // EncodedProfile's counts and the payload among them, in the order files have
-  // always had (the model and the cancellation flag live only in memory).
+  // always had.
   put_record_u64(out, Field::sample_count, static_cast<std::uint64_t>(p.sample_count));
   put_record(out, Field::engine, engine);
   put_record_u8(out, Field::reason, static_cast<std::uint8_t>(reason));
@@ -150,143 +151,135 @@ inline std::string encode(std::string_view uploader, const EncodedProfile& p, st
   return out;
 }
 
+// Why a file cannot be read back.
+inline Status invalid(std::string_view why) noexcept { return Status(ErrorCode::upload_failed, why); }
+
 // Checks everything before trusting anything: size, magic, version, CRC, then
-// each record's bounds, size and range. The payload lands in out.pprof_gzip.
-// May throw std::bad_alloc.
-inline bool decode(std::string_view bytes, std::string_view expected_uploader, EncodedProfile& out, std::string& why) {
+// each record's bounds, size and range. A failure says what is wrong with the
+// file. May throw std::bad_alloc.
+inline Status decode(std::string_view bytes, std::string_view expected_uploader, EncodedProfile& out,
+                     std::string& payload) {
   if (bytes.size() < header_size + crc_size) {
-    why = "truncated: " + std::to_string(bytes.size()) + " bytes";
-    return false;
+    return invalid("truncated: " + std::to_string(bytes.size()) + " bytes");
   }
   if (std::memcmp(bytes.data(), magic, sizeof magic) != 0) {
-    why = "not a spool file (bad magic)";
-    return false;
+    return invalid("not a spool file (bad magic)");
   }
   const auto file_version = static_cast<std::uint32_t>(get_le(bytes.data() + sizeof magic, 4));
   if (file_version != version) {
-    why = "unsupported version " + std::to_string(file_version);
-    return false;
+    return invalid("unsupported version " + std::to_string(file_version));
   }
   const std::uint64_t body_size = get_le(bytes.data() + sizeof magic + 4, 8);
   const std::uint64_t room = bytes.size() - header_size - crc_size;
   if (body_size != room) {
-    why = (body_size > room ? "truncated: " : "trailing bytes: ") + std::to_string(bytes.size()) +
+    return invalid((body_size > room ? "truncated: " : "trailing bytes: ") + std::to_string(bytes.size()) +
           " bytes where the header announces " +
           (body_size > UINT64_MAX - header_size - crc_size ? std::string("more than 2^64")
-                                                           : std::to_string(body_size + header_size + crc_size));
-    return false;
+                                                           : std::to_string(body_size + header_size + crc_size)));
   }
   const std::size_t crc_at = bytes.size() - crc_size;
   const auto stored_crc = static_cast<std::uint32_t>(get_le(bytes.data() + crc_at, 4));
   if (crc32_of(bytes.substr(0, crc_at)) != stored_crc) {
-    why = "CRC mismatch";
-    return false;
+    return invalid("CRC mismatch");
   }
 
   EncodedProfile p;
+  SpanRecord& record = p.record;
+  std::string bytes_of_payload;
   std::uint32_t seen = 0;
   std::size_t pos = header_size;
   while (pos < crc_at) {
     if (crc_at - pos < record_header_size) {
-      why = "record header runs past the body";
-      return false;
+      return invalid("record header runs past the body");
     }
     const auto id = static_cast<std::uint32_t>(get_le(bytes.data() + pos, 4));
     const std::uint64_t size = get_le(bytes.data() + pos + 4, 8);
     pos += record_header_size;
     if (size > crc_at - pos) {
-      why = "record " + std::to_string(id) + " runs past the body";
-      return false;
+      return invalid("record " + std::to_string(id) + " runs past the body");
     }
     const std::string_view value = bytes.substr(pos, static_cast<std::size_t>(size));
     pos += static_cast<std::size_t>(size);
     if (id == 0 || id > field_count) continue;  // a later version's field
     const std::uint32_t bit = std::uint32_t{1} << id;
     if ((seen & bit) != 0) {
-      why = "field " + std::to_string(id) + " appears twice";
-      return false;
+      return invalid("field " + std::to_string(id) + " appears twice");
     }
     seen |= bit;
     auto fixed = [&](std::size_t expected) {
-      if (value.size() == expected) return true;
-      why = "field " + std::to_string(id) + " has " + std::to_string(value.size()) + " bytes, expected " +
-            std::to_string(expected);
-      return false;
+      if (value.size() == expected) return Status::ok();
+      return invalid("field " + std::to_string(id) + " has " + std::to_string(value.size()) + " bytes, expected " +
+                     std::to_string(expected));
     };
     auto as_i64 = [&] { return static_cast<std::int64_t>(get_le(value.data(), 8)); };
     switch (static_cast<Field>(id)) {
       case Field::uploader:
         if (value != expected_uploader) {
-          why = "belongs to another uploader";
-          return false;
+          return invalid("belongs to another uploader");
         }
         break;
       case Field::kind:
-        if (!fixed(1)) return false;
+        if (Status sized = fixed(1); !sized) return sized;
         if (static_cast<std::uint8_t>(value[0]) >= profile_kind_count) {
-          why = "unknown profile kind " + std::to_string(static_cast<std::uint8_t>(value[0]));
-          return false;
+          return invalid("unknown profile kind " + std::to_string(static_cast<std::uint8_t>(value[0])));
         }
-        p.kind = static_cast<ProfileKind>(static_cast<std::uint8_t>(value[0]));
+        record.kind = static_cast<ProfileKind>(static_cast<std::uint8_t>(value[0]));
         break;
       case Field::trace_id:
-        if (!fixed(TraceId::size)) return false;
-        p.span.trace_id = TraceId(reinterpret_cast<const std::uint8_t*>(value.data()));
+        if (Status sized = fixed(TraceId::size); !sized) return sized;
+        record.span.trace_id = TraceId(reinterpret_cast<const std::uint8_t*>(value.data()));
         break;
       case Field::span_id:
-        if (!fixed(SpanId::size)) return false;
-        p.span.span_id = SpanId(reinterpret_cast<const std::uint8_t*>(value.data()));
+        if (Status sized = fixed(SpanId::size); !sized) return sized;
+        record.span.span_id = SpanId(reinterpret_cast<const std::uint8_t*>(value.data()));
         break;
       case Field::trace_flags:
-        if (!fixed(1)) return false;
-        p.span.flags.value = static_cast<std::uint8_t>(value[0]);
+        if (Status sized = fixed(1); !sized) return sized;
+        record.span.flags.value = static_cast<std::uint8_t>(value[0]);
         break;
       case Field::span_name:
-        p.span_name.assign(value.data(), value.size());
+        record.span_name.assign(value.data(), value.size());
         break;
       case Field::start_unix_ns:
-        if (!fixed(8)) return false;
-        p.start_unix_ns = as_i64();
+        if (Status sized = fixed(8); !sized) return sized;
+        record.start_unix_ns = as_i64();
         break;
       case Field::duration_ns:
-        if (!fixed(8)) return false;
-        p.duration_ns = as_i64();
+        if (Status sized = fixed(8); !sized) return sized;
+        record.duration_ns = as_i64();
         break;
       case Field::period_ns:
-        if (!fixed(8)) return false;
-        p.period_ns = as_i64();
+        if (Status sized = fixed(8); !sized) return sized;
+        record.period_ns = as_i64();
         break;
       case Field::heap_interval_bytes:
-        if (!fixed(8)) return false;
-        p.heap_interval_bytes = as_i64();
+        if (Status sized = fixed(8); !sized) return sized;
+        record.heap_interval_bytes = as_i64();
         break;
       case Field::sample_count:
-        if (!fixed(8)) return false;
+        if (Status sized = fixed(8); !sized) return sized;
         if (get_le(value.data(), 8) > SIZE_MAX) {
-          why = "sample_count out of range";
-          return false;
+          return invalid("sample_count out of range");
         }
         p.sample_count = static_cast<std::size_t>(get_le(value.data(), 8));
         break;
       case Field::engine:
-        p.engine.assign(value.data(), value.size());
+        record.engine.assign(value.data(), value.size());
         break;
       case Field::reason:
-        if (!fixed(1)) return false;
+        if (Status sized = fixed(1); !sized) return sized;
         if (static_cast<std::uint8_t>(value[0]) >= profile_reason_count) {
-          why = "unknown profile reason " + std::to_string(static_cast<std::uint8_t>(value[0]));
-          return false;
+          return invalid("unknown profile reason " + std::to_string(static_cast<std::uint8_t>(value[0])));
         }
-        p.reason = static_cast<ProfileReason>(static_cast<std::uint8_t>(value[0]));
+        record.reason = static_cast<ProfileReason>(static_cast<std::uint8_t>(value[0]));
         break;
       case Field::payload:
-        p.pprof_gzip.assign(value.data(), value.size());
+        bytes_of_payload.assign(value.data(), value.size());
         break;
       case Field::span_count:
-        if (!fixed(8)) return false;
+        if (Status sized = fixed(8); !sized) return sized;
         if (get_le(value.data(), 8) > SIZE_MAX) {
-          why = "span_count out of range";
-          return false;
+          return invalid("span_count out of range");
         }
         p.span_count = static_cast<std::size_t>(get_le(value.data(), 8));
         break;
@@ -294,12 +287,12 @@ inline bool decode(std::string_view bytes, std::string_view expected_uploader, E
   }
   for (std::uint32_t id = 1; id <= field_count; ++id) {
     if ((seen & (std::uint32_t{1} << id)) == 0) {
-      why = "field " + std::to_string(id) + " is missing";
-      return false;
+      return invalid("field " + std::to_string(id) + " is missing");
     }
   }
   out = std::move(p);
-  return true;
+  payload = std::move(bytes_of_payload);
+  return Status::ok();
 }
 
 }  // namespace spool_format

@@ -5,6 +5,7 @@
 #define SPANPROF_DETAIL_PROFILE_GZIP_HPP_
 
 #include <spanprof/base/error.hpp>
+#include <spanprof/base/status.hpp>
 #include <spanprof/config.hpp>
 
 #include <zlib.h>
@@ -85,16 +86,17 @@ inline void gzip_store(std::string_view in, std::string& out) {
   out.append(trailer, sizeof trailer);
 }
 
-inline bool gzip_compress(std::string_view in, std::string& out, std::string& error) noexcept {
+inline Status gzip_compress(std::string_view in, std::string& out) noexcept {
   out.clear();
+  std::string error;
   if (in.size() < gzip_store_below) {
     SPANPROF_TRY {
       gzip_store(in, out);
-      return true;
+      return Status::ok();
     } SPANPROF_CATCH_ALL {
       out.clear();
       set_error_message(error, "gzip: out of memory while storing");
-      return false;
+      return Status(ErrorCode::encoding_failed, error);
     }
   }
   z_stream stream{};
@@ -110,7 +112,7 @@ inline bool gzip_compress(std::string_view in, std::string& out, std::string& er
   int rc = deflateInit2(&stream, Z_BEST_SPEED, Z_DEFLATED, window_bits + 16, mem_level, Z_DEFAULT_STRATEGY);
   if (rc != Z_OK) {
     set_zlib_error(error, "gzip: deflateInit2 failed", rc, stream.msg);
-    return false;
+    return Status(ErrorCode::encoding_failed, error);
   }
   bool ok = false;
   SPANPROF_TRY {
@@ -152,24 +154,25 @@ inline bool gzip_compress(std::string_view in, std::string& out, std::string& er
   }
   deflateEnd(&stream);
   if (!ok) out.clear();
-  return ok;
+  return ok ? Status::ok() : Status(ErrorCode::encoding_failed, error);
 }
 
 // Accepts gzip (and, via windowBits +32 auto-detection, zlib) streams, including
 // concatenated gzip members as gunzip does. Fails — leaving `out` empty — on
 // corrupt or truncated input, trailing garbage, or more than `max_out` bytes.
-inline bool gzip_decompress(std::string_view in, std::string& out, std::string& error,
-                            std::size_t max_out = default_gzip_max_output) noexcept {
+inline Status gzip_decompress(std::string_view in, std::string& out,
+                              std::size_t max_out = default_gzip_max_output) noexcept {
   out.clear();
+  std::string error;
   if (in.empty()) {
     set_error_message(error, "gzip: empty input");
-    return false;
+    return Status(ErrorCode::encoding_failed, error);
   }
   z_stream stream{};
   int rc = inflateInit2(&stream, 15 + 32);
   if (rc != Z_OK) {
     set_zlib_error(error, "gzip: inflateInit2 failed", rc, stream.msg);
-    return false;
+    return Status(ErrorCode::encoding_failed, error);
   }
   bool ok = false;
   SPANPROF_TRY {
@@ -252,7 +255,7 @@ inline bool gzip_decompress(std::string_view in, std::string& out, std::string& 
   }
   inflateEnd(&stream);
   if (!ok) out.clear();
-  return ok;
+  return ok ? Status::ok() : Status(ErrorCode::encoding_failed, error);
 }
 
 }  // namespace detail

@@ -11,6 +11,7 @@
 #ifndef SPANPROF_DETAIL_SYMBOLIZATION_ELF_READER_HPP_
 #define SPANPROF_DETAIL_SYMBOLIZATION_ELF_READER_HPP_
 
+#include <spanprof/base/status.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/detail/base/sha256.hpp>
 
@@ -33,6 +34,9 @@
 SPANPROF_NAMESPACE_BEGIN
 
 namespace detail {
+
+// Why an object file cannot be read for symbols.
+inline Status elf_failure(std::string_view why) noexcept { return Status(ErrorCode::symbolization_failed, why); }
 
 // One function symbol, already relocated to its runtime address.
 struct ElfSymbol {
@@ -75,25 +79,22 @@ class ElfFileBytes final : public ElfBytes {
     if (fd_ >= 0) ::close(fd_);
   }
 
-  // On failure `error` says why; it may allocate, so callers catch bad_alloc.
-  bool open(const std::string& path, std::string& error) {
+  // A failure says why; it may allocate, so callers catch bad_alloc.
+  Status open(const std::string& path) {
     fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd_ < 0) {
-      error = std::string("cannot open: ") + std::strerror(errno);
-      return false;
+      return elf_failure(std::string("cannot open: ") + std::strerror(errno));
     }
     struct stat status {};
     if (::fstat(fd_, &status) != 0) {
-      error = std::string("cannot stat: ") + std::strerror(errno);
-      return false;
+      return elf_failure(std::string("cannot stat: ") + std::strerror(errno));
     }
     // A FIFO or device would block or lie about its size.
     if (!S_ISREG(status.st_mode)) {
-      error = "not a regular file";
-      return false;
+      return elf_failure("not a regular file");
     }
     size_ = static_cast<std::uint64_t>(status.st_size);
-    return true;
+    return Status::ok();
   }
 
   std::uint64_t size() const noexcept override { return size_; }
@@ -266,21 +267,17 @@ inline std::size_t find_elf_symbol(const std::vector<ElfSymbol>& symbols, std::u
 }
 
 // The ELF header and section header table of a little-endian ELF64 of this machine's
-// byte order; false with `error` set when the image is not one or they lie outside it.
-inline bool read_elf_headers(const ElfBytes& bytes, Elf64_Ehdr& header, std::vector<Elf64_Shdr>& sections,
-                             std::string& error) {
+// byte order; a failure when the image is not one or they lie outside it.
+inline Status read_elf_headers(const ElfBytes& bytes, Elf64_Ehdr& header, std::vector<Elf64_Shdr>& sections) {
   const std::uint64_t image_size = bytes.size();
   if (!bytes.read(0, &header, sizeof header)) {
-    error = "file too small for an ELF header (" + std::to_string(image_size) + " bytes)";
-    return false;
+    return elf_failure("file too small for an ELF header (" + std::to_string(image_size) + " bytes)");
   }
   if (std::memcmp(header.e_ident, ELFMAG, SELFMAG) != 0) {
-    error = "not an ELF file (bad magic)";
-    return false;
+    return elf_failure("not an ELF file (bad magic)");
   }
   if (header.e_ident[EI_CLASS] != ELFCLASS64) {
-    error = "not a 64-bit ELF file";
-    return false;
+    return elf_failure("not a 64-bit ELF file");
   }
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
   constexpr unsigned char native_data = ELFDATA2MSB;
@@ -288,16 +285,13 @@ inline bool read_elf_headers(const ElfBytes& bytes, Elf64_Ehdr& header, std::vec
   constexpr unsigned char native_data = ELFDATA2LSB;
 #endif
   if (header.e_ident[EI_DATA] != native_data) {
-    error = "ELF byte order differs from this machine";
-    return false;
+    return elf_failure("ELF byte order differs from this machine");
   }
   if (header.e_shoff == 0) {
-    error = "no section header table (stripped with sstrip?)";
-    return false;
+    return elf_failure("no section header table (stripped with sstrip?)");
   }
   if (header.e_shentsize != sizeof(Elf64_Shdr)) {
-    error = "unexpected section header size " + std::to_string(header.e_shentsize);
-    return false;
+    return elf_failure("unexpected section header size " + std::to_string(header.e_shentsize));
   }
 
   std::uint64_t section_count = header.e_shnum;
@@ -305,24 +299,21 @@ inline bool read_elf_headers(const ElfBytes& bytes, Elf64_Ehdr& header, std::vec
     // Extended numbering: more than 0xff00 sections, the count lives in section 0.
     Elf64_Shdr first;
     if (!bytes.read(header.e_shoff, &first, sizeof first)) {
-      error = "section header table offset " + std::to_string(header.e_shoff) + " is beyond the end of the file";
-      return false;
+      return elf_failure("section header table offset " + std::to_string(header.e_shoff) + " is beyond the end of the file");
     }
     section_count = first.sh_size;
   }
   if (section_count > image_size / sizeof(Elf64_Shdr) ||
       !elf_range_fits(header.e_shoff, section_count * sizeof(Elf64_Shdr), image_size)) {
-    error = "section header table (offset " + std::to_string(header.e_shoff) + ", " +
+    return elf_failure("section header table (offset " + std::to_string(header.e_shoff) + ", " +
             std::to_string(section_count) + " entries) extends beyond the end of the file (" +
-            std::to_string(image_size) + " bytes)";
-    return false;
+            std::to_string(image_size) + " bytes)");
   }
   sections.resize(static_cast<std::size_t>(section_count));
   if (!bytes.read(header.e_shoff, sections.data(), sections.size() * sizeof(Elf64_Shdr))) {
-    error = "cannot read the section header table";
-    return false;
+    return elf_failure("cannot read the section header table");
   }
-  return true;
+  return Status::ok();
 }
 
 // A section's bytes as elements of `buffer`; false when they lie outside the image.
@@ -335,8 +326,8 @@ bool read_elf_section(const ElfBytes& bytes, const Elf64_Shdr& section, Buffer& 
 }
 
 // The GNU build id (hex) from the note sections; empty when there is none.
-inline bool read_elf_build_id(const ElfBytes& bytes, const std::vector<Elf64_Shdr>& sections, std::string& build_id,
-                              std::string& error) {
+inline Status read_elf_build_id(const ElfBytes& bytes, const std::vector<Elf64_Shdr>& sections,
+                                std::string& build_id) {
   const std::uint64_t image_size = bytes.size();
   // Section headers may all name the same bytes. Real note sections never
   // overlap, so more note bytes than the file holds means a file made to be read
@@ -346,24 +337,24 @@ inline bool read_elf_build_id(const ElfBytes& bytes, const std::vector<Elf64_Shd
     if (section.sh_type != SHT_NOTE || !build_id.empty()) continue;
     std::vector<unsigned char> notes;
     if (!read_elf_section(bytes, section, notes)) {
-      error = "note section extends beyond the end of the file";
-      return false;
+      return elf_failure("note section extends beyond the end of the file");
     }
     if (notes.size() > note_bytes_left) break;
     note_bytes_left -= notes.size();
     build_id = find_gnu_build_id(notes.data(), notes.size(), section.sh_addralign);
   }
-  return true;
+  return Status::ok();
 }
 
 // Opens `path` and reads its ELF header and GNU build id (empty when it has none):
-// what finds an object or debug file by build id. False with `error` set when it is
-// not a readable ELF64 of this machine.
-inline bool open_elf_file(const std::string& path, ElfFileBytes& file, Elf64_Ehdr& header, std::string& build_id,
-                          std::string& error) {
+// what finds an object or debug file by build id. A failure when it is not a
+// readable ELF64 of this machine.
+inline Status open_elf_file(const std::string& path, ElfFileBytes& file, Elf64_Ehdr& header,
+                            std::string& build_id) {
   std::vector<Elf64_Shdr> sections;
-  return file.open(path, error) && read_elf_headers(file, header, sections, error) &&
-         read_elf_build_id(file, sections, build_id, error);
+  if (Status opened = file.open(path); !opened) return opened;
+  if (Status read = read_elf_headers(file, header, sections); !read) return read;
+  return read_elf_build_id(file, sections, build_id);
 }
 
 // The object's own (link-time) address of the loaded executable segment that a
@@ -397,15 +388,15 @@ inline bool elf_segment_address(const ElfBytes& bytes, const Elf64_Ehdr& header,
 }
 
 // Appends the STT_FUNC and STT_GNU_IFUNC symbols of .symtab (and of .dynsym when
-// `include_dynsym`) to `out`, unsorted. Returns false with `error` set when the
+// `include_dynsym`) to `out`, unsorted. Returns a failure when the
 // image is not a readable little ELF64 of this machine's byte order or any
 // offset it needs points outside the image; `out` may then hold a partial list.
-inline bool load_elf_symbols_from(const ElfBytes& bytes, std::uintptr_t bias, bool include_dynsym,
-                                  std::vector<ElfSymbol>& out, ElfImageInfo& info, std::string& error) {
+inline Status load_elf_symbols_from(const ElfBytes& bytes, std::uintptr_t bias, bool include_dynsym,
+                                    std::vector<ElfSymbol>& out, ElfImageInfo& info) {
   Elf64_Ehdr header;
   std::vector<Elf64_Shdr> sections;
-  if (!read_elf_headers(bytes, header, sections, error) || !read_elf_build_id(bytes, sections, info.build_id, error))
-    return false;
+  if (Status read = read_elf_headers(bytes, header, sections); !read) return read;
+  if (Status read = read_elf_build_id(bytes, sections, info.build_id); !read) return read;
   const std::uint64_t image_size = bytes.size();
   const auto read_section = [&](const Elf64_Shdr& section, auto& buffer) { return read_elf_section(bytes, section, buffer); };
 
@@ -429,21 +420,17 @@ inline bool load_elf_symbols_from(const ElfBytes& bytes, std::uintptr_t bias, bo
     already_read = true;
     const char* const table = is_symtab ? ".symtab" : ".dynsym";
     if (section.sh_entsize != sizeof(Elf64_Sym)) {
-      error = std::string(table) + " has entry size " + std::to_string(section.sh_entsize);
-      return false;
+      return elf_failure(std::string(table) + " has entry size " + std::to_string(section.sh_entsize));
     }
     if (section.sh_link >= sections.size() || sections[section.sh_link].sh_type != SHT_STRTAB) {
-      error = std::string(table) + " links to section " + std::to_string(section.sh_link) +
-              ", which is not a string table";
-      return false;
+      return elf_failure(std::string(table) + " links to section " + std::to_string(section.sh_link) +
+              ", which is not a string table");
     }
     if (!read_section(section, entries)) {
-      error = std::string(table) + " extends beyond the end of the file";
-      return false;
+      return elf_failure(std::string(table) + " extends beyond the end of the file");
     }
     if (!read_section(sections[section.sh_link], names)) {
-      error = std::string(table) + "'s string table extends beyond the end of the file";
-      return false;
+      return elf_failure(std::string(table) + "'s string table extends beyond the end of the file");
     }
     if (is_symtab && !entries.empty()) info.has_symtab = true;
     for (const auto& entry : entries) {
@@ -451,21 +438,18 @@ inline bool load_elf_symbols_from(const ElfBytes& bytes, std::uintptr_t bias, bo
       if (type != STT_FUNC && type != STT_GNU_IFUNC) continue;
       if (entry.st_shndx == SHN_UNDEF || entry.st_value == 0) continue;
       if (entry.st_name >= names.size()) {
-        error = std::string(table) + " has a symbol name offset outside its string table";
-        return false;
+        return elf_failure(std::string(table) + " has a symbol name offset outside its string table");
       }
       const char* name = names.data() + entry.st_name;
       const auto* end = static_cast<const char*>(std::memchr(name, '\0', names.size() - entry.st_name));
       if (end == nullptr) {
-        error = std::string(table) + " has an unterminated symbol name";
-        return false;
+        return elf_failure(std::string(table) + " has an unterminated symbol name");
       }
       if (end == name) continue;
       const auto name_size = static_cast<std::uint64_t>(end - name);
       if (name_size > name_bytes_left) {
-        error = std::string(table) + "'s symbol names add up to more than " +
-                std::to_string(elf_max_name_bytes_per_file_byte) + " times the size of the file";
-        return false;
+        return elf_failure(std::string(table) + "'s symbol names add up to more than " +
+                std::to_string(elf_max_name_bytes_per_file_byte) + " times the size of the file");
       }
       name_bytes_left -= name_size;
       ElfSymbol symbol;
@@ -476,35 +460,33 @@ inline bool load_elf_symbols_from(const ElfBytes& bytes, std::uintptr_t bias, bo
       out.push_back(std::move(symbol));
     }
   }
-  return true;
+  return Status::ok();
 }
 
 // Test and tooling entry point: the function symbols of one ELF64 file, sorted by
 // address with one symbol per address, relocated by `bias` (0 gives link-time
 // addresses). Reads .symtab and .dynsym of that file only, no separate debug
-// file; leaves ElfSymbol::demangled empty. Returns false with a human-readable
-// `error` when the file cannot be opened or is not a valid ELF64; never throws.
-inline bool load_elf_function_symbols(const std::string& path, std::uintptr_t bias, std::vector<ElfSymbol>& out,
-                                      std::string& error) noexcept {
+// file; leaves ElfSymbol::demangled empty. Returns a failure that says why when the
+// file cannot be opened or is not a valid ELF64; never throws.
+inline Status load_elf_function_symbols(const std::string& path, std::uintptr_t bias,
+                                        std::vector<ElfSymbol>& out) noexcept {
   SPANPROF_TRY {
     out.clear();
-    error.clear();
     ElfFileBytes file;
     ElfImageInfo info;
-    if (!file.open(path, error) || !load_elf_symbols_from(file, bias, true, out, info, error)) {
+    Status read = file.open(path);
+    if (read) read = load_elf_symbols_from(file, bias, true, out, info);
+    if (!read) {
       out.clear();
-      return false;
+      return read;
     }
     finalize_elf_symbols(out);
-    return true;
+    return Status::ok();
   } SPANPROF_CATCH_ALL {
     out.clear();
-    SPANPROF_TRY {
-      error = "out of memory while reading symbols";
-    } SPANPROF_CATCH_ALL {
-    }
-    return false;
+    return elf_failure("out of memory while reading symbols");
   }
+  return elf_failure("unreachable");  // -fno-exceptions: the try is an if (true)
 }
 
 }  // namespace detail
