@@ -2487,7 +2487,8 @@ class GuardCore {
   inline bool failed() const noexcept;
   inline void decide_and_close() noexcept;
   inline void close_engines() noexcept;
-  inline void open_sampling(const RunningConfig& config, ProfileKinds kinds) noexcept;
+  // `now_ns`: the monotonic time if the caller has read it, else -1.
+  inline void open_sampling(const RunningConfig& config, ProfileKinds kinds, std::int64_t now_ns = -1) noexcept;
   void too_deep(ThreadStackSampler& sampler, ProfileKinds kinds) noexcept;
   void open_wall(ThreadStackSampler& sampler, const RunningConfig& config) noexcept;
   inline void close_sampling() noexcept;
@@ -10365,7 +10366,9 @@ class ThreadStackSampler {
 
   // Opens a span slot on top of the thread's stack (this thread only). Invalid
   // ticket: max_open_spans are open already.
-  SpanSlotTicket push(ProfileKinds kinds) noexcept {
+  // `now_ns`: the monotonic time if the caller has read it (-1: read it here, if
+  // the watch needs it).
+  SpanSlotTicket push(ProfileKinds kinds, std::int64_t now_ns = -1) noexcept {
     forget_dead_spans();
     if (SPANPROF_UNLIKELY(slots_in_use_ == all_span_slots)) return {};
     const auto index = static_cast<std::uint32_t>(__builtin_ctz(~slots_in_use_));
@@ -10380,7 +10383,8 @@ class ThreadStackSampler {
     const std::uint32_t sequence = next_sequence_++ & 0x3FFF'FFFF;
     span.state.store(sequence << 2 | span_slot_open, std::memory_order_relaxed);
     slots_in_use_ |= std::uint32_t{1} << index;
-    if (top == 0 && settings_.watch_cpu) outer_changed_ns_.store(monotonic_now_ns(), std::memory_order_relaxed);
+    if (top == 0 && settings_.watch_cpu)
+      outer_changed_ns_.store(now_ns >= 0 ? now_ns : monotonic_now_ns(), std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     top_.store(index + 1, std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
@@ -17923,7 +17927,9 @@ SPANPROF_NOINLINE void GuardCore::begin(const RunningConfig& config, const SpanC
                       ProfileKinds kinds, bool triggered) noexcept {
   span_ = span;
   triggered_ = triggered;
-  uncaught_at_open_ = std::uncaught_exceptions();
+  // Only a tail policy asks whether the span failed; the count is a call into the
+  // C++ runtime, not worth making for nobody.
+  if (config.tail_policy) uncaught_at_open_ = std::uncaught_exceptions();
   name_length_ = static_cast<std::uint8_t>(span_name.size() < max_span_name ? span_name.size() : max_span_name);
   copy_span_name(name_, span_name.data(), name_length_);
   const bool classic_cpu = kinds.contains(ProfileKind::cpu) && config.cpu_engine == CpuEngine::classic;
@@ -17932,11 +17938,16 @@ SPANPROF_NOINLINE void GuardCore::begin(const RunningConfig& config, const SpanC
   ProfileKinds sampled;
   if (kinds.contains(ProfileKind::cpu) && !classic_cpu) sampled = sampled | cpu;
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) sampled = sampled | wall;
-  if (!sampled.empty()) open_sampling(config, sampled);
+  // One clock read opens a sampled span: its start, and the moment the thread's
+  // outermost span changed when the ticker watches the thread.
+  const std::int64_t opened_ns = monotonic_now_ns();
+  if (!sampled.empty()) open_sampling(config, sampled, opened_ns);
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::heap))) open_heap(config);
   if (active()) {
     count(Counter::profiles_started);
-    start_ns_ = monotonic_now_ns();  // after the engines started: the classic ones take milliseconds
+    // The classic engines take milliseconds to start (the heap's may be one): the
+    // span starts once they run.
+    start_ns_ = SPANPROF_UNLIKELY(classic_cpu || kinds.contains(ProfileKind::heap)) ? monotonic_now_ns() : opened_ns;
   } else {
     unpin();  // nothing to close: the destructor will not look at the configuration
   }
@@ -18049,7 +18060,7 @@ void GuardCore::stop_sampling_when(const std::atomic<bool>& flag) noexcept {
   if (state_ != State::idle) sampler_->span(ticket_).stop = &flag;
 }
 
-inline void GuardCore::open_sampling(const RunningConfig& config, ProfileKinds kinds) noexcept {
+inline void GuardCore::open_sampling(const RunningConfig& config, ProfileKinds kinds, std::int64_t now_ns) noexcept {
   ThreadStackSampler* sampler = current_stack_sampler;
   if (SPANPROF_UNLIKELY(sampler == nullptr || sampler->settings().generation != config.sampler.generation)) {
     // New settings (spanprof::start was called again) apply from this thread's
@@ -18067,7 +18078,7 @@ inline void GuardCore::open_sampling(const RunningConfig& config, ProfileKinds k
   }
   sampler_ = sampler;
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) open_wall(*sampler, config);
-  ticket_ = sampler->push(kinds);
+  ticket_ = sampler->push(kinds, now_ns);
   if (SPANPROF_UNLIKELY(!ticket_.valid())) return too_deep(*sampler, kinds);
   if (kinds.contains(ProfileKind::cpu)) {
     sampler->counters().add(Counter::cpu_guards_opened, 1);

@@ -141,7 +141,8 @@ class GuardCore {
   inline bool failed() const noexcept;
   inline void decide_and_close() noexcept;
   inline void close_engines() noexcept;
-  inline void open_sampling(const RunningConfig& config, ProfileKinds kinds) noexcept;
+  // `now_ns`: the monotonic time if the caller has read it, else -1.
+  inline void open_sampling(const RunningConfig& config, ProfileKinds kinds, std::int64_t now_ns = -1) noexcept;
   void too_deep(ThreadStackSampler& sampler, ProfileKinds kinds) noexcept;
   void open_wall(ThreadStackSampler& sampler, const RunningConfig& config) noexcept;
   inline void close_sampling() noexcept;

@@ -133,7 +133,9 @@ class ThreadStackSampler {
 
   // Opens a span slot on top of the thread's stack (this thread only). Invalid
   // ticket: max_open_spans are open already.
-  SpanSlotTicket push(ProfileKinds kinds) noexcept {
+  // `now_ns`: the monotonic time if the caller has read it (-1: read it here, if
+  // the watch needs it).
+  SpanSlotTicket push(ProfileKinds kinds, std::int64_t now_ns = -1) noexcept {
     forget_dead_spans();
     if (SPANPROF_UNLIKELY(slots_in_use_ == all_span_slots)) return {};
     const auto index = static_cast<std::uint32_t>(__builtin_ctz(~slots_in_use_));
@@ -148,7 +150,8 @@ class ThreadStackSampler {
     const std::uint32_t sequence = next_sequence_++ & 0x3FFF'FFFF;
     span.state.store(sequence << 2 | span_slot_open, std::memory_order_relaxed);
     slots_in_use_ |= std::uint32_t{1} << index;
-    if (top == 0 && settings_.watch_cpu) outer_changed_ns_.store(monotonic_now_ns(), std::memory_order_relaxed);
+    if (top == 0 && settings_.watch_cpu)
+      outer_changed_ns_.store(now_ns >= 0 ? now_ns : monotonic_now_ns(), std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     top_.store(index + 1, std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
