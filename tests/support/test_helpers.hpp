@@ -50,7 +50,7 @@
 #endif
 
 // Seconds of sustained load whose point is what the plain build does — throughput,
-// resident memory that stays flat over 10,000 restarts. Under a sanitizer they
+// resident memory that stays flat over 5,000 restarts. Under a sanitizer they
 // run several times longer and measure the sanitizer's allocator and quarantine;
 // shorter tests run the same code instrumented. Hidden there the same way.
 #if defined(SPANPROF_TESTS_UNDER_TSAN) || defined(__SANITIZE_ADDRESS__)
