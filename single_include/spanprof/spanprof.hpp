@@ -17940,14 +17940,18 @@ SPANPROF_NOINLINE void GuardCore::begin(const RunningConfig& config, const SpanC
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) sampled = sampled | wall;
   // One clock read opens a sampled span: its start, and the moment the thread's
   // outermost span changed when the ticker watches the thread.
-  const std::int64_t opened_ns = monotonic_now_ns();
-  if (!sampled.empty()) open_sampling(config, sampled, opened_ns);
+  std::int64_t opened_ns = -1;
+  if (!sampled.empty()) {
+    opened_ns = monotonic_now_ns();
+    open_sampling(config, sampled, opened_ns);
+  }
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::heap))) open_heap(config);
   if (active()) {
     count(Counter::profiles_started);
     // The classic engines take milliseconds to start (the heap's may be one): the
     // span starts once they run.
-    start_ns_ = SPANPROF_UNLIKELY(classic_cpu || kinds.contains(ProfileKind::heap)) ? monotonic_now_ns() : opened_ns;
+    const bool slow_engines = classic_cpu || kinds.contains(ProfileKind::heap);
+    start_ns_ = SPANPROF_LIKELY(opened_ns >= 0 && !slow_engines) ? opened_ns : monotonic_now_ns();
   } else {
     unpin();  // nothing to close: the destructor will not look at the configuration
   }
