@@ -263,3 +263,42 @@ TEST_CASE("a backoff of minutes ends when the clock says so: spooled profiles de
   CHECK(after.upload_retries - before.upload_retries >= 1);
   CHECK(after.upload_failures - before.upload_failures == 0);
 }
+
+TEST_CASE("upload() hands a callback the record, the pprof's bytes and the profile they came from", "[uploader]") {
+  spanprof::Profile profile;
+  profile.sample_types = {{"samples", "count"}, {"cpu", "nanoseconds"}};
+  profile.period_type = {"cpu", "nanoseconds"};
+  profile.period = 10'000'000;
+  profile.functions.push_back({1, "checkout::price_cart", "", ""});
+  profile.locations.push_back({1, 0, 0x401000, 1});
+  spanprof::Sample sample;
+  sample.location_ids = {1};
+  sample.values = {3, 30'000'000};
+  profile.samples.push_back(sample);
+  std::string pprof;
+  REQUIRE(spanprof::encode_pprof_gzip(profile, pprof));
+
+  spanprof::EncodedProfile encoded;
+  encoded.record.span = span_number(4242);
+  encoded.record.span_name = "POST /checkout";
+  encoded.sample_count = 1;
+  std::string seen_bytes, seen_name;
+  const spanprof::Profile* seen_profile = nullptr;
+  spanprof::CallbackUploader uploader(
+      [&](const spanprof::EncodedProfile& p, std::string_view pprof_gzip, const spanprof::UploadContext& context) {
+        seen_name = p.record.span_name;
+        seen_bytes.assign(pprof_gzip.data(), pprof_gzip.size());
+        seen_profile = context.profile;
+        return spanprof::UploadResult::ok();
+      });
+  REQUIRE(uploader.upload(encoded, spanprof::EncodeInput{&profile, pprof}));
+  CHECK(seen_name == "POST /checkout");
+  CHECK(seen_bytes == pprof);
+  CHECK(seen_profile == &profile);
+
+  pprof_test::DecodedPprof decoded;
+  std::string error;
+  REQUIRE(pprof_test::decode_pprof(seen_bytes, decoded, error));
+  REQUIRE(decoded.profile.samples.size() == 1);
+  CHECK(decoded.profile.samples[0].values.at(1) == 30'000'000);
+}

@@ -145,7 +145,9 @@ class Uploader {
     std::string payload;
     const Status encoded = encode(profile, input, payload);
     if (!encoded) return UploadResult::permanent(encoded.message());
-    return send(profile, payload);
+    UploadContext context;
+    context.profile = input.profile;
+    return send(profile, payload, context);
   }
 
   // Pushes what the uploader buffers: spanprof::flush() and shutdown call it.
