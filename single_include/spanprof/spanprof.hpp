@@ -1421,6 +1421,7 @@ enum class Counter : std::uint8_t {
   wall_ticks_signalled,   // the wall ticker's: ticks that sent a thread the sample signal
   wall_ticks_confirmed,   // the wall ticker's: ticks that found a thread still blocked, no signal sent
   cpu_ticks_watched,      // the ticker's: CPU ticks it sent for a POSIX timer point the kernel had not delivered
+  cpu_ticks_at_close,     // ticks a span took at its close for a point its thread passed in it, not delivered yet
   heap_guards_opened,
   heap_samples_captured,
   heap_samples_dropped,
@@ -1713,6 +1714,8 @@ struct ActiveSpan {
   ProfileKinds recorded;              // kinds, and what the open spans around it profile
   std::size_t log_start = 0;          // where this span's samples begin in the log
   std::uint64_t dropped_at_start = 0;
+  std::uintptr_t edge_holder = 0;     // the guard, when the span's edges take the timer's overdue points
+  std::int64_t cpu_at_open_ns = -1;   // and the thread's CPU clock at the open then
   // Set (by another thread, possibly) when the span ended elsewhere: its samples
   // are no longer recorded. Null unless a guard asked (ScopedProfile::stop_sampling_when).
   const std::atomic<bool>* stop = nullptr;
@@ -3909,6 +3912,9 @@ struct Stats {
   // CPU ticks the ticker sent: the thread's CPU clock had passed its POSIX timer's
   // sampling point, which the kernel had not delivered (docs/engines.md, under load).
   std::uint64_t cpu_ticks_watched = 0;
+  // Ticks a span took at its close for a POSIX timer point its thread had passed in
+  // it, which the kernel had not delivered yet (docs/engines.md, under load).
+  std::uint64_t cpu_ticks_at_close = 0;
   std::uint64_t wall_ticks_confirmed = 0;  // ticks that found a thread still blocked: no signal, no EINTR
   std::uint64_t heap_guards_opened = 0;    // guards that started a heap profile (either heap engine)
   std::uint64_t heap_samples_captured = 0; // allocations recorded by the sampling heap engine
@@ -4539,7 +4545,7 @@ class ProfileBuilder {
     if (!frame.function.empty() || !frame.system_name.empty()) {
       location.function_id = function_for(frame.function, frame.system_name, frame.file, frame.start_line, profile);
       location.line = frame.line;
-      for (std::size_t i = 0; i < frame.inlined_count; ++i) {
+      for (std::size_t i = own_inlined_frames(frame); i < frame.inlined_count; ++i) {
         const InlinedFrame& inlined = frame.inlined[i];
         if (inlined.function.empty() && inlined.system_name.empty()) continue;
         location.inlined.push_back(
@@ -4558,6 +4564,20 @@ class ProfileBuilder {
     profile.locations.push_back(std::move(location));
     locations_.insert(hash, profile.locations.size() - 1);
     return profile.locations.back().id;
+  }
+
+  // spanprof's own code inlined into a caller's (the guard's open and close): the
+  // innermost inlined frames at `frame` that are spanprof's, when the function
+  // they are in is not. They are left out, so such an address is shown as the line
+  // of the caller that opened or closed the guard: a tick a span takes at its close
+  // is walked from there (ThreadStackSampler::settle_close_edge), and spanprof's
+  // frames in a user's profile would say nothing about the user's code.
+  static std::size_t own_inlined_frames(const ResolvedFrame& frame) noexcept {
+    const auto ours = [](std::string_view name) { return name.rfind("spanprof::", 0) == 0; };
+    if (ours(frame.function)) return 0;
+    std::size_t count = 0;
+    while (count < frame.inlined_count && ours(frame.inlined[count].function)) ++count;
+    return count;
   }
 
   std::uint64_t mapping_for(const Module& module, Profile& profile) {
@@ -8722,14 +8742,19 @@ class CpuTickSource {
     std::uint64_t cpu_ns = 0;
   };
 
+  static constexpr std::int64_t no_cut = INT64_MAX;
+
   // Sets the CPU time until the next CPU tick (async-signal-safe); returns false if
   // the kernel refused. `weight`, when given, receives what the sample being taken
   // stands for; periods 0 is a timer signal before its expiry, not a sample.
-  bool schedule_next_tick(TickWeight* weight = nullptr) noexcept {
+  // `cut_ns` (the timer only): the points passed after it on the thread's CPU clock
+  // are left for a later tick.
+  bool schedule_next_tick(TickWeight* weight = nullptr, std::int64_t cut_ns = no_cut) noexcept {
     const std::int64_t now_ns = thread_cpu_now_ns();
     std::uint64_t periods = 0;
     std::int64_t timer_tile_ns = 0;
-    const bool ok = perf_fd_ >= 0 ? schedule_perf_tick(now_ns, periods) : schedule_timer_tick(now_ns, periods, timer_tile_ns);
+    const bool ok = perf_fd_ >= 0 ? schedule_perf_tick(now_ns, periods)
+                                  : schedule_timer_tick(now_ns, std::min(now_ns, cut_ns), periods, timer_tile_ns);
     const bool armed_before = tick_cpu_ns_ != 0;
     if (weight != nullptr) {
       weight->periods = periods;
@@ -8772,7 +8797,8 @@ class CpuTickSource {
     return ::ioctl(perf_fd_, PERF_EVENT_IOC_PERIOD, &value) == 0;
   }
 
-  bool schedule_timer_tick(std::int64_t now_ns, std::uint64_t& periods, std::int64_t& tile_ns) noexcept {
+  bool schedule_timer_tick(std::int64_t now_ns, std::int64_t cut_ns, std::uint64_t& periods,
+                           std::int64_t& tile_ns) noexcept {
     if (has_timer_) {
       // The kernel looks at CPU timers only on the scheduler tick (4 ms at
       // HZ=250), so the signal comes at the first tick after the sampling point,
@@ -8792,14 +8818,14 @@ class CpuTickSource {
       } else {
         constexpr std::uint64_t most_periods = 256;  // beyond: the thread ran with the signal held
         std::int64_t last_passed = point_base_;
-        while (next <= now_ns && passed < most_periods) {
+        while (next <= cut_ns && passed < most_periods) {
           ++passed;
           last_passed = next;
           next += random_interval_ns(random_, period_ns_);
         }
-        if (next <= now_ns) {
-          last_passed = now_ns;
-          next = now_ns + random_interval_ns(random_, period_ns_);
+        if (next <= cut_ns) {
+          last_passed = cut_ns;
+          next = cut_ns + random_interval_ns(random_, period_ns_);
         }
         if (passed != 0) {
           tile_ns = last_passed - point_base_;
@@ -8808,9 +8834,13 @@ class CpuTickSource {
       }
       periods = passed;
       cpu_mark_.store(static_cast<std::uint64_t>(next), std::memory_order_relaxed);
+      // A point left behind a cut has passed: armed for it, the timer would fire as
+      // it is set, and the signal would take it here at once. A moment on, the
+      // kernel delivers it at its next tick, as any other.
+      const std::int64_t expiry = std::max(next, now_ns + 50'000);
       itimerspec spec{};
-      spec.it_value.tv_sec = next / 1'000'000'000;
-      spec.it_value.tv_nsec = next % 1'000'000'000;
+      spec.it_value.tv_sec = expiry / 1'000'000'000;
+      spec.it_value.tv_nsec = expiry % 1'000'000'000;
       return ::timer_settime(timer_, TIMER_ABSTIME, &spec, nullptr) == 0;
     }
     return false;
@@ -9993,10 +10023,19 @@ SPANPROF_UNINSTRUMENTED inline Step step_with_frame_pointer(const Registers& reg
 // `max_depth` PCs into `frames`, innermost first: the first exact, the others
 // return addresses. Returns how many. `cache`, when given, is the calling thread's
 // memo of the rules at return addresses (the sample handler's; see RulesCache).
+// `from_address`, when given, is an address in some frame's locals on this stack:
+// the frames below that one (called from it) are passed over, and the walk's
+// first frame is that frame, at its call instruction (its return address - 1).
+// 0, or an address off this stack: every frame.
 SPANPROF_UNINSTRUMENTED inline int walk_stack(cfi::Registers regs, std::uint64_t stack_top, void** frames,
-                                              int max_depth, cfi::RulesCache* cache = nullptr) noexcept {
+                                              int max_depth, cfi::RulesCache* cache = nullptr,
+                                              std::uint64_t from_address = 0) noexcept {
   using namespace cfi;
   if (max_depth <= 0 || !regs.has(rip) || !regs.has(rsp)) return 0;
+  // A frame's call frame address (its caller's stack pointer) lies above every
+  // local of the frame and at or below every local of its callers.
+  bool passing_over = from_address > regs.value[rsp] && from_address < stack_top;
+  int passed = 0;
   StackReader reader(regs.value[rsp], stack_top);
   ObjectIndex object;      // the last object looked up: most callers share it
   CommonInfo cie;          // the last CIE parsed
@@ -10031,6 +10070,13 @@ SPANPROF_UNINSTRUMENTED inline int walk_stack(cfi::Registers regs, std::uint64_t
     // Up the stack at every step, except across a signal frame (which may come
     // from an alternate signal stack).
     if (next_pc < 4096 || next_sp == 0 || (!signal_frame && next_sp <= regs.value[rsp])) break;
+    if (passing_over && next_sp <= from_address && ++passed < max_walk_depth) {
+      frames[0] = reinterpret_cast<void*>(next_pc - 1);  // the caller, at its call
+      regs = caller;
+      exact = signal_frame;
+      continue;
+    }
+    passing_over = false;
     frames[depth++] = reinterpret_cast<void*>(next_pc);
     regs = caller;
     exact = signal_frame;
@@ -10369,8 +10415,9 @@ class ThreadStackSampler {
   // Opens a span slot on top of the thread's stack (this thread only). Invalid
   // ticket: max_open_spans are open already.
   // `now_ns`: the monotonic time if the caller has read it (-1: read it here, if
-  // the watch needs it).
-  SpanSlotTicket push(ProfileKinds kinds, std::int64_t now_ns = -1) noexcept {
+  // the watch needs it). `holder`: the guard, if the span's edges may take the
+  // timer's points (settle_open_edge).
+  SpanSlotTicket push(ProfileKinds kinds, std::int64_t now_ns = -1, const void* holder = nullptr) noexcept {
     forget_dead_spans();
     if (SPANPROF_UNLIKELY(slots_in_use_ == all_span_slots)) return {};
     const auto index = static_cast<std::uint32_t>(__builtin_ctz(~slots_in_use_));
@@ -10382,6 +10429,11 @@ class ThreadStackSampler {
     span.dropped_at_start = dropped_.load(std::memory_order_relaxed);
     span.stop = nullptr;
     span.parent.store(top, std::memory_order_relaxed);
+    span.edge_holder = 0;
+    if (top == 0 && long_spans_ && settings_.watch_cpu && on_this_stack(holder)) {
+      span.cpu_at_open_ns = settle_open_edge();
+      if (span.cpu_at_open_ns >= 0) span.edge_holder = reinterpret_cast<std::uintptr_t>(holder);
+    }
     const std::uint32_t sequence = next_sequence_++ & 0x3FFF'FFFF;
     span.state.store(sequence << 2 | span_slot_open, std::memory_order_relaxed);
     slots_in_use_ |= std::uint32_t{1} << index;
@@ -10407,7 +10459,26 @@ class ThreadStackSampler {
       return false;
     }
     const std::uint32_t parent = span.parent.load(std::memory_order_relaxed);
-    if (parent == 0 && settings_.watch_cpu) outer_changed_ns_.store(monotonic_now_ns(), std::memory_order_relaxed);
+    if (parent == 0 && settings_.watch_cpu) {
+      // A sample taken from here on (the edge's own, or the kernel's at the clock
+      // read's return) starts at the guard's frame (take_ticks_to).
+      walk_from_ = span.edge_holder;
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+      const std::int64_t now = monotonic_now_ns();
+      const std::int64_t cpu_at_close = span.edge_holder != 0 ? settle_close_edge() : -1;
+      close_edge_settled_ = cpu_at_close >= 0;
+      // The next span's edges are read after a span that ran the slack: of CPU when
+      // its edges told (whatever its points were: keeping on after the spans that
+      // took one, and only those, made the spans after each gain the gap's); else of
+      // wall time, with a sample (so that a thread whose spans mostly wait is not read
+      // at every edge).
+      long_spans_ = close_edge_settled_ ? cpu_at_close - span.cpu_at_open_ns >= cpu_watch_slack_ns()
+                                        : now - outer_changed_ns_.load(std::memory_order_relaxed) >= cpu_watch_slack_ns() &&
+                                              used_.load(std::memory_order_relaxed) != span.log_start;
+      outer_changed_ns_.store(now, std::memory_order_relaxed);
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+      walk_from_ = 0;
+    }
     top_.store(parent, std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     span.state.store(span_slot_free, std::memory_order_relaxed);
@@ -10455,6 +10526,91 @@ class ThreadStackSampler {
   // A guard closed here and copied its samples out.
   void span_closed() noexcept { forget_dead_spans(); }
 
+  // The POSIX timer's points at a span's edges. Under load the kernel delivers a
+  // point late (and the CPU watch signals only a thread on its core): a point passed
+  // in a span lands after its close, in whatever runs next, and one passed before
+  // it lands inside. In aggregate that evens out; per span it does not, and a short
+  // span often ends with none of its own samples. So on a thread whose last
+  // outermost span ran at least the watch's slack and took a sample (a server's
+  // short requests, which could not pay a clock read per edge, are left to the
+  // kernel and the watch), the next outermost span's edges read the thread's CPU
+  // clock, and the points overdue by the slack (edge_cut_ns) are taken on the side of
+  // the edge where it was passed: at the open before the span is on the stack (no
+  // sample: the time between spans), at the close before it leaves (a sample of the
+  // span). A signal a thread sends itself is handled before the call returns.
+  //
+  // Both edges or neither, and only points known to be the span's or the gap's: a
+  // point can stay undelivered for many spans under load, and taken at an edge it
+  // would always land on one side of it (a periodic workload of short spans came out
+  // at 1.5 or 0.8 of its CPU so). An open takes points only when the close before
+  // it was settled (then they were passed between the two); when it finds an older
+  // one overdue, the span's edges are left to the kernel.
+  //
+  // The sample taken at a close has the stack of the close: its walk starts at the
+  // frame that holds the guard (in the function that opened the span), at the call
+  // that closed it, passing spanprof's own frames over. So only a guard on this
+  // thread's stack, with the lock-free walker (which can pass frames over).
+  //
+  // Each returns the thread's CPU clock, read at the edge; -1 when the edges are
+  // left to the kernel.
+  std::int64_t settle_open_edge() noexcept {
+    const std::int64_t cut = edge_cut_ns();
+    if (cut < 0) return -1;
+    if (cpu_.next_point_ns() <= cut) {
+      if (!close_edge_settled_) return -1;
+      take_ticks_to(cut);
+    }
+    return cut + cpu_watch_slack_ns();
+  }
+
+  std::int64_t settle_close_edge() noexcept {
+    const std::int64_t cut = edge_cut_ns();
+    if (cut < 0) return -1;
+    if (cpu_.next_point_ns() <= cut) {
+      take_ticks_to(cut);
+      counters_->add(Counter::cpu_ticks_at_close, 1);
+    }
+    return cut + cpu_watch_slack_ns();
+  }
+
+  // Where an edge cuts the timer's points: the thread's CPU clock less the CPU
+  // watch's slack, the lateness at which the ticker would send a point too (-1: no
+  // timer armed, or no clock). The points after it are left to the kernel's tick and
+  // the watch, at both edges alike, so that a span holds the points of its CPU time
+  // shifted by the slack: at a close they would mostly be points of the hot code
+  // just before, sampled at the close instead (a third of a 6 ms span's samples
+  // were, with no slack; a tenth with it). And only the points before the cut: had
+  // an edge taken every point passed once one was overdue, a span would get the
+  // gap's last points with its own, or lose its own with them (a periodic workload
+  // of 0.5 ms spans at 1 kHz came out at 1.2 of its CPU).
+  std::int64_t edge_cut_ns() const noexcept {
+    if (!armed() || signal_blocked_.load(std::memory_order_relaxed) || cpu_.next_point_ns() == 0) return -1;
+    timespec clock{};
+    if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &clock) != 0) return -1;
+    return static_cast<std::int64_t>(clock.tv_sec) * 1'000'000'000 + clock.tv_nsec - cpu_watch_slack_ns();
+  }
+
+  // The tick for the points up to `cut`, on this thread now. At a close, its
+  // sample's walk starts at the guard's frame (walk_from_, set by pop); at an open
+  // no span is on the stack, and no sample is taken.
+  void take_ticks_to(std::int64_t cut) noexcept {
+    edge_cut_ns_ = cut;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    send_tick(cpu_tick_tag | edge_tick_data);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    edge_cut_ns_ = CpuTickSource::no_cut;
+  }
+
+  bool on_this_stack(const void* address) const noexcept {
+#if SPANPROF_HAS_CFI_WALKER
+    const auto at = reinterpret_cast<std::uintptr_t>(address);
+    return at > reinterpret_cast<std::uintptr_t>(&at) && at < stack_top_;
+#else
+    (void)address;
+    return false;
+#endif
+  }
+
   // ---- wall spans, on this thread -------------------------------------------------
 
   // A wall-profiled span opens. `now_ns` is CLOCK_MONOTONIC. Returns true when this
@@ -10491,6 +10647,7 @@ class ThreadStackSampler {
     // Queued while the thread blocked the signal: they would all land on the point
     // where it unblocks, so none is recorded.
     if (SPANPROF_UNLIKELY(signal_blocked_.load(std::memory_order_relaxed))) return;
+    bool at_edge = false;  // sent by a span's edge (take_ticks_to)
     if (info->si_code == SI_QUEUE && info->si_pid == pid_) {
       const auto value = reinterpret_cast<std::uintptr_t>(info->si_value.sival_ptr);
       const std::uint64_t tag = value & ~std::uint64_t{0xFFFF'FFFF};
@@ -10499,6 +10656,7 @@ class ThreadStackSampler {
       // a tick like the timer's own (whichever comes first takes the sample; the
       // other finds no point passed).
       if (tag != cpu_tick_tag) return;
+      at_edge = static_cast<std::uint32_t>(value) == edge_tick_data;
     } else if (!cpu_.is_tick(info)) {
       return;  // not our source's: someone else's signal
     }
@@ -10507,6 +10665,11 @@ class ThreadStackSampler {
     // takes counts toward it. (Drawn at the end, each sample's handler time would
     // go unsampled: -9% at 1 kHz, -30% at 4 kHz, measured.)
     const ActiveSpan* active = innermost_open_span();
+    const std::int64_t cut = at_edge ? edge_cut_ns_ : CpuTickSource::no_cut;
+    if (active == nullptr && at_edge) {
+      cpu_.schedule_next_tick(nullptr, cut);  // a span is opening: the points were the gap's, not idleness
+      return;
+    }
     if (active == nullptr) {
       const auto idle = idle_ticks_.load(std::memory_order_relaxed) + 1;
       idle_ticks_.store(idle, std::memory_order_relaxed);
@@ -10515,7 +10678,7 @@ class ThreadStackSampler {
       return;
     }
     CpuTickSource::TickWeight weight;
-    cpu_.schedule_next_tick(&weight);
+    cpu_.schedule_next_tick(&weight, cut);
     if (weight.periods == 0) return;  // a timer signal before its expiry: not a sample
     // A span that ended on another thread is still on this thread's stack until the
     // thread pops it; it records nothing, and it is not idleness either.
@@ -10666,11 +10829,13 @@ class ThreadStackSampler {
 
   // The interrupted stack, its interrupted instruction first; 0 frames when the
   // walk must be skipped. The handler's own frames are never part of it.
-  int walk_interrupted_stack(const void* ucontext, void** trace) noexcept {
+  // `from`: see walk_stack's from_address (0: the whole stack).
+  int walk_interrupted_stack(const void* ucontext, void** trace, std::uintptr_t from) noexcept {
 #if SPANPROF_HAS_CFI_WALKER
     // Call frame information, read without a lock (detail/capture/stack_walker.hpp).
-    return walk_stack(registers_from_ucontext(ucontext), stack_top_, trace, settings_.max_depth, &rules_cache_);
+    return walk_stack(registers_from_ucontext(ucontext), stack_top_, trace, settings_.max_depth, &rules_cache_, from);
 #else
+    (void)from;
     return walk_with_gperftools(ucontext, trace, settings_.max_depth);
 #endif
   }
@@ -10680,7 +10845,7 @@ class ThreadStackSampler {
   std::size_t record_sample(std::uint64_t weight, const void* ucontext) noexcept {
     const bool wall = (weight & wall_record_tag) != 0;
     void* trace[max_stack_depth_limit];
-    const int depth = walk_interrupted_stack(ucontext, trace);
+    const int depth = walk_interrupted_stack(ucontext, trace, walk_from_);
     const std::size_t used = used_.load(std::memory_order_relaxed);
     const std::size_t need = stack_record_words(depth);
     if (depth <= 0 || used + need > settings_.buffer_words) {
@@ -10788,6 +10953,13 @@ class ThreadStackSampler {
   std::atomic<std::uint32_t> wall_spans_{0};       // open wall spans (the ticker reads it)
   std::atomic<std::uint32_t> wall_generation_{0};  // bumped at every wall span open and close
   volatile bool wall_busy_ = false;                // the thread is changing the accounting
+  // A span's edge (take_ticks_to): its tick's data, and while the thread closes
+  // such a span, the guard, whose frame starts the walk of any sample taken then.
+  static constexpr std::uint32_t edge_tick_data = 1;
+  volatile std::uintptr_t walk_from_ = 0;
+  volatile std::int64_t edge_cut_ns_ = CpuTickSource::no_cut;  // the edge's tick takes the points up to here
+  bool long_spans_ = false;          // the last outermost span ran at least the CPU watch's slack
+  bool close_edge_settled_ = false;  // and its close took the timer's overdue point
   std::int64_t wall_accounted_ns_ = 0;             // wall time given to samples up to here
   std::size_t last_wall_record_ = no_wall_record;  // the newest wall record in the log
   std::uint32_t last_wall_generation_ = 0;         // the generation it was taken under
@@ -17021,6 +17193,7 @@ class Runtime final : public GuardHost {
     s.wall_samples_dropped = c[Counter::wall_samples_dropped];
     s.wall_ticks_signalled = c[Counter::wall_ticks_signalled];
     s.cpu_ticks_watched = c[Counter::cpu_ticks_watched];
+    s.cpu_ticks_at_close = c[Counter::cpu_ticks_at_close];
     s.wall_ticks_confirmed = c[Counter::wall_ticks_confirmed];
     s.heap_guards_opened = c[Counter::heap_guards_opened];
     s.heap_samples_captured = c[Counter::heap_samples_captured];
@@ -18084,7 +18257,7 @@ inline void GuardCore::open_sampling(const RunningConfig& config, ProfileKinds k
   }
   sampler_ = sampler;
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) open_wall(*sampler, config);
-  ticket_ = sampler->push(kinds, now_ns);
+  ticket_ = sampler->push(kinds, now_ns, this);
   if (SPANPROF_UNLIKELY(!ticket_.valid())) return too_deep(*sampler, kinds);
   if (kinds.contains(ProfileKind::cpu)) {
     sampler->counters().add(Counter::cpu_guards_opened, 1);

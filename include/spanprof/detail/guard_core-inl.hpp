@@ -304,7 +304,7 @@ inline void GuardCore::open_sampling(const RunningConfig& config, ProfileKinds k
   }
   sampler_ = sampler;
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) open_wall(*sampler, config);
-  ticket_ = sampler->push(kinds, now_ns);
+  ticket_ = sampler->push(kinds, now_ns, this);
   if (SPANPROF_UNLIKELY(!ticket_.valid())) return too_deep(*sampler, kinds);
   if (kinds.contains(ProfileKind::cpu)) {
     sampler->counters().add(Counter::cpu_guards_opened, 1);

@@ -162,14 +162,19 @@ class CpuTickSource {
     std::uint64_t cpu_ns = 0;
   };
 
+  static constexpr std::int64_t no_cut = INT64_MAX;
+
   // Sets the CPU time until the next CPU tick (async-signal-safe); returns false if
   // the kernel refused. `weight`, when given, receives what the sample being taken
   // stands for; periods 0 is a timer signal before its expiry, not a sample.
-  bool schedule_next_tick(TickWeight* weight = nullptr) noexcept {
+  // `cut_ns` (the timer only): the points passed after it on the thread's CPU clock
+  // are left for a later tick.
+  bool schedule_next_tick(TickWeight* weight = nullptr, std::int64_t cut_ns = no_cut) noexcept {
     const std::int64_t now_ns = thread_cpu_now_ns();
     std::uint64_t periods = 0;
     std::int64_t timer_tile_ns = 0;
-    const bool ok = perf_fd_ >= 0 ? schedule_perf_tick(now_ns, periods) : schedule_timer_tick(now_ns, periods, timer_tile_ns);
+    const bool ok = perf_fd_ >= 0 ? schedule_perf_tick(now_ns, periods)
+                                  : schedule_timer_tick(now_ns, std::min(now_ns, cut_ns), periods, timer_tile_ns);
     const bool armed_before = tick_cpu_ns_ != 0;
     if (weight != nullptr) {
       weight->periods = periods;
@@ -212,7 +217,8 @@ class CpuTickSource {
     return ::ioctl(perf_fd_, PERF_EVENT_IOC_PERIOD, &value) == 0;
   }
 
-  bool schedule_timer_tick(std::int64_t now_ns, std::uint64_t& periods, std::int64_t& tile_ns) noexcept {
+  bool schedule_timer_tick(std::int64_t now_ns, std::int64_t cut_ns, std::uint64_t& periods,
+                           std::int64_t& tile_ns) noexcept {
     if (has_timer_) {
       // The kernel looks at CPU timers only on the scheduler tick (4 ms at
       // HZ=250), so the signal comes at the first tick after the sampling point,
@@ -232,14 +238,14 @@ class CpuTickSource {
       } else {
         constexpr std::uint64_t most_periods = 256;  // beyond: the thread ran with the signal held
         std::int64_t last_passed = point_base_;
-        while (next <= now_ns && passed < most_periods) {
+        while (next <= cut_ns && passed < most_periods) {
           ++passed;
           last_passed = next;
           next += random_interval_ns(random_, period_ns_);
         }
-        if (next <= now_ns) {
-          last_passed = now_ns;
-          next = now_ns + random_interval_ns(random_, period_ns_);
+        if (next <= cut_ns) {
+          last_passed = cut_ns;
+          next = cut_ns + random_interval_ns(random_, period_ns_);
         }
         if (passed != 0) {
           tile_ns = last_passed - point_base_;
@@ -248,9 +254,13 @@ class CpuTickSource {
       }
       periods = passed;
       cpu_mark_.store(static_cast<std::uint64_t>(next), std::memory_order_relaxed);
+      // A point left behind a cut has passed: armed for it, the timer would fire as
+      // it is set, and the signal would take it here at once. A moment on, the
+      // kernel delivers it at its next tick, as any other.
+      const std::int64_t expiry = std::max(next, now_ns + 50'000);
       itimerspec spec{};
-      spec.it_value.tv_sec = next / 1'000'000'000;
-      spec.it_value.tv_nsec = next % 1'000'000'000;
+      spec.it_value.tv_sec = expiry / 1'000'000'000;
+      spec.it_value.tv_nsec = expiry % 1'000'000'000;
       return ::timer_settime(timer_, TIMER_ABSTIME, &spec, nullptr) == 0;
     }
     return false;

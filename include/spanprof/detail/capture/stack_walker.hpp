@@ -277,10 +277,19 @@ SPANPROF_UNINSTRUMENTED inline Step step_with_frame_pointer(const Registers& reg
 // `max_depth` PCs into `frames`, innermost first: the first exact, the others
 // return addresses. Returns how many. `cache`, when given, is the calling thread's
 // memo of the rules at return addresses (the sample handler's; see RulesCache).
+// `from_address`, when given, is an address in some frame's locals on this stack:
+// the frames below that one (called from it) are passed over, and the walk's
+// first frame is that frame, at its call instruction (its return address - 1).
+// 0, or an address off this stack: every frame.
 SPANPROF_UNINSTRUMENTED inline int walk_stack(cfi::Registers regs, std::uint64_t stack_top, void** frames,
-                                              int max_depth, cfi::RulesCache* cache = nullptr) noexcept {
+                                              int max_depth, cfi::RulesCache* cache = nullptr,
+                                              std::uint64_t from_address = 0) noexcept {
   using namespace cfi;
   if (max_depth <= 0 || !regs.has(rip) || !regs.has(rsp)) return 0;
+  // A frame's call frame address (its caller's stack pointer) lies above every
+  // local of the frame and at or below every local of its callers.
+  bool passing_over = from_address > regs.value[rsp] && from_address < stack_top;
+  int passed = 0;
   StackReader reader(regs.value[rsp], stack_top);
   ObjectIndex object;      // the last object looked up: most callers share it
   CommonInfo cie;          // the last CIE parsed
@@ -315,6 +324,13 @@ SPANPROF_UNINSTRUMENTED inline int walk_stack(cfi::Registers regs, std::uint64_t
     // Up the stack at every step, except across a signal frame (which may come
     // from an alternate signal stack).
     if (next_pc < 4096 || next_sp == 0 || (!signal_frame && next_sp <= regs.value[rsp])) break;
+    if (passing_over && next_sp <= from_address && ++passed < max_walk_depth) {
+      frames[0] = reinterpret_cast<void*>(next_pc - 1);  // the caller, at its call
+      regs = caller;
+      exact = signal_frame;
+      continue;
+    }
+    passing_over = false;
     frames[depth++] = reinterpret_cast<void*>(next_pc);
     regs = caller;
     exact = signal_frame;

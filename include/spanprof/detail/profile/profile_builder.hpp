@@ -140,7 +140,7 @@ class ProfileBuilder {
     if (!frame.function.empty() || !frame.system_name.empty()) {
       location.function_id = function_for(frame.function, frame.system_name, frame.file, frame.start_line, profile);
       location.line = frame.line;
-      for (std::size_t i = 0; i < frame.inlined_count; ++i) {
+      for (std::size_t i = own_inlined_frames(frame); i < frame.inlined_count; ++i) {
         const InlinedFrame& inlined = frame.inlined[i];
         if (inlined.function.empty() && inlined.system_name.empty()) continue;
         location.inlined.push_back(
@@ -159,6 +159,20 @@ class ProfileBuilder {
     profile.locations.push_back(std::move(location));
     locations_.insert(hash, profile.locations.size() - 1);
     return profile.locations.back().id;
+  }
+
+  // spanprof's own code inlined into a caller's (the guard's open and close): the
+  // innermost inlined frames at `frame` that are spanprof's, when the function
+  // they are in is not. They are left out, so such an address is shown as the line
+  // of the caller that opened or closed the guard: a tick a span takes at its close
+  // is walked from there (ThreadStackSampler::settle_close_edge), and spanprof's
+  // frames in a user's profile would say nothing about the user's code.
+  static std::size_t own_inlined_frames(const ResolvedFrame& frame) noexcept {
+    const auto ours = [](std::string_view name) { return name.rfind("spanprof::", 0) == 0; };
+    if (ours(frame.function)) return 0;
+    std::size_t count = 0;
+    while (count < frame.inlined_count && ours(frame.inlined[count].function)) ++count;
+    return count;
   }
 
   std::uint64_t mapping_for(const Module& module, Profile& profile) {

@@ -215,6 +215,7 @@ class Runtime final : public GuardHost {
     s.wall_samples_dropped = c[Counter::wall_samples_dropped];
     s.wall_ticks_signalled = c[Counter::wall_ticks_signalled];
     s.cpu_ticks_watched = c[Counter::cpu_ticks_watched];
+    s.cpu_ticks_at_close = c[Counter::cpu_ticks_at_close];
     s.wall_ticks_confirmed = c[Counter::wall_ticks_confirmed];
     s.heap_guards_opened = c[Counter::heap_guards_opened];
     s.heap_samples_captured = c[Counter::heap_samples_captured];
