@@ -3784,8 +3784,10 @@ struct Options {
   // (re-armed by its next guard): idle threads stop paying for signals.
   std::uint32_t idle_ticks_before_disarm = 200;
   // The ticker thread sends the POSIX CPU timer's sampling points the kernel is late
-  // with, so that each span keeps its own CPU on a saturated machine (docs/engines.md,
-  // "Under load"; its cost: docs/cost.md). Off: the timer alone, as the kernel delivers.
+  // with, and the edges of spans that run long take those they passed, so that each
+  // span keeps its own CPU on a saturated machine (docs/engines.md, "Under load" and
+  // "At a span's edges"; its cost: docs/cost.md). Off: the timer alone, as the kernel
+  // delivers.
   bool watch_cpu_ticks = true;
 
   // ---- which spans are profiled (docs/sampling.md) -----------------------------------
@@ -10416,7 +10418,7 @@ class ThreadStackSampler {
   // ticket: max_open_spans are open already.
   // `now_ns`: the monotonic time if the caller has read it (-1: read it here, if
   // the watch needs it). `holder`: the guard, if the span's edges may take the
-  // timer's points (settle_open_edge).
+  // timer's points (settle_edge).
   SpanSlotTicket push(ProfileKinds kinds, std::int64_t now_ns = -1, const void* holder = nullptr) noexcept {
     forget_dead_spans();
     if (SPANPROF_UNLIKELY(slots_in_use_ == all_span_slots)) return {};
@@ -10430,8 +10432,9 @@ class ThreadStackSampler {
     span.stop = nullptr;
     span.parent.store(top, std::memory_order_relaxed);
     span.edge_holder = 0;
+    if (top == 0) cpu_records_at_outer_open_ = cpu_records_;
     if (top == 0 && long_spans_ && settings_.watch_cpu && on_this_stack(holder)) {
-      span.cpu_at_open_ns = settle_open_edge();
+      span.cpu_at_open_ns = settle_edge(false);
       if (span.cpu_at_open_ns >= 0) span.edge_holder = reinterpret_cast<std::uintptr_t>(holder);
     }
     const std::uint32_t sequence = next_sequence_++ & 0x3FFF'FFFF;
@@ -10465,16 +10468,16 @@ class ThreadStackSampler {
       walk_from_ = span.edge_holder;
       std::atomic_signal_fence(std::memory_order_seq_cst);
       const std::int64_t now = monotonic_now_ns();
-      const std::int64_t cpu_at_close = span.edge_holder != 0 ? settle_close_edge() : -1;
+      const std::int64_t cpu_at_close = span.edge_holder != 0 ? settle_edge(true) : -1;
       close_edge_settled_ = cpu_at_close >= 0;
       // The next span's edges are read after a span that ran the slack: of CPU when
       // its edges told (whatever its points were: keeping on after the spans that
       // took one, and only those, made the spans after each gain the gap's); else of
-      // wall time, with a sample (so that a thread whose spans mostly wait is not read
-      // at every edge).
+      // wall time, with a CPU sample (so that a thread whose spans mostly wait is not
+      // read at every edge).
       long_spans_ = close_edge_settled_ ? cpu_at_close - span.cpu_at_open_ns >= cpu_watch_slack_ns()
                                         : now - outer_changed_ns_.load(std::memory_order_relaxed) >= cpu_watch_slack_ns() &&
-                                              used_.load(std::memory_order_relaxed) != span.log_start;
+                                              cpu_records_ != cpu_records_at_outer_open_;
       outer_changed_ns_.store(now, std::memory_order_relaxed);
       std::atomic_signal_fence(std::memory_order_seq_cst);
       walk_from_ = 0;
@@ -10553,22 +10556,13 @@ class ThreadStackSampler {
   //
   // Each returns the thread's CPU clock, read at the edge; -1 when the edges are
   // left to the kernel.
-  std::int64_t settle_open_edge() noexcept {
+  std::int64_t settle_edge(bool at_close) noexcept {
     const std::int64_t cut = edge_cut_ns();
     if (cut < 0) return -1;
     if (cpu_.next_point_ns() <= cut) {
-      if (!close_edge_settled_) return -1;
+      if (!at_close && !close_edge_settled_) return -1;
       take_ticks_to(cut);
-    }
-    return cut + cpu_watch_slack_ns();
-  }
-
-  std::int64_t settle_close_edge() noexcept {
-    const std::int64_t cut = edge_cut_ns();
-    if (cut < 0) return -1;
-    if (cpu_.next_point_ns() <= cut) {
-      take_ticks_to(cut);
-      counters_->add(Counter::cpu_ticks_at_close, 1);
+      if (at_close) counters_->add(Counter::cpu_ticks_at_close, 1);
     }
     return cut + cpu_watch_slack_ns();
   }
@@ -10829,13 +10823,14 @@ class ThreadStackSampler {
 
   // The interrupted stack, its interrupted instruction first; 0 frames when the
   // walk must be skipped. The handler's own frames are never part of it.
-  // `from`: see walk_stack's from_address (0: the whole stack).
-  int walk_interrupted_stack(const void* ucontext, void** trace, std::uintptr_t from) noexcept {
+  // While a span's close takes its edge's points, the walk starts at the guard's
+  // frame (walk_from_; walk_stack's from_address).
+  int walk_interrupted_stack(const void* ucontext, void** trace) noexcept {
 #if SPANPROF_HAS_CFI_WALKER
     // Call frame information, read without a lock (detail/capture/stack_walker.hpp).
-    return walk_stack(registers_from_ucontext(ucontext), stack_top_, trace, settings_.max_depth, &rules_cache_, from);
+    return walk_stack(registers_from_ucontext(ucontext), stack_top_, trace, settings_.max_depth, &rules_cache_,
+                      walk_from_);
 #else
-    (void)from;
     return walk_with_gperftools(ucontext, trace, settings_.max_depth);
 #endif
   }
@@ -10845,7 +10840,7 @@ class ThreadStackSampler {
   std::size_t record_sample(std::uint64_t weight, const void* ucontext) noexcept {
     const bool wall = (weight & wall_record_tag) != 0;
     void* trace[max_stack_depth_limit];
-    const int depth = walk_interrupted_stack(ucontext, trace, walk_from_);
+    const int depth = walk_interrupted_stack(ucontext, trace);
     const std::size_t used = used_.load(std::memory_order_relaxed);
     const std::size_t need = stack_record_words(depth);
     if (depth <= 0 || used + need > settings_.buffer_words) {
@@ -10859,8 +10854,12 @@ class ThreadStackSampler {
     // to here from another thread.
     used_.store(used + need, std::memory_order_release);
     // A CPU record stands for its periods' samples, as the profile's sample count says.
-    if (wall) counters_->add(Counter::wall_samples_captured, 1);
-    else counters_->add(Counter::cpu_samples_captured, cpu_record_periods(weight));
+    if (wall) {
+      counters_->add(Counter::wall_samples_captured, 1);
+    } else {
+      counters_->add(Counter::cpu_samples_captured, cpu_record_periods(weight));
+      cpu_records_ = cpu_records_ + 1;
+    }
     return used;
   }
 
@@ -10958,8 +10957,10 @@ class ThreadStackSampler {
   static constexpr std::uint32_t edge_tick_data = 1;
   volatile std::uintptr_t walk_from_ = 0;
   volatile std::int64_t edge_cut_ns_ = CpuTickSource::no_cut;  // the edge's tick takes the points up to here
+  volatile std::uint32_t cpu_records_ = 0;     // CPU records written (the handler), and
+  std::uint32_t cpu_records_at_outer_open_ = 0;  // their count when the outermost span opened
   bool long_spans_ = false;          // the last outermost span ran at least the CPU watch's slack
-  bool close_edge_settled_ = false;  // and its close took the timer's overdue point
+  bool close_edge_settled_ = false;  // and its close read the thread's CPU clock (settle_edge)
   std::int64_t wall_accounted_ns_ = 0;             // wall time given to samples up to here
   std::size_t last_wall_record_ = no_wall_record;  // the newest wall record in the log
   std::uint32_t last_wall_generation_ = 0;         // the generation it was taken under
@@ -12438,7 +12439,7 @@ class WallTicker {
   // often as for the default 100 Hz at ease, until the ticker parks).
   struct Look {
     bool span_open = false;
-    std::int64_t watch_interval_ns = 20'000'000;
+    std::int64_t watch_interval_ns = 40'000'000;
   };
 
   // One look at every thread: wall ticks when due, the CPU watch always.
@@ -12470,13 +12471,15 @@ class WallTicker {
           default: break;
         }
         if (span_open) look.span_open = true;
-        // Half the period while the kernel has been late in the last second; two
-        // periods otherwise, when its own ticks come in time and the watch only
-        // makes sure they still do. A look is a wake-up and a switch on a busy core,
-        // so a server whose kernel keeps time pays half as many as at one a period.
+        // A period while the kernel has been late in the last second; four periods
+        // otherwise, when its own ticks come in time and the watch only makes sure
+        // they still do. A look is a wake-up and a switch on a busy core (~25 µs of
+        // the ticker's CPU on a saturated one), so looks are few: a point overdue
+        // in a long span is still sent within a period, and the edges of a span
+        // take the points passed near them (ThreadStackSampler::settle_edge).
         const std::int64_t period = sampler->settings().period_ns;
         const bool late_lately = now - last_late_ns_ < std::chrono::nanoseconds(linger).count();
-        const std::int64_t interval = std::max<std::int64_t>(late_lately ? period / 2 : 2 * period, 1'000'000);
+        const std::int64_t interval = std::max<std::int64_t>(late_lately ? period : 4 * period, 1'000'000);
         if (interval < look.watch_interval_ns) look.watch_interval_ns = interval;
       }
     }
@@ -16278,7 +16281,8 @@ inline constexpr Setting settings[] = {
         "An idle thread's sampler disarms after this many ticks with no open span."),
     setting<&Options::watch_cpu_ticks>(
         "watch_cpu_ticks", "SPANPROF_CPU_WATCH", EG::capture, format::integer(0, 1),
-        "0: the POSIX timer alone; 1 (default): the ticker sends its points the kernel is late with (each span right under load)."),
+        "0: the POSIX timer alone; 1 (default): the ticker sends its points the kernel is late with, and a span's edges take "
+        "those it passed (each span right under load)."),
 
     // ---- which spans are profiled (docs/sampling.md)
     setting<&Options::head_sampler>(

@@ -72,8 +72,10 @@ struct Options {
   // (re-armed by its next guard): idle threads stop paying for signals.
   std::uint32_t idle_ticks_before_disarm = 200;
   // The ticker thread sends the POSIX CPU timer's sampling points the kernel is late
-  // with, so that each span keeps its own CPU on a saturated machine (docs/engines.md,
-  // "Under load"; its cost: docs/cost.md). Off: the timer alone, as the kernel delivers.
+  // with, and the edges of spans that run long take those they passed, so that each
+  // span keeps its own CPU on a saturated machine (docs/engines.md, "Under load" and
+  // "At a span's edges"; its cost: docs/cost.md). Off: the timer alone, as the kernel
+  // delivers.
   bool watch_cpu_ticks = true;
 
   // ---- which spans are profiled (docs/sampling.md) -----------------------------------

@@ -178,7 +178,7 @@ class WallTicker {
   // often as for the default 100 Hz at ease, until the ticker parks).
   struct Look {
     bool span_open = false;
-    std::int64_t watch_interval_ns = 20'000'000;
+    std::int64_t watch_interval_ns = 40'000'000;
   };
 
   // One look at every thread: wall ticks when due, the CPU watch always.
@@ -210,13 +210,15 @@ class WallTicker {
           default: break;
         }
         if (span_open) look.span_open = true;
-        // Half the period while the kernel has been late in the last second; two
-        // periods otherwise, when its own ticks come in time and the watch only
-        // makes sure they still do. A look is a wake-up and a switch on a busy core,
-        // so a server whose kernel keeps time pays half as many as at one a period.
+        // A period while the kernel has been late in the last second; four periods
+        // otherwise, when its own ticks come in time and the watch only makes sure
+        // they still do. A look is a wake-up and a switch on a busy core (~25 µs of
+        // the ticker's CPU on a saturated one), so looks are few: a point overdue
+        // in a long span is still sent within a period, and the edges of a span
+        // take the points passed near them (ThreadStackSampler::settle_edge).
         const std::int64_t period = sampler->settings().period_ns;
         const bool late_lately = now - last_late_ns_ < std::chrono::nanoseconds(linger).count();
-        const std::int64_t interval = std::max<std::int64_t>(late_lately ? period / 2 : 2 * period, 1'000'000);
+        const std::int64_t interval = std::max<std::int64_t>(late_lately ? period : 4 * period, 1'000'000);
         if (interval < look.watch_interval_ns) look.watch_interval_ns = interval;
       }
     }

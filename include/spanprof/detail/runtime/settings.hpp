@@ -130,7 +130,8 @@ inline constexpr Setting settings[] = {
         "An idle thread's sampler disarms after this many ticks with no open span."),
     setting<&Options::watch_cpu_ticks>(
         "watch_cpu_ticks", "SPANPROF_CPU_WATCH", EG::capture, format::integer(0, 1),
-        "0: the POSIX timer alone; 1 (default): the ticker sends its points the kernel is late with (each span right under load)."),
+        "0: the POSIX timer alone; 1 (default): the ticker sends its points the kernel is late with, and a span's edges take "
+        "those it passed (each span right under load)."),
 
     // ---- which spans are profiled (docs/sampling.md)
     setting<&Options::head_sampler>(
