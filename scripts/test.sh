@@ -70,16 +70,29 @@ cmake -S . -B $out/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
   -DCMAKE_CXX_FLAGS="-O1 -g1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
   -DSPANPROF_BUILD_EXAMPLES=OFF -DSPANPROF_BUILD_BENCHMARKS=OFF -DSPANPROF_TCMALLOC=OFF >/dev/null
 cmake --build $out/asan -j "$jobs"
+# The ThreadSanitizer build (next stage) compiles meanwhile, at the lowest priority,
+# on what the ASan suite (mostly one busy thread) leaves of the cores, as the
+# consumers do: about a minute of CI. Like the ASan build: the sanitizer owns the
+# allocator, the heap tests run through spanprof's operator new/delete hooks.
+# fork() is left out: TSan's runtime does not support a child of a multi-threaded
+# process that goes on running threads.
+tsan_log=$root/$out/tsan-build.log
+set -m
+nice -n 19 bash -c "cmake -S . -B $out/tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+  -DCMAKE_CXX_FLAGS='-O1 -g1 -fsanitize=thread -fno-omit-frame-pointer' -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
+  -DSPANPROF_BUILD_EXAMPLES=OFF -DSPANPROF_BUILD_BENCHMARKS=OFF -DSPANPROF_TCMALLOC=OFF >/dev/null &&
+  cmake --build $out/tsan -j $jobs" >"$tsan_log" 2>&1 &
+tsan_build=$!
+set +m
+trap 'kill -- -"$consumers" -"$tsan_build" 2>/dev/null || true' EXIT
 (cd $out/asan && ctest --output-on-failure)
 
 step "ThreadSanitizer"
-# Like the ASan build: the sanitizer owns the allocator, the heap tests run through
-# spanprof's operator new/delete hooks. fork() is left out: TSan's runtime does not
-# support a child of a multi-threaded process that goes on running threads.
-cmake -S . -B $out/tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
-  -DCMAKE_CXX_FLAGS="-O1 -g1 -fsanitize=thread -fno-omit-frame-pointer" -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
-  -DSPANPROF_BUILD_EXAMPLES=OFF -DSPANPROF_BUILD_BENCHMARKS=OFF -DSPANPROF_TCMALLOC=OFF >/dev/null
-cmake --build $out/tsan -j "$jobs"
+tsan_status=0
+wait "$tsan_build" || tsan_status=$?
+trap 'kill -- -"$consumers" 2>/dev/null || true' EXIT
+cat "$tsan_log"
+[ "$tsan_status" = 0 ] || { echo "the ThreadSanitizer build failed (exit $tsan_status)" >&2; exit "$tsan_status"; }
 (cd $out/tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure)
 
 step "Fuzz targets, briefly"
