@@ -138,8 +138,10 @@ __attribute__((noinline)) void span_owner_function(unsigned n) {
 
 // A point the thread passed in a span but the kernel had not delivered when the
 // span closed is taken at the close, and its sample starts at the function that
-// opened the span, at the guard's close: none of spanprof's own frames is in a
-// profile.
+// opened the span, at the guard's close: none of spanprof's own frames is in such a
+// sample. (The kernel's own late tick may still land anywhere the thread runs, the
+// guard's closing code too, as it lands in the test's clock reads: under load about
+// one run in fifty had one such sample of ~190. Those stay rare.)
 TEST_CASE("a tick a span takes at its close starts at the span's own function", SPANPROF_TEST_NOT_UNDER_TSAN) {
   Collector collector(options_at(250));
   const auto before = spanprof::stats();
@@ -152,11 +154,12 @@ TEST_CASE("a tick a span takes at its close starts at the span's own function", 
   // A point is overdue by the 2 ms slack at a close when neither the kernel's 4 ms
   // tick nor the watch has sent it yet: 2 to 10 closes in 60 on a quiet machine.
   CHECK(after.cpu_ticks_at_close - before.cpu_ticks_at_close >= 1);
-  std::int64_t at_close = 0, total = 0;
+  std::int64_t at_close = 0, total = 0, in_spanprof = 0;
   for (unsigned n = 0; n < spans; ++n) {
     const auto* profile = collector.profile_for(span_number(300 + n).span_id);
     if (profile == nullptr) continue;  // a span that passed no point (about 1 in 40)
     const auto& p = profile->decoded;
+    std::int64_t in_spanprof_here = 0;
     for (const auto& sample : p.samples) {
       total += sample.values[0];
       std::string frames;
@@ -164,19 +167,31 @@ TEST_CASE("a tick a span takes at its close starts at the span's own function", 
         for (const auto& location : p.locations)
           if (location.id == id) frames += pprof_test::location_functions(p, location) + " | ";
       INFO("stack: " << frames);
-      CHECK(frames.find("spanprof::") == std::string::npos);
       CHECK(frames.find("span_owner_function") != std::string::npos);
+      if (frames.find("spanprof::") == std::string::npos) continue;
+      // Only where a late tick landed in the guard's closing code: spanprof's
+      // frames, then straight the span's own function.
+      in_spanprof_here += sample.values[0];
+      const std::size_t owner_at = frames.find("span_owner_function");
+      CHECK(frames.rfind("spanprof::", owner_at) != std::string::npos);
+      CHECK(frames.find("hot_") == std::string::npos);
     }
     // Each sample is the hot function's, or the close's: its leaf is the span's
-    // own function.
+    // own function (or, rarely, the guard's closing code).
     const double owner = share_of_leaf(p, "span_owner_function");
     INFO(spanprof_test::leaf_summary(p));
-    CHECK(owner + share_of_leaf(p, "hot_gamma") > 0.999);
+    const double closing = static_cast<double>(in_spanprof_here) / static_cast<double>(spanprof_test::sample_count(p));
+    CHECK(owner + share_of_leaf(p, "hot_gamma") + closing > 0.999);
+    in_spanprof += in_spanprof_here;
     at_close += static_cast<std::int64_t>(owner * static_cast<double>(spanprof_test::sample_count(p)) + 0.5);
   }
-  std::printf("samples taken at a close: %lld of %lld\n", static_cast<long long>(at_close), static_cast<long long>(total));
+  std::printf("samples taken at a close: %lld of %lld; in spanprof's closing code: %lld\n",
+              static_cast<long long>(at_close), static_cast<long long>(total), static_cast<long long>(in_spanprof));
   CHECK(total >= spans);  // ~1.5 points per span
   CHECK(at_close > 0);
+  // Rare: the edge's own ticks are walked from the guard's frame, only the
+  // kernel's late ones land in its code.
+  CHECK(in_spanprof * 25 <= total);
 }
 #endif
 

@@ -10479,11 +10479,12 @@ class ThreadStackSampler {
                                         : now - outer_changed_ns_.load(std::memory_order_relaxed) >= cpu_watch_slack_ns() &&
                                               cpu_records_ != cpu_records_at_outer_open_;
       outer_changed_ns_.store(now, std::memory_order_relaxed);
-      std::atomic_signal_fence(std::memory_order_seq_cst);
-      walk_from_ = 0;
     }
     top_.store(parent, std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
+    // Only once the span is off the stack: a sample between would be the span's,
+    // walked from the closing code.
+    walk_from_ = 0;
     span.state.store(span_slot_free, std::memory_order_relaxed);
     slots_in_use_ &= ~(std::uint32_t{1} << ticket.index);
     return true;
