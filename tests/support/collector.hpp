@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -156,7 +157,8 @@ inline double thread_cpu_seconds() {
 // rounds of work; on a saturated machine the timer's signal is often delivered at
 // that call's return, so a sample's leaf is the clock read the function made. The
 // leaf is the first frame that is not that read: the function's own time, which
-// is what a user looking for it on top would count.
+// is what a user looking for it on top would count. A frame is a function of a
+// location: the read is often inlined into the hot function, one location for both.
 inline bool is_test_clock_read(const std::string& frame) {
   return frame.find("clock_gettime") != std::string::npos || frame.find("thread_cpu_seconds") != std::string::npos;
 }
@@ -167,9 +169,17 @@ inline double share_of_leaf(const spanprof::Profile& profile, const std::string&
   std::int64_t total = 0, hits = 0;
   for (const auto& sample : profile.samples) {
     total += sample.values[0];
-    auto leaf = sample.location_ids.begin();
-    while (leaf != sample.location_ids.end() && is_test_clock_read(names[*leaf])) ++leaf;
-    if (leaf != sample.location_ids.end() && names[*leaf].find(function) != std::string::npos) hits += sample.values[0];
+    std::string leaf;
+    for (auto id = sample.location_ids.begin(); id != sample.location_ids.end() && leaf.empty(); ++id) {
+      std::istringstream frames(names[*id]);  // innermost first, one per line
+      for (std::string frame; std::getline(frames, frame);) {
+        if (!is_test_clock_read(frame)) {
+          leaf = frame;
+          break;
+        }
+      }
+    }
+    if (leaf.find(function) != std::string::npos) hits += sample.values[0];
   }
   return total ? static_cast<double>(hits) / static_cast<double>(total) : 0.0;
 }
