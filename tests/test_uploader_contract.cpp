@@ -185,9 +185,16 @@ TEST_CASE("an uploader that hangs: request threads never wait, shutdown keeps it
   // The abandoned call sees the cancellation and returns; its failure is reported
   // late. On a busy machine the merger may also count what it held after
   // shutdown() returned (it waits 200 ms for it): the counts settle, then add up.
+  // A span whose samples all came late (TSan delivers a signal at the thread's next
+  // intercepted call) has no profile, and is counted as such.
+  auto profiled = [&](const spanprof::Stats& now) { return now.profiles_enqueued - before.profiles_enqueued; };
+  auto without_samples = [&](const spanprof::Stats& now) {
+    return now.spans_without_samples - before.spans_without_samples;
+  };
   auto settled = [&](const spanprof::Stats& now) {
-    return now.profiles_enqueued - before.profiles_enqueued == 4 &&
-           (now.profiles_dropped - before.profiles_dropped) + (now.upload_failures - before.upload_failures) == 4;
+    return profiled(now) + without_samples(now) == 4 &&
+           (now.profiles_dropped - before.profiles_dropped) + (now.upload_failures - before.upload_failures) ==
+               profiled(now);
   };
   auto after = spanprof::stats();
   for (int i = 0; i < 600 && !(hanger->hang_ended && settled(after)); ++i) {
@@ -199,9 +206,12 @@ TEST_CASE("an uploader that hangs: request threads never wait, shutdown keeps it
   CHECK(took < std::chrono::seconds(3));
   CHECK(hanger->hang_ended);
   CHECK(hanger->delivered().empty());
-  // Every span is accounted for: none delivered, each dropped or failed, counted.
-  CHECK(after.profiles_enqueued - before.profiles_enqueued == 4);
-  CHECK((after.profiles_dropped - before.profiles_dropped) + (after.upload_failures - before.upload_failures) == 4);
+  // Every span is accounted for: none delivered, each profile dropped or failed, counted.
+  INFO(without_samples(after) << " of 4 spans without a sample");
+  CHECK(profiled(after) + without_samples(after) == 4);
+  CHECK(profiled(after) >= 3);
+  CHECK((after.profiles_dropped - before.profiles_dropped) + (after.upload_failures - before.upload_failures) ==
+        profiled(after));
 }
 
 // ---- time is the clock's: windows and backoff without sleeping through them -----------

@@ -254,6 +254,33 @@ TEST_CASE("no wall ticks for threads outside wall spans, and none for CPU-only s
   CHECK(collector.profile_for(span_number(5300).span_id, spanprof::ProfileKind::wall) == nullptr);
 }
 
+// The ticker watching CPU spans alone looks every few CPU periods (40 ms at 100
+// Hz); a wall span opening then wakes it, so its first tick comes within a wall
+// period, not at the end of that sleep: a 30 ms wait was once not sampled at all.
+TEST_CASE("a wall span opened while the ticker only watched CPU spans is sampled from its start", "[wall]") {
+  auto options = wall_options(1000);
+  options.frequency_hz = 100;
+  Collector collector(options);
+  for (unsigned i = 0; i < 5; ++i) {
+    {
+      spanprof::ScopedProfile cpu_only(spanprof::NamedSpan{span_number(5450 + 2 * i), "GET /cpu"}, spanprof::cpu);
+      compute_prices(std::chrono::milliseconds(30));
+    }
+    const auto span = span_number(5451 + 2 * i);
+    const auto start = std::chrono::steady_clock::now();
+    {
+      spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "GET /short-wait"}, spanprof::wall);
+      wait_for_backend(std::chrono::milliseconds(30));
+    }
+    const auto elapsed_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+    INFO("span " << i);
+    const auto* wall = collector.profile_for(span.span_id, spanprof::ProfileKind::wall);
+    REQUIRE(wall != nullptr);
+    CHECK(share_on_stack(wall->decoded, "wait_for_backend", wall_ns) >= 0.9);
+    CHECK(value_total(wall->decoded, wall_ns) >= elapsed_ns * 8 / 10);
+  }
+}
+
 // Not under TSan: its late signal handlers put CPU samples outside compute_prices (75% seen, 90% asked).
 TEST_CASE("a wall span inside a CPU span: each profile keeps its own kind", "[wall]" SPANPROF_TEST_NOT_UNDER_TSAN) {
   Collector collector(wall_options(500));

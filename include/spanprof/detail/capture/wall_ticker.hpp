@@ -61,11 +61,16 @@ class WallTicker {
 
   // A thread opened its first wall span: count it, and make sure the ticker runs.
   // Costs two atomic operations unless the ticker is parked or not started.
+  // A ticker that sleeps longer than a wall period (it only watched CPU spans, up to
+  // 40 ms between looks) is woken too: a wall span's first tick is due within a
+  // period, and a short wait would otherwise pass unsampled.
   void thread_started_wall_span(std::int64_t mean_period_ns) noexcept {
     mean_period_ns_.store(mean_period_ns, std::memory_order_relaxed);
     threads_.fetch_add(1, std::memory_order_seq_cst);
     if (SPANPROF_UNLIKELY(!started_.load(std::memory_order_acquire))) start();
     if (SPANPROF_UNLIKELY(parked_.load(std::memory_order_seq_cst))) wake();
+    const std::int64_t sleeping_until = sleeping_until_.load(std::memory_order_seq_cst);
+    if (SPANPROF_UNLIKELY(sleeping_until != 0) && sleeping_until - monotonic_now_ns() > mean_period_ns) wake_for_wall();
   }
 
   // A thread closed its last wall span.
@@ -93,6 +98,8 @@ class WallTicker {
     started_.store(false, std::memory_order_relaxed);
     parked_.store(false, std::memory_order_relaxed);
     cpu_wanted_ = false;
+    wall_wanted_ = false;
+    sleeping_until_.store(0, std::memory_order_relaxed);
     ticker_parked().store(true, std::memory_order_relaxed);  // the child's first watched span starts it
   }
 
@@ -111,6 +118,31 @@ class WallTicker {
   void wake() noexcept {
     { std::lock_guard<std::mutex> lock(mutex_); }
     wake_.notify_one();
+  }
+
+  void wake_for_wall() noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      wall_wanted_ = true;
+    }
+    wake_.notify_one();
+  }
+
+  // Sleeps until `until`, or until a thread opens its first wall span. Without
+  // wall spans (`wall` false) the sleep is published first and the count read
+  // again: a span that opened meanwhile either sees the sleep and wakes it, or is
+  // seen here.
+  void sleep_until(std::int64_t until, bool wall) noexcept {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!wall) {
+      sleeping_until_.store(until, std::memory_order_seq_cst);
+      if (threads_.load(std::memory_order_seq_cst) != 0) wall_wanted_ = true;
+    }
+    const std::int64_t interval = until - monotonic_now_ns();
+    if (interval > 0 && !wall_wanted_)
+      wake_.wait_for(lock, std::chrono::nanoseconds(interval), [&] { return wall_wanted_; });
+    sleeping_until_.store(0, std::memory_order_relaxed);
+    wall_wanted_ = false;
   }
 
   void run() noexcept {
@@ -145,10 +177,7 @@ class WallTicker {
       else if (next_wall <= now) next_wall = now + random_interval_ns(random, mean);
       std::int64_t until = wall ? next_wall : now + look.watch_interval_ns;
       if (now + look.watch_interval_ns < until) until = now + look.watch_interval_ns;
-      const std::int64_t interval = until > now ? until - now : 0;
-      timespec sleep{static_cast<time_t>(interval / 1'000'000'000), static_cast<long>(interval % 1'000'000'000)};
-      while (::nanosleep(&sleep, &sleep) != 0 && errno == EINTR) {
-      }
+      sleep_until(until, wall);
       now = monotonic_now_ns();
       const bool wall_due = wall && now >= next_wall;
       look = tick(now, wall_due, mean);
@@ -234,6 +263,8 @@ class WallTicker {
   std::atomic<bool> started_{false};
   std::atomic<bool> parked_{false};
   bool cpu_wanted_ = false;  // under mutex_: a guard asked for the CPU watch
+  bool wall_wanted_ = false;  // under mutex_: a thread opened its first wall span
+  std::atomic<std::int64_t> sleeping_until_{0};  // when the ticker's sleep without wall spans ends; 0: awake
   // The ticker thread's own.
   std::uint64_t looks_ = 0;
   std::int64_t last_late_ns_ = std::numeric_limits<std::int64_t>::min() / 2;  // a thread's point found overdue
