@@ -4,6 +4,8 @@
 //                      sample (target <= 1 us, stretch <= 100 ns); the rare one that
 //                      does is included, so this is the true amortized cost
 //   classic_engine     gperftools ProfilerStart/ProfilerStop around the scope
+//   sampling_engine_time_split  the same with Options::time_split: the thread's
+//                      times read at the open and the close (docs/time_split.md)
 //   tail_discarded     profiled span that the tail policy throws away at close
 //                      (here: not slow), having taken no sample (target <= 1 us)
 //   not_sampled_with_trigger  the head sampler says no while an adaptive trigger
@@ -26,8 +28,9 @@ const spanprof::SpanContext span =
 
 void start_with(spanprof::CpuEngine engine, std::shared_ptr<spanprof::HeadSampler> sampler,
                 std::shared_ptr<spanprof::TailPolicy> tail_policy = nullptr,
-                std::shared_ptr<spanprof::AdaptiveTrigger> trigger = nullptr) {
+                std::shared_ptr<spanprof::AdaptiveTrigger> trigger = nullptr, bool time_split = false) {
   spanprof::Options options;
+  options.time_split = time_split;
   options.cpu_engine = engine;
   options.head_sampler = std::move(sampler);
   options.tail_policy = std::move(tail_policy);
@@ -59,6 +62,15 @@ void guard_sampling_engine(benchmark::State& state) {
       (after.guards_opened - before.guards_opened) - (after.spans_without_samples - before.spans_without_samples));
 }
 BENCHMARK(guard_sampling_engine);
+
+void guard_sampling_engine_time_split(benchmark::State& state) {
+  start_with(spanprof::CpuEngine::sampling, nullptr, nullptr, nullptr, true);
+  for (auto _ : state) {
+    spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "GET /"});
+    benchmark::DoNotOptimize(&guard);
+  }
+}
+BENCHMARK(guard_sampling_engine_time_split);
 
 void guard_tail_discarded(benchmark::State& state) {
   start_with(spanprof::CpuEngine::sampling, nullptr, std::make_shared<spanprof::KeepSlowSpans>(std::chrono::seconds(1)));

@@ -19,6 +19,7 @@
 //   batched      per-span profiles merged into windows (Delivery::batched)
 //   wall         spanprof::cpu | spanprof::wall per request
 //   no_watch     default, with the CPU watch off (Options::watch_cpu_ticks): the timer alone
+//   time_split   default, with each span's time split (Options::time_split)
 //   gperftools   gperftools' ProfilerStart for the whole process, no spans
 // Profiles go to an uploader that counts them (per span unless batched), so no
 // disk or network I/O is measured, only what spanprof does.
@@ -142,6 +143,7 @@ int main(int argc, char** argv) {
     else if (mode == "rare") options.frequency_hz = 1;
     else if (mode == "no_watch") options.watch_cpu_ticks = false;
     else if (mode == "frequent") options.frequency_hz = 1000;
+    else if (mode == "time_split") options.time_split = true;
     else if (mode != "default" && mode != "idle") {
       std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
       return 2;

@@ -21,7 +21,7 @@ spanprof-merge takes finished profiles over), so a cost can be pinned on a threa
   python3 bench/server_bench.py [--binary PATH] [--rounds 7] [--seconds 4]
                                 [--modes off,default,...] [--connections 8]
                                 [--server-cores 1 --load-cores 0] [--one-at-a-time] [--keep-servers]
-                                [--before PATH_TO_AN_EARLIER_BUILD]
+                                [--before PATH_TO_AN_EARLIER_BUILD] [--before-modes default,...]
 
 The one command (installs wrk and cpp-httplib, builds, runs):
   bash scripts/server-bench.sh
@@ -38,7 +38,7 @@ import urllib.request
 
 MODES = ["off", "default", "perf_event", "posix_timer", "tail", "batched", "wall", "gperftools"]
 # Not run unless asked (--modes): they split the default's cost into its parts.
-DIAGNOSTIC_MODES = ["idle", "turned_down", "rare", "frequent", "no_watch"]
+DIAGNOSTIC_MODES = ["idle", "turned_down", "rare", "frequent", "no_watch", "time_split"]
 
 
 def free_port():
@@ -181,6 +181,9 @@ def main():
     parser.add_argument("--before", default="",
                         help="a second server binary (an earlier build): its modes run in the same rounds, "
                              "labelled MODE/before, for a before-and-after comparison side by side")
+    parser.add_argument("--before-modes", default="",
+                        help="the modes the --before build runs (default: every mode but off; a mode it "
+                             "does not know yet, such as a new option's, is left out here)")
     args = parser.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     if "off" not in modes:
@@ -194,7 +197,8 @@ def main():
     modes.append("off/again")
     binaries = {m: args.binary for m in modes}
     if args.before:
-        for m in [m for m in modes if not m.startswith("off")]:
+        before_modes = [m for m in args.before_modes.split(",") if m] or modes
+        for m in [m for m in modes if not m.startswith("off") and m in before_modes]:
             binaries[f"{m}/before"] = args.before
             modes.append(f"{m}/before")
     rng = random.Random(args.seed)

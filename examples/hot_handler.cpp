@@ -85,6 +85,8 @@ struct Summary {
   std::string span_id, trace_id, name, file;
   std::size_t samples = 0;
   std::vector<std::pair<std::string, double>> top;  // function, share of CPU samples
+  std::int64_t duration_ns = 0;
+  spanprof::TimeSplit time;  // where the span's time went
 };
 
 std::vector<std::pair<std::string, double>> top_functions(const spanprof::Profile& profile, std::size_t n) {
@@ -121,11 +123,13 @@ int main() {
   spanprof::Options options;
   auto files = example::file_uploader(options);  // $SPANPROF_OUTPUT_DIR or ./profiles
   if (!std::getenv("SPANPROF_FREQUENCY")) options.frequency_hz = 250;  // more samples in a short demo
+  // Four workers on a machine of fewer cores wait for one: each span says how long.
+  if (!std::getenv("SPANPROF_TIME_SPLIT")) options.time_split = true;
   options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>(
       [&](const spanprof::EncodedProfile& p, std::string_view, const spanprof::UploadContext& context) {
         Summary s{p.record.span.span_id.to_hex(), p.record.span.trace_id.to_hex(), p.record.span_name,
                   files->directory() + "/" + spanprof::FileUploader::file_name_for(p), p.sample_count,
-                  top_functions(*context.profile, 3)};
+                  top_functions(*context.profile, 3), p.record.duration_ns, p.record.time};
         std::lock_guard<std::mutex> lock(summaries_mutex);
         summaries.push_back(std::move(s));
         return spanprof::UploadResult::ok();
@@ -156,6 +160,13 @@ int main() {
     for (const auto& [function, share] : s.top) {
       const std::string shown = function.size() > 90 ? function.substr(0, 87) + "..." : function;
       std::printf("    %5.1f%%  %s\n", share, shown.c_str());
+    }
+    if (s.time.measured()) {
+      std::printf("    time: %.1f ms = running %.1f + waiting for a CPU %.1f + blocked %.1f ms "
+                  "(%lld voluntary, %lld involuntary context switches)\n",
+                  static_cast<double>(s.duration_ns) / 1e6, static_cast<double>(s.time.running_ns) / 1e6,
+                  static_cast<double>(s.time.waiting_ns) / 1e6, static_cast<double>(s.time.blocked_ns) / 1e6,
+                  static_cast<long long>(s.time.voluntary_switches), static_cast<long long>(s.time.involuntary_switches));
     }
     std::printf("    file: %s\n", s.file.c_str());
   }

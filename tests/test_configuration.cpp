@@ -105,6 +105,7 @@ std::vector<VariableCase> variable_cases() {
       {"OTEL_SERVICE_NAME", "checkout", "check\nout", {}, [](const Options& o) { return o.service_name == "checkout"; }},
       {"SPANPROF_PROCESS_CONTEXT", "1", "yes", {}, [](const Options& o) { return o.publish_process_context; }},
       {"SPANPROF_CPU_WATCH", "0", "off", {}, [](const Options& o) { return !o.watch_cpu_ticks; }},
+      {"SPANPROF_TIME_SPLIT", "1", "on", {}, [](const Options& o) { return o.time_split; }},
 #if SPANPROF_WITH_CURL
       {"PYROSCOPE_SERVER_ADDRESS", pyroscope, "ftp://127.0.0.1", {}, [](const Options& o) { return has_uploader(o, "pyroscope"); }},
       {"PYROSCOPE_APPLICATION_NAME", "checkout", "check\nout", {with_pyroscope},

@@ -349,6 +349,24 @@ TEST_CASE("OTLP request carries resource, scope, one profile per sample type", "
     const auto profile_attributes = attributes(r, p.attributes);
     CHECK(profile_attributes.at("span_name") == "POST /checkout");
     CHECK(profile_attributes.at("profile_reason") == "slow");
+    CHECK(profile_attributes.count("spanprof.time.running") == 0);  // Options::time_split was off
+  }
+}
+
+TEST_CASE("OTLP profiles carry a span's time split as attributes", "[otlp]") {
+  spanprof::SpanRecord timed = record();
+  timed.time = spanprof::TimeSplit{41'000'000, 80'000'000, 129'000'000, 3, 17};
+  spanprof::Profile profile = cpu_profile();
+  profile.spans = {timed};
+  const DecodedRequest r = decode(encode_ok(profile, timed));
+  REQUIRE_FALSE(r.profiles.empty());
+  for (const DecodedProfile& p : r.profiles) {
+    const auto a = attributes(r, p.attributes);
+    CHECK(a.at("spanprof.time.running") == "=41000000 ns");
+    CHECK(a.at("spanprof.time.waiting_for_cpu") == "=80000000 ns");
+    CHECK(a.at("spanprof.time.blocked") == "=129000000 ns");
+    CHECK(a.at("spanprof.context_switches.voluntary") == "=3 ");
+    CHECK(a.at("spanprof.context_switches.involuntary") == "=17 ");
   }
 }
 

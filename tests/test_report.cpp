@@ -14,8 +14,12 @@
 #include <spanprof/detail/profile/protobuf_writer.hpp>
 #include <spanprof/spanprof.hpp>
 
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <unistd.h>
@@ -312,6 +316,49 @@ TEST_CASE("a browser shows the slow function as the top difference of the two sl
   REQUIRE(title != std::string::npos);
   CHECK(contains(detail.substr(title, detail.find('"', title + 7) - title), "tests/test_report.cpp:"));
 #endif
+}
+
+// Options::time_split: the table's bar and the span's own view say where its time went.
+TEST_CASE("a browser shows each span's time split: running, waiting for a CPU, blocked", SPANPROF_TEST_BROWSER) {
+  const std::string chromium = find_chromium();
+  if (chromium.empty()) {
+    WARN("chromium not found (apt-get install chromium): the browser test is skipped");
+    return;
+  }
+  TempDir dir("spanprof-report-split");
+  const auto span = spanprof_test::span_number(7050);
+  {
+    auto options = spanprof::Options();
+    options.frequency_hz = 500;
+    options.time_split = true;
+    options.uploaders.push_back(std::make_shared<spanprof::FileUploader>(dir.sub("profiles")));
+    spanprof_test::Collector collector(options);
+    spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "GET /sleepy"});
+    inventory::count_stock(0.02);
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  }
+  const std::string page = dir.sub("report.html");
+  const auto run = capture_command(report_command(dir.sub("profiles") + " -o " + page));
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  const Browser browser{chromium, dir.sub("chromium")};
+  const std::string dom = browser.dump_dom("file://" + page);
+  INFO("chromium said: " << spanprof_test::read_file(browser.log()).substr(0, 2000));
+  const std::string row = table_row(dom, span.span_id.to_hex());
+  INFO(row);
+  REQUIRE(contains(row, "class=\"split\""));
+  CHECK(contains(row, "class=\"block\" style=\"width:"));
+  // Blocked, the 60 ms asleep, is most of the bar.
+  const std::size_t blocked = row.find("class=\"block\" style=\"width:");
+  const double blocked_percent = std::atof(row.c_str() + blocked + std::strlen("class=\"block\" style=\"width:"));
+  CHECK(blocked_percent >= 40.0);  // of ~80 ms: 20 computing (longer on a loaded machine), 60 asleep
+  CHECK(blocked_percent <= 90.0);
+  const std::string detail = browser.dump_dom("file://" + page + "#span=" + span.span_id.to_hex());
+  const std::size_t split = detail.find("id=\"time-split\"");
+  REQUIRE(split != std::string::npos);
+  INFO(detail.substr(split, 800));
+  CHECK(contains(detail.substr(split, 1500), "blocked 6"));  // "blocked 60.x ms" or so
+  CHECK(contains(detail.substr(split, 1500), "voluntary"));
 }
 
 }  // namespace report_test

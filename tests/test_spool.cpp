@@ -172,6 +172,7 @@ Encoded make_encoded(const std::string& payload, const std::string& span_name = 
   r.heap_interval_bytes = 524'289;
   r.engine = "sampling:perf_event";
   r.reason = spanprof::ProfileReason::slow;
+  r.time = spanprof::TimeSplit{41'000'001, 80'000'002, 129'000'039, 3, 17};
   e.profile.sample_count = 12345;
   e.payload = payload;
   return e;
@@ -206,6 +207,11 @@ void check_same_encoded(const Encoded& got, const Encoded& want) {
   CHECK(g.duration_ns == w.duration_ns);
   CHECK(g.period_ns == w.period_ns);
   CHECK(g.heap_interval_bytes == w.heap_interval_bytes);
+  CHECK(g.time.running_ns == w.time.running_ns);
+  CHECK(g.time.waiting_ns == w.time.waiting_ns);
+  CHECK(g.time.blocked_ns == w.time.blocked_ns);
+  CHECK(g.time.voluntary_switches == w.time.voluntary_switches);
+  CHECK(g.time.involuntary_switches == w.time.involuntary_switches);
   CHECK(got.profile.sample_count == want.profile.sample_count);
   CHECK(got.profile.span_count == want.profile.span_count);
   CHECK(g.engine == w.engine);

@@ -40,6 +40,7 @@ struct SpanSamples {
   std::string reason;    // profile_reason: sampled, slow, error, triggered
   std::int64_t start_unix_ns = 0;  // 0: unknown (a batch does not say when each span started)
   std::int64_t duration_ns = 0;    // 0: unknown, as above
+  spanprof::TimeSplit time;        // where its time went, when its profile says (Options::time_split)
   // Per kind (spanprof::ProfileKind): the value (CPU ns, wall ns, bytes allocated) of each stack, by its
   // leaf node; and how many samples were taken (heap: objects allocated).
   std::array<std::unordered_map<std::uint32_t, std::int64_t>, spanprof::profile_kind_count> values;
@@ -215,12 +216,13 @@ struct PprofMessages {
   std::vector<std::string_view> strings, sample_types, samples, mappings, locations, functions;
   std::uint64_t default_sample_type = 0;
   std::int64_t time_nanos = 0, duration_nanos = 0;
+  std::vector<std::uint64_t> comments;  // string indices
 };
 
 // profile.proto's field numbers (google/pprof proto/profile.proto).
 namespace field {
 inline constexpr std::uint32_t sample_type = 1, sample = 2, mapping = 3, location = 4, function = 5, string_table = 6,
-                               time_nanos = 9, duration_nanos = 10, default_sample_type = 14;
+                               time_nanos = 9, duration_nanos = 10, comment = 13, default_sample_type = 14;
 inline constexpr std::uint32_t value_type_type = 1;
 inline constexpr std::uint32_t sample_location_id = 1, sample_value = 2, sample_label = 3;
 inline constexpr std::uint32_t label_key = 1, label_str = 2;
@@ -272,7 +274,8 @@ class PprofReader {
         case field::time_nanos: m_.time_nanos = static_cast<std::int64_t>(value); return type == 0;
         case field::duration_nanos: m_.duration_nanos = static_cast<std::int64_t>(value); return type == 0;
         case field::default_sample_type: m_.default_sample_type = value; return type == 0;
-        default: return true;  // comments, period: not shown
+        case field::comment: return append_varints(type, value, bytes, m_.comments);
+        default: return true;  // period: not shown
       }
       if (type != 2) return false;
       list->push_back(bytes);
@@ -513,6 +516,11 @@ class PprofReader {
       if (one_span) {
         span.start_unix_ns = spool_record != nullptr ? spool_record->start_unix_ns : m_.time_nanos;
         span.duration_ns = spool_record != nullptr ? spool_record->duration_ns : m_.duration_nanos;
+        if (spool_record != nullptr && spool_record->time.measured()) span.time = spool_record->time;
+        for (const std::uint64_t index : m_.comments) {
+          spanprof::TimeSplit split;
+          if (index < m_.strings.size() && spanprof::parse_time_split_comment(m_.strings[index], split)) span.time = split;
+        }
       }
       span.values[kind][read.node] += read.value;
       if (read.line != no_line) span.line_values[kind][read.line] += read.value;

@@ -10,13 +10,15 @@
 //    "names": [span name, ...], "reasons": [reason, ...],
 //    "start_ms": wall clock of the earliest span start (ms since the epoch), or 0,
 //    "spans": [[name, span id, trace id, reason, start offset ns | -1, duration ns | -1,
-//               cpu, heap, wall, hot lines], ...]}
+//               cpu, heap, wall, hot lines, time], ...]}
 //
 // where cpu, heap and wall (spanprof::ProfileKind's order) are each null or
 // [samples, scale, node, value / scale, node, value / scale, ...]: scale is the
 // largest common divisor of the span's values (a CPU profile's are multiples of its
 // sampling period), which keeps the numbers short. Hot lines is [cpu, heap, wall],
 // each null or the span's 20 source lines of most value as leaves: [line, value, ...].
+// Time is null or where the span's time went (Options::time_split): [running ns,
+// waiting for a CPU ns, blocked ns, voluntary switches, involuntary switches].
 #ifndef SPANPROF_TOOLS_REPORT_REPORT_DATA_HPP_
 #define SPANPROF_TOOLS_REPORT_REPORT_DATA_HPP_
 
@@ -167,6 +169,14 @@ inline std::string report_json(const Collection& collection) {
     }
     spans += ',';
     detail::append_hot_lines(spans, span);
+    if (span.time.measured()) {
+      const spanprof::TimeSplit& t = span.time;
+      spans += ",[" + std::to_string(t.running_ns) + ',' + std::to_string(t.waiting_ns) + ',' +
+               std::to_string(t.blocked_ns) + ',' + std::to_string(t.voluntary_switches) + ',' +
+               std::to_string(t.involuntary_switches) + ']';
+    } else {
+      spans += ",null";
+    }
     spans += ']';
   }
   spans += ']';

@@ -50,6 +50,10 @@ td.num,th.num{text-align:right}
 #top-differences td{font-variant-numeric:tabular-nums}
 .more{color:#b00}.less{color:#06a}
 .legend span{display:inline-block;padding:0 6px;margin-right:4px;border-radius:2px}
+.split{display:inline-flex;width:120px;height:10px;vertical-align:middle;border:1px solid #ccc;margin-right:4px}
+.split.wide{width:360px;height:14px}.split i{display:block;height:100%}
+.split .run{background:#3a7}.split .wait{background:#e93}.split .block{background:#99b}
+.key i{display:inline-block;width:10px;height:10px;margin:0 3px 0 8px;vertical-align:middle}
 </style></head><body>
 <h1>spanprof report</h1>
 <div id="summary" class="muted"></div>
@@ -58,7 +62,7 @@ td.num,th.num{text-align:right}
 <p><input type="search" id="filter" placeholder="filter by span name"> <span id="shown" class="muted"></span></p>
 <div id="table-box"><table id="spans"><thead><tr>
 <th data-key="name">name</th><th data-key="id">span id</th><th data-key="trace">trace id</th>
-<th data-key="start" class="num">start</th><th data-key="dur" class="num">duration</th>
+<th data-key="start" class="num">start</th><th data-key="dur" class="num">duration</th><th data-key="split">running / waiting for a CPU / blocked</th>
 <th data-key="cpu" class="num">CPU</th><th data-key="reason">keep reason</th><th data-key="samples" class="num">samples</th>
 <th data-key="top">top difference (self, vs typical)</th></tr></thead><tbody></tbody></table></div>
 <div id="more-box"></div>
@@ -75,7 +79,8 @@ const PAGE = 500;
 const nodeParent = new Int32Array(D.nodes.length / 2), nodeFn = new Int32Array(D.nodes.length / 2);
 for (let i = 0; i < nodeParent.length; i++) { nodeParent[i] = D.nodes[2 * i]; nodeFn[i] = D.nodes[2 * i + 1]; }
 const spans = D.spans.map((s, i) => ({i, name: D.names[s[0]], id: s[1], trace: s[2], reason: D.reasons[s[3]],
-  start: s[4], dur: s[5], raw: [s[6], s[7], s[8]], lines: s[9] || [null, null, null], total: [0, 0, 0], samples: 0}));
+  start: s[4], dur: s[5], raw: [s[6], s[7], s[8]], lines: s[9] || [null, null, null], time: s[10] || null,
+  total: [0, 0, 0], samples: 0}));
 for (const s of spans) for (let k = 0; k < 3; k++) {
   const r = s.raw[k]; if (!r) continue;
   let t = 0; for (let j = 3; j < r.length; j += 2) t += r[j];
@@ -101,6 +106,18 @@ function fmt(v, k) {
   return sign + a.toFixed(0) + ' ns';
 }
 const known = v => (v < 0 ? '\u2014' : fmt(v));  // a start or duration a batch does not give: -1
+// Where a span's time went (Options::time_split), as a bar: running, waiting for a CPU, blocked.
+function splitBar(s, wide) {
+  const t = s.time; if (!t) return '<span class="muted">\u2014</span>';
+  const all = t[0] + t[1] + t[2] || 1, pct = v => (100 * v / all).toFixed(1);
+  const title = 'running ' + fmt(t[0]) + ', waiting for a CPU ' + fmt(t[1]) + ', blocked ' + fmt(t[2]) +
+    '; ' + t[3] + ' voluntary and ' + t[4] + ' involuntary context switches';
+  return '<span class="split' + (wide ? ' wide' : '') + '" title="' + esc(title) + '"><i class="run" style="width:' + pct(t[0]) +
+    '%"></i><i class="wait" style="width:' + pct(t[1]) + '%"></i><i class="block" style="width:' + pct(t[2]) + '%"></i></span>' +
+    (wide ? '<span class="key"><i class="run" style="background:#3a7"></i>running ' + fmt(t[0]) +
+      '<i style="background:#e93"></i>waiting for a CPU ' + fmt(t[1]) + '<i style="background:#99b"></i>blocked ' + fmt(t[2]) +
+      ' \u00b7 ' + t[3] + ' voluntary, ' + t[4] + ' involuntary switches</span>' : '');
+}
 const signed = (v, k) => (v > 0 ? '+' : '') + fmt(v, k);
 
 // ---- per span: values by node (self) and by node with callees (inclusive) ----
@@ -224,6 +241,7 @@ function showSpan(s, k) {
   const mine = inclusive(selfByNode(s, k2));
   let h = '<h2>' + esc(s.name) + ' <span class="mono">span ' + esc(s.id) + '</span></h2>' +
     '<p class="mono">trace ' + esc(s.trace) + ' \u00b7 duration ' + known(s.dur) + ' \u00b7 keep reason ' + esc(s.reason || '\u2014') + '</p>' +
+    (s.time ? '<p id="time-split">' + splitBar(s, true) + '</p>' : '') +
     '<p class="tabs">';
   for (let k = 0; k < 3; k++) if (s.raw[k])
     h += '<button data-kind="' + k + '" class="' + (k === k2 ? 'on' : '') + '">' + KIND_TITLE[KINDS[k]] + ' ' + fmt(s.total[k], k) + '</button>';
@@ -301,6 +319,7 @@ function topOf(s) {
   return (s.top = t && t.length && t[0].diff > 0 ? {f: t[0].f, diff: t[0].diff, k} : null);
 }
 const sortValue = {name: s => s.name, id: s => s.id, trace: s => s.trace, start: s => s.start, dur: s => s.dur,
+  split: s => (s.time ? s.time[1] : -1),  // by the time spent waiting for a CPU
   cpu: s => s.total[0], reason: s => s.reason, samples: s => s.samples, top: s => (topOf(s) ? topOf(s).diff : 0)};
 function topCell(s) {
   const top = topOf(s);
@@ -318,7 +337,7 @@ function drawTable() {
   el('spans').tBodies[0].innerHTML = rows.slice(0, limit).map(s => '<tr data-span="' + esc(s.id) + '"' +
     (s === selected ? ' class="selected"' : '') + '><td>' + esc(s.name) + '</td><td class="mono">' + esc(s.id) +
     '</td><td class="mono">' + esc(s.trace) + '</td><td class="num">' + (s.start < 0 ? '\u2014' : '+' + fmt(s.start)) +
-    '</td><td class="num">' + known(s.dur) + '</td><td class="num">' + (s.raw[0] ? fmt(s.total[0]) : '\u2014') +
+    '</td><td class="num">' + known(s.dur) + '</td><td>' + splitBar(s, false) + '</td><td class="num">' + (s.raw[0] ? fmt(s.total[0]) : '\u2014') +
     '</td><td>' + esc(s.reason || '\u2014') + '</td><td class="num">' + (s.raw[0] || s.raw[2] ? s.samples : '\u2014') + '</td>' + topCell(s) + '</tr>').join('');
   el('shown').textContent = rows.length + ' of ' + spans.length + ' spans';
   el('more-box').innerHTML = rows.length > limit ? '<button id="more">show ' + Math.min(PAGE, rows.length - limit) + ' more</button>' : '';

@@ -11,6 +11,7 @@
 #include <spanprof/detail/capture/heap_sampler.hpp>
 #include <spanprof/detail/capture/sample_records.hpp>
 #include <spanprof/detail/capture/stack_sampler.hpp>
+#include <spanprof/detail/capture/thread_times.hpp>
 #include <spanprof/detail/capture/wall_ticker.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/detail/guard_core.hpp>
@@ -115,6 +116,7 @@ inline void GuardCore::prepare(const RunningConfig& config, ConfigReader& reader
   heap_record_ = HeapActiveSpan{};
   span_ = SpanContext{};
   fragment_ = false;
+  timed_ = false;
 }
 
 // The head sampler said no; the adaptive trigger may still want this span, and
@@ -174,6 +176,7 @@ SPANPROF_NOINLINE void GuardCore::begin(const RunningConfig& config, const SpanC
     // span starts once they run.
     const bool slow_engines = classic_cpu || kinds.contains(ProfileKind::heap);
     start_ns_ = SPANPROF_LIKELY(opened_ns >= 0 && !slow_engines) ? opened_ns : monotonic_now_ns();
+    if (SPANPROF_UNLIKELY(config.time_split)) read_times_at_open();
   } else {
     unpin();  // nothing to close: the destructor will not look at the configuration
   }
@@ -212,12 +215,41 @@ inline void GuardCore::begin_fragment(const RunningConfig& config, RequestState&
   moved_ = false;
   reason_ = ProfileReason::sampled;  // the request decides, and says if it is kept without a sample
   duration_ns_ = -1;
+  timed_ = false;
   ProfileKinds sampled;
   if (kinds.contains(ProfileKind::cpu) && config.cpu_engine == CpuEngine::sampling) sampled = sampled | cpu;
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) sampled = sampled | wall;
   if (!sampled.empty()) open_sampling(config, sampled);
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::heap)) && config.heap_engine == HeapEngine::sampling)
     open_heap(config);
+  if (SPANPROF_UNLIKELY(config.time_split) && active()) {
+    start_ns_ = monotonic_now_ns();
+    read_times_at_open();
+  }
+}
+
+// After the clock read that opened the span: its times begin where its duration
+// does. They are kept in the span's slot of the thread's sampler (a guard lives in
+// coroutine frames and stays small): spans without one (the classic engine's,
+// heap-only ones) are not timed.
+SPANPROF_NOINLINE void GuardCore::read_times_at_open() noexcept {
+  if (state_ == State::sampling) timed_ = read_thread_times(sampler_->span(ticket_).times_at_open);
+}
+
+// A closing guard's split, from its close's read to its hand-over, on its thread.
+inline thread_local TimeSplit closing_time_split;
+
+// Before the tail policy: it may keep a span for where its time went. A guard that
+// closes on another thread than it opened has no split: the times are per thread.
+SPANPROF_NOINLINE void GuardCore::split_time_at_close() noexcept {
+  ThreadTimes now;
+  if (current_stack_sampler != sampler_ || !read_thread_times(now)) {
+    timed_ = false;
+    return;
+  }
+  const std::int64_t elapsed = monotonic_now_ns() - start_ns_;
+  if (duration_ns_ < 0) duration_ns_ = elapsed;
+  closing_time_split = time_split_between(sampler_->span(ticket_).times_at_open, now, elapsed);
 }
 
 void GuardCore::finish() noexcept {
@@ -231,8 +263,10 @@ void GuardCore::finish() noexcept {
 
 // The span ended: decide whether to keep what it recorded, then close the engines.
 inline void GuardCore::decide_and_close() noexcept {
+  if (SPANPROF_UNLIKELY(timed_)) split_time_at_close();
   if (fragment_) {
     // A fragment: the request decides when it ends, with all its fragments.
+    if (SPANPROF_UNLIKELY(timed_)) request_->add_time(closing_time_split);
     close_engines();
     return;
   }
@@ -255,10 +289,15 @@ inline void GuardCore::decide_and_close() noexcept {
     close_engines();
     return;
   }
-  const std::int64_t duration = monotonic_now_ns() - start_ns_;
+  const std::int64_t duration = duration_ns_ >= 0 ? duration_ns_ : monotonic_now_ns() - start_ns_;
   const std::string_view name(name_, name_length_);
   TailDecision decision = TailDecision::keep_as(ProfileReason::sampled);
-  if (config.tail_policy) decision = config.tail_policy->decide(SpanOutcome{span_, name, duration, failed()});
+  if (config.tail_policy) {
+    SpanOutcome outcome{span_, name, duration, failed()};
+    if (timed_) outcome.time = closing_time_split;
+    decision = config.tail_policy->decide(outcome);
+    if (timed_) closing_time_split = outcome.time;  // a policy that closed a guard of its own wrote it
+  }
   // A span the trigger asked for is kept, under the more telling reason if any.
   if (triggered_ && (!decision.keep || decision.reason == ProfileReason::sampled))
     decision = TailDecision::keep_as(ProfileReason::triggered);
@@ -429,8 +468,10 @@ SPANPROF_NOINLINE void GuardCore::hand_over(ThreadStackSampler* sampler, std::si
 
 inline SpanIdentity GuardCore::identity() noexcept {
   if (duration_ns_ < 0) duration_ns_ = monotonic_now_ns() - start_ns_;
-  return SpanIdentity{span_, std::string_view(name_, name_length_), reason_, realtime_now_ns() - duration_ns_,
-                      duration_ns_};
+  SpanIdentity identity{span_, std::string_view(name_, name_length_), reason_, realtime_now_ns() - duration_ns_,
+                        duration_ns_};
+  if (timed_) identity.time = closing_time_split;
+  return identity;
 }
 
 SPANPROF_NOINLINE void GuardCore::open_classic() noexcept {

@@ -141,6 +141,8 @@ class GuardCore {
   inline bool failed() const noexcept;
   inline void decide_and_close() noexcept;
   inline void close_engines() noexcept;
+  void read_times_at_open() noexcept;
+  void split_time_at_close() noexcept;
   // `now_ns`: the monotonic time if the caller has read it, else -1.
   inline void open_sampling(const RunningConfig& config, ProfileKinds kinds, std::int64_t now_ns = -1) noexcept;
   void too_deep(ThreadStackSampler& sampler, ProfileKinds kinds) noexcept;
@@ -172,6 +174,7 @@ class GuardCore {
   bool discarded_ : 1;
   bool moved_ : 1;     // closed elsewhere or out of order: counted, samples dropped
   bool fragment_ : 1;  // a fragment of request_ (request.hpp), not a span's own profile
+  bool timed_ : 1;     // its sampler slot holds its thread's times at the open (Options::time_split)
   ProfileReason reason_;
   std::uint8_t name_length_;
   int uncaught_at_open_;

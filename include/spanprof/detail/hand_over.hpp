@@ -28,6 +28,7 @@ struct SpanIdentity {
   ProfileReason reason = ProfileReason::sampled;
   std::int64_t start_unix_ns = 0;
   std::int64_t duration_ns = 0;
+  TimeSplit time{};  // (an initializer: brace-initialized records without it stay warning-free)
 };
 
 enum class HandOver : std::uint8_t {
@@ -55,6 +56,7 @@ HandOver hand_over_profile(const SpanIdentity& identity, ProfileKind kind, const
     profile.reason = identity.reason;
     profile.start_unix_ns = identity.start_unix_ns;
     profile.duration_ns = identity.duration_ns;
+    profile.time = identity.time;
     pending->engine = engine;
     return submit_captured(std::move(pending)) ? HandOver::handed_over : HandOver::dropped;
   } SPANPROF_CATCH_ALL {

@@ -177,6 +177,12 @@ class RequestState {
     }
   }
 
+  // Where a fragment's time went (Options::time_split): the request's is the sum.
+  void add_time(const TimeSplit& split) noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    time_ += split;
+  }
+
   // A fragment's heap records.
   void add_heap_records(HeapSpanResult& result) noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -239,8 +245,13 @@ class RequestState {
   TailDecision decide(std::int64_t duration) noexcept {
     if (discarded_.load(std::memory_order_relaxed)) return TailDecision::discard();
     if (!tail_policy_) return TailDecision::keep_as(ProfileReason::sampled);
-    return tail_policy_->decide(
-        SpanOutcome{span_, std::string_view(name_, name_length_), duration, errored_.load(std::memory_order_relaxed)});
+    SpanOutcome outcome{span_, std::string_view(name_, name_length_), duration,
+                        errored_.load(std::memory_order_relaxed)};
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      outcome.time = time_;
+    }
+    return tail_policy_->decide(outcome);
   }
 
   // Once per request, by the one thread that marked it delivered (or freed it): no
@@ -261,9 +272,9 @@ class RequestState {
     }
     count(kept_counter(decision.reason));
     bool handed_over = false, any_records = false;
-    const SpanIdentity identity{span_, std::string_view(name_, name_length_), decision.reason, start_unix_ns_,
-                                duration};
+    SpanIdentity identity{span_, std::string_view(name_, name_length_), decision.reason, start_unix_ns_, duration};
     std::lock_guard<std::mutex> lock(mutex_);
+    identity.time = time_;
     for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::wall, ProfileKind::heap}) {
       Recorded& recorded = recorded_[static_cast<std::size_t>(kind)];
       if (!kinds_.contains(kind) || recorded.records.empty()) continue;
@@ -298,6 +309,7 @@ class RequestState {
   std::atomic<bool> discarded_{false};
   std::mutex mutex_;  // the records: fragments on several threads may close at once
   Recorded recorded_[profile_kind_count];
+  TimeSplit time_;  // the fragments' that closed, summed
   ThreadContextRecord thread_context_;  // written once, before any fragment runs
 };
 

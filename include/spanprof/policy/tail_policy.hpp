@@ -30,6 +30,10 @@ struct SpanOutcome {
   std::string_view span_name;
   std::int64_t duration_ns = 0;  // wall time the guard was open
   bool error = false;            // exception unwinding, set_error(), or the span adapter's status
+  // Where the duration went (Options::time_split; not measured otherwise). A
+  // request's is its fragments' that closed before it ended. (An initializer: an
+  // outcome brace-initialized without it stays warning-free.)
+  TimeSplit time{};
 };
 
 struct TailDecision {

@@ -140,6 +140,15 @@ class OtlpRequestBuilder {
       if (!record.span_name.empty())
         profile_attributes_.push_back(string_attribute(span_name_label, record.span_name));
       profile_attributes_.push_back(string_attribute(profile_reason_label, to_string(record.reason)));
+      if (record.time.measured()) {
+        const TimeSplit& t = record.time;
+        profile_attributes_.push_back(int_attribute("spanprof.time.running", t.running_ns, "ns"));
+        profile_attributes_.push_back(int_attribute("spanprof.time.waiting_for_cpu", t.waiting_ns, "ns"));
+        profile_attributes_.push_back(int_attribute("spanprof.time.blocked", t.blocked_ns, "ns"));
+        profile_attributes_.push_back(int_attribute("spanprof.context_switches.voluntary", t.voluntary_switches, ""));
+        profile_attributes_.push_back(
+            int_attribute("spanprof.context_switches.involuntary", t.involuntary_switches, ""));
+      }
     }
     span_hex_.reserve(2 * profile.spans.size());  // attribute rows view these strings: no reallocation
     span_attributes_.resize(profile.spans.size());
@@ -245,6 +254,9 @@ class OtlpRequestBuilder {
 
   std::int64_t string_attribute(std::string_view key, std::string_view value) {
     return attribute(AttributeRow{strings_.intern(key), false, value, 0, 0});
+  }
+  std::int64_t int_attribute(std::string_view key, std::int64_t value, std::string_view unit) {
+    return attribute(AttributeRow{strings_.intern(key), true, {}, value, unit.empty() ? 0 : strings_.intern(unit)});
   }
 
   std::int64_t location(std::uint64_t id, std::size_t sample) {

@@ -10,6 +10,7 @@
 #define SPANPROF_PROFILE_PROFILE_HPP_
 
 #include <spanprof/config.hpp>
+#include <spanprof/profile/time_split.hpp>
 #include <spanprof/span/span_context.hpp>
 
 #include <cstdint>
@@ -82,6 +83,22 @@ inline constexpr ProfileKinds cpu{ProfileKind::cpu};
 inline constexpr ProfileKinds heap{ProfileKind::heap};
 inline constexpr ProfileKinds wall{ProfileKind::wall};
 
+// Where a thread stood when the wall ticker looked at it: on a core, runnable but
+// waiting for one (preempted, or woken and not yet scheduled), or blocked (asleep,
+// on a lock, in I/O). Wall samples carry it as the thread_state label, so
+// `go tool pprof -tagfocus=thread_state=runnable` shows where a span stood preempted.
+enum class ThreadState : std::uint8_t { unknown, running, runnable, blocked };
+
+constexpr std::string_view to_string(ThreadState state) noexcept {
+  switch (state) {
+    case ThreadState::running: return "running";
+    case ThreadState::runnable: return "runnable";
+    case ThreadState::blocked: return "blocked";
+    case ThreadState::unknown: break;
+  }
+  return "unknown";
+}
+
 // One sampled stack. `frames` runs from the innermost frame outwards. In CPU and
 // wall profiles frame 0 is the exact interrupted instruction and the others are return
 // addresses; in heap profiles every frame is a return address (frame 0 is the call
@@ -91,6 +108,7 @@ struct RawSample {
   // {alloc_objects, alloc_space, inuse_objects, inuse_space}.
   std::vector<std::int64_t> values;
   std::vector<std::uintptr_t> frames;
+  ThreadState thread_state = ThreadState::unknown;  // wall samples: where the thread stood at the tick
 };
 
 // One span's profile, described once. RawProfile and EncodedProfile (uploader.hpp)
@@ -106,6 +124,7 @@ struct SpanRecord {
   std::int64_t period_ns = 0;      // CPU: CPU time one sample stands for; wall: the mean wall interval
   std::int64_t heap_interval_bytes = 0;  // mean bytes between heap samples; 0: every allocation
   std::string engine;              // "sampling:perf_event", "classic", ...
+  TimeSplit time;                  // where its elapsed time went (Options::time_split)
 };
 
 // What a request thread hands over: the record and its stacks.
@@ -200,6 +219,7 @@ inline constexpr const char* trace_id_label = "trace_id";
 inline constexpr const char* span_id_label = "span_id";
 inline constexpr const char* span_name_label = "span_name";
 inline constexpr const char* profile_reason_label = "profile_reason";
+inline constexpr const char* thread_state_label = "thread_state";  // wall samples' own (ThreadState)
 }  // namespace detail
 
 // The record `sample` belongs to, or null.

@@ -77,6 +77,10 @@ struct Options {
   // "At a span's edges"; its cost: docs/cost.md). Off: the timer alone, as the kernel
   // delivers.
   bool watch_cpu_ticks = true;
+  // Each profiled span's elapsed time split into running, waiting for a CPU and
+  // blocked, with its context switches, from the kernel's accounting of the thread
+  // (docs/time_split.md): three system calls at its open and close, a few µs a span.
+  bool time_split = false;
 
   // ---- which spans are profiled (docs/sampling.md) -----------------------------------
   // The head sampler decides when a guard opens (null: every span); the tail policy,

@@ -8,8 +8,9 @@
 //                      addresses. A CPU record's weight word holds the sampling
 //                      periods it stands for (its sample count) and the thread's
 //                      CPU nanoseconds since the sample before; a wall record (wall_record_tag set in
-//                      the weight word) stands for the wall nanoseconds in the rest
-//                      of the word, which grow while the thread stays blocked there.
+//                      the weight word) stands for the wall nanoseconds in the low
+//                      61 bits, which grow while the thread stays blocked there, and
+//                      holds the thread's ThreadState in bits 61-62.
 //   heap log record    [size, live-table slot, live-table entry, depth, pc_0 ...]
 //                      in a thread's heap log while its span is open.
 //   heap hand-off      [size, live at span close (0/1), depth, pc_0 ...]
@@ -35,7 +36,16 @@ namespace detail {
 
 inline constexpr std::size_t stack_record_header_words = 2;
 inline constexpr std::uint64_t wall_record_tag = std::uint64_t{1} << 63;
-inline constexpr std::uint64_t wall_record_ns_mask = wall_record_tag - 1;
+inline constexpr unsigned wall_record_state_shift = 61;
+inline constexpr std::uint64_t wall_record_ns_mask = (std::uint64_t{1} << wall_record_state_shift) - 1;
+
+constexpr std::uint64_t wall_record_weight(ThreadState state, std::uint64_t ns) noexcept {
+  return wall_record_tag | (static_cast<std::uint64_t>(state) & 3) << wall_record_state_shift |
+         (ns < wall_record_ns_mask ? ns : wall_record_ns_mask);
+}
+constexpr ThreadState wall_record_state(std::uint64_t weight) noexcept {
+  return static_cast<ThreadState>((weight >> wall_record_state_shift) & 3);
+}
 
 // A CPU record's weight word: periods above bit 48 (at most 32767), CPU ns below
 // (at most 78 hours between two samples); bit 63 stays clear, as wall records' tag.
@@ -69,8 +79,7 @@ constexpr bool is_wall_record(const std::uint64_t* record) noexcept { return (re
 
 // More wall time for the stack of the wall record at `record`.
 inline void add_wall_time(std::uint64_t* record, std::uint64_t ns) noexcept {
-  const std::uint64_t total = (record[0] & wall_record_ns_mask) + ns;
-  record[0] = wall_record_tag | (total < wall_record_ns_mask ? total : wall_record_ns_mask);
+  record[0] = wall_record_weight(wall_record_state(record[0]), (record[0] & wall_record_ns_mask) + ns);
 }
 
 // Calls `visit(const std::uint64_t* record, std::size_t words)` for each
@@ -104,8 +113,10 @@ inline void read_stack_records(const std::uint64_t* words, std::size_t count, Ra
   for_each_stack_record(words, count, [&](const std::uint64_t* record, std::size_t) {
     if (is_wall_record(record) != wall) return;
     RawSample sample;
-    if (wall) sample.values = {1, static_cast<std::int64_t>(record[0] & wall_record_ns_mask)};
-    else
+    if (wall) {
+      sample.values = {1, static_cast<std::int64_t>(record[0] & wall_record_ns_mask)};
+      sample.thread_state = wall_record_state(record[0]);
+    } else
       sample.values = {static_cast<std::int64_t>(cpu_record_periods(record[0])),
                        static_cast<std::int64_t>(record[0] & cpu_record_ns_mask)};
     const std::uint64_t* pcs = record + stack_record_header_words;

@@ -42,6 +42,15 @@ struct HeapActiveSpan {
 // storage (a coroutine frame) may die while the thread that opened it still runs,
 // and the handler must never read a guard's memory then. Open spans form a stack of
 // slots linked innermost first; the guard keeps a ticket (slot and sequence number).
+// A thread's times as the kernel keeps them, read at a span's open when
+// Options::time_split is on (thread_times.hpp reads them).
+struct ThreadTimes {
+  std::int64_t cpu_ns = -1;  // -1: not read
+  std::int64_t run_delay_ns = 0;
+  std::int64_t voluntary_switches = 0;
+  std::int64_t involuntary_switches = 0;
+};
+
 struct ActiveSpan {
   ProfileKinds kinds;                 // what this span profiles: cpu and/or wall
   ProfileKinds recorded;              // kinds, and what the open spans around it profile
@@ -49,6 +58,7 @@ struct ActiveSpan {
   std::uint64_t dropped_at_start = 0;
   std::uintptr_t edge_holder = 0;     // the guard, when the span's edges take the timer's overdue points
   std::int64_t cpu_at_open_ns = -1;   // and the thread's CPU clock at the open then
+  ThreadTimes times_at_open;          // Options::time_split: read by the guard after the push
   // Set (by another thread, possibly) when the span ended elsewhere: its samples
   // are no longer recorded. Null unless a guard asked (ScopedProfile::stop_sampling_when).
   const std::atomic<bool>* stop = nullptr;

@@ -477,6 +477,10 @@ class ThreadStackSampler {
   // EINTR); otherwise a signal, whose handler records the stack. True when a
   // signal was sent.
   enum class WallTick : std::uint8_t { none, confirmed, signalled, failed };
+  // A wall tick's data: the wall generation the ticker looked at (its low 30 bits)
+  // and the ThreadState it found the thread in (the top two).
+  static constexpr std::uint32_t wall_tick_generation_mask = 0x3FFF'FFFF;
+  static constexpr unsigned wall_tick_state_shift = 30;
   inline WallTick wall_tick(std::int64_t now_ns, std::int64_t mean_period_ns) noexcept;  // ticker_side.hpp
 
  private:
@@ -584,15 +588,19 @@ class ThreadStackSampler {
   // ---- wall accounting (this thread: its handler, and its guards between
   // begin_wall_update() and end_wall_update(), when the handler keeps out) ----
 
-  void on_wall_tick(std::uint32_t generation, const void* ucontext) noexcept {
-    if (wall_busy_ || generation != wall_generation_.load(std::memory_order_relaxed)) return;
+  // `data`: the ticker's wall_tick_data (the generation it looked at, and the
+  // thread's state then).
+  void on_wall_tick(std::uint32_t data, const void* ucontext) noexcept {
+    const std::uint32_t generation = wall_generation_.load(std::memory_order_relaxed);
+    if (wall_busy_ || (data & wall_tick_generation_mask) != (generation & wall_tick_generation_mask)) return;
     const ActiveSpan* active = innermost_open_span();
     if (active == nullptr || !active->recorded.contains(ProfileKind::wall)) return;
     if (active->stop != nullptr && active->stop->load(std::memory_order_relaxed)) return;
     const std::int64_t now = monotonic_now_ns();
     apply_wall_confirmation();
     const std::int64_t elapsed = now > wall_accounted_ns_ ? now - wall_accounted_ns_ : 0;
-    const std::size_t at = record_sample(wall_record_tag | static_cast<std::uint64_t>(elapsed), ucontext);
+    const auto state = static_cast<ThreadState>(data >> wall_tick_state_shift);
+    const std::size_t at = record_sample(wall_record_weight(state, static_cast<std::uint64_t>(elapsed)), ucontext);
     // A full log keeps the time unaccounted: the next sample (or the close) gets it.
     if (at == no_wall_record) return;
     last_wall_record_ = at;
@@ -677,7 +685,10 @@ class ThreadStackSampler {
   volatile std::int64_t edge_cut_ns_ = CpuTickSource::no_cut;  // the edge's tick takes the points up to here
   volatile std::uint32_t cpu_records_ = 0;     // CPU records written (the handler), and
   std::uint32_t cpu_records_at_outer_open_ = 0;  // their count when the outermost span opened
-  bool long_spans_ = false;          // the last outermost span ran at least the CPU watch's slack
+  // The last outermost span ran at least the CPU watch's slack; true before the
+  // first, which has no history: under load the first span of a process (the
+  // ticker just starting) otherwise lost all its points to the kernel in 1 run of 3.
+  bool long_spans_ = true;
   bool close_edge_settled_ = false;  // and its close read the thread's CPU clock (settle_edge)
   std::int64_t wall_accounted_ns_ = 0;             // wall time given to samples up to here
   std::size_t last_wall_record_ = no_wall_record;  // the newest wall record in the log
@@ -696,6 +707,9 @@ class ThreadStackSampler {
     std::int64_t cpu_seen = -1;            // the thread's CPU clock at the last read
     std::int64_t seen_at_ns = 0;           // the ticker's monotonic clock then
     std::uint32_t still_looks = 0;         // looks in a row that found it unchanged
+    std::int64_t wall_cpu_ns = -1;         // its CPU clock at the last wall tick
+    std::int64_t wall_at_ns = 0;           // and the ticker's monotonic clock then
+    std::uint64_t random = 0x9E3779B97F4A7C15ull;  // xorshift64 state, for the thread_state draw
   } ticker_;
 #if SPANPROF_HAS_CFI_WALKER
   cfi::RulesCache rules_cache_;  // the handler's only

@@ -61,8 +61,11 @@ enum class Field : std::uint32_t {
   reason,
   payload,
   span_count,
+  time_split,  // five i64: running, waiting, blocked ns, voluntary and involuntary switches
 };
-inline constexpr std::uint32_t field_count = static_cast<std::uint32_t>(Field::span_count);
+inline constexpr std::uint32_t field_count = static_cast<std::uint32_t>(Field::time_split);
+// Fields a file written before them lacks: read as their default.
+inline constexpr std::uint32_t optional_fields = std::uint32_t{1} << static_cast<std::uint32_t>(Field::time_split);
 
 inline void put_u32(std::string& out, std::uint32_t value) {
   for (int i = 0; i < 4; ++i) out += static_cast<char>(static_cast<std::uint8_t>(value >> (8 * i)));
@@ -93,7 +96,7 @@ inline std::uint32_t crc32_of(std::string_view bytes) noexcept {
 
 inline std::uint64_t encoded_size(std::string_view uploader, const EncodedProfile& p, std::string_view bytes) noexcept {
   const std::uint64_t payload = uploader.size() + 1 + TraceId::size + SpanId::size + 1 + p.record.span_name.size() +
-                                4 * 8 + 8 + p.record.engine.size() + 1 + bytes.size() + 8;
+                                4 * 8 + 8 + p.record.engine.size() + 1 + bytes.size() + 8 + 5 * 8;
   return header_size + field_count * record_header_size + payload + crc_size;
 }
 
@@ -126,8 +129,8 @@ inline std::string encode(std::string_view uploader, const EncodedProfile& p, st
   // this binding fail to compile until the format stores it too (Field, here,
   // decode, encoded_size).
   const SpanRecord& record = p.record;
-  const auto& [kind, span, span_name, reason, start_unix_ns, duration_ns, period_ns, heap_interval_bytes, engine] =
-      record;
+  const auto& [kind, span, span_name, reason, start_unix_ns, duration_ns, period_ns, heap_interval_bytes, engine,
+               time] = record;
   const auto& trace = span.trace_id.bytes();
   const auto& span_id = span.span_id.bytes();
   put_record(out, Field::uploader, uploader);
@@ -147,6 +150,11 @@ inline std::string encode(std::string_view uploader, const EncodedProfile& p, st
   put_record_u8(out, Field::reason, static_cast<std::uint8_t>(reason));
   put_record(out, Field::payload, bytes);
   put_record_u64(out, Field::span_count, static_cast<std::uint64_t>(p.span_count));
+  put_u32(out, static_cast<std::uint32_t>(Field::time_split));
+  put_u64(out, 5 * 8);
+  for (const std::int64_t value :
+       {time.running_ns, time.waiting_ns, time.blocked_ns, time.voluntary_switches, time.involuntary_switches})
+    put_u64(out, static_cast<std::uint64_t>(value));
   put_u32(out, crc32_of(out));
   return out;
 }
@@ -283,10 +291,17 @@ inline Status decode(std::string_view bytes, std::string_view expected_uploader,
         }
         p.span_count = static_cast<std::size_t>(get_le(value.data(), 8));
         break;
+      case Field::time_split: {
+        if (Status sized = fixed(5 * 8); !sized) return sized;
+        std::int64_t parts[5];
+        for (std::size_t i = 0; i < 5; ++i) parts[i] = static_cast<std::int64_t>(get_le(value.data() + 8 * i, 8));
+        record.time = TimeSplit{parts[0], parts[1], parts[2], parts[3], parts[4]};
+        break;
+      }
     }
   }
   for (std::uint32_t id = 1; id <= field_count; ++id) {
-    if ((seen & (std::uint32_t{1} << id)) == 0) {
+    if ((seen & (std::uint32_t{1} << id)) == 0 && (optional_fields & (std::uint32_t{1} << id)) == 0) {
       return invalid("field " + std::to_string(id) + " is missing");
     }
   }

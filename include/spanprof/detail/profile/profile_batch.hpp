@@ -68,7 +68,7 @@ class ProfileBatch {
         for (const std::uintptr_t pc : sample.frames)
           if (addresses_.insert(pc).second) estimated_bytes_ += 64;  // a location, its function, a name
       }
-      const Key key{span, stack->second};
+      const Key key{span, stack->second, sample.thread_state};
       auto [it, inserted] = index_.try_emplace(key, samples_.size());
       if (inserted) {
         samples_.push_back(Entry{key, sample.values});
@@ -98,7 +98,8 @@ class ProfileBatch {
   Profile build(ProfileBuilder& builder, const std::vector<std::string>& comments) const {
     std::vector<ProfileBuilder::Sample> samples;
     samples.reserve(samples_.size());
-    for (const Entry& entry : samples_) samples.push_back({stack_list_[entry.key.stack], &entry.values, entry.key.span + 1});
+    for (const Entry& entry : samples_)
+      samples.push_back({stack_list_[entry.key.stack], &entry.values, entry.key.span + 1, entry.key.state});
     return builder.build(window_record(), samples, spans_, comments);
   }
 
@@ -109,11 +110,16 @@ class ProfileBatch {
   struct Key {
     std::uint32_t span;
     std::uint32_t stack;  // index into stack_list_
-    bool operator==(const Key& other) const noexcept { return span == other.span && stack == other.stack; }
+    ThreadState state;    // a wall sample's: samples of one stack in two states stay apart
+    bool operator==(const Key& other) const noexcept {
+      return span == other.span && stack == other.stack && state == other.state;
+    }
   };
   struct KeyHash {
     std::size_t operator()(const Key& key) const noexcept {
-      return static_cast<std::size_t>((static_cast<std::uint64_t>(key.span) << 32 | key.stack) * 0x9E3779B97F4A7C15ull);
+      return static_cast<std::size_t>(
+          ((static_cast<std::uint64_t>(key.span) << 32 | key.stack) ^ static_cast<std::uint64_t>(key.state) << 30) *
+          0x9E3779B97F4A7C15ull);
     }
   };
   struct StackHash {

@@ -31,13 +31,14 @@ class ProfileBuilder {
     const std::vector<std::uintptr_t>* frames;
     const std::vector<std::int64_t>* values;
     std::uint32_t span;
+    ThreadState thread_state;  // a wall sample's thread_state label; unknown: none
   };
 
   // One span's profile, its samples as recorded (profile_batch.hpp merges repeats).
   Profile build(const RawProfile& raw, const std::vector<std::string>& comments) {
     std::vector<Sample> samples;
     samples.reserve(raw.samples.size());
-    for (const RawSample& sample : raw.samples) samples.push_back({&sample.frames, &sample.values, 1});
+    for (const RawSample& sample : raw.samples) samples.push_back({&sample.frames, &sample.values, 1, sample.thread_state});
     return build(raw, samples, {static_cast<const SpanRecord&>(raw)}, comments);
   }
 
@@ -74,6 +75,7 @@ class ProfileBuilder {
     profile.time_nanos = header.start_unix_ns;
     profile.duration_nanos = header.duration_ns;
     profile.comments = comments;
+    if (spans.size() == 1 && spans.front().time.measured()) profile.comments.push_back(time_split_comment(spans.front().time));
     profile.spans = std::move(spans);
 
     profile.samples.reserve(samples.size());
@@ -81,6 +83,12 @@ class ProfileBuilder {
       spanprof::Sample sample;
       sample.values = *in.values;
       sample.span = in.span;
+      if (in.thread_state != ThreadState::unknown) {
+        Label state;
+        state.key = detail::thread_state_label;
+        state.str = std::string(to_string(in.thread_state));
+        sample.labels.push_back(std::move(state));
+      }
       sample.location_ids.reserve(in.frames->size());
       for (std::size_t i = 0; i < in.frames->size(); ++i) {
         // Callers' frames hold return addresses, which may already belong to the

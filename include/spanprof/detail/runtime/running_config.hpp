@@ -30,6 +30,7 @@ struct RunningConfig : GuardGate {
   HeapEngine heap_engine = HeapEngine::sampling;
   StackSamplerSettings sampler;
   HeapSettings heap;
+  bool time_split = false;  // guards read their thread's times at open and close
   std::shared_ptr<HeadSampler> head_sampler;  // null: profile every span
   std::shared_ptr<TailPolicy> tail_policy;    // null: keep every profile
   std::shared_ptr<AdaptiveTrigger> trigger;   // null: off

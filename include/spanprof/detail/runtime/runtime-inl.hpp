@@ -113,6 +113,7 @@ class Runtime final : public GuardHost {
       config->sampler.buffer_words = options.thread_buffer_bytes / sizeof(std::uint64_t);
       config->sampler.idle_ticks_before_disarm = options.idle_ticks_before_disarm;
       config->sampler.watch_cpu = options.watch_cpu_ticks;
+      config->time_split = options.time_split;
       // The signal carries the sampling engine's CPU ticks and, whatever the CPU
       // engine, every wall tick.
       config->sampler.signal_number = install_sample_signal_handler(options.signal_number);

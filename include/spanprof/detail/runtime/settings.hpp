@@ -132,6 +132,10 @@ inline constexpr Setting settings[] = {
         "watch_cpu_ticks", "SPANPROF_CPU_WATCH", EG::capture, format::integer(0, 1),
         "0: the POSIX timer alone; 1 (default): the ticker sends its points the kernel is late with, and a span's edges take "
         "those it passed (each span right under load)."),
+    setting<&Options::time_split>(
+        "time_split", "SPANPROF_TIME_SPLIT", EG::capture, format::integer(0, 1),
+        "1: each profiled span's elapsed time split into running, waiting for a CPU and blocked, with its context "
+        "switches (three system calls at the open and the close, a few µs a span)."),
 
     // ---- which spans are profiled (docs/sampling.md)
     setting<&Options::head_sampler>(
