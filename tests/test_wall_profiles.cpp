@@ -175,8 +175,21 @@ TEST_CASE("a wall profile shows where a slow span waited, and adds up to its ela
       CHECK(labels.at("span_id") == span.span_id.to_hex());
       CHECK(labels.at("span_name") == "GET /slow");
     }
-    // The CPU profile is as before: the computing, not the waiting.
-    CHECK(share_on_stack(cpu->decoded, "compute_prices") >= 0.8);
+    // The CPU profile is as before: the computing, not the waiting. Points the
+    // kernel and the watch left overdue until the close are taken there, with the
+    // close's stack (docs/engines.md, "At a span's edges"): their leaf is this test
+    // case's own function, where the guard closes. Beside busy processes a span's
+    // first computing can leave most of its points to the close (18 of 28 once).
+    INFO(spanprof_test::leaf_summary(cpu->decoded));
+    std::int64_t at_close = 0, cpu_total = 0;
+    for (const auto& sample : cpu->decoded.samples) {
+      cpu_total += sample.values[0];
+      if (pprof_test::leaf_function(cpu->decoded, sample).find("C_A_T_C_H_T_E_S_T") != std::string::npos)
+        at_close += sample.values[0];
+    }
+    const double computing = share_on_stack(cpu->decoded, "compute_prices");
+    CHECK(computing * static_cast<double>(cpu_total) >= 0.8 * static_cast<double>(cpu_total - at_close));
+    CHECK(share_on_stack(cpu->decoded, "wait_for_backend") <= 0.1);
     CHECK(spanprof_test::sample_count(cpu->decoded) >= 5);  // ~10 ticks; fewer when the CPU is shared
   }
 }

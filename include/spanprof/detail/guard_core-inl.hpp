@@ -117,6 +117,7 @@ inline void GuardCore::prepare(const RunningConfig& config, ConfigReader& reader
   span_ = SpanContext{};
   fragment_ = false;
   timed_ = false;
+  split_read_ = false;
 }
 
 // The head sampler said no; the adaptive trigger may still want this span, and
@@ -216,6 +217,7 @@ inline void GuardCore::begin_fragment(const RunningConfig& config, RequestState&
   reason_ = ProfileReason::sampled;  // the request decides, and says if it is kept without a sample
   duration_ns_ = -1;
   timed_ = false;
+  split_read_ = false;
   ProfileKinds sampled;
   if (kinds.contains(ProfileKind::cpu) && config.cpu_engine == CpuEngine::sampling) sampled = sampled | cpu;
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) sampled = sampled | wall;
@@ -239,10 +241,16 @@ SPANPROF_NOINLINE void GuardCore::read_times_at_open() noexcept {
 // A closing guard's split, from its close's read to its hand-over, on its thread.
 inline thread_local TimeSplit closing_time_split;
 
-// Before the tail policy: it may keep a span for where its time went. A guard that
-// closes on another thread than it opened has no split: the times are per thread.
+// At the close, before the tail policy (it may keep a span for where its time
+// went) or for the request a fragment adds to; otherwise at the hand-over, when
+// the span has a profile: most of a busy server's short requests at 100 Hz have
+// none, and their close then costs no system call. The span's slot still holds
+// the open's times then (popped, not reused before this thread's next span). A
+// guard that closes on another thread than it opened has no split: the times are
+// per thread.
 SPANPROF_NOINLINE void GuardCore::split_time_at_close() noexcept {
   ThreadTimes now;
+  split_read_ = true;
   if (current_stack_sampler != sampler_ || !read_thread_times(now)) {
     timed_ = false;
     return;
@@ -263,7 +271,7 @@ void GuardCore::finish() noexcept {
 
 // The span ended: decide whether to keep what it recorded, then close the engines.
 inline void GuardCore::decide_and_close() noexcept {
-  if (SPANPROF_UNLIKELY(timed_)) split_time_at_close();
+  if (SPANPROF_UNLIKELY(timed_) && (fragment_ || config_->tail_policy)) split_time_at_close();
   if (fragment_) {
     // A fragment: the request decides when it ends, with all its fragments.
     if (SPANPROF_UNLIKELY(timed_)) request_->add_time(closing_time_split);
@@ -467,6 +475,7 @@ SPANPROF_NOINLINE void GuardCore::hand_over(ThreadStackSampler* sampler, std::si
 }
 
 inline SpanIdentity GuardCore::identity() noexcept {
+  if (SPANPROF_UNLIKELY(timed_ && !split_read_)) split_time_at_close();
   if (duration_ns_ < 0) duration_ns_ = monotonic_now_ns() - start_ns_;
   SpanIdentity identity{span_, std::string_view(name_, name_length_), reason_, realtime_now_ns() - duration_ns_,
                         duration_ns_};

@@ -174,7 +174,8 @@ class GuardCore {
   bool discarded_ : 1;
   bool moved_ : 1;     // closed elsewhere or out of order: counted, samples dropped
   bool fragment_ : 1;  // a fragment of request_ (request.hpp), not a span's own profile
-  bool timed_ : 1;     // its sampler slot holds its thread's times at the open (Options::time_split)
+  bool timed_ : 1;       // its sampler slot holds its thread's times at the open (Options::time_split)
+  bool split_read_ : 1;  // and closing_time_split holds its split
   ProfileReason reason_;
   std::uint8_t name_length_;
   int uncaught_at_open_;
