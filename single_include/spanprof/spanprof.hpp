@@ -10590,7 +10590,6 @@ class ThreadStackSampler {
     span.stop = nullptr;
     span.parent.store(top, std::memory_order_relaxed);
     span.edge_holder = 0;
-    if (top == 0) cpu_records_at_outer_open_ = cpu_records_;
     if (top == 0 && long_spans_ && settings_.watch_cpu && on_this_stack(holder)) {
       span.cpu_at_open_ns = settle_edge(false);
       if (span.cpu_at_open_ns >= 0) span.edge_holder = reinterpret_cast<std::uintptr_t>(holder);
@@ -10598,8 +10597,10 @@ class ThreadStackSampler {
     const std::uint32_t sequence = next_sequence_++ & 0x3FFF'FFFF;
     span.state.store(sequence << 2 | span_slot_open, std::memory_order_relaxed);
     slots_in_use_ |= std::uint32_t{1} << index;
-    if (top == 0 && settings_.watch_cpu)
+    if (top == 0 && settings_.watch_cpu) {
       outer_changed_ns_.store(now_ns >= 0 ? now_ns : monotonic_now_ns(), std::memory_order_relaxed);
+      cpu_captured_at_outer_open_ = cpu_samples_captured();
+    }
     std::atomic_signal_fence(std::memory_order_seq_cst);
     top_.store(index + 1, std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
@@ -10635,7 +10636,7 @@ class ThreadStackSampler {
       // read at every edge).
       long_spans_ = close_edge_settled_ ? cpu_at_close - span.cpu_at_open_ns >= cpu_watch_slack_ns()
                                         : now - outer_changed_ns_.load(std::memory_order_relaxed) >= cpu_watch_slack_ns() &&
-                                              cpu_records_ != cpu_records_at_outer_open_;
+                                              cpu_samples_captured() != cpu_captured_at_outer_open_;
       outer_changed_ns_.store(now, std::memory_order_relaxed);
     }
     top_.store(parent, std::memory_order_relaxed);
@@ -10752,6 +10753,11 @@ class ThreadStackSampler {
     send_tick(cpu_tick_tag | edge_tick_data);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     edge_cut_ns_ = CpuTickSource::no_cut;
+  }
+
+  // The CPU samples this thread's handler has recorded (its counter block).
+  std::uint64_t cpu_samples_captured() const noexcept {
+    return counters_->values[static_cast<std::size_t>(Counter::cpu_samples_captured)].load(std::memory_order_relaxed);
   }
 
   bool on_this_stack(const void* address) const noexcept {
@@ -11017,12 +11023,8 @@ class ThreadStackSampler {
     // to here from another thread.
     used_.store(used + need, std::memory_order_release);
     // A CPU record stands for its periods' samples, as the profile's sample count says.
-    if (wall) {
-      counters_->add(Counter::wall_samples_captured, 1);
-    } else {
-      counters_->add(Counter::cpu_samples_captured, cpu_record_periods(weight));
-      cpu_records_ = cpu_records_ + 1;
-    }
+    if (wall) counters_->add(Counter::wall_samples_captured, 1);
+    else counters_->add(Counter::cpu_samples_captured, cpu_record_periods(weight));
     return used;
   }
 
@@ -11124,8 +11126,7 @@ class ThreadStackSampler {
   static constexpr std::uint32_t edge_tick_data = 1;
   volatile std::uintptr_t walk_from_ = 0;
   volatile std::int64_t edge_cut_ns_ = CpuTickSource::no_cut;  // the edge's tick takes the points up to here
-  volatile std::uint32_t cpu_records_ = 0;     // CPU records written (the handler), and
-  std::uint32_t cpu_records_at_outer_open_ = 0;  // their count when the outermost span opened
+  std::uint64_t cpu_captured_at_outer_open_ = 0;  // this thread's CPU samples when its outermost span opened
   // The last outermost span ran at least the CPU watch's slack; true before the
   // first, which has no history: under load the first span of a process (the
   // ticker just starting) otherwise lost all its points to the kernel in 1 run of 3.
