@@ -8728,6 +8728,37 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_SYMBOLIZATION_ELF_SYMBOLIZER_HPP_
 // ---- end spanprof/symbolization/elf_symbolizer.hpp ----
+// ---- begin spanprof/detail/base/xorshift.hpp ----
+// The one pseudo-random step the samplers draw from (Marsaglia's xorshift64, 13/7/17):
+// a per-thread or per-ticker state, no shared state, no call, async-signal-safe.
+// Good enough for sampling intervals and labels, not for anything secret.
+#ifndef SPANPROF_DETAIL_BASE_XORSHIFT_HPP_
+#define SPANPROF_DETAIL_BASE_XORSHIFT_HPP_
+
+
+#include <cstdint>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// Advances `state` (never 0) and returns it.
+inline std::uint64_t xorshift64(std::uint64_t& state) noexcept {
+  state ^= state << 13;
+  state ^= state >> 7;
+  state ^= state << 17;
+  return state;
+}
+
+// A uniform draw in (0, 1) from the state's next value.
+inline double xorshift_unit(std::uint64_t& state) noexcept {
+  return (static_cast<double>(xorshift64(state) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DETAIL_BASE_XORSHIFT_HPP_
+// ---- end spanprof/detail/base/xorshift.hpp ----
 // ---- begin spanprof/detail/capture/cpu_tick_source.hpp ----
 // A thread's CPU ticks: a perf_event task clock or a POSIX CPU timer that sends
 // the sample signal to the one thread it was made for, each time that thread has
@@ -8786,10 +8817,7 @@ namespace detail {
 // fall behind and pile up queued signals. From a per-thread xorshift state;
 // async-signal-safe (log() touches no shared state).
 inline std::int64_t random_interval_ns(std::uint64_t& state, std::int64_t mean_ns) noexcept {
-  state ^= state << 13;
-  state ^= state >> 7;
-  state ^= state << 17;
-  const double unit = (static_cast<double>(state >> 11) + 0.5) * (1.0 / 9007199254740992.0);  // (0, 1)
+  const double unit = xorshift_unit(state);
   const double half = static_cast<double>(mean_ns) / 2;
   const double draw = half - std::log(unit) * half;
   const double high = static_cast<double>(mean_ns) * 16;  // the tail beyond holds a 1e-13 share
@@ -11857,12 +11885,7 @@ SPANPROF_HOOK_TLS inline thread_local HeapThreadState heap_thread = {};
 // the same chance 1/interval of being the one sampled.
 inline std::int64_t next_sample_gap(HeapThreadState& t) noexcept {
   if (t.interval <= 1) return 1;
-  std::uint64_t x = t.random;
-  x ^= x << 13;
-  x ^= x >> 7;
-  x ^= x << 17;
-  t.random = x;
-  const double uniform = (static_cast<double>(x >> 11) + 0.5) * (1.0 / 9007199254740992.0);  // (0, 1)
+  const double uniform = xorshift_unit(t.random);
   const double gap = -std::log(uniform) * static_cast<double>(t.interval);
   return gap < 1.0 ? 1 : static_cast<std::int64_t>(gap);
 }
@@ -12440,11 +12463,8 @@ inline ThreadStackSampler::WallTick ThreadStackSampler::wall_tick(std::int64_t n
   if (blocked) {
     state = ThreadState::blocked;
   } else if (ran_ns >= 0 && looked_ns > 0) {
-    std::uint64_t& x = ticker_.random;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    const bool ran = static_cast<std::int64_t>(x % static_cast<std::uint64_t>(looked_ns)) < ran_ns;
+    const bool ran =
+        static_cast<std::int64_t>(xorshift64(ticker_.random) % static_cast<std::uint64_t>(looked_ns)) < ran_ns;
     state = ran ? ThreadState::running : ThreadState::runnable;
   } else if (cpu_ns >= 0) {
     state = thread_cpu_ns(tid_) != cpu_ns ? ThreadState::running : ThreadState::runnable;

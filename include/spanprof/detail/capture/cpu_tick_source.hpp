@@ -24,6 +24,7 @@
 #define SPANPROF_DETAIL_CAPTURE_CPU_TICK_SOURCE_HPP_
 
 #include <spanprof/config.hpp>
+#include <spanprof/detail/base/xorshift.hpp>
 #include <spanprof/capture/engines.hpp>
 
 // Compiled out with the SDK, as the sampler that owns it.
@@ -57,10 +58,7 @@ namespace detail {
 // fall behind and pile up queued signals. From a per-thread xorshift state;
 // async-signal-safe (log() touches no shared state).
 inline std::int64_t random_interval_ns(std::uint64_t& state, std::int64_t mean_ns) noexcept {
-  state ^= state << 13;
-  state ^= state >> 7;
-  state ^= state << 17;
-  const double unit = (static_cast<double>(state >> 11) + 0.5) * (1.0 / 9007199254740992.0);  // (0, 1)
+  const double unit = xorshift_unit(state);
   const double half = static_cast<double>(mean_ns) / 2;
   const double draw = half - std::log(unit) * half;
   const double high = static_cast<double>(mean_ns) * 16;  // the tail beyond holds a 1e-13 share

@@ -18,6 +18,7 @@
 #define SPANPROF_DETAIL_CAPTURE_HEAP_SAMPLER_HPP_
 
 #include <spanprof/config.hpp>
+#include <spanprof/detail/base/xorshift.hpp>
 #include <spanprof/detail/base/counters.hpp>
 #include <spanprof/detail/capture/live_allocations.hpp>
 #include <spanprof/detail/capture/sample_records.hpp>
@@ -83,12 +84,7 @@ SPANPROF_HOOK_TLS inline thread_local HeapThreadState heap_thread = {};
 // the same chance 1/interval of being the one sampled.
 inline std::int64_t next_sample_gap(HeapThreadState& t) noexcept {
   if (t.interval <= 1) return 1;
-  std::uint64_t x = t.random;
-  x ^= x << 13;
-  x ^= x >> 7;
-  x ^= x << 17;
-  t.random = x;
-  const double uniform = (static_cast<double>(x >> 11) + 0.5) * (1.0 / 9007199254740992.0);  // (0, 1)
+  const double uniform = xorshift_unit(t.random);
   const double gap = -std::log(uniform) * static_cast<double>(t.interval);
   return gap < 1.0 ? 1 : static_cast<std::int64_t>(gap);
 }

@@ -6,6 +6,7 @@
 #define SPANPROF_DETAIL_CAPTURE_TICKER_SIDE_HPP_
 
 #include <spanprof/config.hpp>
+#include <spanprof/detail/base/xorshift.hpp>
 #include <spanprof/detail/capture/thread_stack_sampler.hpp>
 #include <spanprof/detail/capture/thread_status.hpp>
 
@@ -91,11 +92,8 @@ inline ThreadStackSampler::WallTick ThreadStackSampler::wall_tick(std::int64_t n
   if (blocked) {
     state = ThreadState::blocked;
   } else if (ran_ns >= 0 && looked_ns > 0) {
-    std::uint64_t& x = ticker_.random;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    const bool ran = static_cast<std::int64_t>(x % static_cast<std::uint64_t>(looked_ns)) < ran_ns;
+    const bool ran =
+        static_cast<std::int64_t>(xorshift64(ticker_.random) % static_cast<std::uint64_t>(looked_ns)) < ran_ns;
     state = ran ? ThreadState::running : ThreadState::runnable;
   } else if (cpu_ns >= 0) {
     state = thread_cpu_ns(tid_) != cpu_ns ? ThreadState::running : ThreadState::runnable;
