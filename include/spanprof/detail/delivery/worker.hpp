@@ -53,9 +53,10 @@ class Worker {
   // worker groups the uploaders into lanes), and the merger's.
   struct Config : SenderConfig {
     std::chrono::milliseconds tick{100};  // how often the merger looks at the hand-off
-    // Run by the merger about once a tick: the runtime's checks on the host (the
-    // sample signal's health), off every request thread.
+    // Run by the merger every watchdog_interval (at its next tick): the runtime's
+    // checks on the host (the sample signal's health), off every request thread.
     std::function<void()> watchdog;
+    std::chrono::milliseconds watchdog_interval{100};
   };
 
   Worker() = default;
@@ -70,6 +71,7 @@ class Worker {
       auto run = std::make_shared<Run>();
       run->tick = config.tick;
       run->watchdog = config.watchdog;
+      run->watchdog_interval = config.watchdog_interval;
       run->clock = config.clock ? config.clock : default_clock();
       // Flushes asked of an earlier run were answered when it stopped.
       run->flushes_answered = flush_requested_;
@@ -230,6 +232,7 @@ class Worker {
     std::vector<Lane> lanes;         // the merger's
     std::uint64_t flushes_answered = 0;  // the merger's: flush requests it has passed on
     std::function<void()> watchdog;
+    std::chrono::milliseconds watchdog_interval{100};
     std::unique_ptr<Sender> sender;
     // Set when the merger has counted what it held: a stop past its deadline
     // waits briefly for it (the merger runs no user code), so that stats() add up
@@ -281,7 +284,7 @@ class Worker {
         flush_wanted = flush_requested_;
       }
       const bool flushing = flush_wanted > run.flushes_answered;
-      if (run.watchdog && RealClock::now() - watched >= run.tick) {
+      if (run.watchdog && RealClock::now() - watched >= run.watchdog_interval) {
         watched = RealClock::now();
         run.watchdog();
       }

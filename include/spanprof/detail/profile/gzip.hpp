@@ -7,6 +7,7 @@
 #include <spanprof/base/error.hpp>
 #include <spanprof/base/status.hpp>
 #include <spanprof/config.hpp>
+#include <spanprof/detail/profile/deflate_fixed.hpp>
 
 #include <zlib.h>
 
@@ -40,24 +41,38 @@ inline void set_zlib_error(std::string& error, std::string_view what, int code, 
 // zlib counts in uInt; feed larger buffers in slices so 4 GiB+ inputs still work.
 inline constexpr std::size_t zlib_max_slice = std::size_t{1} << 30;
 
-// Inputs shorter than this are stored in the gzip member, not compressed. At any
-// level above 0 zlib builds Huffman trees for every block, a fixed cost whatever the
-// size, which is most of what a one-sample span profile (2.5 KB) costs to deliver,
-// and more than the whole sample cost the request thread. Stored, it gunzips the
-// same everywhere and weighs at most 1.2 KB more (still one 4 KiB disk block, three
-// TCP segments). Batched and bigger profiles compress.
+// Inputs shorter than this are stored in the gzip member, not compressed: a
+// one-sample span profile (2.5 KB) is stored in a fifth of the time even the fixed
+// codes take (deflate_fixed.hpp), and weighs at most 1.2 KB more (still one 4 KiB
+// disk block, three TCP segments). It gunzips the same everywhere.
 inline constexpr std::size_t gzip_store_below = 4096;
 
-// A gzip member of stored deflate blocks (RFC 1951 3.2.4, RFC 1952), written here
-// rather than by zlib: deflateInit allocates and clears its window and hash for
-// a stream it will not search, which costs more than the CRC and the copy.
+inline constexpr char gzip_header[10] = {'\x1f', '\x8b', 8, 0, 0, 0, 0, 0, 0, 3};  // deflate, no flags, OS 3 (Unix) as zlib writes it
+
+// CRC-32 and ISIZE (the size modulo 2^32), little-endian.
+inline void append_gzip_trailer(std::string_view in, std::string& out) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (std::size_t done = 0; done < in.size();) {
+    const std::size_t slice = std::min(in.size() - done, zlib_max_slice);
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(in.data() + done), static_cast<uInt>(slice));
+    done += slice;
+  }
+  const auto size = static_cast<std::uint32_t>(in.size());
+  const auto checksum = static_cast<std::uint32_t>(crc);
+  const char trailer[8] = {static_cast<char>(checksum & 0xFF),       static_cast<char>((checksum >> 8) & 0xFF),
+                           static_cast<char>((checksum >> 16) & 0xFF), static_cast<char>(checksum >> 24),
+                           static_cast<char>(size & 0xFF),           static_cast<char>((size >> 8) & 0xFF),
+                           static_cast<char>((size >> 16) & 0xFF),   static_cast<char>(size >> 24)};
+  out.append(trailer, sizeof trailer);
+}
+
+// A gzip member of stored deflate blocks (RFC 1951 3.2.4, RFC 1952), for what
+// does not compress: the bytes, five more per 64 KiB.
 inline void gzip_store(std::string_view in, std::string& out) {
   constexpr std::size_t max_block = 65535;
   const std::size_t blocks = in.empty() ? 1 : (in.size() + max_block - 1) / max_block;
-  out.reserve(10 + 5 * blocks + in.size() + 8);
-  // ID1 ID2, CM=deflate, no flags, no mtime, XFL 0, OS 3 (Unix) as zlib writes it.
-  static constexpr char header[10] = {'\x1f', '\x8b', 8, 0, 0, 0, 0, 0, 0, 3};
-  out.append(header, sizeof header);
+  out.reserve(out.size() + 10 + 5 * blocks + in.size() + 8);
+  out.append(gzip_header, sizeof gzip_header);
   std::size_t at = 0;
   do {
     const std::size_t size = std::min(in.size() - at, max_block);
@@ -71,44 +86,42 @@ inline void gzip_store(std::string_view in, std::string& out) {
     out.append(in.data() + at, size);
     at += size;
   } while (at < in.size());
-  uLong crc = crc32(0L, Z_NULL, 0);
-  for (std::size_t done = 0; done < in.size();) {
-    const std::size_t slice = std::min(in.size() - done, zlib_max_slice);
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(in.data() + done), static_cast<uInt>(slice));
-    done += slice;
+  append_gzip_trailer(in, out);
+}
+
+// A span's profile: one block of fixed codes (deflate_fixed.hpp), or stored if
+// that came out bigger (random bytes).
+inline void gzip_fixed(std::string_view in, std::string& out) {
+  out.reserve(10 + in.size() + in.size() / 8 + 16);
+  out.append(gzip_header, sizeof gzip_header);
+  deflate_fixed(in, out);
+  if (out.size() - sizeof gzip_header > in.size() + 5) {
+    out.clear();
+    gzip_store(in, out);
+    return;
   }
-  const auto size = static_cast<std::uint32_t>(in.size());  // ISIZE: the size modulo 2^32
-  const auto checksum = static_cast<std::uint32_t>(crc);
-  const char trailer[8] = {static_cast<char>(checksum & 0xFF),       static_cast<char>((checksum >> 8) & 0xFF),
-                           static_cast<char>((checksum >> 16) & 0xFF), static_cast<char>(checksum >> 24),
-                           static_cast<char>(size & 0xFF),           static_cast<char>((size >> 8) & 0xFF),
-                           static_cast<char>((size >> 16) & 0xFF),   static_cast<char>(size >> 24)};
-  out.append(trailer, sizeof trailer);
+  append_gzip_trailer(in, out);
 }
 
 inline Status gzip_compress(std::string_view in, std::string& out) noexcept {
   out.clear();
   std::string error;
-  if (in.size() < gzip_store_below) {
+  if (in.size() < deflate_fixed_max_input) {
     SPANPROF_TRY {
-      gzip_store(in, out);
+      if (in.size() < gzip_store_below) gzip_store(in, out);
+      else gzip_fixed(in, out);
       return Status::ok();
     } SPANPROF_CATCH_ALL {
       out.clear();
-      set_error_message(error, "gzip: out of memory while storing");
+      set_error_message(error, "gzip: out of memory while compressing");
       return Status(ErrorCode::encoding_failed, error);
     }
   }
   z_stream stream{};
-  // A span's profile is a few kilobytes, and zlib's default tables (256 KiB, the
-  // hash head cleared at every init) cost more than compressing it: the window is
-  // sized to the input instead, which compresses it as well (a match can reach
-  // back to its first byte, and the smaller hash costs little). +16: a gzip header
+  // A batched window (smaller inputs took gzip_fixed above). +16: a gzip header
   // and CRC-32 trailer. The fastest level, as Go's runtime/pprof writes its
   // profiles: a few times less CPU than the default level for a few more bytes.
-  int window_bits = 9;
-  while (window_bits < 15 && (std::size_t{1} << window_bits) < in.size() + 262) ++window_bits;
-  const int mem_level = std::clamp(window_bits - 7, 1, 8);
+  const int window_bits = 15, mem_level = 8;
   int rc = deflateInit2(&stream, Z_BEST_SPEED, Z_DEFLATED, window_bits + 16, mem_level, Z_DEFAULT_STRATEGY);
   if (rc != Z_OK) {
     set_zlib_error(error, "gzip: deflateInit2 failed", rc, stream.msg);

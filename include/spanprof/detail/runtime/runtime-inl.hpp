@@ -28,6 +28,7 @@
 #include <spanprof/symbolization/elf_symbolizer.hpp>
 #include <spanprof/symbolization/symbolizer.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -133,6 +134,13 @@ class Runtime final : public GuardHost {
       worker.symbolizer = options.symbolizer ? options.symbolizer : std::shared_ptr<Symbolizer>(default_symbolizer(options));
       worker.comments.push_back(std::string("spanprof ") + SPANPROF_VERSION_STRING);
       worker.watchdog = [signal = config->sampler.signal_number] { watch_sample_signal(signal); };
+      // Each look reads every sampled thread's CPU clock, a system call each, on
+      // the core a saturated server's requests want. A thread that blocked the
+      // signal is refused at its second look: 200 periods of ticks queued at most
+      // (the kernel's queue holds ~1,000 per user by default), and a second at most
+      // at the default 100 Hz.
+      worker.watchdog_interval = std::chrono::milliseconds(
+          std::clamp<std::int64_t>(config->sampler.period_ns / 10'000, 100, 1000));
       if (!options.service_name.empty()) worker.comments.push_back("service.name=" + options.service_name);
 
       if (lifecycle_.load() == running) {
