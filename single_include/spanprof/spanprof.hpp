@@ -4160,6 +4160,7 @@ SPANPROF_NAMESPACE_END
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -4288,8 +4289,9 @@ inline void deflate_fixed(std::string_view in, std::string& out) {
   // slots as bytes (a power of two, 256 to 8 Ki), so a small input clears a small table.
   unsigned hash_bits = 8;
   while (hash_bits < 13 && (std::size_t{1} << hash_bits) < n) ++hash_bits;
-  std::uint16_t head[std::size_t{1} << 13];  // position + 1 (inputs are under 32 KiB); 0: none
-  std::memset(head, 0, sizeof(std::uint16_t) << hash_bits);
+  // Position + 1 (inputs are under 32 KiB); 0: none. On the heap: encode_pprof_gzip
+  // is public, and a caller's stack may be a small fiber's.
+  const std::unique_ptr<std::uint16_t[]> head(new std::uint16_t[std::size_t{1} << hash_bits]());
   const auto hash_at = [&](std::size_t i) noexcept {
     const std::uint32_t v = std::uint32_t{bytes[i]} | std::uint32_t{bytes[i + 1]} << 8 | std::uint32_t{bytes[i + 2]} << 16;
     return (v * 2654435761u) >> (32 - hash_bits);
