@@ -18,6 +18,7 @@ packages=(
   libc++-14-dev libc++abi-14-dev  # the consumer check with clang and libc++ (tests/consumers/)
   libboost-dev             # Boost.Asio: the async tests and examples/async_handler (C++20 coroutines on a pool)
   chromium                 # headless, renders spanprof-report's page in its tests (tests/test_report.cpp)
+  g++-aarch64-linux-gnu qemu-system-arm  # scripts/arm64.sh: tests built for aarch64, run on an arm64 kernel in a VM
 )
 
 missing=()

@@ -12,7 +12,9 @@
 #      add_subdirectory, FetchContent, Meson subproject, pkg-config, the single
 #      header as the README says, profiling compiled out, strict warnings (at low
 #      priority beside stages 2-4, from the end of the CMake build),
-#   6. the benchmarks, briefly, to prove they run (and one round of the server benchmark).
+#   6. the benchmarks, briefly, to prove they run (and one round of the server benchmark),
+#   7. spanprof built for aarch64 and run on Debian's arm64 kernel in a VM
+#      (scripts/arm64.sh, beside the ThreadSanitizer suite).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -90,10 +92,24 @@ trap 'kill -- -"$consumers" -"$tsan_build" 2>/dev/null || true' EXIT
 step "ThreadSanitizer"
 tsan_status=0
 wait "$tsan_build" || tsan_status=$?
-trap 'kill -- -"$consumers" 2>/dev/null || true' EXIT
 cat "$tsan_log"
 [ "$tsan_status" = 0 ] || { echo "the ThreadSanitizer build failed (exit $tsan_status)" >&2; exit "$tsan_status"; }
+# The arm64 stage (scripts/arm64.sh: a cross build, then a VM) runs meanwhile at
+# the lowest priority, on what the TSan suite leaves of the cores, as the consumers do.
+arm64_log=$root/$out/arm64.log
+set -m
+nice -n 19 bash scripts/arm64.sh "$root/$out/arm64" >"$arm64_log" 2>&1 &
+arm64=$!
+set +m
+trap 'kill -- -"$consumers" -"$arm64" 2>/dev/null || true' EXIT
 (cd $out/tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure)
+
+step "arm64: built for aarch64, run on an arm64 kernel (started with the TSan suite)"
+arm64_status=0
+wait "$arm64" || arm64_status=$?
+trap 'kill -- -"$consumers" 2>/dev/null || true' EXIT
+cat "$arm64_log"
+[ "$arm64_status" = 0 ] || { echo "the arm64 stage failed (exit $arm64_status)" >&2; exit "$arm64_status"; }
 
 step "Fuzz targets, briefly"
 bash scripts/fuzz.sh --seconds 2 --parallel "$jobs"

@@ -12150,7 +12150,10 @@ struct UnwindCapture {
 
 inline _Unwind_Reason_Code unwind_capture_step(_Unwind_Context* context, void* argument) noexcept {
   auto* capture = static_cast<UnwindCapture*>(argument);
-  const _Unwind_Ptr ip = _Unwind_GetIP(context);
+  // auto: GCC's <unwind.h> returns an _Unwind_Ptr, libunwind's (which
+  // libunwind-dev installs in the multiarch include directory, ahead of GCC's,
+  // on arm64 Debian) an unsigned long and has no _Unwind_Ptr.
+  const auto ip = _Unwind_GetIP(context);
   if (ip == 0) return _URC_END_OF_STACK;
   if (capture->skip > 0) {
     --capture->skip;

@@ -1,0 +1,121 @@
+// Run by scripts/arm64.sh as the init process of an aarch64 VM (a real arm64
+// kernel under qemu-system-aarch64), built statically for it. Four threads, each
+// in its own spans with its own hot function, sampled on the default source: each
+// span's profile must hold its own function on top, as on x86-64. It prints one
+// line per span and a verdict the script checks, then powers the VM off.
+#define SPANPROF_IMPLEMENTATION
+#include <spanprof/spanprof.hpp>
+
+#include <array>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <sys/mount.h>
+#include <sys/reboot.h>
+#include <unistd.h>
+
+// Outside the anonymous namespace: their names are what a span is checked against.
+__attribute__((noinline)) double hot_sum(long n) {
+  volatile double x = 0;
+  for (long i = 0; i < n; ++i) x = x + static_cast<double>(i) * 0.5;
+  return x;
+}
+__attribute__((noinline)) double hot_product(long n) {
+  volatile double x = 1;
+  for (long i = 0; i < n; ++i) x = x * 1.0000001 + 1;
+  return x;
+}
+__attribute__((noinline)) std::uint64_t hot_hash(long n) {
+  volatile std::uint64_t h = 14695981039346656037ull;
+  for (long i = 0; i < n; ++i) h = (h ^ static_cast<std::uint64_t>(i)) * 1099511628211ull;
+  return h;
+}
+__attribute__((noinline)) std::uint64_t hot_shift(long n) {
+  volatile std::uint64_t s = 88172645463325252ull;
+  for (long i = 0; i < n; ++i) s = s ^ (s << 13) ^ (s >> 7) ^ (s << 17);
+  return s;
+}
+
+namespace {
+
+struct Tally {
+  std::int64_t own = 0;
+  std::int64_t all = 0;
+  std::map<std::string, std::int64_t> elsewhere;  // leaf function -> samples not in the span's own
+};
+
+}  // namespace
+
+int main() {
+  const bool init = ::getpid() == 1;
+  if (init) ::mount("proc", "/proc", "proc", 0, nullptr);  // the symbolizer reads /proc/self/exe and maps
+
+  const char* names[] = {"hot_sum", "hot_product", "hot_hash", "hot_shift"};
+  std::mutex mutex;
+  std::map<std::string, Tally> spans;  // span name -> its samples
+  spanprof::Options options(spanprof::ignore_environment);
+  options.frequency_hz = 250;
+  options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>(
+      [&](const spanprof::EncodedProfile& encoded, std::string_view, const spanprof::UploadContext& context) {
+        const std::string& span = encoded.record.span_name;
+        std::lock_guard<std::mutex> lock(mutex);
+        Tally& tally = spans[span];
+        for (const spanprof::Sample& sample : context.profile->samples) {
+          if (sample.location_ids.empty()) continue;
+          const spanprof::Location& leaf = context.profile->locations[sample.location_ids.front() - 1];
+          const std::string function =
+              leaf.function_id != 0 ? context.profile->functions[leaf.function_id - 1].name : std::string();
+          tally.all += sample.values.at(0);
+          if (function.rfind(span + "(", 0) == 0) tally.own += sample.values.at(0);
+          else tally.elsewhere[function.empty() ? "(unnamed)" : function] += sample.values.at(0);
+        }
+        return spanprof::UploadResult::ok();
+      }));
+  const auto started = spanprof::start(options);
+  for (const auto& problem : started.problems) std::printf("spanprof: %s\n", problem.message.c_str());
+
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([t, &names] {
+      for (int i = 0; i < 2; ++i) {
+        std::array<std::uint8_t, 16> trace{};
+        std::array<std::uint8_t, 8> id{};
+        trace[15] = 1;
+        id[7] = static_cast<std::uint8_t>(1 + t * 2 + i);
+        const spanprof::SpanContext span{spanprof::TraceId(trace), spanprof::SpanId(id),
+                                         spanprof::TraceFlags{spanprof::TraceFlags::sampled_bit}};
+        spanprof::ScopedProfile guard(spanprof::NamedSpan{span, names[t]});
+        // About half a second of emulated CPU each (qemu's TCG runs them at
+        // different speeds): ~100 samples a span at 250 Hz.
+        if (t == 0) hot_sum(20'000'000);
+        else if (t == 1) hot_product(20'000'000);
+        else if (t == 2) hot_hash(60'000'000);
+        else hot_shift(30'000'000);
+      }
+    });
+  for (std::thread& thread : threads) thread.join();
+  spanprof::flush(std::chrono::seconds(30));
+  spanprof::shutdown();
+
+  bool pass = spans.size() == 4;
+  for (const auto& [span, tally] : spans) {
+    const double share = tally.all > 0 ? static_cast<double>(tally.own) / static_cast<double>(tally.all) : 0.0;
+    std::printf("spanprof-arm64: span %s: %lld samples, %.1f %% in its own function\n", span.c_str(),
+                static_cast<long long>(tally.all), 100.0 * share);
+    for (const auto& [function, samples] : tally.elsewhere)
+      std::printf("spanprof-arm64:   elsewhere: %s %lld\n", function.c_str(), static_cast<long long>(samples));
+    pass = pass && tally.all >= 20 && share >= 0.95;
+  }
+  std::printf("spanprof-arm64: %s\n", pass ? "PASS" : "FAIL");
+  std::fflush(stdout);
+  if (init) {
+    ::sync();
+    ::reboot(RB_POWER_OFF);
+  }
+  return pass ? 0 : 1;
+}
