@@ -18946,17 +18946,17 @@ inline void GuardCore::open_sampling(const RunningConfig& config, ProfileKinds k
   }
   sampler_ = sampler;
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) open_wall(*sampler, config);
+  // The ticker watches POSIX-timer threads for points the kernel is late with. A
+  // parked ticker is woken, and the first one started (a thread), before the span
+  // is on the stack: none of that is the span's (starting the thread took 20 ms of
+  // an emulated arm64 span, its samples in pthread_create).
+  if (kinds.contains(ProfileKind::cpu) && sampler->settings().watch_cpu &&
+      SPANPROF_UNLIKELY(ticker_parked().load(std::memory_order_relaxed)) &&
+      sampler->source() == CpuSampleSource::posix_timer)
+    wall_ticker().watch_cpu();
   ticket_ = sampler->push(kinds, now_ns, this);
   if (SPANPROF_UNLIKELY(!ticket_.valid())) return too_deep(*sampler, kinds);
-  if (kinds.contains(ProfileKind::cpu)) {
-    sampler->counters().add(Counter::cpu_guards_opened, 1);
-    // The ticker watches POSIX-timer threads for points the kernel is late with.
-    // The sampler's own flag first: with the watch off (the default) the guard reads
-    // nothing shared.
-    if (SPANPROF_UNLIKELY(sampler->settings().watch_cpu) &&
-        ticker_parked().load(std::memory_order_relaxed) && sampler->source() == CpuSampleSource::posix_timer)
-      wall_ticker().watch_cpu();
-  }
+  if (kinds.contains(ProfileKind::cpu)) sampler->counters().add(Counter::cpu_guards_opened, 1);
   state_ = State::sampling;
 }
 
