@@ -137,9 +137,10 @@ __attribute__((noinline)) void span_owner_function(unsigned n) {
 }  // namespace
 
 // A point the thread passed in a span but the kernel had not delivered when the
-// span closed is taken at the close, and its sample starts at the function that
-// opened the span, at the guard's close: none of spanprof's own frames is in such a
-// sample. (The kernel's own late tick may still land anywhere the thread runs, the
+// span closed is taken at the close. In a span with no CPU sample before, its
+// sample starts at the function that opened the span, at the guard's close: none
+// of spanprof's own frames is in such a sample. (In one with a sample, it takes
+// that sample's stack again: hot_gamma here.) (The kernel's own late tick may still land anywhere the thread runs, the
 // guard's closing code too, as it lands in the test's clock reads: under load about
 // one run in fifty had one such sample of ~190. Those stay rare.)
 TEST_CASE("a tick a span takes at its close starts at the span's own function", SPANPROF_TEST_NOT_UNDER_TSAN) {

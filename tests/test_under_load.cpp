@@ -9,9 +9,18 @@
 // Hidden ("[.under_load]") and run by CTest as spanprof_under_load_tests in the
 // plain build: a sanitizer's signal delivery is not the kernel's.
 #include "support/catch.hpp"
+#include "support/collector.hpp"
 #include "support/span_attribution.hpp"
 
 #include <spanprof/spanprof.hpp>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
 
 using spanprof_test::AttributionSettings;
 using spanprof_test::run_attribution;
@@ -63,4 +72,123 @@ TEST_CASE("on a quiet machine, each span's profile holds the CPU its thread spen
   const auto run = run_attribution(settings);
   report("quiet", run);
   check_each_span_holds_its_cpu(run);
+}
+
+namespace {
+
+// A hot loop that reads its thread's CPU clock (a system call) every few
+// microseconds, a few percent of its CPU in the kernel: where a late tick lands
+// shows in how often a sample's leaf is that call.
+__attribute__((noinline)) double reads_its_clock_while_computing(double cpu_seconds) {
+  const double end = spanprof_test::attribution_thread_cpu_ns() * 1e-9 + cpu_seconds;
+  volatile double x = 1.0;
+  do {
+    for (int i = 0; i < 1500; ++i) x = x * 1.0000001 + 1e-9;
+  } while (spanprof_test::attribution_thread_cpu_ns() * 1e-9 < end);
+  return x;
+}
+
+__attribute__((noinline)) void waits_for_a_reply(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+struct WhereSamplesLanded {
+  spanprof::CpuSampleSource source = spanprof::CpuSampleSource::automatic;
+  std::int64_t cpu_ns = 0;
+  double in_clock_read = 0;  // share of the CPU whose sample's leaf is clock_gettime
+  double in_waiting = 0;     // in waits_for_a_reply, where the thread ran no CPU
+  double outside_hot = 0;    // without the hot loop on the stack
+};
+
+// Four threads, each 12 spans of: compute 20 ms, wait 10 ms, compute 20 ms, wait
+// 10 ms; beside three busy processes, on `source`.
+WhereSamplesLanded where_samples_land(spanprof::CpuSampleSource source) {
+  struct Received {
+    std::mutex mutex;
+    std::vector<spanprof::Profile> profiles;
+  };
+  auto received = std::make_shared<Received>();
+  spanprof::Options options;
+  options.frequency_hz = 250;
+  options.cpu_sample_source = source;
+  options.queue_capacity = 4096;
+  options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>(
+      [received](const spanprof::EncodedProfile&, std::string_view pprof_gzip) {
+        pprof_test::DecodedPprof decoded;
+        std::string error;
+        if (!pprof_test::decode_pprof(pprof_gzip, decoded, error)) return spanprof::UploadResult::permanent(error);
+        std::lock_guard<std::mutex> lock(received->mutex);
+        received->profiles.push_back(std::move(decoded.profile));
+        return spanprof::UploadResult::ok();
+      },
+      "where-samples-land"));
+  spanprof::start(std::move(options));
+  WhereSamplesLanded result;
+  {
+    spanprof_test::BusyProcesses busy(3, 120);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+      threads.emplace_back([t] {
+        for (int i = 0; i < 12; ++i) {
+          spanprof::ScopedProfile guard(spanprof::NamedSpan{spanprof_test::span_number(61000 + 100 * t + i), "GET /mixed"},
+                                        spanprof::cpu);
+          reads_its_clock_while_computing(0.02);
+          waits_for_a_reply(10);
+          reads_its_clock_while_computing(0.02);
+          waits_for_a_reply(10);
+        }
+      });
+    for (auto& thread : threads) thread.join();
+    result.source = spanprof::stats().cpu_sample_source;
+  }
+  spanprof::flush(std::chrono::seconds(30));
+  spanprof::shutdown(std::chrono::seconds(5));
+  std::int64_t in_clock = 0, in_waiting = 0, outside_hot = 0;
+  std::lock_guard<std::mutex> lock(received->mutex);
+  for (const auto& profile : received->profiles) {
+    std::map<std::uint64_t, std::string> names;
+    for (const auto& location : profile.locations) names[location.id] = pprof_test::location_functions(profile, location);
+    for (const auto& sample : profile.samples) {
+      const std::int64_t cpu = sample.values.at(1);
+      std::string stack;
+      for (auto id : sample.location_ids) stack += names[id] + "\n";
+      result.cpu_ns += cpu;
+      if (pprof_test::leaf_function(profile, sample).find("clock_gettime") != std::string::npos) in_clock += cpu;
+      if (stack.find("waits_for_a_reply") != std::string::npos) in_waiting += cpu;
+      if (stack.find("reads_its_clock_while_computing") == std::string::npos) outside_hot += cpu;
+    }
+  }
+  const double total = result.cpu_ns > 0 ? static_cast<double>(result.cpu_ns) : 1.0;
+  result.in_clock_read = static_cast<double>(in_clock) / total;
+  result.in_waiting = static_cast<double>(in_waiting) / total;
+  result.outside_hot = static_cast<double>(outside_hot) / total;
+  return result;
+}
+
+}  // namespace
+
+// Under load the POSIX timer's ticks come late, and a late tick finds the thread
+// wherever it has gone since: in a wait, at the system call that let the scheduler
+// in, at the span's close. Each span's CPU must still be shown where it went: as
+// often in the system call as perf_event (whose ticks come at the point itself)
+// shows it, never in a wait, never outside the code that ran. Measured here: the
+// default source 6-15 % in clock_gettime against perf_event's 7-9 % in the same
+// run, none outside the loop; before the rules of
+// ThreadStackSampler::passed_before_a_wait and repeat_last_cpu_record, 20-36 % and
+// 2-8 %.
+TEST_CASE("beside three busy processes, a span's CPU samples land where its CPU went", "[.under_load]") {
+  const auto truth = where_samples_land(spanprof::CpuSampleSource::perf_event);
+  const auto by_default = where_samples_land(spanprof::CpuSampleSource::automatic);
+  std::printf("where samples land, loaded: in clock_gettime %.3f (perf_event %.3f), in a wait %.3f (%.3f), "
+              "outside the hot loop %.3f (%.3f); %.0f ms of CPU (%.0f)\n",
+              by_default.in_clock_read, truth.in_clock_read, by_default.in_waiting, truth.in_waiting,
+              by_default.outside_hot, truth.outside_hot, by_default.cpu_ns / 1e6, truth.cpu_ns / 1e6);
+  REQUIRE(by_default.source == spanprof::CpuSampleSource::posix_timer);
+  CHECK(by_default.cpu_ns >= std::int64_t{4 * 12 * 40} * 1'000'000 * 8 / 10);  // 4 threads, 12 spans of 40 ms
+  CHECK(by_default.in_waiting <= 0.005);
+  CHECK(by_default.outside_hot <= 0.01);
+  if (truth.source != spanprof::CpuSampleSource::perf_event) {
+    WARN("perf_event is not open to this process: the clock read's share is not compared");
+    return;
+  }
+  CHECK(by_default.in_clock_read <= truth.in_clock_read + 0.10);
+  CHECK(by_default.in_clock_read >= truth.in_clock_read - 0.05);
 }

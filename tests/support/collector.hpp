@@ -196,6 +196,21 @@ inline std::string leaf_summary(const spanprof::Profile& profile) {
   return text;
 }
 
+// The whole stacks (innermost first) of the samples without `function` on them,
+// with their counts: a failed share check says where the rest of the samples were.
+inline std::string stacks_without(const spanprof::Profile& profile, const std::string& function) {
+  std::map<std::uint64_t, std::string> names;
+  for (const auto& location : profile.locations) names[location.id] = pprof_test::location_functions(profile, location);
+  std::string text = "stacks without " + function + ":";
+  for (const auto& sample : profile.samples) {
+    std::string stack;
+    for (auto id : sample.location_ids) stack += names[id] + (names[id].empty() || names[id].back() == '\n' ? "" : "\n");
+    if (stack.find(function) != std::string::npos) continue;
+    text += "\n[" + std::to_string(sample.values[0]) + "]\n" + stack;
+  }
+  return text;
+}
+
 // Fraction of samples with `function` anywhere on the stack, by the value at
 // `value_index` (0: sample counts; 1: CPU or wall nanoseconds).
 inline double share_on_stack(const spanprof::Profile& profile, const std::string& function,

@@ -10,9 +10,12 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
+#include <sys/uio.h>
 #include <time.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
@@ -66,6 +69,32 @@ inline std::uintptr_t interrupted_pc(const void* ucontext) noexcept {
 #else
   (void)uc;
   return 0;
+#endif
+}
+
+// The interrupted thread stands at a system call instruction or just after it: it
+// was in a call (blocked, or preempted at its return), where the kernel hands
+// signals over on the way back to user code. The code is read with
+// process_vm_readv, which fails where a plain read would fault (a page before the
+// pc that is not mapped, execute-only code): then false.
+inline bool at_system_call(const void* ucontext) noexcept {
+#if defined(__x86_64__) || defined(__aarch64__)
+#if defined(__x86_64__)
+  constexpr unsigned char instruction[] = {0x0F, 0x05};  // syscall
+#else
+  constexpr unsigned char instruction[] = {0x01, 0x00, 0x00, 0xD4};  // svc #0
+#endif
+  constexpr std::size_t size = sizeof instruction;
+  unsigned char code[2 * size];  // the instruction before the pc, and the one at it (to be restarted)
+  const std::uintptr_t pc = interrupted_pc(ucontext);
+  iovec local{code, sizeof code};
+  iovec remote{reinterpret_cast<void*>(pc - size), sizeof code};
+  if (pc < size || ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) != static_cast<ssize_t>(sizeof code))
+    return false;
+  return std::memcmp(code, instruction, size) == 0 || std::memcmp(code + size, instruction, size) == 0;
+#else
+  (void)ucontext;
+  return false;
 #endif
 }
 

@@ -43,13 +43,20 @@ inline ThreadStackSampler::CpuWatch ThreadStackSampler::cpu_watch(std::uint64_t 
   ticker_.still_looks = cpu_ns == ticker_.cpu_seen ? ticker_.still_looks + 1 : 0;
   ticker_.cpu_seen = cpu_ns;
   ticker_.seen_at_ns = now;
-  if (point == ticker_.cpu_point_signalled || cpu_ns < point + cpu_watch_slack_ns()) return CpuWatch::nothing;
+  if (point == ticker_.cpu_point_signalled || cpu_ns < point) return CpuWatch::nothing;
   // Only while it is on a core: a thread's CPU clock moves between two reads then,
   // and stands still while it waits for a core or blocks. A thread signalled off
   // its core would take the sample where it was preempted, mostly at the system
   // call that let the scheduler in, not where its CPU went; a blocked one would
-  // see its call interrupted.
-  if (thread_cpu_ns(tid_) == cpu_ns) return CpuWatch::late;
+  // see its call interrupted. Found so with a point passed, overdue or not yet, it
+  // is marked: the tick that comes at that call's return is no sample of it
+  // (ThreadStackSampler::passed_before_a_wait).
+  const bool overdue = cpu_ns >= point + cpu_watch_slack_ns();
+  if (thread_cpu_ns(tid_) == cpu_ns) {
+    off_core_past_point_cpu_ns_.store(cpu_ns, std::memory_order_relaxed);
+    return overdue ? CpuWatch::late : CpuWatch::nothing;
+  }
+  if (!overdue) return CpuWatch::nothing;
   if (!send_tick(cpu_tick_tag)) return CpuWatch::nothing;
   ticker_.cpu_point_signalled = point;
   return CpuWatch::signalled;
