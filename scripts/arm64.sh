@@ -58,11 +58,17 @@ mkdir -p "$out"
 status=0
 for source in tests/arm64/*.cpp; do
   name=$(basename "$source" .cpp)
-  # Static: the initramfs holds the program alone. libprofiler: the stack walker
-  # outside x86-64 is gperftools' (with libunwind).
-  aarch64-linux-gnu-g++ -std=c++17 -O2 -g -static -pthread -Wall -Wextra -Werror -I"$root/include" \
+  # Static: the initramfs holds the program alone. --eh-frame-hdr: a static link
+  # leaves out the unwind tables' search index, which every dynamic program has
+  # and spanprof's walker needs. libgcc_eh first: the compiler runtime's _Unwind_*
+  # (libunwind has its own, which gperftools does not use).
+  # A test's own flags: its line "// arm64-cxxflags: ...".
+  flags=$(sed -n 's|^// arm64-cxxflags: ||p' "$source")
+  # shellcheck disable=SC2086
+  aarch64-linux-gnu-g++ -std=c++17 -O2 -g -static -pthread -Wall -Wextra -Werror $flags -I"$root/include" \
     -isystem "$sysroot/usr/include" -isystem "$sysroot/usr/include/aarch64-linux-gnu" \
-    "$source" -o "$out/$name" -L"$sysroot/usr/lib/aarch64-linux-gnu" -lprofiler -lunwind -llzma -lz
+    -Wl,--eh-frame-hdr "$source" -o "$out/$name" -L"$sysroot/usr/lib/aarch64-linux-gnu" \
+    -lgcc_eh -lprofiler -lunwind -llzma -lz
   # An initramfs (newc cpio, gzip) of /init and the directories it mounts on.
   python3 - "$out/$name" "$out/$name.initrd.gz" <<'EOF'
 import gzip, sys

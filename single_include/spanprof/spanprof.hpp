@@ -9514,8 +9514,8 @@ SPANPROF_NAMESPACE_END
 //    walker's job (detail/capture/stack_walker.hpp), which checks every address.
 //  * Entry and instruction lengths are checked against their entries, so a
 //    malformed table ends the walk instead of reading past it.
-//  * x86-64 only (its DWARF register numbers). Elsewhere the walker keeps
-//    gperftools' unwinder.
+//  * x86-64 and aarch64 (their DWARF register numbers, below). Elsewhere the
+//    walker keeps gperftools' unwinder.
 #ifndef SPANPROF_DETAIL_CAPTURE_CALL_FRAME_INFO_HPP_
 #define SPANPROF_DETAIL_CAPTURE_CALL_FRAME_INFO_HPP_
 
@@ -9525,11 +9525,12 @@ SPANPROF_NAMESPACE_END
 #include <cstring>
 #include <new>
 
-#if defined(__x86_64__) && defined(__linux__)
+#if (defined(__x86_64__) || defined(__aarch64__)) && defined(__linux__)
 #include <dlfcn.h>  // _dl_find_object, DLFO_EH_SEGMENT_TYPE (glibc >= 2.35)
 #endif
 
-#if SPANPROF_ENABLED && defined(__x86_64__) && defined(__linux__) && defined(DLFO_EH_SEGMENT_TYPE)
+#if SPANPROF_ENABLED && (defined(__x86_64__) || defined(__aarch64__)) && defined(__linux__) && \
+    defined(DLFO_EH_SEGMENT_TYPE)
 #define SPANPROF_HAS_CFI_WALKER 1
 #else
 #define SPANPROF_HAS_CFI_WALKER 0
@@ -9552,22 +9553,67 @@ SPANPROF_NAMESPACE_BEGIN
 namespace detail {
 namespace cfi {
 
-// DWARF register numbers of the x86-64 psABI (16 is the return address column).
+#if defined(__x86_64__)
+// DWARF register numbers of the x86-64 psABI. The return address column is rip
+// itself: a caller's pc is what the callee's rules recover for it.
 enum : int { rax = 0, rdx = 1, rcx = 2, rbx = 3, rsi = 4, rdi = 5, rbp = 6, rsp = 7, r12 = 12, r15 = 15, rip = 16 };
 inline constexpr int register_count = 17;
+inline constexpr int sp_register = rsp;
+inline constexpr int fp_register = rbp;
+inline constexpr int pc_register = rip;
+inline constexpr int return_address_column = rip;
+inline constexpr bool return_address_in_register = false;  // a call pushes it
+inline constexpr std::int64_t cfa_offset_at_entry = 8;     // the CFA is rsp + 8 where a function begins
+// The registers whose rules a walk applies: the return address, the frame pointer
+// and the other callee-saved registers a later CFA rule may be based on.
+inline constexpr int tracked_registers[] = {rbx, rbp, 12, 13, 14, 15, rip};
+inline constexpr int tracked_count = 7;
+constexpr int tracked_slot(int r) noexcept {
+  return r == rbx ? 0 : r == rbp ? 1 : (r >= 12 && r <= 15) ? r - 10 : r == rip ? 6 : -1;
+}
+#else
+// DWARF register numbers of AAPCS64: x0-x30 are 0-30 (x29 the frame pointer, x30
+// the link register, the return address column), sp is 31. The pc has no DWARF
+// number: the walk keeps a frame's pc as 32. A leaf function leaves its return
+// address in x30, and with pointer authentication signs it (RA_SIGN_STATE).
+enum : int { x29 = 29, x30 = 30, sp = 31, pc = 32 };
+inline constexpr int register_count = 33;
+inline constexpr int sp_register = sp;
+inline constexpr int fp_register = x29;
+inline constexpr int pc_register = pc;
+inline constexpr int return_address_column = x30;
+inline constexpr bool return_address_in_register = true;  // bl writes it to x30
+inline constexpr std::int64_t cfa_offset_at_entry = 0;    // the CFA is sp where a function begins
+// The callee-saved registers x19-x28, the frame pointer and the link register.
+inline constexpr int tracked_registers[] = {19, 20, 21, 22, 23, 24, 25, 26, 27, 28, x29, x30};
+inline constexpr int tracked_count = 12;
+constexpr int tracked_slot(int r) noexcept { return r >= 19 && r <= 30 ? r - 19 : -1; }
+#endif
+
+// A return address without its pointer authentication code (aarch64: xpaclri,
+// a no-op on cores without pointer authentication).
+SPANPROF_UNINSTRUMENTED inline std::uint64_t strip_pointer_authentication(std::uint64_t address) noexcept {
+#if defined(__aarch64__)
+  register std::uint64_t lr __asm__("x30") = address;
+  __asm__("hint 7" : "+r"(lr));  // xpaclri
+  return lr;
+#else
+  return address;
+#endif
+}
 
 // A thread's registers as far as a walk knows them: every register of the
 // interrupted frame, then only what the rules recover (the callee-saved ones).
 struct Registers {
   std::uint64_t value[register_count];  // only those in `known` are ever read
-  std::uint32_t known = 0;              // bit r: value[r] is valid
+  std::uint64_t known = 0;              // bit r: value[r] is valid
 
   SPANPROF_UNINSTRUMENTED bool has(int r) const noexcept {
     return r >= 0 && r < register_count && ((known >> r) & 1) != 0;
   }
   SPANPROF_UNINSTRUMENTED void set(int r, std::uint64_t v) noexcept {
     value[r] = v;
-    known |= 1u << r;
+    known |= std::uint64_t{1} << r;
   }
 };
 
@@ -9633,7 +9679,7 @@ struct ByteCursor {
       case 0x00: break;
       case 0x10: v += here; break;       // pcrel
       case 0x30: v += data_base; break;  // datarel
-      default: ok = false; return 0;     // textrel, funcrel, aligned: not used by linkers for x86-64
+      default: ok = false; return 0;     // textrel, funcrel, aligned: not used by linkers for these targets
     }
     if (encoding & 0x80) ok = false;  // indirect: would dereference data we do not check
     return v;
@@ -9657,14 +9703,6 @@ struct RegisterRule {
   const std::uint8_t* block;       // expression: its bytes, preceded by their length
 };
 
-// The registers whose rules a walk applies: the return address, the frame pointer
-// and the other callee-saved registers a later CFA rule may be based on.
-inline constexpr int tracked_registers[] = {rbx, rbp, 12, 13, 14, 15, rip};
-inline constexpr int tracked_count = 7;
-constexpr int tracked_slot(int r) noexcept {
-  return r == rbx ? 0 : r == rbp ? 1 : (r >= 12 && r <= 15) ? r - 10 : r == rip ? 6 : -1;
-}
-
 // Left uninitialized when declared (a walk declares one per frame): reset()
 // gives the rules a CIE starts from.
 struct FrameRules {
@@ -9673,15 +9711,17 @@ struct FrameRules {
   std::int64_t cfa_offset;
   const std::uint8_t* cfa_block;
   RegisterRule reg[tracked_count];
-  bool signal_frame;  // the caller's PC is exact, not a return address
+  bool signal_frame;            // the caller's PC is exact, not a return address
+  bool return_address_signed;   // aarch64: RA_SIGN_STATE, toggled by DW_CFA_AARCH64_negate_ra_state
 
   SPANPROF_UNINSTRUMENTED void reset(bool signal) noexcept {
     cfa_is_expression = false;
-    cfa_register = rsp;
-    cfa_offset = 8;
+    cfa_register = sp_register;
+    cfa_offset = cfa_offset_at_entry;
     cfa_block = nullptr;
     for (RegisterRule& r : reg) r = RegisterRule{Rule::same, 0, nullptr};
     signal_frame = signal;
+    return_address_signed = false;
   }
 };
 
@@ -9695,7 +9735,7 @@ struct CommonInfo {
   std::uint8_t fde_encoding = 0;
   bool has_augmentation_data = false;
   bool signal_frame = false;
-  int return_register = rip;
+  int return_register = return_address_column;
   FrameRules initial;  // the rules after the CIE's initial instructions (set by parse_cie)
 };
 
@@ -9853,6 +9893,9 @@ SPANPROF_UNINSTRUMENTED inline bool run_instructions(ByteCursor cursor, const Co
         break;
       }
       case 0x2e: cursor.uleb(); break;  // GNU_args_size
+#if defined(__aarch64__)
+      case 0x2d: rules.return_address_signed = !rules.return_address_signed; break;  // AARCH64_negate_ra_state
+#endif
       case 0x2f: {                      // GNU_negative_offset_extended
         const std::uint64_t r = cursor.uleb();
         set_rule(rules, r, Rule::offset, -static_cast<std::int64_t>(cursor.uleb()) * cie.data_align);
@@ -9885,7 +9928,7 @@ SPANPROF_UNINSTRUMENTED inline bool parse_cie(const std::uint8_t* p, CommonInfo&
   cie.code_align = c.uleb();
   cie.data_align = c.sleb();
   cie.return_register = version == 1 ? c.fixed<std::uint8_t>() : static_cast<int>(c.uleb());
-  if (cie.return_register != rip) return false;
+  if (cie.return_register != return_address_column) return false;
   if (aug_length > 0) {
     cie.has_augmentation_data = true;
     const std::uint64_t data_length = c.uleb();
@@ -10005,13 +10048,15 @@ SPANPROF_UNINSTRUMENTED inline bool find_rules(const ObjectIndex& object, std::u
 // at the very same address: a wrong caller at worst, the walker checks every stack
 // read); rules that need a DWARF expression are never kept (they point into the
 // object's data). Direct-mapped, written and read only by its thread's sample
-// signal handler, which the signal does not interrupt: no atomics needed. 8 KiB.
+// signal handler, which the signal does not interrupt: no atomics needed. 8 KiB
+// (x86-64), 11 KiB (aarch64, which tracks more callee-saved registers).
 class RulesCache {
  public:
   SPANPROF_UNINSTRUMENTED bool find(std::uint64_t pc, const std::uint8_t* header, FrameRules& rules) const noexcept {
     const Entry& e = entries_[slot(pc)];
     if (e.pc != pc || e.header != header) return false;  // an empty slot: pc 0, which no walk looks up
     rules.reset(e.signal_frame);
+    rules.return_address_signed = e.return_address_signed;
     rules.cfa_register = e.cfa_register;
     rules.cfa_offset = e.cfa_offset;
     for (int i = 0; i < tracked_count; ++i) rules.reg[i] = RegisterRule{static_cast<Rule>(e.rule[i]), e.n[i], nullptr};
@@ -10030,6 +10075,7 @@ class RulesCache {
     e.cfa_offset = static_cast<std::int32_t>(rules.cfa_offset);
     e.cfa_register = static_cast<std::uint8_t>(rules.cfa_register);
     e.signal_frame = rules.signal_frame;
+    e.return_address_signed = rules.return_address_signed;
     for (int i = 0; i < tracked_count; ++i) {
       e.rule[i] = static_cast<std::uint8_t>(rules.reg[i].rule);
       e.n[i] = static_cast<std::int32_t>(rules.reg[i].n);
@@ -10047,6 +10093,7 @@ class RulesCache {
     std::uint8_t cfa_register = 0;
     std::uint8_t rule[tracked_count] = {};
     bool signal_frame = false;
+    bool return_address_signed = false;
   };
 
   static constexpr std::size_t slot(std::uint64_t pc) noexcept {
@@ -10383,7 +10430,7 @@ SPANPROF_UNINSTRUMENTED inline bool evaluate(const std::uint8_t* block, const Re
   return true;
 }
 
-// One step from `regs` (a frame at regs[rip]) to its caller's registers.
+// One step from `regs` (a frame at regs[pc_register]) to its caller's registers.
 enum class Step : std::uint8_t { done, outermost, failed };
 
 SPANPROF_UNINSTRUMENTED inline Step step_with_rules(const FrameRules& rules, const Registers& regs, StackReader& reader,
@@ -10396,18 +10443,20 @@ SPANPROF_UNINSTRUMENTED inline Step step_with_rules(const FrameRules& rules, con
     cfa = regs.value[rules.cfa_register] + static_cast<std::uint64_t>(rules.cfa_offset);
   }
   caller.known = 0;
-  caller.set(rsp, cfa);
+  caller.set(sp_register, cfa);
   for (int slot = 0; slot < tracked_count; ++slot) {
     const int r = tracked_registers[slot];
     const RegisterRule& rule = rules.reg[slot];
     std::uint64_t v = 0;
     switch (rule.rule) {
       case Rule::same:
-        if (r == rip) return Step::failed;  // a return address must come from somewhere
+        // x86-64: a return address must come from somewhere; aarch64: a leaf
+        // function (or a prologue) still has it in the link register.
+        if (r == return_address_column && !return_address_in_register) return Step::failed;
         if (regs.has(r)) caller.set(r, regs.value[r]);
         break;
       case Rule::undefined:
-        if (r == rip) return Step::outermost;  // _start, clone: the stack ends here
+        if (r == return_address_column) return Step::outermost;  // _start, clone: the stack ends here
         break;
       case Rule::offset:
         if (reader.read(cfa + static_cast<std::uint64_t>(rule.n), v)) caller.set(r, v);
@@ -10428,28 +10477,36 @@ SPANPROF_UNINSTRUMENTED inline Step step_with_rules(const FrameRules& rules, con
         break;
     }
   }
-  return caller.has(rip) ? Step::done : Step::failed;
+  if (!caller.has(return_address_column)) return Step::failed;
+  const std::uint64_t return_address = caller.value[return_address_column];
+  caller.set(pc_register, rules.return_address_signed ? strip_pointer_authentication(return_address) : return_address);
+  return Step::done;
 }
 
 // No unwind information: the frame-pointer convention, if the frame pointer
-// points into the stack above the stack pointer.
+// points into the stack above the stack pointer. The frame pointer holds the
+// address of the frame record: the caller's frame pointer, then the return
+// address (x86-64: pushed by the call; aarch64: stored by the prologue with x30,
+// the record at the bottom of the frame, so the caller's sp is only a bound).
 SPANPROF_UNINSTRUMENTED inline Step step_with_frame_pointer(const Registers& regs, StackReader& reader,
                                                              Registers& caller) noexcept {
-  if (!regs.has(rbp) || !regs.has(rsp)) return Step::failed;
-  const std::uint64_t fp = regs.value[rbp];
-  if (fp < regs.value[rsp] || (fp & 7) != 0) return Step::failed;
+  if (!regs.has(fp_register) || !regs.has(sp_register)) return Step::failed;
+  const std::uint64_t fp = regs.value[fp_register];
+  if (fp < regs.value[sp_register] || (fp & 7) != 0) return Step::failed;
   std::uint64_t saved_fp = 0, return_address = 0;
   if (!reader.read(fp, saved_fp) || !reader.read(fp + 8, return_address)) return Step::failed;
+  return_address = strip_pointer_authentication(return_address);
   caller.known = 0;
-  caller.set(rsp, fp + 16);
-  caller.set(rbp, saved_fp);
-  caller.set(rip, return_address);
+  caller.set(sp_register, fp + 16);
+  caller.set(fp_register, saved_fp);
+  caller.set(return_address_column, return_address);
+  caller.set(pc_register, return_address);
   return Step::done;
 }
 
 }  // namespace cfi
 
-// Walks from `regs` (regs[rip] is the first frame's exact PC). Writes up to
+// Walks from `regs` (regs[pc_register] is the first frame's exact PC). Writes up to
 // `max_depth` PCs into `frames`, innermost first: the first exact, the others
 // return addresses. Returns how many. `cache`, when given, is the calling thread's
 // memo of the rules at return addresses (the sample handler's; see RulesCache).
@@ -10461,19 +10518,20 @@ SPANPROF_UNINSTRUMENTED inline int walk_stack(cfi::Registers regs, std::uint64_t
                                               int max_depth, cfi::RulesCache* cache = nullptr,
                                               std::uint64_t from_address = 0) noexcept {
   using namespace cfi;
-  if (max_depth <= 0 || !regs.has(rip) || !regs.has(rsp)) return 0;
+  if (max_depth <= 0 || !regs.has(pc_register) || !regs.has(sp_register)) return 0;
   // A frame's call frame address (its caller's stack pointer) lies above every
   // local of the frame and at or below every local of its callers.
-  bool passing_over = from_address > regs.value[rsp] && from_address < stack_top;
+  bool passing_over = from_address > regs.value[sp_register] && from_address < stack_top;
   int passed = 0;
-  StackReader reader(regs.value[rsp], stack_top);
+  StackReader reader(regs.value[sp_register], stack_top);
   ObjectIndex object;      // the last object looked up: most callers share it
   CommonInfo cie;          // the last CIE parsed
-  bool exact = true;       // regs[rip] is an interrupted instruction, not a return address
+  bool exact = true;       // regs[pc_register] is an interrupted instruction, not a return address
+  bool level_step = false;  // the last step left the stack pointer where it was
   int depth = 0;
-  frames[depth++] = reinterpret_cast<void*>(regs.value[rip]);
+  frames[depth++] = reinterpret_cast<void*>(regs.value[pc_register]);
   while (depth < max_depth) {
-    const std::uint64_t pc = regs.value[rip];
+    const std::uint64_t pc = regs.value[pc_register];
     // A return address may be one past the function's end (a call to a noreturn
     // function): its call instruction is what belongs to the frame.
     const std::uint64_t lookup = exact ? pc : pc - 1;
@@ -10495,11 +10553,15 @@ SPANPROF_UNINSTRUMENTED inline int walk_stack(cfi::Registers regs, std::uint64_t
       step = step_with_frame_pointer(regs, reader, caller);
     }
     if (step != Step::done) break;
-    const std::uint64_t next_pc = caller.value[rip];
-    const std::uint64_t next_sp = caller.has(rsp) ? caller.value[rsp] : 0;
+    const std::uint64_t next_pc = caller.value[pc_register];
+    const std::uint64_t next_sp = caller.has(sp_register) ? caller.value[sp_register] : 0;
     // Up the stack at every step, except across a signal frame (which may come
-    // from an alternate signal stack).
-    if (next_pc < 4096 || next_sp == 0 || (!signal_frame && next_sp <= regs.value[rsp])) break;
+    // from an alternate signal stack), and but from a function that has not moved
+    // the stack pointer (aarch64: a leaf function, its return address in x30),
+    // once: from there the caller must move up.
+    const bool level = next_sp == regs.value[sp_register] && next_pc != pc && !level_step;
+    if (next_pc < 4096 || next_sp == 0 || (!signal_frame && next_sp <= regs.value[sp_register] && !level)) break;
+    level_step = level;
     if (passing_over && next_sp <= from_address && ++passed < max_walk_depth) {
       frames[0] = reinterpret_cast<void*>(next_pc - 1);  // the caller, at its call
       regs = caller;
@@ -10516,13 +10578,19 @@ SPANPROF_UNINSTRUMENTED inline int walk_stack(cfi::Registers regs, std::uint64_t
 
 // The registers a signal interrupted.
 SPANPROF_UNINSTRUMENTED inline cfi::Registers registers_from_ucontext(const void* ucontext) noexcept {
-  const auto& g = static_cast<const ucontext_t*>(ucontext)->uc_mcontext.gregs;
+  const auto& m = static_cast<const ucontext_t*>(ucontext)->uc_mcontext;
+  cfi::Registers regs;
+#if defined(__x86_64__)
   // glibc's gregs index of each DWARF register, 0 .. 16.
   constexpr int greg_of[cfi::register_count] = {REG_RAX, REG_RDX, REG_RCX, REG_RBX, REG_RSI, REG_RDI,
                                                 REG_RBP, REG_RSP, REG_R8,  REG_R9,  REG_R10, REG_R11,
                                                 REG_R12, REG_R13, REG_R14, REG_R15, REG_RIP};
-  cfi::Registers regs;
-  for (int r = 0; r < cfi::register_count; ++r) regs.set(r, static_cast<std::uint64_t>(g[greg_of[r]]));
+  for (int r = 0; r < cfi::register_count; ++r) regs.set(r, static_cast<std::uint64_t>(m.gregs[greg_of[r]]));
+#else
+  for (int r = 0; r <= cfi::x30; ++r) regs.set(r, m.regs[r]);
+  regs.set(cfi::sp, m.sp);
+  regs.set(cfi::pc, m.pc);
+#endif
   return regs;
 }
 
@@ -10530,6 +10598,7 @@ SPANPROF_UNINSTRUMENTED inline cfi::Registers registers_from_ucontext(const void
 // stack pointer, the callee-saved registers and the address of an instruction
 // here, which is all the call frame information of this frame refers to.
 SPANPROF_ALWAYS_INLINE inline void capture_registers_here(cfi::Registers& regs) noexcept {
+#if defined(__x86_64__)
   std::uint64_t raw[8];
   __asm__ volatile(
       "movq %%rsp, 0(%0)\n\t"
@@ -10553,6 +10622,27 @@ SPANPROF_ALWAYS_INLINE inline void capture_registers_here(cfi::Registers& regs) 
   regs.set(14, raw[5]);
   regs.set(15, raw[6]);
   regs.set(cfi::rip, raw[7]);
+#else
+  std::uint64_t raw[14];  // sp, x19-x28, x29, x30, pc
+  __asm__ volatile(
+      "mov x9, sp\n\t"
+      "str x9, [%0, #0]\n\t"
+      "stp x19, x20, [%0, #8]\n\t"
+      "stp x21, x22, [%0, #24]\n\t"
+      "stp x23, x24, [%0, #40]\n\t"
+      "stp x25, x26, [%0, #56]\n\t"
+      "stp x27, x28, [%0, #72]\n\t"
+      "stp x29, x30, [%0, #88]\n\t"
+      "adr x9, .\n\t"
+      "str x9, [%0, #104]\n\t"
+      :
+      : "r"(raw)
+      : "x9", "memory");
+  regs.known = 0;
+  regs.set(cfi::sp, raw[0]);
+  for (int r = 19; r <= cfi::x30; ++r) regs.set(r, raw[r - 18]);
+  regs.set(cfi::pc, raw[13]);
+#endif
 }
 
 }  // namespace detail

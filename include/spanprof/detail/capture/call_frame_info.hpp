@@ -12,8 +12,8 @@
 //    walker's job (detail/capture/stack_walker.hpp), which checks every address.
 //  * Entry and instruction lengths are checked against their entries, so a
 //    malformed table ends the walk instead of reading past it.
-//  * x86-64 only (its DWARF register numbers). Elsewhere the walker keeps
-//    gperftools' unwinder.
+//  * x86-64 and aarch64 (their DWARF register numbers, below). Elsewhere the
+//    walker keeps gperftools' unwinder.
 #ifndef SPANPROF_DETAIL_CAPTURE_CALL_FRAME_INFO_HPP_
 #define SPANPROF_DETAIL_CAPTURE_CALL_FRAME_INFO_HPP_
 
@@ -24,11 +24,12 @@
 #include <cstring>
 #include <new>
 
-#if defined(__x86_64__) && defined(__linux__)
+#if (defined(__x86_64__) || defined(__aarch64__)) && defined(__linux__)
 #include <dlfcn.h>  // _dl_find_object, DLFO_EH_SEGMENT_TYPE (glibc >= 2.35)
 #endif
 
-#if SPANPROF_ENABLED && defined(__x86_64__) && defined(__linux__) && defined(DLFO_EH_SEGMENT_TYPE)
+#if SPANPROF_ENABLED && (defined(__x86_64__) || defined(__aarch64__)) && defined(__linux__) && \
+    defined(DLFO_EH_SEGMENT_TYPE)
 #define SPANPROF_HAS_CFI_WALKER 1
 #else
 #define SPANPROF_HAS_CFI_WALKER 0
@@ -51,22 +52,67 @@ SPANPROF_NAMESPACE_BEGIN
 namespace detail {
 namespace cfi {
 
-// DWARF register numbers of the x86-64 psABI (16 is the return address column).
+#if defined(__x86_64__)
+// DWARF register numbers of the x86-64 psABI. The return address column is rip
+// itself: a caller's pc is what the callee's rules recover for it.
 enum : int { rax = 0, rdx = 1, rcx = 2, rbx = 3, rsi = 4, rdi = 5, rbp = 6, rsp = 7, r12 = 12, r15 = 15, rip = 16 };
 inline constexpr int register_count = 17;
+inline constexpr int sp_register = rsp;
+inline constexpr int fp_register = rbp;
+inline constexpr int pc_register = rip;
+inline constexpr int return_address_column = rip;
+inline constexpr bool return_address_in_register = false;  // a call pushes it
+inline constexpr std::int64_t cfa_offset_at_entry = 8;     // the CFA is rsp + 8 where a function begins
+// The registers whose rules a walk applies: the return address, the frame pointer
+// and the other callee-saved registers a later CFA rule may be based on.
+inline constexpr int tracked_registers[] = {rbx, rbp, 12, 13, 14, 15, rip};
+inline constexpr int tracked_count = 7;
+constexpr int tracked_slot(int r) noexcept {
+  return r == rbx ? 0 : r == rbp ? 1 : (r >= 12 && r <= 15) ? r - 10 : r == rip ? 6 : -1;
+}
+#else
+// DWARF register numbers of AAPCS64: x0-x30 are 0-30 (x29 the frame pointer, x30
+// the link register, the return address column), sp is 31. The pc has no DWARF
+// number: the walk keeps a frame's pc as 32. A leaf function leaves its return
+// address in x30, and with pointer authentication signs it (RA_SIGN_STATE).
+enum : int { x29 = 29, x30 = 30, sp = 31, pc = 32 };
+inline constexpr int register_count = 33;
+inline constexpr int sp_register = sp;
+inline constexpr int fp_register = x29;
+inline constexpr int pc_register = pc;
+inline constexpr int return_address_column = x30;
+inline constexpr bool return_address_in_register = true;  // bl writes it to x30
+inline constexpr std::int64_t cfa_offset_at_entry = 0;    // the CFA is sp where a function begins
+// The callee-saved registers x19-x28, the frame pointer and the link register.
+inline constexpr int tracked_registers[] = {19, 20, 21, 22, 23, 24, 25, 26, 27, 28, x29, x30};
+inline constexpr int tracked_count = 12;
+constexpr int tracked_slot(int r) noexcept { return r >= 19 && r <= 30 ? r - 19 : -1; }
+#endif
+
+// A return address without its pointer authentication code (aarch64: xpaclri,
+// a no-op on cores without pointer authentication).
+SPANPROF_UNINSTRUMENTED inline std::uint64_t strip_pointer_authentication(std::uint64_t address) noexcept {
+#if defined(__aarch64__)
+  register std::uint64_t lr __asm__("x30") = address;
+  __asm__("hint 7" : "+r"(lr));  // xpaclri
+  return lr;
+#else
+  return address;
+#endif
+}
 
 // A thread's registers as far as a walk knows them: every register of the
 // interrupted frame, then only what the rules recover (the callee-saved ones).
 struct Registers {
   std::uint64_t value[register_count];  // only those in `known` are ever read
-  std::uint32_t known = 0;              // bit r: value[r] is valid
+  std::uint64_t known = 0;              // bit r: value[r] is valid
 
   SPANPROF_UNINSTRUMENTED bool has(int r) const noexcept {
     return r >= 0 && r < register_count && ((known >> r) & 1) != 0;
   }
   SPANPROF_UNINSTRUMENTED void set(int r, std::uint64_t v) noexcept {
     value[r] = v;
-    known |= 1u << r;
+    known |= std::uint64_t{1} << r;
   }
 };
 
@@ -132,7 +178,7 @@ struct ByteCursor {
       case 0x00: break;
       case 0x10: v += here; break;       // pcrel
       case 0x30: v += data_base; break;  // datarel
-      default: ok = false; return 0;     // textrel, funcrel, aligned: not used by linkers for x86-64
+      default: ok = false; return 0;     // textrel, funcrel, aligned: not used by linkers for these targets
     }
     if (encoding & 0x80) ok = false;  // indirect: would dereference data we do not check
     return v;
@@ -156,14 +202,6 @@ struct RegisterRule {
   const std::uint8_t* block;       // expression: its bytes, preceded by their length
 };
 
-// The registers whose rules a walk applies: the return address, the frame pointer
-// and the other callee-saved registers a later CFA rule may be based on.
-inline constexpr int tracked_registers[] = {rbx, rbp, 12, 13, 14, 15, rip};
-inline constexpr int tracked_count = 7;
-constexpr int tracked_slot(int r) noexcept {
-  return r == rbx ? 0 : r == rbp ? 1 : (r >= 12 && r <= 15) ? r - 10 : r == rip ? 6 : -1;
-}
-
 // Left uninitialized when declared (a walk declares one per frame): reset()
 // gives the rules a CIE starts from.
 struct FrameRules {
@@ -172,15 +210,17 @@ struct FrameRules {
   std::int64_t cfa_offset;
   const std::uint8_t* cfa_block;
   RegisterRule reg[tracked_count];
-  bool signal_frame;  // the caller's PC is exact, not a return address
+  bool signal_frame;            // the caller's PC is exact, not a return address
+  bool return_address_signed;   // aarch64: RA_SIGN_STATE, toggled by DW_CFA_AARCH64_negate_ra_state
 
   SPANPROF_UNINSTRUMENTED void reset(bool signal) noexcept {
     cfa_is_expression = false;
-    cfa_register = rsp;
-    cfa_offset = 8;
+    cfa_register = sp_register;
+    cfa_offset = cfa_offset_at_entry;
     cfa_block = nullptr;
     for (RegisterRule& r : reg) r = RegisterRule{Rule::same, 0, nullptr};
     signal_frame = signal;
+    return_address_signed = false;
   }
 };
 
@@ -194,7 +234,7 @@ struct CommonInfo {
   std::uint8_t fde_encoding = 0;
   bool has_augmentation_data = false;
   bool signal_frame = false;
-  int return_register = rip;
+  int return_register = return_address_column;
   FrameRules initial;  // the rules after the CIE's initial instructions (set by parse_cie)
 };
 
@@ -352,6 +392,9 @@ SPANPROF_UNINSTRUMENTED inline bool run_instructions(ByteCursor cursor, const Co
         break;
       }
       case 0x2e: cursor.uleb(); break;  // GNU_args_size
+#if defined(__aarch64__)
+      case 0x2d: rules.return_address_signed = !rules.return_address_signed; break;  // AARCH64_negate_ra_state
+#endif
       case 0x2f: {                      // GNU_negative_offset_extended
         const std::uint64_t r = cursor.uleb();
         set_rule(rules, r, Rule::offset, -static_cast<std::int64_t>(cursor.uleb()) * cie.data_align);
@@ -384,7 +427,7 @@ SPANPROF_UNINSTRUMENTED inline bool parse_cie(const std::uint8_t* p, CommonInfo&
   cie.code_align = c.uleb();
   cie.data_align = c.sleb();
   cie.return_register = version == 1 ? c.fixed<std::uint8_t>() : static_cast<int>(c.uleb());
-  if (cie.return_register != rip) return false;
+  if (cie.return_register != return_address_column) return false;
   if (aug_length > 0) {
     cie.has_augmentation_data = true;
     const std::uint64_t data_length = c.uleb();
@@ -504,13 +547,15 @@ SPANPROF_UNINSTRUMENTED inline bool find_rules(const ObjectIndex& object, std::u
 // at the very same address: a wrong caller at worst, the walker checks every stack
 // read); rules that need a DWARF expression are never kept (they point into the
 // object's data). Direct-mapped, written and read only by its thread's sample
-// signal handler, which the signal does not interrupt: no atomics needed. 8 KiB.
+// signal handler, which the signal does not interrupt: no atomics needed. 8 KiB
+// (x86-64), 11 KiB (aarch64, which tracks more callee-saved registers).
 class RulesCache {
  public:
   SPANPROF_UNINSTRUMENTED bool find(std::uint64_t pc, const std::uint8_t* header, FrameRules& rules) const noexcept {
     const Entry& e = entries_[slot(pc)];
     if (e.pc != pc || e.header != header) return false;  // an empty slot: pc 0, which no walk looks up
     rules.reset(e.signal_frame);
+    rules.return_address_signed = e.return_address_signed;
     rules.cfa_register = e.cfa_register;
     rules.cfa_offset = e.cfa_offset;
     for (int i = 0; i < tracked_count; ++i) rules.reg[i] = RegisterRule{static_cast<Rule>(e.rule[i]), e.n[i], nullptr};
@@ -529,6 +574,7 @@ class RulesCache {
     e.cfa_offset = static_cast<std::int32_t>(rules.cfa_offset);
     e.cfa_register = static_cast<std::uint8_t>(rules.cfa_register);
     e.signal_frame = rules.signal_frame;
+    e.return_address_signed = rules.return_address_signed;
     for (int i = 0; i < tracked_count; ++i) {
       e.rule[i] = static_cast<std::uint8_t>(rules.reg[i].rule);
       e.n[i] = static_cast<std::int32_t>(rules.reg[i].n);
@@ -546,6 +592,7 @@ class RulesCache {
     std::uint8_t cfa_register = 0;
     std::uint8_t rule[tracked_count] = {};
     bool signal_frame = false;
+    bool return_address_signed = false;
   };
 
   static constexpr std::size_t slot(std::uint64_t pc) noexcept {

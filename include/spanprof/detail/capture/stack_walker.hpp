@@ -207,7 +207,7 @@ SPANPROF_UNINSTRUMENTED inline bool evaluate(const std::uint8_t* block, const Re
   return true;
 }
 
-// One step from `regs` (a frame at regs[rip]) to its caller's registers.
+// One step from `regs` (a frame at regs[pc_register]) to its caller's registers.
 enum class Step : std::uint8_t { done, outermost, failed };
 
 SPANPROF_UNINSTRUMENTED inline Step step_with_rules(const FrameRules& rules, const Registers& regs, StackReader& reader,
@@ -220,18 +220,20 @@ SPANPROF_UNINSTRUMENTED inline Step step_with_rules(const FrameRules& rules, con
     cfa = regs.value[rules.cfa_register] + static_cast<std::uint64_t>(rules.cfa_offset);
   }
   caller.known = 0;
-  caller.set(rsp, cfa);
+  caller.set(sp_register, cfa);
   for (int slot = 0; slot < tracked_count; ++slot) {
     const int r = tracked_registers[slot];
     const RegisterRule& rule = rules.reg[slot];
     std::uint64_t v = 0;
     switch (rule.rule) {
       case Rule::same:
-        if (r == rip) return Step::failed;  // a return address must come from somewhere
+        // x86-64: a return address must come from somewhere; aarch64: a leaf
+        // function (or a prologue) still has it in the link register.
+        if (r == return_address_column && !return_address_in_register) return Step::failed;
         if (regs.has(r)) caller.set(r, regs.value[r]);
         break;
       case Rule::undefined:
-        if (r == rip) return Step::outermost;  // _start, clone: the stack ends here
+        if (r == return_address_column) return Step::outermost;  // _start, clone: the stack ends here
         break;
       case Rule::offset:
         if (reader.read(cfa + static_cast<std::uint64_t>(rule.n), v)) caller.set(r, v);
@@ -252,28 +254,36 @@ SPANPROF_UNINSTRUMENTED inline Step step_with_rules(const FrameRules& rules, con
         break;
     }
   }
-  return caller.has(rip) ? Step::done : Step::failed;
+  if (!caller.has(return_address_column)) return Step::failed;
+  const std::uint64_t return_address = caller.value[return_address_column];
+  caller.set(pc_register, rules.return_address_signed ? strip_pointer_authentication(return_address) : return_address);
+  return Step::done;
 }
 
 // No unwind information: the frame-pointer convention, if the frame pointer
-// points into the stack above the stack pointer.
+// points into the stack above the stack pointer. The frame pointer holds the
+// address of the frame record: the caller's frame pointer, then the return
+// address (x86-64: pushed by the call; aarch64: stored by the prologue with x30,
+// the record at the bottom of the frame, so the caller's sp is only a bound).
 SPANPROF_UNINSTRUMENTED inline Step step_with_frame_pointer(const Registers& regs, StackReader& reader,
                                                              Registers& caller) noexcept {
-  if (!regs.has(rbp) || !regs.has(rsp)) return Step::failed;
-  const std::uint64_t fp = regs.value[rbp];
-  if (fp < regs.value[rsp] || (fp & 7) != 0) return Step::failed;
+  if (!regs.has(fp_register) || !regs.has(sp_register)) return Step::failed;
+  const std::uint64_t fp = regs.value[fp_register];
+  if (fp < regs.value[sp_register] || (fp & 7) != 0) return Step::failed;
   std::uint64_t saved_fp = 0, return_address = 0;
   if (!reader.read(fp, saved_fp) || !reader.read(fp + 8, return_address)) return Step::failed;
+  return_address = strip_pointer_authentication(return_address);
   caller.known = 0;
-  caller.set(rsp, fp + 16);
-  caller.set(rbp, saved_fp);
-  caller.set(rip, return_address);
+  caller.set(sp_register, fp + 16);
+  caller.set(fp_register, saved_fp);
+  caller.set(return_address_column, return_address);
+  caller.set(pc_register, return_address);
   return Step::done;
 }
 
 }  // namespace cfi
 
-// Walks from `regs` (regs[rip] is the first frame's exact PC). Writes up to
+// Walks from `regs` (regs[pc_register] is the first frame's exact PC). Writes up to
 // `max_depth` PCs into `frames`, innermost first: the first exact, the others
 // return addresses. Returns how many. `cache`, when given, is the calling thread's
 // memo of the rules at return addresses (the sample handler's; see RulesCache).
@@ -285,19 +295,20 @@ SPANPROF_UNINSTRUMENTED inline int walk_stack(cfi::Registers regs, std::uint64_t
                                               int max_depth, cfi::RulesCache* cache = nullptr,
                                               std::uint64_t from_address = 0) noexcept {
   using namespace cfi;
-  if (max_depth <= 0 || !regs.has(rip) || !regs.has(rsp)) return 0;
+  if (max_depth <= 0 || !regs.has(pc_register) || !regs.has(sp_register)) return 0;
   // A frame's call frame address (its caller's stack pointer) lies above every
   // local of the frame and at or below every local of its callers.
-  bool passing_over = from_address > regs.value[rsp] && from_address < stack_top;
+  bool passing_over = from_address > regs.value[sp_register] && from_address < stack_top;
   int passed = 0;
-  StackReader reader(regs.value[rsp], stack_top);
+  StackReader reader(regs.value[sp_register], stack_top);
   ObjectIndex object;      // the last object looked up: most callers share it
   CommonInfo cie;          // the last CIE parsed
-  bool exact = true;       // regs[rip] is an interrupted instruction, not a return address
+  bool exact = true;       // regs[pc_register] is an interrupted instruction, not a return address
+  bool level_step = false;  // the last step left the stack pointer where it was
   int depth = 0;
-  frames[depth++] = reinterpret_cast<void*>(regs.value[rip]);
+  frames[depth++] = reinterpret_cast<void*>(regs.value[pc_register]);
   while (depth < max_depth) {
-    const std::uint64_t pc = regs.value[rip];
+    const std::uint64_t pc = regs.value[pc_register];
     // A return address may be one past the function's end (a call to a noreturn
     // function): its call instruction is what belongs to the frame.
     const std::uint64_t lookup = exact ? pc : pc - 1;
@@ -319,11 +330,15 @@ SPANPROF_UNINSTRUMENTED inline int walk_stack(cfi::Registers regs, std::uint64_t
       step = step_with_frame_pointer(regs, reader, caller);
     }
     if (step != Step::done) break;
-    const std::uint64_t next_pc = caller.value[rip];
-    const std::uint64_t next_sp = caller.has(rsp) ? caller.value[rsp] : 0;
+    const std::uint64_t next_pc = caller.value[pc_register];
+    const std::uint64_t next_sp = caller.has(sp_register) ? caller.value[sp_register] : 0;
     // Up the stack at every step, except across a signal frame (which may come
-    // from an alternate signal stack).
-    if (next_pc < 4096 || next_sp == 0 || (!signal_frame && next_sp <= regs.value[rsp])) break;
+    // from an alternate signal stack), and but from a function that has not moved
+    // the stack pointer (aarch64: a leaf function, its return address in x30),
+    // once: from there the caller must move up.
+    const bool level = next_sp == regs.value[sp_register] && next_pc != pc && !level_step;
+    if (next_pc < 4096 || next_sp == 0 || (!signal_frame && next_sp <= regs.value[sp_register] && !level)) break;
+    level_step = level;
     if (passing_over && next_sp <= from_address && ++passed < max_walk_depth) {
       frames[0] = reinterpret_cast<void*>(next_pc - 1);  // the caller, at its call
       regs = caller;
@@ -340,13 +355,19 @@ SPANPROF_UNINSTRUMENTED inline int walk_stack(cfi::Registers regs, std::uint64_t
 
 // The registers a signal interrupted.
 SPANPROF_UNINSTRUMENTED inline cfi::Registers registers_from_ucontext(const void* ucontext) noexcept {
-  const auto& g = static_cast<const ucontext_t*>(ucontext)->uc_mcontext.gregs;
+  const auto& m = static_cast<const ucontext_t*>(ucontext)->uc_mcontext;
+  cfi::Registers regs;
+#if defined(__x86_64__)
   // glibc's gregs index of each DWARF register, 0 .. 16.
   constexpr int greg_of[cfi::register_count] = {REG_RAX, REG_RDX, REG_RCX, REG_RBX, REG_RSI, REG_RDI,
                                                 REG_RBP, REG_RSP, REG_R8,  REG_R9,  REG_R10, REG_R11,
                                                 REG_R12, REG_R13, REG_R14, REG_R15, REG_RIP};
-  cfi::Registers regs;
-  for (int r = 0; r < cfi::register_count; ++r) regs.set(r, static_cast<std::uint64_t>(g[greg_of[r]]));
+  for (int r = 0; r < cfi::register_count; ++r) regs.set(r, static_cast<std::uint64_t>(m.gregs[greg_of[r]]));
+#else
+  for (int r = 0; r <= cfi::x30; ++r) regs.set(r, m.regs[r]);
+  regs.set(cfi::sp, m.sp);
+  regs.set(cfi::pc, m.pc);
+#endif
   return regs;
 }
 
@@ -354,6 +375,7 @@ SPANPROF_UNINSTRUMENTED inline cfi::Registers registers_from_ucontext(const void
 // stack pointer, the callee-saved registers and the address of an instruction
 // here, which is all the call frame information of this frame refers to.
 SPANPROF_ALWAYS_INLINE inline void capture_registers_here(cfi::Registers& regs) noexcept {
+#if defined(__x86_64__)
   std::uint64_t raw[8];
   __asm__ volatile(
       "movq %%rsp, 0(%0)\n\t"
@@ -377,6 +399,27 @@ SPANPROF_ALWAYS_INLINE inline void capture_registers_here(cfi::Registers& regs) 
   regs.set(14, raw[5]);
   regs.set(15, raw[6]);
   regs.set(cfi::rip, raw[7]);
+#else
+  std::uint64_t raw[14];  // sp, x19-x28, x29, x30, pc
+  __asm__ volatile(
+      "mov x9, sp\n\t"
+      "str x9, [%0, #0]\n\t"
+      "stp x19, x20, [%0, #8]\n\t"
+      "stp x21, x22, [%0, #24]\n\t"
+      "stp x23, x24, [%0, #40]\n\t"
+      "stp x25, x26, [%0, #56]\n\t"
+      "stp x27, x28, [%0, #72]\n\t"
+      "stp x29, x30, [%0, #88]\n\t"
+      "adr x9, .\n\t"
+      "str x9, [%0, #104]\n\t"
+      :
+      : "r"(raw)
+      : "x9", "memory");
+  regs.known = 0;
+  regs.set(cfi::sp, raw[0]);
+  for (int r = 19; r <= cfi::x30; ++r) regs.set(r, raw[r - 18]);
+  regs.set(cfi::pc, raw[13]);
+#endif
 }
 
 }  // namespace detail
