@@ -55,22 +55,65 @@ kernel_image=$(ls "$cache"/kernel/boot/vmlinuz-* | head -1)
 sysroot=$cache/sysroot
 mkdir -p "$out"
 
+# The cross toolchain's own runtime: a dynamic test's loader and libraries.
+cross_lib=/usr/aarch64-linux-gnu/lib
+# --eh-frame-hdr: a static link leaves out the unwind tables' search index, which
+# every dynamic program has and spanprof's walker needs.
+common=(-std=c++17 -O2 -g -pthread -Wall -Wextra -Werror -I"$root/include"
+  -isystem "$sysroot/usr/include" -isystem "$sysroot/usr/include/aarch64-linux-gnu" -Wl,--eh-frame-hdr)
+# spanprof's runtime compiled once (its compiled library, src/spanprof.cpp), so
+# that each test compiles only its own code: the stage runs beside the TSan suite.
+aarch64-linux-gnu-g++ "${common[@]}" -c "$root/src/spanprof.cpp" -o "$out/spanprof.o"
+rm -f "$out/libspanprof.a"
+aarch64-linux-gnu-ar rcs "$out/libspanprof.a" "$out/spanprof.o"
+
 status=0
-for source in tests/arm64/*.cpp; do
+# SPANPROF_ARM64_ONLY: the tests to run (default: all); SPANPROF_ARM64_DLOPEN_ROUNDS:
+# the dlopen test's rounds in one boot (to loop it: 200, with a longer
+# SPANPROF_ARM64_TIMEOUT, in seconds).
+for source in ${SPANPROF_ARM64_ONLY:-tests/arm64/*.cpp}; do
   name=$(basename "$source" .cpp)
-  # Static: the initramfs holds the program alone. --eh-frame-hdr: a static link
-  # leaves out the unwind tables' search index, which every dynamic program has
-  # and spanprof's walker needs. libgcc_eh first: the compiler runtime's _Unwind_*
-  # (libunwind has its own, which gperftools does not use).
   # A test's own flags: its line "// arm64-cxxflags: ...".
   flags=$(sed -n 's|^// arm64-cxxflags: ||p' "$source")
-  # shellcheck disable=SC2086
-  aarch64-linux-gnu-g++ -std=c++17 -O2 -g -static -pthread -Wall -Wextra -Werror $flags -I"$root/include" \
-    -isystem "$sysroot/usr/include" -isystem "$sysroot/usr/include/aarch64-linux-gnu" \
-    -Wl,--eh-frame-hdr "$source" -o "$out/$name" -L"$sysroot/usr/lib/aarch64-linux-gnu" \
-    -lgcc_eh -lprofiler -lunwind -llzma -lz
-  # An initramfs (newc cpio, gzip) of /init and the directories it mounts on.
-  python3 - "$out/$name" "$out/$name.initrd.gz" <<'EOF'
+  # Its shared objects: "// arm64-shared: NAME=SOURCE [FLAGS]", built as
+  # /plugins/libNAME.so in its initramfs.
+  files=("init=$out/$name")
+  while IFS= read -r shared; do
+    [ -n "$shared" ] || continue
+    so_name=${shared%%=*}
+    so_rest=${shared#*=}
+    so_source=${so_rest%% *}
+    so_flags=""
+    [ "$so_rest" = "$so_source" ] || so_flags=${so_rest#* }
+    # shellcheck disable=SC2086
+    aarch64-linux-gnu-g++ -std=c++17 -O2 -g -shared -fPIC -Wall -Wextra -Werror $so_flags \
+      "$root/$so_source" -o "$out/lib$so_name.so"
+    files+=("plugins/lib$so_name.so=$out/lib$so_name.so")
+  done < <(sed -n 's|^// arm64-shared: ||p' "$source")
+  # libgcc_eh before libunwind: the compiler runtime's _Unwind_* (libunwind has
+  # its own, which gperftools does not use). gperftools, libunwind, liblzma and
+  # zlib are linked statically either way: the sysroot holds their static
+  # libraries only.
+  libraries=(-L"$out" -L"$sysroot/usr/lib/aarch64-linux-gnu")
+  if grep -q '^// arm64-link: dynamic' "$source"; then
+    # Dynamic (a test that needs dlopen): glibc, libstdc++ and the loader from the
+    # cross toolchain go into the initramfs, where the loader looks for them.
+    # shellcheck disable=SC2086
+    aarch64-linux-gnu-g++ "${common[@]}" -DSPANPROF_COMPILED_LIB $flags -no-pie "$source" -o "$out/$name" \
+      "${libraries[@]}" -Wl,-Bstatic -lspanprof -lgcc_eh -lprofiler -lunwind -llzma -lz -Wl,-Bdynamic -ldl
+    files+=("lib/ld-linux-aarch64.so.1=$cross_lib/ld-linux-aarch64.so.1")
+    for lib in libc.so.6 libm.so.6 libstdc++.so.6 libgcc_s.so.1; do
+      files+=("lib/aarch64-linux-gnu/$lib=$(readlink -f "$cross_lib/$lib")")
+    done
+  else
+    # Static: the initramfs holds the program alone.
+    # shellcheck disable=SC2086
+    aarch64-linux-gnu-g++ "${common[@]}" -DSPANPROF_COMPILED_LIB -static $flags "$source" -o "$out/$name" \
+      "${libraries[@]}" -lspanprof -lgcc_eh -lprofiler -lunwind -llzma -lz
+  fi
+  # An initramfs (newc cpio, gzip): /init, what it needs, the directories it
+  # mounts on.
+  python3 - "$out/$name.initrd.gz" "${files[@]}" <<'EOF'
 import gzip, sys
 def entry(name, data, mode, inode):
     encoded = name.encode() + b'\0'
@@ -78,15 +121,32 @@ def entry(name, data, mode, inode):
     out = b'070701' + b''.join(b'%08X' % f for f in fields) + encoded
     out += b'\0' * (-len(out) % 4) + data + b'\0' * (-len(data) % 4)
     return out
-program = open(sys.argv[1], 'rb').read()
-archive = (entry('init', program, 0o100755, 1) + entry('dev', b'', 0o040755, 2) + entry('proc', b'', 0o040755, 3)
-           + entry('tmp', b'', 0o041777, 4) + entry('TRAILER!!!', b'', 0, 0))
-open(sys.argv[2], 'wb').write(gzip.compress(archive, 1))
+directories = ['dev', 'proc', 'tmp']
+for spec in sys.argv[2:]:
+    parts = spec.split('=', 1)[0].split('/')[:-1]
+    for i in range(len(parts)):
+        directory = '/'.join(parts[:i + 1])
+        if directory not in directories:
+            directories.append(directory)
+archive = b''
+inode = 1
+for directory in directories:
+    archive += entry(directory, b'', 0o041777 if directory == 'tmp' else 0o040755, inode)
+    inode += 1
+for spec in sys.argv[2:]:
+    path, source = spec.split('=', 1)
+    archive += entry(path, open(source, 'rb').read(), 0o100755, inode)
+    inode += 1
+archive += entry('TRAILER!!!', b'', 0, 0)
+open(sys.argv[1], 'wb').write(gzip.compress(archive, 1))
 EOF
   log=$out/$name.log
   start=$SECONDS
-  timeout 300 qemu-system-aarch64 -M virt -cpu max -smp 2 -m 1024 -nographic -no-reboot -net none \
-    -kernel "$kernel_image" -initrd "$out/$name.initrd.gz" -append "console=ttyAMA0 quiet panic=-1" \
+  # Arguments the kernel does not know reach /init as its environment.
+  append="console=ttyAMA0 quiet panic=-1"
+  [ -z "${SPANPROF_ARM64_DLOPEN_ROUNDS:-}" ] || append+=" SPANPROF_ARM64_ROUNDS=$SPANPROF_ARM64_DLOPEN_ROUNDS"
+  timeout "${SPANPROF_ARM64_TIMEOUT:-300}" qemu-system-aarch64 -M virt -cpu max -smp 2 -m 1024 -nographic \
+    -no-reboot -net none -kernel "$kernel_image" -initrd "$out/$name.initrd.gz" -append "$append" \
     >"$log" 2>&1 || true
   grep -E "^(spanprof|spanprof-arm64):" "$log" | tr -d '\r' || true
   if grep -q "spanprof-arm64: PASS" "$log"; then

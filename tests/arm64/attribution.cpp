@@ -115,17 +115,17 @@ int main() {
         const spanprof::SpanContext span{spanprof::TraceId(trace), spanprof::SpanId(id),
                                          spanprof::TraceFlags{spanprof::TraceFlags::sampled_bit}};
         spanprof::ScopedProfile guard(spanprof::NamedSpan{span, names[t]});
-        // About half a second of emulated CPU each (qemu's TCG runs them at
-        // different speeds): ~100 samples a span at 250 Hz.
+        // About a quarter of a second of emulated CPU each (qemu's TCG runs them
+        // at different speeds): ~50 samples a span at 250 Hz.
         switch (t) {
-          case 0: hot_sum(20'000'000); break;
-          case 1: hot_product(20'000'000); break;
-          case 2: hot_hash(60'000'000); break;
-          case 3: hot_shift(30'000'000); break;
-          case 4: hot_divide(20'000'000); break;
-          case 5: hot_multiply(60'000'000); break;
-          case 6: hot_polynomial(20'000'000); break;
-          default: hot_rotate(40'000'000); break;
+          case 0: hot_sum(10'000'000); break;
+          case 1: hot_product(10'000'000); break;
+          case 2: hot_hash(30'000'000); break;
+          case 3: hot_shift(15'000'000); break;
+          case 4: hot_divide(10'000'000); break;
+          case 5: hot_multiply(30'000'000); break;
+          case 6: hot_polynomial(7'000'000); break;
+          default: hot_rotate(20'000'000); break;
         }
       }
     });
