@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# spanprof on a real arm64 kernel: builds tests/arm64/*.cpp for aarch64 (static,
-# with Debian's g++-aarch64-linux-gnu) and runs each as the init process of a VM
-# (Debian's arm64 kernel under qemu-system-aarch64 -M virt -cpu max, an initramfs
-# holding only the program). qemu-user is no substitute: a plain std::thread hangs
-# under it on this machine.
+# spanprof on a real arm64 kernel: builds tests/arm64/*.cpp for aarch64 (with
+# Debian's g++-aarch64-linux-gnu; static, or dynamic where a test says so) and runs
+# each as the init process of a VM (Debian's arm64 kernel under qemu-system-aarch64
+# -M virt -cpu max, an initramfs holding the program and what it loads). qemu-user
+# is no substitute: a plain std::thread hangs under it on this machine.
 #
 #   bash scripts/arm64.sh [BUILD_DIR]       # default build/arm64
 #
-# The arm64 libraries (gperftools, libunwind, zlib, liblzma, libc) and the kernel
+# The arm64 libraries (gperftools, libunwind, zlib, liblzma) and the kernel
 # come from Debian's arm64 archive with `apt-get download`, unpacked with
 # `dpkg-deb -x` into a sysroot cached outside the clone (~/.cache/spanprof/arm64,
 # or $SPANPROF_CACHE/arm64), never installed: installing libunwind-dev:arm64 makes

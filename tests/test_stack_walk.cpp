@@ -6,6 +6,7 @@
 #include "support/child_process.hpp"
 #include "support/collector.hpp"
 #include "support/test_helpers.hpp"
+#include "support/walk_oracle.hpp"
 #include "support/walk_workload.hpp"
 
 #include <spanprof/spanprof.hpp>
@@ -238,107 +239,16 @@ const spanprof_test::ChildScenario altstack_scenario("walk_through_host_handler"
 
 // ---- against the compiler runtime's unwinder ---------------------------------------
 
-struct UnwindTrace {
-  void* frames[80];
-  int depth = 0;
-};
-
-_Unwind_Reason_Code collect_frame(_Unwind_Context* context, void* argument) {
-  auto* trace = static_cast<UnwindTrace*>(argument);
-  if (trace->depth == 80) return _URC_END_OF_STACK;
-  trace->frames[trace->depth++] = reinterpret_cast<void*>(_Unwind_GetIP(context));
-  return _URC_NO_REASON;
-}
-
-struct Comparison {
-  std::atomic<long> samples{0}, identical{0};
-  std::atomic<bool> recorded{false};
-  void* ours[64];
-  void* theirs[80];
-  int ours_depth = 0, theirs_depth = 0;
-};
-Comparison comparison;
-std::uint64_t oracle_stack_top = 0;  // taken before the timer starts: not in a handler
-
-spanprof::detail::cfi::RulesCache oracle_rules_cache;  // the handler's, as a sampler's
-
-// In the handler: spanprof's walk from the signal's context, and libgcc's walk
-// from the handler through the signal frame (its frames past the interrupted PC).
-// spanprof's walk is taken twice, from the rules it kept of earlier samples' return
-// addresses (as the sample handler walks) and without: both must be libgcc's.
-void compare_walks(int, siginfo_t*, void* ucontext) {
-  namespace sd = spanprof::detail;
-  void* ours[64];
-  const int depth = sd::walk_stack(sd::registers_from_ucontext(ucontext), oracle_stack_top, ours, 64,
-                                   &oracle_rules_cache);
-  void* uncached[64];
-  const int uncached_depth = sd::walk_stack(sd::registers_from_ucontext(ucontext), oracle_stack_top, uncached, 64);
-  UnwindTrace theirs;
-  _Unwind_Backtrace(&collect_frame, &theirs);
-  int from = 0;
-  while (from < theirs.depth && theirs.frames[from] != ours[0]) ++from;
-  int their_depth = theirs.depth - from;
-  if (their_depth > 0 && theirs.frames[theirs.depth - 1] == nullptr) --their_depth;  // libgcc's end marker
-  if (their_depth > 64) their_depth = 64;
-  bool same = from < theirs.depth && depth == their_depth && uncached_depth == depth;
-  for (int i = 0; same && i < depth; ++i) same = ours[i] == theirs.frames[from + i] && uncached[i] == ours[i];
-  comparison.samples.fetch_add(1, std::memory_order_relaxed);
-  if (same) {
-    comparison.identical.fetch_add(1, std::memory_order_relaxed);
-  } else if (!comparison.recorded.exchange(true)) {
-    std::copy(ours, ours + depth, comparison.ours);
-    comparison.ours_depth = depth;
-    std::copy(theirs.frames + from, theirs.frames + from + std::max(0, their_depth), comparison.theirs);
-    comparison.theirs_depth = their_depth;
-  }
-}
-
-__attribute__((noinline)) double mixed_work(int i) {
-  std::vector<double> values(32);
-  for (std::size_t k = 0; k < values.size(); ++k) values[k] = std::sin(i * 0.37 + static_cast<double>(k));
-  std::sort(values.begin(), values.end());
-  const std::string text = std::to_string(values[7]);
-  return values[3] + static_cast<double>(text.size());
-}
-
-__attribute__((noinline)) double mixed_caller(int i) {
-  double sum = 0;
-  for (int k = 0; k < 4; ++k) sum += mixed_work(i + k);
-  asm volatile("" ::: "memory");
-  return sum;
-}
-
+#if SPANPROF_HAS_CFI_WALKER
 const spanprof_test::ChildScenario oracle_scenario("walk_matches_libgcc", [] {
-  UnwindTrace warm;  // libgcc initialises itself on first use: not in the handler
-  _Unwind_Backtrace(&collect_frame, &warm);
-  oracle_stack_top = spanprof::detail::this_thread_stack_top();
-  struct sigaction action {};
-  action.sa_sigaction = &compare_walks;
-  action.sa_flags = SA_SIGINFO | SA_RESTART;
-  sigemptyset(&action.sa_mask);
-  ::sigaction(SIGRTMIN + 2, &action, nullptr);
-  sigevent event{};
-  event.sigev_notify = SIGEV_THREAD_ID;
-  event.sigev_signo = SIGRTMIN + 2;
-  event._sigev_un._tid = static_cast<pid_t>(::syscall(SYS_gettid));
-  timer_t timer{};
-  ::timer_create(CLOCK_THREAD_CPUTIME_ID, &event, &timer);
-  itimerspec every{};
-  every.it_interval.tv_nsec = every.it_value.tv_nsec = 1'000'000;
-  ::timer_settime(timer, 0, &every, nullptr);
-  double sum = 0;
-  const double end = spanprof_test::thread_cpu_seconds() + 1.5;
-  for (int i = 0; spanprof_test::thread_cpu_seconds() < end; ++i) sum += mixed_caller(i);
-  ::timer_delete(timer);
-  std::printf("oracle samples=%ld identical=%ld sum=%g\n", comparison.samples.load(), comparison.identical.load(), sum);
-  if (comparison.recorded) {
-    std::printf("first difference:\n");
-    for (int i = 0; i < std::max(comparison.ours_depth, comparison.theirs_depth); ++i)
-      std::printf("  %p  %p\n", i < comparison.ours_depth ? comparison.ours[i] : nullptr,
-                  i < comparison.theirs_depth ? comparison.theirs[i] : nullptr);
-  }
+  namespace oracle = spanprof_test::walk_oracle;
+  const double sum = oracle::compare_for(1.5);
+  std::printf("oracle samples=%ld identical=%ld sum=%g\n", oracle::comparison().samples.load(),
+              oracle::comparison().identical.load(), sum);
+  oracle::print_first_difference("");
   return 0;
 });
+#endif
 
 }  // namespace
 
