@@ -5,7 +5,7 @@
 // (sort, to_string, sin) a thousand times a CPU-second, and in the handler both
 // walk the interrupted stack; every walk must find the same frames (but where the
 // signal came in the vDSO, whose unwind tables libgcc does not find in a static
-// program: those are counted apart). Then the cost of one walk at 13, 33 and 63
+// program, or in a PLT stub, which has none: those are counted apart). Then the cost of one walk at 13, 33 and 63
 // frames, next to libgcc's and libunwind's (unw_step, as gperftools walks on
 // arm64; and its unw_backtrace), as ratios: the VM's cores are emulated.
 #include "../support/walk_oracle.hpp"
@@ -62,7 +62,7 @@ bool walks_match_libgcc() {
   const auto& c = oracle::comparison();
   const long samples = c.samples.load(), identical = c.identical.load();
   std::printf("spanprof-arm64: walks from a signal: %ld samples, %ld identical to libgcc's; %ld more in the vDSO "
-              "(sum %g)\n",
+              "or a PLT stub, which libgcc cannot unwind (sum %g)\n",
               samples, identical, c.skipped.load(), sum);
   oracle::print_first_difference("spanprof-arm64: ");
   return samples >= 100 && identical == samples;

@@ -281,6 +281,19 @@ SPANPROF_UNINSTRUMENTED inline Step step_with_frame_pointer(const Registers& reg
   return Step::done;
 }
 
+// aarch64: the interrupted pc lies in a known object but no unwind entry covers
+// it: a PLT stub (linkers write none for them there) or a frameless trampoline,
+// entered by a branch-and-link and not yet returned. The return address is still
+// in x30 and the stack pointer the caller's. (The frame record would name the
+// caller's caller, and from a stub nothing valid after it.)
+SPANPROF_UNINSTRUMENTED inline Step step_with_link_register(const Registers& regs, Registers& caller) noexcept {
+  if (!return_address_in_register || !regs.has(return_address_column) || !regs.has(sp_register))
+    return Step::failed;
+  caller = regs;
+  caller.set(pc_register, strip_pointer_authentication(regs.value[return_address_column]));
+  return Step::done;
+}
+
 }  // namespace cfi
 
 // Walks from `regs` (regs[pc_register] is the first frame's exact PC). Writes up to
@@ -326,6 +339,8 @@ SPANPROF_UNINSTRUMENTED inline int walk_stack(cfi::Registers regs, std::uint64_t
       if (cache != nullptr && !exact) cache->store(lookup, object.header, rules);
       step = step_with_rules(rules, regs, reader, caller);
       signal_frame = rules.signal_frame;
+    } else if (exact && have_object && return_address_in_register) {
+      step = step_with_link_register(regs, caller);
     } else {
       step = step_with_frame_pointer(regs, reader, caller);
     }
