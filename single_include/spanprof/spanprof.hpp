@@ -11085,7 +11085,8 @@ class ThreadStackSampler {
   // it was settled (then they were passed between the two); when it finds an older
   // one overdue, the span's edges are left to the kernel.
   //
-  // The sample taken at a close has the stack of the span's last CPU sample
+  // The sample taken at a close (the edge's own tick, or the kernel's at the return
+  // of the edge's clock read) has the stack of the span's last CPU sample
   // (repeat_last_cpu_record); in a span that has none, the stack of the close: its
   // walk starts at the frame that holds the guard (in the function that opened the
   // span), at the call that closed it, passing spanprof's own frames over. So only a
@@ -11225,7 +11226,9 @@ class ThreadStackSampler {
     idle_ticks_.store(0, std::memory_order_relaxed);
     if (!active->recorded.contains(ProfileKind::cpu)) return;
     const std::uint64_t record_weight = cpu_record_weight(weight.periods, weight.cpu_ns);
-    const bool passed_elsewhere = at_edge || passed_before_a_wait(ucontext, watched);
+    // At a close (walk_from_ set), the kernel's tick at the edge's clock read is the
+    // span's points as much as the edge's own: both passed in the span's code before.
+    const bool passed_elsewhere = at_edge || walk_from_ != 0 || passed_before_a_wait(ucontext, watched);
     if (passed_elsewhere && repeat_last_cpu_record(*active, record_weight)) return;
     record_sample(record_weight, ucontext);
   }
