@@ -31,6 +31,8 @@
 #include <gperftools/profiler.h>
 #include <httplib.h>
 
+#include "handler_work.hpp"
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -56,56 +58,14 @@ std::int64_t process_cpu_ns() {
   return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
-std::uint64_t next_random(std::uint64_t& state) {
-  state ^= state << 13;
-  state ^= state >> 7;
-  state ^= state << 17;
-  return state;
-}
-
-// The handler's work: ~100 µs of CPU on this machine class.
-__attribute__((noinline)) std::string render_numbers(std::uint64_t& random) {
-  std::string body = "{\"values\":[";
-  char number[32];
-  for (int i = 0; i < 400; ++i) {
-    const double value = static_cast<double>(next_random(random) % 1000000) / 7.0;
-    std::snprintf(number, sizeof number, i == 0 ? "%.4f" : ",%.4f", value);
-    body += number;
-  }
-  body += "]}";
-  return body;
-}
-
-__attribute__((noinline)) std::vector<double> parse_numbers(const std::string& body) {
-  std::vector<double> values;
-  values.reserve(400);
-  const char* at = std::strchr(body.c_str(), '[');
-  while (at != nullptr && *at != ']') {
-    char* end = nullptr;
-    values.push_back(std::strtod(at + 1, &end));
-    at = end;
-  }
-  return values;
-}
-
-__attribute__((noinline)) std::string handle_work() {
-  thread_local std::uint64_t random = 0x9E3779B97F4A7C15ull ^ static_cast<std::uint64_t>(::gettid());
-  std::string body = render_numbers(random);
-  std::vector<double> values = parse_numbers(body);
-  std::sort(values.begin(), values.end());
-  char summary[96];
-  std::snprintf(summary, sizeof summary, "{\"count\":%zu,\"median\":%.4f}\n", values.size(),
-                values.empty() ? 0.0 : values[values.size() / 2]);
-  return summary;
-}
-
 // The request's span, as a tracer would make it: in every mode, `off` included,
 // since what is measured is the profiler, not the tracer.
 spanprof::SpanContext request_span() {
   thread_local std::uint64_t random = 0x2545F4914F6CDD1Dull ^ static_cast<std::uint64_t>(::gettid());
   std::array<std::uint8_t, 16> trace{};
   std::array<std::uint8_t, 8> span{};
-  const std::uint64_t words[3] = {next_random(random), next_random(random), next_random(random) | 1};
+  const std::uint64_t words[3] = {bench::next_random(random), bench::next_random(random),
+                                  bench::next_random(random) | 1};
   std::memcpy(trace.data(), words, 16);
   std::memcpy(span.data(), words + 2, 8);
   return spanprof::SpanContext{spanprof::TraceId(trace), spanprof::SpanId(span), {spanprof::TraceFlags::sampled_bit}};
@@ -166,10 +126,10 @@ int main(int argc, char** argv) {
     const spanprof::SpanContext span = request_span();
     if (spans) {
       spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "GET /work"}, kinds);
-      response.set_content(handle_work(), "application/json");
+      response.set_content(bench::handle_work(), "application/json");
     } else {
       benchmark_keep(span);
-      response.set_content(handle_work(), "application/json");
+      response.set_content(bench::handle_work(), "application/json");
     }
     served.fetch_add(1, std::memory_order_relaxed);
   });

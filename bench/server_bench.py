@@ -18,10 +18,14 @@ per-thread accounting, /proc/PID/task/TID/schedstat): the request threads, and
 spanprof's own (spanprof-send encodes and uploads, spanprof-wall is the ticker,
 spanprof-merge takes finished profiles over), so a cost can be pinned on a thread.
 
-  python3 bench/server_bench.py [--binary PATH] [--rounds 7] [--seconds 4]
+  python3 bench/server_bench.py [--binary PATH] [--load wrk|grpc] [--rounds 7] [--seconds 4]
                                 [--modes off,default,...] [--connections 8]
                                 [--server-cores 1 --load-cores 0] [--one-at-a-time] [--keep-servers]
                                 [--before PATH_TO_AN_EARLIER_BUILD] [--before-modes default,...]
+
+A gRPC server the same way (bench/grpc_bench.cpp, the example's Checkout service on
+the callback API, loaded by its own client, a traceparent on every call):
+  python3 bench/server_bench.py --load grpc --binary build/dev/bench/spanprof_grpc_bench
 
 The one command (installs wrk and cpp-httplib, builds, runs):
   bash scripts/server-bench.sh
@@ -37,6 +41,7 @@ import time
 import urllib.request
 
 MODES = ["off", "default", "perf_event", "posix_timer", "tail", "batched", "wall", "gperftools"]
+GRPC_MODES = ["off", "empty", "installed", "default"]  # bench/grpc_bench.cpp
 # Not run unless asked (--modes): they split the default's cost into its parts.
 DIAGNOSTIC_MODES = ["idle", "turned_down", "rare", "frequent", "no_watch", "time_split"]
 
@@ -95,9 +100,20 @@ def pinned(command, cores):
     return (["taskset", "-c", cores] + command) if cores else command
 
 
+# What loads a server: wrk against the HTTP server, or the gRPC benchmark's own
+# client (--load grpc: the same binary in client mode, a channel per caller).
+LOAD = {"kind": "wrk", "client": ""}
+
+
+def load_command(port, seconds, connections):
+    if LOAD["kind"] == "grpc":
+        return [LOAD["client"], "client", str(port), str(seconds), str(connections)]
+    return ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-H", "Connection: close",
+            f"http://127.0.0.1:{port}/work"]
+
+
 def load(port, seconds, connections, cores):
-    subprocess.run(pinned(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-H", "Connection: close",
-                           f"http://127.0.0.1:{port}/work"], cores), check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(pinned(load_command(port, seconds, connections), cores), check=True, stdout=subprocess.DEVNULL)
 
 
 def loaded_together(servers, seconds, connections, cores):
@@ -107,12 +123,11 @@ def loaded_together(servers, seconds, connections, cores):
     other (on this 2-core VM, up to 8% between two identical servers)."""
     before = [read_counters(server.port) for server in servers]
     threads_before = [thread_cpu_ns(server.process.pid) for server in servers]
-    loads = [subprocess.Popen(pinned(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-H", "Connection: close",
-                                      f"http://127.0.0.1:{server.port}/work"], cores), stdout=subprocess.DEVNULL)
+    loads = [subprocess.Popen(pinned(load_command(server.port, seconds, connections), cores), stdout=subprocess.DEVNULL)
              for server in servers]
     for process in loads:
         if process.wait() != 0:
-            raise RuntimeError("wrk failed")
+            raise RuntimeError(f"the load ({LOAD['kind']}) failed")
     after = [read_counters(server.port) for server in servers]
     threads_after = [thread_cpu_ns(server.process.pid) for server in servers]
     windows = []
@@ -169,11 +184,14 @@ def main():
     parser.add_argument("--seconds", type=float, default=4)
     parser.add_argument("--warmup", type=float, default=1)
     parser.add_argument("--connections", type=int, default=8)
-    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--modes", default="")
+    parser.add_argument("--load", choices=["wrk", "grpc"], default="wrk",
+                        help="grpc: --binary is bench/grpc_bench.cpp's server, loaded by its own client mode "
+                             "(--connections callers, a channel each)")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--server-cores", default="",
                         help="taskset list for the server (e.g. 1); with --load-cores, keeps the two apart")
-    parser.add_argument("--load-cores", default="", help="taskset list for wrk (e.g. 0)")
+    parser.add_argument("--load-cores", default="", help="taskset list for the load generator (e.g. 0)")
     parser.add_argument("--one-at-a-time", action="store_true",
                         help="load each server alone in turn instead of at the same time as off")
     parser.add_argument("--keep-servers", action="store_true",
@@ -185,7 +203,9 @@ def main():
                         help="the modes the --before build runs (default: every mode but off; a mode it "
                              "does not know yet, such as a new option's, is left out here)")
     args = parser.parse_args()
-    modes = [m for m in args.modes.split(",") if m]
+    LOAD["kind"] = args.load
+    LOAD["client"] = args.binary
+    modes = [m for m in (args.modes or ",".join(GRPC_MODES if args.load == "grpc" else MODES)).split(",") if m]
     if "off" not in modes:
         modes.insert(0, "off")
     if not os.access(args.binary, os.X_OK):
@@ -248,11 +268,13 @@ def main():
             server.stop()
 
     print()
-    pinning = f", server on cores {args.server_cores}, wrk on {args.load_cores}" if args.server_cores else ""
-    method = (f"each alone, wrk -t1 -c{args.connections}" if args.one_at_a_time else
-              f"each loaded at the same time as off, wrk -t1 -c{max(1, args.connections // 2)} on each")
-    print(f"server CPU per request, ratio to off ({args.rounds} paired rounds, {seconds} s each, {method}, "
-          f"Connection: close{pinning})")
+    loader = "wrk -t1 -c{}" if args.load == "wrk" else "gRPC client, {} callers"
+    pinning = f", server on cores {args.server_cores}, load on {args.load_cores}" if args.server_cores else ""
+    method = (f"each alone, {loader.format(args.connections)}" if args.one_at_a_time else
+              f"each loaded at the same time as off, {loader.format(max(1, args.connections // 2))} on each")
+    closing = ", Connection: close" if args.load == "wrk" else ""
+    print(f"server CPU per request, ratio to off ({args.rounds} paired rounds, {seconds} s each, {method}"
+          f"{closing}{pinning})")
     print(f"{'mode':<18} {'median':>7}  {'us/req':>7}  {'profiles/s':>10}  rounds")
     ratios["off"] = [1.0] * args.rounds
     for mode in modes:

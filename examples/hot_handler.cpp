@@ -89,31 +89,6 @@ struct Summary {
   spanprof::TimeSplit time;  // where the span's time went
 };
 
-std::vector<std::pair<std::string, double>> top_functions(const spanprof::Profile& profile, std::size_t n) {
-  std::map<std::string, std::int64_t> self;
-  std::int64_t total = 0;
-  for (const auto& sample : profile.samples) {
-    if (sample.location_ids.empty()) continue;
-    // The innermost frame: a function inlined at the sampled address, if any, with
-    // its source line when spanprof has them (built with libdw and -g).
-    const auto& leaf = profile.locations[sample.location_ids.front() - 1];
-    const std::uint64_t function_id = leaf.inlined.empty() ? leaf.function_id : leaf.inlined.front().function_id;
-    const std::int64_t line = leaf.inlined.empty() ? leaf.line : leaf.inlined.front().line;
-    std::string name = function_id ? profile.functions[function_id - 1].name : std::string("(unknown)");
-    if (function_id && line > 0) {
-      const std::string& file = profile.functions[function_id - 1].filename;
-      name += "  " + file.substr(file.rfind('/') + 1) + ":" + std::to_string(line);
-    }
-    self[name] += sample.values[0];
-    total += sample.values[0];
-  }
-  std::vector<std::pair<std::string, double>> ranked;
-  for (const auto& [name, count] : self) ranked.emplace_back(name, total ? 100.0 * count / total : 0.0);
-  std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  if (ranked.size() > n) ranked.resize(n);
-  return ranked;
-}
-
 }  // namespace
 
 int main() {
@@ -129,7 +104,7 @@ int main() {
       [&](const spanprof::EncodedProfile& p, std::string_view, const spanprof::UploadContext& context) {
         Summary s{p.record.span.span_id.to_hex(), p.record.span.trace_id.to_hex(), p.record.span_name,
                   files->directory() + "/" + spanprof::FileUploader::file_name_for(p), p.sample_count,
-                  top_functions(*context.profile, 3), p.record.duration_ns, p.record.time};
+                  example::top_functions(*context.profile, 3), p.record.duration_ns, p.record.time};
         std::lock_guard<std::mutex> lock(summaries_mutex);
         summaries.push_back(std::move(s));
         return spanprof::UploadResult::ok();

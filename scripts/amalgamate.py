@@ -20,7 +20,7 @@ rules, checked here on every run:
 generates or when a rule is broken: CI runs it.
 
 Companion headers (a program includes them in one source file only, or they need
-a library spanprof does not: Boost.Asio, opentelemetry-cpp) cannot be part of the
+a library spanprof does not: Boost.Asio, gRPC, opentelemetry-cpp) cannot be part of the
 single header: they are copied beside it unchanged, and may include nothing of
 spanprof's but the umbrella header.
 """
@@ -32,7 +32,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 INCLUDE = ROOT / "include"
 OUTPUT = ROOT / "single_include" / "spanprof" / "spanprof.hpp"
 UMBRELLA = "spanprof/spanprof.hpp"
-COMPANIONS = ["spanprof/allocation_hooks.hpp", "spanprof/asio.hpp", "spanprof/opentelemetry.hpp"]
+COMPANIONS = ["spanprof/allocation_hooks.hpp", "spanprof/asio.hpp", "spanprof/grpc.hpp", "spanprof/opentelemetry.hpp"]
 COMPANION_INCLUDES = {UMBRELLA}
 # With the compiled library a companion may need what the umbrella includes only
 # where the runtime is compiled.

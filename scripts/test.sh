@@ -133,6 +133,10 @@ if [ -x $out/cmake/bench/spanprof_server_bench ]; then
 else
   echo "server benchmark not built (cpp-httplib missing): skipped"
 fi
+if [ -x $out/cmake/bench/spanprof_grpc_bench ]; then
+  python3 bench/server_bench.py --load grpc --binary $out/cmake/bench/spanprof_grpc_bench --rounds 1 --seconds 1 \
+    --warmup 1 --modes off,default >/dev/null
+fi
 
 step "Consumers (started after the CMake build)"
 consumers_status=0

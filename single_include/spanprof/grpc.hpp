@@ -1,0 +1,297 @@
+// gRPC C++ services: one profile per RPC, with no handler change. Include it where
+// the server is built (it includes gRPC's headers; spanprof itself does not need gRPC):
+//
+//   #include <spanprof/grpc.hpp>
+//
+//   grpc::ServerBuilder builder;
+//   spanprof::grpc::install(builder);   // every RPC gets its request profile
+//   builder.RegisterService(&service);
+//
+// Each RPC is a spanprof::RequestProfile (request.hpp) named by its method
+// (`/package.Service/Method`), under the span of its `traceparent` metadata (W3C),
+// or a new root span when none comes. It ends with the call; a non-OK status, or a
+// cancelled or expired call, is an error for tail policies (KeepErroredSpans).
+//
+// What it covers by itself: the handler gRPC calls for the RPC, on the thread that
+// calls it — a sync handler from its request to its status, streaming included; a
+// callback handler up to its return (a unary reactor's whole work when it finishes
+// there). gRPC calls a handler from inside its interceptors' last hook, so the
+// interceptor's fragment brackets it exactly.
+//
+// What it cannot: a callback reactor's later steps (OnReadDone, OnWriteDone, ...).
+// With any interceptor installed, gRPC 1.51 runs them after one more trip through
+// its core, on an executor thread, with no hook around them. One line per step
+// adds them, with the handle the handler had (docs/grpc.md):
+//
+//   class Writer : public grpc::ServerWriteReactor<Part> {
+//     spanprof::RequestProfile rpc_ = spanprof::grpc::current_request();  // made in the handler
+//     void OnWriteDone(bool ok) override {
+//       spanprof::Fragment step(rpc_);   // this step is part of the RPC's profile
+//       ...
+//
+// spanprof::grpc::current_span() and current_request() are the RPC's, in the handler:
+// for child spans and logs, and to bind work handed to other threads.
+#ifndef SPANPROF_GRPC_HPP_
+#define SPANPROF_GRPC_HPP_
+
+#include <spanprof/spanprof.hpp>
+
+#include <grpcpp/server_builder.h>
+#include <grpcpp/server_context.h>
+#include <grpcpp/support/interceptor.h>
+#include <grpcpp/support/server_interceptor.h>
+#include <grpcpp/support/string_ref.h>
+
+#include <sys/random.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace grpc {
+
+using Metadata = std::multimap<::grpc::string_ref, ::grpc::string_ref>;
+
+struct ServerOptions {
+  // What each RPC records; empty: spanprof::Options::profiles.
+  ProfileKinds profiles{};
+  // The RPC's span from its client metadata. Unset: the W3C `traceparent` entry
+  // (the caller's span: the profile is found under the span the client sent). Set
+  // it to use another propagator (OpenTelemetry's, B3): an invalid context gives
+  // the RPC a new root span. Called on a gRPC thread; must not throw.
+  std::function<SpanContext(const Metadata& client_metadata)> span_from;
+  // Cancelled and deadline-exceeded calls count as errors for tail policies.
+  bool cancelled_is_error = true;
+};
+
+// The span of the RPC whose handler this thread runs (a sync handler, a callback
+// handler up to its return); invalid elsewhere.
+inline SpanContext current_span() noexcept;
+// Its request profile (inactive when it is not profiled): bind work handed to
+// other threads with spanprof::bind(current_request(), ...).
+inline RequestProfile current_request() noexcept;
+// RPCs begun and not ended, and handlers still running: 0 once every call is over
+// and every profile of one handed over.
+inline std::int64_t rpcs_in_flight() noexcept;
+
+namespace detail {
+
+// A new root span: ids from a per-thread splitmix64 state seeded by the kernel
+// (unique, not secret).
+inline SpanContext new_root_span() noexcept {
+  thread_local std::uint64_t state = 0;
+  if (state == 0) {
+    if (getrandom(&state, sizeof state, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof state) || state == 0)
+      state = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+              reinterpret_cast<std::uintptr_t>(&state) ^ 0x9E3779B97F4A7C15ull;
+  }
+  std::uint8_t bytes[24];
+  for (int word = 0; word < 3; ++word) {
+    // splitmix64: one add and a mix per word, never zero twice in a row.
+    std::uint64_t value = (state += 0x9E3779B97F4A7C15ull);
+    value = (value ^ (value >> 30)) * 0xBF58476D1CE4E5B9ull;
+    value = (value ^ (value >> 27)) * 0x94D049BB133111EBull;
+    value ^= value >> 31;
+    for (int byte = 0; byte < 8; ++byte) bytes[word * 8 + byte] = static_cast<std::uint8_t>(value >> (8 * byte));
+  }
+  SpanContext span;
+  span.trace_id = TraceId(bytes);
+  span.span_id = SpanId(bytes + 16);
+  span.flags.value = TraceFlags::sampled_bit;  // this process starts the trace: it records it
+  return span;
+}
+
+inline std::atomic<std::int64_t> rpcs_in_flight{0};
+
+// One RPC: its span and its request, shared by its interceptor and its handler.
+// Under its mutex: gRPC runs an RPC's batches on any of its threads, a callback
+// handler's Finish() comes from any thread, and only this lock orders them for
+// ThreadSanitizer (Debian's gRPC is not built with it).
+struct RpcState {
+  std::mutex mutex;
+  SpanContext span;
+  RequestProfile request;
+  gpr_timespec deadline = gpr_inf_future(GPR_CLOCK_MONOTONIC);
+  bool callback = false;  // a callback-API call (CallbackServerContext)
+};
+
+// The RPC whose handler this thread runs (inside the interceptor's bracket).
+inline thread_local RpcState* thread_rpc = nullptr;
+
+class RpcInterceptor final : public ::grpc::experimental::Interceptor {
+ public:
+  RpcInterceptor(::grpc::experimental::ServerRpcInfo* info, std::shared_ptr<const ServerOptions> options) noexcept
+      : info_(info), options_(std::move(options)) {
+    rpcs_in_flight.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // The call is over (its context goes): the tail policy decides now.
+  ~RpcInterceptor() override {
+    RequestProfile request;
+    gpr_timespec deadline;
+    {
+      std::lock_guard<std::mutex> lock(rpc_.mutex);
+      request = std::move(rpc_.request);
+      deadline = rpc_.deadline;
+    }
+    // From the deadline begin() kept: the context is being destroyed.
+    if (options_->cancelled_is_error && gpr_time_cmp(gpr_now(deadline.clock_type), deadline) > 0) request.set_error();
+    request.end();
+    rpcs_in_flight.fetch_sub(1, std::memory_order_release);
+  }
+
+  void Intercept(::grpc::experimental::InterceptorBatchMethods* methods) override {
+    using Hook = ::grpc::experimental::InterceptionHookPoints;
+    if (methods->QueryInterceptionHookPoint(Hook::PRE_SEND_STATUS)) status(methods->GetSendStatus());
+    if (!methods->QueryInterceptionHookPoint(Hook::POST_RECV_INITIAL_METADATA)) {
+      methods->Proceed();
+      return;
+    }
+    // The call's first batch: gRPC calls the handler from the last interceptor's
+    // Proceed(), on this thread, and returns when it returns.
+    begin(methods->GetRecvInitialMetadata());
+    RequestProfile request;
+    {
+      std::lock_guard<std::mutex> lock(rpc_.mutex);
+      request = rpc_.request;
+    }
+    // The call may end on another thread before this returns (a callback handler
+    // that finished): its request is then delivered when this fragment closes, and
+    // nothing here touches the interceptor after Proceed().
+    rpcs_in_flight.fetch_add(1, std::memory_order_relaxed);
+    RpcState* const outer = std::exchange(thread_rpc, &rpc_);
+    {
+      Fragment handler(request);
+      methods->Proceed();
+    }
+    thread_rpc = outer;
+    rpcs_in_flight.fetch_sub(1, std::memory_order_release);
+  }
+
+ private:
+  // Called where the handler gives its status: its thread (sync), or wherever a
+  // callback handler called Finish().
+  void status(const ::grpc::Status& sent) noexcept {
+    bool failed = !sent.ok();
+    // Asked only where it is safe: on a sync handler's thread (inside the bracket),
+    // or of a callback call (answered without waiting). A cancelled call's status
+    // may still say OK.
+    bool callback = false;
+    {
+      std::lock_guard<std::mutex> lock(rpc_.mutex);
+      callback = rpc_.callback;
+    }
+    if (options_->cancelled_is_error && !failed && (thread_rpc == &rpc_ || callback))
+      failed = info_->server_context()->IsCancelled();
+    if (!failed) return;
+    std::lock_guard<std::mutex> lock(rpc_.mutex);
+    rpc_.request.set_error();
+  }
+
+  void begin(Metadata* metadata) noexcept {
+    SpanContext span;
+    if (metadata != nullptr) span = span_from(*metadata);
+    if (!span.valid()) span = new_root_span();
+    const char* method = info_->method();
+    const std::string_view name = method != nullptr ? std::string_view(method) : std::string_view("grpc");
+    RequestProfile request = options_->profiles.empty() ? RequestProfile(span, name)
+                                                        : RequestProfile(span, name, options_->profiles);
+    ::grpc::ServerContextBase* const context = info_->server_context();
+    std::lock_guard<std::mutex> lock(rpc_.mutex);
+    rpc_.span = span;
+    rpc_.request = std::move(request);
+    rpc_.deadline = context->raw_deadline();
+#if defined(__GXX_RTTI)
+    rpc_.callback = dynamic_cast<::grpc::CallbackServerContext*>(context) != nullptr;
+#endif
+  }
+
+  SpanContext span_from(const Metadata& metadata) noexcept {
+    if (options_->span_from) {
+      SPANPROF_TRY {
+        return options_->span_from(metadata);
+      } SPANPROF_CATCH_ALL {
+        return {};
+      }
+    }
+    const auto entry = metadata.find("traceparent");
+    if (entry == metadata.end()) return {};
+    const std::string_view header(entry->second.data(), entry->second.size());
+    const TraceparentParse parsed = parse_traceparent(header);
+    if (!parsed) {
+      char message[160];
+      std::snprintf(message, sizeof message, "gRPC %s: traceparent metadata: %.*s; the RPC gets a new root span",
+                    info_->method() != nullptr ? info_->method() : "call", static_cast<int>(parsed.message().size()),
+                    parsed.message().data());
+      report_error(parsed.code(), message);
+    }
+    return parsed.context;
+  }
+
+  RpcState rpc_;
+  ::grpc::experimental::ServerRpcInfo* info_;
+  std::shared_ptr<const ServerOptions> options_;
+};
+
+class InterceptorFactory final : public ::grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit InterceptorFactory(std::shared_ptr<const ServerOptions> options) noexcept : options_(std::move(options)) {}
+
+  ::grpc::experimental::Interceptor* CreateServerInterceptor(::grpc::experimental::ServerRpcInfo* info) override {
+    if (!options_) return nullptr;
+    // Null when out of memory: this RPC is not profiled; gRPC serves it as ever.
+    return new (std::nothrow) RpcInterceptor(info, options_);
+  }
+
+ private:
+  std::shared_ptr<const ServerOptions> options_;
+};
+
+}  // namespace detail
+
+// The interceptor factory, for a server that has interceptors of its own (pass all
+// of them to SetInterceptorCreators at once: each call replaces the last).
+inline std::unique_ptr<::grpc::experimental::ServerInterceptorFactoryInterface> interceptor_factory(
+    ServerOptions options = {}) {
+  return std::make_unique<detail::InterceptorFactory>(std::make_shared<const ServerOptions>(std::move(options)));
+}
+
+// Gives every RPC of the server built by `builder` its request profile. Replaces
+// the builder's interceptors: with others, use interceptor_factory().
+inline void install(::grpc::ServerBuilder& builder, ServerOptions options = {}) {
+  std::vector<std::unique_ptr<::grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+  creators.push_back(interceptor_factory(std::move(options)));
+  builder.experimental().SetInterceptorCreators(std::move(creators));
+}
+
+inline SpanContext current_span() noexcept {
+  detail::RpcState* rpc = detail::thread_rpc;
+  if (rpc == nullptr) return {};
+  std::lock_guard<std::mutex> lock(rpc->mutex);
+  return rpc->span;
+}
+
+inline RequestProfile current_request() noexcept {
+  detail::RpcState* rpc = detail::thread_rpc;
+  if (rpc == nullptr) return {};
+  std::lock_guard<std::mutex> lock(rpc->mutex);
+  return rpc->request;
+}
+
+inline std::int64_t rpcs_in_flight() noexcept { return detail::rpcs_in_flight.load(std::memory_order_acquire); }
+
+}  // namespace grpc
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_GRPC_HPP_
