@@ -1,7 +1,7 @@
 // A real gRPC server for the cost benchmark (bench/server_bench.py --load grpc):
 // the example's Checkout service (examples/grpc/checkout.proto) on the callback
 // API, its unary Quote doing the same ~100 µs of work as the HTTP server's handler
-// (handler_work.hpp). What the server's own CPU per RPC costs with spanprof's
+// (server_support.hpp). What the server's own CPU per RPC costs with spanprof's
 // interceptor, against none, is what a gRPC service pays.
 //
 //   grpc_bench MODE CONTROL_PORT                      the server
@@ -24,7 +24,7 @@
 #include <spanprof/spanprof.hpp>
 
 #include "checkout.grpc.pb.h"
-#include "handler_work.hpp"
+#include "server_support.hpp"
 
 #include <grpcpp/grpcpp.h>
 #include <httplib.h>
@@ -46,12 +46,6 @@ namespace {
 
 std::atomic<long> served{0};
 std::atomic<long> profiles{0};
-
-std::int64_t process_cpu_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 // Does nothing but let every batch through.
 class EmptyInterceptor final : public grpc::experimental::Interceptor {
@@ -113,7 +107,7 @@ int serve(const std::string& mode, int control_port) {
   httplib::Server control;
   control.Get("/cpu", [](const httplib::Request&, httplib::Response& response) {
     char text[96];
-    std::snprintf(text, sizeof text, "%lld %ld %ld\n", static_cast<long long>(process_cpu_ns()),
+    std::snprintf(text, sizeof text, "%lld %ld %ld\n", static_cast<long long>(bench::process_cpu_ns()),
                   served.load(std::memory_order_relaxed), profiles.load(std::memory_order_relaxed));
     response.set_content(text, "text/plain");
   });

@@ -31,7 +31,7 @@
 #include <gperftools/profiler.h>
 #include <httplib.h>
 
-#include "handler_work.hpp"
+#include "server_support.hpp"
 
 #include <algorithm>
 #include <array>
@@ -51,12 +51,6 @@ namespace {
 
 std::atomic<long> served{0};
 std::atomic<long> profiles{0};
-
-std::int64_t process_cpu_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 // The request's span, as a tracer would make it: in every mode, `off` included,
 // since what is measured is the profiler, not the tracer.
@@ -135,7 +129,7 @@ int main(int argc, char** argv) {
   });
   server.Get("/cpu", [](const httplib::Request&, httplib::Response& response) {
     char text[96];
-    std::snprintf(text, sizeof text, "%lld %ld %ld\n", static_cast<long long>(process_cpu_ns()),
+    std::snprintf(text, sizeof text, "%lld %ld %ld\n", static_cast<long long>(bench::process_cpu_ns()),
                   served.load(std::memory_order_relaxed), profiles.load(std::memory_order_relaxed));
     response.set_content(text, "text/plain");
   });

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <utility>
 #include <vector>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 
 namespace example {
 
@@ -74,5 +76,66 @@ inline std::vector<std::pair<std::string, double>> top_functions(const spanprof:
   if (ranked.size() > n) ranked.resize(n);
   return ranked;
 }
+
+// What the examples print of every profile: an extra uploader, beside the files,
+// remembers a summary of each, and print() lists them by span name.
+class ProfileSummaries {
+ public:
+  struct Summary {
+    std::string span_id, trace_id, name, file;
+    std::size_t samples = 0;
+    std::vector<std::pair<std::string, double>> top;  // function, share of CPU samples
+    std::int64_t duration_ns = 0;
+    spanprof::TimeSplit time;  // where the span's time went
+  };
+
+  // Adds the summarizing uploader to `options`; `files` names where each profile went.
+  ProfileSummaries(spanprof::Options& options, std::shared_ptr<spanprof::FileUploader> files)
+      : files_(std::move(files)) {
+    options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>(
+        [this](const spanprof::EncodedProfile& p, std::string_view, const spanprof::UploadContext& context) {
+          Summary s{p.record.span.span_id.to_hex(), p.record.span.trace_id.to_hex(), p.record.span_name,
+                    files_->directory() + "/" + spanprof::FileUploader::file_name_for(p), p.sample_count,
+                    top_functions(*context.profile, 3), p.record.duration_ns, p.record.time};
+          std::lock_guard<std::mutex> lock(mutex_);
+          summaries_.push_back(std::move(s));
+          return spanprof::UploadResult::ok();
+        },
+        "summary"));
+  }
+
+  std::size_t size() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return summaries_.size();
+  }
+
+  // Each profile: its span's ids and name, where its CPU went, its time split when
+  // measured, its file. Call after spanprof::flush().
+  void print() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::sort(summaries_.begin(), summaries_.end(), [](const Summary& a, const Summary& b) { return a.name < b.name; });
+    for (const auto& s : summaries_) {
+      std::printf("span %s  trace %s  %-15s %3zu samples\n", s.span_id.c_str(), s.trace_id.c_str(), s.name.c_str(),
+                  s.samples);
+      for (const auto& [function, share] : s.top) {
+        const std::string shown = function.size() > 90 ? function.substr(0, 87) + "..." : function;
+        std::printf("    %5.1f%%  %s\n", share, shown.c_str());
+      }
+      if (s.time.measured()) {
+        std::printf("    time: %.1f ms = running %.1f + waiting for a CPU %.1f + blocked %.1f ms "
+                    "(%lld voluntary, %lld involuntary context switches)\n",
+                    static_cast<double>(s.duration_ns) / 1e6, static_cast<double>(s.time.running_ns) / 1e6,
+                    static_cast<double>(s.time.waiting_ns) / 1e6, static_cast<double>(s.time.blocked_ns) / 1e6,
+                    static_cast<long long>(s.time.voluntary_switches), static_cast<long long>(s.time.involuntary_switches));
+      }
+      std::printf("    file: %s\n", s.file.c_str());
+    }
+  }
+
+ private:
+  std::shared_ptr<spanprof::FileUploader> files_;
+  std::mutex mutex_;
+  std::vector<Summary> summaries_;
+};
 
 }  // namespace example

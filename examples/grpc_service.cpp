@@ -118,32 +118,13 @@ std::unique_ptr<grpc::Server> serve(grpc::Service& service, int& port) {
   return builder.BuildAndStart();
 }
 
-// ---- reporting: an extra uploader that remembers a summary of every profile --------
-
-struct Summary {
-  std::string span_id, name, file;
-  std::size_t samples = 0;
-  std::vector<std::pair<std::string, double>> top;
-};
-
 }  // namespace
 
 int main() {
-  std::mutex summaries_mutex;
-  std::vector<Summary> summaries;
   spanprof::Options options;
   auto files = example::file_uploader(options);  // $SPANPROF_OUTPUT_DIR or ./profiles
   if (!std::getenv("SPANPROF_FREQUENCY")) options.frequency_hz = 250;  // more samples in a short demo
-  options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>(
-      [&](const spanprof::EncodedProfile& p, std::string_view, const spanprof::UploadContext& context) {
-        Summary s{p.record.span.span_id.to_hex(), p.record.span_name,
-                  files->directory() + "/" + spanprof::FileUploader::file_name_for(p), p.sample_count,
-                  example::top_functions(*context.profile, 3)};
-        std::lock_guard<std::mutex> lock(summaries_mutex);
-        summaries.push_back(std::move(s));
-        return spanprof::UploadResult::ok();
-      },
-      "summary"));
+  example::ProfileSummaries summaries(options, files);
   spanprof::start(options);
 
   SyncCheckout sync_service;
@@ -189,16 +170,8 @@ int main() {
   callback_server->Shutdown();
   spanprof::flush();
 
-  std::sort(summaries.begin(), summaries.end(), [](const Summary& a, const Summary& b) { return a.name < b.name; });
   std::printf("\n");
-  for (const auto& s : summaries) {
-    std::printf("span %s  %-36s %3zu samples\n", s.span_id.c_str(), s.name.c_str(), s.samples);
-    for (const auto& [function, share] : s.top) {
-      const std::string shown = function.size() > 90 ? function.substr(0, 87) + "..." : function;
-      std::printf("    %5.1f%%  %s\n", share, shown.c_str());
-    }
-    std::printf("    file: %s\n", s.file.c_str());
-  }
+  summaries.print();
   std::printf("\n%zu profiles written to %s\n", summaries.size(), files->directory().c_str());
   spanprof::shutdown();
   return 0;

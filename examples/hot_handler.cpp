@@ -79,37 +79,15 @@ __attribute__((noinline)) void handle_search(const spanprof::SpanContext& span) 
 }
 
 
-// ---- reporting: an extra uploader that remembers a summary of every profile ------
-
-struct Summary {
-  std::string span_id, trace_id, name, file;
-  std::size_t samples = 0;
-  std::vector<std::pair<std::string, double>> top;  // function, share of CPU samples
-  std::int64_t duration_ns = 0;
-  spanprof::TimeSplit time;  // where the span's time went
-};
-
 }  // namespace
 
 int main() {
-  std::mutex summaries_mutex;
-  std::vector<Summary> summaries;
-
   spanprof::Options options;
   auto files = example::file_uploader(options);  // $SPANPROF_OUTPUT_DIR or ./profiles
   if (!std::getenv("SPANPROF_FREQUENCY")) options.frequency_hz = 250;  // more samples in a short demo
   // Four workers on a machine of fewer cores wait for one: each span says how long.
   if (!std::getenv("SPANPROF_TIME_SPLIT")) options.time_split = true;
-  options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>(
-      [&](const spanprof::EncodedProfile& p, std::string_view, const spanprof::UploadContext& context) {
-        Summary s{p.record.span.span_id.to_hex(), p.record.span.trace_id.to_hex(), p.record.span_name,
-                  files->directory() + "/" + spanprof::FileUploader::file_name_for(p), p.sample_count,
-                  example::top_functions(*context.profile, 3), p.record.duration_ns, p.record.time};
-        std::lock_guard<std::mutex> lock(summaries_mutex);
-        summaries.push_back(std::move(s));
-        return spanprof::UploadResult::ok();
-      },
-      "summary"));
+  example::ProfileSummaries summaries(options, files);
   spanprof::start(options);
 
   // Four worker threads serve requests concurrently, each profiling its own span.
@@ -128,23 +106,7 @@ int main() {
   for (auto& t : workers) t.join();
   spanprof::flush();
 
-  std::sort(summaries.begin(), summaries.end(), [](const Summary& a, const Summary& b) { return a.name < b.name; });
-  for (const auto& s : summaries) {
-    std::printf("span %s  trace %s  %-15s %3zu samples\n", s.span_id.c_str(), s.trace_id.c_str(), s.name.c_str(),
-                s.samples);
-    for (const auto& [function, share] : s.top) {
-      const std::string shown = function.size() > 90 ? function.substr(0, 87) + "..." : function;
-      std::printf("    %5.1f%%  %s\n", share, shown.c_str());
-    }
-    if (s.time.measured()) {
-      std::printf("    time: %.1f ms = running %.1f + waiting for a CPU %.1f + blocked %.1f ms "
-                  "(%lld voluntary, %lld involuntary context switches)\n",
-                  static_cast<double>(s.duration_ns) / 1e6, static_cast<double>(s.time.running_ns) / 1e6,
-                  static_cast<double>(s.time.waiting_ns) / 1e6, static_cast<double>(s.time.blocked_ns) / 1e6,
-                  static_cast<long long>(s.time.voluntary_switches), static_cast<long long>(s.time.involuntary_switches));
-    }
-    std::printf("    file: %s\n", s.file.c_str());
-  }
+  summaries.print();
   const auto stats = spanprof::stats();
   std::printf("\n%zu profiles written to %s (sampling source: %s, %llu samples, %llu spans without samples)\n",
               summaries.size(), files->directory().c_str(), std::string(spanprof::to_string(stats.cpu_sample_source)).c_str(),

@@ -1,7 +1,8 @@
-// The handler work both server benchmarks serve (server_bench.cpp over HTTP,
-// grpc_bench.cpp over gRPC): ~100 µs of CPU on this machine class, JSON-like text
-// rendered, parsed back and sorted, so that a request costs what a small real
-// handler does and the profiler's share is read against it.
+// What both server benchmarks share (server_bench.cpp over HTTP, grpc_bench.cpp
+// over gRPC): the handler's work, ~100 µs of CPU on this machine class (JSON-like
+// text rendered, parsed back and sorted, so that a request costs what a small real
+// handler does and the profiler's share is read against it), and the process CPU
+// clock their control endpoint reports.
 #pragma once
 
 #include <algorithm>
@@ -12,9 +13,16 @@
 #include <string>
 #include <vector>
 
+#include <time.h>
 #include <unistd.h>
 
 namespace bench {
+
+inline std::int64_t process_cpu_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
 
 inline std::uint64_t next_random(std::uint64_t& state) {
   state ^= state << 13;
