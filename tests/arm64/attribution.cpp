@@ -7,6 +7,8 @@
 #define SPANPROF_IMPLEMENTATION
 #include <spanprof/spanprof.hpp>
 
+#include "vm.hpp"
+
 #include <array>
 #include <cstdint>
 #include <cstdio>
@@ -16,8 +18,6 @@
 #include <thread>
 #include <vector>
 
-#include <sys/mount.h>
-#include <sys/reboot.h>
 #include <unistd.h>
 
 // Outside the anonymous namespace: their names are what a span is checked against.
@@ -76,8 +76,7 @@ struct Tally {
 }  // namespace
 
 int main() {
-  const bool init = ::getpid() == 1;
-  if (init) ::mount("proc", "/proc", "proc", 0, nullptr);  // the symbolizer reads /proc/self/exe and maps
+  const bool init = arm64_vm::start();
 
   const char* names[] = {"hot_sum",    "hot_product",  "hot_hash",       "hot_shift",
                          "hot_divide", "hot_multiply", "hot_polynomial", "hot_rotate"};
@@ -150,11 +149,5 @@ int main() {
   std::printf("spanprof-arm64: all spans: %lld samples, %.2f %% in their own function\n", static_cast<long long>(all),
               100.0 * share);
   pass = pass && share >= 0.99;
-  std::printf("spanprof-arm64: %s\n", pass ? "PASS" : "FAIL");
-  std::fflush(stdout);
-  if (init) {
-    ::sync();
-    ::reboot(RB_POWER_OFF);
-  }
-  return pass ? 0 : 1;
+  return arm64_vm::finish(init, pass);
 }

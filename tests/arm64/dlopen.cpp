@@ -15,6 +15,8 @@
 #define SPANPROF_IMPLEMENTATION
 #include <spanprof/spanprof.hpp>
 
+#include "vm.hpp"
+
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -26,7 +28,6 @@
 #include <thread>
 
 #include <dlfcn.h>
-#include <sys/mount.h>
 #include <sys/reboot.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,21 +36,8 @@ __attribute__((noinline)) double beside_work(double cpu_seconds);
 
 namespace {
 
-double thread_cpu_seconds() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
-spanprof::SpanContext span_number(unsigned n) {
-  std::array<std::uint8_t, 16> trace{};
-  std::array<std::uint8_t, 8> id{};
-  trace[15] = 1;
-  for (int i = 0; i < 4; ++i) id[7 - i] = static_cast<std::uint8_t>(n >> (8 * i));
-  id[0] = 1;
-  return spanprof::SpanContext{spanprof::TraceId(trace), spanprof::SpanId(id),
-                               spanprof::TraceFlags{spanprof::TraceFlags::sampled_bit}};
-}
+using arm64_vm::span_number;
+using arm64_vm::thread_cpu_seconds;
 
 struct Tally {
   std::mutex mutex;
@@ -139,8 +127,7 @@ double beside_work(double cpu_seconds) {
 }
 
 int main() {
-  const bool init = ::getpid() == 1;
-  if (init) ::mount("proc", "/proc", "proc", 0, nullptr);
+  const bool init = arm64_vm::start();
   // SPANPROF_ARM64_ROUNDS in the kernel's command line (the script's
   // SPANPROF_ARM64_DLOPEN_ROUNDS): 200 to loop it, a few in CI.
   const char* rounds_text = std::getenv("SPANPROF_ARM64_ROUNDS");
@@ -168,11 +155,5 @@ int main() {
                   : 0;
   }
   std::printf("spanprof-arm64: dlopen rounds: %d of %d passed, none hung\n", passed, rounds);
-  std::printf("spanprof-arm64: %s\n", passed == rounds ? "PASS" : "FAIL");
-  std::fflush(stdout);
-  if (init) {
-    ::sync();
-    ::reboot(RB_POWER_OFF);
-  }
-  return passed == rounds ? 0 : 1;
+  return arm64_vm::finish(init, passed == rounds);
 }

@@ -6,14 +6,14 @@
 #define SPANPROF_IMPLEMENTATION
 #include <spanprof/spanprof.hpp>
 
+#include "vm.hpp"
+
 #include <array>
 #include <cstdint>
 #include <cstdio>
 #include <mutex>
 #include <string>
 
-#include <sys/mount.h>
-#include <sys/reboot.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -23,21 +23,8 @@ __attribute__((noinline)) double child_work(double cpu_seconds);
 
 namespace {
 
-double thread_cpu_seconds() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
-spanprof::SpanContext span_number(unsigned n) {
-  std::array<std::uint8_t, 16> trace{};
-  std::array<std::uint8_t, 8> id{};
-  trace[15] = 1;
-  for (int i = 0; i < 4; ++i) id[7 - i] = static_cast<std::uint8_t>(n >> (8 * i));
-  id[0] = 1;
-  return spanprof::SpanContext{spanprof::TraceId(trace), spanprof::SpanId(id),
-                               spanprof::TraceFlags{spanprof::TraceFlags::sampled_bit}};
-}
+using arm64_vm::span_number;
+using arm64_vm::thread_cpu_seconds;
 
 // The share of the profiles' samples with `function` on the stack (its own clock
 // reads are system calls, where many ticks land).
@@ -150,14 +137,6 @@ double child_work(double cpu_seconds) {
 }
 
 int main() {
-  const bool init = ::getpid() == 1;
-  if (init) ::mount("proc", "/proc", "proc", 0, nullptr);
-  const bool fork_ok = fork_while_sampling();
-  std::printf("spanprof-arm64: %s\n", fork_ok ? "PASS" : "FAIL");
-  std::fflush(stdout);
-  if (init) {
-    ::sync();
-    ::reboot(RB_POWER_OFF);
-  }
-  return fork_ok ? 0 : 1;
+  const bool init = arm64_vm::start();
+  return arm64_vm::finish(init, fork_while_sampling());
 }

@@ -9,6 +9,7 @@
 // frames, next to libgcc's and libunwind's (unw_step, as gperftools walks on
 // arm64; and its unw_backtrace), as ratios: the VM's cores are emulated.
 #include "../support/walk_oracle.hpp"
+#include "vm.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -18,8 +19,6 @@
 #define UNW_LOCAL_ONLY  // this process only, as gperftools walks
 #include <libunwind.h>
 #include <sys/auxv.h>
-#include <sys/mount.h>
-#include <sys/reboot.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -148,12 +147,8 @@ bool walk_costs() {
 }  // namespace
 
 int main() {
-  const bool init = ::getpid() == 1;
-  if (init) ::mount("proc", "/proc", "proc", 0, nullptr);
+  const bool init = arm64_vm::start();
   const bool same = walks_match_libgcc();
   const bool costs = walk_costs();
-  std::printf("spanprof-arm64: %s\n", same && costs ? "PASS" : "FAIL");
-  std::fflush(stdout);
-  if (init) ::reboot(RB_POWER_OFF);
-  return same && costs ? 0 : 1;
+  return arm64_vm::finish(init, same && costs);
 }

@@ -1,0 +1,56 @@
+// What every program of the arm64 stage (scripts/arm64.sh) does as the init process
+// of its VM: mount /proc (spanprof's symbolizer reads /proc/self/exe and maps), say
+// its verdict on the line the script looks for, and power the VM off. And the two
+// helpers most of them need: the thread's CPU clock, and a span numbered n.
+#pragma once
+
+#include <spanprof/spanprof.hpp>
+
+#include <array>
+#include <cstdint>
+#include <cstdio>
+
+#include <sys/mount.h>
+#include <sys/reboot.h>
+#include <time.h>
+#include <unistd.h>
+
+namespace arm64_vm {
+
+// True when this program is the VM's init (it may also be run by hand).
+inline bool start() {
+  const bool init = ::getpid() == 1;
+  if (init) ::mount("proc", "/proc", "proc", 0, nullptr);
+  return init;
+}
+
+// Prints "spanprof-arm64: PASS" or "FAIL", powers the VM off when this is its init,
+// and returns the exit status otherwise.
+inline int finish(bool init, bool pass) {
+  std::printf("spanprof-arm64: %s\n", pass ? "PASS" : "FAIL");
+  std::fflush(stdout);
+  if (init) {
+    ::sync();
+    ::reboot(RB_POWER_OFF);
+  }
+  return pass ? 0 : 1;
+}
+
+inline double thread_cpu_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// A valid span whose id holds n.
+inline spanprof::SpanContext span_number(unsigned n) {
+  std::array<std::uint8_t, 16> trace{};
+  std::array<std::uint8_t, 8> id{};
+  trace[15] = 1;
+  for (int i = 0; i < 4; ++i) id[7 - i] = static_cast<std::uint8_t>(n >> (8 * i));
+  id[0] = 1;
+  return spanprof::SpanContext{spanprof::TraceId(trace), spanprof::SpanId(id),
+                               spanprof::TraceFlags{spanprof::TraceFlags::sampled_bit}};
+}
+
+}  // namespace arm64_vm
