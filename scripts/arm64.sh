@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # spanprof on a real arm64 kernel: builds tests/arm64/*.cpp for aarch64 (with
 # Debian's g++-aarch64-linux-gnu; static, or dynamic where a test says so) and runs
-# each as the init process of a VM (Debian's arm64 kernel under qemu-system-aarch64
-# -M virt -cpu max, an initramfs holding the program and what it loads). qemu-user
-# is no substitute: a plain std::thread hangs under it on this machine.
+# them one after the other in one boot of a VM (Debian's arm64 kernel under
+# qemu-system-aarch64 -M virt -cpu max; an initramfs holding the programs, what
+# they load, and tests/arm64/init/init.cpp as init). qemu-user is no substitute:
+# a plain std::thread hangs under it on this machine.
 #
 #   bash scripts/arm64.sh [BUILD_DIR]       # default build/arm64
 #
@@ -58,8 +59,9 @@ mkdir -p "$out"
 # The cross toolchain's own runtime: a dynamic test's loader and libraries.
 cross_lib=/usr/aarch64-linux-gnu/lib
 # --eh-frame-hdr: a static link leaves out the unwind tables' search index, which
-# every dynamic program has and spanprof's walker needs.
-common=(-std=c++17 -O2 -g -pthread -Wall -Wextra -Werror -I"$root/include"
+# every dynamic program has and spanprof's walker needs. No -g: nothing in the VM
+# reads DWARF (the symbol tables name functions), and the kernel unpacks less.
+common=(-std=c++17 -O2 -pthread -Wall -Wextra -Werror -I"$root/include"
   -isystem "$sysroot/usr/include" -isystem "$sysroot/usr/include/aarch64-linux-gnu" -Wl,--eh-frame-hdr)
 # spanprof's runtime compiled once (its compiled library, src/spanprof.cpp), so
 # that each test compiles only its own code: the stage runs beside the TSan suite.
@@ -67,17 +69,22 @@ aarch64-linux-gnu-g++ "${common[@]}" -c "$root/src/spanprof.cpp" -o "$out/spanpr
 rm -f "$out/libspanprof.a"
 aarch64-linux-gnu-ar rcs "$out/libspanprof.a" "$out/spanprof.o"
 
-status=0
+# The VM's init (tests/arm64/init/init.cpp) runs every test in one boot: a boot of
+# the emulated kernel costs about as much as a short test.
+aarch64-linux-gnu-g++ -std=c++17 -O2 -static -Wall -Wextra -Werror "$root/tests/arm64/init/init.cpp" -o "$out/init"
+files=("init=$out/init")
+dynamic=false
+names=()
 # SPANPROF_ARM64_ONLY: the tests to run (default: all); SPANPROF_ARM64_DLOPEN_ROUNDS:
-# the dlopen test's rounds in one boot (to loop it: 200, with a longer
-# SPANPROF_ARM64_TIMEOUT, in seconds).
+# the dlopen test's rounds (to loop it: 200, with a longer SPANPROF_ARM64_TIMEOUT,
+# in seconds).
 for source in ${SPANPROF_ARM64_ONLY:-tests/arm64/*.cpp}; do
   name=$(basename "$source" .cpp)
+  names+=("$name")
   # A test's own flags: its line "// arm64-cxxflags: ...".
   flags=$(sed -n 's|^// arm64-cxxflags: ||p' "$source")
   # Its shared objects: "// arm64-shared: NAME=SOURCE [FLAGS]", built as
-  # /plugins/libNAME.so in its initramfs.
-  files=("init=$out/$name")
+  # /plugins/libNAME.so in the initramfs.
   while IFS= read -r shared; do
     [ -n "$shared" ] || continue
     so_name=${shared%%=*}
@@ -86,7 +93,7 @@ for source in ${SPANPROF_ARM64_ONLY:-tests/arm64/*.cpp}; do
     so_flags=""
     [ "$so_rest" = "$so_source" ] || so_flags=${so_rest#* }
     # shellcheck disable=SC2086
-    aarch64-linux-gnu-g++ -std=c++17 -O2 -g -shared -fPIC -Wall -Wextra -Werror $so_flags \
+    aarch64-linux-gnu-g++ -std=c++17 -O2 -shared -fPIC -Wall -Wextra -Werror $so_flags \
       "$root/$so_source" -o "$out/lib$so_name.so"
     files+=("plugins/lib$so_name.so=$out/lib$so_name.so")
   done < <(sed -n 's|^// arm64-shared: ||p' "$source")
@@ -101,19 +108,25 @@ for source in ${SPANPROF_ARM64_ONLY:-tests/arm64/*.cpp}; do
     # shellcheck disable=SC2086
     aarch64-linux-gnu-g++ "${common[@]}" -DSPANPROF_COMPILED_LIB $flags -no-pie "$source" -o "$out/$name" \
       "${libraries[@]}" -Wl,-Bstatic -lspanprof -lgcc_eh -lprofiler -lunwind -llzma -lz -Wl,-Bdynamic -ldl
-    files+=("lib/ld-linux-aarch64.so.1=$cross_lib/ld-linux-aarch64.so.1")
-    for lib in libc.so.6 libm.so.6 libstdc++.so.6 libgcc_s.so.1; do
-      files+=("lib/aarch64-linux-gnu/$lib=$(readlink -f "$cross_lib/$lib")")
-    done
+    dynamic=true
   else
-    # Static: the initramfs holds the program alone.
     # shellcheck disable=SC2086
     aarch64-linux-gnu-g++ "${common[@]}" -DSPANPROF_COMPILED_LIB -static $flags "$source" -o "$out/$name" \
       "${libraries[@]}" -lspanprof -lgcc_eh -lprofiler -lunwind -llzma -lz
   fi
-  # An initramfs (newc cpio, gzip): /init, what it needs, the directories it
-  # mounts on.
-  python3 - "$out/$name.initrd.gz" "${files[@]}" <<'EOF'
+  files+=("tests/$name=$out/$name")
+done
+if $dynamic; then
+  files+=("lib/ld-linux-aarch64.so.1=$cross_lib/ld-linux-aarch64.so.1")
+  for lib in libc.so.6 libm.so.6 libstdc++.so.6 libgcc_s.so.1; do
+    files+=("lib/aarch64-linux-gnu/$lib=$(readlink -f "$cross_lib/$lib")")
+  done
+fi
+printf '%s\n' "${names[@]}" >"$out/list"
+files+=("tests/list=$out/list")
+# An initramfs (newc cpio, gzip): /init, the tests, what they need, the
+# directories they mount on.
+python3 - "$out/tests.initrd.gz" "${files[@]}" <<'PYTHON'
 import gzip, sys
 def entry(name, data, mode, inode):
     encoded = name.encode() + b'\0'
@@ -139,22 +152,26 @@ for spec in sys.argv[2:]:
     inode += 1
 archive += entry('TRAILER!!!', b'', 0, 0)
 open(sys.argv[1], 'wb').write(gzip.compress(archive, 1))
-EOF
-  log=$out/$name.log
-  start=$SECONDS
-  # Arguments the kernel does not know reach /init as its environment.
-  append="console=ttyAMA0 quiet panic=-1"
-  [ -z "${SPANPROF_ARM64_DLOPEN_ROUNDS:-}" ] || append+=" SPANPROF_ARM64_ROUNDS=$SPANPROF_ARM64_DLOPEN_ROUNDS"
-  timeout "${SPANPROF_ARM64_TIMEOUT:-300}" qemu-system-aarch64 -M virt -cpu max -smp 2 -m 1024 -nographic \
-    -no-reboot -net none -kernel "$kernel_image" -initrd "$out/$name.initrd.gz" -append "$append" \
-    >"$log" 2>&1 || true
-  grep -E "^(spanprof|spanprof-arm64):" "$log" | tr -d '\r' || true
-  if grep -q "spanprof-arm64: PASS" "$log"; then
-    echo "arm64: $name passed ($((SECONDS - start)) s in the VM)"
-  else
-    echo "arm64: $name FAILED; the VM's console:" >&2
-    tail -40 "$log" >&2
-    status=1
-  fi
+PYTHON
+log=$out/vm.log
+start=$SECONDS
+# Arguments the kernel does not know reach /init as its environment, and from it
+# each test's.
+append="console=ttyAMA0 quiet panic=-1"
+[ -z "${SPANPROF_ARM64_DLOPEN_ROUNDS:-}" ] || append+=" SPANPROF_ARM64_ROUNDS=$SPANPROF_ARM64_DLOPEN_ROUNDS"
+[ -z "${SPANPROF_ARM64_TIMEOUT:-}" ] || append+=" SPANPROF_ARM64_TEST_TIMEOUT=$SPANPROF_ARM64_TIMEOUT"
+timeout "${SPANPROF_ARM64_TIMEOUT:-300}" qemu-system-aarch64 -M virt -cpu max -smp 2 -m 1024 -nographic \
+  -no-reboot -net none -kernel "$kernel_image" -initrd "$out/tests.initrd.gz" -append "$append" \
+  >"$log" 2>&1 || true
+grep -E "^(spanprof|spanprof-arm64):" "$log" | tr -d '\r' || true
+status=0
+for name in "${names[@]}"; do
+  grep -q "^spanprof-arm64: $name passed" "$log" || { echo "arm64: $name FAILED" >&2; status=1; }
 done
+if [ $status = 0 ]; then
+  echo "arm64: ${#names[@]} tests passed in one boot ($((SECONDS - start)) s in the VM)"
+else
+  echo "arm64: the VM's console, last lines:" >&2
+  tail -40 "$log" | tr -d '\r' >&2
+fi
 exit $status

@@ -1,5 +1,5 @@
-// Run by scripts/arm64.sh as the init process of an aarch64 VM (a real arm64
-// kernel under qemu-system-aarch64), linked dynamically: the loader and the
+// Run by scripts/arm64.sh in an aarch64 VM (a real arm64 kernel under
+// qemu-system-aarch64, tests/arm64/init/init.cpp), linked dynamically: the loader and the
 // libraries are in the initramfs, with the two builds of
 // tests/support/dlopen_plugin.cpp. One thread loads and unloads a plugin over and
 // over, inside a CPU span, while another computes in its own span, both sampled
@@ -135,7 +135,6 @@ double beside_work(double cpu_seconds) {
 }
 
 int main() {
-  const bool init = arm64_vm::start();
   // SPANPROF_ARM64_ROUNDS in the kernel's command line (the script's
   // SPANPROF_ARM64_DLOPEN_ROUNDS): 200 to loop it, a few in CI.
   const char* rounds_text = std::getenv("SPANPROF_ARM64_ROUNDS");
@@ -163,5 +162,5 @@ int main() {
                   : 0;
   }
   std::printf("spanprof-arm64: dlopen rounds: %d of %d passed, none hung\n", passed, rounds);
-  return arm64_vm::finish(init, passed == rounds);
+  return arm64_vm::finish(passed == rounds);
 }

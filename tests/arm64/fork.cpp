@@ -1,5 +1,5 @@
-// Run by scripts/arm64.sh as the init process of an aarch64 VM (a real arm64
-// kernel under qemu-system-aarch64), built statically for it. With a span open
+// Run by scripts/arm64.sh in an aarch64 VM (a real arm64 kernel under
+// qemu-system-aarch64, tests/arm64/init/init.cpp), built statically for it. With a span open
 // and samples being taken, the process forks; the child starts spanprof of its
 // own, profiles a span of its hot function and exits; the parent waits for it
 // (never stuck) and goes on sampling at its full rate.
@@ -137,6 +137,5 @@ double child_work(double cpu_seconds) {
 }
 
 int main() {
-  const bool init = arm64_vm::start();
-  return arm64_vm::finish(init, fork_while_sampling());
+  return arm64_vm::finish(fork_while_sampling());
 }

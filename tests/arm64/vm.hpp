@@ -1,7 +1,7 @@
-// What every program of the arm64 stage (scripts/arm64.sh) does as the init process
-// of its VM: mount /proc (spanprof's symbolizer reads /proc/self/exe and maps), say
-// its verdict on the line the script looks for, and power the VM off. And the two
-// helpers most of them need: the thread's CPU clock, and a span numbered n.
+// What every program of the arm64 stage (scripts/arm64.sh) shares: its verdict on
+// the line the stage reads (the VM's init, tests/arm64/init/init.cpp, runs each
+// program in turn and takes its exit status), the thread's CPU clock, and a span
+// numbered n.
 #pragma once
 
 #include <spanprof/spanprof.hpp>
@@ -10,29 +10,15 @@
 #include <cstdint>
 #include <cstdio>
 
-#include <sys/mount.h>
-#include <sys/reboot.h>
 #include <time.h>
 #include <unistd.h>
 
 namespace arm64_vm {
 
-// True when this program is the VM's init (it may also be run by hand).
-inline bool start() {
-  const bool init = ::getpid() == 1;
-  if (init) ::mount("proc", "/proc", "proc", 0, nullptr);
-  return init;
-}
-
-// Prints "spanprof-arm64: PASS" or "FAIL", powers the VM off when this is its init,
-// and returns the exit status otherwise.
-inline int finish(bool init, bool pass) {
+// Prints "spanprof-arm64: PASS" or "FAIL"; returns the exit status.
+inline int finish(bool pass) {
   std::printf("spanprof-arm64: %s\n", pass ? "PASS" : "FAIL");
   std::fflush(stdout);
-  if (init) {
-    ::sync();
-    ::reboot(RB_POWER_OFF);
-  }
   return pass ? 0 : 1;
 }
 

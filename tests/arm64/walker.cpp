@@ -1,5 +1,5 @@
-// Run by scripts/arm64.sh as the init process of an aarch64 VM (a real arm64
-// kernel under qemu-system-aarch64), built statically for it. spanprof's stack
+// Run by scripts/arm64.sh in an aarch64 VM (a real arm64 kernel under
+// qemu-system-aarch64, tests/arm64/init/init.cpp), built statically for it. spanprof's stack
 // walker (detail/capture/stack_walker.hpp) against the compiler runtime's unwinder
 // (libgcc's _Unwind_Backtrace): a CPU timer interrupts a workload of library code
 // (sort, to_string, sin) a thousand times a CPU-second, and in the handler both
@@ -147,8 +147,7 @@ bool walk_costs() {
 }  // namespace
 
 int main() {
-  const bool init = arm64_vm::start();
   const bool same = walks_match_libgcc();
   const bool costs = walk_costs();
-  return arm64_vm::finish(init, same && costs);
+  return arm64_vm::finish(same && costs);
 }

@@ -1,0 +1,41 @@
+// Run by scripts/arm64.sh in an aarch64 VM (a real arm64 kernel under
+// qemu-system-aarch64, tests/arm64/init/init.cpp), built statically for it. The
+// under-load test of x86-64 (tests/test_under_load.cpp, the same workload from
+// tests/support/span_attribution.hpp): two request threads run spans of 60 ms and
+// 8 ms of CPU with unprofiled CPU between them, on the default source at 250 Hz,
+// beside three busy processes on the VM's two cores and then on a quiet VM; each
+// span's profile is compared with the CPU its thread spent in it, with the same
+// bounds.
+#define SPANPROF_IMPLEMENTATION
+#include <spanprof/spanprof.hpp>
+
+#include "../support/span_attribution.hpp"
+#include "vm.hpp"
+
+#include <cstdio>
+
+namespace {
+
+bool each_span_holds_its_cpu(const char* what, int busy_processes) {
+  spanprof_test::AttributionSettings settings;
+  settings.busy_processes = busy_processes;
+  settings.rounds = 40;  // 80 spans of each length: emulated cores are slow
+  const spanprof_test::AttributionRun run = spanprof_test::run_attribution(settings);
+  const auto l = run.long_spans();
+  const auto s = run.short_spans();
+  std::printf("spanprof-arm64: %s: 60 ms spans p10 %.2f p50 %.2f p90 %.2f min %.2f max %.2f, %d of %d without a "
+              "profile; 8 ms spans sum %.2f p90 %.2f, %d of %d without a profile\n",
+              what, l.p10, l.p50, l.p90, l.min, l.max, l.missing, l.spans, s.sum_ratio, s.p90, s.missing, s.spans);
+  if (!run.error.empty()) std::printf("spanprof-arm64: %s: a profile did not decode: %s\n", what, run.error.c_str());
+  return run.error.empty() && run.source_used == spanprof::CpuSampleSource::posix_timer && l.missing == 0 &&
+         l.p10 >= 0.85 && l.p90 <= 1.15 && s.sum_ratio >= 0.90 && s.sum_ratio <= 1.10 &&
+         s.missing <= s.spans * 15 / 100 && s.p90 <= 1.6;
+}
+
+}  // namespace
+
+int main() {
+  const bool loaded = each_span_holds_its_cpu("beside three busy processes", 3);
+  const bool quiet = each_span_holds_its_cpu("quiet", 0);
+  return arm64_vm::finish(loaded && quiet);
+}
