@@ -7,14 +7,15 @@
 #   3. Meson build: the single header compiled into the library, the end-to-end
 #      tests,
 #   4. tests under AddressSanitizer + UndefinedBehaviorSanitizer, then under
-#      ThreadSanitizer, and every fuzz target for a few seconds,
+#      ThreadSanitizer,
 #   5. every way to consume spanprof (tests/consumers/run.sh): find_package,
 #      add_subdirectory, FetchContent, Meson subproject, pkg-config, the single
 #      header as the README says, profiling compiled out, strict warnings (at low
 #      priority beside stages 2-4, from the end of the CMake build),
 #   6. the benchmarks, briefly, to prove they run (and one round of the server benchmark),
 #   7. spanprof built for aarch64 and run on Debian's arm64 kernel in a VM
-#      (scripts/arm64.sh, beside the ThreadSanitizer suite).
+#      (scripts/arm64.sh), then every fuzz target for a few seconds (both at low
+#      priority beside the ThreadSanitizer suite).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -22,8 +23,35 @@ out=build/ci
 jobs=$(nproc)
 warnings="-Wall -Wextra -Wpedantic -Werror"
 # Each step says when it started (minutes:seconds into the run): CI's budget is
-# ~20 minutes on 2 cores, and this shows where it goes.
+# 15 minutes on 2 cores, and this shows where it goes.
 step() { printf '\n==== [%d:%02d] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
+
+# Work that does not time anything (builds, the consumers, the arm64 VM, the
+# fuzzers) runs beside the suites at the lowest priority, on what a suite (mostly
+# one busy thread) leaves of the two cores: under nice 19 it takes ~1.5 % of a core
+# a test wants, so the suites' timings hardly change, and CI is minutes shorter.
+# Each job is its own process group (set -m), so that a stage that fails stops it,
+# compilers and all; the same session, or the kernel's autogroups would void the nice.
+background_pids=()
+background() {  # name, then the command; its output goes to $out/<name>.log
+  local name=$1
+  shift
+  set -m
+  nice -n 19 "$@" >"$root/$out/$name.log" 2>&1 &
+  eval "background_$name=$!"
+  background_pids+=($!)
+  set +m
+}
+stop_background() { for pid in "${background_pids[@]}"; do kill -- -"$pid" 2>/dev/null || true; done; }
+trap stop_background EXIT
+# Waits for a background job, prints its log, and fails the run if it failed.
+finish_background() {  # name, what it is called
+  local pid status=0
+  eval "pid=\$background_$1"
+  wait "$pid" || status=$?
+  cat "$root/$out/$1.log"
+  [ "$status" = 0 ] || { echo "$2 failed (exit $status)" >&2; exit "$status"; }
+}
 
 bash scripts/install-deps.sh
 export GOCACHE="${GOCACHE:-$root/$out/gocache}" GOFLAGS=-mod=mod HOME="${HOME:-$root/$out}"
@@ -36,21 +64,15 @@ step "CMake: tests against include/, examples, benchmarks"
 # (~3 min on 2 cores), cached outside the clone; without ../shared, one line and
 # the OpenTelemetry targets are skipped.
 otel_prefix=$(bash scripts/opentelemetry.sh)
+# -g1 (line tables, no variables): a seventh less to compile than -g, and no test
+# reads more; the programs whose inline frames a test reads add -g themselves
+# (tests/CMakeLists.txt: spanprof_inline_workload).
 cmake -S . -B $out/cmake -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$warnings" \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
   ${otel_prefix:+-DCMAKE_PREFIX_PATH="$otel_prefix" -DSPANPROF_OPENTELEMETRY=ON} >/dev/null
 cmake --build $out/cmake -j "$jobs"
-# The consumers (step 5) only compile and run small programs: they start now, at
-# the lowest priority, and use what the test runs below leave of the two cores
-# (a suite is mostly one busy thread). Under nice 19 they take ~1.5 % of a core
-# a test wants, so the suites' timings hardly change; this saves minutes.
-consumers_log=$root/$out/consumers.log
-# Its own process group (set -m), so that a stage that fails stops it, compilers
-# and all; the same session, or the kernel's autogroups would void the nice.
-set -m
-nice -n 19 bash tests/consumers/run.sh "$root" "$root/$out/consumers" "$root/$out/cmake" >"$consumers_log" 2>&1 &
-consumers=$!
-set +m
-trap 'kill -- -"$consumers" 2>/dev/null || true' EXIT
+# The consumers (step 5) compile and run small programs: from now on, beside the suites.
+background consumers bash tests/consumers/run.sh "$root" "$root/$out/consumers" "$root/$out/cmake"
 (cd $out/cmake && ctest --output-on-failure)
 
 step "Meson: the single header, the compiled library, end-to-end tests"
@@ -66,56 +88,34 @@ meson compile -C $out/meson -j "$jobs"
 meson test -C $out/meson --print-errorlogs
 
 step "AddressSanitizer + UndefinedBehaviorSanitizer"
-# No -Werror here: at -O1 with sanitizers g++ 12 warns inside Catch2 v2 itself.
+# No -Werror here: with sanitizers g++ 12 warns inside Catch2 v2 itself. -Og, as in
+# the TSan build: a third less to compile than -O1 (the builds are most of CI's
+# time), and the suites took as long (ASan 92 s, TSan 111 s, both ways).
 # No tcmalloc: ASan must be the allocator; the heap tests then check the refusal.
 cmake -S . -B $out/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
-  -DCMAKE_CXX_FLAGS="-O1 -g1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
+  -DCMAKE_CXX_FLAGS="-Og -g1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
   -DSPANPROF_BUILD_EXAMPLES=OFF -DSPANPROF_BUILD_BENCHMARKS=OFF -DSPANPROF_TCMALLOC=OFF >/dev/null
 cmake --build $out/asan -j "$jobs"
-# The ThreadSanitizer build (next stage) compiles meanwhile, at the lowest priority,
-# on what the ASan suite (mostly one busy thread) leaves of the cores, as the
-# consumers do: about a minute of CI. Like the ASan build: the sanitizer owns the
-# allocator, the heap tests run through spanprof's operator new/delete hooks.
-# fork() is left out: TSan's runtime does not support a child of a multi-threaded
-# process that goes on running threads. -Wno-tsan: g++ warns at every
-# atomic_thread_fence inlined from Boost.Asio (TSan does not model fences), pages
-# of the log that say nothing about spanprof.
-tsan_log=$root/$out/tsan-build.log
-set -m
-nice -n 19 bash -c "cmake -S . -B $out/tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
-  -DCMAKE_CXX_FLAGS='-O1 -g1 -fsanitize=thread -fno-omit-frame-pointer -Wno-tsan' -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
+# The ThreadSanitizer build (next stage) compiles meanwhile, beside the ASan suite.
+# Like the ASan build: the sanitizer owns the allocator, the heap tests run through
+# spanprof's operator new/delete hooks. fork() is left out: TSan's runtime does not
+# support a child of a multi-threaded process that goes on running threads.
+# -Wno-tsan: g++ warns at every atomic_thread_fence inlined from Boost.Asio (TSan
+# does not model fences), pages of the log that say nothing about spanprof.
+background tsan_build bash -c "cmake -S . -B $out/tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+  -DCMAKE_CXX_FLAGS='-Og -g1 -fsanitize=thread -fno-omit-frame-pointer -Wno-tsan' -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
   -DSPANPROF_BUILD_EXAMPLES=OFF -DSPANPROF_BUILD_BENCHMARKS=OFF -DSPANPROF_TCMALLOC=OFF >/dev/null &&
-  cmake --build $out/tsan -j $jobs" >"$tsan_log" 2>&1 &
-tsan_build=$!
-set +m
-trap 'kill -- -"$consumers" -"$tsan_build" 2>/dev/null || true' EXIT
+  cmake --build $out/tsan -j $jobs"
 (cd $out/asan && ctest --output-on-failure)
 
 step "ThreadSanitizer"
-tsan_status=0
-wait "$tsan_build" || tsan_status=$?
-cat "$tsan_log"
-[ "$tsan_status" = 0 ] || { echo "the ThreadSanitizer build failed (exit $tsan_status)" >&2; exit "$tsan_status"; }
-# The arm64 stage (scripts/arm64.sh: a cross build, then a VM) runs meanwhile at
-# the lowest priority, on what the TSan suite leaves of the cores, as the consumers do.
-arm64_log=$root/$out/arm64.log
-set -m
-nice -n 19 bash scripts/arm64.sh "$root/$out/arm64" >"$arm64_log" 2>&1 &
-arm64=$!
-set +m
-trap 'kill -- -"$consumers" -"$arm64" 2>/dev/null || true' EXIT
+finish_background tsan_build "the ThreadSanitizer build"
+# Beside the TSan suite: the arm64 stage (scripts/arm64.sh: a cross build, then a
+# VM), then the fuzz targets (built, then each fuzzed briefly; a unit may take 10 s
+# of wall time, not 2, as the fuzzers run at the lowest priority).
+background arm64_and_fuzz bash -c "bash scripts/arm64.sh '$root/$out/arm64' &&
+  echo && bash scripts/fuzz.sh --seconds 2 --parallel $jobs --timeout 10"
 (cd $out/tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure)
-
-step "arm64: built for aarch64, run on an arm64 kernel (started with the TSan suite)"
-arm64_status=0
-wait "$arm64" || arm64_status=$?
-trap 'kill -- -"$consumers" 2>/dev/null || true' EXIT
-cat "$arm64_log"
-[ "$arm64_status" = 0 ] || { echo "the arm64 stage failed (exit $arm64_status)" >&2; exit "$arm64_status"; }
-
-step "Fuzz targets, briefly"
-bash scripts/fuzz.sh --seconds 2 --parallel "$jobs"
-
 
 step "Benchmarks run"
 SPANPROF_BENCH_LOAD_SECONDS=1 SPANPROF_BENCH_MEMORY_SECONDS=1 SPANPROF_BENCH_EINTR_SECONDS=1 \
@@ -140,11 +140,10 @@ if [ -x $out/cmake/bench/spanprof_grpc_bench ]; then
     --warmup 1 --modes off,default >/dev/null
 fi
 
+step "arm64: built for aarch64, run on an arm64 kernel; fuzz targets, briefly (beside the TSan suite)"
+finish_background arm64_and_fuzz "the arm64 stage or the fuzz targets"
+
 step "Consumers (started after the CMake build)"
-consumers_status=0
-wait "$consumers" || consumers_status=$?
-trap - EXIT
-cat "$consumers_log"
-[ "$consumers_status" = 0 ] || { echo "consumers failed (exit $consumers_status)" >&2; exit "$consumers_status"; }
+finish_background consumers "consumers"
 
 step "all suites passed"
