@@ -6,6 +6,7 @@
 #include "support/catch.hpp"
 #include "support/collector.hpp"
 
+#include <spanprof/profile/pprof_encoder.hpp>
 #include <spanprof/spanprof.hpp>
 
 #include <atomic>

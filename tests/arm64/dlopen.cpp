@@ -37,7 +37,6 @@ __attribute__((noinline)) double beside_work(double cpu_seconds);
 namespace {
 
 using arm64_vm::span_number;
-using arm64_vm::thread_cpu_seconds;
 
 struct Tally {
   std::mutex mutex;
@@ -125,14 +124,7 @@ bool round(const char* plugin, bool call_work, int number) {
 
 }  // namespace
 
-double beside_work(double cpu_seconds) {
-  const double end = thread_cpu_seconds() + cpu_seconds;
-  volatile double x = 1.0;
-  do {
-    for (int i = 0; i < 2000; ++i) x = x * 1.0000001 + 1e-9;
-  } while (thread_cpu_seconds() < end);
-  return x;
-}
+double beside_work(double cpu_seconds) { return arm64_vm::compute_for(cpu_seconds); }
 
 int main() {
   // SPANPROF_ARM64_ROUNDS in the kernel's command line (the script's

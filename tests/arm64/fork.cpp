@@ -119,14 +119,7 @@ bool fork_while_sampling() {
 
 // Outside the anonymous namespace: their names are what the samples are checked
 // against.
-double span_work(double cpu_seconds) {
-  const double end = thread_cpu_seconds() + cpu_seconds;
-  volatile double x = 1.0;
-  do {
-    for (int i = 0; i < 2000; ++i) x = x * 1.0000001 + 1e-9;
-  } while (thread_cpu_seconds() < end);
-  return x;
-}
+double span_work(double cpu_seconds) { return arm64_vm::compute_for(cpu_seconds); }
 double child_work(double cpu_seconds) {
   const double end = thread_cpu_seconds() + cpu_seconds;
   volatile std::uint64_t h = 1469598103934665603ull;

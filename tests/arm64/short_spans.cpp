@@ -18,14 +18,7 @@
 #include <memory>
 #include <mutex>
 
-__attribute__((noinline)) double short_span_work(double cpu_seconds) {
-  const double end = arm64_vm::thread_cpu_seconds() + cpu_seconds;
-  volatile double x = 1.0;
-  do {
-    for (int i = 0; i < 200; ++i) x = x * 1.0000001 + 1e-9;
-  } while (arm64_vm::thread_cpu_seconds() < end);
-  return x;
-}
+__attribute__((noinline)) double short_span_work(double cpu_seconds) { return arm64_vm::compute_for(cpu_seconds, 200); }
 
 namespace {
 

@@ -1,7 +1,7 @@
 // What every program of the arm64 stage (scripts/arm64.sh) shares: its verdict on
 // the line the stage reads (the VM's init, tests/arm64/init/init.cpp, runs each
-// program in turn and takes its exit status), the thread's CPU clock, and a span
-// numbered n.
+// program in turn and takes its exit status), the thread's CPU clock, work for a
+// given CPU time, and a span numbered n.
 #pragma once
 
 #include <spanprof/spanprof.hpp>
@@ -26,6 +26,18 @@ inline double thread_cpu_seconds() {
   timespec ts{};
   ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// Computes until the thread has run `cpu_seconds` more, reading its CPU clock
+// every `iterations` steps. Inlined into the caller, so that the caller (each
+// test's own noinline function) is the name its samples show.
+__attribute__((always_inline)) inline double compute_for(double cpu_seconds, int iterations = 2000) {
+  const double end = thread_cpu_seconds() + cpu_seconds;
+  volatile double x = 1.0;
+  do {
+    for (int i = 0; i < iterations; ++i) x = x * 1.0000001 + 1e-9;
+  } while (thread_cpu_seconds() < end);
+  return x;
 }
 
 // A valid span whose id holds n.
