@@ -129,7 +129,11 @@ int serve(const std::string& mode, int control_port) {
 int load(int control_port, double seconds, int callers) {
   httplib::Client control("127.0.0.1", control_port);
   const auto port = control.Get("/port");
-  if (!port || port->status != 200) return 1;
+  if (!port || port->status != 200) {
+    std::fprintf(stderr, "grpc_bench client: no port from the server's control endpoint (%s)\n",
+                 port ? std::to_string(port->status).c_str() : httplib::to_string(port.error()).c_str());
+    return 1;
+  }
   const std::string target = "127.0.0.1:" + std::to_string(std::atoi(port->body.c_str()));
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   std::atomic<long> failed{0};
@@ -151,12 +155,19 @@ int load(int control_port, double seconds, int callers) {
                       static_cast<unsigned long long>(bench::next_random(random) | 1));
         grpc::ClientContext context;
         context.AddMetadata("traceparent", traceparent);
+        // As a service's client would: a connection not up yet (the first calls
+        // of a loaded machine) is waited for, not failed.
+        context.set_wait_for_ready(true);
         QuoteReply reply;
-        if (!stub->Quote(&context, request, &reply).ok()) failed.fetch_add(1, std::memory_order_relaxed);
+        const grpc::Status status = stub->Quote(&context, request, &reply);
+        if (!status.ok() && failed.fetch_add(1, std::memory_order_relaxed) == 0)
+          std::fprintf(stderr, "grpc_bench client: Quote failed: %d %s\n", static_cast<int>(status.error_code()),
+                       status.error_message().c_str());
       }
     });
   }
   for (auto& thread : threads) thread.join();
+  if (failed.load() != 0) std::fprintf(stderr, "grpc_bench client: %ld calls failed\n", failed.load());
   return failed.load() == 0 ? 0 : 1;
 }
 
