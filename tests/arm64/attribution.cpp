@@ -82,22 +82,18 @@ int main() {
   std::map<std::string, Tally> spans;  // span name -> its samples
   spanprof::Options options(spanprof::ignore_environment);
   options.frequency_hz = 250;
-  options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>(
-      [&](const spanprof::EncodedProfile& encoded, std::string_view, const spanprof::UploadContext& context) {
-        const std::string& span = encoded.record.span_name;
-        std::lock_guard<std::mutex> lock(mutex);
+  arm64_vm::tally_profiles(
+      options, mutex, [](const spanprof::SpanRecord&) {},
+      [&](const arm64_vm::SampleSeen& sample) {
+        if (sample.functions.empty()) return;
+        const std::string& span = sample.span.span_name;
+        const std::string_view leaf = sample.functions.front();
         Tally& tally = spans[span];
-        for (const spanprof::Sample& sample : context.profile->samples) {
-          if (sample.location_ids.empty()) continue;
-          const spanprof::Location& leaf = context.profile->locations[sample.location_ids.front() - 1];
-          const std::string function =
-              leaf.function_id != 0 ? context.profile->functions[leaf.function_id - 1].name : std::string();
-          tally.all += sample.values.at(0);
-          if (function.rfind(span + "(", 0) == 0) tally.own += sample.values.at(0);
-          else tally.elsewhere[function.empty() ? "(unnamed)" : function] += sample.values.at(0);
-        }
-        return spanprof::UploadResult::ok();
-      }));
+        tally.all += sample.values.at(0);
+        if (leaf.size() > span.size() && leaf.substr(0, span.size()) == span && leaf[span.size()] == '(')
+          tally.own += sample.values.at(0);
+        else tally.elsewhere[leaf.empty() ? "(unnamed)" : std::string(leaf)] += sample.values.at(0);
+      });
   const auto started = spanprof::start(options);
   for (const auto& problem : started.problems) std::printf("spanprof: %s\n", problem.message.c_str());
 

@@ -50,28 +50,24 @@ bool round(const char* plugin, bool call_work, int number) {
   Tally tally;
   spanprof::Options options(spanprof::ignore_environment);
   options.frequency_hz = 1000;
-  options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>(
-      [&tally](const spanprof::EncodedProfile& encoded, std::string_view, const spanprof::UploadContext& context) {
-        std::lock_guard<std::mutex> lock(tally.mutex);
-        const bool beside = encoded.record.span_name == "beside_dlopen";
-        for (const spanprof::Sample& sample : context.profile->samples) {
-          if (sample.location_ids.empty()) continue;
-          std::string stack;
-          for (const std::uint64_t id : sample.location_ids) {
-            const spanprof::Location& location = context.profile->locations[id - 1];
-            if (location.function_id != 0) stack += context.profile->functions[location.function_id - 1].name + ";";
-          }
-          const std::int64_t n = sample.values.at(0);
-          if (beside) {
-            tally.beside_all += n;
-            if (stack.find("beside_work(") != std::string::npos) tally.beside_own += n;
-          } else {
-            tally.churn_all += n;
-            if (stack.find("dlopen") != std::string::npos) tally.in_dlopen += n;
-          }
+  arm64_vm::tally_profiles(
+      options, tally.mutex, [](const spanprof::SpanRecord&) {},
+      [&tally](const arm64_vm::SampleSeen& sample) {
+        if (sample.functions.empty()) return;
+        const auto anywhere = [&](std::string_view text) {
+          for (const std::string_view name : sample.functions)
+            if (name.find(text) != std::string_view::npos) return true;
+          return false;
+        };
+        const std::int64_t n = sample.values.at(0);
+        if (sample.span.span_name == "beside_dlopen") {
+          tally.beside_all += n;
+          if (anywhere("beside_work(")) tally.beside_own += n;
+        } else {
+          tally.churn_all += n;
+          if (anywhere("dlopen")) tally.in_dlopen += n;
         }
-        return spanprof::UploadResult::ok();
-      }));
+      });
   spanprof::start(options);
   std::atomic<bool> stop{false}, churner_gone{false};
   std::atomic<int> cycles{0}, failures{0};

@@ -38,23 +38,12 @@ spanprof::Options options_at(int hz, Shares& shares, const char* function) {
   spanprof::Options options(spanprof::ignore_environment);
   options.frequency_hz = hz;
   options.queue_capacity = 4096;
-  options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>(
-      [&shares, function](const spanprof::EncodedProfile&, std::string_view, const spanprof::UploadContext& context) {
-        std::lock_guard<std::mutex> lock(shares.mutex);
-        ++shares.profiles;
-        for (const spanprof::Sample& sample : context.profile->samples) {
-          bool on_stack = false;
-          for (const std::uint64_t id : sample.location_ids) {
-            const spanprof::Location& location = context.profile->locations[id - 1];
-            if (location.function_id != 0 &&
-                context.profile->functions[location.function_id - 1].name.rfind(std::string(function) + "(", 0) == 0)
-              on_stack = true;
-          }
-          shares.all += sample.values.at(0);
-          if (on_stack) shares.own += sample.values.at(0);
-        }
-        return spanprof::UploadResult::ok();
-      }));
+  arm64_vm::tally_profiles(
+      options, shares.mutex, [&shares](const spanprof::SpanRecord&) { ++shares.profiles; },
+      [&shares, function](const arm64_vm::SampleSeen& sample) {
+        shares.all += sample.values.at(0);
+        if (sample.on_stack(function)) shares.own += sample.values.at(0);
+      });
   return options;
 }
 

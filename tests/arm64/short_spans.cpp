@@ -36,13 +36,10 @@ double sampled_over_spent(spanprof::CpuSampleSource source, const char* name) {
   options.frequency_hz = 100;
   options.cpu_sample_source = source;
   options.queue_capacity = 4096;
-  options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>(
-      [sampled](const spanprof::EncodedProfile&, std::string_view, const spanprof::UploadContext& context) {
-        std::lock_guard<std::mutex> lock(sampled->mutex);
-        ++sampled->profiles;
-        for (const spanprof::Sample& sample : context.profile->samples) sampled->cpu_ns += sample.values.at(1);
-        return spanprof::UploadResult::ok();
-      }));
+  // The lambdas hold `sampled` (and its mutex) for as long as the uploader lives.
+  arm64_vm::tally_profiles(
+      options, sampled->mutex, [sampled](const spanprof::SpanRecord&) { ++sampled->profiles; },
+      [sampled](const arm64_vm::SampleSeen& sample) { sampled->cpu_ns += sample.values.at(1); });
   const spanprof::Stats counted_before = spanprof::stats();  // counters run on across restarts
   if (!spanprof::start(std::move(options)).ok()) return -1;
   constexpr int spans = 500;

@@ -1,7 +1,7 @@
 // What every program of the arm64 stage (scripts/arm64.sh) shares: its verdict on
 // the line the stage reads (the VM's init, tests/arm64/init/init.cpp, runs each
 // program in turn and takes its exit status), the thread's CPU clock, work for a
-// given CPU time, and a span numbered n.
+// given CPU time, a span numbered n, and the samples of the profiles delivered.
 #pragma once
 
 #include <spanprof/spanprof.hpp>
@@ -9,6 +9,11 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include <time.h>
 #include <unistd.h>
@@ -49,6 +54,47 @@ inline spanprof::SpanContext span_number(unsigned n) {
   id[0] = 1;
   return spanprof::SpanContext{spanprof::TraceId(trace), spanprof::SpanId(id),
                                spanprof::TraceFlags{spanprof::TraceFlags::sampled_bit}};
+}
+
+// One sample of a delivered profile: its span's record, its values, and its
+// frames' function names, innermost first ("" for a frame without one).
+struct SampleSeen {
+  const spanprof::SpanRecord& span;
+  const std::vector<std::int64_t>& values;
+  std::vector<std::string_view> functions;
+
+  // Whether a frame is in `function` (a name as the symbolizer gives it,
+  // "function(arguments)").
+  bool on_stack(std::string_view function) const {
+    for (const std::string_view name : functions)
+      if (name.size() > function.size() && name.substr(0, function.size()) == function && name[function.size()] == '(')
+        return true;
+    return false;
+  }
+};
+
+// Adds an uploader that calls `on_profile(record)` for every profile delivered and
+// `on_sample(seen)` for each of its samples, under `mutex`.
+template <class OnProfile, class OnSample>
+void tally_profiles(spanprof::Options& options, std::mutex& mutex, OnProfile on_profile, OnSample on_sample) {
+  options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>(
+      [&mutex, on_profile, on_sample](const spanprof::EncodedProfile& encoded, std::string_view,
+                                      const spanprof::UploadContext& context) mutable {
+        const spanprof::Profile& profile = *context.profile;
+        std::lock_guard<std::mutex> lock(mutex);
+        on_profile(encoded.record);
+        for (const spanprof::Sample& sample : profile.samples) {
+          SampleSeen seen{encoded.record, sample.values, {}};
+          for (const std::uint64_t id : sample.location_ids) {
+            const spanprof::Location& location = profile.locations[id - 1];
+            seen.functions.push_back(location.function_id != 0
+                                         ? std::string_view(profile.functions[location.function_id - 1].name)
+                                         : std::string_view());
+          }
+          on_sample(seen);
+        }
+        return spanprof::UploadResult::ok();
+      }));
 }
 
 }  // namespace arm64_vm
