@@ -92,7 +92,7 @@ inline int install_sample_signal_handler(int wanted) noexcept {
   return chosen;
 }
 
-// Run by the worker about every 100 ms. Notices a host that replaced the sample
+// Run by the worker every 100 sampling periods (100 ms to 1 s). Notices a host that replaced the sample
 // signal's handler (its handler would get spanprof's signals, and spanprof none)
 // or a thread that blocked the signal after its sampler was armed; stops sampling
 // there, and reports each once.
