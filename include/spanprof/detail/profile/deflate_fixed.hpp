@@ -132,6 +132,10 @@ inline void deflate_fixed_match(const FixedDeflateCodes& codes, FixedDeflateWrit
 // Appends the deflate stream of `in` (shorter than deflate_fixed_max_input) to `out`.
 inline void deflate_fixed(std::string_view in, std::string& out) {
   constexpr std::size_t min_match = 3, max_match = 258, window = 32768;
+  // Every earlier position is within deflate's window, and position + 1 fits the
+  // hash table's 16 bits: no distance check can be wrong, no entry can wrap.
+  static_assert(deflate_fixed_max_input <= window && deflate_fixed_max_input < 65536,
+                "deflate_fixed's inputs must fit its window and its 16-bit positions");
   const FixedDeflateCodes& codes = fixed_deflate_codes();
   const auto* bytes = reinterpret_cast<const unsigned char*>(in.data());
   const std::size_t n = in.size();
