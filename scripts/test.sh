@@ -132,6 +132,7 @@ $out/cmake/bench/spanprof_bench_report --spans 200 >/dev/null
 if [ -x $out/cmake/bench/spanprof_server_bench ]; then
   python3 bench/server_bench.py --binary $out/cmake/bench/spanprof_server_bench --rounds 1 --seconds 1 \
     --warmup 1 --modes off,default >/dev/null
+  python3 bench/thread_cost.py $out/cmake/bench/spanprof_server_bench --turns 1 --warmup 1 --seconds 1 >/dev/null
 else
   echo "server benchmark not built (cpp-httplib missing): skipped"
 fi
