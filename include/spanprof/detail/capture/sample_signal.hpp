@@ -92,10 +92,10 @@ inline int install_sample_signal_handler(int wanted) noexcept {
   return chosen;
 }
 
-// Run by the worker every 100 sampling periods (100 ms to 1 s). Notices a host that replaced the sample
-// signal's handler (its handler would get spanprof's signals, and spanprof none)
-// or a thread that blocked the signal after its sampler was armed; stops sampling
-// there, and reports each once.
+// Run by the worker every 100 sampling periods (100 ms to 1 s). Notices a host
+// that replaced the sample signal's handler (its handler would get spanprof's
+// signals, and spanprof none) or a thread that blocked the signal after its
+// sampler was armed; stops sampling there, and reports each once.
 inline void watch_sample_signal(int signal_number) noexcept {
   if (signal_number <= 0 || signal_number >= 65) return;
   StackSamplerList& list = stack_sampler_list();

@@ -4,7 +4,7 @@
 //
 // The hand-off costs a request thread neither a lock nor a system call in the
 // common case (hand_off.hpp): the merger takes the whole list when its timer fires
-// (every second) or when the list reaches half its capacity (the only time a
+// (every 100 ms) or when the list reaches half its capacity (the only time a
 // producer wakes it). When the list is full a profile is dropped — the newest, or
 // the oldest, as configured — and counted; a request thread never waits.
 //
@@ -52,12 +52,8 @@ class Worker {
   // The sender's settings (capacity and overflow bound the hand-off too; the
   // worker groups the uploaders into lanes), and the merger's.
   struct Config : SenderConfig {
-    // How often the merger takes the hand-off (sooner when it is half full, when
-    // flush() asks, and for the watchdog). Each wake-up on a saturated core is a
-    // switch and cold caches: waking ten times a second cost the merger three
-    // times the CPU per request (docs/cost.md).
-    std::chrono::milliseconds tick{1000};
-    // Run by the merger every watchdog_interval (it wakes for it): the runtime's
+    std::chrono::milliseconds tick{100};  // how often the merger looks at the hand-off
+    // Run by the merger every watchdog_interval (at its next tick): the runtime's
     // checks on the host (the sample signal's health), off every request thread.
     std::function<void()> watchdog;
     std::chrono::milliseconds watchdog_interval{100};
@@ -276,9 +272,10 @@ class Worker {
       {
         std::unique_lock<std::mutex> lock(mutex_);
         const std::int64_t window_end = next_window_end(run);
-        std::chrono::nanoseconds wait = run.tick;
-        if (window_end != never) wait = std::min(wait, run.clock->real_wait(window_end - run.clock->now_ns()));
-        if (run.watchdog) wait = std::min<std::chrono::nanoseconds>(wait, watched + run.watchdog_interval - RealClock::now());
+        const auto wait = window_end == never
+                              ? run.tick
+                              : std::min<std::chrono::nanoseconds>(
+                                    run.tick, run.clock->real_wait(window_end - run.clock->now_ns()));
         wake_.wait_for(lock, wait, [&] {
           return run.stop.load() || flush_requested_ > run.flushes_answered ||
                  hand_off_.size() * 2 >= capacity_.load(std::memory_order_relaxed);
