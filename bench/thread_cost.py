@@ -19,71 +19,31 @@ rounds of whole-server CPU cannot resolve 0.3 % of the server.
 import argparse
 import os
 import statistics
-import subprocess
 import sys
-import time
 
-from server_bench import free_port, read_counters
+from server_bench import Server
 
 THREADS = ("spanprof-send", "spanprof-merge", "spanprof-wall")
 
 
-def thread_cpu_ns(pid):
-    """CPU time (ns) of each of spanprof's named threads in `pid`."""
-    cpu = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                name = f.read().strip()
-            if name in THREADS:
-                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                    cpu[name] = int(f.read().split()[0])
-        except OSError:
-            pass  # a thread that just ended
-    return cpu
-
-
 def measure(binary, mode, args):
-    port = free_port()
-    server = subprocess.Popen(["taskset", "-c", str(args.server_core), binary, mode, str(port)],
-                              stdout=subprocess.DEVNULL)
-    load = None
+    """One turn: a new server for `binary`, warmed up, then one window (server_bench's
+    slice: its counters and its threads' CPU before and after one wrk run)."""
+    server = Server(binary, mode, str(args.server_core))
     try:
-        deadline = time.time() + 10
-        while True:
-            try:
-                read_counters(port)
-                break
-            except OSError:
-                if time.time() > deadline or server.poll() is not None:
-                    sys.exit(f"thread_cost: {binary} did not answer")
-                time.sleep(0.1)
-        total = int(args.warmup + args.seconds) + 2  # wrk takes whole seconds
-        load = subprocess.Popen(["taskset", "-c", str(args.load_core), "wrk", "-t1", "-c4", f"-d{total}s",
-                                 "-H", "Connection: close", f"http://127.0.0.1:{port}/work"],
-                                stdout=subprocess.DEVNULL)
-        time.sleep(args.warmup)
-        cpu0, served0, profiles0 = read_counters(port)
-        threads0 = thread_cpu_ns(server.pid)
-        time.sleep(args.seconds)
-        cpu1, served1, profiles1 = read_counters(port)
-        threads1 = thread_cpu_ns(server.pid)
+        server.slice(int(args.warmup), 4, str(args.load_core))
+        window = server.slice(int(args.seconds), 4, str(args.load_core))
     finally:
-        if load is not None:
-            load.kill()
-            load.wait()
-        server.kill()
-        server.wait()
-    requests = max(1, served1 - served0)
-    profiles = max(1, profiles1 - profiles0)
-    spent = {name: (threads1.get(name, 0) - threads0.get(name, 0)) / 1e3 for name in THREADS}
+        server.stop()
+    requests, profiles = window["requests"], max(1, window["profiles"])
+    spent_us = {name: window["threads"].get(name, 0) / 1e3 for name in THREADS}
     return {
         "requests/s": requests / args.seconds,
-        "profiles/s": profiles / args.seconds,
-        "server us/request": (cpu1 - cpu0) / 1e3 / requests,
-        "send us/profile": spent["spanprof-send"] / profiles,
-        "merge us/profile": spent["spanprof-merge"] / profiles,
-        "ticker us/request": spent["spanprof-wall"] / requests,
+        "profiles/s": window["profiles"] / args.seconds,
+        "server us/request": window["cpu_per_request_us"],
+        "send us/profile": spent_us["spanprof-send"] / profiles,
+        "merge us/profile": spent_us["spanprof-merge"] / profiles,
+        "ticker us/request": spent_us["spanprof-wall"] / requests,
     }
 
 
@@ -92,8 +52,8 @@ def main():
     parser.add_argument("binaries", nargs="+")
     parser.add_argument("--mode", default="default")
     parser.add_argument("--turns", type=int, default=3)
-    parser.add_argument("--warmup", type=float, default=10)
-    parser.add_argument("--seconds", type=float, default=40)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--seconds", type=int, default=40)
     parser.add_argument("--server-core", type=int, default=1)
     parser.add_argument("--load-core", type=int, default=0)
     args = parser.parse_args()
