@@ -90,8 +90,7 @@ int main() {
         const std::string_view leaf = sample.functions.front();
         Tally& tally = spans[span];
         tally.all += sample.values.at(0);
-        if (leaf.size() > span.size() && leaf.substr(0, span.size()) == span && leaf[span.size()] == '(')
-          tally.own += sample.values.at(0);
+        if (arm64_vm::names_function(leaf, span)) tally.own += sample.values.at(0);
         else tally.elsewhere[leaf.empty() ? "(unnamed)" : std::string(leaf)] += sample.values.at(0);
       });
   const auto started = spanprof::start(options);

@@ -56,6 +56,11 @@ inline spanprof::SpanContext span_number(unsigned n) {
                                spanprof::TraceFlags{spanprof::TraceFlags::sampled_bit}};
 }
 
+// Whether `name`, as the symbolizer gives it ("function(arguments)"), is `function`'s.
+inline bool names_function(std::string_view name, std::string_view function) {
+  return name.size() > function.size() && name.substr(0, function.size()) == function && name[function.size()] == '(';
+}
+
 // One sample of a delivered profile: its span's record, its values, and its
 // frames' function names, innermost first ("" for a frame without one).
 struct SampleSeen {
@@ -63,12 +68,10 @@ struct SampleSeen {
   const std::vector<std::int64_t>& values;
   std::vector<std::string_view> functions;
 
-  // Whether a frame is in `function` (a name as the symbolizer gives it,
-  // "function(arguments)").
+  // Whether a frame is in `function`.
   bool on_stack(std::string_view function) const {
     for (const std::string_view name : functions)
-      if (name.size() > function.size() && name.substr(0, function.size()) == function && name[function.size()] == '(')
-        return true;
+      if (names_function(name, function)) return true;
     return false;
   }
 };
