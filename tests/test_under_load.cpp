@@ -33,6 +33,7 @@ void report(const char* what, const spanprof_test::AttributionRun& run) {
   std::printf("%s: 60 ms spans p10 %.2f p50 %.2f p90 %.2f min %.2f max %.2f, %d of %d without a profile; "
               "8 ms spans sum %.2f p90 %.2f, %d of %d without a profile\n",
               what, l.p10, l.p50, l.p90, l.min, l.max, l.missing, l.spans, s.sum_ratio, s.p90, s.missing, s.spans);
+  if (!l.worst.empty()) std::printf("%s: the highest 60 ms span: %s\n", what, l.worst.c_str());
 }
 
 // The bounds: each 60 ms span within 0.85-1.15 of its CPU (p10-p90) and

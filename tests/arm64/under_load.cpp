@@ -29,6 +29,7 @@ bool each_span_holds_its_cpu(const char* what, int busy_processes) {
   std::printf("spanprof-arm64: %s: 60 ms spans p10 %.2f p50 %.2f p90 %.2f min %.2f max %.2f, %d of %d without a "
               "profile; 8 ms spans sum %.2f p90 %.2f, %d of %d without a profile\n",
               what, l.p10, l.p50, l.p90, l.min, l.max, l.missing, l.spans, s.sum_ratio, s.p90, s.missing, s.spans);
+  if (!l.worst.empty()) std::printf("spanprof-arm64: %s: the highest 60 ms span: %s\n", what, l.worst.c_str());
   if (!run.error.empty()) std::printf("spanprof-arm64: %s: a profile did not decode: %s\n", what, run.error.c_str());
   return run.error.empty() && run.source_used == spanprof::CpuSampleSource::posix_timer && l.missing == 0 &&
          l.p10 >= 0.85 && l.p90 <= 1.15 && s.sum_ratio >= 0.90 && s.sum_ratio <= 1.15 &&

@@ -100,6 +100,9 @@ struct SpanMeasure {
   std::int64_t true_cpu_ns = 0;     // the thread's CPU clock around the span's work
   std::int64_t profile_cpu_ns = 0;  // the cpu values of its profile's samples
   bool has_profile = false;
+  int profiles = 0;                    // delivered under its span id: one, or none
+  std::int64_t biggest_sample_ns = 0;  // the heaviest sample's cpu value in them
+  std::int64_t cpu_before_ns = 0;      // the thread's CPU since the span before's work ended
   double ratio() const { return true_cpu_ns > 0 ? static_cast<double>(profile_cpu_ns) / true_cpu_ns : 0; }
 };
 
@@ -108,6 +111,9 @@ struct AttributionSummary {
   int missing = 0;  // spans with no profile (no sample)
   double p10 = 0, p50 = 0, p90 = 0, min = 0, max = 0;
   double sum_ratio = 0;  // all the profiles' CPU over all the spans' CPU
+  // The span of the highest ratio, when it is over 1.5: what its profile held (a
+  // span holding several times its CPU has been seen under load, cause unknown).
+  std::string worst;
 };
 
 inline AttributionSummary summarize(const std::vector<SpanMeasure>& measures, bool long_spans) {
@@ -123,6 +129,21 @@ inline AttributionSummary summarize(const std::vector<SpanMeasure>& measures, bo
     profiled += static_cast<double>(m.profile_cpu_ns);
   }
   if (ratios.empty()) return s;
+  const SpanMeasure* worst = nullptr;
+  for (const auto& m : measures)
+    if (m.long_span == long_spans && (worst == nullptr || m.ratio() > worst->ratio())) worst = &m;
+  std::int64_t widest_gap = 0;
+  for (const auto& m : measures) widest_gap = std::max(widest_gap, m.cpu_before_ns);
+  if (worst != nullptr && (worst->ratio() > 1.5 || widest_gap > 30'000'000)) {
+    char line[320];
+    std::snprintf(line, sizeof line,
+                  "%.2f of its %.1f ms of CPU in %d profile(s), the heaviest sample %.1f ms; %.1f ms of CPU "
+                  "between the span before's work and its own (the most before any span: %.1f ms)",
+                  worst->ratio(), static_cast<double>(worst->true_cpu_ns) / 1e6, worst->profiles,
+                  static_cast<double>(worst->biggest_sample_ns) / 1e6, static_cast<double>(worst->cpu_before_ns) / 1e6,
+                  static_cast<double>(widest_gap) / 1e6);
+    s.worst = line;
+  }
   std::sort(ratios.begin(), ratios.end());
   const auto at = [&](double q) { return ratios[static_cast<std::size_t>(q * static_cast<double>(ratios.size() - 1) + 0.5)]; };
   s.p10 = at(0.1);
@@ -147,6 +168,8 @@ inline AttributionRun run_attribution(const AttributionSettings& settings) {
   struct Received {
     std::mutex mutex;
     std::map<std::string, std::int64_t> cpu_by_span;
+    std::map<std::string, int> profiles_by_span;
+    std::map<std::string, std::int64_t> biggest_sample_by_span;
     std::string error;
   };
   auto received = std::make_shared<Received>();
@@ -159,14 +182,20 @@ inline AttributionRun run_attribution(const AttributionSettings& settings) {
       [received](const spanprof::EncodedProfile& p, std::string_view pprof_gzip) {
         pprof_test::DecodedPprof decoded;
         std::string error;
-        std::int64_t cpu = 0;
+        std::int64_t cpu = 0, biggest = 0;
         if (pprof_test::decode_pprof(pprof_gzip, decoded, error)) {
           for (const auto& sample : decoded.profile.samples)
-            if (sample.values.size() > 1) cpu += sample.values[1];
+            if (sample.values.size() > 1) {
+              cpu += sample.values[1];
+              biggest = std::max<std::int64_t>(biggest, sample.values[1]);
+            }
         }
+        const std::string id = p.record.span.span_id.to_hex();
         std::lock_guard<std::mutex> lock(received->mutex);
         if (!error.empty()) received->error = error;
-        received->cpu_by_span[p.record.span.span_id.to_hex()] += cpu;
+        received->cpu_by_span[id] += cpu;
+        received->profiles_by_span[id] += 1;
+        received->biggest_sample_by_span[id] = std::max(received->biggest_sample_by_span[id], biggest);
         return spanprof::UploadResult::ok();
       },
       "attribution"));
@@ -184,6 +213,7 @@ inline AttributionRun run_attribution(const AttributionSettings& settings) {
         std::vector<std::pair<std::string, SpanMeasure>> mine;
         double sink = 0;
         const int per_round = 1 + settings.short_per_long;
+        std::int64_t last_work_end = attribution_thread_cpu_ns();
         for (int i = 0; i < settings.rounds * per_round; ++i) {
           char header[64];
           std::snprintf(header, sizeof header, "00-%016llx%016llx-%016llx-01",
@@ -195,9 +225,11 @@ inline AttributionRun run_attribution(const AttributionSettings& settings) {
           {
             spanprof::ScopedProfile guard(spanprof::NamedSpan{span, m.long_span ? "long" : "short"});
             const std::int64_t start = attribution_thread_cpu_ns();
+            m.cpu_before_ns = start - last_work_end;
             sink += m.long_span ? attribution_long_span(settings.long_span_ns)
                                 : attribution_short_span(settings.short_span_ns);
-            m.true_cpu_ns = attribution_thread_cpu_ns() - start;
+            last_work_end = attribution_thread_cpu_ns();
+            m.true_cpu_ns = last_work_end - start;
           }
           sink += attribution_between_spans(settings.between_ns);
           mine.emplace_back(span.span_id.to_hex(), m);
@@ -214,7 +246,11 @@ inline AttributionRun run_attribution(const AttributionSettings& settings) {
     for (auto& [id, m] : measured) {
       const auto it = received->cpu_by_span.find(id);
       m.has_profile = it != received->cpu_by_span.end();
-      if (m.has_profile) m.profile_cpu_ns = it->second;
+      if (m.has_profile) {
+        m.profile_cpu_ns = it->second;
+        m.profiles = received->profiles_by_span[id];
+        m.biggest_sample_ns = received->biggest_sample_by_span[id];
+      }
       run.spans.push_back(m);
     }
     run.error = received->error;
