@@ -214,7 +214,8 @@ def main():
         sys.exit(f"server_bench: no server at {args.before}")
     # A second `off` server measured the same way: how far apart two identical
     # servers come out is the noise floor of every other ratio.
-    modes.append("off/again")
+    if "off/again" not in modes:
+        modes.append("off/again")
     binaries = {m: args.binary for m in modes}
     if args.before:
         before_modes = [m for m in args.before_modes.split(",") if m] or modes
