@@ -409,12 +409,31 @@ class ThreadStackSampler {
     if (active->stop != nullptr && active->stop->load(std::memory_order_relaxed)) return;
     idle_ticks_.store(0, std::memory_order_relaxed);
     if (!active->recorded.contains(ProfileKind::cpu)) return;
+    keep_within_outer_span(weight);
     const std::uint64_t record_weight = cpu_record_weight(weight.periods, weight.cpu_ns);
     // At a close (walk_from_ set), the kernel's tick at the edge's clock read is the
     // span's points as much as the edge's own: both passed in the span's code before.
     const bool passed_elsewhere = at_edge || walk_from_ != 0 || passed_before_a_wait(ucontext, watched);
     if (passed_elsewhere && repeat_last_cpu_record(*active, record_weight)) return;
     record_sample(record_weight, ucontext);
+  }
+
+  // A sample weighs the thread's CPU since the point delivered before it, which
+  // may have passed before its span opened: a span's first sample carries the CPU
+  // of a few points before it, by design (the points it loses after its close
+  // make up for them). Never more than a thread can have run since its outermost
+  // span opened, plus four periods (at least 16 ms): a tick can carry far more
+  // when the thread's CPU clock jumped (an emulated VM's does while the host takes
+  // its vCPU away, by up to a second: a 60 ms span once held 4.6 times its CPU
+  // in one sample) or when the timer ran long unwatched, and that CPU was the gap's.
+  void keep_within_outer_span(CpuTickSource::TickWeight& weight) const noexcept {
+    if (!settings_.watch_cpu || weight.cpu_ns == 0) return;  // the watch keeps the outermost span's open time
+    const std::int64_t slack = std::max<std::int64_t>(4 * settings_.period_ns, 16'000'000);
+    const std::int64_t most = monotonic_now_ns() - outer_changed_ns_.load(std::memory_order_relaxed) + slack;
+    if (most <= 0 || weight.cpu_ns <= static_cast<std::uint64_t>(most)) return;
+    const auto kept = static_cast<std::uint64_t>(most);
+    weight.periods = std::max<std::uint64_t>(1, weight.periods * kept / weight.cpu_ns);
+    weight.cpu_ns = kept;
   }
 
   // ---- the watchdog's side (the worker's thread, under the sampler list's mutex) ----
