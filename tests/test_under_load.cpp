@@ -42,6 +42,10 @@ void report(const char* what, const spanprof_test::AttributionRun& run) {
 // (ThreadStackSampler::settle_open_edge): 8 ms spans sum 0.95-1.05, p90 1.37-1.54,
 // 1-7 of 120 without a sample, loaded or quiet. Before them (the kernel and the
 // watch alone): p90 1.55-1.85 and 6-19 of 120 without a sample under load.
+// Two 8 ms spans after each 60 ms one (240 of each length in all): an 8 ms span
+// holds about two samples, so its ratio falls near 0.5, 1.0, 1.5 or 2.0, and the p90
+// of 120 came out anywhere from 1.32 to 1.61 (once in CI, over the bound); of 240,
+// 1.30-1.50 in three runs of both phases.
 void check_each_span_holds_its_cpu(const spanprof_test::AttributionRun& run) {
   REQUIRE(run.error.empty());
   const auto l = run.long_spans();
@@ -61,6 +65,7 @@ void check_each_span_holds_its_cpu(const spanprof_test::AttributionRun& run) {
 
 TEST_CASE("beside three busy processes, each span's profile holds the CPU its thread spent in it", "[.under_load]") {
   AttributionSettings settings;  // the POSIX timer with the CPU watch, 250 Hz, two request threads
+  settings.short_per_long = 2;
   settings.busy_processes = 3;
   const auto run = run_attribution(settings);
   report("loaded", run);
@@ -70,6 +75,7 @@ TEST_CASE("beside three busy processes, each span's profile holds the CPU its th
 
 TEST_CASE("on a quiet machine, each span's profile holds the CPU its thread spent in it", "[.under_load]") {
   AttributionSettings settings;
+  settings.short_per_long = 2;
   const auto run = run_attribution(settings);
   report("quiet", run);
   check_each_span_holds_its_cpu(run);
