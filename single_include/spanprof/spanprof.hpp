@@ -11244,12 +11244,12 @@ class ThreadStackSampler {
   // make up for them). Never more than a thread can have run since its outermost
   // span opened, plus four periods (at least 16 ms): a tick can carry far more
   // when the thread's CPU clock jumped (an emulated VM's does while the host takes
-  // its vCPU away, by up to a second: a 60 ms span once held 4.6 times its CPU
-  // in one sample) or when the timer ran long unwatched, and that CPU was the gap's.
+  // its vCPU away, docs/arm64.md) or when the timer ran long unseen, and that CPU
+  // was the gap's or an earlier span's.
   void keep_within_outer_span(CpuTickSource::TickWeight& weight) const noexcept {
     if (!settings_.watch_cpu || weight.cpu_ns == 0) return;  // the watch keeps the outermost span's open time
-    const std::int64_t slack = std::max<std::int64_t>(4 * settings_.period_ns, 16'000'000);
-    const std::int64_t most = monotonic_now_ns() - outer_changed_ns_.load(std::memory_order_relaxed) + slack;
+    const std::int64_t carried_before = std::max<std::int64_t>(4 * settings_.period_ns, 16'000'000);
+    const std::int64_t most = monotonic_now_ns() - outer_changed_ns_.load(std::memory_order_relaxed) + carried_before;
     if (most <= 0 || weight.cpu_ns <= static_cast<std::uint64_t>(most)) return;
     const auto kept = static_cast<std::uint64_t>(most);
     weight.periods = std::max<std::uint64_t>(1, weight.periods * kept / weight.cpu_ns);
