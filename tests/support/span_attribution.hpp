@@ -111,8 +111,9 @@ struct AttributionSummary {
   int missing = 0;  // spans with no profile (no sample)
   double p10 = 0, p50 = 0, p90 = 0, min = 0, max = 0;
   double sum_ratio = 0;  // all the profiles' CPU over all the spans' CPU
-  // The span of the highest ratio, when it is over 1.5: what its profile held (a
-  // span holding several times its CPU has been seen under load, cause unknown).
+  // When a span's ratio is over 1.5 or a thread ran over 30 ms of CPU between two
+  // spans' work: what the worst span's profile held, and the widest such gap (an
+  // emulated VM's thread CPU clock jumps while the host takes its vCPU away).
   std::string worst;
 };
 
@@ -120,8 +121,12 @@ inline AttributionSummary summarize(const std::vector<SpanMeasure>& measures, bo
   AttributionSummary s;
   std::vector<double> ratios;
   double truth = 0, profiled = 0;
+  const SpanMeasure* worst = nullptr;
+  std::int64_t widest_gap = 0;
   for (const auto& m : measures) {
     if (m.long_span != long_spans) continue;
+    if (worst == nullptr || m.ratio() > worst->ratio()) worst = &m;
+    widest_gap = std::max(widest_gap, m.cpu_before_ns);
     ++s.spans;
     if (!m.has_profile) ++s.missing;
     ratios.push_back(m.ratio());
@@ -129,16 +134,11 @@ inline AttributionSummary summarize(const std::vector<SpanMeasure>& measures, bo
     profiled += static_cast<double>(m.profile_cpu_ns);
   }
   if (ratios.empty()) return s;
-  const SpanMeasure* worst = nullptr;
-  for (const auto& m : measures)
-    if (m.long_span == long_spans && (worst == nullptr || m.ratio() > worst->ratio())) worst = &m;
-  std::int64_t widest_gap = 0;
-  for (const auto& m : measures) widest_gap = std::max(widest_gap, m.cpu_before_ns);
   if (worst != nullptr && (worst->ratio() > 1.5 || widest_gap > 30'000'000)) {
     char line[320];
     std::snprintf(line, sizeof line,
                   "%.2f of its %.1f ms of CPU in %d profile(s), the heaviest sample %.1f ms; %.1f ms of CPU "
-                  "between the span before's work and its own (the most before any span: %.1f ms)",
+                  "between the span before's work and its own (the most before any of them: %.1f ms)",
                   worst->ratio(), static_cast<double>(worst->true_cpu_ns) / 1e6, worst->profiles,
                   static_cast<double>(worst->biggest_sample_ns) / 1e6, static_cast<double>(worst->cpu_before_ns) / 1e6,
                   static_cast<double>(widest_gap) / 1e6);

@@ -427,8 +427,10 @@ class ThreadStackSampler {
   // its vCPU away, docs/arm64.md) or when the timer ran long unseen, and that CPU
   // was the gap's or an earlier span's.
   void keep_within_outer_span(CpuTickSource::TickWeight& weight) const noexcept {
-    if (!settings_.watch_cpu || weight.cpu_ns == 0) return;  // the watch keeps the outermost span's open time
     const std::int64_t carried_before = std::max<std::int64_t>(4 * settings_.period_ns, 16'000'000);
+    // Most samples weigh less than the allowance alone: no clock read for them. The
+    // watch keeps the outermost span's open time.
+    if (!settings_.watch_cpu || weight.cpu_ns <= static_cast<std::uint64_t>(carried_before)) return;
     const std::int64_t most = monotonic_now_ns() - outer_changed_ns_.load(std::memory_order_relaxed) + carried_before;
     if (most <= 0 || weight.cpu_ns <= static_cast<std::uint64_t>(most)) return;
     const auto kept = static_cast<std::uint64_t>(most);
