@@ -8,6 +8,7 @@
 #include <spanprof/config.hpp>
 
 #include <atomic>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -94,6 +95,21 @@ inline bool at_system_call(const void* ucontext) noexcept {
   return std::memcmp(code, instruction, size) == 0 || std::memcmp(code + size, instruction, size) == 0;
 #else
   (void)ucontext;
+  return false;
+#endif
+}
+
+// The interrupted code's return-value register holds -EINTR: at a system call
+// (at_system_call), the call was a wait a handled signal cut short (nanosleep,
+// poll, epoll_wait return so even with SA_RESTART). Elsewhere it means nothing.
+inline bool result_is_eintr(const void* ucontext) noexcept {
+  const auto* uc = static_cast<const ucontext_t*>(ucontext);
+#if defined(__x86_64__)
+  return static_cast<long long>(uc->uc_mcontext.gregs[REG_RAX]) == -EINTR;
+#elif defined(__aarch64__)
+  return static_cast<long long>(uc->uc_mcontext.regs[0]) == -EINTR;
+#else
+  (void)uc;
   return false;
 #endif
 }
