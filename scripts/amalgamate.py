@@ -16,6 +16,10 @@ rules, checked here on every run:
   * no include cycles (a header that includes its includer at its end would be
     pasted before the declarations it needs).
 
+And one rule of size: no header over MAX_HEADER_LINES lines (one concept per
+header; a header that outgrows it is split, as thread_stack_sampler.hpp is into
+its signal's and its ticker's sides).
+
 `--check` exits 1 when the committed single header differs from what this script
 generates or when a rule is broken: CI runs it.
 
@@ -38,6 +42,7 @@ COMPANION_INCLUDES = {UMBRELLA}
 # where the runtime is compiled.
 COMPANION_RUNTIME_INCLUDES = {"spanprof/detail/capture/heap_sampler.hpp"}
 # Lowest first. A folder not listed here is an error: new folders need a place.
+MAX_HEADER_LINES = 600
 LAYERS = ["base", "span", "symbolization", "profile", "policy", "capture", "delivery", "runtime"]
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*<(spanprof/[^>]+)>\s*(//.*)?$')
 CONDITIONAL_OPEN_RE = re.compile(r'^\s*#\s*if(n?def)?\b')
@@ -163,9 +168,17 @@ def outputs(problems):
     return files
 
 
+def long_headers():
+    for path in sorted(INCLUDE.rglob("*.hpp")):
+        lines = len(path.read_text().splitlines())
+        if lines > MAX_HEADER_LINES:
+            yield f"{path.relative_to(ROOT)} has {lines} lines, over {MAX_HEADER_LINES}: split it"
+
+
 def main():
     problems = []
     files = outputs(problems)
+    problems.extend(long_headers())
     for problem in problems:
         print(f"amalgamate: {problem}", file=sys.stderr)
     if problems:
@@ -177,7 +190,7 @@ def main():
             print(f"{path.relative_to(ROOT)} is stale: run python3 scripts/amalgamate.py", file=sys.stderr)
         if stale:
             return 1
-        print("single_include/ is up to date; includes follow the layers")
+        print(f"single_include/ is up to date; includes follow the layers; no header over {MAX_HEADER_LINES} lines")
         return 0
     for path, text in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -10042,6 +10042,30 @@ SPANPROF_UNINSTRUMENTED inline bool find_rules(const ObjectIndex& object, std::u
   return run_instructions(c, cie_cache, begin, pc, &cie_cache.initial, rules);
 }
 
+}  // namespace cfi
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_HAS_CFI_WALKER
+
+#endif  // SPANPROF_DETAIL_CAPTURE_CALL_FRAME_INFO_HPP_
+// ---- end spanprof/detail/capture/call_frame_info.hpp ----
+// ---- begin spanprof/detail/capture/rules_cache.hpp ----
+// A thread's memo of the call frame rules found at return addresses
+// (call_frame_info.hpp finds them; the stack walker asks here first).
+#ifndef SPANPROF_DETAIL_CAPTURE_RULES_CACHE_HPP_
+#define SPANPROF_DETAIL_CAPTURE_RULES_CACHE_HPP_
+
+
+#if SPANPROF_HAS_CFI_WALKER
+
+#include <cstddef>
+#include <cstdint>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+namespace cfi {
+
 // One thread's memo of the rules found at return addresses. A sampled thread's
 // callers are the same from one sample to the next (its request loop, the
 // framework, the handler), and finding their rules anew costs a binary search
@@ -10115,8 +10139,8 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_HAS_CFI_WALKER
 
-#endif  // SPANPROF_DETAIL_CAPTURE_CALL_FRAME_INFO_HPP_
-// ---- end spanprof/detail/capture/call_frame_info.hpp ----
+#endif  // SPANPROF_DETAIL_CAPTURE_RULES_CACHE_HPP_
+// ---- end spanprof/detail/capture/rules_cache.hpp ----
 // ---- begin spanprof/detail/capture/sampler_settings.hpp ----
 // What a thread's stack sampler is told by one spanprof::start(), and what its
 // signal carries: the sampler's settings, the tags of the ticker's signals, the
@@ -10846,9 +10870,10 @@ SPANPROF_NAMESPACE_END
 // ---- end spanprof/detail/capture/thread_status.hpp ----
 // ---- begin spanprof/detail/capture/thread_stack_sampler.hpp ----
 // A thread's sampler: the log of the stacks sampled on the thread, the span its
-// guards published, and the signal handler that records a stack on a CPU tick
-// (from the thread's CpuTickSource, detail/capture/cpu_tick_source.hpp) or a wall tick
-// (from the wall ticker, detail/capture/wall_ticker.hpp). detail/capture/stack_sampler.hpp
+// guards published, and (defined in detail/capture/signal_side.hpp) the signal
+// handler that records a stack on a CPU tick (from the thread's CpuTickSource,
+// detail/capture/cpu_tick_source.hpp) or a wall tick (from the wall ticker,
+// detail/capture/wall_ticker.hpp). detail/capture/stack_sampler.hpp
 // keeps the samplers of all threads and makes this one when a thread needs it;
 // it says why the engine is shaped as it is.
 //
@@ -11085,74 +11110,13 @@ class ThreadStackSampler {
   // A guard closed here and copied its samples out.
   void span_closed() noexcept { forget_dead_spans(); }
 
-  // The POSIX timer's points at a span's edges. Under load the kernel delivers a
-  // point late (and the CPU watch signals only a thread on its core): a point passed
-  // in a span lands after its close, in whatever runs next, and one passed before
-  // it lands inside. In aggregate that evens out; per span it does not, and a short
-  // span often ends with none of its own samples. So on a thread whose last
-  // outermost span ran at least the watch's slack and took a sample (a server's
-  // short requests, which could not pay a clock read per edge, are left to the
-  // kernel and the watch), the next outermost span's edges read the thread's CPU
-  // clock, and the points overdue by the slack (edge_cut_ns) are taken on the side of
-  // the edge where it was passed: at the open before the span is on the stack (no
-  // sample: the time between spans), at the close before it leaves (a sample of the
-  // span). A signal a thread sends itself is handled before the call returns.
-  //
-  // Both edges or neither, and only points known to be the span's or the gap's: a
-  // point can stay undelivered for many spans under load, and taken at an edge it
-  // would always land on one side of it (a periodic workload of short spans came out
-  // at 1.5 or 0.8 of its CPU so). An open takes points only when the close before
-  // it was settled (then they were passed between the two); when it finds an older
-  // one overdue, the span's edges are left to the kernel.
-  //
-  // The sample taken at a close (the edge's own tick, or the kernel's at the return
-  // of the edge's clock read) has the stack of the span's last CPU sample
-  // (repeat_last_cpu_record); in a span that has none, the stack of the close: its
-  // walk starts at the frame that holds the guard (in the function that opened the
-  // span), at the call that closed it, passing spanprof's own frames over. So only a
-  // guard on this thread's stack, with the lock-free walker (which can pass frames
-  // over).
-  //
-  // Each returns the thread's CPU clock, read at the edge; -1 when the edges are
-  // left to the kernel.
-  std::int64_t settle_edge(bool at_close) noexcept {
-    const std::int64_t cut = edge_cut_ns();
-    if (cut < 0) return -1;
-    if (cpu_.next_point_ns() <= cut) {
-      if (!at_close && !close_edge_settled_) return -1;
-      take_ticks_to(cut);
-      if (at_close) counters_->add(Counter::cpu_ticks_at_close, 1);
-    }
-    return cut + cpu_watch_slack_ns();
-  }
-
-  // Where an edge cuts the timer's points: the thread's CPU clock less the CPU
-  // watch's slack, the lateness at which the ticker would send a point too (-1: no
-  // timer armed, or no clock). The points after it are left to the kernel's tick and
-  // the watch, at both edges alike, so that a span holds the points of its CPU time
-  // shifted by the slack: at a close they would mostly be points of the hot code
-  // just before, sampled at the close instead (a third of a 6 ms span's samples
-  // were, with no slack; a tenth with it). And only the points before the cut: had
-  // an edge taken every point passed once one was overdue, a span would get the
-  // gap's last points with its own, or lose its own with them (a periodic workload
-  // of 0.5 ms spans at 1 kHz came out at 1.2 of its CPU).
-  std::int64_t edge_cut_ns() const noexcept {
-    if (!armed() || signal_blocked_.load(std::memory_order_relaxed) || cpu_.next_point_ns() == 0) return -1;
-    timespec clock{};
-    if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &clock) != 0) return -1;
-    return static_cast<std::int64_t>(clock.tv_sec) * 1'000'000'000 + clock.tv_nsec - cpu_watch_slack_ns();
-  }
-
-  // The tick for the points up to `cut`, on this thread now. At a close, its
-  // sample's walk starts at the guard's frame (walk_from_, set by pop); at an open
-  // no span is on the stack, and no sample is taken.
-  void take_ticks_to(std::int64_t cut) noexcept {
-    edge_cut_ns_ = cut;
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    send_tick(cpu_tick_tag | edge_tick_data);
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    edge_cut_ns_ = CpuTickSource::no_cut;
-  }
+  // A span's edges take the timer's points passed near them, on the side of the
+  // edge where they were passed, by sending the thread its own tick (signal_side.hpp
+  // says when and why). Each returns the thread's CPU clock read at the edge; -1
+  // when the edges are left to the kernel.
+  inline std::int64_t settle_edge(bool at_close) noexcept;
+  inline std::int64_t edge_cut_ns() const noexcept;
+  inline void take_ticks_to(std::int64_t cut) noexcept;
 
   // The CPU samples this thread's handler has recorded (its counter block).
   std::uint64_t cpu_samples_captured() const noexcept {
@@ -11201,112 +11165,16 @@ class ThreadStackSampler {
 
   // ---- signal handler ----------------------------------------------------------
 
-  void on_signal(const siginfo_t* info, const void* ucontext) noexcept {
-    // Queued while the thread blocked the signal: they would all land on the point
-    // where it unblocks, so none is recorded.
-    if (SPANPROF_UNLIKELY(signal_blocked_.load(std::memory_order_relaxed))) return;
-    bool at_edge = false;  // sent by a span's edge (take_ticks_to)
-    bool watched = false;  // sent by the CPU watch (cpu_watch)
-    if (info->si_code == SI_QUEUE && info->si_pid == pid_) {
-      const auto value = reinterpret_cast<std::uintptr_t>(info->si_value.sival_ptr);
-      const std::uint64_t tag = value & ~std::uint64_t{0xFFFF'FFFF};
-      if (tag == wall_tick_tag) return on_wall_tick(static_cast<std::uint32_t>(value), ucontext);
-      // The ticker's CPU tick: the timer's point passed unseen by the kernel. It is
-      // a tick like the timer's own (whichever comes first takes the sample; the
-      // other finds no point passed).
-      if (tag != cpu_tick_tag) return;
-      at_edge = static_cast<std::uint32_t>(value) == edge_tick_data;
-      watched = !at_edge;
-    } else if (!cpu_.is_tick(info)) {
-      return;  // not our source's: someone else's signal
-    }
-    cpu_ticks_handled_.store(cpu_ticks_handled_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    // The next period starts now, before the unwinding: the CPU time this handler
-    // takes counts toward it. (Drawn at the end, each sample's handler time would
-    // go unsampled: -9% at 1 kHz, -30% at 4 kHz, measured.)
-    const ActiveSpan* active = innermost_open_span();
-    const std::int64_t cut = at_edge ? edge_cut_ns_ : CpuTickSource::no_cut;
-    if (active == nullptr && at_edge) {
-      cpu_.schedule_next_tick(nullptr, cut);  // a span is opening: the points were the gap's, not idleness
-      return;
-    }
-    if (active == nullptr) {
-      const auto idle = idle_ticks_.load(std::memory_order_relaxed) + 1;
-      idle_ticks_.store(idle, std::memory_order_relaxed);
-      if (idle >= settings_.idle_ticks_before_disarm) disarm();
-      else cpu_.schedule_next_tick();
-      return;
-    }
-    CpuTickSource::TickWeight weight;
-    cpu_.schedule_next_tick(&weight, cut);
-    if (weight.periods == 0) return;  // a timer signal before its expiry: not a sample
-    // A span that ended on another thread is still on this thread's stack until the
-    // thread pops it; it records nothing, and it is not idleness either.
-    if (active->stop != nullptr && active->stop->load(std::memory_order_relaxed)) return;
-    idle_ticks_.store(0, std::memory_order_relaxed);
-    if (!active->recorded.contains(ProfileKind::cpu)) return;
-    keep_within_outer_span(weight);
-    const std::uint64_t record_weight = cpu_record_weight(weight.periods, weight.cpu_ns);
-    // At a close (walk_from_ set), the kernel's tick at the edge's clock read is the
-    // span's points as much as the edge's own: both passed in the span's code before.
-    const bool passed_elsewhere = at_edge || walk_from_ != 0 || passed_before_a_wait(ucontext, watched);
-    if (passed_elsewhere && repeat_last_cpu_record(*active, record_weight)) return;
-    record_sample(record_weight, ucontext);
-  }
-
-  // A sample weighs the thread's CPU since the point delivered before it, which
-  // may have passed before its span opened: a span's first sample carries the CPU
-  // of a few points before it, by design (the points it loses after its close
-  // make up for them). Never more than a thread can have run since its outermost
-  // span opened, plus four periods (at least 16 ms): a tick can carry far more
-  // when the thread's CPU clock jumped (an emulated VM's does while the host takes
-  // its vCPU away, docs/arm64.md) or when the timer ran long unseen, and that CPU
-  // was the gap's or an earlier span's.
-  void keep_within_outer_span(CpuTickSource::TickWeight& weight) const noexcept {
-    const std::int64_t carried_before = std::max<std::int64_t>(4 * settings_.period_ns, 16'000'000);
-    // Most samples weigh less than the allowance alone: no clock read for them. The
-    // watch keeps the outermost span's open time.
-    if (!settings_.watch_cpu || weight.cpu_ns <= static_cast<std::uint64_t>(carried_before)) return;
-    const std::int64_t most = monotonic_now_ns() - outer_changed_ns_.load(std::memory_order_relaxed) + carried_before;
-    if (most <= 0 || weight.cpu_ns <= static_cast<std::uint64_t>(most)) return;
-    const auto kept = static_cast<std::uint64_t>(most);
-    weight.periods = std::max<std::uint64_t>(1, weight.periods * kept / weight.cpu_ns);
-    weight.cpu_ns = kept;
-  }
+  // A CPU tick (the kernel's, the watch's or an edge's) or a wall tick for this
+  // thread; async-signal-safe (signal_side.hpp).
+  inline void on_signal(const siginfo_t* info, const void* ucontext) noexcept;
+  inline void keep_within_outer_span(CpuTickSource::TickWeight& weight) const noexcept;
 
   // ---- the watchdog's side (the worker's thread, under the sampler list's mutex) ----
 
-  // True when this armed thread has run four CPU periods without taking a tick,
-  // twice in a row, blocking the sample signal both times: the sampler is then
-  // disarmed for good. Left armed, the real-time signals queued against the mask
-  // would overflow into SIGIO, whose default action kills the process. Twice,
-  // because a runtime may block every signal for a moment while it runs the
-  // handlers it deferred (ThreadSanitizer does): one look can catch that moment
-  // after ticks that were only late; a second window without a tick cannot.
-  bool refuse_if_signal_blocked() noexcept {
-    if (!armed() || signal_blocked_.load(std::memory_order_relaxed)) {
-      watch_cpu_ns_ = -1;
-      return false;
-    }
-    const std::int64_t cpu = thread_cpu_ns(tid_);
-    const std::uint64_t ticks = cpu_ticks_handled_.load(std::memory_order_relaxed);
-    if (cpu < 0) return false;
-    if (watch_cpu_ns_ < 0 || ticks != watch_ticks_ || cpu - watch_cpu_ns_ < 4 * settings_.period_ns) {
-      if (watch_cpu_ns_ < 0 || ticks != watch_ticks_) {
-        watch_cpu_ns_ = cpu;
-        watch_ticks_ = ticks;
-        watch_saw_blocked_ = false;
-      }
-      return false;
-    }
-    watch_cpu_ns_ = cpu;
-    const bool seen_before = watch_saw_blocked_;
-    watch_saw_blocked_ = thread_blocks_signal(tid_, settings_.signal_number);
-    if (!watch_saw_blocked_ || !seen_before) return false;
-    signal_blocked_.store(true, std::memory_order_relaxed);
-    disarm();
-    return true;
-  }
+  // True when the thread blocks the sample signal for good: it is disarmed then
+  // (signal_side.hpp).
+  inline bool refuse_if_signal_blocked() noexcept;
   pid_t thread_id() const noexcept { return tid_; }
 
   // ---- the ticker's side (its thread only, under the sampler list's mutex) ----
@@ -11417,116 +11285,16 @@ class ThreadStackSampler {
     }
   }
 
-  // The interrupted stack, its interrupted instruction first; 0 frames when the
-  // walk must be skipped. The handler's own frames are never part of it.
-  // While a span's close takes its edge's points, the walk starts at the guard's
-  // frame (walk_from_; walk_stack's from_address).
-  int walk_interrupted_stack(const void* ucontext, void** trace) noexcept {
-#if SPANPROF_HAS_CFI_WALKER
-    // Call frame information, read without a lock (detail/capture/stack_walker.hpp).
-    return walk_stack(registers_from_ucontext(ucontext), stack_top_, trace, settings_.max_depth, &rules_cache_,
-                      walk_from_);
-#else
-    return walk_with_gperftools(ucontext, trace, settings_.max_depth);
-#endif
-  }
-
-  // Records the interrupted stack; returns the record's offset in the log, or
-  // no_wall_record when the log is full (or the walk was skipped).
-  std::size_t record_sample(std::uint64_t weight, const void* ucontext) noexcept {
-    const bool wall = (weight & wall_record_tag) != 0;
-    void* trace[max_stack_depth_limit];
-    const int depth = walk_interrupted_stack(ucontext, trace);
-    const std::size_t used = used_.load(std::memory_order_relaxed);
-    const std::size_t need = stack_record_words(depth);
-    if (depth <= 0 || used + need > settings_.buffer_words) {
-      dropped_.store(dropped_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-      counters_->add(wall ? Counter::wall_samples_dropped : Counter::cpu_samples_dropped, 1);
-      return no_wall_record;
-    }
-    write_stack_record(words_ + used, weight, reinterpret_cast<std::uintptr_t>(trace[0]), trace + 1, depth);
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    // Release: a thread taking a fragment's records over (Fragment) reads the log up
-    // to here from another thread.
-    used_.store(used + need, std::memory_order_release);
-    // A CPU record stands for its periods' samples, as the profile's sample count says.
-    if (wall) {
-      counters_->add(Counter::wall_samples_captured, 1);
-    } else {
-      last_cpu_record_ = used;
-      counters_->add(Counter::cpu_samples_captured, cpu_record_periods(weight));
-    }
-    return used;
-  }
-
-  // The points a span's close takes (settle_edge) passed after its last CPU sample,
-  // in the stretch of CPU that sample was drawn from: they take its stack again, not
-  // the close's. The close's own stack is the guard's frame, where almost none of a
-  // span's CPU goes; under load the points a thread passes just before it blocks
-  // wait there for the close (a span that computed 50 ms and then waited 60 ms
-  // had up to 5 of its 12 points at the guard's frame). False when the span has no
-  // CPU sample of its own, or the log is full: the close's stack is then taken.
-  //
-  // The same for a tick that finds the thread at a system call, when the thread
-  // went into the call with the tick's points passed before: its stack is where it
-  // waited (a sleep or a poll is no CPU's place) or where it was let off its core.
-  // Such is a tick the CPU watch sent (to a thread on its core, past a point by the
-  // slack: a blocking call it entered meanwhile returns at once, interrupted), and
-  // any tick that comes when the watch last saw the thread off its core past a point
-  // and it has run less than the slack since. (Beside three busy processes, a loop
-  // reading its CPU clock had 20-36 % of its CPU in clock_gettime without this
-  // rule, 6-15 % with it, 7-9 % on perf_event, whose ticks come at the point itself.)
-  // And the kernel's own tick when it interrupted a wait: the thread ran no CPU in
-  // it (one CI run had 1.2 % of a sleeping loop's CPU in its sleep without this).
-  bool passed_before_a_wait(const void* ucontext, bool watched) noexcept {
-    const std::int64_t seen = off_core_past_point_cpu_ns_.exchange(-1, std::memory_order_relaxed);
-    const bool interrupted_wait = result_is_eintr(ucontext);
-    if ((!watched && seen < 0 && !interrupted_wait) || !at_system_call(ucontext)) return false;
-    if (watched || interrupted_wait) return true;
-    timespec clock{};
-    if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &clock) != 0) return false;
-    const std::int64_t now = static_cast<std::int64_t>(clock.tv_sec) * 1'000'000'000 + clock.tv_nsec;
-    return now - seen < cpu_watch_slack_ns();
-  }
-
-  bool repeat_last_cpu_record(const ActiveSpan& span, std::uint64_t weight) noexcept {
-    const std::size_t used = used_.load(std::memory_order_relaxed);
-    if (last_cpu_record_ == no_record || last_cpu_record_ < span.log_start || last_cpu_record_ >= used) return false;
-    const std::uint64_t* last = words_ + last_cpu_record_;
-    const std::size_t need = stack_record_words(static_cast<int>(last[1]));
-    if (used + need > settings_.buffer_words) return false;
-    std::uint64_t* out = words_ + used;
-    for (std::size_t i = 1; i < need; ++i) out[i] = last[i];
-    out[0] = weight;
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    used_.store(used + need, std::memory_order_release);
-    last_cpu_record_ = used;
-    counters_->add(Counter::cpu_samples_captured, cpu_record_periods(weight));
-    return true;
-  }
+  // The handler's own steps (signal_side.hpp).
+  inline int walk_interrupted_stack(const void* ucontext, void** trace) noexcept;
+  inline std::size_t record_sample(std::uint64_t weight, const void* ucontext) noexcept;
+  inline bool passed_before_a_wait(const void* ucontext, bool watched) noexcept;
+  inline bool repeat_last_cpu_record(const ActiveSpan& span, std::uint64_t weight) noexcept;
 
   // ---- wall accounting (this thread: its handler, and its guards between
   // begin_wall_update() and end_wall_update(), when the handler keeps out) ----
 
-  // `data`: the ticker's wall_tick_data (the generation it looked at, and the
-  // thread's state then).
-  void on_wall_tick(std::uint32_t data, const void* ucontext) noexcept {
-    const std::uint32_t generation = wall_generation_.load(std::memory_order_relaxed);
-    if (wall_busy_ || (data & wall_tick_generation_mask) != (generation & wall_tick_generation_mask)) return;
-    const ActiveSpan* active = innermost_open_span();
-    if (active == nullptr || !active->recorded.contains(ProfileKind::wall)) return;
-    if (active->stop != nullptr && active->stop->load(std::memory_order_relaxed)) return;
-    const std::int64_t now = monotonic_now_ns();
-    apply_wall_confirmation();
-    const std::int64_t elapsed = now > wall_accounted_ns_ ? now - wall_accounted_ns_ : 0;
-    const auto state = static_cast<ThreadState>(data >> wall_tick_state_shift);
-    const std::size_t at = record_sample(wall_record_weight(state, static_cast<std::uint64_t>(elapsed)), ucontext);
-    // A full log keeps the time unaccounted: the next sample (or the close) gets it.
-    if (at == no_wall_record) return;
-    last_wall_record_ = at;
-    last_wall_generation_ = generation;
-    wall_accounted_ns_ = now;
-  }
+  inline void on_wall_tick(std::uint32_t data, const void* ucontext) noexcept;  // signal_side.hpp
 
   // The ticker saw the thread still blocked where its last wall sample was taken,
   // up to a time: that time is the last sample's.
@@ -11647,12 +11415,6 @@ class ThreadStackSampler {
 // The handler reads this pointer only: it is trivially destructible, so reading it
 // from a signal handler never runs a TLS constructor.
 inline thread_local ThreadStackSampler* current_stack_sampler = nullptr;
-
-inline void on_sample_signal(int, siginfo_t* info, void* ucontext) noexcept {
-  const int saved_errno = errno;
-  if (ThreadStackSampler* sampler = current_stack_sampler) sampler->on_signal(info, ucontext);
-  errno = saved_errno;
-}
 
 }  // namespace detail
 SPANPROF_NAMESPACE_END
@@ -11778,6 +11540,334 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DETAIL_CAPTURE_STACK_SAMPLER_LIST_HPP_
 // ---- end spanprof/detail/capture/stack_sampler_list.hpp ----
+// ---- begin spanprof/detail/capture/signal_side.hpp ----
+// The signal's side of a thread's stack sampler (thread_stack_sampler.hpp): the
+// handler, which records a stack for a CPU tick (the kernel's, the CPU watch's, or
+// one a span's edge sends its own thread) or a wall tick; the edges that send
+// those; and the watchdog, which disarms a thread that keeps the signal blocked.
+// The handler is async-signal-safe: it touches only its thread's preallocated
+// log, lock-free atomics and a stack walker that takes no lock.
+#ifndef SPANPROF_DETAIL_CAPTURE_SIGNAL_SIDE_HPP_
+#define SPANPROF_DETAIL_CAPTURE_SIGNAL_SIDE_HPP_
+
+
+#if SPANPROF_ENABLED
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstddef>
+#include <cstdint>
+
+#include <time.h>
+#include <ucontext.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// ---- a span's edges, on its thread ----------------------------------------------
+
+// The POSIX timer's points at a span's edges. Under load the kernel delivers a
+// point late (and the CPU watch signals only a thread on its core): a point passed
+// in a span lands after its close, in whatever runs next, and one passed before
+// it lands inside. In aggregate that evens out; per span it does not, and a short
+// span often ends with none of its own samples. So on a thread whose last
+// outermost span ran at least the watch's slack and took a sample (a server's
+// short requests, which could not pay a clock read per edge, are left to the
+// kernel and the watch), the next outermost span's edges read the thread's CPU
+// clock, and the points overdue by the slack (edge_cut_ns) are taken on the side of
+// the edge where it was passed: at the open before the span is on the stack (no
+// sample: the time between spans), at the close before it leaves (a sample of the
+// span). A signal a thread sends itself is handled before the call returns.
+//
+// Both edges or neither, and only points known to be the span's or the gap's: a
+// point can stay undelivered for many spans under load, and taken at an edge it
+// would always land on one side of it (a periodic workload of short spans came out
+// at 1.5 or 0.8 of its CPU so). An open takes points only when the close before
+// it was settled (then they were passed between the two); when it finds an older
+// one overdue, the span's edges are left to the kernel.
+//
+// The sample taken at a close (the edge's own tick, or the kernel's at the return
+// of the edge's clock read) has the stack of the span's last CPU sample
+// (repeat_last_cpu_record); in a span that has none, the stack of the close: its
+// walk starts at the frame that holds the guard (in the function that opened the
+// span), at the call that closed it, passing spanprof's own frames over. So only a
+// guard on this thread's stack, with the lock-free walker (which can pass frames
+// over).
+//
+// Each returns the thread's CPU clock, read at the edge; -1 when the edges are
+// left to the kernel.
+inline std::int64_t ThreadStackSampler::settle_edge(bool at_close) noexcept {
+  const std::int64_t cut = edge_cut_ns();
+  if (cut < 0) return -1;
+  if (cpu_.next_point_ns() <= cut) {
+    if (!at_close && !close_edge_settled_) return -1;
+    take_ticks_to(cut);
+    if (at_close) counters_->add(Counter::cpu_ticks_at_close, 1);
+  }
+  return cut + cpu_watch_slack_ns();
+}
+
+// Where an edge cuts the timer's points: the thread's CPU clock less the CPU
+// watch's slack, the lateness at which the ticker would send a point too (-1: no
+// timer armed, or no clock). The points after it are left to the kernel's tick and
+// the watch, at both edges alike, so that a span holds the points of its CPU time
+// shifted by the slack: at a close they would mostly be points of the hot code
+// just before, sampled at the close instead (a third of a 6 ms span's samples
+// were, with no slack; a tenth with it). And only the points before the cut: had
+// an edge taken every point passed once one was overdue, a span would get the
+// gap's last points with its own, or lose its own with them (a periodic workload
+// of 0.5 ms spans at 1 kHz came out at 1.2 of its CPU).
+inline std::int64_t ThreadStackSampler::edge_cut_ns() const noexcept {
+  if (!armed() || signal_blocked_.load(std::memory_order_relaxed) || cpu_.next_point_ns() == 0) return -1;
+  timespec clock{};
+  if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &clock) != 0) return -1;
+  return static_cast<std::int64_t>(clock.tv_sec) * 1'000'000'000 + clock.tv_nsec - cpu_watch_slack_ns();
+}
+
+// The tick for the points up to `cut`, on this thread now. At a close, its
+// sample's walk starts at the guard's frame (walk_from_, set by pop); at an open
+// no span is on the stack, and no sample is taken.
+inline void ThreadStackSampler::take_ticks_to(std::int64_t cut) noexcept {
+  edge_cut_ns_ = cut;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  send_tick(cpu_tick_tag | edge_tick_data);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  edge_cut_ns_ = CpuTickSource::no_cut;
+}
+
+// ---- the handler ------------------------------------------------------------------
+
+inline void ThreadStackSampler::on_signal(const siginfo_t* info, const void* ucontext) noexcept {
+  // Queued while the thread blocked the signal: they would all land on the point
+  // where it unblocks, so none is recorded.
+  if (SPANPROF_UNLIKELY(signal_blocked_.load(std::memory_order_relaxed))) return;
+  bool at_edge = false;  // sent by a span's edge (take_ticks_to)
+  bool watched = false;  // sent by the CPU watch (cpu_watch)
+  if (info->si_code == SI_QUEUE && info->si_pid == pid_) {
+    const auto value = reinterpret_cast<std::uintptr_t>(info->si_value.sival_ptr);
+    const std::uint64_t tag = value & ~std::uint64_t{0xFFFF'FFFF};
+    if (tag == wall_tick_tag) return on_wall_tick(static_cast<std::uint32_t>(value), ucontext);
+    // The ticker's CPU tick: the timer's point passed unseen by the kernel. It is
+    // a tick like the timer's own (whichever comes first takes the sample; the
+    // other finds no point passed).
+    if (tag != cpu_tick_tag) return;
+    at_edge = static_cast<std::uint32_t>(value) == edge_tick_data;
+    watched = !at_edge;
+  } else if (!cpu_.is_tick(info)) {
+    return;  // not our source's: someone else's signal
+  }
+  cpu_ticks_handled_.store(cpu_ticks_handled_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  // The next period starts now, before the unwinding: the CPU time this handler
+  // takes counts toward it. (Drawn at the end, each sample's handler time would
+  // go unsampled: -9% at 1 kHz, -30% at 4 kHz, measured.)
+  const ActiveSpan* active = innermost_open_span();
+  const std::int64_t cut = at_edge ? edge_cut_ns_ : CpuTickSource::no_cut;
+  if (active == nullptr && at_edge) {
+    cpu_.schedule_next_tick(nullptr, cut);  // a span is opening: the points were the gap's, not idleness
+    return;
+  }
+  if (active == nullptr) {
+    const auto idle = idle_ticks_.load(std::memory_order_relaxed) + 1;
+    idle_ticks_.store(idle, std::memory_order_relaxed);
+    if (idle >= settings_.idle_ticks_before_disarm) disarm();
+    else cpu_.schedule_next_tick();
+    return;
+  }
+  CpuTickSource::TickWeight weight;
+  cpu_.schedule_next_tick(&weight, cut);
+  if (weight.periods == 0) return;  // a timer signal before its expiry: not a sample
+  // A span that ended on another thread is still on this thread's stack until the
+  // thread pops it; it records nothing, and it is not idleness either.
+  if (active->stop != nullptr && active->stop->load(std::memory_order_relaxed)) return;
+  idle_ticks_.store(0, std::memory_order_relaxed);
+  if (!active->recorded.contains(ProfileKind::cpu)) return;
+  keep_within_outer_span(weight);
+  const std::uint64_t record_weight = cpu_record_weight(weight.periods, weight.cpu_ns);
+  // At a close (walk_from_ set), the kernel's tick at the edge's clock read is the
+  // span's points as much as the edge's own: both passed in the span's code before.
+  const bool passed_elsewhere = at_edge || walk_from_ != 0 || passed_before_a_wait(ucontext, watched);
+  if (passed_elsewhere && repeat_last_cpu_record(*active, record_weight)) return;
+  record_sample(record_weight, ucontext);
+}
+
+// A sample weighs the thread's CPU since the point delivered before it, which
+// may have passed before its span opened: a span's first sample carries the CPU
+// of a few points before it, by design (the points it loses after its close
+// make up for them). Never more than a thread can have run since its outermost
+// span opened, plus four periods (at least 16 ms): a tick can carry far more
+// when the thread's CPU clock jumped (an emulated VM's does while the host takes
+// its vCPU away, docs/arm64.md) or when the timer ran long unseen, and that CPU
+// was the gap's or an earlier span's.
+inline void ThreadStackSampler::keep_within_outer_span(CpuTickSource::TickWeight& weight) const noexcept {
+  const std::int64_t carried_before = std::max<std::int64_t>(4 * settings_.period_ns, 16'000'000);
+  // Most samples weigh less than the allowance alone: no clock read for them. The
+  // watch keeps the outermost span's open time.
+  if (!settings_.watch_cpu || weight.cpu_ns <= static_cast<std::uint64_t>(carried_before)) return;
+  const std::int64_t most = monotonic_now_ns() - outer_changed_ns_.load(std::memory_order_relaxed) + carried_before;
+  if (most <= 0 || weight.cpu_ns <= static_cast<std::uint64_t>(most)) return;
+  const auto kept = static_cast<std::uint64_t>(most);
+  weight.periods = std::max<std::uint64_t>(1, weight.periods * kept / weight.cpu_ns);
+  weight.cpu_ns = kept;
+}
+
+// The interrupted stack, its interrupted instruction first; 0 frames when the
+// walk must be skipped. The handler's own frames are never part of it.
+// While a span's close takes its edge's points, the walk starts at the guard's
+// frame (walk_from_; walk_stack's from_address).
+inline int ThreadStackSampler::walk_interrupted_stack(const void* ucontext, void** trace) noexcept {
+#if SPANPROF_HAS_CFI_WALKER
+  // Call frame information, read without a lock (detail/capture/stack_walker.hpp).
+  return walk_stack(registers_from_ucontext(ucontext), stack_top_, trace, settings_.max_depth, &rules_cache_,
+                    walk_from_);
+#else
+  return walk_with_gperftools(ucontext, trace, settings_.max_depth);
+#endif
+}
+
+// Records the interrupted stack; returns the record's offset in the log, or
+// no_wall_record when the log is full (or the walk was skipped).
+inline std::size_t ThreadStackSampler::record_sample(std::uint64_t weight, const void* ucontext) noexcept {
+  const bool wall = (weight & wall_record_tag) != 0;
+  void* trace[max_stack_depth_limit];
+  const int depth = walk_interrupted_stack(ucontext, trace);
+  const std::size_t used = used_.load(std::memory_order_relaxed);
+  const std::size_t need = stack_record_words(depth);
+  if (depth <= 0 || used + need > settings_.buffer_words) {
+    dropped_.store(dropped_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    counters_->add(wall ? Counter::wall_samples_dropped : Counter::cpu_samples_dropped, 1);
+    return no_wall_record;
+  }
+  write_stack_record(words_ + used, weight, reinterpret_cast<std::uintptr_t>(trace[0]), trace + 1, depth);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  // Release: a thread taking a fragment's records over (Fragment) reads the log up
+  // to here from another thread.
+  used_.store(used + need, std::memory_order_release);
+  // A CPU record stands for its periods' samples, as the profile's sample count says.
+  if (wall) {
+    counters_->add(Counter::wall_samples_captured, 1);
+  } else {
+    last_cpu_record_ = used;
+    counters_->add(Counter::cpu_samples_captured, cpu_record_periods(weight));
+  }
+  return used;
+}
+
+// The points a span's close takes (settle_edge) passed after its last CPU sample,
+// in the stretch of CPU that sample was drawn from: they take its stack again, not
+// the close's. The close's own stack is the guard's frame, where almost none of a
+// span's CPU goes; under load the points a thread passes just before it blocks
+// wait there for the close (a span that computed 50 ms and then waited 60 ms
+// had up to 5 of its 12 points at the guard's frame). False when the span has no
+// CPU sample of its own, or the log is full: the close's stack is then taken.
+//
+// The same for a tick that finds the thread at a system call, when the thread
+// went into the call with the tick's points passed before: its stack is where it
+// waited (a sleep or a poll is no CPU's place) or where it was let off its core.
+// Such is a tick the CPU watch sent (to a thread on its core, past a point by the
+// slack: a blocking call it entered meanwhile returns at once, interrupted), and
+// any tick that comes when the watch last saw the thread off its core past a point
+// and it has run less than the slack since. (Beside three busy processes, a loop
+// reading its CPU clock had 20-36 % of its CPU in clock_gettime without this
+// rule, 6-15 % with it, 7-9 % on perf_event, whose ticks come at the point itself.)
+// And the kernel's own tick when it interrupted a wait: the thread ran no CPU in
+// it (one CI run had 1.2 % of a sleeping loop's CPU in its sleep without this).
+inline bool ThreadStackSampler::passed_before_a_wait(const void* ucontext, bool watched) noexcept {
+  const std::int64_t seen = off_core_past_point_cpu_ns_.exchange(-1, std::memory_order_relaxed);
+  const bool interrupted_wait = result_is_eintr(ucontext);
+  if ((!watched && seen < 0 && !interrupted_wait) || !at_system_call(ucontext)) return false;
+  if (watched || interrupted_wait) return true;
+  timespec clock{};
+  if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &clock) != 0) return false;
+  const std::int64_t now = static_cast<std::int64_t>(clock.tv_sec) * 1'000'000'000 + clock.tv_nsec;
+  return now - seen < cpu_watch_slack_ns();
+}
+
+inline bool ThreadStackSampler::repeat_last_cpu_record(const ActiveSpan& span, std::uint64_t weight) noexcept {
+  const std::size_t used = used_.load(std::memory_order_relaxed);
+  if (last_cpu_record_ == no_record || last_cpu_record_ < span.log_start || last_cpu_record_ >= used) return false;
+  const std::uint64_t* last = words_ + last_cpu_record_;
+  const std::size_t need = stack_record_words(static_cast<int>(last[1]));
+  if (used + need > settings_.buffer_words) return false;
+  std::uint64_t* out = words_ + used;
+  for (std::size_t i = 1; i < need; ++i) out[i] = last[i];
+  out[0] = weight;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  used_.store(used + need, std::memory_order_release);
+  last_cpu_record_ = used;
+  counters_->add(Counter::cpu_samples_captured, cpu_record_periods(weight));
+  return true;
+}
+
+// `data`: the ticker's wall_tick_data (the generation it looked at, and the
+// thread's state then).
+inline void ThreadStackSampler::on_wall_tick(std::uint32_t data, const void* ucontext) noexcept {
+  const std::uint32_t generation = wall_generation_.load(std::memory_order_relaxed);
+  if (wall_busy_ || (data & wall_tick_generation_mask) != (generation & wall_tick_generation_mask)) return;
+  const ActiveSpan* active = innermost_open_span();
+  if (active == nullptr || !active->recorded.contains(ProfileKind::wall)) return;
+  if (active->stop != nullptr && active->stop->load(std::memory_order_relaxed)) return;
+  const std::int64_t now = monotonic_now_ns();
+  apply_wall_confirmation();
+  const std::int64_t elapsed = now > wall_accounted_ns_ ? now - wall_accounted_ns_ : 0;
+  const auto state = static_cast<ThreadState>(data >> wall_tick_state_shift);
+  const std::size_t at = record_sample(wall_record_weight(state, static_cast<std::uint64_t>(elapsed)), ucontext);
+  // A full log keeps the time unaccounted: the next sample (or the close) gets it.
+  if (at == no_wall_record) return;
+  last_wall_record_ = at;
+  last_wall_generation_ = generation;
+  wall_accounted_ns_ = now;
+}
+
+// ---- the watchdog (the worker's thread, under the sampler list's mutex) -------------
+
+// True when this armed thread has run four CPU periods without taking a tick,
+// twice in a row, blocking the sample signal both times: the sampler is then
+// disarmed for good. Left armed, the real-time signals queued against the mask
+// would overflow into SIGIO, whose default action kills the process. Twice,
+// because a runtime may block every signal for a moment while it runs the
+// handlers it deferred (ThreadSanitizer does): one look can catch that moment
+// after ticks that were only late; a second window without a tick cannot.
+inline bool ThreadStackSampler::refuse_if_signal_blocked() noexcept {
+  if (!armed() || signal_blocked_.load(std::memory_order_relaxed)) {
+    watch_cpu_ns_ = -1;
+    return false;
+  }
+  const std::int64_t cpu = thread_cpu_ns(tid_);
+  const std::uint64_t ticks = cpu_ticks_handled_.load(std::memory_order_relaxed);
+  if (cpu < 0) return false;
+  if (watch_cpu_ns_ < 0 || ticks != watch_ticks_ || cpu - watch_cpu_ns_ < 4 * settings_.period_ns) {
+    if (watch_cpu_ns_ < 0 || ticks != watch_ticks_) {
+      watch_cpu_ns_ = cpu;
+      watch_ticks_ = ticks;
+      watch_saw_blocked_ = false;
+    }
+    return false;
+  }
+  watch_cpu_ns_ = cpu;
+  const bool seen_before = watch_saw_blocked_;
+  watch_saw_blocked_ = thread_blocks_signal(tid_, settings_.signal_number);
+  if (!watch_saw_blocked_ || !seen_before) return false;
+  signal_blocked_.store(true, std::memory_order_relaxed);
+  disarm();
+  return true;
+}
+
+// The process-wide handler of the sample signal.
+inline void on_sample_signal(int, siginfo_t* info, void* ucontext) noexcept {
+  const int saved_errno = errno;
+  if (ThreadStackSampler* sampler = current_stack_sampler) sampler->on_signal(info, ucontext);
+  errno = saved_errno;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_DETAIL_CAPTURE_SIGNAL_SIDE_HPP_
+// ---- end spanprof/detail/capture/signal_side.hpp ----
 // ---- begin spanprof/detail/capture/sample_signal.hpp ----
 // The real-time signal samples arrive on: which one, its handler, and the
 // watchdog that notices when the host takes it back.
@@ -11953,8 +12043,8 @@ SPANPROF_NAMESPACE_END
 //    perf_event) and their random periods;
 //  * detail/capture/thread_status.hpp: what the ticker and the watchdog read about a
 //    thread without signalling it (/proc/self/task, its CPU clock);
-//  * detail/capture/thread_stack_sampler.hpp: a thread's sampler, its log and the signal
-//    handler;
+//  * detail/capture/thread_stack_sampler.hpp: a thread's sampler and its log;
+//  * detail/capture/signal_side.hpp: its signal handler and the span edges' ticks;
 //  * detail/capture/stack_sampler_list.hpp: the samplers of all threads, and each
 //    thread's owner of its own;
 //  * detail/capture/sample_signal.hpp: the sample signal's handler, and the watchdog;

@@ -13,6 +13,7 @@
 #include <spanprof/config.hpp>
 #include <spanprof/base/error.hpp>
 #include <spanprof/detail/capture/stack_sampler_list.hpp>
+#include <spanprof/detail/capture/signal_side.hpp>
 #include <spanprof/detail/capture/thread_stack_sampler.hpp>
 
 // Compiled out with the SDK, as the samplers it serves.

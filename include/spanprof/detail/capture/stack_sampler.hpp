@@ -25,8 +25,8 @@
 //    perf_event) and their random periods;
 //  * detail/capture/thread_status.hpp: what the ticker and the watchdog read about a
 //    thread without signalling it (/proc/self/task, its CPU clock);
-//  * detail/capture/thread_stack_sampler.hpp: a thread's sampler, its log and the signal
-//    handler;
+//  * detail/capture/thread_stack_sampler.hpp: a thread's sampler and its log;
+//  * detail/capture/signal_side.hpp: its signal handler and the span edges' ticks;
 //  * detail/capture/stack_sampler_list.hpp: the samplers of all threads, and each
 //    thread's owner of its own;
 //  * detail/capture/sample_signal.hpp: the sample signal's handler, and the watchdog;

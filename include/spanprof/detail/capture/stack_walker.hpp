@@ -22,6 +22,7 @@
 #include <spanprof/config.hpp>
 #include <spanprof/detail/base/loader_lock_gate.hpp>
 #include <spanprof/detail/capture/call_frame_info.hpp>
+#include <spanprof/detail/capture/rules_cache.hpp>
 #include <spanprof/detail/capture/sampler_settings.hpp>
 
 #include <algorithm>
