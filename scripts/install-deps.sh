@@ -17,7 +17,7 @@ packages=(
   libcpp-httplib-dev wrk   # the server benchmark (bench/server_bench.*): a real HTTP server under load
   libc++-14-dev libc++abi-14-dev  # the consumer check with clang and libc++ (tests/consumers/)
   libboost-dev             # Boost.Asio: the async tests and examples/async_handler (C++20 coroutines on a pool)
-  libgrpc++-dev protobuf-compiler-grpc  # gRPC: <spanprof/grpc.hpp>'s tests, example and benchmark
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev  # gRPC: <spanprof/grpc.hpp>'s tests, example and benchmark (libgrpc++-dev does not bring protobuf's headers)
   chromium                 # headless, renders spanprof-report's page in its tests (tests/test_report.cpp)
   g++-aarch64-linux-gnu qemu-system-arm  # scripts/arm64.sh: tests built for aarch64, run on an arm64 kernel in a VM
 )

@@ -69,6 +69,7 @@ otel_prefix=$(bash scripts/opentelemetry.sh)
 # (tests/CMakeLists.txt: spanprof_inline_workload).
 cmake -S . -B $out/cmake -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$warnings" \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
+  -DSPANPROF_CURL=ON -DSPANPROF_LIBDW=ON -DSPANPROF_TCMALLOC=ON -DSPANPROF_GRPC=ON \
   ${otel_prefix:+-DCMAKE_PREFIX_PATH="$otel_prefix" -DSPANPROF_OPENTELEMETRY=ON} >/dev/null
 cmake --build $out/cmake -j "$jobs"
 # The consumers (step 5) compile and run small programs: from now on, beside the suites.
