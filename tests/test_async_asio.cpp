@@ -129,8 +129,11 @@ TEST_CASE("spanprof::asio::co_spawn: one profile per request with every stage, w
     INFO("request " << i << " ran on " << staged[i].ran_on.size() << " threads");
     REQUIRE(mine.size() == 1);  // one profile, not one per thread or per turn
 #ifndef SPANPROF_TESTS_UNDER_TSAN  // TSan delivers a signal late, at its next intercepted call (1 run in 150: 0.07)
-    for (const char* stage : {"async_parse_stage", "async_query_stage", "async_render_stage"})
+    for (const char* stage : {"async_parse_stage", "async_query_stage", "async_render_stage"}) {
+      // Where the samples went when a stage has too few (seen once in CI: 2 of 22).
+      INFO(spanprof_test::stacks_without(mine.front()->decoded, stage));
       CHECK(spanprof_test::share_on_stack(mine.front()->decoded, stage) > 0.1);
+    }
 #endif
     sampled += static_cast<double>(spanprof_test::value_total(mine.front()->decoded, 1)) * 1e-9;
     used += staged[i].cpu_seconds;
