@@ -41,8 +41,9 @@ COMPANION_INCLUDES = {UMBRELLA}
 # With the compiled library a companion may need what the umbrella includes only
 # where the runtime is compiled.
 COMPANION_RUNTIME_INCLUDES = {"spanprof/detail/capture/heap_sampler.hpp"}
-# Lowest first. A folder not listed here is an error: new folders need a place.
+# One concept per header: a header longer than this is split (checked with the rest).
 MAX_HEADER_LINES = 600
+# Lowest first. A folder not listed here is an error: new folders need a place.
 LAYERS = ["base", "span", "symbolization", "profile", "policy", "capture", "delivery", "runtime"]
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*<(spanprof/[^>]+)>\s*(//.*)?$')
 CONDITIONAL_OPEN_RE = re.compile(r'^\s*#\s*if(n?def)?\b')
