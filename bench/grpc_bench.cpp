@@ -11,10 +11,12 @@
 //   off        no spanprof, no interceptor
 //   empty      no spanprof; an interceptor that only proceeds: what gRPC itself charges
 //              for a call with any server interceptor
-//   installed  spanprof::grpc::install with a head sampler that profiles nothing: the
-//              interceptor's own cost (gRPC runs one more trip through its core for a
-//              call with any interceptor), nothing recorded
+//   installed  spanprof::grpc::install with a head sampler that profiles nothing:
+//              what a server pays for the RPCs it does not profile (the factory's
+//              decision; such an RPC gets no interceptor), nothing recorded
 //   default    spanprof::grpc::install, default options: every RPC profiled
+//   rare       every RPC profiled at 1 Hz (diagnostic): the interceptor and the
+//              request's bookkeeping, almost no samples or profiles
 // Profiles go to an uploader that counts them, so no disk or network I/O is measured.
 //
 // The control port speaks HTTP, as the HTTP server's does: GET /cpu answers
@@ -69,14 +71,14 @@ class Checkout final : public spanprof::example::Checkout::CallbackService {
 };
 
 int serve(const std::string& mode, int control_port) {
-  const bool installed = mode == "installed" || mode == "default";
+  const bool installed = mode == "installed" || mode == "default" || mode == "rare";
   if (!installed && mode != "off" && mode != "empty") {
     std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
     return 2;
   }
   if (installed) {
     spanprof::Options options(spanprof::ignore_environment);
-    options.frequency_hz = 100;
+    options.frequency_hz = mode == "rare" ? 1 : 100;
     if (mode == "installed") options.head_sampler = std::make_shared<spanprof::NeverSampler>();
     options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>(
         [](const spanprof::EncodedProfile&, std::string_view) {

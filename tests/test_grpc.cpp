@@ -88,6 +88,36 @@ struct StepLog {
 };
 StepLog step_log;
 
+// What each Quote handler saw of its RPC, by the span span_of() gave it: the span
+// current_span() gave (empty: none), and the RPCs spanprof was intercepting then.
+struct Sight {
+  std::string current_span;
+  std::int64_t rpcs_in_flight = -1;
+};
+struct SightLog {
+  std::mutex mutex;
+  std::map<std::string, Sight> by_span;
+  void record(const grpc::ServerContextBase& context) {
+    const spanprof::SpanContext span = spanprof::grpc::span_of(context);
+    const spanprof::SpanContext current = spanprof::grpc::current_span();
+    std::lock_guard<std::mutex> lock(mutex);
+    by_span[span.valid() ? span.span_id.to_hex() : "none"] =
+        Sight{current.valid() ? current.span_id.to_hex() : "", spanprof::grpc::rpcs_in_flight()};
+  }
+  void clear() {
+    std::lock_guard<std::mutex> lock(mutex);
+    by_span.clear();
+  }
+  bool get(const std::string& span, Sight& sight) {
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto found = by_span.find(span);
+    if (found == by_span.end()) return false;
+    sight = found->second;
+    return true;
+  }
+};
+SightLog sight_log;
+
 // One step of a handler: `work` for cpu_ms of this thread's CPU, logged under
 // `span` (by default the one spanprof gave the RPC whose handler runs here).
 template <class Work>
@@ -98,7 +128,8 @@ void step(Work work, double cpu_ms, spanprof::SpanContext span = spanprof::grpc:
 }
 
 class SyncCheckout final : public Checkout::Service {
-  grpc::Status Quote(grpc::ServerContext*, const QuoteRequest* request, QuoteReply* reply) override {
+  grpc::Status Quote(grpc::ServerContext* context, const QuoteRequest* request, QuoteReply* reply) override {
+    sight_log.record(*context);
     step(sync_quote_pricing, request->cpu_ms());
     if (request->fail_with() != 0)
       return grpc::Status(static_cast<grpc::StatusCode>(request->fail_with()), "the order cannot be priced");
@@ -211,6 +242,7 @@ class ReceiptWriter final : public grpc::ServerWriteReactor<ReceiptPart> {
 class CallbackCheckout final : public Checkout::CallbackService {
   grpc::ServerUnaryReactor* Quote(grpc::CallbackServerContext* context, const QuoteRequest* request,
                                   QuoteReply* reply) override {
+    sight_log.record(*context);
     step(callback_quote_pricing, request->cpu_ms());
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     if (request->fail_with() != 0) {
@@ -521,4 +553,83 @@ TEST_CASE("gRPC: malformed traceparent metadata gives the RPC a new root span an
   }
   CHECK(profiles.size() == 2);
   CHECK(roots.size() == profiles.size());  // a trace of its own each
+}
+
+// Declines one method's RPCs: the others are profiled as ever.
+class DeclineMethod final : public spanprof::HeadSampler {
+ public:
+  explicit DeclineMethod(std::string method) : method_(std::move(method)) {}
+  bool should_profile(const spanprof::SpanContext&, std::string_view span_name) noexcept override {
+    return span_name != method_;
+  }
+
+ private:
+  std::string method_;
+};
+
+TEST_CASE("gRPC: an RPC the head sampler turns down is not intercepted, and its handler still finds its span",
+          "[grpc]") {
+  spanprof::Options options;
+  options.frequency_hz = 1000;
+  options.head_sampler = std::make_shared<DeclineMethod>("/spanprof.example.Checkout/Quote");
+  Collector collector(options);
+  Servers servers;
+  sight_log.clear();
+  const spanprof::SpanContext sync_span = span_number(7400), callback_span = span_number(7401);
+  const spanprof::SpanContext streamed = span_number(7402);
+  // One at a time: an RPC in flight is one spanprof intercepts.
+  REQUIRE(wait_for_no_rpcs());
+  CHECK(quote(*servers.sync, spanprof::format_traceparent(sync_span), 20).ok());
+  CHECK(quote(*servers.callback, spanprof::format_traceparent(callback_span), 20).ok());
+  CHECK(receipt(*servers.callback, spanprof::format_traceparent(streamed), 20, 2).ok());
+  CHECK(quote(*servers.sync, "", 20).ok());  // no traceparent, declined: no span at all
+  REQUIRE(wait_for_no_rpcs());
+
+  for (const spanprof::SpanContext& span : {sync_span, callback_span}) {
+    Sight sight;
+    INFO("declined RPC under " << span.span_id.to_hex());
+    REQUIRE(sight_log.get(span.span_id.to_hex(), sight));  // span_of: the span its client sent
+    CHECK(sight.current_span.empty());                     // not profiled: current_span() is for profiled RPCs
+    CHECK(sight.rpcs_in_flight == 0);                      // no interceptor: gRPC served it as without spanprof
+  }
+  Sight rootless;
+  CHECK(sight_log.get("none", rootless));
+  const auto profiles = collector.profiles();
+  CHECK(profiles_of(profiles, sync_span.span_id).empty());
+  CHECK(profiles_of(profiles, callback_span.span_id).empty());
+  CHECK(profiles_of(profiles, streamed.span_id).size() == 1);  // the other method's RPCs are profiled
+  CHECK(profiles.size() == 1);
+  CHECK(step_log.get(streamed.span_id).steps == 2);
+}
+
+TEST_CASE("gRPC: span_of() in a profiled RPC's handler is its span, a new root span's too", "[grpc]") {
+  spanprof::Options options;
+  options.frequency_hz = 1000;
+  Collector collector(options);
+  Servers servers;
+  sight_log.clear();
+  const spanprof::SpanContext sent = span_number(7500);
+  CHECK(quote(*servers.callback, spanprof::format_traceparent(sent), 20).ok());
+  CHECK(quote(*servers.sync, "", 20).ok());
+  REQUIRE(wait_for_no_rpcs());
+  Sight sight;
+  REQUIRE(sight_log.get(sent.span_id.to_hex(), sight));
+  CHECK(sight.current_span == sent.span_id.to_hex());
+  CHECK(sight.rpcs_in_flight >= 1);
+  // The RPC with no traceparent: span_of() gives the root span spanprof made for it,
+  // the one its profile is under.
+  std::string root;
+  {
+    std::lock_guard<std::mutex> lock(sight_log.mutex);
+    CHECK(sight_log.by_span.size() == 2);
+    for (const auto& [span, seen] : sight_log.by_span)
+      if (span != sent.span_id.to_hex() && seen.current_span == span) root = span;
+  }
+  INFO("root span " << root);
+  REQUIRE(!root.empty());
+  const auto profiles = collector.profiles();
+  CHECK(profiles.size() == 2);
+  bool found = false;
+  for (const auto& p : profiles) found = found || p.meta.record.span.span_id.to_hex() == root;
+  CHECK(found);
 }
