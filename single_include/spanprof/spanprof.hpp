@@ -10886,10 +10886,9 @@ SPANPROF_NAMESPACE_END
 #define SPANPROF_DETAIL_CAPTURE_THREAD_STACK_SAMPLER_HPP_
 
 
-// Compiled out with the SDK: nothing here may reach gperftools then.
+// Compiled out with the SDK: nothing here may reach gperftools then (the walker's
+// fallback, stack_walker.hpp, includes it).
 #if SPANPROF_ENABLED
-
-#include <gperftools/profiler.h>
 
 #include <algorithm>
 #include <atomic>

@@ -93,6 +93,11 @@ struct AttributionSettings {
   std::int64_t between_ns = 3'000'000;  // unprofiled CPU after each span
   int busy_processes = 0;
   bool watch_cpu_ticks = true;  // Options::watch_cpu_ticks
+  // Over 0: a span whose own CPU, or its thread's CPU since the span before's work,
+  // is this much over what its work takes is void, counted, not compared: the
+  // thread's CPU clock jumped (an emulated VM's, while the host took its vCPU away),
+  // and neither the truth nor the samples' weights hold what the thread ran.
+  std::int64_t void_after_clock_jump_ns = 0;
 };
 
 struct SpanMeasure {
@@ -109,6 +114,7 @@ struct SpanMeasure {
 struct AttributionSummary {
   int spans = 0;
   int missing = 0;  // spans with no profile (no sample)
+  int voided = 0;   // spans left out: the thread's CPU clock jumped (void_after_clock_jump_ns)
   double p10 = 0, p50 = 0, p90 = 0, min = 0, max = 0;
   double sum_ratio = 0;  // all the profiles' CPU over all the spans' CPU
   // When a span's ratio is over 1.5 or a thread ran over 30 ms of CPU between two
@@ -117,7 +123,8 @@ struct AttributionSummary {
   std::string worst;
 };
 
-inline AttributionSummary summarize(const std::vector<SpanMeasure>& measures, bool long_spans) {
+inline AttributionSummary summarize(const std::vector<SpanMeasure>& measures, bool long_spans,
+                                    const AttributionSettings& settings = {}) {
   AttributionSummary s;
   std::vector<double> ratios;
   double truth = 0, profiled = 0;
@@ -125,6 +132,14 @@ inline AttributionSummary summarize(const std::vector<SpanMeasure>& measures, bo
   std::int64_t widest_gap = 0;
   for (const auto& m : measures) {
     if (m.long_span != long_spans) continue;
+    if (settings.void_after_clock_jump_ns > 0) {
+      const std::int64_t work_ns = long_spans ? settings.long_span_ns : settings.short_span_ns;
+      if (m.cpu_before_ns > settings.between_ns + settings.void_after_clock_jump_ns ||
+          m.true_cpu_ns > work_ns + settings.void_after_clock_jump_ns) {
+        ++s.voided;
+        continue;
+      }
+    }
     if (worst == nullptr || m.ratio() > worst->ratio()) worst = &m;
     widest_gap = std::max(widest_gap, m.cpu_before_ns);
     ++s.spans;
@@ -156,11 +171,12 @@ inline AttributionSummary summarize(const std::vector<SpanMeasure>& measures, bo
 }
 
 struct AttributionRun {
+  AttributionSettings settings;
   std::vector<SpanMeasure> spans;
   spanprof::CpuSampleSource source_used = spanprof::CpuSampleSource::automatic;
   std::string error;  // a profile that did not decode
-  AttributionSummary long_spans() const { return summarize(spans, true); }
-  AttributionSummary short_spans() const { return summarize(spans, false); }
+  AttributionSummary long_spans() const { return summarize(spans, true, settings); }
+  AttributionSummary short_spans() const { return summarize(spans, false, settings); }
 };
 
 // Starts spanprof with `settings`, runs the workload, flushes, shuts down.
@@ -202,6 +218,7 @@ inline AttributionRun run_attribution(const AttributionSettings& settings) {
   spanprof::start(std::move(options));
 
   AttributionRun run;
+  run.settings = settings;
   {
     BusyProcesses busy(settings.busy_processes, 120);
     std::mutex mutex;

@@ -26,10 +26,9 @@
 #include <spanprof/detail/capture/span_handles.hpp>
 #include <spanprof/profile/profile.hpp>
 
-// Compiled out with the SDK: nothing here may reach gperftools then.
+// Compiled out with the SDK: nothing here may reach gperftools then (the walker's
+// fallback, stack_walker.hpp, includes it).
 #if SPANPROF_ENABLED
-
-#include <gperftools/profiler.h>
 
 #include <algorithm>
 #include <atomic>
