@@ -26,7 +26,7 @@ generates or when a rule is broken: CI runs it.
 Companion headers (a program includes them in one source file only, or they need
 a library spanprof does not: Boost.Asio, gRPC, opentelemetry-cpp) cannot be part of the
 single header: they are copied beside it unchanged, and may include nothing of
-spanprof's but the umbrella header.
+spanprof's but the umbrella header and other companions.
 """
 import pathlib
 import re
@@ -36,8 +36,11 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 INCLUDE = ROOT / "include"
 OUTPUT = ROOT / "single_include" / "spanprof" / "spanprof.hpp"
 UMBRELLA = "spanprof/spanprof.hpp"
-COMPANIONS = ["spanprof/allocation_hooks.hpp", "spanprof/asio.hpp", "spanprof/grpc.hpp", "spanprof/opentelemetry.hpp"]
-COMPANION_INCLUDES = {UMBRELLA}
+COMPANIONS = ["spanprof/allocation_hooks.hpp", "spanprof/asio.hpp", "spanprof/grpc.hpp", "spanprof/opentelemetry.hpp",
+              "spanprof/opentelemetry_propagation.hpp"]
+# The umbrella, and other companions: copied beside the single header under the
+# same names, they are found there as in include/.
+COMPANION_INCLUDES = {UMBRELLA, *COMPANIONS}
 # With the compiled library a companion may need what the umbrella includes only
 # where the runtime is compiled.
 COMPANION_RUNTIME_INCLUDES = {"spanprof/detail/capture/heap_sampler.hpp"}
@@ -159,12 +162,13 @@ def outputs(problems):
         text = (INCLUDE / relative).read_text()
         for target in spanprof_includes(relative, problems):
             if target not in COMPANION_INCLUDES and target not in COMPANION_RUNTIME_INCLUDES:
-                problems.append(f"companion {relative} includes {target}; only the umbrella header is allowed, and "
-                                "what the umbrella's runtime section includes (dropped in the single header)")
-        # In the single header's world the umbrella is the only spanprof header:
-        # what a companion includes besides it is in the umbrella's runtime section.
+                problems.append(f"companion {relative} includes {target}; only the umbrella header, other companions "
+                                "and what the umbrella's runtime section includes (dropped in the single header)")
+        # In the single header's world the umbrella and the companions are the only
+        # spanprof headers: what a companion includes besides them is in the
+        # umbrella's runtime section.
         text = "".join(line for line in text.splitlines(keepends=True)
-                       if not (INCLUDE_RE.match(line) and INCLUDE_RE.match(line).group(1) != UMBRELLA))
+                       if not (INCLUDE_RE.match(line) and INCLUDE_RE.match(line).group(1) not in COMPANION_INCLUDES))
         files[OUTPUT.parent / pathlib.Path(relative).name] = text
     return files
 

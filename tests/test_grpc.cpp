@@ -14,6 +14,14 @@
 
 #include <grpcpp/grpcpp.h>
 
+#ifdef SPANPROF_TEST_GRPC_WITH_OPENTELEMETRY  // the OpenTelemetry API headers were found
+#include <spanprof/opentelemetry_propagation.hpp>
+
+#include <opentelemetry/context/propagation/global_propagator.h>
+#include <opentelemetry/context/propagation/noop_propagator.h>
+#include <opentelemetry/trace/propagation/b3_propagator.h>
+#endif
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -227,15 +235,20 @@ class ReceiptWriter final : public grpc::ServerWriteReactor<ReceiptPart> {
     if (part_ == request_.parts()) return Finish(grpc::Status::OK);
     if (context_->IsCancelled()) return Finish(grpc::Status::CANCELLED);
     step(callback_receipt_rendering, request_.cpu_ms(), span_);
-    reply_.set_part(part_++);
-    StartWrite(&reply_);
+    // A message of its own per write, never written again: gRPC may serialize a
+    // write the constructor started later, outside this lock (when it binds the
+    // reactor), and ThreadSanitizer cannot see gRPC order that read before the
+    // next step's.
+    replies_.emplace_back();
+    replies_.back().set_part(part_++);
+    StartWrite(&replies_.back());
   }
   std::recursive_mutex mutex_;
   spanprof::RequestProfile rpc_ = spanprof::grpc::current_request();
   spanprof::SpanContext span_ = spanprof::grpc::current_span();
   grpc::CallbackServerContext* context_;
   QuoteRequest request_;
-  ReceiptPart reply_;
+  std::deque<ReceiptPart> replies_;
   int part_ = 0;
 };
 
@@ -293,9 +306,10 @@ struct Servers {
 };
 
 grpc::Status quote(Checkout::Stub& stub, const std::string& traceparent, double cpu_ms, int fail_with = 0,
-                   std::chrono::milliseconds deadline = std::chrono::seconds(30)) {
+                   std::chrono::milliseconds deadline = std::chrono::seconds(30),
+                   const std::string& metadata_key = "traceparent") {
   grpc::ClientContext context;
-  if (!traceparent.empty()) context.AddMetadata("traceparent", traceparent);
+  if (!traceparent.empty()) context.AddMetadata(metadata_key, traceparent);
   context.set_deadline(std::chrono::system_clock::now() + deadline);
   QuoteRequest request;
   request.set_items(3);
@@ -633,3 +647,48 @@ TEST_CASE("gRPC: span_of() in a profiled RPC's handler is its span, a new root s
   for (const auto& p : profiles) found = found || p.meta.record.span.span_id.to_hex() == root;
   CHECK(found);
 }
+
+#ifdef SPANPROF_TEST_GRPC_WITH_OPENTELEMETRY
+TEST_CASE("gRPC with OpenTelemetry's propagator: each RPC under the span its B3 or W3C metadata carries",
+          "[grpc][opentelemetry]") {
+  namespace propagation = opentelemetry::context::propagation;
+  // The service's propagator, set as OpenTelemetry's global one: B3 (one header).
+  propagation::GlobalTextMapPropagator::SetGlobalPropagator(
+      opentelemetry::nostd::shared_ptr<propagation::TextMapPropagator>(
+          new opentelemetry::trace::propagation::B3Propagator()));
+  spanprof::Options options;
+  options.frequency_hz = 1000;
+  Collector collector(options);
+  spanprof::grpc::ServerOptions server_options;
+  server_options.span_from = [](const spanprof::grpc::Metadata& metadata) {
+    return spanprof::otel::extract_span(metadata);
+  };
+  Servers servers(server_options);
+  sight_log.clear();
+  const spanprof::SpanContext b3 = span_number(7600), w3c = span_number(7601);
+  const std::string b3_header = b3.trace_id.to_hex() + "-" + b3.span_id.to_hex() + "-1";
+  CHECK(quote(*servers.callback, b3_header, 20, 0, std::chrono::seconds(30), "b3").ok());
+  CHECK(quote(*servers.sync, b3_header, 20, 0, std::chrono::seconds(30), "b3").ok());
+  // No B3 header: the W3C traceparent still names the span.
+  CHECK(quote(*servers.sync, spanprof::format_traceparent(w3c), 20).ok());
+  REQUIRE(wait_for_no_rpcs());
+  propagation::GlobalTextMapPropagator::SetGlobalPropagator(
+      opentelemetry::nostd::shared_ptr<propagation::TextMapPropagator>(new propagation::NoOpPropagator()));
+
+  const auto profiles = collector.profiles();
+  const auto under_b3 = profiles_of(profiles, b3.span_id);
+  CHECK(under_b3.size() == 2);  // one per RPC, both under the span B3 carried
+  for (const auto* profile : under_b3) {
+    CHECK(profile->meta.record.span.trace_id == b3.trace_id);
+    CHECK(label_value(profile->decoded, "span_name") == "/spanprof.example.Checkout/Quote");
+  }
+  CHECK(profiles_of(profiles, w3c.span_id).size() == 1);
+  CHECK(profiles.size() == 3);
+  Sight sight;
+  REQUIRE(sight_log.get(b3.span_id.to_hex(), sight));  // span_of: the span spanprof gave the RPC
+  CHECK(sight.current_span == b3.span_id.to_hex());
+  // Outside any RPC: the same function reads a plain header map (HTTP headers).
+  std::map<std::string, std::string> http_headers{{"traceparent", spanprof::format_traceparent(w3c)}};
+  CHECK(spanprof::otel::extract_span(http_headers).span_id == w3c.span_id);
+}
+#endif
