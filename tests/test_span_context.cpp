@@ -29,6 +29,9 @@ TEST_CASE("traceparent parsing is strict W3C") {
   const Case cases[] = {
       {"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", TraceparentError::bad_trace_id},  // uppercase
       {"00-4bf92f3577b34da6a3ce929d0e0e4736-00F067AA0BA902B7-01", TraceparentError::bad_span_id},
+      // Bytes over 0x7f (a signed char's negative values) are no digits either.
+      {"00-4bf92f3577b34da6a3ce929d0e0e47\xe9" "6-00f067aa0ba902b7-01", TraceparentError::bad_trace_id},
+      {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902\xff" "7-01", TraceparentError::bad_span_id},
       {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0A", TraceparentError::bad_flags},
       {"0A-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", TraceparentError::bad_version},
       {"00-00000000000000000000000000000000-00f067aa0ba902b7-01", TraceparentError::zero_trace_id},
