@@ -199,22 +199,25 @@ class Worker {
 Worker* worker = nullptr;  // the running test's
 
 // Writes one part per step: the reactor's constructor (inside the handler), then
-// each OnWriteDone, on whichever executor thread gRPC runs it. Those steps are
-// the RPC's through a Fragment of the request the handler had: gRPC gives an
-// interceptor no hook around them.
+// each OnWriteDone, on whichever executor thread gRPC runs it. gRPC gives an
+// interceptor no hook around those steps: they are the RPC's through a Fragment of
+// the request the handler had, opened here (OpensFragments) or by
+// spanprof::grpc::Profiled<ReceiptWriterOf<false>> around each step.
 //
 // Each step holds the reactor's lock: gRPC hands the reactor from one of its threads
 // to the next through its core, which ThreadSanitizer cannot see with Debian's gRPC.
-class ReceiptWriter final : public grpc::ServerWriteReactor<ReceiptPart> {
+template <bool OpensFragments>
+class ReceiptWriterOf : public grpc::ServerWriteReactor<ReceiptPart> {
  public:
-  ReceiptWriter(grpc::CallbackServerContext* context, const QuoteRequest& request)
+  ReceiptWriterOf(grpc::CallbackServerContext* context, const QuoteRequest& request)
       : context_(context), request_(request) {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
     next();
   }
   void OnWriteDone(bool ok) override {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
-    spanprof::Fragment step(rpc_);
+    static const spanprof::RequestProfile none;  // inactive: a fragment of it does nothing
+    spanprof::Fragment step(OpensFragments ? rpc_ : none);
     if (!ok) return Finish(grpc::Status::CANCELLED);
     if (part_ % 3 != 2) return next();
     // Every third part is rendered on the service's own worker thread, bound to
@@ -253,6 +256,10 @@ class ReceiptWriter final : public grpc::ServerWriteReactor<ReceiptPart> {
 };
 
 class CallbackCheckout final : public Checkout::CallbackService {
+ public:
+  bool profiled_reactors = false;  // Receipt's reactor: spanprof::grpc::Profiled, or its own fragments
+
+ private:
   grpc::ServerUnaryReactor* Quote(grpc::CallbackServerContext* context, const QuoteRequest* request,
                                   QuoteReply* reply) override {
     sight_log.record(*context);
@@ -268,7 +275,8 @@ class CallbackCheckout final : public Checkout::CallbackService {
   }
   grpc::ServerWriteReactor<ReceiptPart>* Receipt(grpc::CallbackServerContext* context,
                                                  const QuoteRequest* request) override {
-    return new ReceiptWriter(context, *request);
+    if (profiled_reactors) return new spanprof::grpc::Profiled<ReceiptWriterOf<false>>(context, *request);
+    return new ReceiptWriterOf<true>(context, *request);
   }
 };
 
@@ -280,7 +288,8 @@ struct Servers {
   std::unique_ptr<grpc::Server> sync_server, callback_server;
   std::unique_ptr<Checkout::Stub> sync, callback;
 
-  explicit Servers(spanprof::grpc::ServerOptions options = {}) {
+  explicit Servers(spanprof::grpc::ServerOptions options = {}, bool profiled_reactors = false) {
+    callback_service.profiled_reactors = profiled_reactors;
     worker = &own_thread;
     sync_server = build(sync_service, options, sync);
     callback_server = build(callback_service, options, callback);
@@ -432,10 +441,14 @@ TEST_CASE("gRPC: every RPC (unary and streaming, sync and callback server) is on
 
 TEST_CASE("gRPC: a callback RPC whose steps ran on several gRPC threads has all of them in its one profile",
           "[grpc]") {
+  // Its reactor opens a fragment in each step, or spanprof::grpc::Profiled does.
+  const bool profiled_reactors = GENERATE(false, true);
+  INFO((profiled_reactors ? "spanprof::grpc::Profiled<reactor>" : "the reactor's own fragments"));
   spanprof::Options options;
   options.frequency_hz = 1000;
   Collector collector(options);
-  Servers servers;
+  Servers servers({}, profiled_reactors);
+  const unsigned first_span = profiled_reactors ? 7150 : 7100;
   // Eight streams at once, eight steps each: gRPC runs their OnWriteDone steps on
   // whichever of its executor threads is free, and every third part is rendered
   // on the service's own worker thread.
@@ -444,7 +457,8 @@ TEST_CASE("gRPC: a callback RPC whose steps ran on several gRPC threads has all 
   std::vector<grpc::StatusCode> statuses(streams);
   for (unsigned i = 0; i < streams; ++i)
     clients.emplace_back([&, i] {
-      statuses[i] = receipt(*servers.callback, spanprof::format_traceparent(span_number(7100 + i)), 50, 8).error_code();
+      statuses[i] =
+          receipt(*servers.callback, spanprof::format_traceparent(span_number(first_span + i)), 50, 8).error_code();
     });
   for (auto& client : clients) client.join();
   for (grpc::StatusCode status : statuses) CHECK(status == grpc::StatusCode::OK);
@@ -452,7 +466,7 @@ TEST_CASE("gRPC: a callback RPC whose steps ran on several gRPC threads has all 
 
   const auto profiles = collector.profiles();
   for (unsigned i = 0; i < streams; ++i) {
-    const spanprof::SpanId span = span_number(7100 + i).span_id;
+    const spanprof::SpanId span = span_number(first_span + i).span_id;
     const Step seen = step_log.get(span);
     const auto mine = profiles_of(profiles, span);
     INFO("stream " << i << ": " << seen.steps << " steps on " << seen.threads.size() << " threads");

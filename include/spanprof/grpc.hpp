@@ -20,14 +20,14 @@
 //
 // What it cannot: a callback reactor's later steps (OnReadDone, OnWriteDone, ...).
 // With any interceptor installed, gRPC 1.51 runs them after one more trip through
-// its core, on an executor thread, with no hook around them. One line per step
-// adds them, with the handle the handler had (docs/grpc.md):
+// its core, on an executor thread, with no hook around them. The handler makes the
+// reactor profiled instead, every step of it (docs/grpc.md):
 //
-//   class Writer : public grpc::ServerWriteReactor<Part> {
-//     spanprof::RequestProfile rpc_ = spanprof::grpc::current_request();  // made in the handler
-//     void OnWriteDone(bool ok) override {
-//       spanprof::Fragment step(rpc_);   // this step is part of the RPC's profile
-//       ...
+//   grpc::ServerWriteReactor<Part>* Receipt(grpc::CallbackServerContext* context, const Order* order) override {
+//     return new spanprof::grpc::Profiled<ReceiptWriter>(context, order);   // not new ReceiptWriter(...)
+//   }
+//
+// or a step opens a spanprof::Fragment of current_request(), kept from the handler.
 //
 // spanprof::grpc::current_span() and current_request() are the RPC's, in the handler:
 // for child spans and logs, and to bind work handed to other threads.
@@ -43,6 +43,7 @@
 
 #include <grpcpp/server_builder.h>
 #include <grpcpp/server_context.h>
+#include <grpcpp/support/server_callback.h>
 #include <grpcpp/support/interceptor.h>
 #include <grpcpp/support/server_interceptor.h>
 #include <grpcpp/support/string_ref.h>
@@ -60,6 +61,7 @@
 #include <new>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -96,6 +98,17 @@ inline SpanContext span_of(const ::grpc::ServerContextBase& context,
 // RPCs begun and not ended, and handlers still running: 0 once every call is over
 // and every profile of one handed over.
 inline std::int64_t rpcs_in_flight() noexcept;
+
+// A callback reactor whose every later step (OnReadDone, OnWriteDone,
+// OnSendInitialMetadataDone, OnCancel, OnDone) is part of its RPC's profile,
+// whichever gRPC thread runs it: made in the handler instead of the reactor,
+//
+//   return new spanprof::grpc::Profiled<ReceiptWriter>(context, request);
+//
+// with the reactor's own constructor arguments. The reactor's step methods must be
+// public or protected, and neither it nor they final.
+template <class Reactor>
+class Profiled;
 
 namespace detail {
 
@@ -342,6 +355,105 @@ inline SpanContext span_of(const ::grpc::ServerContextBase& context,
 }
 
 inline std::int64_t rpcs_in_flight() noexcept { return detail::rpcs_in_flight.load(std::memory_order_acquire); }
+
+namespace detail {
+
+// Which of gRPC's reactor kinds a reactor is: a step is wrapped only where its kind has it.
+template <class Request, class Response>
+std::true_type reads_messages(const ::grpc::ServerBidiReactor<Request, Response>*);
+template <class Request>
+std::true_type reads_messages(const ::grpc::ServerReadReactor<Request>*);
+std::false_type reads_messages(...);
+template <class Request, class Response>
+std::true_type writes_messages(const ::grpc::ServerBidiReactor<Request, Response>*);
+template <class Response>
+std::true_type writes_messages(const ::grpc::ServerWriteReactor<Response>*);
+std::false_type writes_messages(...);
+
+// The handler's request, kept by its reactor for the steps gRPC runs on its other
+// threads. Under a lock, written and read: gRPC hands the reactor between threads
+// through its core, which ThreadSanitizer does not see in Debian's gRPC.
+class ReactorRequest {
+ public:
+  ReactorRequest() noexcept : request_(current_request()) { std::lock_guard<std::mutex> publish(mutex_); }
+  RequestProfile get() const noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return request_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  RequestProfile request_;
+};
+
+// Every kind's steps, each in a fragment of the handler's request (the reactor is
+// made there). The fragment holds the request itself, so a step that deletes the
+// reactor (OnDone) leaves it intact.
+template <class Reactor>
+class ProfiledSteps : public Reactor {
+ public:
+  using Reactor::Reactor;
+  void OnSendInitialMetadataDone(bool ok) override {
+    const RequestProfile request = rpc_.get();
+    Fragment step(request);
+    Reactor::OnSendInitialMetadataDone(ok);
+  }
+  void OnCancel() override {
+    const RequestProfile request = rpc_.get();
+    Fragment step(request);
+    Reactor::OnCancel();
+  }
+  void OnDone() override {
+    const RequestProfile request = rpc_.get();
+    Fragment step(request);
+    Reactor::OnDone();
+  }
+
+ protected:
+  ReactorRequest rpc_;
+};
+
+template <class Base, bool = decltype(reads_messages(static_cast<Base*>(nullptr)))::value>
+class ProfiledReads : public Base {
+ public:
+  using Base::Base;
+};
+template <class Base>
+class ProfiledReads<Base, true> : public Base {
+ public:
+  using Base::Base;
+  void OnReadDone(bool ok) override {
+    const RequestProfile request = this->rpc_.get();
+    Fragment step(request);
+    Base::OnReadDone(ok);
+  }
+};
+
+template <class Base, bool = decltype(writes_messages(static_cast<Base*>(nullptr)))::value>
+class ProfiledWrites : public Base {
+ public:
+  using Base::Base;
+};
+template <class Base>
+class ProfiledWrites<Base, true> : public Base {
+ public:
+  using Base::Base;
+  void OnWriteDone(bool ok) override {
+    const RequestProfile request = this->rpc_.get();
+    Fragment step(request);
+    Base::OnWriteDone(ok);
+  }
+};
+
+}  // namespace detail
+
+template <class Reactor>
+class Profiled final : public detail::ProfiledWrites<detail::ProfiledReads<detail::ProfiledSteps<Reactor>>> {
+  using Steps = detail::ProfiledWrites<detail::ProfiledReads<detail::ProfiledSteps<Reactor>>>;
+
+ public:
+  using Steps::Steps;
+};
 
 }  // namespace grpc
 SPANPROF_NAMESPACE_END
