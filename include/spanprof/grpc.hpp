@@ -162,27 +162,25 @@ struct RpcStart {
   RequestProfile request;
 };
 
-// The RPC's span from its client metadata (W3C traceparent, or options.span_from):
-// bound to the context before gRPC asks the interceptor factories (sync, callback
-// and async servers alike).
-inline SpanContext span_from_metadata(const ServerOptions& options, ::grpc::experimental::ServerRpcInfo& info) noexcept {
-  const Metadata& metadata = info.server_context()->client_metadata();
-  if (options.span_from) {
+// The span client metadata carries: `span_from`'s, or the W3C traceparent entry's.
+// A malformed traceparent is reported naming `method`, unless it is null (the RPC
+// was read before, and its error reported then).
+inline SpanContext span_in(const Metadata& metadata, const std::function<SpanContext(const Metadata&)>& span_from,
+                           const char* method) noexcept {
+  if (span_from) {
     SPANPROF_TRY {
-      return options.span_from(metadata);
+      return span_from(metadata);
     } SPANPROF_CATCH_ALL {
       return {};
     }
   }
   const auto entry = metadata.find("traceparent");
   if (entry == metadata.end()) return {};
-  const std::string_view header(entry->second.data(), entry->second.size());
-  const TraceparentParse parsed = parse_traceparent(header);
-  if (!parsed) {
+  const TraceparentParse parsed = parse_traceparent(std::string_view(entry->second.data(), entry->second.size()));
+  if (!parsed && method != nullptr) {
     char message[160];
-    std::snprintf(message, sizeof message, "gRPC %s: traceparent metadata: %.*s; the RPC gets a new root span",
-                  info.method() != nullptr ? info.method() : "call", static_cast<int>(parsed.message().size()),
-                  parsed.message().data());
+    std::snprintf(message, sizeof message, "gRPC %s: traceparent metadata: %.*s; the RPC gets a new root span", method,
+                  static_cast<int>(parsed.message().size()), parsed.message().data());
     report_error(parsed.code(), message);
   }
   return parsed.context;
@@ -190,7 +188,10 @@ inline SpanContext span_from_metadata(const ServerOptions& options, ::grpc::expe
 
 inline RpcStart start_rpc(const ServerOptions& options, ::grpc::experimental::ServerRpcInfo& info) noexcept {
   RpcStart start;
-  start.span = span_from_metadata(options, info);
+  // The metadata is bound to the context before gRPC asks the interceptor
+  // factories (sync, callback and async servers alike).
+  start.span = span_in(info.server_context()->client_metadata(), options.span_from,
+                       info.method() != nullptr ? info.method() : "call");
   if (!start.span.valid()) start.span = new_root_span();
   const char* method = info.method();
   const std::string_view name = method != nullptr ? std::string_view(method) : std::string_view("grpc");
@@ -342,16 +343,8 @@ inline SpanContext span_of(const ::grpc::ServerContextBase& context,
     std::lock_guard<std::mutex> lock(rpc->mutex);
     if (rpc->context == &context) return rpc->span;
   }
-  SPANPROF_TRY {
-    const Metadata& metadata = context.client_metadata();
-    if (span_from) return span_from(metadata);
-    const auto entry = metadata.find("traceparent");
-    if (entry == metadata.end()) return {};
-    // Its error, if any, was reported when the RPC began.
-    return parse_traceparent(std::string_view(entry->second.data(), entry->second.size())).context;
-  } SPANPROF_CATCH_ALL {
-    return {};
-  }
+  // A malformed traceparent's error was reported when the RPC began.
+  return detail::span_in(context.client_metadata(), span_from, nullptr);
 }
 
 inline std::int64_t rpcs_in_flight() noexcept { return detail::rpcs_in_flight.load(std::memory_order_acquire); }
@@ -394,23 +387,23 @@ class ProfiledSteps : public Reactor {
  public:
   using Reactor::Reactor;
   void OnSendInitialMetadataDone(bool ok) override {
-    const RequestProfile request = rpc_.get();
+    const RequestProfile request = handler_request_.get();
     Fragment step(request);
     Reactor::OnSendInitialMetadataDone(ok);
   }
   void OnCancel() override {
-    const RequestProfile request = rpc_.get();
+    const RequestProfile request = handler_request_.get();
     Fragment step(request);
     Reactor::OnCancel();
   }
   void OnDone() override {
-    const RequestProfile request = rpc_.get();
+    const RequestProfile request = handler_request_.get();
     Fragment step(request);
     Reactor::OnDone();
   }
 
  protected:
-  ReactorRequest rpc_;
+  ReactorRequest handler_request_;
 };
 
 template <class Base, bool = decltype(reads_messages(static_cast<Base*>(nullptr)))::value>
@@ -423,7 +416,7 @@ class ProfiledReads<Base, true> : public Base {
  public:
   using Base::Base;
   void OnReadDone(bool ok) override {
-    const RequestProfile request = this->rpc_.get();
+    const RequestProfile request = this->handler_request_.get();
     Fragment step(request);
     Base::OnReadDone(ok);
   }
@@ -439,7 +432,7 @@ class ProfiledWrites<Base, true> : public Base {
  public:
   using Base::Base;
   void OnWriteDone(bool ok) override {
-    const RequestProfile request = this->rpc_.get();
+    const RequestProfile request = this->handler_request_.get();
     Fragment step(request);
     Base::OnWriteDone(ok);
   }
