@@ -8,10 +8,14 @@
 //
 // --spans N: spans of 60 ms and of 8 ms per thread, alternating (default 60).
 //
-// Rows: the POSIX CPU timer alone (watch_cpu_ticks off), the default (the timer with
-// the ticker's CPU watch, Options::watch_cpu_ticks), perf_event. Prints, per row and load: the 60 ms spans' ratios (profile CPU / true CPU) at
-// p10, p50, p90, min and max with the spans that got no profile; the 8 ms spans'
-// sum ratio, p90 and spans without a profile.
+// Rows: the POSIX CPU timer alone (watch_cpu_ticks off); the timer with the
+// ticker's CPU watch and the spans' edges (Options::watch_cpu_ticks), what a thread
+// that switches often ticks on by default; the default (automatic: these threads
+// compute, and move to perf_event); perf_event. Prints, per row and load: the 60 ms
+// spans' ratios (profile CPU / true CPU) at p10, p50, p90, min and max with the
+// spans that got no profile; the 8 ms spans' sum ratio, p90 and spans without a
+// profile; the share of the spans' profile CPU outside the work's code (at the
+// guard's close, say), for the 60 ms and 8 ms spans.
 #include "../tests/support/span_attribution.hpp"
 
 #include <cstdio>
@@ -35,8 +39,8 @@ int main(int argc, char** argv) {
   std::printf("2 request threads, each %d spans of 60 ms and %d of 8 ms CPU, 3 ms unprofiled after each; %d Hz; "
               "loaded = beside %d busy processes on %ld cores\n",
               spans, spans, hz, busy, ::sysconf(_SC_NPROCESSORS_ONLN));
-  std::printf("%-12s %-6s | 60 ms: %5s %5s %5s %5s %5s %7s | 8 ms: %5s %5s %7s\n", "source", "load", "p10", "p50",
-              "p90", "min", "max", "missing", "sum", "p90", "missing");
+  std::printf("%-12s %-6s | 60 ms: %5s %5s %5s %5s %5s %7s | 8 ms: %5s %5s %7s | elsewhere\n", "source", "load", "p10",
+              "p50", "p90", "min", "max", "missing", "sum", "p90", "missing");
   for (int round = 0; round < repeat; ++round) {
     for (const int load : {0, busy}) {
       struct Config {
@@ -45,6 +49,7 @@ int main(int argc, char** argv) {
         bool watch;
       };
       for (const Config config : {Config{"timer alone", spanprof::CpuSampleSource::posix_timer, false},
+                                  Config{"timer+watch", spanprof::CpuSampleSource::posix_timer, true},
                                   Config{"default", spanprof::CpuSampleSource::automatic, true},
                                   Config{"perf_event", spanprof::CpuSampleSource::perf_event, false}}) {
         const auto source = config.source;
@@ -57,9 +62,9 @@ int main(int argc, char** argv) {
         const auto run = spanprof_test::run_attribution(settings);
         const auto l = run.long_spans();
         const auto s = run.short_spans();
-        std::printf("%-12s %-6s | 60 ms: %5.2f %5.2f %5.2f %5.2f %5.2f %3d/%-3d | 8 ms: %5.2f %5.2f %3d/%-3d%s\n",
+        std::printf("%-12s %-6s | 60 ms: %5.2f %5.2f %5.2f %5.2f %5.2f %3d/%-3d | 8 ms: %5.2f %5.2f %3d/%-3d | %.3f %.3f%s\n",
                     config.name, load ? "loaded" : "quiet", l.p10, l.p50, l.p90, l.min, l.max, l.missing,
-                    l.spans, s.sum_ratio, s.p90, s.missing, s.spans,
+                    l.spans, s.sum_ratio, s.p90, s.missing, s.spans, l.elsewhere, s.elsewhere,
                     run.source_used == spanprof::CpuSampleSource::perf_event && source != spanprof::CpuSampleSource::perf_event
                         ? " (ran on perf_event)"
                         : "");

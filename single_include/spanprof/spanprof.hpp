@@ -1542,6 +1542,7 @@ enum class Counter : std::uint8_t {
   wall_ticks_confirmed,   // the wall ticker's: ticks that found a thread still blocked, no signal sent
   cpu_ticks_watched,      // the ticker's: CPU ticks it sent for a POSIX timer point the kernel had not delivered
   cpu_ticks_at_close,     // ticks a span took at its close for a point its thread passed in it, not delivered yet
+  cpu_source_changes,     // written by the sample signal handler only: a thread moved between timer and perf_event
   heap_guards_opened,
   heap_samples_captured,
   heap_samples_dropped,
@@ -1832,6 +1833,7 @@ struct HeapActiveSpan {
 // A thread's times as the kernel keeps them, read at a span's open when
 // Options::time_split is on (thread_times.hpp reads them).
 struct ThreadTimes {
+  std::int64_t at_ns = 0;    // the monotonic clock they were read at
   std::int64_t cpu_ns = -1;  // -1: not read
   std::int64_t run_delay_ns = 0;
   std::int64_t voluntary_switches = 0;
@@ -2624,8 +2626,9 @@ class GuardCore {
   inline void close_engines() noexcept;
   void read_times_at_open() noexcept;
   void split_time_at_close() noexcept;
-  // `now_ns`: the monotonic time if the caller has read it, else -1.
-  inline void open_sampling(const RunningConfig& config, ProfileKinds kinds, std::int64_t now_ns = -1) noexcept;
+  // Opens the span in the thread's stack sampler; its start on the monotonic clock,
+  // or -1 when it could not.
+  inline std::int64_t open_sampling(const RunningConfig& config, ProfileKinds kinds) noexcept;
   void too_deep(ThreadStackSampler& sampler, ProfileKinds kinds) noexcept;
   void open_wall(ThreadStackSampler& sampler, const RunningConfig& config) noexcept;
   inline void close_sampling() noexcept;
@@ -4059,6 +4062,10 @@ struct Stats {
   // Ticks a span took at its close for a POSIX timer point its thread had passed in
   // it, which the kernel had not delivered yet (docs/engines.md, under load).
   std::uint64_t cpu_ticks_at_close = 0;
+  // Times a thread's sampler moved between the POSIX timer and perf_event
+  // (CpuSampleSource::automatic: a thread that mostly computes ticks on perf_event,
+  // docs/engines.md).
+  std::uint64_t cpu_source_changes = 0;
   std::uint64_t wall_ticks_confirmed = 0;  // ticks that found a thread still blocked: no signal, no EINTR
   std::uint64_t heap_guards_opened = 0;    // guards that started a heap profile (either heap engine)
   std::uint64_t heap_samples_captured = 0; // allocations recorded by the sampling heap engine
@@ -8962,8 +8969,8 @@ SPANPROF_NAMESPACE_END
 // ---- end spanprof/symbolization/elf_symbolizer.hpp ----
 // ---- begin spanprof/detail/base/xorshift.hpp ----
 // The one pseudo-random step the samplers draw from (Marsaglia's xorshift64, 13/7/17):
-// a per-thread or per-ticker state, no shared state, no call, async-signal-safe.
-// Good enough for sampling intervals and labels, not for anything secret.
+// a per-thread state, no shared state, no call, async-signal-safe.
+// Good enough for sampling intervals, not for anything secret.
 #ifndef SPANPROF_DETAIL_BASE_XORSHIFT_HPP_
 #define SPANPROF_DETAIL_BASE_XORSHIFT_HPP_
 
@@ -8991,6 +8998,152 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DETAIL_BASE_XORSHIFT_HPP_
 // ---- end spanprof/detail/base/xorshift.hpp ----
+// ---- begin spanprof/detail/capture/sampler_settings.hpp ----
+// What a thread's stack sampler is told by one spanprof::start(), and what its
+// signal carries: the sampler's settings, the tags of the ticker's signals, the
+// interrupted program counter, the clocks its records use.
+#ifndef SPANPROF_DETAIL_CAPTURE_SAMPLER_SETTINGS_HPP_
+#define SPANPROF_DETAIL_CAPTURE_SAMPLER_SETTINGS_HPP_
+
+
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include <sys/uio.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+inline constexpr int max_stack_depth_limit = 256;
+
+// Immutable sampler settings of one spanprof::start(); threads armed under an older
+// generation rebuild their sampler at their next guard.
+struct StackSamplerSettings {
+  std::uint64_t generation = 0;
+  CpuSampleSource source = CpuSampleSource::automatic;
+  int signal_number = 0;
+  std::int64_t period_ns = 10'000'000;       // mean CPU time between two CPU samples
+  std::int64_t wall_period_ns = 10'000'000;  // mean wall time between two wall ticks
+  int max_depth = 64;
+  std::size_t buffer_words = 0;
+  std::uint32_t idle_ticks_before_disarm = 200;
+  bool watch_cpu = true;  // Options::watch_cpu_ticks
+};
+
+inline std::int64_t monotonic_now_ns() noexcept {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe (vDSO)
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// The kernel's tick (1/HZ: 4 ms at HZ=250), the resolution of its coarse clocks:
+// it looks at a thread's POSIX CPU timers only then. Read once per process.
+inline std::int64_t kernel_tick_ns() noexcept {
+  static const std::int64_t tick = [] {
+    timespec resolution{};
+    if (::clock_getres(CLOCK_MONOTONIC_COARSE, &resolution) != 0) return std::int64_t{4'000'000};
+    const std::int64_t ns = static_cast<std::int64_t>(resolution.tv_sec) * 1'000'000'000 + resolution.tv_nsec;
+    return ns > 0 && ns <= 100'000'000 ? ns : std::int64_t{4'000'000};
+  }();
+  return tick;
+}
+
+// The calling thread's CPU clock, in ns; -1 if it cannot be read (async-signal-safe).
+inline std::int64_t this_thread_cpu_ns() noexcept {
+  timespec ts{};
+  if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return -1;
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// The wall clock, for a profile's start time.
+inline std::int64_t realtime_now_ns() noexcept {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// What a wall tick carries (sigqueue value): a tag, and the thread's wall
+// generation when the ticker looked, so a tick that arrives after the span changed
+// is dropped.
+inline constexpr std::uint64_t wall_tick_tag = 0x5350'574Cull << 32;  // "SPWL"
+
+// What the ticker's CPU tick carries: the POSIX timer's sampling point it saw the
+// thread's CPU clock pass, which the kernel had not delivered yet (cpu_watch).
+inline constexpr std::uint64_t cpu_tick_tag = 0x5350'4350ull << 32;  // "SPCP"
+
+inline std::uintptr_t interrupted_pc(const void* ucontext) noexcept {
+  const auto* uc = static_cast<const ucontext_t*>(ucontext);
+#if defined(__x86_64__)
+  return static_cast<std::uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]);
+#elif defined(__aarch64__)
+  return static_cast<std::uintptr_t>(uc->uc_mcontext.pc);
+#elif defined(__i386__)
+  return static_cast<std::uintptr_t>(uc->uc_mcontext.gregs[REG_EIP]);
+#else
+  (void)uc;
+  return 0;
+#endif
+}
+
+// The interrupted thread stands at a system call instruction or just after it: it
+// was in a call (blocked, or preempted at its return), where the kernel hands
+// signals over on the way back to user code. The code is read with
+// process_vm_readv, which fails where a plain read would fault (a page before the
+// pc that is not mapped, execute-only code): then false.
+inline bool at_system_call(const void* ucontext) noexcept {
+#if defined(__x86_64__) || defined(__aarch64__)
+#if defined(__x86_64__)
+  constexpr unsigned char instruction[] = {0x0F, 0x05};  // syscall
+#else
+  constexpr unsigned char instruction[] = {0x01, 0x00, 0x00, 0xD4};  // svc #0
+#endif
+  constexpr std::size_t size = sizeof instruction;
+  unsigned char code[2 * size];  // the instruction before the pc, and the one at it (to be restarted)
+  const std::uintptr_t pc = interrupted_pc(ucontext);
+  iovec local{code, sizeof code};
+  iovec remote{reinterpret_cast<void*>(pc - size), sizeof code};
+  if (pc < size || ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) != static_cast<ssize_t>(sizeof code))
+    return false;
+  return std::memcmp(code, instruction, size) == 0 || std::memcmp(code + size, instruction, size) == 0;
+#else
+  (void)ucontext;
+  return false;
+#endif
+}
+
+// The interrupted code's return-value register holds -EINTR: at a system call
+// (at_system_call), the call was a wait a handled signal cut short (nanosleep,
+// poll, epoll_wait return so even with SA_RESTART). Elsewhere it means nothing.
+inline bool result_is_eintr(const void* ucontext) noexcept {
+  const auto* uc = static_cast<const ucontext_t*>(ucontext);
+#if defined(__x86_64__)
+  return static_cast<long long>(uc->uc_mcontext.gregs[REG_RAX]) == -EINTR;
+#elif defined(__aarch64__)
+  return static_cast<long long>(uc->uc_mcontext.regs[0]) == -EINTR;
+#else
+  (void)uc;
+  return false;
+#endif
+}
+
+// The sample signal whose handler the host replaced (0: none). Samplers on it
+// are not armed again; the next spanprof::start() picks another signal.
+SPANPROF_API inline std::atomic<int>& sample_signal_lost() noexcept {
+  static std::atomic<int> lost{0};
+  return lost;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DETAIL_CAPTURE_SAMPLER_SETTINGS_HPP_
+// ---- end spanprof/detail/capture/sampler_settings.hpp ----
 // ---- begin spanprof/detail/capture/cpu_tick_source.hpp ----
 // A thread's CPU ticks: a perf_event task clock or a POSIX CPU timer that sends
 // the sample signal to the one thread it was made for, each time that thread has
@@ -9031,6 +9184,7 @@ SPANPROF_NAMESPACE_END
 #include <fcntl.h>
 #include <linux/perf_event.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -9071,33 +9225,33 @@ class CpuTickSource {
 
   // Picks and creates the sampling source for this thread (not armed yet).
   // `perf_errno` receives the reason perf_event was refused, if it was.
-  // `automatic` is the POSIX CPU timer: a perf event costs its thread at every
-  // context switch, even between spans (docs/cost.md). A perf_event the kernel
+  // `automatic` starts on the POSIX CPU timer: a perf event costs its thread at
+  // every context switch, even between spans (docs/cost.md); prefer_source()
+  // moves a thread that mostly computes to perf_event. A perf_event the kernel
   // refuses falls back to the timer.
   CpuSampleSource open(int& perf_errno) noexcept {
     perf_errno = 0;
     if (wanted_ == CpuSampleSource::perf_event) {
-      if (open_perf_event()) return source_ = CpuSampleSource::perf_event;
+      if (open_perf_event()) return set_source(CpuSampleSource::perf_event);
       perf_errno = errno == 0 ? EINVAL : errno;
     }
-    if (open_posix_timer()) return source_ = CpuSampleSource::posix_timer;
-    if (wanted_ == CpuSampleSource::automatic && open_perf_event()) return source_ = CpuSampleSource::perf_event;
-    return source_ = CpuSampleSource::automatic;  // nothing could be armed
+    if (open_posix_timer()) return set_source(CpuSampleSource::posix_timer);
+    if (wanted_ == CpuSampleSource::automatic && open_perf_event()) return set_source(CpuSampleSource::perf_event);
+    return set_source(CpuSampleSource::automatic);  // nothing could be armed
   }
 
-  bool has_source() const noexcept { return source_ != CpuSampleSource::automatic; }
-  CpuSampleSource source() const noexcept { return source_; }
+  bool has_source() const noexcept { return source() != CpuSampleSource::automatic; }
+  // The source ticking now (automatic: none). Written by its own thread only,
+  // its handler included.
+  CpuSampleSource source() const noexcept { return source_.load(std::memory_order_relaxed); }
 
   // Disables and releases the source. The destructor does it too; an owner whose
   // handler writes into memory it frees calls it first.
   void close() noexcept {
-    if (perf_fd_ >= 0) {
-      ::ioctl(perf_fd_, PERF_EVENT_IOC_DISABLE, 0);
-      ::close(perf_fd_);
-      perf_fd_ = -1;
-    }
+    close_perf_event();
     if (has_timer_) ::timer_delete(timer_);
     has_timer_ = false;
+    cpu_mark_.store(0, std::memory_order_relaxed);
   }
 
   // In a forked child, on a source the parent made: its perf event is the parent's
@@ -9107,7 +9261,8 @@ class CpuTickSource {
     if (perf_fd_ >= 0) ::close(perf_fd_);
     perf_fd_ = -1;
     has_timer_ = false;
-    source_ = CpuSampleSource::automatic;
+    cpu_mark_.store(0, std::memory_order_relaxed);
+    set_source(CpuSampleSource::automatic);
   }
 
   // Starts the ticks; the periods start afresh. False when there is no source or
@@ -9116,14 +9271,17 @@ class CpuTickSource {
     cpu_mark_.store(0, std::memory_order_relaxed);
     cpu_period_ = 0;
     tick_cpu_ns_ = 0;
-    if (perf_fd_ >= 0) return schedule_next_tick() && ::ioctl(perf_fd_, PERF_EVENT_IOC_ENABLE, 0) == 0;
-    if (has_timer_) return schedule_next_tick();
+    switch (source()) {
+      case CpuSampleSource::perf_event: return schedule_next_tick() && ::ioctl(perf_fd_, PERF_EVENT_IOC_ENABLE, 0) == 0;
+      case CpuSampleSource::posix_timer: return schedule_next_tick();
+      case CpuSampleSource::automatic: break;
+    }
     return false;
   }
 
   // Async-signal-safe: used from the handler when the thread has been idle.
   void stop() noexcept {
-    if (perf_fd_ >= 0) {
+    if (source() == CpuSampleSource::perf_event) {
       ::ioctl(perf_fd_, PERF_EVENT_IOC_DISABLE, 0);
     } else if (has_timer_) {
       itimerspec stop{};
@@ -9132,15 +9290,17 @@ class CpuTickSource {
   }
 
   // The POSIX timer's next sampling point on the thread's CPU clock, for the ticker
-  // to read from its thread (0: none, or another source).
-  std::int64_t next_point_ns() const noexcept {
-    return has_timer_ ? static_cast<std::int64_t>(cpu_mark_.load(std::memory_order_relaxed)) : 0;
-  }
+  // to read from its thread (0: none, or another source ticks).
+  std::int64_t next_point_ns() const noexcept { return static_cast<std::int64_t>(cpu_mark_.load(std::memory_order_relaxed)); }
 
   // The signal `info` describes is one of this source's ticks (async-signal-safe).
+  // A timer signal queued before the thread moved to perf_event is not.
   bool is_tick(const siginfo_t* info) const noexcept {
-    if (perf_fd_ >= 0) return info->si_fd == perf_fd_;  // not our event: someone else's signal
-    if (has_timer_) return info->si_code == SI_TIMER;
+    switch (source()) {
+      case CpuSampleSource::perf_event: return info->si_fd == perf_fd_;  // not our event: someone else's signal
+      case CpuSampleSource::posix_timer: return info->si_code == SI_TIMER;
+      case CpuSampleSource::automatic: break;
+    }
     return false;
   }
 
@@ -9159,29 +9319,122 @@ class CpuTickSource {
   // `cut_ns` (the timer only): the points passed after it on the thread's CPU clock
   // are left for a later tick.
   bool schedule_next_tick(TickWeight* weight = nullptr, std::int64_t cut_ns = no_cut) noexcept {
-    const std::int64_t now_ns = thread_cpu_now_ns();
+    const std::int64_t now_ns = this_thread_cpu_ns();
     std::uint64_t periods = 0;
     std::int64_t timer_tile_ns = 0;
-    const bool ok = perf_fd_ >= 0 ? schedule_perf_tick(now_ns, periods)
-                                  : schedule_timer_tick(now_ns, std::min(now_ns, cut_ns), periods, timer_tile_ns);
+    const bool on_perf = source() == CpuSampleSource::perf_event;
+    const bool ok = on_perf ? schedule_perf_tick(now_ns, periods)
+                            : schedule_timer_tick(now_ns, std::min(now_ns, cut_ns), periods, timer_tile_ns);
     const bool armed_before = tick_cpu_ns_ != 0;
     if (weight != nullptr) {
       weight->periods = periods;
-      if (perf_fd_ < 0) {
+      if (!on_perf) {
         if (timer_tile_ns > 0) weight->cpu_ns = static_cast<std::uint64_t>(timer_tile_ns);
       } else if (periods != 0 && armed_before && now_ns > tick_cpu_ns_) {
         weight->cpu_ns = static_cast<std::uint64_t>(now_ns - tick_cpu_ns_);
       }
     }
     if (periods != 0 || !armed_before) tick_cpu_ns_ = now_ns;  // an early timer signal moves nothing
+    // A tick's sample (never the arm's start) is where the automatic choice is made.
+    if (weight != nullptr && periods != 0) prefer_source(now_ns);
     return ok;
   }
 
+  // automatic: the thread's CPU per context switch since the last choice decides
+  // (once per adapt_window_ns of its CPU, at a tick; async-signal-safe). A perf
+  // event costs its thread at every switch (~1-3 µs here), nothing else, and comes
+  // at the sampling point itself; the timer costs nothing at a switch, but the
+  // kernel looks at it only on its tick, so its signal comes late and, for work
+  // as periodic as the tick, always at the same phase of it. A thread that runs a
+  // millisecond of CPU or more per switch (it mostly computes: the switches cost
+  // it 0.3 % at most) ticks on perf_event; one that runs less than half a
+  // millisecond (a server's request thread: several switches per request) goes
+  // back to the timer.
+  static constexpr std::int64_t adapt_window_ns = 20'000'000;
+  static constexpr std::int64_t perf_cpu_per_switch_ns = 1'000'000;
+  static constexpr std::int64_t timer_cpu_per_switch_ns = 500'000;
+
+  // Set once a perf event is refused to a thread of the process: none asks again.
+  static std::atomic<int>& perf_refused_errno() noexcept {
+    static std::atomic<int> refused{0};
+    return refused;
+  }
+
  private:
-  static std::int64_t thread_cpu_now_ns() noexcept {
-    timespec now{};
-    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
-    return static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+  CpuSampleSource set_source(CpuSampleSource source) noexcept {
+    source_.store(source, std::memory_order_relaxed);
+    return source;
+  }
+
+  void prefer_source(std::int64_t now_ns) noexcept {
+    if (wanted_ != CpuSampleSource::automatic || !has_timer_) return;
+    if (adapt_cpu_ns_ == 0 || now_ns < adapt_cpu_ns_) {
+      adapt_cpu_ns_ = now_ns;
+      adapt_switches_ = context_switches();
+      return;
+    }
+    const std::int64_t ran = now_ns - adapt_cpu_ns_;
+    if (ran < adapt_window_ns) return;
+    const std::int64_t switches = context_switches();
+    if (switches < 0) return;
+    const std::int64_t per_switch = ran / std::max<std::int64_t>(1, switches - adapt_switches_);
+    adapt_cpu_ns_ = now_ns;
+    adapt_switches_ = switches;
+    if (source() == CpuSampleSource::posix_timer && per_switch >= perf_cpu_per_switch_ns &&
+        perf_refused_errno().load(std::memory_order_relaxed) == 0)
+      move_to_perf_event(now_ns);
+    else if (source() == CpuSampleSource::perf_event && per_switch < timer_cpu_per_switch_ns)
+      move_to_timer(now_ns);
+  }
+
+  static std::int64_t context_switches() noexcept {
+    rusage usage{};
+    if (::getrusage(RUSAGE_THREAD, &usage) != 0) return -1;
+    return static_cast<std::int64_t>(usage.ru_nvcsw) + static_cast<std::int64_t>(usage.ru_nivcsw);
+  }
+
+  // The next point stays where the timer had drawn it: the event's first period
+  // runs up to it, and the first sample weighs the CPU since the last point.
+  void move_to_perf_event(std::int64_t now_ns) noexcept {
+    if (perf_fd_ < 0 && !open_perf_event()) {
+      int expected = 0;
+      perf_refused_errno().compare_exchange_strong(expected, errno == 0 ? EINVAL : errno, std::memory_order_relaxed);
+      return;
+    }
+    const std::int64_t next = next_point_ns();
+    const std::int64_t floor = std::max<std::int64_t>(period_ns_ / 4, 20'000);
+    std::uint64_t first = static_cast<std::uint64_t>(std::max(next - now_ns, floor));
+    if (::ioctl(perf_fd_, PERF_EVENT_IOC_PERIOD, &first) != 0 || ::ioctl(perf_fd_, PERF_EVENT_IOC_ENABLE, 0) != 0) {
+      close_perf_event();
+      return;
+    }
+    itimerspec stop{};
+    ::timer_settime(timer_, 0, &stop, nullptr);
+    cpu_mark_.store(0, std::memory_order_relaxed);  // the CPU watch lets the thread be
+    tick_cpu_ns_ = point_base_;
+    cpu_period_ = now_ns + static_cast<std::int64_t>(first) - point_base_;
+    set_source(CpuSampleSource::perf_event);
+  }
+
+  // The event is closed, not only disabled: an open one costs its thread at every
+  // switch still. The timer's points go on from the last sample.
+  void move_to_timer(std::int64_t now_ns) noexcept {
+    close_perf_event();
+    set_source(CpuSampleSource::posix_timer);
+    point_base_ = tick_cpu_ns_;
+    const std::int64_t next = now_ns + random_interval_ns(random_, period_ns_);
+    cpu_mark_.store(static_cast<std::uint64_t>(next), std::memory_order_relaxed);
+    itimerspec spec{};
+    spec.it_value.tv_sec = next / 1'000'000'000;
+    spec.it_value.tv_nsec = next % 1'000'000'000;
+    ::timer_settime(timer_, TIMER_ABSTIME, &spec, nullptr);
+  }
+
+  void close_perf_event() noexcept {
+    if (perf_fd_ < 0) return;
+    ::ioctl(perf_fd_, PERF_EVENT_IOC_DISABLE, 0);
+    ::close(perf_fd_);
+    perf_fd_ = -1;
   }
 
   bool schedule_perf_tick(std::int64_t now_ns, std::uint64_t& periods) noexcept {
@@ -9295,8 +9548,8 @@ class CpuTickSource {
   pid_t tid_;
   int perf_fd_ = -1;
   timer_t timer_{};
-  bool has_timer_ = false;
-  CpuSampleSource source_ = CpuSampleSource::automatic;
+  bool has_timer_ = false;  // the timer exists (armed or not)
+  std::atomic<CpuSampleSource> source_{CpuSampleSource::automatic};
   std::uint64_t random_;        // the handler's: the next CPU period
   // Timer: its next expiry on the thread's CPU clock (0: armed afresh). The ticker
   // reads it to find a point the kernel has not delivered (next_point_ns).
@@ -9304,6 +9557,8 @@ class CpuTickSource {
   std::int64_t cpu_period_ = 0; // perf: the period set at the last tick (0: unknown, after a disarm)
   std::int64_t tick_cpu_ns_ = 0;  // the thread's CPU clock at the last sample (0: since the arm, none)
   std::int64_t point_base_ = 0;   // timer: the last point delivered (or the arm), on the thread's CPU clock
+  std::int64_t adapt_cpu_ns_ = 0;     // automatic: the thread's CPU clock at the last choice of source
+  std::int64_t adapt_switches_ = 0;   // and its context switches then
 };
 
 }  // namespace detail
@@ -9325,8 +9580,10 @@ SPANPROF_NAMESPACE_END
 //                      periods it stands for (its sample count) and the thread's
 //                      CPU nanoseconds since the sample before; a wall record (wall_record_tag set in
 //                      the weight word) stands for the wall nanoseconds in the low
-//                      61 bits, which grow while the thread stays blocked there, and
-//                      holds the thread's ThreadState in bits 61-62.
+//                      60 bits, which grow while the thread stays blocked there, and
+//                      holds the thread's ThreadState in bits 61-62. Bit 60 marks a
+//                      wall record that continues the one before it: the same sample's
+//                      time in another state (its running and its waiting part).
 //   heap log record    [size, live-table slot, live-table entry, depth, pc_0 ...]
 //                      in a thread's heap log while its span is open.
 //   heap hand-off      [size, live at span close (0/1), depth, pc_0 ...]
@@ -9351,15 +9608,17 @@ namespace detail {
 inline constexpr std::size_t stack_record_header_words = 2;
 inline constexpr std::uint64_t wall_record_tag = std::uint64_t{1} << 63;
 inline constexpr unsigned wall_record_state_shift = 61;
-inline constexpr std::uint64_t wall_record_ns_mask = (std::uint64_t{1} << wall_record_state_shift) - 1;
+inline constexpr std::uint64_t wall_record_continues = std::uint64_t{1} << 60;
+inline constexpr std::uint64_t wall_record_ns_mask = wall_record_continues - 1;
 
-constexpr std::uint64_t wall_record_weight(ThreadState state, std::uint64_t ns) noexcept {
+constexpr std::uint64_t wall_record_weight(ThreadState state, std::uint64_t ns, bool continues = false) noexcept {
   return wall_record_tag | (static_cast<std::uint64_t>(state) & 3) << wall_record_state_shift |
-         (ns < wall_record_ns_mask ? ns : wall_record_ns_mask);
+         (continues ? wall_record_continues : 0) | (ns < wall_record_ns_mask ? ns : wall_record_ns_mask);
 }
 constexpr ThreadState wall_record_state(std::uint64_t weight) noexcept {
   return static_cast<ThreadState>((weight >> wall_record_state_shift) & 3);
 }
+constexpr bool wall_record_continued(std::uint64_t weight) noexcept { return (weight & wall_record_continues) != 0; }
 
 // A CPU record's weight word: periods above bit 48 (at most 32767), CPU ns below
 // (at most 78 hours between two samples); bit 63 stays clear, as wall records' tag.
@@ -9393,7 +9652,8 @@ constexpr bool is_wall_record(const std::uint64_t* record) noexcept { return (re
 
 // More wall time for the stack of the wall record at `record`.
 inline void add_wall_time(std::uint64_t* record, std::uint64_t ns) noexcept {
-  record[0] = wall_record_weight(wall_record_state(record[0]), (record[0] & wall_record_ns_mask) + ns);
+  record[0] = wall_record_weight(wall_record_state(record[0]), (record[0] & wall_record_ns_mask) + ns,
+                                 wall_record_continued(record[0]));
 }
 
 // Calls `visit(const std::uint64_t* record, std::size_t words)` for each
@@ -9428,7 +9688,9 @@ inline void read_stack_records(const std::uint64_t* words, std::size_t count, Ra
     if (is_wall_record(record) != wall) return;
     RawSample sample;
     if (wall) {
-      sample.values = {1, static_cast<std::int64_t>(record[0] & wall_record_ns_mask)};
+      // A continuation is the same sample's other part: its time, not another sample.
+      sample.values = {wall_record_continued(record[0]) ? 0 : 1,
+                       static_cast<std::int64_t>(record[0] & wall_record_ns_mask)};
       sample.thread_state = wall_record_state(record[0]);
     } else
       sample.values = {static_cast<std::int64_t>(cpu_record_periods(record[0])),
@@ -10156,133 +10418,6 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DETAIL_CAPTURE_RULES_CACHE_HPP_
 // ---- end spanprof/detail/capture/rules_cache.hpp ----
-// ---- begin spanprof/detail/capture/sampler_settings.hpp ----
-// What a thread's stack sampler is told by one spanprof::start(), and what its
-// signal carries: the sampler's settings, the tags of the ticker's signals, the
-// interrupted program counter, the clocks its records use.
-#ifndef SPANPROF_DETAIL_CAPTURE_SAMPLER_SETTINGS_HPP_
-#define SPANPROF_DETAIL_CAPTURE_SAMPLER_SETTINGS_HPP_
-
-
-#include <atomic>
-#include <cerrno>
-#include <cstddef>
-#include <cstdint>
-#include <cstring>
-
-#include <sys/uio.h>
-#include <time.h>
-#include <ucontext.h>
-#include <unistd.h>
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-inline constexpr int max_stack_depth_limit = 256;
-
-// Immutable sampler settings of one spanprof::start(); threads armed under an older
-// generation rebuild their sampler at their next guard.
-struct StackSamplerSettings {
-  std::uint64_t generation = 0;
-  CpuSampleSource source = CpuSampleSource::automatic;
-  int signal_number = 0;
-  std::int64_t period_ns = 10'000'000;       // mean CPU time between two CPU samples
-  std::int64_t wall_period_ns = 10'000'000;  // mean wall time between two wall ticks
-  int max_depth = 64;
-  std::size_t buffer_words = 0;
-  std::uint32_t idle_ticks_before_disarm = 200;
-  bool watch_cpu = true;  // Options::watch_cpu_ticks
-};
-
-inline std::int64_t monotonic_now_ns() noexcept {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe (vDSO)
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-// The wall clock, for a profile's start time.
-inline std::int64_t realtime_now_ns() noexcept {
-  timespec ts{};
-  ::clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-// What a wall tick carries (sigqueue value): a tag, and the thread's wall
-// generation when the ticker looked, so a tick that arrives after the span changed
-// is dropped.
-inline constexpr std::uint64_t wall_tick_tag = 0x5350'574Cull << 32;  // "SPWL"
-
-// What the ticker's CPU tick carries: the POSIX timer's sampling point it saw the
-// thread's CPU clock pass, which the kernel had not delivered yet (cpu_watch).
-inline constexpr std::uint64_t cpu_tick_tag = 0x5350'4350ull << 32;  // "SPCP"
-
-inline std::uintptr_t interrupted_pc(const void* ucontext) noexcept {
-  const auto* uc = static_cast<const ucontext_t*>(ucontext);
-#if defined(__x86_64__)
-  return static_cast<std::uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]);
-#elif defined(__aarch64__)
-  return static_cast<std::uintptr_t>(uc->uc_mcontext.pc);
-#elif defined(__i386__)
-  return static_cast<std::uintptr_t>(uc->uc_mcontext.gregs[REG_EIP]);
-#else
-  (void)uc;
-  return 0;
-#endif
-}
-
-// The interrupted thread stands at a system call instruction or just after it: it
-// was in a call (blocked, or preempted at its return), where the kernel hands
-// signals over on the way back to user code. The code is read with
-// process_vm_readv, which fails where a plain read would fault (a page before the
-// pc that is not mapped, execute-only code): then false.
-inline bool at_system_call(const void* ucontext) noexcept {
-#if defined(__x86_64__) || defined(__aarch64__)
-#if defined(__x86_64__)
-  constexpr unsigned char instruction[] = {0x0F, 0x05};  // syscall
-#else
-  constexpr unsigned char instruction[] = {0x01, 0x00, 0x00, 0xD4};  // svc #0
-#endif
-  constexpr std::size_t size = sizeof instruction;
-  unsigned char code[2 * size];  // the instruction before the pc, and the one at it (to be restarted)
-  const std::uintptr_t pc = interrupted_pc(ucontext);
-  iovec local{code, sizeof code};
-  iovec remote{reinterpret_cast<void*>(pc - size), sizeof code};
-  if (pc < size || ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) != static_cast<ssize_t>(sizeof code))
-    return false;
-  return std::memcmp(code, instruction, size) == 0 || std::memcmp(code + size, instruction, size) == 0;
-#else
-  (void)ucontext;
-  return false;
-#endif
-}
-
-// The interrupted code's return-value register holds -EINTR: at a system call
-// (at_system_call), the call was a wait a handled signal cut short (nanosleep,
-// poll, epoll_wait return so even with SA_RESTART). Elsewhere it means nothing.
-inline bool result_is_eintr(const void* ucontext) noexcept {
-  const auto* uc = static_cast<const ucontext_t*>(ucontext);
-#if defined(__x86_64__)
-  return static_cast<long long>(uc->uc_mcontext.gregs[REG_RAX]) == -EINTR;
-#elif defined(__aarch64__)
-  return static_cast<long long>(uc->uc_mcontext.regs[0]) == -EINTR;
-#else
-  (void)uc;
-  return false;
-#endif
-}
-
-// The sample signal whose handler the host replaced (0: none). Samplers on it
-// are not armed again; the next spanprof::start() picks another signal.
-SPANPROF_API inline std::atomic<int>& sample_signal_lost() noexcept {
-  static std::atomic<int> lost{0};
-  return lost;
-}
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_DETAIL_CAPTURE_SAMPLER_SETTINGS_HPP_
-// ---- end spanprof/detail/capture/sampler_settings.hpp ----
 // ---- begin spanprof/detail/capture/stack_walker.hpp ----
 // Walks a thread's stack from a signal's context or from the current function,
 // taking no lock and allocating nothing: safe in the sample signal handler and
@@ -10933,6 +11068,7 @@ class ThreadStackSampler {
         stack_top_(this_thread_stack_top()),
 #endif
         pid_(::getpid()),
+        long_span_ns_(std::max(cpu_watch_slack_ns(), kernel_tick_ns() * 5 / 4)),
         cpu_(settings.source, settings.signal_number, settings.period_ns, tid_,
              0x9E3779B97F4A7C15ull ^ (static_cast<std::uint64_t>(tid_) << 32) ^
                  static_cast<std::uint64_t>(monotonic_now_ns())) {}
@@ -11025,7 +11161,7 @@ class ThreadStackSampler {
     span.parent.store(top, std::memory_order_relaxed);
     span.edge_holder = 0;
     if (top == 0 && long_spans_ && settings_.watch_cpu && on_this_stack(holder)) {
-      span.cpu_at_open_ns = settle_edge(false);
+      span.cpu_at_open_ns = settle_edge(nullptr);
       if (span.cpu_at_open_ns >= 0) span.edge_holder = reinterpret_cast<std::uintptr_t>(holder);
     }
     const std::uint32_t sequence = next_sequence_++ & 0x3FFF'FFFF;
@@ -11061,15 +11197,15 @@ class ThreadStackSampler {
       walk_from_ = span.edge_holder;
       std::atomic_signal_fence(std::memory_order_seq_cst);
       const std::int64_t now = monotonic_now_ns();
-      const std::int64_t cpu_at_close = span.edge_holder != 0 ? settle_edge(true) : -1;
+      const std::int64_t cpu_at_close = span.edge_holder != 0 ? settle_edge(&span) : -1;
       close_edge_settled_ = cpu_at_close >= 0;
       // The next span's edges are read after a span that ran the slack: of CPU when
       // its edges told (whatever its points were: keeping on after the spans that
       // took one, and only those, made the spans after each gain the gap's); else of
       // wall time, with a CPU sample (so that a thread whose spans mostly wait is not
       // read at every edge).
-      long_spans_ = close_edge_settled_ ? cpu_at_close - span.cpu_at_open_ns >= cpu_watch_slack_ns()
-                                        : now - outer_changed_ns_.load(std::memory_order_relaxed) >= cpu_watch_slack_ns() &&
+      long_spans_ = close_edge_settled_ ? cpu_at_close - span.cpu_at_open_ns >= long_span_ns()
+                                        : now - outer_changed_ns_.load(std::memory_order_relaxed) >= long_span_ns() &&
                                               cpu_samples_captured() != cpu_captured_at_outer_open_;
       outer_changed_ns_.store(now, std::memory_order_relaxed);
     }
@@ -11126,9 +11262,10 @@ class ThreadStackSampler {
 
   // A span's edges take the timer's points passed near them, on the side of the
   // edge where they were passed, by sending the thread its own tick (signal_side.hpp
-  // says when and why). Each returns the thread's CPU clock read at the edge; -1
-  // when the edges are left to the kernel.
-  inline std::int64_t settle_edge(bool at_close) noexcept;
+  // says when and why): at an open (`closing` null) or at the close of `closing`.
+  // Each returns the thread's CPU clock read at the edge; -1 when the edges are
+  // left to the kernel.
+  inline std::int64_t settle_edge(const ActiveSpan* closing) noexcept;
   inline std::int64_t edge_cut_ns() const noexcept;
   inline void take_ticks_to(std::int64_t cut) noexcept;
 
@@ -11155,8 +11292,12 @@ class ThreadStackSampler {
     begin_wall_update();
     const std::uint32_t open = wall_spans_.load(std::memory_order_relaxed);
     // The time so far belongs to the stack sampled last (an outer wall span's).
-    if (open != 0) settle_wall_time(now_ns);
-    else wall_accounted_ns_ = now_ns;
+    if (open != 0) {
+      settle_wall_time(now_ns);
+    } else {
+      wall_accounted_ns_ = now_ns;
+      wall_accounted_cpu_ns_ = this_thread_cpu_ns();
+    }
     wall_spans_.fetch_add(1, std::memory_order_release);  // a guard elsewhere may decrement it
     end_wall_update();
     return open == 0;
@@ -11219,6 +11360,15 @@ class ThreadStackSampler {
   // thread's next instant on a core, land more often than the kernel's at the
   // system call that let the scheduler in (docs/engines.md).
   std::int64_t cpu_watch_slack_ns() const noexcept { return std::min<std::int64_t>(settings_.period_ns / 2, 2'000'000); }
+
+  // The CPU the last outermost span must have run for the next one's edges to be
+  // read (settle_edge): the watch's slack, and never less than a little more than
+  // the kernel's own tick. A shorter span passes points the kernel delivers within
+  // a tick on a machine with a core to spare, at a moment of the thread's work; its
+  // edges would take them at the open or the close instead, shifted by the slack
+  // into the gap before (a loop of 0.5 ms spans at 1 kHz had half its samples at
+  // the guard's close so, and the gap's points came with them).
+  std::int64_t long_span_ns() const noexcept { return long_span_ns_; }
 
   // Whether the CPU watch looks at this thread (an armed POSIX timer), and whether
   // it has a span open now (the ticker parks once none has for a while).
@@ -11304,6 +11454,8 @@ class ThreadStackSampler {
   inline std::size_t record_sample(std::uint64_t weight, const void* ucontext) noexcept;
   inline bool passed_before_a_wait(const void* ucontext, bool watched) noexcept;
   inline bool repeat_last_cpu_record(const ActiveSpan& span, std::uint64_t weight) noexcept;
+  inline bool has_own_cpu_sample(const ActiveSpan& span) const noexcept;
+  inline std::size_t copy_record(std::size_t from, std::uint64_t weight) noexcept;
 
   // ---- wall accounting (this thread: its handler, and its guards between
   // begin_wall_update() and end_wall_update(), when the handler keeps out) ----
@@ -11333,6 +11485,7 @@ class ThreadStackSampler {
     if (last_wall_record_ != no_wall_record && now_ns > wall_accounted_ns_)
       add_wall_time(words_ + last_wall_record_, static_cast<std::uint64_t>(now_ns - wall_accounted_ns_));
     if (now_ns > wall_accounted_ns_) wall_accounted_ns_ = now_ns;
+    wall_accounted_cpu_ns_ = this_thread_cpu_ns();
   }
 
   // The handler keeps out of the wall accounting while the thread itself changes
@@ -11356,6 +11509,7 @@ class ThreadStackSampler {
   std::uint64_t stack_top_;  // the walker reads the stack up to here without a check
 #endif
   pid_t pid_;
+  std::int64_t long_span_ns_;  // long_span_ns()
   CpuTickSource cpu_;
   // The open spans: a stack linked through ActiveSpan::parent, innermost first.
   static constexpr std::uint32_t all_span_slots = 0xFFFF'FFFFu;
@@ -11393,6 +11547,7 @@ class ThreadStackSampler {
   bool long_spans_ = true;
   bool close_edge_settled_ = false;  // and its close read the thread's CPU clock (settle_edge)
   std::int64_t wall_accounted_ns_ = 0;             // wall time given to samples up to here
+  std::int64_t wall_accounted_cpu_ns_ = -1;        // and the thread's CPU clock then (-1: not read)
   std::size_t last_wall_record_ = no_wall_record;  // the newest wall record in the log
   std::size_t last_cpu_record_ = no_record;        // and CPU record (repeat_last_cpu_record)
   // The thread's CPU clock when the CPU watch last found it off its core past a
@@ -11413,9 +11568,6 @@ class ThreadStackSampler {
     std::int64_t cpu_seen = -1;            // the thread's CPU clock at the last read
     std::int64_t seen_at_ns = 0;           // the ticker's monotonic clock then
     std::uint32_t still_looks = 0;         // looks in a row that found it unchanged
-    std::int64_t wall_cpu_ns = -1;         // its CPU clock at the last wall tick
-    std::int64_t wall_at_ns = 0;           // and the ticker's monotonic clock then
-    std::uint64_t random = 0x9E3779B97F4A7C15ull;  // xorshift64 state, for the thread_state draw
   } ticker_;
 #if SPANPROF_HAS_CFI_WALKER
   cfi::RulesCache rules_cache_;  // the handler's only
@@ -11612,13 +11764,16 @@ namespace detail {
 //
 // Each returns the thread's CPU clock, read at the edge; -1 when the edges are
 // left to the kernel.
-inline std::int64_t ThreadStackSampler::settle_edge(bool at_close) noexcept {
+inline std::int64_t ThreadStackSampler::settle_edge(const ActiveSpan* closing) noexcept {
   const std::int64_t cut = edge_cut_ns();
   if (cut < 0) return -1;
   if (cpu_.next_point_ns() <= cut) {
-    if (!at_close && !close_edge_settled_) return -1;
+    if (closing == nullptr && !close_edge_settled_) return -1;
+    // A span with no CPU sample of its own has no stack to give its points: they
+    // are left to the kernel, and the next span's edges with them.
+    if (closing != nullptr && !has_own_cpu_sample(*closing)) return -1;
     take_ticks_to(cut);
-    if (at_close) counters_->add(Counter::cpu_ticks_at_close, 1);
+    if (closing != nullptr) counters_->add(Counter::cpu_ticks_at_close, 1);
   }
   return cut + cpu_watch_slack_ns();
 }
@@ -11635,9 +11790,8 @@ inline std::int64_t ThreadStackSampler::settle_edge(bool at_close) noexcept {
 // of 0.5 ms spans at 1 kHz came out at 1.2 of its CPU).
 inline std::int64_t ThreadStackSampler::edge_cut_ns() const noexcept {
   if (!armed() || signal_blocked_.load(std::memory_order_relaxed) || cpu_.next_point_ns() == 0) return -1;
-  timespec clock{};
-  if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &clock) != 0) return -1;
-  return static_cast<std::int64_t>(clock.tv_sec) * 1'000'000'000 + clock.tv_nsec - cpu_watch_slack_ns();
+  const std::int64_t now = this_thread_cpu_ns();
+  return now < 0 ? -1 : now - cpu_watch_slack_ns();
 }
 
 // The tick for the points up to `cut`, on this thread now. At a close, its
@@ -11667,6 +11821,9 @@ inline void ThreadStackSampler::on_signal(const siginfo_t* info, const void* uco
     // a tick like the timer's own (whichever comes first takes the sample; the
     // other finds no point passed).
     if (tag != cpu_tick_tag) return;
+    // Sent for the timer's points; a thread that has moved to perf_event since
+    // takes its ticks at the points themselves.
+    if (cpu_.next_point_ns() == 0) return;
     at_edge = static_cast<std::uint32_t>(value) == edge_tick_data;
     watched = !at_edge;
   } else if (!cpu_.is_tick(info)) {
@@ -11690,7 +11847,9 @@ inline void ThreadStackSampler::on_signal(const siginfo_t* info, const void* uco
     return;
   }
   CpuTickSource::TickWeight weight;
+  const CpuSampleSource source = cpu_.source();
   cpu_.schedule_next_tick(&weight, cut);
+  if (SPANPROF_UNLIKELY(cpu_.source() != source)) counters_->add(Counter::cpu_source_changes, 1);
   if (weight.periods == 0) return;  // a timer signal before its expiry: not a sample
   // A span that ended on another thread is still on this thread's stack until the
   // thread pops it; it records nothing, and it is not idleness either.
@@ -11701,7 +11860,9 @@ inline void ThreadStackSampler::on_signal(const siginfo_t* info, const void* uco
   const std::uint64_t record_weight = cpu_record_weight(weight.periods, weight.cpu_ns);
   // At a close (walk_from_ set), the kernel's tick at the edge's clock read is the
   // span's points as much as the edge's own: both passed in the span's code before.
-  const bool passed_elsewhere = at_edge || walk_from_ != 0 || passed_before_a_wait(ucontext, watched);
+  // A perf event's tick comes at its point: its stack is where the CPU went.
+  const bool passed_elsewhere =
+      source == CpuSampleSource::posix_timer && (at_edge || walk_from_ != 0 || passed_before_a_wait(ucontext, watched));
   if (passed_elsewhere && repeat_last_cpu_record(*active, record_weight)) return;
   record_sample(record_weight, ucontext);
 }
@@ -11792,26 +11953,37 @@ inline bool ThreadStackSampler::passed_before_a_wait(const void* ucontext, bool 
   const bool interrupted_wait = result_is_eintr(ucontext);
   if ((!watched && seen < 0 && !interrupted_wait) || !at_system_call(ucontext)) return false;
   if (watched || interrupted_wait) return true;
-  timespec clock{};
-  if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &clock) != 0) return false;
-  const std::int64_t now = static_cast<std::int64_t>(clock.tv_sec) * 1'000'000'000 + clock.tv_nsec;
-  return now - seen < cpu_watch_slack_ns();
+  const std::int64_t now = this_thread_cpu_ns();
+  return now >= 0 && now - seen < cpu_watch_slack_ns();
+}
+
+inline bool ThreadStackSampler::has_own_cpu_sample(const ActiveSpan& span) const noexcept {
+  return last_cpu_record_ != no_record && last_cpu_record_ >= span.log_start &&
+         last_cpu_record_ < used_.load(std::memory_order_relaxed);
 }
 
 inline bool ThreadStackSampler::repeat_last_cpu_record(const ActiveSpan& span, std::uint64_t weight) noexcept {
+  if (!has_own_cpu_sample(span)) return false;
+  const std::size_t at = copy_record(last_cpu_record_, weight);
+  if (at == no_record) return false;
+  last_cpu_record_ = at;
+  counters_->add(Counter::cpu_samples_captured, cpu_record_periods(weight));
+  return true;
+}
+
+// Appends a copy of the record at `from` with another weight word; its offset, or
+// no_record when the log is full.
+inline std::size_t ThreadStackSampler::copy_record(std::size_t from, std::uint64_t weight) noexcept {
   const std::size_t used = used_.load(std::memory_order_relaxed);
-  if (last_cpu_record_ == no_record || last_cpu_record_ < span.log_start || last_cpu_record_ >= used) return false;
-  const std::uint64_t* last = words_ + last_cpu_record_;
-  const std::size_t need = stack_record_words(static_cast<int>(last[1]));
-  if (used + need > settings_.buffer_words) return false;
+  const std::uint64_t* record = words_ + from;
+  const std::size_t need = stack_record_words(static_cast<int>(record[1]));
+  if (used + need > settings_.buffer_words) return no_record;
   std::uint64_t* out = words_ + used;
-  for (std::size_t i = 1; i < need; ++i) out[i] = last[i];
+  for (std::size_t i = 1; i < need; ++i) out[i] = record[i];
   out[0] = weight;
   std::atomic_signal_fence(std::memory_order_seq_cst);
   used_.store(used + need, std::memory_order_release);
-  last_cpu_record_ = used;
-  counters_->add(Counter::cpu_samples_captured, cpu_record_periods(weight));
-  return true;
+  return used;
 }
 
 // `data`: the ticker's wall_tick_data (the generation it looked at, and the
@@ -11823,15 +11995,33 @@ inline void ThreadStackSampler::on_wall_tick(std::uint32_t data, const void* uco
   if (active == nullptr || !active->recorded.contains(ProfileKind::wall)) return;
   if (active->stop != nullptr && active->stop->load(std::memory_order_relaxed)) return;
   const std::int64_t now = monotonic_now_ns();
+  const std::int64_t cpu_now = this_thread_cpu_ns();
   apply_wall_confirmation();
   const std::int64_t elapsed = now > wall_accounted_ns_ ? now - wall_accounted_ns_ : 0;
   const auto state = static_cast<ThreadState>(data >> wall_tick_state_shift);
-  const std::size_t at = record_sample(wall_record_weight(state, static_cast<std::uint64_t>(elapsed)), ucontext);
+  // Not blocked: the sample's time (since the last one) is split by the thread's
+  // own CPU clock into the part it ran and the part it waited for a core, the
+  // second a continuation of the first (same stack). Labelled so, a span's wall
+  // time is running and runnable in the shares its thread really had, however few
+  // samples a starved thread takes.
+  std::int64_t ran = -1;
+  if (state != ThreadState::blocked && cpu_now >= 0 && wall_accounted_cpu_ns_ >= 0 && elapsed > 0)
+    ran = std::min(std::max<std::int64_t>(cpu_now - wall_accounted_cpu_ns_, 0), elapsed);
+  const ThreadState first = ran < 0 ? state : ran > 0 ? ThreadState::running : ThreadState::runnable;
+  const std::int64_t first_ns = ran > 0 ? ran : elapsed;
+  const std::size_t at = record_sample(wall_record_weight(first, static_cast<std::uint64_t>(first_ns)), ucontext);
   // A full log keeps the time unaccounted: the next sample (or the close) gets it.
   if (at == no_wall_record) return;
   last_wall_record_ = at;
+  if (ran > 0 && ran < elapsed) {
+    const auto waited = static_cast<std::uint64_t>(elapsed - ran);
+    const std::size_t rest = copy_record(at, wall_record_weight(ThreadState::runnable, waited, true));
+    if (rest != no_record) last_wall_record_ = rest;
+    else add_wall_time(words_ + at, waited);  // no room: the time stays the sample's
+  }
   last_wall_generation_ = generation;
   wall_accounted_ns_ = now;
+  wall_accounted_cpu_ns_ = cpu_now;
 }
 
 // ---- the watchdog (the worker's thread, under the sampler list's mutex) -------------
@@ -12001,6 +12191,24 @@ inline void watch_sample_signal(int signal_number) noexcept {
                   signal_number);
     report_error(ErrorCode::sampler_failed, message);
     return;
+  }
+  // automatic: a thread that mostly computes was refused a perf event (said once).
+  const int perf_errno = CpuTickSource::perf_refused_errno().load(std::memory_order_relaxed);
+  if (perf_errno != 0) {
+    bool first = false;
+    {
+      std::lock_guard<std::mutex> lock(list.mutex);
+      first = !list.reported_fallback;
+      list.reported_fallback = true;
+    }
+    if (first) {
+      char message[240];
+      std::snprintf(message, sizeof message,
+                    "perf_event_open refused (%s); threads that mostly compute stay on POSIX CPU timers, which the "
+                    "kernel checks only on the scheduler tick",
+                    std::strerror(perf_errno));
+      report_error(ErrorCode::sampler_unavailable, message);
+    }
   }
   int refused = 0;
   pid_t thread = 0;
@@ -13007,10 +13215,6 @@ inline ThreadStackSampler::WallTick ThreadStackSampler::wall_tick(std::int64_t n
   BlockedSite site;
   const bool blocked = read_blocked_site(tid_, ticker_.syscall_fd, site);
   const std::int64_t cpu_ns = thread_cpu_ns(tid_);
-  const std::int64_t ran_ns = ticker_.wall_cpu_ns >= 0 && cpu_ns >= 0 ? cpu_ns - ticker_.wall_cpu_ns : -1;
-  const std::int64_t looked_ns = now_ns - ticker_.wall_at_ns;
-  ticker_.wall_cpu_ns = cpu_ns;
-  ticker_.wall_at_ns = now_ns;
   // "Still": almost no CPU time since the last sample found it blocked, and
   // blocked at the same site now — or running for a moment between two waits at
   // it (a loop around a short sleep counts as one wait, as in async-profiler's
@@ -13024,24 +13228,12 @@ inline ThreadStackSampler::WallTick ThreadStackSampler::wall_tick(std::int64_t n
     ticker_.cpu_ns = cpu_ns;
     return WallTick::confirmed;
   }
-  // Where the thread stood, for the sample's thread_state label (the sample weighs
-  // the time since the last tick): blocked in a call; else running with the
-  // probability of the share of that time it ran, else waiting for a core, so that
-  // the label's share of a span's wall time is its share of running (a majority
-  // vote per tick undercounted waiting by a third). At its first tick, with no
-  // last one: running if its CPU clock moves between two reads. Not that second
-  // read every time: on a busy machine the ticker, waking, often takes the core of
-  // the very thread it looks at, which then always looked runnable.
-  ThreadState state = ThreadState::unknown;
-  if (blocked) {
-    state = ThreadState::blocked;
-  } else if (ran_ns >= 0 && looked_ns > 0) {
-    const bool ran =
-        static_cast<std::int64_t>(xorshift64(ticker_.random) % static_cast<std::uint64_t>(looked_ns)) < ran_ns;
-    state = ran ? ThreadState::running : ThreadState::runnable;
-  } else if (cpu_ns >= 0) {
-    state = thread_cpu_ns(tid_) != cpu_ns ? ThreadState::running : ThreadState::runnable;
-  }
+  // Blocked in a call, or not: the handler tells running from waiting for a core,
+  // from the thread's own clock over the sample's time (on_wall_tick). The ticker
+  // cannot: its looks are not the sample's time (a signal waits for the thread's
+  // next instant on a core), and on a busy machine the ticker, waking, often takes
+  // the core of the very thread it looks at.
+  const ThreadState state = blocked ? ThreadState::blocked : ThreadState::unknown;
   const std::uint32_t data = (generation & wall_tick_generation_mask) |
                              static_cast<std::uint32_t>(state) << wall_tick_state_shift;
   if (!send_tick(wall_tick_tag | data)) {
@@ -17106,7 +17298,8 @@ inline constexpr Setting settings[] = {
         "The heap engine: sampled allocation hooks, or gperftools' heap profiler around each scope."),
     setting<&Options::cpu_sample_source>(
         "cpu_sample_source", "SPANPROF_SOURCE", EG::capture, format::choice(cpu_sample_source_names),
-        "Where the sampling engine's CPU ticks come from; automatic is posix_timer (docs/cost.md)."),
+        "Where the sampling engine's CPU ticks come from; automatic: posix_timer, perf_event for a thread that "
+        "runs a millisecond of CPU or more per context switch (docs/engines.md)."),
     setting<&Options::frequency_hz>(
         "frequency_hz", "SPANPROF_FREQUENCY", EG::capture, format::integer(1, 4000, "Hz"),
         "CPU samples per CPU-second of a profiled thread."),
@@ -18061,6 +18254,7 @@ class Runtime final : public GuardHost {
     s.wall_ticks_signalled = c[Counter::wall_ticks_signalled];
     s.cpu_ticks_watched = c[Counter::cpu_ticks_watched];
     s.cpu_ticks_at_close = c[Counter::cpu_ticks_at_close];
+    s.cpu_source_changes = c[Counter::cpu_source_changes];
     s.wall_ticks_confirmed = c[Counter::wall_ticks_confirmed];
     s.heap_guards_opened = c[Counter::heap_guards_opened];
     s.heap_samples_captured = c[Counter::heap_samples_captured];
@@ -18471,7 +18665,8 @@ SPANPROF_NAMESPACE_END
 // Internal. The calling thread's times as the kernel keeps them, read at a span's
 // open and close when Options::time_split is on: its CPU clock, its run delay
 // (/proc/thread-self/schedstat's second field: time runnable but not running) and
-// its context switches (getrusage(RUSAGE_THREAD)): three system calls, 0.4 to 1 µs each.
+// its context switches (getrusage(RUSAGE_THREAD)): three system calls, 0.4 to 1 µs
+// each, between two reads of the monotonic clock.
 //
 // The schedstat file stays open per thread (a pread, not an open, per read) and is
 // opened again in a forked child, whose threads are other tasks.
@@ -18481,6 +18676,7 @@ SPANPROF_NAMESPACE_END
 
 #if SPANPROF_ENABLED
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 
@@ -18541,37 +18737,61 @@ class ScheduleStatFile {
   std::uint32_t generation_ = 0;
 };
 
-// The calling thread's times; false (cpu_ns -1) when the kernel keeps no run delay.
+// How long one read of a thread's times may take (three system calls, a few µs):
+// a read that took longer waited for a core in the middle (or was interrupted
+// that long), and such a wait would be in the elapsed time on one side of the
+// read and in the run delay on the other.
+inline constexpr std::int64_t thread_times_read_ns = 50'000;
+
+// The calling thread's times and the monotonic clock, at one moment: a read a
+// wait cut in two is read again (twice at most). False (cpu_ns -1) when the kernel
+// keeps no run delay.
 inline bool read_thread_times(ThreadTimes& out) noexcept {
   static thread_local ScheduleStatFile schedstat;
-  timespec cpu{};
-  if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) != 0) return false;
-  const std::int64_t delay = schedstat.run_delay_ns();
-  if (delay < 0) return false;
-  rusage usage{};
-  if (::getrusage(RUSAGE_THREAD, &usage) != 0) return false;
-  out.cpu_ns = static_cast<std::int64_t>(cpu.tv_sec) * 1'000'000'000 + cpu.tv_nsec;
-  out.run_delay_ns = delay;
-  out.voluntary_switches = usage.ru_nvcsw;
-  out.involuntary_switches = usage.ru_nivcsw;
-  return true;
+  for (int attempt = 0;; ++attempt) {
+    const std::int64_t before = monotonic_now_ns();
+    timespec cpu{};
+    if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) != 0) return false;
+    const std::int64_t delay = schedstat.run_delay_ns();
+    if (delay < 0) return false;
+    rusage usage{};
+    if (::getrusage(RUSAGE_THREAD, &usage) != 0) return false;
+    const std::int64_t after = monotonic_now_ns();
+    if (after - before > thread_times_read_ns && attempt < 2) continue;
+    out.at_ns = after;
+    out.cpu_ns = static_cast<std::int64_t>(cpu.tv_sec) * 1'000'000'000 + cpu.tv_nsec;
+    out.run_delay_ns = delay;
+    out.voluntary_switches = usage.ru_nvcsw;
+    out.involuntary_switches = usage.ru_nivcsw;
+    return true;
+  }
 }
 
-// The split of `elapsed_ns` between two reads of one thread.
-inline TimeSplit time_split_between(const ThreadTimes& open, const ThreadTimes& close, std::int64_t elapsed_ns) noexcept {
+// The split of the time between two reads of one thread, built from what the
+// kernel counts exactly and the rest derived from it:
+//  * running is the CPU clock's advance, to the nanosecond;
+//  * a thread blocks only by giving its core up (a voluntary switch). Without one,
+//    blocked is 0 and the rest of the elapsed time is waiting for a core: the run
+//    delay, and what neither clock holds — the time a virtual machine's host took
+//    the vCPU away, interrupts — which is the core taken from the thread too;
+//  * with one, waiting is the run delay (the kernel adds each wait to it when the
+//    thread gets its core back; the thread runs at both reads, so every wait of
+//    the span is in) and blocked the rest.
+// The parts are held to the elapsed time, the CPU first: the clocks are read one
+// after the other.
+inline TimeSplit time_split_between(const ThreadTimes& open, const ThreadTimes& close) noexcept {
   TimeSplit split;
   if (open.cpu_ns < 0 || close.cpu_ns < 0) return split;
   const auto at_least_zero = [](std::int64_t v) { return v > 0 ? v : std::int64_t{0}; };
-  split.running_ns = at_least_zero(close.cpu_ns - open.cpu_ns);
-  split.waiting_ns = at_least_zero(close.run_delay_ns - open.run_delay_ns);
-  // The kernel adds a wait to the run delay when the thread gets its core back:
-  // a span that closes as it is scheduled again can hold a wait that began before
-  // it opened. The parts are held to the elapsed time, the CPU first.
-  if (split.running_ns > elapsed_ns) split.running_ns = at_least_zero(elapsed_ns);
-  if (split.running_ns + split.waiting_ns > elapsed_ns) split.waiting_ns = at_least_zero(elapsed_ns - split.running_ns);
-  split.blocked_ns = at_least_zero(elapsed_ns - split.running_ns - split.waiting_ns);
+  const std::int64_t elapsed = at_least_zero(close.at_ns - open.at_ns);
   split.voluntary_switches = at_least_zero(close.voluntary_switches - open.voluntary_switches);
   split.involuntary_switches = at_least_zero(close.involuntary_switches - open.involuntary_switches);
+  split.running_ns = std::min(at_least_zero(close.cpu_ns - open.cpu_ns), elapsed);
+  const std::int64_t rest = elapsed - split.running_ns;
+  split.waiting_ns = split.voluntary_switches == 0
+                         ? rest
+                         : std::min(at_least_zero(close.run_delay_ns - open.run_delay_ns), rest);
+  split.blocked_ns = rest - split.waiting_ns;
   return split;
 }
 
@@ -19113,10 +19333,7 @@ SPANPROF_NOINLINE void GuardCore::begin(const RunningConfig& config, const SpanC
   // One clock read opens a sampled span: its start, and the moment the thread's
   // outermost span changed when the ticker watches the thread.
   std::int64_t opened_ns = -1;
-  if (!sampled.empty()) {
-    opened_ns = monotonic_now_ns();
-    open_sampling(config, sampled, opened_ns);
-  }
+  if (!sampled.empty()) opened_ns = open_sampling(config, sampled);
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::heap))) open_heap(config);
   if (active()) {
     count(Counter::profiles_started);
@@ -19124,6 +19341,8 @@ SPANPROF_NOINLINE void GuardCore::begin(const RunningConfig& config, const SpanC
     // span starts once they run.
     const bool slow_engines = classic_cpu || kinds.contains(ProfileKind::heap);
     start_ns_ = SPANPROF_LIKELY(opened_ns >= 0 && !slow_engines) ? opened_ns : monotonic_now_ns();
+    // Right after the clock read that started it: the split's parts and the span's
+    // elapsed time cover the same stretch.
     if (SPANPROF_UNLIKELY(config.time_split)) read_times_at_open();
   } else {
     unpin();  // nothing to close: the destructor will not look at the configuration
@@ -19171,18 +19390,18 @@ inline void GuardCore::begin_fragment(const RunningConfig& config, RequestState&
   if (!sampled.empty()) open_sampling(config, sampled);
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::heap)) && config.heap_engine == HeapEngine::sampling)
     open_heap(config);
-  if (SPANPROF_UNLIKELY(config.time_split) && active()) {
-    start_ns_ = monotonic_now_ns();
-    read_times_at_open();
-  }
+  if (SPANPROF_UNLIKELY(config.time_split) && active()) read_times_at_open();
 }
 
-// After the clock read that opened the span: its times begin where its duration
-// does. They are kept in the span's slot of the thread's sampler (a guard lives in
+// The span's times, and its start at the moment they were read: the split and the
+// span's elapsed time cover the same stretch. They are kept in the span's slot of the thread's sampler (a guard lives in
 // coroutine frames and stays small): spans without one (the classic engine's,
 // heap-only ones) are not timed.
 SPANPROF_NOINLINE void GuardCore::read_times_at_open() noexcept {
-  if (state_ == State::sampling) timed_ = read_thread_times(sampler_->span(ticket_).times_at_open);
+  if (state_ != State::sampling) return;
+  ThreadTimes& times = sampler_->span(ticket_).times_at_open;
+  timed_ = read_thread_times(times);
+  if (timed_) start_ns_ = times.at_ns;
 }
 
 // A closing guard's split, from its close's read to its hand-over, on its thread.
@@ -19202,9 +19421,8 @@ SPANPROF_NOINLINE void GuardCore::split_time_at_close() noexcept {
     timed_ = false;
     return;
   }
-  const std::int64_t elapsed = monotonic_now_ns() - start_ns_;
-  if (duration_ns_ < 0) duration_ns_ = elapsed;
-  closing_time_split = time_split_between(sampler_->span(ticket_).times_at_open, now, elapsed);
+  if (duration_ns_ < 0) duration_ns_ = now.at_ns - start_ns_;
+  closing_time_split = time_split_between(sampler_->span(ticket_).times_at_open, now);
 }
 
 void GuardCore::finish() noexcept {
@@ -19280,21 +19498,21 @@ void GuardCore::stop_sampling_when(const std::atomic<bool>& flag) noexcept {
   if (state_ != State::idle) sampler_->span(ticket_).stop = &flag;
 }
 
-inline void GuardCore::open_sampling(const RunningConfig& config, ProfileKinds kinds, std::int64_t now_ns) noexcept {
+inline std::int64_t GuardCore::open_sampling(const RunningConfig& config, ProfileKinds kinds) noexcept {
   ThreadStackSampler* sampler = current_stack_sampler;
   if (SPANPROF_UNLIKELY(sampler == nullptr || sampler->settings().generation != config.sampler.generation)) {
     // New settings (spanprof::start was called again) apply from this thread's
     // next outermost span: replacing the sampler now would free the log that
     // the open outer guards still read.
     if (sampler == nullptr || !sampler->has_open_span()) {
-      if (config.sampler.signal_number == 0) return;
+      if (config.sampler.signal_number == 0) return -1;
       sampler = make_stack_sampler(config.sampler);
-      if (sampler == nullptr) return;
+      if (sampler == nullptr) return -1;
     }
   }
   if (kinds.contains(ProfileKind::cpu) && SPANPROF_UNLIKELY(!sampler->armed())) {
     if (!sampler->has_source() || !sampler->arm()) kinds = kinds.contains(ProfileKind::wall) ? wall : ProfileKinds{};
-    if (kinds.empty()) return;
+    if (kinds.empty()) return -1;
   }
   sampler_ = sampler;
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) open_wall(*sampler, config);
@@ -19306,10 +19524,17 @@ inline void GuardCore::open_sampling(const RunningConfig& config, ProfileKinds k
       SPANPROF_UNLIKELY(ticker_parked().load(std::memory_order_relaxed)) &&
       sampler->source() == CpuSampleSource::posix_timer)
     wall_ticker().watch_cpu();
-  ticket_ = sampler->push(kinds, now_ns, this);
-  if (SPANPROF_UNLIKELY(!ticket_.valid())) return too_deep(*sampler, kinds);
+  // The span starts here, once its sampler is made and the ticker runs: a thread's
+  // first span makes its sampler (its log, its timer), none of it the span's.
+  const std::int64_t opened_ns = monotonic_now_ns();
+  ticket_ = sampler->push(kinds, opened_ns, this);
+  if (SPANPROF_UNLIKELY(!ticket_.valid())) {
+    too_deep(*sampler, kinds);
+    return -1;
+  }
   if (kinds.contains(ProfileKind::cpu)) sampler->counters().add(Counter::cpu_guards_opened, 1);
   state_ = State::sampling;
+  return opened_ns;
 }
 
 SPANPROF_NOINLINE void GuardCore::too_deep(ThreadStackSampler& sampler, ProfileKinds kinds) noexcept {

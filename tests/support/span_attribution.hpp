@@ -108,6 +108,7 @@ struct SpanMeasure {
   int profiles = 0;                    // delivered under its span id: one, or none
   std::int64_t biggest_sample_ns = 0;  // the heaviest sample's cpu value in them
   std::int64_t cpu_before_ns = 0;      // the thread's CPU since the span before's work ended
+  std::int64_t elsewhere_cpu_ns = 0;   // the CPU of its samples outside the work's code (attribution_compute)
   double ratio() const { return true_cpu_ns > 0 ? static_cast<double>(profile_cpu_ns) / true_cpu_ns : 0; }
 };
 
@@ -117,6 +118,10 @@ struct AttributionSummary {
   int voided = 0;   // spans left out: the thread's CPU clock jumped (void_after_clock_jump_ns)
   double p10 = 0, p50 = 0, p90 = 0, min = 0, max = 0;
   double sum_ratio = 0;  // all the profiles' CPU over all the spans' CPU
+  // The share of the profiles' CPU in samples outside the work's code (the span
+  // functions tail-call attribution_compute): not where the CPU went, e.g. the
+  // guard's close.
+  double elsewhere = 0;
   // When a span's ratio is over 1.5 or a thread ran over 30 ms of CPU between two
   // spans' work: what the worst span's profile held, and the widest such gap (an
   // emulated VM's thread CPU clock jumps while the host takes its vCPU away).
@@ -127,7 +132,7 @@ inline AttributionSummary summarize(const std::vector<SpanMeasure>& measures, bo
                                     const AttributionSettings& settings = {}) {
   AttributionSummary s;
   std::vector<double> ratios;
-  double truth = 0, profiled = 0;
+  double truth = 0, profiled = 0, elsewhere = 0;
   const SpanMeasure* worst = nullptr;
   std::int64_t widest_gap = 0;
   for (const auto& m : measures) {
@@ -147,6 +152,7 @@ inline AttributionSummary summarize(const std::vector<SpanMeasure>& measures, bo
     ratios.push_back(m.ratio());
     truth += static_cast<double>(m.true_cpu_ns);
     profiled += static_cast<double>(m.profile_cpu_ns);
+    elsewhere += static_cast<double>(m.elsewhere_cpu_ns);
   }
   if (ratios.empty()) return s;
   if (worst != nullptr && (worst->ratio() > 1.5 || widest_gap > 30'000'000)) {
@@ -167,6 +173,7 @@ inline AttributionSummary summarize(const std::vector<SpanMeasure>& measures, bo
   s.min = ratios.front();
   s.max = ratios.back();
   s.sum_ratio = truth > 0 ? profiled / truth : 0;
+  s.elsewhere = profiled > 0 ? elsewhere / profiled : 0;
   return s;
 }
 
@@ -186,6 +193,7 @@ inline AttributionRun run_attribution(const AttributionSettings& settings) {
     std::map<std::string, std::int64_t> cpu_by_span;
     std::map<std::string, int> profiles_by_span;
     std::map<std::string, std::int64_t> biggest_sample_by_span;
+    std::map<std::string, std::int64_t> elsewhere_by_span;
     std::string error;
   };
   auto received = std::make_shared<Received>();
@@ -198,12 +206,21 @@ inline AttributionRun run_attribution(const AttributionSettings& settings) {
       [received](const spanprof::EncodedProfile& p, std::string_view pprof_gzip) {
         pprof_test::DecodedPprof decoded;
         std::string error;
-        std::int64_t cpu = 0, biggest = 0;
+        std::int64_t cpu = 0, biggest = 0, elsewhere = 0;
         if (pprof_test::decode_pprof(pprof_gzip, decoded, error)) {
-          for (const auto& sample : decoded.profile.samples)
+          const spanprof::Profile& profile = decoded.profile;
+          for (const auto& sample : profile.samples)
             if (sample.values.size() > 1) {
               cpu += sample.values[1];
               biggest = std::max<std::int64_t>(biggest, sample.values[1]);
+              bool in_span_function = false;
+              for (auto id : sample.location_ids)
+                for (const auto& location : profile.locations)
+                  if (location.id == id) {
+                    const std::string functions = pprof_test::location_functions(profile, location);
+                    in_span_function = in_span_function || functions.find("attribution_compute") != std::string::npos;
+                  }
+              if (!in_span_function) elsewhere += sample.values[1];
             }
         }
         const std::string id = p.record.span.span_id.to_hex();
@@ -212,6 +229,7 @@ inline AttributionRun run_attribution(const AttributionSettings& settings) {
         received->cpu_by_span[id] += cpu;
         received->profiles_by_span[id] += 1;
         received->biggest_sample_by_span[id] = std::max(received->biggest_sample_by_span[id], biggest);
+        received->elsewhere_by_span[id] += elsewhere;
         return spanprof::UploadResult::ok();
       },
       "attribution"));
@@ -267,6 +285,7 @@ inline AttributionRun run_attribution(const AttributionSettings& settings) {
         m.profile_cpu_ns = it->second;
         m.profiles = received->profiles_by_span[id];
         m.biggest_sample_ns = received->biggest_sample_by_span[id];
+        m.elsewhere_cpu_ns = received->elsewhere_by_span[id];
       }
       run.spans.push_back(m);
     }

@@ -166,10 +166,7 @@ SPANPROF_NOINLINE void GuardCore::begin(const RunningConfig& config, const SpanC
   // One clock read opens a sampled span: its start, and the moment the thread's
   // outermost span changed when the ticker watches the thread.
   std::int64_t opened_ns = -1;
-  if (!sampled.empty()) {
-    opened_ns = monotonic_now_ns();
-    open_sampling(config, sampled, opened_ns);
-  }
+  if (!sampled.empty()) opened_ns = open_sampling(config, sampled);
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::heap))) open_heap(config);
   if (active()) {
     count(Counter::profiles_started);
@@ -177,6 +174,8 @@ SPANPROF_NOINLINE void GuardCore::begin(const RunningConfig& config, const SpanC
     // span starts once they run.
     const bool slow_engines = classic_cpu || kinds.contains(ProfileKind::heap);
     start_ns_ = SPANPROF_LIKELY(opened_ns >= 0 && !slow_engines) ? opened_ns : monotonic_now_ns();
+    // Right after the clock read that started it: the split's parts and the span's
+    // elapsed time cover the same stretch.
     if (SPANPROF_UNLIKELY(config.time_split)) read_times_at_open();
   } else {
     unpin();  // nothing to close: the destructor will not look at the configuration
@@ -224,18 +223,18 @@ inline void GuardCore::begin_fragment(const RunningConfig& config, RequestState&
   if (!sampled.empty()) open_sampling(config, sampled);
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::heap)) && config.heap_engine == HeapEngine::sampling)
     open_heap(config);
-  if (SPANPROF_UNLIKELY(config.time_split) && active()) {
-    start_ns_ = monotonic_now_ns();
-    read_times_at_open();
-  }
+  if (SPANPROF_UNLIKELY(config.time_split) && active()) read_times_at_open();
 }
 
-// After the clock read that opened the span: its times begin where its duration
-// does. They are kept in the span's slot of the thread's sampler (a guard lives in
+// The span's times, and its start at the moment they were read: the split and the
+// span's elapsed time cover the same stretch. They are kept in the span's slot of the thread's sampler (a guard lives in
 // coroutine frames and stays small): spans without one (the classic engine's,
 // heap-only ones) are not timed.
 SPANPROF_NOINLINE void GuardCore::read_times_at_open() noexcept {
-  if (state_ == State::sampling) timed_ = read_thread_times(sampler_->span(ticket_).times_at_open);
+  if (state_ != State::sampling) return;
+  ThreadTimes& times = sampler_->span(ticket_).times_at_open;
+  timed_ = read_thread_times(times);
+  if (timed_) start_ns_ = times.at_ns;
 }
 
 // A closing guard's split, from its close's read to its hand-over, on its thread.
@@ -255,9 +254,8 @@ SPANPROF_NOINLINE void GuardCore::split_time_at_close() noexcept {
     timed_ = false;
     return;
   }
-  const std::int64_t elapsed = monotonic_now_ns() - start_ns_;
-  if (duration_ns_ < 0) duration_ns_ = elapsed;
-  closing_time_split = time_split_between(sampler_->span(ticket_).times_at_open, now, elapsed);
+  if (duration_ns_ < 0) duration_ns_ = now.at_ns - start_ns_;
+  closing_time_split = time_split_between(sampler_->span(ticket_).times_at_open, now);
 }
 
 void GuardCore::finish() noexcept {
@@ -333,21 +331,21 @@ void GuardCore::stop_sampling_when(const std::atomic<bool>& flag) noexcept {
   if (state_ != State::idle) sampler_->span(ticket_).stop = &flag;
 }
 
-inline void GuardCore::open_sampling(const RunningConfig& config, ProfileKinds kinds, std::int64_t now_ns) noexcept {
+inline std::int64_t GuardCore::open_sampling(const RunningConfig& config, ProfileKinds kinds) noexcept {
   ThreadStackSampler* sampler = current_stack_sampler;
   if (SPANPROF_UNLIKELY(sampler == nullptr || sampler->settings().generation != config.sampler.generation)) {
     // New settings (spanprof::start was called again) apply from this thread's
     // next outermost span: replacing the sampler now would free the log that
     // the open outer guards still read.
     if (sampler == nullptr || !sampler->has_open_span()) {
-      if (config.sampler.signal_number == 0) return;
+      if (config.sampler.signal_number == 0) return -1;
       sampler = make_stack_sampler(config.sampler);
-      if (sampler == nullptr) return;
+      if (sampler == nullptr) return -1;
     }
   }
   if (kinds.contains(ProfileKind::cpu) && SPANPROF_UNLIKELY(!sampler->armed())) {
     if (!sampler->has_source() || !sampler->arm()) kinds = kinds.contains(ProfileKind::wall) ? wall : ProfileKinds{};
-    if (kinds.empty()) return;
+    if (kinds.empty()) return -1;
   }
   sampler_ = sampler;
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) open_wall(*sampler, config);
@@ -359,10 +357,17 @@ inline void GuardCore::open_sampling(const RunningConfig& config, ProfileKinds k
       SPANPROF_UNLIKELY(ticker_parked().load(std::memory_order_relaxed)) &&
       sampler->source() == CpuSampleSource::posix_timer)
     wall_ticker().watch_cpu();
-  ticket_ = sampler->push(kinds, now_ns, this);
-  if (SPANPROF_UNLIKELY(!ticket_.valid())) return too_deep(*sampler, kinds);
+  // The span starts here, once its sampler is made and the ticker runs: a thread's
+  // first span makes its sampler (its log, its timer), none of it the span's.
+  const std::int64_t opened_ns = monotonic_now_ns();
+  ticket_ = sampler->push(kinds, opened_ns, this);
+  if (SPANPROF_UNLIKELY(!ticket_.valid())) {
+    too_deep(*sampler, kinds);
+    return -1;
+  }
   if (kinds.contains(ProfileKind::cpu)) sampler->counters().add(Counter::cpu_guards_opened, 1);
   state_ = State::sampling;
+  return opened_ns;
 }
 
 SPANPROF_NOINLINE void GuardCore::too_deep(ThreadStackSampler& sampler, ProfileKinds kinds) noexcept {

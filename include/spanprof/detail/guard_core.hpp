@@ -143,8 +143,9 @@ class GuardCore {
   inline void close_engines() noexcept;
   void read_times_at_open() noexcept;
   void split_time_at_close() noexcept;
-  // `now_ns`: the monotonic time if the caller has read it, else -1.
-  inline void open_sampling(const RunningConfig& config, ProfileKinds kinds, std::int64_t now_ns = -1) noexcept;
+  // Opens the span in the thread's stack sampler; its start on the monotonic clock,
+  // or -1 when it could not.
+  inline std::int64_t open_sampling(const RunningConfig& config, ProfileKinds kinds) noexcept;
   void too_deep(ThreadStackSampler& sampler, ProfileKinds kinds) noexcept;
   void open_wall(ThreadStackSampler& sampler, const RunningConfig& config) noexcept;
   inline void close_sampling() noexcept;

@@ -49,6 +49,10 @@ struct Stats {
   // Ticks a span took at its close for a POSIX timer point its thread had passed in
   // it, which the kernel had not delivered yet (docs/engines.md, under load).
   std::uint64_t cpu_ticks_at_close = 0;
+  // Times a thread's sampler moved between the POSIX timer and perf_event
+  // (CpuSampleSource::automatic: a thread that mostly computes ticks on perf_event,
+  // docs/engines.md).
+  std::uint64_t cpu_source_changes = 0;
   std::uint64_t wall_ticks_confirmed = 0;  // ticks that found a thread still blocked: no signal, no EINTR
   std::uint64_t heap_guards_opened = 0;    // guards that started a heap profile (either heap engine)
   std::uint64_t heap_samples_captured = 0; // allocations recorded by the sampling heap engine

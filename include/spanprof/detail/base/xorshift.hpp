@@ -1,6 +1,6 @@
 // The one pseudo-random step the samplers draw from (Marsaglia's xorshift64, 13/7/17):
-// a per-thread or per-ticker state, no shared state, no call, async-signal-safe.
-// Good enough for sampling intervals and labels, not for anything secret.
+// a per-thread state, no shared state, no call, async-signal-safe.
+// Good enough for sampling intervals, not for anything secret.
 #ifndef SPANPROF_DETAIL_BASE_XORSHIFT_HPP_
 #define SPANPROF_DETAIL_BASE_XORSHIFT_HPP_
 

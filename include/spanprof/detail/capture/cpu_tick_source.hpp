@@ -25,6 +25,7 @@
 
 #include <spanprof/config.hpp>
 #include <spanprof/detail/base/xorshift.hpp>
+#include <spanprof/detail/capture/sampler_settings.hpp>
 #include <spanprof/capture/engines.hpp>
 
 // Compiled out with the SDK, as the sampler that owns it.
@@ -40,6 +41,7 @@
 #include <fcntl.h>
 #include <linux/perf_event.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -80,33 +82,33 @@ class CpuTickSource {
 
   // Picks and creates the sampling source for this thread (not armed yet).
   // `perf_errno` receives the reason perf_event was refused, if it was.
-  // `automatic` is the POSIX CPU timer: a perf event costs its thread at every
-  // context switch, even between spans (docs/cost.md). A perf_event the kernel
+  // `automatic` starts on the POSIX CPU timer: a perf event costs its thread at
+  // every context switch, even between spans (docs/cost.md); prefer_source()
+  // moves a thread that mostly computes to perf_event. A perf_event the kernel
   // refuses falls back to the timer.
   CpuSampleSource open(int& perf_errno) noexcept {
     perf_errno = 0;
     if (wanted_ == CpuSampleSource::perf_event) {
-      if (open_perf_event()) return source_ = CpuSampleSource::perf_event;
+      if (open_perf_event()) return set_source(CpuSampleSource::perf_event);
       perf_errno = errno == 0 ? EINVAL : errno;
     }
-    if (open_posix_timer()) return source_ = CpuSampleSource::posix_timer;
-    if (wanted_ == CpuSampleSource::automatic && open_perf_event()) return source_ = CpuSampleSource::perf_event;
-    return source_ = CpuSampleSource::automatic;  // nothing could be armed
+    if (open_posix_timer()) return set_source(CpuSampleSource::posix_timer);
+    if (wanted_ == CpuSampleSource::automatic && open_perf_event()) return set_source(CpuSampleSource::perf_event);
+    return set_source(CpuSampleSource::automatic);  // nothing could be armed
   }
 
-  bool has_source() const noexcept { return source_ != CpuSampleSource::automatic; }
-  CpuSampleSource source() const noexcept { return source_; }
+  bool has_source() const noexcept { return source() != CpuSampleSource::automatic; }
+  // The source ticking now (automatic: none). Written by its own thread only,
+  // its handler included.
+  CpuSampleSource source() const noexcept { return source_.load(std::memory_order_relaxed); }
 
   // Disables and releases the source. The destructor does it too; an owner whose
   // handler writes into memory it frees calls it first.
   void close() noexcept {
-    if (perf_fd_ >= 0) {
-      ::ioctl(perf_fd_, PERF_EVENT_IOC_DISABLE, 0);
-      ::close(perf_fd_);
-      perf_fd_ = -1;
-    }
+    close_perf_event();
     if (has_timer_) ::timer_delete(timer_);
     has_timer_ = false;
+    cpu_mark_.store(0, std::memory_order_relaxed);
   }
 
   // In a forked child, on a source the parent made: its perf event is the parent's
@@ -116,7 +118,8 @@ class CpuTickSource {
     if (perf_fd_ >= 0) ::close(perf_fd_);
     perf_fd_ = -1;
     has_timer_ = false;
-    source_ = CpuSampleSource::automatic;
+    cpu_mark_.store(0, std::memory_order_relaxed);
+    set_source(CpuSampleSource::automatic);
   }
 
   // Starts the ticks; the periods start afresh. False when there is no source or
@@ -125,14 +128,17 @@ class CpuTickSource {
     cpu_mark_.store(0, std::memory_order_relaxed);
     cpu_period_ = 0;
     tick_cpu_ns_ = 0;
-    if (perf_fd_ >= 0) return schedule_next_tick() && ::ioctl(perf_fd_, PERF_EVENT_IOC_ENABLE, 0) == 0;
-    if (has_timer_) return schedule_next_tick();
+    switch (source()) {
+      case CpuSampleSource::perf_event: return schedule_next_tick() && ::ioctl(perf_fd_, PERF_EVENT_IOC_ENABLE, 0) == 0;
+      case CpuSampleSource::posix_timer: return schedule_next_tick();
+      case CpuSampleSource::automatic: break;
+    }
     return false;
   }
 
   // Async-signal-safe: used from the handler when the thread has been idle.
   void stop() noexcept {
-    if (perf_fd_ >= 0) {
+    if (source() == CpuSampleSource::perf_event) {
       ::ioctl(perf_fd_, PERF_EVENT_IOC_DISABLE, 0);
     } else if (has_timer_) {
       itimerspec stop{};
@@ -141,15 +147,17 @@ class CpuTickSource {
   }
 
   // The POSIX timer's next sampling point on the thread's CPU clock, for the ticker
-  // to read from its thread (0: none, or another source).
-  std::int64_t next_point_ns() const noexcept {
-    return has_timer_ ? static_cast<std::int64_t>(cpu_mark_.load(std::memory_order_relaxed)) : 0;
-  }
+  // to read from its thread (0: none, or another source ticks).
+  std::int64_t next_point_ns() const noexcept { return static_cast<std::int64_t>(cpu_mark_.load(std::memory_order_relaxed)); }
 
   // The signal `info` describes is one of this source's ticks (async-signal-safe).
+  // A timer signal queued before the thread moved to perf_event is not.
   bool is_tick(const siginfo_t* info) const noexcept {
-    if (perf_fd_ >= 0) return info->si_fd == perf_fd_;  // not our event: someone else's signal
-    if (has_timer_) return info->si_code == SI_TIMER;
+    switch (source()) {
+      case CpuSampleSource::perf_event: return info->si_fd == perf_fd_;  // not our event: someone else's signal
+      case CpuSampleSource::posix_timer: return info->si_code == SI_TIMER;
+      case CpuSampleSource::automatic: break;
+    }
     return false;
   }
 
@@ -168,29 +176,122 @@ class CpuTickSource {
   // `cut_ns` (the timer only): the points passed after it on the thread's CPU clock
   // are left for a later tick.
   bool schedule_next_tick(TickWeight* weight = nullptr, std::int64_t cut_ns = no_cut) noexcept {
-    const std::int64_t now_ns = thread_cpu_now_ns();
+    const std::int64_t now_ns = this_thread_cpu_ns();
     std::uint64_t periods = 0;
     std::int64_t timer_tile_ns = 0;
-    const bool ok = perf_fd_ >= 0 ? schedule_perf_tick(now_ns, periods)
-                                  : schedule_timer_tick(now_ns, std::min(now_ns, cut_ns), periods, timer_tile_ns);
+    const bool on_perf = source() == CpuSampleSource::perf_event;
+    const bool ok = on_perf ? schedule_perf_tick(now_ns, periods)
+                            : schedule_timer_tick(now_ns, std::min(now_ns, cut_ns), periods, timer_tile_ns);
     const bool armed_before = tick_cpu_ns_ != 0;
     if (weight != nullptr) {
       weight->periods = periods;
-      if (perf_fd_ < 0) {
+      if (!on_perf) {
         if (timer_tile_ns > 0) weight->cpu_ns = static_cast<std::uint64_t>(timer_tile_ns);
       } else if (periods != 0 && armed_before && now_ns > tick_cpu_ns_) {
         weight->cpu_ns = static_cast<std::uint64_t>(now_ns - tick_cpu_ns_);
       }
     }
     if (periods != 0 || !armed_before) tick_cpu_ns_ = now_ns;  // an early timer signal moves nothing
+    // A tick's sample (never the arm's start) is where the automatic choice is made.
+    if (weight != nullptr && periods != 0) prefer_source(now_ns);
     return ok;
   }
 
+  // automatic: the thread's CPU per context switch since the last choice decides
+  // (once per adapt_window_ns of its CPU, at a tick; async-signal-safe). A perf
+  // event costs its thread at every switch (~1-3 µs here), nothing else, and comes
+  // at the sampling point itself; the timer costs nothing at a switch, but the
+  // kernel looks at it only on its tick, so its signal comes late and, for work
+  // as periodic as the tick, always at the same phase of it. A thread that runs a
+  // millisecond of CPU or more per switch (it mostly computes: the switches cost
+  // it 0.3 % at most) ticks on perf_event; one that runs less than half a
+  // millisecond (a server's request thread: several switches per request) goes
+  // back to the timer.
+  static constexpr std::int64_t adapt_window_ns = 20'000'000;
+  static constexpr std::int64_t perf_cpu_per_switch_ns = 1'000'000;
+  static constexpr std::int64_t timer_cpu_per_switch_ns = 500'000;
+
+  // Set once a perf event is refused to a thread of the process: none asks again.
+  static std::atomic<int>& perf_refused_errno() noexcept {
+    static std::atomic<int> refused{0};
+    return refused;
+  }
+
  private:
-  static std::int64_t thread_cpu_now_ns() noexcept {
-    timespec now{};
-    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
-    return static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+  CpuSampleSource set_source(CpuSampleSource source) noexcept {
+    source_.store(source, std::memory_order_relaxed);
+    return source;
+  }
+
+  void prefer_source(std::int64_t now_ns) noexcept {
+    if (wanted_ != CpuSampleSource::automatic || !has_timer_) return;
+    if (adapt_cpu_ns_ == 0 || now_ns < adapt_cpu_ns_) {
+      adapt_cpu_ns_ = now_ns;
+      adapt_switches_ = context_switches();
+      return;
+    }
+    const std::int64_t ran = now_ns - adapt_cpu_ns_;
+    if (ran < adapt_window_ns) return;
+    const std::int64_t switches = context_switches();
+    if (switches < 0) return;
+    const std::int64_t per_switch = ran / std::max<std::int64_t>(1, switches - adapt_switches_);
+    adapt_cpu_ns_ = now_ns;
+    adapt_switches_ = switches;
+    if (source() == CpuSampleSource::posix_timer && per_switch >= perf_cpu_per_switch_ns &&
+        perf_refused_errno().load(std::memory_order_relaxed) == 0)
+      move_to_perf_event(now_ns);
+    else if (source() == CpuSampleSource::perf_event && per_switch < timer_cpu_per_switch_ns)
+      move_to_timer(now_ns);
+  }
+
+  static std::int64_t context_switches() noexcept {
+    rusage usage{};
+    if (::getrusage(RUSAGE_THREAD, &usage) != 0) return -1;
+    return static_cast<std::int64_t>(usage.ru_nvcsw) + static_cast<std::int64_t>(usage.ru_nivcsw);
+  }
+
+  // The next point stays where the timer had drawn it: the event's first period
+  // runs up to it, and the first sample weighs the CPU since the last point.
+  void move_to_perf_event(std::int64_t now_ns) noexcept {
+    if (perf_fd_ < 0 && !open_perf_event()) {
+      int expected = 0;
+      perf_refused_errno().compare_exchange_strong(expected, errno == 0 ? EINVAL : errno, std::memory_order_relaxed);
+      return;
+    }
+    const std::int64_t next = next_point_ns();
+    const std::int64_t floor = std::max<std::int64_t>(period_ns_ / 4, 20'000);
+    std::uint64_t first = static_cast<std::uint64_t>(std::max(next - now_ns, floor));
+    if (::ioctl(perf_fd_, PERF_EVENT_IOC_PERIOD, &first) != 0 || ::ioctl(perf_fd_, PERF_EVENT_IOC_ENABLE, 0) != 0) {
+      close_perf_event();
+      return;
+    }
+    itimerspec stop{};
+    ::timer_settime(timer_, 0, &stop, nullptr);
+    cpu_mark_.store(0, std::memory_order_relaxed);  // the CPU watch lets the thread be
+    tick_cpu_ns_ = point_base_;
+    cpu_period_ = now_ns + static_cast<std::int64_t>(first) - point_base_;
+    set_source(CpuSampleSource::perf_event);
+  }
+
+  // The event is closed, not only disabled: an open one costs its thread at every
+  // switch still. The timer's points go on from the last sample.
+  void move_to_timer(std::int64_t now_ns) noexcept {
+    close_perf_event();
+    set_source(CpuSampleSource::posix_timer);
+    point_base_ = tick_cpu_ns_;
+    const std::int64_t next = now_ns + random_interval_ns(random_, period_ns_);
+    cpu_mark_.store(static_cast<std::uint64_t>(next), std::memory_order_relaxed);
+    itimerspec spec{};
+    spec.it_value.tv_sec = next / 1'000'000'000;
+    spec.it_value.tv_nsec = next % 1'000'000'000;
+    ::timer_settime(timer_, TIMER_ABSTIME, &spec, nullptr);
+  }
+
+  void close_perf_event() noexcept {
+    if (perf_fd_ < 0) return;
+    ::ioctl(perf_fd_, PERF_EVENT_IOC_DISABLE, 0);
+    ::close(perf_fd_);
+    perf_fd_ = -1;
   }
 
   bool schedule_perf_tick(std::int64_t now_ns, std::uint64_t& periods) noexcept {
@@ -304,8 +405,8 @@ class CpuTickSource {
   pid_t tid_;
   int perf_fd_ = -1;
   timer_t timer_{};
-  bool has_timer_ = false;
-  CpuSampleSource source_ = CpuSampleSource::automatic;
+  bool has_timer_ = false;  // the timer exists (armed or not)
+  std::atomic<CpuSampleSource> source_{CpuSampleSource::automatic};
   std::uint64_t random_;        // the handler's: the next CPU period
   // Timer: its next expiry on the thread's CPU clock (0: armed afresh). The ticker
   // reads it to find a point the kernel has not delivered (next_point_ns).
@@ -313,6 +414,8 @@ class CpuTickSource {
   std::int64_t cpu_period_ = 0; // perf: the period set at the last tick (0: unknown, after a disarm)
   std::int64_t tick_cpu_ns_ = 0;  // the thread's CPU clock at the last sample (0: since the arm, none)
   std::int64_t point_base_ = 0;   // timer: the last point delivered (or the arm), on the thread's CPU clock
+  std::int64_t adapt_cpu_ns_ = 0;     // automatic: the thread's CPU clock at the last choice of source
+  std::int64_t adapt_switches_ = 0;   // and its context switches then
 };
 
 }  // namespace detail

@@ -9,8 +9,10 @@
 //                      periods it stands for (its sample count) and the thread's
 //                      CPU nanoseconds since the sample before; a wall record (wall_record_tag set in
 //                      the weight word) stands for the wall nanoseconds in the low
-//                      61 bits, which grow while the thread stays blocked there, and
-//                      holds the thread's ThreadState in bits 61-62.
+//                      60 bits, which grow while the thread stays blocked there, and
+//                      holds the thread's ThreadState in bits 61-62. Bit 60 marks a
+//                      wall record that continues the one before it: the same sample's
+//                      time in another state (its running and its waiting part).
 //   heap log record    [size, live-table slot, live-table entry, depth, pc_0 ...]
 //                      in a thread's heap log while its span is open.
 //   heap hand-off      [size, live at span close (0/1), depth, pc_0 ...]
@@ -37,15 +39,17 @@ namespace detail {
 inline constexpr std::size_t stack_record_header_words = 2;
 inline constexpr std::uint64_t wall_record_tag = std::uint64_t{1} << 63;
 inline constexpr unsigned wall_record_state_shift = 61;
-inline constexpr std::uint64_t wall_record_ns_mask = (std::uint64_t{1} << wall_record_state_shift) - 1;
+inline constexpr std::uint64_t wall_record_continues = std::uint64_t{1} << 60;
+inline constexpr std::uint64_t wall_record_ns_mask = wall_record_continues - 1;
 
-constexpr std::uint64_t wall_record_weight(ThreadState state, std::uint64_t ns) noexcept {
+constexpr std::uint64_t wall_record_weight(ThreadState state, std::uint64_t ns, bool continues = false) noexcept {
   return wall_record_tag | (static_cast<std::uint64_t>(state) & 3) << wall_record_state_shift |
-         (ns < wall_record_ns_mask ? ns : wall_record_ns_mask);
+         (continues ? wall_record_continues : 0) | (ns < wall_record_ns_mask ? ns : wall_record_ns_mask);
 }
 constexpr ThreadState wall_record_state(std::uint64_t weight) noexcept {
   return static_cast<ThreadState>((weight >> wall_record_state_shift) & 3);
 }
+constexpr bool wall_record_continued(std::uint64_t weight) noexcept { return (weight & wall_record_continues) != 0; }
 
 // A CPU record's weight word: periods above bit 48 (at most 32767), CPU ns below
 // (at most 78 hours between two samples); bit 63 stays clear, as wall records' tag.
@@ -79,7 +83,8 @@ constexpr bool is_wall_record(const std::uint64_t* record) noexcept { return (re
 
 // More wall time for the stack of the wall record at `record`.
 inline void add_wall_time(std::uint64_t* record, std::uint64_t ns) noexcept {
-  record[0] = wall_record_weight(wall_record_state(record[0]), (record[0] & wall_record_ns_mask) + ns);
+  record[0] = wall_record_weight(wall_record_state(record[0]), (record[0] & wall_record_ns_mask) + ns,
+                                 wall_record_continued(record[0]));
 }
 
 // Calls `visit(const std::uint64_t* record, std::size_t words)` for each
@@ -114,7 +119,9 @@ inline void read_stack_records(const std::uint64_t* words, std::size_t count, Ra
     if (is_wall_record(record) != wall) return;
     RawSample sample;
     if (wall) {
-      sample.values = {1, static_cast<std::int64_t>(record[0] & wall_record_ns_mask)};
+      // A continuation is the same sample's other part: its time, not another sample.
+      sample.values = {wall_record_continued(record[0]) ? 0 : 1,
+                       static_cast<std::int64_t>(record[0] & wall_record_ns_mask)};
       sample.thread_state = wall_record_state(record[0]);
     } else
       sample.values = {static_cast<std::int64_t>(cpu_record_periods(record[0])),

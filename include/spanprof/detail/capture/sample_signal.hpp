@@ -122,6 +122,24 @@ inline void watch_sample_signal(int signal_number) noexcept {
     report_error(ErrorCode::sampler_failed, message);
     return;
   }
+  // automatic: a thread that mostly computes was refused a perf event (said once).
+  const int perf_errno = CpuTickSource::perf_refused_errno().load(std::memory_order_relaxed);
+  if (perf_errno != 0) {
+    bool first = false;
+    {
+      std::lock_guard<std::mutex> lock(list.mutex);
+      first = !list.reported_fallback;
+      list.reported_fallback = true;
+    }
+    if (first) {
+      char message[240];
+      std::snprintf(message, sizeof message,
+                    "perf_event_open refused (%s); threads that mostly compute stay on POSIX CPU timers, which the "
+                    "kernel checks only on the scheduler tick",
+                    std::strerror(perf_errno));
+      report_error(ErrorCode::sampler_unavailable, message);
+    }
+  }
   int refused = 0;
   pid_t thread = 0;
   {

@@ -43,6 +43,25 @@ inline std::int64_t monotonic_now_ns() noexcept {
   return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
+// The kernel's tick (1/HZ: 4 ms at HZ=250), the resolution of its coarse clocks:
+// it looks at a thread's POSIX CPU timers only then. Read once per process.
+inline std::int64_t kernel_tick_ns() noexcept {
+  static const std::int64_t tick = [] {
+    timespec resolution{};
+    if (::clock_getres(CLOCK_MONOTONIC_COARSE, &resolution) != 0) return std::int64_t{4'000'000};
+    const std::int64_t ns = static_cast<std::int64_t>(resolution.tv_sec) * 1'000'000'000 + resolution.tv_nsec;
+    return ns > 0 && ns <= 100'000'000 ? ns : std::int64_t{4'000'000};
+  }();
+  return tick;
+}
+
+// The calling thread's CPU clock, in ns; -1 if it cannot be read (async-signal-safe).
+inline std::int64_t this_thread_cpu_ns() noexcept {
+  timespec ts{};
+  if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return -1;
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
 // The wall clock, for a profile's start time.
 inline std::int64_t realtime_now_ns() noexcept {
   timespec ts{};

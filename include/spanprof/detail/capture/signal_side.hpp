@@ -62,13 +62,16 @@ namespace detail {
 //
 // Each returns the thread's CPU clock, read at the edge; -1 when the edges are
 // left to the kernel.
-inline std::int64_t ThreadStackSampler::settle_edge(bool at_close) noexcept {
+inline std::int64_t ThreadStackSampler::settle_edge(const ActiveSpan* closing) noexcept {
   const std::int64_t cut = edge_cut_ns();
   if (cut < 0) return -1;
   if (cpu_.next_point_ns() <= cut) {
-    if (!at_close && !close_edge_settled_) return -1;
+    if (closing == nullptr && !close_edge_settled_) return -1;
+    // A span with no CPU sample of its own has no stack to give its points: they
+    // are left to the kernel, and the next span's edges with them.
+    if (closing != nullptr && !has_own_cpu_sample(*closing)) return -1;
     take_ticks_to(cut);
-    if (at_close) counters_->add(Counter::cpu_ticks_at_close, 1);
+    if (closing != nullptr) counters_->add(Counter::cpu_ticks_at_close, 1);
   }
   return cut + cpu_watch_slack_ns();
 }
@@ -85,9 +88,8 @@ inline std::int64_t ThreadStackSampler::settle_edge(bool at_close) noexcept {
 // of 0.5 ms spans at 1 kHz came out at 1.2 of its CPU).
 inline std::int64_t ThreadStackSampler::edge_cut_ns() const noexcept {
   if (!armed() || signal_blocked_.load(std::memory_order_relaxed) || cpu_.next_point_ns() == 0) return -1;
-  timespec clock{};
-  if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &clock) != 0) return -1;
-  return static_cast<std::int64_t>(clock.tv_sec) * 1'000'000'000 + clock.tv_nsec - cpu_watch_slack_ns();
+  const std::int64_t now = this_thread_cpu_ns();
+  return now < 0 ? -1 : now - cpu_watch_slack_ns();
 }
 
 // The tick for the points up to `cut`, on this thread now. At a close, its
@@ -117,6 +119,9 @@ inline void ThreadStackSampler::on_signal(const siginfo_t* info, const void* uco
     // a tick like the timer's own (whichever comes first takes the sample; the
     // other finds no point passed).
     if (tag != cpu_tick_tag) return;
+    // Sent for the timer's points; a thread that has moved to perf_event since
+    // takes its ticks at the points themselves.
+    if (cpu_.next_point_ns() == 0) return;
     at_edge = static_cast<std::uint32_t>(value) == edge_tick_data;
     watched = !at_edge;
   } else if (!cpu_.is_tick(info)) {
@@ -140,7 +145,9 @@ inline void ThreadStackSampler::on_signal(const siginfo_t* info, const void* uco
     return;
   }
   CpuTickSource::TickWeight weight;
+  const CpuSampleSource source = cpu_.source();
   cpu_.schedule_next_tick(&weight, cut);
+  if (SPANPROF_UNLIKELY(cpu_.source() != source)) counters_->add(Counter::cpu_source_changes, 1);
   if (weight.periods == 0) return;  // a timer signal before its expiry: not a sample
   // A span that ended on another thread is still on this thread's stack until the
   // thread pops it; it records nothing, and it is not idleness either.
@@ -151,7 +158,9 @@ inline void ThreadStackSampler::on_signal(const siginfo_t* info, const void* uco
   const std::uint64_t record_weight = cpu_record_weight(weight.periods, weight.cpu_ns);
   // At a close (walk_from_ set), the kernel's tick at the edge's clock read is the
   // span's points as much as the edge's own: both passed in the span's code before.
-  const bool passed_elsewhere = at_edge || walk_from_ != 0 || passed_before_a_wait(ucontext, watched);
+  // A perf event's tick comes at its point: its stack is where the CPU went.
+  const bool passed_elsewhere =
+      source == CpuSampleSource::posix_timer && (at_edge || walk_from_ != 0 || passed_before_a_wait(ucontext, watched));
   if (passed_elsewhere && repeat_last_cpu_record(*active, record_weight)) return;
   record_sample(record_weight, ucontext);
 }
@@ -242,26 +251,37 @@ inline bool ThreadStackSampler::passed_before_a_wait(const void* ucontext, bool 
   const bool interrupted_wait = result_is_eintr(ucontext);
   if ((!watched && seen < 0 && !interrupted_wait) || !at_system_call(ucontext)) return false;
   if (watched || interrupted_wait) return true;
-  timespec clock{};
-  if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &clock) != 0) return false;
-  const std::int64_t now = static_cast<std::int64_t>(clock.tv_sec) * 1'000'000'000 + clock.tv_nsec;
-  return now - seen < cpu_watch_slack_ns();
+  const std::int64_t now = this_thread_cpu_ns();
+  return now >= 0 && now - seen < cpu_watch_slack_ns();
+}
+
+inline bool ThreadStackSampler::has_own_cpu_sample(const ActiveSpan& span) const noexcept {
+  return last_cpu_record_ != no_record && last_cpu_record_ >= span.log_start &&
+         last_cpu_record_ < used_.load(std::memory_order_relaxed);
 }
 
 inline bool ThreadStackSampler::repeat_last_cpu_record(const ActiveSpan& span, std::uint64_t weight) noexcept {
+  if (!has_own_cpu_sample(span)) return false;
+  const std::size_t at = copy_record(last_cpu_record_, weight);
+  if (at == no_record) return false;
+  last_cpu_record_ = at;
+  counters_->add(Counter::cpu_samples_captured, cpu_record_periods(weight));
+  return true;
+}
+
+// Appends a copy of the record at `from` with another weight word; its offset, or
+// no_record when the log is full.
+inline std::size_t ThreadStackSampler::copy_record(std::size_t from, std::uint64_t weight) noexcept {
   const std::size_t used = used_.load(std::memory_order_relaxed);
-  if (last_cpu_record_ == no_record || last_cpu_record_ < span.log_start || last_cpu_record_ >= used) return false;
-  const std::uint64_t* last = words_ + last_cpu_record_;
-  const std::size_t need = stack_record_words(static_cast<int>(last[1]));
-  if (used + need > settings_.buffer_words) return false;
+  const std::uint64_t* record = words_ + from;
+  const std::size_t need = stack_record_words(static_cast<int>(record[1]));
+  if (used + need > settings_.buffer_words) return no_record;
   std::uint64_t* out = words_ + used;
-  for (std::size_t i = 1; i < need; ++i) out[i] = last[i];
+  for (std::size_t i = 1; i < need; ++i) out[i] = record[i];
   out[0] = weight;
   std::atomic_signal_fence(std::memory_order_seq_cst);
   used_.store(used + need, std::memory_order_release);
-  last_cpu_record_ = used;
-  counters_->add(Counter::cpu_samples_captured, cpu_record_periods(weight));
-  return true;
+  return used;
 }
 
 // `data`: the ticker's wall_tick_data (the generation it looked at, and the
@@ -273,15 +293,33 @@ inline void ThreadStackSampler::on_wall_tick(std::uint32_t data, const void* uco
   if (active == nullptr || !active->recorded.contains(ProfileKind::wall)) return;
   if (active->stop != nullptr && active->stop->load(std::memory_order_relaxed)) return;
   const std::int64_t now = monotonic_now_ns();
+  const std::int64_t cpu_now = this_thread_cpu_ns();
   apply_wall_confirmation();
   const std::int64_t elapsed = now > wall_accounted_ns_ ? now - wall_accounted_ns_ : 0;
   const auto state = static_cast<ThreadState>(data >> wall_tick_state_shift);
-  const std::size_t at = record_sample(wall_record_weight(state, static_cast<std::uint64_t>(elapsed)), ucontext);
+  // Not blocked: the sample's time (since the last one) is split by the thread's
+  // own CPU clock into the part it ran and the part it waited for a core, the
+  // second a continuation of the first (same stack). Labelled so, a span's wall
+  // time is running and runnable in the shares its thread really had, however few
+  // samples a starved thread takes.
+  std::int64_t ran = -1;
+  if (state != ThreadState::blocked && cpu_now >= 0 && wall_accounted_cpu_ns_ >= 0 && elapsed > 0)
+    ran = std::min(std::max<std::int64_t>(cpu_now - wall_accounted_cpu_ns_, 0), elapsed);
+  const ThreadState first = ran < 0 ? state : ran > 0 ? ThreadState::running : ThreadState::runnable;
+  const std::int64_t first_ns = ran > 0 ? ran : elapsed;
+  const std::size_t at = record_sample(wall_record_weight(first, static_cast<std::uint64_t>(first_ns)), ucontext);
   // A full log keeps the time unaccounted: the next sample (or the close) gets it.
   if (at == no_wall_record) return;
   last_wall_record_ = at;
+  if (ran > 0 && ran < elapsed) {
+    const auto waited = static_cast<std::uint64_t>(elapsed - ran);
+    const std::size_t rest = copy_record(at, wall_record_weight(ThreadState::runnable, waited, true));
+    if (rest != no_record) last_wall_record_ = rest;
+    else add_wall_time(words_ + at, waited);  // no room: the time stays the sample's
+  }
   last_wall_generation_ = generation;
   wall_accounted_ns_ = now;
+  wall_accounted_cpu_ns_ = cpu_now;
 }
 
 // ---- the watchdog (the worker's thread, under the sampler list's mutex) -------------

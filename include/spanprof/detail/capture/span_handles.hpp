@@ -45,6 +45,7 @@ struct HeapActiveSpan {
 // A thread's times as the kernel keeps them, read at a span's open when
 // Options::time_split is on (thread_times.hpp reads them).
 struct ThreadTimes {
+  std::int64_t at_ns = 0;    // the monotonic clock they were read at
   std::int64_t cpu_ns = -1;  // -1: not read
   std::int64_t run_delay_ns = 0;
   std::int64_t voluntary_switches = 0;

@@ -58,6 +58,7 @@ class ThreadStackSampler {
         stack_top_(this_thread_stack_top()),
 #endif
         pid_(::getpid()),
+        long_span_ns_(std::max(cpu_watch_slack_ns(), kernel_tick_ns() * 5 / 4)),
         cpu_(settings.source, settings.signal_number, settings.period_ns, tid_,
              0x9E3779B97F4A7C15ull ^ (static_cast<std::uint64_t>(tid_) << 32) ^
                  static_cast<std::uint64_t>(monotonic_now_ns())) {}
@@ -150,7 +151,7 @@ class ThreadStackSampler {
     span.parent.store(top, std::memory_order_relaxed);
     span.edge_holder = 0;
     if (top == 0 && long_spans_ && settings_.watch_cpu && on_this_stack(holder)) {
-      span.cpu_at_open_ns = settle_edge(false);
+      span.cpu_at_open_ns = settle_edge(nullptr);
       if (span.cpu_at_open_ns >= 0) span.edge_holder = reinterpret_cast<std::uintptr_t>(holder);
     }
     const std::uint32_t sequence = next_sequence_++ & 0x3FFF'FFFF;
@@ -186,15 +187,15 @@ class ThreadStackSampler {
       walk_from_ = span.edge_holder;
       std::atomic_signal_fence(std::memory_order_seq_cst);
       const std::int64_t now = monotonic_now_ns();
-      const std::int64_t cpu_at_close = span.edge_holder != 0 ? settle_edge(true) : -1;
+      const std::int64_t cpu_at_close = span.edge_holder != 0 ? settle_edge(&span) : -1;
       close_edge_settled_ = cpu_at_close >= 0;
       // The next span's edges are read after a span that ran the slack: of CPU when
       // its edges told (whatever its points were: keeping on after the spans that
       // took one, and only those, made the spans after each gain the gap's); else of
       // wall time, with a CPU sample (so that a thread whose spans mostly wait is not
       // read at every edge).
-      long_spans_ = close_edge_settled_ ? cpu_at_close - span.cpu_at_open_ns >= cpu_watch_slack_ns()
-                                        : now - outer_changed_ns_.load(std::memory_order_relaxed) >= cpu_watch_slack_ns() &&
+      long_spans_ = close_edge_settled_ ? cpu_at_close - span.cpu_at_open_ns >= long_span_ns()
+                                        : now - outer_changed_ns_.load(std::memory_order_relaxed) >= long_span_ns() &&
                                               cpu_samples_captured() != cpu_captured_at_outer_open_;
       outer_changed_ns_.store(now, std::memory_order_relaxed);
     }
@@ -251,9 +252,10 @@ class ThreadStackSampler {
 
   // A span's edges take the timer's points passed near them, on the side of the
   // edge where they were passed, by sending the thread its own tick (signal_side.hpp
-  // says when and why). Each returns the thread's CPU clock read at the edge; -1
-  // when the edges are left to the kernel.
-  inline std::int64_t settle_edge(bool at_close) noexcept;
+  // says when and why): at an open (`closing` null) or at the close of `closing`.
+  // Each returns the thread's CPU clock read at the edge; -1 when the edges are
+  // left to the kernel.
+  inline std::int64_t settle_edge(const ActiveSpan* closing) noexcept;
   inline std::int64_t edge_cut_ns() const noexcept;
   inline void take_ticks_to(std::int64_t cut) noexcept;
 
@@ -280,8 +282,12 @@ class ThreadStackSampler {
     begin_wall_update();
     const std::uint32_t open = wall_spans_.load(std::memory_order_relaxed);
     // The time so far belongs to the stack sampled last (an outer wall span's).
-    if (open != 0) settle_wall_time(now_ns);
-    else wall_accounted_ns_ = now_ns;
+    if (open != 0) {
+      settle_wall_time(now_ns);
+    } else {
+      wall_accounted_ns_ = now_ns;
+      wall_accounted_cpu_ns_ = this_thread_cpu_ns();
+    }
     wall_spans_.fetch_add(1, std::memory_order_release);  // a guard elsewhere may decrement it
     end_wall_update();
     return open == 0;
@@ -344,6 +350,15 @@ class ThreadStackSampler {
   // thread's next instant on a core, land more often than the kernel's at the
   // system call that let the scheduler in (docs/engines.md).
   std::int64_t cpu_watch_slack_ns() const noexcept { return std::min<std::int64_t>(settings_.period_ns / 2, 2'000'000); }
+
+  // The CPU the last outermost span must have run for the next one's edges to be
+  // read (settle_edge): the watch's slack, and never less than a little more than
+  // the kernel's own tick. A shorter span passes points the kernel delivers within
+  // a tick on a machine with a core to spare, at a moment of the thread's work; its
+  // edges would take them at the open or the close instead, shifted by the slack
+  // into the gap before (a loop of 0.5 ms spans at 1 kHz had half its samples at
+  // the guard's close so, and the gap's points came with them).
+  std::int64_t long_span_ns() const noexcept { return long_span_ns_; }
 
   // Whether the CPU watch looks at this thread (an armed POSIX timer), and whether
   // it has a span open now (the ticker parks once none has for a while).
@@ -429,6 +444,8 @@ class ThreadStackSampler {
   inline std::size_t record_sample(std::uint64_t weight, const void* ucontext) noexcept;
   inline bool passed_before_a_wait(const void* ucontext, bool watched) noexcept;
   inline bool repeat_last_cpu_record(const ActiveSpan& span, std::uint64_t weight) noexcept;
+  inline bool has_own_cpu_sample(const ActiveSpan& span) const noexcept;
+  inline std::size_t copy_record(std::size_t from, std::uint64_t weight) noexcept;
 
   // ---- wall accounting (this thread: its handler, and its guards between
   // begin_wall_update() and end_wall_update(), when the handler keeps out) ----
@@ -458,6 +475,7 @@ class ThreadStackSampler {
     if (last_wall_record_ != no_wall_record && now_ns > wall_accounted_ns_)
       add_wall_time(words_ + last_wall_record_, static_cast<std::uint64_t>(now_ns - wall_accounted_ns_));
     if (now_ns > wall_accounted_ns_) wall_accounted_ns_ = now_ns;
+    wall_accounted_cpu_ns_ = this_thread_cpu_ns();
   }
 
   // The handler keeps out of the wall accounting while the thread itself changes
@@ -481,6 +499,7 @@ class ThreadStackSampler {
   std::uint64_t stack_top_;  // the walker reads the stack up to here without a check
 #endif
   pid_t pid_;
+  std::int64_t long_span_ns_;  // long_span_ns()
   CpuTickSource cpu_;
   // The open spans: a stack linked through ActiveSpan::parent, innermost first.
   static constexpr std::uint32_t all_span_slots = 0xFFFF'FFFFu;
@@ -518,6 +537,7 @@ class ThreadStackSampler {
   bool long_spans_ = true;
   bool close_edge_settled_ = false;  // and its close read the thread's CPU clock (settle_edge)
   std::int64_t wall_accounted_ns_ = 0;             // wall time given to samples up to here
+  std::int64_t wall_accounted_cpu_ns_ = -1;        // and the thread's CPU clock then (-1: not read)
   std::size_t last_wall_record_ = no_wall_record;  // the newest wall record in the log
   std::size_t last_cpu_record_ = no_record;        // and CPU record (repeat_last_cpu_record)
   // The thread's CPU clock when the CPU watch last found it off its core past a
@@ -538,9 +558,6 @@ class ThreadStackSampler {
     std::int64_t cpu_seen = -1;            // the thread's CPU clock at the last read
     std::int64_t seen_at_ns = 0;           // the ticker's monotonic clock then
     std::uint32_t still_looks = 0;         // looks in a row that found it unchanged
-    std::int64_t wall_cpu_ns = -1;         // its CPU clock at the last wall tick
-    std::int64_t wall_at_ns = 0;           // and the ticker's monotonic clock then
-    std::uint64_t random = 0x9E3779B97F4A7C15ull;  // xorshift64 state, for the thread_state draw
   } ticker_;
 #if SPANPROF_HAS_CFI_WALKER
   cfi::RulesCache rules_cache_;  // the handler's only

@@ -6,7 +6,6 @@
 #define SPANPROF_DETAIL_CAPTURE_TICKER_SIDE_HPP_
 
 #include <spanprof/config.hpp>
-#include <spanprof/detail/base/xorshift.hpp>
 #include <spanprof/detail/capture/thread_stack_sampler.hpp>
 #include <spanprof/detail/capture/thread_status.hpp>
 
@@ -75,10 +74,6 @@ inline ThreadStackSampler::WallTick ThreadStackSampler::wall_tick(std::int64_t n
   BlockedSite site;
   const bool blocked = read_blocked_site(tid_, ticker_.syscall_fd, site);
   const std::int64_t cpu_ns = thread_cpu_ns(tid_);
-  const std::int64_t ran_ns = ticker_.wall_cpu_ns >= 0 && cpu_ns >= 0 ? cpu_ns - ticker_.wall_cpu_ns : -1;
-  const std::int64_t looked_ns = now_ns - ticker_.wall_at_ns;
-  ticker_.wall_cpu_ns = cpu_ns;
-  ticker_.wall_at_ns = now_ns;
   // "Still": almost no CPU time since the last sample found it blocked, and
   // blocked at the same site now — or running for a moment between two waits at
   // it (a loop around a short sleep counts as one wait, as in async-profiler's
@@ -92,24 +87,12 @@ inline ThreadStackSampler::WallTick ThreadStackSampler::wall_tick(std::int64_t n
     ticker_.cpu_ns = cpu_ns;
     return WallTick::confirmed;
   }
-  // Where the thread stood, for the sample's thread_state label (the sample weighs
-  // the time since the last tick): blocked in a call; else running with the
-  // probability of the share of that time it ran, else waiting for a core, so that
-  // the label's share of a span's wall time is its share of running (a majority
-  // vote per tick undercounted waiting by a third). At its first tick, with no
-  // last one: running if its CPU clock moves between two reads. Not that second
-  // read every time: on a busy machine the ticker, waking, often takes the core of
-  // the very thread it looks at, which then always looked runnable.
-  ThreadState state = ThreadState::unknown;
-  if (blocked) {
-    state = ThreadState::blocked;
-  } else if (ran_ns >= 0 && looked_ns > 0) {
-    const bool ran =
-        static_cast<std::int64_t>(xorshift64(ticker_.random) % static_cast<std::uint64_t>(looked_ns)) < ran_ns;
-    state = ran ? ThreadState::running : ThreadState::runnable;
-  } else if (cpu_ns >= 0) {
-    state = thread_cpu_ns(tid_) != cpu_ns ? ThreadState::running : ThreadState::runnable;
-  }
+  // Blocked in a call, or not: the handler tells running from waiting for a core,
+  // from the thread's own clock over the sample's time (on_wall_tick). The ticker
+  // cannot: its looks are not the sample's time (a signal waits for the thread's
+  // next instant on a core), and on a busy machine the ticker, waking, often takes
+  // the core of the very thread it looks at.
+  const ThreadState state = blocked ? ThreadState::blocked : ThreadState::unknown;
   const std::uint32_t data = (generation & wall_tick_generation_mask) |
                              static_cast<std::uint32_t>(state) << wall_tick_state_shift;
   if (!send_tick(wall_tick_tag | data)) {

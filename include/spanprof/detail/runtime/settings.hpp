@@ -105,7 +105,8 @@ inline constexpr Setting settings[] = {
         "The heap engine: sampled allocation hooks, or gperftools' heap profiler around each scope."),
     setting<&Options::cpu_sample_source>(
         "cpu_sample_source", "SPANPROF_SOURCE", EG::capture, format::choice(cpu_sample_source_names),
-        "Where the sampling engine's CPU ticks come from; automatic is posix_timer (docs/cost.md)."),
+        "Where the sampling engine's CPU ticks come from; automatic: posix_timer, perf_event for a thread that "
+        "runs a millisecond of CPU or more per context switch (docs/engines.md)."),
     setting<&Options::frequency_hz>(
         "frequency_hz", "SPANPROF_FREQUENCY", EG::capture, format::integer(1, 4000, "Hz"),
         "CPU samples per CPU-second of a profiled thread."),
