@@ -7,7 +7,8 @@
 // Input: the words of one buffer (native order).
 //
 // Invariants: the records visited tile a prefix of the buffer in order, each
-// sample's frames are its record's pcs, and no record is read past the end;
+// sample's frames are its record's pcs, a wall record counts one sample unless it
+// continues the one before, and no record is read past the end;
 // a heap sample of a plausible size (under 1 TiB) counts >= 1 object and >= 0 bytes.
 #include "fuzz_support.hpp"
 
@@ -25,12 +26,13 @@ void fuzz_one(std::string_view bytes) {
   std::vector<std::uint64_t> words(bytes.size() / 8);
   if (!words.empty()) std::memcpy(words.data(), bytes.data(), words.size() * 8);
 
-  std::size_t at = 0, cpu_records = 0, wall_records = 0;
+  std::size_t at = 0, cpu_records = 0, wall_records = 0, wall_continuations = 0;
   sd::for_each_stack_record(words.data(), words.size(), [&](const std::uint64_t* record, std::size_t length) {
     SPANPROF_FUZZ_CHECK(record == words.data() + at);
     SPANPROF_FUZZ_CHECK(length == sd::stack_record_words(static_cast<int>(record[1])) && record[1] >= 1);
     SPANPROF_FUZZ_CHECK(length <= words.size() - at);
     ++(sd::is_wall_record(record) ? wall_records : cpu_records);
+    if (sd::is_wall_record(record) && sd::wall_record_continued(record[0])) ++wall_continuations;
     at += length;
   });
 
@@ -40,11 +42,18 @@ void fuzz_one(std::string_view bytes) {
     profile.period_ns = 1;
     sd::read_stack_records(words.data(), words.size(), profile);
     SPANPROF_FUZZ_CHECK(profile.samples.size() == (kind == spanprof::ProfileKind::wall ? wall_records : cpu_records));
+    std::int64_t wall_samples = 0;
     for (const spanprof::RawSample& sample : profile.samples) {
       SPANPROF_FUZZ_CHECK(sample.values.size() == 2 && sample.values[0] >= 0 && sample.values[1] >= 0 &&
                           !sample.frames.empty());
-      if (kind == spanprof::ProfileKind::wall) SPANPROF_FUZZ_CHECK(sample.values[0] == 1);
+      if (kind == spanprof::ProfileKind::wall) {
+        SPANPROF_FUZZ_CHECK(sample.values[0] == 0 || sample.values[0] == 1);
+        wall_samples += sample.values[0];
+      }
     }
+    // A continuation is the same sample's other part: it counts no sample.
+    if (kind == spanprof::ProfileKind::wall)
+      SPANPROF_FUZZ_CHECK(static_cast<std::size_t>(wall_samples) == wall_records - wall_continuations);
   }
 
   spanprof::RawProfile heap;
