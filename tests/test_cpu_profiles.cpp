@@ -181,7 +181,7 @@ void check_each_sample_is_the_hot_function(spanprof_test::Collector& collector, 
 // left to the kernel. So no sample is at the guard's close but for the kernel's own
 // ticks that land in the guard's few instructions (under load about one of ~190).
 TEST_CASE("on the POSIX timer, a span's close takes its points with the stack of its last sample, never the close's",
-          SPANPROF_TEST_NOT_UNDER_TSAN) {
+          SPANPROF_TEST_SAMPLING_STATISTICS) {
   auto options = options_at(250);
   options.cpu_sample_source = spanprof::CpuSampleSource::posix_timer;  // the timer's own rule, tested
   Collector collector(options);
@@ -211,7 +211,7 @@ TEST_CASE("on the POSIX timer, a span's close takes its points with the stack of
 // The default source: this thread mostly computes, and ticks on a perf event,
 // which comes at the point itself; nothing is left for a close to take.
 TEST_CASE("on the default source, a span's samples are where its CPU went, none at its guard's close",
-          SPANPROF_TEST_NOT_UNDER_TSAN) {
+          SPANPROF_TEST_SAMPLING_STATISTICS) {
   Collector collector(options_at(250));
   constexpr unsigned spans = 240;
   CloseLanding landing;
@@ -314,13 +314,13 @@ void check_short_spans_unbiased(spanprof::CpuSampleSource source) {
 
 }  // namespace
 
-// Under TSan a sample that fell in the gap between two spans is handled at the
-// thread's next intercepted call, often inside the next span: not kept there.
-TEST_CASE("short spans are sampled without bias on the default source (POSIX CPU timer)", SPANPROF_TEST_NOT_UNDER_TSAN) {
+// (Under TSan a sample that fell in the gap between two spans is handled at the
+// thread's next intercepted call, often inside the next span.)
+TEST_CASE("short spans are sampled without bias on the default source", SPANPROF_TEST_SAMPLING_STATISTICS) {
   check_short_spans_unbiased(spanprof::CpuSampleSource::automatic);
 }
 
-TEST_CASE("short spans are sampled without bias on the perf_event source", SPANPROF_TEST_NOT_UNDER_TSAN) {
+TEST_CASE("short spans are sampled without bias on the perf_event source", SPANPROF_TEST_SAMPLING_STATISTICS) {
   check_short_spans_unbiased(spanprof::CpuSampleSource::perf_event);
 }
 
@@ -368,17 +368,16 @@ double periodic_workload_ratio(int hz, double seconds_per_thread, spanprof::CpuS
 
 }  // namespace
 
-// At 1 kHz the POSIX timer's points come four to a 4 ms tick: each counts. Not
-// under TSan, which hands a sample that fell in the gap to the next span (it ran
-// at 1.13 there in a CI run).
+// At 1 kHz the POSIX timer's points come four to a 4 ms tick: each counts. (TSan
+// hands a sample that fell in the gap to the next span: 1.13 there in a CI run.)
 TEST_CASE("a periodic workload is sampled without bias at 1 kHz on the default source",
-          "[periodic]" SPANPROF_TEST_NOT_UNDER_TSAN) {
+          "[periodic]" SPANPROF_TEST_SAMPLING_STATISTICS) {
   const double ratio = periodic_workload_ratio(1000, 1.5, spanprof::CpuSampleSource::automatic);
   CHECK(ratio > 0.9);
   CHECK(ratio < 1.1);
 }
 
-TEST_CASE("a periodic workload is sampled without bias at 1 kHz on perf_event", "[periodic]" SPANPROF_TEST_NOT_UNDER_TSAN) {
+TEST_CASE("a periodic workload is sampled without bias at 1 kHz on perf_event", "[periodic]" SPANPROF_TEST_SAMPLING_STATISTICS) {
   const double ratio = periodic_workload_ratio(1000, 1.5, spanprof::CpuSampleSource::perf_event);
   CHECK(ratio > 0.9);
   CHECK(ratio < 1.1);
@@ -496,7 +495,7 @@ void check_strict_loops(spanprof_test::Collector& collector, const std::vector<S
 // and a late point taken at a span's close would be the close's. A thread that
 // runs like this ticks on a perf event, at the points themselves.
 TEST_CASE("a strictly periodic loop of short spans at 1 kHz: its CPU, on the span's own function",
-          "[periodic]" SPANPROF_TEST_NOT_UNDER_TSAN) {
+          "[periodic]" SPANPROF_TEST_SAMPLING_STATISTICS) {
   Collector collector(options_at(1000));
   const std::vector<StrictLoop> loops{run_strict_loop(400'000, 3.0)};
   check_strict_loops(collector, loops, 1000);

@@ -11,9 +11,9 @@
 // short spans' samples their way (short_spans.cpp, docs/arm64.md): sum 0.95-1.09,
 // p90 1.37-1.63 here; x86-64 0.95-1.05 and 1.37-1.54. A span in which, or just
 // before which, the thread's CPU clock jumped by over 30 ms (the host took the vCPU away:
-// docs/arm64.md) is left out and counted; at least half of either kind must be
-// compared (beside two busy loops on the host 0-4 of 120 were left out, in CI beside
-// its ThreadSanitizer suite up to 17).
+// docs/arm64.md) is left out and counted, at most 5 % of either kind: CI boots the
+// VM when only low-priority work runs beside it (on a quiet host 0-2 of 120 were
+// left out; beside CI's ThreadSanitizer suite, where it once ran, up to 17).
 #define SPANPROF_IMPLEMENTATION
 #include <spanprof/spanprof.hpp>
 
@@ -40,7 +40,8 @@ bool each_span_holds_its_cpu(const char* what, int busy_processes) {
   if (!run.error.empty()) std::printf("spanprof-arm64: %s: a profile did not decode: %s\n", what, run.error.c_str());
   return run.error.empty() && run.source_used == spanprof::CpuSampleSource::posix_timer && l.missing == 0 &&
          l.p10 >= 0.85 && l.p90 <= 1.15 && s.sum_ratio >= 0.90 && s.sum_ratio <= 1.15 &&
-         s.missing <= s.spans * 15 / 100 && s.p90 <= 1.8 && l.voided <= l.spans && s.voided <= s.spans;
+         s.missing <= s.spans * 15 / 100 && s.p90 <= 1.8 && l.voided * 20 <= l.spans + l.voided &&
+         s.voided * 20 <= s.spans + s.voided;
 }
 
 }  // namespace
