@@ -4,16 +4,18 @@
 #   2. CMake build (-Werror) + tests against include/, examples and benchmarks,
 #      linking the compiled library (the runtime compiled once: SPANPROF_COMPILED_LIB),
 #      and the OpenTelemetry tests against opentelemetry-cpp (scripts/opentelemetry.sh),
-#   3. tests under AddressSanitizer + UndefinedBehaviorSanitizer and under
-#      ThreadSanitizer, the two suites side by side,
-#   4. Meson build: the single header compiled into the library, the end-to-end
+#   3. Meson build: the single header compiled into the library, the end-to-end
 #      tests,
-#   5. spanprof built for aarch64 and run on Debian's arm64 kernel in a VM
-#      (scripts/arm64.sh), and every fuzz target for a few seconds,
-#   6. the benchmarks, briefly, to prove they run (and one round of the server benchmark),
-#   7. every way to consume spanprof (tests/consumers/run.sh): find_package,
+#   4. tests under AddressSanitizer + UndefinedBehaviorSanitizer, then under
+#      ThreadSanitizer,
+#   5. every way to consume spanprof (tests/consumers/run.sh): find_package,
 #      add_subdirectory, FetchContent, Meson subproject, pkg-config, the single
-#      header as the README says, profiling compiled out, strict warnings.
+#      header as the README says, profiling compiled out, strict warnings (at low
+#      priority beside stages 2-4, from the end of the CMake build),
+#   6. the benchmarks, briefly, to prove they run (and one round of the server benchmark),
+#   7. spanprof built for aarch64 (at low priority beside the ThreadSanitizer suite)
+#      and run on Debian's arm64 kernel in a VM (scripts/arm64.sh), and every fuzz
+#      target for a few seconds (at low priority beside the VM).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -24,21 +26,18 @@ warnings="-Wall -Wextra -Wpedantic -Werror"
 # 15 minutes on 2 cores, and this shows where it goes.
 step() { printf '\n==== [%d:%02d] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 
-# CI is CPU-bound on two cores: the compiles are most of its work. What does not
-# time anything (the builds after the first, the consumers, the fuzz targets) runs
-# in the background at low priority, on what the foreground leaves: a suite is
-# mostly one busy thread, and under nice the builds take ~1.5 % of a core a test
-# wants, so the suites' timings hardly change. The builds the foreground waits for
-# next run at nice 15, the rest at 19. The arm64 VM, whose tests measure emulated
-# time, boots when only such work runs beside it. Each job is its own process
-# group (set -m), so that a stage that fails stops it, compilers and all; the same
-# session, or the kernel's autogroups would void the nice.
+# Work that does not time anything (builds, the consumers, the fuzzers) runs
+# beside the suites at the lowest priority, on what a suite (mostly
+# one busy thread) leaves of the two cores: under nice 19 it takes ~1.5 % of a core
+# a test wants, so the suites' timings hardly change, and CI is minutes shorter.
+# Each job is its own process group (set -m), so that a stage that fails stops it,
+# compilers and all; the same session, or the kernel's autogroups would void the nice.
 background_pids=()
-background() {  # name, niceness, then the command; its output goes to $out/<name>.log
-  local name=$1 niceness=$2
-  shift 2
+background() {  # name, then the command; its output goes to $out/<name>.log
+  local name=$1
+  shift
   set -m
-  nice -n "$niceness" "$@" >"$root/$out/$name.log" 2>&1 &
+  nice -n 19 "$@" >"$root/$out/$name.log" 2>&1 &
   eval "background_$name=$!"
   background_pids+=($!)
   set +m
@@ -56,7 +55,6 @@ finish_background() {  # name, what it is called
 
 bash scripts/install-deps.sh
 export GOCACHE="${GOCACHE:-$root/$out/gocache}" GOFLAGS=-mod=mod HOME="${HOME:-$root/$out}"
-mkdir -p $out
 
 step "single header is up to date, includes follow the layers"
 python3 scripts/amalgamate.py --check
@@ -74,65 +72,51 @@ cmake -S . -B $out/cmake -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_
   -DSPANPROF_CURL=ON -DSPANPROF_LIBDW=ON -DSPANPROF_TCMALLOC=ON -DSPANPROF_GRPC=ON \
   ${otel_prefix:+-DCMAKE_PREFIX_PATH="$otel_prefix" -DSPANPROF_OPENTELEMETRY=ON} >/dev/null
 cmake --build $out/cmake -j "$jobs"
-
-# The sanitizer builds, from now on beside the CMake suites. No -Werror there: with
-# sanitizers g++ 12 warns inside Catch2 v2 itself. -Og: a third less to compile
-# than -O1, and the suites took as long. No tcmalloc: the sanitizer must be the
-# allocator; the heap tests check the refusal, and run through spanprof's operator
-# new/delete hooks. No report tool under TSan: it is one thread reading files (the
-# ASan build and the fuzz targets read them hostile). fork() is left out of the
-# TSan suite: its runtime does not support a child of a multi-threaded process that
-# goes on running threads. -Wno-tsan: g++ warns at every atomic_thread_fence
-# inlined from Boost.Asio (TSan does not model fences), pages of the log that say
-# nothing about spanprof.
-sanitized="-DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DSPANPROF_BUILD_EXAMPLES=OFF \
-  -DSPANPROF_BUILD_BENCHMARKS=OFF -DSPANPROF_TCMALLOC=OFF"
-background sanitizer_builds 15 bash -c "
-  cmake -S . -B $out/asan -G Ninja $sanitized \
-    -DCMAKE_CXX_FLAGS='-Og -g1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer' \
-    >/dev/null && cmake --build $out/asan -j $jobs &&
-  cmake -S . -B $out/tsan -G Ninja $sanitized -DSPANPROF_BUILD_TOOLS=OFF \
-    -DCMAKE_CXX_FLAGS='-Og -g1 -fsanitize=thread -fno-omit-frame-pointer -Wno-tsan' >/dev/null &&
-  cmake --build $out/tsan -j $jobs"
-# Then the Meson build, the arm64 programs and the fuzz targets (built, then each
-# fuzzed briefly; a unit may take 10 s of wall time, not 2, at the lowest priority).
-# The Meson unit suites ran in the CMake build; what Meson adds is its own build
-# description, and the single header compiled into the library (header-only, it is
-# built and run by the consumers, as the README says). The examples are built and
-# run by the CMake stage; here they would only compile the same sources again.
-background other_builds 19 bash -c "
-  meson setup $out/meson -Dwerror=true -Dbenchmarks=disabled -Dexamples=disabled -Dsingle_header=true \
-    -Dcompiled_lib=true >/dev/null && meson compile -C $out/meson -j $jobs &&
-  SPANPROF_ARM64_STEP=build bash scripts/arm64.sh '$root/$out/arm64' &&
-  echo && bash scripts/fuzz.sh --seconds 2 --parallel $jobs --timeout 10"
-background consumers 19 bash tests/consumers/run.sh "$root" "$root/$out/consumers" "$root/$out/cmake"
+# The consumers (step 5) compile and run small programs: from now on, beside the suites.
+background consumers bash tests/consumers/run.sh "$root" "$root/$out/consumers" "$root/$out/cmake"
 (cd $out/cmake && ctest --output-on-failure)
 
-step "AddressSanitizer + UndefinedBehaviorSanitizer, and ThreadSanitizer, side by side"
-finish_background sanitizer_builds "the sanitizer builds"
-# Each suite is mostly one busy thread: side by side, each has a core. (The
-# timing-free work waits meanwhile; the statistical sampling checks run in the
-# plain build only, SPANPROF_TEST_SAMPLING_STATISTICS.)
-(cd $out/asan && ctest --output-on-failure >"$root/$out/asan.log" 2>&1) &
-asan_suite=$!
-(cd $out/tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure \
-  >"$root/$out/tsan.log" 2>&1) &
-tsan_suite=$!
-asan_status=0 tsan_status=0
-wait $asan_suite || asan_status=$?
-wait $tsan_suite || tsan_status=$?
-echo "-- AddressSanitizer + UndefinedBehaviorSanitizer"
-cat $out/asan.log
-echo "-- ThreadSanitizer"
-cat $out/tsan.log
-[ $asan_status = 0 ] || { echo "the AddressSanitizer suite failed" >&2; exit 1; }
-[ $tsan_status = 0 ] || { echo "the ThreadSanitizer suite failed" >&2; exit 1; }
-
-step "Meson: the single header, the compiled library, end-to-end tests; arm64; fuzz targets"
-finish_background other_builds "the Meson build, the arm64 programs or the fuzz targets"
+step "Meson: the single header, the compiled library, end-to-end tests"
+# The suites ran above; what Meson adds is its own build description, and the
+# single header compiled into the library (header-only, it is built and run by the
+# consumers below, as the README says), run end to end (tests/meson.build). The
+# examples are built and run by the CMake stage; here they would only compile the
+# same sources again.
+if [ ! -d $out/meson ]; then
+  meson setup $out/meson -Dwerror=true -Dbenchmarks=disabled -Dexamples=disabled -Dsingle_header=true \
+    -Dcompiled_lib=true >/dev/null
+fi
+meson compile -C $out/meson -j "$jobs"
 meson test -C $out/meson --print-errorlogs
-# Only the consumers' compiles at the lowest priority beside the VM's two threads.
-bash scripts/arm64.sh "$root/$out/arm64"
+
+step "AddressSanitizer + UndefinedBehaviorSanitizer"
+# No -Werror here: with sanitizers g++ 12 warns inside Catch2 v2 itself. -Og, as in
+# the TSan build: a third less to compile than -O1 (the builds are most of CI's
+# time), and the suites took as long (ASan 92 s, TSan 111 s, both ways).
+# No tcmalloc: ASan must be the allocator; the heap tests then check the refusal.
+cmake -S . -B $out/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+  -DCMAKE_CXX_FLAGS="-Og -g1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
+  -DSPANPROF_BUILD_EXAMPLES=OFF -DSPANPROF_BUILD_BENCHMARKS=OFF -DSPANPROF_TCMALLOC=OFF >/dev/null
+cmake --build $out/asan -j "$jobs"
+# The ThreadSanitizer build (next stage) compiles meanwhile, beside the ASan suite.
+# Like the ASan build: the sanitizer owns the allocator, the heap tests run through
+# spanprof's operator new/delete hooks. fork() is left out: TSan's runtime does not
+# support a child of a multi-threaded process that goes on running threads.
+# -Wno-tsan: g++ warns at every atomic_thread_fence inlined from Boost.Asio (TSan
+# does not model fences), pages of the log that say nothing about spanprof.
+# No report tool under TSan: it is one thread reading files (the ASan build and the
+# fuzz targets read them hostile).
+background tsan_build bash -c "cmake -S . -B $out/tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+  -DCMAKE_CXX_FLAGS='-Og -g1 -fsanitize=thread -fno-omit-frame-pointer -Wno-tsan' -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
+  -DSPANPROF_BUILD_EXAMPLES=OFF -DSPANPROF_BUILD_BENCHMARKS=OFF -DSPANPROF_BUILD_TOOLS=OFF \
+  -DSPANPROF_TCMALLOC=OFF >/dev/null && cmake --build $out/tsan -j $jobs"
+(cd $out/asan && ctest --output-on-failure)
+
+step "ThreadSanitizer"
+finish_background tsan_build "the ThreadSanitizer build"
+# Beside the TSan suite: the arm64 programs' cross build (scripts/arm64.sh).
+background arm64_build env SPANPROF_ARM64_STEP=build bash scripts/arm64.sh "$root/$out/arm64"
+(cd $out/tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure)
 
 step "Benchmarks run"
 SPANPROF_BENCH_LOAD_SECONDS=1 SPANPROF_BENCH_MEMORY_SECONDS=1 SPANPROF_BENCH_EINTR_SECONDS=1 \
@@ -157,6 +141,16 @@ if [ -x $out/cmake/bench/spanprof_grpc_bench ]; then
   python3 bench/server_bench.py --load grpc --binary $out/cmake/bench/spanprof_grpc_bench --rounds 1 --seconds 1 \
     --warmup 1 --modes off,default >/dev/null
 fi
+
+step "arm64: run on an arm64 kernel; fuzz targets, briefly"
+finish_background arm64_build "the arm64 build"
+# The VM's tests measure emulated time, which jumps while the host takes the
+# emulator's threads away: it boots when only low-priority work runs beside it
+# (the fuzz targets: built, then each fuzzed briefly; a unit may take 10 s of wall
+# time, not 2, at the lowest priority).
+background fuzz bash scripts/fuzz.sh --seconds 2 --parallel "$jobs" --timeout 10
+SPANPROF_ARM64_STEP=run bash scripts/arm64.sh "$root/$out/arm64"
+finish_background fuzz "the fuzz targets"
 
 step "Consumers (started after the CMake build)"
 finish_background consumers "consumers"
