@@ -11374,6 +11374,11 @@ class ThreadStackSampler {
   // it has a span open now (the ticker parks once none has for a while).
   bool cpu_watch_wanted() const noexcept { return settings_.watch_cpu && cpu_.next_point_ns() != 0 && armed(); }
   bool span_open_now() const noexcept { return top_.load(std::memory_order_relaxed) != 0; }
+  // Whether the thread's outermost span has been open for `ns` or more of wall time
+  // at the ticker's monotonic clock `now`.
+  bool outermost_span_older_than(std::int64_t now, std::int64_t ns) const noexcept {
+    return span_open_now() && now - outer_changed_ns_.load(std::memory_order_relaxed) >= ns;
+  }
 
   // ---- the wall ticker's side (its thread only, under the sampler list's mutex) ----
 
@@ -13476,12 +13481,16 @@ class WallTicker {
         }
         if (!sampler->cpu_watch_wanted()) continue;
         const bool span_open = sampler->span_open_now();
+        const bool long_span_open = sampler->outermost_span_older_than(now, sampler->cpu_watch_slack_ns());
         switch (sampler->cpu_watch(looks_, now)) {
           case ThreadStackSampler::CpuWatch::signalled: ++cpu_ticks; [[fallthrough]];
           case ThreadStackSampler::CpuWatch::late:
-            // Looks come faster for spans only: a pool thread between requests
-            // found late would double a busy server's looks for nothing of its own.
-            if (span_open) last_late_ns_ = now;
+            // Looks come faster for a span older than the slack only: one a point
+            // can be late in by more than the slack. A pool thread between
+            // requests, or a server's short request, found late would quadruple a
+            // busy server's looks for nothing of its own (its point lands in a
+            // later request whenever it is sent).
+            if (long_span_open) last_late_ns_ = now;
             break;
           default: break;
         }

@@ -364,6 +364,11 @@ class ThreadStackSampler {
   // it has a span open now (the ticker parks once none has for a while).
   bool cpu_watch_wanted() const noexcept { return settings_.watch_cpu && cpu_.next_point_ns() != 0 && armed(); }
   bool span_open_now() const noexcept { return top_.load(std::memory_order_relaxed) != 0; }
+  // Whether the thread's outermost span has been open for `ns` or more of wall time
+  // at the ticker's monotonic clock `now`.
+  bool outermost_span_older_than(std::int64_t now, std::int64_t ns) const noexcept {
+    return span_open_now() && now - outer_changed_ns_.load(std::memory_order_relaxed) >= ns;
+  }
 
   // ---- the wall ticker's side (its thread only, under the sampler list's mutex) ----
 

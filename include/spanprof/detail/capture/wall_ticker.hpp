@@ -229,12 +229,16 @@ class WallTicker {
         }
         if (!sampler->cpu_watch_wanted()) continue;
         const bool span_open = sampler->span_open_now();
+        const bool long_span_open = sampler->outermost_span_older_than(now, sampler->cpu_watch_slack_ns());
         switch (sampler->cpu_watch(looks_, now)) {
           case ThreadStackSampler::CpuWatch::signalled: ++cpu_ticks; [[fallthrough]];
           case ThreadStackSampler::CpuWatch::late:
-            // Looks come faster for spans only: a pool thread between requests
-            // found late would double a busy server's looks for nothing of its own.
-            if (span_open) last_late_ns_ = now;
+            // Looks come faster for a span older than the slack only: one a point
+            // can be late in by more than the slack. A pool thread between
+            // requests, or a server's short request, found late would quadruple a
+            // busy server's looks for nothing of its own (its point lands in a
+            // later request whenever it is sent).
+            if (long_span_open) last_late_ns_ = now;
             break;
           default: break;
         }
