@@ -9353,6 +9353,9 @@ class CpuTickSource {
   static constexpr std::int64_t adapt_window_ns = 20'000'000;
   static constexpr std::int64_t perf_cpu_per_switch_ns = 1'000'000;
   static constexpr std::int64_t timer_cpu_per_switch_ns = 500'000;
+  // A perf tick later than this many mean periods counts its points by division,
+  // not by drawing each (the handler's time stays bounded).
+  static constexpr std::int64_t max_points_drawn = 64;
 
   // Set once a perf event is refused to a thread of the process: none asks again.
   static std::atomic<int>& perf_refused_errno() noexcept {
@@ -9444,17 +9447,30 @@ class CpuTickSource {
     // handler would leave that time unsampled at every sample (-5% at 1 kHz).
     // The lateness is read on the thread's CPU clock, not the event's count:
     // the task clock also runs through time stolen from the vCPU.
-    const std::int64_t draw = random_interval_ns(random_, period_ns_);
+    std::int64_t draw = random_interval_ns(random_, period_ns_);
     std::int64_t period = draw;
+    periods = 1;
     if (cpu_period_ != 0) {  // the period was set at the last tick, tick_cpu_ns_
-      const std::int64_t late = now_ns - tick_cpu_ns_ - cpu_period_;
+      std::int64_t late = now_ns - tick_cpu_ns_ - cpu_period_;
+      // The points the thread's CPU clock passed after the one that fired, as the
+      // timer counts them: the event's timer fires once for all the periods that
+      // expired while the host held the vCPU (a guest's thread CPU clock runs on
+      // then; 3 ms at one overflow, measured beside busy processes).
+      if (late >= draw && late > max_points_drawn * period_ns_) {
+        periods += static_cast<std::uint64_t>(late / period_ns_);
+        late %= period_ns_;
+      }
+      while (late >= draw) {
+        ++periods;
+        late -= draw;
+        draw = random_interval_ns(random_, period_ns_);
+      }
       // Not below a quarter of the mean: a period shorter than this handler would
       // queue signals faster than it takes them.
       const std::int64_t floor = std::max<std::int64_t>(period_ns_ / 4, 20'000);
-      if (late > 0) period = std::max(draw - late, floor);
+      period = late > 0 ? std::max(draw - late, floor) : draw;
     }
     cpu_period_ = period;
-    periods = 1;
     std::uint64_t value = static_cast<std::uint64_t>(period);
     return ::ioctl(perf_fd_, PERF_EVENT_IOC_PERIOD, &value) == 0;
   }
@@ -11167,9 +11183,10 @@ class ThreadStackSampler {
     const std::uint32_t sequence = next_sequence_++ & 0x3FFF'FFFF;
     span.state.store(sequence << 2 | span_slot_open, std::memory_order_relaxed);
     slots_in_use_ |= std::uint32_t{1} << index;
-    if (top == 0 && settings_.watch_cpu) {
+    if (top == 0) {
+      // What a sample may carry into the span starts here (keep_within_outer_span).
       outer_changed_ns_.store(now_ns >= 0 ? now_ns : monotonic_now_ns(), std::memory_order_relaxed);
-      cpu_captured_at_outer_open_ = cpu_samples_captured();
+      if (settings_.watch_cpu) cpu_captured_at_outer_open_ = cpu_samples_captured();
     }
     std::atomic_signal_fence(std::memory_order_seq_cst);
     top_.store(index + 1, std::memory_order_relaxed);
@@ -11878,13 +11895,13 @@ inline void ThreadStackSampler::on_signal(const siginfo_t* info, const void* uco
 // make up for them). Never more than a thread can have run since its outermost
 // span opened, plus four periods (at least 16 ms): a tick can carry far more
 // when the thread's CPU clock jumped (an emulated VM's does while the host takes
-// its vCPU away, docs/arm64.md) or when the timer ran long unseen, and that CPU
-// was the gap's or an earlier span's.
+// its vCPU away, docs/arm64.md; a KVM guest's charges a stall of the whole VM to
+// the thread that ran, and its perf event may fire after the span closed) or when
+// the timer ran long unseen, and that CPU was the gap's or an earlier span's.
 inline void ThreadStackSampler::keep_within_outer_span(CpuTickSource::TickWeight& weight) const noexcept {
   const std::int64_t carried_before = std::max<std::int64_t>(4 * settings_.period_ns, 16'000'000);
-  // Most samples weigh less than the allowance alone: no clock read for them. The
-  // watch keeps the outermost span's open time.
-  if (!settings_.watch_cpu || weight.cpu_ns <= static_cast<std::uint64_t>(carried_before)) return;
+  // Most samples weigh less than the allowance alone: no clock read for them.
+  if (weight.cpu_ns <= static_cast<std::uint64_t>(carried_before)) return;
   const std::int64_t most = monotonic_now_ns() - outer_changed_ns_.load(std::memory_order_relaxed) + carried_before;
   if (most <= 0 || weight.cpu_ns <= static_cast<std::uint64_t>(most)) return;
   const auto kept = static_cast<std::uint64_t>(most);

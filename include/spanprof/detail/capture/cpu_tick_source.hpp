@@ -210,6 +210,9 @@ class CpuTickSource {
   static constexpr std::int64_t adapt_window_ns = 20'000'000;
   static constexpr std::int64_t perf_cpu_per_switch_ns = 1'000'000;
   static constexpr std::int64_t timer_cpu_per_switch_ns = 500'000;
+  // A perf tick later than this many mean periods counts its points by division,
+  // not by drawing each (the handler's time stays bounded).
+  static constexpr std::int64_t max_points_drawn = 64;
 
   // Set once a perf event is refused to a thread of the process: none asks again.
   static std::atomic<int>& perf_refused_errno() noexcept {
@@ -301,17 +304,30 @@ class CpuTickSource {
     // handler would leave that time unsampled at every sample (-5% at 1 kHz).
     // The lateness is read on the thread's CPU clock, not the event's count:
     // the task clock also runs through time stolen from the vCPU.
-    const std::int64_t draw = random_interval_ns(random_, period_ns_);
+    std::int64_t draw = random_interval_ns(random_, period_ns_);
     std::int64_t period = draw;
+    periods = 1;
     if (cpu_period_ != 0) {  // the period was set at the last tick, tick_cpu_ns_
-      const std::int64_t late = now_ns - tick_cpu_ns_ - cpu_period_;
+      std::int64_t late = now_ns - tick_cpu_ns_ - cpu_period_;
+      // The points the thread's CPU clock passed after the one that fired, as the
+      // timer counts them: the event's timer fires once for all the periods that
+      // expired while the host held the vCPU (a guest's thread CPU clock runs on
+      // then; 3 ms at one overflow, measured beside busy processes).
+      if (late >= draw && late > max_points_drawn * period_ns_) {
+        periods += static_cast<std::uint64_t>(late / period_ns_);
+        late %= period_ns_;
+      }
+      while (late >= draw) {
+        ++periods;
+        late -= draw;
+        draw = random_interval_ns(random_, period_ns_);
+      }
       // Not below a quarter of the mean: a period shorter than this handler would
       // queue signals faster than it takes them.
       const std::int64_t floor = std::max<std::int64_t>(period_ns_ / 4, 20'000);
-      if (late > 0) period = std::max(draw - late, floor);
+      period = late > 0 ? std::max(draw - late, floor) : draw;
     }
     cpu_period_ = period;
-    periods = 1;
     std::uint64_t value = static_cast<std::uint64_t>(period);
     return ::ioctl(perf_fd_, PERF_EVENT_IOC_PERIOD, &value) == 0;
   }

@@ -157,9 +157,10 @@ class ThreadStackSampler {
     const std::uint32_t sequence = next_sequence_++ & 0x3FFF'FFFF;
     span.state.store(sequence << 2 | span_slot_open, std::memory_order_relaxed);
     slots_in_use_ |= std::uint32_t{1} << index;
-    if (top == 0 && settings_.watch_cpu) {
+    if (top == 0) {
+      // What a sample may carry into the span starts here (keep_within_outer_span).
       outer_changed_ns_.store(now_ns >= 0 ? now_ns : monotonic_now_ns(), std::memory_order_relaxed);
-      cpu_captured_at_outer_open_ = cpu_samples_captured();
+      if (settings_.watch_cpu) cpu_captured_at_outer_open_ = cpu_samples_captured();
     }
     std::atomic_signal_fence(std::memory_order_seq_cst);
     top_.store(index + 1, std::memory_order_relaxed);
