@@ -210,9 +210,9 @@ class CpuTickSource {
   static constexpr std::int64_t adapt_window_ns = 20'000'000;
   static constexpr std::int64_t perf_cpu_per_switch_ns = 1'000'000;
   static constexpr std::int64_t timer_cpu_per_switch_ns = 500'000;
-  // A perf tick later than this many mean periods counts its points by division,
-  // not by drawing each (the handler's time stays bounded).
-  static constexpr std::int64_t max_points_drawn = 64;
+  // The points one tick counts at most, on either source; beyond, the thread ran
+  // with the signal held, and the rest are not counted.
+  static constexpr std::uint64_t most_points_per_tick = 256;
 
   // Set once a perf event is refused to a thread of the process: none asks again.
   static std::atomic<int>& perf_refused_errno() noexcept {
@@ -313,15 +313,12 @@ class CpuTickSource {
       // timer counts them: the event's timer fires once for all the periods that
       // expired while the host held the vCPU (a guest's thread CPU clock runs on
       // then; 3 ms at one overflow, measured beside busy processes).
-      if (late >= draw && late > max_points_drawn * period_ns_) {
-        periods += static_cast<std::uint64_t>(late / period_ns_);
-        late %= period_ns_;
-      }
-      while (late >= draw) {
+      while (late >= draw && periods < most_points_per_tick) {
         ++periods;
         late -= draw;
         draw = random_interval_ns(random_, period_ns_);
       }
+      if (late >= draw) late = 0;
       // Not below a quarter of the mean: a period shorter than this handler would
       // queue signals faster than it takes them.
       const std::int64_t floor = std::max<std::int64_t>(period_ns_ / 4, 20'000);
@@ -351,9 +348,8 @@ class CpuTickSource {
         next = now_ns + random_interval_ns(random_, period_ns_);  // armed afresh
         point_base_ = now_ns;
       } else {
-        constexpr std::uint64_t most_periods = 256;  // beyond: the thread ran with the signal held
         std::int64_t last_passed = point_base_;
-        while (next <= cut_ns && passed < most_periods) {
+        while (next <= cut_ns && passed < most_points_per_tick) {
           ++passed;
           last_passed = next;
           next += random_interval_ns(random_, period_ns_);
