@@ -110,17 +110,15 @@ struct WhereSamplesLanded {
   std::map<std::string, std::int64_t> outside_leaves;  // their leaves, by CPU
 };
 
-// Four threads, each 12 spans of: compute 20 ms, wait 10 ms, compute 20 ms, wait
-// 10 ms; beside three busy processes, on `source`.
-WhereSamplesLanded where_samples_land(spanprof::CpuSampleSource source) {
-  struct Received {
-    std::mutex mutex;
-    std::vector<spanprof::Profile> profiles;
-  };
-  auto received = std::make_shared<Received>();
-  spanprof::Options options;
-  options.frequency_hz = 250;
-  options.cpu_sample_source = source;
+// Every profile delivered, decoded, for the test to read once spanprof has
+// flushed.
+struct ReceivedProfiles {
+  std::mutex mutex;
+  std::vector<spanprof::Profile> profiles;
+};
+
+std::shared_ptr<ReceivedProfiles> start_keeping_profiles(spanprof::Options options, const char* uploader_name) {
+  auto received = std::make_shared<ReceivedProfiles>();
   options.queue_capacity = 4096;
   options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>(
       [received](const spanprof::EncodedProfile&, std::string_view pprof_gzip) {
@@ -131,8 +129,18 @@ WhereSamplesLanded where_samples_land(spanprof::CpuSampleSource source) {
         received->profiles.push_back(std::move(decoded.profile));
         return spanprof::UploadResult::ok();
       },
-      "where-samples-land"));
+      uploader_name));
   spanprof::start(std::move(options));
+  return received;
+}
+
+// Four threads, each 12 spans of: compute 20 ms, wait 10 ms, compute 20 ms, wait
+// 10 ms; beside three busy processes, on `source`.
+WhereSamplesLanded where_samples_land(spanprof::CpuSampleSource source) {
+  spanprof::Options options;
+  options.frequency_hz = 250;
+  options.cpu_sample_source = source;
+  const auto received = start_keeping_profiles(std::move(options), "where-samples-land");
   WhereSamplesLanded result;
   {
     spanprof_test::BusyProcesses busy(3, 120);
@@ -267,25 +275,9 @@ struct RareCallsLanded {
 // Four request threads, 24 spans each; each with a reader thread draining its
 // pipe. Beside `busy` busy processes, at 250 Hz, on the default source.
 RareCallsLanded where_samples_land_with_rare_calls(int busy) {
-  struct Received {
-    std::mutex mutex;
-    std::vector<spanprof::Profile> profiles;
-  };
-  auto received = std::make_shared<Received>();
   spanprof::Options options;
   options.frequency_hz = 250;
-  options.queue_capacity = 4096;
-  options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>(
-      [received](const spanprof::EncodedProfile&, std::string_view pprof_gzip) {
-        pprof_test::DecodedPprof decoded;
-        std::string error;
-        if (!pprof_test::decode_pprof(pprof_gzip, decoded, error)) return spanprof::UploadResult::permanent(error);
-        std::lock_guard<std::mutex> lock(received->mutex);
-        received->profiles.push_back(std::move(decoded.profile));
-        return spanprof::UploadResult::ok();
-      },
-      "rare-calls"));
-  spanprof::start(std::move(options));
+  const auto received = start_keeping_profiles(std::move(options), "rare-calls");
   const std::uint64_t rounds_per_ms = rounds_for(1'000'000);
   RareCallsLanded result;
   {

@@ -12181,6 +12181,22 @@ inline int install_sample_signal_handler(int wanted) noexcept {
   return chosen;
 }
 
+// Says once per process that perf_event_open was refused, and what sampling does
+// instead.
+inline void report_perf_event_refused(int perf_errno, const char* instead) noexcept {
+  auto& list = stack_sampler_list();
+  {
+    std::lock_guard<std::mutex> lock(list.mutex);
+    if (list.reported_fallback) return;
+    list.reported_fallback = true;
+  }
+  char message[240];
+  std::snprintf(message, sizeof message,
+                "perf_event_open refused (%s); %s, which the kernel checks only on the scheduler tick",
+                std::strerror(perf_errno), instead);
+  report_error(ErrorCode::sampler_unavailable, message);
+}
+
 // Run by the worker every 100 sampling periods (100 ms to 1 s). Notices a host
 // that replaced the sample signal's handler (its handler would get spanprof's
 // signals, and spanprof none) or a thread that blocked the signal after its
@@ -12210,24 +12226,9 @@ inline void watch_sample_signal(int signal_number) noexcept {
     report_error(ErrorCode::sampler_failed, message);
     return;
   }
-  // automatic: a thread that mostly computes was refused a perf event (said once).
+  // automatic: a thread that mostly computes was refused a perf event.
   const int perf_errno = CpuTickSource::perf_refused_errno().load(std::memory_order_relaxed);
-  if (perf_errno != 0) {
-    bool first = false;
-    {
-      std::lock_guard<std::mutex> lock(list.mutex);
-      first = !list.reported_fallback;
-      list.reported_fallback = true;
-    }
-    if (first) {
-      char message[240];
-      std::snprintf(message, sizeof message,
-                    "perf_event_open refused (%s); threads that mostly compute stay on POSIX CPU timers, which the "
-                    "kernel checks only on the scheduler tick",
-                    std::strerror(perf_errno));
-      report_error(ErrorCode::sampler_unavailable, message);
-    }
-  }
+  if (perf_errno != 0) report_perf_event_refused(perf_errno, "threads that mostly compute stay on POSIX CPU timers");
   int refused = 0;
   pid_t thread = 0;
   {
@@ -12352,21 +12353,7 @@ inline ThreadStackSampler* make_stack_sampler(const StackSamplerSettings& settin
     std::snprintf(message, sizeof message, "cannot create a CPU timer for this thread: %s", std::strerror(timer_errno));
     report_error(ErrorCode::sampler_failed, message);
   } else if (perf_errno != 0) {
-    auto& list = stack_sampler_list();
-    bool first = false;
-    {
-      std::lock_guard<std::mutex> lock(list.mutex);
-      first = !list.reported_fallback;
-      list.reported_fallback = true;
-    }
-    if (first) {
-      char message[240];
-      std::snprintf(message, sizeof message,
-                    "perf_event_open refused (%s); sampling with POSIX CPU timers instead, which the kernel checks "
-                    "only on the scheduler tick",
-                    std::strerror(perf_errno));
-      report_error(ErrorCode::sampler_unavailable, message);
-    }
+    report_perf_event_refused(perf_errno, "sampling with POSIX CPU timers instead");
   }
   stack_sampler_owner.replace(sampler);
   return sampler;

@@ -103,21 +103,7 @@ inline ThreadStackSampler* make_stack_sampler(const StackSamplerSettings& settin
     std::snprintf(message, sizeof message, "cannot create a CPU timer for this thread: %s", std::strerror(timer_errno));
     report_error(ErrorCode::sampler_failed, message);
   } else if (perf_errno != 0) {
-    auto& list = stack_sampler_list();
-    bool first = false;
-    {
-      std::lock_guard<std::mutex> lock(list.mutex);
-      first = !list.reported_fallback;
-      list.reported_fallback = true;
-    }
-    if (first) {
-      char message[240];
-      std::snprintf(message, sizeof message,
-                    "perf_event_open refused (%s); sampling with POSIX CPU timers instead, which the kernel checks "
-                    "only on the scheduler tick",
-                    std::strerror(perf_errno));
-      report_error(ErrorCode::sampler_unavailable, message);
-    }
+    report_perf_event_refused(perf_errno, "sampling with POSIX CPU timers instead");
   }
   stack_sampler_owner.replace(sampler);
   return sampler;
