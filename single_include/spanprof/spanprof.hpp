@@ -9448,14 +9448,14 @@ class CpuTickSource {
     // The lateness is read on the thread's CPU clock, not the event's count:
     // the task clock also runs through time stolen from the vCPU.
     std::int64_t draw = random_interval_ns(random_, period_ns_);
-    std::int64_t period = draw;
+    std::int64_t period = draw;  // the first period after the arm
     periods = 1;
     if (cpu_period_ != 0) {  // the period was set at the last tick, tick_cpu_ns_
       std::int64_t late = now_ns - tick_cpu_ns_ - cpu_period_;
       // The points the thread's CPU clock passed after the one that fired, as the
       // timer counts them: the event's timer fires once for all the periods that
-      // expired while the host held the vCPU (a guest's thread CPU clock runs on
-      // then; 3 ms at one overflow, measured beside busy processes).
+      // expired while the host held the vCPU, and a guest's thread CPU clock runs
+      // on then (docs/engines.md, "What a sample weighs").
       while (late >= draw && periods < most_points_per_tick) {
         ++periods;
         late -= draw;
@@ -11891,8 +11891,8 @@ inline void ThreadStackSampler::on_signal(const siginfo_t* info, const void* uco
 // make up for them). Never more than a thread can have run since its outermost
 // span opened, plus four periods (at least 16 ms): a tick can carry far more
 // when the thread's CPU clock jumped (an emulated VM's does while the host takes
-// its vCPU away, docs/arm64.md; a KVM guest's charges a stall of the whole VM to
-// the thread that ran, and its perf event may fire after the span closed) or when
+// its vCPU away, docs/arm64.md; a KVM guest's clock takes a stall of the whole VM as
+// the running thread's CPU, and its perf tick may come after the span closed) or when
 // the timer ran long unseen, and that CPU was the gap's or an earlier span's.
 inline void ThreadStackSampler::keep_within_outer_span(CpuTickSource::TickWeight& weight) const noexcept {
   const std::int64_t carried_before = std::max<std::int64_t>(4 * settings_.period_ns, 16'000'000);

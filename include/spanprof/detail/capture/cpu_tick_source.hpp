@@ -305,14 +305,14 @@ class CpuTickSource {
     // The lateness is read on the thread's CPU clock, not the event's count:
     // the task clock also runs through time stolen from the vCPU.
     std::int64_t draw = random_interval_ns(random_, period_ns_);
-    std::int64_t period = draw;
+    std::int64_t period = draw;  // the first period after the arm
     periods = 1;
     if (cpu_period_ != 0) {  // the period was set at the last tick, tick_cpu_ns_
       std::int64_t late = now_ns - tick_cpu_ns_ - cpu_period_;
       // The points the thread's CPU clock passed after the one that fired, as the
       // timer counts them: the event's timer fires once for all the periods that
-      // expired while the host held the vCPU (a guest's thread CPU clock runs on
-      // then; 3 ms at one overflow, measured beside busy processes).
+      // expired while the host held the vCPU, and a guest's thread CPU clock runs
+      // on then (docs/engines.md, "What a sample weighs").
       while (late >= draw && periods < most_points_per_tick) {
         ++periods;
         late -= draw;

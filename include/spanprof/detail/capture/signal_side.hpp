@@ -171,8 +171,8 @@ inline void ThreadStackSampler::on_signal(const siginfo_t* info, const void* uco
 // make up for them). Never more than a thread can have run since its outermost
 // span opened, plus four periods (at least 16 ms): a tick can carry far more
 // when the thread's CPU clock jumped (an emulated VM's does while the host takes
-// its vCPU away, docs/arm64.md; a KVM guest's charges a stall of the whole VM to
-// the thread that ran, and its perf event may fire after the span closed) or when
+// its vCPU away, docs/arm64.md; a KVM guest's clock takes a stall of the whole VM as
+// the running thread's CPU, and its perf tick may come after the span closed) or when
 // the timer ran long unseen, and that CPU was the gap's or an earlier span's.
 inline void ThreadStackSampler::keep_within_outer_span(CpuTickSource::TickWeight& weight) const noexcept {
   const std::int64_t carried_before = std::max<std::int64_t>(4 * settings_.period_ns, 16'000'000);
