@@ -10952,22 +10952,26 @@ struct BlockedSite {
   friend bool operator==(const BlockedSite& a, const BlockedSite& b) noexcept { return a.sp == b.sp && a.pc == b.pc; }
 };
 
-// /proc/self/task/<tid>/syscall: "running", or "<nr> <6 args> <sp> <pc>" (nr -1
-// when blocked outside a system call). False when running or unreadable.
+// What /proc/self/task/<tid>/syscall says of a thread: on a core or waiting for
+// one (the kernel prints "running" for both: it reads the system call of a thread
+// that is not runnable only), or blocked, with its site ("<nr> <6 args> <sp> <pc>",
+// nr -1 when blocked outside a system call, in a page fault say).
+enum class ThreadActivity : std::uint8_t { unknown, runnable, blocked };
+
 // `syscall_fd` is that file, opened at the first call (-1 until then) and kept
-// open for the next ticks; the caller closes it.
-inline bool read_blocked_site(pid_t tid, int& syscall_fd, BlockedSite& site) noexcept {
+// open for the next ticks; the caller closes it. `site` is set when blocked.
+inline ThreadActivity read_thread_activity(pid_t tid, int& syscall_fd, BlockedSite& site) noexcept {
   if (syscall_fd < 0) {
     char path[64];
     std::snprintf(path, sizeof path, "/proc/self/task/%d/syscall", static_cast<int>(tid));
     syscall_fd = ::open(path, O_RDONLY | O_CLOEXEC);
-    if (syscall_fd < 0) return false;
+    if (syscall_fd < 0) return ThreadActivity::unknown;
   }
   char text[256];
   const ssize_t n = ::pread(syscall_fd, text, sizeof text - 1, 0);
-  if (n <= 0) return false;
+  if (n <= 0) return ThreadActivity::unknown;
   text[n] = '\0';
-  if (text[0] == 'r') return false;  // "running"
+  if (text[0] == 'r') return ThreadActivity::runnable;  // "running"
   // The last two fields.
   std::uint64_t fields[2] = {0, 0};
   int found = 0;
@@ -10983,17 +10987,17 @@ inline bool read_blocked_site(pid_t tid, int& syscall_fd, BlockedSite& site) noe
     for (; c < end; ++c) {
       const char d = *c;
       const int digit = d >= '0' && d <= '9' ? d - '0' : d >= 'a' && d <= 'f' ? d - 'a' + 10 : -1;
-      if (digit < 0) return false;
+      if (digit < 0) return ThreadActivity::unknown;
       value = value * 16 + static_cast<std::uint64_t>(digit);
     }
     fields[f] = value;
     ++found;
     end = start > text ? start - 1 : start;
   }
-  if (found != 2) return false;
+  if (found != 2) return ThreadActivity::unknown;
   site.sp = fields[0];
   site.pc = fields[1];
-  return true;
+  return ThreadActivity::blocked;
 }
 
 // The thread's CPU time, read from another thread (-1 when unreadable).
@@ -13189,19 +13193,26 @@ inline ThreadStackSampler::CpuWatch ThreadStackSampler::cpu_watch(std::uint64_t 
   ticker_.cpu_seen = cpu_ns;
   ticker_.seen_at_ns = now;
   if (point == ticker_.cpu_point_signalled || cpu_ns < point) return CpuWatch::nothing;
-  // Only while it is on a core: a thread's CPU clock moves between two reads then,
-  // and stands still while it waits for a core or blocks. A thread signalled off
-  // its core would take the sample where it was preempted, mostly at the system
-  // call that let the scheduler in, not where its CPU went; a blocked one would
-  // see its call interrupted. Found so with a point passed, overdue or not yet, it
-  // is marked: the tick that comes at that call's return is no sample of it
-  // (ThreadStackSampler::passed_before_a_wait).
+  // On a core, or waiting for one: a thread's CPU clock moves between two reads
+  // while it is on a core, and stands still while it waits for one or blocks. A
+  // blocked thread signalled would take the sample at the system call it blocked
+  // in, not where its CPU went, and see the call interrupted: found so with a point
+  // passed, overdue or not yet, it is marked, and the tick that comes at that
+  // call's return is no sample of it (ThreadStackSampler::passed_before_a_wait).
+  // One preempted takes the sample where it resumes, the code it was running. So
+  // it must: beside busy processes the kernel's timer can miss a thread's points
+  // for tens of milliseconds of its CPU (docs/engines.md), and such a thread is
+  // off its core at most of the ticker's looks.
   const bool overdue = cpu_ns >= point + cpu_watch_slack_ns();
   if (thread_cpu_ns(tid_) == cpu_ns) {
-    off_core_past_point_cpu_ns_.store(cpu_ns, std::memory_order_relaxed);
-    return overdue ? CpuWatch::late : CpuWatch::nothing;
+    BlockedSite ignored;
+    if (!overdue || read_thread_activity(tid_, ticker_.syscall_fd, ignored) != ThreadActivity::runnable) {
+      off_core_past_point_cpu_ns_.store(cpu_ns, std::memory_order_relaxed);
+      return overdue ? CpuWatch::late : CpuWatch::nothing;
+    }
+  } else if (!overdue) {
+    return CpuWatch::nothing;
   }
-  if (!overdue) return CpuWatch::nothing;
   if (!send_tick(cpu_tick_tag)) return CpuWatch::nothing;
   ticker_.cpu_point_signalled = point;
   return CpuWatch::signalled;
@@ -13218,7 +13229,7 @@ inline ThreadStackSampler::WallTick ThreadStackSampler::wall_tick(std::int64_t n
   }
   const std::uint32_t generation = wall_generation_.load(std::memory_order_acquire);
   BlockedSite site;
-  const bool blocked = read_blocked_site(tid_, ticker_.syscall_fd, site);
+  const bool blocked = read_thread_activity(tid_, ticker_.syscall_fd, site) == ThreadActivity::blocked;
   const std::int64_t cpu_ns = thread_cpu_ns(tid_);
   // "Still": almost no CPU time since the last sample found it blocked, and
   // blocked at the same site now — or running for a moment between two waits at

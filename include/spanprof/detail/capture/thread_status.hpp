@@ -37,22 +37,26 @@ struct BlockedSite {
   friend bool operator==(const BlockedSite& a, const BlockedSite& b) noexcept { return a.sp == b.sp && a.pc == b.pc; }
 };
 
-// /proc/self/task/<tid>/syscall: "running", or "<nr> <6 args> <sp> <pc>" (nr -1
-// when blocked outside a system call). False when running or unreadable.
+// What /proc/self/task/<tid>/syscall says of a thread: on a core or waiting for
+// one (the kernel prints "running" for both: it reads the system call of a thread
+// that is not runnable only), or blocked, with its site ("<nr> <6 args> <sp> <pc>",
+// nr -1 when blocked outside a system call, in a page fault say).
+enum class ThreadActivity : std::uint8_t { unknown, runnable, blocked };
+
 // `syscall_fd` is that file, opened at the first call (-1 until then) and kept
-// open for the next ticks; the caller closes it.
-inline bool read_blocked_site(pid_t tid, int& syscall_fd, BlockedSite& site) noexcept {
+// open for the next ticks; the caller closes it. `site` is set when blocked.
+inline ThreadActivity read_thread_activity(pid_t tid, int& syscall_fd, BlockedSite& site) noexcept {
   if (syscall_fd < 0) {
     char path[64];
     std::snprintf(path, sizeof path, "/proc/self/task/%d/syscall", static_cast<int>(tid));
     syscall_fd = ::open(path, O_RDONLY | O_CLOEXEC);
-    if (syscall_fd < 0) return false;
+    if (syscall_fd < 0) return ThreadActivity::unknown;
   }
   char text[256];
   const ssize_t n = ::pread(syscall_fd, text, sizeof text - 1, 0);
-  if (n <= 0) return false;
+  if (n <= 0) return ThreadActivity::unknown;
   text[n] = '\0';
-  if (text[0] == 'r') return false;  // "running"
+  if (text[0] == 'r') return ThreadActivity::runnable;  // "running"
   // The last two fields.
   std::uint64_t fields[2] = {0, 0};
   int found = 0;
@@ -68,17 +72,17 @@ inline bool read_blocked_site(pid_t tid, int& syscall_fd, BlockedSite& site) noe
     for (; c < end; ++c) {
       const char d = *c;
       const int digit = d >= '0' && d <= '9' ? d - '0' : d >= 'a' && d <= 'f' ? d - 'a' + 10 : -1;
-      if (digit < 0) return false;
+      if (digit < 0) return ThreadActivity::unknown;
       value = value * 16 + static_cast<std::uint64_t>(digit);
     }
     fields[f] = value;
     ++found;
     end = start > text ? start - 1 : start;
   }
-  if (found != 2) return false;
+  if (found != 2) return ThreadActivity::unknown;
   site.sp = fields[0];
   site.pc = fields[1];
-  return true;
+  return ThreadActivity::blocked;
 }
 
 // The thread's CPU time, read from another thread (-1 when unreadable).

@@ -43,19 +43,26 @@ inline ThreadStackSampler::CpuWatch ThreadStackSampler::cpu_watch(std::uint64_t 
   ticker_.cpu_seen = cpu_ns;
   ticker_.seen_at_ns = now;
   if (point == ticker_.cpu_point_signalled || cpu_ns < point) return CpuWatch::nothing;
-  // Only while it is on a core: a thread's CPU clock moves between two reads then,
-  // and stands still while it waits for a core or blocks. A thread signalled off
-  // its core would take the sample where it was preempted, mostly at the system
-  // call that let the scheduler in, not where its CPU went; a blocked one would
-  // see its call interrupted. Found so with a point passed, overdue or not yet, it
-  // is marked: the tick that comes at that call's return is no sample of it
-  // (ThreadStackSampler::passed_before_a_wait).
+  // On a core, or waiting for one: a thread's CPU clock moves between two reads
+  // while it is on a core, and stands still while it waits for one or blocks. A
+  // blocked thread signalled would take the sample at the system call it blocked
+  // in, not where its CPU went, and see the call interrupted: found so with a point
+  // passed, overdue or not yet, it is marked, and the tick that comes at that
+  // call's return is no sample of it (ThreadStackSampler::passed_before_a_wait).
+  // One preempted takes the sample where it resumes, the code it was running. So
+  // it must: beside busy processes the kernel's timer can miss a thread's points
+  // for tens of milliseconds of its CPU (docs/engines.md), and such a thread is
+  // off its core at most of the ticker's looks.
   const bool overdue = cpu_ns >= point + cpu_watch_slack_ns();
   if (thread_cpu_ns(tid_) == cpu_ns) {
-    off_core_past_point_cpu_ns_.store(cpu_ns, std::memory_order_relaxed);
-    return overdue ? CpuWatch::late : CpuWatch::nothing;
+    BlockedSite ignored;
+    if (!overdue || read_thread_activity(tid_, ticker_.syscall_fd, ignored) != ThreadActivity::runnable) {
+      off_core_past_point_cpu_ns_.store(cpu_ns, std::memory_order_relaxed);
+      return overdue ? CpuWatch::late : CpuWatch::nothing;
+    }
+  } else if (!overdue) {
+    return CpuWatch::nothing;
   }
-  if (!overdue) return CpuWatch::nothing;
   if (!send_tick(cpu_tick_tag)) return CpuWatch::nothing;
   ticker_.cpu_point_signalled = point;
   return CpuWatch::signalled;
@@ -72,7 +79,7 @@ inline ThreadStackSampler::WallTick ThreadStackSampler::wall_tick(std::int64_t n
   }
   const std::uint32_t generation = wall_generation_.load(std::memory_order_acquire);
   BlockedSite site;
-  const bool blocked = read_blocked_site(tid_, ticker_.syscall_fd, site);
+  const bool blocked = read_thread_activity(tid_, ticker_.syscall_fd, site) == ThreadActivity::blocked;
   const std::int64_t cpu_ns = thread_cpu_ns(tid_);
   // "Still": almost no CPU time since the last sample found it blocked, and
   // blocked at the same site now — or running for a moment between two waits at
