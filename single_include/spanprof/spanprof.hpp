@@ -13419,7 +13419,12 @@ class WallTicker {
     std::int64_t now = monotonic_now_ns();
     std::int64_t last_busy = now;  // the last look that found a wall span or a CPU span open
     std::int64_t next_wall = now;
+    // The first look comes at once, at the start and after each park: the span that
+    // woke the ticker may be its thread's first, whose points beside busy processes
+    // the kernel's timer can miss for all of it (docs/engines.md), and a look in 40 ms
+    // would come after a 20 ms span closed.
     Look look;
+    look.watch_interval_ns = 0;
     for (;;) {
       const bool wall = threads_.load(std::memory_order_seq_cst) != 0;
       if (wall || look.span_open) {
@@ -13430,6 +13435,7 @@ class WallTicker {
         now = monotonic_now_ns();
         next_wall = now;
         if (woken) last_busy = now;
+        look.watch_interval_ns = 0;
       }
       const std::int64_t mean = mean_period_ns_.load(std::memory_order_relaxed);
       // Wall ticks at random intervals (random_interval_ns says why); CPU watches as
