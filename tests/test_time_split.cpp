@@ -4,6 +4,7 @@
 // checks the span's split against what the test measured around the work, and that
 // the three parts add up to the span's elapsed time.
 #include "support/catch.hpp"
+#include "support/child_process.hpp"
 #include "support/collector.hpp"
 #include "support/span_attribution.hpp"
 
@@ -14,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -140,6 +142,47 @@ TEST_CASE("a span computing beside busy processes on every core shows its wait f
   CHECK(runnable <= 1.5 * waiting_share);
   CHECK(state_share(wall->decoded, "blocked") <= 0.05);
   CHECK(spanprof_test::share_on_stack(wall->decoded, "split_compute", 1) >= 0.9);
+}
+
+// A thread that computes moves to a perf event after 20 ms of its CPU, in its
+// signal handler, inside its span. The system's first per-thread perf event
+// (after a second with none) turns the kernel's scheduler hooks on, which blocks
+// its perf_event_open ~8 ms: the span would show a voluntary switch and 8 ms
+// blocked that were spanprof's own. In a process of its own, after more than
+// that second: spanprof holds the hooks on from start().
+const spanprof_test::ChildScenario first_perf_event_scenario("first_perf_event", [] {
+  Collector collector(split_options());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const auto span = span_number(7110);
+  std::thread([&] {
+    spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "GET /computes"});
+    split_compute(0.06);
+  }).join();
+  const auto* profile = collector.profile_for(span.span_id, spanprof::ProfileKind::cpu);
+  if (profile == nullptr) return 2;
+  const spanprof::TimeSplit& split = profile->meta.record.time;
+  std::printf("engine=%s voluntary=%llu blocked_us=%lld\n", profile->meta.record.engine.c_str(),
+              static_cast<unsigned long long>(split.voluntary_switches), static_cast<long long>(split.blocked_ns / 1000));
+  return 0;
+});
+
+TEST_CASE("a thread's move to its perf event never blocks its span", "[time_split]") {
+  const auto result = spanprof_test::run_in_child("first_perf_event", 60);
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  char engine[64] = {};
+  unsigned long long voluntary = 99;
+  long long blocked_us = -1;
+  const auto at = result.output.find("engine=");
+  REQUIRE(at != std::string::npos);
+  REQUIRE(std::sscanf(result.output.c_str() + at, "engine=%63s voluntary=%llu blocked_us=%lld", engine, &voluntary,
+                      &blocked_us) == 3);
+  if (std::string(engine) != "sampling:perf_event") {
+    WARN("the span stayed on " << engine << " (perf_event_open refused?): nothing to check");
+    return;
+  }
+  CHECK(voluntary == 0);
+  CHECK(blocked_us == 0);
 }
 
 TEST_CASE("a span that sleeps shows the sleep as blocked", "[time_split]") {

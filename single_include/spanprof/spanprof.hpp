@@ -9357,6 +9357,21 @@ class CpuTickSource {
   // with the signal held, and the rest are not counted.
   static constexpr std::uint64_t most_points_per_tick = 256;
 
+  // A disabled task clock on the calling thread, that overflows every `period_ns`
+  // of its CPU; its descriptor, or -1 with errno set.
+  static int open_task_clock(std::int64_t period_ns) noexcept {
+    perf_event_attr attr{};
+    attr.size = sizeof(attr);
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.config = PERF_COUNT_SW_TASK_CLOCK;
+    attr.sample_period = static_cast<std::uint64_t>(period_ns);
+    attr.disabled = 1;
+    attr.wakeup_events = 1;  // signal on every overflow
+    errno = 0;
+    const long fd = ::syscall(SYS_perf_event_open, &attr, 0 /* this thread */, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    return fd < 0 ? -1 : static_cast<int>(fd);
+  }
+
   // Set once a perf event is refused to a thread of the process: none asks again.
   static std::atomic<int>& perf_refused_errno() noexcept {
     static std::atomic<int> refused{0};
@@ -9521,17 +9536,9 @@ class CpuTickSource {
   }
 
   bool open_perf_event() noexcept {
-    perf_event_attr attr{};
-    attr.size = sizeof(attr);
-    attr.type = PERF_TYPE_SOFTWARE;
-    attr.config = PERF_COUNT_SW_TASK_CLOCK;
-    attr.sample_period = static_cast<std::uint64_t>(period_ns_);
-    attr.disabled = 1;
-    attr.wakeup_events = 1;  // signal on every overflow
-    errno = 0;
-    const long fd = ::syscall(SYS_perf_event_open, &attr, 0 /* this thread */, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    const int fd = open_task_clock(period_ns_);
     if (fd < 0) return false;
-    perf_fd_ = static_cast<int>(fd);
+    perf_fd_ = fd;
     f_owner_ex owner{F_OWNER_TID, tid_};
     if (::fcntl(perf_fd_, F_SETFL, O_ASYNC) != 0 || ::fcntl(perf_fd_, F_SETSIG, signal_number_) != 0 ||
         ::fcntl(perf_fd_, F_SETOWN_EX, &owner) != 0) {
@@ -13350,6 +13357,19 @@ class WallTicker {
     wake_.notify_one();
   }
 
+  // Threads may move to a perf event (Options::cpu_sample_source is not
+  // posix_timer). The kernel turns its scheduler's perf hooks on when the system's
+  // first per-thread perf event opens, and off again about a second after the
+  // last one closes; turning them on blocks that first perf_event_open for ~8 ms
+  // (one voluntary switch, quiet or loaded), and a thread moves to its event in
+  // its signal handler, inside a span. So the ticker holds one disabled event on
+  // itself for as long as the process runs, and each thread's open takes ~40 µs
+  // without blocking. Starts (or wakes) the ticker, which opens it.
+  void hold_perf_hooks_on() noexcept {
+    perf_hooks_wanted_.store(true, std::memory_order_release);
+    watch_cpu();
+  }
+
   std::uint32_t threads_in_wall_spans() const noexcept { return threads_.load(std::memory_order_relaxed); }
 
   // In a forked child: the ticker thread stayed in the parent. The next wall span
@@ -13364,6 +13384,11 @@ class WallTicker {
     wall_wanted_ = false;
     sleeping_until_.store(0, std::memory_order_relaxed);
     ticker_parked().store(true, std::memory_order_relaxed);  // the child's first watched span starts it
+    // The parent's event is its ticker's; the child's start() asks for its own.
+    if (perf_hooks_fd_ >= 0) ::close(perf_hooks_fd_);
+    perf_hooks_fd_ = -1;
+    perf_hooks_tried_ = false;
+    perf_hooks_wanted_.store(false, std::memory_order_relaxed);
   }
 
  private:
@@ -13426,6 +13451,10 @@ class WallTicker {
     Look look;
     look.watch_interval_ns = 0;
     for (;;) {
+      if (SPANPROF_UNLIKELY(!perf_hooks_tried_) && perf_hooks_wanted_.load(std::memory_order_acquire)) {
+        perf_hooks_tried_ = true;
+        perf_hooks_fd_ = CpuTickSource::open_task_clock(1'000'000'000);  // refused: each thread finds out itself
+      }
       const bool wall = threads_.load(std::memory_order_seq_cst) != 0;
       if (wall || look.span_open) {
         last_busy = now;
@@ -13538,7 +13567,10 @@ class WallTicker {
   bool cpu_wanted_ = false;  // under mutex_: a guard asked for the CPU watch
   bool wall_wanted_ = false;  // under mutex_: a thread opened its first wall span
   std::atomic<std::int64_t> sleeping_until_{0};  // when the ticker's sleep without wall spans ends; 0: awake
+  std::atomic<bool> perf_hooks_wanted_{false};  // hold_perf_hooks_on
   // The ticker thread's own.
+  int perf_hooks_fd_ = -1;  // the event that holds the hooks on
+  bool perf_hooks_tried_ = false;
   std::uint64_t looks_ = 0;
   std::int64_t last_late_ns_ = std::numeric_limits<std::int64_t>::min() / 2;  // a thread's point found overdue
   std::mutex mutex_;
@@ -18175,6 +18207,8 @@ class Runtime final : public GuardHost {
       config->sampler.signal_number = install_sample_signal_handler(options.signal_number);
       if (config->sampler.signal_number == 0) {
         report_error(ErrorCode::sampler_failed, "the sampling engine cannot run: no signal for samples");
+      } else if (options.cpu_engine == CpuEngine::sampling && options.cpu_sample_source != CpuSampleSource::posix_timer) {
+        wall_ticker().hold_perf_hooks_on();
       }
 
       Worker::Config worker;

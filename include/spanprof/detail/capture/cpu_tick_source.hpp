@@ -214,6 +214,21 @@ class CpuTickSource {
   // with the signal held, and the rest are not counted.
   static constexpr std::uint64_t most_points_per_tick = 256;
 
+  // A disabled task clock on the calling thread, that overflows every `period_ns`
+  // of its CPU; its descriptor, or -1 with errno set.
+  static int open_task_clock(std::int64_t period_ns) noexcept {
+    perf_event_attr attr{};
+    attr.size = sizeof(attr);
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.config = PERF_COUNT_SW_TASK_CLOCK;
+    attr.sample_period = static_cast<std::uint64_t>(period_ns);
+    attr.disabled = 1;
+    attr.wakeup_events = 1;  // signal on every overflow
+    errno = 0;
+    const long fd = ::syscall(SYS_perf_event_open, &attr, 0 /* this thread */, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    return fd < 0 ? -1 : static_cast<int>(fd);
+  }
+
   // Set once a perf event is refused to a thread of the process: none asks again.
   static std::atomic<int>& perf_refused_errno() noexcept {
     static std::atomic<int> refused{0};
@@ -378,17 +393,9 @@ class CpuTickSource {
   }
 
   bool open_perf_event() noexcept {
-    perf_event_attr attr{};
-    attr.size = sizeof(attr);
-    attr.type = PERF_TYPE_SOFTWARE;
-    attr.config = PERF_COUNT_SW_TASK_CLOCK;
-    attr.sample_period = static_cast<std::uint64_t>(period_ns_);
-    attr.disabled = 1;
-    attr.wakeup_events = 1;  // signal on every overflow
-    errno = 0;
-    const long fd = ::syscall(SYS_perf_event_open, &attr, 0 /* this thread */, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    const int fd = open_task_clock(period_ns_);
     if (fd < 0) return false;
-    perf_fd_ = static_cast<int>(fd);
+    perf_fd_ = fd;
     f_owner_ex owner{F_OWNER_TID, tid_};
     if (::fcntl(perf_fd_, F_SETFL, O_ASYNC) != 0 || ::fcntl(perf_fd_, F_SETSIG, signal_number_) != 0 ||
         ::fcntl(perf_fd_, F_SETOWN_EX, &owner) != 0) {

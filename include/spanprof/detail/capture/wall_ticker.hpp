@@ -87,6 +87,19 @@ class WallTicker {
     wake_.notify_one();
   }
 
+  // Threads may move to a perf event (Options::cpu_sample_source is not
+  // posix_timer). The kernel turns its scheduler's perf hooks on when the system's
+  // first per-thread perf event opens, and off again about a second after the
+  // last one closes; turning them on blocks that first perf_event_open for ~8 ms
+  // (one voluntary switch, quiet or loaded), and a thread moves to its event in
+  // its signal handler, inside a span. So the ticker holds one disabled event on
+  // itself for as long as the process runs, and each thread's open takes ~40 µs
+  // without blocking. Starts (or wakes) the ticker, which opens it.
+  void hold_perf_hooks_on() noexcept {
+    perf_hooks_wanted_.store(true, std::memory_order_release);
+    watch_cpu();
+  }
+
   std::uint32_t threads_in_wall_spans() const noexcept { return threads_.load(std::memory_order_relaxed); }
 
   // In a forked child: the ticker thread stayed in the parent. The next wall span
@@ -101,6 +114,11 @@ class WallTicker {
     wall_wanted_ = false;
     sleeping_until_.store(0, std::memory_order_relaxed);
     ticker_parked().store(true, std::memory_order_relaxed);  // the child's first watched span starts it
+    // The parent's event is its ticker's; the child's start() asks for its own.
+    if (perf_hooks_fd_ >= 0) ::close(perf_hooks_fd_);
+    perf_hooks_fd_ = -1;
+    perf_hooks_tried_ = false;
+    perf_hooks_wanted_.store(false, std::memory_order_relaxed);
   }
 
  private:
@@ -163,6 +181,10 @@ class WallTicker {
     Look look;
     look.watch_interval_ns = 0;
     for (;;) {
+      if (SPANPROF_UNLIKELY(!perf_hooks_tried_) && perf_hooks_wanted_.load(std::memory_order_acquire)) {
+        perf_hooks_tried_ = true;
+        perf_hooks_fd_ = CpuTickSource::open_task_clock(1'000'000'000);  // refused: each thread finds out itself
+      }
       const bool wall = threads_.load(std::memory_order_seq_cst) != 0;
       if (wall || look.span_open) {
         last_busy = now;
@@ -275,7 +297,10 @@ class WallTicker {
   bool cpu_wanted_ = false;  // under mutex_: a guard asked for the CPU watch
   bool wall_wanted_ = false;  // under mutex_: a thread opened its first wall span
   std::atomic<std::int64_t> sleeping_until_{0};  // when the ticker's sleep without wall spans ends; 0: awake
+  std::atomic<bool> perf_hooks_wanted_{false};  // hold_perf_hooks_on
   // The ticker thread's own.
+  int perf_hooks_fd_ = -1;  // the event that holds the hooks on
+  bool perf_hooks_tried_ = false;
   std::uint64_t looks_ = 0;
   std::int64_t last_late_ns_ = std::numeric_limits<std::int64_t>::min() / 2;  // a thread's point found overdue
   std::mutex mutex_;

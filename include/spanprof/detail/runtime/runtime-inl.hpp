@@ -120,6 +120,8 @@ class Runtime final : public GuardHost {
       config->sampler.signal_number = install_sample_signal_handler(options.signal_number);
       if (config->sampler.signal_number == 0) {
         report_error(ErrorCode::sampler_failed, "the sampling engine cannot run: no signal for samples");
+      } else if (options.cpu_engine == CpuEngine::sampling && options.cpu_sample_source != CpuSampleSource::posix_timer) {
+        wall_ticker().hold_perf_hooks_on();
       }
 
       Worker::Config worker;
