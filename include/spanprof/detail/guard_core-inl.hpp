@@ -350,12 +350,12 @@ inline std::int64_t GuardCore::open_sampling(const RunningConfig& config, Profil
   sampler_ = sampler;
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) open_wall(*sampler, config);
   // The ticker watches POSIX-timer threads for points the kernel is late with. A
-  // parked ticker is woken, and the first one started (a thread), before the span
+  // ticker that watches none is woken, and the first one started (a thread), before the span
   // is on the stack: none of that is the span's (starting the thread took 20 ms of
   // an emulated arm64 span, its samples in pthread_create).
   if (kinds.contains(ProfileKind::cpu) && sampler->settings().watch_cpu &&
-      SPANPROF_UNLIKELY(ticker_parked().load(std::memory_order_relaxed)) &&
-      sampler->source() == CpuSampleSource::posix_timer)
+      SPANPROF_UNLIKELY(ticker_watches_none().load(std::memory_order_relaxed)) &&
+      sampler->source() == CpuSampleSource::posix_timer && ticker_watches_none().exchange(false, std::memory_order_acq_rel))
     wall_ticker().watch_cpu();
   // The span starts here, once its sampler is made and the ticker runs: a thread's
   // first span makes its sampler (its log, its timer), none of it the span's.

@@ -44,12 +44,13 @@
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
 
-// Whether the ticker is parked (or not started): a guard that opens a CPU span on a
-// POSIX-timer thread then wakes it (WallTicker::watch_cpu). A plain flag, so the
-// guard's look costs one load.
-SPANPROF_API inline std::atomic<bool>& ticker_parked() noexcept {
-  static std::atomic<bool> parked{true};
-  return parked;
+// Whether the ticker watches no thread's CPU (parked, not started, or its last look
+// found no thread to watch): a guard that opens a CPU span on a POSIX-timer thread
+// then wakes it (WallTicker::watch_cpu), the first guard to take the flag. A plain
+// flag, so the guard's look costs one load.
+SPANPROF_API inline std::atomic<bool>& ticker_watches_none() noexcept {
+  static std::atomic<bool> watches_none{true};
+  return watches_none;
 }
 
 class WallTicker {
@@ -76,8 +77,9 @@ class WallTicker {
   // A thread closed its last wall span.
   void thread_ended_wall_span() noexcept { threads_.fetch_sub(1, std::memory_order_seq_cst); }
 
-  // A CPU span opened on a thread sampled by a POSIX CPU timer while the ticker was
-  // parked: the CPU watch (ThreadStackSampler::cpu_watch) starts again.
+  // A CPU span opened on a thread sampled by a POSIX CPU timer while the ticker
+  // watched none: the CPU watch (ThreadStackSampler::cpu_watch) starts again, with
+  // a look at once.
   void watch_cpu() noexcept {
     if (SPANPROF_UNLIKELY(!started_.load(std::memory_order_acquire))) start();
     {
@@ -113,7 +115,7 @@ class WallTicker {
     cpu_wanted_ = false;
     wall_wanted_ = false;
     sleeping_until_.store(0, std::memory_order_relaxed);
-    ticker_parked().store(true, std::memory_order_relaxed);  // the child's first watched span starts it
+    ticker_watches_none().store(true, std::memory_order_relaxed);  // the child's first watched span starts it
     // The parent's event is its ticker's; the child's start() asks for its own.
     if (perf_hooks_fd_ >= 0) ::close(perf_hooks_fd_);
     perf_hooks_fd_ = -1;
@@ -157,10 +159,11 @@ class WallTicker {
       if (threads_.load(std::memory_order_seq_cst) != 0) wall_wanted_ = true;
     }
     const std::int64_t interval = until - monotonic_now_ns();
-    if (interval > 0 && !wall_wanted_)
-      wake_.wait_for(lock, std::chrono::nanoseconds(interval), [&] { return wall_wanted_; });
+    if (interval > 0 && !wall_wanted_ && !cpu_wanted_)
+      wake_.wait_for(lock, std::chrono::nanoseconds(interval), [&] { return wall_wanted_ || cpu_wanted_; });
     sleeping_until_.store(0, std::memory_order_relaxed);
     wall_wanted_ = false;
+    cpu_wanted_ = false;
   }
 
   void run() noexcept {
@@ -169,7 +172,7 @@ class WallTicker {
     sigset_t all;
     sigfillset(&all);
     ::pthread_sigmask(SIG_BLOCK, &all, nullptr);
-    ticker_parked().store(false, std::memory_order_seq_cst);
+    ticker_watches_none().store(false, std::memory_order_seq_cst);
     std::uint64_t random = 0x2545F4914F6CDD1Dull ^ static_cast<std::uint64_t>(monotonic_now_ns());
     std::int64_t now = monotonic_now_ns();
     std::int64_t last_busy = now;  // the last look that found a wall span or a CPU span open
@@ -210,6 +213,9 @@ class WallTicker {
       const bool wall_due = wall && now >= next_wall;
       look = tick(now, wall_due, mean);
       if (wall_due) next_wall = now;  // drawn anew above
+      // Watching no thread, it sleeps up to 40 ms: a span opening meanwhile wakes it,
+      // or its first look could come after a 20 ms span closed.
+      if (!look.cpu_watched) ticker_watches_none().store(true, std::memory_order_seq_cst);
     }
   }
 
@@ -217,15 +223,13 @@ class WallTicker {
   bool park() noexcept {
     std::unique_lock<std::mutex> lock(mutex_);
     parked_.store(true, std::memory_order_seq_cst);
-    ticker_parked().store(true, std::memory_order_seq_cst);
-    cpu_wanted_ = false;
-    // A CPU span whose guard looked just before the flag was set went unwatched:
-    // the ticker looks once a second anyway.
+    ticker_watches_none().store(true, std::memory_order_seq_cst);
+    // A guard that took the flag since the last look has asked already: no sleep.
     const bool woken = wake_.wait_for(lock, linger, [&] {
       return cpu_wanted_ || threads_.load(std::memory_order_seq_cst) != 0;
     });
     cpu_wanted_ = false;
-    ticker_parked().store(false, std::memory_order_seq_cst);
+    ticker_watches_none().store(false, std::memory_order_seq_cst);
     parked_.store(false, std::memory_order_seq_cst);
     return woken;
   }
@@ -235,6 +239,7 @@ class WallTicker {
   // often as for the default 100 Hz at ease, until the ticker parks).
   struct Look {
     bool span_open = false;
+    bool cpu_watched = false;  // a thread's CPU was watched
     std::int64_t watch_interval_ns = 40'000'000;
   };
 
@@ -256,6 +261,7 @@ class WallTicker {
           }
         }
         if (!sampler->cpu_watch_wanted()) continue;
+        look.cpu_watched = true;
         const bool span_open = sampler->span_open_now();
         const bool long_span_open = sampler->outermost_span_older_than(now, sampler->cpu_watch_slack_ns());
         switch (sampler->cpu_watch(looks_, now)) {
