@@ -148,6 +148,21 @@ const spanprof_test::ChildScenario child_profiles_scenario("fork_child_profiles"
   return 0;
 });
 
+// What a child whose flush timed out was doing: its counts, then each thread's
+// name, state, kernel wait channel and system call, and whether a second flush
+// gets through (slow, not stuck).
+void describe_unflushed_child() {
+  const spanprof::Stats s = spanprof::stats();
+  std::printf("unflushed: enqueued=%llu uploaded=%llu queue=%llu dropped=%llu\n",
+              static_cast<unsigned long long>(s.profiles_enqueued), static_cast<unsigned long long>(s.profiles_uploaded),
+              static_cast<unsigned long long>(s.queue_length), static_cast<unsigned long long>(s.profiles_dropped));
+  std::fflush(stdout);
+  (void)std::system("for t in /proc/$PPID/task/*; do echo \"thread $(cat $t/comm) $(cut -d' ' -f3 $t/stat) "
+                    "wchan=$(cat $t/wchan) syscall=$(cut -d' ' -f1 $t/syscall)\"; done");
+  std::printf("unflushed: second flush %s\n", spanprof::flush(std::chrono::seconds(3)) ? "done" : "timed out");
+  std::fflush(stdout);
+}
+
 // Forks while the worker threads are busy uploading (their locks held): every
 // child must use spanprof (a guard, stats, flush, a start of its own) and exit.
 const spanprof_test::ChildScenario fork_under_upload_scenario("fork_under_upload", [] {
@@ -192,7 +207,10 @@ const spanprof_test::ChildScenario fork_under_upload_scenario("fork_under_upload
           spanprof::ScopedProfile guard(span_number(800000 + static_cast<unsigned>(i)), "child_started");
           fork_upload_load(0.005);
         }
-        if (!spanprof::flush(std::chrono::seconds(5))) std::_Exit(3);
+        if (!spanprof::flush(std::chrono::seconds(5))) {
+          describe_unflushed_child();
+          std::_Exit(3);
+        }
       }
       std::exit(0);
     }
