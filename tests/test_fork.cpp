@@ -51,6 +51,20 @@ std::shared_ptr<spanprof::Uploader> pyroscope_uploader(const spanprof_test::Http
   return std::make_shared<spanprof::PyroscopeUploader>(pyroscope);
 }
 
+// What a stuck child is doing, before it is killed: each thread's state, wait
+// channel and system call, and its stacks when gdb is installed.
+void describe_stuck_child(pid_t child) {
+  const std::string pid = std::to_string(child);
+  const std::string command = "for t in /proc/" + pid +
+                              "/task/*; do echo \"stuck thread $(cat $t/comm) $(cut -d' ' -f3 $t/stat) "
+                              "wchan=$(cat $t/wchan) syscall=$(cut -d' ' -f1 $t/syscall)\"; done; "
+                              "command -v gdb >/dev/null && timeout 20 gdb -p " +
+                              pid + " -batch -nx -ex 'thread apply all bt' 2>/dev/null | grep '^#\\|^Thread'";
+  std::fflush(stdout);
+  (void)std::system(command.c_str());
+  std::fflush(stdout);
+}
+
 // Waits for a child, killing it after `seconds`. Its exit code, or -1 when it had
 // to be killed (stuck).
 int wait_or_kill(pid_t child, double seconds) {
@@ -61,6 +75,7 @@ int wait_or_kill(pid_t child, double seconds) {
     if (done == child) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (done < 0) return -2;
     if (std::chrono::steady_clock::now() > deadline) {
+      describe_stuck_child(child);
       ::kill(child, SIGKILL);
       ::waitpid(child, &status, 0);
       return -1;
