@@ -9,6 +9,7 @@ packages=(
   zlib1g-dev               # gzip for pprof files
   libcurl4-openssl-dev     # the Pyroscope and OTLP uploaders
   libdw-dev                # source lines and inlined functions in profiles (elfutils)
+  libc6-dbg                # libc's separate debug file: its frames' lines, read from its line tables (tests/test_source_lines.cpp)
   catch2                   # the test framework (2.13 on Debian 12; v3 also works)
   golang-go                # `go tool pprof`, which the tests use to read profiles
   libbenchmark-dev         # bench/

@@ -8,7 +8,9 @@
 #include "support/test_helpers.hpp"
 
 #include <spanprof/spanprof.hpp>
+#include <spanprof/detail/symbolization/dwarf_source.hpp>
 #include <spanprof/detail/symbolization/elf_reader.hpp>
+#include <spanprof/detail/symbolization/line_table_source.hpp>
 #include <spanprof/symbolization/elf_symbolizer.hpp>
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 using spanprof_test::Collector;
@@ -299,6 +302,66 @@ TEST_CASE("a stripped program is named from its debug file under a build-id dire
     CHECK(read_text(page).find("handle_inline_request") == std::string::npos);
 #endif
   }
+}
+
+// A system library's frames have their lines from its line tables alone: libc's
+// separate debug file (libc6-dbg) is compressed, and reading all of its DWARF
+// inflates all of it (docs/source-lines.md).
+TEST_CASE("a libc frame has its file and line from libc's separate debug file, read from its line tables alone",
+          "[symbolizer][lines]") {
+  void* libc = ::dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+  REQUIRE(libc != nullptr);
+  void* clock_read = ::dlsym(libc, "clock_gettime");
+  Dl_info loaded{};
+  REQUIRE(::dladdr(clock_read, &loaded) != 0);
+  ::dlclose(libc);
+  spanprof::detail::ElfSymbolizer symbolizer;
+  const auto address = reinterpret_cast<std::uintptr_t>(clock_read) + 4;
+  const spanprof::ResolvedFrame frame = symbolizer.resolve(address);
+  REQUIRE(frame.module != nullptr);
+  const std::string path = frame.module->path, build_id = frame.module->build_id;
+  if (build_id.size() < 3 ||
+      ::access(spanprof::detail::build_id_debug_path(build_id, "/usr/lib/debug").c_str(), R_OK) != 0) {
+    WARN("no separate debug file for libc (Debian: libc6-dbg): its frames have names only; skipped");
+    return;
+  }
+  INFO(frame.function << " at " << frame.file << ":" << frame.line);
+  CHECK(frame.function.find("clock_gettime") != std::string_view::npos);
+  const std::string_view file = frame.file;
+  CHECK(file.size() > 16);
+  CHECK(file.substr(file.size() - std::min<std::size_t>(file.size(), 16)) == "/clock_gettime.c");
+  CHECK(frame.line > 0);
+  CHECK(frame.inlined_count == 0);
+
+  // The same file and line as libdw gives from all of the debug file, at every
+  // 61st byte of libc's code.
+  const auto bias = reinterpret_cast<std::uintptr_t>(loaded.dli_fbase);
+  const std::vector<std::string> directories{"/usr/lib/debug"};
+  auto tables = spanprof::detail::LineTableSource::open_for(path, build_id, directories);
+  auto full = spanprof::detail::DwarfSource::open_for(path, build_id, directories);
+  REQUIRE(tables != nullptr);
+  REQUIRE(full != nullptr);
+  std::vector<spanprof::detail::DwarfFrame> from_tables, from_all;
+  int both = 0, same = 0, only_libdw = 0;
+  std::string first_difference;
+  for (std::uintptr_t at = frame.module->start; at < frame.module->limit; at += 61) {
+    const bool by_tables = tables->lookup(at - bias, from_tables);
+    const bool by_all = full->lookup(at - bias, from_all) && from_all.front().file != nullptr;
+    if (by_all && !by_tables) ++only_libdw;
+    if (!by_all || !by_tables) continue;
+    ++both;
+    const auto& mine = from_tables.front();
+    const auto& theirs = from_all.front();
+    if (mine.file != nullptr && std::string_view(mine.file) == theirs.file && mine.line == theirs.line) ++same;
+    else if (first_difference.empty())
+      first_difference = std::string(mine.file ? mine.file : "?") + ":" + std::to_string(mine.line) + " against " +
+                         theirs.file + ":" + std::to_string(theirs.line);
+  }
+  INFO(both << " addresses with lines both ways, " << same << " the same; " << only_libdw
+            << " only from libdw; first difference: " << first_difference);
+  CHECK(both > 1000);
+  CHECK(same == both);
+  CHECK(only_libdw == 0);
 }
 
 #endif  // SPANPROF_WITH_LIBDW

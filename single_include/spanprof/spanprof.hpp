@@ -7924,6 +7924,287 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DETAIL_SYMBOLIZATION_ELF_READER_HPP_
 // ---- end spanprof/detail/symbolization/elf_reader.hpp ----
+// ---- begin spanprof/detail/symbolization/source_lines.hpp ----
+// What an object's DWARF says about one of its addresses (SPANPROF_WITH_LIBDW=1),
+// and where that DWARF is: the interface both readers share, and the lookup of
+// a separate debug file, as GDB looks.
+//
+// Two readers answer it: DwarfSource (dwarf_source.hpp, through libdw) gives the
+// chain of inlined functions with their lines, from the whole debug information;
+// LineTableSource (line_table_source.hpp) gives the line alone, from the line
+// tables. Which one reads an object is the symbolizer's choice
+// (ElfSymbolizerOptions::system_library_lines).
+#ifndef SPANPROF_DETAIL_SYMBOLIZATION_SOURCE_LINES_HPP_
+#define SPANPROF_DETAIL_SYMBOLIZATION_SOURCE_LINES_HPP_
+
+
+#if SPANPROF_WITH_LIBDW
+
+#include <elfutils/libdwelf.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// One function of the chain at an address, as DWARF names it. The strings are the
+// source's (valid while it lives); `name` is the linkage (mangled) name when
+// `mangled`, else the plain one; null when only the line is known.
+struct DwarfFrame {
+  const char* name = nullptr;
+  bool mangled = false;
+  const char* file = nullptr;  // where the address is in this function: its line, or its call of the next inner one
+  int line = 0;
+  int start_line = 0;  // the function's declaration line
+};
+
+class SourceLines {
+ public:
+  virtual ~SourceLines() = default;
+  // The chain at `address` (the object's own address: runtime address minus the
+  // load bias), innermost first: the functions inlined there, then the function
+  // they were inlined into. False when the address has no line information.
+  // Called by one thread at a time per symbolizer, by several symbolizers at once.
+  virtual bool lookup(std::uint64_t address, std::vector<DwarfFrame>& chain) = 0;
+};
+
+// Where GDB looks for the file a .gnu_debuglink section names.
+inline std::vector<std::string> debuglink_candidates(const std::string& path,
+                                                     const std::vector<std::string>& debug_directories) {
+  std::vector<std::string> out;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  Elf* elf = ::elf_begin(fd, ELF_C_READ, nullptr);
+  if (elf != nullptr) {
+    GElf_Word crc = 0;
+    const char* name = ::dwelf_elf_gnu_debuglink(elf, &crc);
+    if (name != nullptr && *name != '\0' && std::string(name).find('/') == std::string::npos) {
+      std::string directory = path.substr(0, path.rfind('/') + 1);
+      if (directory.empty()) directory = "./";
+      out.push_back(directory + name);
+      out.push_back(directory + ".debug/" + name);
+      if (directory.front() == '/')
+        for (const std::string& debug_directory : debug_directories) out.push_back(debug_directory + directory + name);
+    }
+    ::elf_end(elf);
+  }
+  ::close(fd);
+  return out;
+}
+
+// The files that may hold the DWARF of the object at `path`, in the order to try
+// them: the object itself, its separate debug file by build id under each debug
+// directory, then by its .gnu_debuglink name.
+inline std::vector<std::string> debug_file_candidates(const std::string& path, const std::string& build_id,
+                                                      const std::vector<std::string>& debug_directories) {
+  std::vector<std::string> out{path};
+  for (const std::string& directory : debug_directories) {
+    std::string by_id = build_id_debug_path(build_id, directory);
+    if (!by_id.empty()) out.push_back(std::move(by_id));
+  }
+  for (std::string& candidate : debuglink_candidates(path, debug_directories)) out.push_back(std::move(candidate));
+  return out;
+}
+
+// False when the file's GNU build id is known and differs from `build_id` (a
+// debug file of another build would be confidently wrong).
+inline bool same_build(Elf* elf, const std::string& build_id) {
+  if (build_id.empty()) return true;
+  const void* bits = nullptr;
+  const ssize_t size = elf != nullptr ? ::dwelf_elf_gnu_build_id(elf, &bits) : -1;
+  return size <= 0 || hex_lowercase(static_cast<const unsigned char*>(bits), static_cast<std::size_t>(size)) == build_id;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_WITH_LIBDW
+
+#endif  // SPANPROF_DETAIL_SYMBOLIZATION_SOURCE_LINES_HPP_
+// ---- end spanprof/detail/symbolization/source_lines.hpp ----
+// ---- begin spanprof/detail/symbolization/symbol_names.hpp ----
+// The name of a function as a user reads it in a profile, from the name in a
+// symbol table: demangled, and without the suffixes compilers give the copies they
+// make of a function. Kept apart from reading symbol tables
+// (detail/symbolization/elf_reader.hpp): a name is shown the same way whatever read it,
+// and the functions here take a hostile file's names, so they are fuzzed alone.
+#ifndef SPANPROF_DETAIL_SYMBOLIZATION_SYMBOL_NAMES_HPP_
+#define SPANPROF_DETAIL_SYMBOLIZATION_SYMBOL_NAMES_HPP_
+
+
+#include <cxxabi.h>
+
+#include <cstddef>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <string_view>
+
+SPANPROF_NAMESPACE_BEGIN
+
+namespace detail {
+
+// The demangled form of a C++ symbol name, or the name itself when it is not a
+// mangled C++ name. Clone suffixes (".cold", ".isra.0") come out as "[clone ...]"
+// (strip_clone_suffixes removes them).
+inline std::string demangle_symbol(const std::string& name) {
+  if (name.size() < 2 || name[0] != '_' || name[1] != 'Z') return name;
+  // The demangler recurses over the name; an absurd one from a hostile file is
+  // not worth the stack.
+  constexpr std::size_t max_demangled_input = 16 * 1024;
+  if (name.size() > max_demangled_input) return name;
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> demangled(abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status),
+                                                   std::free);
+  if (status != 0 || demangled == nullptr) return name;
+  return std::string(demangled.get());
+}
+
+// The name a function is known by, without the suffixes GCC and Clang give the
+// copies they make of it: " [clone .constprop.0]" in a demangled C++ name,
+// ".constprop.0", ".isra.0", ".part.0", ".cold", ".lto_priv.0", ".localalias",
+// ".llvm.123" on a plain one. Without this one function splits into several
+// entries in a flame graph (pprof strips them; Pyroscope and Grafana do not).
+inline std::string strip_clone_suffixes(std::string name) {
+  for (;;) {
+    constexpr std::string_view clone = " [clone ";
+    if (name.size() > clone.size() && name.back() == ']') {
+      const std::size_t at = name.rfind(clone);
+      if (at != std::string::npos && at > 0) {
+        name.resize(at);
+        continue;
+      }
+    }
+    // ".<suffix>" or ".<suffix>.<digits>" at the end of a plain symbol name.
+    std::size_t end = name.size();
+    while (end > 0 && name[end - 1] >= '0' && name[end - 1] <= '9') --end;
+    if (end < name.size() && end > 0 && name[end - 1] == '.') --end;  // a ".N" after the suffix
+    else end = name.size();
+    bool stripped = false;
+    for (const std::string_view suffix : {".constprop", ".isra", ".part", ".cold", ".lto_priv", ".localalias",
+                                          ".clone", ".llvm", ".specialized"}) {
+      if (end > suffix.size() && std::string_view(name).substr(end - suffix.size(), suffix.size()) == suffix) {
+        name.resize(end - suffix.size());
+        stripped = true;
+        break;
+      }
+    }
+    if (!stripped) return name;
+  }
+}
+
+}  // namespace detail
+
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DETAIL_SYMBOLIZATION_SYMBOL_NAMES_HPP_
+// ---- end spanprof/detail/symbolization/symbol_names.hpp ----
+// ---- begin spanprof/detail/symbolization/object_symbols.hpp ----
+// What one object file says about its own addresses (link-time, before a load bias
+// is added): the function there, from its symbol tables, and, built with libdw
+// (SPANPROF_WITH_LIBDW=1), the source line and the functions inlined there, from its
+// DWARF. The in-process symbolizer keeps one per loaded object
+// (symbolization/elf_symbolizer.hpp); spanprof-report one per object it names a
+// stripped program's frames from (--debug-dir).
+#ifndef SPANPROF_DETAIL_SYMBOLIZATION_OBJECT_SYMBOLS_HPP_
+#define SPANPROF_DETAIL_SYMBOLIZATION_OBJECT_SYMBOLS_HPP_
+
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+class ObjectSymbols {
+ public:
+  // Its function symbols at link-time addresses (read with bias 0), finalized.
+  void set_symbols(std::vector<ElfSymbol> symbols) noexcept { symbols_ = std::move(symbols); }
+#if SPANPROF_WITH_LIBDW
+  void set_source_lines(std::shared_ptr<SourceLines> lines) noexcept { lines_ = std::move(lines); }
+#endif
+
+  // Names `address` in `frame`: its function, and its line and inlined functions
+  // when the DWARF says. `region_start` is the start of the segment that holds it
+  // (a symbol without a size never reaches back before it). The views point into
+  // this object and stay valid while it lives.
+  void resolve(std::uintptr_t address, std::uintptr_t region_start, ResolvedFrame& frame) {
+    const std::size_t index = find_elf_symbol(symbols_, address, region_start);
+    if (index != static_cast<std::size_t>(-1)) {
+      ElfSymbol& symbol = symbols_[index];
+      // Demangling every symbol up front would dominate load time; most are never sampled.
+      if (symbol.demangled.empty()) symbol.demangled = strip_clone_suffixes(demangle_symbol(symbol.name));
+      frame.function = symbol.demangled;
+      frame.system_name = symbol.name;
+    }
+#if SPANPROF_WITH_LIBDW
+    if (lines_) add_source_lines(address, frame);
+#endif
+  }
+
+ private:
+#if SPANPROF_WITH_LIBDW
+  // The function itself keeps the symbol table's name (what a profile without
+  // DWARF calls it too); DWARF names it only when the symbol table does not.
+  void add_source_lines(std::uintptr_t address, ResolvedFrame& frame) {
+    if (!lines_->lookup(address, chain_)) return;
+    const DwarfFrame& outer = chain_.back();
+    frame.file = outer.file != nullptr ? std::string_view(outer.file) : std::string_view();
+    frame.line = outer.line;
+    frame.start_line = outer.start_line;
+    if (frame.function.empty() && outer.name != nullptr) {
+      frame.function = dwarf_name(outer);
+      if (outer.mangled) frame.system_name = outer.name;
+    }
+    if (chain_.size() < 2) return;
+    auto [found, fresh] = inlined_.try_emplace(address);
+    std::vector<InlinedFrame>& inlined = found->second;
+    for (std::size_t i = 0; fresh && i + 1 < chain_.size(); ++i) {
+      const DwarfFrame& from = chain_[i];
+      InlinedFrame out;
+      if (from.name != nullptr) out.function = dwarf_name(from);
+      if (from.mangled) out.system_name = from.name;
+      if (from.file != nullptr) out.file = from.file;
+      out.line = from.line;
+      out.start_line = from.start_line;
+      inlined.push_back(out);
+    }
+    frame.inlined = inlined.data();
+    frame.inlined_count = inlined.size();
+  }
+
+  std::string_view dwarf_name(const DwarfFrame& frame) {
+    if (!frame.mangled) return frame.name;
+    return *names_.insert(strip_clone_suffixes(demangle_symbol(frame.name))).first;
+  }
+
+  std::shared_ptr<SourceLines> lines_;
+  // What the DWARF told, kept for the frames handed out (their views point here).
+  std::unordered_map<std::uintptr_t, std::vector<InlinedFrame>> inlined_;
+  std::unordered_set<std::string> names_;  // demangled DWARF names
+  std::vector<DwarfFrame> chain_;  // one lookup's, reused
+#endif
+  std::vector<ElfSymbol> symbols_;  // sorted, one per address
+};
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DETAIL_SYMBOLIZATION_OBJECT_SYMBOLS_HPP_
+// ---- end spanprof/detail/symbolization/object_symbols.hpp ----
 // ---- begin spanprof/detail/symbolization/dwarf_source.hpp ----
 // Source lines and inlined functions from DWARF, with elfutils' libdw
 // (SPANPROF_WITH_LIBDW=1): for a sampled address, the chain of functions the
@@ -7965,18 +8246,7 @@ SPANPROF_NAMESPACE_END
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
 
-// One function of the chain at an address, as DWARF names it. The strings are the
-// DwarfSource's (valid while it lives); `name` is the linkage (mangled) name when
-// `mangled`, else the plain one.
-struct DwarfFrame {
-  const char* name = nullptr;
-  bool mangled = false;
-  const char* file = nullptr;  // where the address is in this function: its line, or its call of the next inner one
-  int line = 0;
-  int start_line = 0;  // the function's declaration line
-};
-
-class DwarfSource {
+class DwarfSource final : public SourceLines {
  public:
   DwarfSource(const DwarfSource&) = delete;
   DwarfSource& operator=(const DwarfSource&) = delete;
@@ -7993,24 +8263,15 @@ class DwarfSource {
                                                const std::vector<std::string>& debug_directories) noexcept {
     SPANPROF_TRY {
       if (::elf_version(EV_CURRENT) == EV_NONE) return nullptr;
-      if (auto own = open_file(path, build_id)) return own;
-      for (const std::string& directory : debug_directories) {
-        const std::string by_id = build_id_debug_path(build_id, directory);
-        if (!by_id.empty())
-          if (auto separate = open_file(by_id, build_id)) return separate;
-      }
-      for (const std::string& candidate : debuglink_candidates(path, debug_directories))
-        if (auto separate = open_file(candidate, build_id)) return separate;
+      for (const std::string& candidate : debug_file_candidates(path, build_id, debug_directories))
+        if (auto source = open_file(candidate, build_id)) return source;
       return nullptr;
     } SPANPROF_CATCH_ALL {
       return nullptr;
     }
   }
 
-  // The chain at `address` (the object's own address: runtime address minus the
-  // load bias), innermost first: the functions inlined there, then the function
-  // they were inlined into. False when the address has no line information.
-  bool lookup(std::uint64_t address, std::vector<DwarfFrame>& chain) {
+  bool lookup(std::uint64_t address, std::vector<DwarfFrame>& chain) override {
     std::lock_guard<std::mutex> lock(mutex_);  // shared by symbolizers (shared_dwarf_source)
     // Kept per address, for the next symbolizer (a restart) too: bounded by the
     // addresses ever sampled in this object.
@@ -8096,40 +8357,9 @@ class DwarfSource {
     source->fd_ = fd;
     source->dwarf_ = ::dwarf_begin(fd, DWARF_C_READ);
     if (source->dwarf_ == nullptr) return nullptr;  // no DWARF, or not an ELF file
-    if (!build_id.empty()) {
-      // A debug file of another build would be confidently wrong.
-      const void* bits = nullptr;
-      Elf* elf = ::dwarf_getelf(source->dwarf_);
-      const ssize_t size = elf != nullptr ? ::dwelf_elf_gnu_build_id(elf, &bits) : -1;
-      if (size > 0 && hex_lowercase(static_cast<const unsigned char*>(bits), static_cast<std::size_t>(size)) != build_id)
-        return nullptr;
-    }
+    if (!same_build(::dwarf_getelf(source->dwarf_), build_id)) return nullptr;
     if (!source->index_units()) return nullptr;
     return source;
-  }
-
-  // Where GDB looks for the file a .gnu_debuglink section names.
-  static std::vector<std::string> debuglink_candidates(const std::string& path,
-                                                       const std::vector<std::string>& debug_directories) {
-    std::vector<std::string> out;
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return out;
-    Elf* elf = ::elf_begin(fd, ELF_C_READ_MMAP, nullptr);
-    if (elf != nullptr) {
-      GElf_Word crc = 0;
-      const char* name = ::dwelf_elf_gnu_debuglink(elf, &crc);
-      if (name != nullptr && *name != '\0' && std::string(name).find('/') == std::string::npos) {
-        std::string directory = path.substr(0, path.rfind('/') + 1);
-        if (directory.empty()) directory = "./";
-        out.push_back(directory + name);
-        out.push_back(directory + ".debug/" + name);
-        if (directory.front() == '/')
-          for (const std::string& debug_directory : debug_directories) out.push_back(debug_directory + directory + name);
-      }
-      ::elf_end(elf);
-    }
-    ::close(fd);
-    return out;
   }
 
   // Every compilation unit's address ranges, sorted: a unit is found without aranges
@@ -8289,23 +8519,558 @@ class DwarfSource {
   std::unordered_map<Dwarf_Off, std::string> qualified_names_;
 };
 
-// An object's DWARF, shared by the symbolizers of the process and kept: each
-// spanprof::start() makes its own symbolizer, and a large program's DWARF read again
-// at every restart cost the 64-thread stress test ~90 MB of heap over its first
-// seconds (line tables parsed again while the old runtime drained). What is kept
-// grows only with the units sampled, once. Null when the object has none (asked
-// again by the next symbolizer).
-inline std::shared_ptr<DwarfSource> shared_dwarf_source(const std::string& path, const std::string& build_id,
-                                                        const std::vector<std::string>& debug_directories) {
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_WITH_LIBDW
+
+#endif  // SPANPROF_DETAIL_SYMBOLIZATION_DWARF_SOURCE_HPP_
+// ---- end spanprof/detail/symbolization/dwarf_source.hpp ----
+// ---- begin spanprof/detail/symbolization/line_table_source.hpp ----
+// Source lines from an object's DWARF line tables alone (.debug_line), without
+// its debug information entries: for a sampled address, its file and line, no
+// inlined functions (SPANPROF_WITH_LIBDW=1, for libelf).
+//
+// A distribution's debug file keeps its sections compressed, and libdw inflates
+// every one of them at open: libc's from libc6-dbg is ~13 MB of heap and ~60 ms
+// of CPU for the few libc frames a profile holds. This reader inflates the line
+// tables (libc's: 1.3 MB) and the strings their file names use, indexes each
+// sequence's address range once, and runs the one sequence that holds an address
+// the first time that address is asked (then kept), so what it keeps is the
+// line tables and one entry per sequence.
+//
+// The file is hostile input: every read is checked against the section's end,
+// every loop ends with the data, a section claiming more than max_section_bytes
+// inflated is not read.
+#ifndef SPANPROF_DETAIL_SYMBOLIZATION_LINE_TABLE_SOURCE_HPP_
+#define SPANPROF_DETAIL_SYMBOLIZATION_LINE_TABLE_SOURCE_HPP_
+
+
+#if SPANPROF_WITH_LIBDW
+
+#include <dwarf.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+class LineTableSource final : public SourceLines {
+ public:
+  // The line tables of the object at `path` (GNU build id `build_id`, hex; empty:
+  // unknown): its own, else its separate debug file's. Null when none has any.
+  static std::unique_ptr<LineTableSource> open_for(const std::string& path, const std::string& build_id,
+                                                   const std::vector<std::string>& debug_directories) noexcept {
+    SPANPROF_TRY {
+      if (::elf_version(EV_CURRENT) == EV_NONE) return nullptr;
+      for (const std::string& candidate : debug_file_candidates(path, build_id, debug_directories))
+        if (auto source = open_file(candidate, build_id)) return source;
+      return nullptr;
+    } SPANPROF_CATCH_ALL {
+      return nullptr;
+    }
+  }
+
+  bool lookup(std::uint64_t address, std::vector<DwarfFrame>& chain) override {
+    std::lock_guard<std::mutex> lock(mutex_);  // shared by symbolizers
+    auto [cached, fresh] = rows_.try_emplace(address);
+    if (fresh) cached->second = row_at(address);
+    chain.clear();
+    if (cached->second.file == nullptr && cached->second.line == 0) return false;
+    DwarfFrame frame;
+    frame.file = cached->second.file;
+    frame.line = cached->second.line;
+    chain.push_back(frame);
+    return true;
+  }
+
+  // Bytes the line tables and their strings hold inflated.
+  std::size_t section_bytes() const noexcept { return line_.size() + line_str_.size() + str_.size(); }
+
+ private:
+  // A section larger than this inflated is not read (a hostile header's size).
+  static constexpr std::uint64_t max_section_bytes = std::uint64_t{1} << 30;
+
+  struct Row {
+    const char* file = nullptr;
+    int line = 0;
+  };
+  // One sequence of a line table: its code's addresses, where its opcodes start,
+  // and the table (by its offset in .debug_line) whose header it uses.
+  struct Sequence {
+    std::uint64_t start;
+    std::uint64_t end;
+    std::uint32_t table;
+    std::uint32_t opcodes;
+  };
+  // A line table's header: what running its opcodes needs, and its file names
+  // (read the first time an address lands in it).
+  struct Header {
+    std::uint64_t end = 0;  // of the table, in .debug_line
+    std::uint64_t program = 0;
+    std::uint16_t version = 0;
+    std::uint8_t offset_size = 4;
+    std::uint8_t address_size = 8;
+    std::uint8_t min_instruction_length = 1;
+    std::uint8_t max_ops_per_instruction = 1;
+    std::int8_t line_base = 0;
+    std::uint8_t line_range = 0;
+    std::uint8_t opcode_base = 0;
+    std::uint64_t opcode_lengths = 0;  // where the standard opcodes' argument counts are
+    std::uint64_t names = 0;           // where its directories and files are described
+  };
+
+  // Bounded reads from one section; a read past its end fails the reader, and
+  // every later read returns 0.
+  class Reader {
+   public:
+    Reader(const std::string& data, std::uint64_t at, std::uint64_t end) noexcept
+        : data_(&data), at_(at), end_(std::min<std::uint64_t>(end, data.size())) {
+      if (at_ > end_) fail();
+    }
+    bool ok() const noexcept { return ok_; }
+    bool done() const noexcept { return !ok_ || at_ >= end_; }
+    std::uint64_t at() const noexcept { return at_; }
+    void fail() noexcept {
+      ok_ = false;
+      at_ = end_;
+    }
+    std::uint64_t fixed(unsigned bytes) noexcept {
+      if (bytes > 8 || end_ - at_ < bytes) {
+        fail();
+        return 0;
+      }
+      std::uint64_t value = 0;
+      for (unsigned i = 0; i < bytes; ++i) value |= std::uint64_t{static_cast<unsigned char>((*data_)[at_ + i])} << (8 * i);
+      at_ += bytes;
+      return value;
+    }
+    std::uint64_t uleb() noexcept {
+      std::uint64_t value = 0;
+      for (unsigned shift = 0; at_ < end_; shift += 7) {
+        const auto byte = static_cast<unsigned char>((*data_)[at_++]);
+        if (shift < 64) value |= std::uint64_t{byte & 0x7fu} << shift;
+        if ((byte & 0x80u) == 0) return value;
+      }
+      fail();
+      return 0;
+    }
+    std::int64_t sleb() noexcept {
+      std::uint64_t value = 0;
+      unsigned shift = 0;
+      for (; at_ < end_; ) {
+        const auto byte = static_cast<unsigned char>((*data_)[at_++]);
+        if (shift < 64) value |= std::uint64_t{byte & 0x7fu} << shift;
+        shift += 7;
+        if ((byte & 0x80u) == 0) {
+          if (shift < 64 && (byte & 0x40u) != 0) value |= ~std::uint64_t{0} << shift;
+          return static_cast<std::int64_t>(value);
+        }
+      }
+      fail();
+      return 0;
+    }
+    // A NUL-terminated string in place.
+    std::string_view text() noexcept {
+      const char* start = data_->data() + at_;
+      const void* nul = std::memchr(start, '\0', end_ - at_);
+      if (nul == nullptr) {
+        fail();
+        return {};
+      }
+      const std::string_view out(start, static_cast<const char*>(nul) - start);
+      at_ += out.size() + 1;
+      return out;
+    }
+    void skip(std::uint64_t bytes) noexcept {
+      if (end_ - at_ < bytes) fail();
+      else at_ += bytes;
+    }
+
+   private:
+    const std::string* data_;
+    std::uint64_t at_;
+    std::uint64_t end_;
+    bool ok_ = true;
+  };
+
+  LineTableSource() = default;
+
+  static std::unique_ptr<LineTableSource> open_file(const std::string& path, const std::string& build_id) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return nullptr;
+    // Read with pread, not mapped: a file that shrinks under a mapping is a SIGBUS.
+    Elf* elf = ::elf_begin(fd, ELF_C_READ, nullptr);
+    std::unique_ptr<LineTableSource> source;
+    if (elf != nullptr && ::elf_kind(elf) == ELF_K_ELF && same_build(elf, build_id)) {
+      source.reset(new LineTableSource());
+      if (!source->read_sections(elf) || !source->index_sequences()) source.reset();
+    }
+    if (elf != nullptr) ::elf_end(elf);
+    ::close(fd);
+    return source;
+  }
+
+  // .debug_line and the string sections its file names point into, inflated.
+  bool read_sections(Elf* elf) {
+    std::size_t names = 0;
+    if (::elf_getshdrstrndx(elf, &names) != 0) return false;
+    for (Elf_Scn* section = ::elf_nextscn(elf, nullptr); section != nullptr; section = ::elf_nextscn(elf, section)) {
+      GElf_Shdr header;
+      if (::gelf_getshdr(section, &header) == nullptr || header.sh_type == SHT_NOBITS) continue;
+      const char* name = ::elf_strptr(elf, names, header.sh_name);
+      if (name == nullptr) continue;
+      std::string* into = std::strcmp(name, ".debug_line") == 0       ? &line_
+                          : std::strcmp(name, ".debug_line_str") == 0 ? &line_str_
+                          : std::strcmp(name, ".debug_str") == 0      ? &str_
+                                                                      : nullptr;
+      if (into == nullptr) continue;
+      if ((header.sh_flags & SHF_COMPRESSED) != 0) {
+        GElf_Chdr compressed;
+        if (::gelf_getchdr(section, &compressed) == nullptr || compressed.ch_size > max_section_bytes ||
+            ::elf_compress(section, 0, 0) < 0)
+          continue;
+      } else if (header.sh_size > max_section_bytes) {
+        continue;
+      }
+      Elf_Data* data = ::elf_getdata(section, nullptr);
+      if (data == nullptr || data->d_buf == nullptr) continue;
+      into->assign(static_cast<const char*>(data->d_buf), data->d_size);
+    }
+    return !line_.empty();
+  }
+
+  // Each table's header, and each sequence's address range and first opcode,
+  // found by running every table's opcodes once and keeping no row.
+  bool index_sequences() {
+    for (std::uint64_t at = 0; at < line_.size() && at <= UINT32_MAX;) {
+      Header header;
+      if (!read_header(at, header)) break;
+      const auto table = static_cast<std::uint32_t>(at);
+      std::uint64_t first = 0;
+      bool started = false;
+      run(header, header.program, [&](const Step& step) {
+        if (!step.end_sequence) {
+          if (!started) first = step.address;
+          started = true;
+          return true;
+        }
+        // A sequence of code the linker discarded starts at 0 (or at a tombstone past its end).
+        if (started && first != 0 && step.address > first && step.sequence_opcodes <= UINT32_MAX)
+          sequences_.push_back({first, step.address, table, static_cast<std::uint32_t>(step.sequence_opcodes)});
+        started = false;
+        return true;
+      });
+      headers_.emplace(table, header);
+      at = header.end;
+    }
+    std::sort(sequences_.begin(), sequences_.end(),
+              [](const Sequence& a, const Sequence& b) { return a.start < b.start; });
+    sequences_.shrink_to_fit();
+    return !sequences_.empty();
+  }
+
+  bool read_header(std::uint64_t at, Header& header) const noexcept {
+    Reader in(line_, at, line_.size());
+    std::uint64_t length = in.fixed(4);
+    if (length == 0xffffffffu) {
+      header.offset_size = 8;
+      length = in.fixed(8);
+    } else if (length >= 0xfffffff0u) {
+      return false;
+    }
+    if (!in.ok() || length > line_.size() - in.at()) return false;
+    header.end = in.at() + length;
+    header.version = static_cast<std::uint16_t>(in.fixed(2));
+    if (header.version < 2 || header.version > 5) return false;
+    if (header.version >= 5) {
+      header.address_size = static_cast<std::uint8_t>(in.fixed(1));
+      in.fixed(1);  // segment selector size
+    }
+    const std::uint64_t header_length = in.fixed(header.offset_size);
+    if (!in.ok() || header_length > header.end - in.at()) return false;
+    header.program = in.at() + header_length;
+    header.min_instruction_length = static_cast<std::uint8_t>(in.fixed(1));
+    if (header.version >= 4) header.max_ops_per_instruction = static_cast<std::uint8_t>(in.fixed(1));
+    in.fixed(1);  // default_is_stmt: a lookup takes every row, as libdw's does
+    header.line_base = static_cast<std::int8_t>(in.fixed(1));
+    header.line_range = static_cast<std::uint8_t>(in.fixed(1));
+    header.opcode_base = static_cast<std::uint8_t>(in.fixed(1));
+    header.opcode_lengths = in.at();
+    in.skip(header.opcode_base > 0 ? header.opcode_base - 1u : 0u);
+    header.names = in.at();
+    if (header.max_ops_per_instruction == 0) header.max_ops_per_instruction = 1;
+    if (header.address_size != 4 && header.address_size != 8) header.address_size = 8;
+    return in.ok() && header.line_range != 0 && header.opcode_base != 0 && header.names <= header.program;
+  }
+
+  // One step of a line program that a caller sees: a row, or a sequence's end.
+  struct Step {
+    bool end_sequence = false;
+    std::uint64_t address = 0;
+    std::uint64_t file = 1;
+    std::int64_t line = 1;
+    std::uint64_t sequence_opcodes = 0;  // where the sequence this step is in starts
+  };
+
+  // Runs a table's opcodes from `from` (its program, or a sequence's start) to the
+  // table's end, handing `visit` each row and each sequence's end; `visit` returns
+  // false to stop.
+  template <typename Visit>
+  void run(const Header& header, std::uint64_t from, Visit&& visit) const {
+    Reader in(line_, from, header.end);
+    Step step;
+    step.sequence_opcodes = from;
+    std::uint64_t op_index = 0;
+    auto advance = [&](std::uint64_t operations) {
+      const std::uint64_t ops = header.max_ops_per_instruction;
+      step.address += header.min_instruction_length * ((op_index + operations) / ops);
+      op_index = (op_index + operations) % ops;
+    };
+    while (!in.done()) {
+      const auto opcode = static_cast<std::uint8_t>(in.fixed(1));
+      if (opcode >= header.opcode_base) {  // a special opcode: advance, then a row
+        const unsigned adjusted = opcode - header.opcode_base;
+        advance(adjusted / header.line_range);
+        step.line += header.line_base + static_cast<int>(adjusted % header.line_range);
+        if (!visit(step)) return;
+        continue;
+      }
+      switch (opcode) {
+        case 0: {  // an extended opcode, its length first
+          const std::uint64_t length = in.uleb();
+          if (!in.ok() || length == 0 || length > header.end - in.at()) return;
+          const std::uint64_t next = in.at() + length;
+          const auto extended = static_cast<std::uint8_t>(in.fixed(1));
+          if (extended == DW_LNE_end_sequence) {
+            step.end_sequence = true;
+            if (!visit(step)) return;
+            step = Step();
+            step.sequence_opcodes = next;
+            op_index = 0;
+          } else if (extended == DW_LNE_set_address) {
+            step.address = in.fixed(static_cast<unsigned>(std::min<std::uint64_t>(length - 1, 8)));
+            op_index = 0;
+          }
+          in = Reader(line_, next, header.end);
+          break;
+        }
+        case DW_LNS_copy:
+          if (!visit(step)) return;
+          break;
+        case DW_LNS_advance_pc: advance(in.uleb()); break;
+        case DW_LNS_advance_line: step.line += in.sleb(); break;
+        case DW_LNS_set_file: step.file = in.uleb(); break;
+        case DW_LNS_const_add_pc: advance((255u - header.opcode_base) / header.line_range); break;
+        case DW_LNS_fixed_advance_pc:
+          step.address += in.fixed(2);
+          op_index = 0;
+          break;
+        default: {  // no row (negate_stmt, set_column, prologue_end...): skip its arguments
+          Reader count(line_, header.opcode_lengths + opcode - 1u, header.names);
+          for (std::uint64_t n = count.fixed(1); n > 0 && !in.done(); --n) in.uleb();
+        }
+      }
+    }
+  }
+
+  // The row that holds `address`: the last one at or before it in its sequence.
+  Row row_at(std::uint64_t address) {
+    auto it = std::upper_bound(sequences_.begin(), sequences_.end(), address,
+                               [](std::uint64_t a, const Sequence& s) { return a < s.start; });
+    const Sequence* sequence = nullptr;
+    for (int steps = 0; it != sequences_.begin() && steps < 4 && sequence == nullptr; ++steps) {
+      --it;
+      if (address < it->end) sequence = &*it;
+    }
+    if (sequence == nullptr) return {};
+    const auto header = headers_.find(sequence->table);
+    if (header == headers_.end()) return {};
+    Step found;
+    bool have = false;
+    run(header->second, sequence->opcodes, [&](const Step& step) {
+      if (step.end_sequence || step.address > address) return false;
+      found = step;
+      have = true;
+      return true;
+    });
+    if (!have) return {};
+    Row row;
+    row.file = file_name(sequence->table, header->second, found.file);
+    row.line = found.line > 0 && found.line <= INT_MAX ? static_cast<int>(found.line) : 0;
+    return row;
+  }
+
+  // File `index` of a table, with its directory; null when unknown.
+  const char* file_name(std::uint32_t table, const Header& header, std::uint64_t index) {
+    auto [names, fresh] = file_names_.try_emplace(table);
+    if (fresh) read_file_names(header, names->second);
+    // Files count from 1 before DWARF 5, from 0 in it.
+    const std::uint64_t slot = header.version >= 5 ? index : index - 1;
+    if (header.version < 5 && index == 0) return nullptr;
+    if (slot >= names->second.size() || names->second[slot].empty()) return nullptr;
+    return names->second[slot].c_str();
+  }
+
+  // A header's directory and file tables: each file's name with its directory.
+  void read_file_names(const Header& header, std::vector<std::string>& files) const {
+    Reader in(line_, header.names, header.program);
+    std::vector<std::string_view> directories;
+    std::vector<NameEntry> entries;
+    if (header.version < 5) {
+      directories.emplace_back();  // 0: the compilation's directory, not in the line table
+      for (std::string_view d = in.text(); in.ok() && !d.empty(); d = in.text()) directories.push_back(d);
+      for (std::string_view f = in.text(); in.ok() && !f.empty(); f = in.text()) {
+        NameEntry entry{f, in.uleb()};
+        in.uleb();  // modification time
+        in.uleb();  // size
+        entries.push_back(entry);
+      }
+    } else {
+      read_entries(in, header, [&](const NameEntry& e) { directories.push_back(e.path); });
+      read_entries(in, header, [&](const NameEntry& e) { entries.push_back(e); });
+    }
+    files.reserve(entries.size());
+    for (const NameEntry& entry : entries) {
+      std::string name;
+      if (!entry.path.empty() && entry.path.front() != '/' && entry.directory < directories.size() &&
+          !directories[entry.directory].empty()) {
+        name.assign(directories[entry.directory]);
+        name += '/';
+      }
+      name += entry.path;
+      files.push_back(std::move(name));
+    }
+  }
+
+  // A directory or a file of a line table's header.
+  struct NameEntry {
+    std::string_view path;
+    std::uint64_t directory = 0;
+  };
+
+  // A DWARF 5 directory or file table: its entry format, then its entries.
+  template <typename Add>
+  void read_entries(Reader& in, const Header& header, Add&& add) const {
+    struct Field {
+      std::uint64_t content;
+      std::uint64_t form;
+    };
+    std::vector<Field> format(in.fixed(1));
+    for (Field& field : format) field = {in.uleb(), in.uleb()};
+    std::uint64_t count = in.uleb();
+    if (format.empty()) count = 0;
+    for (std::uint64_t n = 0; n < count && !in.done(); ++n) {
+      NameEntry entry;
+      for (const Field& field : format) {
+        std::string_view text;
+        std::uint64_t number = 0;
+        if (!read_form(in, header, field.form, text, number)) return;
+        if (field.content == DW_LNCT_path) entry.path = text;
+        else if (field.content == DW_LNCT_directory_index) entry.directory = number;
+      }
+      add(entry);
+    }
+  }
+
+  // One attribute value of a DWARF 5 entry: a string or a number. False for a
+  // form a line table does not use (its names are then unknown).
+  bool read_form(Reader& in, const Header& header, std::uint64_t form, std::string_view& text,
+                 std::uint64_t& number) const noexcept {
+    switch (form) {
+      case DW_FORM_string: text = in.text(); break;
+      case DW_FORM_line_strp: text = string_at(line_str_, in.fixed(header.offset_size)); break;
+      case DW_FORM_strp: text = string_at(str_, in.fixed(header.offset_size)); break;
+      case DW_FORM_udata: number = in.uleb(); break;
+      case DW_FORM_data1: number = in.fixed(1); break;
+      case DW_FORM_data2: number = in.fixed(2); break;
+      case DW_FORM_data4: number = in.fixed(4); break;
+      case DW_FORM_data8: number = in.fixed(8); break;
+      case DW_FORM_data16: in.skip(16); break;
+      case DW_FORM_block: in.skip(in.uleb()); break;
+      default: return false;
+    }
+    return in.ok();
+  }
+
+  static std::string_view string_at(const std::string& section, std::uint64_t offset) noexcept {
+    if (offset >= section.size()) return {};
+    const char* start = section.data() + offset;
+    const void* nul = std::memchr(start, '\0', section.size() - offset);
+    return nul != nullptr ? std::string_view(start, static_cast<const char*>(nul) - start) : std::string_view();
+  }
+
+  std::mutex mutex_;
+  std::string line_, line_str_, str_;  // the sections, inflated
+  std::vector<Sequence> sequences_;    // by start
+  std::unordered_map<std::uint32_t, Header> headers_;  // by the table's offset
+  // By table; built once each, so the names rows_ points at stay.
+  std::unordered_map<std::uint32_t, std::vector<std::string>> file_names_;
+  std::unordered_map<std::uint64_t, Row> rows_;  // by address asked
+};
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_WITH_LIBDW
+
+#endif  // SPANPROF_DETAIL_SYMBOLIZATION_LINE_TABLE_SOURCE_HPP_
+// ---- end spanprof/detail/symbolization/line_table_source.hpp ----
+// ---- begin spanprof/detail/symbolization/shared_source_lines.hpp ----
+// An object's source lines, shared by the symbolizers of the process and kept:
+// each spanprof::start() makes its own symbolizer, and a large program's DWARF
+// read again at every restart cost the 64-thread stress test ~90 MB of heap over
+// its first seconds (line tables parsed again while the old runtime drained).
+// What is kept grows only with the code sampled, once.
+#ifndef SPANPROF_DETAIL_SYMBOLIZATION_SHARED_SOURCE_LINES_HPP_
+#define SPANPROF_DETAIL_SYMBOLIZATION_SHARED_SOURCE_LINES_HPP_
+
+
+#if SPANPROF_WITH_LIBDW
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// What is read of an object's DWARF: all of it (lines and inlined functions,
+// DwarfSource), or its line tables alone (LineTableSource).
+enum class SourceLinesDepth { inlined_functions, line_tables };
+
+// The source lines of the object at `path`, read to `depth`. Null when the object
+// has none (asked again by the next symbolizer).
+inline std::shared_ptr<SourceLines> shared_source_lines(const std::string& path, const std::string& build_id,
+                                                        const std::vector<std::string>& debug_directories,
+                                                        SourceLinesDepth depth) {
   // Never destroyed: a sender that outlived a stop past its deadline may still ask
   // while the process runs its exit-time destructors.
   static std::mutex& mutex = *new std::mutex;
-  static auto& opened = *new std::unordered_map<std::string, std::shared_ptr<DwarfSource>>;
-  std::string key = path + '\n' + build_id;
+  static auto& opened = *new std::unordered_map<std::string, std::shared_ptr<SourceLines>>;
+  std::string key = (depth == SourceLinesDepth::line_tables ? "lines\n" : "all\n") + path + '\n' + build_id;
   for (const std::string& directory : debug_directories) key += '\n' + directory;
   std::lock_guard<std::mutex> lock(mutex);
-  std::shared_ptr<DwarfSource>& slot = opened[key];
-  if (!slot) slot = std::shared_ptr<DwarfSource>(DwarfSource::open_for(path, build_id, debug_directories));
+  std::shared_ptr<SourceLines>& slot = opened[key];
+  if (!slot) {
+    if (depth == SourceLinesDepth::line_tables) slot = LineTableSource::open_for(path, build_id, debug_directories);
+    else slot = DwarfSource::open_for(path, build_id, debug_directories);
+  }
   return slot;
 }
 
@@ -8314,185 +9079,8 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_WITH_LIBDW
 
-#endif  // SPANPROF_DETAIL_SYMBOLIZATION_DWARF_SOURCE_HPP_
-// ---- end spanprof/detail/symbolization/dwarf_source.hpp ----
-// ---- begin spanprof/detail/symbolization/symbol_names.hpp ----
-// The name of a function as a user reads it in a profile, from the name in a
-// symbol table: demangled, and without the suffixes compilers give the copies they
-// make of a function. Kept apart from reading symbol tables
-// (detail/symbolization/elf_reader.hpp): a name is shown the same way whatever read it,
-// and the functions here take a hostile file's names, so they are fuzzed alone.
-#ifndef SPANPROF_DETAIL_SYMBOLIZATION_SYMBOL_NAMES_HPP_
-#define SPANPROF_DETAIL_SYMBOLIZATION_SYMBOL_NAMES_HPP_
-
-
-#include <cxxabi.h>
-
-#include <cstddef>
-#include <cstdlib>
-#include <memory>
-#include <string>
-#include <string_view>
-
-SPANPROF_NAMESPACE_BEGIN
-
-namespace detail {
-
-// The demangled form of a C++ symbol name, or the name itself when it is not a
-// mangled C++ name. Clone suffixes (".cold", ".isra.0") come out as "[clone ...]"
-// (strip_clone_suffixes removes them).
-inline std::string demangle_symbol(const std::string& name) {
-  if (name.size() < 2 || name[0] != '_' || name[1] != 'Z') return name;
-  // The demangler recurses over the name; an absurd one from a hostile file is
-  // not worth the stack.
-  constexpr std::size_t max_demangled_input = 16 * 1024;
-  if (name.size() > max_demangled_input) return name;
-  int status = 0;
-  std::unique_ptr<char, void (*)(void*)> demangled(abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status),
-                                                   std::free);
-  if (status != 0 || demangled == nullptr) return name;
-  return std::string(demangled.get());
-}
-
-// The name a function is known by, without the suffixes GCC and Clang give the
-// copies they make of it: " [clone .constprop.0]" in a demangled C++ name,
-// ".constprop.0", ".isra.0", ".part.0", ".cold", ".lto_priv.0", ".localalias",
-// ".llvm.123" on a plain one. Without this one function splits into several
-// entries in a flame graph (pprof strips them; Pyroscope and Grafana do not).
-inline std::string strip_clone_suffixes(std::string name) {
-  for (;;) {
-    constexpr std::string_view clone = " [clone ";
-    if (name.size() > clone.size() && name.back() == ']') {
-      const std::size_t at = name.rfind(clone);
-      if (at != std::string::npos && at > 0) {
-        name.resize(at);
-        continue;
-      }
-    }
-    // ".<suffix>" or ".<suffix>.<digits>" at the end of a plain symbol name.
-    std::size_t end = name.size();
-    while (end > 0 && name[end - 1] >= '0' && name[end - 1] <= '9') --end;
-    if (end < name.size() && end > 0 && name[end - 1] == '.') --end;  // a ".N" after the suffix
-    else end = name.size();
-    bool stripped = false;
-    for (const std::string_view suffix : {".constprop", ".isra", ".part", ".cold", ".lto_priv", ".localalias",
-                                          ".clone", ".llvm", ".specialized"}) {
-      if (end > suffix.size() && std::string_view(name).substr(end - suffix.size(), suffix.size()) == suffix) {
-        name.resize(end - suffix.size());
-        stripped = true;
-        break;
-      }
-    }
-    if (!stripped) return name;
-  }
-}
-
-}  // namespace detail
-
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_DETAIL_SYMBOLIZATION_SYMBOL_NAMES_HPP_
-// ---- end spanprof/detail/symbolization/symbol_names.hpp ----
-// ---- begin spanprof/detail/symbolization/object_symbols.hpp ----
-// What one object file says about its own addresses (link-time, before a load bias
-// is added): the function there, from its symbol tables, and, built with libdw
-// (SPANPROF_WITH_LIBDW=1), the source line and the functions inlined there, from its
-// DWARF. The in-process symbolizer keeps one per loaded object
-// (symbolization/elf_symbolizer.hpp); spanprof-report one per object it names a
-// stripped program's frames from (--debug-dir).
-#ifndef SPANPROF_DETAIL_SYMBOLIZATION_OBJECT_SYMBOLS_HPP_
-#define SPANPROF_DETAIL_SYMBOLIZATION_OBJECT_SYMBOLS_HPP_
-
-
-#include <cstddef>
-#include <cstdint>
-#include <memory>
-#include <string>
-#include <string_view>
-#include <unordered_map>
-#include <unordered_set>
-#include <utility>
-#include <vector>
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-class ObjectSymbols {
- public:
-  // Its function symbols at link-time addresses (read with bias 0), finalized.
-  void set_symbols(std::vector<ElfSymbol> symbols) noexcept { symbols_ = std::move(symbols); }
-#if SPANPROF_WITH_LIBDW
-  void set_dwarf(std::shared_ptr<DwarfSource> dwarf) noexcept { dwarf_ = std::move(dwarf); }
-#endif
-
-  // Names `address` in `frame`: its function, and its line and inlined functions
-  // when the DWARF says. `region_start` is the start of the segment that holds it
-  // (a symbol without a size never reaches back before it). The views point into
-  // this object and stay valid while it lives.
-  void resolve(std::uintptr_t address, std::uintptr_t region_start, ResolvedFrame& frame) {
-    const std::size_t index = find_elf_symbol(symbols_, address, region_start);
-    if (index != static_cast<std::size_t>(-1)) {
-      ElfSymbol& symbol = symbols_[index];
-      // Demangling every symbol up front would dominate load time; most are never sampled.
-      if (symbol.demangled.empty()) symbol.demangled = strip_clone_suffixes(demangle_symbol(symbol.name));
-      frame.function = symbol.demangled;
-      frame.system_name = symbol.name;
-    }
-#if SPANPROF_WITH_LIBDW
-    if (dwarf_) add_source_lines(address, frame);
-#endif
-  }
-
- private:
-#if SPANPROF_WITH_LIBDW
-  // The function itself keeps the symbol table's name (what a profile without
-  // DWARF calls it too); DWARF names it only when the symbol table does not.
-  void add_source_lines(std::uintptr_t address, ResolvedFrame& frame) {
-    if (!dwarf_->lookup(address, chain_)) return;
-    const DwarfFrame& outer = chain_.back();
-    frame.file = outer.file != nullptr ? std::string_view(outer.file) : std::string_view();
-    frame.line = outer.line;
-    frame.start_line = outer.start_line;
-    if (frame.function.empty() && outer.name != nullptr) {
-      frame.function = dwarf_name(outer);
-      if (outer.mangled) frame.system_name = outer.name;
-    }
-    if (chain_.size() < 2) return;
-    auto [found, fresh] = inlined_.try_emplace(address);
-    std::vector<InlinedFrame>& inlined = found->second;
-    for (std::size_t i = 0; fresh && i + 1 < chain_.size(); ++i) {
-      const DwarfFrame& from = chain_[i];
-      InlinedFrame out;
-      if (from.name != nullptr) out.function = dwarf_name(from);
-      if (from.mangled) out.system_name = from.name;
-      if (from.file != nullptr) out.file = from.file;
-      out.line = from.line;
-      out.start_line = from.start_line;
-      inlined.push_back(out);
-    }
-    frame.inlined = inlined.data();
-    frame.inlined_count = inlined.size();
-  }
-
-  std::string_view dwarf_name(const DwarfFrame& frame) {
-    if (!frame.mangled) return frame.name;
-    return *names_.insert(strip_clone_suffixes(demangle_symbol(frame.name))).first;
-  }
-
-  std::shared_ptr<DwarfSource> dwarf_;
-  // What the DWARF told, kept for the frames handed out (their views point here).
-  std::unordered_map<std::uintptr_t, std::vector<InlinedFrame>> inlined_;
-  std::unordered_set<std::string> names_;  // demangled DWARF names
-  std::vector<DwarfFrame> chain_;  // one lookup's, reused
-#endif
-  std::vector<ElfSymbol> symbols_;  // sorted, one per address
-};
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_DETAIL_SYMBOLIZATION_OBJECT_SYMBOLS_HPP_
-// ---- end spanprof/detail/symbolization/object_symbols.hpp ----
+#endif  // SPANPROF_DETAIL_SYMBOLIZATION_SHARED_SOURCE_LINES_HPP_
+// ---- end spanprof/detail/symbolization/shared_source_lines.hpp ----
 // ---- begin spanprof/symbolization/elf_symbolizer.hpp ----
 // The default Symbolizer: reads the ELF symbol tables of the objects loaded in
 // this process, in-process and without external tools.
@@ -8527,10 +9115,23 @@ SPANPROF_NAMESPACE_END
 
 SPANPROF_NAMESPACE_BEGIN
 
+// How much of a system library's DWARF the symbolizer reads.
+enum class SystemLibraryLines {
+  none,               // names from its symbol tables only
+  line_tables,        // each frame's file and line, no inlined frames
+  inlined_functions,  // lines and inlined frames, all of its DWARF read, as the program's
+};
+
 // How the default symbolizer reads the objects of the process.
 struct ElfSymbolizerOptions {
   // False: names from the symbol tables only, DWARF never read.
   bool source_lines = true;
+  // For an object under /lib, /usr/lib, /lib64 or /usr/lib64 (other than the
+  // program): its DWARF is a distribution's debug file, compressed, and reading all
+  // of it inflates all of it; libc's, for the few libc frames a profile holds,
+  // costs ~13 MB of heap and ~60 ms, its line tables ~1.5 MB and a few ms
+  // (docs/source-lines.md).
+  SystemLibraryLines system_library_lines = SystemLibraryLines::line_tables;
   // Where separate debug files are looked up, in order, by build id
   // (DIR/.build-id/ab/cdef....debug) and by .gnu_debuglink name (DIR/<object's directory>/NAME).
   std::vector<std::string> debug_directories{detail::default_debug_directory};
@@ -8570,7 +9171,7 @@ class ElfSymbolizer final : public Symbolizer {
 #if SPANPROF_WITH_LIBDW
       if (!object.dwarf_opened && options_.source_lines && object.memory_image == nullptr) {
         object.dwarf_opened = true;
-        object.symbols.set_dwarf(shared_dwarf_source(object.open_path, object.build_id, options_.debug_directories));
+        open_source_lines(object);
       }
 #endif
       object.symbols.resolve(address - object.bias, range->module->start - object.bias, frame);
@@ -8864,6 +9465,24 @@ class ElfSymbolizer final : public Symbolizer {
     const Range& candidate = *(after - 1);
     return address < candidate.limit ? &candidate : nullptr;
   }
+
+#if SPANPROF_WITH_LIBDW
+  void open_source_lines(LoadedObject& object) {
+    SourceLinesDepth depth = SourceLinesDepth::inlined_functions;
+    if (is_system_library(object.open_path)) {
+      if (options_.system_library_lines == SystemLibraryLines::none) return;
+      if (options_.system_library_lines == SystemLibraryLines::line_tables) depth = SourceLinesDepth::line_tables;
+    }
+    object.symbols.set_source_lines(
+        shared_source_lines(object.open_path, object.build_id, options_.debug_directories, depth));
+  }
+
+  static bool is_system_library(const std::string& path) noexcept {
+    for (const char* directory : {"/lib/", "/usr/lib/", "/lib64/", "/usr/lib64/"})
+      if (path.compare(0, std::strlen(directory), directory) == 0) return true;
+    return false;
+  }
+#endif
 
   void load_symbols(LoadedObject& object) {
     object.state = LoadedObject::State::failed;  // until proven otherwise

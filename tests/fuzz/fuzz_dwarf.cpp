@@ -14,6 +14,7 @@
 #include "fuzz_support.hpp"
 
 #include <spanprof/detail/symbolization/dwarf_source.hpp>
+#include <spanprof/detail/symbolization/line_table_source.hpp>
 #include <spanprof/detail/symbolization/object_symbols.hpp>
 
 #include <unistd.h>
@@ -64,19 +65,22 @@ void fuzz_one(std::string_view unit) {
   if (have_symbols) sd::finalize_elf_symbols(symbols);
   if (symbols.size() > 16) symbols.resize(16);
 
-  std::shared_ptr<sd::DwarfSource> dwarf = sd::DwarfSource::open_for(memory_file->path(), "", {});
+  // Both readers: all of the DWARF (libdw), and the line tables alone.
+  std::shared_ptr<sd::SourceLines> dwarf = sd::DwarfSource::open_for(memory_file->path(), "", {});
+  const std::shared_ptr<sd::SourceLines> line_tables = sd::LineTableSource::open_for(memory_file->path(), "", {});
   std::vector<sd::DwarfFrame> chain, again;
-  if (dwarf) {
+  for (sd::SourceLines* source : {dwarf.get(), line_tables.get()}) {
+    if (source == nullptr) continue;
     for (const sd::ElfSymbol& symbol : symbols) {
       for (unsigned step = 0; step <= steps; ++step) {
         const std::uint64_t address = symbol.address + step;
-        if (!dwarf->lookup(address, chain)) {
+        if (!source->lookup(address, chain)) {
           SPANPROF_FUZZ_CHECK(chain.empty());
           continue;
         }
         check_chain(chain);
         if (twice) {
-          SPANPROF_FUZZ_CHECK(dwarf->lookup(address, again));
+          SPANPROF_FUZZ_CHECK(source->lookup(address, again));
           SPANPROF_FUZZ_CHECK(same_chain(chain, again));
         }
       }
@@ -86,7 +90,7 @@ void fuzz_one(std::string_view unit) {
   // Naming as spanprof-report does, through the same reader.
   sd::ObjectSymbols object;
   object.set_symbols(symbols);
-  object.set_dwarf(dwarf);
+  object.set_source_lines(dwarf);
   for (const sd::ElfSymbol& symbol : symbols) {
     if (spanprof_fuzz::demangler_may_explode(symbol.name)) continue;
     spanprof::ResolvedFrame frame;

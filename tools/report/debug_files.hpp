@@ -106,7 +106,7 @@ class DebugFiles {
       object->symbols.set_symbols(std::move(symbols));
     }
 #if SPANPROF_WITH_LIBDW
-    object->symbols.set_dwarf(spanprof::detail::DwarfSource::open_for(path, build_id, {}));
+    object->symbols.set_source_lines(spanprof::detail::DwarfSource::open_for(path, build_id, {}));
 #endif
     return object;
   }

@@ -11,9 +11,9 @@
 #include <spanprof/config.hpp>
 #include <spanprof/base/error.hpp>
 #include <spanprof/detail/base/loader_lock_gate.hpp>
-#include <spanprof/detail/symbolization/dwarf_source.hpp>
 #include <spanprof/detail/symbolization/elf_reader.hpp>
 #include <spanprof/detail/symbolization/object_symbols.hpp>
+#include <spanprof/detail/symbolization/shared_source_lines.hpp>
 #include <spanprof/symbolization/symbolizer.hpp>
 
 #include <elf.h>
@@ -38,10 +38,23 @@
 
 SPANPROF_NAMESPACE_BEGIN
 
+// How much of a system library's DWARF the symbolizer reads.
+enum class SystemLibraryLines {
+  none,               // names from its symbol tables only
+  line_tables,        // each frame's file and line, no inlined frames
+  inlined_functions,  // lines and inlined frames, all of its DWARF read, as the program's
+};
+
 // How the default symbolizer reads the objects of the process.
 struct ElfSymbolizerOptions {
   // False: names from the symbol tables only, DWARF never read.
   bool source_lines = true;
+  // For an object under /lib, /usr/lib, /lib64 or /usr/lib64 (other than the
+  // program): its DWARF is a distribution's debug file, compressed, and reading all
+  // of it inflates all of it; libc's, for the few libc frames a profile holds,
+  // costs ~13 MB of heap and ~60 ms, its line tables ~1.5 MB and a few ms
+  // (docs/source-lines.md).
+  SystemLibraryLines system_library_lines = SystemLibraryLines::line_tables;
   // Where separate debug files are looked up, in order, by build id
   // (DIR/.build-id/ab/cdef....debug) and by .gnu_debuglink name (DIR/<object's directory>/NAME).
   std::vector<std::string> debug_directories{detail::default_debug_directory};
@@ -81,7 +94,7 @@ class ElfSymbolizer final : public Symbolizer {
 #if SPANPROF_WITH_LIBDW
       if (!object.dwarf_opened && options_.source_lines && object.memory_image == nullptr) {
         object.dwarf_opened = true;
-        object.symbols.set_dwarf(shared_dwarf_source(object.open_path, object.build_id, options_.debug_directories));
+        open_source_lines(object);
       }
 #endif
       object.symbols.resolve(address - object.bias, range->module->start - object.bias, frame);
@@ -375,6 +388,24 @@ class ElfSymbolizer final : public Symbolizer {
     const Range& candidate = *(after - 1);
     return address < candidate.limit ? &candidate : nullptr;
   }
+
+#if SPANPROF_WITH_LIBDW
+  void open_source_lines(LoadedObject& object) {
+    SourceLinesDepth depth = SourceLinesDepth::inlined_functions;
+    if (is_system_library(object.open_path)) {
+      if (options_.system_library_lines == SystemLibraryLines::none) return;
+      if (options_.system_library_lines == SystemLibraryLines::line_tables) depth = SourceLinesDepth::line_tables;
+    }
+    object.symbols.set_source_lines(
+        shared_source_lines(object.open_path, object.build_id, options_.debug_directories, depth));
+  }
+
+  static bool is_system_library(const std::string& path) noexcept {
+    for (const char* directory : {"/lib/", "/usr/lib/", "/lib64/", "/usr/lib64/"})
+      if (path.compare(0, std::strlen(directory), directory) == 0) return true;
+    return false;
+  }
+#endif
 
   void load_symbols(LoadedObject& object) {
     object.state = LoadedObject::State::failed;  // until proven otherwise

@@ -16,6 +16,7 @@
 
 #include <spanprof/config.hpp>
 #include <spanprof/detail/symbolization/elf_reader.hpp>
+#include <spanprof/detail/symbolization/source_lines.hpp>
 
 #if SPANPROF_WITH_LIBDW
 
@@ -40,18 +41,7 @@
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
 
-// One function of the chain at an address, as DWARF names it. The strings are the
-// DwarfSource's (valid while it lives); `name` is the linkage (mangled) name when
-// `mangled`, else the plain one.
-struct DwarfFrame {
-  const char* name = nullptr;
-  bool mangled = false;
-  const char* file = nullptr;  // where the address is in this function: its line, or its call of the next inner one
-  int line = 0;
-  int start_line = 0;  // the function's declaration line
-};
-
-class DwarfSource {
+class DwarfSource final : public SourceLines {
  public:
   DwarfSource(const DwarfSource&) = delete;
   DwarfSource& operator=(const DwarfSource&) = delete;
@@ -68,24 +58,15 @@ class DwarfSource {
                                                const std::vector<std::string>& debug_directories) noexcept {
     SPANPROF_TRY {
       if (::elf_version(EV_CURRENT) == EV_NONE) return nullptr;
-      if (auto own = open_file(path, build_id)) return own;
-      for (const std::string& directory : debug_directories) {
-        const std::string by_id = build_id_debug_path(build_id, directory);
-        if (!by_id.empty())
-          if (auto separate = open_file(by_id, build_id)) return separate;
-      }
-      for (const std::string& candidate : debuglink_candidates(path, debug_directories))
-        if (auto separate = open_file(candidate, build_id)) return separate;
+      for (const std::string& candidate : debug_file_candidates(path, build_id, debug_directories))
+        if (auto source = open_file(candidate, build_id)) return source;
       return nullptr;
     } SPANPROF_CATCH_ALL {
       return nullptr;
     }
   }
 
-  // The chain at `address` (the object's own address: runtime address minus the
-  // load bias), innermost first: the functions inlined there, then the function
-  // they were inlined into. False when the address has no line information.
-  bool lookup(std::uint64_t address, std::vector<DwarfFrame>& chain) {
+  bool lookup(std::uint64_t address, std::vector<DwarfFrame>& chain) override {
     std::lock_guard<std::mutex> lock(mutex_);  // shared by symbolizers (shared_dwarf_source)
     // Kept per address, for the next symbolizer (a restart) too: bounded by the
     // addresses ever sampled in this object.
@@ -171,40 +152,9 @@ class DwarfSource {
     source->fd_ = fd;
     source->dwarf_ = ::dwarf_begin(fd, DWARF_C_READ);
     if (source->dwarf_ == nullptr) return nullptr;  // no DWARF, or not an ELF file
-    if (!build_id.empty()) {
-      // A debug file of another build would be confidently wrong.
-      const void* bits = nullptr;
-      Elf* elf = ::dwarf_getelf(source->dwarf_);
-      const ssize_t size = elf != nullptr ? ::dwelf_elf_gnu_build_id(elf, &bits) : -1;
-      if (size > 0 && hex_lowercase(static_cast<const unsigned char*>(bits), static_cast<std::size_t>(size)) != build_id)
-        return nullptr;
-    }
+    if (!same_build(::dwarf_getelf(source->dwarf_), build_id)) return nullptr;
     if (!source->index_units()) return nullptr;
     return source;
-  }
-
-  // Where GDB looks for the file a .gnu_debuglink section names.
-  static std::vector<std::string> debuglink_candidates(const std::string& path,
-                                                       const std::vector<std::string>& debug_directories) {
-    std::vector<std::string> out;
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return out;
-    Elf* elf = ::elf_begin(fd, ELF_C_READ_MMAP, nullptr);
-    if (elf != nullptr) {
-      GElf_Word crc = 0;
-      const char* name = ::dwelf_elf_gnu_debuglink(elf, &crc);
-      if (name != nullptr && *name != '\0' && std::string(name).find('/') == std::string::npos) {
-        std::string directory = path.substr(0, path.rfind('/') + 1);
-        if (directory.empty()) directory = "./";
-        out.push_back(directory + name);
-        out.push_back(directory + ".debug/" + name);
-        if (directory.front() == '/')
-          for (const std::string& debug_directory : debug_directories) out.push_back(debug_directory + directory + name);
-      }
-      ::elf_end(elf);
-    }
-    ::close(fd);
-    return out;
   }
 
   // Every compilation unit's address ranges, sorted: a unit is found without aranges
@@ -363,26 +313,6 @@ class DwarfSource {
   // By declaration offset; node-based, so the names DwarfFrame::name points at stay.
   std::unordered_map<Dwarf_Off, std::string> qualified_names_;
 };
-
-// An object's DWARF, shared by the symbolizers of the process and kept: each
-// spanprof::start() makes its own symbolizer, and a large program's DWARF read again
-// at every restart cost the 64-thread stress test ~90 MB of heap over its first
-// seconds (line tables parsed again while the old runtime drained). What is kept
-// grows only with the units sampled, once. Null when the object has none (asked
-// again by the next symbolizer).
-inline std::shared_ptr<DwarfSource> shared_dwarf_source(const std::string& path, const std::string& build_id,
-                                                        const std::vector<std::string>& debug_directories) {
-  // Never destroyed: a sender that outlived a stop past its deadline may still ask
-  // while the process runs its exit-time destructors.
-  static std::mutex& mutex = *new std::mutex;
-  static auto& opened = *new std::unordered_map<std::string, std::shared_ptr<DwarfSource>>;
-  std::string key = path + '\n' + build_id;
-  for (const std::string& directory : debug_directories) key += '\n' + directory;
-  std::lock_guard<std::mutex> lock(mutex);
-  std::shared_ptr<DwarfSource>& slot = opened[key];
-  if (!slot) slot = std::shared_ptr<DwarfSource>(DwarfSource::open_for(path, build_id, debug_directories));
-  return slot;
-}
 
 }  // namespace detail
 SPANPROF_NAMESPACE_END

@@ -8,8 +8,8 @@
 #define SPANPROF_DETAIL_SYMBOLIZATION_OBJECT_SYMBOLS_HPP_
 
 #include <spanprof/config.hpp>
-#include <spanprof/detail/symbolization/dwarf_source.hpp>
 #include <spanprof/detail/symbolization/elf_reader.hpp>
+#include <spanprof/detail/symbolization/source_lines.hpp>
 #include <spanprof/detail/symbolization/symbol_names.hpp>
 #include <spanprof/symbolization/symbolizer.hpp>
 
@@ -31,7 +31,7 @@ class ObjectSymbols {
   // Its function symbols at link-time addresses (read with bias 0), finalized.
   void set_symbols(std::vector<ElfSymbol> symbols) noexcept { symbols_ = std::move(symbols); }
 #if SPANPROF_WITH_LIBDW
-  void set_dwarf(std::shared_ptr<DwarfSource> dwarf) noexcept { dwarf_ = std::move(dwarf); }
+  void set_source_lines(std::shared_ptr<SourceLines> lines) noexcept { lines_ = std::move(lines); }
 #endif
 
   // Names `address` in `frame`: its function, and its line and inlined functions
@@ -48,7 +48,7 @@ class ObjectSymbols {
       frame.system_name = symbol.name;
     }
 #if SPANPROF_WITH_LIBDW
-    if (dwarf_) add_source_lines(address, frame);
+    if (lines_) add_source_lines(address, frame);
 #endif
   }
 
@@ -57,7 +57,7 @@ class ObjectSymbols {
   // The function itself keeps the symbol table's name (what a profile without
   // DWARF calls it too); DWARF names it only when the symbol table does not.
   void add_source_lines(std::uintptr_t address, ResolvedFrame& frame) {
-    if (!dwarf_->lookup(address, chain_)) return;
+    if (!lines_->lookup(address, chain_)) return;
     const DwarfFrame& outer = chain_.back();
     frame.file = outer.file != nullptr ? std::string_view(outer.file) : std::string_view();
     frame.line = outer.line;
@@ -88,7 +88,7 @@ class ObjectSymbols {
     return *names_.insert(strip_clone_suffixes(demangle_symbol(frame.name))).first;
   }
 
-  std::shared_ptr<DwarfSource> dwarf_;
+  std::shared_ptr<SourceLines> lines_;
   // What the DWARF told, kept for the frames handed out (their views point here).
   std::unordered_map<std::uintptr_t, std::vector<InlinedFrame>> inlined_;
   std::unordered_set<std::string> names_;  // demangled DWARF names
