@@ -8,7 +8,6 @@
 #include "support/test_helpers.hpp"
 
 #include <spanprof/spanprof.hpp>
-#include <spanprof/detail/symbolization/dwarf_source.hpp>
 #include <spanprof/detail/symbolization/elf_reader.hpp>
 #include <spanprof/detail/symbolization/line_table_source.hpp>
 #include <spanprof/symbolization/elf_symbolizer.hpp>
@@ -23,6 +22,8 @@
 #include <vector>
 
 #include <dlfcn.h>
+#include <elfutils/libdw.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 using spanprof_test::Collector;
@@ -304,6 +305,53 @@ TEST_CASE("a stripped program is named from its debug file under a build-id dire
   }
 }
 
+namespace {
+
+// The line tables' reader against libdw's own lookup (the unit that holds the
+// address by its ranges, then the last row at or before it in the unit's table)
+// at every `step`th address of [start, limit) in the object's own addresses.
+struct LinesCompared {
+  int both = 0, same = 0, only_libdw = 0;
+  std::string first_difference;
+  std::string describe() const {
+    return std::to_string(both) + " addresses with lines both ways, " + std::to_string(same) + " the same, " +
+           std::to_string(only_libdw) + " only from libdw; first difference: " + first_difference;
+  }
+};
+
+LinesCompared compare_with_libdw(spanprof::detail::LineTableSource& tables, const std::string& dwarf_file,
+                                 std::uint64_t start, std::uint64_t limit, std::uint64_t step) {
+  LinesCompared out;
+  const int fd = ::open(dwarf_file.c_str(), O_RDONLY | O_CLOEXEC);
+  Dwarf* dwarf = fd >= 0 ? ::dwarf_begin(fd, DWARF_C_READ) : nullptr;
+  if (dwarf == nullptr) {
+    out.first_difference = "libdw cannot open " + dwarf_file;
+    if (fd >= 0) ::close(fd);
+    return out;
+  }
+  std::vector<spanprof::detail::DwarfFrame> chain;
+  for (std::uint64_t at = start; at < limit; at += step) {
+    Dwarf_Die unit;
+    Dwarf_Line* row = ::dwarf_addrdie(dwarf, at, &unit) != nullptr ? ::dwarf_getsrc_die(&unit, at) : nullptr;
+    const char* file = row != nullptr ? ::dwarf_linesrc(row, nullptr, nullptr) : nullptr;
+    int line = 0;
+    const bool by_libdw = file != nullptr && ::dwarf_lineno(row, &line) == 0;
+    const bool by_tables = tables.lookup(at, chain);
+    if (by_libdw && !by_tables) ++out.only_libdw;
+    if (!by_libdw || !by_tables) continue;
+    ++out.both;
+    if (chain[0].file != nullptr && std::string_view(chain[0].file) == file && chain[0].line == line) ++out.same;
+    else if (out.first_difference.empty())
+      out.first_difference = std::string(chain[0].file != nullptr ? chain[0].file : "?") + ":" +
+                             std::to_string(chain[0].line) + " against " + file + ":" + std::to_string(line);
+  }
+  ::dwarf_end(dwarf);
+  ::close(fd);
+  return out;
+}
+
+}  // namespace
+
 // A system library's frames have their lines from its line tables alone: libc's
 // separate debug file (libc6-dbg) is compressed, and reading all of its DWARF
 // inflates all of it (docs/source-lines.md).
@@ -333,35 +381,34 @@ TEST_CASE("a libc frame has its file and line from libc's separate debug file, r
   CHECK(frame.line > 0);
   CHECK(frame.inlined_count == 0);
 
-  // The same file and line as libdw gives from all of the debug file, at every
-  // 61st byte of libc's code.
+  // The same file and line as libdw's own lookup in all of the debug file, at
+  // every 61st byte of libc's code.
   const auto bias = reinterpret_cast<std::uintptr_t>(loaded.dli_fbase);
-  const std::vector<std::string> directories{"/usr/lib/debug"};
-  auto tables = spanprof::detail::LineTableSource::open_for(path, build_id, directories);
-  auto full = spanprof::detail::DwarfSource::open_for(path, build_id, directories);
+  auto tables = spanprof::detail::LineTableSource::open_for(path, build_id, {"/usr/lib/debug"});
   REQUIRE(tables != nullptr);
-  REQUIRE(full != nullptr);
-  std::vector<spanprof::detail::DwarfFrame> from_tables, from_all;
-  int both = 0, same = 0, only_libdw = 0;
-  std::string first_difference;
-  for (std::uintptr_t at = frame.module->start; at < frame.module->limit; at += 61) {
-    const bool by_tables = tables->lookup(at - bias, from_tables);
-    const bool by_all = full->lookup(at - bias, from_all) && from_all.front().file != nullptr;
-    if (by_all && !by_tables) ++only_libdw;
-    if (!by_all || !by_tables) continue;
-    ++both;
-    const auto& mine = from_tables.front();
-    const auto& theirs = from_all.front();
-    if (mine.file != nullptr && std::string_view(mine.file) == theirs.file && mine.line == theirs.line) ++same;
-    else if (first_difference.empty())
-      first_difference = std::string(mine.file ? mine.file : "?") + ":" + std::to_string(mine.line) + " against " +
-                         theirs.file + ":" + std::to_string(theirs.line);
-  }
-  INFO(both << " addresses with lines both ways, " << same << " the same; " << only_libdw
-            << " only from libdw; first difference: " << first_difference);
-  CHECK(both > 1000);
-  CHECK(same == both);
-  CHECK(only_libdw == 0);
+  const LinesCompared compared = compare_with_libdw(*tables, spanprof::detail::build_id_debug_path(build_id, "/usr/lib/debug"),
+                                                    frame.module->start - bias, frame.module->limit - bias, 61);
+  INFO(compared.describe());
+  CHECK(compared.both > 1000);
+  CHECK(compared.same == compared.both);
+  CHECK(compared.only_libdw == 0);
+}
+
+// The program's own lines come from the same reader (libdw gives its inlined
+// frames): the same as libdw's own lookup around the inlined hot loop.
+TEST_CASE("the program's lines are the ones libdw's own lookup gives", "[symbolizer][lines]") {
+  const auto handler = reinterpret_cast<std::uintptr_t>(&inline_workload::handle_inline_request);
+  Dl_info loaded{};
+  REQUIRE(::dladdr(reinterpret_cast<void*>(handler), &loaded) != 0);
+  const auto bias = reinterpret_cast<std::uintptr_t>(loaded.dli_fbase);
+  auto tables = spanprof::detail::LineTableSource::open_for("/proc/self/exe", "", {});
+  REQUIRE(tables != nullptr);
+  const std::uintptr_t own = handler - bias;
+  const LinesCompared compared = compare_with_libdw(*tables, "/proc/self/exe", own - 0x8000, own + 0x8000, 3);
+  INFO(compared.describe());
+  CHECK(compared.both > 1000);
+  CHECK(compared.same >= compared.both - compared.both / 1000);
+  CHECK(compared.only_libdw == 0);
 }
 
 #endif  // SPANPROF_WITH_LIBDW

@@ -28,6 +28,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <initializer_list>
+#include <utility>
 #include <climits>
 #include <cstdint>
 #include <cstring>
@@ -57,21 +59,43 @@ class LineTableSource final : public SourceLines {
     }
   }
 
+  // The line tables of the one file at `path`: for DwarfSource, which reads the
+  // same file's units. Null when it has none or is of another build.
+  static std::unique_ptr<LineTableSource> open_file(const std::string& path, const std::string& build_id) {
+    std::unique_ptr<LineTableSource> source(new LineTableSource());
+    source->path_ = path;
+    source->build_id_ = build_id;
+    if (!source->read_sections({{".debug_line", &source->line_}, {".debug_line_str", &source->line_str_}}) ||
+        source->line_.empty() || !source->index_sequences())
+      return nullptr;
+    return source;
+  }
+
   bool lookup(std::uint64_t address, std::vector<DwarfFrame>& chain) override {
-    std::lock_guard<std::mutex> lock(mutex_);  // shared by symbolizers
-    auto [cached, fresh] = rows_.try_emplace(address);
-    if (fresh) cached->second = row_at(address);
     chain.clear();
-    if (cached->second.file == nullptr && cached->second.line == 0) return false;
     DwarfFrame frame;
-    frame.file = cached->second.file;
-    frame.line = cached->second.line;
+    if (!line_at(address, frame.file, frame.line)) return false;
     chain.push_back(frame);
     return true;
   }
 
-  // Bytes the line tables and their strings hold inflated.
-  std::size_t section_bytes() const noexcept { return line_.size() + line_str_.size() + str_.size(); }
+  // The file and line of the row that holds `address` (kept per address asked).
+  bool line_at(std::uint64_t address, const char*& file, int& line) {
+    std::lock_guard<std::mutex> lock(mutex_);  // shared by symbolizers
+    auto [cached, fresh] = rows_.try_emplace(address);
+    if (fresh) cached->second = row_at(address);
+    file = cached->second.file;
+    line = cached->second.line;
+    return file != nullptr || line != 0;
+  }
+
+  // File `index` of the line table at offset `table` (a unit's DW_AT_stmt_list),
+  // with its directory; null when unknown.
+  const char* file_of(std::uint64_t table, std::uint64_t index) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto header = table <= UINT32_MAX ? headers_.find(static_cast<std::uint32_t>(table)) : headers_.end();
+    return header != headers_.end() ? file_name(header->first, header->second, index) : nullptr;
+  }
 
  private:
   // A section larger than this inflated is not read (a hostile header's size).
@@ -120,6 +144,13 @@ class LineTableSource final : public SourceLines {
     void fail() noexcept {
       ok_ = false;
       at_ = end_;
+    }
+    std::uint8_t byte() noexcept {
+      if (at_ >= end_) {
+        fail();
+        return 0;
+      }
+      return static_cast<std::uint8_t>((*data_)[at_++]);
     }
     std::uint64_t fixed(unsigned bytes) noexcept {
       if (bytes > 8 || end_ - at_ < bytes) {
@@ -182,34 +213,41 @@ class LineTableSource final : public SourceLines {
 
   LineTableSource() = default;
 
-  static std::unique_ptr<LineTableSource> open_file(const std::string& path, const std::string& build_id) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return nullptr;
-    // Read with pread, not mapped: a file that shrinks under a mapping is a SIGBUS.
-    Elf* elf = ::elf_begin(fd, ELF_C_READ, nullptr);
-    std::unique_ptr<LineTableSource> source;
-    if (elf != nullptr && ::elf_kind(elf) == ELF_K_ELF && same_build(elf, build_id)) {
-      source.reset(new LineTableSource());
-      if (!source->read_sections(elf) || !source->index_sequences()) source.reset();
+  // .debug_str, the first time a file name needs it (rare: compilers put file
+  // names in .debug_line_str).
+  const std::string& strings() {
+    if (!strings_read_) {
+      strings_read_ = true;
+      (void)read_sections({{".debug_str", &str_}});
     }
-    if (elf != nullptr) ::elf_end(elf);
-    ::close(fd);
-    return source;
+    return str_;
   }
 
-  // .debug_line and the string sections its file names point into, inflated.
-  bool read_sections(Elf* elf) {
+  // The sections named, inflated, from the file; false when it is not the ELF
+  // file of the object's build.
+  bool read_sections(std::initializer_list<std::pair<const char*, std::string*>> wanted) {
+    const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    // Read with pread, not mapped: a file that shrinks under a mapping is a SIGBUS.
+    Elf* elf = ::elf_begin(fd, ELF_C_READ, nullptr);
+    const bool ours = elf != nullptr && ::elf_kind(elf) == ELF_K_ELF && same_build(elf, build_id_);
+    if (ours) read_sections(elf, wanted);
+    if (elf != nullptr) ::elf_end(elf);
+    ::close(fd);
+    return ours;
+  }
+
+  void read_sections(Elf* elf, std::initializer_list<std::pair<const char*, std::string*>> wanted) {
     std::size_t names = 0;
-    if (::elf_getshdrstrndx(elf, &names) != 0) return false;
+    if (::elf_getshdrstrndx(elf, &names) != 0) return;
     for (Elf_Scn* section = ::elf_nextscn(elf, nullptr); section != nullptr; section = ::elf_nextscn(elf, section)) {
       GElf_Shdr header;
       if (::gelf_getshdr(section, &header) == nullptr || header.sh_type == SHT_NOBITS) continue;
       const char* name = ::elf_strptr(elf, names, header.sh_name);
       if (name == nullptr) continue;
-      std::string* into = std::strcmp(name, ".debug_line") == 0       ? &line_
-                          : std::strcmp(name, ".debug_line_str") == 0 ? &line_str_
-                          : std::strcmp(name, ".debug_str") == 0      ? &str_
-                                                                      : nullptr;
+      std::string* into = nullptr;
+      for (const auto& [wanted_name, out] : wanted)
+        if (std::strcmp(name, wanted_name) == 0) into = out;
       if (into == nullptr) continue;
       if ((header.sh_flags & SHF_COMPRESSED) != 0) {
         GElf_Chdr compressed;
@@ -223,7 +261,6 @@ class LineTableSource final : public SourceLines {
       if (data == nullptr || data->d_buf == nullptr) continue;
       into->assign(static_cast<const char*>(data->d_buf), data->d_size);
     }
-    return !line_.empty();
   }
 
   // Each table's header, and each sequence's address range and first opcode,
@@ -309,16 +346,28 @@ class LineTableSource final : public SourceLines {
     step.sequence_opcodes = from;
     std::uint64_t op_index = 0;
     auto advance = [&](std::uint64_t operations) {
-      const std::uint64_t ops = header.max_ops_per_instruction;
+      if (header.max_ops_per_instruction == 1) {
+        step.address += header.min_instruction_length * operations;
+        return;
+      }
+      const std::uint64_t ops = header.max_ops_per_instruction;  // VLIW
       step.address += header.min_instruction_length * ((op_index + operations) / ops);
       op_index = (op_index + operations) % ops;
     };
+    // A special opcode's operation and line advances, worked out once: they are
+    // most of a program's bytes, and two divisions each were most of its time.
+    std::uint8_t operations_of[256];
+    std::int16_t lines_of[256];
+    for (unsigned opcode = header.opcode_base; opcode < 256; ++opcode) {
+      const unsigned adjusted = opcode - header.opcode_base;
+      operations_of[opcode] = static_cast<std::uint8_t>(adjusted / header.line_range);
+      lines_of[opcode] = static_cast<std::int16_t>(header.line_base + static_cast<int>(adjusted % header.line_range));
+    }
     while (!in.done()) {
-      const auto opcode = static_cast<std::uint8_t>(in.fixed(1));
+      const std::uint8_t opcode = in.byte();
       if (opcode >= header.opcode_base) {  // a special opcode: advance, then a row
-        const unsigned adjusted = opcode - header.opcode_base;
-        advance(adjusted / header.line_range);
-        step.line += header.line_base + static_cast<int>(adjusted % header.line_range);
+        advance(operations_of[opcode]);
+        step.line += lines_of[opcode];
         if (!visit(step)) return;
         continue;
       }
@@ -347,7 +396,7 @@ class LineTableSource final : public SourceLines {
         case DW_LNS_advance_pc: advance(in.uleb()); break;
         case DW_LNS_advance_line: step.line += in.sleb(); break;
         case DW_LNS_set_file: step.file = in.uleb(); break;
-        case DW_LNS_const_add_pc: advance((255u - header.opcode_base) / header.line_range); break;
+        case DW_LNS_const_add_pc: advance(operations_of[255]); break;
         case DW_LNS_fixed_advance_pc:
           step.address += in.fixed(2);
           op_index = 0;
@@ -399,7 +448,7 @@ class LineTableSource final : public SourceLines {
   }
 
   // A header's directory and file tables: each file's name with its directory.
-  void read_file_names(const Header& header, std::vector<std::string>& files) const {
+  void read_file_names(const Header& header, std::vector<std::string>& files) {
     Reader in(line_, header.names, header.program);
     std::vector<std::string_view> directories;
     std::vector<NameEntry> entries;
@@ -437,7 +486,7 @@ class LineTableSource final : public SourceLines {
 
   // A DWARF 5 directory or file table: its entry format, then its entries.
   template <typename Add>
-  void read_entries(Reader& in, const Header& header, Add&& add) const {
+  void read_entries(Reader& in, const Header& header, Add&& add) {
     struct Field {
       std::uint64_t content;
       std::uint64_t form;
@@ -462,11 +511,11 @@ class LineTableSource final : public SourceLines {
   // One attribute value of a DWARF 5 entry: a string or a number. False for a
   // form a line table does not use (its names are then unknown).
   bool read_form(Reader& in, const Header& header, std::uint64_t form, std::string_view& text,
-                 std::uint64_t& number) const noexcept {
+                 std::uint64_t& number) {
     switch (form) {
       case DW_FORM_string: text = in.text(); break;
       case DW_FORM_line_strp: text = string_at(line_str_, in.fixed(header.offset_size)); break;
-      case DW_FORM_strp: text = string_at(str_, in.fixed(header.offset_size)); break;
+      case DW_FORM_strp: text = string_at(strings(), in.fixed(header.offset_size)); break;
       case DW_FORM_udata: number = in.uleb(); break;
       case DW_FORM_data1: number = in.fixed(1); break;
       case DW_FORM_data2: number = in.fixed(2); break;
@@ -487,7 +536,9 @@ class LineTableSource final : public SourceLines {
   }
 
   std::mutex mutex_;
+  std::string path_, build_id_;  // the file read, and the build it must be
   std::string line_, line_str_, str_;  // the sections, inflated
+  bool strings_read_ = false;
   std::vector<Sequence> sequences_;    // by start
   std::unordered_map<std::uint32_t, Header> headers_;  // by the table's offset
   // By table; built once each, so the names rows_ points at stay.
