@@ -8211,12 +8211,11 @@ SPANPROF_NAMESPACE_END
 // inlined functions (SPANPROF_WITH_LIBDW=1, for libelf).
 //
 // A distribution's debug file keeps its sections compressed, and libdw inflates
-// every one of them at open: libc's from libc6-dbg is ~13 MB of heap and ~60 ms
-// of CPU for the few libc frames a profile holds. This reader inflates the line
-// tables (libc's: 1.3 MB) and the strings their file names use, indexes each
-// sequence's address range once, and runs the one sequence that holds an address
-// the first time that address is asked (then kept), so what it keeps is the
-// line tables and one entry per sequence.
+// every one of them at open, where a profile needs the lines of a few frames. This
+// reader inflates the line tables and the strings their file names use, indexes
+// each sequence's address range once, and runs the one sequence that holds an
+// address the first time that address is asked (then kept): what it keeps is the
+// line tables and one entry per sequence (docs/source-lines.md has the figures).
 //
 // The file is hostile input: every read is checked against the section's end,
 // every loop ends with the data, a section claiming more than max_section_bytes
@@ -8560,8 +8559,8 @@ class LineTableSource final : public SourceLines {
       step.address += header.min_instruction_length * ((op_index + operations) / ops);
       op_index = (op_index + operations) % ops;
     };
-    // A special opcode's operation and line advances, worked out once: they are
-    // most of a program's bytes, and two divisions each were most of its time.
+    // A special opcode's operation and line advances, worked out once per run:
+    // special opcodes are most of a program's bytes, each would cost two divisions.
     std::uint8_t operations_of[256];
     std::int16_t lines_of[256];
     for (unsigned opcode = header.opcode_base; opcode < 256; ++opcode) {
@@ -8844,8 +8843,7 @@ class DwarfSource final : public SourceLines {
     if (unit_index == no_unit) return;
     Unit& unit = units_[unit_index];
     // The line from the line tables' reader, which runs the one sequence that
-    // holds the address: libdw would expand the unit's whole table and keep it
-    // (4.5 MB and 11 ms for a server's unit that holds cpp-httplib).
+    // holds the address: libdw would expand the unit's whole table and keep it.
     const char* file = nullptr;
     int line_number = 0;
     if (lines_ != nullptr) lines_->line_at(address, file, line_number);
@@ -9088,10 +9086,9 @@ SPANPROF_NAMESPACE_END
 // ---- end spanprof/detail/symbolization/dwarf_source.hpp ----
 // ---- begin spanprof/detail/symbolization/shared_source_lines.hpp ----
 // An object's source lines, shared by the symbolizers of the process and kept:
-// each spanprof::start() makes its own symbolizer, and a large program's DWARF
-// read again at every restart cost the 64-thread stress test ~90 MB of heap over
-// its first seconds (line tables parsed again while the old runtime drained).
-// What is kept grows only with the code sampled, once.
+// each spanprof::start() makes its own symbolizer, and a restart would otherwise
+// read a large program's DWARF again and hold it twice while the old runtime
+// drains. What is kept grows only with the code sampled, once.
 #ifndef SPANPROF_DETAIL_SYMBOLIZATION_SHARED_SOURCE_LINES_HPP_
 #define SPANPROF_DETAIL_SYMBOLIZATION_SHARED_SOURCE_LINES_HPP_
 
@@ -9185,9 +9182,8 @@ struct ElfSymbolizerOptions {
   bool source_lines = true;
   // For an object under /lib, /usr/lib, /lib64 or /usr/lib64 (other than the
   // program): its DWARF is a distribution's debug file, compressed, and reading all
-  // of it inflates all of it; libc's, for the few libc frames a profile holds,
-  // costs ~13 MB of heap and ~60 ms, its line tables ~1.5 MB and a few ms
-  // (docs/source-lines.md).
+  // of it inflates all of it, for the few frames a profile holds; its line tables
+  // are a fraction of it (docs/source-lines.md).
   SystemLibraryLines system_library_lines = SystemLibraryLines::line_tables;
   // Where separate debug files are looked up, in order, by build id
   // (DIR/.build-id/ab/cdef....debug) and by .gnu_debuglink name (DIR/<object's directory>/NAME).

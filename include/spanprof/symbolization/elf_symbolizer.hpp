@@ -51,9 +51,8 @@ struct ElfSymbolizerOptions {
   bool source_lines = true;
   // For an object under /lib, /usr/lib, /lib64 or /usr/lib64 (other than the
   // program): its DWARF is a distribution's debug file, compressed, and reading all
-  // of it inflates all of it; libc's, for the few libc frames a profile holds,
-  // costs ~13 MB of heap and ~60 ms, its line tables ~1.5 MB and a few ms
-  // (docs/source-lines.md).
+  // of it inflates all of it, for the few frames a profile holds; its line tables
+  // are a fraction of it (docs/source-lines.md).
   SystemLibraryLines system_library_lines = SystemLibraryLines::line_tables;
   // Where separate debug files are looked up, in order, by build id
   // (DIR/.build-id/ab/cdef....debug) and by .gnu_debuglink name (DIR/<object's directory>/NAME).

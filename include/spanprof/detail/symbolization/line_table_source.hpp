@@ -3,12 +3,11 @@
 // inlined functions (SPANPROF_WITH_LIBDW=1, for libelf).
 //
 // A distribution's debug file keeps its sections compressed, and libdw inflates
-// every one of them at open: libc's from libc6-dbg is ~13 MB of heap and ~60 ms
-// of CPU for the few libc frames a profile holds. This reader inflates the line
-// tables (libc's: 1.3 MB) and the strings their file names use, indexes each
-// sequence's address range once, and runs the one sequence that holds an address
-// the first time that address is asked (then kept), so what it keeps is the
-// line tables and one entry per sequence.
+// every one of them at open, where a profile needs the lines of a few frames. This
+// reader inflates the line tables and the strings their file names use, indexes
+// each sequence's address range once, and runs the one sequence that holds an
+// address the first time that address is asked (then kept): what it keeps is the
+// line tables and one entry per sequence (docs/source-lines.md has the figures).
 //
 // The file is hostile input: every read is checked against the section's end,
 // every loop ends with the data, a section claiming more than max_section_bytes
@@ -354,8 +353,8 @@ class LineTableSource final : public SourceLines {
       step.address += header.min_instruction_length * ((op_index + operations) / ops);
       op_index = (op_index + operations) % ops;
     };
-    // A special opcode's operation and line advances, worked out once: they are
-    // most of a program's bytes, and two divisions each were most of its time.
+    // A special opcode's operation and line advances, worked out once per run:
+    // special opcodes are most of a program's bytes, each would cost two divisions.
     std::uint8_t operations_of[256];
     std::int16_t lines_of[256];
     for (unsigned opcode = header.opcode_base; opcode < 256; ++opcode) {

@@ -1,8 +1,7 @@
 // An object's source lines, shared by the symbolizers of the process and kept:
-// each spanprof::start() makes its own symbolizer, and a large program's DWARF
-// read again at every restart cost the 64-thread stress test ~90 MB of heap over
-// its first seconds (line tables parsed again while the old runtime drained).
-// What is kept grows only with the code sampled, once.
+// each spanprof::start() makes its own symbolizer, and a restart would otherwise
+// read a large program's DWARF again and hold it twice while the old runtime
+// drains. What is kept grows only with the code sampled, once.
 #ifndef SPANPROF_DETAIL_SYMBOLIZATION_SHARED_SOURCE_LINES_HPP_
 #define SPANPROF_DETAIL_SYMBOLIZATION_SHARED_SOURCE_LINES_HPP_
 
