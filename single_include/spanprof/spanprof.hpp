@@ -7947,6 +7947,7 @@ SPANPROF_NAMESPACE_END
 #include <unistd.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -8010,6 +8011,21 @@ inline std::vector<std::string> debug_file_candidates(const std::string& path, c
   }
   for (std::string& candidate : debuglink_candidates(path, debug_directories)) out.push_back(std::move(candidate));
   return out;
+}
+
+// The first of the object's candidate files that `Source::open_file` reads, or
+// null: the one search both readers make.
+template <typename Source>
+std::unique_ptr<Source> open_first_candidate(const std::string& path, const std::string& build_id,
+                                             const std::vector<std::string>& debug_directories) noexcept {
+  SPANPROF_TRY {
+    if (::elf_version(EV_CURRENT) == EV_NONE) return nullptr;
+    for (const std::string& candidate : debug_file_candidates(path, build_id, debug_directories))
+      if (auto source = Source::open_file(candidate, build_id)) return source;
+    return nullptr;
+  } SPANPROF_CATCH_ALL {
+    return nullptr;
+  }
 }
 
 // False when the file's GNU build id is known and differs from `build_id` (a
@@ -8254,14 +8270,7 @@ class LineTableSource final : public SourceLines {
   // unknown): its own, else its separate debug file's. Null when none has any.
   static std::unique_ptr<LineTableSource> open_for(const std::string& path, const std::string& build_id,
                                                    const std::vector<std::string>& debug_directories) noexcept {
-    SPANPROF_TRY {
-      if (::elf_version(EV_CURRENT) == EV_NONE) return nullptr;
-      for (const std::string& candidate : debug_file_candidates(path, build_id, debug_directories))
-        if (auto source = open_file(candidate, build_id)) return source;
-      return nullptr;
-    } SPANPROF_CATCH_ALL {
-      return nullptr;
-    }
+    return open_first_candidate<LineTableSource>(path, build_id, debug_directories);
   }
 
   // The line tables of the one file at `path`: for DwarfSource, which reads the
@@ -8816,14 +8825,7 @@ class DwarfSource final : public SourceLines {
   // the object.
   static std::unique_ptr<DwarfSource> open_for(const std::string& path, const std::string& build_id,
                                                const std::vector<std::string>& debug_directories) noexcept {
-    SPANPROF_TRY {
-      if (::elf_version(EV_CURRENT) == EV_NONE) return nullptr;
-      for (const std::string& candidate : debug_file_candidates(path, build_id, debug_directories))
-        if (auto source = open_file(candidate, build_id)) return source;
-      return nullptr;
-    } SPANPROF_CATCH_ALL {
-      return nullptr;
-    }
+    return open_first_candidate<DwarfSource>(path, build_id, debug_directories);
   }
 
   bool lookup(std::uint64_t address, std::vector<DwarfFrame>& chain) override {
@@ -8906,6 +8908,8 @@ class DwarfSource final : public SourceLines {
 
   DwarfSource() = default;
 
+ public:
+  // The DWARF of the one file at `path`; null when none, or of another build.
   static std::unique_ptr<DwarfSource> open_file(const std::string& path, const std::string& build_id) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return nullptr;
@@ -8918,6 +8922,8 @@ class DwarfSource final : public SourceLines {
     if (!source->index_units()) return nullptr;
     return source;
   }
+
+ private:
 
   // Every compilation unit's address ranges, sorted: a unit is found without aranges
   // (Clang emits none by default).

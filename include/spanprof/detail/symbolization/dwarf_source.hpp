@@ -59,14 +59,7 @@ class DwarfSource final : public SourceLines {
   // the object.
   static std::unique_ptr<DwarfSource> open_for(const std::string& path, const std::string& build_id,
                                                const std::vector<std::string>& debug_directories) noexcept {
-    SPANPROF_TRY {
-      if (::elf_version(EV_CURRENT) == EV_NONE) return nullptr;
-      for (const std::string& candidate : debug_file_candidates(path, build_id, debug_directories))
-        if (auto source = open_file(candidate, build_id)) return source;
-      return nullptr;
-    } SPANPROF_CATCH_ALL {
-      return nullptr;
-    }
+    return open_first_candidate<DwarfSource>(path, build_id, debug_directories);
   }
 
   bool lookup(std::uint64_t address, std::vector<DwarfFrame>& chain) override {
@@ -149,6 +142,8 @@ class DwarfSource final : public SourceLines {
 
   DwarfSource() = default;
 
+ public:
+  // The DWARF of the one file at `path`; null when none, or of another build.
   static std::unique_ptr<DwarfSource> open_file(const std::string& path, const std::string& build_id) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return nullptr;
@@ -161,6 +156,8 @@ class DwarfSource final : public SourceLines {
     if (!source->index_units()) return nullptr;
     return source;
   }
+
+ private:
 
   // Every compilation unit's address ranges, sorted: a unit is found without aranges
   // (Clang emits none by default).

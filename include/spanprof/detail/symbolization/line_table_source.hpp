@@ -48,14 +48,7 @@ class LineTableSource final : public SourceLines {
   // unknown): its own, else its separate debug file's. Null when none has any.
   static std::unique_ptr<LineTableSource> open_for(const std::string& path, const std::string& build_id,
                                                    const std::vector<std::string>& debug_directories) noexcept {
-    SPANPROF_TRY {
-      if (::elf_version(EV_CURRENT) == EV_NONE) return nullptr;
-      for (const std::string& candidate : debug_file_candidates(path, build_id, debug_directories))
-        if (auto source = open_file(candidate, build_id)) return source;
-      return nullptr;
-    } SPANPROF_CATCH_ALL {
-      return nullptr;
-    }
+    return open_first_candidate<LineTableSource>(path, build_id, debug_directories);
   }
 
   // The line tables of the one file at `path`: for DwarfSource, which reads the

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,21 @@ inline std::vector<std::string> debug_file_candidates(const std::string& path, c
   }
   for (std::string& candidate : debuglink_candidates(path, debug_directories)) out.push_back(std::move(candidate));
   return out;
+}
+
+// The first of the object's candidate files that `Source::open_file` reads, or
+// null: the one search both readers make.
+template <typename Source>
+std::unique_ptr<Source> open_first_candidate(const std::string& path, const std::string& build_id,
+                                             const std::vector<std::string>& debug_directories) noexcept {
+  SPANPROF_TRY {
+    if (::elf_version(EV_CURRENT) == EV_NONE) return nullptr;
+    for (const std::string& candidate : debug_file_candidates(path, build_id, debug_directories))
+      if (auto source = Source::open_file(candidate, build_id)) return source;
+    return nullptr;
+  } SPANPROF_CATCH_ALL {
+    return nullptr;
+  }
 }
 
 // False when the file's GNU build id is known and differs from `build_id` (a
