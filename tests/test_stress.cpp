@@ -1,8 +1,8 @@
 // 64 threads of nested, failing, heap- and CPU-profiled spans while another
 // thread restarts spanprof with random options, flushes and reads stats; then
 // shutdown(deadline). Runs in a process of its own, for SPANPROF_STRESS_SECONDS
-// (8 by default; `SPANPROF_STRESS_SECONDS=600 spanprof_tests "[stress]"` for ten
-// minutes). Prints resident memory as it goes.
+// (6 by default; `SPANPROF_STRESS_SECONDS=600 spanprof_tests "[stress]"` for ten
+// minutes) and at least four restarts. Prints resident memory as it goes.
 #include "support/catch.hpp"
 #include "support/child_process.hpp"
 #include "support/collector.hpp"
@@ -134,7 +134,13 @@ const spanprof_test::ChildScenario stress_scenario("stress", [] {
   auto next_report = begin;
   std::mt19937_64 random(42);
   long restarts = 0, flush_failures = 0, warm_kib = 0, max_kib = 0;
-  while (std::chrono::steady_clock::now() < end) {
+  // How many restarts fit in the time depends on the build, not on spanprof: each
+  // takes a fresh symbolizer, whose first profiles read every object's symbols
+  // again, on a delivery thread that shares two cores with 64 busy ones, ten
+  // times slower under ThreadSanitizer. The loop runs on until both kinds of
+  // restart (drained, in flight) have happened twice.
+  constexpr long minimum_restarts = 4;
+  while (std::chrono::steady_clock::now() < end || restarts < minimum_restarts) {
     spanprof::Options options;
     options.frequency_hz = static_cast<int>(100 + random() % 900);
     options.queue_capacity = random() % 2 ? 16 : 512;
@@ -215,7 +221,6 @@ TEST_CASE("64 threads, nested failing guards, restarts, flushes and stats: count
                       &exceptions, &restarts, &flush_failures, &drained, &shutdown_ms) == 6);
   CHECK(spans > 1000);
   CHECK(exceptions > 0);
-  CHECK(restarts >= 3);  // a restart drains what 64 threads handed over: ~1.5 s on 2 cores
   CHECK(flush_failures == 0);
   CHECK(drained == 1);
   CHECK(shutdown_ms <= 5000 + 500);
