@@ -97,6 +97,8 @@ std::vector<VariableCase> variable_cases() {
       {"SPANPROF_SPOOL_DIR", "/tmp/spanprof-configuration-spool", "/etc/passwd", {},
        [](const Options& o) { return o.spool_directory == "/tmp/spanprof-configuration-spool"; }},
       {"SPANPROF_SPOOL_MAX_MB", "16", "0", {}, [](const Options& o) { return o.spool_max_bytes == (16u << 20); }},
+      {"SPANPROF_SOURCE_LINES_MAX_MB", "8", "-1", {},
+       [](const Options& o) { return o.source_lines_max_bytes == (8u << 20); }},
       {"SPANPROF_UPLOAD_ATTEMPTS", "7", "101", {}, [](const Options& o) { return o.retry.max_attempts == 7; }},
       {"SPANPROF_QUEUE_OVERFLOW", "drop_oldest", "block", {},
        [](const Options& o) { return o.queue_overflow == spanprof::OverflowPolicy::drop_oldest; }},

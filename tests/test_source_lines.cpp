@@ -2,6 +2,7 @@
 // whose hot loop is an always_inline function (support/inline_workload.cpp), read
 // back by go tool pprof as a user would.
 #include "support/catch.hpp"
+#include "support/child_process.hpp"
 #include "support/collector.hpp"
 #include "support/inline_workload.hpp"
 #include "support/pprof_reader.hpp"
@@ -10,6 +11,7 @@
 #include <spanprof/spanprof.hpp>
 #include <spanprof/detail/symbolization/elf_reader.hpp>
 #include <spanprof/detail/symbolization/line_table_source.hpp>
+#include <spanprof/detail/symbolization/shared_source_lines.hpp>
 #include <spanprof/symbolization/elf_symbolizer.hpp>
 
 #include <algorithm>
@@ -409,6 +411,132 @@ TEST_CASE("the program's lines are the ones libdw's own lookup gives", "[symboli
   CHECK(compared.both > 1000);
   CHECK(compared.same >= compared.both - compared.both / 1000);
   CHECK(compared.only_libdw == 0);
+}
+
+// The bound on what the sources of lines keep (ElfSymbolizerOptions::
+// source_lines_max_bytes). Each runs in a process of its own: the sources are the
+// process's, and an object that lost its lines never gets them back.
+namespace {
+
+std::string joined(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const std::string& line : lines) out += line + "\n";
+  return out;
+}
+
+// The source lines the process cache keeps for an object the symbolizer read.
+std::shared_ptr<spanprof::detail::SourceLines> kept_source_lines(const std::string& path, const spanprof::Module& module) {
+  return spanprof::detail::SourceLinesCache::process().open(path, module.build_id, {"/usr/lib/debug"},
+                                                            spanprof::detail::SourceLinesDepth::inlined_functions,
+                                                            std::uint64_t{1} << 40);
+}
+
+#ifdef SPANPROF_TEST_PLUGIN_PATH
+const spanprof_test::ChildScenario coldest_lines_dropped("coldest-source-lines-dropped", [] {
+  std::vector<std::string> errors;
+  spanprof::set_error_handler([&](const spanprof::Error& e) { errors.emplace_back(e.message); });
+  void* plugin = ::dlopen(SPANPROF_TEST_PLUGIN_PATH, RTLD_NOW);
+  if (plugin == nullptr) return 10;
+  const auto plugin_address = reinterpret_cast<std::uintptr_t>(::dlsym(plugin, "spanprof_plugin_work")) + 4;
+  const auto program_address = reinterpret_cast<std::uintptr_t>(&inline_workload::handle_inline_request) + 4;
+
+  // Both objects' lines, with room to spare: the plugin's read first, then the program's.
+  spanprof::ElfSymbolizerOptions roomy;
+  roomy.source_lines_max_bytes = std::uint64_t{1} << 40;
+  spanprof::detail::ElfSymbolizer first(roomy);
+  const spanprof::ResolvedFrame plugin_frame = first.resolve(plugin_address);
+  const spanprof::ResolvedFrame program_frame = first.resolve(program_address);
+  if (plugin_frame.file.empty() || program_frame.file.empty() || plugin_frame.module == nullptr) return 11;
+  const std::string plugin_file(plugin_frame.file);
+  // What a source keeps grows with the addresses asked of it: these are asked again below.
+  const std::uintptr_t program_start = program_frame.module->start;
+  for (std::uintptr_t i = 0; i < 5000; ++i) (void)first.resolve(program_start + 16 * i);
+  std::uint64_t plugin_bytes = 0, program_bytes = 0;
+  std::weak_ptr<spanprof::detail::SourceLines> plugin_lines;
+  {
+    const auto plugin_source = kept_source_lines(SPANPROF_TEST_PLUGIN_PATH, *plugin_frame.module);
+    const auto program_source = kept_source_lines("/proc/self/exe", *program_frame.module);
+    if (!plugin_source || !program_source) return 12;
+    plugin_bytes = plugin_source->memory_bytes();
+    program_bytes = program_source->memory_bytes();
+    plugin_lines = plugin_source;
+  }
+  std::printf("kept: plugin %llu bytes, program %llu bytes\n", static_cast<unsigned long long>(plugin_bytes),
+              static_cast<unsigned long long>(program_bytes));
+
+  // A bound the program's lines fit in, not both: a symbolizer that asks the
+  // program for the same addresses finds the total over it, and the plugin, looked
+  // up least recently, loses its lines.
+  spanprof::ElfSymbolizerOptions tight;
+  tight.source_lines_max_bytes = program_bytes + plugin_bytes / 2;
+  spanprof::detail::ElfSymbolizer second(tight);
+  for (std::uintptr_t i = 0; i < 5000; ++i) (void)second.resolve(program_start + 16 * i);
+  const spanprof::ResolvedFrame program_later = second.resolve(program_address);
+  const spanprof::ResolvedFrame plugin_later = second.resolve(plugin_address + 1);
+  spanprof::detail::ElfSymbolizer third(tight);
+  const spanprof::ResolvedFrame plugin_after = third.resolve(plugin_address + 2);
+  // What the first symbolizer handed out before the drop is still readable.
+  const spanprof::ResolvedFrame plugin_before = first.resolve(plugin_address);
+
+  std::printf("dropped=%llu plugin_freed=%d\n", static_cast<unsigned long long>(spanprof::stats().source_lines_dropped),
+              plugin_lines.expired() ? 1 : 0);
+  std::printf("program_later=%s:%lld\n", std::string(program_later.file).c_str(),
+              static_cast<long long>(program_later.line));
+  std::printf("plugin_later=%s at '%s'\n", std::string(plugin_later.function).c_str(),
+              std::string(plugin_later.file).c_str());
+  std::printf("plugin_after=%s at '%s'\n", std::string(plugin_after.function).c_str(),
+              std::string(plugin_after.file).c_str());
+  std::printf("plugin_before_same=%d\n", std::string(plugin_before.file) == plugin_file ? 1 : 0);
+  std::printf("errors:\n%s", joined(errors).c_str());
+  ::dlclose(plugin);
+  return 0;
+});
+#endif
+
+const spanprof_test::ChildScenario lines_larger_than_bound("source-lines-larger-than-bound", [] {
+  std::vector<std::string> errors;
+  spanprof::set_error_handler([&](const spanprof::Error& e) { errors.emplace_back(e.message); });
+  spanprof::ElfSymbolizerOptions tiny;
+  tiny.source_lines_max_bytes = 1;
+  spanprof::detail::ElfSymbolizer symbolizer(tiny);
+  const auto address = reinterpret_cast<std::uintptr_t>(&inline_workload::handle_inline_request) + 4;
+  const spanprof::ResolvedFrame frame = symbolizer.resolve(address);
+  std::printf("dropped=%llu\n", static_cast<unsigned long long>(spanprof::stats().source_lines_dropped));
+  std::printf("frame=%s at '%s'\n", std::string(frame.function).c_str(), std::string(frame.file).c_str());
+  std::printf("errors:\n%s", joined(errors).c_str());
+  return 0;
+});
+
+}  // namespace
+
+#ifdef SPANPROF_TEST_PLUGIN_PATH
+TEST_CASE("past the source lines' bound, the object looked up least recently loses its lines and keeps its names",
+          "[symbolizer][lines]") {
+  const auto result = spanprof_test::run_in_child("coldest-source-lines-dropped", 120);
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  const std::string& out = result.output;
+  CHECK(out.find("dropped=1 plugin_freed=1\n") != std::string::npos);
+  CHECK(out.find("program_later=") != std::string::npos);
+  CHECK(out.find("program_later=:") == std::string::npos);  // the program kept its lines
+  CHECK(out.find("plugin_later=spanprof_plugin_work at ''\n") != std::string::npos);
+  CHECK(out.find("plugin_after=spanprof_plugin_work at ''\n") != std::string::npos);  // for good
+  CHECK(out.find("plugin_before_same=1\n") != std::string::npos);
+  const auto errors = out.substr(out.find("errors:\n"));
+  CHECK(errors.find("source lines of '" SPANPROF_TEST_PLUGIN_PATH "' dropped") != std::string::npos);
+  CHECK(errors.find("source_lines_max_bytes") != std::string::npos);
+  CHECK(errors.find("/proc/self/exe") == std::string::npos);
+}
+#endif
+
+TEST_CASE("an object whose lines alone are over the bound keeps its names", "[symbolizer][lines]") {
+  const auto result = spanprof_test::run_in_child("source-lines-larger-than-bound", 120);
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  CHECK(result.output.find("dropped=1\n") != std::string::npos);
+  CHECK(result.output.find("frame=inline_workload::handle_inline_request") != std::string::npos);
+  CHECK(result.output.find(" at ''\n") != std::string::npos);
+  CHECK(result.output.find("source lines of '/proc/self/exe' dropped") != std::string::npos);
 }
 
 #endif  // SPANPROF_WITH_LIBDW

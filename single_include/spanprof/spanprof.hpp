@@ -1572,6 +1572,8 @@ enum class Counter : std::uint8_t {
   profiles_spooled,
   spool_resent,
   spool_evicted,
+  // symbolization
+  source_lines_dropped,   // objects whose lines were dropped to keep source_lines_max_bytes
   count_,
 };
 inline constexpr std::size_t counter_count = static_cast<std::size_t>(Counter::count_);
@@ -3856,7 +3858,14 @@ class CallbackSymbolizer final : public Symbolizer {
 };
 
 // The default, make_elf_symbolizer(), reads the ELF symbol tables of the objects
-// loaded in this process: symbolization/elf_symbolizer.hpp.
+// loaded in this process: symbolization/elf_symbolizer.hpp. Its defaults, which
+// Options (runtime/options.hpp) states through them:
+namespace detail {
+// Where distributions put separate debug files (GDB's debug-file-directory).
+inline constexpr const char* default_debug_directory = "/usr/lib/debug";
+// What the process's sources of lines may keep (docs/source-lines.md).
+inline constexpr std::uint64_t default_source_lines_max_bytes = std::uint64_t{64} << 20;
+}  // namespace detail
 
 SPANPROF_NAMESPACE_END
 
@@ -3957,7 +3966,12 @@ struct Options {
   // Where the default symbolizer looks for separate debug files (stripped programs
   // and libraries), colon-separated, in order: by build id, DIR/.build-id/ab/cdef....debug
   // (docs/source-lines.md).
-  std::string debug_directories = "/usr/lib/debug";
+  std::string debug_directories = detail::default_debug_directory;
+  // What the default symbolizer's sources of lines (DWARF read or inflated, and what
+  // was learned of it) keep together, for the whole process. Past it, the objects
+  // looked up least recently lose their lines and keep their names
+  // (Stats::source_lines_dropped; docs/source-lines.md).
+  std::uint64_t source_lines_max_bytes = detail::default_source_lines_max_bytes;
   std::string service_name;  // recorded in every profile as a comment
   // Publishes the process context for profilers outside the process (OTEP 4719): a
   // mapping named OTEL_CTX with service.name, process.pid, the SDK and the names of
@@ -4092,6 +4106,9 @@ struct Stats {
   std::uint64_t invalid_spans = 0;         // guards given an invalid span context
   std::uint64_t threads_armed = 0;         // threads whose sampler is armed now
   std::uint64_t configs_retained = 0;      // configurations replaced by start()/shutdown() still read by guards
+  // Objects whose source lines the default symbolizer dropped, to keep
+  // source_lines_max_bytes: their frames keep their names (docs/source-lines.md).
+  std::uint64_t source_lines_dropped = 0;
   CpuSampleSource cpu_sample_source = CpuSampleSource::automatic;  // the source in use (automatic: none armed yet)
   int signal_number = 0;
 };
@@ -7598,9 +7615,6 @@ inline std::string elf_htl_hash(const ElfBytes& bytes) {
   return hex_lowercase(digest.data(), 16);
 }
 
-// Where distributions put separate debug files (GDB's debug-file-directory).
-inline constexpr const char* default_debug_directory = "/usr/lib/debug";
-
 // Where an object's separate debug file sits under a debug directory, by its GNU
 // build id (hex): DIR/.build-id/ab/cdef....debug. Empty for an id too short to be one.
 inline std::string build_id_debug_path(const std::string& build_id, const std::string& directory) {
@@ -7946,6 +7960,7 @@ SPANPROF_NAMESPACE_END
 #include <libelf.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -7970,10 +7985,34 @@ class SourceLines {
   virtual ~SourceLines() = default;
   // The chain at `address` (the object's own address: runtime address minus the
   // load bias), innermost first: the functions inlined there, then the function
-  // they were inlined into. False when the address has no line information.
-  // Called by one thread at a time per symbolizer, by several symbolizers at once.
+  // they were inlined into. False when the address has no line information. The
+  // strings stay valid while this source lives. Called by one thread at a time per
+  // symbolizer, by several symbolizers at once.
   virtual bool lookup(std::uint64_t address, std::vector<DwarfFrame>& chain) = 0;
+  // What it keeps, in bytes: the sections it read or inflated (or that libdw
+  // did for it), and what it learned of them.
+  virtual std::uint64_t memory_bytes() noexcept = 0;
+
+  // When it was last looked up, on the process's count of lookups: the process
+  // cache (shared_source_lines.hpp) drops the least recently looked up first.
+  std::uint64_t note_lookup() noexcept {
+    const std::uint64_t now = lookups().fetch_add(1, std::memory_order_relaxed) + 1;
+    last_lookup_.store(now, std::memory_order_relaxed);
+    return now;
+  }
+  std::uint64_t last_lookup() const noexcept { return last_lookup_.load(std::memory_order_relaxed); }
+
+ private:
+  static std::atomic<std::uint64_t>& lookups() noexcept {
+    static std::atomic<std::uint64_t> count{0};
+    return count;
+  }
+  std::atomic<std::uint64_t> last_lookup_{0};
 };
+
+// What an unordered container's node costs beyond its value: the node's link and
+// hash, and its bucket.
+inline constexpr std::uint64_t hash_node_bytes = 3 * sizeof(void*);
 
 // Where GDB looks for the file a .gnu_debuglink section names.
 inline std::vector<std::string> debuglink_candidates(const std::string& path,
@@ -8150,7 +8189,9 @@ class ObjectSymbols {
   // Its function symbols at link-time addresses (read with bias 0), finalized.
   void set_symbols(std::vector<ElfSymbol> symbols) noexcept { symbols_ = std::move(symbols); }
 #if SPANPROF_WITH_LIBDW
-  void set_source_lines(std::shared_ptr<SourceLines> lines) noexcept { lines_ = std::move(lines); }
+  // Held weakly: their owner (the process's SourceLinesCache, or the caller) may
+  // drop them, and this object's frames keep their names.
+  void set_source_lines(const std::shared_ptr<SourceLines>& lines) noexcept { lines_ = lines; }
 #endif
 
   // Names `address` in `frame`: its function, and its line and inlined functions
@@ -8167,23 +8208,28 @@ class ObjectSymbols {
       frame.system_name = symbol.name;
     }
 #if SPANPROF_WITH_LIBDW
-    if (lines_) add_source_lines(address, frame);
+    add_source_lines(address, frame);
 #endif
   }
 
  private:
 #if SPANPROF_WITH_LIBDW
   // The function itself keeps the symbol table's name (what a profile without
-  // DWARF calls it too); DWARF names it only when the symbol table does not.
+  // DWARF calls it too); DWARF names it only when the symbol table does not. What
+  // the frame shows of the source's strings is copied here: the source may go.
   void add_source_lines(std::uintptr_t address, ResolvedFrame& frame) {
-    if (!lines_->lookup(address, chain_)) return;
+    const std::shared_ptr<SourceLines> lines = lines_.lock();
+    if (!lines) return;
+    const bool has_line = lines->lookup(address, chain_);
+    lines->note_lookup();
+    if (!has_line) return;
     const DwarfFrame& outer = chain_.back();
-    frame.file = outer.file != nullptr ? std::string_view(outer.file) : std::string_view();
+    frame.file = kept(outer.file);
     frame.line = outer.line;
     frame.start_line = outer.start_line;
     if (frame.function.empty() && outer.name != nullptr) {
       frame.function = dwarf_name(outer);
-      if (outer.mangled) frame.system_name = outer.name;
+      if (outer.mangled) frame.system_name = kept(outer.name);
     }
     if (chain_.size() < 2) return;
     auto [found, fresh] = inlined_.try_emplace(address);
@@ -8192,8 +8238,8 @@ class ObjectSymbols {
       const DwarfFrame& from = chain_[i];
       InlinedFrame out;
       if (from.name != nullptr) out.function = dwarf_name(from);
-      if (from.mangled) out.system_name = from.name;
-      if (from.file != nullptr) out.file = from.file;
+      if (from.mangled) out.system_name = kept(from.name);
+      out.file = kept(from.file);
       out.line = from.line;
       out.start_line = from.start_line;
       inlined.push_back(out);
@@ -8203,14 +8249,19 @@ class ObjectSymbols {
   }
 
   std::string_view dwarf_name(const DwarfFrame& frame) {
-    if (!frame.mangled) return frame.name;
-    return *names_.insert(strip_clone_suffixes(demangle_symbol(frame.name))).first;
+    if (!frame.mangled) return kept(frame.name);
+    return *strings_.insert(strip_clone_suffixes(demangle_symbol(frame.name))).first;
   }
 
-  std::shared_ptr<SourceLines> lines_;
+  std::string_view kept(const char* text) {
+    if (text == nullptr) return {};
+    return *strings_.emplace(text).first;
+  }
+
+  std::weak_ptr<SourceLines> lines_;
   // What the DWARF told, kept for the frames handed out (their views point here).
   std::unordered_map<std::uintptr_t, std::vector<InlinedFrame>> inlined_;
-  std::unordered_set<std::string> names_;  // demangled DWARF names
+  std::unordered_set<std::string> strings_;  // the names and files they show
   std::vector<DwarfFrame> chain_;  // one lookup's, reused
 #endif
   std::vector<ElfSymbol> symbols_;  // sorted, one per address
@@ -8301,6 +8352,19 @@ class LineTableSource final : public SourceLines {
     file = cached->second.file;
     line = cached->second.line;
     return file != nullptr || line != 0;
+  }
+
+  std::uint64_t memory_bytes() noexcept override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::uint64_t bytes = sizeof *this + line_.capacity() + line_str_.capacity() + str_.capacity() +
+                          sequences_.capacity() * sizeof(Sequence) +
+                          headers_.size() * (sizeof(Header) + sizeof(std::uint32_t) + hash_node_bytes) +
+                          rows_.size() * (sizeof(Row) + sizeof(std::uint64_t) + hash_node_bytes);
+    for (const auto& [table, names] : file_names_) {
+      bytes += hash_node_bytes + sizeof names + names.capacity() * sizeof(std::string);
+      for (const std::string& name : names) bytes += name.capacity();
+    }
+    return bytes;
   }
 
   // File `index` of the line table at offset `table` (a unit's DW_AT_stmt_list),
@@ -8801,6 +8865,7 @@ SPANPROF_NAMESPACE_END
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -8836,6 +8901,19 @@ class DwarfSource final : public SourceLines {
     if (fresh) look_up(address, cached->second);
     chain = cached->second;
     return !chain.empty();
+  }
+
+  std::uint64_t memory_bytes() noexcept override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::uint64_t bytes = sizeof *this + libdw_bytes_ + units_.capacity() * sizeof(Unit) +
+                          unit_ranges_.capacity() * sizeof(Range) + nesting_.capacity() * sizeof(Dwarf_Die);
+    for (const Unit& unit : units_) bytes += unit.functions.capacity() * sizeof(Range);
+    for (const auto& [address, chain] : chains_)
+      bytes += hash_node_bytes + sizeof address + sizeof chain + chain.capacity() * sizeof(DwarfFrame);
+    for (const auto& [offset, name] : qualified_names_) bytes += hash_node_bytes + sizeof offset + sizeof name + name.capacity();
+    // Outside the lock would do too: the line tables have their own.
+    if (lines_ != nullptr) bytes += lines_->memory_bytes();
+    return bytes;
   }
 
  private:
@@ -8918,12 +8996,37 @@ class DwarfSource final : public SourceLines {
     source->dwarf_ = ::dwarf_begin(fd, DWARF_C_READ);
     if (source->dwarf_ == nullptr) return nullptr;  // no DWARF, or not an ELF file
     if (!same_build(::dwarf_getelf(source->dwarf_), build_id)) return nullptr;
+    source->libdw_bytes_ = libdw_section_bytes(::dwarf_getelf(source->dwarf_));
     source->lines_ = LineTableSource::open_file(path, build_id);
     if (!source->index_units()) return nullptr;
     return source;
   }
 
  private:
+
+  // What libdw holds of the file's sections: those a lookup reads, and every
+  // compressed one (inflated whole when the file is opened). The other sections
+  // are mapped, never read.
+  static std::uint64_t libdw_section_bytes(Elf* elf) noexcept {
+    std::size_t names = 0;
+    if (elf == nullptr || ::elf_getshdrstrndx(elf, &names) != 0) return 0;
+    std::uint64_t bytes = 0;
+    for (Elf_Scn* section = nullptr; (section = ::elf_nextscn(elf, section)) != nullptr;) {
+      GElf_Shdr header;
+      if (::gelf_getshdr(section, &header) == nullptr) continue;
+      const char* name = ::elf_strptr(elf, names, header.sh_name);
+      if (name == nullptr || std::strncmp(name, ".debug_", 7) != 0) continue;
+      GElf_Chdr inflated;
+      if ((header.sh_flags & SHF_COMPRESSED) != 0 && ::gelf_getchdr(section, &inflated) != nullptr) {
+        bytes += inflated.ch_size;
+        continue;
+      }
+      for (const char* read : {".debug_info", ".debug_abbrev", ".debug_str", ".debug_str_offsets", ".debug_addr",
+                               ".debug_ranges", ".debug_rnglists", ".debug_aranges"})
+        if (std::strcmp(name, read) == 0) bytes += header.sh_size;
+    }
+    return bytes;
+  }
 
   // Every compilation unit's address ranges, sorted: a unit is found without aranges
   // (Clang emits none by default).
@@ -9074,6 +9177,7 @@ class DwarfSource final : public SourceLines {
   std::mutex mutex_;
   int fd_ = -1;
   Dwarf* dwarf_ = nullptr;
+  std::uint64_t libdw_bytes_ = 0;
   std::unique_ptr<LineTableSource> lines_;  // the same file's line tables
   std::vector<Unit> units_;
   std::vector<Range> unit_ranges_;
@@ -9091,20 +9195,26 @@ SPANPROF_NAMESPACE_END
 #endif  // SPANPROF_DETAIL_SYMBOLIZATION_DWARF_SOURCE_HPP_
 // ---- end spanprof/detail/symbolization/dwarf_source.hpp ----
 // ---- begin spanprof/detail/symbolization/shared_source_lines.hpp ----
-// An object's source lines, shared by the symbolizers of the process and kept:
-// each spanprof::start() makes its own symbolizer, and a restart would otherwise
-// read a large program's DWARF again and hold it twice while the old runtime
-// drains. What is kept grows only with the code sampled, once.
+// The source lines of the process's objects, shared by its symbolizers and kept
+// within a bound: each spanprof::start() makes its own symbolizer, and a restart
+// would otherwise read a large program's DWARF again and hold it twice while the
+// old runtime drains. Past the bound, the objects looked up least recently lose
+// their lines for good, and their frames keep their names (Stats::source_lines_dropped).
 #ifndef SPANPROF_DETAIL_SYMBOLIZATION_SHARED_SOURCE_LINES_HPP_
 #define SPANPROF_DETAIL_SYMBOLIZATION_SHARED_SOURCE_LINES_HPP_
 
 
 #if SPANPROF_WITH_LIBDW
 
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 SPANPROF_NAMESPACE_BEGIN
@@ -9114,25 +9224,88 @@ namespace detail {
 // DwarfSource), or its line tables alone (LineTableSource).
 enum class SourceLinesDepth { inlined_functions, line_tables };
 
-// The source lines of the object at `path`, read to `depth`. Null when the object
-// has none (asked again by the next symbolizer).
-inline std::shared_ptr<SourceLines> shared_source_lines(const std::string& path, const std::string& build_id,
-                                                        const std::vector<std::string>& debug_directories,
-                                                        SourceLinesDepth depth) {
+class SourceLinesCache {
+ public:
   // Never destroyed: a sender that outlived a stop past its deadline may still ask
   // while the process runs its exit-time destructors.
-  static std::mutex& mutex = *new std::mutex;
-  static auto& opened = *new std::unordered_map<std::string, std::shared_ptr<SourceLines>>;
-  std::string key = (depth == SourceLinesDepth::line_tables ? "lines\n" : "all\n") + path + '\n' + build_id;
-  for (const std::string& directory : debug_directories) key += '\n' + directory;
-  std::lock_guard<std::mutex> lock(mutex);
-  std::shared_ptr<SourceLines>& slot = opened[key];
-  if (!slot) {
-    if (depth == SourceLinesDepth::line_tables) slot = LineTableSource::open_for(path, build_id, debug_directories);
-    else slot = DwarfSource::open_for(path, build_id, debug_directories);
+  static SourceLinesCache& process() noexcept {
+    static SourceLinesCache& cache = *new SourceLinesCache;
+    return cache;
   }
-  return slot;
-}
+
+  // The source lines of the object at `path`, read to `depth`. Null when the object
+  // has none (asked again by the next symbolizer), or when its lines were dropped.
+  // The cache owns them: a holder keeps a weak pointer, and locks it per lookup.
+  // `max_bytes` bounds what all the sources keep together (the last start()'s
+  // bound holds); opening one past it drops the coldest, this one too when it
+  // alone is larger.
+  std::shared_ptr<SourceLines> open(const std::string& path, const std::string& build_id,
+                                    const std::vector<std::string>& debug_directories, SourceLinesDepth depth,
+                                    std::uint64_t max_bytes) {
+    std::string key = (depth == SourceLinesDepth::line_tables ? "lines\n" : "all\n") + path + '\n' + build_id;
+    for (const std::string& directory : debug_directories) key += '\n' + directory;
+    std::lock_guard<std::mutex> lock(mutex_);
+    max_bytes_ = max_bytes;
+    if (dropped_.count(key) != 0) return nullptr;
+    if (const auto found = opened_.find(key); found != opened_.end()) return found->second.lines;
+    std::shared_ptr<SourceLines> lines;
+    if (depth == SourceLinesDepth::line_tables) lines = LineTableSource::open_for(path, build_id, debug_directories);
+    else lines = DwarfSource::open_for(path, build_id, debug_directories);
+    if (!lines) return nullptr;
+    lines->note_lookup();  // about to be: the warmest
+    opened_.emplace(key, Entry{lines, path});
+    keep_within_bound();
+    return dropped_.count(key) != 0 ? nullptr : lines;
+  }
+
+  // What a source keeps grows with the addresses asked of it: a symbolizer calls
+  // this every so many lookups.
+  void check_bound() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    keep_within_bound();
+  }
+
+ private:
+  struct Entry {
+    std::shared_ptr<SourceLines> lines;
+    std::string path;
+  };
+
+  void keep_within_bound() {
+    struct Held {
+      std::uint64_t last_lookup;
+      std::uint64_t bytes;
+      const std::string* key;
+    };
+    std::vector<Held> held;
+    std::uint64_t total = 0;
+    for (const auto& [key, entry] : opened_) {
+      held.push_back({entry.lines->last_lookup(), entry.lines->memory_bytes(), &key});
+      total += held.back().bytes;
+    }
+    if (total <= max_bytes_) return;
+    std::sort(held.begin(), held.end(), [](const Held& a, const Held& b) { return a.last_lookup < b.last_lookup; });
+    for (const Held& coldest : held) {
+      if (total <= max_bytes_) break;
+      const auto entry = opened_.find(*coldest.key);
+      char message[160];
+      std::snprintf(message, sizeof message,
+                    "' dropped: the objects' source lines kept %llu KiB, over source_lines_max_bytes (%llu KiB); "
+                    "its frames keep their names",
+                    static_cast<unsigned long long>(total >> 10), static_cast<unsigned long long>(max_bytes_ >> 10));
+      report_error(ErrorCode::symbolization_failed, "the source lines of '" + entry->second.path + message);
+      count(Counter::source_lines_dropped);
+      total -= coldest.bytes;
+      dropped_.insert(*coldest.key);
+      opened_.erase(entry);  // freed once no lookup holds it
+    }
+  }
+
+  std::mutex mutex_;
+  std::uint64_t max_bytes_ = 0;
+  std::unordered_map<std::string, Entry> opened_;
+  std::unordered_set<std::string> dropped_;  // never read again
+};
 
 }  // namespace detail
 SPANPROF_NAMESPACE_END
@@ -9191,6 +9364,10 @@ struct ElfSymbolizerOptions {
   // of it inflates all of it, for the few frames a profile holds; its line tables
   // are a fraction of it (docs/source-lines.md).
   SystemLibraryLines system_library_lines = SystemLibraryLines::line_tables;
+  // What the process's sources of lines may keep together (sections read or
+  // inflated, and what was learned of them). Past it, the objects looked up least
+  // recently lose their lines for good and keep their names (Stats::source_lines_dropped).
+  std::uint64_t source_lines_max_bytes = detail::default_source_lines_max_bytes;
   // Where separate debug files are looked up, in order, by build id
   // (DIR/.build-id/ab/cdef....debug) and by .gnu_debuglink name (DIR/<object's directory>/NAME).
   std::vector<std::string> debug_directories{detail::default_debug_directory};
@@ -9234,6 +9411,9 @@ class ElfSymbolizer final : public Symbolizer {
       }
 #endif
       object.symbols.resolve(address - object.bias, range->module->start - object.bias, frame);
+#if SPANPROF_WITH_LIBDW
+      if (++lookups_ % lookups_between_bound_checks == 0) SourceLinesCache::process().check_bound();
+#endif
       if (cache_.size() >= max_cached_addresses) cache_.clear();
       cache_.emplace(address, frame);
       return frame;
@@ -9267,6 +9447,9 @@ class ElfSymbolizer final : public Symbolizer {
   // A process that dlopens and dlcloses plugins all day, with nobody calling
   // refresh(), must not keep every symbol table it ever read.
   static constexpr std::size_t max_retired_objects = 32;
+  // What the sources of lines keep grows with the addresses asked of them, a
+  // little each: summed up this often, as the bound's first check is at each open.
+  static constexpr std::uint64_t lookups_between_bound_checks = 4096;
 
   struct LoadedObject {
     enum class State { unloaded, loaded, failed };
@@ -9532,8 +9715,8 @@ class ElfSymbolizer final : public Symbolizer {
       if (options_.system_library_lines == SystemLibraryLines::none) return;
       if (options_.system_library_lines == SystemLibraryLines::line_tables) depth = SourceLinesDepth::line_tables;
     }
-    object.symbols.set_source_lines(
-        shared_source_lines(object.open_path, object.build_id, options_.debug_directories, depth));
+    object.symbols.set_source_lines(SourceLinesCache::process().open(
+        object.open_path, object.build_id, options_.debug_directories, depth, options_.source_lines_max_bytes));
   }
 
   static bool is_system_library(const std::string& path) noexcept {
@@ -9612,6 +9795,9 @@ class ElfSymbolizer final : public Symbolizer {
   std::unordered_map<std::uintptr_t, ResolvedFrame> cache_;
   std::unordered_set<std::string> failed_objects_;  // display path + build id, already reported
   ElfSymbolizerOptions options_;
+#if SPANPROF_WITH_LIBDW
+  std::uint64_t lookups_ = 0;  // addresses resolved, not from the cache
+#endif
   bool scanned_ = false;
   std::chrono::steady_clock::time_point last_scan_{};
 };
@@ -18169,6 +18355,10 @@ inline constexpr Setting settings[] = {
     setting<&Options::debug_directories>(
         "debug_directories", "SPANPROF_DEBUG_DIRS", EG::delivery, format::text(),
         "Where the default symbolizer finds separate debug files by build id (DIR/.build-id/), colon-separated."),
+    setting<&Options::source_lines_max_bytes>(
+        "source_lines_max_bytes", "SPANPROF_SOURCE_LINES_MAX_MB", EG::delivery,
+        format::mebibytes(1, std::int64_t{1} << 20),
+        "What the source lines of all objects may keep; past it, the least recently used lose lines, keep names."),
     setting<&Options::service_name>(
         "service_name", "OTEL_SERVICE_NAME", EG::service, format::text(),
         "The service: a comment in every profile, Pyroscope's application name and OTLP's service.name."),
@@ -18832,6 +19022,7 @@ namespace detail {
 inline std::unique_ptr<Symbolizer> default_symbolizer(const Options& options) {
   ElfSymbolizerOptions symbolizer;
   symbolizer.debug_directories = split_directory_list(options.debug_directories);
+  symbolizer.source_lines_max_bytes = options.source_lines_max_bytes;
   return make_elf_symbolizer(std::move(symbolizer));
 }
 
@@ -19032,6 +19223,7 @@ class Runtime final : public GuardHost {
     s.profiles_spooled = c[Counter::profiles_spooled];
     s.spool_resent = c[Counter::spool_resent];
     s.spool_evicted = c[Counter::spool_evicted];
+    s.source_lines_dropped = c[Counter::source_lines_dropped];
     s.spool_pending = worker_.spool_pending();
     s.queue_length = worker_.queue_length();
     s.invalid_spans = error_count(ErrorCode::invalid_span_context);

@@ -65,6 +65,9 @@ class DebugFiles {
     Elf64_Ehdr header{};
     spanprof::detail::ElfFileBytes bytes;
     spanprof::detail::ObjectSymbols symbols;
+#if SPANPROF_WITH_LIBDW
+    std::shared_ptr<spanprof::detail::SourceLines> source_lines;  // `symbols` holds them weakly
+#endif
     // The mapping's segment, by (file offset, size): program headers read once per mapping.
     std::map<std::pair<std::uint64_t, std::uint64_t>, std::uint64_t> segments;
 
@@ -106,7 +109,8 @@ class DebugFiles {
       object->symbols.set_symbols(std::move(symbols));
     }
 #if SPANPROF_WITH_LIBDW
-    object->symbols.set_source_lines(spanprof::detail::DwarfSource::open_for(path, build_id, {}));
+    object->source_lines = spanprof::detail::DwarfSource::open_for(path, build_id, {});
+    object->symbols.set_source_lines(object->source_lines);
 #endif
     return object;
   }

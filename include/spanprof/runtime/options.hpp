@@ -104,7 +104,12 @@ struct Options {
   // Where the default symbolizer looks for separate debug files (stripped programs
   // and libraries), colon-separated, in order: by build id, DIR/.build-id/ab/cdef....debug
   // (docs/source-lines.md).
-  std::string debug_directories = "/usr/lib/debug";
+  std::string debug_directories = detail::default_debug_directory;
+  // What the default symbolizer's sources of lines (DWARF read or inflated, and what
+  // was learned of it) keep together, for the whole process. Past it, the objects
+  // looked up least recently lose their lines and keep their names
+  // (Stats::source_lines_dropped; docs/source-lines.md).
+  std::uint64_t source_lines_max_bytes = detail::default_source_lines_max_bytes;
   std::string service_name;  // recorded in every profile as a comment
   // Publishes the process context for profilers outside the process (OTEP 4719): a
   // mapping named OTEL_CTX with service.name, process.pid, the SDK and the names of

@@ -79,6 +79,9 @@ struct Stats {
   std::uint64_t invalid_spans = 0;         // guards given an invalid span context
   std::uint64_t threads_armed = 0;         // threads whose sampler is armed now
   std::uint64_t configs_retained = 0;      // configurations replaced by start()/shutdown() still read by guards
+  // Objects whose source lines the default symbolizer dropped, to keep
+  // source_lines_max_bytes: their frames keep their names (docs/source-lines.md).
+  std::uint64_t source_lines_dropped = 0;
   CpuSampleSource cpu_sample_source = CpuSampleSource::automatic;  // the source in use (automatic: none armed yet)
   int signal_number = 0;
 };

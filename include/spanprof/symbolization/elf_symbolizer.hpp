@@ -54,6 +54,10 @@ struct ElfSymbolizerOptions {
   // of it inflates all of it, for the few frames a profile holds; its line tables
   // are a fraction of it (docs/source-lines.md).
   SystemLibraryLines system_library_lines = SystemLibraryLines::line_tables;
+  // What the process's sources of lines may keep together (sections read or
+  // inflated, and what was learned of them). Past it, the objects looked up least
+  // recently lose their lines for good and keep their names (Stats::source_lines_dropped).
+  std::uint64_t source_lines_max_bytes = detail::default_source_lines_max_bytes;
   // Where separate debug files are looked up, in order, by build id
   // (DIR/.build-id/ab/cdef....debug) and by .gnu_debuglink name (DIR/<object's directory>/NAME).
   std::vector<std::string> debug_directories{detail::default_debug_directory};
@@ -97,6 +101,9 @@ class ElfSymbolizer final : public Symbolizer {
       }
 #endif
       object.symbols.resolve(address - object.bias, range->module->start - object.bias, frame);
+#if SPANPROF_WITH_LIBDW
+      if (++lookups_ % lookups_between_bound_checks == 0) SourceLinesCache::process().check_bound();
+#endif
       if (cache_.size() >= max_cached_addresses) cache_.clear();
       cache_.emplace(address, frame);
       return frame;
@@ -130,6 +137,9 @@ class ElfSymbolizer final : public Symbolizer {
   // A process that dlopens and dlcloses plugins all day, with nobody calling
   // refresh(), must not keep every symbol table it ever read.
   static constexpr std::size_t max_retired_objects = 32;
+  // What the sources of lines keep grows with the addresses asked of them, a
+  // little each: summed up this often, as the bound's first check is at each open.
+  static constexpr std::uint64_t lookups_between_bound_checks = 4096;
 
   struct LoadedObject {
     enum class State { unloaded, loaded, failed };
@@ -395,8 +405,8 @@ class ElfSymbolizer final : public Symbolizer {
       if (options_.system_library_lines == SystemLibraryLines::none) return;
       if (options_.system_library_lines == SystemLibraryLines::line_tables) depth = SourceLinesDepth::line_tables;
     }
-    object.symbols.set_source_lines(
-        shared_source_lines(object.open_path, object.build_id, options_.debug_directories, depth));
+    object.symbols.set_source_lines(SourceLinesCache::process().open(
+        object.open_path, object.build_id, options_.debug_directories, depth, options_.source_lines_max_bytes));
   }
 
   static bool is_system_library(const std::string& path) noexcept {
@@ -475,6 +485,9 @@ class ElfSymbolizer final : public Symbolizer {
   std::unordered_map<std::uintptr_t, ResolvedFrame> cache_;
   std::unordered_set<std::string> failed_objects_;  // display path + build id, already reported
   ElfSymbolizerOptions options_;
+#if SPANPROF_WITH_LIBDW
+  std::uint64_t lookups_ = 0;  // addresses resolved, not from the cache
+#endif
   bool scanned_ = false;
   std::chrono::steady_clock::time_point last_scan_{};
 };

@@ -95,7 +95,14 @@ class CallbackSymbolizer final : public Symbolizer {
 };
 
 // The default, make_elf_symbolizer(), reads the ELF symbol tables of the objects
-// loaded in this process: symbolization/elf_symbolizer.hpp.
+// loaded in this process: symbolization/elf_symbolizer.hpp. Its defaults, which
+// Options (runtime/options.hpp) states through them:
+namespace detail {
+// Where distributions put separate debug files (GDB's debug-file-directory).
+inline constexpr const char* default_debug_directory = "/usr/lib/debug";
+// What the process's sources of lines may keep (docs/source-lines.md).
+inline constexpr std::uint64_t default_source_lines_max_bytes = std::uint64_t{64} << 20;
+}  // namespace detail
 
 SPANPROF_NAMESPACE_END
 

@@ -64,6 +64,8 @@ enum class Counter : std::uint8_t {
   profiles_spooled,
   spool_resent,
   spool_evicted,
+  // symbolization
+  source_lines_dropped,   // objects whose lines were dropped to keep source_lines_max_bytes
   count_,
 };
 inline constexpr std::size_t counter_count = static_cast<std::size_t>(Counter::count_);

@@ -61,6 +61,7 @@ namespace detail {
 inline std::unique_ptr<Symbolizer> default_symbolizer(const Options& options) {
   ElfSymbolizerOptions symbolizer;
   symbolizer.debug_directories = split_directory_list(options.debug_directories);
+  symbolizer.source_lines_max_bytes = options.source_lines_max_bytes;
   return make_elf_symbolizer(std::move(symbolizer));
 }
 
@@ -261,6 +262,7 @@ class Runtime final : public GuardHost {
     s.profiles_spooled = c[Counter::profiles_spooled];
     s.spool_resent = c[Counter::spool_resent];
     s.spool_evicted = c[Counter::spool_evicted];
+    s.source_lines_dropped = c[Counter::source_lines_dropped];
     s.spool_pending = worker_.spool_pending();
     s.queue_length = worker_.queue_length();
     s.invalid_spans = error_count(ErrorCode::invalid_span_context);

@@ -234,6 +234,10 @@ inline constexpr Setting settings[] = {
     setting<&Options::debug_directories>(
         "debug_directories", "SPANPROF_DEBUG_DIRS", EG::delivery, format::text(),
         "Where the default symbolizer finds separate debug files by build id (DIR/.build-id/), colon-separated."),
+    setting<&Options::source_lines_max_bytes>(
+        "source_lines_max_bytes", "SPANPROF_SOURCE_LINES_MAX_MB", EG::delivery,
+        format::mebibytes(1, std::int64_t{1} << 20),
+        "What the source lines of all objects may keep; past it, the least recently used lose lines, keep names."),
     setting<&Options::service_name>(
         "service_name", "OTEL_SERVICE_NAME", EG::service, format::text(),
         "The service: a comment in every profile, Pyroscope's application name and OTLP's service.name."),

@@ -35,6 +35,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -70,6 +71,19 @@ class DwarfSource final : public SourceLines {
     if (fresh) look_up(address, cached->second);
     chain = cached->second;
     return !chain.empty();
+  }
+
+  std::uint64_t memory_bytes() noexcept override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::uint64_t bytes = sizeof *this + libdw_bytes_ + units_.capacity() * sizeof(Unit) +
+                          unit_ranges_.capacity() * sizeof(Range) + nesting_.capacity() * sizeof(Dwarf_Die);
+    for (const Unit& unit : units_) bytes += unit.functions.capacity() * sizeof(Range);
+    for (const auto& [address, chain] : chains_)
+      bytes += hash_node_bytes + sizeof address + sizeof chain + chain.capacity() * sizeof(DwarfFrame);
+    for (const auto& [offset, name] : qualified_names_) bytes += hash_node_bytes + sizeof offset + sizeof name + name.capacity();
+    // Outside the lock would do too: the line tables have their own.
+    if (lines_ != nullptr) bytes += lines_->memory_bytes();
+    return bytes;
   }
 
  private:
@@ -152,12 +166,37 @@ class DwarfSource final : public SourceLines {
     source->dwarf_ = ::dwarf_begin(fd, DWARF_C_READ);
     if (source->dwarf_ == nullptr) return nullptr;  // no DWARF, or not an ELF file
     if (!same_build(::dwarf_getelf(source->dwarf_), build_id)) return nullptr;
+    source->libdw_bytes_ = libdw_section_bytes(::dwarf_getelf(source->dwarf_));
     source->lines_ = LineTableSource::open_file(path, build_id);
     if (!source->index_units()) return nullptr;
     return source;
   }
 
  private:
+
+  // What libdw holds of the file's sections: those a lookup reads, and every
+  // compressed one (inflated whole when the file is opened). The other sections
+  // are mapped, never read.
+  static std::uint64_t libdw_section_bytes(Elf* elf) noexcept {
+    std::size_t names = 0;
+    if (elf == nullptr || ::elf_getshdrstrndx(elf, &names) != 0) return 0;
+    std::uint64_t bytes = 0;
+    for (Elf_Scn* section = nullptr; (section = ::elf_nextscn(elf, section)) != nullptr;) {
+      GElf_Shdr header;
+      if (::gelf_getshdr(section, &header) == nullptr) continue;
+      const char* name = ::elf_strptr(elf, names, header.sh_name);
+      if (name == nullptr || std::strncmp(name, ".debug_", 7) != 0) continue;
+      GElf_Chdr inflated;
+      if ((header.sh_flags & SHF_COMPRESSED) != 0 && ::gelf_getchdr(section, &inflated) != nullptr) {
+        bytes += inflated.ch_size;
+        continue;
+      }
+      for (const char* read : {".debug_info", ".debug_abbrev", ".debug_str", ".debug_str_offsets", ".debug_addr",
+                               ".debug_ranges", ".debug_rnglists", ".debug_aranges"})
+        if (std::strcmp(name, read) == 0) bytes += header.sh_size;
+    }
+    return bytes;
+  }
 
   // Every compilation unit's address ranges, sorted: a unit is found without aranges
   // (Clang emits none by default).
@@ -308,6 +347,7 @@ class DwarfSource final : public SourceLines {
   std::mutex mutex_;
   int fd_ = -1;
   Dwarf* dwarf_ = nullptr;
+  std::uint64_t libdw_bytes_ = 0;
   std::unique_ptr<LineTableSource> lines_;  // the same file's line tables
   std::vector<Unit> units_;
   std::vector<Range> unit_ranges_;

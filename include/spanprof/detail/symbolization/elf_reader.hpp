@@ -169,9 +169,6 @@ inline std::string elf_htl_hash(const ElfBytes& bytes) {
   return hex_lowercase(digest.data(), 16);
 }
 
-// Where distributions put separate debug files (GDB's debug-file-directory).
-inline constexpr const char* default_debug_directory = "/usr/lib/debug";
-
 // Where an object's separate debug file sits under a debug directory, by its GNU
 // build id (hex): DIR/.build-id/ab/cdef....debug. Empty for an id too short to be one.
 inline std::string build_id_debug_path(const std::string& build_id, const std::string& directory) {

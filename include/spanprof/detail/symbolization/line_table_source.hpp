@@ -81,6 +81,19 @@ class LineTableSource final : public SourceLines {
     return file != nullptr || line != 0;
   }
 
+  std::uint64_t memory_bytes() noexcept override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::uint64_t bytes = sizeof *this + line_.capacity() + line_str_.capacity() + str_.capacity() +
+                          sequences_.capacity() * sizeof(Sequence) +
+                          headers_.size() * (sizeof(Header) + sizeof(std::uint32_t) + hash_node_bytes) +
+                          rows_.size() * (sizeof(Row) + sizeof(std::uint64_t) + hash_node_bytes);
+    for (const auto& [table, names] : file_names_) {
+      bytes += hash_node_bytes + sizeof names + names.capacity() * sizeof(std::string);
+      for (const std::string& name : names) bytes += name.capacity();
+    }
+    return bytes;
+  }
+
   // File `index` of the line table at offset `table` (a unit's DW_AT_stmt_list),
   // with its directory; null when unknown.
   const char* file_of(std::uint64_t table, std::uint64_t index) {

@@ -31,7 +31,9 @@ class ObjectSymbols {
   // Its function symbols at link-time addresses (read with bias 0), finalized.
   void set_symbols(std::vector<ElfSymbol> symbols) noexcept { symbols_ = std::move(symbols); }
 #if SPANPROF_WITH_LIBDW
-  void set_source_lines(std::shared_ptr<SourceLines> lines) noexcept { lines_ = std::move(lines); }
+  // Held weakly: their owner (the process's SourceLinesCache, or the caller) may
+  // drop them, and this object's frames keep their names.
+  void set_source_lines(const std::shared_ptr<SourceLines>& lines) noexcept { lines_ = lines; }
 #endif
 
   // Names `address` in `frame`: its function, and its line and inlined functions
@@ -48,23 +50,28 @@ class ObjectSymbols {
       frame.system_name = symbol.name;
     }
 #if SPANPROF_WITH_LIBDW
-    if (lines_) add_source_lines(address, frame);
+    add_source_lines(address, frame);
 #endif
   }
 
  private:
 #if SPANPROF_WITH_LIBDW
   // The function itself keeps the symbol table's name (what a profile without
-  // DWARF calls it too); DWARF names it only when the symbol table does not.
+  // DWARF calls it too); DWARF names it only when the symbol table does not. What
+  // the frame shows of the source's strings is copied here: the source may go.
   void add_source_lines(std::uintptr_t address, ResolvedFrame& frame) {
-    if (!lines_->lookup(address, chain_)) return;
+    const std::shared_ptr<SourceLines> lines = lines_.lock();
+    if (!lines) return;
+    const bool has_line = lines->lookup(address, chain_);
+    lines->note_lookup();
+    if (!has_line) return;
     const DwarfFrame& outer = chain_.back();
-    frame.file = outer.file != nullptr ? std::string_view(outer.file) : std::string_view();
+    frame.file = kept(outer.file);
     frame.line = outer.line;
     frame.start_line = outer.start_line;
     if (frame.function.empty() && outer.name != nullptr) {
       frame.function = dwarf_name(outer);
-      if (outer.mangled) frame.system_name = outer.name;
+      if (outer.mangled) frame.system_name = kept(outer.name);
     }
     if (chain_.size() < 2) return;
     auto [found, fresh] = inlined_.try_emplace(address);
@@ -73,8 +80,8 @@ class ObjectSymbols {
       const DwarfFrame& from = chain_[i];
       InlinedFrame out;
       if (from.name != nullptr) out.function = dwarf_name(from);
-      if (from.mangled) out.system_name = from.name;
-      if (from.file != nullptr) out.file = from.file;
+      if (from.mangled) out.system_name = kept(from.name);
+      out.file = kept(from.file);
       out.line = from.line;
       out.start_line = from.start_line;
       inlined.push_back(out);
@@ -84,14 +91,19 @@ class ObjectSymbols {
   }
 
   std::string_view dwarf_name(const DwarfFrame& frame) {
-    if (!frame.mangled) return frame.name;
-    return *names_.insert(strip_clone_suffixes(demangle_symbol(frame.name))).first;
+    if (!frame.mangled) return kept(frame.name);
+    return *strings_.insert(strip_clone_suffixes(demangle_symbol(frame.name))).first;
   }
 
-  std::shared_ptr<SourceLines> lines_;
+  std::string_view kept(const char* text) {
+    if (text == nullptr) return {};
+    return *strings_.emplace(text).first;
+  }
+
+  std::weak_ptr<SourceLines> lines_;
   // What the DWARF told, kept for the frames handed out (their views point here).
   std::unordered_map<std::uintptr_t, std::vector<InlinedFrame>> inlined_;
-  std::unordered_set<std::string> names_;  // demangled DWARF names
+  std::unordered_set<std::string> strings_;  // the names and files they show
   std::vector<DwarfFrame> chain_;  // one lookup's, reused
 #endif
   std::vector<ElfSymbol> symbols_;  // sorted, one per address

@@ -21,6 +21,7 @@
 #include <libelf.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -45,10 +46,34 @@ class SourceLines {
   virtual ~SourceLines() = default;
   // The chain at `address` (the object's own address: runtime address minus the
   // load bias), innermost first: the functions inlined there, then the function
-  // they were inlined into. False when the address has no line information.
-  // Called by one thread at a time per symbolizer, by several symbolizers at once.
+  // they were inlined into. False when the address has no line information. The
+  // strings stay valid while this source lives. Called by one thread at a time per
+  // symbolizer, by several symbolizers at once.
   virtual bool lookup(std::uint64_t address, std::vector<DwarfFrame>& chain) = 0;
+  // What it keeps, in bytes: the sections it read or inflated (or that libdw
+  // did for it), and what it learned of them.
+  virtual std::uint64_t memory_bytes() noexcept = 0;
+
+  // When it was last looked up, on the process's count of lookups: the process
+  // cache (shared_source_lines.hpp) drops the least recently looked up first.
+  std::uint64_t note_lookup() noexcept {
+    const std::uint64_t now = lookups().fetch_add(1, std::memory_order_relaxed) + 1;
+    last_lookup_.store(now, std::memory_order_relaxed);
+    return now;
+  }
+  std::uint64_t last_lookup() const noexcept { return last_lookup_.load(std::memory_order_relaxed); }
+
+ private:
+  static std::atomic<std::uint64_t>& lookups() noexcept {
+    static std::atomic<std::uint64_t> count{0};
+    return count;
+  }
+  std::atomic<std::uint64_t> last_lookup_{0};
 };
+
+// What an unordered container's node costs beyond its value: the node's link and
+// hash, and its bucket.
+inline constexpr std::uint64_t hash_node_bytes = 3 * sizeof(void*);
 
 // Where GDB looks for the file a .gnu_debuglink section names.
 inline std::vector<std::string> debuglink_candidates(const std::string& path,
