@@ -8177,7 +8177,6 @@ SPANPROF_NAMESPACE_END
 #include <string>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -8250,18 +8249,25 @@ class ObjectSymbols {
 
   std::string_view dwarf_name(const DwarfFrame& frame) {
     if (!frame.mangled) return kept(frame.name);
-    return *strings_.insert(strip_clone_suffixes(demangle_symbol(frame.name))).first;
+    auto [found, fresh] = demangled_.try_emplace(frame.name);
+    if (fresh) found->second = strip_clone_suffixes(demangle_symbol(frame.name));
+    return found->second;
   }
 
   std::string_view kept(const char* text) {
     if (text == nullptr) return {};
-    return *strings_.emplace(text).first;
+    auto [found, fresh] = kept_.try_emplace(text);
+    if (fresh) found->second = text;
+    return found->second;
   }
 
   std::weak_ptr<SourceLines> lines_;
   // What the DWARF told, kept for the frames handed out (their views point here).
   std::unordered_map<std::uintptr_t, std::vector<InlinedFrame>> inlined_;
-  std::unordered_set<std::string> strings_;  // the names and files they show
+  // The names and files they show, copied, by the source's pointer: stable while
+  // the source lives, and nothing is asked of it once it is gone.
+  std::unordered_map<const char*, std::string> kept_;
+  std::unordered_map<const char*, std::string> demangled_;  // DWARF's linkage names
   std::vector<DwarfFrame> chain_;  // one lookup's, reused
 #endif
   std::vector<ElfSymbol> symbols_;  // sorted, one per address
@@ -8272,6 +8278,265 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DETAIL_SYMBOLIZATION_OBJECT_SYMBOLS_HPP_
 // ---- end spanprof/detail/symbolization/object_symbols.hpp ----
+// ---- begin spanprof/detail/symbolization/line_program.hpp ----
+// A DWARF line program (.debug_line, DWARF 2 to 5): bounded reads of its bytes,
+// a table's header, and the state machine that turns its opcodes into rows
+// (SPANPROF_WITH_LIBDW=1). The reader of line tables (line_table_source.hpp)
+// indexes and looks up with it.
+//
+// The bytes are hostile input: every read is checked against the section's end,
+// and every loop ends with the data.
+#ifndef SPANPROF_DETAIL_SYMBOLIZATION_LINE_PROGRAM_HPP_
+#define SPANPROF_DETAIL_SYMBOLIZATION_LINE_PROGRAM_HPP_
+
+
+#if SPANPROF_WITH_LIBDW
+
+#include <dwarf.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// Bounded reads from one section; a read past its end fails the reader, and
+// every later read returns 0.
+class DwarfReader {
+ public:
+  DwarfReader(const std::string& data, std::uint64_t at, std::uint64_t end) noexcept
+      : data_(reinterpret_cast<const unsigned char*>(data.data())), at_(at), end_(std::min<std::uint64_t>(end, data.size())) {
+    if (at_ > end_) fail();
+  }
+  bool ok() const noexcept { return ok_; }
+  bool done() const noexcept { return !ok_ || at_ >= end_; }
+  std::uint64_t at() const noexcept { return at_; }
+  void fail() noexcept {
+    ok_ = false;
+    at_ = end_;
+  }
+  std::uint8_t byte() noexcept {
+    if (at_ >= end_) {
+      fail();
+      return 0;
+    }
+    return data_[at_++];
+  }
+  std::uint64_t fixed(unsigned bytes) noexcept {
+    if (bytes > 8 || end_ - at_ < bytes) {
+      fail();
+      return 0;
+    }
+    std::uint64_t value = 0;
+    for (unsigned i = 0; i < bytes; ++i) value |= std::uint64_t{data_[at_ + i]} << (8 * i);
+    at_ += bytes;
+    return value;
+  }
+  std::uint64_t uleb() noexcept {
+    std::uint64_t value = 0;
+    for (unsigned shift = 0; at_ < end_; shift += 7) {
+      const unsigned byte = data_[at_++];
+      if (shift < 64) value |= std::uint64_t{byte & 0x7fu} << shift;
+      if ((byte & 0x80u) == 0) return value;
+    }
+    fail();
+    return 0;
+  }
+  std::int64_t sleb() noexcept {
+    std::uint64_t value = 0;
+    unsigned shift = 0;
+    for (; at_ < end_; ) {
+      const unsigned byte = data_[at_++];
+      if (shift < 64) value |= std::uint64_t{byte & 0x7fu} << shift;
+      shift += 7;
+      if ((byte & 0x80u) == 0) {
+        if (shift < 64 && (byte & 0x40u) != 0) value |= ~std::uint64_t{0} << shift;
+        return static_cast<std::int64_t>(value);
+      }
+    }
+    fail();
+    return 0;
+  }
+  // A NUL-terminated string in place.
+  std::string_view text() noexcept {
+    const char* start = reinterpret_cast<const char*>(data_) + at_;
+    const void* nul = std::memchr(start, '\0', end_ - at_);
+    if (nul == nullptr) {
+      fail();
+      return {};
+    }
+    const std::string_view out(start, static_cast<const char*>(nul) - start);
+    at_ += out.size() + 1;
+    return out;
+  }
+  void skip(std::uint64_t bytes) noexcept {
+    if (end_ - at_ < bytes) fail();
+    else at_ += bytes;
+  }
+
+ private:
+  const unsigned char* data_;
+  std::uint64_t at_;
+  std::uint64_t end_;
+  bool ok_ = true;
+};
+
+// A line table's header: what running its opcodes needs, and its file names
+// (read the first time an address lands in it).
+struct LineProgramHeader {
+  std::uint64_t end = 0;  // of the table, in .debug_line
+  std::uint64_t program = 0;
+  std::uint16_t version = 0;
+  std::uint8_t offset_size = 4;
+  std::uint8_t address_size = 8;
+  std::uint8_t min_instruction_length = 1;
+  std::uint8_t max_ops_per_instruction = 1;
+  std::int8_t line_base = 0;
+  std::uint8_t line_range = 0;
+  std::uint8_t opcode_base = 0;
+  std::uint64_t opcode_lengths = 0;  // where the standard opcodes' argument counts are
+  std::uint64_t names = 0;           // where its directories and files are described
+};
+
+// The header of the line table at offset `at` of `line` (.debug_line); false
+// when it is not one this reader runs.
+inline bool read_line_program_header(const std::string& line, std::uint64_t at, LineProgramHeader& header) noexcept {
+  DwarfReader in(line, at, line.size());
+  std::uint64_t length = in.fixed(4);
+  if (length == 0xffffffffu) {
+    header.offset_size = 8;
+    length = in.fixed(8);
+  } else if (length >= 0xfffffff0u) {
+    return false;
+  }
+  if (!in.ok() || length > line.size() - in.at()) return false;
+  header.end = in.at() + length;
+  header.version = static_cast<std::uint16_t>(in.fixed(2));
+  if (header.version < 2 || header.version > 5) return false;
+  if (header.version >= 5) {
+    header.address_size = static_cast<std::uint8_t>(in.fixed(1));
+    in.fixed(1);  // segment selector size
+  }
+  const std::uint64_t header_length = in.fixed(header.offset_size);
+  if (!in.ok() || header_length > header.end - in.at()) return false;
+  header.program = in.at() + header_length;
+  header.min_instruction_length = static_cast<std::uint8_t>(in.fixed(1));
+  if (header.version >= 4) header.max_ops_per_instruction = static_cast<std::uint8_t>(in.fixed(1));
+  in.fixed(1);  // default_is_stmt: a lookup takes every row, as libdw's does
+  header.line_base = static_cast<std::int8_t>(in.fixed(1));
+  header.line_range = static_cast<std::uint8_t>(in.fixed(1));
+  header.opcode_base = static_cast<std::uint8_t>(in.fixed(1));
+  header.opcode_lengths = in.at();
+  in.skip(header.opcode_base > 0 ? header.opcode_base - 1u : 0u);
+  header.names = in.at();
+  if (header.max_ops_per_instruction == 0) header.max_ops_per_instruction = 1;
+  if (header.address_size != 4 && header.address_size != 8) header.address_size = 8;
+  return in.ok() && header.line_range != 0 && header.opcode_base != 0 && header.names <= header.program;
+}
+
+// One step of a line program that a caller sees: a row, or a sequence's end.
+struct LineStep {
+  bool end_sequence = false;
+  std::uint64_t address = 0;
+  std::uint64_t file = 1;
+  std::int64_t line = 1;
+  std::uint64_t sequence_opcodes = 0;  // where the sequence this step is in starts
+  std::uint64_t next = 0;              // the next opcode's offset
+};
+
+// Runs the opcodes of a table of `line` (.debug_line) from `step.next` (its
+// program, a sequence's start, or a resume point, with the registers there) to
+// the table's end, handing `visit` each row and each sequence's end; `visit`
+// returns false to stop.
+template <typename Visit>
+void run_line_program(const std::string& line, const LineProgramHeader& header, LineStep step, Visit&& visit) {
+  DwarfReader in(line, step.next, header.end);
+  std::uint64_t op_index = 0;
+  const bool vliw = header.max_ops_per_instruction != 1;
+  auto advance = [&](std::uint64_t operations) {
+    if (!vliw) {
+      step.address += header.min_instruction_length * operations;
+      return;
+    }
+    const std::uint64_t ops = header.max_ops_per_instruction;
+    step.address += header.min_instruction_length * ((op_index + operations) / ops);
+    op_index = (op_index + operations) % ops;
+  };
+  // Worked out once per run, for opcodes that are most of a program's bytes: a
+  // special opcode's operations and line advances (two divisions each, counted
+  // up here instead: a run is as short as one lookup, and libc has thousands of
+  // tables), and how many arguments each standard opcode takes.
+  std::uint8_t operations_of[256];
+  std::int16_t lines_of[256];
+  std::uint8_t arguments_of[256] = {};
+  unsigned operations = 0, line_advance = 0;
+  for (unsigned opcode = header.opcode_base; opcode < 256; ++opcode) {
+    operations_of[opcode] = static_cast<std::uint8_t>(operations);
+    lines_of[opcode] = static_cast<std::int16_t>(header.line_base + static_cast<int>(line_advance));
+    if (++line_advance == header.line_range) {
+      line_advance = 0;
+      ++operations;
+    }
+  }
+  DwarfReader counts(line, header.opcode_lengths, header.names);
+  for (unsigned opcode = 1; opcode < header.opcode_base; ++opcode) arguments_of[opcode] = static_cast<std::uint8_t>(counts.fixed(1));
+  while (!in.done()) {
+    const std::uint8_t opcode = in.byte();
+    if (opcode >= header.opcode_base) {  // a special opcode: advance, then a row
+      advance(operations_of[opcode]);
+      step.line += lines_of[opcode];
+      step.next = in.at();
+      if (!visit(step)) return;
+      continue;
+    }
+    switch (opcode) {
+      case 0: {  // an extended opcode, its length first
+        const std::uint64_t length = in.uleb();
+        if (!in.ok() || length == 0 || length > header.end - in.at()) return;
+        const std::uint64_t next = in.at() + length;
+        const auto extended = static_cast<std::uint8_t>(in.fixed(1));
+        if (extended == DW_LNE_end_sequence) {
+          step.end_sequence = true;
+          step.next = next;
+          if (!visit(step)) return;
+          step = LineStep();
+          step.sequence_opcodes = next;
+          op_index = 0;
+        } else if (extended == DW_LNE_set_address) {
+          step.address = in.fixed(static_cast<unsigned>(std::min<std::uint64_t>(length - 1, 8)));
+          op_index = 0;
+        }
+        in = DwarfReader(line, next, header.end);
+        break;
+      }
+      case DW_LNS_copy:
+        step.next = in.at();
+        if (!visit(step)) return;
+        break;
+      case DW_LNS_advance_pc: advance(in.uleb()); break;
+      case DW_LNS_advance_line: step.line += in.sleb(); break;
+      case DW_LNS_set_file: step.file = in.uleb(); break;
+      case DW_LNS_const_add_pc: advance(operations_of[255]); break;
+      case DW_LNS_fixed_advance_pc:
+        step.address += in.fixed(2);
+        op_index = 0;
+        break;
+      default:  // no row (negate_stmt, set_column, prologue_end...): skip its arguments
+        for (unsigned n = arguments_of[opcode]; n > 0 && !in.done(); --n) in.uleb();
+    }
+  }
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_WITH_LIBDW
+
+#endif  // SPANPROF_DETAIL_SYMBOLIZATION_LINE_PROGRAM_HPP_
+// ---- end spanprof/detail/symbolization/line_program.hpp ----
 // ---- begin spanprof/detail/symbolization/line_table_source.hpp ----
 // Source lines from an object's DWARF line tables alone (.debug_line), without
 // its debug information entries: for a sampled address, its file and line, no
@@ -8280,12 +8545,13 @@ SPANPROF_NAMESPACE_END
 // A distribution's debug file keeps its sections compressed, and libdw inflates
 // every one of them at open, where a profile needs the lines of a few frames. This
 // reader inflates the line tables and the strings their file names use, indexes
-// each sequence's address range once, and runs the one sequence that holds an
-// address the first time that address is asked (then kept): what it keeps is the
-// line tables and one entry per sequence (docs/source-lines.md has the figures).
+// each sequence's address range and resume points once, and for an address runs
+// the part of its sequence from the nearest resume point: what it keeps is the
+// line tables, one entry per sequence and a few per sequence's thousand rows
+// (docs/source-lines.md has the figures). The line program itself is read by
+// line_program.hpp.
 //
-// The file is hostile input: every read is checked against the section's end,
-// every loop ends with the data, a section claiming more than max_section_bytes
+// The file is hostile input: a section claiming more than max_section_bytes
 // inflated is not read.
 #ifndef SPANPROF_DETAIL_SYMBOLIZATION_LINE_TABLE_SOURCE_HPP_
 #define SPANPROF_DETAIL_SYMBOLIZATION_LINE_TABLE_SOURCE_HPP_
@@ -8298,10 +8564,12 @@ SPANPROF_NAMESPACE_END
 #include <gelf.h>
 #include <libelf.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <initializer_list>
 #include <utility>
+#include <cerrno>
 #include <climits>
 #include <cstdint>
 #include <cstring>
@@ -8344,22 +8612,20 @@ class LineTableSource final : public SourceLines {
     return true;
   }
 
-  // The file and line of the row that holds `address` (kept per address asked).
+  // The file and line of the row that holds `address`.
   bool line_at(std::uint64_t address, const char*& file, int& line) {
     std::lock_guard<std::mutex> lock(mutex_);  // shared by symbolizers
-    auto [cached, fresh] = rows_.try_emplace(address);
-    if (fresh) cached->second = row_at(address);
-    file = cached->second.file;
-    line = cached->second.line;
+    const Row row = row_at(address);
+    file = row.file;
+    line = row.line;
     return file != nullptr || line != 0;
   }
 
   std::uint64_t memory_bytes() noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
     std::uint64_t bytes = sizeof *this + line_.capacity() + line_str_.capacity() + str_.capacity() +
-                          sequences_.capacity() * sizeof(Sequence) +
-                          headers_.size() * (sizeof(Header) + sizeof(std::uint32_t) + hash_node_bytes) +
-                          rows_.size() * (sizeof(Row) + sizeof(std::uint64_t) + hash_node_bytes);
+                          sequences_.capacity() * sizeof(Sequence) + checkpoints_.capacity() * sizeof(Checkpoint) +
+                          headers_.size() * (sizeof(Header) + sizeof(std::uint32_t) + hash_node_bytes);
     for (const auto& [table, names] : file_names_) {
       bytes += hash_node_bytes + sizeof names + names.capacity() * sizeof(std::string);
       for (const std::string& name : names) bytes += name.capacity();
@@ -8379,6 +8645,10 @@ class LineTableSource final : public SourceLines {
   // A section larger than this inflated is not read (a hostile header's size).
   static constexpr std::uint64_t max_section_bytes = std::uint64_t{1} << 30;
 
+  using Header = LineProgramHeader;
+  using Reader = DwarfReader;
+  using Step = LineStep;
+
   struct Row {
     const char* file = nullptr;
     int line = 0;
@@ -8390,104 +8660,22 @@ class LineTableSource final : public SourceLines {
     std::uint64_t end;
     std::uint32_t table;
     std::uint32_t opcodes;
+    std::uint32_t first_checkpoint;  // in checkpoints_, by address
+    std::uint32_t checkpoint_count;
   };
-  // A line table's header: what running its opcodes needs, and its file names
-  // (read the first time an address lands in it).
-  struct Header {
-    std::uint64_t end = 0;  // of the table, in .debug_line
-    std::uint64_t program = 0;
-    std::uint16_t version = 0;
-    std::uint8_t offset_size = 4;
-    std::uint8_t address_size = 8;
-    std::uint8_t min_instruction_length = 1;
-    std::uint8_t max_ops_per_instruction = 1;
-    std::int8_t line_base = 0;
-    std::uint8_t line_range = 0;
-    std::uint8_t opcode_base = 0;
-    std::uint64_t opcode_lengths = 0;  // where the standard opcodes' argument counts are
-    std::uint64_t names = 0;           // where its directories and files are described
+  // Where a run can resume inside a sequence: right after one of its rows, with
+  // the registers that row left. Taken every checkpoint_spacing bytes of opcodes,
+  // so that a lookup runs that many at most, not its sequence from the start
+  // (a unit's main sequence may hold thousands of rows, and a profile's addresses
+  // cluster in a few of them).
+  struct Checkpoint {
+    std::uint64_t address;
+    std::int64_t line;
+    std::uint32_t opcodes;  // the next opcode's offset in .debug_line
+    std::uint32_t file;
   };
+  static constexpr std::uint64_t checkpoint_spacing = 512;
 
-  // Bounded reads from one section; a read past its end fails the reader, and
-  // every later read returns 0.
-  class Reader {
-   public:
-    Reader(const std::string& data, std::uint64_t at, std::uint64_t end) noexcept
-        : data_(&data), at_(at), end_(std::min<std::uint64_t>(end, data.size())) {
-      if (at_ > end_) fail();
-    }
-    bool ok() const noexcept { return ok_; }
-    bool done() const noexcept { return !ok_ || at_ >= end_; }
-    std::uint64_t at() const noexcept { return at_; }
-    void fail() noexcept {
-      ok_ = false;
-      at_ = end_;
-    }
-    std::uint8_t byte() noexcept {
-      if (at_ >= end_) {
-        fail();
-        return 0;
-      }
-      return static_cast<std::uint8_t>((*data_)[at_++]);
-    }
-    std::uint64_t fixed(unsigned bytes) noexcept {
-      if (bytes > 8 || end_ - at_ < bytes) {
-        fail();
-        return 0;
-      }
-      std::uint64_t value = 0;
-      for (unsigned i = 0; i < bytes; ++i) value |= std::uint64_t{static_cast<unsigned char>((*data_)[at_ + i])} << (8 * i);
-      at_ += bytes;
-      return value;
-    }
-    std::uint64_t uleb() noexcept {
-      std::uint64_t value = 0;
-      for (unsigned shift = 0; at_ < end_; shift += 7) {
-        const auto byte = static_cast<unsigned char>((*data_)[at_++]);
-        if (shift < 64) value |= std::uint64_t{byte & 0x7fu} << shift;
-        if ((byte & 0x80u) == 0) return value;
-      }
-      fail();
-      return 0;
-    }
-    std::int64_t sleb() noexcept {
-      std::uint64_t value = 0;
-      unsigned shift = 0;
-      for (; at_ < end_; ) {
-        const auto byte = static_cast<unsigned char>((*data_)[at_++]);
-        if (shift < 64) value |= std::uint64_t{byte & 0x7fu} << shift;
-        shift += 7;
-        if ((byte & 0x80u) == 0) {
-          if (shift < 64 && (byte & 0x40u) != 0) value |= ~std::uint64_t{0} << shift;
-          return static_cast<std::int64_t>(value);
-        }
-      }
-      fail();
-      return 0;
-    }
-    // A NUL-terminated string in place.
-    std::string_view text() noexcept {
-      const char* start = data_->data() + at_;
-      const void* nul = std::memchr(start, '\0', end_ - at_);
-      if (nul == nullptr) {
-        fail();
-        return {};
-      }
-      const std::string_view out(start, static_cast<const char*>(nul) - start);
-      at_ += out.size() + 1;
-      return out;
-    }
-    void skip(std::uint64_t bytes) noexcept {
-      if (end_ - at_ < bytes) fail();
-      else at_ += bytes;
-    }
-
-   private:
-    const std::string* data_;
-    std::uint64_t at_;
-    std::uint64_t end_;
-    bool ok_ = true;
-  };
 
   LineTableSource() = default;
 
@@ -8509,13 +8697,15 @@ class LineTableSource final : public SourceLines {
     // Read with pread, not mapped: a file that shrinks under a mapping is a SIGBUS.
     Elf* elf = ::elf_begin(fd, ELF_C_READ, nullptr);
     const bool ours = elf != nullptr && ::elf_kind(elf) == ELF_K_ELF && same_build(elf, build_id_);
-    if (ours) read_sections(elf, wanted);
+    if (ours) read_sections(fd, elf, wanted);
     if (elf != nullptr) ::elf_end(elf);
     ::close(fd);
     return ours;
   }
 
-  void read_sections(Elf* elf, std::initializer_list<std::pair<const char*, std::string*>> wanted) {
+  // Each straight into its place: libelf's own copy of a section, inflated or
+  // not, would be freed at once, and the allocator keeps such memory resident.
+  void read_sections(int fd, Elf* elf, std::initializer_list<std::pair<const char*, std::string*>> wanted) {
     std::size_t names = 0;
     if (::elf_getshdrstrndx(elf, &names) != 0) return;
     for (Elf_Scn* section = ::elf_nextscn(elf, nullptr); section != nullptr; section = ::elf_nextscn(elf, section)) {
@@ -8527,164 +8717,111 @@ class LineTableSource final : public SourceLines {
       for (const auto& [wanted_name, out] : wanted)
         if (std::strcmp(name, wanted_name) == 0) into = out;
       if (into == nullptr) continue;
-      if ((header.sh_flags & SHF_COMPRESSED) != 0) {
-        GElf_Chdr compressed;
-        if (::gelf_getchdr(section, &compressed) == nullptr || compressed.ch_size > max_section_bytes ||
-            ::elf_compress(section, 0, 0) < 0)
-          continue;
-      } else if (header.sh_size > max_section_bytes) {
-        continue;
-      }
-      Elf_Data* data = ::elf_getdata(section, nullptr);
-      if (data == nullptr || data->d_buf == nullptr) continue;
-      into->assign(static_cast<const char*>(data->d_buf), data->d_size);
+      const bool read = (header.sh_flags & SHF_COMPRESSED) != 0 ? inflate_section(elf, section, *into)
+                                                                : read_section(fd, header, *into);
+      if (!read) into->clear();
     }
   }
 
-  // Each table's header, and each sequence's address range and first opcode,
-  // found by running every table's opcodes once and keeping no row.
+  static bool read_section(int fd, const GElf_Shdr& header, std::string& out) {
+    if (header.sh_size > max_section_bytes) return false;
+    out.resize(header.sh_size);
+    std::uint64_t done = 0;
+    while (done < out.size()) {
+      const ssize_t n = ::pread(fd, &out[done], out.size() - done, static_cast<off_t>(header.sh_offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      done += static_cast<std::uint64_t>(n);
+    }
+    return true;
+  }
+
+  // A section compressed with zlib (SHF_COMPRESSED, ELFCOMPRESS_ZLIB), inflated from
+  // the raw bytes libelf read.
+  static bool inflate_section(Elf* elf, Elf_Scn* section, std::string& out) {
+    GElf_Chdr compressed;
+    if (::gelf_getchdr(section, &compressed) == nullptr || compressed.ch_type != ELFCOMPRESS_ZLIB ||
+        compressed.ch_size > max_section_bytes)
+      return false;
+    const std::size_t header_size = ::gelf_fsize(elf, ELF_T_CHDR, 1, EV_CURRENT);
+    const Elf_Data* raw = ::elf_rawdata(section, nullptr);
+    if (raw == nullptr || raw->d_buf == nullptr || header_size == 0 || raw->d_size < header_size ||
+        raw->d_size - header_size > UINT_MAX)
+      return false;
+    out.resize(compressed.ch_size);
+    z_stream stream{};
+    if (::inflateInit(&stream) != Z_OK) return false;
+    stream.next_in = static_cast<Bytef*>(raw->d_buf) + header_size;
+    stream.avail_in = static_cast<uInt>(raw->d_size - header_size);
+    stream.next_out = reinterpret_cast<Bytef*>(&out[0]);
+    stream.avail_out = static_cast<uInt>(out.size());
+    const int status = ::inflate(&stream, Z_FINISH);
+    const bool whole = status == Z_STREAM_END && stream.total_out == out.size();
+    ::inflateEnd(&stream);
+    return whole;
+  }
+
+  // Each table's header, and each sequence's address range, first opcode and
+  // checkpoints, found by running every table's opcodes once.
   bool index_sequences() {
     for (std::uint64_t at = 0; at < line_.size() && at <= UINT32_MAX;) {
       Header header;
-      if (!read_header(at, header)) break;
+      if (!read_line_program_header(line_, at, header)) break;
       const auto table = static_cast<std::uint32_t>(at);
       std::uint64_t first = 0;
       bool started = false;
-      run(header, header.program, [&](const Step& step) {
+      std::size_t sequence_checkpoints = checkpoints_.size();  // the sequence's first
+      // Only where a sequence's addresses never go back, as DWARF requires (a
+      // damaged one is run from its start); VLIW's operation index is not kept.
+      bool resumable = header.max_ops_per_instruction == 1;
+      std::uint64_t last_opcodes = 0, last_address = 0;
+      Step start;
+      start.next = start.sequence_opcodes = header.program;
+      run_line_program(line_, header, start, [&](const Step& step) {
         if (!step.end_sequence) {
-          if (!started) first = step.address;
+          if (!started) {
+            first = step.address;
+            sequence_checkpoints = checkpoints_.size();
+            last_opcodes = step.sequence_opcodes;
+            last_address = step.address;
+          }
           started = true;
+          if (step.address < last_address) resumable = false;
+          last_address = step.address;
+          if (resumable && step.next - last_opcodes >= checkpoint_spacing && step.next <= UINT32_MAX &&
+              step.file <= UINT32_MAX) {
+            checkpoints_.push_back({step.address, step.line, static_cast<std::uint32_t>(step.next),
+                                    static_cast<std::uint32_t>(step.file)});
+            last_opcodes = step.next;
+          }
           return true;
         }
+        std::size_t count = checkpoints_.size() - sequence_checkpoints;
         // A sequence of code the linker discarded starts at 0 (or at a tombstone past its end).
-        if (started && first != 0 && step.address > first && step.sequence_opcodes <= UINT32_MAX)
-          sequences_.push_back({first, step.address, table, static_cast<std::uint32_t>(step.sequence_opcodes)});
+        if (started && first != 0 && step.address > first && step.sequence_opcodes <= UINT32_MAX) {
+          if (!resumable) {
+            checkpoints_.resize(sequence_checkpoints);
+            count = 0;
+          }
+          sequences_.push_back({first, step.address, table, static_cast<std::uint32_t>(step.sequence_opcodes),
+                                static_cast<std::uint32_t>(count != 0 ? sequence_checkpoints : 0),
+                                static_cast<std::uint32_t>(count)});
+        } else if (started) {
+          checkpoints_.resize(sequence_checkpoints);
+        }
         started = false;
+        resumable = header.max_ops_per_instruction == 1;
         return true;
       });
+      if (started) checkpoints_.resize(sequence_checkpoints);  // a sequence the table never ended
       headers_.emplace(table, header);
       at = header.end;
     }
     std::sort(sequences_.begin(), sequences_.end(),
               [](const Sequence& a, const Sequence& b) { return a.start < b.start; });
     sequences_.shrink_to_fit();
+    checkpoints_.shrink_to_fit();
     return !sequences_.empty();
-  }
-
-  bool read_header(std::uint64_t at, Header& header) const noexcept {
-    Reader in(line_, at, line_.size());
-    std::uint64_t length = in.fixed(4);
-    if (length == 0xffffffffu) {
-      header.offset_size = 8;
-      length = in.fixed(8);
-    } else if (length >= 0xfffffff0u) {
-      return false;
-    }
-    if (!in.ok() || length > line_.size() - in.at()) return false;
-    header.end = in.at() + length;
-    header.version = static_cast<std::uint16_t>(in.fixed(2));
-    if (header.version < 2 || header.version > 5) return false;
-    if (header.version >= 5) {
-      header.address_size = static_cast<std::uint8_t>(in.fixed(1));
-      in.fixed(1);  // segment selector size
-    }
-    const std::uint64_t header_length = in.fixed(header.offset_size);
-    if (!in.ok() || header_length > header.end - in.at()) return false;
-    header.program = in.at() + header_length;
-    header.min_instruction_length = static_cast<std::uint8_t>(in.fixed(1));
-    if (header.version >= 4) header.max_ops_per_instruction = static_cast<std::uint8_t>(in.fixed(1));
-    in.fixed(1);  // default_is_stmt: a lookup takes every row, as libdw's does
-    header.line_base = static_cast<std::int8_t>(in.fixed(1));
-    header.line_range = static_cast<std::uint8_t>(in.fixed(1));
-    header.opcode_base = static_cast<std::uint8_t>(in.fixed(1));
-    header.opcode_lengths = in.at();
-    in.skip(header.opcode_base > 0 ? header.opcode_base - 1u : 0u);
-    header.names = in.at();
-    if (header.max_ops_per_instruction == 0) header.max_ops_per_instruction = 1;
-    if (header.address_size != 4 && header.address_size != 8) header.address_size = 8;
-    return in.ok() && header.line_range != 0 && header.opcode_base != 0 && header.names <= header.program;
-  }
-
-  // One step of a line program that a caller sees: a row, or a sequence's end.
-  struct Step {
-    bool end_sequence = false;
-    std::uint64_t address = 0;
-    std::uint64_t file = 1;
-    std::int64_t line = 1;
-    std::uint64_t sequence_opcodes = 0;  // where the sequence this step is in starts
-  };
-
-  // Runs a table's opcodes from `from` (its program, or a sequence's start) to the
-  // table's end, handing `visit` each row and each sequence's end; `visit` returns
-  // false to stop.
-  template <typename Visit>
-  void run(const Header& header, std::uint64_t from, Visit&& visit) const {
-    Reader in(line_, from, header.end);
-    Step step;
-    step.sequence_opcodes = from;
-    std::uint64_t op_index = 0;
-    auto advance = [&](std::uint64_t operations) {
-      if (header.max_ops_per_instruction == 1) {
-        step.address += header.min_instruction_length * operations;
-        return;
-      }
-      const std::uint64_t ops = header.max_ops_per_instruction;  // VLIW
-      step.address += header.min_instruction_length * ((op_index + operations) / ops);
-      op_index = (op_index + operations) % ops;
-    };
-    // A special opcode's operation and line advances, worked out once per run:
-    // special opcodes are most of a program's bytes, each would cost two divisions.
-    std::uint8_t operations_of[256];
-    std::int16_t lines_of[256];
-    for (unsigned opcode = header.opcode_base; opcode < 256; ++opcode) {
-      const unsigned adjusted = opcode - header.opcode_base;
-      operations_of[opcode] = static_cast<std::uint8_t>(adjusted / header.line_range);
-      lines_of[opcode] = static_cast<std::int16_t>(header.line_base + static_cast<int>(adjusted % header.line_range));
-    }
-    while (!in.done()) {
-      const std::uint8_t opcode = in.byte();
-      if (opcode >= header.opcode_base) {  // a special opcode: advance, then a row
-        advance(operations_of[opcode]);
-        step.line += lines_of[opcode];
-        if (!visit(step)) return;
-        continue;
-      }
-      switch (opcode) {
-        case 0: {  // an extended opcode, its length first
-          const std::uint64_t length = in.uleb();
-          if (!in.ok() || length == 0 || length > header.end - in.at()) return;
-          const std::uint64_t next = in.at() + length;
-          const auto extended = static_cast<std::uint8_t>(in.fixed(1));
-          if (extended == DW_LNE_end_sequence) {
-            step.end_sequence = true;
-            if (!visit(step)) return;
-            step = Step();
-            step.sequence_opcodes = next;
-            op_index = 0;
-          } else if (extended == DW_LNE_set_address) {
-            step.address = in.fixed(static_cast<unsigned>(std::min<std::uint64_t>(length - 1, 8)));
-            op_index = 0;
-          }
-          in = Reader(line_, next, header.end);
-          break;
-        }
-        case DW_LNS_copy:
-          if (!visit(step)) return;
-          break;
-        case DW_LNS_advance_pc: advance(in.uleb()); break;
-        case DW_LNS_advance_line: step.line += in.sleb(); break;
-        case DW_LNS_set_file: step.file = in.uleb(); break;
-        case DW_LNS_const_add_pc: advance(operations_of[255]); break;
-        case DW_LNS_fixed_advance_pc:
-          step.address += in.fixed(2);
-          op_index = 0;
-          break;
-        default: {  // no row (negate_stmt, set_column, prologue_end...): skip its arguments
-          Reader count(line_, header.opcode_lengths + opcode - 1u, header.names);
-          for (std::uint64_t n = count.fixed(1); n > 0 && !in.done(); --n) in.uleb();
-        }
-      }
-    }
   }
 
   // The row that holds `address`: the last one at or before it in its sequence.
@@ -8701,7 +8838,21 @@ class LineTableSource final : public SourceLines {
     if (header == headers_.end()) return {};
     Step found;
     bool have = false;
-    run(header->second, sequence->opcodes, [&](const Step& step) {
+    Step start;
+    start.next = start.sequence_opcodes = sequence->opcodes;
+    const auto checkpoints = checkpoints_.begin() + sequence->first_checkpoint;
+    const auto resume = std::upper_bound(checkpoints, checkpoints + sequence->checkpoint_count, address,
+                                         [](std::uint64_t a, const Checkpoint& c) { return a < c.address; });
+    if (resume != checkpoints) {  // the row it was taken at is the last one so far at or before `address`
+      const Checkpoint& checkpoint = *(resume - 1);
+      start.address = checkpoint.address;
+      start.file = checkpoint.file;
+      start.line = checkpoint.line;
+      start.next = checkpoint.opcodes;
+      found = start;
+      have = true;
+    }
+    run_line_program(line_, header->second, start, [&](const Step& step) {
       if (step.end_sequence || step.address > address) return false;
       found = step;
       have = true;
@@ -8819,9 +8970,9 @@ class LineTableSource final : public SourceLines {
   bool strings_read_ = false;
   std::vector<Sequence> sequences_;    // by start
   std::unordered_map<std::uint32_t, Header> headers_;  // by the table's offset
-  // By table; built once each, so the names rows_ points at stay.
+  std::vector<Checkpoint> checkpoints_;  // each sequence's, by address
+  // By table; built once each, so the names handed out stay.
   std::unordered_map<std::uint32_t, std::vector<std::string>> file_names_;
-  std::unordered_map<std::uint64_t, Row> rows_;  // by address asked
 };
 
 }  // namespace detail

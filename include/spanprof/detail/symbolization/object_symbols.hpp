@@ -19,7 +19,6 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -92,18 +91,25 @@ class ObjectSymbols {
 
   std::string_view dwarf_name(const DwarfFrame& frame) {
     if (!frame.mangled) return kept(frame.name);
-    return *strings_.insert(strip_clone_suffixes(demangle_symbol(frame.name))).first;
+    auto [found, fresh] = demangled_.try_emplace(frame.name);
+    if (fresh) found->second = strip_clone_suffixes(demangle_symbol(frame.name));
+    return found->second;
   }
 
   std::string_view kept(const char* text) {
     if (text == nullptr) return {};
-    return *strings_.emplace(text).first;
+    auto [found, fresh] = kept_.try_emplace(text);
+    if (fresh) found->second = text;
+    return found->second;
   }
 
   std::weak_ptr<SourceLines> lines_;
   // What the DWARF told, kept for the frames handed out (their views point here).
   std::unordered_map<std::uintptr_t, std::vector<InlinedFrame>> inlined_;
-  std::unordered_set<std::string> strings_;  // the names and files they show
+  // The names and files they show, copied, by the source's pointer: stable while
+  // the source lives, and nothing is asked of it once it is gone.
+  std::unordered_map<const char*, std::string> kept_;
+  std::unordered_map<const char*, std::string> demangled_;  // DWARF's linkage names
   std::vector<DwarfFrame> chain_;  // one lookup's, reused
 #endif
   std::vector<ElfSymbol> symbols_;  // sorted, one per address
