@@ -12,6 +12,8 @@ server finds libc's separate debug file: the figures show what that costs.
   python3 bench/lines_cost.py --lines build/ci/cmake/bench/spanprof_server_bench \\
                               --names build/names/bench/spanprof_server_bench [--seconds 20] [--rounds 3]
   python3 bench/lines_cost.py ... --soak 600    # with lines only: RSS every 30 s
+  python3 bench/lines_cost.py ... --mode system_lines    # libc's frames with lines too
+  python3 bench/lines_cost.py ... --mode no_debug_files  # as without the debug packages
 """
 import argparse
 import os
@@ -36,8 +38,8 @@ def sender_cpu_ms(pid):
     return server_bench.thread_cpu_ns(pid).get("spanprof-send", 0) / 1e6
 
 
-def one_round(binaries, seconds, connections, server_cores, load_cores):
-    servers = {name: server_bench.Server(binary, "default", server_cores) for name, binary in binaries.items()}
+def one_round(binaries, mode, seconds, connections, server_cores, load_cores):
+    servers = {name: server_bench.Server(binary, mode, server_cores) for name, binary in binaries.items()}
     try:
         sender_at_start = {name: sender_cpu_ms(s.process.pid) for name, s in servers.items()}
         loads = [subprocess.Popen(server_bench.pinned(server_bench.load_command(s.port, seconds, connections), load_cores),
@@ -57,8 +59,8 @@ def one_round(binaries, seconds, connections, server_cores, load_cores):
                    "served": served[name]} for name in binaries}
 
 
-def soak(binary, seconds, connections, server_cores, load_cores):
-    server = server_bench.Server(binary, "default", server_cores)
+def soak(binary, mode, seconds, connections, server_cores, load_cores):
+    server = server_bench.Server(binary, mode, server_cores)
     try:
         load = subprocess.Popen(server_bench.pinned(server_bench.load_command(server.port, seconds, connections),
                                                     load_cores), stdout=subprocess.DEVNULL)
@@ -77,6 +79,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--lines", required=True, help="the server built with libdw")
     parser.add_argument("--names", default="", help="the server built with -DSPANPROF_LIBDW=OFF")
+    parser.add_argument("--mode", default="default",
+                        help="the servers' mode (bench/server_bench.cpp): system_lines, no_debug_files, ...")
     parser.add_argument("--seconds", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=4)
@@ -85,12 +89,12 @@ def main():
     parser.add_argument("--soak", type=int, default=0, help="seconds of one with-lines soak instead")
     args = parser.parse_args()
     if args.soak:
-        soak(args.lines, args.soak, args.connections, args.server_cores, args.load_cores)
+        soak(args.lines, args.mode, args.soak, args.connections, args.server_cores, args.load_cores)
         return
     binaries = {"lines": args.lines, "names": args.names}
     rounds = []
     for n in range(args.rounds):
-        result = one_round(binaries, args.seconds, args.connections, args.server_cores, args.load_cores)
+        result = one_round(binaries, args.mode, args.seconds, args.connections, args.server_cores, args.load_cores)
         rounds.append(result)
         print(f"round {n + 1}: " + "; ".join(
             f"{name} RSS {r['rss_5s_kb'] / 1024:.1f} MB at 5 s, {r['rss_end_kb'] / 1024:.1f} MB at "

@@ -20,6 +20,10 @@
 //   wall         spanprof::cpu | spanprof::wall per request
 //   no_watch     default, with the CPU watch off (Options::watch_cpu_ticks): the timer alone
 //   time_split   default, with each span's time split (Options::time_split)
+//   system_lines default, system libraries' frames with their file and line from
+//                their debug files (Options::system_library_lines = line_tables)
+//   no_debug_files  default, no debug directory: as without the distribution's
+//                debug packages (Options::debug_directories empty)
 //   gperftools   gperftools' ProfilerStart for the whole process, no spans
 // Profiles go to an uploader that counts them (per span unless batched), so no
 // disk or network I/O is measured, only what spanprof does.
@@ -98,6 +102,8 @@ int main(int argc, char** argv) {
     else if (mode == "no_watch") options.watch_cpu_ticks = false;
     else if (mode == "frequent") options.frequency_hz = 1000;
     else if (mode == "time_split") options.time_split = true;
+    else if (mode == "system_lines") options.system_library_lines = spanprof::SystemLibraryLines::line_tables;
+    else if (mode == "no_debug_files") options.debug_directories.clear();
     else if (mode != "default" && mode != "idle") {
       std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
       return 2;

@@ -99,6 +99,8 @@ std::vector<VariableCase> variable_cases() {
       {"SPANPROF_SPOOL_MAX_MB", "16", "0", {}, [](const Options& o) { return o.spool_max_bytes == (16u << 20); }},
       {"SPANPROF_SOURCE_LINES_MAX_MB", "8", "-1", {},
        [](const Options& o) { return o.source_lines_max_bytes == (8u << 20); }},
+      {"SPANPROF_SYSTEM_LIBRARY_LINES", "line_tables", "all", {},
+       [](const Options& o) { return o.system_library_lines == spanprof::SystemLibraryLines::line_tables; }},
       {"SPANPROF_UPLOAD_ATTEMPTS", "7", "101", {}, [](const Options& o) { return o.retry.max_attempts == 7; }},
       {"SPANPROF_QUEUE_OVERFLOW", "drop_oldest", "block", {},
        [](const Options& o) { return o.queue_overflow == spanprof::OverflowPolicy::drop_oldest; }},

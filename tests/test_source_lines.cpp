@@ -365,10 +365,18 @@ TEST_CASE("a libc frame has its file and line from libc's separate debug file, r
   Dl_info loaded{};
   REQUIRE(::dladdr(clock_read, &loaded) != 0);
   ::dlclose(libc);
-  spanprof::detail::ElfSymbolizer symbolizer;
+  spanprof::ElfSymbolizerOptions with_line_tables;
+  with_line_tables.system_library_lines = spanprof::SystemLibraryLines::line_tables;
+  spanprof::detail::ElfSymbolizer symbolizer(with_line_tables);
   const auto address = reinterpret_cast<std::uintptr_t>(clock_read) + 4;
   const spanprof::ResolvedFrame frame = symbolizer.resolve(address);
   REQUIRE(frame.module != nullptr);
+  // By default, a system library's frames have their names only.
+  spanprof::detail::ElfSymbolizer by_default;
+  const spanprof::ResolvedFrame named = by_default.resolve(address);
+  CHECK(named.function.find("clock_gettime") != std::string_view::npos);
+  CHECK(named.file.empty());
+  CHECK(named.line == 0);
   const std::string path = frame.module->path, build_id = frame.module->build_id;
   if (build_id.size() < 3 ||
       ::access(spanprof::detail::build_id_debug_path(build_id, "/usr/lib/debug").c_str(), R_OK) != 0) {

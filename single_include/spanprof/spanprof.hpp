@@ -3857,10 +3857,29 @@ class CallbackSymbolizer final : public Symbolizer {
   Callback callback_;
 };
 
+// How much of a system library's DWARF the default symbolizer reads.
+enum class SystemLibraryLines {
+  none,               // names from its symbol tables only
+  line_tables,        // each frame's file and line, no inlined frames
+  inlined_functions,  // lines and inlined frames, all of its DWARF read, as the program's
+};
+
+constexpr std::string_view to_string(SystemLibraryLines lines) noexcept {
+  switch (lines) {
+    case SystemLibraryLines::none: return "none";
+    case SystemLibraryLines::line_tables: return "line_tables";
+    case SystemLibraryLines::inlined_functions: return "inlined_functions";
+  }
+  return "unknown";
+}
+
 // The default, make_elf_symbolizer(), reads the ELF symbol tables of the objects
 // loaded in this process: symbolization/elf_symbolizer.hpp. Its defaults, which
 // Options (runtime/options.hpp) states through them:
 namespace detail {
+// A system library's lines cost a process more than the program's: its debug
+// file's line tables inflated, and indexed, for a few frames (docs/source-lines.md).
+inline constexpr SystemLibraryLines default_system_library_lines = SystemLibraryLines::none;
 // Where distributions put separate debug files (GDB's debug-file-directory).
 inline constexpr const char* default_debug_directory = "/usr/lib/debug";
 // What the process's sources of lines may keep (docs/source-lines.md).
@@ -3972,6 +3991,9 @@ struct Options {
   // looked up least recently lose their lines and keep their names
   // (Stats::source_lines_dropped; docs/source-lines.md).
   std::uint64_t source_lines_max_bytes = detail::default_source_lines_max_bytes;
+  // How much of a system library's DWARF (a distribution's debug package) the
+  // default symbolizer reads: names only by default; the program's is read whole.
+  SystemLibraryLines system_library_lines = detail::default_system_library_lines;
   std::string service_name;  // recorded in every profile as a comment
   // Publishes the process context for profilers outside the process (OTEP 4719): a
   // mapping named OTEL_CTX with service.name, process.pid, the SDK and the names of
@@ -9499,22 +9521,14 @@ SPANPROF_NAMESPACE_END
 
 SPANPROF_NAMESPACE_BEGIN
 
-// How much of a system library's DWARF the symbolizer reads.
-enum class SystemLibraryLines {
-  none,               // names from its symbol tables only
-  line_tables,        // each frame's file and line, no inlined frames
-  inlined_functions,  // lines and inlined frames, all of its DWARF read, as the program's
-};
-
 // How the default symbolizer reads the objects of the process.
 struct ElfSymbolizerOptions {
   // False: names from the symbol tables only, DWARF never read.
   bool source_lines = true;
   // For an object under /lib, /usr/lib, /lib64 or /usr/lib64 (other than the
-  // program): its DWARF is a distribution's debug file, compressed, and reading all
-  // of it inflates all of it, for the few frames a profile holds; its line tables
-  // are a fraction of it (docs/source-lines.md).
-  SystemLibraryLines system_library_lines = SystemLibraryLines::line_tables;
+  // program): its DWARF is a distribution's debug file, compressed, and inflated
+  // whole even for its line tables alone, for the few frames a profile holds.
+  SystemLibraryLines system_library_lines = detail::default_system_library_lines;
   // What the process's sources of lines may keep together (sections read or
   // inflated, and what was learned of them). Past it, the objects looked up least
   // recently lose their lines for good and keep their names (Stats::source_lines_dropped).
@@ -18321,6 +18335,7 @@ inline constexpr const char* profile_kind_names[] = {"cpu", "heap", "wall"};
 inline constexpr const char* engine_names[] = {"sampling", "classic"};  // CpuEngine, HeapEngine
 inline constexpr const char* cpu_sample_source_names[] = {"automatic", "perf_event", "posix_timer"};
 inline constexpr const char* overflow_policy_names[] = {"drop_newest", "drop_oldest"};
+inline constexpr const char* system_library_lines_names[] = {"none", "line_tables", "inlined_functions"};
 // The head samplers, named as OpenTelemetry names its trace samplers.
 inline constexpr const char* head_sampler_names[] = {"always_on",   "always_off", "traceidratio", "probability",
                                                      "parentbased_always_on", "parentbased_traceidratio"};
@@ -18333,7 +18348,8 @@ constexpr bool names_match(const char* const (&names)[N]) {
   return true;
 }
 static_assert(names_match<ProfileKind>(profile_kind_names) && names_match<CpuEngine>(engine_names) &&
-                  names_match<HeapEngine>(engine_names) && names_match<CpuSampleSource>(cpu_sample_source_names),
+                  names_match<HeapEngine>(engine_names) && names_match<CpuSampleSource>(cpu_sample_source_names) &&
+                  names_match<SystemLibraryLines>(system_library_lines_names),
               "describe() and the variables spell an enumerator as to_string() does");
 
 // The stack sampler's own bound. Compiled out (SPANPROF_ENABLED=0) there is no
@@ -18510,6 +18526,9 @@ inline constexpr Setting settings[] = {
         "source_lines_max_bytes", "SPANPROF_SOURCE_LINES_MAX_MB", EG::delivery,
         format::mebibytes(1, std::int64_t{1} << 20),
         "What the source lines of all objects may keep; past it, the least recently used lose lines, keep names."),
+    setting<&Options::system_library_lines>(
+        "system_library_lines", "SPANPROF_SYSTEM_LIBRARY_LINES", EG::delivery, format::choice(system_library_lines_names),
+        "How much of a system library's debug file is read: names only, line tables (file and line), or all of it."),
     setting<&Options::service_name>(
         "service_name", "OTEL_SERVICE_NAME", EG::service, format::text(),
         "The service: a comment in every profile, Pyroscope's application name and OTLP's service.name."),
@@ -19174,6 +19193,7 @@ inline std::unique_ptr<Symbolizer> default_symbolizer(const Options& options) {
   ElfSymbolizerOptions symbolizer;
   symbolizer.debug_directories = split_directory_list(options.debug_directories);
   symbolizer.source_lines_max_bytes = options.source_lines_max_bytes;
+  symbolizer.system_library_lines = options.system_library_lines;
   return make_elf_symbolizer(std::move(symbolizer));
 }
 

@@ -110,6 +110,9 @@ struct Options {
   // looked up least recently lose their lines and keep their names
   // (Stats::source_lines_dropped; docs/source-lines.md).
   std::uint64_t source_lines_max_bytes = detail::default_source_lines_max_bytes;
+  // How much of a system library's DWARF (a distribution's debug package) the
+  // default symbolizer reads: names only by default; the program's is read whole.
+  SystemLibraryLines system_library_lines = detail::default_system_library_lines;
   std::string service_name;  // recorded in every profile as a comment
   // Publishes the process context for profilers outside the process (OTEP 4719): a
   // mapping named OTEL_CTX with service.name, process.pid, the SDK and the names of

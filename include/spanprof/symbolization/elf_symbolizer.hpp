@@ -38,22 +38,14 @@
 
 SPANPROF_NAMESPACE_BEGIN
 
-// How much of a system library's DWARF the symbolizer reads.
-enum class SystemLibraryLines {
-  none,               // names from its symbol tables only
-  line_tables,        // each frame's file and line, no inlined frames
-  inlined_functions,  // lines and inlined frames, all of its DWARF read, as the program's
-};
-
 // How the default symbolizer reads the objects of the process.
 struct ElfSymbolizerOptions {
   // False: names from the symbol tables only, DWARF never read.
   bool source_lines = true;
   // For an object under /lib, /usr/lib, /lib64 or /usr/lib64 (other than the
-  // program): its DWARF is a distribution's debug file, compressed, and reading all
-  // of it inflates all of it, for the few frames a profile holds; its line tables
-  // are a fraction of it (docs/source-lines.md).
-  SystemLibraryLines system_library_lines = SystemLibraryLines::line_tables;
+  // program): its DWARF is a distribution's debug file, compressed, and inflated
+  // whole even for its line tables alone, for the few frames a profile holds.
+  SystemLibraryLines system_library_lines = detail::default_system_library_lines;
   // What the process's sources of lines may keep together (sections read or
   // inflated, and what was learned of them). Past it, the objects looked up least
   // recently lose their lines for good and keep their names (Stats::source_lines_dropped).

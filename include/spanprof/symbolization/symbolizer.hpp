@@ -94,10 +94,29 @@ class CallbackSymbolizer final : public Symbolizer {
   Callback callback_;
 };
 
+// How much of a system library's DWARF the default symbolizer reads.
+enum class SystemLibraryLines {
+  none,               // names from its symbol tables only
+  line_tables,        // each frame's file and line, no inlined frames
+  inlined_functions,  // lines and inlined frames, all of its DWARF read, as the program's
+};
+
+constexpr std::string_view to_string(SystemLibraryLines lines) noexcept {
+  switch (lines) {
+    case SystemLibraryLines::none: return "none";
+    case SystemLibraryLines::line_tables: return "line_tables";
+    case SystemLibraryLines::inlined_functions: return "inlined_functions";
+  }
+  return "unknown";
+}
+
 // The default, make_elf_symbolizer(), reads the ELF symbol tables of the objects
 // loaded in this process: symbolization/elf_symbolizer.hpp. Its defaults, which
 // Options (runtime/options.hpp) states through them:
 namespace detail {
+// A system library's lines cost a process more than the program's: its debug
+// file's line tables inflated, and indexed, for a few frames (docs/source-lines.md).
+inline constexpr SystemLibraryLines default_system_library_lines = SystemLibraryLines::none;
 // Where distributions put separate debug files (GDB's debug-file-directory).
 inline constexpr const char* default_debug_directory = "/usr/lib/debug";
 // What the process's sources of lines may keep (docs/source-lines.md).

@@ -62,6 +62,7 @@ inline std::unique_ptr<Symbolizer> default_symbolizer(const Options& options) {
   ElfSymbolizerOptions symbolizer;
   symbolizer.debug_directories = split_directory_list(options.debug_directories);
   symbolizer.source_lines_max_bytes = options.source_lines_max_bytes;
+  symbolizer.system_library_lines = options.system_library_lines;
   return make_elf_symbolizer(std::move(symbolizer));
 }
 

@@ -49,6 +49,7 @@ inline constexpr const char* profile_kind_names[] = {"cpu", "heap", "wall"};
 inline constexpr const char* engine_names[] = {"sampling", "classic"};  // CpuEngine, HeapEngine
 inline constexpr const char* cpu_sample_source_names[] = {"automatic", "perf_event", "posix_timer"};
 inline constexpr const char* overflow_policy_names[] = {"drop_newest", "drop_oldest"};
+inline constexpr const char* system_library_lines_names[] = {"none", "line_tables", "inlined_functions"};
 // The head samplers, named as OpenTelemetry names its trace samplers.
 inline constexpr const char* head_sampler_names[] = {"always_on",   "always_off", "traceidratio", "probability",
                                                      "parentbased_always_on", "parentbased_traceidratio"};
@@ -61,7 +62,8 @@ constexpr bool names_match(const char* const (&names)[N]) {
   return true;
 }
 static_assert(names_match<ProfileKind>(profile_kind_names) && names_match<CpuEngine>(engine_names) &&
-                  names_match<HeapEngine>(engine_names) && names_match<CpuSampleSource>(cpu_sample_source_names),
+                  names_match<HeapEngine>(engine_names) && names_match<CpuSampleSource>(cpu_sample_source_names) &&
+                  names_match<SystemLibraryLines>(system_library_lines_names),
               "describe() and the variables spell an enumerator as to_string() does");
 
 // The stack sampler's own bound. Compiled out (SPANPROF_ENABLED=0) there is no
@@ -238,6 +240,9 @@ inline constexpr Setting settings[] = {
         "source_lines_max_bytes", "SPANPROF_SOURCE_LINES_MAX_MB", EG::delivery,
         format::mebibytes(1, std::int64_t{1} << 20),
         "What the source lines of all objects may keep; past it, the least recently used lose lines, keep names."),
+    setting<&Options::system_library_lines>(
+        "system_library_lines", "SPANPROF_SYSTEM_LIBRARY_LINES", EG::delivery, format::choice(system_library_lines_names),
+        "How much of a system library's debug file is read: names only, line tables (file and line), or all of it."),
     setting<&Options::service_name>(
         "service_name", "OTEL_SERVICE_NAME", EG::service, format::text(),
         "The service: a comment in every profile, Pyroscope's application name and OTLP's service.name."),
