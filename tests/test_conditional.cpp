@@ -3,6 +3,7 @@
 // profiling a name whose latency jumped, and the decision counters.
 #include "support/catch.hpp"
 #include "support/collector.hpp"
+#include "support/test_helpers.hpp"
 
 #include <spanprof/spanprof.hpp>
 
@@ -295,6 +296,52 @@ TEST_CASE("the adaptive trigger profiles the next spans of a name whose latency 
   CHECK(after.kept_triggered - before.kept_triggered == 3);
   CHECK(after.triggers_armed == 1);
   CHECK(after.head_declined - before.head_declined == 50);
+  CHECK(trigger->counters().spans_triggered == 3);
+}
+
+// A request (RequestProfile) is admitted and decided as a guard is: the trigger
+// times the requests the head sampler declines, and profiles the next ones of a
+// name whose latency jumped, whichever threads run them.
+TEST_CASE("the adaptive trigger profiles the next requests of a name whose latency jumped", "[trigger][requests]") {
+  spanprof::AdaptiveTriggerOptions trigger_options;
+  trigger_options.min_observations = 16;
+  trigger_options.observe_one_in = 1;
+  trigger_options.spans_to_profile = 3;
+  auto trigger = std::make_shared<spanprof::AdaptiveTrigger>(trigger_options);
+  spanprof::Options options = options_with(nullptr, 1000);
+  options.head_sampler = std::make_shared<spanprof::NeverSampler>();  // nothing profiled unless triggered
+  options.trigger = trigger;
+  Collector collector(options);
+  const auto before = spanprof::stats();
+  const auto run_request = [](unsigned number, double cpu_seconds) {
+    spanprof::RequestProfile request(span_number(number), "GET /orders");
+    std::thread([&] {
+      spanprof::Fragment fragment(request);
+      burn_cpu(cpu_seconds);
+    }).join();
+    request.end();
+  };
+  for (unsigned i = 0; i < 40; ++i) run_request(900 + i, 0.001);
+  spanprof::flush();
+  CHECK(collector.profiles().empty());
+  CHECK(trigger->counters().observed == 40);
+  for (unsigned i = 0; i < 10; ++i) run_request(950 + i, 0.03);  // 30x slower than its baseline
+  spanprof::flush();
+  const auto profiles = collector.profiles();
+  REQUIRE(profiles.size() == 3);  // exactly N requests, then it stands down
+  for (const auto& p : profiles) {
+    check_reason(p, "triggered");
+    CHECK(p.meta.record.span_name == "GET /orders");
+#ifndef SPANPROF_TESTS_UNDER_TSAN  // TSan delivers a signal late, at its next intercepted call
+    CHECK(spanprof_test::share_on_stack(p.decoded, "burn_cpu", 1) > 0.9);  // what the fragment's thread ran
+#endif
+  }
+  const auto after = spanprof::stats();
+  CHECK(after.kept_triggered - before.kept_triggered == 3);
+  CHECK(after.triggers_armed == 1);
+  CHECK(after.head_declined - before.head_declined == 50);
+  CHECK(after.profiles_started - before.profiles_started == 3);
+  CHECK(after.discarded_by_tail_policy - before.discarded_by_tail_policy == 0);
   CHECK(trigger->counters().spans_triggered == 3);
 }
 

@@ -515,6 +515,41 @@ TEST_CASE("gRPC: a failed RPC is kept by a keep-errors policy; an OK one is not"
   }
 }
 
+// An RPC is admitted and decided as a guard is: the trigger times the RPCs the
+// head sampler declines, and profiles the next ones of a method whose latency jumped.
+TEST_CASE("gRPC: the adaptive trigger profiles the next RPCs of a method whose latency jumped", "[grpc][trigger]") {
+  spanprof::AdaptiveTriggerOptions trigger_options;
+  trigger_options.min_observations = 16;
+  trigger_options.observe_one_in = 1;
+  trigger_options.spans_to_profile = 3;
+  auto trigger = std::make_shared<spanprof::AdaptiveTrigger>(trigger_options);
+  spanprof::Options options;
+  options.frequency_hz = 1000;
+  options.head_sampler = std::make_shared<spanprof::NeverSampler>();  // nothing profiled unless triggered
+  options.trigger = trigger;
+  Collector collector(options);
+  Servers servers;
+  for (unsigned i = 0; i < 40; ++i) CHECK(quote(*servers.sync, spanprof::format_traceparent(span_number(7600 + i)), 1).ok());
+  REQUIRE(wait_for_no_rpcs());
+  CHECK(collector.profiles().empty());
+  CHECK(trigger->counters().observed == 40);
+  for (unsigned i = 0; i < 10; ++i)  // 30x slower than its baseline
+    CHECK(quote(*servers.sync, spanprof::format_traceparent(span_number(7650 + i)), 30).ok());
+  REQUIRE(wait_for_no_rpcs());
+  spanprof::flush();
+  const auto profiles = collector.profiles();
+  REQUIRE(profiles.size() == 3);  // exactly N RPCs, then it stands down
+  for (const auto& p : profiles) {
+    CHECK(p.meta.record.reason == spanprof::ProfileReason::triggered);
+    CHECK(p.meta.record.span_name == "/spanprof.example.Checkout/Quote");
+    const std::string id = p.meta.record.span.span_id.to_hex();
+    bool slow = false;
+    for (unsigned i = 0; i < 10; ++i) slow = slow || id == span_number(7650 + i).span_id.to_hex();
+    CHECK(slow);
+  }
+  CHECK(trigger->counters().spans_triggered == 3);
+}
+
 TEST_CASE("gRPC: cancelled and deadline-exceeded RPCs leak nothing and are kept as errors", "[grpc]") {
   spanprof::Options options;
   options.frequency_hz = 1000;

@@ -3543,7 +3543,8 @@ class RequestProfile {
     if (state_ != nullptr) detail::release_request(*state_);
   }
 
-  // True when the request is being profiled (and has not ended through this handle).
+  // True when the request is being profiled, or timed for the adaptive trigger
+  // (its fragments then record nothing), and has not ended through this handle.
   bool active() const noexcept { return state_ != nullptr; }
 
   // Marks the request as failed, for tail policies that keep errored requests.
@@ -19978,6 +19979,73 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DETAIL_HAND_OVER_HPP_
 // ---- end spanprof/detail/hand_over.hpp ----
+// ---- begin spanprof/detail/span_decision.hpp ----
+// Internal. The decisions every way to open a span makes, a guard's
+// (guard_core-inl.hpp) and a request's (request-inl.hpp, request_state.hpp)
+// alike: what the adaptive trigger makes of a span the head sampler declined,
+// and what a span's end decides of its profile.
+#ifndef SPANPROF_DETAIL_SPAN_DECISION_HPP_
+#define SPANPROF_DETAIL_SPAN_DECISION_HPP_
+
+
+#if SPANPROF_ENABLED
+
+#include <cstdint>
+#include <string_view>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// Declined spans of this thread left before one is timed for the adaptive trigger.
+inline thread_local std::uint32_t trigger_observe_countdown = 0;
+
+enum class TriggerVerdict : std::uint8_t {
+  none,     // not profiled, not timed
+  profile,  // its name is armed: profiled as triggered
+  observe,  // timed for the trigger only: one declined span in observe_one_in per thread
+};
+
+// What the adaptive trigger makes of a span the head sampler declined; `name_hash`
+// is the name's hash when the verdict is not none.
+inline TriggerVerdict trigger_verdict(AdaptiveTrigger& trigger, const SpanContext& span, std::string_view name,
+                                      std::uint64_t& name_hash) noexcept {
+  name_hash = 0;
+  if (trigger.any_armed() && span.valid()) {
+    name_hash = AdaptiveTrigger::hash_name(name);
+    if (trigger.take(name_hash)) return TriggerVerdict::profile;
+  }
+  std::uint32_t& countdown = trigger_observe_countdown;
+  if (countdown > 1) {
+    --countdown;
+    return TriggerVerdict::none;
+  }
+  countdown = trigger.options().observe_one_in;
+  if (name_hash == 0) name_hash = AdaptiveTrigger::hash_name(name);
+  return TriggerVerdict::observe;
+}
+
+// What a profiled span's end decides: the tail policy's verdict (none: kept as
+// sampled); kept anyway when the trigger asked for the span, under the more
+// telling reason if any; and the trigger, if any, learns the span's latency
+// (`name_hash` 0: hashed here).
+inline TailDecision decide_at_end(TailPolicy* policy, AdaptiveTrigger* trigger, bool triggered,
+                                  std::uint64_t name_hash, SpanOutcome& outcome) noexcept {
+  TailDecision decision = TailDecision::keep_as(ProfileReason::sampled);
+  if (policy != nullptr) decision = policy->decide(outcome);
+  if (triggered && (!decision.keep || decision.reason == ProfileReason::sampled))
+    decision = TailDecision::keep_as(ProfileReason::triggered);
+  if (trigger != nullptr)
+    trigger->observe(name_hash != 0 ? name_hash : AdaptiveTrigger::hash_name(outcome.span_name), outcome.duration_ns);
+  return decision;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_DETAIL_SPAN_DECISION_HPP_
+// ---- end spanprof/detail/span_decision.hpp ----
 // ---- begin spanprof/detail/request_state.hpp ----
 // Internal. The shared state of a request profiled across threads (request.hpp): the
 // samples its fragments recorded, and when it is over.
@@ -20041,6 +20109,9 @@ class RequestState {
     ProfileKinds kinds;
     std::uint64_t generation = 0;  // the configuration whose samplers record it
     std::shared_ptr<TailPolicy> tail_policy;
+    std::shared_ptr<AdaptiveTrigger> trigger;
+    TriggerVerdict declined = TriggerVerdict::none;  // head sampler said no: profiled or timed for the trigger
+    std::uint64_t name_hash = 0;                      // for the trigger, when declined
   };
 
   // Null when out of memory (the request is then not profiled).
@@ -20053,6 +20124,10 @@ class RequestState {
     state->kinds_ = identity.kinds;
     state->generation_ = identity.generation;
     state->tail_policy_ = std::move(identity.tail_policy);
+    state->trigger_ = std::move(identity.trigger);
+    state->triggered_ = identity.declined == TriggerVerdict::profile;
+    state->observe_only_ = identity.declined == TriggerVerdict::observe;
+    state->name_hash_ = identity.name_hash;
     fill_thread_context(state->thread_context_, identity.span, identity.name);
     state->start_ns_ = monotonic_now_ns();
     state->start_unix_ns_ = realtime_now_ns();
@@ -20108,6 +20183,7 @@ class RequestState {
   // A thread starts running the request: false once it has ended (not profiled).
   // A running fragment holds a reference of its own.
   bool enter_fragment() noexcept {
+    if (observe_only_) return false;  // timed for the trigger: records nothing
     std::uint64_t before = life_.load(std::memory_order_relaxed);
     do {
       if ((before & (ended_bit | delivered_bit)) != 0) return false;
@@ -20211,21 +20287,26 @@ class RequestState {
   }
 
   TailDecision decide(std::int64_t duration) noexcept {
+    if (observe_only_) {
+      trigger_->observe(name_hash_, duration);
+      return TailDecision::discard();
+    }
     if (discarded_.load(std::memory_order_relaxed)) return TailDecision::discard();
-    if (!tail_policy_) return TailDecision::keep_as(ProfileReason::sampled);
+    if (!tail_policy_ && !trigger_ && !triggered_) return TailDecision::keep_as(ProfileReason::sampled);
     SpanOutcome outcome{span_, std::string_view(name_, name_length_), duration,
                         errored_.load(std::memory_order_relaxed)};
-    {
+    if (tail_policy_) {
       std::lock_guard<std::mutex> lock(mutex_);
       outcome.time = time_;
     }
-    return tail_policy_->decide(outcome);
+    return decide_at_end(tail_policy_.get(), trigger_.get(), triggered_, name_hash_, outcome);
   }
 
   // Once per request, by the one thread that marked it delivered (or freed it): no
   // fragment runs any more, so the records are this thread's alone. True when a
   // profile was handed over.
   bool deliver(bool abandoned) noexcept {
+    if (observe_only_) return false;  // ended: the trigger has its latency; abandoned: none to give
     if (abandoned) {
       count(Counter::requests_abandoned);
       end_ns_ = monotonic_now_ns();
@@ -20267,6 +20348,10 @@ class RequestState {
   ProfileKinds kinds_;
   std::uint64_t generation_ = 0;
   std::shared_ptr<TailPolicy> tail_policy_;
+  std::shared_ptr<AdaptiveTrigger> trigger_;
+  bool triggered_ = false;     // profiled because the trigger asked for its name
+  bool observe_only_ = false;  // not profiled: timed for the trigger
+  std::uint64_t name_hash_ = 0;
   std::int64_t start_ns_ = 0;
   std::int64_t start_unix_ns_ = 0;
   // Written once by the thread that claimed the end, published by the ended bit.
@@ -20308,9 +20393,6 @@ SPANPROF_NAMESPACE_END
 
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
-
-// Turned-down guards of this thread left before one is timed for the adaptive trigger.
-inline thread_local std::uint32_t trigger_observe_countdown = 0;
 
 void config_for_first_guard() noexcept {
   GuardHostState& state = guard_host_state();
@@ -20399,25 +20481,15 @@ inline void GuardCore::prepare(const RunningConfig& config, ConfigReader& reader
 void GuardCore::declined(const GuardGate& gate, ConfigReader& reader, const SpanContext& span,
                          std::string_view span_name, ProfileKinds kinds, bool configured) noexcept {
   const RunningConfig& config = running_config(gate);
-  AdaptiveTrigger& trigger = *config.trigger;
   std::uint64_t name_hash = 0;
-  if (trigger.any_armed() && span.valid()) {
-    name_hash = AdaptiveTrigger::hash_name(span_name);
-    if (trigger.take(name_hash)) {
-      prepare(config, reader);
-      name_hash_ = name_hash;
-      begin(config, span, span_name, configured ? config.profiles : kinds, true);
-      return;
-    }
-  }
-  std::uint32_t& countdown = trigger_observe_countdown;
-  if (countdown > 1) {
-    --countdown;
+  const TriggerVerdict verdict = trigger_verdict(*config.trigger, span, span_name, name_hash);
+  if (verdict == TriggerVerdict::none) return;
+  prepare(config, reader);
+  name_hash_ = name_hash;
+  if (verdict == TriggerVerdict::profile) {
+    begin(config, span, span_name, configured ? config.profiles : kinds, true);
     return;
   }
-  countdown = trigger.options().observe_one_in;
-  prepare(config, reader);
-  name_hash_ = name_hash != 0 ? name_hash : AdaptiveTrigger::hash_name(span_name);
   observe_only_ = true;
   start_ns_ = monotonic_now_ns();
 }
@@ -20570,18 +20642,12 @@ inline void GuardCore::decide_and_close() noexcept {
     return;
   }
   const std::int64_t duration = duration_ns_ >= 0 ? duration_ns_ : monotonic_now_ns() - start_ns_;
-  const std::string_view name(name_, name_length_);
-  TailDecision decision = TailDecision::keep_as(ProfileReason::sampled);
-  if (config.tail_policy) {
-    SpanOutcome outcome{span_, name, duration, failed()};
-    if (timed_) outcome.time = closing_time_split;
-    decision = config.tail_policy->decide(outcome);
-    if (timed_) closing_time_split = outcome.time;  // a policy that closed a guard of its own wrote it
-  }
-  // A span the trigger asked for is kept, under the more telling reason if any.
-  if (triggered_ && (!decision.keep || decision.reason == ProfileReason::sampled))
-    decision = TailDecision::keep_as(ProfileReason::triggered);
-  if (config.trigger) config.trigger->observe(name_hash_ ? name_hash_ : AdaptiveTrigger::hash_name(name), duration);
+  SpanOutcome outcome{span_, std::string_view(name_, name_length_), duration,
+                      config.tail_policy ? failed() : false};
+  if (timed_) outcome.time = closing_time_split;
+  const TailDecision decision =
+      decide_at_end(config.tail_policy.get(), config.trigger.get(), triggered_, name_hash_, outcome);
+  if (timed_) closing_time_split = outcome.time;  // a policy that closed a guard of its own wrote it
   if (decision.keep) count(kept_counter(decision.reason));
   else count(Counter::discarded_by_tail_policy);
   keep_ = decision.keep;
@@ -20900,23 +20966,30 @@ RequestState* begin_request(const SpanContext& span, std::string_view name, Prof
     reader.leave(inside);
     return nullptr;
   }
+  const RunningConfig& config = running_config(*gate);
+  TriggerVerdict declined = TriggerVerdict::none;
+  std::uint64_t name_hash = 0;
+  // As a guard's open: the head sampler sees every span, the adaptive trigger the
+  // ones it declined, and ids are checked only for a request about to be profiled.
   if (head_declines(*gate, span, name)) {
     thread->add(Counter::head_declined, 1);
-    reader.leave(inside);
-    return nullptr;
+    if (gate->has_trigger) declined = trigger_verdict(*config.trigger, span, name, name_hash);
+    if (declined == TriggerVerdict::none) {
+      reader.leave(inside);
+      return nullptr;
+    }
   }
-  if (!span.valid()) {
+  if (declined != TriggerVerdict::observe && !span.valid()) {
     reader.leave(inside);
     report_error(ErrorCode::invalid_span_context, "a request was given an invalid trace or span id; not profiled");
     return nullptr;
   }
-  const RunningConfig& config = running_config(*gate);
-  RequestState::Identity identity{span, name, configured ? config.profiles : kinds, config.sampler.generation,
-                                  config.tail_policy};
+  RequestState::Identity identity{span,        name, configured ? config.profiles : kinds, config.sampler.generation,
+                                  config.tail_policy, config.trigger, declined, name_hash};
   reader.leave(inside);
   RequestState* state = RequestState::create(std::move(identity));
   if (state == nullptr) report_error(ErrorCode::internal, "out of memory beginning a request's profile; not profiled");
-  else count(Counter::profiles_started);
+  else if (declined != TriggerVerdict::observe) count(Counter::profiles_started);
   return state;
 }
 

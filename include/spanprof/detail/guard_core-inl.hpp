@@ -18,6 +18,7 @@
 #include <spanprof/detail/hand_over.hpp>
 #include <spanprof/detail/request_state.hpp>
 #include <spanprof/detail/runtime/running_config.hpp>
+#include <spanprof/detail/span_decision.hpp>
 #include <spanprof/policy/adaptive_trigger.hpp>
 #include <spanprof/policy/tail_policy.hpp>
 
@@ -34,9 +35,6 @@
 
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
-
-// Turned-down guards of this thread left before one is timed for the adaptive trigger.
-inline thread_local std::uint32_t trigger_observe_countdown = 0;
 
 void config_for_first_guard() noexcept {
   GuardHostState& state = guard_host_state();
@@ -125,25 +123,15 @@ inline void GuardCore::prepare(const RunningConfig& config, ConfigReader& reader
 void GuardCore::declined(const GuardGate& gate, ConfigReader& reader, const SpanContext& span,
                          std::string_view span_name, ProfileKinds kinds, bool configured) noexcept {
   const RunningConfig& config = running_config(gate);
-  AdaptiveTrigger& trigger = *config.trigger;
   std::uint64_t name_hash = 0;
-  if (trigger.any_armed() && span.valid()) {
-    name_hash = AdaptiveTrigger::hash_name(span_name);
-    if (trigger.take(name_hash)) {
-      prepare(config, reader);
-      name_hash_ = name_hash;
-      begin(config, span, span_name, configured ? config.profiles : kinds, true);
-      return;
-    }
-  }
-  std::uint32_t& countdown = trigger_observe_countdown;
-  if (countdown > 1) {
-    --countdown;
+  const TriggerVerdict verdict = trigger_verdict(*config.trigger, span, span_name, name_hash);
+  if (verdict == TriggerVerdict::none) return;
+  prepare(config, reader);
+  name_hash_ = name_hash;
+  if (verdict == TriggerVerdict::profile) {
+    begin(config, span, span_name, configured ? config.profiles : kinds, true);
     return;
   }
-  countdown = trigger.options().observe_one_in;
-  prepare(config, reader);
-  name_hash_ = name_hash != 0 ? name_hash : AdaptiveTrigger::hash_name(span_name);
   observe_only_ = true;
   start_ns_ = monotonic_now_ns();
 }
@@ -296,18 +284,12 @@ inline void GuardCore::decide_and_close() noexcept {
     return;
   }
   const std::int64_t duration = duration_ns_ >= 0 ? duration_ns_ : monotonic_now_ns() - start_ns_;
-  const std::string_view name(name_, name_length_);
-  TailDecision decision = TailDecision::keep_as(ProfileReason::sampled);
-  if (config.tail_policy) {
-    SpanOutcome outcome{span_, name, duration, failed()};
-    if (timed_) outcome.time = closing_time_split;
-    decision = config.tail_policy->decide(outcome);
-    if (timed_) closing_time_split = outcome.time;  // a policy that closed a guard of its own wrote it
-  }
-  // A span the trigger asked for is kept, under the more telling reason if any.
-  if (triggered_ && (!decision.keep || decision.reason == ProfileReason::sampled))
-    decision = TailDecision::keep_as(ProfileReason::triggered);
-  if (config.trigger) config.trigger->observe(name_hash_ ? name_hash_ : AdaptiveTrigger::hash_name(name), duration);
+  SpanOutcome outcome{span_, std::string_view(name_, name_length_), duration,
+                      config.tail_policy ? failed() : false};
+  if (timed_) outcome.time = closing_time_split;
+  const TailDecision decision =
+      decide_at_end(config.tail_policy.get(), config.trigger.get(), triggered_, name_hash_, outcome);
+  if (timed_) closing_time_split = outcome.time;  // a policy that closed a guard of its own wrote it
   if (decision.keep) count(kept_counter(decision.reason));
   else count(Counter::discarded_by_tail_policy);
   keep_ = decision.keep;

@@ -35,23 +35,30 @@ RequestState* begin_request(const SpanContext& span, std::string_view name, Prof
     reader.leave(inside);
     return nullptr;
   }
+  const RunningConfig& config = running_config(*gate);
+  TriggerVerdict declined = TriggerVerdict::none;
+  std::uint64_t name_hash = 0;
+  // As a guard's open: the head sampler sees every span, the adaptive trigger the
+  // ones it declined, and ids are checked only for a request about to be profiled.
   if (head_declines(*gate, span, name)) {
     thread->add(Counter::head_declined, 1);
-    reader.leave(inside);
-    return nullptr;
+    if (gate->has_trigger) declined = trigger_verdict(*config.trigger, span, name, name_hash);
+    if (declined == TriggerVerdict::none) {
+      reader.leave(inside);
+      return nullptr;
+    }
   }
-  if (!span.valid()) {
+  if (declined != TriggerVerdict::observe && !span.valid()) {
     reader.leave(inside);
     report_error(ErrorCode::invalid_span_context, "a request was given an invalid trace or span id; not profiled");
     return nullptr;
   }
-  const RunningConfig& config = running_config(*gate);
-  RequestState::Identity identity{span, name, configured ? config.profiles : kinds, config.sampler.generation,
-                                  config.tail_policy};
+  RequestState::Identity identity{span,        name, configured ? config.profiles : kinds, config.sampler.generation,
+                                  config.tail_policy, config.trigger, declined, name_hash};
   reader.leave(inside);
   RequestState* state = RequestState::create(std::move(identity));
   if (state == nullptr) report_error(ErrorCode::internal, "out of memory beginning a request's profile; not profiled");
-  else count(Counter::profiles_started);
+  else if (declined != TriggerVerdict::observe) count(Counter::profiles_started);
   return state;
 }
 

@@ -21,6 +21,7 @@
 #include <spanprof/policy/tail_policy.hpp>
 #include <spanprof/profile/profile.hpp>
 #include <spanprof/detail/runtime/running_config.hpp>
+#include <spanprof/detail/span_decision.hpp>
 #include <spanprof/span/span_context.hpp>
 #include <spanprof/detail/span/thread_context.hpp>
 
@@ -73,6 +74,9 @@ class RequestState {
     ProfileKinds kinds;
     std::uint64_t generation = 0;  // the configuration whose samplers record it
     std::shared_ptr<TailPolicy> tail_policy;
+    std::shared_ptr<AdaptiveTrigger> trigger;
+    TriggerVerdict declined = TriggerVerdict::none;  // head sampler said no: profiled or timed for the trigger
+    std::uint64_t name_hash = 0;                      // for the trigger, when declined
   };
 
   // Null when out of memory (the request is then not profiled).
@@ -85,6 +89,10 @@ class RequestState {
     state->kinds_ = identity.kinds;
     state->generation_ = identity.generation;
     state->tail_policy_ = std::move(identity.tail_policy);
+    state->trigger_ = std::move(identity.trigger);
+    state->triggered_ = identity.declined == TriggerVerdict::profile;
+    state->observe_only_ = identity.declined == TriggerVerdict::observe;
+    state->name_hash_ = identity.name_hash;
     fill_thread_context(state->thread_context_, identity.span, identity.name);
     state->start_ns_ = monotonic_now_ns();
     state->start_unix_ns_ = realtime_now_ns();
@@ -140,6 +148,7 @@ class RequestState {
   // A thread starts running the request: false once it has ended (not profiled).
   // A running fragment holds a reference of its own.
   bool enter_fragment() noexcept {
+    if (observe_only_) return false;  // timed for the trigger: records nothing
     std::uint64_t before = life_.load(std::memory_order_relaxed);
     do {
       if ((before & (ended_bit | delivered_bit)) != 0) return false;
@@ -243,21 +252,26 @@ class RequestState {
   }
 
   TailDecision decide(std::int64_t duration) noexcept {
+    if (observe_only_) {
+      trigger_->observe(name_hash_, duration);
+      return TailDecision::discard();
+    }
     if (discarded_.load(std::memory_order_relaxed)) return TailDecision::discard();
-    if (!tail_policy_) return TailDecision::keep_as(ProfileReason::sampled);
+    if (!tail_policy_ && !trigger_ && !triggered_) return TailDecision::keep_as(ProfileReason::sampled);
     SpanOutcome outcome{span_, std::string_view(name_, name_length_), duration,
                         errored_.load(std::memory_order_relaxed)};
-    {
+    if (tail_policy_) {
       std::lock_guard<std::mutex> lock(mutex_);
       outcome.time = time_;
     }
-    return tail_policy_->decide(outcome);
+    return decide_at_end(tail_policy_.get(), trigger_.get(), triggered_, name_hash_, outcome);
   }
 
   // Once per request, by the one thread that marked it delivered (or freed it): no
   // fragment runs any more, so the records are this thread's alone. True when a
   // profile was handed over.
   bool deliver(bool abandoned) noexcept {
+    if (observe_only_) return false;  // ended: the trigger has its latency; abandoned: none to give
     if (abandoned) {
       count(Counter::requests_abandoned);
       end_ns_ = monotonic_now_ns();
@@ -299,6 +313,10 @@ class RequestState {
   ProfileKinds kinds_;
   std::uint64_t generation_ = 0;
   std::shared_ptr<TailPolicy> tail_policy_;
+  std::shared_ptr<AdaptiveTrigger> trigger_;
+  bool triggered_ = false;     // profiled because the trigger asked for its name
+  bool observe_only_ = false;  // not profiled: timed for the trigger
+  std::uint64_t name_hash_ = 0;
   std::int64_t start_ns_ = 0;
   std::int64_t start_unix_ns_ = 0;
   // Written once by the thread that claimed the end, published by the ended bit.
