@@ -90,8 +90,7 @@ class RequestState {
     state->generation_ = identity.generation;
     state->tail_policy_ = std::move(identity.tail_policy);
     state->trigger_ = std::move(identity.trigger);
-    state->triggered_ = identity.declined == TriggerVerdict::profile;
-    state->observe_only_ = identity.declined == TriggerVerdict::observe;
+    state->declined_ = identity.declined;
     state->name_hash_ = identity.name_hash;
     fill_thread_context(state->thread_context_, identity.span, identity.name);
     state->start_ns_ = monotonic_now_ns();
@@ -148,7 +147,7 @@ class RequestState {
   // A thread starts running the request: false once it has ended (not profiled).
   // A running fragment holds a reference of its own.
   bool enter_fragment() noexcept {
-    if (observe_only_) return false;  // timed for the trigger: records nothing
+    if (declined_ == TriggerVerdict::observe) return false;  // timed for the trigger: records nothing
     std::uint64_t before = life_.load(std::memory_order_relaxed);
     do {
       if ((before & (ended_bit | delivered_bit)) != 0) return false;
@@ -252,26 +251,28 @@ class RequestState {
   }
 
   TailDecision decide(std::int64_t duration) noexcept {
-    if (observe_only_) {
+    if (declined_ == TriggerVerdict::observe) {
       trigger_->observe(name_hash_, duration);
       return TailDecision::discard();
     }
     if (discarded_.load(std::memory_order_relaxed)) return TailDecision::discard();
-    if (!tail_policy_ && !trigger_ && !triggered_) return TailDecision::keep_as(ProfileReason::sampled);
+    const bool triggered = declined_ == TriggerVerdict::profile;
+    if (!tail_policy_ && !trigger_ && !triggered) return TailDecision::keep_as(ProfileReason::sampled);
     SpanOutcome outcome{span_, std::string_view(name_, name_length_), duration,
                         errored_.load(std::memory_order_relaxed)};
     if (tail_policy_) {
       std::lock_guard<std::mutex> lock(mutex_);
       outcome.time = time_;
     }
-    return decide_at_end(tail_policy_.get(), trigger_.get(), triggered_, name_hash_, outcome);
+    return decide_at_end(tail_policy_.get(), trigger_.get(), triggered, name_hash_, outcome);
   }
 
   // Once per request, by the one thread that marked it delivered (or freed it): no
   // fragment runs any more, so the records are this thread's alone. True when a
   // profile was handed over.
   bool deliver(bool abandoned) noexcept {
-    if (observe_only_) return false;  // ended: the trigger has its latency; abandoned: none to give
+    // Timed for the trigger: ended, it has its latency; abandoned, there is none to give.
+    if (declined_ == TriggerVerdict::observe) return false;
     if (abandoned) {
       count(Counter::requests_abandoned);
       end_ns_ = monotonic_now_ns();
@@ -314,8 +315,9 @@ class RequestState {
   std::uint64_t generation_ = 0;
   std::shared_ptr<TailPolicy> tail_policy_;
   std::shared_ptr<AdaptiveTrigger> trigger_;
-  bool triggered_ = false;     // profiled because the trigger asked for its name
-  bool observe_only_ = false;  // not profiled: timed for the trigger
+  // What the trigger made of it when the head sampler declined it: profiled
+  // because the trigger asked for its name, or timed only (none: sampled).
+  TriggerVerdict declined_ = TriggerVerdict::none;
   std::uint64_t name_hash_ = 0;
   std::int64_t start_ns_ = 0;
   std::int64_t start_unix_ns_ = 0;
