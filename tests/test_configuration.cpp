@@ -13,8 +13,10 @@
 
 #include <csignal>
 #include <cstdlib>
+#include <algorithm>
 #include <fstream>
 #include <functional>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -407,6 +409,134 @@ TEST_CASE("every built-in default lies in its row's range; an object's is unset"
   std::vector<spanprof::ConfigurationProblem> problems;
   spanprof::detail::check_code_values(options, problems);
   CHECK(problems.empty());
+}
+
+namespace {
+
+// The members of struct Options, as its header declares them.
+std::vector<std::string> declared_options_members() {
+  std::ifstream in(std::string(SPANPROF_TEST_SOURCE_DIR) + "/include/spanprof/runtime/options.hpp");
+  std::vector<std::string> members;
+  std::string line;
+  bool inside = false;
+  const std::regex member(R"(^[A-Za-z_][A-Za-z0-9_:<>, *&]*[ >*&]([a-z_][a-z0-9_]*)( = [^;]*|\{[^;]*\})?;$)");
+  while (std::getline(in, line)) {
+    if (line == "struct Options {") inside = true;
+    else if (inside && line == "};") break;
+    if (!inside) continue;
+    line = line.substr(0, line.find("//"));
+    while (!line.empty() && (line.back() == ' ')) line.pop_back();
+    const auto first = line.find_first_not_of(' ');
+    if (first == std::string::npos || line.find('(') != std::string::npos) continue;  // blank, or a constructor
+    std::smatch match;
+    const std::string declaration = line.substr(first);
+    if (std::regex_match(declaration, match, member)) members.push_back(match[1]);
+  }
+  return members;
+}
+
+// Every field of the start plan a row feeds, as text.
+std::string plan_text(const spanprof::detail::StartPlan& plan) {
+  std::ostringstream out;
+  const auto& c = plan.capture;
+  const auto& s = c.sampler;
+  const auto& d = plan.delivery;
+  out << "profiles=" << c.profiles.contains(spanprof::ProfileKind::cpu) << c.profiles.contains(spanprof::ProfileKind::heap)
+      << c.profiles.contains(spanprof::ProfileKind::wall) << " cpu_engine=" << static_cast<int>(c.cpu_engine)
+      << " heap_engine=" << static_cast<int>(c.heap_engine) << " source=" << static_cast<int>(s.source)
+      << " period=" << s.period_ns << " wall_period=" << s.wall_period_ns << " depth=" << s.max_depth
+      << " words=" << s.buffer_words << " idle=" << s.idle_ticks_before_disarm << " watch=" << s.watch_cpu
+      << " heap=" << c.heap.interval_bytes << "/" << c.heap.max_depth << "/" << c.heap.log_words
+      << " time_split=" << c.time_split << " head=" << c.head_sampler.get() << " tail=" << c.tail_policy.get()
+      << " trigger=" << c.trigger.get() << " capacity=" << d.capacity << " overflow=" << static_cast<int>(d.overflow)
+      << " retry=" << d.retry.max_attempts << "/" << d.retry.initial_backoff.count() << "/"
+      << d.retry.max_backoff.count() << "/" << d.retry.jitter << " spool=" << d.spool_directory << "/"
+      << d.spool_max_bytes << " symbolizer=" << d.symbolizer.get() << " clock=" << d.clock.get() << " uploaders=";
+  for (const auto& uploader : d.uploaders) out << uploader.get() << ",";
+  out << " signal=" << plan.signal_number << " output=" << plan.output_directory
+      << " lines=" << plan.symbolizer.source_lines << "/" << static_cast<int>(plan.symbolizer.system_library_lines)
+      << "/" << plan.symbolizer.source_lines_max_bytes << " debug=";
+  for (const auto& directory : plan.symbolizer.debug_directories) out << directory << ":";
+  out << " service=" << plan.service_name << " context=" << plan.publish_process_context;
+  return out.str();
+}
+
+// Options with `row`'s member set to each value its row accepts that is not the
+// default (an object: one of the test's), until the plan changes.
+bool some_value_changes_the_plan(const spanprof::detail::Setting& row) {
+  using spanprof::detail::ValueKind;
+  const Options defaults(spanprof::ignore_environment);
+  const std::string default_plan = plan_text(spanprof::detail::plan_start(defaults));
+  std::vector<std::function<void(Options&)>> variants;
+  if (row.format.kind == ValueKind::object) {
+    const std::string name = row.name;
+    if (name == "head_sampler") variants.push_back([](Options& o) { o.head_sampler = std::make_shared<spanprof::NeverSampler>(); });
+    if (name == "tail_policy")
+      variants.push_back([](Options& o) {
+        o.tail_policy = std::make_shared<spanprof::CallbackTailPolicy>([](const spanprof::SpanOutcome&) {
+          return spanprof::TailDecision::keep_as(spanprof::ProfileReason::sampled);
+        });
+      });
+    if (name == "trigger") variants.push_back([](Options& o) { o.trigger = std::make_shared<spanprof::AdaptiveTrigger>(); });
+    if (name == "uploaders")
+      variants.push_back([](Options& o) { o.uploaders = {std::make_shared<spanprof::FileUploader>("/tmp/spanprof-plan")}; });
+    if (name == "symbolizer") variants.push_back([](Options& o) { o.symbolizer = spanprof::make_elf_symbolizer(false); });
+    if (name == "clock") variants.push_back([](Options& o) { o.clock = std::make_shared<spanprof::ManualClock>(); });
+    INFO("an object member the test cannot vary yet: add it here");
+    CHECK(!variants.empty());
+  } else {
+    std::vector<std::string> texts;
+    switch (row.format.kind) {
+      case ValueKind::integer:
+        texts = {std::to_string(static_cast<long long>(row.format.min)),
+                 std::to_string(static_cast<long long>(row.format.max))};
+        break;
+      case ValueKind::choice:
+      case ValueKind::list:
+        for (std::size_t i = 0; i < row.format.choice_count; ++i) texts.emplace_back(row.format.choices[i]);
+        break;
+      case ValueKind::realtime_signal: texts = {std::to_string(SIGRTMIN + 6)}; break;
+      default: texts = {"/tmp/spanprof-plan"}; break;
+    }
+    for (const std::string& text : texts)
+      variants.push_back([&row, text](Options& o) {
+        spanprof::detail::EnvironmentSettings env;
+        env.options = o;
+        std::string why;
+        REQUIRE(row.access.parse(row, text, env, why));
+        row.access.copy(env.options, o);
+      });
+  }
+  for (const auto& vary : variants) {
+    Options varied(spanprof::ignore_environment);
+    vary(varied);
+    if (plan_text(spanprof::detail::plan_start(varied)) != default_plan) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("every member of Options has its row, and every row changes what start() builds", "[configuration]") {
+  // environment_problems carries what the environment got wrong; it is not a setting.
+  const std::vector<std::string> members = declared_options_members();
+  REQUIRE(members.size() > 20);
+  std::set<std::string> with_rows;
+  for (const auto& row : spanprof::detail::settings)
+    if (row.is_option()) with_rows.insert(std::string(row.name).substr(0, std::string(row.name).find('.')));
+  for (const std::string& member : members) {
+    INFO("Options::" << member << " has no row in detail/runtime/settings.hpp");
+    CHECK((member == "environment_problems" || with_rows.count(member) == 1));
+  }
+  for (const std::string& name : with_rows) {
+    INFO("the row " << name << " names no member of Options");
+    CHECK(std::find(members.begin(), members.end(), name) != members.end());
+  }
+  for (const auto& row : spanprof::detail::settings) {
+    if (!row.is_option()) continue;
+    INFO("the row of Options::" << row.name << " feeds nothing start() builds (settings.hpp, start_plan.hpp)");
+    CHECK(some_value_changes_the_plan(row));
+  }
 }
 
 TEST_CASE("a value set in code is held to its row's range at start()", "[configuration]") {

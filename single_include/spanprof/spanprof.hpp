@@ -10055,15 +10055,15 @@ inline constexpr int max_stack_depth_limit = 256;
 // Immutable sampler settings of one spanprof::start(); threads armed under an older
 // generation rebuild their sampler at their next guard.
 struct StackSamplerSettings {
-  std::uint64_t generation = 0;
-  CpuSampleSource source = CpuSampleSource::automatic;
-  int signal_number = 0;
-  std::int64_t period_ns = 10'000'000;       // mean CPU time between two CPU samples
-  std::int64_t wall_period_ns = 10'000'000;  // mean wall time between two wall ticks
-  int max_depth = 64;
-  std::size_t buffer_words = 0;
-  std::uint32_t idle_ticks_before_disarm = 200;
-  bool watch_cpu = true;  // Options::watch_cpu_ticks
+  std::uint64_t generation{};
+  CpuSampleSource source{};
+  int signal_number{};
+  std::int64_t period_ns{};       // mean CPU time between two CPU samples
+  std::int64_t wall_period_ns{};  // mean wall time between two wall ticks
+  int max_depth{};
+  std::size_t buffer_words{};
+  std::uint32_t idle_ticks_before_disarm{};
+  bool watch_cpu{};  // Options::watch_cpu_ticks
 };
 
 inline std::int64_t monotonic_now_ns() noexcept {
@@ -13987,9 +13987,9 @@ struct HeapLogOwner {
 inline thread_local HeapLogOwner heap_log_owner;
 
 struct HeapSettings {
-  std::int64_t interval_bytes = 512 * 1024;
-  int max_depth = 64;
-  std::size_t log_words = 64 * 1024;
+  std::int64_t interval_bytes{};
+  int max_depth{};
+  std::size_t log_words{};
 };
 
 // Heap spans open on this thread now.
@@ -16520,11 +16520,11 @@ struct WorkerGauges {
 };
 
 struct SenderConfig {
-  std::size_t capacity = 256;  // items waiting in the outbox, at most (Options::queue_capacity)
-  OverflowPolicy overflow = OverflowPolicy::drop_newest;
+  std::size_t capacity{};  // items waiting in the outbox, at most (Options::queue_capacity)
+  OverflowPolicy overflow{};
   RetryPolicy retry;
   std::string spool_directory;  // empty: no spool
-  std::uint64_t spool_max_bytes = 256u << 20;
+  std::uint64_t spool_max_bytes{};
   std::vector<std::shared_ptr<Uploader>> uploaders;
   std::vector<std::vector<std::size_t>> lanes;  // each lane's uploaders (indices into `uploaders`)
   std::shared_ptr<Symbolizer> symbolizer;
@@ -17397,26 +17397,36 @@ SPANPROF_NAMESPACE_END
 #define SPANPROF_DETAIL_RUNTIME_RUNNING_CONFIG_HPP_
 
 
-#if SPANPROF_ENABLED
-
 #include <memory>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// What guards and requests read on their slow paths (RunningConfig holds it),
+// fed by the start plan (start_plan.hpp).
+struct CaptureSettings {
+  ProfileKinds profiles{};
+  CpuEngine cpu_engine{};
+  HeapEngine heap_engine{};
+  StackSamplerSettings sampler{};
+  HeapSettings heap{};
+  bool time_split{};  // guards read their thread's times at open and close
+  std::shared_ptr<HeadSampler> head_sampler;  // null: profile every span
+  std::shared_ptr<TailPolicy> tail_policy;    // null: keep every profile
+  std::shared_ptr<AdaptiveTrigger> trigger;   // null: off
+};
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#if SPANPROF_ENABLED
 
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
 
 // Immutable once published; freed after a restart once no guard reads it
 // (config_retirement.hpp).
-struct RunningConfig : GuardGate {
-  ProfileKinds profiles = cpu;
-  CpuEngine cpu_engine = CpuEngine::sampling;
-  HeapEngine heap_engine = HeapEngine::sampling;
-  StackSamplerSettings sampler;
-  HeapSettings heap;
-  bool time_split = false;  // guards read their thread's times at open and close
-  std::shared_ptr<HeadSampler> head_sampler;  // null: profile every span
-  std::shared_ptr<TailPolicy> tail_policy;    // null: keep every profile
-  std::shared_ptr<AdaptiveTrigger> trigger;   // null: off
-};
+struct RunningConfig : GuardGate, CaptureSettings {};
 
 // Every published gate is a RunningConfig's.
 inline const RunningConfig& running_config(const GuardGate& gate) noexcept {
@@ -18165,6 +18175,11 @@ constexpr MemberKind member_kind_of() {
 }
 
 struct Setting;
+struct StartPlan;  // start_plan.hpp
+
+// What a member of Options is made into for start(): it writes the member, in the
+// form the runtime reads, into the plan start() builds everything from.
+using Feed = void (*)(const Options& options, StartPlan& plan);
 
 // The code generated for a row's member.
 struct Access {
@@ -18200,8 +18215,21 @@ struct Setting {
   // null, or a check of the environment.
   bool (*in_effect)() noexcept;
 
+  // Members of Options only: what start() makes of the member (start_plan.hpp).
+  // `feeds_plan` says it is set, for the same reason as Access::of_options.
+  Feed feed = nullptr;
+  bool feeds_plan = false;
+
   // A member of Options, not a variable that feeds one.
   constexpr bool is_option() const noexcept { return access.of_options; }
+
+  // The row, feeding its member into start()'s plan.
+  constexpr Setting feeds(Feed into_plan) const noexcept {
+    Setting row = *this;
+    row.feed = into_plan;
+    row.feeds_plan = true;
+    return row;
+  }
 };
 
 template <auto... Path>
@@ -18268,7 +18296,7 @@ constexpr Access access_to() {
 template <auto... Path>
 constexpr Setting setting(const char* name, const char* variable, EnvironmentGroup group, Format format,
                           const char* meaning, bool (*in_effect)() noexcept = nullptr) {
-  return Setting{name, variable, group, format, access_to<Path...>(), meaning, in_effect};
+  return Setting{name, variable, group, format, access_to<Path...>(), meaning, in_effect, nullptr, false};
 }
 
 // Whether a row's format fits the member it names.
@@ -18294,6 +18322,40 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DETAIL_RUNTIME_SETTING_HPP_
 // ---- end spanprof/detail/runtime/setting.hpp ----
+// ---- begin spanprof/detail/runtime/start_plan.hpp ----
+// Internal. What one spanprof::start() makes of Options before anything runs. Each
+// row of the settings table (settings.hpp) feeds its member into the plan, and
+// start() builds the running configuration, the delivery threads and the default
+// uploader and symbolizer from the plan alone. No field here has a default of its
+// own: each is fed from Options, whose initializers are the defaults, and a test
+// (tests/test_configuration.cpp) fails when a row of Options feeds nothing.
+#ifndef SPANPROF_DETAIL_RUNTIME_START_PLAN_HPP_
+#define SPANPROF_DETAIL_RUNTIME_START_PLAN_HPP_
+
+
+#include <string>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+struct StartPlan {
+  CaptureSettings capture;
+  Worker::Config delivery;
+  // The signal asked for (0: a free one is picked when the handler is installed).
+  int signal_number{};
+  // The default file uploader's directory, when delivery.uploaders is empty.
+  std::string output_directory;
+  // The default symbolizer's options, when delivery.symbolizer is null.
+  ElfSymbolizerOptions symbolizer;
+  std::string service_name;
+  bool publish_process_context{};
+};
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DETAIL_RUNTIME_START_PLAN_HPP_
+// ---- end spanprof/detail/runtime/start_plan.hpp ----
 // ---- begin spanprof/detail/runtime/settings.hpp ----
 // Every setting of spanprof, declared once: the members of Options in the order of
 // the struct, each with its environment variable (or none), the form and range of
@@ -18306,13 +18368,16 @@ SPANPROF_NAMESPACE_END
 //   apply_environment()   copies the accepted values onto Options (options-inl.hpp)
 //   describe()            prints every member, in this order
 //   check_code_values()   clamps a value set in code to its range, at start()
+//   plan_start()          what start() builds everything from: each member of Options
+//                         fed, as the runtime reads it, by its row (start_plan.hpp)
 //   docs/configuration.md its two tables are generated from this one, and a test
 //                         fails when they differ (tests/test_configuration.cpp)
 //   the fuzz target       feeds every variable and checks values against the ranges
 //
-// A new scalar option: its member in Options, its row here, and the docs
-// regenerated (SPANPROF_UPDATE_DOCS=1 on the configuration test); the test of
-// every variable asks for a good and a bad value.
+// A new scalar option: its member in Options, its row here with what it feeds, and
+// the docs regenerated (SPANPROF_UPDATE_DOCS=1 on the configuration test); the test
+// of every variable asks for a good and a bad value, and the test of every member
+// that it has a row and that its row changes the plan.
 #ifndef SPANPROF_DETAIL_RUNTIME_SETTINGS_HPP_
 #define SPANPROF_DETAIL_RUNTIME_SETTINGS_HPP_
 
@@ -18385,52 +18450,76 @@ inline constexpr Setting settings[] = {
     // ---- what is recorded
     setting<&Options::profiles>(
         "profiles", "SPANPROF_PROFILES", EG::capture, format::list_of(profile_kind_names),
-        "What a guard records unless its code says otherwise."),
+        "What a guard records unless its code says otherwise.")
+        .feeds([](const Options& o, StartPlan& p) { p.capture.profiles = o.profiles; }),
     setting<&Options::cpu_engine>(
         "cpu_engine", "SPANPROF_ENGINE", EG::capture, format::choice(engine_names),
-        "The CPU engine: per-thread sampling, or gperftools' ProfilerStart/Stop around each scope."),
+        "The CPU engine: per-thread sampling, or gperftools' ProfilerStart/Stop around each scope.")
+        .feeds([](const Options& o, StartPlan& p) { p.capture.cpu_engine = o.cpu_engine; }),
     setting<&Options::heap_engine>(
         "heap_engine", "SPANPROF_HEAP_ENGINE", EG::capture, format::choice(engine_names),
-        "The heap engine: sampled allocation hooks, or gperftools' heap profiler around each scope."),
+        "The heap engine: sampled allocation hooks, or gperftools' heap profiler around each scope.")
+        .feeds([](const Options& o, StartPlan& p) { p.capture.heap_engine = o.heap_engine; }),
     setting<&Options::cpu_sample_source>(
         "cpu_sample_source", "SPANPROF_SOURCE", EG::capture, format::choice(cpu_sample_source_names),
         "Where the sampling engine's CPU ticks come from; automatic: posix_timer, perf_event for a thread that "
-        "runs a millisecond of CPU or more per context switch (docs/engines.md)."),
+        "runs a millisecond of CPU or more per context switch (docs/engines.md).")
+        .feeds([](const Options& o, StartPlan& p) { p.capture.sampler.source = o.cpu_sample_source; }),
     setting<&Options::frequency_hz>(
         "frequency_hz", "SPANPROF_FREQUENCY", EG::capture, format::integer(1, 4000, "Hz"),
-        "CPU samples per CPU-second of a profiled thread."),
+        "CPU samples per CPU-second of a profiled thread.")
+        .feeds([](const Options& o, StartPlan& p) { p.capture.sampler.period_ns = 1'000'000'000LL / o.frequency_hz; }),
     setting<&Options::wall_frequency_hz>(
         "wall_frequency_hz", "SPANPROF_WALL_FREQUENCY", EG::capture, format::integer(1, 1000, "Hz"),
-        "Wall-clock samples per second of a thread in a wall-profiled span."),
+        "Wall-clock samples per second of a thread in a wall-profiled span.")
+        .feeds([](const Options& o, StartPlan& p) {
+          p.capture.sampler.wall_period_ns = 1'000'000'000LL / o.wall_frequency_hz;
+        }),
     setting<&Options::max_stack_depth>(
         "max_stack_depth", nullptr, EG::capture, format::integer(1, deepest_stack_kept, "frames"),
-        "Frames kept per sample."),
+        "Frames kept per sample.")
+        .feeds([](const Options& o, StartPlan& p) {
+          p.capture.sampler.max_depth = p.capture.heap.max_depth = o.max_stack_depth;
+        }),
     setting<&Options::heap_sample_interval_bytes>(
         "heap_sample_interval_bytes", "SPANPROF_HEAP_INTERVAL", EG::capture,
         format::integer(1, std::int64_t{1} << 30, "bytes"),
-        "Mean allocated bytes between two heap samples."),
+        "Mean allocated bytes between two heap samples.")
+        .feeds([](const Options& o, StartPlan& p) {
+          p.capture.heap.interval_bytes = static_cast<std::int64_t>(o.heap_sample_interval_bytes);
+        }),
     setting<&Options::thread_buffer_bytes>(
         "thread_buffer_bytes", nullptr, EG::capture, format::integer(4096, std::int64_t{1} << 30, "bytes"),
-        "Per profiling thread: the samples of its open spans."),
+        "Per profiling thread: the samples of its open spans.")
+        .feeds([](const Options& o, StartPlan& p) {
+          p.capture.sampler.buffer_words = p.capture.heap.log_words = o.thread_buffer_bytes / sizeof(std::uint64_t);
+        }),
     setting<&Options::signal_number>(
         "signal_number", "SPANPROF_SIGNAL", EG::capture, format::realtime_signal(),
-        "The signal that carries CPU samples; 0 picks the first free one from SIGRTMIN+4."),
+        "The signal that carries CPU samples; 0 picks the first free one from SIGRTMIN+4.")
+        .feeds([](const Options& o, StartPlan& p) { p.signal_number = o.signal_number; }),
     setting<&Options::idle_ticks_before_disarm>(
         "idle_ticks_before_disarm", nullptr, EG::capture, format::integer(1, std::int64_t{1} << 30, "ticks"),
-        "An idle thread's sampler disarms after this many ticks with no open span."),
+        "An idle thread's sampler disarms after this many ticks with no open span.")
+        .feeds([](const Options& o, StartPlan& p) {
+          p.capture.sampler.idle_ticks_before_disarm = o.idle_ticks_before_disarm;
+        }),
     setting<&Options::watch_cpu_ticks>(
         "watch_cpu_ticks", "SPANPROF_CPU_WATCH", EG::capture, format::integer(0, 1),
         "0: the POSIX timer alone; 1 (default): the ticker sends its points the kernel is late with, and a span's edges take "
-        "those it passed (each span right under load)."),
+        "those it passed (each span right under load).")
+        .feeds([](const Options& o, StartPlan& p) { p.capture.sampler.watch_cpu = o.watch_cpu_ticks; }),
     setting<&Options::time_split>(
         "time_split", "SPANPROF_TIME_SPLIT", EG::capture, format::integer(0, 1),
         "1: each profiled span's elapsed time split into running, waiting for a CPU and blocked, with its context "
-        "switches (three system calls at the open and the close, a few µs a span)."),
+        "switches (three system calls at the open and the close, a few µs a span).")
+        .feeds([](const Options& o, StartPlan& p) { p.capture.time_split = o.time_split; }),
 
     // ---- which spans are profiled (docs/sampling.md)
     setting<&Options::head_sampler>(
         "head_sampler", nullptr, EG::head_sampler, format::object("every span"),
-        "Decides when a guard opens."),
+        "Decides when a guard opens.")
+        .feeds([](const Options& o, StartPlan& p) { p.capture.head_sampler = o.head_sampler; }),
     setting<&ES::head_sampler>(
         "head_sampler", "SPANPROF_SAMPLER", EG::head_sampler, format::choice(head_sampler_names, "every span"),
         "The head sampler, named as OpenTelemetry names its trace samplers."),
@@ -18444,7 +18533,8 @@ inline constexpr Setting settings[] = {
         "At most this many profiled spans a second (burst max(1, rate)), after SPANPROF_SAMPLER said yes."),
     setting<&Options::tail_policy>(
         "tail_policy", nullptr, EG::tail_policy, format::object("keep all"),
-        "Keeps or discards what was recorded when a span closes."),
+        "Keeps or discards what was recorded when a span closes.")
+        .feeds([](const Options& o, StartPlan& p) { p.capture.tail_policy = o.tail_policy; }),
     setting<&ES::keep>(
         "tail_policy", "SPANPROF_KEEP", EG::tail_policy, format::choice(keep_rules),
         "The tail policy: which recorded profiles are kept when the span ends."),
@@ -18453,7 +18543,8 @@ inline constexpr Setting settings[] = {
         "A span at least this long is slow, for SPANPROF_KEEP=slow.", keeps_slow_spans),
     setting<&Options::trigger>(
         "trigger", nullptr, EG::trigger, format::object("off"),
-        "Profiles the next spans of a name whose latency jumped."),
+        "Profiles the next spans of a name whose latency jumped.")
+        .feeds([](const Options& o, StartPlan& p) { p.capture.trigger = o.trigger; }),
     setting<&ES::trigger_factor>(
         "trigger", "SPANPROF_TRIGGER_FACTOR", EG::trigger, format::decimal_above(1, 1000, "off"),
         "Turns the adaptive trigger on: a span name whose latency exceeds this factor of its normal is profiled."),
@@ -18464,7 +18555,8 @@ inline constexpr Setting settings[] = {
     // ---- where profiles go (docs/delivery.md)
     setting<&Options::uploaders>(
         "uploaders", nullptr, EG::delivery, format::object("a FileUploader into output_directory"),
-        "Where finished profiles are sent."),
+        "Where finished profiles are sent.")
+        .feeds([](const Options& o, StartPlan& p) { p.delivery.uploaders = o.uploaders; }),
     setting<&ES::upload_window_ms>(
         "uploaders", "SPANPROF_UPLOAD_WINDOW_MS", EG::delivery, format::integer(0, 600'000, "ms"),
         "Pyroscope and OTLP from the environment merge kept spans into one profile per kind per window this long; "
@@ -18501,44 +18593,59 @@ inline constexpr Setting settings[] = {
         "Resource attributes of OTLP profiles; OTEL_SERVICE_NAME wins over a service.name here.", otlp_is_on),
     setting<&Options::output_directory>(
         "output_directory", "SPANPROF_OUTPUT_DIR", EG::delivery, format::directory(),
-        "Where the default file uploader writes; set alongside a backend, files are written too."),
+        "Where the default file uploader writes; set alongside a backend, files are written too.")
+        .feeds([](const Options& o, StartPlan& p) { p.output_directory = o.output_directory; }),
     setting<&Options::queue_capacity>(
         "queue_capacity", nullptr, EG::delivery, format::integer(1, std::int64_t{1} << 20, "profiles"),
-        "Finished profiles waiting in the hand-off; also the sender's outbox, in items."),
+        "Finished profiles waiting in the hand-off; also the sender's outbox, in items.")
+        .feeds([](const Options& o, StartPlan& p) { p.delivery.capacity = o.queue_capacity; }),
     setting<&Options::queue_overflow>(
         "queue_overflow", "SPANPROF_QUEUE_OVERFLOW", EG::delivery, format::choice(overflow_policy_names),
-        "Which profile a full hand-off queue drops; a request thread never waits."),
+        "Which profile a full hand-off queue drops; a request thread never waits.")
+        .feeds([](const Options& o, StartPlan& p) { p.delivery.overflow = o.queue_overflow; }),
     setting<&Options::retry, &RetryPolicy::max_attempts>(
         "retry.max_attempts", "SPANPROF_UPLOAD_ATTEMPTS", EG::delivery, format::integer(1, 100),
-        "Attempts per profile and uploader for a retryable failure, the first included."),
+        "Attempts per profile and uploader for a retryable failure, the first included.")
+        .feeds([](const Options& o, StartPlan& p) { p.delivery.retry = o.retry; }),
     setting<&Options::spool_directory>(
         "spool_directory", "SPANPROF_SPOOL_DIR", EG::delivery, format::directory("no spool"),
-        "Where profiles an uploader could not deliver wait to be re-sent, also after a restart."),
+        "Where profiles an uploader could not deliver wait to be re-sent, also after a restart.")
+        .feeds([](const Options& o, StartPlan& p) { p.delivery.spool_directory = o.spool_directory; }),
     setting<&Options::spool_max_bytes>(
         "spool_max_bytes", "SPANPROF_SPOOL_MAX_MB", EG::delivery, format::mebibytes(1, std::int64_t{1} << 20),
-        "The spool's size bound; the oldest profiles are dropped first."),
+        "The spool's size bound; the oldest profiles are dropped first.")
+        .feeds([](const Options& o, StartPlan& p) { p.delivery.spool_max_bytes = o.spool_max_bytes; }),
     setting<&Options::symbolizer>(
         "symbolizer", nullptr, EG::delivery, format::object("ELF symbol tables of the process"),
-        "Turns addresses into function names (docs/uploaders.md)."),
+        "Turns addresses into function names (docs/uploaders.md).")
+        .feeds([](const Options& o, StartPlan& p) { p.delivery.symbolizer = o.symbolizer; }),
     setting<&Options::debug_directories>(
         "debug_directories", "SPANPROF_DEBUG_DIRS", EG::delivery, format::text(),
-        "Where the default symbolizer finds separate debug files by build id (DIR/.build-id/), colon-separated."),
+        "Where the default symbolizer finds separate debug files by build id (DIR/.build-id/), colon-separated.")
+        .feeds([](const Options& o, StartPlan& p) {
+          p.symbolizer.debug_directories = split_directory_list(o.debug_directories);
+        }),
     setting<&Options::source_lines_max_bytes>(
         "source_lines_max_bytes", "SPANPROF_SOURCE_LINES_MAX_MB", EG::delivery,
         format::mebibytes(1, std::int64_t{1} << 20),
-        "What the source lines of all objects may keep; past it, the least recently used lose lines, keep names."),
+        "What the source lines of all objects may keep; past it, the least recently used lose lines, keep names.")
+        .feeds([](const Options& o, StartPlan& p) { p.symbolizer.source_lines_max_bytes = o.source_lines_max_bytes; }),
     setting<&Options::system_library_lines>(
         "system_library_lines", "SPANPROF_SYSTEM_LIBRARY_LINES", EG::delivery, format::choice(system_library_lines_names),
-        "How much of a system library's debug file is read: names only, line tables (file and line), or all of it."),
+        "How much of a system library's debug file is read: names only, line tables (file and line), or all of it.")
+        .feeds([](const Options& o, StartPlan& p) { p.symbolizer.system_library_lines = o.system_library_lines; }),
     setting<&Options::service_name>(
         "service_name", "OTEL_SERVICE_NAME", EG::service, format::text(),
-        "The service: a comment in every profile, Pyroscope's application name and OTLP's service.name."),
+        "The service: a comment in every profile, Pyroscope's application name and OTLP's service.name.")
+        .feeds([](const Options& o, StartPlan& p) { p.service_name = o.service_name; }),
     setting<&Options::publish_process_context>(
         "publish_process_context", "SPANPROF_PROCESS_CONTEXT", EG::service, format::integer(0, 1),
-        "1: publish the process context (OTEP 4719, a mapping named OTEL_CTX) for profilers outside the process."),
+        "1: publish the process context (OTEP 4719, a mapping named OTEL_CTX) for profilers outside the process.")
+        .feeds([](const Options& o, StartPlan& p) { p.publish_process_context = o.publish_process_context; }),
     setting<&Options::clock>(
         "clock", nullptr, EG::delivery, format::object("the monotonic clock"),
-        "The time batch windows, retry backoff and spool re-sends run on; tests give a ManualClock."),
+        "The time batch windows, retry backoff and spool re-sends run on; tests give a ManualClock.")
+        .feeds([](const Options& o, StartPlan& p) { p.delivery.clock = o.clock; }),
 };
 
 constexpr bool same_text(const char* a, const char* b) {
@@ -18546,11 +18653,11 @@ constexpr bool same_text(const char* a, const char* b) {
   return *a == *b;
 }
 
-// Every format fits its member, a variable is named once, and a member is
-// described by one row.
+// Every format fits its member, a variable is named once, a member is described by
+// one row, and a member's row (only a member's) feeds the plan.
 constexpr bool table_is_consistent() {
   for (const Setting& row : settings) {
-    if (!format_fits(row)) return false;
+    if (!format_fits(row) || row.is_option() != row.feeds_plan) return false;
     for (const Setting& other : settings) {
       if (&other == &row) continue;
       if (row.variable && other.variable && same_text(row.variable, other.variable)) return false;
@@ -18559,7 +18666,18 @@ constexpr bool table_is_consistent() {
   }
   return true;
 }
-static_assert(table_is_consistent(), "a row's format does not fit its member, or a variable or member is listed twice");
+static_assert(table_is_consistent(),
+              "a row's format does not fit its member, a variable or member is listed twice, or a member's row "
+              "feeds nothing (or a variable's row feeds the plan itself)");
+
+// What start() builds the running configuration, the delivery threads, the default
+// uploader and the default symbolizer from.
+inline StartPlan plan_start(const Options& options) {
+  StartPlan plan;
+  for (const Setting& row : settings)
+    if (row.feeds_plan) row.feed(options, plan);
+  return plan;
+}
 
 // ---- walking the table ----------------------------------------------------------------
 
@@ -19190,14 +19308,6 @@ SPANPROF_NAMESPACE_BEGIN
 
 namespace detail {
 
-inline std::unique_ptr<Symbolizer> default_symbolizer(const Options& options) {
-  ElfSymbolizerOptions symbolizer;
-  symbolizer.debug_directories = split_directory_list(options.debug_directories);
-  symbolizer.source_lines_max_bytes = options.source_lines_max_bytes;
-  symbolizer.system_library_lines = options.system_library_lines;
-  return make_elf_symbolizer(std::move(symbolizer));
-}
-
 class Runtime final : public GuardHost {
  public:
   enum Lifecycle : int { never_started, running, stopped };
@@ -19228,46 +19338,24 @@ class Runtime final : public GuardHost {
       check_other_runtimes(result.problems);
       for (const ConfigurationProblem& problem : result.problems) report_error(ErrorCode::invalid_configuration, problem.message);
 
+      StartPlan plan = plan_start(options);
       auto config = std::make_unique<RunningConfig>();
-      config->profiles = options.profiles;
-      config->cpu_engine = options.cpu_engine;
-      config->heap_engine = options.heap_engine;
-      config->heap.interval_bytes = static_cast<std::int64_t>(options.heap_sample_interval_bytes);
-      config->heap.max_depth = options.max_stack_depth;
-      config->heap.log_words = options.thread_buffer_bytes / sizeof(std::uint64_t);
-      config->head_sampler = options.head_sampler;
-      config->head_threshold = options.head_sampler ? options.head_sampler->trace_id_threshold() : 0;
-      config->tail_policy = options.tail_policy;
-      config->trigger = options.trigger;
-      config->has_trigger = options.trigger != nullptr;
+      static_cast<CaptureSettings&>(*config) = std::move(plan.capture);
+      config->head_threshold = config->head_sampler ? config->head_sampler->trace_id_threshold() : 0;
+      config->has_trigger = config->trigger != nullptr;
       config->sampler.generation = ++generation_;
-      config->sampler.source = options.cpu_sample_source;
-      config->sampler.period_ns = 1'000'000'000LL / options.frequency_hz;
-      config->sampler.wall_period_ns = 1'000'000'000LL / options.wall_frequency_hz;
-      config->sampler.max_depth = options.max_stack_depth;
-      config->sampler.buffer_words = options.thread_buffer_bytes / sizeof(std::uint64_t);
-      config->sampler.idle_ticks_before_disarm = options.idle_ticks_before_disarm;
-      config->sampler.watch_cpu = options.watch_cpu_ticks;
-      config->time_split = options.time_split;
       // The signal carries the sampling engine's CPU ticks and, whatever the CPU
       // engine, every wall tick.
-      config->sampler.signal_number = install_sample_signal_handler(options.signal_number);
+      config->sampler.signal_number = install_sample_signal_handler(plan.signal_number);
       if (config->sampler.signal_number == 0) {
         report_error(ErrorCode::sampler_failed, "the sampling engine cannot run: no signal for samples");
-      } else if (options.cpu_engine == CpuEngine::sampling && options.cpu_sample_source != CpuSampleSource::posix_timer) {
+      } else if (config->cpu_engine == CpuEngine::sampling && config->sampler.source != CpuSampleSource::posix_timer) {
         wall_ticker().hold_perf_hooks_on();
       }
 
-      Worker::Config worker;
-      worker.capacity = options.queue_capacity;
-      worker.overflow = options.queue_overflow;
-      worker.retry = options.retry;
-      worker.spool_directory = options.spool_directory;
-      worker.spool_max_bytes = options.spool_max_bytes;
-      worker.clock = options.clock;
-      worker.uploaders = options.uploaders;
-      if (worker.uploaders.empty()) worker.uploaders.push_back(std::make_shared<FileUploader>(options.output_directory));
-      worker.symbolizer = options.symbolizer ? options.symbolizer : std::shared_ptr<Symbolizer>(default_symbolizer(options));
+      Worker::Config& worker = plan.delivery;
+      if (worker.uploaders.empty()) worker.uploaders.push_back(std::make_shared<FileUploader>(plan.output_directory));
+      if (!worker.symbolizer) worker.symbolizer = make_elf_symbolizer(std::move(plan.symbolizer));
       worker.comments.push_back(std::string("spanprof ") + SPANPROF_VERSION_STRING);
       worker.watchdog = [signal = config->sampler.signal_number] { watch_sample_signal(signal); };
       // Each look reads every sampled thread's CPU clock, a system call each, on
@@ -19277,7 +19365,7 @@ class Runtime final : public GuardHost {
       // at the default 100 Hz.
       worker.watchdog_interval = std::chrono::milliseconds(
           std::clamp<std::int64_t>(config->sampler.period_ns / 10'000, 100, 1000));
-      if (!options.service_name.empty()) worker.comments.push_back("service.name=" + options.service_name);
+      if (!plan.service_name.empty()) worker.comments.push_back("service.name=" + plan.service_name);
 
       if (lifecycle_.load() == running) {
         host.config.store(nullptr, std::memory_order_release);
@@ -19301,7 +19389,7 @@ class Runtime final : public GuardHost {
       register_exit_flush();
       // For profilers outside the process (OTEP 4719); a failure is reported and
       // profiling runs on.
-      if (options.publish_process_context) process_context_.publish(options.service_name);
+      if (plan.publish_process_context) process_context_.publish(plan.service_name);
       else process_context_.withdraw();
     } SPANPROF_CATCH_ALL {
       report_error(ErrorCode::internal, "spanprof::start failed: out of memory");
@@ -19487,8 +19575,10 @@ class Runtime final : public GuardHost {
   static void normalize(Options& options, std::vector<ConfigurationProblem>& problems) {
     check_code_values(options, problems);  // the ranges of the settings table
     if (!(options.retry.jitter >= 0.0 && options.retry.jitter <= 1.0)) {
-      problems.push_back({"retry.jitter", "retry.jitter is not in [0, 1]; using 0.2"});
-      options.retry.jitter = 0.2;
+      options.retry.jitter = RetryPolicy{}.jitter;
+      char jitter[32];
+      std::snprintf(jitter, sizeof jitter, "%g", options.retry.jitter);
+      problems.push_back({"retry.jitter", std::string("retry.jitter is not in [0, 1]; using ") + jitter});
     }
     if (options.retry.initial_backoff.count() < 1) options.retry.initial_backoff = std::chrono::milliseconds(1);
     if (options.retry.max_backoff < options.retry.initial_backoff) options.retry.max_backoff = options.retry.initial_backoff;

@@ -374,9 +374,9 @@ struct HeapLogOwner {
 inline thread_local HeapLogOwner heap_log_owner;
 
 struct HeapSettings {
-  std::int64_t interval_bytes = 512 * 1024;
-  int max_depth = 64;
-  std::size_t log_words = 64 * 1024;
+  std::int64_t interval_bytes{};
+  int max_depth{};
+  std::size_t log_words{};
 };
 
 // Heap spans open on this thread now.

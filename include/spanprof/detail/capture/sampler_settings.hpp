@@ -26,15 +26,15 @@ inline constexpr int max_stack_depth_limit = 256;
 // Immutable sampler settings of one spanprof::start(); threads armed under an older
 // generation rebuild their sampler at their next guard.
 struct StackSamplerSettings {
-  std::uint64_t generation = 0;
-  CpuSampleSource source = CpuSampleSource::automatic;
-  int signal_number = 0;
-  std::int64_t period_ns = 10'000'000;       // mean CPU time between two CPU samples
-  std::int64_t wall_period_ns = 10'000'000;  // mean wall time between two wall ticks
-  int max_depth = 64;
-  std::size_t buffer_words = 0;
-  std::uint32_t idle_ticks_before_disarm = 200;
-  bool watch_cpu = true;  // Options::watch_cpu_ticks
+  std::uint64_t generation{};
+  CpuSampleSource source{};
+  int signal_number{};
+  std::int64_t period_ns{};       // mean CPU time between two CPU samples
+  std::int64_t wall_period_ns{};  // mean wall time between two wall ticks
+  int max_depth{};
+  std::size_t buffer_words{};
+  std::uint32_t idle_ticks_before_disarm{};
+  bool watch_cpu{};  // Options::watch_cpu_ticks
 };
 
 inline std::int64_t monotonic_now_ns() noexcept {

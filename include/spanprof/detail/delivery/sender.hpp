@@ -96,11 +96,11 @@ struct WorkerGauges {
 };
 
 struct SenderConfig {
-  std::size_t capacity = 256;  // items waiting in the outbox, at most (Options::queue_capacity)
-  OverflowPolicy overflow = OverflowPolicy::drop_newest;
+  std::size_t capacity{};  // items waiting in the outbox, at most (Options::queue_capacity)
+  OverflowPolicy overflow{};
   RetryPolicy retry;
   std::string spool_directory;  // empty: no spool
-  std::uint64_t spool_max_bytes = 256u << 20;
+  std::uint64_t spool_max_bytes{};
   std::vector<std::shared_ptr<Uploader>> uploaders;
   std::vector<std::vector<std::size_t>> lanes;  // each lane's uploaders (indices into `uploaders`)
   std::shared_ptr<Symbolizer> symbolizer;

@@ -15,26 +15,36 @@
 #include <spanprof/profile/profile.hpp>
 #include <spanprof/detail/runtime/guard_host.hpp>
 
-#if SPANPROF_ENABLED
-
 #include <memory>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// What guards and requests read on their slow paths (RunningConfig holds it),
+// fed by the start plan (start_plan.hpp).
+struct CaptureSettings {
+  ProfileKinds profiles{};
+  CpuEngine cpu_engine{};
+  HeapEngine heap_engine{};
+  StackSamplerSettings sampler{};
+  HeapSettings heap{};
+  bool time_split{};  // guards read their thread's times at open and close
+  std::shared_ptr<HeadSampler> head_sampler;  // null: profile every span
+  std::shared_ptr<TailPolicy> tail_policy;    // null: keep every profile
+  std::shared_ptr<AdaptiveTrigger> trigger;   // null: off
+};
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#if SPANPROF_ENABLED
 
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
 
 // Immutable once published; freed after a restart once no guard reads it
 // (config_retirement.hpp).
-struct RunningConfig : GuardGate {
-  ProfileKinds profiles = cpu;
-  CpuEngine cpu_engine = CpuEngine::sampling;
-  HeapEngine heap_engine = HeapEngine::sampling;
-  StackSamplerSettings sampler;
-  HeapSettings heap;
-  bool time_split = false;  // guards read their thread's times at open and close
-  std::shared_ptr<HeadSampler> head_sampler;  // null: profile every span
-  std::shared_ptr<TailPolicy> tail_policy;    // null: keep every profile
-  std::shared_ptr<AdaptiveTrigger> trigger;   // null: off
-};
+struct RunningConfig : GuardGate, CaptureSettings {};
 
 // Every published gate is a RunningConfig's.
 inline const RunningConfig& running_config(const GuardGate& gate) noexcept {

@@ -58,14 +58,6 @@ SPANPROF_NAMESPACE_BEGIN
 
 namespace detail {
 
-inline std::unique_ptr<Symbolizer> default_symbolizer(const Options& options) {
-  ElfSymbolizerOptions symbolizer;
-  symbolizer.debug_directories = split_directory_list(options.debug_directories);
-  symbolizer.source_lines_max_bytes = options.source_lines_max_bytes;
-  symbolizer.system_library_lines = options.system_library_lines;
-  return make_elf_symbolizer(std::move(symbolizer));
-}
-
 class Runtime final : public GuardHost {
  public:
   enum Lifecycle : int { never_started, running, stopped };
@@ -96,46 +88,24 @@ class Runtime final : public GuardHost {
       check_other_runtimes(result.problems);
       for (const ConfigurationProblem& problem : result.problems) report_error(ErrorCode::invalid_configuration, problem.message);
 
+      StartPlan plan = plan_start(options);
       auto config = std::make_unique<RunningConfig>();
-      config->profiles = options.profiles;
-      config->cpu_engine = options.cpu_engine;
-      config->heap_engine = options.heap_engine;
-      config->heap.interval_bytes = static_cast<std::int64_t>(options.heap_sample_interval_bytes);
-      config->heap.max_depth = options.max_stack_depth;
-      config->heap.log_words = options.thread_buffer_bytes / sizeof(std::uint64_t);
-      config->head_sampler = options.head_sampler;
-      config->head_threshold = options.head_sampler ? options.head_sampler->trace_id_threshold() : 0;
-      config->tail_policy = options.tail_policy;
-      config->trigger = options.trigger;
-      config->has_trigger = options.trigger != nullptr;
+      static_cast<CaptureSettings&>(*config) = std::move(plan.capture);
+      config->head_threshold = config->head_sampler ? config->head_sampler->trace_id_threshold() : 0;
+      config->has_trigger = config->trigger != nullptr;
       config->sampler.generation = ++generation_;
-      config->sampler.source = options.cpu_sample_source;
-      config->sampler.period_ns = 1'000'000'000LL / options.frequency_hz;
-      config->sampler.wall_period_ns = 1'000'000'000LL / options.wall_frequency_hz;
-      config->sampler.max_depth = options.max_stack_depth;
-      config->sampler.buffer_words = options.thread_buffer_bytes / sizeof(std::uint64_t);
-      config->sampler.idle_ticks_before_disarm = options.idle_ticks_before_disarm;
-      config->sampler.watch_cpu = options.watch_cpu_ticks;
-      config->time_split = options.time_split;
       // The signal carries the sampling engine's CPU ticks and, whatever the CPU
       // engine, every wall tick.
-      config->sampler.signal_number = install_sample_signal_handler(options.signal_number);
+      config->sampler.signal_number = install_sample_signal_handler(plan.signal_number);
       if (config->sampler.signal_number == 0) {
         report_error(ErrorCode::sampler_failed, "the sampling engine cannot run: no signal for samples");
-      } else if (options.cpu_engine == CpuEngine::sampling && options.cpu_sample_source != CpuSampleSource::posix_timer) {
+      } else if (config->cpu_engine == CpuEngine::sampling && config->sampler.source != CpuSampleSource::posix_timer) {
         wall_ticker().hold_perf_hooks_on();
       }
 
-      Worker::Config worker;
-      worker.capacity = options.queue_capacity;
-      worker.overflow = options.queue_overflow;
-      worker.retry = options.retry;
-      worker.spool_directory = options.spool_directory;
-      worker.spool_max_bytes = options.spool_max_bytes;
-      worker.clock = options.clock;
-      worker.uploaders = options.uploaders;
-      if (worker.uploaders.empty()) worker.uploaders.push_back(std::make_shared<FileUploader>(options.output_directory));
-      worker.symbolizer = options.symbolizer ? options.symbolizer : std::shared_ptr<Symbolizer>(default_symbolizer(options));
+      Worker::Config& worker = plan.delivery;
+      if (worker.uploaders.empty()) worker.uploaders.push_back(std::make_shared<FileUploader>(plan.output_directory));
+      if (!worker.symbolizer) worker.symbolizer = make_elf_symbolizer(std::move(plan.symbolizer));
       worker.comments.push_back(std::string("spanprof ") + SPANPROF_VERSION_STRING);
       worker.watchdog = [signal = config->sampler.signal_number] { watch_sample_signal(signal); };
       // Each look reads every sampled thread's CPU clock, a system call each, on
@@ -145,7 +115,7 @@ class Runtime final : public GuardHost {
       // at the default 100 Hz.
       worker.watchdog_interval = std::chrono::milliseconds(
           std::clamp<std::int64_t>(config->sampler.period_ns / 10'000, 100, 1000));
-      if (!options.service_name.empty()) worker.comments.push_back("service.name=" + options.service_name);
+      if (!plan.service_name.empty()) worker.comments.push_back("service.name=" + plan.service_name);
 
       if (lifecycle_.load() == running) {
         host.config.store(nullptr, std::memory_order_release);
@@ -169,7 +139,7 @@ class Runtime final : public GuardHost {
       register_exit_flush();
       // For profilers outside the process (OTEP 4719); a failure is reported and
       // profiling runs on.
-      if (options.publish_process_context) process_context_.publish(options.service_name);
+      if (plan.publish_process_context) process_context_.publish(plan.service_name);
       else process_context_.withdraw();
     } SPANPROF_CATCH_ALL {
       report_error(ErrorCode::internal, "spanprof::start failed: out of memory");
@@ -355,8 +325,10 @@ class Runtime final : public GuardHost {
   static void normalize(Options& options, std::vector<ConfigurationProblem>& problems) {
     check_code_values(options, problems);  // the ranges of the settings table
     if (!(options.retry.jitter >= 0.0 && options.retry.jitter <= 1.0)) {
-      problems.push_back({"retry.jitter", "retry.jitter is not in [0, 1]; using 0.2"});
-      options.retry.jitter = 0.2;
+      options.retry.jitter = RetryPolicy{}.jitter;
+      char jitter[32];
+      std::snprintf(jitter, sizeof jitter, "%g", options.retry.jitter);
+      problems.push_back({"retry.jitter", std::string("retry.jitter is not in [0, 1]; using ") + jitter});
     }
     if (options.retry.initial_backoff.count() < 1) options.retry.initial_backoff = std::chrono::milliseconds(1);
     if (options.retry.max_backoff < options.retry.initial_backoff) options.retry.max_backoff = options.retry.initial_backoff;

@@ -368,6 +368,11 @@ constexpr MemberKind member_kind_of() {
 }
 
 struct Setting;
+struct StartPlan;  // start_plan.hpp
+
+// What a member of Options is made into for start(): it writes the member, in the
+// form the runtime reads, into the plan start() builds everything from.
+using Feed = void (*)(const Options& options, StartPlan& plan);
 
 // The code generated for a row's member.
 struct Access {
@@ -403,8 +408,21 @@ struct Setting {
   // null, or a check of the environment.
   bool (*in_effect)() noexcept;
 
+  // Members of Options only: what start() makes of the member (start_plan.hpp).
+  // `feeds_plan` says it is set, for the same reason as Access::of_options.
+  Feed feed = nullptr;
+  bool feeds_plan = false;
+
   // A member of Options, not a variable that feeds one.
   constexpr bool is_option() const noexcept { return access.of_options; }
+
+  // The row, feeding its member into start()'s plan.
+  constexpr Setting feeds(Feed into_plan) const noexcept {
+    Setting row = *this;
+    row.feed = into_plan;
+    row.feeds_plan = true;
+    return row;
+  }
 };
 
 template <auto... Path>
@@ -471,7 +489,7 @@ constexpr Access access_to() {
 template <auto... Path>
 constexpr Setting setting(const char* name, const char* variable, EnvironmentGroup group, Format format,
                           const char* meaning, bool (*in_effect)() noexcept = nullptr) {
-  return Setting{name, variable, group, format, access_to<Path...>(), meaning, in_effect};
+  return Setting{name, variable, group, format, access_to<Path...>(), meaning, in_effect, nullptr, false};
 }
 
 // Whether a row's format fits the member it names.

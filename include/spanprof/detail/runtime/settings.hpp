@@ -9,13 +9,16 @@
 //   apply_environment()   copies the accepted values onto Options (options-inl.hpp)
 //   describe()            prints every member, in this order
 //   check_code_values()   clamps a value set in code to its range, at start()
+//   plan_start()          what start() builds everything from: each member of Options
+//                         fed, as the runtime reads it, by its row (start_plan.hpp)
 //   docs/configuration.md its two tables are generated from this one, and a test
 //                         fails when they differ (tests/test_configuration.cpp)
 //   the fuzz target       feeds every variable and checks values against the ranges
 //
-// A new scalar option: its member in Options, its row here, and the docs
-// regenerated (SPANPROF_UPDATE_DOCS=1 on the configuration test); the test of
-// every variable asks for a good and a bad value.
+// A new scalar option: its member in Options, its row here with what it feeds, and
+// the docs regenerated (SPANPROF_UPDATE_DOCS=1 on the configuration test); the test
+// of every variable asks for a good and a bad value, and the test of every member
+// that it has a row and that its row changes the plan.
 #ifndef SPANPROF_DETAIL_RUNTIME_SETTINGS_HPP_
 #define SPANPROF_DETAIL_RUNTIME_SETTINGS_HPP_
 
@@ -29,6 +32,8 @@
 #include <spanprof/detail/runtime/environment.hpp>
 #include <spanprof/runtime/options.hpp>
 #include <spanprof/detail/runtime/setting.hpp>
+#include <spanprof/detail/runtime/start_plan.hpp>
+#include <spanprof/detail/symbolization/elf_reader.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -98,52 +103,76 @@ inline constexpr Setting settings[] = {
     // ---- what is recorded
     setting<&Options::profiles>(
         "profiles", "SPANPROF_PROFILES", EG::capture, format::list_of(profile_kind_names),
-        "What a guard records unless its code says otherwise."),
+        "What a guard records unless its code says otherwise.")
+        .feeds([](const Options& o, StartPlan& p) { p.capture.profiles = o.profiles; }),
     setting<&Options::cpu_engine>(
         "cpu_engine", "SPANPROF_ENGINE", EG::capture, format::choice(engine_names),
-        "The CPU engine: per-thread sampling, or gperftools' ProfilerStart/Stop around each scope."),
+        "The CPU engine: per-thread sampling, or gperftools' ProfilerStart/Stop around each scope.")
+        .feeds([](const Options& o, StartPlan& p) { p.capture.cpu_engine = o.cpu_engine; }),
     setting<&Options::heap_engine>(
         "heap_engine", "SPANPROF_HEAP_ENGINE", EG::capture, format::choice(engine_names),
-        "The heap engine: sampled allocation hooks, or gperftools' heap profiler around each scope."),
+        "The heap engine: sampled allocation hooks, or gperftools' heap profiler around each scope.")
+        .feeds([](const Options& o, StartPlan& p) { p.capture.heap_engine = o.heap_engine; }),
     setting<&Options::cpu_sample_source>(
         "cpu_sample_source", "SPANPROF_SOURCE", EG::capture, format::choice(cpu_sample_source_names),
         "Where the sampling engine's CPU ticks come from; automatic: posix_timer, perf_event for a thread that "
-        "runs a millisecond of CPU or more per context switch (docs/engines.md)."),
+        "runs a millisecond of CPU or more per context switch (docs/engines.md).")
+        .feeds([](const Options& o, StartPlan& p) { p.capture.sampler.source = o.cpu_sample_source; }),
     setting<&Options::frequency_hz>(
         "frequency_hz", "SPANPROF_FREQUENCY", EG::capture, format::integer(1, 4000, "Hz"),
-        "CPU samples per CPU-second of a profiled thread."),
+        "CPU samples per CPU-second of a profiled thread.")
+        .feeds([](const Options& o, StartPlan& p) { p.capture.sampler.period_ns = 1'000'000'000LL / o.frequency_hz; }),
     setting<&Options::wall_frequency_hz>(
         "wall_frequency_hz", "SPANPROF_WALL_FREQUENCY", EG::capture, format::integer(1, 1000, "Hz"),
-        "Wall-clock samples per second of a thread in a wall-profiled span."),
+        "Wall-clock samples per second of a thread in a wall-profiled span.")
+        .feeds([](const Options& o, StartPlan& p) {
+          p.capture.sampler.wall_period_ns = 1'000'000'000LL / o.wall_frequency_hz;
+        }),
     setting<&Options::max_stack_depth>(
         "max_stack_depth", nullptr, EG::capture, format::integer(1, deepest_stack_kept, "frames"),
-        "Frames kept per sample."),
+        "Frames kept per sample.")
+        .feeds([](const Options& o, StartPlan& p) {
+          p.capture.sampler.max_depth = p.capture.heap.max_depth = o.max_stack_depth;
+        }),
     setting<&Options::heap_sample_interval_bytes>(
         "heap_sample_interval_bytes", "SPANPROF_HEAP_INTERVAL", EG::capture,
         format::integer(1, std::int64_t{1} << 30, "bytes"),
-        "Mean allocated bytes between two heap samples."),
+        "Mean allocated bytes between two heap samples.")
+        .feeds([](const Options& o, StartPlan& p) {
+          p.capture.heap.interval_bytes = static_cast<std::int64_t>(o.heap_sample_interval_bytes);
+        }),
     setting<&Options::thread_buffer_bytes>(
         "thread_buffer_bytes", nullptr, EG::capture, format::integer(4096, std::int64_t{1} << 30, "bytes"),
-        "Per profiling thread: the samples of its open spans."),
+        "Per profiling thread: the samples of its open spans.")
+        .feeds([](const Options& o, StartPlan& p) {
+          p.capture.sampler.buffer_words = p.capture.heap.log_words = o.thread_buffer_bytes / sizeof(std::uint64_t);
+        }),
     setting<&Options::signal_number>(
         "signal_number", "SPANPROF_SIGNAL", EG::capture, format::realtime_signal(),
-        "The signal that carries CPU samples; 0 picks the first free one from SIGRTMIN+4."),
+        "The signal that carries CPU samples; 0 picks the first free one from SIGRTMIN+4.")
+        .feeds([](const Options& o, StartPlan& p) { p.signal_number = o.signal_number; }),
     setting<&Options::idle_ticks_before_disarm>(
         "idle_ticks_before_disarm", nullptr, EG::capture, format::integer(1, std::int64_t{1} << 30, "ticks"),
-        "An idle thread's sampler disarms after this many ticks with no open span."),
+        "An idle thread's sampler disarms after this many ticks with no open span.")
+        .feeds([](const Options& o, StartPlan& p) {
+          p.capture.sampler.idle_ticks_before_disarm = o.idle_ticks_before_disarm;
+        }),
     setting<&Options::watch_cpu_ticks>(
         "watch_cpu_ticks", "SPANPROF_CPU_WATCH", EG::capture, format::integer(0, 1),
         "0: the POSIX timer alone; 1 (default): the ticker sends its points the kernel is late with, and a span's edges take "
-        "those it passed (each span right under load)."),
+        "those it passed (each span right under load).")
+        .feeds([](const Options& o, StartPlan& p) { p.capture.sampler.watch_cpu = o.watch_cpu_ticks; }),
     setting<&Options::time_split>(
         "time_split", "SPANPROF_TIME_SPLIT", EG::capture, format::integer(0, 1),
         "1: each profiled span's elapsed time split into running, waiting for a CPU and blocked, with its context "
-        "switches (three system calls at the open and the close, a few µs a span)."),
+        "switches (three system calls at the open and the close, a few µs a span).")
+        .feeds([](const Options& o, StartPlan& p) { p.capture.time_split = o.time_split; }),
 
     // ---- which spans are profiled (docs/sampling.md)
     setting<&Options::head_sampler>(
         "head_sampler", nullptr, EG::head_sampler, format::object("every span"),
-        "Decides when a guard opens."),
+        "Decides when a guard opens.")
+        .feeds([](const Options& o, StartPlan& p) { p.capture.head_sampler = o.head_sampler; }),
     setting<&ES::head_sampler>(
         "head_sampler", "SPANPROF_SAMPLER", EG::head_sampler, format::choice(head_sampler_names, "every span"),
         "The head sampler, named as OpenTelemetry names its trace samplers."),
@@ -157,7 +186,8 @@ inline constexpr Setting settings[] = {
         "At most this many profiled spans a second (burst max(1, rate)), after SPANPROF_SAMPLER said yes."),
     setting<&Options::tail_policy>(
         "tail_policy", nullptr, EG::tail_policy, format::object("keep all"),
-        "Keeps or discards what was recorded when a span closes."),
+        "Keeps or discards what was recorded when a span closes.")
+        .feeds([](const Options& o, StartPlan& p) { p.capture.tail_policy = o.tail_policy; }),
     setting<&ES::keep>(
         "tail_policy", "SPANPROF_KEEP", EG::tail_policy, format::choice(keep_rules),
         "The tail policy: which recorded profiles are kept when the span ends."),
@@ -166,7 +196,8 @@ inline constexpr Setting settings[] = {
         "A span at least this long is slow, for SPANPROF_KEEP=slow.", keeps_slow_spans),
     setting<&Options::trigger>(
         "trigger", nullptr, EG::trigger, format::object("off"),
-        "Profiles the next spans of a name whose latency jumped."),
+        "Profiles the next spans of a name whose latency jumped.")
+        .feeds([](const Options& o, StartPlan& p) { p.capture.trigger = o.trigger; }),
     setting<&ES::trigger_factor>(
         "trigger", "SPANPROF_TRIGGER_FACTOR", EG::trigger, format::decimal_above(1, 1000, "off"),
         "Turns the adaptive trigger on: a span name whose latency exceeds this factor of its normal is profiled."),
@@ -177,7 +208,8 @@ inline constexpr Setting settings[] = {
     // ---- where profiles go (docs/delivery.md)
     setting<&Options::uploaders>(
         "uploaders", nullptr, EG::delivery, format::object("a FileUploader into output_directory"),
-        "Where finished profiles are sent."),
+        "Where finished profiles are sent.")
+        .feeds([](const Options& o, StartPlan& p) { p.delivery.uploaders = o.uploaders; }),
     setting<&ES::upload_window_ms>(
         "uploaders", "SPANPROF_UPLOAD_WINDOW_MS", EG::delivery, format::integer(0, 600'000, "ms"),
         "Pyroscope and OTLP from the environment merge kept spans into one profile per kind per window this long; "
@@ -214,44 +246,59 @@ inline constexpr Setting settings[] = {
         "Resource attributes of OTLP profiles; OTEL_SERVICE_NAME wins over a service.name here.", otlp_is_on),
     setting<&Options::output_directory>(
         "output_directory", "SPANPROF_OUTPUT_DIR", EG::delivery, format::directory(),
-        "Where the default file uploader writes; set alongside a backend, files are written too."),
+        "Where the default file uploader writes; set alongside a backend, files are written too.")
+        .feeds([](const Options& o, StartPlan& p) { p.output_directory = o.output_directory; }),
     setting<&Options::queue_capacity>(
         "queue_capacity", nullptr, EG::delivery, format::integer(1, std::int64_t{1} << 20, "profiles"),
-        "Finished profiles waiting in the hand-off; also the sender's outbox, in items."),
+        "Finished profiles waiting in the hand-off; also the sender's outbox, in items.")
+        .feeds([](const Options& o, StartPlan& p) { p.delivery.capacity = o.queue_capacity; }),
     setting<&Options::queue_overflow>(
         "queue_overflow", "SPANPROF_QUEUE_OVERFLOW", EG::delivery, format::choice(overflow_policy_names),
-        "Which profile a full hand-off queue drops; a request thread never waits."),
+        "Which profile a full hand-off queue drops; a request thread never waits.")
+        .feeds([](const Options& o, StartPlan& p) { p.delivery.overflow = o.queue_overflow; }),
     setting<&Options::retry, &RetryPolicy::max_attempts>(
         "retry.max_attempts", "SPANPROF_UPLOAD_ATTEMPTS", EG::delivery, format::integer(1, 100),
-        "Attempts per profile and uploader for a retryable failure, the first included."),
+        "Attempts per profile and uploader for a retryable failure, the first included.")
+        .feeds([](const Options& o, StartPlan& p) { p.delivery.retry = o.retry; }),
     setting<&Options::spool_directory>(
         "spool_directory", "SPANPROF_SPOOL_DIR", EG::delivery, format::directory("no spool"),
-        "Where profiles an uploader could not deliver wait to be re-sent, also after a restart."),
+        "Where profiles an uploader could not deliver wait to be re-sent, also after a restart.")
+        .feeds([](const Options& o, StartPlan& p) { p.delivery.spool_directory = o.spool_directory; }),
     setting<&Options::spool_max_bytes>(
         "spool_max_bytes", "SPANPROF_SPOOL_MAX_MB", EG::delivery, format::mebibytes(1, std::int64_t{1} << 20),
-        "The spool's size bound; the oldest profiles are dropped first."),
+        "The spool's size bound; the oldest profiles are dropped first.")
+        .feeds([](const Options& o, StartPlan& p) { p.delivery.spool_max_bytes = o.spool_max_bytes; }),
     setting<&Options::symbolizer>(
         "symbolizer", nullptr, EG::delivery, format::object("ELF symbol tables of the process"),
-        "Turns addresses into function names (docs/uploaders.md)."),
+        "Turns addresses into function names (docs/uploaders.md).")
+        .feeds([](const Options& o, StartPlan& p) { p.delivery.symbolizer = o.symbolizer; }),
     setting<&Options::debug_directories>(
         "debug_directories", "SPANPROF_DEBUG_DIRS", EG::delivery, format::text(),
-        "Where the default symbolizer finds separate debug files by build id (DIR/.build-id/), colon-separated."),
+        "Where the default symbolizer finds separate debug files by build id (DIR/.build-id/), colon-separated.")
+        .feeds([](const Options& o, StartPlan& p) {
+          p.symbolizer.debug_directories = split_directory_list(o.debug_directories);
+        }),
     setting<&Options::source_lines_max_bytes>(
         "source_lines_max_bytes", "SPANPROF_SOURCE_LINES_MAX_MB", EG::delivery,
         format::mebibytes(1, std::int64_t{1} << 20),
-        "What the source lines of all objects may keep; past it, the least recently used lose lines, keep names."),
+        "What the source lines of all objects may keep; past it, the least recently used lose lines, keep names.")
+        .feeds([](const Options& o, StartPlan& p) { p.symbolizer.source_lines_max_bytes = o.source_lines_max_bytes; }),
     setting<&Options::system_library_lines>(
         "system_library_lines", "SPANPROF_SYSTEM_LIBRARY_LINES", EG::delivery, format::choice(system_library_lines_names),
-        "How much of a system library's debug file is read: names only, line tables (file and line), or all of it."),
+        "How much of a system library's debug file is read: names only, line tables (file and line), or all of it.")
+        .feeds([](const Options& o, StartPlan& p) { p.symbolizer.system_library_lines = o.system_library_lines; }),
     setting<&Options::service_name>(
         "service_name", "OTEL_SERVICE_NAME", EG::service, format::text(),
-        "The service: a comment in every profile, Pyroscope's application name and OTLP's service.name."),
+        "The service: a comment in every profile, Pyroscope's application name and OTLP's service.name.")
+        .feeds([](const Options& o, StartPlan& p) { p.service_name = o.service_name; }),
     setting<&Options::publish_process_context>(
         "publish_process_context", "SPANPROF_PROCESS_CONTEXT", EG::service, format::integer(0, 1),
-        "1: publish the process context (OTEP 4719, a mapping named OTEL_CTX) for profilers outside the process."),
+        "1: publish the process context (OTEP 4719, a mapping named OTEL_CTX) for profilers outside the process.")
+        .feeds([](const Options& o, StartPlan& p) { p.publish_process_context = o.publish_process_context; }),
     setting<&Options::clock>(
         "clock", nullptr, EG::delivery, format::object("the monotonic clock"),
-        "The time batch windows, retry backoff and spool re-sends run on; tests give a ManualClock."),
+        "The time batch windows, retry backoff and spool re-sends run on; tests give a ManualClock.")
+        .feeds([](const Options& o, StartPlan& p) { p.delivery.clock = o.clock; }),
 };
 
 constexpr bool same_text(const char* a, const char* b) {
@@ -259,11 +306,11 @@ constexpr bool same_text(const char* a, const char* b) {
   return *a == *b;
 }
 
-// Every format fits its member, a variable is named once, and a member is
-// described by one row.
+// Every format fits its member, a variable is named once, a member is described by
+// one row, and a member's row (only a member's) feeds the plan.
 constexpr bool table_is_consistent() {
   for (const Setting& row : settings) {
-    if (!format_fits(row)) return false;
+    if (!format_fits(row) || row.is_option() != row.feeds_plan) return false;
     for (const Setting& other : settings) {
       if (&other == &row) continue;
       if (row.variable && other.variable && same_text(row.variable, other.variable)) return false;
@@ -272,7 +319,18 @@ constexpr bool table_is_consistent() {
   }
   return true;
 }
-static_assert(table_is_consistent(), "a row's format does not fit its member, or a variable or member is listed twice");
+static_assert(table_is_consistent(),
+              "a row's format does not fit its member, a variable or member is listed twice, or a member's row "
+              "feeds nothing (or a variable's row feeds the plan itself)");
+
+// What start() builds the running configuration, the delivery threads, the default
+// uploader and the default symbolizer from.
+inline StartPlan plan_start(const Options& options) {
+  StartPlan plan;
+  for (const Setting& row : settings)
+    if (row.feeds_plan) row.feed(options, plan);
+  return plan;
+}
 
 // ---- walking the table ----------------------------------------------------------------
 
