@@ -52,12 +52,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <string>
 #include <string_view>
@@ -140,26 +140,29 @@ inline SpanContext new_root_span() noexcept {
 inline std::atomic<std::int64_t> rpcs_in_flight{0};
 
 // One RPC: its span and its request, shared by its interceptor and its handler.
-// Under its mutex: gRPC runs an RPC's batches on any of its threads, a callback
-// handler's Finish() comes from any thread, and only this lock orders them for
-// ThreadSanitizer (Debian's gRPC is not built with it).
+// Written once, before gRPC is given the interceptor, and only read after: gRPC
+// runs an RPC's batches on any of its threads and a callback handler's Finish()
+// comes from any thread, handed over through gRPC's core, which ThreadSanitizer
+// does not see (Debian's gRPC is not built with it), so `published` orders the
+// writes before every read instead of a lock: stored (release) by the constructor,
+// read (acquire) by every hook and by the destructor.
 struct RpcState {
-  std::mutex mutex;
   SpanContext span;
   RequestProfile request;
   const ::grpc::ServerContextBase* context = nullptr;
   gpr_timespec deadline = gpr_inf_future(GPR_CLOCK_MONOTONIC);
-  bool callback = false;  // a callback-API call (CallbackServerContext)
+  std::atomic<bool> published{false};
 };
 
 // The RPC whose handler this thread runs (inside the interceptor's bracket).
 inline thread_local RpcState* thread_rpc = nullptr;
 
 // What a new RPC is given before gRPC decides whether to intercept it: its span
-// and its request, begun on the thread that will run its handler.
+// and its request, begun on the thread that will run its handler, with room for
+// its interceptor in the request's one allocation.
 struct RpcStart {
   SpanContext span;
-  RequestProfile request;
+  spanprof::detail::RequestWithRoom request;
 };
 
 // The span client metadata carries: `span_from`'s, or the W3C traceparent entry's.
@@ -186,7 +189,8 @@ inline SpanContext span_in(const Metadata& metadata, const std::function<SpanCon
   return parsed.context;
 }
 
-inline RpcStart start_rpc(const ServerOptions& options, ::grpc::experimental::ServerRpcInfo& info) noexcept {
+inline RpcStart start_rpc(const ServerOptions& options, ::grpc::experimental::ServerRpcInfo& info,
+                          std::size_t interceptor_bytes) noexcept {
   RpcStart start;
   // The metadata is bound to the context before gRPC asks the interceptor
   // factories (sync, callback and async servers alike).
@@ -195,62 +199,54 @@ inline RpcStart start_rpc(const ServerOptions& options, ::grpc::experimental::Se
   if (!start.span.valid()) start.span = new_root_span();
   const char* method = info.method();
   const std::string_view name = method != nullptr ? std::string_view(method) : std::string_view("grpc");
-  start.request = options.profiles.empty() ? RequestProfile(start.span, name)
-                                           : RequestProfile(start.span, name, options.profiles);
+  start.request = spanprof::detail::RequestWithRoom::begin(start.span, name, options.profiles,
+                                                           options.profiles.empty(), interceptor_bytes);
   return start;
 }
 
+// Made in its request's room (RequestWithRoom): an RPC's bookkeeping is one
+// allocation, and gRPC deleting the interceptor gives the room back.
 class RpcInterceptor final : public ::grpc::experimental::Interceptor {
  public:
-  RpcInterceptor(::grpc::experimental::ServerRpcInfo* info, std::shared_ptr<const ServerOptions> options,
-                 RpcStart start) noexcept
-      : info_(info), options_(std::move(options)) {
+  RpcInterceptor(::grpc::experimental::ServerRpcInfo* info, bool cancelled_is_error, RpcStart start) noexcept
+      : info_(info), cancelled_is_error_(cancelled_is_error) {
     ::grpc::ServerContextBase* const context = info_->server_context();
-    // Under the lock too: the hooks run on other threads, handed over by gRPC's
-    // core, which ThreadSanitizer does not see.
-    std::lock_guard<std::mutex> lock(rpc_.mutex);
     rpc_.span = start.span;
-    rpc_.request = std::move(start.request);
+    rpc_.request = std::move(start.request.request);
     rpc_.context = context;
     rpc_.deadline = context->raw_deadline();
-#if defined(__GXX_RTTI)
-    rpc_.callback = dynamic_cast<::grpc::CallbackServerContext*>(context) != nullptr;
-#endif
     rpcs_in_flight.fetch_add(1, std::memory_order_relaxed);
+    rpc_.published.store(true, std::memory_order_release);
   }
 
   // The call is over (its context goes): the tail policy decides now.
   ~RpcInterceptor() override {
-    RequestProfile request;
-    gpr_timespec deadline;
-    {
-      std::lock_guard<std::mutex> lock(rpc_.mutex);
-      request = std::move(rpc_.request);
-      deadline = rpc_.deadline;
-    }
+    (void)rpc_.published.load(std::memory_order_acquire);
+    // A copy: the handler may still read the state on its thread.
+    RequestProfile request = rpc_.request;
     // From the deadline kept at the start: the context is being destroyed.
-    if (options_->cancelled_is_error && gpr_time_cmp(gpr_now(deadline.clock_type), deadline) > 0) request.set_error();
+    if (cancelled_is_error_ && gpr_time_cmp(gpr_now(rpc_.deadline.clock_type), rpc_.deadline) > 0) request.set_error();
     request.end();
     rpcs_in_flight.fetch_sub(1, std::memory_order_release);
   }
 
+  static void* operator new(std::size_t) = delete;
+  static void operator delete(void* room) noexcept { spanprof::detail::release_request_room(room); }
+
   void Intercept(::grpc::experimental::InterceptorBatchMethods* methods) override {
     using Hook = ::grpc::experimental::InterceptionHookPoints;
+    (void)rpc_.published.load(std::memory_order_acquire);
     if (methods->QueryInterceptionHookPoint(Hook::PRE_SEND_STATUS)) status(methods->GetSendStatus());
     if (!methods->QueryInterceptionHookPoint(Hook::POST_RECV_INITIAL_METADATA)) {
       methods->Proceed();
       return;
     }
     // The call's first batch: gRPC calls the handler from the last interceptor's
-    // Proceed(), on this thread, and returns when it returns.
-    RequestProfile request;
-    {
-      std::lock_guard<std::mutex> lock(rpc_.mutex);
-      request = rpc_.request;
-    }
-    // The call may end on another thread before this returns (a callback handler
-    // that finished): its request is then delivered when this fragment closes, and
-    // nothing here touches the interceptor after Proceed().
+    // Proceed(), on this thread, and returns when it returns. The call may end on
+    // another thread before this returns (a callback handler that finished): its
+    // request is then delivered when this fragment closes, and nothing here touches
+    // the interceptor after Proceed().
+    RequestProfile request = rpc_.request;
     rpcs_in_flight.fetch_add(1, std::memory_order_relaxed);
     RpcState* const outer = std::exchange(thread_rpc, &rpc_);
     {
@@ -266,24 +262,25 @@ class RpcInterceptor final : public ::grpc::experimental::Interceptor {
   // callback handler called Finish().
   void status(const ::grpc::Status& sent) noexcept {
     bool failed = !sent.ok();
-    // Asked only where it is safe: on a sync handler's thread (inside the bracket),
-    // or of a callback call (answered without waiting). A cancelled call's status
-    // may still say OK.
-    bool callback = false;
-    {
-      std::lock_guard<std::mutex> lock(rpc_.mutex);
-      callback = rpc_.callback;
-    }
-    if (options_->cancelled_is_error && !failed && (thread_rpc == &rpc_ || callback))
+    // A cancelled call's status may still say OK. Asked only where it is safe: on a
+    // sync handler's thread (inside the bracket), or of a callback call (answered
+    // without waiting).
+    if (cancelled_is_error_ && !failed && (thread_rpc == &rpc_ || is_callback_call()))
       failed = info_->server_context()->IsCancelled();
-    if (!failed) return;
-    std::lock_guard<std::mutex> lock(rpc_.mutex);
-    rpc_.request.set_error();
+    if (failed) rpc_.request.set_error();
+  }
+
+  bool is_callback_call() const noexcept {
+#if defined(__GXX_RTTI)
+    return dynamic_cast<const ::grpc::CallbackServerContext*>(rpc_.context) != nullptr;
+#else
+    return false;
+#endif
   }
 
   RpcState rpc_;
   ::grpc::experimental::ServerRpcInfo* info_;
-  std::shared_ptr<const ServerOptions> options_;
+  bool cancelled_is_error_;
 };
 
 class InterceptorFactory final : public ::grpc::experimental::ServerInterceptorFactoryInterface {
@@ -295,11 +292,13 @@ class InterceptorFactory final : public ::grpc::experimental::ServerInterceptorF
   // each of its batches (~1 % of a 100 µs RPC), and a call with none nothing.
   ::grpc::experimental::Interceptor* CreateServerInterceptor(::grpc::experimental::ServerRpcInfo* info) override {
     if (!options_ || info == nullptr || info->server_context() == nullptr) return nullptr;
-    RpcStart start = start_rpc(*options_, *info);
-    // Not profiled (spanprof not running, the head sampler said no): no interceptor.
-    if (!start.request.active()) return nullptr;
-    // Null when out of memory: this RPC is not profiled; gRPC serves it as ever.
-    return new (std::nothrow) RpcInterceptor(info, options_, std::move(start));
+    static_assert(alignof(RpcInterceptor) <= alignof(std::max_align_t), "the request's room is aligned for any object");
+    RpcStart start = start_rpc(*options_, *info, sizeof(RpcInterceptor));
+    // Not profiled (spanprof not running, the head sampler said no, out of
+    // memory): no interceptor, and gRPC serves the RPC as ever.
+    if (!start.request.request.active()) return nullptr;
+    void* const room = start.request.room;
+    return ::new (room) RpcInterceptor(info, options_->cancelled_is_error, std::move(start));
   }
 
  private:
@@ -323,26 +322,21 @@ inline void install(::grpc::ServerBuilder& builder, ServerOptions options = {}) 
   builder.experimental().SetInterceptorCreators(std::move(creators));
 }
 
+// Read on the handler's thread, inside the interceptor's bracket, after its hook
+// read the state: no lock.
 inline SpanContext current_span() noexcept {
-  detail::RpcState* rpc = detail::thread_rpc;
-  if (rpc == nullptr) return {};
-  std::lock_guard<std::mutex> lock(rpc->mutex);
-  return rpc->span;
+  const detail::RpcState* rpc = detail::thread_rpc;
+  return rpc != nullptr ? rpc->span : SpanContext{};
 }
 
 inline RequestProfile current_request() noexcept {
-  detail::RpcState* rpc = detail::thread_rpc;
-  if (rpc == nullptr) return {};
-  std::lock_guard<std::mutex> lock(rpc->mutex);
-  return rpc->request;
+  const detail::RpcState* rpc = detail::thread_rpc;
+  return rpc != nullptr ? rpc->request : RequestProfile{};
 }
 
 inline SpanContext span_of(const ::grpc::ServerContextBase& context,
                            const std::function<SpanContext(const Metadata&)>& span_from) noexcept {
-  if (detail::RpcState* rpc = detail::thread_rpc) {
-    std::lock_guard<std::mutex> lock(rpc->mutex);
-    if (rpc->context == &context) return rpc->span;
-  }
+  if (const detail::RpcState* rpc = detail::thread_rpc; rpc != nullptr && rpc->context == &context) return rpc->span;
   // A malformed traceparent's error was reported when the RPC began.
   return detail::span_in(context.client_metadata(), span_from, nullptr);
 }
@@ -364,19 +358,20 @@ std::true_type writes_messages(const ::grpc::ServerWriteReactor<Response>*);
 std::false_type writes_messages(...);
 
 // The handler's request, kept by its reactor for the steps gRPC runs on its other
-// threads. Under a lock, written and read: gRPC hands the reactor between threads
-// through its core, which ThreadSanitizer does not see in Debian's gRPC.
+// threads: written once, in the handler, and published by an atomic store, because
+// gRPC hands the reactor between threads through its core, which ThreadSanitizer
+// does not see in Debian's gRPC.
 class ReactorRequest {
  public:
-  ReactorRequest() noexcept : request_(current_request()) { std::lock_guard<std::mutex> publish(mutex_); }
+  ReactorRequest() noexcept : request_(current_request()) { published_.store(true, std::memory_order_release); }
   RequestProfile get() const noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
+    (void)published_.load(std::memory_order_acquire);
     return request_;
   }
 
  private:
-  mutable std::mutex mutex_;
   RequestProfile request_;
+  std::atomic<bool> published_{false};
 };
 
 // Every kind's steps, each in a fragment of the handler's request (the reactor is

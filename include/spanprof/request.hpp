@@ -31,6 +31,7 @@
 #include <spanprof/span/span_context.hpp>
 
 #include <atomic>
+#include <cstddef>
 #include <functional>
 #include <string_view>
 #include <type_traits>
@@ -42,12 +43,16 @@ SPANPROF_NAMESPACE_BEGIN
 
 namespace detail {
 class RequestState;
+struct RequestWithRoom;
 
 // Compiled once, with the runtime (detail/request-inl.hpp). begin_request decides
 // whether the span is profiled, as a guard's open does, and makes its state (null:
-// not profiled).
+// not profiled), with `room_bytes` of room for another object in its one
+// allocation (RequestWithRoom, below).
 SPANPROF_API RequestState* begin_request(const SpanContext& span, std::string_view name, ProfileKinds kinds,
-                                         bool configured) noexcept;
+                                         bool configured, std::size_t room_bytes = 0) noexcept;
+SPANPROF_API void* request_room(RequestState& state) noexcept;
+SPANPROF_API void release_request_room(void* room) noexcept;
 SPANPROF_API void acquire_request(RequestState& state) noexcept;
 SPANPROF_API void release_request(RequestState& state) noexcept;
 SPANPROF_API void set_request_error(RequestState& state, bool failed) noexcept;
@@ -131,8 +136,29 @@ class RequestProfile {
 
  private:
   friend class Fragment;
+  friend struct detail::RequestWithRoom;
   detail::RequestState* state_ = nullptr;
 };
+
+namespace detail {
+// A request with room in its one allocation for an object that needs the request
+// as long as it lives (the gRPC interceptor, grpc.hpp): the object is made in
+// `room` and holds a reference of its own, which it gives back from its class's
+// operator delete (release_request_room), once it is destroyed. Inactive, with no
+// room, when the request is not profiled.
+struct RequestWithRoom {
+  RequestProfile request;
+  void* room = nullptr;
+
+  static RequestWithRoom begin(const SpanContext& span, std::string_view name, ProfileKinds kinds, bool configured,
+                               std::size_t room_bytes) noexcept {
+    RequestWithRoom made;
+    made.request.state_ = begin_request(span, name, kinds, configured, room_bytes);
+    if (made.request.state_ != nullptr) made.room = request_room(*made.request.state_);
+    return made;
+  }
+};
+}  // namespace detail
 
 // "This thread now runs `request`", until the end of the scope. The request must
 // outlive it, and it must close on the thread that opened it. A fragment of the
@@ -209,6 +235,17 @@ class RequestProfile {
   friend bool operator==(const RequestProfile&, const RequestProfile&) noexcept { return true; }
   friend bool operator!=(const RequestProfile&, const RequestProfile&) noexcept { return false; }
 };
+
+namespace detail {
+struct RequestWithRoom {
+  RequestProfile request;
+  void* room = nullptr;
+  static RequestWithRoom begin(const SpanContext&, std::string_view, ProfileKinds, bool, std::size_t) noexcept {
+    return {};
+  }
+};
+inline void release_request_room(void*) noexcept {}
+}  // namespace detail
 
 class Fragment {
  public:

@@ -3473,6 +3473,7 @@ namespace detail_thread_context {
 
 
 #include <atomic>
+#include <cstddef>
 #include <functional>
 #include <string_view>
 #include <type_traits>
@@ -3484,12 +3485,16 @@ SPANPROF_NAMESPACE_BEGIN
 
 namespace detail {
 class RequestState;
+struct RequestWithRoom;
 
 // Compiled once, with the runtime (detail/request-inl.hpp). begin_request decides
 // whether the span is profiled, as a guard's open does, and makes its state (null:
-// not profiled).
+// not profiled), with `room_bytes` of room for another object in its one
+// allocation (RequestWithRoom, below).
 SPANPROF_API RequestState* begin_request(const SpanContext& span, std::string_view name, ProfileKinds kinds,
-                                         bool configured) noexcept;
+                                         bool configured, std::size_t room_bytes = 0) noexcept;
+SPANPROF_API void* request_room(RequestState& state) noexcept;
+SPANPROF_API void release_request_room(void* room) noexcept;
 SPANPROF_API void acquire_request(RequestState& state) noexcept;
 SPANPROF_API void release_request(RequestState& state) noexcept;
 SPANPROF_API void set_request_error(RequestState& state, bool failed) noexcept;
@@ -3573,8 +3578,29 @@ class RequestProfile {
 
  private:
   friend class Fragment;
+  friend struct detail::RequestWithRoom;
   detail::RequestState* state_ = nullptr;
 };
+
+namespace detail {
+// A request with room in its one allocation for an object that needs the request
+// as long as it lives (the gRPC interceptor, grpc.hpp): the object is made in
+// `room` and holds a reference of its own, which it gives back from its class's
+// operator delete (release_request_room), once it is destroyed. Inactive, with no
+// room, when the request is not profiled.
+struct RequestWithRoom {
+  RequestProfile request;
+  void* room = nullptr;
+
+  static RequestWithRoom begin(const SpanContext& span, std::string_view name, ProfileKinds kinds, bool configured,
+                               std::size_t room_bytes) noexcept {
+    RequestWithRoom made;
+    made.request.state_ = begin_request(span, name, kinds, configured, room_bytes);
+    if (made.request.state_ != nullptr) made.room = request_room(*made.request.state_);
+    return made;
+  }
+};
+}  // namespace detail
 
 // "This thread now runs `request`", until the end of the scope. The request must
 // outlive it, and it must close on the thread that opened it. A fragment of the
@@ -3651,6 +3677,17 @@ class RequestProfile {
   friend bool operator==(const RequestProfile&, const RequestProfile&) noexcept { return true; }
   friend bool operator!=(const RequestProfile&, const RequestProfile&) noexcept { return false; }
 };
+
+namespace detail {
+struct RequestWithRoom {
+  RequestProfile request;
+  void* room = nullptr;
+  static RequestWithRoom begin(const SpanContext&, std::string_view, ProfileKinds, bool, std::size_t) noexcept {
+    return {};
+  }
+};
+inline void release_request_room(void*) noexcept {}
+}  // namespace detail
 
 class Fragment {
  public:
@@ -20153,6 +20190,7 @@ SPANPROF_NAMESPACE_END
 #if SPANPROF_ENABLED
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -20204,10 +20242,14 @@ class RequestState {
     std::uint64_t name_hash = 0;                      // for the trigger, when declined
   };
 
-  // Null when out of memory (the request is then not profiled).
-  static RequestState* create(Identity identity) noexcept {
-    auto* state = new (std::nothrow) RequestState();
-    if (state == nullptr) return nullptr;
+  // Null when out of memory (the request is then not profiled). With `room_bytes`,
+  // that much more in the same allocation, aligned for any object (room()): for an
+  // object that needs the request as long as it lives, made there by its owner
+  // (the gRPC interceptor), which holds a reference for it until release_room().
+  static RequestState* create(Identity identity, std::size_t room_bytes = 0) noexcept {
+    void* const block = ::operator new(room_offset() + room_bytes, std::nothrow);
+    if (block == nullptr) return nullptr;
+    auto* state = ::new (block) RequestState();
     state->span_ = identity.span;
     state->name_length_ = identity.name.size() < max_name ? identity.name.size() : max_name;
     if (state->name_length_ != 0) std::memcpy(state->name_, identity.name.data(), state->name_length_);
@@ -20226,6 +20268,12 @@ class RequestState {
   RequestState(const RequestState&) = delete;
   RequestState& operator=(const RequestState&) = delete;
 
+  void* room() noexcept { return reinterpret_cast<char*>(this) + room_offset(); }
+  // The object in the room is gone: its reference goes too.
+  static void release_room(void* room) noexcept {
+    reinterpret_cast<RequestState*>(static_cast<char*>(room) - room_offset())->release();
+  }
+
   ProfileKinds kinds() const noexcept { return kinds_; }
   std::uint64_t generation() const noexcept { return generation_; }
   // What otel_thread_ctx_v1 points at while a fragment of it runs (thread_context.hpp).
@@ -20240,7 +20288,7 @@ class RequestState {
     const std::uint64_t now = life_.fetch_sub(one_reference, std::memory_order_acq_rel) - one_reference;
     if ((now & (reference_mask | running_mask)) != 0) return;
     if ((now & delivered_bit) == 0) (void)deliver((now & ended_bit) == 0);
-    delete this;
+    destroy();
   }
 
   void set_error(bool failed) noexcept { errored_.store(failed, std::memory_order_relaxed); }
@@ -20338,6 +20386,15 @@ class RequestState {
   RequestState() = default;
   ~RequestState() = default;
 
+  static constexpr std::size_t room_offset() noexcept {
+    return (sizeof(RequestState) + alignof(std::max_align_t) - 1) / alignof(std::max_align_t) *
+           alignof(std::max_align_t);
+  }
+  void destroy() noexcept {
+    this->~RequestState();
+    ::operator delete(static_cast<void*>(this));
+  }
+
   static constexpr std::uint64_t one_reference = 1;
   static constexpr std::uint64_t reference_mask = (std::uint64_t{1} << 24) - 1;
   static constexpr std::uint64_t one_running = std::uint64_t{1} << 24;
@@ -20371,7 +20428,7 @@ class RequestState {
     }
     if ((after & (reference_mask | running_mask)) == 0) {
       if ((after & delivered_bit) == 0) (void)deliver((after & ended_bit) == 0);
-      delete this;
+      destroy();
     }
   }
 
@@ -20393,8 +20450,10 @@ class RequestState {
   }
 
   // Once per request, by the one thread that marked it delivered (or freed it): no
-  // fragment runs any more, so the records are this thread's alone. True when a
-  // profile was handed over.
+  // fragment runs any more, so the records are this thread's alone, without the
+  // lock (every fragment added its records before its change of life_, which the
+  // change that made this thread the deliverer read). True when a profile was
+  // handed over.
   bool deliver(bool abandoned) noexcept {
     // Timed for the trigger: ended, it has its latency; abandoned, there is none to give.
     if (declined_ == TriggerVerdict::observe) return false;
@@ -20412,9 +20471,8 @@ class RequestState {
     }
     count(kept_counter(decision.reason));
     bool handed_over = false, any_records = false;
-    SpanIdentity identity{span_, std::string_view(name_, name_length_), decision.reason, start_unix_ns_, duration};
-    std::lock_guard<std::mutex> lock(mutex_);
-    identity.time = time_;
+    SpanIdentity identity{span_, std::string_view(name_, name_length_), decision.reason, start_unix_ns_, duration,
+                          time_};
     for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::wall, ProfileKind::heap}) {
       Recorded& recorded = recorded_[static_cast<std::size_t>(kind)];
       if (!kinds_.contains(kind) || recorded.records.empty()) continue;
@@ -21047,8 +21105,8 @@ namespace detail {
 // initialized: reading it never runs a TLS constructor.
 inline thread_local RequestState* running_request = nullptr;
 
-RequestState* begin_request(const SpanContext& span, std::string_view name, ProfileKinds kinds,
-                            bool configured) noexcept {
+RequestState* begin_request(const SpanContext& span, std::string_view name, ProfileKinds kinds, bool configured,
+                            std::size_t room_bytes) noexcept {
   ThreadCounters* thread = guard_thread();
   if (thread == nullptr) return nullptr;
   ConfigReader& reader = thread->config_reader;
@@ -21079,12 +21137,17 @@ RequestState* begin_request(const SpanContext& span, std::string_view name, Prof
   RequestState::Identity identity{span,        name, configured ? config.profiles : kinds, config.sampler.generation,
                                   config.tail_policy, config.trigger, declined, name_hash};
   reader.leave(inside);
-  RequestState* state = RequestState::create(std::move(identity));
+  RequestState* state = RequestState::create(std::move(identity), room_bytes);
   if (state == nullptr) report_error(ErrorCode::internal, "out of memory beginning a request's profile; not profiled");
   else if (declined != TriggerVerdict::observe) count(Counter::profiles_started);
   return state;
 }
 
+void* request_room(RequestState& state) noexcept {
+  state.acquire();  // the room's object's
+  return state.room();
+}
+void release_request_room(void* room) noexcept { RequestState::release_room(room); }
 void acquire_request(RequestState& state) noexcept { state.acquire(); }
 void release_request(RequestState& state) noexcept { state.release(); }
 void set_request_error(RequestState& state, bool failed) noexcept { state.set_error(failed); }

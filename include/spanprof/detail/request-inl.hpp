@@ -24,8 +24,8 @@ namespace detail {
 // initialized: reading it never runs a TLS constructor.
 inline thread_local RequestState* running_request = nullptr;
 
-RequestState* begin_request(const SpanContext& span, std::string_view name, ProfileKinds kinds,
-                            bool configured) noexcept {
+RequestState* begin_request(const SpanContext& span, std::string_view name, ProfileKinds kinds, bool configured,
+                            std::size_t room_bytes) noexcept {
   ThreadCounters* thread = guard_thread();
   if (thread == nullptr) return nullptr;
   ConfigReader& reader = thread->config_reader;
@@ -56,12 +56,17 @@ RequestState* begin_request(const SpanContext& span, std::string_view name, Prof
   RequestState::Identity identity{span,        name, configured ? config.profiles : kinds, config.sampler.generation,
                                   config.tail_policy, config.trigger, declined, name_hash};
   reader.leave(inside);
-  RequestState* state = RequestState::create(std::move(identity));
+  RequestState* state = RequestState::create(std::move(identity), room_bytes);
   if (state == nullptr) report_error(ErrorCode::internal, "out of memory beginning a request's profile; not profiled");
   else if (declined != TriggerVerdict::observe) count(Counter::profiles_started);
   return state;
 }
 
+void* request_room(RequestState& state) noexcept {
+  state.acquire();  // the room's object's
+  return state.room();
+}
+void release_request_room(void* room) noexcept { RequestState::release_room(room); }
 void acquire_request(RequestState& state) noexcept { state.acquire(); }
 void release_request(RequestState& state) noexcept { state.release(); }
 void set_request_error(RequestState& state, bool failed) noexcept { state.set_error(failed); }

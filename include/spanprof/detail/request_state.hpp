@@ -28,6 +28,7 @@
 #if SPANPROF_ENABLED
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -79,10 +80,14 @@ class RequestState {
     std::uint64_t name_hash = 0;                      // for the trigger, when declined
   };
 
-  // Null when out of memory (the request is then not profiled).
-  static RequestState* create(Identity identity) noexcept {
-    auto* state = new (std::nothrow) RequestState();
-    if (state == nullptr) return nullptr;
+  // Null when out of memory (the request is then not profiled). With `room_bytes`,
+  // that much more in the same allocation, aligned for any object (room()): for an
+  // object that needs the request as long as it lives, made there by its owner
+  // (the gRPC interceptor), which holds a reference for it until release_room().
+  static RequestState* create(Identity identity, std::size_t room_bytes = 0) noexcept {
+    void* const block = ::operator new(room_offset() + room_bytes, std::nothrow);
+    if (block == nullptr) return nullptr;
+    auto* state = ::new (block) RequestState();
     state->span_ = identity.span;
     state->name_length_ = identity.name.size() < max_name ? identity.name.size() : max_name;
     if (state->name_length_ != 0) std::memcpy(state->name_, identity.name.data(), state->name_length_);
@@ -101,6 +106,12 @@ class RequestState {
   RequestState(const RequestState&) = delete;
   RequestState& operator=(const RequestState&) = delete;
 
+  void* room() noexcept { return reinterpret_cast<char*>(this) + room_offset(); }
+  // The object in the room is gone: its reference goes too.
+  static void release_room(void* room) noexcept {
+    reinterpret_cast<RequestState*>(static_cast<char*>(room) - room_offset())->release();
+  }
+
   ProfileKinds kinds() const noexcept { return kinds_; }
   std::uint64_t generation() const noexcept { return generation_; }
   // What otel_thread_ctx_v1 points at while a fragment of it runs (thread_context.hpp).
@@ -115,7 +126,7 @@ class RequestState {
     const std::uint64_t now = life_.fetch_sub(one_reference, std::memory_order_acq_rel) - one_reference;
     if ((now & (reference_mask | running_mask)) != 0) return;
     if ((now & delivered_bit) == 0) (void)deliver((now & ended_bit) == 0);
-    delete this;
+    destroy();
   }
 
   void set_error(bool failed) noexcept { errored_.store(failed, std::memory_order_relaxed); }
@@ -213,6 +224,15 @@ class RequestState {
   RequestState() = default;
   ~RequestState() = default;
 
+  static constexpr std::size_t room_offset() noexcept {
+    return (sizeof(RequestState) + alignof(std::max_align_t) - 1) / alignof(std::max_align_t) *
+           alignof(std::max_align_t);
+  }
+  void destroy() noexcept {
+    this->~RequestState();
+    ::operator delete(static_cast<void*>(this));
+  }
+
   static constexpr std::uint64_t one_reference = 1;
   static constexpr std::uint64_t reference_mask = (std::uint64_t{1} << 24) - 1;
   static constexpr std::uint64_t one_running = std::uint64_t{1} << 24;
@@ -246,7 +266,7 @@ class RequestState {
     }
     if ((after & (reference_mask | running_mask)) == 0) {
       if ((after & delivered_bit) == 0) (void)deliver((after & ended_bit) == 0);
-      delete this;
+      destroy();
     }
   }
 
@@ -268,8 +288,10 @@ class RequestState {
   }
 
   // Once per request, by the one thread that marked it delivered (or freed it): no
-  // fragment runs any more, so the records are this thread's alone. True when a
-  // profile was handed over.
+  // fragment runs any more, so the records are this thread's alone, without the
+  // lock (every fragment added its records before its change of life_, which the
+  // change that made this thread the deliverer read). True when a profile was
+  // handed over.
   bool deliver(bool abandoned) noexcept {
     // Timed for the trigger: ended, it has its latency; abandoned, there is none to give.
     if (declined_ == TriggerVerdict::observe) return false;
@@ -287,9 +309,8 @@ class RequestState {
     }
     count(kept_counter(decision.reason));
     bool handed_over = false, any_records = false;
-    SpanIdentity identity{span_, std::string_view(name_, name_length_), decision.reason, start_unix_ns_, duration};
-    std::lock_guard<std::mutex> lock(mutex_);
-    identity.time = time_;
+    SpanIdentity identity{span_, std::string_view(name_, name_length_), decision.reason, start_unix_ns_, duration,
+                          time_};
     for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::wall, ProfileKind::heap}) {
       Recorded& recorded = recorded_[static_cast<std::size_t>(kind)];
       if (!kinds_.contains(kind) || recorded.records.empty()) continue;
