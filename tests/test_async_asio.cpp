@@ -193,15 +193,9 @@ asio::awaitable<void> orders_request(double cpu_seconds_per_turn) {
 // whose latency jumped.
 TEST_CASE("spanprof::asio::co_spawn: the adaptive trigger profiles the next requests of a name whose latency jumped",
           "[async][asio][requests][trigger]") {
-  spanprof::AdaptiveTriggerOptions trigger_options;
-  trigger_options.min_observations = 16;
-  trigger_options.observe_one_in = 1;
-  trigger_options.spans_to_profile = 3;
-  auto trigger = std::make_shared<spanprof::AdaptiveTrigger>(trigger_options);
   spanprof::Options options;
   options.frequency_hz = 1000;
-  options.head_sampler = std::make_shared<spanprof::NeverSampler>();  // nothing profiled unless triggered
-  options.trigger = trigger;
+  auto trigger = spanprof_test::profile_only_when_triggered(options);  // nothing profiled unless triggered
   Collector collector(options);
   asio::thread_pool pool(2);
   // One at a time: a request's latency is its own, not the queue's.

@@ -267,14 +267,8 @@ TEST_CASE("a request kept as slow whose one fragment had no sample is not counte
 }
 
 TEST_CASE("the adaptive trigger profiles the next spans of a name whose latency jumped", "[trigger]") {
-  spanprof::AdaptiveTriggerOptions trigger_options;
-  trigger_options.min_observations = 16;
-  trigger_options.observe_one_in = 1;
-  trigger_options.spans_to_profile = 3;
-  auto trigger = std::make_shared<spanprof::AdaptiveTrigger>(trigger_options);
   spanprof::Options options = options_with(nullptr, 1000);
-  options.head_sampler = std::make_shared<spanprof::NeverSampler>();  // nothing profiled unless triggered
-  options.trigger = trigger;
+  auto trigger = spanprof_test::profile_only_when_triggered(options);  // nothing profiled unless triggered
   Collector collector(options);
   const auto before = spanprof::stats();
   for (unsigned i = 0; i < 40; ++i) {
@@ -303,14 +297,8 @@ TEST_CASE("the adaptive trigger profiles the next spans of a name whose latency 
 // times the requests the head sampler declines, and profiles the next ones of a
 // name whose latency jumped, whichever threads run them.
 TEST_CASE("the adaptive trigger profiles the next requests of a name whose latency jumped", "[trigger][requests]") {
-  spanprof::AdaptiveTriggerOptions trigger_options;
-  trigger_options.min_observations = 16;
-  trigger_options.observe_one_in = 1;
-  trigger_options.spans_to_profile = 3;
-  auto trigger = std::make_shared<spanprof::AdaptiveTrigger>(trigger_options);
   spanprof::Options options = options_with(nullptr, 1000);
-  options.head_sampler = std::make_shared<spanprof::NeverSampler>();  // nothing profiled unless triggered
-  options.trigger = trigger;
+  auto trigger = spanprof_test::profile_only_when_triggered(options);  // nothing profiled unless triggered
   Collector collector(options);
   const auto before = spanprof::stats();
   const auto run_request = [](unsigned number, double cpu_seconds) {

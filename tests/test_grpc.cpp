@@ -518,15 +518,9 @@ TEST_CASE("gRPC: a failed RPC is kept by a keep-errors policy; an OK one is not"
 // An RPC is admitted and decided as a guard is: the trigger times the RPCs the
 // head sampler declines, and profiles the next ones of a method whose latency jumped.
 TEST_CASE("gRPC: the adaptive trigger profiles the next RPCs of a method whose latency jumped", "[grpc][trigger]") {
-  spanprof::AdaptiveTriggerOptions trigger_options;
-  trigger_options.min_observations = 16;
-  trigger_options.observe_one_in = 1;
-  trigger_options.spans_to_profile = 3;
-  auto trigger = std::make_shared<spanprof::AdaptiveTrigger>(trigger_options);
   spanprof::Options options;
   options.frequency_hz = 1000;
-  options.head_sampler = std::make_shared<spanprof::NeverSampler>();  // nothing profiled unless triggered
-  options.trigger = trigger;
+  auto trigger = spanprof_test::profile_only_when_triggered(options);  // nothing profiled unless triggered
   Collector collector(options);
   Servers servers;
   for (unsigned i = 0; i < 40; ++i) CHECK(quote(*servers.sync, spanprof::format_traceparent(span_number(7600 + i)), 1).ok());

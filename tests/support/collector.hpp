@@ -28,6 +28,20 @@ inline bool has_clone_suffix(const std::string& name) {
   return false;
 }
 
+// The adaptive trigger as the trigger tests set it up: it times every span the
+// head sampler declines (which is every span: nothing is profiled unless
+// triggered), arms after 16 of a name, and profiles that name's next 3.
+inline std::shared_ptr<spanprof::AdaptiveTrigger> profile_only_when_triggered(spanprof::Options& options) {
+  spanprof::AdaptiveTriggerOptions trigger_options;
+  trigger_options.min_observations = 16;
+  trigger_options.observe_one_in = 1;
+  trigger_options.spans_to_profile = 3;
+  auto trigger = std::make_shared<spanprof::AdaptiveTrigger>(trigger_options);
+  options.head_sampler = std::make_shared<spanprof::NeverSampler>();
+  options.trigger = trigger;
+  return trigger;
+}
+
 struct CollectedProfile {
   spanprof::EncodedProfile meta;
   std::string pprof_gzip;  // the bytes the uploader was given
