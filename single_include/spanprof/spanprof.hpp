@@ -12235,8 +12235,9 @@ class ThreadStackSampler {
   // Opens a span slot on top of the thread's stack (this thread only). Invalid
   // ticket: max_open_spans are open already.
   // `now_ns`: the monotonic time if the caller has read it (-1: read it here, if
-  // the watch needs it). `holder`: the guard, if the span's edges may take the
-  // timer's points (settle_edge).
+  // the watch needs it). `holder`: the guard, whose frame starts the walk of a
+  // sample taken while it opens or closes the span, if it is on this stack; the
+  // span's edges may then take the timer's points (settle_edge).
   SpanSlotTicket push(ProfileKinds kinds, std::int64_t now_ns = -1, const void* holder = nullptr) noexcept {
     forget_dead_spans();
     if (SPANPROF_UNLIKELY(slots_in_use_ == all_span_slots)) return {};
@@ -12262,7 +12263,6 @@ class ThreadStackSampler {
       outer_changed_ns_.store(now_ns >= 0 ? now_ns : monotonic_now_ns(), std::memory_order_relaxed);
       if (settings_.watch_cpu) cpu_captured_at_outer_open_ = cpu_samples_captured();
     }
-    std::atomic_signal_fence(std::memory_order_seq_cst);
     top_.store(index + 1, std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     return {index, sequence};
@@ -12271,44 +12271,14 @@ class ThreadStackSampler {
   // The slot of an open span (this thread only).
   ActiveSpan& span(SpanSlotTicket ticket) noexcept { return spans_[ticket.index]; }
 
-  // Closes the span on its own thread; afterwards no signal adds to its samples.
-  // True when it was the innermost open span, so that its samples are the log from
-  // its log_start on. A span closed out of order (interleaved coroutines on one
-  // thread) is only marked dead: the spans opened after it still hold its place.
-  bool pop(SpanSlotTicket ticket) noexcept {
-    ActiveSpan& span = spans_[ticket.index];
-    if (top_.load(std::memory_order_relaxed) != ticket.index + 1) {
-      span.state.store(ticket.sequence << 2 | span_slot_dead, std::memory_order_relaxed);
-      return false;
-    }
-    const std::uint32_t parent = span.parent.load(std::memory_order_relaxed);
-    if (parent == 0 && settings_.watch_cpu) {
-      // A sample taken from here on (the edge's own, or the kernel's at the clock
-      // read's return) starts at the guard's frame (take_ticks_to).
-      walk_from_ = span.edge_holder;
-      std::atomic_signal_fence(std::memory_order_seq_cst);
-      const std::int64_t now = monotonic_now_ns();
-      const std::int64_t cpu_at_close = span.edge_holder != 0 ? settle_edge(&span) : -1;
-      close_edge_settled_ = cpu_at_close >= 0;
-      // The next span's edges are read after a span that ran the slack: of CPU when
-      // its edges told (whatever its points were: keeping on after the spans that
-      // took one, and only those, made the spans after each gain the gap's); else of
-      // wall time, with a CPU sample (so that a thread whose spans mostly wait is not
-      // read at every edge).
-      long_spans_ = close_edge_settled_ ? cpu_at_close - span.cpu_at_open_ns >= long_span_ns()
-                                        : now - outer_changed_ns_.load(std::memory_order_relaxed) >= long_span_ns() &&
-                                              cpu_samples_captured() != cpu_captured_at_outer_open_;
-      outer_changed_ns_.store(now, std::memory_order_relaxed);
-    }
-    top_.store(parent, std::memory_order_relaxed);
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    // Only once the span is off the stack: a sample between would be the span's,
-    // walked from the closing code.
-    walk_from_ = 0;
-    span.state.store(span_slot_free, std::memory_order_relaxed);
-    slots_in_use_ &= ~(std::uint32_t{1} << ticket.index);
-    return true;
-  }
+  // The guard of the innermost span begins to close it (its decision, its
+  // engines); the close calls the program's code meanwhile. signal_side.hpp says
+  // what a tick in between stands for.
+  inline void begin_close(SpanSlotTicket ticket, const void* holder) noexcept;
+  inline void pause_close() noexcept;
+
+  // Closes the span on its own thread; true when it was the innermost open span.
+  inline bool pop(SpanSlotTicket ticket) noexcept;
 
   // From a thread other than this sampler's: the span (still open) is never
   // recorded again, and the owning thread frees its slot. The caller touches the
@@ -12631,9 +12601,11 @@ class ThreadStackSampler {
   std::atomic<std::uint32_t> wall_spans_{0};       // open wall spans (the ticker reads it)
   std::atomic<std::uint32_t> wall_generation_{0};  // bumped at every wall span open and close
   volatile bool wall_busy_ = false;                // the thread is changing the accounting
-  // A span's edge (take_ticks_to): its tick's data, and while the thread closes
-  // such a span, the guard, whose frame starts the walk of any sample taken then.
+  // A span's edge (take_ticks_to): its tick's data. While the thread closes its
+  // innermost span (begin_close to pop): closing_; and the guard, whose frame
+  // starts the walk of a sample taken (0: not on this stack).
   static constexpr std::uint32_t edge_tick_data = 1;
+  volatile bool closing_ = false;
   volatile std::uintptr_t walk_from_ = 0;
   volatile std::int64_t edge_cut_ns_ = CpuTickSource::no_cut;  // the edge's tick takes the points up to here
   std::uint64_t cpu_captured_at_outer_open_ = 0;  // this thread's CPU samples when its outermost span opened
@@ -12874,6 +12846,72 @@ inline std::int64_t ThreadStackSampler::settle_edge(const ActiveSpan* closing) n
   return cut + cpu_watch_slack_ns();
 }
 
+// The innermost span's guard begins to close (its decision, its engines): from
+// here to its pop, a tick is for points the span's own code passed and the
+// kernel delivered late, at the close. The handler gives it the stack of the
+// span's last CPU sample, or, in a span that has none, walks from the guard's
+// frame (the call that closed it in the function that opened the span): the
+// close's own frames are spanprof's, never what the span spent its CPU on.
+inline void ThreadStackSampler::begin_close(SpanSlotTicket ticket, const void* holder) noexcept {
+  if (top_.load(std::memory_order_relaxed) != ticket.index + 1) return;
+  if (on_this_stack(holder)) walk_from_ = reinterpret_cast<std::uintptr_t>(holder);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  closing_ = true;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+}
+
+// The close calls the program's own code (a tail policy): its samples are
+// walked from where they are taken, as any of the span's.
+inline void ThreadStackSampler::pause_close() noexcept {
+  closing_ = false;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  walk_from_ = 0;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+}
+
+// Closes the span on its own thread; afterwards no signal adds to its samples.
+// True when it was the innermost open span, so that its samples are the log from
+// its log_start on. A span closed out of order (interleaved coroutines on one
+// thread) is only marked dead: the spans opened after it still hold its place.
+inline bool ThreadStackSampler::pop(SpanSlotTicket ticket) noexcept {
+  ActiveSpan& span = spans_[ticket.index];
+  if (top_.load(std::memory_order_relaxed) != ticket.index + 1) {
+    span.state.store(ticket.sequence << 2 | span_slot_dead, std::memory_order_relaxed);
+    pause_close();
+    return false;
+  }
+  const std::uint32_t parent = span.parent.load(std::memory_order_relaxed);
+  if (parent == 0 && settings_.watch_cpu) {
+    // The edge's own tick, or the kernel's at the clock read's return, is the
+    // span's as any tick at its close (begin_close).
+    if (walk_from_ == 0) walk_from_ = span.edge_holder;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    closing_ = true;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    const std::int64_t now = monotonic_now_ns();
+    const std::int64_t cpu_at_close = span.edge_holder != 0 ? settle_edge(&span) : -1;
+    close_edge_settled_ = cpu_at_close >= 0;
+    // The next span's edges are read after a span that ran the slack: of CPU when
+    // its edges told (whatever its points were: keeping on after the spans that
+    // took one, and only those, made the spans after each gain the gap's); else of
+    // wall time, with a CPU sample (so that a thread whose spans mostly wait is not
+    // read at every edge).
+    long_spans_ = close_edge_settled_ ? cpu_at_close - span.cpu_at_open_ns >= long_span_ns()
+                                      : now - outer_changed_ns_.load(std::memory_order_relaxed) >= long_span_ns() &&
+                                            cpu_samples_captured() != cpu_captured_at_outer_open_;
+    outer_changed_ns_.store(now, std::memory_order_relaxed);
+  }
+  top_.store(parent, std::memory_order_relaxed);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  // Only once the span is off the stack: a sample between would be the span's,
+  // walked from the closing code.
+  closing_ = false;
+  walk_from_ = 0;
+  span.state.store(span_slot_free, std::memory_order_relaxed);
+  slots_in_use_ &= ~(std::uint32_t{1} << ticket.index);
+  return true;
+}
+
 // Where an edge cuts the timer's points: the thread's CPU clock less the CPU
 // watch's slack, the lateness at which the ticker would send a point too (-1: no
 // timer armed, or no clock). The points after it are left to the kernel's tick and
@@ -12891,7 +12929,7 @@ inline std::int64_t ThreadStackSampler::edge_cut_ns() const noexcept {
 }
 
 // The tick for the points up to `cut`, on this thread now. At a close, its
-// sample's walk starts at the guard's frame (walk_from_, set by pop); at an open
+// sample's walk starts at the guard's frame (walk_from_, begin_close); at an open
 // no span is on the stack, and no sample is taken.
 inline void ThreadStackSampler::take_ticks_to(std::int64_t cut) noexcept {
   edge_cut_ns_ = cut;
@@ -12954,11 +12992,12 @@ inline void ThreadStackSampler::on_signal(const siginfo_t* info, const void* uco
   if (!active->recorded.contains(ProfileKind::cpu)) return;
   keep_within_outer_span(weight);
   const std::uint64_t record_weight = cpu_record_weight(weight.periods, weight.cpu_ns);
-  // At a close (walk_from_ set), the kernel's tick at the edge's clock read is the
-  // span's points as much as the edge's own: both passed in the span's code before.
-  // A perf event's tick comes at its point: its stack is where the CPU went.
+  // At a close (begin_close), the kernel's tick is the span's points as much as
+  // the edge's own: both passed in the span's code before. A perf event's tick
+  // comes at its point: its stack is where the CPU went (walked from the guard's
+  // frame at a close).
   const bool passed_elsewhere =
-      source == CpuSampleSource::posix_timer && (at_edge || walk_from_ != 0 || passed_before_a_wait(ucontext, watched));
+      source == CpuSampleSource::posix_timer && (at_edge || closing_ || passed_before_a_wait(ucontext, watched));
   if (passed_elsewhere && repeat_last_cpu_record(*active, record_weight)) return;
   record_sample(record_weight, ucontext);
 }
@@ -20765,6 +20804,8 @@ void GuardCore::finish() noexcept {
 
 // The span ended: decide whether to keep what it recorded, then close the engines.
 inline void GuardCore::decide_and_close() noexcept {
+  // What a tick brings from here on is the span's code's, not the close's.
+  if (state_ == State::sampling && current_stack_sampler == sampler_) sampler_->begin_close(ticket_, this);
   if (SPANPROF_UNLIKELY(timed_) && (fragment_ || config_->tail_policy)) split_time_at_close();
   if (fragment_) {
     // A fragment: the request decides when it ends, with all its fragments.
@@ -20795,8 +20836,11 @@ inline void GuardCore::decide_and_close() noexcept {
   SpanOutcome outcome{span_, std::string_view(name_, name_length_), duration,
                       config.tail_policy ? failed() : false};
   if (timed_) outcome.time = closing_time_split;
+  const bool marked = config.tail_policy && state_ == State::sampling && current_stack_sampler == sampler_;
+  if (marked) sampler_->pause_close();  // the policy is the program's code
   const TailDecision decision =
       decide_at_end(config.tail_policy.get(), config.trigger.get(), triggered_, name_hash_, outcome);
+  if (marked) sampler_->begin_close(ticket_, this);
   if (timed_) closing_time_split = outcome.time;  // a policy that closed a guard of its own wrote it
   if (decision.keep) count(kept_counter(decision.reason));
   else count(Counter::discarded_by_tail_policy);

@@ -257,6 +257,8 @@ void GuardCore::finish() noexcept {
 
 // The span ended: decide whether to keep what it recorded, then close the engines.
 inline void GuardCore::decide_and_close() noexcept {
+  // What a tick brings from here on is the span's code's, not the close's.
+  if (state_ == State::sampling && current_stack_sampler == sampler_) sampler_->begin_close(ticket_, this);
   if (SPANPROF_UNLIKELY(timed_) && (fragment_ || config_->tail_policy)) split_time_at_close();
   if (fragment_) {
     // A fragment: the request decides when it ends, with all its fragments.
@@ -287,8 +289,11 @@ inline void GuardCore::decide_and_close() noexcept {
   SpanOutcome outcome{span_, std::string_view(name_, name_length_), duration,
                       config.tail_policy ? failed() : false};
   if (timed_) outcome.time = closing_time_split;
+  const bool marked = config.tail_policy && state_ == State::sampling && current_stack_sampler == sampler_;
+  if (marked) sampler_->pause_close();  // the policy is the program's code
   const TailDecision decision =
       decide_at_end(config.tail_policy.get(), config.trigger.get(), triggered_, name_hash_, outcome);
+  if (marked) sampler_->begin_close(ticket_, this);
   if (timed_) closing_time_split = outcome.time;  // a policy that closed a guard of its own wrote it
   if (decision.keep) count(kept_counter(decision.reason));
   else count(Counter::discarded_by_tail_policy);

@@ -76,6 +76,72 @@ inline std::int64_t ThreadStackSampler::settle_edge(const ActiveSpan* closing) n
   return cut + cpu_watch_slack_ns();
 }
 
+// The innermost span's guard begins to close (its decision, its engines): from
+// here to its pop, a tick is for points the span's own code passed and the
+// kernel delivered late, at the close. The handler gives it the stack of the
+// span's last CPU sample, or, in a span that has none, walks from the guard's
+// frame (the call that closed it in the function that opened the span): the
+// close's own frames are spanprof's, never what the span spent its CPU on.
+inline void ThreadStackSampler::begin_close(SpanSlotTicket ticket, const void* holder) noexcept {
+  if (top_.load(std::memory_order_relaxed) != ticket.index + 1) return;
+  if (on_this_stack(holder)) walk_from_ = reinterpret_cast<std::uintptr_t>(holder);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  closing_ = true;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+}
+
+// The close calls the program's own code (a tail policy): its samples are
+// walked from where they are taken, as any of the span's.
+inline void ThreadStackSampler::pause_close() noexcept {
+  closing_ = false;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  walk_from_ = 0;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+}
+
+// Closes the span on its own thread; afterwards no signal adds to its samples.
+// True when it was the innermost open span, so that its samples are the log from
+// its log_start on. A span closed out of order (interleaved coroutines on one
+// thread) is only marked dead: the spans opened after it still hold its place.
+inline bool ThreadStackSampler::pop(SpanSlotTicket ticket) noexcept {
+  ActiveSpan& span = spans_[ticket.index];
+  if (top_.load(std::memory_order_relaxed) != ticket.index + 1) {
+    span.state.store(ticket.sequence << 2 | span_slot_dead, std::memory_order_relaxed);
+    pause_close();
+    return false;
+  }
+  const std::uint32_t parent = span.parent.load(std::memory_order_relaxed);
+  if (parent == 0 && settings_.watch_cpu) {
+    // The edge's own tick, or the kernel's at the clock read's return, is the
+    // span's as any tick at its close (begin_close).
+    if (walk_from_ == 0) walk_from_ = span.edge_holder;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    closing_ = true;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    const std::int64_t now = monotonic_now_ns();
+    const std::int64_t cpu_at_close = span.edge_holder != 0 ? settle_edge(&span) : -1;
+    close_edge_settled_ = cpu_at_close >= 0;
+    // The next span's edges are read after a span that ran the slack: of CPU when
+    // its edges told (whatever its points were: keeping on after the spans that
+    // took one, and only those, made the spans after each gain the gap's); else of
+    // wall time, with a CPU sample (so that a thread whose spans mostly wait is not
+    // read at every edge).
+    long_spans_ = close_edge_settled_ ? cpu_at_close - span.cpu_at_open_ns >= long_span_ns()
+                                      : now - outer_changed_ns_.load(std::memory_order_relaxed) >= long_span_ns() &&
+                                            cpu_samples_captured() != cpu_captured_at_outer_open_;
+    outer_changed_ns_.store(now, std::memory_order_relaxed);
+  }
+  top_.store(parent, std::memory_order_relaxed);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  // Only once the span is off the stack: a sample between would be the span's,
+  // walked from the closing code.
+  closing_ = false;
+  walk_from_ = 0;
+  span.state.store(span_slot_free, std::memory_order_relaxed);
+  slots_in_use_ &= ~(std::uint32_t{1} << ticket.index);
+  return true;
+}
+
 // Where an edge cuts the timer's points: the thread's CPU clock less the CPU
 // watch's slack, the lateness at which the ticker would send a point too (-1: no
 // timer armed, or no clock). The points after it are left to the kernel's tick and
@@ -93,7 +159,7 @@ inline std::int64_t ThreadStackSampler::edge_cut_ns() const noexcept {
 }
 
 // The tick for the points up to `cut`, on this thread now. At a close, its
-// sample's walk starts at the guard's frame (walk_from_, set by pop); at an open
+// sample's walk starts at the guard's frame (walk_from_, begin_close); at an open
 // no span is on the stack, and no sample is taken.
 inline void ThreadStackSampler::take_ticks_to(std::int64_t cut) noexcept {
   edge_cut_ns_ = cut;
@@ -156,11 +222,12 @@ inline void ThreadStackSampler::on_signal(const siginfo_t* info, const void* uco
   if (!active->recorded.contains(ProfileKind::cpu)) return;
   keep_within_outer_span(weight);
   const std::uint64_t record_weight = cpu_record_weight(weight.periods, weight.cpu_ns);
-  // At a close (walk_from_ set), the kernel's tick at the edge's clock read is the
-  // span's points as much as the edge's own: both passed in the span's code before.
-  // A perf event's tick comes at its point: its stack is where the CPU went.
+  // At a close (begin_close), the kernel's tick is the span's points as much as
+  // the edge's own: both passed in the span's code before. A perf event's tick
+  // comes at its point: its stack is where the CPU went (walked from the guard's
+  // frame at a close).
   const bool passed_elsewhere =
-      source == CpuSampleSource::posix_timer && (at_edge || walk_from_ != 0 || passed_before_a_wait(ucontext, watched));
+      source == CpuSampleSource::posix_timer && (at_edge || closing_ || passed_before_a_wait(ucontext, watched));
   if (passed_elsewhere && repeat_last_cpu_record(*active, record_weight)) return;
   record_sample(record_weight, ucontext);
 }

@@ -135,8 +135,9 @@ class ThreadStackSampler {
   // Opens a span slot on top of the thread's stack (this thread only). Invalid
   // ticket: max_open_spans are open already.
   // `now_ns`: the monotonic time if the caller has read it (-1: read it here, if
-  // the watch needs it). `holder`: the guard, if the span's edges may take the
-  // timer's points (settle_edge).
+  // the watch needs it). `holder`: the guard, whose frame starts the walk of a
+  // sample taken while it opens or closes the span, if it is on this stack; the
+  // span's edges may then take the timer's points (settle_edge).
   SpanSlotTicket push(ProfileKinds kinds, std::int64_t now_ns = -1, const void* holder = nullptr) noexcept {
     forget_dead_spans();
     if (SPANPROF_UNLIKELY(slots_in_use_ == all_span_slots)) return {};
@@ -162,7 +163,6 @@ class ThreadStackSampler {
       outer_changed_ns_.store(now_ns >= 0 ? now_ns : monotonic_now_ns(), std::memory_order_relaxed);
       if (settings_.watch_cpu) cpu_captured_at_outer_open_ = cpu_samples_captured();
     }
-    std::atomic_signal_fence(std::memory_order_seq_cst);
     top_.store(index + 1, std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     return {index, sequence};
@@ -171,44 +171,14 @@ class ThreadStackSampler {
   // The slot of an open span (this thread only).
   ActiveSpan& span(SpanSlotTicket ticket) noexcept { return spans_[ticket.index]; }
 
-  // Closes the span on its own thread; afterwards no signal adds to its samples.
-  // True when it was the innermost open span, so that its samples are the log from
-  // its log_start on. A span closed out of order (interleaved coroutines on one
-  // thread) is only marked dead: the spans opened after it still hold its place.
-  bool pop(SpanSlotTicket ticket) noexcept {
-    ActiveSpan& span = spans_[ticket.index];
-    if (top_.load(std::memory_order_relaxed) != ticket.index + 1) {
-      span.state.store(ticket.sequence << 2 | span_slot_dead, std::memory_order_relaxed);
-      return false;
-    }
-    const std::uint32_t parent = span.parent.load(std::memory_order_relaxed);
-    if (parent == 0 && settings_.watch_cpu) {
-      // A sample taken from here on (the edge's own, or the kernel's at the clock
-      // read's return) starts at the guard's frame (take_ticks_to).
-      walk_from_ = span.edge_holder;
-      std::atomic_signal_fence(std::memory_order_seq_cst);
-      const std::int64_t now = monotonic_now_ns();
-      const std::int64_t cpu_at_close = span.edge_holder != 0 ? settle_edge(&span) : -1;
-      close_edge_settled_ = cpu_at_close >= 0;
-      // The next span's edges are read after a span that ran the slack: of CPU when
-      // its edges told (whatever its points were: keeping on after the spans that
-      // took one, and only those, made the spans after each gain the gap's); else of
-      // wall time, with a CPU sample (so that a thread whose spans mostly wait is not
-      // read at every edge).
-      long_spans_ = close_edge_settled_ ? cpu_at_close - span.cpu_at_open_ns >= long_span_ns()
-                                        : now - outer_changed_ns_.load(std::memory_order_relaxed) >= long_span_ns() &&
-                                              cpu_samples_captured() != cpu_captured_at_outer_open_;
-      outer_changed_ns_.store(now, std::memory_order_relaxed);
-    }
-    top_.store(parent, std::memory_order_relaxed);
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    // Only once the span is off the stack: a sample between would be the span's,
-    // walked from the closing code.
-    walk_from_ = 0;
-    span.state.store(span_slot_free, std::memory_order_relaxed);
-    slots_in_use_ &= ~(std::uint32_t{1} << ticket.index);
-    return true;
-  }
+  // The guard of the innermost span begins to close it (its decision, its
+  // engines); the close calls the program's code meanwhile. signal_side.hpp says
+  // what a tick in between stands for.
+  inline void begin_close(SpanSlotTicket ticket, const void* holder) noexcept;
+  inline void pause_close() noexcept;
+
+  // Closes the span on its own thread; true when it was the innermost open span.
+  inline bool pop(SpanSlotTicket ticket) noexcept;
 
   // From a thread other than this sampler's: the span (still open) is never
   // recorded again, and the owning thread frees its slot. The caller touches the
@@ -531,9 +501,11 @@ class ThreadStackSampler {
   std::atomic<std::uint32_t> wall_spans_{0};       // open wall spans (the ticker reads it)
   std::atomic<std::uint32_t> wall_generation_{0};  // bumped at every wall span open and close
   volatile bool wall_busy_ = false;                // the thread is changing the accounting
-  // A span's edge (take_ticks_to): its tick's data, and while the thread closes
-  // such a span, the guard, whose frame starts the walk of any sample taken then.
+  // A span's edge (take_ticks_to): its tick's data. While the thread closes its
+  // innermost span (begin_close to pop): closing_; and the guard, whose frame
+  // starts the walk of a sample taken (0: not on this stack).
   static constexpr std::uint32_t edge_tick_data = 1;
+  volatile bool closing_ = false;
   volatile std::uintptr_t walk_from_ = 0;
   volatile std::int64_t edge_cut_ns_ = CpuTickSource::no_cut;  // the edge's tick takes the points up to here
   std::uint64_t cpu_captured_at_outer_open_ = 0;  // this thread's CPU samples when its outermost span opened
