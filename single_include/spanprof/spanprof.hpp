@@ -12235,9 +12235,8 @@ class ThreadStackSampler {
   // Opens a span slot on top of the thread's stack (this thread only). Invalid
   // ticket: max_open_spans are open already.
   // `now_ns`: the monotonic time if the caller has read it (-1: read it here, if
-  // the watch needs it). `holder`: the guard, whose frame starts the walk of a
-  // sample taken while it opens or closes the span, if it is on this stack; the
-  // span's edges may then take the timer's points (settle_edge).
+  // the watch needs it). `holder`: the guard, if the span's edges may take the
+  // timer's points (settle_edge).
   SpanSlotTicket push(ProfileKinds kinds, std::int64_t now_ns = -1, const void* holder = nullptr) noexcept {
     forget_dead_spans();
     if (SPANPROF_UNLIKELY(slots_in_use_ == all_span_slots)) return {};
@@ -12263,6 +12262,7 @@ class ThreadStackSampler {
       outer_changed_ns_.store(now_ns >= 0 ? now_ns : monotonic_now_ns(), std::memory_order_relaxed);
       if (settings_.watch_cpu) cpu_captured_at_outer_open_ = cpu_samples_captured();
     }
+    std::atomic_signal_fence(std::memory_order_seq_cst);
     top_.store(index + 1, std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     return {index, sequence};
