@@ -336,6 +336,64 @@ const spanprof_test::ChildScenario scan_scenario("scan_under_sampling", [] {
   return 0;
 });
 
+// With no real-time signal left to queue (RLIMIT_SIGPENDING 0), the kernel sends
+// SIGIO instead of each perf event's signal (fcntl(2)), whose default action ends
+// the process: spanprof takes it while the program leaves SIGIO at its default, and
+// says so; a program's own SIGIO handler stays, and gets them.
+std::atomic<int> host_sigio{0};
+void host_sigio_handler(int) { host_sigio.fetch_add(1, std::memory_order_relaxed); }
+int run_with_no_signal_queue(bool host_handles_sigio) {
+  if (host_handles_sigio) {
+    struct sigaction action {};
+    action.sa_handler = &host_sigio_handler;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(SIGIO, &action, nullptr);
+  }
+  rlimit limit{0, 0};
+  ::setrlimit(RLIMIT_SIGPENDING, &limit);
+  spanprof::Options options;
+  options.frequency_hz = 1000;
+  options.cpu_sample_source = spanprof::CpuSampleSource::perf_event;
+  Collector collector(options);
+  {
+    spanprof::ScopedProfile guard(span_number(9), "no_signal_queue");
+    signal_test_work(0.3);
+  }
+  // The worker says it at its next look at the signal (every 100 periods).
+  bool told = false;
+  for (int i = 0; i < 100 && !told; ++i) {
+    told = collector.has_error(spanprof::ErrorCode::sampler_failed, "sent SIGIO instead");
+    if (!told) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  struct sigaction after {};
+  ::sigaction(SIGIO, nullptr, &after);
+  std::printf("alive perf=%d told=%d host_kept=%d host_sigio=%d\n",
+              spanprof::stats().cpu_sample_source == spanprof::CpuSampleSource::perf_event, told ? 1 : 0,
+              !(after.sa_flags & SA_SIGINFO) && after.sa_handler == &host_sigio_handler, host_sigio.load());
+  return 0;
+}
+const spanprof_test::ChildScenario no_signal_queue_scenario("no_signal_queue", [] {
+  return run_with_no_signal_queue(false);
+});
+const spanprof_test::ChildScenario no_signal_queue_host_scenario("no_signal_queue_host_sigio", [] {
+  return run_with_no_signal_queue(true);
+});
+
+struct NoSignalQueueRun {
+  int perf = 0, told = 0, host_kept = 0, host_sigio = 0;
+};
+NoSignalQueueRun run_no_signal_queue(const char* scenario) {
+  const auto result = spanprof_test::run_in_child(scenario, 120);
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);  // 128 + 29: killed by SIGIO
+  NoSignalQueueRun run;
+  const auto at = result.output.find("alive perf=");
+  REQUIRE(at != std::string::npos);
+  REQUIRE(std::sscanf(result.output.c_str() + at, "alive perf=%d told=%d host_kept=%d host_sigio=%d", &run.perf,
+                      &run.told, &run.host_kept, &run.host_sigio) == 4);
+  return run;
+}
+
 }  // namespace
 
 TEST_CASE("a thread that blocks the sample signal after arming is disarmed, and the process lives", "[signals]") {
@@ -352,6 +410,18 @@ TEST_CASE("a thread that blocks the sample signal after arming is disarmed, and 
   CHECK(samples >= 50);          // the tenth of a second before the block
   CHECK(sigmask_share < 0.05);   // the queued ticks are not pinned on the unblock
   CHECK(told == 1);
+}
+
+TEST_CASE("the kernel's SIGIO in place of a sample signal it cannot queue does not end the process", "[signals]") {
+  const NoSignalQueueRun own = run_no_signal_queue("no_signal_queue");
+  if (own.perf == 0) {
+    WARN("perf_event is not open to this process: its signals' SIGIO fallback is not exercised");
+    return;
+  }
+  CHECK(own.told == 1);
+  const NoSignalQueueRun host = run_no_signal_queue("no_signal_queue_host_sigio");
+  CHECK(host.host_kept == 1);
+  CHECK(host.host_sigio > 0);  // the program's handler got them, not spanprof's
 }
 
 TEST_CASE("a host that takes over the sample signal's handler: noticed, reported, restart picks another", "[signals]") {

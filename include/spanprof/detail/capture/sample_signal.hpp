@@ -22,6 +22,7 @@
 #include <atomic>
 #include <cerrno>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -50,6 +51,30 @@ inline bool sample_signal_is_free(int sig) noexcept {
   if (::sigaction(sig, nullptr, &current) != 0) return false;
   if (current.sa_flags & SA_SIGINFO) return current.sa_sigaction == &on_sample_signal;
   return current.sa_handler == SIG_DFL;
+}
+
+// A perf event's overflow is a real-time signal queued to its thread (F_SETSIG);
+// when the kernel cannot queue it (the real-time signals pending for the user are
+// at RLIMIT_SIGPENDING), it sends SIGIO instead (fcntl(2)), whose default action
+// ends the process. So while the program leaves SIGIO at its default, a handler of
+// spanprof's takes it and counts it: a sample lost, said by the worker
+// (watch_sample_signal). A program that installs its own SIGIO handler later
+// replaces this one, and spanprof never takes SIGIO from a program that handles or
+// ignores it.
+SPANPROF_API inline std::atomic<std::uint64_t>& fallback_sigio_taken() noexcept {
+  static std::atomic<std::uint64_t> taken{0};
+  return taken;
+}
+inline void on_fallback_sigio(int) noexcept { fallback_sigio_taken().fetch_add(1, std::memory_order_relaxed); }
+inline void take_fallback_sigio() noexcept {
+  struct sigaction current {};
+  if (::sigaction(SIGIO, nullptr, &current) != 0 || (current.sa_flags & SA_SIGINFO) || current.sa_handler != SIG_DFL)
+    return;
+  struct sigaction action {};
+  action.sa_handler = &on_fallback_sigio;
+  action.sa_flags = SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGIO, &action, nullptr);
 }
 
 inline int install_sample_signal_handler(int wanted) noexcept {
@@ -90,6 +115,7 @@ inline int install_sample_signal_handler(int wanted) noexcept {
     return 0;
   }
   installed[chosen] = 1;
+  take_fallback_sigio();
   return chosen;
 }
 
@@ -137,6 +163,18 @@ inline void watch_sample_signal(int signal_number) noexcept {
                   signal_number);
     report_error(ErrorCode::sampler_failed, message);
     return;
+  }
+  static bool sigio_reported = false;  // the worker's own: said once per process
+  const std::uint64_t sigio = fallback_sigio_taken().load(std::memory_order_relaxed);
+  if (sigio != 0 && !sigio_reported) {
+    sigio_reported = true;
+    char message[240];
+    std::snprintf(message, sizeof message,
+                  "the kernel could not queue %llu sample signals (the real-time signals pending reached "
+                  "RLIMIT_SIGPENDING) and sent SIGIO instead; spanprof's SIGIO handler took them: those samples "
+                  "are lost",
+                  static_cast<unsigned long long>(sigio));
+    report_error(ErrorCode::sampler_failed, message);
   }
   // automatic: a thread that mostly computes was refused a perf event.
   const int perf_errno = CpuTickSource::perf_refused_errno().load(std::memory_order_relaxed);
