@@ -45,8 +45,9 @@ std::vector<std::string> read_list(const char* path) {
 // Runs /tests/<name> and waits for it at most `limit` seconds (then kills it). As
 // PID 1 this also reaps whatever a test left orphaned (its busy processes, its
 // forked children), so it waits for any child and keeps the test's own status.
-// Returns the test's exit status, or -1 when it was killed or did not start.
-int run_test(const std::string& name, double limit, bool& timed_out) {
+// Returns the test's exit status, or -1 when it was killed (`signal`: by which) or
+// did not start.
+int run_test(const std::string& name, double limit, bool& timed_out, int& signal) {
   const std::string path = "/tests/" + name;
   const pid_t pid = ::fork();
   if (pid < 0) return -1;
@@ -61,7 +62,10 @@ int run_test(const std::string& name, double limit, bool& timed_out) {
   for (;;) {
     int status = 0;
     const pid_t done = ::waitpid(-1, &status, WNOHANG);
-    if (done == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    if (done == pid) {
+      signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    }
     if (done > 0) continue;  // an orphan reaped
     if (done < 0 && errno != EINTR && errno != EAGAIN) return -1;
     if (!timed_out && now_seconds() > deadline) {
@@ -89,7 +93,8 @@ int main() {
     std::fflush(stdout);
     const double start = now_seconds();
     bool timed_out = false;
-    const int status = run_test(name, limit, timed_out);
+    int signal = 0;
+    const int status = run_test(name, limit, timed_out, signal);
     const double took = now_seconds() - start;
     if (status == 0) {
       std::printf("spanprof-arm64: %s passed (%.0f s)\n", name.c_str(), took);
@@ -97,6 +102,9 @@ int main() {
       ++failed;
       if (timed_out)
         std::printf("spanprof-arm64: %s FAILED: still running after %.0f s, killed\n", name.c_str(), limit);
+      else if (signal != 0)
+        std::printf("spanprof-arm64: %s FAILED: killed by signal %d (%s) after %.0f s\n", name.c_str(), signal,
+                    strsignal(signal), took);
       else
         std::printf("spanprof-arm64: %s FAILED (exit %d, %.0f s)\n", name.c_str(), status, took);
     }
