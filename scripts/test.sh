@@ -80,10 +80,10 @@ step "Meson: the single header, the compiled library, end-to-end tests"
 # The suites ran above; what Meson adds is its own build description, and the
 # single header compiled into the library (header-only, it is built and run by the
 # consumers below, as the README says), run end to end (tests/meson.build). The
-# examples are built and run by the CMake stage; here they would only compile the
-# same sources again.
+# examples and spanprof-report are built and run by the CMake stage; here they
+# would only compile the same sources again.
 if [ ! -d $out/meson ]; then
-  meson setup $out/meson -Dwerror=true -Dbenchmarks=disabled -Dexamples=disabled -Dsingle_header=true \
+  meson setup $out/meson -Dwerror=true -Dbenchmarks=disabled -Dexamples=disabled -Dtools=disabled -Dsingle_header=true \
     -Dcompiled_lib=true >/dev/null
 fi
 meson compile -C $out/meson -j "$jobs"
