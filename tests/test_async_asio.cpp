@@ -165,11 +165,15 @@ TEST_CASE("spanprof::asio::co_spawn: one profile per request with every stage, w
     used += staged[i].cpu_seconds();
   }
   CHECK(multi_thread == requests);  // the query stage ran on the backend's pool
-  // A stall of the VM jumps the clocks of the threads running then: two at most here.
-  CHECK(clock_jumped <= 2);
   CHECK(spanprof::stats().spans_moved == before.spans_moved);
   CHECK(spanprof::stats().requests_abandoned == before.requests_abandoned);
 #ifndef SPANPROF_TESTS_UNDER_TSAN  // TSan delivers a signal late, at its next intercepted call
+  // A stall of the VM jumps the clocks of the threads running then: two at most
+  // here, so that the CPU checks above leave out few requests. Under TSan those
+  // checks are not made, and a stage's clock also jumps by 1-10 ms between two reads
+  // a few microseconds apart: the runtime's own work, and the handlers it deferred,
+  // run inside the stage.
+  CHECK(clock_jumped <= 2);
   INFO("sampled " << sampled << " s of the " << used << " s the requests' stages used");
   CHECK(sampled / used > 0.85);
   CHECK(sampled / used < 1.15);
