@@ -1543,6 +1543,7 @@ enum class Counter : std::uint8_t {
   cpu_ticks_watched,      // the ticker's: CPU ticks it sent for a POSIX timer point the kernel had not delivered
   cpu_ticks_at_close,     // ticks a span took at its close for a point its thread passed in it, not delivered yet
   cpu_source_changes,     // written by the sample signal handler only: a thread moved between timer and perf_event
+  cpu_ticks_behind,       // written by the sample signal handler only: perf ticks taken with another still queued
   heap_guards_opened,
   heap_samples_captured,
   heap_samples_dropped,
@@ -4140,6 +4141,10 @@ struct Stats {
   // (CpuSampleSource::automatic: a thread that mostly computes ticks on perf_event,
   // docs/engines.md).
   std::uint64_t cpu_source_changes = 0;
+  // perf_event ticks that found another of their thread's signals still queued: the
+  // thread took its signals slower than they came, and no sample was taken for
+  // them until it caught up (docs/engines.md, "A thread behind its signals").
+  std::uint64_t cpu_ticks_behind = 0;
   std::uint64_t wall_ticks_confirmed = 0;  // ticks that found a thread still blocked: no signal, no EINTR
   std::uint64_t heap_guards_opened = 0;    // guards that started a heap profile (either heap engine)
   std::uint64_t heap_samples_captured = 0; // allocations recorded by the sampling heap engine
@@ -10371,6 +10376,27 @@ class CpuTickSource {
     return false;
   }
 
+  // On perf_event: true when another of this thread's sample signals is already
+  // pending, and then the event's next period is the longest (16 means), so that
+  // the kernel queues no more until the thread has taken those. Each overflow
+  // queues a real-time signal of its own; a thread whose handler and signal
+  // delivery take longer than a period (an emulated CPU, a vCPU its host takes
+  // away, with the period at its floor after a late tick) gets them faster than
+  // it takes them, and the queue fills to RLIMIT_SIGPENDING: the thread then does
+  // nothing but take signals (an arm64 VM's threads spent 88 % of their CPU in
+  // signal delivery, for minutes). The caller takes no sample for this signal:
+  // the last one of the backlog weighs all the CPU since the sample before, with
+  // its points counted from the period armed then (cpu_period_ is left alone).
+  // Async-signal-safe: sigpending and an ioctl.
+  bool hold_while_behind() noexcept {
+    if (source() != CpuSampleSource::perf_event) return false;
+    sigset_t pending;
+    if (::sigpending(&pending) != 0 || sigismember(&pending, signal_number_) != 1) return false;
+    std::uint64_t longest = static_cast<std::uint64_t>(period_ns_) * 16;
+    ::ioctl(perf_fd_, PERF_EVENT_IOC_PERIOD, &longest);
+    return true;
+  }
+
   // What a tick weighs: the sampling points the thread's CPU time passed since the
   // tick before (the profile's sample count), and the CPU time it ran since then.
   struct TickWeight {
@@ -12962,6 +12988,9 @@ inline void ThreadStackSampler::on_signal(const siginfo_t* info, const void* uco
     watched = !at_edge;
   } else if (!cpu_.is_tick(info)) {
     return;  // not our source's: someone else's signal
+  } else if (SPANPROF_UNLIKELY(cpu_.hold_while_behind())) {
+    counters_->add(Counter::cpu_ticks_behind, 1);
+    return;
   }
   cpu_ticks_handled_.store(cpu_ticks_handled_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   // The next period starts now, before the unwinding: the CPU time this handler
@@ -19563,6 +19592,7 @@ class Runtime final : public GuardHost {
     s.wall_ticks_signalled = c[Counter::wall_ticks_signalled];
     s.cpu_ticks_watched = c[Counter::cpu_ticks_watched];
     s.cpu_ticks_at_close = c[Counter::cpu_ticks_at_close];
+    s.cpu_ticks_behind = c[Counter::cpu_ticks_behind];
     s.cpu_source_changes = c[Counter::cpu_source_changes];
     s.wall_ticks_confirmed = c[Counter::wall_ticks_confirmed];
     s.heap_guards_opened = c[Counter::heap_guards_opened];

@@ -105,6 +105,7 @@ bool round(const char* plugin, bool call_work, int number) {
   stop = true;
   churner.join();
   spanprof::flush(std::chrono::seconds(30));
+  const std::uint64_t behind = spanprof::stats().cpu_ticks_behind;
   spanprof::shutdown();
   progress.fetch_add(1, std::memory_order_relaxed);
   const double own = tally.beside_all > 0 ? static_cast<double>(tally.beside_own) / static_cast<double>(tally.beside_all) : 0;
@@ -112,9 +113,10 @@ bool round(const char* plugin, bool call_work, int number) {
                   tally.churn_all >= 20;
   if (!ok || number % 10 == 0)
     std::printf("spanprof-arm64: round %d (%s): %d cycles, %d failures; beside: %lld samples, %.1f %% its own; "
-                "loading thread: %lld samples, %lld in dlopen\n",
+                "loading thread: %lld samples, %lld in dlopen; %llu ticks behind\n",
                 number, plugin, cycles.load(), failures.load(), static_cast<long long>(tally.beside_all), 100.0 * own,
-                static_cast<long long>(tally.churn_all), static_cast<long long>(tally.in_dlopen));
+                static_cast<long long>(tally.churn_all), static_cast<long long>(tally.in_dlopen),
+                static_cast<unsigned long long>(behind));
   return ok;
 }
 
@@ -134,7 +136,11 @@ int main() {
       std::this_thread::sleep_for(std::chrono::seconds(60));
       const std::int64_t now = progress.load();
       if (now == seen) {
-        std::printf("spanprof-arm64: no progress in 60 s: hung\nspanprof-arm64: FAIL\n");
+        std::printf("spanprof-arm64: no progress in 60 s: hung; the threads, twice 2 s apart:\n");
+        arm64_vm::print_threads();
+        std::this_thread::sleep_for(std::chrono::seconds(2));
+        arm64_vm::print_threads();
+        std::printf("spanprof-arm64: FAIL\n");
         std::fflush(stdout);
         ::reboot(RB_POWER_OFF);
         std::_Exit(1);

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include <dirent.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -25,6 +26,39 @@ inline int finish(bool pass) {
   std::printf("spanprof-arm64: %s\n", pass ? "PASS" : "FAIL");
   std::fflush(stdout);
   return pass ? 0 : 1;
+}
+
+// Prints what the kernel says of each thread of this process (its state and CPU
+// time, the signals pending for it and blocked in it, the system call it is in or
+// "running", its kernel stack), and the process's count of queued signals
+// against its limit: a test's watchdog calls it before it fails a hung round.
+inline void print_threads() {
+  const auto print_file = [](const std::string& path, const char* label, bool only_signal_lines) {
+    std::FILE* file = std::fopen(path.c_str(), "r");
+    if (file == nullptr) return;
+    char line[512];
+    while (std::fgets(line, sizeof line, file) != nullptr) {
+      const std::string_view text(line);
+      if (only_signal_lines && text.substr(0, 3) != "Sig" && text.substr(0, 3) != "Shd") continue;
+      std::printf("spanprof-arm64:   %s %s", label, line);
+      if (text.empty() || text.back() != '\n') std::printf("\n");
+    }
+    std::fclose(file);
+  };
+  print_file("/proc/self/status", "process", true);
+  DIR* tasks = ::opendir("/proc/self/task");
+  if (tasks == nullptr) return;
+  while (const dirent* entry = ::readdir(tasks)) {
+    if (entry->d_name[0] == '.') continue;
+    const std::string task = std::string("/proc/self/task/") + entry->d_name;
+    std::printf("spanprof-arm64: thread %s\n", entry->d_name);
+    print_file(task + "/stat", "stat", false);
+    print_file(task + "/status", "status", true);
+    print_file(task + "/syscall", "syscall", false);
+    print_file(task + "/stack", "stack", false);
+  }
+  ::closedir(tasks);
+  std::fflush(stdout);
 }
 
 inline double thread_cpu_seconds() {

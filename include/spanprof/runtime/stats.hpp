@@ -53,6 +53,10 @@ struct Stats {
   // (CpuSampleSource::automatic: a thread that mostly computes ticks on perf_event,
   // docs/engines.md).
   std::uint64_t cpu_source_changes = 0;
+  // perf_event ticks that found another of their thread's signals still queued: the
+  // thread took its signals slower than they came, and no sample was taken for
+  // them until it caught up (docs/engines.md, "A thread behind its signals").
+  std::uint64_t cpu_ticks_behind = 0;
   std::uint64_t wall_ticks_confirmed = 0;  // ticks that found a thread still blocked: no signal, no EINTR
   std::uint64_t heap_guards_opened = 0;    // guards that started a heap profile (either heap engine)
   std::uint64_t heap_samples_captured = 0; // allocations recorded by the sampling heap engine

@@ -35,6 +35,7 @@ enum class Counter : std::uint8_t {
   cpu_ticks_watched,      // the ticker's: CPU ticks it sent for a POSIX timer point the kernel had not delivered
   cpu_ticks_at_close,     // ticks a span took at its close for a point its thread passed in it, not delivered yet
   cpu_source_changes,     // written by the sample signal handler only: a thread moved between timer and perf_event
+  cpu_ticks_behind,       // written by the sample signal handler only: perf ticks taken with another still queued
   heap_guards_opened,
   heap_samples_captured,
   heap_samples_dropped,

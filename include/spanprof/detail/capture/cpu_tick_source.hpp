@@ -161,6 +161,27 @@ class CpuTickSource {
     return false;
   }
 
+  // On perf_event: true when another of this thread's sample signals is already
+  // pending, and then the event's next period is the longest (16 means), so that
+  // the kernel queues no more until the thread has taken those. Each overflow
+  // queues a real-time signal of its own; a thread whose handler and signal
+  // delivery take longer than a period (an emulated CPU, a vCPU its host takes
+  // away, with the period at its floor after a late tick) gets them faster than
+  // it takes them, and the queue fills to RLIMIT_SIGPENDING: the thread then does
+  // nothing but take signals (an arm64 VM's threads spent 88 % of their CPU in
+  // signal delivery, for minutes). The caller takes no sample for this signal:
+  // the last one of the backlog weighs all the CPU since the sample before, with
+  // its points counted from the period armed then (cpu_period_ is left alone).
+  // Async-signal-safe: sigpending and an ioctl.
+  bool hold_while_behind() noexcept {
+    if (source() != CpuSampleSource::perf_event) return false;
+    sigset_t pending;
+    if (::sigpending(&pending) != 0 || sigismember(&pending, signal_number_) != 1) return false;
+    std::uint64_t longest = static_cast<std::uint64_t>(period_ns_) * 16;
+    ::ioctl(perf_fd_, PERF_EVENT_IOC_PERIOD, &longest);
+    return true;
+  }
+
   // What a tick weighs: the sampling points the thread's CPU time passed since the
   // tick before (the profile's sample count), and the CPU time it ran since then.
   struct TickWeight {

@@ -192,6 +192,9 @@ inline void ThreadStackSampler::on_signal(const siginfo_t* info, const void* uco
     watched = !at_edge;
   } else if (!cpu_.is_tick(info)) {
     return;  // not our source's: someone else's signal
+  } else if (SPANPROF_UNLIKELY(cpu_.hold_while_behind())) {
+    counters_->add(Counter::cpu_ticks_behind, 1);
+    return;
   }
   cpu_ticks_handled_.store(cpu_ticks_handled_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   // The next period starts now, before the unwinding: the CPU time this handler

@@ -199,6 +199,7 @@ class Runtime final : public GuardHost {
     s.wall_ticks_signalled = c[Counter::wall_ticks_signalled];
     s.cpu_ticks_watched = c[Counter::cpu_ticks_watched];
     s.cpu_ticks_at_close = c[Counter::cpu_ticks_at_close];
+    s.cpu_ticks_behind = c[Counter::cpu_ticks_behind];
     s.cpu_source_changes = c[Counter::cpu_source_changes];
     s.wall_ticks_confirmed = c[Counter::wall_ticks_confirmed];
     s.heap_guards_opened = c[Counter::heap_guards_opened];
