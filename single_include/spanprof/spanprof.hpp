@@ -14305,12 +14305,15 @@ SPANPROF_NAMESPACE_END
 #endif  // SPANPROF_DETAIL_CAPTURE_HEAP_SAMPLER_HPP_
 // ---- end spanprof/detail/capture/heap_sampler.hpp ----
 // ---- begin spanprof/detail/base/thread_name.hpp ----
-// The names of spanprof's own threads, as `top -H`, `ps -L`, gdb and perf show
-// them: a user who sees a thread of the host's process busy can tell that it is
-// spanprof's, and which part. At most 15 characters (the kernel's limit).
+// spanprof's own threads: their names, as `top -H`, `ps -L`, gdb and perf show
+// them (a user who sees a thread of the host's process busy can tell that it is
+// spanprof's, and which part; at most 15 characters, the kernel's limit), and
+// the signals they leave to the host's threads.
 #ifndef SPANPROF_DETAIL_BASE_THREAD_NAME_HPP_
 #define SPANPROF_DETAIL_BASE_THREAD_NAME_HPP_
 
+
+#include <csignal>
 
 #include <pthread.h>
 
@@ -14322,8 +14325,20 @@ inline constexpr const char* merger_thread_name = "spanprof-merge";  // takes wh
 inline constexpr const char* sender_thread_name = "spanprof-send";   // symbolizes, encodes, uploads
 inline constexpr const char* wall_thread_name = "spanprof-wall";     // ticks the wall-clock samples
 
-// Best effort: a name that does not take leaves the thread as it was.
-inline void name_this_thread(const char* name) noexcept { (void)::pthread_setname_np(::pthread_self(), name); }
+// Called first by each of spanprof's threads: names it (best effort: a name that
+// does not take leaves the thread as it was) and blocks every signal in it. A
+// signal sent to the process (the host's own SIGPROF profiler, SIGTERM, SIGCHLD)
+// goes to a thread that does not block it; one of spanprof's, asleep on a busy
+// machine, could wait long for a core while it holds the signal pending, and a
+// signal that does not queue (SIGPROF) loses every one sent meanwhile. A signal
+// the thread raises itself (a fault) is still delivered: the kernel does not
+// let it be blocked.
+inline void begin_spanprof_thread(const char* name) noexcept {
+  sigset_t all;
+  sigfillset(&all);
+  (void)::pthread_sigmask(SIG_BLOCK, &all, nullptr);
+  (void)::pthread_setname_np(::pthread_self(), name);
+}
 
 }  // namespace detail
 SPANPROF_NAMESPACE_END
@@ -14610,11 +14625,8 @@ class WallTicker {
   }
 
   void run() noexcept {
-    name_this_thread(wall_thread_name);
-    // The ticker takes wall samples; it must not be sampled itself.
-    sigset_t all;
-    sigfillset(&all);
-    ::pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    // The ticker takes wall samples; with every signal blocked, it is not sampled itself.
+    begin_spanprof_thread(wall_thread_name);
     ticker_watches_none().store(false, std::memory_order_seq_cst);
     std::uint64_t random = 0x2545F4914F6CDD1Dull ^ static_cast<std::uint64_t>(monotonic_now_ns());
     std::int64_t now = monotonic_now_ns();
@@ -17204,12 +17216,12 @@ class Worker {
       capacity_.store(config.capacity, std::memory_order_relaxed);
       may_exceed_.store(config.overflow == OverflowPolicy::drop_oldest, std::memory_order_relaxed);
       std::thread sender([run] {
-        name_this_thread(sender_thread_name);
+        begin_spanprof_thread(sender_thread_name);
         run->sender->run();
       });
       SPANPROF_TRY {
         merger_ = std::thread([this, run] {
-          name_this_thread(merger_thread_name);
+          begin_spanprof_thread(merger_thread_name);
           merge(*run);
         });
       } SPANPROF_CATCH_ALL {

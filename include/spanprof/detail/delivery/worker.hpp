@@ -88,12 +88,12 @@ class Worker {
       capacity_.store(config.capacity, std::memory_order_relaxed);
       may_exceed_.store(config.overflow == OverflowPolicy::drop_oldest, std::memory_order_relaxed);
       std::thread sender([run] {
-        name_this_thread(sender_thread_name);
+        begin_spanprof_thread(sender_thread_name);
         run->sender->run();
       });
       SPANPROF_TRY {
         merger_ = std::thread([this, run] {
-          name_this_thread(merger_thread_name);
+          begin_spanprof_thread(merger_thread_name);
           merge(*run);
         });
       } SPANPROF_CATCH_ALL {
