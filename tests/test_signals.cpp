@@ -483,7 +483,12 @@ TEST_CASE("a thread that takes its sample signals in bursts gets one sample per 
   INFO("samples per ms of CPU: " << per_ms);
   CHECK(per_ms > 0.85);
   CHECK(per_ms < 1.15);
-  CHECK(behind >= 200);  // 20 bursts of about 30 signals: all but the last of each held
+#ifndef SPANPROF_TESTS_UNDER_TSAN
+  // 20 bursts of about 30 signals: all but the last of each held. TSan's runtime
+  // takes every signal from the kernel at once, whatever the thread's mask, and
+  // hands it to spanprof's handler later: no backlog ever queues in the kernel.
+  CHECK(behind >= 200);
+#endif
 }
 
 TEST_CASE("a host that takes over the sample signal's handler: noticed, reported, restart picks another", "[signals]") {
