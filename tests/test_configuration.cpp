@@ -112,6 +112,11 @@ std::vector<VariableCase> variable_cases() {
       {"SPANPROF_PROCESS_CONTEXT", "1", "yes", {}, [](const Options& o) { return o.publish_process_context; }},
       {"SPANPROF_CPU_WATCH", "0", "off", {}, [](const Options& o) { return !o.watch_cpu_ticks; }},
       {"SPANPROF_TIME_SPLIT", "1", "on", {}, [](const Options& o) { return o.time_split; }},
+      {"SPANPROF_CONTINUOUS", "1", "yes", {}, [](const Options& o) { return o.continuous; }},
+      {"SPANPROF_CONTINUOUS_SPAN_LABELS", "innermost", "root", {},
+       [](const Options& o) { return o.continuous_span_labels == spanprof::ContinuousSpanLabels::innermost; }},
+      {"SPANPROF_CONTINUOUS_WINDOW_MS", "60000", "500", {},
+       [](const Options& o) { return o.continuous_window_ms == 60000; }},
 #if SPANPROF_WITH_CURL
       {"PYROSCOPE_SERVER_ADDRESS", pyroscope, "ftp://127.0.0.1", {}, [](const Options& o) { return has_uploader(o, "pyroscope"); }},
       {"PYROSCOPE_APPLICATION_NAME", "checkout", "check\nout", {with_pyroscope},
@@ -458,6 +463,9 @@ std::string plan_text(const spanprof::detail::StartPlan& plan) {
       << "/" << plan.symbolizer.source_lines_max_bytes << " debug=";
   for (const auto& directory : plan.symbolizer.debug_directories) out << directory << ":";
   out << " service=" << plan.service_name << " context=" << plan.publish_process_context;
+  const auto& continuous = plan.continuous;
+  out << " continuous=" << continuous.on << "/" << continuous.period_ns << "/" << continuous.max_depth << "/"
+      << static_cast<int>(continuous.span_labels) << "/" << d.continuous_window.count();
   return out.str();
 }
 

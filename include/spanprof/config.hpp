@@ -98,12 +98,18 @@
 #define SPANPROF_ALWAYS_INLINE __attribute__((always_inline))
 #define SPANPROF_LIKELY(x) __builtin_expect(!!(x), 1)
 #define SPANPROF_UNLIKELY(x) __builtin_expect(!!(x), 0)
+// Thread-local storage that a signal handler or an allocation hook reads: the
+// initial-exec model never allocates the thread's block lazily, as the default
+// model does for code in a dlopen'ed library (from inside malloc, or a handler
+// that interrupted it, that would recurse into malloc).
+#define SPANPROF_SIGNAL_SAFE_TLS __attribute__((tls_model("initial-exec")))
 #else
 #define SPANPROF_API
 #define SPANPROF_NOINLINE
 #define SPANPROF_ALWAYS_INLINE
 #define SPANPROF_LIKELY(x) (x)
 #define SPANPROF_UNLIKELY(x) (x)
+#define SPANPROF_SIGNAL_SAFE_TLS
 #endif
 
 // The ABI namespace encodes the version and every feature switch that changes a

@@ -107,12 +107,18 @@
 #define SPANPROF_ALWAYS_INLINE __attribute__((always_inline))
 #define SPANPROF_LIKELY(x) __builtin_expect(!!(x), 1)
 #define SPANPROF_UNLIKELY(x) __builtin_expect(!!(x), 0)
+// Thread-local storage that a signal handler or an allocation hook reads: the
+// initial-exec model never allocates the thread's block lazily, as the default
+// model does for code in a dlopen'ed library (from inside malloc, or a handler
+// that interrupted it, that would recurse into malloc).
+#define SPANPROF_SIGNAL_SAFE_TLS __attribute__((tls_model("initial-exec")))
 #else
 #define SPANPROF_API
 #define SPANPROF_NOINLINE
 #define SPANPROF_ALWAYS_INLINE
 #define SPANPROF_LIKELY(x) (x)
 #define SPANPROF_UNLIKELY(x) (x)
+#define SPANPROF_SIGNAL_SAFE_TLS
 #endif
 
 // The ABI namespace encodes the version and every feature switch that changes a
@@ -938,8 +944,13 @@ enum class ProfileReason : std::uint8_t {
   slow,       // the span lasted at least the slow threshold
   error,      // the span failed: an exception left the scope, or it was marked
   triggered,  // the adaptive trigger asked for spans of this name
+  // Not a decision: the span labels samples of the process's continuous profile
+  // (Options::continuous), where it is no profile of its own.
+  continuous,
 };
-inline constexpr std::size_t profile_reason_count = 4;
+inline constexpr std::size_t profile_reason_count = 5;
+// The reasons a tail decision gives (all but continuous), each with its kept_* counter.
+inline constexpr std::size_t keep_reason_count = 4;
 
 constexpr std::string_view to_string(ProfileReason reason) noexcept {
   switch (reason) {
@@ -947,6 +958,7 @@ constexpr std::string_view to_string(ProfileReason reason) noexcept {
     case ProfileReason::slow: return "slow";
     case ProfileReason::error: return "error";
     case ProfileReason::triggered: return "triggered";
+    case ProfileReason::continuous: return "continuous";
   }
   return "unknown";
 }
@@ -1144,7 +1156,9 @@ void for_each_span_label(const SpanRecord& record, Visit&& visit) {
   visit(detail::trace_id_label, std::string_view(record.span.trace_id.to_hex()));
   visit(detail::span_id_label, std::string_view(record.span.span_id.to_hex()));
   if (!record.span_name.empty()) visit(detail::span_name_label, std::string_view(record.span_name));
-  visit(detail::profile_reason_label, to_string(record.reason));
+  // A continuous profile's samples carry their span and nothing else: a backend
+  // such as Pyroscope makes every other sample label a series label.
+  if (record.reason != ProfileReason::continuous) visit(detail::profile_reason_label, to_string(record.reason));
 }
 
 // Calls `visit(const Label&)` for each label of `sample`: its own, then its span's.
@@ -1414,8 +1428,10 @@ SPANPROF_NAMESPACE_END
 // ---- end spanprof/delivery/uploader.hpp ----
 // ---- begin spanprof/delivery/file_uploader.hpp ----
 // Writes each profile as <dir>/<span_id>-<start unix ns>-<kind>.pb.gz: one file per
-// span (targeted profiling), its repeated stacks merged. With batched delivery, one
-// file per window and kind: <dir>/window-<start unix ns>-<kind>.pb.gz.
+// span (targeted profiling), its repeated stacks merged. With batched delivery, and
+// for the process's continuous profile (Options::continuous), one file per window
+// and kind: <dir>/window-<start unix ns>-<kind>.pb.gz (-2, -3... for the parts of a
+// window cut early at its limits).
 //
 // A profile appears whole or not at all: it is written to a hidden temporary file
 // and renamed into place, so a reader (a sidecar shipping the directory, a person
@@ -1451,7 +1467,10 @@ class FileUploader final : public Uploader {
 
   // The name a profile is written under, relative to directory().
   static std::string file_name_for(const EncodedProfile& profile) {
-    const std::string owner = profile.span_count == 1 ? profile.record.span.span_id.to_hex() : std::string("window");
+    // A span's own profile carries its ids; a window's record (of batched spans, or
+    // of the continuous profile) has none, however many spans it holds.
+    const std::string owner =
+        profile.record.span.span_id.valid() ? profile.record.span.span_id.to_hex() : std::string("window");
     return owner + "-" + std::to_string(profile.record.start_unix_ns) + "-" + std::string(to_string(profile.record.kind)) + ".pb.gz";
   }
 
@@ -1483,12 +1502,23 @@ class FileUploader final : public Uploader {
       errno = saved;
       return failure("cannot write", temp_path);
     }
-    if (::rename(temp_path.c_str(), final_path.c_str()) != 0) {
-      const int saved = errno;
-      ::unlink(temp_path.c_str());
-      errno = saved;
-      return failure("cannot rename into", final_path);
+    // Into place under its name, or, when a profile of the same window and kind is
+    // there already (the continuous profile's window cut early at its limits, in
+    // parts), under the next free <name>-<part>.pb.gz: no part replaces another.
+    // A file system without hard links (vfat, some FUSE) takes a rename instead.
+    std::string placed = final_path;
+    for (int part = 2; ::link(temp_path.c_str(), placed.c_str()) != 0; ++part) {
+      const bool no_links = errno == EPERM || errno == ENOTSUP || errno == EOPNOTSUPP;
+      if (no_links && ::rename(temp_path.c_str(), placed.c_str()) == 0) return UploadResult::ok();
+      if (errno != EEXIST || part > 10'000) {
+        const int saved = errno;
+        ::unlink(temp_path.c_str());
+        errno = saved;
+        return failure("cannot move into", placed);
+      }
+      placed = final_path.substr(0, final_path.size() - 6) + "-" + std::to_string(part) + ".pb.gz";
     }
+    ::unlink(temp_path.c_str());
     return UploadResult::ok();
   }
 
@@ -1548,6 +1578,9 @@ enum class Counter : std::uint8_t {
   heap_samples_captured,
   heap_samples_dropped,
   classic_busy,           // classic guards refused: another scope was profiling
+  continuous_samples,          // the merger's: samples of the continuous profile it took
+  continuous_samples_dropped,  // the merger's: samples the continuous profile's full buffer turned away
+  continuous_timers_refused,   // the merger's: threads' CPU timers the kernel would not make
   // decisions
   head_declined,
   profiles_started,
@@ -2308,6 +2341,9 @@ struct GuardGate {
   // asks it.
   std::uint64_t head_threshold = 0;
   bool has_trigger = false;  // an AdaptiveTrigger times turned-down spans
+  // The continuous profile labels its samples with the spans open on each thread
+  // (Options::continuous): every guard pushes its span, profiled or not.
+  bool labels_spans = false;
 };
 
 class GuardHost;  // the runtime, as guards see it (running_config.hpp)
@@ -2571,7 +2607,8 @@ class GuardCore {
     // is); ids are checked only for a span about to be profiled.
     if (head_declines(*gate, span, span_name)) {
       thread->add(Counter::head_declined, 1);
-      if (SPANPROF_UNLIKELY(gate->has_trigger)) declined(*gate, reader, span, span_name, kinds, configured);
+      if (SPANPROF_UNLIKELY(gate->has_trigger | gate->labels_spans))
+        declined(*gate, reader, span, span_name, kinds, configured);
       reader.leave(inside);
       return;
     }
@@ -2583,7 +2620,7 @@ class GuardCore {
   template <class Span>
   void keep_span_for_close(const Span& span) noexcept {
     if constexpr (reads_span_at_close_v<Span>) {
-      if (!active()) return;
+      if (!active() && !labelled_) return;
       user_span_ = &span;
       span_hooks_ = &SpanHooksOf<Span>::hooks;
     }
@@ -2594,7 +2631,7 @@ class GuardCore {
   SPANPROF_API void open_fragment(RequestState& request) noexcept;
 
   bool active() const noexcept { return state_ != State::idle || heap_state_ != State::idle || classic_cpu_; }
-  bool pending_close() const noexcept { return active() || observe_only_; }
+  bool pending_close() const noexcept { return active() || observe_only_ || labelled_; }
 
   SPANPROF_ALWAYS_INLINE void close() noexcept {
     if (SPANPROF_UNLIKELY(pending_close())) finish();
@@ -2646,6 +2683,8 @@ class GuardCore {
   void close_classic() noexcept;
   void open_heap(const RunningConfig& config) noexcept;
   void close_heap() noexcept;
+  inline void label_span(const SpanContext& span, std::string_view span_name) noexcept;
+  inline void unlabel() noexcept;
 
   // What every guard sets: the destructor and the public queries read only these.
   State state_ = State::idle;  // sampling: ticket_ holds a slot of sampler_ (CPU and/or wall)
@@ -2654,6 +2693,7 @@ class GuardCore {
   bool observe_only_ = false;  // not profiled; timed for the adaptive trigger only
   bool handed_over_ = false;
   bool errored_ = false;       // set_error(), on any guard
+  bool labelled_ = false;      // its span labels the continuous profile's samples on its thread (label_span)
   // Set by prepare() (or begin_fragment()), for guards that open something or are
   // timed for the trigger: a turned-down guard writes only the bytes above.
   bool triggered_ : 1;
@@ -3780,6 +3820,14 @@ enum class CpuSampleSource : std::uint8_t {
   posix_timer,  // timer_create(CLOCK_THREAD_CPUTIME_ID): fires on the scheduler tick, weighted
 };
 
+// Which open span labels a sample of the process's continuous profile
+// (Options::continuous, docs/continuous.md).
+enum class ContinuousSpanLabels : std::uint8_t {
+  local_root,  // the outermost span open on the thread (a request's own), as every Pyroscope SDK labels
+  innermost,   // the span the thread runs in
+  none,        // no span labels
+};
+
 constexpr std::string_view to_string(CpuEngine e) noexcept { return e == CpuEngine::sampling ? "sampling" : "classic"; }
 constexpr std::string_view to_string(HeapEngine e) noexcept {
   return e == HeapEngine::sampling ? "sampling" : "classic";
@@ -3789,6 +3837,15 @@ constexpr std::string_view to_string(CpuSampleSource s) noexcept {
     case CpuSampleSource::automatic: return "automatic";
     case CpuSampleSource::perf_event: return "perf_event";
     case CpuSampleSource::posix_timer: return "posix_timer";
+  }
+  return "unknown";
+}
+
+constexpr std::string_view to_string(ContinuousSpanLabels l) noexcept {
+  switch (l) {
+    case ContinuousSpanLabels::local_root: return "local_root";
+    case ContinuousSpanLabels::innermost: return "innermost";
+    case ContinuousSpanLabels::none: return "none";
   }
   return "unknown";
 }
@@ -4002,6 +4059,17 @@ struct Options {
   // (docs/time_split.md): three system calls at its open and close, a few µs a span.
   bool time_split = false;
 
+  // ---- the whole process, all the time (docs/continuous.md) ------------------------------
+  // Every thread of the process sampled on its own CPU clock at frequency_hz, in a
+  // span or not (threads started before start(), later, and by libraries): one CPU
+  // profile of the process per window, each sample taken in a span labelled with it.
+  bool continuous = false;
+  // Which open span a continuous sample is labelled with: the thread's outermost (a
+  // request's own span, as Pyroscope's SDKs label), the innermost, or none.
+  ContinuousSpanLabels continuous_span_labels = ContinuousSpanLabels::local_root;
+  // The continuous profile's window, aligned to the wall clock.
+  std::uint32_t continuous_window_ms = 10'000;
+
   // ---- which spans are profiled (docs/sampling.md) -----------------------------------
   // The head sampler decides when a guard opens (null: every span); the tail policy,
   // when it closes, keeps or discards what was recorded (null: keep all); the
@@ -4126,6 +4194,12 @@ struct Stats {
   std::uint64_t spool_pending = 0;         // payloads in the spool now
   std::uint64_t queue_length = 0;          // profiles handed over, not yet taken by the worker (<= queue_capacity)
   std::uint64_t classic_busy = 0;          // classic guards (CPU or heap) refused: another scope was profiling
+  // The process's continuous profile (Options::continuous, docs/continuous.md).
+  std::uint64_t continuous_threads = 0;          // threads with a CPU timer of it at its last look
+  std::uint64_t continuous_threads_left_out = 0; // threads that block the sample signal: not sampled
+  std::uint64_t continuous_samples = 0;          // samples taken into its windows
+  std::uint64_t continuous_samples_dropped = 0;  // lost to its full record buffer
+  std::uint64_t continuous_timers_refused = 0;   // threads' timers the kernel would not make (EAGAIN, ENOMEM)
   // Wall-clock profiles (docs/wall.md).
   std::uint64_t wall_guards_opened = 0;    // guards that started a wall profile
   std::uint64_t wall_samples_captured = 0;
@@ -6164,7 +6238,8 @@ SPANPROF_NAMESPACE_END
 // ---- end spanprof/delivery/backend_options.hpp ----
 // ---- begin spanprof/detail/base/text.hpp ----
 // Small ASCII text helpers and number parsers shared by the parsers of environment
-// variables and HTTP headers. Locale-independent on purpose: these are protocol strings.
+// variables and HTTP headers, and the copy of a span's name on a request thread.
+// Locale-independent on purpose: these are protocol strings.
 #ifndef SPANPROF_DETAIL_BASE_TEXT_HPP_
 #define SPANPROF_DETAIL_BASE_TEXT_HPP_
 
@@ -6174,6 +6249,7 @@ SPANPROF_NAMESPACE_END
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -6181,6 +6257,24 @@ SPANPROF_NAMESPACE_END
 
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
+
+// Span names are a few bytes: copied in overlapping words. std::memcpy of a size
+// only known to be small compiles to `rep movs`, whose start-up was
+// most of the opening guard's own time in a busy server (perf).
+inline void copy_span_name(char* to, const char* from, std::size_t n) noexcept {
+  if (n >= 16) {
+    for (std::size_t at = 0; at + 16 <= n; at += 16) std::memcpy(to + at, from + at, 16);
+    std::memcpy(to + n - 16, from + n - 16, 16);
+  } else if (n >= 8) {
+    std::memcpy(to, from, 8);
+    std::memcpy(to + n - 8, from + n - 8, 8);
+  } else if (n >= 4) {
+    std::memcpy(to, from, 4);
+    std::memcpy(to + n - 4, from + n - 4, 4);
+  } else {
+    for (std::size_t at = 0; at < n; ++at) to[at] = from[at];
+  }
+}
 
 constexpr bool is_ascii_space(char c) noexcept {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
@@ -10070,616 +10164,6 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DETAIL_BASE_XORSHIFT_HPP_
 // ---- end spanprof/detail/base/xorshift.hpp ----
-// ---- begin spanprof/detail/capture/sampler_settings.hpp ----
-// What a thread's stack sampler is told by one spanprof::start(), and what its
-// signal carries: the sampler's settings, the tags of the ticker's signals, the
-// interrupted program counter, the clocks its records use.
-#ifndef SPANPROF_DETAIL_CAPTURE_SAMPLER_SETTINGS_HPP_
-#define SPANPROF_DETAIL_CAPTURE_SAMPLER_SETTINGS_HPP_
-
-
-#include <atomic>
-#include <cerrno>
-#include <cstddef>
-#include <cstdint>
-#include <cstring>
-
-#include <sys/uio.h>
-#include <time.h>
-#include <ucontext.h>
-#include <unistd.h>
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-inline constexpr int max_stack_depth_limit = 256;
-
-// Immutable sampler settings of one spanprof::start(); threads armed under an older
-// generation rebuild their sampler at their next guard.
-struct StackSamplerSettings {
-  std::uint64_t generation{};
-  CpuSampleSource source{};
-  int signal_number{};
-  std::int64_t period_ns{};       // mean CPU time between two CPU samples
-  std::int64_t wall_period_ns{};  // mean wall time between two wall ticks
-  int max_depth{};
-  std::size_t buffer_words{};
-  std::uint32_t idle_ticks_before_disarm{};
-  bool watch_cpu{};  // Options::watch_cpu_ticks
-};
-
-inline std::int64_t monotonic_now_ns() noexcept {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe (vDSO)
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-// The kernel's tick (1/HZ: 4 ms at HZ=250), the resolution of its coarse clocks:
-// it looks at a thread's POSIX CPU timers only then. Read once per process.
-inline std::int64_t kernel_tick_ns() noexcept {
-  static const std::int64_t tick = [] {
-    timespec resolution{};
-    if (::clock_getres(CLOCK_MONOTONIC_COARSE, &resolution) != 0) return std::int64_t{4'000'000};
-    const std::int64_t ns = static_cast<std::int64_t>(resolution.tv_sec) * 1'000'000'000 + resolution.tv_nsec;
-    return ns > 0 && ns <= 100'000'000 ? ns : std::int64_t{4'000'000};
-  }();
-  return tick;
-}
-
-// The calling thread's CPU clock, in ns; -1 if it cannot be read (async-signal-safe).
-inline std::int64_t this_thread_cpu_ns() noexcept {
-  timespec ts{};
-  if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return -1;
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-// The wall clock, for a profile's start time.
-inline std::int64_t realtime_now_ns() noexcept {
-  timespec ts{};
-  ::clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-// What a wall tick carries (sigqueue value): a tag, and the thread's wall
-// generation when the ticker looked, so a tick that arrives after the span changed
-// is dropped.
-inline constexpr std::uint64_t wall_tick_tag = 0x5350'574Cull << 32;  // "SPWL"
-
-// What the ticker's CPU tick carries: the POSIX timer's sampling point it saw the
-// thread's CPU clock pass, which the kernel had not delivered yet (cpu_watch).
-inline constexpr std::uint64_t cpu_tick_tag = 0x5350'4350ull << 32;  // "SPCP"
-
-inline std::uintptr_t interrupted_pc(const void* ucontext) noexcept {
-  const auto* uc = static_cast<const ucontext_t*>(ucontext);
-#if defined(__x86_64__)
-  return static_cast<std::uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]);
-#elif defined(__aarch64__)
-  return static_cast<std::uintptr_t>(uc->uc_mcontext.pc);
-#elif defined(__i386__)
-  return static_cast<std::uintptr_t>(uc->uc_mcontext.gregs[REG_EIP]);
-#else
-  (void)uc;
-  return 0;
-#endif
-}
-
-// The interrupted thread stands at a system call instruction or just after it: it
-// was in a call (blocked, or preempted at its return), where the kernel hands
-// signals over on the way back to user code. The code is read with
-// process_vm_readv, which fails where a plain read would fault (a page before the
-// pc that is not mapped, execute-only code): then false.
-inline bool at_system_call(const void* ucontext) noexcept {
-#if defined(__x86_64__) || defined(__aarch64__)
-#if defined(__x86_64__)
-  constexpr unsigned char instruction[] = {0x0F, 0x05};  // syscall
-#else
-  constexpr unsigned char instruction[] = {0x01, 0x00, 0x00, 0xD4};  // svc #0
-#endif
-  constexpr std::size_t size = sizeof instruction;
-  unsigned char code[2 * size];  // the instruction before the pc, and the one at it (to be restarted)
-  const std::uintptr_t pc = interrupted_pc(ucontext);
-  iovec local{code, sizeof code};
-  iovec remote{reinterpret_cast<void*>(pc - size), sizeof code};
-  if (pc < size || ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) != static_cast<ssize_t>(sizeof code))
-    return false;
-  return std::memcmp(code, instruction, size) == 0 || std::memcmp(code + size, instruction, size) == 0;
-#else
-  (void)ucontext;
-  return false;
-#endif
-}
-
-// The interrupted code's return-value register holds -EINTR: at a system call
-// (at_system_call), the call was a wait a handled signal cut short (nanosleep,
-// poll, epoll_wait return so even with SA_RESTART). Elsewhere it means nothing.
-inline bool result_is_eintr(const void* ucontext) noexcept {
-  const auto* uc = static_cast<const ucontext_t*>(ucontext);
-#if defined(__x86_64__)
-  return static_cast<long long>(uc->uc_mcontext.gregs[REG_RAX]) == -EINTR;
-#elif defined(__aarch64__)
-  return static_cast<long long>(uc->uc_mcontext.regs[0]) == -EINTR;
-#else
-  (void)uc;
-  return false;
-#endif
-}
-
-// The sample signal whose handler the host replaced (0: none). Samplers on it
-// are not armed again; the next spanprof::start() picks another signal.
-SPANPROF_API inline std::atomic<int>& sample_signal_lost() noexcept {
-  static std::atomic<int> lost{0};
-  return lost;
-}
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_DETAIL_CAPTURE_SAMPLER_SETTINGS_HPP_
-// ---- end spanprof/detail/capture/sampler_settings.hpp ----
-// ---- begin spanprof/detail/capture/cpu_tick_source.hpp ----
-// A thread's CPU ticks: a perf_event task clock or a POSIX CPU timer that sends
-// the sample signal to the one thread it was made for, each time that thread has
-// run a random CPU-time interval. The thread's sampler
-// (detail/capture/thread_stack_sampler.hpp) owns one and records a stack at each tick.
-//
-// Why it is shaped like this (see docs/engines.md, docs/cost.md):
-//  * It signals only its own thread, so the handler records the stack of the
-//    thread whose CPU time the tick measured.
-//  * The periods are drawn at random (random_interval_ns says why).
-//  * Each tick is placed from the sampling point before it, never from the late
-//    signal: restarting from the signal would leave its delay unsampled at every
-//    sample.
-//  * A sample weighs the thread's CPU time, not the number of periods: counted
-//    periods spread by about half the square root of their number (the periods are
-//    random), and a perf task clock, which runs on while a virtual machine's host
-//    has stolen the vCPU, over-counts by the steal (10 ms of a thread's CPU drew up
-//    to 12.5 ms of periods here). On perf_event it is the thread's CPU clock since
-//    the tick before; on the timer, the CPU between the last point delivered before
-//    and the last one passed now, on the same clock, so that a late signal changes
-//    where a sample lands but not what it weighs.
-//  * Everything the handler calls here is async-signal-safe: a clock, an ioctl
-//    and a timer call.
-#ifndef SPANPROF_DETAIL_CAPTURE_CPU_TICK_SOURCE_HPP_
-#define SPANPROF_DETAIL_CAPTURE_CPU_TICK_SOURCE_HPP_
-
-
-// Compiled out with the SDK, as the sampler that owns it.
-#if SPANPROF_ENABLED
-
-#include <algorithm>
-#include <atomic>
-#include <cerrno>
-#include <cmath>
-#include <csignal>
-#include <cstdint>
-
-#include <fcntl.h>
-#include <linux/perf_event.h>
-#include <sys/ioctl.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
-
-#ifndef sigev_notify_thread_id
-#define sigev_notify_thread_id _sigev_un._tid
-#endif
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-// A random interval with mean `mean_ns`: half the mean, plus an exponentially
-// distributed rest. A random period gives a periodic workload nothing to alias with
-// (fixed periods shift its samples into or out of its spans); the fixed half keeps
-// the sample rate bounded, so a signal handler slower than a short draw cannot
-// fall behind and pile up queued signals. From a per-thread xorshift state;
-// async-signal-safe (log() touches no shared state).
-inline std::int64_t random_interval_ns(std::uint64_t& state, std::int64_t mean_ns) noexcept {
-  const double unit = xorshift_unit(state);
-  const double half = static_cast<double>(mean_ns) / 2;
-  const double draw = half - std::log(unit) * half;
-  const double high = static_cast<double>(mean_ns) * 16;  // the tail beyond holds a 1e-13 share
-  return static_cast<std::int64_t>(draw > high ? high : draw);
-}
-
-class CpuTickSource {
- public:
-  // For thread `tid`; `wanted` is the configured CpuSampleSource, `period_ns` the
-  // mean CPU time between two ticks, `seed` the start of the periods' random state.
-  CpuTickSource(CpuSampleSource wanted, int signal_number, std::int64_t period_ns, pid_t tid,
-                std::uint64_t seed) noexcept
-      : wanted_(wanted), signal_number_(signal_number), period_ns_(period_ns), tid_(tid), random_(seed) {}
-
-  CpuTickSource(const CpuTickSource&) = delete;
-  CpuTickSource& operator=(const CpuTickSource&) = delete;
-
-  ~CpuTickSource() { close(); }
-
-  // Picks and creates the sampling source for this thread (not armed yet).
-  // `perf_errno` receives the reason perf_event was refused, if it was.
-  // `automatic` starts on the POSIX CPU timer: a perf event costs its thread at
-  // every context switch, even between spans (docs/cost.md); prefer_source()
-  // moves a thread that mostly computes to perf_event. A perf_event the kernel
-  // refuses falls back to the timer.
-  CpuSampleSource open(int& perf_errno) noexcept {
-    perf_errno = 0;
-    if (wanted_ == CpuSampleSource::perf_event) {
-      if (open_perf_event()) return set_source(CpuSampleSource::perf_event);
-      perf_errno = errno == 0 ? EINVAL : errno;
-    }
-    if (open_posix_timer()) return set_source(CpuSampleSource::posix_timer);
-    if (wanted_ == CpuSampleSource::automatic && open_perf_event()) return set_source(CpuSampleSource::perf_event);
-    return set_source(CpuSampleSource::automatic);  // nothing could be armed
-  }
-
-  bool has_source() const noexcept { return source() != CpuSampleSource::automatic; }
-  // The source ticking now (automatic: none). Written by its own thread only,
-  // its handler included.
-  CpuSampleSource source() const noexcept { return source_.load(std::memory_order_relaxed); }
-
-  // Disables and releases the source. The destructor does it too; an owner whose
-  // handler writes into memory it frees calls it first.
-  void close() noexcept {
-    close_perf_event();
-    if (has_timer_) ::timer_delete(timer_);
-    has_timer_ = false;
-    cpu_mark_.store(0, std::memory_order_relaxed);
-  }
-
-  // In a forked child, on a source the parent made: its perf event is the parent's
-  // too (disabling it would stop the parent's samples) and its timer does not exist
-  // here. Closes the child's copy of the event and forgets both.
-  void forget_after_fork() noexcept {
-    if (perf_fd_ >= 0) ::close(perf_fd_);
-    perf_fd_ = -1;
-    has_timer_ = false;
-    cpu_mark_.store(0, std::memory_order_relaxed);
-    set_source(CpuSampleSource::automatic);
-  }
-
-  // Starts the ticks; the periods start afresh. False when there is no source or
-  // the kernel refused.
-  bool start() noexcept {
-    cpu_mark_.store(0, std::memory_order_relaxed);
-    cpu_period_ = 0;
-    tick_cpu_ns_ = 0;
-    switch (source()) {
-      case CpuSampleSource::perf_event: return schedule_next_tick() && ::ioctl(perf_fd_, PERF_EVENT_IOC_ENABLE, 0) == 0;
-      case CpuSampleSource::posix_timer: return schedule_next_tick();
-      case CpuSampleSource::automatic: break;
-    }
-    return false;
-  }
-
-  // Async-signal-safe: used from the handler when the thread has been idle.
-  void stop() noexcept {
-    if (source() == CpuSampleSource::perf_event) {
-      ::ioctl(perf_fd_, PERF_EVENT_IOC_DISABLE, 0);
-    } else if (has_timer_) {
-      itimerspec stop{};
-      ::timer_settime(timer_, 0, &stop, nullptr);
-    }
-  }
-
-  // The POSIX timer's next sampling point on the thread's CPU clock, for the ticker
-  // to read from its thread (0: none, or another source ticks).
-  std::int64_t next_point_ns() const noexcept { return static_cast<std::int64_t>(cpu_mark_.load(std::memory_order_relaxed)); }
-
-  // The signal `info` describes is one of this source's ticks (async-signal-safe).
-  // A timer signal queued before the thread moved to perf_event is not.
-  bool is_tick(const siginfo_t* info) const noexcept {
-    switch (source()) {
-      case CpuSampleSource::perf_event: return info->si_fd == perf_fd_;  // not our event: someone else's signal
-      case CpuSampleSource::posix_timer: return info->si_code == SI_TIMER;
-      case CpuSampleSource::automatic: break;
-    }
-    return false;
-  }
-
-  // On perf_event: true when another of this thread's sample signals is already
-  // pending, and then the event's next period is the longest (16 means), so that
-  // the kernel queues no more until the thread has taken those. Each overflow
-  // queues a real-time signal of its own; a thread whose handler and signal
-  // delivery take longer than a period (an emulated CPU, a vCPU its host takes
-  // away, with the period at its floor after a late tick) gets them faster than
-  // it takes them, and the queue fills to RLIMIT_SIGPENDING: the thread then does
-  // nothing but take signals (an arm64 VM's threads spent 88 % of their CPU in
-  // signal delivery, for minutes). The caller takes no sample for this signal:
-  // the last one of the backlog weighs all the CPU since the sample before, with
-  // its points counted from the period armed then (cpu_period_ is left alone).
-  // Async-signal-safe: sigpending and an ioctl.
-  bool hold_while_behind() noexcept {
-    if (source() != CpuSampleSource::perf_event) return false;
-    sigset_t pending;
-    if (::sigpending(&pending) != 0 || sigismember(&pending, signal_number_) != 1) return false;
-    std::uint64_t longest = static_cast<std::uint64_t>(period_ns_) * 16;
-    ::ioctl(perf_fd_, PERF_EVENT_IOC_PERIOD, &longest);
-    return true;
-  }
-
-  // What a tick weighs: the sampling points the thread's CPU time passed since the
-  // tick before (the profile's sample count), and the CPU time it ran since then.
-  struct TickWeight {
-    std::uint64_t periods = 0;
-    std::uint64_t cpu_ns = 0;
-  };
-
-  static constexpr std::int64_t no_cut = INT64_MAX;
-
-  // Sets the CPU time until the next CPU tick (async-signal-safe); returns false if
-  // the kernel refused. `weight`, when given, receives what the sample being taken
-  // stands for; periods 0 is a timer signal before its expiry, not a sample.
-  // `cut_ns` (the timer only): the points passed after it on the thread's CPU clock
-  // are left for a later tick.
-  bool schedule_next_tick(TickWeight* weight = nullptr, std::int64_t cut_ns = no_cut) noexcept {
-    const std::int64_t now_ns = this_thread_cpu_ns();
-    std::uint64_t periods = 0;
-    std::int64_t timer_tile_ns = 0;
-    const bool on_perf = source() == CpuSampleSource::perf_event;
-    const bool ok = on_perf ? schedule_perf_tick(now_ns, periods)
-                            : schedule_timer_tick(now_ns, std::min(now_ns, cut_ns), periods, timer_tile_ns);
-    const bool armed_before = tick_cpu_ns_ != 0;
-    if (weight != nullptr) {
-      weight->periods = periods;
-      if (!on_perf) {
-        if (timer_tile_ns > 0) weight->cpu_ns = static_cast<std::uint64_t>(timer_tile_ns);
-      } else if (periods != 0 && armed_before && now_ns > tick_cpu_ns_) {
-        weight->cpu_ns = static_cast<std::uint64_t>(now_ns - tick_cpu_ns_);
-      }
-    }
-    if (periods != 0 || !armed_before) tick_cpu_ns_ = now_ns;  // an early timer signal moves nothing
-    // A tick's sample (never the arm's start) is where the automatic choice is made.
-    if (weight != nullptr && periods != 0) prefer_source(now_ns);
-    return ok;
-  }
-
-  // automatic: the thread's CPU per context switch since the last choice decides
-  // (once per adapt_window_ns of its CPU, at a tick; async-signal-safe). A perf
-  // event costs its thread at every switch (~1-3 µs here), nothing else, and comes
-  // at the sampling point itself; the timer costs nothing at a switch, but the
-  // kernel looks at it only on its tick, so its signal comes late and, for work
-  // as periodic as the tick, always at the same phase of it. A thread that runs a
-  // millisecond of CPU or more per switch (it mostly computes: the switches cost
-  // it 0.3 % at most) ticks on perf_event; one that runs less than half a
-  // millisecond (a server's request thread: several switches per request) goes
-  // back to the timer.
-  static constexpr std::int64_t adapt_window_ns = 20'000'000;
-  static constexpr std::int64_t perf_cpu_per_switch_ns = 1'000'000;
-  static constexpr std::int64_t timer_cpu_per_switch_ns = 500'000;
-  // The points one tick counts at most, on either source; beyond, the thread ran
-  // with the signal held, and the rest are not counted.
-  static constexpr std::uint64_t most_points_per_tick = 256;
-
-  // A disabled task clock on the calling thread, that overflows every `period_ns`
-  // of its CPU; its descriptor, or -1 with errno set.
-  static int open_task_clock(std::int64_t period_ns) noexcept {
-    perf_event_attr attr{};
-    attr.size = sizeof(attr);
-    attr.type = PERF_TYPE_SOFTWARE;
-    attr.config = PERF_COUNT_SW_TASK_CLOCK;
-    attr.sample_period = static_cast<std::uint64_t>(period_ns);
-    attr.disabled = 1;
-    attr.wakeup_events = 1;  // signal on every overflow
-    errno = 0;
-    const long fd = ::syscall(SYS_perf_event_open, &attr, 0 /* this thread */, -1, -1, PERF_FLAG_FD_CLOEXEC);
-    return fd < 0 ? -1 : static_cast<int>(fd);
-  }
-
-  // Set once a perf event is refused to a thread of the process: none asks again.
-  static std::atomic<int>& perf_refused_errno() noexcept {
-    static std::atomic<int> refused{0};
-    return refused;
-  }
-
- private:
-  CpuSampleSource set_source(CpuSampleSource source) noexcept {
-    source_.store(source, std::memory_order_relaxed);
-    return source;
-  }
-
-  void prefer_source(std::int64_t now_ns) noexcept {
-    if (wanted_ != CpuSampleSource::automatic || !has_timer_) return;
-    if (adapt_cpu_ns_ == 0 || now_ns < adapt_cpu_ns_) {
-      adapt_cpu_ns_ = now_ns;
-      adapt_switches_ = context_switches();
-      return;
-    }
-    const std::int64_t ran = now_ns - adapt_cpu_ns_;
-    if (ran < adapt_window_ns) return;
-    const std::int64_t switches = context_switches();
-    if (switches < 0) return;
-    const std::int64_t per_switch = ran / std::max<std::int64_t>(1, switches - adapt_switches_);
-    adapt_cpu_ns_ = now_ns;
-    adapt_switches_ = switches;
-    if (source() == CpuSampleSource::posix_timer && per_switch >= perf_cpu_per_switch_ns &&
-        perf_refused_errno().load(std::memory_order_relaxed) == 0)
-      move_to_perf_event(now_ns);
-    else if (source() == CpuSampleSource::perf_event && per_switch < timer_cpu_per_switch_ns)
-      move_to_timer(now_ns);
-  }
-
-  static std::int64_t context_switches() noexcept {
-    rusage usage{};
-    if (::getrusage(RUSAGE_THREAD, &usage) != 0) return -1;
-    return static_cast<std::int64_t>(usage.ru_nvcsw) + static_cast<std::int64_t>(usage.ru_nivcsw);
-  }
-
-  // The next point stays where the timer had drawn it: the event's first period
-  // runs up to it, and the first sample weighs the CPU since the last point.
-  void move_to_perf_event(std::int64_t now_ns) noexcept {
-    if (perf_fd_ < 0 && !open_perf_event()) {
-      int expected = 0;
-      perf_refused_errno().compare_exchange_strong(expected, errno == 0 ? EINVAL : errno, std::memory_order_relaxed);
-      return;
-    }
-    const std::int64_t next = next_point_ns();
-    const std::int64_t floor = std::max<std::int64_t>(period_ns_ / 4, 20'000);
-    std::uint64_t first = static_cast<std::uint64_t>(std::max(next - now_ns, floor));
-    if (::ioctl(perf_fd_, PERF_EVENT_IOC_PERIOD, &first) != 0 || ::ioctl(perf_fd_, PERF_EVENT_IOC_ENABLE, 0) != 0) {
-      close_perf_event();
-      return;
-    }
-    itimerspec stop{};
-    ::timer_settime(timer_, 0, &stop, nullptr);
-    cpu_mark_.store(0, std::memory_order_relaxed);  // the CPU watch lets the thread be
-    tick_cpu_ns_ = point_base_;
-    cpu_period_ = now_ns + static_cast<std::int64_t>(first) - point_base_;
-    set_source(CpuSampleSource::perf_event);
-  }
-
-  // The event is closed, not only disabled: an open one costs its thread at every
-  // switch still. The timer's points go on from the last sample.
-  void move_to_timer(std::int64_t now_ns) noexcept {
-    close_perf_event();
-    set_source(CpuSampleSource::posix_timer);
-    point_base_ = tick_cpu_ns_;
-    const std::int64_t next = now_ns + random_interval_ns(random_, period_ns_);
-    cpu_mark_.store(static_cast<std::uint64_t>(next), std::memory_order_relaxed);
-    itimerspec spec{};
-    spec.it_value.tv_sec = next / 1'000'000'000;
-    spec.it_value.tv_nsec = next % 1'000'000'000;
-    ::timer_settime(timer_, TIMER_ABSTIME, &spec, nullptr);
-  }
-
-  void close_perf_event() noexcept {
-    if (perf_fd_ < 0) return;
-    ::ioctl(perf_fd_, PERF_EVENT_IOC_DISABLE, 0);
-    ::close(perf_fd_);
-    perf_fd_ = -1;
-  }
-
-  bool schedule_perf_tick(std::int64_t now_ns, std::uint64_t& periods) noexcept {
-    // The next tick is placed a random interval after the one that just fired,
-    // not after this handler ran: the signal arrives tens of microseconds after
-    // the overflow (~50 µs measured here), and restarting the period from the
-    // handler would leave that time unsampled at every sample (-5% at 1 kHz).
-    // The lateness is read on the thread's CPU clock, not the event's count:
-    // the task clock also runs through time stolen from the vCPU.
-    std::int64_t draw = random_interval_ns(random_, period_ns_);
-    std::int64_t period = draw;  // the first period after the arm
-    periods = 1;
-    if (cpu_period_ != 0) {  // the period was set at the last tick, tick_cpu_ns_
-      std::int64_t late = now_ns - tick_cpu_ns_ - cpu_period_;
-      // The points the thread's CPU clock passed after the one that fired, as the
-      // timer counts them: the event's timer fires once for all the periods that
-      // expired while the host held the vCPU, and a guest's thread CPU clock runs
-      // on then (docs/engines.md, "What a sample weighs").
-      while (late >= draw && periods < most_points_per_tick) {
-        ++periods;
-        late -= draw;
-        draw = random_interval_ns(random_, period_ns_);
-      }
-      if (late >= draw) late = 0;
-      // Not below a quarter of the mean: a period shorter than this handler would
-      // queue signals faster than it takes them.
-      const std::int64_t floor = std::max<std::int64_t>(period_ns_ / 4, 20'000);
-      period = late > 0 ? std::max(draw - late, floor) : draw;
-    }
-    cpu_period_ = period;
-    std::uint64_t value = static_cast<std::uint64_t>(period);
-    return ::ioctl(perf_fd_, PERF_EVENT_IOC_PERIOD, &value) == 0;
-  }
-
-  bool schedule_timer_tick(std::int64_t now_ns, std::int64_t cut_ns, std::uint64_t& periods,
-                           std::int64_t& tile_ns) noexcept {
-    if (has_timer_) {
-      // The kernel looks at CPU timers only on the scheduler tick (4 ms at
-      // HZ=250), so the signal comes at the first tick after the sampling point,
-      // and at more than 250 Hz several points fall between two ticks. Each point
-      // the thread's CPU time has passed is one sample of the stack found now
-      // (the sample count). The CPU value is the thread's CPU from the last point
-      // delivered before to the last one passed now: the intervals between points
-      // tile the thread's CPU time, so a late signal (the tick, or the ticker's
-      // watch) moves where a sample lands, never how much it weighs.
-      // The next point is drawn from the last one, never from the late signal.
-      std::uint64_t passed = 0;
-      const std::uint64_t mark = cpu_mark_.load(std::memory_order_relaxed);
-      std::int64_t next = static_cast<std::int64_t>(mark);
-      if (mark == 0) {
-        next = now_ns + random_interval_ns(random_, period_ns_);  // armed afresh
-        point_base_ = now_ns;
-      } else {
-        std::int64_t last_passed = point_base_;
-        while (next <= cut_ns && passed < most_points_per_tick) {
-          ++passed;
-          last_passed = next;
-          next += random_interval_ns(random_, period_ns_);
-        }
-        if (next <= cut_ns) {
-          last_passed = cut_ns;
-          next = cut_ns + random_interval_ns(random_, period_ns_);
-        }
-        if (passed != 0) {
-          tile_ns = last_passed - point_base_;
-          point_base_ = last_passed;
-        }
-      }
-      periods = passed;
-      cpu_mark_.store(static_cast<std::uint64_t>(next), std::memory_order_relaxed);
-      // A point left behind a cut has passed: armed for it, the timer would fire as
-      // it is set, and the signal would take it here at once. A moment on, the
-      // kernel delivers it at its next tick, as any other.
-      const std::int64_t expiry = std::max(next, now_ns + 50'000);
-      itimerspec spec{};
-      spec.it_value.tv_sec = expiry / 1'000'000'000;
-      spec.it_value.tv_nsec = expiry % 1'000'000'000;
-      return ::timer_settime(timer_, TIMER_ABSTIME, &spec, nullptr) == 0;
-    }
-    return false;
-  }
-
-  bool open_perf_event() noexcept {
-    const int fd = open_task_clock(period_ns_);
-    if (fd < 0) return false;
-    perf_fd_ = fd;
-    f_owner_ex owner{F_OWNER_TID, tid_};
-    if (::fcntl(perf_fd_, F_SETFL, O_ASYNC) != 0 || ::fcntl(perf_fd_, F_SETSIG, signal_number_) != 0 ||
-        ::fcntl(perf_fd_, F_SETOWN_EX, &owner) != 0) {
-      const int saved = errno;
-      ::close(perf_fd_);
-      perf_fd_ = -1;
-      errno = saved;
-      return false;
-    }
-    return true;
-  }
-
-  bool open_posix_timer() noexcept {
-    sigevent event{};
-    event.sigev_notify = SIGEV_THREAD_ID;
-    event.sigev_signo = signal_number_;
-    event.sigev_notify_thread_id = tid_;
-    if (::timer_create(CLOCK_THREAD_CPUTIME_ID, &event, &timer_) != 0) return false;
-    has_timer_ = true;
-    return true;
-  }
-
-  CpuSampleSource wanted_;
-  int signal_number_;
-  std::int64_t period_ns_;  // mean CPU time between two CPU samples
-  pid_t tid_;
-  int perf_fd_ = -1;
-  timer_t timer_{};
-  bool has_timer_ = false;  // the timer exists (armed or not)
-  std::atomic<CpuSampleSource> source_{CpuSampleSource::automatic};
-  std::uint64_t random_;        // the handler's: the next CPU period
-  // Timer: its next expiry on the thread's CPU clock (0: armed afresh). The ticker
-  // reads it to find a point the kernel has not delivered (next_point_ns).
-  std::atomic<std::uint64_t> cpu_mark_{0};
-  std::int64_t cpu_period_ = 0; // perf: the period set at the last tick (0: unknown, after a disarm)
-  std::int64_t tick_cpu_ns_ = 0;  // the thread's CPU clock at the last sample (0: since the arm, none)
-  std::int64_t point_base_ = 0;   // timer: the last point delivered (or the arm), on the thread's CPU clock
-  std::int64_t adapt_cpu_ns_ = 0;     // automatic: the thread's CPU clock at the last choice of source
-  std::int64_t adapt_switches_ = 0;   // and its context switches then
-};
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_ENABLED
-
-#endif  // SPANPROF_DETAIL_CAPTURE_CPU_TICK_SOURCE_HPP_
-// ---- end spanprof/detail/capture/cpu_tick_source.hpp ----
 // ---- begin spanprof/detail/capture/sample_records.hpp ----
 // The packed records the sampling engines write on the request thread (CPU: in
 // the signal handler; heap: in the allocation hooks) and the worker reads back.
@@ -10892,6 +10376,380 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DETAIL_CAPTURE_SAMPLE_RECORDS_HPP_
 // ---- end spanprof/detail/capture/sample_records.hpp ----
+// ---- begin spanprof/detail/capture/sampler_settings.hpp ----
+// What a thread's stack sampler is told by one spanprof::start(), and what its
+// signal carries: the sampler's settings, the tags of the ticker's signals, the
+// interrupted program counter, the clocks its records use.
+#ifndef SPANPROF_DETAIL_CAPTURE_SAMPLER_SETTINGS_HPP_
+#define SPANPROF_DETAIL_CAPTURE_SAMPLER_SETTINGS_HPP_
+
+
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include <sys/uio.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+inline constexpr int max_stack_depth_limit = 256;
+
+// Immutable sampler settings of one spanprof::start(); threads armed under an older
+// generation rebuild their sampler at their next guard.
+struct StackSamplerSettings {
+  std::uint64_t generation{};
+  CpuSampleSource source{};
+  int signal_number{};
+  std::int64_t period_ns{};       // mean CPU time between two CPU samples
+  std::int64_t wall_period_ns{};  // mean wall time between two wall ticks
+  int max_depth{};
+  std::size_t buffer_words{};
+  std::uint32_t idle_ticks_before_disarm{};
+  bool watch_cpu{};  // Options::watch_cpu_ticks
+};
+
+// What one spanprof::start() asks of the process's continuous profile
+// (process_sampler.hpp).
+struct ContinuousSettings {
+  bool on{};
+  std::int64_t period_ns{};  // CPU time between two samples of a thread
+  int max_depth{};
+  ContinuousSpanLabels span_labels{};
+};
+
+inline std::int64_t monotonic_now_ns() noexcept {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe (vDSO)
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// The kernel's tick (1/HZ: 4 ms at HZ=250), the resolution of its coarse clocks:
+// it looks at a thread's POSIX CPU timers only then. Read once per process.
+inline std::int64_t kernel_tick_ns() noexcept {
+  static const std::int64_t tick = [] {
+    timespec resolution{};
+    if (::clock_getres(CLOCK_MONOTONIC_COARSE, &resolution) != 0) return std::int64_t{4'000'000};
+    const std::int64_t ns = static_cast<std::int64_t>(resolution.tv_sec) * 1'000'000'000 + resolution.tv_nsec;
+    return ns > 0 && ns <= 100'000'000 ? ns : std::int64_t{4'000'000};
+  }();
+  return tick;
+}
+
+// The calling thread's CPU clock, in ns; -1 if it cannot be read (async-signal-safe).
+inline std::int64_t this_thread_cpu_ns() noexcept {
+  timespec ts{};
+  if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return -1;
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// The wall clock, for a profile's start time.
+inline std::int64_t realtime_now_ns() noexcept {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// What a wall tick carries (sigqueue value): a tag, and the thread's wall
+// generation when the ticker looked, so a tick that arrives after the span changed
+// is dropped.
+inline constexpr std::uint64_t wall_tick_tag = 0x5350'574Cull << 32;  // "SPWL"
+
+// What the ticker's CPU tick carries: the POSIX timer's sampling point it saw the
+// thread's CPU clock pass, which the kernel had not delivered yet (cpu_watch).
+inline constexpr std::uint64_t cpu_tick_tag = 0x5350'4350ull << 32;  // "SPCP"
+
+inline std::uintptr_t interrupted_pc(const void* ucontext) noexcept {
+  const auto* uc = static_cast<const ucontext_t*>(ucontext);
+#if defined(__x86_64__)
+  return static_cast<std::uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]);
+#elif defined(__aarch64__)
+  return static_cast<std::uintptr_t>(uc->uc_mcontext.pc);
+#elif defined(__i386__)
+  return static_cast<std::uintptr_t>(uc->uc_mcontext.gregs[REG_EIP]);
+#else
+  (void)uc;
+  return 0;
+#endif
+}
+
+// The interrupted thread stands at a system call instruction or just after it: it
+// was in a call (blocked, or preempted at its return), where the kernel hands
+// signals over on the way back to user code. The code is read with
+// process_vm_readv, which fails where a plain read would fault (a page before the
+// pc that is not mapped, execute-only code): then false.
+inline bool at_system_call(const void* ucontext) noexcept {
+#if defined(__x86_64__) || defined(__aarch64__)
+#if defined(__x86_64__)
+  constexpr unsigned char instruction[] = {0x0F, 0x05};  // syscall
+#else
+  constexpr unsigned char instruction[] = {0x01, 0x00, 0x00, 0xD4};  // svc #0
+#endif
+  constexpr std::size_t size = sizeof instruction;
+  unsigned char code[2 * size];  // the instruction before the pc, and the one at it (to be restarted)
+  const std::uintptr_t pc = interrupted_pc(ucontext);
+  iovec local{code, sizeof code};
+  iovec remote{reinterpret_cast<void*>(pc - size), sizeof code};
+  if (pc < size || ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) != static_cast<ssize_t>(sizeof code))
+    return false;
+  return std::memcmp(code, instruction, size) == 0 || std::memcmp(code + size, instruction, size) == 0;
+#else
+  (void)ucontext;
+  return false;
+#endif
+}
+
+// The interrupted code's return-value register holds -EINTR: at a system call
+// (at_system_call), the call was a wait a handled signal cut short (nanosleep,
+// poll, epoll_wait return so even with SA_RESTART). Elsewhere it means nothing.
+inline bool result_is_eintr(const void* ucontext) noexcept {
+  const auto* uc = static_cast<const ucontext_t*>(ucontext);
+#if defined(__x86_64__)
+  return static_cast<long long>(uc->uc_mcontext.gregs[REG_RAX]) == -EINTR;
+#elif defined(__aarch64__)
+  return static_cast<long long>(uc->uc_mcontext.regs[0]) == -EINTR;
+#else
+  (void)uc;
+  return false;
+#endif
+}
+
+// The sample signal whose handler the host replaced (0: none). Samplers on it
+// are not armed again; the next spanprof::start() picks another signal.
+SPANPROF_API inline std::atomic<int>& sample_signal_lost() noexcept {
+  static std::atomic<int> lost{0};
+  return lost;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DETAIL_CAPTURE_SAMPLER_SETTINGS_HPP_
+// ---- end spanprof/detail/capture/sampler_settings.hpp ----
+// ---- begin spanprof/detail/capture/span_labels.hpp ----
+// Internal. The spans open on a thread, as the process's continuous profile labels
+// the samples it takes there (Options::continuous, docs/continuous.md): a stack of
+// span ids and names that guards and fragments push while the continuous profile
+// runs, and that the sample signal's handler reads on the same thread.
+//
+// The stack is the thread's own, allocated at its first push (a guard's path, never
+// the handler's) and freed at thread exit; the handler reaches it through an
+// initial-exec thread_local pointer, which never allocates. The thread writes it,
+// and the handler interrupts only this thread: compiler fences order the two. The
+// one write from elsewhere, a span that ended on another thread closing its label
+// (close_anywhere), is an atomic flag. A name is copied at the push: the guard's
+// memory may die (a coroutine frame) while the span is still open on the thread.
+#ifndef SPANPROF_DETAIL_CAPTURE_SPAN_LABELS_HPP_
+#define SPANPROF_DETAIL_CAPTURE_SPAN_LABELS_HPP_
+
+
+// Compiled out with the SDK: no span is labelled then.
+#if SPANPROF_ENABLED
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <string_view>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// A span as a sample's labels carry it: both ids, and its name cut to a bound.
+struct SpanLabel {
+  static constexpr std::size_t max_name = 111;
+  std::uint8_t trace_id[16];
+  std::uint8_t span_id[8];
+  std::uint8_t name_length;
+  char name[max_name];
+  std::atomic<const void*> owner;  // the guard or fragment that pushed it
+  // Closed by its owner on another thread (a span that ended elsewhere): the
+  // handler passes over it, and this thread drops it at its next push or close.
+  std::atomic<bool> closed;
+  // Set by the handler when a sample took this label: the span is then in the
+  // continuous profile, and is linked to it (pyroscope.profile.id).
+  std::atomic<bool> sampled;
+};
+
+// What closing a label found.
+struct LabelClosed {
+  bool found = false;    // the owner's label was on the stack
+  bool sampled = false;  // and a sample took it
+};
+
+class SpanLabelStack {
+ public:
+  // Pushes `span` for `owner`; false when max_open_spans are open (the span is
+  // then not labelled).
+  bool push(const void* owner, const SpanContext& span, std::string_view name) noexcept {
+    drop_closed();
+    const std::uint32_t depth = depth_.load(std::memory_order_relaxed);
+    if (depth >= max_open_spans) return false;
+    SpanLabel& label = labels_[depth];
+    std::memcpy(label.trace_id, span.trace_id.bytes().data(), sizeof label.trace_id);
+    std::memcpy(label.span_id, span.span_id.bytes().data(), sizeof label.span_id);
+    label.name_length = static_cast<std::uint8_t>(name.size() < SpanLabel::max_name ? name.size() : SpanLabel::max_name);
+    copy_span_name(label.name, name.data(), label.name_length);
+    label.owner.store(owner, std::memory_order_relaxed);
+    label.closed.store(false, std::memory_order_relaxed);
+    label.sampled.store(false, std::memory_order_relaxed);
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // the label is whole before the handler can see it
+    depth_.store(depth + 1, std::memory_order_relaxed);
+    return true;
+  }
+
+  // Closes `owner`'s label if it is on this stack (the innermost, but for a span
+  // closed out of order), on this stack's thread.
+  LabelClosed close(const void* owner) noexcept {
+    LabelClosed result;
+    for (std::uint32_t i = depth_.load(std::memory_order_relaxed); i-- > 0;) {
+      SpanLabel& label = labels_[i];
+      if (label.owner.load(std::memory_order_relaxed) != owner || label.closed.load(std::memory_order_relaxed)) continue;
+      result.found = true;
+      result.sampled = label.sampled.load(std::memory_order_relaxed);
+      label.closed.store(true, std::memory_order_relaxed);
+      break;
+    }
+    drop_closed();
+    return result;
+  }
+
+  // From another thread: closes `owner`'s label on whatever stack holds it.
+  static LabelClosed close_anywhere(const void* owner) noexcept {
+    LabelClosed result;
+    Registry& registry = registry_of_stacks();
+    std::lock_guard<std::mutex> lock(registry.mutex);
+    for (SpanLabelStack* stack = registry.head; stack != nullptr && !result.found; stack = stack->next_)
+      for (std::uint32_t i = 0; i < stack->depth_.load(std::memory_order_relaxed); ++i) {
+        SpanLabel& label = stack->labels_[i];
+        if (label.owner.load(std::memory_order_relaxed) != owner || label.closed.load(std::memory_order_relaxed))
+          continue;
+        result.found = true;
+        result.sampled = label.sampled.load(std::memory_order_relaxed);
+        label.closed.store(true, std::memory_order_relaxed);
+        break;
+      }
+    return result;
+  }
+
+  // The label a sample taken now carries, or null (async-signal-safe).
+  SpanLabel* label_for_sample(ContinuousSpanLabels which) noexcept {
+    const std::uint32_t depth = depth_.load(std::memory_order_relaxed);
+    if (which == ContinuousSpanLabels::none) return nullptr;
+    if (which == ContinuousSpanLabels::innermost) {
+      for (std::uint32_t i = depth; i-- > 0;)
+        if (!labels_[i].closed.load(std::memory_order_relaxed)) return &labels_[i];
+      return nullptr;
+    }
+    for (std::uint32_t i = 0; i < depth; ++i)
+      if (!labels_[i].closed.load(std::memory_order_relaxed)) return &labels_[i];
+    return nullptr;
+  }
+
+  // Every thread's stack, for close_anywhere (a span that ended on another thread).
+  void enlist() noexcept {
+    Registry& registry = registry_of_stacks();
+    std::lock_guard<std::mutex> lock(registry.mutex);
+    next_ = registry.head;
+    if (next_ != nullptr) next_->prev_ = this;
+    registry.head = this;
+  }
+  void delist() noexcept {
+    Registry& registry = registry_of_stacks();
+    std::lock_guard<std::mutex> lock(registry.mutex);
+    if (prev_ != nullptr) prev_->next_ = next_;
+    else registry.head = next_;
+    if (next_ != nullptr) next_->prev_ = prev_;
+    prev_ = next_ = nullptr;
+  }
+
+ private:
+  struct Registry {
+    std::mutex mutex;
+    SpanLabelStack* head = nullptr;
+  };
+  static Registry& registry_of_stacks() noexcept {
+    static Registry registry;
+    return registry;
+  }
+
+  // Closed labels at the top go: the stack's depth is its open spans'.
+  void drop_closed() noexcept {
+    std::uint32_t depth = depth_.load(std::memory_order_relaxed);
+    while (depth > 0 && labels_[depth - 1].closed.load(std::memory_order_relaxed)) --depth;
+    depth_.store(depth, std::memory_order_relaxed);
+  }
+
+  std::atomic<std::uint32_t> depth_{0};
+  SpanLabel labels_[max_open_spans] = {};
+  SpanLabelStack* prev_ = nullptr;  // in the registry, under its mutex
+  SpanLabelStack* next_ = nullptr;
+};
+
+// This thread's stack (null until its first push): the handler's only way to it.
+SPANPROF_SIGNAL_SAFE_TLS inline thread_local SpanLabelStack* current_span_labels = nullptr;
+
+// Makes the thread's stack at its first use, and frees it at thread exit, after
+// the handler can no longer reach it.
+class SpanLabelStackOwner {
+ public:
+  SpanLabelStack* get() noexcept {
+    if (current_span_labels == nullptr) {
+      auto* stack = new (std::nothrow) SpanLabelStack();
+      if (stack == nullptr) return nullptr;
+      stack->enlist();
+      current_span_labels = stack;
+    }
+    return current_span_labels;
+  }
+  ~SpanLabelStackOwner() {
+    SpanLabelStack* stack = current_span_labels;
+    if (stack == nullptr) return;
+    current_span_labels = nullptr;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    stack->delist();
+    delete stack;
+  }
+};
+inline thread_local SpanLabelStackOwner span_label_stack_owner;
+
+// The calling thread's stack, made at its first use; null when out of memory.
+inline SpanLabelStack* this_thread_span_labels() noexcept {
+  SpanLabelStack* stack = current_span_labels;
+  return stack != nullptr ? stack : span_label_stack_owner.get();
+}
+
+// Pushes `owner`'s span on this thread's stack: a valid span of a sampled trace
+// (an unsampled trace has nothing to be found from). Whether it did.
+inline bool push_span_label(const void* owner, const SpanContext& span, std::string_view name) noexcept {
+  if (!span.valid() || !span.flags.sampled()) return false;
+  SpanLabelStack* labels = this_thread_span_labels();
+  return labels != nullptr && labels->push(owner, span, name);
+}
+
+// Closes `owner`'s label, on this thread or, for a span that closes elsewhere, on
+// the thread it was pushed on. Whether a sample took it.
+inline bool pop_span_label(const void* owner) noexcept {
+  SpanLabelStack* here = current_span_labels;
+  LabelClosed closed = here != nullptr ? here->close(owner) : LabelClosed{};
+  if (!closed.found) closed = SpanLabelStack::close_anywhere(owner);
+  return closed.sampled;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_DETAIL_CAPTURE_SPAN_LABELS_HPP_
+// ---- end spanprof/detail/capture/span_labels.hpp ----
 // ---- begin spanprof/detail/capture/call_frame_info.hpp ----
 // The unwind rules of one machine instruction, read from the DWARF call frame
 // information every loaded object carries in .eh_frame (what C++ exceptions use).
@@ -12134,6 +11992,1017 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DETAIL_CAPTURE_THREAD_STATUS_HPP_
 // ---- end spanprof/detail/capture/thread_status.hpp ----
+// ---- begin spanprof/detail/capture/process_sampler.hpp ----
+// Internal. The process's continuous CPU profile (Options::continuous,
+// docs/continuous.md): every thread of the process sampled on its own CPU clock,
+// span or no span, each sample labelled with the span its thread runs in.
+//
+// Why it is shaped like this:
+//  * One POSIX CPU timer per thread, made from another thread (the merger's, at
+//    each of its looks: ProcessSampler::scan) on the thread's CPU clock and
+//    signalling that thread alone (SIGEV_THREAD_ID), as Go and async-profiler do:
+//    threads that existed before start(), that the program starts later, and that a
+//    library starts are all found in /proc/self/task. An idle thread's timer never
+//    fires; a thread that exits loses its timer at the next look.
+//  * The period is fixed and each signal counts the expirations the kernel merged
+//    into it (si_overrun): a thread's samples times the period is its CPU time to
+//    the period, whatever its load. Its first expiry is drawn at random.
+//  * The sample signal is spanprof's own (never SIGPROF); the timer's value names
+//    its thread's slot, so the handler knows it from a span sampler's tick.
+//  * The handler walks the stack and writes one record into the shared record
+//    buffer (two halves: writers reserve with an atomic add, the merger takes the
+//    half they no longer write), with the span its thread's label stack names
+//    (span_labels.hpp). No lock, no allocation, no stdio.
+//  * What the handler may reach lives for the process: the slots and the buffer
+//    are made once and reused by every later start(), so a signal still queued
+//    after a stop finds them.
+#ifndef SPANPROF_DETAIL_CAPTURE_PROCESS_SAMPLER_HPP_
+#define SPANPROF_DETAIL_CAPTURE_PROCESS_SAMPLER_HPP_
+
+
+#if SPANPROF_ENABLED
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef sigev_notify_thread_id
+#define sigev_notify_thread_id _sigev_un._tid
+#endif
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// What a continuous timer's signal carries (sigev_value): this tag and its slot.
+inline constexpr std::uint64_t continuous_tick_tag = 0x5350'5052ull << 32;  // "SPPR"
+
+// The records the handler writes, and the merger reads back:
+//   [meta, tid, (trace id 2 words, span id 1 word, name words)?, weight, depth, pc_0 ...]
+// meta: continuous_record_mark, bit 0 set when a span label follows, its name's
+// bytes in bits 8-15. The stack part is a stack record (sample_records.hpp).
+inline constexpr std::uint64_t continuous_record_mark = std::uint64_t{0xC0} << 56;
+
+constexpr std::size_t continuous_label_words(std::size_t name_bytes) noexcept { return 3 + (name_bytes + 7) / 8; }
+
+// The samples the merger takes at once: one profile per span label (and one for
+// the samples outside any span), their records' kind, period and engine set.
+struct ContinuousSamples {
+  std::vector<RawProfile> profiles;
+  std::uint64_t dropped = 0;  // records the full buffer turned away since the last take
+};
+
+class ProcessSampler {
+ public:
+  // The one per process: its slots and buffer outlive every start().
+  static ProcessSampler& instance() noexcept {
+    static ProcessSampler sampler;
+    return sampler;
+  }
+
+  ProcessSampler(const ProcessSampler&) = delete;
+  ProcessSampler& operator=(const ProcessSampler&) = delete;
+
+  // Starts sampling every thread at each scan; false (and why) when the buffer
+  // cannot be made. `signal_number` is the sample signal's, with its handler in.
+  bool start(const ContinuousSettings& settings, int signal_number, std::string& why) noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_locked();
+    if (halves_[0].words == nullptr) {
+      for (Half& half : halves_) {
+        half.words = new (std::nothrow) std::uint64_t[half_words];
+        if (half.words == nullptr) {
+          why = "cannot allocate the continuous profile's record buffer";
+          return false;
+        }
+      }
+    }
+    period_ns_ = settings.period_ns;
+    max_depth_.store(std::min(settings.max_depth, max_stack_depth_limit), std::memory_order_relaxed);
+    span_labels_.store(settings.span_labels, std::memory_order_relaxed);
+    signal_number_ = signal_number;
+    timer_failures_reported_ = false;
+    running_.store(true, std::memory_order_release);
+    return true;
+  }
+
+  // Deletes every timer. The records already written stay for take().
+  void stop() noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_locked();
+  }
+
+  bool running() const noexcept { return running_.load(std::memory_order_acquire); }
+
+  // In a forked child: the timers were the parent's (a child has none) and its
+  // threads are gone but the forking one; the next start() begins afresh.
+  void forget_after_fork() noexcept {
+    for (auto& [tid, slot] : threads_) {
+      if (slot != nullptr) release_slot(*slot, false);
+    }
+    threads_.clear();
+  }
+
+  // The merger's look: a timer for every thread that has none, none for threads
+  // that are gone. Threads that block the sample signal (spanprof's own among
+  // them) are left out: their signals would wait forever.
+  struct ScanResult {
+    std::size_t threads = 0;        // sampled now
+    std::size_t timers_made = 0;
+    std::size_t timers_deleted = 0;
+    std::size_t refused = 0;         // timers the kernel would not make this time
+    int refused_errno = 0;
+    bool report_refusal = false;     // the first refusal since start(): say so once
+    std::size_t blocking = 0;        // threads left out because they block the signal
+  };
+  ScanResult scan() noexcept {
+    ScanResult result;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!running_.load(std::memory_order_relaxed)) return result;
+    SPANPROF_TRY {
+      // Listing the threads costs a read of /proc per few dozen of them; their
+      // count costs a stat (its link count is theirs + 2). A new thread is listed
+      // at the first look that finds the count changed, and one that replaced
+      // another of the same count within a second.
+      struct stat task{};
+      const std::int64_t now = monotonic_now_ns();
+      const bool counted = ::stat("/proc/self/task", &task) == 0;
+      if (counted && task.st_nlink == listed_links_ && now - listed_at_ns_ < full_scan_interval_ns) {
+        result.threads = threads_sampled_.load(std::memory_order_relaxed);
+        result.blocking = threads_left_out_.load(std::memory_order_relaxed);
+        return result;
+      }
+      listed_links_ = counted ? task.st_nlink : 0;
+      listed_at_ns_ = now;
+      if (!list_threads(present_)) return result;
+      for (const pid_t tid : present_) {
+        auto [it, inserted] = threads_.try_emplace(tid, nullptr);
+        if (!inserted) {
+          if (it->second == nullptr) ++result.blocking;
+          continue;
+        }
+        if (thread_blocks_signal(tid, signal_number_)) {
+          ++result.blocking;
+          continue;  // stays in threads_ as null: not asked again
+        }
+        ThreadSlot* slot = make_timer(tid, result);
+        if (slot == nullptr) {
+          threads_.erase(it);  // asked again at the next scan
+          continue;
+        }
+        it->second = slot;
+        ++result.timers_made;
+      }
+      // Threads that were not listed are gone.
+      for (auto it = threads_.begin(); it != threads_.end();) {
+        if (!std::binary_search(present_.begin(), present_.end(), it->first)) {
+          if (it->second != nullptr) {
+            release_slot(*it->second, true);
+            ++result.timers_deleted;
+          }
+          it = threads_.erase(it);
+        } else {
+          if (it->second != nullptr) ++result.threads;
+          ++it;
+        }
+      }
+      learn_stack_tops();
+      threads_sampled_.store(result.threads, std::memory_order_relaxed);
+      threads_left_out_.store(result.blocking, std::memory_order_relaxed);
+    } SPANPROF_CATCH_ALL {}
+    return result;
+  }
+
+  // Takes what the handlers wrote since the last take (the merger's).
+  void take(ContinuousSamples& out) {
+    const std::uint32_t writing = active_.load(std::memory_order_seq_cst);
+    Half& half = halves_[writing];
+    if (half.words == nullptr) return;
+    active_.store(writing ^ 1u, std::memory_order_seq_cst);
+    // A handler that reserved room before the switch finishes within microseconds
+    // of its thread's time; its thread may wait for a core meanwhile.
+    for (int spins = 0; half.writers.load(std::memory_order_seq_cst) != 0; ++spins) {
+      if (spins < 100) {
+        ::sched_yield();
+      } else {
+        timespec pause{0, 100'000};
+        ::nanosleep(&pause, nullptr);
+      }
+    }
+    const std::size_t used = std::min(half.used.load(std::memory_order_acquire), half_words);
+    read_records(half.words, used, out);
+    half.used.store(0, std::memory_order_relaxed);
+    out.dropped += dropped_.exchange(0, std::memory_order_relaxed);
+  }
+
+  // The sample signal's handler, for a continuous timer's tick: true when the
+  // signal was one (async-signal-safe).
+  bool on_signal(const siginfo_t* info, const void* ucontext) noexcept {
+    if (info->si_code != SI_TIMER) return false;
+    const auto value = reinterpret_cast<std::uintptr_t>(info->si_value.sival_ptr);
+    if ((value & ~std::uint64_t{0xFFFF'FFFF}) != continuous_tick_tag) return false;
+    if (!running_.load(std::memory_order_acquire)) return true;
+    ThreadSlot* slot = slot_at(static_cast<std::uint32_t>(value));
+    const pid_t tid = static_cast<pid_t>(::syscall(SYS_gettid));
+    if (slot == nullptr || slot->tid.load(std::memory_order_acquire) != tid) return true;  // a timer since deleted
+    record(*slot, static_cast<std::uint64_t>(1) + static_cast<std::uint64_t>(std::max(0, info->si_overrun)),
+           ucontext);
+    return true;
+  }
+
+  std::int64_t period_ns() const noexcept { return period_ns_; }
+  // At the last scan: threads sampled, and threads left out (they block the signal).
+  std::size_t threads_sampled() const noexcept { return threads_sampled_.load(std::memory_order_relaxed); }
+  std::size_t threads_left_out() const noexcept { return threads_left_out_.load(std::memory_order_relaxed); }
+
+  // fork(): the scan's state is whole in the child (the parent's merger may be
+  // scanning), and the child forgets the parent's timers and threads.
+  void lock_for_fork() noexcept { mutex_.lock(); }
+  void unlock_after_fork_in_parent() noexcept { mutex_.unlock(); }
+  void reset_after_fork_in_child() noexcept {
+    new (&mutex_) std::mutex();
+    running_.store(false, std::memory_order_release);
+    forget_after_fork();
+  }
+
+ private:
+  ProcessSampler() = default;
+
+  static constexpr std::size_t half_words = std::size_t{1} << 16;  // 512 KiB: ~2,000 samples
+  static constexpr std::int64_t full_scan_interval_ns = 1'000'000'000;
+  static constexpr std::size_t slots_per_chunk = 256;
+  static constexpr std::size_t max_chunks = 256;  // 65,536 threads at once
+
+  struct ThreadSlot {
+    std::atomic<pid_t> tid{0};  // 0: free
+    timer_t timer{};
+    std::uint32_t index = 0;
+    // Where the walker may read the thread's stack without a check: learnt from
+    // the maps around a stack pointer a sample saw (0: each read is checked).
+    std::atomic<std::uint64_t> stack_top{0};
+    std::atomic<std::uint64_t> sample_sp{0};
+  };
+
+  struct Half {
+    std::atomic<std::size_t> used{0};
+    std::atomic<std::uint32_t> writers{0};
+    std::uint64_t* words = nullptr;
+  };
+
+  void stop_locked() noexcept {
+    running_.store(false, std::memory_order_release);
+    listed_links_ = 0;
+    for (auto& [tid, slot] : threads_)
+      if (slot != nullptr) release_slot(*slot, true);
+    threads_.clear();
+    threads_sampled_.store(0, std::memory_order_relaxed);
+    threads_left_out_.store(0, std::memory_order_relaxed);
+  }
+
+  ThreadSlot* slot_at(std::uint32_t index) const noexcept {
+    const std::size_t chunk = index / slots_per_chunk;
+    if (chunk >= max_chunks) return nullptr;
+    ThreadSlot* slots = chunks_[chunk].load(std::memory_order_acquire);
+    return slots == nullptr ? nullptr : &slots[index % slots_per_chunk];
+  }
+
+  ThreadSlot* free_slot() {
+    if (!free_.empty()) {
+      ThreadSlot* slot = free_.back();
+      free_.pop_back();
+      return slot;
+    }
+    const std::size_t chunk = slot_count_ / slots_per_chunk;
+    if (chunk >= max_chunks) return nullptr;
+    if (chunks_[chunk].load(std::memory_order_relaxed) == nullptr) {
+      auto* slots = new (std::nothrow) ThreadSlot[slots_per_chunk];
+      if (slots == nullptr) return nullptr;
+      for (std::size_t i = 0; i < slots_per_chunk; ++i)
+        slots[i].index = static_cast<std::uint32_t>(chunk * slots_per_chunk + i);
+      chunks_[chunk].store(slots, std::memory_order_release);
+    }
+    ThreadSlot* slot = &chunks_[chunk].load(std::memory_order_relaxed)[slot_count_ % slots_per_chunk];
+    ++slot_count_;
+    return slot;
+  }
+
+  ThreadSlot* make_timer(pid_t tid, ScanResult& result) {
+    ThreadSlot* slot = free_slot();
+    if (slot == nullptr) {
+      refuse(ENOMEM, result);
+      return nullptr;
+    }
+    sigevent event{};
+    event.sigev_notify = SIGEV_THREAD_ID;
+    event.sigev_signo = signal_number_;
+    event.sigev_notify_thread_id = tid;
+    event.sigev_value.sival_ptr = reinterpret_cast<void*>(continuous_tick_tag | slot->index);
+    // Linux's per-thread CPU clock id, as glibc's pthread_getcpuclockid makes it.
+    const clockid_t clock = static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6);
+    slot->tid.store(tid, std::memory_order_release);
+    slot->stack_top.store(0, std::memory_order_relaxed);
+    slot->sample_sp.store(0, std::memory_order_relaxed);
+    if (::timer_create(clock, &event, &slot->timer) != 0) {
+      const int error = errno;
+      slot->tid.store(0, std::memory_order_release);
+      free_.push_back(slot);
+      if (error != EINVAL && error != ESRCH) refuse(error, result);  // EINVAL: the thread is gone already
+      return nullptr;
+    }
+    // The first expiry at a random point of the first period: threads started
+    // together do not all tick at once.
+    const std::int64_t first = 1 + static_cast<std::int64_t>(xorshift_unit(random_) * static_cast<double>(period_ns_));
+    itimerspec spec{};
+    spec.it_value.tv_sec = first / 1'000'000'000;
+    spec.it_value.tv_nsec = first % 1'000'000'000;
+    spec.it_interval.tv_sec = period_ns_ / 1'000'000'000;
+    spec.it_interval.tv_nsec = period_ns_ % 1'000'000'000;
+    if (::timer_settime(slot->timer, 0, &spec, nullptr) != 0) {
+      ::timer_delete(slot->timer);
+      slot->tid.store(0, std::memory_order_release);
+      free_.push_back(slot);
+      return nullptr;
+    }
+    return slot;
+  }
+
+  void refuse(int error, ScanResult& result) noexcept {
+    ++result.refused;
+    result.refused_errno = error;
+    if (!timer_failures_reported_) {
+      timer_failures_reported_ = true;
+      result.report_refusal = true;
+    }
+  }
+
+  void release_slot(ThreadSlot& slot, bool delete_timer) {
+    if (delete_timer) ::timer_delete(slot.timer);
+    slot.tid.store(0, std::memory_order_release);
+    free_.push_back(&slot);
+  }
+
+  // The process's thread ids, sorted.
+  static bool list_threads(std::vector<pid_t>& out) {
+    out.clear();
+    DIR* tasks = ::opendir("/proc/self/task");
+    if (tasks == nullptr) return false;
+    while (const dirent* entry = ::readdir(tasks)) {
+      if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
+      out.push_back(static_cast<pid_t>(std::atoi(entry->d_name)));
+    }
+    ::closedir(tasks);
+    std::sort(out.begin(), out.end());
+    return true;
+  }
+
+  // The top of each stack a sample was seen on, from the mapping around its stack
+  // pointer (a thread's stack is one mapping, its top the mapping's end).
+  void learn_stack_tops() {
+    std::vector<std::uint64_t> wanted;
+    for (const auto& [tid, slot] : threads_)
+      if (slot != nullptr && slot->stack_top.load(std::memory_order_relaxed) == 0 &&
+          slot->sample_sp.load(std::memory_order_relaxed) != 0)
+        wanted.push_back(slot->sample_sp.load(std::memory_order_relaxed));
+    if (wanted.empty()) return;
+    std::FILE* maps = std::fopen("/proc/self/maps", "re");
+    if (maps == nullptr) return;
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
+    char line[512];
+    while (std::fgets(line, sizeof line, maps) != nullptr) {
+      unsigned long long low = 0, high = 0;
+      char perms[8] = {};
+      if (std::sscanf(line, "%llx-%llx %7s", &low, &high, perms) == 3 && perms[0] == 'r' && perms[1] == 'w')
+        ranges.emplace_back(low, high);
+    }
+    std::fclose(maps);
+    for (const auto& [tid, slot] : threads_) {
+      if (slot == nullptr || slot->stack_top.load(std::memory_order_relaxed) != 0) continue;
+      const std::uint64_t sp = slot->sample_sp.load(std::memory_order_relaxed);
+      for (const auto& [low, high] : ranges)
+        if (sp >= low && sp < high) {
+          slot->stack_top.store(high, std::memory_order_relaxed);
+          break;
+        }
+    }
+  }
+
+  // ---- the handler's part -----------------------------------------------------------
+
+  void record(ThreadSlot& slot, std::uint64_t periods, const void* ucontext) noexcept {
+    void* trace[max_stack_depth_limit];
+    const int max_depth = max_depth_.load(std::memory_order_relaxed);
+#if SPANPROF_HAS_CFI_WALKER
+    const cfi::Registers registers = registers_from_ucontext(ucontext);
+    const std::uint64_t stack_top = slot.stack_top.load(std::memory_order_relaxed);
+    if (stack_top == 0 && registers.has(cfi::sp_register))
+      slot.sample_sp.store(registers.value[cfi::sp_register], std::memory_order_relaxed);
+    const int depth = walk_stack(registers, stack_top, trace, max_depth);
+#else
+    const int depth = walk_with_gperftools(ucontext, trace, max_depth);
+#endif
+    if (depth <= 0) return;
+    SpanLabel* label = nullptr;
+    if (SpanLabelStack* labels = current_span_labels)
+      label = labels->label_for_sample(span_labels_.load(std::memory_order_relaxed));
+    const std::size_t name_bytes = label != nullptr ? label->name_length : 0;
+    const std::size_t need =
+        2 + (label != nullptr ? continuous_label_words(name_bytes) : 0) + stack_record_words(depth);
+    const std::uint64_t weight = cpu_record_weight(periods, periods * static_cast<std::uint64_t>(period_ns_));
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      const std::uint32_t index = active_.load(std::memory_order_seq_cst);
+      Half& half = halves_[index];
+      half.writers.fetch_add(1, std::memory_order_seq_cst);
+      if (active_.load(std::memory_order_seq_cst) != index) {  // the merger took this half meanwhile
+        half.writers.fetch_sub(1, std::memory_order_release);
+        continue;
+      }
+      const std::size_t at = half.used.fetch_add(need, std::memory_order_relaxed);
+      if (at + need > half_words) {
+        if (at < half_words) half.words[at] = 0;  // the end: nothing whole follows
+        half.writers.fetch_sub(1, std::memory_order_release);
+        dropped_.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+      std::uint64_t* out = half.words + at;
+      *out++ = continuous_record_mark | (label != nullptr ? 1u : 0u) | static_cast<std::uint64_t>(name_bytes) << 8;
+      *out++ = static_cast<std::uint64_t>(slot.tid.load(std::memory_order_relaxed));
+      if (label != nullptr) {
+        std::memcpy(out, label->trace_id, 16);
+        std::memcpy(out + 2, label->span_id, 8);
+        out[3 + (name_bytes + 7) / 8 - 1] = 0;  // the name's last word, padded
+        if (name_bytes != 0) std::memcpy(out + 3, label->name, name_bytes);
+        out += continuous_label_words(name_bytes);
+        label->sampled.store(true, std::memory_order_relaxed);
+      }
+      write_stack_record(out, weight, reinterpret_cast<std::uintptr_t>(trace[0]), trace + 1, depth);
+      half.writers.fetch_sub(1, std::memory_order_release);
+      return;
+    }
+    dropped_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // ---- the merger's part ------------------------------------------------------------
+
+  void read_records(const std::uint64_t* words, std::size_t count, ContinuousSamples& out) {
+    // One profile per label: the span's ids and name as the records carry them.
+    std::map<std::string, std::size_t> by_label;
+    std::size_t i = 0;
+    while (i + 2 <= count) {
+      const std::uint64_t meta = words[i];
+      if ((meta & continuous_record_mark) != continuous_record_mark) break;
+      const bool labelled = (meta & 1) != 0;
+      const std::size_t name_bytes = (meta >> 8) & 0xFF;
+      std::size_t at = i + 2;
+      const std::size_t label_words = labelled ? continuous_label_words(name_bytes) : 0;
+      if (at + label_words + stack_record_header_words > count) break;
+      const std::uint64_t* label = words + at;
+      at += label_words;
+      const std::uint64_t depth = words[at + 1];
+      if (depth == 0 || depth > count - at - stack_record_header_words) break;
+      std::string key;
+      if (labelled) key.assign(reinterpret_cast<const char*>(label), 24 + name_bytes);
+      auto [entry, inserted] = by_label.try_emplace(key, out.profiles.size());
+      if (inserted) {
+        out.profiles.emplace_back();
+        RawProfile& profile = out.profiles.back();
+        profile.kind = ProfileKind::cpu;
+        profile.reason = ProfileReason::continuous;
+        profile.period_ns = period_ns_;
+        profile.engine = "continuous:posix_timer";
+        if (labelled) {
+          std::uint8_t bytes[16];
+          std::memcpy(bytes, label, 16);
+          profile.span.trace_id = TraceId(bytes);
+          std::memcpy(bytes, label + 2, 8);
+          profile.span.span_id = SpanId(bytes);
+          profile.span_name.assign(reinterpret_cast<const char*>(label + 3), name_bytes);
+        }
+      }
+      RawProfile& profile = out.profiles[entry->second];
+      const std::uint64_t weight = words[at];
+      RawSample sample;
+      sample.values = {static_cast<std::int64_t>(cpu_record_periods(weight)),
+                       static_cast<std::int64_t>(weight & cpu_record_ns_mask)};
+      const std::uint64_t* pcs = words + at + stack_record_header_words;
+      sample.frames.assign(pcs, pcs + depth);
+      profile.samples.push_back(std::move(sample));
+      i = at + stack_record_header_words + static_cast<std::size_t>(depth);
+    }
+  }
+
+  // The handler's: written by start(), read in the handler.
+  std::atomic<bool> running_{false};
+  std::atomic<int> max_depth_{64};
+  std::atomic<ContinuousSpanLabels> span_labels_{ContinuousSpanLabels::local_root};
+  std::int64_t period_ns_ = 10'000'000;
+  std::atomic<ThreadSlot*> chunks_[max_chunks] = {};
+  Half halves_[2];
+  std::atomic<std::uint32_t> active_{0};
+  std::atomic<std::uint64_t> dropped_{0};
+  std::atomic<std::size_t> threads_sampled_{0};
+  std::atomic<std::size_t> threads_left_out_{0};
+
+  // The merger's, under mutex_.
+  std::mutex mutex_;
+  int signal_number_ = 0;
+  std::size_t slot_count_ = 0;
+  std::vector<ThreadSlot*> free_;
+  std::unordered_map<pid_t, ThreadSlot*> threads_;  // null: left out (blocks the signal)
+  std::vector<pid_t> present_;
+  nlink_t listed_links_ = 0;      // /proc/self/task's link count at the last listing (0: none since start)
+  std::int64_t listed_at_ns_ = 0;
+  std::uint64_t random_ = 0x9E3779B97F4A7C15ull;
+  bool timer_failures_reported_ = false;
+};
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_DETAIL_CAPTURE_PROCESS_SAMPLER_HPP_
+// ---- end spanprof/detail/capture/process_sampler.hpp ----
+// ---- begin spanprof/detail/capture/cpu_tick_source.hpp ----
+// A thread's CPU ticks: a perf_event task clock or a POSIX CPU timer that sends
+// the sample signal to the one thread it was made for, each time that thread has
+// run a random CPU-time interval. The thread's sampler
+// (detail/capture/thread_stack_sampler.hpp) owns one and records a stack at each tick.
+//
+// Why it is shaped like this (see docs/engines.md, docs/cost.md):
+//  * It signals only its own thread, so the handler records the stack of the
+//    thread whose CPU time the tick measured.
+//  * The periods are drawn at random (random_interval_ns says why).
+//  * Each tick is placed from the sampling point before it, never from the late
+//    signal: restarting from the signal would leave its delay unsampled at every
+//    sample.
+//  * A sample weighs the thread's CPU time, not the number of periods: counted
+//    periods spread by about half the square root of their number (the periods are
+//    random), and a perf task clock, which runs on while a virtual machine's host
+//    has stolen the vCPU, over-counts by the steal (10 ms of a thread's CPU drew up
+//    to 12.5 ms of periods here). On perf_event it is the thread's CPU clock since
+//    the tick before; on the timer, the CPU between the last point delivered before
+//    and the last one passed now, on the same clock, so that a late signal changes
+//    where a sample lands but not what it weighs.
+//  * Everything the handler calls here is async-signal-safe: a clock, an ioctl
+//    and a timer call.
+#ifndef SPANPROF_DETAIL_CAPTURE_CPU_TICK_SOURCE_HPP_
+#define SPANPROF_DETAIL_CAPTURE_CPU_TICK_SOURCE_HPP_
+
+
+// Compiled out with the SDK, as the sampler that owns it.
+#if SPANPROF_ENABLED
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <csignal>
+#include <cstdint>
+
+#include <fcntl.h>
+#include <linux/perf_event.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef sigev_notify_thread_id
+#define sigev_notify_thread_id _sigev_un._tid
+#endif
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// A random interval with mean `mean_ns`: half the mean, plus an exponentially
+// distributed rest. A random period gives a periodic workload nothing to alias with
+// (fixed periods shift its samples into or out of its spans); the fixed half keeps
+// the sample rate bounded, so a signal handler slower than a short draw cannot
+// fall behind and pile up queued signals. From a per-thread xorshift state;
+// async-signal-safe (log() touches no shared state).
+inline std::int64_t random_interval_ns(std::uint64_t& state, std::int64_t mean_ns) noexcept {
+  const double unit = xorshift_unit(state);
+  const double half = static_cast<double>(mean_ns) / 2;
+  const double draw = half - std::log(unit) * half;
+  const double high = static_cast<double>(mean_ns) * 16;  // the tail beyond holds a 1e-13 share
+  return static_cast<std::int64_t>(draw > high ? high : draw);
+}
+
+class CpuTickSource {
+ public:
+  // For thread `tid`; `wanted` is the configured CpuSampleSource, `period_ns` the
+  // mean CPU time between two ticks, `seed` the start of the periods' random state.
+  CpuTickSource(CpuSampleSource wanted, int signal_number, std::int64_t period_ns, pid_t tid,
+                std::uint64_t seed) noexcept
+      : wanted_(wanted), signal_number_(signal_number), period_ns_(period_ns), tid_(tid), random_(seed) {}
+
+  CpuTickSource(const CpuTickSource&) = delete;
+  CpuTickSource& operator=(const CpuTickSource&) = delete;
+
+  ~CpuTickSource() { close(); }
+
+  // Picks and creates the sampling source for this thread (not armed yet).
+  // `perf_errno` receives the reason perf_event was refused, if it was.
+  // `automatic` starts on the POSIX CPU timer: a perf event costs its thread at
+  // every context switch, even between spans (docs/cost.md); prefer_source()
+  // moves a thread that mostly computes to perf_event. A perf_event the kernel
+  // refuses falls back to the timer.
+  CpuSampleSource open(int& perf_errno) noexcept {
+    perf_errno = 0;
+    if (wanted_ == CpuSampleSource::perf_event) {
+      if (open_perf_event()) return set_source(CpuSampleSource::perf_event);
+      perf_errno = errno == 0 ? EINVAL : errno;
+    }
+    if (open_posix_timer()) return set_source(CpuSampleSource::posix_timer);
+    if (wanted_ == CpuSampleSource::automatic && open_perf_event()) return set_source(CpuSampleSource::perf_event);
+    return set_source(CpuSampleSource::automatic);  // nothing could be armed
+  }
+
+  bool has_source() const noexcept { return source() != CpuSampleSource::automatic; }
+  // The source ticking now (automatic: none). Written by its own thread only,
+  // its handler included.
+  CpuSampleSource source() const noexcept { return source_.load(std::memory_order_relaxed); }
+
+  // Disables and releases the source. The destructor does it too; an owner whose
+  // handler writes into memory it frees calls it first.
+  void close() noexcept {
+    close_perf_event();
+    if (has_timer_) ::timer_delete(timer_);
+    has_timer_ = false;
+    cpu_mark_.store(0, std::memory_order_relaxed);
+  }
+
+  // In a forked child, on a source the parent made: its perf event is the parent's
+  // too (disabling it would stop the parent's samples) and its timer does not exist
+  // here. Closes the child's copy of the event and forgets both.
+  void forget_after_fork() noexcept {
+    if (perf_fd_ >= 0) ::close(perf_fd_);
+    perf_fd_ = -1;
+    has_timer_ = false;
+    cpu_mark_.store(0, std::memory_order_relaxed);
+    set_source(CpuSampleSource::automatic);
+  }
+
+  // Starts the ticks; the periods start afresh. False when there is no source or
+  // the kernel refused.
+  bool start() noexcept {
+    cpu_mark_.store(0, std::memory_order_relaxed);
+    cpu_period_ = 0;
+    tick_cpu_ns_ = 0;
+    switch (source()) {
+      case CpuSampleSource::perf_event: return schedule_next_tick() && ::ioctl(perf_fd_, PERF_EVENT_IOC_ENABLE, 0) == 0;
+      case CpuSampleSource::posix_timer: return schedule_next_tick();
+      case CpuSampleSource::automatic: break;
+    }
+    return false;
+  }
+
+  // Async-signal-safe: used from the handler when the thread has been idle.
+  void stop() noexcept {
+    if (source() == CpuSampleSource::perf_event) {
+      ::ioctl(perf_fd_, PERF_EVENT_IOC_DISABLE, 0);
+    } else if (has_timer_) {
+      itimerspec stop{};
+      ::timer_settime(timer_, 0, &stop, nullptr);
+    }
+  }
+
+  // The POSIX timer's next sampling point on the thread's CPU clock, for the ticker
+  // to read from its thread (0: none, or another source ticks).
+  std::int64_t next_point_ns() const noexcept { return static_cast<std::int64_t>(cpu_mark_.load(std::memory_order_relaxed)); }
+
+  // The signal `info` describes is one of this source's ticks (async-signal-safe).
+  // A timer signal queued before the thread moved to perf_event is not.
+  bool is_tick(const siginfo_t* info) const noexcept {
+    switch (source()) {
+      case CpuSampleSource::perf_event: return info->si_fd == perf_fd_;  // not our event: someone else's signal
+      case CpuSampleSource::posix_timer: return info->si_code == SI_TIMER;
+      case CpuSampleSource::automatic: break;
+    }
+    return false;
+  }
+
+  // On perf_event: true when another of this thread's sample signals is already
+  // pending, and then the event's next period is the longest (16 means), so that
+  // the kernel queues no more until the thread has taken those. Each overflow
+  // queues a real-time signal of its own; a thread whose handler and signal
+  // delivery take longer than a period (an emulated CPU, a vCPU its host takes
+  // away, with the period at its floor after a late tick) gets them faster than
+  // it takes them, and the queue fills to RLIMIT_SIGPENDING: the thread then does
+  // nothing but take signals (an arm64 VM's threads spent 88 % of their CPU in
+  // signal delivery, for minutes). The caller takes no sample for this signal:
+  // the last one of the backlog weighs all the CPU since the sample before, with
+  // its points counted from the period armed then (cpu_period_ is left alone).
+  // Async-signal-safe: sigpending and an ioctl.
+  bool hold_while_behind() noexcept {
+    if (source() != CpuSampleSource::perf_event) return false;
+    sigset_t pending;
+    if (::sigpending(&pending) != 0 || sigismember(&pending, signal_number_) != 1) return false;
+    std::uint64_t longest = static_cast<std::uint64_t>(period_ns_) * 16;
+    ::ioctl(perf_fd_, PERF_EVENT_IOC_PERIOD, &longest);
+    return true;
+  }
+
+  // What a tick weighs: the sampling points the thread's CPU time passed since the
+  // tick before (the profile's sample count), and the CPU time it ran since then.
+  struct TickWeight {
+    std::uint64_t periods = 0;
+    std::uint64_t cpu_ns = 0;
+  };
+
+  static constexpr std::int64_t no_cut = INT64_MAX;
+
+  // Sets the CPU time until the next CPU tick (async-signal-safe); returns false if
+  // the kernel refused. `weight`, when given, receives what the sample being taken
+  // stands for; periods 0 is a timer signal before its expiry, not a sample.
+  // `cut_ns` (the timer only): the points passed after it on the thread's CPU clock
+  // are left for a later tick.
+  bool schedule_next_tick(TickWeight* weight = nullptr, std::int64_t cut_ns = no_cut) noexcept {
+    const std::int64_t now_ns = this_thread_cpu_ns();
+    std::uint64_t periods = 0;
+    std::int64_t timer_tile_ns = 0;
+    const bool on_perf = source() == CpuSampleSource::perf_event;
+    const bool ok = on_perf ? schedule_perf_tick(now_ns, periods)
+                            : schedule_timer_tick(now_ns, std::min(now_ns, cut_ns), periods, timer_tile_ns);
+    const bool armed_before = tick_cpu_ns_ != 0;
+    if (weight != nullptr) {
+      weight->periods = periods;
+      if (!on_perf) {
+        if (timer_tile_ns > 0) weight->cpu_ns = static_cast<std::uint64_t>(timer_tile_ns);
+      } else if (periods != 0 && armed_before && now_ns > tick_cpu_ns_) {
+        weight->cpu_ns = static_cast<std::uint64_t>(now_ns - tick_cpu_ns_);
+      }
+    }
+    if (periods != 0 || !armed_before) tick_cpu_ns_ = now_ns;  // an early timer signal moves nothing
+    // A tick's sample (never the arm's start) is where the automatic choice is made.
+    if (weight != nullptr && periods != 0) prefer_source(now_ns);
+    return ok;
+  }
+
+  // automatic: the thread's CPU per context switch since the last choice decides
+  // (once per adapt_window_ns of its CPU, at a tick; async-signal-safe). A perf
+  // event costs its thread at every switch (~1-3 µs here), nothing else, and comes
+  // at the sampling point itself; the timer costs nothing at a switch, but the
+  // kernel looks at it only on its tick, so its signal comes late and, for work
+  // as periodic as the tick, always at the same phase of it. A thread that runs a
+  // millisecond of CPU or more per switch (it mostly computes: the switches cost
+  // it 0.3 % at most) ticks on perf_event; one that runs less than half a
+  // millisecond (a server's request thread: several switches per request) goes
+  // back to the timer.
+  static constexpr std::int64_t adapt_window_ns = 20'000'000;
+  static constexpr std::int64_t perf_cpu_per_switch_ns = 1'000'000;
+  static constexpr std::int64_t timer_cpu_per_switch_ns = 500'000;
+  // The points one tick counts at most, on either source; beyond, the thread ran
+  // with the signal held, and the rest are not counted.
+  static constexpr std::uint64_t most_points_per_tick = 256;
+
+  // A disabled task clock on the calling thread, that overflows every `period_ns`
+  // of its CPU; its descriptor, or -1 with errno set.
+  static int open_task_clock(std::int64_t period_ns) noexcept {
+    perf_event_attr attr{};
+    attr.size = sizeof(attr);
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.config = PERF_COUNT_SW_TASK_CLOCK;
+    attr.sample_period = static_cast<std::uint64_t>(period_ns);
+    attr.disabled = 1;
+    attr.wakeup_events = 1;  // signal on every overflow
+    errno = 0;
+    const long fd = ::syscall(SYS_perf_event_open, &attr, 0 /* this thread */, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    return fd < 0 ? -1 : static_cast<int>(fd);
+  }
+
+  // Set once a perf event is refused to a thread of the process: none asks again.
+  static std::atomic<int>& perf_refused_errno() noexcept {
+    static std::atomic<int> refused{0};
+    return refused;
+  }
+
+ private:
+  CpuSampleSource set_source(CpuSampleSource source) noexcept {
+    source_.store(source, std::memory_order_relaxed);
+    return source;
+  }
+
+  void prefer_source(std::int64_t now_ns) noexcept {
+    if (wanted_ != CpuSampleSource::automatic || !has_timer_) return;
+    if (adapt_cpu_ns_ == 0 || now_ns < adapt_cpu_ns_) {
+      adapt_cpu_ns_ = now_ns;
+      adapt_switches_ = context_switches();
+      return;
+    }
+    const std::int64_t ran = now_ns - adapt_cpu_ns_;
+    if (ran < adapt_window_ns) return;
+    const std::int64_t switches = context_switches();
+    if (switches < 0) return;
+    const std::int64_t per_switch = ran / std::max<std::int64_t>(1, switches - adapt_switches_);
+    adapt_cpu_ns_ = now_ns;
+    adapt_switches_ = switches;
+    if (source() == CpuSampleSource::posix_timer && per_switch >= perf_cpu_per_switch_ns &&
+        perf_refused_errno().load(std::memory_order_relaxed) == 0)
+      move_to_perf_event(now_ns);
+    else if (source() == CpuSampleSource::perf_event && per_switch < timer_cpu_per_switch_ns)
+      move_to_timer(now_ns);
+  }
+
+  static std::int64_t context_switches() noexcept {
+    rusage usage{};
+    if (::getrusage(RUSAGE_THREAD, &usage) != 0) return -1;
+    return static_cast<std::int64_t>(usage.ru_nvcsw) + static_cast<std::int64_t>(usage.ru_nivcsw);
+  }
+
+  // The next point stays where the timer had drawn it: the event's first period
+  // runs up to it, and the first sample weighs the CPU since the last point.
+  void move_to_perf_event(std::int64_t now_ns) noexcept {
+    if (perf_fd_ < 0 && !open_perf_event()) {
+      int expected = 0;
+      perf_refused_errno().compare_exchange_strong(expected, errno == 0 ? EINVAL : errno, std::memory_order_relaxed);
+      return;
+    }
+    const std::int64_t next = next_point_ns();
+    const std::int64_t floor = std::max<std::int64_t>(period_ns_ / 4, 20'000);
+    std::uint64_t first = static_cast<std::uint64_t>(std::max(next - now_ns, floor));
+    if (::ioctl(perf_fd_, PERF_EVENT_IOC_PERIOD, &first) != 0 || ::ioctl(perf_fd_, PERF_EVENT_IOC_ENABLE, 0) != 0) {
+      close_perf_event();
+      return;
+    }
+    itimerspec stop{};
+    ::timer_settime(timer_, 0, &stop, nullptr);
+    cpu_mark_.store(0, std::memory_order_relaxed);  // the CPU watch lets the thread be
+    tick_cpu_ns_ = point_base_;
+    cpu_period_ = now_ns + static_cast<std::int64_t>(first) - point_base_;
+    set_source(CpuSampleSource::perf_event);
+  }
+
+  // The event is closed, not only disabled: an open one costs its thread at every
+  // switch still. The timer's points go on from the last sample.
+  void move_to_timer(std::int64_t now_ns) noexcept {
+    close_perf_event();
+    set_source(CpuSampleSource::posix_timer);
+    point_base_ = tick_cpu_ns_;
+    const std::int64_t next = now_ns + random_interval_ns(random_, period_ns_);
+    cpu_mark_.store(static_cast<std::uint64_t>(next), std::memory_order_relaxed);
+    itimerspec spec{};
+    spec.it_value.tv_sec = next / 1'000'000'000;
+    spec.it_value.tv_nsec = next % 1'000'000'000;
+    ::timer_settime(timer_, TIMER_ABSTIME, &spec, nullptr);
+  }
+
+  void close_perf_event() noexcept {
+    if (perf_fd_ < 0) return;
+    ::ioctl(perf_fd_, PERF_EVENT_IOC_DISABLE, 0);
+    ::close(perf_fd_);
+    perf_fd_ = -1;
+  }
+
+  bool schedule_perf_tick(std::int64_t now_ns, std::uint64_t& periods) noexcept {
+    // The next tick is placed a random interval after the one that just fired,
+    // not after this handler ran: the signal arrives tens of microseconds after
+    // the overflow (~50 µs measured here), and restarting the period from the
+    // handler would leave that time unsampled at every sample (-5% at 1 kHz).
+    // The lateness is read on the thread's CPU clock, not the event's count:
+    // the task clock also runs through time stolen from the vCPU.
+    std::int64_t draw = random_interval_ns(random_, period_ns_);
+    std::int64_t period = draw;  // the first period after the arm
+    periods = 1;
+    if (cpu_period_ != 0) {  // the period was set at the last tick, tick_cpu_ns_
+      std::int64_t late = now_ns - tick_cpu_ns_ - cpu_period_;
+      // The points the thread's CPU clock passed after the one that fired, as the
+      // timer counts them: the event's timer fires once for all the periods that
+      // expired while the host held the vCPU, and a guest's thread CPU clock runs
+      // on then (docs/engines.md, "What a sample weighs").
+      while (late >= draw && periods < most_points_per_tick) {
+        ++periods;
+        late -= draw;
+        draw = random_interval_ns(random_, period_ns_);
+      }
+      if (late >= draw) late = 0;
+      // Not below a quarter of the mean: a period shorter than this handler would
+      // queue signals faster than it takes them.
+      const std::int64_t floor = std::max<std::int64_t>(period_ns_ / 4, 20'000);
+      period = late > 0 ? std::max(draw - late, floor) : draw;
+    }
+    cpu_period_ = period;
+    std::uint64_t value = static_cast<std::uint64_t>(period);
+    return ::ioctl(perf_fd_, PERF_EVENT_IOC_PERIOD, &value) == 0;
+  }
+
+  bool schedule_timer_tick(std::int64_t now_ns, std::int64_t cut_ns, std::uint64_t& periods,
+                           std::int64_t& tile_ns) noexcept {
+    if (has_timer_) {
+      // The kernel looks at CPU timers only on the scheduler tick (4 ms at
+      // HZ=250), so the signal comes at the first tick after the sampling point,
+      // and at more than 250 Hz several points fall between two ticks. Each point
+      // the thread's CPU time has passed is one sample of the stack found now
+      // (the sample count). The CPU value is the thread's CPU from the last point
+      // delivered before to the last one passed now: the intervals between points
+      // tile the thread's CPU time, so a late signal (the tick, or the ticker's
+      // watch) moves where a sample lands, never how much it weighs.
+      // The next point is drawn from the last one, never from the late signal.
+      std::uint64_t passed = 0;
+      const std::uint64_t mark = cpu_mark_.load(std::memory_order_relaxed);
+      std::int64_t next = static_cast<std::int64_t>(mark);
+      if (mark == 0) {
+        next = now_ns + random_interval_ns(random_, period_ns_);  // armed afresh
+        point_base_ = now_ns;
+      } else {
+        std::int64_t last_passed = point_base_;
+        while (next <= cut_ns && passed < most_points_per_tick) {
+          ++passed;
+          last_passed = next;
+          next += random_interval_ns(random_, period_ns_);
+        }
+        if (next <= cut_ns) {
+          last_passed = cut_ns;
+          next = cut_ns + random_interval_ns(random_, period_ns_);
+        }
+        if (passed != 0) {
+          tile_ns = last_passed - point_base_;
+          point_base_ = last_passed;
+        }
+      }
+      periods = passed;
+      cpu_mark_.store(static_cast<std::uint64_t>(next), std::memory_order_relaxed);
+      // A point left behind a cut has passed: armed for it, the timer would fire as
+      // it is set, and the signal would take it here at once. A moment on, the
+      // kernel delivers it at its next tick, as any other.
+      const std::int64_t expiry = std::max(next, now_ns + 50'000);
+      itimerspec spec{};
+      spec.it_value.tv_sec = expiry / 1'000'000'000;
+      spec.it_value.tv_nsec = expiry % 1'000'000'000;
+      return ::timer_settime(timer_, TIMER_ABSTIME, &spec, nullptr) == 0;
+    }
+    return false;
+  }
+
+  bool open_perf_event() noexcept {
+    const int fd = open_task_clock(period_ns_);
+    if (fd < 0) return false;
+    perf_fd_ = fd;
+    f_owner_ex owner{F_OWNER_TID, tid_};
+    if (::fcntl(perf_fd_, F_SETFL, O_ASYNC) != 0 || ::fcntl(perf_fd_, F_SETSIG, signal_number_) != 0 ||
+        ::fcntl(perf_fd_, F_SETOWN_EX, &owner) != 0) {
+      const int saved = errno;
+      ::close(perf_fd_);
+      perf_fd_ = -1;
+      errno = saved;
+      return false;
+    }
+    return true;
+  }
+
+  bool open_posix_timer() noexcept {
+    sigevent event{};
+    event.sigev_notify = SIGEV_THREAD_ID;
+    event.sigev_signo = signal_number_;
+    event.sigev_notify_thread_id = tid_;
+    if (::timer_create(CLOCK_THREAD_CPUTIME_ID, &event, &timer_) != 0) return false;
+    has_timer_ = true;
+    return true;
+  }
+
+  CpuSampleSource wanted_;
+  int signal_number_;
+  std::int64_t period_ns_;  // mean CPU time between two CPU samples
+  pid_t tid_;
+  int perf_fd_ = -1;
+  timer_t timer_{};
+  bool has_timer_ = false;  // the timer exists (armed or not)
+  std::atomic<CpuSampleSource> source_{CpuSampleSource::automatic};
+  std::uint64_t random_;        // the handler's: the next CPU period
+  // Timer: its next expiry on the thread's CPU clock (0: armed afresh). The ticker
+  // reads it to find a point the kernel has not delivered (next_point_ns).
+  std::atomic<std::uint64_t> cpu_mark_{0};
+  std::int64_t cpu_period_ = 0; // perf: the period set at the last tick (0: unknown, after a disarm)
+  std::int64_t tick_cpu_ns_ = 0;  // the thread's CPU clock at the last sample (0: since the arm, none)
+  std::int64_t point_base_ = 0;   // timer: the last point delivered (or the arm), on the thread's CPU clock
+  std::int64_t adapt_cpu_ns_ = 0;     // automatic: the thread's CPU clock at the last choice of source
+  std::int64_t adapt_switches_ = 0;   // and its context switches then
+};
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_DETAIL_CAPTURE_CPU_TICK_SOURCE_HPP_
+// ---- end spanprof/detail/capture/cpu_tick_source.hpp ----
 // ---- begin spanprof/detail/capture/thread_stack_sampler.hpp ----
 // A thread's sampler: the log of the stacks sampled on the thread, the span its
 // guards published, and (defined in detail/capture/signal_side.hpp) the signal
@@ -13225,7 +14094,11 @@ inline bool ThreadStackSampler::refuse_if_signal_blocked() noexcept {
 // The process-wide handler of the sample signal.
 inline void on_sample_signal(int, siginfo_t* info, void* ucontext) noexcept {
   const int saved_errno = errno;
-  if (ThreadStackSampler* sampler = current_stack_sampler) sampler->on_signal(info, ucontext);
+  // The continuous profile's ticks come to every thread, most with no sampler of
+  // their own; the rest are a thread's sampler's (ProcessSampler::instance() is
+  // made by start(), before any timer of its exists).
+  if (!(info->si_code == SI_TIMER && ProcessSampler::instance().on_signal(info, ucontext)))
+    if (ThreadStackSampler* sampler = current_stack_sampler) sampler->on_signal(info, ucontext);
   errno = saved_errno;
 }
 
@@ -13799,14 +14672,6 @@ SPANPROF_NAMESPACE_END
 
 #include <time.h>
 
-#if defined(__GNUC__)
-// initial-exec: the hooks run inside malloc, where a lazily allocated TLS block (the
-// default for code in a dlopen'ed library) would recurse into malloc.
-#define SPANPROF_HOOK_TLS __attribute__((tls_model("initial-exec")))
-#else
-#define SPANPROF_HOOK_TLS
-#endif
-
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
 
@@ -13834,7 +14699,7 @@ struct HeapThreadState {
   std::uint64_t stack_top;  // of this thread's stack (0: unknown), for the stack walker
 };
 
-SPANPROF_HOOK_TLS inline thread_local HeapThreadState heap_thread = {};
+SPANPROF_SIGNAL_SAFE_TLS inline thread_local HeapThreadState heap_thread = {};
 
 // Exponentially distributed gap with the given mean: every allocated byte then has
 // the same chance 1/interval of being the one sampled.
@@ -16440,6 +17305,10 @@ SPANPROF_NAMESPACE_END
 // The batch also keeps the figures delivery cuts on: distinct samples, and an
 // estimate of the encoded size (pprof's uncompressed bytes, from above), so a
 // window can be sent before it outgrows a backend's limits.
+//
+// The process's continuous profile (Options::continuous) is a batch too: its raw
+// profiles (ProfileReason::continuous) are a span's samples, or those outside any
+// span (no ids), and each span keeps one record for all its samples of the window.
 #ifndef SPANPROF_DETAIL_PROFILE_PROFILE_BATCH_HPP_
 #define SPANPROF_DETAIL_PROFILE_PROFILE_BATCH_HPP_
 
@@ -16457,7 +17326,7 @@ namespace detail {
 
 class ProfileBatch {
  public:
-  bool empty() const noexcept { return spans_.empty(); }
+  bool empty() const noexcept { return !started_; }
   std::size_t span_count() const noexcept { return spans_.size(); }
   std::size_t sample_count() const noexcept { return samples_.size(); }  // distinct (stack, span)
   std::size_t estimated_bytes() const noexcept { return estimated_bytes_; }
@@ -16476,17 +17345,19 @@ class ProfileBatch {
   // Adds every sample of `raw` under its span. May throw std::bad_alloc.
   void add(const RawProfile& raw) {
     if (empty()) {
+      started_ = true;
       kind_ = raw.kind;
       period_ = period_of(raw);
-      start_ns_ = raw.start_unix_ns;
-      end_ns_ = raw.start_unix_ns + raw.duration_ns;
+      if (!fixed_window_) {
+        start_ns_ = raw.start_unix_ns;
+        end_ns_ = raw.start_unix_ns + raw.duration_ns;
+      }
     }
-    start_ns_ = std::min(start_ns_, raw.start_unix_ns);
-    end_ns_ = std::max(end_ns_, raw.start_unix_ns + raw.duration_ns);
-    const auto span = static_cast<std::uint32_t>(spans_.size());
-    spans_.push_back(raw);  // the record, without its stacks
-    // A span's labels: two ids, a name, a reason (keys are shared strings).
-    estimated_bytes_ += 80 + raw.span_name.size();
+    if (!fixed_window_) {
+      start_ns_ = std::min(start_ns_, raw.start_unix_ns);
+      end_ns_ = std::max(end_ns_, raw.start_unix_ns + raw.duration_ns);
+    }
+    const std::uint32_t span = span_of(raw);  // 1 + its record's index; 0: none
     dropped_samples_ += raw.dropped_samples;
     if (!raw.engine.empty() && engine_.find(raw.engine) == std::string::npos)
       engine_ += (engine_.empty() ? "" : ",") + raw.engine;
@@ -16511,10 +17382,19 @@ class ProfileBatch {
     }
   }
 
+  // A window of the clock rather than of its spans' times (the continuous
+  // profile's): what window_record() says, whatever is added.
+  void set_window(std::int64_t start_unix_ns, std::int64_t end_unix_ns) noexcept {
+    fixed_window_ = true;
+    start_ns_ = start_unix_ns;
+    end_ns_ = end_unix_ns;
+  }
+
   // The record of the window as a whole: its kind, period, engines and time span;
   // no span's ids or name (each sample has its own span's).
   SpanRecord window_record() const {
     SpanRecord window;
+    window.reason = continuous_ ? ProfileReason::continuous : ProfileReason::sampled;
     window.kind = kind_;
     window.period_ns = kind_ != ProfileKind::heap ? period_ : 0;
     window.heap_interval_bytes = kind_ == ProfileKind::heap ? period_ : 0;
@@ -16529,7 +17409,7 @@ class ProfileBatch {
     std::vector<ProfileBuilder::Sample> samples;
     samples.reserve(samples_.size());
     for (const Entry& entry : samples_)
-      samples.push_back({stack_list_[entry.key.stack], &entry.values, entry.key.span + 1, entry.key.state});
+      samples.push_back({stack_list_[entry.key.stack], &entry.values, entry.key.span, entry.key.state});
     return builder.build(window_record(), samples, spans_, comments);
   }
 
@@ -16538,7 +17418,7 @@ class ProfileBatch {
 
  private:
   struct Key {
-    std::uint32_t span;
+    std::uint32_t span;   // 1 + the index of its record in spans_; 0: none
     std::uint32_t stack;  // index into stack_list_
     ThreadState state;    // a wall sample's: samples of one stack in two states stay apart
     bool operator==(const Key& other) const noexcept {
@@ -16564,10 +17444,37 @@ class ProfileBatch {
     std::vector<std::int64_t> values;
   };
 
+  // The record `raw`'s samples go under: its own, or for the continuous profile the
+  // one its span already has in this batch (none outside any span).
+  std::uint32_t span_of(const RawProfile& raw) {
+    if (raw.reason == ProfileReason::continuous) {
+      continuous_ = true;
+      if (!raw.span.span_id.valid()) return 0;
+      std::string key(reinterpret_cast<const char*>(raw.span.trace_id.bytes().data()), TraceId::size);
+      key.append(reinterpret_cast<const char*>(raw.span.span_id.bytes().data()), SpanId::size);
+      key += raw.span_name;
+      const auto [it, inserted] = continuous_spans_.try_emplace(std::move(key), 0);
+      if (!inserted) return it->second;
+      it->second = add_record(raw);
+      return it->second;
+    }
+    return add_record(raw);
+  }
+
+  std::uint32_t add_record(const RawProfile& raw) {
+    spans_.push_back(raw);  // the record, without its stacks
+    // A span's labels: two ids, a name, a reason (keys are shared strings).
+    estimated_bytes_ += 80 + raw.span_name.size();
+    return static_cast<std::uint32_t>(spans_.size());
+  }
+
   static std::int64_t period_of(const RawProfile& raw) noexcept {
     return raw.kind == ProfileKind::heap ? raw.heap_interval_bytes : raw.period_ns;
   }
 
+  bool started_ = false;
+  bool fixed_window_ = false;  // set_window()
+  bool continuous_ = false;    // the continuous profile's
   ProfileKind kind_ = ProfileKind::cpu;
   std::int64_t period_ = 0;
   std::int64_t start_ns_ = 0;
@@ -16576,6 +17483,7 @@ class ProfileBatch {
   std::uint64_t dropped_samples_ = 0;
   std::string engine_;
   std::vector<SpanRecord> spans_;
+  std::unordered_map<std::string, std::uint32_t> continuous_spans_;  // ids and name -> 1 + index
   std::unordered_map<std::vector<std::uintptr_t>, std::uint32_t, StackHash> stacks_;
   std::vector<const std::vector<std::uintptr_t>*> stack_list_;  // node-based map: stable keys
   std::unordered_map<Key, std::size_t, KeyHash> index_;
@@ -17185,6 +18093,11 @@ class Worker {
     // checks on the host (the sample signal's health), off every request thread.
     std::function<void()> watchdog;
     std::chrono::milliseconds watchdog_interval{100};
+    // The process's continuous profile (Options::continuous): takes what its
+    // sampler recorded since the merger's last look (null: off), and its window on
+    // the wall clock.
+    std::function<void(std::vector<RawProfile>&)> continuous;
+    std::chrono::milliseconds continuous_window{};
   };
 
   Worker() = default;
@@ -17200,6 +18113,8 @@ class Worker {
       run->tick = config.tick;
       run->watchdog = config.watchdog;
       run->watchdog_interval = config.watchdog_interval;
+      run->continuous = config.continuous;
+      run->continuous_window = config.continuous_window;
       run->clock = config.clock ? config.clock : default_clock();
       // Flushes asked of an earlier run were answered when it stopped.
       run->flushes_answered = flush_requested_;
@@ -17349,6 +18264,11 @@ class Worker {
     ProfileBatch batches[profile_kind_count];  // batched: by ProfileKind
     Tickets tickets[profile_kind_count];       // the spans of batches[k], in order
     std::int64_t window_end[profile_kind_count]{};  // on Run::clock
+    // The continuous profile's window, on the wall clock; a window cut early at the
+    // lane's limits goes on in a new batch with the same bounds.
+    ProfileBatch continuous;
+    std::int64_t continuous_start = 0;
+    std::int64_t continuous_end = 0;
   };
 
   // Everything one start() runs, shared by its two threads (and kept alive by them
@@ -17361,6 +18281,8 @@ class Worker {
     std::uint64_t flushes_answered = 0;  // the merger's: flush requests it has passed on
     std::function<void()> watchdog;
     std::chrono::milliseconds watchdog_interval{100};
+    std::function<void(std::vector<RawProfile>&)> continuous;
+    std::chrono::milliseconds continuous_window{10'000};
     std::unique_ptr<Sender> sender;
     // Set when the merger has counted what it held: a stop past its deadline
     // waits briefly for it (the merger runs no user code), so that stats() add up
@@ -17417,6 +18339,7 @@ class Worker {
         run.watchdog();
       }
       drain(run);
+      take_continuous(run, flushing);
       cut_due_windows(run, flushing);
       if (flushing) {
         // Answered by the sender once everything before the marker is sent.
@@ -17498,6 +18421,46 @@ class Worker {
     } SPANPROF_CATCH_ALL {
       report_error(ErrorCode::internal, "unknown exception while processing a profile");
     }
+  }
+
+  // What the continuous profile recorded since the last look joins each lane's
+  // window of the wall clock: cut when the window ends, at the lane's limits, and
+  // at a flush.
+  static void take_continuous(Run& run, bool flushing) noexcept {
+    if (!run.continuous) return;
+    SPANPROF_TRY {
+      std::vector<RawProfile> taken;
+      run.continuous(taken);
+      const std::int64_t now = realtime_now_ns();
+      const std::int64_t window = std::max<std::int64_t>(1, ns(run.continuous_window));
+      for (std::size_t l = 0; l < run.lanes.size(); ++l) {
+        Lane& lane = run.lanes[l];
+        if (!lane.continuous.empty() && now >= lane.continuous_end) cut_continuous(run, l);
+        for (const RawProfile& raw : taken) {
+          if (lane.continuous.empty()) {
+            if (now >= lane.continuous_end) {
+              lane.continuous_start = now - now % window;
+              lane.continuous_end = lane.continuous_start + window;
+            }
+            lane.continuous.set_window(lane.continuous_start, lane.continuous_end);
+          }
+          lane.continuous.add(raw);
+          if (lane.continuous.sample_count() >= lane.delivery.max_samples ||
+              lane.continuous.estimated_bytes() >= lane.delivery.max_bytes)
+            cut_continuous(run, l);
+        }
+        if (flushing && !lane.continuous.empty()) cut_continuous(run, l);
+      }
+    } SPANPROF_CATCH_ALL {
+      report_error(ErrorCode::internal, "out of memory merging the continuous profile");
+    }
+  }
+
+  static void cut_continuous(Run& run, std::size_t lane) noexcept {
+    Outgoing window;
+    window.lane = lane;
+    std::swap(window.batch, run.lanes[lane].continuous);
+    if (!window.batch.empty()) run.sender->post(std::move(window));
   }
 
   static std::int64_t next_window_end(const Run& run) noexcept {
@@ -18495,6 +19458,7 @@ namespace detail {
 
 struct StartPlan {
   CaptureSettings capture;
+  ContinuousSettings continuous;  // the process's continuous profile
   Worker::Config delivery;
   // The signal asked for (0: a free one is picked when the handler is installed).
   int signal_number{};
@@ -18557,6 +19521,7 @@ inline constexpr const char* engine_names[] = {"sampling", "classic"};  // CpuEn
 inline constexpr const char* cpu_sample_source_names[] = {"automatic", "perf_event", "posix_timer"};
 inline constexpr const char* overflow_policy_names[] = {"drop_newest", "drop_oldest"};
 inline constexpr const char* system_library_lines_names[] = {"none", "line_tables", "inlined_functions"};
+inline constexpr const char* continuous_span_labels_names[] = {"local_root", "innermost", "none"};
 // The head samplers, named as OpenTelemetry names its trace samplers.
 inline constexpr const char* head_sampler_names[] = {"always_on",   "always_off", "traceidratio", "probability",
                                                      "parentbased_always_on", "parentbased_traceidratio"};
@@ -18570,7 +19535,8 @@ constexpr bool names_match(const char* const (&names)[N]) {
 }
 static_assert(names_match<ProfileKind>(profile_kind_names) && names_match<CpuEngine>(engine_names) &&
                   names_match<HeapEngine>(engine_names) && names_match<CpuSampleSource>(cpu_sample_source_names) &&
-                  names_match<SystemLibraryLines>(system_library_lines_names),
+                  names_match<SystemLibraryLines>(system_library_lines_names) &&
+                  names_match<ContinuousSpanLabels>(continuous_span_labels_names),
               "describe() and the variables spell an enumerator as to_string() does");
 
 // The stack sampler's own bound. Compiled out (SPANPROF_ENABLED=0) there is no
@@ -18623,7 +19589,9 @@ inline constexpr Setting settings[] = {
     setting<&Options::frequency_hz>(
         "frequency_hz", "SPANPROF_FREQUENCY", EG::capture, format::integer(1, 4000, "Hz"),
         "CPU samples per CPU-second of a profiled thread.")
-        .feeds([](const Options& o, StartPlan& p) { p.capture.sampler.period_ns = 1'000'000'000LL / o.frequency_hz; }),
+        .feeds([](const Options& o, StartPlan& p) {
+          p.capture.sampler.period_ns = p.continuous.period_ns = 1'000'000'000LL / o.frequency_hz;
+        }),
     setting<&Options::wall_frequency_hz>(
         "wall_frequency_hz", "SPANPROF_WALL_FREQUENCY", EG::capture, format::integer(1, 1000, "Hz"),
         "Wall-clock samples per second of a thread in a wall-profiled span.")
@@ -18634,7 +19602,7 @@ inline constexpr Setting settings[] = {
         "max_stack_depth", nullptr, EG::capture, format::integer(1, deepest_stack_kept, "frames"),
         "Frames kept per sample.")
         .feeds([](const Options& o, StartPlan& p) {
-          p.capture.sampler.max_depth = p.capture.heap.max_depth = o.max_stack_depth;
+          p.capture.sampler.max_depth = p.capture.heap.max_depth = p.continuous.max_depth = o.max_stack_depth;
         }),
     setting<&Options::heap_sample_interval_bytes>(
         "heap_sample_interval_bytes", "SPANPROF_HEAP_INTERVAL", EG::capture,
@@ -18669,6 +19637,25 @@ inline constexpr Setting settings[] = {
         "1: each profiled span's elapsed time split into running, waiting for a CPU and blocked, with its context "
         "switches (three system calls at the open and the close, a few µs a span).")
         .feeds([](const Options& o, StartPlan& p) { p.capture.time_split = o.time_split; }),
+
+    // ---- the whole process, all the time (docs/continuous.md)
+    setting<&Options::continuous>(
+        "continuous", "SPANPROF_CONTINUOUS", EG::capture, format::integer(0, 1),
+        "1: every thread of the process sampled on its own CPU clock, in a span or not: one CPU profile of the "
+        "process per window, each sample taken in a span labelled with it.")
+        .feeds([](const Options& o, StartPlan& p) { p.continuous.on = o.continuous; }),
+    setting<&Options::continuous_span_labels>(
+        "continuous_span_labels", "SPANPROF_CONTINUOUS_SPAN_LABELS", EG::capture,
+        format::choice(continuous_span_labels_names),
+        "Which open span labels a continuous sample: the thread's outermost (local_root: a request's own span), the "
+        "innermost, or none.")
+        .feeds([](const Options& o, StartPlan& p) { p.continuous.span_labels = o.continuous_span_labels; }),
+    setting<&Options::continuous_window_ms>(
+        "continuous_window_ms", "SPANPROF_CONTINUOUS_WINDOW_MS", EG::capture, format::integer(1000, 3'600'000, "ms"),
+        "The continuous profile's window, aligned to the wall clock.")
+        .feeds([](const Options& o, StartPlan& p) {
+          p.delivery.continuous_window = std::chrono::milliseconds(o.continuous_window_ms);
+        }),
 
     // ---- which spans are profiled (docs/sampling.md)
     setting<&Options::head_sampler>(
@@ -19508,6 +20495,26 @@ class Runtime final : public GuardHost {
         wall_ticker().hold_perf_hooks_on();
       }
 
+      // The process's continuous profile: every thread's timer is made by the
+      // merger, at each of its looks, which takes the samples too.
+      ProcessSampler& process = ProcessSampler::instance();
+      if (plan.continuous.on && config->sampler.signal_number != 0) {
+        std::string why;
+        if (process.start(plan.continuous, config->sampler.signal_number, why)) {
+          config->labels_spans = plan.continuous.span_labels != ContinuousSpanLabels::none;
+          plan.delivery.continuous = &take_continuous_samples;
+          // A thread the program starts is sampled from the merger's next look: the
+          // looks come often, and most cost a stat (ProcessSampler::scan).
+          plan.delivery.tick = std::min(plan.delivery.tick, continuous_look_interval);
+          scan_continuous_threads();  // the threads there are now, sampled from now
+        } else {
+          report_error(ErrorCode::sampler_failed, "the continuous profile cannot run: " + why);
+        }
+      } else {
+        if (plan.continuous.on) report_error(ErrorCode::sampler_failed, "the continuous profile cannot run: no signal for samples");
+        process.stop();
+      }
+
       Worker::Config& worker = plan.delivery;
       if (worker.uploaders.empty()) worker.uploaders.push_back(std::make_shared<FileUploader>(plan.output_directory));
       if (!worker.symbolizer) worker.symbolizer = make_elf_symbolizer(std::move(plan.symbolizer));
@@ -19573,6 +20580,8 @@ class Runtime final : public GuardHost {
     retirement_.retire(std::move(current_config_));
     trigger_.reset();
     retirement_.reclaim();
+    // The continuous profile's timers go; its last samples go out with the flush below.
+    ProcessSampler::instance().stop();
     // Threads keep their sampler objects (freed at thread exit) but stop receiving
     // signals now, instead of after their idle countdown.
     {
@@ -19612,6 +20621,11 @@ class Runtime final : public GuardHost {
     s.heap_samples_dropped = c[Counter::heap_samples_dropped];
     s.heap_hooks_installed = heap_hooks().installed();
     s.classic_busy = c[Counter::classic_busy];
+    s.continuous_threads = ProcessSampler::instance().threads_sampled();
+    s.continuous_threads_left_out = ProcessSampler::instance().threads_left_out();
+    s.continuous_samples = c[Counter::continuous_samples];
+    s.continuous_samples_dropped = c[Counter::continuous_samples_dropped];
+    s.continuous_timers_refused = c[Counter::continuous_timers_refused];
     s.head_declined = c[Counter::head_declined];
     s.profiles_started = c[Counter::profiles_started];
     s.kept_sampled = c[Counter::kept_sampled];
@@ -19661,6 +20675,35 @@ class Runtime final : public GuardHost {
   // by spanprof::start(options) is stopped, and says so at its first guard: the
   // uploaders in those options may be mid-upload in the parent, their locks held
   // for good in the child. spanprof::start() in the child profiles it.
+  // The merger's look at the continuous profile: a timer for each new thread, and
+  // the samples since the last look.
+  static constexpr std::chrono::milliseconds continuous_look_interval{20};
+
+  static void take_continuous_samples(std::vector<RawProfile>& out) {
+    scan_continuous_threads();
+    ContinuousSamples samples;
+    ProcessSampler::instance().take(samples);
+    std::uint64_t taken = 0;
+    for (const RawProfile& profile : samples.profiles)
+      for (const RawSample& sample : profile.samples) taken += static_cast<std::uint64_t>(sample.values.at(0));
+    if (taken != 0) count(Counter::continuous_samples, taken);
+    if (samples.dropped != 0) count(Counter::continuous_samples_dropped, samples.dropped);
+    out = std::move(samples.profiles);
+  }
+
+  static void scan_continuous_threads() noexcept {
+    const ProcessSampler::ScanResult scan = ProcessSampler::instance().scan();
+    if (scan.refused != 0) count(Counter::continuous_timers_refused, scan.refused);
+    if (scan.report_refusal) {
+      char message[200];
+      std::snprintf(message, sizeof message,
+                    "continuous profile: the kernel refused a thread's CPU timer (%s): that thread is not sampled, "
+                    "the rest of the process is (counted in Stats::continuous_timers_refused)",
+                    std::strerror(scan.refused_errno));
+      report_error(ErrorCode::sampler_failed, message);
+    }
+  }
+
   static void before_fork() noexcept {
     // Every static the child's handler touches is made before the fork: one that
     // another thread was making at that moment would leave the child waiting on its
@@ -19672,6 +20715,7 @@ class Runtime final : public GuardHost {
     (void)captured_profile_pool();
     (void)error_channel();
     (void)sample_signal_installation();
+    ProcessSampler::instance().lock_for_fork();
     loader_lock_gate().close_and_wait(std::chrono::milliseconds(100));
     counter_registry().mutex.lock();
     stack_sampler_list().mutex.lock();
@@ -19682,11 +20726,13 @@ class Runtime final : public GuardHost {
     stack_sampler_list().mutex.unlock();
     counter_registry().mutex.unlock();
     loader_lock_gate().open();
+    ProcessSampler::instance().unlock_after_fork_in_parent();
   }
   static void after_fork_in_child() noexcept { runtime_instance().reset_after_fork(); }
 
   void reset_after_fork() noexcept {
     loader_lock_gate().reset_after_fork();
+    ProcessSampler::instance().reset_after_fork_in_child();
     counter_registry().reset_after_fork(thread_counters.registered ? &thread_counters : nullptr);
     stack_sampler_list().reset_after_fork();
     heap_thread_registry().reset_after_fork(&heap_thread);
@@ -20326,7 +21372,7 @@ constexpr Counter kept_counter(ProfileReason reason) noexcept {
   return static_cast<Counter>(static_cast<std::size_t>(Counter::kept_sampled) + static_cast<std::size_t>(reason));
 }
 static_assert(static_cast<std::size_t>(Counter::kept_triggered) - static_cast<std::size_t>(Counter::kept_sampled) + 1 ==
-                  profile_reason_count,
+                  keep_reason_count,
               "one kept_* counter per ProfileReason, in its order");
 
 // A span kept for what happened to it (slow, erroring, triggered) made no profile:
@@ -20393,6 +21439,13 @@ class RequestState {
     reinterpret_cast<RequestState*>(static_cast<char*>(room) - room_offset())->release();
   }
 
+  // A fragment's label took a sample of the continuous profile (Options::continuous):
+  // the request is in that profile, and is linked to it like a kept profile.
+  void note_continuous_sample() noexcept { continuous_sampled_.store(true, std::memory_order_relaxed); }
+  bool in_continuous_profile() const noexcept { return continuous_sampled_.load(std::memory_order_relaxed); }
+
+  const SpanContext& span() const noexcept { return span_; }
+  std::string_view name() const noexcept { return std::string_view(name_, name_length_); }
   ProfileKinds kinds() const noexcept { return kinds_; }
   std::uint64_t generation() const noexcept { return generation_; }
   // What otel_thread_ctx_v1 points at while a fragment of it runs (thread_context.hpp).
@@ -20610,6 +21663,7 @@ class RequestState {
   }
 
   std::atomic<std::uint64_t> life_{one_reference};  // the creator's handle
+  std::atomic<bool> continuous_sampled_{false};
   SpanContext span_;
   char name_[max_name];
   std::size_t name_length_ = 0;
@@ -20677,29 +21731,12 @@ void config_for_first_guard() noexcept {
 void make_thread_owners() noexcept {
   (void)&stack_sampler_owner;
   (void)&heap_log_owner;
+  (void)&span_label_stack_owner;
   (void)this_thread_counters();
 }
 
 bool head_sampler_declines(const GuardGate& gate, const SpanContext& span, std::string_view span_name) noexcept {
   return !running_config(gate).head_sampler->should_profile(span, span_name);
-}
-
-// Span names are a few bytes: copied in overlapping words. std::memcpy of a size
-// only known to be below max_span_name compiles to `rep movs`, whose start-up was
-// most of the opening guard's own time in a busy server (perf).
-inline void copy_span_name(char* to, const char* from, std::size_t n) noexcept {
-  if (n >= 16) {
-    for (std::size_t at = 0; at + 16 <= n; at += 16) std::memcpy(to + at, from + at, 16);
-    std::memcpy(to + n - 16, from + n - 16, 16);
-  } else if (n >= 8) {
-    std::memcpy(to, from, 8);
-    std::memcpy(to + n - 8, from + n - 8, 8);
-  } else if (n >= 4) {
-    std::memcpy(to, from, 4);
-    std::memcpy(to + n - 4, from + n - 4, 4);
-  } else {
-    for (std::size_t at = 0; at < n; ++at) to[at] = from[at];
-  }
 }
 
 void GuardCore::open_profiled(const GuardGate& gate, ConfigReader& reader, std::uint64_t inside,
@@ -20713,9 +21750,9 @@ void GuardCore::open_profiled(const GuardGate& gate, ConfigReader& reader, std::
   const RunningConfig& config = running_config(gate);
   prepare(config, reader);
   reader.leave(inside);
+  if (gate.labels_spans) label_span(span, span_name);
   begin(config, span, span_name, configured ? config.profiles : kinds, false);
 }
-
 
 // The members a guard that opened nothing never touches are set here rather than
 // by initializers, so that the turned-down guard writes only its few state bytes.
@@ -20750,6 +21787,8 @@ inline void GuardCore::prepare(const RunningConfig& config, ConfigReader& reader
 void GuardCore::declined(const GuardGate& gate, ConfigReader& reader, const SpanContext& span,
                          std::string_view span_name, ProfileKinds kinds, bool configured) noexcept {
   const RunningConfig& config = running_config(gate);
+  if (gate.labels_spans) label_span(span, span_name);
+  if (!gate.has_trigger) return;
   std::uint64_t name_hash = 0;
   const TriggerVerdict verdict = trigger_verdict(*config.trigger, span, span_name, name_hash);
   if (verdict == TriggerVerdict::none) return;
@@ -20822,6 +21861,7 @@ void GuardCore::open_fragment(RequestState& request) noexcept {
 // it at close: unlike a guard's, its configuration is not pinned. It sets only
 // what its close reads: a turn of an async request costs a few dozen nanoseconds.
 inline void GuardCore::begin_fragment(const RunningConfig& config, RequestState& request, ProfileKinds kinds) noexcept {
+  if (config.labels_spans) label_span(request.span(), request.name());
   request_ = &request;
   fragment_ = true;
   pins_ = nullptr;
@@ -20874,6 +21914,8 @@ SPANPROF_NOINLINE void GuardCore::split_time_at_close() noexcept {
 }
 
 void GuardCore::finish() noexcept {
+  if (labelled_) unlabel();
+  if (!active() && !observe_only_) return;  // it only labelled the continuous profile
   decide_and_close();
   // Closed on another thread (a coroutine resumed elsewhere): the pin is the
   // opening thread's, which only that thread may change, and it may have exited.
@@ -20939,6 +21981,21 @@ inline void GuardCore::close_engines() noexcept {
   // link (pyroscope.profile.id) when it is exported after.
   if (handed_over_ && !fragment_ && span_hooks_ != nullptr && span_hooks_->profile_kept != nullptr)
     span_hooks_->profile_kept(user_span_);
+}
+
+// The continuous profile's samples carry the span while it is open (span_labels.hpp),
+// profiled or not; one that labelled a sample learns of it as of a kept profile (the
+// link, pyroscope.profile.id), and a fragment tells its request.
+inline void GuardCore::label_span(const SpanContext& span, std::string_view span_name) noexcept {
+  span_hooks_ = nullptr;  // keep_span_for_close sets it after, for a span read at close
+  labelled_ = push_span_label(this, span, span_name);
+}
+
+inline void GuardCore::unlabel() noexcept {
+  labelled_ = false;
+  if (!pop_span_label(this)) return;
+  if (fragment_) request_->note_continuous_sample();
+  else if (span_hooks_ != nullptr && span_hooks_->profile_kept != nullptr) span_hooks_->profile_kept(user_span_);
 }
 
 void GuardCore::stop_sampling_when(const std::atomic<bool>& flag) noexcept {

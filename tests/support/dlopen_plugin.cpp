@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 #include <time.h>
 
@@ -45,4 +46,28 @@ extern "C" __attribute__((visibility("default"), noinline)) std::uint64_t spanpr
   while (thread_cpu_seconds() < until)
     for (int i = 0; i < 10000; ++i) x = x * 6364136223846793005ULL + 1442695040888963407ULL;
   return x;
+}
+
+// A thread of the plugin's own, which the program never sees start: it computes
+// `cpu_seconds` in a function of the plugin and reports the CPU it measured for
+// itself. The continuous profile must find it (tests/test_continuous.cpp).
+namespace {
+__attribute__((noinline)) std::uint64_t plugin_thread_computes(double cpu_seconds) {
+  std::uint64_t x = loaded.names[5].size();
+  const double until = thread_cpu_seconds() + cpu_seconds;
+  while (thread_cpu_seconds() < until)
+    for (int i = 0; i < 200000; ++i) x = x * 2862933555777941757ULL + 3037000493ULL;
+  return x;
+}
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) double spanprof_plugin_run_thread(double cpu_seconds) {
+  double measured = 0;
+  std::uint64_t sink = 0;
+  std::thread worker([&] {
+    sink = plugin_thread_computes(cpu_seconds);
+    measured = thread_cpu_seconds();
+  });
+  worker.join();
+  return sink == 1 ? -measured : measured;
 }

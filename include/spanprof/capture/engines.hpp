@@ -39,6 +39,14 @@ enum class CpuSampleSource : std::uint8_t {
   posix_timer,  // timer_create(CLOCK_THREAD_CPUTIME_ID): fires on the scheduler tick, weighted
 };
 
+// Which open span labels a sample of the process's continuous profile
+// (Options::continuous, docs/continuous.md).
+enum class ContinuousSpanLabels : std::uint8_t {
+  local_root,  // the outermost span open on the thread (a request's own), as every Pyroscope SDK labels
+  innermost,   // the span the thread runs in
+  none,        // no span labels
+};
+
 constexpr std::string_view to_string(CpuEngine e) noexcept { return e == CpuEngine::sampling ? "sampling" : "classic"; }
 constexpr std::string_view to_string(HeapEngine e) noexcept {
   return e == HeapEngine::sampling ? "sampling" : "classic";
@@ -48,6 +56,15 @@ constexpr std::string_view to_string(CpuSampleSource s) noexcept {
     case CpuSampleSource::automatic: return "automatic";
     case CpuSampleSource::perf_event: return "perf_event";
     case CpuSampleSource::posix_timer: return "posix_timer";
+  }
+  return "unknown";
+}
+
+constexpr std::string_view to_string(ContinuousSpanLabels l) noexcept {
+  switch (l) {
+    case ContinuousSpanLabels::local_root: return "local_root";
+    case ContinuousSpanLabels::innermost: return "innermost";
+    case ContinuousSpanLabels::none: return "none";
   }
   return "unknown";
 }

@@ -1,6 +1,8 @@
 // Writes each profile as <dir>/<span_id>-<start unix ns>-<kind>.pb.gz: one file per
-// span (targeted profiling), its repeated stacks merged. With batched delivery, one
-// file per window and kind: <dir>/window-<start unix ns>-<kind>.pb.gz.
+// span (targeted profiling), its repeated stacks merged. With batched delivery, and
+// for the process's continuous profile (Options::continuous), one file per window
+// and kind: <dir>/window-<start unix ns>-<kind>.pb.gz (-2, -3... for the parts of a
+// window cut early at its limits).
 //
 // A profile appears whole or not at all: it is written to a hidden temporary file
 // and renamed into place, so a reader (a sidecar shipping the directory, a person
@@ -39,7 +41,10 @@ class FileUploader final : public Uploader {
 
   // The name a profile is written under, relative to directory().
   static std::string file_name_for(const EncodedProfile& profile) {
-    const std::string owner = profile.span_count == 1 ? profile.record.span.span_id.to_hex() : std::string("window");
+    // A span's own profile carries its ids; a window's record (of batched spans, or
+    // of the continuous profile) has none, however many spans it holds.
+    const std::string owner =
+        profile.record.span.span_id.valid() ? profile.record.span.span_id.to_hex() : std::string("window");
     return owner + "-" + std::to_string(profile.record.start_unix_ns) + "-" + std::string(to_string(profile.record.kind)) + ".pb.gz";
   }
 
@@ -71,12 +76,23 @@ class FileUploader final : public Uploader {
       errno = saved;
       return failure("cannot write", temp_path);
     }
-    if (::rename(temp_path.c_str(), final_path.c_str()) != 0) {
-      const int saved = errno;
-      ::unlink(temp_path.c_str());
-      errno = saved;
-      return failure("cannot rename into", final_path);
+    // Into place under its name, or, when a profile of the same window and kind is
+    // there already (the continuous profile's window cut early at its limits, in
+    // parts), under the next free <name>-<part>.pb.gz: no part replaces another.
+    // A file system without hard links (vfat, some FUSE) takes a rename instead.
+    std::string placed = final_path;
+    for (int part = 2; ::link(temp_path.c_str(), placed.c_str()) != 0; ++part) {
+      const bool no_links = errno == EPERM || errno == ENOTSUP || errno == EOPNOTSUPP;
+      if (no_links && ::rename(temp_path.c_str(), placed.c_str()) == 0) return UploadResult::ok();
+      if (errno != EEXIST || part > 10'000) {
+        const int saved = errno;
+        ::unlink(temp_path.c_str());
+        errno = saved;
+        return failure("cannot move into", placed);
+      }
+      placed = final_path.substr(0, final_path.size() - 6) + "-" + std::to_string(part) + ".pb.gz";
     }
+    ::unlink(temp_path.c_str());
     return UploadResult::ok();
   }
 

@@ -4,12 +4,14 @@
 #define SPANPROF_DETAIL_GUARD_CORE_INL_HPP_
 
 #include <spanprof/detail/base/counters.hpp>
+#include <spanprof/detail/base/text.hpp>
 #include <spanprof/base/error.hpp>
 #include <spanprof/detail/capture/captured_profile.hpp>
 #include <spanprof/detail/capture/classic_cpu_engine.hpp>
 #include <spanprof/detail/capture/classic_heap_engine.hpp>
 #include <spanprof/detail/capture/heap_sampler.hpp>
 #include <spanprof/detail/capture/sample_records.hpp>
+#include <spanprof/detail/capture/span_labels.hpp>
 #include <spanprof/detail/capture/stack_sampler.hpp>
 #include <spanprof/detail/capture/thread_times.hpp>
 #include <spanprof/detail/capture/wall_ticker.hpp>
@@ -50,29 +52,12 @@ void config_for_first_guard() noexcept {
 void make_thread_owners() noexcept {
   (void)&stack_sampler_owner;
   (void)&heap_log_owner;
+  (void)&span_label_stack_owner;
   (void)this_thread_counters();
 }
 
 bool head_sampler_declines(const GuardGate& gate, const SpanContext& span, std::string_view span_name) noexcept {
   return !running_config(gate).head_sampler->should_profile(span, span_name);
-}
-
-// Span names are a few bytes: copied in overlapping words. std::memcpy of a size
-// only known to be below max_span_name compiles to `rep movs`, whose start-up was
-// most of the opening guard's own time in a busy server (perf).
-inline void copy_span_name(char* to, const char* from, std::size_t n) noexcept {
-  if (n >= 16) {
-    for (std::size_t at = 0; at + 16 <= n; at += 16) std::memcpy(to + at, from + at, 16);
-    std::memcpy(to + n - 16, from + n - 16, 16);
-  } else if (n >= 8) {
-    std::memcpy(to, from, 8);
-    std::memcpy(to + n - 8, from + n - 8, 8);
-  } else if (n >= 4) {
-    std::memcpy(to, from, 4);
-    std::memcpy(to + n - 4, from + n - 4, 4);
-  } else {
-    for (std::size_t at = 0; at < n; ++at) to[at] = from[at];
-  }
 }
 
 void GuardCore::open_profiled(const GuardGate& gate, ConfigReader& reader, std::uint64_t inside,
@@ -86,9 +71,9 @@ void GuardCore::open_profiled(const GuardGate& gate, ConfigReader& reader, std::
   const RunningConfig& config = running_config(gate);
   prepare(config, reader);
   reader.leave(inside);
+  if (gate.labels_spans) label_span(span, span_name);
   begin(config, span, span_name, configured ? config.profiles : kinds, false);
 }
-
 
 // The members a guard that opened nothing never touches are set here rather than
 // by initializers, so that the turned-down guard writes only its few state bytes.
@@ -123,6 +108,8 @@ inline void GuardCore::prepare(const RunningConfig& config, ConfigReader& reader
 void GuardCore::declined(const GuardGate& gate, ConfigReader& reader, const SpanContext& span,
                          std::string_view span_name, ProfileKinds kinds, bool configured) noexcept {
   const RunningConfig& config = running_config(gate);
+  if (gate.labels_spans) label_span(span, span_name);
+  if (!gate.has_trigger) return;
   std::uint64_t name_hash = 0;
   const TriggerVerdict verdict = trigger_verdict(*config.trigger, span, span_name, name_hash);
   if (verdict == TriggerVerdict::none) return;
@@ -195,6 +182,7 @@ void GuardCore::open_fragment(RequestState& request) noexcept {
 // it at close: unlike a guard's, its configuration is not pinned. It sets only
 // what its close reads: a turn of an async request costs a few dozen nanoseconds.
 inline void GuardCore::begin_fragment(const RunningConfig& config, RequestState& request, ProfileKinds kinds) noexcept {
+  if (config.labels_spans) label_span(request.span(), request.name());
   request_ = &request;
   fragment_ = true;
   pins_ = nullptr;
@@ -247,6 +235,8 @@ SPANPROF_NOINLINE void GuardCore::split_time_at_close() noexcept {
 }
 
 void GuardCore::finish() noexcept {
+  if (labelled_) unlabel();
+  if (!active() && !observe_only_) return;  // it only labelled the continuous profile
   decide_and_close();
   // Closed on another thread (a coroutine resumed elsewhere): the pin is the
   // opening thread's, which only that thread may change, and it may have exited.
@@ -312,6 +302,21 @@ inline void GuardCore::close_engines() noexcept {
   // link (pyroscope.profile.id) when it is exported after.
   if (handed_over_ && !fragment_ && span_hooks_ != nullptr && span_hooks_->profile_kept != nullptr)
     span_hooks_->profile_kept(user_span_);
+}
+
+// The continuous profile's samples carry the span while it is open (span_labels.hpp),
+// profiled or not; one that labelled a sample learns of it as of a kept profile (the
+// link, pyroscope.profile.id), and a fragment tells its request.
+inline void GuardCore::label_span(const SpanContext& span, std::string_view span_name) noexcept {
+  span_hooks_ = nullptr;  // keep_span_for_close sets it after, for a span read at close
+  labelled_ = push_span_label(this, span, span_name);
+}
+
+inline void GuardCore::unlabel() noexcept {
+  labelled_ = false;
+  if (!pop_span_label(this)) return;
+  if (fragment_) request_->note_continuous_sample();
+  else if (span_hooks_ != nullptr && span_hooks_->profile_kept != nullptr) span_hooks_->profile_kept(user_span_);
 }
 
 void GuardCore::stop_sampling_when(const std::atomic<bool>& flag) noexcept {

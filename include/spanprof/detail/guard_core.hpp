@@ -85,7 +85,8 @@ class GuardCore {
     // is); ids are checked only for a span about to be profiled.
     if (head_declines(*gate, span, span_name)) {
       thread->add(Counter::head_declined, 1);
-      if (SPANPROF_UNLIKELY(gate->has_trigger)) declined(*gate, reader, span, span_name, kinds, configured);
+      if (SPANPROF_UNLIKELY(gate->has_trigger | gate->labels_spans))
+        declined(*gate, reader, span, span_name, kinds, configured);
       reader.leave(inside);
       return;
     }
@@ -97,7 +98,7 @@ class GuardCore {
   template <class Span>
   void keep_span_for_close(const Span& span) noexcept {
     if constexpr (reads_span_at_close_v<Span>) {
-      if (!active()) return;
+      if (!active() && !labelled_) return;
       user_span_ = &span;
       span_hooks_ = &SpanHooksOf<Span>::hooks;
     }
@@ -108,7 +109,7 @@ class GuardCore {
   SPANPROF_API void open_fragment(RequestState& request) noexcept;
 
   bool active() const noexcept { return state_ != State::idle || heap_state_ != State::idle || classic_cpu_; }
-  bool pending_close() const noexcept { return active() || observe_only_; }
+  bool pending_close() const noexcept { return active() || observe_only_ || labelled_; }
 
   SPANPROF_ALWAYS_INLINE void close() noexcept {
     if (SPANPROF_UNLIKELY(pending_close())) finish();
@@ -160,6 +161,8 @@ class GuardCore {
   void close_classic() noexcept;
   void open_heap(const RunningConfig& config) noexcept;
   void close_heap() noexcept;
+  inline void label_span(const SpanContext& span, std::string_view span_name) noexcept;
+  inline void unlabel() noexcept;
 
   // What every guard sets: the destructor and the public queries read only these.
   State state_ = State::idle;  // sampling: ticket_ holds a slot of sampler_ (CPU and/or wall)
@@ -168,6 +171,7 @@ class GuardCore {
   bool observe_only_ = false;  // not profiled; timed for the adaptive trigger only
   bool handed_over_ = false;
   bool errored_ = false;       // set_error(), on any guard
+  bool labelled_ = false;      // its span labels the continuous profile's samples on its thread (label_span)
   // Set by prepare() (or begin_fragment()), for guards that open something or are
   // timed for the trigger: a turned-down guard writes only the bytes above.
   bool triggered_ : 1;

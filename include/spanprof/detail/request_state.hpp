@@ -45,7 +45,7 @@ constexpr Counter kept_counter(ProfileReason reason) noexcept {
   return static_cast<Counter>(static_cast<std::size_t>(Counter::kept_sampled) + static_cast<std::size_t>(reason));
 }
 static_assert(static_cast<std::size_t>(Counter::kept_triggered) - static_cast<std::size_t>(Counter::kept_sampled) + 1 ==
-                  profile_reason_count,
+                  keep_reason_count,
               "one kept_* counter per ProfileReason, in its order");
 
 // A span kept for what happened to it (slow, erroring, triggered) made no profile:
@@ -112,6 +112,13 @@ class RequestState {
     reinterpret_cast<RequestState*>(static_cast<char*>(room) - room_offset())->release();
   }
 
+  // A fragment's label took a sample of the continuous profile (Options::continuous):
+  // the request is in that profile, and is linked to it like a kept profile.
+  void note_continuous_sample() noexcept { continuous_sampled_.store(true, std::memory_order_relaxed); }
+  bool in_continuous_profile() const noexcept { return continuous_sampled_.load(std::memory_order_relaxed); }
+
+  const SpanContext& span() const noexcept { return span_; }
+  std::string_view name() const noexcept { return std::string_view(name_, name_length_); }
   ProfileKinds kinds() const noexcept { return kinds_; }
   std::uint64_t generation() const noexcept { return generation_; }
   // What otel_thread_ctx_v1 points at while a fragment of it runs (thread_context.hpp).
@@ -329,6 +336,7 @@ class RequestState {
   }
 
   std::atomic<std::uint64_t> life_{one_reference};  // the creator's handle
+  std::atomic<bool> continuous_sampled_{false};
   SpanContext span_;
   char name_[max_name];
   std::size_t name_length_ = 0;

@@ -28,8 +28,13 @@ enum class ProfileReason : std::uint8_t {
   slow,       // the span lasted at least the slow threshold
   error,      // the span failed: an exception left the scope, or it was marked
   triggered,  // the adaptive trigger asked for spans of this name
+  // Not a decision: the span labels samples of the process's continuous profile
+  // (Options::continuous), where it is no profile of its own.
+  continuous,
 };
-inline constexpr std::size_t profile_reason_count = 4;
+inline constexpr std::size_t profile_reason_count = 5;
+// The reasons a tail decision gives (all but continuous), each with its kept_* counter.
+inline constexpr std::size_t keep_reason_count = 4;
 
 constexpr std::string_view to_string(ProfileReason reason) noexcept {
   switch (reason) {
@@ -37,6 +42,7 @@ constexpr std::string_view to_string(ProfileReason reason) noexcept {
     case ProfileReason::slow: return "slow";
     case ProfileReason::error: return "error";
     case ProfileReason::triggered: return "triggered";
+    case ProfileReason::continuous: return "continuous";
   }
   return "unknown";
 }
@@ -234,7 +240,9 @@ void for_each_span_label(const SpanRecord& record, Visit&& visit) {
   visit(detail::trace_id_label, std::string_view(record.span.trace_id.to_hex()));
   visit(detail::span_id_label, std::string_view(record.span.span_id.to_hex()));
   if (!record.span_name.empty()) visit(detail::span_name_label, std::string_view(record.span_name));
-  visit(detail::profile_reason_label, to_string(record.reason));
+  // A continuous profile's samples carry their span and nothing else: a backend
+  // such as Pyroscope makes every other sample label a series label.
+  if (record.reason != ProfileReason::continuous) visit(detail::profile_reason_label, to_string(record.reason));
 }
 
 // Calls `visit(const Label&)` for each label of `sample`: its own, then its span's.

@@ -82,6 +82,17 @@ struct Options {
   // (docs/time_split.md): three system calls at its open and close, a few µs a span.
   bool time_split = false;
 
+  // ---- the whole process, all the time (docs/continuous.md) ------------------------------
+  // Every thread of the process sampled on its own CPU clock at frequency_hz, in a
+  // span or not (threads started before start(), later, and by libraries): one CPU
+  // profile of the process per window, each sample taken in a span labelled with it.
+  bool continuous = false;
+  // Which open span a continuous sample is labelled with: the thread's outermost (a
+  // request's own span, as Pyroscope's SDKs label), the innermost, or none.
+  ContinuousSpanLabels continuous_span_labels = ContinuousSpanLabels::local_root;
+  // The continuous profile's window, aligned to the wall clock.
+  std::uint32_t continuous_window_ms = 10'000;
+
   // ---- which spans are profiled (docs/sampling.md) -----------------------------------
   // The head sampler decides when a guard opens (null: every span); the tail policy,
   // when it closes, keeps or discards what was recorded (null: keep all); the

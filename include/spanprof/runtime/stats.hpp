@@ -38,6 +38,12 @@ struct Stats {
   std::uint64_t spool_pending = 0;         // payloads in the spool now
   std::uint64_t queue_length = 0;          // profiles handed over, not yet taken by the worker (<= queue_capacity)
   std::uint64_t classic_busy = 0;          // classic guards (CPU or heap) refused: another scope was profiling
+  // The process's continuous profile (Options::continuous, docs/continuous.md).
+  std::uint64_t continuous_threads = 0;          // threads with a CPU timer of it at its last look
+  std::uint64_t continuous_threads_left_out = 0; // threads that block the sample signal: not sampled
+  std::uint64_t continuous_samples = 0;          // samples taken into its windows
+  std::uint64_t continuous_samples_dropped = 0;  // lost to its full record buffer
+  std::uint64_t continuous_timers_refused = 0;   // threads' timers the kernel would not make (EAGAIN, ENOMEM)
   // Wall-clock profiles (docs/wall.md).
   std::uint64_t wall_guards_opened = 0;    // guards that started a wall profile
   std::uint64_t wall_samples_captured = 0;

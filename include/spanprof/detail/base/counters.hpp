@@ -40,6 +40,9 @@ enum class Counter : std::uint8_t {
   heap_samples_captured,
   heap_samples_dropped,
   classic_busy,           // classic guards refused: another scope was profiling
+  continuous_samples,          // the merger's: samples of the continuous profile it took
+  continuous_samples_dropped,  // the merger's: samples the continuous profile's full buffer turned away
+  continuous_timers_refused,   // the merger's: threads' CPU timers the kernel would not make
   // decisions
   head_declined,
   profiles_started,

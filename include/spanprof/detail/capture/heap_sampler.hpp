@@ -43,14 +43,6 @@
 
 #include <time.h>
 
-#if defined(__GNUC__)
-// initial-exec: the hooks run inside malloc, where a lazily allocated TLS block (the
-// default for code in a dlopen'ed library) would recurse into malloc.
-#define SPANPROF_HOOK_TLS __attribute__((tls_model("initial-exec")))
-#else
-#define SPANPROF_HOOK_TLS
-#endif
-
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
 
@@ -78,7 +70,7 @@ struct HeapThreadState {
   std::uint64_t stack_top;  // of this thread's stack (0: unknown), for the stack walker
 };
 
-SPANPROF_HOOK_TLS inline thread_local HeapThreadState heap_thread = {};
+SPANPROF_SIGNAL_SAFE_TLS inline thread_local HeapThreadState heap_thread = {};
 
 // Exponentially distributed gap with the given mean: every allocated byte then has
 // the same chance 1/interval of being the one sampled.

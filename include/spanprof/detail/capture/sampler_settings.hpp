@@ -37,6 +37,15 @@ struct StackSamplerSettings {
   bool watch_cpu{};  // Options::watch_cpu_ticks
 };
 
+// What one spanprof::start() asks of the process's continuous profile
+// (process_sampler.hpp).
+struct ContinuousSettings {
+  bool on{};
+  std::int64_t period_ns{};  // CPU time between two samples of a thread
+  int max_depth{};
+  ContinuousSpanLabels span_labels{};
+};
+
 inline std::int64_t monotonic_now_ns() noexcept {
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe (vDSO)

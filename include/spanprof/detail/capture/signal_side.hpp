@@ -12,6 +12,7 @@
 #include <spanprof/detail/capture/sample_records.hpp>
 #include <spanprof/detail/capture/sampler_settings.hpp>
 #include <spanprof/detail/capture/stack_walker.hpp>
+#include <spanprof/detail/capture/process_sampler.hpp>
 #include <spanprof/detail/capture/thread_stack_sampler.hpp>
 #include <spanprof/detail/capture/thread_status.hpp>
 
@@ -429,7 +430,11 @@ inline bool ThreadStackSampler::refuse_if_signal_blocked() noexcept {
 // The process-wide handler of the sample signal.
 inline void on_sample_signal(int, siginfo_t* info, void* ucontext) noexcept {
   const int saved_errno = errno;
-  if (ThreadStackSampler* sampler = current_stack_sampler) sampler->on_signal(info, ucontext);
+  // The continuous profile's ticks come to every thread, most with no sampler of
+  // their own; the rest are a thread's sampler's (ProcessSampler::instance() is
+  // made by start(), before any timer of its exists).
+  if (!(info->si_code == SI_TIMER && ProcessSampler::instance().on_signal(info, ucontext)))
+    if (ThreadStackSampler* sampler = current_stack_sampler) sampler->on_signal(info, ucontext);
   errno = saved_errno;
 }
 

@@ -20,6 +20,7 @@
 #include <spanprof/base/error.hpp>
 #include <spanprof/detail/base/thread_name.hpp>
 #include <spanprof/detail/capture/captured_profile.hpp>
+#include <spanprof/detail/capture/sampler_settings.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/delivery/delivery_policy.hpp>
 #include <spanprof/detail/delivery/hand_off.hpp>
@@ -57,6 +58,11 @@ class Worker {
     // checks on the host (the sample signal's health), off every request thread.
     std::function<void()> watchdog;
     std::chrono::milliseconds watchdog_interval{100};
+    // The process's continuous profile (Options::continuous): takes what its
+    // sampler recorded since the merger's last look (null: off), and its window on
+    // the wall clock.
+    std::function<void(std::vector<RawProfile>&)> continuous;
+    std::chrono::milliseconds continuous_window{};
   };
 
   Worker() = default;
@@ -72,6 +78,8 @@ class Worker {
       run->tick = config.tick;
       run->watchdog = config.watchdog;
       run->watchdog_interval = config.watchdog_interval;
+      run->continuous = config.continuous;
+      run->continuous_window = config.continuous_window;
       run->clock = config.clock ? config.clock : default_clock();
       // Flushes asked of an earlier run were answered when it stopped.
       run->flushes_answered = flush_requested_;
@@ -221,6 +229,11 @@ class Worker {
     ProfileBatch batches[profile_kind_count];  // batched: by ProfileKind
     Tickets tickets[profile_kind_count];       // the spans of batches[k], in order
     std::int64_t window_end[profile_kind_count]{};  // on Run::clock
+    // The continuous profile's window, on the wall clock; a window cut early at the
+    // lane's limits goes on in a new batch with the same bounds.
+    ProfileBatch continuous;
+    std::int64_t continuous_start = 0;
+    std::int64_t continuous_end = 0;
   };
 
   // Everything one start() runs, shared by its two threads (and kept alive by them
@@ -233,6 +246,8 @@ class Worker {
     std::uint64_t flushes_answered = 0;  // the merger's: flush requests it has passed on
     std::function<void()> watchdog;
     std::chrono::milliseconds watchdog_interval{100};
+    std::function<void(std::vector<RawProfile>&)> continuous;
+    std::chrono::milliseconds continuous_window{10'000};
     std::unique_ptr<Sender> sender;
     // Set when the merger has counted what it held: a stop past its deadline
     // waits briefly for it (the merger runs no user code), so that stats() add up
@@ -289,6 +304,7 @@ class Worker {
         run.watchdog();
       }
       drain(run);
+      take_continuous(run, flushing);
       cut_due_windows(run, flushing);
       if (flushing) {
         // Answered by the sender once everything before the marker is sent.
@@ -370,6 +386,46 @@ class Worker {
     } SPANPROF_CATCH_ALL {
       report_error(ErrorCode::internal, "unknown exception while processing a profile");
     }
+  }
+
+  // What the continuous profile recorded since the last look joins each lane's
+  // window of the wall clock: cut when the window ends, at the lane's limits, and
+  // at a flush.
+  static void take_continuous(Run& run, bool flushing) noexcept {
+    if (!run.continuous) return;
+    SPANPROF_TRY {
+      std::vector<RawProfile> taken;
+      run.continuous(taken);
+      const std::int64_t now = realtime_now_ns();
+      const std::int64_t window = std::max<std::int64_t>(1, ns(run.continuous_window));
+      for (std::size_t l = 0; l < run.lanes.size(); ++l) {
+        Lane& lane = run.lanes[l];
+        if (!lane.continuous.empty() && now >= lane.continuous_end) cut_continuous(run, l);
+        for (const RawProfile& raw : taken) {
+          if (lane.continuous.empty()) {
+            if (now >= lane.continuous_end) {
+              lane.continuous_start = now - now % window;
+              lane.continuous_end = lane.continuous_start + window;
+            }
+            lane.continuous.set_window(lane.continuous_start, lane.continuous_end);
+          }
+          lane.continuous.add(raw);
+          if (lane.continuous.sample_count() >= lane.delivery.max_samples ||
+              lane.continuous.estimated_bytes() >= lane.delivery.max_bytes)
+            cut_continuous(run, l);
+        }
+        if (flushing && !lane.continuous.empty()) cut_continuous(run, l);
+      }
+    } SPANPROF_CATCH_ALL {
+      report_error(ErrorCode::internal, "out of memory merging the continuous profile");
+    }
+  }
+
+  static void cut_continuous(Run& run, std::size_t lane) noexcept {
+    Outgoing window;
+    window.lane = lane;
+    std::swap(window.batch, run.lanes[lane].continuous);
+    if (!window.batch.empty()) run.sender->post(std::move(window));
   }
 
   static std::int64_t next_window_end(const Run& run) noexcept {

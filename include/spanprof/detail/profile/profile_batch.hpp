@@ -7,6 +7,10 @@
 // The batch also keeps the figures delivery cuts on: distinct samples, and an
 // estimate of the encoded size (pprof's uncompressed bytes, from above), so a
 // window can be sent before it outgrows a backend's limits.
+//
+// The process's continuous profile (Options::continuous) is a batch too: its raw
+// profiles (ProfileReason::continuous) are a span's samples, or those outside any
+// span (no ids), and each span keeps one record for all its samples of the window.
 #ifndef SPANPROF_DETAIL_PROFILE_PROFILE_BATCH_HPP_
 #define SPANPROF_DETAIL_PROFILE_PROFILE_BATCH_HPP_
 
@@ -27,7 +31,7 @@ namespace detail {
 
 class ProfileBatch {
  public:
-  bool empty() const noexcept { return spans_.empty(); }
+  bool empty() const noexcept { return !started_; }
   std::size_t span_count() const noexcept { return spans_.size(); }
   std::size_t sample_count() const noexcept { return samples_.size(); }  // distinct (stack, span)
   std::size_t estimated_bytes() const noexcept { return estimated_bytes_; }
@@ -46,17 +50,19 @@ class ProfileBatch {
   // Adds every sample of `raw` under its span. May throw std::bad_alloc.
   void add(const RawProfile& raw) {
     if (empty()) {
+      started_ = true;
       kind_ = raw.kind;
       period_ = period_of(raw);
-      start_ns_ = raw.start_unix_ns;
-      end_ns_ = raw.start_unix_ns + raw.duration_ns;
+      if (!fixed_window_) {
+        start_ns_ = raw.start_unix_ns;
+        end_ns_ = raw.start_unix_ns + raw.duration_ns;
+      }
     }
-    start_ns_ = std::min(start_ns_, raw.start_unix_ns);
-    end_ns_ = std::max(end_ns_, raw.start_unix_ns + raw.duration_ns);
-    const auto span = static_cast<std::uint32_t>(spans_.size());
-    spans_.push_back(raw);  // the record, without its stacks
-    // A span's labels: two ids, a name, a reason (keys are shared strings).
-    estimated_bytes_ += 80 + raw.span_name.size();
+    if (!fixed_window_) {
+      start_ns_ = std::min(start_ns_, raw.start_unix_ns);
+      end_ns_ = std::max(end_ns_, raw.start_unix_ns + raw.duration_ns);
+    }
+    const std::uint32_t span = span_of(raw);  // 1 + its record's index; 0: none
     dropped_samples_ += raw.dropped_samples;
     if (!raw.engine.empty() && engine_.find(raw.engine) == std::string::npos)
       engine_ += (engine_.empty() ? "" : ",") + raw.engine;
@@ -81,10 +87,19 @@ class ProfileBatch {
     }
   }
 
+  // A window of the clock rather than of its spans' times (the continuous
+  // profile's): what window_record() says, whatever is added.
+  void set_window(std::int64_t start_unix_ns, std::int64_t end_unix_ns) noexcept {
+    fixed_window_ = true;
+    start_ns_ = start_unix_ns;
+    end_ns_ = end_unix_ns;
+  }
+
   // The record of the window as a whole: its kind, period, engines and time span;
   // no span's ids or name (each sample has its own span's).
   SpanRecord window_record() const {
     SpanRecord window;
+    window.reason = continuous_ ? ProfileReason::continuous : ProfileReason::sampled;
     window.kind = kind_;
     window.period_ns = kind_ != ProfileKind::heap ? period_ : 0;
     window.heap_interval_bytes = kind_ == ProfileKind::heap ? period_ : 0;
@@ -99,7 +114,7 @@ class ProfileBatch {
     std::vector<ProfileBuilder::Sample> samples;
     samples.reserve(samples_.size());
     for (const Entry& entry : samples_)
-      samples.push_back({stack_list_[entry.key.stack], &entry.values, entry.key.span + 1, entry.key.state});
+      samples.push_back({stack_list_[entry.key.stack], &entry.values, entry.key.span, entry.key.state});
     return builder.build(window_record(), samples, spans_, comments);
   }
 
@@ -108,7 +123,7 @@ class ProfileBatch {
 
  private:
   struct Key {
-    std::uint32_t span;
+    std::uint32_t span;   // 1 + the index of its record in spans_; 0: none
     std::uint32_t stack;  // index into stack_list_
     ThreadState state;    // a wall sample's: samples of one stack in two states stay apart
     bool operator==(const Key& other) const noexcept {
@@ -134,10 +149,37 @@ class ProfileBatch {
     std::vector<std::int64_t> values;
   };
 
+  // The record `raw`'s samples go under: its own, or for the continuous profile the
+  // one its span already has in this batch (none outside any span).
+  std::uint32_t span_of(const RawProfile& raw) {
+    if (raw.reason == ProfileReason::continuous) {
+      continuous_ = true;
+      if (!raw.span.span_id.valid()) return 0;
+      std::string key(reinterpret_cast<const char*>(raw.span.trace_id.bytes().data()), TraceId::size);
+      key.append(reinterpret_cast<const char*>(raw.span.span_id.bytes().data()), SpanId::size);
+      key += raw.span_name;
+      const auto [it, inserted] = continuous_spans_.try_emplace(std::move(key), 0);
+      if (!inserted) return it->second;
+      it->second = add_record(raw);
+      return it->second;
+    }
+    return add_record(raw);
+  }
+
+  std::uint32_t add_record(const RawProfile& raw) {
+    spans_.push_back(raw);  // the record, without its stacks
+    // A span's labels: two ids, a name, a reason (keys are shared strings).
+    estimated_bytes_ += 80 + raw.span_name.size();
+    return static_cast<std::uint32_t>(spans_.size());
+  }
+
   static std::int64_t period_of(const RawProfile& raw) noexcept {
     return raw.kind == ProfileKind::heap ? raw.heap_interval_bytes : raw.period_ns;
   }
 
+  bool started_ = false;
+  bool fixed_window_ = false;  // set_window()
+  bool continuous_ = false;    // the continuous profile's
   ProfileKind kind_ = ProfileKind::cpu;
   std::int64_t period_ = 0;
   std::int64_t start_ns_ = 0;
@@ -146,6 +188,7 @@ class ProfileBatch {
   std::uint64_t dropped_samples_ = 0;
   std::string engine_;
   std::vector<SpanRecord> spans_;
+  std::unordered_map<std::string, std::uint32_t> continuous_spans_;  // ids and name -> 1 + index
   std::unordered_map<std::vector<std::uintptr_t>, std::uint32_t, StackHash> stacks_;
   std::vector<const std::vector<std::uintptr_t>*> stack_list_;  // node-based map: stable keys
   std::unordered_map<Key, std::size_t, KeyHash> index_;

@@ -27,6 +27,9 @@ struct GuardGate {
   // asks it.
   std::uint64_t head_threshold = 0;
   bool has_trigger = false;  // an AdaptiveTrigger times turned-down spans
+  // The continuous profile labels its samples with the spans open on each thread
+  // (Options::continuous): every guard pushes its span, profiled or not.
+  bool labels_spans = false;
 };
 
 class GuardHost;  // the runtime, as guards see it (running_config.hpp)

@@ -8,6 +8,7 @@
 #include <spanprof/detail/base/counters.hpp>
 #include <spanprof/base/error.hpp>
 #include <spanprof/detail/base/loader_lock_gate.hpp>
+#include <spanprof/detail/capture/process_sampler.hpp>
 #include <spanprof/detail/capture/stack_sampler.hpp>
 #include <spanprof/detail/capture/heap_sampler.hpp>
 #include <spanprof/detail/capture/wall_ticker.hpp>
@@ -103,6 +104,26 @@ class Runtime final : public GuardHost {
         wall_ticker().hold_perf_hooks_on();
       }
 
+      // The process's continuous profile: every thread's timer is made by the
+      // merger, at each of its looks, which takes the samples too.
+      ProcessSampler& process = ProcessSampler::instance();
+      if (plan.continuous.on && config->sampler.signal_number != 0) {
+        std::string why;
+        if (process.start(plan.continuous, config->sampler.signal_number, why)) {
+          config->labels_spans = plan.continuous.span_labels != ContinuousSpanLabels::none;
+          plan.delivery.continuous = &take_continuous_samples;
+          // A thread the program starts is sampled from the merger's next look: the
+          // looks come often, and most cost a stat (ProcessSampler::scan).
+          plan.delivery.tick = std::min(plan.delivery.tick, continuous_look_interval);
+          scan_continuous_threads();  // the threads there are now, sampled from now
+        } else {
+          report_error(ErrorCode::sampler_failed, "the continuous profile cannot run: " + why);
+        }
+      } else {
+        if (plan.continuous.on) report_error(ErrorCode::sampler_failed, "the continuous profile cannot run: no signal for samples");
+        process.stop();
+      }
+
       Worker::Config& worker = plan.delivery;
       if (worker.uploaders.empty()) worker.uploaders.push_back(std::make_shared<FileUploader>(plan.output_directory));
       if (!worker.symbolizer) worker.symbolizer = make_elf_symbolizer(std::move(plan.symbolizer));
@@ -168,6 +189,8 @@ class Runtime final : public GuardHost {
     retirement_.retire(std::move(current_config_));
     trigger_.reset();
     retirement_.reclaim();
+    // The continuous profile's timers go; its last samples go out with the flush below.
+    ProcessSampler::instance().stop();
     // Threads keep their sampler objects (freed at thread exit) but stop receiving
     // signals now, instead of after their idle countdown.
     {
@@ -207,6 +230,11 @@ class Runtime final : public GuardHost {
     s.heap_samples_dropped = c[Counter::heap_samples_dropped];
     s.heap_hooks_installed = heap_hooks().installed();
     s.classic_busy = c[Counter::classic_busy];
+    s.continuous_threads = ProcessSampler::instance().threads_sampled();
+    s.continuous_threads_left_out = ProcessSampler::instance().threads_left_out();
+    s.continuous_samples = c[Counter::continuous_samples];
+    s.continuous_samples_dropped = c[Counter::continuous_samples_dropped];
+    s.continuous_timers_refused = c[Counter::continuous_timers_refused];
     s.head_declined = c[Counter::head_declined];
     s.profiles_started = c[Counter::profiles_started];
     s.kept_sampled = c[Counter::kept_sampled];
@@ -256,6 +284,35 @@ class Runtime final : public GuardHost {
   // by spanprof::start(options) is stopped, and says so at its first guard: the
   // uploaders in those options may be mid-upload in the parent, their locks held
   // for good in the child. spanprof::start() in the child profiles it.
+  // The merger's look at the continuous profile: a timer for each new thread, and
+  // the samples since the last look.
+  static constexpr std::chrono::milliseconds continuous_look_interval{20};
+
+  static void take_continuous_samples(std::vector<RawProfile>& out) {
+    scan_continuous_threads();
+    ContinuousSamples samples;
+    ProcessSampler::instance().take(samples);
+    std::uint64_t taken = 0;
+    for (const RawProfile& profile : samples.profiles)
+      for (const RawSample& sample : profile.samples) taken += static_cast<std::uint64_t>(sample.values.at(0));
+    if (taken != 0) count(Counter::continuous_samples, taken);
+    if (samples.dropped != 0) count(Counter::continuous_samples_dropped, samples.dropped);
+    out = std::move(samples.profiles);
+  }
+
+  static void scan_continuous_threads() noexcept {
+    const ProcessSampler::ScanResult scan = ProcessSampler::instance().scan();
+    if (scan.refused != 0) count(Counter::continuous_timers_refused, scan.refused);
+    if (scan.report_refusal) {
+      char message[200];
+      std::snprintf(message, sizeof message,
+                    "continuous profile: the kernel refused a thread's CPU timer (%s): that thread is not sampled, "
+                    "the rest of the process is (counted in Stats::continuous_timers_refused)",
+                    std::strerror(scan.refused_errno));
+      report_error(ErrorCode::sampler_failed, message);
+    }
+  }
+
   static void before_fork() noexcept {
     // Every static the child's handler touches is made before the fork: one that
     // another thread was making at that moment would leave the child waiting on its
@@ -267,6 +324,7 @@ class Runtime final : public GuardHost {
     (void)captured_profile_pool();
     (void)error_channel();
     (void)sample_signal_installation();
+    ProcessSampler::instance().lock_for_fork();
     loader_lock_gate().close_and_wait(std::chrono::milliseconds(100));
     counter_registry().mutex.lock();
     stack_sampler_list().mutex.lock();
@@ -277,11 +335,13 @@ class Runtime final : public GuardHost {
     stack_sampler_list().mutex.unlock();
     counter_registry().mutex.unlock();
     loader_lock_gate().open();
+    ProcessSampler::instance().unlock_after_fork_in_parent();
   }
   static void after_fork_in_child() noexcept { runtime_instance().reset_after_fork(); }
 
   void reset_after_fork() noexcept {
     loader_lock_gate().reset_after_fork();
+    ProcessSampler::instance().reset_after_fork_in_child();
     counter_registry().reset_after_fork(thread_counters.registered ? &thread_counters : nullptr);
     stack_sampler_list().reset_after_fork();
     heap_thread_registry().reset_after_fork(&heap_thread);

@@ -55,6 +55,7 @@ inline constexpr const char* engine_names[] = {"sampling", "classic"};  // CpuEn
 inline constexpr const char* cpu_sample_source_names[] = {"automatic", "perf_event", "posix_timer"};
 inline constexpr const char* overflow_policy_names[] = {"drop_newest", "drop_oldest"};
 inline constexpr const char* system_library_lines_names[] = {"none", "line_tables", "inlined_functions"};
+inline constexpr const char* continuous_span_labels_names[] = {"local_root", "innermost", "none"};
 // The head samplers, named as OpenTelemetry names its trace samplers.
 inline constexpr const char* head_sampler_names[] = {"always_on",   "always_off", "traceidratio", "probability",
                                                      "parentbased_always_on", "parentbased_traceidratio"};
@@ -68,7 +69,8 @@ constexpr bool names_match(const char* const (&names)[N]) {
 }
 static_assert(names_match<ProfileKind>(profile_kind_names) && names_match<CpuEngine>(engine_names) &&
                   names_match<HeapEngine>(engine_names) && names_match<CpuSampleSource>(cpu_sample_source_names) &&
-                  names_match<SystemLibraryLines>(system_library_lines_names),
+                  names_match<SystemLibraryLines>(system_library_lines_names) &&
+                  names_match<ContinuousSpanLabels>(continuous_span_labels_names),
               "describe() and the variables spell an enumerator as to_string() does");
 
 // The stack sampler's own bound. Compiled out (SPANPROF_ENABLED=0) there is no
@@ -121,7 +123,9 @@ inline constexpr Setting settings[] = {
     setting<&Options::frequency_hz>(
         "frequency_hz", "SPANPROF_FREQUENCY", EG::capture, format::integer(1, 4000, "Hz"),
         "CPU samples per CPU-second of a profiled thread.")
-        .feeds([](const Options& o, StartPlan& p) { p.capture.sampler.period_ns = 1'000'000'000LL / o.frequency_hz; }),
+        .feeds([](const Options& o, StartPlan& p) {
+          p.capture.sampler.period_ns = p.continuous.period_ns = 1'000'000'000LL / o.frequency_hz;
+        }),
     setting<&Options::wall_frequency_hz>(
         "wall_frequency_hz", "SPANPROF_WALL_FREQUENCY", EG::capture, format::integer(1, 1000, "Hz"),
         "Wall-clock samples per second of a thread in a wall-profiled span.")
@@ -132,7 +136,7 @@ inline constexpr Setting settings[] = {
         "max_stack_depth", nullptr, EG::capture, format::integer(1, deepest_stack_kept, "frames"),
         "Frames kept per sample.")
         .feeds([](const Options& o, StartPlan& p) {
-          p.capture.sampler.max_depth = p.capture.heap.max_depth = o.max_stack_depth;
+          p.capture.sampler.max_depth = p.capture.heap.max_depth = p.continuous.max_depth = o.max_stack_depth;
         }),
     setting<&Options::heap_sample_interval_bytes>(
         "heap_sample_interval_bytes", "SPANPROF_HEAP_INTERVAL", EG::capture,
@@ -167,6 +171,25 @@ inline constexpr Setting settings[] = {
         "1: each profiled span's elapsed time split into running, waiting for a CPU and blocked, with its context "
         "switches (three system calls at the open and the close, a few µs a span).")
         .feeds([](const Options& o, StartPlan& p) { p.capture.time_split = o.time_split; }),
+
+    // ---- the whole process, all the time (docs/continuous.md)
+    setting<&Options::continuous>(
+        "continuous", "SPANPROF_CONTINUOUS", EG::capture, format::integer(0, 1),
+        "1: every thread of the process sampled on its own CPU clock, in a span or not: one CPU profile of the "
+        "process per window, each sample taken in a span labelled with it.")
+        .feeds([](const Options& o, StartPlan& p) { p.continuous.on = o.continuous; }),
+    setting<&Options::continuous_span_labels>(
+        "continuous_span_labels", "SPANPROF_CONTINUOUS_SPAN_LABELS", EG::capture,
+        format::choice(continuous_span_labels_names),
+        "Which open span labels a continuous sample: the thread's outermost (local_root: a request's own span), the "
+        "innermost, or none.")
+        .feeds([](const Options& o, StartPlan& p) { p.continuous.span_labels = o.continuous_span_labels; }),
+    setting<&Options::continuous_window_ms>(
+        "continuous_window_ms", "SPANPROF_CONTINUOUS_WINDOW_MS", EG::capture, format::integer(1000, 3'600'000, "ms"),
+        "The continuous profile's window, aligned to the wall clock.")
+        .feeds([](const Options& o, StartPlan& p) {
+          p.delivery.continuous_window = std::chrono::milliseconds(o.continuous_window_ms);
+        }),
 
     // ---- which spans are profiled (docs/sampling.md)
     setting<&Options::head_sampler>(

@@ -8,6 +8,7 @@
 #define SPANPROF_DETAIL_RUNTIME_START_PLAN_HPP_
 
 #include <spanprof/config.hpp>
+#include <spanprof/detail/capture/sampler_settings.hpp>
 #include <spanprof/detail/delivery/worker.hpp>
 #include <spanprof/detail/runtime/running_config.hpp>
 #include <spanprof/symbolization/elf_symbolizer.hpp>
@@ -19,6 +20,7 @@ namespace detail {
 
 struct StartPlan {
   CaptureSettings capture;
+  ContinuousSettings continuous;  // the process's continuous profile
   Worker::Config delivery;
   // The signal asked for (0: a free one is picked when the handler is installed).
   int signal_number{};

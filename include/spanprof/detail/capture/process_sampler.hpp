@@ -1,0 +1,554 @@
+// Internal. The process's continuous CPU profile (Options::continuous,
+// docs/continuous.md): every thread of the process sampled on its own CPU clock,
+// span or no span, each sample labelled with the span its thread runs in.
+//
+// Why it is shaped like this:
+//  * One POSIX CPU timer per thread, made from another thread (the merger's, at
+//    each of its looks: ProcessSampler::scan) on the thread's CPU clock and
+//    signalling that thread alone (SIGEV_THREAD_ID), as Go and async-profiler do:
+//    threads that existed before start(), that the program starts later, and that a
+//    library starts are all found in /proc/self/task. An idle thread's timer never
+//    fires; a thread that exits loses its timer at the next look.
+//  * The period is fixed and each signal counts the expirations the kernel merged
+//    into it (si_overrun): a thread's samples times the period is its CPU time to
+//    the period, whatever its load. Its first expiry is drawn at random.
+//  * The sample signal is spanprof's own (never SIGPROF); the timer's value names
+//    its thread's slot, so the handler knows it from a span sampler's tick.
+//  * The handler walks the stack and writes one record into the shared record
+//    buffer (two halves: writers reserve with an atomic add, the merger takes the
+//    half they no longer write), with the span its thread's label stack names
+//    (span_labels.hpp). No lock, no allocation, no stdio.
+//  * What the handler may reach lives for the process: the slots and the buffer
+//    are made once and reused by every later start(), so a signal still queued
+//    after a stop finds them.
+#ifndef SPANPROF_DETAIL_CAPTURE_PROCESS_SAMPLER_HPP_
+#define SPANPROF_DETAIL_CAPTURE_PROCESS_SAMPLER_HPP_
+
+#include <spanprof/capture/engines.hpp>
+#include <spanprof/config.hpp>
+#include <spanprof/detail/base/xorshift.hpp>
+#include <spanprof/detail/capture/sample_records.hpp>
+#include <spanprof/detail/capture/sampler_settings.hpp>
+#include <spanprof/detail/capture/span_labels.hpp>
+#include <spanprof/detail/capture/stack_walker.hpp>
+#include <spanprof/detail/capture/thread_status.hpp>
+#include <spanprof/profile/profile.hpp>
+
+#if SPANPROF_ENABLED
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef sigev_notify_thread_id
+#define sigev_notify_thread_id _sigev_un._tid
+#endif
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// What a continuous timer's signal carries (sigev_value): this tag and its slot.
+inline constexpr std::uint64_t continuous_tick_tag = 0x5350'5052ull << 32;  // "SPPR"
+
+// The records the handler writes, and the merger reads back:
+//   [meta, tid, (trace id 2 words, span id 1 word, name words)?, weight, depth, pc_0 ...]
+// meta: continuous_record_mark, bit 0 set when a span label follows, its name's
+// bytes in bits 8-15. The stack part is a stack record (sample_records.hpp).
+inline constexpr std::uint64_t continuous_record_mark = std::uint64_t{0xC0} << 56;
+
+constexpr std::size_t continuous_label_words(std::size_t name_bytes) noexcept { return 3 + (name_bytes + 7) / 8; }
+
+// The samples the merger takes at once: one profile per span label (and one for
+// the samples outside any span), their records' kind, period and engine set.
+struct ContinuousSamples {
+  std::vector<RawProfile> profiles;
+  std::uint64_t dropped = 0;  // records the full buffer turned away since the last take
+};
+
+class ProcessSampler {
+ public:
+  // The one per process: its slots and buffer outlive every start().
+  static ProcessSampler& instance() noexcept {
+    static ProcessSampler sampler;
+    return sampler;
+  }
+
+  ProcessSampler(const ProcessSampler&) = delete;
+  ProcessSampler& operator=(const ProcessSampler&) = delete;
+
+  // Starts sampling every thread at each scan; false (and why) when the buffer
+  // cannot be made. `signal_number` is the sample signal's, with its handler in.
+  bool start(const ContinuousSettings& settings, int signal_number, std::string& why) noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_locked();
+    if (halves_[0].words == nullptr) {
+      for (Half& half : halves_) {
+        half.words = new (std::nothrow) std::uint64_t[half_words];
+        if (half.words == nullptr) {
+          why = "cannot allocate the continuous profile's record buffer";
+          return false;
+        }
+      }
+    }
+    period_ns_ = settings.period_ns;
+    max_depth_.store(std::min(settings.max_depth, max_stack_depth_limit), std::memory_order_relaxed);
+    span_labels_.store(settings.span_labels, std::memory_order_relaxed);
+    signal_number_ = signal_number;
+    timer_failures_reported_ = false;
+    running_.store(true, std::memory_order_release);
+    return true;
+  }
+
+  // Deletes every timer. The records already written stay for take().
+  void stop() noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_locked();
+  }
+
+  bool running() const noexcept { return running_.load(std::memory_order_acquire); }
+
+  // In a forked child: the timers were the parent's (a child has none) and its
+  // threads are gone but the forking one; the next start() begins afresh.
+  void forget_after_fork() noexcept {
+    for (auto& [tid, slot] : threads_) {
+      if (slot != nullptr) release_slot(*slot, false);
+    }
+    threads_.clear();
+  }
+
+  // The merger's look: a timer for every thread that has none, none for threads
+  // that are gone. Threads that block the sample signal (spanprof's own among
+  // them) are left out: their signals would wait forever.
+  struct ScanResult {
+    std::size_t threads = 0;        // sampled now
+    std::size_t timers_made = 0;
+    std::size_t timers_deleted = 0;
+    std::size_t refused = 0;         // timers the kernel would not make this time
+    int refused_errno = 0;
+    bool report_refusal = false;     // the first refusal since start(): say so once
+    std::size_t blocking = 0;        // threads left out because they block the signal
+  };
+  ScanResult scan() noexcept {
+    ScanResult result;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!running_.load(std::memory_order_relaxed)) return result;
+    SPANPROF_TRY {
+      // Listing the threads costs a read of /proc per few dozen of them; their
+      // count costs a stat (its link count is theirs + 2). A new thread is listed
+      // at the first look that finds the count changed, and one that replaced
+      // another of the same count within a second.
+      struct stat task{};
+      const std::int64_t now = monotonic_now_ns();
+      const bool counted = ::stat("/proc/self/task", &task) == 0;
+      if (counted && task.st_nlink == listed_links_ && now - listed_at_ns_ < full_scan_interval_ns) {
+        result.threads = threads_sampled_.load(std::memory_order_relaxed);
+        result.blocking = threads_left_out_.load(std::memory_order_relaxed);
+        return result;
+      }
+      listed_links_ = counted ? task.st_nlink : 0;
+      listed_at_ns_ = now;
+      if (!list_threads(present_)) return result;
+      for (const pid_t tid : present_) {
+        auto [it, inserted] = threads_.try_emplace(tid, nullptr);
+        if (!inserted) {
+          if (it->second == nullptr) ++result.blocking;
+          continue;
+        }
+        if (thread_blocks_signal(tid, signal_number_)) {
+          ++result.blocking;
+          continue;  // stays in threads_ as null: not asked again
+        }
+        ThreadSlot* slot = make_timer(tid, result);
+        if (slot == nullptr) {
+          threads_.erase(it);  // asked again at the next scan
+          continue;
+        }
+        it->second = slot;
+        ++result.timers_made;
+      }
+      // Threads that were not listed are gone.
+      for (auto it = threads_.begin(); it != threads_.end();) {
+        if (!std::binary_search(present_.begin(), present_.end(), it->first)) {
+          if (it->second != nullptr) {
+            release_slot(*it->second, true);
+            ++result.timers_deleted;
+          }
+          it = threads_.erase(it);
+        } else {
+          if (it->second != nullptr) ++result.threads;
+          ++it;
+        }
+      }
+      learn_stack_tops();
+      threads_sampled_.store(result.threads, std::memory_order_relaxed);
+      threads_left_out_.store(result.blocking, std::memory_order_relaxed);
+    } SPANPROF_CATCH_ALL {}
+    return result;
+  }
+
+  // Takes what the handlers wrote since the last take (the merger's).
+  void take(ContinuousSamples& out) {
+    const std::uint32_t writing = active_.load(std::memory_order_seq_cst);
+    Half& half = halves_[writing];
+    if (half.words == nullptr) return;
+    active_.store(writing ^ 1u, std::memory_order_seq_cst);
+    // A handler that reserved room before the switch finishes within microseconds
+    // of its thread's time; its thread may wait for a core meanwhile.
+    for (int spins = 0; half.writers.load(std::memory_order_seq_cst) != 0; ++spins) {
+      if (spins < 100) {
+        ::sched_yield();
+      } else {
+        timespec pause{0, 100'000};
+        ::nanosleep(&pause, nullptr);
+      }
+    }
+    const std::size_t used = std::min(half.used.load(std::memory_order_acquire), half_words);
+    read_records(half.words, used, out);
+    half.used.store(0, std::memory_order_relaxed);
+    out.dropped += dropped_.exchange(0, std::memory_order_relaxed);
+  }
+
+  // The sample signal's handler, for a continuous timer's tick: true when the
+  // signal was one (async-signal-safe).
+  bool on_signal(const siginfo_t* info, const void* ucontext) noexcept {
+    if (info->si_code != SI_TIMER) return false;
+    const auto value = reinterpret_cast<std::uintptr_t>(info->si_value.sival_ptr);
+    if ((value & ~std::uint64_t{0xFFFF'FFFF}) != continuous_tick_tag) return false;
+    if (!running_.load(std::memory_order_acquire)) return true;
+    ThreadSlot* slot = slot_at(static_cast<std::uint32_t>(value));
+    const pid_t tid = static_cast<pid_t>(::syscall(SYS_gettid));
+    if (slot == nullptr || slot->tid.load(std::memory_order_acquire) != tid) return true;  // a timer since deleted
+    record(*slot, static_cast<std::uint64_t>(1) + static_cast<std::uint64_t>(std::max(0, info->si_overrun)),
+           ucontext);
+    return true;
+  }
+
+  std::int64_t period_ns() const noexcept { return period_ns_; }
+  // At the last scan: threads sampled, and threads left out (they block the signal).
+  std::size_t threads_sampled() const noexcept { return threads_sampled_.load(std::memory_order_relaxed); }
+  std::size_t threads_left_out() const noexcept { return threads_left_out_.load(std::memory_order_relaxed); }
+
+  // fork(): the scan's state is whole in the child (the parent's merger may be
+  // scanning), and the child forgets the parent's timers and threads.
+  void lock_for_fork() noexcept { mutex_.lock(); }
+  void unlock_after_fork_in_parent() noexcept { mutex_.unlock(); }
+  void reset_after_fork_in_child() noexcept {
+    new (&mutex_) std::mutex();
+    running_.store(false, std::memory_order_release);
+    forget_after_fork();
+  }
+
+ private:
+  ProcessSampler() = default;
+
+  static constexpr std::size_t half_words = std::size_t{1} << 16;  // 512 KiB: ~2,000 samples
+  static constexpr std::int64_t full_scan_interval_ns = 1'000'000'000;
+  static constexpr std::size_t slots_per_chunk = 256;
+  static constexpr std::size_t max_chunks = 256;  // 65,536 threads at once
+
+  struct ThreadSlot {
+    std::atomic<pid_t> tid{0};  // 0: free
+    timer_t timer{};
+    std::uint32_t index = 0;
+    // Where the walker may read the thread's stack without a check: learnt from
+    // the maps around a stack pointer a sample saw (0: each read is checked).
+    std::atomic<std::uint64_t> stack_top{0};
+    std::atomic<std::uint64_t> sample_sp{0};
+  };
+
+  struct Half {
+    std::atomic<std::size_t> used{0};
+    std::atomic<std::uint32_t> writers{0};
+    std::uint64_t* words = nullptr;
+  };
+
+  void stop_locked() noexcept {
+    running_.store(false, std::memory_order_release);
+    listed_links_ = 0;
+    for (auto& [tid, slot] : threads_)
+      if (slot != nullptr) release_slot(*slot, true);
+    threads_.clear();
+    threads_sampled_.store(0, std::memory_order_relaxed);
+    threads_left_out_.store(0, std::memory_order_relaxed);
+  }
+
+  ThreadSlot* slot_at(std::uint32_t index) const noexcept {
+    const std::size_t chunk = index / slots_per_chunk;
+    if (chunk >= max_chunks) return nullptr;
+    ThreadSlot* slots = chunks_[chunk].load(std::memory_order_acquire);
+    return slots == nullptr ? nullptr : &slots[index % slots_per_chunk];
+  }
+
+  ThreadSlot* free_slot() {
+    if (!free_.empty()) {
+      ThreadSlot* slot = free_.back();
+      free_.pop_back();
+      return slot;
+    }
+    const std::size_t chunk = slot_count_ / slots_per_chunk;
+    if (chunk >= max_chunks) return nullptr;
+    if (chunks_[chunk].load(std::memory_order_relaxed) == nullptr) {
+      auto* slots = new (std::nothrow) ThreadSlot[slots_per_chunk];
+      if (slots == nullptr) return nullptr;
+      for (std::size_t i = 0; i < slots_per_chunk; ++i)
+        slots[i].index = static_cast<std::uint32_t>(chunk * slots_per_chunk + i);
+      chunks_[chunk].store(slots, std::memory_order_release);
+    }
+    ThreadSlot* slot = &chunks_[chunk].load(std::memory_order_relaxed)[slot_count_ % slots_per_chunk];
+    ++slot_count_;
+    return slot;
+  }
+
+  ThreadSlot* make_timer(pid_t tid, ScanResult& result) {
+    ThreadSlot* slot = free_slot();
+    if (slot == nullptr) {
+      refuse(ENOMEM, result);
+      return nullptr;
+    }
+    sigevent event{};
+    event.sigev_notify = SIGEV_THREAD_ID;
+    event.sigev_signo = signal_number_;
+    event.sigev_notify_thread_id = tid;
+    event.sigev_value.sival_ptr = reinterpret_cast<void*>(continuous_tick_tag | slot->index);
+    // Linux's per-thread CPU clock id, as glibc's pthread_getcpuclockid makes it.
+    const clockid_t clock = static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6);
+    slot->tid.store(tid, std::memory_order_release);
+    slot->stack_top.store(0, std::memory_order_relaxed);
+    slot->sample_sp.store(0, std::memory_order_relaxed);
+    if (::timer_create(clock, &event, &slot->timer) != 0) {
+      const int error = errno;
+      slot->tid.store(0, std::memory_order_release);
+      free_.push_back(slot);
+      if (error != EINVAL && error != ESRCH) refuse(error, result);  // EINVAL: the thread is gone already
+      return nullptr;
+    }
+    // The first expiry at a random point of the first period: threads started
+    // together do not all tick at once.
+    const std::int64_t first = 1 + static_cast<std::int64_t>(xorshift_unit(random_) * static_cast<double>(period_ns_));
+    itimerspec spec{};
+    spec.it_value.tv_sec = first / 1'000'000'000;
+    spec.it_value.tv_nsec = first % 1'000'000'000;
+    spec.it_interval.tv_sec = period_ns_ / 1'000'000'000;
+    spec.it_interval.tv_nsec = period_ns_ % 1'000'000'000;
+    if (::timer_settime(slot->timer, 0, &spec, nullptr) != 0) {
+      ::timer_delete(slot->timer);
+      slot->tid.store(0, std::memory_order_release);
+      free_.push_back(slot);
+      return nullptr;
+    }
+    return slot;
+  }
+
+  void refuse(int error, ScanResult& result) noexcept {
+    ++result.refused;
+    result.refused_errno = error;
+    if (!timer_failures_reported_) {
+      timer_failures_reported_ = true;
+      result.report_refusal = true;
+    }
+  }
+
+  void release_slot(ThreadSlot& slot, bool delete_timer) {
+    if (delete_timer) ::timer_delete(slot.timer);
+    slot.tid.store(0, std::memory_order_release);
+    free_.push_back(&slot);
+  }
+
+  // The process's thread ids, sorted.
+  static bool list_threads(std::vector<pid_t>& out) {
+    out.clear();
+    DIR* tasks = ::opendir("/proc/self/task");
+    if (tasks == nullptr) return false;
+    while (const dirent* entry = ::readdir(tasks)) {
+      if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
+      out.push_back(static_cast<pid_t>(std::atoi(entry->d_name)));
+    }
+    ::closedir(tasks);
+    std::sort(out.begin(), out.end());
+    return true;
+  }
+
+  // The top of each stack a sample was seen on, from the mapping around its stack
+  // pointer (a thread's stack is one mapping, its top the mapping's end).
+  void learn_stack_tops() {
+    std::vector<std::uint64_t> wanted;
+    for (const auto& [tid, slot] : threads_)
+      if (slot != nullptr && slot->stack_top.load(std::memory_order_relaxed) == 0 &&
+          slot->sample_sp.load(std::memory_order_relaxed) != 0)
+        wanted.push_back(slot->sample_sp.load(std::memory_order_relaxed));
+    if (wanted.empty()) return;
+    std::FILE* maps = std::fopen("/proc/self/maps", "re");
+    if (maps == nullptr) return;
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
+    char line[512];
+    while (std::fgets(line, sizeof line, maps) != nullptr) {
+      unsigned long long low = 0, high = 0;
+      char perms[8] = {};
+      if (std::sscanf(line, "%llx-%llx %7s", &low, &high, perms) == 3 && perms[0] == 'r' && perms[1] == 'w')
+        ranges.emplace_back(low, high);
+    }
+    std::fclose(maps);
+    for (const auto& [tid, slot] : threads_) {
+      if (slot == nullptr || slot->stack_top.load(std::memory_order_relaxed) != 0) continue;
+      const std::uint64_t sp = slot->sample_sp.load(std::memory_order_relaxed);
+      for (const auto& [low, high] : ranges)
+        if (sp >= low && sp < high) {
+          slot->stack_top.store(high, std::memory_order_relaxed);
+          break;
+        }
+    }
+  }
+
+  // ---- the handler's part -----------------------------------------------------------
+
+  void record(ThreadSlot& slot, std::uint64_t periods, const void* ucontext) noexcept {
+    void* trace[max_stack_depth_limit];
+    const int max_depth = max_depth_.load(std::memory_order_relaxed);
+#if SPANPROF_HAS_CFI_WALKER
+    const cfi::Registers registers = registers_from_ucontext(ucontext);
+    const std::uint64_t stack_top = slot.stack_top.load(std::memory_order_relaxed);
+    if (stack_top == 0 && registers.has(cfi::sp_register))
+      slot.sample_sp.store(registers.value[cfi::sp_register], std::memory_order_relaxed);
+    const int depth = walk_stack(registers, stack_top, trace, max_depth);
+#else
+    const int depth = walk_with_gperftools(ucontext, trace, max_depth);
+#endif
+    if (depth <= 0) return;
+    SpanLabel* label = nullptr;
+    if (SpanLabelStack* labels = current_span_labels)
+      label = labels->label_for_sample(span_labels_.load(std::memory_order_relaxed));
+    const std::size_t name_bytes = label != nullptr ? label->name_length : 0;
+    const std::size_t need =
+        2 + (label != nullptr ? continuous_label_words(name_bytes) : 0) + stack_record_words(depth);
+    const std::uint64_t weight = cpu_record_weight(periods, periods * static_cast<std::uint64_t>(period_ns_));
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      const std::uint32_t index = active_.load(std::memory_order_seq_cst);
+      Half& half = halves_[index];
+      half.writers.fetch_add(1, std::memory_order_seq_cst);
+      if (active_.load(std::memory_order_seq_cst) != index) {  // the merger took this half meanwhile
+        half.writers.fetch_sub(1, std::memory_order_release);
+        continue;
+      }
+      const std::size_t at = half.used.fetch_add(need, std::memory_order_relaxed);
+      if (at + need > half_words) {
+        if (at < half_words) half.words[at] = 0;  // the end: nothing whole follows
+        half.writers.fetch_sub(1, std::memory_order_release);
+        dropped_.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+      std::uint64_t* out = half.words + at;
+      *out++ = continuous_record_mark | (label != nullptr ? 1u : 0u) | static_cast<std::uint64_t>(name_bytes) << 8;
+      *out++ = static_cast<std::uint64_t>(slot.tid.load(std::memory_order_relaxed));
+      if (label != nullptr) {
+        std::memcpy(out, label->trace_id, 16);
+        std::memcpy(out + 2, label->span_id, 8);
+        out[3 + (name_bytes + 7) / 8 - 1] = 0;  // the name's last word, padded
+        if (name_bytes != 0) std::memcpy(out + 3, label->name, name_bytes);
+        out += continuous_label_words(name_bytes);
+        label->sampled.store(true, std::memory_order_relaxed);
+      }
+      write_stack_record(out, weight, reinterpret_cast<std::uintptr_t>(trace[0]), trace + 1, depth);
+      half.writers.fetch_sub(1, std::memory_order_release);
+      return;
+    }
+    dropped_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // ---- the merger's part ------------------------------------------------------------
+
+  void read_records(const std::uint64_t* words, std::size_t count, ContinuousSamples& out) {
+    // One profile per label: the span's ids and name as the records carry them.
+    std::map<std::string, std::size_t> by_label;
+    std::size_t i = 0;
+    while (i + 2 <= count) {
+      const std::uint64_t meta = words[i];
+      if ((meta & continuous_record_mark) != continuous_record_mark) break;
+      const bool labelled = (meta & 1) != 0;
+      const std::size_t name_bytes = (meta >> 8) & 0xFF;
+      std::size_t at = i + 2;
+      const std::size_t label_words = labelled ? continuous_label_words(name_bytes) : 0;
+      if (at + label_words + stack_record_header_words > count) break;
+      const std::uint64_t* label = words + at;
+      at += label_words;
+      const std::uint64_t depth = words[at + 1];
+      if (depth == 0 || depth > count - at - stack_record_header_words) break;
+      std::string key;
+      if (labelled) key.assign(reinterpret_cast<const char*>(label), 24 + name_bytes);
+      auto [entry, inserted] = by_label.try_emplace(key, out.profiles.size());
+      if (inserted) {
+        out.profiles.emplace_back();
+        RawProfile& profile = out.profiles.back();
+        profile.kind = ProfileKind::cpu;
+        profile.reason = ProfileReason::continuous;
+        profile.period_ns = period_ns_;
+        profile.engine = "continuous:posix_timer";
+        if (labelled) {
+          std::uint8_t bytes[16];
+          std::memcpy(bytes, label, 16);
+          profile.span.trace_id = TraceId(bytes);
+          std::memcpy(bytes, label + 2, 8);
+          profile.span.span_id = SpanId(bytes);
+          profile.span_name.assign(reinterpret_cast<const char*>(label + 3), name_bytes);
+        }
+      }
+      RawProfile& profile = out.profiles[entry->second];
+      const std::uint64_t weight = words[at];
+      RawSample sample;
+      sample.values = {static_cast<std::int64_t>(cpu_record_periods(weight)),
+                       static_cast<std::int64_t>(weight & cpu_record_ns_mask)};
+      const std::uint64_t* pcs = words + at + stack_record_header_words;
+      sample.frames.assign(pcs, pcs + depth);
+      profile.samples.push_back(std::move(sample));
+      i = at + stack_record_header_words + static_cast<std::size_t>(depth);
+    }
+  }
+
+  // The handler's: written by start(), read in the handler.
+  std::atomic<bool> running_{false};
+  std::atomic<int> max_depth_{64};
+  std::atomic<ContinuousSpanLabels> span_labels_{ContinuousSpanLabels::local_root};
+  std::int64_t period_ns_ = 10'000'000;
+  std::atomic<ThreadSlot*> chunks_[max_chunks] = {};
+  Half halves_[2];
+  std::atomic<std::uint32_t> active_{0};
+  std::atomic<std::uint64_t> dropped_{0};
+  std::atomic<std::size_t> threads_sampled_{0};
+  std::atomic<std::size_t> threads_left_out_{0};
+
+  // The merger's, under mutex_.
+  std::mutex mutex_;
+  int signal_number_ = 0;
+  std::size_t slot_count_ = 0;
+  std::vector<ThreadSlot*> free_;
+  std::unordered_map<pid_t, ThreadSlot*> threads_;  // null: left out (blocks the signal)
+  std::vector<pid_t> present_;
+  nlink_t listed_links_ = 0;      // /proc/self/task's link count at the last listing (0: none since start)
+  std::int64_t listed_at_ns_ = 0;
+  std::uint64_t random_ = 0x9E3779B97F4A7C15ull;
+  bool timer_failures_reported_ = false;
+};
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_DETAIL_CAPTURE_PROCESS_SAMPLER_HPP_

@@ -1,0 +1,409 @@
+// The process's continuous profile (Options::continuous, docs/continuous.md): every
+// thread sampled on its own CPU clock, in a span or not, its samples in one CPU
+// profile per window, those taken in a span labelled with it. Checked against what
+// each thread measured of its own CPU, against the spans the threads really ran,
+// and with go tool pprof as a user would read a window.
+#include "support/catch.hpp"
+#include "support/collector.hpp"
+#include "support/command.hpp"
+#include "support/span_attribution.hpp"
+#include "support/test_helpers.hpp"
+
+#include <spanprof/spanprof.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <unistd.h>
+
+using spanprof_test::Collector;
+using spanprof_test::CollectedProfile;
+using spanprof_test::span_number;
+using spanprof_test::thread_cpu_seconds;
+
+namespace {
+
+std::int64_t resident_bytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  return -1;
+}
+
+// Each thread's own work, in functions of its own (the bodies differ, or the
+// compiler may fold them into one): a profile's stacks say whose CPU it was.
+template <int Thread>
+__attribute__((noinline)) double handles_order(double cpu_seconds) {
+  const double end = thread_cpu_seconds() + cpu_seconds;
+  volatile double x = 1.0 + Thread;
+  do {
+    for (int i = 0; i < 200000; ++i) x = x * 1.0000001 + 1e-9 * (3 + Thread);
+  } while (thread_cpu_seconds() < end);
+  return x;
+}
+
+__attribute__((noinline)) double compacts_in_background(double cpu_seconds) {
+  const double end = thread_cpu_seconds() + cpu_seconds;
+  volatile double x = 7.0;
+  do {
+    for (int i = 0; i < 200000; ++i) x = x * 0.9999999 + 2e-9;
+  } while (thread_cpu_seconds() < end);
+  return x;
+}
+
+// The spans one request thread opened: the request's own (a local root: a remote
+// parent) and the span inside it, where the CPU goes.
+struct RequestSpans {
+  std::vector<spanprof::SpanContext> roots;
+  std::vector<spanprof::SpanContext> inner;
+};
+
+constexpr int requests_per_thread = 12;
+constexpr double cpu_per_request = 0.06;
+
+template <int Thread>
+__attribute__((noinline)) void serves_orders(RequestSpans& spans, double& cpu) {
+  for (int i = 0; i < requests_per_thread; ++i) {
+    const auto root = span_number(60000 + 100 * Thread + i);
+    auto inner = root;  // a child of the request's span: its trace, an id of its own
+    inner.span_id = span_number(61000 + 100 * Thread + i).span_id;
+    spans.roots.push_back(root);
+    spans.inner.push_back(inner);
+    spanprof::ScopedProfile request(spanprof::NamedSpan{root, "GET /orders"});
+    spanprof::ScopedProfile load(spanprof::NamedSpan{inner, "load_order"});
+    handles_order<Thread>(cpu_per_request);
+  }
+  cpu = thread_cpu_seconds();
+}
+
+__attribute__((noinline)) void background_thread_main(double& cpu) {
+  compacts_in_background(0.8);
+  cpu = thread_cpu_seconds();
+}
+
+// The windows the collector received, each with its samples' stacks as text.
+struct WindowSample {
+  std::string stack;  // function names, innermost first, one per line
+  std::int64_t samples = 0;
+  std::int64_t cpu_ns = 0;
+  std::string span_id, trace_id, span_name, other_labels;
+};
+
+std::vector<const CollectedProfile*> continuous_windows(const std::vector<CollectedProfile>& profiles) {
+  std::vector<const CollectedProfile*> windows;
+  for (const auto& profile : profiles)
+    if (profile.meta.record.reason == spanprof::ProfileReason::continuous) windows.push_back(&profile);
+  return windows;
+}
+
+std::vector<WindowSample> samples_of(const std::vector<const CollectedProfile*>& windows) {
+  std::vector<WindowSample> out;
+  for (const CollectedProfile* window : windows) {
+    const spanprof::Profile& profile = window->decoded;
+    std::map<std::uint64_t, std::string> names;
+    for (const auto& location : profile.locations) names[location.id] = pprof_test::location_functions(profile, location);
+    for (const auto& sample : profile.samples) {
+      WindowSample s;
+      for (const auto id : sample.location_ids) s.stack += names[id] + "\n";
+      s.samples = sample.values.at(0);
+      s.cpu_ns = sample.values.at(1);
+      spanprof::for_each_label(profile, sample, [&](const spanprof::Label& label) {
+        if (label.key == "span_id") s.span_id = label.str;
+        else if (label.key == "trace_id") s.trace_id = label.str;
+        else if (label.key == "span_name") s.span_name = label.str;
+        else s.other_labels += label.key + "=" + label.str + " ";
+      });
+      out.push_back(std::move(s));
+    }
+  }
+  return out;
+}
+
+struct ThreadOutcome {
+  const char* name;
+  std::string marker;  // a function on every stack of the thread's samples
+  double measured_cpu = 0;
+  double sampled_cpu = 0;
+};
+
+struct ContinuousRun {
+  std::vector<ThreadOutcome> threads;
+  std::vector<RequestSpans> spans;
+  std::vector<WindowSample> samples;
+  std::vector<const CollectedProfile*> windows;
+  std::vector<CollectedProfile> profiles;
+  spanprof::Stats stats;
+  std::int64_t period_ns = 0;
+};
+
+// 4 request threads in spans, a background thread in none, and a thread the
+// dlopen'ed test plugin starts, all after start().
+ContinuousRun run_service(spanprof::ContinuousSpanLabels labels, int busy_processes) {
+  spanprof::Options options;
+  options.continuous = true;
+  options.continuous_span_labels = labels;
+  options.frequency_hz = 100;
+  Collector collector(options);
+  void* plugin = ::dlopen(SPANPROF_TEST_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
+  REQUIRE(plugin != nullptr);
+  using RunThread = double (*)(double);
+  const auto run_plugin_thread = reinterpret_cast<RunThread>(::dlsym(plugin, "spanprof_plugin_run_thread"));
+  REQUIRE(run_plugin_thread != nullptr);
+
+  ContinuousRun run;
+  run.spans.resize(4);
+  run.threads = {{"request 0", "serves_orders<0>"},  {"request 1", "serves_orders<1>"},
+                 {"request 2", "serves_orders<2>"},  {"request 3", "serves_orders<3>"},
+                 {"background", "background_thread_main"}, {"library", "plugin_thread_computes"}};
+  {
+    spanprof_test::BusyProcesses busy(busy_processes, 120);
+    std::vector<std::thread> threads;
+    threads.emplace_back([&] { serves_orders<0>(run.spans[0], run.threads[0].measured_cpu); });
+    threads.emplace_back([&] { serves_orders<1>(run.spans[1], run.threads[1].measured_cpu); });
+    threads.emplace_back([&] { serves_orders<2>(run.spans[2], run.threads[2].measured_cpu); });
+    threads.emplace_back([&] { serves_orders<3>(run.spans[3], run.threads[3].measured_cpu); });
+    threads.emplace_back([&] { background_thread_main(run.threads[4].measured_cpu); });
+    threads.emplace_back([&] { run.threads[5].measured_cpu = run_plugin_thread(0.8); });
+    for (auto& thread : threads) thread.join();
+  }
+  run.profiles = collector.profiles();  // flushed: every window is cut
+  run.stats = spanprof::stats();
+  ::dlclose(plugin);
+  run.windows = continuous_windows(run.profiles);
+  run.samples = samples_of(run.windows);
+  if (!run.windows.empty()) run.period_ns = run.windows.front()->decoded.period;
+  for (auto& thread : run.threads)
+    for (const auto& sample : run.samples)
+      if (sample.stack.find(thread.marker) != std::string::npos)
+        thread.sampled_cpu += static_cast<double>(sample.samples * run.period_ns) * 1e-9;
+  return run;
+}
+
+void check_each_thread_sampled_for_its_cpu(const ContinuousRun& run) {
+  REQUIRE_FALSE(run.windows.empty());
+  CHECK(run.period_ns == 10'000'000);
+  std::string figures;
+  for (const auto& thread : run.threads) {
+    char figure[96];
+    std::snprintf(figure, sizeof figure, "%s %.3f/%.3f; ", thread.name, thread.sampled_cpu, thread.measured_cpu);
+    figures += figure;
+  }
+  std::printf("continuous: samples x period / measured CPU (s): %s\n", figures.c_str());
+  for (const auto& thread : run.threads) {
+    INFO(thread.name << ": measured " << thread.measured_cpu << " s, samples x period " << thread.sampled_cpu << " s");
+    CHECK(thread.measured_cpu > 0.5);
+    CHECK(thread.sampled_cpu >= 0.9 * thread.measured_cpu);
+    CHECK(thread.sampled_cpu <= 1.1 * thread.measured_cpu);
+  }
+}
+
+void check_background_in_its_function(const ContinuousRun& run) {
+  std::int64_t all = 0, own = 0;
+  for (const auto& sample : run.samples) {
+    if (sample.stack.find("background_thread_main") == std::string::npos) continue;
+    all += sample.samples;
+    if (sample.stack.find("compacts_in_background") != std::string::npos) own += sample.samples;
+    CHECK(sample.span_id.empty());  // in no span: no span's labels
+  }
+  INFO("background thread: " << own << " of " << all << " samples in compacts_in_background");
+  REQUIRE(all > 0);
+  CHECK(static_cast<double>(own) >= 0.95 * static_cast<double>(all));
+}
+
+// Every sample of a request thread's code carries one of the spans that thread
+// opened: by default its local root (the request's own span), else the innermost.
+void check_request_labels(const ContinuousRun& run, bool innermost) {
+  std::map<std::string, std::pair<int, std::string>> span_of;  // span id -> its thread, its trace id
+  for (int t = 0; t < 4; ++t)
+    for (const auto& span : innermost ? run.spans[t].inner : run.spans[t].roots)
+      span_of[span.span_id.to_hex()] = {t, span.trace_id.to_hex()};
+  std::int64_t labelled = 0, in_requests = 0;
+  for (const auto& sample : run.samples) {
+    for (int t = 0; t < 4; ++t) {
+      if (sample.stack.find("handles_order<" + std::to_string(t) + ">") == std::string::npos) continue;
+      in_requests += sample.samples;
+      INFO("a sample of request thread " << t << " labelled span_id=" << sample.span_id << " " << sample.span_name);
+      const auto it = span_of.find(sample.span_id);
+      CHECK(it != span_of.end());
+      if (it == span_of.end()) continue;
+      CHECK(it->second.first == t);
+      CHECK(sample.trace_id == it->second.second);
+      CHECK(sample.span_name == (innermost ? "load_order" : "GET /orders"));
+      CHECK(sample.other_labels.empty());  // nothing else becomes a label (Pyroscope makes it a series)
+      labelled += sample.samples;
+    }
+  }
+  INFO(labelled << " of " << in_requests << " request samples labelled with their thread's spans");
+  CHECK(in_requests > 100);
+  CHECK(labelled == in_requests);
+}
+
+std::string write_temp(const std::string& bytes) {
+  static int counter = 0;
+  const std::string path =
+      "/tmp/spanprof-continuous-" + std::to_string(::getpid()) + "-" + std::to_string(++counter) + ".pb.gz";
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+// go tool pprof -tagfocus span_id=<a root> on the window: that request's code on top.
+void check_tagfocus(const ContinuousRun& run) {
+  std::map<std::string, std::int64_t> by_span;
+  for (const auto& sample : run.samples)
+    if (!sample.span_id.empty()) by_span[sample.span_id] += sample.samples;
+  REQUIRE_FALSE(by_span.empty());
+  std::string busiest;
+  std::int64_t most = 0;
+  for (const auto& [span, samples] : by_span)
+    if (samples > most) most = samples, busiest = span;
+  int thread = -1;
+  for (int t = 0; t < 4; ++t)
+    for (const auto& root : run.spans[t].roots)
+      if (root.span_id.to_hex() == busiest) thread = t;
+  REQUIRE(thread >= 0);
+  for (const CollectedProfile* window : run.windows) {
+    const std::string path = write_temp(window->pprof_gzip);
+    std::string out;
+    const bool ran = pprof_test::run_command("go tool pprof -top -tagfocus span_id=" + busiest + " " + path, out);
+    std::remove(path.c_str());
+    if (out.find("no samples") != std::string::npos || out.find("matched no samples") != std::string::npos) continue;
+    INFO(out);
+    REQUIRE(ran);
+    // The first row of -top's table is the heaviest function by its own samples.
+    const auto table = out.find("flat%");
+    REQUIRE(table != std::string::npos);
+    const auto first_row = out.find('\n', table) + 1;
+    const std::string row = out.substr(first_row, out.find('\n', first_row) - first_row);
+    CHECK(row.find("handles_order<" + std::to_string(thread) + ">") != std::string::npos);
+    return;
+  }
+  FAIL("no window held span " << busiest);
+}
+
+}  // namespace
+
+TEST_CASE("continuous: every thread's CPU, span or none, in the window; spans labelled by their local root",
+          "[continuous]") {
+  const ContinuousRun run = run_service(spanprof::ContinuousSpanLabels::local_root, 0);
+  check_each_thread_sampled_for_its_cpu(run);
+  check_background_in_its_function(run);
+  check_request_labels(run, false);
+  check_tagfocus(run);
+  CHECK(run.stats.continuous_samples > 0);
+  CHECK(run.stats.continuous_samples_dropped == 0);
+  CHECK(run.stats.continuous_timers_refused == 0);
+  // spanprof's own threads block its signal: left out, and said so.
+  CHECK(run.stats.continuous_threads_left_out >= 2);
+}
+
+TEST_CASE("continuous, beside three busy processes: every thread's CPU in the window", "[.under_load][continuous]") {
+  const ContinuousRun run = run_service(spanprof::ContinuousSpanLabels::local_root, 3);
+  check_each_thread_sampled_for_its_cpu(run);
+  check_background_in_its_function(run);
+  check_request_labels(run, false);
+}
+
+TEST_CASE("continuous: with innermost labels, a sample carries the span its thread runs in", "[continuous]") {
+  const ContinuousRun run = run_service(spanprof::ContinuousSpanLabels::innermost, 0);
+  check_each_thread_sampled_for_its_cpu(run);
+  check_request_labels(run, true);
+}
+
+TEST_CASE("continuous: a window is aligned to the wall clock, and says so", "[continuous]") {
+  spanprof::Options options;
+  options.continuous = true;
+  options.continuous_window_ms = 1000;
+  Collector collector(options);
+  const auto started = std::chrono::system_clock::now();
+  std::thread worker([] { compacts_in_background(0.3); });
+  worker.join();
+  const auto windows = continuous_windows(collector.profiles());
+  REQUIRE_FALSE(windows.empty());
+  for (const CollectedProfile* window : windows) {
+    const spanprof::SpanRecord& record = window->meta.record;
+    CHECK(record.start_unix_ns % 1'000'000'000 == 0);
+    CHECK(record.duration_ns == 1'000'000'000);
+    CHECK(window->decoded.time_nanos == record.start_unix_ns);
+    CHECK(window->decoded.duration_nanos == record.duration_ns);
+    CHECK(record.kind == spanprof::ProfileKind::cpu);
+    CHECK(record.span_name.empty());
+  }
+  const auto first = std::chrono::duration_cast<std::chrono::nanoseconds>(started.time_since_epoch()).count();
+  CHECK(windows.front()->meta.record.start_unix_ns <= first + 1'000'000'000);
+}
+
+// Threads that come and go while the profile runs: each has its timer while it
+// lives and none after, and what the process holds does not grow with them.
+// (Not under ThreadSanitizer, whose thread start-up would take minutes for 40,000.)
+TEST_CASE("continuous: 40,000 short threads leave no timer, descriptor or memory behind",
+          "[continuous]" SPANPROF_TEST_NOT_UNDER_TSAN) {
+  const auto count_entries = [](const char* path) {
+    std::size_t n = 0;
+    if (DIR* dir = ::opendir(path)) {
+      while (const dirent* entry = ::readdir(dir))
+        if (entry->d_name[0] != '.') ++n;
+      ::closedir(dir);
+    }
+    return n;
+  };
+  const auto timers = [] {
+    std::ifstream file("/proc/self/timers");
+    std::size_t n = 0;
+    for (std::string line; std::getline(file, line);)
+      if (line.rfind("ID:", 0) == 0) ++n;
+    return n;
+  };
+  spanprof::Options options;
+  options.continuous = true;
+  Collector collector(options);
+  const auto churn = [](int threads) {
+    std::atomic<std::uint64_t> sink{0};
+    for (int i = 0; i < threads; ++i) {
+      std::thread t([&sink, i] {
+        std::uint64_t x = static_cast<std::uint64_t>(i);
+        for (int k = 0; k < 20000; ++k) x = x * 6364136223846793005ULL + 1;
+        sink.fetch_add(x, std::memory_order_relaxed);
+      });
+      t.join();
+    }
+  };
+  churn(2000);  // the allocator's and the loader's first-time growth, before the baseline
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  const std::size_t fds_before = count_entries("/proc/self/fd");
+  const std::size_t timers_before = timers();
+  const std::int64_t rss_before = resident_bytes();
+  churn(40000);
+  // The next full look (within a second) deletes the timers of threads gone.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  const std::size_t fds_after = count_entries("/proc/self/fd");
+  const std::size_t timers_after = timers();
+  const std::int64_t rss_after = resident_bytes();
+  INFO("descriptors " << fds_before << " -> " << fds_after << ", timers " << timers_before << " -> " << timers_after
+                      << ", RSS " << rss_before / 1024 << " -> " << rss_after / 1024 << " KiB");
+  WARN("40,000 short threads: descriptors " << fds_before << " -> " << fds_after << ", timers " << timers_before
+                                            << " -> " << timers_after << ", RSS " << rss_before / 1024 << " -> "
+                                            << rss_after / 1024 << " KiB");
+  CHECK(fds_after <= fds_before);
+  CHECK(timers_after <= timers_before);
+  CHECK(rss_after - rss_before < 4 * 1024 * 1024);
+  const auto stats = spanprof::stats();
+  CHECK(stats.continuous_timers_refused == 0);
+}
+
+TEST_CASE("continuous: off by default, and no timer is made", "[continuous]") {
+  Collector collector;
+  std::thread worker([] { compacts_in_background(0.2); });
+  worker.join();
+  CHECK(continuous_windows(collector.profiles()).empty());
+  CHECK(spanprof::stats().continuous_threads == 0);
+}
