@@ -1881,6 +1881,7 @@ struct ActiveSpan {
   ProfileKinds recorded;              // kinds, and what the open spans around it profile
   std::size_t log_start = 0;          // where this span's samples begin in the log
   std::uint64_t dropped_at_start = 0;
+  std::uintptr_t frame = 0;           // the guard, when it lives on this thread's stack: a walk may start there
   std::uintptr_t edge_holder = 0;     // the guard, when the span's edges take the timer's overdue points
   std::int64_t cpu_at_open_ns = -1;   // and the thread's CPU clock at the open then
   ThreadTimes times_at_open;          // Options::time_split: read by the guard after the push
@@ -10478,34 +10479,88 @@ inline std::uintptr_t interrupted_pc(const void* ucontext) noexcept {
 #endif
 }
 
-// The interrupted thread stands at a system call instruction or just after it: it
-// was in a call (blocked, or preempted at its return), where the kernel hands
-// signals over on the way back to user code. The code is read with
-// process_vm_readv, which fails where a plain read would fault (a page before the
-// pc that is not mapped, execute-only code): then false.
-inline bool at_system_call(const void* ucontext) noexcept {
-#if defined(__x86_64__) || defined(__aarch64__)
+// Where the interrupted thread stands, as its code says.
+struct SystemCallSite {
+  // At a system call instruction or just after it: the thread was in a call
+  // (blocked, or preempted at its return), where the kernel hands signals over on
+  // the way back to user code.
+  bool at_call = false;
+  // And the call only waits (a sleep, a poll, a futex, an accept): it runs next to
+  // no CPU of its own, so a CPU point passed by the time it returns passed before
+  // the call. aarch64 keeps the call's number in x8; on x86-64 it is known where
+  // the number is loaded just before the call, as libc's wrappers load it
+  // (`mov $n, %eax`).
+  bool waits = false;
+};
+
+// The system calls that only wait, by number.
+constexpr bool is_wait_call(long number) noexcept {
 #if defined(__x86_64__)
-  constexpr unsigned char instruction[] = {0x0F, 0x05};  // syscall
-#else
-  constexpr unsigned char instruction[] = {0x01, 0x00, 0x00, 0xD4};  // svc #0
+  switch (number) {
+    case 7: case 23: case 34: case 35: case 43: case 61: case 128: case 130: case 202: case 208: case 230:
+    case 232: case 247: case 270: case 271: case 281: case 288: case 333: case 441:
+      return true;  // poll select pause nanosleep accept wait4 rt_sigtimedwait rt_sigsuspend futex
+                    // io_getevents clock_nanosleep epoll_wait waitid pselect6 ppoll epoll_pwait accept4
+                    // io_pgetevents epoll_pwait2
+  }
+#elif defined(__aarch64__)
+  switch (number) {
+    case 4: case 22: case 72: case 73: case 95: case 98: case 101: case 115: case 133: case 137: case 202:
+    case 242: case 260: case 292: case 441:
+      return true;  // io_getevents epoll_pwait pselect6 ppoll waitid futex nanosleep clock_nanosleep
+                    // rt_sigsuspend rt_sigtimedwait accept accept4 wait4 io_pgetevents epoll_pwait2
+  }
 #endif
-  constexpr std::size_t size = sizeof instruction;
-  unsigned char code[2 * size];  // the instruction before the pc, and the one at it (to be restarted)
+  (void)number;
+  return false;
+}
+
+// The code is read with process_vm_readv, which fails where a plain read would
+// fault (a page before the pc that is not mapped, execute-only code): then not at a
+// call, as far as the handler can tell.
+inline SystemCallSite system_call_site(const void* ucontext) noexcept {
+  SystemCallSite site;
+#if defined(__x86_64__) || defined(__aarch64__)
   const std::uintptr_t pc = interrupted_pc(ucontext);
-  iovec local{code, sizeof code};
-  iovec remote{reinterpret_cast<void*>(pc - size), sizeof code};
-  if (pc < size || ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) != static_cast<ssize_t>(sizeof code))
-    return false;
-  return std::memcmp(code, instruction, size) == 0 || std::memcmp(code + size, instruction, size) == 0;
+  const auto read = [pc](unsigned char* code, std::size_t before, std::size_t size) {
+    iovec local{code, size};
+    iovec remote{reinterpret_cast<void*>(pc - before), size};
+    return pc >= before && ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) == static_cast<ssize_t>(size);
+  };
+#if defined(__x86_64__)
+  // [mov $n, %eax: b8 n32] [syscall: 0f 05] pc, or restarted: [b8 n32] pc [0f 05]
+  unsigned char code[9];
+  const bool whole = read(code, 7, sizeof code);
+  if (!whole && !read(code + 5, 2, 4)) return site;
+  const auto number_at = [&](std::size_t at) -> long {
+    if (!whole || code[at] != 0xB8) return -1;
+    std::uint32_t n;
+    std::memcpy(&n, code + at + 1, 4);
+    return static_cast<long>(n);
+  };
+  if (code[5] == 0x0F && code[6] == 0x05) {
+    site.at_call = true;
+    site.waits = is_wait_call(number_at(0));
+  } else if (code[7] == 0x0F && code[8] == 0x05) {
+    site.at_call = true;
+    site.waits = is_wait_call(number_at(2));
+  }
+#else
+  // [svc #0] pc, or restarted: pc [svc #0]. The call's number stays in x8.
+  std::uint32_t code[2];
+  if (!read(reinterpret_cast<unsigned char*>(code), 4, sizeof code)) return site;
+  constexpr std::uint32_t svc = 0xD4000001;
+  site.at_call = code[0] == svc || code[1] == svc;
+  site.waits = site.at_call && is_wait_call(static_cast<long>(static_cast<const ucontext_t*>(ucontext)->uc_mcontext.regs[8]));
+#endif
 #else
   (void)ucontext;
-  return false;
 #endif
+  return site;
 }
 
 // The interrupted code's return-value register holds -EINTR: at a system call
-// (at_system_call), the call was a wait a handled signal cut short (nanosleep,
+// (system_call_site), the call was a wait a handled signal cut short (nanosleep,
 // poll, epoll_wait return so even with SA_RESTART). Elsewhere it means nothing.
 inline bool result_is_eintr(const void* ucontext) noexcept {
   const auto* uc = static_cast<const ucontext_t*>(ucontext);
@@ -13144,8 +13199,9 @@ class ThreadStackSampler {
     span.dropped_at_start = dropped_.load(std::memory_order_relaxed);
     span.stop = nullptr;
     span.parent.store(top, std::memory_order_relaxed);
+    span.frame = on_this_stack(holder) ? reinterpret_cast<std::uintptr_t>(holder) : 0;
     span.edge_holder = 0;
-    if (top == 0 && long_spans_ && settings_.watch_cpu && on_this_stack(holder)) {
+    if (top == 0 && long_spans_ && settings_.watch_cpu && span.frame != 0) {
       span.cpu_at_open_ns = settle_edge(nullptr);
       if (span.cpu_at_open_ns >= 0) span.edge_holder = reinterpret_cast<std::uintptr_t>(holder);
     }
@@ -13413,7 +13469,10 @@ class ThreadStackSampler {
   // The handler's own steps (signal_side.hpp).
   inline int walk_interrupted_stack(const void* ucontext, void** trace) noexcept;
   inline std::size_t record_sample(std::uint64_t weight, const void* ucontext) noexcept;
-  inline bool passed_before_a_wait(const void* ucontext, bool watched) noexcept;
+  // Where a tick's points passed, when not where it finds the thread: before the
+  // system call it stands at, or before a call that only waits.
+  enum class PassedBefore : std::uint8_t { nothing, a_call, a_wait };
+  inline PassedBefore passed_before_a_call(const void* ucontext, bool watched) noexcept;
   inline bool repeat_last_cpu_record(const ActiveSpan& span, std::uint64_t weight) noexcept;
   inline bool has_own_cpu_sample(const ActiveSpan& span) const noexcept;
   inline std::size_t copy_record(std::size_t from, std::uint64_t weight) noexcept;
@@ -13514,7 +13573,7 @@ class ThreadStackSampler {
   std::size_t last_wall_record_ = no_wall_record;  // the newest wall record in the log
   std::size_t last_cpu_record_ = no_record;        // and CPU record (repeat_last_cpu_record)
   // The thread's CPU clock when the CPU watch last found it off its core past a
-  // point (-1: not since the last tick; passed_before_a_wait).
+  // point (-1: not since the last tick; passed_before_a_call).
   std::atomic<std::int64_t> off_core_past_point_cpu_ns_{-1};
   std::uint32_t last_wall_generation_ = 0;         // the generation it was taken under
   // The ticker's confirmation: generation (16 bits) | the µs until which the thread
@@ -13894,9 +13953,22 @@ inline void ThreadStackSampler::on_signal(const siginfo_t* info, const void* uco
   // the edge's own: both passed in the span's code before. A perf event's tick
   // comes at its point: its stack is where the CPU went (walked from the guard's
   // frame at a close).
-  const bool passed_elsewhere =
-      source == CpuSampleSource::posix_timer && (at_edge || closing_ || passed_before_a_wait(ucontext, watched));
+  const bool on_timer = source == CpuSampleSource::posix_timer;
+  const PassedBefore before =
+      on_timer && !at_edge && !closing_ ? passed_before_a_call(ucontext, watched) : PassedBefore::nothing;
+  const bool passed_elsewhere = on_timer && (at_edge || closing_ || before != PassedBefore::nothing);
   if (passed_elsewhere && repeat_last_cpu_record(*active, record_weight)) return;
+  // A span with no sample of its own yet, found at the return of a wait: its points
+  // passed in its code before the wait, which the walk from the frame that opened
+  // the span shows (the wait's own frames are no CPU's place).
+  if (before == PassedBefore::a_wait && active->frame != 0) {
+    walk_from_ = active->frame;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    record_sample(record_weight, ucontext);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    walk_from_ = 0;
+    return;
+  }
   record_sample(record_weight, ucontext);
 }
 
@@ -13979,15 +14051,20 @@ inline std::size_t ThreadStackSampler::record_sample(std::uint64_t weight, const
 // and it has run less than the slack since. (Beside three busy processes, a loop
 // reading its CPU clock had 20-36 % of its CPU in clock_gettime without this
 // rule, 6-15 % with it, 7-9 % on perf_event, whose ticks come at the point itself.)
-// And the kernel's own tick when it interrupted a wait: the thread ran no CPU in
-// it (one CI run had 1.2 % of a sleeping loop's CPU in its sleep without this).
-inline bool ThreadStackSampler::passed_before_a_wait(const void* ucontext, bool watched) noexcept {
+// And the kernel's own tick at the return of a call that only waits, interrupted or
+// not: the thread ran no CPU in it. (A point a thread passes while the tick keeps
+// missing it under load is found when the thread goes into its next wait, and
+// delivered at the wait's return; figures in docs/engines.md.)
+inline ThreadStackSampler::PassedBefore ThreadStackSampler::passed_before_a_call(const void* ucontext,
+                                                                                  bool watched) noexcept {
   const std::int64_t seen = off_core_past_point_cpu_ns_.exchange(-1, std::memory_order_relaxed);
-  const bool interrupted_wait = result_is_eintr(ucontext);
-  if ((!watched && seen < 0 && !interrupted_wait) || !at_system_call(ucontext)) return false;
-  if (watched || interrupted_wait) return true;
+  const SystemCallSite site = system_call_site(ucontext);
+  if (!site.at_call) return PassedBefore::nothing;
+  if (site.waits || result_is_eintr(ucontext)) return PassedBefore::a_wait;
+  if (watched) return PassedBefore::a_call;
+  if (seen < 0) return PassedBefore::nothing;
   const std::int64_t now = this_thread_cpu_ns();
-  return now >= 0 && now - seen < cpu_watch_slack_ns();
+  return now >= 0 && now - seen < cpu_watch_slack_ns() ? PassedBefore::a_call : PassedBefore::nothing;
 }
 
 inline bool ThreadStackSampler::has_own_cpu_sample(const ActiveSpan& span) const noexcept {
@@ -15258,7 +15335,7 @@ inline ThreadStackSampler::CpuWatch ThreadStackSampler::cpu_watch(std::uint64_t 
   // blocked thread signalled would take the sample at the system call it blocked
   // in, not where its CPU went, and see the call interrupted: found so with a point
   // passed, overdue or not yet, it is marked, and the tick that comes at that
-  // call's return is no sample of it (ThreadStackSampler::passed_before_a_wait).
+  // call's return is no sample of it (ThreadStackSampler::passed_before_a_call).
   // One preempted takes the sample where it resumes, the code it was running. So
   // it must: beside busy processes the kernel's timer can miss a thread's points
   // for tens of milliseconds of its CPU (docs/engines.md), and such a thread is

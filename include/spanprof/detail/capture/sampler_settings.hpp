@@ -101,34 +101,88 @@ inline std::uintptr_t interrupted_pc(const void* ucontext) noexcept {
 #endif
 }
 
-// The interrupted thread stands at a system call instruction or just after it: it
-// was in a call (blocked, or preempted at its return), where the kernel hands
-// signals over on the way back to user code. The code is read with
-// process_vm_readv, which fails where a plain read would fault (a page before the
-// pc that is not mapped, execute-only code): then false.
-inline bool at_system_call(const void* ucontext) noexcept {
-#if defined(__x86_64__) || defined(__aarch64__)
+// Where the interrupted thread stands, as its code says.
+struct SystemCallSite {
+  // At a system call instruction or just after it: the thread was in a call
+  // (blocked, or preempted at its return), where the kernel hands signals over on
+  // the way back to user code.
+  bool at_call = false;
+  // And the call only waits (a sleep, a poll, a futex, an accept): it runs next to
+  // no CPU of its own, so a CPU point passed by the time it returns passed before
+  // the call. aarch64 keeps the call's number in x8; on x86-64 it is known where
+  // the number is loaded just before the call, as libc's wrappers load it
+  // (`mov $n, %eax`).
+  bool waits = false;
+};
+
+// The system calls that only wait, by number.
+constexpr bool is_wait_call(long number) noexcept {
 #if defined(__x86_64__)
-  constexpr unsigned char instruction[] = {0x0F, 0x05};  // syscall
-#else
-  constexpr unsigned char instruction[] = {0x01, 0x00, 0x00, 0xD4};  // svc #0
+  switch (number) {
+    case 7: case 23: case 34: case 35: case 43: case 61: case 128: case 130: case 202: case 208: case 230:
+    case 232: case 247: case 270: case 271: case 281: case 288: case 333: case 441:
+      return true;  // poll select pause nanosleep accept wait4 rt_sigtimedwait rt_sigsuspend futex
+                    // io_getevents clock_nanosleep epoll_wait waitid pselect6 ppoll epoll_pwait accept4
+                    // io_pgetevents epoll_pwait2
+  }
+#elif defined(__aarch64__)
+  switch (number) {
+    case 4: case 22: case 72: case 73: case 95: case 98: case 101: case 115: case 133: case 137: case 202:
+    case 242: case 260: case 292: case 441:
+      return true;  // io_getevents epoll_pwait pselect6 ppoll waitid futex nanosleep clock_nanosleep
+                    // rt_sigsuspend rt_sigtimedwait accept accept4 wait4 io_pgetevents epoll_pwait2
+  }
 #endif
-  constexpr std::size_t size = sizeof instruction;
-  unsigned char code[2 * size];  // the instruction before the pc, and the one at it (to be restarted)
+  (void)number;
+  return false;
+}
+
+// The code is read with process_vm_readv, which fails where a plain read would
+// fault (a page before the pc that is not mapped, execute-only code): then not at a
+// call, as far as the handler can tell.
+inline SystemCallSite system_call_site(const void* ucontext) noexcept {
+  SystemCallSite site;
+#if defined(__x86_64__) || defined(__aarch64__)
   const std::uintptr_t pc = interrupted_pc(ucontext);
-  iovec local{code, sizeof code};
-  iovec remote{reinterpret_cast<void*>(pc - size), sizeof code};
-  if (pc < size || ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) != static_cast<ssize_t>(sizeof code))
-    return false;
-  return std::memcmp(code, instruction, size) == 0 || std::memcmp(code + size, instruction, size) == 0;
+  const auto read = [pc](unsigned char* code, std::size_t before, std::size_t size) {
+    iovec local{code, size};
+    iovec remote{reinterpret_cast<void*>(pc - before), size};
+    return pc >= before && ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) == static_cast<ssize_t>(size);
+  };
+#if defined(__x86_64__)
+  // [mov $n, %eax: b8 n32] [syscall: 0f 05] pc, or restarted: [b8 n32] pc [0f 05]
+  unsigned char code[9];
+  const bool whole = read(code, 7, sizeof code);
+  if (!whole && !read(code + 5, 2, 4)) return site;
+  const auto number_at = [&](std::size_t at) -> long {
+    if (!whole || code[at] != 0xB8) return -1;
+    std::uint32_t n;
+    std::memcpy(&n, code + at + 1, 4);
+    return static_cast<long>(n);
+  };
+  if (code[5] == 0x0F && code[6] == 0x05) {
+    site.at_call = true;
+    site.waits = is_wait_call(number_at(0));
+  } else if (code[7] == 0x0F && code[8] == 0x05) {
+    site.at_call = true;
+    site.waits = is_wait_call(number_at(2));
+  }
+#else
+  // [svc #0] pc, or restarted: pc [svc #0]. The call's number stays in x8.
+  std::uint32_t code[2];
+  if (!read(reinterpret_cast<unsigned char*>(code), 4, sizeof code)) return site;
+  constexpr std::uint32_t svc = 0xD4000001;
+  site.at_call = code[0] == svc || code[1] == svc;
+  site.waits = site.at_call && is_wait_call(static_cast<long>(static_cast<const ucontext_t*>(ucontext)->uc_mcontext.regs[8]));
+#endif
 #else
   (void)ucontext;
-  return false;
 #endif
+  return site;
 }
 
 // The interrupted code's return-value register holds -EINTR: at a system call
-// (at_system_call), the call was a wait a handled signal cut short (nanosleep,
+// (system_call_site), the call was a wait a handled signal cut short (nanosleep,
 // poll, epoll_wait return so even with SA_RESTART). Elsewhere it means nothing.
 inline bool result_is_eintr(const void* ucontext) noexcept {
   const auto* uc = static_cast<const ucontext_t*>(ucontext);

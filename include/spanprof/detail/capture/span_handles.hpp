@@ -57,6 +57,7 @@ struct ActiveSpan {
   ProfileKinds recorded;              // kinds, and what the open spans around it profile
   std::size_t log_start = 0;          // where this span's samples begin in the log
   std::uint64_t dropped_at_start = 0;
+  std::uintptr_t frame = 0;           // the guard, when it lives on this thread's stack: a walk may start there
   std::uintptr_t edge_holder = 0;     // the guard, when the span's edges take the timer's overdue points
   std::int64_t cpu_at_open_ns = -1;   // and the thread's CPU clock at the open then
   ThreadTimes times_at_open;          // Options::time_split: read by the guard after the push

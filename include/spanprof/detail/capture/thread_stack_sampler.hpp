@@ -149,8 +149,9 @@ class ThreadStackSampler {
     span.dropped_at_start = dropped_.load(std::memory_order_relaxed);
     span.stop = nullptr;
     span.parent.store(top, std::memory_order_relaxed);
+    span.frame = on_this_stack(holder) ? reinterpret_cast<std::uintptr_t>(holder) : 0;
     span.edge_holder = 0;
-    if (top == 0 && long_spans_ && settings_.watch_cpu && on_this_stack(holder)) {
+    if (top == 0 && long_spans_ && settings_.watch_cpu && span.frame != 0) {
       span.cpu_at_open_ns = settle_edge(nullptr);
       if (span.cpu_at_open_ns >= 0) span.edge_holder = reinterpret_cast<std::uintptr_t>(holder);
     }
@@ -418,7 +419,10 @@ class ThreadStackSampler {
   // The handler's own steps (signal_side.hpp).
   inline int walk_interrupted_stack(const void* ucontext, void** trace) noexcept;
   inline std::size_t record_sample(std::uint64_t weight, const void* ucontext) noexcept;
-  inline bool passed_before_a_wait(const void* ucontext, bool watched) noexcept;
+  // Where a tick's points passed, when not where it finds the thread: before the
+  // system call it stands at, or before a call that only waits.
+  enum class PassedBefore : std::uint8_t { nothing, a_call, a_wait };
+  inline PassedBefore passed_before_a_call(const void* ucontext, bool watched) noexcept;
   inline bool repeat_last_cpu_record(const ActiveSpan& span, std::uint64_t weight) noexcept;
   inline bool has_own_cpu_sample(const ActiveSpan& span) const noexcept;
   inline std::size_t copy_record(std::size_t from, std::uint64_t weight) noexcept;
@@ -519,7 +523,7 @@ class ThreadStackSampler {
   std::size_t last_wall_record_ = no_wall_record;  // the newest wall record in the log
   std::size_t last_cpu_record_ = no_record;        // and CPU record (repeat_last_cpu_record)
   // The thread's CPU clock when the CPU watch last found it off its core past a
-  // point (-1: not since the last tick; passed_before_a_wait).
+  // point (-1: not since the last tick; passed_before_a_call).
   std::atomic<std::int64_t> off_core_past_point_cpu_ns_{-1};
   std::uint32_t last_wall_generation_ = 0;         // the generation it was taken under
   // The ticker's confirmation: generation (16 bits) | the µs until which the thread

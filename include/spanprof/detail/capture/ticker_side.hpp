@@ -48,7 +48,7 @@ inline ThreadStackSampler::CpuWatch ThreadStackSampler::cpu_watch(std::uint64_t 
   // blocked thread signalled would take the sample at the system call it blocked
   // in, not where its CPU went, and see the call interrupted: found so with a point
   // passed, overdue or not yet, it is marked, and the tick that comes at that
-  // call's return is no sample of it (ThreadStackSampler::passed_before_a_wait).
+  // call's return is no sample of it (ThreadStackSampler::passed_before_a_call).
   // One preempted takes the sample where it resumes, the code it was running. So
   // it must: beside busy processes the kernel's timer can miss a thread's points
   // for tens of milliseconds of its CPU (docs/engines.md), and such a thread is
