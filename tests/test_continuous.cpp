@@ -6,10 +6,18 @@
 #include "support/catch.hpp"
 #include "support/collector.hpp"
 #include "support/command.hpp"
+#include "support/http_server.hpp"
+#include "support/protobuf_reader.hpp"
+#include "support/pyroscope_push.hpp"
 #include "support/span_attribution.hpp"
 #include "support/test_helpers.hpp"
 
 #include <spanprof/spanprof.hpp>
+#if SPANPROF_WITH_CURL
+#include <spanprof/delivery/otlp_uploader.hpp>
+#include <spanprof/delivery/pyroscope_uploader.hpp>
+#include <spanprof/detail/profile/gzip.hpp>
+#endif
 
 #include <atomic>
 #include <chrono>
@@ -327,7 +335,8 @@ TEST_CASE("continuous: a window is aligned to the wall clock, and says so", "[co
   const auto started = std::chrono::system_clock::now();
   std::thread worker([] { compacts_in_background(0.3); });
   worker.join();
-  const auto windows = continuous_windows(collector.profiles());
+  const auto profiles = collector.profiles();
+  const auto windows = continuous_windows(profiles);
   REQUIRE_FALSE(windows.empty());
   for (const CollectedProfile* window : windows) {
     const spanprof::SpanRecord& record = window->meta.record;
@@ -407,3 +416,99 @@ TEST_CASE("continuous: off by default, and no timer is made", "[continuous]") {
   CHECK(continuous_windows(collector.profiles()).empty());
   CHECK(spanprof::stats().continuous_threads == 0);
 }
+
+#if SPANPROF_WITH_CURL
+// A window reaches Pyroscope as the service's process_cpu series (its times the
+// window's), and OTLP with its spans in link_table: what Grafana's Traces to
+// profiles and the OpenTelemetry collector read.
+TEST_CASE("continuous: a window reaches Pyroscope and OTLP as the service's CPU profile", "[continuous][delivery]") {
+  spanprof_test::HttpServer pyroscope_server, ingest_server, otlp_server;
+  spanprof::PyroscopeOptions pyroscope;
+  pyroscope.server_address = pyroscope_server.url();
+  pyroscope.application_name = "checkout-service";
+  spanprof::PyroscopeOptions ingest = pyroscope;
+  ingest.server_address = ingest_server.url();
+  ingest.api = spanprof::PyroscopeOptions::Api::ingest;
+  spanprof::OtlpOptions otlp;
+  otlp.endpoint = otlp_server.url();
+  spanprof::Options options;
+  options.continuous = true;
+  options.head_sampler = std::make_shared<spanprof::NeverSampler>();  // spans only label the window
+  options.uploaders.push_back(std::make_shared<spanprof::PyroscopeUploader>(pyroscope));
+  options.uploaders.push_back(std::make_shared<spanprof::PyroscopeUploader>(ingest));
+  options.uploaders.push_back(std::make_shared<spanprof::OtlpUploader>(otlp));
+  Collector collector(options);
+  const auto span = span_number(64000);
+  std::thread request([&] {
+    spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "GET /orders"});
+    handles_order<0>(0.3);
+  });
+  std::thread background([] { compacts_in_background(0.3); });
+  request.join();
+  background.join();
+  const auto profiles = collector.profiles();
+  const auto windows = continuous_windows(profiles);
+  REQUIRE(windows.size() == 1);
+  const spanprof::SpanRecord& window = windows.front()->meta.record;
+  REQUIRE(pyroscope_server.wait_for_requests(1, std::chrono::seconds(10)));
+  REQUIRE(ingest_server.wait_for_requests(1, std::chrono::seconds(10)));
+  REQUIRE(otlp_server.wait_for_requests(1, std::chrono::seconds(10)));
+
+  // Pyroscope's push: the service's CPU series, the window's profile in it.
+  const auto pushed = pyroscope_test::parse_push(pyroscope_server.requests().at(0).body);
+  REQUIRE(pushed.size() == 1);
+  CHECK(pushed[0].label("__name__") == "process_cpu");
+  CHECK(pushed[0].label("service_name") == "checkout-service");
+  pprof_test::DecodedPprof decoded;
+  std::string error;
+  REQUIRE(pprof_test::decode_pprof(pushed[0].pprof_gzip, decoded, error));
+  REQUIRE(decoded.profile.sample_types.size() == 2);
+  CHECK(decoded.profile.sample_types[0].type == "samples");
+  CHECK(decoded.profile.sample_types[0].unit == "count");
+  CHECK(decoded.profile.sample_types[1].type == "cpu");
+  CHECK(decoded.profile.sample_types[1].unit == "nanoseconds");
+  CHECK(decoded.profile.period_type.type == "cpu");
+  CHECK(decoded.profile.period_type.unit == "nanoseconds");
+  CHECK(decoded.profile.time_nanos == window.start_unix_ns);
+  CHECK(decoded.profile.duration_nanos == window.duration_ns);
+  bool labelled = false, unlabelled = false;
+  for (const auto& sample : decoded.profile.samples) {
+    std::string id;
+    spanprof::for_each_label(decoded.profile, sample, [&](const spanprof::Label& label) {
+      if (label.key == "span_id") id = label.str;
+    });
+    labelled = labelled || id == span.span_id.to_hex();
+    unlabelled = unlabelled || id.empty();
+  }
+  CHECK(labelled);
+  CHECK(unlabelled);
+
+  // The legacy /ingest: the window's from and until, in seconds.
+  const auto query = ingest_server.requests().at(0);
+  CHECK(query.path == "/ingest");
+  CHECK(query.query_params().at("name") == "checkout-service.cpu{}");
+  CHECK(query.query_params().at("from") == std::to_string(window.start_unix_ns / 1'000'000'000));
+  CHECK(query.query_params().at("until") ==
+        std::to_string((window.start_unix_ns + window.duration_ns) / 1'000'000'000));
+
+  // OTLP: a real protobuf parser takes it; the dictionary's link_table holds the
+  // zero link and the span's, and the background thread's samples link to none.
+  std::string body;
+  REQUIRE(spanprof::detail::gzip_decompress(otlp_server.requests().at(0).body, body, 64u << 20));
+  const std::string path = "/tmp/spanprof-continuous-otlp-" + std::to_string(::getpid()) + ".bin";
+  std::ofstream(path, std::ios::binary) << body;
+  const auto raw = spanprof_test::capture_command("protoc --decode_raw < " + path);
+  std::remove(path.c_str());
+  REQUIRE(raw.exit_code == 0);
+  CHECK(raw.output.find("compacts_in_background") != std::string::npos);
+  const proto_test::Msg message(body);
+  const auto links = message.message(2).messages(4);
+  REQUIRE(links.size() == 2);
+  CHECK(links[0].bytes(1).find_first_not_of('\0') == std::string::npos);  // the zero link
+  CHECK(links[0].bytes(2).find_first_not_of('\0') == std::string::npos);
+  const auto& trace = span.trace_id.bytes();
+  const auto& id = span.span_id.bytes();
+  CHECK(links[1].bytes(1) == std::string(trace.begin(), trace.end()));
+  CHECK(links[1].bytes(2) == std::string(id.begin(), id.end()));
+}
+#endif
