@@ -177,6 +177,40 @@ TEST_CASE("the reader groups a batch's samples by span and keeps each span's lab
   CHECK(collection.spans[1].samples[cpu] == 2);
 }
 
+// The process's continuous profile: samples in spans carry their span's labels,
+// the rest none. The report shows the window as the whole process, its spans'
+// parts, and what ran outside any span.
+TEST_CASE("the reader shows a continuous window as the process, its spans and what ran outside them") {
+  auto span = record(3, "GET /orders");
+  span.reason = spanprof::ProfileReason::continuous;
+  spanprof::Profile profile = profile_of(
+      {span}, {{1, {"main", "serve", "handle_order"}}, {0, {"main", "refresh_cache"}}, {0, {"main", "refresh_cache"}}});
+  profile.time_nanos = 1'700'000'010'000'000'000;
+  profile.duration_nanos = 10'000'000'000;
+  spanprof_report::Collection collection;
+  std::string why;
+  REQUIRE(spanprof_report::read_profile_file(pprof_gzip(profile), collection, why));
+  const auto cpu = static_cast<std::size_t>(spanprof::ProfileKind::cpu);
+  const auto find = [&](const std::string& name) -> const spanprof_report::SpanSamples* {
+    for (const auto& s : collection.spans)
+      if (s.name == name) return &s;
+    return nullptr;
+  };
+  const auto* process = find("(the whole process)");
+  const auto* outside = find("(outside any span)");
+  const auto* request = find("GET /orders");
+  REQUIRE(process != nullptr);
+  REQUIRE(outside != nullptr);
+  REQUIRE(request != nullptr);
+  CHECK(process->samples[cpu] == 3);
+  CHECK(outside->samples[cpu] == 2);
+  CHECK(request->samples[cpu] == 1);
+  CHECK(request->span_id == span.span.span_id.to_hex());
+  CHECK(process->start_unix_ns == profile.time_nanos);
+  CHECK(process->duration_ns == profile.duration_nanos);
+  CHECK(request->start_unix_ns == 0);  // a window does not say when each span ran
+}
+
 TEST_CASE("the reader takes a spool file's pprof payload and its span's timing") {
   spanprof::EncodedProfile spooled;
   spooled.record = record(3, "GET /inventory");

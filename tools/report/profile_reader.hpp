@@ -481,10 +481,7 @@ class PprofReader {
       if (!ok) return fail("malformed sample");
       if (!labels_ok) return false;
       if (static_cast<std::size_t>(value_) >= values.size()) return fail("malformed: a sample lacks its values");
-      if (read.span_id.empty()) {
-        ++without_span;
-        continue;
-      }
+      if (read.span_id.empty()) ++without_span;
       read.value = static_cast<std::int64_t>(values[static_cast<std::size_t>(value_)]);
       read.count = count_ >= 0 && static_cast<std::size_t>(count_) < values.size()
                        ? static_cast<std::int64_t>(values[static_cast<std::size_t>(count_)])
@@ -501,15 +498,39 @@ class PprofReader {
       read.node = node;
       reads.push_back(read);
     }
-    if (reads.empty()) {
-      return fail(without_span > 0 ? "no sample has a span_id label: not a spanprof span profile"
-                                   : "no samples");
-    }
+    if (reads.empty()) return fail("no samples");
+    // A span profile labels every sample with its span. The process's continuous
+    // profile (Options::continuous) labels those taken in a span: the window is
+    // the whole process, its spans' parts, and what ran outside any span, each
+    // shown as a span of its own.
+    const bool process_window = without_span > 0;
+    const std::string window_id = process_window ? std::to_string(m_.time_nanos) : std::string();
+    const std::string process_id = "process-" + window_id, outside_id = "outside-" + window_id;
     // One span's profile says when it ran; a batch's times are the whole window's.
-    bool one_span = true;
+    bool one_span = !process_window;
     for (const Read& read : reads) one_span = one_span && read.span_id == reads[0].span_id && read.trace_id == reads[0].trace_id;
     const auto kind = static_cast<std::size_t>(kind_);
+    const auto add = [&](SpanSamples& span, const Read& read) {
+      span.values[kind][read.node] += read.value;
+      if (read.line != no_line) span.line_values[kind][read.line] += read.value;
+      span.samples[kind] += read.count;
+    };
+    const auto window_span = [&](const std::string& id, const char* name) -> SpanSamples& {
+      SpanSamples& span = into_.span("", id);
+      span.name = name;
+      span.reason = "continuous";
+      span.start_unix_ns = m_.time_nanos;
+      span.duration_ns = m_.duration_nanos;
+      return span;
+    };
     for (const Read& read : reads) {
+      if (process_window) {
+        add(window_span(process_id, "(the whole process)"), read);
+        if (read.span_id.empty()) {
+          add(window_span(outside_id, "(outside any span)"), read);
+          continue;
+        }
+      }
       SpanSamples& span = into_.span(read.trace_id, read.span_id);
       if (span.name.empty()) span.name = std::string(read.name);
       if (span.reason.empty()) span.reason = std::string(read.reason);
@@ -522,9 +543,7 @@ class PprofReader {
           if (index < m_.strings.size() && spanprof::parse_time_split_comment(m_.strings[index], split)) span.time = split;
         }
       }
-      span.values[kind][read.node] += read.value;
-      if (read.line != no_line) span.line_values[kind][read.line] += read.value;
-      span.samples[kind] += read.count;
+      add(span, read);
     }
     return true;
   }
