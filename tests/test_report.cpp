@@ -187,6 +187,7 @@ TEST_CASE("the reader shows a continuous window as the process, its spans and wh
       {span}, {{1, {"main", "serve", "handle_order"}}, {0, {"main", "refresh_cache"}}, {0, {"main", "refresh_cache"}}});
   profile.time_nanos = 1'700'000'010'000'000'000;
   profile.duration_nanos = 10'000'000'000;
+  profile.comments = {"spanprof 0.2.0"};  // as spanprof writes every profile
   spanprof_report::Collection collection;
   std::string why;
   REQUIRE(spanprof_report::read_profile_file(pprof_gzip(profile), collection, why));

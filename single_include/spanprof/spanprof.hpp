@@ -10181,6 +10181,13 @@ SPANPROF_NAMESPACE_END
 //                      holds the thread's ThreadState in bits 61-62. Bit 60 marks a
 //                      wall record that continues the one before it: the same sample's
 //                      time in another state (its running and its waiting part).
+//   continuous record  [meta, tid, (trace id 2 words, span id 1 word, name words)?,
+//                       weight, depth, pc_0 ...]
+//                      what the process's continuous profile (process_sampler.hpp)
+//                      writes for any thread: a CPU stack record after the thread's
+//                      id and, for a sample taken in a span, the span's label. meta
+//                      is continuous_record_mark, bit 0 when a label follows, the
+//                      name's bytes in bits 8-15.
 //   heap log record    [size, live-table slot, live-table entry, depth, pc_0 ...]
 //                      in a thread's heap log while its span is open.
 //   heap hand-off      [size, live at span close (0/1), depth, pc_0 ...]
@@ -10194,6 +10201,7 @@ SPANPROF_NAMESPACE_END
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -10296,6 +10304,72 @@ inline void read_stack_records(const std::uint64_t* words, std::size_t count, Ra
     sample.frames.assign(pcs, pcs + record[1]);
     profile.samples.push_back(std::move(sample));
   });
+}
+
+// ---- continuous records ---------------------------------------------------------
+
+inline constexpr std::uint64_t continuous_record_mark = std::uint64_t{0xC0} << 56;
+
+// A sample's span, as a continuous record carries it.
+struct ContinuousLabel {
+  const std::uint8_t* trace_id;  // 16 bytes
+  const std::uint8_t* span_id;   // 8 bytes
+  const char* name;
+  std::size_t name_bytes;        // at most 255
+};
+
+constexpr std::size_t continuous_label_words(std::size_t name_bytes) noexcept { return 3 + (name_bytes + 7) / 8; }
+
+constexpr std::size_t continuous_record_words(const ContinuousLabel* label, int depth) noexcept {
+  return 2 + (label != nullptr ? continuous_label_words(label->name_bytes) : 0) + stack_record_words(depth);
+}
+
+// `callers` holds depth - 1 return addresses, innermost first; `weight` is
+// cpu_record_weight(). Writes continuous_record_words(label, depth) words.
+inline void write_continuous_record(std::uint64_t* out, std::uint64_t tid, const ContinuousLabel* label,
+                                    std::uint64_t weight, std::uintptr_t pc, void* const* callers, int depth) noexcept {
+  const std::size_t name_bytes = label != nullptr ? label->name_bytes : 0;
+  *out++ = continuous_record_mark | (label != nullptr ? 1u : 0u) | static_cast<std::uint64_t>(name_bytes) << 8;
+  *out++ = tid;
+  if (label != nullptr) {
+    std::memcpy(out, label->trace_id, 16);
+    std::memcpy(out + 2, label->span_id, 8);
+    if (name_bytes != 0) {
+      out[3 + (name_bytes - 1) / 8] = 0;  // the name's last word, padded
+      std::memcpy(out + 3, label->name, name_bytes);
+    }
+    out += continuous_label_words(name_bytes);
+  }
+  write_stack_record(out, weight, pc, callers, depth);
+}
+
+// Calls `visit(const ContinuousLabel* label, std::uint64_t weight, const std::uint64_t* pcs,
+// std::size_t depth)` for each well-formed record (label null outside any span);
+// stops at the first malformed one, or at a word without the mark (the end).
+template <class Visit>
+void for_each_continuous_record(const std::uint64_t* words, std::size_t count, Visit&& visit) {
+  std::size_t i = 0;
+  while (i + 2 <= count) {
+    const std::uint64_t meta = words[i];
+    if ((meta & continuous_record_mark) != continuous_record_mark) break;
+    const bool labelled = (meta & 1) != 0;
+    const std::size_t name_bytes = (meta >> 8) & 0xFF;
+    std::size_t at = i + 2;
+    const std::size_t label_words = labelled ? continuous_label_words(name_bytes) : 0;
+    if (at + label_words + stack_record_header_words > count) break;
+    ContinuousLabel label{};
+    if (labelled) {
+      label.trace_id = reinterpret_cast<const std::uint8_t*>(words + at);
+      label.span_id = reinterpret_cast<const std::uint8_t*>(words + at + 2);
+      label.name = reinterpret_cast<const char*>(words + at + 3);
+      label.name_bytes = name_bytes;
+    }
+    at += label_words;
+    const std::uint64_t depth = words[at + 1];
+    if (depth == 0 || depth > count - at - stack_record_header_words) break;
+    visit(labelled ? &label : nullptr, words[at], words + at + stack_record_header_words, static_cast<std::size_t>(depth));
+    i = at + stack_record_header_words + static_cast<std::size_t>(depth);
+  }
 }
 
 // ---- heap -----------------------------------------------------------------------
@@ -12094,6 +12168,7 @@ SPANPROF_NAMESPACE_END
 #include <vector>
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -12108,14 +12183,9 @@ namespace detail {
 
 // What a continuous timer's signal carries (sigev_value): this tag and its slot.
 inline constexpr std::uint64_t continuous_tick_tag = 0x5350'5052ull << 32;  // "SPPR"
-
-// The records the handler writes, and the merger reads back:
-//   [meta, tid, (trace id 2 words, span id 1 word, name words)?, weight, depth, pc_0 ...]
-// meta: continuous_record_mark, bit 0 set when a span label follows, its name's
-// bytes in bits 8-15. The stack part is a stack record (sample_records.hpp).
-inline constexpr std::uint64_t continuous_record_mark = std::uint64_t{0xC0} << 56;
-
-constexpr std::size_t continuous_label_words(std::size_t name_bytes) noexcept { return 3 + (name_bytes + 7) / 8; }
+// What the scan's catch-up signal to a thread found running carries (sigqueue):
+// this tag and its slot; the slot holds the CPU the thread ran before its timer.
+inline constexpr std::uint64_t continuous_catch_up_tag = 0x5350'5043ull << 32;  // "SPPC"
 
 // The samples the merger takes at once: one profile per span label (and one for
 // the samples outside any span), their records' kind, period and engine set.
@@ -12153,7 +12223,10 @@ class ProcessSampler {
     max_depth_.store(std::min(settings.max_depth, max_stack_depth_limit), std::memory_order_relaxed);
     span_labels_.store(settings.span_labels, std::memory_order_relaxed);
     signal_number_ = signal_number;
+    own_pid_ = ::getpid();
     timer_failures_reported_ = false;
+    listed_once_ = false;
+    task_dir_fd_ = ::open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     running_.store(true, std::memory_order_release);
     return true;
   }
@@ -12173,6 +12246,8 @@ class ProcessSampler {
       if (slot != nullptr) release_slot(*slot, false);
     }
     threads_.clear();
+    if (task_dir_fd_ >= 0) ::close(task_dir_fd_);  // the parent's threads
+    task_dir_fd_ = -1;
   }
 
   // The merger's look: a timer for every thread that has none, none for threads
@@ -12193,12 +12268,13 @@ class ProcessSampler {
     if (!running_.load(std::memory_order_relaxed)) return result;
     SPANPROF_TRY {
       // Listing the threads costs a read of /proc per few dozen of them; their
-      // count costs a stat (its link count is theirs + 2). A new thread is listed
-      // at the first look that finds the count changed, and one that replaced
-      // another of the same count within a second.
+      // count costs an fstat of the open /proc/self/task (its link count is
+      // theirs + 2). A new thread is listed at the first look that finds the
+      // count changed, and one that replaced another of the same count within a
+      // second.
       struct stat task{};
       const std::int64_t now = monotonic_now_ns();
-      const bool counted = ::stat("/proc/self/task", &task) == 0;
+      const bool counted = task_dir_fd_ >= 0 && ::fstat(task_dir_fd_, &task) == 0;
       if (counted && task.st_nlink == listed_links_ && now - listed_at_ns_ < full_scan_interval_ns) {
         result.threads = threads_sampled_.load(std::memory_order_relaxed);
         result.blocking = threads_left_out_.load(std::memory_order_relaxed);
@@ -12224,6 +12300,8 @@ class ProcessSampler {
         }
         it->second = slot;
         ++result.timers_made;
+        // A thread started since the last look ran without a timer until now.
+        if (listed_once_) catch_up(*slot);
       }
       // Threads that were not listed are gone.
       for (auto it = threads_.begin(); it != threads_.end();) {
@@ -12238,6 +12316,7 @@ class ProcessSampler {
           ++it;
         }
       }
+      listed_once_ = true;
       learn_stack_tops();
       threads_sampled_.store(result.threads, std::memory_order_relaxed);
       threads_left_out_.store(result.blocking, std::memory_order_relaxed);
@@ -12267,18 +12346,26 @@ class ProcessSampler {
     out.dropped += dropped_.exchange(0, std::memory_order_relaxed);
   }
 
-  // The sample signal's handler, for a continuous timer's tick: true when the
-  // signal was one (async-signal-safe).
+  // The sample signal's handler, for a continuous timer's tick or a scan's
+  // catch-up: true when the signal was one (async-signal-safe).
   bool on_signal(const siginfo_t* info, const void* ucontext) noexcept {
-    if (info->si_code != SI_TIMER) return false;
     const auto value = reinterpret_cast<std::uintptr_t>(info->si_value.sival_ptr);
-    if ((value & ~std::uint64_t{0xFFFF'FFFF}) != continuous_tick_tag) return false;
+    const std::uint64_t tag = value & ~std::uint64_t{0xFFFF'FFFF};
+    const bool tick = info->si_code == SI_TIMER && tag == continuous_tick_tag;
+    const bool catching_up = info->si_code == SI_QUEUE && tag == continuous_catch_up_tag && info->si_pid == own_pid_;
+    if (!tick && !catching_up) return false;
     if (!running_.load(std::memory_order_acquire)) return true;
     ThreadSlot* slot = slot_at(static_cast<std::uint32_t>(value));
     const pid_t tid = static_cast<pid_t>(::syscall(SYS_gettid));
     if (slot == nullptr || slot->tid.load(std::memory_order_acquire) != tid) return true;  // a timer since deleted
-    record(*slot, static_cast<std::uint64_t>(1) + static_cast<std::uint64_t>(std::max(0, info->si_overrun)),
-           ucontext);
+    if (tick) {
+      const std::uint64_t periods = 1 + static_cast<std::uint64_t>(std::max(0, info->si_overrun));
+      record(*slot, periods, periods * static_cast<std::uint64_t>(period_ns_), ucontext);
+      return true;
+    }
+    const std::int64_t ran = slot->catch_up_ns.exchange(0, std::memory_order_relaxed);
+    const std::uint64_t periods = static_cast<std::uint64_t>((ran + period_ns_ / 2) / period_ns_);
+    if (periods != 0) record(*slot, periods, static_cast<std::uint64_t>(ran), ucontext);
     return true;
   }
 
@@ -12313,6 +12400,7 @@ class ProcessSampler {
     // the maps around a stack pointer a sample saw (0: each read is checked).
     std::atomic<std::uint64_t> stack_top{0};
     std::atomic<std::uint64_t> sample_sp{0};
+    std::atomic<std::int64_t> catch_up_ns{0};  // the CPU its catch-up signal stands for
   };
 
   struct Half {
@@ -12324,6 +12412,8 @@ class ProcessSampler {
   void stop_locked() noexcept {
     running_.store(false, std::memory_order_release);
     listed_links_ = 0;
+    if (task_dir_fd_ >= 0) ::close(task_dir_fd_);
+    task_dir_fd_ = -1;
     for (auto& [tid, slot] : threads_)
       if (slot != nullptr) release_slot(*slot, true);
     threads_.clear();
@@ -12398,6 +12488,30 @@ class ProcessSampler {
     return slot;
   }
 
+  // A thread found after the first look has run without a timer since it
+  // started: if it is on a core, or waiting for one, a signal now samples where it
+  // runs for that CPU, as a late tick would. One that is blocked is let be (a
+  // signal would cut its wait short): what it ran before is not sampled.
+  void catch_up(ThreadSlot& slot) noexcept {
+    const pid_t tid = slot.tid.load(std::memory_order_relaxed);
+    const std::int64_t ran = thread_cpu_ns(tid);
+    if (ran < period_ns_ / 2) return;
+    int syscall_fd = -1;
+    BlockedSite site;
+    const ThreadActivity activity = read_thread_activity(tid, syscall_fd, site);
+    if (syscall_fd >= 0) ::close(syscall_fd);
+    if (activity != ThreadActivity::runnable) return;
+    slot.catch_up_ns.store(ran, std::memory_order_relaxed);
+    siginfo_t info{};
+    info.si_signo = signal_number_;
+    info.si_code = SI_QUEUE;
+    info.si_pid = own_pid_;
+    info.si_uid = ::getuid();
+    info.si_value.sival_ptr = reinterpret_cast<void*>(continuous_catch_up_tag | slot.index);
+    if (::syscall(SYS_rt_tgsigqueueinfo, own_pid_, tid, signal_number_, &info) != 0)
+      slot.catch_up_ns.store(0, std::memory_order_relaxed);
+  }
+
   void refuse(int error, ScanResult& result) noexcept {
     ++result.refused;
     result.refused_errno = error;
@@ -12460,7 +12574,7 @@ class ProcessSampler {
 
   // ---- the handler's part -----------------------------------------------------------
 
-  void record(ThreadSlot& slot, std::uint64_t periods, const void* ucontext) noexcept {
+  void record(ThreadSlot& slot, std::uint64_t periods, std::uint64_t cpu_ns, const void* ucontext) noexcept {
     void* trace[max_stack_depth_limit];
     const int max_depth = max_depth_.load(std::memory_order_relaxed);
 #if SPANPROF_HAS_CFI_WALKER
@@ -12473,13 +12587,14 @@ class ProcessSampler {
     const int depth = walk_with_gperftools(ucontext, trace, max_depth);
 #endif
     if (depth <= 0) return;
-    SpanLabel* label = nullptr;
+    SpanLabel* span = nullptr;
     if (SpanLabelStack* labels = current_span_labels)
-      label = labels->label_for_sample(span_labels_.load(std::memory_order_relaxed));
-    const std::size_t name_bytes = label != nullptr ? label->name_length : 0;
-    const std::size_t need =
-        2 + (label != nullptr ? continuous_label_words(name_bytes) : 0) + stack_record_words(depth);
-    const std::uint64_t weight = cpu_record_weight(periods, periods * static_cast<std::uint64_t>(period_ns_));
+      span = labels->label_for_sample(span_labels_.load(std::memory_order_relaxed));
+    ContinuousLabel label{};
+    if (span != nullptr) label = ContinuousLabel{span->trace_id, span->span_id, span->name, span->name_length};
+    const ContinuousLabel* labelled = span != nullptr ? &label : nullptr;
+    const std::size_t need = continuous_record_words(labelled, depth);
+    const std::uint64_t weight = cpu_record_weight(periods, cpu_ns);
     for (int attempt = 0; attempt < 2; ++attempt) {
       const std::uint32_t index = active_.load(std::memory_order_seq_cst);
       Half& half = halves_[index];
@@ -12495,18 +12610,9 @@ class ProcessSampler {
         dropped_.fetch_add(1, std::memory_order_relaxed);
         return;
       }
-      std::uint64_t* out = half.words + at;
-      *out++ = continuous_record_mark | (label != nullptr ? 1u : 0u) | static_cast<std::uint64_t>(name_bytes) << 8;
-      *out++ = static_cast<std::uint64_t>(slot.tid.load(std::memory_order_relaxed));
-      if (label != nullptr) {
-        std::memcpy(out, label->trace_id, 16);
-        std::memcpy(out + 2, label->span_id, 8);
-        out[3 + (name_bytes + 7) / 8 - 1] = 0;  // the name's last word, padded
-        if (name_bytes != 0) std::memcpy(out + 3, label->name, name_bytes);
-        out += continuous_label_words(name_bytes);
-        label->sampled.store(true, std::memory_order_relaxed);
-      }
-      write_stack_record(out, weight, reinterpret_cast<std::uintptr_t>(trace[0]), trace + 1, depth);
+      write_continuous_record(half.words + at, static_cast<std::uint64_t>(slot.tid.load(std::memory_order_relaxed)),
+                              labelled, weight, reinterpret_cast<std::uintptr_t>(trace[0]), trace + 1, depth);
+      if (span != nullptr) span->sampled.store(true, std::memory_order_relaxed);
       half.writers.fetch_sub(1, std::memory_order_release);
       return;
     }
@@ -12518,48 +12624,33 @@ class ProcessSampler {
   void read_records(const std::uint64_t* words, std::size_t count, ContinuousSamples& out) {
     // One profile per label: the span's ids and name as the records carry them.
     std::map<std::string, std::size_t> by_label;
-    std::size_t i = 0;
-    while (i + 2 <= count) {
-      const std::uint64_t meta = words[i];
-      if ((meta & continuous_record_mark) != continuous_record_mark) break;
-      const bool labelled = (meta & 1) != 0;
-      const std::size_t name_bytes = (meta >> 8) & 0xFF;
-      std::size_t at = i + 2;
-      const std::size_t label_words = labelled ? continuous_label_words(name_bytes) : 0;
-      if (at + label_words + stack_record_header_words > count) break;
-      const std::uint64_t* label = words + at;
-      at += label_words;
-      const std::uint64_t depth = words[at + 1];
-      if (depth == 0 || depth > count - at - stack_record_header_words) break;
-      std::string key;
-      if (labelled) key.assign(reinterpret_cast<const char*>(label), 24 + name_bytes);
-      auto [entry, inserted] = by_label.try_emplace(key, out.profiles.size());
+    std::string key;
+    for_each_continuous_record(words, count, [&](const ContinuousLabel* label, std::uint64_t weight,
+                                                 const std::uint64_t* pcs, std::size_t depth) {
+      key.clear();
+      if (label != nullptr) {
+        key.append(reinterpret_cast<const char*>(label->trace_id), 16);
+        key.append(reinterpret_cast<const char*>(label->span_id), 8);
+        key.append(label->name, label->name_bytes);
+      }
+      const auto [entry, inserted] = by_label.try_emplace(key, out.profiles.size());
       if (inserted) {
-        out.profiles.emplace_back();
-        RawProfile& profile = out.profiles.back();
+        RawProfile& profile = out.profiles.emplace_back();
         profile.kind = ProfileKind::cpu;
         profile.reason = ProfileReason::continuous;
         profile.period_ns = period_ns_;
         profile.engine = "continuous:posix_timer";
-        if (labelled) {
-          std::uint8_t bytes[16];
-          std::memcpy(bytes, label, 16);
-          profile.span.trace_id = TraceId(bytes);
-          std::memcpy(bytes, label + 2, 8);
-          profile.span.span_id = SpanId(bytes);
-          profile.span_name.assign(reinterpret_cast<const char*>(label + 3), name_bytes);
+        if (label != nullptr) {
+          profile.span.trace_id = TraceId(label->trace_id);
+          profile.span.span_id = SpanId(label->span_id);
+          profile.span_name.assign(label->name, label->name_bytes);
         }
       }
-      RawProfile& profile = out.profiles[entry->second];
-      const std::uint64_t weight = words[at];
-      RawSample sample;
+      RawSample& sample = out.profiles[entry->second].samples.emplace_back();
       sample.values = {static_cast<std::int64_t>(cpu_record_periods(weight)),
                        static_cast<std::int64_t>(weight & cpu_record_ns_mask)};
-      const std::uint64_t* pcs = words + at + stack_record_header_words;
       sample.frames.assign(pcs, pcs + depth);
-      profile.samples.push_back(std::move(sample));
-      i = at + stack_record_header_words + static_cast<std::size_t>(depth);
-    }
+    });
   }
 
   // The handler's: written by start(), read in the handler.
@@ -12577,6 +12668,9 @@ class ProcessSampler {
   // The merger's, under mutex_.
   std::mutex mutex_;
   int signal_number_ = 0;
+  pid_t own_pid_ = 0;             // read by the handler too, written before running_
+  int task_dir_fd_ = -1;          // /proc/self/task, open while running
+  bool listed_once_ = false;      // the threads were listed since start()
   std::size_t slot_count_ = 0;
   std::vector<ThreadSlot*> free_;
   std::unordered_map<pid_t, ThreadSlot*> threads_;  // null: left out (blocks the signal)
@@ -14174,7 +14268,7 @@ inline void on_sample_signal(int, siginfo_t* info, void* ucontext) noexcept {
   // The continuous profile's ticks come to every thread, most with no sampler of
   // their own; the rest are a thread's sampler's (ProcessSampler::instance() is
   // made by start(), before any timer of its exists).
-  if (!(info->si_code == SI_TIMER && ProcessSampler::instance().on_signal(info, ucontext)))
+  if (!((info->si_code == SI_TIMER || info->si_code == SI_QUEUE) && ProcessSampler::instance().on_signal(info, ucontext)))
     if (ThreadStackSampler* sampler = current_stack_sampler) sampler->on_signal(info, ucontext);
   errno = saved_errno;
 }
@@ -20580,9 +20674,6 @@ class Runtime final : public GuardHost {
         if (process.start(plan.continuous, config->sampler.signal_number, why)) {
           config->labels_spans = plan.continuous.span_labels != ContinuousSpanLabels::none;
           plan.delivery.continuous = &take_continuous_samples;
-          // A thread the program starts is sampled from the merger's next look: the
-          // looks come often, and most cost a stat (ProcessSampler::scan).
-          plan.delivery.tick = std::min(plan.delivery.tick, continuous_look_interval);
           scan_continuous_threads();  // the threads there are now, sampled from now
         } else {
           report_error(ErrorCode::sampler_failed, "the continuous profile cannot run: " + why);
@@ -20754,8 +20845,6 @@ class Runtime final : public GuardHost {
   // for good in the child. spanprof::start() in the child profiles it.
   // The merger's look at the continuous profile: a timer for each new thread, and
   // the samples since the last look.
-  static constexpr std::chrono::milliseconds continuous_look_interval{20};
-
   static void take_continuous_samples(std::vector<RawProfile>& out) {
     scan_continuous_threads();
     ContinuousSamples samples;

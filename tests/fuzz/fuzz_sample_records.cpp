@@ -8,7 +8,8 @@
 //
 // Invariants: the records visited tile a prefix of the buffer in order, each
 // sample's frames are its record's pcs, a wall record counts one sample unless it
-// continues the one before, and no record is read past the end;
+// continues the one before, and no record is read past the end (nor a continuous
+// record's label or stack);
 // a heap sample of a plausible size (under 1 TiB) counts >= 1 object and >= 0 bytes.
 #include "fuzz_support.hpp"
 
@@ -55,6 +56,23 @@ void fuzz_one(std::string_view bytes) {
     if (kind == spanprof::ProfileKind::wall)
       SPANPROF_FUZZ_CHECK(static_cast<std::size_t>(wall_samples) == wall_records - wall_continuations);
   }
+
+  // The continuous profile's records: each label and stack inside the buffer, the
+  // records in order, a label's name within its bound.
+  const std::uint64_t* end = words.data() + words.size();
+  const std::uint64_t* last = words.data();
+  sd::for_each_continuous_record(words.data(), words.size(),
+                                 [&](const sd::ContinuousLabel* label, std::uint64_t, const std::uint64_t* pcs,
+                                     std::size_t depth) {
+                                   SPANPROF_FUZZ_CHECK(depth >= 1 && pcs > last && pcs + depth <= end);
+                                   if (label != nullptr) {
+                                     const auto* name = reinterpret_cast<const std::uint8_t*>(label->name);
+                                     SPANPROF_FUZZ_CHECK(label->name_bytes <= 255);
+                                     SPANPROF_FUZZ_CHECK(name + label->name_bytes <= reinterpret_cast<const std::uint8_t*>(pcs));
+                                     SPANPROF_FUZZ_CHECK(label->trace_id >= reinterpret_cast<const std::uint8_t*>(last));
+                                   }
+                                   last = pcs + depth;
+                                 });
 
   spanprof::RawProfile heap;
   heap.kind = spanprof::ProfileKind::heap;

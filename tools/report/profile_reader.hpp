@@ -502,8 +502,11 @@ class PprofReader {
     // A span profile labels every sample with its span. The process's continuous
     // profile (Options::continuous) labels those taken in a span: the window is
     // the whole process, its spans' parts, and what ran outside any span, each
-    // shown as a span of its own.
+    // shown as a span of its own. Another program's profile (no span labels, no
+    // "spanprof <version>" comment) is not spanprof's to show.
     const bool process_window = without_span > 0;
+    if (process_window && !written_by_spanprof())
+      return fail("samples without a span_id label, and no spanprof comment: not a spanprof profile");
     const std::string window_id = process_window ? std::to_string(m_.time_nanos) : std::string();
     const std::string process_id = "process-" + window_id, outside_id = "outside-" + window_id;
     // One span's profile says when it ran; a batch's times are the whole window's.
@@ -546,6 +549,12 @@ class PprofReader {
       add(span, read);
     }
     return true;
+  }
+
+  bool written_by_spanprof() const {
+    for (const std::uint64_t index : m_.comments)
+      if (index < m_.strings.size() && m_.strings[index].substr(0, 9) == "spanprof ") return true;
+    return false;
   }
 
   template <class Read>

@@ -13,6 +13,13 @@
 //                      holds the thread's ThreadState in bits 61-62. Bit 60 marks a
 //                      wall record that continues the one before it: the same sample's
 //                      time in another state (its running and its waiting part).
+//   continuous record  [meta, tid, (trace id 2 words, span id 1 word, name words)?,
+//                       weight, depth, pc_0 ...]
+//                      what the process's continuous profile (process_sampler.hpp)
+//                      writes for any thread: a CPU stack record after the thread's
+//                      id and, for a sample taken in a span, the span's label. meta
+//                      is continuous_record_mark, bit 0 when a label follows, the
+//                      name's bytes in bits 8-15.
 //   heap log record    [size, live-table slot, live-table entry, depth, pc_0 ...]
 //                      in a thread's heap log while its span is open.
 //   heap hand-off      [size, live at span close (0/1), depth, pc_0 ...]
@@ -28,6 +35,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -130,6 +138,72 @@ inline void read_stack_records(const std::uint64_t* words, std::size_t count, Ra
     sample.frames.assign(pcs, pcs + record[1]);
     profile.samples.push_back(std::move(sample));
   });
+}
+
+// ---- continuous records ---------------------------------------------------------
+
+inline constexpr std::uint64_t continuous_record_mark = std::uint64_t{0xC0} << 56;
+
+// A sample's span, as a continuous record carries it.
+struct ContinuousLabel {
+  const std::uint8_t* trace_id;  // 16 bytes
+  const std::uint8_t* span_id;   // 8 bytes
+  const char* name;
+  std::size_t name_bytes;        // at most 255
+};
+
+constexpr std::size_t continuous_label_words(std::size_t name_bytes) noexcept { return 3 + (name_bytes + 7) / 8; }
+
+constexpr std::size_t continuous_record_words(const ContinuousLabel* label, int depth) noexcept {
+  return 2 + (label != nullptr ? continuous_label_words(label->name_bytes) : 0) + stack_record_words(depth);
+}
+
+// `callers` holds depth - 1 return addresses, innermost first; `weight` is
+// cpu_record_weight(). Writes continuous_record_words(label, depth) words.
+inline void write_continuous_record(std::uint64_t* out, std::uint64_t tid, const ContinuousLabel* label,
+                                    std::uint64_t weight, std::uintptr_t pc, void* const* callers, int depth) noexcept {
+  const std::size_t name_bytes = label != nullptr ? label->name_bytes : 0;
+  *out++ = continuous_record_mark | (label != nullptr ? 1u : 0u) | static_cast<std::uint64_t>(name_bytes) << 8;
+  *out++ = tid;
+  if (label != nullptr) {
+    std::memcpy(out, label->trace_id, 16);
+    std::memcpy(out + 2, label->span_id, 8);
+    if (name_bytes != 0) {
+      out[3 + (name_bytes - 1) / 8] = 0;  // the name's last word, padded
+      std::memcpy(out + 3, label->name, name_bytes);
+    }
+    out += continuous_label_words(name_bytes);
+  }
+  write_stack_record(out, weight, pc, callers, depth);
+}
+
+// Calls `visit(const ContinuousLabel* label, std::uint64_t weight, const std::uint64_t* pcs,
+// std::size_t depth)` for each well-formed record (label null outside any span);
+// stops at the first malformed one, or at a word without the mark (the end).
+template <class Visit>
+void for_each_continuous_record(const std::uint64_t* words, std::size_t count, Visit&& visit) {
+  std::size_t i = 0;
+  while (i + 2 <= count) {
+    const std::uint64_t meta = words[i];
+    if ((meta & continuous_record_mark) != continuous_record_mark) break;
+    const bool labelled = (meta & 1) != 0;
+    const std::size_t name_bytes = (meta >> 8) & 0xFF;
+    std::size_t at = i + 2;
+    const std::size_t label_words = labelled ? continuous_label_words(name_bytes) : 0;
+    if (at + label_words + stack_record_header_words > count) break;
+    ContinuousLabel label{};
+    if (labelled) {
+      label.trace_id = reinterpret_cast<const std::uint8_t*>(words + at);
+      label.span_id = reinterpret_cast<const std::uint8_t*>(words + at + 2);
+      label.name = reinterpret_cast<const char*>(words + at + 3);
+      label.name_bytes = name_bytes;
+    }
+    at += label_words;
+    const std::uint64_t depth = words[at + 1];
+    if (depth == 0 || depth > count - at - stack_record_header_words) break;
+    visit(labelled ? &label : nullptr, words[at], words + at + stack_record_header_words, static_cast<std::size_t>(depth));
+    i = at + stack_record_header_words + static_cast<std::size_t>(depth);
+  }
 }
 
 // ---- heap -----------------------------------------------------------------------

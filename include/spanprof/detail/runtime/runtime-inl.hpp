@@ -112,9 +112,6 @@ class Runtime final : public GuardHost {
         if (process.start(plan.continuous, config->sampler.signal_number, why)) {
           config->labels_spans = plan.continuous.span_labels != ContinuousSpanLabels::none;
           plan.delivery.continuous = &take_continuous_samples;
-          // A thread the program starts is sampled from the merger's next look: the
-          // looks come often, and most cost a stat (ProcessSampler::scan).
-          plan.delivery.tick = std::min(plan.delivery.tick, continuous_look_interval);
           scan_continuous_threads();  // the threads there are now, sampled from now
         } else {
           report_error(ErrorCode::sampler_failed, "the continuous profile cannot run: " + why);
@@ -286,8 +283,6 @@ class Runtime final : public GuardHost {
   // for good in the child. spanprof::start() in the child profiles it.
   // The merger's look at the continuous profile: a timer for each new thread, and
   // the samples since the last look.
-  static constexpr std::chrono::milliseconds continuous_look_interval{20};
-
   static void take_continuous_samples(std::vector<RawProfile>& out) {
     scan_continuous_threads();
     ContinuousSamples samples;
