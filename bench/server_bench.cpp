@@ -104,6 +104,11 @@ int main(int argc, char** argv) {
     else if (mode == "time_split") options.time_split = true;
     else if (mode == "system_lines") options.system_library_lines = spanprof::SystemLibraryLines::line_tables;
     else if (mode == "no_debug_files") options.debug_directories.clear();
+    else if (mode == "continuous") options.continuous = true;  // the whole process, every request's span too
+    else if (mode == "continuous_only") {  // the whole process, requests only as its labels
+      options.continuous = true;
+      options.head_sampler = std::make_shared<spanprof::NeverSampler>();
+    }
     else if (mode != "default" && mode != "idle") {
       std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
       return 2;
