@@ -32,6 +32,7 @@
 
 #include <dirent.h>
 #include <dlfcn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 using spanprof_test::Collector;
@@ -512,3 +513,51 @@ TEST_CASE("continuous: a window reaches Pyroscope and OTLP as the service's CPU 
   CHECK(links[1].bytes(2) == std::string(id.begin(), id.end()));
 }
 #endif
+
+// fork(): the parent goes on sampling its threads; the child has no timer of the
+// parent's (POSIX timers are not inherited) and no continuous profile until it
+// starts spanprof itself, which then samples the child's own threads.
+TEST_CASE("continuous: a fork leaves the parent sampled, and the child samples itself once it starts",
+          "[continuous][fork]") {
+  spanprof::Options options;
+  options.continuous = true;
+  Collector collector(options);
+  std::thread before([] { compacts_in_background(0.2); });
+  before.join();
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    // Nothing of the parent's runs here: no thread sampled, no window cut.
+    int status = spanprof::stats().continuous_threads == 0 ? 0 : 10;
+    spanprof::Options own(spanprof::ignore_environment);
+    own.continuous = true;
+    own.output_directory = "/tmp/spanprof-continuous-child-" + std::to_string(::getpid());
+    spanprof::start(own);
+    std::thread work([] { compacts_in_background(0.3); });
+    work.join();
+    spanprof::flush(std::chrono::seconds(10));
+    const auto stats = spanprof::stats();
+    if (stats.continuous_samples < 20) status = 11;
+    spanprof::shutdown(std::chrono::seconds(5));
+    std::fflush(nullptr);
+    ::_exit(status);
+  }
+  double after_cpu = 0;
+  std::thread after([&] {
+    compacts_in_background(0.4);
+    after_cpu = thread_cpu_seconds();
+  });
+  after.join();
+  int status = -1;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);  // 10: the child had the parent's threads; 11: its own were not sampled
+  const auto profiles = collector.profiles();
+  std::int64_t after_samples = 0;
+  for (const auto& sample : samples_of(continuous_windows(profiles)))
+    if (sample.stack.find("compacts_in_background") != std::string::npos) after_samples += sample.samples;
+  // The thread before the fork (0.2 s) and the one after (0.4 s), at 100 Hz.
+  INFO("samples of compacts_in_background: " << after_samples << ", the thread after the fork ran " << after_cpu << " s");
+  CHECK(after_samples >= 54);
+  CHECK(after_samples <= 66);
+}

@@ -12002,15 +12002,16 @@ SPANPROF_NAMESPACE_END
 // ---- end spanprof/detail/capture/stack_walker.hpp ----
 // ---- begin spanprof/detail/capture/thread_status.hpp ----
 // What one thread can learn about another without signalling it: where it is
-// blocked, how much CPU time it has used, whether it blocks a signal. The wall
-// ticker reads the first two at every tick to decide whether a thread needs a
-// signal at all; the watchdog reads the last two to find a thread that holds the
-// sample signal. Signalling the thread to ask would disturb what is looked at: a
-// signal makes a blocked nanosleep or poll return EINTR, and piles up on a thread
-// that holds it.
+// blocked, how much CPU time it has used, whether it blocks a signal; and which
+// threads the process has. The wall ticker reads the first two at every tick to
+// decide whether a thread needs a signal at all; the watchdog reads the CPU time
+// and the signal mask to find a thread that holds the sample signal; the
+// continuous profile's scan lists the threads (process_sampler.hpp). Signalling
+// the thread to ask would disturb what is looked at: a signal makes a blocked
+// nanosleep or poll return EINTR, and piles up on a thread that holds it.
 //
-// Each reader takes the thread's kernel id and allocates nothing; what it reads
-// of kernel text fits a fixed buffer on the stack.
+// Each reader of one thread takes its kernel id and allocates nothing; what it
+// reads of kernel text fits a fixed buffer on the stack.
 #ifndef SPANPROF_DETAIL_CAPTURE_THREAD_STATUS_HPP_
 #define SPANPROF_DETAIL_CAPTURE_THREAD_STATUS_HPP_
 
@@ -12018,12 +12019,16 @@ SPANPROF_NAMESPACE_END
 // Compiled out with the SDK, as the sampler that uses it.
 #if SPANPROF_ENABLED
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -12085,6 +12090,39 @@ inline ThreadActivity read_thread_activity(pid_t tid, int& syscall_fd, BlockedSi
   site.sp = fields[0];
   site.pc = fields[1];
   return ThreadActivity::blocked;
+}
+
+// The process's thread ids, sorted, from an open /proc/self/task.
+inline bool list_threads(int task_dir_fd, std::vector<pid_t>& out) {
+  out.clear();
+  if (task_dir_fd < 0 || ::lseek(task_dir_fd, 0, SEEK_SET) != 0) return false;
+  alignas(8) char entries[16384];
+  for (;;) {
+    const long got = ::syscall(SYS_getdents64, task_dir_fd, entries, sizeof entries);
+    if (got < 0) return false;
+    if (got == 0) break;
+    for (long at = 0; at < got;) {
+      const auto* entry = reinterpret_cast<const dirent64*>(entries + at);
+      if (entry->d_name[0] >= '0' && entry->d_name[0] <= '9') out.push_back(static_cast<pid_t>(std::atoi(entry->d_name)));
+      at += entry->d_reclen;
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return true;
+}
+
+// The last pid the kernel gave out in this pid namespace, /proc/loadavg's last
+// field ("0.60 1.61 3.70 1/107 7982"); -1 when unreadable. `loadavg_fd` is that
+// file, opened at the first call (-2 until then) and kept open; the caller closes it.
+inline long last_pid_given_out(int& loadavg_fd) noexcept {
+  if (loadavg_fd == -2) loadavg_fd = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  if (loadavg_fd < 0) return -1;
+  char text[128];
+  const ssize_t n = ::pread(loadavg_fd, text, sizeof text - 1, 0);
+  if (n <= 0) return -1;
+  text[n] = '\0';
+  const char* last = std::strrchr(text, ' ');
+  return last != nullptr ? std::strtol(last + 1, nullptr, 10) : -1;
 }
 
 // The thread's CPU time, read from another thread (-1 when unreadable).
@@ -12248,6 +12286,8 @@ class ProcessSampler {
     threads_.clear();
     if (task_dir_fd_ >= 0) ::close(task_dir_fd_);  // the parent's threads
     task_dir_fd_ = -1;
+    if (loadavg_fd_ >= 0) ::close(loadavg_fd_);
+    loadavg_fd_ = -2;
   }
 
   // The merger's look: a timer for every thread that has none, none for threads
@@ -12267,22 +12307,25 @@ class ProcessSampler {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!running_.load(std::memory_order_relaxed)) return result;
     SPANPROF_TRY {
-      // Listing the threads costs a read of /proc per few dozen of them; their
-      // count costs an fstat of the open /proc/self/task (its link count is
-      // theirs + 2). A new thread is listed at the first look that finds the
-      // count changed, and one that replaced another of the same count within a
-      // second.
+      // Listing the threads costs ~0.3 µs each. A look lists them only when
+      // something changed: their count (an fstat of the open /proc/self/task,
+      // whose link count is theirs + 2), or the last pid the kernel gave out in the
+      // process's pid namespace (/proc/loadavg), which a new thread takes even when
+      // it replaces one that exited. Without /proc/loadavg, a listing a second.
       struct stat task{};
       const std::int64_t now = monotonic_now_ns();
       const bool counted = task_dir_fd_ >= 0 && ::fstat(task_dir_fd_, &task) == 0;
-      if (counted && task.st_nlink == listed_links_ && now - listed_at_ns_ < full_scan_interval_ns) {
+      const long last_pid = last_pid_given_out(loadavg_fd_);
+      const bool pids_known = last_pid >= 0;
+      if (counted && task.st_nlink == listed_links_ && (pids_known ? last_pid == listed_last_pid_ : now - listed_at_ns_ < full_scan_interval_ns)) {
         result.threads = threads_sampled_.load(std::memory_order_relaxed);
         result.blocking = threads_left_out_.load(std::memory_order_relaxed);
         return result;
       }
       listed_links_ = counted ? task.st_nlink : 0;
+      listed_last_pid_ = last_pid;
       listed_at_ns_ = now;
-      if (!list_threads(present_)) return result;
+      if (!list_threads(task_dir_fd_, present_)) return result;
       for (const pid_t tid : present_) {
         auto [it, inserted] = threads_.try_emplace(tid, nullptr);
         if (!inserted) {
@@ -12382,6 +12425,8 @@ class ProcessSampler {
     new (&mutex_) std::mutex();
     running_.store(false, std::memory_order_release);
     forget_after_fork();
+    threads_sampled_.store(0, std::memory_order_relaxed);
+    threads_left_out_.store(0, std::memory_order_relaxed);
   }
 
  private:
@@ -12414,6 +12459,8 @@ class ProcessSampler {
     listed_links_ = 0;
     if (task_dir_fd_ >= 0) ::close(task_dir_fd_);
     task_dir_fd_ = -1;
+    if (loadavg_fd_ >= 0) ::close(loadavg_fd_);
+    loadavg_fd_ = -2;
     for (auto& [tid, slot] : threads_)
       if (slot != nullptr) release_slot(*slot, true);
     threads_.clear();
@@ -12525,20 +12572,6 @@ class ProcessSampler {
     if (delete_timer) ::timer_delete(slot.timer);
     slot.tid.store(0, std::memory_order_release);
     free_.push_back(&slot);
-  }
-
-  // The process's thread ids, sorted.
-  static bool list_threads(std::vector<pid_t>& out) {
-    out.clear();
-    DIR* tasks = ::opendir("/proc/self/task");
-    if (tasks == nullptr) return false;
-    while (const dirent* entry = ::readdir(tasks)) {
-      if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
-      out.push_back(static_cast<pid_t>(std::atoi(entry->d_name)));
-    }
-    ::closedir(tasks);
-    std::sort(out.begin(), out.end());
-    return true;
   }
 
   // The top of each stack a sample was seen on, from the mapping around its stack
@@ -12676,6 +12709,8 @@ class ProcessSampler {
   std::unordered_map<pid_t, ThreadSlot*> threads_;  // null: left out (blocks the signal)
   std::vector<pid_t> present_;
   nlink_t listed_links_ = 0;      // /proc/self/task's link count at the last listing (0: none since start)
+  long listed_last_pid_ = -1;     // and the last pid given out then
+  int loadavg_fd_ = -2;           // /proc/loadavg (-2: not opened yet)
   std::int64_t listed_at_ns_ = 0;
   std::uint64_t random_ = 0x9E3779B97F4A7C15ull;
   bool timer_failures_reported_ = false;

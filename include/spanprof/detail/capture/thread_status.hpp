@@ -1,13 +1,14 @@
 // What one thread can learn about another without signalling it: where it is
-// blocked, how much CPU time it has used, whether it blocks a signal. The wall
-// ticker reads the first two at every tick to decide whether a thread needs a
-// signal at all; the watchdog reads the last two to find a thread that holds the
-// sample signal. Signalling the thread to ask would disturb what is looked at: a
-// signal makes a blocked nanosleep or poll return EINTR, and piles up on a thread
-// that holds it.
+// blocked, how much CPU time it has used, whether it blocks a signal; and which
+// threads the process has. The wall ticker reads the first two at every tick to
+// decide whether a thread needs a signal at all; the watchdog reads the CPU time
+// and the signal mask to find a thread that holds the sample signal; the
+// continuous profile's scan lists the threads (process_sampler.hpp). Signalling
+// the thread to ask would disturb what is looked at: a signal makes a blocked
+// nanosleep or poll return EINTR, and piles up on a thread that holds it.
 //
-// Each reader takes the thread's kernel id and allocates nothing; what it reads
-// of kernel text fits a fixed buffer on the stack.
+// Each reader of one thread takes its kernel id and allocates nothing; what it
+// reads of kernel text fits a fixed buffer on the stack.
 #ifndef SPANPROF_DETAIL_CAPTURE_THREAD_STATUS_HPP_
 #define SPANPROF_DETAIL_CAPTURE_THREAD_STATUS_HPP_
 
@@ -16,12 +17,16 @@
 // Compiled out with the SDK, as the sampler that uses it.
 #if SPANPROF_ENABLED
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -83,6 +88,39 @@ inline ThreadActivity read_thread_activity(pid_t tid, int& syscall_fd, BlockedSi
   site.sp = fields[0];
   site.pc = fields[1];
   return ThreadActivity::blocked;
+}
+
+// The process's thread ids, sorted, from an open /proc/self/task.
+inline bool list_threads(int task_dir_fd, std::vector<pid_t>& out) {
+  out.clear();
+  if (task_dir_fd < 0 || ::lseek(task_dir_fd, 0, SEEK_SET) != 0) return false;
+  alignas(8) char entries[16384];
+  for (;;) {
+    const long got = ::syscall(SYS_getdents64, task_dir_fd, entries, sizeof entries);
+    if (got < 0) return false;
+    if (got == 0) break;
+    for (long at = 0; at < got;) {
+      const auto* entry = reinterpret_cast<const dirent64*>(entries + at);
+      if (entry->d_name[0] >= '0' && entry->d_name[0] <= '9') out.push_back(static_cast<pid_t>(std::atoi(entry->d_name)));
+      at += entry->d_reclen;
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return true;
+}
+
+// The last pid the kernel gave out in this pid namespace, /proc/loadavg's last
+// field ("0.60 1.61 3.70 1/107 7982"); -1 when unreadable. `loadavg_fd` is that
+// file, opened at the first call (-2 until then) and kept open; the caller closes it.
+inline long last_pid_given_out(int& loadavg_fd) noexcept {
+  if (loadavg_fd == -2) loadavg_fd = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  if (loadavg_fd < 0) return -1;
+  char text[128];
+  const ssize_t n = ::pread(loadavg_fd, text, sizeof text - 1, 0);
+  if (n <= 0) return -1;
+  text[n] = '\0';
+  const char* last = std::strrchr(text, ' ');
+  return last != nullptr ? std::strtol(last + 1, nullptr, 10) : -1;
 }
 
 // The thread's CPU time, read from another thread (-1 when unreadable).
