@@ -516,3 +516,49 @@ TEST_CASE("a spanprof::RequestProfile over an OpenTelemetry span: fragments on t
   CHECK(spanprof_test::share_on_stack(profile->decoded, "otel_checkout_work") > 0.2);
   CHECK(spanprof_test::share_on_stack(profile->decoded, "otel_child_work") > 0.2);
 }
+
+// The continuous profile (Options::continuous) labels a sample with the span's
+// local root: exactly those spans carry pyroscope.profile.id, with no span profile
+// kept (the head sampler profiles none), so Grafana links them to the window.
+TEST_CASE("continuous: pyroscope.profile.id on exactly the spans whose ids label the window's samples",
+          "[opentelemetry][continuous]") {
+  spanprof::Options options = options_at(500);
+  options.continuous = true;
+  options.head_sampler = std::make_shared<spanprof::NeverSampler>();
+  Collector collector(options);
+  Sdk sdk;
+  auto tracer = sdk.tracer();
+  auto root = tracer->StartSpan("POST /checkout");
+  std::string child_id;
+  {
+    spanprof::ScopedProfile guard(root, "POST /checkout");
+    api::StartSpanOptions child_of_root;
+    child_of_root.parent = root->GetContext();
+    auto child = tracer->StartSpan("price", child_of_root);
+    {
+      spanprof::ScopedProfile inner(child, "price");
+      otel_checkout_work(0.1);
+    }
+    child_id = hex_of(child->GetContext().span_id());
+    child->End();
+  }
+  root->End();
+  auto idle = tracer->StartSpan("GET /health");
+  {
+    spanprof::ScopedProfile guard(idle, "GET /health");  // runs no CPU: no sample
+  }
+  idle->End();
+  const std::string root_id = hex_of(root->GetContext().span_id());
+  std::map<std::string, std::string> linked;  // span id -> its profile id attribute
+  for (const auto& span : sdk.spans->GetSpans()) linked[hex_of(span->GetSpanId())] = profile_id_of(*span);
+  CHECK(linked[root_id] == root_id);  // labels the window's samples
+  CHECK(linked[child_id].empty());    // its samples carry its local root
+  CHECK(linked[hex_of(idle->GetContext().span_id())].empty());
+  bool root_in_window = false;
+  for (const auto& profile : collector.profiles()) {
+    CHECK(profile.meta.record.reason == spanprof::ProfileReason::continuous);  // no span profile kept
+    for (const auto& sample : profile.decoded.samples)
+      root_in_window = root_in_window || pprof_test::labels_of(sample)["span_id"] == root_id;
+  }
+  CHECK(root_in_window);
+}

@@ -122,8 +122,10 @@ class RequestProfile {
 
   // The request is over: the tail policy decides now; its profile is delivered now,
   // or when the fragments running now close; later fragments record nothing. This
-  // handle lets go. True when it is kept: its profile was handed over now, or will
-  // be when those fragments close (as a span is linked to its profile before export).
+  // handle lets go. True when it is kept — its profile was handed over now, or will
+  // be when those fragments close — or when its samples are in the process's
+  // continuous profile (Options::continuous): as a span is linked to its profile
+  // before export (pyroscope.profile.id).
   bool end() noexcept {
     if (state_ == nullptr) return false;
     const bool kept = detail::end_request(*state_);

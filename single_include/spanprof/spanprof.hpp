@@ -3606,8 +3606,10 @@ class RequestProfile {
 
   // The request is over: the tail policy decides now; its profile is delivered now,
   // or when the fragments running now close; later fragments record nothing. This
-  // handle lets go. True when it is kept: its profile was handed over now, or will
-  // be when those fragments close (as a span is linked to its profile before export).
+  // handle lets go. True when it is kept — its profile was handed over now, or will
+  // be when those fragments close — or when its samples are in the process's
+  // continuous profile (Options::continuous): as a span is linked to its profile
+  // before export (pyroscope.profile.id).
   bool end() noexcept {
     if (state_ == nullptr) return false;
     const bool kept = detail::end_request(*state_);
@@ -22534,7 +22536,8 @@ void acquire_request(RequestState& state) noexcept { state.acquire(); }
 void release_request(RequestState& state) noexcept { state.release(); }
 void set_request_error(RequestState& state, bool failed) noexcept { state.set_error(failed); }
 void discard_request(RequestState& state) noexcept { state.discard(); }
-bool end_request(RequestState& state) noexcept { return state.end(); }
+// Linked either way: a kept profile, or samples in the continuous profile.
+bool end_request(RequestState& state) noexcept { return state.end() || state.in_continuous_profile(); }
 
 }  // namespace detail
 

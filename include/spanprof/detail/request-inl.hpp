@@ -71,7 +71,8 @@ void acquire_request(RequestState& state) noexcept { state.acquire(); }
 void release_request(RequestState& state) noexcept { state.release(); }
 void set_request_error(RequestState& state, bool failed) noexcept { state.set_error(failed); }
 void discard_request(RequestState& state) noexcept { state.discard(); }
-bool end_request(RequestState& state) noexcept { return state.end(); }
+// Linked either way: a kept profile, or samples in the continuous profile.
+bool end_request(RequestState& state) noexcept { return state.end() || state.in_continuous_profile(); }
 
 }  // namespace detail
 
