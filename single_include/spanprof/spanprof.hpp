@@ -10463,10 +10463,12 @@ SPANPROF_NAMESPACE_END
 
 #include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <ucontext.h>
@@ -10540,6 +10542,19 @@ inline constexpr std::uint64_t wall_tick_tag = 0x5350'574Cull << 32;  // "SPWL"
 // What the ticker's CPU tick carries: the POSIX timer's sampling point it saw the
 // thread's CPU clock pass, which the kernel had not delivered yet (cpu_watch).
 inline constexpr std::uint64_t cpu_tick_tag = 0x5350'4350ull << 32;  // "SPCP"
+
+// Queues `signal_number` to thread `tid` of process `pid` with `value` (a tag and
+// its data), as sigqueue does for a process: the handler tells its senders apart by
+// the value. False when the thread is gone or its queue is full.
+inline bool queue_signal_to_thread(pid_t pid, pid_t tid, int signal_number, std::uint64_t value) noexcept {
+  siginfo_t info{};
+  info.si_signo = signal_number;
+  info.si_code = SI_QUEUE;
+  info.si_pid = pid;
+  info.si_uid = ::getuid();
+  info.si_value.sival_ptr = reinterpret_cast<void*>(static_cast<std::uintptr_t>(value));
+  return ::syscall(SYS_rt_tgsigqueueinfo, pid, tid, signal_number, &info) == 0;
+}
 
 inline std::uintptr_t interrupted_pc(const void* ucontext) noexcept {
   const auto* uc = static_cast<const ucontext_t*>(ucontext);
@@ -12127,12 +12142,15 @@ inline long last_pid_given_out(int& loadavg_fd) noexcept {
   return last != nullptr ? std::strtol(last + 1, nullptr, 10) : -1;
 }
 
+// Linux's id of thread `tid`'s CPU clock, as glibc's pthread_getcpuclockid makes it.
+constexpr clockid_t thread_cpu_clock(pid_t tid) noexcept {
+  return static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6);
+}
+
 // The thread's CPU time, read from another thread (-1 when unreadable).
 inline std::int64_t thread_cpu_ns(pid_t tid) noexcept {
-  // Linux's per-thread CPU clock id, as glibc's pthread_getcpuclockid makes it.
-  const clockid_t clock = static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6);
   timespec ts{};
-  if (::clock_gettime(clock, &ts) != 0) return -1;
+  if (::clock_gettime(thread_cpu_clock(tid), &ts) != 0) return -1;
   return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
@@ -12508,12 +12526,10 @@ class ProcessSampler {
     event.sigev_signo = signal_number_;
     event.sigev_notify_thread_id = tid;
     event.sigev_value.sival_ptr = reinterpret_cast<void*>(continuous_tick_tag | slot->index);
-    // Linux's per-thread CPU clock id, as glibc's pthread_getcpuclockid makes it.
-    const clockid_t clock = static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6);
     slot->tid.store(tid, std::memory_order_release);
     slot->stack_top.store(0, std::memory_order_relaxed);
     slot->sample_sp.store(0, std::memory_order_relaxed);
-    if (::timer_create(clock, &event, &slot->timer) != 0) {
+    if (::timer_create(thread_cpu_clock(tid), &event, &slot->timer) != 0) {
       const int error = errno;
       slot->tid.store(0, std::memory_order_release);
       free_.push_back(slot);
@@ -12551,13 +12567,7 @@ class ProcessSampler {
     if (syscall_fd >= 0) ::close(syscall_fd);
     if (activity != ThreadActivity::runnable) return;
     slot.catch_up_ns.store(ran, std::memory_order_relaxed);
-    siginfo_t info{};
-    info.si_signo = signal_number_;
-    info.si_code = SI_QUEUE;
-    info.si_pid = own_pid_;
-    info.si_uid = ::getuid();
-    info.si_value.sival_ptr = reinterpret_cast<void*>(continuous_catch_up_tag | slot.index);
-    if (::syscall(SYS_rt_tgsigqueueinfo, own_pid_, tid, signal_number_, &info) != 0)
+    if (!queue_signal_to_thread(own_pid_, tid, signal_number_, continuous_catch_up_tag | slot.index))
       slot.catch_up_ns.store(0, std::memory_order_relaxed);
   }
 
@@ -13540,13 +13550,7 @@ class ThreadStackSampler {
  private:
   // The ticker's signal to this thread, carrying `value` (a tag and its data).
   bool send_tick(std::uint64_t value) noexcept {
-    siginfo_t info{};
-    info.si_signo = settings_.signal_number;
-    info.si_code = SI_QUEUE;
-    info.si_pid = pid_;
-    info.si_uid = ::getuid();
-    info.si_value.sival_ptr = reinterpret_cast<void*>(static_cast<std::uintptr_t>(value));
-    return ::syscall(SYS_rt_tgsigqueueinfo, pid_, tid_, settings_.signal_number, &info) == 0;
+    return queue_signal_to_thread(pid_, tid_, settings_.signal_number, value);
   }
 
   // Returns the count before.

@@ -353,12 +353,10 @@ class ProcessSampler {
     event.sigev_signo = signal_number_;
     event.sigev_notify_thread_id = tid;
     event.sigev_value.sival_ptr = reinterpret_cast<void*>(continuous_tick_tag | slot->index);
-    // Linux's per-thread CPU clock id, as glibc's pthread_getcpuclockid makes it.
-    const clockid_t clock = static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6);
     slot->tid.store(tid, std::memory_order_release);
     slot->stack_top.store(0, std::memory_order_relaxed);
     slot->sample_sp.store(0, std::memory_order_relaxed);
-    if (::timer_create(clock, &event, &slot->timer) != 0) {
+    if (::timer_create(thread_cpu_clock(tid), &event, &slot->timer) != 0) {
       const int error = errno;
       slot->tid.store(0, std::memory_order_release);
       free_.push_back(slot);
@@ -396,13 +394,7 @@ class ProcessSampler {
     if (syscall_fd >= 0) ::close(syscall_fd);
     if (activity != ThreadActivity::runnable) return;
     slot.catch_up_ns.store(ran, std::memory_order_relaxed);
-    siginfo_t info{};
-    info.si_signo = signal_number_;
-    info.si_code = SI_QUEUE;
-    info.si_pid = own_pid_;
-    info.si_uid = ::getuid();
-    info.si_value.sival_ptr = reinterpret_cast<void*>(continuous_catch_up_tag | slot.index);
-    if (::syscall(SYS_rt_tgsigqueueinfo, own_pid_, tid, signal_number_, &info) != 0)
+    if (!queue_signal_to_thread(own_pid_, tid, signal_number_, continuous_catch_up_tag | slot.index))
       slot.catch_up_ns.store(0, std::memory_order_relaxed);
   }
 

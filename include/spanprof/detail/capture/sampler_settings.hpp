@@ -9,10 +9,12 @@
 
 #include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <ucontext.h>
@@ -86,6 +88,19 @@ inline constexpr std::uint64_t wall_tick_tag = 0x5350'574Cull << 32;  // "SPWL"
 // What the ticker's CPU tick carries: the POSIX timer's sampling point it saw the
 // thread's CPU clock pass, which the kernel had not delivered yet (cpu_watch).
 inline constexpr std::uint64_t cpu_tick_tag = 0x5350'4350ull << 32;  // "SPCP"
+
+// Queues `signal_number` to thread `tid` of process `pid` with `value` (a tag and
+// its data), as sigqueue does for a process: the handler tells its senders apart by
+// the value. False when the thread is gone or its queue is full.
+inline bool queue_signal_to_thread(pid_t pid, pid_t tid, int signal_number, std::uint64_t value) noexcept {
+  siginfo_t info{};
+  info.si_signo = signal_number;
+  info.si_code = SI_QUEUE;
+  info.si_pid = pid;
+  info.si_uid = ::getuid();
+  info.si_value.sival_ptr = reinterpret_cast<void*>(static_cast<std::uintptr_t>(value));
+  return ::syscall(SYS_rt_tgsigqueueinfo, pid, tid, signal_number, &info) == 0;
+}
 
 inline std::uintptr_t interrupted_pc(const void* ucontext) noexcept {
   const auto* uc = static_cast<const ucontext_t*>(ucontext);

@@ -359,13 +359,7 @@ class ThreadStackSampler {
  private:
   // The ticker's signal to this thread, carrying `value` (a tag and its data).
   bool send_tick(std::uint64_t value) noexcept {
-    siginfo_t info{};
-    info.si_signo = settings_.signal_number;
-    info.si_code = SI_QUEUE;
-    info.si_pid = pid_;
-    info.si_uid = ::getuid();
-    info.si_value.sival_ptr = reinterpret_cast<void*>(static_cast<std::uintptr_t>(value));
-    return ::syscall(SYS_rt_tgsigqueueinfo, pid_, tid_, settings_.signal_number, &info) == 0;
+    return queue_signal_to_thread(pid_, tid_, settings_.signal_number, value);
   }
 
   // Returns the count before.

@@ -123,12 +123,15 @@ inline long last_pid_given_out(int& loadavg_fd) noexcept {
   return last != nullptr ? std::strtol(last + 1, nullptr, 10) : -1;
 }
 
+// Linux's id of thread `tid`'s CPU clock, as glibc's pthread_getcpuclockid makes it.
+constexpr clockid_t thread_cpu_clock(pid_t tid) noexcept {
+  return static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6);
+}
+
 // The thread's CPU time, read from another thread (-1 when unreadable).
 inline std::int64_t thread_cpu_ns(pid_t tid) noexcept {
-  // Linux's per-thread CPU clock id, as glibc's pthread_getcpuclockid makes it.
-  const clockid_t clock = static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6);
   timespec ts{};
-  if (::clock_gettime(clock, &ts) != 0) return -1;
+  if (::clock_gettime(thread_cpu_clock(tid), &ts) != 0) return -1;
   return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
