@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -32,6 +33,9 @@
 
 #include <dirent.h>
 #include <dlfcn.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -560,4 +564,81 @@ TEST_CASE("continuous: a fork leaves the parent sampled, and the child samples i
   INFO("samples of compacts_in_background: " << after_samples << ", the thread after the fork ran " << after_cpu << " s");
   CHECK(after_samples >= 54);
   CHECK(after_samples <= 66);
+}
+
+// glibc starts a thread with every signal blocked and gives it its creator's mask
+// once it first runs: a look can find a new thread in that moment, as it finds
+// this one, which blocks every signal and sleeps (no CPU) across two looks before
+// it unblocks them and works. It is asked again once its CPU clock moves, and its
+// CPU is sampled, what it ran before its timer by the catch-up sample.
+TEST_CASE("continuous: a thread found blocking the signal before it ever ran is sampled once it runs",
+          "[continuous]") {
+  spanprof::Options options;
+  options.continuous = true;
+  Collector collector(options);
+  double cpu = 0;
+  std::thread late([&cpu] {
+    sigset_t all, before;
+    sigfillset(&all);
+    ::pthread_sigmask(SIG_SETMASK, &all, &before);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // listed, blocking, not running
+    ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
+    compacts_in_background(0.3);
+    cpu = thread_cpu_seconds();
+  });
+  late.join();
+  std::int64_t samples = 0;
+  for (const auto& sample : samples_of(continuous_windows(collector.profiles())))
+    if (sample.stack.find("compacts_in_background") != std::string::npos) samples += sample.samples;
+  INFO("samples of compacts_in_background: " << samples << " for " << cpu << " s of CPU");
+  CHECK(samples >= 27);
+  CHECK(samples <= 33);
+}
+
+// A container may serve its own /proc/loadavg, whose last pid does not move when
+// the process starts a thread. A thread that replaces one that exited leaves the
+// thread count as it was: it is still found and sampled. The child process binds
+// a fixed /proc/loadavg over the real one in a mount namespace of its own, which
+// needs root; elsewhere the case says so and checks nothing.
+TEST_CASE("continuous: where /proc/loadavg's last pid does not move, a thread that replaces another is sampled",
+          "[continuous][fork]") {
+  spanprof::shutdown(std::chrono::seconds(5));
+  constexpr int cannot_set_up = 255;
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    const std::string fixed = "/tmp/spanprof-fixed-loadavg-" + std::to_string(::getpid());
+    if (FILE* file = std::fopen(fixed.c_str(), "w")) {
+      std::fputs("0.00 0.00 0.00 1/100 4242\n", file);
+      std::fclose(file);
+    }
+    const bool bound = ::unshare(CLONE_NEWNS) == 0 && ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
+                       ::mount(fixed.c_str(), "/proc/loadavg", nullptr, MS_BIND, nullptr) == 0;
+    ::unlink(fixed.c_str());
+    if (!bound) ::_exit(cannot_set_up);
+    std::int64_t samples = 0;
+    {
+      spanprof::Options options;
+      options.continuous = true;
+      Collector collector(options);
+      std::thread first([] { compacts_in_background(0.2); });
+      first.join();
+      std::thread second([] { compacts_in_background(0.4); });  // takes the first one's place
+      second.join();
+      for (const auto& sample : samples_of(continuous_windows(collector.profiles())))
+        if (sample.stack.find("compacts_in_background") != std::string::npos) samples += sample.samples;
+    }
+    ::_exit(static_cast<int>(std::min<std::int64_t>(samples, cannot_set_up - 1)));
+  }
+  int status = -1;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == cannot_set_up) {
+    WARN("cannot bind a fixed /proc/loadavg here (needs root): not exercised");
+    return;
+  }
+  // Both threads' CPU (0.6 s) at 100 Hz.
+  INFO("samples of compacts_in_background: " << WEXITSTATUS(status));
+  CHECK(WEXITSTATUS(status) >= 54);
+  CHECK(WEXITSTATUS(status) <= 66);
 }

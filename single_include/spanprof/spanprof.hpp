@@ -12019,11 +12019,12 @@ SPANPROF_NAMESPACE_END
 // ---- end spanprof/detail/capture/stack_walker.hpp ----
 // ---- begin spanprof/detail/capture/thread_status.hpp ----
 // What one thread can learn about another without signalling it: where it is
-// blocked, how much CPU time it has used, whether it blocks a signal; and which
-// threads the process has. The wall ticker reads the first two at every tick to
-// decide whether a thread needs a signal at all; the watchdog reads the CPU time
-// and the signal mask to find a thread that holds the sample signal; the
-// continuous profile's scan lists the threads (process_sampler.hpp). Signalling
+// blocked, how much CPU time it has used, whether it blocks a signal, where its
+// stack ends; and which threads the process has. The wall ticker reads the first
+// two at every tick to decide whether a thread needs a signal at all; the watchdog
+// reads the CPU time and the signal mask to find a thread that holds the sample
+// signal; the continuous profile's scan lists the threads and learns their stacks
+// (process_sampler.hpp). Signalling
 // the thread to ask would disturb what is looked at: a signal makes a blocked
 // nanosleep or poll return EINTR, and piles up on a thread that holds it.
 //
@@ -12041,6 +12042,7 @@ SPANPROF_NAMESPACE_END
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include <dirent.h>
@@ -12140,6 +12142,23 @@ inline long last_pid_given_out(int& loadavg_fd) noexcept {
   text[n] = '\0';
   const char* last = std::strrchr(text, ' ');
   return last != nullptr ? std::strtol(last + 1, nullptr, 10) : -1;
+}
+
+// The process's writable mappings, [low, high) from /proc/self/maps: a thread's
+// stack is one, and its top the mapping's end.
+inline std::vector<std::pair<std::uint64_t, std::uint64_t>> writable_mappings() {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
+  std::FILE* maps = std::fopen("/proc/self/maps", "re");
+  if (maps == nullptr) return ranges;
+  char line[512];
+  while (std::fgets(line, sizeof line, maps) != nullptr) {
+    unsigned long long low = 0, high = 0;
+    char perms[8] = {};
+    if (std::sscanf(line, "%llx-%llx %7s", &low, &high, perms) == 3 && perms[0] == 'r' && perms[1] == 'w')
+      ranges.emplace_back(low, high);
+  }
+  std::fclose(maps);
+  return ranges;
 }
 
 // Linux's id of thread `tid`'s CPU clock, as glibc's pthread_getcpuclockid makes it.
@@ -12304,6 +12323,7 @@ class ProcessSampler {
       if (slot != nullptr) release_slot(*slot, false);
     }
     threads_.clear();
+    blocking_since_.clear();
     if (task_dir_fd_ >= 0) ::close(task_dir_fd_);  // the parent's threads
     task_dir_fd_ = -1;
     if (loadavg_fd_ >= 0) ::close(loadavg_fd_);
@@ -12331,42 +12351,48 @@ class ProcessSampler {
       // something changed: their count (an fstat of the open /proc/self/task,
       // whose link count is theirs + 2), or the last pid the kernel gave out in the
       // process's pid namespace (/proc/loadavg), which a new thread takes even when
-      // it replaces one that exited. Without /proc/loadavg, a listing a second.
+      // it replaces one that exited. Where that pid does not move (a /proc/loadavg
+      // a container serves), a look lists them as often as keeps the listing
+      // under 0.1 % of a core.
       struct stat task{};
       const std::int64_t now = monotonic_now_ns();
       const bool counted = task_dir_fd_ >= 0 && ::fstat(task_dir_fd_, &task) == 0;
-      const long last_pid = last_pid_given_out(loadavg_fd_);
+      const long last_pid = pids_move_ ? last_pid_given_out(loadavg_fd_) : -1;
       const bool pids_known = last_pid >= 0;
-      if (counted && task.st_nlink == listed_links_ && (pids_known ? last_pid == listed_last_pid_ : now - listed_at_ns_ < full_scan_interval_ns)) {
-        result.threads = threads_sampled_.load(std::memory_order_relaxed);
-        result.blocking = threads_left_out_.load(std::memory_order_relaxed);
+      if (counted && task.st_nlink == listed_links_ && (pids_known ? last_pid == listed_last_pid_ : now - listed_at_ns_ < listing_interval_ns_)) {
+        ask_again_those_that_ran(result);
+        result.threads = threads_sampled_.fetch_add(result.timers_made, std::memory_order_relaxed) + result.timers_made;
+        result.blocking = threads_left_out_.fetch_sub(result.timers_made, std::memory_order_relaxed) - result.timers_made;
         return result;
       }
+      const bool pid_unchanged = pids_known && last_pid == listed_last_pid_;
       listed_links_ = counted ? task.st_nlink : 0;
       listed_last_pid_ = last_pid;
       listed_at_ns_ = now;
+      const std::int64_t listing_started = this_thread_cpu_ns();
       if (!list_threads(task_dir_fd_, present_)) return result;
+      // The merger's CPU for the listing: its wall time stretches on a busy machine.
+      listing_interval_ns_ = std::min(full_scan_interval_ns, 1000 * (this_thread_cpu_ns() - listing_started));
       for (const pid_t tid : present_) {
         auto [it, inserted] = threads_.try_emplace(tid, nullptr);
         if (!inserted) {
           if (it->second == nullptr) ++result.blocking;
           continue;
         }
+        // A thread new since a listing that saw the same last pid: that pid
+        // does not tell of new threads here.
+        if (listed_once_ && pid_unchanged) pids_move_ = false;
+        const std::int64_t ran = thread_cpu_ns(tid);
         if (thread_blocks_signal(tid, signal_number_)) {
-          ++result.blocking;
-          continue;  // stays in threads_ as null: not asked again
-        }
-        ThreadSlot* slot = make_timer(tid, result);
-        if (slot == nullptr) {
-          threads_.erase(it);  // asked again at the next scan
+          ++result.blocking;  // stays in threads_ as null
+          blocking_since_.emplace_back(tid, ran);
           continue;
         }
-        it->second = slot;
-        ++result.timers_made;
-        // A thread started since the last look ran without a timer until now.
-        if (listed_once_) catch_up(*slot);
+        if (!sample_thread(it, result, listed_once_)) threads_.erase(it);  // asked again at the next listing
       }
+      ask_again_those_that_ran(result);
       // Threads that were not listed are gone.
+      result.blocking = 0;
       for (auto it = threads_.begin(); it != threads_.end();) {
         if (!std::binary_search(present_.begin(), present_.end(), it->first)) {
           if (it->second != nullptr) {
@@ -12375,7 +12401,7 @@ class ProcessSampler {
           }
           it = threads_.erase(it);
         } else {
-          if (it->second != nullptr) ++result.threads;
+          ++(it->second != nullptr ? result.threads : result.blocking);
           ++it;
         }
       }
@@ -12484,6 +12510,7 @@ class ProcessSampler {
     for (auto& [tid, slot] : threads_)
       if (slot != nullptr) release_slot(*slot, true);
     threads_.clear();
+    blocking_since_.clear();
     threads_sampled_.store(0, std::memory_order_relaxed);
     threads_left_out_.store(0, std::memory_order_relaxed);
   }
@@ -12553,6 +12580,37 @@ class ProcessSampler {
     return slot;
   }
 
+  // A timer for the thread `it` names; a thread started since the last look ran
+  // without one until now (`catching_up`).
+  bool sample_thread(std::unordered_map<pid_t, ThreadSlot*>::iterator it, ScanResult& result, bool catching_up) {
+    ThreadSlot* slot = make_timer(it->first, result);
+    if (slot == nullptr) return false;
+    it->second = slot;
+    ++result.timers_made;
+    if (catching_up) catch_up(*slot);
+    return true;
+  }
+
+  // glibc starts a thread with every signal blocked and gives it its creator's
+  // mask once it runs: a thread listed in between seems to block the sample
+  // signal. A thread found blocking it is asked again once its CPU clock moves;
+  // one that still blocks it then is left out for good.
+  void ask_again_those_that_ran(ScanResult& result) {
+    for (std::size_t i = 0; i < blocking_since_.size();) {
+      const auto [tid, cpu_then] = blocking_since_[i];
+      const std::int64_t cpu = thread_cpu_ns(tid);
+      if (cpu >= 0 && cpu == cpu_then) {
+        ++i;
+        continue;
+      }
+      blocking_since_[i] = blocking_since_.back();
+      blocking_since_.pop_back();
+      const auto it = threads_.find(tid);
+      if (cpu < 0 || it == threads_.end() || it->second != nullptr || thread_blocks_signal(tid, signal_number_)) continue;
+      if (!sample_thread(it, result, true)) threads_.erase(it);
+    }
+  }
+
   // A thread found after the first look has run without a timer since it
   // started: if it is on a core, or waiting for one, a signal now samples where it
   // runs for that CPU, as a late tick would. One that is blocked is let be (a
@@ -12595,17 +12653,7 @@ class ProcessSampler {
           slot->sample_sp.load(std::memory_order_relaxed) != 0)
         wanted.push_back(slot->sample_sp.load(std::memory_order_relaxed));
     if (wanted.empty()) return;
-    std::FILE* maps = std::fopen("/proc/self/maps", "re");
-    if (maps == nullptr) return;
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
-    char line[512];
-    while (std::fgets(line, sizeof line, maps) != nullptr) {
-      unsigned long long low = 0, high = 0;
-      char perms[8] = {};
-      if (std::sscanf(line, "%llx-%llx %7s", &low, &high, perms) == 3 && perms[0] == 'r' && perms[1] == 'w')
-        ranges.emplace_back(low, high);
-    }
-    std::fclose(maps);
+    const auto ranges = writable_mappings();
     for (const auto& [tid, slot] : threads_) {
       if (slot == nullptr || slot->stack_top.load(std::memory_order_relaxed) != 0) continue;
       const std::uint64_t sp = slot->sample_sp.load(std::memory_order_relaxed);
@@ -12720,10 +12768,13 @@ class ProcessSampler {
   std::vector<ThreadSlot*> free_;
   std::unordered_map<pid_t, ThreadSlot*> threads_;  // null: left out (blocks the signal)
   std::vector<pid_t> present_;
+  std::vector<std::pair<pid_t, std::int64_t>> blocking_since_;  // threads found blocking the signal, their CPU then
   nlink_t listed_links_ = 0;      // /proc/self/task's link count at the last listing (0: none since start)
   long listed_last_pid_ = -1;     // and the last pid given out then
   int loadavg_fd_ = -2;           // /proc/loadavg (-2: not opened yet)
   std::int64_t listed_at_ns_ = 0;
+  std::int64_t listing_interval_ns_ = 0;  // without a moving last pid: at most 0.1 % of a core
+  bool pids_move_ = true;         // /proc/loadavg's last pid moves with each new thread
   std::uint64_t random_ = 0x9E3779B97F4A7C15ull;
   bool timer_failures_reported_ = false;
 };

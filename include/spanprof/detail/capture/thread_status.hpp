@@ -1,9 +1,10 @@
 // What one thread can learn about another without signalling it: where it is
-// blocked, how much CPU time it has used, whether it blocks a signal; and which
-// threads the process has. The wall ticker reads the first two at every tick to
-// decide whether a thread needs a signal at all; the watchdog reads the CPU time
-// and the signal mask to find a thread that holds the sample signal; the
-// continuous profile's scan lists the threads (process_sampler.hpp). Signalling
+// blocked, how much CPU time it has used, whether it blocks a signal, where its
+// stack ends; and which threads the process has. The wall ticker reads the first
+// two at every tick to decide whether a thread needs a signal at all; the watchdog
+// reads the CPU time and the signal mask to find a thread that holds the sample
+// signal; the continuous profile's scan lists the threads and learns their stacks
+// (process_sampler.hpp). Signalling
 // the thread to ask would disturb what is looked at: a signal makes a blocked
 // nanosleep or poll return EINTR, and piles up on a thread that holds it.
 //
@@ -22,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include <dirent.h>
@@ -121,6 +123,23 @@ inline long last_pid_given_out(int& loadavg_fd) noexcept {
   text[n] = '\0';
   const char* last = std::strrchr(text, ' ');
   return last != nullptr ? std::strtol(last + 1, nullptr, 10) : -1;
+}
+
+// The process's writable mappings, [low, high) from /proc/self/maps: a thread's
+// stack is one, and its top the mapping's end.
+inline std::vector<std::pair<std::uint64_t, std::uint64_t>> writable_mappings() {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
+  std::FILE* maps = std::fopen("/proc/self/maps", "re");
+  if (maps == nullptr) return ranges;
+  char line[512];
+  while (std::fgets(line, sizeof line, maps) != nullptr) {
+    unsigned long long low = 0, high = 0;
+    char perms[8] = {};
+    if (std::sscanf(line, "%llx-%llx %7s", &low, &high, perms) == 3 && perms[0] == 'r' && perms[1] == 'w')
+      ranges.emplace_back(low, high);
+  }
+  std::fclose(maps);
+  return ranges;
 }
 
 // Linux's id of thread `tid`'s CPU clock, as glibc's pthread_getcpuclockid makes it.
