@@ -215,6 +215,14 @@ void check_each_thread_sampled_for_its_cpu(const ContinuousRun& run) {
   for (const auto& thread : run.threads) {
     INFO(thread.name << ": measured " << thread.measured_cpu << " s, samples x period " << thread.sampled_cpu << " s");
     CHECK(thread.measured_cpu > 0.5);
+#ifdef SPANPROF_TESTS_UNDER_TSAN
+    // A request thread takes its span profiles' ticks and the continuous timer's on
+    // one signal number. The kernel queues both; ThreadSanitizer holds a signal until
+    // the thread's next intercepted call, one per signal number, and drops one that
+    // comes meanwhile: CI's TSan stage gave request threads 0.89-0.97 of their CPU,
+    // the others 0.98-1.01.
+    if (thread.marker.rfind("serves_orders", 0) == 0) continue;
+#endif
     CHECK(thread.sampled_cpu >= 0.9 * thread.measured_cpu);
     CHECK(thread.sampled_cpu <= 1.1 * thread.measured_cpu);
   }
