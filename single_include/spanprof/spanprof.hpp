@@ -10474,6 +10474,10 @@ SPANPROF_NAMESPACE_END
 #include <ucontext.h>
 #include <unistd.h>
 
+#ifndef sigev_notify_thread_id
+#define sigev_notify_thread_id _sigev_un._tid
+#endif
+
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
 
@@ -10554,6 +10558,18 @@ inline bool queue_signal_to_thread(pid_t pid, pid_t tid, int signal_number, std:
   info.si_uid = ::getuid();
   info.si_value.sival_ptr = reinterpret_cast<void*>(static_cast<std::uintptr_t>(value));
   return ::syscall(SYS_rt_tgsigqueueinfo, pid, tid, signal_number, &info) == 0;
+}
+
+// A POSIX timer on `clock` whose expirations send `signal_number` with `value` to
+// thread `tid` alone (SIGEV_THREAD_ID), whichever thread creates it.
+inline bool create_thread_signal_timer(clockid_t clock, pid_t tid, int signal_number, void* value,
+                                       timer_t& timer) noexcept {
+  sigevent event{};
+  event.sigev_notify = SIGEV_THREAD_ID;
+  event.sigev_signo = signal_number;
+  event.sigev_notify_thread_id = tid;
+  event.sigev_value.sival_ptr = value;
+  return ::timer_create(clock, &event, &timer) == 0;
 }
 
 inline std::uintptr_t interrupted_pc(const void* ucontext) noexcept {
@@ -12251,10 +12267,6 @@ SPANPROF_NAMESPACE_END
 #include <time.h>
 #include <unistd.h>
 
-#ifndef sigev_notify_thread_id
-#define sigev_notify_thread_id _sigev_un._tid
-#endif
-
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
 
@@ -12548,15 +12560,11 @@ class ProcessSampler {
       refuse(ENOMEM, result);
       return nullptr;
     }
-    sigevent event{};
-    event.sigev_notify = SIGEV_THREAD_ID;
-    event.sigev_signo = signal_number_;
-    event.sigev_notify_thread_id = tid;
-    event.sigev_value.sival_ptr = reinterpret_cast<void*>(continuous_tick_tag | slot->index);
     slot->tid.store(tid, std::memory_order_release);
     slot->stack_top.store(0, std::memory_order_relaxed);
     slot->sample_sp.store(0, std::memory_order_relaxed);
-    if (::timer_create(thread_cpu_clock(tid), &event, &slot->timer) != 0) {
+    if (!create_thread_signal_timer(thread_cpu_clock(tid), tid, signal_number_,
+                                    reinterpret_cast<void*>(continuous_tick_tag | slot->index), slot->timer)) {
       const int error = errno;
       slot->tid.store(0, std::memory_order_release);
       free_.push_back(slot);
@@ -12830,10 +12838,6 @@ SPANPROF_NAMESPACE_END
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
-
-#ifndef sigev_notify_thread_id
-#define sigev_notify_thread_id _sigev_un._tid
-#endif
 
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
@@ -13215,11 +13219,7 @@ class CpuTickSource {
   }
 
   bool open_posix_timer() noexcept {
-    sigevent event{};
-    event.sigev_notify = SIGEV_THREAD_ID;
-    event.sigev_signo = signal_number_;
-    event.sigev_notify_thread_id = tid_;
-    if (::timer_create(CLOCK_THREAD_CPUTIME_ID, &event, &timer_) != 0) return false;
+    if (!create_thread_signal_timer(CLOCK_THREAD_CPUTIME_ID, tid_, signal_number_, nullptr, timer_)) return false;
     has_timer_ = true;
     return true;
   }

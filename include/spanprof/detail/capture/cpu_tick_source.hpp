@@ -46,10 +46,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifndef sigev_notify_thread_id
-#define sigev_notify_thread_id _sigev_un._tid
-#endif
-
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
 
@@ -430,11 +426,7 @@ class CpuTickSource {
   }
 
   bool open_posix_timer() noexcept {
-    sigevent event{};
-    event.sigev_notify = SIGEV_THREAD_ID;
-    event.sigev_signo = signal_number_;
-    event.sigev_notify_thread_id = tid_;
-    if (::timer_create(CLOCK_THREAD_CPUTIME_ID, &event, &timer_) != 0) return false;
+    if (!create_thread_signal_timer(CLOCK_THREAD_CPUTIME_ID, tid_, signal_number_, nullptr, timer_)) return false;
     has_timer_ = true;
     return true;
   }

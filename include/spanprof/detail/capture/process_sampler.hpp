@@ -59,10 +59,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifndef sigev_notify_thread_id
-#define sigev_notify_thread_id _sigev_un._tid
-#endif
-
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
 
@@ -356,15 +352,11 @@ class ProcessSampler {
       refuse(ENOMEM, result);
       return nullptr;
     }
-    sigevent event{};
-    event.sigev_notify = SIGEV_THREAD_ID;
-    event.sigev_signo = signal_number_;
-    event.sigev_notify_thread_id = tid;
-    event.sigev_value.sival_ptr = reinterpret_cast<void*>(continuous_tick_tag | slot->index);
     slot->tid.store(tid, std::memory_order_release);
     slot->stack_top.store(0, std::memory_order_relaxed);
     slot->sample_sp.store(0, std::memory_order_relaxed);
-    if (::timer_create(thread_cpu_clock(tid), &event, &slot->timer) != 0) {
+    if (!create_thread_signal_timer(thread_cpu_clock(tid), tid, signal_number_,
+                                    reinterpret_cast<void*>(continuous_tick_tag | slot->index), slot->timer)) {
       const int error = errno;
       slot->tid.store(0, std::memory_order_release);
       free_.push_back(slot);

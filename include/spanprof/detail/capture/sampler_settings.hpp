@@ -20,6 +20,10 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#ifndef sigev_notify_thread_id
+#define sigev_notify_thread_id _sigev_un._tid
+#endif
+
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
 
@@ -100,6 +104,18 @@ inline bool queue_signal_to_thread(pid_t pid, pid_t tid, int signal_number, std:
   info.si_uid = ::getuid();
   info.si_value.sival_ptr = reinterpret_cast<void*>(static_cast<std::uintptr_t>(value));
   return ::syscall(SYS_rt_tgsigqueueinfo, pid, tid, signal_number, &info) == 0;
+}
+
+// A POSIX timer on `clock` whose expirations send `signal_number` with `value` to
+// thread `tid` alone (SIGEV_THREAD_ID), whichever thread creates it.
+inline bool create_thread_signal_timer(clockid_t clock, pid_t tid, int signal_number, void* value,
+                                       timer_t& timer) noexcept {
+  sigevent event{};
+  event.sigev_notify = SIGEV_THREAD_ID;
+  event.sigev_signo = signal_number;
+  event.sigev_notify_thread_id = tid;
+  event.sigev_value.sival_ptr = value;
+  return ::timer_create(clock, &event, &timer) == 0;
 }
 
 inline std::uintptr_t interrupted_pc(const void* ucontext) noexcept {
