@@ -502,6 +502,137 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_BASE_STATUS_HPP_
 // ---- end spanprof/base/status.hpp ----
+// ---- begin spanprof/detail/base/text.hpp ----
+// Small ASCII text helpers and number parsers shared by the parsers of environment
+// variables and HTTP headers, and the copy of a span's name on a request thread.
+// Locale-independent on purpose: these are protocol strings.
+#ifndef SPANPROF_DETAIL_BASE_TEXT_HPP_
+#define SPANPROF_DETAIL_BASE_TEXT_HPP_
+
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include <locale.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// Span names are a few bytes: copied in overlapping words. std::memcpy of a size
+// only known to be small compiles to `rep movs`, whose start-up was
+// most of the opening guard's own time in a busy server (perf).
+inline void copy_span_name(char* to, const char* from, std::size_t n) noexcept {
+  if (n >= 16) {
+    for (std::size_t at = 0; at + 16 <= n; at += 16) std::memcpy(to + at, from + at, 16);
+    std::memcpy(to + n - 16, from + n - 16, 16);
+  } else if (n >= 8) {
+    std::memcpy(to, from, 8);
+    std::memcpy(to + n - 8, from + n - 8, 8);
+  } else if (n >= 4) {
+    std::memcpy(to, from, 4);
+    std::memcpy(to + n - 4, from + n - 4, 4);
+  } else {
+    for (std::size_t at = 0; at < n; ++at) to[at] = from[at];
+  }
+}
+
+constexpr bool is_ascii_space(char c) noexcept {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+constexpr std::string_view trim_ascii_space(std::string_view text) noexcept {
+  while (!text.empty() && is_ascii_space(text.front())) text.remove_prefix(1);
+  while (!text.empty() && is_ascii_space(text.back())) text.remove_suffix(1);
+  return text;
+}
+
+constexpr char ascii_lower(char c) noexcept { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+constexpr bool equals_ignoring_ascii_case(std::string_view a, std::string_view b) noexcept {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (ascii_lower(a[i]) != ascii_lower(b[i])) return false;
+  return true;
+}
+
+// A plain decimal integer, the whole text and nothing else (an optional sign, then
+// digits). No strtol: it skips leading blanks, accepts "0x" and depends on errno.
+inline bool parse_integer(std::string_view text, std::int64_t& out) noexcept {
+  bool negative = false;
+  if (!text.empty() && (text.front() == '-' || text.front() == '+')) {
+    negative = text.front() == '-';
+    text.remove_prefix(1);
+  }
+  if (text.empty() || text.size() > 18) return false;  // 18 digits always fit an int64
+  std::int64_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    value = value * 10 + (c - '0');
+  }
+  out = negative ? -value : value;
+  return true;
+}
+
+// errno's text, untranslated. strerror translates it through gettext, which
+// read-locks glibc's locale lock: a fork() while a spanprof thread holds it (the
+// symbolizer probing for a debug file that is not there) leaves the child's next
+// newlocale or freelocale (p11-kit's destructor, at exit) waiting for good.
+inline const char* error_text(int error) noexcept {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
+  const char* text = ::strerrordesc_np(error);
+  return text != nullptr ? text : "unknown error";
+#else
+  return std::strerror(error);
+#endif
+}
+
+// A plain decimal number ("0.25", "1e-3", "10"), the whole text and nothing else:
+// NaN, infinities and hex floats are refused before strtod sees them, and strtod
+// runs in the "C" locale so a host that set a comma decimal locale still reads
+// "0.5" as a half.
+inline bool parse_decimal(std::string_view text, double& out) noexcept {
+  char buffer[128];
+  if (text.empty() || text.size() >= sizeof buffer) return false;
+  for (char c : text) {
+    const bool allowed = (c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-';
+    if (!allowed) return false;
+  }
+  std::copy(text.begin(), text.end(), buffer);
+  buffer[text.size()] = '\0';
+  const locale_t c_locale = ::newlocale(LC_NUMERIC_MASK, "C", static_cast<locale_t>(nullptr));
+  const locale_t previous = c_locale ? ::uselocale(c_locale) : static_cast<locale_t>(nullptr);
+  char* end = nullptr;
+  const double value = std::strtod(buffer, &end);
+  if (c_locale) {
+    ::uselocale(previous);
+    ::freelocale(c_locale);
+  }
+  if (end != buffer + text.size() || !std::isfinite(value)) return false;
+  out = value;
+  return true;
+}
+
+// Outside text echoed in a message: at most `max` bytes, "..." when cut, and
+// anything but printable ASCII as '?', so a message stays one short line that
+// cannot forge another or drive a terminal.
+inline std::string printable_excerpt(std::string_view text, std::size_t max) {
+  std::string out(text.substr(0, max));
+  for (char& c : out) c = c >= 0x20 && c < 0x7f ? c : '?';
+  if (text.size() > max) out += "...";
+  return out;
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DETAIL_BASE_TEXT_HPP_
+// ---- end spanprof/detail/base/text.hpp ----
 // ---- begin spanprof/detail/base/filesystem.hpp ----
 // Directory creation shared by the file uploader and the spool.
 #ifndef SPANPROF_DETAIL_BASE_FILESYSTEM_HPP_
@@ -1526,7 +1657,7 @@ class FileUploader final : public Uploader {
   // A full disk may clear up and a directory may be fixed by an operator: both are
   // worth retrying; nothing here is permanent.
   static UploadResult failure(const char* what, const std::string& path) {
-    return UploadResult::retryable(std::string(what) + " " + path + ": " + std::strerror(errno));
+    return UploadResult::retryable(std::string(what) + " " + path + ": " + detail::error_text(errno));
   }
 
   std::string directory_;
@@ -6239,124 +6370,6 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DELIVERY_BACKEND_OPTIONS_HPP_
 // ---- end spanprof/delivery/backend_options.hpp ----
-// ---- begin spanprof/detail/base/text.hpp ----
-// Small ASCII text helpers and number parsers shared by the parsers of environment
-// variables and HTTP headers, and the copy of a span's name on a request thread.
-// Locale-independent on purpose: these are protocol strings.
-#ifndef SPANPROF_DETAIL_BASE_TEXT_HPP_
-#define SPANPROF_DETAIL_BASE_TEXT_HPP_
-
-
-#include <algorithm>
-#include <cmath>
-#include <cstddef>
-#include <cstdint>
-#include <cstdlib>
-#include <cstring>
-#include <string>
-#include <string_view>
-
-#include <locale.h>
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-// Span names are a few bytes: copied in overlapping words. std::memcpy of a size
-// only known to be small compiles to `rep movs`, whose start-up was
-// most of the opening guard's own time in a busy server (perf).
-inline void copy_span_name(char* to, const char* from, std::size_t n) noexcept {
-  if (n >= 16) {
-    for (std::size_t at = 0; at + 16 <= n; at += 16) std::memcpy(to + at, from + at, 16);
-    std::memcpy(to + n - 16, from + n - 16, 16);
-  } else if (n >= 8) {
-    std::memcpy(to, from, 8);
-    std::memcpy(to + n - 8, from + n - 8, 8);
-  } else if (n >= 4) {
-    std::memcpy(to, from, 4);
-    std::memcpy(to + n - 4, from + n - 4, 4);
-  } else {
-    for (std::size_t at = 0; at < n; ++at) to[at] = from[at];
-  }
-}
-
-constexpr bool is_ascii_space(char c) noexcept {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
-constexpr std::string_view trim_ascii_space(std::string_view text) noexcept {
-  while (!text.empty() && is_ascii_space(text.front())) text.remove_prefix(1);
-  while (!text.empty() && is_ascii_space(text.back())) text.remove_suffix(1);
-  return text;
-}
-
-constexpr char ascii_lower(char c) noexcept { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
-
-constexpr bool equals_ignoring_ascii_case(std::string_view a, std::string_view b) noexcept {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (ascii_lower(a[i]) != ascii_lower(b[i])) return false;
-  return true;
-}
-
-// A plain decimal integer, the whole text and nothing else (an optional sign, then
-// digits). No strtol: it skips leading blanks, accepts "0x" and depends on errno.
-inline bool parse_integer(std::string_view text, std::int64_t& out) noexcept {
-  bool negative = false;
-  if (!text.empty() && (text.front() == '-' || text.front() == '+')) {
-    negative = text.front() == '-';
-    text.remove_prefix(1);
-  }
-  if (text.empty() || text.size() > 18) return false;  // 18 digits always fit an int64
-  std::int64_t value = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return false;
-    value = value * 10 + (c - '0');
-  }
-  out = negative ? -value : value;
-  return true;
-}
-
-// A plain decimal number ("0.25", "1e-3", "10"), the whole text and nothing else:
-// NaN, infinities and hex floats are refused before strtod sees them, and strtod
-// runs in the "C" locale so a host that set a comma decimal locale still reads
-// "0.5" as a half.
-inline bool parse_decimal(std::string_view text, double& out) noexcept {
-  char buffer[128];
-  if (text.empty() || text.size() >= sizeof buffer) return false;
-  for (char c : text) {
-    const bool allowed = (c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-';
-    if (!allowed) return false;
-  }
-  std::copy(text.begin(), text.end(), buffer);
-  buffer[text.size()] = '\0';
-  const locale_t c_locale = ::newlocale(LC_NUMERIC_MASK, "C", static_cast<locale_t>(nullptr));
-  const locale_t previous = c_locale ? ::uselocale(c_locale) : static_cast<locale_t>(nullptr);
-  char* end = nullptr;
-  const double value = std::strtod(buffer, &end);
-  if (c_locale) {
-    ::uselocale(previous);
-    ::freelocale(c_locale);
-  }
-  if (end != buffer + text.size() || !std::isfinite(value)) return false;
-  out = value;
-  return true;
-}
-
-// Outside text echoed in a message: at most `max` bytes, "..." when cut, and
-// anything but printable ASCII as '?', so a message stays one short line that
-// cannot forge another or drive a terminal.
-inline std::string printable_excerpt(std::string_view text, std::size_t max) {
-  std::string out(text.substr(0, max));
-  for (char& c : out) c = c >= 0x20 && c < 0x7f ? c : '?';
-  if (text.size() > max) out += "...";
-  return out;
-}
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_DETAIL_BASE_TEXT_HPP_
-// ---- end spanprof/detail/base/text.hpp ----
 // ---- begin spanprof/detail/delivery/http_message.hpp ----
 // What the HTTP client sends and what it makes of the answer: the request and the
 // response as data, the text rules of a request's head (valid header names and
@@ -7691,11 +7704,11 @@ class ElfFileBytes final : public ElfBytes {
   Status open(const std::string& path) {
     fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd_ < 0) {
-      return elf_failure(std::string("cannot open: ") + std::strerror(errno));
+      return elf_failure(std::string("cannot open: ") + error_text(errno));
     }
     struct stat status {};
     if (::fstat(fd_, &status) != 0) {
-      return elf_failure(std::string("cannot stat: ") + std::strerror(errno));
+      return elf_failure(std::string("cannot stat: ") + error_text(errno));
     }
     // A FIFO or device would block or lie about its size.
     if (!S_ISREG(status.st_mode)) {
@@ -14480,7 +14493,7 @@ inline int install_sample_signal_handler(int wanted) noexcept {
   sigemptyset(&action.sa_mask);
   if (::sigaction(chosen, &action, nullptr) != 0) {
     char message[128];
-    std::snprintf(message, sizeof message, "cannot install a handler for signal %d: %s", chosen, std::strerror(errno));
+    std::snprintf(message, sizeof message, "cannot install a handler for signal %d: %s", chosen, error_text(errno));
     report_error(ErrorCode::sampler_failed, message);
     return 0;
   }
@@ -14501,7 +14514,7 @@ inline void report_perf_event_refused(int perf_errno, const char* instead) noexc
   char message[240];
   std::snprintf(message, sizeof message,
                 "perf_event_open refused (%s); %s, which the kernel checks only on the scheduler tick",
-                std::strerror(perf_errno), instead);
+                error_text(perf_errno), instead);
   report_error(ErrorCode::sampler_unavailable, message);
 }
 
@@ -14670,7 +14683,7 @@ inline ThreadStackSampler* make_stack_sampler(const StackSamplerSettings& settin
   const int timer_errno = errno;
   if (!sampler->has_source()) {
     char message[160];
-    std::snprintf(message, sizeof message, "cannot create a CPU timer for this thread: %s", std::strerror(timer_errno));
+    std::snprintf(message, sizeof message, "cannot create a CPU timer for this thread: %s", error_text(timer_errno));
     report_error(ErrorCode::sampler_failed, message);
   } else if (perf_errno != 0) {
     report_perf_event_refused(perf_errno, "sampling with POSIX CPU timers instead");
@@ -17309,7 +17322,7 @@ class Spool {
     const int saved = errno;
     std::string message;
     SPANPROF_TRY {
-      message = std::string("spool: ") + what + " " + path + ": " + std::strerror(saved);
+      message = std::string("spool: ") + what + " " + path + ": " + error_text(saved);
     } SPANPROF_CATCH_ALL {
     }
     errno = saved;
@@ -20554,7 +20567,7 @@ class ProcessContextPublisher {
   static bool failed(const char* what, int error = 0) noexcept {
     char message[200];
     std::snprintf(message, sizeof message, "the process context (OTEL_CTX, OTEP 4719) is not published: %s%s%s", what,
-                  error != 0 ? ": " : "", error != 0 ? std::strerror(error) : "");
+                  error != 0 ? ": " : "", error != 0 ? error_text(error) : "");
     report_error(ErrorCode::process_context_failed, message);
     return false;
   }
@@ -20957,7 +20970,7 @@ class Runtime final : public GuardHost {
       std::snprintf(message, sizeof message,
                     "continuous profile: the kernel refused a thread's CPU timer (%s): that thread is not sampled, "
                     "the rest of the process is (counted in Stats::continuous_timers_refused)",
-                    std::strerror(scan.refused_errno));
+                    error_text(scan.refused_errno));
       report_error(ErrorCode::sampler_failed, message);
     }
   }

@@ -11,6 +11,7 @@
 #ifndef SPANPROF_DELIVERY_FILE_UPLOADER_HPP_
 #define SPANPROF_DELIVERY_FILE_UPLOADER_HPP_
 
+#include <spanprof/detail/base/text.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/detail/base/filesystem.hpp>
 #include <spanprof/delivery/uploader.hpp>
@@ -100,7 +101,7 @@ class FileUploader final : public Uploader {
   // A full disk may clear up and a directory may be fixed by an operator: both are
   // worth retrying; nothing here is permanent.
   static UploadResult failure(const char* what, const std::string& path) {
-    return UploadResult::retryable(std::string(what) + " " + path + ": " + std::strerror(errno));
+    return UploadResult::retryable(std::string(what) + " " + path + ": " + detail::error_text(errno));
   }
 
   std::string directory_;

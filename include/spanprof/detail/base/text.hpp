@@ -75,6 +75,19 @@ inline bool parse_integer(std::string_view text, std::int64_t& out) noexcept {
   return true;
 }
 
+// errno's text, untranslated. strerror translates it through gettext, which
+// read-locks glibc's locale lock: a fork() while a spanprof thread holds it (the
+// symbolizer probing for a debug file that is not there) leaves the child's next
+// newlocale or freelocale (p11-kit's destructor, at exit) waiting for good.
+inline const char* error_text(int error) noexcept {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
+  const char* text = ::strerrordesc_np(error);
+  return text != nullptr ? text : "unknown error";
+#else
+  return std::strerror(error);
+#endif
+}
+
 // A plain decimal number ("0.25", "1e-3", "10"), the whole text and nothing else:
 // NaN, infinities and hex floats are refused before strtod sees them, and strtod
 // runs in the "C" locale so a host that set a comma decimal locale still reads

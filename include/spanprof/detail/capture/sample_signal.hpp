@@ -10,6 +10,7 @@
 #ifndef SPANPROF_DETAIL_CAPTURE_SAMPLE_SIGNAL_HPP_
 #define SPANPROF_DETAIL_CAPTURE_SAMPLE_SIGNAL_HPP_
 
+#include <spanprof/detail/base/text.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/base/error.hpp>
 #include <spanprof/detail/capture/stack_sampler_list.hpp>
@@ -110,7 +111,7 @@ inline int install_sample_signal_handler(int wanted) noexcept {
   sigemptyset(&action.sa_mask);
   if (::sigaction(chosen, &action, nullptr) != 0) {
     char message[128];
-    std::snprintf(message, sizeof message, "cannot install a handler for signal %d: %s", chosen, std::strerror(errno));
+    std::snprintf(message, sizeof message, "cannot install a handler for signal %d: %s", chosen, error_text(errno));
     report_error(ErrorCode::sampler_failed, message);
     return 0;
   }
@@ -131,7 +132,7 @@ inline void report_perf_event_refused(int perf_errno, const char* instead) noexc
   char message[240];
   std::snprintf(message, sizeof message,
                 "perf_event_open refused (%s); %s, which the kernel checks only on the scheduler tick",
-                std::strerror(perf_errno), instead);
+                error_text(perf_errno), instead);
   report_error(ErrorCode::sampler_unavailable, message);
 }
 

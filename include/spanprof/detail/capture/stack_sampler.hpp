@@ -35,6 +35,7 @@
 #ifndef SPANPROF_DETAIL_CAPTURE_STACK_SAMPLER_HPP_
 #define SPANPROF_DETAIL_CAPTURE_STACK_SAMPLER_HPP_
 
+#include <spanprof/detail/base/text.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/base/error.hpp>
 #include <spanprof/detail/base/counters.hpp>
@@ -100,7 +101,7 @@ inline ThreadStackSampler* make_stack_sampler(const StackSamplerSettings& settin
   const int timer_errno = errno;
   if (!sampler->has_source()) {
     char message[160];
-    std::snprintf(message, sizeof message, "cannot create a CPU timer for this thread: %s", std::strerror(timer_errno));
+    std::snprintf(message, sizeof message, "cannot create a CPU timer for this thread: %s", error_text(timer_errno));
     report_error(ErrorCode::sampler_failed, message);
   } else if (perf_errno != 0) {
     report_perf_event_refused(perf_errno, "sampling with POSIX CPU timers instead");

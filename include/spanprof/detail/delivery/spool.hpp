@@ -31,6 +31,7 @@
 #ifndef SPANPROF_DETAIL_DELIVERY_SPOOL_HPP_
 #define SPANPROF_DETAIL_DELIVERY_SPOOL_HPP_
 
+#include <spanprof/detail/base/text.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/detail/base/filesystem.hpp>
 #include <spanprof/detail/profile/gzip.hpp>
@@ -238,7 +239,7 @@ class Spool {
     const int saved = errno;
     std::string message;
     SPANPROF_TRY {
-      message = std::string("spool: ") + what + " " + path + ": " + std::strerror(saved);
+      message = std::string("spool: ") + what + " " + path + ": " + error_text(saved);
     } SPANPROF_CATCH_ALL {
     }
     errno = saved;

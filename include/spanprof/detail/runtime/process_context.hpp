@@ -12,6 +12,7 @@
 #ifndef SPANPROF_DETAIL_RUNTIME_PROCESS_CONTEXT_HPP_
 #define SPANPROF_DETAIL_RUNTIME_PROCESS_CONTEXT_HPP_
 
+#include <spanprof/detail/base/text.hpp>
 #include <spanprof/base/error.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/profile/otlp_encoder.hpp>
@@ -227,7 +228,7 @@ class ProcessContextPublisher {
   static bool failed(const char* what, int error = 0) noexcept {
     char message[200];
     std::snprintf(message, sizeof message, "the process context (OTEL_CTX, OTEP 4719) is not published: %s%s%s", what,
-                  error != 0 ? ": " : "", error != 0 ? std::strerror(error) : "");
+                  error != 0 ? ": " : "", error != 0 ? error_text(error) : "");
     report_error(ErrorCode::process_context_failed, message);
     return false;
   }

@@ -5,6 +5,7 @@
 #ifndef SPANPROF_DETAIL_RUNTIME_RUNTIME_INL_HPP_
 #define SPANPROF_DETAIL_RUNTIME_RUNTIME_INL_HPP_
 
+#include <spanprof/detail/base/text.hpp>
 #include <spanprof/detail/base/counters.hpp>
 #include <spanprof/base/error.hpp>
 #include <spanprof/detail/base/loader_lock_gate.hpp>
@@ -303,7 +304,7 @@ class Runtime final : public GuardHost {
       std::snprintf(message, sizeof message,
                     "continuous profile: the kernel refused a thread's CPU timer (%s): that thread is not sampled, "
                     "the rest of the process is (counted in Stats::continuous_timers_refused)",
-                    std::strerror(scan.refused_errno));
+                    error_text(scan.refused_errno));
       report_error(ErrorCode::sampler_failed, message);
     }
   }

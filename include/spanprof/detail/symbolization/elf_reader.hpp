@@ -11,6 +11,7 @@
 #ifndef SPANPROF_DETAIL_SYMBOLIZATION_ELF_READER_HPP_
 #define SPANPROF_DETAIL_SYMBOLIZATION_ELF_READER_HPP_
 
+#include <spanprof/detail/base/text.hpp>
 #include <spanprof/base/status.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/detail/base/sha256.hpp>
@@ -83,11 +84,11 @@ class ElfFileBytes final : public ElfBytes {
   Status open(const std::string& path) {
     fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd_ < 0) {
-      return elf_failure(std::string("cannot open: ") + std::strerror(errno));
+      return elf_failure(std::string("cannot open: ") + error_text(errno));
     }
     struct stat status {};
     if (::fstat(fd_, &status) != 0) {
-      return elf_failure(std::string("cannot stat: ") + std::strerror(errno));
+      return elf_failure(std::string("cannot stat: ") + error_text(errno));
     }
     // A FIFO or device would block or lie about its size.
     if (!S_ISREG(status.st_mode)) {
