@@ -46,9 +46,10 @@ rm -rf "$SPANPROF_OUTPUT_DIR"
 "$build/examples/continuous_service"
 window=$(ls -t "$SPANPROF_OUTPUT_DIR"/window-*-cpu.pb.gz | tail -n 1)
 echo "== go tool pprof -top $window (the whole process)"
-go tool pprof -top "$window" 2>/dev/null | sed -n '5,10p'
+# The totals line and the top functions (the header before them varies in length).
+go tool pprof -top "$window" 2>/dev/null | sed -n '/^Showing nodes/,+3p'
 echo "== go tool pprof -top -tagignore span_id=. $window (what ran outside any span)"
-go tool pprof -top -tagignore span_id=. "$window" 2>/dev/null | sed -n '5,8p'
+go tool pprof -top -tagignore span_id=. "$window" 2>/dev/null | sed -n '/^Showing nodes/,+3p'
 
 echo
 echo "== spanprof-report: every span above on one page, each against the typical span of its name"
