@@ -12668,15 +12668,15 @@ class ProcessSampler {
   // The top of each stack a sample was seen on, from the mapping around its stack
   // pointer (a thread's stack is one mapping, its top the mapping's end).
   void learn_stack_tops() {
-    std::vector<std::uint64_t> wanted;
-    for (const auto& [tid, slot] : threads_)
-      if (slot != nullptr && slot->stack_top.load(std::memory_order_relaxed) == 0 &&
-          slot->sample_sp.load(std::memory_order_relaxed) != 0)
-        wanted.push_back(slot->sample_sp.load(std::memory_order_relaxed));
-    if (wanted.empty()) return;
+    const auto unknown_top = [](const ThreadSlot* slot) {
+      return slot != nullptr && slot->stack_top.load(std::memory_order_relaxed) == 0 &&
+             slot->sample_sp.load(std::memory_order_relaxed) != 0;
+    };
+    if (std::none_of(threads_.begin(), threads_.end(), [&](const auto& entry) { return unknown_top(entry.second); }))
+      return;
     const auto ranges = writable_mappings();
     for (const auto& [tid, slot] : threads_) {
-      if (slot == nullptr || slot->stack_top.load(std::memory_order_relaxed) != 0) continue;
+      if (!unknown_top(slot)) continue;
       const std::uint64_t sp = slot->sample_sp.load(std::memory_order_relaxed);
       for (const auto& [low, high] : ranges)
         if (sp >= low && sp < high) {
