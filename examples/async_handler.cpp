@@ -5,7 +5,7 @@
 // the coroutine inside a fragment of the request, so each request's profile has
 // all three stages, whichever threads ran them:
 //
-//   go tool pprof -tagfocus=span_id=<id> -top profiles/*.pb.gz
+//   go tool pprof -tagfocus='span_id=^<id>$' -top profiles/*.pb.gz
 //
 // Profiles go to SPANPROF_OUTPUT_DIR (default ./profiles). Output, one line per
 // request, then the CPU its stages used (what the profile's samples should add up to):
@@ -125,7 +125,7 @@ int main() {
   for (const auto& log : logs) std::printf("request span_id=%s threads=%zu\n", log.span_id.c_str(), log.threads.size());
   for (const auto& log : logs)
     std::printf("stages span_id=%s cpu_ns=%" PRId64 "\n", log.span_id.c_str(), log.cpu_ns);
-  std::printf("profiles in %s: go tool pprof -tagfocus=span_id=%s -top %s/*.pb.gz\n", files->directory().c_str(),
+  std::printf("profiles in %s: go tool pprof -tagfocus='span_id=^%s$' -top %s/*.pb.gz\n", files->directory().c_str(),
               logs.front().span_id.c_str(), files->directory().c_str());
   spanprof::shutdown();
   return 0;

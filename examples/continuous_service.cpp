@@ -4,7 +4,7 @@
 // out once per window, each sample taken in a span labelled with it. At the end it
 // prints each window's CPU by span name, "outside any span" included, with the top
 // functions of each, and where the window files are (open them with
-// `go tool pprof -top FILE`, or `-tagfocus span_id=...` for one request).
+// `go tool pprof -top FILE`, or `-tagfocus 'span_id=^...$'` for one request).
 #define SPANPROF_IMPLEMENTATION  // this file compiles spanprof's runtime (once per program)
 #include <spanprof/spanprof.hpp>
 

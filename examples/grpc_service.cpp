@@ -9,7 +9,7 @@
 // RPC's profile carries that span's ids and the method as span_name:
 //
 //   go tool pprof -tags profiles/*.pb.gz
-//   go tool pprof -tagfocus=span_id=<id> -top profiles/*.pb.gz
+//   go tool pprof -tagfocus='span_id=^<id>$' -top profiles/*.pb.gz
 //
 // Output: one line per RPC the client made, then each profile with where its CPU went.
 //   rpc <method> server=<sync|callback> span_id=<16 hex> status=<code>

@@ -31,7 +31,7 @@ while read -r _ span threads; do
   files=$(ls "$dir"/"$id"-*-cpu.pb.gz)
   [ "$(echo "$files" | wc -l)" = 1 ] || { echo "FAIL: $id has $(echo "$files" | wc -l) CPU profiles"; exit 1; }
   # Every node (no node dropped as too small): their flat times add up to the request's.
-  top=$(go tool pprof -tagfocus="span_id=$id" -top -unit=ms -nodefraction=0 -nodecount=100000 "$dir"/*.pb.gz 2>/dev/null)
+  top=$(go tool pprof -tagfocus="span_id=^$id\$" -top -unit=ms -nodefraction=0 -nodecount=100000 "$dir"/*.pb.gz 2>/dev/null)
   for stage in parse_request query_backend render_response; do
     grep "$stage" <<<"$top" >/dev/null || { echo "FAIL: $stage is not in request $id's profile"; echo "$top"; exit 1; }
   done

@@ -16,7 +16,7 @@ while read -r _ method server span status; do
   [ "$status" = "status=0" ] || { echo "FAIL: the $server server's $method failed: $status"; exit 1; }
   files=$(ls "$dir"/"$id"-*-cpu.pb.gz 2>/dev/null || true)
   [ "$(echo "$files" | grep -c .)" = 1 ] || { echo "FAIL: $id ($method, $server) has $(echo "$files" | grep -c .) CPU profiles"; exit 1; }
-  tags=$(go tool pprof -tagfocus="span_id=$id" -tags "$dir"/*.pb.gz 2>/dev/null)
+  tags=$(go tool pprof -tagfocus="span_id=^$id\$" -tags "$dir"/*.pb.gz 2>/dev/null)
   grep -q "span_name" <<<"$tags" && grep -q " $method\$" <<<"$tags" ||
     { echo "FAIL: $id's span_name is not $method"; echo "$tags"; exit 1; }
   # One span_name and one span_id under this span's filter: nothing else mixed in.
@@ -25,7 +25,7 @@ while read -r _ method server span status; do
     */Quote) hot=price_order ;;
     */Receipt) hot=render_receipt_part ;;
   esac
-  top=$(go tool pprof -tagfocus="span_id=$id" -top -nodecount=1 "$dir"/*.pb.gz 2>/dev/null | tail -1)
+  top=$(go tool pprof -tagfocus="span_id=^$id\$" -top -nodecount=1 "$dir"/*.pb.gz 2>/dev/null | tail -1)
   grep -q "$hot" <<<"$top" || { echo "FAIL: $id ($method, $server): $hot is not on top: $top"; exit 1; }
   rpcs=$((rpcs + 1))
 done < <(grep '^rpc ' "$dir/out.txt")

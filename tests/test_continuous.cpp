@@ -277,7 +277,8 @@ std::string write_temp(const std::string& bytes) {
   return path;
 }
 
-// go tool pprof -tagfocus span_id=<a root> on the window: that request's code on top.
+// go tool pprof -tagfocus 'span_id=^<a root>$' on the window: that request's code on top
+// (anchored: pprof reads an id of digits then letters as a number range).
 void check_tagfocus(const ContinuousRun& run) {
   std::map<std::string, std::int64_t> by_span;
   for (const auto& sample : run.samples)
@@ -295,7 +296,7 @@ void check_tagfocus(const ContinuousRun& run) {
   for (const CollectedProfile* window : run.windows) {
     const std::string path = write_temp(window->pprof_gzip);
     std::string out;
-    const bool ran = pprof_test::run_command("go tool pprof -top -tagfocus span_id=" + busiest + " " + path, out);
+    const bool ran = pprof_test::run_command("go tool pprof -top -tagfocus 'span_id=^" + busiest + "$' " + path, out);
     std::remove(path.c_str());
     if (out.find("no samples") != std::string::npos || out.find("matched no samples") != std::string::npos) continue;
     INFO(out);
@@ -463,68 +464,88 @@ TEST_CASE("continuous: a window reaches Pyroscope and OTLP as the service's CPU 
   background.join();
   const auto profiles = collector.profiles();
   const auto windows = continuous_windows(profiles);
-  REQUIRE(windows.size() == 1);
-  const spanprof::SpanRecord& window = windows.front()->meta.record;
-  REQUIRE(pyroscope_server.wait_for_requests(1, std::chrono::seconds(10)));
-  REQUIRE(ingest_server.wait_for_requests(1, std::chrono::seconds(10)));
-  REQUIRE(otlp_server.wait_for_requests(1, std::chrono::seconds(10)));
+  // One window, or two when the run crossed a wall-clock boundary: each is sent.
+  REQUIRE_FALSE(windows.empty());
+  REQUIRE(pyroscope_server.wait_for_requests(windows.size(), std::chrono::seconds(10)));
+  REQUIRE(ingest_server.wait_for_requests(windows.size(), std::chrono::seconds(10)));
+  REQUIRE(otlp_server.wait_for_requests(windows.size(), std::chrono::seconds(10)));
+  const auto window_of = [&windows](std::int64_t start_unix_ns) -> const spanprof::SpanRecord* {
+    for (const CollectedProfile* window : windows)
+      if (window->meta.record.start_unix_ns == start_unix_ns) return &window->meta.record;
+    return nullptr;
+  };
 
-  // Pyroscope's push: the service's CPU series, the window's profile in it.
-  const auto pushed = pyroscope_test::parse_push(pyroscope_server.requests().at(0).body);
-  REQUIRE(pushed.size() == 1);
-  CHECK(pushed[0].label("__name__") == "process_cpu");
-  CHECK(pushed[0].label("service_name") == "checkout-service");
-  pprof_test::DecodedPprof decoded;
-  std::string error;
-  REQUIRE(pprof_test::decode_pprof(pushed[0].pprof_gzip, decoded, error));
-  REQUIRE(decoded.profile.sample_types.size() == 2);
-  CHECK(decoded.profile.sample_types[0].type == "samples");
-  CHECK(decoded.profile.sample_types[0].unit == "count");
-  CHECK(decoded.profile.sample_types[1].type == "cpu");
-  CHECK(decoded.profile.sample_types[1].unit == "nanoseconds");
-  CHECK(decoded.profile.period_type.type == "cpu");
-  CHECK(decoded.profile.period_type.unit == "nanoseconds");
-  CHECK(decoded.profile.time_nanos == window.start_unix_ns);
-  CHECK(decoded.profile.duration_nanos == window.duration_ns);
+  // Pyroscope's push: the service's CPU series, each window's profile in it.
   bool labelled = false, unlabelled = false;
-  for (const auto& sample : decoded.profile.samples) {
-    std::string id;
-    spanprof::for_each_label(decoded.profile, sample, [&](const spanprof::Label& label) {
-      if (label.key == "span_id") id = label.str;
-    });
-    labelled = labelled || id == span.span_id.to_hex();
-    unlabelled = unlabelled || id.empty();
+  for (const auto& request : pyroscope_server.requests()) {
+    const auto pushed = pyroscope_test::parse_push(request.body);
+    REQUIRE(pushed.size() == 1);
+    CHECK(pushed[0].label("__name__") == "process_cpu");
+    CHECK(pushed[0].label("service_name") == "checkout-service");
+    pprof_test::DecodedPprof decoded;
+    std::string error;
+    REQUIRE(pprof_test::decode_pprof(pushed[0].pprof_gzip, decoded, error));
+    REQUIRE(decoded.profile.sample_types.size() == 2);
+    CHECK(decoded.profile.sample_types[0].type == "samples");
+    CHECK(decoded.profile.sample_types[0].unit == "count");
+    CHECK(decoded.profile.sample_types[1].type == "cpu");
+    CHECK(decoded.profile.sample_types[1].unit == "nanoseconds");
+    CHECK(decoded.profile.period_type.type == "cpu");
+    CHECK(decoded.profile.period_type.unit == "nanoseconds");
+    const spanprof::SpanRecord* window = window_of(decoded.profile.time_nanos);
+    REQUIRE(window != nullptr);
+    CHECK(decoded.profile.duration_nanos == window->duration_ns);
+    for (const auto& sample : decoded.profile.samples) {
+      std::string id;
+      spanprof::for_each_label(decoded.profile, sample, [&](const spanprof::Label& label) {
+        if (label.key == "span_id") id = label.str;
+      });
+      labelled = labelled || id == span.span_id.to_hex();
+      unlabelled = unlabelled || id.empty();
+    }
   }
   CHECK(labelled);
   CHECK(unlabelled);
 
-  // The legacy /ingest: the window's from and until, in seconds.
-  const auto query = ingest_server.requests().at(0);
-  CHECK(query.path == "/ingest");
-  CHECK(query.query_params().at("name") == "checkout-service.cpu{}");
-  CHECK(query.query_params().at("from") == std::to_string(window.start_unix_ns / 1'000'000'000));
-  CHECK(query.query_params().at("until") ==
-        std::to_string((window.start_unix_ns + window.duration_ns) / 1'000'000'000));
+  // The legacy /ingest: each window's from and until, in seconds.
+  std::set<std::string> spans_from, windows_from;
+  for (const CollectedProfile* window : windows)
+    windows_from.insert(std::to_string(window->meta.record.start_unix_ns / 1'000'000'000) + "-" +
+                        std::to_string((window->meta.record.start_unix_ns + window->meta.record.duration_ns) / 1'000'000'000));
+  for (const auto& query : ingest_server.requests()) {
+    CHECK(query.path == "/ingest");
+    CHECK(query.query_params().at("name") == "checkout-service.cpu{}");
+    spans_from.insert(query.query_params().at("from") + "-" + query.query_params().at("until"));
+  }
+  CHECK(spans_from == windows_from);
 
-  // OTLP: a real protobuf parser takes it; the dictionary's link_table holds the
-  // zero link and the span's, and the background thread's samples link to none.
-  std::string body;
-  REQUIRE(spanprof::detail::gzip_decompress(otlp_server.requests().at(0).body, body, 64u << 20));
-  const std::string path = "/tmp/spanprof-continuous-otlp-" + std::to_string(::getpid()) + ".bin";
-  std::ofstream(path, std::ios::binary) << body;
-  const auto raw = spanprof_test::capture_command("protoc --decode_raw < " + path);
-  std::remove(path.c_str());
-  REQUIRE(raw.exit_code == 0);
-  CHECK(raw.output.find("compacts_in_background") != std::string::npos);
-  const proto_test::Msg message(body);
-  const auto links = message.message(2).messages(4);
-  REQUIRE(links.size() == 2);
-  CHECK(links[0].bytes(1).find_first_not_of('\0') == std::string::npos);  // the zero link
-  CHECK(links[0].bytes(2).find_first_not_of('\0') == std::string::npos);
+  // OTLP: a real protobuf parser takes it; each dictionary's link_table holds the
+  // zero link first, and one of them the span's; the background thread's samples
+  // link to none.
+  bool background_seen = false, span_linked = false;
   const auto& trace = span.trace_id.bytes();
   const auto& id = span.span_id.bytes();
-  CHECK(links[1].bytes(1) == std::string(trace.begin(), trace.end()));
-  CHECK(links[1].bytes(2) == std::string(id.begin(), id.end()));
+  for (const auto& request : otlp_server.requests()) {
+    std::string body;
+    REQUIRE(spanprof::detail::gzip_decompress(request.body, body, 64u << 20));
+    const std::string path = "/tmp/spanprof-continuous-otlp-" + std::to_string(::getpid()) + ".bin";
+    std::ofstream(path, std::ios::binary) << body;
+    const auto raw = spanprof_test::capture_command("protoc --decode_raw < " + path);
+    std::remove(path.c_str());
+    REQUIRE(raw.exit_code == 0);
+    background_seen = background_seen || raw.output.find("compacts_in_background") != std::string::npos;
+    const proto_test::Msg message(body);
+    const auto links = message.message(2).messages(4);
+    REQUIRE_FALSE(links.empty());
+    CHECK(links[0].bytes(1).find_first_not_of('\0') == std::string::npos);  // the zero link
+    CHECK(links[0].bytes(2).find_first_not_of('\0') == std::string::npos);
+    CHECK(links.size() <= 2);
+    for (std::size_t i = 1; i < links.size(); ++i)
+      span_linked = span_linked || (links[i].bytes(1) == std::string(trace.begin(), trace.end()) &&
+                                    links[i].bytes(2) == std::string(id.begin(), id.end()));
+  }
+  CHECK(background_seen);
+  CHECK(span_linked);
 }
 #endif
 
@@ -580,7 +601,11 @@ TEST_CASE("continuous: a fork leaves the parent sampled, and the child samples i
 // once it first runs: a look can find a new thread in that moment, as it finds
 // this one, which blocks every signal and sleeps (no CPU) across two looks before
 // it unblocks them and works. It is asked again once its CPU clock moves, and its
-// CPU is sampled, what it ran before its timer by the catch-up sample.
+// CPU is sampled, what it ran before its timer made up by its next ticks. It works
+// as long as the threads of the accuracy test above, to the same +-10 %: beside
+// busy processes the kernel can hold a CPU timer's expiries for ~100 ms of the
+// thread's CPU (they come later, as one signal's overrun), and those held when the
+// thread exits are lost (docs/continuous.md, Limits).
 TEST_CASE("continuous: a thread found blocking the signal before it ever ran is sampled once it runs",
           "[continuous]") {
   spanprof::Options options;
@@ -593,7 +618,7 @@ TEST_CASE("continuous: a thread found blocking the signal before it ever ran is 
     ::pthread_sigmask(SIG_SETMASK, &all, &before);
     std::this_thread::sleep_for(std::chrono::milliseconds(300));  // listed, blocking, not running
     ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
-    compacts_in_background(0.3);
+    compacts_in_background(0.8);
     cpu = thread_cpu_seconds();
   });
   late.join();
@@ -601,8 +626,8 @@ TEST_CASE("continuous: a thread found blocking the signal before it ever ran is 
   for (const auto& sample : samples_of(continuous_windows(collector.profiles())))
     if (sample.stack.find("compacts_in_background") != std::string::npos) samples += sample.samples;
   INFO("samples of compacts_in_background: " << samples << " for " << cpu << " s of CPU");
-  CHECK(samples >= 27);
-  CHECK(samples <= 33);
+  CHECK(samples >= 72);
+  CHECK(samples <= 88);
 }
 
 // A container may serve its own /proc/loadavg, whose last pid does not move when

@@ -64,9 +64,6 @@ namespace detail {
 
 // What a continuous timer's signal carries (sigev_value): this tag and its slot.
 inline constexpr std::uint64_t continuous_tick_tag = 0x5350'5052ull << 32;  // "SPPR"
-// What the scan's catch-up signal to a thread found running carries (sigqueue):
-// this tag and its slot; the slot holds the CPU the thread ran before its timer.
-inline constexpr std::uint64_t continuous_catch_up_tag = 0x5350'5043ull << 32;  // "SPPC"
 
 // The samples the merger takes at once: one profile per span label (and one for
 // the samples outside any span), their records' kind, period and engine set.
@@ -189,7 +186,7 @@ class ProcessSampler {
         const std::int64_t ran = thread_cpu_ns(tid);
         if (thread_blocks_signal(tid, signal_number_)) {
           ++result.blocking;  // stays in threads_ as null
-          blocking_since_.emplace_back(tid, ran);
+          blocking_since_.push_back({tid, ran, 0});
           continue;
         }
         if (!sample_thread(it, result, listed_once_)) threads_.erase(it);  // asked again at the next listing
@@ -239,26 +236,24 @@ class ProcessSampler {
     out.dropped += dropped_.exchange(0, std::memory_order_relaxed);
   }
 
-  // The sample signal's handler, for a continuous timer's tick or a scan's
-  // catch-up: true when the signal was one (async-signal-safe).
+  // The sample signal's handler, for a continuous timer's tick: true when the
+  // signal was one (async-signal-safe).
   bool on_signal(const siginfo_t* info, const void* ucontext) noexcept {
     const auto value = reinterpret_cast<std::uintptr_t>(info->si_value.sival_ptr);
-    const std::uint64_t tag = value & ~std::uint64_t{0xFFFF'FFFF};
-    const bool tick = info->si_code == SI_TIMER && tag == continuous_tick_tag;
-    const bool catching_up = info->si_code == SI_QUEUE && tag == continuous_catch_up_tag && info->si_pid == own_pid_;
-    if (!tick && !catching_up) return false;
+    if (info->si_code != SI_TIMER || (value & ~std::uint64_t{0xFFFF'FFFF}) != continuous_tick_tag) return false;
     if (!running_.load(std::memory_order_acquire)) return true;
     ThreadSlot* slot = slot_at(static_cast<std::uint32_t>(value));
     const pid_t tid = static_cast<pid_t>(::syscall(SYS_gettid));
     if (slot == nullptr || slot->tid.load(std::memory_order_acquire) != tid) return true;  // a timer since deleted
-    if (tick) {
-      const std::uint64_t periods = 1 + static_cast<std::uint64_t>(std::max(0, info->si_overrun));
-      record(*slot, periods, periods * static_cast<std::uint64_t>(period_ns_), ucontext);
-      return true;
+    std::uint64_t periods = 1 + static_cast<std::uint64_t>(std::max(0, info->si_overrun));
+    // Only this thread's handler takes from what it owes once the merger set it.
+    const std::uint32_t owed = slot->owed_periods.load(std::memory_order_relaxed);
+    if (owed != 0) {
+      const std::uint32_t paid = std::min(owed, max_owed_periods_per_tick);
+      slot->owed_periods.store(owed - paid, std::memory_order_relaxed);
+      periods += paid;
     }
-    const std::int64_t ran = slot->catch_up_ns.exchange(0, std::memory_order_relaxed);
-    const std::uint64_t periods = static_cast<std::uint64_t>((ran + period_ns_ / 2) / period_ns_);
-    if (periods != 0) record(*slot, periods, static_cast<std::uint64_t>(ran), ucontext);
+    record(*slot, periods, periods * static_cast<std::uint64_t>(period_ns_), ucontext);
     return true;
   }
 
@@ -286,6 +281,11 @@ class ProcessSampler {
   static constexpr std::int64_t full_scan_interval_ns = 1'000'000'000;
   static constexpr std::size_t slots_per_chunk = 256;
   static constexpr std::size_t max_chunks = 256;  // 65,536 threads at once
+  // A tick weighs at most this many periods of the CPU its thread ran before its
+  // timer on top of its own: that CPU is spread over the points where the thread
+  // spends its next CPU, never lumped on one.
+  static constexpr std::uint32_t max_owed_periods_per_tick = 2;
+  static constexpr int max_asks_of_blocking = 3;
 
   struct ThreadSlot {
     std::atomic<pid_t> tid{0};  // 0: free
@@ -295,7 +295,7 @@ class ProcessSampler {
     // the maps around a stack pointer a sample saw (0: each read is checked).
     std::atomic<std::uint64_t> stack_top{0};
     std::atomic<std::uint64_t> sample_sp{0};
-    std::atomic<std::int64_t> catch_up_ns{0};  // the CPU its catch-up signal stands for
+    std::atomic<std::uint32_t> owed_periods{0};  // CPU it ran before its timer, in periods not yet sampled
   };
 
   struct Half {
@@ -355,6 +355,7 @@ class ProcessSampler {
     slot->tid.store(tid, std::memory_order_release);
     slot->stack_top.store(0, std::memory_order_relaxed);
     slot->sample_sp.store(0, std::memory_order_relaxed);
+    slot->owed_periods.store(0, std::memory_order_relaxed);
     if (!create_thread_signal_timer(thread_cpu_clock(tid), tid, signal_number_,
                                     reinterpret_cast<void*>(continuous_tick_tag | slot->index), slot->timer)) {
       const int error = errno;
@@ -380,53 +381,43 @@ class ProcessSampler {
     return slot;
   }
 
-  // A timer for the thread `it` names; a thread started since the last look ran
-  // without one until now (`catching_up`).
-  bool sample_thread(std::unordered_map<pid_t, ThreadSlot*>::iterator it, ScanResult& result, bool catching_up) {
+  // A timer for the thread `it` names. A thread started since the last look ran
+  // without one until now (`found_late`): its ticks make up for that CPU.
+  bool sample_thread(std::unordered_map<pid_t, ThreadSlot*>::iterator it, ScanResult& result, bool found_late) {
+    const std::int64_t ran = found_late ? thread_cpu_ns(it->first) : 0;
     ThreadSlot* slot = make_timer(it->first, result);
     if (slot == nullptr) return false;
     it->second = slot;
     ++result.timers_made;
-    if (catching_up) catch_up(*slot);
+    if (ran > 0) slot->owed_periods.store(static_cast<std::uint32_t>((ran + period_ns_ / 2) / period_ns_), std::memory_order_relaxed);
     return true;
   }
 
   // glibc starts a thread with every signal blocked and gives it its creator's
   // mask once it runs: a thread listed in between seems to block the sample
-  // signal. A thread found blocking it is asked again once its CPU clock moves;
-  // one that still blocks it then is left out for good.
+  // signal. A thread found blocking it is asked again when its CPU clock moves,
+  // up to three times (it may be preempted inside that start-up); one that still
+  // blocks it then is left out for good.
   void ask_again_those_that_ran(ScanResult& result) {
     for (std::size_t i = 0; i < blocking_since_.size();) {
-      const auto [tid, cpu_then] = blocking_since_[i];
-      const std::int64_t cpu = thread_cpu_ns(tid);
-      if (cpu >= 0 && cpu == cpu_then) {
+      FoundBlocking& found = blocking_since_[i];
+      const std::int64_t cpu = thread_cpu_ns(found.tid);
+      if (cpu >= 0 && cpu == found.cpu) {
         ++i;
         continue;
       }
-      blocking_since_[i] = blocking_since_.back();
+      const auto it = threads_.find(found.tid);
+      const bool gone = cpu < 0 || it == threads_.end() || it->second != nullptr;
+      const bool blocks = !gone && thread_blocks_signal(found.tid, signal_number_);
+      if (blocks && ++found.asked < max_asks_of_blocking) {
+        found.cpu = cpu;
+        ++i;
+        continue;
+      }
+      found = blocking_since_.back();
       blocking_since_.pop_back();
-      const auto it = threads_.find(tid);
-      if (cpu < 0 || it == threads_.end() || it->second != nullptr || thread_blocks_signal(tid, signal_number_)) continue;
-      if (!sample_thread(it, result, true)) threads_.erase(it);
+      if (!gone && !blocks && !sample_thread(it, result, true)) threads_.erase(it);
     }
-  }
-
-  // A thread found after the first look has run without a timer since it
-  // started: if it is on a core, or waiting for one, a signal now samples where it
-  // runs for that CPU, as a late tick would. One that is blocked is let be (a
-  // signal would cut its wait short): what it ran before is not sampled.
-  void catch_up(ThreadSlot& slot) noexcept {
-    const pid_t tid = slot.tid.load(std::memory_order_relaxed);
-    const std::int64_t ran = thread_cpu_ns(tid);
-    if (ran < period_ns_ / 2) return;
-    int syscall_fd = -1;
-    BlockedSite site;
-    const ThreadActivity activity = read_thread_activity(tid, syscall_fd, site);
-    if (syscall_fd >= 0) ::close(syscall_fd);
-    if (activity != ThreadActivity::runnable) return;
-    slot.catch_up_ns.store(ran, std::memory_order_relaxed);
-    if (!queue_signal_to_thread(own_pid_, tid, signal_number_, continuous_catch_up_tag | slot.index))
-      slot.catch_up_ns.store(0, std::memory_order_relaxed);
   }
 
   void refuse(int error, ScanResult& result) noexcept {
@@ -568,7 +559,12 @@ class ProcessSampler {
   std::vector<ThreadSlot*> free_;
   std::unordered_map<pid_t, ThreadSlot*> threads_;  // null: left out (blocks the signal)
   std::vector<pid_t> present_;
-  std::vector<std::pair<pid_t, std::int64_t>> blocking_since_;  // threads found blocking the signal, their CPU then
+  struct FoundBlocking {
+    pid_t tid;
+    std::int64_t cpu;  // its CPU clock when last asked
+    int asked;         // times asked again
+  };
+  std::vector<FoundBlocking> blocking_since_;  // threads found blocking the signal
   nlink_t listed_links_ = 0;      // /proc/self/task's link count at the last listing (0: none since start)
   long listed_last_pid_ = -1;     // and the last pid given out then
   int loadavg_fd_ = -2;           // /proc/loadavg (-2: not opened yet)

@@ -451,7 +451,7 @@ inline void on_sample_signal(int, siginfo_t* info, void* ucontext) noexcept {
   // The continuous profile's ticks come to every thread, most with no sampler of
   // their own; the rest are a thread's sampler's (ProcessSampler::instance() is
   // made by start(), before any timer of its exists).
-  if (!((info->si_code == SI_TIMER || info->si_code == SI_QUEUE) && ProcessSampler::instance().on_signal(info, ucontext)))
+  if (!(info->si_code == SI_TIMER && ProcessSampler::instance().on_signal(info, ucontext)))
     if (ThreadStackSampler* sampler = current_stack_sampler) sampler->on_signal(info, ucontext);
   errno = saved_errno;
 }
