@@ -549,6 +549,53 @@ TEST_CASE("continuous: a window reaches Pyroscope and OTLP as the service's CPU 
 }
 #endif
 
+// A request the head sampler declined is not profiled, but its fragments still
+// label the window's samples with its span, on whichever thread they run, and its
+// end() says it is linked to the window (pyroscope.profile.id). As a gRPC RPC or an
+// asio coroutine is profiled: through RequestProfile.
+TEST_CASE("continuous: a declined request's fragments on other threads carry its span in the window", "[continuous]") {
+  spanprof::Options options;
+  options.continuous = true;
+  options.frequency_hz = 100;
+  options.head_sampler = std::make_shared<spanprof::NeverSampler>();
+  Collector collector(options);
+  const std::uint64_t started_before = spanprof::stats().profiles_started;
+  const auto span = span_number(65000);
+  spanprof::RequestProfile request(span, "POST /checkout");
+  REQUIRE(request.active());
+  std::vector<std::thread> workers;
+  workers.emplace_back([handle = request] {
+    spanprof::Fragment fragment(handle);
+    handles_order<1>(0.3);
+  });
+  workers.emplace_back([handle = request] {
+    spanprof::Fragment fragment(handle);
+    handles_order<2>(0.3);
+  });
+  for (auto& worker : workers) worker.join();
+  const bool linked = request.end();
+  const auto profiles = collector.profiles();
+  const auto windows = continuous_windows(profiles);
+  REQUIRE_FALSE(windows.empty());
+  for (const auto& profile : profiles) CHECK(profile.meta.record.reason == spanprof::ProfileReason::continuous);
+  std::int64_t in_fragments[3] = {0, 0, 0}, labelled[3] = {0, 0, 0};
+  for (const auto& sample : samples_of(windows))
+    for (int t = 1; t <= 2; ++t) {
+      if (sample.stack.find("handles_order<" + std::to_string(t) + ">") == std::string::npos) continue;
+      in_fragments[t] += sample.samples;
+      if (sample.span_id == span.span_id.to_hex() && sample.trace_id == span.trace_id.to_hex() &&
+          sample.span_name == "POST /checkout")
+        labelled[t] += sample.samples;
+    }
+  for (int t = 1; t <= 2; ++t) {
+    INFO("fragment thread " << t << ": " << labelled[t] << " of " << in_fragments[t] << " samples labelled");
+    CHECK(in_fragments[t] >= 10);  // sampled (the other tests hold its CPU to its samples)
+    CHECK(labelled[t] == in_fragments[t]);
+  }
+  CHECK(linked);
+  CHECK(spanprof::stats().profiles_started == started_before);
+}
+
 // fork(): the parent goes on sampling its threads; the child has no timer of the
 // parent's (POSIX timers are not inherited) and no continuous profile until it
 // starts spanprof itself, which then samples the child's own threads.

@@ -106,8 +106,9 @@ class RequestProfile {
     if (state_ != nullptr) detail::release_request(*state_);
   }
 
-  // True when the request is being profiled, or timed for the adaptive trigger
-  // (its fragments then record nothing), and has not ended through this handle.
+  // True when the request is being profiled, or timed for the adaptive trigger,
+  // or only labels the continuous profile's samples of its fragments (the last
+  // two record nothing), and has not ended through this handle.
   bool active() const noexcept { return state_ != nullptr; }
 
   // Marks the request as failed, for tail policies that keep errored requests.

@@ -3721,8 +3721,9 @@ class RequestProfile {
     if (state_ != nullptr) detail::release_request(*state_);
   }
 
-  // True when the request is being profiled, or timed for the adaptive trigger
-  // (its fragments then record nothing), and has not ended through this handle.
+  // True when the request is being profiled, or timed for the adaptive trigger,
+  // or only labels the continuous profile's samples of its fragments (the last
+  // two record nothing), and has not ended through this handle.
   bool active() const noexcept { return state_ != nullptr; }
 
   // Marks the request as failed, for tail policies that keep errored requests.
@@ -21672,6 +21673,8 @@ class RequestState {
     std::shared_ptr<AdaptiveTrigger> trigger;
     TriggerVerdict declined = TriggerVerdict::none;  // head sampler said no: profiled or timed for the trigger
     std::uint64_t name_hash = 0;                      // for the trigger, when declined
+    bool profiled = true;  // false: declined, timed for the trigger or only labelling
+    bool labels = false;   // its fragments label the continuous profile's samples
   };
 
   // Null when out of memory (the request is then not profiled). With `room_bytes`,
@@ -21691,6 +21694,8 @@ class RequestState {
     state->trigger_ = std::move(identity.trigger);
     state->declined_ = identity.declined;
     state->name_hash_ = identity.name_hash;
+    state->profiled_ = identity.profiled;
+    state->labels_ = identity.labels;
     fill_thread_context(state->thread_context_, identity.span, identity.name);
     state->start_ns_ = monotonic_now_ns();
     state->start_unix_ns_ = realtime_now_ns();
@@ -21759,7 +21764,7 @@ class RequestState {
   // A thread starts running the request: false once it has ended (not profiled).
   // A running fragment holds a reference of its own.
   bool enter_fragment() noexcept {
-    if (declined_ == TriggerVerdict::observe) return false;  // timed for the trigger: records nothing
+    if (!profiled_ && !labels_) return false;  // timed for the trigger: no fragment has a part
     std::uint64_t before = life_.load(std::memory_order_relaxed);
     do {
       if ((before & (ended_bit | delivered_bit)) != 0) return false;
@@ -21872,8 +21877,8 @@ class RequestState {
   }
 
   TailDecision decide(std::int64_t duration) noexcept {
-    if (declined_ == TriggerVerdict::observe) {
-      trigger_->observe(name_hash_, duration);
+    if (!profiled_) {
+      if (declined_ == TriggerVerdict::observe) trigger_->observe(name_hash_, duration);
       return TailDecision::discard();
     }
     if (discarded_.load(std::memory_order_relaxed)) return TailDecision::discard();
@@ -21894,8 +21899,8 @@ class RequestState {
   // change that made this thread the deliverer read). True when a profile was
   // handed over.
   bool deliver(bool abandoned) noexcept {
-    // Timed for the trigger: ended, it has its latency; abandoned, there is none to give.
-    if (declined_ == TriggerVerdict::observe) return false;
+    // Not profiled: ended, the trigger has its latency; abandoned, there is none to give.
+    if (!profiled_) return false;
     if (abandoned) {
       count(Counter::requests_abandoned);
       end_ns_ = monotonic_now_ns();
@@ -21942,6 +21947,8 @@ class RequestState {
   // because the trigger asked for its name, or timed only (none: sampled).
   TriggerVerdict declined_ = TriggerVerdict::none;
   std::uint64_t name_hash_ = 0;
+  bool profiled_ = true;
+  bool labels_ = false;
   std::int64_t start_ns_ = 0;
   std::int64_t start_unix_ns_ = 0;
   // Written once by the thread that claimed the end, published by the ended bit.
@@ -22569,25 +22576,38 @@ RequestState* begin_request(const SpanContext& span, std::string_view name, Prof
   std::uint64_t name_hash = 0;
   // As a guard's open: the head sampler sees every span, the adaptive trigger the
   // ones it declined, and ids are checked only for a request about to be profiled.
+  // A declined request still labels the continuous profile's samples of its
+  // fragments, wherever they run: its state then records nothing.
+  bool profiled = true;
+  const bool labels = gate->labels_spans && span.valid() && span.flags.sampled();
   if (head_declines(*gate, span, name)) {
     thread->add(Counter::head_declined, 1);
     if (gate->has_trigger) declined = trigger_verdict(*config.trigger, span, name, name_hash);
-    if (declined == TriggerVerdict::none) {
+    profiled = declined == TriggerVerdict::profile;
+    if (declined == TriggerVerdict::none && !labels) {
       reader.leave(inside);
       return nullptr;
     }
   }
-  if (declined != TriggerVerdict::observe && !span.valid()) {
+  if (profiled && !span.valid()) {
     reader.leave(inside);
     report_error(ErrorCode::invalid_span_context, "a request was given an invalid trace or span id; not profiled");
     return nullptr;
   }
-  RequestState::Identity identity{span,        name, configured ? config.profiles : kinds, config.sampler.generation,
-                                  config.tail_policy, config.trigger, declined, name_hash};
+  RequestState::Identity identity{span,
+                                  name,
+                                  profiled ? (configured ? config.profiles : kinds) : ProfileKinds{},
+                                  config.sampler.generation,
+                                  config.tail_policy,
+                                  config.trigger,
+                                  declined,
+                                  name_hash,
+                                  profiled,
+                                  labels};
   reader.leave(inside);
   RequestState* state = RequestState::create(std::move(identity), room_bytes);
   if (state == nullptr) report_error(ErrorCode::internal, "out of memory beginning a request's profile; not profiled");
-  else if (declined != TriggerVerdict::observe) count(Counter::profiles_started);
+  else if (profiled) count(Counter::profiles_started);
   return state;
 }
 

@@ -40,25 +40,38 @@ RequestState* begin_request(const SpanContext& span, std::string_view name, Prof
   std::uint64_t name_hash = 0;
   // As a guard's open: the head sampler sees every span, the adaptive trigger the
   // ones it declined, and ids are checked only for a request about to be profiled.
+  // A declined request still labels the continuous profile's samples of its
+  // fragments, wherever they run: its state then records nothing.
+  bool profiled = true;
+  const bool labels = gate->labels_spans && span.valid() && span.flags.sampled();
   if (head_declines(*gate, span, name)) {
     thread->add(Counter::head_declined, 1);
     if (gate->has_trigger) declined = trigger_verdict(*config.trigger, span, name, name_hash);
-    if (declined == TriggerVerdict::none) {
+    profiled = declined == TriggerVerdict::profile;
+    if (declined == TriggerVerdict::none && !labels) {
       reader.leave(inside);
       return nullptr;
     }
   }
-  if (declined != TriggerVerdict::observe && !span.valid()) {
+  if (profiled && !span.valid()) {
     reader.leave(inside);
     report_error(ErrorCode::invalid_span_context, "a request was given an invalid trace or span id; not profiled");
     return nullptr;
   }
-  RequestState::Identity identity{span,        name, configured ? config.profiles : kinds, config.sampler.generation,
-                                  config.tail_policy, config.trigger, declined, name_hash};
+  RequestState::Identity identity{span,
+                                  name,
+                                  profiled ? (configured ? config.profiles : kinds) : ProfileKinds{},
+                                  config.sampler.generation,
+                                  config.tail_policy,
+                                  config.trigger,
+                                  declined,
+                                  name_hash,
+                                  profiled,
+                                  labels};
   reader.leave(inside);
   RequestState* state = RequestState::create(std::move(identity), room_bytes);
   if (state == nullptr) report_error(ErrorCode::internal, "out of memory beginning a request's profile; not profiled");
-  else if (declined != TriggerVerdict::observe) count(Counter::profiles_started);
+  else if (profiled) count(Counter::profiles_started);
   return state;
 }
 

@@ -78,6 +78,8 @@ class RequestState {
     std::shared_ptr<AdaptiveTrigger> trigger;
     TriggerVerdict declined = TriggerVerdict::none;  // head sampler said no: profiled or timed for the trigger
     std::uint64_t name_hash = 0;                      // for the trigger, when declined
+    bool profiled = true;  // false: declined, timed for the trigger or only labelling
+    bool labels = false;   // its fragments label the continuous profile's samples
   };
 
   // Null when out of memory (the request is then not profiled). With `room_bytes`,
@@ -97,6 +99,8 @@ class RequestState {
     state->trigger_ = std::move(identity.trigger);
     state->declined_ = identity.declined;
     state->name_hash_ = identity.name_hash;
+    state->profiled_ = identity.profiled;
+    state->labels_ = identity.labels;
     fill_thread_context(state->thread_context_, identity.span, identity.name);
     state->start_ns_ = monotonic_now_ns();
     state->start_unix_ns_ = realtime_now_ns();
@@ -165,7 +169,7 @@ class RequestState {
   // A thread starts running the request: false once it has ended (not profiled).
   // A running fragment holds a reference of its own.
   bool enter_fragment() noexcept {
-    if (declined_ == TriggerVerdict::observe) return false;  // timed for the trigger: records nothing
+    if (!profiled_ && !labels_) return false;  // timed for the trigger: no fragment has a part
     std::uint64_t before = life_.load(std::memory_order_relaxed);
     do {
       if ((before & (ended_bit | delivered_bit)) != 0) return false;
@@ -278,8 +282,8 @@ class RequestState {
   }
 
   TailDecision decide(std::int64_t duration) noexcept {
-    if (declined_ == TriggerVerdict::observe) {
-      trigger_->observe(name_hash_, duration);
+    if (!profiled_) {
+      if (declined_ == TriggerVerdict::observe) trigger_->observe(name_hash_, duration);
       return TailDecision::discard();
     }
     if (discarded_.load(std::memory_order_relaxed)) return TailDecision::discard();
@@ -300,8 +304,8 @@ class RequestState {
   // change that made this thread the deliverer read). True when a profile was
   // handed over.
   bool deliver(bool abandoned) noexcept {
-    // Timed for the trigger: ended, it has its latency; abandoned, there is none to give.
-    if (declined_ == TriggerVerdict::observe) return false;
+    // Not profiled: ended, the trigger has its latency; abandoned, there is none to give.
+    if (!profiled_) return false;
     if (abandoned) {
       count(Counter::requests_abandoned);
       end_ns_ = monotonic_now_ns();
@@ -348,6 +352,8 @@ class RequestState {
   // because the trigger asked for its name, or timed only (none: sampled).
   TriggerVerdict declined_ = TriggerVerdict::none;
   std::uint64_t name_hash_ = 0;
+  bool profiled_ = true;
+  bool labels_ = false;
   std::int64_t start_ns_ = 0;
   std::int64_t start_unix_ns_ = 0;
   // Written once by the thread that claimed the end, published by the ended bit.
