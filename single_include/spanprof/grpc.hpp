@@ -294,8 +294,9 @@ class InterceptorFactory final : public ::grpc::experimental::ServerInterceptorF
     if (!options_ || info == nullptr || info->server_context() == nullptr) return nullptr;
     static_assert(alignof(RpcInterceptor) <= alignof(std::max_align_t), "the request's room is aligned for any object");
     RpcStart start = start_rpc(*options_, *info, sizeof(RpcInterceptor));
-    // Not profiled (spanprof not running, the head sampler said no, out of
-    // memory): no interceptor, and gRPC serves the RPC as ever.
+    // Not profiled (spanprof not running, the head sampler said no and the
+    // continuous profile labels no span, out of memory): no interceptor, and gRPC
+    // serves the RPC as ever.
     if (!start.request.request.active()) return nullptr;
     void* const room = start.request.room;
     return ::new (room) RpcInterceptor(info, options_->cancelled_is_error, std::move(start));

@@ -245,8 +245,9 @@ class ThreadSpanStack {
   std::size_t depth() const noexcept { return depth_; }
 
   // Begins a request for the span and opens its fragment in the next slot. Returns
-  // the slot, or -1 when the span is not profiled (the head sampler said no:
-  // nothing to keep, nothing allocated) or the stack is full.
+  // the slot, or -1 when the span has no request (the head sampler said no and the
+  // continuous profile labels no span: nothing to keep, nothing allocated) or the
+  // stack is full.
   long push(const SpanContext& span, std::string_view name, ProfileKinds kinds, RequestProfile& request,
             std::shared_ptr<SpanEndState>& state) noexcept {
     pop_ended_elsewhere();
