@@ -9,7 +9,7 @@ at 5 s and at the end of the load, and the CPU of the sender thread
 On a machine with the distribution's debug packages (libc6-dbg), the with-lines
 server finds libc's separate debug file: the figures show what that costs.
 
-  python3 bench/lines_cost.py --lines build/ci/bench/bench/spanprof_server_bench \\
+  python3 bench/lines_cost.py --lines build/ci/cmake/bench/spanprof_server_bench \\
                               --names build/names/bench/spanprof_server_bench [--seconds 20] [--rounds 3]
   python3 bench/lines_cost.py ... --soak 600    # with lines only: RSS every 30 s
   python3 bench/lines_cost.py ... --mode system_lines    # libc's frames with lines too

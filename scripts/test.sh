@@ -59,7 +59,7 @@ export GOCACHE="${GOCACHE:-$root/$out/gocache}" GOFLAGS=-mod=mod HOME="${HOME:-$
 step "single header is up to date, includes follow the layers"
 python3 scripts/amalgamate.py --check
 
-step "CMake: tests against include/, examples; benchmarks built beside"
+step "CMake: tests against include/, examples, benchmarks"
 # opentelemetry-cpp: built from ../shared/third_party/ the first time on a machine
 # (~3 min on 2 cores), cached outside the clone; without ../shared, one line and
 # the OpenTelemetry targets are skipped.
@@ -67,16 +67,11 @@ otel_prefix=$(bash scripts/opentelemetry.sh)
 # -g1 (line tables, no variables): a seventh less to compile than -g, and no test
 # reads more; the programs whose inline frames a test reads add -g themselves
 # (tests/CMakeLists.txt: spanprof_inline_workload).
-release=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS=$warnings"
-  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
-  -DSPANPROF_CURL=ON -DSPANPROF_LIBDW=ON -DSPANPROF_TCMALLOC=ON -DSPANPROF_GRPC=ON
-  ${otel_prefix:+"-DCMAKE_PREFIX_PATH=$otel_prefix" -DSPANPROF_OPENTELEMETRY=ON})
-cmake -S . -B $out/cmake "${release[@]}" -DSPANPROF_BUILD_BENCHMARKS=OFF >/dev/null
+cmake -S . -B $out/cmake -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$warnings" \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
+  -DSPANPROF_CURL=ON -DSPANPROF_LIBDW=ON -DSPANPROF_TCMALLOC=ON -DSPANPROF_GRPC=ON \
+  ${otel_prefix:+-DCMAKE_PREFIX_PATH="$otel_prefix" -DSPANPROF_OPENTELEMETRY=ON} >/dev/null
 cmake --build $out/cmake -j "$jobs"
-# The benchmarks (run in step 5) build in a directory of their own, beside the
-# suites at the lowest priority, as the sanitizer builds do: off the critical path.
-background bench_build bash -c 'cmake -S . -B "$1" "${@:3}" >/dev/null && cmake --build "$1" -j "$2"' _ \
-  $out/bench "$jobs" "${release[@]}" -DSPANPROF_BUILD_TESTS=OFF -DSPANPROF_BUILD_EXAMPLES=OFF
 # The consumers (step 5) compile and run small programs: from now on, beside the suites.
 background consumers bash tests/consumers/run.sh "$root" "$root/$out/consumers" "$root/$out/cmake"
 (cd $out/cmake && ctest --output-on-failure)
@@ -124,27 +119,26 @@ background arm64_build env SPANPROF_ARM64_STEP=build bash scripts/arm64.sh "$roo
 (cd $out/tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure)
 
 step "Benchmarks run"
-finish_background bench_build "the benchmarks' build"
 SPANPROF_BENCH_LOAD_SECONDS=1 SPANPROF_BENCH_MEMORY_SECONDS=1 SPANPROF_BENCH_EINTR_SECONDS=1 \
   SPANPROF_BENCH_CLOSE_SPANS=200 SPANPROF_BENCH_LOOP_SECONDS=0.2 \
-  $out/bench/bench/spanprof_bench --benchmark_min_time=0.05 >/dev/null
-$out/bench/bench/spanprof_bench_symbolize --benchmark_min_time=0.05 >/dev/null
-if [ -x $out/bench/bench/spanprof_bench_opentelemetry ]; then
-  $out/bench/bench/spanprof_bench_opentelemetry --benchmark_min_time=0.05 >/dev/null
+  $out/cmake/bench/spanprof_bench --benchmark_min_time=0.05 >/dev/null
+$out/cmake/bench/spanprof_bench_symbolize --benchmark_min_time=0.05 >/dev/null
+if [ -x $out/cmake/bench/spanprof_bench_opentelemetry ]; then
+  $out/cmake/bench/spanprof_bench_opentelemetry --benchmark_min_time=0.05 >/dev/null
 fi
 # spanprof-report on 200 generated spans (the 10,000-span figures: docs/report.md).
-$out/bench/bench/spanprof_bench_report --spans 200 >/dev/null
+$out/cmake/bench/spanprof_bench_report --spans 200 >/dev/null
 # The server benchmark: its build and one short round (the figures need
 # bash scripts/server-bench.sh, docs/cost.md).
-if [ -x $out/bench/bench/spanprof_server_bench ]; then
-  python3 bench/server_bench.py --binary $out/bench/bench/spanprof_server_bench --rounds 1 --seconds 1 \
+if [ -x $out/cmake/bench/spanprof_server_bench ]; then
+  python3 bench/server_bench.py --binary $out/cmake/bench/spanprof_server_bench --rounds 1 --seconds 1 \
     --warmup 1 --modes off,default >/dev/null
-  python3 bench/thread_cost.py $out/bench/bench/spanprof_server_bench --turns 1 --warmup 1 --seconds 1 >/dev/null
+  python3 bench/thread_cost.py $out/cmake/bench/spanprof_server_bench --turns 1 --warmup 1 --seconds 1 >/dev/null
 else
   echo "server benchmark not built (cpp-httplib missing): skipped"
 fi
-if [ -x $out/bench/bench/spanprof_grpc_bench ]; then
-  python3 bench/server_bench.py --load grpc --binary $out/bench/bench/spanprof_grpc_bench --rounds 1 --seconds 1 \
+if [ -x $out/cmake/bench/spanprof_grpc_bench ]; then
+  python3 bench/server_bench.py --load grpc --binary $out/cmake/bench/spanprof_grpc_bench --rounds 1 --seconds 1 \
     --warmup 1 --modes off,default >/dev/null
 fi
 
