@@ -648,11 +648,7 @@ TEST_CASE("continuous: a fork leaves the parent sampled, and the child samples i
 // once it first runs: a look can find a new thread in that moment, as it finds
 // this one, which blocks every signal and sleeps (no CPU) across two looks before
 // it unblocks them and works. It is asked again once its CPU clock moves, and its
-// CPU is sampled, what it ran before its timer made up by its next ticks. It works
-// as long as the threads of the accuracy test above, to the same +-10 %: beside
-// busy processes the kernel can hold a CPU timer's expiries for ~100 ms of the
-// thread's CPU (they come later, as one signal's overrun), and those held when the
-// thread exits are lost (docs/continuous.md, Limits).
+// CPU is sampled, what it ran before its timer made up by its next ticks.
 TEST_CASE("continuous: a thread found blocking the signal before it ever ran is sampled once it runs",
           "[continuous]") {
   spanprof::Options options;
@@ -665,7 +661,7 @@ TEST_CASE("continuous: a thread found blocking the signal before it ever ran is 
     ::pthread_sigmask(SIG_SETMASK, &all, &before);
     std::this_thread::sleep_for(std::chrono::milliseconds(300));  // listed, blocking, not running
     ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
-    compacts_in_background(0.8);
+    compacts_in_background(0.3);
     cpu = thread_cpu_seconds();
   });
   late.join();
@@ -673,8 +669,8 @@ TEST_CASE("continuous: a thread found blocking the signal before it ever ran is 
   for (const auto& sample : samples_of(continuous_windows(collector.profiles())))
     if (sample.stack.find("compacts_in_background") != std::string::npos) samples += sample.samples;
   INFO("samples of compacts_in_background: " << samples << " for " << cpu << " s of CPU");
-  CHECK(samples >= 72);
-  CHECK(samples <= 88);
+  CHECK(samples >= 27);
+  CHECK(samples <= 33);
 }
 
 // A container may serve its own /proc/loadavg, whose last pid does not move when
