@@ -42,12 +42,12 @@ RequestState* begin_request(const SpanContext& span, std::string_view name, Prof
   // ones it declined, and ids are checked only for a request about to be profiled.
   // A declined request still labels the continuous profile's samples of its
   // fragments, wherever they run: its state then records nothing.
-  bool profiled = true;
-  const bool labels = gate->labels_spans && span.valid() && span.flags.sampled();
+  bool profiled = true, labels = false;
   if (head_declines(*gate, span, name)) {
     thread->add(Counter::head_declined, 1);
     if (gate->has_trigger) declined = trigger_verdict(*config.trigger, span, name, name_hash);
     profiled = declined == TriggerVerdict::profile;
+    labels = !profiled && gate->labels_spans && span.valid() && span.flags.sampled();
     if (declined == TriggerVerdict::none && !labels) {
       reader.leave(inside);
       return nullptr;

@@ -79,7 +79,7 @@ class RequestState {
     TriggerVerdict declined = TriggerVerdict::none;  // head sampler said no: profiled or timed for the trigger
     std::uint64_t name_hash = 0;                      // for the trigger, when declined
     bool profiled = true;  // false: declined, timed for the trigger or only labelling
-    bool labels = false;   // its fragments label the continuous profile's samples
+    bool labels = false;   // not profiled, its fragments still label the continuous profile's samples
   };
 
   // Null when out of memory (the request is then not profiled). With `room_bytes`,
