@@ -39,7 +39,7 @@ if [ "$(id -u)" -ne 0 ]; then as_root=(sudo); fi
 # The sysroot and the kernel, once per machine.
 if [ ! -f "$cache/ready" ]; then
   echo "arm64: fetching Debian's arm64 packages into $cache"
-  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  if ! grep -qx arm64 <<<"$(dpkg --print-foreign-architectures)"; then
     "${as_root[@]}" dpkg --add-architecture arm64
   fi
   "${as_root[@]}" apt-get update -qq

@@ -26,7 +26,10 @@ echo
 echo "== go tool pprof -tags $first"
 go tool pprof -tags "$first" 2>/dev/null
 echo "== go tool pprof -top -symbolize=none $first"
-go tool pprof -top -symbolize=none "$first" 2>/dev/null | head -n 12
+# Its output read whole, then cut: pprof writing into a pipe that head has closed
+# dies of SIGPIPE, and under pipefail the demo with it.
+top=$(go tool pprof -top -symbolize=none "$first" 2>/dev/null)
+head -n 12 <<<"$top"
 echo "== the same by source line: go tool pprof -top -lines -symbolize=none $first"
 go tool pprof -top -lines -symbolize=none "$first" 2>/dev/null | sed -n '5,10p'
 
@@ -37,7 +40,8 @@ rm -rf "$SPANPROF_OUTPUT_DIR"
 "$build/examples/waiting_handler"
 wall=$(ls -t "$SPANPROF_OUTPUT_DIR"/*-wall.pb.gz | tail -n 1)
 echo "== go tool pprof -top $wall"
-go tool pprof -top "$wall" 2>/dev/null | head -n 12
+top=$(go tool pprof -top "$wall" 2>/dev/null)
+head -n 12 <<<"$top"
 
 echo
 echo "== examples/continuous_service: the whole process, all the time, each sample with its request's span"

@@ -36,7 +36,7 @@ while read -r _ span threads; do
     grep "$stage" <<<"$top" >/dev/null || { echo "FAIL: $stage is not in request $id's profile"; echo "$top"; exit 1; }
   done
   # "Showing nodes accounting for 29.50ms, 11.80% of 245.75ms total" (of all files)
-  sampled_ms=$(echo "$top" | sed -n 's/.*accounting for \([0-9.]*\)ms, .*/\1/p' | head -1)
+  sampled_ms=$(sed -n '/accounting for/{s/.*accounting for \([0-9.]*\)ms, .*/\1/p;q}' <<<"$top")
   [ -n "$sampled_ms" ] || { echo "FAIL: no total in pprof's output for $id"; echo "$top"; exit 1; }
   ratio=$(awk -v s="$sampled_ms" -v c="$cpu_ns" 'BEGIN { printf "%.3f", s * 1e6 / c }')
   echo "request $id: sampled $sampled_ms ms of $(awk -v c="$cpu_ns" 'BEGIN { printf "%.1f", c / 1e6 }') ms its stages used ($ratio)"

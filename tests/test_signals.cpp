@@ -220,6 +220,23 @@ const spanprof_test::ChildScenario host_sigprof_scenario("host_sigprof", [] {
   const auto* profile = collector.profile_for(span.span_id);
   std::printf("host_prof_signals=%d samples=%lld\n", host_prof_signals.load(),
               profile ? static_cast<long long>(spanprof_test::sample_count(profile->decoded)) : -1LL);
+  // What the sampler saw, for a run that falls short (one TSan run in CI: 21
+  // samples, 12 host signals): the thread's CPU in and out of spanprof's handler,
+  // the ticks held behind, the samples a full buffer lost.
+  const auto stats = spanprof::stats();
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  std::printf("captured=%llu dropped=%llu behind=%llu watched=%llu at_close=%llu source_changes=%llu perf=%d "
+              "process_cpu_ms=%.1f\n",
+              static_cast<unsigned long long>(stats.samples_captured),
+              static_cast<unsigned long long>(stats.samples_dropped),
+              static_cast<unsigned long long>(stats.cpu_ticks_behind),
+              static_cast<unsigned long long>(stats.cpu_ticks_watched),
+              static_cast<unsigned long long>(stats.cpu_ticks_at_close),
+              static_cast<unsigned long long>(stats.cpu_source_changes),
+              stats.cpu_sample_source == spanprof::CpuSampleSource::perf_event,
+              (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1e3 +
+                  (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e3);
   return 0;
 });
 
