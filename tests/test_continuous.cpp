@@ -33,9 +33,11 @@
 
 #include <dirent.h>
 #include <dlfcn.h>
+#include <linux/perf_event.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/mount.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -596,6 +598,98 @@ TEST_CASE("continuous: a declined request's fragments on other threads carry its
   CHECK(spanprof::stats().profiles_started == started_before);
 }
 
+namespace {
+
+// The perf_event descriptors the process holds.
+int perf_event_descriptors() {
+  int count = 0;
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  while (const dirent* entry = ::readdir(dir)) {
+    char target[64] = {};
+    const std::string link = std::string("/proc/self/fd/") + entry->d_name;
+    if (::readlink(link.c_str(), target, sizeof(target) - 1) > 0 && std::string(target) == "anon_inode:[perf_event]")
+      ++count;
+  }
+  ::closedir(dir);
+  return count;
+}
+
+bool perf_event_allowed() {
+  perf_event_attr attr{};
+  attr.size = sizeof(attr);
+  attr.type = PERF_TYPE_SOFTWARE;
+  attr.config = PERF_COUNT_SW_TASK_CLOCK;
+  attr.sample_period = 10'000'000;
+  attr.disabled = 1;
+  const long fd = ::syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+  if (fd < 0) return false;
+  ::close(fd);
+  return true;
+}
+
+__attribute__((noinline)) void waits_most_of_the_time(double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    compacts_in_background(0.0001);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+}  // namespace
+
+// The kernel delivers a POSIX CPU timer's expiries on its tick, and those it has
+// not delivered when a thread exits go with it (docs/continuous.md, Limits); a
+// perf_event task clock overflows at the point. It costs its thread at every
+// context switch: a thread that computes (a millisecond or more of CPU per switch)
+// moves to one, a thread that mostly waits stays on its timer. Its samples count
+// its CPU, and its descriptor goes at the merger's first look after it exits.
+TEST_CASE("continuous: a thread that computes ticks on a perf_event task clock, one that mostly waits on its timer",
+          "[continuous]") {
+  if (!perf_event_allowed()) {
+    WARN("perf_event is not open to this process: every thread ticks on its timer");
+    return;
+  }
+  spanprof::Options options;
+  options.continuous = true;
+  Collector collector(options);
+  std::uint64_t while_waiting = 0, while_computing = 0;
+  std::thread waiter([] { waits_most_of_the_time(0.6); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(450));
+  while_waiting = spanprof::stats().continuous_threads_on_perf_event;
+  // Counted once spanprof's own threads have started (the ticker holds an event
+  // of its own, docs/cost.md).
+  const int descriptors_before = perf_event_descriptors();
+  waiter.join();
+  double cpu = 0;
+  std::atomic<bool> computing{false};
+  std::thread computer([&] {
+    computing = true;
+    compacts_in_background(0.6);
+    cpu = thread_cpu_seconds();
+  });
+  while (!computing) std::this_thread::yield();
+  // 0.4 s on, it has had many adapt windows (20 ms of its CPU each), beside busy processes too.
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  while_computing = spanprof::stats().continuous_threads_on_perf_event;
+  computer.join();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the merger's looks: the thread is gone
+  const int descriptors_after = perf_event_descriptors();
+  std::int64_t samples = 0;
+  for (const auto& sample : samples_of(continuous_windows(collector.profiles())))
+    if (sample.stack.find("compacts_in_background") != std::string::npos &&
+        sample.stack.find("waits_most_of_the_time") == std::string::npos)
+      samples += sample.samples;
+  INFO("threads on perf_event while the waiter ran: " << while_waiting << ", while the computer ran: "
+       << while_computing << "; its samples " << samples << " for " << cpu << " s of CPU; perf descriptors "
+       << descriptors_before << " -> " << descriptors_after);
+  CHECK(while_waiting == 0);
+  CHECK(while_computing == 1);
+  CHECK(samples >= 0.9 * cpu * 100);
+  CHECK(samples <= 1.1 * cpu * 100);
+  CHECK(descriptors_after == descriptors_before);
+}
+
 // fork(): the parent goes on sampling its threads; the child has no timer of the
 // parent's (POSIX timers are not inherited) and no continuous profile until it
 // starts spanprof itself, which then samples the child's own threads.
@@ -604,13 +698,19 @@ TEST_CASE("continuous: a fork leaves the parent sampled, and the child samples i
   spanprof::Options options;
   options.continuous = true;
   Collector collector(options);
+  // Forked while a thread computes: on a perf_event task clock, where allowed.
   std::thread before([] { compacts_in_background(0.2); });
-  before.join();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (perf_event_allowed() && spanprof::stats().continuous_threads_on_perf_event == 0 &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   const pid_t child = ::fork();
   REQUIRE(child >= 0);
   if (child == 0) {
-    // Nothing of the parent's runs here: no thread sampled, no window cut.
+    // Nothing of the parent's runs here: no thread sampled, no window cut, and
+    // no copy of the parent's threads' perf events.
     int status = spanprof::stats().continuous_threads == 0 ? 0 : 10;
+    if (perf_event_descriptors() != 0) status = 12;
     spanprof::Options own(spanprof::ignore_environment);
     own.continuous = true;
     own.output_directory = "/tmp/spanprof-continuous-child-" + std::to_string(::getpid());
@@ -624,6 +724,7 @@ TEST_CASE("continuous: a fork leaves the parent sampled, and the child samples i
     std::fflush(nullptr);
     ::_exit(status);
   }
+  before.join();
   double after_cpu = 0;
   std::thread after([&] {
     compacts_in_background(0.4);
@@ -633,7 +734,9 @@ TEST_CASE("continuous: a fork leaves the parent sampled, and the child samples i
   int status = -1;
   REQUIRE(::waitpid(child, &status, 0) == child);
   CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);  // 10: the child had the parent's threads; 11: its own were not sampled
+  // 10: the child had the parent's threads; 11: its own were not sampled; 12: it
+  // holds the parent's perf events.
+  CHECK(WEXITSTATUS(status) == 0);
   const auto profiles = collector.profiles();
   std::int64_t after_samples = 0;
   for (const auto& sample : samples_of(continuous_windows(profiles)))

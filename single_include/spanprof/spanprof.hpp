@@ -4332,6 +4332,7 @@ struct Stats {
   // The process's continuous profile (Options::continuous, docs/continuous.md).
   std::uint64_t continuous_threads = 0;          // threads with a CPU timer of it at its last look
   std::uint64_t continuous_threads_left_out = 0; // threads that block the sample signal: not sampled
+  std::uint64_t continuous_threads_on_perf_event = 0;  // of continuous_threads, those ticking on a perf_event task clock now
   std::uint64_t continuous_samples = 0;          // samples taken into its windows
   std::uint64_t continuous_samples_dropped = 0;  // lost to its full record buffer
   std::uint64_t continuous_timers_refused = 0;   // threads' timers the kernel would not make (EAGAIN, ENOMEM)
@@ -10181,292 +10182,6 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DETAIL_BASE_XORSHIFT_HPP_
 // ---- end spanprof/detail/base/xorshift.hpp ----
-// ---- begin spanprof/detail/capture/sample_records.hpp ----
-// The packed records the sampling engines write on the request thread (CPU: in
-// the signal handler; heap: in the allocation hooks) and the worker reads back.
-// Writer and reader of each format live here together, so the two cannot drift.
-//
-//   stack record       [weight, depth, pc_0 ... pc_{depth-1}]
-//                      what the signal handler writes into a thread's sample log.
-//                      pc_0 is the interrupted instruction, the others return
-//                      addresses. A CPU record's weight word holds the sampling
-//                      periods it stands for (its sample count) and the thread's
-//                      CPU nanoseconds since the sample before; a wall record (wall_record_tag set in
-//                      the weight word) stands for the wall nanoseconds in the low
-//                      60 bits, which grow while the thread stays blocked there, and
-//                      holds the thread's ThreadState in bits 61-62. Bit 60 marks a
-//                      wall record that continues the one before it: the same sample's
-//                      time in another state (its running and its waiting part).
-//   continuous record  [meta, tid, (trace id 2 words, span id 1 word, name words)?,
-//                       weight, depth, pc_0 ...]
-//                      what the process's continuous profile (process_sampler.hpp)
-//                      writes for any thread: a CPU stack record after the thread's
-//                      id and, for a sample taken in a span, the span's label. meta
-//                      is continuous_record_mark, bit 0 when a label follows, the
-//                      name's bytes in bits 8-15.
-//   heap log record    [size, live-table slot, live-table entry, depth, pc_0 ...]
-//                      in a thread's heap log while its span is open.
-//   heap hand-off      [size, live at span close (0/1), depth, pc_0 ...]
-//                      what a closed heap span hands to the worker.
-//
-// Writers are async-signal-safe: they only store words into preallocated memory.
-#ifndef SPANPROF_DETAIL_CAPTURE_SAMPLE_RECORDS_HPP_
-#define SPANPROF_DETAIL_CAPTURE_SAMPLE_RECORDS_HPP_
-
-
-#include <cmath>
-#include <cstddef>
-#include <cstdint>
-#include <cstring>
-#include <limits>
-#include <vector>
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-// ---- stack records (CPU and wall) -------------------------------------------------
-
-inline constexpr std::size_t stack_record_header_words = 2;
-inline constexpr std::uint64_t wall_record_tag = std::uint64_t{1} << 63;
-inline constexpr unsigned wall_record_state_shift = 61;
-inline constexpr std::uint64_t wall_record_continues = std::uint64_t{1} << 60;
-inline constexpr std::uint64_t wall_record_ns_mask = wall_record_continues - 1;
-
-constexpr std::uint64_t wall_record_weight(ThreadState state, std::uint64_t ns, bool continues = false) noexcept {
-  return wall_record_tag | (static_cast<std::uint64_t>(state) & 3) << wall_record_state_shift |
-         (continues ? wall_record_continues : 0) | (ns < wall_record_ns_mask ? ns : wall_record_ns_mask);
-}
-constexpr ThreadState wall_record_state(std::uint64_t weight) noexcept {
-  return static_cast<ThreadState>((weight >> wall_record_state_shift) & 3);
-}
-constexpr bool wall_record_continued(std::uint64_t weight) noexcept { return (weight & wall_record_continues) != 0; }
-
-// A CPU record's weight word: periods above bit 48 (at most 32767), CPU ns below
-// (at most 78 hours between two samples); bit 63 stays clear, as wall records' tag.
-inline constexpr unsigned cpu_record_periods_shift = 48;
-inline constexpr std::uint64_t cpu_record_ns_mask = (std::uint64_t{1} << cpu_record_periods_shift) - 1;
-inline constexpr std::uint64_t cpu_record_most_periods = 0x7FFF;
-
-constexpr std::uint64_t cpu_record_weight(std::uint64_t periods, std::uint64_t cpu_ns) noexcept {
-  return (periods < cpu_record_most_periods ? periods : cpu_record_most_periods) << cpu_record_periods_shift |
-         (cpu_ns < cpu_record_ns_mask ? cpu_ns : cpu_record_ns_mask);
-}
-constexpr std::uint64_t cpu_record_periods(std::uint64_t weight) noexcept {
-  return (weight >> cpu_record_periods_shift) & cpu_record_most_periods;
-}
-
-constexpr std::size_t stack_record_words(int depth) noexcept {
-  return stack_record_header_words + static_cast<std::size_t>(depth);
-}
-
-// `callers` holds depth - 1 return addresses, innermost first. `weight` is
-// cpu_record_weight() for a CPU record, wall_record_tag | nanoseconds for a wall record.
-inline void write_stack_record(std::uint64_t* out, std::uint64_t weight, std::uintptr_t pc, void* const* callers,
-                             int depth) noexcept {
-  out[0] = weight;
-  out[1] = static_cast<std::uint64_t>(depth);
-  out[2] = pc;
-  for (int i = 1; i < depth; ++i) out[2 + i] = reinterpret_cast<std::uintptr_t>(callers[i - 1]);
-}
-
-constexpr bool is_wall_record(const std::uint64_t* record) noexcept { return (record[0] & wall_record_tag) != 0; }
-
-// More wall time for the stack of the wall record at `record`.
-inline void add_wall_time(std::uint64_t* record, std::uint64_t ns) noexcept {
-  record[0] = wall_record_weight(wall_record_state(record[0]), (record[0] & wall_record_ns_mask) + ns,
-                                 wall_record_continued(record[0]));
-}
-
-// Calls `visit(const std::uint64_t* record, std::size_t words)` for each
-// well-formed record; stops at the first malformed one.
-template <class Visit>
-void for_each_stack_record(const std::uint64_t* words, std::size_t count, Visit&& visit) {
-  std::size_t i = 0;
-  while (i + stack_record_header_words <= count) {
-    const std::uint64_t depth = words[i + 1];
-    if (depth == 0 || depth > count - i - stack_record_header_words) break;
-    const std::size_t size = stack_record_header_words + static_cast<std::size_t>(depth);
-    visit(words + i, size);
-    i += size;
-  }
-}
-
-// Appends the records of one kind (CPU or wall) as they are: the log holds what
-// every open span asked for, and each profile takes the records of its kind.
-inline void append_stack_records(const std::uint64_t* words, std::size_t count, ProfileKind kind,
-                                 std::vector<std::uint64_t>& out) {
-  const bool wall = kind == ProfileKind::wall;
-  for_each_stack_record(words, count, [&](const std::uint64_t* record, std::size_t size) {
-    if (is_wall_record(record) == wall) out.insert(out.end(), record, record + size);
-  });
-}
-
-// Appends the records of profile.kind (CPU or wall) as samples: CPU values
-// {samples, cpu ns}, wall values {samples, wall ns}.
-inline void read_stack_records(const std::uint64_t* words, std::size_t count, RawProfile& profile) {
-  const bool wall = profile.kind == ProfileKind::wall;
-  for_each_stack_record(words, count, [&](const std::uint64_t* record, std::size_t) {
-    if (is_wall_record(record) != wall) return;
-    RawSample sample;
-    if (wall) {
-      // A continuation is the same sample's other part: its time, not another sample.
-      sample.values = {wall_record_continued(record[0]) ? 0 : 1,
-                       static_cast<std::int64_t>(record[0] & wall_record_ns_mask)};
-      sample.thread_state = wall_record_state(record[0]);
-    } else
-      sample.values = {static_cast<std::int64_t>(cpu_record_periods(record[0])),
-                       static_cast<std::int64_t>(record[0] & cpu_record_ns_mask)};
-    const std::uint64_t* pcs = record + stack_record_header_words;
-    sample.frames.assign(pcs, pcs + record[1]);
-    profile.samples.push_back(std::move(sample));
-  });
-}
-
-// ---- continuous records ---------------------------------------------------------
-
-inline constexpr std::uint64_t continuous_record_mark = std::uint64_t{0xC0} << 56;
-
-// A sample's span, as a continuous record carries it.
-struct ContinuousLabel {
-  const std::uint8_t* trace_id;  // 16 bytes
-  const std::uint8_t* span_id;   // 8 bytes
-  const char* name;
-  std::size_t name_bytes;        // at most 255
-};
-
-constexpr std::size_t continuous_label_words(std::size_t name_bytes) noexcept { return 3 + (name_bytes + 7) / 8; }
-
-constexpr std::size_t continuous_record_words(const ContinuousLabel* label, int depth) noexcept {
-  return 2 + (label != nullptr ? continuous_label_words(label->name_bytes) : 0) + stack_record_words(depth);
-}
-
-// `callers` holds depth - 1 return addresses, innermost first; `weight` is
-// cpu_record_weight(). Writes continuous_record_words(label, depth) words.
-inline void write_continuous_record(std::uint64_t* out, std::uint64_t tid, const ContinuousLabel* label,
-                                    std::uint64_t weight, std::uintptr_t pc, void* const* callers, int depth) noexcept {
-  const std::size_t name_bytes = label != nullptr ? label->name_bytes : 0;
-  *out++ = continuous_record_mark | (label != nullptr ? 1u : 0u) | static_cast<std::uint64_t>(name_bytes) << 8;
-  *out++ = tid;
-  if (label != nullptr) {
-    std::memcpy(out, label->trace_id, 16);
-    std::memcpy(out + 2, label->span_id, 8);
-    if (name_bytes != 0) {
-      out[3 + (name_bytes - 1) / 8] = 0;  // the name's last word, padded
-      std::memcpy(out + 3, label->name, name_bytes);
-    }
-    out += continuous_label_words(name_bytes);
-  }
-  write_stack_record(out, weight, pc, callers, depth);
-}
-
-// Calls `visit(const ContinuousLabel* label, std::uint64_t weight, const std::uint64_t* pcs,
-// std::size_t depth)` for each well-formed record (label null outside any span);
-// stops at the first malformed one, or at a word without the mark (the end).
-template <class Visit>
-void for_each_continuous_record(const std::uint64_t* words, std::size_t count, Visit&& visit) {
-  std::size_t i = 0;
-  while (i + 2 <= count) {
-    const std::uint64_t meta = words[i];
-    if ((meta & continuous_record_mark) != continuous_record_mark) break;
-    const bool labelled = (meta & 1) != 0;
-    const std::size_t name_bytes = (meta >> 8) & 0xFF;
-    std::size_t at = i + 2;
-    const std::size_t label_words = labelled ? continuous_label_words(name_bytes) : 0;
-    if (at + label_words + stack_record_header_words > count) break;
-    ContinuousLabel label{};
-    if (labelled) {
-      label.trace_id = reinterpret_cast<const std::uint8_t*>(words + at);
-      label.span_id = reinterpret_cast<const std::uint8_t*>(words + at + 2);
-      label.name = reinterpret_cast<const char*>(words + at + 3);
-      label.name_bytes = name_bytes;
-    }
-    at += label_words;
-    const std::uint64_t depth = words[at + 1];
-    if (depth == 0 || depth > count - at - stack_record_header_words) break;
-    visit(labelled ? &label : nullptr, words[at], words + at + stack_record_header_words, static_cast<std::size_t>(depth));
-    i = at + stack_record_header_words + static_cast<std::size_t>(depth);
-  }
-}
-
-// ---- heap -----------------------------------------------------------------------
-
-inline constexpr std::size_t heap_log_header_words = 4;
-inline constexpr std::size_t heap_handoff_header_words = 3;
-
-// The stack is captured straight into the record (pcs start at
-// heap_log_header_words); the header is written once its depth is known.
-inline void write_heap_log_header(std::uint64_t* record, std::uint64_t size, std::uint64_t slot, std::uint64_t entry,
-                                  int depth) noexcept {
-  record[0] = size;
-  record[1] = slot;
-  record[2] = entry;
-  record[3] = static_cast<std::uint64_t>(depth);
-}
-
-struct HeapLogRecord {
-  std::uint64_t size, slot, entry;
-  std::size_t depth;
-  const std::uint64_t* pcs;
-};
-
-inline HeapLogRecord read_heap_log_record(const std::uint64_t* record) noexcept {
-  return {record[0], record[1], record[2], static_cast<std::size_t>(record[3]), record + heap_log_header_words};
-}
-
-constexpr std::size_t heap_log_record_words(std::size_t depth) noexcept { return heap_log_header_words + depth; }
-
-// Throws std::bad_alloc like the vector it appends to.
-inline void append_heap_handoff_record(std::vector<std::uint64_t>& out, const HeapLogRecord& record, bool live) {
-  out.push_back(record.size);
-  out.push_back(live ? 1 : 0);
-  out.push_back(record.depth);
-  out.insert(out.end(), record.pcs, record.pcs + record.depth);
-}
-
-// An allocation of `size` bytes is sampled with probability 1 - exp(-size/interval);
-// dividing by that probability makes the expected totals exact (Go's
-// scaleHeapSample). Returns the number of allocations one sample stands for.
-inline double heap_sample_scale(double size, double interval) noexcept {
-  if (interval <= 1 || size <= 0) return 1.0;
-  const double probability = -std::expm1(-size / interval);
-  return probability > 0 ? 1.0 / probability : 1.0;
-}
-
-// A scaled count or byte total, rounded and saturated: a product past int64 (from
-// a corrupt or hostile record) must not wrap to a negative value in the profile.
-inline std::int64_t rounded_count(double value) noexcept {
-  if (!(value > 0)) return 0;  // NaN too
-  if (value >= 0x1p63) return std::numeric_limits<std::int64_t>::max();
-  return static_cast<std::int64_t>(std::llround(value));
-}
-
-// Appends one heap sample per hand-off record with scaled values {alloc_objects,
-// alloc_space, inuse_objects, inuse_space}; stops at the first malformed record.
-inline void read_heap_handoff_records(const std::vector<std::uint64_t>& words, RawProfile& profile) {
-  std::size_t i = 0;
-  const double interval = static_cast<double>(profile.heap_interval_bytes);
-  while (i + heap_handoff_header_words <= words.size()) {
-    const double size = static_cast<double>(words[i]);
-    const bool live = words[i + 1] != 0;
-    const std::uint64_t depth = words[i + 2];
-    if (depth == 0 || depth > words.size() - i - heap_handoff_header_words) break;
-    const double scale = heap_sample_scale(size, interval);
-    const std::int64_t objects = rounded_count(scale);
-    const std::int64_t bytes = rounded_count(scale * size);
-    RawSample sample;
-    sample.values = {objects, bytes, live ? objects : 0, live ? bytes : 0};
-    const std::uint64_t* pcs = words.data() + i + heap_handoff_header_words;
-    sample.frames.assign(pcs, pcs + depth);
-    profile.samples.push_back(std::move(sample));
-    i += heap_handoff_header_words + depth;
-  }
-}
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_DETAIL_CAPTURE_SAMPLE_RECORDS_HPP_
-// ---- end spanprof/detail/capture/sample_records.hpp ----
 // ---- begin spanprof/detail/capture/sampler_settings.hpp ----
 // What a thread's stack sampler is told by one spanprof::start(), and what its
 // signal carries: the sampler's settings, the tags of the ticker's signals, the
@@ -10518,6 +10233,7 @@ struct ContinuousSettings {
   std::int64_t period_ns{};  // CPU time between two samples of a thread
   int max_depth{};
   ContinuousSpanLabels span_labels{};
+  CpuSampleSource source{};  // which threads tick on a perf_event task clock (continuous_ticks.hpp)
 };
 
 inline std::int64_t monotonic_now_ns() noexcept {
@@ -10707,6 +10423,1016 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DETAIL_CAPTURE_SAMPLER_SETTINGS_HPP_
 // ---- end spanprof/detail/capture/sampler_settings.hpp ----
+// ---- begin spanprof/detail/capture/cpu_tick_source.hpp ----
+// A thread's CPU ticks: a perf_event task clock or a POSIX CPU timer that sends
+// the sample signal to the one thread it was made for, each time that thread has
+// run a random CPU-time interval. The thread's sampler
+// (detail/capture/thread_stack_sampler.hpp) owns one and records a stack at each tick.
+//
+// Why it is shaped like this (see docs/engines.md, docs/cost.md):
+//  * It signals only its own thread, so the handler records the stack of the
+//    thread whose CPU time the tick measured.
+//  * The periods are drawn at random (random_interval_ns says why).
+//  * Each tick is placed from the sampling point before it, never from the late
+//    signal: restarting from the signal would leave its delay unsampled at every
+//    sample.
+//  * A sample weighs the thread's CPU time, not the number of periods: counted
+//    periods spread by about half the square root of their number (the periods are
+//    random), and a perf task clock, which runs on while a virtual machine's host
+//    has stolen the vCPU, over-counts by the steal (10 ms of a thread's CPU drew up
+//    to 12.5 ms of periods here). On perf_event it is the thread's CPU clock since
+//    the tick before; on the timer, the CPU between the last point delivered before
+//    and the last one passed now, on the same clock, so that a late signal changes
+//    where a sample lands but not what it weighs.
+//  * Everything the handler calls here is async-signal-safe: a clock, an ioctl
+//    and a timer call.
+#ifndef SPANPROF_DETAIL_CAPTURE_CPU_TICK_SOURCE_HPP_
+#define SPANPROF_DETAIL_CAPTURE_CPU_TICK_SOURCE_HPP_
+
+
+// Compiled out with the SDK, as the sampler that owns it.
+#if SPANPROF_ENABLED
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <csignal>
+#include <cstdint>
+
+#include <fcntl.h>
+#include <linux/perf_event.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// A random interval with mean `mean_ns`: half the mean, plus an exponentially
+// distributed rest. A random period gives a periodic workload nothing to alias with
+// (fixed periods shift its samples into or out of its spans); the fixed half keeps
+// the sample rate bounded, so a signal handler slower than a short draw cannot
+// fall behind and pile up queued signals. From a per-thread xorshift state;
+// async-signal-safe (log() touches no shared state).
+inline std::int64_t random_interval_ns(std::uint64_t& state, std::int64_t mean_ns) noexcept {
+  const double unit = xorshift_unit(state);
+  const double half = static_cast<double>(mean_ns) / 2;
+  const double draw = half - std::log(unit) * half;
+  const double high = static_cast<double>(mean_ns) * 16;  // the tail beyond holds a 1e-13 share
+  return static_cast<std::int64_t>(draw > high ? high : draw);
+}
+
+class CpuTickSource {
+ public:
+  // For thread `tid`; `wanted` is the configured CpuSampleSource, `period_ns` the
+  // mean CPU time between two ticks, `seed` the start of the periods' random state.
+  CpuTickSource(CpuSampleSource wanted, int signal_number, std::int64_t period_ns, pid_t tid,
+                std::uint64_t seed) noexcept
+      : wanted_(wanted), signal_number_(signal_number), period_ns_(period_ns), tid_(tid), random_(seed) {}
+
+  CpuTickSource(const CpuTickSource&) = delete;
+  CpuTickSource& operator=(const CpuTickSource&) = delete;
+
+  ~CpuTickSource() { close(); }
+
+  // Picks and creates the sampling source for this thread (not armed yet).
+  // `perf_errno` receives the reason perf_event was refused, if it was.
+  // `automatic` starts on the POSIX CPU timer: a perf event costs its thread at
+  // every context switch, even between spans (docs/cost.md); prefer_source()
+  // moves a thread that mostly computes to perf_event. A perf_event the kernel
+  // refuses falls back to the timer.
+  CpuSampleSource open(int& perf_errno) noexcept {
+    perf_errno = 0;
+    if (wanted_ == CpuSampleSource::perf_event) {
+      if (open_perf_event()) return set_source(CpuSampleSource::perf_event);
+      perf_errno = errno == 0 ? EINVAL : errno;
+    }
+    if (open_posix_timer()) return set_source(CpuSampleSource::posix_timer);
+    if (wanted_ == CpuSampleSource::automatic && open_perf_event()) return set_source(CpuSampleSource::perf_event);
+    return set_source(CpuSampleSource::automatic);  // nothing could be armed
+  }
+
+  bool has_source() const noexcept { return source() != CpuSampleSource::automatic; }
+  // The source ticking now (automatic: none). Written by its own thread only,
+  // its handler included.
+  CpuSampleSource source() const noexcept { return source_.load(std::memory_order_relaxed); }
+
+  // Disables and releases the source. The destructor does it too; an owner whose
+  // handler writes into memory it frees calls it first.
+  void close() noexcept {
+    close_perf_event();
+    if (has_timer_) ::timer_delete(timer_);
+    has_timer_ = false;
+    cpu_mark_.store(0, std::memory_order_relaxed);
+  }
+
+  // In a forked child, on a source the parent made: its perf event is the parent's
+  // too (disabling it would stop the parent's samples) and its timer does not exist
+  // here. Closes the child's copy of the event and forgets both.
+  void forget_after_fork() noexcept {
+    if (perf_fd_ >= 0) ::close(perf_fd_);
+    perf_fd_ = -1;
+    has_timer_ = false;
+    cpu_mark_.store(0, std::memory_order_relaxed);
+    set_source(CpuSampleSource::automatic);
+  }
+
+  // Starts the ticks; the periods start afresh. False when there is no source or
+  // the kernel refused.
+  bool start() noexcept {
+    cpu_mark_.store(0, std::memory_order_relaxed);
+    cpu_period_ = 0;
+    tick_cpu_ns_ = 0;
+    switch (source()) {
+      case CpuSampleSource::perf_event: return schedule_next_tick() && ::ioctl(perf_fd_, PERF_EVENT_IOC_ENABLE, 0) == 0;
+      case CpuSampleSource::posix_timer: return schedule_next_tick();
+      case CpuSampleSource::automatic: break;
+    }
+    return false;
+  }
+
+  // Async-signal-safe: used from the handler when the thread has been idle.
+  void stop() noexcept {
+    if (source() == CpuSampleSource::perf_event) {
+      ::ioctl(perf_fd_, PERF_EVENT_IOC_DISABLE, 0);
+    } else if (has_timer_) {
+      itimerspec stop{};
+      ::timer_settime(timer_, 0, &stop, nullptr);
+    }
+  }
+
+  // The POSIX timer's next sampling point on the thread's CPU clock, for the ticker
+  // to read from its thread (0: none, or another source ticks).
+  std::int64_t next_point_ns() const noexcept { return static_cast<std::int64_t>(cpu_mark_.load(std::memory_order_relaxed)); }
+
+  // The signal `info` describes is one of this source's ticks (async-signal-safe).
+  // A timer signal queued before the thread moved to perf_event is not.
+  bool is_tick(const siginfo_t* info) const noexcept {
+    switch (source()) {
+      case CpuSampleSource::perf_event: return info->si_fd == perf_fd_;  // not our event: someone else's signal
+      case CpuSampleSource::posix_timer: return info->si_code == SI_TIMER;
+      case CpuSampleSource::automatic: break;
+    }
+    return false;
+  }
+
+  // On perf_event: true when another of this thread's sample signals is already
+  // pending, and then the event's next period is the longest (16 means), so that
+  // the kernel queues no more until the thread has taken those. Each overflow
+  // queues a real-time signal of its own; a thread whose handler and signal
+  // delivery take longer than a period (an emulated CPU, a vCPU its host takes
+  // away, with the period at its floor after a late tick) gets them faster than
+  // it takes them, and the queue fills to RLIMIT_SIGPENDING: the thread then does
+  // nothing but take signals (an arm64 VM's threads spent 88 % of their CPU in
+  // signal delivery, for minutes). The caller takes no sample for this signal:
+  // the last one of the backlog weighs all the CPU since the sample before, with
+  // its points counted from the period armed then (cpu_period_ is left alone).
+  // Async-signal-safe: sigpending and an ioctl.
+  bool hold_while_behind() noexcept {
+    if (source() != CpuSampleSource::perf_event) return false;
+    sigset_t pending;
+    if (::sigpending(&pending) != 0 || sigismember(&pending, signal_number_) != 1) return false;
+    std::uint64_t longest = static_cast<std::uint64_t>(period_ns_) * 16;
+    ::ioctl(perf_fd_, PERF_EVENT_IOC_PERIOD, &longest);
+    return true;
+  }
+
+  // What a tick weighs: the sampling points the thread's CPU time passed since the
+  // tick before (the profile's sample count), and the CPU time it ran since then.
+  struct TickWeight {
+    std::uint64_t periods = 0;
+    std::uint64_t cpu_ns = 0;
+  };
+
+  static constexpr std::int64_t no_cut = INT64_MAX;
+
+  // Sets the CPU time until the next CPU tick (async-signal-safe); returns false if
+  // the kernel refused. `weight`, when given, receives what the sample being taken
+  // stands for; periods 0 is a timer signal before its expiry, not a sample.
+  // `cut_ns` (the timer only): the points passed after it on the thread's CPU clock
+  // are left for a later tick.
+  bool schedule_next_tick(TickWeight* weight = nullptr, std::int64_t cut_ns = no_cut) noexcept {
+    const std::int64_t now_ns = this_thread_cpu_ns();
+    std::uint64_t periods = 0;
+    std::int64_t timer_tile_ns = 0;
+    const bool on_perf = source() == CpuSampleSource::perf_event;
+    const bool ok = on_perf ? schedule_perf_tick(now_ns, periods)
+                            : schedule_timer_tick(now_ns, std::min(now_ns, cut_ns), periods, timer_tile_ns);
+    const bool armed_before = tick_cpu_ns_ != 0;
+    if (weight != nullptr) {
+      weight->periods = periods;
+      if (!on_perf) {
+        if (timer_tile_ns > 0) weight->cpu_ns = static_cast<std::uint64_t>(timer_tile_ns);
+      } else if (periods != 0 && armed_before && now_ns > tick_cpu_ns_) {
+        weight->cpu_ns = static_cast<std::uint64_t>(now_ns - tick_cpu_ns_);
+      }
+    }
+    if (periods != 0 || !armed_before) tick_cpu_ns_ = now_ns;  // an early timer signal moves nothing
+    // A tick's sample (never the arm's start) is where the automatic choice is made.
+    if (weight != nullptr && periods != 0) prefer_source(now_ns);
+    return ok;
+  }
+
+  // automatic: the thread's CPU per context switch since the last choice decides
+  // (once per adapt_window_ns of its CPU, at a tick; async-signal-safe). A perf
+  // event costs its thread at every switch (~1-3 µs here), nothing else, and comes
+  // at the sampling point itself; the timer costs nothing at a switch, but the
+  // kernel looks at it only on its tick, so its signal comes late and, for work
+  // as periodic as the tick, always at the same phase of it. A thread that runs a
+  // millisecond of CPU or more per switch (it mostly computes: the switches cost
+  // it 0.3 % at most) ticks on perf_event; one that runs less than half a
+  // millisecond (a server's request thread: several switches per request) goes
+  // back to the timer.
+  static constexpr std::int64_t adapt_window_ns = 20'000'000;
+  static constexpr std::int64_t perf_cpu_per_switch_ns = 1'000'000;
+  static constexpr std::int64_t timer_cpu_per_switch_ns = 500'000;
+  // The points one tick counts at most, on either source; beyond, the thread ran
+  // with the signal held, and the rest are not counted.
+  static constexpr std::uint64_t most_points_per_tick = 256;
+
+  // A disabled task clock on the calling thread, that overflows every `period_ns`
+  // of its CPU; its descriptor, or -1 with errno set.
+  static int open_task_clock(std::int64_t period_ns) noexcept {
+    perf_event_attr attr{};
+    attr.size = sizeof(attr);
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.config = PERF_COUNT_SW_TASK_CLOCK;
+    attr.sample_period = static_cast<std::uint64_t>(period_ns);
+    attr.disabled = 1;
+    attr.wakeup_events = 1;  // signal on every overflow
+    errno = 0;
+    const long fd = ::syscall(SYS_perf_event_open, &attr, 0 /* this thread */, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    return fd < 0 ? -1 : static_cast<int>(fd);
+  }
+
+  // open_task_clock's event, signalling thread `tid` with `signal_number` at each
+  // overflow (si_code POLL_IN, si_fd the descriptor); -1 with errno set.
+  static int open_signalling_task_clock(std::int64_t period_ns, pid_t tid, int signal_number) noexcept {
+    const int fd = open_task_clock(period_ns);
+    if (fd < 0) return -1;
+    f_owner_ex owner{F_OWNER_TID, tid};
+    if (::fcntl(fd, F_SETFL, O_ASYNC) != 0 || ::fcntl(fd, F_SETSIG, signal_number) != 0 ||
+        ::fcntl(fd, F_SETOWN_EX, &owner) != 0) {
+      const int saved = errno;
+      ::close(fd);
+      errno = saved;
+      return -1;
+    }
+    return fd;
+  }
+
+  // Set once a perf event is refused to a thread of the process: none asks again.
+  static std::atomic<int>& perf_refused_errno() noexcept {
+    static std::atomic<int> refused{0};
+    return refused;
+  }
+
+ private:
+  CpuSampleSource set_source(CpuSampleSource source) noexcept {
+    source_.store(source, std::memory_order_relaxed);
+    return source;
+  }
+
+  void prefer_source(std::int64_t now_ns) noexcept {
+    if (wanted_ != CpuSampleSource::automatic || !has_timer_) return;
+    if (adapt_cpu_ns_ == 0 || now_ns < adapt_cpu_ns_) {
+      adapt_cpu_ns_ = now_ns;
+      adapt_switches_ = context_switches();
+      return;
+    }
+    const std::int64_t ran = now_ns - adapt_cpu_ns_;
+    if (ran < adapt_window_ns) return;
+    const std::int64_t switches = context_switches();
+    if (switches < 0) return;
+    const std::int64_t per_switch = ran / std::max<std::int64_t>(1, switches - adapt_switches_);
+    adapt_cpu_ns_ = now_ns;
+    adapt_switches_ = switches;
+    if (source() == CpuSampleSource::posix_timer && per_switch >= perf_cpu_per_switch_ns &&
+        perf_refused_errno().load(std::memory_order_relaxed) == 0)
+      move_to_perf_event(now_ns);
+    else if (source() == CpuSampleSource::perf_event && per_switch < timer_cpu_per_switch_ns)
+      move_to_timer(now_ns);
+  }
+
+  static std::int64_t context_switches() noexcept {
+    rusage usage{};
+    if (::getrusage(RUSAGE_THREAD, &usage) != 0) return -1;
+    return static_cast<std::int64_t>(usage.ru_nvcsw) + static_cast<std::int64_t>(usage.ru_nivcsw);
+  }
+
+  // The next point stays where the timer had drawn it: the event's first period
+  // runs up to it, and the first sample weighs the CPU since the last point.
+  void move_to_perf_event(std::int64_t now_ns) noexcept {
+    if (perf_fd_ < 0 && !open_perf_event()) {
+      int expected = 0;
+      perf_refused_errno().compare_exchange_strong(expected, errno == 0 ? EINVAL : errno, std::memory_order_relaxed);
+      return;
+    }
+    const std::int64_t next = next_point_ns();
+    const std::int64_t floor = std::max<std::int64_t>(period_ns_ / 4, 20'000);
+    std::uint64_t first = static_cast<std::uint64_t>(std::max(next - now_ns, floor));
+    if (::ioctl(perf_fd_, PERF_EVENT_IOC_PERIOD, &first) != 0 || ::ioctl(perf_fd_, PERF_EVENT_IOC_ENABLE, 0) != 0) {
+      close_perf_event();
+      return;
+    }
+    itimerspec stop{};
+    ::timer_settime(timer_, 0, &stop, nullptr);
+    cpu_mark_.store(0, std::memory_order_relaxed);  // the CPU watch lets the thread be
+    tick_cpu_ns_ = point_base_;
+    cpu_period_ = now_ns + static_cast<std::int64_t>(first) - point_base_;
+    set_source(CpuSampleSource::perf_event);
+  }
+
+  // The event is closed, not only disabled: an open one costs its thread at every
+  // switch still. The timer's points go on from the last sample.
+  void move_to_timer(std::int64_t now_ns) noexcept {
+    close_perf_event();
+    set_source(CpuSampleSource::posix_timer);
+    point_base_ = tick_cpu_ns_;
+    const std::int64_t next = now_ns + random_interval_ns(random_, period_ns_);
+    cpu_mark_.store(static_cast<std::uint64_t>(next), std::memory_order_relaxed);
+    itimerspec spec{};
+    spec.it_value.tv_sec = next / 1'000'000'000;
+    spec.it_value.tv_nsec = next % 1'000'000'000;
+    ::timer_settime(timer_, TIMER_ABSTIME, &spec, nullptr);
+  }
+
+  void close_perf_event() noexcept {
+    if (perf_fd_ < 0) return;
+    ::ioctl(perf_fd_, PERF_EVENT_IOC_DISABLE, 0);
+    ::close(perf_fd_);
+    perf_fd_ = -1;
+  }
+
+  bool schedule_perf_tick(std::int64_t now_ns, std::uint64_t& periods) noexcept {
+    // The next tick is placed a random interval after the one that just fired,
+    // not after this handler ran: the signal arrives tens of microseconds after
+    // the overflow (~50 µs measured here), and restarting the period from the
+    // handler would leave that time unsampled at every sample (-5% at 1 kHz).
+    // The lateness is read on the thread's CPU clock, not the event's count:
+    // the task clock also runs through time stolen from the vCPU.
+    std::int64_t draw = random_interval_ns(random_, period_ns_);
+    std::int64_t period = draw;  // the first period after the arm
+    periods = 1;
+    if (cpu_period_ != 0) {  // the period was set at the last tick, tick_cpu_ns_
+      std::int64_t late = now_ns - tick_cpu_ns_ - cpu_period_;
+      // The points the thread's CPU clock passed after the one that fired, as the
+      // timer counts them: the event's timer fires once for all the periods that
+      // expired while the host held the vCPU, and a guest's thread CPU clock runs
+      // on then (docs/engines.md, "What a sample weighs").
+      while (late >= draw && periods < most_points_per_tick) {
+        ++periods;
+        late -= draw;
+        draw = random_interval_ns(random_, period_ns_);
+      }
+      if (late >= draw) late = 0;
+      // Not below a quarter of the mean: a period shorter than this handler would
+      // queue signals faster than it takes them.
+      const std::int64_t floor = std::max<std::int64_t>(period_ns_ / 4, 20'000);
+      period = late > 0 ? std::max(draw - late, floor) : draw;
+    }
+    cpu_period_ = period;
+    std::uint64_t value = static_cast<std::uint64_t>(period);
+    return ::ioctl(perf_fd_, PERF_EVENT_IOC_PERIOD, &value) == 0;
+  }
+
+  bool schedule_timer_tick(std::int64_t now_ns, std::int64_t cut_ns, std::uint64_t& periods,
+                           std::int64_t& tile_ns) noexcept {
+    if (has_timer_) {
+      // The kernel looks at CPU timers only on the scheduler tick (4 ms at
+      // HZ=250), so the signal comes at the first tick after the sampling point,
+      // and at more than 250 Hz several points fall between two ticks. Each point
+      // the thread's CPU time has passed is one sample of the stack found now
+      // (the sample count). The CPU value is the thread's CPU from the last point
+      // delivered before to the last one passed now: the intervals between points
+      // tile the thread's CPU time, so a late signal (the tick, or the ticker's
+      // watch) moves where a sample lands, never how much it weighs.
+      // The next point is drawn from the last one, never from the late signal.
+      std::uint64_t passed = 0;
+      const std::uint64_t mark = cpu_mark_.load(std::memory_order_relaxed);
+      std::int64_t next = static_cast<std::int64_t>(mark);
+      if (mark == 0) {
+        next = now_ns + random_interval_ns(random_, period_ns_);  // armed afresh
+        point_base_ = now_ns;
+      } else {
+        std::int64_t last_passed = point_base_;
+        while (next <= cut_ns && passed < most_points_per_tick) {
+          ++passed;
+          last_passed = next;
+          next += random_interval_ns(random_, period_ns_);
+        }
+        if (next <= cut_ns) {
+          last_passed = cut_ns;
+          next = cut_ns + random_interval_ns(random_, period_ns_);
+        }
+        if (passed != 0) {
+          tile_ns = last_passed - point_base_;
+          point_base_ = last_passed;
+        }
+      }
+      periods = passed;
+      cpu_mark_.store(static_cast<std::uint64_t>(next), std::memory_order_relaxed);
+      // A point left behind a cut has passed: armed for it, the timer would fire as
+      // it is set, and the signal would take it here at once. A moment on, the
+      // kernel delivers it at its next tick, as any other.
+      const std::int64_t expiry = std::max(next, now_ns + 50'000);
+      itimerspec spec{};
+      spec.it_value.tv_sec = expiry / 1'000'000'000;
+      spec.it_value.tv_nsec = expiry % 1'000'000'000;
+      return ::timer_settime(timer_, TIMER_ABSTIME, &spec, nullptr) == 0;
+    }
+    return false;
+  }
+
+  bool open_perf_event() noexcept {
+    perf_fd_ = open_signalling_task_clock(period_ns_, tid_, signal_number_);
+    return perf_fd_ >= 0;
+  }
+
+  bool open_posix_timer() noexcept {
+    if (!create_thread_signal_timer(CLOCK_THREAD_CPUTIME_ID, tid_, signal_number_, nullptr, timer_)) return false;
+    has_timer_ = true;
+    return true;
+  }
+
+  CpuSampleSource wanted_;
+  int signal_number_;
+  std::int64_t period_ns_;  // mean CPU time between two CPU samples
+  pid_t tid_;
+  int perf_fd_ = -1;
+  timer_t timer_{};
+  bool has_timer_ = false;  // the timer exists (armed or not)
+  std::atomic<CpuSampleSource> source_{CpuSampleSource::automatic};
+  std::uint64_t random_;        // the handler's: the next CPU period
+  // Timer: its next expiry on the thread's CPU clock (0: armed afresh). The ticker
+  // reads it to find a point the kernel has not delivered (next_point_ns).
+  std::atomic<std::uint64_t> cpu_mark_{0};
+  std::int64_t cpu_period_ = 0; // perf: the period set at the last tick (0: unknown, after a disarm)
+  std::int64_t tick_cpu_ns_ = 0;  // the thread's CPU clock at the last sample (0: since the arm, none)
+  std::int64_t point_base_ = 0;   // timer: the last point delivered (or the arm), on the thread's CPU clock
+  std::int64_t adapt_cpu_ns_ = 0;     // automatic: the thread's CPU clock at the last choice of source
+  std::int64_t adapt_switches_ = 0;   // and its context switches then
+};
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_DETAIL_CAPTURE_CPU_TICK_SOURCE_HPP_
+// ---- end spanprof/detail/capture/cpu_tick_source.hpp ----
+// ---- begin spanprof/detail/capture/continuous_ticks.hpp ----
+// Internal. Where a thread's continuous-profile ticks come from (docs/continuous.md,
+// "What is sampled"): its POSIX CPU timer, or a perf_event task clock.
+//
+// Why it is shaped like this:
+//  * The kernel looks at a POSIX CPU timer only on its tick, and the expiries it
+//    has not delivered when the thread exits go with the thread: beside busy
+//    processes, a thread's last tens of milliseconds of CPU. A perf_event task
+//    clock overflows at the point itself. But it costs its thread something at every
+//    context switch (docs/cost.md), so `automatic` gives it to the threads that
+//    compute — a millisecond of CPU or more per switch, the span source's own rule
+//    (CpuTickSource) — within a descriptor budget; `perf_event` to every thread
+//    within the budget; `posix_timer` to none.
+//  * The thread chooses for itself, in its handler, once per adapt window of its
+//    CPU: it counts its own switches (getrusage) and opens or closes its event
+//    (perf_event_open, fcntl, close: async-signal-safe). Its timer stays made,
+//    disarmed while the event ticks.
+//  * An event tick weighs the periods its counter passed since the last one
+//    recorded (read(2) of the event): a backlog of queued overflow signals records
+//    once, and an overflow the kernel could not queue is made up by the next.
+//  * The handler finds its thread's slot for an event tick through a thread-local
+//    pointer it set itself (an overflow signal carries the descriptor, no value).
+//  * A descriptor is closed by whoever takes it from the slot (an atomic exchange):
+//    the thread's handler moving back to its timer, or the merger once the thread
+//    is gone or the profile stops, after the handlers in flight have finished.
+#ifndef SPANPROF_DETAIL_CAPTURE_CONTINUOUS_TICKS_HPP_
+#define SPANPROF_DETAIL_CAPTURE_CONTINUOUS_TICKS_HPP_
+
+
+#if SPANPROF_ENABLED
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstddef>
+#include <cstdint>
+
+#include <dirent.h>
+#include <linux/perf_event.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// What the continuous profile's handler knows of one thread. The merger fills it
+// before the thread's timer is armed; the tick fields are the thread's handler's.
+struct ContinuousThreadSlot {
+  std::atomic<pid_t> tid{0};  // 0: free
+  timer_t timer{};
+  std::uint32_t index = 0;
+  // Where the walker may read the thread's stack without a check: learnt from
+  // the maps around a stack pointer a sample saw (0: each read is checked).
+  std::atomic<std::uint64_t> stack_top{0};
+  std::atomic<std::uint64_t> sample_sp{0};
+  std::atomic<std::uint32_t> owed_periods{0};  // CPU it ran before its timer, in periods not yet sampled
+  // The perf_event task clock it ticks on (-1: its timer).
+  std::atomic<int> perf_fd{-1};
+  std::uint64_t counted_ns = 0;     // the event's count at the last period recorded
+  std::int64_t adapt_cpu_ns = 0;    // the thread's CPU clock at its last choice (0: none yet)
+  std::int64_t adapt_switches = 0;  // and its context switches then
+};
+
+// The slot of the thread whose event ticks: set by the thread's own handler.
+SPANPROF_SIGNAL_SAFE_TLS inline thread_local ContinuousThreadSlot* continuous_event_slot = nullptr;
+
+class ContinuousTicks {
+ public:
+  // The most threads on perf_event at once: a quarter of the descriptors the
+  // process may still open (never the host's last ones: a server that accepts
+  // connections up to its limit must not meet EMFILE for spanprof), up to 256.
+  static constexpr std::size_t most_events = 256;
+
+  // The merger's, at start(), before any timer of this start is armed.
+  void start(CpuSampleSource wanted, std::int64_t period_ns, int signal_number) noexcept {
+    wanted_ = wanted;
+    period_ns_ = period_ns;
+    signal_number_ = signal_number;
+    budget_.store(wanted == CpuSampleSource::posix_timer ? 0 : event_budget(), std::memory_order_relaxed);
+  }
+
+  std::size_t threads_on_events() const noexcept { return in_use_.load(std::memory_order_relaxed); }
+
+  // The periods an event tick of `slot` stands for (0: a tick of a backlog the
+  // tick before has counted). Its thread's handler.
+  std::uint64_t event_periods(ContinuousThreadSlot& slot) const noexcept {
+    const int fd = slot.perf_fd.load(std::memory_order_relaxed);
+    std::uint64_t count = 0;
+    if (::read(fd, &count, sizeof(count)) != static_cast<ssize_t>(sizeof(count))) return 1;  // its own period
+    if (count < slot.counted_ns + static_cast<std::uint64_t>(period_ns_)) return 0;
+    const std::uint64_t passed = (count - slot.counted_ns) / static_cast<std::uint64_t>(period_ns_);
+    const std::uint64_t periods = std::min<std::uint64_t>(passed, CpuTickSource::most_points_per_tick);
+    slot.counted_ns = periods == passed ? slot.counted_ns + periods * static_cast<std::uint64_t>(period_ns_) : count;
+    return periods;
+  }
+
+  // After a tick's sample, on its thread: once per adapt window of its CPU, moves
+  // it to its event or back to its timer by what it ran per context switch.
+  void choose(ContinuousThreadSlot& slot, pid_t tid) noexcept {
+    if (wanted_ == CpuSampleSource::posix_timer) return;
+    const bool on_event = slot.perf_fd.load(std::memory_order_relaxed) >= 0;
+    if (wanted_ == CpuSampleSource::perf_event) {
+      if (!on_event) move_to_event(slot, tid);
+      return;
+    }
+    const std::int64_t now = this_thread_cpu_ns();
+    if (slot.adapt_cpu_ns != 0 && now - slot.adapt_cpu_ns < CpuTickSource::adapt_window_ns) return;
+    rusage usage{};
+    if (::getrusage(RUSAGE_THREAD, &usage) != 0) return;
+    const std::int64_t switches = static_cast<std::int64_t>(usage.ru_nvcsw) + static_cast<std::int64_t>(usage.ru_nivcsw);
+    const bool first = slot.adapt_cpu_ns == 0;
+    const std::int64_t per_switch = (now - slot.adapt_cpu_ns) / std::max<std::int64_t>(1, switches - slot.adapt_switches);
+    slot.adapt_cpu_ns = now;
+    slot.adapt_switches = switches;
+    if (first) return;
+    if (!on_event && per_switch >= CpuTickSource::perf_cpu_per_switch_ns)
+      move_to_event(slot, tid);
+    else if (on_event && per_switch < CpuTickSource::timer_cpu_per_switch_ns)
+      move_to_timer(slot);
+  }
+
+  // Closes the slot's event, if it has one: its thread's handler, or the merger
+  // once no handler can be reading it (the thread is gone, or the profile stopped
+  // and the handlers in flight have finished).
+  void close_event(ContinuousThreadSlot& slot) noexcept {
+    const int fd = slot.perf_fd.exchange(-1, std::memory_order_acq_rel);
+    if (fd < 0) return;
+    ::ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
+    ::close(fd);
+    in_use_.fetch_sub(1, std::memory_order_relaxed);
+  }
+
+  // In a forked child: the event is the parent's thread's too (disabling it would
+  // stop the parent's ticks); the child closes its copy only.
+  void forget_event_after_fork(ContinuousThreadSlot& slot) noexcept {
+    const int fd = slot.perf_fd.exchange(-1, std::memory_order_relaxed);
+    if (fd >= 0) ::close(fd);
+    in_use_.store(0, std::memory_order_relaxed);
+  }
+
+  // The timer's ticks: at a random point of the first period, then every period.
+  bool arm_timer(ContinuousThreadSlot& slot, std::uint64_t& random) const noexcept {
+    const std::int64_t first = 1 + static_cast<std::int64_t>(xorshift_unit(random) * static_cast<double>(period_ns_));
+    itimerspec spec{};
+    spec.it_value.tv_sec = first / 1'000'000'000;
+    spec.it_value.tv_nsec = first % 1'000'000'000;
+    spec.it_interval.tv_sec = period_ns_ / 1'000'000'000;
+    spec.it_interval.tv_nsec = period_ns_ % 1'000'000'000;
+    return ::timer_settime(slot.timer, 0, &spec, nullptr) == 0;
+  }
+
+ private:
+  // The CPU the timer counted since its last expiry is not carried over (under a
+  // period, once per move).
+  void move_to_event(ContinuousThreadSlot& slot, pid_t tid) noexcept {
+    if (CpuTickSource::perf_refused_errno().load(std::memory_order_relaxed) != 0) return;
+    if (in_use_.fetch_add(1, std::memory_order_relaxed) >= budget_.load(std::memory_order_relaxed)) {
+      in_use_.fetch_sub(1, std::memory_order_relaxed);
+      return;
+    }
+    const int fd = CpuTickSource::open_signalling_task_clock(period_ns_, tid, signal_number_);
+    if (fd < 0) {
+      const int error = errno == 0 ? EINVAL : errno;
+      in_use_.fetch_sub(1, std::memory_order_relaxed);
+      // Not allowed here (perf_event_paranoid, a seccomp filter, no perf_event
+      // in the kernel): no thread asks again. Out of descriptors or memory: the
+      // next window may find some.
+      if (error != EMFILE && error != ENFILE && error != ENOMEM && error != EBUSY) {
+        int expected = 0;
+        CpuTickSource::perf_refused_errno().compare_exchange_strong(expected, error, std::memory_order_relaxed);
+      }
+      return;
+    }
+    slot.counted_ns = 0;
+    continuous_event_slot = &slot;
+    slot.perf_fd.store(fd, std::memory_order_release);
+    if (::ioctl(fd, PERF_EVENT_IOC_ENABLE, 0) != 0) {
+      close_event(slot);
+      return;
+    }
+    itimerspec stop{};
+    ::timer_settime(slot.timer, 0, &stop, nullptr);
+  }
+
+  void move_to_timer(ContinuousThreadSlot& slot) noexcept {
+    close_event(slot);
+    std::uint64_t random = static_cast<std::uint64_t>(this_thread_cpu_ns()) | 1;
+    arm_timer(slot, random);
+  }
+
+  // A quarter of the descriptors the process may still open, up to most_events.
+  static std::size_t event_budget() noexcept {
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return 0;
+    DIR* open_now = ::opendir("/proc/self/fd");
+    if (open_now == nullptr) return 0;
+    std::size_t used = 0;
+    while (::readdir(open_now) != nullptr) ++used;  // "." and ".." and the listing's own: a little margin
+    ::closedir(open_now);
+    const std::size_t soft = limit.rlim_cur == RLIM_INFINITY ? SIZE_MAX : static_cast<std::size_t>(limit.rlim_cur);
+    return soft <= used ? 0 : std::min(most_events, (soft - used) / 4);
+  }
+
+  CpuSampleSource wanted_ = CpuSampleSource::automatic;
+  std::int64_t period_ns_ = 10'000'000;
+  int signal_number_ = 0;
+  std::atomic<std::size_t> budget_{0};
+  std::atomic<std::size_t> in_use_{0};
+};
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_DETAIL_CAPTURE_CONTINUOUS_TICKS_HPP_
+// ---- end spanprof/detail/capture/continuous_ticks.hpp ----
+// ---- begin spanprof/detail/capture/sample_records.hpp ----
+// The packed records the sampling engines write on the request thread (CPU: in
+// the signal handler; heap: in the allocation hooks) and the worker reads back.
+// Writer and reader of each format live here together, so the two cannot drift.
+//
+//   stack record       [weight, depth, pc_0 ... pc_{depth-1}]
+//                      what the signal handler writes into a thread's sample log.
+//                      pc_0 is the interrupted instruction, the others return
+//                      addresses. A CPU record's weight word holds the sampling
+//                      periods it stands for (its sample count) and the thread's
+//                      CPU nanoseconds since the sample before; a wall record (wall_record_tag set in
+//                      the weight word) stands for the wall nanoseconds in the low
+//                      60 bits, which grow while the thread stays blocked there, and
+//                      holds the thread's ThreadState in bits 61-62. Bit 60 marks a
+//                      wall record that continues the one before it: the same sample's
+//                      time in another state (its running and its waiting part).
+//   continuous record  [meta, tid, (trace id 2 words, span id 1 word, name words)?,
+//                       weight, depth, pc_0 ...]
+//                      what the process's continuous profile (process_sampler.hpp)
+//                      writes for any thread: a CPU stack record after the thread's
+//                      id and, for a sample taken in a span, the span's label. meta
+//                      is continuous_record_mark, bit 0 when a label follows, the
+//                      name's bytes in bits 8-15.
+//   heap log record    [size, live-table slot, live-table entry, depth, pc_0 ...]
+//                      in a thread's heap log while its span is open.
+//   heap hand-off      [size, live at span close (0/1), depth, pc_0 ...]
+//                      what a closed heap span hands to the worker.
+//
+// Writers are async-signal-safe: they only store words into preallocated memory.
+#ifndef SPANPROF_DETAIL_CAPTURE_SAMPLE_RECORDS_HPP_
+#define SPANPROF_DETAIL_CAPTURE_SAMPLE_RECORDS_HPP_
+
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// ---- stack records (CPU and wall) -------------------------------------------------
+
+inline constexpr std::size_t stack_record_header_words = 2;
+inline constexpr std::uint64_t wall_record_tag = std::uint64_t{1} << 63;
+inline constexpr unsigned wall_record_state_shift = 61;
+inline constexpr std::uint64_t wall_record_continues = std::uint64_t{1} << 60;
+inline constexpr std::uint64_t wall_record_ns_mask = wall_record_continues - 1;
+
+constexpr std::uint64_t wall_record_weight(ThreadState state, std::uint64_t ns, bool continues = false) noexcept {
+  return wall_record_tag | (static_cast<std::uint64_t>(state) & 3) << wall_record_state_shift |
+         (continues ? wall_record_continues : 0) | (ns < wall_record_ns_mask ? ns : wall_record_ns_mask);
+}
+constexpr ThreadState wall_record_state(std::uint64_t weight) noexcept {
+  return static_cast<ThreadState>((weight >> wall_record_state_shift) & 3);
+}
+constexpr bool wall_record_continued(std::uint64_t weight) noexcept { return (weight & wall_record_continues) != 0; }
+
+// A CPU record's weight word: periods above bit 48 (at most 32767), CPU ns below
+// (at most 78 hours between two samples); bit 63 stays clear, as wall records' tag.
+inline constexpr unsigned cpu_record_periods_shift = 48;
+inline constexpr std::uint64_t cpu_record_ns_mask = (std::uint64_t{1} << cpu_record_periods_shift) - 1;
+inline constexpr std::uint64_t cpu_record_most_periods = 0x7FFF;
+
+constexpr std::uint64_t cpu_record_weight(std::uint64_t periods, std::uint64_t cpu_ns) noexcept {
+  return (periods < cpu_record_most_periods ? periods : cpu_record_most_periods) << cpu_record_periods_shift |
+         (cpu_ns < cpu_record_ns_mask ? cpu_ns : cpu_record_ns_mask);
+}
+constexpr std::uint64_t cpu_record_periods(std::uint64_t weight) noexcept {
+  return (weight >> cpu_record_periods_shift) & cpu_record_most_periods;
+}
+
+constexpr std::size_t stack_record_words(int depth) noexcept {
+  return stack_record_header_words + static_cast<std::size_t>(depth);
+}
+
+// `callers` holds depth - 1 return addresses, innermost first. `weight` is
+// cpu_record_weight() for a CPU record, wall_record_tag | nanoseconds for a wall record.
+inline void write_stack_record(std::uint64_t* out, std::uint64_t weight, std::uintptr_t pc, void* const* callers,
+                             int depth) noexcept {
+  out[0] = weight;
+  out[1] = static_cast<std::uint64_t>(depth);
+  out[2] = pc;
+  for (int i = 1; i < depth; ++i) out[2 + i] = reinterpret_cast<std::uintptr_t>(callers[i - 1]);
+}
+
+constexpr bool is_wall_record(const std::uint64_t* record) noexcept { return (record[0] & wall_record_tag) != 0; }
+
+// More wall time for the stack of the wall record at `record`.
+inline void add_wall_time(std::uint64_t* record, std::uint64_t ns) noexcept {
+  record[0] = wall_record_weight(wall_record_state(record[0]), (record[0] & wall_record_ns_mask) + ns,
+                                 wall_record_continued(record[0]));
+}
+
+// Calls `visit(const std::uint64_t* record, std::size_t words)` for each
+// well-formed record; stops at the first malformed one.
+template <class Visit>
+void for_each_stack_record(const std::uint64_t* words, std::size_t count, Visit&& visit) {
+  std::size_t i = 0;
+  while (i + stack_record_header_words <= count) {
+    const std::uint64_t depth = words[i + 1];
+    if (depth == 0 || depth > count - i - stack_record_header_words) break;
+    const std::size_t size = stack_record_header_words + static_cast<std::size_t>(depth);
+    visit(words + i, size);
+    i += size;
+  }
+}
+
+// Appends the records of one kind (CPU or wall) as they are: the log holds what
+// every open span asked for, and each profile takes the records of its kind.
+inline void append_stack_records(const std::uint64_t* words, std::size_t count, ProfileKind kind,
+                                 std::vector<std::uint64_t>& out) {
+  const bool wall = kind == ProfileKind::wall;
+  for_each_stack_record(words, count, [&](const std::uint64_t* record, std::size_t size) {
+    if (is_wall_record(record) == wall) out.insert(out.end(), record, record + size);
+  });
+}
+
+// Appends the records of profile.kind (CPU or wall) as samples: CPU values
+// {samples, cpu ns}, wall values {samples, wall ns}.
+inline void read_stack_records(const std::uint64_t* words, std::size_t count, RawProfile& profile) {
+  const bool wall = profile.kind == ProfileKind::wall;
+  for_each_stack_record(words, count, [&](const std::uint64_t* record, std::size_t) {
+    if (is_wall_record(record) != wall) return;
+    RawSample sample;
+    if (wall) {
+      // A continuation is the same sample's other part: its time, not another sample.
+      sample.values = {wall_record_continued(record[0]) ? 0 : 1,
+                       static_cast<std::int64_t>(record[0] & wall_record_ns_mask)};
+      sample.thread_state = wall_record_state(record[0]);
+    } else
+      sample.values = {static_cast<std::int64_t>(cpu_record_periods(record[0])),
+                       static_cast<std::int64_t>(record[0] & cpu_record_ns_mask)};
+    const std::uint64_t* pcs = record + stack_record_header_words;
+    sample.frames.assign(pcs, pcs + record[1]);
+    profile.samples.push_back(std::move(sample));
+  });
+}
+
+// ---- continuous records ---------------------------------------------------------
+
+inline constexpr std::uint64_t continuous_record_mark = std::uint64_t{0xC0} << 56;
+
+// A sample's span, as a continuous record carries it.
+struct ContinuousLabel {
+  const std::uint8_t* trace_id;  // 16 bytes
+  const std::uint8_t* span_id;   // 8 bytes
+  const char* name;
+  std::size_t name_bytes;        // at most 255
+};
+
+constexpr std::size_t continuous_label_words(std::size_t name_bytes) noexcept { return 3 + (name_bytes + 7) / 8; }
+
+constexpr std::size_t continuous_record_words(const ContinuousLabel* label, int depth) noexcept {
+  return 2 + (label != nullptr ? continuous_label_words(label->name_bytes) : 0) + stack_record_words(depth);
+}
+
+// `callers` holds depth - 1 return addresses, innermost first; `weight` is
+// cpu_record_weight(). Writes continuous_record_words(label, depth) words.
+inline void write_continuous_record(std::uint64_t* out, std::uint64_t tid, const ContinuousLabel* label,
+                                    std::uint64_t weight, std::uintptr_t pc, void* const* callers, int depth) noexcept {
+  const std::size_t name_bytes = label != nullptr ? label->name_bytes : 0;
+  *out++ = continuous_record_mark | (label != nullptr ? 1u : 0u) | static_cast<std::uint64_t>(name_bytes) << 8;
+  *out++ = tid;
+  if (label != nullptr) {
+    std::memcpy(out, label->trace_id, 16);
+    std::memcpy(out + 2, label->span_id, 8);
+    if (name_bytes != 0) {
+      out[3 + (name_bytes - 1) / 8] = 0;  // the name's last word, padded
+      std::memcpy(out + 3, label->name, name_bytes);
+    }
+    out += continuous_label_words(name_bytes);
+  }
+  write_stack_record(out, weight, pc, callers, depth);
+}
+
+// Calls `visit(const ContinuousLabel* label, std::uint64_t weight, const std::uint64_t* pcs,
+// std::size_t depth)` for each well-formed record (label null outside any span);
+// stops at the first malformed one, or at a word without the mark (the end).
+template <class Visit>
+void for_each_continuous_record(const std::uint64_t* words, std::size_t count, Visit&& visit) {
+  std::size_t i = 0;
+  while (i + 2 <= count) {
+    const std::uint64_t meta = words[i];
+    if ((meta & continuous_record_mark) != continuous_record_mark) break;
+    const bool labelled = (meta & 1) != 0;
+    const std::size_t name_bytes = (meta >> 8) & 0xFF;
+    std::size_t at = i + 2;
+    const std::size_t label_words = labelled ? continuous_label_words(name_bytes) : 0;
+    if (at + label_words + stack_record_header_words > count) break;
+    ContinuousLabel label{};
+    if (labelled) {
+      label.trace_id = reinterpret_cast<const std::uint8_t*>(words + at);
+      label.span_id = reinterpret_cast<const std::uint8_t*>(words + at + 2);
+      label.name = reinterpret_cast<const char*>(words + at + 3);
+      label.name_bytes = name_bytes;
+    }
+    at += label_words;
+    const std::uint64_t depth = words[at + 1];
+    if (depth == 0 || depth > count - at - stack_record_header_words) break;
+    visit(labelled ? &label : nullptr, words[at], words + at + stack_record_header_words, static_cast<std::size_t>(depth));
+    i = at + stack_record_header_words + static_cast<std::size_t>(depth);
+  }
+}
+
+// The samples the merger takes at once: one profile per span label (and one for
+// the samples outside any span), their records' kind, period and engine set.
+struct ContinuousSamples {
+  std::vector<RawProfile> profiles;
+  std::uint64_t dropped = 0;  // records the full buffer turned away since the last take
+};
+
+// Appends the records' samples to `out`, one profile per label: the span's ids and
+// name as the records carry them.
+inline void read_continuous_records(const std::uint64_t* words, std::size_t count, std::int64_t period_ns,
+                                    ContinuousSamples& out) {
+  std::map<std::string, std::size_t> by_label;
+  std::string key;
+  for_each_continuous_record(words, count, [&](const ContinuousLabel* label, std::uint64_t weight,
+                                               const std::uint64_t* pcs, std::size_t depth) {
+    key.clear();
+    if (label != nullptr) {
+      key.append(reinterpret_cast<const char*>(label->trace_id), 16);
+      key.append(reinterpret_cast<const char*>(label->span_id), 8);
+      key.append(label->name, label->name_bytes);
+    }
+    const auto [entry, inserted] = by_label.try_emplace(key, out.profiles.size());
+    if (inserted) {
+      RawProfile& profile = out.profiles.emplace_back();
+      profile.kind = ProfileKind::cpu;
+      profile.reason = ProfileReason::continuous;
+      profile.period_ns = period_ns;
+      profile.engine = "continuous";
+      if (label != nullptr) {
+        profile.span.trace_id = TraceId(label->trace_id);
+        profile.span.span_id = SpanId(label->span_id);
+        profile.span_name.assign(label->name, label->name_bytes);
+      }
+    }
+    RawSample& sample = out.profiles[entry->second].samples.emplace_back();
+    sample.values = {static_cast<std::int64_t>(cpu_record_periods(weight)),
+                     static_cast<std::int64_t>(weight & cpu_record_ns_mask)};
+    sample.frames.assign(pcs, pcs + depth);
+  });
+}
+
+// ---- heap -----------------------------------------------------------------------
+
+inline constexpr std::size_t heap_log_header_words = 4;
+inline constexpr std::size_t heap_handoff_header_words = 3;
+
+// The stack is captured straight into the record (pcs start at
+// heap_log_header_words); the header is written once its depth is known.
+inline void write_heap_log_header(std::uint64_t* record, std::uint64_t size, std::uint64_t slot, std::uint64_t entry,
+                                  int depth) noexcept {
+  record[0] = size;
+  record[1] = slot;
+  record[2] = entry;
+  record[3] = static_cast<std::uint64_t>(depth);
+}
+
+struct HeapLogRecord {
+  std::uint64_t size, slot, entry;
+  std::size_t depth;
+  const std::uint64_t* pcs;
+};
+
+inline HeapLogRecord read_heap_log_record(const std::uint64_t* record) noexcept {
+  return {record[0], record[1], record[2], static_cast<std::size_t>(record[3]), record + heap_log_header_words};
+}
+
+constexpr std::size_t heap_log_record_words(std::size_t depth) noexcept { return heap_log_header_words + depth; }
+
+// Throws std::bad_alloc like the vector it appends to.
+inline void append_heap_handoff_record(std::vector<std::uint64_t>& out, const HeapLogRecord& record, bool live) {
+  out.push_back(record.size);
+  out.push_back(live ? 1 : 0);
+  out.push_back(record.depth);
+  out.insert(out.end(), record.pcs, record.pcs + record.depth);
+}
+
+// An allocation of `size` bytes is sampled with probability 1 - exp(-size/interval);
+// dividing by that probability makes the expected totals exact (Go's
+// scaleHeapSample). Returns the number of allocations one sample stands for.
+inline double heap_sample_scale(double size, double interval) noexcept {
+  if (interval <= 1 || size <= 0) return 1.0;
+  const double probability = -std::expm1(-size / interval);
+  return probability > 0 ? 1.0 / probability : 1.0;
+}
+
+// A scaled count or byte total, rounded and saturated: a product past int64 (from
+// a corrupt or hostile record) must not wrap to a negative value in the profile.
+inline std::int64_t rounded_count(double value) noexcept {
+  if (!(value > 0)) return 0;  // NaN too
+  if (value >= 0x1p63) return std::numeric_limits<std::int64_t>::max();
+  return static_cast<std::int64_t>(std::llround(value));
+}
+
+// Appends one heap sample per hand-off record with scaled values {alloc_objects,
+// alloc_space, inuse_objects, inuse_space}; stops at the first malformed record.
+inline void read_heap_handoff_records(const std::vector<std::uint64_t>& words, RawProfile& profile) {
+  std::size_t i = 0;
+  const double interval = static_cast<double>(profile.heap_interval_bytes);
+  while (i + heap_handoff_header_words <= words.size()) {
+    const double size = static_cast<double>(words[i]);
+    const bool live = words[i + 1] != 0;
+    const std::uint64_t depth = words[i + 2];
+    if (depth == 0 || depth > words.size() - i - heap_handoff_header_words) break;
+    const double scale = heap_sample_scale(size, interval);
+    const std::int64_t objects = rounded_count(scale);
+    const std::int64_t bytes = rounded_count(scale * size);
+    RawSample sample;
+    sample.values = {objects, bytes, live ? objects : 0, live ? bytes : 0};
+    const std::uint64_t* pcs = words.data() + i + heap_handoff_header_words;
+    sample.frames.assign(pcs, pcs + depth);
+    profile.samples.push_back(std::move(sample));
+    i += heap_handoff_header_words + depth;
+  }
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_DETAIL_CAPTURE_SAMPLE_RECORDS_HPP_
+// ---- end spanprof/detail/capture/sample_records.hpp ----
 // ---- begin spanprof/detail/capture/span_labels.hpp ----
 // Internal. The spans open on a thread, as the process's continuous profile labels
 // the samples it takes there (Options::continuous, docs/continuous.md): a stack of
@@ -12239,10 +12965,12 @@ SPANPROF_NAMESPACE_END
 //    signalling that thread alone (SIGEV_THREAD_ID), as Go and async-profiler do:
 //    threads that existed before start(), that the program starts later, and that a
 //    library starts are all found in /proc/self/task. An idle thread's timer never
-//    fires; a thread that exits loses its timer at the next look.
+//    fires; a thread that exits loses its timer at the next look. A thread that
+//    computes moves itself to a perf_event task clock (continuous_ticks.hpp).
 //  * The period is fixed and each signal counts the expirations the kernel merged
-//    into it (si_overrun): a thread's samples times the period is its CPU time to
-//    the period, whatever its load. Its first expiry is drawn at random.
+//    into it (si_overrun; an event's tick, its counter): a thread's samples times
+//    the period is its CPU time to the period, whatever its load. Its first expiry
+//    is drawn at random.
 //  * The sample signal is spanprof's own (never SIGPROF); the timer's value names
 //    its thread's slot, so the handler knows it from a span sampler's tick.
 //  * The handler walks the stack and writes one record into the shared record
@@ -12267,7 +12995,6 @@ SPANPROF_NAMESPACE_END
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -12286,13 +13013,6 @@ namespace detail {
 
 // What a continuous timer's signal carries (sigev_value): this tag and its slot.
 inline constexpr std::uint64_t continuous_tick_tag = 0x5350'5052ull << 32;  // "SPPR"
-
-// The samples the merger takes at once: one profile per span label (and one for
-// the samples outside any span), their records' kind, period and engine set.
-struct ContinuousSamples {
-  std::vector<RawProfile> profiles;
-  std::uint64_t dropped = 0;  // records the full buffer turned away since the last take
-};
 
 class ProcessSampler {
  public:
@@ -12320,6 +13040,7 @@ class ProcessSampler {
       }
     }
     period_ns_ = settings.period_ns;
+    ticks_.start(settings.source, settings.period_ns, signal_number);
     max_depth_.store(std::min(settings.max_depth, max_stack_depth_limit), std::memory_order_relaxed);
     span_labels_.store(settings.span_labels, std::memory_order_relaxed);
     signal_number_ = signal_number;
@@ -12345,6 +13066,7 @@ class ProcessSampler {
     for (auto& [tid, slot] : threads_) {
       if (slot != nullptr) release_slot(*slot, false);
     }
+    in_flight_.store(0, std::memory_order_relaxed);  // the parent's other threads' handlers
     threads_.clear();
     blocking_since_.clear();
     if (task_dir_fd_ >= 0) ::close(task_dir_fd_);  // the parent's threads
@@ -12442,32 +13164,36 @@ class ProcessSampler {
     Half& half = halves_[writing];
     if (half.words == nullptr) return;
     active_.store(writing ^ 1u, std::memory_order_seq_cst);
-    // A handler that reserved room before the switch finishes within microseconds
-    // of its thread's time; its thread may wait for a core meanwhile.
-    for (int spins = 0; half.writers.load(std::memory_order_seq_cst) != 0; ++spins) {
-      if (spins < 100) {
-        ::sched_yield();
-      } else {
-        timespec pause{0, 100'000};
-        ::nanosleep(&pause, nullptr);
-      }
-    }
+    wait_for_none(half.writers);  // handlers that reserved room before the switch
     const std::size_t used = std::min(half.used.load(std::memory_order_acquire), half_words);
-    read_records(half.words, used, out);
+    read_continuous_records(half.words, used, period_ns_, out);
     half.used.store(0, std::memory_order_relaxed);
     out.dropped += dropped_.exchange(0, std::memory_order_relaxed);
   }
 
-  // The sample signal's handler, for a continuous timer's tick: true when the
-  // signal was one (async-signal-safe).
+  // The sample signal's handler, for a continuous tick (its timer's: SI_TIMER
+  // with the tag; its event's: POLL_IN from the descriptor its slot holds): true
+  // when the signal was one (async-signal-safe).
   bool on_signal(const siginfo_t* info, const void* ucontext) noexcept {
-    const auto value = reinterpret_cast<std::uintptr_t>(info->si_value.sival_ptr);
-    if (info->si_code != SI_TIMER || (value & ~std::uint64_t{0xFFFF'FFFF}) != continuous_tick_tag) return false;
-    if (!running_.load(std::memory_order_acquire)) return true;
-    ThreadSlot* slot = slot_at(static_cast<std::uint32_t>(value));
+    const bool event_tick = info->si_code == POLL_IN;
+    ThreadSlot* slot = event_tick ? continuous_event_slot : nullptr;
+    if (event_tick) {
+      if (slot == nullptr || info->si_fd < 0 || slot->perf_fd.load(std::memory_order_acquire) != info->si_fd)
+        return false;  // a span sampler's event, or one since closed
+    } else {
+      const auto value = reinterpret_cast<std::uintptr_t>(info->si_value.sival_ptr);
+      if (info->si_code != SI_TIMER || (value & ~std::uint64_t{0xFFFF'FFFF}) != continuous_tick_tag) return false;
+      slot = slot_at(static_cast<std::uint32_t>(value));
+    }
+    InFlight in_flight(in_flight_);  // stop() closes no descriptor a handler is using
+    if (!running_.load(std::memory_order_seq_cst)) return true;
     const pid_t tid = static_cast<pid_t>(::syscall(SYS_gettid));
     if (slot == nullptr || slot->tid.load(std::memory_order_acquire) != tid) return true;  // a timer since deleted
-    std::uint64_t periods = 1 + static_cast<std::uint64_t>(std::max(0, info->si_overrun));
+    // The event closed meanwhile (stop, then start): a tick of no period.
+    if (event_tick && slot->perf_fd.load(std::memory_order_relaxed) != info->si_fd) return true;
+    std::uint64_t periods =
+        event_tick ? ticks_.event_periods(*slot) : 1 + static_cast<std::uint64_t>(std::max(0, info->si_overrun));
+    if (periods == 0) return true;
     // Only this thread's handler takes from what it owes once the merger set it.
     const std::uint32_t owed = slot->owed_periods.load(std::memory_order_relaxed);
     if (owed != 0) {
@@ -12476,6 +13202,7 @@ class ProcessSampler {
       periods += paid;
     }
     record(*slot, periods, periods * static_cast<std::uint64_t>(period_ns_), ucontext);
+    ticks_.choose(*slot, tid);
     return true;
   }
 
@@ -12483,6 +13210,7 @@ class ProcessSampler {
   // At the last scan: threads sampled, and threads left out (they block the signal).
   std::size_t threads_sampled() const noexcept { return threads_sampled_.load(std::memory_order_relaxed); }
   std::size_t threads_left_out() const noexcept { return threads_left_out_.load(std::memory_order_relaxed); }
+  std::size_t threads_on_events() const noexcept { return ticks_.threads_on_events(); }
 
   // fork(): the scan's state is whole in the child (the parent's merger may be
   // scanning), and the child forgets the parent's timers and threads.
@@ -12509,15 +13237,20 @@ class ProcessSampler {
   static constexpr std::uint32_t max_owed_periods_per_tick = 2;
   static constexpr int max_asks_of_blocking = 3;
 
-  struct ThreadSlot {
-    std::atomic<pid_t> tid{0};  // 0: free
-    timer_t timer{};
-    std::uint32_t index = 0;
-    // Where the walker may read the thread's stack without a check: learnt from
-    // the maps around a stack pointer a sample saw (0: each read is checked).
-    std::atomic<std::uint64_t> stack_top{0};
-    std::atomic<std::uint64_t> sample_sp{0};
-    std::atomic<std::uint32_t> owed_periods{0};  // CPU it ran before its timer, in periods not yet sampled
+  using ThreadSlot = ContinuousThreadSlot;
+
+  // Counts the handlers running: stop() waits for none before it closes events.
+  class InFlight {
+   public:
+    explicit InFlight(std::atomic<std::uint32_t>& count) noexcept : count_(count) {
+      count_.fetch_add(1, std::memory_order_seq_cst);
+    }
+    ~InFlight() { count_.fetch_sub(1, std::memory_order_release); }
+    InFlight(const InFlight&) = delete;
+    InFlight& operator=(const InFlight&) = delete;
+
+   private:
+    std::atomic<std::uint32_t>& count_;
   };
 
   struct Half {
@@ -12527,7 +13260,8 @@ class ProcessSampler {
   };
 
   void stop_locked() noexcept {
-    running_.store(false, std::memory_order_release);
+    running_.store(false, std::memory_order_seq_cst);
+    wait_for_none(in_flight_);
     listed_links_ = 0;
     if (task_dir_fd_ >= 0) ::close(task_dir_fd_);
     task_dir_fd_ = -1;
@@ -12539,6 +13273,19 @@ class ProcessSampler {
     blocking_since_.clear();
     threads_sampled_.store(0, std::memory_order_relaxed);
     threads_left_out_.store(0, std::memory_order_relaxed);
+  }
+
+  // Handlers counted in `count` finish within microseconds of their threads' time;
+  // a thread may wait for a core meanwhile.
+  static void wait_for_none(const std::atomic<std::uint32_t>& count) noexcept {
+    for (int spins = 0; count.load(std::memory_order_seq_cst) != 0; ++spins) {
+      if (spins < 100) {
+        ::sched_yield();
+      } else {
+        timespec pause{0, 100'000};
+        ::nanosleep(&pause, nullptr);
+      }
+    }
   }
 
   ThreadSlot* slot_at(std::uint32_t index) const noexcept {
@@ -12574,27 +13321,23 @@ class ProcessSampler {
       refuse(ENOMEM, result);
       return nullptr;
     }
-    slot->tid.store(tid, std::memory_order_release);
     slot->stack_top.store(0, std::memory_order_relaxed);
     slot->sample_sp.store(0, std::memory_order_relaxed);
     slot->owed_periods.store(0, std::memory_order_relaxed);
+    slot->adapt_cpu_ns = 0;
+    slot->adapt_switches = 0;
     if (!create_thread_signal_timer(thread_cpu_clock(tid), tid, signal_number_,
                                     reinterpret_cast<void*>(continuous_tick_tag | slot->index), slot->timer)) {
       const int error = errno;
-      slot->tid.store(0, std::memory_order_release);
       free_.push_back(slot);
       if (error != EINVAL && error != ESRCH) refuse(error, result);  // EINVAL: the thread is gone already
       return nullptr;
     }
-    // The first expiry at a random point of the first period: threads started
-    // together do not all tick at once.
-    const std::int64_t first = 1 + static_cast<std::int64_t>(xorshift_unit(random_) * static_cast<double>(period_ns_));
-    itimerspec spec{};
-    spec.it_value.tv_sec = first / 1'000'000'000;
-    spec.it_value.tv_nsec = first % 1'000'000'000;
-    spec.it_interval.tv_sec = period_ns_ / 1'000'000'000;
-    spec.it_interval.tv_nsec = period_ns_ % 1'000'000'000;
-    if (::timer_settime(slot->timer, 0, &spec, nullptr) != 0) {
+    // What the thread's handler reads, published before its first tick. The first
+    // expiry at a random point of the first period: threads started together do
+    // not all tick at once.
+    slot->tid.store(tid, std::memory_order_release);
+    if (!ticks_.arm_timer(*slot, random_)) {
       ::timer_delete(slot->timer);
       slot->tid.store(0, std::memory_order_release);
       free_.push_back(slot);
@@ -12651,8 +13394,15 @@ class ProcessSampler {
     }
   }
 
-  void release_slot(ThreadSlot& slot, bool delete_timer) {
-    if (delete_timer) ::timer_delete(slot.timer);
+  // `in_process`: false in a forked child, where the timer is not and the event is
+  // the parent's thread's too.
+  void release_slot(ThreadSlot& slot, bool in_process) {
+    if (in_process) {
+      ::timer_delete(slot.timer);
+      ticks_.close_event(slot);
+    } else {
+      ticks_.forget_event_after_fork(slot);
+    }
     slot.tid.store(0, std::memory_order_release);
     free_.push_back(&slot);
   }
@@ -12725,40 +13475,6 @@ class ProcessSampler {
     dropped_.fetch_add(1, std::memory_order_relaxed);
   }
 
-  // ---- the merger's part ------------------------------------------------------------
-
-  void read_records(const std::uint64_t* words, std::size_t count, ContinuousSamples& out) {
-    // One profile per label: the span's ids and name as the records carry them.
-    std::map<std::string, std::size_t> by_label;
-    std::string key;
-    for_each_continuous_record(words, count, [&](const ContinuousLabel* label, std::uint64_t weight,
-                                                 const std::uint64_t* pcs, std::size_t depth) {
-      key.clear();
-      if (label != nullptr) {
-        key.append(reinterpret_cast<const char*>(label->trace_id), 16);
-        key.append(reinterpret_cast<const char*>(label->span_id), 8);
-        key.append(label->name, label->name_bytes);
-      }
-      const auto [entry, inserted] = by_label.try_emplace(key, out.profiles.size());
-      if (inserted) {
-        RawProfile& profile = out.profiles.emplace_back();
-        profile.kind = ProfileKind::cpu;
-        profile.reason = ProfileReason::continuous;
-        profile.period_ns = period_ns_;
-        profile.engine = "continuous:posix_timer";
-        if (label != nullptr) {
-          profile.span.trace_id = TraceId(label->trace_id);
-          profile.span.span_id = SpanId(label->span_id);
-          profile.span_name.assign(label->name, label->name_bytes);
-        }
-      }
-      RawSample& sample = out.profiles[entry->second].samples.emplace_back();
-      sample.values = {static_cast<std::int64_t>(cpu_record_periods(weight)),
-                       static_cast<std::int64_t>(weight & cpu_record_ns_mask)};
-      sample.frames.assign(pcs, pcs + depth);
-    });
-  }
-
   // The handler's: written by start(), read in the handler.
   std::atomic<bool> running_{false};
   std::atomic<int> max_depth_{64};
@@ -12770,6 +13486,8 @@ class ProcessSampler {
   std::atomic<std::uint64_t> dropped_{0};
   std::atomic<std::size_t> threads_sampled_{0};
   std::atomic<std::size_t> threads_left_out_{0};
+  std::atomic<std::uint32_t> in_flight_{0};  // handlers between their check of running_ and their return
+  ContinuousTicks ticks_;
 
   // The merger's, under mutex_.
   std::mutex mutex_;
@@ -12804,462 +13522,6 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DETAIL_CAPTURE_PROCESS_SAMPLER_HPP_
 // ---- end spanprof/detail/capture/process_sampler.hpp ----
-// ---- begin spanprof/detail/capture/cpu_tick_source.hpp ----
-// A thread's CPU ticks: a perf_event task clock or a POSIX CPU timer that sends
-// the sample signal to the one thread it was made for, each time that thread has
-// run a random CPU-time interval. The thread's sampler
-// (detail/capture/thread_stack_sampler.hpp) owns one and records a stack at each tick.
-//
-// Why it is shaped like this (see docs/engines.md, docs/cost.md):
-//  * It signals only its own thread, so the handler records the stack of the
-//    thread whose CPU time the tick measured.
-//  * The periods are drawn at random (random_interval_ns says why).
-//  * Each tick is placed from the sampling point before it, never from the late
-//    signal: restarting from the signal would leave its delay unsampled at every
-//    sample.
-//  * A sample weighs the thread's CPU time, not the number of periods: counted
-//    periods spread by about half the square root of their number (the periods are
-//    random), and a perf task clock, which runs on while a virtual machine's host
-//    has stolen the vCPU, over-counts by the steal (10 ms of a thread's CPU drew up
-//    to 12.5 ms of periods here). On perf_event it is the thread's CPU clock since
-//    the tick before; on the timer, the CPU between the last point delivered before
-//    and the last one passed now, on the same clock, so that a late signal changes
-//    where a sample lands but not what it weighs.
-//  * Everything the handler calls here is async-signal-safe: a clock, an ioctl
-//    and a timer call.
-#ifndef SPANPROF_DETAIL_CAPTURE_CPU_TICK_SOURCE_HPP_
-#define SPANPROF_DETAIL_CAPTURE_CPU_TICK_SOURCE_HPP_
-
-
-// Compiled out with the SDK, as the sampler that owns it.
-#if SPANPROF_ENABLED
-
-#include <algorithm>
-#include <atomic>
-#include <cerrno>
-#include <cmath>
-#include <csignal>
-#include <cstdint>
-
-#include <fcntl.h>
-#include <linux/perf_event.h>
-#include <sys/ioctl.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-// A random interval with mean `mean_ns`: half the mean, plus an exponentially
-// distributed rest. A random period gives a periodic workload nothing to alias with
-// (fixed periods shift its samples into or out of its spans); the fixed half keeps
-// the sample rate bounded, so a signal handler slower than a short draw cannot
-// fall behind and pile up queued signals. From a per-thread xorshift state;
-// async-signal-safe (log() touches no shared state).
-inline std::int64_t random_interval_ns(std::uint64_t& state, std::int64_t mean_ns) noexcept {
-  const double unit = xorshift_unit(state);
-  const double half = static_cast<double>(mean_ns) / 2;
-  const double draw = half - std::log(unit) * half;
-  const double high = static_cast<double>(mean_ns) * 16;  // the tail beyond holds a 1e-13 share
-  return static_cast<std::int64_t>(draw > high ? high : draw);
-}
-
-class CpuTickSource {
- public:
-  // For thread `tid`; `wanted` is the configured CpuSampleSource, `period_ns` the
-  // mean CPU time between two ticks, `seed` the start of the periods' random state.
-  CpuTickSource(CpuSampleSource wanted, int signal_number, std::int64_t period_ns, pid_t tid,
-                std::uint64_t seed) noexcept
-      : wanted_(wanted), signal_number_(signal_number), period_ns_(period_ns), tid_(tid), random_(seed) {}
-
-  CpuTickSource(const CpuTickSource&) = delete;
-  CpuTickSource& operator=(const CpuTickSource&) = delete;
-
-  ~CpuTickSource() { close(); }
-
-  // Picks and creates the sampling source for this thread (not armed yet).
-  // `perf_errno` receives the reason perf_event was refused, if it was.
-  // `automatic` starts on the POSIX CPU timer: a perf event costs its thread at
-  // every context switch, even between spans (docs/cost.md); prefer_source()
-  // moves a thread that mostly computes to perf_event. A perf_event the kernel
-  // refuses falls back to the timer.
-  CpuSampleSource open(int& perf_errno) noexcept {
-    perf_errno = 0;
-    if (wanted_ == CpuSampleSource::perf_event) {
-      if (open_perf_event()) return set_source(CpuSampleSource::perf_event);
-      perf_errno = errno == 0 ? EINVAL : errno;
-    }
-    if (open_posix_timer()) return set_source(CpuSampleSource::posix_timer);
-    if (wanted_ == CpuSampleSource::automatic && open_perf_event()) return set_source(CpuSampleSource::perf_event);
-    return set_source(CpuSampleSource::automatic);  // nothing could be armed
-  }
-
-  bool has_source() const noexcept { return source() != CpuSampleSource::automatic; }
-  // The source ticking now (automatic: none). Written by its own thread only,
-  // its handler included.
-  CpuSampleSource source() const noexcept { return source_.load(std::memory_order_relaxed); }
-
-  // Disables and releases the source. The destructor does it too; an owner whose
-  // handler writes into memory it frees calls it first.
-  void close() noexcept {
-    close_perf_event();
-    if (has_timer_) ::timer_delete(timer_);
-    has_timer_ = false;
-    cpu_mark_.store(0, std::memory_order_relaxed);
-  }
-
-  // In a forked child, on a source the parent made: its perf event is the parent's
-  // too (disabling it would stop the parent's samples) and its timer does not exist
-  // here. Closes the child's copy of the event and forgets both.
-  void forget_after_fork() noexcept {
-    if (perf_fd_ >= 0) ::close(perf_fd_);
-    perf_fd_ = -1;
-    has_timer_ = false;
-    cpu_mark_.store(0, std::memory_order_relaxed);
-    set_source(CpuSampleSource::automatic);
-  }
-
-  // Starts the ticks; the periods start afresh. False when there is no source or
-  // the kernel refused.
-  bool start() noexcept {
-    cpu_mark_.store(0, std::memory_order_relaxed);
-    cpu_period_ = 0;
-    tick_cpu_ns_ = 0;
-    switch (source()) {
-      case CpuSampleSource::perf_event: return schedule_next_tick() && ::ioctl(perf_fd_, PERF_EVENT_IOC_ENABLE, 0) == 0;
-      case CpuSampleSource::posix_timer: return schedule_next_tick();
-      case CpuSampleSource::automatic: break;
-    }
-    return false;
-  }
-
-  // Async-signal-safe: used from the handler when the thread has been idle.
-  void stop() noexcept {
-    if (source() == CpuSampleSource::perf_event) {
-      ::ioctl(perf_fd_, PERF_EVENT_IOC_DISABLE, 0);
-    } else if (has_timer_) {
-      itimerspec stop{};
-      ::timer_settime(timer_, 0, &stop, nullptr);
-    }
-  }
-
-  // The POSIX timer's next sampling point on the thread's CPU clock, for the ticker
-  // to read from its thread (0: none, or another source ticks).
-  std::int64_t next_point_ns() const noexcept { return static_cast<std::int64_t>(cpu_mark_.load(std::memory_order_relaxed)); }
-
-  // The signal `info` describes is one of this source's ticks (async-signal-safe).
-  // A timer signal queued before the thread moved to perf_event is not.
-  bool is_tick(const siginfo_t* info) const noexcept {
-    switch (source()) {
-      case CpuSampleSource::perf_event: return info->si_fd == perf_fd_;  // not our event: someone else's signal
-      case CpuSampleSource::posix_timer: return info->si_code == SI_TIMER;
-      case CpuSampleSource::automatic: break;
-    }
-    return false;
-  }
-
-  // On perf_event: true when another of this thread's sample signals is already
-  // pending, and then the event's next period is the longest (16 means), so that
-  // the kernel queues no more until the thread has taken those. Each overflow
-  // queues a real-time signal of its own; a thread whose handler and signal
-  // delivery take longer than a period (an emulated CPU, a vCPU its host takes
-  // away, with the period at its floor after a late tick) gets them faster than
-  // it takes them, and the queue fills to RLIMIT_SIGPENDING: the thread then does
-  // nothing but take signals (an arm64 VM's threads spent 88 % of their CPU in
-  // signal delivery, for minutes). The caller takes no sample for this signal:
-  // the last one of the backlog weighs all the CPU since the sample before, with
-  // its points counted from the period armed then (cpu_period_ is left alone).
-  // Async-signal-safe: sigpending and an ioctl.
-  bool hold_while_behind() noexcept {
-    if (source() != CpuSampleSource::perf_event) return false;
-    sigset_t pending;
-    if (::sigpending(&pending) != 0 || sigismember(&pending, signal_number_) != 1) return false;
-    std::uint64_t longest = static_cast<std::uint64_t>(period_ns_) * 16;
-    ::ioctl(perf_fd_, PERF_EVENT_IOC_PERIOD, &longest);
-    return true;
-  }
-
-  // What a tick weighs: the sampling points the thread's CPU time passed since the
-  // tick before (the profile's sample count), and the CPU time it ran since then.
-  struct TickWeight {
-    std::uint64_t periods = 0;
-    std::uint64_t cpu_ns = 0;
-  };
-
-  static constexpr std::int64_t no_cut = INT64_MAX;
-
-  // Sets the CPU time until the next CPU tick (async-signal-safe); returns false if
-  // the kernel refused. `weight`, when given, receives what the sample being taken
-  // stands for; periods 0 is a timer signal before its expiry, not a sample.
-  // `cut_ns` (the timer only): the points passed after it on the thread's CPU clock
-  // are left for a later tick.
-  bool schedule_next_tick(TickWeight* weight = nullptr, std::int64_t cut_ns = no_cut) noexcept {
-    const std::int64_t now_ns = this_thread_cpu_ns();
-    std::uint64_t periods = 0;
-    std::int64_t timer_tile_ns = 0;
-    const bool on_perf = source() == CpuSampleSource::perf_event;
-    const bool ok = on_perf ? schedule_perf_tick(now_ns, periods)
-                            : schedule_timer_tick(now_ns, std::min(now_ns, cut_ns), periods, timer_tile_ns);
-    const bool armed_before = tick_cpu_ns_ != 0;
-    if (weight != nullptr) {
-      weight->periods = periods;
-      if (!on_perf) {
-        if (timer_tile_ns > 0) weight->cpu_ns = static_cast<std::uint64_t>(timer_tile_ns);
-      } else if (periods != 0 && armed_before && now_ns > tick_cpu_ns_) {
-        weight->cpu_ns = static_cast<std::uint64_t>(now_ns - tick_cpu_ns_);
-      }
-    }
-    if (periods != 0 || !armed_before) tick_cpu_ns_ = now_ns;  // an early timer signal moves nothing
-    // A tick's sample (never the arm's start) is where the automatic choice is made.
-    if (weight != nullptr && periods != 0) prefer_source(now_ns);
-    return ok;
-  }
-
-  // automatic: the thread's CPU per context switch since the last choice decides
-  // (once per adapt_window_ns of its CPU, at a tick; async-signal-safe). A perf
-  // event costs its thread at every switch (~1-3 µs here), nothing else, and comes
-  // at the sampling point itself; the timer costs nothing at a switch, but the
-  // kernel looks at it only on its tick, so its signal comes late and, for work
-  // as periodic as the tick, always at the same phase of it. A thread that runs a
-  // millisecond of CPU or more per switch (it mostly computes: the switches cost
-  // it 0.3 % at most) ticks on perf_event; one that runs less than half a
-  // millisecond (a server's request thread: several switches per request) goes
-  // back to the timer.
-  static constexpr std::int64_t adapt_window_ns = 20'000'000;
-  static constexpr std::int64_t perf_cpu_per_switch_ns = 1'000'000;
-  static constexpr std::int64_t timer_cpu_per_switch_ns = 500'000;
-  // The points one tick counts at most, on either source; beyond, the thread ran
-  // with the signal held, and the rest are not counted.
-  static constexpr std::uint64_t most_points_per_tick = 256;
-
-  // A disabled task clock on the calling thread, that overflows every `period_ns`
-  // of its CPU; its descriptor, or -1 with errno set.
-  static int open_task_clock(std::int64_t period_ns) noexcept {
-    perf_event_attr attr{};
-    attr.size = sizeof(attr);
-    attr.type = PERF_TYPE_SOFTWARE;
-    attr.config = PERF_COUNT_SW_TASK_CLOCK;
-    attr.sample_period = static_cast<std::uint64_t>(period_ns);
-    attr.disabled = 1;
-    attr.wakeup_events = 1;  // signal on every overflow
-    errno = 0;
-    const long fd = ::syscall(SYS_perf_event_open, &attr, 0 /* this thread */, -1, -1, PERF_FLAG_FD_CLOEXEC);
-    return fd < 0 ? -1 : static_cast<int>(fd);
-  }
-
-  // Set once a perf event is refused to a thread of the process: none asks again.
-  static std::atomic<int>& perf_refused_errno() noexcept {
-    static std::atomic<int> refused{0};
-    return refused;
-  }
-
- private:
-  CpuSampleSource set_source(CpuSampleSource source) noexcept {
-    source_.store(source, std::memory_order_relaxed);
-    return source;
-  }
-
-  void prefer_source(std::int64_t now_ns) noexcept {
-    if (wanted_ != CpuSampleSource::automatic || !has_timer_) return;
-    if (adapt_cpu_ns_ == 0 || now_ns < adapt_cpu_ns_) {
-      adapt_cpu_ns_ = now_ns;
-      adapt_switches_ = context_switches();
-      return;
-    }
-    const std::int64_t ran = now_ns - adapt_cpu_ns_;
-    if (ran < adapt_window_ns) return;
-    const std::int64_t switches = context_switches();
-    if (switches < 0) return;
-    const std::int64_t per_switch = ran / std::max<std::int64_t>(1, switches - adapt_switches_);
-    adapt_cpu_ns_ = now_ns;
-    adapt_switches_ = switches;
-    if (source() == CpuSampleSource::posix_timer && per_switch >= perf_cpu_per_switch_ns &&
-        perf_refused_errno().load(std::memory_order_relaxed) == 0)
-      move_to_perf_event(now_ns);
-    else if (source() == CpuSampleSource::perf_event && per_switch < timer_cpu_per_switch_ns)
-      move_to_timer(now_ns);
-  }
-
-  static std::int64_t context_switches() noexcept {
-    rusage usage{};
-    if (::getrusage(RUSAGE_THREAD, &usage) != 0) return -1;
-    return static_cast<std::int64_t>(usage.ru_nvcsw) + static_cast<std::int64_t>(usage.ru_nivcsw);
-  }
-
-  // The next point stays where the timer had drawn it: the event's first period
-  // runs up to it, and the first sample weighs the CPU since the last point.
-  void move_to_perf_event(std::int64_t now_ns) noexcept {
-    if (perf_fd_ < 0 && !open_perf_event()) {
-      int expected = 0;
-      perf_refused_errno().compare_exchange_strong(expected, errno == 0 ? EINVAL : errno, std::memory_order_relaxed);
-      return;
-    }
-    const std::int64_t next = next_point_ns();
-    const std::int64_t floor = std::max<std::int64_t>(period_ns_ / 4, 20'000);
-    std::uint64_t first = static_cast<std::uint64_t>(std::max(next - now_ns, floor));
-    if (::ioctl(perf_fd_, PERF_EVENT_IOC_PERIOD, &first) != 0 || ::ioctl(perf_fd_, PERF_EVENT_IOC_ENABLE, 0) != 0) {
-      close_perf_event();
-      return;
-    }
-    itimerspec stop{};
-    ::timer_settime(timer_, 0, &stop, nullptr);
-    cpu_mark_.store(0, std::memory_order_relaxed);  // the CPU watch lets the thread be
-    tick_cpu_ns_ = point_base_;
-    cpu_period_ = now_ns + static_cast<std::int64_t>(first) - point_base_;
-    set_source(CpuSampleSource::perf_event);
-  }
-
-  // The event is closed, not only disabled: an open one costs its thread at every
-  // switch still. The timer's points go on from the last sample.
-  void move_to_timer(std::int64_t now_ns) noexcept {
-    close_perf_event();
-    set_source(CpuSampleSource::posix_timer);
-    point_base_ = tick_cpu_ns_;
-    const std::int64_t next = now_ns + random_interval_ns(random_, period_ns_);
-    cpu_mark_.store(static_cast<std::uint64_t>(next), std::memory_order_relaxed);
-    itimerspec spec{};
-    spec.it_value.tv_sec = next / 1'000'000'000;
-    spec.it_value.tv_nsec = next % 1'000'000'000;
-    ::timer_settime(timer_, TIMER_ABSTIME, &spec, nullptr);
-  }
-
-  void close_perf_event() noexcept {
-    if (perf_fd_ < 0) return;
-    ::ioctl(perf_fd_, PERF_EVENT_IOC_DISABLE, 0);
-    ::close(perf_fd_);
-    perf_fd_ = -1;
-  }
-
-  bool schedule_perf_tick(std::int64_t now_ns, std::uint64_t& periods) noexcept {
-    // The next tick is placed a random interval after the one that just fired,
-    // not after this handler ran: the signal arrives tens of microseconds after
-    // the overflow (~50 µs measured here), and restarting the period from the
-    // handler would leave that time unsampled at every sample (-5% at 1 kHz).
-    // The lateness is read on the thread's CPU clock, not the event's count:
-    // the task clock also runs through time stolen from the vCPU.
-    std::int64_t draw = random_interval_ns(random_, period_ns_);
-    std::int64_t period = draw;  // the first period after the arm
-    periods = 1;
-    if (cpu_period_ != 0) {  // the period was set at the last tick, tick_cpu_ns_
-      std::int64_t late = now_ns - tick_cpu_ns_ - cpu_period_;
-      // The points the thread's CPU clock passed after the one that fired, as the
-      // timer counts them: the event's timer fires once for all the periods that
-      // expired while the host held the vCPU, and a guest's thread CPU clock runs
-      // on then (docs/engines.md, "What a sample weighs").
-      while (late >= draw && periods < most_points_per_tick) {
-        ++periods;
-        late -= draw;
-        draw = random_interval_ns(random_, period_ns_);
-      }
-      if (late >= draw) late = 0;
-      // Not below a quarter of the mean: a period shorter than this handler would
-      // queue signals faster than it takes them.
-      const std::int64_t floor = std::max<std::int64_t>(period_ns_ / 4, 20'000);
-      period = late > 0 ? std::max(draw - late, floor) : draw;
-    }
-    cpu_period_ = period;
-    std::uint64_t value = static_cast<std::uint64_t>(period);
-    return ::ioctl(perf_fd_, PERF_EVENT_IOC_PERIOD, &value) == 0;
-  }
-
-  bool schedule_timer_tick(std::int64_t now_ns, std::int64_t cut_ns, std::uint64_t& periods,
-                           std::int64_t& tile_ns) noexcept {
-    if (has_timer_) {
-      // The kernel looks at CPU timers only on the scheduler tick (4 ms at
-      // HZ=250), so the signal comes at the first tick after the sampling point,
-      // and at more than 250 Hz several points fall between two ticks. Each point
-      // the thread's CPU time has passed is one sample of the stack found now
-      // (the sample count). The CPU value is the thread's CPU from the last point
-      // delivered before to the last one passed now: the intervals between points
-      // tile the thread's CPU time, so a late signal (the tick, or the ticker's
-      // watch) moves where a sample lands, never how much it weighs.
-      // The next point is drawn from the last one, never from the late signal.
-      std::uint64_t passed = 0;
-      const std::uint64_t mark = cpu_mark_.load(std::memory_order_relaxed);
-      std::int64_t next = static_cast<std::int64_t>(mark);
-      if (mark == 0) {
-        next = now_ns + random_interval_ns(random_, period_ns_);  // armed afresh
-        point_base_ = now_ns;
-      } else {
-        std::int64_t last_passed = point_base_;
-        while (next <= cut_ns && passed < most_points_per_tick) {
-          ++passed;
-          last_passed = next;
-          next += random_interval_ns(random_, period_ns_);
-        }
-        if (next <= cut_ns) {
-          last_passed = cut_ns;
-          next = cut_ns + random_interval_ns(random_, period_ns_);
-        }
-        if (passed != 0) {
-          tile_ns = last_passed - point_base_;
-          point_base_ = last_passed;
-        }
-      }
-      periods = passed;
-      cpu_mark_.store(static_cast<std::uint64_t>(next), std::memory_order_relaxed);
-      // A point left behind a cut has passed: armed for it, the timer would fire as
-      // it is set, and the signal would take it here at once. A moment on, the
-      // kernel delivers it at its next tick, as any other.
-      const std::int64_t expiry = std::max(next, now_ns + 50'000);
-      itimerspec spec{};
-      spec.it_value.tv_sec = expiry / 1'000'000'000;
-      spec.it_value.tv_nsec = expiry % 1'000'000'000;
-      return ::timer_settime(timer_, TIMER_ABSTIME, &spec, nullptr) == 0;
-    }
-    return false;
-  }
-
-  bool open_perf_event() noexcept {
-    const int fd = open_task_clock(period_ns_);
-    if (fd < 0) return false;
-    perf_fd_ = fd;
-    f_owner_ex owner{F_OWNER_TID, tid_};
-    if (::fcntl(perf_fd_, F_SETFL, O_ASYNC) != 0 || ::fcntl(perf_fd_, F_SETSIG, signal_number_) != 0 ||
-        ::fcntl(perf_fd_, F_SETOWN_EX, &owner) != 0) {
-      const int saved = errno;
-      ::close(perf_fd_);
-      perf_fd_ = -1;
-      errno = saved;
-      return false;
-    }
-    return true;
-  }
-
-  bool open_posix_timer() noexcept {
-    if (!create_thread_signal_timer(CLOCK_THREAD_CPUTIME_ID, tid_, signal_number_, nullptr, timer_)) return false;
-    has_timer_ = true;
-    return true;
-  }
-
-  CpuSampleSource wanted_;
-  int signal_number_;
-  std::int64_t period_ns_;  // mean CPU time between two CPU samples
-  pid_t tid_;
-  int perf_fd_ = -1;
-  timer_t timer_{};
-  bool has_timer_ = false;  // the timer exists (armed or not)
-  std::atomic<CpuSampleSource> source_{CpuSampleSource::automatic};
-  std::uint64_t random_;        // the handler's: the next CPU period
-  // Timer: its next expiry on the thread's CPU clock (0: armed afresh). The ticker
-  // reads it to find a point the kernel has not delivered (next_point_ns).
-  std::atomic<std::uint64_t> cpu_mark_{0};
-  std::int64_t cpu_period_ = 0; // perf: the period set at the last tick (0: unknown, after a disarm)
-  std::int64_t tick_cpu_ns_ = 0;  // the thread's CPU clock at the last sample (0: since the arm, none)
-  std::int64_t point_base_ = 0;   // timer: the last point delivered (or the arm), on the thread's CPU clock
-  std::int64_t adapt_cpu_ns_ = 0;     // automatic: the thread's CPU clock at the last choice of source
-  std::int64_t adapt_switches_ = 0;   // and its context switches then
-};
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_ENABLED
-
-#endif  // SPANPROF_DETAIL_CAPTURE_CPU_TICK_SOURCE_HPP_
-// ---- end spanprof/detail/capture/cpu_tick_source.hpp ----
 // ---- begin spanprof/detail/capture/thread_stack_sampler.hpp ----
 // A thread's sampler: the log of the stacks sampled on the thread, the span its
 // guards published, and (defined in detail/capture/signal_side.hpp) the signal
@@ -14369,8 +14631,12 @@ inline void on_sample_signal(int, siginfo_t* info, void* ucontext) noexcept {
   const int saved_errno = errno;
   // The continuous profile's ticks come to every thread, most with no sampler of
   // their own; the rest are a thread's sampler's (ProcessSampler::instance() is
-  // made by start(), before any timer of its exists).
-  if (!(info->si_code == SI_TIMER && ProcessSampler::instance().on_signal(info, ucontext)))
+  // made by start(), before any timer of its exists, and a thread's event slot by
+  // its handler after). An event's tick of a thread with no continuous event is a
+  // span sampler's.
+  const bool continuous_tick =
+      info->si_code == SI_TIMER || (info->si_code == POLL_IN && continuous_event_slot != nullptr);
+  if (!(continuous_tick && ProcessSampler::instance().on_signal(info, ucontext)))
     if (ThreadStackSampler* sampler = current_stack_sampler) sampler->on_signal(info, ucontext);
   errno = saved_errno;
 }
@@ -19856,9 +20122,10 @@ inline constexpr Setting settings[] = {
         .feeds([](const Options& o, StartPlan& p) { p.capture.heap_engine = o.heap_engine; }),
     setting<&Options::cpu_sample_source>(
         "cpu_sample_source", "SPANPROF_SOURCE", EG::capture, format::choice(cpu_sample_source_names),
-        "Where the sampling engine's CPU ticks come from; automatic: posix_timer, perf_event for a thread that "
-        "runs a millisecond of CPU or more per context switch (docs/engines.md).")
-        .feeds([](const Options& o, StartPlan& p) { p.capture.sampler.source = o.cpu_sample_source; }),
+        "Where the sampling engine's CPU ticks come from, for spans and the continuous profile; automatic: "
+        "posix_timer, perf_event for a thread that runs a millisecond of CPU or more per context switch "
+        "(docs/engines.md).")
+        .feeds([](const Options& o, StartPlan& p) { p.capture.sampler.source = p.continuous.source = o.cpu_sample_source; }),
     setting<&Options::frequency_hz>(
         "frequency_hz", "SPANPROF_FREQUENCY", EG::capture, format::integer(1, 4000, "Hz"),
         "CPU samples per CPU-second of a profiled thread.")
@@ -20892,6 +21159,7 @@ class Runtime final : public GuardHost {
     s.heap_hooks_installed = heap_hooks().installed();
     s.classic_busy = c[Counter::classic_busy];
     s.continuous_threads = ProcessSampler::instance().threads_sampled();
+    s.continuous_threads_on_perf_event = ProcessSampler::instance().threads_on_events();
     s.continuous_threads_left_out = ProcessSampler::instance().threads_left_out();
     s.continuous_samples = c[Counter::continuous_samples];
     s.continuous_samples_dropped = c[Counter::continuous_samples_dropped];

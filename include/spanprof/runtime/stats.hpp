@@ -41,6 +41,7 @@ struct Stats {
   // The process's continuous profile (Options::continuous, docs/continuous.md).
   std::uint64_t continuous_threads = 0;          // threads with a CPU timer of it at its last look
   std::uint64_t continuous_threads_left_out = 0; // threads that block the sample signal: not sampled
+  std::uint64_t continuous_threads_on_perf_event = 0;  // of continuous_threads, those ticking on a perf_event task clock now
   std::uint64_t continuous_samples = 0;          // samples taken into its windows
   std::uint64_t continuous_samples_dropped = 0;  // lost to its full record buffer
   std::uint64_t continuous_timers_refused = 0;   // threads' timers the kernel would not make (EAGAIN, ENOMEM)

@@ -246,6 +246,22 @@ class CpuTickSource {
     return fd < 0 ? -1 : static_cast<int>(fd);
   }
 
+  // open_task_clock's event, signalling thread `tid` with `signal_number` at each
+  // overflow (si_code POLL_IN, si_fd the descriptor); -1 with errno set.
+  static int open_signalling_task_clock(std::int64_t period_ns, pid_t tid, int signal_number) noexcept {
+    const int fd = open_task_clock(period_ns);
+    if (fd < 0) return -1;
+    f_owner_ex owner{F_OWNER_TID, tid};
+    if (::fcntl(fd, F_SETFL, O_ASYNC) != 0 || ::fcntl(fd, F_SETSIG, signal_number) != 0 ||
+        ::fcntl(fd, F_SETOWN_EX, &owner) != 0) {
+      const int saved = errno;
+      ::close(fd);
+      errno = saved;
+      return -1;
+    }
+    return fd;
+  }
+
   // Set once a perf event is refused to a thread of the process: none asks again.
   static std::atomic<int>& perf_refused_errno() noexcept {
     static std::atomic<int> refused{0};
@@ -410,19 +426,8 @@ class CpuTickSource {
   }
 
   bool open_perf_event() noexcept {
-    const int fd = open_task_clock(period_ns_);
-    if (fd < 0) return false;
-    perf_fd_ = fd;
-    f_owner_ex owner{F_OWNER_TID, tid_};
-    if (::fcntl(perf_fd_, F_SETFL, O_ASYNC) != 0 || ::fcntl(perf_fd_, F_SETSIG, signal_number_) != 0 ||
-        ::fcntl(perf_fd_, F_SETOWN_EX, &owner) != 0) {
-      const int saved = errno;
-      ::close(perf_fd_);
-      perf_fd_ = -1;
-      errno = saved;
-      return false;
-    }
-    return true;
+    perf_fd_ = open_signalling_task_clock(period_ns_, tid_, signal_number_);
+    return perf_fd_ >= 0;
   }
 
   bool open_posix_timer() noexcept {

@@ -8,10 +8,12 @@
 //    signalling that thread alone (SIGEV_THREAD_ID), as Go and async-profiler do:
 //    threads that existed before start(), that the program starts later, and that a
 //    library starts are all found in /proc/self/task. An idle thread's timer never
-//    fires; a thread that exits loses its timer at the next look.
+//    fires; a thread that exits loses its timer at the next look. A thread that
+//    computes moves itself to a perf_event task clock (continuous_ticks.hpp).
 //  * The period is fixed and each signal counts the expirations the kernel merged
-//    into it (si_overrun): a thread's samples times the period is its CPU time to
-//    the period, whatever its load. Its first expiry is drawn at random.
+//    into it (si_overrun; an event's tick, its counter): a thread's samples times
+//    the period is its CPU time to the period, whatever its load. Its first expiry
+//    is drawn at random.
 //  * The sample signal is spanprof's own (never SIGPROF); the timer's value names
 //    its thread's slot, so the handler knows it from a span sampler's tick.
 //  * The handler walks the stack and writes one record into the shared record
@@ -27,6 +29,7 @@
 #include <spanprof/capture/engines.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/detail/base/xorshift.hpp>
+#include <spanprof/detail/capture/continuous_ticks.hpp>
 #include <spanprof/detail/capture/sample_records.hpp>
 #include <spanprof/detail/capture/sampler_settings.hpp>
 #include <spanprof/detail/capture/span_labels.hpp>
@@ -45,7 +48,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -64,13 +66,6 @@ namespace detail {
 
 // What a continuous timer's signal carries (sigev_value): this tag and its slot.
 inline constexpr std::uint64_t continuous_tick_tag = 0x5350'5052ull << 32;  // "SPPR"
-
-// The samples the merger takes at once: one profile per span label (and one for
-// the samples outside any span), their records' kind, period and engine set.
-struct ContinuousSamples {
-  std::vector<RawProfile> profiles;
-  std::uint64_t dropped = 0;  // records the full buffer turned away since the last take
-};
 
 class ProcessSampler {
  public:
@@ -98,6 +93,7 @@ class ProcessSampler {
       }
     }
     period_ns_ = settings.period_ns;
+    ticks_.start(settings.source, settings.period_ns, signal_number);
     max_depth_.store(std::min(settings.max_depth, max_stack_depth_limit), std::memory_order_relaxed);
     span_labels_.store(settings.span_labels, std::memory_order_relaxed);
     signal_number_ = signal_number;
@@ -123,6 +119,7 @@ class ProcessSampler {
     for (auto& [tid, slot] : threads_) {
       if (slot != nullptr) release_slot(*slot, false);
     }
+    in_flight_.store(0, std::memory_order_relaxed);  // the parent's other threads' handlers
     threads_.clear();
     blocking_since_.clear();
     if (task_dir_fd_ >= 0) ::close(task_dir_fd_);  // the parent's threads
@@ -220,32 +217,36 @@ class ProcessSampler {
     Half& half = halves_[writing];
     if (half.words == nullptr) return;
     active_.store(writing ^ 1u, std::memory_order_seq_cst);
-    // A handler that reserved room before the switch finishes within microseconds
-    // of its thread's time; its thread may wait for a core meanwhile.
-    for (int spins = 0; half.writers.load(std::memory_order_seq_cst) != 0; ++spins) {
-      if (spins < 100) {
-        ::sched_yield();
-      } else {
-        timespec pause{0, 100'000};
-        ::nanosleep(&pause, nullptr);
-      }
-    }
+    wait_for_none(half.writers);  // handlers that reserved room before the switch
     const std::size_t used = std::min(half.used.load(std::memory_order_acquire), half_words);
-    read_records(half.words, used, out);
+    read_continuous_records(half.words, used, period_ns_, out);
     half.used.store(0, std::memory_order_relaxed);
     out.dropped += dropped_.exchange(0, std::memory_order_relaxed);
   }
 
-  // The sample signal's handler, for a continuous timer's tick: true when the
-  // signal was one (async-signal-safe).
+  // The sample signal's handler, for a continuous tick (its timer's: SI_TIMER
+  // with the tag; its event's: POLL_IN from the descriptor its slot holds): true
+  // when the signal was one (async-signal-safe).
   bool on_signal(const siginfo_t* info, const void* ucontext) noexcept {
-    const auto value = reinterpret_cast<std::uintptr_t>(info->si_value.sival_ptr);
-    if (info->si_code != SI_TIMER || (value & ~std::uint64_t{0xFFFF'FFFF}) != continuous_tick_tag) return false;
-    if (!running_.load(std::memory_order_acquire)) return true;
-    ThreadSlot* slot = slot_at(static_cast<std::uint32_t>(value));
+    const bool event_tick = info->si_code == POLL_IN;
+    ThreadSlot* slot = event_tick ? continuous_event_slot : nullptr;
+    if (event_tick) {
+      if (slot == nullptr || info->si_fd < 0 || slot->perf_fd.load(std::memory_order_acquire) != info->si_fd)
+        return false;  // a span sampler's event, or one since closed
+    } else {
+      const auto value = reinterpret_cast<std::uintptr_t>(info->si_value.sival_ptr);
+      if (info->si_code != SI_TIMER || (value & ~std::uint64_t{0xFFFF'FFFF}) != continuous_tick_tag) return false;
+      slot = slot_at(static_cast<std::uint32_t>(value));
+    }
+    InFlight in_flight(in_flight_);  // stop() closes no descriptor a handler is using
+    if (!running_.load(std::memory_order_seq_cst)) return true;
     const pid_t tid = static_cast<pid_t>(::syscall(SYS_gettid));
     if (slot == nullptr || slot->tid.load(std::memory_order_acquire) != tid) return true;  // a timer since deleted
-    std::uint64_t periods = 1 + static_cast<std::uint64_t>(std::max(0, info->si_overrun));
+    // The event closed meanwhile (stop, then start): a tick of no period.
+    if (event_tick && slot->perf_fd.load(std::memory_order_relaxed) != info->si_fd) return true;
+    std::uint64_t periods =
+        event_tick ? ticks_.event_periods(*slot) : 1 + static_cast<std::uint64_t>(std::max(0, info->si_overrun));
+    if (periods == 0) return true;
     // Only this thread's handler takes from what it owes once the merger set it.
     const std::uint32_t owed = slot->owed_periods.load(std::memory_order_relaxed);
     if (owed != 0) {
@@ -254,6 +255,7 @@ class ProcessSampler {
       periods += paid;
     }
     record(*slot, periods, periods * static_cast<std::uint64_t>(period_ns_), ucontext);
+    ticks_.choose(*slot, tid);
     return true;
   }
 
@@ -261,6 +263,7 @@ class ProcessSampler {
   // At the last scan: threads sampled, and threads left out (they block the signal).
   std::size_t threads_sampled() const noexcept { return threads_sampled_.load(std::memory_order_relaxed); }
   std::size_t threads_left_out() const noexcept { return threads_left_out_.load(std::memory_order_relaxed); }
+  std::size_t threads_on_events() const noexcept { return ticks_.threads_on_events(); }
 
   // fork(): the scan's state is whole in the child (the parent's merger may be
   // scanning), and the child forgets the parent's timers and threads.
@@ -287,15 +290,20 @@ class ProcessSampler {
   static constexpr std::uint32_t max_owed_periods_per_tick = 2;
   static constexpr int max_asks_of_blocking = 3;
 
-  struct ThreadSlot {
-    std::atomic<pid_t> tid{0};  // 0: free
-    timer_t timer{};
-    std::uint32_t index = 0;
-    // Where the walker may read the thread's stack without a check: learnt from
-    // the maps around a stack pointer a sample saw (0: each read is checked).
-    std::atomic<std::uint64_t> stack_top{0};
-    std::atomic<std::uint64_t> sample_sp{0};
-    std::atomic<std::uint32_t> owed_periods{0};  // CPU it ran before its timer, in periods not yet sampled
+  using ThreadSlot = ContinuousThreadSlot;
+
+  // Counts the handlers running: stop() waits for none before it closes events.
+  class InFlight {
+   public:
+    explicit InFlight(std::atomic<std::uint32_t>& count) noexcept : count_(count) {
+      count_.fetch_add(1, std::memory_order_seq_cst);
+    }
+    ~InFlight() { count_.fetch_sub(1, std::memory_order_release); }
+    InFlight(const InFlight&) = delete;
+    InFlight& operator=(const InFlight&) = delete;
+
+   private:
+    std::atomic<std::uint32_t>& count_;
   };
 
   struct Half {
@@ -305,7 +313,8 @@ class ProcessSampler {
   };
 
   void stop_locked() noexcept {
-    running_.store(false, std::memory_order_release);
+    running_.store(false, std::memory_order_seq_cst);
+    wait_for_none(in_flight_);
     listed_links_ = 0;
     if (task_dir_fd_ >= 0) ::close(task_dir_fd_);
     task_dir_fd_ = -1;
@@ -317,6 +326,19 @@ class ProcessSampler {
     blocking_since_.clear();
     threads_sampled_.store(0, std::memory_order_relaxed);
     threads_left_out_.store(0, std::memory_order_relaxed);
+  }
+
+  // Handlers counted in `count` finish within microseconds of their threads' time;
+  // a thread may wait for a core meanwhile.
+  static void wait_for_none(const std::atomic<std::uint32_t>& count) noexcept {
+    for (int spins = 0; count.load(std::memory_order_seq_cst) != 0; ++spins) {
+      if (spins < 100) {
+        ::sched_yield();
+      } else {
+        timespec pause{0, 100'000};
+        ::nanosleep(&pause, nullptr);
+      }
+    }
   }
 
   ThreadSlot* slot_at(std::uint32_t index) const noexcept {
@@ -352,27 +374,23 @@ class ProcessSampler {
       refuse(ENOMEM, result);
       return nullptr;
     }
-    slot->tid.store(tid, std::memory_order_release);
     slot->stack_top.store(0, std::memory_order_relaxed);
     slot->sample_sp.store(0, std::memory_order_relaxed);
     slot->owed_periods.store(0, std::memory_order_relaxed);
+    slot->adapt_cpu_ns = 0;
+    slot->adapt_switches = 0;
     if (!create_thread_signal_timer(thread_cpu_clock(tid), tid, signal_number_,
                                     reinterpret_cast<void*>(continuous_tick_tag | slot->index), slot->timer)) {
       const int error = errno;
-      slot->tid.store(0, std::memory_order_release);
       free_.push_back(slot);
       if (error != EINVAL && error != ESRCH) refuse(error, result);  // EINVAL: the thread is gone already
       return nullptr;
     }
-    // The first expiry at a random point of the first period: threads started
-    // together do not all tick at once.
-    const std::int64_t first = 1 + static_cast<std::int64_t>(xorshift_unit(random_) * static_cast<double>(period_ns_));
-    itimerspec spec{};
-    spec.it_value.tv_sec = first / 1'000'000'000;
-    spec.it_value.tv_nsec = first % 1'000'000'000;
-    spec.it_interval.tv_sec = period_ns_ / 1'000'000'000;
-    spec.it_interval.tv_nsec = period_ns_ % 1'000'000'000;
-    if (::timer_settime(slot->timer, 0, &spec, nullptr) != 0) {
+    // What the thread's handler reads, published before its first tick. The first
+    // expiry at a random point of the first period: threads started together do
+    // not all tick at once.
+    slot->tid.store(tid, std::memory_order_release);
+    if (!ticks_.arm_timer(*slot, random_)) {
       ::timer_delete(slot->timer);
       slot->tid.store(0, std::memory_order_release);
       free_.push_back(slot);
@@ -429,8 +447,15 @@ class ProcessSampler {
     }
   }
 
-  void release_slot(ThreadSlot& slot, bool delete_timer) {
-    if (delete_timer) ::timer_delete(slot.timer);
+  // `in_process`: false in a forked child, where the timer is not and the event is
+  // the parent's thread's too.
+  void release_slot(ThreadSlot& slot, bool in_process) {
+    if (in_process) {
+      ::timer_delete(slot.timer);
+      ticks_.close_event(slot);
+    } else {
+      ticks_.forget_event_after_fork(slot);
+    }
     slot.tid.store(0, std::memory_order_release);
     free_.push_back(&slot);
   }
@@ -503,40 +528,6 @@ class ProcessSampler {
     dropped_.fetch_add(1, std::memory_order_relaxed);
   }
 
-  // ---- the merger's part ------------------------------------------------------------
-
-  void read_records(const std::uint64_t* words, std::size_t count, ContinuousSamples& out) {
-    // One profile per label: the span's ids and name as the records carry them.
-    std::map<std::string, std::size_t> by_label;
-    std::string key;
-    for_each_continuous_record(words, count, [&](const ContinuousLabel* label, std::uint64_t weight,
-                                                 const std::uint64_t* pcs, std::size_t depth) {
-      key.clear();
-      if (label != nullptr) {
-        key.append(reinterpret_cast<const char*>(label->trace_id), 16);
-        key.append(reinterpret_cast<const char*>(label->span_id), 8);
-        key.append(label->name, label->name_bytes);
-      }
-      const auto [entry, inserted] = by_label.try_emplace(key, out.profiles.size());
-      if (inserted) {
-        RawProfile& profile = out.profiles.emplace_back();
-        profile.kind = ProfileKind::cpu;
-        profile.reason = ProfileReason::continuous;
-        profile.period_ns = period_ns_;
-        profile.engine = "continuous:posix_timer";
-        if (label != nullptr) {
-          profile.span.trace_id = TraceId(label->trace_id);
-          profile.span.span_id = SpanId(label->span_id);
-          profile.span_name.assign(label->name, label->name_bytes);
-        }
-      }
-      RawSample& sample = out.profiles[entry->second].samples.emplace_back();
-      sample.values = {static_cast<std::int64_t>(cpu_record_periods(weight)),
-                       static_cast<std::int64_t>(weight & cpu_record_ns_mask)};
-      sample.frames.assign(pcs, pcs + depth);
-    });
-  }
-
   // The handler's: written by start(), read in the handler.
   std::atomic<bool> running_{false};
   std::atomic<int> max_depth_{64};
@@ -548,6 +539,8 @@ class ProcessSampler {
   std::atomic<std::uint64_t> dropped_{0};
   std::atomic<std::size_t> threads_sampled_{0};
   std::atomic<std::size_t> threads_left_out_{0};
+  std::atomic<std::uint32_t> in_flight_{0};  // handlers between their check of running_ and their return
+  ContinuousTicks ticks_;
 
   // The merger's, under mutex_.
   std::mutex mutex_;

@@ -37,6 +37,8 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <string>
 #include <vector>
 
 SPANPROF_NAMESPACE_BEGIN
@@ -204,6 +206,47 @@ void for_each_continuous_record(const std::uint64_t* words, std::size_t count, V
     visit(labelled ? &label : nullptr, words[at], words + at + stack_record_header_words, static_cast<std::size_t>(depth));
     i = at + stack_record_header_words + static_cast<std::size_t>(depth);
   }
+}
+
+// The samples the merger takes at once: one profile per span label (and one for
+// the samples outside any span), their records' kind, period and engine set.
+struct ContinuousSamples {
+  std::vector<RawProfile> profiles;
+  std::uint64_t dropped = 0;  // records the full buffer turned away since the last take
+};
+
+// Appends the records' samples to `out`, one profile per label: the span's ids and
+// name as the records carry them.
+inline void read_continuous_records(const std::uint64_t* words, std::size_t count, std::int64_t period_ns,
+                                    ContinuousSamples& out) {
+  std::map<std::string, std::size_t> by_label;
+  std::string key;
+  for_each_continuous_record(words, count, [&](const ContinuousLabel* label, std::uint64_t weight,
+                                               const std::uint64_t* pcs, std::size_t depth) {
+    key.clear();
+    if (label != nullptr) {
+      key.append(reinterpret_cast<const char*>(label->trace_id), 16);
+      key.append(reinterpret_cast<const char*>(label->span_id), 8);
+      key.append(label->name, label->name_bytes);
+    }
+    const auto [entry, inserted] = by_label.try_emplace(key, out.profiles.size());
+    if (inserted) {
+      RawProfile& profile = out.profiles.emplace_back();
+      profile.kind = ProfileKind::cpu;
+      profile.reason = ProfileReason::continuous;
+      profile.period_ns = period_ns;
+      profile.engine = "continuous";
+      if (label != nullptr) {
+        profile.span.trace_id = TraceId(label->trace_id);
+        profile.span.span_id = SpanId(label->span_id);
+        profile.span_name.assign(label->name, label->name_bytes);
+      }
+    }
+    RawSample& sample = out.profiles[entry->second].samples.emplace_back();
+    sample.values = {static_cast<std::int64_t>(cpu_record_periods(weight)),
+                     static_cast<std::int64_t>(weight & cpu_record_ns_mask)};
+    sample.frames.assign(pcs, pcs + depth);
+  });
 }
 
 // ---- heap -----------------------------------------------------------------------

@@ -50,6 +50,7 @@ struct ContinuousSettings {
   std::int64_t period_ns{};  // CPU time between two samples of a thread
   int max_depth{};
   ContinuousSpanLabels span_labels{};
+  CpuSampleSource source{};  // which threads tick on a perf_event task clock (continuous_ticks.hpp)
 };
 
 inline std::int64_t monotonic_now_ns() noexcept {

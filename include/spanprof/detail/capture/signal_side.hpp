@@ -450,8 +450,12 @@ inline void on_sample_signal(int, siginfo_t* info, void* ucontext) noexcept {
   const int saved_errno = errno;
   // The continuous profile's ticks come to every thread, most with no sampler of
   // their own; the rest are a thread's sampler's (ProcessSampler::instance() is
-  // made by start(), before any timer of its exists).
-  if (!(info->si_code == SI_TIMER && ProcessSampler::instance().on_signal(info, ucontext)))
+  // made by start(), before any timer of its exists, and a thread's event slot by
+  // its handler after). An event's tick of a thread with no continuous event is a
+  // span sampler's.
+  const bool continuous_tick =
+      info->si_code == SI_TIMER || (info->si_code == POLL_IN && continuous_event_slot != nullptr);
+  if (!(continuous_tick && ProcessSampler::instance().on_signal(info, ucontext)))
     if (ThreadStackSampler* sampler = current_stack_sampler) sampler->on_signal(info, ucontext);
   errno = saved_errno;
 }

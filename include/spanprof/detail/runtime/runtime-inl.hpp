@@ -229,6 +229,7 @@ class Runtime final : public GuardHost {
     s.heap_hooks_installed = heap_hooks().installed();
     s.classic_busy = c[Counter::classic_busy];
     s.continuous_threads = ProcessSampler::instance().threads_sampled();
+    s.continuous_threads_on_perf_event = ProcessSampler::instance().threads_on_events();
     s.continuous_threads_left_out = ProcessSampler::instance().threads_left_out();
     s.continuous_samples = c[Counter::continuous_samples];
     s.continuous_samples_dropped = c[Counter::continuous_samples_dropped];

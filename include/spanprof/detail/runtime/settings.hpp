@@ -117,9 +117,10 @@ inline constexpr Setting settings[] = {
         .feeds([](const Options& o, StartPlan& p) { p.capture.heap_engine = o.heap_engine; }),
     setting<&Options::cpu_sample_source>(
         "cpu_sample_source", "SPANPROF_SOURCE", EG::capture, format::choice(cpu_sample_source_names),
-        "Where the sampling engine's CPU ticks come from; automatic: posix_timer, perf_event for a thread that "
-        "runs a millisecond of CPU or more per context switch (docs/engines.md).")
-        .feeds([](const Options& o, StartPlan& p) { p.capture.sampler.source = o.cpu_sample_source; }),
+        "Where the sampling engine's CPU ticks come from, for spans and the continuous profile; automatic: "
+        "posix_timer, perf_event for a thread that runs a millisecond of CPU or more per context switch "
+        "(docs/engines.md).")
+        .feeds([](const Options& o, StartPlan& p) { p.capture.sampler.source = p.continuous.source = o.cpu_sample_source; }),
     setting<&Options::frequency_hz>(
         "frequency_hz", "SPANPROF_FREQUENCY", EG::capture, format::integer(1, 4000, "Hz"),
         "CPU samples per CPU-second of a profiled thread.")
