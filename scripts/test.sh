@@ -6,9 +6,8 @@
 #      and the OpenTelemetry tests against opentelemetry-cpp (scripts/opentelemetry.sh),
 #   3. Meson build: the single header compiled into the library, the end-to-end
 #      tests,
-#   4. tests under AddressSanitizer + UndefinedBehaviorSanitizer (built at low
-#      priority beside stages 2-3), then under ThreadSanitizer (built beside the
-#      ASan suite),
+#   4. tests under AddressSanitizer + UndefinedBehaviorSanitizer, then under
+#      ThreadSanitizer,
 #   5. every way to consume spanprof (tests/consumers/run.sh): find_package,
 #      add_subdirectory, FetchContent, Meson subproject, pkg-config, the single
 #      header as the README says, profiling compiled out, strict warnings (at low
@@ -75,16 +74,6 @@ cmake -S . -B $out/cmake -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_
 cmake --build $out/cmake -j "$jobs"
 # The consumers (step 5) compile and run small programs: from now on, beside the suites.
 background consumers bash tests/consumers/run.sh "$root" "$root/$out/consumers" "$root/$out/cmake"
-# The ASan build (stage 4) too: the suites below mostly keep one core busy, and
-# the consumers leave the other idle for the last minute of them.
-# No -Werror here: with sanitizers g++ 12 warns inside Catch2 v2 itself. -Og, as in
-# the TSan build: a third less to compile than -O1 (the builds are most of CI's
-# time), and the suites took as long (ASan 92 s, TSan 111 s, both ways).
-# No tcmalloc: ASan must be the allocator; the heap tests then check the refusal.
-background asan_build bash -c "cmake -S . -B $out/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
-  -DCMAKE_CXX_FLAGS='-Og -g1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer' \
-  -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DSPANPROF_BUILD_EXAMPLES=OFF -DSPANPROF_BUILD_BENCHMARKS=OFF -DSPANPROF_TCMALLOC=OFF \
-  >/dev/null && cmake --build $out/asan -j $jobs"
 (cd $out/cmake && ctest --output-on-failure)
 
 step "Meson: the single header, the compiled library, end-to-end tests"
@@ -101,7 +90,14 @@ meson compile -C $out/meson -j "$jobs"
 meson test -C $out/meson --print-errorlogs
 
 step "AddressSanitizer + UndefinedBehaviorSanitizer"
-finish_background asan_build "the AddressSanitizer build"
+# No -Werror here: with sanitizers g++ 12 warns inside Catch2 v2 itself. -Og, as in
+# the TSan build: a third less to compile than -O1 (the builds are most of CI's
+# time), and the suites took as long (ASan 92 s, TSan 111 s, both ways).
+# No tcmalloc: ASan must be the allocator; the heap tests then check the refusal.
+cmake -S . -B $out/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+  -DCMAKE_CXX_FLAGS="-Og -g1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
+  -DSPANPROF_BUILD_EXAMPLES=OFF -DSPANPROF_BUILD_BENCHMARKS=OFF -DSPANPROF_TCMALLOC=OFF >/dev/null
+cmake --build $out/asan -j "$jobs"
 # The ThreadSanitizer build (next stage) compiles meanwhile, beside the ASan suite.
 # Like the ASan build: the sanitizer owns the allocator, the heap tests run through
 # spanprof's operator new/delete hooks. fork() is left out: TSan's runtime does not
