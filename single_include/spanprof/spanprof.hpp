@@ -13399,6 +13399,10 @@ class ProcessSampler {
   void release_slot(ThreadSlot& slot, bool in_process) {
     if (in_process) {
       ::timer_delete(slot.timer);
+      // Its thread is gone or the profile stopped: no handler uses the slot. The
+      // wait orders the handlers' last use before the close and the slot's reuse
+      // for a race detector too, which does not see a thread's exit in /proc.
+      wait_for_none(in_flight_);
       ticks_.close_event(slot);
     } else {
       ticks_.forget_event_after_fork(slot);
