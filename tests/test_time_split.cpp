@@ -98,10 +98,9 @@ TEST_CASE("a span computing beside busy processes on every core shows its wait f
   Collector collector(split_options());
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   spanprof_test::BusyProcesses busy(static_cast<int>(2 * cores), 30);
-  REQUIRE(busy.running() == 2 * cores);
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // every one of them spinning
+  REQUIRE(busy.spinning() == 2 * cores);
   const auto span = span_number(7100);
-  std::int64_t elapsed_ns = 0, cpu_ns = 0;
+  std::int64_t elapsed_ns = 0, cpu_ns = 0, busy_cpu_ns = 0;
   {
     // Inside the span: its thread's first span after start() also makes the
     // thread's sampler (its log and timer, 2.6 ms here once under this load),
@@ -109,8 +108,10 @@ TEST_CASE("a span computing beside busy processes on every core shows its wait f
     spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "GET /starved"}, spanprof::cpu | spanprof::wall);
     const std::int64_t start = steady_ns();
     const double cpu_start = spanprof_test::thread_cpu_seconds();
+    const std::int64_t busy_start = busy.cpu_ns();
     split_compute(0.05);
     cpu_ns = static_cast<std::int64_t>((spanprof_test::thread_cpu_seconds() - cpu_start) * 1e9);
+    busy_cpu_ns = busy.cpu_ns() - busy_start;
     elapsed_ns = steady_ns() - start;
   }
   const auto* profile = collector.profile_for(span.span_id, spanprof::ProfileKind::cpu);
@@ -120,7 +121,8 @@ TEST_CASE("a span computing beside busy processes on every core shows its wait f
                                             << ms(split.running_ns) << " waiting " << ms(split.waiting_ns)
                                             << " blocked " << ms(split.blocked_ns) << " ms; switches "
                                             << split.voluntary_switches << " voluntary, "
-                                            << split.involuntary_switches << " involuntary");
+                                            << split.involuntary_switches << " involuntary; the busy processes ran "
+                                            << ms(busy_cpu_ns) << " ms meanwhile, of the cores' " << ms(cores * elapsed_ns));
   // Three runnable threads for every core: the span waits about twice what it runs.
   const double waited = static_cast<double>(elapsed_ns - cpu_ns);
   REQUIRE(waited > 0.3 * static_cast<double>(cpu_ns));

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include <signal.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -34,20 +35,45 @@ namespace spanprof_test {
 
 // Processes that spin on every core they get, for a bounded time: each dies when
 // its alarm rings, when its parent dies, or when this object goes, whatever happens
-// first.
+// first. They are dealt over the CPUs this process may use, one each in turn, and
+// stay there: left to the scheduler, four of them sometimes shared one core of two
+// for a whole 50 ms span (a busy core rebalances every 32 ms or more, and not a
+// task that ran just now), and the test's thread had the other to itself. The
+// constructor returns once each has run on a CPU, and cpu_ns() says how much CPU
+// they took, so a test can tell what its load really was.
 class BusyProcesses {
  public:
   BusyProcesses(int count, int most_seconds) {
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    std::vector<int> cpus;
+    if (::sched_getaffinity(0, sizeof allowed, &allowed) == 0)
+      for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+        if (CPU_ISSET(cpu, &allowed)) cpus.push_back(cpu);
     for (int i = 0; i < count; ++i) {
       const pid_t pid = ::fork();
       if (pid == 0) {
         ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (!cpus.empty()) {
+          cpu_set_t one;
+          CPU_ZERO(&one);
+          CPU_SET(cpus[static_cast<std::size_t>(i) % cpus.size()], &one);
+          ::sched_setaffinity(0, sizeof one, &one);
+        }
         ::alarm(static_cast<unsigned>(most_seconds));
         volatile std::uint64_t spin = 0;
         for (;;) spin = spin + 1;
       }
       if (pid > 0) pids_.push_back(pid);
     }
+    for (const pid_t pid : pids_) {
+      clockid_t clock{};
+      clocks_.push_back(::clock_getcpuclockid(pid, &clock) == 0 ? clock : clockid_t{-1});
+    }
+    // Each has spun 5 ms of CPU, or 2 s have passed (a machine that busy is loaded anyway).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (spinning() < pids_.size() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   BusyProcesses(const BusyProcesses&) = delete;
   BusyProcesses& operator=(const BusyProcesses&) = delete;
@@ -56,9 +82,27 @@ class BusyProcesses {
     for (const pid_t pid : pids_) ::waitpid(pid, nullptr, 0);
   }
   std::size_t running() const { return pids_.size(); }
+  // How many have run at least 5 ms of CPU.
+  std::size_t spinning() const {
+    std::size_t count = 0;
+    for (const clockid_t clock : clocks_) count += cpu_ns_of(clock) >= 5'000'000 ? 1 : 0;
+    return count;
+  }
+  // The CPU they have run, all together.
+  std::int64_t cpu_ns() const {
+    std::int64_t total = 0;
+    for (const clockid_t clock : clocks_) total += cpu_ns_of(clock);
+    return total;
+  }
 
  private:
+  static std::int64_t cpu_ns_of(clockid_t clock) {
+    timespec ts{};
+    if (clock == clockid_t{-1} || ::clock_gettime(clock, &ts) != 0) return 0;
+    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+  }
   std::vector<pid_t> pids_;
+  std::vector<clockid_t> clocks_;
 };
 
 inline std::int64_t attribution_thread_cpu_ns() {
