@@ -12,6 +12,7 @@
 #include <spanprof/spanprof.hpp>
 #include <spanprof/detail/capture/call_frame_info.hpp>
 #include <spanprof/detail/capture/stack_walker.hpp>
+#include <spanprof/symbolization/elf_symbolizer.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -19,7 +20,9 @@
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
+#include <utility>
 #include <thread>
 #include <vector>
 
@@ -250,6 +253,84 @@ const spanprof_test::ChildScenario oracle_scenario("walk_matches_libgcc", [] {
 });
 #endif
 
+// ---- past a system call --------------------------------------------------------
+
+#if SPANPROF_HAS_CFI_WALKER
+namespace past_call {
+
+// What the handler saw at each signal that found its thread at a system call: the
+// walk's first frame, and the first frame past the call's own frames.
+constexpr int most = 32;
+std::atomic<int> found{0};
+std::uintptr_t at_call[most], past_it[most];
+std::atomic<bool> stop{false};
+std::atomic<bool> working{false};  // the thread is in its work (not starting, not ending)
+
+void on_signal(int, siginfo_t*, void* ucontext) {
+  if (!working.load(std::memory_order_relaxed) || !spanprof::detail::system_call_site(ucontext).at_call) return;
+  const int n = found.load(std::memory_order_relaxed);
+  if (n >= most) return;
+  void* frames[64];
+  int depth = spanprof::detail::walk_stack(spanprof::detail::registers_from_ucontext(ucontext), 0, frames, 64);
+  if (depth < 2) return;
+  at_call[n] = reinterpret_cast<std::uintptr_t>(frames[0]);
+  depth = spanprof::detail::pass_over_system_call(frames, depth, spanprof::detail::SystemCallObjects::process());
+  past_it[n] = reinterpret_cast<std::uintptr_t>(frames[0]);
+  found.store(n + 1, std::memory_order_release);
+}
+
+// Calls into the vDSO, which makes the system call itself for a CPU clock.
+__attribute__((noinline)) void reads_its_cpu_clock() {
+  timespec ts{};
+  working.store(true);
+  while (!stop.load(std::memory_order_relaxed)) ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  working.store(false);
+  asm volatile("" ::: "memory");
+}
+
+// Waits in the C library's wrapper.
+__attribute__((noinline)) void waits_in_a_read(int fd) {
+  char byte = 0;
+  working.store(true);
+  while (!stop.load(std::memory_order_relaxed) && ::read(fd, &byte, 1) != 0) {
+  }
+  working.store(false);
+  asm volatile("" ::: "memory");
+}
+
+// The functions the walks name at the call and past it, for `work` on a thread of
+// its own, which `finish` (after `stop`) lets end.
+std::vector<std::pair<std::string, std::string>> walks_at_calls(const std::function<void()>& work,
+                                                                const std::function<void()>& finish) {
+  (void)spanprof::detail::SystemCallObjects::process();  // made before the handler needs it
+  found.store(0);
+  stop.store(false);
+  struct sigaction action {};
+  action.sa_sigaction = &on_signal;
+  action.sa_flags = SA_SIGINFO;
+  sigemptyset(&action.sa_mask);
+  struct sigaction previous {};
+  ::sigaction(SIGUSR1, &action, &previous);
+  std::thread worker(work);
+  for (int tries = 0; tries < 20000 && found.load(std::memory_order_acquire) < 8; ++tries) {
+    ::pthread_kill(worker.native_handle(), SIGUSR1);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  stop.store(true);
+  finish();
+  worker.join();
+  ::sigaction(SIGUSR1, &previous, nullptr);
+  std::vector<std::pair<std::string, std::string>> names;
+  spanprof::detail::ElfSymbolizer symbolizer;
+  for (int i = 0; i < found.load(); ++i)
+    names.emplace_back(std::string(symbolizer.resolve(at_call[i]).function),
+                       std::string(symbolizer.resolve(past_it[i]).function));
+  return names;
+}
+
+}  // namespace past_call
+#endif
+
 }  // namespace
 
 #if SPANPROF_HAS_CFI_WALKER
@@ -291,3 +372,34 @@ TEST_CASE("the walk from a signal finds the same frames as the compiler runtime'
 }
 
 #endif  // SPANPROF_HAS_CFI_WALKER
+
+#if SPANPROF_HAS_CFI_WALKER
+// A tick whose points passed before the system call it finds the thread at is the
+// CPU of the code that made the call: its walk starts there, past the C library's
+// wrapper and the vDSO.
+TEST_CASE("a walk past a system call starts at the code that made it", "[walk]" SPANPROF_TEST_NOT_UNDER_TSAN) {
+  SECTION("a thread's CPU clock, read in the vDSO") {
+    const auto names = past_call::walks_at_calls([] { past_call::reads_its_cpu_clock(); }, [] {});
+    REQUIRE(names.size() >= 8);
+    for (const auto& [at, past] : names) {
+      INFO("at the call: " << at << "; past it: " << past);
+      CHECK(at.find("reads_its_cpu_clock") == std::string::npos);
+      CHECK(past.find("reads_its_cpu_clock") != std::string::npos);
+    }
+  }
+  SECTION("a read that waits, in the C library's wrapper") {
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    const int read_end = fds[0], write_end = fds[1];
+    const auto names = past_call::walks_at_calls([read_end] { past_call::waits_in_a_read(read_end); },
+                                                 [write_end] { ::close(write_end); });  // the read returns 0
+    ::close(read_end);
+    REQUIRE(names.size() >= 8);
+    for (const auto& [at, past] : names) {
+      INFO("at the call: " << at << "; past it: " << past);
+      CHECK(at.find("waits_in_a_read") == std::string::npos);
+      CHECK(past.find("waits_in_a_read") != std::string::npos);
+    }
+  }
+}
+#endif

@@ -12321,8 +12321,10 @@ SPANPROF_NAMESPACE_END
 #include <gperftools/profiler.h>
 #endif
 
+#include <gnu/libc-version.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/auxv.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <ucontext.h>
@@ -12655,6 +12657,53 @@ SPANPROF_UNINSTRUMENTED inline int walk_stack(cfi::Registers regs, std::uint64_t
     exact = signal_frame;
   }
   return depth;
+}
+
+// The objects a system call's own frames lie in: the C library (its wrappers) and
+// the vDSO (whose functions make the call themselves for the clocks they cannot
+// read in user space, a thread's CPU clock among them).
+class SystemCallObjects {
+ public:
+  // Made on first use, which a thread's sampler makes (never the handler).
+  static const SystemCallObjects& process() noexcept {
+    static const SystemCallObjects objects;
+    return objects;
+  }
+  SPANPROF_UNINSTRUMENTED bool hold(std::uint64_t pc) const noexcept {
+    for (const cfi::ObjectIndex& object : objects_)
+      if (pc >= object.start && pc < object.end) return true;
+    return false;
+  }
+
+ private:
+  SystemCallObjects() noexcept {
+    // A string in the C library's own data: a function's address may be a stub in
+    // the program (a canonical PLT entry of a non-PIE program).
+    const void* libc = ::gnu_get_libc_version();
+    const void* vdso = reinterpret_cast<const void*>(::getauxval(AT_SYSINFO_EHDR));
+    for (int i = 0; i < 2; ++i) {
+      const void* in = i == 0 ? libc : vdso;
+      if (in != nullptr) cfi::find_object(reinterpret_cast<std::uint64_t>(in), objects_[i]);
+    }
+  }
+  cfi::ObjectIndex objects_[2];
+};
+
+// A walk that starts at a system call, without the call's own frames: the first
+// frame is the caller's, at its call (return address - 1), as walk_stack's
+// `from_address` makes it. For a tick whose points passed before the call: the
+// CPU was the caller's. Returns the new depth; the walk unchanged when it does not
+// start in a call's objects, or never leaves them.
+SPANPROF_UNINSTRUMENTED inline int pass_over_system_call(void** frames, int depth,
+                                                         const SystemCallObjects& objects) noexcept {
+  const auto pc_of = [frames](int i) { return reinterpret_cast<std::uint64_t>(frames[i]); };
+  if (depth < 2 || !objects.hold(pc_of(0))) return depth;
+  int caller = 1;
+  while (caller < depth && objects.hold(pc_of(caller) - 1)) ++caller;
+  if (caller == depth) return depth;
+  frames[0] = reinterpret_cast<void*>(pc_of(caller) - 1);
+  for (int i = caller + 1; i < depth; ++i) frames[i - caller] = frames[i];
+  return depth - caller;
 }
 
 // The registers a signal interrupted.
@@ -13574,6 +13623,7 @@ class ThreadStackSampler {
         tid_(static_cast<pid_t>(::syscall(SYS_gettid))),
 #if SPANPROF_HAS_CFI_WALKER
         stack_top_(this_thread_stack_top()),
+        system_call_objects_(&SystemCallObjects::process()),
 #endif
         pid_(::getpid()),
         long_span_ns_(std::max(cpu_watch_slack_ns(), kernel_tick_ns() * 5 / 4)),
@@ -13930,7 +13980,9 @@ class ThreadStackSampler {
 
   // The handler's own steps (signal_side.hpp).
   inline int walk_interrupted_stack(const void* ucontext, void** trace) noexcept;
-  inline std::size_t record_sample(std::uint64_t weight, const void* ucontext) noexcept;
+  // `past_the_call`: the walk starts at the caller of the system call the thread
+  // stands at (pass_over_system_call).
+  inline std::size_t record_sample(std::uint64_t weight, const void* ucontext, bool past_the_call = false) noexcept;
   // Where a tick's points passed, when not where it finds the thread: before the
   // system call it stands at, or before a call that only waits.
   enum class PassedBefore : std::uint8_t { nothing, a_call, a_wait };
@@ -13989,6 +14041,7 @@ class ThreadStackSampler {
   pid_t tid_;
 #if SPANPROF_HAS_CFI_WALKER
   std::uint64_t stack_top_;  // the walker reads the stack up to here without a check
+  const SystemCallObjects* system_call_objects_;
 #endif
   pid_t pid_;
   std::int64_t long_span_ns_;  // long_span_ns()
@@ -14431,7 +14484,9 @@ inline void ThreadStackSampler::on_signal(const siginfo_t* info, const void* uco
     walk_from_ = 0;
     return;
   }
-  record_sample(record_weight, ucontext);
+  // Found at a call its points passed before, with no sample of its own to repeat:
+  // they passed in the code that made the call.
+  record_sample(record_weight, ucontext, /*past_the_call=*/before == PassedBefore::a_call);
 }
 
 // A sample weighs the thread's CPU since the point delivered before it, which
@@ -14470,10 +14525,16 @@ inline int ThreadStackSampler::walk_interrupted_stack(const void* ucontext, void
 
 // Records the interrupted stack; returns the record's offset in the log, or
 // no_wall_record when the log is full (or the walk was skipped).
-inline std::size_t ThreadStackSampler::record_sample(std::uint64_t weight, const void* ucontext) noexcept {
+inline std::size_t ThreadStackSampler::record_sample(std::uint64_t weight, const void* ucontext,
+                                                     bool past_the_call) noexcept {
   const bool wall = (weight & wall_record_tag) != 0;
   void* trace[max_stack_depth_limit];
-  const int depth = walk_interrupted_stack(ucontext, trace);
+  int depth = walk_interrupted_stack(ucontext, trace);
+#if SPANPROF_HAS_CFI_WALKER
+  if (past_the_call) depth = pass_over_system_call(trace, depth, *system_call_objects_);
+#else
+  (void)past_the_call;
+#endif
   const std::size_t used = used_.load(std::memory_order_relaxed);
   const std::size_t need = stack_record_words(depth);
   if (depth <= 0 || used + need > settings_.buffer_words) {
@@ -14510,7 +14571,9 @@ inline std::size_t ThreadStackSampler::record_sample(std::uint64_t weight, const
 // Such is a tick the CPU watch sent (to a thread on its core, past a point by the
 // slack: a blocking call it entered meanwhile returns at once, interrupted), and
 // any tick that comes when the watch last saw the thread off its core past a point
-// and it has run less than the slack since. (Beside three busy processes, a loop
+// and it has run less than the slack since. A span with no sample of its own yet
+// takes the stack of the code that made the call, without the call's frames.
+// (Beside three busy processes, a loop
 // reading its CPU clock had 20-36 % of its CPU in clock_gettime without this
 // rule, 6-15 % with it, 7-9 % on perf_event, whose ticks come at the point itself.)
 // And the kernel's own tick at the return of a call that only waits, interrupted or

@@ -246,7 +246,9 @@ inline void ThreadStackSampler::on_signal(const siginfo_t* info, const void* uco
     walk_from_ = 0;
     return;
   }
-  record_sample(record_weight, ucontext);
+  // Found at a call its points passed before, with no sample of its own to repeat:
+  // they passed in the code that made the call.
+  record_sample(record_weight, ucontext, /*past_the_call=*/before == PassedBefore::a_call);
 }
 
 // A sample weighs the thread's CPU since the point delivered before it, which
@@ -285,10 +287,16 @@ inline int ThreadStackSampler::walk_interrupted_stack(const void* ucontext, void
 
 // Records the interrupted stack; returns the record's offset in the log, or
 // no_wall_record when the log is full (or the walk was skipped).
-inline std::size_t ThreadStackSampler::record_sample(std::uint64_t weight, const void* ucontext) noexcept {
+inline std::size_t ThreadStackSampler::record_sample(std::uint64_t weight, const void* ucontext,
+                                                     bool past_the_call) noexcept {
   const bool wall = (weight & wall_record_tag) != 0;
   void* trace[max_stack_depth_limit];
-  const int depth = walk_interrupted_stack(ucontext, trace);
+  int depth = walk_interrupted_stack(ucontext, trace);
+#if SPANPROF_HAS_CFI_WALKER
+  if (past_the_call) depth = pass_over_system_call(trace, depth, *system_call_objects_);
+#else
+  (void)past_the_call;
+#endif
   const std::size_t used = used_.load(std::memory_order_relaxed);
   const std::size_t need = stack_record_words(depth);
   if (depth <= 0 || used + need > settings_.buffer_words) {
@@ -325,7 +333,9 @@ inline std::size_t ThreadStackSampler::record_sample(std::uint64_t weight, const
 // Such is a tick the CPU watch sent (to a thread on its core, past a point by the
 // slack: a blocking call it entered meanwhile returns at once, interrupted), and
 // any tick that comes when the watch last saw the thread off its core past a point
-// and it has run less than the slack since. (Beside three busy processes, a loop
+// and it has run less than the slack since. A span with no sample of its own yet
+// takes the stack of the code that made the call, without the call's frames.
+// (Beside three busy processes, a loop
 // reading its CPU clock had 20-36 % of its CPU in clock_gettime without this
 // rule, 6-15 % with it, 7-9 % on perf_event, whose ticks come at the point itself.)
 // And the kernel's own tick at the return of a call that only waits, interrupted or

@@ -33,8 +33,10 @@
 #include <gperftools/profiler.h>
 #endif
 
+#include <gnu/libc-version.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/auxv.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <ucontext.h>
@@ -367,6 +369,53 @@ SPANPROF_UNINSTRUMENTED inline int walk_stack(cfi::Registers regs, std::uint64_t
     exact = signal_frame;
   }
   return depth;
+}
+
+// The objects a system call's own frames lie in: the C library (its wrappers) and
+// the vDSO (whose functions make the call themselves for the clocks they cannot
+// read in user space, a thread's CPU clock among them).
+class SystemCallObjects {
+ public:
+  // Made on first use, which a thread's sampler makes (never the handler).
+  static const SystemCallObjects& process() noexcept {
+    static const SystemCallObjects objects;
+    return objects;
+  }
+  SPANPROF_UNINSTRUMENTED bool hold(std::uint64_t pc) const noexcept {
+    for (const cfi::ObjectIndex& object : objects_)
+      if (pc >= object.start && pc < object.end) return true;
+    return false;
+  }
+
+ private:
+  SystemCallObjects() noexcept {
+    // A string in the C library's own data: a function's address may be a stub in
+    // the program (a canonical PLT entry of a non-PIE program).
+    const void* libc = ::gnu_get_libc_version();
+    const void* vdso = reinterpret_cast<const void*>(::getauxval(AT_SYSINFO_EHDR));
+    for (int i = 0; i < 2; ++i) {
+      const void* in = i == 0 ? libc : vdso;
+      if (in != nullptr) cfi::find_object(reinterpret_cast<std::uint64_t>(in), objects_[i]);
+    }
+  }
+  cfi::ObjectIndex objects_[2];
+};
+
+// A walk that starts at a system call, without the call's own frames: the first
+// frame is the caller's, at its call (return address - 1), as walk_stack's
+// `from_address` makes it. For a tick whose points passed before the call: the
+// CPU was the caller's. Returns the new depth; the walk unchanged when it does not
+// start in a call's objects, or never leaves them.
+SPANPROF_UNINSTRUMENTED inline int pass_over_system_call(void** frames, int depth,
+                                                         const SystemCallObjects& objects) noexcept {
+  const auto pc_of = [frames](int i) { return reinterpret_cast<std::uint64_t>(frames[i]); };
+  if (depth < 2 || !objects.hold(pc_of(0))) return depth;
+  int caller = 1;
+  while (caller < depth && objects.hold(pc_of(caller) - 1)) ++caller;
+  if (caller == depth) return depth;
+  frames[0] = reinterpret_cast<void*>(pc_of(caller) - 1);
+  for (int i = caller + 1; i < depth; ++i) frames[i - caller] = frames[i];
+  return depth - caller;
 }
 
 // The registers a signal interrupted.

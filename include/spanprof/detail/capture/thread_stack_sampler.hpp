@@ -56,6 +56,7 @@ class ThreadStackSampler {
         tid_(static_cast<pid_t>(::syscall(SYS_gettid))),
 #if SPANPROF_HAS_CFI_WALKER
         stack_top_(this_thread_stack_top()),
+        system_call_objects_(&SystemCallObjects::process()),
 #endif
         pid_(::getpid()),
         long_span_ns_(std::max(cpu_watch_slack_ns(), kernel_tick_ns() * 5 / 4)),
@@ -412,7 +413,9 @@ class ThreadStackSampler {
 
   // The handler's own steps (signal_side.hpp).
   inline int walk_interrupted_stack(const void* ucontext, void** trace) noexcept;
-  inline std::size_t record_sample(std::uint64_t weight, const void* ucontext) noexcept;
+  // `past_the_call`: the walk starts at the caller of the system call the thread
+  // stands at (pass_over_system_call).
+  inline std::size_t record_sample(std::uint64_t weight, const void* ucontext, bool past_the_call = false) noexcept;
   // Where a tick's points passed, when not where it finds the thread: before the
   // system call it stands at, or before a call that only waits.
   enum class PassedBefore : std::uint8_t { nothing, a_call, a_wait };
@@ -471,6 +474,7 @@ class ThreadStackSampler {
   pid_t tid_;
 #if SPANPROF_HAS_CFI_WALKER
   std::uint64_t stack_top_;  // the walker reads the stack up to here without a check
+  const SystemCallObjects* system_call_objects_;
 #endif
   pid_t pid_;
   std::int64_t long_span_ns_;  // long_span_ns()
