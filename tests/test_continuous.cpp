@@ -666,16 +666,18 @@ TEST_CASE("continuous: a thread that computes ticks on a perf_event task clock, 
   const int descriptors_before = perf_event_descriptors();
   waiter.join();
   double cpu = 0;
-  std::atomic<bool> computing{false};
+  std::atomic<bool> computing{true};
   std::thread computer([&] {
-    computing = true;
     compacts_in_background(0.6);
     cpu = thread_cpu_seconds();
+    computing = false;
   });
-  while (!computing) std::this_thread::yield();
-  // 0.4 s on, it has had many adapt windows (20 ms of its CPU each), beside busy processes too.
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));
-  while_computing = spanprof::stats().continuous_threads_on_perf_event;
+  // It moves at a tick once an adapt window (20 ms of its CPU) has passed; beside
+  // busy processes its timer's ticks come late, so this looks until it has.
+  while (computing && while_computing == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    while_computing = spanprof::stats().continuous_threads_on_perf_event;
+  }
   computer.join();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the merger's looks: the thread is gone
   const int descriptors_after = perf_event_descriptors();

@@ -7,11 +7,11 @@
 //    processes, a thread's last tens of milliseconds of CPU. A perf_event task
 //    clock overflows at the point itself. But it costs its thread something at every
 //    context switch (docs/cost.md), so `automatic` gives it to the threads that
-//    compute — a millisecond of CPU or more per switch, the span source's own rule
-//    (CpuTickSource) — within a descriptor budget; `perf_event` to every thread
-//    within the budget; `posix_timer` to none.
+//    compute — a millisecond of CPU or more per wait (voluntary switch), the span
+//    source's thresholds (CpuTickSource) — within a descriptor budget; `perf_event`
+//    to every thread within the budget; `posix_timer` to none.
 //  * The thread chooses for itself, in its handler, once per adapt window of its
-//    CPU: it counts its own switches (getrusage) and opens or closes its event
+//    CPU: it counts its own waits (getrusage) and opens or closes its event
 //    (perf_event_open, fcntl, close: async-signal-safe). Its timer stays made,
 //    disarmed while the event ticks.
 //  * An event tick weighs the periods its counter passed since the last one
@@ -112,9 +112,12 @@ class ContinuousTicks {
     }
     const std::int64_t now = this_thread_cpu_ns();
     if (slot.adapt_cpu_ns != 0 && now - slot.adapt_cpu_ns < CpuTickSource::adapt_window_ns) return;
+    // Its own waits only (voluntary switches): a thread that computes beside busy
+    // processes is preempted every millisecond or so, and that is when its timer
+    // loses the most, at its exit; a request thread waits several times a request.
     rusage usage{};
     if (::getrusage(RUSAGE_THREAD, &usage) != 0) return;
-    const std::int64_t switches = static_cast<std::int64_t>(usage.ru_nvcsw) + static_cast<std::int64_t>(usage.ru_nivcsw);
+    const std::int64_t switches = static_cast<std::int64_t>(usage.ru_nvcsw);
     const bool first = slot.adapt_cpu_ns == 0;
     const std::int64_t per_switch = (now - slot.adapt_cpu_ns) / std::max<std::int64_t>(1, switches - slot.adapt_switches);
     slot.adapt_cpu_ns = now;
