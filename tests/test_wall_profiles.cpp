@@ -141,6 +141,7 @@ TEST_CASE("a wall profile shows where a slow span waited, and adds up to its ela
     const auto span = span_number(5000 + i);
     const auto start = std::chrono::steady_clock::now();
     std::int64_t elapsed_ns = 0, waited_ns = 0;
+    const double cpu_before = spanprof_test::thread_cpu_seconds();
     {
       spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "GET /slow"}, spanprof::cpu | spanprof::wall);
       compute_prices(std::chrono::milliseconds(40));
@@ -150,6 +151,7 @@ TEST_CASE("a wall profile shows where a slow span waited, and adds up to its ela
       waited_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end - wait_start).count();
       elapsed_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count();
     }
+    const double span_cpu_ns = (spanprof_test::thread_cpu_seconds() - cpu_before) * 1e9;
     INFO("span " << i);
     const auto* wall = collector.profile_for(span.span_id, spanprof::ProfileKind::wall);
     const auto* cpu = collector.profile_for(span.span_id, spanprof::ProfileKind::cpu);
@@ -191,6 +193,12 @@ TEST_CASE("a wall profile shows where a slow span waited, and adds up to its ela
     CHECK(computing * static_cast<double>(cpu_total) >= 0.8 * static_cast<double>(cpu_total - at_close));
     CHECK(share_on_stack(cpu->decoded, "wait_for_backend") <= 0.1);
     CHECK(spanprof_test::sample_count(cpu->decoded) >= 5);  // ~10 ticks; fewer when the CPU is shared
+    // And it weighs the CPU the span ran: the wall ticks queued to the thread are
+    // no backlog of its CPU ticks to hold them for (CpuTickSource::hold_while_behind).
+    const auto sampled_cpu_ns = static_cast<double>(value_total(cpu->decoded, 1));
+    INFO("the span's CPU " << span_cpu_ns * 1e-6 << " ms, its profile's " << sampled_cpu_ns * 1e-6 << " ms");
+    CHECK(sampled_cpu_ns >= 0.8 * span_cpu_ns);
+    CHECK(sampled_cpu_ns <= 1.2 * span_cpu_ns);
   }
 }
 

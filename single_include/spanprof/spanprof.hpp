@@ -10590,9 +10590,13 @@ class CpuTickSource {
   // signal delivery, for minutes). The caller takes no sample for this signal:
   // the last one of the backlog weighs all the CPU since the sample before, with
   // its points counted from the period armed then (cpu_period_ is left alone).
+  // `others_queued`: the thread's owner has queued it signals of the same number
+  // (wall ticks) not taken yet; the one pending may be such, and a hold for it
+  // would leave the CPU of the span's next 16 periods to a tick that may come
+  // after its close (with a wall profile on, a computing span lost half its CPU so).
   // Async-signal-safe: sigpending and an ioctl.
-  bool hold_while_behind() noexcept {
-    if (source() != CpuSampleSource::perf_event) return false;
+  bool hold_while_behind(bool others_queued) noexcept {
+    if (source() != CpuSampleSource::perf_event || others_queued) return false;
     sigset_t pending;
     if (::sigpending(&pending) != 0 || sigismember(&pending, signal_number_) != 1) return false;
     std::uint64_t longest = static_cast<std::uint64_t>(period_ns_) * 16;
@@ -13666,6 +13670,7 @@ class ThreadStackSampler {
     if (ticker_.syscall_fd >= 0) ::close(ticker_.syscall_fd);
     ticker_.syscall_fd = -1;
     armed_.store(false, std::memory_order_relaxed);
+    queued_ticks_.store(0, std::memory_order_relaxed);  // a child has no pending signals
     registry_prev = registry_next = nullptr;
   }
   bool in_wall_span() const noexcept { return wall_spans_.load(std::memory_order_relaxed) != 0; }
@@ -13930,7 +13935,10 @@ class ThreadStackSampler {
  private:
   // The ticker's signal to this thread, carrying `value` (a tag and its data).
   bool send_tick(std::uint64_t value) noexcept {
-    return queue_signal_to_thread(pid_, tid_, settings_.signal_number, value);
+    queued_ticks_.fetch_add(1, std::memory_order_relaxed);
+    if (queue_signal_to_thread(pid_, tid_, settings_.signal_number, value)) return true;
+    queued_ticks_.fetch_sub(1, std::memory_order_relaxed);
+    return false;
   }
 
   // Returns the count before.
@@ -14063,6 +14071,9 @@ class ThreadStackSampler {
   std::atomic<std::uint32_t> idle_ticks_{0};
   std::atomic<std::uint64_t> cpu_ticks_handled_{0};  // written by the handler
   std::atomic<bool> signal_blocked_{false};          // set by the watchdog: never armed again
+  // Ticks sent with send_tick (the wall's, the CPU watch's, an edge's) that the
+  // handler has not taken yet: one of them pending is no perf event backlog.
+  std::atomic<std::uint32_t> queued_ticks_{0};
   std::int64_t watch_cpu_ns_ = -1;                   // the watchdog's: thread CPU time at its mark
   std::uint64_t watch_ticks_ = 0;                    // the watchdog's: ticks handled at its mark
   bool watch_saw_blocked_ = false;                   // the watchdog's: blocked at its last window
@@ -14414,14 +14425,16 @@ inline void ThreadStackSampler::take_ticks_to(std::int64_t cut) noexcept {
 // ---- the handler ------------------------------------------------------------------
 
 inline void ThreadStackSampler::on_signal(const siginfo_t* info, const void* ucontext) noexcept {
+  const bool sent = info->si_code == SI_QUEUE && info->si_pid == pid_;
+  const auto value = sent ? reinterpret_cast<std::uintptr_t>(info->si_value.sival_ptr) : 0;
+  const std::uint64_t tag = value & ~std::uint64_t{0xFFFF'FFFF};
+  if (sent && (tag == wall_tick_tag || tag == cpu_tick_tag)) queued_ticks_.fetch_sub(1, std::memory_order_relaxed);
   // Queued while the thread blocked the signal: they would all land on the point
   // where it unblocks, so none is recorded.
   if (SPANPROF_UNLIKELY(signal_blocked_.load(std::memory_order_relaxed))) return;
   bool at_edge = false;  // sent by a span's edge (take_ticks_to)
   bool watched = false;  // sent by the CPU watch (cpu_watch)
-  if (info->si_code == SI_QUEUE && info->si_pid == pid_) {
-    const auto value = reinterpret_cast<std::uintptr_t>(info->si_value.sival_ptr);
-    const std::uint64_t tag = value & ~std::uint64_t{0xFFFF'FFFF};
+  if (sent) {
     if (tag == wall_tick_tag) return on_wall_tick(static_cast<std::uint32_t>(value), ucontext);
     // The ticker's CPU tick: the timer's point passed unseen by the kernel. It is
     // a tick like the timer's own (whichever comes first takes the sample; the
@@ -14434,7 +14447,7 @@ inline void ThreadStackSampler::on_signal(const siginfo_t* info, const void* uco
     watched = !at_edge;
   } else if (!cpu_.is_tick(info)) {
     return;  // not our source's: someone else's signal
-  } else if (SPANPROF_UNLIKELY(cpu_.hold_while_behind())) {
+  } else if (SPANPROF_UNLIKELY(cpu_.hold_while_behind(queued_ticks_.load(std::memory_order_relaxed) != 0))) {
     counters_->add(Counter::cpu_ticks_behind, 1);
     return;
   }

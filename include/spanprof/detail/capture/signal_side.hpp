@@ -173,14 +173,16 @@ inline void ThreadStackSampler::take_ticks_to(std::int64_t cut) noexcept {
 // ---- the handler ------------------------------------------------------------------
 
 inline void ThreadStackSampler::on_signal(const siginfo_t* info, const void* ucontext) noexcept {
+  const bool sent = info->si_code == SI_QUEUE && info->si_pid == pid_;
+  const auto value = sent ? reinterpret_cast<std::uintptr_t>(info->si_value.sival_ptr) : 0;
+  const std::uint64_t tag = value & ~std::uint64_t{0xFFFF'FFFF};
+  if (sent && (tag == wall_tick_tag || tag == cpu_tick_tag)) queued_ticks_.fetch_sub(1, std::memory_order_relaxed);
   // Queued while the thread blocked the signal: they would all land on the point
   // where it unblocks, so none is recorded.
   if (SPANPROF_UNLIKELY(signal_blocked_.load(std::memory_order_relaxed))) return;
   bool at_edge = false;  // sent by a span's edge (take_ticks_to)
   bool watched = false;  // sent by the CPU watch (cpu_watch)
-  if (info->si_code == SI_QUEUE && info->si_pid == pid_) {
-    const auto value = reinterpret_cast<std::uintptr_t>(info->si_value.sival_ptr);
-    const std::uint64_t tag = value & ~std::uint64_t{0xFFFF'FFFF};
+  if (sent) {
     if (tag == wall_tick_tag) return on_wall_tick(static_cast<std::uint32_t>(value), ucontext);
     // The ticker's CPU tick: the timer's point passed unseen by the kernel. It is
     // a tick like the timer's own (whichever comes first takes the sample; the
@@ -193,7 +195,7 @@ inline void ThreadStackSampler::on_signal(const siginfo_t* info, const void* uco
     watched = !at_edge;
   } else if (!cpu_.is_tick(info)) {
     return;  // not our source's: someone else's signal
-  } else if (SPANPROF_UNLIKELY(cpu_.hold_while_behind())) {
+  } else if (SPANPROF_UNLIKELY(cpu_.hold_while_behind(queued_ticks_.load(std::memory_order_relaxed) != 0))) {
     counters_->add(Counter::cpu_ticks_behind, 1);
     return;
   }

@@ -96,6 +96,7 @@ class ThreadStackSampler {
     if (ticker_.syscall_fd >= 0) ::close(ticker_.syscall_fd);
     ticker_.syscall_fd = -1;
     armed_.store(false, std::memory_order_relaxed);
+    queued_ticks_.store(0, std::memory_order_relaxed);  // a child has no pending signals
     registry_prev = registry_next = nullptr;
   }
   bool in_wall_span() const noexcept { return wall_spans_.load(std::memory_order_relaxed) != 0; }
@@ -360,7 +361,10 @@ class ThreadStackSampler {
  private:
   // The ticker's signal to this thread, carrying `value` (a tag and its data).
   bool send_tick(std::uint64_t value) noexcept {
-    return queue_signal_to_thread(pid_, tid_, settings_.signal_number, value);
+    queued_ticks_.fetch_add(1, std::memory_order_relaxed);
+    if (queue_signal_to_thread(pid_, tid_, settings_.signal_number, value)) return true;
+    queued_ticks_.fetch_sub(1, std::memory_order_relaxed);
+    return false;
   }
 
   // Returns the count before.
@@ -493,6 +497,9 @@ class ThreadStackSampler {
   std::atomic<std::uint32_t> idle_ticks_{0};
   std::atomic<std::uint64_t> cpu_ticks_handled_{0};  // written by the handler
   std::atomic<bool> signal_blocked_{false};          // set by the watchdog: never armed again
+  // Ticks sent with send_tick (the wall's, the CPU watch's, an edge's) that the
+  // handler has not taken yet: one of them pending is no perf event backlog.
+  std::atomic<std::uint32_t> queued_ticks_{0};
   std::int64_t watch_cpu_ns_ = -1;                   // the watchdog's: thread CPU time at its mark
   std::uint64_t watch_ticks_ = 0;                    // the watchdog's: ticks handled at its mark
   bool watch_saw_blocked_ = false;                   // the watchdog's: blocked at its last window
