@@ -10564,6 +10564,10 @@ class CpuTickSource {
     }
   }
 
+  // perf_event: how much CPU the thread ran past the point of the tick being taken
+  // (0 after an arm); the timer's lateness is its CPU watch's business.
+  std::int64_t perf_tick_late_ns() const noexcept { return perf_tick_late_ns_; }
+
   // The POSIX timer's next sampling point on the thread's CPU clock, for the ticker
   // to read from its thread (0: none, or another source ticks).
   std::int64_t next_point_ns() const noexcept { return static_cast<std::int64_t>(cpu_mark_.load(std::memory_order_relaxed)); }
@@ -10781,8 +10785,10 @@ class CpuTickSource {
     std::int64_t draw = random_interval_ns(random_, period_ns_);
     std::int64_t period = draw;  // the first period after the arm
     periods = 1;
+    perf_tick_late_ns_ = 0;
     if (cpu_period_ != 0) {  // the period was set at the last tick, tick_cpu_ns_
       std::int64_t late = now_ns - tick_cpu_ns_ - cpu_period_;
+      perf_tick_late_ns_ = late;
       // The points the thread's CPU clock passed after the one that fired, as the
       // timer counts them: the event's timer fires once for all the periods that
       // expired while the host held the vCPU, and a guest's thread CPU clock runs
@@ -10875,6 +10881,7 @@ class CpuTickSource {
   // reads it to find a point the kernel has not delivered (next_point_ns).
   std::atomic<std::uint64_t> cpu_mark_{0};
   std::int64_t cpu_period_ = 0; // perf: the period set at the last tick (0: unknown, after a disarm)
+  std::int64_t perf_tick_late_ns_ = 0;  // perf: the CPU run past the point of the tick taken last
   std::int64_t tick_cpu_ns_ = 0;  // the thread's CPU clock at the last sample (0: since the arm, none)
   std::int64_t point_base_ = 0;   // timer: the last point delivered (or the arm), on the thread's CPU clock
   std::int64_t adapt_cpu_ns_ = 0;     // automatic: the thread's CPU clock at the last choice of source
@@ -13996,8 +14003,9 @@ class ThreadStackSampler {
   inline std::size_t record_sample(std::uint64_t weight, const void* ucontext, bool past_the_call = false) noexcept;
   // Where a tick's points passed, when not where it finds the thread: before the
   // system call it stands at, or before a call that only waits.
-  enum class PassedBefore : std::uint8_t { nothing, a_call, a_wait };
+  enum class PassedBefore : std::uint8_t { nothing, a_call, a_wait, a_close };
   inline PassedBefore passed_before_a_call(const void* ucontext, bool watched) noexcept;
+  inline PassedBefore perf_tick_passed_before(const void* ucontext) noexcept;
   inline bool repeat_last_cpu_record(const ActiveSpan& span, std::uint64_t weight) noexcept;
   inline bool has_own_cpu_sample(const ActiveSpan& span) const noexcept;
   inline std::size_t copy_record(std::size_t from, std::uint64_t weight) noexcept;
@@ -14483,11 +14491,12 @@ inline void ThreadStackSampler::on_signal(const siginfo_t* info, const void* uco
   // At a close (begin_close), the kernel's tick is the span's points as much as
   // the edge's own: both passed in the span's code before. A perf event's tick
   // comes at its point: its stack is where the CPU went (walked from the guard's
-  // frame at a close).
+  // frame at a close) — unless it came late (perf_tick_passed_before).
   const bool on_timer = source == CpuSampleSource::posix_timer;
-  const PassedBefore before =
-      on_timer && !at_edge && !closing_ ? passed_before_a_call(ucontext, watched) : PassedBefore::nothing;
-  const bool passed_elsewhere = on_timer && (at_edge || closing_ || before != PassedBefore::nothing);
+  const PassedBefore before = on_timer ? (!at_edge && !closing_ ? passed_before_a_call(ucontext, watched)
+                                                                 : PassedBefore::nothing)
+                                       : perf_tick_passed_before(ucontext);
+  const bool passed_elsewhere = (on_timer && (at_edge || closing_)) || before != PassedBefore::nothing;
   if (passed_elsewhere && repeat_last_cpu_record(*active, record_weight)) return;
   // A span with no sample of its own yet, found at the return of a wait: its points
   // passed in its code before the wait, which the walk from the frame that opened
@@ -14606,6 +14615,20 @@ inline ThreadStackSampler::PassedBefore ThreadStackSampler::passed_before_a_call
   if (seen < 0) return PassedBefore::nothing;
   const std::int64_t now = this_thread_cpu_ns();
   return now >= 0 && now - seen < cpu_watch_slack_ns() ? PassedBefore::a_call : PassedBefore::nothing;
+}
+
+// A perf event's tick comes at its point, but the kernel can hold its signal: the
+// overflow is found on a timer interrupt, and the signal waits for the thread's
+// next entry to the kernel when that interrupt came late (a vCPU its host took
+// away; an emulated CPU, whose thread CPU clock then jumps). A tick taken more than
+// the CPU watch's slack past its point, at a system call or in a span's close,
+// passed in the code before: like the timer's, it takes the span's last CPU
+// sample's stack, or the code that made the call. (In the arm64 VM, such ticks in
+// the close of spans that ran one hot loop each were the close's samples.)
+inline ThreadStackSampler::PassedBefore ThreadStackSampler::perf_tick_passed_before(const void* ucontext) noexcept {
+  if (cpu_.perf_tick_late_ns() <= cpu_watch_slack_ns()) return PassedBefore::nothing;
+  if (closing_) return PassedBefore::a_close;
+  return system_call_site(ucontext).at_call ? PassedBefore::a_call : PassedBefore::nothing;
 }
 
 inline bool ThreadStackSampler::has_own_cpu_sample(const ActiveSpan& span) const noexcept {

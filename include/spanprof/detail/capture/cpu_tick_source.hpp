@@ -142,6 +142,10 @@ class CpuTickSource {
     }
   }
 
+  // perf_event: how much CPU the thread ran past the point of the tick being taken
+  // (0 after an arm); the timer's lateness is its CPU watch's business.
+  std::int64_t perf_tick_late_ns() const noexcept { return perf_tick_late_ns_; }
+
   // The POSIX timer's next sampling point on the thread's CPU clock, for the ticker
   // to read from its thread (0: none, or another source ticks).
   std::int64_t next_point_ns() const noexcept { return static_cast<std::int64_t>(cpu_mark_.load(std::memory_order_relaxed)); }
@@ -359,8 +363,10 @@ class CpuTickSource {
     std::int64_t draw = random_interval_ns(random_, period_ns_);
     std::int64_t period = draw;  // the first period after the arm
     periods = 1;
+    perf_tick_late_ns_ = 0;
     if (cpu_period_ != 0) {  // the period was set at the last tick, tick_cpu_ns_
       std::int64_t late = now_ns - tick_cpu_ns_ - cpu_period_;
+      perf_tick_late_ns_ = late;
       // The points the thread's CPU clock passed after the one that fired, as the
       // timer counts them: the event's timer fires once for all the periods that
       // expired while the host held the vCPU, and a guest's thread CPU clock runs
@@ -453,6 +459,7 @@ class CpuTickSource {
   // reads it to find a point the kernel has not delivered (next_point_ns).
   std::atomic<std::uint64_t> cpu_mark_{0};
   std::int64_t cpu_period_ = 0; // perf: the period set at the last tick (0: unknown, after a disarm)
+  std::int64_t perf_tick_late_ns_ = 0;  // perf: the CPU run past the point of the tick taken last
   std::int64_t tick_cpu_ns_ = 0;  // the thread's CPU clock at the last sample (0: since the arm, none)
   std::int64_t point_base_ = 0;   // timer: the last point delivered (or the arm), on the thread's CPU clock
   std::int64_t adapt_cpu_ns_ = 0;     // automatic: the thread's CPU clock at the last choice of source

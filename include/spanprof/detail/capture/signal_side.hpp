@@ -231,11 +231,12 @@ inline void ThreadStackSampler::on_signal(const siginfo_t* info, const void* uco
   // At a close (begin_close), the kernel's tick is the span's points as much as
   // the edge's own: both passed in the span's code before. A perf event's tick
   // comes at its point: its stack is where the CPU went (walked from the guard's
-  // frame at a close).
+  // frame at a close) — unless it came late (perf_tick_passed_before).
   const bool on_timer = source == CpuSampleSource::posix_timer;
-  const PassedBefore before =
-      on_timer && !at_edge && !closing_ ? passed_before_a_call(ucontext, watched) : PassedBefore::nothing;
-  const bool passed_elsewhere = on_timer && (at_edge || closing_ || before != PassedBefore::nothing);
+  const PassedBefore before = on_timer ? (!at_edge && !closing_ ? passed_before_a_call(ucontext, watched)
+                                                                 : PassedBefore::nothing)
+                                       : perf_tick_passed_before(ucontext);
+  const bool passed_elsewhere = (on_timer && (at_edge || closing_)) || before != PassedBefore::nothing;
   if (passed_elsewhere && repeat_last_cpu_record(*active, record_weight)) return;
   // A span with no sample of its own yet, found at the return of a wait: its points
   // passed in its code before the wait, which the walk from the frame that opened
@@ -354,6 +355,20 @@ inline ThreadStackSampler::PassedBefore ThreadStackSampler::passed_before_a_call
   if (seen < 0) return PassedBefore::nothing;
   const std::int64_t now = this_thread_cpu_ns();
   return now >= 0 && now - seen < cpu_watch_slack_ns() ? PassedBefore::a_call : PassedBefore::nothing;
+}
+
+// A perf event's tick comes at its point, but the kernel can hold its signal: the
+// overflow is found on a timer interrupt, and the signal waits for the thread's
+// next entry to the kernel when that interrupt came late (a vCPU its host took
+// away; an emulated CPU, whose thread CPU clock then jumps). A tick taken more than
+// the CPU watch's slack past its point, at a system call or in a span's close,
+// passed in the code before: like the timer's, it takes the span's last CPU
+// sample's stack, or the code that made the call. (In the arm64 VM, such ticks in
+// the close of spans that ran one hot loop each were the close's samples.)
+inline ThreadStackSampler::PassedBefore ThreadStackSampler::perf_tick_passed_before(const void* ucontext) noexcept {
+  if (cpu_.perf_tick_late_ns() <= cpu_watch_slack_ns()) return PassedBefore::nothing;
+  if (closing_) return PassedBefore::a_close;
+  return system_call_site(ucontext).at_call ? PassedBefore::a_call : PassedBefore::nothing;
 }
 
 inline bool ThreadStackSampler::has_own_cpu_sample(const ActiveSpan& span) const noexcept {

@@ -422,8 +422,9 @@ class ThreadStackSampler {
   inline std::size_t record_sample(std::uint64_t weight, const void* ucontext, bool past_the_call = false) noexcept;
   // Where a tick's points passed, when not where it finds the thread: before the
   // system call it stands at, or before a call that only waits.
-  enum class PassedBefore : std::uint8_t { nothing, a_call, a_wait };
+  enum class PassedBefore : std::uint8_t { nothing, a_call, a_wait, a_close };
   inline PassedBefore passed_before_a_call(const void* ucontext, bool watched) noexcept;
+  inline PassedBefore perf_tick_passed_before(const void* ucontext) noexcept;
   inline bool repeat_last_cpu_record(const ActiveSpan& span, std::uint64_t weight) noexcept;
   inline bool has_own_cpu_sample(const ActiveSpan& span) const noexcept;
   inline std::size_t copy_record(std::size_t from, std::uint64_t weight) noexcept;
