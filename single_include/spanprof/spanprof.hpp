@@ -14586,9 +14586,8 @@ inline std::size_t ThreadStackSampler::record_sample(std::uint64_t weight, const
 // in the stretch of CPU that sample was drawn from: they take its stack again, not
 // the close's. The close's own stack is the guard's frame, where almost none of a
 // span's CPU goes; under load the points a thread passes just before it blocks
-// wait there for the close (a span that computed 50 ms and then waited 60 ms
-// had up to 5 of its 12 points at the guard's frame). False when the span has no
-// CPU sample of its own, or the log is full: the close's stack is then taken.
+// wait there for the close. False when the span has no CPU sample of its own, or
+// the log is full: the close's stack is then taken.
 //
 // The same for a tick that finds the thread at a system call, when the thread
 // went into the call with the tick's points passed before: its stack is where it
@@ -14598,9 +14597,6 @@ inline std::size_t ThreadStackSampler::record_sample(std::uint64_t weight, const
 // any tick that comes when the watch last saw the thread off its core past a point
 // and it has run less than the slack since. A span with no sample of its own yet
 // takes the stack of the code that made the call, without the call's frames.
-// (Beside three busy processes, a loop
-// reading its CPU clock had 20-36 % of its CPU in clock_gettime without this
-// rule, 6-15 % with it, 7-9 % on perf_event, whose ticks come at the point itself.)
 // And the kernel's own tick at the return of a call that only waits, interrupted or
 // not: the thread ran no CPU in it. (A point a thread passes while the tick keeps
 // missing it under load is found when the thread goes into its next wait, and
