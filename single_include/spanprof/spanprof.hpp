@@ -10595,9 +10595,9 @@ class CpuTickSource {
   // the last one of the backlog weighs all the CPU since the sample before, with
   // its points counted from the period armed then (cpu_period_ is left alone).
   // `others_queued`: the thread's owner has queued it signals of the same number
-  // (wall ticks) not taken yet; the one pending may be such, and a hold for it
-  // would leave the CPU of the span's next 16 periods to a tick that may come
-  // after its close (with a wall profile on, a computing span lost half its CPU so).
+  // (wall ticks, the CPU watch's) not taken yet; the one pending may be such, and a
+  // hold for it would leave the CPU of the span's next 16 periods to a tick that
+  // may come after its close.
   // Async-signal-safe: sigpending and an ioctl.
   bool hold_while_behind(bool others_queued) noexcept {
     if (source() != CpuSampleSource::perf_event || others_queued) return false;
@@ -14619,8 +14619,7 @@ inline ThreadStackSampler::PassedBefore ThreadStackSampler::passed_before_a_call
 // away; an emulated CPU, whose thread CPU clock then jumps). A tick taken more than
 // the CPU watch's slack past its point, at a system call or in a span's close,
 // passed in the code before: like the timer's, it takes the span's last CPU
-// sample's stack, or the code that made the call. (In the arm64 VM, such ticks in
-// the close of spans that ran one hot loop each were the close's samples.)
+// sample's stack, or the code that made the call (docs/engines.md).
 inline ThreadStackSampler::PassedBefore ThreadStackSampler::perf_tick_passed_before(const void* ucontext) noexcept {
   if (cpu_.perf_tick_late_ns() <= cpu_watch_slack_ns()) return PassedBefore::nothing;
   if (closing_) return PassedBefore::a_close;

@@ -173,9 +173,9 @@ class CpuTickSource {
   // the last one of the backlog weighs all the CPU since the sample before, with
   // its points counted from the period armed then (cpu_period_ is left alone).
   // `others_queued`: the thread's owner has queued it signals of the same number
-  // (wall ticks) not taken yet; the one pending may be such, and a hold for it
-  // would leave the CPU of the span's next 16 periods to a tick that may come
-  // after its close (with a wall profile on, a computing span lost half its CPU so).
+  // (wall ticks, the CPU watch's) not taken yet; the one pending may be such, and a
+  // hold for it would leave the CPU of the span's next 16 periods to a tick that
+  // may come after its close.
   // Async-signal-safe: sigpending and an ioctl.
   bool hold_while_behind(bool others_queued) noexcept {
     if (source() != CpuSampleSource::perf_event || others_queued) return false;

@@ -359,8 +359,7 @@ inline ThreadStackSampler::PassedBefore ThreadStackSampler::passed_before_a_call
 // away; an emulated CPU, whose thread CPU clock then jumps). A tick taken more than
 // the CPU watch's slack past its point, at a system call or in a span's close,
 // passed in the code before: like the timer's, it takes the span's last CPU
-// sample's stack, or the code that made the call. (In the arm64 VM, such ticks in
-// the close of spans that ran one hot loop each were the close's samples.)
+// sample's stack, or the code that made the call (docs/engines.md).
 inline ThreadStackSampler::PassedBefore ThreadStackSampler::perf_tick_passed_before(const void* ucontext) noexcept {
   if (cpu_.perf_tick_late_ns() <= cpu_watch_slack_ns()) return PassedBefore::nothing;
   if (closing_) return PassedBefore::a_close;
