@@ -32,7 +32,9 @@ void fuzz_one(std::string_view bytes) {
     SPANPROF_FUZZ_CHECK(record == words.data() + at);
     SPANPROF_FUZZ_CHECK(length == sd::stack_record_words(static_cast<int>(record[1])) && record[1] >= 1);
     SPANPROF_FUZZ_CHECK(length <= words.size() - at);
-    ++(sd::is_wall_record(record) ? wall_records : cpu_records);
+    // A CPU record of no periods gave its weight to a later one: it is no sample.
+    if (sd::is_wall_record(record)) ++wall_records;
+    else if (sd::cpu_record_periods(record[0]) != 0) ++cpu_records;
     if (sd::is_wall_record(record) && sd::wall_record_continued(record[0])) ++wall_continuations;
     at += length;
   });
@@ -47,6 +49,7 @@ void fuzz_one(std::string_view bytes) {
     for (const spanprof::RawSample& sample : profile.samples) {
       SPANPROF_FUZZ_CHECK(sample.values.size() == 2 && sample.values[0] >= 0 && sample.values[1] >= 0 &&
                           !sample.frames.empty());
+      if (kind == spanprof::ProfileKind::cpu) SPANPROF_FUZZ_CHECK(sample.values[0] >= 1);
       if (kind == spanprof::ProfileKind::wall) {
         SPANPROF_FUZZ_CHECK(sample.values[0] == 0 || sample.values[0] == 1);
         wall_samples += sample.values[0];

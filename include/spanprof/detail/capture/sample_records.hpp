@@ -127,6 +127,7 @@ inline void read_stack_records(const std::uint64_t* words, std::size_t count, Ra
   const bool wall = profile.kind == ProfileKind::wall;
   for_each_stack_record(words, count, [&](const std::uint64_t* record, std::size_t) {
     if (is_wall_record(record) != wall) return;
+    if (!wall && cpu_record_periods(record[0]) == 0) return;  // its weight went to a later sample
     RawSample sample;
     if (wall) {
       // A continuation is the same sample's other part: its time, not another sample.

@@ -68,9 +68,10 @@ inline std::int64_t ThreadStackSampler::settle_edge(const ActiveSpan* closing) n
   if (cut < 0) return -1;
   if (cpu_.next_point_ns() <= cut) {
     if (closing == nullptr && !close_edge_settled_) return -1;
-    // A span with no CPU sample of its own has no stack to give its points: they
-    // are left to the kernel, and the next span's edges with them.
-    if (closing != nullptr && !has_own_cpu_sample(*closing)) return -1;
+    // A span with no CPU sample of its own (nor a provisional record) has no stack
+    // to give its points: they are left to the kernel, and the next span's edges
+    // with them.
+    if (closing != nullptr && !has_own_cpu_sample(*closing) && !has_provisional_record(*closing)) return -1;
     take_ticks_to(cut);
     if (closing != nullptr) counters_->add(Counter::cpu_ticks_at_close, 1);
   }
@@ -106,6 +107,8 @@ inline void ThreadStackSampler::pause_close() noexcept {
 // thread) is only marked dead: the spans opened after it still hold its place.
 inline bool ThreadStackSampler::pop(SpanSlotTicket ticket) noexcept {
   ActiveSpan& span = spans_[ticket.index];
+  provisional_record_ = no_record;  // the span's, or an inner one's: it stays as taken
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   if (top_.load(std::memory_order_relaxed) != ticket.index + 1) {
     span.state.store(ticket.sequence << 2 | span_slot_dead, std::memory_order_relaxed);
     pause_close();
@@ -218,6 +221,7 @@ inline void ThreadStackSampler::on_signal(const siginfo_t* info, const void* uco
   }
   CpuTickSource::TickWeight weight;
   const CpuSampleSource source = cpu_.source();
+  const std::int64_t first_point_ns = cpu_.next_point_ns();  // the timer's; 0 on perf_event
   cpu_.schedule_next_tick(&weight, cut);
   if (SPANPROF_UNLIKELY(cpu_.source() != source)) counters_->add(Counter::cpu_source_changes, 1);
   if (weight.periods == 0) return;  // a timer signal before its expiry: not a sample
@@ -233,11 +237,12 @@ inline void ThreadStackSampler::on_signal(const siginfo_t* info, const void* uco
   // comes at its point: its stack is where the CPU went (walked from the guard's
   // frame at a close) — unless it came late (perf_tick_passed_before).
   const bool on_timer = source == CpuSampleSource::posix_timer;
-  const PassedBefore before = on_timer ? (!at_edge && !closing_ ? passed_before_a_call(ucontext, watched)
+  const PassedBefore before = on_timer ? (!at_edge && !closing_ ? passed_before_a_call(ucontext, watched, first_point_ns)
                                                                  : PassedBefore::nothing)
                                        : perf_tick_passed_before(ucontext);
   const bool passed_elsewhere = (on_timer && (at_edge || closing_)) || before != PassedBefore::nothing;
   if (passed_elsewhere && repeat_last_cpu_record(*active, record_weight)) return;
+  if (passed_elsewhere && has_provisional_record(*active)) return keep_provisional(*active, record_weight, ucontext);
   // A span with no sample of its own yet, found at the return of a wait: its points
   // passed in its code before the wait, which the walk from the frame that opened
   // the span shows (the wait's own frames are no CPU's place).
@@ -249,9 +254,45 @@ inline void ThreadStackSampler::on_signal(const siginfo_t* info, const void* uco
     walk_from_ = 0;
     return;
   }
-  // Found at a call its points passed before, with no sample of its own to repeat:
-  // they passed in the code that made the call.
-  record_sample(record_weight, ucontext, /*past_the_call=*/before == PassedBefore::a_call);
+  if (before == PassedBefore::a_call) return keep_provisional(*active, record_weight, ucontext);
+  const std::size_t at = record_sample(record_weight, ucontext);
+  // The close's stack (walked from the guard's frame) is no place for it.
+  if (provisional_record_ != no_record && !at_edge && !closing_) take_provisional_weight(*active, at);
+}
+
+// Found at a call its points passed before, with no sample of its own to repeat:
+// they passed in the span's code before the call. Where, the span's next sample
+// tells best (the call's caller is the line of the call, often a clock read in the
+// hot loop): the weight waits in a provisional record, the stack of the code that
+// made the call, which gives it to that sample (take_provisional_weight). Under
+// load the CPU watch's signal often waits for the thread's next system call, so a
+// span's first points, late on the timer, come to whatever call the hot code makes
+// (docs/engines.md). A span with no sample after keeps the record as it is.
+// The span's edges and its other ticks found at a call or a wait add to it.
+inline void ThreadStackSampler::keep_provisional(const ActiveSpan& span, std::uint64_t weight,
+                                                 const void* ucontext) noexcept {
+  if (!has_provisional_record(span)) {
+    provisional_record_ = record_sample(weight, ucontext, /*past_the_call=*/true);
+    return;
+  }
+  const std::size_t provisional = provisional_record_;
+  const std::uint64_t kept = words_[provisional];
+  words_[provisional] = cpu_record_weight(cpu_record_periods(kept) + cpu_record_periods(weight),
+                                          (kept & cpu_record_ns_mask) + (weight & cpu_record_ns_mask));
+  counters_->add(Counter::cpu_samples_captured, cpu_record_periods(weight));
+}
+
+// The span's provisional record gives its weight to the span's sample at `at`,
+// and keeps a record of no periods, which no profile shows. Only within the span
+// on its own thread, before its records are copied out (a close forgets it: pop).
+inline void ThreadStackSampler::take_provisional_weight(const ActiveSpan& span, std::size_t at) noexcept {
+  const std::size_t provisional = provisional_record_;
+  if (at == no_record || !has_provisional_record(span) || provisional >= at) return;
+  const std::uint64_t moved = words_[provisional], kept = words_[at];
+  words_[at] = cpu_record_weight(cpu_record_periods(kept) + cpu_record_periods(moved),
+                                 (kept & cpu_record_ns_mask) + (moved & cpu_record_ns_mask));
+  words_[provisional] = cpu_record_weight(0, 0);
+  provisional_record_ = no_record;
 }
 
 // A sample weighs the thread's CPU since the point delivered before it, which
@@ -316,7 +357,7 @@ inline std::size_t ThreadStackSampler::record_sample(std::uint64_t weight, const
   if (wall) {
     counters_->add(Counter::wall_samples_captured, 1);
   } else {
-    last_cpu_record_ = used;
+    if (!past_the_call) last_cpu_record_ = used;
     counters_->add(Counter::cpu_samples_captured, cpu_record_periods(weight));
   }
   return used;
@@ -335,22 +376,31 @@ inline std::size_t ThreadStackSampler::record_sample(std::uint64_t weight, const
 // Such is a tick the CPU watch sent (to a thread on its core, past a point by the
 // slack: a blocking call it entered meanwhile returns at once, interrupted), and
 // any tick that comes when the watch last saw the thread off its core past a point
-// and it has run less than the slack since. A span with no sample of its own yet
-// takes the stack of the code that made the call, without the call's frames.
+// and it has run less than the slack since, and any tick whose first point the
+// thread passed more than a kernel tick of its CPU before (no system call runs
+// that long; the kernel's tick, under load, can come that late). A span with no
+// sample of its own yet keeps such a tick provisional (keep_provisional).
 // And the kernel's own tick at the return of a call that only waits, interrupted or
 // not: the thread ran no CPU in it. (A point a thread passes while the tick keeps
 // missing it under load is found when the thread goes into its next wait, and
 // delivered at the wait's return; figures in docs/engines.md.)
-inline ThreadStackSampler::PassedBefore ThreadStackSampler::passed_before_a_call(const void* ucontext,
-                                                                                  bool watched) noexcept {
+inline ThreadStackSampler::PassedBefore ThreadStackSampler::passed_before_a_call(const void* ucontext, bool watched,
+                                                                                  std::int64_t first_point_ns) noexcept {
   const std::int64_t seen = off_core_past_point_cpu_ns_.exchange(-1, std::memory_order_relaxed);
   const SystemCallSite site = system_call_site(ucontext);
   if (!site.at_call) return PassedBefore::nothing;
   if (site.waits || result_is_eintr(ucontext)) return PassedBefore::a_wait;
   if (watched) return PassedBefore::a_call;
-  if (seen < 0) return PassedBefore::nothing;
   const std::int64_t now = this_thread_cpu_ns();
-  return now >= 0 && now - seen < cpu_watch_slack_ns() ? PassedBefore::a_call : PassedBefore::nothing;
+  if (now < 0) return PassedBefore::nothing;
+  // Later than the kernel's tick is for a thread that runs: the thread ran more
+  // CPU since the point than a system call takes, so the point passed before it.
+  if (first_point_ns > 0 && now - first_point_ns > kernel_tick_ns()) return PassedBefore::a_call;
+  return seen >= 0 && now - seen < cpu_watch_slack_ns() ? PassedBefore::a_call : PassedBefore::nothing;
+}
+
+inline bool ThreadStackSampler::has_provisional_record(const ActiveSpan& span) const noexcept {
+  return provisional_record_ != no_record && provisional_record_ >= span.log_start;
 }
 
 // A perf event's tick comes at its point, but the kernel can hold its signal: the

@@ -217,6 +217,7 @@ class ThreadStackSampler {
     used_.store(0, std::memory_order_relaxed);
     last_wall_record_ = no_wall_record;
     last_cpu_record_ = no_record;
+    provisional_record_ = no_record;
     std::atomic_signal_fence(std::memory_order_seq_cst);
     wall_busy_ = false;
   }
@@ -418,15 +419,19 @@ class ThreadStackSampler {
   // The handler's own steps (signal_side.hpp).
   inline int walk_interrupted_stack(const void* ucontext, void** trace) noexcept;
   // `past_the_call`: the walk starts at the caller of the system call the thread
-  // stands at (pass_over_system_call).
+  // stands at (pass_over_system_call), and the record is provisional (not the
+  // span's last CPU record).
   inline std::size_t record_sample(std::uint64_t weight, const void* ucontext, bool past_the_call = false) noexcept;
   // Where a tick's points passed, when not where it finds the thread: before the
   // system call it stands at, or before a call that only waits.
   enum class PassedBefore : std::uint8_t { nothing, a_call, a_wait, a_close };
-  inline PassedBefore passed_before_a_call(const void* ucontext, bool watched) noexcept;
+  inline PassedBefore passed_before_a_call(const void* ucontext, bool watched, std::int64_t first_point_ns) noexcept;
   inline PassedBefore perf_tick_passed_before(const void* ucontext) noexcept;
   inline bool repeat_last_cpu_record(const ActiveSpan& span, std::uint64_t weight) noexcept;
   inline bool has_own_cpu_sample(const ActiveSpan& span) const noexcept;
+  inline bool has_provisional_record(const ActiveSpan& span) const noexcept;
+  inline void keep_provisional(const ActiveSpan& span, std::uint64_t weight, const void* ucontext) noexcept;
+  inline void take_provisional_weight(const ActiveSpan& span, std::size_t at) noexcept;
   inline std::size_t copy_record(std::size_t from, std::uint64_t weight) noexcept;
 
   // ---- wall accounting (this thread: its handler, and its guards between
@@ -528,6 +533,9 @@ class ThreadStackSampler {
   std::int64_t wall_accounted_cpu_ns_ = -1;        // and the thread's CPU clock then (-1: not read)
   std::size_t last_wall_record_ = no_wall_record;  // the newest wall record in the log
   std::size_t last_cpu_record_ = no_record;        // and CPU record (repeat_last_cpu_record)
+  // The innermost span's provisional record: the weight of its ticks found at a
+  // call before it had a sample of its own (keep_provisional), for its next sample.
+  std::size_t provisional_record_ = no_record;
   // The thread's CPU clock when the CPU watch last found it off its core past a
   // point (-1: not since the last tick; passed_before_a_call).
   std::atomic<std::int64_t> off_core_past_point_cpu_ns_{-1};
