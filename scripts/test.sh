@@ -22,9 +22,15 @@ root=$PWD
 out=build/ci
 jobs=$(nproc)
 warnings="-Wall -Wextra -Wpedantic -Werror"
-# Each step says when it started (minutes:seconds into the run): CI's budget is
-# 15 minutes on 2 cores, and this shows where it goes.
-step() { printf '\n==== [%d:%02d] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
+# Each step says when it started (minutes:seconds into the run) and the CPU
+# seconds the machine has spent since the run began (all its processes: the
+# background jobs run beside the suites): CI's budget is 15 minutes on 2 cores,
+# and this shows where it goes.
+busy_cpu_seconds() { awk '/^cpu /{print int(($2 + $3 + $4 + $7 + $8) / 100)}' /proc/stat; }
+cpu_at_start=$(busy_cpu_seconds)
+step() {
+  printf '\n==== [%d:%02d, %d CPU-s] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) $(($(busy_cpu_seconds) - cpu_at_start)) "$*"
+}
 
 # Work that does not time anything (builds, the consumers, the fuzzers) runs
 # beside the suites at the lowest priority, on what a suite (mostly
@@ -74,6 +80,7 @@ cmake -S . -B $out/cmake -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_
 cmake --build $out/cmake -j "$jobs"
 # The consumers (step 5) compile and run small programs: from now on, beside the suites.
 background consumers bash tests/consumers/run.sh "$root" "$root/$out/consumers" "$root/$out/cmake"
+step "CMake: the suite (the consumers beside it)"
 (cd $out/cmake && ctest --output-on-failure)
 
 step "Meson: the single header, the compiled library, end-to-end tests"
@@ -82,9 +89,11 @@ step "Meson: the single header, the compiled library, end-to-end tests"
 # consumers below, as the README says), run end to end (tests/meson.build). The
 # examples and spanprof-report are built and run by the CMake stage; here they
 # would only compile the same sources again.
+# No debug information (-Ddebug=false, the project's -O2 kept): these suites read
+# function names, which the symbol table has, and no source line.
 if [ ! -d $out/meson ]; then
-  meson setup $out/meson -Dwerror=true -Dbenchmarks=disabled -Dexamples=disabled -Dtools=disabled -Dsingle_header=true \
-    -Dcompiled_lib=true >/dev/null
+  meson setup $out/meson -Dwerror=true -Ddebug=false -Dbenchmarks=disabled -Dexamples=disabled -Dtools=disabled \
+    -Dsingle_header=true -Dcompiled_lib=true >/dev/null
 fi
 meson compile -C $out/meson -j "$jobs"
 meson test -C $out/meson --print-errorlogs
@@ -110,6 +119,7 @@ background tsan_build bash -c "cmake -S . -B $out/tsan -G Ninja -DCMAKE_BUILD_TY
   -DCMAKE_CXX_FLAGS='-Og -g1 -fsanitize=thread -fno-omit-frame-pointer -Wno-tsan' -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
   -DSPANPROF_BUILD_EXAMPLES=OFF -DSPANPROF_BUILD_BENCHMARKS=OFF -DSPANPROF_BUILD_TOOLS=OFF \
   -DSPANPROF_TCMALLOC=OFF >/dev/null && cmake --build $out/tsan -j $jobs"
+step "AddressSanitizer: the suite (the ThreadSanitizer build beside it)"
 (cd $out/asan && ctest --output-on-failure)
 
 step "ThreadSanitizer"
