@@ -11,8 +11,9 @@
 // (docs/source-lines.md has the figures). The line program itself is read by
 // line_program.hpp.
 //
-// The file is hostile input: a section claiming more than max_section_bytes
-// inflated is not read.
+// The file is hostile input: a section is read only when the file holds all of
+// it, or, compressed, when its claimed size is one its bytes can inflate to, and
+// never over max_section_bytes: memory is given to a section's bytes, not its claim.
 #ifndef SPANPROF_DETAIL_SYMBOLIZATION_LINE_TABLE_SOURCE_HPP_
 #define SPANPROF_DETAIL_SYMBOLIZATION_LINE_TABLE_SOURCE_HPP_
 
@@ -26,6 +27,7 @@
 #include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -107,6 +109,8 @@ class LineTableSource final : public SourceLines {
  private:
   // A section larger than this inflated is not read (a hostile header's size).
   static constexpr std::uint64_t max_section_bytes = std::uint64_t{1} << 30;
+  // zlib's deflate inflates at most 1032 bytes from one: a claim above that is a lie.
+  static constexpr std::uint64_t max_inflation_ratio = 1032;
 
   using Header = LineProgramHeader;
   using Reader = DwarfReader;
@@ -170,7 +174,9 @@ class LineTableSource final : public SourceLines {
   // not, would be freed at once, and the allocator keeps such memory resident.
   void read_sections(int fd, Elf* elf, std::initializer_list<std::pair<const char*, std::string*>> wanted) {
     std::size_t names = 0;
-    if (::elf_getshdrstrndx(elf, &names) != 0) return;
+    struct stat file {};
+    if (::elf_getshdrstrndx(elf, &names) != 0 || ::fstat(fd, &file) != 0 || file.st_size < 0) return;
+    const auto file_bytes = static_cast<std::uint64_t>(file.st_size);
     for (Elf_Scn* section = ::elf_nextscn(elf, nullptr); section != nullptr; section = ::elf_nextscn(elf, section)) {
       GElf_Shdr header;
       if (::gelf_getshdr(section, &header) == nullptr || header.sh_type == SHT_NOBITS) continue;
@@ -181,13 +187,15 @@ class LineTableSource final : public SourceLines {
         if (std::strcmp(name, wanted_name) == 0) into = out;
       if (into == nullptr) continue;
       const bool read = (header.sh_flags & SHF_COMPRESSED) != 0 ? inflate_section(elf, section, *into)
-                                                                : read_section(fd, header, *into);
+                                                                : read_section(fd, header, file_bytes, *into);
       if (!read) into->clear();
     }
   }
 
-  static bool read_section(int fd, const GElf_Shdr& header, std::string& out) {
-    if (header.sh_size > max_section_bytes) return false;
+  static bool read_section(int fd, const GElf_Shdr& header, std::uint64_t file_bytes, std::string& out) {
+    if (header.sh_size > max_section_bytes || header.sh_offset > file_bytes ||
+        header.sh_size > file_bytes - header.sh_offset)
+      return false;
     out.resize(header.sh_size);
     std::uint64_t done = 0;
     while (done < out.size()) {
@@ -209,7 +217,7 @@ class LineTableSource final : public SourceLines {
     const std::size_t header_size = ::gelf_fsize(elf, ELF_T_CHDR, 1, EV_CURRENT);
     const Elf_Data* raw = ::elf_rawdata(section, nullptr);
     if (raw == nullptr || raw->d_buf == nullptr || header_size == 0 || raw->d_size < header_size ||
-        raw->d_size - header_size > UINT_MAX)
+        raw->d_size - header_size > UINT_MAX || compressed.ch_size / max_inflation_ratio > raw->d_size - header_size)
       return false;
     out.resize(compressed.ch_size);
     z_stream stream{};
