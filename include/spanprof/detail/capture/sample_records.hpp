@@ -74,6 +74,11 @@ constexpr std::uint64_t cpu_record_weight(std::uint64_t periods, std::uint64_t c
 constexpr std::uint64_t cpu_record_periods(std::uint64_t weight) noexcept {
   return (weight >> cpu_record_periods_shift) & cpu_record_most_periods;
 }
+// Two CPU records' weights as one: a tick's weight kept for, or given to, another record.
+constexpr std::uint64_t merged_cpu_weight(std::uint64_t a, std::uint64_t b) noexcept {
+  return cpu_record_weight(cpu_record_periods(a) + cpu_record_periods(b),
+                           (a & cpu_record_ns_mask) + (b & cpu_record_ns_mask));
+}
 
 constexpr std::size_t stack_record_words(int depth) noexcept {
   return stack_record_header_words + static_cast<std::size_t>(depth);

@@ -276,9 +276,7 @@ inline void ThreadStackSampler::keep_provisional(const ActiveSpan& span, std::ui
     return;
   }
   const std::size_t provisional = provisional_record_;
-  const std::uint64_t kept = words_[provisional];
-  words_[provisional] = cpu_record_weight(cpu_record_periods(kept) + cpu_record_periods(weight),
-                                          (kept & cpu_record_ns_mask) + (weight & cpu_record_ns_mask));
+  words_[provisional] = merged_cpu_weight(words_[provisional], weight);
   counters_->add(Counter::cpu_samples_captured, cpu_record_periods(weight));
 }
 
@@ -288,9 +286,7 @@ inline void ThreadStackSampler::keep_provisional(const ActiveSpan& span, std::ui
 inline void ThreadStackSampler::take_provisional_weight(const ActiveSpan& span, std::size_t at) noexcept {
   const std::size_t provisional = provisional_record_;
   if (at == no_record || !has_provisional_record(span) || provisional >= at) return;
-  const std::uint64_t moved = words_[provisional], kept = words_[at];
-  words_[at] = cpu_record_weight(cpu_record_periods(kept) + cpu_record_periods(moved),
-                                 (kept & cpu_record_ns_mask) + (moved & cpu_record_ns_mask));
+  words_[at] = merged_cpu_weight(words_[at], words_[provisional]);
   words_[provisional] = cpu_record_weight(0, 0);
   provisional_record_ = no_record;
 }
