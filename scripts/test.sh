@@ -15,7 +15,8 @@
 #   6. the benchmarks, briefly, to prove they run (and one round of the server benchmark),
 #   7. spanprof built for aarch64 (at low priority beside the ThreadSanitizer suite)
 #      and run on Debian's arm64 kernel in a VM (scripts/arm64.sh), and every fuzz
-#      target for a few seconds (at low priority beside the VM).
+#      target (built beside the ThreadSanitizer suite too) for a few seconds (at low
+#      priority beside the VM).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -124,8 +125,11 @@ step "AddressSanitizer: the suite (the ThreadSanitizer build beside it)"
 
 step "ThreadSanitizer"
 finish_background tsan_build "the ThreadSanitizer build"
-# Beside the TSan suite: the arm64 programs' cross build (scripts/arm64.sh).
+# Beside the TSan suite (which keeps about one core busy): the arm64 programs'
+# cross build (scripts/arm64.sh) and the fuzz targets' build, so that beside the
+# arm64 VM only the fuzzing itself runs.
 background arm64_build env SPANPROF_ARM64_STEP=build bash scripts/arm64.sh "$root/$out/arm64"
+background fuzz_build bash scripts/fuzz.sh --build-only
 (cd $out/tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure)
 
 step "Benchmarks run"
@@ -156,8 +160,9 @@ step "arm64: run on an arm64 kernel; fuzz targets, briefly"
 finish_background arm64_build "the arm64 build"
 # The VM's tests measure emulated time, which jumps while the host takes the
 # emulator's threads away: it boots when only low-priority work runs beside it
-# (the fuzz targets: built, then each fuzzed briefly; a unit may take 10 s of wall
-# time, not 2, at the lowest priority).
+# (the fuzz targets, built beside the TSan suite, each fuzzed briefly; a unit may
+# take 10 s of wall time, not 2, at the lowest priority).
+finish_background fuzz_build "the fuzz targets' build"
 background fuzz bash scripts/fuzz.sh --seconds 2 --parallel "$jobs" --timeout 10
 SPANPROF_ARM64_STEP=run bash scripts/arm64.sh "$root/$out/arm64"
 finish_background fuzz "the fuzz targets"
