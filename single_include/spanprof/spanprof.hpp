@@ -852,7 +852,7 @@ constexpr int lower_hex_value(char c) noexcept {
 
 // The same by a table, without a branch per digit: a server reads a header of
 // random ids per request, and the branches above mispredict on about every
-// other digit (a traceparent of random ids: 170 ns, against 31 ns so).
+// other digit (docs/cost.md, "A gRPC server, every RPC profiled").
 struct LowerHexTable {
   std::int8_t value[256] = {};
   constexpr LowerHexTable() noexcept {
@@ -2781,7 +2781,7 @@ class GuardCore {
   enum class State : std::uint8_t { idle, sampling, classic };
 
   // ---- compiled once, with the runtime (guard_core-inl.hpp); `inline` where the
-  // opening or closing path used to inline it ----------------------------------
+  // opening or closing path inlines it -----------------------------------------
   SPANPROF_API void open_profiled(const GuardGate& gate, ConfigReader& reader, std::uint64_t inside,
                                   const SpanContext& span, std::string_view span_name, ProfileKinds kinds,
                                   bool configured) noexcept;
@@ -10786,8 +10786,8 @@ class CpuTickSource {
   bool schedule_perf_tick(std::int64_t now_ns, std::uint64_t& periods) noexcept {
     // The next tick is placed a random interval after the one that just fired,
     // not after this handler ran: the signal arrives tens of microseconds after
-    // the overflow (~50 µs measured here), and restarting the period from the
-    // handler would leave that time unsampled at every sample (-5% at 1 kHz).
+    // the overflow, and restarting the period from the handler would leave that
+    // time unsampled at every sample (docs/engines.md).
     // The lateness is read on the thread's CPU clock, not the event's count:
     // the task clock also runs through time stolen from the vCPU.
     std::int64_t draw = random_interval_ns(random_, period_ns_);
@@ -14120,8 +14120,9 @@ class ThreadStackSampler {
   volatile std::int64_t edge_cut_ns_ = CpuTickSource::no_cut;  // the edge's tick takes the points up to here
   std::uint64_t cpu_captured_at_outer_open_ = 0;  // this thread's CPU samples when its outermost span opened
   // The last outermost span ran at least the CPU watch's slack; true before the
-  // first, which has no history: under load the first span of a process (the
-  // ticker just starting) otherwise lost all its points to the kernel in 1 run of 3.
+  // first, which has no history: under load the first span of a process, while
+  // the ticker is just starting, would otherwise leave its points to the kernel,
+  // which can deliver them after its close.
   bool long_spans_ = true;
   bool close_edge_settled_ = false;  // and its close read the thread's CPU clock (settle_edge)
   std::int64_t wall_accounted_ns_ = 0;             // wall time given to samples up to here
@@ -14486,8 +14487,8 @@ inline void ThreadStackSampler::on_signal(const siginfo_t* info, const void* uco
   }
   cpu_ticks_handled_.store(cpu_ticks_handled_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   // The next period starts now, before the unwinding: the CPU time this handler
-  // takes counts toward it. (Drawn at the end, each sample's handler time would
-  // go unsampled: -9% at 1 kHz, -30% at 4 kHz, measured.)
+  // takes counts toward it. Drawn at the end, every sample's own handler time
+  // would go unsampled, a loss that grows with the frequency (docs/engines.md).
   const ActiveSpan* active = innermost_open_span();
   const std::int64_t cut = at_edge ? edge_cut_ns_ : CpuTickSource::no_cut;
   if (active == nullptr && at_edge) {
@@ -15944,8 +15945,8 @@ inline ThreadStackSampler::CpuWatch ThreadStackSampler::cpu_watch(std::uint64_t 
   // spans and gaps, so that neither gains samples at the other's cost. But one
   // look in 32 reads it anyway: a thread whose spans and gaps are all that short
   // would otherwise be left to the kernel for good, and the kernel's tick can miss
-  // it every time (80 µs of work every 400 µs, paced by the clock the tick keeps:
-  // 25,000 such spans at 1 kHz took no sample at all in 2 runs of 30).
+  // it every time: work paced by the clock the tick keeps runs between its ticks
+  // (docs/engines.md, "Under load").
   if (now - outer_changed_ns_.load(std::memory_order_relaxed) < cpu_watch_slack_ns() && (look & 31) != 0)
     return CpuWatch::nothing;
   if (top_.load(std::memory_order_relaxed) == 0 && ticker_.still_looks >= 2 && (look & 7) != 0)
@@ -22733,8 +22734,8 @@ inline std::int64_t GuardCore::open_sampling(const RunningConfig& config, Profil
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) open_wall(*sampler, config);
   // The ticker watches POSIX-timer threads for points the kernel is late with. A
   // ticker that watches none is woken, and the first one started (a thread), before the span
-  // is on the stack: none of that is the span's (starting the thread took 20 ms of
-  // an emulated arm64 span, its samples in pthread_create).
+  // is on the stack: none of that is the span's (starting a thread is slow where
+  // the kernel is emulated: docs/arm64.md).
   if (kinds.contains(ProfileKind::cpu) && sampler->settings().watch_cpu &&
       SPANPROF_UNLIKELY(ticker_watches_none().load(std::memory_order_relaxed)) &&
       sampler->source() == CpuSampleSource::posix_timer && ticker_watches_none().exchange(false, std::memory_order_acq_rel))

@@ -343,8 +343,8 @@ inline std::int64_t GuardCore::open_sampling(const RunningConfig& config, Profil
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) open_wall(*sampler, config);
   // The ticker watches POSIX-timer threads for points the kernel is late with. A
   // ticker that watches none is woken, and the first one started (a thread), before the span
-  // is on the stack: none of that is the span's (starting the thread took 20 ms of
-  // an emulated arm64 span, its samples in pthread_create).
+  // is on the stack: none of that is the span's (starting a thread is slow where
+  // the kernel is emulated: docs/arm64.md).
   if (kinds.contains(ProfileKind::cpu) && sampler->settings().watch_cpu &&
       SPANPROF_UNLIKELY(ticker_watches_none().load(std::memory_order_relaxed)) &&
       sampler->source() == CpuSampleSource::posix_timer && ticker_watches_none().exchange(false, std::memory_order_acq_rel))

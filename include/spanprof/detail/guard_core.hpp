@@ -127,7 +127,7 @@ class GuardCore {
   enum class State : std::uint8_t { idle, sampling, classic };
 
   // ---- compiled once, with the runtime (guard_core-inl.hpp); `inline` where the
-  // opening or closing path used to inline it ----------------------------------
+  // opening or closing path inlines it -----------------------------------------
   SPANPROF_API void open_profiled(const GuardGate& gate, ConfigReader& reader, std::uint64_t inside,
                                   const SpanContext& span, std::string_view span_name, ProfileKinds kinds,
                                   bool configured) noexcept;

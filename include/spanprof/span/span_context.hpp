@@ -27,7 +27,7 @@ constexpr int lower_hex_value(char c) noexcept {
 
 // The same by a table, without a branch per digit: a server reads a header of
 // random ids per request, and the branches above mispredict on about every
-// other digit (a traceparent of random ids: 170 ns, against 31 ns so).
+// other digit (docs/cost.md, "A gRPC server, every RPC profiled").
 struct LowerHexTable {
   std::int8_t value[256] = {};
   constexpr LowerHexTable() noexcept {

@@ -356,8 +356,8 @@ class CpuTickSource {
   bool schedule_perf_tick(std::int64_t now_ns, std::uint64_t& periods) noexcept {
     // The next tick is placed a random interval after the one that just fired,
     // not after this handler ran: the signal arrives tens of microseconds after
-    // the overflow (~50 µs measured here), and restarting the period from the
-    // handler would leave that time unsampled at every sample (-5% at 1 kHz).
+    // the overflow, and restarting the period from the handler would leave that
+    // time unsampled at every sample (docs/engines.md).
     // The lateness is read on the thread's CPU clock, not the event's count:
     // the task clock also runs through time stolen from the vCPU.
     std::int64_t draw = random_interval_ns(random_, period_ns_);

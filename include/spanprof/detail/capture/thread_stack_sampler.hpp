@@ -525,8 +525,9 @@ class ThreadStackSampler {
   volatile std::int64_t edge_cut_ns_ = CpuTickSource::no_cut;  // the edge's tick takes the points up to here
   std::uint64_t cpu_captured_at_outer_open_ = 0;  // this thread's CPU samples when its outermost span opened
   // The last outermost span ran at least the CPU watch's slack; true before the
-  // first, which has no history: under load the first span of a process (the
-  // ticker just starting) otherwise lost all its points to the kernel in 1 run of 3.
+  // first, which has no history: under load the first span of a process, while
+  // the ticker is just starting, would otherwise leave its points to the kernel,
+  // which can deliver them after its close.
   bool long_spans_ = true;
   bool close_edge_settled_ = false;  // and its close read the thread's CPU clock (settle_edge)
   std::int64_t wall_accounted_ns_ = 0;             // wall time given to samples up to here

@@ -26,8 +26,8 @@ inline ThreadStackSampler::CpuWatch ThreadStackSampler::cpu_watch(std::uint64_t 
   // spans and gaps, so that neither gains samples at the other's cost. But one
   // look in 32 reads it anyway: a thread whose spans and gaps are all that short
   // would otherwise be left to the kernel for good, and the kernel's tick can miss
-  // it every time (80 µs of work every 400 µs, paced by the clock the tick keeps:
-  // 25,000 such spans at 1 kHz took no sample at all in 2 runs of 30).
+  // it every time: work paced by the clock the tick keeps runs between its ticks
+  // (docs/engines.md, "Under load").
   if (now - outer_changed_ns_.load(std::memory_order_relaxed) < cpu_watch_slack_ns() && (look & 31) != 0)
     return CpuWatch::nothing;
   if (top_.load(std::memory_order_relaxed) == 0 && ticker_.still_looks >= 2 && (look & 7) != 0)
