@@ -31,6 +31,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -78,6 +79,7 @@ struct Step {
   std::set<std::thread::id> threads;
   double cpu_seconds = 0;
   unsigned steps = 0;
+  std::string parts;  // each step's thread and CPU, for a failed check to say
 };
 struct StepLog {
   std::mutex mutex;
@@ -88,6 +90,9 @@ struct StepLog {
     step.threads.insert(std::this_thread::get_id());
     step.cpu_seconds += cpu_seconds;
     ++step.steps;
+    std::ostringstream part;
+    part << " thread " << std::this_thread::get_id() << ": " << cpu_seconds * 1e3 << " ms;";
+    step.parts += part.str();
   }
   Step get(const spanprof::SpanId& span) {
     std::lock_guard<std::mutex> lock(mutex);
@@ -125,6 +130,48 @@ struct SightLog {
   }
 };
 SightLog sight_log;
+
+// A function's name without its namespace of the test, its template arguments
+// and its parameters; a lambda's says so.
+std::string short_function_name(std::string name) {
+  const std::string anonymous = "(anonymous namespace)::";
+  for (std::size_t at; (at = name.find(anonymous)) != std::string::npos;) name.erase(at, anonymous.size());
+  std::string text;
+  int depth = 0;
+  for (const char c : name) {
+    if (c == '<') ++depth;
+    if (depth == 0 && c == '(') break;
+    if (depth == 0) text += c;
+    if (c == '>') --depth;
+  }
+  if (name.find("{lambda") != std::string::npos) text += "::{lambda}";
+  return text;
+}
+
+// A profile's CPU by the code that called `hot` (the `depth` frames above it),
+// in ms: which of an RPC's steps (its handler, a reactor's OnWriteDone, the
+// worker) a failed check's samples came from, beside the steps' own figures.
+std::string cpu_by_caller(const spanprof::Profile& profile, const std::string& hot, std::size_t depth = 4) {
+  std::map<std::uint64_t, std::string> names;
+  for (const auto& location : profile.locations) names[location.id] = pprof_test::location_functions(profile, location);
+  std::map<std::string, double> ms;
+  for (const auto& sample : profile.samples) {
+    std::string callers = "(" + hot + " not on the stack)";
+    for (std::size_t i = 0; i < sample.location_ids.size(); ++i) {
+      if (names[sample.location_ids[i]].find(hot) == std::string::npos) continue;
+      callers.clear();
+      for (std::size_t j = i + 1; j < sample.location_ids.size() && j <= i + depth; ++j) {
+        callers += " < " + short_function_name(names[sample.location_ids[j]]);
+      }
+      break;
+    }
+    ms[callers] += static_cast<double>(sample.values[1]) * 1e-6;
+  }
+  std::ostringstream text;
+  text << "CPU by caller of " << hot << ":";
+  for (const auto& [callers, total] : ms) text << "\n  " << total << " ms" << callers;
+  return text.str();
+}
 
 // One step of a handler: `work` for cpu_ms of this thread's CPU, logged under
 // `span` (by default the one spanprof gave the RPC whose handler runs here).
@@ -176,6 +223,7 @@ class Worker {
     }
     wake_.notify_one();
   }
+  std::thread::id id() const noexcept { return thread_.get_id(); }
 
  private:
   void loop() {
@@ -419,7 +467,8 @@ TEST_CASE("gRPC: every RPC (unary and streaming, sync and callback server) is on
       const auto mine = profiles_of(profiles, span.span_id);
       const Step seen = step_log.get(span.span_id);
       INFO(call.kind << " RPC " << i << ": " << seen.steps << " steps on " << seen.threads.size() << " threads, "
-                     << seen.cpu_seconds << " s of CPU");
+                     << seen.cpu_seconds << " s of CPU (" << seen.parts << " the worker is thread "
+                     << servers.own_thread.id() << ")");
       // Each step saw its own RPC's span (current_span() in the handler).
       CHECK(seen.steps == (std::string(call.kind).find("unary") != std::string::npos ? 1u : 4u));
       REQUIRE(mine.size() == 1);
@@ -429,6 +478,7 @@ TEST_CASE("gRPC: every RPC (unary and streaming, sync and callback server) is on
 #ifndef SPANPROF_TESTS_UNDER_TSAN  // TSan delivers a signal late, at its next intercepted call
       INFO(spanprof_test::leaf_summary(profile));
       INFO(spanprof_test::stacks_without(profile, call.hot));
+      INFO(cpu_by_caller(profile, call.hot));
       CHECK(spanprof_test::share_of_leaf(profile, call.hot) >= 0.95);
       // Every step's CPU is in the one profile, whichever thread ran it.
       const double sampled = static_cast<double>(spanprof_test::value_total(profile, 1)) * 1e-9;
