@@ -461,6 +461,11 @@ TEST_CASE("gRPC: every RPC (unary and streaming, sync and callback server) is on
   REQUIRE(wait_for_no_rpcs());
 
   const auto profiles = collector.profiles();
+  // How the engine took the ticks, for a failed check to say (docs/engines.md).
+  const spanprof::Stats stats = spanprof::stats();
+  INFO("ticks the CPU watch sent " << stats.cpu_ticks_watched << ", taken at a close " << stats.cpu_ticks_at_close
+                                   << ", behind " << stats.cpu_ticks_behind << "; source changes "
+                                   << stats.cpu_source_changes << "; samples dropped " << stats.samples_dropped);
   for (const Call& call : calls) {
     for (unsigned i = 0; i < per_kind; ++i) {
       const spanprof::SpanContext span = span_number(call.span + i);
@@ -478,7 +483,7 @@ TEST_CASE("gRPC: every RPC (unary and streaming, sync and callback server) is on
 #ifndef SPANPROF_TESTS_UNDER_TSAN  // TSan delivers a signal late, at its next intercepted call
       INFO(spanprof_test::leaf_summary(profile));
       INFO(spanprof_test::stacks_without(profile, call.hot));
-      INFO(cpu_by_caller(profile, call.hot));
+      INFO(cpu_by_caller(profile, call.hot) << "\n  engine: " << mine.front()->meta.record.engine);
       CHECK(spanprof_test::share_of_leaf(profile, call.hot) >= 0.95);
       // Every step's CPU is in the one profile, whichever thread ran it.
       const double sampled = static_cast<double>(spanprof_test::value_total(profile, 1)) * 1e-9;
