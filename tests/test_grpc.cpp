@@ -11,6 +11,7 @@
 
 #include <spanprof/grpc.hpp>
 #include <spanprof/spanprof.hpp>
+#include <spanprof/detail/capture/stack_sampler.hpp>  // the failure diagnostics' EngineView
 
 #include <grpcpp/grpcpp.h>
 
@@ -74,29 +75,75 @@ SPANPROF_TEST_HOT_FUNCTION(sync_receipt_rendering)
 SPANPROF_TEST_HOT_FUNCTION(callback_quote_pricing)
 SPANPROF_TEST_HOT_FUNCTION(callback_receipt_rendering)
 
-// What the handlers saw of each RPC, by its span.
+// What this thread's sampler did, for a failed check to say of each step: its
+// source, whether it is armed, and the samples it recorded and ticks it held back.
+struct EngineView {
+  bool has_sampler = false, armed = false, perf_event = false;
+  std::uint64_t samples = 0, behind = 0, source_changes = 0;
+  static EngineView of_this_thread() {
+    using spanprof::detail::Counter;
+    EngineView view;
+    const spanprof::detail::ThreadStackSampler* sampler = spanprof::detail::current_stack_sampler;
+    if (sampler == nullptr) return view;
+    view.has_sampler = true;
+    view.armed = sampler->armed();
+    view.perf_event = sampler->source() == spanprof::CpuSampleSource::perf_event;
+    const auto& values = spanprof::detail::this_thread_counters().values;
+    view.samples = values[static_cast<std::size_t>(Counter::cpu_samples_captured)].load();
+    view.behind = values[static_cast<std::size_t>(Counter::cpu_ticks_behind)].load();
+    view.source_changes = values[static_cast<std::size_t>(Counter::cpu_source_changes)].load();
+    return view;
+  }
+  std::string since(const EngineView& before) const {
+    if (!has_sampler) return "no sampler";
+    std::ostringstream text;
+    text << (before.has_sampler ? (before.perf_event ? "perf" : "timer") : "new") << (before.armed ? "" : " unarmed")
+         << " -> " << (perf_event ? "perf" : "timer") << (armed ? "" : " unarmed") << ", "
+         << samples - before.samples << " samples, " << behind - before.behind << " behind, "
+         << source_changes - before.source_changes << " source changes";
+    return text.str();
+  }
+};
+
+// What the handlers saw of each RPC, by its span. A step records numbers only:
+// its span's CPU is the handler's, and formatting them there would put the test's
+// own code in the profile.
+struct StepPart {
+  std::thread::id thread;
+  double cpu_seconds;
+  EngineView before, after;
+};
 struct Step {
   std::set<std::thread::id> threads;
   double cpu_seconds = 0;
   unsigned steps = 0;
-  std::string parts;  // each step's thread and CPU, for a failed check to say
+  std::vector<StepPart> seen;
+  // Each step's thread, CPU and engine, for a failed check to say.
+  std::string parts() const {
+    std::ostringstream text;
+    for (const StepPart& part : seen)
+      text << " thread " << part.thread << ": " << part.cpu_seconds * 1e3 << " ms, " << part.after.since(part.before)
+           << ";";
+    return text.str();
+  }
+};
+struct SpanIdOrder {
+  bool operator()(const spanprof::SpanId& a, const spanprof::SpanId& b) const noexcept { return a.bytes() < b.bytes(); }
 };
 struct StepLog {
   std::mutex mutex;
-  std::map<std::string, Step> by_span;  // span id hex
-  void record(const spanprof::SpanContext& span, double cpu_seconds) {
+  std::map<spanprof::SpanId, Step, SpanIdOrder> by_span;
+  void record(const spanprof::SpanContext& span, const StepPart& part) {
     std::lock_guard<std::mutex> lock(mutex);
-    Step& step = by_span[span.valid() ? span.span_id.to_hex() : "none"];
-    step.threads.insert(std::this_thread::get_id());
-    step.cpu_seconds += cpu_seconds;
+    Step& step = by_span[span.span_id];
+    step.threads.insert(part.thread);
+    step.cpu_seconds += part.cpu_seconds;
     ++step.steps;
-    std::ostringstream part;
-    part << " thread " << std::this_thread::get_id() << ": " << cpu_seconds * 1e3 << " ms;";
-    step.parts += part.str();
+    step.seen.push_back(part);
   }
   Step get(const spanprof::SpanId& span) {
     std::lock_guard<std::mutex> lock(mutex);
-    return by_span[span.to_hex()];
+    return by_span[span];
   }
 };
 StepLog step_log;
@@ -177,9 +224,11 @@ std::string cpu_by_caller(const spanprof::Profile& profile, const std::string& h
 // `span` (by default the one spanprof gave the RPC whose handler runs here).
 template <class Work>
 void step(Work work, double cpu_ms, spanprof::SpanContext span = spanprof::grpc::current_span()) {
+  const EngineView engine_before = EngineView::of_this_thread();
   const double before = spanprof_test::thread_cpu_seconds();
   work(cpu_ms * 1e-3);
-  step_log.record(span, spanprof_test::thread_cpu_seconds() - before);
+  const double cpu = spanprof_test::thread_cpu_seconds() - before;
+  step_log.record(span, {std::this_thread::get_id(), cpu, engine_before, EngineView::of_this_thread()});
 }
 
 class SyncCheckout final : public Checkout::Service {
@@ -463,6 +512,9 @@ TEST_CASE("gRPC: every RPC (unary and streaming, sync and callback server) is on
   const auto profiles = collector.profiles();
   // How the engine took the ticks, for a failed check to say (docs/engines.md).
   const spanprof::Stats stats = spanprof::stats();
+  std::ostringstream errors;
+  for (const auto& [code, message] : collector.errors()) errors << "\n  " << message;
+  INFO("errors reported:" << errors.str());
   INFO("ticks the CPU watch sent " << stats.cpu_ticks_watched << ", taken at a close " << stats.cpu_ticks_at_close
                                    << ", behind " << stats.cpu_ticks_behind << "; source changes "
                                    << stats.cpu_source_changes << "; samples dropped " << stats.samples_dropped);
@@ -472,7 +524,7 @@ TEST_CASE("gRPC: every RPC (unary and streaming, sync and callback server) is on
       const auto mine = profiles_of(profiles, span.span_id);
       const Step seen = step_log.get(span.span_id);
       INFO(call.kind << " RPC " << i << ": " << seen.steps << " steps on " << seen.threads.size() << " threads, "
-                     << seen.cpu_seconds << " s of CPU (" << seen.parts << " the worker is thread "
+                     << seen.cpu_seconds << " s of CPU (" << seen.parts() << " the worker is thread "
                      << servers.own_thread.id() << ")");
       // Each step saw its own RPC's span (current_span() in the handler).
       CHECK(seen.steps == (std::string(call.kind).find("unary") != std::string::npos ? 1u : 4u));
