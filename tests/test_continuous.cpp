@@ -271,14 +271,6 @@ void check_request_labels(const ContinuousRun& run, bool innermost) {
   CHECK(labelled == in_requests);
 }
 
-std::string write_temp(const std::string& bytes) {
-  static int counter = 0;
-  const std::string path =
-      "/tmp/spanprof-continuous-" + std::to_string(::getpid()) + "-" + std::to_string(++counter) + ".pb.gz";
-  std::ofstream(path, std::ios::binary) << bytes;
-  return path;
-}
-
 // go tool pprof -tagfocus 'span_id=^<a root>$' on the window: that request's code on top
 // (anchored: pprof reads an id of digits then letters as a number range).
 void check_tagfocus(const ContinuousRun& run) {
@@ -296,7 +288,7 @@ void check_tagfocus(const ContinuousRun& run) {
       if (root.span_id.to_hex() == busiest) thread = t;
   REQUIRE(thread >= 0);
   for (const CollectedProfile* window : run.windows) {
-    const std::string path = write_temp(window->pprof_gzip);
+    const std::string path = pprof_test::write_temp_file(window->pprof_gzip, ".pb.gz");
     std::string out;
     const bool ran = pprof_test::run_command("go tool pprof -top -tagfocus 'span_id=^" + busiest + "$' " + path, out);
     std::remove(path.c_str());

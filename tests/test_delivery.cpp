@@ -71,14 +71,6 @@ std::string base64(std::string_view in) {
   return out;
 }
 
-std::string write_temp(const std::string& bytes, const char* suffix) {
-  static int counter = 0;
-  const std::string path = "/tmp/spanprof-delivery-" + std::to_string(::getpid()) + "-" + std::to_string(++counter) + suffix;
-  std::ofstream(path, std::ios::binary) << bytes;
-  return path;
-}
-
-
 // What the profiles of some requests hold: span ids, and total samples by span.
 struct Received {
   std::map<std::string, std::int64_t> samples_by_span;
@@ -145,7 +137,7 @@ TEST_CASE("Pyroscope receives a Push: series labels, auth, and a profile go tool
   CHECK(pushed[0].id.size() == 36);  // a UUID
   CHECK(pushed[0].id[14] == '4');
 
-  const std::string path = write_temp(pushed[0].pprof_gzip, ".pb.gz");
+  const std::string path = pprof_test::write_temp_file(pushed[0].pprof_gzip, ".pb.gz");
   std::string out;
   REQUIRE(pprof_test::run_command("go tool pprof -tags " + path, out));
   CHECK(out.find(span.span_id.to_hex()) != std::string::npos);
@@ -277,7 +269,7 @@ TEST_CASE("OTLP receives an ExportProfilesServiceRequest linked to the span", "[
   REQUIRE(spanprof::detail::gzip_decompress(request.body, body, 64u << 20));
 
   // A real protobuf parser accepts it...
-  const std::string path = write_temp(body, ".bin");
+  const std::string path = pprof_test::write_temp_file(body, ".bin");
   const auto decoded = spanprof_test::capture_command("protoc --decode_raw < " + path);
   std::remove(path.c_str());
   INFO(decoded.output.substr(0, 2000));
@@ -329,7 +321,7 @@ TEST_CASE("wall profiles arrive as Pyroscope's wall series and OTLP's wall sampl
   REQUIRE(decoded.profile.sample_types.size() == 2);
   CHECK(decoded.profile.sample_types[1].type == "wall");
   CHECK(decoded.profile.sample_types[1].unit == "nanoseconds");
-  const std::string path = write_temp(pushed[0].pprof_gzip, ".pb.gz");
+  const std::string path = pprof_test::write_temp_file(pushed[0].pprof_gzip, ".pb.gz");
   std::string out;
   REQUIRE(pprof_test::run_command("go tool pprof -top -symbolize=none " + path, out));
   INFO(out);
@@ -338,7 +330,7 @@ TEST_CASE("wall profiles arrive as Pyroscope's wall series and OTLP's wall sampl
 
   std::string body;
   REQUIRE(spanprof::detail::gzip_decompress(otlp_server.requests().at(0).body, body, 64u << 20));
-  const std::string raw_path = write_temp(body, ".bin");
+  const std::string raw_path = pprof_test::write_temp_file(body, ".bin");
   const auto raw = spanprof_test::capture_command("protoc --decode_raw < " + raw_path);
   std::remove(raw_path.c_str());
   REQUIRE(raw.exit_code == 0);
@@ -453,7 +445,7 @@ TEST_CASE("batched OTLP: one request, every span in link_table, no two samples a
   REQUIRE(server.request_count() == 1);
   std::string body;
   REQUIRE(spanprof::detail::gzip_decompress(server.requests().at(0).body, body, 64u << 20));
-  const std::string path = write_temp(body, ".bin");
+  const std::string path = pprof_test::write_temp_file(body, ".bin");
   CHECK(spanprof_test::capture_command("protoc --decode_raw < " + path).exit_code == 0);
   std::remove(path.c_str());
 
@@ -570,7 +562,7 @@ TEST_CASE("examples/hot_handler delivers its spans to PYROSCOPE_SERVER_ADDRESS",
     CHECK(request.path == "/push.v1.PusherService/Push");
     for (const auto& pushed : pyroscope_test::parse_push(request.body)) {
       CHECK(pushed.label("__name__") == "process_cpu");
-      const std::string path = write_temp(pushed.pprof_gzip, ".pb.gz");
+      const std::string path = pprof_test::write_temp_file(pushed.pprof_gzip, ".pb.gz");
       std::string out;
       CHECK(pprof_test::run_command("go tool pprof -tags " + path, out));
       for (const auto& [span, samples] : batched.samples_by_span) CHECK(out.find(span) != std::string::npos);

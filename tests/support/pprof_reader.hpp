@@ -8,12 +8,16 @@
 
 #include "command.hpp"
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <unistd.h>
 
 namespace pprof_test {
 
@@ -394,6 +398,16 @@ inline bool run_command(const std::string& cmd, std::string& output) {
   auto result = spanprof_test::capture_command(cmd);
   output = std::move(result.output);
   return result.exit_code == 0;
+}
+
+// Writes `bytes` to a new file in /tmp named for this process, ending in `suffix`,
+// for a command to read (the caller removes it); its path.
+inline std::string write_temp_file(const std::string& bytes, const char* suffix) {
+  static std::atomic<int> counter{0};
+  const std::string path =
+      "/tmp/spanprof-test-" + std::to_string(::getpid()) + "-" + std::to_string(++counter) + suffix;
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
 }
 
 }  // namespace pprof_test
