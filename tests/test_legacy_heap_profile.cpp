@@ -56,7 +56,7 @@ LegacyHeapProfile heap_parse(const std::string& text) {
 std::string heap_error(const std::string& text) {
   LegacyHeapProfile parsed;
   parsed.sample_period = 7;
-  parsed.samples.push_back({{1, 2, 3, 4}, {0x1000}});
+  parsed.samples.push_back({{1, 2, 3, 4}, {0x1000}, spanprof::ThreadState::unknown, {}});
   parsed.maps_text = "stale";
   std::string error;
   const bool ok = spanprof_test::ok_or(parse_legacy_heap_profile(text, parsed), error);

@@ -64,6 +64,7 @@
 #include <spanprof/detail/runtime/runtime-inl.hpp>
 #include <spanprof/detail/guard_core-inl.hpp>
 #include <spanprof/detail/request-inl.hpp>
+#include <spanprof/detail/capture/lock_hooks-inl.hpp>
 #endif
 
 #endif  // SPANPROF_SPANPROF_HPP_

@@ -1094,22 +1094,24 @@ constexpr std::string_view to_string(ProfileReason reason) noexcept {
   return "unknown";
 }
 
-// What a profile measures: CPU time, allocations, or wall-clock time (where the
-// span's elapsed time went, waiting included).
-enum class ProfileKind : std::uint8_t { cpu, heap, wall };
-inline constexpr std::size_t profile_kind_count = 3;
+// What a profile measures: CPU time, allocations, wall-clock time (where the
+// span's elapsed time went, waiting included), or lock contention (the span's waits
+// for a mutex another thread held, and the waits it caused while it held one).
+enum class ProfileKind : std::uint8_t { cpu, heap, wall, lock };
+inline constexpr std::size_t profile_kind_count = 4;
 
 constexpr std::string_view to_string(ProfileKind kind) noexcept {
   switch (kind) {
     case ProfileKind::cpu: return "cpu";
     case ProfileKind::heap: return "heap";
     case ProfileKind::wall: return "wall";
+    case ProfileKind::lock: return "lock";
   }
   return "unknown";
 }
 
 // Which profiles a guard records: `spanprof::cpu`, `spanprof::heap`,
-// `spanprof::wall` or any union, e.g. `spanprof::cpu | spanprof::wall`. A scope
+// `spanprof::wall`, `spanprof::lock` or any union, e.g. `spanprof::cpu | spanprof::wall`. A scope
 // profiled for several yields one profile of each kind, with the same span labels.
 class ProfileKinds {
  public:
@@ -1118,6 +1120,9 @@ class ProfileKinds {
 
   constexpr bool contains(ProfileKind kind) const noexcept { return (bits_ & bit(kind)) != 0; }
   constexpr bool empty() const noexcept { return bits_ == 0; }
+  constexpr ProfileKinds without(ProfileKind kind) const noexcept {
+    return ProfileKinds(static_cast<std::uint8_t>(bits_ & ~bit(kind)));
+  }
   friend constexpr ProfileKinds operator|(ProfileKinds a, ProfileKinds b) noexcept {
     return ProfileKinds(static_cast<std::uint8_t>(a.bits_ | b.bits_));
   }
@@ -1135,6 +1140,7 @@ class ProfileKinds {
 inline constexpr ProfileKinds cpu{ProfileKind::cpu};
 inline constexpr ProfileKinds heap{ProfileKind::heap};
 inline constexpr ProfileKinds wall{ProfileKind::wall};
+inline constexpr ProfileKinds lock{ProfileKind::lock};
 
 // Where a thread stood when the wall ticker looked at it: on a core, runnable but
 // waiting for one (preempted, or woken and not yet scheduled), or blocked (asleep,
@@ -1152,16 +1158,26 @@ constexpr std::string_view to_string(ThreadState state) noexcept {
   return "unknown";
 }
 
+// A sample's label, as pprof's Sample.label: a string or a number.
+struct Label {
+  std::string key;
+  std::string str;           // set for string labels
+  std::int64_t num = 0;      // used when str is empty and is_num is true
+  std::string num_unit;
+  bool is_num = false;
+};
+
 // One sampled stack. `frames` runs from the innermost frame outwards. In CPU and
 // wall profiles frame 0 is the exact interrupted instruction and the others are return
 // addresses; in heap profiles every frame is a return address (frame 0 is the call
 // into the allocator).
 struct RawSample {
   // One per sample type: CPU {samples, cpu ns}; wall {samples, wall ns}; heap
-  // {alloc_objects, alloc_space, inuse_objects, inuse_space}.
+  // {alloc_objects, alloc_space, inuse_objects, inuse_space}; lock {contentions, delay ns}.
   std::vector<std::int64_t> values;
   std::vector<std::uintptr_t> frames;
   ThreadState thread_state = ThreadState::unknown;  // wall samples: where the thread stood at the tick
+  std::vector<Label> labels;  // lock samples: which side of the wait it is, and who held the lock
 };
 
 // One span's profile, described once. RawProfile and EncodedProfile (uploader.hpp)
@@ -1191,14 +1207,6 @@ struct RawProfile : SpanRecord {
 struct ValueType {
   std::string type;
   std::string unit;
-};
-
-struct Label {
-  std::string key;
-  std::string str;           // set for string labels
-  std::int64_t num = 0;      // used when str is empty and is_num is true
-  std::string num_unit;
-  bool is_num = false;
 };
 
 struct Mapping {
@@ -1708,6 +1716,9 @@ enum class Counter : std::uint8_t {
   heap_guards_opened,
   heap_samples_captured,
   heap_samples_dropped,
+  lock_waits_recorded,    // lock waits (and releases that ended others') a lock-profiled span recorded
+  lock_waits_dropped,     // lost to a full per-thread lock log
+  lock_waits_untracked,   // waits whose lock shared its slot of the wait table with another: no holder charged
   classic_busy,           // classic guards refused: another scope was profiling
   continuous_samples,          // the merger's: samples of the continuous profile it took
   continuous_samples_dropped,  // the merger's: samples the continuous profile's full buffer turned away
@@ -2007,8 +2018,19 @@ struct ThreadTimes {
   std::int64_t involuntary_switches = 0;
 };
 
+// A span that records lock waits, as the waiters of a lock it releases see it
+// (lock_waits.hpp): copied into its slot at its open, so that a release never reads
+// the guard.
+struct LockSpanIdentity {
+  static constexpr std::size_t max_name = 47;
+  std::uint8_t trace_id[16] = {};
+  std::uint8_t span_id[8] = {};
+  std::uint8_t name_bytes = 0;
+  char name[max_name] = {};
+};
+
 struct ActiveSpan {
-  ProfileKinds kinds;                 // what this span profiles: cpu and/or wall
+  ProfileKinds kinds;                 // what this span profiles: cpu, wall, lock
   ProfileKinds recorded;              // kinds, and what the open spans around it profile
   std::size_t log_start = 0;          // where this span's samples begin in the log
   std::uint64_t dropped_at_start = 0;
@@ -2016,6 +2038,8 @@ struct ActiveSpan {
   std::uintptr_t edge_holder = 0;     // the guard, when the span's edges take the timer's overdue points
   std::int64_t cpu_at_open_ns = -1;   // and the thread's CPU clock at the open then
   ThreadTimes times_at_open;          // Options::time_split: read by the guard after the push
+  std::size_t lock_log_start = 0;     // kinds has lock: where its lock waits begin in the thread's lock log
+  LockSpanIdentity lock_identity;     // and the span, as the holder of a lock others wait for
   // Set (by another thread, possibly) when the span ended elsewhere: its samples
   // are no longer recorded. Null unless a guard asked (ScopedProfile::stop_sampling_when).
   const std::atomic<bool>* stop = nullptr;
@@ -2680,6 +2704,7 @@ namespace detail {
 
 class RequestState;
 class ThreadStackSampler;
+struct LockRecords;
 
 // Makes this thread's sampler, heap log and counter owners now: what a thread
 // makes after them is destroyed before them at thread exit (thread_local
@@ -2807,7 +2832,7 @@ class GuardCore {
   void close_sampling_elsewhere(ThreadStackSampler* sampler) noexcept;
   inline void moved(const char* what) noexcept;
   void hand_over(ThreadStackSampler* sampler, std::size_t used, std::uint64_t dropped, ProfileKinds kinds,
-                 std::size_t log_start) noexcept;
+                 std::size_t log_start, LockRecords locks) noexcept;
   template <class Attach>
   HandOver hand_over(ProfileKind kind, const char* engine, Attach&& attach) noexcept;
   inline SpanIdentity identity() noexcept;
@@ -4360,6 +4385,13 @@ struct Stats {
   std::uint64_t heap_samples_captured = 0; // allocations recorded by the sampling heap engine
   std::uint64_t heap_samples_dropped = 0;  // lost to a full per-thread log or a failed stack capture
   bool heap_hooks_installed = false;       // tcmalloc hooks live now (only while a heap scope is open)
+  // Lock profiles (docs/locks.md): the waits recorded by lock-profiled spans (a wait
+  // of the span, or the waits of others it ended by a release), those a full
+  // per-thread log lost, and those whose holder could not be charged (their lock
+  // shared its slot of the wait table with another contended lock).
+  std::uint64_t lock_waits_recorded = 0;
+  std::uint64_t lock_waits_dropped = 0;
+  std::uint64_t lock_waits_untracked = 0;
   // Conditional profiling: every decision, counted (docs/sampling.md).
   std::uint64_t head_declined = 0;         // guards the head sampler turned down
   std::uint64_t profiles_started = 0;      // spans profiled (head sampler yes, or triggered)
@@ -5097,13 +5129,15 @@ class ProfileBuilder {
     const std::vector<std::int64_t>* values;
     std::uint32_t span;
     ThreadState thread_state;  // a wall sample's thread_state label; unknown: none
+    const std::vector<Label>* labels;  // its own labels (a lock sample's), or null
   };
 
   // One span's profile, its samples as recorded (profile_batch.hpp merges repeats).
   Profile build(const RawProfile& raw, const std::vector<std::string>& comments) {
     std::vector<Sample> samples;
     samples.reserve(raw.samples.size());
-    for (const RawSample& sample : raw.samples) samples.push_back({&sample.frames, &sample.values, 1, sample.thread_state});
+    for (const RawSample& sample : raw.samples)
+      samples.push_back({&sample.frames, &sample.values, 1, sample.thread_state, &sample.labels});
     return build(raw, samples, {static_cast<const SpanRecord&>(raw)}, comments);
   }
 
@@ -5127,6 +5161,13 @@ class ProfileBuilder {
       profile.period_type = {"wall", "nanoseconds"};
       profile.default_sample_type = "wall";
       profile.period = header.period_ns;
+    } else if (header.kind == ProfileKind::lock) {
+      // The names of Go's mutex and block profiles, which pprof, Pyroscope and
+      // Grafana recognise; every wait is recorded, so one sample is one contention.
+      profile.sample_types = {{"contentions", "count"}, {"delay", "nanoseconds"}};
+      profile.period_type = {"contentions", "count"};
+      profile.default_sample_type = "delay";
+      profile.period = 1;
     } else {
       // The names and order Go's heap profiles use, which pprof, Pyroscope and
       // Grafana recognise. A span's question is "what did it allocate", so that is
@@ -5154,13 +5195,16 @@ class ProfileBuilder {
         state.str = std::string(to_string(in.thread_state));
         sample.labels.push_back(std::move(state));
       }
+      if (in.labels != nullptr) sample.labels.insert(sample.labels.end(), in.labels->begin(), in.labels->end());
       sample.location_ids.reserve(in.frames->size());
       for (std::size_t i = 0; i < in.frames->size(); ++i) {
         // Callers' frames hold return addresses, which may already belong to the
         // next function (a call as a function's last instruction): look up the
         // call instruction instead, as pprof and debuggers do.
         const std::uintptr_t pc = (*in.frames)[i];
-        const bool exact = i == 0 && header.kind != ProfileKind::heap;  // heap frames are all return addresses
+        // Heap and lock frames are all return addresses (the first the call into the
+        // allocator or the lock).
+        const bool exact = i == 0 && header.kind != ProfileKind::heap && header.kind != ProfileKind::lock;
         const std::uintptr_t address = (exact || pc == 0) ? pc : pc - 1;
         sample.location_ids.push_back(location_for(address, profile));
       }
@@ -7260,12 +7304,14 @@ inline constexpr std::size_t pyroscope_max_label_value = 2048;
 
 // How Pyroscope names each kind: the Push API's __name__ (profile types
 // process_cpu:cpu:nanoseconds:cpu:nanoseconds, memory:alloc_space:bytes:space:bytes,
-// wall:wall:nanoseconds:wall:nanoseconds), or /ingest's name suffix.
+// wall:wall:nanoseconds:wall:nanoseconds, mutex:delay:nanoseconds:contentions:count),
+// or /ingest's name suffix.
 constexpr std::string_view pyroscope_profile_name(ProfileKind kind, bool push) noexcept {
   switch (kind) {
     case ProfileKind::cpu: return push ? "process_cpu" : "cpu";
     case ProfileKind::heap: return "memory";
     case ProfileKind::wall: return "wall";
+    case ProfileKind::lock: return "mutex";
   }
   return "unknown";
 }
@@ -11149,6 +11195,14 @@ SPANPROF_NAMESPACE_END
 //                      id and, for a sample taken in a span, the span's label. meta
 //                      is continuous_record_mark, bit 0 when a label follows, the
 //                      name's bytes in bits 8-15.
+//   lock record        [meta, delay ns, holder tid, (trace id 2 words, span id 1 word, name words)?,
+//                       depth, pc_0 ...]
+//                      what a thread's lock hooks (lock_hooks.hpp) write for a lock wait
+//                      in a lock-profiled span: the span waited for a holder, or held
+//                      the lock others waited for. meta is lock_record_mark, bit 0 the
+//                      side (set: it held), bit 1 when the holder's span label follows,
+//                      the name's bytes in bits 8-15, the contentions in bits 16-47. The
+//                      frames are return addresses, the first the call into the lock.
 //   heap log record    [size, live-table slot, live-table entry, depth, pc_0 ...]
 //                      in a thread's heap log while its span is open.
 //   heap hand-off      [size, live at span close (0/1), depth, pc_0 ...]
@@ -11279,40 +11333,48 @@ inline void read_stack_records(const std::uint64_t* words, std::size_t count, Ra
 
 inline constexpr std::uint64_t continuous_record_mark = std::uint64_t{0xC0} << 56;
 
-// A sample's span, as a continuous record carries it.
-struct ContinuousLabel {
+// A span's ids and name as a record carries them (continuous and lock records).
+struct RecordedSpan {
   const std::uint8_t* trace_id;  // 16 bytes
   const std::uint8_t* span_id;   // 8 bytes
   const char* name;
   std::size_t name_bytes;        // at most 255
 };
 
-constexpr std::size_t continuous_label_words(std::size_t name_bytes) noexcept { return 3 + (name_bytes + 7) / 8; }
+constexpr std::size_t recorded_span_words(std::size_t name_bytes) noexcept { return 3 + (name_bytes + 7) / 8; }
 
-constexpr std::size_t continuous_record_words(const ContinuousLabel* label, int depth) noexcept {
-  return 2 + (label != nullptr ? continuous_label_words(label->name_bytes) : 0) + stack_record_words(depth);
+// Writes recorded_span_words(span.name_bytes) words; returns the word after them.
+inline std::uint64_t* write_recorded_span(std::uint64_t* out, const RecordedSpan& span) noexcept {
+  std::memcpy(out, span.trace_id, 16);
+  std::memcpy(out + 2, span.span_id, 8);
+  if (span.name_bytes != 0) {
+    out[3 + (span.name_bytes - 1) / 8] = 0;  // the name's last word, padded
+    std::memcpy(out + 3, span.name, span.name_bytes);
+  }
+  return out + recorded_span_words(span.name_bytes);
+}
+
+inline RecordedSpan read_recorded_span(const std::uint64_t* at, std::size_t name_bytes) noexcept {
+  return {reinterpret_cast<const std::uint8_t*>(at), reinterpret_cast<const std::uint8_t*>(at + 2),
+          reinterpret_cast<const char*>(at + 3), name_bytes};
+}
+
+constexpr std::size_t continuous_record_words(const RecordedSpan* label, int depth) noexcept {
+  return 2 + (label != nullptr ? recorded_span_words(label->name_bytes) : 0) + stack_record_words(depth);
 }
 
 // `callers` holds depth - 1 return addresses, innermost first; `weight` is
 // cpu_record_weight(). Writes continuous_record_words(label, depth) words.
-inline void write_continuous_record(std::uint64_t* out, std::uint64_t tid, const ContinuousLabel* label,
+inline void write_continuous_record(std::uint64_t* out, std::uint64_t tid, const RecordedSpan* label,
                                     std::uint64_t weight, std::uintptr_t pc, void* const* callers, int depth) noexcept {
   const std::size_t name_bytes = label != nullptr ? label->name_bytes : 0;
   *out++ = continuous_record_mark | (label != nullptr ? 1u : 0u) | static_cast<std::uint64_t>(name_bytes) << 8;
   *out++ = tid;
-  if (label != nullptr) {
-    std::memcpy(out, label->trace_id, 16);
-    std::memcpy(out + 2, label->span_id, 8);
-    if (name_bytes != 0) {
-      out[3 + (name_bytes - 1) / 8] = 0;  // the name's last word, padded
-      std::memcpy(out + 3, label->name, name_bytes);
-    }
-    out += continuous_label_words(name_bytes);
-  }
+  if (label != nullptr) out = write_recorded_span(out, *label);
   write_stack_record(out, weight, pc, callers, depth);
 }
 
-// Calls `visit(const ContinuousLabel* label, std::uint64_t weight, const std::uint64_t* pcs,
+// Calls `visit(const RecordedSpan* label, std::uint64_t weight, const std::uint64_t* pcs,
 // std::size_t depth)` for each well-formed record (label null outside any span);
 // stops at the first malformed one, or at a word without the mark (the end).
 template <class Visit>
@@ -11324,15 +11386,10 @@ void for_each_continuous_record(const std::uint64_t* words, std::size_t count, V
     const bool labelled = (meta & 1) != 0;
     const std::size_t name_bytes = (meta >> 8) & 0xFF;
     std::size_t at = i + 2;
-    const std::size_t label_words = labelled ? continuous_label_words(name_bytes) : 0;
+    const std::size_t label_words = labelled ? recorded_span_words(name_bytes) : 0;
     if (at + label_words + stack_record_header_words > count) break;
-    ContinuousLabel label{};
-    if (labelled) {
-      label.trace_id = reinterpret_cast<const std::uint8_t*>(words + at);
-      label.span_id = reinterpret_cast<const std::uint8_t*>(words + at + 2);
-      label.name = reinterpret_cast<const char*>(words + at + 3);
-      label.name_bytes = name_bytes;
-    }
+    RecordedSpan label{};
+    if (labelled) label = read_recorded_span(words + at, name_bytes);
     at += label_words;
     const std::uint64_t depth = words[at + 1];
     if (depth == 0 || depth > count - at - stack_record_header_words) break;
@@ -11354,7 +11411,7 @@ inline void read_continuous_records(const std::uint64_t* words, std::size_t coun
                                     ContinuousSamples& out) {
   std::map<std::string, std::size_t> by_label;
   std::string key;
-  for_each_continuous_record(words, count, [&](const ContinuousLabel* label, std::uint64_t weight,
+  for_each_continuous_record(words, count, [&](const RecordedSpan* label, std::uint64_t weight,
                                                const std::uint64_t* pcs, std::size_t depth) {
     key.clear();
     if (label != nullptr) {
@@ -11379,6 +11436,107 @@ inline void read_continuous_records(const std::uint64_t* words, std::size_t coun
     sample.values = {static_cast<std::int64_t>(cpu_record_periods(weight)),
                      static_cast<std::int64_t>(weight & cpu_record_ns_mask)};
     sample.frames.assign(pcs, pcs + depth);
+  });
+}
+
+// ---- lock records -----------------------------------------------------------------
+
+inline constexpr std::uint64_t lock_record_mark = std::uint64_t{0xA0} << 56;
+inline constexpr std::uint64_t lock_record_mark_mask = std::uint64_t{0xFF} << 56;
+inline constexpr std::uint64_t lock_record_held = 1;         // the span held the lock; else it waited
+inline constexpr std::uint64_t lock_record_holder_span = 2;  // the holder's span follows the header
+inline constexpr std::size_t lock_record_header_words = 3;   // meta, delay, holder tid
+inline constexpr std::uint64_t lock_record_most_contentions = 0xFFFF'FFFF;
+
+// One lock record: a wait the span had, or the waits it caused holding a lock.
+struct LockWait {
+  bool held = false;                   // the span held the lock (the waits were others')
+  std::uint64_t contentions = 0;       // the waits it stands for
+  std::uint64_t delay_ns = 0;          // their time
+  std::uint64_t holder_tid = 0;        // a waiter's: the thread that held the lock (0: unknown)
+  const RecordedSpan* holder_span = nullptr;  // and its span, when it was in one
+};
+
+constexpr std::size_t lock_record_words(const RecordedSpan* holder_span, std::size_t depth) noexcept {
+  return lock_record_header_words + (holder_span != nullptr ? recorded_span_words(holder_span->name_bytes) : 0) +
+         1 + depth;
+}
+
+// `frames` holds `depth` return addresses, innermost first. Writes
+// lock_record_words(wait.holder_span, depth) words.
+inline void write_lock_record(std::uint64_t* out, const LockWait& wait, void* const* frames, std::size_t depth) noexcept {
+  const std::size_t name_bytes = wait.holder_span != nullptr ? wait.holder_span->name_bytes : 0;
+  const std::uint64_t contentions =
+      wait.contentions < lock_record_most_contentions ? wait.contentions : lock_record_most_contentions;
+  *out++ = lock_record_mark | (wait.held ? lock_record_held : 0) |
+           (wait.holder_span != nullptr ? lock_record_holder_span : 0) | static_cast<std::uint64_t>(name_bytes) << 8 |
+           contentions << 16;
+  *out++ = wait.delay_ns;
+  *out++ = wait.holder_tid;
+  if (wait.holder_span != nullptr) out = write_recorded_span(out, *wait.holder_span);
+  *out++ = depth;
+  for (std::size_t i = 0; i < depth; ++i) out[i] = reinterpret_cast<std::uintptr_t>(frames[i]);
+}
+
+// Calls `visit(const LockWait& wait, const std::uint64_t* pcs, std::size_t depth)`
+// for each well-formed record; stops at the first malformed one.
+template <class Visit>
+void for_each_lock_record(const std::uint64_t* words, std::size_t count, Visit&& visit) {
+  std::size_t i = 0;
+  while (i + lock_record_header_words + 1 <= count) {
+    const std::uint64_t meta = words[i];
+    if ((meta & lock_record_mark_mask) != lock_record_mark) break;
+    LockWait wait;
+    wait.held = (meta & lock_record_held) != 0;
+    wait.contentions = (meta >> 16) & lock_record_most_contentions;
+    wait.delay_ns = words[i + 1];
+    wait.holder_tid = words[i + 2];
+    std::size_t at = i + lock_record_header_words;
+    RecordedSpan holder{};
+    if ((meta & lock_record_holder_span) != 0) {
+      const std::size_t name_bytes = (meta >> 8) & 0xFF;
+      if (at + recorded_span_words(name_bytes) + 1 > count) break;
+      holder = read_recorded_span(words + at, name_bytes);
+      wait.holder_span = &holder;
+      at += recorded_span_words(name_bytes);
+    }
+    const std::uint64_t depth = words[at];
+    if (depth == 0 || depth > count - at - 1) break;
+    visit(wait, words + at + 1, static_cast<std::size_t>(depth));
+    i = at + 1 + static_cast<std::size_t>(depth);
+  }
+}
+
+// The labels of a lock sample, as its profile shows them (docs/locks.md).
+inline constexpr const char* lock_role_label = "lock_role";
+inline constexpr const char* holder_thread_label = "holder_thread";
+inline constexpr const char* holder_span_id_label = "holder_span_id";
+inline constexpr const char* holder_trace_id_label = "holder_trace_id";
+inline constexpr const char* holder_span_name_label = "holder_span_name";
+
+// Appends one lock sample per record, values {contentions, delay ns}.
+inline void read_lock_records(const std::uint64_t* words, std::size_t count, RawProfile& profile) {
+  for_each_lock_record(words, count, [&](const LockWait& wait, const std::uint64_t* pcs, std::size_t depth) {
+    RawSample& sample = profile.samples.emplace_back();
+    sample.values = {static_cast<std::int64_t>(wait.contentions), static_cast<std::int64_t>(wait.delay_ns)};
+    sample.frames.assign(pcs, pcs + depth);
+    auto text = [&](const char* key, std::string value) {
+      Label& label = sample.labels.emplace_back();
+      label.key = key;
+      label.str = std::move(value);
+    };
+    text(lock_role_label, wait.held ? "holder" : "waiter");
+    if (wait.held) return;
+    if (wait.holder_tid != 0) {
+      Label& thread = sample.labels.emplace_back();
+      thread.key = holder_thread_label;
+      thread.num = static_cast<std::int64_t>(wait.holder_tid);
+      thread.is_num = true;
+    }
+    if (wait.holder_span == nullptr) return;
+    text(holder_span_id_label, SpanId(wait.holder_span->span_id).to_hex());
+    text(holder_trace_id_label, TraceId(wait.holder_span->trace_id).to_hex());
+    text(holder_span_name_label, std::string(wait.holder_span->name, wait.holder_span->name_bytes));
   });
 }
 
@@ -13527,9 +13685,9 @@ class ProcessSampler {
     SpanLabel* span = nullptr;
     if (SpanLabelStack* labels = current_span_labels)
       span = labels->label_for_sample(span_labels_.load(std::memory_order_relaxed));
-    ContinuousLabel label{};
-    if (span != nullptr) label = ContinuousLabel{span->trace_id, span->span_id, span->name, span->name_length};
-    const ContinuousLabel* labelled = span != nullptr ? &label : nullptr;
+    RecordedSpan label{};
+    if (span != nullptr) label = RecordedSpan{span->trace_id, span->span_id, span->name, span->name_length};
+    const RecordedSpan* labelled = span != nullptr ? &label : nullptr;
     const std::size_t need = continuous_record_words(labelled, depth);
     const std::uint64_t weight = cpu_record_weight(periods, cpu_ns);
     for (int attempt = 0; attempt < 2; ++attempt) {
@@ -13768,6 +13926,26 @@ class ThreadStackSampler {
 
   // The slot of an open span (this thread only).
   ActiveSpan& span(SpanSlotTicket ticket) noexcept { return spans_[ticket.index]; }
+
+  // Whether the innermost open span, or one around it, records lock waits (this
+  // thread only): the lock hooks' first test.
+  bool lock_span_open() const noexcept {
+    const ActiveSpan* span = innermost_open_span();
+    return span != nullptr && span->recorded.contains(ProfileKind::lock);
+  }
+
+  // The innermost open span that records lock waits itself (this thread only;
+  // lock_hooks-inl.hpp), or null.
+  const ActiveSpan* innermost_lock_span() const noexcept {
+    const ActiveSpan* span = innermost_open_span();
+    for (std::uint32_t steps = 0; span != nullptr && steps < max_open_spans; ++steps) {
+      if (span->kinds.contains(ProfileKind::lock) && (span->state.load(std::memory_order_relaxed) & 3) == span_slot_open)
+        return span;
+      const std::uint32_t parent = span->parent.load(std::memory_order_relaxed);
+      span = parent != 0 ? &spans_[parent - 1] : nullptr;
+    }
+    return nullptr;
+  }
 
   // The guard of the innermost span begins to close it (its decision, its
   // engines); the close calls the program's code meanwhile. signal_side.hpp says
@@ -16849,6 +17027,8 @@ inline bool unpack_captured_profile(CapturedProfile& captured) {
     ok = read_gperftools_heap_text(captured.gperftools_heap_text, raw);
   } else if (raw.kind == ProfileKind::heap) {
     read_heap_handoff_records(captured.packed_samples, raw);
+  } else if (raw.kind == ProfileKind::lock) {
+    read_lock_records(captured.packed_samples.data(), captured.packed_samples.size(), raw);
   } else {
     read_stack_records(captured.packed_samples.data(), captured.packed_samples.size(), raw);
   }
@@ -18025,6 +18205,7 @@ SPANPROF_NAMESPACE_END
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -18078,7 +18259,7 @@ class ProfileBatch {
         for (const std::uintptr_t pc : sample.frames)
           if (addresses_.insert(pc).second) estimated_bytes_ += 64;  // a location, its function, a name
       }
-      const Key key{span, stack->second, sample.thread_state};
+      const Key key{span, stack->second, sample.thread_state, label_set_of(sample.labels)};
       auto [it, inserted] = index_.try_emplace(key, samples_.size());
       if (inserted) {
         samples_.push_back(Entry{key, sample.values});
@@ -18118,7 +18299,8 @@ class ProfileBatch {
     std::vector<ProfileBuilder::Sample> samples;
     samples.reserve(samples_.size());
     for (const Entry& entry : samples_)
-      samples.push_back({stack_list_[entry.key.stack], &entry.values, entry.key.span, entry.key.state});
+      samples.push_back({stack_list_[entry.key.stack], &entry.values, entry.key.span, entry.key.state,
+                         entry.key.labels != 0 ? &label_sets_[entry.key.labels - 1] : nullptr});
     return builder.build(window_record(), samples, spans_, comments);
   }
 
@@ -18130,14 +18312,16 @@ class ProfileBatch {
     std::uint32_t span;   // 1 + the index of its record in spans_; 0: none
     std::uint32_t stack;  // index into stack_list_
     ThreadState state;    // a wall sample's: samples of one stack in two states stay apart
+    std::uint32_t labels;  // 1 + the index of its own labels in label_sets_; 0: none
     bool operator==(const Key& other) const noexcept {
-      return span == other.span && stack == other.stack && state == other.state;
+      return span == other.span && stack == other.stack && state == other.state && labels == other.labels;
     }
   };
   struct KeyHash {
     std::size_t operator()(const Key& key) const noexcept {
       return static_cast<std::size_t>(
-          ((static_cast<std::uint64_t>(key.span) << 32 | key.stack) ^ static_cast<std::uint64_t>(key.state) << 30) *
+          ((static_cast<std::uint64_t>(key.span) << 32 | key.stack) ^ static_cast<std::uint64_t>(key.state) << 30 ^
+           static_cast<std::uint64_t>(key.labels) << 40) *
           0x9E3779B97F4A7C15ull);
     }
   };
@@ -18170,6 +18354,26 @@ class ProfileBatch {
     return add_record(raw);
   }
 
+  // A sample's own labels (a lock sample's), stored once per distinct set: samples
+  // with other labels stay apart. 0: none.
+  std::uint32_t label_set_of(const std::vector<Label>& labels) {
+    if (labels.empty()) return 0;
+    std::string key;
+    for (const Label& label : labels) {
+      key += label.key;
+      key += '\0';
+      key += label.is_num ? std::to_string(label.num) : label.str;
+      key += '\0';
+    }
+    const auto [it, inserted] = label_set_index_.try_emplace(std::move(key), 0);
+    if (inserted) {
+      label_sets_.push_back(labels);
+      it->second = static_cast<std::uint32_t>(label_sets_.size());
+      for (const Label& label : labels) estimated_bytes_ += 16 + label.key.size() + label.str.size();
+    }
+    return it->second;
+  }
+
   std::uint32_t add_record(const RawProfile& raw) {
     spans_.push_back(raw);  // the record, without its stacks
     // A span's labels: two ids, a name, a reason (keys are shared strings).
@@ -18198,6 +18402,8 @@ class ProfileBatch {
   std::unordered_map<Key, std::size_t, KeyHash> index_;
   std::vector<Entry> samples_;  // in order of first appearance
   std::unordered_set<std::uintptr_t> addresses_;
+  std::unordered_map<std::string, std::uint32_t> label_set_index_;  // label_set_of's key -> 1 + index
+  std::deque<std::vector<Label>> label_sets_;  // stable while samples point at them
 };
 
 }  // namespace detail
@@ -20225,7 +20431,7 @@ namespace detail {
 
 // ---- names, in the order of the enumerators they stand for --------------------------
 
-inline constexpr const char* profile_kind_names[] = {"cpu", "heap", "wall"};
+inline constexpr const char* profile_kind_names[] = {"cpu", "heap", "wall", "lock"};
 inline constexpr const char* engine_names[] = {"sampling", "classic"};  // CpuEngine, HeapEngine
 inline constexpr const char* cpu_sample_source_names[] = {"automatic", "perf_event", "posix_timer"};
 inline constexpr const char* overflow_policy_names[] = {"drop_newest", "drop_oldest"};
@@ -21327,6 +21533,9 @@ class Runtime final : public GuardHost {
     s.heap_samples_captured = c[Counter::heap_samples_captured];
     s.heap_samples_dropped = c[Counter::heap_samples_dropped];
     s.heap_hooks_installed = heap_hooks().installed();
+    s.lock_waits_recorded = c[Counter::lock_waits_recorded];
+    s.lock_waits_dropped = c[Counter::lock_waits_dropped];
+    s.lock_waits_untracked = c[Counter::lock_waits_untracked];
     s.classic_busy = c[Counter::classic_busy];
     s.continuous_threads = ProcessSampler::instance().threads_sampled();
     s.continuous_threads_on_perf_event = ProcessSampler::instance().threads_on_events();
@@ -21767,6 +21976,277 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DETAIL_CAPTURE_CLASSIC_HEAP_ENGINE_HPP_
 // ---- end spanprof/detail/capture/classic_heap_engine.hpp ----
+// ---- begin spanprof/detail/capture/lock_waits.hpp ----
+// The process's table of lock waits under way: how the lock hooks (lock_hooks.hpp)
+// tell a holder what its waiters waited, and a waiter who let it in.
+//
+// Why it is shaped like this (docs/locks.md):
+//  * A waiter cannot read the holder's span: the holder's thread may exit, and its
+//    guard is not the waiter's to read. The holder writes who it is into the entry
+//    of the lock as it releases it, and the waiter it lets in reads that.
+//  * A holder is charged, at each release, the time its waiters waited since they
+//    began or since the release before (Go's mutex profile since 1.22): each
+//    waiter's mark is its start or the last release, and the entry keeps their
+//    sum, so a release costs the same whatever the number of waiters.
+//  * Only contended locks touch it (an uncontended lock never waits): one entry per
+//    lock address, direct-mapped, each behind a spin lock held for a few stores. A
+//    lock whose entry another contended lock holds waits untracked (counted): its
+//    waiter still records its wait, with the holder's thread only.
+//  * The lock's memory is never touched here: a mutex may be destroyed and its
+//    page unmapped right after its wait.
+#ifndef SPANPROF_DETAIL_CAPTURE_LOCK_WAITS_HPP_
+#define SPANPROF_DETAIL_CAPTURE_LOCK_WAITS_HPP_
+
+
+#if SPANPROF_ENABLED
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include <sched.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// Who released a lock, as the waiter it let in learns it.
+struct LockHolder {
+  std::uint32_t tid = 0;  // 0: unknown
+  bool in_span = false;   // a span that records lock waits held it: `span` says which
+  LockSpanIdentity span;
+};
+
+class LockWaitTable {
+ public:
+  static constexpr std::size_t entry_count = 1024;
+
+  // A waiter's place in the table, from register_wait to finish_wait.
+  struct Registration {
+    std::uint32_t index = 0;
+    std::uint64_t releases = 0;  // the entry's releases when it registered
+    bool tracked = false;        // false: the entry was another lock's
+  };
+
+  // What a release ended: the waiters it found and the time they waited under this
+  // holder (since they began, or since the release before).
+  struct Charge {
+    std::uint32_t waiters = 0;
+    std::int64_t delay_ns = 0;
+  };
+
+  constexpr LockWaitTable() noexcept = default;
+
+  // Any wait registered now, anywhere: while none is, a release looks no further.
+  bool anyone_waiting() const noexcept { return waiting_.load(std::memory_order_relaxed) != 0; }
+
+  // A thread begins to wait for `lock` at `start_ns` (monotonic).
+  Registration register_wait(const void* lock, std::int64_t start_ns) noexcept {
+    Registration registration;
+    registration.index = index_of(lock);
+    Entry& entry = entries_[registration.index];
+    hold(entry);
+    if (entry.waiters == 0 || entry.lock == lock) {
+      if (entry.waiters == 0) {
+        entry.lock = lock;
+        entry.marks_ns = 0;
+      }
+      ++entry.waiters;
+      entry.marks_ns += start_ns;
+      registration.releases = entry.releases;
+      registration.tracked = true;
+    }
+    let_go(entry);
+    if (registration.tracked) waiting_.fetch_add(1, std::memory_order_relaxed);
+    return registration;
+  }
+
+  // The waiter holds `lock` now (or gave up). True when a release let it in since
+  // it registered: `holder` is who released it last.
+  bool finish_wait(const void* lock, const Registration& registration, std::int64_t start_ns,
+                   LockHolder& holder) noexcept {
+    if (!registration.tracked) return false;
+    Entry& entry = entries_[registration.index];
+    hold(entry);
+    const bool released = entry.releases != registration.releases;
+    if (entry.lock == lock && entry.waiters != 0) {
+      entry.marks_ns -= released ? entry.released_ns : start_ns;
+      if (--entry.waiters == 0) entry.lock = nullptr;
+    }
+    if (released) holder = entry.holder;
+    let_go(entry);
+    waiting_.fetch_sub(1, std::memory_order_relaxed);
+    return released;
+  }
+
+  // `lock` is released at `now_ns` by `holder`: what its waiters waited under it.
+  Charge release(const void* lock, std::int64_t now_ns, const LockHolder& holder) noexcept {
+    Charge charge;
+    Entry& entry = entries_[index_of(lock)];
+    hold(entry);
+    if (entry.lock == lock && entry.waiters != 0) {
+      const std::int64_t marks_now = static_cast<std::int64_t>(entry.waiters) * now_ns;
+      charge.waiters = entry.waiters;
+      charge.delay_ns = marks_now > entry.marks_ns ? marks_now - entry.marks_ns : 0;
+      entry.marks_ns = marks_now;
+      entry.released_ns = now_ns;
+      ++entry.releases;
+      entry.holder = holder;
+    }
+    let_go(entry);
+    return charge;
+  }
+
+ private:
+  struct alignas(64) Entry {
+    std::atomic<std::uint32_t> busy{0};
+    std::uint32_t waiters = 0;
+    const void* lock = nullptr;     // the lock its waiters wait for (null: free)
+    std::int64_t marks_ns = 0;      // the sum of its waiters' marks: start, or the last release since
+    std::int64_t released_ns = 0;   // the last release
+    std::uint64_t releases = 0;
+    LockHolder holder;              // who released it last
+  };
+
+  static std::uint32_t index_of(const void* lock) noexcept {
+    const auto at = reinterpret_cast<std::uintptr_t>(lock) >> 3;
+    return static_cast<std::uint32_t>((at * 0x9E3779B97F4A7C15ull) >> 54) & (entry_count - 1);
+  }
+
+  // The entry's spin lock: held for a few stores, so a spin mostly means its
+  // holder was preempted, and the waiter yields its core to it.
+  static void hold(Entry& entry) noexcept {
+    for (unsigned spins = 0; entry.busy.exchange(1, std::memory_order_acquire) != 0;) {
+      if (++spins < 64) {
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+      } else {
+        ::sched_yield();
+      }
+    }
+  }
+  static void let_go(Entry& entry) noexcept { entry.busy.store(0, std::memory_order_release); }
+
+  static_assert((entry_count & (entry_count - 1)) == 0, "index_of masks by the count");
+  Entry entries_[entry_count];
+  // Registered waits, all entries; read by every unlock: a line of its own, which
+  // no other variable's writes take from the cores that read it.
+  alignas(64) std::atomic<std::uint32_t> waiting_{0};
+};
+
+// Whether a span has asked for lock profiles since the process started: until
+// then a lock costs one load more than glibc's (lock_hooks-inl.hpp). Read by every
+// lock: a line of its own.
+struct alignas(64) LockHooksSwitch {
+  std::atomic<bool> on{false};
+  bool load(std::memory_order order) const noexcept { return on.load(order); }
+  void store(bool value, std::memory_order order) noexcept { on.store(value, order); }
+};
+inline LockHooksSwitch lock_hooks_on;
+
+// Constant-initialized: a lock taken before main, or after the runtime's statics are
+// destroyed, still finds it.
+inline LockWaitTable lock_wait_table;
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_DETAIL_CAPTURE_LOCK_WAITS_HPP_
+// ---- end spanprof/detail/capture/lock_waits.hpp ----
+// ---- begin spanprof/detail/capture/lock_log.hpp ----
+// A thread's log of lock waits: the lock records (sample_records.hpp) its lock
+// hooks (lock_hooks.hpp) write while a span that records lock waits is open on it,
+// and its guards copy out at their close. Only its own thread touches it, never
+// from a signal handler; it is made at the thread's first such span.
+#ifndef SPANPROF_DETAIL_CAPTURE_LOCK_LOG_HPP_
+#define SPANPROF_DETAIL_CAPTURE_LOCK_LOG_HPP_
+
+
+#if SPANPROF_ENABLED
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <new>
+#include <string_view>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+struct ThreadLockLog {
+  // 256 KiB: a few thousand waits, each with its stack, per outermost span.
+  static constexpr std::size_t capacity_words = 32768;
+
+  std::uint64_t* words = nullptr;  // null: not made yet (or could not be)
+  std::size_t used = 0;
+  std::uint64_t stack_top = 0;     // of this thread's stack, for the stack walker
+  std::uint32_t tid = 0;           // the thread's id, once read (0: not yet)
+  // Inside the hooks' own recording: a lock taken meanwhile is the hooks', not the span's.
+  bool recording = false;
+
+  // Makes the log; false when out of memory.
+  bool make() noexcept {
+    if (words == nullptr) words = new (std::nothrow) std::uint64_t[capacity_words];
+    return words != nullptr;
+  }
+};
+
+// Trivially destructible and constant-initialized: the hooks read it without a TLS
+// constructor, in any thread, before main and after its owner is gone.
+inline thread_local ThreadLockLog thread_lock_log;
+
+// A span's lock records, taken at its close: from where it began in the thread's
+// log to the end (none: words 0). They stay in place until the thread's next
+// outermost span that records lock waits opens.
+struct LockRecords {
+  const std::uint64_t* first = nullptr;
+  std::size_t words = 0;
+};
+inline LockRecords lock_records_since(std::size_t start) noexcept {
+  const ThreadLockLog& log = thread_lock_log;
+  if (log.words == nullptr || log.used <= start) return {};
+  return {log.words + start, log.used - start};
+}
+
+// Frees the thread's log when it exits.
+struct ThreadLockLogOwner {
+  ~ThreadLockLogOwner() {
+    delete[] thread_lock_log.words;
+    thread_lock_log.words = nullptr;
+    thread_lock_log.used = 0;
+  }
+};
+inline thread_local ThreadLockLogOwner thread_lock_log_owner;
+
+// The span in `slot` records its thread's lock waits from now (lock_hooks-inl.hpp):
+// the slot keeps where they begin in the thread's lock log, and who the span is for
+// the waiters of a lock it releases. Without a log (out of memory), it records none.
+inline void open_lock_recording(ActiveSpan& slot, const SpanContext& span, std::string_view name) noexcept {
+  ThreadLockLog& log = thread_lock_log;
+  if (!log.make()) return report_error(ErrorCode::sampler_failed, "cannot allocate the lock log; no lock waits recorded");
+  (void)&thread_lock_log_owner;  // frees it at thread exit
+  if (log.stack_top == 0) log.stack_top = this_thread_stack_top();
+  if (slot.parent.load(std::memory_order_relaxed) == 0) log.used = 0;  // no open span reads older records
+  slot.lock_log_start = log.used;
+  LockSpanIdentity& identity = slot.lock_identity;
+  std::memcpy(identity.trace_id, span.trace_id.bytes().data(), sizeof identity.trace_id);
+  std::memcpy(identity.span_id, span.span_id.bytes().data(), sizeof identity.span_id);
+  identity.name_bytes = static_cast<std::uint8_t>(std::min(name.size(), LockSpanIdentity::max_name));
+  std::memcpy(identity.name, name.data(), identity.name_bytes);
+  if (!lock_hooks_on.load(std::memory_order_relaxed)) lock_hooks_on.store(true, std::memory_order_relaxed);
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_DETAIL_CAPTURE_LOCK_LOG_HPP_
+// ---- end spanprof/detail/capture/lock_log.hpp ----
 // ---- begin spanprof/detail/capture/thread_times.hpp ----
 // Internal. The calling thread's times as the kernel keeps them, read at a span's
 // open and close when Options::time_split is on: its CPU clock, its run delay
@@ -21919,6 +22399,7 @@ SPANPROF_NAMESPACE_END
 #if SPANPROF_ENABLED
 
 #include <cstdint>
+#include <cstdio>
 #include <string_view>
 #include <utility>
 
@@ -21969,6 +22450,17 @@ HandOver hand_over_profile(const SpanIdentity& identity, ProfileKind kind, const
   }
   return HandOver::out_of_memory;
 }
+
+// Says that `count` samples were lost to a full per-thread buffer (`what`: which,
+// after the count).
+SPANPROF_NOINLINE inline void report_samples_dropped(std::uint64_t count, const char* what) noexcept {
+  char message[160];
+  std::snprintf(message, sizeof message, "%llu %s", static_cast<unsigned long long>(count), what);
+  report_error(ErrorCode::sample_buffer_full, message);
+}
+
+// The engine a lock profile names (SpanRecord::engine).
+inline constexpr const char* lock_engine_name = "lock_hooks";
 
 }  // namespace detail
 SPANPROF_NAMESPACE_END
@@ -22240,6 +22732,18 @@ class RequestState {
     }
   }
 
+  // A fragment's lock records (lock_log.hpp).
+  void add_lock_records(const LockRecords& locks) noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Recorded& into = recorded_[static_cast<std::size_t>(ProfileKind::lock)];
+    into.engine = lock_engine_name;
+    SPANPROF_TRY {
+      into.records.insert(into.records.end(), locks.first, locks.first + locks.words);
+    } SPANPROF_CATCH_ALL {
+      report_error(ErrorCode::internal, "out of memory adding a fragment's lock waits to its request; dropped");
+    }
+  }
+
   // Where a fragment's time went (Options::time_split): the request's is the sum.
   void add_time(const TimeSplit& split) noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -22355,7 +22859,7 @@ class RequestState {
     bool handed_over = false, any_records = false;
     SpanIdentity identity{span_, std::string_view(name_, name_length_), decision.reason, start_unix_ns_, duration,
                           time_};
-    for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::wall, ProfileKind::heap}) {
+    for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::wall, ProfileKind::heap, ProfileKind::lock}) {
       Recorded& recorded = recorded_[static_cast<std::size_t>(kind)];
       if (!kinds_.contains(kind) || recorded.records.empty()) continue;
       any_records = true;
@@ -22529,6 +23033,7 @@ SPANPROF_NOINLINE void GuardCore::begin(const RunningConfig& config, const SpanC
   ProfileKinds sampled;
   if (kinds.contains(ProfileKind::cpu) && !classic_cpu) sampled = sampled | cpu;
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) sampled = sampled | wall;
+  if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::lock))) sampled = sampled | lock;
   // One clock read opens a sampled span: its start, and the moment the thread's
   // outermost span changed when the ticker watches the thread.
   std::int64_t opened_ns = -1;
@@ -22587,6 +23092,7 @@ inline void GuardCore::begin_fragment(const RunningConfig& config, RequestState&
   ProfileKinds sampled;
   if (kinds.contains(ProfileKind::cpu) && config.cpu_engine == CpuEngine::sampling) sampled = sampled | cpu;
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) sampled = sampled | wall;
+  if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::lock))) sampled = sampled | lock;
   if (!sampled.empty()) open_sampling(config, sampled);
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::heap)) && config.heap_engine == HeapEngine::sampling)
     open_heap(config);
@@ -22727,7 +23233,7 @@ inline std::int64_t GuardCore::open_sampling(const RunningConfig& config, Profil
     }
   }
   if (kinds.contains(ProfileKind::cpu) && SPANPROF_UNLIKELY(!sampler->armed())) {
-    if (!sampler->has_source() || !sampler->arm()) kinds = kinds.contains(ProfileKind::wall) ? wall : ProfileKinds{};
+    if (!sampler->has_source() || !sampler->arm()) kinds = kinds.without(ProfileKind::cpu);
     if (kinds.empty()) return -1;
   }
   sampler_ = sampler;
@@ -22749,6 +23255,9 @@ inline std::int64_t GuardCore::open_sampling(const RunningConfig& config, Profil
     return -1;
   }
   if (kinds.contains(ProfileKind::cpu)) sampler->counters().add(Counter::cpu_guards_opened, 1);
+  if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::lock)))
+    open_lock_recording(sampler->span(ticket_), fragment_ ? request_->span() : span_,
+                        fragment_ ? request_->name() : std::string_view(name_, name_length_));
   state_ = State::sampling;
   return opened_ns;
 }
@@ -22773,6 +23282,7 @@ inline void GuardCore::close_sampling() noexcept {
   const ProfileKinds kinds = span.kinds;
   const std::size_t log_start = span.log_start;
   const std::uint64_t dropped_at_start = span.dropped_at_start;
+  const LockRecords locks = kinds.contains(ProfileKind::lock) ? lock_records_since(span.lock_log_start) : LockRecords{};
   // The wall time since the last sample goes to it before the span leaves.
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall)) && sampler->wall_span_closed(monotonic_now_ns()))
     wall_ticker().thread_ended_wall_span();
@@ -22783,8 +23293,8 @@ inline void GuardCore::close_sampling() noexcept {
   const std::uint64_t dropped = sampler->dropped() - dropped_at_start;
   if (!keep_) {
     // Discarded by the tail policy: nothing is copied, symbolized or sent.
-  } else if (used > log_start || dropped != 0) {
-    hand_over(sampler, used, dropped, kinds, log_start);
+  } else if (used > log_start || dropped != 0 || locks.words != 0) {
+    hand_over(sampler, used, dropped, kinds, log_start, locks);
   } else {
     sampler->counters().add(Counter::spans_without_samples, 1);
     // A fragment's request counts its own when it ends, over all its fragments.
@@ -22800,13 +23310,15 @@ inline void GuardCore::close_sampling() noexcept {
 // close on its own thread only frees the slot. False, touching nothing, when it
 // records more than the thread's stack log (heap, or the classic engine).
 bool GuardCore::take_records_elsewhere() noexcept {
+  // A fragment's lock waits are in its own thread's lock log, which only that thread reads.
   if (!fragment_ || heap_state_ != State::idle || classic_cpu_) return false;
+  if (state_ == State::sampling && sampler_->span(ticket_).kinds.contains(ProfileKind::lock)) return false;
   if (state_ == State::sampling) {
     ThreadStackSampler* sampler = sampler_;
     const ActiveSpan& span = sampler->span(ticket_);
     const std::size_t used = sampler->used_words_published();
     const std::uint64_t dropped = sampler->dropped() - span.dropped_at_start;
-    if (used > span.log_start || dropped != 0) hand_over(sampler, used, dropped, span.kinds, span.log_start);
+    if (used > span.log_start || dropped != 0) hand_over(sampler, used, dropped, span.kinds, span.log_start, {});
   }
   keep_ = false;
   return true;
@@ -22833,16 +23345,19 @@ inline void GuardCore::moved(const char* what) noexcept {
 
 // Copies this span's records out of the log, one profile per kind it asked for
 // (a fragment's go to its request).
-SPANPROF_NOINLINE void GuardCore::hand_over(ThreadStackSampler* sampler, std::size_t used, std::uint64_t dropped, ProfileKinds kinds,
-                          std::size_t log_start) noexcept {
-  if (dropped != 0) {
-    char message[128];
-    std::snprintf(message, sizeof message, "%llu samples dropped: the per-thread sample buffer is full",
-                  static_cast<unsigned long long>(dropped));
-    report_error(ErrorCode::sample_buffer_full, message);
-  }
-  if (fragment_)
+SPANPROF_NOINLINE void GuardCore::hand_over(ThreadStackSampler* sampler, std::size_t used, std::uint64_t dropped,
+                                            ProfileKinds kinds, std::size_t log_start, LockRecords locks) noexcept {
+  if (dropped != 0) report_samples_dropped(dropped, "samples dropped: the per-thread sample buffer is full");
+  if (fragment_) {
+    if (locks.words != 0) request_->add_lock_records(locks);
     return request_->add_stack_records(*sampler, sampler->words() + log_start, used - log_start, kinds, dropped);
+  }
+  if (locks.words != 0) {
+    hand_over(ProfileKind::lock, lock_engine_name, [&locks](CapturedProfile& pending) {
+      pending.packed_samples.assign(locks.first, locks.first + locks.words);
+      return true;
+    });
+  }
   if (used <= log_start) return;
   const std::uint64_t* first = sampler->words() + log_start;
   const std::size_t words = used - log_start;
@@ -22956,12 +23471,8 @@ SPANPROF_NOINLINE void GuardCore::close_heap() noexcept {
                        "elsewhere?): its samples are dropped (docs/async.md)"
                      : "a heap-profiled span closed before a span opened after it on its thread: its samples are "
                        "dropped (docs/async.md)");
-  if (result.dropped != 0 && keep_) {
-    char message[128];
-    std::snprintf(message, sizeof message, "%llu heap samples dropped: the per-thread heap log is full",
-                  static_cast<unsigned long long>(result.dropped));
-    report_error(ErrorCode::sample_buffer_full, message);
-  }
+  if (result.dropped != 0 && keep_)
+    report_samples_dropped(result.dropped, "heap samples dropped: the per-thread heap log is full");
   if (!keep_ || result.records.empty()) return;  // discarded, or nothing allocated was sampled
   if (fragment_) return request_->add_heap_records(result);
   hand_over(ProfileKind::heap, sampling_heap_engine_name(), [&result](CapturedProfile& pending) {
@@ -23103,6 +23614,273 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DETAIL_REQUEST_INL_HPP_
 // ---- end spanprof/detail/request-inl.hpp ----
+// ---- begin spanprof/detail/capture/lock_hooks-inl.hpp ----
+// Internal. The lock hooks: spanprof's own pthread_mutex_lock, pthread_mutex_unlock,
+// pthread_rwlock_wrlock and pthread_rwlock_unlock, which every std::mutex,
+// std::timed_mutex, std::recursive_mutex and std::shared_mutex writer of the
+// program and its libraries (dlopen'ed ones too) calls; each forwards to glibc's.
+// Compiled once per program with the runtime (config.hpp), so that the program's
+// definition is the one the dynamic linker binds every call to.
+//
+// Why it is shaped like this (docs/locks.md):
+//  * An uncontended lock never waits: until a span asks for lock profiles, a lock
+//    costs one load more; after, outside lock-profiled spans, a look at the
+//    thread's open span too; inside one, a look at the lock word, and only a lock
+//    found held goes the long way. An unlock looks further only while some
+//    watched thread waits.
+//  * A waiter measures its own wait around glibc's lock, and learns who held the
+//    lock from the releaser that let it in (lock_waits.hpp); a releaser is charged
+//    the waits it ended. Each records into its own thread's lock log
+//    (lock_log.hpp), with its stack, when a span that records lock waits is open
+//    on its thread.
+//  * glibc's functions are reached by their versioned names, bound at link time:
+//    dlsym could allocate, and take a lock these hooks are asked for. Under a
+//    sanitizer, its own hook of the call is called instead, so that it still sees
+//    every lock.
+//  * The lock's memory is read only while the caller holds or waits for it.
+//  * The hooks' frames are in a section of their own, so that the stacks they
+//    record start at the call into the lock, whatever was inlined.
+#ifndef SPANPROF_DETAIL_CAPTURE_LOCK_HOOKS_INL_HPP_
+#define SPANPROF_DETAIL_CAPTURE_LOCK_HOOKS_INL_HPP_
+
+
+#if !defined(SPANPROF_LOCK_HOOKS)
+#if SPANPROF_HAS_CFI_WALKER
+#define SPANPROF_LOCK_HOOKS 1
+#else
+#define SPANPROF_LOCK_HOOKS 0
+#endif
+#endif
+
+#if SPANPROF_ENABLED && SPANPROF_DEFINE_RUNTIME && SPANPROF_LOCK_HOOKS
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define SPANPROF_LOCK_HOOK __attribute__((section("spanprof_lock_hooks"), noinline))
+
+extern "C" {
+// glibc's lock and unlock, by the names its compatibility versions keep.
+int spanprof_glibc_mutex_lock(pthread_mutex_t* mutex);
+int spanprof_glibc_mutex_unlock(pthread_mutex_t* mutex);
+int spanprof_glibc_rwlock_wrlock(pthread_rwlock_t* lock);
+int spanprof_glibc_rwlock_unlock(pthread_rwlock_t* lock);
+#if defined(__x86_64__)
+__asm__(".symver spanprof_glibc_mutex_lock, __pthread_mutex_lock@GLIBC_2.2.5");
+__asm__(".symver spanprof_glibc_mutex_unlock, __pthread_mutex_unlock@GLIBC_2.2.5");
+__asm__(".symver spanprof_glibc_rwlock_wrlock, __pthread_rwlock_wrlock@GLIBC_2.2.5");
+__asm__(".symver spanprof_glibc_rwlock_unlock, __pthread_rwlock_unlock@GLIBC_2.2.5");
+#else
+__asm__(".symver spanprof_glibc_mutex_lock, __pthread_mutex_lock@GLIBC_2.17");
+__asm__(".symver spanprof_glibc_mutex_unlock, __pthread_mutex_unlock@GLIBC_2.17");
+__asm__(".symver spanprof_glibc_rwlock_wrlock, __pthread_rwlock_wrlock@GLIBC_2.17");
+__asm__(".symver spanprof_glibc_rwlock_unlock, __pthread_rwlock_unlock@GLIBC_2.17");
+#endif
+// A sanitizer's hooks of the same calls, when the program runs under one.
+int __interceptor_pthread_mutex_lock(pthread_mutex_t* mutex) __attribute__((weak));
+int __interceptor_pthread_mutex_unlock(pthread_mutex_t* mutex) __attribute__((weak));
+int __interceptor_pthread_rwlock_wrlock(pthread_rwlock_t* lock) __attribute__((weak));
+int __interceptor_pthread_rwlock_unlock(pthread_rwlock_t* lock) __attribute__((weak));
+// The hooks' code, which recorded stacks leave out.
+extern const char __start_spanprof_lock_hooks[] __attribute__((weak));
+extern const char __stop_spanprof_lock_hooks[] __attribute__((weak));
+}
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+inline int glibc_mutex_lock(pthread_mutex_t* mutex) noexcept {
+  return &__interceptor_pthread_mutex_lock != nullptr ? __interceptor_pthread_mutex_lock(mutex)
+                                                       : spanprof_glibc_mutex_lock(mutex);
+}
+inline int glibc_mutex_unlock(pthread_mutex_t* mutex) noexcept {
+  return &__interceptor_pthread_mutex_unlock != nullptr ? __interceptor_pthread_mutex_unlock(mutex)
+                                                         : spanprof_glibc_mutex_unlock(mutex);
+}
+inline int glibc_rwlock_wrlock(pthread_rwlock_t* lock) noexcept {
+  return &__interceptor_pthread_rwlock_wrlock != nullptr ? __interceptor_pthread_rwlock_wrlock(lock)
+                                                          : spanprof_glibc_rwlock_wrlock(lock);
+}
+inline int glibc_rwlock_unlock(pthread_rwlock_t* lock) noexcept {
+  return &__interceptor_pthread_rwlock_unlock != nullptr ? __interceptor_pthread_rwlock_unlock(lock)
+                                                          : spanprof_glibc_rwlock_unlock(lock);
+}
+
+// Whether a lock is held as the caller comes to it, read without taking it: a
+// lock another thread takes a moment later is then waited for unseen, a wait
+// that began within nanoseconds of a release.
+inline bool lock_held(const pthread_mutex_t* mutex) noexcept {
+  return __atomic_load_n(&mutex->__data.__lock, __ATOMIC_RELAXED) != 0;
+}
+inline bool lock_held(const pthread_rwlock_t* lock) noexcept {
+  // glibc's readers word: the readers from bit 3 up, bit 1 set while a writer holds it.
+  const unsigned readers = __atomic_load_n(&lock->__data.__readers, __ATOMIC_RELAXED);
+  return (readers & 2u) != 0 || (readers >> 3) != 0;
+}
+
+// Whether this lock call is a wait to watch: the thread is in a span that records
+// lock waits, and the lock is held. The lock word is read only then: read before
+// glibc's atomic on it, it costs an uncontended lock about 2 ns more.
+template <class Lock>
+inline bool lock_wait_watched(const Lock* lock) noexcept {
+  if (!lock_hooks_on.load(std::memory_order_relaxed)) return false;
+  const ThreadStackSampler* sampler = current_stack_sampler;
+  return sampler != nullptr && sampler->lock_span_open() && lock_held(lock);
+}
+
+// The calling thread's id, read once.
+inline std::uint32_t lock_thread_id() noexcept {
+  ThreadLockLog& log = thread_lock_log;
+  if (log.tid == 0) log.tid = static_cast<std::uint32_t>(::syscall(SYS_gettid));
+  return log.tid;
+}
+
+// The stack of the code that called the lock or unlock, innermost first: the
+// hooks' own frames are left out. Return addresses only.
+SPANPROF_LOCK_HOOK int capture_lock_caller_stack(void** frames, int max_depth, std::uint64_t stack_top) noexcept {
+  constexpr int own_frames = 6;
+  void* trace[max_stack_depth_limit + own_frames];
+  cfi::Registers regs;
+  capture_registers_here(regs);
+  const int walked = walk_stack(regs, stack_top, trace, max_depth + own_frames);
+  const auto start = reinterpret_cast<std::uintptr_t>(__start_spanprof_lock_hooks);
+  const auto stop = reinterpret_cast<std::uintptr_t>(__stop_spanprof_lock_hooks);
+  int skip = 0;
+  // Frame 0 is this function's own instruction; the others return addresses, whose
+  // call instruction is the byte before.
+  while (skip < walked) {
+    const auto pc = reinterpret_cast<std::uintptr_t>(trace[skip]) - (skip == 0 ? 0 : 1);
+    if (start == 0 || pc < start || pc >= stop) break;
+    ++skip;
+  }
+  int depth = walked - skip;
+  if (depth > max_depth) depth = max_depth;
+  for (int i = 0; i < depth; ++i) frames[i] = trace[skip + i];
+  return depth;
+}
+
+// Records `wait` in the thread's lock log, with the caller's stack, when a span
+// that records lock waits is open on this thread.
+SPANPROF_LOCK_HOOK void record_lock_wait(const LockWait& wait) noexcept {
+  ThreadStackSampler* sampler = current_stack_sampler;
+  ThreadLockLog& log = thread_lock_log;
+  if (sampler == nullptr || log.words == nullptr || log.recording || sampler->innermost_lock_span() == nullptr) return;
+  log.recording = true;
+  void* frames[max_stack_depth_limit];
+  const int depth = capture_lock_caller_stack(frames, sampler->settings().max_depth, log.stack_top);
+  const std::size_t need = lock_record_words(wait.holder_span, static_cast<std::size_t>(depth));
+  if (depth <= 0 || log.used + need > ThreadLockLog::capacity_words) {
+    sampler->counters().add(Counter::lock_waits_dropped, 1);
+  } else {
+    write_lock_record(log.words + log.used, wait, frames, static_cast<std::size_t>(depth));
+    log.used += need;
+    sampler->counters().add(Counter::lock_waits_recorded, 1);
+  }
+  log.recording = false;
+}
+
+// A wait under way: from the moment the lock was found held to its acquisition.
+struct LockWaitUnderWay {
+  const void* lock;
+  std::uint32_t owner_tid;  // who glibc said held it then (0: not recorded there)
+  std::int64_t start_ns;
+  LockWaitTable::Registration registration;
+};
+
+SPANPROF_LOCK_HOOK LockWaitUnderWay begin_lock_wait(const void* lock, std::uint32_t owner_tid) noexcept {
+  const std::int64_t start = monotonic_now_ns();
+  return {lock, owner_tid, start, lock_wait_table.register_wait(lock, start)};
+}
+
+SPANPROF_LOCK_HOOK void end_lock_wait(const LockWaitUnderWay& wait) noexcept {
+  const std::int64_t end = monotonic_now_ns();
+  LockHolder holder;
+  const bool let_in = lock_wait_table.finish_wait(wait.lock, wait.registration, wait.start_ns, holder);
+  if (!wait.registration.tracked) {
+    if (ThreadStackSampler* sampler = current_stack_sampler) sampler->counters().add(Counter::lock_waits_untracked, 1);
+  }
+  LockWait record;
+  record.contentions = 1;
+  record.delay_ns = end > wait.start_ns ? static_cast<std::uint64_t>(end - wait.start_ns) : 0;
+  record.holder_tid = let_in ? holder.tid : wait.owner_tid;
+  RecordedSpan holder_span{holder.span.trace_id, holder.span.span_id, holder.span.name, holder.span.name_bytes};
+  if (let_in && holder.in_span) record.holder_span = &holder_span;
+  record_lock_wait(record);
+}
+
+// The calling thread releases `lock`: its waiters learn who released it, and the
+// releaser's span is charged what they waited under it.
+SPANPROF_LOCK_HOOK void note_lock_release(const void* lock) noexcept {
+  LockHolder me;
+  me.tid = lock_thread_id();
+  const ActiveSpan* span = nullptr;
+  if (ThreadStackSampler* sampler = current_stack_sampler) span = sampler->innermost_lock_span();
+  if (span != nullptr) {
+    me.in_span = true;
+    me.span = span->lock_identity;
+  }
+  const LockWaitTable::Charge charge = lock_wait_table.release(lock, monotonic_now_ns(), me);
+  if (charge.waiters == 0 || span == nullptr) return;
+  LockWait record;
+  record.held = true;
+  record.contentions = charge.waiters;
+  record.delay_ns = static_cast<std::uint64_t>(charge.delay_ns);
+  record_lock_wait(record);
+}
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+extern "C" {
+
+SPANPROF_API SPANPROF_LOCK_HOOK int pthread_mutex_lock(pthread_mutex_t* mutex) noexcept {
+  namespace sd = spanprof::detail;
+  if (SPANPROF_LIKELY(!sd::lock_wait_watched(mutex))) return sd::glibc_mutex_lock(mutex);
+  const sd::LockWaitUnderWay wait = sd::begin_lock_wait(mutex, static_cast<std::uint32_t>(mutex->__data.__owner));
+  const int result = sd::glibc_mutex_lock(mutex);
+  sd::end_lock_wait(wait);
+  return result;
+}
+
+SPANPROF_API SPANPROF_LOCK_HOOK int pthread_mutex_unlock(pthread_mutex_t* mutex) noexcept {
+  namespace sd = spanprof::detail;
+  if (SPANPROF_LIKELY(!sd::lock_wait_table.anyone_waiting())) return sd::glibc_mutex_unlock(mutex);
+  // A recursive mutex's inner unlock releases nothing.
+  if ((mutex->__data.__kind & 3) != PTHREAD_MUTEX_RECURSIVE_NP || mutex->__data.__count <= 1)
+    sd::note_lock_release(mutex);
+  return sd::glibc_mutex_unlock(mutex);
+}
+
+SPANPROF_API SPANPROF_LOCK_HOOK int pthread_rwlock_wrlock(pthread_rwlock_t* lock) noexcept {
+  namespace sd = spanprof::detail;
+  if (SPANPROF_LIKELY(!sd::lock_wait_watched(lock))) return sd::glibc_rwlock_wrlock(lock);
+  // The writer holding it, if one does (readers are only counted).
+  const sd::LockWaitUnderWay wait = sd::begin_lock_wait(lock, static_cast<std::uint32_t>(lock->__data.__cur_writer));
+  const int result = sd::glibc_rwlock_wrlock(lock);
+  sd::end_lock_wait(wait);
+  return result;
+}
+
+SPANPROF_API SPANPROF_LOCK_HOOK int pthread_rwlock_unlock(pthread_rwlock_t* lock) noexcept {
+  namespace sd = spanprof::detail;
+  if (SPANPROF_LIKELY(!sd::lock_wait_table.anyone_waiting())) return sd::glibc_rwlock_unlock(lock);
+  // A writer's release; a reader's lets a writer in only as the last one out, and
+  // readers are not known.
+  if (static_cast<std::uint32_t>(lock->__data.__cur_writer) == sd::lock_thread_id()) sd::note_lock_release(lock);
+  return sd::glibc_rwlock_unlock(lock);
+}
+
+}  // extern "C"
+
+#endif  // SPANPROF_ENABLED && SPANPROF_DEFINE_RUNTIME && SPANPROF_LOCK_HOOKS
+
+#endif  // SPANPROF_DETAIL_CAPTURE_LOCK_HOOKS_INL_HPP_
+// ---- end spanprof/detail/capture/lock_hooks-inl.hpp ----
 #endif  // SPANPROF_DEFINE_RUNTIME
 // ---- begin spanprof/spanprof.hpp ----
 // spanprof — span-scoped CPU and heap profiles for C++ services, labelled with the

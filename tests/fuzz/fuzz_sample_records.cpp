@@ -65,7 +65,7 @@ void fuzz_one(std::string_view bytes) {
   const std::uint64_t* end = words.data() + words.size();
   const std::uint64_t* last = words.data();
   sd::for_each_continuous_record(words.data(), words.size(),
-                                 [&](const sd::ContinuousLabel* label, std::uint64_t, const std::uint64_t* pcs,
+                                 [&](const sd::RecordedSpan* label, std::uint64_t, const std::uint64_t* pcs,
                                      std::size_t depth) {
                                    SPANPROF_FUZZ_CHECK(depth >= 1 && pcs > last && pcs + depth <= end);
                                    if (label != nullptr) {
@@ -76,6 +76,29 @@ void fuzz_one(std::string_view bytes) {
                                    }
                                    last = pcs + depth;
                                  });
+
+  // Lock records: each holder label and stack inside the buffer, in order; every
+  // sample with its side, its values and its frames.
+  last = words.data();
+  std::size_t lock_records = 0;
+  sd::for_each_lock_record(words.data(), words.size(),
+                           [&](const sd::LockWait& wait, const std::uint64_t* pcs, std::size_t depth) {
+                             SPANPROF_FUZZ_CHECK(depth >= 1 && pcs > last && pcs + depth <= end);
+                             if (wait.holder_span != nullptr) {
+                               const auto* name = reinterpret_cast<const std::uint8_t*>(wait.holder_span->name);
+                               SPANPROF_FUZZ_CHECK(name + wait.holder_span->name_bytes <=
+                                                   reinterpret_cast<const std::uint8_t*>(pcs));
+                             }
+                             last = pcs + depth;
+                             ++lock_records;
+                           });
+  spanprof::RawProfile locks;
+  locks.kind = spanprof::ProfileKind::lock;
+  sd::read_lock_records(words.data(), words.size(), locks);
+  SPANPROF_FUZZ_CHECK(locks.samples.size() == lock_records);
+  for (const spanprof::RawSample& sample : locks.samples)
+    SPANPROF_FUZZ_CHECK(sample.values.size() == 2 && !sample.frames.empty() && !sample.labels.empty() &&
+                        sample.labels.front().key == sd::lock_role_label);
 
   spanprof::RawProfile heap;
   heap.kind = spanprof::ProfileKind::heap;

@@ -312,8 +312,11 @@ class PprofReader {
     } else if ((value_ = index_of("alloc_space")) >= 0) {
       kind_ = spanprof::ProfileKind::heap;
       count_ = index_of("alloc_objects");
+    } else if ((value_ = index_of("delay")) >= 0) {
+      kind_ = spanprof::ProfileKind::lock;
+      count_ = index_of("contentions");
     } else {
-      return fail("no cpu, wall or alloc_space values: not a profile spanprof writes");
+      return fail("no cpu, wall, alloc_space or delay values: not a profile spanprof writes");
     }
     return true;
   }

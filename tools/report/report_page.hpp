@@ -73,19 +73,19 @@ inline constexpr std::string_view tail = R"html(</script>
 <script>
 "use strict";
 const D = JSON.parse(document.getElementById('data').textContent);
-const KINDS = ['cpu', 'heap', 'wall'];  // spanprof::ProfileKind's order
-const KIND_TITLE = {cpu: 'CPU', heap: 'heap (allocated)', wall: 'wall clock'};
+const KINDS = ['cpu', 'heap', 'wall', 'lock'];  // spanprof::ProfileKind's order
+const KIND_TITLE = {cpu: 'CPU', heap: 'heap (allocated)', wall: 'wall clock', lock: 'lock waits'};
 const PAGE = 500;
 const nodeParent = new Int32Array(D.nodes.length / 2), nodeFn = new Int32Array(D.nodes.length / 2);
 for (let i = 0; i < nodeParent.length; i++) { nodeParent[i] = D.nodes[2 * i]; nodeFn[i] = D.nodes[2 * i + 1]; }
 const spans = D.spans.map((s, i) => ({i, name: D.names[s[0]], id: s[1], trace: s[2], reason: D.reasons[s[3]],
-  start: s[4], dur: s[5], raw: [s[6], s[7], s[8]], lines: s[9] || [null, null, null], time: s[10] || null,
-  total: [0, 0, 0], samples: 0}));
-for (const s of spans) for (let k = 0; k < 3; k++) {
+  start: s[4], dur: s[5], raw: [s[6], s[7], s[8], s[9]], lines: s[10] || [null, null, null, null], time: s[11] || null,
+  total: [0, 0, 0, 0], samples: 0}));
+for (const s of spans) for (let k = 0; k < KINDS.length; k++) {
   const r = s.raw[k]; if (!r) continue;
   let t = 0; for (let j = 3; j < r.length; j += 2) t += r[j];
   s.total[k] = t * r[1];
-  if (k !== 1) s.samples += r[0];  // CPU and wall ticks; a heap profile counts objects, not samples
+  if (k === 0 || k === 2) s.samples += r[0];  // CPU and wall ticks; heap counts objects, lock waits
 }
 const byName = new Map();
 for (const s of spans) { if (!byName.has(s.name)) byName.set(s.name, []); byName.get(s.name).push(s); }
@@ -243,7 +243,7 @@ function showSpan(s, k) {
     '<p class="mono">trace ' + esc(s.trace) + ' \u00b7 duration ' + known(s.dur) + ' \u00b7 keep reason ' + esc(s.reason || '\u2014') + '</p>' +
     (s.time ? '<p id="time-split">' + splitBar(s, true) + '</p>' : '') +
     '<p class="tabs">';
-  for (let k = 0; k < 3; k++) if (s.raw[k])
+  for (let k = 0; k < KINDS.length; k++) if (s.raw[k])
     h += '<button data-kind="' + k + '" class="' + (k === k2 ? 'on' : '') + '">' + KIND_TITLE[KINDS[k]] + ' ' + fmt(s.total[k], k) + '</button>';
   h += ' <input type="search" id="search" placeholder="search functions"> <span id="search-hits" class="muted"></span></p>' +
     '<h2>' + KIND_TITLE[KINDS[k2]] + ' flame graph of this span</h2><div class="flame" id="flame"></div>';

@@ -60,12 +60,14 @@ inline constexpr std::size_t pyroscope_max_label_value = 2048;
 
 // How Pyroscope names each kind: the Push API's __name__ (profile types
 // process_cpu:cpu:nanoseconds:cpu:nanoseconds, memory:alloc_space:bytes:space:bytes,
-// wall:wall:nanoseconds:wall:nanoseconds), or /ingest's name suffix.
+// wall:wall:nanoseconds:wall:nanoseconds, mutex:delay:nanoseconds:contentions:count),
+// or /ingest's name suffix.
 constexpr std::string_view pyroscope_profile_name(ProfileKind kind, bool push) noexcept {
   switch (kind) {
     case ProfileKind::cpu: return push ? "process_cpu" : "cpu";
     case ProfileKind::heap: return "memory";
     case ProfileKind::wall: return "wall";
+    case ProfileKind::lock: return "mutex";
   }
   return "unknown";
 }

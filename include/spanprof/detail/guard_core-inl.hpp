@@ -10,6 +10,8 @@
 #include <spanprof/detail/capture/classic_cpu_engine.hpp>
 #include <spanprof/detail/capture/classic_heap_engine.hpp>
 #include <spanprof/detail/capture/heap_sampler.hpp>
+#include <spanprof/detail/capture/lock_log.hpp>
+#include <spanprof/detail/capture/lock_waits.hpp>
 #include <spanprof/detail/capture/sample_records.hpp>
 #include <spanprof/detail/capture/span_labels.hpp>
 #include <spanprof/detail/capture/stack_sampler.hpp>
@@ -138,6 +140,7 @@ SPANPROF_NOINLINE void GuardCore::begin(const RunningConfig& config, const SpanC
   ProfileKinds sampled;
   if (kinds.contains(ProfileKind::cpu) && !classic_cpu) sampled = sampled | cpu;
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) sampled = sampled | wall;
+  if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::lock))) sampled = sampled | lock;
   // One clock read opens a sampled span: its start, and the moment the thread's
   // outermost span changed when the ticker watches the thread.
   std::int64_t opened_ns = -1;
@@ -196,6 +199,7 @@ inline void GuardCore::begin_fragment(const RunningConfig& config, RequestState&
   ProfileKinds sampled;
   if (kinds.contains(ProfileKind::cpu) && config.cpu_engine == CpuEngine::sampling) sampled = sampled | cpu;
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall))) sampled = sampled | wall;
+  if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::lock))) sampled = sampled | lock;
   if (!sampled.empty()) open_sampling(config, sampled);
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::heap)) && config.heap_engine == HeapEngine::sampling)
     open_heap(config);
@@ -336,7 +340,7 @@ inline std::int64_t GuardCore::open_sampling(const RunningConfig& config, Profil
     }
   }
   if (kinds.contains(ProfileKind::cpu) && SPANPROF_UNLIKELY(!sampler->armed())) {
-    if (!sampler->has_source() || !sampler->arm()) kinds = kinds.contains(ProfileKind::wall) ? wall : ProfileKinds{};
+    if (!sampler->has_source() || !sampler->arm()) kinds = kinds.without(ProfileKind::cpu);
     if (kinds.empty()) return -1;
   }
   sampler_ = sampler;
@@ -358,6 +362,9 @@ inline std::int64_t GuardCore::open_sampling(const RunningConfig& config, Profil
     return -1;
   }
   if (kinds.contains(ProfileKind::cpu)) sampler->counters().add(Counter::cpu_guards_opened, 1);
+  if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::lock)))
+    open_lock_recording(sampler->span(ticket_), fragment_ ? request_->span() : span_,
+                        fragment_ ? request_->name() : std::string_view(name_, name_length_));
   state_ = State::sampling;
   return opened_ns;
 }
@@ -382,6 +389,7 @@ inline void GuardCore::close_sampling() noexcept {
   const ProfileKinds kinds = span.kinds;
   const std::size_t log_start = span.log_start;
   const std::uint64_t dropped_at_start = span.dropped_at_start;
+  const LockRecords locks = kinds.contains(ProfileKind::lock) ? lock_records_since(span.lock_log_start) : LockRecords{};
   // The wall time since the last sample goes to it before the span leaves.
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall)) && sampler->wall_span_closed(monotonic_now_ns()))
     wall_ticker().thread_ended_wall_span();
@@ -392,8 +400,8 @@ inline void GuardCore::close_sampling() noexcept {
   const std::uint64_t dropped = sampler->dropped() - dropped_at_start;
   if (!keep_) {
     // Discarded by the tail policy: nothing is copied, symbolized or sent.
-  } else if (used > log_start || dropped != 0) {
-    hand_over(sampler, used, dropped, kinds, log_start);
+  } else if (used > log_start || dropped != 0 || locks.words != 0) {
+    hand_over(sampler, used, dropped, kinds, log_start, locks);
   } else {
     sampler->counters().add(Counter::spans_without_samples, 1);
     // A fragment's request counts its own when it ends, over all its fragments.
@@ -409,13 +417,15 @@ inline void GuardCore::close_sampling() noexcept {
 // close on its own thread only frees the slot. False, touching nothing, when it
 // records more than the thread's stack log (heap, or the classic engine).
 bool GuardCore::take_records_elsewhere() noexcept {
+  // A fragment's lock waits are in its own thread's lock log, which only that thread reads.
   if (!fragment_ || heap_state_ != State::idle || classic_cpu_) return false;
+  if (state_ == State::sampling && sampler_->span(ticket_).kinds.contains(ProfileKind::lock)) return false;
   if (state_ == State::sampling) {
     ThreadStackSampler* sampler = sampler_;
     const ActiveSpan& span = sampler->span(ticket_);
     const std::size_t used = sampler->used_words_published();
     const std::uint64_t dropped = sampler->dropped() - span.dropped_at_start;
-    if (used > span.log_start || dropped != 0) hand_over(sampler, used, dropped, span.kinds, span.log_start);
+    if (used > span.log_start || dropped != 0) hand_over(sampler, used, dropped, span.kinds, span.log_start, {});
   }
   keep_ = false;
   return true;
@@ -442,16 +452,19 @@ inline void GuardCore::moved(const char* what) noexcept {
 
 // Copies this span's records out of the log, one profile per kind it asked for
 // (a fragment's go to its request).
-SPANPROF_NOINLINE void GuardCore::hand_over(ThreadStackSampler* sampler, std::size_t used, std::uint64_t dropped, ProfileKinds kinds,
-                          std::size_t log_start) noexcept {
-  if (dropped != 0) {
-    char message[128];
-    std::snprintf(message, sizeof message, "%llu samples dropped: the per-thread sample buffer is full",
-                  static_cast<unsigned long long>(dropped));
-    report_error(ErrorCode::sample_buffer_full, message);
-  }
-  if (fragment_)
+SPANPROF_NOINLINE void GuardCore::hand_over(ThreadStackSampler* sampler, std::size_t used, std::uint64_t dropped,
+                                            ProfileKinds kinds, std::size_t log_start, LockRecords locks) noexcept {
+  if (dropped != 0) report_samples_dropped(dropped, "samples dropped: the per-thread sample buffer is full");
+  if (fragment_) {
+    if (locks.words != 0) request_->add_lock_records(locks);
     return request_->add_stack_records(*sampler, sampler->words() + log_start, used - log_start, kinds, dropped);
+  }
+  if (locks.words != 0) {
+    hand_over(ProfileKind::lock, lock_engine_name, [&locks](CapturedProfile& pending) {
+      pending.packed_samples.assign(locks.first, locks.first + locks.words);
+      return true;
+    });
+  }
   if (used <= log_start) return;
   const std::uint64_t* first = sampler->words() + log_start;
   const std::size_t words = used - log_start;
@@ -565,12 +578,8 @@ SPANPROF_NOINLINE void GuardCore::close_heap() noexcept {
                        "elsewhere?): its samples are dropped (docs/async.md)"
                      : "a heap-profiled span closed before a span opened after it on its thread: its samples are "
                        "dropped (docs/async.md)");
-  if (result.dropped != 0 && keep_) {
-    char message[128];
-    std::snprintf(message, sizeof message, "%llu heap samples dropped: the per-thread heap log is full",
-                  static_cast<unsigned long long>(result.dropped));
-    report_error(ErrorCode::sample_buffer_full, message);
-  }
+  if (result.dropped != 0 && keep_)
+    report_samples_dropped(result.dropped, "heap samples dropped: the per-thread heap log is full");
   if (!keep_ || result.records.empty()) return;  // discarded, or nothing allocated was sampled
   if (fragment_) return request_->add_heap_records(result);
   hand_over(ProfileKind::heap, sampling_heap_engine_name(), [&result](CapturedProfile& pending) {

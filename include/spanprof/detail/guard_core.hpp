@@ -26,6 +26,7 @@ namespace detail {
 
 class RequestState;
 class ThreadStackSampler;
+struct LockRecords;
 
 // Makes this thread's sampler, heap log and counter owners now: what a thread
 // makes after them is destroyed before them at thread exit (thread_local
@@ -153,7 +154,7 @@ class GuardCore {
   void close_sampling_elsewhere(ThreadStackSampler* sampler) noexcept;
   inline void moved(const char* what) noexcept;
   void hand_over(ThreadStackSampler* sampler, std::size_t used, std::uint64_t dropped, ProfileKinds kinds,
-                 std::size_t log_start) noexcept;
+                 std::size_t log_start, LockRecords locks) noexcept;
   template <class Attach>
   HandOver hand_over(ProfileKind kind, const char* engine, Attach&& attach) noexcept;
   inline SpanIdentity identity() noexcept;

@@ -15,6 +15,7 @@
 #if SPANPROF_ENABLED
 
 #include <cstdint>
+#include <cstdio>
 #include <string_view>
 #include <utility>
 
@@ -65,6 +66,17 @@ HandOver hand_over_profile(const SpanIdentity& identity, ProfileKind kind, const
   }
   return HandOver::out_of_memory;
 }
+
+// Says that `count` samples were lost to a full per-thread buffer (`what`: which,
+// after the count).
+SPANPROF_NOINLINE inline void report_samples_dropped(std::uint64_t count, const char* what) noexcept {
+  char message[160];
+  std::snprintf(message, sizeof message, "%llu %s", static_cast<unsigned long long>(count), what);
+  report_error(ErrorCode::sample_buffer_full, message);
+}
+
+// The engine a lock profile names (SpanRecord::engine).
+inline constexpr const char* lock_engine_name = "lock_hooks";
 
 }  // namespace detail
 SPANPROF_NAMESPACE_END

@@ -13,6 +13,7 @@
 #include <spanprof/detail/base/counters.hpp>
 #include <spanprof/detail/capture/captured_profile.hpp>
 #include <spanprof/detail/capture/heap_sampler.hpp>
+#include <spanprof/detail/capture/lock_log.hpp>
 #include <spanprof/detail/capture/sample_records.hpp>
 #include <spanprof/detail/capture/thread_stack_sampler.hpp>
 #include <spanprof/config.hpp>
@@ -207,6 +208,18 @@ class RequestState {
     }
   }
 
+  // A fragment's lock records (lock_log.hpp).
+  void add_lock_records(const LockRecords& locks) noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Recorded& into = recorded_[static_cast<std::size_t>(ProfileKind::lock)];
+    into.engine = lock_engine_name;
+    SPANPROF_TRY {
+      into.records.insert(into.records.end(), locks.first, locks.first + locks.words);
+    } SPANPROF_CATCH_ALL {
+      report_error(ErrorCode::internal, "out of memory adding a fragment's lock waits to its request; dropped");
+    }
+  }
+
   // Where a fragment's time went (Options::time_split): the request's is the sum.
   void add_time(const TimeSplit& split) noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -322,7 +335,7 @@ class RequestState {
     bool handed_over = false, any_records = false;
     SpanIdentity identity{span_, std::string_view(name_, name_length_), decision.reason, start_unix_ns_, duration,
                           time_};
-    for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::wall, ProfileKind::heap}) {
+    for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::wall, ProfileKind::heap, ProfileKind::lock}) {
       Recorded& recorded = recorded_[static_cast<std::size_t>(kind)];
       if (!kinds_.contains(kind) || recorded.records.empty()) continue;
       any_records = true;

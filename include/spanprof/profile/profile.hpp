@@ -47,22 +47,24 @@ constexpr std::string_view to_string(ProfileReason reason) noexcept {
   return "unknown";
 }
 
-// What a profile measures: CPU time, allocations, or wall-clock time (where the
-// span's elapsed time went, waiting included).
-enum class ProfileKind : std::uint8_t { cpu, heap, wall };
-inline constexpr std::size_t profile_kind_count = 3;
+// What a profile measures: CPU time, allocations, wall-clock time (where the
+// span's elapsed time went, waiting included), or lock contention (the span's waits
+// for a mutex another thread held, and the waits it caused while it held one).
+enum class ProfileKind : std::uint8_t { cpu, heap, wall, lock };
+inline constexpr std::size_t profile_kind_count = 4;
 
 constexpr std::string_view to_string(ProfileKind kind) noexcept {
   switch (kind) {
     case ProfileKind::cpu: return "cpu";
     case ProfileKind::heap: return "heap";
     case ProfileKind::wall: return "wall";
+    case ProfileKind::lock: return "lock";
   }
   return "unknown";
 }
 
 // Which profiles a guard records: `spanprof::cpu`, `spanprof::heap`,
-// `spanprof::wall` or any union, e.g. `spanprof::cpu | spanprof::wall`. A scope
+// `spanprof::wall`, `spanprof::lock` or any union, e.g. `spanprof::cpu | spanprof::wall`. A scope
 // profiled for several yields one profile of each kind, with the same span labels.
 class ProfileKinds {
  public:
@@ -71,6 +73,9 @@ class ProfileKinds {
 
   constexpr bool contains(ProfileKind kind) const noexcept { return (bits_ & bit(kind)) != 0; }
   constexpr bool empty() const noexcept { return bits_ == 0; }
+  constexpr ProfileKinds without(ProfileKind kind) const noexcept {
+    return ProfileKinds(static_cast<std::uint8_t>(bits_ & ~bit(kind)));
+  }
   friend constexpr ProfileKinds operator|(ProfileKinds a, ProfileKinds b) noexcept {
     return ProfileKinds(static_cast<std::uint8_t>(a.bits_ | b.bits_));
   }
@@ -88,6 +93,7 @@ class ProfileKinds {
 inline constexpr ProfileKinds cpu{ProfileKind::cpu};
 inline constexpr ProfileKinds heap{ProfileKind::heap};
 inline constexpr ProfileKinds wall{ProfileKind::wall};
+inline constexpr ProfileKinds lock{ProfileKind::lock};
 
 // Where a thread stood when the wall ticker looked at it: on a core, runnable but
 // waiting for one (preempted, or woken and not yet scheduled), or blocked (asleep,
@@ -105,16 +111,26 @@ constexpr std::string_view to_string(ThreadState state) noexcept {
   return "unknown";
 }
 
+// A sample's label, as pprof's Sample.label: a string or a number.
+struct Label {
+  std::string key;
+  std::string str;           // set for string labels
+  std::int64_t num = 0;      // used when str is empty and is_num is true
+  std::string num_unit;
+  bool is_num = false;
+};
+
 // One sampled stack. `frames` runs from the innermost frame outwards. In CPU and
 // wall profiles frame 0 is the exact interrupted instruction and the others are return
 // addresses; in heap profiles every frame is a return address (frame 0 is the call
 // into the allocator).
 struct RawSample {
   // One per sample type: CPU {samples, cpu ns}; wall {samples, wall ns}; heap
-  // {alloc_objects, alloc_space, inuse_objects, inuse_space}.
+  // {alloc_objects, alloc_space, inuse_objects, inuse_space}; lock {contentions, delay ns}.
   std::vector<std::int64_t> values;
   std::vector<std::uintptr_t> frames;
   ThreadState thread_state = ThreadState::unknown;  // wall samples: where the thread stood at the tick
+  std::vector<Label> labels;  // lock samples: which side of the wait it is, and who held the lock
 };
 
 // One span's profile, described once. RawProfile and EncodedProfile (uploader.hpp)
@@ -144,14 +160,6 @@ struct RawProfile : SpanRecord {
 struct ValueType {
   std::string type;
   std::string unit;
-};
-
-struct Label {
-  std::string key;
-  std::string str;           // set for string labels
-  std::int64_t num = 0;      // used when str is empty and is_num is true
-  std::string num_unit;
-  bool is_num = false;
 };
 
 struct Mapping {

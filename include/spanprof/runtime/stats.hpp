@@ -69,6 +69,13 @@ struct Stats {
   std::uint64_t heap_samples_captured = 0; // allocations recorded by the sampling heap engine
   std::uint64_t heap_samples_dropped = 0;  // lost to a full per-thread log or a failed stack capture
   bool heap_hooks_installed = false;       // tcmalloc hooks live now (only while a heap scope is open)
+  // Lock profiles (docs/locks.md): the waits recorded by lock-profiled spans (a wait
+  // of the span, or the waits of others it ended by a release), those a full
+  // per-thread log lost, and those whose holder could not be charged (their lock
+  // shared its slot of the wait table with another contended lock).
+  std::uint64_t lock_waits_recorded = 0;
+  std::uint64_t lock_waits_dropped = 0;
+  std::uint64_t lock_waits_untracked = 0;
   // Conditional profiling: every decision, counted (docs/sampling.md).
   std::uint64_t head_declined = 0;         // guards the head sampler turned down
   std::uint64_t profiles_started = 0;      // spans profiled (head sampler yes, or triggered)

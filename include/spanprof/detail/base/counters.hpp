@@ -39,6 +39,9 @@ enum class Counter : std::uint8_t {
   heap_guards_opened,
   heap_samples_captured,
   heap_samples_dropped,
+  lock_waits_recorded,    // lock waits (and releases that ended others') a lock-profiled span recorded
+  lock_waits_dropped,     // lost to a full per-thread lock log
+  lock_waits_untracked,   // waits whose lock shared its slot of the wait table with another: no holder charged
   classic_busy,           // classic guards refused: another scope was profiling
   continuous_samples,          // the merger's: samples of the continuous profile it took
   continuous_samples_dropped,  // the merger's: samples the continuous profile's full buffer turned away

@@ -111,6 +111,8 @@ inline bool unpack_captured_profile(CapturedProfile& captured) {
     ok = read_gperftools_heap_text(captured.gperftools_heap_text, raw);
   } else if (raw.kind == ProfileKind::heap) {
     read_heap_handoff_records(captured.packed_samples, raw);
+  } else if (raw.kind == ProfileKind::lock) {
+    read_lock_records(captured.packed_samples.data(), captured.packed_samples.size(), raw);
   } else {
     read_stack_records(captured.packed_samples.data(), captured.packed_samples.size(), raw);
   }

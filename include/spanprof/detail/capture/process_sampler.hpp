@@ -503,9 +503,9 @@ class ProcessSampler {
     SpanLabel* span = nullptr;
     if (SpanLabelStack* labels = current_span_labels)
       span = labels->label_for_sample(span_labels_.load(std::memory_order_relaxed));
-    ContinuousLabel label{};
-    if (span != nullptr) label = ContinuousLabel{span->trace_id, span->span_id, span->name, span->name_length};
-    const ContinuousLabel* labelled = span != nullptr ? &label : nullptr;
+    RecordedSpan label{};
+    if (span != nullptr) label = RecordedSpan{span->trace_id, span->span_id, span->name, span->name_length};
+    const RecordedSpan* labelled = span != nullptr ? &label : nullptr;
     const std::size_t need = continuous_record_words(labelled, depth);
     const std::uint64_t weight = cpu_record_weight(periods, cpu_ns);
     for (int attempt = 0; attempt < 2; ++attempt) {

@@ -20,6 +20,14 @@
 //                      id and, for a sample taken in a span, the span's label. meta
 //                      is continuous_record_mark, bit 0 when a label follows, the
 //                      name's bytes in bits 8-15.
+//   lock record        [meta, delay ns, holder tid, (trace id 2 words, span id 1 word, name words)?,
+//                       depth, pc_0 ...]
+//                      what a thread's lock hooks (lock_hooks.hpp) write for a lock wait
+//                      in a lock-profiled span: the span waited for a holder, or held
+//                      the lock others waited for. meta is lock_record_mark, bit 0 the
+//                      side (set: it held), bit 1 when the holder's span label follows,
+//                      the name's bytes in bits 8-15, the contentions in bits 16-47. The
+//                      frames are return addresses, the first the call into the lock.
 //   heap log record    [size, live-table slot, live-table entry, depth, pc_0 ...]
 //                      in a thread's heap log while its span is open.
 //   heap hand-off      [size, live at span close (0/1), depth, pc_0 ...]
@@ -152,40 +160,48 @@ inline void read_stack_records(const std::uint64_t* words, std::size_t count, Ra
 
 inline constexpr std::uint64_t continuous_record_mark = std::uint64_t{0xC0} << 56;
 
-// A sample's span, as a continuous record carries it.
-struct ContinuousLabel {
+// A span's ids and name as a record carries them (continuous and lock records).
+struct RecordedSpan {
   const std::uint8_t* trace_id;  // 16 bytes
   const std::uint8_t* span_id;   // 8 bytes
   const char* name;
   std::size_t name_bytes;        // at most 255
 };
 
-constexpr std::size_t continuous_label_words(std::size_t name_bytes) noexcept { return 3 + (name_bytes + 7) / 8; }
+constexpr std::size_t recorded_span_words(std::size_t name_bytes) noexcept { return 3 + (name_bytes + 7) / 8; }
 
-constexpr std::size_t continuous_record_words(const ContinuousLabel* label, int depth) noexcept {
-  return 2 + (label != nullptr ? continuous_label_words(label->name_bytes) : 0) + stack_record_words(depth);
+// Writes recorded_span_words(span.name_bytes) words; returns the word after them.
+inline std::uint64_t* write_recorded_span(std::uint64_t* out, const RecordedSpan& span) noexcept {
+  std::memcpy(out, span.trace_id, 16);
+  std::memcpy(out + 2, span.span_id, 8);
+  if (span.name_bytes != 0) {
+    out[3 + (span.name_bytes - 1) / 8] = 0;  // the name's last word, padded
+    std::memcpy(out + 3, span.name, span.name_bytes);
+  }
+  return out + recorded_span_words(span.name_bytes);
+}
+
+inline RecordedSpan read_recorded_span(const std::uint64_t* at, std::size_t name_bytes) noexcept {
+  return {reinterpret_cast<const std::uint8_t*>(at), reinterpret_cast<const std::uint8_t*>(at + 2),
+          reinterpret_cast<const char*>(at + 3), name_bytes};
+}
+
+constexpr std::size_t continuous_record_words(const RecordedSpan* label, int depth) noexcept {
+  return 2 + (label != nullptr ? recorded_span_words(label->name_bytes) : 0) + stack_record_words(depth);
 }
 
 // `callers` holds depth - 1 return addresses, innermost first; `weight` is
 // cpu_record_weight(). Writes continuous_record_words(label, depth) words.
-inline void write_continuous_record(std::uint64_t* out, std::uint64_t tid, const ContinuousLabel* label,
+inline void write_continuous_record(std::uint64_t* out, std::uint64_t tid, const RecordedSpan* label,
                                     std::uint64_t weight, std::uintptr_t pc, void* const* callers, int depth) noexcept {
   const std::size_t name_bytes = label != nullptr ? label->name_bytes : 0;
   *out++ = continuous_record_mark | (label != nullptr ? 1u : 0u) | static_cast<std::uint64_t>(name_bytes) << 8;
   *out++ = tid;
-  if (label != nullptr) {
-    std::memcpy(out, label->trace_id, 16);
-    std::memcpy(out + 2, label->span_id, 8);
-    if (name_bytes != 0) {
-      out[3 + (name_bytes - 1) / 8] = 0;  // the name's last word, padded
-      std::memcpy(out + 3, label->name, name_bytes);
-    }
-    out += continuous_label_words(name_bytes);
-  }
+  if (label != nullptr) out = write_recorded_span(out, *label);
   write_stack_record(out, weight, pc, callers, depth);
 }
 
-// Calls `visit(const ContinuousLabel* label, std::uint64_t weight, const std::uint64_t* pcs,
+// Calls `visit(const RecordedSpan* label, std::uint64_t weight, const std::uint64_t* pcs,
 // std::size_t depth)` for each well-formed record (label null outside any span);
 // stops at the first malformed one, or at a word without the mark (the end).
 template <class Visit>
@@ -197,15 +213,10 @@ void for_each_continuous_record(const std::uint64_t* words, std::size_t count, V
     const bool labelled = (meta & 1) != 0;
     const std::size_t name_bytes = (meta >> 8) & 0xFF;
     std::size_t at = i + 2;
-    const std::size_t label_words = labelled ? continuous_label_words(name_bytes) : 0;
+    const std::size_t label_words = labelled ? recorded_span_words(name_bytes) : 0;
     if (at + label_words + stack_record_header_words > count) break;
-    ContinuousLabel label{};
-    if (labelled) {
-      label.trace_id = reinterpret_cast<const std::uint8_t*>(words + at);
-      label.span_id = reinterpret_cast<const std::uint8_t*>(words + at + 2);
-      label.name = reinterpret_cast<const char*>(words + at + 3);
-      label.name_bytes = name_bytes;
-    }
+    RecordedSpan label{};
+    if (labelled) label = read_recorded_span(words + at, name_bytes);
     at += label_words;
     const std::uint64_t depth = words[at + 1];
     if (depth == 0 || depth > count - at - stack_record_header_words) break;
@@ -227,7 +238,7 @@ inline void read_continuous_records(const std::uint64_t* words, std::size_t coun
                                     ContinuousSamples& out) {
   std::map<std::string, std::size_t> by_label;
   std::string key;
-  for_each_continuous_record(words, count, [&](const ContinuousLabel* label, std::uint64_t weight,
+  for_each_continuous_record(words, count, [&](const RecordedSpan* label, std::uint64_t weight,
                                                const std::uint64_t* pcs, std::size_t depth) {
     key.clear();
     if (label != nullptr) {
@@ -252,6 +263,107 @@ inline void read_continuous_records(const std::uint64_t* words, std::size_t coun
     sample.values = {static_cast<std::int64_t>(cpu_record_periods(weight)),
                      static_cast<std::int64_t>(weight & cpu_record_ns_mask)};
     sample.frames.assign(pcs, pcs + depth);
+  });
+}
+
+// ---- lock records -----------------------------------------------------------------
+
+inline constexpr std::uint64_t lock_record_mark = std::uint64_t{0xA0} << 56;
+inline constexpr std::uint64_t lock_record_mark_mask = std::uint64_t{0xFF} << 56;
+inline constexpr std::uint64_t lock_record_held = 1;         // the span held the lock; else it waited
+inline constexpr std::uint64_t lock_record_holder_span = 2;  // the holder's span follows the header
+inline constexpr std::size_t lock_record_header_words = 3;   // meta, delay, holder tid
+inline constexpr std::uint64_t lock_record_most_contentions = 0xFFFF'FFFF;
+
+// One lock record: a wait the span had, or the waits it caused holding a lock.
+struct LockWait {
+  bool held = false;                   // the span held the lock (the waits were others')
+  std::uint64_t contentions = 0;       // the waits it stands for
+  std::uint64_t delay_ns = 0;          // their time
+  std::uint64_t holder_tid = 0;        // a waiter's: the thread that held the lock (0: unknown)
+  const RecordedSpan* holder_span = nullptr;  // and its span, when it was in one
+};
+
+constexpr std::size_t lock_record_words(const RecordedSpan* holder_span, std::size_t depth) noexcept {
+  return lock_record_header_words + (holder_span != nullptr ? recorded_span_words(holder_span->name_bytes) : 0) +
+         1 + depth;
+}
+
+// `frames` holds `depth` return addresses, innermost first. Writes
+// lock_record_words(wait.holder_span, depth) words.
+inline void write_lock_record(std::uint64_t* out, const LockWait& wait, void* const* frames, std::size_t depth) noexcept {
+  const std::size_t name_bytes = wait.holder_span != nullptr ? wait.holder_span->name_bytes : 0;
+  const std::uint64_t contentions =
+      wait.contentions < lock_record_most_contentions ? wait.contentions : lock_record_most_contentions;
+  *out++ = lock_record_mark | (wait.held ? lock_record_held : 0) |
+           (wait.holder_span != nullptr ? lock_record_holder_span : 0) | static_cast<std::uint64_t>(name_bytes) << 8 |
+           contentions << 16;
+  *out++ = wait.delay_ns;
+  *out++ = wait.holder_tid;
+  if (wait.holder_span != nullptr) out = write_recorded_span(out, *wait.holder_span);
+  *out++ = depth;
+  for (std::size_t i = 0; i < depth; ++i) out[i] = reinterpret_cast<std::uintptr_t>(frames[i]);
+}
+
+// Calls `visit(const LockWait& wait, const std::uint64_t* pcs, std::size_t depth)`
+// for each well-formed record; stops at the first malformed one.
+template <class Visit>
+void for_each_lock_record(const std::uint64_t* words, std::size_t count, Visit&& visit) {
+  std::size_t i = 0;
+  while (i + lock_record_header_words + 1 <= count) {
+    const std::uint64_t meta = words[i];
+    if ((meta & lock_record_mark_mask) != lock_record_mark) break;
+    LockWait wait;
+    wait.held = (meta & lock_record_held) != 0;
+    wait.contentions = (meta >> 16) & lock_record_most_contentions;
+    wait.delay_ns = words[i + 1];
+    wait.holder_tid = words[i + 2];
+    std::size_t at = i + lock_record_header_words;
+    RecordedSpan holder{};
+    if ((meta & lock_record_holder_span) != 0) {
+      const std::size_t name_bytes = (meta >> 8) & 0xFF;
+      if (at + recorded_span_words(name_bytes) + 1 > count) break;
+      holder = read_recorded_span(words + at, name_bytes);
+      wait.holder_span = &holder;
+      at += recorded_span_words(name_bytes);
+    }
+    const std::uint64_t depth = words[at];
+    if (depth == 0 || depth > count - at - 1) break;
+    visit(wait, words + at + 1, static_cast<std::size_t>(depth));
+    i = at + 1 + static_cast<std::size_t>(depth);
+  }
+}
+
+// The labels of a lock sample, as its profile shows them (docs/locks.md).
+inline constexpr const char* lock_role_label = "lock_role";
+inline constexpr const char* holder_thread_label = "holder_thread";
+inline constexpr const char* holder_span_id_label = "holder_span_id";
+inline constexpr const char* holder_trace_id_label = "holder_trace_id";
+inline constexpr const char* holder_span_name_label = "holder_span_name";
+
+// Appends one lock sample per record, values {contentions, delay ns}.
+inline void read_lock_records(const std::uint64_t* words, std::size_t count, RawProfile& profile) {
+  for_each_lock_record(words, count, [&](const LockWait& wait, const std::uint64_t* pcs, std::size_t depth) {
+    RawSample& sample = profile.samples.emplace_back();
+    sample.values = {static_cast<std::int64_t>(wait.contentions), static_cast<std::int64_t>(wait.delay_ns)};
+    sample.frames.assign(pcs, pcs + depth);
+    auto text = [&](const char* key, std::string value) {
+      Label& label = sample.labels.emplace_back();
+      label.key = key;
+      label.str = std::move(value);
+    };
+    text(lock_role_label, wait.held ? "holder" : "waiter");
+    if (wait.held) return;
+    if (wait.holder_tid != 0) {
+      Label& thread = sample.labels.emplace_back();
+      thread.key = holder_thread_label;
+      thread.num = static_cast<std::int64_t>(wait.holder_tid);
+      thread.is_num = true;
+    }
+    if (wait.holder_span == nullptr) return;
+    text(holder_span_id_label, SpanId(wait.holder_span->span_id).to_hex());
+    text(holder_trace_id_label, TraceId(wait.holder_span->trace_id).to_hex());
+    text(holder_span_name_label, std::string(wait.holder_span->name, wait.holder_span->name_bytes));
   });
 }
 

@@ -52,8 +52,19 @@ struct ThreadTimes {
   std::int64_t involuntary_switches = 0;
 };
 
+// A span that records lock waits, as the waiters of a lock it releases see it
+// (lock_waits.hpp): copied into its slot at its open, so that a release never reads
+// the guard.
+struct LockSpanIdentity {
+  static constexpr std::size_t max_name = 47;
+  std::uint8_t trace_id[16] = {};
+  std::uint8_t span_id[8] = {};
+  std::uint8_t name_bytes = 0;
+  char name[max_name] = {};
+};
+
 struct ActiveSpan {
-  ProfileKinds kinds;                 // what this span profiles: cpu and/or wall
+  ProfileKinds kinds;                 // what this span profiles: cpu, wall, lock
   ProfileKinds recorded;              // kinds, and what the open spans around it profile
   std::size_t log_start = 0;          // where this span's samples begin in the log
   std::uint64_t dropped_at_start = 0;
@@ -61,6 +72,8 @@ struct ActiveSpan {
   std::uintptr_t edge_holder = 0;     // the guard, when the span's edges take the timer's overdue points
   std::int64_t cpu_at_open_ns = -1;   // and the thread's CPU clock at the open then
   ThreadTimes times_at_open;          // Options::time_split: read by the guard after the push
+  std::size_t lock_log_start = 0;     // kinds has lock: where its lock waits begin in the thread's lock log
+  LockSpanIdentity lock_identity;     // and the span, as the holder of a lock others wait for
   // Set (by another thread, possibly) when the span ended elsewhere: its samples
   // are no longer recorded. Null unless a guard asked (ScopedProfile::stop_sampling_when).
   const std::atomic<bool>* stop = nullptr;

@@ -174,6 +174,26 @@ class ThreadStackSampler {
   // The slot of an open span (this thread only).
   ActiveSpan& span(SpanSlotTicket ticket) noexcept { return spans_[ticket.index]; }
 
+  // Whether the innermost open span, or one around it, records lock waits (this
+  // thread only): the lock hooks' first test.
+  bool lock_span_open() const noexcept {
+    const ActiveSpan* span = innermost_open_span();
+    return span != nullptr && span->recorded.contains(ProfileKind::lock);
+  }
+
+  // The innermost open span that records lock waits itself (this thread only;
+  // lock_hooks-inl.hpp), or null.
+  const ActiveSpan* innermost_lock_span() const noexcept {
+    const ActiveSpan* span = innermost_open_span();
+    for (std::uint32_t steps = 0; span != nullptr && steps < max_open_spans; ++steps) {
+      if (span->kinds.contains(ProfileKind::lock) && (span->state.load(std::memory_order_relaxed) & 3) == span_slot_open)
+        return span;
+      const std::uint32_t parent = span->parent.load(std::memory_order_relaxed);
+      span = parent != 0 ? &spans_[parent - 1] : nullptr;
+    }
+    return nullptr;
+  }
+
   // The guard of the innermost span begins to close it (its decision, its
   // engines); the close calls the program's code meanwhile. signal_side.hpp says
   // what a tick in between stands for.

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -74,7 +75,7 @@ class ProfileBatch {
         for (const std::uintptr_t pc : sample.frames)
           if (addresses_.insert(pc).second) estimated_bytes_ += 64;  // a location, its function, a name
       }
-      const Key key{span, stack->second, sample.thread_state};
+      const Key key{span, stack->second, sample.thread_state, label_set_of(sample.labels)};
       auto [it, inserted] = index_.try_emplace(key, samples_.size());
       if (inserted) {
         samples_.push_back(Entry{key, sample.values});
@@ -114,7 +115,8 @@ class ProfileBatch {
     std::vector<ProfileBuilder::Sample> samples;
     samples.reserve(samples_.size());
     for (const Entry& entry : samples_)
-      samples.push_back({stack_list_[entry.key.stack], &entry.values, entry.key.span, entry.key.state});
+      samples.push_back({stack_list_[entry.key.stack], &entry.values, entry.key.span, entry.key.state,
+                         entry.key.labels != 0 ? &label_sets_[entry.key.labels - 1] : nullptr});
     return builder.build(window_record(), samples, spans_, comments);
   }
 
@@ -126,14 +128,16 @@ class ProfileBatch {
     std::uint32_t span;   // 1 + the index of its record in spans_; 0: none
     std::uint32_t stack;  // index into stack_list_
     ThreadState state;    // a wall sample's: samples of one stack in two states stay apart
+    std::uint32_t labels;  // 1 + the index of its own labels in label_sets_; 0: none
     bool operator==(const Key& other) const noexcept {
-      return span == other.span && stack == other.stack && state == other.state;
+      return span == other.span && stack == other.stack && state == other.state && labels == other.labels;
     }
   };
   struct KeyHash {
     std::size_t operator()(const Key& key) const noexcept {
       return static_cast<std::size_t>(
-          ((static_cast<std::uint64_t>(key.span) << 32 | key.stack) ^ static_cast<std::uint64_t>(key.state) << 30) *
+          ((static_cast<std::uint64_t>(key.span) << 32 | key.stack) ^ static_cast<std::uint64_t>(key.state) << 30 ^
+           static_cast<std::uint64_t>(key.labels) << 40) *
           0x9E3779B97F4A7C15ull);
     }
   };
@@ -166,6 +170,26 @@ class ProfileBatch {
     return add_record(raw);
   }
 
+  // A sample's own labels (a lock sample's), stored once per distinct set: samples
+  // with other labels stay apart. 0: none.
+  std::uint32_t label_set_of(const std::vector<Label>& labels) {
+    if (labels.empty()) return 0;
+    std::string key;
+    for (const Label& label : labels) {
+      key += label.key;
+      key += '\0';
+      key += label.is_num ? std::to_string(label.num) : label.str;
+      key += '\0';
+    }
+    const auto [it, inserted] = label_set_index_.try_emplace(std::move(key), 0);
+    if (inserted) {
+      label_sets_.push_back(labels);
+      it->second = static_cast<std::uint32_t>(label_sets_.size());
+      for (const Label& label : labels) estimated_bytes_ += 16 + label.key.size() + label.str.size();
+    }
+    return it->second;
+  }
+
   std::uint32_t add_record(const RawProfile& raw) {
     spans_.push_back(raw);  // the record, without its stacks
     // A span's labels: two ids, a name, a reason (keys are shared strings).
@@ -194,6 +218,8 @@ class ProfileBatch {
   std::unordered_map<Key, std::size_t, KeyHash> index_;
   std::vector<Entry> samples_;  // in order of first appearance
   std::unordered_set<std::uintptr_t> addresses_;
+  std::unordered_map<std::string, std::uint32_t> label_set_index_;  // label_set_of's key -> 1 + index
+  std::deque<std::vector<Label>> label_sets_;  // stable while samples point at them
 };
 
 }  // namespace detail

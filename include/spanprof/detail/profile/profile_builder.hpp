@@ -32,13 +32,15 @@ class ProfileBuilder {
     const std::vector<std::int64_t>* values;
     std::uint32_t span;
     ThreadState thread_state;  // a wall sample's thread_state label; unknown: none
+    const std::vector<Label>* labels;  // its own labels (a lock sample's), or null
   };
 
   // One span's profile, its samples as recorded (profile_batch.hpp merges repeats).
   Profile build(const RawProfile& raw, const std::vector<std::string>& comments) {
     std::vector<Sample> samples;
     samples.reserve(raw.samples.size());
-    for (const RawSample& sample : raw.samples) samples.push_back({&sample.frames, &sample.values, 1, sample.thread_state});
+    for (const RawSample& sample : raw.samples)
+      samples.push_back({&sample.frames, &sample.values, 1, sample.thread_state, &sample.labels});
     return build(raw, samples, {static_cast<const SpanRecord&>(raw)}, comments);
   }
 
@@ -62,6 +64,13 @@ class ProfileBuilder {
       profile.period_type = {"wall", "nanoseconds"};
       profile.default_sample_type = "wall";
       profile.period = header.period_ns;
+    } else if (header.kind == ProfileKind::lock) {
+      // The names of Go's mutex and block profiles, which pprof, Pyroscope and
+      // Grafana recognise; every wait is recorded, so one sample is one contention.
+      profile.sample_types = {{"contentions", "count"}, {"delay", "nanoseconds"}};
+      profile.period_type = {"contentions", "count"};
+      profile.default_sample_type = "delay";
+      profile.period = 1;
     } else {
       // The names and order Go's heap profiles use, which pprof, Pyroscope and
       // Grafana recognise. A span's question is "what did it allocate", so that is
@@ -89,13 +98,16 @@ class ProfileBuilder {
         state.str = std::string(to_string(in.thread_state));
         sample.labels.push_back(std::move(state));
       }
+      if (in.labels != nullptr) sample.labels.insert(sample.labels.end(), in.labels->begin(), in.labels->end());
       sample.location_ids.reserve(in.frames->size());
       for (std::size_t i = 0; i < in.frames->size(); ++i) {
         // Callers' frames hold return addresses, which may already belong to the
         // next function (a call as a function's last instruction): look up the
         // call instruction instead, as pprof and debuggers do.
         const std::uintptr_t pc = (*in.frames)[i];
-        const bool exact = i == 0 && header.kind != ProfileKind::heap;  // heap frames are all return addresses
+        // Heap and lock frames are all return addresses (the first the call into the
+        // allocator or the lock).
+        const bool exact = i == 0 && header.kind != ProfileKind::heap && header.kind != ProfileKind::lock;
         const std::uintptr_t address = (exact || pc == 0) ? pc : pc - 1;
         sample.location_ids.push_back(location_for(address, profile));
       }

@@ -227,6 +227,9 @@ class Runtime final : public GuardHost {
     s.heap_samples_captured = c[Counter::heap_samples_captured];
     s.heap_samples_dropped = c[Counter::heap_samples_dropped];
     s.heap_hooks_installed = heap_hooks().installed();
+    s.lock_waits_recorded = c[Counter::lock_waits_recorded];
+    s.lock_waits_dropped = c[Counter::lock_waits_dropped];
+    s.lock_waits_untracked = c[Counter::lock_waits_untracked];
     s.classic_busy = c[Counter::classic_busy];
     s.continuous_threads = ProcessSampler::instance().threads_sampled();
     s.continuous_threads_on_perf_event = ProcessSampler::instance().threads_on_events();

@@ -50,7 +50,7 @@ namespace detail {
 
 // ---- names, in the order of the enumerators they stand for --------------------------
 
-inline constexpr const char* profile_kind_names[] = {"cpu", "heap", "wall"};
+inline constexpr const char* profile_kind_names[] = {"cpu", "heap", "wall", "lock"};
 inline constexpr const char* engine_names[] = {"sampling", "classic"};  // CpuEngine, HeapEngine
 inline constexpr const char* cpu_sample_source_names[] = {"automatic", "perf_event", "posix_timer"};
 inline constexpr const char* overflow_policy_names[] = {"drop_newest", "drop_oldest"};

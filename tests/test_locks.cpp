@@ -1,0 +1,281 @@
+// Lock profiles (docs/locks.md): a span's waits for a lock another span held, with
+// the holder's span, and the waits a span caused while it held a lock, checked
+// against the waits the test measured around each lock() call.
+#include "support/catch.hpp"
+#include "support/collector.hpp"
+#include "support/span_attribution.hpp"
+
+#include <spanprof/spanprof.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <new>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <semaphore.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+using spanprof_test::Collector;
+using spanprof_test::CollectedProfile;
+using spanprof_test::span_number;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The holder keeps the lock this long, and lets go in the middle of its function,
+// with more of its work after the release: a release that is a function's last
+// call leaves that function off its stack (docs/locks.md).
+constexpr auto hold_time = std::chrono::milliseconds(40);
+
+std::atomic<int> restocked{0};
+
+template <class Mutex>
+__attribute__((noinline)) int hold_inventory(Mutex& mutex, std::atomic<int>& holding, Clock::time_point& released) {
+  std::unique_lock<Mutex> lock(mutex);
+  holding.store(1);
+  std::this_thread::sleep_for(hold_time);
+  released = Clock::now();
+  lock.unlock();
+  return restocked.fetch_add(1);
+}
+
+// Each waiter's lock() call, timed around it.
+struct Waited {
+  Clock::time_point start, end;
+  double seconds() const { return std::chrono::duration<double>(end - start).count(); }
+  // The part of it before `release`: the wait the holder that released then caused.
+  double seconds_before(Clock::time_point release) const {
+    return std::chrono::duration<double>(std::min(end, release) - start).count();
+  }
+};
+template <class Mutex>
+__attribute__((noinline)) Waited take_inventory(Mutex& mutex) {
+  Waited waited;
+  waited.start = Clock::now();
+  std::lock_guard<Mutex> lock(mutex);
+  waited.end = Clock::now();
+  restocked.fetch_add(1);
+  return waited;
+}
+
+std::string label_of(const spanprof::Sample& sample, const std::string& key) {
+  for (const auto& label : sample.labels)
+    if (label.key == key) return label.is_num ? std::to_string(label.num) : label.str;
+  return {};
+}
+
+// The delay (ns) of a lock profile's samples on one side of the wait.
+double delay_seconds(const spanprof::Profile& profile, const std::string& role) {
+  std::int64_t total = 0;
+  for (const auto& sample : profile.samples)
+    if (label_of(sample, "lock_role") == role) total += sample.values[1];
+  return static_cast<double>(total) * 1e-9;
+}
+
+// The share of that delay whose stack holds `function`.
+double delay_share_under(const spanprof::Profile& profile, const std::string& role, const std::string& function) {
+  std::map<std::uint64_t, std::string> names;
+  for (const auto& location : profile.locations) names[location.id] = pprof_test::location_functions(profile, location);
+  std::int64_t total = 0, under = 0;
+  for (const auto& sample : profile.samples) {
+    if (label_of(sample, "lock_role") != role) continue;
+    total += sample.values[1];
+    for (auto id : sample.location_ids) {
+      if (names[id].find(function) != std::string::npos) {
+        under += sample.values[1];
+        break;
+      }
+    }
+  }
+  return total != 0 ? static_cast<double>(under) / static_cast<double>(total) : 0.0;
+}
+
+const CollectedProfile* lock_profile_of(const std::vector<CollectedProfile>& profiles, const spanprof::SpanContext& span) {
+  for (const auto& p : profiles)
+    if (p.meta.record.span.span_id == span.span_id && p.meta.record.kind == spanprof::ProfileKind::lock) return &p;
+  return nullptr;
+}
+
+// What go tool pprof prints for a profile's bytes with `flags`.
+std::string go_pprof(const CollectedProfile& profile, const std::string& flags) {
+  const std::string path = pprof_test::write_temp_file(profile.pprof_gzip, ".pb.gz");
+  std::string out;
+  const bool ran = pprof_test::run_command("go tool pprof " + flags + " " + path, out);
+  std::remove(path.c_str());
+  return ran ? out : "go tool pprof failed: " + out;
+}
+
+std::string describe(const spanprof::Profile& profile) {
+  std::map<std::uint64_t, std::string> names;
+  for (const auto& location : profile.locations) names[location.id] = pprof_test::location_functions(profile, location);
+  std::string text;
+  for (const auto& sample : profile.samples) {
+    text += "\n  " + std::to_string(sample.values[0]) + " waits, " + std::to_string(sample.values[1] / 1000) + " us:";
+    for (const auto& label : sample.labels) text += " " + label.key + "=" + (label.is_num ? std::to_string(label.num) : label.str);
+    for (auto id : sample.location_ids) text += "\n    " + names[id];
+  }
+  return text;
+}
+
+// Span A holds `mutex` in hold_inventory() while `waiters` spans each wait for it
+// in take_inventory(); checks every profile against the waits measured.
+template <class Mutex>
+void check_waiters_and_holder(unsigned waiters) {
+  spanprof::Options options;
+  Collector collector(options);
+  Mutex mutex;
+  std::atomic<int> holding{0};
+  const spanprof::SpanContext holder_span = span_number(9100);
+  std::atomic<pid_t> holder_tid{0};
+  Clock::time_point released;
+  std::thread holder([&] {
+    holder_tid = static_cast<pid_t>(::syscall(SYS_gettid));
+    spanprof::ScopedProfile guard(spanprof::NamedSpan{holder_span, "GET /restock"}, spanprof::lock);
+    hold_inventory(mutex, holding, released);
+  });
+  std::vector<Waited> waited(waiters);
+  std::vector<std::thread> threads;
+  for (unsigned i = 0; i < waiters; ++i) {
+    threads.emplace_back([&, i] {
+      while (holding.load() == 0) std::this_thread::yield();
+      spanprof::ScopedProfile guard(spanprof::NamedSpan{span_number(9200 + i), "POST /checkout"}, spanprof::lock);
+      waited[i] = take_inventory(mutex);
+    });
+  }
+  holder.join();
+  for (auto& t : threads) t.join();
+  REQUIRE(spanprof::flush(std::chrono::seconds(10)));
+  const auto profiles = collector.profiles();
+
+  double waited_under_holder = 0;
+  for (unsigned i = 0; i < waiters; ++i) {
+    waited_under_holder += waited[i].seconds_before(released);
+    const CollectedProfile* collected = lock_profile_of(profiles, span_number(9200 + i));
+    INFO("waiter " << i << " measured " << waited[i].seconds() * 1e3 << " ms, "
+                   << waited[i].seconds_before(released) * 1e3 << " ms of it before the holder's release");
+    REQUIRE(collected != nullptr);
+    const spanprof::Profile* mine = &collected->decoded;
+    INFO("its lock profile:" << describe(*mine));
+    const double recorded = delay_seconds(*mine, "waiter");
+    CHECK(recorded > waited[i].seconds() * 0.85);
+    CHECK(recorded < waited[i].seconds() * 1.15);
+    CHECK(delay_share_under(*mine, "waiter", "take_inventory") >= 0.90);
+    // The first waiter in was let in by A; the others by a waiter before them (a
+    // span too, named the same), each after waiting through A's hold.
+    bool by_holder = false;
+    for (const auto& sample : mine->samples) {
+      if (label_of(sample, "holder_span_id") == holder_span.span_id.to_hex()) {
+        by_holder = true;
+        CHECK(label_of(sample, "holder_thread") == std::to_string(holder_tid.load()));
+        CHECK(label_of(sample, "holder_span_name") == "GET /restock");
+        CHECK(label_of(sample, "holder_trace_id") == holder_span.trace_id.to_hex());
+      }
+    }
+    if (waiters != 1) continue;
+    CHECK(by_holder);
+    // As a user reads it: the holder's labels, and the call site on top.
+    const std::string tags = go_pprof(*collected, "-tags");
+    INFO(tags);
+    CHECK(tags.find("holder_span_id") != std::string::npos);
+    CHECK(tags.find(holder_span.span_id.to_hex()) != std::string::npos);
+    CHECK(tags.find("GET /restock") != std::string::npos);
+    const std::string top = go_pprof(*collected, "-top -sample_index=delay");
+    INFO(top);
+    CHECK(top.find("take_inventory") != std::string::npos);
+  }
+  const CollectedProfile* held_collected = lock_profile_of(profiles, holder_span);
+  REQUIRE(held_collected != nullptr);
+  const spanprof::Profile* held = &held_collected->decoded;
+  INFO("the holder's lock profile:" << describe(*held) << "\nthe waiters waited " << waited_under_holder * 1e3
+                                     << " ms before its release");
+  // A holder is charged what its waiters waited until it let go; the time a woken
+  // waiter then waits for a core is its own (docs/locks.md).
+  const double charged = delay_seconds(*held, "holder");
+  CHECK(charged > waited_under_holder * 0.85);
+  CHECK(charged < waited_under_holder * 1.15);
+  CHECK(delay_share_under(*held, "holder", "hold_inventory") >= 0.90);
+}
+
+}  // namespace
+
+TEST_CASE("lock: a span waiting for a std::mutex another span holds has the wait under its lock() call, labelled "
+          "with the holder's span; the holder's profile has the wait under the code that held it",
+          "[lock]") {
+  const int busy = GENERATE(0, 3);
+  INFO(busy << " busy processes beside");
+  spanprof_test::BusyProcesses load(busy, 60);
+  check_waiters_and_holder<std::mutex>(1);
+}
+
+TEST_CASE("lock: three spans wait for one holder: each has its wait, the holder is charged their sum", "[lock]") {
+  const int busy = GENERATE(0, 3);
+  INFO(busy << " busy processes beside");
+  spanprof_test::BusyProcesses load(busy, 60);
+  check_waiters_and_holder<std::mutex>(3);
+}
+
+TEST_CASE("lock: a std::shared_mutex writer's wait and its holder", "[lock]") {
+  check_waiters_and_holder<std::shared_mutex>(1);
+}
+
+TEST_CASE("lock: a std::timed_mutex and a std::recursive_mutex, locked without a timeout", "[lock]") {
+  check_waiters_and_holder<std::timed_mutex>(1);
+  check_waiters_and_holder<std::recursive_mutex>(1);
+}
+
+TEST_CASE("lock: a mutex destroyed and its memory unmapped right after each contended wait, 10,000 times",
+          "[lock]") {
+  spanprof::Options options;
+  Collector collector(options);
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  constexpr int rounds = 10000;
+  std::mutex* current = nullptr;
+  sem_t go, through;  // futex-based: the handshake takes no mutex of its own
+  ::sem_init(&go, 0, 0);
+  ::sem_init(&through, 0, 0);
+  // One waiter, a span per round: it locks each round's mutex while this thread
+  // holds it, and this thread unlocks, destroys and unmaps it as soon as the waiter
+  // is through.
+  std::thread waiter([&] {
+    for (int round = 1; round <= rounds; ++round) {
+      while (::sem_wait(&go) != 0) {
+      }
+      spanprof::ScopedProfile guard(spanprof::NamedSpan{span_number(9300), "waiter"}, spanprof::lock);
+      current->lock();
+      current->unlock();
+      ::sem_post(&through);
+    }
+  });
+  for (int round = 1; round <= rounds; ++round) {
+    void* memory = ::mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(memory != MAP_FAILED);
+    auto* mutex = new (memory) std::mutex;
+    {
+      spanprof::ScopedProfile guard(spanprof::NamedSpan{span_number(9301), "holder"}, spanprof::lock);
+      mutex->lock();
+      current = mutex;
+      ::sem_post(&go);
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      mutex->unlock();
+    }
+    while (::sem_wait(&through) != 0) {
+    }
+    mutex->~mutex();
+    REQUIRE(::munmap(memory, page) == 0);
+  }
+  waiter.join();
+  const spanprof::Stats stats = spanprof::stats();
+  INFO("waits recorded " << stats.lock_waits_recorded << ", untracked " << stats.lock_waits_untracked);
+  CHECK(stats.lock_waits_recorded > 0);
+}
