@@ -21,6 +21,7 @@
 #include <vector>
 
 #include <semaphore.h>
+#include <dlfcn.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -279,3 +280,47 @@ TEST_CASE("lock: a mutex destroyed and its memory unmapped right after each cont
   INFO("waits recorded " << stats.lock_waits_recorded << ", untracked " << stats.lock_waits_untracked);
   CHECK(stats.lock_waits_recorded > 0);
 }
+
+#ifdef SPANPROF_TEST_PLUGIN_PATH
+TEST_CASE("lock: a wait for a mutex of a dlopen'ed library, under the library's call, with its holder", "[lock]") {
+  spanprof::Options options;
+  Collector collector(options);
+  void* plugin = ::dlopen(SPANPROF_TEST_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
+  REQUIRE(plugin != nullptr);
+  const auto hold_stock = reinterpret_cast<int (*)(double, int*)>(::dlsym(plugin, "spanprof_plugin_hold_stock"));
+  const auto take_stock = reinterpret_cast<double (*)()>(::dlsym(plugin, "spanprof_plugin_take_stock"));
+  REQUIRE(hold_stock != nullptr);
+  REQUIRE(take_stock != nullptr);
+  const spanprof::SpanContext holder_span = span_number(9400), waiter_span = span_number(9401);
+  int holding = 0;
+  std::thread holder([&] {
+    spanprof::ScopedProfile guard(spanprof::NamedSpan{holder_span, "GET /restock"}, spanprof::lock);
+    hold_stock(std::chrono::duration<double>(hold_time).count(), &holding);
+  });
+  double waited = 0;
+  std::thread waiter([&] {
+    while (__atomic_load_n(&holding, __ATOMIC_ACQUIRE) == 0) std::this_thread::yield();
+    spanprof::ScopedProfile guard(spanprof::NamedSpan{waiter_span, "POST /checkout"}, spanprof::lock);
+    waited = take_stock();
+  });
+  holder.join();
+  waiter.join();
+  REQUIRE(spanprof::flush(std::chrono::seconds(10)));
+  const auto profiles = collector.profiles();
+  const CollectedProfile* mine = lock_profile_of(profiles, waiter_span);
+  INFO("measured " << waited * 1e3 << " ms");
+  REQUIRE(mine != nullptr);
+  INFO("its lock profile:" << describe(mine->decoded));
+  CHECK(delay_seconds(mine->decoded, "waiter") > waited * 0.85);
+  CHECK(delay_seconds(mine->decoded, "waiter") < waited * 1.15);
+  CHECK(delay_share_under(mine->decoded, "waiter", "spanprof_plugin_take_stock") >= 0.90);
+  bool by_holder = false;
+  for (const auto& sample : mine->decoded.samples)
+    by_holder = by_holder || label_of(sample, "holder_span_id") == holder_span.span_id.to_hex();
+  CHECK(by_holder);
+  const CollectedProfile* held = lock_profile_of(profiles, holder_span);
+  REQUIRE(held != nullptr);
+  CHECK(delay_share_under(held->decoded, "holder", "spanprof_plugin_hold_stock") >= 0.90);
+  ::dlclose(plugin);
+}
+#endif

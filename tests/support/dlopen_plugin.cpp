@@ -4,8 +4,10 @@
 // second time with SPANPROF_TEST_PLUGIN_BUSY_CONSTRUCTOR, whose constructor also
 // runs for a few milliseconds of CPU and allocates thousands of blocks, so that
 // samples and heap samples are taken inside dlopen, with the loader's lock held.
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -70,4 +72,26 @@ extern "C" __attribute__((visibility("default"))) double spanprof_plugin_run_thr
   });
   worker.join();
   return sink == 1 ? -measured : measured;
+}
+
+// A mutex of the plugin's own, which the program never sees: one thread holds it
+// in spanprof_plugin_hold_stock, another waits for it in spanprof_plugin_take_stock,
+// which returns the wait it measured (tests/test_locks.cpp).
+namespace {
+std::mutex stock;
+}  // namespace
+
+extern "C" __attribute__((visibility("default"), noinline)) int spanprof_plugin_hold_stock(double seconds,
+                                                                                          int* holding) {
+  std::unique_lock<std::mutex> lock(stock);
+  __atomic_store_n(holding, 1, __ATOMIC_RELEASE);
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  lock.unlock();
+  return static_cast<int>(loaded.names[1].size());
+}
+
+extern "C" __attribute__((visibility("default"), noinline)) double spanprof_plugin_take_stock() {
+  const auto start = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(stock);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }

@@ -119,6 +119,18 @@ class LockWaitTable {
     return charge;
   }
 
+  // In a forked child: the waits were the parent's threads', which the child does
+  // not have, and an entry's spin lock may have been held by one of them.
+  void reset_after_fork() noexcept {
+    for (Entry& entry : entries_) {
+      entry.busy.store(0, std::memory_order_relaxed);
+      entry.waiters = 0;
+      entry.lock = nullptr;
+      entry.marks_ns = 0;
+    }
+    waiting_.store(0, std::memory_order_relaxed);
+  }
+
  private:
   struct alignas(64) Entry {
     std::atomic<std::uint32_t> busy{0};

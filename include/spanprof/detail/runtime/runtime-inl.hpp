@@ -12,6 +12,7 @@
 #include <spanprof/detail/capture/process_sampler.hpp>
 #include <spanprof/detail/capture/stack_sampler.hpp>
 #include <spanprof/detail/capture/heap_sampler.hpp>
+#include <spanprof/detail/capture/lock_waits.hpp>
 #include <spanprof/detail/capture/wall_ticker.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/delivery/file_uploader.hpp>
@@ -349,6 +350,7 @@ class Runtime final : public GuardHost {
     wall_ticker().reset_after_fork(mine != nullptr && mine->in_wall_span());
     heap_hooks().reset_after_fork(heap_spans_open_here());
     captured_profile_pool().reset_after_fork();
+    lock_wait_table.reset_after_fork();
     error_channel().reset_after_fork();
     new (&sample_signal_installation().mutex) std::mutex();
 
