@@ -399,7 +399,7 @@ inline void set_error_handler(ErrorHandler handler) noexcept {
   auto& channel = detail::error_channel();
   SPANPROF_TRY {
     auto next = std::make_shared<const ErrorHandler>(std::move(handler));
-    std::lock_guard<std::mutex> lock(channel.mutex);
+    std::lock_guard<std::mutex> held(channel.mutex);
     channel.handler = std::move(next);
   } SPANPROF_CATCH_ALL {
   }
@@ -420,7 +420,7 @@ inline void report_error(ErrorCode code, std::string_view message) noexcept {
   count_error(code);
   std::shared_ptr<const ErrorHandler> handler;
   {
-    std::lock_guard<std::mutex> lock(channel.mutex);
+    std::lock_guard<std::mutex> held(channel.mutex);
     handler = channel.handler;
   }
   if (handler && *handler) {
@@ -1456,7 +1456,7 @@ class Uploader {
   // will be.
   Status encode(const EncodedProfile& profile, const EncodeInput& input, std::string& payload) noexcept {
     SPANPROF_TRY {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<std::mutex> held(mutex_);
       return do_encode(profile, input, payload);
     } SPANPROF_CATCH_STD(e) {
       return detail::status_from_exception(ErrorCode::encoding_failed, "uploader threw while encoding: ", e.what());
@@ -1507,7 +1507,7 @@ class Uploader {
   template <class Call>
   UploadResult guarded(Call call) noexcept {
     SPANPROF_TRY {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<std::mutex> held(mutex_);
       return call();
     } SPANPROF_CATCH_STD(e) {
       return UploadResult::permanent(detail::status_from_exception(ErrorCode::upload_failed, "uploader threw: ", e.what()).message());
@@ -1887,7 +1887,7 @@ struct CounterRegistry {
 
   CounterTotals totals() noexcept {
     CounterTotals sum;
-    std::lock_guard<std::mutex> lock(mutex);
+    std::lock_guard<std::mutex> held(mutex);
     for (std::size_t i = 0; i < counter_count; ++i) sum.values[i] = retired[i];
     for (ThreadCounters* t = head; t; t = t->next)
       for (std::size_t i = 0; i < counter_count; ++i) sum.values[i] += t->values[i].load(std::memory_order_relaxed);
@@ -1906,7 +1906,7 @@ inline thread_local ThreadCounters thread_counters;
 struct ThreadCountersOwner {
   ~ThreadCountersOwner() {
     auto& registry = counter_registry();
-    std::lock_guard<std::mutex> lock(registry.mutex);
+    std::lock_guard<std::mutex> held(registry.mutex);
     ThreadCounters& t = thread_counters;
     if (t.prev) t.prev->next = t.next;
     else if (registry.head == &t) registry.head = t.next;
@@ -1928,7 +1928,7 @@ SPANPROF_NOINLINE inline bool register_thread_counters() noexcept {
   static thread_local ThreadCountersOwner owner;
   (void)&owner;
   auto& registry = counter_registry();
-  std::lock_guard<std::mutex> lock(registry.mutex);
+  std::lock_guard<std::mutex> held(registry.mutex);
   if (t.registered) return true;
   t.next = registry.head;
   t.prev = nullptr;
@@ -1940,7 +1940,7 @@ SPANPROF_NOINLINE inline bool register_thread_counters() noexcept {
 
 SPANPROF_NOINLINE inline void count_after_thread_exit(Counter counter, std::uint64_t n) noexcept {
   auto& registry = counter_registry();
-  std::lock_guard<std::mutex> lock(registry.mutex);
+  std::lock_guard<std::mutex> held(registry.mutex);
   registry.retired[static_cast<std::size_t>(counter)] += n;
 }
 
@@ -6811,7 +6811,7 @@ class HttpClient {
   HttpResponse post(const HttpRequest& request, const std::atomic<bool>* abort = nullptr) noexcept {
     HttpResponse response;
     SPANPROF_TRY {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<std::mutex> held(mutex_);
       perform(request, abort, response);
     } SPANPROF_CATCH_STD(e) {
       fail(response, true, e.what());
@@ -8839,7 +8839,7 @@ class LineTableSource final : public SourceLines {
 
   // The file and line of the row that holds `address`.
   bool line_at(std::uint64_t address, const char*& file, int& line) {
-    std::lock_guard<std::mutex> lock(mutex_);  // shared by symbolizers
+    std::lock_guard<std::mutex> held(mutex_);  // shared by symbolizers
     const Row row = row_at(address);
     file = row.file;
     line = row.line;
@@ -8847,7 +8847,7 @@ class LineTableSource final : public SourceLines {
   }
 
   std::uint64_t memory_bytes() noexcept override {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     std::uint64_t bytes = sizeof *this + line_.capacity() + line_str_.capacity() + str_.capacity() +
                           sequences_.capacity() * sizeof(Sequence) + checkpoints_.capacity() * sizeof(Checkpoint) +
                           headers_.size() * (sizeof(Header) + sizeof(std::uint32_t) + hash_node_bytes);
@@ -8861,7 +8861,7 @@ class LineTableSource final : public SourceLines {
   // File `index` of the line table at offset `table` (a unit's DW_AT_stmt_list),
   // with its directory; null when unknown.
   const char* file_of(std::uint64_t table, std::uint64_t index) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     const auto header = table <= UINT32_MAX ? headers_.find(static_cast<std::uint32_t>(table)) : headers_.end();
     return header != headers_.end() ? file_name(header->first, header->second, index) : nullptr;
   }
@@ -9276,7 +9276,7 @@ class DwarfSource final : public SourceLines {
   }
 
   bool lookup(std::uint64_t address, std::vector<DwarfFrame>& chain) override {
-    std::lock_guard<std::mutex> lock(mutex_);  // shared by symbolizers (shared_dwarf_source)
+    std::lock_guard<std::mutex> held(mutex_);  // shared by symbolizers (shared_dwarf_source)
     // Kept per address, for the next symbolizer (a restart) too: bounded by the
     // addresses ever sampled in this object.
     auto [cached, fresh] = chains_.try_emplace(address);
@@ -9286,7 +9286,7 @@ class DwarfSource final : public SourceLines {
   }
 
   std::uint64_t memory_bytes() noexcept override {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     std::uint64_t bytes = sizeof *this + libdw_bytes_ + units_.capacity() * sizeof(Unit) +
                           unit_ranges_.capacity() * sizeof(Range) + nesting_.capacity() * sizeof(Dwarf_Die);
     for (const Unit& unit : units_) bytes += unit.functions.capacity() * sizeof(Range);
@@ -9626,7 +9626,7 @@ class SourceLinesCache {
                                     std::uint64_t max_bytes) {
     std::string key = (depth == SourceLinesDepth::line_tables ? "lines\n" : "all\n") + path + '\n' + build_id;
     for (const std::string& directory : debug_directories) key += '\n' + directory;
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     max_bytes_ = max_bytes;
     if (dropped_.count(key) != 0) return nullptr;
     if (const auto found = opened_.find(key); found != opened_.end()) return found->second.lines;
@@ -9643,7 +9643,7 @@ class SourceLinesCache {
   // What a source keeps grows with the addresses asked of it: a symbolizer calls
   // this every so many lookups.
   void check_bound() {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     keep_within_bound();
   }
 
@@ -11713,7 +11713,7 @@ class SpanLabelStack {
   static LabelClosed close_anywhere(const void* owner) noexcept {
     LabelClosed result;
     Registry& registry = registry_of_stacks();
-    std::lock_guard<std::mutex> lock(registry.mutex);
+    std::lock_guard<std::mutex> held(registry.mutex);
     for (SpanLabelStack* stack = registry.head; stack != nullptr && !result.found; stack = stack->next_)
       for (std::uint32_t i = 0; i < stack->depth_.load(std::memory_order_relaxed); ++i) {
         SpanLabel& label = stack->labels_[i];
@@ -11744,14 +11744,14 @@ class SpanLabelStack {
   // Every thread's stack, for close_anywhere (a span that ended on another thread).
   void enlist() noexcept {
     Registry& registry = registry_of_stacks();
-    std::lock_guard<std::mutex> lock(registry.mutex);
+    std::lock_guard<std::mutex> held(registry.mutex);
     next_ = registry.head;
     if (next_ != nullptr) next_->prev_ = this;
     registry.head = this;
   }
   void delist() noexcept {
     Registry& registry = registry_of_stacks();
-    std::lock_guard<std::mutex> lock(registry.mutex);
+    std::lock_guard<std::mutex> held(registry.mutex);
     if (prev_ != nullptr) prev_->next_ = next_;
     else registry.head = next_;
     if (next_ != nullptr) next_->prev_ = prev_;
@@ -13263,7 +13263,7 @@ class ProcessSampler {
   // Starts sampling every thread at each scan; false (and why) when the buffer
   // cannot be made. `signal_number` is the sample signal's, with its handler in.
   bool start(const ContinuousSettings& settings, int signal_number, std::string& why) noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     stop_locked();
     if (halves_[0].words == nullptr) {
       for (Half& half : halves_) {
@@ -13289,7 +13289,7 @@ class ProcessSampler {
 
   // Deletes every timer. The records already written stay for take().
   void stop() noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     stop_locked();
   }
 
@@ -13324,7 +13324,7 @@ class ProcessSampler {
   };
   ScanResult scan() noexcept {
     ScanResult result;
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     if (!running_.load(std::memory_order_relaxed)) return result;
     SPANPROF_TRY {
       // Listing the threads costs ~0.3 µs each. A look lists them only when
@@ -14382,7 +14382,7 @@ struct StackSamplerList {
   bool reported_fallback = false;
 
   void add(ThreadStackSampler* sampler) noexcept {
-    std::lock_guard<std::mutex> lock(mutex);
+    std::lock_guard<std::mutex> held(mutex);
     sampler->registry_next = head;
     if (head) head->registry_prev = sampler;
     head = sampler;
@@ -14390,7 +14390,7 @@ struct StackSamplerList {
   }
 
   void remove(ThreadStackSampler* sampler) noexcept {
-    std::lock_guard<std::mutex> lock(mutex);
+    std::lock_guard<std::mutex> held(mutex);
     if (sampler->registry_prev) sampler->registry_prev->registry_next = sampler->registry_next;
     else if (head == sampler) head = sampler->registry_next;
     if (sampler->registry_next) sampler->registry_next->registry_prev = sampler->registry_prev;
@@ -14403,7 +14403,7 @@ struct StackSamplerList {
   ThreadStackSampler* left_behind = nullptr;
 
   void leave_behind(ThreadStackSampler* sampler) noexcept {
-    std::lock_guard<std::mutex> lock(mutex);
+    std::lock_guard<std::mutex> held(mutex);
     sampler->registry_prev = nullptr;
     sampler->registry_next = left_behind;
     left_behind = sampler;
@@ -15074,7 +15074,7 @@ inline void take_fallback_sigio() noexcept {
 inline int install_sample_signal_handler(int wanted) noexcept {
   SampleSignalInstallation& installation = sample_signal_installation();
   int (&installed)[65] = installation.installed;
-  std::lock_guard<std::mutex> lock(installation.mutex);
+  std::lock_guard<std::mutex> held(installation.mutex);
   if (wanted < 0 || wanted >= 65 || (wanted != 0 && (wanted < SIGRTMIN || wanted > SIGRTMAX))) {
     report_error(ErrorCode::invalid_configuration, "signal_number is not a real-time signal");
     return 0;
@@ -15118,7 +15118,7 @@ inline int install_sample_signal_handler(int wanted) noexcept {
 inline void report_perf_event_refused(int perf_errno, const char* instead) noexcept {
   auto& list = stack_sampler_list();
   {
-    std::lock_guard<std::mutex> lock(list.mutex);
+    std::lock_guard<std::mutex> held(list.mutex);
     if (list.reported_fallback) return;
     list.reported_fallback = true;
   }
@@ -15142,11 +15142,11 @@ inline void watch_sample_signal(int signal_number) noexcept {
     if (sample_signal_lost().exchange(signal_number, std::memory_order_relaxed) == signal_number) return;
     {
       SampleSignalInstallation& installation = sample_signal_installation();
-      std::lock_guard<std::mutex> lock(installation.mutex);
+      std::lock_guard<std::mutex> held(installation.mutex);
       installation.installed[signal_number] = 0;  // the host's now: the next start() picks another
     }
     {
-      std::lock_guard<std::mutex> lock(list.mutex);
+      std::lock_guard<std::mutex> held(list.mutex);
       for (ThreadStackSampler* s = list.head; s; s = s->registry_next)
         if (s->settings().signal_number == signal_number) s->disarm();
     }
@@ -15176,7 +15176,7 @@ inline void watch_sample_signal(int signal_number) noexcept {
   int refused = 0;
   pid_t thread = 0;
   {
-    std::lock_guard<std::mutex> lock(list.mutex);
+    std::lock_guard<std::mutex> held(list.mutex);
     for (ThreadStackSampler* s = list.head; s; s = s->registry_next) {
       if (s->refuse_if_signal_blocked()) {
         ++refused;
@@ -15743,7 +15743,7 @@ class HeapHooks {
     while (open > 0) {
       if (open_scopes_.compare_exchange_weak(open, open + 1, std::memory_order_acq_rel)) return true;
     }
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     // Installed before the count becomes visible: a scope that finds the count
     // above zero on the fast path can rely on live hooks. Compiled-in operator
     // new/delete hooks are always live and need nothing installed.
@@ -15757,7 +15757,7 @@ class HeapHooks {
     while (open > 1) {
       if (open_scopes_.compare_exchange_weak(open, open - 1, std::memory_order_acq_rel)) return;
     }
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     if (open_scopes_.fetch_sub(1, std::memory_order_acq_rel) == 1 && installed_) {
       const TcmallocApi& api = tcmalloc_api();
       api.remove_new_hook(&heap_new_hook);
@@ -15767,7 +15767,7 @@ class HeapHooks {
   }
 
   bool installed() const noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     return installed_;
   }
   int open_scopes() const noexcept { return open_scopes_.load(std::memory_order_relaxed); }
@@ -15857,7 +15857,7 @@ SPANPROF_API inline HeapThreadRegistry& heap_thread_registry() noexcept {
 struct HeapLogOwner {
   HeapLogOwner() noexcept {
     auto& registry = heap_thread_registry();
-    std::lock_guard<std::mutex> lock(registry.mutex);
+    std::lock_guard<std::mutex> held(registry.mutex);
     SPANPROF_TRY {
       registry.threads.push_back(&heap_thread);
     } SPANPROF_CATCH_ALL {
@@ -15867,7 +15867,7 @@ struct HeapLogOwner {
   ~HeapLogOwner() {
     {
       auto& registry = heap_thread_registry();
-      std::lock_guard<std::mutex> lock(registry.mutex);
+      std::lock_guard<std::mutex> held(registry.mutex);
       auto& threads = registry.threads;
       threads.erase(std::remove(threads.begin(), threads.end(), &heap_thread), threads.end());
     }
@@ -15929,7 +15929,7 @@ inline void reap_dead_heap_spans(HeapThreadState& t) noexcept {
 inline void close_heap_span_elsewhere(const HeapActiveSpan& span) noexcept {
   {
     auto& registry = heap_thread_registry();
-    std::lock_guard<std::mutex> lock(registry.mutex);
+    std::lock_guard<std::mutex> held(registry.mutex);
     for (HeapThreadState* thread : registry.threads) {
       if (thread != span.owner) continue;
       thread->dead_depths.fetch_or(std::uint32_t{1} << (span.depth - 1), std::memory_order_acq_rel);
@@ -16120,14 +16120,14 @@ class LockWaitTable {
   bool anyone_waiting() const noexcept { return waiting_.load(std::memory_order_relaxed) != 0; }
 
   // A thread begins to wait for `lock` at `start_ns` (monotonic).
-  Registration register_wait(const void* lock, std::int64_t start_ns) noexcept {
+  Registration register_wait(const void* address, std::int64_t start_ns) noexcept {
     Registration registration;
-    registration.index = index_of(lock);
+    registration.index = index_of(address);
     Entry& entry = entries_[registration.index];
     hold(entry);
-    if (entry.waiters == 0 || entry.lock == lock) {
+    if (entry.waiters == 0 || entry.address == address) {
       if (entry.waiters == 0) {
-        entry.lock = lock;
+        entry.address = address;
         entry.marks_ns = 0;
       }
       ++entry.waiters;
@@ -16142,15 +16142,15 @@ class LockWaitTable {
 
   // The waiter holds `lock` now (or gave up). True when a release let it in since
   // it registered: `holder` is who released it last.
-  bool finish_wait(const void* lock, const Registration& registration, std::int64_t start_ns,
+  bool finish_wait(const void* address, const Registration& registration, std::int64_t start_ns,
                    LockHolder& holder) noexcept {
     if (!registration.tracked) return false;
     Entry& entry = entries_[registration.index];
     hold(entry);
     const bool released = entry.releases != registration.releases;
-    if (entry.lock == lock && entry.waiters != 0) {
+    if (entry.address == address && entry.waiters != 0) {
       entry.marks_ns -= released ? entry.released_ns : start_ns;
-      if (--entry.waiters == 0) entry.lock = nullptr;
+      if (--entry.waiters == 0) entry.address = nullptr;
     }
     if (released) holder = entry.holder;
     let_go(entry);
@@ -16159,11 +16159,11 @@ class LockWaitTable {
   }
 
   // `lock` is released at `now_ns` by `holder`: what its waiters waited under it.
-  Charge release(const void* lock, std::int64_t now_ns, const LockHolder& holder) noexcept {
+  Charge release(const void* address, std::int64_t now_ns, const LockHolder& holder) noexcept {
     Charge charge;
-    Entry& entry = entries_[index_of(lock)];
+    Entry& entry = entries_[index_of(address)];
     hold(entry);
-    if (entry.lock == lock && entry.waiters != 0) {
+    if (entry.address == address && entry.waiters != 0) {
       const std::int64_t marks_now = static_cast<std::int64_t>(entry.waiters) * now_ns;
       charge.waiters = entry.waiters;
       charge.delay_ns = marks_now > entry.marks_ns ? marks_now - entry.marks_ns : 0;
@@ -16182,7 +16182,7 @@ class LockWaitTable {
     for (Entry& entry : entries_) {
       entry.busy.store(0, std::memory_order_relaxed);
       entry.waiters = 0;
-      entry.lock = nullptr;
+      entry.address = nullptr;
       entry.marks_ns = 0;
     }
     waiting_.store(0, std::memory_order_relaxed);
@@ -16192,15 +16192,15 @@ class LockWaitTable {
   struct alignas(64) Entry {
     std::atomic<std::uint32_t> busy{0};
     std::uint32_t waiters = 0;
-    const void* lock = nullptr;     // the lock its waiters wait for (null: free)
+    const void* address = nullptr;     // the lock its waiters wait for (null: free)
     std::int64_t marks_ns = 0;      // the sum of its waiters' marks: start, or the last release since
     std::int64_t released_ns = 0;   // the last release
     std::uint64_t releases = 0;
     LockHolder holder;              // who released it last
   };
 
-  static std::uint32_t index_of(const void* lock) noexcept {
-    const auto at = reinterpret_cast<std::uintptr_t>(lock) >> 3;
+  static std::uint32_t index_of(const void* address) noexcept {
+    const auto at = reinterpret_cast<std::uintptr_t>(address) >> 3;
     return static_cast<std::uint32_t>((at * 0x9E3779B97F4A7C15ull) >> 54) & (entry_count - 1);
   }
 
@@ -16484,7 +16484,7 @@ class WallTicker {
   void watch_cpu() noexcept {
     if (SPANPROF_UNLIKELY(!started_.load(std::memory_order_acquire))) start();
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<std::mutex> held(mutex_);
       cpu_wanted_ = true;
     }
     wake_.notify_one();
@@ -16526,7 +16526,7 @@ class WallTicker {
 
  private:
   void start() noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     if (started_.load(std::memory_order_relaxed)) return;
     SPANPROF_TRY {
       std::thread([this] { run(); }).detach();  // lives as long as the process
@@ -16537,13 +16537,13 @@ class WallTicker {
   }
 
   void wake() noexcept {
-    { std::lock_guard<std::mutex> lock(mutex_); }
+    { std::lock_guard<std::mutex> held(mutex_); }
     wake_.notify_one();
   }
 
   void wake_for_wall() noexcept {
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<std::mutex> held(mutex_);
       wall_wanted_ = true;
     }
     wake_.notify_one();
@@ -16554,14 +16554,14 @@ class WallTicker {
   // again: a span that opened meanwhile either sees the sleep and wakes it, or is
   // seen here.
   void sleep_until(std::int64_t until, bool wall) noexcept {
-    std::unique_lock<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> held(mutex_);
     if (!wall) {
       sleeping_until_.store(until, std::memory_order_seq_cst);
       if (threads_.load(std::memory_order_seq_cst) != 0) wall_wanted_ = true;
     }
     const std::int64_t interval = until - monotonic_now_ns();
     if (interval > 0 && !wall_wanted_ && !cpu_wanted_)
-      wake_.wait_for(lock, std::chrono::nanoseconds(interval), [&] { return wall_wanted_ || cpu_wanted_; });
+      wake_.wait_for(held, std::chrono::nanoseconds(interval), [&] { return wall_wanted_ || cpu_wanted_; });
     sleeping_until_.store(0, std::memory_order_relaxed);
     wall_wanted_ = false;
     cpu_wanted_ = false;
@@ -16619,11 +16619,11 @@ class WallTicker {
 
   // True when a span woke it; false when it only timed out.
   bool park() noexcept {
-    std::unique_lock<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> held(mutex_);
     parked_.store(true, std::memory_order_seq_cst);
     ticker_watches_none().store(true, std::memory_order_seq_cst);
     // A guard that took the flag since the last look has asked already: no sleep.
-    const bool woken = wake_.wait_for(lock, linger, [&] {
+    const bool woken = wake_.wait_for(held, linger, [&] {
       return cpu_wanted_ || threads_.load(std::memory_order_seq_cst) != 0;
     });
     cpu_wanted_ = false;
@@ -16649,7 +16649,7 @@ class WallTicker {
       // The list's mutex keeps each sampler alive while it is looked at (a thread
       // removes its sampler under it before freeing it).
       StackSamplerList& list = stack_sampler_list();
-      std::lock_guard<std::mutex> lock(list.mutex);
+      std::lock_guard<std::mutex> held(list.mutex);
       for (ThreadStackSampler* sampler = list.head; sampler != nullptr; sampler = sampler->registry_next) {
         if (wall_due) {
           switch (sampler->wall_tick(now, mean_period_ns)) {
@@ -18729,7 +18729,7 @@ class Sender {
   bool post(Outgoing item) noexcept {
     SPANPROF_TRY {
       const std::size_t bytes = item.batch.estimated_bytes();
-      std::unique_lock<std::mutex> lock(mutex_);
+      std::unique_lock<std::mutex> held(mutex_);
       // A flush marker takes no room: it must not push a profile out, nor wait.
       const auto has_room = [&] {
         return item.flush != 0 || outbox_.empty() ||
@@ -18740,17 +18740,17 @@ class Sender {
         while (!has_room() && evict_oldest(dropped)) {
         }
         if (!dropped.empty()) {
-          lock.unlock();
+          held.unlock();
           abandon_tickets(dropped);
           report_error(ErrorCode::queue_full, "the oldest finished profiles were dropped: the sender is behind");
-          lock.lock();
+          held.lock();
         }
       }
-      room_.wait(lock, [&] { return stop_.load() || has_room(); });
+      room_.wait(held, [&] { return stop_.load() || has_room(); });
       if (!stop_.load()) {
         outbox_bytes_ += bytes;
         outbox_.push_back(std::move(item));
-        lock.unlock();
+        held.unlock();
         work_.notify_one();
         return true;
       }
@@ -18768,7 +18768,7 @@ class Sender {
 
   // Wakes the thread and any merger waiting for room, to see the stop.
   void wake() noexcept {
-    { std::lock_guard<std::mutex> lock(mutex_); }
+    { std::lock_guard<std::mutex> held(mutex_); }
     work_.notify_all();
     room_.notify_all();
   }
@@ -18780,12 +18780,12 @@ class Sender {
   void abandon_everything() noexcept {
     std::deque<Outgoing> left;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<std::mutex> held(mutex_);
       left.swap(outbox_);
       outbox_bytes_ = 0;
     }
     room_.notify_all();
-    std::lock_guard<std::mutex> lock(settle_mutex_);
+    std::lock_guard<std::mutex> held(settle_mutex_);
     abandoned_ = true;
     for (const Outgoing& item : left) abandon_tickets(item.tickets);
     if (in_flight_ != nullptr) abandon_tickets(in_flight_->tickets);
@@ -18806,13 +18806,13 @@ class Sender {
       Outgoing item;
       bool have = false;
       {
-        std::unique_lock<std::mutex> lock(mutex_);
+        std::unique_lock<std::mutex> held(mutex_);
         const auto ready = [&] { return stop_.load() || !outbox_.empty(); };
         const std::int64_t due = next_spool_attempt();
         if (due == never) {
-          work_.wait(lock, ready);
+          work_.wait(held, ready);
         } else {
-          work_.wait_for(lock, clock_.real_wait(due - clock_.now_ns()), ready);
+          work_.wait_for(held, clock_.real_wait(due - clock_.now_ns()), ready);
         }
         if (stop_.load()) break;
         if (!outbox_.empty()) {
@@ -18837,7 +18837,7 @@ class Sender {
     // Stopped (a shutdown past its deadline): what waits here is dropped, counted.
     std::deque<Outgoing> left;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<std::mutex> held(mutex_);
       left.swap(outbox_);
       outbox_bytes_ = 0;
     }
@@ -18939,7 +18939,7 @@ class Sender {
   // The sender thread takes `item` to send it; false if a stop past its deadline
   // came first (the item is then counted as dropped here, as the rest was).
   bool take_in_flight(const Outgoing& item) noexcept {
-    std::lock_guard<std::mutex> lock(settle_mutex_);
+    std::lock_guard<std::mutex> held(settle_mutex_);
     if (abandoned_) {
       abandon_tickets(item.tickets);
       return false;
@@ -18951,7 +18951,7 @@ class Sender {
   // The in-flight item's outcome, counted unless a stop past its deadline already
   // counted it as dropped.
   void settle(const Outgoing& item, bool delivered, std::uint64_t failed, std::uint64_t spooled) noexcept {
-    std::lock_guard<std::mutex> lock(settle_mutex_);
+    std::lock_guard<std::mutex> held(settle_mutex_);
     in_flight_ = nullptr;
     if (abandoned_) return;
     if (failed != 0) count(Counter::upload_failures, failed);
@@ -19017,9 +19017,9 @@ class Sender {
   // by the shutdown.
   bool pause(std::chrono::milliseconds delay) {
     const std::int64_t until = clock_.now_ns() + ns(delay);
-    std::unique_lock<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> held(mutex_);
     for (std::int64_t now = clock_.now_ns(); now < until; now = clock_.now_ns())
-      if (work_.wait_for(lock, clock_.real_wait(until - now), [&] { return stop_.load(); })) return false;
+      if (work_.wait_for(held, clock_.real_wait(until - now), [&] { return stop_.load(); })) return false;
     return true;
   }
 
@@ -19212,7 +19212,7 @@ class Worker {
   ~Worker() { stop(std::chrono::milliseconds(2000)); }
 
   bool start(Config config) noexcept {
-    std::unique_lock<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> held(mutex_);
     if (running_) return true;
     SPANPROF_TRY {
       auto run = std::make_shared<Run>();
@@ -19287,11 +19287,11 @@ class Worker {
   // are cut now rather than at the end of their window — or the deadline.
   bool flush(std::chrono::milliseconds timeout) noexcept {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
-    std::unique_lock<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> held(mutex_);
     if (!running_) return hand_off_.size() == 0;
     const std::uint64_t wanted = ++flush_requested_;
     wake_.notify_all();
-    return idle_.wait_until(lock, deadline, [&] { return !running_ || flush_done_ >= wanted; });
+    return idle_.wait_until(held, deadline, [&] { return !running_ || flush_done_ >= wanted; });
   }
 
   // Delivers what it can before the deadline, then stops. Threads stuck in an
@@ -19301,7 +19301,7 @@ class Worker {
     std::thread merger, sender;
     std::shared_ptr<Run> run;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<std::mutex> held(mutex_);
       if (!running_) return drained;
       accepting_.store(false, std::memory_order_release);
       running_ = false;
@@ -19321,8 +19321,8 @@ class Worker {
       // it holds is counted as dropped once the merger has passed on all it had.
       bool merged = false;
       {
-        std::unique_lock<std::mutex> lock(run->merged_mutex);
-        merged = run->merged_cv.wait_for(lock, merger_stop_wait, [&] { return run->merged; });
+        std::unique_lock<std::mutex> held(run->merged_mutex);
+        merged = run->merged_cv.wait_for(held, merger_stop_wait, [&] { return run->merged; });
       }
       if (merged) {
         if (merger.joinable()) merger.join();
@@ -19413,7 +19413,7 @@ class Worker {
 
   void answer_flush(std::uint64_t flush) noexcept {
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<std::mutex> held(mutex_);
       flush_done_ = std::max(flush_done_, flush);
     }
     idle_.notify_all();
@@ -19426,13 +19426,13 @@ class Worker {
     for (;;) {
       std::uint64_t flush_wanted = 0;
       {
-        std::unique_lock<std::mutex> lock(mutex_);
+        std::unique_lock<std::mutex> held(mutex_);
         const std::int64_t window_end = next_window_end(run);
         const auto wait = window_end == never
                               ? run.tick
                               : std::min<std::chrono::nanoseconds>(
                                     run.tick, run.clock->real_wait(window_end - run.clock->now_ns()));
-        wake_.wait_for(lock, wait, [&] {
+        wake_.wait_for(held, wait, [&] {
           return run.stop.load() || flush_requested_ > run.flushes_answered ||
                  hand_off_.size() * 2 >= capacity_.load(std::memory_order_relaxed);
         });
@@ -19460,7 +19460,7 @@ class Worker {
     for (Lane& lane : run.lanes)
       for (Tickets& tickets : lane.tickets) abandon_tickets(tickets);
     {
-      std::lock_guard<std::mutex> lock(run.merged_mutex);
+      std::lock_guard<std::mutex> held(run.merged_mutex);
       run.merged = true;
     }
     run.merged_cv.notify_all();
@@ -19760,7 +19760,7 @@ class ConfigRetirement {
     std::vector<std::unique_ptr<RunningConfig>> freed;
     {
       CounterRegistry& registry = counter_registry();
-      std::lock_guard<std::mutex> lock(registry.mutex);
+      std::lock_guard<std::mutex> held(registry.mutex);
       if (!all_sections_passed(registry)) return;
       SPANPROF_TRY {
         freed.reserve(retired_.size());
@@ -21574,7 +21574,7 @@ class Runtime final : public GuardHost {
 
   StartResult start(Options options, bool only_if_never_started = false) noexcept {
     StartResult result;
-    std::lock_guard<std::mutex> lock(lifecycle_mutex_);
+    std::lock_guard<std::mutex> held(lifecycle_mutex_);
     GuardHostState& host = guard_host_state();
     if (only_if_never_started && lifecycle_.load() != never_started) {
       if (host.config.load() == nullptr) result = StartResult(Status(ErrorCode::not_running, "spanprof was shut down"));
@@ -21677,7 +21677,7 @@ class Runtime final : public GuardHost {
   }
 
   bool stop(std::chrono::milliseconds timeout) noexcept {
-    std::lock_guard<std::mutex> lock(lifecycle_mutex_);
+    std::lock_guard<std::mutex> held(lifecycle_mutex_);
     guard_host_state().config.store(nullptr, std::memory_order_release);
     if (lifecycle_.load() != never_started) lifecycle_.store(stopped, std::memory_order_release);
     process_context_.withdraw();
@@ -21700,7 +21700,7 @@ class Runtime final : public GuardHost {
     Stats s;
     {
       auto& list = stack_sampler_list();
-      std::lock_guard<std::mutex> lock(list.mutex);
+      std::lock_guard<std::mutex> held(list.mutex);
       s.cpu_sample_source = list.last_source;
       for (ThreadStackSampler* t = list.head; t; t = t->registry_next)
         if (t->armed()) ++s.threads_armed;
@@ -21747,7 +21747,7 @@ class Runtime final : public GuardHost {
     s.otel_spans_ended_elsewhere = c[Counter::otel_spans_ended_elsewhere];
     s.otel_spans_too_deep = c[Counter::otel_spans_too_deep];
     {
-      std::lock_guard<std::mutex> lock(lifecycle_mutex_);
+      std::lock_guard<std::mutex> held(lifecycle_mutex_);
       if (trigger_) s.triggers_armed = trigger_->counters().armed;
       s.configs_retained = retirement_.retained();
     }
@@ -22730,7 +22730,7 @@ class RequestState {
   // kind the spans open on its thread asked for; the request takes those of its kinds.
   void add_stack_records(const ThreadStackSampler& sampler, const std::uint64_t* first, std::size_t words,
                          ProfileKinds kinds, std::uint64_t dropped) noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     SPANPROF_TRY {
       for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::wall}) {
         if (!kinds.contains(kind)) continue;
@@ -22747,7 +22747,7 @@ class RequestState {
 
   // A fragment's lock records (lock_log.hpp).
   void add_lock_records(const LockRecords& locks) noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     Recorded& into = recorded_[static_cast<std::size_t>(ProfileKind::lock)];
     into.engine = lock_engine_name;
     SPANPROF_TRY {
@@ -22759,13 +22759,13 @@ class RequestState {
 
   // Where a fragment's time went (Options::time_split): the request's is the sum.
   void add_time(const TimeSplit& split) noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     time_ += split;
   }
 
   // A fragment's heap records.
   void add_heap_records(HeapSpanResult& result) noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     Recorded& into = recorded_[static_cast<std::size_t>(ProfileKind::heap)];
     into.dropped += result.dropped;
     into.heap_interval_bytes = result.interval_bytes;
@@ -22842,7 +22842,7 @@ class RequestState {
     SpanOutcome outcome{span_, std::string_view(name_, name_length_), duration,
                         errored_.load(std::memory_order_relaxed)};
     if (tail_policy_) {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<std::mutex> held(mutex_);
       outcome.time = time_;
     }
     return decide_at_end(tail_policy_.get(), trigger_.get(), triggered, name_hash_, outcome);
@@ -23681,8 +23681,8 @@ extern "C" {
 // glibc's lock and unlock, by the names its compatibility versions keep.
 int spanprof_glibc_mutex_lock(pthread_mutex_t* mutex);
 int spanprof_glibc_mutex_unlock(pthread_mutex_t* mutex);
-int spanprof_glibc_rwlock_wrlock(pthread_rwlock_t* lock);
-int spanprof_glibc_rwlock_unlock(pthread_rwlock_t* lock);
+int spanprof_glibc_rwlock_wrlock(pthread_rwlock_t* rwlock);
+int spanprof_glibc_rwlock_unlock(pthread_rwlock_t* rwlock);
 #if defined(__x86_64__)
 __asm__(".symver spanprof_glibc_mutex_lock, __pthread_mutex_lock@GLIBC_2.2.5");
 __asm__(".symver spanprof_glibc_mutex_unlock, __pthread_mutex_unlock@GLIBC_2.2.5");
@@ -23697,8 +23697,8 @@ __asm__(".symver spanprof_glibc_rwlock_unlock, __pthread_rwlock_unlock@GLIBC_2.1
 // A sanitizer's hooks of the same calls, when the program runs under one.
 int __interceptor_pthread_mutex_lock(pthread_mutex_t* mutex) __attribute__((weak));
 int __interceptor_pthread_mutex_unlock(pthread_mutex_t* mutex) __attribute__((weak));
-int __interceptor_pthread_rwlock_wrlock(pthread_rwlock_t* lock) __attribute__((weak));
-int __interceptor_pthread_rwlock_unlock(pthread_rwlock_t* lock) __attribute__((weak));
+int __interceptor_pthread_rwlock_wrlock(pthread_rwlock_t* rwlock) __attribute__((weak));
+int __interceptor_pthread_rwlock_unlock(pthread_rwlock_t* rwlock) __attribute__((weak));
 // The hooks' code, which recorded stacks leave out.
 extern const char __start_spanprof_lock_hooks[] __attribute__((weak));
 extern const char __stop_spanprof_lock_hooks[] __attribute__((weak));
@@ -23715,13 +23715,13 @@ inline int glibc_mutex_unlock(pthread_mutex_t* mutex) noexcept {
   return &__interceptor_pthread_mutex_unlock != nullptr ? __interceptor_pthread_mutex_unlock(mutex)
                                                          : spanprof_glibc_mutex_unlock(mutex);
 }
-inline int glibc_rwlock_wrlock(pthread_rwlock_t* lock) noexcept {
-  return &__interceptor_pthread_rwlock_wrlock != nullptr ? __interceptor_pthread_rwlock_wrlock(lock)
-                                                          : spanprof_glibc_rwlock_wrlock(lock);
+inline int glibc_rwlock_wrlock(pthread_rwlock_t* rwlock) noexcept {
+  return &__interceptor_pthread_rwlock_wrlock != nullptr ? __interceptor_pthread_rwlock_wrlock(rwlock)
+                                                          : spanprof_glibc_rwlock_wrlock(rwlock);
 }
-inline int glibc_rwlock_unlock(pthread_rwlock_t* lock) noexcept {
-  return &__interceptor_pthread_rwlock_unlock != nullptr ? __interceptor_pthread_rwlock_unlock(lock)
-                                                          : spanprof_glibc_rwlock_unlock(lock);
+inline int glibc_rwlock_unlock(pthread_rwlock_t* rwlock) noexcept {
+  return &__interceptor_pthread_rwlock_unlock != nullptr ? __interceptor_pthread_rwlock_unlock(rwlock)
+                                                          : spanprof_glibc_rwlock_unlock(rwlock);
 }
 
 // Whether a lock is held as the caller comes to it, read without taking it: a
@@ -23730,9 +23730,9 @@ inline int glibc_rwlock_unlock(pthread_rwlock_t* lock) noexcept {
 inline bool lock_held(const pthread_mutex_t* mutex) noexcept {
   return __atomic_load_n(&mutex->__data.__lock, __ATOMIC_RELAXED) != 0;
 }
-inline bool lock_held(const pthread_rwlock_t* lock) noexcept {
+inline bool lock_held(const pthread_rwlock_t* rwlock) noexcept {
   // glibc's readers word: the readers from bit 3 up, bit 1 set while a writer holds it.
-  const unsigned readers = __atomic_load_n(&lock->__data.__readers, __ATOMIC_RELAXED);
+  const unsigned readers = __atomic_load_n(&rwlock->__data.__readers, __ATOMIC_RELAXED);
   return (readers & 2u) != 0 || (readers >> 3) != 0;
 }
 
@@ -23740,10 +23740,10 @@ inline bool lock_held(const pthread_rwlock_t* lock) noexcept {
 // lock waits, and the lock is held. The lock word is read only then: read before
 // glibc's atomic on it, it costs an uncontended lock about 2 ns more.
 template <class Lock>
-inline bool lock_wait_watched(const Lock* lock) noexcept {
+inline bool lock_wait_watched(const Lock* primitive) noexcept {
   if (!lock_hooks_on.load(std::memory_order_relaxed)) return false;
   const ThreadStackSampler* sampler = current_stack_sampler;
-  return sampler != nullptr && sampler->lock_span_open() && lock_held(lock);
+  return sampler != nullptr && sampler->lock_span_open() && lock_held(primitive);
 }
 
 // The calling thread's id, read once.
@@ -23799,21 +23799,21 @@ SPANPROF_LOCK_HOOK void record_lock_wait(const LockWait& wait) noexcept {
 
 // A wait under way: from the moment the lock was found held to its acquisition.
 struct LockWaitUnderWay {
-  const void* lock;
+  const void* address;
   std::uint32_t owner_tid;  // who glibc said held it then (0: not recorded there)
   std::int64_t start_ns;
   LockWaitTable::Registration registration;
 };
 
-SPANPROF_LOCK_HOOK LockWaitUnderWay begin_lock_wait(const void* lock, std::uint32_t owner_tid) noexcept {
+SPANPROF_LOCK_HOOK LockWaitUnderWay begin_lock_wait(const void* address, std::uint32_t owner_tid) noexcept {
   const std::int64_t start = monotonic_now_ns();
-  return {lock, owner_tid, start, lock_wait_table.register_wait(lock, start)};
+  return {address, owner_tid, start, lock_wait_table.register_wait(address, start)};
 }
 
 SPANPROF_LOCK_HOOK void end_lock_wait(const LockWaitUnderWay& wait) noexcept {
   const std::int64_t end = monotonic_now_ns();
   LockHolder holder;
-  const bool let_in = lock_wait_table.finish_wait(wait.lock, wait.registration, wait.start_ns, holder);
+  const bool let_in = lock_wait_table.finish_wait(wait.address, wait.registration, wait.start_ns, holder);
   if (!wait.registration.tracked) {
     if (ThreadStackSampler* sampler = current_stack_sampler) sampler->counters().add(Counter::lock_waits_untracked, 1);
   }
@@ -23828,7 +23828,7 @@ SPANPROF_LOCK_HOOK void end_lock_wait(const LockWaitUnderWay& wait) noexcept {
 
 // The calling thread releases `lock`: its waiters learn who released it, and the
 // releaser's span is charged what they waited under it.
-SPANPROF_LOCK_HOOK void note_lock_release(const void* lock) noexcept {
+SPANPROF_LOCK_HOOK void note_lock_release(const void* address) noexcept {
   LockHolder me;
   me.tid = lock_thread_id();
   const ActiveSpan* span = nullptr;
@@ -23837,7 +23837,7 @@ SPANPROF_LOCK_HOOK void note_lock_release(const void* lock) noexcept {
     me.in_span = true;
     me.span = span->lock_identity;
   }
-  const LockWaitTable::Charge charge = lock_wait_table.release(lock, monotonic_now_ns(), me);
+  const LockWaitTable::Charge charge = lock_wait_table.release(address, monotonic_now_ns(), me);
   if (charge.waiters == 0 || span == nullptr) return;
   LockWait record;
   record.held = true;
@@ -23869,23 +23869,23 @@ SPANPROF_API SPANPROF_LOCK_HOOK int pthread_mutex_unlock(pthread_mutex_t* mutex)
   return sd::glibc_mutex_unlock(mutex);
 }
 
-SPANPROF_API SPANPROF_LOCK_HOOK int pthread_rwlock_wrlock(pthread_rwlock_t* lock) noexcept {
+SPANPROF_API SPANPROF_LOCK_HOOK int pthread_rwlock_wrlock(pthread_rwlock_t* rwlock) noexcept {
   namespace sd = spanprof::detail;
-  if (SPANPROF_LIKELY(!sd::lock_wait_watched(lock))) return sd::glibc_rwlock_wrlock(lock);
+  if (SPANPROF_LIKELY(!sd::lock_wait_watched(rwlock))) return sd::glibc_rwlock_wrlock(rwlock);
   // The writer holding it, if one does (readers are only counted).
-  const sd::LockWaitUnderWay wait = sd::begin_lock_wait(lock, static_cast<std::uint32_t>(lock->__data.__cur_writer));
-  const int result = sd::glibc_rwlock_wrlock(lock);
+  const sd::LockWaitUnderWay wait = sd::begin_lock_wait(rwlock, static_cast<std::uint32_t>(rwlock->__data.__cur_writer));
+  const int result = sd::glibc_rwlock_wrlock(rwlock);
   sd::end_lock_wait(wait);
   return result;
 }
 
-SPANPROF_API SPANPROF_LOCK_HOOK int pthread_rwlock_unlock(pthread_rwlock_t* lock) noexcept {
+SPANPROF_API SPANPROF_LOCK_HOOK int pthread_rwlock_unlock(pthread_rwlock_t* rwlock) noexcept {
   namespace sd = spanprof::detail;
-  if (SPANPROF_LIKELY(!sd::lock_wait_table.anyone_waiting())) return sd::glibc_rwlock_unlock(lock);
+  if (SPANPROF_LIKELY(!sd::lock_wait_table.anyone_waiting())) return sd::glibc_rwlock_unlock(rwlock);
   // A writer's release; a reader's lets a writer in only as the last one out, and
   // readers are not known.
-  if (static_cast<std::uint32_t>(lock->__data.__cur_writer) == sd::lock_thread_id()) sd::note_lock_release(lock);
-  return sd::glibc_rwlock_unlock(lock);
+  if (static_cast<std::uint32_t>(rwlock->__data.__cur_writer) == sd::lock_thread_id()) sd::note_lock_release(rwlock);
+  return sd::glibc_rwlock_unlock(rwlock);
 }
 
 }  // extern "C"

@@ -113,7 +113,7 @@ inline void set_error_handler(ErrorHandler handler) noexcept {
   auto& channel = detail::error_channel();
   SPANPROF_TRY {
     auto next = std::make_shared<const ErrorHandler>(std::move(handler));
-    std::lock_guard<std::mutex> lock(channel.mutex);
+    std::lock_guard<std::mutex> held(channel.mutex);
     channel.handler = std::move(next);
   } SPANPROF_CATCH_ALL {
   }
@@ -134,7 +134,7 @@ inline void report_error(ErrorCode code, std::string_view message) noexcept {
   count_error(code);
   std::shared_ptr<const ErrorHandler> handler;
   {
-    std::lock_guard<std::mutex> lock(channel.mutex);
+    std::lock_guard<std::mutex> held(channel.mutex);
     handler = channel.handler;
   }
   if (handler && *handler) {

@@ -124,7 +124,7 @@ class Uploader {
   // will be.
   Status encode(const EncodedProfile& profile, const EncodeInput& input, std::string& payload) noexcept {
     SPANPROF_TRY {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<std::mutex> held(mutex_);
       return do_encode(profile, input, payload);
     } SPANPROF_CATCH_STD(e) {
       return detail::status_from_exception(ErrorCode::encoding_failed, "uploader threw while encoding: ", e.what());
@@ -175,7 +175,7 @@ class Uploader {
   template <class Call>
   UploadResult guarded(Call call) noexcept {
     SPANPROF_TRY {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<std::mutex> held(mutex_);
       return call();
     } SPANPROF_CATCH_STD(e) {
       return UploadResult::permanent(detail::status_from_exception(ErrorCode::upload_failed, "uploader threw: ", e.what()).message());

@@ -193,7 +193,7 @@ class RequestState {
   // kind the spans open on its thread asked for; the request takes those of its kinds.
   void add_stack_records(const ThreadStackSampler& sampler, const std::uint64_t* first, std::size_t words,
                          ProfileKinds kinds, std::uint64_t dropped) noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     SPANPROF_TRY {
       for (const ProfileKind kind : {ProfileKind::cpu, ProfileKind::wall}) {
         if (!kinds.contains(kind)) continue;
@@ -210,7 +210,7 @@ class RequestState {
 
   // A fragment's lock records (lock_log.hpp).
   void add_lock_records(const LockRecords& locks) noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     Recorded& into = recorded_[static_cast<std::size_t>(ProfileKind::lock)];
     into.engine = lock_engine_name;
     SPANPROF_TRY {
@@ -222,13 +222,13 @@ class RequestState {
 
   // Where a fragment's time went (Options::time_split): the request's is the sum.
   void add_time(const TimeSplit& split) noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     time_ += split;
   }
 
   // A fragment's heap records.
   void add_heap_records(HeapSpanResult& result) noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     Recorded& into = recorded_[static_cast<std::size_t>(ProfileKind::heap)];
     into.dropped += result.dropped;
     into.heap_interval_bytes = result.interval_bytes;
@@ -305,7 +305,7 @@ class RequestState {
     SpanOutcome outcome{span_, std::string_view(name_, name_length_), duration,
                         errored_.load(std::memory_order_relaxed)};
     if (tail_policy_) {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<std::mutex> held(mutex_);
       outcome.time = time_;
     }
     return decide_at_end(tail_policy_.get(), trigger_.get(), triggered, name_hash_, outcome);

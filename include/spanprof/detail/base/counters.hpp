@@ -210,7 +210,7 @@ struct CounterRegistry {
 
   CounterTotals totals() noexcept {
     CounterTotals sum;
-    std::lock_guard<std::mutex> lock(mutex);
+    std::lock_guard<std::mutex> held(mutex);
     for (std::size_t i = 0; i < counter_count; ++i) sum.values[i] = retired[i];
     for (ThreadCounters* t = head; t; t = t->next)
       for (std::size_t i = 0; i < counter_count; ++i) sum.values[i] += t->values[i].load(std::memory_order_relaxed);
@@ -229,7 +229,7 @@ inline thread_local ThreadCounters thread_counters;
 struct ThreadCountersOwner {
   ~ThreadCountersOwner() {
     auto& registry = counter_registry();
-    std::lock_guard<std::mutex> lock(registry.mutex);
+    std::lock_guard<std::mutex> held(registry.mutex);
     ThreadCounters& t = thread_counters;
     if (t.prev) t.prev->next = t.next;
     else if (registry.head == &t) registry.head = t.next;
@@ -251,7 +251,7 @@ SPANPROF_NOINLINE inline bool register_thread_counters() noexcept {
   static thread_local ThreadCountersOwner owner;
   (void)&owner;
   auto& registry = counter_registry();
-  std::lock_guard<std::mutex> lock(registry.mutex);
+  std::lock_guard<std::mutex> held(registry.mutex);
   if (t.registered) return true;
   t.next = registry.head;
   t.prev = nullptr;
@@ -263,7 +263,7 @@ SPANPROF_NOINLINE inline bool register_thread_counters() noexcept {
 
 SPANPROF_NOINLINE inline void count_after_thread_exit(Counter counter, std::uint64_t n) noexcept {
   auto& registry = counter_registry();
-  std::lock_guard<std::mutex> lock(registry.mutex);
+  std::lock_guard<std::mutex> held(registry.mutex);
   registry.retired[static_cast<std::size_t>(counter)] += n;
 }
 

@@ -227,7 +227,7 @@ class HeapHooks {
     while (open > 0) {
       if (open_scopes_.compare_exchange_weak(open, open + 1, std::memory_order_acq_rel)) return true;
     }
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     // Installed before the count becomes visible: a scope that finds the count
     // above zero on the fast path can rely on live hooks. Compiled-in operator
     // new/delete hooks are always live and need nothing installed.
@@ -241,7 +241,7 @@ class HeapHooks {
     while (open > 1) {
       if (open_scopes_.compare_exchange_weak(open, open - 1, std::memory_order_acq_rel)) return;
     }
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     if (open_scopes_.fetch_sub(1, std::memory_order_acq_rel) == 1 && installed_) {
       const TcmallocApi& api = tcmalloc_api();
       api.remove_new_hook(&heap_new_hook);
@@ -251,7 +251,7 @@ class HeapHooks {
   }
 
   bool installed() const noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     return installed_;
   }
   int open_scopes() const noexcept { return open_scopes_.load(std::memory_order_relaxed); }
@@ -341,7 +341,7 @@ SPANPROF_API inline HeapThreadRegistry& heap_thread_registry() noexcept {
 struct HeapLogOwner {
   HeapLogOwner() noexcept {
     auto& registry = heap_thread_registry();
-    std::lock_guard<std::mutex> lock(registry.mutex);
+    std::lock_guard<std::mutex> held(registry.mutex);
     SPANPROF_TRY {
       registry.threads.push_back(&heap_thread);
     } SPANPROF_CATCH_ALL {
@@ -351,7 +351,7 @@ struct HeapLogOwner {
   ~HeapLogOwner() {
     {
       auto& registry = heap_thread_registry();
-      std::lock_guard<std::mutex> lock(registry.mutex);
+      std::lock_guard<std::mutex> held(registry.mutex);
       auto& threads = registry.threads;
       threads.erase(std::remove(threads.begin(), threads.end(), &heap_thread), threads.end());
     }
@@ -413,7 +413,7 @@ inline void reap_dead_heap_spans(HeapThreadState& t) noexcept {
 inline void close_heap_span_elsewhere(const HeapActiveSpan& span) noexcept {
   {
     auto& registry = heap_thread_registry();
-    std::lock_guard<std::mutex> lock(registry.mutex);
+    std::lock_guard<std::mutex> held(registry.mutex);
     for (HeapThreadState* thread : registry.threads) {
       if (thread != span.owner) continue;
       thread->dead_depths.fetch_or(std::uint32_t{1} << (span.depth - 1), std::memory_order_acq_rel);

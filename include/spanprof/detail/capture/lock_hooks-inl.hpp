@@ -60,8 +60,8 @@ extern "C" {
 // glibc's lock and unlock, by the names its compatibility versions keep.
 int spanprof_glibc_mutex_lock(pthread_mutex_t* mutex);
 int spanprof_glibc_mutex_unlock(pthread_mutex_t* mutex);
-int spanprof_glibc_rwlock_wrlock(pthread_rwlock_t* lock);
-int spanprof_glibc_rwlock_unlock(pthread_rwlock_t* lock);
+int spanprof_glibc_rwlock_wrlock(pthread_rwlock_t* rwlock);
+int spanprof_glibc_rwlock_unlock(pthread_rwlock_t* rwlock);
 #if defined(__x86_64__)
 __asm__(".symver spanprof_glibc_mutex_lock, __pthread_mutex_lock@GLIBC_2.2.5");
 __asm__(".symver spanprof_glibc_mutex_unlock, __pthread_mutex_unlock@GLIBC_2.2.5");
@@ -76,8 +76,8 @@ __asm__(".symver spanprof_glibc_rwlock_unlock, __pthread_rwlock_unlock@GLIBC_2.1
 // A sanitizer's hooks of the same calls, when the program runs under one.
 int __interceptor_pthread_mutex_lock(pthread_mutex_t* mutex) __attribute__((weak));
 int __interceptor_pthread_mutex_unlock(pthread_mutex_t* mutex) __attribute__((weak));
-int __interceptor_pthread_rwlock_wrlock(pthread_rwlock_t* lock) __attribute__((weak));
-int __interceptor_pthread_rwlock_unlock(pthread_rwlock_t* lock) __attribute__((weak));
+int __interceptor_pthread_rwlock_wrlock(pthread_rwlock_t* rwlock) __attribute__((weak));
+int __interceptor_pthread_rwlock_unlock(pthread_rwlock_t* rwlock) __attribute__((weak));
 // The hooks' code, which recorded stacks leave out.
 extern const char __start_spanprof_lock_hooks[] __attribute__((weak));
 extern const char __stop_spanprof_lock_hooks[] __attribute__((weak));
@@ -94,13 +94,13 @@ inline int glibc_mutex_unlock(pthread_mutex_t* mutex) noexcept {
   return &__interceptor_pthread_mutex_unlock != nullptr ? __interceptor_pthread_mutex_unlock(mutex)
                                                          : spanprof_glibc_mutex_unlock(mutex);
 }
-inline int glibc_rwlock_wrlock(pthread_rwlock_t* lock) noexcept {
-  return &__interceptor_pthread_rwlock_wrlock != nullptr ? __interceptor_pthread_rwlock_wrlock(lock)
-                                                          : spanprof_glibc_rwlock_wrlock(lock);
+inline int glibc_rwlock_wrlock(pthread_rwlock_t* rwlock) noexcept {
+  return &__interceptor_pthread_rwlock_wrlock != nullptr ? __interceptor_pthread_rwlock_wrlock(rwlock)
+                                                          : spanprof_glibc_rwlock_wrlock(rwlock);
 }
-inline int glibc_rwlock_unlock(pthread_rwlock_t* lock) noexcept {
-  return &__interceptor_pthread_rwlock_unlock != nullptr ? __interceptor_pthread_rwlock_unlock(lock)
-                                                          : spanprof_glibc_rwlock_unlock(lock);
+inline int glibc_rwlock_unlock(pthread_rwlock_t* rwlock) noexcept {
+  return &__interceptor_pthread_rwlock_unlock != nullptr ? __interceptor_pthread_rwlock_unlock(rwlock)
+                                                          : spanprof_glibc_rwlock_unlock(rwlock);
 }
 
 // Whether a lock is held as the caller comes to it, read without taking it: a
@@ -109,9 +109,9 @@ inline int glibc_rwlock_unlock(pthread_rwlock_t* lock) noexcept {
 inline bool lock_held(const pthread_mutex_t* mutex) noexcept {
   return __atomic_load_n(&mutex->__data.__lock, __ATOMIC_RELAXED) != 0;
 }
-inline bool lock_held(const pthread_rwlock_t* lock) noexcept {
+inline bool lock_held(const pthread_rwlock_t* rwlock) noexcept {
   // glibc's readers word: the readers from bit 3 up, bit 1 set while a writer holds it.
-  const unsigned readers = __atomic_load_n(&lock->__data.__readers, __ATOMIC_RELAXED);
+  const unsigned readers = __atomic_load_n(&rwlock->__data.__readers, __ATOMIC_RELAXED);
   return (readers & 2u) != 0 || (readers >> 3) != 0;
 }
 
@@ -119,10 +119,10 @@ inline bool lock_held(const pthread_rwlock_t* lock) noexcept {
 // lock waits, and the lock is held. The lock word is read only then: read before
 // glibc's atomic on it, it costs an uncontended lock about 2 ns more.
 template <class Lock>
-inline bool lock_wait_watched(const Lock* lock) noexcept {
+inline bool lock_wait_watched(const Lock* primitive) noexcept {
   if (!lock_hooks_on.load(std::memory_order_relaxed)) return false;
   const ThreadStackSampler* sampler = current_stack_sampler;
-  return sampler != nullptr && sampler->lock_span_open() && lock_held(lock);
+  return sampler != nullptr && sampler->lock_span_open() && lock_held(primitive);
 }
 
 // The calling thread's id, read once.
@@ -178,21 +178,21 @@ SPANPROF_LOCK_HOOK void record_lock_wait(const LockWait& wait) noexcept {
 
 // A wait under way: from the moment the lock was found held to its acquisition.
 struct LockWaitUnderWay {
-  const void* lock;
+  const void* address;
   std::uint32_t owner_tid;  // who glibc said held it then (0: not recorded there)
   std::int64_t start_ns;
   LockWaitTable::Registration registration;
 };
 
-SPANPROF_LOCK_HOOK LockWaitUnderWay begin_lock_wait(const void* lock, std::uint32_t owner_tid) noexcept {
+SPANPROF_LOCK_HOOK LockWaitUnderWay begin_lock_wait(const void* address, std::uint32_t owner_tid) noexcept {
   const std::int64_t start = monotonic_now_ns();
-  return {lock, owner_tid, start, lock_wait_table.register_wait(lock, start)};
+  return {address, owner_tid, start, lock_wait_table.register_wait(address, start)};
 }
 
 SPANPROF_LOCK_HOOK void end_lock_wait(const LockWaitUnderWay& wait) noexcept {
   const std::int64_t end = monotonic_now_ns();
   LockHolder holder;
-  const bool let_in = lock_wait_table.finish_wait(wait.lock, wait.registration, wait.start_ns, holder);
+  const bool let_in = lock_wait_table.finish_wait(wait.address, wait.registration, wait.start_ns, holder);
   if (!wait.registration.tracked) {
     if (ThreadStackSampler* sampler = current_stack_sampler) sampler->counters().add(Counter::lock_waits_untracked, 1);
   }
@@ -207,7 +207,7 @@ SPANPROF_LOCK_HOOK void end_lock_wait(const LockWaitUnderWay& wait) noexcept {
 
 // The calling thread releases `lock`: its waiters learn who released it, and the
 // releaser's span is charged what they waited under it.
-SPANPROF_LOCK_HOOK void note_lock_release(const void* lock) noexcept {
+SPANPROF_LOCK_HOOK void note_lock_release(const void* address) noexcept {
   LockHolder me;
   me.tid = lock_thread_id();
   const ActiveSpan* span = nullptr;
@@ -216,7 +216,7 @@ SPANPROF_LOCK_HOOK void note_lock_release(const void* lock) noexcept {
     me.in_span = true;
     me.span = span->lock_identity;
   }
-  const LockWaitTable::Charge charge = lock_wait_table.release(lock, monotonic_now_ns(), me);
+  const LockWaitTable::Charge charge = lock_wait_table.release(address, monotonic_now_ns(), me);
   if (charge.waiters == 0 || span == nullptr) return;
   LockWait record;
   record.held = true;
@@ -248,23 +248,23 @@ SPANPROF_API SPANPROF_LOCK_HOOK int pthread_mutex_unlock(pthread_mutex_t* mutex)
   return sd::glibc_mutex_unlock(mutex);
 }
 
-SPANPROF_API SPANPROF_LOCK_HOOK int pthread_rwlock_wrlock(pthread_rwlock_t* lock) noexcept {
+SPANPROF_API SPANPROF_LOCK_HOOK int pthread_rwlock_wrlock(pthread_rwlock_t* rwlock) noexcept {
   namespace sd = spanprof::detail;
-  if (SPANPROF_LIKELY(!sd::lock_wait_watched(lock))) return sd::glibc_rwlock_wrlock(lock);
+  if (SPANPROF_LIKELY(!sd::lock_wait_watched(rwlock))) return sd::glibc_rwlock_wrlock(rwlock);
   // The writer holding it, if one does (readers are only counted).
-  const sd::LockWaitUnderWay wait = sd::begin_lock_wait(lock, static_cast<std::uint32_t>(lock->__data.__cur_writer));
-  const int result = sd::glibc_rwlock_wrlock(lock);
+  const sd::LockWaitUnderWay wait = sd::begin_lock_wait(rwlock, static_cast<std::uint32_t>(rwlock->__data.__cur_writer));
+  const int result = sd::glibc_rwlock_wrlock(rwlock);
   sd::end_lock_wait(wait);
   return result;
 }
 
-SPANPROF_API SPANPROF_LOCK_HOOK int pthread_rwlock_unlock(pthread_rwlock_t* lock) noexcept {
+SPANPROF_API SPANPROF_LOCK_HOOK int pthread_rwlock_unlock(pthread_rwlock_t* rwlock) noexcept {
   namespace sd = spanprof::detail;
-  if (SPANPROF_LIKELY(!sd::lock_wait_table.anyone_waiting())) return sd::glibc_rwlock_unlock(lock);
+  if (SPANPROF_LIKELY(!sd::lock_wait_table.anyone_waiting())) return sd::glibc_rwlock_unlock(rwlock);
   // A writer's release; a reader's lets a writer in only as the last one out, and
   // readers are not known.
-  if (static_cast<std::uint32_t>(lock->__data.__cur_writer) == sd::lock_thread_id()) sd::note_lock_release(lock);
-  return sd::glibc_rwlock_unlock(lock);
+  if (static_cast<std::uint32_t>(rwlock->__data.__cur_writer) == sd::lock_thread_id()) sd::note_lock_release(rwlock);
+  return sd::glibc_rwlock_unlock(rwlock);
 }
 
 }  // extern "C"

@@ -63,14 +63,14 @@ class LockWaitTable {
   bool anyone_waiting() const noexcept { return waiting_.load(std::memory_order_relaxed) != 0; }
 
   // A thread begins to wait for `lock` at `start_ns` (monotonic).
-  Registration register_wait(const void* lock, std::int64_t start_ns) noexcept {
+  Registration register_wait(const void* address, std::int64_t start_ns) noexcept {
     Registration registration;
-    registration.index = index_of(lock);
+    registration.index = index_of(address);
     Entry& entry = entries_[registration.index];
     hold(entry);
-    if (entry.waiters == 0 || entry.lock == lock) {
+    if (entry.waiters == 0 || entry.address == address) {
       if (entry.waiters == 0) {
-        entry.lock = lock;
+        entry.address = address;
         entry.marks_ns = 0;
       }
       ++entry.waiters;
@@ -85,15 +85,15 @@ class LockWaitTable {
 
   // The waiter holds `lock` now (or gave up). True when a release let it in since
   // it registered: `holder` is who released it last.
-  bool finish_wait(const void* lock, const Registration& registration, std::int64_t start_ns,
+  bool finish_wait(const void* address, const Registration& registration, std::int64_t start_ns,
                    LockHolder& holder) noexcept {
     if (!registration.tracked) return false;
     Entry& entry = entries_[registration.index];
     hold(entry);
     const bool released = entry.releases != registration.releases;
-    if (entry.lock == lock && entry.waiters != 0) {
+    if (entry.address == address && entry.waiters != 0) {
       entry.marks_ns -= released ? entry.released_ns : start_ns;
-      if (--entry.waiters == 0) entry.lock = nullptr;
+      if (--entry.waiters == 0) entry.address = nullptr;
     }
     if (released) holder = entry.holder;
     let_go(entry);
@@ -102,11 +102,11 @@ class LockWaitTable {
   }
 
   // `lock` is released at `now_ns` by `holder`: what its waiters waited under it.
-  Charge release(const void* lock, std::int64_t now_ns, const LockHolder& holder) noexcept {
+  Charge release(const void* address, std::int64_t now_ns, const LockHolder& holder) noexcept {
     Charge charge;
-    Entry& entry = entries_[index_of(lock)];
+    Entry& entry = entries_[index_of(address)];
     hold(entry);
-    if (entry.lock == lock && entry.waiters != 0) {
+    if (entry.address == address && entry.waiters != 0) {
       const std::int64_t marks_now = static_cast<std::int64_t>(entry.waiters) * now_ns;
       charge.waiters = entry.waiters;
       charge.delay_ns = marks_now > entry.marks_ns ? marks_now - entry.marks_ns : 0;
@@ -125,7 +125,7 @@ class LockWaitTable {
     for (Entry& entry : entries_) {
       entry.busy.store(0, std::memory_order_relaxed);
       entry.waiters = 0;
-      entry.lock = nullptr;
+      entry.address = nullptr;
       entry.marks_ns = 0;
     }
     waiting_.store(0, std::memory_order_relaxed);
@@ -135,15 +135,15 @@ class LockWaitTable {
   struct alignas(64) Entry {
     std::atomic<std::uint32_t> busy{0};
     std::uint32_t waiters = 0;
-    const void* lock = nullptr;     // the lock its waiters wait for (null: free)
+    const void* address = nullptr;     // the lock its waiters wait for (null: free)
     std::int64_t marks_ns = 0;      // the sum of its waiters' marks: start, or the last release since
     std::int64_t released_ns = 0;   // the last release
     std::uint64_t releases = 0;
     LockHolder holder;              // who released it last
   };
 
-  static std::uint32_t index_of(const void* lock) noexcept {
-    const auto at = reinterpret_cast<std::uintptr_t>(lock) >> 3;
+  static std::uint32_t index_of(const void* address) noexcept {
+    const auto at = reinterpret_cast<std::uintptr_t>(address) >> 3;
     return static_cast<std::uint32_t>((at * 0x9E3779B97F4A7C15ull) >> 54) & (entry_count - 1);
   }
 

@@ -81,7 +81,7 @@ class ProcessSampler {
   // Starts sampling every thread at each scan; false (and why) when the buffer
   // cannot be made. `signal_number` is the sample signal's, with its handler in.
   bool start(const ContinuousSettings& settings, int signal_number, std::string& why) noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     stop_locked();
     if (halves_[0].words == nullptr) {
       for (Half& half : halves_) {
@@ -107,7 +107,7 @@ class ProcessSampler {
 
   // Deletes every timer. The records already written stay for take().
   void stop() noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     stop_locked();
   }
 
@@ -142,7 +142,7 @@ class ProcessSampler {
   };
   ScanResult scan() noexcept {
     ScanResult result;
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     if (!running_.load(std::memory_order_relaxed)) return result;
     SPANPROF_TRY {
       // Listing the threads costs ~0.3 µs each. A look lists them only when

@@ -81,7 +81,7 @@ inline void take_fallback_sigio() noexcept {
 inline int install_sample_signal_handler(int wanted) noexcept {
   SampleSignalInstallation& installation = sample_signal_installation();
   int (&installed)[65] = installation.installed;
-  std::lock_guard<std::mutex> lock(installation.mutex);
+  std::lock_guard<std::mutex> held(installation.mutex);
   if (wanted < 0 || wanted >= 65 || (wanted != 0 && (wanted < SIGRTMIN || wanted > SIGRTMAX))) {
     report_error(ErrorCode::invalid_configuration, "signal_number is not a real-time signal");
     return 0;
@@ -125,7 +125,7 @@ inline int install_sample_signal_handler(int wanted) noexcept {
 inline void report_perf_event_refused(int perf_errno, const char* instead) noexcept {
   auto& list = stack_sampler_list();
   {
-    std::lock_guard<std::mutex> lock(list.mutex);
+    std::lock_guard<std::mutex> held(list.mutex);
     if (list.reported_fallback) return;
     list.reported_fallback = true;
   }
@@ -149,11 +149,11 @@ inline void watch_sample_signal(int signal_number) noexcept {
     if (sample_signal_lost().exchange(signal_number, std::memory_order_relaxed) == signal_number) return;
     {
       SampleSignalInstallation& installation = sample_signal_installation();
-      std::lock_guard<std::mutex> lock(installation.mutex);
+      std::lock_guard<std::mutex> held(installation.mutex);
       installation.installed[signal_number] = 0;  // the host's now: the next start() picks another
     }
     {
-      std::lock_guard<std::mutex> lock(list.mutex);
+      std::lock_guard<std::mutex> held(list.mutex);
       for (ThreadStackSampler* s = list.head; s; s = s->registry_next)
         if (s->settings().signal_number == signal_number) s->disarm();
     }
@@ -183,7 +183,7 @@ inline void watch_sample_signal(int signal_number) noexcept {
   int refused = 0;
   pid_t thread = 0;
   {
-    std::lock_guard<std::mutex> lock(list.mutex);
+    std::lock_guard<std::mutex> held(list.mutex);
     for (ThreadStackSampler* s = list.head; s; s = s->registry_next) {
       if (s->refuse_if_signal_blocked()) {
         ++refused;

@@ -96,7 +96,7 @@ class SpanLabelStack {
   static LabelClosed close_anywhere(const void* owner) noexcept {
     LabelClosed result;
     Registry& registry = registry_of_stacks();
-    std::lock_guard<std::mutex> lock(registry.mutex);
+    std::lock_guard<std::mutex> held(registry.mutex);
     for (SpanLabelStack* stack = registry.head; stack != nullptr && !result.found; stack = stack->next_)
       for (std::uint32_t i = 0; i < stack->depth_.load(std::memory_order_relaxed); ++i) {
         SpanLabel& label = stack->labels_[i];
@@ -127,14 +127,14 @@ class SpanLabelStack {
   // Every thread's stack, for close_anywhere (a span that ended on another thread).
   void enlist() noexcept {
     Registry& registry = registry_of_stacks();
-    std::lock_guard<std::mutex> lock(registry.mutex);
+    std::lock_guard<std::mutex> held(registry.mutex);
     next_ = registry.head;
     if (next_ != nullptr) next_->prev_ = this;
     registry.head = this;
   }
   void delist() noexcept {
     Registry& registry = registry_of_stacks();
-    std::lock_guard<std::mutex> lock(registry.mutex);
+    std::lock_guard<std::mutex> held(registry.mutex);
     if (prev_ != nullptr) prev_->next_ = next_;
     else registry.head = next_;
     if (next_ != nullptr) next_->prev_ = prev_;

@@ -33,7 +33,7 @@ struct StackSamplerList {
   bool reported_fallback = false;
 
   void add(ThreadStackSampler* sampler) noexcept {
-    std::lock_guard<std::mutex> lock(mutex);
+    std::lock_guard<std::mutex> held(mutex);
     sampler->registry_next = head;
     if (head) head->registry_prev = sampler;
     head = sampler;
@@ -41,7 +41,7 @@ struct StackSamplerList {
   }
 
   void remove(ThreadStackSampler* sampler) noexcept {
-    std::lock_guard<std::mutex> lock(mutex);
+    std::lock_guard<std::mutex> held(mutex);
     if (sampler->registry_prev) sampler->registry_prev->registry_next = sampler->registry_next;
     else if (head == sampler) head = sampler->registry_next;
     if (sampler->registry_next) sampler->registry_next->registry_prev = sampler->registry_prev;
@@ -54,7 +54,7 @@ struct StackSamplerList {
   ThreadStackSampler* left_behind = nullptr;
 
   void leave_behind(ThreadStackSampler* sampler) noexcept {
-    std::lock_guard<std::mutex> lock(mutex);
+    std::lock_guard<std::mutex> held(mutex);
     sampler->registry_prev = nullptr;
     sampler->registry_next = left_behind;
     left_behind = sampler;

@@ -83,7 +83,7 @@ class WallTicker {
   void watch_cpu() noexcept {
     if (SPANPROF_UNLIKELY(!started_.load(std::memory_order_acquire))) start();
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<std::mutex> held(mutex_);
       cpu_wanted_ = true;
     }
     wake_.notify_one();
@@ -125,7 +125,7 @@ class WallTicker {
 
  private:
   void start() noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     if (started_.load(std::memory_order_relaxed)) return;
     SPANPROF_TRY {
       std::thread([this] { run(); }).detach();  // lives as long as the process
@@ -136,13 +136,13 @@ class WallTicker {
   }
 
   void wake() noexcept {
-    { std::lock_guard<std::mutex> lock(mutex_); }
+    { std::lock_guard<std::mutex> held(mutex_); }
     wake_.notify_one();
   }
 
   void wake_for_wall() noexcept {
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<std::mutex> held(mutex_);
       wall_wanted_ = true;
     }
     wake_.notify_one();
@@ -153,14 +153,14 @@ class WallTicker {
   // again: a span that opened meanwhile either sees the sleep and wakes it, or is
   // seen here.
   void sleep_until(std::int64_t until, bool wall) noexcept {
-    std::unique_lock<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> held(mutex_);
     if (!wall) {
       sleeping_until_.store(until, std::memory_order_seq_cst);
       if (threads_.load(std::memory_order_seq_cst) != 0) wall_wanted_ = true;
     }
     const std::int64_t interval = until - monotonic_now_ns();
     if (interval > 0 && !wall_wanted_ && !cpu_wanted_)
-      wake_.wait_for(lock, std::chrono::nanoseconds(interval), [&] { return wall_wanted_ || cpu_wanted_; });
+      wake_.wait_for(held, std::chrono::nanoseconds(interval), [&] { return wall_wanted_ || cpu_wanted_; });
     sleeping_until_.store(0, std::memory_order_relaxed);
     wall_wanted_ = false;
     cpu_wanted_ = false;
@@ -218,11 +218,11 @@ class WallTicker {
 
   // True when a span woke it; false when it only timed out.
   bool park() noexcept {
-    std::unique_lock<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> held(mutex_);
     parked_.store(true, std::memory_order_seq_cst);
     ticker_watches_none().store(true, std::memory_order_seq_cst);
     // A guard that took the flag since the last look has asked already: no sleep.
-    const bool woken = wake_.wait_for(lock, linger, [&] {
+    const bool woken = wake_.wait_for(held, linger, [&] {
       return cpu_wanted_ || threads_.load(std::memory_order_seq_cst) != 0;
     });
     cpu_wanted_ = false;
@@ -248,7 +248,7 @@ class WallTicker {
       // The list's mutex keeps each sampler alive while it is looked at (a thread
       // removes its sampler under it before freeing it).
       StackSamplerList& list = stack_sampler_list();
-      std::lock_guard<std::mutex> lock(list.mutex);
+      std::lock_guard<std::mutex> held(list.mutex);
       for (ThreadStackSampler* sampler = list.head; sampler != nullptr; sampler = sampler->registry_next) {
         if (wall_due) {
           switch (sampler->wall_tick(now, mean_period_ns)) {

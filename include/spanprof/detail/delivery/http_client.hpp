@@ -81,7 +81,7 @@ class HttpClient {
   HttpResponse post(const HttpRequest& request, const std::atomic<bool>* abort = nullptr) noexcept {
     HttpResponse response;
     SPANPROF_TRY {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<std::mutex> held(mutex_);
       perform(request, abort, response);
     } SPANPROF_CATCH_STD(e) {
       fail(response, true, e.what());

@@ -136,7 +136,7 @@ class Sender {
   bool post(Outgoing item) noexcept {
     SPANPROF_TRY {
       const std::size_t bytes = item.batch.estimated_bytes();
-      std::unique_lock<std::mutex> lock(mutex_);
+      std::unique_lock<std::mutex> held(mutex_);
       // A flush marker takes no room: it must not push a profile out, nor wait.
       const auto has_room = [&] {
         return item.flush != 0 || outbox_.empty() ||
@@ -147,17 +147,17 @@ class Sender {
         while (!has_room() && evict_oldest(dropped)) {
         }
         if (!dropped.empty()) {
-          lock.unlock();
+          held.unlock();
           abandon_tickets(dropped);
           report_error(ErrorCode::queue_full, "the oldest finished profiles were dropped: the sender is behind");
-          lock.lock();
+          held.lock();
         }
       }
-      room_.wait(lock, [&] { return stop_.load() || has_room(); });
+      room_.wait(held, [&] { return stop_.load() || has_room(); });
       if (!stop_.load()) {
         outbox_bytes_ += bytes;
         outbox_.push_back(std::move(item));
-        lock.unlock();
+        held.unlock();
         work_.notify_one();
         return true;
       }
@@ -175,7 +175,7 @@ class Sender {
 
   // Wakes the thread and any merger waiting for room, to see the stop.
   void wake() noexcept {
-    { std::lock_guard<std::mutex> lock(mutex_); }
+    { std::lock_guard<std::mutex> held(mutex_); }
     work_.notify_all();
     room_.notify_all();
   }
@@ -187,12 +187,12 @@ class Sender {
   void abandon_everything() noexcept {
     std::deque<Outgoing> left;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<std::mutex> held(mutex_);
       left.swap(outbox_);
       outbox_bytes_ = 0;
     }
     room_.notify_all();
-    std::lock_guard<std::mutex> lock(settle_mutex_);
+    std::lock_guard<std::mutex> held(settle_mutex_);
     abandoned_ = true;
     for (const Outgoing& item : left) abandon_tickets(item.tickets);
     if (in_flight_ != nullptr) abandon_tickets(in_flight_->tickets);
@@ -213,13 +213,13 @@ class Sender {
       Outgoing item;
       bool have = false;
       {
-        std::unique_lock<std::mutex> lock(mutex_);
+        std::unique_lock<std::mutex> held(mutex_);
         const auto ready = [&] { return stop_.load() || !outbox_.empty(); };
         const std::int64_t due = next_spool_attempt();
         if (due == never) {
-          work_.wait(lock, ready);
+          work_.wait(held, ready);
         } else {
-          work_.wait_for(lock, clock_.real_wait(due - clock_.now_ns()), ready);
+          work_.wait_for(held, clock_.real_wait(due - clock_.now_ns()), ready);
         }
         if (stop_.load()) break;
         if (!outbox_.empty()) {
@@ -244,7 +244,7 @@ class Sender {
     // Stopped (a shutdown past its deadline): what waits here is dropped, counted.
     std::deque<Outgoing> left;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<std::mutex> held(mutex_);
       left.swap(outbox_);
       outbox_bytes_ = 0;
     }
@@ -346,7 +346,7 @@ class Sender {
   // The sender thread takes `item` to send it; false if a stop past its deadline
   // came first (the item is then counted as dropped here, as the rest was).
   bool take_in_flight(const Outgoing& item) noexcept {
-    std::lock_guard<std::mutex> lock(settle_mutex_);
+    std::lock_guard<std::mutex> held(settle_mutex_);
     if (abandoned_) {
       abandon_tickets(item.tickets);
       return false;
@@ -358,7 +358,7 @@ class Sender {
   // The in-flight item's outcome, counted unless a stop past its deadline already
   // counted it as dropped.
   void settle(const Outgoing& item, bool delivered, std::uint64_t failed, std::uint64_t spooled) noexcept {
-    std::lock_guard<std::mutex> lock(settle_mutex_);
+    std::lock_guard<std::mutex> held(settle_mutex_);
     in_flight_ = nullptr;
     if (abandoned_) return;
     if (failed != 0) count(Counter::upload_failures, failed);
@@ -424,9 +424,9 @@ class Sender {
   // by the shutdown.
   bool pause(std::chrono::milliseconds delay) {
     const std::int64_t until = clock_.now_ns() + ns(delay);
-    std::unique_lock<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> held(mutex_);
     for (std::int64_t now = clock_.now_ns(); now < until; now = clock_.now_ns())
-      if (work_.wait_for(lock, clock_.real_wait(until - now), [&] { return stop_.load(); })) return false;
+      if (work_.wait_for(held, clock_.real_wait(until - now), [&] { return stop_.load(); })) return false;
     return true;
   }
 

@@ -71,7 +71,7 @@ class Worker {
   ~Worker() { stop(std::chrono::milliseconds(2000)); }
 
   bool start(Config config) noexcept {
-    std::unique_lock<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> held(mutex_);
     if (running_) return true;
     SPANPROF_TRY {
       auto run = std::make_shared<Run>();
@@ -146,11 +146,11 @@ class Worker {
   // are cut now rather than at the end of their window — or the deadline.
   bool flush(std::chrono::milliseconds timeout) noexcept {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
-    std::unique_lock<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> held(mutex_);
     if (!running_) return hand_off_.size() == 0;
     const std::uint64_t wanted = ++flush_requested_;
     wake_.notify_all();
-    return idle_.wait_until(lock, deadline, [&] { return !running_ || flush_done_ >= wanted; });
+    return idle_.wait_until(held, deadline, [&] { return !running_ || flush_done_ >= wanted; });
   }
 
   // Delivers what it can before the deadline, then stops. Threads stuck in an
@@ -160,7 +160,7 @@ class Worker {
     std::thread merger, sender;
     std::shared_ptr<Run> run;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<std::mutex> held(mutex_);
       if (!running_) return drained;
       accepting_.store(false, std::memory_order_release);
       running_ = false;
@@ -180,8 +180,8 @@ class Worker {
       // it holds is counted as dropped once the merger has passed on all it had.
       bool merged = false;
       {
-        std::unique_lock<std::mutex> lock(run->merged_mutex);
-        merged = run->merged_cv.wait_for(lock, merger_stop_wait, [&] { return run->merged; });
+        std::unique_lock<std::mutex> held(run->merged_mutex);
+        merged = run->merged_cv.wait_for(held, merger_stop_wait, [&] { return run->merged; });
       }
       if (merged) {
         if (merger.joinable()) merger.join();
@@ -272,7 +272,7 @@ class Worker {
 
   void answer_flush(std::uint64_t flush) noexcept {
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<std::mutex> held(mutex_);
       flush_done_ = std::max(flush_done_, flush);
     }
     idle_.notify_all();
@@ -285,13 +285,13 @@ class Worker {
     for (;;) {
       std::uint64_t flush_wanted = 0;
       {
-        std::unique_lock<std::mutex> lock(mutex_);
+        std::unique_lock<std::mutex> held(mutex_);
         const std::int64_t window_end = next_window_end(run);
         const auto wait = window_end == never
                               ? run.tick
                               : std::min<std::chrono::nanoseconds>(
                                     run.tick, run.clock->real_wait(window_end - run.clock->now_ns()));
-        wake_.wait_for(lock, wait, [&] {
+        wake_.wait_for(held, wait, [&] {
           return run.stop.load() || flush_requested_ > run.flushes_answered ||
                  hand_off_.size() * 2 >= capacity_.load(std::memory_order_relaxed);
         });
@@ -319,7 +319,7 @@ class Worker {
     for (Lane& lane : run.lanes)
       for (Tickets& tickets : lane.tickets) abandon_tickets(tickets);
     {
-      std::lock_guard<std::mutex> lock(run.merged_mutex);
+      std::lock_guard<std::mutex> held(run.merged_mutex);
       run.merged = true;
     }
     run.merged_cv.notify_all();

@@ -78,7 +78,7 @@ class ConfigRetirement {
     std::vector<std::unique_ptr<RunningConfig>> freed;
     {
       CounterRegistry& registry = counter_registry();
-      std::lock_guard<std::mutex> lock(registry.mutex);
+      std::lock_guard<std::mutex> held(registry.mutex);
       if (!all_sections_passed(registry)) return;
       SPANPROF_TRY {
         freed.reserve(retired_.size());

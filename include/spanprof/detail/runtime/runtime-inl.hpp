@@ -78,7 +78,7 @@ class Runtime final : public GuardHost {
 
   StartResult start(Options options, bool only_if_never_started = false) noexcept {
     StartResult result;
-    std::lock_guard<std::mutex> lock(lifecycle_mutex_);
+    std::lock_guard<std::mutex> held(lifecycle_mutex_);
     GuardHostState& host = guard_host_state();
     if (only_if_never_started && lifecycle_.load() != never_started) {
       if (host.config.load() == nullptr) result = StartResult(Status(ErrorCode::not_running, "spanprof was shut down"));
@@ -181,7 +181,7 @@ class Runtime final : public GuardHost {
   }
 
   bool stop(std::chrono::milliseconds timeout) noexcept {
-    std::lock_guard<std::mutex> lock(lifecycle_mutex_);
+    std::lock_guard<std::mutex> held(lifecycle_mutex_);
     guard_host_state().config.store(nullptr, std::memory_order_release);
     if (lifecycle_.load() != never_started) lifecycle_.store(stopped, std::memory_order_release);
     process_context_.withdraw();
@@ -204,7 +204,7 @@ class Runtime final : public GuardHost {
     Stats s;
     {
       auto& list = stack_sampler_list();
-      std::lock_guard<std::mutex> lock(list.mutex);
+      std::lock_guard<std::mutex> held(list.mutex);
       s.cpu_sample_source = list.last_source;
       for (ThreadStackSampler* t = list.head; t; t = t->registry_next)
         if (t->armed()) ++s.threads_armed;
@@ -251,7 +251,7 @@ class Runtime final : public GuardHost {
     s.otel_spans_ended_elsewhere = c[Counter::otel_spans_ended_elsewhere];
     s.otel_spans_too_deep = c[Counter::otel_spans_too_deep];
     {
-      std::lock_guard<std::mutex> lock(lifecycle_mutex_);
+      std::lock_guard<std::mutex> held(lifecycle_mutex_);
       if (trigger_) s.triggers_armed = trigger_->counters().armed;
       s.configs_retained = retirement_.retained();
     }

@@ -64,7 +64,7 @@ class DwarfSource final : public SourceLines {
   }
 
   bool lookup(std::uint64_t address, std::vector<DwarfFrame>& chain) override {
-    std::lock_guard<std::mutex> lock(mutex_);  // shared by symbolizers (shared_dwarf_source)
+    std::lock_guard<std::mutex> held(mutex_);  // shared by symbolizers (shared_dwarf_source)
     // Kept per address, for the next symbolizer (a restart) too: bounded by the
     // addresses ever sampled in this object.
     auto [cached, fresh] = chains_.try_emplace(address);
@@ -74,7 +74,7 @@ class DwarfSource final : public SourceLines {
   }
 
   std::uint64_t memory_bytes() noexcept override {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     std::uint64_t bytes = sizeof *this + libdw_bytes_ + units_.capacity() * sizeof(Unit) +
                           unit_ranges_.capacity() * sizeof(Range) + nesting_.capacity() * sizeof(Dwarf_Die);
     for (const Unit& unit : units_) bytes += unit.functions.capacity() * sizeof(Range);

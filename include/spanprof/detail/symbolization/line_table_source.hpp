@@ -79,7 +79,7 @@ class LineTableSource final : public SourceLines {
 
   // The file and line of the row that holds `address`.
   bool line_at(std::uint64_t address, const char*& file, int& line) {
-    std::lock_guard<std::mutex> lock(mutex_);  // shared by symbolizers
+    std::lock_guard<std::mutex> held(mutex_);  // shared by symbolizers
     const Row row = row_at(address);
     file = row.file;
     line = row.line;
@@ -87,7 +87,7 @@ class LineTableSource final : public SourceLines {
   }
 
   std::uint64_t memory_bytes() noexcept override {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     std::uint64_t bytes = sizeof *this + line_.capacity() + line_str_.capacity() + str_.capacity() +
                           sequences_.capacity() * sizeof(Sequence) + checkpoints_.capacity() * sizeof(Checkpoint) +
                           headers_.size() * (sizeof(Header) + sizeof(std::uint32_t) + hash_node_bytes);
@@ -101,7 +101,7 @@ class LineTableSource final : public SourceLines {
   // File `index` of the line table at offset `table` (a unit's DW_AT_stmt_list),
   // with its directory; null when unknown.
   const char* file_of(std::uint64_t table, std::uint64_t index) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     const auto header = table <= UINT32_MAX ? headers_.find(static_cast<std::uint32_t>(table)) : headers_.end();
     return header != headers_.end() ? file_name(header->first, header->second, index) : nullptr;
   }

@@ -53,7 +53,7 @@ class SourceLinesCache {
                                     std::uint64_t max_bytes) {
     std::string key = (depth == SourceLinesDepth::line_tables ? "lines\n" : "all\n") + path + '\n' + build_id;
     for (const std::string& directory : debug_directories) key += '\n' + directory;
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     max_bytes_ = max_bytes;
     if (dropped_.count(key) != 0) return nullptr;
     if (const auto found = opened_.find(key); found != opened_.end()) return found->second.lines;
@@ -70,7 +70,7 @@ class SourceLinesCache {
   // What a source keeps grows with the addresses asked of it: a symbolizer calls
   // this every so many lookups.
   void check_bound() {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> held(mutex_);
     keep_within_bound();
   }
 
