@@ -97,6 +97,7 @@ int main(int argc, char** argv) {
     else if (mode == "tail") options.tail_policy = std::make_shared<spanprof::KeepSlowSpans>(std::chrono::milliseconds(2));
     else if (mode == "batched") delivery = spanprof::Delivery::batched(std::chrono::seconds(10));
     else if (mode == "wall") kinds = spanprof::cpu | spanprof::wall;
+    else if (mode == "lock") kinds = spanprof::cpu | spanprof::lock;
     else if (mode == "turned_down") options.head_sampler = std::make_shared<spanprof::NeverSampler>();
     else if (mode == "rare") options.frequency_hz = 1;
     else if (mode == "no_watch") options.watch_cpu_ticks = false;

@@ -40,7 +40,7 @@ import sys
 import time
 import urllib.request
 
-MODES = ["off", "default", "perf_event", "posix_timer", "tail", "batched", "wall", "gperftools"]
+MODES = ["off", "default", "perf_event", "posix_timer", "tail", "batched", "wall", "lock", "gperftools"]
 GRPC_MODES = ["off", "empty", "installed", "default"]  # bench/grpc_bench.cpp
 # Not run unless asked (--modes): they split the default's cost into its parts.
 DIAGNOSTIC_MODES = ["idle", "turned_down", "rare", "frequent", "no_watch", "time_split"]

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,21 @@ inline std::uint64_t next_random(std::uint64_t& state) {
   state ^= state >> 7;
   state ^= state << 17;
   return state;
+}
+
+// The state requests share, as a real handler's cache or counters do: each request
+// records its result under one std::mutex, so that requests on different threads
+// now and then wait for each other (what a lock profile sees).
+struct SharedStats {
+  std::mutex mutex;
+  std::uint64_t requests = 0;
+  double medians[64] = {};
+};
+inline SharedStats shared_stats;
+
+__attribute__((noinline)) inline void record_median(double median) {
+  std::lock_guard<std::mutex> held(shared_stats.mutex);
+  shared_stats.medians[shared_stats.requests++ % 64] = median;
 }
 
 // The handler's work: ~100 µs of CPU on this machine class.
@@ -61,9 +77,10 @@ __attribute__((noinline)) inline std::string handle_work() {
   std::string body = render_numbers(random);
   std::vector<double> values = parse_numbers(body);
   std::sort(values.begin(), values.end());
+  const double median = values.empty() ? 0.0 : values[values.size() / 2];
+  record_median(median);
   char summary[96];
-  std::snprintf(summary, sizeof summary, "{\"count\":%zu,\"median\":%.4f}\n", values.size(),
-                values.empty() ? 0.0 : values[values.size() / 2]);
+  std::snprintf(summary, sizeof summary, "{\"count\":%zu,\"median\":%.4f}\n", values.size(), median);
   return summary;
 }
 
