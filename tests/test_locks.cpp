@@ -54,18 +54,32 @@ __attribute__((noinline)) int hold_inventory(Mutex& mutex, std::atomic<int>& hol
 // Each waiter's lock() call, timed around it.
 struct Waited {
   Clock::time_point start, end;
+  bool taken = true;  // a timed wait's: it got the lock
   double seconds() const { return std::chrono::duration<double>(end - start).count(); }
   // The part of it before `release`: the wait the holder that released then caused.
   double seconds_before(Clock::time_point release) const {
     return std::chrono::duration<double>(std::min(end, release) - start).count();
   }
 };
-template <class Mutex>
+// How a waiter takes the lock: lock(), or a timed wait that outlasts the hold
+// (try_lock_for: glibc's clocklock on the steady clock; try_lock_until on the
+// system clock: its timedlock).
+enum class Take { lock, try_for, try_until_system_time };
+
+template <class Mutex, Take take>
 __attribute__((noinline)) Waited take_inventory(Mutex& mutex) {
   Waited waited;
   waited.start = Clock::now();
-  std::lock_guard<Mutex> lock(mutex);
+  if constexpr (take == Take::lock) {
+    mutex.lock();
+  } else if constexpr (take == Take::try_for) {
+    waited.taken = mutex.try_lock_for(std::chrono::seconds(30));
+  } else {
+    waited.taken = mutex.try_lock_until(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  }
   waited.end = Clock::now();
+  if (!waited.taken) return waited;
+  std::lock_guard<Mutex> lock(mutex, std::adopt_lock);
   restocked.fetch_add(1);
   return waited;
 }
@@ -131,7 +145,7 @@ std::string describe(const spanprof::Profile& profile) {
 
 // Span A holds `mutex` in hold_inventory() while `waiters` spans each wait for it
 // in take_inventory(); checks every profile against the waits measured.
-template <class Mutex>
+template <class Mutex, Take take = Take::lock>
 void check_waiters_and_holder(unsigned waiters) {
   spanprof::Options options;
   Collector collector(options);
@@ -151,7 +165,7 @@ void check_waiters_and_holder(unsigned waiters) {
     threads.emplace_back([&, i] {
       while (holding.load() == 0) std::this_thread::yield();
       spanprof::ScopedProfile guard(spanprof::NamedSpan{span_number(9200 + i), "POST /checkout"}, spanprof::lock);
-      waited[i] = take_inventory(mutex);
+      waited[i] = take_inventory<Mutex, take>(mutex);
     });
   }
   holder.join();
@@ -165,6 +179,7 @@ void check_waiters_and_holder(unsigned waiters) {
     const CollectedProfile* collected = lock_profile_of(profiles, span_number(9200 + i));
     INFO("waiter " << i << " measured " << waited[i].seconds() * 1e3 << " ms, "
                    << waited[i].seconds_before(released) * 1e3 << " ms of it before the holder's release");
+    REQUIRE(waited[i].taken);
     REQUIRE(collected != nullptr);
     const spanprof::Profile* mine = &collected->decoded;
     INFO("its lock profile:" << describe(*mine));
@@ -172,6 +187,7 @@ void check_waiters_and_holder(unsigned waiters) {
     CHECK(recorded > waited[i].seconds() * 0.85);
     CHECK(recorded < waited[i].seconds() * 1.15);
     CHECK(delay_share_under(*mine, "waiter", "take_inventory") >= 0.90);
+    CHECK(delay_share_under(*mine, "waiter", "spanprof::") == 0.0);  // the stack starts at the call into the lock
     // The first waiter in was let in by A; the others by a waiter before them (a
     // span too, named the same), each after waiting through A's hold.
     bool by_holder = false;
@@ -181,6 +197,9 @@ void check_waiters_and_holder(unsigned waiters) {
         CHECK(label_of(sample, "holder_thread") == std::to_string(holder_tid.load()));
         CHECK(label_of(sample, "holder_span_name") == "GET /restock");
         CHECK(label_of(sample, "holder_trace_id") == holder_span.trace_id.to_hex());
+        // Where A held it: its own function, past the library's unlock frames.
+        CHECK(label_of(sample, "holder_function").find("hold_inventory") != std::string::npos);
+        CHECK(label_of(sample, "holder_location").find("test_locks.cpp:") != std::string::npos);
       }
     }
     if (waiters != 1) continue;
@@ -227,12 +246,119 @@ TEST_CASE("lock: three spans wait for one holder: each has its wait, the holder 
 }
 
 TEST_CASE("lock: a std::shared_mutex writer's wait and its holder", "[lock]") {
+  const int busy = GENERATE(0, 3);
+  INFO(busy << " busy processes beside");
+  spanprof_test::BusyProcesses load(busy, 60);
   check_waiters_and_holder<std::shared_mutex>(1);
 }
 
 TEST_CASE("lock: a std::timed_mutex and a std::recursive_mutex, locked without a timeout", "[lock]") {
   check_waiters_and_holder<std::timed_mutex>(1);
   check_waiters_and_holder<std::recursive_mutex>(1);
+}
+
+TEST_CASE("lock: timed waits: try_lock_for and try_lock_until on a std::timed_mutex and a std::shared_timed_mutex",
+          "[lock]") {
+  check_waiters_and_holder<std::timed_mutex, Take::try_for>(1);
+  check_waiters_and_holder<std::timed_mutex, Take::try_until_system_time>(1);
+  check_waiters_and_holder<std::shared_timed_mutex, Take::try_for>(1);
+  check_waiters_and_holder<std::shared_timed_mutex, Take::try_until_system_time>(1);
+}
+
+TEST_CASE("lock: a timed wait that gives up is recorded, for as long as it waited, with the thread that held the lock",
+          "[lock]") {
+  spanprof::Options options;
+  Collector collector(options);
+  std::timed_mutex mutex;
+  std::atomic<int> holding{0};
+  std::atomic<pid_t> holder_tid{0};
+  Clock::time_point released;
+  std::thread holder([&] {
+    holder_tid = static_cast<pid_t>(::syscall(SYS_gettid));
+    spanprof::ScopedProfile guard(spanprof::NamedSpan{span_number(9500), "GET /restock"}, spanprof::lock);
+    hold_inventory(mutex, holding, released);
+  });
+  while (holding.load() == 0) std::this_thread::yield();
+  Waited waited;
+  {
+    spanprof::ScopedProfile guard(spanprof::NamedSpan{span_number(9501), "POST /checkout"}, spanprof::lock);
+    waited.start = Clock::now();
+    const bool took = mutex.try_lock_for(std::chrono::milliseconds(10));
+    waited.end = Clock::now();
+    CHECK_FALSE(took);
+  }
+  holder.join();
+  REQUIRE(spanprof::flush(std::chrono::seconds(10)));
+  const auto profiles = collector.profiles();
+  const CollectedProfile* collected = lock_profile_of(profiles, span_number(9501));
+  INFO("measured " << waited.seconds() * 1e3 << " ms around try_lock_for");
+  REQUIRE(collected != nullptr);
+  INFO("its lock profile:" << describe(collected->decoded));
+  const double recorded = delay_seconds(collected->decoded, "waiter");
+  CHECK(recorded > waited.seconds() * 0.85);
+  CHECK(recorded < waited.seconds() * 1.15);
+  REQUIRE(collected->decoded.samples.size() == 1);
+  CHECK(label_of(collected->decoded.samples[0], "holder_thread") == std::to_string(holder_tid.load()));
+  CHECK(label_of(collected->decoded.samples[0], "holder_span_id").empty());
+}
+
+// Each sample's delay by its span, side and holder: what a window must hold for
+// every span it merges.
+std::map<std::string, std::int64_t> delay_by_span_and_holder(const spanprof::Profile& profile) {
+  std::map<std::string, std::int64_t> delays;
+  for (const auto& sample : profile.samples)
+    delays[label_of(sample, "span_id") + " " + label_of(sample, "lock_role") + " held by " +
+           label_of(sample, "holder_span_id") + " in " + label_of(sample, "holder_function")] += sample.values[1];
+  return delays;
+}
+
+TEST_CASE("lock: batched delivery: one window holds every span's lock samples, each with its span and holder",
+          "[lock]") {
+  std::mutex windows_mutex;
+  std::vector<std::string> windows;  // the lock windows' pprof bytes
+  spanprof::Options options;
+  options.uploaders.push_back(std::make_shared<spanprof::CallbackUploader>(
+      [&](const spanprof::EncodedProfile& profile, std::string_view pprof_gzip) {
+        std::lock_guard<std::mutex> held(windows_mutex);
+        if (profile.record.kind == spanprof::ProfileKind::lock) windows.emplace_back(pprof_gzip);
+        return spanprof::UploadResult::ok();
+      },
+      "windows", spanprof::Delivery::batched(std::chrono::seconds(60))));
+  Collector collector(options);  // and each span's own profile, to compare with
+  std::mutex mutex;
+  std::atomic<int> holding{0};
+  Clock::time_point released;
+  std::thread holder([&] {
+    spanprof::ScopedProfile guard(spanprof::NamedSpan{span_number(9600), "GET /restock"}, spanprof::lock);
+    hold_inventory(mutex, holding, released);
+  });
+  std::vector<std::thread> waiters;
+  for (unsigned i = 0; i < 3; ++i) {
+    waiters.emplace_back([&, i] {
+      while (holding.load() == 0) std::this_thread::yield();
+      spanprof::ScopedProfile guard(spanprof::NamedSpan{span_number(9601 + i), "POST /checkout"}, spanprof::lock);
+      take_inventory<std::mutex, Take::lock>(mutex);
+    });
+  }
+  holder.join();
+  for (auto& waiter : waiters) waiter.join();
+  const auto per_span = collector.profiles();  // flushes: the window is cut now
+  std::map<std::string, std::int64_t> expected;
+  std::size_t lock_profiles = 0;
+  for (const auto& collected : per_span) {
+    if (collected.meta.record.kind != spanprof::ProfileKind::lock) continue;
+    ++lock_profiles;
+    for (const auto& [key, delay] : delay_by_span_and_holder(collected.decoded)) expected[key] += delay;
+  }
+  CHECK(lock_profiles == 4);
+  std::lock_guard<std::mutex> held(windows_mutex);
+  REQUIRE(windows.size() == 1);
+  pprof_test::DecodedPprof window;
+  std::string error;
+  REQUIRE(pprof_test::decode_pprof(windows[0], window, error));
+  INFO("the window:" << describe(window.profile));
+  CHECK(delay_by_span_and_holder(window.profile) == expected);
+  CHECK(expected.size() >= 5);  // three waiters, and the holder charged (a waiter too, for the ones behind it)
 }
 
 TEST_CASE("lock: a mutex destroyed and its memory unmapped right after each contended wait, 10,000 times",
@@ -283,6 +409,9 @@ TEST_CASE("lock: a mutex destroyed and its memory unmapped right after each cont
 
 #ifdef SPANPROF_TEST_PLUGIN_PATH
 TEST_CASE("lock: a wait for a mutex of a dlopen'ed library, under the library's call, with its holder", "[lock]") {
+  const int busy = GENERATE(0, 3);
+  INFO(busy << " busy processes beside");
+  spanprof_test::BusyProcesses load(busy, 60);
   spanprof::Options options;
   Collector collector(options);
   void* plugin = ::dlopen(SPANPROF_TEST_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);

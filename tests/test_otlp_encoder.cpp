@@ -492,6 +492,83 @@ TEST_CASE("protoc parses the OTLP request and sees the same link", "[otlp][proto
   CHECK(typed.output.find("time_unix_nano: 1700000000123456789") != std::string::npos);
 }
 
+// A lock profile (docs/locks.md) as the builder makes one: a wait under its call
+// site with the holder's labels, and the waits the span caused holding a lock.
+spanprof::Profile lock_profile() {
+  spanprof::Profile p = cpu_profile();
+  p.sample_types = {{"contentions", "count"}, {"delay", "nanoseconds"}};
+  p.default_sample_type = "delay";
+  p.period_type = {"contentions", "count"};
+  p.period = 1;
+  p.samples.clear();
+  const auto text = [](const char* key, const char* value) {
+    spanprof::Label label;
+    label.key = key;
+    label.str = value;
+    return label;
+  };
+  spanprof::Label thread;
+  thread.key = "holder_thread";
+  thread.num = 30772;
+  thread.is_num = true;
+  p.samples.push_back({{1, 2},
+                       {1, 41'000'000},
+                       {text("lock_role", "waiter"), thread, text("holder_span_id", "5f3a000000000001"),
+                        text("holder_trace_id", "00000000abc000010000000000000002"),
+                        text("holder_span_name", "GET /restock"), text("holder_function", "restock_all"),
+                        text("holder_location", "inventory.cpp:88")},
+                       1});
+  p.samples.push_back({{2}, {3, 90'000'000}, {text("lock_role", "holder")}, 1});
+  return p;
+}
+
+TEST_CASE("a lock profile's OTLP request: contentions and delay, the holder's labels as attributes", "[otlp][protoc]") {
+  const std::string body = encode_ok(lock_profile());
+  const DecodedRequest r = decode(body);
+  check_zero_entries(r);
+  // One profile per sample type, the default (delay) first.
+  REQUIRE(r.profiles.size() == 2);
+  CHECK(string_at(r, r.profiles[0].type) == "delay");
+  CHECK(string_at(r, r.profiles[0].unit) == "nanoseconds");
+  CHECK(string_at(r, r.profiles[1].type) == "contentions");
+  CHECK(string_at(r, r.profiles[1].unit) == "count");
+  const auto& delays = r.profiles[0].samples;
+  REQUIRE(delays.size() == 2);
+  CHECK(delays[0].values == std::vector<std::int64_t>{41'000'000});
+  CHECK(delays[1].values == std::vector<std::int64_t>{90'000'000});
+  CHECK(r.profiles[1].samples[1].values == std::vector<std::int64_t>{3});
+  const auto waiter = attributes(r, delays[0].attributes);
+  CHECK(waiter.at("span_id") == span_hex);
+  CHECK(waiter.at("lock_role") == "waiter");
+  CHECK(waiter.at("holder_thread") == "=30772 ");
+  CHECK(waiter.at("holder_span_id") == "5f3a000000000001");
+  CHECK(waiter.at("holder_trace_id") == "00000000abc000010000000000000002");
+  CHECK(waiter.at("holder_span_name") == "GET /restock");
+  CHECK(waiter.at("holder_function") == "restock_all");
+  CHECK(waiter.at("holder_location") == "inventory.cpp:88");
+  CHECK(attributes(r, delays[1].attributes).at("lock_role") == "holder");
+
+  if (!protoc_on_path()) FAIL("protoc is required for this test (apt-get install protobuf-compiler)");
+  const auto raw = protoc(body, "--decode_raw");
+  INFO(raw.output);
+  REQUIRE(raw.exit_code == 0);
+  CHECK(raw.output.find("\"holder_span_name\"") != std::string::npos);
+  // Against the schema itself, when a checkout of opentelemetry-proto is at hand.
+  const char* proto_dir = std::getenv("SPANPROF_OTLP_PROTO_DIR");
+  if (proto_dir == nullptr || *proto_dir == '\0') return;
+  const auto typed = protoc_with_schema(body, proto_dir);
+  INFO(typed.output);
+  REQUIRE(typed.exit_code == 0);
+  std::istringstream lines(typed.output);
+  for (std::string line; std::getline(lines, line);) {
+    line.erase(0, line.find_first_not_of(' '));
+    INFO(line);
+    CHECK(!(line.size() > 0 && line[0] >= '0' && line[0] <= '9'));  // no field outside the schema
+  }
+  CHECK(typed.output.find("string_value: \"GET /restock\"") != std::string::npos);
+  CHECK(typed.output.find("int_value: 30772") != std::string::npos);
+}
+
 // A location with a function inlined into another: its lines, innermost first,
 // each with its line number; the functions with their files and first lines.
 TEST_CASE("OTLP locations carry their inlined functions' lines, innermost first", "[otlp][protoc]") {

@@ -14,10 +14,12 @@
 #include <spanprof/detail/profile/protobuf_writer.hpp>
 #include <spanprof/spanprof.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,6 +32,27 @@ namespace inventory {
 SPANPROF_TEST_HOT_FUNCTION(count_stock)
 constexpr int recompute_prices_line = __LINE__ + 1;  // the line every instruction of the next one is on
 SPANPROF_TEST_HOT_FUNCTION(recompute_prices_slowly)
+
+// One request restocks the shelf, holding its lock 40 ms; another takes stock meanwhile.
+std::atomic<int> stock_moves{0};
+constexpr int take_stock_line = __LINE__ + 3;  // where take_stock waits
+__attribute__((noinline)) void take_stock(std::mutex& shelf) {
+  {
+    std::lock_guard<std::mutex> held(shelf);
+    stock_moves.fetch_add(1);
+  }
+  stock_moves.fetch_add(1);
+}
+constexpr int restock_all_line = __LINE__ + 7;  // where restock_all lets go
+__attribute__((noinline)) void restock_all(std::mutex& shelf, std::atomic<bool>& holding,
+                                          std::chrono::steady_clock::time_point& released) {
+  std::unique_lock<std::mutex> held(shelf);
+  holding = true;
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  released = std::chrono::steady_clock::now();
+  held.unlock();
+  stock_moves.fetch_add(1);
+}
 }  // namespace inventory
 
 // The suite in its own namespace, not an anonymous one: the suites are compiled in
@@ -394,6 +417,80 @@ TEST_CASE("a browser shows each span's time split: running, waiting for a CPU, b
   INFO(detail.substr(split, 800));
   CHECK(contains(detail.substr(split, 1500), "blocked 6"));  // "blocked 60.x ms" or so
   CHECK(contains(detail.substr(split, 1500), "voluntary"));
+}
+
+// Lock profiles (docs/locks.md): a span that waited for a lock says how long, where,
+// and which span held it where; the span that held it, whom it made wait.
+TEST_CASE("a browser shows a span's lock wait: where it waited, and the span and function that held the lock",
+          SPANPROF_TEST_BROWSER) {
+  const std::string chromium = find_chromium();
+  if (chromium.empty()) {
+    WARN("chromium not found (apt-get install chromium): the browser test is skipped");
+    return;
+  }
+  TempDir dir("spanprof-report-locks");
+  double measured_ms = 0, before_release_ms = 0;  // around the waiter's take_stock(), and until the holder let go
+  std::chrono::steady_clock::time_point start, released;
+  const auto holder_span = spanprof_test::span_number(7060), waiter_span = spanprof_test::span_number(7061);
+  {
+    auto options = spanprof::Options();
+    options.uploaders.push_back(std::make_shared<spanprof::FileUploader>(dir.sub("profiles")));
+    spanprof_test::Collector collector(options);
+    std::mutex shelf;
+    std::atomic<bool> holding{false};
+    std::thread holder([&] {
+      spanprof::ScopedProfile guard(spanprof::NamedSpan{holder_span, "GET /restock"}, spanprof::lock);
+      inventory::restock_all(shelf, holding, released);
+    });
+    while (!holding.load()) std::this_thread::yield();
+    {
+      spanprof::ScopedProfile guard(spanprof::NamedSpan{waiter_span, "POST /checkout"}, spanprof::lock);
+      start = std::chrono::steady_clock::now();
+      inventory::take_stock(shelf);
+      measured_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    }
+    holder.join();
+    before_release_ms = std::chrono::duration<double, std::milli>(released - start).count();
+  }
+  const std::string page = dir.sub("report.html");
+  const auto run = capture_command(report_command(dir.sub("profiles") + " -o " + page));
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  const Browser browser{chromium, dir.sub("chromium")};
+  const auto lock_waits = [&](const spanprof::SpanContext& span) {
+    const std::string detail = browser.dump_dom("file://" + page + "#span=" + span.span_id.to_hex());
+    const std::size_t at = detail.find("id=\"lock-waits\"");
+    return at == std::string::npos ? std::string() : detail.substr(at, detail.find("</ul>", at) - at);
+  };
+  const std::string waited = lock_waits(waiter_span);
+  INFO("the waiter's lock waits: " << waited);
+  INFO("chromium said: " << spanprof_test::read_file(browser.log()).substr(0, 2000));
+  // "waited 40.1 ms on the lock taken at test_report.cpp:NN (inventory::take_stock(std::mutex&)),
+  //  held by span 0000… (GET /restock) in inventory::restock_all(…) at test_report.cpp:MM"
+  // The time shown, against the time measured around the call.
+  const auto shown_ms = [](const std::string& text, const std::string& before) {
+    const std::size_t at = text.find(before);
+    return at == std::string::npos || text.find(" ms ", at) == std::string::npos ? -1.0
+                                                                                 : std::atof(text.c_str() + at + before.size());
+  };
+  INFO("measured " << measured_ms << " ms around take_stock()");
+  CHECK(shown_ms(waited, "waited ") > measured_ms * 0.85);
+  CHECK(shown_ms(waited, "waited ") < measured_ms * 1.15);
+  CHECK(contains(waited, " ms on the lock taken at "));
+#if SPANPROF_WITH_LIBDW
+  CHECK(contains(waited, ">test_report.cpp:" + std::to_string(inventory::take_stock_line) + "<"));
+  CHECK(contains(waited, ">test_report.cpp:" + std::to_string(inventory::restock_all_line) + "<"));
+#endif
+  CHECK(contains(waited, "inventory::take_stock"));
+  CHECK(contains(waited, "held by span <span class=\"mono\">" + holder_span.span_id.to_hex() + "</span> (GET /restock) in "));
+  CHECK(contains(waited, "inventory::restock_all"));
+  const std::string held = lock_waits(holder_span);
+  INFO("the holder's: " << held);
+  // A holder is charged the wait until it let go (the waiter's wake-up is its own).
+  INFO(before_release_ms << " ms of it before the holder let go");
+  CHECK(shown_ms(held, "made others wait ") > before_release_ms * 0.85);
+  CHECK(shown_ms(held, "made others wait ") < before_release_ms * 1.15);
+  CHECK(contains(held, "inventory::restock_all"));
 }
 
 }  // namespace report_test

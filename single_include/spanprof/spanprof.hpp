@@ -1281,6 +1281,29 @@ inline constexpr const char* span_id_label = "span_id";
 inline constexpr const char* span_name_label = "span_name";
 inline constexpr const char* profile_reason_label = "profile_reason";
 inline constexpr const char* thread_state_label = "thread_state";  // wall samples' own (ThreadState)
+// A lock sample's own (docs/locks.md): which side of the wait it is, and who held
+// the lock, in which span, and where.
+inline constexpr const char* lock_role_label = "lock_role";
+inline constexpr const char* holder_thread_label = "holder_thread";
+inline constexpr const char* holder_span_id_label = "holder_span_id";
+inline constexpr const char* holder_trace_id_label = "holder_trace_id";
+inline constexpr const char* holder_span_name_label = "holder_span_name";
+inline constexpr const char* holder_function_label = "holder_function";
+inline constexpr const char* holder_location_label = "holder_location";
+// A raw lock sample's, numeric and repeated: the addresses where the holder
+// released the lock, innermost first, which the profile builder turns into
+// holder_function and holder_location.
+inline constexpr const char* holder_frame_label = "holder_frame";
+
+// Whether a function is the standard library's or the C library's: namespace std,
+// pthread_*, and the names reserved to the implementation (__gthread_*,
+// __glibcxx_*, __gnu_cxx::). Where a lock was held, and where it was waited for,
+// is the first frame that is not, whether std::mutex's code was inlined there or not.
+inline bool is_library_function(std::string_view name) noexcept {
+  for (const std::string_view prefix : {"std::", "__", "pthread_"})
+    if (name.substr(0, prefix.size()) == prefix) return true;
+  return false;
+}
 }  // namespace detail
 
 // The record `sample` belongs to, or null.
@@ -5195,7 +5218,7 @@ class ProfileBuilder {
         state.str = std::string(to_string(in.thread_state));
         sample.labels.push_back(std::move(state));
       }
-      if (in.labels != nullptr) sample.labels.insert(sample.labels.end(), in.labels->begin(), in.labels->end());
+      if (in.labels != nullptr) add_own_labels(*in.labels, sample.labels);
       sample.location_ids.reserve(in.frames->size());
       for (std::size_t i = 0; i < in.frames->size(); ++i) {
         // Callers' frames hold return addresses, which may already belong to the
@@ -5241,6 +5264,44 @@ class ProfileBuilder {
       }
       return;
     }
+  }
+
+  // A sample's own labels, the holder_frame addresses of a lock sample named: as
+  // holder_function and holder_location, the first of the frames (inlined ones
+  // included, innermost first) outside the standard library and the C library, so
+  // that they say whose code held the lock, whether std::mutex::unlock was inlined
+  // there or not.
+  void add_own_labels(const std::vector<Label>& labels, std::vector<Label>& out) {
+    std::string_view function, file;
+    std::int64_t line = 0;
+    bool found = false;
+    const auto consider = [&](std::string_view name, std::string_view name_file, std::int64_t name_line) {
+      if (found || name.empty()) return;
+      function = name;
+      file = name_file;
+      line = name_line;
+      found = !is_library_function(name);
+    };
+    for (const Label& label : labels) {
+      if (label.key != holder_frame_label) {
+        out.push_back(label);
+        continue;
+      }
+      if (found || !label.is_num || label.num == 0) continue;
+      const ResolvedFrame frame = symbolizer_.resolve(static_cast<std::uintptr_t>(label.num) - 1);
+      for (std::size_t i = 0; i < frame.inlined_count; ++i)
+        consider(frame.inlined[i].function, frame.inlined[i].file, frame.inlined[i].line);
+      consider(frame.function.empty() ? frame.system_name : frame.function, frame.file, frame.line);
+    }
+    if (function.empty()) return;
+    Label& function_label = out.emplace_back();
+    function_label.key = holder_function_label;
+    function_label.str = std::string(function);
+    if (file.empty()) return;
+    Label& location_label = out.emplace_back();
+    location_label.key = holder_location_label;
+    location_label.str = std::string(file);
+    if (line != 0) location_label.str += ':' + std::to_string(line);
   }
 
   std::uint64_t location_for(std::uintptr_t address, Profile& profile) {
@@ -11196,13 +11257,15 @@ SPANPROF_NAMESPACE_END
 //                      is continuous_record_mark, bit 0 when a label follows, the
 //                      name's bytes in bits 8-15.
 //   lock record        [meta, delay ns, holder tid, (trace id 2 words, span id 1 word, name words)?,
-//                       depth, pc_0 ...]
+//                       holder's pc_0 ..., depth, pc_0 ...]
 //                      what a thread's lock hooks (lock_hooks.hpp) write for a lock wait
 //                      in a lock-profiled span: the span waited for a holder, or held
 //                      the lock others waited for. meta is lock_record_mark, bit 0 the
 //                      side (set: it held), bit 1 when the holder's span label follows,
-//                      the name's bytes in bits 8-15, the contentions in bits 16-47. The
-//                      frames are return addresses, the first the call into the lock.
+//                      the name's bytes in bits 8-15, the contentions in bits 16-47,
+//                      the holder's frames (where it released the lock) in bits 48-51.
+//                      The frames are return addresses, the first the call into the
+//                      lock (or the holder's unlock).
 //   heap log record    [size, live-table slot, live-table entry, depth, pc_0 ...]
 //                      in a thread's heap log while its span is open.
 //   heap hand-off      [size, live at span close (0/1), depth, pc_0 ...]
@@ -11447,6 +11510,7 @@ inline constexpr std::uint64_t lock_record_held = 1;         // the span held th
 inline constexpr std::uint64_t lock_record_holder_span = 2;  // the holder's span follows the header
 inline constexpr std::size_t lock_record_header_words = 3;   // meta, delay, holder tid
 inline constexpr std::uint64_t lock_record_most_contentions = 0xFFFF'FFFF;
+inline constexpr std::size_t lock_record_most_holder_frames = 15;
 
 // One lock record: a wait the span had, or the waits it caused holding a lock.
 struct LockWait {
@@ -11455,25 +11519,31 @@ struct LockWait {
   std::uint64_t delay_ns = 0;          // their time
   std::uint64_t holder_tid = 0;        // a waiter's: the thread that held the lock (0: unknown)
   const RecordedSpan* holder_span = nullptr;  // and its span, when it was in one
+  // And where that span's code released the lock, innermost first (at most
+  // lock_record_most_holder_frames return addresses).
+  const std::uint64_t* holder_frames = nullptr;
+  std::size_t holder_depth = 0;
 };
 
-constexpr std::size_t lock_record_words(const RecordedSpan* holder_span, std::size_t depth) noexcept {
-  return lock_record_header_words + (holder_span != nullptr ? recorded_span_words(holder_span->name_bytes) : 0) +
+constexpr std::size_t lock_record_words(const LockWait& wait, std::size_t depth) noexcept {
+  return lock_record_header_words +
+         (wait.holder_span != nullptr ? recorded_span_words(wait.holder_span->name_bytes) : 0) + wait.holder_depth +
          1 + depth;
 }
 
 // `frames` holds `depth` return addresses, innermost first. Writes
-// lock_record_words(wait.holder_span, depth) words.
+// lock_record_words(wait, depth) words.
 inline void write_lock_record(std::uint64_t* out, const LockWait& wait, void* const* frames, std::size_t depth) noexcept {
   const std::size_t name_bytes = wait.holder_span != nullptr ? wait.holder_span->name_bytes : 0;
   const std::uint64_t contentions =
       wait.contentions < lock_record_most_contentions ? wait.contentions : lock_record_most_contentions;
   *out++ = lock_record_mark | (wait.held ? lock_record_held : 0) |
            (wait.holder_span != nullptr ? lock_record_holder_span : 0) | static_cast<std::uint64_t>(name_bytes) << 8 |
-           contentions << 16;
+           contentions << 16 | static_cast<std::uint64_t>(wait.holder_depth) << 48;
   *out++ = wait.delay_ns;
   *out++ = wait.holder_tid;
   if (wait.holder_span != nullptr) out = write_recorded_span(out, *wait.holder_span);
+  for (std::size_t i = 0; i < wait.holder_depth; ++i) *out++ = wait.holder_frames[i];
   *out++ = depth;
   for (std::size_t i = 0; i < depth; ++i) out[i] = reinterpret_cast<std::uintptr_t>(frames[i]);
 }
@@ -11500,19 +11570,16 @@ void for_each_lock_record(const std::uint64_t* words, std::size_t count, Visit&&
       wait.holder_span = &holder;
       at += recorded_span_words(name_bytes);
     }
+    wait.holder_depth = (meta >> 48) & lock_record_most_holder_frames;
+    if (at + wait.holder_depth + 1 > count) break;
+    wait.holder_frames = words + at;
+    at += wait.holder_depth;
     const std::uint64_t depth = words[at];
     if (depth == 0 || depth > count - at - 1) break;
     visit(wait, words + at + 1, static_cast<std::size_t>(depth));
     i = at + 1 + static_cast<std::size_t>(depth);
   }
 }
-
-// The labels of a lock sample, as its profile shows them (docs/locks.md).
-inline constexpr const char* lock_role_label = "lock_role";
-inline constexpr const char* holder_thread_label = "holder_thread";
-inline constexpr const char* holder_span_id_label = "holder_span_id";
-inline constexpr const char* holder_trace_id_label = "holder_trace_id";
-inline constexpr const char* holder_span_name_label = "holder_span_name";
 
 // Appends one lock sample per record, values {contentions, delay ns}.
 inline void read_lock_records(const std::uint64_t* words, std::size_t count, RawProfile& profile) {
@@ -11525,18 +11592,20 @@ inline void read_lock_records(const std::uint64_t* words, std::size_t count, Raw
       label.key = key;
       label.str = std::move(value);
     };
+    auto number = [&](const char* key, std::uint64_t value) {
+      Label& label = sample.labels.emplace_back();
+      label.key = key;
+      label.num = static_cast<std::int64_t>(value);
+      label.is_num = true;
+    };
     text(lock_role_label, wait.held ? "holder" : "waiter");
     if (wait.held) return;
-    if (wait.holder_tid != 0) {
-      Label& thread = sample.labels.emplace_back();
-      thread.key = holder_thread_label;
-      thread.num = static_cast<std::int64_t>(wait.holder_tid);
-      thread.is_num = true;
-    }
+    if (wait.holder_tid != 0) number(holder_thread_label, wait.holder_tid);
     if (wait.holder_span == nullptr) return;
     text(holder_span_id_label, SpanId(wait.holder_span->span_id).to_hex());
     text(holder_trace_id_label, TraceId(wait.holder_span->trace_id).to_hex());
     text(holder_span_name_label, std::string(wait.holder_span->name, wait.holder_span->name_bytes));
+    for (std::size_t i = 0; i < wait.holder_depth; ++i) number(holder_frame_label, wait.holder_frames[i]);
   });
 }
 
@@ -16091,9 +16160,14 @@ namespace detail {
 
 // Who released a lock, as the waiter it let in learns it.
 struct LockHolder {
+  static constexpr std::size_t max_frames = 8;
   std::uint32_t tid = 0;  // 0: unknown
   bool in_span = false;   // a span that records lock waits held it: `span` says which
   LockSpanIdentity span;
+  // Where it released the lock, innermost first (return addresses, the first the
+  // call into the unlock): recorded by a holder in such a span only.
+  std::uint8_t depth = 0;
+  std::uint64_t frames[max_frames] = {};
 };
 
 class LockWaitTable {
@@ -16119,15 +16193,22 @@ class LockWaitTable {
   // Any wait registered now, anywhere: while none is, a release looks no further.
   bool anyone_waiting() const noexcept { return waiting_.load(std::memory_order_relaxed) != 0; }
 
+  // Whether waits for `lock` are registered, read without the entry's lock: a
+  // holder about to release it learns whether its stack is worth walking. A wait
+  // registered a moment later is charged all the same, with no place for its holder.
+  bool waited_for(const void* address) const noexcept {
+    return entries_[index_of(address)].address.load(std::memory_order_relaxed) == address;
+  }
+
   // A thread begins to wait for `lock` at `start_ns` (monotonic).
   Registration register_wait(const void* address, std::int64_t start_ns) noexcept {
     Registration registration;
     registration.index = index_of(address);
     Entry& entry = entries_[registration.index];
     hold(entry);
-    if (entry.waiters == 0 || entry.address == address) {
+    if (entry.waiters == 0 || entry.address.load(std::memory_order_relaxed) == address) {
       if (entry.waiters == 0) {
-        entry.address = address;
+        entry.address.store(address, std::memory_order_relaxed);
         entry.marks_ns = 0;
       }
       ++entry.waiters;
@@ -16148,9 +16229,9 @@ class LockWaitTable {
     Entry& entry = entries_[registration.index];
     hold(entry);
     const bool released = entry.releases != registration.releases;
-    if (entry.address == address && entry.waiters != 0) {
+    if (entry.address.load(std::memory_order_relaxed) == address && entry.waiters != 0) {
       entry.marks_ns -= released ? entry.released_ns : start_ns;
-      if (--entry.waiters == 0) entry.address = nullptr;
+      if (--entry.waiters == 0) entry.address.store(nullptr, std::memory_order_relaxed);
     }
     if (released) holder = entry.holder;
     let_go(entry);
@@ -16163,7 +16244,7 @@ class LockWaitTable {
     Charge charge;
     Entry& entry = entries_[index_of(address)];
     hold(entry);
-    if (entry.address == address && entry.waiters != 0) {
+    if (entry.address.load(std::memory_order_relaxed) == address && entry.waiters != 0) {
       const std::int64_t marks_now = static_cast<std::int64_t>(entry.waiters) * now_ns;
       charge.waiters = entry.waiters;
       charge.delay_ns = marks_now > entry.marks_ns ? marks_now - entry.marks_ns : 0;
@@ -16182,7 +16263,7 @@ class LockWaitTable {
     for (Entry& entry : entries_) {
       entry.busy.store(0, std::memory_order_relaxed);
       entry.waiters = 0;
-      entry.address = nullptr;
+      entry.address.store(nullptr, std::memory_order_relaxed);
       entry.marks_ns = 0;
     }
     waiting_.store(0, std::memory_order_relaxed);
@@ -16192,7 +16273,9 @@ class LockWaitTable {
   struct alignas(64) Entry {
     std::atomic<std::uint32_t> busy{0};
     std::uint32_t waiters = 0;
-    const void* address = nullptr;     // the lock its waiters wait for (null: free)
+    // The lock its waiters wait for (null: free); written under `busy`, read
+    // without it by waited_for.
+    std::atomic<const void*> address{nullptr};
     std::int64_t marks_ns = 0;      // the sum of its waiters' marks: start, or the last release since
     std::int64_t released_ns = 0;   // the last release
     std::uint64_t releases = 0;
@@ -23628,10 +23711,11 @@ SPANPROF_NAMESPACE_END
 #endif  // SPANPROF_DETAIL_REQUEST_INL_HPP_
 // ---- end spanprof/detail/request-inl.hpp ----
 // ---- begin spanprof/detail/capture/lock_hooks-inl.hpp ----
-// Internal. The lock hooks: spanprof's own pthread_mutex_lock, pthread_mutex_unlock,
-// pthread_rwlock_wrlock and pthread_rwlock_unlock, which every std::mutex,
-// std::timed_mutex, std::recursive_mutex and std::shared_mutex writer of the
-// program and its libraries (dlopen'ed ones too) calls; each forwards to glibc's.
+// Internal. The lock hooks: spanprof's own pthread_mutex_lock, _timedlock,
+// _clocklock and _unlock, pthread_rwlock_wrlock, _timedwrlock, _clockwrlock and
+// _unlock, which every std::mutex, std::timed_mutex, std::recursive_mutex and
+// std::shared_mutex / std::shared_timed_mutex writer of the program and its
+// libraries (dlopen'ed ones too) calls; each forwards to glibc's.
 // Compiled once per program with the runtime (config.hpp), so that the program's
 // definition is the one the dynamic linker binds every call to.
 //
@@ -23649,7 +23733,8 @@ SPANPROF_NAMESPACE_END
 //  * glibc's functions are reached by their versioned names, bound at link time:
 //    dlsym could allocate, and take a lock these hooks are asked for. Under a
 //    sanitizer, its own hook of the call is called instead, so that it still sees
-//    every lock.
+//    every lock. The timed ones have no second name, and are found with dlsym as
+//    the program starts.
 //  * The lock's memory is read only while the caller holds or waits for it.
 //  * The hooks' frames are in a section of their own, so that the stacks they
 //    record start at the call into the lock, whatever was inlined.
@@ -23671,7 +23756,9 @@ SPANPROF_NAMESPACE_END
 #include <cerrno>
 #include <cstdint>
 
+#include <dlfcn.h>
 #include <pthread.h>
+#include <time.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -23699,6 +23786,13 @@ int __interceptor_pthread_mutex_lock(pthread_mutex_t* mutex) __attribute__((weak
 int __interceptor_pthread_mutex_unlock(pthread_mutex_t* mutex) __attribute__((weak));
 int __interceptor_pthread_rwlock_wrlock(pthread_rwlock_t* rwlock) __attribute__((weak));
 int __interceptor_pthread_rwlock_unlock(pthread_rwlock_t* rwlock) __attribute__((weak));
+// A ThreadSanitizer's annotations of a lock, and its hooks of glibc's clock locks
+// where it has them (GCC 12's has none: a lock taken there is unknown to it, and
+// the unlock after is reported as an unlock of an unlocked mutex).
+void __tsan_mutex_pre_lock(void* addr, unsigned flags) __attribute__((weak));
+void __tsan_mutex_post_lock(void* addr, unsigned flags, int recursion) __attribute__((weak));
+int __interceptor_pthread_mutex_clocklock(pthread_mutex_t* mutex, clockid_t clock, const timespec* deadline)
+    __attribute__((weak));
 // The hooks' code, which recorded stacks leave out.
 extern const char __start_spanprof_lock_hooks[] __attribute__((weak));
 extern const char __stop_spanprof_lock_hooks[] __attribute__((weak));
@@ -23724,6 +23818,72 @@ inline int glibc_rwlock_unlock(pthread_rwlock_t* rwlock) noexcept {
                                                           : spanprof_glibc_rwlock_unlock(rwlock);
 }
 
+// glibc's timed locks, which glibc keeps under no second name: a versioned reference
+// to pthread_mutex_timedlock@GLIBC_2.2.5 finds the program's own, unversioned
+// definition first. They are found with dlsym(RTLD_NEXT) (glibc's, or a
+// sanitizer's hook of the call), as the program starts, or at the first call should
+// one come earlier.
+template <class Function>
+class NextDefinition {
+ public:
+  explicit constexpr NextDefinition(const char* name) noexcept : name_(name) {}
+  Function get() noexcept {
+    Function found = function_.load(std::memory_order_acquire);
+    if (SPANPROF_UNLIKELY(found == nullptr)) {
+      found = reinterpret_cast<Function>(::dlsym(RTLD_NEXT, name_));
+      function_.store(found, std::memory_order_release);
+    }
+    return found;
+  }
+
+ private:
+  const char* name_;
+  std::atomic<Function> function_{nullptr};
+};
+inline NextDefinition<int (*)(pthread_mutex_t*, const timespec*)> next_mutex_timedlock{"pthread_mutex_timedlock"};
+inline NextDefinition<int (*)(pthread_mutex_t*, clockid_t, const timespec*)> next_mutex_clocklock{
+    "pthread_mutex_clocklock"};
+inline NextDefinition<int (*)(pthread_rwlock_t*, const timespec*)> next_rwlock_timedwrlock{
+    "pthread_rwlock_timedwrlock"};
+inline NextDefinition<int (*)(pthread_rwlock_t*, clockid_t, const timespec*)> next_rwlock_clockwrlock{
+    "pthread_rwlock_clockwrlock"};
+
+__attribute__((constructor)) inline void find_glibc_timed_locks() noexcept {
+  (void)next_mutex_timedlock.get();
+  (void)next_mutex_clocklock.get();
+  (void)next_rwlock_timedwrlock.get();
+  (void)next_rwlock_clockwrlock.get();
+}
+
+// A clock lock taken past a ThreadSanitizer that does not hook it, told to it as
+// the timed lock it is (a try that may fail).
+template <class Lock, class Take>
+int tell_thread_sanitizer(Lock* primitive, Take take) noexcept {
+  if (&__tsan_mutex_pre_lock == nullptr || &__interceptor_pthread_mutex_clocklock != nullptr) return take();
+  constexpr unsigned try_lock = 1u << 4, try_lock_failed = 1u << 5;  // sanitizer/tsan_interface.h
+  __tsan_mutex_pre_lock(primitive, try_lock);
+  const int result = take();
+  __tsan_mutex_post_lock(primitive, result == 0 ? try_lock : try_lock | try_lock_failed, 0);
+  return result;
+}
+
+inline int glibc_mutex_timedlock(pthread_mutex_t* mutex, const timespec* deadline) noexcept {
+  const auto next = next_mutex_timedlock.get();
+  return next != nullptr ? next(mutex, deadline) : EINVAL;
+}
+inline int glibc_mutex_clocklock(pthread_mutex_t* mutex, clockid_t clock, const timespec* deadline) noexcept {
+  const auto next = next_mutex_clocklock.get();
+  return next != nullptr ? tell_thread_sanitizer(mutex, [&] { return next(mutex, clock, deadline); }) : EINVAL;
+}
+inline int glibc_rwlock_timedwrlock(pthread_rwlock_t* rwlock, const timespec* deadline) noexcept {
+  const auto next = next_rwlock_timedwrlock.get();
+  return next != nullptr ? next(rwlock, deadline) : EINVAL;
+}
+inline int glibc_rwlock_clockwrlock(pthread_rwlock_t* rwlock, clockid_t clock, const timespec* deadline) noexcept {
+  const auto next = next_rwlock_clockwrlock.get();
+  return next != nullptr ? tell_thread_sanitizer(rwlock, [&] { return next(rwlock, clock, deadline); }) : EINVAL;
+}
+
 // Whether a lock is held as the caller comes to it, read without taking it: a
 // lock another thread takes a moment later is then waited for unseen, a wait
 // that began within nanoseconds of a release.
@@ -23734,6 +23894,15 @@ inline bool lock_held(const pthread_rwlock_t* rwlock) noexcept {
   // glibc's readers word: the readers from bit 3 up, bit 1 set while a writer holds it.
   const unsigned readers = __atomic_load_n(&rwlock->__data.__readers, __ATOMIC_RELAXED);
   return (readers & 2u) != 0 || (readers >> 3) != 0;
+}
+
+// The thread glibc says holds it: a mutex's owner, a writer holding a rwlock
+// (readers are only counted); 0 when none is recorded there.
+inline std::uint32_t lock_owner(const pthread_mutex_t* mutex) noexcept {
+  return static_cast<std::uint32_t>(mutex->__data.__owner);
+}
+inline std::uint32_t lock_owner(const pthread_rwlock_t* rwlock) noexcept {
+  return static_cast<std::uint32_t>(rwlock->__data.__cur_writer);
 }
 
 // Whether this lock call is a wait to watch: the thread is in a span that records
@@ -23777,24 +23946,32 @@ SPANPROF_LOCK_HOOK int capture_lock_caller_stack(void** frames, int max_depth, s
   return depth;
 }
 
-// Records `wait` in the thread's lock log, with the caller's stack, when a span
-// that records lock waits is open on this thread.
-SPANPROF_LOCK_HOOK void record_lock_wait(const LockWait& wait) noexcept {
-  ThreadStackSampler* sampler = current_stack_sampler;
+// The stack of the code that called the lock or unlock, for a record in this
+// thread's lock log: -1 when no span on the thread records lock waits (or the
+// hooks record one already, and this lock is theirs).
+SPANPROF_LOCK_HOOK int lock_record_stack(const ThreadStackSampler* sampler, void** frames) noexcept {
   ThreadLockLog& log = thread_lock_log;
-  if (sampler == nullptr || log.words == nullptr || log.recording || sampler->innermost_lock_span() == nullptr) return;
+  if (sampler == nullptr || log.words == nullptr || log.recording || sampler->innermost_lock_span() == nullptr)
+    return -1;
   log.recording = true;
-  void* frames[max_stack_depth_limit];
   const int depth = capture_lock_caller_stack(frames, sampler->settings().max_depth, log.stack_top);
-  const std::size_t need = lock_record_words(wait.holder_span, static_cast<std::size_t>(depth));
-  if (depth <= 0 || log.used + need > ThreadLockLog::capacity_words) {
-    sampler->counters().add(Counter::lock_waits_dropped, 1);
-  } else {
-    write_lock_record(log.words + log.used, wait, frames, static_cast<std::size_t>(depth));
-    log.used += need;
-    sampler->counters().add(Counter::lock_waits_recorded, 1);
-  }
   log.recording = false;
+  return depth;
+}
+
+// Records `wait` in the thread's lock log with the stack lock_record_stack gave.
+SPANPROF_LOCK_HOOK void record_lock_wait(ThreadStackSampler* sampler, const LockWait& wait, void* const* frames,
+                                         int depth) noexcept {
+  if (depth < 0) return;
+  ThreadLockLog& log = thread_lock_log;
+  const std::size_t need = lock_record_words(wait, static_cast<std::size_t>(depth));
+  if (depth == 0 || log.used + need > ThreadLockLog::capacity_words) {
+    sampler->counters().add(Counter::lock_waits_dropped, 1);
+    return;
+  }
+  write_lock_record(log.words + log.used, wait, frames, static_cast<std::size_t>(depth));
+  log.used += need;
+  sampler->counters().add(Counter::lock_waits_recorded, 1);
 }
 
 // A wait under way: from the moment the lock was found held to its acquisition.
@@ -23810,40 +23987,65 @@ SPANPROF_LOCK_HOOK LockWaitUnderWay begin_lock_wait(const void* address, std::ui
   return {address, owner_tid, start, lock_wait_table.register_wait(address, start)};
 }
 
-SPANPROF_LOCK_HOOK void end_lock_wait(const LockWaitUnderWay& wait) noexcept {
+// `acquired` false: a timed wait gave up. Its holder is the one glibc named as it
+// began: a release since let another waiter in, not this one.
+SPANPROF_LOCK_HOOK void end_lock_wait(const LockWaitUnderWay& wait, bool acquired) noexcept {
   const std::int64_t end = monotonic_now_ns();
   LockHolder holder;
-  const bool let_in = lock_wait_table.finish_wait(wait.address, wait.registration, wait.start_ns, holder);
-  if (!wait.registration.tracked) {
-    if (ThreadStackSampler* sampler = current_stack_sampler) sampler->counters().add(Counter::lock_waits_untracked, 1);
-  }
+  const bool let_in =
+      lock_wait_table.finish_wait(wait.address, wait.registration, wait.start_ns, holder) && acquired;
+  ThreadStackSampler* sampler = current_stack_sampler;
+  if (!wait.registration.tracked && sampler != nullptr) sampler->counters().add(Counter::lock_waits_untracked, 1);
   LockWait record;
   record.contentions = 1;
   record.delay_ns = end > wait.start_ns ? static_cast<std::uint64_t>(end - wait.start_ns) : 0;
   record.holder_tid = let_in ? holder.tid : wait.owner_tid;
   RecordedSpan holder_span{holder.span.trace_id, holder.span.span_id, holder.span.name, holder.span.name_bytes};
-  if (let_in && holder.in_span) record.holder_span = &holder_span;
-  record_lock_wait(record);
+  if (let_in && holder.in_span) {
+    record.holder_span = &holder_span;
+    record.holder_frames = holder.frames;
+    record.holder_depth = holder.depth;
+  }
+  void* frames[max_stack_depth_limit];
+  record_lock_wait(sampler, record, frames, lock_record_stack(sampler, frames));
 }
 
-// The calling thread releases `lock`: its waiters learn who released it, and the
-// releaser's span is charged what they waited under it.
+// The calling thread releases `lock`: its waiters learn who released it and
+// where, and the releaser's span is charged what they waited under it.
 SPANPROF_LOCK_HOOK void note_lock_release(const void* address) noexcept {
   LockHolder me;
   me.tid = lock_thread_id();
-  const ActiveSpan* span = nullptr;
-  if (ThreadStackSampler* sampler = current_stack_sampler) span = sampler->innermost_lock_span();
+  ThreadStackSampler* sampler = current_stack_sampler;
+  const ActiveSpan* span = sampler != nullptr ? sampler->innermost_lock_span() : nullptr;
+  void* frames[max_stack_depth_limit];
+  int depth = -1;
   if (span != nullptr) {
     me.in_span = true;
     me.span = span->lock_identity;
+    // Walked before the release, so that the waiter it lets in learns where.
+    if (lock_wait_table.waited_for(address)) depth = lock_record_stack(sampler, frames);
+    for (int i = 0; i < depth && i < static_cast<int>(LockHolder::max_frames); ++i, ++me.depth)
+      me.frames[i] = reinterpret_cast<std::uintptr_t>(frames[i]);
   }
   const LockWaitTable::Charge charge = lock_wait_table.release(address, monotonic_now_ns(), me);
   if (charge.waiters == 0 || span == nullptr) return;
+  if (depth < 0) depth = lock_record_stack(sampler, frames);
   LockWait record;
   record.held = true;
   record.contentions = charge.waiters;
   record.delay_ns = static_cast<std::uint64_t>(charge.delay_ns);
-  record_lock_wait(record);
+  record_lock_wait(sampler, record, frames, depth);
+}
+
+// A lock call found to wait, watched: `take` is glibc's lock call (or its hook's).
+// Inlined into each hook: a template's code would be placed outside the hooks'
+// section, and its frame would head every recorded stack.
+template <class Lock, class Take>
+__attribute__((always_inline)) inline int watch_lock_wait(Lock* primitive, Take take) noexcept {
+  const LockWaitUnderWay wait = begin_lock_wait(primitive, lock_owner(primitive));
+  const int result = take();
+  end_lock_wait(wait, result == 0);
+  return result;
 }
 
 }  // namespace detail
@@ -23854,10 +24056,21 @@ extern "C" {
 SPANPROF_API SPANPROF_LOCK_HOOK int pthread_mutex_lock(pthread_mutex_t* mutex) noexcept {
   namespace sd = spanprof::detail;
   if (SPANPROF_LIKELY(!sd::lock_wait_watched(mutex))) return sd::glibc_mutex_lock(mutex);
-  const sd::LockWaitUnderWay wait = sd::begin_lock_wait(mutex, static_cast<std::uint32_t>(mutex->__data.__owner));
-  const int result = sd::glibc_mutex_lock(mutex);
-  sd::end_lock_wait(wait);
-  return result;
+  return sd::watch_lock_wait(mutex, [mutex] { return sd::glibc_mutex_lock(mutex); });
+}
+
+// std::timed_mutex::try_lock_for and try_lock_until: a wait until a deadline.
+SPANPROF_API SPANPROF_LOCK_HOOK int pthread_mutex_timedlock(pthread_mutex_t* mutex, const timespec* deadline) noexcept {
+  namespace sd = spanprof::detail;
+  if (SPANPROF_LIKELY(!sd::lock_wait_watched(mutex))) return sd::glibc_mutex_timedlock(mutex, deadline);
+  return sd::watch_lock_wait(mutex, [&] { return sd::glibc_mutex_timedlock(mutex, deadline); });
+}
+
+SPANPROF_API SPANPROF_LOCK_HOOK int pthread_mutex_clocklock(pthread_mutex_t* mutex, clockid_t clock,
+                                                            const timespec* deadline) noexcept {
+  namespace sd = spanprof::detail;
+  if (SPANPROF_LIKELY(!sd::lock_wait_watched(mutex))) return sd::glibc_mutex_clocklock(mutex, clock, deadline);
+  return sd::watch_lock_wait(mutex, [&] { return sd::glibc_mutex_clocklock(mutex, clock, deadline); });
 }
 
 SPANPROF_API SPANPROF_LOCK_HOOK int pthread_mutex_unlock(pthread_mutex_t* mutex) noexcept {
@@ -23872,11 +24085,21 @@ SPANPROF_API SPANPROF_LOCK_HOOK int pthread_mutex_unlock(pthread_mutex_t* mutex)
 SPANPROF_API SPANPROF_LOCK_HOOK int pthread_rwlock_wrlock(pthread_rwlock_t* rwlock) noexcept {
   namespace sd = spanprof::detail;
   if (SPANPROF_LIKELY(!sd::lock_wait_watched(rwlock))) return sd::glibc_rwlock_wrlock(rwlock);
-  // The writer holding it, if one does (readers are only counted).
-  const sd::LockWaitUnderWay wait = sd::begin_lock_wait(rwlock, static_cast<std::uint32_t>(rwlock->__data.__cur_writer));
-  const int result = sd::glibc_rwlock_wrlock(rwlock);
-  sd::end_lock_wait(wait);
-  return result;
+  return sd::watch_lock_wait(rwlock, [rwlock] { return sd::glibc_rwlock_wrlock(rwlock); });
+}
+
+// std::shared_timed_mutex::try_lock_for and try_lock_until.
+SPANPROF_API SPANPROF_LOCK_HOOK int pthread_rwlock_timedwrlock(pthread_rwlock_t* rwlock, const timespec* deadline) noexcept {
+  namespace sd = spanprof::detail;
+  if (SPANPROF_LIKELY(!sd::lock_wait_watched(rwlock))) return sd::glibc_rwlock_timedwrlock(rwlock, deadline);
+  return sd::watch_lock_wait(rwlock, [&] { return sd::glibc_rwlock_timedwrlock(rwlock, deadline); });
+}
+
+SPANPROF_API SPANPROF_LOCK_HOOK int pthread_rwlock_clockwrlock(pthread_rwlock_t* rwlock, clockid_t clock,
+                                                               const timespec* deadline) noexcept {
+  namespace sd = spanprof::detail;
+  if (SPANPROF_LIKELY(!sd::lock_wait_watched(rwlock))) return sd::glibc_rwlock_clockwrlock(rwlock, clock, deadline);
+  return sd::watch_lock_wait(rwlock, [&] { return sd::glibc_rwlock_clockwrlock(rwlock, clock, deadline); });
 }
 
 SPANPROF_API SPANPROF_LOCK_HOOK int pthread_rwlock_unlock(pthread_rwlock_t* rwlock) noexcept {
@@ -23884,7 +24107,7 @@ SPANPROF_API SPANPROF_LOCK_HOOK int pthread_rwlock_unlock(pthread_rwlock_t* rwlo
   if (SPANPROF_LIKELY(!sd::lock_wait_table.anyone_waiting())) return sd::glibc_rwlock_unlock(rwlock);
   // A writer's release; a reader's lets a writer in only as the last one out, and
   // readers are not known.
-  if (static_cast<std::uint32_t>(rwlock->__data.__cur_writer) == sd::lock_thread_id()) sd::note_lock_release(rwlock);
+  if (sd::lock_owner(rwlock) == sd::lock_thread_id()) sd::note_lock_release(rwlock);
   return sd::glibc_rwlock_unlock(rwlock);
 }
 

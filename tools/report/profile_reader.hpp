@@ -47,6 +47,17 @@ struct SpanSamples {
   // Per kind: the value by source line (Collection::lines) of each sample's leaf.
   std::array<std::unordered_map<std::uint32_t, std::int64_t>, spanprof::profile_kind_count> line_values;
   std::array<std::int64_t, spanprof::profile_kind_count> samples{};
+  // Its lock profile's waits (docs/locks.md), by the side it was on, where in its
+  // code, and who held the lock.
+  struct LockWaits {
+    bool held = false;             // the waits were others', for a lock this span held
+    std::string site_function;     // the first frame outside the libraries: the lock's
+    std::string site_line;         // caller, or where this span released it ("" unknown)
+    std::string holder_span_id, holder_span_name, holder_function, holder_location;
+    std::int64_t holder_thread = 0;  // 0: unknown
+    std::int64_t delay_ns = 0, waits = 0;
+  };
+  std::vector<LockWaits> lock_waits;
 };
 
 // Every span read so far, and the frame tree their stacks point into.
@@ -225,7 +236,7 @@ inline constexpr std::uint32_t sample_type = 1, sample = 2, mapping = 3, locatio
                                time_nanos = 9, duration_nanos = 10, comment = 13, default_sample_type = 14;
 inline constexpr std::uint32_t value_type_type = 1;
 inline constexpr std::uint32_t sample_location_id = 1, sample_value = 2, sample_label = 3;
-inline constexpr std::uint32_t label_key = 1, label_str = 2;
+inline constexpr std::uint32_t label_key = 1, label_str = 2, label_num = 3;
 inline constexpr std::uint32_t mapping_id = 1, mapping_memory_start = 2, mapping_memory_limit = 3,
                                mapping_file_offset = 4, mapping_build_id = 6;
 inline constexpr std::uint32_t location_id = 1, location_mapping_id = 2, location_address = 3, location_line = 4;
@@ -425,6 +436,11 @@ class PprofReader {
                  std::int64_t line) {
     location.functions.push_back(into_.function(function, source_of(file, start_line)));
     if (location.line == no_line && !file.empty() && line > 0) location.line = into_.line(source_of(file, line));
+    if (kind_ == spanprof::ProfileKind::lock && location.site_function == no_function &&
+        !spanprof::detail::is_library_function(function)) {
+      location.site_function = location.functions.back();
+      if (!file.empty() && line > 0) location.site_line = into_.line(source_of(file, line));
+    }
   }
 
   bool name_later(std::uint64_t mapping_id, std::uint64_t address, std::vector<NamedFrame>& named) {
@@ -462,6 +478,10 @@ class PprofReader {
       std::uint32_t node;
       std::uint32_t line;
       std::int64_t value, count;
+      // A lock sample's: its side, the holder, and the first frame outside the libraries.
+      std::string_view lock_role, holder_span_id, holder_span_name, holder_function, holder_location;
+      std::int64_t holder_thread;
+      std::uint32_t site_function, site_line;
     };
     std::vector<Read> reads;
     reads.reserve(m_.samples.size());
@@ -472,6 +492,8 @@ class PprofReader {
       values.clear();
       Read read{};
       read.line = no_line;
+      read.site_function = no_function;
+      read.site_line = no_line;
       bool labels_ok = true;
       const bool ok = for_each_field(message, [&](std::uint32_t number, std::uint32_t type, std::uint64_t value, std::string_view bytes) {
         if (number == field::sample_location_id) return append_varints(type, value, bytes, location_ids);
@@ -497,6 +519,10 @@ class PprofReader {
         for (auto function = found->second.functions.rbegin(); function != found->second.functions.rend(); ++function)
           node = into_.child(node, *function);
         read.line = found->second.line;  // the leaf's, last
+        if (found->second.site_function != no_function) {  // the innermost such frame, last
+          read.site_function = found->second.site_function;
+          read.site_line = found->second.site_line;
+        }
       }
       read.node = node;
       reads.push_back(read);
@@ -540,6 +566,7 @@ class PprofReader {
       SpanSamples& span = into_.span(read.trace_id, read.span_id);
       if (span.name.empty()) span.name = std::string(read.name);
       if (span.reason.empty()) span.reason = std::string(read.reason);
+      if (kind_ == spanprof::ProfileKind::lock) add_lock_waits(span, read);
       if (one_span) {
         span.start_unix_ns = spool_record != nullptr ? spool_record->start_unix_ns : m_.time_nanos;
         span.duration_ns = spool_record != nullptr ? spool_record->duration_ns : m_.duration_nanos;
@@ -554,6 +581,31 @@ class PprofReader {
     return true;
   }
 
+  template <class Read>
+  void add_lock_waits(SpanSamples& span, const Read& read) {
+    SpanSamples::LockWaits waits;
+    waits.held = read.lock_role == "holder";
+    if (read.site_function != no_function) waits.site_function = into_.functions[read.site_function];
+    if (read.site_line != no_line) waits.site_line = into_.lines[read.site_line];
+    waits.holder_span_id = std::string(read.holder_span_id);
+    waits.holder_span_name = std::string(read.holder_span_name);
+    waits.holder_function = std::string(read.holder_function);
+    waits.holder_location = std::string(read.holder_location);
+    waits.holder_thread = read.holder_thread;
+    for (SpanSamples::LockWaits& known : span.lock_waits) {
+      if (known.held == waits.held && known.site_function == waits.site_function && known.site_line == waits.site_line &&
+          known.holder_span_id == waits.holder_span_id && known.holder_function == waits.holder_function &&
+          known.holder_location == waits.holder_location && known.holder_thread == waits.holder_thread) {
+        known.delay_ns += read.value;
+        known.waits += read.count;
+        return;
+      }
+    }
+    waits.delay_ns = read.value;
+    waits.waits = read.count;
+    span.lock_waits.push_back(std::move(waits));
+  }
+
   bool written_by_spanprof() const {
     for (const std::uint64_t index : m_.comments)
       if (index < m_.strings.size() && m_.strings[index].substr(0, 9) == "spanprof ") return true;
@@ -562,11 +614,12 @@ class PprofReader {
 
   template <class Read>
   bool read_label(std::string_view message, Read& read) {
-    std::uint64_t key = 0, str = 0;
+    std::uint64_t key = 0, str = 0, num = 0;
     if (!for_each_field(message, [&](std::uint32_t number, std::uint32_t type, std::uint64_t value, std::string_view) {
           if (number == field::label_key) key = value;
           if (number == field::label_str) str = value;
-          return number > field::label_str || type == 0;
+          if (number == field::label_num) num = value;
+          return number > field::label_num || type == 0;
         }))
       return fail("malformed label");
     std::string_view key_text, value_text;
@@ -576,10 +629,17 @@ class PprofReader {
     if (key_text == labels::span_id_label) read.span_id = value_text;
     if (key_text == labels::span_name_label) read.name = value_text;
     if (key_text == labels::profile_reason_label) read.reason = value_text;
+    if (key_text == labels::lock_role_label) read.lock_role = value_text;
+    if (key_text == labels::holder_span_id_label) read.holder_span_id = value_text;
+    if (key_text == labels::holder_span_name_label) read.holder_span_name = value_text;
+    if (key_text == labels::holder_function_label) read.holder_function = value_text;
+    if (key_text == labels::holder_location_label) read.holder_location = value_text;
+    if (key_text == labels::holder_thread_label) read.holder_thread = static_cast<std::int64_t>(num);
     return true;
   }
 
   static constexpr std::uint32_t no_line = ~std::uint32_t{0};
+  static constexpr std::uint32_t no_function = ~std::uint32_t{0};
   struct Mapping {
     std::uint64_t start = 0, limit = 0, file_offset = 0;
     std::string_view build_id;
@@ -591,6 +651,10 @@ class PprofReader {
   struct LocationRead {
     std::vector<std::uint32_t> functions;  // Collection's, innermost first
     std::uint32_t line = no_line;          // Collection's, the innermost known
+    // The innermost function outside the standard and C libraries, and its line
+    // (spanprof::detail::is_library_function): where a lock was taken or released.
+    std::uint32_t site_function = no_function;
+    std::uint32_t site_line = no_line;
   };
 
   Collection& into_;

@@ -10,15 +10,19 @@
 //    "names": [span name, ...], "reasons": [reason, ...],
 //    "start_ms": wall clock of the earliest span start (ms since the epoch), or 0,
 //    "spans": [[name, span id, trace id, reason, start offset ns | -1, duration ns | -1,
-//               cpu, heap, wall, hot lines, time], ...]}
+//               cpu, heap, wall, lock, hot lines, time, lock waits], ...]}
 //
-// where cpu, heap and wall (spanprof::ProfileKind's order) are each null or
+// where cpu, heap, wall and lock (spanprof::ProfileKind's order) are each null or
 // [samples, scale, node, value / scale, node, value / scale, ...]: scale is the
 // largest common divisor of the span's values (a CPU profile's are multiples of its
-// sampling period), which keeps the numbers short. Hot lines is [cpu, heap, wall],
+// sampling period), which keeps the numbers short. Hot lines is [cpu, heap, wall, lock],
 // each null or the span's 20 source lines of most value as leaves: [line, value, ...].
 // Time is null or where the span's time went (Options::time_split): [running ns,
 // waiting for a CPU ns, blocked ns, voluntary switches, involuntary switches].
+// Lock waits is null or the span's lock waits, the most delay first (at most 10):
+// [[held (0: the span waited, 1: others waited for a lock it held), delay ns, waits,
+// site function, site file:line, holder span id, holder span name, holder function,
+// holder location, holder thread (0: unknown)], ...], strings "" when unknown.
 #ifndef SPANPROF_TOOLS_REPORT_REPORT_DATA_HPP_
 #define SPANPROF_TOOLS_REPORT_REPORT_DATA_HPP_
 
@@ -127,6 +131,31 @@ inline void append_hot_lines(std::string& out, const SpanSamples& span) {
   out += ']';
 }
 
+inline void append_lock_waits(std::string& out, const SpanSamples& span) {
+  constexpr std::size_t most_entries = 10;
+  if (span.lock_waits.empty()) {
+    out += "null";
+    return;
+  }
+  std::vector<const SpanSamples::LockWaits*> sorted;
+  for (const auto& waits : span.lock_waits) sorted.push_back(&waits);
+  std::stable_sort(sorted.begin(), sorted.end(), [](const auto* a, const auto* b) { return a->delay_ns > b->delay_ns; });
+  if (sorted.size() > most_entries) sorted.resize(most_entries);
+  out += '[';
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    const SpanSamples::LockWaits& w = *sorted[i];
+    out += (i ? ",[" : "[") + std::string(w.held ? "1" : "0") + ',' + std::to_string(w.delay_ns) + ',' +
+           std::to_string(w.waits);
+    for (const std::string* text : {&w.site_function, &w.site_line, &w.holder_span_id, &w.holder_span_name,
+                                    &w.holder_function, &w.holder_location}) {
+      out += ',';
+      append_json_string(out, *text);
+    }
+    out += ',' + std::to_string(w.holder_thread) + ']';
+  }
+  out += ']';
+}
+
 }  // namespace detail
 
 // The JSON document described above.
@@ -177,6 +206,8 @@ inline std::string report_json(const Collection& collection) {
     } else {
       spans += ",null";
     }
+    spans += ',';
+    detail::append_lock_waits(spans, span);
     spans += ']';
   }
   spans += ']';

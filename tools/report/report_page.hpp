@@ -79,7 +79,7 @@ const PAGE = 500;
 const nodeParent = new Int32Array(D.nodes.length / 2), nodeFn = new Int32Array(D.nodes.length / 2);
 for (let i = 0; i < nodeParent.length; i++) { nodeParent[i] = D.nodes[2 * i]; nodeFn[i] = D.nodes[2 * i + 1]; }
 const spans = D.spans.map((s, i) => ({i, name: D.names[s[0]], id: s[1], trace: s[2], reason: D.reasons[s[3]],
-  start: s[4], dur: s[5], raw: [s[6], s[7], s[8], s[9]], lines: s[10] || [null, null, null, null], time: s[11] || null,
+  start: s[4], dur: s[5], raw: [s[6], s[7], s[8], s[9]], lines: s[10] || [null, null, null, null], time: s[11] || null, locks: s[12] || null,
   total: [0, 0, 0, 0], samples: 0}));
 for (const s of spans) for (let k = 0; k < KINDS.length; k++) {
   const r = s.raw[k]; if (!r) continue;
@@ -230,6 +230,27 @@ function markSearch() {
 }
 const warm = (v, total) => { const t = total > 0 ? Math.min(1, v / total) : 0; return 'hsl(' + (50 - 45 * t) + ',85%,' + (70 - 12 * t) + '%)'; };
 
+// A span's lock waits (docs/locks.md): the locks it waited for, where, and who held
+// them, where; and the waits it caused holding one.
+function lockWaits(s) {
+  if (!s.locks) return '';
+  const file = (path, fn) => path ? '<span class="mono" title="' + esc(path) + '">' + esc(path.replace(/^.*\//, '')) + '</span>' +
+    (fn ? ' (' + esc(fn) + ')' : '') : esc(fn || 'an unknown place');
+  let h = '<h2>Lock waits</h2><ul id="lock-waits">';
+  for (const [held, delay, waits, fn, line, holderId, holderName, holderFn, holderLine, holderThread] of s.locks) {
+    const count = waits > 1 ? ' in ' + waits + ' waits' : '';
+    if (held) {
+      h += '<li>made others wait ' + fmt(delay) + count + ' for the lock it released at ' + file(line, fn) + '</li>';
+      continue;
+    }
+    let holder = holderId ? 'span <span class="mono">' + esc(holderId) + '</span> (' + esc(holderName) + ')'
+      : holderThread ? 'thread ' + holderThread + ', in no span that records lock waits' : 'a holder unknown';
+    if (holderFn) holder += ' in ' + esc(holderFn) + (holderLine ? ' at ' + file(holderLine) : '');
+    h += '<li>waited ' + fmt(delay) + count + ' on the lock taken at ' + file(line, fn) + ', held by ' + holder + '</li>';
+  }
+  return h + '</ul>';
+}
+
 // ---- one span ----
 let selected = null, selectedKind = 0;
 function showSpan(s, k) {
@@ -241,7 +262,7 @@ function showSpan(s, k) {
   const mine = inclusive(selfByNode(s, k2));
   let h = '<h2>' + esc(s.name) + ' <span class="mono">span ' + esc(s.id) + '</span></h2>' +
     '<p class="mono">trace ' + esc(s.trace) + ' \u00b7 duration ' + known(s.dur) + ' \u00b7 keep reason ' + esc(s.reason || '\u2014') + '</p>' +
-    (s.time ? '<p id="time-split">' + splitBar(s, true) + '</p>' : '') +
+    (s.time ? '<p id="time-split">' + splitBar(s, true) + '</p>' : '') + lockWaits(s) +
     '<p class="tabs">';
   for (let k = 0; k < KINDS.length; k++) if (s.raw[k])
     h += '<button data-kind="' + k + '" class="' + (k === k2 ? 'on' : '') + '">' + KIND_TITLE[KINDS[k]] + ' ' + fmt(s.total[k], k) + '</button>';

@@ -234,6 +234,29 @@ inline constexpr const char* span_id_label = "span_id";
 inline constexpr const char* span_name_label = "span_name";
 inline constexpr const char* profile_reason_label = "profile_reason";
 inline constexpr const char* thread_state_label = "thread_state";  // wall samples' own (ThreadState)
+// A lock sample's own (docs/locks.md): which side of the wait it is, and who held
+// the lock, in which span, and where.
+inline constexpr const char* lock_role_label = "lock_role";
+inline constexpr const char* holder_thread_label = "holder_thread";
+inline constexpr const char* holder_span_id_label = "holder_span_id";
+inline constexpr const char* holder_trace_id_label = "holder_trace_id";
+inline constexpr const char* holder_span_name_label = "holder_span_name";
+inline constexpr const char* holder_function_label = "holder_function";
+inline constexpr const char* holder_location_label = "holder_location";
+// A raw lock sample's, numeric and repeated: the addresses where the holder
+// released the lock, innermost first, which the profile builder turns into
+// holder_function and holder_location.
+inline constexpr const char* holder_frame_label = "holder_frame";
+
+// Whether a function is the standard library's or the C library's: namespace std,
+// pthread_*, and the names reserved to the implementation (__gthread_*,
+// __glibcxx_*, __gnu_cxx::). Where a lock was held, and where it was waited for,
+// is the first frame that is not, whether std::mutex's code was inlined there or not.
+inline bool is_library_function(std::string_view name) noexcept {
+  for (const std::string_view prefix : {"std::", "__", "pthread_"})
+    if (name.substr(0, prefix.size()) == prefix) return true;
+  return false;
+}
 }  // namespace detail
 
 // The record `sample` belongs to, or null.

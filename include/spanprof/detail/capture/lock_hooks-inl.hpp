@@ -1,7 +1,8 @@
-// Internal. The lock hooks: spanprof's own pthread_mutex_lock, pthread_mutex_unlock,
-// pthread_rwlock_wrlock and pthread_rwlock_unlock, which every std::mutex,
-// std::timed_mutex, std::recursive_mutex and std::shared_mutex writer of the
-// program and its libraries (dlopen'ed ones too) calls; each forwards to glibc's.
+// Internal. The lock hooks: spanprof's own pthread_mutex_lock, _timedlock,
+// _clocklock and _unlock, pthread_rwlock_wrlock, _timedwrlock, _clockwrlock and
+// _unlock, which every std::mutex, std::timed_mutex, std::recursive_mutex and
+// std::shared_mutex / std::shared_timed_mutex writer of the program and its
+// libraries (dlopen'ed ones too) calls; each forwards to glibc's.
 // Compiled once per program with the runtime (config.hpp), so that the program's
 // definition is the one the dynamic linker binds every call to.
 //
@@ -19,7 +20,8 @@
 //  * glibc's functions are reached by their versioned names, bound at link time:
 //    dlsym could allocate, and take a lock these hooks are asked for. Under a
 //    sanitizer, its own hook of the call is called instead, so that it still sees
-//    every lock.
+//    every lock. The timed ones have no second name, and are found with dlsym as
+//    the program starts.
 //  * The lock's memory is read only while the caller holds or waits for it.
 //  * The hooks' frames are in a section of their own, so that the stacks they
 //    record start at the call into the lock, whatever was inlined.
@@ -50,7 +52,9 @@
 #include <cerrno>
 #include <cstdint>
 
+#include <dlfcn.h>
 #include <pthread.h>
+#include <time.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -78,6 +82,13 @@ int __interceptor_pthread_mutex_lock(pthread_mutex_t* mutex) __attribute__((weak
 int __interceptor_pthread_mutex_unlock(pthread_mutex_t* mutex) __attribute__((weak));
 int __interceptor_pthread_rwlock_wrlock(pthread_rwlock_t* rwlock) __attribute__((weak));
 int __interceptor_pthread_rwlock_unlock(pthread_rwlock_t* rwlock) __attribute__((weak));
+// A ThreadSanitizer's annotations of a lock, and its hooks of glibc's clock locks
+// where it has them (GCC 12's has none: a lock taken there is unknown to it, and
+// the unlock after is reported as an unlock of an unlocked mutex).
+void __tsan_mutex_pre_lock(void* addr, unsigned flags) __attribute__((weak));
+void __tsan_mutex_post_lock(void* addr, unsigned flags, int recursion) __attribute__((weak));
+int __interceptor_pthread_mutex_clocklock(pthread_mutex_t* mutex, clockid_t clock, const timespec* deadline)
+    __attribute__((weak));
 // The hooks' code, which recorded stacks leave out.
 extern const char __start_spanprof_lock_hooks[] __attribute__((weak));
 extern const char __stop_spanprof_lock_hooks[] __attribute__((weak));
@@ -103,6 +114,72 @@ inline int glibc_rwlock_unlock(pthread_rwlock_t* rwlock) noexcept {
                                                           : spanprof_glibc_rwlock_unlock(rwlock);
 }
 
+// glibc's timed locks, which glibc keeps under no second name: a versioned reference
+// to pthread_mutex_timedlock@GLIBC_2.2.5 finds the program's own, unversioned
+// definition first. They are found with dlsym(RTLD_NEXT) (glibc's, or a
+// sanitizer's hook of the call), as the program starts, or at the first call should
+// one come earlier.
+template <class Function>
+class NextDefinition {
+ public:
+  explicit constexpr NextDefinition(const char* name) noexcept : name_(name) {}
+  Function get() noexcept {
+    Function found = function_.load(std::memory_order_acquire);
+    if (SPANPROF_UNLIKELY(found == nullptr)) {
+      found = reinterpret_cast<Function>(::dlsym(RTLD_NEXT, name_));
+      function_.store(found, std::memory_order_release);
+    }
+    return found;
+  }
+
+ private:
+  const char* name_;
+  std::atomic<Function> function_{nullptr};
+};
+inline NextDefinition<int (*)(pthread_mutex_t*, const timespec*)> next_mutex_timedlock{"pthread_mutex_timedlock"};
+inline NextDefinition<int (*)(pthread_mutex_t*, clockid_t, const timespec*)> next_mutex_clocklock{
+    "pthread_mutex_clocklock"};
+inline NextDefinition<int (*)(pthread_rwlock_t*, const timespec*)> next_rwlock_timedwrlock{
+    "pthread_rwlock_timedwrlock"};
+inline NextDefinition<int (*)(pthread_rwlock_t*, clockid_t, const timespec*)> next_rwlock_clockwrlock{
+    "pthread_rwlock_clockwrlock"};
+
+__attribute__((constructor)) inline void find_glibc_timed_locks() noexcept {
+  (void)next_mutex_timedlock.get();
+  (void)next_mutex_clocklock.get();
+  (void)next_rwlock_timedwrlock.get();
+  (void)next_rwlock_clockwrlock.get();
+}
+
+// A clock lock taken past a ThreadSanitizer that does not hook it, told to it as
+// the timed lock it is (a try that may fail).
+template <class Lock, class Take>
+int tell_thread_sanitizer(Lock* primitive, Take take) noexcept {
+  if (&__tsan_mutex_pre_lock == nullptr || &__interceptor_pthread_mutex_clocklock != nullptr) return take();
+  constexpr unsigned try_lock = 1u << 4, try_lock_failed = 1u << 5;  // sanitizer/tsan_interface.h
+  __tsan_mutex_pre_lock(primitive, try_lock);
+  const int result = take();
+  __tsan_mutex_post_lock(primitive, result == 0 ? try_lock : try_lock | try_lock_failed, 0);
+  return result;
+}
+
+inline int glibc_mutex_timedlock(pthread_mutex_t* mutex, const timespec* deadline) noexcept {
+  const auto next = next_mutex_timedlock.get();
+  return next != nullptr ? next(mutex, deadline) : EINVAL;
+}
+inline int glibc_mutex_clocklock(pthread_mutex_t* mutex, clockid_t clock, const timespec* deadline) noexcept {
+  const auto next = next_mutex_clocklock.get();
+  return next != nullptr ? tell_thread_sanitizer(mutex, [&] { return next(mutex, clock, deadline); }) : EINVAL;
+}
+inline int glibc_rwlock_timedwrlock(pthread_rwlock_t* rwlock, const timespec* deadline) noexcept {
+  const auto next = next_rwlock_timedwrlock.get();
+  return next != nullptr ? next(rwlock, deadline) : EINVAL;
+}
+inline int glibc_rwlock_clockwrlock(pthread_rwlock_t* rwlock, clockid_t clock, const timespec* deadline) noexcept {
+  const auto next = next_rwlock_clockwrlock.get();
+  return next != nullptr ? tell_thread_sanitizer(rwlock, [&] { return next(rwlock, clock, deadline); }) : EINVAL;
+}
+
 // Whether a lock is held as the caller comes to it, read without taking it: a
 // lock another thread takes a moment later is then waited for unseen, a wait
 // that began within nanoseconds of a release.
@@ -113,6 +190,15 @@ inline bool lock_held(const pthread_rwlock_t* rwlock) noexcept {
   // glibc's readers word: the readers from bit 3 up, bit 1 set while a writer holds it.
   const unsigned readers = __atomic_load_n(&rwlock->__data.__readers, __ATOMIC_RELAXED);
   return (readers & 2u) != 0 || (readers >> 3) != 0;
+}
+
+// The thread glibc says holds it: a mutex's owner, a writer holding a rwlock
+// (readers are only counted); 0 when none is recorded there.
+inline std::uint32_t lock_owner(const pthread_mutex_t* mutex) noexcept {
+  return static_cast<std::uint32_t>(mutex->__data.__owner);
+}
+inline std::uint32_t lock_owner(const pthread_rwlock_t* rwlock) noexcept {
+  return static_cast<std::uint32_t>(rwlock->__data.__cur_writer);
 }
 
 // Whether this lock call is a wait to watch: the thread is in a span that records
@@ -156,24 +242,32 @@ SPANPROF_LOCK_HOOK int capture_lock_caller_stack(void** frames, int max_depth, s
   return depth;
 }
 
-// Records `wait` in the thread's lock log, with the caller's stack, when a span
-// that records lock waits is open on this thread.
-SPANPROF_LOCK_HOOK void record_lock_wait(const LockWait& wait) noexcept {
-  ThreadStackSampler* sampler = current_stack_sampler;
+// The stack of the code that called the lock or unlock, for a record in this
+// thread's lock log: -1 when no span on the thread records lock waits (or the
+// hooks record one already, and this lock is theirs).
+SPANPROF_LOCK_HOOK int lock_record_stack(const ThreadStackSampler* sampler, void** frames) noexcept {
   ThreadLockLog& log = thread_lock_log;
-  if (sampler == nullptr || log.words == nullptr || log.recording || sampler->innermost_lock_span() == nullptr) return;
+  if (sampler == nullptr || log.words == nullptr || log.recording || sampler->innermost_lock_span() == nullptr)
+    return -1;
   log.recording = true;
-  void* frames[max_stack_depth_limit];
   const int depth = capture_lock_caller_stack(frames, sampler->settings().max_depth, log.stack_top);
-  const std::size_t need = lock_record_words(wait.holder_span, static_cast<std::size_t>(depth));
-  if (depth <= 0 || log.used + need > ThreadLockLog::capacity_words) {
-    sampler->counters().add(Counter::lock_waits_dropped, 1);
-  } else {
-    write_lock_record(log.words + log.used, wait, frames, static_cast<std::size_t>(depth));
-    log.used += need;
-    sampler->counters().add(Counter::lock_waits_recorded, 1);
-  }
   log.recording = false;
+  return depth;
+}
+
+// Records `wait` in the thread's lock log with the stack lock_record_stack gave.
+SPANPROF_LOCK_HOOK void record_lock_wait(ThreadStackSampler* sampler, const LockWait& wait, void* const* frames,
+                                         int depth) noexcept {
+  if (depth < 0) return;
+  ThreadLockLog& log = thread_lock_log;
+  const std::size_t need = lock_record_words(wait, static_cast<std::size_t>(depth));
+  if (depth == 0 || log.used + need > ThreadLockLog::capacity_words) {
+    sampler->counters().add(Counter::lock_waits_dropped, 1);
+    return;
+  }
+  write_lock_record(log.words + log.used, wait, frames, static_cast<std::size_t>(depth));
+  log.used += need;
+  sampler->counters().add(Counter::lock_waits_recorded, 1);
 }
 
 // A wait under way: from the moment the lock was found held to its acquisition.
@@ -189,40 +283,65 @@ SPANPROF_LOCK_HOOK LockWaitUnderWay begin_lock_wait(const void* address, std::ui
   return {address, owner_tid, start, lock_wait_table.register_wait(address, start)};
 }
 
-SPANPROF_LOCK_HOOK void end_lock_wait(const LockWaitUnderWay& wait) noexcept {
+// `acquired` false: a timed wait gave up. Its holder is the one glibc named as it
+// began: a release since let another waiter in, not this one.
+SPANPROF_LOCK_HOOK void end_lock_wait(const LockWaitUnderWay& wait, bool acquired) noexcept {
   const std::int64_t end = monotonic_now_ns();
   LockHolder holder;
-  const bool let_in = lock_wait_table.finish_wait(wait.address, wait.registration, wait.start_ns, holder);
-  if (!wait.registration.tracked) {
-    if (ThreadStackSampler* sampler = current_stack_sampler) sampler->counters().add(Counter::lock_waits_untracked, 1);
-  }
+  const bool let_in =
+      lock_wait_table.finish_wait(wait.address, wait.registration, wait.start_ns, holder) && acquired;
+  ThreadStackSampler* sampler = current_stack_sampler;
+  if (!wait.registration.tracked && sampler != nullptr) sampler->counters().add(Counter::lock_waits_untracked, 1);
   LockWait record;
   record.contentions = 1;
   record.delay_ns = end > wait.start_ns ? static_cast<std::uint64_t>(end - wait.start_ns) : 0;
   record.holder_tid = let_in ? holder.tid : wait.owner_tid;
   RecordedSpan holder_span{holder.span.trace_id, holder.span.span_id, holder.span.name, holder.span.name_bytes};
-  if (let_in && holder.in_span) record.holder_span = &holder_span;
-  record_lock_wait(record);
+  if (let_in && holder.in_span) {
+    record.holder_span = &holder_span;
+    record.holder_frames = holder.frames;
+    record.holder_depth = holder.depth;
+  }
+  void* frames[max_stack_depth_limit];
+  record_lock_wait(sampler, record, frames, lock_record_stack(sampler, frames));
 }
 
-// The calling thread releases `lock`: its waiters learn who released it, and the
-// releaser's span is charged what they waited under it.
+// The calling thread releases `lock`: its waiters learn who released it and
+// where, and the releaser's span is charged what they waited under it.
 SPANPROF_LOCK_HOOK void note_lock_release(const void* address) noexcept {
   LockHolder me;
   me.tid = lock_thread_id();
-  const ActiveSpan* span = nullptr;
-  if (ThreadStackSampler* sampler = current_stack_sampler) span = sampler->innermost_lock_span();
+  ThreadStackSampler* sampler = current_stack_sampler;
+  const ActiveSpan* span = sampler != nullptr ? sampler->innermost_lock_span() : nullptr;
+  void* frames[max_stack_depth_limit];
+  int depth = -1;
   if (span != nullptr) {
     me.in_span = true;
     me.span = span->lock_identity;
+    // Walked before the release, so that the waiter it lets in learns where.
+    if (lock_wait_table.waited_for(address)) depth = lock_record_stack(sampler, frames);
+    for (int i = 0; i < depth && i < static_cast<int>(LockHolder::max_frames); ++i, ++me.depth)
+      me.frames[i] = reinterpret_cast<std::uintptr_t>(frames[i]);
   }
   const LockWaitTable::Charge charge = lock_wait_table.release(address, monotonic_now_ns(), me);
   if (charge.waiters == 0 || span == nullptr) return;
+  if (depth < 0) depth = lock_record_stack(sampler, frames);
   LockWait record;
   record.held = true;
   record.contentions = charge.waiters;
   record.delay_ns = static_cast<std::uint64_t>(charge.delay_ns);
-  record_lock_wait(record);
+  record_lock_wait(sampler, record, frames, depth);
+}
+
+// A lock call found to wait, watched: `take` is glibc's lock call (or its hook's).
+// Inlined into each hook: a template's code would be placed outside the hooks'
+// section, and its frame would head every recorded stack.
+template <class Lock, class Take>
+__attribute__((always_inline)) inline int watch_lock_wait(Lock* primitive, Take take) noexcept {
+  const LockWaitUnderWay wait = begin_lock_wait(primitive, lock_owner(primitive));
+  const int result = take();
+  end_lock_wait(wait, result == 0);
+  return result;
 }
 
 }  // namespace detail
@@ -233,10 +352,21 @@ extern "C" {
 SPANPROF_API SPANPROF_LOCK_HOOK int pthread_mutex_lock(pthread_mutex_t* mutex) noexcept {
   namespace sd = spanprof::detail;
   if (SPANPROF_LIKELY(!sd::lock_wait_watched(mutex))) return sd::glibc_mutex_lock(mutex);
-  const sd::LockWaitUnderWay wait = sd::begin_lock_wait(mutex, static_cast<std::uint32_t>(mutex->__data.__owner));
-  const int result = sd::glibc_mutex_lock(mutex);
-  sd::end_lock_wait(wait);
-  return result;
+  return sd::watch_lock_wait(mutex, [mutex] { return sd::glibc_mutex_lock(mutex); });
+}
+
+// std::timed_mutex::try_lock_for and try_lock_until: a wait until a deadline.
+SPANPROF_API SPANPROF_LOCK_HOOK int pthread_mutex_timedlock(pthread_mutex_t* mutex, const timespec* deadline) noexcept {
+  namespace sd = spanprof::detail;
+  if (SPANPROF_LIKELY(!sd::lock_wait_watched(mutex))) return sd::glibc_mutex_timedlock(mutex, deadline);
+  return sd::watch_lock_wait(mutex, [&] { return sd::glibc_mutex_timedlock(mutex, deadline); });
+}
+
+SPANPROF_API SPANPROF_LOCK_HOOK int pthread_mutex_clocklock(pthread_mutex_t* mutex, clockid_t clock,
+                                                            const timespec* deadline) noexcept {
+  namespace sd = spanprof::detail;
+  if (SPANPROF_LIKELY(!sd::lock_wait_watched(mutex))) return sd::glibc_mutex_clocklock(mutex, clock, deadline);
+  return sd::watch_lock_wait(mutex, [&] { return sd::glibc_mutex_clocklock(mutex, clock, deadline); });
 }
 
 SPANPROF_API SPANPROF_LOCK_HOOK int pthread_mutex_unlock(pthread_mutex_t* mutex) noexcept {
@@ -251,11 +381,21 @@ SPANPROF_API SPANPROF_LOCK_HOOK int pthread_mutex_unlock(pthread_mutex_t* mutex)
 SPANPROF_API SPANPROF_LOCK_HOOK int pthread_rwlock_wrlock(pthread_rwlock_t* rwlock) noexcept {
   namespace sd = spanprof::detail;
   if (SPANPROF_LIKELY(!sd::lock_wait_watched(rwlock))) return sd::glibc_rwlock_wrlock(rwlock);
-  // The writer holding it, if one does (readers are only counted).
-  const sd::LockWaitUnderWay wait = sd::begin_lock_wait(rwlock, static_cast<std::uint32_t>(rwlock->__data.__cur_writer));
-  const int result = sd::glibc_rwlock_wrlock(rwlock);
-  sd::end_lock_wait(wait);
-  return result;
+  return sd::watch_lock_wait(rwlock, [rwlock] { return sd::glibc_rwlock_wrlock(rwlock); });
+}
+
+// std::shared_timed_mutex::try_lock_for and try_lock_until.
+SPANPROF_API SPANPROF_LOCK_HOOK int pthread_rwlock_timedwrlock(pthread_rwlock_t* rwlock, const timespec* deadline) noexcept {
+  namespace sd = spanprof::detail;
+  if (SPANPROF_LIKELY(!sd::lock_wait_watched(rwlock))) return sd::glibc_rwlock_timedwrlock(rwlock, deadline);
+  return sd::watch_lock_wait(rwlock, [&] { return sd::glibc_rwlock_timedwrlock(rwlock, deadline); });
+}
+
+SPANPROF_API SPANPROF_LOCK_HOOK int pthread_rwlock_clockwrlock(pthread_rwlock_t* rwlock, clockid_t clock,
+                                                               const timespec* deadline) noexcept {
+  namespace sd = spanprof::detail;
+  if (SPANPROF_LIKELY(!sd::lock_wait_watched(rwlock))) return sd::glibc_rwlock_clockwrlock(rwlock, clock, deadline);
+  return sd::watch_lock_wait(rwlock, [&] { return sd::glibc_rwlock_clockwrlock(rwlock, clock, deadline); });
 }
 
 SPANPROF_API SPANPROF_LOCK_HOOK int pthread_rwlock_unlock(pthread_rwlock_t* rwlock) noexcept {
@@ -263,7 +403,7 @@ SPANPROF_API SPANPROF_LOCK_HOOK int pthread_rwlock_unlock(pthread_rwlock_t* rwlo
   if (SPANPROF_LIKELY(!sd::lock_wait_table.anyone_waiting())) return sd::glibc_rwlock_unlock(rwlock);
   // A writer's release; a reader's lets a writer in only as the last one out, and
   // readers are not known.
-  if (static_cast<std::uint32_t>(rwlock->__data.__cur_writer) == sd::lock_thread_id()) sd::note_lock_release(rwlock);
+  if (sd::lock_owner(rwlock) == sd::lock_thread_id()) sd::note_lock_release(rwlock);
   return sd::glibc_rwlock_unlock(rwlock);
 }
 

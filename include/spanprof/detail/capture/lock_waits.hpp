@@ -34,9 +34,14 @@ namespace detail {
 
 // Who released a lock, as the waiter it let in learns it.
 struct LockHolder {
+  static constexpr std::size_t max_frames = 8;
   std::uint32_t tid = 0;  // 0: unknown
   bool in_span = false;   // a span that records lock waits held it: `span` says which
   LockSpanIdentity span;
+  // Where it released the lock, innermost first (return addresses, the first the
+  // call into the unlock): recorded by a holder in such a span only.
+  std::uint8_t depth = 0;
+  std::uint64_t frames[max_frames] = {};
 };
 
 class LockWaitTable {
@@ -62,15 +67,22 @@ class LockWaitTable {
   // Any wait registered now, anywhere: while none is, a release looks no further.
   bool anyone_waiting() const noexcept { return waiting_.load(std::memory_order_relaxed) != 0; }
 
+  // Whether waits for `lock` are registered, read without the entry's lock: a
+  // holder about to release it learns whether its stack is worth walking. A wait
+  // registered a moment later is charged all the same, with no place for its holder.
+  bool waited_for(const void* address) const noexcept {
+    return entries_[index_of(address)].address.load(std::memory_order_relaxed) == address;
+  }
+
   // A thread begins to wait for `lock` at `start_ns` (monotonic).
   Registration register_wait(const void* address, std::int64_t start_ns) noexcept {
     Registration registration;
     registration.index = index_of(address);
     Entry& entry = entries_[registration.index];
     hold(entry);
-    if (entry.waiters == 0 || entry.address == address) {
+    if (entry.waiters == 0 || entry.address.load(std::memory_order_relaxed) == address) {
       if (entry.waiters == 0) {
-        entry.address = address;
+        entry.address.store(address, std::memory_order_relaxed);
         entry.marks_ns = 0;
       }
       ++entry.waiters;
@@ -91,9 +103,9 @@ class LockWaitTable {
     Entry& entry = entries_[registration.index];
     hold(entry);
     const bool released = entry.releases != registration.releases;
-    if (entry.address == address && entry.waiters != 0) {
+    if (entry.address.load(std::memory_order_relaxed) == address && entry.waiters != 0) {
       entry.marks_ns -= released ? entry.released_ns : start_ns;
-      if (--entry.waiters == 0) entry.address = nullptr;
+      if (--entry.waiters == 0) entry.address.store(nullptr, std::memory_order_relaxed);
     }
     if (released) holder = entry.holder;
     let_go(entry);
@@ -106,7 +118,7 @@ class LockWaitTable {
     Charge charge;
     Entry& entry = entries_[index_of(address)];
     hold(entry);
-    if (entry.address == address && entry.waiters != 0) {
+    if (entry.address.load(std::memory_order_relaxed) == address && entry.waiters != 0) {
       const std::int64_t marks_now = static_cast<std::int64_t>(entry.waiters) * now_ns;
       charge.waiters = entry.waiters;
       charge.delay_ns = marks_now > entry.marks_ns ? marks_now - entry.marks_ns : 0;
@@ -125,7 +137,7 @@ class LockWaitTable {
     for (Entry& entry : entries_) {
       entry.busy.store(0, std::memory_order_relaxed);
       entry.waiters = 0;
-      entry.address = nullptr;
+      entry.address.store(nullptr, std::memory_order_relaxed);
       entry.marks_ns = 0;
     }
     waiting_.store(0, std::memory_order_relaxed);
@@ -135,7 +147,9 @@ class LockWaitTable {
   struct alignas(64) Entry {
     std::atomic<std::uint32_t> busy{0};
     std::uint32_t waiters = 0;
-    const void* address = nullptr;     // the lock its waiters wait for (null: free)
+    // The lock its waiters wait for (null: free); written under `busy`, read
+    // without it by waited_for.
+    std::atomic<const void*> address{nullptr};
     std::int64_t marks_ns = 0;      // the sum of its waiters' marks: start, or the last release since
     std::int64_t released_ns = 0;   // the last release
     std::uint64_t releases = 0;

@@ -21,13 +21,15 @@
 //                      is continuous_record_mark, bit 0 when a label follows, the
 //                      name's bytes in bits 8-15.
 //   lock record        [meta, delay ns, holder tid, (trace id 2 words, span id 1 word, name words)?,
-//                       depth, pc_0 ...]
+//                       holder's pc_0 ..., depth, pc_0 ...]
 //                      what a thread's lock hooks (lock_hooks.hpp) write for a lock wait
 //                      in a lock-profiled span: the span waited for a holder, or held
 //                      the lock others waited for. meta is lock_record_mark, bit 0 the
 //                      side (set: it held), bit 1 when the holder's span label follows,
-//                      the name's bytes in bits 8-15, the contentions in bits 16-47. The
-//                      frames are return addresses, the first the call into the lock.
+//                      the name's bytes in bits 8-15, the contentions in bits 16-47,
+//                      the holder's frames (where it released the lock) in bits 48-51.
+//                      The frames are return addresses, the first the call into the
+//                      lock (or the holder's unlock).
 //   heap log record    [size, live-table slot, live-table entry, depth, pc_0 ...]
 //                      in a thread's heap log while its span is open.
 //   heap hand-off      [size, live at span close (0/1), depth, pc_0 ...]
@@ -274,6 +276,7 @@ inline constexpr std::uint64_t lock_record_held = 1;         // the span held th
 inline constexpr std::uint64_t lock_record_holder_span = 2;  // the holder's span follows the header
 inline constexpr std::size_t lock_record_header_words = 3;   // meta, delay, holder tid
 inline constexpr std::uint64_t lock_record_most_contentions = 0xFFFF'FFFF;
+inline constexpr std::size_t lock_record_most_holder_frames = 15;
 
 // One lock record: a wait the span had, or the waits it caused holding a lock.
 struct LockWait {
@@ -282,25 +285,31 @@ struct LockWait {
   std::uint64_t delay_ns = 0;          // their time
   std::uint64_t holder_tid = 0;        // a waiter's: the thread that held the lock (0: unknown)
   const RecordedSpan* holder_span = nullptr;  // and its span, when it was in one
+  // And where that span's code released the lock, innermost first (at most
+  // lock_record_most_holder_frames return addresses).
+  const std::uint64_t* holder_frames = nullptr;
+  std::size_t holder_depth = 0;
 };
 
-constexpr std::size_t lock_record_words(const RecordedSpan* holder_span, std::size_t depth) noexcept {
-  return lock_record_header_words + (holder_span != nullptr ? recorded_span_words(holder_span->name_bytes) : 0) +
+constexpr std::size_t lock_record_words(const LockWait& wait, std::size_t depth) noexcept {
+  return lock_record_header_words +
+         (wait.holder_span != nullptr ? recorded_span_words(wait.holder_span->name_bytes) : 0) + wait.holder_depth +
          1 + depth;
 }
 
 // `frames` holds `depth` return addresses, innermost first. Writes
-// lock_record_words(wait.holder_span, depth) words.
+// lock_record_words(wait, depth) words.
 inline void write_lock_record(std::uint64_t* out, const LockWait& wait, void* const* frames, std::size_t depth) noexcept {
   const std::size_t name_bytes = wait.holder_span != nullptr ? wait.holder_span->name_bytes : 0;
   const std::uint64_t contentions =
       wait.contentions < lock_record_most_contentions ? wait.contentions : lock_record_most_contentions;
   *out++ = lock_record_mark | (wait.held ? lock_record_held : 0) |
            (wait.holder_span != nullptr ? lock_record_holder_span : 0) | static_cast<std::uint64_t>(name_bytes) << 8 |
-           contentions << 16;
+           contentions << 16 | static_cast<std::uint64_t>(wait.holder_depth) << 48;
   *out++ = wait.delay_ns;
   *out++ = wait.holder_tid;
   if (wait.holder_span != nullptr) out = write_recorded_span(out, *wait.holder_span);
+  for (std::size_t i = 0; i < wait.holder_depth; ++i) *out++ = wait.holder_frames[i];
   *out++ = depth;
   for (std::size_t i = 0; i < depth; ++i) out[i] = reinterpret_cast<std::uintptr_t>(frames[i]);
 }
@@ -327,19 +336,16 @@ void for_each_lock_record(const std::uint64_t* words, std::size_t count, Visit&&
       wait.holder_span = &holder;
       at += recorded_span_words(name_bytes);
     }
+    wait.holder_depth = (meta >> 48) & lock_record_most_holder_frames;
+    if (at + wait.holder_depth + 1 > count) break;
+    wait.holder_frames = words + at;
+    at += wait.holder_depth;
     const std::uint64_t depth = words[at];
     if (depth == 0 || depth > count - at - 1) break;
     visit(wait, words + at + 1, static_cast<std::size_t>(depth));
     i = at + 1 + static_cast<std::size_t>(depth);
   }
 }
-
-// The labels of a lock sample, as its profile shows them (docs/locks.md).
-inline constexpr const char* lock_role_label = "lock_role";
-inline constexpr const char* holder_thread_label = "holder_thread";
-inline constexpr const char* holder_span_id_label = "holder_span_id";
-inline constexpr const char* holder_trace_id_label = "holder_trace_id";
-inline constexpr const char* holder_span_name_label = "holder_span_name";
 
 // Appends one lock sample per record, values {contentions, delay ns}.
 inline void read_lock_records(const std::uint64_t* words, std::size_t count, RawProfile& profile) {
@@ -352,18 +358,20 @@ inline void read_lock_records(const std::uint64_t* words, std::size_t count, Raw
       label.key = key;
       label.str = std::move(value);
     };
+    auto number = [&](const char* key, std::uint64_t value) {
+      Label& label = sample.labels.emplace_back();
+      label.key = key;
+      label.num = static_cast<std::int64_t>(value);
+      label.is_num = true;
+    };
     text(lock_role_label, wait.held ? "holder" : "waiter");
     if (wait.held) return;
-    if (wait.holder_tid != 0) {
-      Label& thread = sample.labels.emplace_back();
-      thread.key = holder_thread_label;
-      thread.num = static_cast<std::int64_t>(wait.holder_tid);
-      thread.is_num = true;
-    }
+    if (wait.holder_tid != 0) number(holder_thread_label, wait.holder_tid);
     if (wait.holder_span == nullptr) return;
     text(holder_span_id_label, SpanId(wait.holder_span->span_id).to_hex());
     text(holder_trace_id_label, TraceId(wait.holder_span->trace_id).to_hex());
     text(holder_span_name_label, std::string(wait.holder_span->name, wait.holder_span->name_bytes));
+    for (std::size_t i = 0; i < wait.holder_depth; ++i) number(holder_frame_label, wait.holder_frames[i]);
   });
 }
 

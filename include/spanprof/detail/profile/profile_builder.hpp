@@ -98,7 +98,7 @@ class ProfileBuilder {
         state.str = std::string(to_string(in.thread_state));
         sample.labels.push_back(std::move(state));
       }
-      if (in.labels != nullptr) sample.labels.insert(sample.labels.end(), in.labels->begin(), in.labels->end());
+      if (in.labels != nullptr) add_own_labels(*in.labels, sample.labels);
       sample.location_ids.reserve(in.frames->size());
       for (std::size_t i = 0; i < in.frames->size(); ++i) {
         // Callers' frames hold return addresses, which may already belong to the
@@ -144,6 +144,44 @@ class ProfileBuilder {
       }
       return;
     }
+  }
+
+  // A sample's own labels, the holder_frame addresses of a lock sample named: as
+  // holder_function and holder_location, the first of the frames (inlined ones
+  // included, innermost first) outside the standard library and the C library, so
+  // that they say whose code held the lock, whether std::mutex::unlock was inlined
+  // there or not.
+  void add_own_labels(const std::vector<Label>& labels, std::vector<Label>& out) {
+    std::string_view function, file;
+    std::int64_t line = 0;
+    bool found = false;
+    const auto consider = [&](std::string_view name, std::string_view name_file, std::int64_t name_line) {
+      if (found || name.empty()) return;
+      function = name;
+      file = name_file;
+      line = name_line;
+      found = !is_library_function(name);
+    };
+    for (const Label& label : labels) {
+      if (label.key != holder_frame_label) {
+        out.push_back(label);
+        continue;
+      }
+      if (found || !label.is_num || label.num == 0) continue;
+      const ResolvedFrame frame = symbolizer_.resolve(static_cast<std::uintptr_t>(label.num) - 1);
+      for (std::size_t i = 0; i < frame.inlined_count; ++i)
+        consider(frame.inlined[i].function, frame.inlined[i].file, frame.inlined[i].line);
+      consider(frame.function.empty() ? frame.system_name : frame.function, frame.file, frame.line);
+    }
+    if (function.empty()) return;
+    Label& function_label = out.emplace_back();
+    function_label.key = holder_function_label;
+    function_label.str = std::string(function);
+    if (file.empty()) return;
+    Label& location_label = out.emplace_back();
+    location_label.key = holder_location_label;
+    location_label.str = std::string(file);
+    if (line != 0) location_label.str += ':' + std::to_string(line);
   }
 
   std::uint64_t location_for(std::uintptr_t address, Profile& profile) {
