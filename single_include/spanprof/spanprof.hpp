@@ -24010,6 +24010,8 @@ SPANPROF_LOCK_HOOK void end_lock_wait(const LockWaitUnderWay& wait, bool acquire
   record_lock_wait(sampler, record, frames, lock_record_stack(sampler, frames));
 }
 
+static_assert(LockHolder::max_frames <= lock_record_most_holder_frames, "a lock record holds the holder's frames");
+
 // The calling thread releases `lock`: its waiters learn who released it and
 // where, and the releaser's span is charged what they waited under it.
 SPANPROF_LOCK_HOOK void note_lock_release(const void* address) noexcept {

@@ -89,6 +89,9 @@ void fuzz_one(std::string_view bytes) {
                                SPANPROF_FUZZ_CHECK(name + wait.holder_span->name_bytes <=
                                                    reinterpret_cast<const std::uint8_t*>(pcs));
                              }
+                             SPANPROF_FUZZ_CHECK(wait.holder_depth <= sd::lock_record_most_holder_frames);
+                             if (wait.holder_depth != 0)
+                               SPANPROF_FUZZ_CHECK(wait.holder_frames > last && wait.holder_frames + wait.holder_depth < pcs);
                              last = pcs + depth;
                              ++lock_records;
                            });
