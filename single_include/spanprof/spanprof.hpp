@@ -23793,6 +23793,8 @@ void __tsan_mutex_pre_lock(void* addr, unsigned flags) __attribute__((weak));
 void __tsan_mutex_post_lock(void* addr, unsigned flags, int recursion) __attribute__((weak));
 int __interceptor_pthread_mutex_clocklock(pthread_mutex_t* mutex, clockid_t clock, const timespec* deadline)
     __attribute__((weak));
+int __interceptor_pthread_rwlock_clockwrlock(pthread_rwlock_t* rwlock, clockid_t clock, const timespec* deadline)
+    __attribute__((weak));
 // The hooks' code, which recorded stacks leave out.
 extern const char __start_spanprof_lock_hooks[] __attribute__((weak));
 extern const char __stop_spanprof_lock_hooks[] __attribute__((weak));
@@ -23855,11 +23857,12 @@ __attribute__((constructor)) inline void find_glibc_timed_locks() noexcept {
   (void)next_rwlock_clockwrlock.get();
 }
 
-// A clock lock taken past a ThreadSanitizer that does not hook it, told to it as
-// the timed lock it is (a try that may fail).
+// A clock lock taken past a ThreadSanitizer that does not hook it (`hooked`: its
+// own hook of the call, when it has one), told to it as the timed lock it is (a
+// try that may fail).
 template <class Lock, class Take>
-int tell_thread_sanitizer(Lock* primitive, Take take) noexcept {
-  if (&__tsan_mutex_pre_lock == nullptr || &__interceptor_pthread_mutex_clocklock != nullptr) return take();
+int tell_thread_sanitizer(Lock* primitive, const void* hooked, Take take) noexcept {
+  if (&__tsan_mutex_pre_lock == nullptr || hooked != nullptr) return take();
   constexpr unsigned try_lock = 1u << 4, try_lock_failed = 1u << 5;  // sanitizer/tsan_interface.h
   __tsan_mutex_pre_lock(primitive, try_lock);
   const int result = take();
@@ -23873,7 +23876,8 @@ inline int glibc_mutex_timedlock(pthread_mutex_t* mutex, const timespec* deadlin
 }
 inline int glibc_mutex_clocklock(pthread_mutex_t* mutex, clockid_t clock, const timespec* deadline) noexcept {
   const auto next = next_mutex_clocklock.get();
-  return next != nullptr ? tell_thread_sanitizer(mutex, [&] { return next(mutex, clock, deadline); }) : EINVAL;
+  const void* hooked = reinterpret_cast<const void*>(&__interceptor_pthread_mutex_clocklock);
+  return next != nullptr ? tell_thread_sanitizer(mutex, hooked, [&] { return next(mutex, clock, deadline); }) : EINVAL;
 }
 inline int glibc_rwlock_timedwrlock(pthread_rwlock_t* rwlock, const timespec* deadline) noexcept {
   const auto next = next_rwlock_timedwrlock.get();
@@ -23881,7 +23885,9 @@ inline int glibc_rwlock_timedwrlock(pthread_rwlock_t* rwlock, const timespec* de
 }
 inline int glibc_rwlock_clockwrlock(pthread_rwlock_t* rwlock, clockid_t clock, const timespec* deadline) noexcept {
   const auto next = next_rwlock_clockwrlock.get();
-  return next != nullptr ? tell_thread_sanitizer(rwlock, [&] { return next(rwlock, clock, deadline); }) : EINVAL;
+  const void* hooked = reinterpret_cast<const void*>(&__interceptor_pthread_rwlock_clockwrlock);
+  return next != nullptr ? tell_thread_sanitizer(rwlock, hooked, [&] { return next(rwlock, clock, deadline); })
+                         : EINVAL;
 }
 
 // Whether a lock is held as the caller comes to it, read without taking it: a
