@@ -453,3 +453,112 @@ TEST_CASE("lock: a wait for a mutex of a dlopen'ed library, under the library's 
   ::dlclose(plugin);
 }
 #endif
+
+// ---- glibc's own locks: sampled by the ticker, the holder unknown ----------------
+
+namespace {
+
+// The waiter's lock profile against the wait it measured: one wait, its delay
+// within 15 % of [least, most], under `function`, no holder named (glibc records none).
+void check_glibc_lock_waiter(const std::vector<CollectedProfile>& profiles, const spanprof::SpanContext& span,
+                             double least, double most, const std::string& function) {
+  const CollectedProfile* collected = lock_profile_of(profiles, span);
+  INFO("measured: at least " << least * 1e3 << " ms, at most " << most * 1e3 << " ms");
+  REQUIRE(collected != nullptr);
+  const spanprof::Profile& profile = collected->decoded;
+  INFO("its lock profile:" << describe(profile));
+  std::int64_t waits = 0;
+  for (const auto& sample : profile.samples) {
+    CHECK(label_of(sample, "holder_thread").empty());
+    CHECK(label_of(sample, "holder_span_id").empty());
+    waits += sample.values[0];
+  }
+  CHECK(waits == 1);
+  CHECK(delay_seconds(profile, "waiter") > least * 0.85);
+  CHECK(delay_seconds(profile, "waiter") < most * 1.15);
+  CHECK(delay_share_under(profile, "waiter", function) >= 0.90);
+}
+
+__attribute__((noinline)) Clock::time_point write_report(std::FILE* file) {
+  std::fputs("restocked\n", file);
+  return Clock::now();
+}
+
+__attribute__((noinline)) void await_restock(std::condition_variable& restocked, std::unique_lock<std::mutex>& lock,
+                                             const bool& done) {
+  restocked.wait(lock, [&] { return done; });
+}
+
+}  // namespace
+
+TEST_CASE("lock: a span waiting for a FILE another thread holds (stdio's own lock) has the wait under the call "
+          "that waited, the holder unknown",
+          "[lock]") {
+  const int busy = GENERATE(0, 3);
+  INFO(busy << " busy processes beside");
+  spanprof_test::BusyProcesses load(busy, 60);
+  spanprof::Options options;
+  Collector collector(options);
+  std::FILE* file = std::fopen("/dev/null", "w");
+  REQUIRE(file != nullptr);
+  std::atomic<bool> holding{false};
+  std::thread holder([&] {
+    ::flockfile(file);
+    holding = true;
+    std::this_thread::sleep_for(hold_time);
+    ::funlockfile(file);
+  });
+  while (!holding) std::this_thread::yield();
+  const spanprof::SpanContext span = span_number(9500);
+  Clock::time_point start, end;
+  {
+    spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "POST /report"}, spanprof::lock);
+    start = Clock::now();
+    end = write_report(file);
+  }
+  holder.join();
+  std::fclose(file);
+  REQUIRE(spanprof::flush(std::chrono::seconds(10)));
+  const double measured = std::chrono::duration<double>(end - start).count();
+  check_glibc_lock_waiter(collector.profiles(), span, measured, measured, "write_report");
+}
+
+TEST_CASE("lock: a span whose condition variable wakes while another thread holds its mutex has the re-acquire's "
+          "wait, the holder unknown",
+          "[lock]") {
+  const int busy = GENERATE(0, 3);
+  INFO(busy << " busy processes beside");
+  spanprof_test::BusyProcesses load(busy, 60);
+  spanprof::Options options;
+  Collector collector(options);
+  std::mutex mutex;
+  std::condition_variable restocked;
+  bool done = false;
+  std::atomic<bool> waiting{false};
+  Clock::time_point notified;
+  std::thread notifier([&] {
+    while (!waiting) std::this_thread::yield();
+    std::unique_lock<std::mutex> lock(mutex);  // the waiter let it go as it began to wait
+    done = true;
+    restocked.notify_one();
+    notified = Clock::now();
+    std::this_thread::sleep_for(hold_time);
+  });
+  const spanprof::SpanContext span = span_number(9501);
+  Clock::time_point opened, woke;
+  {
+    spanprof::ScopedProfile guard(spanprof::NamedSpan{span, "GET /stock"}, spanprof::lock);
+    opened = Clock::now();
+    std::unique_lock<std::mutex> lock(mutex);
+    waiting = true;
+    await_restock(restocked, lock, done);
+    woke = Clock::now();
+  }
+  notifier.join();
+  REQUIRE(spanprof::flush(std::chrono::seconds(10)));
+  // Its wait for the mutex: from the notification to the wait's return, or from as
+  // early as the span's open when the thread waited for a core, or in the condition
+  // wait, before the ticker's first look (docs/locks.md).
+  check_glibc_lock_waiter(collector.profiles(), span, std::chrono::duration<double>(woke - notified).count(),
+                          std::chrono::duration<double>(woke - opened).count(), "await_restock");
+}

@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -52,6 +53,12 @@ __attribute__((noinline)) void restock_all(std::mutex& shelf, std::atomic<bool>&
   released = std::chrono::steady_clock::now();
   held.unlock();
   stock_moves.fetch_add(1);
+}
+// And one writes the ledger, a FILE another thread holds locked: stdio's own lock.
+__attribute__((noinline)) int write_ledger(std::FILE* ledger) {
+  const int written = std::fputs("restocked\n", ledger);
+  stock_moves.fetch_add(1);  // not a tail call: this frame stays on the stack
+  return written;
 }
 }  // namespace inventory
 
@@ -432,6 +439,8 @@ TEST_CASE("a browser shows a span's lock wait: where it waited, and the span and
   double measured_ms = 0, before_release_ms = 0;  // around the waiter's take_stock(), and until the holder let go
   std::chrono::steady_clock::time_point start, released;
   const auto holder_span = spanprof_test::span_number(7060), waiter_span = spanprof_test::span_number(7061);
+  const auto ledger_span = spanprof_test::span_number(7062);
+  double ledger_ms = 0;  // around write_ledger()
   {
     auto options = spanprof::Options();
     options.uploaders.push_back(std::make_shared<spanprof::FileUploader>(dir.sub("profiles")));
@@ -451,6 +460,23 @@ TEST_CASE("a browser shows a span's lock wait: where it waited, and the span and
     }
     holder.join();
     before_release_ms = std::chrono::duration<double, std::milli>(released - start).count();
+    std::FILE* ledger = std::fopen("/dev/null", "w");
+    REQUIRE(ledger != nullptr);
+    std::thread clerk([&] {
+      ::flockfile(ledger);
+      holding = false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(40));
+      ::funlockfile(ledger);
+    });
+    while (holding.load()) std::this_thread::yield();
+    {
+      spanprof::ScopedProfile guard(spanprof::NamedSpan{ledger_span, "POST /ledger"}, spanprof::lock);
+      start = std::chrono::steady_clock::now();
+      inventory::write_ledger(ledger);
+      ledger_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    }
+    clerk.join();
+    std::fclose(ledger);
   }
   const std::string page = dir.sub("report.html");
   const auto run = capture_command(report_command(dir.sub("profiles") + " -o " + page));
@@ -491,6 +517,13 @@ TEST_CASE("a browser shows a span's lock wait: where it waited, and the span and
   CHECK(shown_ms(held, "made others wait ") > before_release_ms * 0.85);
   CHECK(shown_ms(held, "made others wait ") < before_release_ms * 1.15);
   CHECK(contains(held, "inventory::restock_all"));
+  // A wait on glibc's own lock: its place is the program's call, past fwrite; no holder.
+  const std::string ledger_waits = lock_waits(ledger_span);
+  INFO("the ledger writer's: " << ledger_waits << "\nmeasured " << ledger_ms << " ms around write_ledger()");
+  CHECK(shown_ms(ledger_waits, "waited ") > ledger_ms * 0.85);
+  CHECK(shown_ms(ledger_waits, "waited ") < ledger_ms * 1.15);
+  CHECK(contains(ledger_waits, "inventory::write_ledger"));
+  CHECK(contains(ledger_waits, ", its holder unknown"));
 }
 
 }  // namespace report_test

@@ -10392,6 +10392,10 @@ inline constexpr std::uint64_t wall_tick_tag = 0x5350'574Cull << 32;  // "SPWL"
 // thread's CPU clock pass, which the kernel had not delivered yet (cpu_watch).
 inline constexpr std::uint64_t cpu_tick_tag = 0x5350'4350ull << 32;  // "SPCP"
 
+// What the ticker's lock tick carries: the slot of a wait on one of glibc's own
+// locks it found the thread in (internal_lock_waits.hpp), whose stack to take.
+inline constexpr std::uint64_t lock_tick_tag = 0x5350'4C4Bull << 32;  // "SPLK"
+
 // Queues `signal_number` to thread `tid` of process `pid` with `value` (a tag and
 // its data), as sigqueue does for a process: the handler tells its senders apart by
 // the value. False when the thread is gone or its queue is full.
@@ -13114,10 +13118,13 @@ SPANPROF_NAMESPACE_END
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
 
-// Where a thread is blocked, as /proc/self/task/<tid>/syscall tells: its user
-// stack pointer and instruction pointer. The same site at two ticks, with
+// Where a thread is blocked, as /proc/self/task/<tid>/syscall tells: the system
+// call (-1: blocked outside one, in a page fault say), its first arguments, and
+// the user stack pointer and instruction pointer. The same site at two ticks, with
 // little CPU time between them, is the same wait.
 struct BlockedSite {
+  long call = -1;
+  std::uint64_t args[4] = {0, 0, 0, 0};
   std::uint64_t sp = 0;
   std::uint64_t pc = 0;
   friend bool operator==(const BlockedSite& a, const BlockedSite& b) noexcept { return a.sp == b.sp && a.pc == b.pc; }
@@ -13126,7 +13133,7 @@ struct BlockedSite {
 // What /proc/self/task/<tid>/syscall says of a thread: on a core or waiting for
 // one (the kernel prints "running" for both: it reads the system call of a thread
 // that is not runnable only), or blocked, with its site ("<nr> <6 args> <sp> <pc>",
-// nr -1 when blocked outside a system call, in a page fault say).
+// or "-1 <sp> <pc>").
 enum class ThreadActivity : std::uint8_t { unknown, runnable, blocked };
 
 // `syscall_fd` is that file, opened at the first call (-1 until then) and kept
@@ -13141,35 +13148,51 @@ inline ThreadActivity read_thread_activity(pid_t tid, int& syscall_fd, BlockedSi
   char text[256];
   const ssize_t n = ::pread(syscall_fd, text, sizeof text - 1, 0);
   if (n <= 0) return ThreadActivity::unknown;
-  text[n] = '\0';
   if (text[0] == 'r') return ThreadActivity::runnable;  // "running"
-  // The last two fields.
-  std::uint64_t fields[2] = {0, 0};
+  // The fields: the call's number in decimal, the rest in hex ("0x...").
+  std::uint64_t fields[9] = {};
   int found = 0;
-  const char* end = text + n;
-  while (end > text && (end[-1] == '\n' || end[-1] == ' ')) --end;
-  for (int f = 1; f >= 0; --f) {
-    const char* start = end;
-    while (start > text && start[-1] != ' ') --start;
-    if (start == end) break;
+  const char* c = text;
+  const char* const end = text + n;
+  const bool outside_a_call = c[0] == '-';
+  if (outside_a_call) ++c;
+  while (c < end && *c != '\n' && found < 9) {
+    const bool hex = end - c > 2 && c[0] == '0' && c[1] == 'x';
+    if (hex) c += 2;
     std::uint64_t value = 0;
-    const char* c = start;
-    if (end - c > 2 && c[0] == '0' && c[1] == 'x') c += 2;
-    for (; c < end; ++c) {
+    const char* digits = c;
+    for (; c < end && *c != ' ' && *c != '\n'; ++c) {
       const char d = *c;
-      const int digit = d >= '0' && d <= '9' ? d - '0' : d >= 'a' && d <= 'f' ? d - 'a' + 10 : -1;
+      const int digit = d >= '0' && d <= '9' ? d - '0' : hex && d >= 'a' && d <= 'f' ? d - 'a' + 10 : -1;
       if (digit < 0) return ThreadActivity::unknown;
-      value = value * 16 + static_cast<std::uint64_t>(digit);
+      value = value * (hex ? 16 : 10) + static_cast<std::uint64_t>(digit);
     }
-    fields[f] = value;
-    ++found;
-    end = start > text ? start - 1 : start;
+    if (c == digits) return ThreadActivity::unknown;
+    fields[found++] = value;
+    if (c < end && *c == ' ') ++c;
   }
-  if (found != 2) return ThreadActivity::unknown;
-  site.sp = fields[0];
-  site.pc = fields[1];
+  if (found != (outside_a_call ? 3 : 9)) return ThreadActivity::unknown;
+  site = BlockedSite{};
+  site.call = outside_a_call ? -1 : static_cast<long>(fields[0]);
+  if (!outside_a_call)
+    for (int i = 0; i < 4; ++i) site.args[i] = fields[1 + i];
+  site.sp = fields[found - 2];
+  site.pc = fields[found - 1];
   return ThreadActivity::blocked;
 }
+
+// The wall ticker's own view of a thread (ThreadStackSampler::ticker_).
+struct TickerView {
+  int syscall_fd = -1;
+  bool sampled_blocked = false;  // the last signal found the thread blocked at `site`
+  BlockedSite site;
+  std::uint32_t generation = 0;
+  std::int64_t cpu_ns = 0;
+  std::int64_t cpu_point_signalled = 0;  // the CPU watch's last point sent
+  std::int64_t cpu_seen = -1;            // the thread's CPU clock at the last read
+  std::int64_t seen_at_ns = 0;           // the ticker's monotonic clock then
+  std::uint32_t still_looks = 0;         // looks in a row that found it unchanged
+};
 
 // The process's thread ids, sorted, from an open /proc/self/task.
 inline bool list_threads(int task_dir_fd, std::vector<pid_t>& out) {
@@ -13830,6 +13853,475 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DETAIL_CAPTURE_PROCESS_SAMPLER_HPP_
 // ---- end spanprof/detail/capture/process_sampler.hpp ----
+// ---- begin spanprof/detail/capture/lock_waits.hpp ----
+// The process's table of lock waits under way: how the lock hooks (lock_hooks.hpp)
+// tell a holder what its waiters waited, and a waiter who let it in.
+//
+// Why it is shaped like this (docs/locks.md):
+//  * A waiter cannot read the holder's span: the holder's thread may exit, and its
+//    guard is not the waiter's to read. The holder writes who it is into the entry
+//    of the lock as it releases it, and the waiter it lets in reads that.
+//  * A holder is charged, at each release, the time its waiters waited since they
+//    began or since the release before (Go's mutex profile since 1.22): each
+//    waiter's mark is its start or the last release, and the entry keeps their
+//    sum, so a release costs the same whatever the number of waiters.
+//  * Only contended locks touch it (an uncontended lock never waits): one entry per
+//    lock address, direct-mapped, each behind a spin lock held for a few stores. A
+//    lock whose entry another contended lock holds waits untracked (counted): its
+//    waiter still records its wait, with the holder's thread only.
+//  * The lock's memory is never touched here: a mutex may be destroyed and its
+//    page unmapped right after its wait.
+#ifndef SPANPROF_DETAIL_CAPTURE_LOCK_WAITS_HPP_
+#define SPANPROF_DETAIL_CAPTURE_LOCK_WAITS_HPP_
+
+
+#if SPANPROF_ENABLED
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include <sched.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// Who released a lock, as the waiter it let in learns it.
+struct LockHolder {
+  static constexpr std::size_t max_frames = 8;
+  std::uint32_t tid = 0;  // 0: unknown
+  bool in_span = false;   // a span that records lock waits held it: `span` says which
+  LockSpanIdentity span;
+  // Where it released the lock, innermost first (return addresses, the first the
+  // call into the unlock): recorded by a holder in such a span only.
+  std::uint8_t depth = 0;
+  std::uint64_t frames[max_frames] = {};
+};
+
+class LockWaitTable {
+ public:
+  static constexpr std::size_t entry_count = 1024;
+
+  // A waiter's place in the table, from register_wait to finish_wait.
+  struct Registration {
+    std::uint32_t index = 0;
+    std::uint64_t releases = 0;  // the entry's releases when it registered
+    bool tracked = false;        // false: the entry was another lock's
+  };
+
+  // What a release ended: the waiters it found and the time they waited under this
+  // holder (since they began, or since the release before).
+  struct Charge {
+    std::uint32_t waiters = 0;
+    std::int64_t delay_ns = 0;
+  };
+
+  constexpr LockWaitTable() noexcept = default;
+
+  // Any wait registered now, anywhere: while none is, a release looks no further.
+  bool anyone_waiting() const noexcept { return waiting_.load(std::memory_order_relaxed) != 0; }
+
+  // Whether waits for `lock` are registered, read without the entry's lock: a
+  // holder about to release it learns whether its stack is worth walking. A wait
+  // registered a moment later is charged all the same, with no place for its holder.
+  bool waited_for(const void* address) const noexcept {
+    return entries_[index_of(address)].address.load(std::memory_order_relaxed) == address;
+  }
+
+  // A thread begins to wait for `lock` at `start_ns` (monotonic).
+  Registration register_wait(const void* address, std::int64_t start_ns) noexcept {
+    Registration registration;
+    registration.index = index_of(address);
+    Entry& entry = entries_[registration.index];
+    hold(entry);
+    if (entry.waiters == 0 || entry.address.load(std::memory_order_relaxed) == address) {
+      if (entry.waiters == 0) {
+        entry.address.store(address, std::memory_order_relaxed);
+        entry.marks_ns = 0;
+      }
+      ++entry.waiters;
+      entry.marks_ns += start_ns;
+      registration.releases = entry.releases;
+      registration.tracked = true;
+    }
+    let_go(entry);
+    if (registration.tracked) waiting_.fetch_add(1, std::memory_order_relaxed);
+    return registration;
+  }
+
+  // The waiter holds `lock` now (or gave up). True when a release let it in since
+  // it registered: `holder` is who released it last.
+  bool finish_wait(const void* address, const Registration& registration, std::int64_t start_ns,
+                   LockHolder& holder) noexcept {
+    if (!registration.tracked) return false;
+    Entry& entry = entries_[registration.index];
+    hold(entry);
+    const bool released = entry.releases != registration.releases;
+    if (entry.address.load(std::memory_order_relaxed) == address && entry.waiters != 0) {
+      entry.marks_ns -= released ? entry.released_ns : start_ns;
+      if (--entry.waiters == 0) entry.address.store(nullptr, std::memory_order_relaxed);
+    }
+    if (released) holder = entry.holder;
+    let_go(entry);
+    waiting_.fetch_sub(1, std::memory_order_relaxed);
+    return released;
+  }
+
+  // `lock` is released at `now_ns` by `holder`: what its waiters waited under it.
+  Charge release(const void* address, std::int64_t now_ns, const LockHolder& holder) noexcept {
+    Charge charge;
+    Entry& entry = entries_[index_of(address)];
+    hold(entry);
+    if (entry.address.load(std::memory_order_relaxed) == address && entry.waiters != 0) {
+      const std::int64_t marks_now = static_cast<std::int64_t>(entry.waiters) * now_ns;
+      charge.waiters = entry.waiters;
+      charge.delay_ns = marks_now > entry.marks_ns ? marks_now - entry.marks_ns : 0;
+      entry.marks_ns = marks_now;
+      entry.released_ns = now_ns;
+      ++entry.releases;
+      entry.holder = holder;
+    }
+    let_go(entry);
+    return charge;
+  }
+
+  // In a forked child: the waits were the parent's threads', which the child does
+  // not have, and an entry's spin lock may have been held by one of them.
+  void reset_after_fork() noexcept {
+    for (Entry& entry : entries_) {
+      entry.busy.store(0, std::memory_order_relaxed);
+      entry.waiters = 0;
+      entry.address.store(nullptr, std::memory_order_relaxed);
+      entry.marks_ns = 0;
+    }
+    waiting_.store(0, std::memory_order_relaxed);
+  }
+
+ private:
+  struct alignas(64) Entry {
+    std::atomic<std::uint32_t> busy{0};
+    std::uint32_t waiters = 0;
+    // The lock its waiters wait for (null: free); written under `busy`, read
+    // without it by waited_for.
+    std::atomic<const void*> address{nullptr};
+    std::int64_t marks_ns = 0;      // the sum of its waiters' marks: start, or the last release since
+    std::int64_t released_ns = 0;   // the last release
+    std::uint64_t releases = 0;
+    LockHolder holder;              // who released it last
+  };
+
+  static std::uint32_t index_of(const void* address) noexcept {
+    const auto at = reinterpret_cast<std::uintptr_t>(address) >> 3;
+    return static_cast<std::uint32_t>((at * 0x9E3779B97F4A7C15ull) >> 54) & (entry_count - 1);
+  }
+
+  // The entry's spin lock: held for a few stores, so a spin mostly means its
+  // holder was preempted, and the waiter yields its core to it.
+  static void hold(Entry& entry) noexcept {
+    for (unsigned spins = 0; entry.busy.exchange(1, std::memory_order_acquire) != 0;) {
+      if (++spins < 64) {
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+      } else {
+        ::sched_yield();
+      }
+    }
+  }
+  static void let_go(Entry& entry) noexcept { entry.busy.store(0, std::memory_order_release); }
+
+  static_assert((entry_count & (entry_count - 1)) == 0, "index_of masks by the count");
+  Entry entries_[entry_count];
+  // Registered waits, all entries; read by every unlock: a line of its own, which
+  // no other variable's writes take from the cores that read it.
+  alignas(64) std::atomic<std::uint32_t> waiting_{0};
+};
+
+// Whether a span has asked for lock profiles since the process started: until
+// then a lock costs one load more than glibc's (lock_hooks-inl.hpp). Read by every
+// lock: a line of its own.
+struct alignas(64) LockHooksSwitch {
+  std::atomic<bool> on{false};
+  bool load(std::memory_order order) const noexcept { return on.load(order); }
+  void store(bool value, std::memory_order order) noexcept { on.store(value, order); }
+};
+inline LockHooksSwitch lock_hooks_on;
+
+// Constant-initialized: a lock taken before main, or after the runtime's statics are
+// destroyed, still finds it.
+inline LockWaitTable lock_wait_table;
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_DETAIL_CAPTURE_LOCK_WAITS_HPP_
+// ---- end spanprof/detail/capture/lock_waits.hpp ----
+// ---- begin spanprof/detail/capture/internal_lock_waits.hpp ----
+// Waits on glibc's own locks: malloc's arenas, a FILE's lock (stdio), the
+// loader's lock, the mutex a condition variable takes back as its wait ends. glibc
+// takes them through internal calls that no hook of a public function sees (and
+// a lock hook can miss a wait on a mutex taken a moment after it looked). Each
+// such wait is one system call: futex(word, FUTEX_WAIT, 2, no timeout), glibc's
+// "locked, with waiters" state, from __lll_lock_wait or __lll_lock_wait_private.
+//
+// So they are sampled, by the wall ticker (wall_ticker.hpp). At its wall ticks it
+// looks at each thread with a lock-profiled span open: a thread blocked in that
+// call, on a lock word no hook watches (lock_waits.hpp), is in such a wait. The
+// first look signals the thread, whose handler takes its stack; while the wait
+// lasts the ticker looks every millisecond, and times it; at its span's close the
+// thread writes it into its lock log (lock_log.hpp), the holder unknown: glibc's
+// private locks record none. A wait shorter than the ticks' interval is seen in
+// proportion to its length (docs/locks.md).
+//
+// Each time is bounded by looks and narrowed by the thread's CPU clock, which
+// stands still while it waits:
+//  * the wait began after the thread's outermost lock span opened, and after the
+//    last look that did not find it: at the later of the two, plus the CPU the
+//    thread ran since (exact when it held its core meanwhile; early by the time it
+//    waited for one, or blocked elsewhere, in between);
+//  * it ended after the last look that found it, and before the first that did
+//    not (or the span's close): at the close less the CPU the thread ran since.
+#ifndef SPANPROF_DETAIL_CAPTURE_INTERNAL_LOCK_WAITS_HPP_
+#define SPANPROF_DETAIL_CAPTURE_INTERNAL_LOCK_WAITS_HPP_
+
+
+#if SPANPROF_ENABLED
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// Whether a blocked thread's call is glibc's wait for one of its locks.
+inline bool in_glibc_lock_wait(const BlockedSite& site) noexcept {
+  return site.call == SYS_futex && (site.args[1] & ~std::uint64_t{FUTEX_PRIVATE_FLAG}) == FUTEX_WAIT &&
+         site.args[2] == 2 && site.args[3] == 0;
+}
+
+class InternalLockWaits {
+ public:
+  static constexpr int max_frames = 64;
+  static constexpr std::uint32_t slots = 4;  // waits sampled per span before its close writes them
+  // The CPU a waiting thread may run between two looks and still be in its wait:
+  // woken by the signal, glibc's loop waits again.
+  static constexpr std::int64_t still_cpu_ns = 500'000;
+
+  // One sampled wait, from the look that found it to the close that writes it.
+  struct Wait {
+    enum : std::uint32_t { free, signalled, stack_taken };
+    std::atomic<std::uint32_t> state{free};
+    std::atomic<std::int64_t> start_ns{0};      // the ticker's: the wait's start (above)
+    std::atomic<std::int64_t> last_seen_ns{0};  // the last look that found it waiting
+    std::atomic<std::int64_t> gone_ns{0};       // the first look that did not (0: none yet)
+    std::atomic<std::int64_t> cpu_ns{0};        // the thread's CPU clock while it waited
+    std::atomic<std::uint64_t> pc{0};           // where it waits (the handler checks it is still there)
+    // The handler's.
+    int depth = 0;
+    void* frames[max_frames];
+  };
+
+  // ---- its own thread: the lock-profiled spans open on it ----
+
+  // True when the thread had none open before (the ticker then has one more
+  // thread to look at). Waits left by a span that closed on another thread are
+  // dropped then.
+  bool span_opened(std::int64_t now_ns) noexcept {
+    const bool first = open_spans_.load(std::memory_order_relaxed) == 0;
+    if (first) {
+      outermost_opened_ns_.store(now_ns, std::memory_order_relaxed);
+      outermost_opened_cpu_ns_.store(this_thread_cpu_ns(), std::memory_order_relaxed);
+      for (Wait& wait : waits_) {
+        std::uint32_t taken = Wait::stack_taken;
+        wait.state.compare_exchange_strong(taken, Wait::free, std::memory_order_acq_rel);
+      }
+    }
+    open_spans_.fetch_add(1, std::memory_order_release);
+    return first;
+  }
+  // True when it was the thread's last. From any thread: a span can close on
+  // another (a coroutine resumed elsewhere).
+  bool span_closed() noexcept {
+    std::uint32_t open = open_spans_.load(std::memory_order_relaxed);
+    while (open != 0 && !open_spans_.compare_exchange_weak(open, open - 1, std::memory_order_release,
+                                                            std::memory_order_relaxed)) {
+    }
+    return open == 1;
+  }
+  bool span_open() const noexcept { return open_spans_.load(std::memory_order_relaxed) != 0; }
+
+  // Whether a wait's stack was taken (its thread only): most spans have none, and
+  // their close reads no clock for it.
+  bool has_waits() const noexcept {
+    for (const Wait& wait : waits_)
+      if (wait.state.load(std::memory_order_acquire) == Wait::stack_taken) return true;
+    return false;
+  }
+
+  // Calls `write(frames, depth, delay_ns)` for each wait whose stack was taken, and
+  // frees it. `now_ns` and `cpu_now_ns`: the thread's clocks at its span's close.
+  template <class Write>
+  void take_waits(std::int64_t now_ns, std::int64_t cpu_now_ns, Write&& write) noexcept {
+    for (Wait& wait : waits_) {
+      if (wait.state.load(std::memory_order_acquire) != Wait::stack_taken) continue;
+      const std::int64_t last_seen = wait.last_seen_ns.load(std::memory_order_relaxed);
+      const std::int64_t gone = wait.gone_ns.load(std::memory_order_relaxed);
+      const std::int64_t ran_since = cpu_now_ns >= 0 ? cpu_now_ns - wait.cpu_ns.load(std::memory_order_relaxed) : 0;
+      const std::int64_t latest = gone != 0 ? gone : now_ns;
+      const std::int64_t end = std::clamp(now_ns - std::max<std::int64_t>(ran_since, 0), last_seen, latest);
+      const std::int64_t delay = end - wait.start_ns.load(std::memory_order_relaxed);
+      write(static_cast<void* const*>(wait.frames), wait.depth, static_cast<std::uint64_t>(std::max<std::int64_t>(delay, 0)));
+      wait.state.store(Wait::free, std::memory_order_release);
+    }
+  }
+
+  // ---- the handler, on the ticker's signal ----
+
+  // Takes the stack of a wait the ticker found, when the thread is still at its
+  // call (`pc`: the interrupted instruction; the kernel moves it back onto the call
+  // when it restarts it). `walk(frames, max)` walks the interrupted stack.
+  template <class Walk>
+  void take_stack(std::uint32_t slot, std::uint64_t pc, Walk&& walk) noexcept {
+    Wait& wait = waits_[slot % slots];
+    if (wait.state.load(std::memory_order_acquire) != Wait::signalled) return;
+    const std::uint64_t at = wait.pc.load(std::memory_order_relaxed);
+    if (pc > at || at - pc > 4) {
+      wait.state.store(Wait::free, std::memory_order_release);  // gone by now: nothing to take
+      return;
+    }
+    wait.depth = walk(wait.frames, max_frames);
+    // The walk's CPU (the first one reads call frame information: milliseconds) is
+    // no running after the wait.
+    wait.cpu_ns.store(this_thread_cpu_ns(), std::memory_order_relaxed);
+    wait.state.store(wait.depth > 0 ? Wait::stack_taken : Wait::free, std::memory_order_release);
+  }
+
+  // ---- the ticker (its thread, under the sampler list's mutex) ----
+
+  struct Look {
+    bool watching = false;  // a wait is under way, or may begin: look again in a millisecond
+    int signal_slot = -1;   // a wait found: signal the thread with this slot
+  };
+
+  // A look at thread `tid`, `due` at a wall tick (otherwise only a wait under way is
+  // looked at). `syscall_fd`: the thread's /proc syscall file (thread_status.hpp).
+  Look look(pid_t tid, int& syscall_fd, std::int64_t now, bool due) noexcept {
+    Look result;
+    if (!span_open()) {
+      end_watch(now);
+      seen_at_ns_ = -1;
+      on_other_futex_ = false;
+      return result;
+    }
+    if (!due && watched_ < 0 && !on_other_futex_) return result;
+    const std::int64_t cpu = thread_cpu_ns(tid);
+    BlockedSite site;
+    // A thread that ran no CPU since the last look is where that look found it.
+    const bool moved = cpu != seen_cpu_ns_ || seen_at_ns_ < 0;
+    // Nor is one whose clock moves between two reads blocked: it runs (most looks at
+    // a busy server's threads), and its syscall file is not read.
+    const bool blocked = (moved || watched_ >= 0) && thread_cpu_ns(tid) == cpu &&
+                         read_thread_activity(tid, syscall_fd, site) == ThreadActivity::blocked;
+    if (moved) on_other_futex_ = blocked && site.call == SYS_futex && !in_glibc_lock_wait(site);
+    if (watched_ >= 0) {
+      // Still waiting: blocked at the same call, or running for a moment between two
+      // waits at it (the signal wakes it from the call; glibc's loop waits again).
+      Wait& wait = waits_[watched_];
+      const bool still = cpu >= 0 && cpu - wait.cpu_ns.load(std::memory_order_relaxed) < still_cpu_ns;
+      if (still && (!blocked || site == watched_site_)) {
+        wait.last_seen_ns.store(now, std::memory_order_relaxed);
+        wait.cpu_ns.store(cpu, std::memory_order_relaxed);
+        result.watching = true;
+      } else {
+        end_watch(now);
+      }
+    }
+    if (watched_ < 0 && moved && blocked && in_glibc_lock_wait(site) &&
+        !lock_wait_table.waited_for(reinterpret_cast<const void*>(site.args[0])))
+      result.signal_slot = begin_watch(site, now, cpu);
+    if (result.signal_slot >= 0 || on_other_futex_) result.watching = true;
+    seen_at_ns_ = now;
+    seen_cpu_ns_ = cpu;
+    return result;
+  }
+
+  // The signal for the slot could not be sent: the wait goes unsampled.
+  void signal_failed(int slot) noexcept {
+    waits_[slot].state.store(Wait::free, std::memory_order_release);
+    watched_ = -1;
+  }
+
+  // In a forked child: the ticker is the parent's, and so were its looks.
+  void reset_after_fork() noexcept {
+    for (Wait& wait : waits_) wait.state.store(Wait::free, std::memory_order_relaxed);
+    watched_ = -1;
+    seen_at_ns_ = -1;
+  }
+
+ private:
+  int begin_watch(const BlockedSite& site, std::int64_t now, std::int64_t cpu) noexcept {
+    for (std::uint32_t slot = 0; slot < slots; ++slot) {
+      Wait& wait = waits_[slot];
+      if (wait.state.load(std::memory_order_acquire) != Wait::free) continue;
+      // A moment plus the CPU the thread ran since is the earliest its wait can have
+      // begun: the latest such moment known, the span's open or the last look.
+      const std::int64_t opened = outermost_opened_ns_.load(std::memory_order_relaxed);
+      const std::int64_t opened_cpu = outermost_opened_cpu_ns_.load(std::memory_order_relaxed);
+      std::int64_t start = opened + (cpu >= 0 && opened_cpu >= 0 ? cpu - opened_cpu : 0);
+      if (seen_at_ns_ >= 0 && cpu >= 0 && seen_cpu_ns_ >= 0) start = std::max(start, seen_at_ns_ + (cpu - seen_cpu_ns_));
+      start = std::clamp(start, opened, now);
+      wait.start_ns.store(start, std::memory_order_relaxed);
+      wait.last_seen_ns.store(now, std::memory_order_relaxed);
+      wait.gone_ns.store(0, std::memory_order_relaxed);
+      wait.cpu_ns.store(cpu, std::memory_order_relaxed);
+      wait.pc.store(site.pc, std::memory_order_relaxed);
+      wait.state.store(Wait::signalled, std::memory_order_release);
+      watched_ = static_cast<int>(slot);
+      watched_site_ = site;
+      return watched_;
+    }
+    return -1;  // every slot holds a wait its span has not written yet
+  }
+
+  void end_watch(std::int64_t now) noexcept {
+    if (watched_ < 0) return;
+    Wait& wait = waits_[watched_];
+    wait.gone_ns.store(now, std::memory_order_relaxed);
+    // Never signalled through (the thread blocks the signal, or exited): freed.
+    std::uint32_t signalled = Wait::signalled;
+    wait.state.compare_exchange_strong(signalled, Wait::free, std::memory_order_acq_rel);
+    watched_ = -1;
+  }
+
+  Wait waits_[slots];
+  std::atomic<std::uint32_t> open_spans_{0};
+  std::atomic<std::int64_t> outermost_opened_ns_{0};
+  std::atomic<std::int64_t> outermost_opened_cpu_ns_{-1};  // the thread's CPU clock then
+  // The ticker's own.
+  int watched_ = -1;  // the slot of the wait under way
+  BlockedSite watched_site_;
+  // Blocked on a futex in another wait (a condition variable's): looked at every
+  // millisecond, so that a lock wait right after it (the re-acquire of the
+  // condition variable's mutex) is timed from within a millisecond of its start.
+  bool on_other_futex_ = false;
+  std::int64_t seen_at_ns_ = -1;  // its last look at the thread while a lock span was open
+  std::int64_t seen_cpu_ns_ = -1;
+};
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_DETAIL_CAPTURE_INTERNAL_LOCK_WAITS_HPP_
+// ---- end spanprof/detail/capture/internal_lock_waits.hpp ----
 // ---- begin spanprof/detail/capture/thread_stack_sampler.hpp ----
 // A thread's sampler: the log of the stacks sampled on the thread, the span its
 // guards published, and (defined in detail/capture/signal_side.hpp) the signal
@@ -13919,6 +14411,7 @@ class ThreadStackSampler {
     ticker_.syscall_fd = -1;
     armed_.store(false, std::memory_order_relaxed);
     queued_ticks_.store(0, std::memory_order_relaxed);  // a child has no pending signals
+    internal_lock_waits_.reset_after_fork();
     registry_prev = registry_next = nullptr;
   }
   bool in_wall_span() const noexcept { return wall_spans_.load(std::memory_order_relaxed) != 0; }
@@ -14200,6 +14693,9 @@ class ThreadStackSampler {
   static constexpr std::uint32_t wall_tick_generation_mask = 0x3FFF'FFFF;
   static constexpr unsigned wall_tick_state_shift = 30;
   inline WallTick wall_tick(std::int64_t now_ns, std::int64_t mean_period_ns) noexcept;  // ticker_side.hpp
+  // A look for a wait on glibc's own locks (internal_lock_waits.hpp); true while one lasts.
+  inline bool look_for_internal_lock_wait(std::int64_t now_ns, bool due) noexcept;  // ticker_side.hpp
+  InternalLockWaits& internal_lock_waits() noexcept { return internal_lock_waits_; }
 
  private:
   // The ticker's signal to this thread, carrying `value` (a tag and its data).
@@ -14280,6 +14776,7 @@ class ThreadStackSampler {
   // begin_wall_update() and end_wall_update(), when the handler keeps out) ----
 
   inline void on_wall_tick(std::uint32_t data, const void* ucontext) noexcept;  // signal_side.hpp
+  inline void on_lock_tick(std::uint32_t slot, const void* ucontext) noexcept;   // signal_side.hpp
 
   // The ticker saw the thread still blocked where its last wall sample was taken,
   // up to a time: that time is the last sample's.
@@ -14386,18 +14883,8 @@ class ThreadStackSampler {
   // The ticker's confirmation: generation (16 bits) | the µs until which the thread
   // was seen still blocked where its last wall sample found it.
   std::atomic<std::uint64_t> wall_confirmed_{0};
-  // The ticker's own view of this thread (its thread, under the list's mutex).
-  struct TickerView {
-    int syscall_fd = -1;
-    bool sampled_blocked = false;  // the last signal found the thread blocked at `site`
-    BlockedSite site;
-    std::uint32_t generation = 0;
-    std::int64_t cpu_ns = 0;
-    std::int64_t cpu_point_signalled = 0;  // the CPU watch's last point sent
-    std::int64_t cpu_seen = -1;            // the thread's CPU clock at the last read
-    std::int64_t seen_at_ns = 0;           // the ticker's monotonic clock then
-    std::uint32_t still_looks = 0;         // looks in a row that found it unchanged
-  } ticker_;
+  TickerView ticker_;  // the ticker's own view of this thread (its thread, under the list's mutex)
+  InternalLockWaits internal_lock_waits_;
 #if SPANPROF_HAS_CFI_WALKER
   cfi::RulesCache rules_cache_;  // the handler's only
 #endif
@@ -14709,7 +15196,8 @@ inline void ThreadStackSampler::on_signal(const siginfo_t* info, const void* uco
   const bool sent = info->si_code == SI_QUEUE && info->si_pid == pid_;
   const auto value = sent ? reinterpret_cast<std::uintptr_t>(info->si_value.sival_ptr) : 0;
   const std::uint64_t tag = value & ~std::uint64_t{0xFFFF'FFFF};
-  if (sent && (tag == wall_tick_tag || tag == cpu_tick_tag)) queued_ticks_.fetch_sub(1, std::memory_order_relaxed);
+  if (sent && (tag == wall_tick_tag || tag == cpu_tick_tag || tag == lock_tick_tag))
+    queued_ticks_.fetch_sub(1, std::memory_order_relaxed);
   // Queued while the thread blocked the signal: they would all land on the point
   // where it unblocks, so none is recorded.
   if (SPANPROF_UNLIKELY(signal_blocked_.load(std::memory_order_relaxed))) return;
@@ -14717,6 +15205,7 @@ inline void ThreadStackSampler::on_signal(const siginfo_t* info, const void* uco
   bool watched = false;  // sent by the CPU watch (cpu_watch)
   if (sent) {
     if (tag == wall_tick_tag) return on_wall_tick(static_cast<std::uint32_t>(value), ucontext);
+    if (tag == lock_tick_tag) return on_lock_tick(static_cast<std::uint32_t>(value), ucontext);
     // The ticker's CPU tick: the timer's point passed unseen by the kernel. It is
     // a tick like the timer's own (whichever comes first takes the sample; the
     // other finds no point passed).
@@ -15007,6 +15496,16 @@ inline void ThreadStackSampler::on_wall_tick(std::uint32_t data, const void* uco
   last_wall_generation_ = generation;
   wall_accounted_ns_ = now;
   wall_accounted_cpu_ns_ = cpu_now;
+}
+
+// `slot`: the wait the ticker found the thread in (internal_lock_waits.hpp).
+inline void ThreadStackSampler::on_lock_tick(std::uint32_t slot, const void* ucontext) noexcept {
+  internal_lock_waits_.take_stack(slot, interrupted_pc(ucontext), [&](void** frames, int max_frames) {
+    void* trace[max_stack_depth_limit];
+    const int depth = std::min(walk_interrupted_stack(ucontext, trace), max_frames);
+    for (int i = 0; i < depth; ++i) frames[i] = trace[i];
+    return depth;
+  });
 }
 
 // ---- the watchdog (the worker's thread, under the sampler list's mutex) -------------
@@ -16125,211 +16624,6 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DETAIL_CAPTURE_HEAP_SAMPLER_HPP_
 // ---- end spanprof/detail/capture/heap_sampler.hpp ----
-// ---- begin spanprof/detail/capture/lock_waits.hpp ----
-// The process's table of lock waits under way: how the lock hooks (lock_hooks.hpp)
-// tell a holder what its waiters waited, and a waiter who let it in.
-//
-// Why it is shaped like this (docs/locks.md):
-//  * A waiter cannot read the holder's span: the holder's thread may exit, and its
-//    guard is not the waiter's to read. The holder writes who it is into the entry
-//    of the lock as it releases it, and the waiter it lets in reads that.
-//  * A holder is charged, at each release, the time its waiters waited since they
-//    began or since the release before (Go's mutex profile since 1.22): each
-//    waiter's mark is its start or the last release, and the entry keeps their
-//    sum, so a release costs the same whatever the number of waiters.
-//  * Only contended locks touch it (an uncontended lock never waits): one entry per
-//    lock address, direct-mapped, each behind a spin lock held for a few stores. A
-//    lock whose entry another contended lock holds waits untracked (counted): its
-//    waiter still records its wait, with the holder's thread only.
-//  * The lock's memory is never touched here: a mutex may be destroyed and its
-//    page unmapped right after its wait.
-#ifndef SPANPROF_DETAIL_CAPTURE_LOCK_WAITS_HPP_
-#define SPANPROF_DETAIL_CAPTURE_LOCK_WAITS_HPP_
-
-
-#if SPANPROF_ENABLED
-
-#include <atomic>
-#include <cstddef>
-#include <cstdint>
-
-#include <sched.h>
-
-SPANPROF_NAMESPACE_BEGIN
-namespace detail {
-
-// Who released a lock, as the waiter it let in learns it.
-struct LockHolder {
-  static constexpr std::size_t max_frames = 8;
-  std::uint32_t tid = 0;  // 0: unknown
-  bool in_span = false;   // a span that records lock waits held it: `span` says which
-  LockSpanIdentity span;
-  // Where it released the lock, innermost first (return addresses, the first the
-  // call into the unlock): recorded by a holder in such a span only.
-  std::uint8_t depth = 0;
-  std::uint64_t frames[max_frames] = {};
-};
-
-class LockWaitTable {
- public:
-  static constexpr std::size_t entry_count = 1024;
-
-  // A waiter's place in the table, from register_wait to finish_wait.
-  struct Registration {
-    std::uint32_t index = 0;
-    std::uint64_t releases = 0;  // the entry's releases when it registered
-    bool tracked = false;        // false: the entry was another lock's
-  };
-
-  // What a release ended: the waiters it found and the time they waited under this
-  // holder (since they began, or since the release before).
-  struct Charge {
-    std::uint32_t waiters = 0;
-    std::int64_t delay_ns = 0;
-  };
-
-  constexpr LockWaitTable() noexcept = default;
-
-  // Any wait registered now, anywhere: while none is, a release looks no further.
-  bool anyone_waiting() const noexcept { return waiting_.load(std::memory_order_relaxed) != 0; }
-
-  // Whether waits for `lock` are registered, read without the entry's lock: a
-  // holder about to release it learns whether its stack is worth walking. A wait
-  // registered a moment later is charged all the same, with no place for its holder.
-  bool waited_for(const void* address) const noexcept {
-    return entries_[index_of(address)].address.load(std::memory_order_relaxed) == address;
-  }
-
-  // A thread begins to wait for `lock` at `start_ns` (monotonic).
-  Registration register_wait(const void* address, std::int64_t start_ns) noexcept {
-    Registration registration;
-    registration.index = index_of(address);
-    Entry& entry = entries_[registration.index];
-    hold(entry);
-    if (entry.waiters == 0 || entry.address.load(std::memory_order_relaxed) == address) {
-      if (entry.waiters == 0) {
-        entry.address.store(address, std::memory_order_relaxed);
-        entry.marks_ns = 0;
-      }
-      ++entry.waiters;
-      entry.marks_ns += start_ns;
-      registration.releases = entry.releases;
-      registration.tracked = true;
-    }
-    let_go(entry);
-    if (registration.tracked) waiting_.fetch_add(1, std::memory_order_relaxed);
-    return registration;
-  }
-
-  // The waiter holds `lock` now (or gave up). True when a release let it in since
-  // it registered: `holder` is who released it last.
-  bool finish_wait(const void* address, const Registration& registration, std::int64_t start_ns,
-                   LockHolder& holder) noexcept {
-    if (!registration.tracked) return false;
-    Entry& entry = entries_[registration.index];
-    hold(entry);
-    const bool released = entry.releases != registration.releases;
-    if (entry.address.load(std::memory_order_relaxed) == address && entry.waiters != 0) {
-      entry.marks_ns -= released ? entry.released_ns : start_ns;
-      if (--entry.waiters == 0) entry.address.store(nullptr, std::memory_order_relaxed);
-    }
-    if (released) holder = entry.holder;
-    let_go(entry);
-    waiting_.fetch_sub(1, std::memory_order_relaxed);
-    return released;
-  }
-
-  // `lock` is released at `now_ns` by `holder`: what its waiters waited under it.
-  Charge release(const void* address, std::int64_t now_ns, const LockHolder& holder) noexcept {
-    Charge charge;
-    Entry& entry = entries_[index_of(address)];
-    hold(entry);
-    if (entry.address.load(std::memory_order_relaxed) == address && entry.waiters != 0) {
-      const std::int64_t marks_now = static_cast<std::int64_t>(entry.waiters) * now_ns;
-      charge.waiters = entry.waiters;
-      charge.delay_ns = marks_now > entry.marks_ns ? marks_now - entry.marks_ns : 0;
-      entry.marks_ns = marks_now;
-      entry.released_ns = now_ns;
-      ++entry.releases;
-      entry.holder = holder;
-    }
-    let_go(entry);
-    return charge;
-  }
-
-  // In a forked child: the waits were the parent's threads', which the child does
-  // not have, and an entry's spin lock may have been held by one of them.
-  void reset_after_fork() noexcept {
-    for (Entry& entry : entries_) {
-      entry.busy.store(0, std::memory_order_relaxed);
-      entry.waiters = 0;
-      entry.address.store(nullptr, std::memory_order_relaxed);
-      entry.marks_ns = 0;
-    }
-    waiting_.store(0, std::memory_order_relaxed);
-  }
-
- private:
-  struct alignas(64) Entry {
-    std::atomic<std::uint32_t> busy{0};
-    std::uint32_t waiters = 0;
-    // The lock its waiters wait for (null: free); written under `busy`, read
-    // without it by waited_for.
-    std::atomic<const void*> address{nullptr};
-    std::int64_t marks_ns = 0;      // the sum of its waiters' marks: start, or the last release since
-    std::int64_t released_ns = 0;   // the last release
-    std::uint64_t releases = 0;
-    LockHolder holder;              // who released it last
-  };
-
-  static std::uint32_t index_of(const void* address) noexcept {
-    const auto at = reinterpret_cast<std::uintptr_t>(address) >> 3;
-    return static_cast<std::uint32_t>((at * 0x9E3779B97F4A7C15ull) >> 54) & (entry_count - 1);
-  }
-
-  // The entry's spin lock: held for a few stores, so a spin mostly means its
-  // holder was preempted, and the waiter yields its core to it.
-  static void hold(Entry& entry) noexcept {
-    for (unsigned spins = 0; entry.busy.exchange(1, std::memory_order_acquire) != 0;) {
-      if (++spins < 64) {
-#if defined(__x86_64__)
-        __builtin_ia32_pause();
-#endif
-      } else {
-        ::sched_yield();
-      }
-    }
-  }
-  static void let_go(Entry& entry) noexcept { entry.busy.store(0, std::memory_order_release); }
-
-  static_assert((entry_count & (entry_count - 1)) == 0, "index_of masks by the count");
-  Entry entries_[entry_count];
-  // Registered waits, all entries; read by every unlock: a line of its own, which
-  // no other variable's writes take from the cores that read it.
-  alignas(64) std::atomic<std::uint32_t> waiting_{0};
-};
-
-// Whether a span has asked for lock profiles since the process started: until
-// then a lock costs one load more than glibc's (lock_hooks-inl.hpp). Read by every
-// lock: a line of its own.
-struct alignas(64) LockHooksSwitch {
-  std::atomic<bool> on{false};
-  bool load(std::memory_order order) const noexcept { return on.load(order); }
-  void store(bool value, std::memory_order order) noexcept { on.store(value, order); }
-};
-inline LockHooksSwitch lock_hooks_on;
-
-// Constant-initialized: a lock taken before main, or after the runtime's statics are
-// destroyed, still finds it.
-inline LockWaitTable lock_wait_table;
-
-}  // namespace detail
-SPANPROF_NAMESPACE_END
-
-#endif  // SPANPROF_ENABLED
-
-#endif  // SPANPROF_DETAIL_CAPTURE_LOCK_WAITS_HPP_
-// ---- end spanprof/detail/capture/lock_waits.hpp ----
 // ---- begin spanprof/detail/base/thread_name.hpp ----
 // spanprof's own threads: their names, as `top -H`, `ps -L`, gdb and perf show
 // them (a user who sees a thread of the host's process busy can tell that it is
@@ -16484,6 +16778,18 @@ inline ThreadStackSampler::WallTick ThreadStackSampler::wall_tick(std::int64_t n
   return WallTick::signalled;
 }
 
+inline bool ThreadStackSampler::look_for_internal_lock_wait(std::int64_t now_ns, bool due) noexcept {
+  if (signal_blocked_.load(std::memory_order_relaxed) ||
+      sample_signal_lost().load(std::memory_order_relaxed) == settings_.signal_number)
+    return false;
+  const InternalLockWaits::Look look = internal_lock_waits_.look(tid_, ticker_.syscall_fd, now_ns, due);
+  if (look.signal_slot >= 0 && !send_tick(lock_tick_tag | static_cast<std::uint32_t>(look.signal_slot))) {
+    internal_lock_waits_.signal_failed(look.signal_slot);
+    return false;
+  }
+  return look.watching;
+}
+
 }  // namespace detail
 SPANPROF_NAMESPACE_END
 
@@ -16544,7 +16850,9 @@ class WallTicker {
   // between requests never wakes it with a system call.
   static constexpr std::chrono::milliseconds linger{1000};
 
-  // A thread opened its first wall span: count it, and make sure the ticker runs.
+  // A thread opened its first wall span, or its first lock span (whose waits on
+  // glibc's own locks the ticker looks for at the wall ticks: internal_lock_waits.hpp):
+  // count it, and make sure the ticker runs.
   // Costs two atomic operations unless the ticker is parked or not started.
   // A ticker that sleeps longer than a wall period (it only watched CPU spans, up to
   // 40 ms between looks) is woken too: a wall span's first tick is due within a
@@ -16558,7 +16866,7 @@ class WallTicker {
     if (SPANPROF_UNLIKELY(sleeping_until != 0) && sleeping_until - monotonic_now_ns() > mean_period_ns) wake_for_wall();
   }
 
-  // A thread closed its last wall span.
+  // A thread closed its last wall span (or lock span).
   void thread_ended_wall_span() noexcept { threads_.fetch_sub(1, std::memory_order_seq_cst); }
 
   // A CPU span opened on a thread sampled by a POSIX CPU timer while the ticker
@@ -16589,11 +16897,12 @@ class WallTicker {
   std::uint32_t threads_in_wall_spans() const noexcept { return threads_.load(std::memory_order_relaxed); }
 
   // In a forked child: the ticker thread stayed in the parent. The next wall span
-  // starts a new one; `open_here` counts a wall span the forking thread has open.
-  void reset_after_fork(bool open_here) noexcept {
+  // starts a new one; `open_here` counts the forking thread's (a wall span open,
+  // a lock span open).
+  void reset_after_fork(std::uint32_t open_here) noexcept {
     new (&mutex_) std::mutex();
     new (&wake_) std::condition_variable();
-    threads_.store(open_here ? 1 : 0, std::memory_order_relaxed);
+    threads_.store(open_here, std::memory_order_relaxed);
     started_.store(false, std::memory_order_relaxed);
     parked_.store(false, std::memory_order_relaxed);
     cpu_wanted_ = false;
@@ -16721,6 +17030,7 @@ class WallTicker {
   struct Look {
     bool span_open = false;
     bool cpu_watched = false;  // a thread's CPU was watched
+    bool lock_wait_under_way = false;  // a thread waits on one of glibc's own locks (internal_lock_waits.hpp)
     std::int64_t watch_interval_ns = 40'000'000;
   };
 
@@ -16741,6 +17051,7 @@ class WallTicker {
             default: break;
           }
         }
+        if (sampler->look_for_internal_lock_wait(now, wall_due)) look.lock_wait_under_way = true;
         if (!sampler->cpu_watch_wanted()) continue;
         look.cpu_watched = true;
         const bool span_open = sampler->span_open_now();
@@ -16770,6 +17081,8 @@ class WallTicker {
         if (interval < look.watch_interval_ns) look.watch_interval_ns = interval;
       }
     }
+    // A wait on one of glibc's own locks is timed to the millisecond.
+    if (look.lock_wait_under_way) look.watch_interval_ns = std::min<std::int64_t>(look.watch_interval_ns, 1'000'000);
     if (signalled != 0) count(Counter::wall_ticks_signalled, signalled);
     if (confirmed != 0) count(Counter::wall_ticks_confirmed, confirmed);
     if (cpu_ticks != 0) count(Counter::cpu_ticks_watched, cpu_ticks);
@@ -16777,7 +17090,7 @@ class WallTicker {
     return look;
   }
 
-  std::atomic<std::uint32_t> threads_{0};  // threads with a wall span open
+  std::atomic<std::uint32_t> threads_{0};  // threads with a wall span open, and those with a lock span
   std::atomic<std::int64_t> mean_period_ns_{10'000'000};
   std::atomic<bool> started_{false};
   std::atomic<bool> parked_{false};
@@ -21925,8 +22238,10 @@ class Runtime final : public GuardHost {
     counter_registry().reset_after_fork(thread_counters.registered ? &thread_counters : nullptr);
     stack_sampler_list().reset_after_fork();
     heap_thread_registry().reset_after_fork(&heap_thread);
-    const ThreadStackSampler* mine = current_stack_sampler;
-    wall_ticker().reset_after_fork(mine != nullptr && mine->in_wall_span());
+    ThreadStackSampler* mine = current_stack_sampler;
+    wall_ticker().reset_after_fork(mine == nullptr ? 0
+                                                   : (mine->in_wall_span() ? 1 : 0) +
+                                                         (mine->internal_lock_waits().span_open() ? 1 : 0));
     heap_hooks().reset_after_fork(heap_spans_open_here());
     captured_profile_pool().reset_after_fork();
     lock_wait_table.reset_after_fork();
@@ -22308,6 +22623,41 @@ inline LockRecords lock_records_since(std::size_t start) noexcept {
   return {log.words + start, log.used - start};
 }
 
+// Appends a record of `wait` with its stack to the thread's log (made): false,
+// counted, when the log is full.
+inline bool append_lock_record(const LockWait& wait, void* const* frames, std::size_t depth,
+                               ThreadCounters& counters) noexcept {
+  ThreadLockLog& log = thread_lock_log;
+  const std::size_t need = lock_record_words(wait, depth);
+  if (depth == 0 || log.used + need > ThreadLockLog::capacity_words) {
+    counters.add(Counter::lock_waits_dropped, 1);
+    return false;
+  }
+  write_lock_record(log.words + log.used, wait, frames, depth);
+  log.used += need;
+  counters.add(Counter::lock_waits_recorded, 1);
+  return true;
+}
+
+// At a lock span's close: the waits on glibc's own locks the ticker found on the
+// thread meanwhile go into its log, the holder unknown (internal_lock_waits.hpp).
+inline void record_internal_lock_waits(InternalLockWaits& waits, ThreadCounters& counters) noexcept {
+  if (thread_lock_log.words == nullptr || !waits.has_waits()) return;
+  waits.take_waits(monotonic_now_ns(), this_thread_cpu_ns(), [&](void* const* frames, int depth, std::uint64_t delay) {
+    LockWait wait;
+    wait.contentions = 1;
+    wait.delay_ns = delay;
+    append_lock_record(wait, frames, static_cast<std::size_t>(depth), counters);
+  });
+}
+
+// A lock span closes: on its own thread (`counters` given) the waits the ticker
+// found go into the lock log first, before the span takes its records.
+inline void close_internal_lock_watch(InternalLockWaits& waits, ThreadCounters* counters) noexcept {
+  if (counters != nullptr) record_internal_lock_waits(waits, *counters);
+  if (waits.span_closed()) wall_ticker().thread_ended_wall_span();
+}
+
 // Frees the thread's log when it exits.
 struct ThreadLockLogOwner {
   ~ThreadLockLogOwner() {
@@ -22318,14 +22668,20 @@ struct ThreadLockLogOwner {
 };
 inline thread_local ThreadLockLogOwner thread_lock_log_owner;
 
-// The span in `slot` records its thread's lock waits from now (lock_hooks-inl.hpp):
+// The span in `ticket`'s slot records its thread's lock waits from now (lock_hooks-inl.hpp):
 // the slot keeps where they begin in the thread's lock log, and who the span is for
 // the waiters of a lock it releases. Without a log (out of memory), it records none.
-inline void open_lock_recording(ActiveSpan& slot, const SpanContext& span, std::string_view name) noexcept {
+// The ticker looks for its waits on glibc's own locks (internal_lock_waits.hpp) at
+// the wall ticks, `wall_period_ns` apart on average.
+inline void open_lock_recording(ThreadStackSampler& sampler, SpanSlotTicket ticket, std::int64_t wall_period_ns,
+                                const SpanContext& span, std::string_view name) noexcept {
+  if (sampler.internal_lock_waits().span_opened(monotonic_now_ns()))
+    wall_ticker().thread_started_wall_span(wall_period_ns);
   ThreadLockLog& log = thread_lock_log;
   if (!log.make()) return report_error(ErrorCode::sampler_failed, "cannot allocate the lock log; no lock waits recorded");
   (void)&thread_lock_log_owner;  // frees it at thread exit
   if (log.stack_top == 0) log.stack_top = this_thread_stack_top();
+  ActiveSpan& slot = sampler.span(ticket);
   if (slot.parent.load(std::memory_order_relaxed) == 0) log.used = 0;  // no open span reads older records
   slot.lock_log_start = log.used;
   LockSpanIdentity& identity = slot.lock_identity;
@@ -23195,10 +23551,9 @@ inline void GuardCore::begin_fragment(const RunningConfig& config, RequestState&
   if (SPANPROF_UNLIKELY(config.time_split) && active()) read_times_at_open();
 }
 
-// The span's times, and its start at the moment they were read: the split and the
-// span's elapsed time cover the same stretch. They are kept in the span's slot of the thread's sampler (a guard lives in
-// coroutine frames and stays small): spans without one (the classic engine's,
-// heap-only ones) are not timed.
+// The span's times, and its start at the moment they were read: the split and the span's elapsed time cover
+// the same stretch. Kept in the span's slot of the thread's sampler (a guard lives in coroutine frames and
+// stays small): spans without one (the classic engine's, heap-only ones) are not timed.
 SPANPROF_NOINLINE void GuardCore::read_times_at_open() noexcept {
   if (state_ != State::sampling) return;
   ThreadTimes& times = sampler_->span(ticket_).times_at_open;
@@ -23297,9 +23652,8 @@ inline void GuardCore::close_engines() noexcept {
     span_hooks_->profile_kept(user_span_);
 }
 
-// The continuous profile's samples carry the span while it is open (span_labels.hpp),
-// profiled or not; one that labelled a sample learns of it as of a kept profile (the
-// link, pyroscope.profile.id), and a fragment tells its request.
+// The continuous profile's samples carry the span while it is open (span_labels.hpp), profiled or not; one
+// that labelled a sample learns of it as of a kept profile (pyroscope.profile.id); a fragment tells its request.
 inline void GuardCore::label_span(const SpanContext& span, std::string_view span_name) noexcept {
   span_hooks_ = nullptr;  // keep_span_for_close sets it after, for a span read at close
   labelled_ = push_span_label(this, span, span_name);
@@ -23352,7 +23706,7 @@ inline std::int64_t GuardCore::open_sampling(const RunningConfig& config, Profil
   }
   if (kinds.contains(ProfileKind::cpu)) sampler->counters().add(Counter::cpu_guards_opened, 1);
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::lock)))
-    open_lock_recording(sampler->span(ticket_), fragment_ ? request_->span() : span_,
+    open_lock_recording(*sampler, ticket_, config.sampler.wall_period_ns, fragment_ ? request_->span() : span_,
                         fragment_ ? request_->name() : std::string_view(name_, name_length_));
   state_ = State::sampling;
   return opened_ns;
@@ -23378,6 +23732,8 @@ inline void GuardCore::close_sampling() noexcept {
   const ProfileKinds kinds = span.kinds;
   const std::size_t log_start = span.log_start;
   const std::uint64_t dropped_at_start = span.dropped_at_start;
+  if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::lock)))
+    close_internal_lock_watch(sampler->internal_lock_waits(), &sampler->counters());
   const LockRecords locks = kinds.contains(ProfileKind::lock) ? lock_records_since(span.lock_log_start) : LockRecords{};
   // The wall time since the last sample goes to it before the span leaves.
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall)) && sampler->wall_span_closed(monotonic_now_ns()))
@@ -23427,6 +23783,8 @@ bool GuardCore::take_records_elsewhere() noexcept {
 SPANPROF_NOINLINE void GuardCore::close_sampling_elsewhere(ThreadStackSampler* sampler) noexcept {
   if (sampler->span(ticket_).kinds.contains(ProfileKind::wall) && sampler->wall_span_closed_elsewhere())
     wall_ticker().thread_ended_wall_span();
+  if (sampler->span(ticket_).kinds.contains(ProfileKind::lock))
+    close_internal_lock_watch(sampler->internal_lock_waits(), nullptr);
   sampler->close_elsewhere(ticket_);
   moved("a profiled span closed on another thread than it opened (a coroutine resumed elsewhere?): its samples "
         "are dropped (docs/async.md)");
@@ -23968,16 +24326,7 @@ SPANPROF_LOCK_HOOK int lock_record_stack(const ThreadStackSampler* sampler, void
 // Records `wait` in the thread's lock log with the stack lock_record_stack gave.
 SPANPROF_LOCK_HOOK void record_lock_wait(ThreadStackSampler* sampler, const LockWait& wait, void* const* frames,
                                          int depth) noexcept {
-  if (depth < 0) return;
-  ThreadLockLog& log = thread_lock_log;
-  const std::size_t need = lock_record_words(wait, static_cast<std::size_t>(depth));
-  if (depth == 0 || log.used + need > ThreadLockLog::capacity_words) {
-    sampler->counters().add(Counter::lock_waits_dropped, 1);
-    return;
-  }
-  write_lock_record(log.words + log.used, wait, frames, static_cast<std::size_t>(depth));
-  log.used += need;
-  sampler->counters().add(Counter::lock_waits_recorded, 1);
+  if (depth >= 0) append_lock_record(wait, frames, static_cast<std::size_t>(depth), sampler->counters());
 }
 
 // A wait under way: from the moment the lock was found held to its acquisition.

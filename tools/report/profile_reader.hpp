@@ -436,10 +436,14 @@ class PprofReader {
                  std::int64_t line) {
     location.functions.push_back(into_.function(function, source_of(file, start_line)));
     if (location.line == no_line && !file.empty() && line > 0) location.line = into_.line(source_of(file, line));
-    if (kind_ == spanprof::ProfileKind::lock && location.site_function == no_function &&
-        !spanprof::detail::is_library_function(function)) {
+    if (kind_ != spanprof::ProfileKind::lock || spanprof::detail::is_library_function(function)) return;
+    // A frame without a source file is a library's too (fwrite, above a wait on
+    // glibc's own lock), unless no frame has one.
+    if (location.site_function == no_function && !file.empty()) {
       location.site_function = location.functions.back();
-      if (!file.empty() && line > 0) location.site_line = into_.line(source_of(file, line));
+      if (line > 0) location.site_line = into_.line(source_of(file, line));
+    } else if (location.unsourced_site_function == no_function && file.empty()) {
+      location.unsourced_site_function = location.functions.back();
     }
   }
 
@@ -513,6 +517,7 @@ class PprofReader {
                        : 1;
       // The stack goes into the tree outermost frame first.
       std::uint32_t node = Collection::root;
+      std::uint32_t unsourced_site = no_function;
       for (auto id = location_ids.rbegin(); id != location_ids.rend(); ++id) {
         const auto found = locations_.find(*id);
         if (found == locations_.end()) return fail("malformed: a sample refers to location " + std::to_string(*id) + ", which the profile does not have");
@@ -522,8 +527,11 @@ class PprofReader {
         if (found->second.site_function != no_function) {  // the innermost such frame, last
           read.site_function = found->second.site_function;
           read.site_line = found->second.site_line;
+        } else if (found->second.unsourced_site_function != no_function) {
+          unsourced_site = found->second.unsourced_site_function;
         }
       }
+      if (read.site_function == no_function) read.site_function = unsourced_site;
       read.node = node;
       reads.push_back(read);
     }
@@ -655,6 +663,7 @@ class PprofReader {
     // (spanprof::detail::is_library_function): where a lock was taken or released.
     std::uint32_t site_function = no_function;
     std::uint32_t site_line = no_line;
+    std::uint32_t unsourced_site_function = no_function;  // the same without a source file
   };
 
   Collection& into_;

@@ -243,10 +243,11 @@ function lockWaits(s) {
       h += '<li>made others wait ' + fmt(delay) + count + ' for the lock it released at ' + file(line, fn) + '</li>';
       continue;
     }
-    let holder = holderId ? 'span <span class="mono">' + esc(holderId) + '</span> (' + esc(holderName) + ')'
-      : holderThread ? 'thread ' + holderThread + ', in no span that records lock waits' : 'a holder unknown';
+    // No holder: one of glibc's own locks (malloc's, a FILE's), whose holder it records nowhere.
+    let holder = holderId ? 'held by span <span class="mono">' + esc(holderId) + '</span> (' + esc(holderName) + ')'
+      : holderThread ? 'held by thread ' + holderThread + ', in no span that records lock waits' : 'its holder unknown';
     if (holderFn) holder += ' in ' + esc(holderFn) + (holderLine ? ' at ' + file(holderLine) : '');
-    h += '<li>waited ' + fmt(delay) + count + ' on the lock taken at ' + file(line, fn) + ', held by ' + holder + '</li>';
+    h += '<li>waited ' + fmt(delay) + count + ' on the lock taken at ' + file(line, fn) + ', ' + holder + '</li>';
   }
   return h + '</ul>';
 }

@@ -206,10 +206,9 @@ inline void GuardCore::begin_fragment(const RunningConfig& config, RequestState&
   if (SPANPROF_UNLIKELY(config.time_split) && active()) read_times_at_open();
 }
 
-// The span's times, and its start at the moment they were read: the split and the
-// span's elapsed time cover the same stretch. They are kept in the span's slot of the thread's sampler (a guard lives in
-// coroutine frames and stays small): spans without one (the classic engine's,
-// heap-only ones) are not timed.
+// The span's times, and its start at the moment they were read: the split and the span's elapsed time cover
+// the same stretch. Kept in the span's slot of the thread's sampler (a guard lives in coroutine frames and
+// stays small): spans without one (the classic engine's, heap-only ones) are not timed.
 SPANPROF_NOINLINE void GuardCore::read_times_at_open() noexcept {
   if (state_ != State::sampling) return;
   ThreadTimes& times = sampler_->span(ticket_).times_at_open;
@@ -308,9 +307,8 @@ inline void GuardCore::close_engines() noexcept {
     span_hooks_->profile_kept(user_span_);
 }
 
-// The continuous profile's samples carry the span while it is open (span_labels.hpp),
-// profiled or not; one that labelled a sample learns of it as of a kept profile (the
-// link, pyroscope.profile.id), and a fragment tells its request.
+// The continuous profile's samples carry the span while it is open (span_labels.hpp), profiled or not; one
+// that labelled a sample learns of it as of a kept profile (pyroscope.profile.id); a fragment tells its request.
 inline void GuardCore::label_span(const SpanContext& span, std::string_view span_name) noexcept {
   span_hooks_ = nullptr;  // keep_span_for_close sets it after, for a span read at close
   labelled_ = push_span_label(this, span, span_name);
@@ -363,7 +361,7 @@ inline std::int64_t GuardCore::open_sampling(const RunningConfig& config, Profil
   }
   if (kinds.contains(ProfileKind::cpu)) sampler->counters().add(Counter::cpu_guards_opened, 1);
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::lock)))
-    open_lock_recording(sampler->span(ticket_), fragment_ ? request_->span() : span_,
+    open_lock_recording(*sampler, ticket_, config.sampler.wall_period_ns, fragment_ ? request_->span() : span_,
                         fragment_ ? request_->name() : std::string_view(name_, name_length_));
   state_ = State::sampling;
   return opened_ns;
@@ -389,6 +387,8 @@ inline void GuardCore::close_sampling() noexcept {
   const ProfileKinds kinds = span.kinds;
   const std::size_t log_start = span.log_start;
   const std::uint64_t dropped_at_start = span.dropped_at_start;
+  if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::lock)))
+    close_internal_lock_watch(sampler->internal_lock_waits(), &sampler->counters());
   const LockRecords locks = kinds.contains(ProfileKind::lock) ? lock_records_since(span.lock_log_start) : LockRecords{};
   // The wall time since the last sample goes to it before the span leaves.
   if (SPANPROF_UNLIKELY(kinds.contains(ProfileKind::wall)) && sampler->wall_span_closed(monotonic_now_ns()))
@@ -438,6 +438,8 @@ bool GuardCore::take_records_elsewhere() noexcept {
 SPANPROF_NOINLINE void GuardCore::close_sampling_elsewhere(ThreadStackSampler* sampler) noexcept {
   if (sampler->span(ticket_).kinds.contains(ProfileKind::wall) && sampler->wall_span_closed_elsewhere())
     wall_ticker().thread_ended_wall_span();
+  if (sampler->span(ticket_).kinds.contains(ProfileKind::lock))
+    close_internal_lock_watch(sampler->internal_lock_waits(), nullptr);
   sampler->close_elsewhere(ticket_);
   moved("a profiled span closed on another thread than it opened (a coroutine resumed elsewhere?): its samples "
         "are dropped (docs/async.md)");

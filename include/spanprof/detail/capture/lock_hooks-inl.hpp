@@ -264,16 +264,7 @@ SPANPROF_LOCK_HOOK int lock_record_stack(const ThreadStackSampler* sampler, void
 // Records `wait` in the thread's lock log with the stack lock_record_stack gave.
 SPANPROF_LOCK_HOOK void record_lock_wait(ThreadStackSampler* sampler, const LockWait& wait, void* const* frames,
                                          int depth) noexcept {
-  if (depth < 0) return;
-  ThreadLockLog& log = thread_lock_log;
-  const std::size_t need = lock_record_words(wait, static_cast<std::size_t>(depth));
-  if (depth == 0 || log.used + need > ThreadLockLog::capacity_words) {
-    sampler->counters().add(Counter::lock_waits_dropped, 1);
-    return;
-  }
-  write_lock_record(log.words + log.used, wait, frames, static_cast<std::size_t>(depth));
-  log.used += need;
-  sampler->counters().add(Counter::lock_waits_recorded, 1);
+  if (depth >= 0) append_lock_record(wait, frames, static_cast<std::size_t>(depth), sampler->counters());
 }
 
 // A wait under way: from the moment the lock was found held to its acquisition.

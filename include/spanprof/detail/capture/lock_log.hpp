@@ -7,9 +7,14 @@
 
 #include <spanprof/config.hpp>
 #include <spanprof/base/error.hpp>
+#include <spanprof/detail/base/counters.hpp>
+#include <spanprof/detail/capture/internal_lock_waits.hpp>
 #include <spanprof/detail/capture/lock_waits.hpp>
+#include <spanprof/detail/capture/sample_records.hpp>
+#include <spanprof/detail/capture/sampler_settings.hpp>
 #include <spanprof/detail/capture/span_handles.hpp>
 #include <spanprof/detail/capture/stack_walker.hpp>
+#include <spanprof/detail/capture/wall_ticker.hpp>
 #include <spanprof/span/span_context.hpp>
 
 #if SPANPROF_ENABLED
@@ -60,6 +65,41 @@ inline LockRecords lock_records_since(std::size_t start) noexcept {
   return {log.words + start, log.used - start};
 }
 
+// Appends a record of `wait` with its stack to the thread's log (made): false,
+// counted, when the log is full.
+inline bool append_lock_record(const LockWait& wait, void* const* frames, std::size_t depth,
+                               ThreadCounters& counters) noexcept {
+  ThreadLockLog& log = thread_lock_log;
+  const std::size_t need = lock_record_words(wait, depth);
+  if (depth == 0 || log.used + need > ThreadLockLog::capacity_words) {
+    counters.add(Counter::lock_waits_dropped, 1);
+    return false;
+  }
+  write_lock_record(log.words + log.used, wait, frames, depth);
+  log.used += need;
+  counters.add(Counter::lock_waits_recorded, 1);
+  return true;
+}
+
+// At a lock span's close: the waits on glibc's own locks the ticker found on the
+// thread meanwhile go into its log, the holder unknown (internal_lock_waits.hpp).
+inline void record_internal_lock_waits(InternalLockWaits& waits, ThreadCounters& counters) noexcept {
+  if (thread_lock_log.words == nullptr || !waits.has_waits()) return;
+  waits.take_waits(monotonic_now_ns(), this_thread_cpu_ns(), [&](void* const* frames, int depth, std::uint64_t delay) {
+    LockWait wait;
+    wait.contentions = 1;
+    wait.delay_ns = delay;
+    append_lock_record(wait, frames, static_cast<std::size_t>(depth), counters);
+  });
+}
+
+// A lock span closes: on its own thread (`counters` given) the waits the ticker
+// found go into the lock log first, before the span takes its records.
+inline void close_internal_lock_watch(InternalLockWaits& waits, ThreadCounters* counters) noexcept {
+  if (counters != nullptr) record_internal_lock_waits(waits, *counters);
+  if (waits.span_closed()) wall_ticker().thread_ended_wall_span();
+}
+
 // Frees the thread's log when it exits.
 struct ThreadLockLogOwner {
   ~ThreadLockLogOwner() {
@@ -70,14 +110,20 @@ struct ThreadLockLogOwner {
 };
 inline thread_local ThreadLockLogOwner thread_lock_log_owner;
 
-// The span in `slot` records its thread's lock waits from now (lock_hooks-inl.hpp):
+// The span in `ticket`'s slot records its thread's lock waits from now (lock_hooks-inl.hpp):
 // the slot keeps where they begin in the thread's lock log, and who the span is for
 // the waiters of a lock it releases. Without a log (out of memory), it records none.
-inline void open_lock_recording(ActiveSpan& slot, const SpanContext& span, std::string_view name) noexcept {
+// The ticker looks for its waits on glibc's own locks (internal_lock_waits.hpp) at
+// the wall ticks, `wall_period_ns` apart on average.
+inline void open_lock_recording(ThreadStackSampler& sampler, SpanSlotTicket ticket, std::int64_t wall_period_ns,
+                                const SpanContext& span, std::string_view name) noexcept {
+  if (sampler.internal_lock_waits().span_opened(monotonic_now_ns()))
+    wall_ticker().thread_started_wall_span(wall_period_ns);
   ThreadLockLog& log = thread_lock_log;
   if (!log.make()) return report_error(ErrorCode::sampler_failed, "cannot allocate the lock log; no lock waits recorded");
   (void)&thread_lock_log_owner;  // frees it at thread exit
   if (log.stack_top == 0) log.stack_top = this_thread_stack_top();
+  ActiveSpan& slot = sampler.span(ticket);
   if (slot.parent.load(std::memory_order_relaxed) == 0) log.used = 0;  // no open span reads older records
   slot.lock_log_start = log.used;
   LockSpanIdentity& identity = slot.lock_identity;

@@ -94,6 +94,10 @@ inline constexpr std::uint64_t wall_tick_tag = 0x5350'574Cull << 32;  // "SPWL"
 // thread's CPU clock pass, which the kernel had not delivered yet (cpu_watch).
 inline constexpr std::uint64_t cpu_tick_tag = 0x5350'4350ull << 32;  // "SPCP"
 
+// What the ticker's lock tick carries: the slot of a wait on one of glibc's own
+// locks it found the thread in (internal_lock_waits.hpp), whose stack to take.
+inline constexpr std::uint64_t lock_tick_tag = 0x5350'4C4Bull << 32;  // "SPLK"
+
 // Queues `signal_number` to thread `tid` of process `pid` with `value` (a tag and
 // its data), as sigqueue does for a process: the handler tells its senders apart by
 // the value. False when the thread is gone or its queue is full.

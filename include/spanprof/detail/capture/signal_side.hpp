@@ -179,7 +179,8 @@ inline void ThreadStackSampler::on_signal(const siginfo_t* info, const void* uco
   const bool sent = info->si_code == SI_QUEUE && info->si_pid == pid_;
   const auto value = sent ? reinterpret_cast<std::uintptr_t>(info->si_value.sival_ptr) : 0;
   const std::uint64_t tag = value & ~std::uint64_t{0xFFFF'FFFF};
-  if (sent && (tag == wall_tick_tag || tag == cpu_tick_tag)) queued_ticks_.fetch_sub(1, std::memory_order_relaxed);
+  if (sent && (tag == wall_tick_tag || tag == cpu_tick_tag || tag == lock_tick_tag))
+    queued_ticks_.fetch_sub(1, std::memory_order_relaxed);
   // Queued while the thread blocked the signal: they would all land on the point
   // where it unblocks, so none is recorded.
   if (SPANPROF_UNLIKELY(signal_blocked_.load(std::memory_order_relaxed))) return;
@@ -187,6 +188,7 @@ inline void ThreadStackSampler::on_signal(const siginfo_t* info, const void* uco
   bool watched = false;  // sent by the CPU watch (cpu_watch)
   if (sent) {
     if (tag == wall_tick_tag) return on_wall_tick(static_cast<std::uint32_t>(value), ucontext);
+    if (tag == lock_tick_tag) return on_lock_tick(static_cast<std::uint32_t>(value), ucontext);
     // The ticker's CPU tick: the timer's point passed unseen by the kernel. It is
     // a tick like the timer's own (whichever comes first takes the sample; the
     // other finds no point passed).
@@ -477,6 +479,16 @@ inline void ThreadStackSampler::on_wall_tick(std::uint32_t data, const void* uco
   last_wall_generation_ = generation;
   wall_accounted_ns_ = now;
   wall_accounted_cpu_ns_ = cpu_now;
+}
+
+// `slot`: the wait the ticker found the thread in (internal_lock_waits.hpp).
+inline void ThreadStackSampler::on_lock_tick(std::uint32_t slot, const void* ucontext) noexcept {
+  internal_lock_waits_.take_stack(slot, interrupted_pc(ucontext), [&](void** frames, int max_frames) {
+    void* trace[max_stack_depth_limit];
+    const int depth = std::min(walk_interrupted_stack(ucontext, trace), max_frames);
+    for (int i = 0; i < depth; ++i) frames[i] = trace[i];
+    return depth;
+  });
 }
 
 // ---- the watchdog (the worker's thread, under the sampler list's mutex) -------------

@@ -18,6 +18,7 @@
 #include <spanprof/detail/base/counters.hpp>
 #include <spanprof/detail/base/loader_lock_gate.hpp>
 #include <spanprof/detail/capture/cpu_tick_source.hpp>
+#include <spanprof/detail/capture/internal_lock_waits.hpp>
 #include <spanprof/capture/engines.hpp>
 #include <spanprof/detail/capture/sample_records.hpp>
 #include <spanprof/detail/capture/stack_walker.hpp>
@@ -97,6 +98,7 @@ class ThreadStackSampler {
     ticker_.syscall_fd = -1;
     armed_.store(false, std::memory_order_relaxed);
     queued_ticks_.store(0, std::memory_order_relaxed);  // a child has no pending signals
+    internal_lock_waits_.reset_after_fork();
     registry_prev = registry_next = nullptr;
   }
   bool in_wall_span() const noexcept { return wall_spans_.load(std::memory_order_relaxed) != 0; }
@@ -378,6 +380,9 @@ class ThreadStackSampler {
   static constexpr std::uint32_t wall_tick_generation_mask = 0x3FFF'FFFF;
   static constexpr unsigned wall_tick_state_shift = 30;
   inline WallTick wall_tick(std::int64_t now_ns, std::int64_t mean_period_ns) noexcept;  // ticker_side.hpp
+  // A look for a wait on glibc's own locks (internal_lock_waits.hpp); true while one lasts.
+  inline bool look_for_internal_lock_wait(std::int64_t now_ns, bool due) noexcept;  // ticker_side.hpp
+  InternalLockWaits& internal_lock_waits() noexcept { return internal_lock_waits_; }
 
  private:
   // The ticker's signal to this thread, carrying `value` (a tag and its data).
@@ -458,6 +463,7 @@ class ThreadStackSampler {
   // begin_wall_update() and end_wall_update(), when the handler keeps out) ----
 
   inline void on_wall_tick(std::uint32_t data, const void* ucontext) noexcept;  // signal_side.hpp
+  inline void on_lock_tick(std::uint32_t slot, const void* ucontext) noexcept;   // signal_side.hpp
 
   // The ticker saw the thread still blocked where its last wall sample was taken,
   // up to a time: that time is the last sample's.
@@ -564,18 +570,8 @@ class ThreadStackSampler {
   // The ticker's confirmation: generation (16 bits) | the µs until which the thread
   // was seen still blocked where its last wall sample found it.
   std::atomic<std::uint64_t> wall_confirmed_{0};
-  // The ticker's own view of this thread (its thread, under the list's mutex).
-  struct TickerView {
-    int syscall_fd = -1;
-    bool sampled_blocked = false;  // the last signal found the thread blocked at `site`
-    BlockedSite site;
-    std::uint32_t generation = 0;
-    std::int64_t cpu_ns = 0;
-    std::int64_t cpu_point_signalled = 0;  // the CPU watch's last point sent
-    std::int64_t cpu_seen = -1;            // the thread's CPU clock at the last read
-    std::int64_t seen_at_ns = 0;           // the ticker's monotonic clock then
-    std::uint32_t still_looks = 0;         // looks in a row that found it unchanged
-  } ticker_;
+  TickerView ticker_;  // the ticker's own view of this thread (its thread, under the list's mutex)
+  InternalLockWaits internal_lock_waits_;
 #if SPANPROF_HAS_CFI_WALKER
   cfi::RulesCache rules_cache_;  // the handler's only
 #endif

@@ -35,10 +35,13 @@
 SPANPROF_NAMESPACE_BEGIN
 namespace detail {
 
-// Where a thread is blocked, as /proc/self/task/<tid>/syscall tells: its user
-// stack pointer and instruction pointer. The same site at two ticks, with
+// Where a thread is blocked, as /proc/self/task/<tid>/syscall tells: the system
+// call (-1: blocked outside one, in a page fault say), its first arguments, and
+// the user stack pointer and instruction pointer. The same site at two ticks, with
 // little CPU time between them, is the same wait.
 struct BlockedSite {
+  long call = -1;
+  std::uint64_t args[4] = {0, 0, 0, 0};
   std::uint64_t sp = 0;
   std::uint64_t pc = 0;
   friend bool operator==(const BlockedSite& a, const BlockedSite& b) noexcept { return a.sp == b.sp && a.pc == b.pc; }
@@ -47,7 +50,7 @@ struct BlockedSite {
 // What /proc/self/task/<tid>/syscall says of a thread: on a core or waiting for
 // one (the kernel prints "running" for both: it reads the system call of a thread
 // that is not runnable only), or blocked, with its site ("<nr> <6 args> <sp> <pc>",
-// nr -1 when blocked outside a system call, in a page fault say).
+// or "-1 <sp> <pc>").
 enum class ThreadActivity : std::uint8_t { unknown, runnable, blocked };
 
 // `syscall_fd` is that file, opened at the first call (-1 until then) and kept
@@ -62,35 +65,51 @@ inline ThreadActivity read_thread_activity(pid_t tid, int& syscall_fd, BlockedSi
   char text[256];
   const ssize_t n = ::pread(syscall_fd, text, sizeof text - 1, 0);
   if (n <= 0) return ThreadActivity::unknown;
-  text[n] = '\0';
   if (text[0] == 'r') return ThreadActivity::runnable;  // "running"
-  // The last two fields.
-  std::uint64_t fields[2] = {0, 0};
+  // The fields: the call's number in decimal, the rest in hex ("0x...").
+  std::uint64_t fields[9] = {};
   int found = 0;
-  const char* end = text + n;
-  while (end > text && (end[-1] == '\n' || end[-1] == ' ')) --end;
-  for (int f = 1; f >= 0; --f) {
-    const char* start = end;
-    while (start > text && start[-1] != ' ') --start;
-    if (start == end) break;
+  const char* c = text;
+  const char* const end = text + n;
+  const bool outside_a_call = c[0] == '-';
+  if (outside_a_call) ++c;
+  while (c < end && *c != '\n' && found < 9) {
+    const bool hex = end - c > 2 && c[0] == '0' && c[1] == 'x';
+    if (hex) c += 2;
     std::uint64_t value = 0;
-    const char* c = start;
-    if (end - c > 2 && c[0] == '0' && c[1] == 'x') c += 2;
-    for (; c < end; ++c) {
+    const char* digits = c;
+    for (; c < end && *c != ' ' && *c != '\n'; ++c) {
       const char d = *c;
-      const int digit = d >= '0' && d <= '9' ? d - '0' : d >= 'a' && d <= 'f' ? d - 'a' + 10 : -1;
+      const int digit = d >= '0' && d <= '9' ? d - '0' : hex && d >= 'a' && d <= 'f' ? d - 'a' + 10 : -1;
       if (digit < 0) return ThreadActivity::unknown;
-      value = value * 16 + static_cast<std::uint64_t>(digit);
+      value = value * (hex ? 16 : 10) + static_cast<std::uint64_t>(digit);
     }
-    fields[f] = value;
-    ++found;
-    end = start > text ? start - 1 : start;
+    if (c == digits) return ThreadActivity::unknown;
+    fields[found++] = value;
+    if (c < end && *c == ' ') ++c;
   }
-  if (found != 2) return ThreadActivity::unknown;
-  site.sp = fields[0];
-  site.pc = fields[1];
+  if (found != (outside_a_call ? 3 : 9)) return ThreadActivity::unknown;
+  site = BlockedSite{};
+  site.call = outside_a_call ? -1 : static_cast<long>(fields[0]);
+  if (!outside_a_call)
+    for (int i = 0; i < 4; ++i) site.args[i] = fields[1 + i];
+  site.sp = fields[found - 2];
+  site.pc = fields[found - 1];
   return ThreadActivity::blocked;
 }
+
+// The wall ticker's own view of a thread (ThreadStackSampler::ticker_).
+struct TickerView {
+  int syscall_fd = -1;
+  bool sampled_blocked = false;  // the last signal found the thread blocked at `site`
+  BlockedSite site;
+  std::uint32_t generation = 0;
+  std::int64_t cpu_ns = 0;
+  std::int64_t cpu_point_signalled = 0;  // the CPU watch's last point sent
+  std::int64_t cpu_seen = -1;            // the thread's CPU clock at the last read
+  std::int64_t seen_at_ns = 0;           // the ticker's monotonic clock then
+  std::uint32_t still_looks = 0;         // looks in a row that found it unchanged
+};
 
 // The process's thread ids, sorted, from an open /proc/self/task.
 inline bool list_threads(int task_dir_fd, std::vector<pid_t>& out) {

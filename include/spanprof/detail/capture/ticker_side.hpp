@@ -113,6 +113,18 @@ inline ThreadStackSampler::WallTick ThreadStackSampler::wall_tick(std::int64_t n
   return WallTick::signalled;
 }
 
+inline bool ThreadStackSampler::look_for_internal_lock_wait(std::int64_t now_ns, bool due) noexcept {
+  if (signal_blocked_.load(std::memory_order_relaxed) ||
+      sample_signal_lost().load(std::memory_order_relaxed) == settings_.signal_number)
+    return false;
+  const InternalLockWaits::Look look = internal_lock_waits_.look(tid_, ticker_.syscall_fd, now_ns, due);
+  if (look.signal_slot >= 0 && !send_tick(lock_tick_tag | static_cast<std::uint32_t>(look.signal_slot))) {
+    internal_lock_waits_.signal_failed(look.signal_slot);
+    return false;
+  }
+  return look.watching;
+}
+
 }  // namespace detail
 SPANPROF_NAMESPACE_END
 

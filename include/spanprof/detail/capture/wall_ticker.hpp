@@ -60,7 +60,9 @@ class WallTicker {
   // between requests never wakes it with a system call.
   static constexpr std::chrono::milliseconds linger{1000};
 
-  // A thread opened its first wall span: count it, and make sure the ticker runs.
+  // A thread opened its first wall span, or its first lock span (whose waits on
+  // glibc's own locks the ticker looks for at the wall ticks: internal_lock_waits.hpp):
+  // count it, and make sure the ticker runs.
   // Costs two atomic operations unless the ticker is parked or not started.
   // A ticker that sleeps longer than a wall period (it only watched CPU spans, up to
   // 40 ms between looks) is woken too: a wall span's first tick is due within a
@@ -74,7 +76,7 @@ class WallTicker {
     if (SPANPROF_UNLIKELY(sleeping_until != 0) && sleeping_until - monotonic_now_ns() > mean_period_ns) wake_for_wall();
   }
 
-  // A thread closed its last wall span.
+  // A thread closed its last wall span (or lock span).
   void thread_ended_wall_span() noexcept { threads_.fetch_sub(1, std::memory_order_seq_cst); }
 
   // A CPU span opened on a thread sampled by a POSIX CPU timer while the ticker
@@ -105,11 +107,12 @@ class WallTicker {
   std::uint32_t threads_in_wall_spans() const noexcept { return threads_.load(std::memory_order_relaxed); }
 
   // In a forked child: the ticker thread stayed in the parent. The next wall span
-  // starts a new one; `open_here` counts a wall span the forking thread has open.
-  void reset_after_fork(bool open_here) noexcept {
+  // starts a new one; `open_here` counts the forking thread's (a wall span open,
+  // a lock span open).
+  void reset_after_fork(std::uint32_t open_here) noexcept {
     new (&mutex_) std::mutex();
     new (&wake_) std::condition_variable();
-    threads_.store(open_here ? 1 : 0, std::memory_order_relaxed);
+    threads_.store(open_here, std::memory_order_relaxed);
     started_.store(false, std::memory_order_relaxed);
     parked_.store(false, std::memory_order_relaxed);
     cpu_wanted_ = false;
@@ -237,6 +240,7 @@ class WallTicker {
   struct Look {
     bool span_open = false;
     bool cpu_watched = false;  // a thread's CPU was watched
+    bool lock_wait_under_way = false;  // a thread waits on one of glibc's own locks (internal_lock_waits.hpp)
     std::int64_t watch_interval_ns = 40'000'000;
   };
 
@@ -257,6 +261,7 @@ class WallTicker {
             default: break;
           }
         }
+        if (sampler->look_for_internal_lock_wait(now, wall_due)) look.lock_wait_under_way = true;
         if (!sampler->cpu_watch_wanted()) continue;
         look.cpu_watched = true;
         const bool span_open = sampler->span_open_now();
@@ -286,6 +291,8 @@ class WallTicker {
         if (interval < look.watch_interval_ns) look.watch_interval_ns = interval;
       }
     }
+    // A wait on one of glibc's own locks is timed to the millisecond.
+    if (look.lock_wait_under_way) look.watch_interval_ns = std::min<std::int64_t>(look.watch_interval_ns, 1'000'000);
     if (signalled != 0) count(Counter::wall_ticks_signalled, signalled);
     if (confirmed != 0) count(Counter::wall_ticks_confirmed, confirmed);
     if (cpu_ticks != 0) count(Counter::cpu_ticks_watched, cpu_ticks);
@@ -293,7 +300,7 @@ class WallTicker {
     return look;
   }
 
-  std::atomic<std::uint32_t> threads_{0};  // threads with a wall span open
+  std::atomic<std::uint32_t> threads_{0};  // threads with a wall span open, and those with a lock span
   std::atomic<std::int64_t> mean_period_ns_{10'000'000};
   std::atomic<bool> started_{false};
   std::atomic<bool> parked_{false};

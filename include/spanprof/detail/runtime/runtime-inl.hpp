@@ -346,8 +346,10 @@ class Runtime final : public GuardHost {
     counter_registry().reset_after_fork(thread_counters.registered ? &thread_counters : nullptr);
     stack_sampler_list().reset_after_fork();
     heap_thread_registry().reset_after_fork(&heap_thread);
-    const ThreadStackSampler* mine = current_stack_sampler;
-    wall_ticker().reset_after_fork(mine != nullptr && mine->in_wall_span());
+    ThreadStackSampler* mine = current_stack_sampler;
+    wall_ticker().reset_after_fork(mine == nullptr ? 0
+                                                   : (mine->in_wall_span() ? 1 : 0) +
+                                                         (mine->internal_lock_waits().span_open() ? 1 : 0));
     heap_hooks().reset_after_fork(heap_spans_open_here());
     captured_profile_pool().reset_after_fork();
     lock_wait_table.reset_after_fork();
