@@ -14110,9 +14110,11 @@ class InternalLockWaits {
  public:
   static constexpr int max_frames = 64;
   static constexpr std::uint32_t slots = 4;  // waits sampled per span before its close writes them
-  // The CPU a waiting thread may run between two looks and still be in its wait:
-  // woken by the signal, glibc's loop waits again.
+  // The CPU a thread found at its wait's call again may have run since the last
+  // look (the handler's, glibc's loop), and one found off the call may have run
+  // between two waits at it: more is work of its own.
   static constexpr std::int64_t still_cpu_ns = 500'000;
+  static constexpr std::int64_t between_waits_cpu_ns = 50'000;
 
   // One sampled wait, from the look that found it to the close that writes it.
   struct Wait {
@@ -14174,10 +14176,11 @@ class InternalLockWaits {
       const std::int64_t last_seen = wait.last_seen_ns.load(std::memory_order_relaxed);
       const std::int64_t gone = wait.gone_ns.load(std::memory_order_relaxed);
       const std::int64_t ran_since = cpu_now_ns >= 0 ? cpu_now_ns - wait.cpu_ns.load(std::memory_order_relaxed) : 0;
-      const std::int64_t latest = gone != 0 ? gone : now_ns;
+      // (A look may come between this close's clock read and here.)
+      const std::int64_t latest = std::max(gone != 0 ? gone : now_ns, last_seen);
       const std::int64_t end = std::clamp(now_ns - std::max<std::int64_t>(ran_since, 0), last_seen, latest);
-      const std::int64_t delay = end - wait.start_ns.load(std::memory_order_relaxed);
-      write(static_cast<void* const*>(wait.frames), wait.depth, static_cast<std::uint64_t>(std::max<std::int64_t>(delay, 0)));
+      const std::int64_t delay = std::max<std::int64_t>(end - wait.start_ns.load(std::memory_order_relaxed), 0);
+      write(static_cast<void* const*>(wait.frames), wait.depth, static_cast<std::uint64_t>(delay));
       wait.state.store(Wait::free, std::memory_order_release);
     }
   }
@@ -14231,11 +14234,11 @@ class InternalLockWaits {
                          read_thread_activity(tid, syscall_fd, site) == ThreadActivity::blocked;
     if (moved) on_other_futex_ = blocked && site.call == SYS_futex && !in_glibc_lock_wait(site);
     if (watched_ >= 0) {
-      // Still waiting: blocked at the same call, or running for a moment between two
+      // Still waiting: blocked at the same call, or off it for a moment between two
       // waits at it (the signal wakes it from the call; glibc's loop waits again).
       Wait& wait = waits_[watched_];
-      const bool still = cpu >= 0 && cpu - wait.cpu_ns.load(std::memory_order_relaxed) < still_cpu_ns;
-      if (still && (!blocked || site == watched_site_)) {
+      const std::int64_t ran = cpu >= 0 ? cpu - wait.cpu_ns.load(std::memory_order_relaxed) : still_cpu_ns;
+      if (blocked ? site == watched_site_ && ran < still_cpu_ns : ran < between_waits_cpu_ns) {
         wait.last_seen_ns.store(now, std::memory_order_relaxed);
         wait.cpu_ns.store(cpu, std::memory_order_relaxed);
         result.watching = true;
@@ -14275,7 +14278,8 @@ class InternalLockWaits {
       const std::int64_t opened = outermost_opened_ns_.load(std::memory_order_relaxed);
       const std::int64_t opened_cpu = outermost_opened_cpu_ns_.load(std::memory_order_relaxed);
       std::int64_t start = opened + (cpu >= 0 && opened_cpu >= 0 ? cpu - opened_cpu : 0);
-      if (seen_at_ns_ >= 0 && cpu >= 0 && seen_cpu_ns_ >= 0) start = std::max(start, seen_at_ns_ + (cpu - seen_cpu_ns_));
+      if (seen_at_ns_ >= 0 && cpu >= 0 && seen_cpu_ns_ >= 0)
+        start = std::max(start, seen_at_ns_ + (cpu - seen_cpu_ns_));
       start = std::clamp(start, opened, now);
       wait.start_ns.store(start, std::memory_order_relaxed);
       wait.last_seen_ns.store(now, std::memory_order_relaxed);
