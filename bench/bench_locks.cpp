@@ -5,7 +5,9 @@
 //                        span asked for lock profiles
 //   mutex_hooks_on       the same after a lock-profiled span opened, outside spans
 //   mutex_in_lock_span   the same inside a lock-profiled span
-// Goal: the four within what a benchmark can tell apart.
+//   mutex_every_thread   the same outside spans while the continuous profile
+//                        records every thread's lock waits (continuous, cpu | lock)
+// Goal: the five within what a benchmark can tell apart.
 #include <spanprof/spanprof.hpp>
 
 #include <benchmark/benchmark.h>
@@ -76,6 +78,21 @@ void mutex_in_lock_span(benchmark::State& state) {
   }
 }
 BENCHMARK(mutex_in_lock_span);
+
+void mutex_every_thread(benchmark::State& state) {
+  spanprof::Options options;
+  options.continuous = true;
+  options.profiles = spanprof::cpu | spanprof::lock;
+  spanprof::start(options);
+  pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
+  for (auto _ : state) {
+    pthread_mutex_lock(&mutex);
+    pthread_mutex_unlock(&mutex);
+    benchmark::ClobberMemory();
+  }
+  spanprof::start({});  // the cases after it run without the continuous profile
+}
+BENCHMARK(mutex_every_thread);
 
 }  // namespace
 #endif

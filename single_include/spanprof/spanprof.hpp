@@ -10297,6 +10297,119 @@ SPANPROF_NAMESPACE_END
 
 #endif  // SPANPROF_DETAIL_BASE_XORSHIFT_HPP_
 // ---- end spanprof/detail/base/xorshift.hpp ----
+// ---- begin spanprof/detail/capture/continuous_buffer.hpp ----
+// Internal. The continuous profile's shared record buffer (process_sampler.hpp):
+// any thread writes a record into it — its sample signal's handler, or its lock
+// hooks — and the merger takes what they wrote.
+//
+// Two halves: writers reserve room in the active one with an atomic add and count
+// themselves in it; the merger makes the other half active, waits for the writers
+// still counted in the one it took, and reads it. No lock, no allocation once
+// made: a writer may be a signal handler. Made once and kept for the process, so a
+// signal still queued after a stop finds it.
+#ifndef SPANPROF_DETAIL_CAPTURE_CONTINUOUS_BUFFER_HPP_
+#define SPANPROF_DETAIL_CAPTURE_CONTINUOUS_BUFFER_HPP_
+
+
+#if SPANPROF_ENABLED
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <new>
+
+#include <sched.h>
+#include <time.h>
+
+SPANPROF_NAMESPACE_BEGIN
+namespace detail {
+
+// Waits until `count` is 0: writers (or handlers) counted in it finish within
+// microseconds of their threads' time; a thread may wait for a core meanwhile.
+inline void wait_for_none(const std::atomic<std::uint32_t>& count) noexcept {
+  for (int spins = 0; count.load(std::memory_order_seq_cst) != 0; ++spins) {
+    if (spins < 100) {
+      ::sched_yield();
+    } else {
+      timespec pause{0, 100'000};
+      ::nanosleep(&pause, nullptr);
+    }
+  }
+}
+
+class ContinuousBuffer {
+ public:
+  static constexpr std::size_t half_words = std::size_t{1} << 16;  // 512 KiB: ~2,000 samples
+
+  // Makes both halves (once); false when out of memory.
+  bool make() noexcept {
+    for (Half& half : halves_) {
+      if (half.words == nullptr) half.words = new (std::nothrow) std::uint64_t[half_words];
+      if (half.words == nullptr) return false;
+    }
+    return true;
+  }
+
+  // A record of `need` words, written by `write(out)` into the active half. False
+  // (counted) when the half is full.
+  template <class Write>
+  bool write(std::size_t need, Write&& write) noexcept {
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      const std::uint32_t index = active_.load(std::memory_order_seq_cst);
+      Half& half = halves_[index];
+      half.writers.fetch_add(1, std::memory_order_seq_cst);
+      if (active_.load(std::memory_order_seq_cst) != index) {  // the merger took this half meanwhile
+        half.writers.fetch_sub(1, std::memory_order_release);
+        continue;
+      }
+      const std::size_t at = half.used.fetch_add(need, std::memory_order_relaxed);
+      if (at + need > half_words) {
+        if (at < half_words) half.words[at] = 0;  // the end: nothing whole follows
+        half.writers.fetch_sub(1, std::memory_order_release);
+        dropped_.fetch_add(1, std::memory_order_relaxed);
+        return false;
+      }
+      write(half.words + at);
+      half.writers.fetch_sub(1, std::memory_order_release);
+      return true;
+    }
+    dropped_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+
+  // The merger's: calls `read(words, count)` with what was written since the last
+  // take; the records turned away meanwhile.
+  template <class Read>
+  std::uint64_t take(Read&& read) {
+    const std::uint32_t writing = active_.load(std::memory_order_seq_cst);
+    Half& half = halves_[writing];
+    if (half.words == nullptr) return 0;
+    active_.store(writing ^ 1u, std::memory_order_seq_cst);
+    wait_for_none(half.writers);  // writers that reserved room before the switch
+    read(static_cast<const std::uint64_t*>(half.words), std::min(half.used.load(std::memory_order_acquire), half_words));
+    half.used.store(0, std::memory_order_relaxed);
+    return dropped_.exchange(0, std::memory_order_relaxed);
+  }
+
+ private:
+  struct Half {
+    std::atomic<std::size_t> used{0};
+    std::atomic<std::uint32_t> writers{0};
+    std::uint64_t* words = nullptr;
+  };
+  Half halves_[2];
+  std::atomic<std::uint32_t> active_{0};
+  std::atomic<std::uint64_t> dropped_{0};
+};
+
+}  // namespace detail
+SPANPROF_NAMESPACE_END
+
+#endif  // SPANPROF_ENABLED
+
+#endif  // SPANPROF_DETAIL_CAPTURE_CONTINUOUS_BUFFER_HPP_
+// ---- end spanprof/detail/capture/continuous_buffer.hpp ----
 // ---- begin spanprof/detail/capture/sampler_settings.hpp ----
 // What a thread's stack sampler is told by one spanprof::start(), and what its
 // signal carries: the sampler's settings, the tags of the ticker's signals, the
@@ -11259,7 +11372,9 @@ SPANPROF_NAMESPACE_END
 //                      writes for any thread: a CPU stack record after the thread's
 //                      id and, for a sample taken in a span, the span's label. meta
 //                      is continuous_record_mark, bit 0 when a label follows, the
-//                      name's bytes in bits 8-15.
+//                      name's bytes in bits 8-15; bit 1 when a lock record follows
+//                      the label instead: a lock wait of any thread, when the
+//                      continuous profile records the process's lock waits.
 //   lock record        [meta, delay ns, holder tid, (trace id 2 words, span id 1 word, name words)?,
 //                       holder's pc_0 ..., depth, pc_0 ...]
 //                      what a thread's lock hooks (lock_hooks.hpp) write for a lock wait
@@ -11396,9 +11511,7 @@ inline void read_stack_records(const std::uint64_t* words, std::size_t count, Ra
   });
 }
 
-// ---- continuous records ---------------------------------------------------------
-
-inline constexpr std::uint64_t continuous_record_mark = std::uint64_t{0xC0} << 56;
+// ---- a span, as records carry it ---------------------------------------------------
 
 // A span's ids and name as a record carries them (continuous and lock records).
 struct RecordedSpan {
@@ -11424,86 +11537,6 @@ inline std::uint64_t* write_recorded_span(std::uint64_t* out, const RecordedSpan
 inline RecordedSpan read_recorded_span(const std::uint64_t* at, std::size_t name_bytes) noexcept {
   return {reinterpret_cast<const std::uint8_t*>(at), reinterpret_cast<const std::uint8_t*>(at + 2),
           reinterpret_cast<const char*>(at + 3), name_bytes};
-}
-
-constexpr std::size_t continuous_record_words(const RecordedSpan* label, int depth) noexcept {
-  return 2 + (label != nullptr ? recorded_span_words(label->name_bytes) : 0) + stack_record_words(depth);
-}
-
-// `callers` holds depth - 1 return addresses, innermost first; `weight` is
-// cpu_record_weight(). Writes continuous_record_words(label, depth) words.
-inline void write_continuous_record(std::uint64_t* out, std::uint64_t tid, const RecordedSpan* label,
-                                    std::uint64_t weight, std::uintptr_t pc, void* const* callers, int depth) noexcept {
-  const std::size_t name_bytes = label != nullptr ? label->name_bytes : 0;
-  *out++ = continuous_record_mark | (label != nullptr ? 1u : 0u) | static_cast<std::uint64_t>(name_bytes) << 8;
-  *out++ = tid;
-  if (label != nullptr) out = write_recorded_span(out, *label);
-  write_stack_record(out, weight, pc, callers, depth);
-}
-
-// Calls `visit(const RecordedSpan* label, std::uint64_t weight, const std::uint64_t* pcs,
-// std::size_t depth)` for each well-formed record (label null outside any span);
-// stops at the first malformed one, or at a word without the mark (the end).
-template <class Visit>
-void for_each_continuous_record(const std::uint64_t* words, std::size_t count, Visit&& visit) {
-  std::size_t i = 0;
-  while (i + 2 <= count) {
-    const std::uint64_t meta = words[i];
-    if ((meta & continuous_record_mark) != continuous_record_mark) break;
-    const bool labelled = (meta & 1) != 0;
-    const std::size_t name_bytes = (meta >> 8) & 0xFF;
-    std::size_t at = i + 2;
-    const std::size_t label_words = labelled ? recorded_span_words(name_bytes) : 0;
-    if (at + label_words + stack_record_header_words > count) break;
-    RecordedSpan label{};
-    if (labelled) label = read_recorded_span(words + at, name_bytes);
-    at += label_words;
-    const std::uint64_t depth = words[at + 1];
-    if (depth == 0 || depth > count - at - stack_record_header_words) break;
-    visit(labelled ? &label : nullptr, words[at], words + at + stack_record_header_words, static_cast<std::size_t>(depth));
-    i = at + stack_record_header_words + static_cast<std::size_t>(depth);
-  }
-}
-
-// The samples the merger takes at once: one profile per span label (and one for
-// the samples outside any span), their records' kind, period and engine set.
-struct ContinuousSamples {
-  std::vector<RawProfile> profiles;
-  std::uint64_t dropped = 0;  // records the full buffer turned away since the last take
-};
-
-// Appends the records' samples to `out`, one profile per label: the span's ids and
-// name as the records carry them.
-inline void read_continuous_records(const std::uint64_t* words, std::size_t count, std::int64_t period_ns,
-                                    ContinuousSamples& out) {
-  std::map<std::string, std::size_t> by_label;
-  std::string key;
-  for_each_continuous_record(words, count, [&](const RecordedSpan* label, std::uint64_t weight,
-                                               const std::uint64_t* pcs, std::size_t depth) {
-    key.clear();
-    if (label != nullptr) {
-      key.append(reinterpret_cast<const char*>(label->trace_id), 16);
-      key.append(reinterpret_cast<const char*>(label->span_id), 8);
-      key.append(label->name, label->name_bytes);
-    }
-    const auto [entry, inserted] = by_label.try_emplace(key, out.profiles.size());
-    if (inserted) {
-      RawProfile& profile = out.profiles.emplace_back();
-      profile.kind = ProfileKind::cpu;
-      profile.reason = ProfileReason::continuous;
-      profile.period_ns = period_ns;
-      profile.engine = "continuous";
-      if (label != nullptr) {
-        profile.span.trace_id = TraceId(label->trace_id);
-        profile.span.span_id = SpanId(label->span_id);
-        profile.span_name.assign(label->name, label->name_bytes);
-      }
-    }
-    RawSample& sample = out.profiles[entry->second].samples.emplace_back();
-    sample.values = {static_cast<std::int64_t>(cpu_record_periods(weight)),
-                     static_cast<std::int64_t>(weight & cpu_record_ns_mask)};
-    sample.frames.assign(pcs, pcs + depth);
-  });
 }
 
 // ---- lock records -----------------------------------------------------------------
@@ -11552,65 +11585,197 @@ inline void write_lock_record(std::uint64_t* out, const LockWait& wait, void* co
   for (std::size_t i = 0; i < depth; ++i) out[i] = reinterpret_cast<std::uintptr_t>(frames[i]);
 }
 
+// Reads the lock record at words[i] and calls `visit(const LockWait& wait, const
+// std::uint64_t* pcs, std::size_t depth)`: the index after it, or 0 when it is
+// malformed (or no lock record).
+template <class Visit>
+std::size_t read_lock_record(const std::uint64_t* words, std::size_t count, std::size_t i, Visit&& visit) {
+  if (i + lock_record_header_words + 1 > count) return 0;
+  const std::uint64_t meta = words[i];
+  if ((meta & lock_record_mark_mask) != lock_record_mark) return 0;
+  LockWait wait;
+  wait.held = (meta & lock_record_held) != 0;
+  wait.contentions = (meta >> 16) & lock_record_most_contentions;
+  wait.delay_ns = words[i + 1];
+  wait.holder_tid = words[i + 2];
+  std::size_t at = i + lock_record_header_words;
+  RecordedSpan holder{};
+  if ((meta & lock_record_holder_span) != 0) {
+    const std::size_t name_bytes = (meta >> 8) & 0xFF;
+    if (at + recorded_span_words(name_bytes) + 1 > count) return 0;
+    holder = read_recorded_span(words + at, name_bytes);
+    wait.holder_span = &holder;
+    at += recorded_span_words(name_bytes);
+  }
+  wait.holder_depth = (meta >> 48) & lock_record_most_holder_frames;
+  if (at + wait.holder_depth + 1 > count) return 0;
+  wait.holder_frames = words + at;
+  at += wait.holder_depth;
+  const std::uint64_t depth = words[at];
+  if (depth == 0 || depth > count - at - 1) return 0;
+  visit(wait, words + at + 1, static_cast<std::size_t>(depth));
+  return at + 1 + static_cast<std::size_t>(depth);
+}
+
 // Calls `visit(const LockWait& wait, const std::uint64_t* pcs, std::size_t depth)`
 // for each well-formed record; stops at the first malformed one.
 template <class Visit>
 void for_each_lock_record(const std::uint64_t* words, std::size_t count, Visit&& visit) {
-  std::size_t i = 0;
-  while (i + lock_record_header_words + 1 <= count) {
-    const std::uint64_t meta = words[i];
-    if ((meta & lock_record_mark_mask) != lock_record_mark) break;
-    LockWait wait;
-    wait.held = (meta & lock_record_held) != 0;
-    wait.contentions = (meta >> 16) & lock_record_most_contentions;
-    wait.delay_ns = words[i + 1];
-    wait.holder_tid = words[i + 2];
-    std::size_t at = i + lock_record_header_words;
-    RecordedSpan holder{};
-    if ((meta & lock_record_holder_span) != 0) {
-      const std::size_t name_bytes = (meta >> 8) & 0xFF;
-      if (at + recorded_span_words(name_bytes) + 1 > count) break;
-      holder = read_recorded_span(words + at, name_bytes);
-      wait.holder_span = &holder;
-      at += recorded_span_words(name_bytes);
-    }
-    wait.holder_depth = (meta >> 48) & lock_record_most_holder_frames;
-    if (at + wait.holder_depth + 1 > count) break;
-    wait.holder_frames = words + at;
-    at += wait.holder_depth;
-    const std::uint64_t depth = words[at];
-    if (depth == 0 || depth > count - at - 1) break;
-    visit(wait, words + at + 1, static_cast<std::size_t>(depth));
-    i = at + 1 + static_cast<std::size_t>(depth);
+  for (std::size_t i = 0; (i = read_lock_record(words, count, i, visit)) != 0;) {
   }
 }
 
-// Appends one lock sample per record, values {contentions, delay ns}.
+// A lock record's sample, values {contentions, delay ns}: its side, and a waiter's holder.
+inline void add_lock_sample(const LockWait& wait, const std::uint64_t* pcs, std::size_t depth, RawProfile& profile) {
+  RawSample& sample = profile.samples.emplace_back();
+  sample.values = {static_cast<std::int64_t>(wait.contentions), static_cast<std::int64_t>(wait.delay_ns)};
+  sample.frames.assign(pcs, pcs + depth);
+  auto text = [&](const char* key, std::string value) {
+    Label& label = sample.labels.emplace_back();
+    label.key = key;
+    label.str = std::move(value);
+  };
+  auto number = [&](const char* key, std::uint64_t value) {
+    Label& label = sample.labels.emplace_back();
+    label.key = key;
+    label.num = static_cast<std::int64_t>(value);
+    label.is_num = true;
+  };
+  text(lock_role_label, wait.held ? "holder" : "waiter");
+  if (wait.held) return;
+  if (wait.holder_tid != 0) number(holder_thread_label, wait.holder_tid);
+  if (wait.holder_span == nullptr) return;
+  text(holder_span_id_label, SpanId(wait.holder_span->span_id).to_hex());
+  text(holder_trace_id_label, TraceId(wait.holder_span->trace_id).to_hex());
+  text(holder_span_name_label, std::string(wait.holder_span->name, wait.holder_span->name_bytes));
+  for (std::size_t i = 0; i < wait.holder_depth; ++i) number(holder_frame_label, wait.holder_frames[i]);
+}
+
+// Appends one lock sample per record.
 inline void read_lock_records(const std::uint64_t* words, std::size_t count, RawProfile& profile) {
   for_each_lock_record(words, count, [&](const LockWait& wait, const std::uint64_t* pcs, std::size_t depth) {
-    RawSample& sample = profile.samples.emplace_back();
-    sample.values = {static_cast<std::int64_t>(wait.contentions), static_cast<std::int64_t>(wait.delay_ns)};
-    sample.frames.assign(pcs, pcs + depth);
-    auto text = [&](const char* key, std::string value) {
-      Label& label = sample.labels.emplace_back();
-      label.key = key;
-      label.str = std::move(value);
-    };
-    auto number = [&](const char* key, std::uint64_t value) {
-      Label& label = sample.labels.emplace_back();
-      label.key = key;
-      label.num = static_cast<std::int64_t>(value);
-      label.is_num = true;
-    };
-    text(lock_role_label, wait.held ? "holder" : "waiter");
-    if (wait.held) return;
-    if (wait.holder_tid != 0) number(holder_thread_label, wait.holder_tid);
-    if (wait.holder_span == nullptr) return;
-    text(holder_span_id_label, SpanId(wait.holder_span->span_id).to_hex());
-    text(holder_trace_id_label, TraceId(wait.holder_span->trace_id).to_hex());
-    text(holder_span_name_label, std::string(wait.holder_span->name, wait.holder_span->name_bytes));
-    for (std::size_t i = 0; i < wait.holder_depth; ++i) number(holder_frame_label, wait.holder_frames[i]);
+    add_lock_sample(wait, pcs, depth, profile);
   });
+}
+
+// ---- continuous records ---------------------------------------------------------
+
+inline constexpr std::uint64_t continuous_record_mark = std::uint64_t{0xC0} << 56;
+inline constexpr std::uint64_t continuous_record_labelled = 1;  // the span's label follows the thread id
+inline constexpr std::uint64_t continuous_record_lock = 2;      // a lock record follows, not a stack record
+
+constexpr std::size_t continuous_record_words(const RecordedSpan* label, int depth) noexcept {
+  return 2 + (label != nullptr ? recorded_span_words(label->name_bytes) : 0) + stack_record_words(depth);
+}
+
+// The header both kinds of continuous record start with; returns the word after it.
+inline std::uint64_t* write_continuous_header(std::uint64_t* out, std::uint64_t tid, const RecordedSpan* label,
+                                              std::uint64_t kind) noexcept {
+  const std::size_t name_bytes = label != nullptr ? label->name_bytes : 0;
+  *out++ = continuous_record_mark | kind | (label != nullptr ? continuous_record_labelled : 0) |
+           static_cast<std::uint64_t>(name_bytes) << 8;
+  *out++ = tid;
+  return label != nullptr ? write_recorded_span(out, *label) : out;
+}
+
+// `callers` holds depth - 1 return addresses, innermost first; `weight` is
+// cpu_record_weight(). Writes continuous_record_words(label, depth) words.
+inline void write_continuous_record(std::uint64_t* out, std::uint64_t tid, const RecordedSpan* label,
+                                    std::uint64_t weight, std::uintptr_t pc, void* const* callers, int depth) noexcept {
+  write_stack_record(write_continuous_header(out, tid, label, 0), weight, pc, callers, depth);
+}
+
+// A lock wait outside the span logs (the continuous profile's: lock_hooks-inl.hpp),
+// `frames` return addresses as in a lock record.
+constexpr std::size_t continuous_lock_record_words(const RecordedSpan* label, const LockWait& wait,
+                                                   std::size_t depth) noexcept {
+  return 2 + (label != nullptr ? recorded_span_words(label->name_bytes) : 0) + lock_record_words(wait, depth);
+}
+inline void write_continuous_lock_record(std::uint64_t* out, std::uint64_t tid, const RecordedSpan* label,
+                                         const LockWait& wait, void* const* frames, std::size_t depth) noexcept {
+  write_lock_record(write_continuous_header(out, tid, label, continuous_record_lock), wait, frames, depth);
+}
+
+// Calls `visit(const RecordedSpan* label, std::uint64_t weight, const std::uint64_t* pcs,
+// std::size_t depth)` for each well-formed CPU record (label null outside any span),
+// and `visit_lock(const RecordedSpan* label, const LockWait& wait, const std::uint64_t* pcs,
+// std::size_t depth)` for each lock record; stops at the first malformed one, or at a
+// word without the mark (the end).
+template <class Visit, class VisitLock>
+void for_each_continuous_record(const std::uint64_t* words, std::size_t count, Visit&& visit, VisitLock&& visit_lock) {
+  std::size_t i = 0;
+  while (i + 2 <= count) {
+    const std::uint64_t meta = words[i];
+    if ((meta & continuous_record_mark) != continuous_record_mark) break;
+    const bool labelled = (meta & continuous_record_labelled) != 0;
+    const std::size_t name_bytes = (meta >> 8) & 0xFF;
+    std::size_t at = i + 2;
+    const std::size_t label_words = labelled ? recorded_span_words(name_bytes) : 0;
+    if (at + label_words > count) break;
+    RecordedSpan label{};
+    if (labelled) label = read_recorded_span(words + at, name_bytes);
+    at += label_words;
+    if ((meta & continuous_record_lock) != 0) {
+      i = read_lock_record(words, count, at, [&](const LockWait& wait, const std::uint64_t* pcs, std::size_t depth) {
+        visit_lock(labelled ? &label : nullptr, wait, pcs, depth);
+      });
+      if (i == 0) break;
+      continue;
+    }
+    if (at + stack_record_header_words > count) break;
+    const std::uint64_t depth = words[at + 1];
+    if (depth == 0 || depth > count - at - stack_record_header_words) break;
+    visit(labelled ? &label : nullptr, words[at], words + at + stack_record_header_words, static_cast<std::size_t>(depth));
+    i = at + stack_record_header_words + static_cast<std::size_t>(depth);
+  }
+}
+
+// The samples the merger takes at once: one profile per span label (and one for
+// the samples outside any span), their records' kind, period and engine set.
+struct ContinuousSamples {
+  std::vector<RawProfile> profiles;
+  std::uint64_t dropped = 0;  // records the full buffer turned away since the last take
+};
+
+// Appends the records' samples to `out`, one profile per kind and label: the span's
+// ids and name as the records carry them.
+inline void read_continuous_records(const std::uint64_t* words, std::size_t count, std::int64_t period_ns,
+                                    ContinuousSamples& out) {
+  std::map<std::string, std::size_t> by_label;
+  std::string key;
+  auto profile_for = [&](ProfileKind kind, const RecordedSpan* label) -> RawProfile& {
+    key.assign(1, static_cast<char>(kind));
+    if (label != nullptr) {
+      key.append(reinterpret_cast<const char*>(label->trace_id), 16);
+      key.append(reinterpret_cast<const char*>(label->span_id), 8);
+      key.append(label->name, label->name_bytes);
+    }
+    const auto [entry, inserted] = by_label.try_emplace(key, out.profiles.size());
+    if (inserted) {
+      RawProfile& profile = out.profiles.emplace_back();
+      profile.kind = kind;
+      profile.reason = ProfileReason::continuous;
+      profile.period_ns = kind == ProfileKind::lock ? 1 : period_ns;  // a lock profile's period: 1 contention
+      profile.engine = "continuous";
+      if (label != nullptr) {
+        profile.span.trace_id = TraceId(label->trace_id);
+        profile.span.span_id = SpanId(label->span_id);
+        profile.span_name.assign(label->name, label->name_bytes);
+      }
+    }
+    return out.profiles[entry->second];
+  };
+  for_each_continuous_record(
+      words, count,
+      [&](const RecordedSpan* label, std::uint64_t weight, const std::uint64_t* pcs, std::size_t depth) {
+        RawSample& sample = profile_for(ProfileKind::cpu, label).samples.emplace_back();
+        sample.values = {static_cast<std::int64_t>(cpu_record_periods(weight)),
+                         static_cast<std::int64_t>(weight & cpu_record_ns_mask)};
+        sample.frames.assign(pcs, pcs + depth);
+      },
+      [&](const RecordedSpan* label, const LockWait& wait, const std::uint64_t* pcs, std::size_t depth) {
+        add_lock_sample(wait, pcs, depth, profile_for(ProfileKind::lock, label));
+      });
 }
 
 // ---- heap -----------------------------------------------------------------------
@@ -13301,9 +13466,9 @@ SPANPROF_NAMESPACE_END
 //  * The sample signal is spanprof's own (never SIGPROF); the timer's value names
 //    its thread's slot, so the handler knows it from a span sampler's tick.
 //  * The handler walks the stack and writes one record into the shared record
-//    buffer (two halves: writers reserve with an atomic add, the merger takes the
-//    half they no longer write), with the span its thread's label stack names
-//    (span_labels.hpp). No lock, no allocation, no stdio.
+//    buffer (continuous_buffer.hpp), with the span its thread's label stack names
+//    (span_labels.hpp). No lock, no allocation, no stdio. While the process's lock
+//    waits are recorded, the lock hooks write theirs there too.
 //  * What the handler may reach lives for the process: the slots and the buffer
 //    are made once and reused by every later start(), so a signal still queued
 //    after a stop finds them.
@@ -13357,14 +13522,9 @@ class ProcessSampler {
   bool start(const ContinuousSettings& settings, int signal_number, std::string& why) noexcept {
     std::lock_guard<std::mutex> held(mutex_);
     stop_locked();
-    if (halves_[0].words == nullptr) {
-      for (Half& half : halves_) {
-        half.words = new (std::nothrow) std::uint64_t[half_words];
-        if (half.words == nullptr) {
-          why = "cannot allocate the continuous profile's record buffer";
-          return false;
-        }
-      }
+    if (!buffer_.make()) {
+      why = "cannot allocate the continuous profile's record buffer";
+      return false;
     }
     period_ns_ = settings.period_ns;
     ticks_.start(settings.source, settings.period_ns, signal_number);
@@ -13487,15 +13647,9 @@ class ProcessSampler {
 
   // Takes what the handlers wrote since the last take (the merger's).
   void take(ContinuousSamples& out) {
-    const std::uint32_t writing = active_.load(std::memory_order_seq_cst);
-    Half& half = halves_[writing];
-    if (half.words == nullptr) return;
-    active_.store(writing ^ 1u, std::memory_order_seq_cst);
-    wait_for_none(half.writers);  // handlers that reserved room before the switch
-    const std::size_t used = std::min(half.used.load(std::memory_order_acquire), half_words);
-    read_continuous_records(half.words, used, period_ns_, out);
-    half.used.store(0, std::memory_order_relaxed);
-    out.dropped += dropped_.exchange(0, std::memory_order_relaxed);
+    out.dropped += buffer_.take([&](const std::uint64_t* words, std::size_t count) {
+      read_continuous_records(words, count, period_ns_, out);
+    });
   }
 
   // The sample signal's handler, for a continuous tick (its timer's: SI_TIMER
@@ -13533,7 +13687,25 @@ class ProcessSampler {
     return true;
   }
 
+  // A lock wait (or a release that ended others') of any thread, while the process's
+  // lock waits are recorded (lock_hooks-inl.hpp): into the same buffer, outside a
+  // signal handler, with the span its thread's label stack names. `tid`: the thread's.
+  void record_lock_wait(std::uint64_t tid, const LockWait& wait, void* const* frames, std::size_t depth) noexcept {
+    InFlight in_flight(in_flight_);
+    if (!running_.load(std::memory_order_seq_cst) || depth == 0) return;
+    SpanLabel* span = current_span_label();
+    RecordedSpan label{};
+    if (span != nullptr) label = RecordedSpan{span->trace_id, span->span_id, span->name, span->name_length};
+    const RecordedSpan* labelled = span != nullptr ? &label : nullptr;
+    if (buffer_.write(continuous_lock_record_words(labelled, wait, depth), [&](std::uint64_t* out) {
+          write_continuous_lock_record(out, tid, labelled, wait, frames, depth);
+        }) &&
+        span != nullptr)
+      span->sampled.store(true, std::memory_order_relaxed);
+  }
+
   std::int64_t period_ns() const noexcept { return period_ns_; }
+  int max_depth() const noexcept { return max_depth_.load(std::memory_order_relaxed); }
   // At the last scan: threads sampled, and threads left out (they block the signal).
   std::size_t threads_sampled() const noexcept { return threads_sampled_.load(std::memory_order_relaxed); }
   std::size_t threads_left_out() const noexcept { return threads_left_out_.load(std::memory_order_relaxed); }
@@ -13554,7 +13726,6 @@ class ProcessSampler {
  private:
   ProcessSampler() = default;
 
-  static constexpr std::size_t half_words = std::size_t{1} << 16;  // 512 KiB: ~2,000 samples
   static constexpr std::int64_t full_scan_interval_ns = 1'000'000'000;
   static constexpr std::size_t slots_per_chunk = 256;
   static constexpr std::size_t max_chunks = 256;  // 65,536 threads at once
@@ -13580,12 +13751,6 @@ class ProcessSampler {
     std::atomic<std::uint32_t>& count_;
   };
 
-  struct Half {
-    std::atomic<std::size_t> used{0};
-    std::atomic<std::uint32_t> writers{0};
-    std::uint64_t* words = nullptr;
-  };
-
   void stop_locked() noexcept {
     running_.store(false, std::memory_order_seq_cst);
     wait_for_none(in_flight_);
@@ -13600,19 +13765,6 @@ class ProcessSampler {
     blocking_since_.clear();
     threads_sampled_.store(0, std::memory_order_relaxed);
     threads_left_out_.store(0, std::memory_order_relaxed);
-  }
-
-  // Handlers counted in `count` finish within microseconds of their threads' time;
-  // a thread may wait for a core meanwhile.
-  static void wait_for_none(const std::atomic<std::uint32_t>& count) noexcept {
-    for (int spins = 0; count.load(std::memory_order_seq_cst) != 0; ++spins) {
-      if (spins < 100) {
-        ::sched_yield();
-      } else {
-        timespec pause{0, 100'000};
-        ::nanosleep(&pause, nullptr);
-      }
-    }
   }
 
   ThreadSlot* slot_at(std::uint32_t index) const noexcept {
@@ -13774,36 +13926,24 @@ class ProcessSampler {
     const int depth = walk_with_gperftools(ucontext, trace, max_depth);
 #endif
     if (depth <= 0) return;
-    SpanLabel* span = nullptr;
-    if (SpanLabelStack* labels = current_span_labels)
-      span = labels->label_for_sample(span_labels_.load(std::memory_order_relaxed));
+    SpanLabel* span = current_span_label();
     RecordedSpan label{};
     if (span != nullptr) label = RecordedSpan{span->trace_id, span->span_id, span->name, span->name_length};
     const RecordedSpan* labelled = span != nullptr ? &label : nullptr;
-    const std::size_t need = continuous_record_words(labelled, depth);
     const std::uint64_t weight = cpu_record_weight(periods, cpu_ns);
-    for (int attempt = 0; attempt < 2; ++attempt) {
-      const std::uint32_t index = active_.load(std::memory_order_seq_cst);
-      Half& half = halves_[index];
-      half.writers.fetch_add(1, std::memory_order_seq_cst);
-      if (active_.load(std::memory_order_seq_cst) != index) {  // the merger took this half meanwhile
-        half.writers.fetch_sub(1, std::memory_order_release);
-        continue;
-      }
-      const std::size_t at = half.used.fetch_add(need, std::memory_order_relaxed);
-      if (at + need > half_words) {
-        if (at < half_words) half.words[at] = 0;  // the end: nothing whole follows
-        half.writers.fetch_sub(1, std::memory_order_release);
-        dropped_.fetch_add(1, std::memory_order_relaxed);
-        return;
-      }
-      write_continuous_record(half.words + at, static_cast<std::uint64_t>(slot.tid.load(std::memory_order_relaxed)),
-                              labelled, weight, reinterpret_cast<std::uintptr_t>(trace[0]), trace + 1, depth);
-      if (span != nullptr) span->sampled.store(true, std::memory_order_relaxed);
-      half.writers.fetch_sub(1, std::memory_order_release);
-      return;
-    }
-    dropped_.fetch_add(1, std::memory_order_relaxed);
+    const auto tid = static_cast<std::uint64_t>(slot.tid.load(std::memory_order_relaxed));
+    if (buffer_.write(continuous_record_words(labelled, depth), [&](std::uint64_t* out) {
+          write_continuous_record(out, tid, labelled, weight, reinterpret_cast<std::uintptr_t>(trace[0]), trace + 1,
+                                  depth);
+        }) &&
+        span != nullptr)
+      span->sampled.store(true, std::memory_order_relaxed);
+  }
+
+  // The span the calling thread's samples carry now (span_labels.hpp), or null.
+  SpanLabel* current_span_label() const noexcept {
+    SpanLabelStack* labels = current_span_labels;
+    return labels != nullptr ? labels->label_for_sample(span_labels_.load(std::memory_order_relaxed)) : nullptr;
   }
 
   // The handler's: written by start(), read in the handler.
@@ -13812,9 +13952,7 @@ class ProcessSampler {
   std::atomic<ContinuousSpanLabels> span_labels_{ContinuousSpanLabels::local_root};
   std::int64_t period_ns_ = 10'000'000;
   std::atomic<ThreadSlot*> chunks_[max_chunks] = {};
-  Half halves_[2];
-  std::atomic<std::uint32_t> active_{0};
-  std::atomic<std::uint64_t> dropped_{0};
+  ContinuousBuffer buffer_;
   std::atomic<std::size_t> threads_sampled_{0};
   std::atomic<std::size_t> threads_left_out_{0};
   std::atomic<std::uint32_t> in_flight_{0};  // handlers between their check of running_ and their return
@@ -14039,9 +14177,12 @@ class LockWaitTable {
 
 // Whether a span has asked for lock profiles since the process started: until
 // then a lock costs one load more than glibc's (lock_hooks-inl.hpp). Read by every
-// lock: a line of its own.
+// lock: a line of its own. And whether the continuous profile records every
+// thread's lock waits (Options::continuous with the lock kind): a lock found held
+// is then watched on any thread, not only inside a lock-profiled span.
 struct alignas(64) LockHooksSwitch {
   std::atomic<bool> on{false};
+  std::atomic<bool> every_thread{false};
   bool load(std::memory_order order) const noexcept { return on.load(order); }
   void store(bool value, std::memory_order order) noexcept { on.store(value, order); }
 };
@@ -14110,11 +14251,9 @@ class InternalLockWaits {
  public:
   static constexpr int max_frames = 64;
   static constexpr std::uint32_t slots = 4;  // waits sampled per span before its close writes them
-  // The CPU a thread found at its wait's call again may have run since the last
-  // look (the handler's, glibc's loop), and one found off the call may have run
-  // between two waits at it: more is work of its own.
+  // The CPU a thread still in its wait may have run since the last look (the
+  // signal's delivery, glibc's loop): more is work of its own.
   static constexpr std::int64_t still_cpu_ns = 500'000;
-  static constexpr std::int64_t between_waits_cpu_ns = 50'000;
 
   // One sampled wait, from the look that found it to the close that writes it.
   struct Wait {
@@ -14234,11 +14373,13 @@ class InternalLockWaits {
                          read_thread_activity(tid, syscall_fd, site) == ThreadActivity::blocked;
     if (moved) on_other_futex_ = blocked && site.call == SYS_futex && !in_glibc_lock_wait(site);
     if (watched_ >= 0) {
-      // Still waiting: blocked at the same call, or off it for a moment between two
-      // waits at it (the signal wakes it from the call; glibc's loop waits again).
+      // Still waiting: blocked at the same call, or woken by the signal and not yet
+      // through its handler (which takes the stack; glibc's loop then waits again).
+      // Off the call after that, it holds the lock, or waits for a core to return.
       Wait& wait = waits_[watched_];
       const std::int64_t ran = cpu >= 0 ? cpu - wait.cpu_ns.load(std::memory_order_relaxed) : still_cpu_ns;
-      if (blocked ? site == watched_site_ && ran < still_cpu_ns : ran < between_waits_cpu_ns) {
+      const bool at_signal = wait.state.load(std::memory_order_acquire) == Wait::signalled;
+      if (ran < still_cpu_ns && (blocked ? site == watched_site_ : at_signal)) {
         wait.last_seen_ns.store(now, std::memory_order_relaxed);
         wait.cpu_ns.store(cpu, std::memory_order_relaxed);
         result.watching = true;
@@ -16657,7 +16798,12 @@ inline constexpr const char* wall_thread_name = "spanprof-wall";     // ticks th
 // signal that does not queue (SIGPROF) loses every one sent meanwhile. A signal
 // the thread raises itself (a fault) is still delivered: the kernel does not
 // let it be blocked.
+// Set on spanprof's own threads: the continuous profile leaves their lock waits
+// out, as it leaves their CPU out (lock_hooks-inl.hpp). Constant-initialized.
+inline thread_local bool on_spanprof_thread = false;
+
 inline void begin_spanprof_thread(const char* name) noexcept {
+  on_spanprof_thread = true;
   sigset_t all;
   sigfillset(&all);
   (void)::pthread_sigmask(SIG_BLOCK, &all, nullptr);
@@ -19770,9 +19916,10 @@ class Worker {
     ProfileBatch batches[profile_kind_count];  // batched: by ProfileKind
     Tickets tickets[profile_kind_count];       // the spans of batches[k], in order
     std::int64_t window_end[profile_kind_count]{};  // on Run::clock
-    // The continuous profile's window, on the wall clock; a window cut early at the
-    // lane's limits goes on in a new batch with the same bounds.
-    ProfileBatch continuous;
+    // The continuous profile's window, on the wall clock, one batch per kind (CPU;
+    // lock waits when they are recorded); a window cut early at the lane's limits
+    // goes on in a new batch with the same bounds.
+    ProfileBatch continuous[profile_kind_count];
     std::int64_t continuous_start = 0;
     std::int64_t continuous_end = 0;
   };
@@ -19941,32 +20088,33 @@ class Worker {
       const std::int64_t window = std::max<std::int64_t>(1, ns(run.continuous_window));
       for (std::size_t l = 0; l < run.lanes.size(); ++l) {
         Lane& lane = run.lanes[l];
-        if (!lane.continuous.empty() && now >= lane.continuous_end) cut_continuous(run, l);
-        for (const RawProfile& raw : taken) {
-          if (lane.continuous.empty()) {
-            if (now >= lane.continuous_end) {
-              lane.continuous_start = now - now % window;
-              lane.continuous_end = lane.continuous_start + window;
-            }
-            lane.continuous.set_window(lane.continuous_start, lane.continuous_end);
-          }
-          lane.continuous.add(raw);
-          if (lane.continuous.sample_count() >= lane.delivery.max_samples ||
-              lane.continuous.estimated_bytes() >= lane.delivery.max_bytes)
-            cut_continuous(run, l);
+        if (now >= lane.continuous_end) {
+          cut_continuous(run, l);
+          lane.continuous_start = now - now % window;
+          lane.continuous_end = lane.continuous_start + window;
         }
-        if (flushing && !lane.continuous.empty()) cut_continuous(run, l);
+        for (const RawProfile& raw : taken) {
+          ProfileBatch& batch = lane.continuous[static_cast<std::size_t>(raw.kind)];
+          if (batch.empty()) batch.set_window(lane.continuous_start, lane.continuous_end);
+          batch.add(raw);
+          if (batch.sample_count() >= lane.delivery.max_samples || batch.estimated_bytes() >= lane.delivery.max_bytes)
+            cut_continuous(run, l, raw.kind);
+        }
+        if (flushing) cut_continuous(run, l);
       }
     } SPANPROF_CATCH_ALL {
       report_error(ErrorCode::internal, "out of memory merging the continuous profile");
     }
   }
 
-  static void cut_continuous(Run& run, std::size_t lane) noexcept {
+  static void cut_continuous(Run& run, std::size_t lane, ProfileKind kind) noexcept {
     Outgoing window;
     window.lane = lane;
-    std::swap(window.batch, run.lanes[lane].continuous);
+    std::swap(window.batch, run.lanes[lane].continuous[static_cast<std::size_t>(kind)]);
     if (!window.batch.empty()) run.sender->post(std::move(window));
+  }
+  static void cut_continuous(Run& run, std::size_t lane) noexcept {
+    for (std::size_t k = 0; k < profile_kind_count; ++k) cut_continuous(run, lane, static_cast<ProfileKind>(k));
   }
 
   static std::int64_t next_window_end(const Run& run) noexcept {
@@ -22005,10 +22153,16 @@ class Runtime final : public GuardHost {
       // The process's continuous profile: every thread's timer is made by the
       // merger, at each of its looks, which takes the samples too.
       ProcessSampler& process = ProcessSampler::instance();
+      lock_hooks_on.every_thread.store(false, std::memory_order_relaxed);
       if (plan.continuous.on && config->sampler.signal_number != 0) {
         std::string why;
         if (process.start(plan.continuous, config->sampler.signal_number, why)) {
           config->labels_spans = plan.continuous.span_labels != ContinuousSpanLabels::none;
+          // With the lock kind, every thread's lock waits too (docs/locks.md).
+          if (config->profiles.contains(ProfileKind::lock)) {
+            lock_hooks_on.every_thread.store(true, std::memory_order_relaxed);
+            lock_hooks_on.store(true, std::memory_order_relaxed);
+          }
           plan.delivery.continuous = &take_continuous_samples;
           scan_continuous_threads();  // the threads there are now, sampled from now
         } else {
@@ -22085,6 +22239,7 @@ class Runtime final : public GuardHost {
     trigger_.reset();
     retirement_.reclaim();
     // The continuous profile's timers go; its last samples go out with the flush below.
+    lock_hooks_on.every_thread.store(false, std::memory_order_relaxed);
     ProcessSampler::instance().stop();
     // Threads keep their sampler objects (freed at thread exit) but stop receiving
     // signals now, instead of after their idle countdown.
@@ -22191,7 +22346,8 @@ class Runtime final : public GuardHost {
     ProcessSampler::instance().take(samples);
     std::uint64_t taken = 0;
     for (const RawProfile& profile : samples.profiles)
-      for (const RawSample& sample : profile.samples) taken += static_cast<std::uint64_t>(sample.values.at(0));
+      if (profile.kind == ProfileKind::cpu)
+        for (const RawSample& sample : profile.samples) taken += static_cast<std::uint64_t>(sample.values.at(0));
     if (taken != 0) count(Counter::continuous_samples, taken);
     if (samples.dropped != 0) count(Counter::continuous_samples_dropped, samples.dropped);
     out = std::move(samples.profiles);
@@ -24274,13 +24430,19 @@ inline std::uint32_t lock_owner(const pthread_rwlock_t* rwlock) noexcept {
 }
 
 // Whether this lock call is a wait to watch: the thread is in a span that records
-// lock waits, and the lock is held. The lock word is read only then: read before
-// glibc's atomic on it, it costs an uncontended lock about 2 ns more.
+// lock waits (or the continuous profile records every thread's), and the lock is
+// held. The lock word is read only then: read before glibc's atomic on it, it
+// costs an uncontended lock about 2 ns more.
 template <class Lock>
 inline bool lock_wait_watched(const Lock* primitive) noexcept {
   if (!lock_hooks_on.load(std::memory_order_relaxed)) return false;
-  const ThreadStackSampler* sampler = current_stack_sampler;
-  return sampler != nullptr && sampler->lock_span_open() && lock_held(primitive);
+  if (!lock_hooks_on.every_thread.load(std::memory_order_relaxed)) {
+    const ThreadStackSampler* sampler = current_stack_sampler;
+    if (sampler == nullptr || !sampler->lock_span_open()) return false;
+  } else if (on_spanprof_thread) {
+    return false;  // spanprof's own waits are not the program's
+  }
+  return lock_held(primitive);
 }
 
 // The calling thread's id, read once.
@@ -24327,6 +24489,26 @@ SPANPROF_LOCK_HOOK int lock_record_stack(const ThreadStackSampler* sampler, void
   return depth;
 }
 
+// The stack of the code that called the lock or unlock, for the continuous
+// profile's record of it: -1 when the hooks record one already (this lock is theirs).
+SPANPROF_LOCK_HOOK int process_lock_stack(void** frames) noexcept {
+  ThreadLockLog& log = thread_lock_log;
+  if (log.recording) return -1;
+  log.recording = true;
+  if (log.stack_top == 0) log.stack_top = this_thread_stack_top();  // once per thread
+  const int depth = capture_lock_caller_stack(frames, ProcessSampler::instance().max_depth(), log.stack_top);
+  log.recording = false;
+  return depth;
+}
+
+// Records `wait` for the continuous profile, with its stack (captured here when
+// `depth` is -1), while it records every thread's lock waits.
+SPANPROF_LOCK_HOOK void record_process_lock_wait(const LockWait& wait, void** frames, int depth) noexcept {
+  if (!lock_hooks_on.every_thread.load(std::memory_order_relaxed)) return;
+  if (depth < 0) depth = process_lock_stack(frames);
+  if (depth > 0) ProcessSampler::instance().record_lock_wait(lock_thread_id(), wait, frames, static_cast<std::size_t>(depth));
+}
+
 // Records `wait` in the thread's lock log with the stack lock_record_stack gave.
 SPANPROF_LOCK_HOOK void record_lock_wait(ThreadStackSampler* sampler, const LockWait& wait, void* const* frames,
                                          int depth) noexcept {
@@ -24366,7 +24548,9 @@ SPANPROF_LOCK_HOOK void end_lock_wait(const LockWaitUnderWay& wait, bool acquire
     record.holder_depth = holder.depth;
   }
   void* frames[max_stack_depth_limit];
-  record_lock_wait(sampler, record, frames, lock_record_stack(sampler, frames));
+  const int depth = lock_record_stack(sampler, frames);
+  record_lock_wait(sampler, record, frames, depth);
+  record_process_lock_wait(record, frames, depth);
 }
 
 static_assert(LockHolder::max_frames <= lock_record_most_holder_frames, "a lock record holds the holder's frames");
@@ -24389,13 +24573,16 @@ SPANPROF_LOCK_HOOK void note_lock_release(const void* address) noexcept {
       me.frames[i] = reinterpret_cast<std::uintptr_t>(frames[i]);
   }
   const LockWaitTable::Charge charge = lock_wait_table.release(address, monotonic_now_ns(), me);
-  if (charge.waiters == 0 || span == nullptr) return;
-  if (depth < 0) depth = lock_record_stack(sampler, frames);
+  if (charge.waiters == 0) return;
   LockWait record;
   record.held = true;
   record.contentions = charge.waiters;
   record.delay_ns = static_cast<std::uint64_t>(charge.delay_ns);
-  record_lock_wait(sampler, record, frames, depth);
+  if (span != nullptr) {
+    if (depth < 0) depth = lock_record_stack(sampler, frames);
+    record_lock_wait(sampler, record, frames, depth);
+  }
+  record_process_lock_wait(record, frames, depth);
 }
 
 // A lock call found to wait, watched: `take` is glibc's lock call (or its hook's).

@@ -60,22 +60,32 @@ void fuzz_one(std::string_view bytes) {
       SPANPROF_FUZZ_CHECK(static_cast<std::size_t>(wall_samples) == wall_records - wall_continuations);
   }
 
-  // The continuous profile's records: each label and stack inside the buffer, the
-  // records in order, a label's name within its bound.
+  // The continuous profile's records, CPU and lock: each label and stack inside the
+  // buffer, the records in order, a label's name within its bound.
   const std::uint64_t* end = words.data() + words.size();
   const std::uint64_t* last = words.data();
-  sd::for_each_continuous_record(words.data(), words.size(),
-                                 [&](const sd::RecordedSpan* label, std::uint64_t, const std::uint64_t* pcs,
-                                     std::size_t depth) {
-                                   SPANPROF_FUZZ_CHECK(depth >= 1 && pcs > last && pcs + depth <= end);
-                                   if (label != nullptr) {
-                                     const auto* name = reinterpret_cast<const std::uint8_t*>(label->name);
-                                     SPANPROF_FUZZ_CHECK(label->name_bytes <= 255);
-                                     SPANPROF_FUZZ_CHECK(name + label->name_bytes <= reinterpret_cast<const std::uint8_t*>(pcs));
-                                     SPANPROF_FUZZ_CHECK(label->trace_id >= reinterpret_cast<const std::uint8_t*>(last));
-                                   }
-                                   last = pcs + depth;
-                                 });
+  const auto check_continuous = [&](const sd::RecordedSpan* label, const std::uint64_t* pcs, std::size_t depth) {
+    SPANPROF_FUZZ_CHECK(depth >= 1 && pcs > last && pcs + depth <= end);
+    if (label != nullptr) {
+      const auto* name = reinterpret_cast<const std::uint8_t*>(label->name);
+      SPANPROF_FUZZ_CHECK(label->name_bytes <= 255);
+      SPANPROF_FUZZ_CHECK(name + label->name_bytes <= reinterpret_cast<const std::uint8_t*>(pcs));
+      SPANPROF_FUZZ_CHECK(label->trace_id >= reinterpret_cast<const std::uint8_t*>(last));
+    }
+    last = pcs + depth;
+  };
+  sd::for_each_continuous_record(
+      words.data(), words.size(),
+      [&](const sd::RecordedSpan* label, std::uint64_t, const std::uint64_t* pcs, std::size_t depth) {
+        check_continuous(label, pcs, depth);
+      },
+      [&](const sd::RecordedSpan* label, const sd::LockWait&, const std::uint64_t* pcs, std::size_t depth) {
+        check_continuous(label, pcs, depth);
+      });
+  sd::ContinuousSamples continuous;
+  sd::read_continuous_records(words.data(), words.size(), 10'000'000, continuous);
+  for (const spanprof::RawProfile& profile : continuous.profiles)
+    for (const spanprof::RawSample& sample : profile.samples) SPANPROF_FUZZ_CHECK(sample.values.size() == 2);
 
   // Lock records: each holder label and stack inside the buffer, in order; every
   // sample with its side, its values and its frames.

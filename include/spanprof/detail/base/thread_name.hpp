@@ -27,7 +27,12 @@ inline constexpr const char* wall_thread_name = "spanprof-wall";     // ticks th
 // signal that does not queue (SIGPROF) loses every one sent meanwhile. A signal
 // the thread raises itself (a fault) is still delivered: the kernel does not
 // let it be blocked.
+// Set on spanprof's own threads: the continuous profile leaves their lock waits
+// out, as it leaves their CPU out (lock_hooks-inl.hpp). Constant-initialized.
+inline thread_local bool on_spanprof_thread = false;
+
 inline void begin_spanprof_thread(const char* name) noexcept {
+  on_spanprof_thread = true;
   sigset_t all;
   sigfillset(&all);
   (void)::pthread_sigmask(SIG_BLOCK, &all, nullptr);

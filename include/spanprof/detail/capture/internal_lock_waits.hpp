@@ -53,11 +53,9 @@ class InternalLockWaits {
  public:
   static constexpr int max_frames = 64;
   static constexpr std::uint32_t slots = 4;  // waits sampled per span before its close writes them
-  // The CPU a thread found at its wait's call again may have run since the last
-  // look (the handler's, glibc's loop), and one found off the call may have run
-  // between two waits at it: more is work of its own.
+  // The CPU a thread still in its wait may have run since the last look (the
+  // signal's delivery, glibc's loop): more is work of its own.
   static constexpr std::int64_t still_cpu_ns = 500'000;
-  static constexpr std::int64_t between_waits_cpu_ns = 50'000;
 
   // One sampled wait, from the look that found it to the close that writes it.
   struct Wait {
@@ -177,11 +175,13 @@ class InternalLockWaits {
                          read_thread_activity(tid, syscall_fd, site) == ThreadActivity::blocked;
     if (moved) on_other_futex_ = blocked && site.call == SYS_futex && !in_glibc_lock_wait(site);
     if (watched_ >= 0) {
-      // Still waiting: blocked at the same call, or off it for a moment between two
-      // waits at it (the signal wakes it from the call; glibc's loop waits again).
+      // Still waiting: blocked at the same call, or woken by the signal and not yet
+      // through its handler (which takes the stack; glibc's loop then waits again).
+      // Off the call after that, it holds the lock, or waits for a core to return.
       Wait& wait = waits_[watched_];
       const std::int64_t ran = cpu >= 0 ? cpu - wait.cpu_ns.load(std::memory_order_relaxed) : still_cpu_ns;
-      if (blocked ? site == watched_site_ && ran < still_cpu_ns : ran < between_waits_cpu_ns) {
+      const bool at_signal = wait.state.load(std::memory_order_acquire) == Wait::signalled;
+      if (ran < still_cpu_ns && (blocked ? site == watched_site_ : at_signal)) {
         wait.last_seen_ns.store(now, std::memory_order_relaxed);
         wait.cpu_ns.store(cpu, std::memory_order_relaxed);
         result.watching = true;

@@ -30,9 +30,11 @@
 
 #include <spanprof/config.hpp>
 #include <spanprof/detail/base/counters.hpp>
+#include <spanprof/detail/base/thread_name.hpp>
 #include <spanprof/detail/capture/call_frame_info.hpp>
 #include <spanprof/detail/capture/lock_log.hpp>
 #include <spanprof/detail/capture/lock_waits.hpp>
+#include <spanprof/detail/capture/process_sampler.hpp>
 #include <spanprof/detail/capture/sample_records.hpp>
 #include <spanprof/detail/capture/sampler_settings.hpp>
 #include <spanprof/detail/capture/stack_walker.hpp>
@@ -208,13 +210,19 @@ inline std::uint32_t lock_owner(const pthread_rwlock_t* rwlock) noexcept {
 }
 
 // Whether this lock call is a wait to watch: the thread is in a span that records
-// lock waits, and the lock is held. The lock word is read only then: read before
-// glibc's atomic on it, it costs an uncontended lock about 2 ns more.
+// lock waits (or the continuous profile records every thread's), and the lock is
+// held. The lock word is read only then: read before glibc's atomic on it, it
+// costs an uncontended lock about 2 ns more.
 template <class Lock>
 inline bool lock_wait_watched(const Lock* primitive) noexcept {
   if (!lock_hooks_on.load(std::memory_order_relaxed)) return false;
-  const ThreadStackSampler* sampler = current_stack_sampler;
-  return sampler != nullptr && sampler->lock_span_open() && lock_held(primitive);
+  if (!lock_hooks_on.every_thread.load(std::memory_order_relaxed)) {
+    const ThreadStackSampler* sampler = current_stack_sampler;
+    if (sampler == nullptr || !sampler->lock_span_open()) return false;
+  } else if (on_spanprof_thread) {
+    return false;  // spanprof's own waits are not the program's
+  }
+  return lock_held(primitive);
 }
 
 // The calling thread's id, read once.
@@ -261,6 +269,26 @@ SPANPROF_LOCK_HOOK int lock_record_stack(const ThreadStackSampler* sampler, void
   return depth;
 }
 
+// The stack of the code that called the lock or unlock, for the continuous
+// profile's record of it: -1 when the hooks record one already (this lock is theirs).
+SPANPROF_LOCK_HOOK int process_lock_stack(void** frames) noexcept {
+  ThreadLockLog& log = thread_lock_log;
+  if (log.recording) return -1;
+  log.recording = true;
+  if (log.stack_top == 0) log.stack_top = this_thread_stack_top();  // once per thread
+  const int depth = capture_lock_caller_stack(frames, ProcessSampler::instance().max_depth(), log.stack_top);
+  log.recording = false;
+  return depth;
+}
+
+// Records `wait` for the continuous profile, with its stack (captured here when
+// `depth` is -1), while it records every thread's lock waits.
+SPANPROF_LOCK_HOOK void record_process_lock_wait(const LockWait& wait, void** frames, int depth) noexcept {
+  if (!lock_hooks_on.every_thread.load(std::memory_order_relaxed)) return;
+  if (depth < 0) depth = process_lock_stack(frames);
+  if (depth > 0) ProcessSampler::instance().record_lock_wait(lock_thread_id(), wait, frames, static_cast<std::size_t>(depth));
+}
+
 // Records `wait` in the thread's lock log with the stack lock_record_stack gave.
 SPANPROF_LOCK_HOOK void record_lock_wait(ThreadStackSampler* sampler, const LockWait& wait, void* const* frames,
                                          int depth) noexcept {
@@ -300,7 +328,9 @@ SPANPROF_LOCK_HOOK void end_lock_wait(const LockWaitUnderWay& wait, bool acquire
     record.holder_depth = holder.depth;
   }
   void* frames[max_stack_depth_limit];
-  record_lock_wait(sampler, record, frames, lock_record_stack(sampler, frames));
+  const int depth = lock_record_stack(sampler, frames);
+  record_lock_wait(sampler, record, frames, depth);
+  record_process_lock_wait(record, frames, depth);
 }
 
 static_assert(LockHolder::max_frames <= lock_record_most_holder_frames, "a lock record holds the holder's frames");
@@ -323,13 +353,16 @@ SPANPROF_LOCK_HOOK void note_lock_release(const void* address) noexcept {
       me.frames[i] = reinterpret_cast<std::uintptr_t>(frames[i]);
   }
   const LockWaitTable::Charge charge = lock_wait_table.release(address, monotonic_now_ns(), me);
-  if (charge.waiters == 0 || span == nullptr) return;
-  if (depth < 0) depth = lock_record_stack(sampler, frames);
+  if (charge.waiters == 0) return;
   LockWait record;
   record.held = true;
   record.contentions = charge.waiters;
   record.delay_ns = static_cast<std::uint64_t>(charge.delay_ns);
-  record_lock_wait(sampler, record, frames, depth);
+  if (span != nullptr) {
+    if (depth < 0) depth = lock_record_stack(sampler, frames);
+    record_lock_wait(sampler, record, frames, depth);
+  }
+  record_process_lock_wait(record, frames, depth);
 }
 
 // A lock call found to wait, watched: `take` is glibc's lock call (or its hook's).

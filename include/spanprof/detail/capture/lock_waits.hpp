@@ -185,9 +185,12 @@ class LockWaitTable {
 
 // Whether a span has asked for lock profiles since the process started: until
 // then a lock costs one load more than glibc's (lock_hooks-inl.hpp). Read by every
-// lock: a line of its own.
+// lock: a line of its own. And whether the continuous profile records every
+// thread's lock waits (Options::continuous with the lock kind): a lock found held
+// is then watched on any thread, not only inside a lock-profiled span.
 struct alignas(64) LockHooksSwitch {
   std::atomic<bool> on{false};
+  std::atomic<bool> every_thread{false};
   bool load(std::memory_order order) const noexcept { return on.load(order); }
   void store(bool value, std::memory_order order) noexcept { on.store(value, order); }
 };

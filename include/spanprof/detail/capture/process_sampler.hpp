@@ -17,9 +17,9 @@
 //  * The sample signal is spanprof's own (never SIGPROF); the timer's value names
 //    its thread's slot, so the handler knows it from a span sampler's tick.
 //  * The handler walks the stack and writes one record into the shared record
-//    buffer (two halves: writers reserve with an atomic add, the merger takes the
-//    half they no longer write), with the span its thread's label stack names
-//    (span_labels.hpp). No lock, no allocation, no stdio.
+//    buffer (continuous_buffer.hpp), with the span its thread's label stack names
+//    (span_labels.hpp). No lock, no allocation, no stdio. While the process's lock
+//    waits are recorded, the lock hooks write theirs there too.
 //  * What the handler may reach lives for the process: the slots and the buffer
 //    are made once and reused by every later start(), so a signal still queued
 //    after a stop finds them.
@@ -29,6 +29,7 @@
 #include <spanprof/capture/engines.hpp>
 #include <spanprof/config.hpp>
 #include <spanprof/detail/base/xorshift.hpp>
+#include <spanprof/detail/capture/continuous_buffer.hpp>
 #include <spanprof/detail/capture/continuous_ticks.hpp>
 #include <spanprof/detail/capture/sample_records.hpp>
 #include <spanprof/detail/capture/sampler_settings.hpp>
@@ -83,14 +84,9 @@ class ProcessSampler {
   bool start(const ContinuousSettings& settings, int signal_number, std::string& why) noexcept {
     std::lock_guard<std::mutex> held(mutex_);
     stop_locked();
-    if (halves_[0].words == nullptr) {
-      for (Half& half : halves_) {
-        half.words = new (std::nothrow) std::uint64_t[half_words];
-        if (half.words == nullptr) {
-          why = "cannot allocate the continuous profile's record buffer";
-          return false;
-        }
-      }
+    if (!buffer_.make()) {
+      why = "cannot allocate the continuous profile's record buffer";
+      return false;
     }
     period_ns_ = settings.period_ns;
     ticks_.start(settings.source, settings.period_ns, signal_number);
@@ -213,15 +209,9 @@ class ProcessSampler {
 
   // Takes what the handlers wrote since the last take (the merger's).
   void take(ContinuousSamples& out) {
-    const std::uint32_t writing = active_.load(std::memory_order_seq_cst);
-    Half& half = halves_[writing];
-    if (half.words == nullptr) return;
-    active_.store(writing ^ 1u, std::memory_order_seq_cst);
-    wait_for_none(half.writers);  // handlers that reserved room before the switch
-    const std::size_t used = std::min(half.used.load(std::memory_order_acquire), half_words);
-    read_continuous_records(half.words, used, period_ns_, out);
-    half.used.store(0, std::memory_order_relaxed);
-    out.dropped += dropped_.exchange(0, std::memory_order_relaxed);
+    out.dropped += buffer_.take([&](const std::uint64_t* words, std::size_t count) {
+      read_continuous_records(words, count, period_ns_, out);
+    });
   }
 
   // The sample signal's handler, for a continuous tick (its timer's: SI_TIMER
@@ -259,7 +249,25 @@ class ProcessSampler {
     return true;
   }
 
+  // A lock wait (or a release that ended others') of any thread, while the process's
+  // lock waits are recorded (lock_hooks-inl.hpp): into the same buffer, outside a
+  // signal handler, with the span its thread's label stack names. `tid`: the thread's.
+  void record_lock_wait(std::uint64_t tid, const LockWait& wait, void* const* frames, std::size_t depth) noexcept {
+    InFlight in_flight(in_flight_);
+    if (!running_.load(std::memory_order_seq_cst) || depth == 0) return;
+    SpanLabel* span = current_span_label();
+    RecordedSpan label{};
+    if (span != nullptr) label = RecordedSpan{span->trace_id, span->span_id, span->name, span->name_length};
+    const RecordedSpan* labelled = span != nullptr ? &label : nullptr;
+    if (buffer_.write(continuous_lock_record_words(labelled, wait, depth), [&](std::uint64_t* out) {
+          write_continuous_lock_record(out, tid, labelled, wait, frames, depth);
+        }) &&
+        span != nullptr)
+      span->sampled.store(true, std::memory_order_relaxed);
+  }
+
   std::int64_t period_ns() const noexcept { return period_ns_; }
+  int max_depth() const noexcept { return max_depth_.load(std::memory_order_relaxed); }
   // At the last scan: threads sampled, and threads left out (they block the signal).
   std::size_t threads_sampled() const noexcept { return threads_sampled_.load(std::memory_order_relaxed); }
   std::size_t threads_left_out() const noexcept { return threads_left_out_.load(std::memory_order_relaxed); }
@@ -280,7 +288,6 @@ class ProcessSampler {
  private:
   ProcessSampler() = default;
 
-  static constexpr std::size_t half_words = std::size_t{1} << 16;  // 512 KiB: ~2,000 samples
   static constexpr std::int64_t full_scan_interval_ns = 1'000'000'000;
   static constexpr std::size_t slots_per_chunk = 256;
   static constexpr std::size_t max_chunks = 256;  // 65,536 threads at once
@@ -306,12 +313,6 @@ class ProcessSampler {
     std::atomic<std::uint32_t>& count_;
   };
 
-  struct Half {
-    std::atomic<std::size_t> used{0};
-    std::atomic<std::uint32_t> writers{0};
-    std::uint64_t* words = nullptr;
-  };
-
   void stop_locked() noexcept {
     running_.store(false, std::memory_order_seq_cst);
     wait_for_none(in_flight_);
@@ -326,19 +327,6 @@ class ProcessSampler {
     blocking_since_.clear();
     threads_sampled_.store(0, std::memory_order_relaxed);
     threads_left_out_.store(0, std::memory_order_relaxed);
-  }
-
-  // Handlers counted in `count` finish within microseconds of their threads' time;
-  // a thread may wait for a core meanwhile.
-  static void wait_for_none(const std::atomic<std::uint32_t>& count) noexcept {
-    for (int spins = 0; count.load(std::memory_order_seq_cst) != 0; ++spins) {
-      if (spins < 100) {
-        ::sched_yield();
-      } else {
-        timespec pause{0, 100'000};
-        ::nanosleep(&pause, nullptr);
-      }
-    }
   }
 
   ThreadSlot* slot_at(std::uint32_t index) const noexcept {
@@ -500,36 +488,24 @@ class ProcessSampler {
     const int depth = walk_with_gperftools(ucontext, trace, max_depth);
 #endif
     if (depth <= 0) return;
-    SpanLabel* span = nullptr;
-    if (SpanLabelStack* labels = current_span_labels)
-      span = labels->label_for_sample(span_labels_.load(std::memory_order_relaxed));
+    SpanLabel* span = current_span_label();
     RecordedSpan label{};
     if (span != nullptr) label = RecordedSpan{span->trace_id, span->span_id, span->name, span->name_length};
     const RecordedSpan* labelled = span != nullptr ? &label : nullptr;
-    const std::size_t need = continuous_record_words(labelled, depth);
     const std::uint64_t weight = cpu_record_weight(periods, cpu_ns);
-    for (int attempt = 0; attempt < 2; ++attempt) {
-      const std::uint32_t index = active_.load(std::memory_order_seq_cst);
-      Half& half = halves_[index];
-      half.writers.fetch_add(1, std::memory_order_seq_cst);
-      if (active_.load(std::memory_order_seq_cst) != index) {  // the merger took this half meanwhile
-        half.writers.fetch_sub(1, std::memory_order_release);
-        continue;
-      }
-      const std::size_t at = half.used.fetch_add(need, std::memory_order_relaxed);
-      if (at + need > half_words) {
-        if (at < half_words) half.words[at] = 0;  // the end: nothing whole follows
-        half.writers.fetch_sub(1, std::memory_order_release);
-        dropped_.fetch_add(1, std::memory_order_relaxed);
-        return;
-      }
-      write_continuous_record(half.words + at, static_cast<std::uint64_t>(slot.tid.load(std::memory_order_relaxed)),
-                              labelled, weight, reinterpret_cast<std::uintptr_t>(trace[0]), trace + 1, depth);
-      if (span != nullptr) span->sampled.store(true, std::memory_order_relaxed);
-      half.writers.fetch_sub(1, std::memory_order_release);
-      return;
-    }
-    dropped_.fetch_add(1, std::memory_order_relaxed);
+    const auto tid = static_cast<std::uint64_t>(slot.tid.load(std::memory_order_relaxed));
+    if (buffer_.write(continuous_record_words(labelled, depth), [&](std::uint64_t* out) {
+          write_continuous_record(out, tid, labelled, weight, reinterpret_cast<std::uintptr_t>(trace[0]), trace + 1,
+                                  depth);
+        }) &&
+        span != nullptr)
+      span->sampled.store(true, std::memory_order_relaxed);
+  }
+
+  // The span the calling thread's samples carry now (span_labels.hpp), or null.
+  SpanLabel* current_span_label() const noexcept {
+    SpanLabelStack* labels = current_span_labels;
+    return labels != nullptr ? labels->label_for_sample(span_labels_.load(std::memory_order_relaxed)) : nullptr;
   }
 
   // The handler's: written by start(), read in the handler.
@@ -538,9 +514,7 @@ class ProcessSampler {
   std::atomic<ContinuousSpanLabels> span_labels_{ContinuousSpanLabels::local_root};
   std::int64_t period_ns_ = 10'000'000;
   std::atomic<ThreadSlot*> chunks_[max_chunks] = {};
-  Half halves_[2];
-  std::atomic<std::uint32_t> active_{0};
-  std::atomic<std::uint64_t> dropped_{0};
+  ContinuousBuffer buffer_;
   std::atomic<std::size_t> threads_sampled_{0};
   std::atomic<std::size_t> threads_left_out_{0};
   std::atomic<std::uint32_t> in_flight_{0};  // handlers between their check of running_ and their return

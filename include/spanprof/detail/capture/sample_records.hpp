@@ -19,7 +19,9 @@
 //                      writes for any thread: a CPU stack record after the thread's
 //                      id and, for a sample taken in a span, the span's label. meta
 //                      is continuous_record_mark, bit 0 when a label follows, the
-//                      name's bytes in bits 8-15.
+//                      name's bytes in bits 8-15; bit 1 when a lock record follows
+//                      the label instead: a lock wait of any thread, when the
+//                      continuous profile records the process's lock waits.
 //   lock record        [meta, delay ns, holder tid, (trace id 2 words, span id 1 word, name words)?,
 //                       holder's pc_0 ..., depth, pc_0 ...]
 //                      what a thread's lock hooks (lock_hooks.hpp) write for a lock wait
@@ -158,9 +160,7 @@ inline void read_stack_records(const std::uint64_t* words, std::size_t count, Ra
   });
 }
 
-// ---- continuous records ---------------------------------------------------------
-
-inline constexpr std::uint64_t continuous_record_mark = std::uint64_t{0xC0} << 56;
+// ---- a span, as records carry it ---------------------------------------------------
 
 // A span's ids and name as a record carries them (continuous and lock records).
 struct RecordedSpan {
@@ -186,86 +186,6 @@ inline std::uint64_t* write_recorded_span(std::uint64_t* out, const RecordedSpan
 inline RecordedSpan read_recorded_span(const std::uint64_t* at, std::size_t name_bytes) noexcept {
   return {reinterpret_cast<const std::uint8_t*>(at), reinterpret_cast<const std::uint8_t*>(at + 2),
           reinterpret_cast<const char*>(at + 3), name_bytes};
-}
-
-constexpr std::size_t continuous_record_words(const RecordedSpan* label, int depth) noexcept {
-  return 2 + (label != nullptr ? recorded_span_words(label->name_bytes) : 0) + stack_record_words(depth);
-}
-
-// `callers` holds depth - 1 return addresses, innermost first; `weight` is
-// cpu_record_weight(). Writes continuous_record_words(label, depth) words.
-inline void write_continuous_record(std::uint64_t* out, std::uint64_t tid, const RecordedSpan* label,
-                                    std::uint64_t weight, std::uintptr_t pc, void* const* callers, int depth) noexcept {
-  const std::size_t name_bytes = label != nullptr ? label->name_bytes : 0;
-  *out++ = continuous_record_mark | (label != nullptr ? 1u : 0u) | static_cast<std::uint64_t>(name_bytes) << 8;
-  *out++ = tid;
-  if (label != nullptr) out = write_recorded_span(out, *label);
-  write_stack_record(out, weight, pc, callers, depth);
-}
-
-// Calls `visit(const RecordedSpan* label, std::uint64_t weight, const std::uint64_t* pcs,
-// std::size_t depth)` for each well-formed record (label null outside any span);
-// stops at the first malformed one, or at a word without the mark (the end).
-template <class Visit>
-void for_each_continuous_record(const std::uint64_t* words, std::size_t count, Visit&& visit) {
-  std::size_t i = 0;
-  while (i + 2 <= count) {
-    const std::uint64_t meta = words[i];
-    if ((meta & continuous_record_mark) != continuous_record_mark) break;
-    const bool labelled = (meta & 1) != 0;
-    const std::size_t name_bytes = (meta >> 8) & 0xFF;
-    std::size_t at = i + 2;
-    const std::size_t label_words = labelled ? recorded_span_words(name_bytes) : 0;
-    if (at + label_words + stack_record_header_words > count) break;
-    RecordedSpan label{};
-    if (labelled) label = read_recorded_span(words + at, name_bytes);
-    at += label_words;
-    const std::uint64_t depth = words[at + 1];
-    if (depth == 0 || depth > count - at - stack_record_header_words) break;
-    visit(labelled ? &label : nullptr, words[at], words + at + stack_record_header_words, static_cast<std::size_t>(depth));
-    i = at + stack_record_header_words + static_cast<std::size_t>(depth);
-  }
-}
-
-// The samples the merger takes at once: one profile per span label (and one for
-// the samples outside any span), their records' kind, period and engine set.
-struct ContinuousSamples {
-  std::vector<RawProfile> profiles;
-  std::uint64_t dropped = 0;  // records the full buffer turned away since the last take
-};
-
-// Appends the records' samples to `out`, one profile per label: the span's ids and
-// name as the records carry them.
-inline void read_continuous_records(const std::uint64_t* words, std::size_t count, std::int64_t period_ns,
-                                    ContinuousSamples& out) {
-  std::map<std::string, std::size_t> by_label;
-  std::string key;
-  for_each_continuous_record(words, count, [&](const RecordedSpan* label, std::uint64_t weight,
-                                               const std::uint64_t* pcs, std::size_t depth) {
-    key.clear();
-    if (label != nullptr) {
-      key.append(reinterpret_cast<const char*>(label->trace_id), 16);
-      key.append(reinterpret_cast<const char*>(label->span_id), 8);
-      key.append(label->name, label->name_bytes);
-    }
-    const auto [entry, inserted] = by_label.try_emplace(key, out.profiles.size());
-    if (inserted) {
-      RawProfile& profile = out.profiles.emplace_back();
-      profile.kind = ProfileKind::cpu;
-      profile.reason = ProfileReason::continuous;
-      profile.period_ns = period_ns;
-      profile.engine = "continuous";
-      if (label != nullptr) {
-        profile.span.trace_id = TraceId(label->trace_id);
-        profile.span.span_id = SpanId(label->span_id);
-        profile.span_name.assign(label->name, label->name_bytes);
-      }
-    }
-    RawSample& sample = out.profiles[entry->second].samples.emplace_back();
-    sample.values = {static_cast<std::int64_t>(cpu_record_periods(weight)),
-                     static_cast<std::int64_t>(weight & cpu_record_ns_mask)};
-    sample.frames.assign(pcs, pcs + depth);
-  });
 }
 
 // ---- lock records -----------------------------------------------------------------
@@ -314,65 +234,197 @@ inline void write_lock_record(std::uint64_t* out, const LockWait& wait, void* co
   for (std::size_t i = 0; i < depth; ++i) out[i] = reinterpret_cast<std::uintptr_t>(frames[i]);
 }
 
+// Reads the lock record at words[i] and calls `visit(const LockWait& wait, const
+// std::uint64_t* pcs, std::size_t depth)`: the index after it, or 0 when it is
+// malformed (or no lock record).
+template <class Visit>
+std::size_t read_lock_record(const std::uint64_t* words, std::size_t count, std::size_t i, Visit&& visit) {
+  if (i + lock_record_header_words + 1 > count) return 0;
+  const std::uint64_t meta = words[i];
+  if ((meta & lock_record_mark_mask) != lock_record_mark) return 0;
+  LockWait wait;
+  wait.held = (meta & lock_record_held) != 0;
+  wait.contentions = (meta >> 16) & lock_record_most_contentions;
+  wait.delay_ns = words[i + 1];
+  wait.holder_tid = words[i + 2];
+  std::size_t at = i + lock_record_header_words;
+  RecordedSpan holder{};
+  if ((meta & lock_record_holder_span) != 0) {
+    const std::size_t name_bytes = (meta >> 8) & 0xFF;
+    if (at + recorded_span_words(name_bytes) + 1 > count) return 0;
+    holder = read_recorded_span(words + at, name_bytes);
+    wait.holder_span = &holder;
+    at += recorded_span_words(name_bytes);
+  }
+  wait.holder_depth = (meta >> 48) & lock_record_most_holder_frames;
+  if (at + wait.holder_depth + 1 > count) return 0;
+  wait.holder_frames = words + at;
+  at += wait.holder_depth;
+  const std::uint64_t depth = words[at];
+  if (depth == 0 || depth > count - at - 1) return 0;
+  visit(wait, words + at + 1, static_cast<std::size_t>(depth));
+  return at + 1 + static_cast<std::size_t>(depth);
+}
+
 // Calls `visit(const LockWait& wait, const std::uint64_t* pcs, std::size_t depth)`
 // for each well-formed record; stops at the first malformed one.
 template <class Visit>
 void for_each_lock_record(const std::uint64_t* words, std::size_t count, Visit&& visit) {
-  std::size_t i = 0;
-  while (i + lock_record_header_words + 1 <= count) {
-    const std::uint64_t meta = words[i];
-    if ((meta & lock_record_mark_mask) != lock_record_mark) break;
-    LockWait wait;
-    wait.held = (meta & lock_record_held) != 0;
-    wait.contentions = (meta >> 16) & lock_record_most_contentions;
-    wait.delay_ns = words[i + 1];
-    wait.holder_tid = words[i + 2];
-    std::size_t at = i + lock_record_header_words;
-    RecordedSpan holder{};
-    if ((meta & lock_record_holder_span) != 0) {
-      const std::size_t name_bytes = (meta >> 8) & 0xFF;
-      if (at + recorded_span_words(name_bytes) + 1 > count) break;
-      holder = read_recorded_span(words + at, name_bytes);
-      wait.holder_span = &holder;
-      at += recorded_span_words(name_bytes);
-    }
-    wait.holder_depth = (meta >> 48) & lock_record_most_holder_frames;
-    if (at + wait.holder_depth + 1 > count) break;
-    wait.holder_frames = words + at;
-    at += wait.holder_depth;
-    const std::uint64_t depth = words[at];
-    if (depth == 0 || depth > count - at - 1) break;
-    visit(wait, words + at + 1, static_cast<std::size_t>(depth));
-    i = at + 1 + static_cast<std::size_t>(depth);
+  for (std::size_t i = 0; (i = read_lock_record(words, count, i, visit)) != 0;) {
   }
 }
 
-// Appends one lock sample per record, values {contentions, delay ns}.
+// A lock record's sample, values {contentions, delay ns}: its side, and a waiter's holder.
+inline void add_lock_sample(const LockWait& wait, const std::uint64_t* pcs, std::size_t depth, RawProfile& profile) {
+  RawSample& sample = profile.samples.emplace_back();
+  sample.values = {static_cast<std::int64_t>(wait.contentions), static_cast<std::int64_t>(wait.delay_ns)};
+  sample.frames.assign(pcs, pcs + depth);
+  auto text = [&](const char* key, std::string value) {
+    Label& label = sample.labels.emplace_back();
+    label.key = key;
+    label.str = std::move(value);
+  };
+  auto number = [&](const char* key, std::uint64_t value) {
+    Label& label = sample.labels.emplace_back();
+    label.key = key;
+    label.num = static_cast<std::int64_t>(value);
+    label.is_num = true;
+  };
+  text(lock_role_label, wait.held ? "holder" : "waiter");
+  if (wait.held) return;
+  if (wait.holder_tid != 0) number(holder_thread_label, wait.holder_tid);
+  if (wait.holder_span == nullptr) return;
+  text(holder_span_id_label, SpanId(wait.holder_span->span_id).to_hex());
+  text(holder_trace_id_label, TraceId(wait.holder_span->trace_id).to_hex());
+  text(holder_span_name_label, std::string(wait.holder_span->name, wait.holder_span->name_bytes));
+  for (std::size_t i = 0; i < wait.holder_depth; ++i) number(holder_frame_label, wait.holder_frames[i]);
+}
+
+// Appends one lock sample per record.
 inline void read_lock_records(const std::uint64_t* words, std::size_t count, RawProfile& profile) {
   for_each_lock_record(words, count, [&](const LockWait& wait, const std::uint64_t* pcs, std::size_t depth) {
-    RawSample& sample = profile.samples.emplace_back();
-    sample.values = {static_cast<std::int64_t>(wait.contentions), static_cast<std::int64_t>(wait.delay_ns)};
-    sample.frames.assign(pcs, pcs + depth);
-    auto text = [&](const char* key, std::string value) {
-      Label& label = sample.labels.emplace_back();
-      label.key = key;
-      label.str = std::move(value);
-    };
-    auto number = [&](const char* key, std::uint64_t value) {
-      Label& label = sample.labels.emplace_back();
-      label.key = key;
-      label.num = static_cast<std::int64_t>(value);
-      label.is_num = true;
-    };
-    text(lock_role_label, wait.held ? "holder" : "waiter");
-    if (wait.held) return;
-    if (wait.holder_tid != 0) number(holder_thread_label, wait.holder_tid);
-    if (wait.holder_span == nullptr) return;
-    text(holder_span_id_label, SpanId(wait.holder_span->span_id).to_hex());
-    text(holder_trace_id_label, TraceId(wait.holder_span->trace_id).to_hex());
-    text(holder_span_name_label, std::string(wait.holder_span->name, wait.holder_span->name_bytes));
-    for (std::size_t i = 0; i < wait.holder_depth; ++i) number(holder_frame_label, wait.holder_frames[i]);
+    add_lock_sample(wait, pcs, depth, profile);
   });
+}
+
+// ---- continuous records ---------------------------------------------------------
+
+inline constexpr std::uint64_t continuous_record_mark = std::uint64_t{0xC0} << 56;
+inline constexpr std::uint64_t continuous_record_labelled = 1;  // the span's label follows the thread id
+inline constexpr std::uint64_t continuous_record_lock = 2;      // a lock record follows, not a stack record
+
+constexpr std::size_t continuous_record_words(const RecordedSpan* label, int depth) noexcept {
+  return 2 + (label != nullptr ? recorded_span_words(label->name_bytes) : 0) + stack_record_words(depth);
+}
+
+// The header both kinds of continuous record start with; returns the word after it.
+inline std::uint64_t* write_continuous_header(std::uint64_t* out, std::uint64_t tid, const RecordedSpan* label,
+                                              std::uint64_t kind) noexcept {
+  const std::size_t name_bytes = label != nullptr ? label->name_bytes : 0;
+  *out++ = continuous_record_mark | kind | (label != nullptr ? continuous_record_labelled : 0) |
+           static_cast<std::uint64_t>(name_bytes) << 8;
+  *out++ = tid;
+  return label != nullptr ? write_recorded_span(out, *label) : out;
+}
+
+// `callers` holds depth - 1 return addresses, innermost first; `weight` is
+// cpu_record_weight(). Writes continuous_record_words(label, depth) words.
+inline void write_continuous_record(std::uint64_t* out, std::uint64_t tid, const RecordedSpan* label,
+                                    std::uint64_t weight, std::uintptr_t pc, void* const* callers, int depth) noexcept {
+  write_stack_record(write_continuous_header(out, tid, label, 0), weight, pc, callers, depth);
+}
+
+// A lock wait outside the span logs (the continuous profile's: lock_hooks-inl.hpp),
+// `frames` return addresses as in a lock record.
+constexpr std::size_t continuous_lock_record_words(const RecordedSpan* label, const LockWait& wait,
+                                                   std::size_t depth) noexcept {
+  return 2 + (label != nullptr ? recorded_span_words(label->name_bytes) : 0) + lock_record_words(wait, depth);
+}
+inline void write_continuous_lock_record(std::uint64_t* out, std::uint64_t tid, const RecordedSpan* label,
+                                         const LockWait& wait, void* const* frames, std::size_t depth) noexcept {
+  write_lock_record(write_continuous_header(out, tid, label, continuous_record_lock), wait, frames, depth);
+}
+
+// Calls `visit(const RecordedSpan* label, std::uint64_t weight, const std::uint64_t* pcs,
+// std::size_t depth)` for each well-formed CPU record (label null outside any span),
+// and `visit_lock(const RecordedSpan* label, const LockWait& wait, const std::uint64_t* pcs,
+// std::size_t depth)` for each lock record; stops at the first malformed one, or at a
+// word without the mark (the end).
+template <class Visit, class VisitLock>
+void for_each_continuous_record(const std::uint64_t* words, std::size_t count, Visit&& visit, VisitLock&& visit_lock) {
+  std::size_t i = 0;
+  while (i + 2 <= count) {
+    const std::uint64_t meta = words[i];
+    if ((meta & continuous_record_mark) != continuous_record_mark) break;
+    const bool labelled = (meta & continuous_record_labelled) != 0;
+    const std::size_t name_bytes = (meta >> 8) & 0xFF;
+    std::size_t at = i + 2;
+    const std::size_t label_words = labelled ? recorded_span_words(name_bytes) : 0;
+    if (at + label_words > count) break;
+    RecordedSpan label{};
+    if (labelled) label = read_recorded_span(words + at, name_bytes);
+    at += label_words;
+    if ((meta & continuous_record_lock) != 0) {
+      i = read_lock_record(words, count, at, [&](const LockWait& wait, const std::uint64_t* pcs, std::size_t depth) {
+        visit_lock(labelled ? &label : nullptr, wait, pcs, depth);
+      });
+      if (i == 0) break;
+      continue;
+    }
+    if (at + stack_record_header_words > count) break;
+    const std::uint64_t depth = words[at + 1];
+    if (depth == 0 || depth > count - at - stack_record_header_words) break;
+    visit(labelled ? &label : nullptr, words[at], words + at + stack_record_header_words, static_cast<std::size_t>(depth));
+    i = at + stack_record_header_words + static_cast<std::size_t>(depth);
+  }
+}
+
+// The samples the merger takes at once: one profile per span label (and one for
+// the samples outside any span), their records' kind, period and engine set.
+struct ContinuousSamples {
+  std::vector<RawProfile> profiles;
+  std::uint64_t dropped = 0;  // records the full buffer turned away since the last take
+};
+
+// Appends the records' samples to `out`, one profile per kind and label: the span's
+// ids and name as the records carry them.
+inline void read_continuous_records(const std::uint64_t* words, std::size_t count, std::int64_t period_ns,
+                                    ContinuousSamples& out) {
+  std::map<std::string, std::size_t> by_label;
+  std::string key;
+  auto profile_for = [&](ProfileKind kind, const RecordedSpan* label) -> RawProfile& {
+    key.assign(1, static_cast<char>(kind));
+    if (label != nullptr) {
+      key.append(reinterpret_cast<const char*>(label->trace_id), 16);
+      key.append(reinterpret_cast<const char*>(label->span_id), 8);
+      key.append(label->name, label->name_bytes);
+    }
+    const auto [entry, inserted] = by_label.try_emplace(key, out.profiles.size());
+    if (inserted) {
+      RawProfile& profile = out.profiles.emplace_back();
+      profile.kind = kind;
+      profile.reason = ProfileReason::continuous;
+      profile.period_ns = kind == ProfileKind::lock ? 1 : period_ns;  // a lock profile's period: 1 contention
+      profile.engine = "continuous";
+      if (label != nullptr) {
+        profile.span.trace_id = TraceId(label->trace_id);
+        profile.span.span_id = SpanId(label->span_id);
+        profile.span_name.assign(label->name, label->name_bytes);
+      }
+    }
+    return out.profiles[entry->second];
+  };
+  for_each_continuous_record(
+      words, count,
+      [&](const RecordedSpan* label, std::uint64_t weight, const std::uint64_t* pcs, std::size_t depth) {
+        RawSample& sample = profile_for(ProfileKind::cpu, label).samples.emplace_back();
+        sample.values = {static_cast<std::int64_t>(cpu_record_periods(weight)),
+                         static_cast<std::int64_t>(weight & cpu_record_ns_mask)};
+        sample.frames.assign(pcs, pcs + depth);
+      },
+      [&](const RecordedSpan* label, const LockWait& wait, const std::uint64_t* pcs, std::size_t depth) {
+        add_lock_sample(wait, pcs, depth, profile_for(ProfileKind::lock, label));
+      });
 }
 
 // ---- heap -----------------------------------------------------------------------

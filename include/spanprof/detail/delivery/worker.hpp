@@ -229,9 +229,10 @@ class Worker {
     ProfileBatch batches[profile_kind_count];  // batched: by ProfileKind
     Tickets tickets[profile_kind_count];       // the spans of batches[k], in order
     std::int64_t window_end[profile_kind_count]{};  // on Run::clock
-    // The continuous profile's window, on the wall clock; a window cut early at the
-    // lane's limits goes on in a new batch with the same bounds.
-    ProfileBatch continuous;
+    // The continuous profile's window, on the wall clock, one batch per kind (CPU;
+    // lock waits when they are recorded); a window cut early at the lane's limits
+    // goes on in a new batch with the same bounds.
+    ProfileBatch continuous[profile_kind_count];
     std::int64_t continuous_start = 0;
     std::int64_t continuous_end = 0;
   };
@@ -400,32 +401,33 @@ class Worker {
       const std::int64_t window = std::max<std::int64_t>(1, ns(run.continuous_window));
       for (std::size_t l = 0; l < run.lanes.size(); ++l) {
         Lane& lane = run.lanes[l];
-        if (!lane.continuous.empty() && now >= lane.continuous_end) cut_continuous(run, l);
-        for (const RawProfile& raw : taken) {
-          if (lane.continuous.empty()) {
-            if (now >= lane.continuous_end) {
-              lane.continuous_start = now - now % window;
-              lane.continuous_end = lane.continuous_start + window;
-            }
-            lane.continuous.set_window(lane.continuous_start, lane.continuous_end);
-          }
-          lane.continuous.add(raw);
-          if (lane.continuous.sample_count() >= lane.delivery.max_samples ||
-              lane.continuous.estimated_bytes() >= lane.delivery.max_bytes)
-            cut_continuous(run, l);
+        if (now >= lane.continuous_end) {
+          cut_continuous(run, l);
+          lane.continuous_start = now - now % window;
+          lane.continuous_end = lane.continuous_start + window;
         }
-        if (flushing && !lane.continuous.empty()) cut_continuous(run, l);
+        for (const RawProfile& raw : taken) {
+          ProfileBatch& batch = lane.continuous[static_cast<std::size_t>(raw.kind)];
+          if (batch.empty()) batch.set_window(lane.continuous_start, lane.continuous_end);
+          batch.add(raw);
+          if (batch.sample_count() >= lane.delivery.max_samples || batch.estimated_bytes() >= lane.delivery.max_bytes)
+            cut_continuous(run, l, raw.kind);
+        }
+        if (flushing) cut_continuous(run, l);
       }
     } SPANPROF_CATCH_ALL {
       report_error(ErrorCode::internal, "out of memory merging the continuous profile");
     }
   }
 
-  static void cut_continuous(Run& run, std::size_t lane) noexcept {
+  static void cut_continuous(Run& run, std::size_t lane, ProfileKind kind) noexcept {
     Outgoing window;
     window.lane = lane;
-    std::swap(window.batch, run.lanes[lane].continuous);
+    std::swap(window.batch, run.lanes[lane].continuous[static_cast<std::size_t>(kind)]);
     if (!window.batch.empty()) run.sender->post(std::move(window));
+  }
+  static void cut_continuous(Run& run, std::size_t lane) noexcept {
+    for (std::size_t k = 0; k < profile_kind_count; ++k) cut_continuous(run, lane, static_cast<ProfileKind>(k));
   }
 
   static std::int64_t next_window_end(const Run& run) noexcept {

@@ -109,10 +109,16 @@ class Runtime final : public GuardHost {
       // The process's continuous profile: every thread's timer is made by the
       // merger, at each of its looks, which takes the samples too.
       ProcessSampler& process = ProcessSampler::instance();
+      lock_hooks_on.every_thread.store(false, std::memory_order_relaxed);
       if (plan.continuous.on && config->sampler.signal_number != 0) {
         std::string why;
         if (process.start(plan.continuous, config->sampler.signal_number, why)) {
           config->labels_spans = plan.continuous.span_labels != ContinuousSpanLabels::none;
+          // With the lock kind, every thread's lock waits too (docs/locks.md).
+          if (config->profiles.contains(ProfileKind::lock)) {
+            lock_hooks_on.every_thread.store(true, std::memory_order_relaxed);
+            lock_hooks_on.store(true, std::memory_order_relaxed);
+          }
           plan.delivery.continuous = &take_continuous_samples;
           scan_continuous_threads();  // the threads there are now, sampled from now
         } else {
@@ -189,6 +195,7 @@ class Runtime final : public GuardHost {
     trigger_.reset();
     retirement_.reclaim();
     // The continuous profile's timers go; its last samples go out with the flush below.
+    lock_hooks_on.every_thread.store(false, std::memory_order_relaxed);
     ProcessSampler::instance().stop();
     // Threads keep their sampler objects (freed at thread exit) but stop receiving
     // signals now, instead of after their idle countdown.
@@ -295,7 +302,8 @@ class Runtime final : public GuardHost {
     ProcessSampler::instance().take(samples);
     std::uint64_t taken = 0;
     for (const RawProfile& profile : samples.profiles)
-      for (const RawSample& sample : profile.samples) taken += static_cast<std::uint64_t>(sample.values.at(0));
+      if (profile.kind == ProfileKind::cpu)
+        for (const RawSample& sample : profile.samples) taken += static_cast<std::uint64_t>(sample.values.at(0));
     if (taken != 0) count(Counter::continuous_samples, taken);
     if (samples.dropped != 0) count(Counter::continuous_samples_dropped, samples.dropped);
     out = std::move(samples.profiles);
